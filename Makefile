@@ -1,0 +1,42 @@
+# strata: top-level entry points. `make demo` and `make test` install what is missing
+# (as root, from Debian's packages), build Release with CMake + Ninja, then run.
+BUILD     ?= build
+JOBS      ?= $(shell nproc)
+DEB_PKGS  := cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
+             libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
+STRATA    := $(BUILD)/strata
+
+.PHONY: all deps build demo test bench clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing (run as root, or: sudo apt-get install$$missing)"; exit 1; \
+	  fi; \
+	fi
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(STRATA) train --model tiny --data synthetic --run-dir runs/demo
+
+test: build
+	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -j $(JOBS) --timeout 600
+
+bench: build
+	bash bench/run_all.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,45 @@
+# Dependencies (Debian packages only) and the helpers every area's CMakeLists uses.
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(GTest REQUIRED)
+find_package(benchmark QUIET)
+find_package(MPI COMPONENTS C)
+
+# OpenBLAS: prefer the OpenMP build so BLAS and strata's kernels share one thread pool.
+find_library(STRATA_OPENBLAS NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+  NO_DEFAULT_PATH)
+if(NOT STRATA_OPENBLAS)
+  find_library(STRATA_OPENBLAS NAMES openblas REQUIRED)
+endif()
+find_path(STRATA_CBLAS_INCLUDE cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
+        /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas)
+add_library(strata_blas INTERFACE)
+target_link_libraries(strata_blas INTERFACE ${STRATA_OPENBLAS})
+target_include_directories(strata_blas SYSTEM INTERFACE ${STRATA_CBLAS_INCLUDE})
+
+find_library(STRATA_XXHASH NAMES xxhash REQUIRED)
+
+# strata_library(AREA [DEPS...]): one static library per folder of src/, from every .cc in it.
+function(strata_library area)
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  add_library(strata_${area} STATIC ${srcs})
+  target_include_directories(strata_${area} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(strata_${area} PUBLIC ${ARGN})
+  set_property(GLOBAL APPEND PROPERTY STRATA_LIBS strata_${area})
+endfunction()
+
+# strata_test(AREA [DEPS...]): tests/AREA/*.cc into one GoogleTest binary, each test its own ctest.
+function(strata_test area)
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  add_executable(test_${area} ${srcs})
+  target_link_libraries(test_${area} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(test_${area} PRIVATE
+    STRATA_SOURCE_DIR="${PROJECT_SOURCE_DIR}" STRATA_BINARY="$<TARGET_FILE:strata>")
+  add_dependencies(test_${area} strata)
+  gtest_discover_tests(test_${area} DISCOVERY_TIMEOUT 60
+    PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+endfunction()

@@ -1,0 +1,85 @@
+// strata: the command-line entry point. Builds the subcommand tree from the registry,
+// parses, runs, and turns every error into one line on stderr and a non-zero exit.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "cli/command.h"
+#include "core/env.h"
+#include "core/error.h"
+
+namespace strata::cli {
+
+std::vector<Command>& commands() {
+  static std::vector<Command> all;
+  return all;
+}
+
+// Finds or creates the subcommand chain for "a b c".
+static CLI::App* subcommand_for(CLI::App& root, const std::string& path, const std::string& summary) {
+  std::istringstream words(path);
+  std::vector<std::string> parts;
+  for (std::string w; words >> w;) parts.push_back(w);
+  CLI::App* app = &root;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; }))
+      if (sub->get_name() == parts[i]) next = sub;
+    if (!next) {
+      bool leaf = i + 1 == parts.size();
+      next = app->add_subcommand(parts[i], leaf ? summary : "");
+      if (!leaf) next->require_subcommand(1);
+    } else if (i + 1 == parts.size()) {
+      next->description(summary);
+    }
+    app = next;
+  }
+  return app;
+}
+
+static void print_env_help() {
+  std::printf("Environment variables read by strata:\n");
+  for (const EnvVar* v : EnvVar::all())
+    std::printf("  %-28s %s (default: %s)\n", v->name(), v->help(),
+                *v->default_value() ? v->default_value() : "unset");
+}
+
+}  // namespace strata::cli
+
+int main(int argc, char** argv) {
+  using namespace strata::cli;
+  CLI::App app{"strata: a distributed-training engine"};
+  app.name("strata");
+  app.require_subcommand(0, 1);
+  app.fallthrough(false);
+  bool help_env = false;
+  app.add_flag("--help-env", help_env, "List the environment variables strata reads");
+  for (const Command& c : commands()) c.setup(*subcommand_for(app, c.path, c.summary));
+  try {
+    app.parse(argc, argv);
+    if (help_env) {
+      print_env_help();
+      return 0;
+    }
+    if (app.get_subcommands().empty()) {
+      std::cout << app.help();
+      return 0;
+    }
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "strata: error: %s (see --help)\n", e.what());
+    return 2;
+  } catch (const ExitCode& e) {
+    return e.code;
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
