@@ -1,0 +1,91 @@
+// Token sources and the distributed loader: the contract between data and training.
+//
+// A TokenSource is one stream of tokens (a synthetic corpus, a byte-level text file, or
+// llm.c .bin shards treated as one stream). Samples are windows of T+1 tokens at a stride
+// (non-overlapping by default: stride T... see sampler.h). The Loader hands each rank, per
+// optimizer step, its micro-batches, and tells every rank the *global* number of real
+// (weighted) target tokens of the step, computed from the deterministic plan with no
+// communication, so gradients average by real tokens across ranks.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata::data {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t size() const = 0;  // tokens
+  virtual int vocab() const = 0;     // every token id is < vocab()
+  // Copies tokens [pos, pos + n) into out.
+  virtual void read(int64_t pos, int64_t n, int32_t* out) const = 0;
+  // Human-readable identity ("synthetic markov seed=1", "data/x.bin (3 shards)"); also used
+  // to check that a saved loader position belongs to this data.
+  virtual std::string describe() const = 0;
+  // True entropy of the stream in nats per token when known (synthetic corpus), else < 0.
+  virtual double entropy_floor() const { return -1.0; }
+};
+
+struct Split {
+  std::unique_ptr<TokenSource> train, val;
+};
+
+// spec: "synthetic" | FILE.txt (bytes, vocab 256) | FILE.bin | DIR | GLOB (llm.c shards).
+// The validation split is the last val_fraction of the stream for files and an independent
+// stream of the same process for the synthetic corpus. Throws naming the file and numbers.
+Split open_split(const std::string& spec, uint64_t seed, double val_fraction = 0.05);
+
+enum class TailPolicy : uint8_t { drop, pad, uneven };
+TailPolicy parse_tail_policy(const std::string& s);
+
+struct SamplerConfig {
+  int64_t seq = 256;       // T; each sample is T+1 tokens (inputs and shifted targets)
+  int64_t stride = 0;      // tokens between sample starts; 0 = T (non-overlapping)
+  int micro_batch = 1;     // b: samples per rank per micro-step
+  int accum = 1;           // A: micro-steps per optimizer step
+  int world = 1;           // W: data-parallel ranks; global batch = b * A * W
+  uint64_t seed = 0;
+  TailPolicy policy = TailPolicy::drop;
+};
+
+struct MicroBatch {
+  int B = 0;  // rows present (<= micro_batch; may be 0 on some ranks under `uneven`)
+  int T = 0;
+  std::vector<int32_t> tokens, targets;  // (B, T)
+  std::vector<float> weights;            // (B, T): 1 for real targets, 0 for padding
+  std::vector<int64_t> sample_ids;       // (B): sample index, or -1 for a pad row
+  int64_t real_tokens = 0;               // sum of weights
+};
+
+struct StepBatch {
+  std::vector<MicroBatch> micro;   // A micro-batches for this rank
+  int64_t global_real_tokens = 0;  // over all ranks and micro-batches of the step
+  int64_t epoch = 0;
+};
+
+// Position of the loader: epoch and samples consumed globally within it. Independent of
+// the number of ranks, so a run can resume on a different world size.
+struct LoaderState {
+  int64_t epoch = 0;
+  int64_t consumed = 0;
+};
+
+class Loader {
+ public:
+  // prefetch: steps prepared ahead by a background thread (0 = synchronous).
+  Loader(const TokenSource& source, const SamplerConfig& cfg, int rank, LoaderState start = {},
+         int prefetch = 2);
+  ~Loader();
+  StepBatch next();
+  LoaderState state() const;  // position after the last batch returned by next()
+  int64_t samples_per_epoch() const;
+  int64_t steps_per_epoch() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::data

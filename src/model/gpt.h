@@ -1,0 +1,111 @@
+// GPT-2 style decoder: pre-LayerNorm blocks, GELU MLP, tied input/output embedding.
+//
+// Parameters live in one flat buffer and gradients in another (llm.c), described by a table
+// of named views. The flat buffer is laid out in *units*, each a contiguous range:
+//   unit 0        embeddings: wte (Vp, C), wpe (maxT, C)
+//   units 1..L    transformer block l-1: ln1 w/b, qkv w (3C, C)/b, attn proj w (C, C)/b,
+//                 ln2 w/b, fc w (4C, C)/b, fc proj w (C, 4C)/b
+//   unit L+1      final LayerNorm w/b
+// Data-parallel and ZeRO engines work on units: they can rebind where a unit's parameters
+// and gradients live (bind_unit) and are told, through hooks, when each unit is about to be
+// used and when its gradients are final.
+//
+// Order of unit use in one micro-batch:
+//   forward:  0 (embed), 1 .. L, L+1, 0 (logits via tied wte)
+//   backward: 0 (logits), L+1, L .. 1, 0 (embed)   -> unit 0's gradients are final last.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/tensor.h"
+
+namespace strata::model {
+
+struct GPTConfig {
+  int layers = 4;
+  int dim = 256;
+  int heads = 4;
+  int seq = 256;           // maximum sequence length (wpe rows)
+  int vocab = 256;         // real vocabulary
+  int padded_vocab = 256;  // rows of wte; a multiple of 64 (50257 -> 50304)
+
+  // "tiny", "small", "gpt2"; throws naming the known presets otherwise.
+  static GPTConfig preset(const std::string& name);
+  // Throws a one-line Error for impossible configs (dim % heads, sizes <= 0, ...).
+  void validate() const;
+  int64_t num_params() const;  // elements of the flat parameter buffer
+};
+
+struct ParamView {
+  std::string name;  // e.g. "wte", "h.0.attn.qkv.weight" (documented in README)
+  Shape shape;
+  int64_t offset;    // element offset in the flat buffer
+  int unit;          // which unit it belongs to
+  bool decay;        // AdamW weight decay applies (matrices and embeddings)
+};
+
+enum class Pass : uint8_t { forward, backward };
+
+struct UnitHooks {
+  // Called before a unit's parameters are read (bind_unit may be called from here).
+  std::function<void(int unit, Pass pass)> before_unit;
+  // Called after a unit's work in a pass; for Pass::backward its gradients are then
+  // complete for this micro-batch (unit 0 only after the final embedding backward).
+  std::function<void(int unit, Pass pass)> after_unit;
+};
+
+class GPT {
+ public:
+  // Allocates parameters, gradients and activations for micro-batches up to
+  // (max_batch, cfg.seq) and counts them in the memory tracker. With allocate_state = false
+  // the flat parameter and gradient buffers are not allocated: the caller binds every unit
+  // (ZeRO-3 keeps only shards).
+  GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true);
+
+  const GPTConfig& config() const { return cfg_; }
+  int num_units() const { return cfg_.layers + 2; }
+  int64_t num_params() const { return num_params_; }
+  const std::vector<ParamView>& param_table() const { return table_; }
+  // [begin, end) element range of a unit in the flat buffers.
+  std::pair<int64_t, int64_t> unit_range(int unit) const;
+
+  float* params() { return params_.as<float>(); }  // flat (num_params), owned
+  float* grads() { return grads_.as<float>(); }    // flat (num_params), owned
+
+  // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), LN w=1,
+  // biases 0. Each view draws from Rng(seed, stream = its index in the table).
+  void init(uint64_t seed);
+
+  void set_hooks(UnitHooks hooks);
+  // Points unit u's parameters and gradients at other memory (unit_range(u) elements each).
+  void bind_unit(int unit, float* params, float* grads);
+
+  // tokens, targets: (B, T) int32 in [0, vocab); weights: (B, T) per-token loss weight
+  // (0 for padding), nullptr = all ones. Returns sum over tokens of weight * cross-entropy
+  // (a sum, not a mean: the caller divides by the global token count).
+  double forward(const int32_t* tokens, const int32_t* targets, const float* weights, int B, int T);
+  // Gradient of scale * (the sum returned by the last forward), accumulated (+=) into the
+  // gradients. For a mean over the global batch use scale = 1 / global weighted tokens.
+  void backward(float scale);
+  // Logits (B, T, padded_vocab) of the last forward (valid until the next call), or computes
+  // them for tokens without targets.
+  const float* logits(const int32_t* tokens, int B, int T);
+
+ private:
+  GPTConfig cfg_;
+  int64_t num_params_ = 0;
+  std::vector<ParamView> table_;
+  Buffer params_, grads_;
+  struct Impl;
+  Impl* impl_ = nullptr;  // activations and per-unit bindings (defined in gpt.cc)
+
+ public:
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+};
+
+}  // namespace strata::model
