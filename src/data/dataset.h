@@ -2,7 +2,7 @@
 //
 // A TokenSource is one stream of tokens (a synthetic corpus, a byte-level text file, or
 // llm.c .bin shards treated as one stream). Samples are windows of T+1 tokens at a stride
-// (non-overlapping by default: stride T... see sampler.h). The Loader hands each rank, per
+// (non-overlapping by default: stride T; see sampler.h). The Loader hands each rank, per
 // optimizer step, its micro-batches, and tells every rank the *global* number of real
 // (weighted) target tokens of the step, computed from the deterministic plan with no
 // communication, so gradients average by real tokens across ranks.
@@ -34,8 +34,15 @@ struct Split {
 
 // spec: "synthetic" | FILE.txt (bytes, vocab 256) | FILE.bin | DIR | GLOB (llm.c shards).
 // The validation split is the last val_fraction of the stream for files and an independent
-// stream of the same process for the synthetic corpus. Throws naming the file and numbers.
-Split open_split(const std::string& spec, uint64_t seed, double val_fraction = 0.05);
+// stream of the same process for the synthetic corpus. A directory or glob whose shard names
+// contain "val" for some shards and not for others (llm.c's fineweb_val_* / fineweb_train_*)
+// uses the "val" shards as the validation split instead. Throws naming the file and numbers.
+// vocab: the model's vocabulary; every token is checked against it when the data is opened
+// (an error names the file, token offset and value). 0 = the format's own: 256 for the
+// synthetic corpus and text, 50257 (GPT-2) for .bin. The sources' vocab() returns it.
+// "synthetic:N" sets the size of the synthetic training stream to N tokens.
+Split open_split(const std::string& spec, uint64_t seed, double val_fraction = 0.05,
+                 int vocab = 0);
 
 enum class TailPolicy : uint8_t { drop, pad, uneven };
 TailPolicy parse_tail_policy(const std::string& s);
@@ -70,6 +77,11 @@ struct StepBatch {
 struct LoaderState {
   int64_t epoch = 0;
   int64_t consumed = 0;
+  // Identity of the data the position belongs to, filled by Loader::state() and checked when
+  // a Loader starts from it (-1 / 0: unknown, not checked): samples in the stream, and a hash
+  // of the source's description, size, content sample, seq, stride and seed.
+  int64_t samples = -1;
+  uint64_t fingerprint = 0;
 };
 
 class Loader {
@@ -82,6 +94,8 @@ class Loader {
   LoaderState state() const;  // position after the last batch returned by next()
   int64_t samples_per_epoch() const;
   int64_t steps_per_epoch() const;
+  // Seconds next() spent waiting for the prefetch thread (0 when loading keeps up).
+  double wait_seconds() const;
 
  private:
   struct Impl;

@@ -13,6 +13,15 @@
 // Order of unit use in one micro-batch:
 //   forward:  0 (embed), 1 .. L, L+1, 0 (logits via tied wte)
 //   backward: 0 (logits), L+1, L .. 1, 0 (embed)   -> unit 0's gradients are final last.
+// Exact hook sequence (F = Pass::forward, B = Pass::backward):
+//   forward:  before(0,F) embed after(0,F); before(l,F) block after(l,F) for l = 1..L;
+//             before(L+1,F) ln_f after(L+1,F); before(0,F) logits+loss after(0,F)
+//   backward: before(0,B) logits backward; before(L+1,B) after(L+1,B);
+//             before(l,B) after(l,B) for l = L..1; embedding backward after(0,B)
+// so in backward unit 0 has one before (its parameters are needed from the start) and one
+// after (its gradients are complete only at the very end). logits() uses the forward
+// sequence. B = 0 runs the same hook sequence with no compute (ranks without samples still
+// take part in collectives).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -40,12 +49,24 @@ struct GPTConfig {
 };
 
 struct ParamView {
-  std::string name;  // e.g. "wte", "h.0.attn.qkv.weight" (documented in README)
+  std::string name;  // e.g. "wte", "h.0.attn.c_attn.weight" (docs/model.md)
   Shape shape;
   int64_t offset;    // element offset in the flat buffer
   int unit;          // which unit it belongs to
   bool decay;        // AdamW weight decay applies (matrices and embeddings)
 };
+
+// Builds the table of named views in unit order (the layout of the flat buffers).
+std::vector<ParamView> build_param_table(const GPTConfig& cfg);
+
+// Pieces of [begin, end) that share one decay policy, in order, for optimizers that work
+// on a range (a shard) of the flat buffers.
+struct DecayRange {
+  int64_t begin, end;
+  bool decay;
+};
+std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_t begin,
+                                     int64_t end);
 
 enum class Pass : uint8_t { forward, backward };
 
@@ -76,8 +97,12 @@ class GPT {
   float* grads() { return grads_.as<float>(); }    // flat (num_params), owned
 
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), LN w=1,
-  // biases 0. Each view draws from Rng(seed, stream = its index in the table).
+  // biases 0, wte rows past the real vocabulary 0. Each view draws from
+  // Rng(seed, stream = its index in the table), so values do not depend on the layout.
   void init(uint64_t seed);
+
+  // Sets every bound unit's gradients to zero.
+  void zero_grads();
 
   void set_hooks(UnitHooks hooks);
   // Points unit u's parameters and gradients at other memory (unit_range(u) elements each).
@@ -90,17 +115,24 @@ class GPT {
   // Gradient of scale * (the sum returned by the last forward), accumulated (+=) into the
   // gradients. For a mean over the global batch use scale = 1 / global weighted tokens.
   void backward(float scale);
-  // Logits (B, T, padded_vocab) of the last forward (valid until the next call), or computes
-  // them for tokens without targets.
+  // Logits (B, T, padded_vocab) of the last forward (tokens = nullptr; valid until the next
+  // forward or backward, which turns them into their gradient in place), or computes them
+  // for tokens without targets (runs the forward hooks).
   const float* logits(const int32_t* tokens, int B, int T);
+  int max_batch() const { return max_batch_; }
 
  private:
   GPTConfig cfg_;
+  int max_batch_ = 0;
   int64_t num_params_ = 0;
   std::vector<ParamView> table_;
   Buffer params_, grads_;
-  struct Impl;
-  Impl* impl_ = nullptr;  // activations and per-unit bindings (defined in gpt.cc)
+
+ public:
+  struct Impl;  // activations and per-unit bindings (defined in gpt.cc)
+
+ private:
+  Impl* impl_ = nullptr;
 
  public:
   ~GPT();

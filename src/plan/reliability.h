@@ -2,7 +2,12 @@
 //   δ: time to write one checkpoint (the stall the job pays), M: mean time between failures.
 // Young (1974): τ = sqrt(2δM). Daly (2006), higher order, for δ < 2M:
 //   τ = sqrt(2δM) · [1 + (1/3)·sqrt(δ/(2M)) + (1/9)·(δ/(2M))] − δ, else τ = M.
+// A job of n GPUs whose failures are independent fails n times as often as one GPU:
+//   M_job = M_gpu / n.
+// Fraction of wall time lost with checkpoints every τ and restart cost R per failure
+// (first-order, τ + δ << M): δ/τ for writing plus (τ/2 + R)/M for recomputing lost work.
 #pragma once
+#include <algorithm>
 #include <cmath>
 
 namespace strata::plan {
@@ -21,6 +26,48 @@ inline double daly_interval_s(double delta_s, double mtbf_s) {
 // compute plus the restart cost (time to detect, restart and reload).
 inline double expected_loss_per_failure_s(double tau_s, double restart_s) {
   return tau_s / 2.0 + restart_s;
+}
+
+inline double job_mtbf_s(double gpu_mtbf_s, double n_gpus) {
+  return n_gpus > 0 ? gpu_mtbf_s / n_gpus : gpu_mtbf_s;
+}
+
+// Fraction of wall time spent writing checkpoints and redoing lost work (see above).
+inline double checkpoint_overhead_fraction(double tau_s, double delta_s, double mtbf_s,
+                                           double restart_s) {
+  if (tau_s <= 0 || mtbf_s <= 0) return 1.0;
+  return delta_s / tau_s + expected_loss_per_failure_s(tau_s, restart_s) / mtbf_s;
+}
+
+struct CheckpointPlanInput {
+  double gpus = 1;
+  double job_mtbf_s = 0;        // used when set, else gpu_mtbf_s / gpus
+  double gpu_mtbf_s = 0;
+  double checkpoint_bytes = 0;  // whole checkpoint, all ranks together
+  double storage_gbps = 0;      // aggregate write bandwidth, GB/s
+  double stall_s = -1;          // job stall per checkpoint when not the full write (async)
+  double restart_s = 0;
+};
+
+struct CheckpointPlan {
+  double job_mtbf_s = 0, write_s = 0, stall_s = 0, young_s = 0, daly_s = 0;
+  double overhead_fraction = 0;  // at the Daly interval
+  double failures_per_day = 0;
+  double gpu_hours_lost_per_day = 0;
+};
+
+inline CheckpointPlan plan_checkpoints(const CheckpointPlanInput& in) {
+  CheckpointPlan p;
+  p.job_mtbf_s = in.job_mtbf_s > 0 ? in.job_mtbf_s : job_mtbf_s(in.gpu_mtbf_s, in.gpus);
+  p.write_s = in.storage_gbps > 0 ? in.checkpoint_bytes / (in.storage_gbps * 1e9) : 0;
+  p.stall_s = in.stall_s >= 0 ? in.stall_s : p.write_s;
+  p.young_s = young_interval_s(p.stall_s, p.job_mtbf_s);
+  p.daly_s = daly_interval_s(p.stall_s, p.job_mtbf_s);
+  p.overhead_fraction = std::min(
+      1.0, checkpoint_overhead_fraction(p.daly_s, p.stall_s, p.job_mtbf_s, in.restart_s));
+  p.failures_per_day = 86400.0 / p.job_mtbf_s;
+  p.gpu_hours_lost_per_day = in.gpus * 24.0 * p.overhead_fraction;
+  return p;
 }
 
 }  // namespace strata::plan

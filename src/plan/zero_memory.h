@@ -2,33 +2,71 @@
 // the planner and by the engine's memory accounting, which must agree to the byte.
 // Ψ parameters over N ranks; shards are padded so any Ψ splits over any N: each rank holds
 // ceil(Ψ/N) elements of every sharded state.
+//   stage 0: every state replicated           stage 2: + gradients sharded
+//   stage 1: optimizer states sharded         stage 3: + parameters sharded
+// With K optimizer bytes per parameter, bf16 and AdamW (K = 12): 16Ψ, 4Ψ + 12Ψ/N,
+// 2Ψ + 14Ψ/N, 16Ψ/N bytes per rank for stages 0..3.
 #pragma once
 #include <cstdint>
+
+#include "core/error.h"
 
 namespace strata::plan {
 
 enum class Precision : uint8_t { fp32, bf16 };
+enum class Optimizer : uint8_t { adamw, sgd };
 
 struct ModelStateBytes {
   int64_t parameters = 0;  // working parameters (bf16 or fp32)
   int64_t gradients = 0;   // working gradients
   int64_t optimizer = 0;   // AdamW m and v, plus fp32 master weights under bf16
   int64_t total() const { return parameters + gradients + optimizer; }
+  ModelStateBytes& operator+=(const ModelStateBytes& o) {
+    parameters += o.parameters;
+    gradients += o.gradients;
+    optimizer += o.optimizer;
+    return *this;
+  }
 };
+
+// What one parameter costs in each model state.
+struct StateBytesPerParam {
+  int64_t parameter = 0;  // working copy
+  int64_t gradient = 0;   // working gradient
+  int64_t optimizer = 0;  // master copy (when the working copy is not fp32) + moments
+  int64_t total() const { return parameter + gradient + optimizer; }
+};
+
+// fp32: 4 + 4 + optimizer. bf16: 2-byte parameters, gradients in bf16 (2, DeepSpeed's
+// default) or fp32 (4, Megatron's main_grad), fp32 master (4) + moments.
+// AdamW keeps m and v (8 bytes); SGD keeps a momentum buffer (4 bytes).
+inline StateBytesPerParam state_bytes_per_param(Precision p, bool fp32_grads = false,
+                                                Optimizer opt = Optimizer::adamw) {
+  StateBytesPerParam b;
+  const int64_t moments = opt == Optimizer::adamw ? 8 : 4;
+  b.parameter = p == Precision::bf16 ? 2 : 4;
+  b.gradient = (p == Precision::bf16 && !fp32_grads) ? 2 : 4;
+  b.optimizer = moments + (p == Precision::bf16 ? 4 : 0);
+  return b;
+}
 
 inline int64_t shard_elems(int64_t psi, int64_t n) { return (psi + n - 1) / n; }
 
-// bf16: 2 + 2 + (4 master + 4 m + 4 v) = 16 bytes/param; fp32: 4 + 4 + (4 m + 4 v) = 16.
-inline ModelStateBytes zero_model_state_bytes(int64_t psi, int64_t n, int stage, Precision p) {
-  const int64_t pb = p == Precision::bf16 ? 2 : 4;      // parameter bytes
-  const int64_t gb = pb;                                // gradient bytes
-  const int64_t ob = p == Precision::bf16 ? 12 : 8;     // optimizer bytes
+inline ModelStateBytes zero_model_state_bytes(int64_t psi, int64_t n, int stage,
+                                              const StateBytesPerParam& per) {
+  STRATA_CHECK(stage >= 0 && stage <= 3, "ZeRO stage ", stage, " does not exist (0, 1, 2 or 3)");
+  STRATA_CHECK(n >= 1 && psi >= 0, "ZeRO sharding of ", psi, " parameters over ", n, " ranks");
   const int64_t shard = shard_elems(psi, n);
   ModelStateBytes b;
-  b.parameters = (stage >= 3 ? shard : psi) * pb;
-  b.gradients = (stage >= 2 ? shard : psi) * gb;
-  b.optimizer = (stage >= 1 ? shard : psi) * ob;
+  b.parameters = (stage >= 3 ? shard : psi) * per.parameter;
+  b.gradients = (stage >= 2 ? shard : psi) * per.gradient;
+  b.optimizer = (stage >= 1 ? shard : psi) * per.optimizer;
   return b;
+}
+
+// bf16: 2 + 2 + (4 master + 4 m + 4 v) = 16 bytes/param; fp32: 4 + 4 + (4 m + 4 v) = 16.
+inline ModelStateBytes zero_model_state_bytes(int64_t psi, int64_t n, int stage, Precision p) {
+  return zero_model_state_bytes(psi, n, stage, state_bytes_per_param(p));
 }
 
 }  // namespace strata::plan

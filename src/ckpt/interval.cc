@@ -1,0 +1,99 @@
+#include "ckpt/interval.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "plan/reliability.h"
+
+namespace strata::ckpt {
+
+double parse_duration(const std::string& text) {
+  STRATA_CHECK(!text.empty(), "empty duration (expected e.g. 4h, 30m, 90s)");
+  double total = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(text.substr(i), &used);
+    } catch (const std::exception&) {
+      fail("bad duration '", text, "' (expected e.g. 4h, 30m, 90s, 250ms)");
+    }
+    if (used == 0 || !std::isfinite(v) || v < 0 || text[i] == '+' || text[i] == '-')
+      fail("bad duration '", text, "' (expected a non-negative number with a unit)");
+    i += used;
+    size_t j = i;
+    while (j < text.size() && std::isalpha(static_cast<unsigned char>(text[j]))) ++j;
+    const std::string unit = text.substr(i, j - i);
+    double scale;
+    if (unit.empty() || unit == "s") scale = 1;
+    else if (unit == "ms") scale = 1e-3;
+    else if (unit == "m" || unit == "min") scale = 60;
+    else if (unit == "h") scale = 3600;
+    else if (unit == "d") scale = 86400;
+    else fail("bad duration '", text, "': unknown unit '", unit, "' (use ms, s, m, h or d)");
+    if (unit.empty() && j < text.size()) fail("bad duration '", text, "'");
+    total += v * scale;
+    i = j;
+  }
+  return total;
+}
+
+std::string format_duration(double s) {
+  char buf[64];
+  if (s < 1) {
+    std::snprintf(buf, sizeof buf, "%.0fms", s * 1e3);
+  } else if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%.3gs", s);
+  } else if (s < 3600) {
+    const int m = int(s / 60);
+    std::snprintf(buf, sizeof buf, "%dm%02ds", m, int(std::lround(s - 60 * m)) % 60);
+  } else {
+    const int h = int(s / 3600);
+    std::snprintf(buf, sizeof buf, "%dh%02dm", h, int(std::lround((s - 3600 * h) / 60)) % 60);
+  }
+  return buf;
+}
+
+IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, double step_s) {
+  STRATA_CHECK(mtbf_s > 0, "--mtbf must be positive (got ", mtbf_s, " s)");
+  STRATA_CHECK(delta_s >= 0 && restart_s >= 0 && step_s >= 0,
+               "checkpoint stall, restart and step times must be >= 0");
+  IntervalAdvice a;
+  a.delta_s = delta_s;
+  a.mtbf_s = mtbf_s;
+  a.restart_s = restart_s;
+  a.step_s = step_s;
+  a.young_s = plan::young_interval_s(delta_s, mtbf_s);
+  a.daly_s = plan::daly_interval_s(delta_s, mtbf_s);
+  if (step_s > 0) a.every_steps = std::max<int64_t>(1, std::llround(a.daly_s / step_s));
+  a.loss_per_failure_s = plan::expected_loss_per_failure_s(a.daly_s, restart_s);
+  a.waste_fraction =
+      (a.daly_s > 0 ? delta_s / a.daly_s : 0) + a.loss_per_failure_s / mtbf_s;
+  return a;
+}
+
+std::string IntervalAdvice::text() const {
+  std::string s = cat("checkpoint stall δ = ", format_duration(delta_s), ", MTBF M = ",
+                      format_duration(mtbf_s), "\n");
+  s += cat("  Young  sqrt(2δM):        every ", format_duration(young_s), "\n");
+  s += cat("  Daly   (higher order):   every ", format_duration(daly_s));
+  if (every_steps > 0) s += cat(" = every ", every_steps, " steps of ", format_duration(step_s));
+  s += "\n";
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.2f%%", 100 * waste_fraction);
+  s += cat("  expected work lost per failure: ", format_duration(loss_per_failure_s),
+           " (half an interval + restart ", format_duration(restart_s), "); time wasted overall ~",
+           pct, "\n");
+  return s;
+}
+
+nlohmann::json IntervalAdvice::to_json() const {
+  return {{"delta_s", delta_s},     {"mtbf_s", mtbf_s},       {"restart_s", restart_s},
+          {"step_s", step_s},       {"young_s", young_s},     {"daly_s", daly_s},
+          {"every_steps", every_steps}, {"loss_per_failure_s", loss_per_failure_s},
+          {"waste_fraction", waste_fraction}};
+}
+
+}  // namespace strata::ckpt

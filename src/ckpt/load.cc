@@ -1,0 +1,196 @@
+#include "ckpt/load.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "ckpt/fsutil.h"
+#include "core/timer.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::ckpt {
+
+CheckpointReader::CheckpointReader(std::string dir)
+    : dir_(std::move(dir)), manifest_(read_manifest(dir_)) {}
+
+ShardReader& CheckpointReader::shard(size_t index) {
+  auto it = open_.find(index);
+  if (it != open_.end()) return *it->second;
+  const ShardInfo& s = manifest_.shards.at(index);
+  auto r = std::make_unique<ShardReader>(dir_ + "/" + s.file, s, int(manifest_.shards.size()),
+                                         manifest_.step);
+  return *open_.emplace(index, std::move(r)).first->second;
+}
+
+static void convert(const void* src, DType from, void* dst, DType to, int64_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, size_t(n) * dtype_size(from));
+  } else if (from == DType::bf16 && to == DType::f32) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    float* d = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+  } else if (from == DType::f32 && to == DType::bf16) {
+    const float* s = static_cast<const float*>(src);
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+  } else {
+    fail("cannot convert ", dtype_name(from), " to ", dtype_name(to));
+  }
+}
+
+void CheckpointReader::read(const StateTarget& t) {
+  const StateInfo* st = manifest_.find_state(t.name);
+  if (!st && !t.fallback.empty()) st = manifest_.find_state(t.fallback);
+  if (!st) {
+    std::string saved;
+    for (const StateInfo& s : manifest_.states) saved += (saved.empty() ? "" : ", ") + s.name;
+    fail(dir_, ": state '", t.name, "' was not saved (saved: ", saved, ")");
+  }
+  const bool same = st->dtype == t.dtype;
+  const bool convertible = (st->dtype == DType::f32 && t.dtype == DType::bf16) ||
+                           (st->dtype == DType::bf16 && t.dtype == DType::f32);
+  STRATA_CHECK(same || convertible, dir_, ": state '", st->name, "' is ", dtype_name(st->dtype), ", cannot load as ",
+               dtype_name(t.dtype));
+  STRATA_CHECK(t.want.begin >= 0 && t.want.end >= t.want.begin && (t.data || t.want.empty()),
+               "load: bad target range [", t.want.begin, ",", t.want.end, ") for '", t.name, "'");
+  const size_t src_es = dtype_size(st->dtype), dst_es = dtype_size(t.dtype);
+  char* dst = static_cast<char*>(t.data);
+
+  // Padding past Ψ has no saved data.
+  const Range inside = intersect(t.want, {0, st->numel});
+  const int64_t pad_from = std::max(inside.end, t.want.begin);
+  if (t.want.end > pad_from)
+    std::memset(dst + (pad_from - t.want.begin) * int64_t(dst_es), 0,
+                size_t(t.want.end - pad_from) * dst_es);
+  if (inside.empty()) return;
+
+  std::vector<Range> ranges;
+  std::vector<std::pair<size_t, size_t>> where;  // (shard, piece) of each range
+  for (size_t s = 0; s < manifest_.shards.size(); ++s)
+    for (size_t p = 0; p < manifest_.shards[s].pieces.size(); ++p)
+      if (manifest_.shards[s].pieces[p].state == st->name) {
+        ranges.push_back(manifest_.shards[s].pieces[p].range);
+        where.push_back({s, p});
+      }
+  int64_t uncovered = 0;
+  for (const ReadOp& op : plan_reads(ranges, inside, &uncovered)) {
+    const auto [s, p] = where[size_t(op.piece)];
+    const PieceInfo& piece = manifest_.shards[s].pieces[p];
+    const int64_t b0 = op.piece_offset * int64_t(src_es), b1 = b0 + op.count * int64_t(src_es);
+    char* out = dst + (inside.begin - t.want.begin + op.dst_offset) * int64_t(dst_es);
+    if (same) {
+      shard(s).read(piece, manifest_.block_bytes, b0, b1, out);
+    } else {
+      convert_.resize(size_t(b1 - b0));
+      shard(s).read(piece, manifest_.block_bytes, b0, b1, convert_.data());
+      convert(convert_.data(), st->dtype, out, t.dtype, op.count);
+    }
+    bytes_read_ += b1 - b0;
+  }
+  // The manifest was checked to tile every state, so this only fires on a logic error.
+  STRATA_CHECK(uncovered == 0, dir_, ": ", uncovered, " elements of '", st->name, "' not found");
+}
+
+int64_t CheckpointReader::verify(bool checksums) {
+  int64_t bytes = 0;
+  for (size_t s = 0; s < manifest_.shards.size(); ++s) {
+    ShardReader& r = shard(s);
+    if (checksums) bytes += r.verify_all(manifest_.block_bytes);
+  }
+  return bytes;
+}
+
+static void emit(const LoadOptions& opts, const std::string& line) {
+  if (opts.log) {
+    opts.log(line);
+  } else {
+    std::fprintf(stderr, "strata: ckpt: %s\n", line.c_str());
+  }
+}
+
+LoadResult load_checkpoint(const std::string& dir, const std::vector<StateTarget>& targets,
+                           const LoadOptions& opts) {
+  Stopwatch clock;
+  CheckpointReader reader(dir);
+  check_same_model(reader.manifest(), opts.expected_tensors, dir);
+  for (const StateTarget& t : targets) reader.read(t);
+  LoadResult r;
+  r.dir = dir;
+  r.train = reader.manifest().train;
+  r.manifest = reader.manifest();
+  r.bytes_read = reader.bytes_read();
+  r.seconds = clock.seconds();
+  return r;
+}
+
+std::vector<std::string> candidate_dirs(const std::string& root, std::vector<std::string>* notes) {
+  std::vector<int64_t> steps = list_steps(root);
+  std::optional<std::string> latest;
+  try {
+    latest = read_latest(root);
+  } catch (const std::exception& e) {
+    if (notes) notes->push_back(e.what());
+  }
+  int64_t below = INT64_MAX;
+  std::vector<std::string> out;
+  if (latest) {
+    below = *parse_step_dir(*latest);
+    out.push_back(root + "/" + *latest);
+    if (!fs::is_directory(out.back()) && notes)
+      notes->push_back(cat(out.back(), ": missing (named by ", root, "/latest)"));
+  } else if (!steps.empty() && notes) {
+    notes->push_back(cat(root, "/latest: missing; trying every checkpoint, newest first"));
+  }
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+    if (*it < below) out.push_back(root + "/" + step_dir_name(*it));
+  return out;
+}
+
+std::optional<LoadResult> load_latest(const std::string& run_dir,
+                                      const std::vector<StateTarget>& targets,
+                                      const LoadOptions& opts) {
+  const std::string root = ckpt_root(run_dir);
+  std::vector<std::string> notes;
+  const std::vector<std::string> dirs = candidate_dirs(root, &notes);
+  for (const std::string& n : notes) emit(opts, n);
+  if (dirs.empty()) return std::nullopt;
+  std::vector<std::string> skipped;
+  for (const std::string& dir : dirs) {
+    std::optional<LoadResult> r;
+    std::string problem;
+    try {
+      if (!fs::is_directory(dir)) throw CorruptCheckpoint(cat(dir, ": missing"));
+      r = load_checkpoint(dir, targets, opts);
+    } catch (const CorruptCheckpoint& e) {
+      problem = e.what();
+    }
+    const bool ok = opts.all_ok ? opts.all_ok(r.has_value()) : r.has_value();
+    if (ok) {
+      r->skipped = skipped;
+      return r;
+    }
+    if (problem.empty()) problem = cat(dir, ": damaged on another rank");
+    emit(opts, cat(problem, "; falling back to an older checkpoint"));
+    skipped.push_back(problem);
+  }
+  fail("no usable checkpoint in ", root, " (", skipped.size(), " damaged; first: ",
+       skipped.empty() ? notes.front() : skipped.front(), ")");
+}
+
+CkptLocation locate(const std::string& given) {
+  std::string path = given;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  STRATA_CHECK(fs::exists(path), path, ": no such file or directory");
+  STRATA_CHECK(fs::is_directory(path), path, ": not a directory");
+  if (fs::exists(path + "/manifest.json") || parse_step_dir(fs::path(path).filename().string())) {
+    std::string root = fs::path(path).parent_path().string();
+    return {root.empty() ? "." : root, path};
+  }
+  if (fs::is_directory(path + "/ckpt")) return {path + "/ckpt", ""};
+  if (fs::exists(path + "/latest") || !list_steps(path).empty()) return {path, ""};
+  fail(path, ": no checkpoints here (expected a run directory, its ckpt/ directory, or a step-* directory)");
+}
+
+}  // namespace strata::ckpt

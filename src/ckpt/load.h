@@ -1,0 +1,95 @@
+// Loading checkpoints, with resharding: a checkpoint written by N ranks at ZeRO stage s loads
+// into M ranks at stage s' because every rank simply names the flat ranges it needs and the
+// reader intersects them with the pieces in the manifest (ranges.h), reading and verifying
+// only the blocks involved. Elements past Ψ (ZeRO padding) are filled with zeros.
+//
+// Fallback: load_latest tries the checkpoint `latest` names, then older committed ones, newest
+// first. A damaged one (CorruptCheckpoint: missing or truncated shard, wrong magic, checksum
+// mismatch, manifest that does not match its files) is reported in one line and skipped; a
+// checkpoint of a different model (ModelMismatch) stops the load. With several ranks, the
+// all_ok callback (a logical AND over ranks) makes every rank settle on the same checkpoint
+// even when only one of them read the damaged block.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/manifest.h"
+#include "ckpt/shard_file.h"
+
+namespace strata::ckpt {
+
+// A flat range this rank needs from a saved state.
+struct StateTarget {
+  std::string name;         // state to fill
+  DType dtype = DType::f32; // of `data`; f32 <-> bf16 are converted
+  Range want;               // elements; may extend past Ψ into ZeRO padding (zero-filled)
+  void* data = nullptr;     // want.size() elements
+  std::string fallback;     // state to read when `name` was not saved (e.g. master <- params)
+};
+
+// Random access to one checkpoint directory.
+class CheckpointReader {
+ public:
+  // Reads and checks the manifest (throws CorruptCheckpoint).
+  explicit CheckpointReader(std::string dir);
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+  // Fills `t` from the shards (throws CorruptCheckpoint for damaged data, Error for a state
+  // that is not in the checkpoint).
+  void read(const StateTarget& t);
+  // Opens every shard and checks its header and size; with checksums also every block.
+  // Returns the bytes checksummed.
+  int64_t verify(bool checksums);
+  int64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  ShardReader& shard(size_t index);
+  std::string dir_;
+  Manifest manifest_;
+  std::map<size_t, std::unique_ptr<ShardReader>> open_;
+  std::vector<char> convert_;
+  int64_t bytes_read_ = 0;
+};
+
+struct LoadOptions {
+  std::vector<TensorInfo> expected_tensors;  // this model's table; empty: not checked
+  std::function<bool(bool)> all_ok;          // AND over ranks; null for a single process
+  std::function<void(const std::string&)> log;  // default: stderr
+};
+
+struct LoadResult {
+  std::string dir;
+  TrainState train;
+  Manifest manifest;
+  std::vector<std::string> skipped;  // one line per damaged checkpoint passed over
+  double seconds = 0;
+  int64_t bytes_read = 0;
+};
+
+// Loads one checkpoint directory into `targets`.
+LoadResult load_checkpoint(const std::string& dir, const std::vector<StateTarget>& targets,
+                           const LoadOptions& opts = {});
+
+// Loads the newest good checkpoint of <run_dir>/ckpt. Returns nullopt when the run has no
+// checkpoint at all; throws when it has some but none is usable.
+std::optional<LoadResult> load_latest(const std::string& run_dir,
+                                      const std::vector<StateTarget>& targets,
+                                      const LoadOptions& opts = {});
+
+// The directories load_latest would try, in order: `latest`, then older committed ones.
+// Notes about a missing or dangling pointer are appended to *notes.
+std::vector<std::string> candidate_dirs(const std::string& root, std::vector<std::string>* notes);
+
+// Resolves what a user names on the command line: a run directory, its ckpt/ directory, or
+// one step directory. Returns the ckpt root and, for a step directory, that directory.
+struct CkptLocation {
+  std::string root;
+  std::string step_dir;  // empty unless a single checkpoint was named
+};
+CkptLocation locate(const std::string& path);
+
+}  // namespace strata::ckpt

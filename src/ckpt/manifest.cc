@@ -1,0 +1,228 @@
+#include "ckpt/manifest.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace strata::ckpt {
+
+using nlohmann::json;
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+static uint64_t parse_hex64(const std::string& s, const std::string& where) {
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw CorruptCheckpoint(cat(where, ": bad checksum '", s, "' (expected 16 hex digits)"));
+  return std::strtoull(s.c_str(), nullptr, 16);
+}
+
+const StateInfo* Manifest::find_state(const std::string& name) const {
+  for (const StateInfo& s : states)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+int64_t Manifest::total_bytes() const {
+  int64_t b = 0;
+  for (const ShardInfo& s : shards) b += s.file_bytes;
+  return b;
+}
+
+json to_json(const TrainState& t) {
+  json rng = json::object();
+  for (const auto& [name, r] : t.rng)
+    rng[name] = {{"seed", r.seed}, {"stream", r.stream}, {"counter", r.counter}};
+  return {{"step", t.step},
+          {"schedule_step", t.schedule_step},
+          {"tokens_seen", t.tokens_seen},
+          {"loader", {{"epoch", t.loader_epoch}, {"consumed", t.loader_consumed}}},
+          {"rng", rng},
+          {"config", t.config},
+          {"world", t.world},
+          {"zero_stage", t.zero_stage},
+          {"precision", t.precision},
+          {"extra", t.extra}};
+}
+
+TrainState train_state_from_json(const json& j) {
+  TrainState t;
+  t.step = j.at("step").get<int64_t>();
+  t.schedule_step = j.at("schedule_step").get<int64_t>();
+  t.tokens_seen = j.at("tokens_seen").get<int64_t>();
+  t.loader_epoch = j.at("loader").at("epoch").get<int64_t>();
+  t.loader_consumed = j.at("loader").at("consumed").get<int64_t>();
+  for (const auto& [name, r] : j.at("rng").items())
+    t.rng[name] = {r.at("seed").get<uint64_t>(), r.at("stream").get<uint64_t>(),
+                   r.at("counter").get<uint64_t>()};
+  t.config = j.at("config");
+  t.world = j.at("world").get<int>();
+  t.zero_stage = j.at("zero_stage").get<int>();
+  t.precision = j.at("precision").get<std::string>();
+  t.extra = j.value("extra", json::object());
+  return t;
+}
+
+json to_json(const ShardInfo& s) {
+  json pieces = json::array();
+  for (const PieceInfo& p : s.pieces) {
+    json hashes = json::array();
+    for (uint64_t h : p.block_hashes) hashes.push_back(hex64(h));
+    pieces.push_back({{"state", p.state},
+                      {"range", {p.range.begin, p.range.end}},
+                      {"offset", p.offset},
+                      {"bytes", p.bytes},
+                      {"xxh64", hashes}});
+  }
+  return {{"rank", s.rank}, {"file", s.file}, {"file_bytes", s.file_bytes}, {"pieces", pieces}};
+}
+
+ShardInfo shard_from_json(const json& s, const std::string& where) {
+  try {
+    ShardInfo sh{s.at("rank").get<int>(), s.at("file").get<std::string>(),
+                 s.at("file_bytes").get<int64_t>(), {}};
+    if (sh.file.empty() || sh.file.find('/') != std::string::npos || sh.file[0] == '.')
+      throw CorruptCheckpoint(cat(where, ": bad shard file name '", sh.file, "'"));
+    for (const json& p : s.at("pieces")) {
+      PieceInfo pi{p.at("state").get<std::string>(),
+                   {p.at("range").at(0).get<int64_t>(), p.at("range").at(1).get<int64_t>()},
+                   p.at("offset").get<int64_t>(), p.at("bytes").get<int64_t>(), {}};
+      for (const json& h : p.at("xxh64"))
+        pi.block_hashes.push_back(parse_hex64(h.get<std::string>(), where));
+      sh.pieces.push_back(std::move(pi));
+    }
+    return sh;
+  } catch (const json::exception& e) {
+    throw CorruptCheckpoint(cat(where, ": malformed shard entry (", e.what(), ")"));
+  }
+}
+
+json to_json(const Manifest& m) {
+  json tensors = json::array(), states = json::array(), shards = json::array();
+  for (const TensorInfo& t : m.tensors)
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
+  for (const StateInfo& s : m.states)
+    states.push_back({{"name", s.name}, {"dtype", dtype_name(s.dtype)}, {"numel", s.numel}});
+  for (const ShardInfo& s : m.shards) shards.push_back(to_json(s));
+  return {{"format", "strata-checkpoint"},
+          {"version", m.version},
+          {"step", m.step},
+          {"block_bytes", m.block_bytes},
+          {"checksum", "xxh64 per block"},
+          {"tensors", tensors},
+          {"states", states},
+          {"shards", shards},
+          {"train", to_json(m.train)},
+          {"save", m.save}};
+}
+
+// Pieces of each state must tile [0, Ψ) exactly: no gap (data lost), no overlap (ambiguous).
+static void check_coverage(const Manifest& m, const std::string& where) {
+  for (const StateInfo& st : m.states) {
+    std::vector<Range> rs;
+    for (const ShardInfo& s : m.shards)
+      for (const PieceInfo& p : s.pieces)
+        if (p.state == st.name) rs.push_back(p.range);
+    std::sort(rs.begin(), rs.end(), [](Range a, Range b) { return a.begin < b.begin; });
+    int64_t at = 0;
+    for (Range r : rs) {
+      if (r.begin != at)
+        throw CorruptCheckpoint(cat(where, ": state '", st.name, "' ", r.begin > at ? "misses" : "repeats",
+                                    " elements near ", at, " of ", st.numel));
+      at = r.end;
+    }
+    if (at != st.numel)
+      throw CorruptCheckpoint(
+          cat(where, ": state '", st.name, "' covers ", at, " of ", st.numel, " elements"));
+  }
+}
+
+static void check_piece(const Manifest& m, const ShardInfo& s, const PieceInfo& p,
+                        const std::string& where) {
+  const StateInfo* st = m.find_state(p.state);
+  if (!st) throw CorruptCheckpoint(cat(where, ": shard ", s.file, " has unknown state '", p.state, "'"));
+  if (p.range.begin < 0 || p.range.end > st->numel || p.range.end < p.range.begin)
+    throw CorruptCheckpoint(cat(where, ": shard ", s.file, " piece ", p.state, " [", p.range.begin, ",",
+                                p.range.end, ") outside [0,", st->numel, ")"));
+  const int64_t bytes = p.range.size() * int64_t(dtype_size(st->dtype));
+  if (p.bytes != bytes || p.offset < 0 || p.offset + p.bytes > s.file_bytes)
+    throw CorruptCheckpoint(cat(where, ": shard ", s.file, " piece ", p.state, " has ", p.bytes,
+                                " bytes at ", p.offset, " (expected ", bytes, " inside ", s.file_bytes, ")"));
+  const int64_t blocks = (p.bytes + m.block_bytes - 1) / m.block_bytes;
+  if (int64_t(p.block_hashes.size()) != blocks)
+    throw CorruptCheckpoint(cat(where, ": shard ", s.file, " piece ", p.state, " has ",
+                                p.block_hashes.size(), " checksums for ", blocks, " blocks"));
+}
+
+Manifest manifest_from_json(const json& j, const std::string& where) {
+  Manifest m;
+  try {
+    if (j.value("format", "") != "strata-checkpoint")
+      throw CorruptCheckpoint(cat(where, ": not a strata checkpoint manifest"));
+    m.version = j.at("version").get<int>();
+    if (m.version != kManifestVersion)
+      throw CorruptCheckpoint(cat(where, ": manifest version ", m.version, ", this build reads ",
+                                  kManifestVersion));
+    m.step = j.at("step").get<int64_t>();
+    m.block_bytes = j.at("block_bytes").get<int64_t>();
+    if (m.block_bytes <= 0) throw CorruptCheckpoint(cat(where, ": block_bytes ", m.block_bytes));
+    for (const json& t : j.at("tensors"))
+      m.tensors.push_back({t.at("name").get<std::string>(), t.at("shape").get<Shape>(),
+                           t.at("offset").get<int64_t>()});
+    for (const json& s : j.at("states"))
+      m.states.push_back({s.at("name").get<std::string>(),
+                          parse_dtype(s.at("dtype").get<std::string>()), s.at("numel").get<int64_t>()});
+    for (const json& s : j.at("shards")) m.shards.push_back(shard_from_json(s, where));
+    m.train = train_state_from_json(j.at("train"));
+    m.save = j.value("save", json::object());
+  } catch (const json::exception& e) {
+    throw CorruptCheckpoint(cat(where, ": malformed manifest (", e.what(), ")"));
+  } catch (const CorruptCheckpoint&) {
+    throw;
+  } catch (const Error& e) {  // parse_dtype
+    throw CorruptCheckpoint(cat(where, ": ", e.what()));
+  }
+  if (m.train.step != m.step)
+    throw CorruptCheckpoint(cat(where, ": step ", m.step, " but training state says ", m.train.step));
+  for (const ShardInfo& s : m.shards)
+    for (const PieceInfo& p : s.pieces) check_piece(m, s, p, where);
+  check_coverage(m, where);
+  return m;
+}
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = dir + "/manifest.json";
+  std::ifstream in(path);
+  if (!in) throw CorruptCheckpoint(cat(path, ": missing manifest"));
+  json j;
+  try {
+    in >> j;
+  } catch (const json::exception& e) {
+    throw CorruptCheckpoint(cat(path, ": unreadable manifest (", e.what(), ")"));
+  }
+  return manifest_from_json(j, path);
+}
+
+void check_same_model(const Manifest& m, const std::vector<TensorInfo>& expected,
+                      const std::string& dir) {
+  if (expected.empty()) return;
+  const std::string what = cat("checkpoint ", dir, " was written for a different model: ");
+  if (m.tensors.size() != expected.size())
+    throw ModelMismatch(cat(what, m.tensors.size(), " tensors in the checkpoint, ", expected.size(),
+                            " in this model"));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const TensorInfo& a = m.tensors[i];
+    const TensorInfo& b = expected[i];
+    if (a.name != b.name || a.shape != b.shape || a.offset != b.offset)
+      throw ModelMismatch(cat(what, "tensor ", i, " is '", a.name, "' ", shape_str(a.shape), " at ",
+                              a.offset, " in the checkpoint, '", b.name, "' ", shape_str(b.shape),
+                              " at ", b.offset, " in this model"));
+  }
+}
+
+}  // namespace strata::ckpt

@@ -1,0 +1,212 @@
+#include "ckpt/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "ckpt/fsutil.h"
+#include "ckpt/load.h"
+
+namespace strata::ckpt {
+
+using nlohmann::json;
+
+static int64_t st_dtype_size(const std::string& d) {
+  static const std::map<std::string, int64_t> sizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
+      {"I8", 1},  {"U64", 8}, {"U32", 4}, {"U16", 2},  {"U8", 1},  {"BOOL", 1},
+      {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  auto it = sizes.find(d);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) fail(path, ": cannot open");
+  SafetensorsFile f;
+  f.path = path;
+  f.file_bytes = int64_t(in.tellg());
+  if (f.file_bytes < 8) fail(path, ": too short for a safetensors file (", f.file_bytes, " bytes)");
+  in.seekg(0);
+  uint64_t h = 0;
+  in.read(reinterpret_cast<char*>(&h), 8);
+  // The format caps the header at 100 MB; anything larger means this is not safetensors.
+  if (h > uint64_t(f.file_bytes - 8) || h > 100000000)
+    fail(path, ": header length ", h, " does not fit in the file (", f.file_bytes, " bytes)");
+  f.header_bytes = int64_t(h);
+  std::string header(size_t(h), '\0');
+  in.read(header.data(), std::streamsize(h));
+  json j = json::parse(header, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail(path, ": header is not a JSON object");
+  const int64_t data_bytes = f.file_bytes - f.data_start();
+  for (const auto& [name, t] : j.items()) {
+    if (name == "__metadata__") {
+      f.metadata = t;
+      continue;
+    }
+    SafetensorsTensor st;
+    st.name = name;
+    try {
+      st.dtype = t.at("dtype").get<std::string>();
+      st.shape = t.at("shape").get<Shape>();
+      st.begin = t.at("data_offsets").at(0).get<int64_t>();
+      st.end = t.at("data_offsets").at(1).get<int64_t>();
+    } catch (const json::exception& e) {
+      fail(path, ": tensor '", name, "': malformed entry (", e.what(), ")");
+    }
+    const int64_t es = st_dtype_size(st.dtype);
+    if (es == 0) fail(path, ": tensor '", name, "': unknown dtype '", st.dtype, "'");
+    for (int64_t d : st.shape)
+      if (d < 0) fail(path, ": tensor '", name, "': negative dimension in ", shape_str(st.shape));
+    if (st.begin < 0 || st.end < st.begin || st.end > data_bytes)
+      fail(path, ": tensor '", name, "': data_offsets [", st.begin, ",", st.end,
+           "] outside the data section (", data_bytes, " bytes)");
+    if (st.end - st.begin != numel(st.shape) * es)
+      fail(path, ": tensor '", name, "': ", st.dtype, " ", shape_str(st.shape), " needs ",
+           numel(st.shape) * es, " bytes, data_offsets give ", st.end - st.begin);
+    f.tensors.push_back(std::move(st));
+  }
+  std::sort(f.tensors.begin(), f.tensors.end(),
+            [](const SafetensorsTensor& a, const SafetensorsTensor& b) { return a.begin < b.begin; });
+  // The format requires the tensors to tile the data section exactly.
+  int64_t at = 0;
+  for (const SafetensorsTensor& t : f.tensors) {
+    if (t.begin != at)
+      fail(path, ": tensor '", t.name, "' starts at ", t.begin, ", expected ", at,
+           t.begin < at ? " (overlap)" : " (hole)");
+    at = t.end;
+  }
+  if (at != data_bytes) fail(path, ": tensors cover ", at, " of ", data_bytes, " data bytes (truncated or trailing data)");
+  return f;
+}
+
+ExportResult export_safetensors(const std::string& dir, const std::string& out_path,
+                                const std::string& dtype) {
+  CheckpointReader reader(dir);
+  const Manifest& m = reader.manifest();
+  const StateInfo* st = m.find_state("master");
+  if (!st) st = m.find_state("params");
+  if (!st) fail(dir, ": no 'master' or 'params' state to export");
+  DType out_type = st->dtype;
+  if (dtype == "F32" || dtype == "f32") out_type = DType::f32;
+  else if (dtype == "BF16" || dtype == "bf16") out_type = DType::bf16;
+  else if (!dtype.empty()) fail("--dtype ", dtype, ": expected F32 or BF16");
+  STRATA_CHECK(out_type == DType::f32 || out_type == DType::bf16, dir, ": state '", st->name,
+               "' is ", dtype_name(st->dtype), "; export writes F32 or BF16");
+  STRATA_CHECK(!m.tensors.empty(), dir, ": the checkpoint has no tensor table to export");
+
+  // Unique views in table order: a name aliasing elements already exported is skipped.
+  std::vector<const TensorInfo*> views;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  std::set<std::string> names;
+  for (const TensorInfo& t : m.tensors) {
+    STRATA_CHECK(t.offset >= 0 && t.offset + numel(t.shape) <= st->numel, dir, ": tensor '", t.name,
+                 "' lies outside the ", st->numel, "-element state");
+    STRATA_CHECK(names.insert(t.name).second, dir, ": tensor name '", t.name, "' repeated");
+    if (seen.insert({t.offset, numel(t.shape)}).second) views.push_back(&t);
+  }
+  const int64_t es = int64_t(dtype_size(out_type));
+  json header = json::object();
+  header["__metadata__"] = {{"format", "pt"},
+                            {"source", "strata"},
+                            {"step", std::to_string(m.step)},
+                            {"state", st->name}};
+  int64_t at = 0;
+  for (const TensorInfo* t : views) {
+    const int64_t n = numel(t->shape) * es;
+    header[t->name] = {{"dtype", out_type == DType::f32 ? "F32" : "BF16"},
+                       {"shape", t->shape},
+                       {"data_offsets", {at, at + n}}};
+    at += n;
+  }
+  std::string hs = header.dump();
+  hs.append((8 - hs.size() % 8) % 8, ' ');
+
+  const std::string tmp = out_path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create ", tmp, ": ", errno_text(errno));
+  int64_t written = 0;
+  try {
+    const uint64_t len = hs.size();
+    write_all(fd, &len, 8, tmp, &written, nullptr);
+    write_all(fd, hs.data(), hs.size(), tmp, &written, nullptr);
+    std::vector<char> buf;
+    for (const TensorInfo* t : views) {
+      buf.resize(size_t(numel(t->shape) * es));
+      reader.read({st->name, out_type, {t->offset, t->offset + numel(t->shape)}, buf.data(), ""});
+      write_all(fd, buf.data(), buf.size(), tmp, &written, nullptr);
+    }
+    if (::fsync(fd) != 0) fail("fsync ", tmp, ": ", errno_text(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  rename_path(tmp, out_path);
+  return {dir, st->name, int(views.size()), written};
+}
+
+static float f16_to_f32(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 31, mant = h & 1023;
+  float v;
+  if (exp == 0) v = std::ldexp(float(mant), -24);
+  else if (exp == 31) v = mant ? NAN : INFINITY;
+  else v = std::ldexp(float(mant | 1024), exp - 25);
+  return sign ? -v : v;
+}
+
+int import_safetensors(const std::string& path, const std::vector<TensorInfo>& table,
+                       float* params, int64_t numel_total) {
+  SafetensorsFile f = read_safetensors(path);
+  std::map<std::string, const SafetensorsTensor*> by_name;
+  for (const SafetensorsTensor& t : f.tensors) by_name[t.name] = &t;
+  std::set<std::string> known;
+  for (const TensorInfo& t : table) known.insert(t.name);
+  for (const SafetensorsTensor& t : f.tensors)
+    if (!known.count(t.name))
+      fail(path, ": tensor '", t.name, "' is not a parameter of this model (a different model?)");
+
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> raw;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  int loaded = 0;
+  for (const TensorInfo& t : table) {
+    const int64_t n = numel(t.shape);
+    STRATA_CHECK(t.offset >= 0 && t.offset + n <= numel_total, "import: tensor '", t.name,
+                 "' lies outside the ", numel_total, "-element parameter buffer");
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      // A view of elements already loaded under another name (a tied weight) may be absent.
+      if (seen.count({t.offset, n})) continue;
+      fail(path, ": tensor '", t.name, "' ", shape_str(t.shape), " missing");
+    }
+    const SafetensorsTensor& s = *it->second;
+    if (s.shape != t.shape)
+      fail(path, ": tensor '", t.name, "' is ", shape_str(s.shape), ", the model expects ", shape_str(t.shape));
+    raw.resize(size_t(s.end - s.begin));
+    in.seekg(f.data_start() + s.begin);
+    in.read(raw.data(), std::streamsize(raw.size()));
+    if (!in) fail(path, ": cannot read tensor '", t.name, "'");
+    float* dst = params + t.offset;
+    if (s.dtype == "F32") {
+      std::memcpy(dst, raw.data(), raw.size());
+    } else if (s.dtype == "BF16" || s.dtype == "F16") {
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(raw.data());
+      for (int64_t i = 0; i < n; ++i) dst[i] = s.dtype == "BF16" ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+    } else {
+      fail(path, ": tensor '", t.name, "' is ", s.dtype, "; import accepts F32, BF16 or F16");
+    }
+    seen.insert({t.offset, n});
+    ++loaded;
+  }
+  return loaded;
+}
+
+}  // namespace strata::ckpt

@@ -1,0 +1,210 @@
+// strata ckpt ls|verify|export|import|advise: inspect, check and convert checkpoints.
+#include <cstdio>
+#include <filesystem>
+
+#include "CLI/CLI.hpp"
+#include "ckpt/fsutil.h"
+#include "ckpt/interval.h"
+#include "ckpt/load.h"
+#include "ckpt/safetensors.h"
+#include "cli/command.h"
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::cli {
+namespace {
+
+std::string human_bytes(int64_t b) {
+  char buf[32];
+  if (b >= (int64_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1 << 30));
+  else if (b >= (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1 << 20));
+  else if (b >= (1 << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
+  return buf;
+}
+
+// The checkpoints a path names: one step directory, or every committed one of a run, newest
+// first, with the notes about the `latest` pointer.
+struct Listing {
+  std::string root;
+  std::string latest;  // directory name `latest` points to, or ""
+  std::vector<std::string> dirs;
+};
+
+Listing list_checkpoints(const std::string& path) {
+  const ckpt::CkptLocation loc = ckpt::locate(path);
+  Listing l;
+  l.root = loc.root;
+  try {
+    l.latest = ckpt::read_latest(loc.root).value_or("");
+  } catch (const std::exception&) {
+  }
+  if (!loc.step_dir.empty()) {
+    l.dirs.push_back(loc.step_dir);
+  } else {
+    auto steps = ckpt::list_steps(loc.root);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      l.dirs.push_back(loc.root + "/" + ckpt::step_dir_name(*it));
+  }
+  return l;
+}
+
+void setup_ls(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")->required();
+  app.callback([path] {
+    Listing l = list_checkpoints(*path);
+    std::printf("%s (latest -> %s)\n", l.root.c_str(), l.latest.empty() ? "none" : l.latest.c_str());
+    std::printf("  %-8s %-14s %11s %6s %5s %5s  %s\n", "STEP", "DIR", "SIZE", "SHARDS", "WORLD",
+                "STAGE", "STATUS");
+    for (const std::string& dir : l.dirs) {
+      const std::string name = fs::path(dir).filename().string();
+      std::string status = "ok";
+      long long step = ckpt::parse_step_dir(name).value_or(-1);
+      int shards = 0, world = 0, stage = 0;
+      int64_t bytes = ckpt::dir_bytes(dir);
+      try {
+        ckpt::CheckpointReader r(dir);
+        r.verify(false);
+        step = r.manifest().step;
+        shards = int(r.manifest().shards.size());
+        world = r.manifest().train.world;
+        stage = r.manifest().train.zero_stage;
+      } catch (const std::exception& e) {
+        status = std::string("DAMAGED: ") + e.what();
+      }
+      if (name == l.latest) status += " (latest)";
+      std::printf("  %-8lld %-14s %11s %6d %5d %5d  %s\n", step, name.c_str(), human_bytes(bytes).c_str(),
+                  shards, world, stage, status.c_str());
+    }
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(l.root, ec)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind(".tmp-", 0) == 0)
+        std::printf("  %-8s %-14s %11s  incomplete save (never committed; removed by the next save)\n",
+                    "-", f.c_str(), human_bytes(ckpt::dir_bytes(e.path().string())).c_str());
+    }
+    if (l.dirs.empty()) std::printf("  (no checkpoints)\n");
+  });
+}
+
+void setup_verify(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto quick = std::make_shared<bool>(false);
+  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")->required();
+  app.add_flag("--quick", *quick, "check manifests, sizes and headers only, not checksums");
+  app.callback([path, quick] {
+    Listing l = list_checkpoints(*path);
+    STRATA_CHECK(!l.dirs.empty(), *path, ": no checkpoints to verify");
+    int bad = 0;
+    for (const std::string& dir : l.dirs) {
+      try {
+        ckpt::CheckpointReader r(dir);
+        const int64_t n = r.verify(!*quick);
+        std::printf("ok       %s  (step %lld, %d shards, %s checksummed)\n", dir.c_str(),
+                    (long long)r.manifest().step, int(r.manifest().shards.size()), human_bytes(n).c_str());
+      } catch (const std::exception& e) {
+        std::printf("DAMAGED  %s\n", e.what());
+        ++bad;
+      }
+    }
+    if (!l.latest.empty() && !fs::is_directory(l.root + "/" + l.latest)) {
+      std::printf("DAMAGED  %s/latest names %s, which does not exist\n", l.root.c_str(), l.latest.c_str());
+      ++bad;
+    }
+    if (bad) fail(bad, " of ", l.dirs.size(), " checkpoints in ", l.root, " damaged");
+  });
+}
+
+void setup_export(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto dtype = std::make_shared<std::string>();
+  auto step = std::make_shared<int64_t>(-1);
+  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")->required();
+  app.add_option("--safetensors", *out, "output file (Hugging Face safetensors)")->required();
+  app.add_option("--step", *step, "export this step instead of the newest good checkpoint");
+  app.add_option("--dtype", *dtype, "F32 or BF16 (default: as saved)");
+  app.callback([path, out, dtype, step] {
+    const ckpt::CkptLocation loc = ckpt::locate(*path);
+    std::vector<std::string> dirs;
+    if (!loc.step_dir.empty()) dirs = {loc.step_dir};
+    else if (*step >= 0) dirs = {loc.root + "/" + ckpt::step_dir_name(*step)};
+    else dirs = ckpt::candidate_dirs(loc.root, nullptr);
+    STRATA_CHECK(!dirs.empty(), *path, ": no checkpoints to export");
+    for (size_t i = 0; i < dirs.size(); ++i) {
+      try {
+        ckpt::ExportResult r = ckpt::export_safetensors(dirs[i], *out, *dtype);
+        std::printf("wrote %s: %d tensors of '%s' from %s, %s\n", out->c_str(), r.tensors,
+                    r.state.c_str(), r.source_dir.c_str(), human_bytes(r.bytes).c_str());
+        return;
+      } catch (const ckpt::CorruptCheckpoint& e) {
+        if (dirs.size() == 1) throw;
+        std::fprintf(stderr, "strata: ckpt: %s; trying an older checkpoint\n", e.what());
+      }
+    }
+    fail("no undamaged checkpoint to export in ", loc.root);
+  });
+}
+
+void setup_import(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  app.add_option("file", *path, "safetensors file to validate and list")->required();
+  app.callback([path] {
+    ckpt::SafetensorsFile f = ckpt::read_safetensors(*path);
+    int64_t elems = 0;
+    for (const auto& t : f.tensors) elems += numel(t.shape);
+    std::printf("%s: valid safetensors, %d tensors, %lld elements, header %lld bytes\n", path->c_str(),
+                int(f.tensors.size()), (long long)elems, (long long)f.header_bytes);
+    if (!f.metadata.empty()) std::printf("  metadata: %s\n", f.metadata.dump().c_str());
+    for (const auto& t : f.tensors)
+      std::printf("  %-36s %-5s %s\n", t.name.c_str(), t.dtype.c_str(), shape_str(t.shape).c_str());
+  });
+}
+
+void setup_advise(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto mtbf = std::make_shared<std::string>();
+  auto stall = std::make_shared<std::string>();
+  auto restart = std::make_shared<std::string>("0s");
+  auto step_time = std::make_shared<std::string>("0s");
+  app.add_option("path", *path, "run whose newest checkpoint's measured stall is used");
+  app.add_option("--mtbf", *mtbf, "mean time between failures of the job, e.g. 4h, 30m")->required();
+  app.add_option("--stall", *stall, "checkpoint stall δ, e.g. 40ms (instead of the measured one)");
+  app.add_option("--restart", *restart, "time from a failure to training again, e.g. 3s");
+  app.add_option("--step-time", *step_time, "time per training step, to express the interval in steps");
+  app.callback([path, mtbf, stall, restart, step_time] {
+    double delta = -1;
+    if (!stall->empty()) {
+      delta = ckpt::parse_duration(*stall);
+    } else {
+      STRATA_CHECK(!path->empty(), "give a run directory (to use its measured stall) or --stall");
+      const ckpt::CkptLocation loc = ckpt::locate(*path);
+      std::vector<std::string> dirs =
+          loc.step_dir.empty() ? ckpt::candidate_dirs(loc.root, nullptr) : std::vector{loc.step_dir};
+      for (const std::string& d : dirs) {
+        try {
+          delta = ckpt::read_manifest(d).save.at("stall_s").get<double>();
+          std::printf("measured stall of %s\n", d.c_str());
+          break;
+        } catch (const std::exception&) {
+        }
+      }
+      STRATA_CHECK(delta >= 0, *path, ": no checkpoint with a measured stall; pass --stall");
+    }
+    const ckpt::IntervalAdvice a = ckpt::advise_interval(delta, ckpt::parse_duration(*mtbf),
+                                                         ckpt::parse_duration(*restart),
+                                                         ckpt::parse_duration(*step_time));
+    std::printf("%s", a.text().c_str());
+  });
+}
+
+static Register ls_reg("ckpt ls", "List checkpoints: steps, sizes, valid or not", setup_ls);
+static Register verify_reg("ckpt verify", "Verify checkpoint checksums (exit 1 when damaged)", setup_verify);
+static Register export_reg("ckpt export", "Export model parameters as safetensors", setup_export);
+static Register import_reg("ckpt import", "Validate and list a safetensors file", setup_import);
+static Register advise_reg("ckpt advise", "Optimal checkpoint interval (Young, Daly) for an MTBF", setup_advise);
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,46 @@
+// strata launch -n N [--backend shm|mpi] [--timeout S] -- PROGRAM ARGS
+// Starts N local ranks (or mpirun for mpi), prefixes their output with "[rank R] ", and
+// stops the job when a rank fails, naming it.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "comm/launcher.h"
+#include "core/error.h"
+
+namespace strata::cli {
+
+static Register reg("launch", "Start N ranks of a program on this host (or through mpirun)", [](CLI::App& app) {
+  struct Args {
+    int nproc = 1;
+    std::string backend = "shm";
+    double timeout = 0;
+    double grace = 5;
+    bool no_prefix = false;
+    std::vector<std::string> command;
+  };
+  auto a = std::make_shared<Args>();
+  app.add_option("-n,--nproc", a->nproc, "number of ranks")->required();
+  app.add_option("--backend", a->backend, "communication backend: shm (this host) or mpi (mpirun)");
+  app.add_option("--timeout", a->timeout,
+                 "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)");
+  app.add_option("--grace", a->grace, "seconds between SIGTERM and SIGKILL when stopping ranks");
+  app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with the rank");
+  app.add_option("command", a->command, "program and arguments (after --)")->required();
+  app.callback([a] {
+    comm::LaunchOptions o;
+    o.nproc = a->nproc;
+    o.backend = comm::parse_backend(a->backend);
+    STRATA_CHECK(a->timeout >= 0, "--timeout must not be negative, got ", a->timeout);
+    o.timeout_s = a->timeout;
+    o.grace_s = a->grace;
+    o.prefix_output = !a->no_prefix;
+    o.command = a->command;
+    comm::LaunchResult r = comm::launch(o);
+    if (r.exit_code != 0) {
+      std::fprintf(stderr, "strata launch: %s\n", r.message.c_str());
+      throw ExitCode{r.exit_code};
+    }
+  });
+});
+
+}  // namespace strata::cli

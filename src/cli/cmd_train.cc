@@ -1,0 +1,109 @@
+// `strata train`: single-process GPT training (the parallel launcher adds ranks later).
+//
+//   strata train --model tiny --data synthetic --steps 300 --run-dir runs/demo
+//   strata train --layers 2 --dim 64 --heads 4 --seq 32 --data input.txt --json
+//
+// The model is a preset (--model) with optional overrides of its architecture; --seq is the
+// training sequence length and may not exceed the model's position table (--max-seq).
+#include <cmath>
+#include <string>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "model/gpt.h"
+#include "train/trainer.h"
+
+namespace strata::cli {
+namespace {
+
+struct TrainArgs {
+  train::TrainConfig cfg;
+  std::string model = "tiny";
+  int layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0;  // 0 = the preset's
+  int64_t warmup = -1;                                          // -1 = 5% of the steps
+  double min_lr = -1;                                           // -1 = lr / 10
+};
+
+// An architecture override, when the flag was given: positive, else one line naming it.
+void override_size(CLI::App& app, const char* flag, int value, int& field) {
+  if (app.count(flag) == 0) return;
+  STRATA_CHECK(value > 0, flag, " must be positive (got ", value, ")");
+  field = value;
+}
+
+train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
+  train::TrainConfig cfg = a.cfg;
+  cfg.model_name = a.model;
+  cfg.model = model::GPTConfig::preset(a.model);
+  override_size(app, "--layers", a.layers, cfg.model.layers);
+  override_size(app, "--dim", a.dim, cfg.model.dim);
+  override_size(app, "--heads", a.heads, cfg.model.heads);
+  override_size(app, "--max-seq", a.max_seq, cfg.model.seq);
+  if (app.count("--vocab")) {
+    override_size(app, "--vocab", a.vocab, cfg.model.vocab);
+    cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
+  }
+  if (app.count("--seq")) STRATA_CHECK(cfg.seq > 0, "--seq must be positive (got ", cfg.seq, ")");
+  STRATA_CHECK(cfg.schedule.steps > 0, "--steps must be positive (got ", cfg.schedule.steps, ")");
+  cfg.schedule.min_lr = a.min_lr >= 0 ? a.min_lr : cfg.schedule.lr / 10;
+  cfg.schedule.warmup = a.warmup >= 0 ? a.warmup : cfg.schedule.steps / 20;
+  if (app.count("--micro-batch"))
+    STRATA_CHECK(cfg.micro_batch > 0, "--micro-batch must be positive (got ", cfg.micro_batch,
+                 ")");
+  return cfg;
+}
+
+void setup(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  train::TrainConfig& c = a->cfg;
+  c.schedule.steps = 200;
+  c.eval_every = 100;
+  // A repeated flag takes its last value, so scripts can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--model", a->model, "Preset: tiny, small or gpt2")->capture_default_str();
+  app.add_option("--layers", a->layers, "Transformer blocks (overrides the preset)");
+  app.add_option("--dim", a->dim, "Model width (overrides the preset)");
+  app.add_option("--heads", a->heads, "Attention heads; must divide --dim");
+  app.add_option("--max-seq", a->max_seq, "Maximum sequence length (position table rows)");
+  app.add_option("--seq", c.seq, "Training sequence length (default: the model's maximum)");
+  app.add_option("--vocab", a->vocab, "Vocabulary size (padded to a multiple of 64)");
+  app.add_option("--data", c.data, "synthetic | FILE.txt | FILE.bin | DIR (llm.c shards)")
+      ->capture_default_str();
+  app.add_option("--steps", c.schedule.steps, "Optimizer steps")->capture_default_str();
+  app.add_option("--seed", c.seed, "Seed of initialisation, data order and sampling")
+      ->capture_default_str();
+  app.add_option("--batch", c.batch, "Global batch in sequences")->capture_default_str();
+  app.add_option("--micro-batch", c.micro_batch,
+                 "Sequences per rank per micro-step (default: --batch / ranks); "
+                 "accumulation = batch / (micro-batch x ranks)");
+  app.add_option("--lr", c.schedule.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--min-lr", a->min_lr, "Final learning rate of the cosine (default: lr / 10)");
+  app.add_option("--warmup", a->warmup, "Linear warmup steps (default: 5% of --steps)");
+  app.add_option("--weight-decay", c.optim.weight_decay, "AdamW decoupled weight decay")
+      ->capture_default_str();
+  app.add_option("--grad-clip", c.optim.grad_clip, "Global gradient-norm clip (<= 0: off)")
+      ->capture_default_str();
+  app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--eval-every", c.eval_every, "Held-out eval every K steps (0: only at the end)")
+      ->capture_default_str();
+  app.add_option("--eval-batches", c.eval_batches, "Micro-batches per eval")->capture_default_str();
+  app.add_option("--sample-every", c.sample_every, "Generate text every K steps (0: at the end)")
+      ->capture_default_str();
+  app.add_option("--sample-tokens", c.sample_tokens, "Tokens per sample (0: no sampling)")
+      ->capture_default_str();
+  app.add_option("--log-every", c.log_every, "Progress line every K steps")->capture_default_str();
+  app.add_option("--run-dir", c.run_dir, "Write metrics.jsonl and summary.json here");
+  app.add_flag("--json", c.json, "Print JSON records on stdout instead of progress lines");
+  app.add_option("--threads", c.threads, "OpenMP and BLAS threads (default: OMP_NUM_THREADS)");
+  app.add_option("--peak-gflops", c.peak_gflops,
+                 "Peak GFLOP/s for MFU (default: measured by an sgemm probe, cached)");
+  app.callback([&app, a] {
+    train::TrainConfig cfg = resolve(app, *a);
+    train::Trainer(cfg).run();
+  });
+}
+
+static Register reg("train", "Train a GPT model (single process)", setup);
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,29 @@
+// Where this process sits in the job, read from the environment. strata's launcher sets
+// STRATA_RANK, STRATA_WORLD_SIZE, STRATA_LOCAL_RANK, STRATA_LOCAL_WORLD_SIZE and STRATA_JOB_ID;
+// processes started by others are recognised too, first match wins:
+//   OpenMPI   OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE (job id from the jobid MCA var)
+//   PMI       PMI_RANK, PMI_SIZE
+//   SLURM     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (job id SLURM_JOB_ID.SLURM_STEP_ID)
+//   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (job id TORCHELASTIC_RUN_ID)
+// With none of them set, the process is rank 0 of a world of 1.
+#pragma once
+#include <string>
+
+namespace strata::comm {
+
+struct RankEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string job_id;        // empty when the environment names none
+  std::string source = "none";  // "strata", "ompi", "pmi", "slurm", "torchrun", "none"
+};
+
+// Throws Error naming the variable when a value is malformed or out of range.
+RankEnv detect_rank_env();
+
+// True when any launcher's rank variables are present (this process is one rank of a job).
+bool launched_as_rank();
+
+}  // namespace strata::comm

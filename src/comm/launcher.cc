@@ -1,0 +1,349 @@
+#include "comm/launcher.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace strata::comm {
+
+std::string new_job_id() {
+  std::random_device rd;
+  uint64_t r = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(now_ns());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "j%d-%012llx", int(getpid()),
+                (unsigned long long)(r & 0xffffffffffffull));
+  return buf;
+}
+
+int remove_job_segments(const std::string& job_id) {
+  if (job_id.empty()) return 0;
+  std::string prefix = "strata-" + job_id + "-";
+  int removed = 0;
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) == 0 && shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
+}
+
+// The program's path as execv will run it, or "" when it cannot be found.
+static std::string find_program(const std::string& prog) {
+  auto executable = [](const std::string& p) {
+    struct stat st {};
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (prog.find('/') != std::string::npos) return executable(prog) ? prog : "";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string cand = (dir.empty() ? "." : dir) + "/" + prog;
+    if (executable(cand)) return cand;
+    start = end + 1;
+  }
+  return "";
+}
+
+static std::string describe_status(int status) {
+  if (WIFEXITED(status)) return cat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return cat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  return "stopped";
+}
+
+static int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+namespace {
+
+// Splits a stream into lines and writes each with a prefix, whole (one write per line).
+struct LineSink {
+  int fd_in = -1;
+  int fd_out = 1;
+  int rank = -1;  // -1: mpirun's own stream (tags decide the rank)
+  bool prefix = true;
+  std::string buf;
+  std::vector<std::string>* captured = nullptr;  // untagged lines kept for parsing
+
+  void emit(const std::string& line) {
+    std::string out;
+    static const std::regex tag(R"(^\[\d+,(\d+)\]<std(out|err)>:?)");
+    std::smatch m;
+    if (rank >= 0) {
+      out = prefix ? cat("[rank ", rank, "] ", line) : line;
+    } else if (std::regex_search(line, m, tag)) {
+      std::string rest = line.substr(size_t(m.length(0)));
+      out = prefix ? cat("[rank ", m[1].str(), "] ", rest) : rest;
+    } else {
+      out = line;
+      if (captured) captured->push_back(line);
+    }
+    out += '\n';
+    const char* p = out.data();
+    size_t left = out.size();
+    while (left) {
+      ssize_t n = write(fd_out, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      p += n;
+      left -= size_t(n);
+    }
+  }
+  // Returns false at end of stream.
+  bool drain() {
+    char tmp[65536];
+    ssize_t n = read(fd_in, tmp, sizeof tmp);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      if (!buf.empty()) emit(buf);
+      buf.clear();
+      close(fd_in);
+      fd_in = -1;
+      return false;
+    }
+    buf.append(tmp, size_t(n));
+    size_t pos;
+    while ((pos = buf.find('\n')) != std::string::npos) {
+      emit(buf.substr(0, pos));
+      buf.erase(0, pos + 1);
+    }
+    return true;
+  }
+};
+
+struct Child {
+  pid_t pid = -1;
+  int rank = -1;
+  bool running = false;
+  int status = 0;
+};
+
+volatile sig_atomic_t g_stop_signal = 0;  // the launcher itself was asked to stop
+extern "C" void on_launcher_signal(int sig) { g_stop_signal = sig; }
+
+pid_t spawn(const std::string& path, const std::vector<std::string>& argv,
+            const std::vector<std::pair<std::string, std::string>>& env, int out_fd, int err_fd,
+            int close_from_fds[], int nclose) {
+  pid_t pid = fork();
+  STRATA_CHECK(pid >= 0, "fork failed: ", std::strerror(errno));
+  if (pid > 0) return pid;
+  // Child: own process group (the launcher stops a rank with all its children), dies with
+  // the launcher, output into the pipes.
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  dup2(out_fd, 1);
+  dup2(err_fd, 2);
+  for (int i = 0; i < nclose; ++i) close(close_from_fds[i]);
+  for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(path.c_str(), args.data());
+  std::fprintf(stderr, "strata launch: cannot execute %s: %s\n", path.c_str(), std::strerror(errno));
+  _exit(127);
+}
+
+// mpirun's report of the first failing rank, when it printed one.
+std::string parse_mpirun_failure(const std::vector<std::string>& lines, int& rank) {
+  static const std::regex name(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
+  static const std::regex code(R"(Exit code:\s*(-?\d+))");
+  static const std::regex sig(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)(?: \(([^)]*)\))?)");
+  std::smatch m;
+  int r = -1;
+  for (const std::string& l : lines) {
+    if (std::regex_search(l, m, sig)) {
+      rank = std::stoi(m[1].str());
+      return cat("rank ", rank, " was killed by signal ", m[2].str(),
+                 m[3].matched ? cat(" (", m[3].str(), ")") : std::string());
+    }
+    if (std::regex_search(l, m, name)) r = std::stoi(m[1].str());
+    if (r >= 0 && std::regex_search(l, m, code)) {
+      rank = r;
+      return cat("rank ", r, " exited with code ", m[1].str());
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+LaunchResult launch(const LaunchOptions& o) {
+  STRATA_CHECK(o.nproc >= 1, "the number of ranks must be at least 1, got ", o.nproc);
+  STRATA_CHECK(!o.command.empty(), "no program to launch (give it after --)");
+  std::string prog = find_program(o.command[0]);
+  STRATA_CHECK(!prog.empty(), "program '", o.command[0], "' not found",
+               o.command[0].find('/') == std::string::npos ? " in PATH" : "", " or not executable");
+  LaunchResult res;
+  res.job_id = o.job_id.empty() ? new_job_id() : o.job_id;
+
+  std::vector<std::pair<std::string, std::string>> common = o.extra_env;
+  common.push_back({"STRATA_JOB_ID", res.job_id});
+  common.push_back({"STRATA_BACKEND", backend_name(o.backend)});
+  if (o.timeout_s > 0) common.push_back({"STRATA_TIMEOUT", cat(o.timeout_s)});
+
+  // One child per rank (shm), or one mpirun for all (mpi).
+  struct Launch {
+    std::string path;
+    std::vector<std::string> argv;
+    std::vector<std::pair<std::string, std::string>> env;
+    int rank;
+  };
+  std::vector<Launch> plan;
+  if (o.backend == Backend::mpi) {
+    std::string mpirun = find_program(o.mpirun);
+    STRATA_CHECK(!mpirun.empty(), "'", o.mpirun,
+                 "' not found: the mpi backend needs OpenMPI's mpirun (install openmpi-bin) or "
+                 "use --backend shm");
+    std::vector<std::string> argv = {mpirun, "-n", std::to_string(o.nproc), "--oversubscribe",
+                                     "--tag-output", "--bind-to", "none"};
+    if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+    for (auto& [k, v] : common) {
+      argv.push_back("-x");
+      argv.push_back(k + "=" + v);
+    }
+    for (const std::string& a : o.mpirun_args) argv.push_back(a);
+    argv.push_back(prog);
+    for (size_t i = 1; i < o.command.size(); ++i) argv.push_back(o.command[i]);
+    plan.push_back({mpirun, argv, common, -1});
+  } else {
+    for (int r = 0; r < o.nproc; ++r) {
+      auto env = common;
+      env.push_back({"STRATA_RANK", std::to_string(r)});
+      env.push_back({"STRATA_WORLD_SIZE", std::to_string(o.nproc)});
+      env.push_back({"STRATA_LOCAL_RANK", std::to_string(r)});
+      env.push_back({"STRATA_LOCAL_WORLD_SIZE", std::to_string(o.nproc)});
+      std::vector<std::string> argv = o.command;
+      argv[0] = prog;
+      plan.push_back({prog, argv, env, r});
+    }
+  }
+
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = on_launcher_signal;
+  sigemptyset(&sa.sa_mask);
+  g_stop_signal = 0;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<Child> children;
+  std::vector<LineSink> sinks;
+  std::vector<std::string> mpirun_lines;
+  std::vector<int> all_fds;
+  std::vector<std::pair<int, int>> pipes;  // (read end, write end) per sink
+  for (size_t i = 0; i < plan.size() * 2; ++i) {
+    int p[2];
+    STRATA_CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
+    pipes.push_back({p[0], p[1]});
+    all_fds.push_back(p[0]);
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Launch& l = plan[i];
+    Child c;
+    c.rank = l.rank;
+    c.pid = spawn(l.path, l.argv, l.env, pipes[2 * i].second, pipes[2 * i + 1].second,
+                  all_fds.data(), int(all_fds.size()));
+    setpgid(c.pid, c.pid);
+    c.running = true;
+    children.push_back(c);
+    for (int s = 0; s < 2; ++s) {
+      LineSink sink;
+      sink.fd_in = pipes[2 * i + s].first;
+      sink.fd_out = s == 0 ? 1 : 2;
+      sink.rank = l.rank;
+      sink.prefix = o.prefix_output;
+      sinks.push_back(sink);
+    }
+  }
+  for (auto& p : pipes) close(p.second);
+  for (LineSink& s : sinks)
+    if (s.rank < 0) s.captured = &mpirun_lines;
+
+  int64_t kill_deadline = 0;  // when survivors get SIGKILL (0: not stopping)
+  auto stop_all = [&](int sig) {
+    for (Child& c : children)
+      if (c.running) kill(-c.pid, sig);
+  };
+  for (;;) {
+    std::vector<pollfd> pfds;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < sinks.size(); ++i)
+      if (sinks[i].fd_in >= 0) {
+        pfds.push_back({sinks[i].fd_in, POLLIN, 0});
+        idx.push_back(i);
+      }
+    bool any_running = false;
+    for (Child& c : children) any_running |= c.running;
+    if (pfds.empty() && !any_running) break;
+    int n = poll(pfds.data(), pfds.size(), 20);
+    for (int i = 0; n > 0 && i < int(pfds.size()); ++i)
+      if (pfds[size_t(i)].revents) sinks[idx[size_t(i)]].drain();
+    for (Child& c : children) {
+      if (!c.running) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.running = false;
+      c.status = status;
+      bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && res.exit_code == 0 && !kill_deadline) {
+        res.exit_code = exit_code_of(status);
+        if (c.rank >= 0) {
+          res.failed_rank = c.rank;
+          res.message = cat("rank ", c.rank, " ", describe_status(status));
+        }
+        kill_deadline = now_ns() + int64_t(o.grace_s * 1e9);
+        stop_all(SIGTERM);
+      }
+    }
+    if (g_stop_signal && !kill_deadline) {
+      res.exit_code = 128 + g_stop_signal;
+      res.message = cat("stopped by signal ", int(g_stop_signal), " (", strsignal(g_stop_signal), ")");
+      kill_deadline = now_ns() + int64_t(o.grace_s * 1e9);
+      stop_all(SIGTERM);
+    }
+    if (kill_deadline && now_ns() > kill_deadline) {
+      stop_all(SIGKILL);
+      kill_deadline = INT64_MAX;
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  if (o.backend == Backend::mpi && res.exit_code != 0 && res.message.empty()) {
+    int rank = -1;
+    res.message = parse_mpirun_failure(mpirun_lines, rank);
+    res.failed_rank = rank;
+    if (res.message.empty()) res.message = cat("mpirun ", describe_status(children[0].status));
+  }
+  remove_job_segments(res.job_id);
+  return res;
+}
+
+}  // namespace strata::comm

@@ -1,0 +1,52 @@
+// Starts the ranks of a local job and watches them: `strata launch`, `strata bench comm` and
+// `strata train --nproc` share this. No process-wide state: a supervisor may call launch()
+// again after a failure to restart the whole group.
+//
+// shm: forks N children with STRATA_RANK, STRATA_WORLD_SIZE, STRATA_LOCAL_RANK,
+//   STRATA_LOCAL_WORLD_SIZE, STRATA_JOB_ID (fresh per launch) and STRATA_TIMEOUT set.
+// mpi: runs `mpirun -n N` (with --oversubscribe, and --allow-run-as-root when root) and
+//   passes the same STRATA_* variables with -x; ranks find their place from OMPI_COMM_WORLD_*.
+// Each output line is prefixed "[rank R] ". When a rank dies or exits non-zero, the others
+// get SIGTERM (they dump their flight recorders), then SIGKILL after a grace period, and the
+// result names the first rank that failed and its exit code or signal. Shared-memory
+// segments of the job are removed at the end in every case.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/types.h"
+
+namespace strata::comm {
+
+struct LaunchOptions {
+  int nproc = 1;
+  Backend backend = Backend::shm;
+  std::vector<std::string> command;  // program and arguments; the program is looked up in PATH
+  double timeout_s = 0;       // > 0: sets STRATA_TIMEOUT for the ranks
+  double grace_s = 5;         // SIGTERM -> SIGKILL delay when stopping survivors
+  bool prefix_output = true;  // "[rank R] " before each line of output
+  std::vector<std::pair<std::string, std::string>> extra_env;  // set for every rank
+  std::string job_id;         // empty: a fresh unique id
+  std::string mpirun = "mpirun";
+  std::vector<std::string> mpirun_args;  // extra arguments placed before the program
+};
+
+struct LaunchResult {
+  int exit_code = 0;        // 0 when every rank exited 0; else the code launch should exit with
+  int failed_rank = -1;     // first rank that failed, -1 if none (or unknown for mpi)
+  std::string message;      // one line, e.g. "rank 1 was killed by signal 9 (Killed)"
+  std::string job_id;
+};
+
+// Runs the job to completion. Throws Error for bad options (nproc < 1, program not found,
+// mpirun missing) before starting anything.
+LaunchResult launch(const LaunchOptions& options);
+
+// A fresh job id: "<hostname-ish>-<pid>-<random>" (characters safe in shm names).
+std::string new_job_id();
+
+// Removes /dev/shm segments that belong to job_id; returns how many were removed.
+int remove_job_segments(const std::string& job_id);
+
+}  // namespace strata::comm

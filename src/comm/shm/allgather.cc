@@ -1,0 +1,80 @@
+// All-gather (equal or uneven counts).
+//
+// Terms: P ranks, rank p contributes c_p elements, placed at prefix offset o_p of every
+// output; C = slot bytes; a "round" k covers bytes [kC, (k+1)C) of every contribution.
+// Flat (max c_p fits the small staging): each rank copies its block into its staging and
+// publishes; then copies every peer's block out.   Cost: α + c_r·β + Σ_{p≠r} c_p·β.
+// Pipelined: per round, A) copy the round's part of the own block into the slot, publish;
+// B) copy each peer's part out as soon as that peer published A; publish. A slot is reused
+// D rounds later, after every peer published B of that round.
+//   Cost: 2α per round, ⌈max c_p / C⌉ rounds; c_r + Σ_{p≠r} c_p bytes of β per rank.
+// In place (send == output + o_r): the own block is not copied.
+#include <cstring>
+#include <vector>
+
+#include "comm/shm/shm_transport.h"
+
+namespace strata::comm::shm {
+
+static uint64_t counts_hash(const std::vector<size_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t x : v) h = (h ^ uint64_t(x)) * 1099511628211ull;
+  return h;
+}
+
+void allgather_flat(OpCtx& c) {
+  const detail::OpDesc& op = c.op;
+  size_t es = dtype_size(op.dtype);
+  std::vector<size_t> off(size_t(c.size) + 1, 0);
+  for (int p = 0; p < c.size; ++p) off[size_t(p) + 1] = off[size_t(p)] + op.counts[size_t(p)];
+  size_t own = op.counts[size_t(c.rank)];
+  auto recv = static_cast<char*>(op.recv);
+  if (own) std::memcpy(c.seg.small(c.rank, op.seq), op.send, own * es);
+  c.open(counts_hash(op.counts));
+  for (int i = 1; i < c.size; ++i) {
+    int p = (c.rank + i) % c.size;
+    if (op.counts[size_t(p)])
+      std::memcpy(recv + off[size_t(p)] * es, c.seg.small(p, op.seq), op.counts[size_t(p)] * es);
+  }
+  char* dst = recv + off[size_t(c.rank)] * es;
+  if (own && dst != op.send) std::memcpy(dst, op.send, own * es);
+}
+
+void allgather_pipelined(OpCtx& c) {
+  const detail::OpDesc& op = c.op;
+  const Layout& L = c.seg.layout();
+  size_t es = dtype_size(op.dtype);
+  size_t E = L.chunk_bytes / es;
+  std::vector<size_t> off(size_t(c.size) + 1, 0);
+  size_t maxc = 0;
+  for (int p = 0; p < c.size; ++p) {
+    off[size_t(p) + 1] = off[size_t(p)] + op.counts[size_t(p)];
+    maxc = std::max(maxc, op.counts[size_t(p)]);
+  }
+  size_t own = op.counts[size_t(c.rank)];
+  auto send = static_cast<const char*>(op.send);
+  auto recv = static_cast<char*>(op.recv);
+  c.open(counts_hash(op.counts));
+  std::vector<uint64_t> freed(L.depth, 0);
+  size_t rounds = (maxc + E - 1) / E;
+  for (size_t k = 0; k < rounds; ++k) {
+    size_t lo = k * E;
+    if (k >= L.depth) c.wait_all(freed[k % L.depth]);
+    if (lo < own) std::memcpy(c.seg.slot(c.rank, k), send + lo * es, std::min(E, own - lo) * es);
+    c.arrive();
+    uint64_t copied = c.phase();
+    for (int i = 1; i < c.size; ++i) {
+      int p = (c.rank + i) % c.size;
+      size_t cp = op.counts[size_t(p)];
+      if (lo >= cp) continue;
+      c.wait_rank(p, copied);
+      std::memcpy(recv + (off[size_t(p)] + lo) * es, c.seg.slot(p, k), std::min(E, cp - lo) * es);
+    }
+    c.arrive();
+    freed[k % L.depth] = c.phase();
+  }
+  char* dst = recv + off[size_t(c.rank)] * es;
+  if (own && dst != op.send) std::memcpy(dst, op.send, own * es);
+}
+
+}  // namespace strata::comm::shm

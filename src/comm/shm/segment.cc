@@ -1,0 +1,190 @@
+#include "comm/shm/segment.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace strata::comm::shm {
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+// Defaults chosen with bench/comm (see docs/comm.md).
+static constexpr size_t kDefaultSmall = 64 << 10;
+static constexpr size_t kDefaultChunk = 256 << 10;
+static constexpr int kDefaultDepth = 4;
+static constexpr size_t kDefaultP2PSlot = 64 << 10;
+static constexpr int kDefaultP2PSlots = 8;
+
+Layout make_layout(int size, const Options& opt) {
+  Layout l;
+  l.size = uint32_t(size);
+  l.small_bytes = align_up(opt.small_max_bytes ? opt.small_max_bytes : kDefaultSmall, 64);
+  l.chunk_bytes = align_up(std::max<size_t>(opt.chunk_bytes ? opt.chunk_bytes : kDefaultChunk, 4096), 4096);
+  l.depth = uint32_t(opt.pipeline_depth >= 2 ? opt.pipeline_depth : kDefaultDepth);
+  l.counts_bytes = align_up(uint64_t(size) * 8, 64);
+  l.p2p_slot_bytes = align_up(std::max<size_t>(opt.p2p_slot_bytes ? opt.p2p_slot_bytes : kDefaultP2PSlot, 64), 64);
+  l.p2p_slots = uint32_t(opt.p2p_slots >= 1 ? opt.p2p_slots : kDefaultP2PSlots);
+  l.ctrl_off = align_up(sizeof(Header), 4096);
+  l.small_off = 0;
+  l.counts_off = align_up(2 * l.small_bytes, 64);
+  l.slots_off = align_up(l.counts_off + 2 * l.counts_bytes, 4096);
+  l.data_off = align_up(l.ctrl_off + uint64_t(size) * sizeof(RankCtrl), 4096);
+  l.data_stride = align_up(l.slots_off + uint64_t(l.depth) * l.chunk_bytes, 4096);
+  l.chan_off = l.data_off + uint64_t(size) * l.data_stride;
+  l.chan_stride = align_up(sizeof(ChanCtrl) + l.p2p_slots * (sizeof(SlotHeader) + l.p2p_slot_bytes), 4096);
+  l.total = l.chan_off + uint64_t(size) * size * l.chan_stride;
+  return l;
+}
+
+std::string segment_name(const std::string& job, const std::string& group_id) {
+  return "/strata-" + job + "-" + group_id;
+}
+
+Segment& Segment::operator=(Segment&& o) noexcept {
+  if (this != &o) {
+    if (base_) munmap(base_, bytes_);
+    base_ = o.base_;
+    bytes_ = o.bytes_;
+    lay_ = o.lay_;
+    name_ = std::move(o.name_);
+    unlinked_ = o.unlinked_;
+    o.base_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  if (base_) munmap(base_, bytes_);
+}
+
+void Segment::unlink() {
+  if (!unlinked_ && !name_.empty()) shm_unlink(name_.c_str());
+  unlinked_ = true;
+}
+
+static void copy_str(char* dst, size_t cap, const std::string& s) {
+  std::memset(dst, 0, cap);
+  std::memcpy(dst, s.data(), std::min(cap - 1, s.size()));
+}
+
+Segment Segment::create(const std::string& shm_name, const std::string& job,
+                        const std::string& group, const Layout& layout) {
+  shm_unlink(shm_name.c_str());  // a stale object of a crashed job with the same id
+  int fd = shm_open(shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  STRATA_CHECK(fd >= 0, "cannot create shared-memory segment ", shm_name, ": ", std::strerror(errno));
+  if (ftruncate(fd, off_t(layout.total)) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(shm_name.c_str());
+    fail("cannot size shared-memory segment ", shm_name, " to ", layout.total, " bytes: ",
+         std::strerror(e));
+  }
+  void* p = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(shm_name.c_str());
+    fail("cannot map shared-memory segment ", shm_name, ": ", std::strerror(errno));
+  }
+  Segment s;
+  s.base_ = static_cast<char*>(p);
+  s.bytes_ = layout.total;
+  s.lay_ = layout;
+  s.name_ = shm_name;
+  Header& h = s.header();  // fresh pages are zero
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.layout = layout;
+  copy_str(h.job, sizeof h.job, job);
+  copy_str(h.name, sizeof h.name, group);
+  h.creator_pid = int32_t(getpid());
+  h.abort_rank.store(-1);
+  h.ready.store(1, std::memory_order_release);
+  return s;
+}
+
+Segment Segment::attach(const std::string& shm_name, const std::string& job, int size,
+                        int64_t deadline_ns, int creator_rank) {
+  int64_t sleep_us = 100;
+  for (;;) {
+    int fd = shm_open(shm_name.c_str(), O_RDWR, 0600);
+    if (fd >= 0) {
+      struct stat st {};
+      if (fstat(fd, &st) == 0 && size_t(st.st_size) >= sizeof(Header)) {
+        size_t bytes = size_t(st.st_size);
+        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        STRATA_CHECK(p != MAP_FAILED, "cannot map shared-memory segment ", shm_name, ": ",
+                     std::strerror(errno));
+        Segment s;
+        s.base_ = static_cast<char*>(p);
+        s.bytes_ = bytes;
+        s.name_ = shm_name;
+        Header& h = s.header();
+        if (h.ready.load(std::memory_order_acquire) == 1) {
+          STRATA_CHECK(h.magic == kMagic && h.version == kVersion, "shared-memory segment ",
+                       shm_name, " has an unknown format (magic/version mismatch)");
+          s.lay_ = h.layout;
+          STRATA_CHECK(int(s.lay_.size) == size && s.lay_.total <= bytes, "shared-memory segment ",
+                       shm_name, " is for ", s.lay_.size, " ranks, this job has ", size);
+          // A segment left by a crashed job with the same id: wait for the new creator.
+          if (pid_alive(h.creator_pid) && std::string(h.job) == job) {
+            s.unlinked_ = true;  // attachers never unlink
+            return s;
+          }
+        }
+      } else {
+        close(fd);
+      }
+    }
+    if (now_ns() > deadline_ns)
+      throw TimeoutError(cat("timed out waiting for rank ", creator_rank,
+                             " to create shared-memory segment ", shm_name,
+                             " (is every rank of the job running with the same STRATA_JOB_ID?)"));
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min<int64_t>(sleep_us * 2, 20000);
+  }
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
+  struct timespec ts;
+  ts.tv_sec = timeout_ns / 1000000000;
+  ts.tv_nsec = timeout_ns % 1000000000;
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+bool pid_alive(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return errno != ESRCH;
+  // A zombie (dead, not yet reaped by its parent) still answers kill(pid, 0).
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return true;
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* paren = std::strrchr(buf, ')');
+  return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+}  // namespace strata::comm::shm

@@ -1,0 +1,122 @@
+// The shm backend: ranks of one host exchange data through a shared segment (segment.h).
+//
+// Ordering and threading contract: as ProcessGroup. run_collective runs one op at a time;
+// the p2p_* functions run on the point-to-point engine's thread concurrently with it (they
+// touch only the channels and the doorbell).
+//
+// Waiting: every wait spins briefly (longer when the group has no more ranks than CPUs),
+// then sleeps on a futex in slices of at most 10 ms, checking the op's deadline, the abort
+// record and the liveness of the awaited peer (kill(pid, 0) + zombie check) every ~100 ms.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/shm/segment.h"
+#include "comm/transport.h"
+
+namespace strata::comm::shm {
+
+class ShmTransport;
+
+// Phase bookkeeping of one collective. Phase 1 is "open": this rank published its op
+// descriptor (and, for one-phase algorithms, its staging data) and every rank did the same;
+// descriptors are compared then. Later phases are numbered on by arrive().
+class OpCtx {
+ public:
+  OpCtx(ShmTransport& t, const detail::OpDesc& op);
+  ~OpCtx();
+  // Publishes the descriptor, arrives at phase 1, waits for everyone, checks descriptors.
+  // `extra` joins the comparison (a hash of uneven counts), unless compare_extra is false.
+  void open(uint64_t extra = 0, bool compare_extra = true);
+  void arrive();                           // this rank finished its next phase
+  uint64_t phase() const { return phase_; }  // phases arrived so far
+  void wait_all(uint64_t phase);           // every peer arrived at `phase`
+  void wait_rank(int r, uint64_t phase);
+  // Reads peer r's descriptor of this op (valid after open).
+  const OpDescShm& desc(int r) const;
+
+  ShmTransport& t;
+  const detail::OpDesc& op;
+  Segment& seg;
+  int rank, size;
+
+ private:
+  uint64_t base_;
+  uint64_t phase_ = 0;
+};
+
+class ShmTransport final : public detail::Transport {
+ public:
+  ShmTransport(Segment seg, std::string job, std::string group, int rank, const Options& opt);
+  ~ShmTransport() override;
+
+  // Creates (rank 0) or attaches to the segment of a group; the group is usable once
+  // wait_attached() returned on every member.
+  static std::unique_ptr<ShmTransport> open(const std::string& job, const std::string& group,
+                                            const std::string& group_id, int rank, int size,
+                                            const Options& opt, int64_t deadline_ns);
+  // Waits until every member attached, then (rank 0) unlinks the segment's name.
+  void wait_attached(int64_t deadline_ns);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Backend backend() const override { return Backend::shm; }
+  void run_collective(detail::OpDesc& op) override;
+  std::unique_ptr<Transport> split(detail::OpDesc& op, const std::vector<int>& world_ranks,
+                                   std::vector<int>& world_ranks_out) override;
+  bool p2p_progress(detail::OpDesc& op, detail::P2PState& st) override;
+  void p2p_arm() override;
+  void p2p_wait(int64_t max_ns) override;
+  void p2p_wake() override;
+  void p2p_check_peer(const detail::OpDesc& op) override;
+  void raise_abort(int reason_code, const std::string& message) override;
+  std::string health(std::string& reason) override;
+  void detach() override;
+
+  Segment& segment() { return seg_; }
+  const std::string& group() const { return group_; }
+  const Options& options() const { return opt_; }
+
+  // Blocks until ctrl(peer).arrive >= target (or fails naming the peer and `op`).
+  void wait_counter(int peer, uint64_t target, const detail::OpDesc& op);
+  // Throws if the group was aborted or `peer` died / left. `waiting` words the message.
+  void check_peer(int peer, const detail::OpDesc& op, const char* waiting);
+  void check_abort(const detail::OpDesc& op);
+  std::string describe_peer(int peer) const;  // "rank 1 is inside allreduce #4", ...
+  std::string op_label(const detail::OpDesc& op) const;  // "group world allreduce #5"
+
+ private:
+  void notify_peer_bell(int peer);
+  Segment seg_;
+  std::string job_, group_;
+  int rank_, size_;
+  Options opt_;
+  int spin_ns_;        // spin budget before sleeping
+  bool same_process_;  // every member is a thread of this process (no liveness checks)
+  uint32_t bell_armed_ = 0;
+};
+
+// Algorithms (one file each; each opens with its terms and cost).
+void allreduce_flat(OpCtx& c);
+void allreduce_pipelined(OpCtx& c, bool to_root_only);
+void reduce_scatter_flat(OpCtx& c);
+void reduce_scatter_pipelined(OpCtx& c);
+void allgather_flat(OpCtx& c);
+void allgather_pipelined(OpCtx& c);
+void broadcast_flat(OpCtx& c);
+void broadcast_pipelined(OpCtx& c);
+void reduce_flat(OpCtx& c);
+void alltoall_run(OpCtx& c);
+void barrier_run(OpCtx& c);
+
+// Element range [begin, end) of part p when n elements are cut into `parts` pieces whose
+// boundaries fall on 64-byte multiples (the last pieces may be shorter or empty).
+struct Range {
+  size_t begin, end;
+  size_t size() const { return end - begin; }
+};
+Range part_range(size_t n, int parts, int p, size_t elem_size);
+
+}  // namespace strata::comm::shm

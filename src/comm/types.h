@@ -1,0 +1,69 @@
+// Vocabulary shared by every communication backend: reduction operators, operation kinds,
+// backends, and the options a process group is created with.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/dtype.h"
+
+namespace strata::comm {
+
+// avg = sum / group size, computed in the accumulation type (f64 for f64, f32 for f32 and
+// bf16, integer division truncating toward zero for integer types). Integer sums wrap.
+enum class ReduceOp : uint8_t { sum, avg, max, min };
+
+enum class OpType : uint8_t {
+  allreduce,
+  reduce_scatter,  // equal and uneven counts
+  allgather,
+  allgatherv,
+  broadcast,
+  reduce,
+  alltoall,
+  alltoallv,
+  barrier,
+  send,
+  recv,
+  split,  // the collective exchange inside ProcessGroup::split
+};
+
+enum class Backend : uint8_t { shm, mpi };
+
+const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max", "min"
+const char* op_name(OpType op);           // "allreduce", "reducescatter", "allgather", ...
+const char* backend_name(Backend b);      // "shm", "mpi"
+ReduceOp parse_reduce_op(std::string_view s);  // throws Error naming the bad value
+Backend parse_backend(std::string_view s);     // throws Error naming the bad value
+
+// Algorithm choice for the shm backend; `automatic` picks by message size.
+enum class ShmAlgo : uint8_t { automatic, flat, pipelined };
+
+struct Options {
+  Backend backend = Backend::shm;
+  // Seconds any blocking step of an operation may wait for peers before the operation fails
+  // with TimeoutError. <= 0: the STRATA_TIMEOUT environment variable (default 300).
+  double timeout_s = 0;
+  // Unique name of the job; segments are named after it. Empty: from the environment
+  // (STRATA_JOB_ID, or the launcher's / MPI's / SLURM's / torchrun's job identifiers).
+  std::string job_id;
+
+  // shm tuning; 0 keeps the default. Tests shrink these to reach rare paths cheaply.
+  size_t small_max_bytes = 0;  // messages up to this size take the one-phase flat path
+  size_t chunk_bytes = 0;      // per-rank staging chunk of the pipelined paths
+  int pipeline_depth = 0;      // staging slots in flight per rank (>= 2)
+  size_t p2p_slot_bytes = 0;   // payload bytes per slot of a point-to-point channel
+  int p2p_slots = 0;           // slots per directed channel
+  ShmAlgo algo = ShmAlgo::automatic;
+};
+
+// The element type for typed convenience overloads.
+template <typename T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+
+}  // namespace strata::comm

@@ -1,0 +1,196 @@
+// Memory-mapped token files (format and cost in token_file.h).
+#include "data/token_file.h"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace strata::data {
+
+namespace fs = std::filesystem;
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  STRATA_CHECK(fd >= 0, "cannot open data file ", path, ": ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("data file ", path, " is not a regular file");
+  }
+  size_ = int64_t(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_t(size_), PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);
+    STRATA_CHECK(p != MAP_FAILED, "cannot map data file ", path, ": ", std::strerror(err));
+    data_ = static_cast<const uint8_t*>(p);
+  } else {
+    ::close(fd);
+  }
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_t(size_));
+}
+
+static FileFormat format_of(const std::string& path) {
+  return fs::path(path).extension() == ".bin" ? FileFormat::bin : FileFormat::text;
+}
+
+FileStream::FileStream(const std::vector<std::string>& paths, int vocab) {
+  STRATA_CHECK(!paths.empty(), "no data files given");
+  format_ = format_of(paths[0]);
+  vocab_ = vocab > 0 ? vocab : (format_ == FileFormat::bin ? kGpt2Vocab : 256);
+  for (const std::string& p : paths) {
+    STRATA_CHECK(format_of(p) == format_, "data files mix formats: ", paths[0], " and ", p,
+                 " (all must be .bin, or all text)");
+    File f;
+    f.map = std::make_unique<MappedFile>(p);
+    const int64_t bytes = f.map->size();
+    if (format_ == FileFormat::text) {
+      STRATA_CHECK(bytes > 0, "data file ", p, " is empty");
+      f.count = bytes;
+      f.tokens = f.map->data();
+    } else {
+      const int64_t header_bytes = kBinHeaderInts * 4;
+      STRATA_CHECK(bytes >= header_bytes, "token file ", p, ": ", bytes,
+                   " bytes is shorter than the ", header_bytes, "-byte llm.c header");
+      int32_t header[3];
+      std::memcpy(header, f.map->data(), sizeof header);
+      STRATA_CHECK(header[0] == kBinMagic, "token file ", p, ": bad magic ", header[0],
+                   " (expected ", kBinMagic, "; not an llm.c token file)");
+      STRATA_CHECK(header[1] == kBinVersion, "token file ", p, ": unsupported version ",
+                   header[1], " (expected ", kBinVersion, ": uint16 tokens)");
+      const int64_t count = header[2];
+      const int64_t expect = header_bytes + 2 * count;
+      STRATA_CHECK(count >= 0 && bytes == expect, "token file ", p, ": header says ", count,
+                   " tokens (", expect, " bytes) but the file has ", bytes, " bytes",
+                   bytes < expect ? " (truncated)" : " (trailing bytes)");
+      f.count = count;
+      f.tokens = f.map->data() + header_bytes;
+    }
+    f.first = total_;
+    total_ += f.count;
+    validate_tokens(f);
+    files_.push_back(std::move(f));
+  }
+}
+
+// One pass over the mapping: the maximum first (vectorises), the offender only on failure.
+void FileStream::validate_tokens(const File& f) const {
+  if (format_ == FileFormat::text && vocab_ >= 256) return;
+  uint32_t max_tok = 0;
+  if (format_ == FileFormat::bin) {
+    const uint16_t* t = reinterpret_cast<const uint16_t*>(f.tokens);
+    for (int64_t i = 0; i < f.count; ++i) max_tok = std::max<uint32_t>(max_tok, t[i]);
+  } else {
+    for (int64_t i = 0; i < f.count; ++i) max_tok = std::max<uint32_t>(max_tok, f.tokens[i]);
+  }
+  if (max_tok < uint32_t(vocab_)) return;
+  for (int64_t i = 0; i < f.count; ++i) {
+    uint32_t v = format_ == FileFormat::bin ? reinterpret_cast<const uint16_t*>(f.tokens)[i]
+                                            : f.tokens[i];
+    if (v >= uint32_t(vocab_)) {
+      int64_t byte = format_ == FileFormat::bin ? kBinHeaderInts * 4 + 2 * i : i;
+      fail("token file ", f.map->path(), ": token id ", v, " at token offset ", i, " (byte ",
+           byte, ") is >= vocab ", vocab_);
+    }
+  }
+}
+
+void FileStream::read(int64_t pos, int64_t n, int32_t* out) const {
+  STRATA_CHECK(pos >= 0 && n >= 0 && pos + n <= total_, "read of tokens [", pos, ", ", pos + n,
+               ") outside the ", total_, " tokens of ", describe());
+  // The file holding `pos`: the last one whose first token is <= pos.
+  auto it = std::upper_bound(files_.begin(), files_.end(), pos,
+                             [](int64_t p, const File& f) { return p < f.first; });
+  size_t fi = size_t(it - files_.begin()) - 1;
+  while (n > 0) {
+    const File& f = files_[fi];
+    int64_t local = pos - f.first;
+    int64_t take = std::min(n, f.count - local);
+    if (format_ == FileFormat::bin) {
+      const uint16_t* t = reinterpret_cast<const uint16_t*>(f.tokens) + local;
+      for (int64_t i = 0; i < take; ++i) out[i] = t[i];
+    } else {
+      const uint8_t* t = f.tokens + local;
+      for (int64_t i = 0; i < take; ++i) out[i] = t[i];
+    }
+    out += take;
+    pos += take;
+    n -= take;
+    ++fi;
+  }
+}
+
+std::string FileStream::describe() const {
+  std::string s = files_[0].map->path();
+  if (files_.size() > 1) s = cat(s, " .. ", files_.back().map->path(), " (", files_.size(), " files)");
+  return cat(s, ", ", total_, " tokens");
+}
+
+SliceSource::SliceSource(std::shared_ptr<const TokenSource> base, int64_t begin, int64_t end,
+                         std::string role)
+    : base_(std::move(base)), begin_(begin), end_(end), role_(std::move(role)) {
+  STRATA_CHECK(0 <= begin && begin <= end && end <= base_->size(), "slice [", begin, ", ", end,
+               ") outside the ", base_->size(), " tokens of ", base_->describe());
+}
+
+void SliceSource::read(int64_t pos, int64_t n, int32_t* out) const {
+  STRATA_CHECK(pos >= 0 && n >= 0 && pos + n <= size(), "read of tokens [", pos, ", ", pos + n,
+               ") outside the ", size(), " tokens of ", describe());
+  base_->read(begin_ + pos, n, out);
+}
+
+std::string SliceSource::describe() const {
+  return cat(base_->describe(), " [", role_, ": tokens ", begin_, "..", end_, ")");
+}
+
+void write_bin(const std::string& path, const std::vector<uint16_t>& tokens) {
+  STRATA_CHECK(tokens.size() <= size_t(INT32_MAX), "token file ", path, ": ", tokens.size(),
+               " tokens exceed the int32 header count");
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  STRATA_CHECK(f, "cannot write token file ", path, ": ", std::strerror(errno));
+  int32_t header[kBinHeaderInts] = {kBinMagic, kBinVersion, int32_t(tokens.size())};
+  bool ok = std::fwrite(header, sizeof header, 1, f) == 1;
+  if (!tokens.empty())
+    ok = ok && std::fwrite(tokens.data(), 2, tokens.size(), f) == tokens.size();
+  ok = std::fclose(f) == 0 && ok;
+  STRATA_CHECK(ok, "short write to token file ", path);
+}
+
+std::vector<std::string> resolve_files(const std::string& spec) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (fs::is_directory(spec, ec)) {
+    for (const auto& e : fs::directory_iterator(spec, ec))
+      if (e.is_regular_file() && e.path().extension() == ".bin") files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    STRATA_CHECK(!files.empty(), "data directory ", spec, " holds no .bin token files");
+    return files;
+  }
+  if (spec.find_first_of("*?[") != std::string::npos) {
+    glob_t g{};
+    int rc = ::glob(spec.c_str(), 0, nullptr, &g);
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) files.push_back(g.gl_pathv[i]);
+    globfree(&g);
+    STRATA_CHECK(!files.empty(), "data glob ", spec, " matches no files");
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+  STRATA_CHECK(fs::exists(spec, ec), "data file ", spec, " not found (expected \"synthetic\", ",
+               "a text file, a .bin token file, a directory of .bin shards, or a glob)");
+  return {spec};
+}
+
+}  // namespace strata::data

@@ -1,0 +1,94 @@
+// Token files, memory-mapped: byte-level text (one token per byte, vocab 256) and llm.c .bin
+// shards. Several files (a directory or a glob) form one stream, in name order.
+//
+// llm.c .bin format (version 1): a header of 256 little-endian int32 -- [0] magic 20240520,
+// [1] version 1, [2] token count, the rest 0 -- then `count` uint16 tokens. On open every file
+// is checked: header, file size = 1024 + 2 * count, and every token < vocab (one pass over
+// the mapped file at memory speed, so a bad token is reported before training starts, naming
+// the file, token offset and value).
+//
+// Cost. Opening maps each file and scans it once; read() copies (and widens) tokens from the
+// mapping, touching only the pages it reads. No locks: reads are safe from any thread.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+
+namespace strata::data {
+
+constexpr int32_t kBinMagic = 20240520;
+constexpr int32_t kBinVersion = 1;
+constexpr int64_t kBinHeaderInts = 256;
+constexpr int kGpt2Vocab = 50257;
+
+// A read-only memory mapping of a whole file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const uint8_t* data() const { return data_; }
+  int64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+enum class FileFormat : uint8_t { text, bin };
+
+// One or more token files of one format as a single stream.
+class FileStream : public TokenSource {
+ public:
+  // vocab: tokens must be < vocab (0 = the format's own: 256 text, 50257 bin).
+  FileStream(const std::vector<std::string>& paths, int vocab);
+  int64_t size() const override { return total_; }
+  int vocab() const override { return vocab_; }
+  void read(int64_t pos, int64_t n, int32_t* out) const override;
+  std::string describe() const override;
+  FileFormat format() const { return format_; }
+  int num_files() const { return int(files_.size()); }
+
+ private:
+  struct File {
+    std::unique_ptr<MappedFile> map;
+    int64_t first = 0, count = 0;  // tokens [first, first + count) of the stream
+    const uint8_t* tokens = nullptr;
+  };
+  void validate_tokens(const File& f) const;
+  FileFormat format_;
+  int vocab_;
+  std::vector<File> files_;
+  int64_t total_ = 0;
+};
+
+// Tokens [begin, end) of a shared source (the training or validation part of a file).
+class SliceSource : public TokenSource {
+ public:
+  SliceSource(std::shared_ptr<const TokenSource> base, int64_t begin, int64_t end,
+              std::string role);
+  int64_t size() const override { return end_ - begin_; }
+  int vocab() const override { return base_->vocab(); }
+  void read(int64_t pos, int64_t n, int32_t* out) const override;
+  std::string describe() const override;
+
+ private:
+  std::shared_ptr<const TokenSource> base_;
+  int64_t begin_, end_;
+  std::string role_;
+};
+
+// Writes an llm.c version-1 .bin file (tests, benchmarks, tools). Throws naming the path.
+void write_bin(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// The files a spec names: a directory's *.bin files, a glob's matches (both sorted by name),
+// or the file itself. Throws when nothing matches.
+std::vector<std::string> resolve_files(const std::string& spec);
+
+}  // namespace strata::data

@@ -1,0 +1,92 @@
+#include "diag/fault_inject.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "CLI/CLI.hpp"
+#include "core/error.h"
+
+namespace strata::diag {
+
+const char* fault_kind_name(FaultKind k) {
+  switch (k) {
+    case FaultKind::none: return "none";
+    case FaultKind::kill: return "kill";
+    case FaultKind::exit: return "exit";
+    case FaultKind::hang: return "hang";
+    case FaultKind::kill_during_save: return "kill-during-save";
+    case FaultKind::skip_collective: return "skip-collective";
+    case FaultKind::wrong_count: return "wrong-count";
+    case FaultKind::sleep: return "sleep";
+  }
+  return "?";
+}
+
+const char* fault_kinds_help() {
+  return "kill, exit, hang, kill-during-save, skip-collective, wrong-count, sleep:SECONDS";
+}
+
+std::string FaultSpec::describe() const {
+  if (!active()) return "none";
+  std::string what = kind == FaultKind::sleep ? cat("sleep ", sleep_s, " s") : std::string(fault_kind_name(kind));
+  return cat(what, " on rank ", rank, " at step ", step);
+}
+
+FaultSpec parse_fault(const std::string& text, int rank, int64_t step) {
+  FaultSpec f;
+  f.rank = rank;
+  f.step = step;
+  static const FaultKind plain[] = {FaultKind::kill, FaultKind::exit, FaultKind::hang, FaultKind::kill_during_save,
+                                    FaultKind::skip_collective, FaultKind::wrong_count};
+  for (FaultKind k : plain)
+    if (text == fault_kind_name(k)) {
+      f.kind = k;
+      return f;
+    }
+  if (text.rfind("sleep:", 0) == 0) {
+    std::string num = text.substr(6);
+    char* end = nullptr;
+    double s = std::strtod(num.c_str(), &end);
+    STRATA_CHECK(!num.empty() && end && *end == '\0' && std::isfinite(s) && s > 0,
+                 "--inject ", text, ": SECONDS must be a positive number (e.g. sleep:2.5)");
+    f.kind = FaultKind::sleep;
+    f.sleep_s = s;
+    return f;
+  }
+  STRATA_CHECK(text != "sleep", "--inject sleep needs a duration: sleep:SECONDS (e.g. sleep:2.5)");
+  fail("--inject ", text.empty() ? "''" : text, " is not a fault kind; use one of ", fault_kinds_help());
+}
+
+void validate_fault(const FaultSpec& f, int world, int64_t total_steps) {
+  if (!f.active()) return;
+  STRATA_CHECK(f.rank >= 0 && f.rank < world, "--inject-rank ", f.rank, " is not a rank of this job (ranks 0-",
+               world - 1, ")");
+  STRATA_CHECK(f.step >= 0, "--inject-step must not be negative, got ", f.step);
+  STRATA_CHECK(total_steps < 0 || f.step < total_steps, "--inject-step ", f.step,
+               " is past the last step (", total_steps - 1, "): the fault would never fire");
+}
+
+void FaultFlags::add_to(CLI::App& app) {
+  app_ = &app;
+  app.add_option("--inject", inject, cat("inject a fault for tests and demos: ", fault_kinds_help()));
+  app.add_option("--inject-rank", rank, "rank that the injected fault hits (default 0)");
+  app.add_option("--inject-step", step, "step at which the injected fault fires (default 1)");
+  app.add_option("--timeout", timeout_s, "seconds any communication wait may take before the watchdog fires");
+}
+
+FaultSpec FaultFlags::resolve(int world, int64_t total_steps) const {
+  bool rank_given = app_ && app_->count("--inject-rank") > 0;
+  bool step_given = app_ && app_->count("--inject-step") > 0;
+  STRATA_CHECK(std::isfinite(timeout_s) && timeout_s >= 0, "--timeout must be a non-negative number of seconds, got ",
+               timeout_s);
+  if (inject.empty()) {
+    STRATA_CHECK(!rank_given && !step_given, rank_given ? "--inject-rank" : "--inject-step",
+                 " needs --inject KIND (", fault_kinds_help(), ")");
+    return {};
+  }
+  FaultSpec f = parse_fault(inject, rank, step);
+  validate_fault(f, world, total_steps);
+  return f;
+}
+
+}  // namespace strata::diag

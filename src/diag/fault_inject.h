@@ -1,0 +1,68 @@
+// Fault injection for tests and demos, shared by the trainer and the supervisor:
+//
+//   --inject KIND --inject-rank R --inject-step S [--timeout SECONDS]
+//
+// KIND (what rank R does at step S, counted as the trainer counts steps):
+//   kill              SIGKILL itself at the start of the step (no dump from it; peers dump)
+//   exit              exit(3) at the start of the step, without leaving its groups cleanly
+//   hang              block forever in compute (the watchdog must fire on the others)
+//   kill-during-save  SIGKILL itself in the middle of writing the step's checkpoint
+//   skip-collective   skip one gradient collective of the step (the others wait at it)
+//   wrong-count       call one gradient collective of the step with half the count
+//   sleep:SECONDS     sleep SECONDS in forward (a straggler; a hang if > --timeout)
+// --timeout SECONDS is the watchdog's limit for any communication wait (STRATA_TIMEOUT).
+// An injection fires once per process: a restarted job (a new process) fires it again
+// unless the supervisor drops the flags when it restarts.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace strata::diag {
+
+enum class FaultKind { none, kill, exit, hang, kill_during_save, skip_collective, wrong_count, sleep };
+
+const char* fault_kind_name(FaultKind k);  // "kill", "sleep", ...
+// Every accepted KIND, for messages: "kill, exit, hang, ..., sleep:SECONDS".
+const char* fault_kinds_help();
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::none;
+  int rank = 0;
+  int64_t step = 1;
+  double sleep_s = 0;  // sleep only
+
+  bool active() const { return kind != FaultKind::none; }
+  bool fires(int rank_now, int64_t step_now) const {
+    return active() && rank_now == rank && step_now == step;
+  }
+  // "skip-collective on rank 1 at step 3", "sleep 2.5 s on rank 0 at step 1", "none".
+  std::string describe() const;
+};
+
+// Parses KIND ("kill", "sleep:2.5", ...). Throws Error naming the bad text and listing kinds.
+FaultSpec parse_fault(const std::string& kind, int rank, int64_t step);
+
+// Checks the spec against the job: rank in [0, world), step >= 0 and, when total_steps >= 0,
+// step < total_steps (a later step would never fire). Throws Error naming the flag.
+void validate_fault(const FaultSpec& f, int world, int64_t total_steps = -1);
+
+// The flag family on a CLI11 app; resolve() after parsing.
+struct FaultFlags {
+  std::string inject;  // empty: no injection
+  int rank = 0;
+  int64_t step = 1;
+  double timeout_s = 0;  // 0: not given (STRATA_TIMEOUT or the default applies)
+
+  void add_to(CLI::App& app);
+  // Parses and validates; --inject-rank/--inject-step without --inject is an error.
+  FaultSpec resolve(int world, int64_t total_steps = -1) const;
+
+ private:
+  CLI::App* app_ = nullptr;  // to tell given flags from defaults
+};
+
+}  // namespace strata::diag

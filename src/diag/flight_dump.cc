@@ -1,0 +1,262 @@
+#include "diag/flight_dump.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "core/error.h"
+#include "diag/json_salvage.h"
+#include "nlohmann/json.hpp"
+
+namespace strata::diag {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string describe_phase(const Phase& p) {
+  std::string s = p.kind.empty() ? "an unknown phase" : p.kind;
+  if (p.layer >= 0) s += cat(" of layer ", p.layer);
+  if (p.step >= 0) s += cat(" (step ", p.step, ")");
+  return s;
+}
+
+const char* op_state_name(OpState s) {
+  switch (s) {
+    case OpState::scheduled: return "scheduled";
+    case OpState::started: return "started";
+    case OpState::completed: return "completed";
+    case OpState::failed: return "failed";
+  }
+  return "?";
+}
+
+namespace {
+
+const json& field(const json& j, const char* name) {
+  auto it = j.find(name);
+  STRATA_CHECK(it != j.end(), "field '", name, "' is missing");
+  return *it;
+}
+
+int64_t int_field(const json& j, const char* name) {
+  const json& v = field(j, name);
+  STRATA_CHECK(v.is_number_integer(), "field '", name, "' is not an integer");
+  return v.get<int64_t>();
+}
+
+// Timestamps of steps not reached may be absent, null or 0.
+int64_t optional_int(const json& j, const char* name, int64_t fallback) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return fallback;
+  STRATA_CHECK(it->is_number_integer(), "field '", name, "' is not an integer");
+  return it->get<int64_t>();
+}
+
+std::string string_field(const json& j, const char* name) {
+  const json& v = field(j, name);
+  STRATA_CHECK(v.is_string(), "field '", name, "' is not a string");
+  return v.get<std::string>();
+}
+
+std::string optional_string(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return {};
+  STRATA_CHECK(it->is_string(), "field '", name, "' is not a string");
+  return it->get<std::string>();
+}
+
+template <typename T>
+std::vector<T> int_list(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return {};
+  STRATA_CHECK(it->is_array(), "field '", name, "' is not a list");
+  std::vector<T> out;
+  for (const json& v : *it) {
+    STRATA_CHECK(v.is_number_integer(), "field '", name, "' holds a non-integer");
+    out.push_back(v.get<T>());
+  }
+  return out;
+}
+
+Phase parse_phase(const json& j) {
+  Phase p;
+  auto it = j.find("phase");
+  if (it == j.end() || it->is_null()) return p;
+  STRATA_CHECK(it->is_object(), "field 'phase' is not an object");
+  p.step = optional_int(*it, "step", -1);
+  p.layer = int32_t(optional_int(*it, "layer", -1));
+  std::string kind = optional_string(*it, "kind");
+  if (!kind.empty()) p.kind = kind;
+  return p;
+}
+
+OpState parse_state(const std::string& s) {
+  if (s == "scheduled") return OpState::scheduled;
+  if (s == "started") return OpState::started;
+  if (s == "completed") return OpState::completed;
+  if (s == "failed") return OpState::failed;
+  fail("field 'state' is '", s, "', not scheduled, started, completed or failed");
+}
+
+FlightEntry parse_entry(const json& j) {
+  STRATA_CHECK(j.is_object(), "entry is not an object");
+  FlightEntry e;
+  e.group = string_field(j, "group");
+  e.group_ranks = int_list<int>(j, "group_ranks");
+  e.seq = int_field(j, "seq");
+  e.op = string_field(j, "op");
+  e.dtype = optional_string(j, "dtype");
+  e.count = optional_int(j, "count", 0);
+  e.counts = int_list<int64_t>(j, "counts");
+  e.peer = int(optional_int(j, "peer", -1));
+  e.root = int(optional_int(j, "root", -1));
+  e.redop = optional_string(j, "redop");
+  auto p2p = j.find("p2p");
+  if (p2p != j.end() && !p2p->is_null()) {
+    STRATA_CHECK(p2p->is_boolean(), "field 'p2p' is not true or false");
+    e.p2p = p2p->get<bool>();
+  } else {
+    e.p2p = e.op == "send" || e.op == "recv";
+  }
+  e.tag = optional_int(j, "tag", 0);
+  e.state = parse_state(string_field(j, "state"));
+  e.t_scheduled_ns = optional_int(j, "t_scheduled_ns", 0);
+  e.t_started_ns = optional_int(j, "t_started_ns", 0);
+  e.t_completed_ns = optional_int(j, "t_completed_ns", 0);
+  e.phase = parse_phase(j);
+  return e;
+}
+
+// A peer-dead dump without "dead_peers" names them in its detail, in the words of the
+// transports: "peer rank 3 (pid 812) died while ...", "rank 3 (pid 812) died; ...",
+// "peer rank 3 left the group (its process exited)".
+std::vector<int> peers_named_in(const std::string& detail) {
+  static const std::regex dead(
+      R"(\branks?\s+(\d+)(?:\s*\(pid\s+\d+\))?\s+(?:died|is dead|has died|exited|has exited|left|has left))",
+      std::regex::icase);
+  std::vector<int> out;
+  for (auto it = std::sregex_iterator(detail.begin(), detail.end(), dead); it != std::sregex_iterator(); ++it)
+    out.push_back(std::stoi((*it)[1]));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
+FlightDump parse_flight_dump(const json& j, const std::string& file, bool truncated, int file_rank) {
+  STRATA_CHECK(j.is_object(), "not a JSON object");
+  FlightDump d;
+  d.file = file;
+  d.truncated = truncated;
+  bool cut_rank = truncated && !j.contains("rank") && file_rank >= 0;
+  bool cut_world = truncated && !j.contains("world");
+  d.rank = cut_rank ? file_rank : int(int_field(j, "rank"));
+  d.world = cut_world ? 0 : int(int_field(j, "world"));
+  STRATA_CHECK(d.rank >= 0 && (cut_world || d.rank < d.world), "rank ", d.rank,
+               " does not fit world size ", d.world);
+  d.capacity = optional_int(j, "recorder_capacity", 0);
+  d.pid = optional_int(j, "pid", 0);
+  d.host = optional_string(j, "host");
+  d.reason = optional_string(j, "reason");
+  d.detail = optional_string(j, "detail");
+  d.time_ns = optional_int(j, "time_ns", 0);
+  d.phase = parse_phase(j);
+  d.dead_peers = int_list<int>(j, "dead_peers");
+  if (d.dead_peers.empty() && d.reason == "peer-dead") d.dead_peers = peers_named_in(d.detail);
+  std::erase(d.dead_peers, d.rank);
+  const json& entries = field(j, "entries");
+  STRATA_CHECK(entries.is_array(), "field 'entries' is not a list");
+  for (const json& e : entries) {
+    try {
+      d.entries.push_back(parse_entry(e));
+    } catch (const Error&) {
+      ++d.dropped_entries;  // a half-written entry at the cut, or a malformed one
+    }
+  }
+  return d;
+}
+
+namespace {
+
+// "flight-rank12.json" -> 12 (final = true); "flight-rank12.json.tmp" -> 12 (final = false).
+bool dump_file_rank(const std::string& name, int& rank, bool& final_file) {
+  static const std::regex re(R"(flight-rank(\d+)\.json(\..+)?)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return false;
+  rank = std::stoi(m[1]);
+  final_file = !m[2].matched;
+  return true;
+}
+
+}  // namespace
+
+DumpSet load_flight_dumps(const std::string& dir) {
+  std::error_code ec;
+  STRATA_CHECK(fs::is_directory(dir, ec), "run directory ", dir, " does not exist or is not a directory");
+  DumpSet set;
+  set.dir = dir;
+  // rank -> candidate files, finished ones first.
+  std::map<int, std::vector<std::pair<bool, std::string>>> files;
+  for (const auto& ent : fs::directory_iterator(dir, ec)) {
+    int rank;
+    bool final_file;
+    std::string name = ent.path().filename().string();
+    if (dump_file_rank(name, rank, final_file)) files[rank].emplace_back(final_file, name);
+  }
+  STRATA_CHECK(!ec, "cannot list run directory ", dir, ": ", ec.message());
+  std::map<int, FlightDump> by_rank;
+  for (auto& [file_rank, names] : files) {
+    std::sort(names.begin(), names.end(), [](auto& a, auto& b) {
+      return a.first != b.first ? a.first : a.second < b.second;
+    });
+    for (auto& [final_file, name] : names) {
+      std::string text, error;
+      ParsedJson parsed;
+      if (!read_text_file((fs::path(dir) / name).string(), text, error) ||
+          !parse_json_salvaging(text, parsed, error)) {
+        set.problems.push_back(cat(name, ": ", error));
+        continue;
+      }
+      FlightDump d;
+      try {
+        d = parse_flight_dump(parsed.value, name, parsed.truncated, file_rank);
+      } catch (const Error& e) {
+        set.problems.push_back(cat(name, ": ", parsed.truncated ? "cut off, and " : "", e.what()));
+        continue;
+      }
+      if (d.rank != file_rank)
+        set.problems.push_back(cat(name, ": says it is rank ", d.rank, "; used as rank ", d.rank));
+      if (by_rank.count(d.rank)) {
+        set.problems.push_back(cat(name, ": a second dump of rank ", d.rank, "; ignored"));
+        continue;
+      }
+      if (d.truncated)
+        set.problems.push_back(cat(name, ": cut off; used the ", d.entries.size(),
+                                   " entries written before the cut"));
+      else if (d.dropped_entries > 0)
+        set.problems.push_back(cat(name, ": ", d.dropped_entries, " malformed entries skipped"));
+      if (!final_file)
+        set.problems.push_back(cat(name, ": an unfinished dump; used because no finished file exists"));
+      by_rank.emplace(d.rank, std::move(d));
+      break;
+    }
+  }
+  for (auto& [rank, d] : by_rank) set.world = std::max({set.world, d.world, d.rank + 1});
+  for (auto& [rank, d] : by_rank) {
+    if (d.world == 0) {
+      d.world = set.world;  // cut off before "world"
+    } else if (d.world != set.world) {
+      set.problems.push_back(cat(d.file, ": says world size ", d.world, ", others say ", set.world));
+    }
+    if (d.rank >= set.world) {
+      set.problems.push_back(cat(d.file, ": rank ", d.rank, " does not fit world size ", set.world));
+      continue;
+    }
+    set.dumps.push_back(std::move(d));
+  }
+  return set;
+}
+
+}  // namespace strata::diag

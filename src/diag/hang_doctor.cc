@@ -1,0 +1,257 @@
+// Hang analysis over parsed flight-recorder dumps (terms and cost in hang_doctor.h).
+#include "diag/hang_doctor.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "diag/hang_internal.h"
+
+namespace strata::diag {
+
+using namespace detail;
+
+const char* cause_name(Cause c) {
+  switch (c) {
+    case Cause::mismatch: return "mismatch";
+    case Cause::skipped: return "skipped";
+    case Cause::dead: return "dead";
+    case Cause::no_dump: return "no-dump";
+    case Cause::outside_comm: return "outside-comm";
+    case Cause::waiting_elsewhere: return "waiting-elsewhere";
+    case Cause::comm_stalled: return "comm-stalled";
+    case Cause::straggler: return "straggler";
+  }
+  return "?";
+}
+
+std::string format_ranks(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string s;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ", ";
+    s += j == i ? cat(ranks[i]) : j == i + 1 ? cat(ranks[i], ", ", ranks[j]) : cat(ranks[i], "-", ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+namespace {
+
+std::string group_key(const FlightEntry& e) {
+  std::string k = e.group + "|";
+  for (int r : e.group_ranks) k += cat(r, ",");
+  return k;
+}
+
+void index_dumps(Analysis& a) {
+  for (const FlightDump& d : a.set.dumps) {
+    a.dump[d.rank] = &d;
+    for (const FlightEntry& e : d.entries) {
+      if (!a.blocking.count(d.rank) && !e.done()) a.blocking[d.rank] = &e;
+      if (e.is_p2p()) continue;
+      Group& g = a.groups[group_key(e)];
+      g.name = e.group;
+      if (g.ranks.empty()) {
+        g.ranks = e.group_ranks;
+        if (g.ranks.empty())
+          for (int r = 0; r < a.set.world; ++r) g.ranks.push_back(r);
+      }
+      g.by_rank[d.rank][e.seq] = &e;
+    }
+    for (int p : d.dead_peers) {
+      a.dead.insert(p);
+      a.dead_reporters[p].push_back(d.rank);
+    }
+  }
+}
+
+// Rank r's calls in group g during `step`, up to seq `upto`, as (signature, site) pairs.
+std::vector<std::string> calls_in_step(const Group& g, int r, int64_t step, int64_t upto) {
+  std::vector<std::string> out;
+  for (auto& [seq, e] : g.by_rank.at(r))
+    if (seq <= upto && e->phase.step == step) out.push_back(signature(*e) + "@" + site(*e, false));
+  return out;
+}
+
+// +1: rank r's calls in the step of seq k differ from its calls in the step before;
+// 0: they match; -1: no evidence (no step numbers, or the earlier step is not recorded).
+int deviates_from_history(const Group& g, int r, int64_t k, bool complete_history) {
+  const auto& mine = g.by_rank.at(r);
+  const FlightEntry* e = mine.at(k);
+  int64_t s = e->phase.step;
+  if (s < 1) return -1;
+  const FlightEntry* oldest = mine.begin()->second;
+  if (oldest->phase.step >= s - 1 && oldest->seq != 0 && !complete_history) return -1;  // s-1 may be evicted
+  auto now = calls_in_step(g, r, s, k);
+  auto before = calls_in_step(g, r, s - 1, INT64_MAX);
+  if (now.size() > before.size()) return 1;
+  return std::equal(now.begin(), now.end(), before.begin()) ? 0 : 1;
+}
+
+std::optional<Mismatch> find_mismatch(const Analysis& a, const Group& g) {
+  std::set<int64_t> seqs;
+  for (auto& [r, m] : g.by_rank)
+    for (auto& [seq, e] : m) seqs.insert(seq);
+  for (int64_t k : seqs) {
+    std::map<std::string, std::vector<int>> variants;  // signature@site -> ranks
+    std::map<std::string, const FlightEntry*> example;
+    std::set<std::string> sigs;
+    for (auto& [r, m] : g.by_rank) {
+      auto it = m.find(k);
+      if (it == m.end()) continue;
+      std::string key = signature(*it->second) + "@" + site(*it->second, true);
+      variants[key].push_back(r);
+      example[key] = it->second;
+      sigs.insert(signature(*it->second));
+    }
+    if (variants.size() < 2) continue;
+    Mismatch mm;
+    mm.group = g.name;
+    mm.group_ranks = g.ranks;
+    mm.seq = k;
+    const FlightEntry* first = example.begin()->second;
+    mm.what = "call site";
+    for (auto& [key, e] : example) {
+      if (e->op != first->op) mm.what = "op";
+      else if (mm.what != "op" && e->dtype != first->dtype) mm.what = "dtype";
+      else if (mm.what == "call site" && signature(*e) != signature(*first)) mm.what = "count";
+    }
+    int present = 0;
+    for (auto& [key, ranks] : variants) present += int(ranks.size());
+    for (auto& [key, ranks] : variants) {
+      const FlightEntry* e = example[key];
+      mm.sides.push_back({ranks, call_text(*e) + " from " + describe_phase(e->phase), e->phase});
+    }
+    std::stable_sort(mm.sides.begin(), mm.sides.end(),
+                     [](auto& x, auto& y) { return x.ranks.size() > y.ranks.size(); });
+    if (2 * mm.sides[0].ranks.size() > size_t(present)) {
+      for (size_t i = 1; i < mm.sides.size(); ++i)
+        mm.culprits.insert(mm.culprits.end(), mm.sides[i].ranks.begin(), mm.sides[i].ranks.end());
+      mm.how = "majority";
+    } else {
+      std::vector<int> deviating;
+      bool some_consistent = false;
+      for (auto& [r, m] : g.by_rank) {
+        if (!m.count(k)) continue;
+        const FlightDump* dump = a.dump.at(r);
+        bool complete = dump->capacity > 0 && int64_t(dump->entries.size()) < dump->capacity;
+        int d = deviates_from_history(g, r, k, complete);
+        if (d == 1) deviating.push_back(r);
+        if (d == 0) some_consistent = true;
+      }
+      if (!deviating.empty() && some_consistent) {
+        mm.culprits = deviating;
+        mm.how = "history";
+      }
+    }
+    std::sort(mm.culprits.begin(), mm.culprits.end());
+    return mm;
+  }
+  return std::nullopt;
+}
+
+// The lowest unfinished seq of each group (collectives).
+std::vector<StuckOp> find_stuck_collectives(const Analysis& a) {
+  std::vector<StuckOp> out;
+  for (auto& [key, g] : a.groups) {
+    int64_t k = INT64_MAX;
+    for (auto& [r, m] : g.by_rank)
+      for (auto& [seq, e] : m)
+        if (!e->done()) k = std::min(k, seq);
+    if (k == INT64_MAX) continue;
+    StuckOp s;
+    s.group = g.name;
+    s.group_ranks = g.ranks;
+    s.seq = k;
+    const FlightEntry* rep = nullptr;
+    for (int r : g.ranks) {
+      auto dit = a.dump.find(r);
+      auto mit = g.by_rank.find(r);
+      if (dit == a.dump.end() || mit == g.by_rank.end()) {
+        s.missing.push_back(r);
+        continue;
+      }
+      auto it = mit->second.find(k);
+      if (it != mit->second.end()) {
+        if (it->second->done()) continue;
+        s.waiting.push_back(r);
+        if (it->second->state == OpState::failed) s.failed.push_back(r);
+        if (!rep) rep = it->second;
+        int64_t t0 = it->second->t_started_ns ? it->second->t_started_ns : it->second->t_scheduled_ns;
+        if (t0 > 0 && dit->second->time_ns > t0)
+          s.waited_s = std::max(s.waited_s, seconds(dit->second->time_ns - t0));
+      } else if (mit->second.rbegin()->first < k) {
+        (dit->second->truncated ? s.unknown : s.missing).push_back(r);
+      }  // else: seq k was evicted from r's ring, so r passed it long ago
+    }
+    if (rep) {
+      s.op = rep->op;
+      s.dtype = rep->dtype;
+      s.count = rep->count;
+      s.phase = rep->phase;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Point-to-point operations that ranks are blocked in: one StuckOp per blocked pair.
+std::vector<StuckOp> find_stuck_p2p(const Analysis& a) {
+  std::vector<StuckOp> out;
+  std::set<std::pair<int, int>> seen;
+  for (auto& [r, e] : a.blocking) {
+    if (!e->is_p2p()) continue;
+    int p = peer_world_rank(*e);
+    if (seen.count({std::min(r, p), std::max(r, p)})) continue;
+    seen.insert({std::min(r, p), std::max(r, p)});
+    StuckOp s;
+    s.group = e->group;
+    s.group_ranks = {std::min(r, p), std::max(r, p)};
+    s.seq = e->seq;
+    s.op = e->op;
+    s.dtype = e->dtype;
+    s.count = e->count;
+    s.p2p = true;
+    s.peer = p;
+    s.phase = e->phase;
+    s.waiting.push_back(r);
+    auto pb = a.blocking.find(p);
+    if (pb != a.blocking.end() && pb->second->is_p2p() && peer_world_rank(*pb->second) == r)
+      s.waiting.push_back(p);
+    else s.missing.push_back(p);
+    auto d = a.dump.find(r);
+    int64_t t0 = e->t_started_ns ? e->t_started_ns : e->t_scheduled_ns;
+    if (t0 > 0 && d->second->time_ns > t0) s.waited_s = seconds(d->second->time_ns - t0);
+    std::sort(s.waiting.begin(), s.waiting.end());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+HangReport diagnose_hang(const DumpSet& set, const StragglerRule& rule) {
+  Analysis a(set);
+  index_dumps(a);
+  HangReport r;
+  r.dir = set.dir;
+  r.world = set.world;
+  r.unusable = set.problems;
+  for (const FlightDump& d : set.dumps) r.dumped.push_back(d.rank);
+  r.dead.assign(a.dead.begin(), a.dead.end());
+  for (int k = 0; k < set.world; ++k)
+    if (!a.dump.count(k) && !a.dead.count(k)) r.no_dump.push_back(k);
+  for (auto& [key, g] : a.groups)
+    if (auto mm = find_mismatch(a, g)) r.mismatches.push_back(std::move(*mm));
+  r.stuck = find_stuck_collectives(a);
+  for (StuckOp& s : find_stuck_p2p(a)) r.stuck.push_back(std::move(s));
+  explain_hang(r, a, rule);
+  return r;
+}
+
+}  // namespace strata::diag

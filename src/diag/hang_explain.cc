@@ -1,0 +1,216 @@
+// From facts to culprits: who holds the stuck operation up, and why, in plain sentences.
+// Order of evidence: a mismatch (different op/count/dtype/call site at one seq) explains a
+// hang by itself; then, for each root stuck operation, every member that never reached it
+// is dead, silent (no dump), busy outside communication, past it (skipped), or blocked in
+// another group; when all members reached it the transport itself is stalled. Stragglers
+// are named as causes only when nothing else is.
+#include <algorithm>
+
+#include "diag/hang_internal.h"
+
+namespace strata::diag::detail {
+
+namespace {
+
+std::string stuck_label(const StuckOp& s) {
+  if (s.p2p) return cat(s.op, " #", s.seq, " of group \"", s.group, "\" (point-to-point)");
+  return cat(s.op, " #", s.seq, " of group \"", s.group, "\"");
+}
+
+bool has_culprit(const HangReport& r, int rank) {
+  return std::any_of(r.culprits.begin(), r.culprits.end(), [&](auto& c) { return c.rank == rank; });
+}
+
+std::string last_operation(const FlightDump& d) {
+  if (d.entries.empty()) return "it recorded no operation";
+  const FlightEntry& e = d.entries.back();
+  std::string s = cat("its last operation was ", op_label(e), " (", op_state_name(e.state));
+  int64_t t = e.done() ? e.t_completed_ns : e.t_scheduled_ns;
+  if (t > 0 && d.time_ns >= t) s += cat(", ", fmt_s(seconds(d.time_ns - t)), " before its dump");
+  return s + ")";
+}
+
+void explain_mismatch(HangReport& r, const Mismatch& m) {
+  std::string at = cat("#", m.seq, " of group \"", m.group, "\"");
+  if (m.culprits.empty()) {
+    std::string sides;
+    for (auto& s : m.sides) sides += cat(sides.empty() ? "" : "; ", ranks_word(s.ranks), " called ", s.call);
+    r.culprits.push_back({-1, Cause::mismatch,
+                          cat("ranks disagree at ", at, " (", m.what, "): ", sides,
+                              ". No majority and no earlier step to compare, so neither side can be named")});
+    return;
+  }
+  // The reference side: the largest one holding no culprit.
+  const Mismatch::Side* reference = nullptr;
+  for (const Mismatch::Side& side : m.sides)
+    if (!reference && !std::includes(m.culprits.begin(), m.culprits.end(), side.ranks.begin(), side.ranks.end()))
+      reference = &side;
+  for (const Mismatch::Side& side : m.sides) {
+    if (!std::includes(m.culprits.begin(), m.culprits.end(), side.ranks.begin(), side.ranks.end()))
+      continue;
+    bool skipped = m.what == "call site" || (reference && phase_after(side.phase, reference->phase));
+    std::string others;
+    for (const Mismatch::Side& o : m.sides)
+      if (&o != &side && !std::includes(m.culprits.begin(), m.culprits.end(), o.ranks.begin(), o.ranks.end()))
+        others += cat(others.empty() ? "" : "; ", ranks_word(o.ranks), " called ", o.call);
+    std::string why = m.how == "history" ? cat("; its calls in step ", side.phase.step,
+                                               " differ from its calls in the step before") : "";
+    for (int rank : side.ranks) {
+      std::string text = skipped ? cat("rank ", rank, " skipped a collective: ")
+                                 : cat("rank ", rank, " called a different ", m.what, ": ");
+      text += cat("as ", at, " it called ", side.call, ", where ", others, why);
+      r.culprits.push_back({rank, skipped ? Cause::skipped : Cause::mismatch, text});
+    }
+  }
+}
+
+// A member that never reached stuck operation `s`.
+void explain_missing(HangReport& r, const Analysis& a, const StuckOp& s, int m) {
+  if (has_culprit(r, m)) return;
+  std::string never = cat(" never reached ", stuck_label(s));
+  auto dit = a.dump.find(m);
+  if (a.dead.count(m)) {
+    std::string text = cat("rank ", m, " died: ", ranks_word(a.dead_reporters.at(m)),
+                           " report it as a dead peer; it", never);
+    if (dit != a.dump.end()) text += cat("; its dump says ", dit->second->reason, ": ", dit->second->detail);
+    r.culprits.push_back({m, Cause::dead, text});
+    return;
+  }
+  if (dit == a.dump.end()) {
+    r.culprits.push_back({m, Cause::no_dump,
+                          cat("rank ", m, " left no usable dump and", never,
+                              ": it may have died, or hung where its watchdog could not write")});
+    return;
+  }
+  const FlightDump& d = *dit->second;
+  auto bit = a.blocking.find(m);
+  if (bit != a.blocking.end() && !is_op(*bit->second, s)) {
+    const FlightEntry& e = *bit->second;
+    r.ranks.push_back({m, cat("rank ", m, " is blocked in ", op_label(e), " (", call_text(e), " from ",
+                              describe_phase(e.phase), ") and", never)});
+    return;
+  }
+  // Past the call site means skipped, for collectives; pipeline schedules interleave
+  // forward and backward, so for point-to-point the order of phases says nothing.
+  if (!s.p2p && phase_after(d.phase, s.phase)) {
+    r.culprits.push_back({m, Cause::skipped,
+                          cat("rank ", m, never, " (the others called it from ", describe_phase(s.phase),
+                              ") and is already in ", describe_phase(d.phase),
+                              ": it skipped that collective; ", last_operation(d))});
+    return;
+  }
+  bool elsewhere = d.phase.kind == "checkpoint save" || d.phase.kind == "data loading" || d.phase.kind == "eval";
+  r.culprits.push_back({m, Cause::outside_comm,
+                        cat("rank ", m, elsewhere ? " is in " : " is still in ", describe_phase(d.phase),
+                            " and", never, "; ", last_operation(d))});
+}
+
+// Root stuck operations are those not explained by their missing members waiting elsewhere.
+void mark_roots(HangReport& r, const Analysis& a) {
+  for (StuckOp& s : r.stuck) {
+    bool waits_elsewhere = false, terminal = s.missing.empty();
+    for (int m : s.missing) {
+      auto b = a.blocking.find(m);
+      bool elsewhere = a.dump.count(m) && !a.dead.count(m) && b != a.blocking.end() && !is_op(*b->second, s);
+      (elsewhere ? waits_elsewhere : terminal) = true;
+    }
+    s.root = terminal || !waits_elsewhere;
+  }
+  if (!r.stuck.empty() && std::none_of(r.stuck.begin(), r.stuck.end(), [](auto& s) { return s.root; })) {
+    for (StuckOp& s : r.stuck) s.root = true;
+    r.notes.push_back("ranks wait on each other across groups: some ranks called collectives of "
+                      "different groups in a different order (a cross-group deadlock)");
+  }
+  std::stable_sort(r.stuck.begin(), r.stuck.end(), [](auto& x, auto& y) {
+    return x.root != y.root ? x.root : x.waiting.size() > y.waiting.size();
+  });
+}
+
+void find_stragglers(HangReport& r, const Analysis& a, const StragglerRule& rule) {
+  struct Tally {
+    int samples = 0, last = 0;
+    std::vector<double> late;
+    double max_late = 0;
+    const FlightEntry* worst = nullptr;
+  };
+  std::map<int, Tally> tally;
+  for (auto& [key, g] : a.groups) {
+    std::set<int64_t> seqs;
+    for (auto& [rk, m] : g.by_rank)
+      for (auto& [seq, e] : m) seqs.insert(seq);
+    for (int64_t k : seqs) {
+      std::vector<std::pair<int, double>> waits;
+      for (auto& [rk, m] : g.by_rank) {
+        auto it = m.find(k);
+        if (it == m.end() || !it->second->done()) break;
+        const FlightEntry& e = *it->second;
+        int64_t t0 = e.t_started_ns ? e.t_started_ns : e.t_scheduled_ns;
+        if (t0 <= 0 || e.t_completed_ns < t0) break;
+        waits.emplace_back(rk, seconds(e.t_completed_ns - t0));
+      }
+      if (waits.size() < 2 || waits.size() != g.by_rank.size()) continue;
+      // The last to arrive waited least; a tie names nobody.
+      std::sort(waits.begin(), waits.end(), [](auto& x, auto& y) { return x.second < y.second; });
+      int last = waits[0].second < waits[1].second ? waits[0].first : -1;
+      for (auto& [rk, w] : waits) {
+        std::vector<double> others;
+        for (auto& [o, wo] : waits)
+          if (o != rk) others.push_back(wo);
+        std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
+        double late = others[others.size() / 2] - w;
+        Tally& t = tally[rk];
+        ++t.samples;
+        t.last += rk == last;
+        t.late.push_back(late);
+        if (late > t.max_late) t.max_late = late, t.worst = g.by_rank.at(rk).at(k);
+      }
+    }
+  }
+  for (auto& [rk, t] : tally) {
+    std::nth_element(t.late.begin(), t.late.begin() + t.late.size() / 2, t.late.end());
+    double median = t.late[t.late.size() / 2];
+    bool consistent = t.samples >= rule.min_samples && t.last >= rule.min_last_share * t.samples &&
+                      median >= rule.min_median_late_s;
+    bool once = t.max_late >= rule.single_late_s;
+    if (!consistent && !once) continue;
+    StragglerFinding f{rk, t.last, t.samples, median, t.max_late, {}};
+    f.text = consistent ? cat("rank ", rk, " arrived last at ", t.last, " of ", t.samples,
+                              " completed collectives, ", fmt_s(median), " after the others on median")
+                        : cat("rank ", rk, " arrived ", fmt_s(t.max_late), " after the others at ",
+                              op_label(*t.worst), " (called from ", describe_phase(t.worst->phase), ")");
+    if (consistent && once) f.text += cat(" and once ", fmt_s(t.max_late), " at ", op_label(*t.worst));
+    r.stragglers.push_back(std::move(f));
+  }
+}
+
+}  // namespace
+
+void explain_hang(HangReport& r, const Analysis& a, const StragglerRule& rule) {
+  for (const Mismatch& m : r.mismatches) explain_mismatch(r, m);
+  mark_roots(r, a);
+  for (const StuckOp& s : r.stuck) {
+    if (!s.root) continue;
+    bool explained_by_mismatch = std::any_of(r.mismatches.begin(), r.mismatches.end(), [&](auto& m) {
+      return m.group == s.group && m.group_ranks == s.group_ranks && m.seq <= s.seq;
+    });
+    for (int m : s.missing) explain_missing(r, a, s, m);
+    if (s.missing.empty() && !explained_by_mismatch)
+      r.culprits.push_back({-1, Cause::comm_stalled,
+                            cat("every member (", ranks_word(s.waiting), ") reached ", stuck_label(s),
+                                " and it has not finished after ", fmt_s(s.waited_s),
+                                ": the transport or a link is stuck (check with `strata doctor net`)")});
+  }
+  for (int d : r.dead)
+    if (!has_culprit(r, d))
+      r.culprits.push_back({d, Cause::dead, cat("rank ", d, " died: ", ranks_word(a.dead_reporters.at(d)),
+                                                " report it as a dead peer")});
+  find_stragglers(r, a, rule);
+  if (r.culprits.empty())
+    for (const StragglerFinding& f : r.stragglers) r.culprits.push_back({f.rank, Cause::straggler, f.text});
+  for (const FlightDump& d : a.set.dumps)
+    if (d.reason == "error" && !d.detail.empty())
+      r.notes.push_back(cat("rank ", d.rank, " reported an error: ", d.detail));
+  r.cause_found = !r.culprits.empty();
+}
+
+}  // namespace strata::diag::detail

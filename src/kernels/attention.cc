@@ -1,0 +1,169 @@
+#include "kernels/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/fastmath.h"
+
+namespace strata::kernels {
+
+namespace {
+
+#ifndef STRATA_ATT_Q
+#define STRATA_ATT_Q 64
+#define STRATA_ATT_K 64
+#endif
+constexpr int kQ = STRATA_ATT_Q;  // query rows per tile
+constexpr int kK = STRATA_ATT_K;  // key rows per tile
+
+// One query block of one (b, h): rows [r0, r1) of q against keys [0, r1).
+void forward_block(float* out, float* lse, const float* q, const float* k, const float* v,
+                   int r0, int r1, int ld, int ldo, int hs, float scale, float* S, float* O) {
+  const int nr = r1 - r0;
+  float m[kQ], l[kQ];
+  for (int i = 0; i < nr; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+  }
+  std::memset(O, 0, sizeof(float) * nr * hs);
+  for (int k0 = 0; k0 < r1; k0 += kK) {
+    const int nk = std::min(kK, r1 - k0);
+    // S (nr, nk) = scale * Q_i (nr, hs) @ K_j^T (hs, nk)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + int64_t(r0) * ld,
+                ld, k + int64_t(k0) * ld, ld, 0.0f, S, kK);
+    for (int i = 0; i < nr; ++i) {
+      float* s = S + i * kK;
+      const int valid = std::min(nk, r0 + i - k0 + 1);  // causal: key <= query
+      const float m_new = std::max(m[i], max16(s, valid));
+      const float corr = m[i] == -INFINITY ? 0.0f : fast_exp(m[i] - m_new);
+      for (int j = 0; j < valid; ++j) s[j] = fast_exp(s[j] - m_new);
+      for (int j = valid; j < nk; ++j) s[j] = 0.0f;
+      l[i] = l[i] * corr + sum16(s, valid);
+      m[i] = m_new;
+      if (corr != 1.0f) {
+        float* o = O + i * hs;
+        for (int d = 0; d < hs; ++d) o[d] *= corr;
+      }
+    }
+    // O (nr, hs) += P (nr, nk) @ V_j (nk, hs)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, S, kK,
+                v + int64_t(k0) * ld, ld, 1.0f, O, hs);
+  }
+  for (int i = 0; i < nr; ++i) {
+    const float inv = 1.0f / l[i];
+    float* o = out + int64_t(r0 + i) * ldo;
+    for (int d = 0; d < hs; ++d) o[d] = O[i * hs + d] * inv;
+    lse[r0 + i] = m[i] + std::log(l[i]);
+  }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const int blocks = (T + kQ - 1) / kQ;
+  const int64_t tasks = int64_t(B) * NH * blocks;
+#pragma omp parallel
+  {
+    std::vector<float> S(kQ * kK), O(kQ * hs);
+    // Largest blocks (most key tiles) first for load balance; any order gives the same bits.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int blk = blocks - 1 - int(task % blocks);
+      const int h = int((task / blocks) % NH);
+      const int b = int(task / (int64_t(blocks) * NH));
+      const float* q = qkv + int64_t(b) * T * 3 * C + h * hs;
+      const int r0 = blk * kQ, r1 = std::min(T, r0 + kQ);
+      forward_block(out + int64_t(b) * T * C + h * hs, lse + (int64_t(b) * NH + h) * T, q,
+                    q + C, q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data());
+    }
+  }
+}
+
+namespace {
+
+struct BackwardScratch {
+  std::vector<float> S, dP, D;
+};
+
+// All of one (b, h). Pointers are at the head's first column; ld is the row stride of
+// q/k/v (3C) and ldo that of out/dout (C).
+void backward_head(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                   const float* k, const float* v, const float* out, const float* lse, int T,
+                   int ld, int ldo, int hs, float scale, BackwardScratch& w) {
+  float* S = w.S.data();
+  float* dP = w.dP.data();
+  float* D = w.D.data();
+  for (int t = 0; t < T; ++t) {
+    D[t] = dot16(dout + int64_t(t) * ldo, out + int64_t(t) * ldo, hs);
+    std::memset(dq + int64_t(t) * ld, 0, sizeof(float) * hs);
+  }
+  for (int k0 = 0; k0 < T; k0 += kK) {
+    const int nk = std::min(kK, T - k0);
+    bool first = true;
+    for (int r0 = (k0 / kQ) * kQ; r0 < T; r0 += kQ) {
+      const int nr = std::min(kQ, T - r0);
+      // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale,
+                  q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld, 0.0f, S, kK);
+      for (int i = 0; i < nr; ++i) {
+        float* s = S + i * kK;
+        const int valid = std::max(0, std::min(nk, r0 + i - k0 + 1));
+        const float L = lse[r0 + i];
+        for (int j = 0; j < valid; ++j) s[j] = fast_exp(s[j] - L);
+        for (int j = valid; j < nk; ++j) s[j] = 0.0f;
+      }
+      // dV_j (nk, hs) (+)= P^T (nk, nr) @ dO_i (nr, hs)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, S, kK,
+                  dout + int64_t(r0) * ldo, ldo, first ? 0.0f : 1.0f, dv + int64_t(k0) * ld, ld);
+      // dP (nr, nk) = dO_i (nr, hs) @ V_j^T (hs, nk)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f,
+                  dout + int64_t(r0) * ldo, ldo, v + int64_t(k0) * ld, ld, 0.0f, dP, kK);
+      // dS = P * (dP - D), kept in dP
+      for (int i = 0; i < nr; ++i) {
+        const float* p = S + i * kK;
+        float* ds = dP + i * kK;
+        const float Di = D[r0 + i];
+        for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - Di);
+      }
+      // dQ_i (nr, hs) += scale * dS (nr, nk) @ K_j (nk, hs)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, scale, dP, kK,
+                  k + int64_t(k0) * ld, ld, 1.0f, dq + int64_t(r0) * ld, ld);
+      // dK_j (nk, hs) (+)= scale * dS^T (nk, nr) @ Q_i (nr, hs)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, scale, dP, kK,
+                  q + int64_t(r0) * ld, ld, first ? 0.0f : 1.0f, dk + int64_t(k0) * ld, ld);
+      first = false;
+    }
+  }
+}
+
+}  // namespace
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const int64_t tasks = int64_t(B) * NH;
+#pragma omp parallel
+  {
+    BackwardScratch w{std::vector<float>(kQ * kK), std::vector<float>(kQ * kK),
+                      std::vector<float>(T)};
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int b = int(task / NH), h = int(task % NH);
+      const int64_t qoff = int64_t(b) * T * 3 * C + h * hs;
+      const int64_t ooff = int64_t(b) * T * C + h * hs;
+      float* dq = dqkv + qoff;
+      const float* q = qkv + qoff;
+      backward_head(dq, dq + C, dq + 2 * C, dout + ooff, q, q + C, q + 2 * C, out + ooff,
+                    lse + task * T, T, 3 * C, C, hs, scale, w);
+    }
+  }
+}
+
+}  // namespace strata::kernels

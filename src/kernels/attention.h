@@ -1,0 +1,36 @@
+// Causal multi-head self-attention, flash-attention style (Dao et al. 2022, FlashAttention-2
+// loop order).
+//
+// Terms: B batch, T sequence, C channels, NH heads, hs = C/NH head size. qkv holds, per
+// token, q (C) | k (C) | v (C), each split into NH heads of hs. Query block Bq and key block
+// Bk are tiles of kTile rows.
+//
+// Forward, per (b, h, query block): walk the key blocks up to the diagonal with an online
+// softmax (running row max m and row sum l, rescaling the partial output whenever m grows),
+// so only a kTile x kTile score tile exists at a time: memory O(T) per head, not O(T^2).
+// It saves the row log-sum-exp lse = m + log(l) (B, NH, T) for the backward.
+// Backward, per (b, h): for each key block, for each query block at or below the diagonal,
+// recompute the score tile and P = exp(S - lse) from the saved lse (no T x T matrix kept),
+// then dV += P^T dO, dP = dO V^T, dS = P * (dP - D) with D = rowsum(dO * O), dQ += dS K,
+// dK += dS^T Q (the 1/sqrt(hs) scale folded into the products).
+// Recomputing S costs one extra T^2*hs GEMM in the backward, and buys O(T) memory.
+//
+// Cost (causal, ~half of the T x T tiles): forward ~2*B*NH*T^2*hs flops, backward ~2.5x that.
+// Tiles are small GEMMs on the calling thread's BLAS; work is spread over (b, h[, block])
+// with OpenMP and every output element is produced by exactly one task in a fixed order,
+// so results do not depend on the thread count or the schedule.
+#pragma once
+#include <cstdint>
+
+namespace strata::kernels {
+
+inline constexpr int kAttentionTile = 64;
+
+// out (B,T,C); lse (B,NH,T); qkv (B,T,3C)
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+// dqkv (B,T,3C) is written (every element has one producer; no need to clear it);
+// dout, out (B,T,C); qkv (B,T,3C); lse (B,NH,T)
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH);
+
+}  // namespace strata::kernels

@@ -1,0 +1,18 @@
+// Token + position embedding.
+//   out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// Cost: B*T*C adds forward; the same backward. The backward scatters into wte rows that
+// several tokens may share, so it is parallelised over channel ranges (each channel's sum
+// runs over the tokens in order): deterministic and independent of the thread count.
+#pragma once
+#include <cstdint>
+
+namespace strata::kernels {
+
+// out (B,T,C); tokens (B,T) in [0, V); wte (V,C); wpe (>=T, C)
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                     int B, int T, int C);
+// dwte (V,C) +=, dwpe (>=T, C) +=; dout (B,T,C); tokens (B,T)
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                      int B, int T, int C);
+
+}  // namespace strata::kernels

@@ -1,0 +1,41 @@
+#include "kernels/gelu.h"
+
+#include "kernels/fastmath.h"
+
+namespace strata::kernels {
+
+namespace {
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr int64_t kBlock = 4096;  // elements per parallel task
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t i1 = std::min(n, (blk + 1) * kBlock);
+    for (int64_t i = blk * kBlock; i < i1; ++i) {
+      const float x = inp[i];
+      const float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+      out[i] = 0.5f * x * (1.0f + fast_tanh(u));
+    }
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t i1 = std::min(n, (blk + 1) * kBlock);
+    for (int64_t i = blk * kBlock; i < i1; ++i) {
+      const float x = inp[i];
+      const float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+      const float th = fast_tanh(u);
+      const float sech2 = 1.0f - th * th;
+      const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+      dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+    }
+  }
+}
+
+}  // namespace strata::kernels

@@ -1,0 +1,84 @@
+#include "kernels/layernorm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/fastmath.h"
+
+namespace strata::kernels {
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;
+    const float m = sum16(x, C) / float(C);
+    float acc[16] = {};
+    int c = 0;
+    for (; c + 16 <= C; c += 16)
+      for (int k = 0; k < 16; ++k) acc[k] += (x[c + k] - m) * (x[c + k] - m);
+    for (int k = 0; c < C; ++c, ++k) acc[k] += (x[c] - m) * (x[c] - m);
+    const float var = sum16(acc, 16) / float(C);
+    const float s = 1.0f / std::sqrt(var + 1e-5f);
+    float* o = out + n * C;
+    for (int j = 0; j < C; ++j) o[j] = (x[j] - m) * s * weight[j] + bias[j];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int C) {
+  // Pass 1, rows in parallel: the input gradient needs two reductions along the row,
+  // mean(w * dout) and mean(w * dout * xhat), taken with fixed partial sums.
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;
+    const float* d = dout + n * C;
+    const float m = mean[n], s = rstd[n];
+    float a1[16] = {}, a2[16] = {};
+    int c = 0;
+    for (; c + 16 <= C; c += 16)
+      for (int k = 0; k < 16; ++k) {
+        const float dn = weight[c + k] * d[c + k];
+        a1[k] += dn;
+        a2[k] += dn * ((x[c + k] - m) * s);
+      }
+    for (int k = 0; c < C; ++c, ++k) {
+      const float dn = weight[c] * d[c];
+      a1[k] += dn;
+      a2[k] += dn * ((x[c] - m) * s);
+    }
+    const float dnorm_mean = sum16(a1, 16) / float(C);
+    const float dnorm_xhat_mean = sum16(a2, 16) / float(C);
+    float* di = dinp + n * C;
+    for (int j = 0; j < C; ++j) {
+      const float xhat = (x[j] - m) * s;
+      di[j] += (weight[j] * d[j] - dnorm_mean - xhat * dnorm_xhat_mean) * s;
+    }
+  }
+  // Pass 2, channel ranges in parallel: dweight and dbias sum over rows in order.
+  constexpr int kChunk = 32;
+  const int chunks = (C + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int ch = 0; ch < chunks; ++ch) {
+    const int c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
+    float dw[kChunk] = {}, db[kChunk] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x = inp + n * C;
+      const float* d = dout + n * C;
+      const float m = mean[n], s = rstd[n];
+      for (int c = c0; c < c1; ++c) {
+        dw[c - c0] += (x[c] - m) * s * d[c];
+        db[c - c0] += d[c];
+      }
+    }
+    for (int c = c0; c < c1; ++c) {
+      dweight[c] += dw[c - c0];
+      dbias[c] += db[c - c0];
+    }
+  }
+}
+
+}  // namespace strata::kernels

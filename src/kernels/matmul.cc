@@ -1,0 +1,57 @@
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace strata::kernels {
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int C, int OC, bool accumulate) {
+  if (N == 0) return;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      float* o = out + n * OC;
+      if (accumulate)
+        for (int j = 0; j < OC; ++j) o[j] += bias[j];
+      else
+        std::memcpy(o, bias, sizeof(float) * OC);
+    }
+  }
+  const float beta = (bias || accumulate) ? 1.0f : 0.0f;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), OC, C, 1.0f, inp, C, weight, C,
+              beta, out, OC);
+}
+
+void bias_backward(float* dbias, const float* dout, int64_t N, int OC) {
+  constexpr int kChunk = 64;
+  const int chunks = (OC + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int ch = 0; ch < chunks; ++ch) {
+    const int c0 = ch * kChunk, c1 = std::min(OC, c0 + kChunk);
+    float acc[kChunk] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const float* d = dout + n * OC;
+      for (int c = c0; c < c1; ++c) acc[c - c0] += d[c];
+    }
+    for (int c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
+  }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int64_t N, int C, int OC,
+                     bool accumulate_dinp) {
+  if (N == 0) return;
+  // dinp (N,C) += dout (N,OC) @ weight (OC,C)
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), C, OC, 1.0f, dout, OC,
+                weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, int(N), 1.0f, dout, OC, inp, C,
+              1.0f, dweight, C);
+  if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+}  // namespace strata::kernels

@@ -1,0 +1,94 @@
+// GPT configurations and the flat parameter layout (the table of named views).
+#include <cmath>
+
+#include "core/error.h"
+#include "model/gpt.h"
+
+namespace strata::model {
+
+GPTConfig GPTConfig::preset(const std::string& name) {
+  GPTConfig c;
+  if (name == "tiny") {
+    c.layers = 4, c.dim = 256, c.heads = 4, c.seq = 256, c.vocab = 256, c.padded_vocab = 256;
+  } else if (name == "small") {
+    c.layers = 6, c.dim = 384, c.heads = 6, c.seq = 256, c.vocab = 256, c.padded_vocab = 256;
+  } else if (name == "gpt2") {
+    c.layers = 12, c.dim = 768, c.heads = 12, c.seq = 1024, c.vocab = 50257;
+    c.padded_vocab = 50304;
+  } else {
+    fail("unknown model '", name, "' (known: tiny, small, gpt2)");
+  }
+  return c;
+}
+
+void GPTConfig::validate() const {
+  auto positive = [](const char* what, int v) {
+    STRATA_CHECK(v > 0, "model ", what, " must be positive (got ", v, ")");
+  };
+  positive("layers", layers);
+  positive("dim", dim);
+  positive("heads", heads);
+  positive("seq", seq);
+  positive("vocab", vocab);
+  STRATA_CHECK(dim % heads == 0, "model dim ", dim, " is not divisible by heads ", heads);
+  STRATA_CHECK(padded_vocab >= vocab, "model padded vocab ", padded_vocab, " is below vocab ",
+               vocab);
+  const double n = double(padded_vocab + seq) * dim + double(layers) * (12.0 * dim * dim);
+  STRATA_CHECK(n < 4e9, "model has ~", n, " parameters: too many for one flat fp32 buffer");
+}
+
+// Per block: ln_1 (2C) + c_attn (3C*C + 3C) + attn c_proj (C*C + C) + ln_2 (2C)
+//            + c_fc (4C*C + 4C) + mlp c_proj (4C*C + C)  = 12 C^2 + 13 C
+int64_t GPTConfig::num_params() const {
+  const int64_t C = dim;
+  return int64_t(padded_vocab) * C + int64_t(seq) * C + int64_t(layers) * (12 * C * C + 13 * C) +
+         2 * C;
+}
+
+std::vector<ParamView> build_param_table(const GPTConfig& cfg) {
+  std::vector<ParamView> t;
+  int64_t off = 0;
+  auto add = [&](std::string name, Shape shape, int unit, bool decay) {
+    const int64_t n = numel(shape);
+    t.push_back(ParamView{std::move(name), std::move(shape), off, unit, decay});
+    off += n;
+  };
+  const int64_t C = cfg.dim;
+  add("wte", {cfg.padded_vocab, C}, 0, true);
+  add("wpe", {cfg.seq, C}, 0, true);
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    const int u = l + 1;
+    add(p + "ln_1.weight", {C}, u, false);
+    add(p + "ln_1.bias", {C}, u, false);
+    add(p + "attn.c_attn.weight", {3 * C, C}, u, true);
+    add(p + "attn.c_attn.bias", {3 * C}, u, false);
+    add(p + "attn.c_proj.weight", {C, C}, u, true);
+    add(p + "attn.c_proj.bias", {C}, u, false);
+    add(p + "ln_2.weight", {C}, u, false);
+    add(p + "ln_2.bias", {C}, u, false);
+    add(p + "mlp.c_fc.weight", {4 * C, C}, u, true);
+    add(p + "mlp.c_fc.bias", {4 * C}, u, false);
+    add(p + "mlp.c_proj.weight", {C, 4 * C}, u, true);
+    add(p + "mlp.c_proj.bias", {C}, u, false);
+  }
+  add("ln_f.weight", {C}, cfg.layers + 1, false);
+  add("ln_f.bias", {C}, cfg.layers + 1, false);
+  return t;
+}
+
+std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_t begin,
+                                     int64_t end) {
+  std::vector<DecayRange> out;
+  for (const ParamView& v : table) {
+    const int64_t b = std::max(begin, v.offset), e = std::min(end, v.offset + numel(v.shape));
+    if (b >= e) continue;
+    if (!out.empty() && out.back().decay == v.decay && out.back().end == b)
+      out.back().end = e;
+    else
+      out.push_back({b, e, v.decay});
+  }
+  return out;
+}
+
+}  // namespace strata::model

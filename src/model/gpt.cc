@@ -1,0 +1,449 @@
+// GPT forward and backward over the flat parameter and gradient buffers.
+//
+// Terms: B batch, T time, C channels, NH heads, Vp padded vocabulary, N = B*T rows.
+// Every matmul folds (B, T) into N rows so BLAS sees one large GEMM per layer and pass.
+// Residual adds are fused into the output projections (out = x + y @ W^T + b), so the
+// residual stream's gradient (dres) flows through unchanged and the layer norms' input
+// gradients accumulate into it.
+// Activations for (max_batch, seq) are allocated once; a call with smaller (B, T) uses the
+// first N rows of each. Per block and row we keep ln1, qkv (3C), attention output, res2,
+// ln2, fc (4C), gelu (4C), res3 plus norm statistics and the attention log-sum-exp:
+// 13C + 2*2 + NH floats per row and layer.
+// Cost per token: forward ~2*(12*L*C^2 + C*Vp) GEMM flops + ~2*L*C*T attention flops
+// (causal, T/2 keys on average), backward about twice that (plus the attention recompute).
+#include "model/gpt.h"
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "core/error.h"
+#include "core/phase.h"
+#include "core/rng.h"
+#include "core/trace.h"
+#include "kernels/kernels.h"
+
+namespace strata::model {
+
+namespace k = strata::kernels;
+
+namespace {
+
+constexpr int kViewsPerLayer = 12;
+
+// Pointers to one block's twelve views (parameters or gradients), in table order.
+struct Block {
+  float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+
+struct LayerActs {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd,
+      *fch, *fch_gelu, *res3;
+};
+
+// Hands out consecutive pieces of one buffer.
+struct Carver {
+  float* base;
+  int64_t used = 0;
+  float* take(int64_t n) {
+    float* p = base ? base + used : nullptr;
+    used += (n + 15) / 16 * 16;  // keep every piece 64-byte aligned
+    return p;
+  }
+};
+
+// A "compute" trace span for one unit's work, built only when tracing is on.
+class UnitSpan {
+ public:
+  UnitSpan(const char* pass, const char* what, int layer = -1) {
+    if (!tracer().enabled()) return;
+    std::string name = std::string(pass) + " " + what;
+    if (layer >= 0) name += std::to_string(layer);
+    span_.emplace(tracer(), std::move(name), "compute");
+  }
+
+ private:
+  std::optional<TraceSpan> span_;
+};
+
+}  // namespace
+
+struct GPT::Impl {
+  std::vector<float*> unit_params, unit_grads;
+  std::vector<int64_t> view_rel;  // offset of each view inside its unit
+  UnitHooks hooks;
+
+  Buffer acts_buf, input_buf;
+  float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+  float *logits = nullptr, *losses = nullptr, *ce_lse = nullptr;
+  float *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr, *dqkv = nullptr;
+  std::vector<LayerActs> layers;
+  int32_t *tokens = nullptr, *targets = nullptr;
+  float* weights = nullptr;
+  bool has_weights = false;
+
+  int B = 0, T = 0;
+  bool forward_done = false;  // a forward with targets ran and backward may follow
+  bool logits_valid = false;
+
+  // Layout pass with base = nullptr counts the floats; the second pass assigns pointers.
+  int64_t carve(float* base, const GPTConfig& cfg, int64_t N) {
+    Carver c{base};
+    const int64_t C = cfg.dim;
+    encoded = c.take(N * C);
+    layers.resize(cfg.layers);
+    for (LayerActs& a : layers) {
+      a.ln1 = c.take(N * C);
+      a.ln1_mean = c.take(N);
+      a.ln1_rstd = c.take(N);
+      a.qkv = c.take(3 * N * C);
+      a.atty = c.take(N * C);
+      a.att_lse = c.take(N * cfg.heads);
+      a.res2 = c.take(N * C);
+      a.ln2 = c.take(N * C);
+      a.ln2_mean = c.take(N);
+      a.ln2_rstd = c.take(N);
+      a.fch = c.take(4 * N * C);
+      a.fch_gelu = c.take(4 * N * C);
+      a.res3 = c.take(N * C);
+    }
+    lnf = c.take(N * C);
+    lnf_mean = c.take(N);
+    lnf_rstd = c.take(N);
+    logits = c.take(N * cfg.padded_vocab);
+    losses = c.take(N);
+    ce_lse = c.take(N);
+    dres = c.take(N * C);
+    dbuf_c = c.take(N * C);
+    dbuf_4c = c.take(4 * N * C);
+    dqkv = c.take(3 * N * C);
+    return c.used;
+  }
+
+  void before(int unit, Pass p) {
+    if (hooks.before_unit) hooks.before_unit(unit, p);
+  }
+  void after(int unit, Pass p) {
+    if (hooks.after_unit) hooks.after_unit(unit, p);
+  }
+};
+
+GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state)
+    : cfg_(cfg), max_batch_(max_batch), impl_(new Impl) {
+  cfg_.validate();
+  STRATA_CHECK(max_batch >= 0, "max batch must be >= 0 (got ", max_batch, ")");
+  table_ = build_param_table(cfg_);
+  num_params_ = cfg_.num_params();
+  STRATA_CHECK(table_.back().offset + numel(table_.back().shape) == num_params_,
+               "internal: parameter table does not cover the flat buffer");
+  if (allocate_state) {
+    params_ = Buffer(MemCategory::parameters, sizeof(float) * num_params_);
+    grads_ = Buffer(MemCategory::gradients, sizeof(float) * num_params_);
+  }
+  impl_->unit_params.assign(num_units(), nullptr);
+  impl_->unit_grads.assign(num_units(), nullptr);
+  for (int u = 0; u < num_units(); ++u) {
+    if (allocate_state) bind_unit(u, params() + unit_range(u).first, grads() + unit_range(u).first);
+  }
+  for (const ParamView& v : table_) impl_->view_rel.push_back(v.offset - unit_range(v.unit).first);
+
+  const int64_t N = int64_t(max_batch) * cfg_.seq;
+  const int64_t floats = impl_->carve(nullptr, cfg_, N);
+  impl_->acts_buf = Buffer(MemCategory::activations, sizeof(float) * floats);
+  impl_->carve(impl_->acts_buf.as<float>(), cfg_, N);
+  impl_->input_buf = Buffer(MemCategory::activations, (2 * sizeof(int32_t) + sizeof(float)) * N);
+  impl_->tokens = impl_->input_buf.as<int32_t>();
+  impl_->targets = impl_->tokens + N;
+  impl_->weights = reinterpret_cast<float*>(impl_->targets + N);
+}
+
+GPT::~GPT() { delete impl_; }
+
+std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
+  STRATA_CHECK(unit >= 0 && unit < num_units(), "unit ", unit, " out of range [0, ", num_units(),
+               ")");
+  const int L = cfg_.layers;
+  const int64_t C = cfg_.dim;
+  const int64_t emb = int64_t(cfg_.padded_vocab + cfg_.seq) * C;
+  const int64_t blk = 12 * C * C + 13 * C;
+  if (unit == 0) return {0, emb};
+  if (unit <= L) return {emb + (unit - 1) * blk, emb + unit * blk};
+  return {emb + L * blk, emb + L * blk + 2 * C};
+}
+
+void GPT::set_hooks(UnitHooks hooks) { impl_->hooks = std::move(hooks); }
+
+void GPT::bind_unit(int unit, float* params, float* grads) {
+  STRATA_CHECK(unit >= 0 && unit < num_units(), "bind_unit: unit ", unit, " out of range [0, ",
+               num_units(), ")");
+  impl_->unit_params[unit] = params;
+  impl_->unit_grads[unit] = grads;
+}
+
+void GPT::init(uint64_t seed) {
+  const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
+  for (size_t i = 0; i < table_.size(); ++i) {
+    const ParamView& v = table_[i];
+    float* p = impl_->unit_params[v.unit];
+    STRATA_CHECK(p, "init: unit ", v.unit, " has no parameter memory bound");
+    p += impl_->view_rel[i];
+    const int64_t n = numel(v.shape);
+    const std::string& name = v.name;
+    auto ends_with = [&](const char* s) {
+      const size_t k = std::strlen(s);
+      return name.size() >= k && name.compare(name.size() - k, k, s) == 0;
+    };
+    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || name == "ln_f.weight") {
+      for (int64_t e = 0; e < n; ++e) p[e] = 1.0f;
+      continue;
+    }
+    if (v.shape.size() == 1) {  // biases
+      std::memset(p, 0, sizeof(float) * n);
+      continue;
+    }
+    const float stdv = float(ends_with("c_proj.weight") ? resid_std : 0.02);
+    // Rows of wte past the real vocabulary stay zero: no token selects them and their
+    // logits are ignored, so they never receive a gradient.
+    const int64_t live = name == "wte" ? int64_t(cfg_.vocab) * cfg_.dim : n;
+    // Element e takes the (e % 2)-th pair of words of Philox block e / 2: the same values a
+    // sequential Rng(seed, i).normal() would produce, computed in parallel.
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < live; ++e) {
+      const auto w = philox4x32(seed, i, uint64_t(e / 2));
+      const int j = int(e % 2) * 2;
+      const double u1 = (double(w[j]) + 1.0) / 4294967296.0;
+      const double u2 = double(w[j + 1]) / 4294967296.0;
+      const float z = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      p[e] = z * stdv;
+    }
+    std::memset(p + live, 0, sizeof(float) * (n - live));
+  }
+}
+
+void GPT::zero_grads() {
+  for (int u = 0; u < num_units(); ++u) {
+    float* g = impl_->unit_grads[u];
+    STRATA_CHECK(g, "zero_grads: unit ", u, " has no gradient memory bound");
+    const auto [b, e] = unit_range(u);
+    std::memset(g, 0, sizeof(float) * (e - b));
+  }
+}
+
+namespace {
+
+Block block_views(float* base, const std::vector<int64_t>& rel, int layer) {
+  STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
+  const int64_t* r = rel.data() + 2 + kViewsPerLayer * layer;
+  return Block{base + r[0], base + r[1], base + r[2], base + r[3],  base + r[4],  base + r[5],
+               base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
+}
+
+float* checked(float* p, int unit, const char* what) {
+  STRATA_CHECK(p, "unit ", unit, " has no ", what, " memory bound");
+  return p;
+}
+
+}  // namespace
+
+// One block forward: x (N,C) -> a.res3 (N,C).
+static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x,
+                          int B, int T) {
+  const int64_t N = int64_t(B) * T;
+  const int C = cfg.dim;
+  k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+  k::matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+  k::attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, cfg.heads);
+  std::memcpy(a.res2, x, sizeof(float) * N * C);
+  k::matmul_forward(a.res2, a.atty, w.projw, w.projb, N, C, C, /*accumulate=*/true);
+  k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, N, C);
+  k::matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, N, C, 4 * C);
+  k::gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
+  std::memcpy(a.res3, a.res2, sizeof(float) * N * C);
+  k::matmul_forward(a.res3, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, /*accumulate=*/true);
+}
+
+// One block backward: dres (N,C) holds d loss / d res3 on entry and d loss / d x on exit.
+// Gradients of the block's parameters accumulate into g.
+static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g,
+                           const LayerActs& a, const float* x, float* dres, float* dbuf_c,
+                           float* dbuf_4c, float* dqkv, int B, int T) {
+  const int64_t N = int64_t(B) * T;
+  const int C = cfg.dim;
+  // Activation-gradient scratch is overwritten (accumulate_dinp = false), not cleared first.
+  k::matmul_backward(dbuf_4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C, false);
+  k::gelu_backward(dbuf_4c, a.fch, dbuf_4c, N * 4 * C);
+  k::matmul_backward(dbuf_c, g.fcw, g.fcb, dbuf_4c, a.ln2, w.fcw, N, C, 4 * C, false);
+  k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N,
+                        C);
+  k::matmul_backward(dbuf_c, g.projw, g.projb, dres, a.atty, w.projw, N, C, C, false);
+  k::attention_backward(dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads);
+  k::matmul_backward(dbuf_c, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C, 3 * C, false);
+  k::layernorm_backward(dres, g.ln1w, g.ln1b, dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+// Embedding, blocks and final norm: fills im.lnf for (B, T). Calls the forward hooks of
+// units 0 .. L+1; the caller brackets the logits with unit 0's second pair.
+static void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, int B,
+                          int T) {
+  const int64_t N = int64_t(B) * T;
+  const int C = cfg.dim, L = cfg.layers;
+  PhaseState& phase = current_phase();
+  phase.set_layer(-1);
+  im.before(0, Pass::forward);
+  if (N > 0) {
+    UnitSpan s("forward", "embed");
+    float* p0 = checked(im.unit_params[0], 0, "parameter");
+    k::encoder_forward(im.encoded, tokens, p0 + im.view_rel[0], p0 + im.view_rel[1], B, T, C);
+  }
+  im.after(0, Pass::forward);
+  for (int l = 0; l < L; ++l) {
+    phase.set_layer(l);
+    im.before(l + 1, Pass::forward);
+    if (N > 0) {
+      UnitSpan s("forward", "L", l);
+      const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
+      block_forward(cfg, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, B, T);
+    }
+    im.after(l + 1, Pass::forward);
+  }
+  phase.set_layer(-1);
+  im.before(L + 1, Pass::forward);
+  if (N > 0) {
+    UnitSpan s("forward", "ln_f");
+    float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
+    const int64_t* r = im.view_rel.data() + 2 + kViewsPerLayer * L;
+    k::layernorm_forward(im.lnf, im.lnf_mean, im.lnf_rstd,
+                         L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], N, C);
+  }
+  im.after(L + 1, Pass::forward);
+}
+
+static void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
+                         const int32_t* targets, int B, int T) {
+  STRATA_CHECK(B >= 0 && B <= max_batch, "batch ", B, " outside [0, ", max_batch,
+               "] (the model's maximum micro-batch)");
+  STRATA_CHECK(T >= 1 && T <= cfg.seq, "sequence length ", T, " outside [1, ", cfg.seq, "]");
+  const int64_t N = int64_t(B) * T;
+  STRATA_CHECK(N == 0 || tokens, "forward: tokens are null");
+  for (int64_t n = 0; n < N; ++n) {
+    STRATA_CHECK(tokens[n] >= 0 && tokens[n] < cfg.vocab, "token ", tokens[n], " at position ",
+                 n, " outside [0, ", cfg.vocab, ")");
+    if (targets)
+      STRATA_CHECK(targets[n] >= 0 && targets[n] < cfg.vocab, "target ", targets[n],
+                   " at position ", n, " outside [0, ", cfg.vocab, ")");
+  }
+}
+
+double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* weights, int B,
+                    int T) {
+  Impl& im = *impl_;
+  STRATA_CHECK(B == 0 || targets, "forward: targets are null (use logits() for inference)");
+  check_inputs(cfg_, max_batch_, tokens, targets, B, T);
+  PhaseScope phase(PhaseKind::forward);
+  const int64_t N = int64_t(B) * T;
+  im.B = B;
+  im.T = T;
+  if (N > 0) {
+    std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
+    std::memcpy(im.targets, targets, sizeof(int32_t) * N);
+    im.has_weights = weights != nullptr;
+    if (weights) std::memcpy(im.weights, weights, sizeof(float) * N);
+  }
+  trunk_forward(im, cfg_, im.tokens, B, T);
+  double loss = 0.0;
+  im.before(0, Pass::forward);
+  if (N > 0) {
+    UnitSpan s("forward", "logits");
+    const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
+    k::matmul_forward(im.logits, im.lnf, wte, nullptr, N, cfg_.dim, cfg_.padded_vocab);
+    loss = k::crossentropy_forward(im.losses, im.ce_lse, im.logits, im.targets,
+                                   im.has_weights ? im.weights : nullptr, N, cfg_.vocab,
+                                   cfg_.padded_vocab);
+  }
+  im.after(0, Pass::forward);
+  im.forward_done = true;
+  im.logits_valid = true;
+  return loss;
+}
+
+void GPT::backward(float scale) {
+  Impl& im = *impl_;
+  STRATA_CHECK(im.forward_done, "backward called without a forward with targets before it");
+  im.forward_done = false;
+  im.logits_valid = false;
+  PhaseScope phase(PhaseKind::backward);
+  const int B = im.B, T = im.T, C = cfg_.dim, L = cfg_.layers;
+  const int64_t N = int64_t(B) * T;
+  const std::vector<int64_t>& rel = im.view_rel;
+
+  im.before(0, Pass::backward);
+  if (N > 0) {
+    UnitSpan s("backward", "logits");
+    const float* wte = checked(im.unit_params[0], 0, "parameter") + rel[0];
+    float* dwte = checked(im.unit_grads[0], 0, "gradient") + rel[0];
+    k::crossentropy_backward(im.logits, im.ce_lse, im.targets,
+                             im.has_weights ? im.weights : nullptr, scale, N, cfg_.vocab,
+                             cfg_.padded_vocab);
+    k::matmul_backward(im.dbuf_c, dwte, nullptr, im.logits, im.lnf, wte, N, C, cfg_.padded_vocab,
+                       false);
+  }
+  im.before(L + 1, Pass::backward);
+  if (N > 0) {
+    UnitSpan s("backward", "ln_f");
+    const float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
+    float* gf = checked(im.unit_grads[L + 1], L + 1, "gradient");
+    const int64_t* r = rel.data() + 2 + kViewsPerLayer * L;
+    std::memset(im.dres, 0, sizeof(float) * N * C);
+    k::layernorm_backward(im.dres, gf + r[0], gf + r[1], im.dbuf_c,
+                          L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], im.lnf_mean,
+                          im.lnf_rstd, N, C);
+  }
+  im.after(L + 1, Pass::backward);
+  PhaseState& ph = current_phase();
+  for (int l = L - 1; l >= 0; --l) {
+    ph.set_layer(l);
+    im.before(l + 1, Pass::backward);
+    if (N > 0) {
+      UnitSpan s("backward", "L", l);
+      const Block w = block_views(im.unit_params[l + 1], rel, l);
+      const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
+      block_backward(cfg_, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
+                     im.dres, im.dbuf_c, im.dbuf_4c, im.dqkv, B, T);
+    }
+    im.after(l + 1, Pass::backward);
+  }
+  ph.set_layer(-1);
+  if (N > 0) {
+    UnitSpan s("backward", "embed");
+    float* g0 = checked(im.unit_grads[0], 0, "gradient");
+    k::encoder_backward(g0 + rel[0], g0 + rel[1], im.dres, im.tokens, B, T, C);
+  }
+  im.after(0, Pass::backward);
+}
+
+const float* GPT::logits(const int32_t* tokens, int B, int T) {
+  Impl& im = *impl_;
+  if (!tokens) {
+    STRATA_CHECK(im.logits_valid, "logits: no forward since the last backward");
+    return im.logits;
+  }
+  check_inputs(cfg_, max_batch_, tokens, nullptr, B, T);
+  PhaseScope phase(PhaseKind::forward);
+  const int64_t N = int64_t(B) * T;
+  im.forward_done = false;
+  im.B = B;
+  im.T = T;
+  std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
+  trunk_forward(im, cfg_, im.tokens, B, T);
+  im.before(0, Pass::forward);
+  if (N > 0) {
+    UnitSpan s("forward", "logits");
+    const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
+    k::matmul_forward(im.logits, im.lnf, wte, nullptr, N, cfg_.dim, cfg_.padded_vocab);
+  }
+  im.after(0, Pass::forward);
+  im.logits_valid = true;
+  return im.logits;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,158 @@
+// Data-parallel step engine with ZeRO stages 0-3 (Rajbhandari et al. 2020) over any
+// ProcessGroup. What each rank holds (Ψ parameters, N ranks, S = ceil(Ψ/N), see layout.h):
+//
+//   stage  working params  gradients          optimizer (m, v; fp32 master under bf16)
+//   0      Ψ               Ψ  (all-reduce)    Ψ
+//   1      Ψ               Ψ  (reduce-scatter) S
+//   2      Ψ               S  (reduce-scatter per bucket in backward; bucket buffers only)
+//   3      S (gathered per unit around its use)   S       S
+//
+// The engine owns every parameter and gradient buffer and binds the model's units to them
+// (the model is built with allocate_state = false), so the bytes it saves are really saved.
+// Under bf16 the working parameters and gradients are bf16; the model computes in fp32, so
+// each unit in use is converted into an fp32 scratch slot before it runs and its fp32
+// gradients are rounded into the bf16 buffers after (docs/zero.md lists every buffer).
+//
+// Gradient contract: the trainer scales every micro-batch's backward by 1 / (real tokens of
+// the whole global batch), so each rank's accumulated gradient is its share of the global
+// mean and a SUM across ranks (all-reduce or reduce-scatter with ReduceOp::sum) is exactly
+// the token-weighted mean over the global batch, whatever the split into ranks and
+// micro-batches.
+//
+// Driving it (the StepEngine contract, identical on every rank):
+//   engine.begin_step(); for m: { engine.begin_micro(m, A); model.forward; model.backward; }
+//   engine.end_backward(); norm = engine.step(lr);
+// Every rank must run forward and backward for every micro-batch, with B = 0 when it has no
+// samples: the model then only calls its hooks, and the engine's collectives stay matched.
+// Eval forwards and logits() (sampling) must likewise run on every rank at stage 3.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "core/dtype.h"
+#include "core/memory.h"
+#include "model/gpt.h"
+#include "nlohmann/json_fwd.hpp"
+#include "parallel/engine.h"
+#include "parallel/layout.h"
+#include "parallel/options.h"
+
+namespace strata::parallel {
+
+class GradReducer;
+class ParamGatherer;
+
+// Bytes of this rank's engine-owned buffers, by memory category. Model states (parameters,
+// gradients, optimizer) equal plan::zero_model_state_bytes(Ψ, N, stage, precision) exactly;
+// comm holds the bucket and gather buffers, activations the bf16 engine's fp32 scratch (the
+// model's own activations are counted by the process memory tracker, not here).
+struct MemoryReport {
+  int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0, comm = 0;
+  int64_t model_states() const { return parameters + gradients + optimizer; }
+  int64_t total() const { return model_states() + activations + comm; }
+  nlohmann::json to_json() const;
+};
+
+// One optimizer-state tensor as this rank holds it, for checkpoints, which save and load by
+// range of the flat parameter index space [0, Ψ).
+//   name  "params": the fp32 weights the optimizer updates (the fp32 master under bf16; the
+//         bf16 working copy is derived from it), "exp_avg", "exp_avg_sq" (AdamW m, v).
+//   held  [begin, end): the elements this rank keeps; data points at element `begin`.
+//         Load must fill all of them.
+//   write [write_begin, write_end) within held: what this rank writes on save; the write
+//         ranges of all ranks are disjoint and cover [0, Ψ) (each rank's own shard).
+struct StateShard {
+  std::string name;
+  DType dtype = DType::f32;
+  int64_t begin = 0, end = 0;
+  int64_t write_begin = 0, write_end = 0;
+  void* data = nullptr;
+};
+
+class DataParallelEngine final : public StepEngine {
+ public:
+  // Binds every unit of `model` (built with allocate_state = false) to engine memory and
+  // initialises the parameters with GPT-2 initialisation from `seed` (the same values on
+  // every rank and for every stage). Throws for bad options before allocating anything.
+  DataParallelEngine(model::GPT& model, comm::ProcessGroup& group, const DataParallelOptions& opts,
+                     const OptimConfig& optim, uint64_t seed);
+  ~DataParallelEngine() override;
+
+  void begin_step() override;
+  void begin_micro(int micro, int num_micro) override;
+  void end_backward() override;
+  float step(float lr) override;
+  int64_t step_count() const override { return steps_; }
+
+  const DataParallelOptions& options() const { return opts_; }
+  const ShardLayout& layout() const { return layout_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  MemoryReport memory_report() const;
+
+  // Checkpoint access (see StateShard). After writing into the shards, call
+  // state_loaded(step_count): it restores the step count and re-derives the working
+  // parameters (bf16 copy, all-gather of shards) on every rank.
+  std::vector<StateShard> state_shards();
+  void state_loaded(int64_t step_count);
+
+  // The full fp32 parameters [0, Ψ) assembled on every rank (a collective at stages 1-3):
+  // for tests, exports and checkpoint conversion. Bf16 working copies are widened.
+  std::vector<float> gather_full_params();
+
+ private:
+  friend class GradReducer;
+  friend class ParamGatherer;
+  void allocate_state();
+  void init_params(uint64_t seed);
+  void refresh_working_params();  // working params from the optimizer's weights
+  void before_unit(int unit, model::Pass pass);
+  void after_unit(int unit, model::Pass pass);
+  float* fp32_params_for(int unit);   // compute pointer for a unit's parameters
+  float* fp32_grads_for(int unit);    // compute pointer for a unit's gradients (backward)
+  void finish_unit_grads(int unit);   // after backward: bf16 rounding, hand to the reducer
+  double local_grad_sum_squares();
+  void apply_adamw(float lr, float grad_scale);
+
+  model::GPT& model_;
+  comm::ProcessGroup& pg_;
+  DataParallelOptions opts_;
+  OptimConfig optim_;
+  ShardLayout layout_;
+  bool bf16_;
+  DType wdtype_;        // working dtype of parameters and gradients
+  int wbytes_;          // its size
+  std::vector<Range> units_;
+  std::vector<Bucket> buckets_;
+  Range opt_range_;     // elements the optimizer updates here: [0, Ψ) at stage 0, else own shard
+
+  // Model states (categories parameters, gradients, optimizer).
+  Buffer params_;       // working params: Ψ (stages 0-2) or S (stage 3) elements of wdtype_
+  Buffer grads_;        // Ψ (stages 0-1) or S (stages 2-3) elements of wdtype_
+  Buffer master_;       // bf16 only: fp32 weights of opt_range_ (S or Ψ elements)
+  Buffer exp_avg_, exp_avg_sq_;
+  // bf16 compute scratch (category activations): fp32 params + grads of unit 0 (slot 0) and
+  // of one other unit (slot 1).
+  Buffer scratch_;
+  float* scratch_params_[2] = {nullptr, nullptr};
+  float* scratch_grads_[2] = {nullptr, nullptr};
+  int64_t scratch_version_[2] = {-1, -1};  // params_version_ converted into the slot
+  int scratch_unit_[2] = {-1, -1};
+
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<ParamGatherer> gatherer_;  // stage 3 only
+  std::vector<model::DecayRange> decay_;     // decay runs of opt_range_
+  int64_t steps_ = 0;
+  int64_t params_version_ = 0;  // bumped whenever the working parameters change
+  model::Pass current_pass_ = model::Pass::forward;
+};
+
+std::unique_ptr<DataParallelEngine> make_data_parallel_engine(model::GPT& model,
+                                                              comm::ProcessGroup& group,
+                                                              const DataParallelOptions& opts,
+                                                              const OptimConfig& optim,
+                                                              uint64_t seed);
+
+}  // namespace strata::parallel

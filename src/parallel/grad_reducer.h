@@ -1,0 +1,72 @@
+// Gradient buckets of the data-parallel engine: where each unit's gradients land, when a
+// bucket's collective starts, and how reduced shards are accumulated (stages 0-3).
+//
+// A bucket (layout.h) is "ready" when the backward of its last unit finished; its collective
+// is then issued at once, asynchronously, so it runs on the communication thread while
+// backward continues with the next units. Nothing waits until end_backward(), except a
+// stage 2/3 bucket whose buffer is needed again (see below).
+//
+//   stage 0  all-reduce of the bucket's range of the full gradient buffer, in place.
+//   stage 1  reduce-scatter of that range, in place: each rank keeps its shard's part.
+//   stages 0-1 with A > 1 micro-batches: gradients accumulate locally and only the last
+//            micro-batch communicates (the no_sync pattern: one reduction per step).
+//   stage 2-3 there is no full gradient buffer. Gradients go to bucket buffers (category
+//            comm): one for the last bucket (it holds unit 0, whose gradients build up
+//            from the first to the last step of backward) and two that the other buckets
+//            alternate between, so bucket k's reduce-scatter overlaps bucket k+1's backward
+//            and bucket k+2 waits for k's collective before reusing its buffer. Each
+//            micro-batch is reduce-scattered and added into the gradient shard (S elements).
+// Bytes of bucket buffers: |last bucket| + min(2, buckets-1) · max |other bucket|, in the
+// working dtype; a bucket is at most max(bucket cap, largest unit).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm/work.h"
+#include "core/memory.h"
+#include "parallel/layout.h"
+
+namespace strata::parallel {
+
+class DataParallelEngine;
+
+class GradReducer {
+ public:
+  explicit GradReducer(DataParallelEngine& engine);
+  void begin_step();
+  void begin_micro(int micro, int num_micro);
+  // Where unit u's working-dtype gradients accumulate in this micro-batch. Stages 2-3: a
+  // region of the bucket buffer, zeroed on the first call of the micro-batch (this may wait
+  // for an older bucket's collective to free the buffer).
+  void* unit_grads(int unit);
+  // Unit u's gradients are complete for this micro-batch.
+  void unit_done(int unit);
+  // Issues what is left, waits for every collective and folds stage 2-3 results into the
+  // gradient shard. After it, each rank's reduced gradients are in place.
+  void finish();
+  // Waits for collectives in flight without issuing any (teardown).
+  void wait_all();
+  int64_t buffer_bytes() const { return int64_t(staging_.bytes()); }
+  bool idle() const;
+
+ private:
+  int slot_of(int bucket) const;
+  char* slot_data(int slot) const;
+  void launch(int bucket);
+  void complete(int bucket);
+  void finish_micro_launches();
+
+  DataParallelEngine& e_;
+  std::vector<int> bucket_of_unit_;
+  std::vector<int> pending_;      // units of each bucket not yet done this micro-batch
+  std::vector<bool> launched_;    // collective issued and not yet completed
+  std::vector<bool> acquired_;    // per unit: region zeroed this micro-batch (stages 2-3)
+  std::vector<comm::WorkPtr> work_;
+  bool communicate_ = true;       // this micro-batch reduces (stages 0-1: the last one only)
+  // Stages 2-3 bucket buffers.
+  Buffer staging_;
+  std::vector<int64_t> slot_offset_;  // element offset of each slot in staging_
+  std::vector<int> slot_owner_;       // bucket using each slot, -1 if free
+};
+
+}  // namespace strata::parallel

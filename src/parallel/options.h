@@ -1,0 +1,47 @@
+// Data-parallel engine options (`strata train --zero S --precision P --bucket-mb M
+// --prefetch K`) and the checks that reject impossible settings before any work starts.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "plan/zero_memory.h"
+
+namespace strata::parallel {
+
+using plan::Precision;
+
+struct DataParallelOptions {
+  int stage = 0;                          // ZeRO stage: 0 (DDP), 1, 2, 3 (FSDP)
+  Precision precision = Precision::fp32;  // working parameters and gradients
+  // Gradient bucket cap in MiB of working-precision gradients (PyTorch DDP's default 25).
+  // A unit larger than the cap forms a bucket of its own.
+  double bucket_mb = 25;
+  int prefetch = 1;                   // stage 3: units gathered ahead of their use (>= 0)
+  bool reshard_after_forward = true;  // stage 3: free gathered units after their forward
+
+  // Throws one line naming the option and its value ("--zero 4: ZeRO stage must be ...").
+  void validate() const;
+  std::string describe() const;  // "zero 2, bf16, bucket 25 MiB"
+};
+
+Precision parse_precision(std::string_view s);  // "fp32" | "bf16"; throws naming the value
+const char* precision_name(Precision p);
+int parse_zero_stage(std::string_view s);       // "0".."3"; throws naming the value
+
+// The engine owns every parameter and gradient buffer (it binds each unit of the model), so
+// the model must be built without its own: GPT(cfg, batch, /*allocate_state=*/false).
+inline bool model_owns_state(const DataParallelOptions&) { return false; }
+
+// Rejects a data-parallel layout the machine cannot hold: `ranks_on_host` ranks, each with
+// the model states of `stage` for `psi` parameters (src/plan/zero_memory.h) plus
+// `other_bytes_per_rank` (activations, buffers), against `available_bytes` (<= 0: read
+// MemAvailable from /proc/meminfo). Throws naming the numbers.
+void check_memory_fits(int64_t psi, int world, int ranks_on_host, const DataParallelOptions& opts,
+                       int64_t other_bytes_per_rank, int64_t available_bytes = 0);
+
+// Rejects a global batch that cannot feed `world` ranks: every rank needs at least one
+// sequence per micro-step, and the batch must split evenly (B = b * A * world).
+void check_batch_split(int global_batch, int micro_batch, int world);
+
+}  // namespace strata::parallel

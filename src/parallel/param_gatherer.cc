@@ -1,0 +1,131 @@
+#include "parallel/param_gatherer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/trace.h"
+#include "parallel/data_parallel.h"
+#include "parallel/precision.h"
+#include "parallel/zero_comm.h"
+
+namespace strata::parallel {
+
+using model::Pass;
+
+ParamGatherer::ParamGatherer(DataParallelEngine& engine) : e_(engine) {
+  const int U = int(e_.units_.size());
+  int64_t max_other = 0;
+  for (int u = 1; u < U; ++u) max_other = std::max(max_other, e_.units_[u].size());
+  const int others = e_.opts_.reshard_after_forward ? std::min(e_.opts_.prefetch + 1, U - 1) : U - 1;
+  int64_t total = e_.units_[0].size();
+  slots_.push_back({0, -1});
+  for (int s = 0; s < others; ++s) {
+    slots_.push_back({total, -1});
+    total += max_other;
+  }
+  buf_ = Buffer(MemCategory::comm, size_t(total) * e_.wbytes_);
+  units_.resize(U);
+  for (int u = 0; u < U; ++u) order_.push_back({u, Pass::forward});
+  order_.push_back({0, Pass::forward});
+  order_.push_back({0, Pass::backward});
+  for (int u = U - 1; u >= 1; --u) order_.push_back({u, Pass::backward});
+}
+
+void ParamGatherer::issue(int unit, int slot) {
+  const Range r = e_.units_[unit];
+  const Range part = e_.layout_.own_part(r);
+  const int64_t from = part.empty() ? 0 : part.begin - e_.layout_.own().begin;
+  void* dst = elem_ptr(buf_.data(), slots_[slot].offset, e_.wdtype_);
+  units_[unit].work = gather_range_async(e_.pg_, e_.layout_, elem_ptr(e_.params_.data(), from, e_.wdtype_),
+                                         dst, r, e_.wdtype_, cat("params unit ", unit));
+  slots_[slot].unit = unit;
+  units_[unit].slot = slot;
+  ++gathers_;
+}
+
+int ParamGatherer::free_slot(int unit) {
+  if (unit == 0) return slots_[0].unit == -1 ? 0 : -1;
+  for (size_t s = 1; s < slots_.size(); ++s)
+    if (slots_[s].unit == -1) return int(s);
+  return -1;
+}
+
+void ParamGatherer::drop(int unit) {
+  UnitState& st = units_[unit];
+  if (st.slot < 0) return;
+  if (st.work) {
+    st.work->wait();
+    st.work.reset();
+  }
+  slots_[st.slot].unit = -1;
+  st.slot = -1;
+  st.in_use = false;
+}
+
+void ParamGatherer::evict_for(int unit) {
+  for (size_t s = 1; s < slots_.size(); ++s) {
+    const int held = slots_[s].unit;
+    if (held >= 0 && !units_[held].in_use) {
+      drop(held);
+      return;
+    }
+  }
+  fail("internal: no parameter slot free for unit ", unit, " (", slots_.size() - 1,
+       " slots all in use)");
+}
+
+void ParamGatherer::prefetch_from(size_t pos) {
+  const int depth = e_.opts_.prefetch;
+  std::vector<int> seen;
+  for (size_t j = pos; j < order_.size() && depth > 0; ++j) {
+    const int v = order_[j].first;
+    if (v == 0 || std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
+    seen.push_back(v);
+    if (int(seen.size()) > depth) break;
+    if (units_[v].slot >= 0) continue;
+    const int s = free_slot(v);
+    if (s < 0) break;
+    issue(v, s);
+  }
+}
+
+void* ParamGatherer::acquire(int unit, Pass pass) {
+  const std::pair<int, Pass> use{unit, pass};
+  auto it = std::find(order_.begin() + std::min(pos_, order_.size()), order_.end(), use);
+  if (it == order_.end()) it = std::find(order_.begin(), order_.end(), use);
+  STRATA_CHECK(it != order_.end(), "internal: unit ", unit, " is not in the model's order of use");
+  pos_ = size_t(it - order_.begin()) + 1;
+  UnitState& st = units_[unit];
+  if (st.slot < 0) {
+    int s = free_slot(unit);
+    if (s < 0) {
+      evict_for(unit);
+      s = free_slot(unit);
+    }
+    issue(unit, s);
+  }
+  prefetch_from(pos_);
+  if (st.work) {
+    TraceSpan wait(tracer(), tracer().enabled() ? cat("wait params unit ", unit) : "", "wait");
+    st.work->wait();
+    st.work.reset();
+  }
+  st.in_use = true;
+  return elem_ptr(buf_.data(), slots_[st.slot].offset, e_.wdtype_);
+}
+
+void ParamGatherer::release(int unit, Pass pass) {
+  units_[unit].in_use = false;
+  if (unit == 0) {
+    if (pass == Pass::backward) drop(0);
+  } else if (pass == Pass::backward || e_.opts_.reshard_after_forward) {
+    drop(unit);
+  }
+}
+
+void ParamGatherer::invalidate() {
+  for (int u = 0; u < int(units_.size()); ++u) drop(u);
+  pos_ = 0;
+}
+
+}  // namespace strata::parallel

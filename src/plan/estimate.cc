@@ -1,0 +1,350 @@
+// Per-layout estimate: terms and formulas in estimate.h.
+#include "plan/estimate.h"
+
+#include <algorithm>
+
+namespace strata::plan {
+
+namespace {
+
+int64_t layers_on_stage(const ModelSpec& m, int pp) { return (m.layers + pp - 1) / pp; }
+
+// K/V width one tensor-parallel rank holds: heads are split, or one head is replicated per
+// rank when tp exceeds the KV heads.
+double kv_local(const ModelSpec& m, int tp) {
+  return m.kv_heads >= tp ? double(m.kv_hidden()) / tp : double(m.head_dim());
+}
+
+// Tokens of one micro-batch on one context-parallel rank, and the divisor that sequence
+// parallelism applies to activations outside the tensor-parallel regions.
+struct Shape {
+  double s_loc, b, h, sbh, act_div;
+  bool sp;
+};
+
+Shape shape_of(const TrainSetup& s, const Layout& l) {
+  Shape x;
+  x.s_loc = double(s.model.seq) / l.cp;
+  x.b = l.micro_batch;
+  x.h = double(s.model.hidden);
+  x.sbh = x.s_loc * x.b * x.h;
+  x.sp = s.seq_parallel && l.tp > 1;
+  x.act_div = x.sp ? l.tp : 1;
+  return x;
+}
+
+LayerShape layer_shape(const TrainSetup& s, const Layout& l) {
+  const ModelSpec& m = s.model;
+  LayerShape x;
+  x.s = double(m.seq) / l.cp;
+  x.s_kv = double(m.seq);
+  x.b = l.micro_batch;
+  x.h = double(m.hidden);
+  x.a = double(m.heads);
+  x.kv_hidden = double(m.kv_hidden());
+  x.ffn = double(m.ffn);
+  x.gated = m.mlp == MlpKind::swiglu;
+  x.dropout = m.dropout;
+  x.experts_per_token = m.moe() ? double(m.top_k) : 1.0;
+  return x;
+}
+
+}  // namespace
+
+StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool last) {
+  const ParamCounts c = count_params(m);
+  const int64_t tp = l.tp, h = m.hidden, f = m.ffn, V = m.padded_vocab();
+  const int64_t kv = m.kv_heads >= tp ? m.kv_hidden() / tp : m.head_dim();
+  // Column-parallel weights and biases split by tp; row-parallel biases and norms replicated.
+  int64_t attention = 2 * h * h / tp + 2 * h * kv + (m.biases ? h / tp + 2 * kv + h : 0);
+  int64_t mlp = (m.mlp == MlpKind::swiglu ? 3 : 2) * h * f / tp + (m.biases ? f / tp + h : 0);
+  int64_t dense_layer = attention + c.norms + (m.moe() ? c.router : mlp);
+  int64_t expert_layer = m.moe() ? (m.experts / l.ep) * mlp : 0;
+  const int64_t layers = layers_on_stage(m, l.pp);
+  StageParams p;
+  p.dense = layers * dense_layer;
+  p.expert = layers * expert_layer;
+  p.largest_layer = dense_layer + expert_layer;
+  if (first) p.dense += V * h / tp + c.position;
+  if (last) {
+    p.dense += c.final_norm;
+    if (!m.tied || l.pp > 1) p.dense += V * h / tp;  // the head (a tied copy on the last stage)
+  }
+  return p;
+}
+
+MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
+  const ModelSpec& m = s.model;
+  const StateBytesPerParam per = s.state_bytes();
+  const int64_t micro = l.micro_batches(s.global_batch);
+  const Shape x = shape_of(s, l);
+  const LayerShape ls = layer_shape(s, l);
+  const double per_layer = layer_activation_bytes(ls, l.tp, x.sp, l.recompute);
+  const int64_t layers = layers_on_stage(m, l.pp);
+  const int64_t n_dense = int64_t(l.dp) * l.cp, n_expert = n_dense / l.ep;
+
+  auto stage = [&](bool first, bool last) {
+    MemoryEstimate e;
+    StageParams p = stage_params(m, l, first, last);
+    e.dense_params = p.dense;
+    e.expert_params = p.expert;
+    e.states = zero_model_state_bytes(p.dense, n_dense, l.zero, per);
+    e.states += zero_model_state_bytes(p.expert, n_expert, l.zero, per);
+    e.in_flight = int(first ? std::min<int64_t>(l.pp, std::max<int64_t>(micro, 1)) : 1);
+    e.activations = e.in_flight * layers * per_layer;
+    if (first && m.dropout) e.activations += e.in_flight * x.sbh / x.act_div;  // 1-byte mask
+    if (last)
+      e.activations += 4 * x.sbh / x.act_div +                          // final norm, head input
+                       4 * x.s_loc * x.b * double(m.padded_vocab()) / l.tp;  // fp32 logits
+    if (l.recompute == Recompute::full)
+      e.activations += layer_activation_bytes(ls, l.tp, x.sp, Recompute::none);
+    // Communication buffers.
+    double buf = 0;
+    if (l.zero == 1 || l.zero == 2)
+      buf += std::min(2 * s.bucket_mib * 1048576.0, double(e.states.gradients));
+    if (l.zero == 3)
+      buf += double(p.largest_layer) * (2 * per.parameter + per.gradient);
+    if (x.sp) buf += 2 * x.sbh;                                   // gathered layer input
+    if (l.pp > 1) buf += 2 * 2 * x.sbh / x.act_div;               // send and receive
+    if (l.ep > 1) buf += 2 * 2 * x.sbh * double(m.top_k) / x.act_div;  // dispatch, combine
+    if (l.cp > 1 && s.cp_mode == CpMode::ring)
+      buf += 2 * 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;      // K and V, double-buffered
+    e.comm_buffers = buf;
+    return e;
+  };
+  if (l.pp == 1) {
+    MemoryEstimate e = stage(true, true);
+    e.stage = "only";
+    return e;
+  }
+  MemoryEstimate a = stage(true, false), b = stage(false, true);
+  a.stage = "first";
+  b.stage = "last";
+  return a.total() >= b.total() ? a : b;
+}
+
+namespace {
+
+struct Links {
+  Link tp, cp, ep, dp, dp_expert, pp;
+  bool cp_inter, ep_inter, dp_inter, dpe_inter, pp_inter;
+};
+
+Links links_of(const TrainSetup& s, const Layout& l) {
+  const int64_t G = s.gpu.gpus_per_node;
+  Links k;
+  k.tp = s.gpu.intra;
+  k.cp_inter = !group_in_node(l.tp, l.cp, G);
+  k.ep_inter = !group_in_node(l.tp, l.ep, G);
+  k.dp_inter = !group_in_node(l.tp, int64_t(l.cp) * l.dp, G);
+  k.dpe_inter = !group_in_node(int64_t(l.tp) * l.ep, int64_t(l.cp) * l.dp / l.ep, G);
+  k.pp_inter = !group_in_node(int64_t(l.tp) * l.cp * l.dp, l.pp, G);
+  k.cp = k.cp_inter ? s.gpu.inter : s.gpu.intra;
+  k.ep = k.ep_inter ? s.gpu.inter : s.gpu.intra;
+  k.dp = k.dp_inter ? s.gpu.inter : s.gpu.intra;
+  k.dp_expert = k.dpe_inter ? s.gpu.inter : s.gpu.intra;
+  k.pp = k.pp_inter ? s.gpu.inter : s.gpu.intra;
+  return k;
+}
+
+CommItem item(std::string dim, std::string what, Collective op, int group, bool inter,
+              double bytes, double calls, double time, double exposed) {
+  return {std::move(dim), std::move(what), op, group, inter, bytes, calls, time, exposed};
+}
+
+// What one micro-batch costs on the busiest (last) stage, before communication.
+struct MicroBatch {
+  double M = 0;                 // micro-batches per step
+  double F = 0;                 // sustained FLOP/s
+  double layers = 0;            // layers on the stage
+  double t_fwd = 0, t_bwd = 0;  // seconds
+  double recompute = 0;         // seconds
+  double attn_flops_tok = 0;    // attention-core forward FLOPs per token
+  double layer_flops_tok = 0;   // one layer's forward FLOPs per token
+  bool full = false;
+};
+
+MicroBatch micro_batch_compute(const TrainSetup& s, const Layout& l, int64_t micro) {
+  const ModelSpec& m = s.model;
+  MicroBatch c;
+  c.M = double(micro);
+  c.F = s.gpu.peak_flops() * s.gpu.efficiency;
+  c.layers = double(layers_on_stage(m, l.pp));
+  c.full = l.recompute == Recompute::full;
+  const double shard = double(l.tp) * l.cp;
+  const double tokens = double(l.micro_batch) * double(m.seq);
+  c.layer_flops_tok = layer_forward_flops_per_token(m, double(m.seq));
+  c.attn_flops_tok = attention_core_forward_flops_per_token(m, double(m.seq));
+  const double fwd_layers = tokens * c.layers * c.layer_flops_tok / shard;
+  const double fwd = fwd_layers + tokens * logits_forward_flops_per_token(m) / shard;
+  c.t_fwd = fwd / c.F;
+  c.t_bwd = 2 * fwd / c.F;
+  if (c.full) c.recompute = fwd_layers / c.F;
+  if (l.recompute == Recompute::selective)
+    c.recompute = tokens * c.layers * c.attn_flops_tok / shard / c.F;
+  return c;
+}
+
+// Tensor, context, expert and pipeline communication of one micro-batch; appends the items.
+struct ModelParallelTimes {
+  double tp = 0, cp = 0, ep = 0, pp = 0;  // exposed seconds per micro-batch
+};
+
+ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l,
+                                       const MicroBatch& c, const Links& k, Estimate& e) {
+  const ModelSpec& m = s.model;
+  const Shape x = shape_of(s, l);
+  const double act_bytes = x.sbh * 2;  // one (b, s/cp, h) activation in bf16
+  const double M = c.M, L = c.layers;
+  ModelParallelTimes t;
+  if (l.tp > 1) {
+    const double calls = L * (4 + (c.full ? 2 : 0));
+    t.tp = calls * allreduce_s(act_bytes, l.tp, k.tp);
+    e.comm.push_back(item("tp", x.sp ? "all-gather + reduce-scatter pairs, 2 per layer fwd, 2 bwd"
+                                     : "2 all-reduces per layer fwd, 2 bwd",
+                          Collective::allreduce, l.tp, false, act_bytes, calls * M, t.tp * M,
+                          t.tp * M));
+  }
+  if (l.cp > 1 && s.cp_mode == CpMode::ring) {
+    const double block = 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;  // K and V of one rank
+    const double comm_f = (l.cp - 1) * send_recv_s(block, k.cp);
+    const double attn_f = x.s_loc * x.b * c.attn_flops_tok / l.tp / c.F;
+    const double passes = c.full ? 2 : 1;  // forward passes (recomputation repeats it)
+    t.cp = L * (passes * std::max(0.0, comm_f - attn_f) + std::max(0.0, 2 * (comm_f - attn_f)));
+    e.comm.push_back(item("cp", "ring attention: K/V blocks pass cp-1 hops per layer, hidden "
+                                "behind the attention they feed",
+                          Collective::send_recv, l.cp, k.cp_inter, block,
+                          L * (l.cp - 1) * (2 + passes) * M, L * (passes + 2) * comm_f * M,
+                          t.cp * M));
+  } else if (l.cp > 1) {
+    const double bytes = x.s_loc * x.b * (2 * x.h / l.tp + 2 * kv_local(m, l.tp)) * 2;
+    t.cp = L * (c.full ? 3 : 2) * 4 * all_to_all_s(bytes / 4, l.cp, k.cp);
+    e.comm.push_back(item("cp", "Ulysses: 4 all-to-alls per layer fwd (q, k, v, out), 4 bwd",
+                          Collective::all_to_all, l.cp, k.cp_inter, bytes / 4,
+                          L * (c.full ? 12 : 8) * M, t.cp * M, t.cp * M));
+  }
+  if (l.ep > 1) {
+    const double bytes = x.sbh * double(m.top_k) * 2 / x.act_div;
+    const double calls = L * (4 + (c.full ? 2 : 0));
+    t.ep = calls * all_to_all_s(bytes, l.ep, k.ep);
+    e.comm.push_back(item("ep", "token dispatch + combine all-to-alls per MoE layer, fwd and bwd",
+                          Collective::all_to_all, l.ep, k.ep_inter, bytes, calls * M, t.ep * M,
+                          t.ep * M));
+  }
+  if (l.pp > 1) {
+    const double bytes = act_bytes / x.act_div;
+    t.pp = 2 * send_recv_s(bytes, k.pp);
+    e.comm.push_back(item("pp", "activation forward, its gradient backward, per micro-batch",
+                          Collective::send_recv, 2, k.pp_inter, bytes, 2 * M, t.pp * M,
+                          t.pp * M));
+  }
+  return t;
+}
+
+// Data-parallel gradient and ZeRO traffic for the dense and the expert parameters. Returns
+// the exposed seconds per micro-batch (ZeRO-2/3) and sets `final_s`, the exposed seconds
+// after the pipeline drains (ZeRO-0/1/2).
+double data_parallel_comm(const TrainSetup& s, const Layout& l, const MicroBatch& c,
+                          const Links& k, Estimate& e, double* final_s) {
+  const StateBytesPerParam per = s.state_bytes();
+  const double M = c.M;
+  double final_reduce = 0, final_gather = 0, micro_comm = 0;
+  auto group = [&](const char* dim, double params, int n, bool inter, const Link& link) {
+    if (n <= 1 || params <= 0) return;
+    const double g = params * per.gradient, p = params * per.parameter;
+    const double rs = reduce_scatter_s(g, n, link), ag = all_gather_s(p, n, link);
+    switch (l.zero) {
+      case 0: {
+        const double ar = allreduce_s(g, n, link);
+        final_reduce += ar;
+        e.comm.push_back(item(dim, "all-reduce gradients (2Ψ)", Collective::allreduce, n, inter,
+                              g, 1, ar, 0));
+        break;
+      }
+      case 1:
+        final_reduce += rs;
+        final_gather += ag;
+        e.comm.push_back(item(dim, "reduce-scatter gradients (Ψ)", Collective::reduce_scatter, n,
+                              inter, g, 1, rs, 0));
+        e.comm.push_back(item(dim, "all-gather updated parameters (Ψ)", Collective::all_gather, n,
+                              inter, p, 1, ag, 0));
+        break;
+      case 2:
+        micro_comm += rs;
+        final_gather += ag;
+        e.comm.push_back(item(dim, "reduce-scatter gradients every micro-batch (Ψ each)",
+                              Collective::reduce_scatter, n, inter, g, M, rs * M, 0));
+        e.comm.push_back(item(dim, "all-gather updated parameters (Ψ)", Collective::all_gather, n,
+                              inter, p, 1, ag, 0));
+        break;
+      default:
+        micro_comm += 2 * ag + rs;
+        e.comm.push_back(item(dim, "all-gather parameters fwd and bwd, reduce-scatter gradients, "
+                                   "every micro-batch (3Ψ each)",
+                              Collective::all_gather, n, inter, p, 3 * M, (2 * ag + rs) * M, 0));
+    }
+  };
+  group("dp", double(e.mem.dense_params), l.dp * l.cp, k.dp_inter, k.dp);
+  group("dp-expert", double(e.mem.expert_params), l.dp * l.cp / l.ep, k.dpe_inter, k.dp_expert);
+  double per_micro = 0;
+  if (l.zero == 2) per_micro = std::max(0.0, micro_comm - c.t_bwd);
+  if (l.zero == 3) per_micro = std::max(0.0, micro_comm - (c.t_fwd + c.t_bwd + c.recompute));
+  // The last reduction hides behind the last backward, the gather behind the next forward.
+  *final_s = std::max(0.0, final_reduce - c.t_bwd) + std::max(0.0, final_gather - c.t_fwd);
+  // Spread the exposed share over the data-parallel items in proportion to their time.
+  double total = 0;
+  const double exposed = per_micro * M + *final_s;
+  for (const CommItem& it : e.comm)
+    if (it.dim.rfind("dp", 0) == 0) total += it.time_s;
+  for (CommItem& it : e.comm)
+    if (it.dim.rfind("dp", 0) == 0 && total > 0) it.exposed_s = exposed * it.time_s / total;
+  return per_micro;
+}
+
+}  // namespace
+
+Estimate evaluate(const TrainSetup& s, const Layout& l) {
+  const ModelSpec& m = s.model;
+  Estimate e;
+  e.layout = l;
+  e.micro_batches = l.micro_batches(s.global_batch);
+  e.mem = estimate_memory(s, l);
+  e.usable_bytes = s.gpu.memory_bytes() * (1.0 - s.headroom);
+  e.fits = e.mem.total() <= e.usable_bytes;
+
+  const MicroBatch c = micro_batch_compute(s, l, e.micro_batches);
+  const Links k = links_of(s, l);
+  const ModelParallelTimes mp = model_parallel_comm(s, l, c, k, e);
+  double dp_final = 0;
+  const double zero_mb = data_parallel_comm(s, l, c, k, e, &dp_final);
+
+  TimeBreakdown& t = e.time;
+  const double M = c.M;
+  t.t_micro = c.t_fwd + c.t_bwd + c.recompute + mp.tp + mp.cp + mp.ep + mp.pp + zero_mb;
+  t.compute = M * (c.t_fwd + c.t_bwd);
+  t.recompute = M * c.recompute;
+  t.tp = M * mp.tp;
+  t.cp = M * mp.cp;
+  t.ep = M * mp.ep;
+  t.pp = M * mp.pp;
+  t.zero_micro = M * zero_mb;
+  t.bubble = (l.pp - 1) * t.t_micro;
+  t.dp_final = dp_final;
+  t.optimizer = 2.0 * double(e.mem.states.total()) / (s.gpu.hbm_gbps * 1e9);
+  t.step_s = t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_micro + t.bubble +
+             t.dp_final + t.optimizer;
+
+  const double tokens = double(s.global_batch) * double(m.seq);
+  const double L = double(m.layers);
+  double recompute_tok = 0;
+  if (l.recompute == Recompute::full) recompute_tok = L * c.layer_flops_tok;
+  if (l.recompute == Recompute::selective) recompute_tok = L * c.attn_flops_tok;
+  e.model_flops_per_step = tokens * model_flops_per_token(m);
+  e.hardware_flops_per_step =
+      tokens * (3 * (L * c.layer_flops_tok + logits_forward_flops_per_token(m)) + recompute_tok);
+  e.tokens_per_s = tokens / t.step_s;
+  e.mfu = e.model_flops_per_step / (t.step_s * double(s.gpus) * s.gpu.peak_flops());
+  return e;
+}
+
+}  // namespace strata::plan

@@ -1,0 +1,89 @@
+// Memory, communication and time of one training step under one layout.
+//
+// Memory per GPU (the heavier of the first and last pipeline stage):
+//   model states   zero_model_state_bytes() on the stage's dense parameters (ZeRO group
+//                  dp·cp) plus its expert parameters (ZeRO group dp·cp/ep)
+//   activations    layer_activation_bytes() × layers on the stage × micro-batches in flight
+//                  (1F1B: stage i holds min(p − i, m)), + embedding dropout mask (first
+//                  stage), + final norm, head input and fp32 logits 4sbV/t (last stage),
+//                  + one un-recomputed layer as the working set under full recomputation
+//   comm buffers   ZeRO-1/2: two reduce-scatter buckets; ZeRO-3: two gathered layers
+//                  (current and prefetched) and one layer of gradients; SP all-gather of one
+//                  layer input; PP send/recv; EP dispatch/combine; CP ring K/V blocks
+// Time per step: a micro-batch costs, on one stage,
+//   t_mb = compute (forward + backward = 3 forward) + recomputation + exposed TP, CP, EP,
+//          PP and per-micro-batch ZeRO-2/3 communication
+// and 1F1B takes (m + p − 1)·t_mb, of which (p − 1)·t_mb is the bubble ((p − 1)/m of the
+// work). After the pipeline drains: the gradient reduction not hidden behind the last
+// micro-batch's backward, the ZeRO-1/2 parameter all-gather not hidden behind a forward,
+// and the optimizer step (state bytes read and written at HBM bandwidth).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/comm_cost.h"
+#include "plan/layout.h"
+
+namespace strata::plan {
+
+struct MemoryEstimate {
+  int64_t dense_params = 0;   // parameters on this GPU before ZeRO sharding
+  int64_t expert_params = 0;
+  ModelStateBytes states;     // after ZeRO sharding
+  double activations = 0;
+  double comm_buffers = 0;
+  int in_flight = 1;          // micro-batches whose activations the stage holds
+  const char* stage = "only"; // which stage is the heaviest: "first", "last" or "only"
+  double total() const { return double(states.total()) + activations + comm_buffers; }
+};
+
+struct CommItem {
+  std::string dim;        // "tp", "cp", "ep", "pp", "dp", "dp-expert"
+  std::string what;       // e.g. "2 all-reduces per layer fwd + 2 bwd"
+  Collective op = Collective::allreduce;
+  int group = 1;
+  bool inter_node = false;
+  double bytes_per_call = 0;
+  double calls_per_step = 0;
+  double time_s = 0;      // per step, if nothing overlapped
+  double exposed_s = 0;   // per step, on the critical path
+};
+
+struct TimeBreakdown {  // seconds per step; the parts sum to step_s
+  double compute = 0, recompute = 0, tp = 0, cp = 0, ep = 0, pp = 0, zero_micro = 0;
+  double bubble = 0, dp_final = 0, optimizer = 0;
+  double t_micro = 0;   // one micro-batch on one stage
+  double step_s = 0;
+};
+
+struct Estimate {
+  Layout layout;
+  int64_t micro_batches = 0;
+  MemoryEstimate mem;
+  double usable_bytes = 0;
+  bool fits = false;
+  std::vector<CommItem> comm;
+  TimeBreakdown time;
+  double model_flops_per_step = 0;     // 6N + 12·L·h·s per token, no recomputation
+  double hardware_flops_per_step = 0;  // what the GPUs execute, with recomputation
+  double tokens_per_s = 0;
+  double mfu = 0;
+  double bubble_fraction() const {
+    return micro_batches > 0 ? double(layout.pp - 1) / double(micro_batches) : 0;
+  }
+};
+
+// Assumes layout_problem(setup, l) is empty.
+Estimate evaluate(const TrainSetup& setup, const Layout& l);
+// Memory only (cheaper; used when scanning cluster sizes).
+MemoryEstimate estimate_memory(const TrainSetup& setup, const Layout& l);
+
+// Parameters on one GPU of one pipeline stage after TP, PP and EP sharding.
+struct StageParams {
+  int64_t dense = 0;
+  int64_t expert = 0;
+  int64_t largest_layer = 0;  // one layer's parameters on this GPU (ZeRO-3 gather unit)
+};
+StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool last);
+
+}  // namespace strata::plan

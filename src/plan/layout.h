@@ -1,0 +1,63 @@
+// A training layout and the setup it is planned for.
+//
+// Grid: world = tp · cp · dp · pp GPUs, ranks ordered with tp fastest, then cp, then dp, then
+// pp (Megatron's order), so a group whose ranks fit in one node talks over NVLink and any
+// other group crosses the network. Expert parallelism (ep) is carved out of the dp · cp
+// ranks: each of ep ranks holds E/ep experts and the expert weights are replicated (and
+// ZeRO-sharded) over the remaining dp · cp / ep ranks. The pipeline runs 1F1B over
+// m = global_batch / (dp · micro_batch) micro-batches.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "plan/activation_memory.h"
+#include "plan/hardware.h"
+#include "plan/model_spec.h"
+#include "plan/zero_memory.h"
+
+namespace strata::plan {
+
+enum class CpMode : uint8_t { ring, ulysses };
+
+// Everything the planner holds fixed while it searches layouts.
+struct TrainSetup {
+  ModelSpec model;
+  GpuSpec gpu;
+  int64_t gpus = 8;
+  int64_t global_batch = 0;  // sequences per optimizer step
+  Precision precision = Precision::bf16;
+  bool fp32_grads = false;
+  Optimizer optimizer = Optimizer::adamw;
+  bool seq_parallel = true;  // Megatron sequence parallelism whenever tp > 1
+  CpMode cp_mode = CpMode::ring;
+  double headroom = 0.10;    // fraction of device memory kept free (allocator, CUDA context)
+  double bucket_mib = 25;    // ZeRO-1/2 reduce-scatter bucket
+  StateBytesPerParam state_bytes() const {
+    return state_bytes_per_param(precision, fp32_grads, optimizer);
+  }
+};
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1;
+  int zero = 0;
+  int micro_batch = 1;
+  Recompute recompute = Recompute::none;
+
+  int64_t gpus() const { return int64_t(tp) * pp * dp * cp; }
+  int64_t micro_batches(int64_t global_batch) const { return global_batch / (int64_t(dp) * micro_batch); }
+  std::string str() const;  // "tp 8 · pp 4 · dp 32 · cp 1 · ep 1 · zero 1 · mb 1 · rc selective"
+  bool operator==(const Layout&) const = default;
+};
+
+const char* recompute_name(Recompute r);
+Recompute parse_recompute(const std::string& s);  // none | selective | full, else throws
+
+// Empty when the layout can run this setup, else one line naming the numbers at fault.
+std::string layout_problem(const TrainSetup& setup, const Layout& l);
+
+// Whether a group of `size` ranks spaced `stride` apart stays inside one node.
+inline bool group_in_node(int64_t stride, int64_t size, int64_t gpus_per_node) {
+  return size <= 1 || stride * size <= gpus_per_node;
+}
+
+}  // namespace strata::plan

@@ -1,0 +1,130 @@
+// Model presets with their published shapes, validation, and parameter / FLOP counts.
+#include "plan/model_spec.h"
+
+#include "core/error.h"
+#include "plan/flops.h"
+
+namespace strata::plan {
+
+void apply_arch(ModelSpec& m, const std::string& arch) {
+  if (arch == "gpt") {
+    m.mlp = MlpKind::gelu;
+    m.biases = m.layernorm = m.learned_pos = m.tied = m.dropout = true;
+  } else if (arch == "llama") {
+    m.mlp = MlpKind::swiglu;
+    m.biases = m.layernorm = m.learned_pos = m.tied = m.dropout = false;
+  } else {
+    fail("--arch '", arch, "' is not known (known: gpt, llama)");
+  }
+}
+
+namespace {
+
+ModelSpec make(std::string name, const char* arch, int64_t L, int64_t h, int64_t a, int64_t kv,
+               int64_t f, int64_t s, int64_t V, int64_t batch, double tokens, std::string src) {
+  ModelSpec m;
+  apply_arch(m, arch);
+  m.name = std::move(name);
+  m.layers = L, m.hidden = h, m.heads = a, m.kv_heads = kv, m.ffn = f, m.seq = s, m.vocab = V;
+  m.global_batch = batch;
+  m.train_tokens = tokens;
+  m.source = std::move(src);
+  return m;
+}
+
+std::vector<ModelSpec> presets() {
+  std::vector<ModelSpec> p;
+  p.push_back(make("gpt2", "gpt", 12, 768, 12, 12, 3072, 1024, 50257, 512, 0,
+                   "Radford et al. 2019 (GPT-2 small, 124M; batch 512)"));
+  p.push_back(make("gpt3-175b", "gpt", 96, 12288, 96, 96, 49152, 2048, 50257, 1536, 300e9,
+                   "Brown et al. 2020 Table 2.1 (batch 3.2M tokens, 300B tokens)"));
+  p.push_back(make("llama2-7b", "llama", 32, 4096, 32, 32, 11008, 4096, 32000, 1024, 2e12,
+                   "Touvron et al. 2023 Table 1 and the released config (4M-token batches, 2T tokens)"));
+  p.push_back(make("llama2-70b", "llama", 80, 8192, 64, 8, 28672, 4096, 32000, 1024, 2e12,
+                   "Touvron et al. 2023 Table 1 and the released config (GQA, 8 KV heads)"));
+  p.push_back(make("llama3-405b", "llama", 126, 16384, 128, 8, 53248, 8192, 128256, 2048,
+                   15.6e12,
+                   "Llama 3 herd paper (Dubey et al. 2024) Table 3; 16M-token batches, 15.6T tokens"));
+  ModelSpec mx = make("mixtral-8x7b", "llama", 32, 4096, 32, 8, 14336, 32768, 32000, 128, 0,
+                      "Jiang et al. 2024 Table 1 (8 experts, top-2, 32k context; batch not "
+                      "published, 4M tokens assumed)");
+  mx.experts = 8;
+  mx.top_k = 2;
+  p.push_back(mx);
+  return p;
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const ModelSpec& m : presets()) n.push_back(m.name);
+    return n;
+  }();
+  return names;
+}
+
+ModelSpec model_preset(const std::string& name) {
+  for (const ModelSpec& m : presets())
+    if (m.name == name) return m;
+  std::string known;
+  for (const std::string& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown model preset '", name, "' (known: ", known, ")");
+}
+
+void ModelSpec::validate() const {
+  STRATA_CHECK(layers > 0, "--layers must be positive (got ", layers, ")");
+  STRATA_CHECK(hidden > 0, "--hidden must be positive (got ", hidden, ")");
+  STRATA_CHECK(heads > 0, "--heads must be positive (got ", heads, ")");
+  STRATA_CHECK(hidden % heads == 0, "--hidden ", hidden, " is not divisible by --heads ", heads);
+  STRATA_CHECK(kv_heads > 0 && kv_heads <= heads && heads % kv_heads == 0, "--kv-heads ",
+               kv_heads, " must divide --heads ", heads);
+  STRATA_CHECK(ffn > 0, "--ffn must be positive (got ", ffn, ")");
+  STRATA_CHECK(seq > 0, "--seq must be positive (got ", seq, ")");
+  STRATA_CHECK(vocab > 0, "--vocab must be positive (got ", vocab, ")");
+  STRATA_CHECK(experts >= 0, "--experts must be 0 (dense) or positive (got ", experts, ")");
+  if (experts > 0)
+    STRATA_CHECK(top_k >= 1 && top_k <= experts, "--top-k ", top_k, " must be in 1..--experts ",
+                 experts);
+}
+
+ParamCounts count_params(const ModelSpec& m) {
+  m.validate();
+  const int64_t h = m.hidden, kv = m.kv_hidden(), f = m.ffn, V = m.padded_vocab();
+  ParamCounts c;
+  c.layers = m.layers;
+  c.embedding = V * h;
+  c.position = m.learned_pos ? m.seq * h : 0;
+  c.output_head = m.tied ? 0 : V * h;
+  c.final_norm = m.layernorm ? 2 * h : h;
+  c.attention = 2 * h * h + 2 * h * kv + (m.biases ? 2 * h + 2 * kv : 0);
+  c.norms = m.layernorm ? 4 * h : 2 * h;
+  c.expert_mlp = (m.mlp == MlpKind::swiglu ? 3 : 2) * h * f + (m.biases ? f + h : 0);
+  if (m.moe()) {
+    c.experts = m.experts;
+    c.top_k = m.top_k;
+    c.router = h * m.experts;
+  }
+  return c;
+}
+
+double layer_forward_flops_per_token(const ModelSpec& m, double s) {
+  const ParamCounts c = count_params(m);
+  const double matmul = double(c.per_layer_active());  // norms and biases: negligible extras
+  return 2.0 * matmul + attention_core_forward_flops_per_token(m, s);
+}
+
+double attention_core_forward_flops_per_token(const ModelSpec& m, double s) {
+  return 4.0 * s * double(m.hidden);
+}
+
+double logits_forward_flops_per_token(const ModelSpec& m) {
+  return 2.0 * double(m.hidden) * double(m.padded_vocab());
+}
+
+double model_flops_per_token(const ModelSpec& m) {
+  return train_flops_per_token(double(count_params(m).matmul_active()), m.layers, m.hidden, m.seq);
+}
+
+}  // namespace strata::plan

@@ -1,0 +1,94 @@
+// Transformer shapes the planner reasons about, the published presets, and their parameter
+// and FLOP counts.
+//
+// Terms: L layers, h hidden, a heads (head dim h/a), kv-heads (grouped-query attention when
+// fewer than a), f MLP width, s sequence, V vocabulary rows (padded to a multiple of 64, as
+// strata's GPT and Megatron do), E experts with top-k routing (E = 0: dense).
+// Per layer: attention 2h² + 2h·kv (Q, O; K, V of width kv = kv-heads·h/a); MLP 2hf (GELU) or
+// 3hf (SwiGLU), times E for MoE plus an h·E router; norms 2h (RMSNorm) or 4h (LayerNorm).
+// GPT-style layers also carry biases: 2h + 2kv + f + h (+ f·(E-1) experts).
+// Megatron-LM (Narayanan et al. 2021) counts a GPT as P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)):
+// the same sum without the final norm.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::plan {
+
+enum class MlpKind : uint8_t { gelu, swiglu };
+
+struct ModelSpec {
+  std::string name = "custom";
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, seq = 0, vocab = 0;
+  int64_t experts = 0;  // 0: dense
+  int64_t top_k = 0;
+  MlpKind mlp = MlpKind::gelu;
+  bool biases = true;        // GPT: biases on every linear layer
+  bool layernorm = true;     // LayerNorm (weight and bias) vs RMSNorm (weight)
+  bool learned_pos = true;   // learned position table (s × h) vs rotary (no parameters)
+  bool tied = true;          // output head shares the input embedding
+  bool dropout = true;       // dropout after attention and MLP (its 1-byte masks are stored)
+  int64_t global_batch = 0;  // published global batch in sequences (0: unknown)
+  double train_tokens = 0;   // published training tokens (0: unknown)
+  std::string source;        // where the shape comes from
+
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t kv_hidden() const { return kv_heads * head_dim(); }
+  int64_t padded_vocab() const { return (vocab + 63) / 64 * 64; }
+  bool moe() const { return experts > 0; }
+  // Throws a one-line Error naming the flag for impossible shapes.
+  void validate() const;
+};
+
+// Applies "gpt" (GELU, LayerNorm, biases, learned positions, tied, dropout) or "llama"
+// (SwiGLU, RMSNorm, no biases, rotary, untied, no dropout) conventions.
+void apply_arch(ModelSpec& m, const std::string& arch);
+
+ModelSpec model_preset(const std::string& name);  // throws listing the known presets
+const std::vector<std::string>& model_preset_names();
+
+struct ParamCounts {
+  int64_t embedding = 0;      // input embedding V × h
+  int64_t position = 0;       // learned positions s × h
+  int64_t output_head = 0;    // untied output projection V × h (0 when tied)
+  int64_t final_norm = 0;
+  int64_t attention = 0;      // one layer: Q, K, V, O (+ biases)
+  int64_t norms = 0;          // one layer: both norms
+  int64_t expert_mlp = 0;     // one MLP (one expert for MoE; the dense MLP otherwise)
+  int64_t router = 0;         // one layer's router (MoE)
+  int64_t experts = 1;        // MLPs per layer
+  int64_t top_k = 1;          // MLPs a token visits
+  int64_t layers = 0;
+
+  int64_t per_layer() const { return attention + norms + expert_mlp * experts + router; }
+  int64_t per_layer_active() const { return attention + norms + expert_mlp * top_k + router; }
+  int64_t non_layer() const { return embedding + position + output_head + final_norm; }
+  int64_t total() const { return layers * per_layer() + non_layer(); }
+  int64_t active() const { return layers * per_layer_active() + non_layer(); }
+  int64_t expert_total() const { return experts > 1 ? layers * expert_mlp * experts : 0; }
+  // Weights a token multiplies by: active layers and the output head (the tied embedding when
+  // tied). Input lookups and position tables cost no matmul FLOPs.
+  int64_t matmul_active() const {
+    return layers * per_layer_active() + (output_head > 0 ? output_head : embedding);
+  }
+};
+
+ParamCounts count_params(const ModelSpec& m);
+
+// Megatron-LM's closed form P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)).
+inline double megatron_param_count(double l, double h, double V, double s) {
+  return 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
+}
+
+// Forward FLOPs of one token through one layer at sequence length s: 2 per active matmul
+// weight plus 4·s·h for attention scores and values (Megatron's convention: no causal
+// halving), and of the logits: 2·h·V.
+double layer_forward_flops_per_token(const ModelSpec& m, double s);
+double attention_core_forward_flops_per_token(const ModelSpec& m, double s);
+double logits_forward_flops_per_token(const ModelSpec& m);
+
+// Model FLOPs per trained token for MFU (flops.h: 6N + 12·L·h·s), N = matmul_active().
+double model_flops_per_token(const ModelSpec& m);
+
+}  // namespace strata::plan

@@ -1,0 +1,35 @@
+// run_plan: search, explain, size the cluster when nothing fits, plan checkpoints and RLHF.
+#include "plan/planner.h"
+
+namespace strata::plan {
+
+PlanResult run_plan(const PlanRequest& req) {
+  const TrainSetup& s = req.setup;
+  s.model.validate();
+  s.gpu.validate("--gpu");
+  PlanResult r;
+  if (req.rlhf) {  // a mode of its own: PPO memory, no pre-training layout search
+    r.rlhf = estimate_rlhf(*req.rlhf);
+    if (!r.rlhf->fits()) r.rlhf_smallest_cluster = smallest_rlhf_cluster(*req.rlhf);
+    return r;
+  }
+  check_fixed(s, req.fixed);
+  r.search = search_layouts(s, req.fixed);
+  r.explanation = explain(r.search, s);
+  if (!r.fits()) r.smallest_cluster = smallest_fitting_cluster(s, req.fixed);
+
+  const StateBytesPerParam per = s.state_bytes();
+  r.checkpoint_bytes = double(count_params(s.model).total()) * double(per.parameter + per.optimizer);
+  CheckpointPlanInput ck;
+  ck.gpus = double(s.gpus);
+  ck.gpu_mtbf_s = req.gpu_mtbf_hours * 3600;
+  ck.job_mtbf_s = req.job_mtbf_hours * 3600;
+  ck.checkpoint_bytes = r.checkpoint_bytes;
+  ck.storage_gbps = req.storage_gbps;
+  ck.stall_s = req.ckpt_stall_s;
+  ck.restart_s = req.restart_minutes * 60;
+  r.checkpoint = plan_checkpoints(ck);
+  return r;
+}
+
+}  // namespace strata::plan

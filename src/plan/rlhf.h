@@ -1,0 +1,57 @@
+// Per-GPU memory of PPO fine-tuning (InstructGPT-style RLHF, as in DeepSpeed-Chat): four
+// models live at once.
+//   actor (the policy) and critic (value model): trained, 16 bytes per parameter under
+//       bf16 + AdamW (zero_model_state_bytes with their ZeRO stage over the N/tp data ranks)
+//   reference (frozen copy of the initial actor) and reward model: inference only, 2 bytes
+//       per parameter, sharded over the N/tp data ranks under ZeRO-3, else replicated
+//   KV cache of the actor generating rollouts:
+//       rollout batch × sequence × layers × 2 (K and V) × kv-hidden/tp × 2 bytes
+//   activations of whichever trained model is in its backward (the larger of the two)
+// Reference shares the actor's shape and reward the critic's; the value head is counted as
+// an LM head (V·h parameters, a slight overestimate).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/estimate.h"
+
+namespace strata::plan {
+
+struct RlhfSetup {
+  ModelSpec actor, critic;
+  GpuSpec gpu;
+  int64_t gpus = 8;
+  int tp = 1;
+  int zero = 3;
+  Precision precision = Precision::bf16;
+  bool fp32_grads = false;
+  Optimizer optimizer = Optimizer::adamw;
+  int micro_batch = 1;
+  Recompute recompute = Recompute::full;
+  int64_t rollout_batch = 8;  // sequences each GPU generates at once
+  double headroom = 0.10;
+  bool seq_parallel = true;
+};
+
+struct RlhfModelMemory {
+  std::string role;            // actor, critic, reference, reward
+  int64_t params = 0;          // whole model
+  bool trained = false;
+  ModelStateBytes states;      // per GPU
+};
+
+struct RlhfEstimate {
+  std::vector<RlhfModelMemory> models;
+  double kv_cache = 0;
+  double activations = 0;      // with the communication buffers of the training pass
+  double usable = 0;
+  double total() const;
+  bool fits() const { return total() <= usable; }
+};
+
+RlhfEstimate estimate_rlhf(const RlhfSetup& s);
+// Smallest GPU count above s.gpus (node multiples above one node) where it fits; 0 if none
+// up to max_gpus.
+int64_t smallest_rlhf_cluster(const RlhfSetup& s, int64_t max_gpus = int64_t(1) << 20);
+
+}  // namespace strata::plan

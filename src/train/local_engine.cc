@@ -1,0 +1,42 @@
+#include "train/local_engine.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/adamw.h"
+
+namespace strata::train {
+
+LocalEngine::LocalEngine(model::GPT& model, const parallel::OptimConfig& cfg)
+    : model_(model),
+      cfg_(cfg),
+      m_(MemCategory::optimizer, size_t(model.num_params()) * sizeof(float)),
+      v_(MemCategory::optimizer, size_t(model.num_params()) * sizeof(float)) {
+  STRATA_CHECK(model.params() && model.grads(),
+               "the single-process engine needs the model's own flat parameter and gradient "
+               "buffers");
+  spans_ = model::decay_ranges(model.param_table(), 0, model.num_params());
+}
+
+void LocalEngine::begin_step() {
+  model_.zero_grads();
+}
+
+float LocalEngine::step(float lr) {
+  float* grads = model_.grads();
+  const double sum_sq = kernels::sum_squares(grads, model_.num_params());
+  kernels::AdamWStep s;
+  s.lr = lr;
+  s.beta1 = cfg_.beta1;
+  s.beta2 = cfg_.beta2;
+  s.eps = cfg_.eps;
+  s.weight_decay = cfg_.weight_decay;
+  s.t = ++steps_;
+  s.grad_scale = kernels::clip_scale(sum_sq, cfg_.grad_clip);
+  for (const model::DecayRange& sp : spans_)
+    kernels::adamw_update(model_.params() + sp.begin, grads + sp.begin, m_.as<float>() + sp.begin,
+                          v_.as<float>() + sp.begin, sp.end - sp.begin, sp.decay, s);
+  return float(std::sqrt(sum_sq));
+}
+
+}  // namespace strata::train

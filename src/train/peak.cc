@@ -1,0 +1,103 @@
+#include "train/peak.h"
+
+#include <cblas.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/env.h"
+#include "core/timer.h"
+#include "nlohmann/json.hpp"
+
+namespace strata::train {
+
+static const EnvVar kPeakCache("STRATA_PEAK_CACHE", "",
+                               "file caching the measured sgemm peak used for MFU "
+                               "(default $XDG_CACHE_HOME/strata/peak.json)");
+
+double measure_sgemm_gflops(double seconds, int n) {
+  // Plain vectors, not tracked Buffers: the probe is not part of the run's memory.
+  size_t elems = size_t(n) * size_t(n);
+  std::vector<float> a(elems), b(elems), c(elems);
+  float* pa = a.data();
+  float* pb = b.data();
+  for (size_t i = 0; i < elems; ++i) {
+    pa[i] = float(i % 7) * 0.01f;
+    pb[i] = float(i % 5) * 0.02f;
+  }
+  auto gemm = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, pa, n, pb, n, 0.0f,
+                c.data(), n);
+  };
+  gemm();  // warm-up: thread pool start, page faults
+  double flops = 2.0 * double(n) * n * n;
+  double best = 0;
+  Stopwatch total;
+  // Short batches so a noisy neighbour hurts one sample, not the estimate.
+  while (total.seconds() < seconds || best == 0) {
+    Stopwatch sw;
+    for (int i = 0; i < 3; ++i) gemm();
+    best = std::max(best, 3 * flops / sw.seconds() * 1e-9);
+  }
+  return best;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string name = line.substr(colon + 1);
+        name.erase(0, name.find_first_not_of(' '));
+        return name;
+      }
+    }
+  }
+  return "unknown cpu";
+}
+
+std::string peak_cache_path() {
+  if (kPeakCache.is_set()) return kPeakCache.get();
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/strata/peak.json";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/strata/peak.json";
+  return "";
+}
+
+static nlohmann::json read_cache(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+Peak machine_peak(int threads, double override_gflops) {
+  if (override_gflops > 0) return {override_gflops, "flag"};
+  std::string path = peak_cache_path();
+  std::string key = cpu_model() + "|threads=" + std::to_string(threads);
+  nlohmann::json cache = path.empty() ? nlohmann::json::object() : read_cache(path);
+  if (auto it = cache.find(key); it != cache.end() && it->is_number() && it->get<double>() > 0)
+    return {it->get<double>(), "cache " + path};
+  double gflops = measure_sgemm_gflops();
+  if (!path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    cache[key] = gflops;
+    std::string tmp = path + ".tmp" + std::to_string(::getpid());
+    // Write then rename, so concurrent runs never read half a file.
+    std::ofstream out(tmp);
+    out << cache.dump(2) << "\n";
+    out.close();
+    if (out.fail() || (std::filesystem::rename(tmp, path, ec), ec))
+      std::filesystem::remove(tmp, ec);
+  }
+  return {gflops, "measured"};
+}
+
+}  // namespace strata::train

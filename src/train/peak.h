@@ -1,0 +1,28 @@
+// The machine's peak for MFU: a short sgemm probe (square fp32 matrix products through the
+// same BLAS and thread count that training uses), measured once per machine and cached.
+//
+// Terms: peak = best sustained GFLOP/s of C = A·B with n = 1024 (2n³ FLOPs per call), over
+// roughly `seconds` of repeated calls after one warm-up call. Cost: about `seconds` of
+// compute and 12 MiB. The cache is a JSON object keyed by "<cpu model>|threads=<n>", in
+// $STRATA_PEAK_CACHE, else $XDG_CACHE_HOME/strata/peak.json, else ~/.cache/strata/peak.json.
+#pragma once
+#include <string>
+
+namespace strata::train {
+
+// Measures sgemm GFLOP/s with the current OpenMP/BLAS thread setting.
+double measure_sgemm_gflops(double seconds = 1.0, int n = 1024);
+
+struct Peak {
+  double gflops = 0;
+  std::string source;  // "flag", "cache <path>", "measured"
+};
+
+// override_gflops > 0 wins; otherwise a cached value for (cpu model, threads), else a fresh
+// measurement that is then cached (an unwritable cache only costs a re-measurement).
+Peak machine_peak(int threads, double override_gflops = 0);
+
+std::string cpu_model();           // "model name" of /proc/cpuinfo, or "unknown cpu"
+std::string peak_cache_path();     // where machine_peak reads and writes
+
+}  // namespace strata::train

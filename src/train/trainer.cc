@@ -1,0 +1,354 @@
+#include "train/trainer.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/phase.h"
+#include "core/timer.h"
+#include "core/trace.h"
+#include "data/dataset.h"
+#include "plan/flops.h"
+#include "train/generate.h"
+#include "train/local_engine.h"
+#include "train/metrics.h"
+#include "train/peak.h"
+
+namespace strata::train {
+
+using nlohmann::json;
+
+// ---- configuration -------------------------------------------------------------------------
+
+int TrainConfig::accum(int world) const {
+  int b = micro_batch > 0 ? micro_batch : batch / std::max(world, 1);
+  STRATA_CHECK(b > 0 && world > 0 && batch % (int64_t(b) * world) == 0, "--batch ", batch,
+               " is not divisible by --micro-batch ", b, " x ", world,
+               " data-parallel rank(s): accumulation steps must be a whole number");
+  return batch / (b * world);
+}
+
+void TrainConfig::validate(int world) const {
+  model.validate();
+  STRATA_CHECK(seq >= 0, "--seq must be positive (got ", seq, ")");
+  STRATA_CHECK(train_seq() <= model.seq, "--seq ", train_seq(),
+               " exceeds the model's maximum sequence length ", model.seq,
+               " (rows of its position table; raise it with --max-seq)");
+  STRATA_CHECK(batch > 0, "--batch must be positive (got ", batch, ")");
+  STRATA_CHECK(micro_batch >= 0, "--micro-batch must be positive (got ", micro_batch, ")");
+  STRATA_CHECK(micro_batch > 0 || batch % world == 0, "--batch ", batch,
+               " is not divisible by the ", world, " data-parallel ranks");
+  accum(world);
+  schedule.validate();
+  STRATA_CHECK(optim.weight_decay >= 0, "--weight-decay must be >= 0 (got ", optim.weight_decay,
+               ")");
+  STRATA_CHECK(optim.beta1 >= 0 && optim.beta1 < 1 && optim.beta2 >= 0 && optim.beta2 < 1,
+               "AdamW betas must be in [0, 1) (got ", optim.beta1, ", ", optim.beta2, ")");
+  STRATA_CHECK(std::isfinite(optim.grad_clip), "--grad-clip must be a number");
+  STRATA_CHECK(eval_every >= 0, "--eval-every must be >= 0 (got ", eval_every, ")");
+  STRATA_CHECK(eval_batches > 0, "--eval-batches must be positive (got ", eval_batches, ")");
+  STRATA_CHECK(sample_every >= 0, "--sample-every must be >= 0 (got ", sample_every, ")");
+  STRATA_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
+  STRATA_CHECK(log_every > 0, "--log-every must be positive (got ", log_every, ")");
+  STRATA_CHECK(threads >= 0, "--threads must be positive (got ", threads, ")");
+  STRATA_CHECK(peak_gflops >= 0, "--peak-gflops must be positive (got ", peak_gflops, ")");
+  STRATA_CHECK(val_fraction > 0 && val_fraction < 1, "validation fraction must be in (0, 1) (got ",
+               val_fraction, ")");
+  STRATA_CHECK(prefetch >= 0, "prefetch must be >= 0 (got ", prefetch, ")");
+}
+
+json TrainConfig::to_json() const {
+  return {{"model", model_name},
+          {"layers", model.layers},
+          {"dim", model.dim},
+          {"heads", model.heads},
+          {"max_seq", model.seq},
+          {"vocab", model.vocab},
+          {"padded_vocab", model.padded_vocab},
+          {"seq", train_seq()},
+          {"data", data},
+          {"seed", seed},
+          {"batch", batch},
+          {"micro_batch", micro_batch},
+          {"steps", schedule.steps},
+          {"lr", schedule.lr},
+          {"min_lr", schedule.min_lr},
+          {"warmup", schedule.warmup},
+          {"weight_decay", optim.weight_decay},
+          {"grad_clip", optim.grad_clip},
+          {"beta1", optim.beta1},
+          {"beta2", optim.beta2},
+          {"eps", optim.eps},
+          {"eval_every", eval_every},
+          {"eval_batches", eval_batches},
+          {"sample_every", sample_every},
+          {"sample_tokens", sample_tokens},
+          {"threads", threads}};
+}
+
+EngineFactory local_engine_factory() {
+  return {true, [](model::GPT& m, const parallel::OptimConfig& o, uint64_t) {
+            return std::unique_ptr<parallel::StepEngine>(new LocalEngine(m, o));
+          }};
+}
+
+// ---- pieces of a run -----------------------------------------------------------------------
+
+namespace {
+
+constexpr uint64_t kSampleStream = 0x5A3D1E00;  // Rng stream base for generation
+
+void set_threads(int threads) {
+  if (threads <= 0) return;
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string mib(int64_t bytes) { return fmt("%.1f MiB", double(bytes) / (1 << 20)); }
+
+// Mean loss per real token over the first eval_batches micro-batches of the held-out split
+// (the same batches at every eval, so evals are comparable; fewer when the split is smaller). Every rank evaluates the same
+// batches: engines that gather parameters in forward need all ranks to take part.
+double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg, int b) {
+  PhaseScope phase(PhaseKind::eval);
+  data::SamplerConfig sc;
+  sc.seq = cfg.train_seq();
+  sc.micro_batch = b;
+  sc.accum = cfg.eval_batches;
+  sc.world = 1;
+  sc.seed = cfg.seed;
+  sc.policy = data::TailPolicy::uneven;  // a small held-out split gives what it has
+  data::Loader loader(val, sc, /*rank=*/0, {}, /*prefetch=*/0);
+  data::StepBatch batch = loader.next();
+  double sum = 0;
+  for (const data::MicroBatch& mb : batch.micro)
+    sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+  STRATA_CHECK(batch.global_real_tokens > 0, "held-out split gave no tokens to evaluate");
+  return sum / double(batch.global_real_tokens);
+}
+
+std::string sample_text(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg,
+                        int64_t step) {
+  PhaseScope phase(PhaseKind::eval);
+  int n_prompt = int(std::min<int64_t>({8, val.size(), cfg.train_seq()}));
+  std::vector<int32_t> prompt(n_prompt);
+  val.read(0, n_prompt, prompt.data());
+  std::vector<int32_t> gen = generate(model, prompt, cfg.sample_tokens, cfg.train_seq(),
+                                      cfg.model.vocab, cfg.seed, kSampleStream + uint64_t(step));
+  return render_tokens(prompt, cfg.model.vocab) + " | " + render_tokens(gen, cfg.model.vocab);
+}
+
+std::string floor_text(double loss, double floor) {
+  if (floor < 0) return fmt("%.4f", loss);
+  return fmt("%.4f vs floor %.4f (%+.4f)", loss, floor, loss - floor);
+}
+
+}  // namespace
+
+// ---- the loop ------------------------------------------------------------------------------
+
+// One run's state; Trainer::run drives it step by step.
+struct Trainer::Run {
+  const TrainConfig& cfg;
+  const Topology& topo;
+  int world, A, T, b, threads;
+  bool lead;
+  std::unique_ptr<MetricsWriter> out;
+  data::Split split;
+  std::unique_ptr<model::GPT> model;
+  std::unique_ptr<parallel::StepEngine> engine;
+  std::unique_ptr<data::Loader> loader;
+  Peak peak;
+  double flops_per_token = 0, floor = -1;
+  TrainResult result;
+  std::vector<double> tok_s, mfus, step_ms;
+
+  Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory);
+  void train_step(int64_t step);
+  void eval_and_sample(int64_t step);
+  void finish(double wall_s);
+};
+
+Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory)
+    : cfg(c), topo(t), world(t.world), A(c.accum(t.world)), T(c.train_seq()),
+      b(c.batch / (A * world)), threads(omp_get_max_threads()), lead(t.rank == 0) {
+  if (lead) out = std::make_unique<MetricsWriter>(cfg.run_dir, cfg.json);
+
+  current_phase().set(-1, -1, PhaseKind::data);
+  split = data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab);
+  STRATA_CHECK(split.train->vocab() <= cfg.model.vocab, "data ", split.train->describe(),
+               " has token ids up to ", split.train->vocab() - 1, " but the model's vocabulary is ",
+               cfg.model.vocab, " (set --vocab ", split.train->vocab(), ")");
+  floor = split.val->entropy_floor();
+
+  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state);
+  if (factory.model_owns_state) model->init(cfg.seed);
+  engine = factory.make(*model, cfg.optim, cfg.seed);
+
+  if (lead) peak = machine_peak(threads, cfg.peak_gflops);
+  flops_per_token = plan::train_flops_per_token(double(model->num_params()), cfg.model.layers,
+                                                cfg.model.dim, T);
+  data::SamplerConfig sc;
+  sc.seq = T;
+  sc.micro_batch = b;
+  sc.accum = A;
+  sc.world = world;
+  sc.seed = cfg.seed;
+  loader = std::make_unique<data::Loader>(*split.train, sc, topo.rank, data::LoaderState{},
+                                          cfg.prefetch);
+  result.entropy_floor = floor;
+  if (lead)
+    out->note(fmt("strata train: %s, %lld params, data %s, batch %d = %d x %d accum x %d rank(s), "
+                  "seq %d, %d threads, peak %.1f GFLOP/s (%s)",
+                  cfg.model_name.c_str(), (long long)model->num_params(),
+                  split.train->describe().c_str(), cfg.batch, b, A, world, T, threads,
+                  peak.gflops, peak.source.c_str()));
+}
+
+void Trainer::Run::train_step(int64_t step) {
+  Stopwatch sw;
+  current_phase().set(step, -1, PhaseKind::data);
+  data::StepBatch batch = loader->next();
+  STRATA_CHECK(batch.global_real_tokens > 0, "step ", step + 1, " has no real tokens");
+  const float scale = float(1.0 / double(batch.global_real_tokens));
+  engine->begin_step();
+  double loss_sum = 0;
+  for (int m = 0; m < int(batch.micro.size()); ++m) {
+    const data::MicroBatch& mb = batch.micro[m];
+    engine->begin_micro(m, int(batch.micro.size()));
+    // B = 0 (a rank without samples at an uneven epoch end) still runs: the model then only
+    // calls its hooks, so the rank takes part in the engine's collectives.
+    current_phase().set_kind(PhaseKind::forward);
+    loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+    current_phase().set_kind(PhaseKind::backward);
+    model->backward(scale);
+  }
+  engine->end_backward();
+  current_phase().set_kind(PhaseKind::optimizer);
+  const double lr = cfg.schedule.lr_at(step);
+  const float grad_norm = engine->step(float(lr));
+  const double loss = topo.sum_across_ranks(loss_sum) / double(batch.global_real_tokens);
+  STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1, " (lr ", lr,
+               "); try a lower --lr");
+  result.losses.push_back(loss);
+
+  const double secs = sw.seconds();
+  const double tps = double(batch.global_real_tokens) / secs;
+  const double mfu = plan::mfu(tps, flops_per_token, peak.gflops * 1e9);
+  const int64_t steps = cfg.schedule.steps;
+  if (step > 0 || steps == 1) {  // the first step pays for warm-up
+    tok_s.push_back(tps);
+    mfus.push_back(mfu);
+    step_ms.push_back(secs * 1e3);
+  }
+  if (!lead) return;
+  json rec = {{"step", step + 1},         {"loss", loss},         {"lr", lr},
+              {"grad_norm", grad_norm},   {"tokens_per_s", tps},  {"mfu", mfu},
+              {"ms", secs * 1e3},         {"tokens", batch.global_real_tokens}};
+  bool show = (step + 1) % cfg.log_every == 0 || step + 1 == steps || step == 0;
+  out->record(rec, show ? fmt("step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | "
+                              "%.0f tok/s | MFU %.1f%% | %.1f ms",
+                              (long long)(step + 1), (long long)steps, loss, lr, grad_norm, tps,
+                              100 * mfu, secs * 1e3)
+                        : std::string());
+}
+
+void Trainer::Run::eval_and_sample(int64_t step) {
+  const bool last = step + 1 == cfg.schedule.steps;
+  if (last || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0)) {
+    result.eval_loss = evaluate(*model, *split.val, cfg, b);
+    json rec = {{"step", step + 1}, {"eval_loss", result.eval_loss}};
+    if (floor >= 0) rec["floor"] = floor;
+    if (lead)
+      out->record(rec, "eval  step " + std::to_string(step + 1) + " | loss " +
+                           floor_text(result.eval_loss, floor));
+  }
+  if (cfg.sample_tokens > 0 &&
+      (last || (cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0))) {
+    std::string text = sample_text(*model, *split.val, cfg, step);
+    if (lead) out->record({{"step", step + 1}, {"sample", text}}, "sample: " + text);
+  }
+}
+
+void Trainer::Run::finish(double wall_s) {
+  result.median_tokens_per_s = median(tok_s);
+  result.median_mfu = median(mfus);
+  result.wall_s = wall_s;
+  json& s = result.summary;
+  s = {{"config", cfg.to_json()},
+       {"seed", cfg.seed},
+       {"data", split.train->describe()},
+       {"params", model->num_params()},
+       {"steps", cfg.schedule.steps},
+       {"accum", A},
+       {"world", world},
+       {"threads", threads},
+       {"final_loss", result.losses.back()},
+       {"eval_loss", result.eval_loss},
+       {"entropy_floor", nullptr},
+       {"median_tokens_per_s", result.median_tokens_per_s},
+       {"median_mfu", result.median_mfu},
+       {"median_ms", median(step_ms)},
+       {"flops_per_token", flops_per_token},
+       {"peak_gflops", peak.gflops},
+       {"peak_source", peak.source},
+       {"wall_s", wall_s},
+       {"data_wait_s", loader->wait_seconds()},
+       {"memory", memory_tracker().to_json()}};
+  if (floor >= 0) {
+    s["entropy_floor"] = floor;
+    s["eval_gap"] = result.eval_loss - floor;
+  }
+  if (!lead) return;
+  const MemoryTracker& mt = memory_tracker();
+  std::string mem;
+  for (int c = 0; c < kNumMemCategories; ++c)
+    mem += std::string(c ? ", " : "") + mem_category_name(MemCategory(c)) + " " +
+           mib(mt.peak(MemCategory(c)));
+  out->summary(s, fmt("done: %lld steps in %.1f s | final loss %.4f | eval loss %s\n"
+                      "median %.0f tok/s | MFU %.1f%% of %.1f GFLOP/s sgemm peak | %.1f ms/step\n"
+                      "peak memory: %s; total %s",
+                      (long long)cfg.schedule.steps, wall_s, result.losses.back(),
+                      floor_text(result.eval_loss, floor).c_str(), result.median_tokens_per_s,
+                      100 * result.median_mfu, peak.gflops, median(step_ms), mem.c_str(),
+                      mib(mt.peak_total()).c_str()));
+}
+
+// ---- the loop ------------------------------------------------------------------------------
+
+Trainer::Trainer(TrainConfig cfg, Topology topo, EngineFactory engine)
+    : cfg_(std::move(cfg)), topo_(std::move(topo)), engine_factory_(std::move(engine)) {
+  if (!topo_.sum_across_ranks) topo_.sum_across_ranks = [](double x) { return x; };
+  STRATA_CHECK(topo_.world > 0 && topo_.rank >= 0 && topo_.rank < topo_.world, "rank ",
+               topo_.rank, " outside a world of ", topo_.world);
+  STRATA_CHECK(bool(engine_factory_.make), "trainer needs a step-engine factory");
+}
+
+Trainer::~Trainer() = default;
+
+TrainResult Trainer::run() {
+  Stopwatch wall;
+  set_threads(cfg_.threads);
+  cfg_.validate(topo_.world);
+  Run run(cfg_, topo_, engine_factory_);
+  for (int64_t step = 0; step < cfg_.schedule.steps; ++step) {
+    run.train_step(step);
+    run.eval_and_sample(step);
+  }
+  current_phase().set(cfg_.schedule.steps, -1, PhaseKind::idle);
+  run.finish(wall.seconds());
+  return std::move(run.result);
+}
+
+}  // namespace strata::train

@@ -1,0 +1,98 @@
+// Pure logic: shard ranges, read planning, retention, durations and interval advice.
+#include <cmath>
+#include <random>
+
+#include "ckpt/interval.h"
+#include "helpers.h"
+#include "plan/reliability.h"
+
+using namespace ckpt_test;
+
+TEST(CkptRanges, ZeroShardsTileEveryStateSize) {
+  for (int64_t psi : {0, 1, 2, 3, 7, 1000, 1001}) {
+    for (int n = 1; n <= 8; ++n) {
+      int64_t at = 0;
+      for (int r = 0; r < n; ++r) {
+        Range s = zero_shard(psi, r, n);
+        EXPECT_LE(s.size(), plan::shard_elems(psi, n));
+        if (s.empty()) continue;
+        EXPECT_EQ(s.begin, at) << "psi " << psi << " n " << n << " r " << r;
+        at = s.end;
+      }
+      EXPECT_EQ(at, psi) << "psi " << psi << " n " << n;
+    }
+  }
+}
+
+TEST(CkptRanges, PlanReadsMatchesBruteForce) {
+  std::mt19937_64 gen(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t psi = int64_t(gen() % 60);
+    // Random tiling of [0, psi) into pieces (some empty).
+    std::vector<Range> pieces;
+    int64_t at = 0;
+    while (at < psi) {
+      int64_t len = int64_t(gen() % 9);
+      pieces.push_back({at, std::min(psi, at + len)});
+      at = pieces.back().end;
+    }
+    std::shuffle(pieces.begin(), pieces.end(), gen);
+    const int64_t a = psi ? int64_t(gen() % uint64_t(psi + 1)) : 0;
+    const int64_t b = a + int64_t(gen() % uint64_t(psi - a + 1));
+    Range want{a, b};
+    int64_t uncovered = -1;
+    std::vector<int64_t> src(static_cast<size_t>(b - a), -1);
+    for (const ReadOp& op : plan_reads(pieces, want, &uncovered))
+      for (int64_t k = 0; k < op.count; ++k) {
+        ASSERT_EQ(src[size_t(op.dst_offset + k)], -1) << "element written twice";
+        src[size_t(op.dst_offset + k)] = pieces[size_t(op.piece)].begin + op.piece_offset + k;
+      }
+    EXPECT_EQ(uncovered, 0);
+    for (int64_t i = a; i < b; ++i) EXPECT_EQ(src[size_t(i - a)], i);
+  }
+  int64_t uncovered = 0;
+  plan_reads({{0, 4}, {6, 9}}, {2, 8}, &uncovered);
+  EXPECT_EQ(uncovered, 2);  // elements 4 and 5
+}
+
+TEST(CkptRetention, KeepsLastKAndEveryNthAndNeverLatest) {
+  std::vector<int64_t> steps = {10, 20, 30, 40, 50, 60, 70};
+  EXPECT_EQ(steps_to_delete(steps, 70, 2, 0), (std::vector<int64_t>{10, 20, 30, 40, 50}));
+  EXPECT_EQ(steps_to_delete(steps, 70, 2, 30), (std::vector<int64_t>{10, 20, 40, 50}));
+  EXPECT_EQ(steps_to_delete(steps, 70, 0, 0), std::vector<int64_t>{});  // keep all
+  // Newer than latest (a save that crashed before moving the pointer): untouched.
+  EXPECT_EQ(steps_to_delete(steps, 40, 1, 0), (std::vector<int64_t>{10, 20, 30}));
+  EXPECT_EQ(steps_to_delete({5}, 5, 1, 0), std::vector<int64_t>{});
+}
+
+TEST(CkptInterval, ParsesDurations) {
+  EXPECT_DOUBLE_EQ(parse_duration("4h"), 14400);
+  EXPECT_DOUBLE_EQ(parse_duration("30m"), 1800);
+  EXPECT_DOUBLE_EQ(parse_duration("90s"), 90);
+  EXPECT_DOUBLE_EQ(parse_duration("90"), 90);
+  EXPECT_DOUBLE_EQ(parse_duration("250ms"), 0.25);
+  EXPECT_DOUBLE_EQ(parse_duration("1h30m"), 5400);
+  EXPECT_DOUBLE_EQ(parse_duration("1.5h"), 5400);
+  EXPECT_DOUBLE_EQ(parse_duration("2d"), 172800);
+  for (const char* bad : {"", "h", "4x", "-3s", "4h!", "abc", "1e999s"})
+    EXPECT_THROW(parse_duration(bad), Error) << bad;
+  EXPECT_EQ(format_duration(5400), "1h30m");
+  EXPECT_EQ(format_duration(0.25), "250ms");
+}
+
+TEST(CkptInterval, YoungAndDalyFigures) {
+  // δ = 2 s, M = 4 h: Young sqrt(2·2·14400) = 240 s; Daly adds its correction and subtracts δ.
+  IntervalAdvice a = advise_interval(2, 14400, 3, 0.5);
+  EXPECT_NEAR(a.young_s, 240.0, 1e-9);
+  const double r = 2.0 / (2 * 14400);
+  EXPECT_NEAR(a.daly_s, 240.0 * (1 + std::sqrt(r) / 3 + r / 9) - 2, 1e-9);
+  EXPECT_EQ(a.every_steps, std::llround(a.daly_s / 0.5));
+  EXPECT_NEAR(a.loss_per_failure_s, a.daly_s / 2 + 3, 1e-9);
+  EXPECT_GT(a.waste_fraction, 0);
+  EXPECT_LT(a.waste_fraction, 0.05);
+  EXPECT_NE(a.text().find("Daly"), std::string::npos);
+  // A checkpoint slower than twice the MTBF: Daly says checkpoint every M.
+  EXPECT_DOUBLE_EQ(advise_interval(100, 10).daly_s, 10);
+  EXPECT_THROW(advise_interval(1, 0), Error);
+  EXPECT_THROW(advise_interval(-1, 10), Error);
+}

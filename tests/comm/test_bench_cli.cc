@@ -1,0 +1,84 @@
+// `strata bench comm`: the table, --json rows, --check, bad input.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "nlohmann/json.hpp"
+#include "spawn.h"
+
+namespace strata::comm {
+namespace {
+
+TEST(BenchComm, JsonRowsWithCheckAreCorrect) {
+  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "3", "--op", "all", "-b", "8",
+                         "-e", "256K", "-f", "8", "--iters", "2", "--warmup", "1", "--check", "--json"});
+  std::string out = p.output();
+  ASSERT_EQ(p.exit_code(), 0) << out;
+  std::istringstream in(out);
+  std::set<std::string> ops;
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    for (const char* k : {"op", "bytes", "time_us", "algbw", "busbw", "wrong"}) ASSERT_TRUE(j.contains(k)) << line;
+    EXPECT_EQ(j["wrong"], 0) << line;
+    EXPECT_GT(j["time_us"].get<double>(), 0) << line;
+    ops.insert(j["op"]);
+    ++rows;
+  }
+  EXPECT_EQ(ops.size(), 7u);
+  EXPECT_GT(rows, 30);
+}
+
+TEST(BenchComm, TableHasNcclTestsColumnsAndBusFactors) {
+  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "4", "--op", "allreduce", "-b",
+                         "1M", "-e", "1M", "--iters", "3", "--warmup", "1"});
+  std::string out = p.output();
+  ASSERT_EQ(p.exit_code(), 0) << out;
+  EXPECT_NE(out.find("size(B)"), std::string::npos) << out;
+  EXPECT_NE(out.find("busbw(GB/s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("# Avg bus bandwidth"), std::string::npos) << out;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    size_t bytes, count;
+    std::string type, redop, wrong;
+    double t, alg, bus;
+    f >> bytes >> count >> type >> redop >> t >> alg >> bus >> wrong;
+    EXPECT_EQ(bytes, 1u << 20);
+    EXPECT_EQ(count, (1u << 20) / 4);
+    EXPECT_EQ(type, "float");
+    EXPECT_EQ(redop, "sum");
+    EXPECT_NEAR(bus / alg, 2.0 * 3 / 4, 0.01);  // all-reduce: 2(n-1)/n
+    EXPECT_EQ(wrong, "N/A");
+  }
+}
+
+TEST(BenchComm, BadInputGivesOneLine) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {{"--op", "gather"}, "unknown op 'gather'"},
+      {{"--backend", "ib"}, "unknown communication backend 'ib'"},
+      {{"-b", "1M", "-e", "1K"}, "size range is empty"},
+      {{"-b", "0"}, "at least 1 byte"},
+      {{"-e", "12Q"}, "unknown unit"},
+      {{"-f", "1"}, "factor (-f) must be at least 2"},
+      {{"--nproc", "0"}, "--nproc must be at least 1, got 0"},
+      {{"--dtype", "f16"}, "unknown dtype 'f16'"},
+  };
+  for (auto& c : cases) {
+    std::vector<std::string> argv = {STRATA_BINARY, "bench", "comm"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    auto p = testing::run(argv);
+    std::string out = p.output();
+    EXPECT_EQ(p.exit_code(), 1) << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+}
+
+}  // namespace
+}  // namespace strata::comm

@@ -1,0 +1,197 @@
+// Builds flight-recorder dump sets for the hang doctor's tests by simulating a small
+// data-parallel job: every step each rank loads data, runs forward over the layers, then
+// backward from the last layer down with one all-reduce per layer (count 100*(layer+1),
+// or 100 when equal_counts), and an all-reduce of the gradient norm (count 1) in the
+// optimizer phase; optionally a checkpoint save. A collective completes when every member
+// posted the same call at its sequence number; a mismatch never completes (as a
+// transport that checks sizes would stop). Faults are injected per rank and step. Each
+// rank keeps its last `capacity` entries, as the flight recorder's ring does.
+#pragma once
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace sim {
+
+enum class Fault { skip, wrong_count, stop_in_forward, stop_in_ckpt, kill, slow, sleep_once, stall };
+
+struct Inject {
+  Fault kind;
+  int rank = 0, step = 0, layer = 0;
+  double value = 0;  // slow: compute factor; sleep_once: seconds
+};
+
+struct Config {
+  int world = 4, steps = 4, layers = 3;
+  bool checkpoint = false;  // a checkpoint save after every step
+  bool equal_counts = false;
+  int capacity = 2000;
+  double timeout_s = 30;
+  std::vector<Inject> faults;
+};
+
+struct Action {
+  bool collective = false;
+  int64_t step;
+  int layer;
+  std::string kind;
+  int64_t count = 0;
+  double compute_s = 0;
+};
+
+struct RankState {
+  std::vector<Action> program;
+  size_t pc = 0;
+  int64_t clock = 1'000'000'000;  // ns
+  int64_t next_seq = 0;
+  bool blocked = false, stopped = false, dead = false;
+  nlohmann::json entries = nlohmann::json::array();
+  nlohmann::json phase = {{"step", -1}, {"layer", -1}, {"kind", "idle"}};
+};
+
+inline nlohmann::json phase_json(int64_t step, int layer, const std::string& kind) {
+  return {{"step", step}, {"layer", layer}, {"kind", kind}};
+}
+
+inline const Inject* fault_at(const Config& c, int rank, Fault kind, int64_t step, int layer) {
+  for (const Inject& f : c.faults)
+    if (f.kind == kind && f.rank == rank && f.step == step && f.layer == layer) return &f;
+  return nullptr;
+}
+
+inline std::vector<Action> program_for(const Config& c, int rank) {
+  std::vector<Action> p;
+  double factor = 1;
+  for (const Inject& f : c.faults)
+    if (f.kind == Fault::slow && f.rank == rank) factor = f.value;
+  // Deterministic per-rank jitter of up to 2 ms so healthy runs are not perfectly even.
+  auto jitter = [&](int64_t step, int layer) { return 1e-3 * double((rank * 7 + step * 3 + layer * 5) % 3); };
+  for (int64_t s = 0; s < c.steps; ++s) {
+    p.push_back({false, s, -1, "data loading", 0, 0.002});
+    for (int l = 0; l < c.layers; ++l) p.push_back({false, s, l, "forward", 0, (0.010 + jitter(s, l)) * factor});
+    for (int l = c.layers - 1; l >= 0; --l) {
+      p.push_back({false, s, l, "backward", 0, (0.020 + jitter(s, l)) * factor});
+      p.push_back({true, s, l, "backward", c.equal_counts ? 100 : 100 * (l + 1), 0});
+    }
+    p.push_back({true, s, -1, "optimizer", 1, 0});
+    p.push_back({false, s, -1, "optimizer", 0, 0.003});
+    if (c.checkpoint) p.push_back({false, s, -1, "checkpoint save", 0, 0.050});
+  }
+  return p;
+}
+
+// Runs rank r until it blocks, stops, dies or finishes.
+inline void advance(const Config& c, int r, RankState& st) {
+  while (!st.blocked && !st.stopped && !st.dead && st.pc < st.program.size()) {
+    Action a = st.program[st.pc++];
+    st.phase = phase_json(a.step, a.layer, a.kind);
+    if (!a.collective) {
+      if (a.kind == "forward" && fault_at(c, r, Fault::kill, a.step, a.layer)) {
+        st.dead = true;
+        return;
+      }
+      bool stop = (a.kind == "forward" && fault_at(c, r, Fault::stop_in_forward, a.step, a.layer)) ||
+                  (a.kind == "checkpoint save" && fault_at(c, r, Fault::stop_in_ckpt, a.step, -1));
+      if (stop) {
+        st.stopped = true;
+        return;
+      }
+      double extra = 0;
+      if (a.kind == "forward")
+        if (auto f = fault_at(c, r, Fault::sleep_once, a.step, a.layer)) extra = f->value;
+      st.clock += int64_t((a.compute_s + extra) * 1e9);
+      continue;
+    }
+    if (fault_at(c, r, Fault::skip, a.step, a.layer) && a.kind == "backward") continue;
+    if (fault_at(c, r, Fault::wrong_count, a.step, a.layer) && a.kind == "backward") a.count /= 2;
+    std::vector<int> members;
+    for (int k = 0; k < c.world; ++k) members.push_back(k);
+    st.entries.push_back({{"group", "world"}, {"group_ranks", members}, {"seq", st.next_seq++},
+                          {"p2p", false}, {"op", "allreduce"}, {"dtype", "float"}, {"count", a.count}, {"peer", -1},
+                          {"root", -1}, {"redop", "sum"},
+                          {"tag", 0}, {"state", "started"}, {"t_scheduled_ns", st.clock},
+                          {"t_started_ns", st.clock + 1000}, {"t_completed_ns", 0}, {"phase", st.phase}});
+    st.blocked = true;
+  }
+}
+
+inline nlohmann::json* entry_at(RankState& st, int64_t seq) {
+  for (auto& e : st.entries)
+    if (e["seq"] == seq) return &e;
+  return nullptr;
+}
+
+// Completes every collective all members posted with equal calls. True on progress.
+inline bool complete_ready(const Config& c, std::vector<RankState>& ranks) {
+  bool progress = false;
+  for (;;) {
+    std::vector<nlohmann::json*> posted;
+    for (auto& st : ranks) {
+      if (!st.blocked) break;
+      posted.push_back(&st.entries.back());
+    }
+    if (posted.size() != ranks.size()) return progress;
+    int64_t seq = (*posted[0])["seq"];
+    bool same = true;
+    for (auto* e : posted)
+      same = same && (*e)["seq"] == seq && (*e)["count"] == (*posted[0])["count"];
+    for (const Inject& f : c.faults)
+      if (f.kind == Fault::stall && f.step == (*posted[0])["phase"]["step"] &&
+          f.layer == (*posted[0])["phase"]["layer"])
+        same = false;
+    if (!same) return progress;
+    int64_t t = 0;
+    for (auto* e : posted) t = std::max(t, (*e)["t_started_ns"].get<int64_t>());
+    t += 1'000'000;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      (*posted[k])["state"] = "completed";
+      (*posted[k])["t_completed_ns"] = t;
+      ranks[k].clock = t;
+      ranks[k].blocked = false;
+    }
+    progress = true;
+    for (size_t k = 0; k < ranks.size(); ++k) advance(c, int(k), ranks[k]);
+  }
+}
+
+// rank -> dump JSON; dead ranks have none.
+inline std::map<int, nlohmann::json> simulate(const Config& c) {
+  std::vector<RankState> ranks(c.world);
+  for (int r = 0; r < c.world; ++r) {
+    ranks[r].program = program_for(c, r);
+    advance(c, r, ranks[r]);
+  }
+  complete_ready(c, ranks);
+  std::vector<int> dead;
+  int64_t end = 0;
+  for (int r = 0; r < c.world; ++r) {
+    if (ranks[r].dead) dead.push_back(r);
+    end = std::max(end, ranks[r].clock);
+  }
+  end += int64_t(c.timeout_s * 1e9);
+  std::map<int, nlohmann::json> dumps;
+  for (int r = 0; r < c.world; ++r) {
+    RankState& st = ranks[r];
+    if (st.dead) continue;
+    bool finished = !st.blocked && !st.stopped;
+    if (finished) st.phase = phase_json(c.steps - 1, -1, "idle");
+    std::string reason = !dead.empty() ? "peer-dead" : st.blocked ? "timeout" : finished ? "manual" : "signal";
+    // The transports' words (comm/shm): "allreduce #4 on group world: peer rank 3 (pid 1003) died ...".
+    std::string detail = !dead.empty() ? "allreduce on group world: peer rank " + std::to_string(dead[0]) +
+                                             " (pid " + std::to_string(1000 + dead[0]) +
+                                             ") died while this rank was waiting for it"
+                                       : "simulated";
+    nlohmann::json entries = nlohmann::json::array();
+    size_t n = st.entries.size(), first = n > size_t(c.capacity) ? n - c.capacity : 0;
+    for (size_t k = first; k < n; ++k) entries.push_back(st.entries[k]);
+    dumps[r] = {{"rank", r}, {"world", c.world}, {"pid", 1000 + r}, {"host", "node0"},
+                {"reason", reason}, {"detail", detail}, {"time_ns", end}, {"phase", st.phase},
+                {"recorder_capacity", c.capacity}, {"entries", entries}};
+  }
+  return dumps;
+}
+
+}  // namespace sim

@@ -1,0 +1,151 @@
+// Hand-written dump sets for layouts the simulator does not produce: several groups
+// (tensor x data parallel), point-to-point (pipeline), and dumps cut off mid-write the way
+// the recorder writes them (keys in alphabetical order, so "entries" comes before "rank").
+#include <gtest/gtest.h>
+
+#include "diag/flight_dump.h"
+#include "diag/hang_doctor.h"
+#include "dump_sim.h"
+#include "test_util.h"
+
+using namespace strata::diag;
+using nlohmann::json;
+
+namespace {
+
+json phase(int64_t step, int layer, const char* kind) { return {{"step", step}, {"layer", layer}, {"kind", kind}}; }
+
+json entry(const char* group, std::vector<int> ranks, int64_t seq, const char* op, int64_t count,
+           const char* state, json ph, bool p2p = false, int peer = -1) {
+  int64_t t = 1'000'000'000 + seq * 10'000'000;
+  bool done = std::string(state) == "completed";
+  return {{"group", group}, {"group_ranks", ranks}, {"seq", seq}, {"p2p", p2p}, {"op", op},
+          {"dtype", "float"}, {"count", count}, {"peer", peer}, {"tag", 0}, {"root", -1},
+          {"redop", "sum"}, {"state", state}, {"t_scheduled_ns", t}, {"t_started_ns", t + 1000},
+          {"t_completed_ns", done ? t + 2'000'000 : 0}, {"phase", ph}};
+}
+
+json dump(int rank, int world, const char* reason, json ph, json entries) {
+  return {{"rank", rank}, {"world", world}, {"pid", 100 + rank}, {"host", "n0"}, {"reason", reason},
+          {"detail", "hand-written"}, {"time_ns", 60'000'000'000}, {"phase", ph},
+          {"recorder_capacity", 2000}, {"entries", entries}};
+}
+
+DumpSet set_of(const std::vector<json>& dumps) {
+  DumpSet set;
+  set.dir = "hand";
+  for (const json& j : dumps) set.dumps.push_back(parse_flight_dump(j, "f"));
+  set.world = set.dumps.front().world;
+  return set;
+}
+
+}  // namespace
+
+// 2 x 2 grid: tensor-parallel groups tp0 = {0,1}, tp1 = {2,3}; data-parallel groups
+// dp0 = {0,2}, dp1 = {1,3}. Rank 3 is stuck in forward of layer 1: rank 2 waits for it in
+// tp1, rank 1 in dp1, and rank 0 waits in dp0 for rank 2, which is blocked in tp1.
+TEST(HangCases, WaitChainAcrossGroupsNamesTheRankAtItsEnd) {
+  json fwd = phase(5, 1, "forward"), bwd = phase(4, 0, "backward");
+  std::vector<json> d = {
+      dump(0, 4, "timeout", bwd,
+           {entry("tp0", {0, 1}, 9, "allreduce", 64, "completed", fwd), entry("dp0", {0, 2}, 3, "allreduce", 512, "completed", bwd),
+            entry("tp0", {0, 1}, 10, "allreduce", 64, "completed", fwd),
+            entry("dp0", {0, 2}, 4, "allreduce", 512, "failed", fwd)}),
+      dump(1, 4, "timeout", fwd,
+           {entry("tp1x", {9}, 0, "barrier", 0, "completed", bwd), entry("tp0", {0, 1}, 9, "allreduce", 64, "completed", fwd),
+            entry("dp1", {1, 3}, 3, "allreduce", 512, "completed", bwd), entry("tp0", {0, 1}, 10, "allreduce", 64, "completed", fwd),
+            entry("dp1", {1, 3}, 4, "allreduce", 512, "failed", fwd)}),
+      dump(2, 4, "timeout", fwd,
+           {entry("tp1", {2, 3}, 9, "allreduce", 64, "completed", fwd), entry("dp0", {0, 2}, 3, "allreduce", 512, "completed", bwd),
+            entry("tp1", {2, 3}, 10, "allreduce", 64, "failed", fwd)}),
+      dump(3, 4, "timeout", fwd,
+           {entry("tp1", {2, 3}, 9, "allreduce", 64, "completed", fwd), entry("dp1", {1, 3}, 3, "allreduce", 512, "completed", bwd)}),
+  };
+  d[1]["entries"].erase(0);  // keep the groups exactly as described
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_EQ(r.culprits.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].rank, 3);
+  EXPECT_EQ(r.culprits[0].cause, Cause::outside_comm);
+  EXPECT_NE(r.culprits[0].text.find("forward of layer 1 (step 5)"), std::string::npos);
+  ASSERT_EQ(r.stuck.size(), 3u);
+  // Roots first: tp1 #10 and dp1 #4 wait on rank 3 directly; dp0 #4 waits on rank 2.
+  EXPECT_TRUE(r.stuck[0].root && r.stuck[1].root);
+  EXPECT_FALSE(r.stuck[2].root);
+  EXPECT_EQ(r.stuck[2].group, "dp0");
+  EXPECT_EQ(r.stuck[2].missing, std::vector<int>{2});
+  ASSERT_EQ(r.ranks.size(), 0u);  // rank 2's wait is shown under dp0, not as a culprit
+  EXPECT_NE(format_hang_report(r).find("Also stuck (waits on the above): allreduce #4 of group \"dp0\""),
+            std::string::npos)
+      << format_hang_report(r);
+}
+
+// Pipeline: rank 0 sends activations to rank 1, which never posts the matching recv.
+TEST(HangCases, PointToPointPeerThatNeverReceivesIsNamed) {
+  json f0 = phase(2, 1, "forward"), b1 = phase(2, 3, "backward");
+  std::vector<json> d = {
+      dump(0, 2, "timeout", f0,
+           {entry("world", {0, 1}, 2, "send", 4096, "completed", phase(1, 1, "forward"), true, 1),
+            entry("world", {0, 1}, 3, "send", 4096, "failed", f0, true, 1)}),
+      dump(1, 2, "timeout", b1,
+           {entry("world", {0, 1}, 2, "recv", 4096, "completed", phase(1, 2, "forward"), true, 0)}),
+  };
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_EQ(r.stuck.size(), 1u) << format_hang_report(r);
+  EXPECT_TRUE(r.stuck[0].p2p);
+  EXPECT_EQ(r.stuck[0].seq, 3);
+  EXPECT_EQ(r.stuck[0].missing, std::vector<int>{1});
+  ASSERT_EQ(r.culprits.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].rank, 1);
+  EXPECT_EQ(r.culprits[0].cause, Cause::outside_comm);
+  EXPECT_NE(r.culprits[0].text.find("backward of layer 3 (step 2)"), std::string::npos);
+}
+
+TEST(HangCases, BothSidesOfAPointToPointPosted) {
+  json f = phase(2, 1, "forward");
+  std::vector<json> d = {
+      dump(0, 2, "timeout", f, {entry("world", {0, 1}, 3, "send", 4096, "failed", f, true, 1)}),
+      dump(1, 2, "timeout", f, {entry("world", {0, 1}, 3, "recv", 4096, "failed", f, true, 0)}),
+  };
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_EQ(r.culprits.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].cause, Cause::comm_stalled);
+}
+
+TEST(HangCases, DifferentOpAtTheSameSeqIsAMismatch) {
+  json b = phase(3, 0, "backward");
+  std::vector<json> d = {
+      dump(0, 3, "error", b, {entry("world", {0, 1, 2}, 7, "allreduce", 100, "failed", b)}),
+      dump(1, 3, "error", b, {entry("world", {0, 1, 2}, 7, "allgather", 100, "failed", b)}),
+      dump(2, 3, "error", b, {entry("world", {0, 1, 2}, 7, "allreduce", 100, "failed", b)}),
+  };
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_EQ(r.mismatches[0].what, "op");
+  ASSERT_EQ(r.culprits.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].rank, 1);
+  EXPECT_EQ(r.culprits[0].cause, Cause::mismatch);
+  EXPECT_EQ(r.stuck[0].failed, (std::vector<int>{0, 1, 2}));
+}
+
+// The recorder writes keys in alphabetical order, so a dump cut inside "entries" loses
+// "rank", "world" and "phase": rank from the file name, world from the other dumps.
+TEST(HangCases, DumpCutBeforeItsRankFieldStillCounts) {
+  testutil::TempDir dir;
+  sim::Config c;
+  c.world = 3;
+  c.faults = {{sim::Fault::stop_in_forward, 2, 2, 1}};
+  auto dumps = sim::simulate(c);
+  testutil::write_dumps(dir, dumps);
+  std::string text = dumps[1].dump();
+  ASSERT_LT(text.find("\"entries\""), text.find("\"rank\""));
+  testutil::write_file(dir.file("flight-rank1.json"), text.substr(0, text.size() / 2));
+  DumpSet set = load_flight_dumps(dir.str());
+  ASSERT_EQ(set.dumps.size(), 3u);
+  EXPECT_EQ(set.dumps[1].rank, 1);
+  EXPECT_EQ(set.dumps[1].world, 3);
+  EXPECT_TRUE(set.dumps[1].truncated);
+  HangReport r = diagnose_hang(set);
+  ASSERT_EQ(r.culprits.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].rank, 2);
+  EXPECT_EQ(r.stuck[0].unknown, std::vector<int>{1});
+}

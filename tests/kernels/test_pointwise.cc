@@ -1,0 +1,117 @@
+// Embedding, GELU, residual, bf16 conversion and the vectorisable exp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "check.h"
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+#include "kernels/fastmath.h"
+
+namespace strata::test {
+namespace k = strata::kernels;
+
+TEST(FastMath, ExpMatchesStdExp) {
+  double worst = 0;
+  for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
+    const double ref = std::exp(double(x));
+    worst = std::max(worst, std::fabs(k::fast_exp(x) - ref) / ref);
+  }
+  EXPECT_LT(worst, 4e-7);
+  EXPECT_EQ(k::fast_exp(-INFINITY), 0.0f);
+  EXPECT_EQ(k::fast_exp(-100.0f), 0.0f);
+  EXPECT_EQ(k::fast_exp(0.0f), 1.0f);
+}
+
+TEST(FastMath, TanhMatchesStdTanh) {
+  double worst = 0;
+  for (float x = -12.0f; x < 12.0f; x += 0.001f)
+    worst = std::max(worst, std::fabs(k::fast_tanh(x) - std::tanh(double(x))));
+  EXPECT_LT(worst, 3e-7);
+}
+
+TEST(Encoder, ForwardAndGradients) {
+  const int B = 2, T = 5, C = 37, V = 7, maxT = 8;
+  std::vector<int32_t> tok = {0, 3, 3, 6, 1, 3, 3, 0, 2, 6};
+  auto wte = randn(V * C, 1), wpe = randn(maxT * C, 2), dout = randn(B * T * C, 3);
+  std::vector<float> out(B * T * C);
+  k::encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  for (int n = 0; n < B * T; ++n)
+    for (int c = 0; c < C; ++c)
+      ASSERT_EQ(out[n * C + c], wte[tok[n] * C + c] + wpe[(n % T) * C + c]);
+  // The loss sum(out * dout) is linear: d/dwte[v] = sum of dout over tokens equal to v.
+  std::vector<float> dwte(V * C, 0.5f), dwpe(maxT * C, 0.25f);
+  k::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  std::vector<double> ref_wte(V * C, 0.5), ref_wpe(maxT * C, 0.25);
+  for (int n = 0; n < B * T; ++n)
+    for (int c = 0; c < C; ++c) {
+      ref_wte[tok[n] * C + c] += dout[n * C + c];
+      ref_wpe[(n % T) * C + c] += dout[n * C + c];
+    }
+  EXPECT_LT(rel_err(dwte, ref_wte), 1e-6);
+  EXPECT_LT(rel_err(dwpe, ref_wpe), 1e-6);
+}
+
+static double gelu_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST(Gelu, ForwardAndGradientMatchDouble) {
+  const int n = 1000;
+  auto x = randn(n, 4, 3.0f), dout = randn(n, 5);
+  std::vector<float> y(n), dx(n);
+  k::gelu_forward(y.data(), x.data(), n);
+  std::vector<double> yref(n);
+  for (int i = 0; i < n; ++i) yref[i] = gelu_ref(x[i]);
+  EXPECT_LT(rel_err(y, yref), 1e-6);
+  k::gelu_backward(dx.data(), x.data(), dout.data(), n);
+  auto f = [&](const std::vector<double>& xs) {
+    double s = 0;
+    for (int i = 0; i < n; ++i) s += gelu_ref(xs[i]) * dout[i];
+    return s;
+  };
+  EXPECT_LT(rel_err(dx, numeric_grad(f, to_double(x))), 1e-5);
+  // In place (dinp aliases dout) gives the same values.
+  std::vector<float> inplace = dout;
+  k::gelu_backward(inplace.data(), x.data(), inplace.data(), n);
+  EXPECT_EQ(0, std::memcmp(inplace.data(), dx.data(), sizeof(float) * n));
+}
+
+TEST(Residual, ForwardAndBackward) {
+  const int n = 101;
+  auto a = randn(n, 6), b = randn(n, 7), d = randn(n, 8);
+  std::vector<float> out(n), da(n, 1.0f), db(n, -1.0f);
+  k::residual_forward(out.data(), a.data(), b.data(), n);
+  k::residual_backward(da.data(), db.data(), d.data(), n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(out[i], a[i] + b[i]);
+    ASSERT_EQ(da[i], 1.0f + d[i]);
+    ASSERT_EQ(db[i], -1.0f + d[i]);
+  }
+}
+
+TEST(Convert, Bf16RoundTripAndRounding) {
+  std::vector<float> in = {0.0f, -0.0f, 1.0f, 3.14159f, -2.5e-3f, 1e30f, INFINITY, -INFINITY,
+                           NAN, 1.00390625f /* halfway: rounds to even 1.0 */,
+                           1.01171875f /* halfway: rounds up to even */};
+  const int64_t n = int64_t(in.size());
+  std::vector<uint16_t> h(n);
+  std::vector<float> back(n);
+  k::f32_to_bf16(h.data(), in.data(), n);
+  k::bf16_to_f32(back.data(), h.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(h[i], f32_to_bf16(in[i])) << i;  // agrees with the scalar reference
+    if (std::isnan(in[i])) {
+      EXPECT_TRUE(std::isnan(back[i]));
+    } else if (std::isfinite(in[i]) && in[i] != 0.0f) {
+      EXPECT_LE(std::fabs(back[i] - in[i]) / std::fabs(in[i]), 1.0 / 256) << i;
+    } else {
+      EXPECT_EQ(back[i], in[i]);
+    }
+  }
+  EXPECT_EQ(back[9], 1.0f);
+  EXPECT_EQ(back[10], 1.015625f);
+}
+
+}  // namespace strata::test

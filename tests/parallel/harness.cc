@@ -1,0 +1,147 @@
+#include "harness.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "comm/process_group.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "gtest/gtest.h"
+#include "kernels/adamw.h"
+#include "parallel/zero_comm.h"
+
+namespace strata::ptest {
+
+model::GPTConfig small_config() {
+  model::GPTConfig c;
+  c.layers = 2;
+  c.dim = 64;
+  c.heads = 4;
+  c.seq = 16;
+  c.vocab = 64;
+  c.padded_vocab = 64;
+  return c;
+}
+
+namespace {
+
+// Rows [row0, row0 + B) of the global batch of `step`: a noisy affine sequence (learnable)
+// with the last 3 targets of the last row of the batch masked out (weight 0).
+struct Rows {
+  int B = 0, T = 0;
+  std::vector<int32_t> tokens, targets;
+  std::vector<float> weights;
+};
+
+Rows batch_rows(const RunSpec& s, int step, int row0, int B) {
+  Rows r;
+  r.B = B;
+  r.T = s.T;
+  const int V = s.model.vocab;
+  for (int row = row0; row < row0 + B; ++row) {
+    Rng rng(s.seed, 1000 + uint64_t(step) * 64 + uint64_t(row));
+    std::vector<int32_t> seq(s.T + 1);
+    seq[0] = int32_t(rng.below(V));
+    for (int t = 1; t <= s.T; ++t)
+      seq[t] = rng.uniform() < 0.2f ? int32_t(rng.below(V)) : (3 * seq[t - 1] + 1) % V;
+    for (int t = 0; t < s.T; ++t) {
+      r.tokens.push_back(seq[t]);
+      r.targets.push_back(seq[t + 1]);
+      r.weights.push_back(row == s.batch - 1 && t >= s.T - 3 ? 0.0f : 1.0f);
+    }
+  }
+  return r;
+}
+
+int64_t real_tokens(const RunSpec& s) { return int64_t(s.batch) * s.T - 3; }
+
+}  // namespace
+
+RunResult run_reference(const RunSpec& s) {
+  omp_set_num_threads(1);
+  const int micro = s.batch / s.accum;
+  model::GPT gpt(s.model, micro);
+  gpt.init(s.seed);
+  const int64_t n = gpt.num_params();
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  const auto decay = model::decay_ranges(gpt.param_table(), 0, n);
+  RunResult out;
+  for (int step = 0; step < s.steps; ++step) {
+    gpt.zero_grads();
+    double loss = 0;
+    for (int a = 0; a < s.accum; ++a) {
+      Rows r = batch_rows(s, step, a * micro, micro);
+      loss += gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T);
+      gpt.backward(float(1.0 / double(real_tokens(s))));
+    }
+    const double ss = kernels::sum_squares(gpt.grads(), n);
+    kernels::AdamWStep st;
+    st.lr = s.lr;
+    st.beta1 = s.optim.beta1;
+    st.beta2 = s.optim.beta2;
+    st.eps = s.optim.eps;
+    st.weight_decay = s.optim.weight_decay;
+    st.t = step + 1;
+    st.grad_scale = kernels::clip_scale(ss, s.optim.grad_clip);
+    for (const model::DecayRange& d : decay)
+      kernels::adamw_update(gpt.params() + d.begin, gpt.grads() + d.begin, m.data() + d.begin,
+                            v.data() + d.begin, d.end - d.begin, d.decay, st);
+    out.losses.push_back(loss / double(real_tokens(s)));
+    out.grad_norms.push_back(float(std::sqrt(ss)));
+  }
+  out.params.assign(gpt.params(), gpt.params() + n);
+  return out;
+}
+
+RunResult run_data_parallel(const RunSpec& s, int world, const parallel::DataParallelOptions& opts) {
+  STRATA_CHECK(s.batch % (world * s.accum) == 0, "test batch ", s.batch, " does not split into ",
+               world, " ranks x ", s.accum, " micro-batches");
+  const int micro = s.batch / (world * s.accum);
+  std::vector<RunResult> results(world);
+  comm::run_threads(world, [&](comm::ProcessGroup& pg) {
+    omp_set_num_threads(1);
+    const int rank = pg.rank();
+    model::GPT gpt(s.model, micro, parallel::model_owns_state(opts));
+    parallel::DataParallelEngine engine(gpt, pg, opts, s.optim, s.seed);
+    RunResult& out = results[rank];
+    for (int step = 0; step < s.steps; ++step) {
+      engine.begin_step();
+      double loss = 0;
+      for (int a = 0; a < s.accum; ++a) {
+        engine.begin_micro(a, s.accum);
+        Rows r = batch_rows(s, step, (rank * s.accum + a) * micro, micro);
+        loss += gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T);
+        gpt.backward(float(1.0 / double(real_tokens(s))));
+      }
+      engine.end_backward();
+      out.grad_norms.push_back(engine.step(s.lr));
+      out.losses.push_back(parallel::sum_over_ranks(pg, loss) / double(real_tokens(s)));
+    }
+    out.params = engine.gather_full_params();
+    out.memory = engine.memory_report();
+  });
+  for (int r = 1; r < world; ++r) {
+    EXPECT_EQ(results[r].losses, results[0].losses) << "rank " << r << " reports other losses";
+    EXPECT_EQ(results[r].params, results[0].params) << "rank " << r << " holds other weights";
+  }
+  return results[0];
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  STRATA_CHECK(a.size() == b.size(), "length ", a.size(), " vs ", b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  STRATA_CHECK(a.size() == b.size(), "length ", a.size(), " vs ", b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::abs(a[i] - b[i])));
+  return d;
+}
+
+}  // namespace strata::ptest

@@ -1,0 +1,43 @@
+// Shared pieces of the data-parallel tests: a small GPT, a deterministic global batch per
+// step, a plain single-process reference trainer, and a runner that trains the same
+// batches with the data-parallel engine on N ranks (threads of this process).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt.h"
+#include "parallel/data_parallel.h"
+
+namespace strata::ptest {
+
+model::GPTConfig small_config();  // 2 layers, dim 64, 4 heads, seq 16, vocab 64
+
+struct RunSpec {
+  int steps = 20;
+  int batch = 12;  // global batch in sequences (divisible by 1, 2, 3, 4)
+  int T = 16;
+  int accum = 1;   // micro-batches per rank per step
+  float lr = 3e-3f;
+  uint64_t seed = 5;
+  parallel::OptimConfig optim;
+  model::GPTConfig model = small_config();
+};
+
+struct RunResult {
+  std::vector<double> losses;      // per step, mean over the global batch's real tokens
+  std::vector<float> grad_norms;   // per step, before clipping
+  std::vector<float> params;       // fp32 weights after the last step
+  parallel::MemoryReport memory;   // rank 0's engine buffers
+};
+
+// Single process, fp32, full buffers: zero, forward/backward per micro-batch, clip, AdamW.
+RunResult run_reference(const RunSpec& spec);
+
+// The same batches on `world` ranks (threads); results of rank 0, after checking that every
+// rank saw the same losses and norms.
+RunResult run_data_parallel(const RunSpec& spec, int world, const parallel::DataParallelOptions& opts);
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace strata::ptest

@@ -1,0 +1,154 @@
+// `strata plan` as a user runs it: tables, JSON, and one-line errors with their exit codes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <sys/wait.h>
+
+#include "nlohmann/json.hpp"
+#include "plan/zero_memory.h"
+#include "plan/model_spec.h"
+
+namespace {
+
+struct CliRun {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun run_strata(const std::string& args, bool merge_stderr = true) {
+  std::string cmd = std::string(STRATA_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  CliRun r{-1, ""};
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool has(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(PlanCli, TableForAPreset) {
+  CliRun r = run_strata("plan --model llama2-70b --gpus 256 --gpu h100-80g");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* s : {"Best layout", "Memory per GPU", "Communication per step", "MFU",
+                        "Why this layout", "runner-up", "Daly", "GPU-hours per day", "days"})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+}
+
+TEST(PlanCli, JsonHasTheDocumentedKeys) {
+  CliRun r = run_strata("plan --model gpt3-175b --gpus 1024 --gpu a100-80g --json", false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"]["name"], "gpt3-175b");
+  const auto& best = j["best"];
+  ASSERT_TRUE(best.is_object());
+  for (const char* k : {"parameters", "gradients", "optimizer", "total"})
+    EXPECT_TRUE(best["memory"]["model_states"].contains(k)) << k;
+  EXPECT_LE(best["memory"]["total"].get<double>(), best["memory"]["usable"].get<double>());
+  EXPECT_GT(best["mfu"].get<double>(), 0);
+  EXPECT_TRUE(j["compute"].contains("megatron_flops_per_step_full_recompute"));
+  EXPECT_GT(j["compute"]["days_to_train"].get<double>(), 1);
+  EXPECT_GT(j["reliability"]["daly_interval_s"].get<double>(), 0);
+  EXPECT_GE(j["ranking"].size(), 2u);
+  EXPECT_LE(best["layout"]["tp"].get<int>(), 8);
+}
+
+// What the ZeRO engine's measured accounting is compared with: a strata GPT (explicit
+// shape), N data-parallel ranks, one stage, bf16. Model states must be the shared formula.
+TEST(PlanCli, ModelStatesForAZeroRunComeFromTheSharedFormula) {
+  using namespace strata::plan;
+  ModelSpec m;
+  apply_arch(m, "gpt");
+  m.layers = 2, m.hidden = 64, m.heads = 4, m.kv_heads = 4, m.ffn = 256, m.seq = 32,
+  m.vocab = 100;
+  const int64_t psi = count_params(m).total();
+  for (int n : {1, 3, 4}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      CliRun r = run_strata("plan --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 100 --gpus " +
+                         std::to_string(n) + " --tp 1 --pp 1 --cp 1 --zero " +
+                         std::to_string(stage) + " --global-batch " + std::to_string(n) +
+                         " --precision bf16 --json",
+                     false);
+      ASSERT_EQ(r.status, 0) << r.out;
+      auto j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j["model"]["params"].get<int64_t>(), psi);
+      auto got = j["best"]["memory"]["model_states"];
+      ModelStateBytes want = zero_model_state_bytes(psi, n, stage, Precision::bf16);
+      EXPECT_EQ(got["parameters"].get<int64_t>(), want.parameters) << n << " " << stage;
+      EXPECT_EQ(got["gradients"].get<int64_t>(), want.gradients) << n << " " << stage;
+      EXPECT_EQ(got["optimizer"].get<int64_t>(), want.optimizer) << n << " " << stage;
+    }
+  }
+}
+
+TEST(PlanCli, UnknownPresetsListTheKnownOnes) {
+  CliRun r = run_strata("plan --model gpt5");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.out, "unknown model preset 'gpt5'")) << r.out;
+  EXPECT_TRUE(has(r.out, "llama3-405b")) << r.out;
+  r = run_strata("plan --model gpt2 --gpu v100");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.out, "unknown GPU preset 'v100'")) << r.out;
+  EXPECT_TRUE(has(r.out, "h200")) << r.out;
+}
+
+TEST(PlanCli, DegreesThatDoNotMultiplyShowTheNumbers) {
+  CliRun r = run_strata("plan --model llama2-70b --gpus 1024 --tp 8 --pp 4 --cp 1 --dp 16");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.out, "tp 8 × pp 4 × cp 1 × dp 16 = 512 GPUs, but --gpus is 1024")) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
+TEST(PlanCli, HeadsNotDivisibleByTp) {
+  CliRun r = run_strata("plan --model llama2-7b --gpus 48 --gpus-per-node 6 --tp 6");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.out, "--tp 6: the model's 32 attention heads are not divisible by 6"))
+      << r.out;
+}
+
+TEST(PlanCli, FitsNowhereNamesTheSmallestCluster) {
+  CliRun r = run_strata("plan --model llama3-405b --gpus 8 --gpu a100-40g");
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_TRUE(has(r.out, "No layout fits")) << r.out;
+  EXPECT_TRUE(has(r.out, "Smallest cluster that fits:")) << r.out;
+  CliRun j = run_strata("plan --model llama3-405b --gpus 8 --gpu a100-40g --json", false);
+  EXPECT_EQ(j.status, 3);
+  auto doc = nlohmann::json::parse(j.out);
+  EXPECT_TRUE(doc["best"].is_null());
+  EXPECT_GT(doc["fits_nowhere"]["smallest_cluster_gpus"].get<int64_t>(), 8);
+}
+
+TEST(PlanCli, BadFlagsAreOneLine) {
+  for (const char* args : {"plan --model gpt2 --precision fp16", "plan --model gpt2 --recompute some",
+                           "plan --model gpt2 --optimizer lion", "plan --model gpt2 --tokens 3X",
+                           "plan --layers 2 --hidden 64", "plan --model gpt2 --zero 4",
+                           "plan --model gpt2 --gpu /nonexistent.json"}) {
+    CliRun r = run_strata(args);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "strata: error: ")) << r.out;
+  }
+  EXPECT_EQ(run_strata("plan --model gpt2 --tp").status, 2);  // CLI11 parse error
+}
+
+TEST(PlanCli, RlhfMode) {
+  CliRun r = run_strata("plan --model llama2-7b --rlhf --gpus 8 --gpu a100-80g --json", false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rlhf"]["models"].size(), 4u);
+  EXPECT_EQ(j["rlhf"]["models"][2]["role"], "reference");
+  EXPECT_GT(j["rlhf"]["kv_cache"].get<double>(), 0);
+  CliRun t = run_strata("plan --model llama2-70b --rlhf --gpus 8 --gpu a100-80g");
+  EXPECT_EQ(t.status, 3) << t.out;
+  EXPECT_TRUE(has(t.out, "DOES NOT FIT")) << t.out;
+  EXPECT_TRUE(has(t.out, "smallest cluster that fits")) << t.out;
+}

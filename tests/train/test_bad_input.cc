@@ -1,0 +1,105 @@
+// `strata train` on bad input: one line on stderr naming the problem, non-zero exit, no crash.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli_util.h"
+
+using namespace strata::test;
+
+namespace {
+
+// Small and fast: the failure should come before (or instead of) any training.
+const std::string kSmall =
+    "train --layers 2 --dim 64 --heads 4 --seq 32 --batch 4 --steps 2 --peak-gflops 10 "
+    "--sample-tokens 0 --data synthetic:20000 ";
+
+// Expects a clean failure whose single stderr line contains every `needle`.
+void expect_error(const std::string& args, std::initializer_list<std::string> needles) {
+  SCOPED_TRACE(args);
+  CliResult r = run_strata(args);
+  EXPECT_GT(r.status, 0) << "stdout:\n" << r.out << "stderr:\n" << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.rfind("strata: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const std::string& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << r.err;
+}
+
+}  // namespace
+
+TEST(TrainBadInput, UnknownFlag) {
+  expect_error(kSmall + "--bogus-flag 3", {"--bogus-flag"});
+  expect_error("train --model huge --peak-gflops 10", {"huge"});
+}
+
+TEST(TrainBadInput, DimNotDivisibleByHeads) {
+  expect_error(kSmall + "--dim 66", {"66", "4"});
+}
+
+TEST(TrainBadInput, SeqAboveModelMaximum) {
+  expect_error("train --model tiny --seq 512 --peak-gflops 10", {"--seq 512", "256"});
+  expect_error(kSmall + "--max-seq 16", {"--seq 32", "16"});
+}
+
+TEST(TrainBadInput, ZeroOrNegativeSizes) {
+  expect_error(kSmall + "--layers 0", {"--layers", "0"});
+  expect_error(kSmall + "--dim -64", {"--dim", "-64"});
+  expect_error(kSmall + "--heads 0", {"--heads"});
+  expect_error(kSmall + "--vocab 0", {"--vocab"});
+  expect_error(kSmall + "--seq 0", {"--seq"});
+  expect_error(kSmall + "--max-seq -1", {"--max-seq"});
+  expect_error(kSmall + "--batch 0", {"--batch"});
+  expect_error(kSmall + "--micro-batch 0", {"--micro-batch"});
+  expect_error(kSmall + "--steps 0", {"--steps"});
+  expect_error(kSmall + "--steps -3", {"--steps"});
+  expect_error(kSmall + "--lr -0.1", {"--lr"});
+  expect_error(kSmall + "--eval-batches 0", {"--eval-batches"});
+  expect_error(kSmall + "--threads -2", {"--threads"});
+}
+
+TEST(TrainBadInput, BatchNotDivisibleByMicroBatch) {
+  expect_error(kSmall + "--batch 8 --micro-batch 3", {"--batch 8", "--micro-batch 3"});
+}
+
+TEST(TrainBadInput, MissingDataFile) {
+  expect_error(kSmall + "--data /nonexistent/strata/tokens.bin", {"/nonexistent/strata/tokens.bin"});
+  TempDir dir("emptydir");
+  expect_error(kSmall + "--data " + dir.path.string(), {dir.path.string()});
+}
+
+TEST(TrainBadInput, CorruptTokenFiles) {
+  TempDir dir("corrupt");
+  std::vector<uint16_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i % 200);
+
+  write_bin_file(dir / "magic.bin", tokens, /*magic=*/12345);
+  expect_error(kSmall + "--data " + (dir / "magic.bin"), {"magic.bin", "magic"});
+
+  write_bin_file(dir / "version.bin", tokens, 20240520, /*version=*/7);
+  expect_error(kSmall + "--data " + (dir / "version.bin"), {"version.bin", "version"});
+
+  write_bin_file(dir / "short.bin", tokens, 20240520, 1, /*count=*/int64_t(tokens.size()) + 100);
+  expect_error(kSmall + "--data " + (dir / "short.bin"), {"short.bin"});
+
+  std::ofstream(dir / "stub.bin") << "tiny";  // shorter than the header
+  expect_error(kSmall + "--data " + (dir / "stub.bin"), {"stub.bin"});
+
+  tokens[1000] = 300;  // >= the model's vocabulary of 256
+  write_bin_file(dir / "range.bin", tokens);
+  expect_error(kSmall + "--data " + (dir / "range.bin"), {"range.bin", "300"});
+  tokens[1000] = 60000;  // >= GPT-2's 50257 as well
+  write_bin_file(dir / "range2.bin", tokens);
+  expect_error(kSmall + "--vocab 50257 --data " + (dir / "range2.bin"), {"range2.bin", "60000"});
+}
+
+TEST(TrainBadInput, VocabSmallerThanData) {
+  expect_error(kSmall + "--vocab 128", {"128"});
+}
+
+TEST(TrainBadInput, UnwritableRunDir) {
+  TempDir dir("rundir");
+  std::ofstream(dir / "file") << "x";
+  std::string bad = dir / "file/run";
+  expect_error(kSmall + "--run-dir " + bad, {bad});
+}
