@@ -30,7 +30,8 @@ build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	$(STRATA) train --model tiny --data synthetic --run-dir runs/demo
+	$(STRATA) train --model tiny --data synthetic --seq 64 --batch 16 --steps 600 --lr 3e-3 \
+	  --min-lr 1e-4 --weight-decay 0 --eval-every 100 --eval-batches 32 --log-every 20 --run-dir runs/demo
 
 test: build
 	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -j $(JOBS) --timeout 600

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -38,6 +39,17 @@ void BM_sgemm_peak(benchmark::State& s) {
   flops(s, 2.0 * n * n * n);
 }
 BENCHMARK(BM_sgemm_peak)->Arg(1024)->Arg(2048)->UseRealTime();
+
+// strata's own GEMM (kernels/gemm.h), the one the model uses.
+void BM_gemm_peak(benchmark::State& s) {
+  const int n = int(s.range(0));
+  auto a = randn(int64_t(n) * n, 1), b = randn(int64_t(n) * n, 2);
+  std::vector<float> c(int64_t(n) * n);
+  for (auto _ : s)
+    k::gemm(k::Op::N, k::Op::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  flops(s, 2.0 * n * n * n);
+}
+BENCHMARK(BM_gemm_peak)->Arg(1024)->Arg(2048)->UseRealTime();
 
 void BM_matmul_forward(benchmark::State& s) {
   const int IC = int(s.range(0)), OC = int(s.range(1));

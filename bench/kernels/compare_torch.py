@@ -6,8 +6,11 @@ thread count, interleaved round by round so both see the same machine load.
       --threads 2 --rounds 5 [--optimizer]
 
 Prints each round, then the medians: tokens/s of each, the ratio, strata's model GFLOP/s
-(6N + 12*L*d*T per token) and its fraction of the sgemm peak measured by bench_kernels
-(BM_sgemm_peak, best of 1024^3 and 2048^3) in the same run.
+(6N + 12*L*d*T per token) and its fraction of the sgemm peak measured by bench_kernels in the
+same run: the best of strata's own GEMM (BM_gemm_peak) and OpenBLAS (BM_sgemm_peak) at
+1024^3 and 2048^3, i.e. the fastest sgemm this machine offers.
+--torch-coretype sets OPENBLAS_CORETYPE for the PyTorch process only (PyTorch's matmuls go
+to OpenBLAS; e.g. SkylakeX selects its AVX-512 kernels where the environment pins Haswell).
 """
 import argparse
 import json
@@ -35,6 +38,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--optimizer", action="store_true")
+    ap.add_argument("--torch-coretype", default=None)
     a = ap.parse_args()
     if a.batch != 8:
         sys.exit("bench_gpt is registered for batch 8 only")
@@ -45,13 +49,17 @@ def main():
         sys.exit("bench_gpt registers forward+backward alone for tiny only")
     s_tok, t_tok, s_gf, peaks, s_cpu, t_cpu = [], [], [], [], [], []
     for r in range(a.rounds):
-        peak = max(b["GFLOP/s"] for b in gbench(bench_kernels, "sgemm_peak", a.threads, 0.5)) 
+        peak = max(b["GFLOP/s"] for b in gbench(bench_kernels, "gemm_peak", a.threads, 0.5))
         s = gbench(bench_gpt, f"BM_train_step/{name}/", a.threads, 3)[0]
         cmd = [sys.executable, os.path.join(HERE, "torch_step.py"), "--model", a.model,
                "--batch", str(a.batch), "--threads", str(a.threads), "--iters", "6"]
         if a.optimizer:
             cmd.append("--optimizer")
-        t = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        env = dict(os.environ)
+        if a.torch_coretype:
+            env["OPENBLAS_CORETYPE"] = a.torch_coretype
+        t = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                      env=env).stdout)
         s_cpu.append(s["cpu_time"])
         t_cpu.append(t["cpu_ms"])
         s_tok.append(s["tok/s"])
@@ -66,7 +74,8 @@ def main():
     print(f"median: strata {ms:.0f} tok/s, torch {mt:.0f} tok/s, ratio {ms / mt:.2f}x; "
           f"strata {mg:.1f} GFLOP/s = {100 * mg / mp:.0f}% of sgemm peak {mp:.1f} GFLOP/s "
           f"({a.model}, batch {a.batch}, {a.threads} threads, "
-          f"{'with' if a.optimizer else 'without'} AdamW)")
+          f"{'with' if a.optimizer else 'without'} AdamW"
+          f"{', torch OPENBLAS_CORETYPE=' + a.torch_coretype if a.torch_coretype else ''})")
     if a.threads == 1:
         print(f"cpu time per step (1 thread, robust to machine load): strata "
               f"{statistics.median(s_cpu):.0f} ms, torch {statistics.median(t_cpu):.0f} ms, "

@@ -5,7 +5,7 @@
 // tokens, and reports its process memory tracker (current parameters, gradients, optimizer;
 // peak comm and activations). Rank 0's row is printed beside plan::zero_model_state_bytes.
 //
-//   zero_memory_table [model] [micro_batch] [bucket_mb]     (defaults: tiny 4 25)
+//   zero_memory_table [model] [micro_batch] [bucket_mb]     (defaults: tiny 4 4)
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -99,10 +99,12 @@ static std::string mib(int64_t b) {
 int main(int argc, char** argv) {
   const std::string name = argc > 1 ? argv[1] : "tiny";
   const int micro = argc > 2 ? std::atoi(argv[2]) : 4;
-  const double bucket = argc > 3 ? std::atof(argv[3]) : 25;
+  const double bucket = argc > 3 ? std::atof(argv[3]) : 4;
   const model::GPTConfig cfg = model::GPTConfig::preset(name);
-  printf("model %s, micro-batch %d, bucket %.3g MiB; MiB per rank (rank 0), measured by the "
-         "process memory tracker after one step\n", name.c_str(), micro, bucket);
+  printf(
+      "model %s, micro-batch %d, bucket %.3g MiB; MiB per rank (rank 0), measured by the "
+      "process memory tracker after one step\n",
+      name.c_str(), micro, bucket);
   printf("%-5s %5s %2s | %10s %10s %10s %10s | %10s %6s | %9s %9s\n", "prec", "stage", "N",
          "params", "grads", "optim", "states", "formula", "equal", "comm", "scratch");
   for (auto p : {parallel::Precision::bf16, parallel::Precision::fp32})

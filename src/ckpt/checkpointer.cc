@@ -89,12 +89,8 @@ static Range write_range(const StateSlice& s, int rank, int world) {
   return replicated ? zero_shard(s.numel, rank, world) : intersect(s.held, {0, s.numel});
 }
 
-void Checkpointer::save_async(const SaveRequest& req) {
-  Stopwatch wait_clock;
-  finish_previous(false);
-  const double wait_prev = wait_clock.seconds();
-  Stopwatch copy_clock;
-
+// Validates the request and returns the host bytes its pieces need (each 64-byte aligned).
+int64_t Checkpointer::host_bytes(const SaveRequest& req) const {
   STRATA_CHECK(req.step >= 0, "checkpoint: negative step ", req.step);
   std::set<std::string> names;
   int64_t bytes = 0;
@@ -109,6 +105,22 @@ void Checkpointer::save_async(const SaveRequest& req) {
                  "checkpoint: state '", s.name, "' data missing for [", w.begin, ",", w.end, ")");
     bytes += (w.size() * int64_t(dtype_size(s.dtype)) + 63) / 64 * 64;
   }
+  return bytes;
+}
+
+void Checkpointer::prepare(const SaveRequest& req) {
+  finish_previous(false);
+  const int64_t bytes = host_bytes(req);
+  if (host_.bytes() < size_t(bytes)) host_ = Buffer(MemCategory::other, size_t(bytes));
+}
+
+void Checkpointer::save_async(const SaveRequest& req) {
+  Stopwatch wait_clock;
+  finish_previous(false);
+  const double wait_prev = wait_clock.seconds();
+  Stopwatch copy_clock;
+
+  const int64_t bytes = host_bytes(req);
   if (host_.bytes() < size_t(bytes)) host_ = Buffer(MemCategory::other, size_t(bytes));
 
   pending_pieces_.clear();

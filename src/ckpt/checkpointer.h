@@ -92,6 +92,9 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
+  // Sizes the host buffer for saves like `req` now (at startup), so the first save does not
+  // pay for allocating and first-touching it inside a training step. Optional.
+  void prepare(const SaveRequest& req);
   // Waits for the previous save (its failure is logged and kept in history()), copies this
   // rank's pieces and returns; the writer thread does the rest. Throws for a malformed request.
   void save_async(const SaveRequest& req);
@@ -111,6 +114,7 @@ class Checkpointer {
 
  private:
   void finish_previous(bool rethrow);
+  int64_t host_bytes(const SaveRequest& req) const;
   void write_and_commit(const std::string& tmp_dir, int64_t step);
   void commit(const std::string& tmp_dir, int64_t step);
   void log(const std::string& line) const;

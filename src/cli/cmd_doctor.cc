@@ -1,11 +1,24 @@
 // `strata doctor hang RUN_DIR`: names what wedged a job, from its flight-recorder dumps.
+// `strata doctor net`: bandwidth and latency of every pair of ranks, busbw of collectives,
+// and the links or collectives below a threshold. Started by hand it launches --nproc ranks
+// of itself (the launcher: forked ranks for shm, mpirun for mpi) and prints their findings.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "cli/command.h"
+#include "comm/benchmark.h"
+#include "comm/bootstrap.h"
+#include "comm/launcher.h"
+#include "comm/process_group.h"
 #include "core/error.h"
 #include "diag/flight_dump.h"
 #include "diag/hang_doctor.h"
+#include "diag/json_salvage.h"
+#include "diag/net_doctor.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::cli {
@@ -38,6 +51,110 @@ Register hang("doctor hang", "Name the rank, group and operation a wedged job is
                 app.add_flag("--json", a->json, "Print the findings as JSON");
                 app.callback([a] { run_doctor_hang(*a); });
               });
+
+struct NetArgs {
+  int nproc = 4;
+  std::string backend = "shm";
+  double expect_busbw = 0, threshold = 0.5, timeout = 0;
+  bool json = false;
+  std::string bytes = "4M", coll_bytes = "16M";
+  int reps = 10, iters = 8;
+  std::string result_file;  // set by the launching process: rank 0 writes its findings here
+};
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  STRATA_CHECK(n > 0, "cannot find the strata executable (/proc/self/exe)");
+  return std::string(buf, size_t(n));
+}
+
+diag::NetConfig net_config(const NetArgs& a, int world) {
+  diag::NetConfig cfg;
+  cfg.p2p_bytes = comm::parse_size(a.bytes);
+  cfg.coll_bytes = comm::parse_size(a.coll_bytes);
+  STRATA_CHECK(cfg.p2p_bytes >= 1, "--bytes must be at least 1 byte");
+  STRATA_CHECK(cfg.coll_bytes >= 4 * size_t(world), "--coll-bytes must be at least 4 bytes per rank");
+  STRATA_CHECK(a.reps >= 1, "--reps must be at least 1, got ", a.reps);
+  STRATA_CHECK(a.iters >= 1, "--iters must be at least 1, got ", a.iters);
+  cfg.reps = a.reps;
+  cfg.coll_iters = a.iters;
+  cfg.throttle = diag::link_throttle_from_env(world);
+  return cfg;
+}
+
+void print_net(const nlohmann::json& report, bool json) {
+  diag::NetResult r = diag::net_result_from_json(report);
+  double threshold = report.at("threshold"), expect = report.at("expect_busbw_gbps");
+  diag::NetVerdict v = diag::judge_net(r, threshold, expect);
+  if (json) std::cout << diag::net_report_json(r, v, threshold, expect).dump(2) << "\n";
+  else std::cout << diag::format_net_report(r, v, threshold, expect);
+  std::cout.flush();
+  if (!v.flags.empty()) throw ExitCode{1};
+}
+
+// One rank of the launched job.
+void run_net_rank(const NetArgs& a) {
+  comm::Options opt;
+  opt.backend = comm::parse_backend(a.backend);
+  opt.timeout_s = a.timeout;
+  comm::GroupPtr pg = comm::init_from_env(opt);
+  diag::NetResult r = diag::measure_net(*pg, net_config(a, pg->size()));
+  pg->barrier();
+  if (pg->rank() != 0) return;
+  diag::NetVerdict v = diag::judge_net(r, a.threshold, a.expect_busbw);
+  nlohmann::json report = diag::net_report_json(r, v, a.threshold, a.expect_busbw);
+  if (a.result_file.empty()) return print_net(report, a.json);  // started by mpirun / srun directly
+  std::ofstream out(a.result_file);
+  out << report.dump() << "\n";
+  STRATA_CHECK(out.good(), "cannot write ", a.result_file);
+}
+
+void run_doctor_net(const NetArgs& a) {
+  STRATA_CHECK(a.threshold > 0 && a.threshold <= 1, "--threshold must be in (0, 1], got ", a.threshold);
+  STRATA_CHECK(a.expect_busbw >= 0, "--expect-busbw must not be negative, got ", a.expect_busbw);
+  STRATA_CHECK(a.timeout >= 0, "--timeout must not be negative, got ", a.timeout);
+  comm::Backend backend = comm::parse_backend(a.backend);
+  if (comm::launched_as_rank()) return run_net_rank(a);
+  STRATA_CHECK(a.nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", a.nproc);
+  net_config(a, a.nproc);  // validate sizes and STRATA_THROTTLE_LINK before launching
+
+  std::string result = (std::filesystem::temp_directory_path() /
+                        cat("strata-doctor-net-", getpid(), ".json")).string();
+  comm::LaunchOptions o;
+  o.nproc = a.nproc;
+  o.backend = backend;
+  o.timeout_s = a.timeout;
+  o.command = {self_exe(), "doctor", "net", "--backend", a.backend, "--threshold", cat(a.threshold),
+               "--expect-busbw", cat(a.expect_busbw), "--bytes", a.bytes, "--coll-bytes", a.coll_bytes,
+               "--reps", cat(a.reps), "--iters", cat(a.iters), "--result-file", result};
+  if (const char* t = std::getenv("STRATA_THROTTLE_LINK")) o.extra_env.emplace_back("STRATA_THROTTLE_LINK", t);
+  comm::LaunchResult lr = comm::launch(o);
+  std::string text, error;
+  diag::ParsedJson parsed;
+  bool ok = lr.exit_code == 0 && diag::read_text_file(result, text, error) && diag::parse_json_salvaging(text, parsed, error);
+  std::filesystem::remove(result);
+  STRATA_CHECK(lr.exit_code == 0, "doctor net: ", lr.message);
+  STRATA_CHECK(ok && !parsed.truncated, "doctor net: rank 0 left no result (", error, ")");
+  print_net(parsed.value, a.json);
+}
+
+Register net("doctor net", "Bandwidth and latency of every pair of ranks and busbw of collectives; flags slow ones",
+             [](CLI::App& app) {
+               auto a = std::make_shared<NetArgs>();
+               app.add_option("--nproc", a->nproc, "ranks to launch (default 4)");
+               app.add_option("--backend", a->backend, "shm or mpi");
+               app.add_option("--expect-busbw", a->expect_busbw, "expected bus bandwidth, GB/s (flags below threshold x it)");
+               app.add_option("--threshold", a->threshold, "flag below this fraction of the median or expected (default 0.5)");
+               app.add_option("--bytes", a->bytes, "point-to-point message size (default 4M)");
+               app.add_option("--coll-bytes", a->coll_bytes, "collective buffer size (default 16M)");
+               app.add_option("--reps", a->reps, "rounds over all pairs; the best repetition counts (default 10)");
+               app.add_option("--iters", a->iters, "timed iterations per collective; the best counts (default 8)");
+               app.add_option("--timeout", a->timeout, "seconds a communication wait may take");
+               app.add_flag("--json", a->json, "Print the findings as JSON");
+               app.add_option("--result-file", a->result_file)->group("");  // set when launching ranks
+               app.callback([a] { run_doctor_net(*a); });
+             });
 
 }  // namespace
 }  // namespace strata::cli

@@ -24,11 +24,16 @@ double parse_count(const std::string& flag, const std::string& s) {
   }
   std::string suffix = s.substr(used);
   double mult = 1;
-  if (suffix == "K" || suffix == "k") mult = 1e3;
-  else if (suffix == "M") mult = 1e6;
-  else if (suffix == "B" || suffix == "G") mult = 1e9;
-  else if (suffix == "T") mult = 1e12;
-  else if (!suffix.empty()) fail(flag, " '", s, "': unknown suffix '", suffix, "' (K, M, B, T)");
+  if (suffix == "K" || suffix == "k")
+    mult = 1e3;
+  else if (suffix == "M")
+    mult = 1e6;
+  else if (suffix == "B" || suffix == "G")
+    mult = 1e9;
+  else if (suffix == "T")
+    mult = 1e12;
+  else if (!suffix.empty())
+    fail(flag, " '", s, "': unknown suffix '", suffix, "' (K, M, B, T)");
   STRATA_CHECK(x >= 0 && std::isfinite(x), flag, " must not be negative (got ", s, ")");
   return x * mult;
 }
@@ -42,7 +47,7 @@ struct Flags {
   std::string recompute, precision = "bf16", grad_precision, optimizer = "adamw", tokens;
   std::string cp_mode = "ring";
   bool no_sp = false, json = false, rlhf = false;
-  double headroom = 0.10, efficiency = 0, bucket_mb = 25;
+  double headroom = 0.10, efficiency = 0, bucket_mb = 25, overlap = 1.0;
   double gpu_mtbf_h = 50000, job_mtbf_h = 0, storage_gbps = 50, restart_min = 10, stall_s = -1;
   int64_t rollout_batch = 8;
   int top = 10;
@@ -56,11 +61,14 @@ ModelSpec build_model(const Flags& f, const CLI::App& app) {
     if (app.count("--arch")) apply_arch(m, f.arch);
   } else {
     for (const char* k : {"--layers", "--hidden", "--heads", "--seq", "--vocab"})
-      STRATA_CHECK(app.count(k), "give --model PRESET (", [] {
-        std::string n;
-        for (const std::string& x : model_preset_names()) n += (n.empty() ? "" : ", ") + x;
-        return n;
-      }(), ") or --layers, --hidden, --heads, --seq and --vocab (missing ", k, ")");
+      STRATA_CHECK(
+          app.count(k), "give --model PRESET (",
+          [] {
+            std::string n;
+            for (const std::string& x : model_preset_names()) n += (n.empty() ? "" : ", ") + x;
+            return n;
+          }(),
+          ") or --layers, --hidden, --heads, --seq and --vocab (missing ", k, ")");
     apply_arch(m, f.arch);
     m.name = "custom";
   }
@@ -138,6 +146,9 @@ void run(const Flags& f, const CLI::App& app) {
   s.headroom = f.headroom;
   STRATA_CHECK(f.bucket_mb > 0, "--bucket-mb must be positive");
   s.bucket_mib = f.bucket_mb;
+  STRATA_CHECK(f.overlap >= 0 && f.overlap <= 1, "--overlap must be in [0, 1] (got ", f.overlap,
+               ")");
+  s.overlap = f.overlap;
   s.global_batch = app.count("--global-batch") ? f.global_batch : s.model.global_batch;
   STRATA_CHECK(f.rlhf || s.global_batch > 0,
                "--global-batch is needed (sequences per step; this model has no published one)");
@@ -152,7 +163,8 @@ void run(const Flags& f, const CLI::App& app) {
   if (app.count("--micro-batch")) fx.micro_batch = f.micro_batch;
   if (app.count("--recompute")) fx.recompute = parse_recompute(f.recompute);
 
-  req.train_tokens = app.count("--tokens") ? parse_count("--tokens", f.tokens) : s.model.train_tokens;
+  req.train_tokens =
+      app.count("--tokens") ? parse_count("--tokens", f.tokens) : s.model.train_tokens;
   STRATA_CHECK(f.top >= 1, "--top must be at least 1");
   req.top = f.top;
   STRATA_CHECK(f.gpu_mtbf_h > 0, "--gpu-mtbf-hours must be positive");
@@ -195,61 +207,76 @@ void run(const Flags& f, const CLI::App& app) {
   if (!res.fits()) throw ExitCode{3};
 }
 
-static Register reg("plan", "Plan memory, layout, speed and checkpoints for a cluster", [](CLI::App& app) {
-  auto f = std::make_shared<Flags>();
-  app.add_option("--model", f->model, "Model preset: gpt2, gpt3-175b, llama2-7b, llama2-70b, "
-                                      "llama3-405b, mixtral-8x7b");
-  app.add_option("--arch", f->arch, "Layer style for explicit shapes: gpt (GELU, LayerNorm, "
-                                    "biases, tied) or llama (SwiGLU, RMSNorm, untied)");
-  app.add_option("--layers", f->layers, "Transformer layers");
-  app.add_option("--hidden", f->hidden, "Hidden size");
-  app.add_option("--heads", f->heads, "Attention heads");
-  app.add_option("--kv-heads", f->kv_heads, "KV heads (grouped-query attention; default: heads)");
-  app.add_option("--ffn", f->ffn, "MLP width (default 4h for gpt, ~8h/3 for llama)");
-  app.add_option("--seq", f->seq, "Sequence length");
-  app.add_option("--vocab", f->vocab, "Vocabulary (padded to a multiple of 64)");
-  app.add_option("--experts", f->experts, "MoE experts per layer (0: dense)");
-  app.add_option("--top-k", f->top_k, "Experts per token (default 2)");
-  app.add_option("--gpu", f->gpu, "GPU preset (a100-40g, a100-80g, h100-80g, h200) or FILE.json");
-  app.add_option("--gpus", f->gpus, "GPUs in the cluster (default: one node)");
-  app.add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the GPU's)");
-  app.add_option("--intra-bench", f->intra_bench,
-                 "Fit the intra-node link from `strata bench comm --json` output");
-  app.add_option("--inter-bench", f->inter_bench,
-                 "Fit the inter-node link from `strata bench comm --json` output");
-  app.add_option("--global-batch", f->global_batch, "Sequences per optimizer step");
-  app.add_option("--micro-batch", f->micro_batch, "Fix the micro-batch (sequences)");
-  app.add_option("--precision", f->precision, "bf16 (fp32 master weights) or fp32");
-  app.add_option("--grad-precision", f->grad_precision, "Gradients in bf16 (default) or fp32");
-  app.add_option("--optimizer", f->optimizer, "adamw or sgd (momentum)");
-  app.add_option("--tokens", f->tokens, "Training tokens for days-to-train (e.g. 2T, 300B)");
-  app.add_option("--tp", f->tp, "Fix tensor parallelism");
-  app.add_option("--pp", f->pp, "Fix pipeline parallelism");
-  app.add_option("--dp", f->dp, "Fix data parallelism");
-  app.add_option("--cp", f->cp, "Fix context parallelism");
-  app.add_option("--ep", f->ep, "Fix expert parallelism");
-  app.add_option("--zero", f->zero, "Fix the ZeRO stage (0-3)");
-  app.add_option("--recompute", f->recompute, "Fix recomputation: none, selective, full");
-  app.add_flag("--no-sp", f->no_sp, "No sequence parallelism with tensor parallelism");
-  app.add_option("--cp-mode", f->cp_mode, "Context parallelism: ring or ulysses");
-  app.add_option("--headroom", f->headroom, "Fraction of device memory kept free (default 0.10)");
-  app.add_option("--efficiency", f->efficiency, "Sustained fraction of peak FLOP/s on matmuls");
-  app.add_option("--bucket-mb", f->bucket_mb, "ZeRO-1/2 reduce-scatter bucket, MiB (default 25)");
-  app.add_option("--gpu-mtbf-hours", f->gpu_mtbf_h, "Mean time between failures of one GPU "
-                                                    "(default 50000 h)");
-  app.add_option("--job-mtbf-hours", f->job_mtbf_h, "Mean time between failures of the job "
-                                                    "(overrides --gpu-mtbf-hours)");
-  app.add_option("--storage-gbps", f->storage_gbps, "Aggregate checkpoint write bandwidth, GB/s");
-  app.add_option("--restart-min", f->restart_min, "Minutes to detect, restart and reload");
-  app.add_option("--ckpt-stall-s", f->stall_s, "Stall per checkpoint if not the whole write");
-  app.add_flag("--rlhf", f->rlhf, "PPO memory per GPU: actor + critic trained, reference + "
-                                  "reward frozen, generation KV cache");
-  app.add_option("--critic", f->critic, "Critic/reward model preset for --rlhf (default: actor)");
-  app.add_option("--rollout-batch", f->rollout_batch, "Sequences each GPU generates (--rlhf)");
-  app.add_option("--top", f->top, "Layouts shown in the ranking (default 10)");
-  app.add_flag("--json", f->json, "Print JSON instead of tables");
-  app.callback([f, &app] { run(*f, app); });
-});
+static Register reg(
+    "plan", "Plan memory, layout, speed and checkpoints for a cluster", [](CLI::App& app) {
+      auto f = std::make_shared<Flags>();
+      app.add_option("--model", f->model,
+                     "Model preset: gpt2, gpt3-175b, llama2-7b, llama2-70b, "
+                     "llama3-405b, mixtral-8x7b");
+      app.add_option("--arch", f->arch,
+                     "Layer style for explicit shapes: gpt (GELU, LayerNorm, "
+                     "biases, tied) or llama (SwiGLU, RMSNorm, untied)");
+      app.add_option("--layers", f->layers, "Transformer layers");
+      app.add_option("--hidden", f->hidden, "Hidden size");
+      app.add_option("--heads", f->heads, "Attention heads");
+      app.add_option("--kv-heads", f->kv_heads,
+                     "KV heads (grouped-query attention; default: heads)");
+      app.add_option("--ffn", f->ffn, "MLP width (default 4h for gpt, ~8h/3 for llama)");
+      app.add_option("--seq", f->seq, "Sequence length");
+      app.add_option("--vocab", f->vocab, "Vocabulary (padded to a multiple of 64)");
+      app.add_option("--experts", f->experts, "MoE experts per layer (0: dense)");
+      app.add_option("--top-k", f->top_k, "Experts per token (default 2)");
+      app.add_option("--gpu", f->gpu,
+                     "GPU preset (a100-40g, a100-80g, h100-80g, h200) or FILE.json");
+      app.add_option("--gpus", f->gpus, "GPUs in the cluster (default: one node)");
+      app.add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the GPU's)");
+      app.add_option("--intra-bench", f->intra_bench,
+                     "Fit the intra-node link from `strata bench comm --json` output");
+      app.add_option("--inter-bench", f->inter_bench,
+                     "Fit the inter-node link from `strata bench comm --json` output");
+      app.add_option("--global-batch", f->global_batch, "Sequences per optimizer step");
+      app.add_option("--micro-batch", f->micro_batch, "Fix the micro-batch (sequences)");
+      app.add_option("--precision", f->precision, "bf16 (fp32 master weights) or fp32");
+      app.add_option("--grad-precision", f->grad_precision, "Gradients in bf16 (default) or fp32");
+      app.add_option("--optimizer", f->optimizer, "adamw or sgd (momentum)");
+      app.add_option("--tokens", f->tokens, "Training tokens for days-to-train (e.g. 2T, 300B)");
+      app.add_option("--tp", f->tp, "Fix tensor parallelism");
+      app.add_option("--pp", f->pp, "Fix pipeline parallelism");
+      app.add_option("--dp", f->dp, "Fix data parallelism");
+      app.add_option("--cp", f->cp, "Fix context parallelism");
+      app.add_option("--ep", f->ep, "Fix expert parallelism");
+      app.add_option("--zero", f->zero, "Fix the ZeRO stage (0-3)");
+      app.add_option("--recompute", f->recompute, "Fix recomputation: none, selective, full");
+      app.add_flag("--no-sp", f->no_sp, "No sequence parallelism with tensor parallelism");
+      app.add_option("--cp-mode", f->cp_mode, "Context parallelism: ring or ulysses");
+      app.add_option("--headroom", f->headroom,
+                     "Fraction of device memory kept free (default 0.10)");
+      app.add_option("--efficiency", f->efficiency, "Sustained fraction of peak FLOP/s on matmuls");
+      app.add_option("--overlap", f->overlap,
+                     "Fraction of compute that data-parallel, ZeRO and "
+                     "ring-attention traffic hides behind (default 1)");
+      app.add_option("--bucket-mb", f->bucket_mb,
+                     "ZeRO-1/2 reduce-scatter bucket, MiB (default 25)");
+      app.add_option("--gpu-mtbf-hours", f->gpu_mtbf_h,
+                     "Mean time between failures of one GPU "
+                     "(default 50000 h)");
+      app.add_option("--job-mtbf-hours", f->job_mtbf_h,
+                     "Mean time between failures of the job "
+                     "(overrides --gpu-mtbf-hours)");
+      app.add_option("--storage-gbps", f->storage_gbps,
+                     "Aggregate checkpoint write bandwidth, GB/s");
+      app.add_option("--restart-min", f->restart_min, "Minutes to detect, restart and reload");
+      app.add_option("--ckpt-stall-s", f->stall_s, "Stall per checkpoint if not the whole write");
+      app.add_flag("--rlhf", f->rlhf,
+                   "PPO memory per GPU: actor + critic trained, reference + "
+                   "reward frozen, generation KV cache");
+      app.add_option("--critic", f->critic,
+                     "Critic/reward model preset for --rlhf (default: actor)");
+      app.add_option("--rollout-batch", f->rollout_batch, "Sequences each GPU generates (--rlhf)");
+      app.add_option("--top", f->top, "Layouts shown in the ranking (default 10)");
+      app.add_flag("--json", f->json, "Print JSON instead of tables");
+      app.callback([f, &app] { run(*f, app); });
+    });
 
 }  // namespace
 }  // namespace strata::cli

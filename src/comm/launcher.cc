@@ -153,9 +153,11 @@ pid_t spawn(const std::string& path, const std::vector<std::string>& argv,
   pid_t pid = fork();
   STRATA_CHECK(pid >= 0, "fork failed: ", std::strerror(errno));
   if (pid > 0) return pid;
-  // Child: own process group (the launcher stops a rank with all its children), dies with
-  // the launcher, output into the pipes.
-  setpgid(0, 0);
+  // Child: own session and process group (the launcher stops a rank with all its children;
+  // with autogroup scheduling each rank competes for CPU like a separate job, as mpirun's
+  // ranks do, instead of all ranks sharing one session's share), dies with the launcher,
+  // output into the pipes.
+  setsid();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
@@ -270,7 +272,6 @@ LaunchResult launch(const LaunchOptions& o) {
     c.rank = l.rank;
     c.pid = spawn(l.path, l.argv, l.env, pipes[2 * i].second, pipes[2 * i + 1].second,
                   all_fds.data(), int(all_fds.size()));
-    setpgid(c.pid, c.pid);
     c.running = true;
     children.push_back(c);
     for (int s = 0; s < 2; ++s) {
@@ -289,7 +290,7 @@ LaunchResult launch(const LaunchOptions& o) {
   int64_t kill_deadline = 0;  // when survivors get SIGKILL (0: not stopping)
   auto stop_all = [&](int sig) {
     for (Child& c : children)
-      if (c.running) kill(-c.pid, sig);
+      if (c.running && kill(-c.pid, sig) != 0) kill(c.pid, sig);  // before its setsid()
   };
   for (;;) {
     std::vector<pollfd> pfds;

@@ -17,6 +17,12 @@ std::string stuck_label(const StuckOp& s) {
   return cat(s.op, " #", s.seq, " of group \"", s.group, "\"");
 }
 
+// "ranks 0, 1 report it as a dead peer" / "rank 0 reports it as a dead peer"
+std::string reporters(const Analysis& a, int dead) {
+  const std::vector<int>& by = a.dead_reporters.at(dead);
+  return cat(ranks_word(by), by.size() == 1 ? " reports" : " report", " it as a dead peer");
+}
+
 bool has_culprit(const HangReport& r, int rank) {
   return std::any_of(r.culprits.begin(), r.culprits.end(), [&](auto& c) { return c.rank == rank; });
 }
@@ -70,8 +76,7 @@ void explain_missing(HangReport& r, const Analysis& a, const StuckOp& s, int m) 
   std::string never = cat(" never reached ", stuck_label(s));
   auto dit = a.dump.find(m);
   if (a.dead.count(m)) {
-    std::string text = cat("rank ", m, " died: ", ranks_word(a.dead_reporters.at(m)),
-                           " report it as a dead peer; it", never);
+    std::string text = cat("rank ", m, " died: ", reporters(a, m), "; it", never);
     if (dit != a.dump.end()) text += cat("; its dump says ", dit->second->reason, ": ", dit->second->detail);
     r.culprits.push_back({m, Cause::dead, text});
     return;
@@ -202,14 +207,15 @@ void explain_hang(HangReport& r, const Analysis& a, const StragglerRule& rule) {
   }
   for (int d : r.dead)
     if (!has_culprit(r, d))
-      r.culprits.push_back({d, Cause::dead, cat("rank ", d, " died: ", ranks_word(a.dead_reporters.at(d)),
-                                                " report it as a dead peer")});
+      r.culprits.push_back({d, Cause::dead, cat("rank ", d, " died: ", reporters(a, d))});
   find_stragglers(r, a, rule);
   if (r.culprits.empty())
     for (const StragglerFinding& f : r.stragglers) r.culprits.push_back({f.rank, Cause::straggler, f.text});
+  std::map<std::string, std::vector<int>> errors;  // detail -> ranks reporting it
   for (const FlightDump& d : a.set.dumps)
-    if (d.reason == "error" && !d.detail.empty())
-      r.notes.push_back(cat("rank ", d.rank, " reported an error: ", d.detail));
+    if (d.reason == "error" && !d.detail.empty()) errors[d.detail].push_back(d.rank);
+  for (auto& [detail, ranks] : errors)
+    r.notes.push_back(cat(ranks_word(ranks), " reported an error: ", detail));
   r.cause_found = !r.culprits.empty();
 }
 

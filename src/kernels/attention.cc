@@ -1,13 +1,12 @@
 #include "kernels/attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kernels/fastmath.h"
+#include "kernels/gemm.h"
 
 namespace strata::kernels {
 
@@ -33,7 +32,7 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
   for (int k0 = 0; k0 < r1; k0 += kK) {
     const int nk = std::min(kK, r1 - k0);
     // S (nr, nk) = scale * Q_i (nr, hs) @ K_j^T (hs, nk)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + int64_t(r0) * ld,
+    gemm(Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld,
                 ld, k + int64_t(k0) * ld, ld, 0.0f, S, kK);
     for (int i = 0; i < nr; ++i) {
       float* s = S + i * kK;
@@ -50,7 +49,7 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
       }
     }
     // O (nr, hs) += P (nr, nk) @ V_j (nk, hs)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, S, kK,
+    gemm(Op::N, Op::N, nr, hs, nk, 1.0f, S, kK,
                 v + int64_t(k0) * ld, ld, 1.0f, O, hs);
   }
   for (int i = 0; i < nr; ++i) {
@@ -109,7 +108,7 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
     for (int r0 = (k0 / kQ) * kQ; r0 < T; r0 += kQ) {
       const int nr = std::min(kQ, T - r0);
       // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale,
+      gemm(Op::N, Op::T, nr, nk, hs, scale,
                   q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld, 0.0f, S, kK);
       for (int i = 0; i < nr; ++i) {
         float* s = S + i * kK;
@@ -119,10 +118,10 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
         for (int j = valid; j < nk; ++j) s[j] = 0.0f;
       }
       // dV_j (nk, hs) (+)= P^T (nk, nr) @ dO_i (nr, hs)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, S, kK,
+      gemm(Op::T, Op::N, nk, hs, nr, 1.0f, S, kK,
                   dout + int64_t(r0) * ldo, ldo, first ? 0.0f : 1.0f, dv + int64_t(k0) * ld, ld);
       // dP (nr, nk) = dO_i (nr, hs) @ V_j^T (hs, nk)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f,
+      gemm(Op::N, Op::T, nr, nk, hs, 1.0f,
                   dout + int64_t(r0) * ldo, ldo, v + int64_t(k0) * ld, ld, 0.0f, dP, kK);
       // dS = P * (dP - D), kept in dP
       for (int i = 0; i < nr; ++i) {
@@ -132,10 +131,10 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
         for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - Di);
       }
       // dQ_i (nr, hs) += scale * dS (nr, nk) @ K_j (nk, hs)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, scale, dP, kK,
+      gemm(Op::N, Op::N, nr, hs, nk, scale, dP, kK,
                   k + int64_t(k0) * ld, ld, 1.0f, dq + int64_t(r0) * ld, ld);
       // dK_j (nk, hs) (+)= scale * dS^T (nk, nr) @ Q_i (nr, hs)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, scale, dP, kK,
+      gemm(Op::T, Op::N, nk, hs, nr, scale, dP, kK,
                   q + int64_t(r0) * ld, ld, first ? 0.0f : 1.0f, dk + int64_t(k0) * ld, ld);
       first = false;
     }

@@ -1,6 +1,6 @@
 #include "kernels/matmul.h"
 
-#include <cblas.h>
+#include "kernels/gemm.h"
 
 #include <algorithm>
 #include <cstring>
@@ -21,8 +21,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     }
   }
   const float beta = (bias || accumulate) ? 1.0f : 0.0f;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), OC, C, 1.0f, inp, C, weight, C,
-              beta, out, OC);
+  gemm(Op::N, Op::T, int(N), OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void bias_backward(float* dbias, const float* dout, int64_t N, int OC) {
@@ -46,11 +45,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (N == 0) return;
   // dinp (N,C) += dout (N,OC) @ weight (OC,C)
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), C, OC, 1.0f, dout, OC,
-                weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    gemm(Op::N, Op::N, int(N), C, OC, 1.0f, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f,
+         dinp, C);
   // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, int(N), 1.0f, dout, OC, inp, C,
-              1.0f, dweight, C);
+  gemm(Op::T, Op::N, OC, C, int(N), 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 

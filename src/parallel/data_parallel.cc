@@ -18,8 +18,12 @@ namespace strata::parallel {
 using model::Pass;
 
 nlohmann::json MemoryReport::to_json() const {
-  return {{"parameters", parameters}, {"gradients", gradients}, {"optimizer", optimizer},
-          {"activations", activations}, {"comm", comm}, {"model_states", model_states()},
+  return {{"parameters", parameters},
+          {"gradients", gradients},
+          {"optimizer", optimizer},
+          {"activations", activations},
+          {"comm", comm},
+          {"model_states", model_states()},
           {"total", total()}};
 }
 
@@ -42,15 +46,23 @@ DataParallelEngine::DataParallelEngine(model::GPT& model, comm::ProcessGroup& gr
     const auto [b, e] = model.unit_range(u);
     units_.push_back({b, e});
   }
-  buckets_ = plan_buckets(units_, bucket_cap_elems(opts_.bucket_mb, wbytes_));
+  // At stages 2-3 bucket buffers are the gradient memory those stages keep, and they hold
+  // 3 buckets at once: no bucket there is larger than a layer, whatever the cap.
+  int64_t cap = bucket_cap_elems(opts_.bucket_mb, wbytes_);
+  if (opts_.stage >= 2) {
+    int64_t max_block = 1;
+    for (size_t u = 1; u < units_.size(); ++u) max_block = std::max(max_block, units_[u].size());
+    cap = std::min(cap, max_block);
+  }
+  buckets_ = plan_buckets(units_, cap);
   opt_range_ = opts_.stage == 0 ? Range{0, layout_.psi()} : layout_.own();
   decay_ = model::decay_ranges(model.param_table(), opt_range_.begin, opt_range_.end);
   allocate_state();
   reducer_ = std::make_unique<GradReducer>(*this);
   if (opts_.stage == 3) gatherer_ = std::make_unique<ParamGatherer>(*this);
   init_params(seed);
-  model_.set_hooks({[this](int u, Pass p) { before_unit(u, p); },
-                    [this](int u, Pass p) { after_unit(u, p); }});
+  model_.set_hooks(
+      {[this](int u, Pass p) { before_unit(u, p); }, [this](int u, Pass p) { after_unit(u, p); }});
 }
 
 DataParallelEngine::~DataParallelEngine() {
@@ -91,29 +103,33 @@ void DataParallelEngine::allocate_state() {
 // in a temporary fp32 buffer (category other, freed before training) and keep their part.
 void DataParallelEngine::init_params(uint64_t seed) {
   const int64_t psi = layout_.psi();
-  const bool direct = !bf16_ && opts_.stage < 3;
+  // Full fp32 weights exist already as the fp32 parameters (stages 0-2) or the bf16 master
+  // (stage 0); otherwise a temporary holds them.
   Buffer tmp;
-  float* full = params_.as<float>();
-  if (!direct) {
+  float* full = nullptr;
+  if (!bf16_ && opts_.stage < 3) {
+    full = params_.as<float>();
+  } else if (bf16_ && opts_.stage == 0) {
+    full = master_.as<float>();
+  } else {
     tmp = Buffer(MemCategory::other, size_t(psi) * sizeof(float));
     full = tmp.as<float>();
   }
-  for (size_t u = 0; u < units_.size(); ++u) model_.bind_unit(int(u), full + units_[u].begin, nullptr);
+  for (size_t u = 0; u < units_.size(); ++u)
+    model_.bind_unit(int(u), full + units_[u].begin, nullptr);
   model_.init(seed);
-  if (!direct) {
-    const Range own = layout_.own();
-    if (bf16_) std::memcpy(master_.data(), full + opt_range_.begin, sizeof(float) * opt_range_.size());
-    if (opts_.stage == 3)
-      narrow(params_.data(), full + own.begin, own.size(), wdtype_);
-    else
-      narrow(params_.data(), full, psi, wdtype_);
-  }
+  const Range own = layout_.own();
+  if (bf16_ && full != master_.as<float>())
+    std::memcpy(master_.data(), full + opt_range_.begin, sizeof(float) * opt_range_.size());
+  if (bf16_ && opts_.stage < 3) narrow(params_.data(), full, psi, wdtype_);
+  if (opts_.stage == 3) narrow(params_.data(), full + own.begin, own.size(), wdtype_);
   ++params_version_;
   // Units whose memory never moves are bound once; the others are bound by the hooks.
   for (size_t u = 0; u < units_.size(); ++u) {
     const int unit = int(u);
     if (!bf16_ && opts_.stage <= 1)
-      model_.bind_unit(unit, params_.as<float>() + units_[u].begin, grads_.as<float>() + units_[u].begin);
+      model_.bind_unit(unit, params_.as<float>() + units_[u].begin,
+                       grads_.as<float>() + units_[u].begin);
     else if (!bf16_ && opts_.stage == 2)
       model_.bind_unit(unit, params_.as<float>() + units_[u].begin, nullptr);
     else
@@ -210,10 +226,9 @@ static void for_grad_chunks(Range r, const Buffer& grads, int stage, int64_t own
 double DataParallelEngine::local_grad_sum_squares() {
   double sum = 0;
   const int64_t chunk = bf16_ ? units_[0].size() : 0;
-  for_grad_chunks(opt_range_, grads_, opts_.stage, layout_.own().begin, wdtype_,
-                  scratch_grads_[0], chunk, [&](int64_t b, int64_t e, const float* g) {
-                    sum += kernels::sum_squares(g, e - b);
-                  });
+  for_grad_chunks(
+      opt_range_, grads_, opts_.stage, layout_.own().begin, wdtype_, scratch_grads_[0], chunk,
+      [&](int64_t b, int64_t e, const float* g) { sum += kernels::sum_squares(g, e - b); });
   return sum;
 }
 
@@ -227,8 +242,8 @@ void DataParallelEngine::apply_adamw(float lr, float grad_scale) {
   s.t = steps_ + 1;
   s.grad_scale = grad_scale;
   const int64_t lo = opt_range_.begin, own_begin = layout_.own().begin;
-  float* weights = bf16_ ? master_.as<float>() - lo
-                         : params_.as<float>() - (opts_.stage >= 3 ? own_begin : 0);
+  float* weights =
+      bf16_ ? master_.as<float>() - lo : params_.as<float>() - (opts_.stage >= 3 ? own_begin : 0);
   float* m = exp_avg_.as<float>() - lo;
   float* v = exp_avg_sq_.as<float>() - lo;
   const int64_t chunk = bf16_ ? units_[0].size() : 0;
@@ -255,7 +270,10 @@ void DataParallelEngine::refresh_working_params() {
                        all, wdtype_, "params all")
         ->wait();
   }
-  if (gatherer_) gatherer_->invalidate();
+  if (gatherer_) {
+    gatherer_->invalidate();
+    gatherer_->prime();
+  }
 }
 
 float DataParallelEngine::step(float lr) {

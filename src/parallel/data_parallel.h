@@ -110,9 +110,9 @@ class DataParallelEngine final : public StepEngine {
   void refresh_working_params();  // working params from the optimizer's weights
   void before_unit(int unit, model::Pass pass);
   void after_unit(int unit, model::Pass pass);
-  float* fp32_params_for(int unit);   // compute pointer for a unit's parameters
-  float* fp32_grads_for(int unit);    // compute pointer for a unit's gradients (backward)
-  void finish_unit_grads(int unit);   // after backward: bf16 rounding, hand to the reducer
+  float* fp32_params_for(int unit);  // compute pointer for a unit's parameters
+  float* fp32_grads_for(int unit);   // compute pointer for a unit's gradients (backward)
+  void finish_unit_grads(int unit);  // after backward: bf16 rounding, hand to the reducer
   double local_grad_sum_squares();
   void apply_adamw(float lr, float grad_scale);
 
@@ -122,16 +122,16 @@ class DataParallelEngine final : public StepEngine {
   OptimConfig optim_;
   ShardLayout layout_;
   bool bf16_;
-  DType wdtype_;        // working dtype of parameters and gradients
-  int wbytes_;          // its size
+  DType wdtype_;  // working dtype of parameters and gradients
+  int wbytes_;    // its size
   std::vector<Range> units_;
   std::vector<Bucket> buckets_;
-  Range opt_range_;     // elements the optimizer updates here: [0, Ψ) at stage 0, else own shard
+  Range opt_range_;  // elements the optimizer updates here: [0, Ψ) at stage 0, else own shard
 
   // Model states (categories parameters, gradients, optimizer).
-  Buffer params_;       // working params: Ψ (stages 0-2) or S (stage 3) elements of wdtype_
-  Buffer grads_;        // Ψ (stages 0-1) or S (stages 2-3) elements of wdtype_
-  Buffer master_;       // bf16 only: fp32 weights of opt_range_ (S or Ψ elements)
+  Buffer params_;  // working params: Ψ (stages 0-2) or S (stage 3) elements of wdtype_
+  Buffer grads_;   // Ψ (stages 0-1) or S (stages 2-3) elements of wdtype_
+  Buffer master_;  // bf16 only: fp32 weights of opt_range_ (S or Ψ elements)
   Buffer exp_avg_, exp_avg_sq_;
   // bf16 compute scratch (category activations): fp32 params + grads of unit 0 (slot 0) and
   // of one other unit (slot 1).

@@ -15,7 +15,8 @@ GradReducer::GradReducer(DataParallelEngine& engine) : e_(engine) {
   const int nb = int(e_.buckets_.size());
   bucket_of_unit_.assign(e_.units_.size(), -1);
   for (int k = 0; k < nb; ++k)
-    for (int u = e_.buckets_[k].last_unit; u <= e_.buckets_[k].first_unit; ++u) bucket_of_unit_[u] = k;
+    for (int u = e_.buckets_[k].last_unit; u <= e_.buckets_[k].first_unit; ++u)
+      bucket_of_unit_[u] = k;
   pending_.assign(nb, 0);
   launched_.assign(nb, false);
   work_.resize(nb);
@@ -51,7 +52,8 @@ bool GradReducer::idle() const {
 }
 
 void GradReducer::begin_step() {
-  STRATA_CHECK(idle(), "begin_step: gradient collectives of the last step are still in flight "
+  STRATA_CHECK(idle(),
+               "begin_step: gradient collectives of the last step are still in flight "
                "(end_backward was not called)");
   begin_micro(0, 1);
 }
@@ -91,7 +93,8 @@ void* GradReducer::unit_grads(int unit) {
 
 void GradReducer::unit_done(int unit) {
   const int k = bucket_of_unit_[unit];
-  STRATA_CHECK(pending_[k] > 0, "internal: unit ", unit, " finished backward twice in a micro-batch");
+  STRATA_CHECK(pending_[k] > 0, "internal: unit ", unit,
+               " finished backward twice in a micro-batch");
   if (--pending_[k] == 0 && communicate_) launch(k);
 }
 

@@ -58,11 +58,11 @@ class GradReducer {
 
   DataParallelEngine& e_;
   std::vector<int> bucket_of_unit_;
-  std::vector<int> pending_;      // units of each bucket not yet done this micro-batch
-  std::vector<bool> launched_;    // collective issued and not yet completed
-  std::vector<bool> acquired_;    // per unit: region zeroed this micro-batch (stages 2-3)
+  std::vector<int> pending_;    // units of each bucket not yet done this micro-batch
+  std::vector<bool> launched_;  // collective issued and not yet completed
+  std::vector<bool> acquired_;  // per unit: region zeroed this micro-batch (stages 2-3)
   std::vector<comm::WorkPtr> work_;
-  bool communicate_ = true;       // this micro-batch reduces (stages 0-1: the last one only)
+  bool communicate_ = true;  // this micro-batch reduces (stages 0-1: the last one only)
   // Stages 2-3 bucket buffers.
   Buffer staging_;
   std::vector<int64_t> slot_offset_;  // element offset of each slot in staging_

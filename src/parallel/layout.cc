@@ -41,7 +41,7 @@ std::vector<Bucket> plan_buckets(const std::vector<Range>& units, int64_t cap_el
   STRATA_CHECK(cap_elems >= 1, "bucket capacity ", cap_elems, " elements must be >= 1");
   std::vector<Bucket> buckets;
   for (int u = int(units.size()) - 1; u >= 0; --u) {
-    if (!buckets.empty()) {
+    if (!buckets.empty() && u > 0) {
       Bucket& b = buckets.back();
       if (b.range.size() + units[u].size() <= cap_elems) {
         STRATA_CHECK(units[u].end == b.range.begin, "units ", u, " and ", u + 1,

@@ -14,9 +14,11 @@
 //
 // Buckets: consecutive units taken in reverse unit order (the order their gradients are
 // final in backward: L+1, L, ..., 1, 0) until adding the next would exceed the cap; a unit
-// above the cap is a bucket alone. Bucket 0 is therefore ready first, and the last bucket
-// holds unit 0 (the embeddings, final last because the tied output layer's gradient
-// arrives first and the input embedding's last).
+// above the cap is a bucket alone. Bucket 0 is therefore ready first. Unit 0 (the
+// embeddings, tied with the output layer) is always a bucket of its own, the last: its
+// gradients start with the output layer, first in backward, and are final only after the
+// input embedding, last, so any unit sharing its bucket would wait for the very end of
+// backward, and at stages 2-3 its buffer is held through all of backward.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -23,8 +23,8 @@ int parse_zero_stage(std::string_view s) {
 
 void DataParallelOptions::validate() const {
   STRATA_CHECK(stage >= 0 && stage <= 3, "--zero ", stage, ": ZeRO stage must be 0, 1, 2 or 3");
-  STRATA_CHECK(precision == Precision::fp32 || precision == Precision::bf16,
-               "unknown precision ", int(precision), " (expected fp32 or bf16)");
+  STRATA_CHECK(precision == Precision::fp32 || precision == Precision::bf16, "unknown precision ",
+               int(precision), " (expected fp32 or bf16)");
   STRATA_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0, "--bucket-mb ", bucket_mb,
                ": the gradient bucket size must be a positive number of MiB");
   STRATA_CHECK(prefetch >= 0, "--prefetch ", prefetch, ": prefetch depth must be >= 0");
@@ -32,8 +32,7 @@ void DataParallelOptions::validate() const {
 
 std::string DataParallelOptions::describe() const {
   std::ostringstream os;
-  os << "zero " << stage << ", " << precision_name(precision) << ", bucket " << bucket_mb
-     << " MiB";
+  os << "zero " << stage << ", " << precision_name(precision) << ", bucket " << bucket_mb << " MiB";
   if (stage == 3)
     os << ", prefetch " << prefetch << (reshard_after_forward ? "" : ", no reshard after forward");
   return os.str();
@@ -54,13 +53,14 @@ void check_memory_fits(int64_t psi, int world, int ranks_on_host, const DataPara
   STRATA_CHECK(world >= 1, "data-parallel world size ", world, " must be >= 1");
   if (available_bytes <= 0) available_bytes = mem_available_bytes();
   if (available_bytes <= 0) return;
-  const int64_t states = plan::zero_model_state_bytes(psi, world, opts.stage, opts.precision).total();
+  const int64_t states =
+      plan::zero_model_state_bytes(psi, world, opts.stage, opts.precision).total();
   const int64_t need = int64_t(ranks_on_host) * (states + other_bytes_per_rank);
   STRATA_CHECK(need <= available_bytes, ranks_on_host, " ranks of ", psi,
                " parameters at ZeRO stage ", opts.stage, " (", precision_name(opts.precision),
-               ") need ", need / (1 << 20), " MiB (", states / (1 << 20),
-               " MiB model states + ", other_bytes_per_rank / (1 << 20),
-               " MiB other per rank), but only ", available_bytes / (1 << 20),
+               ") need ", need / (1 << 20), " MiB (", states / (1 << 20), " MiB model states + ",
+               other_bytes_per_rank / (1 << 20), " MiB other per rank), but only ",
+               available_bytes / (1 << 20),
                " MiB are available: use fewer ranks on this host or a higher --zero stage");
 }
 

@@ -14,9 +14,11 @@ using plan::Precision;
 struct DataParallelOptions {
   int stage = 0;                          // ZeRO stage: 0 (DDP), 1, 2, 3 (FSDP)
   Precision precision = Precision::fp32;  // working parameters and gradients
-  // Gradient bucket cap in MiB of working-precision gradients (PyTorch DDP's default 25).
-  // A unit larger than the cap forms a bucket of its own.
-  double bucket_mb = 25;
+  // Gradient bucket cap in MiB of working-precision gradients. A unit (a layer) larger than
+  // the cap forms a bucket of its own, so any cap below a layer gives one bucket per layer.
+  // 4 rather than PyTorch DDP's 25: strata buckets whole layers, and a 25 MiB cap would put
+  // a small model (tiny: 12.6 MB of fp32 gradients) in one bucket with nothing to overlap.
+  double bucket_mb = 4;
   int prefetch = 1;                   // stage 3: units gathered ahead of their use (>= 0)
   bool reshard_after_forward = true;  // stage 3: free gathered units after their forward
 
@@ -27,7 +29,7 @@ struct DataParallelOptions {
 
 Precision parse_precision(std::string_view s);  // "fp32" | "bf16"; throws naming the value
 const char* precision_name(Precision p);
-int parse_zero_stage(std::string_view s);       // "0".."3"; throws naming the value
+int parse_zero_stage(std::string_view s);  // "0".."3"; throws naming the value
 
 // The engine owns every parameter and gradient buffer (it binds each unit of the model), so
 // the model must be built without its own: GPT(cfg, batch, /*allocate_state=*/false).

@@ -39,7 +39,8 @@ static int64_t length_ns(const std::vector<Interval>& v) {
   return t;
 }
 
-OverlapStats overlap_intervals(const std::vector<Interval>& comm, const std::vector<Interval>& compute) {
+OverlapStats overlap_intervals(const std::vector<Interval>& comm,
+                               const std::vector<Interval>& compute) {
   const std::vector<Interval> c = merge_intervals(comm), k = merge_intervals(compute);
   OverlapStats s;
   s.comm_spans = int(comm.size());

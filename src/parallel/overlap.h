@@ -24,8 +24,8 @@ struct Interval {
 };
 
 struct OverlapStats {
-  int64_t comm_ns = 0;    // union of communication intervals
-  int64_t hidden_ns = 0;  // of which overlapped by compute
+  int64_t comm_ns = 0;     // union of communication intervals
+  int64_t hidden_ns = 0;   // of which overlapped by compute
   int64_t compute_ns = 0;  // union of compute intervals
   int comm_spans = 0;
   int64_t exposed_ns() const { return comm_ns - hidden_ns; }
@@ -37,7 +37,8 @@ std::vector<Interval> merge_intervals(std::vector<Interval> v);
 // Total length of the intersection of two sorted disjoint interval lists.
 int64_t intersection_ns(const std::vector<Interval>& a, const std::vector<Interval>& b);
 
-OverlapStats overlap_intervals(const std::vector<Interval>& comm, const std::vector<Interval>& compute);
+OverlapStats overlap_intervals(const std::vector<Interval>& comm,
+                               const std::vector<Interval>& compute);
 
 struct OverlapFilter {
   std::string comm_cat = "comm";  // category of communication spans

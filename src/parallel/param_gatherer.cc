@@ -16,7 +16,8 @@ ParamGatherer::ParamGatherer(DataParallelEngine& engine) : e_(engine) {
   const int U = int(e_.units_.size());
   int64_t max_other = 0;
   for (int u = 1; u < U; ++u) max_other = std::max(max_other, e_.units_[u].size());
-  const int others = e_.opts_.reshard_after_forward ? std::min(e_.opts_.prefetch + 1, U - 1) : U - 1;
+  const int others =
+      e_.opts_.reshard_after_forward ? std::min(e_.opts_.prefetch + 1, U - 1) : U - 1;
   int64_t total = e_.units_[0].size();
   slots_.push_back({0, -1});
   for (int s = 0; s < others; ++s) {
@@ -36,8 +37,9 @@ void ParamGatherer::issue(int unit, int slot) {
   const Range part = e_.layout_.own_part(r);
   const int64_t from = part.empty() ? 0 : part.begin - e_.layout_.own().begin;
   void* dst = elem_ptr(buf_.data(), slots_[slot].offset, e_.wdtype_);
-  units_[unit].work = gather_range_async(e_.pg_, e_.layout_, elem_ptr(e_.params_.data(), from, e_.wdtype_),
-                                         dst, r, e_.wdtype_, cat("params unit ", unit));
+  units_[unit].work =
+      gather_range_async(e_.pg_, e_.layout_, elem_ptr(e_.params_.data(), from, e_.wdtype_), dst, r,
+                         e_.wdtype_, cat("params unit ", unit));
   slots_[slot].unit = unit;
   units_[unit].slot = slot;
   ++gathers_;
@@ -116,9 +118,10 @@ void* ParamGatherer::acquire(int unit, Pass pass) {
 
 void ParamGatherer::release(int unit, Pass pass) {
   units_[unit].in_use = false;
-  if (unit == 0) {
-    if (pass == Pass::backward) drop(0);
-  } else if (pass == Pass::backward || e_.opts_.reshard_after_forward) {
+  const int last_block = int(units_.size()) - 2;  // L: its backward follows its forward
+  if (pass == Pass::backward) {
+    drop(unit);
+  } else if (unit != 0 && unit < last_block && e_.opts_.reshard_after_forward) {
     drop(unit);
   }
 }
@@ -126,6 +129,12 @@ void ParamGatherer::release(int unit, Pass pass) {
 void ParamGatherer::invalidate() {
   for (int u = 0; u < int(units_.size()); ++u) drop(u);
   pos_ = 0;
+}
+
+void ParamGatherer::prime() {
+  pos_ = 0;
+  if (units_[0].slot < 0) issue(0, 0);
+  prefetch_from(0);
 }
 
 }  // namespace strata::parallel

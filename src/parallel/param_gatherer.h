@@ -8,10 +8,14 @@
 //   forward 0, 1, ..., L, L+1, 0 (logits)   backward 0 (logits ... embedding), L+1, L, ..., 1
 // Unit 0 (embeddings, tied with the output layer) is used at both ends of the pass, so it has
 // its own slot and stays gathered from its first forward use to the end of its backward, as
-// FSDP keeps the root module's parameters. The other units share `slots` buffers of the
-// largest block's size: prefetch + 1 of them (the unit in use plus `prefetch` ahead), or
-// L + 1 when reshard_after_forward is off (every block stays gathered from its forward to
-// its backward). Gather bytes: (|unit 0| + slots · max |block|) · working-dtype bytes.
+// FSDP keeps the root module's parameters. The last block L and the final norm L+1 are not
+// freed after forward either: they are the first units backward needs (torchtitan keeps the
+// last block unsharded after forward for the same reason). The other units share `slots`
+// buffers of the largest block's size: prefetch + 1 of them (the unit in use plus `prefetch`
+// ahead), or L + 1 when reshard_after_forward is off (every block stays gathered from its
+// forward to its backward). Gather bytes: (|unit 0| + slots · max |block|) · working-dtype
+// bytes. After each optimizer step the first units of the next forward are gathered at once
+// (prime), so the next step does not start by waiting for them.
 //
 // Prefetch: at each unit's use the gatherer looks ahead in the order above, past unit 0, at
 // the next `prefetch` distinct units, and issues the gathers of those not yet resident while
@@ -42,6 +46,9 @@ class ParamGatherer {
   // The shards changed (optimizer step, checkpoint load): waits for gathers in flight and
   // forgets every gathered unit.
   void invalidate();
+  // Issues the gathers of the first units of the next forward (after invalidate, on every
+  // rank), so the step's first use does not wait for them.
+  void prime();
   int64_t buffer_bytes() const { return int64_t(buf_.bytes()); }
   int num_slots() const { return int(slots_.size()); }
   int64_t gathers_issued() const { return gathers_; }
@@ -67,7 +74,7 @@ class ParamGatherer {
   std::vector<Slot> slots_;  // slot 0: unit 0
   std::vector<UnitState> units_;
   std::vector<std::pair<int, model::Pass>> order_;  // predicted uses in one micro-batch
-  size_t pos_ = 0;  // index in order_ after the last use
+  size_t pos_ = 0;                                  // index in order_ after the last use
   int64_t gathers_ = 0;
 };
 

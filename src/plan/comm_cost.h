@@ -24,11 +24,16 @@ enum class Collective { allreduce, reduce_scatter, all_gather, all_to_all, send_
 
 inline const char* collective_name(Collective c) {
   switch (c) {
-    case Collective::allreduce: return "all-reduce";
-    case Collective::reduce_scatter: return "reduce-scatter";
-    case Collective::all_gather: return "all-gather";
-    case Collective::all_to_all: return "all-to-all";
-    case Collective::send_recv: return "send/recv";
+    case Collective::allreduce:
+      return "all-reduce";
+    case Collective::reduce_scatter:
+      return "reduce-scatter";
+    case Collective::all_gather:
+      return "all-gather";
+    case Collective::all_to_all:
+      return "all-to-all";
+    case Collective::send_recv:
+      return "send/recv";
   }
   return "?";
 }
@@ -37,11 +42,14 @@ inline const char* collective_name(Collective c) {
 inline double bus_factor(Collective c, int n) {
   if (n <= 1) return c == Collective::send_recv ? 1.0 : 0.0;
   switch (c) {
-    case Collective::allreduce: return 2.0 * (n - 1) / n;
+    case Collective::allreduce:
+      return 2.0 * (n - 1) / n;
     case Collective::reduce_scatter:
     case Collective::all_gather:
-    case Collective::all_to_all: return double(n - 1) / n;
-    case Collective::send_recv: return 1.0;
+    case Collective::all_to_all:
+      return double(n - 1) / n;
+    case Collective::send_recv:
+      return 1.0;
   }
   return 0.0;
 }
@@ -50,11 +58,14 @@ inline double bus_factor(Collective c, int n) {
 inline double latency_steps(Collective c, int n) {
   if (n <= 1) return c == Collective::send_recv ? 1.0 : 0.0;
   switch (c) {
-    case Collective::allreduce: return 2.0 * (n - 1);
+    case Collective::allreduce:
+      return 2.0 * (n - 1);
     case Collective::reduce_scatter:
     case Collective::all_gather:
-    case Collective::all_to_all: return double(n - 1);
-    case Collective::send_recv: return 1.0;
+    case Collective::all_to_all:
+      return double(n - 1);
+    case Collective::send_recv:
+      return 1.0;
   }
   return 0.0;
 }

@@ -94,7 +94,7 @@ MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
     e.activations = e.in_flight * layers * per_layer;
     if (first && m.dropout) e.activations += e.in_flight * x.sbh / x.act_div;  // 1-byte mask
     if (last)
-      e.activations += 4 * x.sbh / x.act_div +                          // final norm, head input
+      e.activations += 4 * x.sbh / x.act_div +  // final norm, head input
                        4 * x.s_loc * x.b * double(m.padded_vocab()) / l.tp;  // fp32 logits
     if (l.recompute == Recompute::full)
       e.activations += layer_activation_bytes(ls, l.tp, x.sp, Recompute::none);
@@ -102,13 +102,12 @@ MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
     double buf = 0;
     if (l.zero == 1 || l.zero == 2)
       buf += std::min(2 * s.bucket_mib * 1048576.0, double(e.states.gradients));
-    if (l.zero == 3)
-      buf += double(p.largest_layer) * (2 * per.parameter + per.gradient);
-    if (x.sp) buf += 2 * x.sbh;                                   // gathered layer input
-    if (l.pp > 1) buf += 2 * 2 * x.sbh / x.act_div;               // send and receive
+    if (l.zero == 3) buf += double(p.largest_layer) * (2 * per.parameter + per.gradient);
+    if (x.sp) buf += 2 * x.sbh;                                        // gathered layer input
+    if (l.pp > 1) buf += 2 * 2 * x.sbh / x.act_div;                    // send and receive
     if (l.ep > 1) buf += 2 * 2 * x.sbh * double(m.top_k) / x.act_div;  // dispatch, combine
     if (l.cp > 1 && s.cp_mode == CpMode::ring)
-      buf += 2 * 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;      // K and V, double-buffered
+      buf += 2 * 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;  // K and V, double-buffered
     e.comm_buffers = buf;
     return e;
   };
@@ -147,8 +146,8 @@ Links links_of(const TrainSetup& s, const Layout& l) {
   return k;
 }
 
-CommItem item(std::string dim, std::string what, Collective op, int group, bool inter,
-              double bytes, double calls, double time, double exposed) {
+CommItem item(std::string dim, std::string what, Collective op, int group, bool inter, double bytes,
+              double calls, double time, double exposed) {
   return {std::move(dim), std::move(what), op, group, inter, bytes, calls, time, exposed};
 }
 
@@ -190,8 +189,8 @@ struct ModelParallelTimes {
   double tp = 0, cp = 0, ep = 0, pp = 0;  // exposed seconds per micro-batch
 };
 
-ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l,
-                                       const MicroBatch& c, const Links& k, Estimate& e) {
+ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l, const MicroBatch& c,
+                                       const Links& k, Estimate& e) {
   const ModelSpec& m = s.model;
   const Shape x = shape_of(s, l);
   const double act_bytes = x.sbh * 2;  // one (b, s/cp, h) activation in bf16
@@ -200,19 +199,21 @@ ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l,
   if (l.tp > 1) {
     const double calls = L * (4 + (c.full ? 2 : 0));
     t.tp = calls * allreduce_s(act_bytes, l.tp, k.tp);
-    e.comm.push_back(item("tp", x.sp ? "all-gather + reduce-scatter pairs, 2 per layer fwd, 2 bwd"
-                                     : "2 all-reduces per layer fwd, 2 bwd",
+    e.comm.push_back(item("tp",
+                          x.sp ? "all-gather + reduce-scatter pairs, 2 per layer fwd, 2 bwd"
+                               : "2 all-reduces per layer fwd, 2 bwd",
                           Collective::allreduce, l.tp, false, act_bytes, calls * M, t.tp * M,
                           t.tp * M));
   }
   if (l.cp > 1 && s.cp_mode == CpMode::ring) {
     const double block = 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;  // K and V of one rank
     const double comm_f = (l.cp - 1) * send_recv_s(block, k.cp);
-    const double attn_f = x.s_loc * x.b * c.attn_flops_tok / l.tp / c.F;
+    const double attn_f = s.overlap * x.s_loc * x.b * c.attn_flops_tok / l.tp / c.F;
     const double passes = c.full ? 2 : 1;  // forward passes (recomputation repeats it)
     t.cp = L * (passes * std::max(0.0, comm_f - attn_f) + std::max(0.0, 2 * (comm_f - attn_f)));
-    e.comm.push_back(item("cp", "ring attention: K/V blocks pass cp-1 hops per layer, hidden "
-                                "behind the attention they feed",
+    e.comm.push_back(item("cp",
+                          "ring attention: K/V blocks pass cp-1 hops per layer, hidden "
+                          "behind the attention they feed",
                           Collective::send_recv, l.cp, k.cp_inter, block,
                           L * (l.cp - 1) * (2 + passes) * M, L * (passes + 2) * comm_f * M,
                           t.cp * M));
@@ -235,8 +236,7 @@ ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l,
     const double bytes = act_bytes / x.act_div;
     t.pp = 2 * send_recv_s(bytes, k.pp);
     e.comm.push_back(item("pp", "activation forward, its gradient backward, per micro-batch",
-                          Collective::send_recv, 2, k.pp_inter, bytes, 2 * M, t.pp * M,
-                          t.pp * M));
+                          Collective::send_recv, 2, k.pp_inter, bytes, 2 * M, t.pp * M, t.pp * M));
   }
   return t;
 }
@@ -244,8 +244,8 @@ ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l,
 // Data-parallel gradient and ZeRO traffic for the dense and the expert parameters. Returns
 // the exposed seconds per micro-batch (ZeRO-2/3) and sets `final_s`, the exposed seconds
 // after the pipeline drains (ZeRO-0/1/2).
-double data_parallel_comm(const TrainSetup& s, const Layout& l, const MicroBatch& c,
-                          const Links& k, Estimate& e, double* final_s) {
+double data_parallel_comm(const TrainSetup& s, const Layout& l, const MicroBatch& c, const Links& k,
+                          Estimate& e, double* final_s) {
   const StateBytesPerParam per = s.state_bytes();
   const double M = c.M;
   double final_reduce = 0, final_gather = 0, micro_comm = 0;
@@ -257,8 +257,8 @@ double data_parallel_comm(const TrainSetup& s, const Layout& l, const MicroBatch
       case 0: {
         const double ar = allreduce_s(g, n, link);
         final_reduce += ar;
-        e.comm.push_back(item(dim, "all-reduce gradients (2Ψ)", Collective::allreduce, n, inter,
-                              g, 1, ar, 0));
+        e.comm.push_back(
+            item(dim, "all-reduce gradients (2Ψ)", Collective::allreduce, n, inter, g, 1, ar, 0));
         break;
       }
       case 1:
@@ -279,18 +279,20 @@ double data_parallel_comm(const TrainSetup& s, const Layout& l, const MicroBatch
         break;
       default:
         micro_comm += 2 * ag + rs;
-        e.comm.push_back(item(dim, "all-gather parameters fwd and bwd, reduce-scatter gradients, "
-                                   "every micro-batch (3Ψ each)",
+        e.comm.push_back(item(dim,
+                              "all-gather parameters fwd and bwd, reduce-scatter gradients, "
+                              "every micro-batch (3Ψ each)",
                               Collective::all_gather, n, inter, p, 3 * M, (2 * ag + rs) * M, 0));
     }
   };
   group("dp", double(e.mem.dense_params), l.dp * l.cp, k.dp_inter, k.dp);
   group("dp-expert", double(e.mem.expert_params), l.dp * l.cp / l.ep, k.dpe_inter, k.dp_expert);
+  const double fwd = s.overlap * c.t_fwd, bwd = s.overlap * c.t_bwd;
   double per_micro = 0;
-  if (l.zero == 2) per_micro = std::max(0.0, micro_comm - c.t_bwd);
-  if (l.zero == 3) per_micro = std::max(0.0, micro_comm - (c.t_fwd + c.t_bwd + c.recompute));
+  if (l.zero == 2) per_micro = std::max(0.0, micro_comm - bwd);
+  if (l.zero == 3) per_micro = std::max(0.0, micro_comm - (fwd + bwd + s.overlap * c.recompute));
   // The last reduction hides behind the last backward, the gather behind the next forward.
-  *final_s = std::max(0.0, final_reduce - c.t_bwd) + std::max(0.0, final_gather - c.t_fwd);
+  *final_s = std::max(0.0, final_reduce - bwd) + std::max(0.0, final_gather - fwd);
   // Spread the exposed share over the data-parallel items in proportion to their time.
   double total = 0;
   const double exposed = per_micro * M + *final_s;

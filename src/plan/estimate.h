@@ -10,6 +10,8 @@
 //   comm buffers   ZeRO-1/2: two reduce-scatter buckets; ZeRO-3: two gathered layers
 //                  (current and prefetched) and one layer of gradients; SP all-gather of one
 //                  layer input; PP send/recv; EP dispatch/combine; CP ring K/V blocks
+// Overlap: DP/ZeRO traffic and ring-attention K/V passing hide behind `overlap` × the compute
+// they run beside (1 = perfectly); tensor, Ulysses, expert and pipeline traffic is exposed.
 // Time per step: a micro-batch costs, on one stage,
 //   t_mb = compute (forward + backward = 3 forward) + recomputation + exposed TP, CP, EP,
 //          PP and per-micro-batch ZeRO-2/3 communication
@@ -27,32 +29,32 @@
 namespace strata::plan {
 
 struct MemoryEstimate {
-  int64_t dense_params = 0;   // parameters on this GPU before ZeRO sharding
+  int64_t dense_params = 0;  // parameters on this GPU before ZeRO sharding
   int64_t expert_params = 0;
-  ModelStateBytes states;     // after ZeRO sharding
+  ModelStateBytes states;  // after ZeRO sharding
   double activations = 0;
   double comm_buffers = 0;
-  int in_flight = 1;          // micro-batches whose activations the stage holds
-  const char* stage = "only"; // which stage is the heaviest: "first", "last" or "only"
+  int in_flight = 1;           // micro-batches whose activations the stage holds
+  const char* stage = "only";  // which stage is the heaviest: "first", "last" or "only"
   double total() const { return double(states.total()) + activations + comm_buffers; }
 };
 
 struct CommItem {
-  std::string dim;        // "tp", "cp", "ep", "pp", "dp", "dp-expert"
-  std::string what;       // e.g. "2 all-reduces per layer fwd + 2 bwd"
+  std::string dim;   // "tp", "cp", "ep", "pp", "dp", "dp-expert"
+  std::string what;  // e.g. "2 all-reduces per layer fwd + 2 bwd"
   Collective op = Collective::allreduce;
   int group = 1;
   bool inter_node = false;
   double bytes_per_call = 0;
   double calls_per_step = 0;
-  double time_s = 0;      // per step, if nothing overlapped
-  double exposed_s = 0;   // per step, on the critical path
+  double time_s = 0;     // per step, if nothing overlapped
+  double exposed_s = 0;  // per step, on the critical path
 };
 
 struct TimeBreakdown {  // seconds per step; the parts sum to step_s
   double compute = 0, recompute = 0, tp = 0, cp = 0, ep = 0, pp = 0, zero_micro = 0;
   double bubble = 0, dp_final = 0, optimizer = 0;
-  double t_micro = 0;   // one micro-batch on one stage
+  double t_micro = 0;  // one micro-batch on one stage
   double step_s = 0;
 };
 

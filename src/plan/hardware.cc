@@ -17,8 +17,8 @@ namespace {
 constexpr double kIntraAlphaUs = 3.4;
 constexpr double kInterAlphaUs = 14.0;
 
-GpuSpec make(const char* name, double mem_gib, double tflops, double hbm, double nvlink,
-             double net, const char* src) {
+GpuSpec make(const char* name, double mem_gib, double tflops, double hbm, double nvlink, double net,
+             const char* src) {
   GpuSpec g;
   g.name = name;
   g.memory_gib = mem_gib;
@@ -52,8 +52,7 @@ double positive(const nlohmann::json& j, const char* key, const std::string& whe
   const nlohmann::json& v = j.at(key);
   STRATA_CHECK(v.is_number(), where, ": \"", key, "\" must be a number");
   double x = v.get<double>();
-  STRATA_CHECK(x > 0 && std::isfinite(x), where, ": \"", key, "\" must be positive (got ", x,
-               ")");
+  STRATA_CHECK(x > 0 && std::isfinite(x), where, ": \"", key, "\" must be positive (got ", x, ")");
   return x;
 }
 
@@ -90,9 +89,17 @@ void GpuSpec::validate(const std::string& where) const {
 
 GpuSpec gpu_from_json(const nlohmann::json& j, const std::string& where) {
   STRATA_CHECK(j.is_object(), where, ": expected a JSON object describing a GPU");
-  static const char* known[] = {"name", "base", "memory_gib", "peak_tflops", "hbm_gbps",
-                                "intra_node_gbps", "intra_node_latency_us", "inter_node_gbps",
-                                "inter_node_latency_us", "gpus_per_node", "compute_efficiency",
+  static const char* known[] = {"name",
+                                "base",
+                                "memory_gib",
+                                "peak_tflops",
+                                "hbm_gbps",
+                                "intra_node_gbps",
+                                "intra_node_latency_us",
+                                "inter_node_gbps",
+                                "inter_node_latency_us",
+                                "gpus_per_node",
+                                "compute_efficiency",
                                 "source"};
   for (auto it = j.begin(); it != j.end(); ++it)
     STRATA_CHECK(std::find_if(std::begin(known), std::end(known),
@@ -194,9 +201,9 @@ std::vector<nlohmann::json> read_bench_rows(const std::string& path) {
 FittedLink fit_link_from_bench(const std::string& path) {
   const std::vector<nlohmann::json> rows = read_bench_rows(path);
   const std::pair<const char*, Collective> ops[] = {{"allreduce", Collective::allreduce},
-                                                   {"reducescatter", Collective::reduce_scatter},
-                                                   {"allgather", Collective::all_gather},
-                                                   {"alltoall", Collective::all_to_all}};
+                                                    {"reducescatter", Collective::reduce_scatter},
+                                                    {"allgather", Collective::all_gather},
+                                                    {"alltoall", Collective::all_to_all}};
   for (const auto& [name, coll] : ops) {
     double big_bytes = -1, big_busbw = 0, small_bytes = -1, small_time = 0, factor = 0;
     int count = 0;
@@ -227,7 +234,8 @@ FittedLink fit_link_from_bench(const std::string& path) {
     f.link.alpha_us = small_time / std::max(1.0, latency_steps(coll, f.ranks));
     return f;
   }
-  fail(path, ": no allreduce, reducescatter, allgather or alltoall rows with op, bytes, "
+  fail(path,
+       ": no allreduce, reducescatter, allgather or alltoall rows with op, bytes, "
        "time_us, algbw and busbw");
 }
 

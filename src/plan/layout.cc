@@ -7,9 +7,12 @@ namespace strata::plan {
 
 const char* recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
   }
   return "?";
 }
@@ -38,8 +41,7 @@ std::string layout_problem(const TrainSetup& s, const Layout& l) {
   if (l.tp > G || G % l.tp != 0)
     return cat("tp ", l.tp, " does not fit inside a node of ", G,
                " GPUs (tensor parallelism stays on the intra-node links)");
-  if (m.heads % l.tp != 0)
-    return cat(m.heads, " attention heads are not divisible by tp ", l.tp);
+  if (m.heads % l.tp != 0) return cat(m.heads, " attention heads are not divisible by tp ", l.tp);
   if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
     return cat(m.kv_heads, " KV heads neither divide nor are divisible by tp ", l.tp);
   if (m.ffn % l.tp != 0) return cat("MLP width ", m.ffn, " is not divisible by tp ", l.tp);
@@ -55,8 +57,8 @@ std::string layout_problem(const TrainSetup& s, const Layout& l) {
     return cat("ep ", l.ep, " must divide dp ", l.dp, " × cp ", l.cp,
                " (experts are spread over data/context-parallel ranks)");
   if (s.global_batch % (int64_t(l.dp) * l.micro_batch) != 0)
-    return cat("global batch ", s.global_batch, " is not divisible by dp ", l.dp,
-               " × micro-batch ", l.micro_batch);
+    return cat("global batch ", s.global_batch, " is not divisible by dp ", l.dp, " × micro-batch ",
+               l.micro_batch);
   return "";
 }
 

@@ -30,8 +30,9 @@ struct TrainSetup {
   Optimizer optimizer = Optimizer::adamw;
   bool seq_parallel = true;  // Megatron sequence parallelism whenever tp > 1
   CpMode cp_mode = CpMode::ring;
-  double headroom = 0.10;    // fraction of device memory kept free (allocator, CUDA context)
-  double bucket_mib = 25;    // ZeRO-1/2 reduce-scatter bucket
+  double headroom = 0.10;  // fraction of device memory kept free (allocator, CUDA context)
+  double bucket_mib = 25;  // ZeRO-1/2 reduce-scatter bucket
+  double overlap = 1.0;    // fraction of compute that DP/ZeRO and CP-ring traffic can hide behind
   StateBytesPerParam state_bytes() const {
     return state_bytes_per_param(precision, fp32_grads, optimizer);
   }
@@ -44,7 +45,9 @@ struct Layout {
   Recompute recompute = Recompute::none;
 
   int64_t gpus() const { return int64_t(tp) * pp * dp * cp; }
-  int64_t micro_batches(int64_t global_batch) const { return global_batch / (int64_t(dp) * micro_batch); }
+  int64_t micro_batches(int64_t global_batch) const {
+    return global_batch / (int64_t(dp) * micro_batch);
+  }
   std::string str() const;  // "tp 8 · pp 4 · dp 32 · cp 1 · ep 1 · zero 1 · mb 1 · rc selective"
   bool operator==(const Layout&) const = default;
 };

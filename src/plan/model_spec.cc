@@ -38,13 +38,14 @@ std::vector<ModelSpec> presets() {
                    "Radford et al. 2019 (GPT-2 small, 124M; batch 512)"));
   p.push_back(make("gpt3-175b", "gpt", 96, 12288, 96, 96, 49152, 2048, 50257, 1536, 300e9,
                    "Brown et al. 2020 Table 2.1 (batch 3.2M tokens, 300B tokens)"));
-  p.push_back(make("llama2-7b", "llama", 32, 4096, 32, 32, 11008, 4096, 32000, 1024, 2e12,
-                   "Touvron et al. 2023 Table 1 and the released config (4M-token batches, 2T tokens)"));
+  p.push_back(
+      make("llama2-7b", "llama", 32, 4096, 32, 32, 11008, 4096, 32000, 1024, 2e12,
+           "Touvron et al. 2023 Table 1 and the released config (4M-token batches, 2T tokens)"));
   p.push_back(make("llama2-70b", "llama", 80, 8192, 64, 8, 28672, 4096, 32000, 1024, 2e12,
                    "Touvron et al. 2023 Table 1 and the released config (GQA, 8 KV heads)"));
-  p.push_back(make("llama3-405b", "llama", 126, 16384, 128, 8, 53248, 8192, 128256, 2048,
-                   15.6e12,
-                   "Llama 3 herd paper (Dubey et al. 2024) Table 3; 16M-token batches, 15.6T tokens"));
+  p.push_back(
+      make("llama3-405b", "llama", 126, 16384, 128, 8, 53248, 8192, 128256, 2048, 15.6e12,
+           "Llama 3 herd paper (Dubey et al. 2024) Table 3; 16M-token batches, 15.6T tokens"));
   ModelSpec mx = make("mixtral-8x7b", "llama", 32, 4096, 32, 8, 14336, 32768, 32000, 128, 0,
                       "Jiang et al. 2024 Table 1 (8 experts, top-2, 32k context; batch not "
                       "published, 4M tokens assumed)");
@@ -78,8 +79,8 @@ void ModelSpec::validate() const {
   STRATA_CHECK(hidden > 0, "--hidden must be positive (got ", hidden, ")");
   STRATA_CHECK(heads > 0, "--heads must be positive (got ", heads, ")");
   STRATA_CHECK(hidden % heads == 0, "--hidden ", hidden, " is not divisible by --heads ", heads);
-  STRATA_CHECK(kv_heads > 0 && kv_heads <= heads && heads % kv_heads == 0, "--kv-heads ",
-               kv_heads, " must divide --heads ", heads);
+  STRATA_CHECK(kv_heads > 0 && kv_heads <= heads && heads % kv_heads == 0, "--kv-heads ", kv_heads,
+               " must divide --heads ", heads);
   STRATA_CHECK(ffn > 0, "--ffn must be positive (got ", ffn, ")");
   STRATA_CHECK(seq > 0, "--seq must be positive (got ", seq, ")");
   STRATA_CHECK(vocab > 0, "--vocab must be positive (got ", vocab, ")");

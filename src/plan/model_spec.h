@@ -49,16 +49,16 @@ ModelSpec model_preset(const std::string& name);  // throws listing the known pr
 const std::vector<std::string>& model_preset_names();
 
 struct ParamCounts {
-  int64_t embedding = 0;      // input embedding V × h
-  int64_t position = 0;       // learned positions s × h
-  int64_t output_head = 0;    // untied output projection V × h (0 when tied)
+  int64_t embedding = 0;    // input embedding V × h
+  int64_t position = 0;     // learned positions s × h
+  int64_t output_head = 0;  // untied output projection V × h (0 when tied)
   int64_t final_norm = 0;
-  int64_t attention = 0;      // one layer: Q, K, V, O (+ biases)
-  int64_t norms = 0;          // one layer: both norms
-  int64_t expert_mlp = 0;     // one MLP (one expert for MoE; the dense MLP otherwise)
-  int64_t router = 0;         // one layer's router (MoE)
-  int64_t experts = 1;        // MLPs per layer
-  int64_t top_k = 1;          // MLPs a token visits
+  int64_t attention = 0;   // one layer: Q, K, V, O (+ biases)
+  int64_t norms = 0;       // one layer: both norms
+  int64_t expert_mlp = 0;  // one MLP (one expert for MoE; the dense MLP otherwise)
+  int64_t router = 0;      // one layer's router (MoE)
+  int64_t experts = 1;     // MLPs per layer
+  int64_t top_k = 1;       // MLPs a token visits
   int64_t layers = 0;
 
   int64_t per_layer() const { return attention + norms + expert_mlp * experts + router; }

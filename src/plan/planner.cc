@@ -19,7 +19,8 @@ PlanResult run_plan(const PlanRequest& req) {
   if (!r.fits()) r.smallest_cluster = smallest_fitting_cluster(s, req.fixed);
 
   const StateBytesPerParam per = s.state_bytes();
-  r.checkpoint_bytes = double(count_params(s.model).total()) * double(per.parameter + per.optimizer);
+  r.checkpoint_bytes =
+      double(count_params(s.model).total()) * double(per.parameter + per.optimizer);
   CheckpointPlanInput ck;
   ck.gpus = double(s.gpus);
   ck.gpu_mtbf_s = req.gpu_mtbf_hours * 3600;

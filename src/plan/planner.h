@@ -15,14 +15,14 @@ namespace strata::plan {
 struct PlanRequest {
   TrainSetup setup;
   FixedLayout fixed;
-  double train_tokens = 0;       // 0: no days-to-train
-  int top = 10;                  // ranking rows shown
+  double train_tokens = 0;  // 0: no days-to-train
+  int top = 10;             // ranking rows shown
   // Reliability.
   double gpu_mtbf_hours = 50000;
-  double job_mtbf_hours = 0;     // overrides gpu_mtbf_hours when set
+  double job_mtbf_hours = 0;  // overrides gpu_mtbf_hours when set
   double storage_gbps = 50;
   double restart_minutes = 10;
-  double ckpt_stall_s = -1;      // async checkpointing: stall per checkpoint
+  double ckpt_stall_s = -1;  // async checkpointing: stall per checkpoint
   // RLHF: when set, the plan is the PPO memory of rlhf and nothing else.
   std::optional<RlhfSetup> rlhf;
   std::vector<std::string> notes;  // e.g. where measured link figures came from
@@ -35,7 +35,7 @@ struct PlanResult {
   CheckpointPlan checkpoint;
   double checkpoint_bytes = 0;
   std::optional<RlhfEstimate> rlhf;
-  int64_t rlhf_smallest_cluster = 0;            // when RLHF does not fit (0: none found)
+  int64_t rlhf_smallest_cluster = 0;  // when RLHF does not fit (0: none found)
   bool fits() const { return rlhf ? rlhf->fits() : !search.ranked.empty(); }
 };
 

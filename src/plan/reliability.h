@@ -41,7 +41,7 @@ inline double checkpoint_overhead_fraction(double tau_s, double delta_s, double 
 
 struct CheckpointPlanInput {
   double gpus = 1;
-  double job_mtbf_s = 0;        // used when set, else gpu_mtbf_s / gpus
+  double job_mtbf_s = 0;  // used when set, else gpu_mtbf_s / gpus
   double gpu_mtbf_s = 0;
   double checkpoint_bytes = 0;  // whole checkpoint, all ranks together
   double storage_gbps = 0;      // aggregate write bandwidth, GB/s
@@ -63,8 +63,8 @@ inline CheckpointPlan plan_checkpoints(const CheckpointPlanInput& in) {
   p.stall_s = in.stall_s >= 0 ? in.stall_s : p.write_s;
   p.young_s = young_interval_s(p.stall_s, p.job_mtbf_s);
   p.daly_s = daly_interval_s(p.stall_s, p.job_mtbf_s);
-  p.overhead_fraction = std::min(
-      1.0, checkpoint_overhead_fraction(p.daly_s, p.stall_s, p.job_mtbf_s, in.restart_s));
+  p.overhead_fraction =
+      std::min(1.0, checkpoint_overhead_fraction(p.daly_s, p.stall_s, p.job_mtbf_s, in.restart_s));
   p.failures_per_day = 86400.0 / p.job_mtbf_s;
   p.gpu_hours_lost_per_day = in.gpus * 24.0 * p.overhead_fraction;
   return p;

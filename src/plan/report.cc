@@ -17,13 +17,21 @@ const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" :
 const char* optimizer_name(Optimizer o) { return o == Optimizer::adamw ? "adamw" : "sgd"; }
 
 json states_json(const ModelStateBytes& b) {
-  return {{"parameters", b.parameters}, {"gradients", b.gradients}, {"optimizer", b.optimizer},
+  return {{"parameters", b.parameters},
+          {"gradients", b.gradients},
+          {"optimizer", b.optimizer},
           {"total", b.total()}};
 }
 
 json layout_json(const Layout& l) {
-  return {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"cp", l.cp}, {"ep", l.ep}, {"zero", l.zero},
-          {"micro_batch", l.micro_batch}, {"recompute", recompute_name(l.recompute)}};
+  return {{"tp", l.tp},
+          {"pp", l.pp},
+          {"dp", l.dp},
+          {"cp", l.cp},
+          {"ep", l.ep},
+          {"zero", l.zero},
+          {"micro_batch", l.micro_batch},
+          {"recompute", recompute_name(l.recompute)}};
 }
 
 std::string f(const char* fmt, double x) {
@@ -57,10 +65,15 @@ bool megatron_applies(const ModelSpec& m) {
 json estimate_to_json(const Estimate& e) {
   json comm = json::array();
   for (const CommItem& c : e.comm)
-    comm.push_back({{"dim", c.dim}, {"what", c.what}, {"collective", collective_name(c.op)},
-                    {"group", c.group}, {"link", c.inter_node ? "inter-node" : "intra-node"},
-                    {"bytes_per_call", c.bytes_per_call}, {"calls_per_step", c.calls_per_step},
-                    {"time_s", c.time_s}, {"exposed_s", c.exposed_s}});
+    comm.push_back({{"dim", c.dim},
+                    {"what", c.what},
+                    {"collective", collective_name(c.op)},
+                    {"group", c.group},
+                    {"link", c.inter_node ? "inter-node" : "intra-node"},
+                    {"bytes_per_call", c.bytes_per_call},
+                    {"calls_per_step", c.calls_per_step},
+                    {"time_s", c.time_s},
+                    {"exposed_s", c.exposed_s}});
   const TimeBreakdown& t = e.time;
   return {{"layout", layout_json(e.layout)},
           {"micro_batches", e.micro_batches},
@@ -77,10 +90,18 @@ json estimate_to_json(const Estimate& e) {
             {"usable", e.usable_bytes}}},
           {"communication", comm},
           {"time",
-           {{"step_s", t.step_s}, {"micro_batch_s", t.t_micro}, {"compute_s", t.compute},
-            {"recompute_s", t.recompute}, {"bubble_s", t.bubble}, {"tp_s", t.tp}, {"cp_s", t.cp},
-            {"ep_s", t.ep}, {"pp_s", t.pp}, {"zero_micro_s", t.zero_micro},
-            {"dp_exposed_s", t.dp_final}, {"optimizer_s", t.optimizer}}},
+           {{"step_s", t.step_s},
+            {"micro_batch_s", t.t_micro},
+            {"compute_s", t.compute},
+            {"recompute_s", t.recompute},
+            {"bubble_s", t.bubble},
+            {"tp_s", t.tp},
+            {"cp_s", t.cp},
+            {"ep_s", t.ep},
+            {"pp_s", t.pp},
+            {"zero_micro_s", t.zero_micro},
+            {"dp_exposed_s", t.dp_final},
+            {"optimizer_s", t.optimizer}}},
           {"bubble_fraction", e.bubble_fraction()},
           {"model_flops_per_step", e.model_flops_per_step},
           {"hardware_flops_per_step", e.hardware_flops_per_step},
@@ -94,32 +115,47 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
   const ParamCounts pc = count_params(m);
   const StateBytesPerParam per = s.state_bytes();
   json j;
-  j["model"] = {{"name", m.name}, {"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads},
-                {"kv_heads", m.kv_heads}, {"ffn", m.ffn}, {"seq", m.seq}, {"vocab", m.vocab},
-                {"padded_vocab", m.padded_vocab()}, {"experts", m.experts}, {"top_k", m.top_k},
-                {"mlp", m.mlp == MlpKind::swiglu ? "swiglu" : "gelu"},
-                {"params", pc.total()}, {"active_params", pc.active()},
-                {"megatron_param_formula",
-                 megatron_param_count(double(m.layers), double(m.hidden),
-                                      double(m.padded_vocab()), double(m.seq))},
-                {"source", m.source}};
+  j["model"] = {
+      {"name", m.name},
+      {"layers", m.layers},
+      {"hidden", m.hidden},
+      {"heads", m.heads},
+      {"kv_heads", m.kv_heads},
+      {"ffn", m.ffn},
+      {"seq", m.seq},
+      {"vocab", m.vocab},
+      {"padded_vocab", m.padded_vocab()},
+      {"experts", m.experts},
+      {"top_k", m.top_k},
+      {"mlp", m.mlp == MlpKind::swiglu ? "swiglu" : "gelu"},
+      {"params", pc.total()},
+      {"active_params", pc.active()},
+      {"megatron_param_formula", megatron_param_count(double(m.layers), double(m.hidden),
+                                                      double(m.padded_vocab()), double(m.seq))},
+      {"source", m.source}};
   j["hardware"] = gpu_to_json(s.gpu);
-  j["cluster"] = {{"gpus", s.gpus}, {"gpus_per_node", s.gpu.gpus_per_node},
+  j["cluster"] = {{"gpus", s.gpus},
+                  {"gpus_per_node", s.gpu.gpus_per_node},
                   {"global_batch", s.global_batch},
                   {"tokens_per_step", double(s.global_batch) * double(m.seq)},
                   {"precision", precision_name(s.precision)},
                   {"grad_precision", per.gradient == 4 ? "fp32" : "bf16"},
                   {"optimizer", optimizer_name(s.optimizer)},
                   {"bytes_per_param",
-                   {{"parameter", per.parameter}, {"gradient", per.gradient},
-                    {"optimizer", per.optimizer}, {"total", per.total()}}},
+                   {{"parameter", per.parameter},
+                    {"gradient", per.gradient},
+                    {"optimizer", per.optimizer},
+                    {"total", per.total()}}},
                   {"sequence_parallel", s.seq_parallel},
                   {"cp_mode", s.cp_mode == CpMode::ring ? "ring" : "ulysses"},
-                  {"headroom", s.headroom}};
+                  {"headroom", s.headroom},
+                  {"overlap", s.overlap}};
   if (res.rlhf) {
     json models = json::array();
     for (const RlhfModelMemory& r : res.rlhf->models)
-      models.push_back({{"role", r.role}, {"params", r.params}, {"trained", r.trained},
+      models.push_back({{"role", r.role},
+                        {"params", r.params},
+                        {"trained", r.trained},
                         {"states", states_json(r.states)}});
     j["rlhf"] = {{"models", models},
                  {"kv_cache", res.rlhf->kv_cache},
@@ -130,28 +166,33 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
                  {"tp", req.rlhf->tp},
                  {"zero", req.rlhf->zero},
                  {"rollout_batch", req.rlhf->rollout_batch},
-                 {"smallest_cluster_gpus",
-                  res.rlhf->fits() || !res.rlhf_smallest_cluster ? json(nullptr)
-                                                                 : json(res.rlhf_smallest_cluster)}};
+                 {"smallest_cluster_gpus", res.rlhf->fits() || !res.rlhf_smallest_cluster
+                                               ? json(nullptr)
+                                               : json(res.rlhf_smallest_cluster)}};
     j["notes"] = req.notes;
     return j;
   }
   const SearchResult& sr = res.search;
-  j["search"] = {{"considered", sr.considered}, {"fit", sr.fit},
-                 {"too_big", sr.too_big}, {"invalid", sr.invalid},
+  j["search"] = {{"considered", sr.considered},
+                 {"fit", sr.fit},
+                 {"too_big", sr.too_big},
+                 {"invalid", sr.invalid},
                  {"sample_problem", sr.sample_problem}};
   j["best"] = res.fits() ? estimate_to_json(sr.ranked[0]) : json(nullptr);
   json ranking = json::array();
   for (size_t i = 0; i < sr.ranked.size() && int(i) < req.top; ++i) {
     const Estimate& e = sr.ranked[i];
-    ranking.push_back({{"layout", layout_json(e.layout)}, {"step_s", e.time.step_s},
-                       {"mfu", e.mfu}, {"memory_bytes", e.mem.total()},
+    ranking.push_back({{"layout", layout_json(e.layout)},
+                       {"step_s", e.time.step_s},
+                       {"mfu", e.mfu},
+                       {"memory_bytes", e.mem.total()},
                        {"bubble_fraction", e.bubble_fraction()}});
   }
   j["ranking"] = ranking;
   j["explanation"] = res.explanation;
   if (!res.fits()) {
-    json fn = {{"least_memory", sr.least_memory ? estimate_to_json(*sr.least_memory) : json(nullptr)}};
+    json fn = {
+        {"least_memory", sr.least_memory ? estimate_to_json(*sr.least_memory) : json(nullptr)}};
     const ClusterFit* c = res.smallest_cluster ? &*res.smallest_cluster : nullptr;
     fn["smallest_cluster_gpus"] = c && c->found ? json(c->gpus) : json(nullptr);
     if (c && c->found) {
@@ -211,7 +252,8 @@ void memory_table(std::ostream& o, const Estimate& e) {
           : cat("(", human(double(m.dense_params)), " params on this GPU before ZeRO)"));
   row("activations", m.activations, "");
   row("comm buffers", m.comm_buffers, "");
-  row("total", m.total(), cat("of ", gib(e.usable_bytes), " GiB usable", e.fits ? "" : ": DOES NOT FIT"));
+  row("total", m.total(),
+      cat("of ", gib(e.usable_bytes), " GiB usable", e.fits ? "" : ": DOES NOT FIT"));
 }
 
 void comm_table(std::ostream& o, const Estimate& e) {
@@ -225,8 +267,8 @@ void comm_table(std::ostream& o, const Estimate& e) {
                 "group", "link", "bytes/call", "calls", "time s", "exposed", "what");
   o << b;
   for (const CommItem& c : e.comm) {
-    std::snprintf(b, sizeof b, "  %-9s %-14s %5d %-6s %11s %9.0f %9.4f %9.4f  %s\n",
-                  c.dim.c_str(), collective_name(c.op), c.group, c.inter_node ? "net" : "nvlink",
+    std::snprintf(b, sizeof b, "  %-9s %-14s %5d %-6s %11s %9.0f %9.4f %9.4f  %s\n", c.dim.c_str(),
+                  collective_name(c.op), c.group, c.inter_node ? "net" : "nvlink",
                   bytes_h(c.bytes_per_call).c_str(), c.calls_per_step, c.time_s, c.exposed_s,
                   c.what.c_str());
     o << b;
@@ -235,9 +277,9 @@ void comm_table(std::ostream& o, const Estimate& e) {
 
 void ranking_table(std::ostream& o, const PlanRequest& req, const SearchResult& sr) {
   char b[256];
-  std::snprintf(b, sizeof b, "  %3s %3s %3s %5s %3s %3s %4s %3s %-9s %9s %9s %7s %7s\n", "#",
-                "tp", "pp", "dp", "cp", "ep", "zero", "mb", "recompute", "mem GiB", "step s",
-                "MFU", "bubble");
+  std::snprintf(b, sizeof b, "  %3s %3s %3s %5s %3s %3s %4s %3s %-9s %9s %9s %7s %7s\n", "#", "tp",
+                "pp", "dp", "cp", "ep", "zero", "mb", "recompute", "mem GiB", "step s", "MFU",
+                "bubble");
   o << b;
   for (size_t i = 0; i < sr.ranked.size() && int(i) < req.top; ++i) {
     const Estimate& e = sr.ranked[i];
@@ -252,9 +294,9 @@ void ranking_table(std::ostream& o, const PlanRequest& req, const SearchResult& 
 
 void rlhf_section(std::ostream& o, const PlanRequest& req, const PlanResult& res) {
   const RlhfEstimate& r = *res.rlhf;
-  o << "\nRLHF (PPO) memory per GPU: tp " << req.rlhf->tp << ", ZeRO-" << req.rlhf->zero
-    << " over " << req.setup.gpus / req.rlhf->tp << " data ranks, rollout batch "
-    << req.rlhf->rollout_batch << " per GPU\n";
+  o << "\nRLHF (PPO) memory per GPU: tp " << req.rlhf->tp << ", ZeRO-" << req.rlhf->zero << " over "
+    << req.setup.gpus / req.rlhf->tp << " data ranks, rollout batch " << req.rlhf->rollout_batch
+    << " per GPU\n";
   char b[200];
   for (const RlhfModelMemory& m : r.models) {
     std::snprintf(b, sizeof b, "  %-10s %8s params  %-9s %10s GiB\n", m.role.c_str(),
@@ -262,17 +304,18 @@ void rlhf_section(std::ostream& o, const PlanRequest& req, const PlanResult& res
                   gib(double(m.states.total())).c_str());
     o << b;
   }
-  std::snprintf(b, sizeof b, "  %-10s %8s %18s %10s GiB\n", "KV cache", "", "", gib(r.kv_cache).c_str());
+  std::snprintf(b, sizeof b, "  %-10s %8s %18s %10s GiB\n", "KV cache", "", "",
+                gib(r.kv_cache).c_str());
   o << b;
   std::snprintf(b, sizeof b, "  %-10s %8s %18s %10s GiB\n", "activations", "", "",
                 gib(r.activations).c_str());
   o << b;
-  o << "  total " << gib(r.total()) << " GiB of " << gib(r.usable) << " GiB usable: "
-    << (r.fits() ? "fits" : "DOES NOT FIT");
+  o << "  total " << gib(r.total()) << " GiB of " << gib(r.usable)
+    << " GiB usable: " << (r.fits() ? "fits" : "DOES NOT FIT");
   if (!r.fits())
-    o << (res.rlhf_smallest_cluster ? cat("; smallest cluster that fits: ",
-                                          res.rlhf_smallest_cluster, " GPUs")
-                                    : std::string("; no cluster up to 2^20 GPUs fits"));
+    o << (res.rlhf_smallest_cluster
+              ? cat("; smallest cluster that fits: ", res.rlhf_smallest_cluster, " GPUs")
+              : std::string("; no cluster up to 2^20 GPUs fits"));
   o << "\n";
 }
 
@@ -287,7 +330,9 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
   o << "strata plan: " << m.name << " on " << s.gpus << " x " << s.gpu.name << " ("
     << s.gpu.gpus_per_node << " per node)\n\n";
   o << "Model     " << human(double(pc.total())) << " parameters";
-  if (m.moe()) o << " (" << human(double(pc.active())) << " active, " << m.experts << " experts, top-" << m.top_k << ")";
+  if (m.moe())
+    o << " (" << human(double(pc.active())) << " active, " << m.experts << " experts, top-"
+      << m.top_k << ")";
   o << "; " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads << " heads ("
     << m.kv_heads << " KV), ffn " << m.ffn << (m.mlp == MlpKind::swiglu ? " SwiGLU" : " GELU")
     << ", seq " << m.seq << ", vocab " << m.vocab << "\n";
@@ -309,8 +354,8 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     return o.str();
   }
   const SearchResult& sr = res.search;
-  o << "\nLayouts: " << sr.considered << " considered, " << sr.fit << " fit, "
-    << sr.too_big << " too big, " << sr.invalid << " invalid\n";
+  o << "\nLayouts: " << sr.considered << " considered, " << sr.fit << " fit, " << sr.too_big
+    << " too big, " << sr.invalid << " invalid\n";
   if (res.fits()) {
     ranking_table(o, req, sr);
     const Estimate& b = sr.ranked[0];
@@ -319,13 +364,15 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     o << "\n";
     comm_table(o, b);
     o << "\nCompute\n";
-    o << "  model FLOPs/step (6N + 12*L*h*s per token)   " << f("%.3e", b.model_flops_per_step) << "\n";
-    o << "  hardware FLOPs/step (with recomputation)    " << f("%.3e", b.hardware_flops_per_step) << "\n";
+    o << "  model FLOPs/step (6N + 12*L*h*s per token)   " << f("%.3e", b.model_flops_per_step)
+      << "\n";
+    o << "  hardware FLOPs/step (with recomputation)    " << f("%.3e", b.hardware_flops_per_step)
+      << "\n";
     if (megatron_applies(m))
       o << "  Megatron 96*B*s*l*h^2*(1+s/6h+V/16lh)       "
-        << f("%.3e", megatron_flops_per_iteration(double(s.global_batch), double(m.seq),
-                                                  double(m.layers), double(m.hidden),
-                                                  double(m.padded_vocab()), true))
+        << f("%.3e",
+             megatron_flops_per_iteration(double(s.global_batch), double(m.seq), double(m.layers),
+                                          double(m.hidden), double(m.padded_vocab()), true))
         << " (full recomputation)\n";
     o << "  step " << f("%.3f", b.time.step_s) << " s, " << human(b.tokens_per_s)
       << " tokens/s, MFU " << f("%.1f", 100 * b.mfu) << "%\n";
@@ -348,7 +395,9 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     if (c && c->found)
       o << "Smallest cluster that fits: " << c->gpus << " GPUs (" << c->layout.str() << ", "
         << gib(c->bytes) << " GiB per GPU"
-        << (c->step_gpus > s.gpu.gpus_per_node ? cat("; scanned in steps of ", c->step_gpus, " GPUs") : "")
+        << (c->step_gpus > s.gpu.gpus_per_node
+                ? cat("; scanned in steps of ", c->step_gpus, " GPUs")
+                : "")
         << ")\n";
     else
       o << "No cluster up to 2^20 GPUs fits with these fixed settings and global batch.\n";
@@ -360,9 +409,9 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
   const CheckpointPlan& ck = res.checkpoint;
   o << "\nReliability (" << s.gpus << " GPUs, job MTBF " << f("%.1f", ck.job_mtbf_s / 3600)
     << " h, " << f("%.2f", ck.failures_per_day) << " failures/day)\n";
-  o << "  checkpoint " << bytes_h(res.checkpoint_bytes) << " (parameters + optimizer states), write "
-    << f("%.1f", ck.write_s) << " s at " << f("%.0f", req.storage_gbps) << " GB/s; stall "
-    << f("%.1f", ck.stall_s) << " s\n";
+  o << "  checkpoint " << bytes_h(res.checkpoint_bytes)
+    << " (parameters + optimizer states), write " << f("%.1f", ck.write_s) << " s at "
+    << f("%.0f", req.storage_gbps) << " GB/s; stall " << f("%.1f", ck.stall_s) << " s\n";
   o << "  interval: Young " << f("%.1f", ck.young_s / 60) << " min, Daly "
     << f("%.1f", ck.daly_s / 60) << " min\n";
   o << "  at Daly's interval " << f("%.2f", 100 * ck.overhead_fraction)

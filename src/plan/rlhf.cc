@@ -60,8 +60,8 @@ RlhfEstimate estimate_rlhf(const RlhfSetup& s) {
   const ModelSpec& a = s.actor;
   const double kv_local = a.kv_heads >= s.tp ? double(a.kv_hidden()) / s.tp : double(a.head_dim());
   e.kv_cache = double(s.rollout_batch) * double(a.seq) * double(a.layers) * 2 * kv_local * 2;
-  e.activations = std::max(actor.activations + actor.comm_buffers,
-                           critic.activations + critic.comm_buffers);
+  e.activations =
+      std::max(actor.activations + actor.comm_buffers, critic.activations + critic.comm_buffers);
   e.usable = s.gpu.memory_bytes() * (1.0 - s.headroom);
   return e;
 }

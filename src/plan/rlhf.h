@@ -34,16 +34,16 @@ struct RlhfSetup {
 };
 
 struct RlhfModelMemory {
-  std::string role;            // actor, critic, reference, reward
-  int64_t params = 0;          // whole model
+  std::string role;    // actor, critic, reference, reward
+  int64_t params = 0;  // whole model
   bool trained = false;
-  ModelStateBytes states;      // per GPU
+  ModelStateBytes states;  // per GPU
 };
 
 struct RlhfEstimate {
   std::vector<RlhfModelMemory> models;
   double kv_cache = 0;
-  double activations = 0;      // with the communication buffers of the training pass
+  double activations = 0;  // with the communication buffers of the training pass
   double usable = 0;
   double total() const;
   bool fits() const { return total() <= usable; }

@@ -78,18 +78,25 @@ std::vector<int> micro_options(const FixedLayout& f) {
 
 }  // namespace
 
-std::string fmt_bytes_gib(double bytes) { return num(bytes / (1024.0 * 1024 * 1024), "%.1f") + " GiB"; }
+std::string fmt_bytes_gib(double bytes) {
+  return num(bytes / (1024.0 * 1024 * 1024), "%.1f") + " GiB";
+}
 
 void check_fixed(const TrainSetup& s, const FixedLayout& f) {
   const ModelSpec& m = s.model;
   const int64_t N = s.gpus, G = s.gpu.gpus_per_node;
   STRATA_CHECK(N >= 1, "--gpus must be at least 1 (got ", N, ")");
   STRATA_CHECK(s.global_batch >= 1, "--global-batch must be at least 1 (got ", s.global_batch, ")");
-  for (auto [name, v] : {std::pair{"--tp", f.tp}, {"--pp", f.pp}, {"--dp", f.dp}, {"--cp", f.cp},
-                         {"--ep", f.ep}, {"--micro-batch", f.micro_batch}})
+  for (auto [name, v] : {std::pair{"--tp", f.tp},
+                         {"--pp", f.pp},
+                         {"--dp", f.dp},
+                         {"--cp", f.cp},
+                         {"--ep", f.ep},
+                         {"--micro-batch", f.micro_batch}})
     STRATA_CHECK(!v || *v >= 1, name, " must be at least 1 (got ", *v, ")");
-  if (f.zero) STRATA_CHECK(*f.zero >= 0 && *f.zero <= 3, "--zero ", *f.zero,
-                           " does not exist (0, 1, 2 or 3)");
+  if (f.zero)
+    STRATA_CHECK(*f.zero >= 0 && *f.zero <= 3, "--zero ", *f.zero,
+                 " does not exist (0, 1, 2 or 3)");
   std::string expr;
   int64_t product = 1;
   int given = 0;
@@ -104,8 +111,8 @@ void check_fixed(const TrainSetup& s, const FixedLayout& f) {
   else if (given > 0)
     STRATA_CHECK(N % product == 0, expr, " = ", product, " does not divide --gpus ", N);
   if (f.tp) {
-    STRATA_CHECK(*f.tp <= G && G % *f.tp == 0, "--tp ", *f.tp, " does not fit inside a node of ",
-                 G, " GPUs (tensor parallelism stays on the intra-node links)");
+    STRATA_CHECK(*f.tp <= G && G % *f.tp == 0, "--tp ", *f.tp, " does not fit inside a node of ", G,
+                 " GPUs (tensor parallelism stays on the intra-node links)");
     STRATA_CHECK(m.heads % *f.tp == 0, "--tp ", *f.tp, ": the model's ", m.heads,
                  " attention heads are not divisible by ", *f.tp);
     STRATA_CHECK(m.kv_heads % *f.tp == 0 || *f.tp % m.kv_heads == 0, "--tp ", *f.tp, ": ",
@@ -113,13 +120,16 @@ void check_fixed(const TrainSetup& s, const FixedLayout& f) {
     STRATA_CHECK(m.ffn % *f.tp == 0, "--tp ", *f.tp, ": MLP width ", m.ffn, " is not divisible");
   }
   if (f.pp) STRATA_CHECK(*f.pp <= m.layers, "--pp ", *f.pp, " exceeds the ", m.layers, " layers");
-  if (f.cp) STRATA_CHECK(m.seq % *f.cp == 0, "--cp ", *f.cp, ": sequence ", m.seq,
-                         " is not divisible by it");
+  if (f.cp)
+    STRATA_CHECK(m.seq % *f.cp == 0, "--cp ", *f.cp, ": sequence ", m.seq,
+                 " is not divisible by it");
   if (f.ep) {
-    STRATA_CHECK(m.moe() || *f.ep == 1, "--ep ", *f.ep, " needs a mixture-of-experts model "
+    STRATA_CHECK(m.moe() || *f.ep == 1, "--ep ", *f.ep,
+                 " needs a mixture-of-experts model "
                  "(--experts)");
-    if (m.moe()) STRATA_CHECK(m.experts % *f.ep == 0, "--ep ", *f.ep, ": ", m.experts,
-                              " experts are not divisible by it");
+    if (m.moe())
+      STRATA_CHECK(m.experts % *f.ep == 0, "--ep ", *f.ep, ": ", m.experts,
+                   " experts are not divisible by it");
   }
   if (f.dp && f.micro_batch)
     STRATA_CHECK(s.global_batch % (int64_t(*f.dp) * *f.micro_batch) == 0, "global batch ",
@@ -163,10 +173,14 @@ SearchResult search_layouts(const TrainSetup& s, const FixedLayout& f, size_t ke
   std::sort(r.ranked.begin(), r.ranked.end(), faster);
   if (r.ranked.size() > keep) r.ranked.resize(keep);
   std::sort(too_big.begin(), too_big.end(), faster);
-  for (Estimate& e : too_big) {
+  for (Estimate& e : too_big) {  // the fastest few of distinct shapes
     if (r.faster_too_big.size() >= 3) break;
     if (!r.ranked.empty() && e.time.step_s >= r.ranked[0].time.step_s) break;
-    r.faster_too_big.push_back(std::move(e));
+    bool seen = false;
+    for (const Estimate& x : r.faster_too_big)
+      seen |= x.layout.tp == e.layout.tp && x.layout.pp == e.layout.pp &&
+              x.layout.cp == e.layout.cp && x.layout.ep == e.layout.ep;
+    if (!seen) r.faster_too_big.push_back(std::move(e));
   }
   if (r.considered == 0 && r.sample_problem.empty())
     r.sample_problem = cat("no combination of the fixed degrees divides ", s.gpus,
@@ -182,14 +196,17 @@ struct Component {
 };
 
 const Component kComponents[] = {
-    {"compute", &TimeBreakdown::compute},       {"recomputation", &TimeBreakdown::recompute},
-    {"pipeline bubble", &TimeBreakdown::bubble}, {"tensor-parallel comm", &TimeBreakdown::tp},
-    {"context-parallel comm", &TimeBreakdown::cp}, {"expert all-to-all", &TimeBreakdown::ep},
-    {"pipeline send/recv", &TimeBreakdown::pp}, {"ZeRO per-micro-batch comm", &TimeBreakdown::zero_micro},
-    {"exposed gradient sync", &TimeBreakdown::dp_final}, {"optimizer step", &TimeBreakdown::optimizer},
+    {"compute", &TimeBreakdown::compute},
+    {"recomputation", &TimeBreakdown::recompute},
+    {"pipeline bubble", &TimeBreakdown::bubble},
+    {"tensor-parallel comm", &TimeBreakdown::tp},
+    {"context-parallel comm", &TimeBreakdown::cp},
+    {"expert all-to-all", &TimeBreakdown::ep},
+    {"pipeline send/recv", &TimeBreakdown::pp},
+    {"ZeRO per-micro-batch comm", &TimeBreakdown::zero_micro},
+    {"exposed gradient sync", &TimeBreakdown::dp_final},
+    {"optimizer step", &TimeBreakdown::optimizer},
 };
-
-std::string name_or(const Component* c) { return c ? c->name : "nothing"; }
 
 std::string why_slower(const Estimate& a, const Estimate& best, const TrainSetup& s) {
   const Component* worst = nullptr;
@@ -198,9 +215,9 @@ std::string why_slower(const Estimate& a, const Estimate& best, const TrainSetup
     double d = a.time.*c.field - best.time.*c.field;
     if (d > most) most = d, worst = &c;
   }
-  if (!worst) return "no single cost dominates";
   if (a.time.step_s - best.time.step_s < 1e-3 * best.time.step_s)
-    return cat("a tie with the best (", name_or(worst), " differs by less than 0.1%)");
+    return "a tie with the best (within 0.1%)";
+  if (!worst) return "no single cost dominates";
   const std::string name = worst->name;
   if (name == "pipeline bubble")
     return cat("mostly pipeline bubble (p-1)/m = ", a.layout.pp - 1, "/", a.micro_batches, " = ",
@@ -212,8 +229,8 @@ std::string why_slower(const Estimate& a, const Estimate& best, const TrainSetup
     return cat("mostly more compute on the busiest stage (",
                (s.model.layers + a.layout.pp - 1) / a.layout.pp,
                " layers, rounded up, and the logits on the last stage)");
-  return cat("mostly ", name, " (", num(a.time.*worst->field), " s vs ", num(best.time.*worst->field),
-             " s per step)");
+  return cat("mostly ", name, " (", num(a.time.*worst->field), " s vs ",
+             num(best.time.*worst->field), " s per step)");
 }
 
 }  // namespace
@@ -231,22 +248,28 @@ std::vector<std::string> explain(const SearchResult& r, const TrainSetup& s, int
     if (x >= 0.005) parts += cat(parts.empty() ? "" : ", ", c.name, " ", pct(x));
   }
   out.push_back("its step time: " + parts);
-  std::vector<Layout> shown{best.layout};
-  auto shape_seen = [&](const Layout& l) {
-    for (const Layout& x : shown)
-      if (x.tp == l.tp && x.pp == l.pp && x.cp == l.cp && x.ep == l.ep && x.zero == l.zero)
-        return true;
-    return false;
+  // Runners-up of other parallel shapes first (they say the most), then other variants.
+  std::vector<const Estimate*> picked;
+  auto differs = [&](const Estimate& e, bool by_shape) {
+    for (const Estimate* x : picked) {
+      const Layout &a = x->layout, &b = e.layout;
+      bool same_shape = a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep;
+      if (same_shape && (by_shape || (a.zero == b.zero && a.recompute == b.recompute)))
+        return false;
+    }
+    return true;
   };
-  int n = 0;
-  for (size_t i = 1; i < r.ranked.size() && n < runners_up; ++i) {
-    const Estimate& e = r.ranked[i];
-    if (shape_seen(e.layout)) continue;
-    shown.push_back(e.layout);
-    ++n;
+  picked.push_back(&best);
+  for (bool by_shape : {true, false})
+    for (size_t i = 1; i < r.ranked.size() && int(picked.size()) <= runners_up; ++i)
+      if (differs(r.ranked[i], by_shape)) picked.push_back(&r.ranked[i]);
+  std::sort(picked.begin() + 1, picked.end(),
+            [](const Estimate* a, const Estimate* b) { return a->time.step_s < b->time.step_s; });
+  for (size_t i = 1; i < picked.size(); ++i) {
+    const Estimate& e = *picked[i];
     out.push_back(cat("runner-up ", e.layout.str(), ": +",
-                      pct(e.time.step_s / best.time.step_s - 1), " step time: ",
-                      why_slower(e, best, s),
+                      pct(e.time.step_s / best.time.step_s - 1),
+                      " step time: ", why_slower(e, best, s),
                       e.mem.total() < best.mem.total()
                           ? cat("; needs less memory (", fmt_bytes_gib(e.mem.total()), ")")
                           : ""));

@@ -24,11 +24,11 @@ struct FixedLayout {
 void check_fixed(const TrainSetup& s, const FixedLayout& f);
 
 struct SearchResult {
-  std::vector<Estimate> ranked;              // layouts that fit, fastest first
-  std::vector<Estimate> faster_too_big;      // up to 3 layouts faster than the best that do not fit
-  std::optional<Estimate> least_memory;      // the valid layout needing the least memory
+  std::vector<Estimate> ranked;          // layouts that fit, fastest first
+  std::vector<Estimate> faster_too_big;  // up to 3 layouts faster than the best that do not fit
+  std::optional<Estimate> least_memory;  // the valid layout needing the least memory
   int64_t considered = 0, invalid = 0, too_big = 0, fit = 0;
-  std::string sample_problem;                // why some layouts were invalid
+  std::string sample_problem;  // why some layouts were invalid
 };
 
 SearchResult search_layouts(const TrainSetup& s, const FixedLayout& f, size_t keep = 200);
@@ -42,8 +42,8 @@ struct ClusterFit {
   bool found = false;
   int64_t gpus = 0;
   Layout layout;
-  double bytes = 0;        // memory per GPU of that layout
-  int64_t step_gpus = 1;   // granularity of the scan (coarser for very large ranges)
+  double bytes = 0;       // memory per GPU of that layout
+  int64_t step_gpus = 1;  // granularity of the scan (coarser for very large ranges)
 };
 ClusterFit smallest_fitting_cluster(const TrainSetup& s, const FixedLayout& f,
                                     int64_t max_gpus = int64_t(1) << 20);

@@ -69,6 +69,8 @@ TEST(CkptRoundTrip, AsyncSaveCopiesAtTheCallAndWaitsForThePrevious) {
   TempDir tmp;
   FullStates f(5000, 1, false);
   Checkpointer c(options(tmp.path, 0, 1, nullptr));
+  c.prepare(request(f, 0, 0, 1, 0));
+  EXPECT_TRUE(c.history().empty());
   c.save_async(request(f, 1, 0, 1, 0));
   // Training goes on and changes the buffers while the writer runs: the checkpoint must hold
   // the values at the time of the call.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "comm/process_group.h"
+#include "spawn.h"
 #include "sweep.h"
 
 namespace strata::comm {
@@ -109,5 +110,20 @@ TEST(Collectives, BadArgumentsNameTheProblem) {
   });
 }
 
+}  // namespace
+}  // namespace strata::comm
+
+// The same sweep with ranks as processes (separate mappings, real pids), as the mpi test
+// runs it through mpirun.
+namespace strata::comm {
+namespace {
+TEST(Processes, ShmSweepOnFiveProcesses) {
+  auto p = testing::run({STRATA_BINARY, "launch", "-n", "5", "--timeout", "60", "--", COMM_WORKER,
+                         "sweep"}, {}, 150);
+  std::string out = p.output();
+  EXPECT_EQ(p.exit_code(), 0) << out;
+  EXPECT_NE(out.find("[rank 4] checked"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
+}
 }  // namespace
 }  // namespace strata::comm

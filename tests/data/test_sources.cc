@@ -49,22 +49,24 @@ void expect_error(F f, std::initializer_list<std::string> parts) {
 }
 
 TEST(Synthetic, EntropyFloorMatchesTheEmpiricalEntropyOfGeneratedText) {
-  for (uint64_t seed : {0, 1, 1234}) {
+  for (uint64_t seed : {0, 1234}) {
     MarkovChain chain(seed);
     // pi is stationary: pi P = pi.
-    std::vector<double> next(256, 0.0);
+    const int S = MarkovChain::kStates;
+    ASSERT_EQ(int(chain.stationary().size()), S);
+    std::vector<double> next(size_t(S), 0.0);
     double total = 0;
-    for (int s = 0; s < 256; ++s) {
+    for (int s = 0; s < S; ++s) {
       total += chain.stationary()[size_t(s)];
       for (int k = 0; k < MarkovChain::kSuccessors; ++k)
         next[size_t(chain.successors(s)[size_t(k)])] +=
             chain.stationary()[size_t(s)] * chain.probs(s)[size_t(k)];
     }
     EXPECT_NEAR(total, 1.0, 1e-12);
-    for (int s = 0; s < 256; ++s) EXPECT_NEAR(next[size_t(s)], chain.stationary()[size_t(s)], 1e-12);
-    // Mean negative log-likelihood of 4M generated tokens under the true chain estimates the
+    for (int s = 0; s < S; ++s) EXPECT_NEAR(next[size_t(s)], chain.stationary()[size_t(s)], 1e-12);
+    // Mean negative log-likelihood of 2M generated tokens under the true chain estimates the
     // entropy rate (standard error ~5e-4); the plug-in bigram entropy must agree too.
-    std::vector<uint8_t> text = chain.generate(1 << 22, 99);
+    std::vector<uint8_t> text = chain.generate(1 << 21, 99);
     double nll = 0;
     std::vector<double> pair(65536, 0), row(256, 0);
     for (size_t i = 1; i < text.size(); ++i) {
@@ -96,10 +98,12 @@ TEST(Synthetic, DeterministicFromTheSeedWithIndependentValidationStream) {
   std::vector<int32_t> t = read_all(*a.train), v = read_all(*a.val);
   int same = 0;
   for (size_t i = 0; i < v.size(); ++i) same += t[i] == v[i];
-  EXPECT_LT(same, int(v.size()) / 20);  // independent paths agree ~1/256 of the time
+  EXPECT_LT(same, int(v.size()) / 10);  // independent paths agree ~1/64 of the time
   EXPECT_EQ(a.train->entropy_floor(), a.val->entropy_floor());
   EXPECT_EQ(a.train->vocab(), 256);
-  for (int32_t x : t) ASSERT_TRUE(x >= 0 && x < 256);
+  for (int32_t x : t)  // the states are the printable bytes 32 .. 95
+    ASSERT_TRUE(x >= MarkovChain::kFirstToken &&
+                x < MarkovChain::kFirstToken + MarkovChain::kStates);
   EXPECT_EQ(open_split("synthetic", 0).train->size(), kSyntheticTrainTokens);
 }
 

@@ -255,20 +255,3 @@ TEST(HangDoctor, FormatRanksCompressesRuns) {
   EXPECT_EQ(format_ranks({}), "");
 }
 
-TEST(HangDoctor, PrintsExampleReports) {
-  sim::Config c;
-  c.world = 2;
-  c.faults = {{Fault::skip, 1, 2, 1}};
-  std::printf("%s\n", format_hang_report(run(c)).c_str());
-  c.faults = {{Fault::sleep_once, 0, 2, 1, 2.5}};
-  std::printf("%s\n", format_hang_report(run(c)).c_str());
-  c.world = 4;
-  c.faults = {{Fault::kill, 3, 1, 0}};
-  std::printf("%s\n", format_hang_report(run(c)).c_str());
-  c.checkpoint = true;
-  c.faults = {{Fault::stop_in_ckpt, 1, 1, -1}};
-  std::printf("%s\n", format_hang_report(run(c)).c_str());
-  c.checkpoint = false;
-  c.faults = {{Fault::slow, 1, 0, 0, 3.0}};
-  std::printf("%s\n", format_hang_report(run(c)).c_str());
-}

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "diag/overlap.h"
 #include "diag/trace_file.h"
 #include "test_util.h"
@@ -179,4 +180,34 @@ TEST(TraceCli, MergeAndOverlapEndToEnd) {
   auto e = testutil::run_strata("trace merge " + empty.str() + " -o " + empty.file("x.json"));
   EXPECT_EQ(e.status, 1);
   EXPECT_NE(e.out.find("no usable trace"), std::string::npos) << e.out;
+}
+
+// Files written by the tracer the trainer uses (core/trace.h), read back by the tools.
+TEST(Overlap, ReadsTracesWrittenByTheTracer) {
+  TempDir dir;
+  for (int rank = 0; rank < 2; ++rank) {
+    strata::Tracer t;
+    t.enable(rank);
+    t.name_thread("compute");
+    int64_t base = 5'000'000 + rank * 1000;  // ns
+    t.add("step 7", "step", base, 1'000'000);
+    t.add("forward L0", "compute", base, 600'000);
+    t.add("allreduce bucket 0", "comm", base + 500'000, 300'000);  // 100 us hidden, 200 us exposed
+    t.write(dir.file("trace-rank" + std::to_string(rank) + ".json"));
+  }
+  TraceSet set = load_traces(dir.str());
+  ASSERT_EQ(set.ranks.size(), 2u);
+  std::map<int, std::vector<Span>> spans;
+  for (auto& t : set.ranks) spans[t.rank] = t.spans;
+  OverlapReport r = compute_overlap(spans);
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(r.steps[0].step, 7);
+  EXPECT_EQ(r.steps[0].ranks, 2);
+  EXPECT_NEAR(r.steps[0].comm_ms, 0.3, 1e-9);
+  EXPECT_NEAR(r.steps[0].exposed_ms, 0.2, 1e-9);
+  EXPECT_NEAR(r.steps[0].hidden_share, 1.0 / 3.0, 1e-9);
+  json merged = merge_traces(set);
+  std::set<int> pids;
+  for (auto& e : merged["traceEvents"]) pids.insert(e["pid"].get<int>());
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
 }

@@ -1,5 +1,6 @@
 // GPT forward/backward behaviour: hooks, rebinding, batch shapes, bad input, determinism.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -238,6 +239,30 @@ static std::vector<double> train_losses(int steps) {
                             var.data() + r.begin, r.end - r.begin, r.decay, st);
   }
   return losses;
+}
+
+// Every kernel, GEMMs included, fixes its reduction order independently of the team size,
+// so the loss and gradients are the same bits at 1, 2 and 3 threads.
+TEST(GPT, SameBitsForAnyThreadCount) {
+  const GPTConfig c{1, 128, 2, 64, 128, 128};  // large enough for the threaded GEMM path
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    GPT m(c, 4);
+    m.init(21);
+    Batch x(c, 4, 64, 22);
+    m.zero_grads();
+    losses.push_back(m.forward(x.tokens.data(), x.targets.data(), x.weights.data(), 4, 64));
+    m.backward(1.0f / 256);
+    grads.push_back(grads_of(m));
+  }
+  omp_set_num_threads(saved);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(losses[i], losses[0]) << i + 1 << " threads";
+    EXPECT_EQ(0, std::memcmp(grads[i].data(), grads[0].data(), grads[0].size() * 4)) << i + 1 << " threads";
+  }
 }
 
 TEST(GPT, SameSeedSameLossBits) {

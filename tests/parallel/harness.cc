@@ -96,7 +96,8 @@ RunResult run_reference(const RunSpec& s) {
   return out;
 }
 
-RunResult run_data_parallel(const RunSpec& s, int world, const parallel::DataParallelOptions& opts) {
+RunResult run_data_parallel(const RunSpec& s, int world,
+                            const parallel::DataParallelOptions& opts) {
   STRATA_CHECK(s.batch % (world * s.accum) == 0, "test batch ", s.batch, " does not split into ",
                world, " ranks x ", s.accum, " micro-batches");
   const int micro = s.batch / (world * s.accum);

@@ -16,7 +16,7 @@ struct RunSpec {
   int steps = 20;
   int batch = 12;  // global batch in sequences (divisible by 1, 2, 3, 4)
   int T = 16;
-  int accum = 1;   // micro-batches per rank per step
+  int accum = 1;  // micro-batches per rank per step
   float lr = 3e-3f;
   uint64_t seed = 5;
   parallel::OptimConfig optim;
@@ -24,10 +24,10 @@ struct RunSpec {
 };
 
 struct RunResult {
-  std::vector<double> losses;      // per step, mean over the global batch's real tokens
-  std::vector<float> grad_norms;   // per step, before clipping
-  std::vector<float> params;       // fp32 weights after the last step
-  parallel::MemoryReport memory;   // rank 0's engine buffers
+  std::vector<double> losses;     // per step, mean over the global batch's real tokens
+  std::vector<float> grad_norms;  // per step, before clipping
+  std::vector<float> params;      // fp32 weights after the last step
+  parallel::MemoryReport memory;  // rank 0's engine buffers
 };
 
 // Single process, fp32, full buffers: zero, forward/backward per micro-batch, clip, AdamW.
@@ -35,7 +35,8 @@ RunResult run_reference(const RunSpec& spec);
 
 // The same batches on `world` ranks (threads); results of rank 0, after checking that every
 // rank saw the same losses and norms.
-RunResult run_data_parallel(const RunSpec& spec, int world, const parallel::DataParallelOptions& opts);
+RunResult run_data_parallel(const RunSpec& spec, int world,
+                            const parallel::DataParallelOptions& opts);
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);

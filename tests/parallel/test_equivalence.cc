@@ -59,7 +59,8 @@ TEST_P(StageWorld, Bf16MatchesSingleProcess) {
     double worst = 0;
     for (size_t i = 0; i < ref.grad_norms.size(); ++i)
       worst = std::max(worst, std::abs(double(got.grad_norms[i]) / ref.grad_norms[i] - 1));
-    printf("loss diff %.3g, grad-norm rel diff %.3g\n", max_abs_diff(got.losses, ref.losses), worst);
+    printf("loss diff %.3g, grad-norm rel diff %.3g\n", max_abs_diff(got.losses, ref.losses),
+           worst);
   }
 }
 

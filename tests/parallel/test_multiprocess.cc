@@ -1,11 +1,11 @@
 // Ranks as real processes (fork + the shm backend): per-process memory tracker equals the
 // ZeRO formula, ranks agree on the loss, and with tracing on every gradient bucket but the
 // last is issued while backward is still computing (communication overlaps compute).
+#include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
-#include <omp.h>
 
 #include "comm/launcher.h"
 #include "comm/process_group.h"
@@ -69,14 +69,16 @@ json rank_main(const std::string& job, int rank, int world, const DataParallelOp
     }
   const MemoryTracker& mt = memory_tracker();
   const auto f = plan::zero_model_state_bytes(gpt.num_params(), world, o.stage, o.precision);
-  json out = {{"losses", losses},
-              {"buckets", engine.buckets().size()},
-              {"issued", issued},
-              {"issued_in_backward", issued_in_backward},
-              {"hidden_share", parallel::overlap(events, parallel::gradient_comm_filter()).hidden_share()},
-              {"mem", {mt.current(MemCategory::parameters), mt.current(MemCategory::gradients),
-                       mt.current(MemCategory::optimizer)}},
-              {"formula", {f.parameters, f.gradients, f.optimizer}}};
+  json out = {
+      {"losses", losses},
+      {"buckets", engine.buckets().size()},
+      {"issued", issued},
+      {"issued_in_backward", issued_in_backward},
+      {"hidden_share", parallel::overlap(events, parallel::gradient_comm_filter()).hidden_share()},
+      {"mem",
+       {mt.current(MemCategory::parameters), mt.current(MemCategory::gradients),
+        mt.current(MemCategory::optimizer)}},
+      {"formula", {f.parameters, f.gradients, f.optimizer}}};
   return out;
 }
 

@@ -27,7 +27,8 @@ TEST(ZeroOptions, RejectsStagesPrecisionsAndBucketsThatDoNotExist) {
   o.stage = 4;
   EXPECT_NE(error_of([&] { o.validate(); }).find("--zero 4"), std::string::npos);
   o.stage = -1;
-  EXPECT_NE(error_of([&] { o.validate(); }).find("ZeRO stage must be 0, 1, 2 or 3"), std::string::npos);
+  EXPECT_NE(error_of([&] { o.validate(); }).find("ZeRO stage must be 0, 1, 2 or 3"),
+            std::string::npos);
   o = {};
   o.bucket_mb = 0;
   EXPECT_NE(error_of([&] { o.validate(); }).find("--bucket-mb 0"), std::string::npos);
@@ -50,14 +51,16 @@ TEST(ZeroOptions, RejectsStagesPrecisionsAndBucketsThatDoNotExist) {
 TEST(ZeroOptions, RejectsMoreRanksThanMemoryOrDataAllow) {
   DataParallelOptions o;
   // 100M parameters at stage 0 need 1.6 GB per rank: 8 ranks do not fit in 4 GiB.
-  const std::string msg = error_of([&] { check_memory_fits(100'000'000, 8, 8, o, 0, int64_t(4) << 30); });
+  const std::string msg =
+      error_of([&] { check_memory_fits(100'000'000, 8, 8, o, 0, int64_t(4) << 30); });
   EXPECT_NE(msg.find("8 ranks of 100000000 parameters at ZeRO stage 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("4096 MiB are available"), std::string::npos) << msg;
   o.stage = 3;  // 16Ψ/N = 200 MB per rank: fits
   EXPECT_NO_THROW(check_memory_fits(100'000'000, 8, 8, o, 0, int64_t(4) << 30));
   EXPECT_NE(error_of([] { check_batch_split(4, 0, 8); }).find("--batch 4 is smaller than the 8"),
             std::string::npos);
-  EXPECT_NE(error_of([] { check_batch_split(12, 4, 2); }).find("does not split"), std::string::npos);
+  EXPECT_NE(error_of([] { check_batch_split(12, 4, 2); }).find("does not split"),
+            std::string::npos);
   EXPECT_NO_THROW(check_batch_split(12, 3, 2));
 }
 
@@ -70,11 +73,14 @@ TEST(ZeroOptions, EngineRejectsBadOptionsBeforeAnyCollective) {
   copt.timeout_s = 20;
   const int64_t before = memory_tracker().current(MemCategory::optimizer);
   std::string msg;
-  comm::run_threads(2, [&](comm::ProcessGroup& pg) {
-    if (pg.rank() != 0) return;
-    model::GPT gpt(ptest::small_config(), 1, false);
-    msg = error_of([&] { DataParallelEngine(gpt, pg, bad, {}, 1); });
-  }, copt);
+  comm::run_threads(
+      2,
+      [&](comm::ProcessGroup& pg) {
+        if (pg.rank() != 0) return;
+        model::GPT gpt(ptest::small_config(), 1, false);
+        msg = error_of([&] { DataParallelEngine(gpt, pg, bad, {}, 1); });
+      },
+      copt);
   EXPECT_NE(msg.find("--bucket-mb 0"), std::string::npos) << msg;
   EXPECT_EQ(memory_tracker().current(MemCategory::optimizer), before);
 }

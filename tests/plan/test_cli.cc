@@ -1,14 +1,14 @@
 // `strata plan` as a user runs it: tables, JSON, and one-line errors with their exit codes.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <sys/wait.h>
 
 #include "nlohmann/json.hpp"
-#include "plan/zero_memory.h"
 #include "plan/model_spec.h"
+#include "plan/zero_memory.h"
 
 namespace {
 
@@ -18,7 +18,8 @@ struct CliRun {
 };
 
 CliRun run_strata(const std::string& args, bool merge_stderr = true) {
-  std::string cmd = std::string(STRATA_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  std::string cmd =
+      std::string(STRATA_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   CliRun r{-1, ""};
   if (!p) return r;
@@ -68,16 +69,15 @@ TEST(PlanCli, ModelStatesForAZeroRunComeFromTheSharedFormula) {
   using namespace strata::plan;
   ModelSpec m;
   apply_arch(m, "gpt");
-  m.layers = 2, m.hidden = 64, m.heads = 4, m.kv_heads = 4, m.ffn = 256, m.seq = 32,
-  m.vocab = 100;
+  m.layers = 2, m.hidden = 64, m.heads = 4, m.kv_heads = 4, m.ffn = 256, m.seq = 32, m.vocab = 100;
   const int64_t psi = count_params(m).total();
   for (int n : {1, 3, 4}) {
     for (int stage = 0; stage <= 3; ++stage) {
       CliRun r = run_strata("plan --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 100 --gpus " +
-                         std::to_string(n) + " --tp 1 --pp 1 --cp 1 --zero " +
-                         std::to_string(stage) + " --global-batch " + std::to_string(n) +
-                         " --precision bf16 --json",
-                     false);
+                                std::to_string(n) + " --tp 1 --pp 1 --cp 1 --zero " +
+                                std::to_string(stage) + " --global-batch " + std::to_string(n) +
+                                " --precision bf16 --json",
+                            false);
       ASSERT_EQ(r.status, 0) << r.out;
       auto j = nlohmann::json::parse(r.out);
       EXPECT_EQ(j["model"]["params"].get<int64_t>(), psi);
@@ -111,8 +111,7 @@ TEST(PlanCli, DegreesThatDoNotMultiplyShowTheNumbers) {
 TEST(PlanCli, HeadsNotDivisibleByTp) {
   CliRun r = run_strata("plan --model llama2-7b --gpus 48 --gpus-per-node 6 --tp 6");
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(has(r.out, "--tp 6: the model's 32 attention heads are not divisible by 6"))
-      << r.out;
+  EXPECT_TRUE(has(r.out, "--tp 6: the model's 32 attention heads are not divisible by 6")) << r.out;
 }
 
 TEST(PlanCli, FitsNowhereNamesTheSmallestCluster) {
@@ -128,10 +127,11 @@ TEST(PlanCli, FitsNowhereNamesTheSmallestCluster) {
 }
 
 TEST(PlanCli, BadFlagsAreOneLine) {
-  for (const char* args : {"plan --model gpt2 --precision fp16", "plan --model gpt2 --recompute some",
-                           "plan --model gpt2 --optimizer lion", "plan --model gpt2 --tokens 3X",
-                           "plan --layers 2 --hidden 64", "plan --model gpt2 --zero 4",
-                           "plan --model gpt2 --gpu /nonexistent.json"}) {
+  for (const char* args :
+       {"plan --model gpt2 --precision fp16", "plan --model gpt2 --recompute some",
+        "plan --model gpt2 --optimizer lion", "plan --model gpt2 --tokens 3X",
+        "plan --layers 2 --hidden 64", "plan --model gpt2 --zero 4",
+        "plan --model gpt2 --gpu /nonexistent.json"}) {
     CliRun r = run_strata(args);
     EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << "\n" << r.out;

@@ -1,12 +1,12 @@
 // α-β collective costs, GPU presets and JSON files, and links fitted to benchmark rows.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
-#include <unistd.h>
 
-#include "plan/comm_cost.h"
 #include "core/error.h"
+#include "plan/comm_cost.h"
 #include "plan/hardware.h"
 
 using namespace strata::plan;
@@ -102,9 +102,10 @@ TEST(Hardware, LinkFittedFromBenchmarkRows) {
     double t = 2 * (n - 1) * alpha_us + 2.0 * (n - 1) / n * bytes / (beta * 1e3);  // us
     double algbw = bytes / t / 1e3, busbw = algbw * 2.0 * (n - 1) / n;
     char b[200];
-    std::snprintf(b, sizeof b, "%s{\"op\":\"allreduce\",\"bytes\":%.0f,\"time_us\":%.6f,"
-                  "\"algbw\":%.6f,\"busbw\":%.6f,\"wrong\":0}", rows.size() > 1 ? "," : "",
-                  bytes, t, algbw, busbw);
+    std::snprintf(b, sizeof b,
+                  "%s{\"op\":\"allreduce\",\"bytes\":%.0f,\"time_us\":%.6f,"
+                  "\"algbw\":%.6f,\"busbw\":%.6f,\"wrong\":0}",
+                  rows.size() > 1 ? "," : "", bytes, t, algbw, busbw);
     rows += b;
   }
   rows += "]";
@@ -112,13 +113,15 @@ TEST(Hardware, LinkFittedFromBenchmarkRows) {
   FittedLink f = fit_link_from_bench(p);
   EXPECT_EQ(f.ranks, 4);
   EXPECT_EQ(f.op, "allreduce");
-  EXPECT_NEAR(f.link.gbps, beta, 0.01 * beta);                // the largest message
-  EXPECT_NEAR(f.link.alpha_us, alpha_us, 0.02 * alpha_us);     // the smallest message
+  EXPECT_NEAR(f.link.gbps, beta, 0.01 * beta);              // the largest message
+  EXPECT_NEAR(f.link.alpha_us, alpha_us, 0.02 * alpha_us);  // the smallest message
   std::remove(p.c_str());
 
   // One object per line works too; rows without the needed keys are an error.
-  std::string lines = temp_file("lines.json",
-      "{\"op\":\"allgather\",\"bytes\":1048576,\"time_us\":100,\"algbw\":10.48576,\"busbw\":5.24288}\n"
+  std::string lines = temp_file(
+      "lines.json",
+      "{\"op\":\"allgather\",\"bytes\":1048576,\"time_us\":100,\"algbw\":10.48576,\"busbw\":5."
+      "24288}\n"
       "{\"op\":\"allgather\",\"bytes\":8,\"time_us\":10,\"algbw\":0.0008,\"busbw\":0.0004}\n");
   f = fit_link_from_bench(lines);
   EXPECT_EQ(f.ranks, 2);

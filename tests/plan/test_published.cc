@@ -121,7 +121,7 @@ TEST(MegatronTable, Gpt3Is175B) {
 }
 
 TEST(Presets, ReleasedParameterCounts) {
-  EXPECT_EQ(count_params(model_preset("gpt2")).total(), 124'475'904);          // padded vocab
+  EXPECT_EQ(count_params(model_preset("gpt2")).total(), 124'475'904);  // padded vocab
   EXPECT_EQ(count_params(model_preset("llama2-7b")).total(), 6'738'415'616);
   EXPECT_EQ(count_params(model_preset("llama2-70b")).total(), 68'976'648'192);
   EXPECT_EQ(count_params(model_preset("mixtral-8x7b")).total(), 46'702'792'704);
@@ -136,8 +136,8 @@ TEST(Presets, UnknownNameListsTheKnownOnes) {
   } catch (const strata::Error& e) {
     std::string w = e.what();
     EXPECT_NE(w.find("gpt5"), std::string::npos);
-    for (const char* n : {"gpt2", "gpt3-175b", "llama2-7b", "llama2-70b", "llama3-405b",
-                          "mixtral-8x7b"})
+    for (const char* n :
+         {"gpt2", "gpt3-175b", "llama2-7b", "llama2-70b", "llama3-405b", "mixtral-8x7b"})
       EXPECT_NE(w.find(n), std::string::npos) << n;
   }
 }
@@ -186,7 +186,7 @@ TEST(Reliability, ClusterPlan) {
   in.gpus = 1000;
   in.gpu_mtbf_s = 1000 * 86400.0;  // one failure per day for the job
   in.checkpoint_bytes = 300e9;
-  in.storage_gbps = 1;             // 300 s per checkpoint
+  in.storage_gbps = 1;  // 300 s per checkpoint
   in.restart_s = 600;
   CheckpointPlan p = plan_checkpoints(in);
   EXPECT_DOUBLE_EQ(p.job_mtbf_s, 86400);

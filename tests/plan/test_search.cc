@@ -29,7 +29,8 @@ TEST(Layout, ProblemsNameTheNumbers) {
   TrainSetup s = setup("llama2-70b", "h100-80g", 1024);
   EXPECT_EQ(problem(s, {8, 4, 32, 1, 1, 1, 1, Recompute::none}), "");
   std::string p = problem(s, {8, 4, 16, 1, 1, 1, 1, Recompute::none});
-  EXPECT_NE(p.find("tp 8 × pp 4 × cp 1 × dp 16 = 512 GPUs, but --gpus is 1024"), std::string::npos) << p;
+  EXPECT_NE(p.find("tp 8 × pp 4 × cp 1 × dp 16 = 512 GPUs, but --gpus is 1024"), std::string::npos)
+      << p;
   s.gpus = 96;
   s.global_batch = 96;
   s.gpu.gpus_per_node = 6;
@@ -132,8 +133,10 @@ TEST(Time, BubbleIsPMinusOneMicroBatches) {
   EXPECT_DOUBLE_EQ(e.time.bubble, 15 * e.time.t_micro);
   EXPECT_DOUBLE_EQ(e.bubble_fraction(), 15.0 / 192);
   const TimeBreakdown& t = e.time;
-  EXPECT_NEAR(t.step_s, t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_micro +
-                            t.bubble + t.dp_final + t.optimizer, 1e-9);
+  EXPECT_NEAR(t.step_s,
+              t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_micro + t.bubble +
+                  t.dp_final + t.optimizer,
+              1e-9);
   EXPECT_GT(e.mfu, 0.2);
   EXPECT_LT(e.mfu, s.gpu.efficiency);
 }
@@ -180,7 +183,8 @@ TEST(Search, ExplanationNamesBestAndRunnersUp) {
   EXPECT_EQ(runners, 3);
   for (const std::string& l : lines)
     if (l.rfind("runner-up", 0) == 0) {
-      EXPECT_TRUE(l.find("mostly") != std::string::npos || l.find("a tie") != std::string::npos) << l;
+      EXPECT_TRUE(l.find("mostly") != std::string::npos || l.find("a tie") != std::string::npos)
+          << l;
     }
 }
 
@@ -241,4 +245,23 @@ TEST(Rlhf, FourModelsAndKvCache) {
     r.gpus = n - 8;
     EXPECT_FALSE(estimate_rlhf(r).fits());
   }
+}
+
+// With no overlap, ZeRO-3's per-micro-batch gathers and reduce-scatter are all exposed; with
+// full overlap they hide behind the compute they run beside.
+TEST(Time, OverlapHidesDataParallelTraffic) {
+  TrainSetup s = setup("llama2-7b", "a100-80g", 64);
+  Layout l{1, 1, 64, 1, 1, 3, 1, Recompute::full};
+  s.overlap = 0;
+  Estimate none = evaluate(s, l);
+  double comm = 0;
+  for (const CommItem& c : none.comm)
+    if (c.dim == "dp") comm += c.time_s;
+  EXPECT_GT(comm, 0);
+  EXPECT_NEAR(none.time.zero_micro, comm, 1e-9 * comm);
+  s.overlap = 1;
+  Estimate full = evaluate(s, l);
+  EXPECT_LT(full.time.zero_micro, none.time.zero_micro);
+  EXPECT_NEAR(none.time.step_s - full.time.step_s, none.time.zero_micro - full.time.zero_micro,
+              1e-9);
 }

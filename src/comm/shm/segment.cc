@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -27,7 +28,7 @@ static constexpr size_t kDefaultSmall = 64 << 10;
 static constexpr size_t kDefaultChunk = 256 << 10;
 static constexpr int kDefaultDepth = 4;
 static constexpr size_t kDefaultP2PSlot = 64 << 10;
-static constexpr int kDefaultP2PSlots = 8;
+static constexpr int kDefaultP2PSlots = 4;
 
 Layout make_layout(int size, const Options& opt) {
   Layout l;
@@ -85,6 +86,16 @@ static void copy_str(char* dst, size_t cap, const std::string& s) {
 Segment Segment::create(const std::string& shm_name, const std::string& job,
                         const std::string& group, const Layout& layout) {
   shm_unlink(shm_name.c_str());  // a stale object of a crashed job with the same id
+  // tmpfs pages are allocated on first touch; running out later would be a SIGBUS, so
+  // refuse up front when the whole segment could not fit (Docker's default is 64 MiB).
+  struct statvfs fs {};
+  if (statvfs("/dev/shm", &fs) == 0 && fs.f_blocks > 0) {
+    uint64_t avail = uint64_t(fs.f_bavail) * fs.f_frsize;
+    STRATA_CHECK(avail >= layout.total, "not enough shared memory for group ", group, ": ",
+                 layout.total >> 20, " MiB needed, ", avail >> 20,
+                 " MiB free in /dev/shm (enlarge it, e.g. docker --shm-size, or shrink the "
+                 "staging with comm::Options)");
+  }
   int fd = shm_open(shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   STRATA_CHECK(fd >= 0, "cannot create shared-memory segment ", shm_name, ": ", std::strerror(errno));
   if (ftruncate(fd, off_t(layout.total)) != 0) {

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -20,6 +22,10 @@ static inline void cpu_relax() {}
 namespace strata::comm::shm {
 
 using detail::OpDesc;
+
+static const EnvVar kSpinUs("STRATA_SHM_SPIN_US", "",
+                            "microseconds an shm wait spins before sleeping (default: 50 when "
+                            "the group has no more ranks than CPUs, else 2)");
 
 static int available_cpus() {
   cpu_set_t set;
@@ -45,7 +51,9 @@ ShmTransport::ShmTransport(Segment seg, std::string job, std::string group, int 
       size_(int(seg_.layout().size)),
       opt_(opt),
       same_process_(false) {
-  spin_ns_ = size_ <= available_cpus() ? 50'000 : 2'000;
+  spin_ns_ = kSpinUs.is_set() ? int(kSpinUs.get_int() * 1000)
+                              : size_ <= available_cpus() ? 50'000 : 2'000;
+  coll_spin_ns_ = p2p_spin_ns_ = spin_ns_;
 }
 
 ShmTransport::~ShmTransport() = default;
@@ -167,16 +175,44 @@ std::string ShmTransport::health(std::string& reason) {
 
 // ---------------------------------------------------------------- waiting
 
+// Spins with `pause` for ~1 us, then yields the CPU between checks until the budget runs
+// out. The budget adapts: it halves whenever a wait had to sleep and doubles when the peer
+// arrived while spinning, so on a loaded machine a rank soon stops burning the CPU its peer
+// needs, while on an idle one hand-offs stay sub-microsecond.
+static const int kMinSpinNs = [] {
+  const char* v = std::getenv("STRATA_SHM_SPIN_MIN_US");  // experiment knob
+  return v ? std::atoi(v) * 1000 : 1000;
+}();
+static const int kYieldAfterNs = [] {
+  const char* v = std::getenv("STRATA_SHM_YIELD_AFTER_US");  // experiment knob
+  return v ? std::atoi(v) * 1000 : 1000;
+}();
+
+template <typename Ready>
+bool ShmTransport::spin_until(Ready ready, int64_t t0, int& budget_ns) {
+  for (int i = 1;; ++i) {
+    if (ready()) {
+      budget_ns = std::min(spin_ns_, std::max(budget_ns * 2, kMinSpinNs));
+      return true;
+    }
+    if ((i & 15) == 0) {
+      int64_t spent = now_ns() - t0;
+      if (spent > budget_ns) break;
+      if (spent > kYieldAfterNs) sched_yield();
+    }
+    cpu_relax();
+  }
+  budget_ns = std::max(kMinSpinNs, budget_ns / 2);
+  return false;
+}
+
 void ShmTransport::wait_counter(int peer, uint64_t target, const OpDesc& op) {
   RankCtrl& c = seg_.ctrl(peer);
   if (c.arrive.load(std::memory_order_acquire) >= target) return;
   int64_t t0 = now_ns();
-  bool oversubscribed = spin_ns_ < 10'000;
-  for (int i = 1;; ++i) {
-    if (c.arrive.load(std::memory_order_acquire) >= target) return;
-    if (oversubscribed) sched_yield(); else cpu_relax();
-    if ((i & 63) == 0 && now_ns() - t0 > spin_ns_) break;
-  }
+  if (spin_until([&] { return c.arrive.load(std::memory_order_acquire) >= target; }, t0,
+                 coll_spin_ns_))
+    return;
   int64_t last_check = now_ns();
   for (;;) {
     c.arrive_waiters.fetch_add(1, std::memory_order_seq_cst);
@@ -453,12 +489,9 @@ void ShmTransport::p2p_arm() { bell_armed_ = seg_.ctrl(rank_).bell.load(std::mem
 
 void ShmTransport::p2p_wait(int64_t max_ns) {
   RankCtrl& c = seg_.ctrl(rank_);
-  int64_t t0 = now_ns();
-  for (int i = 1;; ++i) {
-    if (c.bell.load(std::memory_order_acquire) != bell_armed_) return;
-    if (spin_ns_ < 10'000) sched_yield(); else cpu_relax();
-    if ((i & 63) == 0 && now_ns() - t0 > spin_ns_) break;
-  }
+  if (spin_until([&] { return c.bell.load(std::memory_order_acquire) != bell_armed_; }, now_ns(),
+                 p2p_spin_ns_))
+    return;
   c.bell_waiters.fetch_add(1, std::memory_order_seq_cst);
   if (c.bell.load(std::memory_order_seq_cst) == bell_armed_)
     futex_wait(&c.bell, bell_armed_, std::min<int64_t>(max_ns, 10'000'000));

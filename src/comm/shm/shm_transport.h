@@ -93,7 +93,11 @@ class ShmTransport final : public detail::Transport {
   std::string job_, group_;
   int rank_, size_;
   Options opt_;
-  int spin_ns_;        // spin budget before sleeping
+  template <typename Ready>
+  bool spin_until(Ready ready, int64_t t0, int& budget_ns);
+  int spin_ns_;        // largest spin budget before sleeping
+  int coll_spin_ns_;   // adaptive budgets (collective thread, point-to-point thread)
+  int p2p_spin_ns_;
   bool same_process_;  // every member is a thread of this process (no liveness checks)
   uint32_t bell_armed_ = 0;
 };

@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""The PyTorch peer for bench/zero: the GPT of bench/train/torch_gpt.py trained with
+DistributedDataParallel on N local processes (gloo backend), the global batch split evenly
+across ranks, the same AdamW settings and gradient clipping, `--threads` intra-op threads per
+rank. Times the median wall time per optimizer step after a warm-up step on rank 0 (DDP's
+all-reduce keeps ranks in step) and prints one JSON line.
+
+  python3 bench/zero/torch_ddp.py --nproc 2 --batch 8 --threads 1 --bucket-mb 4
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+from torch_gpt import GPT  # noqa: E402  (same model as the single-process peer)
+
+
+def worker(rank, world, args, port, queue):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(1)
+    model = GPT(args.layers, args.dim, args.heads, args.seq, args.vocab)
+    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    per_rank = args.batch // world
+    gen = torch.Generator().manual_seed(1000 + rank)
+    data = torch.randint(0, args.vocab, (args.steps, per_rank, args.seq + 1), generator=gen)
+    times, losses = [], []
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        x, y = data[step, :, :-1].contiguous(), data[step, :, 1:].contiguous()
+        opt.zero_grad(set_to_none=True)
+        loss = ddp(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    dist.barrier()
+    if rank == 0:
+        step_s = statistics.median(times[1:] if len(times) > 1 else times)
+        queue.put({
+            "peer": f"pytorch {torch.__version__} DDP gloo",
+            "nproc": world,
+            "threads": args.threads,
+            "bucket_mb": args.bucket_mb,
+            "params": sum(p.numel() for p in model.parameters()),
+            "median_ms": step_s * 1e3,
+            "tokens_per_s": args.batch * args.seq / step_s,
+            "final_loss": losses[-1],
+        })
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8, help="global batch in sequences")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    ap.add_argument("--bucket-mb", type=float, default=4)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    args = ap.parse_args()
+    if args.batch % args.nproc:
+        sys.exit(f"torch_ddp: --batch {args.batch} does not split over {args.nproc} ranks")
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(worker, args=(args.nproc, args, free_port(), queue), nprocs=args.nproc,
+                       join=True, start_method="spawn")
+    print(json.dumps(queue.get()))
+
+
+if __name__ == "__main__":
+    main()
