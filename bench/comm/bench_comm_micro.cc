@@ -80,4 +80,13 @@ static void BM_ThreadAllReduce(benchmark::State& st) {
 }
 BENCHMARK(BM_ThreadAllReduce)->Arg(8)->Arg(64 << 10)->Arg(16 << 20)->UseRealTime();
 
+
+// The runtime's own cost per op (sequence number, recorder, hand-off): a world of one.
+static void BM_SoloAllReduce(benchmark::State& st) {
+  std::vector<GroupPtr> g = make_thread_world(1);
+  float x = 1;
+  for (auto _ : st) g[0]->all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum);
+}
+BENCHMARK(BM_SoloAllReduce);
+
 BENCHMARK_MAIN();

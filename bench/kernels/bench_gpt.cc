@@ -35,7 +35,8 @@ struct Setup {
 
 void report(benchmark::State& state, const GPTConfig& c, int B) {
   const double tokens = double(state.iterations()) * B * c.seq;
-  const double fpt = strata::plan::train_flops_per_token(double(c.num_params()), c.layers, c.dim, c.seq);
+  const double fpt =
+      strata::plan::train_flops_per_token(double(c.num_params()), c.layers, c.dim, c.seq);
   state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(tokens * fpt * 1e-9, benchmark::Counter::kIsRate);
 }
@@ -54,7 +55,8 @@ void BM_train_step(benchmark::State& state, const char* preset, bool optimizer) 
       strata::kernels::AdamWStep st;
       st.lr = 1e-4f;
       st.t = ++t;
-      for (const auto& r : strata::model::decay_ranges(s.model.param_table(), 0, s.model.num_params()))
+      for (const auto& r :
+           strata::model::decay_ranges(s.model.param_table(), 0, s.model.num_params()))
         strata::kernels::adamw_update(s.model.params() + r.begin, s.model.grads() + r.begin,
                                       s.m.data() + r.begin, s.v.data() + r.begin, r.end - r.begin,
                                       r.decay, st);
@@ -69,14 +71,23 @@ void BM_forward(benchmark::State& state, const char* preset) {
   Setup s(c, B);
   for (auto _ : state)
     benchmark::DoNotOptimize(s.model.forward(s.tokens.data(), s.targets.data(), nullptr, B, c.seq));
-  state.counters["tok/s"] = benchmark::Counter(double(state.iterations()) * B * c.seq,
-                                               benchmark::Counter::kIsRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(double(state.iterations()) * B * c.seq, benchmark::Counter::kIsRate);
 }
 
 BENCHMARK_CAPTURE(BM_forward, tiny, "tiny")->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_train_step, tiny_fwd_bwd, "tiny", false)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_train_step, tiny_step, "tiny", true)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_train_step, small_step, "small", true)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, tiny_fwd_bwd, "tiny", false)
+    ->Arg(8)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, tiny_step, "tiny", true)
+    ->Arg(8)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_train_step, small_step, "small", true)
+    ->Arg(8)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -62,11 +62,13 @@ void BM_matmul_backward(benchmark::State& s) {
   const int IC = int(s.range(0)), OC = int(s.range(1));
   auto x = randn(N * IC, 3), w = randn(int64_t(OC) * IC, 4), d = randn(N * OC, 5);
   std::vector<float> dx(N * IC), dw(int64_t(OC) * IC), db(OC);
-  for (auto _ : s) k::matmul_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), N, IC, OC);
+  for (auto _ : s)
+    k::matmul_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), N, IC, OC);
   flops(s, 4.0 * N * IC * OC);
 }
 // (C, 3C) qkv, (C, C) attn proj, (C, 4C) fc, (4C, C) fc proj, (C, V) logits
-#define MATMUL_SHAPES ->Args({C, 3 * C})->Args({C, C})->Args({C, 4 * C})->Args({4 * C, C})->Args({C, V})->UseRealTime()
+#define MATMUL_SHAPES \
+  ->Args({C, 3 * C})->Args({C, C})->Args({C, 4 * C})->Args({4 * C, C})->Args({C, V})->UseRealTime()
 BENCHMARK(BM_matmul_forward) MATMUL_SHAPES;
 BENCHMARK(BM_matmul_backward) MATMUL_SHAPES;
 
@@ -82,7 +84,8 @@ void BM_attention_backward(benchmark::State& s) {
   auto qkv = randn(N * 3 * C, 6), d = randn(N * C, 7);
   std::vector<float> out(N * C), lse(B * NH * T), dqkv(N * 3 * C);
   k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  for (auto _ : s) k::attention_backward(dqkv.data(), d.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  for (auto _ : s)
+    k::attention_backward(dqkv.data(), d.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
   flops(s, 4.0 * B * T * T * C);  // dV, dP, dQ, dK (causal half each); recompute not counted
 }
 BENCHMARK(BM_attention_backward)->UseRealTime();
@@ -90,7 +93,8 @@ BENCHMARK(BM_attention_backward)->UseRealTime();
 void BM_layernorm_forward(benchmark::State& s) {
   auto x = randn(N * C, 8), w = randn(C, 9), b = randn(C, 10);
   std::vector<float> out(N * C), mean(N), rstd(N);
-  for (auto _ : s) k::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  for (auto _ : s)
+    k::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
 }
 BENCHMARK(BM_layernorm_forward)->UseRealTime();
 
@@ -99,7 +103,8 @@ void BM_layernorm_backward(benchmark::State& s) {
   std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
   k::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
   for (auto _ : s)
-    k::layernorm_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    k::layernorm_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
 }
 BENCHMARK(BM_layernorm_backward)->UseRealTime();
 
@@ -121,7 +126,8 @@ void BM_crossentropy(benchmark::State& s) {
   for (int64_t i = 0; i < N; ++i) tgt[i] = int32_t(i % V);
   std::vector<float> losses(N), lse(N), work(N * V);
   for (auto _ : s) {
-    benchmark::DoNotOptimize(k::crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), nullptr, N, V, V));
+    benchmark::DoNotOptimize(k::crossentropy_forward(losses.data(), lse.data(), logits.data(),
+                                                     tgt.data(), nullptr, N, V, V));
     work = logits;
     k::crossentropy_backward(work.data(), lse.data(), tgt.data(), nullptr, 1.0f, N, V, V);
   }

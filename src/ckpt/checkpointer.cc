@@ -190,9 +190,21 @@ void Checkpointer::write_and_commit(const std::string& tmp_dir, int64_t step) {
   }
   current_.write_s = clock.seconds();
   Stopwatch commit_clock;
-  if (opts_.barrier) opts_.barrier();
+  // A barrier that throws (a peer timed out) means the group is broken: nothing is committed
+  // and no further barrier is attempted.
+  bool group_ok = true;
+  auto barrier = [&] {
+    if (!opts_.barrier || !group_ok) return;
+    try {
+      opts_.barrier();
+    } catch (const std::exception& e) {
+      group_ok = false;
+      error = cat("checkpoint barrier failed: ", e.what());
+    }
+  };
+  barrier();
   faults.point("barrier");
-  if (rank == 0) {
+  if (rank == 0 && group_ok) {
     try {
       if (!error.empty()) fail(error);
       commit(tmp_dir, step);
@@ -202,7 +214,7 @@ void Checkpointer::write_and_commit(const std::string& tmp_dir, int64_t step) {
       fs::remove_all(tmp_dir, ec);  // frees the space a full disk needs; never a committed dir
     }
   }
-  if (opts_.barrier) opts_.barrier();
+  barrier();
   if (rank != 0 && error.empty()) {
     try {
       auto latest = read_latest(root_);

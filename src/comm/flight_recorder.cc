@@ -45,8 +45,8 @@ uint64_t FlightRecorder::record(const FlightEntry& e) {
   return id;
 }
 
-void FlightRecorder::update(uint64_t id, OpState state) {
-  int64_t t = now_ns();
+void FlightRecorder::update(uint64_t id, OpState state, int64_t t_ns) {
+  int64_t t = t_ns ? t_ns : now_ns();
   std::lock_guard lk(mu_);
   FlightEntry& slot = ring_[id % ring_.size()];
   if (slot.id != id) return;  // overwritten by newer ops
@@ -162,6 +162,9 @@ void FlightRecorder::rearm() {
 }
 
 std::string FlightRecorder::dump_once(const std::string& reason, const std::string& detail) {
+  // Held across the write: a second caller (the watchdog about to re-raise a launcher's
+  // SIGTERM) must not return, and let the process die, before the first dump is on disk.
+  std::lock_guard dump_lk(dump_mu_);
   {
     std::lock_guard lk(mu_);
     if (dumped_) return "";

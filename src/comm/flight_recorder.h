@@ -22,7 +22,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -61,12 +63,27 @@ struct FlightEntry {
   PhaseSnapshot phase;
 };
 
+// A lock for a few dozen nanoseconds of copying: cheaper than a mutex when uncontended,
+// yields when not.
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.exchange(true, std::memory_order_acquire))
+      while (flag_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
 class FlightRecorder {
  public:
   explicit FlightRecorder(size_t capacity);
   // Records a scheduled op and returns its id (for the state updates).
   uint64_t record(const FlightEntry& e);
-  void update(uint64_t id, OpState state);  // stamps the state's time; no-op if overwritten
+  // Stamps the state's time (t_ns, or now when 0); a no-op once the entry was overwritten.
+  void update(uint64_t id, OpState state, int64_t t_ns = 0);
   std::vector<FlightEntry> snapshot() const;  // oldest first
   size_t capacity() const { return ring_.size(); }
   // Interns a group identity (kept for the process's lifetime so entries may point at it).
@@ -88,12 +105,13 @@ class FlightRecorder {
   void rearm();
 
  private:
-  mutable std::mutex mu_;
+  mutable SpinLock mu_;
   std::vector<FlightEntry> ring_;
   uint64_t next_id_ = 1;
   int rank_ = 0, world_ = 1;
   std::vector<std::unique_ptr<GroupInfo>> groups_;
   bool dumped_ = false;
+  std::mutex dump_mu_;  // serialises dump_once callers until the file is written
 };
 
 // The process's recorder (capacity from STRATA_FLIGHT_RECORDER_SIZE).

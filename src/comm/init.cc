@@ -10,6 +10,7 @@
 #include "comm/process_group.h"
 #include "comm/runtime.h"
 #include "comm/shm/shm_transport.h"
+#include "comm/watchdog.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -103,8 +104,12 @@ void run_threads(int world_size, const std::function<void(ProcessGroup&)>& fn, c
         fn(*groups[size_t(r)]);
       } catch (...) {
         errors[size_t(r)] = std::current_exception();
-        // Peers blocked on this rank fail at once instead of waiting for the timeout.
-        groups[size_t(r)]->runtime().fail_from_watchdog("error", cat("rank ", r, " failed"));
+        // Peers blocked on this rank (in the world or any sub-group) fail at once instead
+        // of waiting for the timeout.
+        auto& rt = groups[size_t(r)]->runtime();
+        std::string msg = cat("rank ", r, " failed");
+        rt.fail_from_watchdog("error", msg);
+        watchdog().notify_failure(&rt, "error", msg);
       }
     });
   }

@@ -62,12 +62,7 @@ std::string GroupRuntime::inflight_description() const {
   return cat(op_name(OpType(op)), " seq ", inflight_seq_.load());
 }
 
-WorkPtr GroupRuntime::submit(OpDesc op, bool sync) {
-  auto item = std::make_unique<Item>();
-  PhaseSnapshot phase = current_phase().get();
-  std::unique_lock submit_lk(submit_mu_);
-  op.seq = op.p2p ? next_p2p_seq_++ : next_seq_++;
-  item->work = std::make_shared<Work>(op.op, op.seq, timeout_s_);
+uint64_t GroupRuntime::record(const OpDesc& op, const PhaseSnapshot& phase, int64_t t_ns) {
   FlightEntry e;
   e.group = info_;
   e.seq = op.seq;
@@ -88,47 +83,72 @@ WorkPtr GroupRuntime::submit(OpDesc op, bool sync) {
   e.peer = op.peer;
   e.root = op.root;
   e.tag = op.tag;
-  e.t_scheduled_ns = now_ns();
+  e.t_scheduled_ns = t_ns ? t_ns : now_ns();
   e.phase = phase;
-  item->rec_id = flight_recorder().record(e);
+  return flight_recorder().record(e);
+}
+
+// Sync collective: when the group is idle it runs right here, with no Work, no queue and
+// no thread hand-off (the latency path); otherwise it queues behind the others and waits.
+void GroupRuntime::run_sync(OpDesc op) {
+  PhaseSnapshot phase = current_phase().get();
+  std::unique_lock lk(coll_mu_);
+  if (!coll_queue_.empty() || coll_busy_ || broken_) {
+    lk.unlock();
+    submit_locked_out(std::move(op), phase)->wait();
+    return;
+  }
+  op.seq = next_seq_++;
+  coll_busy_ = true;
+  lk.unlock();
+  int64_t t0 = now_ns();  // scheduled and started at once
+  uint64_t rec = record(op, phase, t0);
+  std::exception_ptr err = run_collective_op(op, rec, t0);
+  flight_recorder().update(rec, err ? OpState::failed : OpState::completed);
+  lk.lock();
+  coll_busy_ = false;
+  bool others = !coll_queue_.empty();
+  lk.unlock();
+  if (others) coll_cv_.notify_all();
+  if (err) std::rethrow_exception(err);
+}
+
+WorkPtr GroupRuntime::submit(OpDesc op, bool sync) {
+  if (sync && !op.p2p) {
+    run_sync(std::move(op));
+    return nullptr;
+  }
+  WorkPtr w = submit_locked_out(std::move(op), current_phase().get());
+  if (sync) w->wait();
+  return w;
+}
+
+WorkPtr GroupRuntime::submit_locked_out(OpDesc op, const PhaseSnapshot& phase) {
+  auto item = std::make_unique<Item>();
+  std::mutex& mu = op.p2p ? p2p_mu_ : coll_mu_;
+  std::unique_lock lk(mu);  // orders sequence numbers with queue positions
+  op.seq = op.p2p ? next_p2p_seq_++ : next_seq_++;
+  item->work = std::make_shared<Work>(op.op, op.seq, timeout_s_);
+  item->rec_id = record(op, phase);
   item->op = std::move(op);
   WorkPtr work = item->work;
-
   if (broken_) {
+    lk.unlock();
     finish(*item, broken_error());
-    if (sync) work->wait();  // rethrows
     return work;
   }
   if (item->op.p2p) {
-    {
-      std::lock_guard lk(p2p_mu_);
-      if (!p2p_thread_.joinable()) p2p_thread_ = std::thread([this] { p2p_loop(); });
-      p2p_incoming_.push_back(std::move(item));
-    }
-    submit_lk.unlock();
+    if (!p2p_thread_.joinable()) p2p_thread_ = std::thread([this] { p2p_loop(); });
+    p2p_incoming_.push_back(std::move(item));
+    lk.unlock();
     p2p_cv_.notify_one();
     transport_->p2p_wake();
   } else {
-    std::unique_lock lk(coll_mu_);
-    if (sync && coll_queue_.empty() && !coll_busy_) {
-      // The group is idle: run on the caller's thread (no hand-off latency).
-      coll_busy_ = true;
-      lk.unlock();
-      submit_lk.unlock();
-      run_collective_item(*item);
-      lk.lock();
-      coll_busy_ = false;
-      lk.unlock();
-      coll_cv_.notify_all();
-    } else {
-      if (!coll_thread_.joinable()) coll_thread_ = std::thread([this] { collective_loop(); });
-      coll_queue_.push_back(std::move(item));
-      lk.unlock();
-      submit_lk.unlock();
-      coll_cv_.notify_all();
-    }
+    if (!coll_thread_.joinable()) coll_thread_ = std::thread([this] { collective_loop(); });
+    coll_queue_.push_back(std::move(item));
+    lk.unlock();
+    coll_cv_.notify_all();
   }
-  if (sync) work->wait();
   return work;
 }
 
@@ -138,7 +158,7 @@ void GroupRuntime::finish(Item& item, std::exception_ptr err) {
 }
 
 // Classifies the failure, dumps the recorder once, breaks the group and tells the peers.
-void GroupRuntime::on_failure(const Item& item, std::exception_ptr err) {
+void GroupRuntime::on_failure(std::exception_ptr err) {
   std::string reason = "error", msg;
   bool aborted_by_peer = false;
   try {
@@ -173,23 +193,21 @@ void GroupRuntime::on_failure(const Item& item, std::exception_ptr err) {
   watchdog().notify_failure(this, reason, msg);
 }
 
-void GroupRuntime::run_collective_item(Item& item) {
-  if (broken_) {
-    finish(item, broken_error());
-    return;
-  }
-  int64_t start = now_ns();
-  item.op.deadline_ns = start + seconds_to_ns(timeout_s_);
-  inflight_seq_ = item.op.seq;
-  inflight_op_ = int(item.op.op);
-  inflight_deadline_ns_ = item.op.deadline_ns;
-  flight_recorder().update(item.rec_id, OpState::started);
+// Runs one collective on this thread; returns its error (after the failure handling).
+std::exception_ptr GroupRuntime::run_collective_op(OpDesc& op, uint64_t rec_id, int64_t start) {
+  if (broken_) return broken_error();
+  if (!start) start = now_ns();
+  op.deadline_ns = start + seconds_to_ns(timeout_s_);
+  inflight_seq_ = op.seq;
+  inflight_op_ = int(op.op);
+  inflight_deadline_ns_ = op.deadline_ns;
+  flight_recorder().update(rec_id, OpState::started, start);
   std::exception_ptr err;
   try {
-    if (item.op.op == OpType::split) {
-      split_result_ = transport_->split(item.op, world_ranks_, split_ranks_);
+    if (op.op == OpType::split) {
+      split_result_ = transport_->split(op, world_ranks_, split_ranks_);
     } else {
-      transport_->run_collective(item.op);
+      transport_->run_collective(op);
     }
   } catch (...) {
     err = std::current_exception();
@@ -197,13 +215,12 @@ void GroupRuntime::run_collective_item(Item& item) {
   inflight_deadline_ns_ = 0;
   inflight_op_ = -1;
   if (err) {
-    flight_recorder().update(item.rec_id, OpState::failed);  // before the dump
-    on_failure(item, err);
+    flight_recorder().update(rec_id, OpState::failed);  // before the dump
+    on_failure(err);
   }
   if (tracer().enabled())
-    tracer().add(cat(op_name(item.op.op), " ", name_, " #", item.op.seq), "comm", start,
-                 now_ns() - start);
-  finish(item, err);
+    tracer().add(cat(op_name(op.op), " ", name_, " #", op.seq), "comm", start, now_ns() - start);
+  return err;
 }
 
 void GroupRuntime::collective_loop() {
@@ -218,7 +235,7 @@ void GroupRuntime::collective_loop() {
       coll_queue_.pop_front();
       coll_busy_ = true;
     }
-    run_collective_item(*item);
+    finish(*item, run_collective_op(item->op, item->rec_id, 0));
     {
       std::lock_guard lk(coll_mu_);
       coll_busy_ = false;
@@ -270,7 +287,7 @@ void GroupRuntime::p2p_loop() {
       }
       if (err) {
         flight_recorder().update(it->rec_id, OpState::failed);
-        on_failure(*it, err);
+        on_failure(err);
         finish(*it, err);
         it->st.finished = true;
         it.reset();
@@ -296,7 +313,7 @@ void GroupRuntime::p2p_loop() {
           } catch (...) {
             std::exception_ptr err = std::current_exception();
             flight_recorder().update(it->rec_id, OpState::failed);
-            on_failure(*it, err);
+            on_failure(err);
             finish(*it, err);
             it.reset();
           }

@@ -42,7 +42,8 @@ class GroupRuntime {
   const Options& options() const { return options_; }
   Transport& transport() { return *transport_; }
 
-  // Assigns the op its sequence number, records it, and runs or queues it.
+  // Assigns the op its sequence number, records it, and runs or queues it. Sync
+  // collectives return null (errors are thrown).
   WorkPtr submit(OpDesc op, bool sync);
   std::shared_ptr<ProcessGroup> split(int color, int key, std::string name);
 
@@ -63,11 +64,14 @@ class GroupRuntime {
     uint64_t rec_id = 0;
     P2PState st;
   };
-  void run_collective_item(Item& item);
+  uint64_t record(const OpDesc& op, const PhaseSnapshot& phase, int64_t t_ns = 0);
+  void run_sync(OpDesc op);
+  WorkPtr submit_locked_out(OpDesc op, const PhaseSnapshot& phase);
+  std::exception_ptr run_collective_op(OpDesc& op, uint64_t rec_id, int64_t start_ns);
   void collective_loop();
   void p2p_loop();
   void finish(Item& item, std::exception_ptr err);
-  void on_failure(const Item& item, std::exception_ptr err);
+  void on_failure(std::exception_ptr err);
   std::exception_ptr broken_error() const;
   void start_threads_locked();
 
@@ -79,7 +83,6 @@ class GroupRuntime {
   const GroupInfo* info_;  // interned in the flight recorder
   std::atomic<uint64_t> next_seq_{0};
   std::atomic<uint64_t> next_p2p_seq_{0};
-  std::mutex submit_mu_;  // orders sequence numbers with queue positions
 
   // Collectives.
   std::mutex coll_mu_;

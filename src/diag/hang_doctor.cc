@@ -93,6 +93,42 @@ int deviates_from_history(const Group& g, int r, int64_t k, bool complete_histor
   return std::equal(now.begin(), now.end(), before.begin()) ? 0 : 1;
 }
 
+// What two calls at one seq disagree on, most telling first.
+constexpr const char* kFields[] = {"op", "dtype", "reduce op", "root", "count", "call site"};
+int first_difference(const FlightEntry& a, const FlightEntry& b) {
+  if (a.op != b.op) return 0;
+  if (a.dtype != b.dtype) return 1;
+  if (a.redop != b.redop) return 2;
+  if (a.root != b.root) return 3;
+  if (a.count != b.count || a.counts != b.counts) return 4;
+  return 5;
+}
+
+// The minority side; with no strict majority, the ranks whose calls deviate from their
+// own previous step (when some other rank's calls provably do not).
+void pick_culprits(const Analysis& a, const Group& g, int present, Mismatch& mm) {
+  if (2 * mm.sides[0].ranks.size() > size_t(present)) {
+    for (size_t i = 1; i < mm.sides.size(); ++i)
+      mm.culprits.insert(mm.culprits.end(), mm.sides[i].ranks.begin(), mm.sides[i].ranks.end());
+    mm.how = "majority";
+    return;
+  }
+  std::vector<int> deviating;
+  bool some_consistent = false;
+  for (auto& [r, m] : g.by_rank) {
+    if (!m.count(mm.seq)) continue;
+    const FlightDump* dump = a.dump.at(r);
+    bool complete = dump->capacity > 0 && int64_t(dump->entries.size()) < dump->capacity;
+    int d = deviates_from_history(g, r, mm.seq, complete);
+    if (d == 1) deviating.push_back(r);
+    if (d == 0) some_consistent = true;
+  }
+  if (!deviating.empty() && some_consistent) {
+    mm.culprits = deviating;
+    mm.how = "history";
+  }
+}
+
 std::optional<Mismatch> find_mismatch(const Analysis& a, const Group& g) {
   std::set<int64_t> seqs;
   for (auto& [r, m] : g.by_rank)
@@ -100,14 +136,12 @@ std::optional<Mismatch> find_mismatch(const Analysis& a, const Group& g) {
   for (int64_t k : seqs) {
     std::map<std::string, std::vector<int>> variants;  // signature@site -> ranks
     std::map<std::string, const FlightEntry*> example;
-    std::set<std::string> sigs;
     for (auto& [r, m] : g.by_rank) {
       auto it = m.find(k);
       if (it == m.end()) continue;
       std::string key = signature(*it->second) + "@" + site(*it->second, true);
       variants[key].push_back(r);
       example[key] = it->second;
-      sigs.insert(signature(*it->second));
     }
     if (variants.size() < 2) continue;
     Mismatch mm;
@@ -115,40 +149,20 @@ std::optional<Mismatch> find_mismatch(const Analysis& a, const Group& g) {
     mm.group_ranks = g.ranks;
     mm.seq = k;
     const FlightEntry* first = example.begin()->second;
-    mm.what = "call site";
-    for (auto& [key, e] : example) {
-      if (e->op != first->op) mm.what = "op";
-      else if (mm.what != "op" && e->dtype != first->dtype) mm.what = "dtype";
-      else if (mm.what == "call site" && signature(*e) != signature(*first)) mm.what = "count";
-    }
+    int worst = 5;  // index into kFields: the most telling field that differs
+    for (auto& [key, e] : example) worst = std::min(worst, first_difference(*first, *e));
+    mm.what = kFields[worst];
     int present = 0;
     for (auto& [key, ranks] : variants) present += int(ranks.size());
     for (auto& [key, ranks] : variants) {
       const FlightEntry* e = example[key];
-      mm.sides.push_back({ranks, call_text(*e) + " from " + describe_phase(e->phase), e->phase});
+      std::string call = call_text(*e);
+      if (mm.what == "reduce op") call += " (" + e->redop + ")";
+      mm.sides.push_back({ranks, call + " from " + describe_phase(e->phase), e->phase});
     }
     std::stable_sort(mm.sides.begin(), mm.sides.end(),
                      [](auto& x, auto& y) { return x.ranks.size() > y.ranks.size(); });
-    if (2 * mm.sides[0].ranks.size() > size_t(present)) {
-      for (size_t i = 1; i < mm.sides.size(); ++i)
-        mm.culprits.insert(mm.culprits.end(), mm.sides[i].ranks.begin(), mm.sides[i].ranks.end());
-      mm.how = "majority";
-    } else {
-      std::vector<int> deviating;
-      bool some_consistent = false;
-      for (auto& [r, m] : g.by_rank) {
-        if (!m.count(k)) continue;
-        const FlightDump* dump = a.dump.at(r);
-        bool complete = dump->capacity > 0 && int64_t(dump->entries.size()) < dump->capacity;
-        int d = deviates_from_history(g, r, k, complete);
-        if (d == 1) deviating.push_back(r);
-        if (d == 0) some_consistent = true;
-      }
-      if (!deviating.empty() && some_consistent) {
-        mm.culprits = deviating;
-        mm.how = "history";
-      }
-    }
+    pick_culprits(a, g, present, mm);
     std::sort(mm.culprits.begin(), mm.culprits.end());
     return mm;
   }
@@ -168,12 +182,16 @@ std::vector<StuckOp> find_stuck_collectives(const Analysis& a) {
     s.group = g.name;
     s.group_ranks = g.ranks;
     s.seq = k;
-    const FlightEntry* rep = nullptr;
+    std::map<std::string, std::pair<int, const FlightEntry*>> calls;  // call -> (ranks, example)
     for (int r : g.ranks) {
       auto dit = a.dump.find(r);
       auto mit = g.by_rank.find(r);
-      if (dit == a.dump.end() || mit == g.by_rank.end()) {
-        s.missing.push_back(r);
+      if (dit == a.dump.end()) {
+        s.absent.push_back(r);
+        continue;
+      }
+      if (mit == g.by_rank.end()) {  // no entry of this group at all
+        (dit->second->truncated ? s.unknown : s.missing).push_back(r);
         continue;
       }
       auto it = mit->second.find(k);
@@ -181,7 +199,8 @@ std::vector<StuckOp> find_stuck_collectives(const Analysis& a) {
         if (it->second->done()) continue;
         s.waiting.push_back(r);
         if (it->second->state == OpState::failed) s.failed.push_back(r);
-        if (!rep) rep = it->second;
+        auto& c = calls[signature(*it->second) + "@" + site(*it->second, true)];
+        if (c.first++ == 0) c.second = it->second;
         int64_t t0 = it->second->t_started_ns ? it->second->t_started_ns : it->second->t_scheduled_ns;
         if (t0 > 0 && dit->second->time_ns > t0)
           s.waited_s = std::max(s.waited_s, seconds(dit->second->time_ns - t0));
@@ -189,6 +208,11 @@ std::vector<StuckOp> find_stuck_collectives(const Analysis& a) {
         (dit->second->truncated ? s.unknown : s.missing).push_back(r);
       }  // else: seq k was evicted from r's ring, so r passed it long ago
     }
+    // Describe it as most of its waiting members called it.
+    const FlightEntry* rep = nullptr;
+    int most = 0;
+    for (auto& [key, c] : calls)
+      if (c.first > most) most = c.first, rep = c.second;
     if (rep) {
       s.op = rep->op;
       s.dtype = rep->dtype;
@@ -223,7 +247,7 @@ std::vector<StuckOp> find_stuck_p2p(const Analysis& a) {
     auto pb = a.blocking.find(p);
     if (pb != a.blocking.end() && pb->second->is_p2p() && peer_world_rank(*pb->second) == r)
       s.waiting.push_back(p);
-    else s.missing.push_back(p);
+    else (a.dump.count(p) ? s.missing : s.absent).push_back(p);
     auto d = a.dump.find(r);
     int64_t t0 = e->t_started_ns ? e->t_started_ns : e->t_scheduled_ns;
     if (t0 > 0 && d->second->time_ns > t0) s.waited_s = seconds(d->second->time_ns - t0);
@@ -242,7 +266,12 @@ HangReport diagnose_hang(const DumpSet& set, const StragglerRule& rule) {
   r.dir = set.dir;
   r.world = set.world;
   r.unusable = set.problems;
-  for (const FlightDump& d : set.dumps) r.dumped.push_back(d.rank);
+  for (const FlightDump& d : set.dumps) {
+    r.dumped.push_back(d.rank);
+    auto it = std::find_if(r.phases.begin(), r.phases.end(), [&](auto& g) { return g.phase == d.phase; });
+    if (it == r.phases.end()) r.phases.push_back({{d.rank}, d.phase});
+    else it->ranks.push_back(d.rank);
+  }
   r.dead.assign(a.dead.begin(), a.dead.end());
   for (int k = 0; k < set.world; ++k)
     if (!a.dump.count(k) && !a.dead.count(k)) r.no_dump.push_back(k);

@@ -68,8 +68,9 @@ struct StuckOp {
   Phase phase;    // where the waiting ranks called it from
   std::vector<int> waiting;  // reached it, not finished (includes those where it failed)
   std::vector<int> failed;   // reached it and it failed there (timeout, peer error)
-  std::vector<int> missing;  // never reached it
+  std::vector<int> missing;  // their dumps show they never reached it
   std::vector<int> unknown;  // dump cut off before this seq: cannot tell
+  std::vector<int> absent;   // no usable dump (dead, or silent): it did not finish without them
   double waited_s = 0;  // longest wait among the waiting ranks, by their own clocks
   bool root = true;     // false when its missing ranks are themselves blocked elsewhere
 };
@@ -97,6 +98,11 @@ struct HangReport {
   std::vector<RankFinding> ranks;   // what the ranks that hold the job up are doing
   std::vector<Culprit> culprits;
   std::vector<StragglerFinding> stragglers;
+  struct PhaseGroup {
+    std::vector<int> ranks;
+    Phase phase;
+  };
+  std::vector<PhaseGroup> phases;  // where the dumped ranks were when they dumped, grouped
   std::vector<std::string> notes;
   bool cause_found = false;
 };

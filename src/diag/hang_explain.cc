@@ -70,29 +70,38 @@ void explain_mismatch(HangReport& r, const Mismatch& m) {
   }
 }
 
-// A member that never reached stuck operation `s`.
+// A member of stuck operation `s` with no usable dump: it did not finish without it.
+void explain_absent(HangReport& r, const Analysis& a, const StuckOp& s, int m) {
+  if (has_culprit(r, m)) return;
+  std::string held = cat(stuck_label(s), " did not finish without it");
+  if (a.dead.count(m))
+    r.culprits.push_back({m, Cause::dead, cat("rank ", m, " died: ", reporters(a, m), "; ", held)});
+  else
+    r.culprits.push_back({m, Cause::no_dump, cat("rank ", m, " left no usable dump and ", held,
+                                                 ": it may have died, or hung where its watchdog could not write")});
+}
+
+// A member whose dump shows it never reached stuck operation `s`. When a rank died, the
+// others were stopped wherever they were: a rank still computing is then not a culprit.
 void explain_missing(HangReport& r, const Analysis& a, const StuckOp& s, int m) {
   if (has_culprit(r, m)) return;
   std::string never = cat(" never reached ", stuck_label(s));
-  auto dit = a.dump.find(m);
+  const FlightDump& d = *a.dump.at(m);
   if (a.dead.count(m)) {
-    std::string text = cat("rank ", m, " died: ", reporters(a, m), "; it", never);
-    if (dit != a.dump.end()) text += cat("; its dump says ", dit->second->reason, ": ", dit->second->detail);
-    r.culprits.push_back({m, Cause::dead, text});
+    r.culprits.push_back({m, Cause::dead, cat("rank ", m, " died: ", reporters(a, m), "; it", never,
+                                              "; its dump says ", d.reason, ": ", d.detail)});
     return;
   }
-  if (dit == a.dump.end()) {
-    r.culprits.push_back({m, Cause::no_dump,
-                          cat("rank ", m, " left no usable dump and", never,
-                              ": it may have died, or hung where its watchdog could not write")});
-    return;
-  }
-  const FlightDump& d = *dit->second;
   auto bit = a.blocking.find(m);
   if (bit != a.blocking.end() && !is_op(*bit->second, s)) {
     const FlightEntry& e = *bit->second;
     r.ranks.push_back({m, cat("rank ", m, " is blocked in ", op_label(e), " (", call_text(e), " from ",
                               describe_phase(e.phase), ") and", never)});
+    return;
+  }
+  if (!a.dead.empty()) {
+    r.ranks.push_back({m, cat("rank ", m, " was in ", describe_phase(d.phase), " when the job stopped; ",
+                              last_operation(d))});
     return;
   }
   // Past the call site means skipped, for collectives; pipeline schedules interleave
@@ -113,7 +122,7 @@ void explain_missing(HangReport& r, const Analysis& a, const StuckOp& s, int m) 
 // Root stuck operations are those not explained by their missing members waiting elsewhere.
 void mark_roots(HangReport& r, const Analysis& a) {
   for (StuckOp& s : r.stuck) {
-    bool waits_elsewhere = false, terminal = s.missing.empty();
+    bool waits_elsewhere = false, terminal = s.missing.empty() || !s.absent.empty();
     for (int m : s.missing) {
       auto b = a.blocking.find(m);
       bool elsewhere = a.dump.count(m) && !a.dead.count(m) && b != a.blocking.end() && !is_op(*b->second, s);
@@ -198,8 +207,13 @@ void explain_hang(HangReport& r, const Analysis& a, const StragglerRule& rule) {
     bool explained_by_mismatch = std::any_of(r.mismatches.begin(), r.mismatches.end(), [&](auto& m) {
       return m.group == s.group && m.group_ranks == s.group_ranks && m.seq <= s.seq;
     });
+    for (int m : s.absent) explain_absent(r, a, s, m);
     for (int m : s.missing) explain_missing(r, a, s, m);
-    if (s.missing.empty() && !explained_by_mismatch)
+    bool all_present = s.missing.empty() && s.absent.empty();
+    if (all_present && !s.unknown.empty() && !explained_by_mismatch)
+      r.notes.push_back(cat(ranks_word(s.unknown), " may be holding up ", stuck_label(s),
+                            ": their dumps are cut off before it, so the doctor cannot tell"));
+    if (all_present && s.unknown.empty() && !explained_by_mismatch)
       r.culprits.push_back({-1, Cause::comm_stalled,
                             cat("every member (", ranks_word(s.waiting), ") reached ", stuck_label(s),
                                 " and it has not finished after ", fmt_s(s.waited_s),

@@ -46,6 +46,12 @@ std::string format_hang_report(const HangReport& r) {
       out += cat("  reached it and failed there (timeout or peer error): ", ranks_word(s.failed),
                  only_waiting.empty() ? waited : "", "\n");
     if (!s.missing.empty()) out += cat("  never reached it: ", ranks_word(s.missing), "\n");
+    if (!s.absent.empty()) {
+      out += cat("  no usable dump from: ", ranks_word(s.absent));
+      bool all_dead = std::all_of(s.absent.begin(), s.absent.end(),
+                                  [&](int x) { return std::binary_search(r.dead.begin(), r.dead.end(), x); });
+      out += all_dead ? " (dead)\n" : "\n";
+    }
     if (!s.unknown.empty())
       out += cat("  unknown (their dumps are cut off before it): ", ranks_word(s.unknown), "\n");
   }
@@ -67,6 +73,11 @@ std::string format_hang_report(const HangReport& r) {
     out += "Stragglers:\n";
     for (auto& f : r.stragglers) out += "  " + f.text + "\n";
   }
+  if (!r.phases.empty()) {
+    out += "When they dumped:";
+    for (auto& g : r.phases) out += cat(r.phases.size() > 1 ? "\n  " : " ", ranks_word(g.ranks), " in ", describe_phase(g.phase));
+    out += "\n";
+  }
   for (auto& n : r.notes) out += "Note: " + n + "\n";
   return out;
 }
@@ -79,7 +90,7 @@ json hang_report_json(const HangReport& r) {
     j["stuck"].push_back({{"group", s.group}, {"group_ranks", s.group_ranks}, {"seq", s.seq}, {"op", s.op},
                           {"dtype", s.dtype}, {"count", s.count}, {"p2p", s.p2p}, {"peer", s.peer},
                           {"phase", phase_json(s.phase)}, {"waiting", s.waiting}, {"failed", s.failed},
-                          {"missing", s.missing}, {"unknown", s.unknown},
+                          {"missing", s.missing}, {"unknown", s.unknown}, {"absent", s.absent},
                           {"waited_s", s.waited_s}, {"root", s.root}});
   j["mismatches"] = json::array();
   for (const Mismatch& m : r.mismatches) {
@@ -93,6 +104,8 @@ json hang_report_json(const HangReport& r) {
     j["culprits"].push_back({{"rank", c.rank}, {"cause", cause_name(c.cause)}, {"text", c.text}});
   j["ranks"] = json::array();
   for (const RankFinding& f : r.ranks) j["ranks"].push_back({{"rank", f.rank}, {"text", f.text}});
+  j["phases"] = json::array();
+  for (auto& g : r.phases) j["phases"].push_back({{"ranks", g.ranks}, {"phase", phase_json(g.phase)}});
   j["stragglers"] = json::array();
   for (const StragglerFinding& f : r.stragglers)
     j["stragglers"].push_back({{"rank", f.rank}, {"last", f.last_count}, {"samples", f.samples},

@@ -37,7 +37,8 @@ double sum_squares(const float* x, int64_t n) {
     for (; i + 8 <= i1; i += 8)
       for (int k = 0; k < 8; ++k) acc[k] += double(x[i + k]) * double(x[i + k]);
     for (int k = 0; i < i1; ++i, ++k) acc[k] += double(x[i]) * double(x[i]);
-    partial[blk] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    partial[blk] =
+        ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
   }
   double total = 0.0;
   for (double p : partial) total += p;

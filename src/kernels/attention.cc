@@ -12,16 +12,14 @@ namespace strata::kernels {
 
 namespace {
 
-#ifndef STRATA_ATT_Q
-#define STRATA_ATT_Q 64
-#define STRATA_ATT_K 64
-#endif
-constexpr int kQ = STRATA_ATT_Q;  // query rows per tile
-constexpr int kK = STRATA_ATT_K;  // key rows per tile
+// Query and key rows per tile. 64 x 128, 128 x 128 and 64 x 256 tiles were measured and
+// were slower (more masked work on the diagonal, no better GEMM rate).
+constexpr int kQ = kAttentionTile;
+constexpr int kK = kAttentionTile;
 
 // One query block of one (b, h): rows [r0, r1) of q against keys [0, r1).
-void forward_block(float* out, float* lse, const float* q, const float* k, const float* v,
-                   int r0, int r1, int ld, int ldo, int hs, float scale, float* S, float* O) {
+void forward_block(float* out, float* lse, const float* q, const float* k, const float* v, int r0,
+                   int r1, int ld, int ldo, int hs, float scale, float* S, float* O) {
   const int nr = r1 - r0;
   float m[kQ], l[kQ];
   for (int i = 0; i < nr; ++i) {
@@ -32,8 +30,8 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
   for (int k0 = 0; k0 < r1; k0 += kK) {
     const int nk = std::min(kK, r1 - k0);
     // S (nr, nk) = scale * Q_i (nr, hs) @ K_j^T (hs, nk)
-    gemm(Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld,
-                ld, k + int64_t(k0) * ld, ld, 0.0f, S, kK);
+    gemm(Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld, 0.0f,
+         S, kK);
     for (int i = 0; i < nr; ++i) {
       float* s = S + i * kK;
       const int valid = std::min(nk, r0 + i - k0 + 1);  // causal: key <= query
@@ -49,8 +47,7 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
       }
     }
     // O (nr, hs) += P (nr, nk) @ V_j (nk, hs)
-    gemm(Op::N, Op::N, nr, hs, nk, 1.0f, S, kK,
-                v + int64_t(k0) * ld, ld, 1.0f, O, hs);
+    gemm(Op::N, Op::N, nr, hs, nk, 1.0f, S, kK, v + int64_t(k0) * ld, ld, 1.0f, O, hs);
   }
   for (int i = 0; i < nr; ++i) {
     const float inv = 1.0f / l[i];
@@ -78,8 +75,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
       const int b = int(task / (int64_t(blocks) * NH));
       const float* q = qkv + int64_t(b) * T * 3 * C + h * hs;
       const int r0 = blk * kQ, r1 = std::min(T, r0 + kQ);
-      forward_block(out + int64_t(b) * T * C + h * hs, lse + (int64_t(b) * NH + h) * T, q,
-                    q + C, q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data());
+      forward_block(out + int64_t(b) * T * C + h * hs, lse + (int64_t(b) * NH + h) * T, q, q + C,
+                    q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data());
     }
   }
 }
@@ -108,8 +105,8 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
     for (int r0 = (k0 / kQ) * kQ; r0 < T; r0 += kQ) {
       const int nr = std::min(kQ, T - r0);
       // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
-      gemm(Op::N, Op::T, nr, nk, hs, scale,
-                  q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld, 0.0f, S, kK);
+      gemm(Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld,
+           0.0f, S, kK);
       for (int i = 0; i < nr; ++i) {
         float* s = S + i * kK;
         const int valid = std::max(0, std::min(nk, r0 + i - k0 + 1));
@@ -118,11 +115,11 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
         for (int j = valid; j < nk; ++j) s[j] = 0.0f;
       }
       // dV_j (nk, hs) (+)= P^T (nk, nr) @ dO_i (nr, hs)
-      gemm(Op::T, Op::N, nk, hs, nr, 1.0f, S, kK,
-                  dout + int64_t(r0) * ldo, ldo, first ? 0.0f : 1.0f, dv + int64_t(k0) * ld, ld);
+      gemm(Op::T, Op::N, nk, hs, nr, 1.0f, S, kK, dout + int64_t(r0) * ldo, ldo,
+           first ? 0.0f : 1.0f, dv + int64_t(k0) * ld, ld);
       // dP (nr, nk) = dO_i (nr, hs) @ V_j^T (hs, nk)
-      gemm(Op::N, Op::T, nr, nk, hs, 1.0f,
-                  dout + int64_t(r0) * ldo, ldo, v + int64_t(k0) * ld, ld, 0.0f, dP, kK);
+      gemm(Op::N, Op::T, nr, nk, hs, 1.0f, dout + int64_t(r0) * ldo, ldo, v + int64_t(k0) * ld, ld,
+           0.0f, dP, kK);
       // dS = P * (dP - D), kept in dP
       for (int i = 0; i < nr; ++i) {
         const float* p = S + i * kK;
@@ -131,11 +128,11 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
         for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - Di);
       }
       // dQ_i (nr, hs) += scale * dS (nr, nk) @ K_j (nk, hs)
-      gemm(Op::N, Op::N, nr, hs, nk, scale, dP, kK,
-                  k + int64_t(k0) * ld, ld, 1.0f, dq + int64_t(r0) * ld, ld);
+      gemm(Op::N, Op::N, nr, hs, nk, scale, dP, kK, k + int64_t(k0) * ld, ld, 1.0f,
+           dq + int64_t(r0) * ld, ld);
       // dK_j (nk, hs) (+)= scale * dS^T (nk, nr) @ Q_i (nr, hs)
-      gemm(Op::T, Op::N, nk, hs, nr, scale, dP, kK,
-                  q + int64_t(r0) * ld, ld, first ? 0.0f : 1.0f, dk + int64_t(k0) * ld, ld);
+      gemm(Op::T, Op::N, nk, hs, nr, scale, dP, kK, q + int64_t(r0) * ld, ld, first ? 0.0f : 1.0f,
+           dk + int64_t(k0) * ld, ld);
       first = false;
     }
   }

@@ -16,9 +16,9 @@
 // Recomputing S costs one extra T^2*hs GEMM in the backward, and buys O(T) memory.
 //
 // Cost (causal, ~half of the T x T tiles): forward ~2*B*NH*T^2*hs flops, backward ~2.5x that.
-// Tiles are small GEMMs on the calling thread's BLAS; work is spread over (b, h[, block])
-// with OpenMP and every output element is produced by exactly one task in a fixed order,
-// so results do not depend on the thread count or the schedule.
+// Tile products are small kernels::gemm calls on the calling thread; work is spread over
+// (b, h[, query block]) with OpenMP and every output element is produced by exactly one
+// task in a fixed order, so results do not depend on the thread count or the schedule.
 #pragma once
 #include <cstdint>
 

@@ -6,9 +6,8 @@
 
 namespace strata::kernels {
 
-double crossentropy_forward(float* losses, float* lse, const float* logits,
-                            const int32_t* targets, const float* weights, int64_t N, int V,
-                            int Vp) {
+double crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                            const float* weights, int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float w = weights ? weights[n] : 1.0f;

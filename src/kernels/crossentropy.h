@@ -16,9 +16,8 @@ namespace strata::kernels {
 // losses (N) written (0 where w = 0); lse (N) written (saved for the backward);
 // logits (N,Vp); targets (N) in [0, V); weights (N) or nullptr for all ones.
 // Returns sum of w[n] * loss[n].
-double crossentropy_forward(float* losses, float* lse, const float* logits,
-                            const int32_t* targets, const float* weights, int64_t N, int V,
-                            int Vp);
+double crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                            const float* weights, int64_t N, int V, int Vp);
 // logits (N,Vp) in, dlogits out (in place); lse (N) from the forward.
 void crossentropy_backward(float* logits, const float* lse, const int32_t* targets,
                            const float* weights, float scale, int64_t N, int V, int Vp);

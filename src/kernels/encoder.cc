@@ -4,8 +4,8 @@
 
 namespace strata::kernels {
 
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                     int B, int T, int C) {
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C) {
   const int64_t N = int64_t(B) * T;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -16,8 +16,8 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
   }
 }
 
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                      int B, int T, int C) {
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C) {
   constexpr int kChunk = 32;  // channels per task: two cache lines
   const int chunks = (C + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)

@@ -9,10 +9,10 @@
 namespace strata::kernels {
 
 // out (B,T,C); tokens (B,T) in [0, V); wte (V,C); wpe (>=T, C)
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                     int B, int T, int C);
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C);
 // dwte (V,C) +=, dwpe (>=T, C) +=; dout (B,T,C); tokens (B,T)
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                      int B, int T, int C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C);
 
 }  // namespace strata::kernels

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace strata::kernels {
 
@@ -49,18 +49,20 @@ struct Args {
   float beta;
   float* C;
   int ldc;
+  const float* bias;
 };
 
-// Per-thread packing buffers, grown on demand and kept (no allocation per call).
+// Per-thread packing buffer for op(B), grown on demand and kept (no allocation per call),
+// counted under MemCategory::other. At most ~2 MB unless K alone exceeds it (one panel of
+// 64 columns x K).
 struct Scratch {
-  std::vector<float> data;
+  Buffer buf;
   float* get(size_t n) {
-    if (data.size() < n + 16) data.resize(n + 16);
-    auto addr = reinterpret_cast<uintptr_t>(data.data());
-    return data.data() + ((64 - addr % 64) % 64) / sizeof(float);
+    if (buf.bytes() < n * sizeof(float)) buf = Buffer(MemCategory::other, n * sizeof(float));
+    return buf.as<float>();
   }
 };
-thread_local Scratch tl_b;  // packed op(B) block of the calling thread
+thread_local Scratch tl_b;
 
 // Packs op(B)[0 : K, j0 : j0+NR] into bp (K x NR, k-major), zero beyond N.
 void pack_b_panel(const Args& g, int j0, float* bp) {
@@ -82,14 +84,14 @@ void pack_b_panel(const Args& g, int j0, float* bp) {
   }
 }
 
-// C tile (MR x NR at rows i0, cols j0, clipped to M x N) = beta_eff * C + alpha * (a x bp)
-// over kc steps. a points at op(A)[i0, p0]: element (r, k) is a[r * RS + k * ks] with
-// RS = row stride (1 when A is read transposed); bp is the packed op(B) panel at k = p0.
-// op(A) is read in place (no packing): each k needs only MR scalars. The accumulators are
-// locals so they stay in registers for the whole k loop.
+// C tile (MR x NR at rows i0, cols j0, clipped to M x N) = beta_eff * C + alpha * (a x bp),
+// plus the bias on the first K slice (first). a points at op(A)[i0, p0] and is read in place
+// (no packing: each k step needs only MR scalars): element (r, k) is a[r * lda + k], or
+// a[k * lda + r] when A is read transposed. bp is the packed op(B) panel at k = p0. The
+// accumulators are locals so they stay in registers for the whole k loop.
 template <bool kTransA>
 inline void micro_tile(const Args& g, int kc, const float* __restrict a, int64_t lda,
-                       const float* __restrict bp, int i0, int j0, float beta_eff) {
+                       const float* __restrict bp, int i0, int j0, float beta_eff, bool first) {
   Vec acc[MR][kNV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < kNV; ++v) acc[r][v] = Vec{};
@@ -102,20 +104,25 @@ inline void micro_tile(const Args& g, int kc, const float* __restrict a, int64_t
     }
   }
   const int mr = std::min(MR, g.M - i0), nr = std::min(NR, g.N - j0);
+  const float* bias = first && g.bias ? g.bias + j0 : nullptr;
   for (int r = 0; r < mr; ++r) {
     float* c = g.C + int64_t(i0 + r) * g.ldc + j0;
     if (nr == NR) {
       for (int v = 0; v < kNV; ++v) {
         VecU* cv = reinterpret_cast<VecU*>(c + v * kW);
-        const Vec x = g.alpha * acc[r][v];
-        *cv = beta_eff == 0.0f ? x : beta_eff * Vec(*cv) + x;
+        Vec x = g.alpha * acc[r][v];
+        if (beta_eff != 0.0f) x = beta_eff * Vec(*cv) + x;
+        if (bias) x += *reinterpret_cast<const VecU*>(bias + v * kW);
+        *cv = x;
       }
     } else {
       float tmp[NR];
       std::memcpy(tmp, acc[r], sizeof(tmp));
       for (int j = 0; j < nr; ++j) {
-        const float x = g.alpha * tmp[j];
-        c[j] = beta_eff == 0.0f ? x : beta_eff * c[j] + x;
+        float x = g.alpha * tmp[j];
+        if (beta_eff != 0.0f) x = beta_eff * c[j] + x;
+        if (bias) x += bias[j];
+        c[j] = x;
       }
     }
   }
@@ -124,15 +131,18 @@ inline void micro_tile(const Args& g, int kc, const float* __restrict a, int64_t
 // One MR-row strip of a task for one K slice, over the packed panels of columns [j0, j1).
 void strip(const Args& g, int i0, int p0, int kc, int jb, int j0, int j1, const float* bpack,
            float beta_eff) {
+  const bool first = p0 == 0;
   const int64_t K = g.K;
   auto panel = [&](int j) { return bpack + int64_t((j - jb) / NR) * K * NR + int64_t(p0) * NR; };
   if (i0 + MR <= g.M) {
     if (g.opa == Op::N) {
       const float* a = g.A + int64_t(i0) * g.lda + p0;
-      for (int j = j0; j < j1; j += NR) micro_tile<false>(g, kc, a, g.lda, panel(j), i0, j, beta_eff);
+      for (int j = j0; j < j1; j += NR)
+        micro_tile<false>(g, kc, a, g.lda, panel(j), i0, j, beta_eff, first);
     } else {
       const float* a = g.A + int64_t(p0) * g.lda + i0;
-      for (int j = j0; j < j1; j += NR) micro_tile<true>(g, kc, a, g.lda, panel(j), i0, j, beta_eff);
+      for (int j = j0; j < j1; j += NR)
+        micro_tile<true>(g, kc, a, g.lda, panel(j), i0, j, beta_eff, first);
     }
     return;
   }
@@ -141,10 +151,11 @@ void strip(const Args& g, int i0, int p0, int kc, int jb, int j0, int j1, const 
   const int mr = g.M - i0;
   for (int k = 0; k < kc; ++k)
     for (int r = 0; r < MR; ++r)
-      ap[k * MR + r] = r >= mr ? 0.0f
+      ap[k * MR + r] = r >= mr          ? 0.0f
                        : g.opa == Op::N ? g.A[int64_t(i0 + r) * g.lda + p0 + k]
                                         : g.A[int64_t(p0 + k) * g.lda + i0 + r];
-  for (int j = j0; j < j1; j += NR) micro_tile<true>(g, kc, ap, MR, panel(j), i0, j, beta_eff);
+  for (int j = j0; j < j1; j += NR)
+    micro_tile<true>(g, kc, ap, MR, panel(j), i0, j, beta_eff, first);
 }
 
 // One task: rows [i0, i1) x columns [j0, j1) of the current column block, all K slices in
@@ -187,10 +198,12 @@ void run_all(const Args& g, bool parallel) {
   }
 }
 
+// K = 0 or alpha = 0: C = beta * C (+ bias).
 void scale_c(const Args& g) {
   for (int i = 0; i < g.M; ++i) {
     float* c = g.C + int64_t(i) * g.ldc;
-    for (int j = 0; j < g.N; ++j) c[j] = g.beta == 0.0f ? 0.0f : g.beta * c[j];
+    for (int j = 0; j < g.N; ++j)
+      c[j] = (g.beta == 0.0f ? 0.0f : g.beta * c[j]) + (g.bias ? g.bias[j] : 0.0f);
   }
 }
 
@@ -206,16 +219,24 @@ bool use_openblas() {
 
 }  // namespace
 
-void gemm(Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc) {
+void gemm(Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc, const float* bias) {
   if (M <= 0 || N <= 0) return;
   if (use_openblas()) {
+    if (bias) {  // C = beta C + bias first, then the product with beta 1
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+      for (int i = 0; i < M; ++i) {
+        float* c = C + int64_t(i) * ldc;
+        for (int j = 0; j < N; ++j) c[j] = (beta == 0.0f ? 0.0f : beta * c[j]) + bias[j];
+      }
+      beta = 1.0f;
+    }
     cblas_sgemm(CblasRowMajor, opa == Op::N ? CblasNoTrans : CblasTrans,
-                opb == Op::N ? CblasNoTrans : CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta,
-                C, ldc);
+                opb == Op::N ? CblasNoTrans : CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                ldc);
     return;
   }
-  const Args g{opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  const Args g{opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
   if (K <= 0 || alpha == 0.0f) {
     scale_c(g);
     return;

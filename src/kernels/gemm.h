@@ -22,7 +22,9 @@ namespace strata::kernels {
 
 enum class Op : uint8_t { N, T };
 
-void gemm(Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc);
+// bias (N) or nullptr: added to every row of C, i.e. C = alpha op(A) op(B) + beta C + bias
+// (fuses a layer's bias into the GEMM's output pass).
+void gemm(Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc, const float* bias = nullptr);
 
 }  // namespace strata::kernels

@@ -8,8 +8,8 @@
 
 namespace strata::kernels {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
@@ -29,8 +29,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int C) {
   // Pass 1, rows in parallel: the input gradient needs two reductions along the row,
   // mean(w * dout) and mean(w * dout * xhat). Materialising both rows first lets each loop
   // vectorise on its own (measured ~2x faster than one fused loop).
@@ -39,7 +39,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     std::vector<float> dnorm_buf(C), xhat_buf(C);
     float* dnorm = dnorm_buf.data();
     float* xhat = xhat_buf.data();
-#pragma omp for schedule(static)
+    // Passes 1 and 2 are independent (both only read the inputs): no barrier between them.
+#pragma omp for schedule(static) nowait
     for (int64_t n = 0; n < N; ++n) {
       const float* x = inp + n * C;
       const float* d = dout + n * C;
@@ -53,26 +54,26 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       float* di = dinp + n * C;
       for (int c = 0; c < C; ++c) di[c] += (dnorm[c] - dnorm_mean - xhat[c] * dnorm_xhat_mean) * s;
     }
-  }
-  // Pass 2, channel ranges in parallel: dweight and dbias sum over rows in order.
-  constexpr int kChunk = 32;
-  const int chunks = (C + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (int ch = 0; ch < chunks; ++ch) {
-    const int c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
-    float dw[kChunk] = {}, db[kChunk] = {};
-    for (int64_t n = 0; n < N; ++n) {
-      const float* x = inp + n * C;
-      const float* d = dout + n * C;
-      const float m = mean[n], s = rstd[n];
-      for (int c = c0; c < c1; ++c) {
-        dw[c - c0] += (x[c] - m) * s * d[c];
-        db[c - c0] += d[c];
+    // Pass 2, channel ranges in parallel: dweight and dbias sum over rows in order.
+    constexpr int kChunk = 32;
+    const int chunks = (C + kChunk - 1) / kChunk;
+#pragma omp for schedule(static)
+    for (int ch = 0; ch < chunks; ++ch) {
+      const int c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
+      float dw[kChunk] = {}, db[kChunk] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const float* x = inp + n * C;
+        const float* d = dout + n * C;
+        const float m = mean[n], s = rstd[n];
+        for (int c = c0; c < c1; ++c) {
+          dw[c - c0] += (x[c] - m) * s * d[c];
+          db[c - c0] += d[c];
+        }
       }
-    }
-    for (int c = c0; c < c1; ++c) {
-      dweight[c] += dw[c - c0];
-      dbias[c] += db[c - c0];
+      for (int c = c0; c < c1; ++c) {
+        dweight[c] += dw[c - c0];
+        dbias[c] += db[c - c0];
+      }
     }
   }
 }

@@ -1,27 +1,17 @@
 #include "kernels/matmul.h"
 
-#include "kernels/gemm.h"
-
 #include <algorithm>
-#include <cstring>
+
+#include "kernels/gemm.h"
 
 namespace strata::kernels {
 
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t N, int C, int OC, bool accumulate) {
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                    int C, int OC, bool accumulate) {
   if (N == 0) return;
-  if (bias) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      float* o = out + n * OC;
-      if (accumulate)
-        for (int j = 0; j < OC; ++j) o[j] += bias[j];
-      else
-        std::memcpy(o, bias, sizeof(float) * OC);
-    }
-  }
-  const float beta = (bias || accumulate) ? 1.0f : 0.0f;
-  gemm(Op::N, Op::T, int(N), OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  // The bias is added in the GEMM's output pass (no separate sweep over out).
+  gemm(Op::N, Op::T, int(N), OC, C, 1.0f, inp, C, weight, C, accumulate ? 1.0f : 0.0f, out, OC,
+       bias);
 }
 
 void bias_backward(float* dbias, const float* dout, int64_t N, int OC) {
@@ -39,9 +29,8 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int OC) {
   }
 }
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t N, int C, int OC,
-                     bool accumulate_dinp) {
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int C, int OC, bool accumulate_dinp) {
   if (N == 0) return;
   // dinp (N,C) += dout (N,OC) @ weight (OC,C)
   if (dinp)

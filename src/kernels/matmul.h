@@ -1,10 +1,10 @@
 // Fully connected layer (the nn.Linear convention: weight is (OC, C)).
 //   out = inp @ weight^T + bias
-// The three products go to BLAS sgemm with the batch and time dimensions folded into one
-// (N = B*T rows), so every call is one large GEMM. Cost: 2*N*C*OC flops forward and
-// 4*N*C*OC backward. sgemm results are bit-identical run to run for a fixed thread count
-// (OpenBLAS partitions the output, not the reduction); the bias gradient is reduced here
-// per channel range, rows in order.
+// The three products go to kernels::gemm with the batch and time dimensions folded into
+// one (N = B*T rows), so every call is one large GEMM; the bias rides in the forward GEMM's
+// output pass. Cost: 2*N*C*OC flops forward and 4*N*C*OC backward. Results do not depend
+// on the thread count: the GEMM fixes its reduction order and the bias gradient is reduced
+// here per channel range, rows in order.
 #pragma once
 #include <cstdint>
 
@@ -13,14 +13,13 @@ namespace strata::kernels {
 // out (N,OC); inp (N,C); weight (OC,C); bias (OC) or nullptr.
 // accumulate = true adds to out instead of overwriting it (fuses a residual connection:
 // out = residual + inp @ weight^T + bias with out holding the residual on entry).
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t N, int C, int OC, bool accumulate = false);
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                    int C, int OC, bool accumulate = false);
 // dinp (N,C) += (skipped if nullptr; overwritten instead when accumulate_dinp is false, for
 // scratch activation gradients); dweight (OC,C) +=; dbias (OC) += (skipped if nullptr);
 // dout (N,OC); inp (N,C); weight (OC,C)
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t N, int C, int OC,
-                     bool accumulate_dinp = true);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int C, int OC, bool accumulate_dinp = true);
 
 // dbias (OC) += sum over rows of dout (N,OC), deterministic.
 void bias_backward(float* dbias, const float* dout, int64_t N, int OC);

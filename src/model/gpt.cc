@@ -37,8 +37,8 @@ struct Block {
 };
 
 struct LayerActs {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd,
-      *fch, *fch_gelu, *res3;
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+      *fch_gelu, *res3;
 };
 
 // Hands out consecutive pieces of one buffer.
@@ -234,7 +234,7 @@ namespace {
 Block block_views(float* base, const std::vector<int64_t>& rel, int layer) {
   STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
   const int64_t* r = rel.data() + 2 + kViewsPerLayer * layer;
-  return Block{base + r[0], base + r[1], base + r[2], base + r[3],  base + r[4],  base + r[5],
+  return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
                base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
 }
 
@@ -246,8 +246,8 @@ float* checked(float* p, int unit, const char* what) {
 }  // namespace
 
 // One block forward: x (N,C) -> a.res3 (N,C).
-static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x,
-                          int B, int T) {
+static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B,
+                          int T) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
@@ -264,17 +264,17 @@ static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, co
 
 // One block backward: dres (N,C) holds d loss / d res3 on entry and d loss / d x on exit.
 // Gradients of the block's parameters accumulate into g.
-static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g,
-                           const LayerActs& a, const float* x, float* dres, float* dbuf_c,
-                           float* dbuf_4c, float* dqkv, int B, int T) {
+static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
+                           const float* x, float* dres, float* dbuf_c, float* dbuf_4c, float* dqkv,
+                           int B, int T) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   // Activation-gradient scratch is overwritten (accumulate_dinp = false), not cleared first.
-  k::matmul_backward(dbuf_4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C, false);
+  k::matmul_backward(dbuf_4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C,
+                     false);
   k::gelu_backward(dbuf_4c, a.fch, dbuf_4c, N * 4 * C);
   k::matmul_backward(dbuf_c, g.fcw, g.fcb, dbuf_4c, a.ln2, w.fcw, N, C, 4 * C, false);
-  k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N,
-                        C);
+  k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   k::matmul_backward(dbuf_c, g.projw, g.projb, dres, a.atty, w.projw, N, C, C, false);
   k::attention_backward(dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads);
   k::matmul_backward(dbuf_c, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C, 3 * C, false);
@@ -326,8 +326,8 @@ static void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tok
   const int64_t N = int64_t(B) * T;
   STRATA_CHECK(N == 0 || tokens, "forward: tokens are null");
   for (int64_t n = 0; n < N; ++n) {
-    STRATA_CHECK(tokens[n] >= 0 && tokens[n] < cfg.vocab, "token ", tokens[n], " at position ",
-                 n, " outside [0, ", cfg.vocab, ")");
+    STRATA_CHECK(tokens[n] >= 0 && tokens[n] < cfg.vocab, "token ", tokens[n], " at position ", n,
+                 " outside [0, ", cfg.vocab, ")");
     if (targets)
       STRATA_CHECK(targets[n] >= 0 && targets[n] < cfg.vocab, "target ", targets[n],
                    " at position ", n, " outside [0, ", cfg.vocab, ")");
@@ -407,8 +407,8 @@ void GPT::backward(float scale) {
       UnitSpan s("backward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], rel, l);
       const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
-      block_backward(cfg_, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
-                     im.dres, im.dbuf_c, im.dbuf_4c, im.dqkv, B, T);
+      block_backward(cfg_, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, im.dres,
+                     im.dbuf_c, im.dbuf_4c, im.dqkv, B, T);
     }
     im.after(l + 1, Pass::backward);
   }

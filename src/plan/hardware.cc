@@ -205,7 +205,7 @@ FittedLink fit_link_from_bench(const std::string& path) {
                                                     {"allgather", Collective::all_gather},
                                                     {"alltoall", Collective::all_to_all}};
   for (const auto& [name, coll] : ops) {
-    double big_bytes = -1, big_busbw = 0, small_bytes = -1, small_time = 0, factor = 0;
+    double best_busbw = 0, least_time = -1, factor = 0;
     int count = 0;
     for (const nlohmann::json& r : rows) {
       if (!r.is_object() || r.value("op", "") != name) continue;
@@ -217,11 +217,11 @@ FittedLink fit_link_from_bench(const std::string& path) {
       if (bytes <= 0 || t <= 0 || algbw <= 0) continue;
       ++count;
       factor = busbw / algbw;
-      if (bytes > big_bytes) big_bytes = bytes, big_busbw = busbw;
-      if (small_bytes < 0 || bytes < small_bytes) small_bytes = bytes, small_time = t;
+      best_busbw = std::max(best_busbw, busbw);  // reached by the large messages
+      if (least_time < 0 || t < least_time) least_time = t;  // a small message, noise aside
     }
     if (count == 0) continue;
-    STRATA_CHECK(big_busbw > 0 && factor > 0, path, ": \"", name,
+    STRATA_CHECK(best_busbw > 0 && factor > 0, path, ": \"", name,
                  "\" rows show no bus bandwidth (a single rank?)");
     // Invert the bus factor: all-reduce 2(n-1)/n, the others (n-1)/n.
     const double per = coll == Collective::allreduce ? factor / 2 : factor;
@@ -230,8 +230,8 @@ FittedLink fit_link_from_bench(const std::string& path) {
     f.ranks = int(std::lround(1.0 / (1.0 - per)));
     f.op = name;
     f.rows = count;
-    f.link.gbps = big_busbw;
-    f.link.alpha_us = small_time / std::max(1.0, latency_steps(coll, f.ranks));
+    f.link.gbps = best_busbw;
+    f.link.alpha_us = least_time / std::max(1.0, latency_steps(coll, f.ranks));
     return f;
   }
   fail(path,

@@ -49,8 +49,9 @@ nlohmann::json gpu_to_json(const GpuSpec& g);
 // Fits a link from measured collective rows: objects with keys op, bytes, time_us, algbw,
 // busbw (a JSON array, an object holding such an array under "rows", or one object per
 // line). Prefers all-reduce rows, else reduce-scatter, all-gather or all-to-all. The rank
-// count follows from busbw/algbw (the bus factor); β is the bus bandwidth of the largest
-// message and α the smallest message's time over the algorithm's latency steps.
+// count follows from busbw/algbw (the bus factor); β is the highest bus bandwidth (reached by
+// large messages) and α the shortest time (a small message) over the algorithm's latency
+// steps: the extremes rather than one row, so a noisy first row does not set them.
 struct FittedLink {
   Link link;
   std::string op;

@@ -338,9 +338,9 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     << ", seq " << m.seq << ", vocab " << m.vocab << "\n";
   o << "Hardware  " << s.gpu.name << ": " << f("%.1f", s.gpu.memory_gib) << " GiB, "
     << f("%.0f", s.gpu.peak_tflops) << " TFLOP/s bf16 (x" << f("%.2f", s.gpu.efficiency)
-    << " sustained), intra-node " << f("%.0f", s.gpu.intra.gbps) << " GB/s (a "
+    << " sustained), intra-node " << f("%.0f", s.gpu.intra.gbps) << " GB/s (alpha "
     << f("%.1f", s.gpu.intra.alpha_us) << " us), inter-node " << f("%.0f", s.gpu.inter.gbps)
-    << " GB/s (a " << f("%.1f", s.gpu.inter.alpha_us) << " us)\n";
+    << " GB/s (alpha " << f("%.1f", s.gpu.inter.alpha_us) << " us)\n";
   o << "Training  ";
   if (!res.rlhf)
     o << "global batch " << s.global_batch << " x " << m.seq << " = "

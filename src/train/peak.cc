@@ -77,14 +77,14 @@ static nlohmann::json read_cache(const std::string& path) {
   return j.is_object() ? j : nlohmann::json::object();
 }
 
-Peak machine_peak(int threads, double override_gflops) {
+Peak machine_peak(int threads, double override_gflops, double probe_seconds) {
   if (override_gflops > 0) return {override_gflops, "flag"};
   std::string path = peak_cache_path();
   std::string key = cpu_model() + "|threads=" + std::to_string(threads);
   nlohmann::json cache = path.empty() ? nlohmann::json::object() : read_cache(path);
   if (auto it = cache.find(key); it != cache.end() && it->is_number() && it->get<double>() > 0)
     return {it->get<double>(), "cache " + path};
-  double gflops = measure_sgemm_gflops();
+  double gflops = measure_sgemm_gflops(probe_seconds);
   if (!path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);

@@ -20,7 +20,8 @@ struct Peak {
 
 // override_gflops > 0 wins; otherwise a cached value for (cpu model, threads), else a fresh
 // measurement that is then cached (an unwritable cache only costs a re-measurement).
-Peak machine_peak(int threads, double override_gflops = 0);
+// probe_seconds: length of a fresh measurement.
+Peak machine_peak(int threads, double override_gflops = 0, double probe_seconds = 1.0);
 
 std::string cpu_model();           // "model name" of /proc/cpuinfo, or "unknown cpu"
 std::string peak_cache_path();     // where machine_peak reads and writes

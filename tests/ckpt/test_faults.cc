@@ -359,3 +359,26 @@ TEST(CkptFaults, SigkillAtRandomInstants) {
     last += 1000;  // the next child starts past any step the killed one may have left
   }
 }
+
+TEST(CkptFaults, BarrierTimeoutCommitsNothing) {
+  // Rank 0 of 2 whose peer never arrives: the communicator's barrier times out and throws.
+  TempDir tmp;
+  two_checkpoints(tmp.path);
+  CheckpointerOptions o = options(tmp.path, 0, 2, nullptr);
+  int calls = 0;
+  o.barrier = [&calls] {
+    ++calls;
+    throw TimeoutError("barrier: rank 1 did not arrive within 1 s");
+  };
+  Checkpointer c(o);
+  c.save_async(request(FullStates(kPsi, 30, false), 30, 0, 2, 1));
+  try {
+    c.wait();
+    FAIL() << "committed without its peer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 did not arrive"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(calls, 1);  // no second barrier on a broken group
+  EXPECT_EQ(read_latest(tmp.path + "/ckpt").value(), "step-000020");
+  load_and_check_full(tmp.path, 20, false, kPsi);
+}

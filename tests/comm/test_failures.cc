@@ -140,8 +140,11 @@ TEST(Failures, DeadPeerDetectedBySurvivors) {
     EXPECT_EQ(dump["reason"], "peer-dead");
     EXPECT_NE(dump["detail"].get<std::string>().find("rank 2"), std::string::npos) << dump["detail"];
     EXPECT_EQ(dump["world"], 3);
-    EXPECT_EQ(dump["entries"].back()["seq"], 3);
-    EXPECT_EQ(dump["entries"].back()["phase"]["step"], 3);
+    // The watchdog may notice the death between collectives #2 and #3, before the
+    // survivor's own wait does.
+    int last = dump["entries"].back()["seq"];
+    EXPECT_TRUE(last == 2 || last == 3) << last;
+    EXPECT_EQ(dump["entries"].back()["phase"]["step"], last);
     EXPECT_EQ(dump["entries"].back()["phase"]["kind"], "backward");
   }
   EXPECT_EQ(remove_job_segments(job), 0);  // nothing left behind

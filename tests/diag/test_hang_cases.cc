@@ -149,3 +149,20 @@ TEST(HangCases, DumpCutBeforeItsRankFieldStillCounts) {
   EXPECT_EQ(r.culprits[0].rank, 2);
   EXPECT_EQ(r.stuck[0].unknown, std::vector<int>{1});
 }
+
+TEST(HangCases, DifferentReduceOpIsNamedAsSuch) {
+  json b = phase(3, 0, "optimizer");
+  json odd = entry("world", {0, 1, 2, 3}, 11, "allreduce", 1, "failed", b);
+  odd["redop"] = "max";
+  std::vector<json> d = {
+      dump(0, 4, "error", b, {entry("world", {0, 1, 2, 3}, 11, "allreduce", 1, "failed", b)}),
+      dump(1, 4, "error", b, {entry("world", {0, 1, 2, 3}, 11, "allreduce", 1, "failed", b)}),
+      dump(2, 4, "error", b, {odd}),
+      dump(3, 4, "error", b, {entry("world", {0, 1, 2, 3}, 11, "allreduce", 1, "failed", b)}),
+  };
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_EQ(r.mismatches[0].what, "reduce op");
+  EXPECT_EQ(r.mismatches[0].culprits, std::vector<int>{2});
+  EXPECT_NE(r.mismatches[0].sides[1].call.find("(max)"), std::string::npos) << r.mismatches[0].sides[1].call;
+}

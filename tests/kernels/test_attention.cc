@@ -12,7 +12,8 @@ namespace strata::test {
 namespace k = strata::kernels;
 
 // out (B,T,C) from qkv (B,T,3C), materialising the full T x T softmax.
-static std::vector<double> attention_ref(const std::vector<double>& qkv, int B, int T, int C, int NH) {
+static std::vector<double> attention_ref(const std::vector<double>& qkv, int B, int T, int C,
+                                         int NH) {
   const int hs = C / NH;
   const double scale = 1 / std::sqrt(double(hs));
   std::vector<double> out(B * T * C), p(T);
@@ -31,7 +32,8 @@ static std::vector<double> attention_ref(const std::vector<double>& qkv, int B, 
         for (int s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - m));
         for (int i = 0; i < hs; ++i) {
           double o = 0;
-          for (int s = 0; s <= t; ++s) o += p[s] / sum * qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i];
+          for (int s = 0; s <= t; ++s)
+            o += p[s] / sum * qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i];
           out[(b * T + t) * C + h * hs + i] = o;
         }
       }
@@ -54,7 +56,8 @@ TEST_P(Attention, ForwardAndGradients) {
 
   std::vector<float> dqkv(B * T * 3 * C, 99.0f);  // written, so stale contents do not matter
   k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
-  auto g = numeric_grad([&](const std::vector<double>& v) { return dot(attention_ref(v, B, T, C, NH), dd); }, qd);
+  auto g = numeric_grad(
+      [&](const std::vector<double>& v) { return dot(attention_ref(v, B, T, C, NH), dd); }, qd);
   EXPECT_LT(rel_err(dqkv, g), 2e-5);
 }
 

@@ -35,9 +35,12 @@ TEST(LayerNorm, ForwardAndGradients) {
   std::vector<float> dx(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
   k::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
                         mean.data(), rstd.data(), N, C);
-  auto gx = numeric_grad([&](const std::vector<double>& v) { return dot(layernorm_ref(v, wd, bd, N, C), dd); }, xd);
-  auto gw = numeric_grad([&](const std::vector<double>& v) { return dot(layernorm_ref(xd, v, bd, N, C), dd); }, wd);
-  auto gb = numeric_grad([&](const std::vector<double>& v) { return dot(layernorm_ref(xd, wd, v, N, C), dd); }, bd);
+  auto gx = numeric_grad(
+      [&](const std::vector<double>& v) { return dot(layernorm_ref(v, wd, bd, N, C), dd); }, xd);
+  auto gw = numeric_grad(
+      [&](const std::vector<double>& v) { return dot(layernorm_ref(xd, v, bd, N, C), dd); }, wd);
+  auto gb = numeric_grad(
+      [&](const std::vector<double>& v) { return dot(layernorm_ref(xd, wd, v, N, C), dd); }, bd);
   EXPECT_LT(rel_err(dx, gx), 1e-4);
   EXPECT_LT(rel_err(dw, gw), 1e-4);
   EXPECT_LT(rel_err(db, gb), 1e-4);
@@ -90,7 +93,8 @@ TEST(Matmul, ForwardAndGradients) {
 
   // accumulate_dinp = false overwrites dinp (stale contents ignored); dweight still adds.
   std::vector<float> dx2(N * C, 1e6f), dw2 = dw;
-  k::matmul_backward(dx2.data(), dw2.data(), nullptr, dout.data(), x.data(), w.data(), N, C, OC, false);
+  k::matmul_backward(dx2.data(), dw2.data(), nullptr, dout.data(), x.data(), w.data(), N, C, OC,
+                     false);
   EXPECT_LT(rel_err(dx2, dx), 1e-6);
   std::vector<float> twice(dw.size());
   for (size_t i = 0; i < dw.size(); ++i) twice[i] = 2 * dw[i];

@@ -20,8 +20,10 @@ struct GemmCase {
 };
 
 static std::vector<float> run_gemm(const GemmCase& c, const std::vector<float>& A, int lda,
-                                   const std::vector<float>& B, int ldb, std::vector<float> C, int ldc) {
-  k::gemm(c.opa, c.opb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
+                                   const std::vector<float>& B, int ldb, std::vector<float> C,
+                                   int ldc) {
+  k::gemm(c.opa, c.opb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(),
+          ldc);
   return C;
 }
 
@@ -47,7 +49,8 @@ TEST_P(Gemm, MatchesDoubleReference) {
         const double b = c.opb == k::Op::N ? B[size_t(p) * ldb + j] : B[size_t(j) * ldb + p];
         s += a * b;
       }
-      ref[size_t(i) * c.N + j] = c.alpha * s + (c.beta == 0.0f ? 0.0 : c.beta * double(C0[size_t(i) * ldc + j]));
+      ref[size_t(i) * c.N + j] =
+          c.alpha * s + (c.beta == 0.0f ? 0.0 : c.beta * double(C0[size_t(i) * ldc + j]));
       got[size_t(i) * c.N + j] = C[size_t(i) * ldc + j];
     }
   EXPECT_LT(rel_err(got, ref), 1e-5 * std::sqrt(double(std::max(c.K, 1))));
@@ -59,21 +62,23 @@ TEST_P(Gemm, MatchesDoubleReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, Gemm,
-    ::testing::Values(GemmCase{k::Op::N, k::Op::N, 1, 1, 1, 1.0f, 0.0f},
-                      GemmCase{k::Op::N, k::Op::T, 7, 65, 129, 1.0f, 0.0f},
-                      GemmCase{k::Op::T, k::Op::N, 13, 70, 300, 0.5f, 1.0f},
-                      GemmCase{k::Op::T, k::Op::T, 50, 129, 33, -2.0f, 0.25f},
-                      GemmCase{k::Op::N, k::Op::N, 97, 200, 257, 1.0f, 1.0f},
-                      GemmCase{k::Op::N, k::Op::T, 64, 64, 64, 0.125f, 0.0f},
-                      GemmCase{k::Op::N, k::Op::N, 5, 2100, 9, 1.0f, 0.0f},  // > one B block
-                      GemmCase{k::Op::T, k::Op::T, 40, 2100, 140, 1.0f, 1.0f}),  // threaded, 2 blocks
-    [](const auto& info) {
-      const GemmCase& c = info.param;
-      return std::string(c.opa == k::Op::N ? "N" : "T") + (c.opb == k::Op::N ? "N" : "T") + "_" +
-             std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K);
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, Gemm,
+                         ::testing::Values(GemmCase{k::Op::N, k::Op::N, 1, 1, 1, 1.0f, 0.0f},
+                                           GemmCase{k::Op::N, k::Op::T, 7, 65, 129, 1.0f, 0.0f},
+                                           GemmCase{k::Op::T, k::Op::N, 13, 70, 300, 0.5f, 1.0f},
+                                           GemmCase{k::Op::T, k::Op::T, 50, 129, 33, -2.0f, 0.25f},
+                                           GemmCase{k::Op::N, k::Op::N, 97, 200, 257, 1.0f, 1.0f},
+                                           GemmCase{k::Op::N, k::Op::T, 64, 64, 64, 0.125f, 0.0f},
+                                           GemmCase{k::Op::N, k::Op::N, 5, 2100, 9, 1.0f,
+                                                    0.0f},  // > one B block
+                                           GemmCase{k::Op::T, k::Op::T, 40, 2100, 140, 1.0f,
+                                                    1.0f}),  // threaded, 2 blocks
+                         [](const auto& info) {
+                           const GemmCase& c = info.param;
+                           return std::string(c.opa == k::Op::N ? "N" : "T") +
+                                  (c.opb == k::Op::N ? "N" : "T") + "_" + std::to_string(c.M) +
+                                  "x" + std::to_string(c.N) + "x" + std::to_string(c.K);
+                         });
 
 TEST(GemmEdge, EmptyAndZeroK) {
   std::vector<float> A(4, 1.0f), B(4, 1.0f), C = {1.0f, 2.0f, 3.0f, 4.0f};
@@ -81,6 +86,28 @@ TEST(GemmEdge, EmptyAndZeroK) {
   EXPECT_EQ(C[0], 1.0f);
   k::gemm(k::Op::N, k::Op::N, 2, 2, 0, 1.0f, A.data(), 2, B.data(), 2, 0.5f, C.data(), 2);
   EXPECT_EQ(C[3], 2.0f);  // K = 0: C = beta * C
+}
+
+TEST(GemmEdge, BiasIsAddedOncePerElement) {
+  // K spans several slices and the shape needs the threaded path: the bias must still be
+  // added exactly once, with beta = 0 and beta = 1, and for K = 0.
+  const int M = 70, N = 130, K = 300;
+  auto A = randn(int64_t(M) * K, 95), B = randn(int64_t(K) * N, 96), bias = randn(N, 97);
+  for (float beta : {0.0f, 1.0f}) {
+    std::vector<float> C0(size_t(M) * N, 2.0f), C = C0, Cnb = C0;
+    k::gemm(k::Op::N, k::Op::N, M, N, K, 1.0f, A.data(), K, B.data(), N, beta, C.data(), N,
+            bias.data());
+    k::gemm(k::Op::N, k::Op::N, M, N, K, 1.0f, A.data(), K, B.data(), N, beta, Cnb.data(), N);
+    std::vector<double> want(C.size());
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j)
+        want[size_t(i) * N + j] = double(Cnb[size_t(i) * N + j]) + bias[j];
+    EXPECT_LT(rel_err(C, want), 1e-6) << "beta " << beta;
+  }
+  std::vector<float> C(size_t(M) * N, 2.0f);
+  k::gemm(k::Op::N, k::Op::N, M, N, 0, 1.0f, A.data(), K, B.data(), N, 0.5f, C.data(), N,
+          bias.data());
+  EXPECT_FLOAT_EQ(C[5], 1.0f + bias[5]);
 }
 
 TEST(GemmDeterminism, SameBitsForAnyThreadCount) {

@@ -44,7 +44,8 @@ TEST(CrossEntropy, WeightedLossAndGradients) {
   std::vector<float> grad = logits;
   k::crossentropy_backward(grad.data(), lse.data(), tgt.data(), w.data(), scale, N, V, Vp);
   for (int v = 0; v < Vp; ++v) ld[4 * Vp + v] = 0;  // NaN-free copy for the differences
-  auto g = numeric_grad([&](const std::vector<double>& x) { return scale * ce_ref(x, tgt, w, N, V, Vp); }, ld);
+  auto g = numeric_grad(
+      [&](const std::vector<double>& x) { return scale * ce_ref(x, tgt, w, N, V, Vp); }, ld);
   EXPECT_LT(rel_err(grad, g), 1e-5);
   for (int n = 0; n < N; ++n)
     for (int v = V; v < Vp; ++v) ASSERT_EQ(grad[n * Vp + v], 0.0f);  // padded columns
@@ -59,8 +60,10 @@ TEST(CrossEntropy, NullWeightsMeanAllOnes) {
   auto logits = randn(N * Vp, 51);
   std::vector<int32_t> tgt = {1, 2, 3, 4, 5};
   std::vector<float> ones(N, 1.0f), l1(N), l2(N), s1(N), s2(N);
-  const double a = k::crossentropy_forward(l1.data(), s1.data(), logits.data(), tgt.data(), nullptr, N, V, Vp);
-  const double b = k::crossentropy_forward(l2.data(), s2.data(), logits.data(), tgt.data(), ones.data(), N, V, Vp);
+  const double a =
+      k::crossentropy_forward(l1.data(), s1.data(), logits.data(), tgt.data(), nullptr, N, V, Vp);
+  const double b = k::crossentropy_forward(l2.data(), s2.data(), logits.data(), tgt.data(),
+                                           ones.data(), N, V, Vp);
   EXPECT_EQ(a, b);
 }
 
@@ -87,7 +90,8 @@ TEST(AdamW, MatchesReferenceOverStepsAndRanges) {
     auto g = randn(n, 100 + t);
     k::AdamWStep s{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f};
     k::adamw_update(p.data(), g.data(), m.data(), v.data(), 100, true, s);
-    k::adamw_update(p.data() + 100, g.data() + 100, m.data() + 100, v.data() + 100, n - 100, false, s);
+    k::adamw_update(p.data() + 100, g.data() + 100, m.data() + 100, v.data() + 100, n - 100, false,
+                    s);
     std::vector<double> p1(pd.begin(), pd.begin() + 100), p2(pd.begin() + 100, pd.end());
     std::vector<double> m1(md.begin(), md.begin() + 100), m2(md.begin() + 100, md.end());
     std::vector<double> v1(vd.begin(), vd.begin() + 100), v2(vd.begin() + 100, vd.end());
@@ -132,9 +136,9 @@ TEST(Clip, SumSquaresIsExactAndThreadCountFree) {
 }
 
 TEST(Clip, ScaleFollowsTorchRule) {
-  EXPECT_EQ(k::clip_scale(0.25, 1.0f), 1.0f);                // norm 0.5 < 1
+  EXPECT_EQ(k::clip_scale(0.25, 1.0f), 1.0f);                      // norm 0.5 < 1
   EXPECT_NEAR(k::clip_scale(16.0, 1.0f), 1.0 / (4 + 1e-6), 1e-7);  // norm 4
-  EXPECT_EQ(k::clip_scale(16.0, 0.0f), 1.0f);                // disabled
+  EXPECT_EQ(k::clip_scale(16.0, 0.0f), 1.0f);                      // disabled
   std::vector<float> g = {3.0f, 4.0f};
   k::scale_inplace(g.data(), 2, k::clip_scale(k::sum_squares(g.data(), 2), 1.0f));
   EXPECT_NEAR(std::sqrt(g[0] * g[0] + g[1] * g[1]), 1.0, 1e-6);

@@ -6,8 +6,8 @@
 
 #include "check.h"
 #include "core/dtype.h"
-#include "kernels/kernels.h"
 #include "kernels/fastmath.h"
+#include "kernels/kernels.h"
 
 namespace strata::test {
 namespace k = strata::kernels;
@@ -98,9 +98,10 @@ TEST(Residual, ForwardAndBackward) {
 }
 
 TEST(Convert, Bf16RoundTripAndRounding) {
-  std::vector<float> in = {0.0f, -0.0f, 1.0f, 3.14159f, -2.5e-3f, 1e30f, INFINITY, -INFINITY,
-                           NAN, 1.00390625f /* halfway: rounds to even 1.0 */,
-                           1.01171875f /* halfway: rounds up to even */};
+  std::vector<float> in = {
+      0.0f,       -0.0f,    1.0f,      3.14159f, -2.5e-3f,
+      1e30f,      INFINITY, -INFINITY, NAN,      1.00390625f /* halfway: rounds to even 1.0 */,
+      1.01171875f /* halfway: rounds up to even */};
   const int64_t n = int64_t(in.size());
   std::vector<uint16_t> h(n);
   std::vector<float> back(n);

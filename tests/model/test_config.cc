@@ -83,10 +83,11 @@ TEST(ParamTable, CoversBufferInUnitOrder) {
   EXPECT_EQ(off, m.num_params());
   EXPECT_EQ(m.unit_range(0).first, 0);
   EXPECT_EQ(m.unit_range(m.num_units() - 1).second, m.num_params());
-  for (int u = 1; u < m.num_units(); ++u) EXPECT_EQ(m.unit_range(u).first, m.unit_range(u - 1).second);
-  for (const char* n : {"wte", "wpe", "h.0.ln_1.weight", "h.1.attn.c_attn.weight",
-                        "h.1.attn.c_proj.bias", "h.0.mlp.c_fc.weight", "h.1.mlp.c_proj.weight",
-                        "ln_f.bias"})
+  for (int u = 1; u < m.num_units(); ++u)
+    EXPECT_EQ(m.unit_range(u).first, m.unit_range(u - 1).second);
+  for (const char* n :
+       {"wte", "wpe", "h.0.ln_1.weight", "h.1.attn.c_attn.weight", "h.1.attn.c_proj.bias",
+        "h.0.mlp.c_fc.weight", "h.1.mlp.c_proj.weight", "ln_f.bias"})
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_EQ(t[0].shape, (Shape{16, 16}));  // wte is (padded vocab, C)
   EXPECT_THROW(m.unit_range(m.num_units()), Error);
@@ -132,7 +133,8 @@ TEST(Init, Gpt2Statistics) {
     for (int64_t e = 0; e < n; ++e) s += p[e], s2 += double(p[e]) * p[e];
     const double mean = s / n, sd = std::sqrt(s2 / n - mean * mean);
     if (v.shape.size() == 1) {
-      const bool is_weight = v.name.find("ln_") != std::string::npos && v.name.find("weight") != std::string::npos;
+      const bool is_weight =
+          v.name.find("ln_") != std::string::npos && v.name.find("weight") != std::string::npos;
       EXPECT_EQ(mean, is_weight ? 1.0 : 0.0) << v.name;
       EXPECT_EQ(sd, 0.0) << v.name;
     } else {

@@ -57,8 +57,11 @@ TEST(GPT, HooksRunInTheDocumentedOrder) {
   GPT m(kSmall, 2);
   m.init(1);
   std::string seq;
-  m.set_hooks({[&](int u, Pass p) { seq += (p == Pass::forward ? "F" : "B") + std::to_string(u) + "( "; },
-               [&](int u, Pass p) { seq += ")" + std::string(p == Pass::forward ? "F" : "B") + std::to_string(u) + " "; }});
+  m.set_hooks(
+      {[&](int u, Pass p) { seq += (p == Pass::forward ? "F" : "B") + std::to_string(u) + "( "; },
+       [&](int u, Pass p) {
+         seq += ")" + std::string(p == Pass::forward ? "F" : "B") + std::to_string(u) + " ";
+       }});
   const std::string fwd = "F0( )F0 F1( )F1 F2( )F2 F3( )F3 F0( )F0 ";
   const std::string bwd = "B0( B3( )B3 B2( )B2 B1( )B1 )B0 ";
   Batch b(kSmall, 2, 8, 1);
@@ -104,9 +107,9 @@ TEST(GPT, PhaseAndTraceSpans) {
     EXPECT_EQ(e.cat, "compute");
     names.push_back(e.name);
   }
-  const std::vector<std::string> want = {"forward embed", "forward L0", "forward L1", "forward ln_f",
-                                         "forward logits", "backward logits", "backward ln_f",
-                                         "backward L1", "backward L0", "backward embed"};
+  const std::vector<std::string> want = {
+      "forward embed",   "forward L0",    "forward L1",  "forward ln_f", "forward logits",
+      "backward logits", "backward ln_f", "backward L1", "backward L0",  "backward embed"};
   EXPECT_EQ(names, want);
 }
 
@@ -178,7 +181,8 @@ TEST(GPT, LogitsMatchForwardAndCausal) {
   m.init(2);
   Batch x(kSmall, 1, 16, 8);
   const int Vp = kSmall.padded_vocab;
-  std::vector<float> full(m.logits(x.tokens.data(), 1, 16), m.logits(x.tokens.data(), 1, 16) + 16 * Vp);
+  std::vector<float> full(m.logits(x.tokens.data(), 1, 16),
+                          m.logits(x.tokens.data(), 1, 16) + 16 * Vp);
   // A prefix sees the same logits for its positions (causal attention).
   const float* prefix = m.logits(x.tokens.data(), 1, 5);
   for (int i = 0; i < 5 * Vp; ++i) ASSERT_NEAR(prefix[i], full[i], 1e-5f);
@@ -261,7 +265,8 @@ TEST(GPT, SameBitsForAnyThreadCount) {
   omp_set_num_threads(saved);
   for (int i = 1; i < 3; ++i) {
     EXPECT_EQ(losses[i], losses[0]) << i + 1 << " threads";
-    EXPECT_EQ(0, std::memcmp(grads[i].data(), grads[0].data(), grads[0].size() * 4)) << i + 1 << " threads";
+    EXPECT_EQ(0, std::memcmp(grads[i].data(), grads[0].data(), grads[0].size() * 4))
+        << i + 1 << " threads";
   }
 }
 

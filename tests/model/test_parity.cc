@@ -28,7 +28,8 @@ struct Fixture {
     std::ifstream f(path, std::ios::binary);
     STRATA_CHECK(f, "cannot open ", path);
     std::vector<char> blob((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    STRATA_CHECK(blob.size() >= 16 && std::memcmp(blob.data(), "STRP", 4) == 0, path, ": bad magic");
+    STRATA_CHECK(blob.size() >= 16 && std::memcmp(blob.data(), "STRP", 4) == 0, path,
+                 ": bad magic");
     uint32_t version;
     uint64_t hlen;
     std::memcpy(&version, blob.data() + 4, 4);

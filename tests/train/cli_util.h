@@ -37,11 +37,12 @@ struct TempDir {
   std::string operator/(const std::string& leaf) const { return (path / leaf).string(); }
 };
 
-// Runs `strata <args>` through the shell (args are trusted test strings).
-inline CliResult run_strata(const std::string& args) {
+// Runs `strata <args>` through the shell (args and env, e.g. "VAR=1 ", are trusted test
+// strings).
+inline CliResult run_strata(const std::string& args, const std::string& env = "") {
   TempDir io("io");
-  std::string cmd = std::string(STRATA_BINARY) + " " + args + " >" + (io / "out") + " 2>" +
-                    (io / "err");
+  std::string cmd = env + std::string(STRATA_BINARY) + " " + args + " >" + (io / "out") +
+                    " 2>" + (io / "err");
   int rc = std::system(cmd.c_str());
   CliResult r;
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;

@@ -49,7 +49,7 @@ TEST(Peak, FlagOverridesWithoutMeasuring) {
 TEST(Peak, MeasuresOnceThenReadsCache) {
   CacheFile cache("roundtrip");
   EXPECT_EQ(peak_cache_path(), cache.path.string());
-  Peak first = machine_peak(1);
+  Peak first = machine_peak(1, 0, 0.1);
   EXPECT_EQ(first.source, "measured");
   EXPECT_GT(first.gflops, 0);
   ASSERT_TRUE(fs::exists(cache.path));
@@ -58,7 +58,7 @@ TEST(Peak, MeasuresOnceThenReadsCache) {
   ASSERT_TRUE(j.contains(key)) << j.dump();
   EXPECT_EQ(j[key].get<double>(), first.gflops);
 
-  Peak second = machine_peak(1);
+  Peak second = machine_peak(1, 0, 0.1);
   EXPECT_EQ(second.gflops, first.gflops);
   EXPECT_EQ(second.source, "cache " + cache.path.string());
 }
@@ -67,11 +67,11 @@ TEST(Peak, CorruptCacheIsRemeasuredAndOtherKeysKept) {
   CacheFile cache("corrupt");
   fs::create_directories(cache.path.parent_path());
   std::ofstream(cache.path) << "{not json";
-  EXPECT_EQ(machine_peak(1).source, "measured");
+  EXPECT_EQ(machine_peak(1, 0, 0.1).source, "measured");
   // A different thread count is a different key; existing keys survive.
   std::ofstream(cache.path) << "{\"other cpu|threads=4\": 99.0}";
   nlohmann::json before = nlohmann::json::parse(std::ifstream(cache.path));
-  machine_peak(1);
+  machine_peak(1, 0, 0.1);
   nlohmann::json after = nlohmann::json::parse(std::ifstream(cache.path));
   EXPECT_EQ(after["other cpu|threads=4"], 99.0);
   EXPECT_EQ(after.size(), 2u);

@@ -26,27 +26,36 @@ static int run(int argc, char** argv) {
     const std::string a = argv[i];
     STRATA_CHECK(i + 1 < argc, "flag ", a, " needs a value");
     const std::string v = argv[++i];
-    if (a == "--layers") c.layers = std::stoi(v);
-    else if (a == "--dim") c.dim = std::stoi(v);
-    else if (a == "--heads") c.heads = std::stoi(v);
-    else if (a == "--seq") c.seq = std::stoi(v);
-    else if (a == "--vocab") c.vocab = c.padded_vocab = std::stoi(v);
-    else if (a == "--padded-vocab") c.padded_vocab = std::stoi(v);
-    else if (a == "--seed") seed = std::stoull(v);
-    else if (a == "--out") out = v;
-    else strata::fail("unknown flag ", a);
+    if (a == "--layers")
+      c.layers = std::stoi(v);
+    else if (a == "--dim")
+      c.dim = std::stoi(v);
+    else if (a == "--heads")
+      c.heads = std::stoi(v);
+    else if (a == "--seq")
+      c.seq = std::stoi(v);
+    else if (a == "--vocab")
+      c.vocab = c.padded_vocab = std::stoi(v);
+    else if (a == "--padded-vocab")
+      c.padded_vocab = std::stoi(v);
+    else if (a == "--seed")
+      seed = std::stoull(v);
+    else if (a == "--out")
+      out = v;
+    else
+      strata::fail("unknown flag ", a);
   }
   STRATA_CHECK(!out.empty(), "--out FILE is required");
   GPT model(c, 1);
   model.init(seed);
   nlohmann::json h;
-  h["config"] = {{"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}, {"seq", c.seq},
-                 {"vocab", c.vocab}, {"padded_vocab", c.padded_vocab}};
+  h["config"] = {{"layers", c.layers}, {"dim", c.dim},     {"heads", c.heads},
+                 {"seq", c.seq},       {"vocab", c.vocab}, {"padded_vocab", c.padded_vocab}};
   h["seed"] = seed;
   h["tensors"] = nlohmann::json::array();
   for (const auto& v : model.param_table())
-    h["tensors"].push_back({{"name", v.name}, {"dtype", "f32"}, {"shape", v.shape},
-                            {"offset", v.offset * 4}});
+    h["tensors"].push_back(
+        {{"name", v.name}, {"dtype", "f32"}, {"shape", v.shape}, {"offset", v.offset * 4}});
   const std::string text = h.dump();
   std::ofstream f(out, std::ios::binary);
   STRATA_CHECK(f, "cannot write ", out);

@@ -8,6 +8,10 @@
 // B) copy each peer's part out as soon as that peer published A; publish. A slot is reused
 // D rounds later, after every peer published B of that round.
 //   Cost: 2α per round, ⌈max c_p / C⌉ rounds; c_r + Σ_{p≠r} c_p bytes of β per rank.
+// Direct (processes that may read each other's memory, or threads): every rank publishes
+// the address of its block with its descriptor; each rank copies every peer's block straight
+// from the peer's buffer (cross-memory attach, one kernel copy), then all wait until
+// everyone finished reading.   Cost: 2α + Σ_{p≠r} c_p·β — half the copies of the staged path.
 // In place (send == output + o_r): the own block is not copied.
 #include <cstring>
 #include <vector>
@@ -40,6 +44,39 @@ void allgather_flat(OpCtx& c) {
   if (own && dst != op.send) std::memcpy(dst, op.send, own * es);
 }
 
+// The staged or the direct path, chosen after the descriptors are exchanged (so every
+// rank takes the same one).
+void allgather_large(OpCtx& c) {
+  uint64_t addr = reinterpret_cast<uint64_t>(c.op.send);
+  c.open(counts_hash(c.op.counts), true, &addr, sizeof addr);
+  if (c.all_can_read() && c.t.options().algo != ShmAlgo::pipelined) allgather_direct(c);
+  else allgather_pipelined(c);
+}
+
+void allgather_direct(OpCtx& c) {
+  const detail::OpDesc& op = c.op;
+  size_t es = dtype_size(op.dtype);
+  auto recv = static_cast<char*>(op.recv);
+  size_t off = 0, own_off = 0;
+  std::vector<size_t> offs(size_t(c.size));
+  for (int p = 0; p < c.size; ++p) {
+    offs[size_t(p)] = off;
+    if (p == c.rank) own_off = off;
+    off += op.counts[size_t(p)];
+  }
+  for (int i = 1; i < c.size; ++i) {
+    int p = (c.rank + i) % c.size;
+    uint64_t src;
+    std::memcpy(&src, c.desc(p).data, sizeof src);
+    c.read(p, recv + offs[size_t(p)] * es, src, op.counts[size_t(p)] * es);
+  }
+  size_t own = op.counts[size_t(c.rank)];
+  char* dst = recv + own_off * es;
+  if (own && dst != op.send) std::memcpy(dst, op.send, own * es);
+  c.arrive();  // done reading the peers' buffers; they may return once all are
+  c.wait_all(2);
+}
+
 void allgather_pipelined(OpCtx& c) {
   const detail::OpDesc& op = c.op;
   const Layout& L = c.seg.layout();
@@ -54,7 +91,6 @@ void allgather_pipelined(OpCtx& c) {
   size_t own = op.counts[size_t(c.rank)];
   auto send = static_cast<const char*>(op.send);
   auto recv = static_cast<char*>(op.recv);
-  c.open(counts_hash(op.counts));
   std::vector<uint64_t> freed(L.depth, 0);
   size_t rounds = (maxc + E - 1) / E;
   for (size_t k = 0; k < rounds; ++k) {

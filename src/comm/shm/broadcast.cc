@@ -6,6 +6,9 @@
 // Pipelined: per round, the root copies the round into its slot and publishes; every other
 // rank waits for the root only, copies out, publishes. The root reuses a slot D rounds
 // later, after every peer published that round.   Cost: 2α per round, 2n·β (copy in, out).
+// Direct (peers may read each other's memory): the root publishes its buffer's address;
+// every other rank copies straight from it; the root waits until all have.
+//   Cost: 2α + n·β per receiving rank.
 #include <cstring>
 #include <vector>
 
@@ -21,12 +24,29 @@ void broadcast_flat(OpCtx& c) {
   if (c.rank != op.root && bytes) std::memcpy(op.recv, c.seg.small(op.root, op.seq), bytes);
 }
 
+void broadcast_large(OpCtx& c) {
+  uint64_t addr = reinterpret_cast<uint64_t>(c.op.recv);
+  c.open(0, true, &addr, sizeof addr);
+  if (c.all_can_read() && c.t.options().algo != ShmAlgo::pipelined) broadcast_direct(c);
+  else broadcast_pipelined(c);
+}
+
+void broadcast_direct(OpCtx& c) {
+  const detail::OpDesc& op = c.op;
+  if (c.rank != op.root) {
+    uint64_t src;
+    std::memcpy(&src, c.desc(op.root).data, sizeof src);
+    c.read(op.root, op.recv, src, op.count * dtype_size(op.dtype));
+  }
+  c.arrive();
+  if (c.rank == op.root) c.wait_all(2);  // the buffer stays untouched until all have read it
+}
+
 void broadcast_pipelined(OpCtx& c) {
   const detail::OpDesc& op = c.op;
   const Layout& L = c.seg.layout();
   size_t bytes = op.count * dtype_size(op.dtype);
   auto data = static_cast<char*>(op.recv);
-  c.open();
   std::vector<uint64_t> freed(L.depth, 0);
   size_t rounds = (bytes + L.chunk_bytes - 1) / L.chunk_bytes;
   for (size_t k = 0; k < rounds; ++k) {

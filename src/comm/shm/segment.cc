@@ -16,6 +16,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -30,12 +31,29 @@ static constexpr int kDefaultDepth = 4;
 static constexpr size_t kDefaultP2PSlot = 64 << 10;
 static constexpr int kDefaultP2PSlots = 4;
 
+static const EnvVar kSmallEnv("STRATA_SHM_SMALL_BYTES", "",
+                              "shm: largest message of the one-phase flat path (default 65536)");
+static const EnvVar kChunkEnv("STRATA_SHM_CHUNK_BYTES", "",
+                              "shm: staging chunk of the pipelined paths (default 262144)");
+static const EnvVar kDepthEnv("STRATA_SHM_DEPTH", "", "shm: staging chunks in flight per rank (default 4)");
+
+// Options win, then the environment, then the defaults.
+static size_t pick(size_t option, const EnvVar& env, size_t fallback) {
+  if (option) return option;
+  if (env.is_set()) {
+    int64_t v = env.get_int();
+    STRATA_CHECK(v > 0, env.name(), " must be positive, got ", v);
+    return size_t(v);
+  }
+  return fallback;
+}
+
 Layout make_layout(int size, const Options& opt) {
   Layout l;
   l.size = uint32_t(size);
-  l.small_bytes = align_up(opt.small_max_bytes ? opt.small_max_bytes : kDefaultSmall, 64);
-  l.chunk_bytes = align_up(std::max<size_t>(opt.chunk_bytes ? opt.chunk_bytes : kDefaultChunk, 4096), 4096);
-  l.depth = uint32_t(opt.pipeline_depth >= 2 ? opt.pipeline_depth : kDefaultDepth);
+  l.small_bytes = align_up(pick(opt.small_max_bytes, kSmallEnv, kDefaultSmall), 64);
+  l.chunk_bytes = align_up(std::max<size_t>(pick(opt.chunk_bytes, kChunkEnv, kDefaultChunk), 4096), 4096);
+  l.depth = uint32_t(std::max<size_t>(2, pick(size_t(std::max(0, opt.pipeline_depth)), kDepthEnv, kDefaultDepth)));
   l.counts_bytes = align_up(uint64_t(size) * 8, 64);
   l.p2p_slot_bytes = align_up(std::max<size_t>(opt.p2p_slot_bytes ? opt.p2p_slot_bytes : kDefaultP2PSlot, 64), 64);
   l.p2p_slots = uint32_t(opt.p2p_slots >= 1 ? opt.p2p_slots : kDefaultP2PSlots);

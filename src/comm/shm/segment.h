@@ -25,7 +25,7 @@
 namespace strata::comm::shm {
 
 inline constexpr uint64_t kMagic = 0x3153484d41525453ull;  // "STRAMHS1"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr int kDescRing = 4;
 
 struct Layout {
@@ -43,14 +43,23 @@ struct Layout {
 };
 Layout make_layout(int size, const Options& opt);
 
-// One collective's identity as every rank publishes it (for mismatch detection).
-struct OpDescShm {
+// One collective's identity as every rank publishes it (for mismatch detection), in one
+// cache line with up to kInlineBytes of payload: a tiny all-reduce moves one line per rank.
+// `published` (seq + 1) is stored last, with release.
+inline constexpr size_t kInlineBytes = 16;
+enum : uint8_t { kDescCanReadPeers = 1 };  // OpDescShm::flags
+
+struct alignas(64) OpDescShm {
   uint64_t seq;
-  uint32_t op, dtype, redop;
+  uint8_t op, dtype, redop;
+  uint8_t flags;  // kDescCanReadPeers: this rank can read every peer's memory directly
   int32_t root;
   uint64_t count;
   uint64_t counts_hash;  // allgatherv / reduce_scatter_v counts; alltoallv: max block
+  unsigned char data[kInlineBytes];
+  std::atomic<uint64_t> published;
 };
+static_assert(sizeof(OpDescShm) == 64, "one cache line");
 
 enum : uint32_t { kRankAbsent = 0, kRankAttached = 1, kRankDetached = 2 };
 
@@ -66,7 +75,8 @@ struct alignas(64) RankCtrl {
   std::atomic<uint64_t> cur_seq;  // last collective opened
   std::atomic<uint32_t> in_op;    // 1 while inside cur_seq
   std::atomic<uint32_t> cur_op;
-  char pad2[40];
+  uint64_t probe_addr;  // address of a known value in this process (cross-memory-attach probe)
+  char pad2[32];
   OpDescShm desc[kDescRing];
 };
 

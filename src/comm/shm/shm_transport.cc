@@ -1,9 +1,11 @@
 #include "comm/shm/shm_transport.h"
 
 #include <sched.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -26,6 +28,9 @@ using detail::OpDesc;
 static const EnvVar kSpinUs("STRATA_SHM_SPIN_US", "",
                             "microseconds an shm wait spins before sleeping (default: 50 when "
                             "the group has no more ranks than CPUs, else 2)");
+
+// A value every process holds at a known address, read by peers to probe cross-memory attach.
+static const uint64_t kProbeValue = 0x5354524154413031ull;
 
 static int available_cpus() {
   cpu_set_t set;
@@ -69,6 +74,7 @@ std::unique_ptr<ShmTransport> ShmTransport::open(const std::string& job, const s
   STRATA_CHECK(c.state.load() == kRankAbsent, "rank ", rank, " of group ", group,
                " attached twice to ", name, " (two jobs with the same STRATA_JOB_ID?)");
   c.pid.store(int32_t(getpid()));
+  c.probe_addr = reinterpret_cast<uint64_t>(&kProbeValue);
   c.state.store(kRankAttached, std::memory_order_release);
   t->seg_.header().attached.fetch_add(1);
   return t;
@@ -91,9 +97,52 @@ void ShmTransport::wait_attached(int64_t deadline_ns) {
   same_process_ = true;
   for (int r = 0; r < size_; ++r)
     if (seg_.ctrl(r).pid.load() != int32_t(getpid())) same_process_ = false;
+  // Direct reads of peers' buffers: plain loads between threads; cross-memory attach
+  // (process_vm_readv) between processes, where the kernel allows it (ptrace rules).
+  can_read_peers_ = true;
+  if (!same_process_)
+    for (int r = 0; r < size_ && can_read_peers_; ++r) {
+      if (r == rank_) continue;
+      uint64_t got = 0;
+      can_read_peers_ = read_peer(r, &got, seg_.ctrl(r).probe_addr, sizeof got) && got == kProbeValue;
+    }
   STRATA_CHECK(int(h.attached.load()) == size_, "group ", group_, ": ", h.attached.load(),
                " ranks attached to a group of ", size_, " (two jobs with the same STRATA_JOB_ID?)");
   if (rank_ == 0) seg_.unlink();
+}
+
+bool ShmTransport::read_peer(int peer, void* dst, uint64_t src, size_t bytes) {
+  if (same_process_) {
+    std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+    return true;
+  }
+  pid_t pid = seg_.ctrl(peer).pid.load();
+  auto* d = static_cast<char*>(dst);
+  while (bytes) {
+    struct iovec local {d, bytes}, remote {reinterpret_cast<void*>(src), bytes};
+    ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return false;
+    }
+    d += n;
+    src += uint64_t(n);
+    bytes -= size_t(n);
+  }
+  return true;
+}
+
+bool OpCtx::all_can_read() const {
+  for (int r = 0; r < size; ++r)
+    if (!(desc(r).flags & kDescCanReadPeers)) return false;
+  return true;
+}
+
+void OpCtx::read(int peer, void* dst, uint64_t src, size_t bytes) {
+  if (!bytes) return;
+  if (!t.read_peer(peer, dst, src, bytes))
+    throw detail::PeerDeadError(cat(t.op_label(op), ": cannot read the buffer of rank ", peer, " (",
+                                    std::strerror(errno), "); did it exit?"));
 }
 
 void ShmTransport::detach() {
@@ -206,6 +255,20 @@ bool ShmTransport::spin_until(Ready ready, int64_t t0, int& budget_ns) {
   return false;
 }
 
+void ShmTransport::wait_published(int peer, uint64_t target, const OpDesc& op) {
+  std::atomic<uint64_t>& pub = seg_.ctrl(peer).desc[op.seq % kDescRing].published;
+  RankCtrl& c = seg_.ctrl(peer);
+  auto ready = [&] {
+    return pub.load(std::memory_order_acquire) == op.seq + 1 ||
+           c.arrive.load(std::memory_order_acquire) >= target;
+  };
+  if (ready() || spin_until(ready, now_ns(), coll_spin_ns_)) {
+    // The counter may lag the descriptor by a few instructions; later phases wait on it.
+    return;
+  }
+  wait_counter(peer, target, op);
+}
+
 void ShmTransport::wait_counter(int peer, uint64_t target, const OpDesc& op) {
   RankCtrl& c = seg_.ctrl(peer);
   if (c.arrive.load(std::memory_order_acquire) >= target) return;
@@ -259,7 +322,11 @@ void OpCtx::arrive() {
 void OpCtx::wait_rank(int r, uint64_t phase) { t.wait_counter(r, base_ + phase, op); }
 
 void OpCtx::wait_all(uint64_t phase) {
-  for (int i = 1; i < size; ++i) wait_rank((rank + i) % size, phase);
+  for (int i = 1; i < size; ++i) {
+    int r = (rank + i) % size;
+    if (phase == 1) t.wait_published(r, base_ + 1, op);
+    else wait_rank(r, phase);
+  }
 }
 
 const OpDescShm& OpCtx::desc(int r) const { return seg.ctrl(r).desc[op.seq % kDescRing]; }
@@ -274,18 +341,22 @@ static std::string describe_desc(const OpDescShm& d) {
   return s;
 }
 
-void OpCtx::open(uint64_t extra, bool compare_extra) {
+void OpCtx::open(uint64_t extra, bool compare_extra, const void* inline_data,
+                 size_t inline_bytes) {
   OpDescShm& mine = seg.ctrl(rank).desc[op.seq % kDescRing];
+  if (inline_bytes) std::memcpy(mine.data, inline_data, inline_bytes);
   mine.seq = op.seq;
-  mine.op = uint32_t(op.op);
-  mine.dtype = uint32_t(op.dtype);
-  mine.redop = uint32_t(op.redop);
+  mine.op = uint8_t(op.op);
+  mine.dtype = uint8_t(op.dtype);
+  mine.redop = uint8_t(op.redop);
+  mine.flags = t.can_read_peers() ? kDescCanReadPeers : 0;
   mine.root = op.root;
   // Per-rank counts differ in uneven ops: compare totals (and the counts' hash).
   uint64_t total = 0;
   for (size_t x : op.counts) total += x;
   mine.count = op.op == OpType::alltoallv ? 0 : op.counts.empty() ? op.count : total;
   mine.counts_hash = extra;
+  mine.published.store(op.seq + 1, std::memory_order_release);
   arrive();
   wait_all(1);
   bool same = true;
@@ -365,10 +436,10 @@ void ShmTransport::run_collective(OpDesc& op) {
       break;
     case OpType::allgather:
     case OpType::allgatherv:
-      if (flat_fits(max_count(op.counts) * es)) allgather_flat(c); else allgather_pipelined(c);
+      if (flat_fits(max_count(op.counts) * es)) allgather_flat(c); else allgather_large(c);
       break;
     case OpType::broadcast:
-      if (flat_fits(op.count * es)) broadcast_flat(c); else broadcast_pipelined(c);
+      if (flat_fits(op.count * es)) broadcast_flat(c); else broadcast_large(c);
       break;
     case OpType::alltoall:
     case OpType::alltoallv:

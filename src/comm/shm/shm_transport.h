@@ -29,13 +29,19 @@ class OpCtx {
   ~OpCtx();
   // Publishes the descriptor, arrives at phase 1, waits for everyone, checks descriptors.
   // `extra` joins the comparison (a hash of uneven counts), unless compare_extra is false.
-  void open(uint64_t extra = 0, bool compare_extra = true);
+  // `inline_data` (<= kInlineBytes) travels in the descriptor's cache line.
+  void open(uint64_t extra = 0, bool compare_extra = true, const void* inline_data = nullptr,
+            size_t inline_bytes = 0);
   void arrive();                           // this rank finished its next phase
   uint64_t phase() const { return phase_; }  // phases arrived so far
   void wait_all(uint64_t phase);           // every peer arrived at `phase`
   void wait_rank(int r, uint64_t phase);
   // Reads peer r's descriptor of this op (valid after open).
   const OpDescShm& desc(int r) const;
+  // True when every rank can read every peer's memory (direct single-copy algorithms).
+  bool all_can_read() const;
+  // Copies `bytes` at address `src` of peer's process; throws naming the peer on failure.
+  void read(int peer, void* dst, uint64_t src, size_t bytes);
 
   ShmTransport& t;
   const detail::OpDesc& op;
@@ -76,11 +82,16 @@ class ShmTransport final : public detail::Transport {
   void detach() override;
 
   Segment& segment() { return seg_; }
+  bool can_read_peers() const { return can_read_peers_; }
+  bool read_peer(int peer, void* dst, uint64_t src, size_t bytes);
   const std::string& group() const { return group_; }
   const Options& options() const { return opt_; }
 
   // Blocks until ctrl(peer).arrive >= target (or fails naming the peer and `op`).
   void wait_counter(int peer, uint64_t target, const detail::OpDesc& op);
+  // Phase 1 of `op` on `peer`: spins on the peer's descriptor line (which carries the data
+  // of tiny ops), then falls back to wait_counter.
+  void wait_published(int peer, uint64_t target, const detail::OpDesc& op);
   // Throws if the group was aborted or `peer` died / left. `waiting` words the message.
   void check_peer(int peer, const detail::OpDesc& op, const char* waiting);
   void check_abort(const detail::OpDesc& op);
@@ -100,6 +111,7 @@ class ShmTransport final : public detail::Transport {
   int p2p_spin_ns_;
   bool same_process_;  // every member is a thread of this process (no liveness checks)
   uint32_t bell_armed_ = 0;
+  bool can_read_peers_ = false;
 };
 
 // Algorithms (one file each; each opens with its terms and cost).
@@ -109,8 +121,12 @@ void reduce_scatter_flat(OpCtx& c);
 void reduce_scatter_pipelined(OpCtx& c);
 void allgather_flat(OpCtx& c);
 void allgather_pipelined(OpCtx& c);
+void allgather_direct(OpCtx& c);
+void allgather_large(OpCtx& c);  // open, then direct or pipelined
 void broadcast_flat(OpCtx& c);
 void broadcast_pipelined(OpCtx& c);
+void broadcast_direct(OpCtx& c);
+void broadcast_large(OpCtx& c);  // open, then direct or pipelined
 void reduce_flat(OpCtx& c);
 void alltoall_run(OpCtx& c);
 void barrier_run(OpCtx& c);
