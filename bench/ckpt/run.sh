@@ -6,6 +6,9 @@
 # peer on the same bytes. strata's stall is the copy into the host buffer (the writer thread
 # does the rest); torch.save's stall is the whole synchronous save. When `strata train`
 # works, the stall is also put against a measured tiny step (single process, batch 16).
+# Last, fault recovery on `tiny` over 2 ranks (recovery.py): the save stall of a real
+# `strata train --nproc 2 --ckpt-every 5` as a share of its step, and the time from a rank's
+# SIGKILL to the first completed step after the supervisor's restart (RECOVERY_REPS runs).
 #
 #   bash bench/ckpt/run.sh        # BUILD=build REPEATS=3 SIZES="tiny gpt2" DIR=/tmp
 set -euo pipefail
@@ -14,6 +17,7 @@ BUILD="${BUILD:-$ROOT/build}"
 BENCH="${BENCH:-$BUILD/bench/bench_ckpt}"
 STRATA="${STRATA:-$BUILD/strata}"
 REPEATS="${REPEATS:-3}"
+RECOVERY_REPS="${RECOVERY_REPS:-3}"
 SIZES="${SIZES:-tiny gpt2}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 [[ -x "$BENCH" ]] || { echo "bench/ckpt: $BENCH not built (make build)" >&2; exit 1; }
@@ -78,3 +82,8 @@ for size in sizes:
         print(f"tiny step (single process, 2 threads, batch 16): {float(step_ms):.1f} ms; "
               f"2-rank stall = {100*stall2/float(step_ms):.2f}% of a step")
 PY
+
+if [[ -x "$STRATA" && "$RECOVERY_REPS" -gt 0 ]]; then
+  "$PYTHON" "$ROOT/bench/ckpt/recovery.py" --strata "$STRATA" --model tiny --nproc 2 --zero 1 \
+    --reps "$RECOVERY_REPS"
+fi

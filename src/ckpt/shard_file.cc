@@ -76,6 +76,8 @@ ShardInfo write_shard_file(const std::string& path, int rank, int world, int64_t
         pi.block_hashes.push_back(XXH64(src + b, size_t(n), 0));
         write_all(fd, src + b, size_t(n), path, &written, faults);
       }
+      // After the first piece, with more to come: a crash here leaves a partly written file.
+      if (faults && i == 0) faults->point("shard_partial");
     }
     if (faults) faults->point("shard_written");
     if (::fsync(fd) != 0) fail("fsync ", path, ": ", errno_text(errno));

@@ -1,6 +1,7 @@
-// strata launch -n N [--backend shm|mpi] [--timeout S] -- PROGRAM ARGS
+// strata launch -n N [--backend shm|mpi] [--timeout S] [--max-restarts R] -- PROGRAM ARGS
 // Starts N local ranks (or mpirun for mpi), prefixes their output with "[rank R] ", and
-// stops the job when a rank fails, naming it.
+// stops the job when a rank fails, naming it; with --max-restarts, starts the whole job again
+// (STRATA_RESTART=k in the ranks' environment) up to R times.
 #include <cstdio>
 
 #include "cli/command.h"
@@ -15,6 +16,7 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
     std::string backend = "shm";
     double timeout = 0;
     double grace = 5;
+    int max_restarts = 0;
     bool no_prefix = false;
     std::vector<std::string> command;
   };
@@ -24,6 +26,8 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
   app.add_option("--timeout", a->timeout,
                  "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)");
   app.add_option("--grace", a->grace, "seconds between SIGTERM and SIGKILL when stopping ranks");
+  app.add_option("--max-restarts", a->max_restarts,
+                 "restart the whole job after a failure, up to R times (sets STRATA_RESTART)");
   app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with the rank");
   app.add_option("command", a->command, "program and arguments (after --)")->required();
   app.callback([a] {
@@ -33,6 +37,8 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
     STRATA_CHECK(a->timeout >= 0, "--timeout must not be negative, got ", a->timeout);
     o.timeout_s = a->timeout;
     o.grace_s = a->grace;
+    STRATA_CHECK(a->max_restarts >= 0, "--max-restarts must not be negative, got ", a->max_restarts);
+    o.max_restarts = a->max_restarts;
     o.prefix_output = !a->no_prefix;
     o.command = a->command;
     comm::LaunchResult r = comm::launch(o);

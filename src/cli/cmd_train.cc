@@ -1,16 +1,22 @@
-// `strata train`: single-process GPT training (the parallel launcher adds ranks later).
+// `strata train`: GPT training on one process or N data-parallel ranks (ZeRO stages 0-3).
 //
 //   strata train --model tiny --data synthetic --steps 300 --run-dir runs/demo
 //   strata train --layers 2 --dim 64 --heads 4 --seq 32 --data input.txt --json
+//   strata train --nproc 4 --zero 3 --precision bf16 --trace --run-dir runs/z3
 //
 // The model is a preset (--model) with optional overrides of its architecture; --seq is the
 // training sequence length and may not exceed the model's position table (--max-seq).
 #include <cmath>
 #include <string>
 
+#include "ckpt/interval.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "comm/types.h"
+#include "diag/fault_inject.h"
 #include "model/gpt.h"
+#include "parallel/options.h"
+#include "train/distributed.h"
 #include "train/trainer.h"
 
 namespace strata::cli {
@@ -22,6 +28,10 @@ struct TrainArgs {
   int layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0;  // 0 = the preset's
   int64_t warmup = -1;                                          // -1 = 5% of the steps
   double min_lr = -1;                                           // -1 = lr / 10
+  train::ParallelConfig parallel;
+  std::string zero = "0", precision = "fp32", backend = "shm";
+  diag::FaultFlags faults;
+  std::string mtbf;  // --mtbf, e.g. "4h"
 };
 
 // An architecture override, when the flag was given: positive, else one line naming it.
@@ -50,7 +60,20 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   if (app.count("--micro-batch"))
     STRATA_CHECK(cfg.micro_batch > 0, "--micro-batch must be positive (got ", cfg.micro_batch,
                  ")");
+  cfg.fault = a.faults.resolve(a.parallel.world(), cfg.schedule.steps);
+  if (!a.mtbf.empty()) cfg.ckpt.mtbf_s = ckpt::parse_duration(a.mtbf);
   return cfg;
+}
+
+train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train::TrainConfig& cfg) {
+  train::ParallelConfig pc = a.parallel;
+  pc.dp.stage = parallel::parse_zero_stage(a.zero);
+  pc.dp.precision = parallel::parse_precision(a.precision);
+  pc.backend = comm::parse_backend(a.backend);
+  pc.data_parallel = app.count("--zero") || app.count("--precision") || pc.world() > 1;
+  pc.timeout_s = a.faults.timeout_s;
+  pc.validate(cfg);
+  return pc;
 }
 
 void setup(CLI::App& app) {
@@ -68,6 +91,8 @@ void setup(CLI::App& app) {
   app.add_option("--seq", c.seq, "Training sequence length (default: the model's maximum)");
   app.add_option("--vocab", a->vocab, "Vocabulary size (padded to a multiple of 64)");
   app.add_option("--data", c.data, "synthetic | FILE.txt | FILE.bin | DIR (llm.c shards)")
+      ->capture_default_str();
+  app.add_option("--tail", c.tail, "Incomplete last global batch of an epoch: drop, pad or uneven")
       ->capture_default_str();
   app.add_option("--steps", c.schedule.steps, "Optimizer steps")->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of initialisation, data order and sampling")
@@ -97,13 +122,53 @@ void setup(CLI::App& app) {
   app.add_option("--threads", c.threads, "OpenMP and BLAS threads (default: OMP_NUM_THREADS)");
   app.add_option("--peak-gflops", c.peak_gflops,
                  "Peak GFLOP/s for MFU (default: measured by an sgemm probe, cached)");
+  train::ParallelConfig& p = a->parallel;
+  app.add_option("--nproc", p.nproc, "Data-parallel ranks to start on this host")
+      ->capture_default_str();
+  app.add_option("--backend", a->backend, "Communication backend: shm (this host) or mpi")
+      ->capture_default_str();
+  app.add_option("--zero", a->zero, "ZeRO stage: 0 (DDP), 1 (optimizer), 2 (+gradients), 3 (+parameters)")
+      ->capture_default_str();
+  app.add_option("--precision", a->precision, "fp32, or bf16 (bf16 params/grads, fp32 master and moments)")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", p.dp.bucket_mb, "Gradient bucket cap in MiB")->capture_default_str();
+  app.add_option("--prefetch", p.dp.prefetch, "ZeRO-3: layers gathered ahead of their use")
+      ->capture_default_str();
+  app.add_flag("--no-reshard-after-forward", [p = &p](int64_t) { p->dp.reshard_after_forward = false; },
+               "ZeRO-3: keep parameters gathered between forward and backward");
+  app.add_flag("--trace", p.trace, "Write a Chrome trace per rank (<run-dir>/trace-rank<R>.json)");
+  app.add_option("--max-restarts", p.max_restarts,
+                 "Restart the job from the latest checkpoint after a failure, up to R times")
+      ->capture_default_str();
+  app.add_option("--ckpt-every", c.ckpt.every, "Checkpoint every N steps into <run-dir>/ckpt (0: off)")
+      ->capture_default_str();
+  app.add_option("--ckpt-keep", c.ckpt.keep, "Keep the newest K checkpoints (0: all)")
+      ->capture_default_str();
+  app.add_option("--ckpt-keep-every", c.ckpt.keep_every, "Also keep every checkpoint whose step is a multiple of M");
+  app.add_option("--resume", c.ckpt.resume,
+                 "auto (latest good checkpoint in <run-dir>/ckpt; none: start fresh) or PATH "
+                 "(a run dir, its ckpt/ dir or a step-* dir)");
+  app.add_option("--mtbf", a->mtbf, "Mean time between failures (e.g. 4h): prints the optimal "
+                 "checkpoint interval (Young, Daly) from the measured save stall");
+  app.add_option("--straggler-every", c.straggler.every_steps,
+                 "Compare the ranks' compute time every K steps (0: never)")
+      ->capture_default_str();
+  app.add_option("--straggler-pct", c.straggler.threshold_pct,
+                 "Name ranks computing more than X% over the median")
+      ->capture_default_str();
+  a->faults.add_to(app);
   app.callback([&app, a] {
     train::TrainConfig cfg = resolve(app, *a);
-    train::Trainer(cfg).run();
+    train::ParallelConfig pc = resolve_parallel(app, *a, cfg);
+    if (std::optional<int> code = train::launch_ranks_if_needed(cfg, pc)) {
+      if (*code != 0) throw ExitCode{*code};
+      return;
+    }
+    train::train_as_rank(cfg, pc);
   });
 }
 
-static Register reg("train", "Train a GPT model (single process)", setup);
+static Register reg("train", "Train a GPT model on one process or N data-parallel ranks", setup);
 
 }  // namespace
 }  // namespace strata::cli

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -197,7 +198,46 @@ std::string parse_mpirun_failure(const std::vector<std::string>& lines, int& ran
 
 }  // namespace
 
+static const EnvVar kRestart("STRATA_RESTART", "0",
+                             "how many times the supervisor (--max-restarts) has restarted this "
+                             "job; set by the launcher for its ranks");
+
+int restart_attempt() {
+  const int64_t k = kRestart.get_int();
+  STRATA_CHECK(k >= 0, "STRATA_RESTART must be >= 0, got ", k);
+  return int(k);
+}
+
+static LaunchResult launch_once(const LaunchOptions& o);
+
 LaunchResult launch(const LaunchOptions& o) {
+  STRATA_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative, got ", o.max_restarts);
+  auto log = [&](const std::string& line) {
+    if (o.log) {
+      o.log(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::fflush(stderr);
+    }
+  };
+  LaunchOptions attempt = o;
+  for (int k = 0;; ++k) {
+    attempt.extra_env = o.extra_env;
+    if (o.max_restarts > 0) attempt.extra_env.push_back({"STRATA_RESTART", std::to_string(k)});
+    if (k > 0) attempt.job_id.clear();  // a fresh job: no segments shared with the dead one
+    LaunchResult r = launch_once(attempt);
+    r.restarts = k;
+    if (r.exit_code == 0 || r.interrupted || o.max_restarts == 0) return r;
+    if (k == o.max_restarts) {
+      r.message = cat(r.message, "; giving up after ", k, " restart", k == 1 ? "" : "s",
+                      " (--max-restarts ", o.max_restarts, ")");
+      return r;
+    }
+    log(cat("strata launch: restart ", k + 1, "/", o.max_restarts, " after ", r.message));
+  }
+}
+
+static LaunchResult launch_once(const LaunchOptions& o) {
   STRATA_CHECK(o.nproc >= 1, "the number of ranks must be at least 1, got ", o.nproc);
   STRATA_CHECK(!o.command.empty(), "no program to launch (give it after --)");
   std::string prog = find_program(o.command[0]);
@@ -325,6 +365,7 @@ LaunchResult launch(const LaunchOptions& o) {
     }
     if (g_stop_signal && !kill_deadline) {
       res.exit_code = 128 + g_stop_signal;
+      res.interrupted = true;
       res.message = cat("stopped by signal ", int(g_stop_signal), " (", strsignal(g_stop_signal), ")");
       kill_deadline = now_ns() + int64_t(o.grace_s * 1e9);
       stop_all(SIGTERM);

@@ -10,6 +10,12 @@
 // get SIGTERM (they dump their flight recorders), then SIGKILL after a grace period, and the
 // result names the first rank that failed and its exit code or signal. Shared-memory
 // segments of the job are removed at the end in every case.
+//
+// Supervision (max_restarts > 0): when the job fails (a rank died, exited non-zero, or a
+// collective timed out, which makes ranks exit non-zero), every rank is stopped as above and
+// the whole job is started again, up to max_restarts times, with STRATA_RESTART=<k> (k = 1,
+// 2, ...; 0 on the first attempt) in the ranks' environment and a fresh job id; each restart
+// is logged in one line. A job stopped by a signal to the launcher (Ctrl-C) is not restarted.
 #pragma once
 #include <functional>
 #include <string>
@@ -30,18 +36,28 @@ struct LaunchOptions {
   std::string job_id;         // empty: a fresh unique id
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_args;  // extra arguments placed before the program
+  int max_restarts = 0;  // relaunch the whole job after a failure, up to this many times
+  // One line per restart ("strata launch: restart 1/3 after rank 2 was killed by signal 9");
+  // default: stderr.
+  std::function<void(const std::string&)> log;
 };
 
 struct LaunchResult {
   int exit_code = 0;        // 0 when every rank exited 0; else the code launch should exit with
   int failed_rank = -1;     // first rank that failed, -1 if none (or unknown for mpi)
   std::string message;      // one line, e.g. "rank 1 was killed by signal 9 (Killed)"
-  std::string job_id;
+  std::string job_id;       // of the last attempt
+  int restarts = 0;         // relaunches done
+  bool interrupted = false; // the launcher itself got SIGINT/SIGTERM
 };
 
 // Runs the job to completion. Throws Error for bad options (nproc < 1, program not found,
 // mpirun missing) before starting anything.
 LaunchResult launch(const LaunchOptions& options);
+
+// This process's restart count from STRATA_RESTART (0 when unset): what a rank reads to
+// know it is a relaunch (a trainer then resumes from its latest checkpoint).
+int restart_attempt();
 
 // A fresh job id: "<hostname-ish>-<pid>-<random>" (characters safe in shm names).
 std::string new_job_id();

@@ -104,7 +104,9 @@ void GroupRuntime::run_sync(OpDesc op) {
   int64_t t0 = now_ns();  // scheduled and started at once
   uint64_t rec = record(op, phase, t0);
   std::exception_ptr err = run_collective_op(op, rec, t0);
-  flight_recorder().update(rec, err ? OpState::failed : OpState::completed);
+  const int64_t t1 = now_ns();
+  add_thread_blocked_ns(t1 - t0);
+  flight_recorder().update(rec, err ? OpState::failed : OpState::completed, t1);
   lk.lock();
   coll_busy_ = false;
   bool others = !coll_queue_.empty();

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace strata::comm {
 
@@ -19,12 +20,21 @@ void Work::wait(double timeout_s) {
   // Default: the op fails on its own at the group's timeout; the margin covers queueing.
   double limit = timeout_s >= 0 ? timeout_s : 2 * default_timeout_s_ + 10;
   std::unique_lock lk(mu_);
-  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
-  if (!cv_.wait_until(lk, until, [&] { return done_; }))
-    throw TimeoutError(cat(op_name(op_), " #", seq_, ": wait timed out after ", limit,
-                           " s (the operation is still running)"));
+  if (!done_) {
+    const int64_t t0 = now_ns();
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+    const bool finished = cv_.wait_until(lk, until, [&] { return done_; });
+    add_thread_blocked_ns(now_ns() - t0);
+    if (!finished)
+      throw TimeoutError(cat(op_name(op_), " #", seq_, ": wait timed out after ", limit,
+                             " s (the operation is still running)"));
+  }
   if (err_) std::rethrow_exception(err_);
 }
+
+static thread_local int64_t t_blocked_ns = 0;
+int64_t thread_blocked_ns() { return t_blocked_ns; }
+void add_thread_blocked_ns(int64_t ns) { t_blocked_ns += ns; }
 
 bool Work::test() const {
   std::lock_guard lk(mu_);

@@ -55,4 +55,10 @@ class Work {
 
 using WorkPtr = std::shared_ptr<Work>;
 
+// Nanoseconds the calling thread has spent blocked in communication so far: in Work::wait
+// and in sync collectives run on it. A trainer subtracts it from its step time to get the
+// time it computed (straggler detection, diag/straggler.h).
+int64_t thread_blocked_ns();
+void add_thread_blocked_ns(int64_t ns);
+
 }  // namespace strata::comm

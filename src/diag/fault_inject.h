@@ -11,8 +11,8 @@
 //   wrong-count       call one gradient collective of the step with half the count
 //   sleep:SECONDS     sleep SECONDS in forward (a straggler; a hang if > --timeout)
 // --timeout SECONDS is the watchdog's limit for any communication wait (STRATA_TIMEOUT).
-// An injection fires once per process: a restarted job (a new process) fires it again
-// unless the supervisor drops the flags when it restarts.
+// An injection fires in the job's first attempt only (STRATA_RESTART unset or 0), so a job
+// under the supervisor (--max-restarts) recovers from it instead of failing forever.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -56,22 +56,6 @@ struct MemoryReport {
   nlohmann::json to_json() const;
 };
 
-// One optimizer-state tensor as this rank holds it, for checkpoints, which save and load by
-// range of the flat parameter index space [0, Ψ).
-//   name  "params": the fp32 weights the optimizer updates (the fp32 master under bf16; the
-//         bf16 working copy is derived from it), "exp_avg", "exp_avg_sq" (AdamW m, v).
-//   held  [begin, end): the elements this rank keeps; data points at element `begin`.
-//         Load must fill all of them.
-//   write [write_begin, write_end) within held: what this rank writes on save; the write
-//         ranges of all ranks are disjoint and cover [0, Ψ) (each rank's own shard).
-struct StateShard {
-  std::string name;
-  DType dtype = DType::f32;
-  int64_t begin = 0, end = 0;
-  int64_t write_begin = 0, write_end = 0;
-  void* data = nullptr;
-};
-
 class DataParallelEngine final : public StepEngine {
  public:
   // Binds every unit of `model` (built with allocate_state = false) to engine memory and
@@ -95,8 +79,10 @@ class DataParallelEngine final : public StepEngine {
   // Checkpoint access (see StateShard). After writing into the shards, call
   // state_loaded(step_count): it restores the step count and re-derives the working
   // parameters (bf16 copy, all-gather of shards) on every rank.
-  std::vector<StateShard> state_shards();
-  void state_loaded(int64_t step_count);
+  std::vector<StateShard> state_shards() override;
+  void state_loaded(int64_t step_count) override;
+  int zero_stage() const override { return opts_.stage; }
+  const char* precision() const override { return precision_name(opts_.precision); }
 
   // The full fp32 parameters [0, Ψ) assembled on every rank (a collective at stages 1-3):
   // for tests, exports and checkpoint conversion. Bf16 working copies are widened.

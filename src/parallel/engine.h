@@ -10,6 +10,10 @@
 // 0-3 (parallel/). Every rank must call these in the same order.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
 
 namespace strata::parallel {
 
@@ -19,6 +23,22 @@ struct OptimConfig {
   float eps = 1e-8f;
   float weight_decay = 0.1f;  // applied to matrices and embeddings, not to biases or norms
   float grad_clip = 1.0f;     // global-norm clipping threshold; <= 0 disables
+};
+
+// One optimizer-state tensor as this rank holds it, for checkpoints, which save and load by
+// range of the flat parameter index space [0, Ψ).
+//   name  "params": the fp32 weights the optimizer updates (the fp32 master under bf16; a
+//         bf16 working copy is derived from it), "exp_avg", "exp_avg_sq" (AdamW m, v).
+//   held  [begin, end): the elements this rank keeps (may reach into ZeRO padding past Ψ);
+//         data points at element `begin`. A load must fill all of them.
+//   write [write_begin, write_end) within held: what this rank writes on save; the write
+//         ranges of all ranks are disjoint and cover [0, Ψ).
+struct StateShard {
+  std::string name;
+  DType dtype = DType::f32;
+  int64_t begin = 0, end = 0;
+  int64_t write_begin = 0, write_end = 0;
+  void* data = nullptr;
 };
 
 class StepEngine {
@@ -31,6 +51,17 @@ class StepEngine {
   virtual float step(float lr) = 0;
   // Number of optimizer steps taken (AdamW bias correction uses step_count()+1).
   virtual int64_t step_count() const = 0;
+
+  // Checkpoint access. state_shards() points into the engine's live state; after a load has
+  // written into it, state_loaded(step_count) restores the step count and re-derives whatever
+  // is computed from the optimizer's weights (working copies, gathered shards). Every rank
+  // calls state_loaded at the same point (it may communicate).
+  virtual std::vector<StateShard> state_shards() = 0;
+  virtual void state_loaded(int64_t step_count) = 0;
+  // ZeRO stage of the state layout (0 when every rank holds everything), and the precision
+  // of the working parameters, recorded in checkpoints.
+  virtual int zero_stage() const { return 0; }
+  virtual const char* precision() const { return "fp32"; }
 };
 
 }  // namespace strata::parallel

@@ -39,4 +39,16 @@ float LocalEngine::step(float lr) {
   return float(std::sqrt(sum_sq));
 }
 
+std::vector<parallel::StateShard> LocalEngine::state_shards() {
+  const int64_t psi = model_.num_params();
+  return {{"params", DType::f32, 0, psi, 0, psi, model_.params()},
+          {"exp_avg", DType::f32, 0, psi, 0, psi, m_.data()},
+          {"exp_avg_sq", DType::f32, 0, psi, 0, psi, v_.data()}};
+}
+
+void LocalEngine::state_loaded(int64_t step_count) {
+  STRATA_CHECK(step_count >= 0, "state_loaded: step count ", step_count, " must be >= 0");
+  steps_ = step_count;
+}
+
 }  // namespace strata::train

@@ -20,6 +20,9 @@ class LocalEngine : public parallel::StepEngine {
   void end_backward() override {}       // nothing to communicate
   float step(float lr) override;        // clip + AdamW; returns the norm before clipping
   int64_t step_count() const override { return steps_; }
+  // Parameters, m and v, each held whole: [0, Ψ) read and written by this one rank.
+  std::vector<parallel::StateShard> state_shards() override;
+  void state_loaded(int64_t step_count) override;
 
   const float* m() const { return m_.as<float>(); }
   const float* v() const { return v_.as<float>(); }

@@ -9,7 +9,8 @@ namespace strata::train {
 
 namespace fs = std::filesystem;
 
-MetricsWriter::MetricsWriter(const std::string& run_dir, bool json_stdout, std::FILE* out)
+MetricsWriter::MetricsWriter(const std::string& run_dir, bool json_stdout, std::FILE* out,
+                             bool append)
     : run_dir_(run_dir), json_(json_stdout), out_(out) {
   if (run_dir_.empty()) return;
   std::error_code ec;
@@ -17,7 +18,7 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, bool json_stdout, std::
   STRATA_CHECK(!ec && fs::is_directory(run_dir_), "cannot create run directory ", run_dir_, ": ",
                ec ? ec.message() : "a file of that name exists");
   std::string path = run_dir_ + "/metrics.jsonl";
-  metrics_.open(path, std::ios::out | std::ios::trunc);
+  metrics_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   STRATA_CHECK(metrics_.is_open(), "cannot write ", path, " (run directory not writable?)");
 }
 

@@ -14,9 +14,11 @@ namespace strata::train {
 
 class MetricsWriter {
  public:
-  // run_dir empty: nothing written to disk. Creates run_dir and opens metrics.jsonl (truncated),
-  // throwing an Error naming the directory if that fails, before any training starts.
-  MetricsWriter(const std::string& run_dir, bool json_stdout, std::FILE* out = stdout);
+  // run_dir empty: nothing written to disk. Creates run_dir and opens metrics.jsonl (truncated,
+  // or appended to when a run resumes), throwing an Error naming the directory if that fails,
+  // before any training starts.
+  MetricsWriter(const std::string& run_dir, bool json_stdout, std::FILE* out = stdout,
+                bool append = false);
 
   // A per-step, eval or sample record: appended to metrics.jsonl (flushed, so a crashed run
   // keeps its history), then printed as JSON or as `human`.

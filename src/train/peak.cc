@@ -11,6 +11,7 @@
 
 #include "core/env.h"
 #include "core/timer.h"
+#include "kernels/gemm.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::train {
@@ -29,18 +30,26 @@ double measure_sgemm_gflops(double seconds, int n) {
     pa[i] = float(i % 7) * 0.01f;
     pb[i] = float(i % 5) * 0.02f;
   }
-  auto gemm = [&] {
+  auto blas = [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, pa, n, pb, n, 0.0f,
                 c.data(), n);
   };
-  gemm();  // warm-up: thread pool start, page faults
-  double flops = 2.0 * double(n) * n * n;
+  auto own = [&] {
+    kernels::gemm(kernels::Op::N, kernels::Op::N, n, n, n, 1.0f, pa, n, pb, n, 0.0f, c.data(), n);
+  };
+  blas();  // warm-up: thread pool start, page faults
+  own();
+  const double flops = 2.0 * double(n) * n * n;
   double best = 0;
   Stopwatch total;
-  // Short batches so a noisy neighbour hurts one sample, not the estimate.
+  // Short batches, alternating the two GEMMs, so a noisy neighbour hurts one sample of
+  // each, not the estimate.
   while (total.seconds() < seconds || best == 0) {
     Stopwatch sw;
-    for (int i = 0; i < 3; ++i) gemm();
+    for (int i = 0; i < 3; ++i) blas();
+    best = std::max(best, 3 * flops / sw.seconds() * 1e-9);
+    sw.reset();
+    for (int i = 0; i < 3; ++i) own();
     best = std::max(best, 3 * flops / sw.seconds() * 1e-9);
   }
   return best;
@@ -70,6 +79,10 @@ std::string peak_cache_path() {
   return "";
 }
 
+std::string peak_cache_key(int threads) {
+  return cpu_model() + "|threads=" + std::to_string(threads) + "|probe=2";
+}
+
 static nlohmann::json read_cache(const std::string& path) {
   std::ifstream in(path);
   if (!in) return nlohmann::json::object();
@@ -77,27 +90,38 @@ static nlohmann::json read_cache(const std::string& path) {
   return j.is_object() ? j : nlohmann::json::object();
 }
 
+// Write then rename, so concurrent runs never read half a file; an unwritable cache only
+// costs a re-measurement.
+static void write_cache(const std::string& path, const nlohmann::json& cache) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  std::ofstream out(tmp);
+  out << cache.dump(2) << "\n";
+  out.close();
+  if (out.fail() || (std::filesystem::rename(tmp, path, ec), ec)) std::filesystem::remove(tmp, ec);
+}
+
 Peak machine_peak(int threads, double override_gflops, double probe_seconds) {
   if (override_gflops > 0) return {override_gflops, "flag"};
   std::string path = peak_cache_path();
-  std::string key = cpu_model() + "|threads=" + std::to_string(threads);
+  std::string key = peak_cache_key(threads);
   nlohmann::json cache = path.empty() ? nlohmann::json::object() : read_cache(path);
   if (auto it = cache.find(key); it != cache.end() && it->is_number() && it->get<double>() > 0)
     return {it->get<double>(), "cache " + path};
   double gflops = measure_sgemm_gflops(probe_seconds);
   if (!path.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
     cache[key] = gflops;
-    std::string tmp = path + ".tmp" + std::to_string(::getpid());
-    // Write then rename, so concurrent runs never read half a file.
-    std::ofstream out(tmp);
-    out << cache.dump(2) << "\n";
-    out.close();
-    if (out.fail() || (std::filesystem::rename(tmp, path, ec), ec))
-      std::filesystem::remove(tmp, ec);
+    write_cache(path, cache);
   }
   return {gflops, "measured"};
+}
+
+void forget_cached_peak(int threads) {
+  const std::string path = peak_cache_path();
+  if (path.empty()) return;
+  nlohmann::json cache = read_cache(path);
+  if (cache.erase(peak_cache_key(threads))) write_cache(path, cache);
 }
 
 }  // namespace strata::train

@@ -1,10 +1,14 @@
-// The machine's peak for MFU: a short sgemm probe (square fp32 matrix products through the
-// same BLAS and thread count that training uses), measured once per machine and cached.
+// The machine's peak for MFU: a short sgemm probe (square fp32 matrix products with the
+// thread count that training uses), measured once per machine and cached.
 //
 // Terms: peak = best sustained GFLOP/s of C = A·B with n = 1024 (2n³ FLOPs per call), over
-// roughly `seconds` of repeated calls after one warm-up call. Cost: about `seconds` of
-// compute and 12 MiB. The cache is a JSON object keyed by "<cpu model>|threads=<n>", in
+// roughly `seconds` of repeated calls after one warm-up call, taking the faster of the BLAS
+// library's sgemm and strata's own GEMM (kernels/gemm.h, what training runs): a peak below
+// what the model's own matmuls reach would put MFU above 100%. Cost: about `seconds` of
+// compute and 12 MiB. The cache is a JSON object keyed by peak_cache_key(), in
 // $STRATA_PEAK_CACHE, else $XDG_CACHE_HOME/strata/peak.json, else ~/.cache/strata/peak.json.
+// A probe taken while other jobs share the cores reads low; the trainer drops a cached peak
+// that its own run beats (MFU > 100%), so the next run measures again.
 #pragma once
 #include <string>
 
@@ -25,5 +29,9 @@ Peak machine_peak(int threads, double override_gflops = 0, double probe_seconds 
 
 std::string cpu_model();           // "model name" of /proc/cpuinfo, or "unknown cpu"
 std::string peak_cache_path();     // where machine_peak reads and writes
+// "<cpu model>|threads=<n>|probe=2" (the probe's version: older entries are re-measured).
+std::string peak_cache_key(int threads);
+// Removes the cached peak for `threads` (it proved too low); other entries are kept.
+void forget_cached_peak(int threads);
 
 }  // namespace strata::train

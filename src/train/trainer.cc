@@ -3,9 +3,17 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include <algorithm>
-#include <cmath>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <thread>
+
+#include "comm/launcher.h"
+#include "comm/work.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/phase.h"
@@ -13,6 +21,7 @@
 #include "core/trace.h"
 #include "data/dataset.h"
 #include "plan/flops.h"
+#include "train/checkpointing.h"
 #include "train/generate.h"
 #include "train/local_engine.h"
 #include "train/metrics.h"
@@ -58,6 +67,11 @@ void TrainConfig::validate(int world) const {
   STRATA_CHECK(peak_gflops >= 0, "--peak-gflops must be positive (got ", peak_gflops, ")");
   STRATA_CHECK(val_fraction > 0 && val_fraction < 1, "validation fraction must be in (0, 1) (got ",
                val_fraction, ")");
+  data::parse_tail_policy(tail);  // throws naming a policy that does not exist
+  STRATA_CHECK(straggler.every_steps >= 0, "--straggler-every must be >= 0 (got ",
+               straggler.every_steps, ")");
+  STRATA_CHECK(straggler.threshold_pct >= 0, "--straggler-pct must be >= 0 (got ",
+               straggler.threshold_pct, ")");
   STRATA_CHECK(prefetch >= 0, "prefetch must be >= 0 (got ", prefetch, ")");
 }
 
@@ -71,6 +85,7 @@ json TrainConfig::to_json() const {
           {"padded_vocab", model.padded_vocab},
           {"seq", train_seq()},
           {"data", data},
+          {"tail", tail},
           {"seed", seed},
           {"batch", batch},
           {"micro_batch", micro_batch},
@@ -162,6 +177,7 @@ std::string floor_text(double loss, double floor) {
 struct Trainer::Run {
   const TrainConfig& cfg;
   const Topology& topo;
+  const EngineFactory& factory;
   int world, A, T, b, threads;
   bool lead;
   std::unique_ptr<MetricsWriter> out;
@@ -169,22 +185,27 @@ struct Trainer::Run {
   std::unique_ptr<model::GPT> model;
   std::unique_ptr<parallel::StepEngine> engine;
   std::unique_ptr<data::Loader> loader;
+  std::unique_ptr<RunCheckpoints> ckpt;
+  int64_t start_step = 0;   // > 0 when resumed from a checkpoint
+  int64_t step_tokens = 0;  // real tokens of the last step
+  bool inject = false;      // cfg.fault fires in this attempt (the supervisor's first only)
   Peak peak;
   double flops_per_token = 0, floor = -1;
   TrainResult result;
   std::vector<double> tok_s, mfus, step_ms;
 
   Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory);
+  diag::ComputeWindow compute_window;
   void train_step(int64_t step);
+  std::optional<diag::StragglerCheck> check_stragglers(int64_t step);
+  void inject_at_step_start(int64_t step);
   void eval_and_sample(int64_t step);
   void finish(double wall_s);
 };
 
 Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory)
-    : cfg(c), topo(t), world(t.world), A(c.accum(t.world)), T(c.train_seq()),
+    : cfg(c), topo(t), factory(factory), world(t.world), A(c.accum(t.world)), T(c.train_seq()),
       b(c.batch / (A * world)), threads(omp_get_max_threads()), lead(t.rank == 0) {
-  if (lead) out = std::make_unique<MetricsWriter>(cfg.run_dir, cfg.json);
-
   current_phase().set(-1, -1, PhaseKind::data);
   split = data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab);
   STRATA_CHECK(split.train->vocab() <= cfg.model.vocab, "data ", split.train->describe(),
@@ -196,6 +217,23 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
 
+  // Checkpoints and resume (train/checkpointing.h); metrics.jsonl is opened after the resume
+  // so that a resumed run appends to its own history.
+  const int restart = std::max(topo.restart, comm::restart_attempt());
+  const diag::FaultKind fk = cfg.fault.kind;
+  STRATA_CHECK(topo.group || (fk != diag::FaultKind::skip_collective &&
+                              fk != diag::FaultKind::wrong_count),
+               "--inject ", diag::fault_kind_name(fk), " needs a collective to break: run on 2 or "
+               "more ranks (--nproc)");
+  inject = cfg.fault.active() && restart == 0;
+  ckpt = std::make_unique<RunCheckpoints>(cfg, topo, restart, *model, *engine);
+  const ResumePoint from = ckpt->resume();
+  start_step = from.step;
+  if (lead) {
+    out = std::make_unique<MetricsWriter>(cfg.run_dir, cfg.json, stdout, from.step > 0);
+    result.losses = from.losses;
+  }
+
   if (lead) peak = machine_peak(threads, cfg.peak_gflops);
   flops_per_token = plan::train_flops_per_token(double(model->num_params()), cfg.model.layers,
                                                 cfg.model.dim, T);
@@ -205,7 +243,8 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   sc.accum = A;
   sc.world = world;
   sc.seed = cfg.seed;
-  loader = std::make_unique<data::Loader>(*split.train, sc, topo.rank, data::LoaderState{},
+  sc.policy = data::parse_tail_policy(cfg.tail);
+  loader = std::make_unique<data::Loader>(*split.train, sc, topo.rank, from.loader,
                                           cfg.prefetch);
   result.entropy_floor = floor;
   if (lead)
@@ -216,12 +255,45 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                   peak.gflops, peak.source.c_str()));
 }
 
+// kill, exit and hang hit at the start of the step; the others inside it (train_step).
+void Trainer::Run::inject_at_step_start(int64_t step) {
+  if (!inject || !cfg.fault.fires(topo.rank, step)) return;
+  switch (cfg.fault.kind) {
+    case diag::FaultKind::kill:
+      raise(SIGKILL);
+      break;
+    case diag::FaultKind::exit:
+      _exit(3);  // no cleanup, no goodbye to the group: peers see a dead rank
+    case diag::FaultKind::hang:
+      for (;;) pause();
+    default:
+      break;
+  }
+}
+
+// Every K steps the ranks share the compute time of the window (one all-gather).
+std::optional<diag::StragglerCheck> Trainer::Run::check_stragglers(int64_t step) {
+  if (world <= 1 || !topo.group || !diag::straggler_check_due(step + 1, cfg.straggler.every_steps))
+    return std::nullopt;
+  double mine = compute_window.take();
+  std::vector<double> all(size_t(world), 0.0);
+  topo.group->all_gather(&mine, all.data(), 1, DType::f64);
+  return diag::find_stragglers(all, cfg.straggler.threshold_pct, step + 1);
+}
+
 void Trainer::Run::train_step(int64_t step) {
+  inject_at_step_start(step);
+  const bool hit = inject && cfg.fault.fires(topo.rank, step);
   Stopwatch sw;
+  TraceSpan step_span(tracer(), tracer().enabled() ? cat("step ", step + 1) : "", "step");
   current_phase().set(step, -1, PhaseKind::data);
-  data::StepBatch batch = loader->next();
+  data::StepBatch batch = [&] {
+    TraceSpan span(tracer(), "data", "data");
+    return loader->next();
+  }();
   STRATA_CHECK(batch.global_real_tokens > 0, "step ", step + 1, " has no real tokens");
   const float scale = float(1.0 / double(batch.global_real_tokens));
+  const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
   double loss_sum = 0;
   for (int m = 0; m < int(batch.micro.size()); ++m) {
@@ -230,6 +302,8 @@ void Trainer::Run::train_step(int64_t step) {
     // B = 0 (a rank without samples at an uneven epoch end) still runs: the model then only
     // calls its hooks, so the rank takes part in the engine's collectives.
     current_phase().set_kind(PhaseKind::forward);
+    if (hit && m == 0 && cfg.fault.kind == diag::FaultKind::sleep)
+      std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
     loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
     current_phase().set_kind(PhaseKind::backward);
     model->backward(scale);
@@ -238,7 +312,20 @@ void Trainer::Run::train_step(int64_t step) {
   current_phase().set_kind(PhaseKind::optimizer);
   const double lr = cfg.schedule.lr_at(step);
   const float grad_norm = engine->step(float(lr));
-  const double loss = topo.sum_across_ranks(loss_sum) / double(batch.global_real_tokens);
+  // Compute time: forward, backward and optimizer, less the time blocked in communication.
+  compute_window.add(double((now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0)) * 1e-9);
+  double loss_total = loss_sum;
+  if (hit && cfg.fault.kind == diag::FaultKind::skip_collective) {
+    // this rank skips the loss all-reduce: its peers wait there until they time out
+  } else if (hit && cfg.fault.kind == diag::FaultKind::wrong_count) {
+    double pair[2] = {loss_sum, 0};  // two elements where the peers reduce one
+    topo.group->all_reduce(pair, 2);
+    loss_total = pair[0];
+  } else {
+    loss_total = topo.sum_across_ranks(loss_sum);
+  }
+  step_tokens = batch.global_real_tokens;
+  const double loss = loss_total / double(batch.global_real_tokens);
   STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1, " (lr ", lr,
                "); try a lower --lr");
   result.losses.push_back(loss);
@@ -252,10 +339,16 @@ void Trainer::Run::train_step(int64_t step) {
     mfus.push_back(mfu);
     step_ms.push_back(secs * 1e3);
   }
+  std::optional<diag::StragglerCheck> stragglers = check_stragglers(step);
   if (!lead) return;
   json rec = {{"step", step + 1},         {"loss", loss},         {"lr", lr},
               {"grad_norm", grad_norm},   {"tokens_per_s", tps},  {"mfu", mfu},
               {"ms", secs * 1e3},         {"tokens", batch.global_real_tokens}};
+  if (stragglers) {
+    diag::add_straggler_metrics(*stragglers, rec);
+    std::string line = diag::straggler_log_line(*stragglers);
+    if (!line.empty()) out->note(line);
+  }
   bool show = (step + 1) % cfg.log_every == 0 || step + 1 == steps || step == 0;
   out->record(rec, show ? fmt("step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | "
                               "%.0f tok/s | MFU %.1f%% | %.1f ms",
@@ -284,6 +377,13 @@ void Trainer::Run::eval_and_sample(int64_t step) {
 void Trainer::Run::finish(double wall_s) {
   result.median_tokens_per_s = median(tok_s);
   result.median_mfu = median(mfus);
+  if (lead && result.median_mfu > 1.0 && peak.source.rfind("cache", 0) == 0) {
+    // This run's matmuls beat the cached peak: it was probed while the cores were busy.
+    forget_cached_peak(threads);
+    out->note(fmt("note: MFU %.0f%% is above 100%%: the cached sgemm peak (%.1f GFLOP/s) was "
+                  "measured under load; it is dropped and the next run measures again",
+                  100 * result.median_mfu, peak.gflops));
+  }
   result.wall_s = wall_s;
   json& s = result.summary;
   s = {{"config", cfg.to_json()},
@@ -294,7 +394,7 @@ void Trainer::Run::finish(double wall_s) {
        {"accum", A},
        {"world", world},
        {"threads", threads},
-       {"final_loss", result.losses.back()},
+       {"final_loss", result.losses.empty() ? json() : json(result.losses.back())},
        {"eval_loss", result.eval_loss},
        {"entropy_floor", nullptr},
        {"median_tokens_per_s", result.median_tokens_per_s},
@@ -310,6 +410,17 @@ void Trainer::Run::finish(double wall_s) {
     s["entropy_floor"] = floor;
     s["eval_gap"] = result.eval_loss - floor;
   }
+  const json ck = ckpt->finish(median(step_ms) / 1e3, lead ? out.get() : nullptr);
+  if (!ck.is_null()) s["ckpt"] = ck;
+  std::string extra_text;
+  if (factory.summary_extras) {
+    json extras = factory.summary_extras();
+    if (extras.contains("text")) {
+      extra_text = "\n" + extras["text"].get<std::string>();
+      extras.erase("text");
+    }
+    s.update(extras);
+  }
   if (!lead) return;
   const MemoryTracker& mt = memory_tracker();
   std::string mem;
@@ -318,11 +429,12 @@ void Trainer::Run::finish(double wall_s) {
            mib(mt.peak(MemCategory(c)));
   out->summary(s, fmt("done: %lld steps in %.1f s | final loss %.4f | eval loss %s\n"
                       "median %.0f tok/s | MFU %.1f%% of %.1f GFLOP/s sgemm peak | %.1f ms/step\n"
-                      "peak memory: %s; total %s",
-                      (long long)cfg.schedule.steps, wall_s, result.losses.back(),
+                      "peak memory: %s; total %s%s",
+                      (long long)cfg.schedule.steps, wall_s,
+                      result.losses.empty() ? NAN : result.losses.back(),
                       floor_text(result.eval_loss, floor).c_str(), result.median_tokens_per_s,
                       100 * result.median_mfu, peak.gflops, median(step_ms), mem.c_str(),
-                      mib(mt.peak_total()).c_str()));
+                      mib(mt.peak_total()).c_str(), extra_text.c_str()));
 }
 
 // ---- the loop ------------------------------------------------------------------------------
@@ -342,8 +454,9 @@ TrainResult Trainer::run() {
   set_threads(cfg_.threads);
   cfg_.validate(topo_.world);
   Run run(cfg_, topo_, engine_factory_);
-  for (int64_t step = 0; step < cfg_.schedule.steps; ++step) {
+  for (int64_t step = run.start_step; step < cfg_.schedule.steps; ++step) {
     run.train_step(step);
+    run.ckpt->after_step(step + 1, run.loader->state(), run.step_tokens, run.out.get());
     run.eval_and_sample(step);
   }
   current_phase().set(cfg_.schedule.steps, -1, PhaseKind::idle);

@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/process_group.h"
+#include "diag/fault_inject.h"
+#include "diag/straggler.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
 #include "parallel/engine.h"
@@ -26,12 +29,22 @@
 
 namespace strata::train {
 
+// Checkpointing and resume (train/checkpointing.h).
+struct CheckpointConfig {
+  int64_t every = 0;       // --ckpt-every: save after every N steps; 0 = no checkpoints
+  int keep = 2;            // --ckpt-keep: newest K kept (0: all)
+  int64_t keep_every = 0;  // --ckpt-keep-every: also keep every Mth step
+  std::string resume;      // --resume: "" (fresh), "auto" (latest under <run-dir>/ckpt) or PATH
+  double mtbf_s = 0;       // --mtbf: > 0 prints the Young/Daly checkpoint interval
+};
+
 struct TrainConfig {
   model::GPTConfig model;      // architecture; model.seq is the maximum sequence length
   std::string model_name;      // preset it came from (reported only)
   int seq = 0;                 // T used in training; 0 = model.seq
   std::string data = "synthetic";
   double val_fraction = 0.05;
+  std::string tail = "drop";   // the epoch's incomplete last global batch: drop | pad | uneven
   uint64_t seed = 1;
   int batch = 8;               // B: global batch in sequences
   int micro_batch = 0;         // b: sequences per rank per micro-step; 0 = B / world
@@ -47,6 +60,9 @@ struct TrainConfig {
   int threads = 0;             // OpenMP/BLAS threads; 0 = leave as set
   double peak_gflops = 0;      // MFU denominator; 0 = measured sgemm peak (cached)
   int prefetch = 2;            // steps the loader prepares ahead
+  diag::StragglerConfig straggler;  // every K steps, name ranks computing X% over the median
+  diag::FaultSpec fault;       // --inject: a fault this run injects on purpose (tests, demos)
+  CheckpointConfig ckpt;
 
   // Accumulation steps A = B / (b · world); throws if not integral.
   int accum(int world) const;
@@ -62,6 +78,13 @@ struct Topology {
   int rank = 0;
   int world = 1;
   std::function<double(double)> sum_across_ranks;
+  // The data-parallel group (null when alone): the trainer's own collectives, e.g. the
+  // injected faults of diag/fault_inject.h.
+  comm::ProcessGroup* group = nullptr;
+  // A barrier on a communicator of its own, for the checkpoint writer thread (see
+  // ckpt/checkpointer.h); empty when alone.
+  std::function<void()> ckpt_barrier;
+  int restart = 0;  // how many times the supervisor restarted this job (STRATA_RESTART)
 };
 
 // Builds the step engine once the model exists. model_owns_state = false asks for a model
@@ -72,6 +95,10 @@ struct EngineFactory {
   std::function<std::unique_ptr<parallel::StepEngine>(model::GPT&, const parallel::OptimConfig&,
                                                       uint64_t seed)>
       make;
+  // Extra summary.json keys, computed after the last step by every rank together (it may
+  // run collectives), e.g. the engine's memory report and the traced overlap; rank 0's
+  // result is merged into the summary. Empty: none.
+  std::function<nlohmann::json()> summary_extras;
 };
 EngineFactory local_engine_factory();
 

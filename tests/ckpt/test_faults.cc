@@ -279,7 +279,7 @@ TEST(CkptFaults, TmpfsFullAndReadOnly) {
 // of step 30; afterwards the run holds step 20 or step 30, complete, and saves again.
 TEST(CkptFaults, CrashAtEverySavePointLeavesOldOrNew) {
   const std::vector<std::pair<std::string, int64_t>> points = {
-      {"shard_written", 20},  {"shard_renamed", 20},  {"index_written", 20},
+      {"shard_partial", 20},  {"shard_written", 20},  {"shard_renamed", 20},  {"index_written", 20},
       {"barrier", 20},        {"manifest_written", 20}, {"dir_renamed", 20},
       {"latest_written", 30}, {"retention_deleted", 30}};
   for (const auto& [point, expect] : points) {

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "nlohmann/json.hpp"
 #include "plan/model_spec.h"
@@ -151,4 +154,39 @@ TEST(PlanCli, RlhfMode) {
   EXPECT_EQ(t.status, 3) << t.out;
   EXPECT_TRUE(has(t.out, "DOES NOT FIT")) << t.out;
   EXPECT_TRUE(has(t.out, "smallest cluster that fits")) << t.out;
+}
+
+// The planner's memory model against strata's own measured runs: the per-rank model-state
+// bytes a `strata train --nproc N --zero S` run reports (its engine's buffers, which the
+// process memory tracker also counts) equal `strata plan`'s for the same model, N and stage.
+TEST(PlanCli, ModelStatesEqualMeasuredZeroRuns) {
+  const std::string shape = "--layers 2 --heads 2 --seq 16 --vocab 256 ";
+  char tmpl[] = "/tmp/strata_plan_measuredXXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  for (const char* prec : {"fp32", "bf16"})
+    for (int n : {2, 3})
+      for (int stage = 0; stage <= 3; ++stage) {
+        SCOPED_TRACE(std::string(prec) + " N " + std::to_string(n) + " zero " + std::to_string(stage));
+        const std::string run = dir + "/" + prec + std::to_string(n) + std::to_string(stage);
+        CliRun t = run_strata("train " + shape + "--dim 32 --max-seq 16 --batch 12 --steps 1 "
+                              "--eval-batches 1 --sample-tokens 0 --peak-gflops 100 --nproc " +
+                              std::to_string(n) + " --zero " + std::to_string(stage) +
+                              " --precision " + prec + " --run-dir " + run);
+        ASSERT_EQ(t.status, 0) << t.out;
+        std::ifstream in(run + "/summary.json");
+        nlohmann::json measured = nlohmann::json::parse(in)["memory"];
+        // bf16 gradients by default in both (DeepSpeed's convention; the engine's too).
+        CliRun p = run_strata("plan --arch gpt " + shape + "--hidden 32 --gpus " + std::to_string(n) +
+                                  " --dp " + std::to_string(n) + " --tp 1 --pp 1 --cp 1 --zero " +
+                                  std::to_string(stage) + " --precision " + prec +
+                                  " --global-batch 12 --json",
+                              false);
+        ASSERT_EQ(p.status, 0) << p.out;
+        nlohmann::json planned = nlohmann::json::parse(p.out)["best"]["memory"]["model_states"];
+        EXPECT_EQ(measured["parameters"]["current"], planned["parameters"]);
+        EXPECT_EQ(measured["gradients"]["current"], planned["gradients"]);
+        EXPECT_EQ(measured["optimizer"]["current"], planned["optimizer"]);
+      }
+  std::filesystem::remove_all(dir);
 }

@@ -76,4 +76,15 @@ inline void write_bin_file(const std::string& path, const std::vector<uint16_t>&
   f.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t));
 }
 
+// Every state's block hashes in a checkpoint, in manifest order: equal iff the bytes are.
+inline std::vector<std::string> state_hashes(const std::string& step_dir) {
+  std::ifstream in(step_dir + "/manifest.json");
+  if (!in) return {"missing " + step_dir};
+  nlohmann::json m = nlohmann::json::parse(in);
+  std::vector<std::string> out;
+  for (const nlohmann::json& shard : m["shards"])
+    for (const nlohmann::json& p : shard["pieces"]) out.push_back(p.dump());
+  return out;
+}
+
 }  // namespace strata::test

@@ -54,7 +54,7 @@ TEST(Peak, MeasuresOnceThenReadsCache) {
   EXPECT_GT(first.gflops, 0);
   ASSERT_TRUE(fs::exists(cache.path));
   nlohmann::json j = nlohmann::json::parse(std::ifstream(cache.path));
-  std::string key = cpu_model() + "|threads=1";
+  std::string key = peak_cache_key(1);
   ASSERT_TRUE(j.contains(key)) << j.dump();
   EXPECT_EQ(j[key].get<double>(), first.gflops);
 
@@ -75,4 +75,17 @@ TEST(Peak, CorruptCacheIsRemeasuredAndOtherKeysKept) {
   nlohmann::json after = nlohmann::json::parse(std::ifstream(cache.path));
   EXPECT_EQ(after["other cpu|threads=4"], 99.0);
   EXPECT_EQ(after.size(), 2u);
+}
+
+// A cached peak that a run has beaten is dropped (the next run measures again); other
+// entries stay.
+TEST(Peak, ForgettingDropsOnlyThatEntry) {
+  CacheFile cache("forget");
+  machine_peak(1, 0, 0.1);
+  machine_peak(2, 0, 0.1);
+  forget_cached_peak(1);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(cache.path));
+  EXPECT_FALSE(j.contains(peak_cache_key(1))) << j.dump();
+  EXPECT_TRUE(j.contains(peak_cache_key(2))) << j.dump();
+  EXPECT_EQ(machine_peak(1, 0, 0.1).source, "measured");
 }

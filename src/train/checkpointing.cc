@@ -1,0 +1,327 @@
+#include "train/checkpointing.h"
+
+#include <signal.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "ckpt/interval.h"
+#include "ckpt/load.h"
+#include "core/error.h"
+#include "core/phase.h"
+#include "core/timer.h"
+
+namespace strata::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::vector<ckpt::TensorInfo> tensor_table(const model::GPT& model) {
+  std::vector<ckpt::TensorInfo> out;
+  for (const model::ParamView& v : model.param_table()) out.push_back({v.name, v.shape, v.offset});
+  return out;
+}
+
+// The architecture keys of TrainConfig::to_json that must match between a checkpoint and
+// the run loading it (the tensor table catches most differences; heads does not show in it).
+void check_same_architecture(const json& saved, const TrainConfig& cfg, const std::string& dir) {
+  const json now = cfg.to_json();
+  for (const char* key : {"layers", "dim", "heads", "max_seq", "vocab"}) {
+    if (!saved.contains(key) || saved[key] == now[key]) continue;
+    fail("checkpoint ", dir, " was written for a different model: --",
+         key == std::string("max_seq") ? "max-seq" : key, " ", saved[key].dump(),
+         " in the checkpoint, ", now[key].dump(), " in this run");
+  }
+}
+
+bool read_json_line(const std::string& line, json* j) {
+  *j = json::parse(line, nullptr, false);
+  return !j->is_discarded() && j->is_object();
+}
+
+// After falling back from damaged checkpoints: renames every committed step newer than the
+// one loaded to .damaged-step-NNNNNN (kept for inspection, no longer a candidate) and points
+// `latest` at the loaded one, so this run can save those steps again.
+void set_aside_damaged(const std::string& run_dir, int64_t loaded) {
+  const std::string root = ckpt::ckpt_root(run_dir);
+  for (int64_t s : ckpt::list_steps(root)) {
+    if (s <= loaded) continue;
+    const std::string name = ckpt::step_dir_name(s);
+    std::string to = root + "/.damaged-" + name;
+    for (int i = 1; fs::exists(to); ++i) to = cat(root, "/.damaged-", name, "-", i);
+    ckpt::rename_path(root + "/" + name, to);
+  }
+  ckpt::fsync_dir(root);
+  ckpt::atomic_write_file(root + "/latest", ckpt::step_dir_name(loaded) + "\n");
+}
+
+}  // namespace
+
+int64_t trim_metrics(const std::string& run_dir, int64_t step, std::vector<double>* losses) {
+  const std::string path = run_dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) return -1;
+  std::string kept, line;
+  int64_t reached = -1;
+  std::vector<std::pair<int64_t, double>> found;
+  while (std::getline(in, line)) {
+    json j;
+    if (!read_json_line(line, &j) || !j.contains("step")) continue;  // a torn last line
+    const int64_t s = j["step"].get<int64_t>();
+    if (j.contains("loss")) reached = std::max(reached, s);
+    if (s > step) continue;
+    if (j.contains("loss")) found.push_back({s, j["loss"].get<double>()});
+    kept += line + "\n";
+  }
+  in.close();
+  ckpt::atomic_write_file(path, kept);
+  if (losses) {
+    losses->clear();
+    bool complete = int64_t(found.size()) == step;
+    for (size_t i = 0; complete && i < found.size(); ++i)
+      complete = found[i].first == int64_t(i) + 1;
+    if (complete)
+      for (auto& f : found) losses->push_back(f.second);
+  }
+  return reached;
+}
+
+RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int restart,
+                               model::GPT& model, parallel::StepEngine& engine)
+    : cfg_(cfg),
+      topo_(topo),
+      restart_(restart),
+      model_(model),
+      engine_(engine),
+      die_in_save_(std::make_shared<std::atomic<bool>>(false)) {
+  const CheckpointConfig& c = cfg.ckpt;
+  STRATA_CHECK(c.every >= 0, "--ckpt-every must be >= 0 (got ", c.every, ")");
+  STRATA_CHECK(c.keep >= 0, "--ckpt-keep must be >= 0 (got ", c.keep, ")");
+  STRATA_CHECK(c.keep_every >= 0, "--ckpt-keep-every must be >= 0 (got ", c.keep_every, ")");
+  STRATA_CHECK(c.mtbf_s >= 0 && std::isfinite(c.mtbf_s), "--mtbf must be a positive duration");
+  STRATA_CHECK(c.every == 0 || !cfg.run_dir.empty(),
+               "--ckpt-every needs --run-dir (checkpoints go to <run-dir>/ckpt)");
+  STRATA_CHECK(c.resume != "auto" || !cfg.run_dir.empty(),
+               "--resume auto needs --run-dir (it looks in <run-dir>/ckpt)");
+  STRATA_CHECK(c.mtbf_s == 0 || c.every > 0,
+               "--mtbf needs --ckpt-every: the interval advice comes from the measured save stall");
+  const diag::FaultSpec& f = cfg.fault;
+  if (f.kind == diag::FaultKind::kill_during_save)
+    STRATA_CHECK(c.every > 0 && (f.step + 1) % c.every == 0, "--inject kill-during-save at step ",
+                 f.step,
+                 " needs a save after that step: step index S is saved as step-(S+1), so "
+                 "S+1 must be a multiple of --ckpt-every (",
+                 c.every, ")");
+  if (c.every == 0) return;
+
+  ckpt::CheckpointerOptions o;
+  o.run_dir = cfg.run_dir;
+  o.rank = topo.rank;
+  o.world = topo.world;
+  o.barrier = topo.ckpt_barrier;
+  o.keep_last = c.keep;
+  o.keep_every = c.keep_every;
+  o.log = [this](const std::string& line) { log(line); };
+  // kill-during-save: the writer thread dies after the first piece of this rank's shard is
+  // written, before the file is complete or renamed.
+  o.faults.at_point = [armed = die_in_save_](const char* point) {
+    if (armed->load() && std::strcmp(point, "shard_partial") == 0) raise(SIGKILL);
+  };
+  saver_ = std::make_unique<ckpt::Checkpointer>(std::move(o));
+  saver_->prepare(request(0, {}));
+}
+
+RunCheckpoints::~RunCheckpoints() = default;
+
+void RunCheckpoints::log(const std::string& line) const {
+  if (topo_.world > 1) {
+    std::fprintf(stderr, "strata train: rank %d: ckpt: %s\n", topo_.rank, line.c_str());
+  } else {
+    std::fprintf(stderr, "strata train: ckpt: %s\n", line.c_str());
+  }
+  std::fflush(stderr);
+}
+
+ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState& loader) const {
+  ckpt::SaveRequest req;
+  req.step = done;
+  ckpt::TrainState& t = req.train;
+  t.step = done;
+  t.schedule_step = done;
+  t.tokens_seen = tokens_seen_;
+  t.loader_epoch = loader.epoch;
+  t.loader_consumed = loader.consumed;
+  t.extra = {{"loader_samples", loader.samples}, {"loader_fingerprint", loader.fingerprint}};
+  // Initialisation and data order derive from the seed alone; samples use counter-based
+  // streams keyed by the step, so the seed is the whole random state.
+  t.rng["init"] = {cfg_.seed, 0, 0};
+  t.rng["sample"] = {cfg_.seed, 0x5A3D1E00, 0};
+  t.config = cfg_.to_json();
+  t.world = topo_.world;
+  t.zero_stage = engine_.zero_stage();
+  t.precision = engine_.precision();
+  req.tensors = tensor_table(model_);
+  const int64_t psi = model_.num_params();
+  for (const parallel::StateShard& s : engine_.state_shards()) {
+    ckpt::StateSlice sl;
+    sl.name = s.name;
+    sl.dtype = s.dtype;
+    sl.numel = psi;
+    sl.held = {s.begin, s.end};
+    sl.data = s.data;
+    sl.write = ckpt::Range{s.write_begin, s.write_end};
+    req.states.push_back(sl);
+  }
+  return req;
+}
+
+ResumePoint RunCheckpoints::resume() {
+  const CheckpointConfig& c = cfg_.ckpt;
+  const bool lead = topo_.rank == 0;
+  auto note = [&](const std::string& line) {
+    if (lead) std::fprintf(stderr, "strata train: %s\n", line.c_str()), std::fflush(stderr);
+  };
+  // A supervised restart continues this run from its own checkpoints when there are any;
+  // otherwise whatever --resume names.
+  std::string mode = c.resume;
+  if (restart_ > 0 && c.every > 0) {
+    if (!ckpt::list_steps(ckpt::ckpt_root(cfg_.run_dir)).empty() || mode.empty()) mode = "auto";
+  }
+  if (mode.empty()) {
+    if (restart_ > 0)
+      note(cat("restart ", restart_,
+               ": no checkpoints (--ckpt-every 0); starting again from step 0"));
+    return {};
+  }
+
+  std::vector<ckpt::StateTarget> targets;
+  for (const parallel::StateShard& s : engine_.state_shards())
+    targets.push_back({s.name, s.dtype, {s.begin, s.end}, s.data, ""});
+  ckpt::LoadOptions lo;
+  lo.expected_tensors = tensor_table(model_);
+  lo.log = [&](const std::string& line) { note("ckpt: " + line); };
+  if (topo_.world > 1)
+    lo.all_ok = [this](bool ok) { return topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0; };
+
+  std::optional<ckpt::LoadResult> r;
+  if (mode == "auto") {
+    r = ckpt::load_latest(cfg_.run_dir, targets, lo);
+    if (!r) {
+      note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "no checkpoint in ",
+               ckpt::ckpt_root(cfg_.run_dir), "; starting fresh"));
+      return {};
+    }
+  } else {
+    const ckpt::CkptLocation where = ckpt::locate(mode);
+    if (!where.step_dir.empty()) {
+      r = ckpt::load_checkpoint(where.step_dir, targets, lo);
+    } else {
+      STRATA_CHECK(fs::path(where.root).filename() == "ckpt", "--resume ", mode,
+                   ": name a run directory, its ckpt/ directory or a step-* directory");
+      r = ckpt::load_latest(fs::path(where.root).parent_path().string(), targets, lo);
+      STRATA_CHECK(r.has_value(), "--resume ", mode, ": no checkpoint there");
+    }
+  }
+  check_same_architecture(r->train.config, cfg_, r->dir);
+  if (mode == "auto" && !r->skipped.empty() && lead) set_aside_damaged(cfg_.run_dir, r->train.step);
+  const ckpt::TrainState& t = r->train;
+  STRATA_CHECK(t.step <= cfg_.schedule.steps, "checkpoint ", r->dir, " is at step ", t.step,
+               ", past --steps ", cfg_.schedule.steps);
+  engine_.state_loaded(t.step);
+
+  ResumePoint p;
+  p.step = t.step;
+  p.dir = r->dir;
+  p.tokens_seen = t.tokens_seen;
+  p.loader.epoch = t.loader_epoch;
+  p.loader.consumed = t.loader_consumed;
+  p.loader.samples = t.extra.value("loader_samples", int64_t(-1));
+  p.loader.fingerprint = t.extra.value("loader_fingerprint", uint64_t(0));
+  tokens_seen_ = t.tokens_seen;
+  if (lead && !cfg_.run_dir.empty()) p.steps_lost = trim_metrics(cfg_.run_dir, t.step, &p.losses);
+  if (p.steps_lost >= 0) p.steps_lost = std::max<int64_t>(0, p.steps_lost - t.step);
+
+  std::string layout;
+  if (t.world != topo_.world || t.zero_stage != engine_.zero_stage())
+    layout = cat(", resharded from ", t.world, " rank(s) at ZeRO ", t.zero_stage, " to ",
+                 topo_.world, " at ZeRO ", engine_.zero_stage());
+  std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
+  note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "resuming from step ",
+           t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", layout, ")", lost));
+  if (t.step == cfg_.schedule.steps)
+    note(cat("checkpoint is at the last step (", t.step, "); nothing left to train"));
+  resumed_ = p;
+  return p;
+}
+
+void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, int64_t step_tokens,
+                                MetricsWriter* out) {
+  tokens_seen_ += step_tokens;
+  if (!saver_ || done % cfg_.ckpt.every != 0) return;
+  const diag::FaultSpec& f = cfg_.fault;
+  if (restart_ == 0 && f.kind == diag::FaultKind::kill_during_save && f.fires(topo_.rank, done - 1))
+    die_in_save_->store(true);
+  current_phase().set_kind(PhaseKind::checkpoint);
+  saver_->save_async(request(done, loader));
+  record_finished(out);
+}
+
+void RunCheckpoints::record_finished(MetricsWriter* out) {
+  const std::vector<ckpt::SaveStats>& h = saver_->history();
+  for (; recorded_ < h.size(); ++recorded_) {
+    const ckpt::SaveStats& s = h[recorded_];
+    if (!out) continue;
+    json rec = {{"step", s.step},
+                {"ckpt",
+                 {{"stall_ms", s.stall_s * 1e3},
+                  {"wait_prev_ms", s.wait_prev_s * 1e3},
+                  {"copy_ms", s.copy_s * 1e3},
+                  {"write_ms", s.write_s * 1e3},
+                  {"commit_ms", s.commit_s * 1e3},
+                  {"bytes", s.total_bytes > 0 ? s.total_bytes : s.bytes},
+                  {"ok", s.ok}}}};
+    if (!s.ok) rec["ckpt"]["error"] = s.error;
+    out->record(rec, s.ok ? fmt("ckpt  step %lld | stall %.2f ms | written in %.1f ms | %.1f MiB",
+                                (long long)s.step, s.stall_s * 1e3, (s.write_s + s.commit_s) * 1e3,
+                                double(s.total_bytes > 0 ? s.total_bytes : s.bytes) / (1 << 20))
+                          : fmt("ckpt  step %lld FAILED: %s", (long long)s.step, s.error.c_str()));
+  }
+}
+
+json RunCheckpoints::finish(double step_s, MetricsWriter* out) {
+  if (!saver_) return resumed_.dir.empty() ? json() : json{{"resumed_from", resumed_.dir}};
+  try {
+    saver_->wait();
+  } catch (const std::exception& e) {
+    log(cat("last save failed: ", e.what()));
+  }
+  record_finished(out);
+  json j = saver_->summary_json();
+  j["every"] = cfg_.ckpt.every;
+  j["keep"] = cfg_.ckpt.keep;
+  j["keep_every"] = cfg_.ckpt.keep_every;
+  j["restart"] = restart_;
+  if (!resumed_.dir.empty()) {
+    j["resumed_from"] = resumed_.dir;
+    j["resumed_step"] = resumed_.step;
+    if (resumed_.steps_lost >= 0) j["steps_lost"] = resumed_.steps_lost;
+  }
+  const int64_t saves = int64_t(saver_->history().size());
+  if (step_s > 0 && saves > 0)
+    j["stall_pct_of_step"] = 100 * j["stall_s"]["mean"].get<double>() / step_s;
+  if (cfg_.ckpt.mtbf_s > 0 && saves > 0) {
+    const ckpt::IntervalAdvice a =
+        ckpt::advise_interval(j["stall_s"]["mean"].get<double>(), cfg_.ckpt.mtbf_s, 0, step_s);
+    j["advice"] = a.to_json();
+    if (out) out->note(a.text());
+  }
+  return j;
+}
+
+}  // namespace strata::train

@@ -1,0 +1,91 @@
+// Checkpoints of a training run: when to save, what a save holds, and how a run resumes.
+//
+//   save    after every `--ckpt-every N` steps, into <run-dir>/ckpt/step-NNNNNN through
+//           ckpt::Checkpointer (asynchronous: the step pays only for copying its shard into a
+//           host buffer; a writer thread writes, fsyncs and commits). The training state
+//           recorded beside the flat states is everything the loop needs to continue bit for
+//           bit: steps done (= schedule position), the loader position (epoch, samples
+//           consumed globally, independent of the world size), tokens seen, the seeds, the
+//           configuration, world size, ZeRO stage and precision.
+//   resume  `--resume auto|PATH`, or automatically when the supervisor restarted the job
+//           (STRATA_RESTART > 0) and checkpoints are on: every rank names the flat ranges its
+//           engine holds and reads them from whatever layout wrote them (ckpt/load.h), so N
+//           ranks at stage s load into M ranks at stage s'. A damaged latest checkpoint is
+//           reported and the previous good one used; a checkpoint of another model is one
+//           line of error.
+//   metrics rank 0 keeps metrics.jsonl of the resumed run continuous: records after the
+//           checkpoint's step (work lost by the failure) are dropped, and the steps lost are
+//           logged; each save adds {"step", "ckpt": {stall_ms, write_ms, ...}}.
+// Cost of a save: one memcpy of this rank's shard (16 bytes per parameter at ZeRO 0 / N
+// ranks, fp32) on the training thread; the rest overlaps the following steps.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "data/dataset.h"
+#include "model/gpt.h"
+#include "nlohmann/json.hpp"
+#include "parallel/engine.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace strata::train {
+
+// Where a run continues from.
+struct ResumePoint {
+  int64_t step = 0;          // steps already done; 0 = a fresh start
+  data::LoaderState loader;  // position after the last batch of those steps
+  int64_t tokens_seen = 0;
+  std::string dir;             // the checkpoint loaded, empty when fresh
+  int64_t steps_lost = -1;     // last step reached before the failure minus `step`; -1 unknown
+  std::vector<double> losses;  // steps 1..step from metrics.jsonl (rank 0), when complete
+};
+
+class RunCheckpoints {
+ public:
+  // `restart` is the supervisor's attempt number (0: first run). Throws one line for an
+  // impossible setting (checkpoints without a run directory, a fault that cannot fire).
+  RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int restart, model::GPT& model,
+                 parallel::StepEngine& engine);
+  ~RunCheckpoints();
+
+  // Loads the checkpoint to continue from, when asked (--resume, or a restart with saves on),
+  // into the engine, and prepares metrics.jsonl (rank 0; call before opening the writer).
+  // Collective when world > 1. Progress and warnings go to stderr.
+  ResumePoint resume();
+  // After `done` steps (1-based count), with the loader's position after that step's batch:
+  // saves when due. Records finished saves into `out` (rank 0; may be null).
+  void after_step(int64_t done, const data::LoaderState& loader, int64_t step_tokens,
+                  MetricsWriter* out);
+  // Waits for the save in flight; returns summary.json's "ckpt" object (null when checkpoints
+  // are off) and prints the interval advice of --mtbf. step_s: median seconds per step.
+  nlohmann::json finish(double step_s, MetricsWriter* out);
+
+ private:
+  ckpt::SaveRequest request(int64_t done, const data::LoaderState& loader) const;
+  void record_finished(MetricsWriter* out);
+  void log(const std::string& line) const;
+
+  const TrainConfig& cfg_;
+  const Topology& topo_;
+  int restart_;
+  model::GPT& model_;
+  parallel::StepEngine& engine_;
+  std::unique_ptr<ckpt::Checkpointer> saver_;
+  std::shared_ptr<std::atomic<bool>> die_in_save_;  // kill-during-save armed for this save
+  int64_t tokens_seen_ = 0;
+  size_t recorded_ = 0;  // saves already written to metrics.jsonl
+  ResumePoint resumed_;
+};
+
+// metrics.jsonl of a resumed run: keeps the records of steps <= `step`, drops the rest.
+// Returns the largest step that had a loss record before (-1 when none or no file) and, when
+// steps 1..step all have one, their losses in *losses.
+int64_t trim_metrics(const std::string& run_dir, int64_t step, std::vector<double>* losses);
+
+}  // namespace strata::train

@@ -1,0 +1,296 @@
+// `strata train --nproc N --zero S`: the same losses as one process for every stage and
+// rank count, bit-identical stage 0 reruns, accumulation equivalence, model-state bytes that
+// equal the ZeRO formula, per-rank traces, and bad input rejected before any work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "plan/zero_memory.h"
+
+namespace strata::test {
+namespace {
+
+using nlohmann::json;
+
+// A model small enough for 16+ runs in a few seconds; batch 12 splits over 1, 2, 3 and 4.
+const std::string kModel =
+    "train --layers 2 --dim 32 --heads 2 --seq 16 --vocab 256 --data synthetic --batch 12 "
+    "--lr 3e-3 --eval-every 0 --eval-batches 1 --sample-tokens 0 --peak-gflops 100 --threads 1 ";
+
+struct TrainRun {
+  std::vector<double> losses;
+  json summary;
+  CliResult cli;
+};
+
+TrainRun train(const std::string& extra, int steps = 20) {
+  TempDir dir("dist");
+  TrainRun r;
+  r.cli = run_strata(kModel + "--steps " + std::to_string(steps) + " --run-dir " + dir.path.string() +
+                     " " + extra);
+  if (r.cli.status != 0) return r;
+  for (const json& rec : json_lines(slurp(dir / "metrics.jsonl")))
+    if (rec.contains("loss")) r.losses.push_back(rec["loss"].get<double>());
+  r.summary = json::parse(slurp(dir / "summary.json"));
+  return r;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+TEST(TrainDistributed, EveryStageAndRankCountMatchesOneProcess) {
+  TrainRun ref = train("");
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  ASSERT_EQ(ref.losses.size(), 20u);
+  for (int n : {1, 2, 3, 4})
+    for (int stage = 0; stage <= 3; ++stage) {
+      TrainRun r = train("--nproc " + std::to_string(n) + " --zero " + std::to_string(stage));
+      ASSERT_EQ(r.cli.status, 0) << "N " << n << " stage " << stage << ": " << r.cli.err;
+      EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << "N " << n << " stage " << stage;
+      EXPECT_EQ(r.summary["world"], n);
+      EXPECT_EQ(r.summary["parallel"]["zero"], stage);
+    }
+}
+
+TEST(TrainDistributed, Bf16StagesStayCloseToFp32) {
+  TrainRun ref = train("");
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  for (int stage : {0, 3}) {
+    TrainRun r = train("--nproc 2 --precision bf16 --zero " + std::to_string(stage));
+    ASSERT_EQ(r.cli.status, 0) << r.cli.err;
+    EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2) << "stage " << stage;
+    EXPECT_GT(max_abs_diff(ref.losses, r.losses), 0) << "bf16 should round differently";
+  }
+}
+
+TEST(TrainDistributed, StageZeroIsBitIdenticalRunToRun) {
+  TrainRun a = train("--nproc 2 --zero 0", 8);
+  TrainRun b = train("--nproc 2 --zero 0", 8);
+  ASSERT_EQ(a.cli.status, 0) << a.cli.err;
+  ASSERT_EQ(b.cli.status, 0) << b.cli.err;
+  EXPECT_EQ(a.losses, b.losses);
+}
+
+// 2 ranks x micro-batch 2 x 3 accumulation = 1 rank x micro-batch 2 x 6 accumulation.
+TEST(TrainDistributed, AccumulationOverRanksEqualsOneRankAccumulating) {
+  TrainRun one = train("--micro-batch 2", 8);
+  TrainRun two = train("--nproc 2 --micro-batch 2 --zero 2", 8);
+  ASSERT_EQ(one.cli.status, 0) << one.cli.err;
+  ASSERT_EQ(two.cli.status, 0) << two.cli.err;
+  EXPECT_EQ(two.summary["accum"], 3);
+  EXPECT_EQ(one.summary["accum"], 6);
+  EXPECT_LE(max_abs_diff(one.losses, two.losses), 1e-5);
+}
+
+// Model states per rank equal the formula to the byte (summary.json) for several N, and the
+// process's memory tracker holds exactly those bytes in its model-state categories.
+TEST(TrainDistributed, ModelStateBytesMatchTheFormula) {
+  for (const char* prec : {"fp32", "bf16"})
+    for (int n : {2, 3, 4})
+      for (int stage = 0; stage <= 3; ++stage) {
+        TrainRun r = train(std::string("--precision ") + prec + " --nproc " + std::to_string(n) +
+                          " --zero " + std::to_string(stage),
+                      1);
+        ASSERT_EQ(r.cli.status, 0) << r.cli.err;
+        const int64_t psi = r.summary["params"];
+        const auto want = plan::zero_model_state_bytes(
+            psi, n, stage,
+            plan::state_bytes_per_param(std::string(prec) == "bf16" ? plan::Precision::bf16
+                                                                    : plan::Precision::fp32));
+        const json& mem = r.summary["engine_memory"];
+        SCOPED_TRACE(std::string(prec) + " N " + std::to_string(n) + " stage " + std::to_string(stage));
+        EXPECT_EQ(mem["parameters"], want.parameters);
+        EXPECT_EQ(mem["gradients"], want.gradients);
+        EXPECT_EQ(mem["optimizer"], want.optimizer);
+        EXPECT_EQ(r.summary["model_states_formula"]["total"], want.total());
+        const json& tracked = r.summary["memory"];
+        EXPECT_EQ(tracked["parameters"]["current"], want.parameters);
+        EXPECT_EQ(tracked["gradients"]["current"], want.gradients);
+        EXPECT_EQ(tracked["optimizer"]["current"], want.optimizer);
+      }
+}
+
+TEST(TrainDistributed, TraceHasLayersCollectivesAndOverlap) {
+  TempDir dir("trace");
+  CliResult r = run_strata(kModel + "--steps 3 --nproc 2 --zero 3 --bucket-mb 0.001 --trace --run-dir " +
+                           dir.path.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    json t = json::parse(slurp(dir / ("trace-rank" + std::to_string(rank) + ".json")));
+    std::set<std::string> cats;
+    bool fwd = false, bwd = false, gather = false, step = false;
+    for (const json& e : t["traceEvents"]) {
+      if (!e.contains("cat")) continue;
+      cats.insert(e["cat"].get<std::string>());
+      std::string name = e["name"];
+      fwd |= name.find("forward") != std::string::npos;
+      bwd |= name.find("backward") != std::string::npos;
+      gather |= name.rfind("allgather", 0) == 0 || name.rfind("all_gather", 0) == 0;
+      step |= name == "step 2";
+    }
+    EXPECT_TRUE(cats.count("compute") && cats.count("comm") && cats.count("data")) << rank;
+    EXPECT_TRUE(fwd && bwd && step) << rank;
+    EXPECT_TRUE(gather) << "stage 3 gathers parameters, rank " << rank;
+  }
+  json s = json::parse(slurp(dir / "summary.json"));
+  double share = s["overlap"]["hidden_share"];
+  EXPECT_GE(share, 0.0);
+  EXPECT_LE(share, 1.0);
+  EXPECT_NE(r.out.find("hidden behind compute"), std::string::npos) << r.out;
+}
+
+TEST(TrainDistributed, BadParallelSettingsFailBeforeAnyWork) {
+  struct Case {
+    std::string flags, says;
+  } cases[] = {
+      {"--zero 4", "--zero"},
+      {"--precision fp16", "fp16"},
+      {"--bucket-mb 0", "bucket"},
+      {"--nproc 0", "--nproc"},
+      {"--nproc 5", "5"},  // batch 12 does not split over 5 ranks
+      {"--trace", "--run-dir"},
+      {"--backend tcp", "tcp"},
+  };
+  for (const Case& c : cases) {
+    CliResult r = run_strata(kModel + "--steps 2 " + c.flags);
+    EXPECT_NE(r.status, 0) << c.flags;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.flags << ": " << r.err;
+    EXPECT_EQ(r.out.find("step"), std::string::npos) << c.flags << ": trained anyway";
+    EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.flags << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace strata::test
+
+namespace strata::test {
+namespace {
+
+// A small text file whose epoch ends mid-batch: with --tail uneven the last global batch is
+// smaller and 2 or 3 ranks get unequal shares (some none); with pad it is filled with masked
+// rows. Either way the loss per step equals one process's on the same global batches.
+TEST(TrainDistributed, UnevenAndPaddedTailsMatchOneProcess) {
+  TempDir dir("tail");
+  std::string text;
+  uint32_t x = 12345;
+  for (int i = 0; i < 1100; ++i) {
+    x = x * 1103515245u + 12345u;
+    text += char('a' + (x >> 16) % 7);
+    if (i % 41 == 40) text += '\n';
+  }
+  std::ofstream(dir / "small.txt") << text;
+  const std::string base = "train --layers 1 --dim 32 --heads 2 --seq 16 --max-seq 16 --data " +
+                           (dir / "small.txt") +
+                           " --batch 12 --steps 10 --lr 3e-3 --eval-every 0 --eval-batches 1 "
+                           "--sample-tokens 0 --peak-gflops 100 --json ";
+  for (const char* tail : {"uneven", "pad"}) {
+    std::vector<std::vector<double>> curves;
+    for (int n : {1, 2, 3}) {
+      CliResult r = run_strata(base + "--tail " + tail + " --nproc " + std::to_string(n));
+      ASSERT_EQ(r.status, 0) << tail << " N " << n << ": " << r.err;
+      std::vector<double> losses;
+      int64_t fewest_tokens = INT64_MAX;
+      for (const json& rec : json_lines(r.out))
+        if (rec.contains("loss") && rec.contains("tokens")) {
+          losses.push_back(rec["loss"]);
+          fewest_tokens = std::min<int64_t>(fewest_tokens, rec["tokens"]);
+        }
+      ASSERT_EQ(losses.size(), 10u) << r.out;
+      EXPECT_LT(fewest_tokens, 12 * 16) << "no step met the epoch's incomplete tail";
+      curves.push_back(losses);
+    }
+    EXPECT_LE(max_abs_diff(curves[0], curves[1]), 1e-5) << tail;
+    EXPECT_LE(max_abs_diff(curves[0], curves[2]), 1e-5) << tail;
+  }
+}
+
+}  // namespace
+}  // namespace strata::test
+
+namespace strata::test {
+namespace {
+
+// Injected faults in a 3-rank `strata train`, diagnosed from the run dir by the hang doctor.
+struct Diagnosis {
+  CliResult train;
+  json report;
+};
+
+Diagnosis inject(const TempDir& dir, const std::string& fault, double timeout_s = 3) {
+  Diagnosis d;
+  d.train = run_strata(kModel + "--steps 6 --nproc 3 --run-dir " + dir.path.string() + " --timeout " +
+                       std::to_string(timeout_s) + " --inject-rank 1 --inject-step 2 --inject " +
+                       fault);
+  CliResult doc = run_strata("doctor hang --json " + dir.path.string());
+  EXPECT_EQ(doc.status, 0) << doc.out << doc.err;
+  if (doc.out.find('{') != std::string::npos) d.report = json::parse(doc.out.substr(doc.out.find('{')));
+  return d;
+}
+
+TEST(TrainDiagnosis, KilledRankIsNamedDeadAndSurvivorsDump) {
+  TempDir dir("diag_kill");
+  Diagnosis d = inject(dir, "kill");
+  EXPECT_NE(d.train.status, 0);
+  EXPECT_NE(d.train.err.find("rank 1 was killed by signal 9"), std::string::npos) << d.train.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "flight-rank0.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "flight-rank2.json"));
+  ASSERT_EQ(d.report["culprits"].size(), 1u) << d.report.dump(1);
+  EXPECT_EQ(d.report["culprits"][0]["rank"], 1);
+  EXPECT_EQ(d.report["culprits"][0]["cause"], "dead");
+}
+
+// A rank that skips the step's loss all-reduce, or calls it with another count: the doctor
+// names it and the kind of mismatch.
+TEST(TrainDiagnosis, SkippedCollectiveAndWrongCountNameTheRank) {
+  for (auto [fault, cause] : {std::pair{"skip-collective", "skipped"}, {"wrong-count", "mismatch"}}) {
+    TempDir dir("diag_mismatch");
+    Diagnosis d = inject(dir, fault);
+    EXPECT_NE(d.train.status, 0) << fault;
+    ASSERT_EQ(d.report["culprits"].size(), 1u) << fault << d.report.dump(1);
+    EXPECT_EQ(d.report["culprits"][0]["rank"], 1) << fault;
+    EXPECT_EQ(d.report["culprits"][0]["cause"], cause) << fault;
+  }
+}
+
+// A rank stuck in compute past the timeout: the others time out waiting for it, and the
+// doctor says where it was.
+TEST(TrainDiagnosis, RankStuckInComputeIsNamed) {
+  TempDir dir("diag_sleep");
+  Diagnosis d = inject(dir, "sleep:6", 1);
+  EXPECT_NE(d.train.status, 0);
+  ASSERT_GE(d.report["culprits"].size(), 1u) << d.report.dump(1);
+  EXPECT_EQ(d.report["culprits"][0]["rank"], 1) << d.report.dump(1);
+}
+
+// A slow rank below the timeout is a straggler: named in the log and in metrics.jsonl.
+TEST(TrainDiagnosis, StragglerIsNamedInTheLogAndMetrics) {
+  TempDir dir("straggler");
+  CliResult r = run_strata(kModel + "--steps 4 --nproc 3 --straggler-every 2 --inject sleep:0.4 "
+                           "--inject-rank 2 --inject-step 1 --run-dir " + dir.path.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("stragglers at step 2: rank 2"), std::string::npos) << r.out;
+  bool found = false;
+  for (const json& rec : json_lines(slurp(dir / "metrics.jsonl")))
+    if (rec.value("step", 0) == 2 && rec.contains("stragglers")) {
+      ASSERT_FALSE(rec["stragglers"].empty());
+      EXPECT_EQ(rec["stragglers"][0]["rank"], 2);
+      EXPECT_GT(rec["stragglers"][0]["compute_ms"].get<double>(), 300);
+      found = true;
+    }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace strata::test
