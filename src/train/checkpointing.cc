@@ -265,8 +265,10 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
   tokens_seen_ += step_tokens;
   if (!saver_ || done % cfg_.ckpt.every != 0) return;
   const diag::FaultSpec& f = cfg_.fault;
-  if (restart_ == 0 && f.kind == diag::FaultKind::kill_during_save && f.fires(topo_.rank, done - 1))
+  if (restart_ == 0 && f.kind == diag::FaultKind::kill_during_save && f.fires(topo_.rank, done - 1)) {
+    saver_->wait();  // the previous save must not be the one that dies
     die_in_save_->store(true);
+  }
   current_phase().set_kind(PhaseKind::checkpoint);
   saver_->save_async(request(done, loader));
   record_finished(out);
