@@ -60,7 +60,10 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   if (app.count("--micro-batch"))
     STRATA_CHECK(cfg.micro_batch > 0, "--micro-batch must be positive (got ", cfg.micro_batch,
                  ")");
-  cfg.fault = a.faults.resolve(a.parallel.world(), cfg.schedule.steps);
+  // Steps count from 1, as the progress lines print them: --inject-step S fires in step S.
+  cfg.fault = a.faults.resolve(a.parallel.world(), cfg.schedule.steps + 1);
+  STRATA_CHECK(!cfg.fault.active() || cfg.fault.step >= 1,
+               "--inject-step counts steps from 1 (got ", cfg.fault.step, ")");
   if (!a.mtbf.empty()) cfg.ckpt.mtbf_s = ckpt::parse_duration(a.mtbf);
   return cfg;
 }

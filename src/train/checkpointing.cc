@@ -113,11 +113,9 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
                "--mtbf needs --ckpt-every: the interval advice comes from the measured save stall");
   const diag::FaultSpec& f = cfg.fault;
   if (f.kind == diag::FaultKind::kill_during_save)
-    STRATA_CHECK(c.every > 0 && (f.step + 1) % c.every == 0, "--inject kill-during-save at step ",
-                 f.step,
-                 " needs a save after that step: step index S is saved as step-(S+1), so "
-                 "S+1 must be a multiple of --ckpt-every (",
-                 c.every, ")");
+    STRATA_CHECK(c.every > 0 && f.step % c.every == 0, "--inject kill-during-save at step ",
+                 f.step, " needs a save after that step: the step must be a multiple of "
+                 "--ckpt-every (", c.every, ")");
   if (c.every == 0) return;
 
   ckpt::CheckpointerOptions o;
@@ -265,7 +263,7 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
   tokens_seen_ += step_tokens;
   if (!saver_ || done % cfg_.ckpt.every != 0) return;
   const diag::FaultSpec& f = cfg_.fault;
-  if (restart_ == 0 && f.kind == diag::FaultKind::kill_during_save && f.fires(topo_.rank, done - 1)) {
+  if (restart_ == 0 && f.kind == diag::FaultKind::kill_during_save && f.fires(topo_.rank, done)) {
     saver_->wait();  // the previous save must not be the one that dies
     die_in_save_->store(true);
   }

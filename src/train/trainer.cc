@@ -257,7 +257,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
 
 // kill, exit and hang hit at the start of the step; the others inside it (train_step).
 void Trainer::Run::inject_at_step_start(int64_t step) {
-  if (!inject || !cfg.fault.fires(topo.rank, step)) return;
+  if (!inject || !cfg.fault.fires(topo.rank, step + 1)) return;
   switch (cfg.fault.kind) {
     case diag::FaultKind::kill:
       raise(SIGKILL);
@@ -283,10 +283,10 @@ std::optional<diag::StragglerCheck> Trainer::Run::check_stragglers(int64_t step)
 
 void Trainer::Run::train_step(int64_t step) {
   inject_at_step_start(step);
-  const bool hit = inject && cfg.fault.fires(topo.rank, step);
+  const bool hit = inject && cfg.fault.fires(topo.rank, step + 1);
   Stopwatch sw;
   TraceSpan step_span(tracer(), tracer().enabled() ? cat("step ", step + 1) : "", "step");
-  current_phase().set(step, -1, PhaseKind::data);
+  current_phase().set(step + 1, -1, PhaseKind::data);  // steps count from 1, as printed
   data::StepBatch batch = [&] {
     TraceSpan span(tracer(), "data", "data");
     return loader->next();

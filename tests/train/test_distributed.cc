@@ -231,7 +231,7 @@ struct Diagnosis {
 Diagnosis inject(const TempDir& dir, const std::string& fault, double timeout_s = 3) {
   Diagnosis d;
   d.train = run_strata(kModel + "--steps 6 --nproc 3 --run-dir " + dir.path.string() + " --timeout " +
-                       std::to_string(timeout_s) + " --inject-rank 1 --inject-step 2 --inject " +
+                       std::to_string(timeout_s) + " --inject-rank 1 --inject-step 3 --inject " +
                        fault);
   CliResult doc = run_strata("doctor hang --json " + dir.path.string());
   EXPECT_EQ(doc.status, 0) << doc.out << doc.err;

@@ -73,7 +73,7 @@ TEST(Resume, KilledRunResumesBitExact) {
   // Step index 5 (the sixth step) kills the process at its start: steps 1-5 are done. The
   // save of step 4 runs in the background and may or may not have committed by then, so the
   // latest checkpoint is step 4 or step 2.
-  CliResult killed = run_strata(train_args(run, "--inject kill --inject-step 5"));
+  CliResult killed = run_strata(train_args(run, "--inject kill --inject-step 6"));
   EXPECT_NE(killed.status, 0);
   const std::string at = latest(run);
   ASSERT_TRUE(at == "step-000004" || at == "step-000002") << at;
@@ -128,7 +128,7 @@ TEST(Resume, KillDuringSaveKeepsPreviousCheckpoint) {
   TempDir dir("resume_save_kill");
   const std::string run = dir / "run";
   // Step index 3 ends with the save of step 4; the writer dies with its shard half written.
-  CliResult killed = run_strata(train_args(run, "--inject kill-during-save --inject-step 3"));
+  CliResult killed = run_strata(train_args(run, "--inject kill-during-save --inject-step 4"));
   EXPECT_NE(killed.status, 0);
   EXPECT_EQ(latest(run), "step-000002");
   EXPECT_FALSE(fs::exists(run + "/ckpt/step-000004"));
@@ -197,7 +197,7 @@ TEST(Resume, BadCheckpointFlags) {
   EXPECT_EQ(no_dir.status, 1);
   EXPECT_NE(no_dir.err.find("--ckpt-every needs --run-dir"), std::string::npos) << no_dir.err;
   CliResult bad_save =
-      run_strata(train_args(dir / "run", "--inject kill-during-save --inject-step 2"));
+      run_strata(train_args(dir / "run", "--inject kill-during-save --inject-step 3"));
   EXPECT_EQ(bad_save.status, 1);
   EXPECT_NE(bad_save.err.find("needs a save after that step"), std::string::npos) << bad_save.err;
   CliResult bad_mtbf = run_strata(train_args(dir / "run", "--mtbf soon"));
@@ -235,7 +235,7 @@ TEST(Resume, SupervisedRestartsAtRandomStepsAreBitExact) {
                              "): " + kind + " at step index " + std::to_string(step);
     CliResult r = run_strata(
         "launch -n 1 --max-restarts 2 --no-prefix -- " + std::string(STRATA_BINARY) + " " +
-        train_args(run, "--inject " + kind + " --inject-step " + std::to_string(step)));
+        train_args(run, "--inject " + kind + " --inject-step " + std::to_string(step + 1)));
     ASSERT_EQ(r.status, 0) << what << "\n" << r.err;
     EXPECT_NE(r.err.find("strata launch: restart 1/2 after rank 0"), std::string::npos)
         << what << r.err;

@@ -55,7 +55,7 @@ TEST(ResumeDistributed, SupervisedKillIsBitExactAtEveryZeroStage) {
                              " (seed " + std::to_string(seed) + ")";
     CliResult r = run_strata(
         args(dir / "run", zero + " --max-restarts 2 --inject " + kind + " --inject-rank " +
-                              std::to_string(rank) + " --inject-step " + std::to_string(step)),
+                              std::to_string(rank) + " --inject-step " + std::to_string(step + 1)),
         env_for(dir));
     ASSERT_EQ(r.status, 0) << what << "\n" << r.err;
     EXPECT_NE(r.err.find("restart 1/2 after rank " + std::to_string(rank)), std::string::npos)
@@ -81,7 +81,7 @@ TEST(ResumeDistributed, CollectiveFailuresRestartAndMatch) {
   for (const std::string kind : {"hang", "skip-collective", "wrong-count"}) {
     const std::string run = dir / ("run-" + kind);
     CliResult r = run_strata(
-        args(run, zero + " --max-restarts 1 --inject " + kind + " --inject-rank 1 --inject-step 3"),
+        args(run, zero + " --max-restarts 1 --inject " + kind + " --inject-rank 1 --inject-step 4"),
         env_for(dir));
     ASSERT_EQ(r.status, 0) << kind << "\n" << r.err;
     EXPECT_NE(r.err.find("strata launch: restart 1/1 after rank"), std::string::npos)
