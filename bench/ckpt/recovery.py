@@ -3,7 +3,7 @@
 
 Runs `strata train --nproc N --max-restarts 1 --inject kill --inject-rank R --inject-step S
 --json` and timestamps every output line as it arrives. Rank R kills itself at the start of
-step index S, right after rank 0 printed step S's record, so that record's arrival is the
+step S (counted from 1), right after rank 0 printed step S-1's record, so that record's arrival is the
 death (to within a step's data loading); the first step record after the launcher's
 "restart 1/1" line is the first completed step of the new job. Also reports the save stall
 of the uninterrupted part (summary.json of the final attempt) against the median step.
@@ -58,7 +58,7 @@ def run_once(args, run_dir):
         rec = json.loads(text)
         if "loss" not in rec:
             continue
-        if restart is None and rec["step"] == args.kill_step:
+        if restart is None and rec["step"] == args.kill_step - 1:
             death = t
         elif restart is not None and first is None:
             first = t

@@ -112,6 +112,7 @@ void Checkpointer::prepare(const SaveRequest& req) {
   finish_previous(false);
   const int64_t bytes = host_bytes(req);
   if (host_.bytes() < size_t(bytes)) host_ = Buffer(MemCategory::other, size_t(bytes));
+  std::memset(host_.data(), 0, host_.bytes());  // first touch now, not inside a step
 }
 
 void Checkpointer::save_async(const SaveRequest& req) {
