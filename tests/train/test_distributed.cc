@@ -64,6 +64,15 @@ TEST(TrainDistributed, EveryStageAndRankCountMatchesOneProcess) {
     }
 }
 
+// The same job over the mpi backend (mpirun started by the launcher).
+TEST(TrainDistributed, MpiBackendMatchesOneProcess) {
+  TrainRun ref = train("", 6);
+  TrainRun r = train("--nproc 2 --backend mpi --zero 1", 6);
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  ASSERT_EQ(r.cli.status, 0) << r.cli.err;
+  EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5);
+}
+
 TEST(TrainDistributed, Bf16StagesStayCloseToFp32) {
   TrainRun ref = train("");
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
