@@ -6,12 +6,21 @@ DEB_PKGS  := cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-
              libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
 STRATA    := $(BUILD)/strata
 
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps bench-deps install build demo test bench clean
 
 all: build
 
+# The peers of the benchmarks (PyTorch for /usr/bin/python3); only `make bench` needs them.
+BENCH_PKGS := python3-torch
+
 deps:
-	@missing=""; for p in $(DEB_PKGS); do \
+	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS)"
+
+bench-deps:
+	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS) $(BENCH_PKGS)"
+
+install:
+	@missing=""; for p in $(PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -31,12 +40,13 @@ build: deps $(BUILD)/build.ninja
 
 demo: build
 	$(STRATA) train --model tiny --data synthetic --seq 64 --batch 16 --steps 600 --lr 3e-3 \
-	  --min-lr 1e-4 --weight-decay 0 --eval-every 100 --eval-batches 32 --log-every 20 --run-dir runs/demo
+	  --min-lr 1e-4 --weight-decay 0 --eval-every 100 --eval-batches 32 --log-every 20 \
+	  --nproc 2 --zero 1 --ckpt-every 200 --run-dir runs/demo
 
 test: build
 	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -j $(JOBS) --timeout 600
 
-bench: build
+bench: bench-deps build
 	bash bench/run_all.sh
 
 clean:

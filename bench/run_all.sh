@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Every side-by-side benchmark, one after the other (`make bench`). Each prints its own table;
+# docs/ records the figures with date, machine and load. Run on an otherwise idle machine:
+# the peers (PyTorch, OpenMPI) run interleaved with strata, so noise hits both, but a busy
+# machine still widens the spread.
+#
+#   bash bench/run_all.sh          # BUILD=build; each script's own variables apply
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+export BUILD="${BUILD:-$ROOT/build}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+section() { printf '\n== %s (%s, load %s)\n' "$1" "$(date -u +%FT%TZ)" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
+
+section "single-process training vs PyTorch (docs/training.md)"
+bash "$ROOT/bench/train/run.sh"
+section "data parallelism and ZeRO vs PyTorch DDP (docs/zero.md)"
+bash "$ROOT/bench/zero/run.sh"
+section "loader vs the training rate (docs/data.md)"
+bash "$ROOT/bench/data/run.sh"
+section "checkpoints: stall, write, recovery (docs/checkpoints.md)"
+bash "$ROOT/bench/ckpt/run.sh"
+section "collectives vs OpenMPI (docs/comm.md)"
+/usr/bin/python3 "$ROOT/bench/comm/compare.py" --strata "$BUILD/strata"
+section "kernels and one training step vs PyTorch (docs/kernels.md)"
+/usr/bin/python3 "$ROOT/bench/kernels/compare_torch.py" --build "$BUILD" --threads 1 --rounds 3
