@@ -39,6 +39,7 @@ build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
+	rm -rf runs/demo
 	$(STRATA) train --model tiny --data synthetic --seq 64 --batch 16 --steps 600 --lr 3e-3 \
 	  --min-lr 1e-4 --weight-decay 0 --eval-every 100 --eval-batches 32 --log-every 20 \
 	  --nproc 2 --zero 1 --ckpt-every 200 --run-dir runs/demo

@@ -117,6 +117,14 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
                  f.step, " needs a save after that step: the step must be a multiple of "
                  "--ckpt-every (", c.every, ")");
   if (c.every == 0) return;
+  if (c.resume.empty() && restart_ == 0) {
+    // A fresh run would overwrite another run's checkpoints step by step: refuse.
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(cfg.run_dir + "/ckpt", ec))
+      STRATA_CHECK(e.path().filename().string().rfind("step-", 0) != 0, cfg.run_dir,
+                   "/ckpt already holds checkpoints (", e.path().filename().string(),
+                   "): pass --resume auto to continue that run, or use another --run-dir");
+  }
 
   ckpt::CheckpointerOptions o;
   o.run_dir = cfg.run_dir;

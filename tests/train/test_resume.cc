@@ -246,3 +246,23 @@ TEST(Resume, SupervisedRestartsAtRandomStepsAreBitExact) {
 
 }  // namespace
 }  // namespace strata::test
+
+namespace strata::test {
+namespace {
+
+// A fresh run into a run dir that already holds checkpoints would overwrite them: refused,
+// and the checkpoints stay as they were.
+TEST(Resume, FreshRunDoesNotOverwriteAnotherRunsCheckpoints) {
+  TempDir dir("resume_refuse");
+  const std::string run = dir / "run";
+  ASSERT_EQ(run_strata(train_args(run)).status, 0);
+  const std::vector<std::string> before = state_hashes(run + "/ckpt/step-000008");
+  CliResult again = run_strata(train_args(run, "--seed 7"));
+  EXPECT_EQ(again.status, 1);
+  EXPECT_NE(again.err.find("already holds checkpoints"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("--resume auto"), std::string::npos) << again.err;
+  EXPECT_EQ(state_hashes(run + "/ckpt/step-000008"), before);
+}
+
+}  // namespace
+}  // namespace strata::test
