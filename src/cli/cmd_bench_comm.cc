@@ -12,19 +12,13 @@
 #include "comm/benchmark.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
+#include "comm/rank_status.h"
 #include "comm/process_group.h"
 #include "core/error.h"
 
 namespace strata::cli {
 
 namespace {
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  STRATA_CHECK(n > 0, "cannot find the strata executable (/proc/self/exe)");
-  return std::string(buf, size_t(n));
-}
 
 struct BenchArgs {
   std::string backend = "shm";
@@ -106,7 +100,8 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
     o.backend = backend;
     o.prefix_output = false;
     o.timeout_s = a->timeout;
-    o.command = {self_exe(), "bench", "comm", "--backend", a->backend, "--op", a->op,
+    o.rank_exec = comm::self_executable();
+    o.command = {comm::self_executable(), "bench", "comm", "--backend", a->backend, "--op", a->op,
                  "-b", a->min_bytes, "-e", a->max_bytes, "-f", std::to_string(a->factor),
                  "--iters", std::to_string(a->iters), "--warmup", std::to_string(a->warmup),
                  "--dtype", a->dtype, "--redop", a->redop};

@@ -13,6 +13,7 @@
 #include "comm/benchmark.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
+#include "comm/rank_status.h"
 #include "comm/process_group.h"
 #include "core/error.h"
 #include "diag/flight_dump.h"
@@ -61,13 +62,6 @@ struct NetArgs {
   int reps = 10, iters = 8;
   std::string result_file;  // set by the launching process: rank 0 writes its findings here
 };
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  STRATA_CHECK(n > 0, "cannot find the strata executable (/proc/self/exe)");
-  return std::string(buf, size_t(n));
-}
 
 diag::NetConfig net_config(const NetArgs& a, int world) {
   diag::NetConfig cfg;
@@ -125,7 +119,8 @@ void run_doctor_net(const NetArgs& a) {
   o.nproc = a.nproc;
   o.backend = backend;
   o.timeout_s = a.timeout;
-  o.command = {self_exe(), "doctor", "net", "--backend", a.backend, "--threshold", cat(a.threshold),
+  o.rank_exec = comm::self_executable();
+  o.command = {comm::self_executable(), "doctor", "net", "--backend", a.backend, "--threshold", cat(a.threshold),
                "--expect-busbw", cat(a.expect_busbw), "--bytes", a.bytes, "--coll-bytes", a.coll_bytes,
                "--reps", cat(a.reps), "--iters", cat(a.iters), "--result-file", result};
   if (const char* t = std::getenv("STRATA_THROTTLE_LINK")) o.extra_env.emplace_back("STRATA_THROTTLE_LINK", t);

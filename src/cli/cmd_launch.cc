@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "comm/launcher.h"
+#include "comm/rank_status.h"
 #include "core/error.h"
 
 namespace strata::cli {
@@ -41,6 +42,7 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
     o.max_restarts = a->max_restarts;
     o.prefix_output = !a->no_prefix;
     o.command = a->command;
+    o.rank_exec = comm::self_executable();
     comm::LaunchResult r = comm::launch(o);
     if (r.exit_code != 0) {
       std::fprintf(stderr, "strata launch: %s\n", r.message.c_str());

@@ -13,11 +13,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "comm/rank_status.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -68,12 +70,6 @@ static std::string find_program(const std::string& prog) {
   return "";
 }
 
-static std::string describe_status(int status) {
-  if (WIFEXITED(status)) return cat("exited with code ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return cat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
-  return "stopped";
-}
 
 static int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -259,6 +255,7 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     int rank;
   };
   std::vector<Launch> plan;
+  std::string status_dir;  // mpi with rank_exec: where ranks record how they ended
   if (o.backend == Backend::mpi) {
     std::string mpirun = find_program(o.mpirun);
     STRATA_CHECK(!mpirun.empty(), "'", o.mpirun,
@@ -272,6 +269,14 @@ static LaunchResult launch_once(const LaunchOptions& o) {
       argv.push_back(k + "=" + v);
     }
     for (const std::string& a : o.mpirun_args) argv.push_back(a);
+    if (!o.rank_exec.empty()) {
+      char tmpl[] = "/tmp/strata-ranks-XXXXXX";
+      STRATA_CHECK(mkdtemp(tmpl), "cannot create a directory for rank exit records: ",
+                   std::strerror(errno));
+      status_dir = tmpl;
+      for (const char* a : {o.rank_exec.c_str(), "rank-exec", status_dir.c_str(), "--"})
+        argv.push_back(a);
+    }
     argv.push_back(prog);
     for (size_t i = 1; i < o.command.size(); ++i) argv.push_back(o.command[i]);
     plan.push_back({mpirun, argv, common, -1});
@@ -357,7 +362,7 @@ static LaunchResult launch_once(const LaunchOptions& o) {
         res.exit_code = exit_code_of(status);
         if (c.rank >= 0) {
           res.failed_rank = c.rank;
-          res.message = cat("rank ", c.rank, " ", describe_status(status));
+          res.message = cat("rank ", c.rank, " ", describe_wait_status(status));
         }
         kill_deadline = now_ns() + int64_t(o.grace_s * 1e9);
         stop_all(SIGTERM);
@@ -380,11 +385,14 @@ static LaunchResult launch_once(const LaunchOptions& o) {
 
   if (o.backend == Backend::mpi && res.exit_code != 0 && res.message.empty()) {
     int rank = -1;
-    res.message = parse_mpirun_failure(mpirun_lines, rank);
+    // The ranks' own records first; mpirun's messages do not always name the rank.
+    if (!status_dir.empty()) res.message = first_recorded_failure(status_dir, rank);
+    if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, rank);
     res.failed_rank = rank;
-    if (res.message.empty()) res.message = cat("mpirun ", describe_status(children[0].status));
+    if (res.message.empty()) res.message = cat("mpirun ", describe_wait_status(children[0].status));
   }
   remove_job_segments(res.job_id);
+  if (!status_dir.empty()) std::filesystem::remove_all(status_dir);
   return res;
 }
 

@@ -36,6 +36,10 @@ struct LaunchOptions {
   std::string job_id;         // empty: a fresh unique id
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_args;  // extra arguments placed before the program
+  // mpi: a strata executable to start each rank through (`strata rank-exec`, see
+  // comm/rank_status.h) so the first failing rank is named even when mpirun does not say;
+  // empty: rely on mpirun's messages.
+  std::string rank_exec;
   int max_restarts = 0;  // relaunch the whole job after a failure, up to this many times
   // One line per restart ("strata launch: restart 1/3 after rank 2 was killed by signal 9");
   // default: stderr.

@@ -39,30 +39,54 @@ struct BF16 {
 };
 
 template <typename K, ReduceOp Op>
+inline typename K::Acc combine(typename K::Acc a, typename K::Acc b) {
+  if constexpr (Op == ReduceOp::sum || Op == ReduceOp::avg) return K::add(a, b);
+  if constexpr (Op == ReduceOp::max) return a < b ? b : a;
+  if constexpr (Op == ReduceOp::min) return b < a ? b : a;
+}
+
+// Per block of kBlock elements: the first two inputs are combined in one pass into an L1
+// accumulator, middle inputs are added to it, and the last input is combined in the pass
+// that also divides (avg) and stores to out and out2 — so two inputs take a single pass
+// with both stores from registers, never a separate copy to out2. Outputs may alias inputs
+// only exactly (same index), which element-wise loops allow: hence `ivdep`.
+template <typename K, ReduceOp Op>
 void reduce_typed(typename K::Elem* out, typename K::Elem* out2,
                   const typename K::Elem* const* in, int nin, size_t n, int divisor) {
   using Acc = typename K::Acc;
+  using Elem = typename K::Elem;
   alignas(64) Acc acc[kBlock];
+  const Acc d = Acc(divisor);
+  auto finish = [d](Acc v) {
+    if constexpr (Op == ReduceOp::avg) return Acc(v / d);
+    else return v;
+  };
   for (size_t b = 0; b < n; b += kBlock) {
     size_t m = std::min(kBlock, n - b);
-    const typename K::Elem* x0 = in[0] + b;
-    for (size_t j = 0; j < m; ++j) acc[j] = K::load(x0[j]);
-    for (int p = 1; p < nin; ++p) {
-      const typename K::Elem* x = in[p] + b;
-      for (size_t j = 0; j < m; ++j) {
-        Acc v = K::load(x[j]);
-        if constexpr (Op == ReduceOp::sum || Op == ReduceOp::avg) acc[j] = K::add(acc[j], v);
-        if constexpr (Op == ReduceOp::max) acc[j] = acc[j] < v ? v : acc[j];
-        if constexpr (Op == ReduceOp::min) acc[j] = v < acc[j] ? v : acc[j];
-      }
+    Elem* o = out + b;
+    Elem* o2 = out2 ? out2 + b : nullptr;
+    auto emit = [&](auto&& value_at) {  // final pass: one or two stores per element
+#pragma GCC ivdep
+      for (size_t j = 0; j < m; ++j) o[j] = K::store(finish(value_at(j)));
+      if (o2) std::memcpy(o2, o, m * sizeof(Elem));
+    };
+    const Elem* x0 = in[0] + b;
+    const Elem* xl = in[nin - 1] + b;
+    if (nin == 1) {
+      emit([&](size_t j) { return K::load(x0[j]); });
+      continue;
     }
-    if constexpr (Op == ReduceOp::avg) {
-      Acc d = Acc(divisor);
-      for (size_t j = 0; j < m; ++j) acc[j] = acc[j] / d;
+    if (nin == 2) {
+      emit([&](size_t j) { return combine<K, Op>(K::load(x0[j]), K::load(xl[j])); });
+      continue;
     }
-    typename K::Elem* o = out + b;
-    for (size_t j = 0; j < m; ++j) o[j] = K::store(acc[j]);
-    if (out2) std::memcpy(out2 + b, o, m * sizeof(typename K::Elem));
+    const Elem* x1 = in[1] + b;
+    for (size_t j = 0; j < m; ++j) acc[j] = combine<K, Op>(K::load(x0[j]), K::load(x1[j]));
+    for (int p = 2; p < nin - 1; ++p) {
+      const Elem* x = in[p] + b;
+      for (size_t j = 0; j < m; ++j) acc[j] = combine<K, Op>(acc[j], K::load(x[j]));
+    }
+    emit([&](size_t j) { return combine<K, Op>(acc[j], K::load(xl[j])); });
   }
 }
 

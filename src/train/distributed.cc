@@ -14,6 +14,7 @@
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
 #include "comm/process_group.h"
+#include "comm/rank_status.h"
 #include "core/error.h"
 #include "core/trace.h"
 #include "nlohmann/json.hpp"
@@ -38,9 +39,7 @@ std::vector<std::string> own_command_line() {
     at = end + 1;
   }
   STRATA_CHECK(!args.empty(), "cannot read this process's command line from /proc/self/cmdline");
-  char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) args[0].assign(exe, size_t(n));  // the same binary, wherever PATH points
+  args[0] = comm::self_executable();  // the same binary, wherever PATH points
   return args;
 }
 
@@ -99,6 +98,7 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   o.prefix_output = false;  // rank 0 alone prints progress; --json output stays pure JSON
   o.max_restarts = pc.max_restarts;
   o.command = own_command_line();
+  o.rank_exec = comm::self_executable();
   // Like torchrun: ranks sharing a host split its cores instead of each taking all of them.
   if (!std::getenv("OMP_NUM_THREADS")) {
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));

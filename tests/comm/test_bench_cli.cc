@@ -29,6 +29,25 @@ TEST(BenchComm, JsonRowsWithCheckAreCorrect) {
   EXPECT_GT(rows, 30);
 }
 
+// Processes copy through the staging slots by default; STRATA_SHM_CMA=1 switches all-gather
+// and broadcast to reading peers' buffers with cross-memory attach where the kernel allows
+// it (else they stay staged). Both must give the same, correct results.
+TEST(BenchComm, CrossMemoryAttachPathIsCorrect) {
+  for (const char* op : {"allgather", "broadcast"}) {
+    auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "3", "--op", op, "-b", "96K",
+                           "-e", "3M", "-f", "4", "--iters", "2", "--warmup", "1", "--check",
+                           "--json"},
+                          {{"STRATA_SHM_CMA", "1"}});
+    std::string out = p.output();
+    ASSERT_EQ(p.exit_code(), 0) << out;
+    std::istringstream in(out);
+    int rows = 0;
+    for (std::string line; std::getline(in, line); ++rows)
+      EXPECT_EQ(nlohmann::json::parse(line)["wrong"], 0) << line;
+    EXPECT_EQ(rows, 3) << out;
+  }
+}
+
 TEST(BenchComm, TableHasNcclTestsColumnsAndBusFactors) {
   auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "4", "--op", "allreduce", "-b",
                          "1M", "-e", "1M", "--iters", "3", "--warmup", "1"});

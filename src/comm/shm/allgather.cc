@@ -5,12 +5,14 @@
 // Flat (max c_p fits the small staging): each rank copies its block into its staging and
 // publishes; then copies every peer's block out.   Cost: α + c_r·β + Σ_{p≠r} c_p·β.
 // Pipelined: per round, A) copy the round's part of the own block into the slot, publish;
-// B) copy each peer's part out as soon as that peer published A; publish. A slot is reused
-// D rounds later, after every peer published B of that round.
-//   Cost: 2α per round, ⌈max c_p / C⌉ rounds; c_r + Σ_{p≠r} c_p bytes of β per rank.
-// Direct (processes that may read each other's memory, or threads): every rank publishes
-// the address of its block with its descriptor; each rank copies every peer's block straight
-// from the peer's buffer (cross-memory attach, one kernel copy), then all wait until
+// copy it on into the own part of the output from the slot (hot in cache); B) copy each
+// peer's part out as soon as that peer published A; publish. A slot is reused D rounds
+// later, after every peer published B of that round.
+//   Cost: 2α per round, ⌈max c_p / C⌉ rounds; 2·c_r + Σ_{p≠r} c_p bytes of β per rank.
+// Direct (threads of one process, or processes with STRATA_SHM_CMA=1 that may read each
+// other's memory; cross-memory attach is off by default, see shm_transport.cc): every rank
+// publishes the address of its block with its descriptor; each rank copies every peer's
+// block straight from the peer's buffer (memcpy, or one kernel copy), then all wait until
 // everyone finished reading.   Cost: 2α + Σ_{p≠r} c_p·β — half the copies of the staged path.
 // In place (send == output + o_r): the own block is not copied.
 #include <cstring>
@@ -91,13 +93,19 @@ void allgather_pipelined(OpCtx& c) {
   size_t own = op.counts[size_t(c.rank)];
   auto send = static_cast<const char*>(op.send);
   auto recv = static_cast<char*>(op.recv);
+  char* own_dst = recv + off[size_t(c.rank)] * es;
   std::vector<uint64_t> freed(L.depth, 0);
   size_t rounds = (maxc + E - 1) / E;
   for (size_t k = 0; k < rounds; ++k) {
     size_t lo = k * E;
     if (k >= L.depth) c.wait_all(freed[k % L.depth]);
-    if (lo < own) std::memcpy(c.seg.slot(c.rank, k), send + lo * es, std::min(E, own - lo) * es);
+    char* mine = c.seg.slot(c.rank, k);
+    if (lo < own) std::memcpy(mine, send + lo * es, std::min(E, own - lo) * es);
     c.arrive();
+    // The own part of the output comes from the slot just written (cache-hot), not from a
+    // second read of the input; the peers meanwhile copy the same slot.
+    if (lo < own && own_dst != send)
+      std::memcpy(own_dst + lo * es, mine, std::min(E, own - lo) * es);
     uint64_t copied = c.phase();
     for (int i = 1; i < c.size; ++i) {
       int p = (c.rank + i) % c.size;
@@ -109,8 +117,6 @@ void allgather_pipelined(OpCtx& c) {
     c.arrive();
     freed[k % L.depth] = c.phase();
   }
-  char* dst = recv + off[size_t(c.rank)] * es;
-  if (own && dst != op.send) std::memcpy(dst, op.send, own * es);
 }
 
 }  // namespace strata::comm::shm

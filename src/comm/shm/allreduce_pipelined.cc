@@ -7,13 +7,14 @@
 // Per round, each rank:
 //   A) copies the P-1 slices it does not own from its input into its slot   (publish)
 //   B) reduces its own slice: its input + that slice from every peer's slot, in rank order,
-//      into its slot and its output                                          (publish)
+//      into its output, then copies that slice into its slot               (publish)
 //   C) copies the P-1 reduced slices owned by the others from their slots   (publish)
 // A slot is reused D rounds later, once every peer published C of that round (and so has
 // read it). Rounds overlap across ranks: a fast rank can run D rounds ahead.
 // Cost: 3α per round, 3⌈n/C⌉α in all, plus per rank (P-1)/P·n (copy in) + n (reduce reads)
-// + (P-1)/P·n (copy out) bytes of β. With C ≤ L2 the staging traffic stays in cache, so
-// main memory sees about one read of the input and one write of the output per rank.
+// + n/P (copy of the reduced slice) + (P-1)/P·n (copy out) bytes of β. With C ≤ L2 the
+// staging traffic stays in cache, so main memory sees about one read of the input and one
+// write of the output per rank.
 // Reduce to a root: the same, with step C done by the root only.
 #include <cstring>
 #include <vector>
@@ -53,9 +54,14 @@ void allreduce_pipelined(OpCtx& c, bool to_root_only) {
       for (int p = 0; p < c.size; ++p)
         in[size_t(p)] = p == c.rank ? send + (off + own.begin) * es
                                     : c.seg.slot(p, k) + own.begin * es;
-      char* out2 = (recv && (!to_root_only || c.rank == op.root)) ? recv + (off + own.begin) * es : nullptr;
-      reduce_inputs(mine + own.begin * es, out2, in.data(), c.size, own.size(), op.dtype, op.redop,
+      // Reduce into the private output, then copy the slice into the shared slot with one
+      // memcpy: storing the reduction into the slot block by block (lines the peers read D
+      // rounds ago) measured 2x slower in step B than this extra copy (docs/comm.md).
+      char* slice = mine + own.begin * es;
+      char* out = (recv && gathers) ? recv + (off + own.begin) * es : nullptr;
+      reduce_inputs(out ? out : slice, nullptr, in.data(), c.size, own.size(), op.dtype, op.redop,
                     c.size);
+      if (out) std::memcpy(slice, out, own.size() * es);
     }
     c.arrive();
     uint64_t reduced = c.phase();

@@ -3,15 +3,17 @@
 // Terms: P ranks; rank i sends s_ij elements to rank j (send offsets: prefix sums of its
 // send counts) and receives r_ji = s_ji from each j (recv offsets: prefix sums of its recv
 // counts); m = the largest block in the group (from the descriptors); the slot is cut into
-// P regions of E = C/P bytes, region j holding the round's part of the block for rank j;
-// a "round" k covers elements [kE, (k+1)E) of every block.
+// P-1 regions of E = C/(P-1) bytes, region d-1 holding the round's part of the block for
+// rank (i+d) mod P (no region for the own block, which never leaves the rank); a "round" k
+// covers elements [kE, (k+1)E) of every block.
 // Flat (equal counts, the whole send buffer fits the small staging): each rank copies its
 // foreign blocks into its staging and publishes; each rank then copies block r out of every
 // peer's staging.   Cost: α + 2·(P-1)/P·b·β for b bytes per rank.
 // Pipelined: per round, A) copy the round's part of every foreign block into its region,
-// publish; B) copy region r of each peer's slot out as soon as that peer published A,
-// publish. Uneven counts publish the send counts first so every receiver checks them
-// against its recv counts.   Cost: 2α per round, ⌈m/E⌉ rounds, same bytes as flat.
+// publish, copy the round's part of the own block straight to the output (while the peers
+// fill their slots); B) copy this rank's region of each peer's slot out as soon as that peer
+// published A, publish. Uneven counts publish the send counts first so every receiver
+// checks them against its recv counts.   Cost: 2α per round, ⌈m/E⌉ rounds, same bytes as flat.
 #include <cstring>
 #include <vector>
 
@@ -80,10 +82,12 @@ void alltoall_run(OpCtx& c) {
   auto send = static_cast<const char*>(op.send);
   auto recv = static_cast<char*>(op.recv);
   size_t own = op.counts[size_t(c.rank)];
-  if (own && send != recv) std::memcpy(recv + ro[size_t(c.rank)] * es, send + so[size_t(c.rank)] * es, own * es);
+  bool copy_own = own && send != recv;
   size_t unit = std::max<size_t>(1, 64 / es);
-  size_t E = std::max<size_t>(1, L.chunk_bytes / (size_t(c.size) * es));
+  size_t E = std::max<size_t>(1, L.chunk_bytes / (size_t(c.size - 1) * es));
   if (E >= unit) E -= E % unit;
+  // Region of the block from rank `from` to rank `to` in `from`'s slot.
+  auto region = [&](int from, int to) { return size_t((to - from - 1 + c.size) % c.size) * E * es; };
   std::vector<uint64_t> freed(L.depth, 0);
   size_t rounds = (maxc + E - 1) / E;
   for (size_t k = 0; k < rounds; ++k) {
@@ -93,16 +97,19 @@ void alltoall_run(OpCtx& c) {
     for (int j = 0; j < c.size; ++j) {  // A
       size_t n = op.counts[size_t(j)];
       if (j == c.rank || lo >= n) continue;
-      std::memcpy(mine + size_t(j) * E * es, send + (so[size_t(j)] + lo) * es, std::min(E, n - lo) * es);
+      std::memcpy(mine + region(c.rank, j), send + (so[size_t(j)] + lo) * es, std::min(E, n - lo) * es);
     }
     c.arrive();
     uint64_t copied = c.phase();
+    if (copy_own && lo < own)
+      std::memcpy(recv + (ro[size_t(c.rank)] + lo) * es, send + (so[size_t(c.rank)] + lo) * es,
+                  std::min(E, own - lo) * es);
     for (int i = 1; i < c.size; ++i) {  // B
       int p = (c.rank + i) % c.size;
       size_t n = op.counts2[size_t(p)];
       if (lo >= n) continue;
       c.wait_rank(p, copied);
-      std::memcpy(recv + (ro[size_t(p)] + lo) * es, c.seg.slot(p, k) + size_t(c.rank) * E * es,
+      std::memcpy(recv + (ro[size_t(p)] + lo) * es, c.seg.slot(p, k) + region(p, c.rank),
                   std::min(E, n - lo) * es);
     }
     c.arrive();

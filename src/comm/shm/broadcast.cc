@@ -6,8 +6,9 @@
 // Pipelined: per round, the root copies the round into its slot and publishes; every other
 // rank waits for the root only, copies out, publishes. The root reuses a slot D rounds
 // later, after every peer published that round.   Cost: 2α per round, 2n·β (copy in, out).
-// Direct (peers may read each other's memory): the root publishes its buffer's address;
-// every other rank copies straight from it; the root waits until all have.
+// Direct (threads, or processes with STRATA_SHM_CMA=1 that may read each other's memory):
+// the root publishes its buffer's address; every other rank copies straight from it; the
+// root waits until all have.
 //   Cost: 2α + n·β per receiving rank.
 #include <cstring>
 #include <vector>

@@ -29,6 +29,12 @@ static const EnvVar kSpinUs("STRATA_SHM_SPIN_US", "",
                             "microseconds an shm wait spins before sleeping (default: 50 when "
                             "the group has no more ranks than CPUs, else 2)");
 
+static const EnvVar kCma("STRATA_SHM_CMA", "0",
+                         "shm: 1 lets all-gather and broadcast between processes copy straight "
+                         "from peers' buffers with cross-memory attach (process_vm_readv) "
+                         "instead of through the staging slots; pays where the kernel copy is "
+                         "about as fast as memcpy");
+
 // A value every process holds at a known address, read by peers to probe cross-memory attach.
 static const uint64_t kProbeValue = 0x5354524154413031ull;
 
@@ -98,8 +104,10 @@ void ShmTransport::wait_attached(int64_t deadline_ns) {
   for (int r = 0; r < size_; ++r)
     if (seg_.ctrl(r).pid.load() != int32_t(getpid())) same_process_ = false;
   // Direct reads of peers' buffers: plain loads between threads; cross-memory attach
-  // (process_vm_readv) between processes, where the kernel allows it (ptrace rules).
-  can_read_peers_ = true;
+  // (process_vm_readv) between processes only when asked for and the kernel allows it
+  // (ptrace rules). Off by default: measured 3-4x slower than memcpy on the reference
+  // machine (docs/comm.md), which makes the staged two-copy paths faster.
+  can_read_peers_ = same_process_ || kCma.get_bool();
   if (!same_process_)
     for (int r = 0; r < size_ && can_read_peers_; ++r) {
       if (r == rank_) continue;
