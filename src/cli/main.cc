@@ -15,6 +15,20 @@ std::vector<Command>& commands() {
   return all;
 }
 
+// What a command group ("strata doctor ...") is for, shown in `strata --help`.
+static std::string group_summary(const std::string& name) {
+  static const std::pair<const char*, const char*> groups[] = {
+      {"bench", "Benchmarks in nccl-tests' format (bench comm)"},
+      {"ckpt", "List, verify, export and import checkpoints"},
+      {"data", "Inspect the data pipeline: per-rank sample plans, corpus facts"},
+      {"doctor", "Diagnose a hung job (doctor hang) or slow links (doctor net)"},
+      {"trace", "Merge per-rank Chrome traces; report communication overlap"},
+  };
+  for (const auto& [g, text] : groups)
+    if (name == g) return text;
+  return "";
+}
+
 // Finds or creates the subcommand chain for "a b c".
 static CLI::App* subcommand_for(CLI::App& root, const std::string& path, const std::string& summary) {
   std::istringstream words(path);
@@ -27,7 +41,7 @@ static CLI::App* subcommand_for(CLI::App& root, const std::string& path, const s
       if (sub->get_name() == parts[i]) next = sub;
     if (!next) {
       bool leaf = i + 1 == parts.size();
-      next = app->add_subcommand(parts[i], leaf ? summary : "");
+      next = app->add_subcommand(parts[i], leaf ? summary : group_summary(parts[i]));
       if (!leaf) next->require_subcommand(1);
     } else if (i + 1 == parts.size()) {
       next->description(summary);
