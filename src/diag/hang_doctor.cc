@@ -68,6 +68,16 @@ void index_dumps(Analysis& a) {
       a.dead_reporters[p].push_back(d.rank);
     }
   }
+  // A rank that wrote its own dump was alive when the failure struck: a peer that found its
+  // pid gone later (it exited after dumping, stopped by the launcher) saw an effect, not a cause.
+  for (auto it = a.dead.begin(); it != a.dead.end();) {
+    if (a.dump.count(*it)) {
+      a.dead_reporters.erase(*it);
+      it = a.dead.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 // Rank r's calls in group g during `step`, up to seq `upto`, as (signature, site) pairs.

@@ -188,6 +188,22 @@ TEST(HangDoctor, KilledRankIsDead) {
   }
 }
 
+// Seen end to end: after rank 2 died, the launcher stopped the survivors; rank 0 dumped and
+// exited first, and rank 1 then found rank 0's pid gone too. A rank with its own dump was
+// alive when the job failed: only rank 2 is dead.
+TEST(HangDoctor, SurvivorThatDumpedBeforeExitingIsNotDead) {
+  sim::Config c;
+  c.world = 3;
+  c.faults = {{Fault::kill, 2, 1, 0}};
+  auto dumps = sim::simulate(c);
+  ASSERT_TRUE(dumps.count(0) && dumps.count(1));
+  dumps[1]["dead_peers"] = {0, 2};
+  HangReport r = diagnose_hang(to_set(dumps));
+  EXPECT_EQ(r.dead, std::vector<int>{2});
+  ASSERT_EQ(culprit_ranks(r), std::vector<int>{2}) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].cause, Cause::dead);
+}
+
 TEST(HangDoctor, SilentRankWithoutDumpIsNamed) {
   sim::Config c;
   c.world = 3;
