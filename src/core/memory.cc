@@ -64,8 +64,10 @@ MemoryTracker& memory_tracker() {
 // (each costly under a hypervisor). Small buffers use the allocator.
 static constexpr size_t kHugePage = size_t(2) << 20;
 
+static size_t mapped_length(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
+
 static void* map_zeroed(size_t bytes) {
-  const size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t len = mapped_length(bytes);
   void* raw = mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
   if (raw == MAP_FAILED) return nullptr;
@@ -78,8 +80,6 @@ static void* map_zeroed(size_t bytes) {
   madvise(p, len, MADV_HUGEPAGE);  // advice only: without THP the pages are just small
   return p;
 }
-
-static size_t mapped_length(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
 
 Buffer::Buffer(MemCategory c, size_t bytes) : bytes_(bytes), cat_(c) {
   if (bytes == 0) return;

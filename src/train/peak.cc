@@ -44,13 +44,14 @@ double measure_sgemm_gflops(double seconds, int n) {
   Stopwatch total;
   // Short batches, alternating the two GEMMs, so a noisy neighbour hurts one sample of
   // each, not the estimate.
-  while (total.seconds() < seconds || best == 0) {
+  auto sample = [&](auto& gemm) {
     Stopwatch sw;
-    for (int i = 0; i < 3; ++i) blas();
+    for (int i = 0; i < 3; ++i) gemm();
     best = std::max(best, 3 * flops / sw.seconds() * 1e-9);
-    sw.reset();
-    for (int i = 0; i < 3; ++i) own();
-    best = std::max(best, 3 * flops / sw.seconds() * 1e-9);
+  };
+  while (total.seconds() < seconds || best == 0) {
+    sample(blas);
+    sample(own);
   }
   return best;
 }
