@@ -17,7 +17,8 @@
 // is the dump time on the same clock; 0 means the state was not reached. For send/recv,
 // "seq" is the group's point-to-point sequence number and "p2p": true; collectives have
 // "p2p": false. "count" is the op's element count on this rank (all_reduce: the buffer;
-// reduce_scatter: the received block; all_gather: the contributed block; v-ops: the sum).
+// reduce_scatter: the received block; all_gather: the contributed block; v-ops, and a
+// reduce_scatter with uneven counts: the sum, so it is the same on every rank).
 // The file is written atomically (temporary file, then rename).
 #pragma once
 #include <cstdint>

@@ -74,7 +74,10 @@ uint64_t GroupRuntime::record(const OpDesc& op, const PhaseSnapshot& phase, int6
   if (!op.counts.empty()) {
     int64_t total = 0;
     for (size_t c : op.counts) total += int64_t(c);
-    if (op.op == OpType::allgatherv || op.op == OpType::alltoallv) e.count = total;
+    // v-ops record the sum, the same on every rank (an uneven reduce-scatter is one too: its
+    // own block differs per rank, and with more than kMaxCounts ranks no counts are kept).
+    bool uneven = std::any_of(op.counts.begin(), op.counts.end(), [&](size_t c) { return c != op.counts[0]; });
+    if (op.op == OpType::allgatherv || op.op == OpType::alltoallv || uneven) e.count = total;
     if (op.counts.size() <= size_t(FlightEntry::kMaxCounts)) {
       e.num_counts = int32_t(op.counts.size());
       for (size_t i = 0; i < op.counts.size(); ++i) e.counts[i] = int64_t(op.counts[i]);

@@ -1,6 +1,8 @@
 #include "diag/flight_dump.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -33,24 +35,42 @@ const char* op_state_name(OpState s) {
 
 namespace {
 
+// Decimal digits to a rank in [0, kMaxWorld); false when out of range.
+bool parse_rank(const std::string& digits, int& rank) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size() || v < 0 || v >= kMaxWorld) return false;
+  rank = int(v);
+  return true;
+}
+
 const json& field(const json& j, const char* name) {
   auto it = j.find(name);
   STRATA_CHECK(it != j.end(), "field '", name, "' is missing");
   return *it;
 }
 
-int64_t int_field(const json& j, const char* name) {
-  const json& v = field(j, name);
+// An integer of JSON as int64 (an unsigned one beyond int64 is out of range, not wrapped).
+int64_t as_int(const json& v, const char* name) {
   STRATA_CHECK(v.is_number_integer(), "field '", name, "' is not an integer");
+  STRATA_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX), "field '", name,
+               "' is ", v.get<uint64_t>(), ", out of range");
   return v.get<int64_t>();
 }
+
+int64_t int_field(const json& j, const char* name) { return as_int(field(j, name), name); }
 
 // Timestamps of steps not reached may be absent, null or 0.
 int64_t optional_int(const json& j, const char* name, int64_t fallback) {
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return fallback;
-  STRATA_CHECK(it->is_number_integer(), "field '", name, "' is not an integer");
-  return it->get<int64_t>();
+  return as_int(*it, name);
+}
+
+// A rank, layer or world size: checked against [lo, hi] before it is narrowed to int.
+int bounded(int64_t v, const char* name, int64_t lo, int64_t hi) {
+  STRATA_CHECK(v >= lo && v <= hi, "field '", name, "' is ", v, ", outside [", lo, ", ", hi, "]");
+  return int(v);
 }
 
 std::string string_field(const json& j, const char* name) {
@@ -74,7 +94,9 @@ std::vector<T> int_list(const json& j, const char* name) {
   std::vector<T> out;
   for (const json& v : *it) {
     STRATA_CHECK(v.is_number_integer(), "field '", name, "' holds a non-integer");
-    out.push_back(v.get<T>());
+    int64_t x = as_int(v, name);
+    if constexpr (sizeof(T) < sizeof(int64_t)) x = bounded(x, name, INT32_MIN, INT32_MAX);  // ranks: see bound_ranks
+    out.push_back(T(x));
   }
   return out;
 }
@@ -85,7 +107,7 @@ Phase parse_phase(const json& j) {
   if (it == j.end() || it->is_null()) return p;
   STRATA_CHECK(it->is_object(), "field 'phase' is not an object");
   p.step = optional_int(*it, "step", -1);
-  p.layer = int32_t(optional_int(*it, "layer", -1));
+  p.layer = bounded(optional_int(*it, "layer", -1), "layer", -1, INT32_MAX);
   std::string kind = optional_string(*it, "kind");
   if (!kind.empty()) p.kind = kind;
   return p;
@@ -109,8 +131,8 @@ FlightEntry parse_entry(const json& j) {
   e.dtype = optional_string(j, "dtype");
   e.count = optional_int(j, "count", 0);
   e.counts = int_list<int64_t>(j, "counts");
-  e.peer = int(optional_int(j, "peer", -1));
-  e.root = int(optional_int(j, "root", -1));
+  e.peer = bounded(optional_int(j, "peer", -1), "peer", -1, kMaxWorld - 1);
+  e.root = bounded(optional_int(j, "root", -1), "root", -1, kMaxWorld - 1);
   e.redop = optional_string(j, "redop");
   auto p2p = j.find("p2p");
   if (p2p != j.end() && !p2p->is_null()) {
@@ -136,8 +158,10 @@ std::vector<int> peers_named_in(const std::string& detail) {
       R"(\branks?\s+(\d+)(?:\s*\(pid\s+\d+\))?\s+(?:died|is dead|has died|exited|has exited|left|has left))",
       std::regex::icase);
   std::vector<int> out;
-  for (auto it = std::sregex_iterator(detail.begin(), detail.end(), dead); it != std::sregex_iterator(); ++it)
-    out.push_back(std::stoi((*it)[1]));
+  for (auto it = std::sregex_iterator(detail.begin(), detail.end(), dead); it != std::sregex_iterator(); ++it) {
+    int r = -1;
+    if (parse_rank((*it)[1].str(), r)) out.push_back(r);  // else: no rank of any job; ignored
+  }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -152,10 +176,9 @@ FlightDump parse_flight_dump(const json& j, const std::string& file, bool trunca
   d.truncated = truncated;
   bool cut_rank = truncated && !j.contains("rank") && file_rank >= 0;
   bool cut_world = truncated && !j.contains("world");
-  d.rank = cut_rank ? file_rank : int(int_field(j, "rank"));
-  d.world = cut_world ? 0 : int(int_field(j, "world"));
-  STRATA_CHECK(d.rank >= 0 && (cut_world || d.rank < d.world), "rank ", d.rank,
-               " does not fit world size ", d.world);
+  d.rank = cut_rank ? file_rank : bounded(int_field(j, "rank"), "rank", 0, kMaxWorld - 1);
+  d.world = cut_world ? 0 : bounded(int_field(j, "world"), "world", 1, kMaxWorld);
+  STRATA_CHECK(cut_world || d.rank < d.world, "rank ", d.rank, " does not fit world size ", d.world);
   d.capacity = optional_int(j, "recorder_capacity", 0);
   d.pid = optional_int(j, "pid", 0);
   d.host = optional_string(j, "host");
@@ -185,9 +208,48 @@ bool dump_file_rank(const std::string& name, int& rank, bool& final_file) {
   static const std::regex re(R"(flight-rank(\d+)\.json(\..+)?)");
   std::smatch m;
   if (!std::regex_match(name, m, re)) return false;
-  rank = std::stoi(m[1]);
+  rank = -1;  // a number no job has: listed as a problem by the caller
+  parse_rank(m[1].str(), rank);
   final_file = !m[2].matched;
   return true;
+}
+
+// The world size most dumps state; on a tie, the smallest that holds every dump's rank. A
+// dump that claims a larger world alone cannot make the others' ranks or lists grow.
+int agreed_world(const std::map<int, FlightDump>& by_rank) {
+  std::map<int, int> votes;  // stated world -> dumps stating it
+  int top_rank = -1;
+  for (auto& [rank, d] : by_rank) {
+    if (d.world > 0) ++votes[d.world];
+    top_rank = std::max(top_rank, rank);
+  }
+  int best = 0, best_votes = 0;
+  bool best_fits = false;
+  for (auto& [w, n] : votes) {  // ascending w: the first of equals wins, unless it does not fit
+    bool fits = w > top_rank;
+    if (n > best_votes || (n == best_votes && fits && !best_fits)) best = w, best_votes = n, best_fits = fits;
+  }
+  return best > 0 ? best : top_rank + 1;
+}
+
+// Drops what names a rank outside the agreed world: dead peers, and entries whose group,
+// peer or root does not fit it. Each kind of drop is listed once.
+void bound_ranks(FlightDump& d, std::vector<std::string>& problems) {
+  const int w = d.world;
+  for (int p : d.dead_peers)
+    if (p < 0 || p >= w)
+      problems.push_back(cat(d.file, ": names rank ", p, " as a dead peer, outside world size ", w, "; ignored"));
+  std::erase_if(d.dead_peers, [&](int p) { return p < 0 || p >= w; });
+  size_t before = d.entries.size();
+  std::erase_if(d.entries, [&](const FlightEntry& e) {
+    int size = e.group_ranks.empty() ? w : int(e.group_ranks.size());
+    bool bad = size > w || e.peer >= size || e.root >= size;
+    for (int r : e.group_ranks) bad = bad || r < 0 || r >= w;
+    return bad;
+  });
+  if (d.entries.size() != before)
+    problems.push_back(cat(d.file, ": ", before - d.entries.size(), " entries name ranks outside world size ",
+                           w, "; skipped"));
 }
 
 }  // namespace
@@ -212,6 +274,11 @@ DumpSet load_flight_dumps(const std::string& dir) {
       return a.first != b.first ? a.first : a.second < b.second;
     });
     for (auto& [final_file, name] : names) {
+      if (file_rank < 0) {
+        set.problems.push_back(cat(name, ": the rank in the file name is beyond any job (at most ",
+                                   kMaxWorld - 1, "); ignored"));
+        continue;
+      }
       std::string text, error;
       ParsedJson parsed;
       if (!read_text_file((fs::path(dir) / name).string(), text, error) ||
@@ -243,17 +310,20 @@ DumpSet load_flight_dumps(const std::string& dir) {
       break;
     }
   }
-  for (auto& [rank, d] : by_rank) set.world = std::max({set.world, d.world, d.rank + 1});
+  set.world = agreed_world(by_rank);
   for (auto& [rank, d] : by_rank) {
     if (d.world == 0) {
       d.world = set.world;  // cut off before "world"
     } else if (d.world != set.world) {
-      set.problems.push_back(cat(d.file, ": says world size ", d.world, ", others say ", set.world));
+      set.problems.push_back(cat(d.file, ": says world size ", d.world, ", others say ", set.world,
+                                 "; read as ", set.world));
+      d.world = set.world;
     }
     if (d.rank >= set.world) {
       set.problems.push_back(cat(d.file, ": rank ", d.rank, " does not fit world size ", set.world));
       continue;
     }
+    bound_ranks(d, set.problems);
     set.dumps.push_back(std::move(d));
   }
   return set;

@@ -24,6 +24,10 @@
 
 namespace strata::diag {
 
+// The largest world size a dump may state; numbers beyond it (ranks, peers, world sizes)
+// make the field malformed rather than allocate for a job no machine runs.
+constexpr int kMaxWorld = 1 << 17;
+
 struct Phase {
   int64_t step = -1;
   int32_t layer = -1;  // -1: not inside a layer
@@ -73,7 +77,7 @@ struct FlightDump {
 
 struct DumpSet {
   std::string dir;
-  int world = 0;                  // the largest world size any dump states
+  int world = 0;                  // the world size most dumps state (see load_flight_dumps)
   std::vector<FlightDump> dumps;  // usable dumps, by rank, at most one per rank
   std::vector<std::string> problems;  // "flight-rank2.json: not valid JSON (...)", one per file
 };
@@ -85,6 +89,10 @@ FlightDump parse_flight_dump(const nlohmann::json& j, const std::string& file, b
 
 // Reads every flight-rank<R>.json under `dir` (a leftover "flight-rank<R>.json.<suffix>"
 // stands in for a rank with no finished file). Throws only when `dir` is not a directory.
+// Every number is bounded by what the dumps agree on: the world is the size most dumps
+// state (a tie goes to the smallest that holds every dump's rank); a dump stating another
+// is read with the agreed one, a rank outside it is not used, and dead peers, group members,
+// peers and roots outside it are dropped. Each file or part not used is listed in `problems`.
 DumpSet load_flight_dumps(const std::string& dir);
 
 }  // namespace strata::diag

@@ -110,7 +110,7 @@ int first_difference(const FlightEntry& a, const FlightEntry& b) {
   if (a.dtype != b.dtype) return 1;
   if (a.redop != b.redop) return 2;
   if (a.root != b.root) return 3;
-  if (a.count != b.count || a.counts != b.counts) return 4;
+  if (count_key(a) != count_key(b)) return 4;
   return 5;
 }
 

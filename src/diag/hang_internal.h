@@ -40,10 +40,20 @@ inline std::string op_label(const FlightEntry& e) {
   return cat(e.op, " #", e.seq, " of group \"", e.group, "\"");
 }
 
+// What must agree across the members of a collective about its size. A v-collective's
+// "count" is the rank's own block (it differs from rank to rank by design: a ZeRO shard of a
+// bucket may be 0 on one rank and the whole bucket on another), so its counts vector is
+// compared instead; all-to-all-v's send counts differ per rank too, so nothing is.
+inline std::string count_key(const FlightEntry& e) {
+  if (e.op == "alltoallv") return "";
+  if (e.counts.empty()) return std::to_string(e.count);
+  std::string s = "[";
+  for (int64_t c : e.counts) s += std::to_string(c) + ",";
+  return s + "]";
+}
+
 inline std::string signature(const FlightEntry& e) {
-  std::string s = cat(e.op, "|", e.dtype, "|", e.redop, "|", e.root, "|", e.count);
-  for (int64_t c : e.counts) s += "," + std::to_string(c);
-  return s;
+  return cat(e.op, "|", e.dtype, "|", e.redop, "|", e.root, "|", count_key(e));
 }
 
 inline std::string site(const FlightEntry& e, bool with_step) {

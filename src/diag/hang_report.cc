@@ -88,7 +88,8 @@ json hang_report_json(const HangReport& r) {
   j["stuck"] = json::array();
   for (const StuckOp& s : r.stuck)
     j["stuck"].push_back({{"group", s.group}, {"group_ranks", s.group_ranks}, {"seq", s.seq}, {"op", s.op},
-                          {"dtype", s.dtype}, {"count", s.count}, {"p2p", s.p2p}, {"peer", s.peer},
+                          {"dtype", s.dtype}, {"count", s.count}, {"p2p", s.p2p},
+                          {"peer", s.peer >= 0 ? json(s.peer) : json(nullptr)},
                           {"phase", phase_json(s.phase)}, {"waiting", s.waiting}, {"failed", s.failed},
                           {"missing", s.missing}, {"unknown", s.unknown}, {"absent", s.absent},
                           {"waited_s", s.waited_s}, {"root", s.root}});
@@ -101,7 +102,8 @@ json hang_report_json(const HangReport& r) {
   }
   j["culprits"] = json::array();
   for (const Culprit& c : r.culprits)
-    j["culprits"].push_back({{"rank", c.rank}, {"cause", cause_name(c.cause)}, {"text", c.text}});
+    j["culprits"].push_back({{"rank", c.rank >= 0 ? json(c.rank) : json(nullptr)},  // null: no rank (the op itself)
+                             {"cause", cause_name(c.cause)}, {"text", c.text}});
   j["ranks"] = json::array();
   for (const RankFinding& f : r.ranks) j["ranks"].push_back({{"rank", f.rank}, {"text", f.text}});
   j["phases"] = json::array();

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -90,6 +91,11 @@ bool parse_json_salvaging(std::string_view text, ParsedJson& out, std::string& e
 }
 
 bool read_text_file(const std::string& path, std::string& out, std::string& error) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {  // a FIFO would block the open forever
+    error = ec ? cat("cannot open (", ec.message(), ")") : "not a regular file";
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     error = cat("cannot open (", std::strerror(errno), ")");

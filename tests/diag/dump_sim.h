@@ -2,9 +2,15 @@
 // data-parallel job: every step each rank loads data, runs forward over the layers, then
 // backward from the last layer down with one all-reduce per layer (count 100*(layer+1),
 // or 100 when equal_counts), and an all-reduce of the gradient norm (count 1) in the
-// optimizer phase; optionally a checkpoint save. A collective completes when every member
-// posted the same call at its sequence number; a mismatch never completes (as a
-// transport that checks sizes would stop). Faults are injected per rank and step. Each
+// optimizer phase; optionally a checkpoint save. With `zero` >= 1 the gradients are
+// reduce-scattered instead (uneven per-rank counts, as ZeRO's shards of a bucket are: a
+// layer's range lies mostly in one rank's shard) and the updated parameters all-gathered
+// after the optimizer; with `zero` 3 each layer's parameters are also all-gathered before
+// its forward and its backward. A v-collective records its counts vector (the same on every
+// rank) and "count" = this rank's own block, as the flight recorder did before it recorded
+// the sum: the harder case for the doctor, which must compare the vectors. A collective
+// completes when every member posted the same call at its sequence number; a mismatch
+// never completes (as a transport that checks sizes would stop). Faults are injected per rank and step. Each
 // rank keeps its last `capacity` entries, as the flight recorder's ring does.
 #pragma once
 #include <algorithm>
@@ -12,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "diag/flight_dump.h"
 #include "nlohmann/json.hpp"
 
 namespace sim {
@@ -28,6 +35,7 @@ struct Config {
   int world = 4, steps = 4, layers = 3;
   bool checkpoint = false;  // a checkpoint save after every step
   bool equal_counts = false;
+  int zero = 0;  // ZeRO stage 0-3: which collectives the step calls (see above)
   int capacity = 2000;
   double timeout_s = 30;
   std::vector<Inject> faults;
@@ -35,12 +43,23 @@ struct Config {
 
 struct Action {
   bool collective = false;
-  int64_t step;
-  int layer;
+  int64_t step = 0;
+  int layer = -1;
   std::string kind;
   int64_t count = 0;
   double compute_s = 0;
+  std::string op = "allreduce";
+  std::vector<int64_t> counts;  // v-collectives: per-rank counts, the same on every rank
 };
+
+// The per-rank counts of a layer's range under ZeRO: most of it in the shard of rank
+// (layer % world), a few elements in the next one, nothing elsewhere.
+inline std::vector<int64_t> shard_counts(const Config& c, int layer, int64_t n) {
+  std::vector<int64_t> v(size_t(c.world), 0);
+  v[size_t(layer % c.world)] = n - 7;
+  v[size_t((layer + 1) % c.world)] += 7;
+  return v;
+}
 
 struct RankState {
   std::vector<Action> program;
@@ -62,6 +81,20 @@ inline const Inject* fault_at(const Config& c, int rank, Fault kind, int64_t ste
   return nullptr;
 }
 
+inline Action compute(int64_t step, int layer, const char* kind, double secs) {
+  Action a;
+  a.step = step, a.layer = layer, a.kind = kind, a.compute_s = secs;
+  return a;
+}
+
+inline Action collective(int64_t step, int layer, const char* kind, const char* op, int64_t count,
+                         std::vector<int64_t> counts = {}) {
+  Action a;
+  a.collective = true;
+  a.step = step, a.layer = layer, a.kind = kind, a.op = op, a.count = count, a.counts = std::move(counts);
+  return a;
+}
+
 inline std::vector<Action> program_for(const Config& c, int rank) {
   std::vector<Action> p;
   double factor = 1;
@@ -69,16 +102,27 @@ inline std::vector<Action> program_for(const Config& c, int rank) {
     if (f.kind == Fault::slow && f.rank == rank) factor = f.value;
   // Deterministic per-rank jitter of up to 2 ms so healthy runs are not perfectly even.
   auto jitter = [&](int64_t step, int layer) { return 1e-3 * double((rank * 7 + step * 3 + layer * 5) % 3); };
+  auto gather = [&](int64_t s, int l, const char* kind) {
+    p.push_back(collective(s, l, kind, "allgatherv", 0, shard_counts(c, l, 50 * (l + 1))));
+  };
   for (int64_t s = 0; s < c.steps; ++s) {
-    p.push_back({false, s, -1, "data loading", 0, 0.002});
-    for (int l = 0; l < c.layers; ++l) p.push_back({false, s, l, "forward", 0, (0.010 + jitter(s, l)) * factor});
-    for (int l = c.layers - 1; l >= 0; --l) {
-      p.push_back({false, s, l, "backward", 0, (0.020 + jitter(s, l)) * factor});
-      p.push_back({true, s, l, "backward", c.equal_counts ? 100 : 100 * (l + 1), 0});
+    p.push_back(compute(s, -1, "data loading", 0.002));
+    for (int l = 0; l < c.layers; ++l) {
+      if (c.zero == 3) gather(s, l, "forward");
+      p.push_back(compute(s, l, "forward", (0.010 + jitter(s, l)) * factor));
     }
-    p.push_back({true, s, -1, "optimizer", 1, 0});
-    p.push_back({false, s, -1, "optimizer", 0, 0.003});
-    if (c.checkpoint) p.push_back({false, s, -1, "checkpoint save", 0, 0.050});
+    for (int l = c.layers - 1; l >= 0; --l) {
+      if (c.zero == 3) gather(s, l, "backward");
+      p.push_back(compute(s, l, "backward", (0.020 + jitter(s, l)) * factor));
+      int64_t n = c.equal_counts ? 100 : 100 * (l + 1);
+      if (c.zero >= 1) p.push_back(collective(s, l, "backward", "reducescatter", 0, shard_counts(c, l, n)));
+      else p.push_back(collective(s, l, "backward", "allreduce", n));
+    }
+    p.push_back(collective(s, -1, "optimizer", "allreduce", 1));
+    p.push_back(compute(s, -1, "optimizer", 0.003));
+    if (c.zero == 1 || c.zero == 2)
+      for (int l = 0; l < c.layers; ++l) gather(s, l, "optimizer");
+    if (c.checkpoint) p.push_back(compute(s, -1, "checkpoint save", 0.050));
   }
   return p;
 }
@@ -105,15 +149,23 @@ inline void advance(const Config& c, int r, RankState& st) {
       st.clock += int64_t((a.compute_s + extra) * 1e9);
       continue;
     }
-    if (fault_at(c, r, Fault::skip, a.step, a.layer) && a.kind == "backward") continue;
-    if (fault_at(c, r, Fault::wrong_count, a.step, a.layer) && a.kind == "backward") a.count /= 2;
+    // Faults hit the gradient collective of (step, layer), not ZeRO 3's gathers before it.
+    bool grad = a.kind == "backward" && a.op != "allgatherv";
+    if (fault_at(c, r, Fault::skip, a.step, a.layer) && grad) continue;
+    if (fault_at(c, r, Fault::wrong_count, a.step, a.layer) && grad) {
+      a.count /= 2;
+      for (int64_t& n : a.counts) n /= 2;
+    }
+    if (!a.counts.empty()) a.count = a.counts[size_t(r)];
     std::vector<int> members;
     for (int k = 0; k < c.world; ++k) members.push_back(k);
-    st.entries.push_back({{"group", "world"}, {"group_ranks", members}, {"seq", st.next_seq++},
-                          {"p2p", false}, {"op", "allreduce"}, {"dtype", "float"}, {"count", a.count}, {"peer", -1},
-                          {"root", -1}, {"redop", "sum"},
-                          {"tag", 0}, {"state", "started"}, {"t_scheduled_ns", st.clock},
-                          {"t_started_ns", st.clock + 1000}, {"t_completed_ns", 0}, {"phase", st.phase}});
+    nlohmann::json e = {{"group", "world"}, {"group_ranks", members}, {"seq", st.next_seq++},
+                        {"p2p", false}, {"op", a.op}, {"dtype", "float"}, {"count", a.count}, {"peer", -1},
+                        {"root", -1}, {"redop", a.op == "allgatherv" ? "" : "sum"},
+                        {"tag", 0}, {"state", "started"}, {"t_scheduled_ns", st.clock},
+                        {"t_started_ns", st.clock + 1000}, {"t_completed_ns", 0}, {"phase", st.phase}};
+    if (!a.counts.empty()) e["counts"] = a.counts;
+    st.entries.push_back(std::move(e));
     st.blocked = true;
   }
 }
@@ -137,7 +189,9 @@ inline bool complete_ready(const Config& c, std::vector<RankState>& ranks) {
     int64_t seq = (*posted[0])["seq"];
     bool same = true;
     for (auto* e : posted)
-      same = same && (*e)["seq"] == seq && (*e)["count"] == (*posted[0])["count"];
+      same = same && (*e)["seq"] == seq && (*e)["op"] == (*posted[0])["op"] &&
+             (e->contains("counts") ? (*e)["counts"] == (*posted[0])["counts"]
+                                    : (*e)["count"] == (*posted[0])["count"]);
     for (const Inject& f : c.faults)
       if (f.kind == Fault::stall && f.step == (*posted[0])["phase"]["step"] &&
           f.layer == (*posted[0])["phase"]["layer"])
@@ -192,6 +246,17 @@ inline std::map<int, nlohmann::json> simulate(const Config& c) {
                 {"recorder_capacity", c.capacity}, {"entries", entries}};
   }
   return dumps;
+}
+
+// The simulated dumps as the hang doctor reads them.
+inline strata::diag::DumpSet to_set(const std::map<int, nlohmann::json>& dumps) {
+  strata::diag::DumpSet set;
+  set.dir = "sim";
+  for (auto& [rank, j] : dumps) {
+    set.dumps.push_back(strata::diag::parse_flight_dump(j, "flight-rank" + std::to_string(rank) + ".json"));
+    set.world = std::max(set.world, set.dumps.back().world);
+  }
+  return set;
 }
 
 }  // namespace sim

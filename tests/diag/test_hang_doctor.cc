@@ -13,17 +13,7 @@ using sim::Fault;
 
 namespace {
 
-DumpSet to_set(const std::map<int, nlohmann::json>& dumps) {
-  DumpSet set;
-  set.dir = "sim";
-  for (auto& [rank, j] : dumps) {
-    set.dumps.push_back(parse_flight_dump(j, "flight-rank" + std::to_string(rank) + ".json"));
-    set.world = std::max(set.world, set.dumps.back().world);
-  }
-  return set;
-}
-
-HangReport run(const sim::Config& c) { return diagnose_hang(to_set(sim::simulate(c))); }
+HangReport run(const sim::Config& c) { return diagnose_hang(sim::to_set(sim::simulate(c))); }
 
 std::vector<int> culprit_ranks(const HangReport& r) {
   std::vector<int> out;
@@ -179,7 +169,7 @@ TEST(HangDoctor, KilledRankIsDead) {
     c.faults = {{Fault::kill, world - 1, 1, 0}};
     auto dumps = sim::simulate(c);
     ASSERT_FALSE(dumps.count(world - 1));
-    HangReport r = diagnose_hang(to_set(dumps));
+    HangReport r = diagnose_hang(sim::to_set(dumps));
     EXPECT_EQ(r.dead, std::vector<int>{world - 1});
     EXPECT_TRUE(r.no_dump.empty());
     EXPECT_EQ(root(r).seq, seq_of(c, 1, 0));
@@ -198,7 +188,7 @@ TEST(HangDoctor, SurvivorThatDumpedBeforeExitingIsNotDead) {
   auto dumps = sim::simulate(c);
   ASSERT_TRUE(dumps.count(0) && dumps.count(1));
   dumps[1]["dead_peers"] = {0, 2};
-  HangReport r = diagnose_hang(to_set(dumps));
+  HangReport r = diagnose_hang(sim::to_set(dumps));
   EXPECT_EQ(r.dead, std::vector<int>{2});
   ASSERT_EQ(culprit_ranks(r), std::vector<int>{2}) << format_hang_report(r);
   EXPECT_EQ(r.culprits[0].cause, Cause::dead);
@@ -210,7 +200,7 @@ TEST(HangDoctor, SilentRankWithoutDumpIsNamed) {
   c.faults = {{Fault::stop_in_forward, 1, 1, 0}};
   auto dumps = sim::simulate(c);
   dumps.erase(1);  // its watchdog never wrote
-  HangReport r = diagnose_hang(to_set(dumps));
+  HangReport r = diagnose_hang(sim::to_set(dumps));
   EXPECT_EQ(r.no_dump, std::vector<int>{1});
   ASSERT_EQ(culprit_ranks(r), std::vector<int>{1}) << format_hang_report(r);
   EXPECT_EQ(r.culprits[0].cause, Cause::no_dump);
