@@ -82,8 +82,9 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
     // Validate everything before launching anything.
     comm::Backend backend = comm::parse_backend(a->backend);
     std::vector<comm::BenchOp> ops = comm::parse_bench_ops(a->op);
+    STRATA_CHECK(a->factor >= 2, "the size factor (-f) must be at least 2, got ", a->factor);
     std::vector<size_t> sizes = comm::bench_sizes(comm::parse_size(a->min_bytes),
-                                                  comm::parse_size(a->max_bytes), size_t(std::max(0, a->factor)));
+                                                  comm::parse_size(a->max_bytes), size_t(a->factor));
     STRATA_CHECK(a->nproc >= 1, "--nproc must be at least 1, got ", a->nproc);
     STRATA_CHECK(a->iters >= 1, "--iters must be at least 1, got ", a->iters);
     STRATA_CHECK(a->warmup >= 0, "--warmup must not be negative, got ", a->warmup);

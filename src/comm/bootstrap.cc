@@ -1,6 +1,10 @@
 #include "comm/bootstrap.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "core/env.h"
@@ -15,6 +19,10 @@ static const EnvVar kLocalWorld("STRATA_LOCAL_WORLD_SIZE", "",
                                 "ranks on this host (set by strata launch)");
 static const EnvVar kJobId("STRATA_JOB_ID", "",
                            "unique job name; shared-memory segments are named after it");
+
+static const EnvVar kLauncherPid("STRATA_LAUNCHER_PID", "",
+                                 "pid of the strata launcher that started this rank (set by strata "
+                                 "launch; tells its ranks from leftover STRATA_RANK variables)");
 
 static const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -52,6 +60,31 @@ bool launched_as_rank() {
   for (const Scheme& s : kSchemes)
     if (env(s.rank) && env(s.size)) return true;
   return false;
+}
+
+// The parent of process `pid` from /proc/<pid>/stat, or -1.
+static long parent_of(long pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), {});
+  size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close + 1));
+  char state;
+  long ppid = -1;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+bool strata_rank_env_is_stale() {
+  if (!env("STRATA_RANK") || !env("STRATA_WORLD_SIZE")) return false;
+  const std::string v = kLauncherPid.get();
+  char* end = nullptr;
+  long launcher = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end || launcher <= 1) return true;
+  long p = long(getppid());
+  for (int depth = 0; depth < 32 && p > 1; ++depth, p = parent_of(p))  // a wrapper shell may sit between
+    if (p == launcher) return false;
+  return true;
 }
 
 static std::string job_id_for(const std::string& source) {

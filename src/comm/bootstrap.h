@@ -26,4 +26,9 @@ RankEnv detect_rank_env();
 // True when any launcher's rank variables are present (this process is one rank of a job).
 bool launched_as_rank();
 
+// True when STRATA_RANK and STRATA_WORLD_SIZE are set but no strata launcher among this
+// process's ancestors set them (STRATA_LAUNCHER_PID names none): variables left over in a
+// shell, or copied from another job, rather than a launch in progress.
+bool strata_rank_env_is_stale();
+
 }  // namespace strata::comm

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -233,29 +234,37 @@ LaunchResult launch(const LaunchOptions& o) {
   }
 }
 
-static LaunchResult launch_once(const LaunchOptions& o) {
+namespace {
+
+// What launch_once starts: one process per rank (shm), or one mpirun for all (mpi).
+struct Proc {
+  std::string path;
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;
+  int rank;  // -1: mpirun
+};
+
+struct LaunchPlan {
+  std::string job_id;
+  std::vector<Proc> procs;
+  std::string status_dir;  // mpi with rank_exec: where ranks record how they ended
+};
+
+// Checks the options and decides what to run; starts nothing (a failure here leaves nothing
+// behind but the mpi status directory, which the caller's guard owns from then on).
+LaunchPlan plan_launch(const LaunchOptions& o) {
   STRATA_CHECK(o.nproc >= 1, "the number of ranks must be at least 1, got ", o.nproc);
   STRATA_CHECK(!o.command.empty(), "no program to launch (give it after --)");
   std::string prog = find_program(o.command[0]);
   STRATA_CHECK(!prog.empty(), "program '", o.command[0], "' not found",
                o.command[0].find('/') == std::string::npos ? " in PATH" : "", " or not executable");
-  LaunchResult res;
-  res.job_id = o.job_id.empty() ? new_job_id() : o.job_id;
-
+  LaunchPlan plan;
+  plan.job_id = o.job_id.empty() ? new_job_id() : o.job_id;
   std::vector<std::pair<std::string, std::string>> common = o.extra_env;
-  common.push_back({"STRATA_JOB_ID", res.job_id});
+  common.push_back({"STRATA_JOB_ID", plan.job_id});
+  common.push_back({"STRATA_LAUNCHER_PID", std::to_string(getpid())});
   common.push_back({"STRATA_BACKEND", backend_name(o.backend)});
   if (o.timeout_s > 0) common.push_back({"STRATA_TIMEOUT", cat(o.timeout_s)});
-
-  // One child per rank (shm), or one mpirun for all (mpi).
-  struct Launch {
-    std::string path;
-    std::vector<std::string> argv;
-    std::vector<std::pair<std::string, std::string>> env;
-    int rank;
-  };
-  std::vector<Launch> plan;
-  std::string status_dir;  // mpi with rank_exec: where ranks record how they ended
   if (o.backend == Backend::mpi) {
     std::string mpirun = find_program(o.mpirun);
     STRATA_CHECK(!mpirun.empty(), "'", o.mpirun,
@@ -273,13 +282,13 @@ static LaunchResult launch_once(const LaunchOptions& o) {
       char tmpl[] = "/tmp/strata-ranks-XXXXXX";
       STRATA_CHECK(mkdtemp(tmpl), "cannot create a directory for rank exit records: ",
                    std::strerror(errno));
-      status_dir = tmpl;
-      for (const char* a : {o.rank_exec.c_str(), "rank-exec", status_dir.c_str(), "--"})
+      plan.status_dir = tmpl;
+      for (const char* a : {o.rank_exec.c_str(), "rank-exec", plan.status_dir.c_str(), "--"})
         argv.push_back(a);
     }
     argv.push_back(prog);
     for (size_t i = 1; i < o.command.size(); ++i) argv.push_back(o.command[i]);
-    plan.push_back({mpirun, argv, common, -1});
+    plan.procs.push_back({mpirun, argv, common, -1});
   } else {
     for (int r = 0; r < o.nproc; ++r) {
       auto env = common;
@@ -289,36 +298,84 @@ static LaunchResult launch_once(const LaunchOptions& o) {
       env.push_back({"STRATA_LOCAL_WORLD_SIZE", std::to_string(o.nproc)});
       std::vector<std::string> argv = o.command;
       argv[0] = prog;
-      plan.push_back({prog, argv, env, r});
+      plan.procs.push_back({prog, argv, env, r});
     }
   }
+  return plan;
+}
 
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = on_launcher_signal;
-  sigemptyset(&sa.sa_mask);
-  g_stop_signal = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+// Everything one attempt holds, released on every exit, a throw included: the launcher's
+// SIGINT/SIGTERM handlers are restored, children still running are killed (with their
+// process groups) and reaped, pipes closed, the job's segments and the status directory
+// removed.
+class JobGuard {
+ public:
+  JobGuard(std::string job_id, std::string status_dir)
+      : job_id_(std::move(job_id)), status_dir_(std::move(status_dir)) {
+    struct sigaction sa {};
+    sa.sa_handler = on_launcher_signal;
+    sigemptyset(&sa.sa_mask);
+    g_stop_signal = 0;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~JobGuard() {
+    for (Child& c : children)
+      if (c.running) {
+        if (kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
+        while (waitpid(c.pid, &c.status, 0) < 0 && errno == EINTR) {}
+        c.running = false;
+      }
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    remove_job_segments(job_id_);
+    if (!status_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(status_dir_, ec);
+    }
+  }
+  JobGuard(const JobGuard&) = delete;
+  JobGuard& operator=(const JobGuard&) = delete;
+
+  // Sends `sig` to every running child's process group (or the child, before its setsid()).
+  void signal_all(int sig) {
+    for (Child& c : children)
+      if (c.running && kill(-c.pid, sig) != 0) kill(c.pid, sig);
+  }
 
   std::vector<Child> children;
-  std::vector<LineSink> sinks;
-  std::vector<std::string> mpirun_lines;
-  std::vector<int> all_fds;
+  std::vector<int> fds;  // open pipe ends; -1 once closed
+
+ private:
+  std::string job_id_, status_dir_;
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// Creates the pipes and starts every process of the plan; the guard owns each pid and fd
+// as soon as it exists. Returns one sink per stdout/stderr stream.
+std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions& o, JobGuard& g) {
   std::vector<std::pair<int, int>> pipes;  // (read end, write end) per sink
-  for (size_t i = 0; i < plan.size() * 2; ++i) {
+  std::vector<int> read_ends;
+  for (size_t i = 0; i < plan.procs.size() * 2; ++i) {
     int p[2];
     STRATA_CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
+    g.fds.push_back(p[0]);
+    g.fds.push_back(p[1]);
     pipes.push_back({p[0], p[1]});
-    all_fds.push_back(p[0]);
+    read_ends.push_back(p[0]);
   }
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const Launch& l = plan[i];
+  std::vector<LineSink> sinks;
+  for (size_t i = 0; i < plan.procs.size(); ++i) {
+    const Proc& l = plan.procs[i];
     Child c;
     c.rank = l.rank;
     c.pid = spawn(l.path, l.argv, l.env, pipes[2 * i].second, pipes[2 * i + 1].second,
-                  all_fds.data(), int(all_fds.size()));
+                  read_ends.data(), int(read_ends.size()));
     c.running = true;
-    children.push_back(c);
+    g.children.push_back(c);
+    if (o.on_spawn) o.on_spawn(l.rank, int64_t(c.pid));
     for (int s = 0; s < 2; ++s) {
       LineSink sink;
       sink.fd_in = pipes[2 * i + s].first;
@@ -328,15 +385,18 @@ static LaunchResult launch_once(const LaunchOptions& o) {
       sinks.push_back(sink);
     }
   }
-  for (auto& p : pipes) close(p.second);
-  for (LineSink& s : sinks)
-    if (s.rank < 0) s.captured = &mpirun_lines;
+  for (size_t i = 0; i < pipes.size(); ++i) {  // the write ends now belong to the children
+    close(g.fds[2 * i + 1]);
+    g.fds[2 * i + 1] = -1;
+  }
+  return sinks;
+}
 
+// Forwards output and reaps children until all exited and all streams closed. The first
+// failure (or a signal to the launcher) stops the others: SIGTERM, then SIGKILL after
+// the grace period.
+void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o, LaunchResult& res) {
   int64_t kill_deadline = 0;  // when survivors get SIGKILL (0: not stopping)
-  auto stop_all = [&](int sig) {
-    for (Child& c : children)
-      if (c.running && kill(-c.pid, sig) != 0) kill(c.pid, sig);  // before its setsid()
-  };
   for (;;) {
     std::vector<pollfd> pfds;
     std::vector<size_t> idx;
@@ -346,12 +406,17 @@ static LaunchResult launch_once(const LaunchOptions& o) {
         idx.push_back(i);
       }
     bool any_running = false;
-    for (Child& c : children) any_running |= c.running;
+    for (Child& c : g.children) any_running |= c.running;
     if (pfds.empty() && !any_running) break;
     int n = poll(pfds.data(), pfds.size(), 20);
     for (int i = 0; n > 0 && i < int(pfds.size()); ++i)
-      if (pfds[size_t(i)].revents) sinks[idx[size_t(i)]].drain();
-    for (Child& c : children) {
+      if (pfds[size_t(i)].revents) {
+        LineSink& s = sinks[idx[size_t(i)]];
+        int fd = s.fd_in;
+        if (!s.drain())  // it closed its stream
+          std::replace(g.fds.begin(), g.fds.end(), fd, -1);
+      }
+    for (Child& c : g.children) {
       if (!c.running) continue;
       int status = 0;
       if (waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
@@ -365,7 +430,7 @@ static LaunchResult launch_once(const LaunchOptions& o) {
           res.message = cat("rank ", c.rank, " ", describe_wait_status(status));
         }
         kill_deadline = now_ns() + int64_t(o.grace_s * 1e9);
-        stop_all(SIGTERM);
+        g.signal_all(SIGTERM);
       }
     }
     if (g_stop_signal && !kill_deadline) {
@@ -373,26 +438,35 @@ static LaunchResult launch_once(const LaunchOptions& o) {
       res.interrupted = true;
       res.message = cat("stopped by signal ", int(g_stop_signal), " (", strsignal(g_stop_signal), ")");
       kill_deadline = now_ns() + int64_t(o.grace_s * 1e9);
-      stop_all(SIGTERM);
+      g.signal_all(SIGTERM);
     }
     if (kill_deadline && now_ns() > kill_deadline) {
-      stop_all(SIGKILL);
+      g.signal_all(SIGKILL);
       kill_deadline = INT64_MAX;
     }
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
+}
 
+}  // namespace
+
+static LaunchResult launch_once(const LaunchOptions& o) {
+  LaunchPlan plan = plan_launch(o);
+  LaunchResult res;
+  res.job_id = plan.job_id;
+  JobGuard guard(plan.job_id, plan.status_dir);
+  std::vector<LineSink> sinks = start_children(plan, o, guard);
+  std::vector<std::string> mpirun_lines;
+  for (LineSink& s : sinks)
+    if (s.rank < 0) s.captured = &mpirun_lines;
+  supervise(guard, sinks, o, res);
   if (o.backend == Backend::mpi && res.exit_code != 0 && res.message.empty()) {
     int rank = -1;
     // The ranks' own records first; mpirun's messages do not always name the rank.
-    if (!status_dir.empty()) res.message = first_recorded_failure(status_dir, rank);
+    if (!plan.status_dir.empty()) res.message = first_recorded_failure(plan.status_dir, rank);
     if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, rank);
     res.failed_rank = rank;
-    if (res.message.empty()) res.message = cat("mpirun ", describe_wait_status(children[0].status));
+    if (res.message.empty()) res.message = cat("mpirun ", describe_wait_status(guard.children[0].status));
   }
-  remove_job_segments(res.job_id);
-  if (!status_dir.empty()) std::filesystem::remove_all(status_dir);
   return res;
 }
 

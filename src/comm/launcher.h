@@ -17,6 +17,7 @@
 // 2, ...; 0 on the first attempt) in the ranks' environment and a fresh job id; each restart
 // is logged in one line. A job stopped by a signal to the launcher (Ctrl-C) is not restarted.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@ struct LaunchOptions {
   // One line per restart ("strata launch: restart 1/3 after rank 2 was killed by signal 9");
   // default: stderr.
   std::function<void(const std::string&)> log;
+  // Called in the launcher after each process started (rank; -1 for mpirun). A throw from
+  // it aborts the launch like any failure there: the started processes are killed and
+  // reaped, and the launcher's signal handlers restored, before the exception leaves.
+  std::function<void(int rank, int64_t pid)> on_spawn;
 };
 
 struct LaunchResult {
@@ -56,7 +61,8 @@ struct LaunchResult {
 };
 
 // Runs the job to completion. Throws Error for bad options (nproc < 1, program not found,
-// mpirun missing) before starting anything.
+// mpirun missing) before starting anything; when starting fails midway (pipe, fork), it
+// kills and reaps what it started and restores its signal handlers before throwing.
 LaunchResult launch(const LaunchOptions& options);
 
 // This process's restart count from STRATA_RESTART (0 when unset): what a rank reads to

@@ -84,7 +84,8 @@ TEST(BenchComm, BadInputGivesOneLine) {
       {{"-b", "1M", "-e", "1K"}, "size range is empty"},
       {{"-b", "0"}, "at least 1 byte"},
       {{"-e", "12Q"}, "unknown unit"},
-      {{"-f", "1"}, "factor (-f) must be at least 2"},
+      {{"-f", "1"}, "factor (-f) must be at least 2, got 1"},
+      {{"-f", "-2"}, "factor (-f) must be at least 2, got -2"},
       {{"--nproc", "0"}, "--nproc must be at least 1, got 0"},
       {{"--dtype", "f16"}, "unknown dtype 'f16'"},
   };

@@ -7,6 +7,8 @@
 #include <cstdlib>
 
 #include "comm/process_group.h"
+#include "comm/shm/shm_transport.h"
+#include "core/error.h"
 #include "spawn.h"
 #include "sweep.h"
 
@@ -62,6 +64,40 @@ TEST_P(CollectivesTest, ForcedFlatAndPipelined) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+// Which algorithm ran, by the process-wide counts: 3 ranks (threads) per collective. A
+// 256-byte all-reduce fits the 1 KiB flat staging, a 16 KiB one does not.
+TEST(CollectivesAlgo, ForcedFlatIsNotAutomatic) {
+  auto runs = [](ShmAlgo algo, size_t count, std::string* error) {
+    Options o = shrunk();
+    o.small_max_bytes = 1024;
+    o.algo = algo;
+    shm::AlgoRuns before = shm::algo_runs();
+    run_threads(3, [&](ProcessGroup& pg) {
+      std::vector<float> x(count, 1.0f);
+      try {
+        pg.all_reduce(x.data(), x.size());
+        EXPECT_EQ(x[count - 1], 3.0f);
+      } catch (const Error& e) {
+        if (pg.rank() == 0) *error = e.what();
+      }
+    }, o);
+    shm::AlgoRuns after = shm::algo_runs();
+    return std::make_pair(after.flat - before.flat, after.other - before.other);
+  };
+  std::string err;
+  using P = std::pair<uint64_t, uint64_t>;
+  EXPECT_EQ(runs(ShmAlgo::automatic, 64, &err), P(3, 0));
+  EXPECT_EQ(runs(ShmAlgo::flat, 64, &err), P(3, 0));
+  EXPECT_EQ(runs(ShmAlgo::pipelined, 64, &err), P(0, 3));
+  EXPECT_EQ(runs(ShmAlgo::automatic, 4096, &err), P(0, 3));
+  EXPECT_EQ(runs(ShmAlgo::pipelined, 4096, &err), P(0, 3));
+  EXPECT_TRUE(err.empty()) << err;
+  // Forced flat never falls back: the message that does not fit fails, naming both sizes.
+  EXPECT_EQ(runs(ShmAlgo::flat, 4096, &err), P(0, 0));
+  EXPECT_NE(err.find("the flat algorithm was forced"), std::string::npos) << err;
+  EXPECT_NE(err.find("16384 bytes exceeds the flat staging of 1024 bytes"), std::string::npos) << err;
+}
 
 TEST(Collectives, TypedConveniences) {
   run_threads(3, [](ProcessGroup& pg) {

@@ -83,12 +83,45 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     unlinked_ = o.unlinked_;
     o.base_ = nullptr;
     o.bytes_ = 0;
+    o.unlinked_ = true;  // the name is this object's now
   }
   return *this;
 }
 
 Segment::~Segment() {
+  unlink();
   if (base_) munmap(base_, bytes_);
+}
+
+namespace {
+constexpr int kCleanupSignals[3] = {SIGTERM, SIGINT, SIGHUP};
+char g_unlink_path[256];  // "/dev/shm/<name>": unlink(2) is async-signal-safe, shm_unlink is not listed
+
+extern "C" void unlink_then_die(int sig) {
+  if (g_unlink_path[0]) unlink(g_unlink_path);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
+UnlinkOnSignal::UnlinkOnSignal(const Segment& seg) {
+  std::string path = "/dev/shm" + seg.shm_name();
+  if (path.size() >= sizeof g_unlink_path) return;
+  std::memcpy(g_unlink_path, path.c_str(), path.size() + 1);
+  for (int i = 0; i < 3; ++i) {
+    struct sigaction old {};
+    if (sigaction(kCleanupSignals[i], nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_handler = unlink_then_die;
+    sigemptyset(&sa.sa_mask);
+    armed_[i] = sigaction(kCleanupSignals[i], &sa, nullptr) == 0;
+  }
+}
+
+UnlinkOnSignal::~UnlinkOnSignal() {
+  for (int i = 0; i < 3; ++i)
+    if (armed_[i]) signal(kCleanupSignals[i], SIG_DFL);
+  g_unlink_path[0] = 0;
 }
 
 void Segment::unlink() {
@@ -163,6 +196,7 @@ Segment Segment::attach(const std::string& shm_name, const std::string& job, int
         s.base_ = static_cast<char*>(p);
         s.bytes_ = bytes;
         s.name_ = shm_name;
+        s.unlinked_ = true;  // attachers never unlink
         Header& h = s.header();
         if (h.ready.load(std::memory_order_acquire) == 1) {
           STRATA_CHECK(h.magic == kMagic && h.version == kVersion, "shared-memory segment ",
@@ -171,10 +205,7 @@ Segment Segment::attach(const std::string& shm_name, const std::string& job, int
           STRATA_CHECK(int(s.lay_.size) == size && s.lay_.total <= bytes, "shared-memory segment ",
                        shm_name, " is for ", s.lay_.size, " ranks, this job has ", size);
           // A segment left by a crashed job with the same id: wait for the new creator.
-          if (pid_alive(h.creator_pid) && std::string(h.job) == job) {
-            s.unlinked_ = true;  // attachers never unlink
-            return s;
-          }
+          if (pid_alive(h.creator_pid) && std::string(h.job) == job) return s;
         }
       } else {
         close(fd);

@@ -122,6 +122,8 @@ class Segment {
   Segment() = default;
   Segment(Segment&& o) noexcept { *this = std::move(o); }
   Segment& operator=(Segment&& o) noexcept;
+  // Unmaps; the creator also removes the name if it still holds it (a group that never
+  // formed: a timeout or an error while waiting for the others must not leave it behind).
   ~Segment();
 
   Header& header() const { return *reinterpret_cast<Header*>(base_); }
@@ -159,6 +161,21 @@ class Segment {
   Layout lay_;
   std::string name_;
   bool unlinked_ = false;
+};
+
+// While alive, SIGTERM, SIGINT and SIGHUP (where their disposition is the default, which
+// would end the process without running destructors) first remove the segment's name, then
+// end the process as the default would. For the creator's wait for the other ranks: the
+// only time a named segment exists that no one else would remove.
+class UnlinkOnSignal {
+ public:
+  explicit UnlinkOnSignal(const Segment& seg);
+  ~UnlinkOnSignal();
+  UnlinkOnSignal(const UnlinkOnSignal&) = delete;
+  UnlinkOnSignal& operator=(const UnlinkOnSignal&) = delete;
+
+ private:
+  bool armed_[3] = {};
 };
 
 // Futex on a 32-bit word in shared memory (process-shared, not FUTEX_PRIVATE).

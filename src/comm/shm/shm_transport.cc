@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/env.h"
@@ -88,6 +89,8 @@ std::unique_ptr<ShmTransport> ShmTransport::open(const std::string& job, const s
 
 void ShmTransport::wait_attached(int64_t deadline_ns) {
   Header& h = seg_.header();
+  std::optional<UnlinkOnSignal> cleanup;  // the creator owns the name until all attached
+  if (rank_ == 0) cleanup.emplace(seg_);
   int64_t sleep_us = 20;
   while (int(h.attached.load(std::memory_order_acquire)) < size_) {
     if (now_ns() > deadline_ns) {
@@ -421,33 +424,64 @@ static void run_alone(const OpDesc& op) {
   }
 }
 
+static std::atomic<uint64_t> g_flat_runs{0}, g_other_runs{0};
+
+AlgoRuns algo_runs() { return {g_flat_runs.load(), g_other_runs.load()}; }
+
+// The staging bytes the one-phase flat algorithm of `op` needs (0: it has none).
+static size_t flat_bytes(const OpDesc& op) {
+  size_t es = dtype_size(op.dtype);
+  switch (op.op) {
+    case OpType::allreduce:
+    case OpType::reduce:
+    case OpType::broadcast: return op.count * es;
+    case OpType::reduce_scatter: return sum_count(op.counts) * es;
+    case OpType::allgather:
+    case OpType::allgatherv: return max_count(op.counts) * es;
+    default: return 0;
+  }
+}
+
+// automatic: flat when the message fits the flat staging; pipelined: never flat; flat:
+// always, and a message the staging cannot hold is an error (checked before the op touches
+// the segment, on every rank alike) rather than a silent fall back to another algorithm.
+bool ShmTransport::use_flat(const OpDesc& op) const {
+  size_t bytes = flat_bytes(op), small = seg_.layout().small_bytes;
+  if (opt_.algo == ShmAlgo::pipelined) return false;
+  if (opt_.algo == ShmAlgo::flat)
+    STRATA_CHECK(bytes <= small, "shm: ", op_name(op.op), " #", op.seq, " of group ", group_,
+                 ": the flat algorithm was forced (comm::Options::algo) but the message of ", bytes,
+                 " bytes exceeds the flat staging of ", small,
+                 " bytes (raise STRATA_SHM_SMALL_BYTES or Options::small_max_bytes)");
+  return bytes <= small;
+}
+
 void ShmTransport::run_collective(OpDesc& op) {
   if (size_ == 1) {
     check_abort(op);
     run_alone(op);
     return;
   }
+  const bool flat = op.op != OpType::alltoall && op.op != OpType::alltoallv && op.op != OpType::barrier &&
+                    use_flat(op);
   OpCtx c(*this, op);
-  size_t es = dtype_size(op.dtype);
-  size_t small = seg_.layout().small_bytes;
-  bool force_flat = opt_.algo == ShmAlgo::flat, force_pipe = opt_.algo == ShmAlgo::pipelined;
-  auto flat_fits = [&](size_t bytes) { return !force_pipe && (force_flat || bytes <= small) && bytes <= small; };
+  (flat ? g_flat_runs : g_other_runs).fetch_add(1, std::memory_order_relaxed);
   switch (op.op) {
     case OpType::allreduce:
-      if (flat_fits(op.count * es)) allreduce_flat(c); else allreduce_pipelined(c, false);
+      if (flat) allreduce_flat(c); else allreduce_pipelined(c, false);
       break;
     case OpType::reduce:
-      if (flat_fits(op.count * es)) reduce_flat(c); else allreduce_pipelined(c, true);
+      if (flat) reduce_flat(c); else allreduce_pipelined(c, true);
       break;
     case OpType::reduce_scatter:
-      if (flat_fits(sum_count(op.counts) * es)) reduce_scatter_flat(c); else reduce_scatter_pipelined(c);
+      if (flat) reduce_scatter_flat(c); else reduce_scatter_pipelined(c);
       break;
     case OpType::allgather:
     case OpType::allgatherv:
-      if (flat_fits(max_count(op.counts) * es)) allgather_flat(c); else allgather_large(c);
+      if (flat) allgather_flat(c); else allgather_large(c);
       break;
     case OpType::broadcast:
-      if (flat_fits(op.count * es)) broadcast_flat(c); else broadcast_large(c);
+      if (flat) broadcast_flat(c); else broadcast_large(c);
       break;
     case OpType::alltoall:
     case OpType::alltoallv:

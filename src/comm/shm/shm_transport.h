@@ -53,6 +53,14 @@ class OpCtx {
   uint64_t phase_ = 0;
 };
 
+// Collectives of groups of 2+ ranks run by the one-phase flat algorithm, and by any other
+// (pipelined, direct, all-to-all, barrier), in this process since it started: what tests
+// read to tell a forced algorithm from the automatic choice.
+struct AlgoRuns {
+  uint64_t flat = 0, other = 0;
+};
+AlgoRuns algo_runs();
+
 class ShmTransport final : public detail::Transport {
  public:
   ShmTransport(Segment seg, std::string job, std::string group, int rank, const Options& opt);
@@ -99,6 +107,7 @@ class ShmTransport final : public detail::Transport {
   std::string op_label(const detail::OpDesc& op) const;  // "group world allreduce #5"
 
  private:
+  bool use_flat(const detail::OpDesc& op) const;  // by opt_.algo and the flat staging's size
   void notify_peer_bell(int peer);
   Segment seg_;
   std::string job_, group_;

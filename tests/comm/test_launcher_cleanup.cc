@@ -1,0 +1,125 @@
+// The launcher's exception safety: a failure after it installed its signal handlers and
+// started ranks (a throw from the on_spawn hook; pipe2 failing for want of descriptors)
+// leaves no handler installed, no child running and no descriptor open. And a rank started
+// by hand with leftover STRATA_RANK/STRATA_WORLD_SIZE/STRATA_JOB_ID (no launcher) removes
+// the segment it created when it times out or is stopped by SIGTERM.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "comm/launcher.h"
+#include "comm/shm/segment.h"
+#include "core/error.h"
+#include "spawn.h"
+
+namespace strata::comm {
+namespace {
+
+void* handler_of(int sig) {
+  struct sigaction now {};
+  sigaction(sig, nullptr, &now);
+  return reinterpret_cast<void*>(now.sa_handler);
+}
+
+int open_fds() {
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator("/proc/self/fd")) (void)e, ++n;
+  return n;
+}
+
+LaunchOptions sleepers(int n) {
+  LaunchOptions o;
+  o.nproc = n;
+  o.command = {"sleep", "30"};
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+TEST(LauncherCleanup, ThrowAfterSpawnStopsChildrenAndRestoresHandlers) {
+  void* before_int = handler_of(SIGINT);
+  void* before_term = handler_of(SIGTERM);
+  int fds = open_fds();
+  std::vector<int64_t> pids;
+  LaunchOptions o = sleepers(3);
+  o.on_spawn = [&](int rank, int64_t pid) {
+    pids.push_back(pid);
+    // The handlers are the launcher's while it runs.
+    EXPECT_NE(handler_of(SIGINT), before_int);
+    if (rank == 1) throw std::runtime_error("injected after rank 1 started");
+  };
+  EXPECT_THROW(launch(o), std::runtime_error);
+  ASSERT_EQ(pids.size(), 2u);
+  EXPECT_EQ(handler_of(SIGINT), before_int);
+  EXPECT_EQ(handler_of(SIGTERM), before_term);
+  for (int64_t pid : pids) {
+    // Reaped: no such process, and no zombie left for us to wait on.
+    EXPECT_NE(kill(pid_t(pid), 0), 0) << "pid " << pid << " still exists";
+    EXPECT_EQ(waitpid(pid_t(pid), nullptr, WNOHANG), -1);
+  }
+  EXPECT_EQ(open_fds(), fds);
+}
+
+TEST(LauncherCleanup, PipeFailureRestoresHandlersAndClosesDescriptors) {
+  void* before_int = handler_of(SIGINT);
+  int fds = open_fds();
+  rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  // Room for a few pipes, not for the 2 x 8 a job of 8 ranks needs.
+  rlimit low = old;
+  low.rlim_cur = rlim_t(fds + 8);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  bool spawned = false;
+  LaunchOptions o = sleepers(8);
+  o.on_spawn = [&](int, int64_t) { spawned = true; };
+  std::string msg;
+  try {
+    launch(o);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_NE(msg.find("pipe failed"), std::string::npos) << msg;
+  EXPECT_FALSE(spawned);
+  EXPECT_EQ(handler_of(SIGINT), before_int);
+  EXPECT_EQ(open_fds(), fds);
+}
+
+// Rank 0 of a world of 2 whose rank 1 never comes: `comm_worker die-early` as rank 0 waits
+// for rank 1 to attach to the segment it created.
+std::vector<std::pair<std::string, std::string>> lone_rank_env(const std::string& job, const char* timeout) {
+  return {{"STRATA_RANK", "0"}, {"STRATA_WORLD_SIZE", "2"}, {"STRATA_JOB_ID", job}, {"STRATA_TIMEOUT", timeout}};
+}
+
+bool segment_exists(const std::string& job) {
+  return std::filesystem::exists("/dev/shm" + shm::segment_name(job, "w"));
+}
+
+TEST(LauncherCleanup, LoneRankRemovesItsSegmentAfterTheTimeout) {
+  std::string job = "lone-timeout-" + new_job_id();
+  auto p = testing::run({COMM_WORKER, "die-early"}, lone_rank_env(job, "1"), 30);
+  EXPECT_EQ(p.exit_code(), 1) << p.output();
+  EXPECT_NE(p.output().find("only 1 of 2 ranks joined before the timeout"), std::string::npos) << p.output();
+  EXPECT_FALSE(segment_exists(job));
+  remove_job_segments(job);
+}
+
+TEST(LauncherCleanup, LoneRankRemovesItsSegmentOnSigterm) {
+  std::string job = "lone-term-" + new_job_id();
+  auto p = testing::start({COMM_WORKER, "die-early"}, lone_rank_env(job, "60"));
+  for (int i = 0; i < 2000 && !segment_exists(job); ++i) usleep(5000);
+  ASSERT_TRUE(segment_exists(job)) << p.output();
+  usleep(50000);  // into its wait for rank 1
+  kill(p.pid, SIGTERM);
+  ASSERT_TRUE(testing::wait_for(p, 30)) << p.output();
+  EXPECT_EQ(p.exit_code(), 128 + SIGTERM) << p.output();
+  EXPECT_FALSE(segment_exists(job));
+  remove_job_segments(job);
+}
+
+}  // namespace
+}  // namespace strata::comm
