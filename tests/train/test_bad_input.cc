@@ -103,3 +103,20 @@ TEST(TrainBadInput, UnwritableRunDir) {
   std::string bad = dir / "file/run";
   expect_error(kSmall + "--run-dir " + bad, {bad});
 }
+
+// STRATA_RANK/STRATA_WORLD_SIZE/STRATA_JOB_ID left in the shell from another job: asked for
+// --nproc 2, train refuses in one line naming them instead of joining that job as one rank
+// and waiting out the timeout; run as a lone rank, it says so before it waits.
+TEST(TrainBadInput, LeftoverRankEnvironment) {
+  const std::string env = "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-review-diag STRATA_TIMEOUT=1 ";
+  CliResult r = run_strata(kSmall + "--nproc 2", env);
+  EXPECT_GT(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const char* n : {"--nproc 2", "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-review-diag",
+                        "no strata launcher started this process", "unset them"})
+    EXPECT_NE(r.err.find(n), std::string::npos) << r.err;
+  CliResult lone = run_strata(kSmall, env);
+  EXPECT_GT(lone.status, 0) << lone.err;
+  EXPECT_NE(lone.err.find("running as rank 0 of 2 from the environment"), std::string::npos) << lone.err;
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/strata-leftover-review-diag-w"));
+}

@@ -273,6 +273,35 @@ TEST(TrainDiagnosis, SkippedCollectiveAndWrongCountNameTheRank) {
   }
 }
 
+// Under ZeRO the gradients are reduce-scattered and the parameters all-gathered with uneven
+// per-rank counts (a bucket may lie in one rank's shard: counts [0,0,n]); the doctor must
+// not read those as a mismatch. Each fault on a rank that is not the last, stages 1 and 3.
+TEST(TrainDiagnosis, UnderZeroTheInjectedRankIsNamed) {
+  struct Case {
+    const char* zero;
+    const char* fault;
+    int rank;
+    double timeout_s;
+    const char* cause;
+  };
+  for (const Case& c : {Case{"1", "wrong-count", 0, 3, "mismatch"}, Case{"3", "skip-collective", 1, 3, "skipped"},
+                        Case{"1", "hang", 1, 1, "outside-comm"}, Case{"3", "kill", 0, 3, "dead"}}) {
+    TempDir dir("diag_zero");
+    CliResult t = run_strata(kModel + "--steps 4 --nproc 3 --zero " + c.zero + " --run-dir " + dir.path.string() +
+                             " --timeout " + std::to_string(c.timeout_s) + " --inject-rank " +
+                             std::to_string(c.rank) + " --inject-step 2 --inject " + c.fault);
+    std::string what = std::string("ZeRO ") + c.zero + ", " + c.fault + " on rank " + std::to_string(c.rank);
+    EXPECT_NE(t.status, 0) << what;
+    CliResult doc = run_strata("doctor hang --json " + dir.path.string());
+    ASSERT_EQ(doc.status, 0) << what << doc.out << doc.err << t.err;
+    json report = json::parse(doc.out.substr(doc.out.find('{')));
+    EXPECT_TRUE(report["mismatches"].size() <= 1) << what << report.dump(1);
+    ASSERT_EQ(report["culprits"].size(), 1u) << what << report.dump(1);
+    EXPECT_EQ(report["culprits"][0]["rank"], c.rank) << what << report.dump(1);
+    EXPECT_EQ(report["culprits"][0]["cause"], c.cause) << what << report.dump(1);
+  }
+}
+
 // A rank stuck in compute past the timeout: the others time out waiting for it, and the
 // doctor says where it was.
 TEST(TrainDiagnosis, RankStuckInComputeIsNamed) {
