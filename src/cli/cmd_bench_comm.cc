@@ -94,7 +94,10 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
     cfg.check = a->check;
     cfg.dtype = parse_dtype(a->dtype);
     cfg.redop = comm::parse_reduce_op(a->redop);
-    if (comm::launched_as_rank()) return run_rank(*a, ops, sizes, cfg);
+    if (comm::launched_as_rank()) {
+      comm::refuse_stale_rank_env("strata bench comm");
+      return run_rank(*a, ops, sizes, cfg);
+    }
 
     comm::LaunchOptions o;
     o.nproc = a->nproc;

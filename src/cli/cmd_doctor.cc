@@ -109,7 +109,10 @@ void run_doctor_net(const NetArgs& a) {
   STRATA_CHECK(a.expect_busbw >= 0, "--expect-busbw must not be negative, got ", a.expect_busbw);
   STRATA_CHECK(a.timeout >= 0, "--timeout must not be negative, got ", a.timeout);
   comm::Backend backend = comm::parse_backend(a.backend);
-  if (comm::launched_as_rank()) return run_net_rank(a);
+  if (comm::launched_as_rank()) {
+    comm::refuse_stale_rank_env("strata doctor net");
+    return run_net_rank(a);
+  }
   STRATA_CHECK(a.nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", a.nproc);
   net_config(a, a.nproc);  // validate sizes and STRATA_THROTTLE_LINK before launching
 

@@ -87,6 +87,19 @@ bool strata_rank_env_is_stale() {
   return true;
 }
 
+std::string strata_rank_env_text() {
+  std::string s;
+  for (const char* name : {"STRATA_RANK", "STRATA_WORLD_SIZE", "STRATA_JOB_ID"})
+    if (const char* v = env(name)) s += cat(s.empty() ? "" : " ", name, "=", v);
+  return s;
+}
+
+void refuse_stale_rank_env(const std::string& request) {
+  STRATA_CHECK(!strata_rank_env_is_stale(), request, ": the environment holds ", strata_rank_env_text(),
+               ", but no strata launcher started this process (left over from another job?); "
+               "unset them to start the ranks here");
+}
+
 static std::string job_id_for(const std::string& source) {
   if (const char* v = env("STRATA_JOB_ID")) return v;
   if (source == "ompi") {

@@ -31,4 +31,12 @@ bool launched_as_rank();
 // shell, or copied from another job, rather than a launch in progress.
 bool strata_rank_env_is_stale();
 
+// The rank variables as this process has them: "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=j".
+std::string strata_rank_env_text();
+
+// For a command asked to start its own ranks (`request`, e.g. "--nproc 2"): throws Error in
+// one line naming the variables when they are stale, rather than joining a foreign job as
+// one of its ranks and waiting out the timeout.
+void refuse_stale_rank_env(const std::string& request);
+
 }  // namespace strata::comm

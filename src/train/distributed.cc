@@ -90,15 +90,13 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {
   dump_into_run_dir(cfg);
   if (comm::launched_as_rank()) {
+    if (pc.nproc > 1) comm::refuse_stale_rank_env(cat("--nproc ", pc.nproc));
+    if (pc.max_restarts > 0) comm::refuse_stale_rank_env(cat("--max-restarts ", pc.max_restarts));
     if (comm::strata_rank_env_is_stale()) {
       const comm::RankEnv env = comm::detect_rank_env();
-      const std::string vars = cat("STRATA_RANK=", env.rank, " STRATA_WORLD_SIZE=", env.world_size,
-                                   env.job_id.empty() ? "" : " STRATA_JOB_ID=" + env.job_id);
-      STRATA_CHECK(pc.nproc <= 1 && pc.max_restarts == 0, "--nproc ", pc.nproc, ": the environment holds ",
-                   vars, ", but no strata launcher started this process (left over from another "
-                   "job?); unset them to start the ranks here");
       std::fprintf(stderr, "strata train: running as rank %d of %d from the environment (%s; no strata launcher "
-                   "started this process), waiting for the other ranks\n", env.rank, env.world_size, vars.c_str());
+                   "started this process), waiting for the other ranks\n", env.rank, env.world_size,
+                   comm::strata_rank_env_text().c_str());
     }
     return std::nullopt;
   }

@@ -73,6 +73,20 @@ TEST(BenchComm, TableHasNcclTestsColumnsAndBusFactors) {
   }
 }
 
+// STRATA_RANK/STRATA_WORLD_SIZE left from another job: refused in one line naming them,
+// instead of joining that job as one rank and waiting out the timeout.
+TEST(BenchComm, LeftoverRankEnvironmentIsRefused) {
+  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "2"},
+                        {{"STRATA_RANK", "0"}, {"STRATA_WORLD_SIZE", "2"}, {"STRATA_JOB_ID", "leftover-bench"},
+                         {"STRATA_TIMEOUT", "1"}, {"STRATA_LAUNCHER_PID", "1"}});
+  std::string out = p.output();
+  EXPECT_EQ(p.exit_code(), 1) << out;
+  EXPECT_NE(out.find("strata bench comm: the environment holds STRATA_RANK=0 STRATA_WORLD_SIZE=2 "
+                     "STRATA_JOB_ID=leftover-bench, but no strata launcher started this process"),
+            std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
 TEST(BenchComm, BadInputGivesOneLine) {
   struct Case {
     std::vector<std::string> args;

@@ -128,7 +128,10 @@ TEST(NetDoctorCli, BadFlagsAreOneLine) {
                {"--backend tcp", "", "tcp"},
                {"--bytes 12X", "", "unknown unit"},
                {"--nproc 3", "STRATA_THROTTLE_LINK=0-5:0.5", "outside 0-2"},
-               {"--nproc 3", "STRATA_THROTTLE_LINK=0-1:3", "factor must be in (0, 1]"}};
+               {"--nproc 3", "STRATA_THROTTLE_LINK=0-1:3", "factor must be in (0, 1]"},
+               // rank variables left from another job: no joining it as one of its ranks
+               {"--nproc 2", "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-net STRATA_TIMEOUT=1",
+                "strata doctor net: the environment holds STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-net"}};
   for (auto& c : cases) {
     auto r = testutil::run_strata(std::string("doctor net ") + c.args, c.env);
     EXPECT_EQ(r.status, 1) << c.args << ": " << r.out;
