@@ -1,0 +1,262 @@
+// Server and clients as ranks of one group (threads here; processes in test_cli.cc):
+// FedAvg with full-batch local GD equals centralized GD, partitions and sampling are seeded,
+// dropouts, deadlines and malformed updates leave the round going, secure aggregation gives
+// the plain result, DP noise differs across clients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "comm/process_group.h"
+#include "core/error.h"
+#include "data/sampler.h"
+#include "fed/dp.h"
+#include "fed/local.h"
+#include "fed/partition.h"
+#include "fed/server.h"
+
+namespace strata::fed {
+namespace {
+
+FedConfig tiny(int clients, int per_round, int rounds) {
+  FedConfig c;
+  c.model.layers = 1, c.model.dim = 16, c.model.heads = 2, c.model.seq = 16;
+  c.model.vocab = 256, c.model.padded_vocab = 256;
+  c.data = "synthetic:1601";  // 100 windows of 17 tokens
+  c.clients = clients, c.per_round = per_round, c.rounds = rounds;
+  c.local.seq = 16, c.local.batch = 0, c.local.steps = 1, c.local.lr = 0.5f;
+  c.eval_windows = 8;
+  return c;
+}
+
+FedResult run(const FedConfig& cfg, std::vector<RoundRecord>* rounds = nullptr) {
+  FedResult out;
+  comm::run_threads(cfg.clients + 1, [&](comm::ProcessGroup& g) {
+    if (g.rank() == 0)
+      out = run_server(g, cfg);
+    else
+      run_client(g, cfg);
+  });
+  if (rounds) *rounds = out.rounds;
+  return out;
+}
+
+// Centralized full-batch gradient descent on the union of the clients' windows.
+std::vector<float> centralized_gd(const FedConfig& cfg) {
+  data::Split split = data::open_split(cfg.data, cfg.seed);
+  const int64_t n = data::num_windows(split.train->size(), cfg.local.seq, cfg.local.seq);
+  model::GPT m(cfg.model, 64);
+  m.init(cfg.seed);
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[size_t(i)] = i;
+  for (int r = 0; r < cfg.rounds; ++r) {
+    gradient(m, *split.train, all.data(), int(n), cfg.local.seq);
+    for (int64_t i = 0; i < m.num_params(); ++i) m.params()[i] -= cfg.local.lr * m.grads()[i];
+  }
+  return std::vector<float>(m.params(), m.params() + m.num_params());
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rel) {
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    norm = std::max(norm, double(std::fabs(b[i])));
+  }
+  EXPECT_LE(diff, rel * norm) << "max |a - b| " << diff << " vs max |b| " << norm;
+}
+
+TEST(FedAvg, FullBatchOneStepAllClientsEqualsCentralizedGD) {
+  for (const char* part : {"iid", "dirichlet:0.3"}) {
+    FedConfig cfg = tiny(3, 3, 3);
+    cfg.partition = PartitionSpec::parse(part);
+    const FedResult r = run(cfg);
+    // Uneven client sizes under dirichlet: the sample weighting is what makes this hold.
+    expect_close(r.params, centralized_gd(cfg), 2e-5);
+    ASSERT_EQ(r.rounds.size(), 3u);
+    EXPECT_GT(r.eval_loss, 0);
+    for (const auto& rec : r.rounds) EXPECT_EQ(rec.survivors, 3);
+  }
+}
+
+TEST(FedAvg, SecureAggregationMatchesPlainAggregation) {
+  FedConfig cfg = tiny(4, 4, 2);
+  cfg.partition = PartitionSpec::parse("dirichlet:0.5");
+  const FedResult plain = run(cfg);
+  cfg.secure_agg = true;
+  cfg.threshold = 3;
+  const FedResult secure = run(cfg);
+  // Only quantization separates them: 4 / scale = 4 * range * C / 2^31 per coordinate.
+  double diff = 0;
+  for (size_t i = 0; i < plain.params.size(); ++i)
+    diff = std::max(diff, double(std::fabs(plain.params[i] - secure.params[i])));
+  EXPECT_LT(diff, 1e-6);
+  EXPECT_GT(secure.bytes_total, plain.bytes_total);
+}
+
+TEST(FedAvg, PartitionsAreSeededDisjointAndComplete) {
+  std::vector<int> labels(1000);
+  for (int i = 0; i < 1000; ++i) labels[size_t(i)] = (i * 7) % 10;
+  for (const char* p : {"iid", "dirichlet:0.1", "dirichlet:100"}) {
+    const auto a = partition_windows(PartitionSpec::parse(p), labels, 5, 3);
+    EXPECT_EQ(a, partition_windows(PartitionSpec::parse(p), labels, 5, 3)) << p;
+    EXPECT_NE(a, partition_windows(PartitionSpec::parse(p), labels, 5, 4)) << p;
+    std::set<int64_t> seen;
+    for (const auto& s : a)
+      for (int64_t w : s) EXPECT_TRUE(seen.insert(w).second) << p;
+    EXPECT_EQ(seen.size(), 1000u) << p;
+  }
+  // Small alpha concentrates labels: clients hold fewer distinct labels than under alpha 100.
+  auto labels_per_client = [&](const char* p) {
+    double total = 0;
+    for (const auto& s : partition_windows(PartitionSpec::parse(p), labels, 5, 3)) {
+      std::set<int> ls;
+      for (int64_t w : s) ls.insert(labels[size_t(w)]);
+      total += double(ls.size()) / 5;
+    }
+    return total;
+  };
+  EXPECT_LT(labels_per_client("dirichlet:0.1"), 7.0);
+  EXPECT_EQ(labels_per_client("dirichlet:100"), 10.0);
+  // Client sampling: seeded, C distinct of K, varying by round.
+  EXPECT_EQ(sample_clients(9, 4, 10, 3), sample_clients(9, 4, 10, 3));
+  EXPECT_NE(sample_clients(9, 4, 10, 3), sample_clients(9, 5, 10, 3));
+  const auto all = sample_clients(9, 4, 10, 10);
+  EXPECT_EQ(std::set<int>(all.begin(), all.end()).size(), 10u);
+}
+
+TEST(FedAvg, NaturalSyntheticSplitGivesEachClientItsOwnChain) {
+  const PartitionSpec nat = PartitionSpec::parse("natural");
+  FedData a = open_fed_data("synthetic:3400", 1, nat, 2, 0, 16);
+  FedData b = open_fed_data("synthetic:3400", 1, nat, 2, 1, 16);
+  EXPECT_NE(a.train->describe(), b.train->describe());
+  EXPECT_EQ(int64_t(a.windows.size()), data::num_windows(1700, 16, 16));
+  FedData server = open_fed_data("synthetic:3400", 1, nat, 2, -1, 16);
+  EXPECT_TRUE(server.windows.empty());
+  EXPECT_GT(server.val->size(), 0);
+}
+
+TEST(FedAvg, DropoutsAndMalformedUpdatesLeaveTheRoundGoing) {
+  FedConfig cfg = tiny(5, 4, 6);
+  cfg.local.batch = 4;
+  cfg.dropout = 0.3;
+  const FedResult a = run(cfg), b = run(cfg);
+  EXPECT_EQ(a.params, b.params);  // dropouts are seeded: the same run twice
+  int dropped = 0, applied = 0;
+  for (const auto& rec : a.rounds) {
+    dropped += rec.dropped;
+    applied += rec.applied;
+    EXPECT_EQ(rec.survivors + rec.dropped + rec.rejected + rec.late, rec.selected);
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_GE(applied, 5);
+  // A client sends a half-sized update: rejected and counted, the others' update applied.
+  cfg.dropout = 0;
+  cfg.bad_client = 2;
+  for (int r = 0; r < cfg.rounds && cfg.bad_round < 0; ++r) {
+    const auto sel = sample_clients(cfg.seed, r, cfg.clients, cfg.per_round);
+    if (std::find(sel.begin(), sel.end(), 2) != sel.end()) cfg.bad_round = r;
+  }
+  ASSERT_GE(cfg.bad_round, 0);
+  const FedResult c = run(cfg);
+  EXPECT_EQ(c.rejected, 1);
+  const RoundRecord& bad = c.rounds[size_t(cfg.bad_round)];
+  EXPECT_EQ(bad.rejected, 1);
+  EXPECT_EQ(bad.survivors, 3);
+  EXPECT_TRUE(bad.applied);
+  cfg.secure_agg = true;  // the same under secure aggregation (a wrong-sized masked input)
+  const FedResult d = run(cfg);
+  EXPECT_EQ(d.rejected, 1);
+  EXPECT_TRUE(d.rounds[size_t(cfg.bad_round)].applied);
+}
+
+TEST(FedAvg, LateClientsMissTheDeadlineAndAreDrainedLater) {
+  FedConfig cfg = tiny(3, 3, 3);
+  cfg.deadline_s = 0.3;
+  cfg.slow_client = 1, cfg.slow_s = 0.6;
+  const FedResult r = run(cfg);
+  for (const auto& rec : r.rounds) {
+    EXPECT_EQ(rec.late, 1);
+    EXPECT_EQ(rec.survivors, 2);
+    EXPECT_TRUE(rec.applied);
+  }
+}
+
+TEST(FedAvg, SecureAggregationSurvivesDropoutsAndAbortsBelowThreshold) {
+  FedConfig cfg = tiny(5, 5, 4);
+  cfg.secure_agg = true;
+  cfg.threshold = 3;
+  cfg.dropout = 0.25;
+  FedResult r = run(cfg);
+  int recovered = 0;
+  for (const auto& rec : r.rounds) {
+    if (rec.applied) recovered += rec.dropped > 0;
+    if (!rec.applied) {
+      EXPECT_NE(rec.note.find("below the threshold"), std::string::npos);
+    }
+  }
+  EXPECT_GT(recovered, 0) << "no round exercised dropout recovery";
+  // Threshold 5 of 5 with dropouts: those rounds abort and leave the model untouched.
+  cfg.threshold = 5;
+  cfg.dropout = 0.5;
+  cfg.rounds = 1;
+  r = run(cfg);
+  ASSERT_FALSE(r.rounds[0].applied) << "seed gave no dropout in round 0";
+  EXPECT_NE(r.rounds[0].note.find("nothing applied"), std::string::npos) << r.rounds[0].note;
+  model::GPT init(cfg.model, 1);
+  init.init(cfg.seed);
+  EXPECT_EQ(r.params, std::vector<float>(init.params(), init.params() + init.num_params()));
+}
+
+TEST(FedAvg, DpNoiseIsSeededAndDiffersAcrossClients) {
+  Rng a = client_noise_rng(1, 0, 3), b = client_noise_rng(1, 1, 3), a2 = client_noise_rng(1, 0, 3);
+  std::vector<float> x(64, 0.0f), y(64, 0.0f), z(64, 0.0f);
+  add_gaussian(x.data(), 64, 1.0, a);
+  add_gaussian(y.data(), 64, 1.0, b);
+  add_gaussian(z.data(), 64, 1.0, a2);
+  EXPECT_EQ(x, z);
+  EXPECT_NE(x, y);
+  std::vector<float> v = {3, 4};
+  EXPECT_DOUBLE_EQ(clip_to_norm(v.data(), 2, 1.0), 5.0);
+  EXPECT_NEAR(std::hypot(v[0], v[1]), 1.0, 1e-6);
+  FedConfig cfg = tiny(4, 2, 3);
+  cfg.dp_clip = 0.5, cfg.dp_noise = 1.0;
+  const FedResult r1 = run(cfg), r2 = run(cfg);
+  EXPECT_EQ(r1.params, r2.params);
+  EXPECT_GT(r1.epsilon, 0);
+  cfg.seed = 2;
+  EXPECT_NE(run(cfg).params, r1.params);
+}
+
+TEST(FedAvg, BadSettingsAreOneLine) {
+  auto msg = [](FedConfig c) {
+    try {
+      c.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  FedConfig c = tiny(4, 3, 1);
+  c.secure_agg = true, c.threshold = 4;
+  EXPECT_NE(msg(c).find("--threshold 4 is larger than the clients per round (3)"), std::string::npos);
+  c = tiny(4, 3, 1);
+  c.dp_clip = 1, c.dp_noise = 0;
+  EXPECT_NE(msg(c).find("--noise-multiplier must be > 0 (got 0)"), std::string::npos);
+  c.dp_clip = -1, c.dp_noise = 1;
+  EXPECT_NE(msg(c).find("--clip-norm must be > 0 (got -1)"), std::string::npos);
+  c = tiny(4, 5, 1);
+  EXPECT_NE(msg(c).find("--per-round must be in [1, --clients = 4] (got 5)"), std::string::npos);
+  try {
+    open_fed_data("synthetic:100", 1, PartitionSpec{}, 8, 0, 16);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--clients 8 is more than the data's shards"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(PartitionSpec::parse("dirichlet:0"), Error);
+  EXPECT_THROW(PartitionSpec::parse("zipf"), Error);
+}
+
+}  // namespace
+}  // namespace strata::fed
