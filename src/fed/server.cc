@@ -25,6 +25,7 @@ struct Server {
   Traffic traffic;
   std::vector<uint64_t> client_bytes;
   std::vector<float> adam_m, adam_v;
+  std::function<void(int, const Message&)> inspect;
 
   Server(comm::ProcessGroup& group, const FedConfig& c)
       : g(group), cfg(c), model(c.model, int(std::min<int64_t>(64, c.eval_windows))),
@@ -73,6 +74,7 @@ Collected collect(Server& s, RoundRecord& rec, const std::vector<int>& from, Kin
     const uint64_t before = s.traffic.received;
     const bool arrived = s.links[size_t(k)].wait(deadline_ns, m, s.traffic);
     s.client_bytes[size_t(k)] += s.traffic.received - before;
+    if (arrived && s.inspect) s.inspect(k, m);
     if (!arrived) {
       ++rec.late;
       s.control(k, round, kExcluded);
@@ -240,13 +242,15 @@ RoundRecord run_round(Server& s, int64_t round) {
 }  // namespace
 
 FedResult run_server(comm::ProcessGroup& g, const FedConfig& cfg,
-                     const std::function<void(const RoundRecord&)>& on_round) {
+                     const std::function<void(const RoundRecord&)>& on_round,
+                     const std::function<void(int client, const Message&)>& inspect) {
   cfg.validate();
   STRATA_CHECK(g.rank() == 0 && g.size() == cfg.clients + 1, "fed: the server is rank 0 of ",
                cfg.clients + 1, " ranks (--clients ", cfg.clients, " + 1), but this is rank ",
                g.rank(), " of ", g.size());
   secagg::init();
   Server s(g, cfg);
+  s.inspect = inspect;
   FedResult r;
   const int64_t t0 = now_ns();
   for (int64_t round = 0; round < cfg.rounds; ++round) {

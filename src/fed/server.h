@@ -50,8 +50,12 @@ struct FedResult {
   std::vector<float> params;    // final global model
 };
 
+struct Message;
+// on_round: after each round. inspect: every message the server receives, as received (tests
+// check that under secure aggregation no individual update arrives in the clear).
 FedResult run_server(comm::ProcessGroup& g, const FedConfig& cfg,
-                     const std::function<void(const RoundRecord&)>& on_round = {});
+                     const std::function<void(const RoundRecord&)>& on_round = {},
+                     const std::function<void(int client, const Message&)>& inspect = {});
 void run_client(comm::ProcessGroup& g, const FedConfig& cfg);
 
 // Control-message flags.

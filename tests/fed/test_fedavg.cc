@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <set>
 
 #include "comm/process_group.h"
@@ -13,7 +15,9 @@
 #include "fed/dp.h"
 #include "fed/local.h"
 #include "fed/partition.h"
+#include "fed/secagg.h"
 #include "fed/server.h"
+#include "fed/wire.h"
 
 namespace strata::fed {
 namespace {
@@ -29,11 +33,12 @@ FedConfig tiny(int clients, int per_round, int rounds) {
   return c;
 }
 
-FedResult run(const FedConfig& cfg, std::vector<RoundRecord>* rounds = nullptr) {
+FedResult run(const FedConfig& cfg, std::vector<RoundRecord>* rounds = nullptr,
+              const std::function<void(int, const Message&)>& inspect = {}) {
   FedResult out;
   comm::run_threads(cfg.clients + 1, [&](comm::ProcessGroup& g) {
     if (g.rank() == 0)
-      out = run_server(g, cfg);
+      out = run_server(g, cfg, {}, inspect);
     else
       run_client(g, cfg);
   });
@@ -92,6 +97,78 @@ TEST(FedAvg, SecureAggregationMatchesPlainAggregation) {
     diff = std::max(diff, double(std::fabs(plain.params[i] - secure.params[i])));
   EXPECT_LT(diff, 1e-6);
   EXPECT_GT(secure.bytes_total, plain.bytes_total);
+}
+
+// The share of 32-bit words that look like a quantized update (|int32| < 2^24: updates are
+// a few thousandths, times a scale of ~2^29): nearly all of a real update, ~0.8% of
+// uniformly random (masked) words.
+double small_word_share(const std::vector<uint8_t>& p) {
+  size_t small = 0, n = p.size() / 4;
+  for (size_t i = 0; i < n; ++i) {
+    int32_t v;
+    std::memcpy(&v, p.data() + 4 * i, 4);
+    small += v > -(1 << 24) && v < (1 << 24);
+  }
+  return double(small) / double(std::max<size_t>(n, 1));
+}
+
+TEST(FedAvg, SecureServerNeverReceivesAnUnmaskedUpdate) {
+  FedConfig cfg = tiny(4, 4, 2);
+  cfg.secure_agg = true;
+  cfg.threshold = 3;
+  cfg.dropout = 0.2;
+  std::map<Kind, int> kinds;
+  double worst = 0;
+  run(cfg, nullptr, [&](int, const Message& m) {
+    ++kinds[Kind(m.h.kind)];
+    if (m.h.kind == uint16_t(Kind::masked)) worst = std::max(worst, small_word_share(m.payload));
+  });
+  EXPECT_EQ(kinds.count(Kind::update), 0u);
+  EXPECT_GT(kinds[Kind::masked], 0);
+  EXPECT_LT(worst, 0.03);
+  // The same measure on what the clients would send without masks: a real update is "small".
+  secagg::Quantizer q(cfg.sa_range, cfg.per_round);
+  std::vector<uint8_t> clear(4000);
+  for (size_t i = 0; i < 1000; ++i) {
+    const uint32_t w = q.encode(0.002f * float(std::sin(double(i))));
+    std::memcpy(clear.data() + 4 * i, &w, 4);
+  }
+  EXPECT_GT(small_word_share(clear), 0.99);
+}
+
+TEST(FedAvg, FedProxPullsTowardTheGlobalModelAndFedAdamRuns) {
+  FedConfig cfg = tiny(3, 3, 2);
+  cfg.local.batch = 4, cfg.local.steps = 5;
+  model::GPT init(cfg.model, 1);
+  init.init(cfg.seed);
+  auto moved = [&](const FedResult& r) {
+    double d = 0;
+    for (size_t i = 0; i < r.params.size(); ++i) d += std::pow(r.params[i] - init.params()[i], 2);
+    return std::sqrt(d);
+  };
+  const double avg = moved(run(cfg));
+  cfg.local.prox_mu = 50;  // mu * lr must stay below 1
+  cfg.local.lr = 0.01f;
+  const double prox = moved(run(cfg));
+  cfg.local.prox_mu = 0;
+  const double plain_small_lr = moved(run(cfg));
+  EXPECT_LT(prox, 0.5 * plain_small_lr);
+  EXPECT_GT(avg, 0);
+  // FedAdam's first step from the FedAvg mean update D: w += lr m / (sqrt(v) + tau) with
+  // m = (1 - beta1) D, v = (1 - beta2) D^2 (Reddi et al. 2021, no bias correction).
+  cfg.rounds = 1;
+  const FedResult one = run(cfg);
+  cfg.server_opt = ServerOpt::adam;
+  cfg.server_lr = 0.01f;
+  const FedResult adam = run(cfg);
+  double worst = 0;
+  for (size_t i = 0; i < adam.params.size(); ++i) {
+    const double d = double(one.params[i]) - init.params()[i];
+    const double m = (1 - cfg.adam_beta1) * d, v = (1 - cfg.adam_beta2) * d * d;
+    const double want = init.params()[i] + cfg.server_lr * m / (std::sqrt(v) + cfg.adam_tau);
+    worst = std::max(worst, std::fabs(want - adam.params[i]));
+  }
+  EXPECT_LT(worst, 1e-5);
 }
 
 TEST(FedAvg, PartitionsAreSeededDisjointAndComplete) {
