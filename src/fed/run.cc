@@ -1,6 +1,8 @@
 // Federated jobs as processes, and the centralized baselines: see run.h.
 #include "fed/run.h"
 
+#include <omp.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -116,6 +118,7 @@ CentralResult train_central(const FedConfig& cfg, bool dp, double clip, double s
   r.data_bytes = uint64_t(split.train->size());  // one byte per token as the data is stored
   model::GPT m(cfg.model, std::min(64, r.batch));
   m.init(cfg.seed);
+  omp_set_num_threads(1);  // like each client process: the comparison is per core
   const int64_t t0 = now_ns();
   if (dp) {
     DpSgdConfig d;

@@ -31,7 +31,8 @@ struct CentralResult {
 };
 // SGD (dp = false) or DP-SGD (per-example clipping to clip, noise sigma * clip) on the union of
 // the clients' data, with batch = local batch x clients per round and steps = rounds x local
-// steps: the same examples per step as a FedAvg round touches.
+// steps: the same examples per step as a FedAvg round touches. One OpenMP thread, as each
+// client process has.
 CentralResult train_central(const FedConfig& cfg, bool dp, double clip, double sigma);
 
 }  // namespace strata::fed

@@ -82,6 +82,16 @@ TEST(FedCli, BadInputIsOneLine) {
   }
 }
 
+TEST(FedCli, CompareRunsAllFiveSettings) {
+  Result r = strata("fed compare --clients 3 --per-round 3 --rounds 2 --local-steps 1 --local-batch 4 "
+                    "--data synthetic:4097 --dim 16 --eval-windows 8");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  for (const char* row : {"centralized SGD ", "centralized DP-SGD ", "FedAvg iid ", "FedAvg dirichlet:0.1 ",
+                          "FedAvg dirichlet:0.1 + DP + secure agg "})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 6) << r.out;
+}
+
 TEST(PrivacyCli, PrintsEpsilonAndTheInverse) {
   Result r = strata("privacy --samples 60000 --batch 256 --noise-multiplier 1.1 --epochs 60 "
                     "--delta 1e-5 --conversion classic");
