@@ -24,6 +24,7 @@ struct Server {
   std::vector<Link> links;  // by client
   Traffic traffic;
   std::vector<uint64_t> client_bytes;
+  std::vector<bool> took_part;  // sampled in at least one round
   std::vector<float> adam_m, adam_v;
   std::function<void(int, const Message&)> inspect;
 
@@ -31,7 +32,7 @@ struct Server {
       : g(group), cfg(c), model(c.model, int(std::min<int64_t>(64, c.eval_windows))),
         P(model.num_params()),
         data(open_fed_data(c.data, c.seed, c.partition, c.clients, -1, c.local.seq)),
-        client_bytes(size_t(c.clients), 0) {
+        client_bytes(size_t(c.clients), 0), took_part(size_t(c.clients), false) {
     for (int k = 0; k < c.clients; ++k) links.emplace_back(g, k + 1);
     model.init(c.seed);
   }
@@ -220,6 +221,7 @@ RoundRecord run_round(Server& s, int64_t round) {
     next += in;
     s.control(k, round, in ? kParticipate : 0);
     if (!in) continue;
+    s.took_part[size_t(k)] = true;
     Header h;
     h.kind = uint16_t(Kind::model);
     h.round = round;
@@ -266,9 +268,11 @@ FedResult run_server(comm::ProcessGroup& g, const FedConfig& cfg,
   }
   r.wall_s = double(now_ns() - t0) / 1e9;
   r.bytes_total = s.traffic.sent + s.traffic.received;
+  uint64_t active_bytes = 0;
   int active = 0;
-  for (uint64_t b : s.client_bytes) active += b > 64 * uint64_t(cfg.rounds) + 64;
-  r.bytes_per_client = double(r.bytes_total) / std::max(1, active);
+  for (int k = 0; k < cfg.clients; ++k)
+    if (s.took_part[size_t(k)]) active_bytes += s.client_bytes[size_t(k)], ++active;
+  r.bytes_per_client = double(active_bytes) / std::max(1, active);
   if (cfg.dp()) {
     SgmQuery q;
     q.q = double(cfg.per_round) / cfg.clients;

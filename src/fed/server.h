@@ -45,7 +45,7 @@ struct FedResult {
   double epsilon = -1;          // DP runs: client-level epsilon at cfg.dp_delta
   int64_t rejected = 0;
   uint64_t bytes_total = 0;     // all server traffic, both directions
-  double bytes_per_client = 0;  // mean over clients that took part in at least one round
+  double bytes_per_client = 0;  // mean traffic of a client sampled in at least one round
   double wall_s = 0;
   std::vector<float> params;    // final global model
 };

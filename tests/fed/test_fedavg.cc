@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <map>
 #include <set>
 
@@ -211,6 +214,21 @@ TEST(FedAvg, NaturalSyntheticSplitGivesEachClientItsOwnChain) {
   FedData server = open_fed_data("synthetic:3400", 1, nat, 2, -1, 16);
   EXPECT_TRUE(server.windows.empty());
   EXPECT_GT(server.val->size(), 0);
+  // Text: client k holds the k-th contiguous third of the training stream's windows.
+  const std::string path = std::filesystem::temp_directory_path() / ("strata_fed_nat_" + std::to_string(::getpid()) + ".txt");
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 400; ++i) f << "line " << i << " of a text file\n";
+  }
+  std::vector<int64_t> all;
+  for (int k = 0; k < 3; ++k) {
+    FedData d = open_fed_data(path, 1, nat, 3, k, 16);
+    ASSERT_FALSE(d.windows.empty());
+    for (size_t i = 1; i < d.windows.size(); ++i) EXPECT_EQ(d.windows[i], d.windows[i - 1] + 1);
+    all.insert(all.end(), d.windows.begin(), d.windows.end());
+  }
+  std::filesystem::remove(path);
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], int64_t(i));
 }
 
 TEST(FedAvg, DropoutsAndMalformedUpdatesLeaveTheRoundGoing) {
