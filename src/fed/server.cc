@@ -65,10 +65,13 @@ struct Server {
 struct Collected {
   std::vector<int> accepted;
 };
+// The deadline (--deadline) runs from when the server starts waiting, after late messages
+// still owed from earlier steps have been read.
 Collected collect(Server& s, RoundRecord& rec, const std::vector<int>& from, Kind kind,
-                  int64_t round, int64_t deadline_ns,
-                  const std::function<bool(int, const Message&)>& accept, uint64_t expect_bytes = 0) {
+                  int64_t round, const std::function<bool(int, const Message&)>& accept,
+                  uint64_t expect_bytes = 0) {
   for (int k : from) s.links[size_t(k)].post(s.traffic);
+  const int64_t deadline_ns = s.cfg.deadline_s > 0 ? now_ns() + int64_t(s.cfg.deadline_s * 1e9) : 0;
   Collected c;
   for (int k : from) {
     Message m;
@@ -109,7 +112,7 @@ Collected collect(Server& s, RoundRecord& rec, const std::vector<int>& from, Kin
 // Plain aggregation: the mean update over the survivors (weighted by samples; DP: clipped,
 // noised, fixed denominator C). Returns false when nothing arrived.
 bool aggregate_plain(Server& s, RoundRecord& rec, const std::vector<int>& sel, int64_t round,
-                     int64_t deadline_ns, std::vector<float>& mean) {
+                     std::vector<float>& mean) {
   const FedConfig& cfg = s.cfg;
   std::vector<double> sum(size_t(s.P), 0.0);
   double weight = 0, loss = 0;
@@ -123,7 +126,7 @@ bool aggregate_plain(Server& s, RoundRecord& rec, const std::vector<int>& sel, i
     rec.max_local_s = std::max(rec.max_local_s, double(m.h.reserved) / 1e9);
     return true;
   };
-  Collected c = collect(s, rec, sel, Kind::update, round, deadline_ns, accept, uint64_t(s.P) * 4);
+  Collected c = collect(s, rec, sel, Kind::update, round, accept, uint64_t(s.P) * 4);
   rec.survivors = int(c.accepted.size());
   if (c.accepted.empty()) {
     rec.note = "no update arrived";
@@ -145,7 +148,7 @@ bool aggregate_plain(Server& s, RoundRecord& rec, const std::vector<int>& sel, i
 // Secure aggregation: the four stages of secagg_protocol.h. Returns false (round aborted,
 // nothing applied) below the threshold.
 bool aggregate_secure(Server& s, RoundRecord& rec, const std::vector<int>& sel, int64_t round,
-                      int64_t deadline_ns, std::vector<float>& mean) {
+                      std::vector<float>& mean) {
   const FedConfig& cfg = s.cfg;
   const size_t words = size_t(s.P) + 1;
   secagg::ServerRound sr(uint64_t(round), cfg.t(), words);
@@ -156,11 +159,11 @@ bool aggregate_secure(Server& s, RoundRecord& rec, const std::vector<int>& sel, 
     return false;
   };
   try {
-    in = collect(s, rec, in, Kind::keys, round, deadline_ns,
+    in = collect(s, rec, in, Kind::keys, round,
                  [&](int k, const Message& m) { return sr.add_keys(k, m.payload); }).accepted;
     const auto roster = sr.roster();
     for (int k : in) s.send_bytes(k, Kind::roster, round, roster);
-    in = collect(s, rec, in, Kind::shares, round, deadline_ns,
+    in = collect(s, rec, in, Kind::shares, round,
                  [&](int k, const Message& m) { return sr.add_shares(k, m.payload); }).accepted;
     if (int(in.size()) < cfg.t())
       throw secagg::RoundAborted(cat("only ", in.size(), " of ", sel.size(),
@@ -171,11 +174,11 @@ bool aggregate_secure(Server& s, RoundRecord& rec, const std::vector<int>& sel, 
       rec.max_local_s = std::max(rec.max_local_s, double(m.h.reserved) / 1e9);
       return true;
     };
-    in = collect(s, rec, in, Kind::masked, round, deadline_ns, masked, words * 4).accepted;
+    in = collect(s, rec, in, Kind::masked, round, masked, words * 4).accepted;
     const auto surv = sr.survivors();
     for (int k : in) s.send_bytes(k, Kind::survivors, round, surv);
     rec.survivors = int(in.size());
-    collect(s, rec, in, Kind::unmask, round, deadline_ns,
+    collect(s, rec, in, Kind::unmask, round,
             [&](int k, const Message& m) { return sr.add_unmask(k, m.payload); });
     in.clear();  // unmasking ends the round for every client
     const std::vector<uint32_t> sum = sr.finish();
@@ -228,10 +231,9 @@ RoundRecord run_round(Server& s, int64_t round) {
     h.bytes = uint64_t(s.P) * 4;
     s.send(k, h, s.model.params());
   }
-  const int64_t deadline = cfg.deadline_s > 0 ? t0 + int64_t(cfg.deadline_s * 1e9) : 0;
   std::vector<float> mean;
-  rec.applied = cfg.secure_agg ? aggregate_secure(s, rec, sel, round, deadline, mean)
-                               : aggregate_plain(s, rec, sel, round, deadline, mean);
+  rec.applied = cfg.secure_agg ? aggregate_secure(s, rec, sel, round, mean)
+                               : aggregate_plain(s, rec, sel, round, mean);
   if (rec.applied) apply_update(s, mean);
   rec.wall_s = double(now_ns() - t0) / 1e9;
   rec.bytes_down = s.traffic.sent - before.sent;

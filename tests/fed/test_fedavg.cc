@@ -277,6 +277,21 @@ TEST(FedAvg, LateClientsMissTheDeadlineAndAreDrainedLater) {
   }
 }
 
+TEST(FedAvg, SecureRoundRecoversTheMasksOfAClientThatMissedTheDeadline) {
+  FedConfig cfg = tiny(3, 3, 3);
+  cfg.secure_agg = true;
+  cfg.threshold = 2;
+  cfg.deadline_s = 0.3;
+  cfg.slow_client = 2, cfg.slow_s = 0.6;  // late with its masked input, after sharing
+  const FedResult r = run(cfg);
+  for (const auto& rec : r.rounds) {
+    EXPECT_EQ(rec.late, 1);
+    EXPECT_EQ(rec.survivors, 2);
+    EXPECT_TRUE(rec.applied) << rec.note;
+  }
+  EXPECT_GT(r.eval_loss, 0);
+}
+
 TEST(FedAvg, SecureAggregationSurvivesDropoutsAndAbortsBelowThreshold) {
   FedConfig cfg = tiny(5, 5, 4);
   cfg.secure_agg = true;
@@ -321,6 +336,44 @@ TEST(FedAvg, DpNoiseIsSeededAndDiffersAcrossClients) {
   EXPECT_GT(r1.epsilon, 0);
   cfg.seed = 2;
   EXPECT_NE(run(cfg).params, r1.params);
+}
+
+TEST(DpSgd, ClipsEachExampleAndMatchesSgdWhenClippingIsInactive) {
+  FedConfig cfg = tiny(1, 1, 1);
+  data::Split split = data::open_split(cfg.data, cfg.seed);
+  const int64_t n = data::num_windows(split.train->size(), 16, 16);
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[size_t(i)] = i;
+  DpSgdConfig d;
+  d.seq = 16, d.batch = int(n), d.steps = 1, d.lr = 0.5f, d.seed = 3;
+  auto step = [&](double clip, double noise) {
+    model::GPT m(cfg.model, 64);
+    m.init(cfg.seed);
+    d.clip = clip, d.noise = noise;
+    train_dp_sgd(m, *split.train, all, d);
+    return std::vector<float>(m.params(), m.params() + m.num_params());
+  };
+  model::GPT ref(cfg.model, 64);
+  ref.init(cfg.seed);
+  const std::vector<float> w0(ref.params(), ref.params() + ref.num_params());
+  // Full batch, clipping far above any gradient, negligible noise: one SGD step on the mean
+  // of the per-example gradients = the mean gradient.
+  gradient(ref, *split.train, all.data(), int(n), 16);
+  std::vector<float> want(w0);
+  for (size_t i = 0; i < want.size(); ++i) want[i] -= 0.5f * ref.grads()[i];
+  expect_close(step(1e6, 1e-9), want, 5e-5);  // fp32 sums in another order
+  // A tiny clip bounds the step: |mean of clipped| <= S, so |w1 - w0| <= lr S (+ noise).
+  const std::vector<float> w1 = step(1e-3, 1e-9);
+  double moved = 0;
+  for (size_t i = 0; i < w1.size(); ++i) moved += std::pow(double(w1[i]) - w0[i], 2);
+  EXPECT_LE(std::sqrt(moved), 0.5 * 1e-3 * 1.001);
+  EXPECT_GT(std::sqrt(moved), 0.5 * 1e-3 * 0.1);  // clipped examples still agree in part
+  // Noise: sigma S per coordinate on the sum, / B.
+  const std::vector<float> w2 = step(1e-3, 100.0);
+  double noise_moved = 0;
+  for (size_t i = 0; i < w2.size(); ++i) noise_moved += std::pow(double(w2[i]) - w1[i], 2);
+  const double expect = 0.5 * 100.0 * 1e-3 / double(n) * std::sqrt(double(w2.size()));
+  EXPECT_NEAR(std::sqrt(noise_moved), expect, 0.1 * expect);
 }
 
 TEST(FedAvg, BadSettingsAreOneLine) {
