@@ -1,3 +1,4 @@
+// FedConfig::validate: every impossible setting of a federated run, as one line naming the flag.
 #include "fed/config.h"
 
 #include "core/error.h"
