@@ -266,9 +266,9 @@ TEST(FedAvg, DropoutsAndMalformedUpdatesLeaveTheRoundGoing) {
 }
 
 TEST(FedAvg, LateClientsMissTheDeadlineAndAreDrainedLater) {
-  FedConfig cfg = tiny(3, 3, 3);
-  cfg.deadline_s = 0.3;
-  cfg.slow_client = 1, cfg.slow_s = 0.6;
+  FedConfig cfg = tiny(3, 3, 2);
+  cfg.deadline_s = 0.5;
+  cfg.slow_client = 1, cfg.slow_s = 1.0;
   const FedResult r = run(cfg);
   for (const auto& rec : r.rounds) {
     EXPECT_EQ(rec.late, 1);
@@ -278,11 +278,11 @@ TEST(FedAvg, LateClientsMissTheDeadlineAndAreDrainedLater) {
 }
 
 TEST(FedAvg, SecureRoundRecoversTheMasksOfAClientThatMissedTheDeadline) {
-  FedConfig cfg = tiny(3, 3, 3);
+  FedConfig cfg = tiny(3, 3, 2);
   cfg.secure_agg = true;
   cfg.threshold = 2;
-  cfg.deadline_s = 0.3;
-  cfg.slow_client = 2, cfg.slow_s = 0.6;  // late with its masked input, after sharing
+  cfg.deadline_s = 0.5;
+  cfg.slow_client = 2, cfg.slow_s = 1.0;  // late with its masked input, after sharing
   const FedResult r = run(cfg);
   for (const auto& rec : r.rounds) {
     EXPECT_EQ(rec.late, 1);
