@@ -22,6 +22,7 @@ static std::string group_summary(const std::string& name) {
       {"ckpt", "List, verify, export and import checkpoints"},
       {"data", "Inspect the data pipeline: per-rank sample plans, corpus facts"},
       {"doctor", "Diagnose a hung job (doctor hang) or slow links (doctor net)"},
+      {"fed", "Federated learning: train (server + client processes), compare with centralized"},
       {"trace", "Merge per-rank Chrome traces; report communication overlap"},
   };
   for (const auto& [g, text] : groups)

@@ -27,22 +27,6 @@ namespace {
 
 using nlohmann::json;
 
-// This process's program and arguments, to start the same command once per rank.
-std::vector<std::string> own_command_line() {
-  std::ifstream f("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  for (size_t at = 0; at < all.size();) {
-    size_t end = all.find('\0', at);
-    if (end == std::string::npos) end = all.size();
-    args.push_back(all.substr(at, end - at));
-    at = end + 1;
-  }
-  STRATA_CHECK(!args.empty(), "cannot read this process's command line from /proc/self/cmdline");
-  args[0] = comm::self_executable();  // the same binary, wherever PATH points
-  return args;
-}
-
 double ms(int64_t ns) { return double(ns) / 1e6; }
 
 // The share of gradient communication hidden behind compute, over every rank's trace.
@@ -70,6 +54,22 @@ std::string trace_path(const TrainConfig& cfg, int rank) {
 }
 
 }  // namespace
+
+// This process's program and arguments, to start the same command once per rank.
+std::vector<std::string> own_command_line() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t at = 0; at < all.size();) {
+    size_t end = all.find('\0', at);
+    if (end == std::string::npos) end = all.size();
+    args.push_back(all.substr(at, end - at));
+    at = end + 1;
+  }
+  STRATA_CHECK(!args.empty(), "cannot read this process's command line from /proc/self/cmdline");
+  args[0] = comm::self_executable();  // the same binary, wherever PATH points
+  return args;
+}
 
 int ParallelConfig::world() const {
   return comm::launched_as_rank() ? comm::detect_rank_env().world_size : nproc;

@@ -10,6 +10,8 @@
 // --precision trains with the single-process engine and needs no communicator.
 #pragma once
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "comm/types.h"
 #include "parallel/options.h"
@@ -37,6 +39,10 @@ struct ParallelConfig {
 // for restarts), starts them with this process's own command line and returns the exit code
 // the command should end with; otherwise returns nothing and the caller trains in-process.
 // Flight-recorder dumps go to the run dir unless STRATA_DUMP_DIR says otherwise.
+// This process's program and arguments (from /proc/self/cmdline, the program resolved to this
+// very binary), to start the same command once per rank.
+std::vector<std::string> own_command_line();
+
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc);
 
 // Trains as this process's rank (rank 0 of 1 when alone): joins the group, builds the step

@@ -1,0 +1,191 @@
+// `strata fed train`: a federated job, server (rank 0) and K clients as separate processes.
+// `strata fed compare`: centralized, centralized DP-SGD, FedAvg IID, FedAvg non-IID and
+// FedAvg non-IID + DP + secure aggregation on one corpus and model, as one table.
+//
+//   strata fed train --clients 8 --per-round 4 --rounds 20 --partition dirichlet:0.3
+//   strata fed train --clients 6 --per-round 5 --secure-agg --threshold 3 --dropout 0.2
+//   strata fed compare --clients 8 --per-round 8 --rounds 30
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+
+#include "cli/command.h"
+#include "comm/rank_status.h"
+#include "core/error.h"
+#include "fed/run.h"
+
+namespace strata::cli {
+namespace {
+
+struct FedArgs {
+  fed::FedConfig cfg;
+  std::string partition = "iid", server_opt = "avg", backend = "shm", summary;
+  int layers = 1, dim = 32, heads = 2;
+  double timeout_s = 0;
+  std::string bad_update, delay;  // CLIENT:ROUND, CLIENT:SECONDS
+  bool json = false;
+};
+
+std::pair<int, double> client_pair(const std::string& flag, const std::string& v) {
+  const size_t colon = v.find(':');
+  STRATA_CHECK(colon != std::string::npos, flag, " takes CLIENT:NUMBER (got '", v, "')");
+  try {
+    return {std::stoi(v.substr(0, colon)), std::stod(v.substr(colon + 1))};
+  } catch (const std::exception&) {
+    fail(flag, " takes CLIENT:NUMBER (got '", v, "')");
+  }
+}
+
+fed::FedConfig resolve(FedArgs& a) {
+  fed::FedConfig c = a.cfg;
+  c.model.layers = a.layers, c.model.dim = a.dim, c.model.heads = a.heads;
+  c.model.seq = c.local.seq, c.model.vocab = 256, c.model.padded_vocab = 256;
+  c.partition = fed::PartitionSpec::parse(a.partition);
+  STRATA_CHECK(a.server_opt == "avg" || a.server_opt == "adam",
+               "--server-opt must be avg or adam (got '", a.server_opt, "')");
+  c.server_opt = a.server_opt == "adam" ? fed::ServerOpt::adam : fed::ServerOpt::avg;
+  if (!a.bad_update.empty()) {
+    auto [k, r] = client_pair("--inject-bad-update", a.bad_update);
+    c.bad_client = k, c.bad_round = int(r) - 1;  // rounds count from 1 on the command line
+  }
+  if (!a.delay.empty()) std::tie(c.slow_client, c.slow_s) = client_pair("--inject-delay", a.delay);
+  c.validate();
+  return c;
+}
+
+void add_common(CLI::App& app, FedArgs& a) {
+  fed::FedConfig& c = a.cfg;
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--clients", c.clients, "K: client processes")->capture_default_str();
+  app.add_option("--per-round", c.per_round, "C: clients sampled per round")->capture_default_str();
+  app.add_option("--rounds", c.rounds, "R: rounds")->capture_default_str();
+  app.add_option("--local-steps", c.local.steps, "Local SGD steps per round")->capture_default_str();
+  app.add_option("--local-epochs", c.local.epochs, "Local passes over the client's data instead");
+  app.add_option("--local-batch", c.local.batch, "Windows per local step (0: full batch)")
+      ->capture_default_str();
+  app.add_option("--lr", c.local.lr, "Client SGD learning rate")->capture_default_str();
+  app.add_option("--prox-mu", c.local.prox_mu, "FedProx proximal weight (0: FedAvg)")
+      ->capture_default_str();
+  app.add_option("--server-opt", a.server_opt, "avg (FedAvg) or adam (FedAdam)")->capture_default_str();
+  app.add_option("--server-lr", c.server_lr, "Server learning rate")->capture_default_str();
+  app.add_option("--data", c.data, "synthetic[:TOKENS] | FILE.txt | FILE.bin")->capture_default_str();
+  app.add_option("--partition", a.partition, "iid | dirichlet:ALPHA | natural")->capture_default_str();
+  app.add_option("--seed", c.seed, "Seed of data, partition, sampling, dropout and noise")
+      ->capture_default_str();
+  app.add_option("--seq", c.local.seq, "Sequence length")->capture_default_str();
+  app.add_option("--layers", a.layers, "Model blocks")->capture_default_str();
+  app.add_option("--dim", a.dim, "Model width")->capture_default_str();
+  app.add_option("--heads", a.heads, "Attention heads")->capture_default_str();
+  app.add_option("--dropout", c.dropout, "Probability a sampled client drops out of a round")
+      ->capture_default_str();
+  app.add_option("--deadline", c.deadline_s, "Seconds after which a round goes on without late clients (0: wait)");
+  app.add_option("--threshold", c.threshold, "Secure aggregation: Shamir threshold t (default C/2 + 1)");
+  app.add_option("--sa-range", c.sa_range, "Secure aggregation: quantization clip range")
+      ->capture_default_str();
+  app.add_option("--clip-norm", c.dp_clip, "DP-FedAvg: clip each client update to this L2 norm");
+  app.add_option("--noise-multiplier", c.dp_noise, "DP-FedAvg: noise std / clip norm");
+  app.add_option("--delta", c.dp_delta, "DP: delta")->capture_default_str();
+  app.add_option("--eval-every", c.eval_every, "Rounds between held-out evals (0: at the end)");
+  app.add_option("--eval-windows", c.eval_windows, "Held-out windows per eval")->capture_default_str();
+  app.add_option("--backend", a.backend, "shm or mpi")->capture_default_str();
+  app.add_option("--timeout", a.timeout_s, "Communication timeout in seconds");
+}
+
+void setup_train(CLI::App& app) {
+  auto a = std::make_shared<FedArgs>();
+  add_common(app, *a);
+  app.add_flag("--secure-agg", a->cfg.secure_agg, "Secure aggregation (Bonawitz et al. 2017)");
+  app.add_option("--summary", a->summary, "Write the run's summary JSON here");
+  app.add_flag("--json", a->json, "JSON records instead of lines");
+  app.add_option("--inject-bad-update", a->bad_update, "CLIENT:ROUND sends a wrong-sized update (tests)");
+  app.add_option("--inject-delay", a->delay, "CLIENT:SECONDS sleeps before each update (tests)");
+  app.callback([a] {
+    const fed::FedConfig cfg = resolve(*a);
+    if (auto code = fed::launch_if_needed(cfg, comm::parse_backend(a->backend), a->timeout_s)) {
+      if (*code != 0) throw ExitCode{*code};
+      return;
+    }
+    fed::run_as_rank(cfg, a->json, a->summary);
+  });
+}
+
+// Runs `strata fed train ARGS --summary FILE` as a child job and reads the summary.
+nlohmann::json run_child(const std::vector<std::string>& args, const std::string& file) {
+  std::vector<std::string> argv = {comm::self_executable(), "fed", "train"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"--summary", file});
+  std::string cmd;
+  for (auto& s : argv) cmd += "'" + s + "' ";
+  cmd += ">/dev/null";
+  const int rc = std::system(cmd.c_str());
+  STRATA_CHECK(rc == 0, "fed compare: `", cmd, "` failed (status ", WEXITSTATUS(rc), ")");
+  std::ifstream in(file);
+  return nlohmann::json::parse(in);
+}
+
+void setup_compare(CLI::App& app) {
+  auto a = std::make_shared<FedArgs>();
+  a->cfg.rounds = 30;
+  a->cfg.local.steps = 5;
+  a->cfg.local.batch = 8;
+  add_common(app, *a);
+  auto alpha = std::make_shared<std::string>("dirichlet:0.1");
+  app.add_option("--non-iid", *alpha, "Partition of the non-IID runs")->capture_default_str();
+  app.callback([&app, a, alpha] {
+    fed::FedConfig cfg = resolve(*a);
+    if (!cfg.dp()) cfg.dp_clip = 0.5, cfg.dp_noise = 1.0;
+    std::vector<std::string> base;
+    for (const CLI::Option* o : app.get_options())
+      if (o->count() > 0 && o->get_name() != "--non-iid" && o->get_name() != "--clip-norm" &&
+          o->get_name() != "--noise-multiplier" && o->get_name() != "--partition")
+        for (const std::string& v : o->results()) base.insert(base.end(), {o->get_name(), v});
+    for (auto [k, v] : {std::pair{"--clients", cfg.clients}, {"--per-round", cfg.per_round},
+                        {"--rounds", cfg.rounds}, {"--local-steps", cfg.local.steps},
+                        {"--local-batch", cfg.local.batch}})
+      base.insert(base.end(), {k, std::to_string(v)});
+    const std::string dir = std::filesystem::temp_directory_path() / ("strata_fed_compare_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    std::printf("%-36s %9s %8s %12s %12s %7s %8s\n", "setting", "held-out", "epsilon",
+                "KB/client", "KB total", "rounds", "wall s");
+    auto row = [](const std::string& name, double loss, double eps, double per, double total,
+                  const std::string& rounds, double wall) {
+      std::printf("%-36s %9.4f %8s %12.1f %12.1f %7s %8.2f\n", name.c_str(), loss,
+                  eps < 0 ? "-" : cat(std::fixed, std::setprecision(2), eps).c_str(), per / 1e3,
+                  total / 1e3, rounds.c_str(), wall);
+      std::fflush(stdout);
+    };
+    const fed::CentralResult c = fed::train_central(cfg, false, 0, 0);
+    row("centralized SGD", c.eval_loss, -1, double(c.data_bytes) / cfg.clients, double(c.data_bytes),
+        cat(c.steps, " st"), c.wall_s);
+    const fed::CentralResult d = fed::train_central(cfg, true, cfg.dp_clip, cfg.dp_noise);
+    row("centralized DP-SGD", d.eval_loss, d.epsilon, double(d.data_bytes) / cfg.clients,
+        double(d.data_bytes), cat(d.steps, " st"), d.wall_s);
+    struct Run { std::string name; std::vector<std::string> extra; };
+    const std::vector<Run> runs = {
+        {"FedAvg iid", {"--partition", "iid"}},
+        {"FedAvg " + *alpha, {"--partition", *alpha}},
+        {"FedAvg " + *alpha + " + DP + secure agg",
+         {"--partition", *alpha, "--secure-agg", "--clip-norm", cat(cfg.dp_clip), "--noise-multiplier",
+          cat(cfg.dp_noise)}}};
+    for (size_t i = 0; i < runs.size(); ++i) {
+      std::vector<std::string> args = base;
+      args.insert(args.end(), runs[i].extra.begin(), runs[i].extra.end());
+      const auto s = run_child(args, dir + "/run" + std::to_string(i) + ".json");
+      row(runs[i].name, s["eval_loss"], s["epsilon"], s["bytes_per_client"], s["bytes_total"],
+          cat(s["rounds_applied"].get<int>(), " rd"), s["wall_s"]);
+    }
+    std::filesystem::remove_all(dir);
+  });
+}
+
+Register train_reg("fed train", "Federated training: server and K client processes (FedAvg, FedProx, FedAdam, secure aggregation, DP)",
+                   setup_train);
+Register compare_reg("fed compare", "Centralized vs DP-SGD vs FedAvg (IID, non-IID, + DP + secure aggregation): one table",
+                     setup_compare);
+
+}  // namespace
+}  // namespace strata::cli
