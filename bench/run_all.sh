@@ -23,3 +23,5 @@ section "collectives vs OpenMPI (docs/comm.md)"
 /usr/bin/python3 "$ROOT/bench/comm/compare.py" --strata "$BUILD/strata"
 section "kernels and one training step vs PyTorch (docs/kernels.md)"
 /usr/bin/python3 "$ROOT/bench/kernels/compare_torch.py" --build "$BUILD" --threads 1 --rounds 3
+section "scaling study and the calibrated planner (docs/report.md)"
+bash "$ROOT/bench/scaling/run.sh"

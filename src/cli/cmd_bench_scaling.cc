@@ -28,6 +28,9 @@ static Register reg(
       app.add_option("--out", a->opts.out, "Directory for scaling.json and the points' runs")
           ->capture_default_str();
       app.add_option("--threads", a->opts.threads, "Threads per rank")->capture_default_str();
+      app.add_option("--repeat", a->opts.repeat,
+                     "Runs per point in interleaved rounds; the median is kept")
+          ->capture_default_str();
       app.add_option("--gpu", a->opts.gpu,
                      "Planner hardware for the predicted step time: local (strata plan "
                      "calibrate), a preset or FILE.json; '' for none")

@@ -8,7 +8,9 @@
 //                      the ring's latency steps
 //   compute_efficiency median MFU of a short single-rank `strata train` (by default tiny,
 //                      seq 64, batch 4, 16 steps; extra train flags replace these, e.g.
-//                      the model of a study) against that peak
+//                      the model of a study) against that peak; when the run beats the
+//                      probe (the probe ran while other work shared the cores), the run's
+//                      own rate becomes the peak and the efficiency 1
 //   gpus_per_node      cores / threads: ranks that run side by side without sharing a core
 //   memory_gib         physical memory / gpus_per_node
 // `strata plan --gpu local` and `strata bench scaling` read the file it writes

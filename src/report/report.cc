@@ -304,15 +304,18 @@ std::string scaling_section(const RunData& r) {
   return section("scaling", "Scaling study: " + r.label, body);
 }
 
-std::string runs_table(const std::vector<RunData>& runs) {
+// Every directory; the swatch is the colour of the run's curves (a study directory has none).
+std::string runs_table(const std::vector<RunData>& all, const std::vector<RunData>& drawn) {
   std::string rows;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const RunData& r = runs[i];
+  for (const RunData& r : all) {
     const json& s = r.summary;
     std::string par;
     if (s.is_object() && s.contains("parallel")) par = s["parallel"].value("describe", std::string());
-    rows += "<tr><td><span class=\"sw\" style=\"background:" + std::string(color(i)) + "\"></span>" +
-            escape(r.label) + "</td><td>" + escape(r.dir) + "</td><td>" + escape(r.model_text()) +
+    std::string swatch;
+    for (size_t i = 0; i < drawn.size(); ++i)
+      if (drawn[i].dir == r.dir)
+        swatch = "<span class=\"sw\" style=\"background:" + std::string(color(i)) + "\"></span>";
+    rows += "<tr><td>" + swatch + escape(r.label) + "</td><td>" + escape(r.dir) + "</td><td>" + escape(r.model_text()) +
             "</td><td>" + fixed(number(s, "world"), 0) + "</td><td>" + escape(par) + "</td><td>" +
             std::to_string(r.steps.size()) + "</td><td>" + fixed(number(s, "wall_s"), 1) + "</td></tr>";
   }
@@ -388,7 +391,7 @@ Report build_report(const std::vector<RunData>& all) {
       "<style>" + std::string(kStyle) + "</style></head><body>\n<h1>strata report: " +
       std::to_string(all.size()) + " run director" + (all.size() == 1 ? "y" : "ies") + "</h1>\n";
   if (!warn.empty()) h += "<div class=\"warn\"><b>Not everything could be read or compared:</b><ul>" + warn + "</ul></div>\n";
-  h += runs_table(all);
+  h += runs_table(all, runs);
   h += studies;
   if (!runs.empty()) {
     h += loss_section(runs);

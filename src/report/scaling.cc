@@ -3,10 +3,12 @@
 #include "report/scaling.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -87,6 +89,9 @@ double predict_ms(const json& summary, int n, int threads, unsigned cores, const
                                                                      : plan::Precision::fp32;
   s.fp32_grads = false;
   s.bucket_mib = par.value("bucket_mb", 4.0);
+  // shm collectives copy and reduce on the CPU: with every core computing there is no idle
+  // one to hide them behind, so nothing overlaps unless cores are left over.
+  s.overlap = double(n) * threads < double(cores) ? 1.0 : 0.0;
   plan::Layout l;
   l.dp = n;
   l.zero = par.value("zero", 0);
@@ -100,10 +105,10 @@ double predict_ms(const json& summary, int n, int threads, unsigned cores, const
       return NAN;
     }
     const plan::Estimate e = plan::evaluate(s, l);
-    // Ranks beyond cores / threads share cores: their compute stretches by that ratio.
+    // Everything a rank does here is CPU work, its shm collectives included: ranks beyond
+    // cores / threads share cores and the whole step stretches by that ratio.
     const double stretch = std::max(1.0, double(n) * threads / double(cores));
-    const plan::TimeBreakdown& t = e.time;
-    return 1e3 * (t.step_s + (stretch - 1) * (t.compute + t.recompute + t.optimizer));
+    return 1e3 * e.time.step_s * stretch;
   } catch (const Error& err) {
     why = err.what();
     return NAN;
@@ -183,15 +188,27 @@ json decompose_point(const std::string& run_dir) {
           {"train_s", all_s}};
 }
 
-ScalingResult run_scaling(const ScalingOptions& o) {
-  STRATA_CHECK(o.threads >= 1, "--threads must be at least 1 (got ", o.threads, ")");
+namespace {
+
+// The flags every point passes to `strata train` (the study's own added per point), and the
+// global batch of the first point. Throws for flags the study owns and a strong-scaling batch
+// that does not divide.
+std::vector<std::string> study_train_args(const ScalingOptions& o, int& batch) {
   std::vector<std::string> args = o.train_args;
   for (const char* flag : kStudyFlags)
     for (const std::string& a : args)
       STRATA_CHECK(a != flag && a.rfind(std::string(flag) + "=", 0) != 0, flag,
                    " is set by the study (use bench scaling's --nproc list and --threads)");
   const std::string batch_s = take_flag(args, "--batch");
-  const int batch = batch_s.empty() ? 8 : positive_int("--batch", batch_s);
+  batch = batch_s.empty() ? 8 : positive_int("--batch", batch_s);
+  if (!o.weak) {
+    int lcm = 1;
+    for (int n : o.nproc) lcm = std::lcm(lcm, n);
+    for (int n : o.nproc)
+      STRATA_CHECK(batch % n == 0, "--batch ", batch, " does not divide over ", n,
+                   " ranks: strong scaling keeps the global batch; pick a multiple of ", lcm,
+                   " or use --weak");
+  }
   // The synthetic corpus is generated at start: only as many tokens as the points read
   // (twice over), so generating it does not dominate a short point's wall time.
   bool has_data = false;
@@ -209,92 +226,53 @@ ScalingResult run_scaling(const ScalingOptions& o) {
         int64_t(1) << 16, 2 * steps * (o.weak ? batch * max_n : batch) * (seq + 1));
     args.insert(args.begin(), {"--data", "synthetic:" + std::to_string(tokens)});
   }
-  if (!o.weak)
-    for (int n : o.nproc)
-      STRATA_CHECK(batch % n == 0, "--batch ", batch, " does not divide over ", n,
-                   " ranks: strong scaling keeps the global batch; pick a multiple of every rank "
-                   "count (e.g. ", 12, " for 1,2,3,4) or use --weak");
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  std::optional<plan::GpuSpec> gpu;
-  std::string gpu_note;
-  if (!o.gpu.empty()) {
-    try {
-      gpu = plan::load_gpu(o.gpu);
-    } catch (const Error& e) {
-      if (o.gpu != "local") throw;
-      gpu_note = cat("no prediction: ", e.what());
-    }
-  }
+  return args;
+}
+
+// Trains one point (N ranks, round r) into <out>/<name> and decomposes it.
+json run_point(const ScalingOptions& o, const std::vector<std::string>& args, int n, int global,
+               int round) {
+  const std::string name = "n" + std::to_string(n) + (o.repeat > 1 ? "-r" + std::to_string(round + 1) : "");
+  const std::string dir = (fs::path(o.out) / name).string();
   std::error_code ec;
-  fs::create_directories(o.out, ec);
-  STRATA_CHECK(fs::is_directory(o.out), "--out ", o.out, ": cannot create the directory");
+  fs::remove_all(dir, ec);
+  std::vector<std::string> a = {"train", "--eval-every", "0", "--eval-batches", "1",
+                                "--sample-tokens", "0", "--log-every", "1000000000"};
+  a.insert(a.end(), args.begin(), args.end());
+  for (const std::string& x : {std::string("--nproc"), std::to_string(n), std::string("--batch"),
+                               std::to_string(global), std::string("--threads"),
+                               std::to_string(o.threads), std::string("--straggler-every"),
+                               std::string("1"), std::string("--run-dir"), dir})
+    a.push_back(x);
+  fs::create_directories(dir, ec);
+  const auto t0 = std::chrono::steady_clock::now();
+  const ChildResult cr = run_strata(a, {{"OMP_NUM_THREADS", std::to_string(o.threads)}},
+                                    dir + "/stdout.log", dir + "/stderr.log");
+  STRATA_CHECK(cr.status == 0, "point N=", n, ": strata train failed (exit ", cr.status, "): ",
+               last_line(dir + "/stderr.log"), " (see ", dir, "/stderr.log)");
+  json p = decompose_point(dir);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The study's own cost: starting and stopping the point's processes and reading its
+  // files, i.e. the point's wall time outside the trainer; the trainer's own time outside
+  // steps (initialisation, the final eval, the per-step straggler check) is kept apart.
+  const double trainer_s = number(load_run(dir).summary, "wall_s");
+  p["nproc"] = n;
+  p["run_dir"] = name;
+  p["global_batch"] = global;
+  p["wall_s"] = wall;
+  p["overhead_pct"] = 100 * (wall - trainer_s) / wall;
+  p["outside_steps_s"] = trainer_s - p["train_s"].get<double>();
+  return p;
+}
 
-  json points = json::array();
-  double base_tps = 0, base_step = 0, base_compute = 0;
-  int base_n = 0;
-  for (int n : o.nproc) {
-    const std::string name = "n" + std::to_string(n), dir = (fs::path(o.out) / name).string();
-    fs::remove_all(dir, ec);
-    const int global = o.weak ? batch * n : batch;
-    std::vector<std::string> a = {"train", "--eval-every", "0", "--eval-batches", "1",
-                                  "--sample-tokens", "0", "--log-every", "1000000000"};
-    a.insert(a.end(), args.begin(), args.end());
-    for (const std::string& x : {std::string("--nproc"), std::to_string(n), std::string("--batch"),
-                                 std::to_string(global), std::string("--threads"),
-                                 std::to_string(o.threads), std::string("--straggler-every"),
-                                 std::string("1"), std::string("--run-dir"), dir})
-      a.push_back(x);
-    fs::create_directories(dir, ec);
-    const ChildResult cr = run_strata(a, {{"OMP_NUM_THREADS", std::to_string(o.threads)}},
-                                      dir + "/stdout.log", dir + "/stderr.log");
-    STRATA_CHECK(cr.status == 0, "point N=", n, ": strata train failed (exit ", cr.status,
-                 "): ", last_line(dir + "/stderr.log"), " (see ", dir, "/stderr.log)");
-    json p = decompose_point(dir);
-    const RunData rd = load_run(dir);
-    const double step = p["step_ms"].get<double>(), compute = p["compute_ms"].get<double>();
-    if (base_n == 0) {
-      base_n = n;
-      base_tps = p["tokens_per_s"].get<double>();
-      base_step = step;
-      base_compute = compute;
-    }
-    const double speedup = p["tokens_per_s"].get<double>() / base_tps * base_n;
-    const double scale = o.weak ? 1.0 : double(base_n) / n;
-    p["nproc"] = n;
-    p["run_dir"] = name;
-    p["global_batch"] = global;
-    p["oversubscribed"] = n * o.threads > int(cores);
-    p["speedup"] = speedup;
-    p["efficiency"] = speedup / n;
-    p["ideal_ms"] = base_step * scale;
-    p["compute_excess_ms"] = compute - base_compute * scale;
-    p["wall_s"] = cr.wall_s;
-    p["overhead_pct"] = 100 * (cr.wall_s - p["train_s"].get<double>()) / cr.wall_s;
-    std::string why;
-    const double pred = gpu ? predict_ms(rd.summary, n, o.threads, cores, *gpu, why) : NAN;
-    p["predicted_ms"] = std::isfinite(pred) ? json(pred) : json();
-    p["prediction_error"] = std::isfinite(pred) ? json(pred / step - 1) : json();
-    if (!why.empty()) p["prediction_note"] = why;
-    points.push_back(p);
-  }
-
-  ScalingResult res;
-  res.study = {{"kind", o.weak ? "weak" : "strong"},
-               {"cpu", train::cpu_model()},
-               {"cores", cores},
-               {"threads_per_rank", o.threads},
-               {"batch", batch},
-               {"train_args", o.train_args},
-               {"gpu", gpu ? plan::gpu_to_json(*gpu) : json()},
-               {"points", points}};
-  std::ofstream(fs::path(o.out) / "scaling.json") << res.study.dump(2) << "\n";
-
-  // The table: throughput, then where each step went (ms), then the planner.
-  const std::vector<int> w = {5, 9, 7, 5, 8, 8, 7, 6, 6, 6, 6, 7, 6, 6, 8, 8, 7, 6};
-  std::string& t = res.table;
-  t = cat("strata bench scaling: ", o.weak ? "weak" : "strong", " scaling, ", train::cpu_model(),
-          ", ", cores, " cores, ", o.threads, " thread(s) per rank, ",
-          o.weak ? cat("batch ", batch, " per rank") : cat("global batch ", batch), "\n");
+std::string table_text(const ScalingOptions& o, const json& study, const std::string& gpu_note) {
+  const json& points = study["points"];
+  const int cores = study["cores"].get<int>(), batch = study["batch"].get<int>();
+  const std::vector<int> w = {5, 9, 7, 5, 8, 8, 7, 6, 6, 6, 6, 7, 6, 6, 8, 8, 9, 5};
+  std::string t = cat("strata bench scaling: ", o.weak ? "weak" : "strong", " scaling, ",
+                      study["cpu"].get<std::string>(), ", ", cores, " cores, ", o.threads,
+                      " thread(s) per rank, ", o.repeat, " interleaved run(s) per point (median), ",
+                      o.weak ? cat("batch ", batch, " per rank") : cat("global batch ", batch), "\n");
   t += row({"ranks", "tok/s", "speedup", "eff%", "step ms", "compute", "optim", "data", "comm", "bubble",
             "strag", "ckpt", "other", "cont.", "ideal ms", "plan ms", "plan err%", "ovh%"}, w);
   for (const json& p : points) {
@@ -311,7 +289,8 @@ ScalingResult run_scaling(const ScalingOptions& o) {
              w);
   }
   t += "(ms per step, rank 0; comm = exposed dp communication; cont. = compute beyond the ideal "
-       "compute, part of compute; ovh = the point's wall time outside training steps)\n";
+       "compute, part of compute; ovh = the study's own share of the point's wall time: "
+       "starting and stopping its processes, reading its files)\n";
   for (const json& p : points)
     if (p["oversubscribed"].get<bool>())
       t += cat("* N=", p["nproc"].get<int>(), ": ", p["nproc"].get<int>() * o.threads,
@@ -324,6 +303,84 @@ ScalingResult run_scaling(const ScalingOptions& o) {
     if (p.contains("prediction_note"))
       t += cat("N=", p["nproc"].get<int>(), ": no prediction: ", p["prediction_note"].get<std::string>(), "\n");
   t += "wrote " + (fs::path(o.out) / "scaling.json").string() + " (strata report " + o.out + ")\n";
+  return t;
+}
+
+}  // namespace
+
+ScalingResult run_scaling(const ScalingOptions& o) {
+  STRATA_CHECK(o.threads >= 1, "--threads must be at least 1 (got ", o.threads, ")");
+  STRATA_CHECK(o.repeat >= 1, "--repeat must be at least 1 (got ", o.repeat, ")");
+  int batch = 0;
+  const std::vector<std::string> args = study_train_args(o, batch);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::optional<plan::GpuSpec> gpu;
+  std::string gpu_note;
+  if (!o.gpu.empty()) {
+    try {
+      gpu = plan::load_gpu(o.gpu);
+    } catch (const Error& e) {
+      if (o.gpu != "local") throw;
+      gpu_note = cat("no prediction: ", e.what());
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  STRATA_CHECK(fs::is_directory(o.out), "--out ", o.out, ": cannot create the directory");
+
+  // Rounds visit every rank count in turn (1,2,3,4,1,2,3,4,...), so load that comes and goes
+  // on a shared host hits every point alike; each point keeps its run of median step time.
+  std::vector<std::vector<json>> measured(o.nproc.size());
+  for (int round = 0; round < o.repeat; ++round)
+    for (size_t i = 0; i < o.nproc.size(); ++i)
+      measured[i].push_back(run_point(o, args, o.nproc[i], o.weak ? batch * o.nproc[i] : batch, round));
+
+  json points = json::array();
+  double base_tps = 0, base_step = 0, base_compute = 0;
+  int base_n = 0;
+  for (std::vector<json>& runs : measured) {
+    std::sort(runs.begin(), runs.end(), [](const json& a, const json& b) {
+      return a["step_ms"].get<double>() < b["step_ms"].get<double>();
+    });
+    json p = runs[runs.size() / 2];
+    p["repeats_step_ms"] = json::array();
+    for (const json& r : runs) p["repeats_step_ms"].push_back(r["step_ms"]);
+    const int n = p["nproc"].get<int>();
+    const double step = p["step_ms"].get<double>(), compute = p["compute_ms"].get<double>();
+    if (base_n == 0) {
+      base_n = n;
+      base_tps = p["tokens_per_s"].get<double>();
+      base_step = step;
+      base_compute = compute;
+    }
+    const double speedup = p["tokens_per_s"].get<double>() / base_tps * base_n;
+    const double scale = o.weak ? 1.0 : double(base_n) / n;
+    p["oversubscribed"] = n * o.threads > int(cores);
+    p["speedup"] = speedup;
+    p["efficiency"] = speedup / n;
+    p["ideal_ms"] = base_step * scale;
+    p["compute_excess_ms"] = compute - base_compute * scale;
+    std::string why;
+    const json summary = load_run((fs::path(o.out) / p["run_dir"].get<std::string>()).string()).summary;
+    const double pred = gpu ? predict_ms(summary, n, o.threads, cores, *gpu, why) : NAN;
+    p["predicted_ms"] = std::isfinite(pred) ? json(pred) : json();
+    p["prediction_error"] = std::isfinite(pred) ? json(pred / step - 1) : json();
+    if (!why.empty()) p["prediction_note"] = why;
+    points.push_back(p);
+  }
+
+  ScalingResult res;
+  res.study = {{"kind", o.weak ? "weak" : "strong"},
+               {"cpu", train::cpu_model()},
+               {"cores", cores},
+               {"threads_per_rank", o.threads},
+               {"repeat", o.repeat},
+               {"batch", batch},
+               {"train_args", o.train_args},
+               {"gpu", gpu ? plan::gpu_to_json(*gpu) : json()},
+               {"points", points}};
+  std::ofstream(fs::path(o.out) / "scaling.json") << res.study.dump(2) << "\n";
+  res.table = table_text(o, res.study, gpu_note);
   return res;
 }
 

@@ -15,14 +15,19 @@
 //               scaling (per-rank batch fixed, global = batch x N): the first point's step
 //   contention  compute beyond the ideal compute: on this host, ranks beyond cores / threads
 //               share cores (oversubscribed) and each computes slower; shown apart
-//   overhead    the point's wall time not spent in training steps (start, init, final eval,
-//               the per-step straggler check), as a share of the point's wall time
+//   overhead    the study's own share of the point's wall time: starting and stopping the
+//               point's processes and reading its files (wall time outside the trainer); the
+//               trainer's time outside steps (initialisation, the final eval, the per-step
+//               straggler check) is reported apart as outside_steps_s
 //   predicted   the planner's step time for the same layout on the calibrated host
-//               (plan --gpu local), compute and optimizer stretched by ranks / (cores /
-//               threads) when oversubscribed; error = predicted / measured - 1
+//               (plan --gpu local), with no communication hidden behind compute while every
+//               core computes (shm collectives are CPU work), and the whole step stretched
+//               by ranks x threads / cores when oversubscribed; error = predicted / measured - 1
 // Without --data the points train on the synthetic corpus, generated with only the tokens
 // they read (twice over): generating the default 8M tokens would take longer than a short
 // point's training.
+// With --repeat R the points run in R interleaved rounds (1,2,3,4,1,2,3,4,...) and each keeps
+// the run of median step time: load from other work on a shared host hits every point alike.
 // Output: a table on stdout and <out>/scaling.json (read by `strata report`), each point's
 // run in <out>/n<N>.
 #pragma once
@@ -38,6 +43,7 @@ struct ScalingOptions {
   bool weak = false;                     // else strong
   std::string out = "runs/scaling";
   int threads = 1;                       // per rank
+  int repeat = 1;                        // runs per point, interleaved in rounds; median kept
   std::string gpu = "local";             // planner hardware; "" = no prediction
   std::vector<std::string> train_args;   // passed to every `strata train` (minus what the study sets)
 };
