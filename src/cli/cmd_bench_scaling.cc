@@ -37,6 +37,8 @@ static Register reg(
           ->capture_default_str();
       app.add_flag("--json", a->json, "Print scaling.json instead of the table");
       app.allow_extras();  // everything else goes to `strata train`
+      app.footer("Other flags go to every `strata train` run, e.g. --model tiny --seq 64 "
+                 "--batch 12 --steps 20 --zero 3 (docs/report.md)");
       app.callback([a, &app] {
         STRATA_CHECK(!(a->weak && a->strong), "--weak and --strong exclude each other");
         report::ScalingOptions o = a->opts;

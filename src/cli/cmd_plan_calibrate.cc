@@ -18,6 +18,8 @@ void add_plan_calibrate(CLI::App& plan) {
   app->add_option("--nproc", o->comm_ranks, "Ranks for the communication fit")->capture_default_str();
   app->add_option("--probe-seconds", o->probe_s, "Length of the GEMM probe")->capture_default_str();
   app->allow_extras();  // train flags for the efficiency run (the model of a study)
+  app->footer("Other flags go to the efficiency run's `strata train` (default --model tiny "
+              "--seq 64 --batch 4 --steps 16), e.g. a study's model (docs/report.md)");
   app->callback([o, app] {
     report::CalibrateOptions opts = *o;
     opts.train_args = app->remaining();

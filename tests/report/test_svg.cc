@@ -150,7 +150,8 @@ TEST(ReportInput, TruncatedMetricsShowWhatIsReadable) {
   EXPECT_NE(all.find("1 line(s) are not JSON"), std::string::npos) << all;
   EXPECT_NE(all.find("no summary.json"), std::string::npos) << all;
   EXPECT_NE(html.find("cut off"), std::string::npos);  // said on the page too
-  const Chart* loss = find_chart(charts(html), "Loss");
+  const std::vector<Chart> cs = charts(html);
+  const Chart* loss = find_chart(cs, "Loss");
   ASSERT_NE(loss, nullptr);
   EXPECT_EQ(loss->series[0].second.size(), 40u);
 }
