@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <filesystem>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -12,10 +13,14 @@ namespace strata::train {
 
 namespace fs = std::filesystem;
 
+static const EnvVar kProgressTty("STRATA_PROGRESS_TTY", "0",
+                                 "1: draw the live progress line although stdout is a pipe (set "
+                                 "for rank 0 by `strata train --nproc N` on a terminal)");
+
 MetricsWriter::MetricsWriter(const std::string& run_dir, bool json_stdout, std::FILE* out,
                              bool append)
     : run_dir_(run_dir), json_(json_stdout), out_(out) {
-  live_ = !json_ && out_ && isatty(fileno(out_));
+  live_ = !json_ && out_ && (isatty(fileno(out_)) || kProgressTty.get_bool());
   if (run_dir_.empty()) return;
   std::error_code ec;
   fs::create_directories(run_dir_, ec);

@@ -29,15 +29,16 @@ TEST(Progress, PipeGetsOneLinePerStep) {
   EXPECT_NE(r.out.find("\ndone: 6 steps"), std::string::npos) << r.out;
 }
 
-TEST(Progress, TerminalGetsOneLineUpdatedInPlace) {
-  if (std::system("command -v script >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "SKIPPED: util-linux `script` (a pseudo-terminal) is not installed";
+// Runs `strata ARGS` on a pseudo-terminal (util-linux `script`) and returns what it printed.
+std::string on_terminal(const std::string& args) {
   TempDir io("tty");
-  // `script` runs the command on a pseudo-terminal and copies what it printed.
-  const std::string cmd = "script -qec \"" + std::string(STRATA_BINARY) + " " + kArgs + "\" /dev/null > " +
-                          (io / "out") + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(io / "out");
-  const std::string out = slurp(io / "out");
+  const std::string cmd = "script -qec \"" + std::string(STRATA_BINARY) + " " + args +
+                          "\" /dev/null > " + (io / "out") + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(io / "out");
+  return slurp(io / "out");
+}
+
+void expect_live_line(const std::string& out) {
   EXPECT_NE(out.find("\r\033[2Kstep     1/6 | loss "), std::string::npos) << out;
   EXPECT_NE(out.find("\r\033[2Kstep     6/6 | loss "), std::string::npos) << out;
   EXPECT_NE(out.find(" tok/s | MFU "), std::string::npos) << out;
@@ -54,6 +55,19 @@ TEST(Progress, TerminalGetsOneLineUpdatedInPlace) {
   EXPECT_EQ(ended, 1u) << out;
   EXPECT_NE(out.find("eval  step 6 | loss "), std::string::npos) << out;
   EXPECT_NE(out.find("done: 6 steps"), std::string::npos) << out;
+}
+
+bool have_script() { return std::system("command -v script >/dev/null 2>&1") == 0; }
+
+TEST(Progress, TerminalGetsOneLineUpdatedInPlace) {
+  if (!have_script()) GTEST_SKIP() << "SKIPPED: util-linux `script` (a pseudo-terminal) is not installed";
+  expect_live_line(on_terminal(kArgs));
+}
+
+// Ranks write into the launcher's pipe; rank 0 still draws the line on the launcher's terminal.
+TEST(Progress, TerminalLineThroughTheLauncher) {
+  if (!have_script()) GTEST_SKIP() << "SKIPPED: util-linux `script` (a pseudo-terminal) is not installed";
+  expect_live_line(on_terminal(std::string(kArgs) + " --nproc 2"));
 }
 
 }  // namespace
