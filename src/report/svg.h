@@ -10,9 +10,8 @@
 //     <g class="legend">...</g>
 // Pixel x = left + (x - x0) / (x1 - x0) * w; pixel y = top + h - (y - y0) / (y1 - y0) * h.
 //
-// Long series are downsampled to at most 2 points per pixel column (the first, min and
-// max of each column, in order), so a 10,000-step run costs about as much as a 700-step one
-// and spikes survive.
+// Long series are downsampled to the min and max of every 2-pixel-wide bucket of x (in x
+// order), so a 10,000-step run costs about as much as a 700-step one and spikes survive.
 #pragma once
 #include <string>
 #include <vector>
@@ -60,7 +59,7 @@ std::string short_number(double v);
 // Escapes &, <, >, " for HTML and SVG text.
 std::string escape(const std::string& s);
 
-// Keeps at most 2 points per bucket of x (first min and max, in order); exposed for tests.
+// Keeps at most 2 points per bucket of x (its min and max, in order); exposed for tests.
 void downsample(const std::vector<double>& x, const std::vector<double>& y, int buckets,
                 std::vector<double>& out_x, std::vector<double>& out_y);
 
