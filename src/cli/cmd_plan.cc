@@ -9,6 +9,9 @@
 #include "plan/planner.h"
 
 namespace strata::cli {
+
+void add_plan_calibrate(CLI::App& plan);  // cmd_plan_calibrate.cc
+
 namespace {
 
 using namespace strata::plan;
@@ -275,7 +278,10 @@ static Register reg(
       app.add_option("--rollout-batch", f->rollout_batch, "Sequences each GPU generates (--rlhf)");
       app.add_option("--top", f->top, "Layouts shown in the ranking (default 10)");
       app.add_flag("--json", f->json, "Print JSON instead of tables");
-      app.callback([f, &app] { run(*f, app); });
+      add_plan_calibrate(app);
+      app.callback([f, &app] {
+        if (!app.got_subcommand("calibrate")) run(*f, app);
+      });
     });
 
 }  // namespace

@@ -18,7 +18,7 @@ std::vector<Command>& commands() {
 // What a command group ("strata doctor ...") is for, shown in `strata --help`.
 static std::string group_summary(const std::string& name) {
   static const std::pair<const char*, const char*> groups[] = {
-      {"bench", "Benchmarks in nccl-tests' format (bench comm)"},
+      {"bench", "Benchmarks: collectives in nccl-tests' format (bench comm), scaling study (bench scaling)"},
       {"ckpt", "List, verify, export and import checkpoints"},
       {"data", "Inspect the data pipeline: per-rank sample plans, corpus facts"},
       {"doctor", "Diagnose a hung job (doctor hang) or slow links (doctor net)"},

@@ -89,6 +89,17 @@ struct LineSink {
   std::string buf;
   std::vector<std::string>* captured = nullptr;  // untagged lines kept for parsing
 
+  void write_all(const std::string& out) {
+    const char* p = out.data();
+    size_t left = out.size();
+    while (left) {
+      ssize_t n = write(fd_out, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      p += n;
+      left -= size_t(n);
+    }
+  }
   void emit(const std::string& line) {
     std::string out;
     static const std::regex tag(R"(^\[\d+,(\d+)\]<std(out|err)>:?)");
@@ -103,15 +114,7 @@ struct LineSink {
       if (captured) captured->push_back(line);
     }
     out += '\n';
-    const char* p = out.data();
-    size_t left = out.size();
-    while (left) {
-      ssize_t n = write(fd_out, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      p += n;
-      left -= size_t(n);
-    }
+    write_all(out);
   }
   // Returns false at end of stream.
   bool drain() {
@@ -130,6 +133,12 @@ struct LineSink {
     while ((pos = buf.find('\n')) != std::string::npos) {
       emit(buf.substr(0, pos));
       buf.erase(0, pos + 1);
+    }
+    // A progress line redrawn in place ("\r..." without a newline, see train/metrics.h)
+    // passes as it comes when output is not prefixed, instead of waiting for a newline.
+    if (!prefix && rank >= 0 && buf.find('\r') != std::string::npos) {
+      write_all(buf);
+      buf.clear();
     }
     return true;
   }

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::plan {
@@ -72,7 +74,7 @@ GpuSpec gpu_preset(const std::string& name) {
     if (g.name == name) return g;
   std::string known;
   for (const std::string& n : gpu_preset_names()) known += (known.empty() ? "" : ", ") + n;
-  fail("unknown GPU preset '", name, "' (known: ", known, "; or pass a JSON file)");
+  fail("unknown GPU preset '", name, "' (known: ", known, "; local after `strata plan calibrate`; or pass a JSON file)");
 }
 
 void GpuSpec::validate(const std::string& where) const {
@@ -135,7 +137,26 @@ GpuSpec gpu_from_json(const nlohmann::json& j, const std::string& where) {
   return g;
 }
 
+static const EnvVar kCalibration("STRATA_CALIBRATION", "",
+                                 "file `strata plan calibrate` writes and `--gpu local` reads "
+                                 "(default $XDG_CACHE_HOME/strata/local-gpu.json)");
+
+std::string local_gpu_path() {
+  if (kCalibration.is_set()) return kCalibration.get();
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/strata/local-gpu.json";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/strata/local-gpu.json";
+  return "local-gpu.json";
+}
+
 GpuSpec load_gpu(const std::string& s) {
+  if (s == "local") {
+    const std::string path = local_gpu_path();
+    STRATA_CHECK(std::ifstream(path).good(), "--gpu local: no calibration at ", path,
+                 " (run `strata plan calibrate` first)");
+    return load_gpu(path.find('/') == std::string::npos ? "./" + path : path);
+  }
   const bool is_file = s.find('/') != std::string::npos ||
                        (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0);
   if (!is_file) return gpu_preset(s);

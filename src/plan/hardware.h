@@ -41,8 +41,12 @@ struct GpuSpec {
 
 const std::vector<std::string>& gpu_preset_names();
 GpuSpec gpu_preset(const std::string& name);  // throws listing the known presets
-// A preset name, or a path to a JSON file (anything ending in .json or containing '/').
+// A preset name, "local" (this host as `strata plan calibrate` measured it: the file at
+// local_gpu_path()), or a path to a JSON file (anything ending in .json or containing '/').
 GpuSpec load_gpu(const std::string& preset_or_file);
+// Where `strata plan calibrate` writes this host's description: $STRATA_CALIBRATION, else
+// $XDG_CACHE_HOME/strata/local-gpu.json, else ~/.cache/strata/local-gpu.json.
+std::string local_gpu_path();
 GpuSpec gpu_from_json(const nlohmann::json& j, const std::string& where);
 nlohmann::json gpu_to_json(const GpuSpec& g);
 

@@ -337,9 +337,9 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     << m.kv_heads << " KV), ffn " << m.ffn << (m.mlp == MlpKind::swiglu ? " SwiGLU" : " GELU")
     << ", seq " << m.seq << ", vocab " << m.vocab << "\n";
   o << "Hardware  " << s.gpu.name << ": " << f("%.1f", s.gpu.memory_gib) << " GiB, "
-    << f("%.0f", s.gpu.peak_tflops) << " TFLOP/s bf16 (x" << f("%.2f", s.gpu.efficiency)
-    << " sustained), intra-node " << f("%.0f", s.gpu.intra.gbps) << " GB/s (alpha "
-    << f("%.1f", s.gpu.intra.alpha_us) << " us), inter-node " << f("%.0f", s.gpu.inter.gbps)
+    << f("%.3g", s.gpu.peak_tflops) << " TFLOP/s bf16 (x" << f("%.2f", s.gpu.efficiency)
+    << " sustained), intra-node " << f("%.3g", s.gpu.intra.gbps) << " GB/s (alpha "
+    << f("%.1f", s.gpu.intra.alpha_us) << " us), inter-node " << f("%.3g", s.gpu.inter.gbps)
     << " GB/s (alpha " << f("%.1f", s.gpu.inter.alpha_us) << " us)\n";
   o << "Training  ";
   if (!res.rlhf)

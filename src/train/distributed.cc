@@ -109,6 +109,8 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   o.max_restarts = pc.max_restarts;
   o.command = own_command_line();
   o.rank_exec = comm::self_executable();
+  // On a terminal, rank 0 draws the live progress line through the launcher's pipe.
+  if (isatty(STDOUT_FILENO)) o.extra_env.emplace_back("STRATA_PROGRESS_TTY", "1");
   // Like torchrun: ranks sharing a host split its cores instead of each taking all of them.
   if (!std::getenv("OMP_NUM_THREADS")) {
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));

@@ -1,17 +1,26 @@
 #include "train/metrics.h"
 
+#include <unistd.h>
+
 #include <cstdarg>
 #include <filesystem>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace strata::train {
 
 namespace fs = std::filesystem;
 
+static const EnvVar kProgressTty("STRATA_PROGRESS_TTY", "0",
+                                 "1: draw the live progress line although stdout is a pipe (set "
+                                 "for rank 0 by `strata train --nproc N` on a terminal)");
+
 MetricsWriter::MetricsWriter(const std::string& run_dir, bool json_stdout, std::FILE* out,
                              bool append)
     : run_dir_(run_dir), json_(json_stdout), out_(out) {
+  live_ = !json_ && out_ && (isatty(fileno(out_)) || kProgressTty.get_bool());
   if (run_dir_.empty()) return;
   std::error_code ec;
   fs::create_directories(run_dir_, ec);
@@ -22,12 +31,32 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, bool json_stdout, std::
   STRATA_CHECK(metrics_.is_open(), "cannot write ", path, " (run directory not writable?)");
 }
 
+void MetricsWriter::write_line(const std::string& text) {
+  if (progress_.empty()) {
+    std::fprintf(out_, "%s\n", text.c_str());
+  } else {  // clear the progress line, print, draw it again below
+    std::fprintf(out_, "\r\033[2K%s\n\r\033[2K%s", text.c_str(), progress_.c_str());
+  }
+}
+
 void MetricsWriter::print(const nlohmann::json& j, const std::string& human) {
   if (json_) {
     std::fprintf(out_, "%s\n", j.dump().c_str());
   } else if (!human.empty()) {
-    std::fprintf(out_, "%s\n", human.c_str());
+    write_line(human);
   }
+  std::fflush(out_);
+}
+
+void MetricsWriter::progress(const nlohmann::json& j, const std::string& human, bool last) {
+  if (!live_) return record(j, human);
+  record(j, "");
+  const int64_t now = now_ns();
+  const bool due = last || progress_.empty() || now - progress_drawn_ns_ >= 100'000'000;
+  progress_ = human;  // what a line printed above it redraws, even between redraws
+  if (!due) return;
+  progress_drawn_ns_ = now;
+  std::fprintf(out_, "\r\033[2K%s", progress_.c_str());
   std::fflush(out_);
 }
 
@@ -41,6 +70,10 @@ void MetricsWriter::record(const nlohmann::json& j, const std::string& human) {
 }
 
 void MetricsWriter::summary(const nlohmann::json& j, const std::string& human) {
+  if (!progress_.empty()) {  // the last progress line stays on screen
+    std::fprintf(out_, "\n");
+    progress_.clear();
+  }
   if (!run_dir_.empty()) {
     std::string path = run_dir_ + "/summary.json";
     std::ofstream f(path, std::ios::out | std::ios::trunc);
@@ -53,7 +86,7 @@ void MetricsWriter::summary(const nlohmann::json& j, const std::string& human) {
 
 void MetricsWriter::note(const std::string& human) {
   if (json_) return;
-  std::fprintf(out_, "%s\n", human.c_str());
+  write_line(human);
   std::fflush(out_);
 }
 

@@ -5,6 +5,7 @@
 // JSON object itself (--json) or as a human line. Only rank 0 creates a writer.
 #pragma once
 #include <cstdio>
+#include <cstdint>
 #include <fstream>
 #include <string>
 
@@ -27,6 +28,13 @@ class MetricsWriter {
   void summary(const nlohmann::json& j, const std::string& human);
   // Human-only text (banners, samples in text mode); suppressed under --json.
   void note(const std::string& human);
+  // True when human lines go to a terminal: step records then show as one progress line
+  // that `progress` redraws in place (other lines print above it); a pipe or file gets one
+  // line per record, as `record` prints them.
+  bool live() const { return live_; }
+  // A step record: appended to metrics.jsonl like `record`; on a terminal `human` replaces
+  // the progress line (at most ~10 redraws a second, and always the first and last).
+  void progress(const nlohmann::json& j, const std::string& human, bool last = false);
 
   const std::string& run_dir() const { return run_dir_; }
 
@@ -35,7 +43,11 @@ class MetricsWriter {
   std::string run_dir_;
   bool json_;
   std::FILE* out_;
+  void write_line(const std::string& text);  // above the live progress line, if any
   std::ofstream metrics_;
+  bool live_ = false;
+  std::string progress_;        // the live line shown now ("" when none)
+  int64_t progress_drawn_ns_ = 0;
 };
 
 // Human formatting helpers shared by the progress lines.

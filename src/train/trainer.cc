@@ -130,6 +130,15 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// "1h02m", "3m07s", "12s": an ETA.
+std::string duration_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  if (t >= 3600) return fmt("%ldh%02ldm", t / 3600, t / 60 % 60);
+  if (t >= 60) return fmt("%ldm%02lds", t / 60, t % 60);
+  return fmt("%lds", t);
+}
+
 std::string mib(int64_t bytes) { return fmt("%.1f MiB", double(bytes) / (1 << 20)); }
 
 // Mean loss per real token over the first eval_batches micro-batches of the held-out split
@@ -193,6 +202,8 @@ struct Trainer::Run {
   double flops_per_token = 0, floor = -1;
   TrainResult result;
   std::vector<double> tok_s, mfus, step_ms;
+  double straggler_wait_s = -1;  // this window's wait for the slowest rank (last check)
+  double run_s = 0;              // time in training steps so far (the progress line's ETA)
 
   Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory);
   diag::ComputeWindow compute_window;
@@ -232,6 +243,11 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   if (lead) {
     out = std::make_unique<MetricsWriter>(cfg.run_dir, cfg.json, stdout, from.step > 0);
     result.losses = from.losses;
+    if (from.step > 0 || restart > 0) {  // a resume or a supervised restart, for the report
+      json rec = {{"step", from.step}, {"restart", restart}, {"resumed_from", from.dir}};
+      if (from.steps_lost >= 0) rec["steps_lost"] = from.steps_lost;
+      out->record(rec, "");
+    }
   }
 
   if (lead) peak = machine_peak(threads, cfg.peak_gflops);
@@ -278,6 +294,9 @@ std::optional<diag::StragglerCheck> Trainer::Run::check_stragglers(int64_t step)
   double mine = compute_window.take();
   std::vector<double> all(size_t(world), 0.0);
   topo.group->all_gather(&mine, all.data(), 1, DType::f64);
+  // What this rank waited for the slowest one, per step of the window.
+  const int every = std::max(1, cfg.straggler.every_steps);
+  straggler_wait_s = (*std::max_element(all.begin(), all.end()) - mine) / every;
   return diag::find_stragglers(all, cfg.straggler.threshold_pct, step + 1);
 }
 
@@ -287,10 +306,12 @@ void Trainer::Run::train_step(int64_t step) {
   Stopwatch sw;
   TraceSpan step_span(tracer(), tracer().enabled() ? cat("step ", step + 1) : "", "step");
   current_phase().set(step + 1, -1, PhaseKind::data);  // steps count from 1, as printed
+  const int64_t blocked_step0 = comm::thread_blocked_ns();
   data::StepBatch batch = [&] {
     TraceSpan span(tracer(), "data", "data");
     return loader->next();
   }();
+  const double data_s = sw.seconds();
   STRATA_CHECK(batch.global_real_tokens > 0, "step ", step + 1, " has no real tokens");
   const float scale = float(1.0 / double(batch.global_real_tokens));
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
@@ -311,9 +332,12 @@ void Trainer::Run::train_step(int64_t step) {
   engine->end_backward();
   current_phase().set_kind(PhaseKind::optimizer);
   const double lr = cfg.schedule.lr_at(step);
+  const int64_t opt_t0 = now_ns(), opt_blocked0 = comm::thread_blocked_ns();
   const float grad_norm = engine->step(float(lr));
+  const int64_t opt_ns = (now_ns() - opt_t0) - (comm::thread_blocked_ns() - opt_blocked0);
   // Compute time: forward, backward and optimizer, less the time blocked in communication.
-  compute_window.add(double((now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0)) * 1e-9);
+  const int64_t compute_ns = (now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0);
+  compute_window.add(double(compute_ns) * 1e-9);
   double loss_total = loss_sum;
   if (hit && cfg.fault.kind == diag::FaultKind::skip_collective) {
     // this rank skips the loss all-reduce: its peers wait there until they time out
@@ -331,6 +355,8 @@ void Trainer::Run::train_step(int64_t step) {
   result.losses.push_back(loss);
 
   const double secs = sw.seconds();
+  run_s += secs;
+  const double comm_wait_s = double(comm::thread_blocked_ns() - blocked_step0) * 1e-9;
   const double tps = double(batch.global_real_tokens) / secs;
   // The peak is one process's (its threads); the job has `world` of them.
   const double mfu = plan::mfu(tps, flops_per_token, peak.gflops * 1e9 * world);
@@ -344,13 +370,25 @@ void Trainer::Run::train_step(int64_t step) {
   if (!lead) return;
   json rec = {{"step", step + 1},         {"loss", loss},         {"lr", lr},
               {"grad_norm", grad_norm},   {"tokens_per_s", tps},  {"mfu", mfu},
-              {"ms", secs * 1e3},         {"tokens", batch.global_real_tokens}};
+              {"ms", secs * 1e3},         {"tokens", batch.global_real_tokens},
+              // where the step went (rank 0): docs/report.md
+              {"data_ms", data_s * 1e3},  {"compute_ms", double(compute_ns - opt_ns) * 1e-6},
+              {"optimizer_ms", double(opt_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
   if (stragglers) {
+    rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);
     std::string line = diag::straggler_log_line(*stragglers);
     if (!line.empty()) out->note(line);
   }
   bool show = (step + 1) % cfg.log_every == 0 || step + 1 == steps || step == 0;
+  if (out->live()) {  // a terminal: one line updated in place, every step
+    const double eta = run_s / double(step + 1 - start_step) * double(steps - step - 1);
+    out->progress(rec, fmt("step %5lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s",
+                           (long long)(step + 1), (long long)steps, loss, tps, 100 * mfu,
+                           duration_text(eta).c_str()),
+                  step + 1 == steps);
+    return;
+  }
   out->record(rec, show ? fmt("step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | "
                               "%.0f tok/s | MFU %.1f%% | %.1f ms",
                               (long long)(step + 1), (long long)steps, loss, lr, grad_norm, tps,

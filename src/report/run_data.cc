@@ -1,0 +1,210 @@
+// Reading a run directory for the report: every damaged piece is named, the rest is used.
+#include "report/run_data.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace strata::report {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "lines 3, 9 and 2 more": which lines were skipped.
+std::string line_list(const std::vector<int64_t>& lines) {
+  std::string s;
+  for (size_t i = 0; i < lines.size() && i < 5; ++i)
+    s += (i ? ", " : "") + std::to_string(lines[i]);
+  if (lines.size() > 5) s += cat(" and ", lines.size() - 5, " more");
+  return s;
+}
+
+void add_record(RunData& run, const json& j) {
+  const int64_t step = j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
+  if (step < 0) return;
+  if (j.contains("loss")) {
+    StepRow r;
+    r.step = step;
+    r.loss = number(j, "loss");
+    r.tokens_per_s = number(j, "tokens_per_s");
+    r.mfu = number(j, "mfu");
+    r.ms = number(j, "ms");
+    r.tokens = number(j, "tokens");
+    r.data_ms = number(j, "data_ms");
+    r.compute_ms = number(j, "compute_ms");
+    r.optimizer_ms = number(j, "optimizer_ms");
+    r.comm_wait_ms = number(j, "comm_wait_ms");
+    r.straggler_wait_ms = number(j, "straggler_wait_ms");
+    run.steps.push_back(r);
+    if (j.contains("stragglers") && j["stragglers"].is_array())
+      for (const json& s : j["stragglers"]) {
+        if (!s.is_object()) continue;
+        const double pct = number(s, "over_median_pct");
+        run.events.push_back({step, "straggler",
+                              cat("rank ", s.value("rank", -1), " computed ",
+                                  std::lround(pct), "% over the median"),
+                              pct});
+      }
+  } else if (j.contains("eval_loss")) {
+    run.evals.push_back({step, number(j, "eval_loss"), number(j, "floor")});
+  } else if (j.contains("ckpt") && j["ckpt"].is_object()) {
+    const json& c = j["ckpt"];
+    const bool ok = c.value("ok", true);
+    const double stall = number(c, "stall_ms");
+    run.events.push_back({step, ok ? "checkpoint" : "checkpoint failed",
+                          ok ? cat("saved; training stalled ", std::round(stall * 100) / 100, " ms")
+                             : "save failed: " + c.value("error", std::string("?")),
+                          stall});
+  } else if (j.contains("restart")) {
+    const double lost = number(j, "steps_lost");
+    std::string text = cat("restart ", j.value("restart", 0), ": resumed at step ", step);
+    if (!std::isnan(lost)) text += cat(", ", int64_t(lost), " step(s) redone");
+    run.events.push_back({step, "restart", text, lost});
+  }
+}
+
+void read_metrics(RunData& run, const fs::path& path) {
+  const std::string text = slurp(path);
+  std::vector<int64_t> bad;
+  int64_t line_no = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    const bool last = nl == std::string::npos;
+    if (last) nl = text.size();
+    ++line_no;
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step")) {
+      if (last)
+        run.problems.push_back(cat("metrics.jsonl: the last line (", line_no, ", ", line.size(),
+                                   " bytes) is cut off or not JSON: not shown"));
+      else
+        bad.push_back(line_no);
+      continue;
+    }
+    add_record(run, j);
+  }
+  run.unreadable_lines = int64_t(bad.size());
+  if (!bad.empty())
+    run.problems.push_back(cat("metrics.jsonl: ", bad.size(), " line(s) are not JSON records (",
+                               line_list(bad), "): skipped"));
+  // A resumed run re-records the steps after its checkpoint: keep the last of each.
+  std::stable_sort(run.steps.begin(), run.steps.end(),
+                   [](const StepRow& a, const StepRow& b) { return a.step < b.step; });
+  std::vector<StepRow> unique;
+  for (const StepRow& r : run.steps) {
+    if (!unique.empty() && unique.back().step == r.step)
+      unique.back() = r;
+    else
+      unique.push_back(r);
+  }
+  run.steps = std::move(unique);
+  if (run.steps.empty() && run.evals.empty())
+    run.problems.push_back("metrics.jsonl holds no step records");
+}
+
+// Flight-recorder dumps: why each rank dumped (a fault, a hang, a dead peer).
+void read_dumps(RunData& run, const fs::path& dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("flight-rank", 0) != 0 || e.path().extension() != ".json") continue;
+    json j = json::parse(slurp(e.path()), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      run.problems.push_back(name + ": not valid JSON (cut off?); `strata doctor hang` salvages it");
+      continue;
+    }
+    int64_t step = 0;
+    if (j.contains("phase") && j["phase"].is_object()) step = j["phase"].value("step", int64_t(0));
+    run.events.push_back({step, "fault",
+                          cat("rank ", j.value("rank", -1), " dumped (", j.value("reason", "?"),
+                              "): ", j.value("detail", std::string())),
+                          0});
+  }
+}
+
+json read_json_file(RunData& run, const fs::path& path) {
+  json j = json::parse(slurp(path), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    run.problems.push_back(path.filename().string() + ": not valid JSON (cut off?): not used");
+    return json();
+  }
+  return j;
+}
+
+}  // namespace
+
+double number(const json& j, const char* key) {
+  if (!j.is_object()) return kNaN;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return kNaN;
+  return it->get<double>();
+}
+
+std::string RunData::model_text() const {
+  if (!summary.is_object() || !summary.contains("config") || !summary["config"].is_object())
+    return "";
+  const json& c = summary["config"];
+  std::string s;
+  for (const char* k : {"layers", "dim", "heads", "vocab", "seq"})
+    if (c.contains(k)) s += cat(s.empty() ? "" : ", ", k, " ", c[k].dump());
+  return s;
+}
+
+double RunData::entropy_floor() const {
+  double f = number(summary, "entropy_floor");
+  if (std::isnan(f))
+    for (const EvalRow& e : evals)
+      if (!std::isnan(e.floor)) f = e.floor;
+  return f;
+}
+
+RunData load_run(const std::string& dir) {
+  RunData run;
+  run.dir = dir;
+  fs::path p(dir);
+  std::error_code ec;
+  STRATA_CHECK(fs::is_directory(p, ec), "run directory ", dir, ": no such directory");
+  run.label = fs::weakly_canonical(p, ec).filename().string();
+  if (run.label.empty()) run.label = dir;
+  const bool has_metrics = fs::exists(p / "metrics.jsonl"), has_summary = fs::exists(p / "summary.json"),
+             has_scaling = fs::exists(p / "scaling.json");
+  STRATA_CHECK(has_metrics || has_summary || has_scaling, "run directory ", dir,
+               ": no metrics.jsonl, summary.json or scaling.json (not a strata run directory, or "
+               "the run stopped before its first step)");
+  if (has_scaling) run.scaling = read_json_file(run, p / "scaling.json");
+  if (has_metrics)
+    read_metrics(run, p / "metrics.jsonl");
+  else if (!has_scaling)
+    run.problems.push_back("no metrics.jsonl: no curves for this run");
+  if (has_summary)
+    run.summary = read_json_file(run, p / "summary.json");
+  else if (has_metrics)
+    run.problems.push_back("no summary.json: the run did not finish (stopped or still running); "
+                           "memory and summary figures are missing");
+  read_dumps(run, p);
+  std::stable_sort(run.events.begin(), run.events.end(),
+                   [](const Event& a, const Event& b) { return a.step < b.step; });
+  return run;
+}
+
+}  // namespace strata::report

@@ -1,0 +1,62 @@
+// One run directory as the report reads it: metrics.jsonl (step, eval, sample, checkpoint,
+// restart records; see docs/training.md), summary.json, scaling.json (a scaling study, see
+// scaling.h) and flight-recorder dumps (flight-rank<R>.json: faults and hangs).
+//
+// Reading never throws for damaged content: what cannot be read is listed in `problems`
+// ("metrics.jsonl: the last line (812 bytes) is cut off", "no summary.json: the run did not
+// finish") and the rest is used. Only a directory with nothing readable at all is an error.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace strata::report {
+
+// A number that is absent from a record is NaN.
+struct StepRow {
+  int64_t step = 0;
+  double loss = 0, tokens_per_s = 0, mfu = 0, ms = 0, tokens = 0;
+  // Where the step went (rank 0; NaN when the run predates these fields).
+  double data_ms = 0, compute_ms = 0, optimizer_ms = 0, comm_wait_ms = 0;
+  double straggler_wait_ms = 0;  // only on steps that ran a straggler check
+};
+
+struct EvalRow {
+  int64_t step = 0;
+  double loss = 0, floor = 0;  // floor NaN when the data's entropy is unknown
+};
+
+struct Event {
+  int64_t step = 0;
+  std::string kind;  // "checkpoint", "checkpoint failed", "restart", "straggler", "fault"
+  std::string text;  // one line for people
+  double value = 0;  // checkpoint: stall ms; restart: steps lost; straggler: % over median
+};
+
+struct RunData {
+  std::string dir;    // as given
+  std::string label;  // short name for legends (the directory's last component)
+  std::vector<StepRow> steps;
+  std::vector<EvalRow> evals;
+  std::vector<Event> events;
+  nlohmann::json summary;   // null when absent
+  nlohmann::json scaling;   // null unless the directory holds a scaling study
+  std::vector<std::string> problems;
+  int64_t unreadable_lines = 0;
+
+  // The architecture for comparisons ("layers 2, dim 64, heads 4, vocab 256, seq 32"), or
+  // "" when there is no summary to say.
+  std::string model_text() const;
+  double entropy_floor() const;  // NaN when unknown
+};
+
+// Throws Error only when `dir` is missing or holds none of metrics.jsonl, summary.json,
+// scaling.json.
+RunData load_run(const std::string& dir);
+
+// The number at j[key], or NaN when absent or not a number.
+double number(const nlohmann::json& j, const char* key);
+
+}  // namespace strata::report

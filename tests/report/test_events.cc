@@ -1,0 +1,50 @@
+// Checkpoints, restarts and faults reach the report: a resumed run records where it resumed
+// (metrics.jsonl), a flight-recorder dump names a fault, and the page lists and marks both.
+#include <gtest/gtest.h>
+
+#include "../train/cli_util.h"
+#include "report/report.h"
+#include "report_util.h"
+
+namespace strata::test {
+namespace {
+
+TEST(ReportEvents, ResumeAndDumpAreListedAndMarked) {
+  TempDir dir("events");
+  const std::string run = dir / "run";
+  const std::string args = "train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --threads 1 "
+                           "--sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 "
+                           "--ckpt-every 3 --run-dir " + run;
+  ASSERT_EQ(run_strata(args + " --steps 6").status, 0);
+  CliResult r = run_strata(args + " --steps 8 --resume auto");
+  ASSERT_EQ(r.status, 0) << r.err;
+  bool resumed = false;
+  for (const nlohmann::json& j : json_lines(slurp(run + "/metrics.jsonl")))
+    if (j.contains("restart")) {
+      resumed = true;
+      EXPECT_EQ(j["step"], 6);
+      EXPECT_EQ(j["restart"], 0);
+      EXPECT_EQ(j["steps_lost"], 0);
+      EXPECT_NE(j["resumed_from"].get<std::string>().find("step-000006"), std::string::npos);
+    }
+  EXPECT_TRUE(resumed) << slurp(run + "/metrics.jsonl");
+  std::ofstream(run + "/flight-rank1.json")
+      << R"({"rank": 1, "world": 2, "reason": "peer-dead", "detail": "rank 0 died",
+            "phase": {"step": 7, "layer": -1, "kind": "forward"}, "entries": []})";
+
+  std::vector<std::string> w;
+  const std::string html = report::build_report(report::load_runs({run}, w)).html;
+  EXPECT_NE(html.find("restart 0: resumed at step 6, 0 step(s) redone"), std::string::npos);
+  EXPECT_NE(html.find("rank 1 dumped (peer-dead): rank 0 died"), std::string::npos);
+  EXPECT_NE(html.find("Events: 2 checkpoint, 1 fault, 1 restart."), std::string::npos)
+      << "saves at steps 3 and 6 in the first run; step 6's again after the resume is not due";
+  const std::vector<Chart> cs = charts(html);
+  const Chart* loss = find_chart(cs, "Loss");
+  ASSERT_NE(loss, nullptr);
+  size_t marks = 0;
+  for (size_t p = 0; (p = loss->svg.find("class=\"event\"", p)) != std::string::npos; ++p) ++marks;
+  EXPECT_EQ(marks, 2u);  // the restart and the fault
+}
+
+}  // namespace
+}  // namespace strata::test
