@@ -161,7 +161,7 @@ std::string sample_text(model::GPT& model, const data::TokenSource& val, const T
   val.read(0, n_prompt, prompt.data());
   std::vector<int32_t> gen = generate(model, prompt, cfg.sample_tokens, cfg.train_seq(),
                                       cfg.model.vocab, cfg.seed, kSampleStream + uint64_t(step));
-  return render_tokens(prompt, cfg.model.vocab) + " | " + render_tokens(gen, cfg.model.vocab);
+  return render_tokens(prompt, val.is_text()) + " | " + render_tokens(gen, val.is_text());
 }
 
 std::string floor_text(double loss, double floor) {
