@@ -55,6 +55,15 @@ void print_table_step(int64_t index, const data::StepPlan& sp) {
 }
 
 void run_plan(const PlanArgs& a) {
+  STRATA_CHECK(a.world > 0, "--world must be positive (got ", a.world, ")");
+  STRATA_CHECK(a.micro_batch > 0, "--micro-batch must be positive (got ", a.micro_batch, ")");
+  STRATA_CHECK(a.accum > 0, "--accum must be positive (got ", a.accum, ")");
+  int64_t g = 0;
+  STRATA_CHECK(!__builtin_mul_overflow(int64_t(a.micro_batch) * a.accum, int64_t(a.world), &g) &&
+                   g <= data::kMaxPlanSlots,
+               "--micro-batch ", a.micro_batch, " x --accum ", a.accum, " x --world ", a.world,
+               " is a global batch too large to plan (limit ", data::kMaxPlanSlots,
+               " samples per step)");
   data::SamplerConfig cfg;
   cfg.micro_batch = a.micro_batch;
   cfg.accum = a.accum;

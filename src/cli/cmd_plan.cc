@@ -126,7 +126,8 @@ void run(const Flags& f, const CLI::App& app) {
   s.model = build_model(f, app);
   s.gpu = build_gpu(f, app, req.notes);
   s.gpus = app.count("--gpus") ? f.gpus : s.gpu.gpus_per_node;
-  STRATA_CHECK(s.gpus >= 1, "--gpus must be at least 1 (got ", s.gpus, ")");
+  STRATA_CHECK(s.gpus >= 1 && s.gpus <= (int64_t(1) << 24), "--gpus must be in [1, 2^24] (got ",
+               s.gpus, ")");
   STRATA_CHECK(f.precision == "bf16" || f.precision == "fp32", "--precision '", f.precision,
                "' is not known (bf16, fp32)");
   s.precision = f.precision == "bf16" ? Precision::bf16 : Precision::fp32;
@@ -149,6 +150,9 @@ void run(const Flags& f, const CLI::App& app) {
   STRATA_CHECK(f.overlap >= 0 && f.overlap <= 1, "--overlap must be in [0, 1] (got ", f.overlap,
                ")");
   s.overlap = f.overlap;
+  if (app.count("--global-batch"))
+    STRATA_CHECK(f.global_batch > 0 && f.global_batch <= (int64_t(1) << 31),
+                 "--global-batch must be in [1, 2^31] sequences (got ", f.global_batch, ")");
   s.global_batch = app.count("--global-batch") ? f.global_batch : s.model.global_batch;
   STRATA_CHECK(f.rlhf || s.global_batch > 0,
                "--global-batch is needed (sequences per step; this model has no published one)");

@@ -61,7 +61,10 @@ void TrainConfig::validate(int world) const {
   STRATA_CHECK(eval_every >= 0, "--eval-every must be >= 0 (got ", eval_every, ")");
   STRATA_CHECK(eval_batches > 0, "--eval-batches must be positive (got ", eval_batches, ")");
   STRATA_CHECK(sample_every >= 0, "--sample-every must be >= 0 (got ", sample_every, ")");
-  STRATA_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
+  // Each sampled token runs the model over the window (no KV cache): bounded, so a typo does
+  // not cost half an hour at the end of a run.
+  STRATA_CHECK(sample_tokens >= 0 && sample_tokens <= kMaxSampleTokens, "--sample-tokens must be in [0, ",
+               kMaxSampleTokens, "] (got ", sample_tokens, ")");
   STRATA_CHECK(log_every > 0, "--log-every must be positive (got ", log_every, ")");
   STRATA_CHECK(threads >= 0, "--threads must be positive (got ", threads, ")");
   STRATA_CHECK(peak_gflops >= 0, "--peak-gflops must be positive (got ", peak_gflops, ")");
@@ -471,6 +474,15 @@ TrainResult Trainer::run() {
   set_threads(cfg_.threads);
   cfg_.validate(topo_.world);
   Run run(cfg_, topo_, engine_factory_);
+  if (run.start_step >= cfg_.schedule.steps) {
+    // Resumed at the last step: nothing was trained, so nothing is measured or evaluated, and
+    // summary.json keeps the figures of the run that did the work.
+    if (run.lead)
+      run.out->note(cat("strata train: nothing to do: the checkpoint is at step ", run.start_step,
+                        " = --steps ", cfg_.schedule.steps, " (raise --steps to train further)"));
+    run.result.summary = {{"nothing_to_do", true}, {"steps", cfg_.schedule.steps}};
+    return std::move(run.result);
+  }
   for (int64_t step = run.start_step; step < cfg_.schedule.steps; ++step) {
     run.train_step(step);
     run.ckpt->after_step(step + 1, run.loader->state(), run.step_tokens, run.out.get());
@@ -478,6 +490,7 @@ TrainResult Trainer::run() {
   }
   current_phase().set(cfg_.schedule.steps, -1, PhaseKind::idle);
   run.finish(wall.seconds());
+  run.ckpt->require_good_checkpoint();
   return std::move(run.result);
 }
 
