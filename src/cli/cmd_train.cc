@@ -55,7 +55,10 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
     cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
   }
   if (app.count("--seq")) STRATA_CHECK(cfg.seq > 0, "--seq must be positive (got ", cfg.seq, ")");
-  STRATA_CHECK(cfg.schedule.steps > 0, "--steps must be positive (got ", cfg.schedule.steps, ")");
+  // CLI11 clamps a number past int64 to its maximum; no run has 2^40 steps, and below that
+  // every token count (steps x batch x seq) stays exact.
+  STRATA_CHECK(cfg.schedule.steps > 0 && cfg.schedule.steps <= (int64_t(1) << 40),
+               "--steps must be in [1, 2^40] (got ", cfg.schedule.steps, ")");
   // Flags whose "unset" is a sentinel: a given value must be a real one, never the sentinel.
   if (app.count("--min-lr"))
     STRATA_CHECK(std::isfinite(a.min_lr) && a.min_lr >= 0, "--min-lr must be a number >= 0 (got ",
