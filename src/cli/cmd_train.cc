@@ -98,15 +98,6 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train:
   return pc;
 }
 
-// An unsigned flag given a negative value would wrap (-1 -> 2^64-1): refuse it by its text.
-const CLI::Validator kNonNegativeInteger(
-    [](std::string& s) {
-      return s.find_first_not_of(" \t") != std::string::npos && s[s.find_first_not_of(" \t")] == '-'
-                 ? "must be >= 0 (got " + s + ")"
-                 : std::string();
-    },
-    "INT>=0");
-
 void setup(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   train::TrainConfig& c = a->cfg;
@@ -128,7 +119,7 @@ void setup(CLI::App& app) {
   app.add_option("--steps", c.schedule.steps, "Optimizer steps")->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of initialisation, data order and sampling")
       ->capture_default_str()
-      ->check(kNonNegativeInteger);
+      ->check(non_negative_integer());
   app.add_option("--batch", c.batch, "Global batch in sequences")->capture_default_str();
   app.add_option("--micro-batch", c.micro_batch,
                  "Sequences per rank per micro-step (default: --batch / ranks); "

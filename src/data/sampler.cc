@@ -23,7 +23,7 @@ int64_t num_windows(int64_t tokens, int64_t seq, int64_t stride) {
 
 EpochOrder::EpochOrder(uint64_t seed, int64_t epoch, int64_t n)
     : seed_(seed), stream_(kOrderStream ^ uint64_t(epoch)), n_(n) {
-  STRATA_CHECK(n >= 0, "sample count must be >= 0 (got ", n, ")");
+  STRATA_CHECK(n >= 0 && n <= (int64_t(1) << 62), "sample count must be in [0, 2^62] (got ", n, ")");
   STRATA_CHECK(epoch >= 0, "epoch must be >= 0 (got ", epoch, ")");
   int bits = 2;
   while (bits < 62 && (uint64_t(1) << bits) < uint64_t(n)) bits += 2;

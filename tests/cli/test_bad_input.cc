@@ -213,6 +213,12 @@ TEST(BadInput, DataSizesAndFiles) {
       {"plan_large", "data plan --samples 100 --world 65536 --micro-batch 65536 --accum 1",
        {"--world 65536", "too large"}},
       {"plan_accum_zero", "data plan --samples 100 --accum 0", {"--accum"}},
+      {"plan_seed_neg", "data plan --samples 100 --seed -1", {"--seed", "-1"}},
+      {"plan_samples_huge", "data plan --samples 9223372036854775807 --steps 1", {"--samples"}},
+      // Printed "0 samples of -9223372036854775808 tokens".
+      {"info_seq_huge", "data info --seq 99999999999999999999", {"--seq", "9223372036854775807"}},
+      {"info_stride_neg", "data info --stride -1", {"--stride", "-1"}},
+      {"info_val_nan", "data info --val-fraction nan", {"--val-fraction", "nan"}},
       {"synthetic_huge", "data info --data synthetic:99999999999999",
        {"synthetic:99999999999999"}},
       {"synthetic_overflow", "data info --data synthetic:99999999999999999999999",
@@ -252,8 +258,6 @@ TEST(BadInput, CheckpointCommands) {
       {"import_negative", "ckpt import $D/w.safetensors", {"w.safetensors", "-4"},
        [](const std::string& d) { write_safetensors(d + "/w.safetensors", "[-4,-4]", 64); }},
       {"export_device", "ckpt export " + run_dir + " --safetensors /dev/full", {"/dev/full", "device"}},
-      {"export_dir", "ckpt export " + run_dir + " --safetensors $D/out", {"$D/out", "directory"},
-       [](const std::string& d) { fs::create_directories(d + "/out"); }},
       {"advise_huge", "ckpt advise --mtbf 1e308h --stall 1e308s", {"1e308"}},
       {"advise_overflow", "ckpt advise --mtbf 1e400h --stall 1s", {"1e400h"}},
   });
@@ -264,10 +268,16 @@ TEST(BadInput, CheckpointCommands) {
   EXPECT_FALSE(fs::exists("/dev/full.tmp"));
 }
 
-// A safetensors export that runs out of space removes its temporary file.
-TEST(BadInput, ExportOnFullDiskLeavesNothing) {
+// A safetensors export that cannot complete removes its temporary file: onto a directory (it
+// left a 13 MB .tmp before), and out of space.
+TEST(BadInput, FailedExportLeavesNothing) {
   const std::string& run_dir = checkpointed_run();
   Scratch dir("export_full");
+  fs::create_directories(dir.path + "/out");
+  expect_clean_failure(run(dir.path, "ckpt export " + run_dir + " --safetensors $D/out"),
+                       {dir.path + "/out", "directory"});
+  EXPECT_FALSE(fs::exists(dir.path + "/out.tmp"));
+
   Outcome r = run(dir.path, "ckpt export " + run_dir + " --safetensors $D/m.safetensors",
                   "trap '' XFSZ; ulimit -f 16;");
   expect_clean_failure(r, {"m.safetensors"});
