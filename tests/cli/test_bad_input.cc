@@ -421,3 +421,29 @@ TEST(BadInput, SafetensorsHeaderMutationsNeverCrash) {
     }
   }
 }
+
+// The same sweep over `strata plan`: a value is refused in one line naming the flag, or the
+// report (exit 0, or 3 when nothing fits) holds no NaN, infinity or negative count.
+TEST(BadInput, PlanFlagSweepPrintsOnlyNumbers) {
+  Scratch dir("plan_sweep");
+  const std::vector<std::string> flags = {
+      "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--zero", "--top", "--tokens",
+      "--headroom", "--efficiency", "--overlap", "--bucket-mb", "--gpu-mtbf-hours",
+      "--job-mtbf-hours", "--storage-gbps", "--restart-min", "--ckpt-stall-s", "--gpus",
+      "--gpus-per-node", "--global-batch", "--seq", "--vocab"};
+  const std::vector<std::string> values = {"-1", "nan", "1e400", "99999999999999999999"};
+  const std::regex junk("nan|inf[^oe]|-[0-9]{4,}");
+  for (const std::string& f : flags)
+    for (const std::string& v : values) {
+      SCOPED_TRACE(f + " " + v);
+      Outcome r = run(dir.path, "plan --model gpt2 " + f + " " + v, "", 20);
+      EXPECT_FALSE(r.timed_out);
+      EXPECT_EQ(r.signal, 0) << r.err;
+      if (r.status == 0 || r.status == 3) {
+        EXPECT_FALSE(std::regex_search(r.out, junk)) << r.out;
+        continue;
+      }
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_NE(r.err.find(f), std::string::npos) << r.err;
+    }
+}
