@@ -397,11 +397,18 @@ void Trainer::Run::finish(double wall_s) {
   result.median_tokens_per_s = median(tok_s);
   result.median_mfu = median(mfus);
   if (lead && peak.raised_at > 0) {
-    if (peak.origin != "flag") record_peak(threads, peak.gflops);
+    std::string cached;
+    if (peak.origin != "flag") {
+      // The old figure was probed under load: probe again now (about a second, only in a run
+      // that proved the cache low) and keep the better of that and the run's own rate.
+      const double fresh = measure_sgemm_gflops();
+      record_peak(threads, std::max(fresh, peak.gflops));
+      cached = fmt("; a fresh probe reads %.1f GFLOP/s, and the cache now holds %.1f", fresh,
+                   std::max(fresh, peak.gflops));
+    }
     out->note(fmt("note: the run's own model FLOP/s beat the %s sgemm peak of %.1f GFLOP/s (a "
                   "probe taken under load reads low): MFU is measured against %.1f GFLOP/s%s",
-                  peak.origin.c_str(), peak.initial, peak.gflops,
-                  peak.origin == "flag" ? "" : ", now the cached peak"));
+                  peak.origin.c_str(), peak.initial, peak.gflops, cached.c_str()));
   }
   result.wall_s = wall_s;
   json& s = result.summary;
