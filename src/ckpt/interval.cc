@@ -56,7 +56,8 @@ std::string format_duration(double s) {
     std::snprintf(buf, sizeof buf, "%dm%02ds", m, int(std::lround(s - 60 * m)) % 60);
   } else {
     const long long h = (long long)(s / 3600);
-    std::snprintf(buf, sizeof buf, "%lldh%02dm", h, int(std::lround((s - 3600 * double(h)) / 60)) % 60);
+    const int m = int(std::lround((s - 3600 * double(h)) / 60)) % 60;
+    std::snprintf(buf, sizeof buf, "%lldh%02dm", h, m);
   }
   return buf;
 }

@@ -42,7 +42,8 @@ static Shape parse_shape(const json& j, const std::string& path, const std::stri
            ", not a whole number in [0, 2^63)");
     const int64_t v = d.get<int64_t>();
     if (__builtin_mul_overflow(n, v, &n))
-      fail(path, ": tensor '", name, "': shape ", j.dump(), " has more elements than 64 bits count");
+      fail(path, ": tensor '", name, "': shape ", j.dump(),
+           " has more elements than 64 bits count");
     shape.push_back(v);
   }
   return shape;

@@ -175,7 +175,9 @@ void run(const Flags& f, const CLI::App& app) {
   // Reliability inputs: finite and within a century / a petabyte per second, so every
   // interval and percentage printed is a number.
   constexpr double kCenturyH = 100 * 365.25 * 24;
-  auto in_range = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+  auto in_range = [](double v, double lo, double hi) {
+    return std::isfinite(v) && v >= lo && v <= hi;
+  };
   STRATA_CHECK(in_range(f.gpu_mtbf_h, 1e-6, 1e9) && f.gpu_mtbf_h > 0,
                "--gpu-mtbf-hours must be in (0, 1e9] (got ", f.gpu_mtbf_h, ")");
   STRATA_CHECK(in_range(f.job_mtbf_h, 0, kCenturyH), "--job-mtbf-hours must be in [0, ", kCenturyH,
@@ -189,10 +191,11 @@ void run(const Flags& f, const CLI::App& app) {
                  kCenturyH * 3600, "] seconds (got ", f.stall_s, ")");
   STRATA_CHECK(in_range(f.bucket_mb, 1e-6, 1 << 20), "--bucket-mb must be in (0, 2^20] (got ",
                f.bucket_mb, ")");
-  STRATA_CHECK(!app.count("--rollout-batch") || (f.rollout_batch >= 1 && f.rollout_batch <= (int64_t(1) << 31)),
+  STRATA_CHECK(!app.count("--rollout-batch") ||
+                   (f.rollout_batch >= 1 && f.rollout_batch <= (int64_t(1) << 31)),
                "--rollout-batch must be in [1, 2^31] (got ", f.rollout_batch, ")");
-  STRATA_CHECK(req.train_tokens >= 0 && req.train_tokens <= 1e18, "--tokens must be at most 1e18 (got ",
-               req.train_tokens, ")");
+  STRATA_CHECK(req.train_tokens >= 0 && req.train_tokens <= 1e18,
+               "--tokens must be at most 1e18 (got ", req.train_tokens, ")");
   req.gpu_mtbf_hours = f.gpu_mtbf_h;
   req.job_mtbf_hours = f.job_mtbf_h;
   req.storage_gbps = f.storage_gbps;

@@ -116,7 +116,8 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--tail", c.tail, "Incomplete last global batch of an epoch: drop, pad or uneven")
       ->capture_default_str();
-  app.add_option("--steps", c.schedule.steps, "Optimizer steps")->capture_default_str();
+  app.add_option("--steps", c.schedule.steps, "Optimizer steps (at most 2^40)")
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of initialisation, data order and sampling")
       ->capture_default_str()
       ->check(non_negative_integer());
@@ -137,7 +138,8 @@ void setup(CLI::App& app) {
   app.add_option("--eval-batches", c.eval_batches, "Micro-batches per eval")->capture_default_str();
   app.add_option("--sample-every", c.sample_every, "Generate text every K steps (0: at the end)")
       ->capture_default_str();
-  app.add_option("--sample-tokens", c.sample_tokens, "Tokens per sample (0: no sampling)")
+  app.add_option("--sample-tokens", c.sample_tokens,
+                 "Tokens per sample (0: no sampling; at most 4096)")
       ->capture_default_str();
   app.add_option("--log-every", c.log_every, "Progress line every K steps")->capture_default_str();
   app.add_option("--run-dir", c.run_dir, "Write metrics.jsonl and summary.json here");

@@ -94,7 +94,8 @@ void ModelSpec::validate() const {
   // (int64 parameter counts times bytes per parameter) stays exact and positive.
   constexpr int64_t kMaxDim = int64_t(1) << 31;
   for (auto [flag, v] : {std::pair{"--layers", layers}, {"--hidden", hidden}, {"--heads", heads},
-                         {"--ffn", ffn}, {"--seq", seq}, {"--vocab", vocab}, {"--experts", experts}})
+                         {"--ffn", ffn}, {"--seq", seq}, {"--vocab", vocab},
+                         {"--experts", experts}})
     STRATA_CHECK(v <= kMaxDim, flag, " ", v, " is above the planner's limit of ", kMaxDim);
   const double h = double(hidden), mlps = double(std::max<int64_t>(experts, 1));
   const double approx = double(layers) * (4 * h * h + 3 * h * double(ffn) * mlps) +

@@ -284,8 +284,9 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
   if (k == 0 || int64_t(h.size()) < k) return;
   for (size_t i = h.size() - size_t(k); i < h.size(); ++i)
     if (h[i].ok) return;
-  fail("--ckpt-max-failures ", k, ": the last ", k, " checkpoint saves failed (step ", h.back().step,
-       ": ", h.back().error, "); stopping at step ", done, ", ", good_checkpoint_text());
+  fail("--ckpt-max-failures ", k, ": the last ", k, " checkpoint saves failed (step ",
+       h.back().step, ": ", h.back().error, "); stopping at step ", done, ", ",
+       good_checkpoint_text());
 }
 
 std::string RunCheckpoints::good_checkpoint_text() const {

@@ -73,7 +73,8 @@ class RunCheckpoints {
  private:
   ckpt::SaveRequest request(int64_t done, const data::LoaderState& loader) const;
   void record_finished(MetricsWriter* out);
-  std::string good_checkpoint_text() const;  // "the newest good checkpoint is ..." / "there is none"
+  // "the newest good checkpoint is DIR" or "there is no good checkpoint"
+  std::string good_checkpoint_text() const;
   void log(const std::string& line) const;
 
   const TrainConfig& cfg_;

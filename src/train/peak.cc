@@ -154,8 +154,8 @@ void record_peak(int threads, double gflops) {
   if (path.empty() || !(gflops > 0)) return;
   nlohmann::json cache = read_cache(path);
   const std::string key = peak_cache_key(threads);
-  if (auto it = cache.find(key); it != cache.end() && it->is_number() && it->get<double>() >= gflops)
-    return;
+  auto it = cache.find(key);
+  if (it != cache.end() && it->is_number() && it->get<double>() >= gflops) return;
   cache[key] = gflops;
   write_cache(path, cache);
 }

@@ -58,7 +58,8 @@ RunDirLock::RunDirLock(const std::string& run_dir) {
     const long holder = read_holder(fd);
     ::close(fd);
     if (err == EWOULDBLOCK && holder > 0 && is_ancestor(holder)) return;  // our launcher's lock
-    STRATA_CHECK(err != EWOULDBLOCK, "--run-dir ", run_dir, " is in use by another strata train (pid ",
+    STRATA_CHECK(err != EWOULDBLOCK, "--run-dir ", run_dir,
+                 " is in use by another strata train (pid ",
                  holder > 0 ? std::to_string(holder) : std::string("unknown"),
                  "): wait for it to finish, or use another --run-dir");
     fail("--run-dir ", run_dir, ": cannot lock ", path, ": ", std::strerror(err));

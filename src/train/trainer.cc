@@ -63,8 +63,8 @@ void TrainConfig::validate(int world) const {
   STRATA_CHECK(sample_every >= 0, "--sample-every must be >= 0 (got ", sample_every, ")");
   // Each sampled token runs the model over the window (no KV cache): bounded, so a typo does
   // not cost half an hour at the end of a run.
-  STRATA_CHECK(sample_tokens >= 0 && sample_tokens <= kMaxSampleTokens, "--sample-tokens must be in [0, ",
-               kMaxSampleTokens, "] (got ", sample_tokens, ")");
+  STRATA_CHECK(sample_tokens >= 0 && sample_tokens <= kMaxSampleTokens,
+               "--sample-tokens must be in [0, ", kMaxSampleTokens, "] (got ", sample_tokens, ")");
   STRATA_CHECK(log_every > 0, "--log-every must be positive (got ", log_every, ")");
   STRATA_CHECK(threads >= 0, "--threads must be positive (got ", threads, ")");
   STRATA_CHECK(peak_gflops >= 0, "--peak-gflops must be positive (got ", peak_gflops, ")");

@@ -125,7 +125,8 @@ void expect_clean_failure(const Outcome& r, const std::vector<std::string>& need
   const std::string line = last_line(r.err);
   EXPECT_EQ(line.rfind("strata: error: ", 0), 0u) << r.err;
   if (one_line) EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  for (const std::string& n : needles) EXPECT_NE(line.find(n), std::string::npos) << "'" << n << "' in\n" << r.err;
+  for (const std::string& n : needles)
+    EXPECT_NE(line.find(n), std::string::npos) << "'" << n << "' in\n" << r.err;
   for (const char* crash : {"bad_alloc", "basic_filebuf", "stoi", "nan%", "terminate called"})
     EXPECT_EQ(r.err.find(crash), std::string::npos) << r.err;
 }
@@ -252,12 +253,17 @@ TEST(BadInput, CheckpointCommands) {
       {"import_dir", "ckpt import $D", {"$D", "directory"}},
       {"import_fifo", "ckpt import $D/fifo", {"$D/fifo", "FIFO"}, make_fifo},
       {"import_numel_overflow", "ckpt import $D/w.safetensors", {"w.safetensors", "'w'", "64 bits"},
-       [](const std::string& d) { write_safetensors(d + "/w.safetensors", "[4611686018427453440]", 8); }},
+       [](const std::string& d) {
+         write_safetensors(d + "/w.safetensors", "[4611686018427453440]", 8);
+       }},
       {"import_fractional", "ckpt import $D/w.safetensors", {"w.safetensors", "256.5"},
-       [](const std::string& d) { write_safetensors(d + "/w.safetensors", "[256.5,256]", 256 * 256 * 4); }},
+       [](const std::string& d) {
+         write_safetensors(d + "/w.safetensors", "[256.5,256]", 256 * 256 * 4);
+       }},
       {"import_negative", "ckpt import $D/w.safetensors", {"w.safetensors", "-4"},
        [](const std::string& d) { write_safetensors(d + "/w.safetensors", "[-4,-4]", 64); }},
-      {"export_device", "ckpt export " + run_dir + " --safetensors /dev/full", {"/dev/full", "device"}},
+      {"export_device", "ckpt export " + run_dir + " --safetensors /dev/full",
+       {"/dev/full", "device"}},
       {"advise_huge", "ckpt advise --mtbf 1e308h --stall 1e308s", {"1e308"}},
       {"advise_overflow", "ckpt advise --mtbf 1e400h --stall 1s", {"1e400h"}},
   });
@@ -293,12 +299,14 @@ TEST(BadInput, AllCheckpointSavesFailing) {
   Outcome r = run(dir.path, kTrain + "--steps 4 --ckpt-every 2 --run-dir $D/a", full);
   expect_clean_failure(r, {"no good checkpoint", "2 checkpoint save(s)"}, /*one_line=*/false);
 
-  r = run(dir.path, kTrain + "--steps 40 --ckpt-every 1 --ckpt-max-failures 2 --run-dir $D/b", full);
+  r = run(dir.path, kTrain + "--steps 40 --ckpt-every 1 --ckpt-max-failures 2 --run-dir $D/b",
+          full);
   expect_clean_failure(r, {"--ckpt-max-failures 2", "stopping at step", "no good checkpoint"},
                        /*one_line=*/false);
   int steps = 0;
   std::ifstream m(dir.path + "/b/metrics.jsonl");
-  for (std::string line; std::getline(m, line);) steps += line.find("\"loss\"") != std::string::npos;
+  for (std::string line; std::getline(m, line);)
+    steps += line.find("\"loss\"") != std::string::npos;
   EXPECT_GE(steps, 2);
   EXPECT_LT(steps, 10);  // stopped at the second failure in a row, not after 40 steps
 
