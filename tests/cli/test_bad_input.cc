@@ -5,7 +5,8 @@
 //
 // Disk full is simulated with RLIMIT_FSIZE (`ulimit -f` in the case's shell, with SIGXFSZ
 // ignored so writes fail with EFBIG instead of killing the process): no mount is needed, and
-// the limit dies with the case's shell.
+// the limit dies with the case's shell. (It also caps the size of shared-memory segments,
+// so the disk-full cases run on one rank: a multi-rank job could not even create its segment.)
 //
 // STRATA_TEST_BINARY=/path/to/strata runs the cases against another build (e.g. an older one,
 // to see which of them it fails).
@@ -454,4 +455,16 @@ TEST(BadInput, PlanFlagSweepPrintsOnlyNumbers) {
       EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
       EXPECT_NE(r.err.find(f), std::string::npos) << r.err;
     }
+}
+
+// Advice for a stall as long as the MTBF is not presented as a plan: it says no interval
+// makes progress (it printed "time wasted overall ~350%" and nothing else).
+TEST(BadInput, AdviceForAStallLongerThanTheMtbfWarns) {
+  Scratch dir("advise");
+  Outcome r = run(dir.path, "ckpt advise --mtbf 1h --stall 3h");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("warning: the stall is too long for this MTBF"), std::string::npos) << r.out;
+  r = run(dir.path, "ckpt advise --mtbf 4h --stall 40ms");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
 }
