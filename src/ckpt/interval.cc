@@ -8,6 +8,9 @@
 
 namespace strata::ckpt {
 
+// The longest duration accepted (100 years): every interval formula and format stays finite.
+constexpr double kMaxDurationS = 100 * 365.25 * 86400;
+
 double parse_duration(const std::string& text) {
   STRATA_CHECK(!text.empty(), "empty duration (expected e.g. 4h, 30m, 90s)");
   double total = 0;
@@ -37,6 +40,8 @@ double parse_duration(const std::string& text) {
     total += v * scale;
     i = j;
   }
+  // Longer than any job, and short enough that every formula and format stays finite.
+  STRATA_CHECK(total <= kMaxDurationS, "duration '", text, "' is longer than 100 years");
   return total;
 }
 
@@ -50,8 +55,9 @@ std::string format_duration(double s) {
     const int m = int(s / 60);
     std::snprintf(buf, sizeof buf, "%dm%02ds", m, int(std::lround(s - 60 * m)) % 60);
   } else {
-    const int h = int(s / 3600);
-    std::snprintf(buf, sizeof buf, "%dh%02dm", h, int(std::lround((s - 3600 * h) / 60)) % 60);
+    const long long h = (long long)(s / 3600);
+    const int m = int(std::lround((s - 3600 * double(h)) / 60)) % 60;
+    std::snprintf(buf, sizeof buf, "%lldh%02dm", h, m);
   }
   return buf;
 }
@@ -60,6 +66,10 @@ IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, 
   STRATA_CHECK(mtbf_s > 0, "--mtbf must be positive (got ", mtbf_s, " s)");
   STRATA_CHECK(delta_s >= 0 && restart_s >= 0 && step_s >= 0,
                "checkpoint stall, restart and step times must be >= 0");
+  STRATA_CHECK(mtbf_s <= kMaxDurationS && delta_s <= kMaxDurationS && restart_s <= kMaxDurationS &&
+                   step_s <= kMaxDurationS,
+               "durations must be at most 100 years (MTBF ", mtbf_s, " s, stall ", delta_s,
+               " s, restart ", restart_s, " s, step ", step_s, " s)");
   IntervalAdvice a;
   a.delta_s = delta_s;
   a.mtbf_s = mtbf_s;
@@ -86,6 +96,9 @@ std::string IntervalAdvice::text() const {
   s += cat("  expected work lost per failure: ", format_duration(loss_per_failure_s),
            " (half an interval + restart ", format_duration(restart_s), "); time wasted overall ~",
            pct, "\n");
+  if (waste_fraction >= 1)
+    s += "  warning: the stall is too long for this MTBF: no checkpoint interval makes progress "
+         "(save faster, or make failures rarer)\n";
   return s;
 }
 

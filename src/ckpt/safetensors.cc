@@ -12,6 +12,7 @@
 
 #include "ckpt/fsutil.h"
 #include "ckpt/load.h"
+#include "core/files.h"
 
 namespace strata::ckpt {
 
@@ -26,7 +27,30 @@ static int64_t st_dtype_size(const std::string& d) {
   return it == sizes.end() ? 0 : it->second;
 }
 
+// A shape as the header states it: an array of integers >= 0 (256.5 or "256" is not one)
+// whose element count fits in int64.
+static Shape parse_shape(const json& j, const std::string& path, const std::string& name) {
+  if (!j.is_array()) fail(path, ": tensor '", name, "': shape ", j.dump(), " is not an array");
+  Shape shape;
+  int64_t n = 1;
+  for (const json& d : j) {
+    const bool whole = d.is_number_integer() &&
+                       (d.is_number_unsigned() ? d.get<uint64_t>() <= uint64_t(INT64_MAX)
+                                               : d.get<int64_t>() >= 0);
+    if (!whole)
+      fail(path, ": tensor '", name, "': shape ", j.dump(), " has ", d.dump(),
+           ", not a whole number in [0, 2^63)");
+    const int64_t v = d.get<int64_t>();
+    if (__builtin_mul_overflow(n, v, &n))
+      fail(path, ": tensor '", name, "': shape ", j.dump(),
+           " has more elements than 64 bits count");
+    shape.push_back(v);
+  }
+  return shape;
+}
+
 SafetensorsFile read_safetensors(const std::string& path) {
+  require_regular_file(path, "safetensors file");  // a FIFO would block, a directory mislead
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, ": cannot open");
   SafetensorsFile f;
@@ -54,7 +78,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
     st.name = name;
     try {
       st.dtype = t.at("dtype").get<std::string>();
-      st.shape = t.at("shape").get<Shape>();
+      st.shape = parse_shape(t.at("shape"), path, name);
       st.begin = t.at("data_offsets").at(0).get<int64_t>();
       st.end = t.at("data_offsets").at(1).get<int64_t>();
     } catch (const json::exception& e) {
@@ -67,7 +91,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
     if (st.begin < 0 || st.end < st.begin || st.end > data_bytes)
       fail(path, ": tensor '", name, "': data_offsets [", st.begin, ",", st.end,
            "] outside the data section (", data_bytes, " bytes)");
-    if (st.end - st.begin != numel(st.shape) * es)
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(numel(st.shape), es, &bytes))
+      fail(path, ": tensor '", name, "': ", st.dtype, " ", shape_str(st.shape),
+           " needs more bytes than 64 bits count");
+    if (st.end - st.begin != bytes)
       fail(path, ": tensor '", name, "': ", st.dtype, " ", shape_str(st.shape), " needs ",
            numel(st.shape) * es, " bytes, data_offsets give ", st.end - st.begin);
     f.tensors.push_back(std::move(st));
@@ -129,6 +157,8 @@ ExportResult export_safetensors(const std::string& dir, const std::string& out_p
   hs.append((8 - hs.size() % 8) % 8, ' ');
 
   const std::string tmp = out_path + ".tmp";
+  require_replaceable_file(out_path, "--safetensors");
+  require_replaceable_file(tmp, "--safetensors temporary file");
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create ", tmp, ": ", errno_text(errno));
   int64_t written = 0;
@@ -149,7 +179,12 @@ ExportResult export_safetensors(const std::string& dir, const std::string& out_p
     throw;
   }
   ::close(fd);
-  rename_path(tmp, out_path);
+  try {
+    rename_path(tmp, out_path);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
   return {dir, st->name, int(views.size()), written};
 }
 

@@ -55,6 +55,18 @@ void print_table_step(int64_t index, const data::StepPlan& sp) {
 }
 
 void run_plan(const PlanArgs& a) {
+  STRATA_CHECK(a.world > 0, "--world must be positive (got ", a.world, ")");
+  STRATA_CHECK(a.micro_batch > 0, "--micro-batch must be positive (got ", a.micro_batch, ")");
+  STRATA_CHECK(a.accum > 0, "--accum must be positive (got ", a.accum, ")");
+  // The epoch order is a permutation over at most 2^62 positions (data/sampler.h).
+  STRATA_CHECK(a.samples <= (int64_t(1) << 62), "--samples must be at most 2^62 (got ", a.samples,
+               ")");
+  int64_t g = 0;
+  STRATA_CHECK(!__builtin_mul_overflow(int64_t(a.micro_batch) * a.accum, int64_t(a.world), &g) &&
+                   g <= data::kMaxPlanSlots,
+               "--micro-batch ", a.micro_batch, " x --accum ", a.accum, " x --world ", a.world,
+               " is a global batch too large to plan (limit ", data::kMaxPlanSlots,
+               " samples per step)");
   data::SamplerConfig cfg;
   cfg.micro_batch = a.micro_batch;
   cfg.accum = a.accum;
@@ -119,6 +131,13 @@ struct InfoArgs {
 };
 
 void run_info(const InfoArgs& a) {
+  constexpr int64_t kMax = int64_t(1) << 31;
+  STRATA_CHECK(a.seq > 0 && a.seq <= kMax, "--seq must be in [1, 2^31] (got ", a.seq, ")");
+  STRATA_CHECK(a.stride >= 0 && a.stride <= kMax, "--stride must be in [0, 2^31] (got ", a.stride,
+               "; 0 = --seq)");
+  STRATA_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "--val-fraction must be in [0, 1) (got ",
+               a.val_fraction, ")");
+  STRATA_CHECK(a.vocab >= 0, "--vocab must be >= 0 (got ", a.vocab, "; 0 = the format's own)");
   data::Split split = data::open_split(a.data, a.seed, a.val_fraction, a.vocab);
   const int64_t stride = a.stride > 0 ? a.stride : a.seq;
   nlohmann::json out;
@@ -153,7 +172,9 @@ Register plan_reg("data plan", "Show which samples every rank uses at every step
   app.add_option("--micro-batch", a->micro_batch, "Samples per rank per micro-step (b)")
       ->capture_default_str();
   app.add_option("--accum", a->accum, "Micro-steps per optimizer step (A)")->capture_default_str();
-  app.add_option("--seed", a->seed, "Shuffle seed")->capture_default_str();
+  app.add_option("--seed", a->seed, "Shuffle seed")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   app.add_option("--epoch", a->epoch, "Epoch")->capture_default_str();
   app.add_option("--policy", a->policy, "Last-batch policy: drop, pad or uneven")
       ->capture_default_str();
@@ -175,7 +196,8 @@ Register info_reg("data info", "Describe a data spec: tokens, samples, vocabular
       ->capture_default_str();
   app.add_option("--stride", a->stride, "Tokens between samples (0 = seq)")->capture_default_str();
   app.add_option("--seed", a->seed, "Seed (the synthetic corpus depends on it)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_negative_integer());
   app.add_option("--val-fraction", a->val_fraction, "Held-out fraction of files")
       ->capture_default_str();
   app.add_option("--vocab", a->vocab, "Check tokens against this vocabulary (0 = format's own)")

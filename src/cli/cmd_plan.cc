@@ -102,7 +102,8 @@ ModelSpec build_model(const Flags& f, const CLI::App& app) {
 GpuSpec build_gpu(const Flags& f, const CLI::App& app, std::vector<std::string>& notes) {
   GpuSpec g = load_gpu(f.gpu);
   if (app.count("--gpus-per-node")) {
-    STRATA_CHECK(f.gpus_per_node >= 1, "--gpus-per-node must be at least 1");
+    STRATA_CHECK(f.gpus_per_node >= 1 && f.gpus_per_node <= (int64_t(1) << 24),
+                 "--gpus-per-node must be in [1, 2^24] (got ", f.gpus_per_node, ")");
     g.gpus_per_node = int(f.gpus_per_node);
   }
   if (app.count("--efficiency")) {
@@ -129,7 +130,8 @@ void run(const Flags& f, const CLI::App& app) {
   s.model = build_model(f, app);
   s.gpu = build_gpu(f, app, req.notes);
   s.gpus = app.count("--gpus") ? f.gpus : s.gpu.gpus_per_node;
-  STRATA_CHECK(s.gpus >= 1, "--gpus must be at least 1 (got ", s.gpus, ")");
+  STRATA_CHECK(s.gpus >= 1 && s.gpus <= (int64_t(1) << 24), "--gpus must be in [1, 2^24] (got ",
+               s.gpus, ")");
   STRATA_CHECK(f.precision == "bf16" || f.precision == "fp32", "--precision '", f.precision,
                "' is not known (bf16, fp32)");
   s.precision = f.precision == "bf16" ? Precision::bf16 : Precision::fp32;
@@ -152,6 +154,9 @@ void run(const Flags& f, const CLI::App& app) {
   STRATA_CHECK(f.overlap >= 0 && f.overlap <= 1, "--overlap must be in [0, 1] (got ", f.overlap,
                ")");
   s.overlap = f.overlap;
+  if (app.count("--global-batch"))
+    STRATA_CHECK(f.global_batch > 0 && f.global_batch <= (int64_t(1) << 31),
+                 "--global-batch must be in [1, 2^31] sequences (got ", f.global_batch, ")");
   s.global_batch = app.count("--global-batch") ? f.global_batch : s.model.global_batch;
   STRATA_CHECK(f.rlhf || s.global_batch > 0,
                "--global-batch is needed (sequences per step; this model has no published one)");
@@ -170,10 +175,30 @@ void run(const Flags& f, const CLI::App& app) {
       app.count("--tokens") ? parse_count("--tokens", f.tokens) : s.model.train_tokens;
   STRATA_CHECK(f.top >= 1, "--top must be at least 1");
   req.top = f.top;
-  STRATA_CHECK(f.gpu_mtbf_h > 0, "--gpu-mtbf-hours must be positive");
-  STRATA_CHECK(f.job_mtbf_h >= 0, "--job-mtbf-hours must not be negative");
-  STRATA_CHECK(f.storage_gbps > 0, "--storage-gbps must be positive");
-  STRATA_CHECK(f.restart_min >= 0, "--restart-min must not be negative");
+  // Reliability inputs: finite and within a century / a petabyte per second, so every
+  // interval and percentage printed is a number.
+  constexpr double kCenturyH = 100 * 365.25 * 24;
+  auto in_range = [](double v, double lo, double hi) {
+    return std::isfinite(v) && v >= lo && v <= hi;
+  };
+  STRATA_CHECK(in_range(f.gpu_mtbf_h, 1e-6, 1e9) && f.gpu_mtbf_h > 0,
+               "--gpu-mtbf-hours must be in (0, 1e9] (got ", f.gpu_mtbf_h, ")");
+  STRATA_CHECK(in_range(f.job_mtbf_h, 0, kCenturyH), "--job-mtbf-hours must be in [0, ", kCenturyH,
+               "] (got ", f.job_mtbf_h, ")");
+  STRATA_CHECK(in_range(f.storage_gbps, 1e-6, 1e6), "--storage-gbps must be in (0, 1e6] (got ",
+               f.storage_gbps, ")");
+  STRATA_CHECK(in_range(f.restart_min, 0, kCenturyH * 60), "--restart-min must be in [0, ",
+               kCenturyH * 60, "] (got ", f.restart_min, ")");
+  if (app.count("--ckpt-stall-s"))
+    STRATA_CHECK(in_range(f.stall_s, 0, kCenturyH * 3600), "--ckpt-stall-s must be in [0, ",
+                 kCenturyH * 3600, "] seconds (got ", f.stall_s, ")");
+  STRATA_CHECK(in_range(f.bucket_mb, 1e-6, 1 << 20), "--bucket-mb must be in (0, 2^20] (got ",
+               f.bucket_mb, ")");
+  STRATA_CHECK(!app.count("--rollout-batch") ||
+                   (f.rollout_batch >= 1 && f.rollout_batch <= (int64_t(1) << 31)),
+               "--rollout-batch must be in [1, 2^31] (got ", f.rollout_batch, ")");
+  STRATA_CHECK(req.train_tokens >= 0 && req.train_tokens <= 1e18,
+               "--tokens must be at most 1e18 (got ", req.train_tokens, ")");
   req.gpu_mtbf_hours = f.gpu_mtbf_h;
   req.job_mtbf_hours = f.job_mtbf_h;
   req.storage_gbps = f.storage_gbps;

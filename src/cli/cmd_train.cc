@@ -12,6 +12,7 @@
 #include "ckpt/interval.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "comm/runtime.h"
 #include "comm/types.h"
 #include "diag/fault_inject.h"
 #include "model/gpt.h"
@@ -54,9 +55,26 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
     cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
   }
   if (app.count("--seq")) STRATA_CHECK(cfg.seq > 0, "--seq must be positive (got ", cfg.seq, ")");
-  STRATA_CHECK(cfg.schedule.steps > 0, "--steps must be positive (got ", cfg.schedule.steps, ")");
-  cfg.schedule.min_lr = a.min_lr >= 0 ? a.min_lr : cfg.schedule.lr / 10;
-  cfg.schedule.warmup = a.warmup >= 0 ? a.warmup : cfg.schedule.steps / 20;
+  // CLI11 clamps a number past int64 to its maximum; no run has 2^40 steps, and below that
+  // every token count (steps x batch x seq) stays exact.
+  STRATA_CHECK(cfg.schedule.steps > 0 && cfg.schedule.steps <= (int64_t(1) << 40),
+               "--steps must be in [1, 2^40] (got ", cfg.schedule.steps, ")");
+  // Flags whose "unset" is a sentinel: a given value must be a real one, never the sentinel.
+  if (app.count("--min-lr"))
+    STRATA_CHECK(std::isfinite(a.min_lr) && a.min_lr >= 0, "--min-lr must be a number >= 0 (got ",
+                 a.min_lr, ")");
+  if (app.count("--warmup"))
+    STRATA_CHECK(a.warmup >= 0, "--warmup must be >= 0 steps (got ", a.warmup, ")");
+  if (app.count("--threads"))
+    STRATA_CHECK(cfg.threads >= 1, "--threads must be at least 1 (got ", cfg.threads, ")");
+  if (app.count("--peak-gflops"))
+    STRATA_CHECK(std::isfinite(cfg.peak_gflops) && cfg.peak_gflops > 0,
+                 "--peak-gflops must be a positive number (got ", cfg.peak_gflops, ")");
+  if (app.count("--resume"))
+    STRATA_CHECK(!cfg.ckpt.resume.empty(), "--resume needs a value: auto, or a run directory, its "
+                 "ckpt/ directory or a step-* directory");
+  cfg.schedule.min_lr = app.count("--min-lr") ? a.min_lr : cfg.schedule.lr / 10;
+  cfg.schedule.warmup = app.count("--warmup") ? a.warmup : cfg.schedule.steps / 20;
   if (app.count("--micro-batch"))
     STRATA_CHECK(cfg.micro_batch > 0, "--micro-batch must be positive (got ", cfg.micro_batch,
                  ")");
@@ -75,6 +93,7 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train:
   pc.backend = comm::parse_backend(a.backend);
   pc.data_parallel = app.count("--zero") || app.count("--precision") || pc.world() > 1;
   pc.timeout_s = a.faults.timeout_s;
+  if (pc.timeout_s == 0) comm::detail::default_timeout_s();  // a bad STRATA_TIMEOUT: one line now
   pc.validate(cfg);
   return pc;
 }
@@ -97,9 +116,11 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--tail", c.tail, "Incomplete last global batch of an epoch: drop, pad or uneven")
       ->capture_default_str();
-  app.add_option("--steps", c.schedule.steps, "Optimizer steps")->capture_default_str();
-  app.add_option("--seed", c.seed, "Seed of initialisation, data order and sampling")
+  app.add_option("--steps", c.schedule.steps, "Optimizer steps (at most 2^40)")
       ->capture_default_str();
+  app.add_option("--seed", c.seed, "Seed of initialisation, data order and sampling")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   app.add_option("--batch", c.batch, "Global batch in sequences")->capture_default_str();
   app.add_option("--micro-batch", c.micro_batch,
                  "Sequences per rank per micro-step (default: --batch / ranks); "
@@ -117,7 +138,8 @@ void setup(CLI::App& app) {
   app.add_option("--eval-batches", c.eval_batches, "Micro-batches per eval")->capture_default_str();
   app.add_option("--sample-every", c.sample_every, "Generate text every K steps (0: at the end)")
       ->capture_default_str();
-  app.add_option("--sample-tokens", c.sample_tokens, "Tokens per sample (0: no sampling)")
+  app.add_option("--sample-tokens", c.sample_tokens,
+                 "Tokens per sample (0: no sampling; at most 4096)")
       ->capture_default_str();
   app.add_option("--log-every", c.log_every, "Progress line every K steps")->capture_default_str();
   app.add_option("--run-dir", c.run_dir, "Write metrics.jsonl and summary.json here");
@@ -146,6 +168,9 @@ void setup(CLI::App& app) {
   app.add_option("--ckpt-every", c.ckpt.every, "Checkpoint every N steps into <run-dir>/ckpt (0: off)")
       ->capture_default_str();
   app.add_option("--ckpt-keep", c.ckpt.keep, "Keep the newest K checkpoints (0: all)")
+      ->capture_default_str();
+  app.add_option("--ckpt-max-failures", c.ckpt.max_failures,
+                 "Stop the run when this many checkpoint saves in a row fail (0: never)")
       ->capture_default_str();
   app.add_option("--ckpt-keep-every", c.ckpt.keep_every, "Also keep every checkpoint whose step is a multiple of M");
   app.add_option("--resume", c.ckpt.resume,

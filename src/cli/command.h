@@ -36,4 +36,17 @@ struct ExitCode {
   int code;
 };
 
+// For unsigned options (seeds): CLI11 would wrap a negative value (-1 -> 2^64-1); this
+// refuses it by its text: "--seed: must be >= 0 (got -1)".
+inline const CLI::Validator& non_negative_integer() {
+  static const CLI::Validator v(
+      [](std::string& s) {
+        const size_t first = s.find_first_not_of(" \t");
+        return first != std::string::npos && s[first] == '-' ? "must be >= 0 (got " + s + ")"
+                                                             : std::string();
+      },
+      "INT>=0");
+  return v;
+}
+
 }  // namespace strata::cli

@@ -1,6 +1,7 @@
 #include "comm/runtime.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "comm/process_group.h"
 #include "comm/watchdog.h"
@@ -15,7 +16,12 @@ namespace strata::comm::detail {
 static const EnvVar kTimeout("STRATA_TIMEOUT", "300",
                              "seconds a communication operation may wait for its peers");
 
-double default_timeout_s() { return kTimeout.get_double(); }
+double default_timeout_s() {
+  const double t = kTimeout.get_double();
+  STRATA_CHECK(t > 0 && std::isfinite(t), "STRATA_TIMEOUT=", kTimeout.get(),
+               " must be a positive number of seconds");
+  return t;
+}
 
 static int64_t seconds_to_ns(double s) { return int64_t(s * 1e9); }
 
@@ -25,9 +31,7 @@ GroupRuntime::GroupRuntime(std::unique_ptr<Transport> transport, std::string nam
       name_(std::move(name)),
       world_ranks_(std::move(world_ranks)),
       options_(options) {
-  timeout_s_ = options.timeout_s > 0 ? options.timeout_s : kTimeout.get_double();
-  STRATA_CHECK(timeout_s_ > 0, "communication timeout must be positive (STRATA_TIMEOUT=",
-               kTimeout.get(), ")");
+  timeout_s_ = options.timeout_s > 0 ? options.timeout_s : default_timeout_s();
   info_ = flight_recorder().intern(name_, world_ranks_);
   watchdog().watch(this);
 }

@@ -27,6 +27,10 @@ static Split open_synthetic(const std::string& spec, uint64_t seed, int vocab) {
     long long v = std::strtoll(n.c_str(), &end, 10);
     STRATA_CHECK(!n.empty() && *end == '\0' && v > 0, "bad synthetic corpus size '", n,
                  "' in --data ", spec, " (expected synthetic:TOKENS with TOKENS > 0)");
+    // One byte of memory per token, generated up front: bound it before allocating.
+    STRATA_CHECK(v <= kSyntheticMaxTokens, "synthetic corpus size ", n, " in --data ", spec,
+                 " is above the limit of ", kSyntheticMaxTokens,
+                 " tokens (1 byte each, in memory)");
     tokens = v;
   }
   Split s;

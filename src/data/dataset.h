@@ -26,6 +26,9 @@ class TokenSource {
   virtual std::string describe() const = 0;
   // True entropy of the stream in nats per token when known (synthetic corpus), else < 0.
   virtual double entropy_floor() const { return -1.0; }
+  // True when tokens are the bytes of a text (a .txt file): samples are shown as text;
+  // otherwise (the synthetic corpus, .bin shards) as token ids.
+  virtual bool is_text() const { return false; }
 };
 
 struct Split {

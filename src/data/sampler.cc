@@ -23,7 +23,8 @@ int64_t num_windows(int64_t tokens, int64_t seq, int64_t stride) {
 
 EpochOrder::EpochOrder(uint64_t seed, int64_t epoch, int64_t n)
     : seed_(seed), stream_(kOrderStream ^ uint64_t(epoch)), n_(n) {
-  STRATA_CHECK(n >= 0, "sample count must be >= 0 (got ", n, ")");
+  STRATA_CHECK(n >= 0 && n <= (int64_t(1) << 62), "sample count must be in [0, 2^62] (got ", n,
+               ")");
   STRATA_CHECK(epoch >= 0, "epoch must be >= 0 (got ", epoch, ")");
   int bits = 2;
   while (bits < 62 && (uint64_t(1) << bits) < uint64_t(n)) bits += 2;
@@ -67,7 +68,11 @@ Sampler::Sampler(int64_t num_samples, const SamplerConfig& cfg) : n_(num_samples
   STRATA_CHECK(cfg.accum > 0, "gradient accumulation steps must be positive (got ", cfg.accum,
                ")");
   STRATA_CHECK(cfg.world > 0, "world size must be positive (got ", cfg.world, ")");
-  g_ = int64_t(cfg.micro_batch) * cfg.accum * cfg.world;
+  // b, A and W are each below 2^31, so b * A fits in 64 bits; the product with W may not.
+  const int64_t per_rank = int64_t(cfg.micro_batch) * cfg.accum;
+  STRATA_CHECK(!__builtin_mul_overflow(per_rank, int64_t(cfg.world), &g_),
+               "global batch micro-batch ", cfg.micro_batch, " x accumulation ", cfg.accum,
+               " x world ", cfg.world, " overflows 64 bits");
 }
 
 int64_t Sampler::steps_in_epoch(int64_t consumed) const {
@@ -126,6 +131,14 @@ StepPlan Sampler::plan(LoaderState at, int rank) const {
   STRATA_CHECK(steps_in_epoch() > 0, "global batch of ", g_, " samples (micro-batch ",
                cfg_.micro_batch, " x accumulation ", cfg_.accum, " x world ", cfg_.world,
                ") cannot be formed from ", n_, " samples under the drop policy");
+  // A plan lists every slot it covers: bound it before allocating (micro-batches of all ranks,
+  // or of the one rank asked for).
+  const int64_t slots = rank < 0 ? g_ : int64_t(cfg_.micro_batch) * cfg_.accum;
+  const int64_t micro = int64_t(cfg_.accum) * (rank < 0 ? cfg_.world : 1);  // vectors allocated
+  STRATA_CHECK(slots <= kMaxPlanSlots && micro <= kMaxPlanSlots,
+               "a step of ", slots, " samples (micro-batch ", cfg_.micro_batch, " x accumulation ",
+               cfg_.accum, rank < 0 ? cat(" x world ", cfg_.world) : std::string(" on one rank"),
+               ") is too large to plan (limit ", kMaxPlanSlots, " samples per step)");
   StepPlan sp;
   sp.before = normalize(at);
   const int64_t consumed = sp.before.consumed;

@@ -71,6 +71,9 @@ struct StepPlan {
   std::vector<RankPlan> ranks;  // all W ranks, or only the one asked for
 };
 
+// Most samples one Sampler::plan() lays out (all ranks' slots of a step, or one rank's).
+constexpr int64_t kMaxPlanSlots = int64_t(1) << 24;
+
 // The planner shared by the Loader and `strata data plan`.
 class Sampler {
  public:
@@ -91,7 +94,8 @@ class Sampler {
   // end of an epoch (nothing left, or less than G under drop) to the start of the next.
   LoaderState normalize(LoaderState at) const;
 
-  // The step starting at `at`. rank = -1 plans every rank; otherwise only that rank.
+  // The step starting at `at`. rank = -1 plans every rank; otherwise only that rank. Throws
+  // when the step holds more than kMaxPlanSlots samples.
   StepPlan plan(LoaderState at, int rank = -1) const;
 
  private:

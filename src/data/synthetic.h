@@ -80,5 +80,7 @@ class SyntheticSource : public TokenSource {
 // Default stream sizes: enough that `tiny` sees fresh text for thousands of steps.
 constexpr int64_t kSyntheticTrainTokens = int64_t(1) << 23;
 constexpr int64_t kSyntheticValTokens = int64_t(1) << 20;
+// Largest synthetic:N accepted (2 GiB of pre-generated tokens).
+constexpr int64_t kSyntheticMaxTokens = int64_t(1) << 31;
 
 }  // namespace strata::data

@@ -14,19 +14,17 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace strata::data {
 
 namespace fs = std::filesystem;
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  STRATA_CHECK(fd >= 0, "cannot open data file ", path, ": ", std::strerror(errno));
+  // Never blocks on a FIFO; refuses devices and directories (core/files.h).
+  int fd = open_regular_file(path, "data file");
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("data file ", path, " is not a regular file");
-  }
+  ::fstat(fd, &st);
   size_ = int64_t(st.st_size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_t(size_), PROT_READ, MAP_PRIVATE, fd, 0);
@@ -190,6 +188,7 @@ std::vector<std::string> resolve_files(const std::string& spec) {
   }
   STRATA_CHECK(fs::exists(spec, ec), "data file ", spec, " not found (expected \"synthetic\", ",
                "a text file, a .bin token file, a directory of .bin shards, or a glob)");
+  require_regular_file(spec, "data file");
   return {spec};
 }
 

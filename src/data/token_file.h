@@ -53,6 +53,7 @@ class FileStream : public TokenSource {
   void read(int64_t pos, int64_t n, int32_t* out) const override;
   std::string describe() const override;
   FileFormat format() const { return format_; }
+  bool is_text() const override { return format_ == FileFormat::text; }
   int num_files() const { return int(files_.size()); }
 
  private:
@@ -77,6 +78,7 @@ class SliceSource : public TokenSource {
   int vocab() const override { return base_->vocab(); }
   void read(int64_t pos, int64_t n, int32_t* out) const override;
   std::string describe() const override;
+  bool is_text() const override { return base_->is_text(); }
 
  private:
   std::shared_ptr<const TokenSource> base_;

@@ -9,6 +9,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace strata::plan {
 
@@ -160,6 +161,7 @@ GpuSpec load_gpu(const std::string& s) {
   const bool is_file = s.find('/') != std::string::npos ||
                        (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0);
   if (!is_file) return gpu_preset(s);
+  require_regular_file(s, "--gpu");
   std::ifstream in(s);
   STRATA_CHECK(in.good(), "--gpu ", s, ": cannot open the file");
   nlohmann::json j;
@@ -188,6 +190,7 @@ nlohmann::json gpu_to_json(const GpuSpec& g) {
 namespace {
 
 std::vector<nlohmann::json> read_bench_rows(const std::string& path) {
+  require_regular_file(path, "benchmark file");
   std::ifstream in(path);
   STRATA_CHECK(in.good(), path, ": cannot open the benchmark file");
   std::stringstream ss;

@@ -1,6 +1,8 @@
 // Model presets with their published shapes, validation, and parameter / FLOP counts.
 #include "plan/model_spec.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "plan/flops.h"
 
@@ -88,6 +90,19 @@ void ModelSpec::validate() const {
   if (experts > 0)
     STRATA_CHECK(top_k >= 1 && top_k <= experts, "--top-k ", top_k, " must be in 1..--experts ",
                  experts);
+  // Sizes a person typed, bounded so that every count, byte and FLOP figure of the planner
+  // (int64 parameter counts times bytes per parameter) stays exact and positive.
+  constexpr int64_t kMaxDim = int64_t(1) << 31;
+  for (auto [flag, v] : {std::pair{"--layers", layers}, {"--hidden", hidden}, {"--heads", heads},
+                         {"--ffn", ffn}, {"--seq", seq}, {"--vocab", vocab},
+                         {"--experts", experts}})
+    STRATA_CHECK(v <= kMaxDim, flag, " ", v, " is above the planner's limit of ", kMaxDim);
+  const double h = double(hidden), mlps = double(std::max<int64_t>(experts, 1));
+  const double approx = double(layers) * (4 * h * h + 3 * h * double(ffn) * mlps) +
+                        2 * double(vocab) * h + double(seq) * h;
+  STRATA_CHECK(approx <= kMaxPlanParams, "the model has about ", approx, " parameters (--layers ",
+               layers, ", --hidden ", hidden, ", --ffn ", ffn, ", --experts ", experts,
+               "): above the planner's limit of ", kMaxPlanParams);
 }
 
 ParamCounts count_params(const ModelSpec& m) {

@@ -33,6 +33,9 @@ struct ModelSpec {
   double train_tokens = 0;   // published training tokens (0: unknown)
   std::string source;        // where the shape comes from
 
+  // Most parameters a model may have (1e15, thousands of times today's largest): at 16-20
+  // bytes per parameter every byte count still fits in int64.
+  static constexpr double kMaxPlanParams = 1e15;
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_hidden() const { return kv_heads * head_dim(); }
   int64_t padded_vocab() const { return (vocab + 63) / 64 * 64; }

@@ -104,6 +104,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
   STRATA_CHECK(c.every >= 0, "--ckpt-every must be >= 0 (got ", c.every, ")");
   STRATA_CHECK(c.keep >= 0, "--ckpt-keep must be >= 0 (got ", c.keep, ")");
   STRATA_CHECK(c.keep_every >= 0, "--ckpt-keep-every must be >= 0 (got ", c.keep_every, ")");
+  STRATA_CHECK(c.max_failures >= 0, "--ckpt-max-failures must be >= 0 (got ", c.max_failures, ")");
   STRATA_CHECK(c.mtbf_s >= 0 && std::isfinite(c.mtbf_s), "--mtbf must be a positive duration");
   STRATA_CHECK(c.every == 0 || !cfg.run_dir.empty(),
                "--ckpt-every needs --run-dir (checkpoints go to <run-dir>/ckpt)");
@@ -260,8 +261,6 @@ ResumePoint RunCheckpoints::resume() {
   std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "resuming from step ",
            t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", layout, ")", lost));
-  if (t.step == cfg_.schedule.steps)
-    note(cat("checkpoint is at the last step (", t.step, "); nothing left to train"));
   resumed_ = p;
   return p;
 }
@@ -276,8 +275,35 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
     die_in_save_->store(true);
   }
   current_phase().set_kind(PhaseKind::checkpoint);
-  saver_->save_async(request(done, loader));
+  saver_->save_async(request(done, loader));  // returns once the previous save is finished
   record_finished(out);
+  // Saves that keep failing (a full disk) protect nothing: stop rather than train on without
+  // a way back. Every rank sees the same history (a save succeeds or fails for the group).
+  const std::vector<ckpt::SaveStats>& h = saver_->history();
+  const int k = cfg_.ckpt.max_failures;
+  if (k == 0 || int64_t(h.size()) < k) return;
+  for (size_t i = h.size() - size_t(k); i < h.size(); ++i)
+    if (h[i].ok) return;
+  fail("--ckpt-max-failures ", k, ": the last ", k, " checkpoint saves failed (step ",
+       h.back().step, ": ", h.back().error, "); stopping at step ", done, ", ",
+       good_checkpoint_text());
+}
+
+std::string RunCheckpoints::good_checkpoint_text() const {
+  std::string newest = resumed_.dir;
+  for (const ckpt::SaveStats& s : saver_->history())
+    if (s.ok) newest = s.dir;
+  return newest.empty() ? "there is no good checkpoint" : "the newest good checkpoint is " + newest;
+}
+
+void RunCheckpoints::require_good_checkpoint() const {
+  if (!saver_) return;
+  const std::vector<ckpt::SaveStats>& h = saver_->history();
+  for (const ckpt::SaveStats& s : h)
+    if (s.ok) return;
+  if (!resumed_.dir.empty() || h.empty()) return;
+  fail("no good checkpoint: all ", h.size(), " checkpoint save(s) of this run failed (last, step ",
+       h.back().step, ": ", h.back().error, ")");
 }
 
 void RunCheckpoints::record_finished(MetricsWriter* out) {

@@ -59,16 +59,22 @@ class RunCheckpoints {
   // Collective when world > 1. Progress and warnings go to stderr.
   ResumePoint resume();
   // After `done` steps (1-based count), with the loader's position after that step's batch:
-  // saves when due. Records finished saves into `out` (rank 0; may be null).
+  // saves when due. Records finished saves into `out` (rank 0; may be null). Throws when the
+  // last --ckpt-max-failures saves all failed (the run stops; the error names the last one).
   void after_step(int64_t done, const data::LoaderState& loader, int64_t step_tokens,
                   MetricsWriter* out);
   // Waits for the save in flight; returns summary.json's "ckpt" object (null when checkpoints
   // are off) and prints the interval advice of --mtbf. step_s: median seconds per step.
   nlohmann::json finish(double step_s, MetricsWriter* out);
+  // After finish(): throws when checkpoints were asked for and the run has no good one (every
+  // save failed, none resumed from), so the run ends non-zero saying so.
+  void require_good_checkpoint() const;
 
  private:
   ckpt::SaveRequest request(int64_t done, const data::LoaderState& loader) const;
   void record_finished(MetricsWriter* out);
+  // "the newest good checkpoint is DIR" or "there is no good checkpoint"
+  std::string good_checkpoint_text() const;
   void log(const std::string& line) const;
 
   const TrainConfig& cfg_;

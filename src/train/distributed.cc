@@ -8,6 +8,7 @@
 #include <thread>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/overlap.h"
 #include "plan/zero_memory.h"
+#include "train/run_dir_lock.h"
 
 namespace strata::train {
 namespace {
@@ -101,6 +103,7 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
     return std::nullopt;
   }
   if (pc.nproc <= 1 && pc.max_restarts == 0) return std::nullopt;
+  RunDirLock lock(cfg.run_dir);  // held across the ranks' lives and restarts
   comm::LaunchOptions o;
   o.nproc = pc.nproc;
   o.backend = pc.backend;
@@ -130,6 +133,9 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
     tracer().enable(env.rank);
     tracer().name_thread("compute");
   }
+  // Rank 0 takes the run dir unless its launcher holds it; another job's rank 0 stops here.
+  std::optional<RunDirLock> lock;
+  if (env.rank == 0) lock.emplace(cfg.run_dir);
   auto write_trace = [&] {
     if (pc.trace) tracer().write(trace_path(cfg, env.rank));
   };

@@ -16,8 +16,10 @@ std::vector<int32_t> generate(model::GPT& model, const std::vector<int32_t>& pro
                               int window, int vocab, uint64_t seed, uint64_t stream,
                               float temperature = 1.0f);
 
-// Tokens as text when they are bytes (vocab <= 256; non-printable bytes escaped as \xNN),
-// otherwise as space-separated ids.
-std::string render_tokens(const std::vector<int32_t>& tokens, int vocab);
+// How a sample is shown. as_text (the bytes of a text file): the text itself, UTF-8
+// sequences included, with only what would not print escaped -- \n, \t, \\, \xNN for other
+// control bytes and bytes that are not valid UTF-8, <ID> for an id above 255. Otherwise
+// (the synthetic corpus, .bin tokens): space-separated token ids. Always valid UTF-8.
+std::string render_tokens(const std::vector<int32_t>& tokens, bool as_text);
 
 }  // namespace strata::train

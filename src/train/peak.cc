@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -40,20 +41,50 @@ double measure_sgemm_gflops(double seconds, int n) {
   blas();  // warm-up: thread pool start, page faults
   own();
   const double flops = 2.0 * double(n) * n * n;
+  // Rounds of about seconds / 5, each a run of single calls alternating the two GEMMs (a
+  // noisy neighbour hurts one sample of each, not the estimate), until two rounds in a row
+  // improve the best by less than 2%: at least 3 rounds, at most 3 x seconds.
+  const double round_s = seconds / 5;
   double best = 0;
+  int rounds = 0, flat = 0;
   Stopwatch total;
-  // Short batches, alternating the two GEMMs, so a noisy neighbour hurts one sample of
-  // each, not the estimate.
-  auto sample = [&](auto& gemm) {
+  auto sample = [&](auto& gemm, double& round_best) {
     Stopwatch sw;
-    for (int i = 0; i < 3; ++i) gemm();
-    best = std::max(best, 3 * flops / sw.seconds() * 1e-9);
+    gemm();
+    round_best = std::max(round_best, flops / sw.seconds() * 1e-9);
   };
-  while (total.seconds() < seconds || best == 0) {
-    sample(blas);
-    sample(own);
+  while (rounds < 3 || (flat < 2 && total.seconds() < 3 * seconds)) {
+    double round_best = 0;
+    Stopwatch round;
+    do {
+      sample(blas, round_best);
+      sample(own, round_best);
+    } while (round.seconds() < round_s);
+    flat = round_best > best * 1.02 ? 0 : flat + 1;
+    best = std::max(best, round_best);
+    ++rounds;
   }
   return best;
+}
+
+bool Peak::raise(double achieved, int64_t step) {
+  if (!(achieved > gflops)) return false;
+  if (raised_at == 0) {
+    initial = gflops;
+    source += ", raised by step ";
+  } else {
+    source.erase(source.rfind(' ') + 1);
+  }
+  source += std::to_string(step);
+  gflops = achieved;
+  raised_at = step;
+  return true;
+}
+
+std::string Peak::label() const {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f GFLOP/s (", gflops);
+  return buf + (raised_at ? "raised at step " + std::to_string(raised_at) : origin) + ")";
 }
 
 std::string cpu_model() {
@@ -81,7 +112,7 @@ std::string peak_cache_path() {
 }
 
 std::string peak_cache_key(int threads) {
-  return cpu_model() + "|threads=" + std::to_string(threads) + "|probe=2";
+  return cpu_model() + "|threads=" + std::to_string(threads) + "|probe=3";
 }
 
 static nlohmann::json read_cache(const std::string& path) {
@@ -104,25 +135,29 @@ static void write_cache(const std::string& path, const nlohmann::json& cache) {
 }
 
 Peak machine_peak(int threads, double override_gflops, double probe_seconds) {
-  if (override_gflops > 0) return {override_gflops, "flag"};
+  if (override_gflops > 0) return {override_gflops, "flag", "flag"};
   std::string path = peak_cache_path();
   std::string key = peak_cache_key(threads);
   nlohmann::json cache = path.empty() ? nlohmann::json::object() : read_cache(path);
   if (auto it = cache.find(key); it != cache.end() && it->is_number() && it->get<double>() > 0)
-    return {it->get<double>(), "cache " + path};
+    return {it->get<double>(), "cache " + path, "cached"};
   double gflops = measure_sgemm_gflops(probe_seconds);
   if (!path.empty()) {
     cache[key] = gflops;
     write_cache(path, cache);
   }
-  return {gflops, "measured"};
+  return {gflops, "measured", "measured now"};
 }
 
-void forget_cached_peak(int threads) {
+void record_peak(int threads, double gflops) {
   const std::string path = peak_cache_path();
-  if (path.empty()) return;
+  if (path.empty() || !(gflops > 0)) return;
   nlohmann::json cache = read_cache(path);
-  if (cache.erase(peak_cache_key(threads))) write_cache(path, cache);
+  const std::string key = peak_cache_key(threads);
+  auto it = cache.find(key);
+  if (it != cache.end() && it->is_number() && it->get<double>() >= gflops) return;
+  cache[key] = gflops;
+  write_cache(path, cache);
 }
 
 }  // namespace strata::train

@@ -36,7 +36,11 @@ struct CheckpointConfig {
   int64_t keep_every = 0;  // --ckpt-keep-every: also keep every Mth step
   std::string resume;      // --resume: "" (fresh), "auto" (latest under <run-dir>/ckpt) or PATH
   double mtbf_s = 0;       // --mtbf: > 0 prints the Young/Daly checkpoint interval
+  int max_failures = 3;    // --ckpt-max-failures: stop after K saves in a row fail (0: never)
 };
+
+// The longest sample --sample-tokens may ask for.
+constexpr int kMaxSampleTokens = 4096;
 
 struct TrainConfig {
   model::GPTConfig model;      // architecture; model.seq is the maximum sequence length
@@ -53,7 +57,7 @@ struct TrainConfig {
   int eval_every = 0;          // steps between evals; 0 = only after the last step
   int eval_batches = 8;        // micro-batches of held-out data per eval
   int sample_every = 0;        // steps between samples; 0 = only after the last step
-  int sample_tokens = 64;      // 0 disables sampling
+  int sample_tokens = 64;      // 0 disables sampling; at most kMaxSampleTokens
   int log_every = 1;           // progress lines every k steps (metrics.jsonl gets every step)
   std::string run_dir;         // empty: no files
   bool json = false;           // JSON records on stdout instead of human lines

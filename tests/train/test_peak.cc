@@ -3,6 +3,8 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -77,15 +79,42 @@ TEST(Peak, CorruptCacheIsRemeasuredAndOtherKeysKept) {
   EXPECT_EQ(after.size(), 2u);
 }
 
-// A cached peak that a run has beaten is dropped (the next run measures again); other
-// entries stay.
-TEST(Peak, ForgettingDropsOnlyThatEntry) {
-  CacheFile cache("forget");
-  machine_peak(1, 0, 0.1);
-  machine_peak(2, 0, 0.1);
-  forget_cached_peak(1);
+// A cached peak that a run has beaten is raised in the cache; a lower figure never replaces
+// a higher one; other entries stay.
+TEST(Peak, RecordRaisesOnlyThatEntry) {
+  CacheFile cache("record");
+  Peak one = machine_peak(1, 0, 0.1);
+  Peak two = machine_peak(2, 0, 0.1);
+  record_peak(1, one.gflops * 3);
+  record_peak(1, one.gflops * 2);  // lower than the entry: kept as is
   nlohmann::json j = nlohmann::json::parse(std::ifstream(cache.path));
-  EXPECT_FALSE(j.contains(peak_cache_key(1))) << j.dump();
-  EXPECT_TRUE(j.contains(peak_cache_key(2))) << j.dump();
-  EXPECT_EQ(machine_peak(1, 0, 0.1).source, "measured");
+  EXPECT_DOUBLE_EQ(j[peak_cache_key(1)].get<double>(), one.gflops * 3) << j.dump();
+  EXPECT_DOUBLE_EQ(j[peak_cache_key(2)].get<double>(), two.gflops) << j.dump();
+  Peak again = machine_peak(1, 0, 0.1);
+  EXPECT_EQ(again.origin, "cached");
+  EXPECT_DOUBLE_EQ(again.gflops, one.gflops * 3);
+}
+
+TEST(Peak, RaiseOnlyUpwardsAndSaysSo) {
+  Peak p{50.0, "cache /x/peak.json", "cached"};
+  EXPECT_EQ(p.label(), "50.0 GFLOP/s (cached)");
+  EXPECT_FALSE(p.raise(40.0, 3));
+  EXPECT_FALSE(p.raise(NAN, 3));
+  EXPECT_EQ(p.raised_at, 0);
+  EXPECT_TRUE(p.raise(60.0, 4));
+  EXPECT_TRUE(p.raise(61.0, 9));
+  EXPECT_DOUBLE_EQ(p.gflops, 61.0);
+  EXPECT_DOUBLE_EQ(p.initial, 50.0);
+  EXPECT_EQ(p.source, "cache /x/peak.json, raised by step 9");
+  EXPECT_EQ(p.label(), "61.0 GFLOP/s (raised at step 9)");
+}
+
+// The probe repeats rounds until the best is stable: never less than one plain measurement's
+// worth of rounds, and bounded in time.
+TEST(Peak, RobustProbeIsBoundedAndPositive) {
+  auto t0 = std::chrono::steady_clock::now();
+  double g = measure_sgemm_gflops(/*seconds=*/0.1, /*n=*/128);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(g, 0.01);
+  EXPECT_LT(s, 0.3 + 0.5);  // at most 3 x seconds, plus one round and warm-ups
 }

@@ -1,0 +1,470 @@
+// Bad input across the command line's surfaces (flags, environment, data files, checkpoints,
+// safetensors, run directories), as a new user would type it. Each case is a command line and
+// the files it needs; every one must end with a non-zero exit status (never a signal), within
+// a time bound, with one line on stderr naming the flag or file at fault.
+//
+// Disk full is simulated with RLIMIT_FSIZE (`ulimit -f` in the case's shell, with SIGXFSZ
+// ignored so writes fail with EFBIG instead of killing the process): no mount is needed, and
+// the limit dies with the case's shell. (It also caps the size of shared-memory segments,
+// so the disk-full cases run on one rank: a multi-rank job could not even create its segment.)
+//
+// STRATA_TEST_BINARY=/path/to/strata runs the cases against another build (e.g. an older one,
+// to see which of them it fails).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string strata_binary() {
+  const char* other = std::getenv("STRATA_TEST_BINARY");
+  return other && *other ? other : STRATA_BINARY;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct Outcome {
+  int status = -1;  // exit status; -1 when a signal ended it
+  int signal = 0;   // the signal, when one did
+  bool timed_out = false;
+  double seconds = 0;
+  std::string out, err;
+};
+
+// Runs `sh -c "<prefix> exec strata <args>"` in its own process group, killing the group after
+// limit_s. $D in args and prefix is the case's scratch directory.
+Outcome run(const std::string& dir, std::string args, std::string prefix = "",
+            double limit_s = 20) {
+  for (std::string* s : {&args, &prefix})
+    for (size_t at; (at = s->find("$D")) != std::string::npos;) s->replace(at, 2, dir);
+  const std::string out = dir + "/.stdout", err = dir + "/.stderr";
+  const std::string cmd = prefix + " exec " + strata_binary() + " " + args;
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  Outcome r;
+  int status = 0;
+  for (;;) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) break;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r.seconds > limit_s) {
+      r.timed_out = true;
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (WIFEXITED(status)) r.status = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+// A fresh scratch directory per case, removed afterwards.
+struct Scratch {
+  std::string path;
+  explicit Scratch(const std::string& name)
+      : path((fs::temp_directory_path() / ("strata_bad_" + name + "_" + std::to_string(::getpid())))
+                 .string()) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~Scratch() { fs::remove_all(path); }
+};
+
+// The last line of stderr: the error main() prints.
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+// A failure the way a person should see it: no signal, no hang, a non-zero status, and (unless
+// the run printed progress before failing) exactly one stderr line, "strata: error: ..."
+// naming every needle.
+void expect_clean_failure(const Outcome& r, const std::vector<std::string>& needles,
+                          bool one_line = true) {
+  EXPECT_FALSE(r.timed_out) << "still running after " << r.seconds << " s\n" << r.err;
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << "\n" << r.err;
+  EXPECT_GT(r.status, 0) << "stdout:\n" << r.out << "stderr:\n" << r.err;
+  const std::string line = last_line(r.err);
+  EXPECT_EQ(line.rfind("strata: error: ", 0), 0u) << r.err;
+  if (one_line) EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const std::string& n : needles)
+    EXPECT_NE(line.find(n), std::string::npos) << "'" << n << "' in\n" << r.err;
+  for (const char* crash : {"bad_alloc", "basic_filebuf", "stoi", "nan%", "terminate called"})
+    EXPECT_EQ(r.err.find(crash), std::string::npos) << r.err;
+}
+
+struct Case {
+  std::string name;
+  std::string args;                  // after `strata`; $D is the scratch directory
+  std::vector<std::string> needles;  // in the error line
+  std::function<void(const std::string& dir)> setup;
+  std::string prefix;                // shell commands before exec (ulimit, environment)
+  bool one_line = true;
+};
+
+void run_cases(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name + ": strata " + c.args);
+    Scratch dir(c.name);
+    if (c.setup) c.setup(dir.path);
+    std::vector<std::string> needles;
+    for (std::string n : c.needles) {
+      for (size_t at; (at = n.find("$D")) != std::string::npos;) n.replace(at, 2, dir.path);
+      needles.push_back(n);
+    }
+    expect_clean_failure(run(dir.path, c.args, c.prefix), needles, c.one_line);
+  }
+}
+
+// A tiny model that trains a step in well under a second on one thread.
+const std::string kTrain =
+    "train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --steps 2 --peak-gflops 10 "
+    "--sample-tokens 0 --eval-batches 1 --data synthetic:20000 ";
+
+void make_fifo(const std::string& dir) { ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0); }
+
+// One run with a committed checkpoint, shared by the checkpoint cases.
+const std::string& checkpointed_run() {
+  static Scratch dir("ckptrun");
+  static bool made = [] {
+    Outcome r = run(dir.path, kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run");
+    EXPECT_EQ(r.status, 0) << r.err;
+    return true;
+  }();
+  (void)made;
+  static const std::string run_dir = dir.path + "/run";
+  return run_dir;
+}
+
+// A valid safetensors file of one F32 tensor, with the shape written as given (raw JSON).
+void write_safetensors(const std::string& path, const std::string& shape_json, int64_t bytes) {
+  std::string header = R"({"w":{"dtype":"F32","shape":)" + shape_json +
+                       R"(,"data_offsets":[0,)" + std::to_string(bytes) + "]}}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::ofstream f(path, std::ios::binary);
+  const uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << header << std::string(size_t(bytes), '\0');
+}
+
+}  // namespace
+
+TEST(BadInput, TrainFlags) {
+  run_cases({
+      {"minlr_nan", kTrain + "--min-lr nan", {"--min-lr", "nan"}},
+      {"minlr_neg", kTrain + "--min-lr -1", {"--min-lr", "-1"}},
+      {"warmup_neg", kTrain + "--warmup -5", {"--warmup", "-5"}},
+      {"seed_neg", kTrain + "--seed -1", {"--seed", "-1"}},
+      {"threads_zero", kTrain + "--threads 0", {"--threads", "0"}},
+      {"resume_empty", kTrain + "--resume ''", {"--resume"}},
+      {"peak_zero", kTrain + "--peak-gflops 0", {"--peak-gflops", "0"}},
+      {"sample_huge", kTrain + "--sample-tokens 100000", {"--sample-tokens", "100000"}},
+      {"ckpt_failures_neg", kTrain + "--ckpt-max-failures -1", {"--ckpt-max-failures"}},
+      // CLI11 clamps past int64 to its maximum: the run never ended.
+      {"steps_huge", kTrain + "--steps 99999999999999999999", {"--steps", "9223372036854775807"}},
+      {"timeout_zero", kTrain, {"STRATA_TIMEOUT=0"}, nullptr, "STRATA_TIMEOUT=0"},
+      {"timeout_neg", kTrain + "--nproc 2", {"STRATA_TIMEOUT=-1"}, nullptr, "STRATA_TIMEOUT=-1"},
+  });
+}
+
+TEST(BadInput, DataSizesAndFiles) {
+  run_cases({
+      // The global batch overflowed 64 bits to 0: SIGFPE before; bad_alloc or minutes above.
+      {"plan_overflow",
+       "data plan --samples 100 --world 2097152 --micro-batch 2097152 --accum 4194304",
+       {"--micro-batch 2097152", "--accum 4194304", "--world 2097152"}},
+      {"plan_large", "data plan --samples 100 --world 65536 --micro-batch 65536 --accum 1",
+       {"--world 65536", "too large"}},
+      {"plan_accum_zero", "data plan --samples 100 --accum 0", {"--accum"}},
+      {"plan_seed_neg", "data plan --samples 100 --seed -1", {"--seed", "-1"}},
+      {"plan_samples_huge", "data plan --samples 9223372036854775807 --steps 1", {"--samples"}},
+      // Printed "0 samples of -9223372036854775808 tokens".
+      {"info_seq_huge", "data info --seq 99999999999999999999", {"--seq", "9223372036854775807"}},
+      {"info_stride_neg", "data info --stride -1", {"--stride", "-1"}},
+      {"info_val_nan", "data info --val-fraction nan", {"--val-fraction", "nan"}},
+      {"synthetic_huge", "data info --data synthetic:99999999999999",
+       {"synthetic:99999999999999"}},
+      {"synthetic_overflow", "data info --data synthetic:99999999999999999999999",
+       {"synthetic:99999999999999999999999"}},
+      // open() on a FIFO blocked forever before.
+      {"train_fifo", kTrain + "--data $D/fifo", {"$D/fifo", "FIFO"}, make_fifo},
+      {"info_fifo", "data info --data $D/fifo", {"$D/fifo", "FIFO"}, make_fifo},
+      {"info_device", "data info --data /dev/zero", {"/dev/zero", "device"}},
+  });
+}
+
+TEST(BadInput, PlannerSizesAndFiles) {
+  run_cases({
+      {"global_batch_zero", "plan --model gpt2 --global-batch 0", {"--global-batch", "0"}},
+      {"gpu_dir", "plan --model gpt2 --gpu $D", {"--gpu", "$D", "directory"}},
+      {"gpu_fifo", "plan --model gpt2 --gpu $D/fifo", {"--gpu", "FIFO"}, make_fifo},
+      // Printed "ZeRO sharding of -6446729073707551616 parameters" and negative memory.
+      {"huge_model",
+       "plan --layers 100000 --hidden 1000000 --heads 1000 --seq 1000 --vocab 1000 "
+       "--global-batch 8",
+       {"parameters", "--layers 100000", "--hidden 1000000"}},
+      {"huge_dim", "plan --layers 2 --hidden 64 --heads 1 --seq 99999999999 --vocab 1000 "
+                   "--global-batch 8", {"--seq", "99999999999"}},
+      {"gpus_huge", "plan --model gpt2 --gpus 99999999999", {"--gpus", "99999999999"}},
+  });
+}
+
+TEST(BadInput, CheckpointCommands) {
+  const std::string& run_dir = checkpointed_run();
+  run_cases({
+      {"import_dir", "ckpt import $D", {"$D", "directory"}},
+      {"import_fifo", "ckpt import $D/fifo", {"$D/fifo", "FIFO"}, make_fifo},
+      {"import_numel_overflow", "ckpt import $D/w.safetensors", {"w.safetensors", "'w'", "64 bits"},
+       [](const std::string& d) {
+         write_safetensors(d + "/w.safetensors", "[4611686018427453440]", 8);
+       }},
+      {"import_fractional", "ckpt import $D/w.safetensors", {"w.safetensors", "256.5"},
+       [](const std::string& d) {
+         write_safetensors(d + "/w.safetensors", "[256.5,256]", 256 * 256 * 4);
+       }},
+      {"import_negative", "ckpt import $D/w.safetensors", {"w.safetensors", "-4"},
+       [](const std::string& d) { write_safetensors(d + "/w.safetensors", "[-4,-4]", 64); }},
+      {"export_device", "ckpt export " + run_dir + " --safetensors /dev/full",
+       {"/dev/full", "device"}},
+      {"advise_huge", "ckpt advise --mtbf 1e308h --stall 1e308s", {"1e308"}},
+      {"advise_overflow", "ckpt advise --mtbf 1e400h --stall 1s", {"1e400h"}},
+  });
+  // Nothing replaced or left behind.
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_FALSE(fs::exists("/dev/full.tmp"));
+}
+
+// A safetensors export that cannot complete removes its temporary file: onto a directory (it
+// left a 13 MB .tmp before), and out of space.
+TEST(BadInput, FailedExportLeavesNothing) {
+  const std::string& run_dir = checkpointed_run();
+  Scratch dir("export_full");
+  fs::create_directories(dir.path + "/out");
+  expect_clean_failure(run(dir.path, "ckpt export " + run_dir + " --safetensors $D/out"),
+                       {dir.path + "/out", "directory"});
+  EXPECT_FALSE(fs::exists(dir.path + "/out.tmp"));
+
+  Outcome r = run(dir.path, "ckpt export " + run_dir + " --safetensors $D/m.safetensors",
+                  "trap '' XFSZ; ulimit -f 16;");
+  expect_clean_failure(r, {"m.safetensors"});
+  EXPECT_FALSE(fs::exists(dir.path + "/m.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path + "/m.safetensors.tmp"));
+}
+
+// Every save failing (the disk is full) must not end in exit 0 with an empty ckpt/; repeated
+// failures stop the run early (--ckpt-max-failures).
+TEST(BadInput, AllCheckpointSavesFailing) {
+  Scratch dir("diskfull");
+  const std::string full = "trap '' XFSZ; ulimit -f 64;";  // metrics fit, shards do not
+  Outcome r = run(dir.path, kTrain + "--steps 4 --ckpt-every 2 --run-dir $D/a", full);
+  expect_clean_failure(r, {"no good checkpoint", "2 checkpoint save(s)"}, /*one_line=*/false);
+
+  r = run(dir.path, kTrain + "--steps 40 --ckpt-every 1 --ckpt-max-failures 2 --run-dir $D/b",
+          full);
+  expect_clean_failure(r, {"--ckpt-max-failures 2", "stopping at step", "no good checkpoint"},
+                       /*one_line=*/false);
+  int steps = 0;
+  std::ifstream m(dir.path + "/b/metrics.jsonl");
+  for (std::string line; std::getline(m, line);)
+    steps += line.find("\"loss\"") != std::string::npos;
+  EXPECT_GE(steps, 2);
+  EXPECT_LT(steps, 10);  // stopped at the second failure in a row, not after 40 steps
+
+  // 0: never stop; the run still ends non-zero without a good checkpoint.
+  r = run(dir.path, kTrain + "--steps 4 --ckpt-every 1 --ckpt-max-failures 0 --run-dir $D/c", full);
+  expect_clean_failure(r, {"no good checkpoint", "4 checkpoint save(s)"}, /*one_line=*/false);
+}
+
+// A second job on a run dir in use is refused, naming the holder's pid, also with --resume
+// auto; the first job's files are untouched.
+TEST(BadInput, RunDirInUseIsRefused) {
+  Scratch dir("lock");
+  const std::string holder_cmd = "exec " + strata_binary() + " " + kTrain +
+                                 "--steps 100000 --ckpt-every 50 --log-every 1000 --run-dir " +
+                                 dir.path + "/run";
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    ::setpgid(0, 0);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execl("/bin/sh", "sh", "-c", holder_cmd.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  struct StopHolder {  // on every way out of the test, assertions included
+    pid_t pid;
+    ~StopHolder() {
+      if (pid <= 0) return;
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } stop{holder};
+  // Wait until the holder has written its pid into the lock.
+  const std::string lock = dir.path + "/run/.strata-lock";
+  for (int i = 0; i < 1000 && slurp(lock).find(std::to_string(holder)) == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE(slurp(lock).find(std::to_string(holder)), std::string::npos);
+  const std::string pid = "pid " + std::to_string(holder);
+  for (const char* extra : {"", "--resume auto ", "--nproc 2 "}) {
+    SCOPED_TRACE(extra);
+    Outcome r = run(dir.path, kTrain + extra + "--steps 2 --ckpt-every 1 --run-dir $D/run");
+    expect_clean_failure(r, {"--run-dir", dir.path + "/run", "in use", pid},
+                         /*one_line=*/std::string(extra) != "--nproc 2 ");
+  }
+  ::kill(holder, SIGTERM);
+  ::waitpid(holder, nullptr, 0);
+  stop.pid = 0;
+  // Every line the holder wrote is whole JSON (no interleaved half-lines).
+  std::ifstream m(dir.path + "/run/metrics.jsonl");
+  for (std::string line; std::getline(m, line);)
+    EXPECT_FALSE(json::parse(line, nullptr, false).is_discarded()) << line;
+  // Once the holder is gone the run dir is free again.
+  Outcome r = run(dir.path, kTrain + "--steps 1 --run-dir $D/run2");
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+// Resuming a run whose checkpoint is already at --steps does nothing and says so: no fake
+// "eval loss -1.0000" or "0 tok/s", and summary.json keeps the figures of the run that trained.
+TEST(BadInput, ResumeAtLastStepSaysNothingToDo) {
+  Scratch dir("resume_done");
+  Outcome first = run(dir.path, kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run");
+  ASSERT_EQ(first.status, 0) << first.err;
+  const std::string summary = slurp(dir.path + "/run/summary.json");
+  Outcome again = run(dir.path, kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run --resume auto");
+  EXPECT_EQ(again.status, 0) << again.err;
+  EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find("-1.0000"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find(" 0 tok/s"), std::string::npos) << again.out;
+  EXPECT_EQ(slurp(dir.path + "/run/summary.json"), summary);
+}
+
+// A small fuzz sweep: hostile values for every numeric flag of `strata train`. Any outcome
+// but a crash, a hang or an unreadable error is fine: a value may be accepted (then the
+// tiny run trains its steps and exits 0) or refused in one line naming the flag.
+TEST(BadInput, TrainFlagSweepNeverCrashes) {
+  Scratch dir("sweep");
+  const std::vector<std::string> flags = {
+      "--layers", "--dim", "--heads", "--max-seq", "--seq", "--vocab", "--steps", "--batch",
+      "--micro-batch", "--lr", "--min-lr", "--warmup", "--weight-decay", "--grad-clip",
+      "--eval-every", "--eval-batches", "--sample-every", "--sample-tokens", "--log-every",
+      "--threads", "--peak-gflops", "--ckpt-every", "--ckpt-keep", "--straggler-pct"};
+  const std::vector<std::string> values = {"-1", "nan", "1e400", "99999999999999999999", "x"};
+  for (const std::string& f : flags)
+    for (const std::string& v : values) {
+      SCOPED_TRACE(f + " " + v);
+      Outcome r = run(dir.path, kTrain + "--steps 1 --run-dir $D/r " + f + " " + v, "", 30);
+      fs::remove_all(dir.path + "/r");
+      EXPECT_FALSE(r.timed_out);
+      EXPECT_EQ(r.signal, 0) << r.err;
+      if (r.status == 0) continue;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_EQ(r.err.rfind("strata: error: ", 0), 0u) << r.err;
+      EXPECT_NE(r.err.find(f), std::string::npos) << r.err;
+    }
+}
+
+// Safetensors headers mutated byte by byte: read back as valid or refused in one line, never
+// a crash or a hang.
+TEST(BadInput, SafetensorsHeaderMutationsNeverCrash) {
+  Scratch dir("st_fuzz");
+  const std::string good = dir.path + "/good.safetensors";
+  write_safetensors(good, "[4,4]", 64);
+  const std::string bytes = slurp(good);
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  for (int i = 0; i < 40; ++i) {
+    std::string m = bytes;
+    const size_t header_end = std::min(m.size(), size_t(8 + 80));
+    for (int k = 0; k < 1 + i % 3; ++k) m[next() % header_end] = char(next() >> 56);
+    const std::string path = dir.path + "/m.safetensors";
+    std::ofstream(path, std::ios::binary) << m;
+    SCOPED_TRACE(m.substr(0, header_end));
+    Outcome r = run(dir.path, "ckpt import " + path, "", 10);
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_EQ(r.signal, 0) << r.err;
+    if (r.status != 0) {
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+    }
+  }
+}
+
+// The same sweep over `strata plan`: a value is refused in one line naming the flag, or the
+// report (exit 0, or 3 when nothing fits) holds no NaN, infinity or negative count.
+TEST(BadInput, PlanFlagSweepPrintsOnlyNumbers) {
+  Scratch dir("plan_sweep");
+  const std::vector<std::string> flags = {
+      "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--zero", "--top", "--tokens",
+      "--headroom", "--efficiency", "--overlap", "--bucket-mb", "--gpu-mtbf-hours",
+      "--job-mtbf-hours", "--storage-gbps", "--restart-min", "--ckpt-stall-s", "--gpus",
+      "--gpus-per-node", "--global-batch", "--seq", "--vocab"};
+  const std::vector<std::string> values = {"-1", "nan", "1e400", "99999999999999999999"};
+  const std::regex junk("nan|inf[^oe]|-[0-9]{4,}");
+  for (const std::string& f : flags)
+    for (const std::string& v : values) {
+      SCOPED_TRACE(f + " " + v);
+      Outcome r = run(dir.path, "plan --model gpt2 " + f + " " + v, "", 20);
+      EXPECT_FALSE(r.timed_out);
+      EXPECT_EQ(r.signal, 0) << r.err;
+      if (r.status == 0 || r.status == 3) {
+        EXPECT_FALSE(std::regex_search(r.out, junk)) << r.out;
+        continue;
+      }
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_NE(r.err.find(f), std::string::npos) << r.err;
+    }
+}
+
+// Advice for a stall as long as the MTBF is not presented as a plan: it says no interval
+// makes progress (it printed "time wasted overall ~350%" and nothing else).
+TEST(BadInput, AdviceForAStallLongerThanTheMtbfWarns) {
+  Scratch dir("advise");
+  Outcome r = run(dir.path, "ckpt advise --mtbf 1h --stall 3h");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("warning: the stall is too long for this MTBF"), std::string::npos) << r.out;
+  r = run(dir.path, "ckpt advise --mtbf 4h --stall 40ms");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+}
