@@ -30,6 +30,7 @@
 
 #include "core/memory.h"
 #include "core/tensor.h"
+#include "core/tensor_layout.h"
 
 namespace strata::model {
 
@@ -58,6 +59,10 @@ struct ParamView {
 
 // Builds the table of named views in unit order (the layout of the flat buffers).
 std::vector<ParamView> build_param_table(const GPTConfig& cfg);
+
+// Where the flat buffers of a single-process (tp = 1) model lie in the global tensors: one
+// primary piece per view of build_param_table, the whole tensor, at the view's offset.
+TensorLayout tensor_layout(const GPTConfig& cfg);
 
 // Pieces of [begin, end) that share one decay policy, in order, for optimizers that work
 // on a range (a shard) of the flat buffers.
