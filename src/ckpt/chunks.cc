@@ -38,6 +38,9 @@ void TensorRuns::add(const Shape& shape, const std::vector<int64_t>& offsets,
 }
 
 void TensorRuns::sort() {
+  // An empty run holds nothing and would hide its neighbour from map_run's search.
+  runs.erase(std::remove_if(runs.begin(), runs.end(), [](const SavedRun& r) { return r.count <= 0; }),
+             runs.end());
   std::sort(runs.begin(), runs.end(),
             [](const SavedRun& a, const SavedRun& b) { return a.global < b.global; });
 }

@@ -79,7 +79,7 @@ struct TensorRuns {
   std::vector<SavedRun> runs;
   void add(const Shape& shape, const std::vector<int64_t>& offsets, const Shape& extents,
            Range flat, int chunk);
-  void sort();
+  void sort();  // by global position, dropping empty runs; call before map_run
   // Describes the first overlap or gap of the runs against [0, numel), "" when they tile
   // it exactly. `chunk_name` names a chunk in the message.
   std::string tiling_problem(const Shape& shape,
