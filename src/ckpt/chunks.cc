@@ -1,6 +1,7 @@
 #include "ckpt/chunks.h"
 
 #include <set>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -122,12 +123,13 @@ int64_t layout_numel(const TensorLayout& layout) {
 
 std::string layout_problem(const TensorLayout& layout, const std::vector<TensorInfo>& table,
                            int64_t numel_local) {
+  std::unordered_map<std::string, const TensorInfo*> by_name;
+  for (const TensorInfo& x : table) by_name.emplace(x.name, &x);
   int64_t at = 0;
   for (const TensorPiece& p : layout) {
-    const TensorInfo* t = nullptr;
-    for (const TensorInfo& x : table)
-      if (x.name == p.name) t = &x;
-    if (!t) return cat("piece of unknown tensor '", p.name, "'");
+    auto it = by_name.find(p.name);
+    if (it == by_name.end()) return cat("piece of unknown tensor '", p.name, "'");
+    const TensorInfo* t = it->second;
     if (t->shape != p.global_shape)
       return cat("tensor '", p.name, "' is ", shape_str(p.global_shape), " in the layout, ",
                  shape_str(t->shape), " in the table");

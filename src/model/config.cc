@@ -77,13 +77,6 @@ std::vector<ParamView> build_param_table(const GPTConfig& cfg) {
   return t;
 }
 
-TensorLayout tensor_layout(const GPTConfig& cfg) {
-  TensorLayout out;
-  for (const ParamView& v : build_param_table(cfg))
-    out.push_back({v.name, v.shape, std::vector<int64_t>(v.shape.size(), 0), v.shape, v.offset, true});
-  return out;
-}
-
 std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_t begin,
                                      int64_t end) {
   std::vector<DecayRange> out;
@@ -95,6 +88,13 @@ std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_
     else
       out.push_back({b, e, v.decay});
   }
+  return out;
+}
+
+TensorLayout tensor_layout(const GPTConfig& cfg) {
+  TensorLayout out;
+  for (const ParamView& v : build_param_table(cfg))
+    out.push_back({v.name, v.shape, std::vector<int64_t>(v.shape.size(), 0), v.shape, v.offset, true});
   return out;
 }
 

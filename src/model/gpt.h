@@ -60,10 +60,6 @@ struct ParamView {
 // Builds the table of named views in unit order (the layout of the flat buffers).
 std::vector<ParamView> build_param_table(const GPTConfig& cfg);
 
-// Where the flat buffers of a single-process (tp = 1) model lie in the global tensors: one
-// primary piece per view of build_param_table, the whole tensor, at the view's offset.
-TensorLayout tensor_layout(const GPTConfig& cfg);
-
 // Pieces of [begin, end) that share one decay policy, in order, for optimizers that work
 // on a range (a shard) of the flat buffers.
 struct DecayRange {
@@ -72,6 +68,10 @@ struct DecayRange {
 };
 std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_t begin,
                                      int64_t end);
+
+// Where the flat buffers of a single-process (tp = 1) model lie in the global tensors: one
+// primary piece per view of build_param_table, the whole tensor, at the view's offset.
+TensorLayout tensor_layout(const GPTConfig& cfg);
 
 enum class Pass : uint8_t { forward, backward };
 

@@ -30,8 +30,13 @@ std::vector<ckpt::TensorInfo> tensor_table(const model::GPT& model) {
   return out;
 }
 
-// Where this rank's flat states lie in those tensors.
-TensorLayout rank_layout(const model::GPT& model) { return model::tensor_layout(model.config()); }
+// This rank's place in the mesh as checkpoints see it: where its flat states lie in those
+// tensors, and the tensor-parallel degree the manifest records.
+struct RankLayout {
+  TensorLayout pieces;
+  int tp = 1;
+};
+RankLayout rank_layout(const model::GPT& model) { return {model::tensor_layout(model.config()), 1}; }
 
 // The architecture keys of TrainConfig::to_json that must match between a checkpoint and
 // the run loading it (the tensor table catches most differences; heads does not show in it).
@@ -174,13 +179,14 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
   t.rng["init"] = {cfg_.seed, 0, 0};
   t.rng["sample"] = {cfg_.seed, 0x5A3D1E00, 0};
   t.config = cfg_.to_json();
+  const RankLayout layout = rank_layout(model_);
   t.world = topo_.world;
-  t.tp = 1;
-  t.dp = topo_.world / t.tp;
+  t.tp = layout.tp;
+  t.dp = topo_.world / layout.tp;
   t.zero_stage = engine_.zero_stage();
   t.precision = engine_.precision();
   req.tensors = tensor_table(model_);
-  req.layout = rank_layout(model_);
+  req.layout = layout.pieces;
   const int64_t psi = ckpt::layout_numel(req.layout);
   for (const parallel::StateShard& s : engine_.state_shards()) {
     ckpt::StateSlice sl;
@@ -219,7 +225,8 @@ ResumePoint RunCheckpoints::resume() {
     targets.push_back({s.name, s.dtype, {s.begin, s.end}, s.data, ""});
   ckpt::LoadOptions lo;
   lo.expected_tensors = tensor_table(model_);
-  lo.layout = rank_layout(model_);
+  const RankLayout layout = rank_layout(model_);
+  lo.layout = layout.pieces;
   lo.log = [&](const std::string& line) { note("ckpt: " + line); };
   if (topo_.world > 1)
     lo.all_ok = [this](bool ok) { return topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0; };
@@ -262,15 +269,14 @@ ResumePoint RunCheckpoints::resume() {
   if (lead && !cfg_.run_dir.empty()) p.steps_lost = trim_metrics(cfg_.run_dir, t.step, &p.losses);
   if (p.steps_lost >= 0) p.steps_lost = std::max<int64_t>(0, p.steps_lost - t.step);
 
-  std::string layout;
-  const int tp_now = 1;
+  std::string reshard;
   auto tp_str = [](int tp) { return tp > 1 ? cat(" (tp ", tp, ")") : std::string(); };
-  if (t.world != topo_.world || t.tp != tp_now || t.zero_stage != engine_.zero_stage())
-    layout = cat(", resharded from ", t.world, " rank(s)", tp_str(t.tp), " at ZeRO ", t.zero_stage,
-                 " to ", topo_.world, tp_str(tp_now), " at ZeRO ", engine_.zero_stage());
+  if (t.world != topo_.world || t.tp != layout.tp || t.zero_stage != engine_.zero_stage())
+    reshard = cat(", resharded from ", t.world, " rank(s)", tp_str(t.tp), " at ZeRO ", t.zero_stage,
+                  " to ", topo_.world, tp_str(layout.tp), " at ZeRO ", engine_.zero_stage());
   std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "resuming from step ",
-           t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", layout, ")", lost));
+           t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", reshard, ")", lost));
   if (t.step == cfg_.schedule.steps)
     note(cat("checkpoint is at the last step (", t.step, "); nothing left to train"));
   resumed_ = p;
