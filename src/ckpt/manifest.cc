@@ -29,6 +29,10 @@ const StateInfo* Manifest::find_state(const std::string& name) const {
 }
 
 int Manifest::find_tensor(const std::string& name) const {
+  if (tensor_index.size() == tensors.size()) {
+    auto it = tensor_index.find(name);
+    return it == tensor_index.end() ? -1 : it->second;
+  }
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].name == name) return int(i);
   return -1;
@@ -244,7 +248,7 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
     // Version 1 tables may name a tied weight twice; version 2 records each tensor once.
     m.tensors = m.version == 1 ? unique_views(table) : table;
     for (size_t i = 0; i < m.tensors.size(); ++i)
-      if (m.find_tensor(m.tensors[i].name) != int(i))
+      if (!m.tensor_index.emplace(m.tensors[i].name, int(i)).second)
         throw CorruptCheckpoint(cat(where, ": tensor '", m.tensors[i].name, "' listed twice"));
     for (const json& s : j.at("states"))
       m.states.push_back({s.at("name").get<std::string>(),
