@@ -91,4 +91,11 @@ std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_
   return out;
 }
 
+TensorLayout tensor_layout(const GPTConfig& cfg) {
+  TensorLayout out;
+  for (const ParamView& v : build_param_table(cfg))
+    out.push_back({v.name, v.shape, std::vector<int64_t>(v.shape.size(), 0), v.shape, v.offset, true});
+  return out;
+}
+
 }  // namespace strata::model
