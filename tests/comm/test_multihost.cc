@@ -1,5 +1,5 @@
 // Several hosts: a namespace cluster of 2 hosts x 2 ranks (tools/netns-cluster) runs the
-// collective sweep through mpirun, hierarchical all-reduce forced, and must match the
+// collective sweep through mpirun, hierarchical collectives forced, and must match the
 // single-host reference; bad host lists fail before any rank starts. Skipped (with the
 // reason) without root, `ip netns` or MPI.
 #include <gtest/gtest.h>
@@ -42,14 +42,17 @@ TEST(HostLayout, FromNames) {
 const std::string kCluster = std::string(STRATA_SOURCE_DIR) + "/tools/netns-cluster";
 
 class MultiHost : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces (tools/netns-cluster)";
     if (std::system("ip netns list >/dev/null 2>&1") != 0) GTEST_SKIP() << "`ip netns` is unavailable";
     if (access("/usr/bin/mpirun", X_OK) != 0 || !detail::mpi_available()) GTEST_SKIP() << "no MPI";
     name_ = cat("smt", getpid() % 100000);
     state_ = "/tmp/netns-cluster-" + name_;
-    auto p = testing::run({kCluster, "up", "--name", name_, "--hosts", "2", "--ranks-per-host", "2"}, {}, 60);
+  }
+  void up(int hosts) {
+    auto p = testing::run({kCluster, "up", "--name", name_, "--hosts", std::to_string(hosts),
+                           "--ranks-per-host", "2"}, {}, 60);
     ASSERT_EQ(p.exit_code(), 0) << p.output();
     up_ = true;
   }
@@ -67,23 +70,37 @@ class MultiHost : public ::testing::Test {
   bool up_ = false;
 };
 
-TEST_F(MultiHost, SweepOnTwoHostsMatchesOneHost) {
-  auto args = launch({"--hostfile", state_ + "/hostfile", "--", COMM_WORKER, "sweep"});
+// The sweep (its reference is the single-host result) with every all-reduce, reduce-scatter
+// and all-gather hierarchical; each rank reports the hosts it saw and the algorithms it ran.
+void sweep_on_hosts(MultiHost& t, int hosts) {
+  auto args = t.launch({"--hostfile", t.state_ + "/hostfile", "--", COMM_WORKER, "sweep"});
   auto p = testing::run(args, {{"STRATA_HIER", "hierarchical"}}, 180);
   std::string out = p.output();
   ASSERT_EQ(p.exit_code(), 0) << out;
   EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
-  for (int r = 0; r < 4; ++r)
+  std::string placement;
+  for (int h = 0; h < hosts; ++h) placement += cat(h ? "; " : "", t.h(h), ": ", 2 * h, " ", 2 * h + 1);
+  for (int r = 0; r < 2 * hosts; ++r) {
     EXPECT_NE(out.find(cat("[rank ", r, "] checked")), std::string::npos) << out;
-  // Every rank saw both hosts and ran all-reduces hierarchically.
-  std::regex hier(R"(\[rank 3\] hosts: 2 hosts x 2 ranks \((\S+): 0 1; (\S+): 2 3\); all-reduce: [1-9]\d* hierarchical)");
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, hier)) << out;
-  EXPECT_EQ(m[1].str(), h(0));
-  EXPECT_EQ(m[2].str(), h(1));
+    std::regex hier(cat(R"(\[rank )", r, R"(\] hosts: )", hosts, R"( hosts x 2 ranks \()", placement,
+                        R"(\); hierarchical/flat: all-reduce [1-9]\d*/\d+, reduce-scatter [1-9]\d*/\d+, )",
+                        R"(all-gather [1-9]\d*/\d+ )"));
+    EXPECT_TRUE(std::regex_search(out, hier)) << "rank " << r << ":\n" << out;
+  }
+}
+
+TEST_F(MultiHost, SweepOnTwoHostsMatchesOneHost) {
+  up(2);
+  sweep_on_hosts(*this, 2);
+}
+
+TEST_F(MultiHost, SweepOnThreeHostsMatchesOneHost) {
+  up(3);
+  sweep_on_hosts(*this, 3);
 }
 
 TEST_F(MultiHost, BadHostListsFailBeforeAnyRankStarts) {
+  up(2);
   std::string marker = cat("/tmp/strata-multihost-marker-", getpid());
   unlink(marker.c_str());
   const std::vector<std::string> prog = {"--", "sh", "-c", "touch " + marker};

@@ -40,22 +40,33 @@ HierTransport::HierTransport(std::unique_ptr<Transport> mpi_world, HierGroups gr
 }
 
 bool HierTransport::use_hierarchical(const OpDesc& op) const {
-  if (op.op != OpType::allreduce || op.count == 0) return false;
+  size_t elems = op.count;  // all-reduce: the vector; the others: all blocks together
+  if (op.op == OpType::reduce_scatter || op.op == OpType::allgather || op.op == OpType::allgatherv) {
+    elems = 0;
+    for (size_t c : op.counts) elems += c;
+  } else if (op.op != OpType::allreduce) {
+    return false;
+  }
+  if (elems == 0) return false;
   switch (algo_) {
     case HierAlgo::flat: return false;
     case HierAlgo::hierarchical: return true;
-    case HierAlgo::automatic: return op.count * dtype_size(op.dtype) >= min_bytes_;
+    case HierAlgo::automatic: return elems * dtype_size(op.dtype) >= min_bytes_;
   }
   return false;
 }
 
 void HierTransport::run_collective(OpDesc& op) {
+  const int kind = op.op == OpType::allreduce ? 0 : op.op == OpType::reduce_scatter ? 1
+                   : op.op == OpType::allgather || op.op == OpType::allgatherv ? 2 : -1;
   if (use_hierarchical(op)) {
-    allreduce_hierarchical(groups_, op);
-    ++n_hier_;
+    if (kind == 0) allreduce_hierarchical(groups_, op);
+    else if (kind == 1) reduce_scatter_hierarchical(groups_, op);
+    else allgather_hierarchical(groups_, op);
+    ++n_hier_[kind];
     return;
   }
-  if (op.op == OpType::allreduce) ++n_flat_;
+  if (kind >= 0) ++n_flat_[kind];
   mpi_->run_collective(op);
 }
 
@@ -68,8 +79,10 @@ void HierTransport::raise_abort(int reason_code, const std::string& message) {
 }
 
 std::string HierTransport::summary() const {
-  return cat(layout_.describe(), "; all-reduce: ", n_hier_.load(), " hierarchical, ", n_flat_.load(),
-             " flat (", hier_algo_name(algo_), ", hierarchical from ", min_bytes_, " bytes)");
+  return cat(layout_.describe(), "; hierarchical/flat: all-reduce ", n_hier_[0].load(), "/",
+             n_flat_[0].load(), ", reduce-scatter ", n_hier_[1].load(), "/", n_flat_[1].load(),
+             ", all-gather ", n_hier_[2].load(), "/", n_flat_[2].load(), " (", hier_algo_name(algo_),
+             ", hierarchical from ", min_bytes_, " bytes)");
 }
 
 static GroupPtr make_group(std::unique_ptr<Transport> t, std::string name, std::vector<int> ranks,
@@ -120,6 +133,9 @@ std::unique_ptr<Transport> make_mpi_world_for_hosts(const Options& opt) {
   g.host = make_group(std::move(shm), "host", host_ranks, opt);
   g.across = boot->split(local, host, "across");
   g.world_size = size;
+  g.rank_at.assign(size_t(layout.num_hosts()), std::vector<int>(size_t(R), -1));
+  for (int r = 0; r < size; ++r)
+    g.rank_at[size_t(layout.host_of[size_t(r)])][size_t(layout.local_rank[size_t(r)])] = r;
   return std::make_unique<HierTransport>(make_mpi_world(opt), std::move(g), std::move(layout), opt);
 }
 

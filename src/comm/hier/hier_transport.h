@@ -5,10 +5,10 @@
 // Groups it keeps besides its MPI world communicator:
 //   host    the R ranks of this host, shm backend (one segment per host, named after the job)
 //   across  the ranks with this rank's local index on every host (H ranks), mpi backend
-// All-reduce picks an algorithm by HierAlgo (Options::hier_algo, STRATA_HIER) and size
-// (Options::hier_min_bytes, STRATA_HIER_MIN_BYTES): hierarchical (allreduce_hierarchical.cc)
-// or flat (the MPI collective on the whole world). Every other op, split and point-to-point
-// go to the MPI world as before.
+// All-reduce, reduce-scatter and all-gather pick an algorithm by HierAlgo
+// (Options::hier_algo, STRATA_HIER) and size (Options::hier_min_bytes,
+// STRATA_HIER_MIN_BYTES): hierarchical (*_hierarchical.cc) or flat (the MPI collective on the
+// whole world). Every other op, split and point-to-point go to the MPI world as before.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -20,9 +20,9 @@
 
 namespace strata::comm {
 
-// One line about a world's hosts and the all-reduce algorithms it ran so far, e.g.
-// "2 hosts x 2 ranks (h0: 0 1; h1: 2 3); all-reduce: 12 hierarchical, 3 flat", or
-// "one level (no host hierarchy)" for a world without one.
+// One line about a world's hosts and the algorithms it ran so far (hierarchical/flat), e.g.
+// "2 hosts x 2 ranks (h0: 0 1; h1: 2 3); all-reduce 12/3, reduce-scatter 4/0, all-gather 4/0
+// (automatic, hierarchical from 65536 bytes)", or "one level (no host hierarchy)".
 std::string multihost_summary(ProcessGroup& world);
 
 // Default Options::hier_min_bytes: smaller all-reduces stay flat (bench/multihost).
@@ -31,15 +31,25 @@ inline constexpr size_t kHierMinBytes = 64 << 10;
 namespace detail {
 
 struct HierGroups {
-  GroupPtr host;    // this host's ranks (shm)
-  GroupPtr across;  // one rank per host, same local index (mpi)
+  GroupPtr host;    // this host's ranks (shm); host rank = local rank
+  GroupPtr across;  // one rank per host, same local index (mpi); across rank = host index
   int world_size = 0;
+  std::vector<std::vector<int>> rank_at;  // [host][local rank] -> world rank
 };
 
-// Hierarchical all-reduce of `op` (an allreduce descriptor of the world) on the groups.
+// Hierarchical forms of the world's ops (descriptors as the world's transport gets them),
+// one file each: allreduce_hierarchical.cc, reduce_scatter_hierarchical.cc,
+// allgather_hierarchical.cc.
 void allreduce_hierarchical(HierGroups& g, const OpDesc& op);
-// In place, over g's point-to-point messages (ring_allreduce.cc); op is not avg.
+void reduce_scatter_hierarchical(HierGroups& g, const OpDesc& op);  // also uneven counts
+void allgather_hierarchical(HierGroups& g, const OpDesc& op);       // also uneven counts
+// Rings over g's point-to-point messages, in place (ring_allreduce.cc); op is not avg.
+// off: H+1 element offsets of the blocks; reduce-scatter leaves block g.rank() reduced,
+// all-gather expects it there.
 void ring_all_reduce(ProcessGroup& g, void* data, size_t count, DType dtype, ReduceOp op);
+void ring_reduce_scatter(ProcessGroup& g, void* data, const std::vector<size_t>& off, DType dtype,
+                         ReduceOp op);
+void ring_all_gather(ProcessGroup& g, void* data, const std::vector<size_t>& off, DType dtype);
 
 class HierTransport final : public Transport {
  public:
@@ -73,7 +83,8 @@ class HierTransport final : public Transport {
   HostLayout layout_;
   HierAlgo algo_;
   size_t min_bytes_;
-  std::atomic<uint64_t> n_hier_{0}, n_flat_{0};
+  // [all-reduce, reduce-scatter, all-gather]: ops run hierarchically / flat
+  std::atomic<uint64_t> n_hier_[3] = {}, n_flat_[3] = {};
 };
 
 // The mpi world of this process: a HierTransport when the hosts allow it, else the plain
