@@ -47,6 +47,8 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--ops", default="allreduce,reducescatter,allgather")
+    ap.add_argument("--in-place", action="store_true",
+                    help="strata's all-reduce in place (send == recv; OpenMPI's stays out of place)")
     a = ap.parse_args()
     strata = os.path.abspath(a.strata)
     tmp = tempfile.mkdtemp(prefix="strata-bench-multihost-")
@@ -66,6 +68,8 @@ def main():
         def impls(op):
             bench = [strata, "bench", "comm", "--backend", "mpi", "--op", op, "-b", sizes[0], "-e",
                      sizes[1], "-f", sizes[2], "--iters", reps[0], "--warmup", reps[1], "--json"]
+            if a.in_place and op == "allreduce":
+                bench.append("--in-place")
             return {"hierarchical": ("hierarchical", bench), "flat": ("flat", bench),
                     "automatic": ("automatic", bench),
                     "OpenMPI": (None, [peer, op] + sizes + reps)}
@@ -96,7 +100,8 @@ def main():
                          text=True).stdout.strip()
     misses = []
     for op in a.ops.split(","):
-        print(f"\n#### {op}, {a.hosts} hosts x {a.ranks_per_host} ranks, uplink {a.link} "
+        place = " (strata in place)" if a.in_place and op == "allreduce" else ""
+        print(f"\n#### {op}{place}, {a.hosts} hosts x {a.ranks_per_host} ranks, uplink {a.link} "
               f"(busbw GB/s, median of {a.rounds} rounds; {cpu}, {os.cpu_count()} CPUs)\n")
         print("| size (B) | hierarchical | flat | automatic | OpenMPI | hier / flat | auto / OpenMPI "
               "| hier time (us) | OpenMPI time (us) |")

@@ -15,11 +15,12 @@
 namespace strata::comm {
 
 static const EnvVar kHier("STRATA_HIER", "automatic",
-                          "all-reduce across hosts: automatic (hierarchical from "
-                          "STRATA_HIER_MIN_BYTES), flat (one MPI collective) or hierarchical");
+                          "all-reduce, reduce-scatter and all-gather across hosts: automatic "
+                          "(hierarchical from STRATA_HIER_MIN_BYTES), flat (one MPI collective) or "
+                          "hierarchical");
 static const EnvVar kHierMin("STRATA_HIER_MIN_BYTES", "65536",
-                             "smallest all-reduce (bytes) that runs hierarchically across hosts "
-                             "with STRATA_HIER=automatic");
+                             "smallest all-reduce, reduce-scatter or all-gather (bytes, all blocks) "
+                             "that runs hierarchically across hosts with STRATA_HIER=automatic");
 
 std::string multihost_summary(ProcessGroup& world) {
   auto* t = dynamic_cast<detail::HierTransport*>(&world.runtime().transport());
