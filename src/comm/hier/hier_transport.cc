@@ -112,7 +112,7 @@ static std::string agreed_job_id(ProcessGroup& world, const Options& opt) {
 }
 
 std::unique_ptr<Transport> make_mpi_world_for_hosts(const Options& opt) {
-  std::vector<int> all(size_t(0));
+  std::vector<int> all;
   std::unique_ptr<Transport> boot_t = make_mpi_world(opt);
   const int size = boot_t->size(), rank = boot_t->rank();
   for (int r = 0; r < size; ++r) all.push_back(r);
