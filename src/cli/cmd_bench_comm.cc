@@ -1,5 +1,5 @@
 // strata bench comm [--backend shm|mpi] [--nproc N] [--op OP|all] [-b 8 -e 256M -f 2]
-//                   [--iters K] [--warmup K] [--check] [--json]
+//                   [--iters K] [--warmup K] [--check] [--json] [--in-place]
 // nccl-tests-style collective benchmark. Started by hand, it launches --nproc ranks of itself
 // (through the launcher: forked ranks for shm, mpirun for mpi); inside a launched job it runs
 // as one rank and rank 0 prints the table.
@@ -27,7 +27,7 @@ struct BenchArgs {
   std::string min_bytes = "8", max_bytes = "256M";
   int factor = 2;
   int iters = 20, warmup = 5;
-  bool check = false, json = false;
+  bool check = false, json = false, in_place = false;
   std::string dtype = "float", redop = "sum";
   double timeout = 0;
 };
@@ -75,6 +75,7 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
   app.add_option("--warmup", a->warmup, "untimed iterations per size");
   app.add_flag("--check", a->check, "verify results and count wrong elements");
   app.add_flag("--json", a->json, "one JSON object per row");
+  app.add_flag("--in-place", a->in_place, "all-reduce in place (send == recv)");
   app.add_option("--dtype", a->dtype, "float, bfloat16, double, int32, int64, uint8");
   app.add_option("--redop", a->redop, "sum, avg, max, min");
   app.add_option("--timeout", a->timeout, "seconds a collective may wait for its peers");
@@ -94,6 +95,9 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
     cfg.check = a->check;
     cfg.dtype = parse_dtype(a->dtype);
     cfg.redop = comm::parse_reduce_op(a->redop);
+    STRATA_CHECK(!a->in_place || ops == std::vector<comm::BenchOp>{comm::BenchOp::allreduce},
+                 "--in-place applies to --op allreduce only, got --op ", a->op);
+    cfg.in_place = a->in_place;
     if (comm::launched_as_rank()) {
       comm::refuse_stale_rank_env("strata bench comm");
       return run_rank(*a, ops, sizes, cfg);
@@ -111,6 +115,7 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
                  "--dtype", a->dtype, "--redop", a->redop};
     if (a->check) o.command.push_back("--check");
     if (a->json) o.command.push_back("--json");
+    if (a->in_place) o.command.push_back("--in-place");
     if (a->timeout > 0) {
       o.command.push_back("--timeout");
       o.command.push_back(std::to_string(a->timeout));

@@ -156,7 +156,7 @@ BenchRow bench_one(ProcessGroup& pg, BenchOp op, size_t bytes, const BenchConfig
   int next = (me + 1) % n, prev = (me + n - 1) % n;
   auto run = [&] {
     switch (op) {
-      case BenchOp::allreduce: pg.all_reduce(send, recv, block, cfg.dtype, cfg.redop); break;
+      case BenchOp::allreduce: pg.all_reduce(cfg.in_place ? recv : send, recv, block, cfg.dtype, cfg.redop); break;
       case BenchOp::allgather: pg.all_gather(send, recv, block, cfg.dtype); break;
       case BenchOp::reducescatter: pg.reduce_scatter(send, recv, block, cfg.dtype, cfg.redop); break;
       case BenchOp::alltoall: pg.all_to_all(send, recv, block, cfg.dtype); break;
@@ -184,7 +184,8 @@ BenchRow bench_one(ProcessGroup& pg, BenchOp op, size_t bytes, const BenchConfig
 
   if (cfg.check) {
     fill(send, send_elems, cfg.dtype, me);
-    std::memset(recv, 0xEE, recv_elems * es);  // poison: untouched output counts as wrong
+    if (op == BenchOp::allreduce && cfg.in_place) fill(recv, recv_elems, cfg.dtype, me);
+    else std::memset(recv, 0xEE, recv_elems * es);  // poison: untouched output counts as wrong
     if (op == BenchOp::broadcast && me == 0) fill(recv, block, cfg.dtype, 0);
     run();
     int64_t wrong = 0;

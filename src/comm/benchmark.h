@@ -40,6 +40,7 @@ struct BenchConfig {
   bool check = false;
   DType dtype = DType::f32;
   ReduceOp redop = ReduceOp::sum;
+  bool in_place = false;  // all-reduce with send == recv (what trainers call); other ops: ignored
 };
 
 // Sizes min, min*f, ... <= max (nccl-tests -b/-e/-f). Throws Error for empty or bad ranges.

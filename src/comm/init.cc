@@ -5,6 +5,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/flight_recorder.h"
+#include "comm/hier/hier_transport.h"
 #include "comm/launcher.h"
 #include "comm/mpi/mpi_transport.h"
 #include "comm/process_group.h"
@@ -59,7 +60,7 @@ GroupPtr init_from_env(const Options& options) {
   Options opt = options;
   if (kBackend.is_set()) opt.backend = parse_backend(kBackend.get());
   if (opt.backend == Backend::mpi) {
-    auto t = detail::make_mpi_world(opt);
+    auto t = detail::make_mpi_world_for_hosts(opt);
     int size = t->size();
     flight_recorder().set_identity(t->rank(), size);
     return wrap(std::move(t), size, opt);

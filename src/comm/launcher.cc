@@ -216,6 +216,23 @@ int restart_attempt() {
 
 static LaunchResult launch_once(const LaunchOptions& o);
 
+// STRATA_* variables of this process (env knobs) that mpirun should pass on, except the
+// rank coordinates and those already in `set`.
+static std::vector<std::string> forwarded_env(const std::vector<std::pair<std::string, std::string>>& set) {
+  static const char* const kOwn[] = {"STRATA_RANK", "STRATA_WORLD_SIZE", "STRATA_LOCAL_RANK",
+                                     "STRATA_LOCAL_WORLD_SIZE"};
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e, k = kv.substr(0, kv.find('='));
+    if (k.rfind("STRATA_", 0) != 0) continue;
+    bool skip = false;
+    for (const char* own : kOwn) skip |= k == own;
+    for (auto& [sk, sv] : set) skip |= k == sk;
+    if (!skip) out.push_back(k);
+  }
+  return out;
+}
+
 LaunchResult launch(const LaunchOptions& o) {
   STRATA_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative, got ", o.max_restarts);
   auto log = [&](const std::string& line) {
@@ -274,20 +291,35 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   common.push_back({"STRATA_LAUNCHER_PID", std::to_string(getpid())});
   common.push_back({"STRATA_BACKEND", backend_name(o.backend)});
   if (o.timeout_s > 0) common.push_back({"STRATA_TIMEOUT", cat(o.timeout_s)});
+  STRATA_CHECK(o.hosts.empty() || o.backend == Backend::mpi,
+               "hosts are given, but only the mpi backend runs across hosts (use --backend mpi)");
+  if (!o.hosts.empty()) {
+    check_hosts(o.hosts, o.nproc, o.hosts_source);
+    check_reachable(o.hosts, o.rsh_agent, o.reach_timeout_s);
+  }
   if (o.backend == Backend::mpi) {
     std::string mpirun = find_program(o.mpirun);
     STRATA_CHECK(!mpirun.empty(), "'", o.mpirun,
                  "' not found: the mpi backend needs OpenMPI's mpirun (install openmpi-bin) or "
                  "use --backend shm");
-    std::vector<std::string> argv = {mpirun, "-n", std::to_string(o.nproc), "--oversubscribe",
-                                     "--tag-output", "--bind-to", "none"};
+    std::vector<std::string> argv = {mpirun, "-n", std::to_string(o.nproc), "--tag-output",
+                                     "--bind-to", "none"};
+    if (o.hosts.empty()) {
+      argv.push_back("--oversubscribe");
+    } else {
+      argv.insert(argv.end(), {"--host", format_hosts(o.hosts)});
+      if (!o.rsh_agent.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_agent", o.rsh_agent});
+    }
     if (geteuid() == 0) argv.push_back("--allow-run-as-root");
     for (auto& [k, v] : common) {
       argv.push_back("-x");
       argv.push_back(k + "=" + v);
     }
+    for (const std::string& k : forwarded_env(common)) argv.insert(argv.end(), {"-x", k});
     for (const std::string& a : o.mpirun_args) argv.push_back(a);
-    if (!o.rank_exec.empty()) {
+    // The ranks' exit records need a directory every host sees; across hosts mpirun's own
+    // messages name the failing rank.
+    if (!o.rank_exec.empty() && o.hosts.empty()) {
       char tmpl[] = "/tmp/strata-ranks-XXXXXX";
       STRATA_CHECK(mkdtemp(tmpl), "cannot create a directory for rank exit records: ",
                    std::strerror(errno));

@@ -5,7 +5,11 @@
 // shm: forks N children with STRATA_RANK, STRATA_WORLD_SIZE, STRATA_LOCAL_RANK,
 //   STRATA_LOCAL_WORLD_SIZE, STRATA_JOB_ID (fresh per launch) and STRATA_TIMEOUT set.
 // mpi: runs `mpirun -n N` (with --oversubscribe, and --allow-run-as-root when root) and
-//   passes the same STRATA_* variables with -x; ranks find their place from OMPI_COMM_WORLD_*.
+//   passes the same STRATA_* variables with -x, and every other STRATA_* variable of the
+//   launcher's environment (the env knobs); ranks find their place from OMPI_COMM_WORLD_*.
+//   With hosts: `mpirun --host a:2,b:2` (ranks fill the hosts in order), through rsh_agent
+//   when given; the hosts are checked first (comm/hostlist.h): a host named twice, more
+//   ranks than slots or an unreachable host is an Error before any rank starts.
 // Each output line is prefixed "[rank R] ". When a rank dies or exits non-zero, the others
 // get SIGTERM (they dump their flight recorders), then SIGKILL after a grace period, and the
 // result names the first rank that failed and its exit code or signal. Shared-memory
@@ -22,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/hostlist.h"
 #include "comm/types.h"
 
 namespace strata::comm {
@@ -41,6 +46,10 @@ struct LaunchOptions {
   // comm/rank_status.h) so the first failing rank is named even when mpirun does not say;
   // empty: rely on mpirun's messages.
   std::string rank_exec;
+  std::vector<HostSlots> hosts;  // mpi across hosts; empty: this host only
+  std::string hosts_source = "--hosts";  // names the hosts in errors ("hostfile PATH")
+  std::string rsh_agent;         // mpirun's plm_rsh_agent; empty: OpenMPI's default (ssh)
+  double reach_timeout_s = 10;   // per host, for the reachability check
   int max_restarts = 0;  // relaunch the whole job after a failure, up to this many times
   // One line per restart ("strata launch: restart 1/3 after rank 2 was killed by signal 9");
   // default: stderr.

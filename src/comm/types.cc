@@ -48,4 +48,20 @@ Backend parse_backend(std::string_view s) {
   fail("unknown communication backend '", std::string(s), "' (expected shm or mpi)");
 }
 
+const char* hier_algo_name(HierAlgo a) {
+  switch (a) {
+    case HierAlgo::automatic: return "automatic";
+    case HierAlgo::flat: return "flat";
+    case HierAlgo::hierarchical: return "hierarchical";
+  }
+  return "?";
+}
+
+HierAlgo parse_hier_algo(std::string_view s) {
+  if (s == "automatic" || s == "auto") return HierAlgo::automatic;
+  if (s == "flat") return HierAlgo::flat;
+  if (s == "hierarchical") return HierAlgo::hierarchical;
+  fail("unknown multi-host algorithm '", std::string(s), "' (expected automatic, flat or hierarchical)");
+}
+
 }  // namespace strata::comm

@@ -40,6 +40,12 @@ Backend parse_backend(std::string_view s);     // throws Error naming the bad va
 // Algorithm choice for the shm backend; `automatic` picks by message size.
 enum class ShmAlgo : uint8_t { automatic, flat, pipelined };
 
+// Algorithm choice for collectives of a world that spans several hosts (comm/hier/):
+// `automatic` runs all-reduce hierarchically (shm within each host, MPI between hosts)
+// when the world has several hosts with the same number R > 1 of ranks each and the
+// message has at least `hier_min_bytes`; else the flat MPI collective.
+enum class HierAlgo : uint8_t { automatic, flat, hierarchical };
+
 struct Options {
   Backend backend = Backend::shm;
   // Seconds any blocking step of an operation may wait for peers before the operation fails
@@ -56,7 +62,14 @@ struct Options {
   size_t p2p_slot_bytes = 0;   // payload bytes per slot of a point-to-point channel
   int p2p_slots = 0;           // slots per directed channel
   ShmAlgo algo = ShmAlgo::automatic;
+
+  // Several hosts (mpi backend): STRATA_HIER / STRATA_HIER_MIN_BYTES override these.
+  HierAlgo hier_algo = HierAlgo::automatic;
+  size_t hier_min_bytes = 0;  // 0: the default (comm/hier/hier_transport.h)
 };
+
+const char* hier_algo_name(HierAlgo a);      // "automatic", "flat", "hierarchical"
+HierAlgo parse_hier_algo(std::string_view s);  // throws Error naming the bad value
 
 // The element type for typed convenience overloads.
 template <typename T> constexpr DType dtype_of();

@@ -9,6 +9,15 @@
 namespace strata::comm {
 namespace {
 
+// Expects every --json row of `out` to report no wrong element; returns the number of rows.
+int rows_all_correct(const std::string& out) {
+  std::istringstream in(out);
+  int rows = 0;
+  for (std::string line; std::getline(in, line); ++rows)
+    EXPECT_EQ(nlohmann::json::parse(line)["wrong"], 0) << line;
+  return rows;
+}
+
 TEST(BenchComm, JsonRowsWithCheckAreCorrect) {
   auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "3", "--op", "all", "-b", "8",
                          "-e", "256K", "-f", "8", "--iters", "2", "--warmup", "1", "--check", "--json"});
@@ -29,6 +38,19 @@ TEST(BenchComm, JsonRowsWithCheckAreCorrect) {
   EXPECT_GT(rows, 30);
 }
 
+// --in-place runs all-reduce with send == recv; --check then verifies the in-place result.
+TEST(BenchComm, InPlaceAllReduceIsChecked) {
+  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "2", "--op", "allreduce", "-b", "8",
+                         "-e", "1M", "-f", "32", "--iters", "2", "--warmup", "1", "--check", "--json",
+                         "--in-place"});
+  std::string out = p.output();
+  ASSERT_EQ(p.exit_code(), 0) << out;
+  EXPECT_EQ(rows_all_correct(out), 4) << out;  // 8 B, 256 B, 8 KiB, 256 KiB
+  auto bad = testing::run({STRATA_BINARY, "bench", "comm", "--op", "all", "--in-place"});
+  EXPECT_EQ(bad.exit_code(), 1) << bad.output();
+  EXPECT_NE(bad.output().find("--in-place applies to --op allreduce only"), std::string::npos) << bad.output();
+}
+
 // Processes copy through the staging slots by default; STRATA_SHM_CMA=1 switches all-gather
 // and broadcast to reading peers' buffers with cross-memory attach where the kernel allows
 // it (else they stay staged). Both must give the same, correct results.
@@ -40,11 +62,7 @@ TEST(BenchComm, CrossMemoryAttachPathIsCorrect) {
                           {{"STRATA_SHM_CMA", "1"}});
     std::string out = p.output();
     ASSERT_EQ(p.exit_code(), 0) << out;
-    std::istringstream in(out);
-    int rows = 0;
-    for (std::string line; std::getline(in, line); ++rows)
-      EXPECT_EQ(nlohmann::json::parse(line)["wrong"], 0) << line;
-    EXPECT_EQ(rows, 3) << out;
+    EXPECT_EQ(rows_all_correct(out), 3) << out;
   }
 }
 

@@ -1,5 +1,6 @@
 // One rank of a multi-process comm test, started by `strata launch` or mpirun:
-//   comm_worker sweep            every collective on the world and a split (exit 0 = correct)
+//   comm_worker sweep            every collective on the world and a split (exit 0 = correct),
+//                                then the world's hosts and all-reduce algorithms
 //   comm_worker kill-mid         rank 2 SIGKILLs itself just before collective #3; survivors
 //                                must fail naming it (exit 3) and dump their recorders
 //   comm_worker hang             rank 1 "computes" (sleeps in backward of layer 2, step 3)
@@ -16,6 +17,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/flight_recorder.h"
+#include "comm/hier/hier_transport.h"
 #include "comm/process_group.h"
 #include "core/phase.h"
 #include "sweep.h"
@@ -38,6 +40,7 @@ static int sweep() {
   for (auto& f : s.failures) std::printf("FAIL %s\n", f.c_str());
   for (auto& f : s2.failures) std::printf("FAIL %s (sub-group)\n", f.c_str());
   std::printf("checked %d, failures %zu\n", s.checked + s2.checked, s.failures.size() + s2.failures.size());
+  std::printf("hosts: %s\n", multihost_summary(*pg).c_str());
   pg->barrier();
   return s.failures.empty() && s2.failures.empty() ? 0 : 1;
 }

@@ -1,0 +1,33 @@
+// Hosts of a multi-host job and their slots: `--hosts a:2,b:2`, or a hostfile in OpenMPI's
+// format ("a slots=2" per line; '#' starts a comment; a host without slots= has 1).
+// Checks run before anything starts: a host named twice, zero slots, more ranks than
+// slots, and hosts that cannot be reached through the remote shell mpirun will use.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata::comm {
+
+struct HostSlots {
+  std::string host;
+  int slots = 1;
+};
+
+// "a:2,b:2" (":N" optional, default 1). Throws Error naming --hosts and the bad entry.
+std::vector<HostSlots> parse_hosts(std::string_view spec);
+// Throws Error naming the file and line.
+std::vector<HostSlots> parse_hostfile(const std::string& path);
+// "a:2,b:2", as mpirun's --host takes it.
+std::string format_hosts(const std::vector<HostSlots>& hosts);
+int total_slots(const std::vector<HostSlots>& hosts);
+// Throws Error when a host appears twice or nproc exceeds the slots; `what` names the source
+// ("--hosts" or "hostfile PATH").
+void check_hosts(const std::vector<HostSlots>& hosts, int nproc, const std::string& what);
+// Runs `AGENT HOST true` (AGENT: rsh_agent, else $OMPI_MCA_plm_rsh_agent, else ssh in batch
+// mode) for every host that is not this machine, at most timeout_s each; throws Error naming
+// the first host that does not answer and what the agent said.
+void check_reachable(const std::vector<HostSlots>& hosts, const std::string& rsh_agent,
+                     double timeout_s);
+
+}  // namespace strata::comm
