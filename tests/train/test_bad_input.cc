@@ -103,3 +103,13 @@ TEST(TrainBadInput, UnwritableRunDir) {
   std::string bad = dir / "file/run";
   expect_error(kSmall + "--run-dir " + bad, {bad});
 }
+
+// Tensor-parallel layouts the model or the world cannot take fail before any rank starts.
+TEST(TrainBadInput, TensorParallelLayouts) {
+  expect_error(kSmall + "--nproc 3 --tp 3", {"--tp 3", "4 attention heads"});
+  expect_error(kSmall + "--nproc 4 --tp 2 --dp 3", {"--tp 2 x --dp 3 = 6 ranks", "4"});
+  expect_error(kSmall + "--nproc 3 --tp 2", {"--tp 2", "world of 3"});
+  expect_error(kSmall + "--nproc 2 --tp 2 --seq 31", {"--sp", "31", "not divisible by 2"});
+  expect_error(kSmall + "--nproc 2 --tp 2 --ckpt-every 1 --run-dir /tmp/strata_tp_bad",
+               {"--tp 2", "checkpoints"});
+}

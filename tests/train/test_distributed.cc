@@ -303,3 +303,47 @@ TEST(TrainDiagnosis, StragglerIsNamedInTheLogAndMetrics) {
 
 }  // namespace
 }  // namespace strata::test
+
+// `strata train --tp 2` learns the one-process loss curve, and summary.json reports each
+// rank's model states, activation buffers and tp bytes per step next to `strata plan
+// --local`'s prediction for the same layout, equal to the byte.
+TEST(TensorParallelCli, LossesMatchAndSummaryAgreesWithPlan) {
+  using namespace strata::test;
+  TempDir one("tp_one"), two("tp_two");
+  const std::string common =
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 4 --steps 4 "
+      "--peak-gflops 10 --sample-tokens 8 --eval-every 0 --data synthetic:20000 ";
+  CliResult a = run_strata(common + "--run-dir " + one.path.string(), "OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(a.status, 0) << a.err;
+  CliResult b = run_strata(common + "--nproc 2 --tp 2 --zero 1 --run-dir " + two.path.string(),
+                           "OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(b.status, 0) << b.err;
+  auto losses = [](const TempDir& d) {
+    std::vector<double> l;
+    for (const nlohmann::json& j : json_lines(slurp(d.path / "metrics.jsonl")))
+      if (j.contains("loss")) l.push_back(j["loss"].get<double>());
+    return l;
+  };
+  const std::vector<double> la = losses(one), lb = losses(two);
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lb.size(), 4u);
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-5) << "step " << i + 1;
+  const nlohmann::json s = nlohmann::json::parse(slurp(two.path / "summary.json"));
+  const nlohmann::json& tp = s.at("tensor_parallel");
+  ASSERT_EQ(tp.at("ranks").size(), 2u);
+  CliResult plan = run_strata(
+      "plan --local --layers 2 --hidden 64 --heads 4 --model tiny --max-seq 32 --seq 32 --tp 2 "
+      "--dp 1 --zero 1 --precision fp32 --micro-batch 4 --json");
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const nlohmann::json p = nlohmann::json::parse(plan.out);
+  for (const nlohmann::json& r : tp.at("ranks")) {
+    const nlohmann::json& want = p.at("ranks").at(r.at("tp_rank").get<size_t>());
+    EXPECT_EQ(r.at("tp_bytes_per_step"), want.at("tp_bytes_per_step"));
+    EXPECT_EQ(r.at("model_states"), want.at("model_states"));
+    EXPECT_EQ(r.at("activations"), want.at("activations"));
+    EXPECT_GT(r.at("tp_bytes_per_step").get<int64_t>(), 0);
+    EXPECT_EQ(r.at("tp_bytes_per_step"), r.at("tp_bytes_per_step_plan"));
+    EXPECT_EQ(r.at("model_states"), r.at("model_states_plan"));
+    EXPECT_EQ(r.at("activations"), r.at("activations_plan"));
+  }
+}
