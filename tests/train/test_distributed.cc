@@ -315,9 +315,23 @@ TEST(TensorParallelCli, LossesMatchAndSummaryAgreesWithPlan) {
       "--peak-gflops 10 --sample-tokens 8 --eval-every 0 --data synthetic:20000 ";
   CliResult a = run_strata(common + "--run-dir " + one.path.string(), "OMP_NUM_THREADS=1 ");
   ASSERT_EQ(a.status, 0) << a.err;
-  CliResult b = run_strata(common + "--nproc 2 --tp 2 --zero 1 --run-dir " + two.path.string(),
-                           "OMP_NUM_THREADS=1 ");
+  CliResult b = run_strata(
+      common + "--nproc 2 --tp 2 --zero 1 --trace --run-dir " + two.path.string(),
+      "OMP_NUM_THREADS=1 ");
   ASSERT_EQ(b.status, 0) << b.err;
+  // The tp collectives are on their own track, the tp group's communication thread.
+  const nlohmann::json trace = nlohmann::json::parse(slurp(two.path / "trace-rank0.json"));
+  const nlohmann::json& events = trace.is_array() ? trace : trace.at("traceEvents");
+  int64_t tp_tid = -1, on_track = 0;
+  for (const nlohmann::json& e : events)
+    if (e.value("ph", "") == "M" && e.contains("args") &&
+        e["args"].value("name", "") == "comm tp(dp=0)")
+      tp_tid = e.at("tid").get<int64_t>();
+  ASSERT_GE(tp_tid, 0) << "no track named \"comm tp(dp=0)\"";
+  for (const nlohmann::json& e : events)
+    if (e.value("cat", "") == "comm" && e.value("name", "").find("tp(dp=0)") != std::string::npos)
+      on_track += e.at("tid").get<int64_t>() == tp_tid ? 1 : -1000;
+  EXPECT_GT(on_track, 0);
   auto losses = [](const TempDir& d) {
     std::vector<double> l;
     for (const nlohmann::json& j : json_lines(slurp(d.path / "metrics.jsonl")))
