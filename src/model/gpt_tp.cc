@@ -258,7 +258,7 @@ const float* tp_logits(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpSh
   std::vector<size_t> counts(size_t(s.size));
   for (int r = 0; r < s.size; ++r)
     counts[size_t(r)] = size_t(d.N * vocab_slice(Vp, {s.size, r}).size());
-  if (d.N > 0) tc.group().all_gather_v(im.logits, blocks, counts, DType::f32);
+  if (d.N > 0) tc.group().all_gather_v_async(im.logits, blocks, counts, DType::f32)->wait();
   const float* src = blocks;
   for (int r = 0; r < s.size; ++r) {
     const VocabSlice vs = vocab_slice(Vp, {s.size, r});

@@ -310,7 +310,8 @@ float DataParallelEngine::step(float lr) {
   }
   // Stage 0 ranks hold identical full gradients; sharded stages add their shards' sums.
   if (opts_.stage >= 1) sum_sq = sum_over_ranks(pg_, sum_sq);
-  if (model_.tensor_comm()) sum_sq = sum_over_ranks(model_.tensor_comm()->group(), sum_sq);
+  if (model_.tensor_comm())  // async: on the tp group's own thread (and trace track)
+    model_.tensor_comm()->group().all_reduce_async(&sum_sq, 1)->wait();
   {
     TraceSpan span(tracer(), "optimizer", "compute");
     apply_adamw(lr, kernels::clip_scale(sum_sq, optim_.grad_clip));
