@@ -17,9 +17,7 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -27,8 +25,11 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "train"))
+sys.path.insert(0, os.path.join(HERE, "..", "zero"))
 from torch_ddp import free_port  # noqa: E402
+from torch_gpt import adamw, train_timed  # noqa: E402
 
 
 class CopyToTP(torch.autograd.Function):  # f
@@ -172,27 +173,12 @@ def worker(rank, world, args, port, queue):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(1 + rank)
     model = TPGPT(args.layers, args.dim, args.heads, args.seq, args.vocab, world, rank)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     gen = torch.Generator().manual_seed(1000)  # every tp rank reads the same batch
     data = torch.randint(0, args.vocab, (args.steps, args.batch, args.seq + 1), generator=gen)
-    times, losses = [], []
-    for step in range(args.steps):
-        t0 = time.perf_counter()
-        x, y = data[step, :, :-1].contiguous(), data[step, :, 1:].contiguous()
-        opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
-        loss.backward()
-        clip_global_norm(model, 1.0)
-        opt.step()
-        losses.append(loss.item())
-        times.append(time.perf_counter() - t0)
+    step_s, losses = train_timed(model, model, data, adamw(model, args.lr),
+                                 lambda: clip_global_norm(model, 1.0))
     dist.barrier()
     if rank == 0:
-        step_s = statistics.median(times[1:] if len(times) > 1 else times)
         queue.put({
             "peer": f"pytorch {torch.__version__} hand-written Megatron TP, gloo",
             "nproc": world,

@@ -89,22 +89,56 @@ static Range write_range(const StateSlice& s, int rank, int world) {
   return replicated ? zero_shard(s.numel, rank, world) : intersect(s.held, {0, s.numel});
 }
 
-// Validates the request and returns the host bytes its pieces need (each 64-byte aligned).
-int64_t Checkpointer::host_bytes(const SaveRequest& req) const {
+namespace {
+
+// One chunk this rank writes: `local` elements of state `state`, inside piece `piece`.
+struct WriteChunk {
+  size_t state;
+  const TensorPiece* piece;
+  Range local;
+};
+
+TensorLayout layout_of(const SaveRequest& req) {
+  return req.layout.empty() ? contiguous_layout(req.tensors) : req.layout;
+}
+
+// Validates the request against its layout and lists the chunks to write.
+std::vector<WriteChunk> chunks_to_write(const SaveRequest& req, const TensorLayout& layout,
+                                        int rank, int world) {
   STRATA_CHECK(req.step >= 0, "checkpoint: negative step ", req.step);
+  const int64_t psi = layout_numel(layout);
+  const std::string bad = layout_problem(layout, req.tensors, psi);
+  STRATA_CHECK(bad.empty(), "checkpoint: rank ", rank, " layout: ", bad);
   std::set<std::string> names;
-  int64_t bytes = 0;
-  for (const StateSlice& s : req.states) {
+  std::vector<WriteChunk> out;
+  for (size_t i = 0; i < req.states.size(); ++i) {
+    const StateSlice& s = req.states[i];
     STRATA_CHECK(!s.name.empty() && names.insert(s.name).second, "checkpoint: state name '", s.name,
                  "' empty or repeated");
-    STRATA_CHECK(s.numel >= 0 && s.held.begin >= 0 && s.held.end >= s.held.begin,
-                 "checkpoint: state '", s.name, "' holds [", s.held.begin, ",", s.held.end,
-                 ") of ", s.numel);
-    const Range w = write_range(s, opts_.rank, opts_.world);
+    STRATA_CHECK(s.numel == psi, "checkpoint: rank ", rank, " state '", s.name, "' has ", s.numel,
+                 " elements, its layout ", psi);
+    STRATA_CHECK(s.held.begin >= 0 && s.held.end >= s.held.begin, "checkpoint: state '", s.name,
+                 "' holds [", s.held.begin, ",", s.held.end, ") of ", s.numel);
+    const Range w = write_range(s, rank, world);
     STRATA_CHECK(w.empty() || (s.data && w.begin >= s.held.begin && w.end <= s.held.end),
                  "checkpoint: state '", s.name, "' data missing for [", w.begin, ",", w.end, ")");
-    bytes += (w.size() * int64_t(dtype_size(s.dtype)) + 63) / 64 * 64;
+    for (const TensorPiece& p : layout) {
+      const Range x = intersect(w, {p.local_offset, p.local_offset + p.numel()});
+      if (p.primary && !x.empty()) out.push_back({i, &p, x});
+    }
   }
+  return out;
+}
+
+int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+
+}  // namespace
+
+int64_t Checkpointer::host_bytes(const SaveRequest& req) const {
+  int64_t bytes = 0;
+  const TensorLayout layout = layout_of(req);
+  for (const WriteChunk& c : chunks_to_write(req, layout, opts_.rank, opts_.world))
+    bytes += align64(c.local.size() * int64_t(dtype_size(req.states[c.state].dtype)));
   return bytes;
 }
 
@@ -121,23 +155,37 @@ void Checkpointer::save_async(const SaveRequest& req) {
   const double wait_prev = wait_clock.seconds();
   Stopwatch copy_clock;
 
-  const int64_t bytes = host_bytes(req);
+  const TensorLayout layout = layout_of(req);
+  const std::vector<WriteChunk> chunks = chunks_to_write(req, layout, opts_.rank, opts_.world);
+  int64_t bytes = 0;
+  for (const WriteChunk& c : chunks)
+    bytes += align64(c.local.size() * int64_t(dtype_size(req.states[c.state].dtype)));
   if (host_.bytes() < size_t(bytes)) host_ = Buffer(MemCategory::other, size_t(bytes));
 
   pending_pieces_.clear();
   pending_states_.clear();
+  int64_t total = 0;
+  for (const TensorInfo& t : unique_views(req.tensors)) total += numel(t.shape);
+  for (const StateSlice& s : req.states) pending_states_.push_back({s.name, s.dtype, total});
   char* dst = host_.as<char>();
-  for (const StateSlice& s : req.states) {
-    pending_states_.push_back({s.name, s.dtype, s.numel});
-    const Range w = write_range(s, opts_.rank, opts_.world);
-    if (w.empty()) continue;
+  for (const WriteChunk& c : chunks) {
+    const StateSlice& s = req.states[c.state];
+    const TensorPiece& p = *c.piece;
     const size_t es = dtype_size(s.dtype);
-    const int64_t n = w.size() * int64_t(es);
-    std::memcpy(dst, static_cast<const char*>(s.data) + (w.begin - s.held.begin) * int64_t(es), size_t(n));
-    pending_pieces_.push_back({s.name, w, dst, n});
-    dst += (n + 63) / 64 * 64;
+    const int64_t n = c.local.size() * int64_t(es);
+    std::memcpy(dst, static_cast<const char*>(s.data) + (c.local.begin - s.held.begin) * int64_t(es),
+                size_t(n));
+    PieceInfo info;
+    info.state = s.name;
+    info.tensor = p.name;
+    info.offsets = p.offsets;
+    info.extents = p.extents;
+    info.flat = {c.local.begin - p.local_offset, c.local.end - p.local_offset};
+    info.bytes = n;
+    pending_pieces_.push_back({std::move(info), dst});
+    dst += align64(n);
   }
-  pending_tensors_ = req.tensors;
+  pending_tensors_ = unique_views(req.tensors);
   pending_train_ = req.train;
   pending_train_.step = req.step;
 

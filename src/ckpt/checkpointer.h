@@ -12,11 +12,16 @@
 // so `latest` moves only after every shard is durable, and a crash at any instant leaves the
 // previous checkpoint or the new one. A directory named step-* is complete by construction.
 //
-// Which ranks write what. A rank holding a sharded state (ZeRO) writes its shard. A state
-// that every rank holds whole (stage 0, or the parameters under stages 1-2) is split as if it
-// were sharded: rank r writes [r·S, (r+1)·S), S = ceil(Ψ/N), so all ranks write in parallel
-// and the files look the same at every stage. A rank signals "replicated" by passing a held
-// range that is the whole state [0, Ψ), or names its write range explicitly.
+// Which ranks write what. Every state is a flat buffer in the rank's own index space
+// [0, Ψ_local), which its TensorLayout maps onto the global tensors (core/tensor_layout.h).
+// A rank writes its write range of each state, cut at the pieces of its layout, keeping only
+// primary pieces: one chunk (tensor, box, flat range within the box) per piece it crosses.
+// A rank holding a sharded state (ZeRO) writes its shard. A state that every rank holds whole
+// (stage 0, or the parameters under stages 1-2) is split as if it were sharded: rank r writes
+// [r·S, (r+1)·S), S = ceil(Ψ/N), so all ranks write in parallel and the files look the same
+// at every stage. A rank signals "replicated" by passing a held range that is the whole state
+// [0, Ψ), or names its write range explicitly (the engines do). At commit, rank 0 checks that
+// the chunks of all ranks hold every tensor of every state exactly once.
 //
 // Threading contract. save_async/wait/the destructor are called from one (training) thread.
 // The barrier callback is called from the writer thread, twice per save, on every rank in the
@@ -42,7 +47,7 @@ namespace strata::ckpt {
 struct StateSlice {
   std::string name;       // "params", "exp_avg", "exp_avg_sq", "master"
   DType dtype = DType::f32;
-  int64_t numel = 0;      // Ψ
+  int64_t numel = 0;      // Ψ_local: elements of the rank's layout
   Range held;             // elements held; may extend into ZeRO padding past Ψ
   const void* data = nullptr;  // element held.begin
   // The part of `held` this rank writes, when the caller decides (e.g. the data-parallel
@@ -54,7 +59,8 @@ struct StateSlice {
 struct SaveRequest {
   int64_t step = 0;
   TrainState train;                  // train.step is set to `step`
-  std::vector<TensorInfo> tensors;   // the parameter table
+  std::vector<TensorInfo> tensors;   // every global tensor of the model (name, shape), in order
+  TensorLayout layout;               // this rank's flat space; empty: contiguous_layout(tensors)
   std::vector<StateSlice> states;
 };
 

@@ -40,7 +40,20 @@ static void convert(const void* src, DType from, void* dst, DType to, int64_t n)
   }
 }
 
-void CheckpointReader::read(const StateTarget& t) {
+void check_layout_fits(const Manifest& m, const TensorLayout& layout, const std::string& dir) {
+  for (const TensorPiece& p : layout) {
+    const int t = m.find_tensor(p.name);
+    if (t < 0)
+      throw ModelMismatch(cat("checkpoint ", dir, " was written for a different model: tensor '", p.name,
+                              "' ", shape_str(p.global_shape), " of this layout is not in it"));
+    if (m.tensors[size_t(t)].shape != p.global_shape)
+      throw ModelMismatch(cat("checkpoint ", dir, " was written for a different model: tensor '", p.name,
+                              "' is ", shape_str(m.tensors[size_t(t)].shape), " in the checkpoint, ",
+                              shape_str(p.global_shape), " in this layout"));
+  }
+}
+
+void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
   const StateInfo* st = manifest_.find_state(t.name);
   if (!st && !t.fallback.empty()) st = manifest_.find_state(t.fallback);
   if (!st) {
@@ -48,49 +61,69 @@ void CheckpointReader::read(const StateTarget& t) {
     for (const StateInfo& s : manifest_.states) saved += (saved.empty() ? "" : ", ") + s.name;
     fail(dir_, ": state '", t.name, "' was not saved (saved: ", saved, ")");
   }
-  const bool same = st->dtype == t.dtype;
   const bool convertible = (st->dtype == DType::f32 && t.dtype == DType::bf16) ||
                            (st->dtype == DType::bf16 && t.dtype == DType::f32);
-  STRATA_CHECK(same || convertible, dir_, ": state '", st->name, "' is ", dtype_name(st->dtype), ", cannot load as ",
-               dtype_name(t.dtype));
+  STRATA_CHECK(st->dtype == t.dtype || convertible, dir_, ": state '", st->name, "' is ",
+               dtype_name(st->dtype), ", cannot load as ", dtype_name(t.dtype));
   STRATA_CHECK(t.want.begin >= 0 && t.want.end >= t.want.begin && (t.data || t.want.empty()),
                "load: bad target range [", t.want.begin, ",", t.want.end, ") for '", t.name, "'");
-  const size_t src_es = dtype_size(st->dtype), dst_es = dtype_size(t.dtype);
+  const size_t dst_es = dtype_size(t.dtype);
   char* dst = static_cast<char*>(t.data);
 
-  // Padding past Ψ has no saved data.
-  const Range inside = intersect(t.want, {0, st->numel});
+  // Padding past Ψ_local has no saved data.
+  const Range inside = intersect(t.want, {0, layout_numel(layout)});
   const int64_t pad_from = std::max(inside.end, t.want.begin);
   if (t.want.end > pad_from)
     std::memset(dst + (pad_from - t.want.begin) * int64_t(dst_es), 0,
                 size_t(t.want.end - pad_from) * dst_es);
   if (inside.empty()) return;
 
-  std::vector<Range> ranges;
-  std::vector<std::pair<size_t, size_t>> where;  // (shard, piece) of each range
-  for (size_t s = 0; s < manifest_.shards.size(); ++s)
-    for (size_t p = 0; p < manifest_.shards[s].pieces.size(); ++p)
-      if (manifest_.shards[s].pieces[p].state == st->name) {
-        ranges.push_back(manifest_.shards[s].pieces[p].range);
-        where.push_back({s, p});
-      }
-  int64_t uncovered = 0;
-  for (const ReadOp& op : plan_reads(ranges, inside, &uncovered)) {
-    const auto [s, p] = where[size_t(op.piece)];
-    const PieceInfo& piece = manifest_.shards[s].pieces[p];
-    const int64_t b0 = op.piece_offset * int64_t(src_es), b1 = b0 + op.count * int64_t(src_es);
-    char* out = dst + (inside.begin - t.want.begin + op.dst_offset) * int64_t(dst_es);
-    if (same) {
-      shard(s).read(piece, manifest_.block_bytes, b0, b1, out);
+  static const TensorRuns none;
+  std::vector<CopyOp> ops;
+  for (const TensorPiece& p : layout) {
+    const Range local = intersect(inside, {p.local_offset, p.local_offset + p.numel()});
+    if (local.empty()) continue;
+    const int tensor = manifest_.find_tensor(p.name);
+    STRATA_CHECK(tensor >= 0, dir_, ": tensor '", p.name, "' is not in the checkpoint");
+    auto it = manifest_.runs.find({st->name, tensor});
+    const TensorRuns& saved = it == manifest_.runs.end() ? none : it->second;
+    const Range flat{local.begin - p.local_offset, local.end - p.local_offset};
+    for_each_run(p.global_shape, p.offsets, p.extents, flat,
+                 [&](int64_t box_pos, int64_t global, int64_t n) {
+                   const int64_t missing =
+                       map_run(saved, global, n, p.local_offset + box_pos - t.want.begin, &ops);
+                   if (missing >= 0)
+                     throw CorruptCheckpoint(cat(dir_, ": no saved chunk of '", st->name, "' holds ",
+                                                 p.name, box_str(p.offsets, p.extents), " (first missing element ",
+                                                 coord_str(p.global_shape, missing), ")"));
+                 });
+  }
+  copy(ops, *st, t);
+}
+
+// Executes the copies chunk by chunk in file order, so each block is read and hashed once.
+void CheckpointReader::copy(const std::vector<CopyOp>& unsorted, const StateInfo& st,
+                            const StateTarget& t) {
+  std::vector<CopyOp> ops = unsorted;
+  std::sort(ops.begin(), ops.end(), [](const CopyOp& a, const CopyOp& b) {
+    return a.chunk != b.chunk ? a.chunk < b.chunk : a.chunk_pos < b.chunk_pos;
+  });
+  const int64_t src_es = int64_t(dtype_size(st.dtype)), dst_es = int64_t(dtype_size(t.dtype));
+  char* dst = static_cast<char*>(t.data);
+  for (const CopyOp& op : ops) {
+    const Chunk& c = manifest_.chunks[size_t(op.chunk)];
+    const PieceInfo& piece = manifest_.shards[size_t(c.shard)].pieces[size_t(c.piece)];
+    const int64_t b0 = (c.piece_elem + op.chunk_pos) * src_es, b1 = b0 + op.count * src_es;
+    char* out = dst + op.dst_pos * dst_es;
+    if (st.dtype == t.dtype) {
+      shard(size_t(c.shard)).read(piece, manifest_.block_bytes, b0, b1, out);
     } else {
       convert_.resize(size_t(b1 - b0));
-      shard(s).read(piece, manifest_.block_bytes, b0, b1, convert_.data());
-      convert(convert_.data(), st->dtype, out, t.dtype, op.count);
+      shard(size_t(c.shard)).read(piece, manifest_.block_bytes, b0, b1, convert_.data());
+      convert(convert_.data(), st.dtype, out, t.dtype, op.count);
     }
     bytes_read_ += b1 - b0;
   }
-  // The manifest was checked to tile every state, so this only fires on a logic error.
-  STRATA_CHECK(uncovered == 0, dir_, ": ", uncovered, " elements of '", st->name, "' not found");
 }
 
 int64_t CheckpointReader::verify(bool checksums) {
@@ -115,7 +148,12 @@ LoadResult load_checkpoint(const std::string& dir, const std::vector<StateTarget
   Stopwatch clock;
   CheckpointReader reader(dir);
   check_same_model(reader.manifest(), opts.expected_tensors, dir);
-  for (const StateTarget& t : targets) reader.read(t);
+  const TensorLayout layout =
+      !opts.layout.empty() ? opts.layout
+                           : contiguous_layout(opts.expected_tensors.empty() ? reader.manifest().tensors
+                                                                            : opts.expected_tensors);
+  check_layout_fits(reader.manifest(), layout, dir);
+  for (const StateTarget& t : targets) reader.read(t, layout);
   LoadResult r;
   r.dir = dir;
   r.train = reader.manifest().train;

@@ -1,7 +1,8 @@
-// Loading checkpoints, with resharding: a checkpoint written by N ranks at ZeRO stage s loads
-// into M ranks at stage s' because every rank simply names the flat ranges it needs and the
-// reader intersects them with the pieces in the manifest (ranges.h), reading and verifying
-// only the blocks involved. Elements past Ψ (ZeRO padding) are filled with zeros.
+// Loading checkpoints, with resharding: a checkpoint written by any layout (N ranks, tensor
+// parallel or not, ZeRO stage s) loads into any other, because every rank names the flat
+// ranges it holds in its own index space together with its TensorLayout, and the reader maps
+// the layout's pieces onto the saved chunks (chunks.h), copying contiguous runs and reading
+// and verifying only the blocks involved. Elements past Ψ_local (ZeRO padding) are zeros.
 //
 // Fallback: load_latest tries the checkpoint `latest` names, then older committed ones, newest
 // first. A damaged one (CorruptCheckpoint: missing or truncated shard, wrong magic, checksum
@@ -22,11 +23,11 @@
 
 namespace strata::ckpt {
 
-// A flat range this rank needs from a saved state.
+// A flat range this rank needs from a saved state, in the index space of its layout.
 struct StateTarget {
   std::string name;         // state to fill
   DType dtype = DType::f32; // of `data`; f32 <-> bf16 are converted
-  Range want;               // elements; may extend past Ψ into ZeRO padding (zero-filled)
+  Range want;               // elements; may extend past Ψ_local into ZeRO padding (zero-filled)
   void* data = nullptr;     // want.size() elements
   std::string fallback;     // state to read when `name` was not saved (e.g. master <- params)
 };
@@ -38,9 +39,10 @@ class CheckpointReader {
   explicit CheckpointReader(std::string dir);
   const Manifest& manifest() const { return manifest_; }
   const std::string& dir() const { return dir_; }
-  // Fills `t` from the shards (throws CorruptCheckpoint for damaged data, Error for a state
-  // that is not in the checkpoint).
-  void read(const StateTarget& t);
+  // Fills `t`, whose index space `layout` describes, from the shards. Throws CorruptCheckpoint
+  // for damaged data or a slice no chunk holds, ModelMismatch for a piece whose tensor the
+  // checkpoint lacks or has with another shape, Error for a state that is not in it.
+  void read(const StateTarget& t, const TensorLayout& layout);
   // Opens every shard and checks its header and size; with checksums also every block.
   // Returns the bytes checksummed.
   int64_t verify(bool checksums);
@@ -48,6 +50,7 @@ class CheckpointReader {
 
  private:
   ShardReader& shard(size_t index);
+  void copy(const std::vector<CopyOp>& ops, const StateInfo& st, const StateTarget& t);
   std::string dir_;
   Manifest manifest_;
   std::map<size_t, std::unique_ptr<ShardReader>> open_;
@@ -56,9 +59,12 @@ class CheckpointReader {
 };
 
 struct LoadOptions {
-  std::vector<TensorInfo> expected_tensors;  // this model's table; empty: not checked
+  std::vector<TensorInfo> expected_tensors;  // this model's global table; empty: not checked
   std::function<bool(bool)> all_ok;          // AND over ranks; null for a single process
   std::function<void(const std::string&)> log;  // default: stderr
+  // This rank's layout (the index space of every target); empty: the tp=1 layout of
+  // expected_tensors, or of the checkpoint's table when that is empty too.
+  TensorLayout layout;
 };
 
 struct LoadResult {
@@ -69,6 +75,10 @@ struct LoadResult {
   double seconds = 0;
   int64_t bytes_read = 0;
 };
+
+// Throws ModelMismatch when a piece of `layout` names a tensor the checkpoint lacks or has
+// with another global shape.
+void check_layout_fits(const Manifest& m, const TensorLayout& layout, const std::string& dir);
 
 // Loads one checkpoint directory into `targets`.
 LoadResult load_checkpoint(const std::string& dir, const std::vector<StateTarget>& targets,

@@ -1,8 +1,15 @@
 // The checkpoint manifest (manifest.json in each step directory): what a checkpoint holds and
-// where. It names every global tensor (name, shape, element offset in the flat state), every
-// state (name, dtype, Ψ), and for every shard file the pieces it stores: which flat range of
-// which state, at which byte offset, and an xxHash64 per block of `block_bytes`, so a load can
-// verify exactly the blocks it reads. It also carries the training state needed to resume.
+// where. It names every global tensor (name, shape), every state (name, dtype), and for every
+// shard file the chunks it stores: which box of which tensor, which flat range of that box
+// (chunks.h), for which state, at which byte offset, with an xxHash64 per block of
+// `block_bytes`, so a load can verify exactly the blocks it reads. It also carries the
+// training state needed to resume and the layout that wrote it (world, tp, dp, ZeRO stage,
+// precision).
+//
+// Versions. 2 (written now): chunks are boxes of global tensors, so any layout (tensor
+// parallel included) can save and any other can load. 1 (read only): each piece was a range
+// of the flat tp=1 state; it is converted on read into chunks of the tensors it crosses
+// (whole-tensor boxes), so old checkpoints load into any layout.
 //
 // Two error kinds on read: CorruptCheckpoint (damaged or inconsistent files; a loader falls
 // back to an older checkpoint) and ModelMismatch (a healthy checkpoint of another model; a
@@ -13,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/chunks.h"
 #include "ckpt/ranges.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -21,7 +29,7 @@
 
 namespace strata::ckpt {
 
-inline constexpr int kManifestVersion = 1;
+inline constexpr int kManifestVersion = 2;
 
 class CorruptCheckpoint : public Error {
  public:
@@ -31,13 +39,6 @@ class CorruptCheckpoint : public Error {
 class ModelMismatch : public Error {
  public:
   using Error::Error;
-};
-
-// One named view of the flat state (the model's parameter table).
-struct TensorInfo {
-  std::string name;
-  Shape shape;
-  int64_t offset = 0;  // elements from the start of the flat state
 };
 
 struct RngState {
@@ -56,6 +57,8 @@ struct TrainState {
   std::map<std::string, RngState> rng;   // by use ("init", "dropout", "sample", ...)
   nlohmann::json config = nlohmann::json::object();  // the run's configuration
   int world = 1;                // ranks that wrote the checkpoint
+  int tp = 1;                   // tensor-parallel degree of the writer's layout
+  int dp = 0;                   // data-parallel degree (0: world / tp)
   int zero_stage = 0;
   std::string precision = "fp32";
   nlohmann::json extra = nlohmann::json::object();   // free-form (e.g. best eval loss)
@@ -64,15 +67,33 @@ struct TrainState {
 struct StateInfo {
   std::string name;  // "params", "exp_avg", "exp_avg_sq", "master"
   DType dtype = DType::f32;
-  int64_t numel = 0;  // Ψ
+  int64_t numel = 0;  // elements of all tensors (version 1: Ψ of the flat state)
 };
 
+// A stretch of one shard file: a chunk (version 2) or a flat range (version 1).
 struct PieceInfo {
   std::string state;
-  Range range;                  // elements of the state
-  int64_t offset = 0;           // bytes from the start of the shard file
-  int64_t bytes = 0;            // range.size() * dtype size
+  std::string tensor;            // version 2: the chunk's tensor, box and flat range
+  std::vector<int64_t> offsets;
+  Shape extents;
+  Range flat;
+  Range range;                   // version 1: elements of the flat state
+  int64_t offset = 0;            // bytes from the start of the shard file
+  int64_t bytes = 0;             // elements * dtype size
   std::vector<uint64_t> block_hashes;  // xxh64 of each block_bytes slice of the piece
+  int64_t elements() const { return tensor.empty() ? range.size() : flat.size(); }
+};
+
+// A saved chunk resolved against the manifest: where its elements are.
+struct Chunk {
+  std::string state;
+  int tensor = 0;            // index into Manifest::tensors
+  std::vector<int64_t> offsets;
+  Shape extents;
+  Range flat;
+  int shard = 0;             // index into Manifest::shards
+  int piece = 0;             // index into that shard's pieces
+  int64_t piece_elem = 0;    // element of the piece where the chunk starts
 };
 
 struct ShardInfo {
@@ -91,8 +112,14 @@ struct Manifest {
   std::vector<ShardInfo> shards;
   TrainState train;
   nlohmann::json save = nlohmann::json::object();  // how the save went (sizes, times)
+  // Derived on read: every chunk, and the sorted runs of each (state, tensor index).
+  std::vector<Chunk> chunks;
+  std::map<std::pair<std::string, int>, TensorRuns> runs;
 
   const StateInfo* find_state(const std::string& name) const;
+  int find_tensor(const std::string& name) const;  // -1 when absent
+  // "shard-00001-of-00002.bin, params h.0.attn.c_attn.weight[0:96, 0:32] elements 0..3072"
+  std::string chunk_name(int chunk) const;
   int64_t total_bytes() const;  // bytes of all shard files
 };
 
@@ -101,15 +128,17 @@ TrainState train_state_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const ShardInfo& s);
 ShardInfo shard_from_json(const nlohmann::json& j, const std::string& where);
 nlohmann::json to_json(const Manifest& m);
-// Parses and checks the structure: known version, pieces inside their state, no overlap, every
-// state covered exactly once. `where` names the file in errors. Throws CorruptCheckpoint.
+// Parses and checks the structure: known version, pieces inside their files, chunks inside
+// their tensors, and every tensor of every state covered exactly once (no overlap, no gap).
+// Resolves the chunks (converting version 1). `where` names the file. Throws CorruptCheckpoint.
 Manifest manifest_from_json(const nlohmann::json& j, const std::string& where);
 
 // Reads <dir>/manifest.json; throws CorruptCheckpoint naming the file and problem.
 Manifest read_manifest(const std::string& dir);
 
-// Throws ModelMismatch naming the first differing tensor when `expected` (this model's table)
-// does not match the checkpoint's. An empty `expected` accepts any table.
+// Throws ModelMismatch naming the first differing tensor when `expected` (this model's global
+// table; tied views are ignored) does not match the checkpoint's names and shapes. An empty
+// `expected` accepts any table.
 void check_same_model(const Manifest& m, const std::vector<TensorInfo>& expected,
                       const std::string& dir);
 

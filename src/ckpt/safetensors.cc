@@ -101,16 +101,9 @@ ExportResult export_safetensors(const std::string& dir, const std::string& out_p
                "' is ", dtype_name(st->dtype), "; export writes F32 or BF16");
   STRATA_CHECK(!m.tensors.empty(), dir, ": the checkpoint has no tensor table to export");
 
-  // Unique views in table order: a name aliasing elements already exported is skipped.
+  // The checkpoint's table names each tensor once (a tied weight under its first name).
   std::vector<const TensorInfo*> views;
-  std::set<std::pair<int64_t, int64_t>> seen;
-  std::set<std::string> names;
-  for (const TensorInfo& t : m.tensors) {
-    STRATA_CHECK(t.offset >= 0 && t.offset + numel(t.shape) <= st->numel, dir, ": tensor '", t.name,
-                 "' lies outside the ", st->numel, "-element state");
-    STRATA_CHECK(names.insert(t.name).second, dir, ": tensor name '", t.name, "' repeated");
-    if (seen.insert({t.offset, numel(t.shape)}).second) views.push_back(&t);
-  }
+  for (const TensorInfo& t : m.tensors) views.push_back(&t);
   const int64_t es = int64_t(dtype_size(out_type));
   json header = json::object();
   header["__metadata__"] = {{"format", "pt"},
@@ -138,8 +131,11 @@ ExportResult export_safetensors(const std::string& dir, const std::string& out_p
     write_all(fd, hs.data(), hs.size(), tmp, &written, nullptr);
     std::vector<char> buf;
     for (const TensorInfo* t : views) {
-      buf.resize(size_t(numel(t->shape) * es));
-      reader.read({st->name, out_type, {t->offset, t->offset + numel(t->shape)}, buf.data(), ""});
+      // The whole tensor as one box, assembled from the chunks of whatever layout saved it.
+      const int64_t n = numel(t->shape);
+      buf.resize(size_t(n * es));
+      const TensorLayout whole = {{t->name, t->shape, std::vector<int64_t>(t->shape.size(), 0), t->shape, 0, true}};
+      reader.read({st->name, out_type, {0, n}, buf.data(), ""}, whole);
       write_all(fd, buf.data(), buf.size(), tmp, &written, nullptr);
     }
     if (::fsync(fd) != 0) fail("fsync ", tmp, ": ", errno_text(errno));

@@ -46,8 +46,10 @@ ShardInfo write_shard_file(const std::string& path, int rank, int world, int64_t
   int64_t at = kShardHeaderBytes;
   for (const PieceSource& p : pieces) {
     at = align64(at);
-    info.pieces.push_back({p.state, p.range, at, p.bytes, {}});
-    at += p.bytes;
+    info.pieces.push_back(p.info);
+    info.pieces.back().offset = at;
+    info.pieces.back().block_hashes.clear();
+    at += p.info.bytes;
   }
   info.file_bytes = at;
 
@@ -140,18 +142,27 @@ void ShardReader::read(const PieceInfo& piece, int64_t block_bytes, int64_t begi
     // A block wholly inside the wanted bytes is read straight into place; a partial one
     // goes through the scratch buffer so the whole block can be hashed.
     char* buf;
-    if (lo == b && hi == b + n) {
+    const bool whole = lo == b && hi == b + n;
+    if (whole) {
       buf = out + (b - begin);
     } else {
       scratch_.resize(size_t(block_bytes));
       buf = scratch_.data();
+      if (scratch_at_ == piece.offset + b) {
+        std::memcpy(out + (lo - begin), buf + (lo - b), size_t(hi - lo));
+        continue;
+      }
+      scratch_at_ = -1;
     }
     pread_exact(buf, n, piece.offset + b);
     const size_t block = size_t(b / block_bytes);
     if (XXH64(buf, size_t(n), 0) != piece.block_hashes.at(block))
       throw CorruptCheckpoint(cat(path_, ": checksum mismatch in ", piece.state, " block ", block,
                                   " (bytes ", piece.offset + b, "..", piece.offset + b + n, ")"));
-    if (buf == scratch_.data()) std::memcpy(out + (lo - begin), buf + (lo - b), size_t(hi - lo));
+    if (!whole) {
+      scratch_at_ = piece.offset + b;
+      std::memcpy(out + (lo - begin), buf + (lo - b), size_t(hi - lo));
+    }
   }
 }
 

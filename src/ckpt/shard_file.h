@@ -26,12 +26,11 @@ inline constexpr int64_t kShardHeaderBytes = 64;
 // File name of rank r's shard in a checkpoint written by `world` ranks.
 std::string shard_file_name(int rank, int world);
 
-// A piece to write: `bytes` bytes of `state` elements `range`, read from `data`.
+// A piece to write: `info` describes it (state, chunk or range, bytes; the offset and
+// checksums are filled in by the writer), `data` holds its info.bytes bytes.
 struct PieceSource {
-  std::string state;
-  Range range;
+  PieceInfo info;
   const void* data = nullptr;
-  int64_t bytes = 0;
 };
 
 // Writes a complete shard file at `path` (the caller's temporary name), fsyncs and closes it.
@@ -50,6 +49,8 @@ class ShardReader {
   ShardReader& operator=(const ShardReader&) = delete;
 
   // Copies bytes [begin, end) of `piece` into dst after verifying every block they touch.
+  // The last partly read block is kept, so reading a piece row by row (a column box) reads
+  // and hashes each block once.
   void read(const PieceInfo& piece, int64_t block_bytes, int64_t begin, int64_t end, void* dst);
   // Verifies every block of every piece. Returns bytes checked.
   int64_t verify_all(int64_t block_bytes);
@@ -60,6 +61,7 @@ class ShardReader {
   ShardInfo info_;
   int fd_ = -1;
   std::vector<char> scratch_;
+  int64_t scratch_at_ = -1;  // file offset of the verified block in scratch_, -1: none
 };
 
 }  // namespace strata::ckpt

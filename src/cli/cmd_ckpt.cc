@@ -56,27 +56,32 @@ void setup_ls(CLI::App& app) {
   app.callback([path] {
     Listing l = list_checkpoints(*path);
     std::printf("%s (latest -> %s)\n", l.root.c_str(), l.latest.empty() ? "none" : l.latest.c_str());
-    std::printf("  %-8s %-14s %11s %6s %5s %5s  %s\n", "STEP", "DIR", "SIZE", "SHARDS", "WORLD",
-                "STAGE", "STATUS");
+    std::printf("  %-8s %-14s %11s %6s %5s %3s %3s %4s %-5s %-3s %s\n", "STEP", "DIR", "SIZE", "SHARDS",
+                "WORLD", "TP", "DP", "ZERO", "PREC", "FMT", "STATUS");
     for (const std::string& dir : l.dirs) {
       const std::string name = fs::path(dir).filename().string();
       std::string status = "ok";
+      char layout[96];
+      std::snprintf(layout, sizeof layout, "%5s %3s %3s %4s %-5s %-3s", "-", "-", "-", "-", "-", "-");
       long long step = ckpt::parse_step_dir(name).value_or(-1);
-      int shards = 0, world = 0, stage = 0;
+      int shards = 0;
       int64_t bytes = ckpt::dir_bytes(dir);
       try {
         ckpt::CheckpointReader r(dir);
         r.verify(false);
-        step = r.manifest().step;
-        shards = int(r.manifest().shards.size());
-        world = r.manifest().train.world;
-        stage = r.manifest().train.zero_stage;
+        const ckpt::Manifest& m = r.manifest();
+        const ckpt::TrainState& t = m.train;
+        step = m.step;
+        shards = int(m.shards.size());
+        std::snprintf(layout, sizeof layout, "%5d %3d %3d %4d %-5s v%-2d", t.world, t.tp,
+                      t.dp > 0 ? t.dp : t.world / std::max(1, t.tp), t.zero_stage, t.precision.c_str(),
+                      m.version);
       } catch (const std::exception& e) {
         status = std::string("DAMAGED: ") + e.what();
       }
       if (name == l.latest) status += " (latest)";
-      std::printf("  %-8lld %-14s %11s %6d %5d %5d  %s\n", step, name.c_str(), human_bytes(bytes).c_str(),
-                  shards, world, stage, status.c_str());
+      std::printf("  %-8lld %-14s %11s %6d %s %s\n", step, name.c_str(), human_bytes(bytes).c_str(), shards,
+                  layout, status.c_str());
     }
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(l.root, ec)) {

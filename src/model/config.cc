@@ -66,4 +66,6 @@ std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_
   return out;
 }
 
+TensorLayout tensor_layout(const GPTConfig& cfg) { return tensor_layout(cfg, TpShard{}); }
+
 }  // namespace strata::model

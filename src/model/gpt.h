@@ -79,6 +79,10 @@ struct DecayRange {
 std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_t begin,
                                      int64_t end);
 
+// Where the flat buffers of a single-process (tp = 1) model lie in the global tensors: one
+// primary piece per view of build_param_table, the whole tensor, at the view's offset.
+TensorLayout tensor_layout(const GPTConfig& cfg);
+
 enum class Pass : uint8_t { forward, backward };
 
 struct UnitHooks {

@@ -26,13 +26,15 @@ struct OptimConfig {
 };
 
 // One optimizer-state tensor as this rank holds it, for checkpoints, which save and load by
-// range of the flat parameter index space [0, Ψ).
+// range of the rank's flat parameter index space [0, Ψ) (Ψ: the elements this rank's model
+// holds; its TensorLayout, core/tensor_layout.h, says which global tensors they belong to).
 //   name  "params": the fp32 weights the optimizer updates (the fp32 master under bf16; a
 //         bf16 working copy is derived from it), "exp_avg", "exp_avg_sq" (AdamW m, v).
 //   held  [begin, end): the elements this rank keeps (may reach into ZeRO padding past Ψ);
 //         data points at element `begin`. A load must fill all of them.
 //   write [write_begin, write_end) within held: what this rank writes on save; the write
-//         ranges of all ranks are disjoint and cover [0, Ψ).
+//         ranges of the ranks that share a layout (a data-parallel group) are disjoint and
+//         cover [0, Ψ).
 struct StateShard {
   std::string name;
   DType dtype = DType::f32;

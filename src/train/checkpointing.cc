@@ -22,10 +22,22 @@ using nlohmann::json;
 
 namespace {
 
+// Every global tensor of the model, whatever part of it this rank holds.
 std::vector<ckpt::TensorInfo> tensor_table(const model::GPT& model) {
   std::vector<ckpt::TensorInfo> out;
-  for (const model::ParamView& v : model.param_table()) out.push_back({v.name, v.shape, v.offset});
+  for (const model::ParamView& v : model::build_param_table(model.config()))
+    out.push_back({v.name, v.shape, v.offset});
   return out;
+}
+
+// This rank's place in the mesh as checkpoints see it: where its flat states lie in those
+// tensors, and the tensor-parallel degree the manifest records.
+struct RankLayout {
+  TensorLayout pieces;
+  int tp = 1;
+};
+RankLayout rank_layout(const model::GPT& model) {
+  return {model.tensor_layout(), model.shard().size};
 }
 
 // The architecture keys of TrainConfig::to_json that must match between a checkpoint and
@@ -169,11 +181,15 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
   t.rng["init"] = {cfg_.seed, 0, 0};
   t.rng["sample"] = {cfg_.seed, 0x5A3D1E00, 0};
   t.config = cfg_.to_json();
+  const RankLayout layout = rank_layout(model_);
   t.world = topo_.world;
+  t.tp = layout.tp;
+  t.dp = topo_.world / layout.tp;
   t.zero_stage = engine_.zero_stage();
   t.precision = engine_.precision();
   req.tensors = tensor_table(model_);
-  const int64_t psi = model_.num_params();
+  req.layout = layout.pieces;
+  const int64_t psi = ckpt::layout_numel(req.layout);
   for (const parallel::StateShard& s : engine_.state_shards()) {
     ckpt::StateSlice sl;
     sl.name = s.name;
@@ -211,6 +227,8 @@ ResumePoint RunCheckpoints::resume() {
     targets.push_back({s.name, s.dtype, {s.begin, s.end}, s.data, ""});
   ckpt::LoadOptions lo;
   lo.expected_tensors = tensor_table(model_);
+  const RankLayout layout = rank_layout(model_);
+  lo.layout = layout.pieces;
   lo.log = [&](const std::string& line) { note("ckpt: " + line); };
   if (topo_.world > 1)
     lo.all_ok = [this](bool ok) { return topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0; };
@@ -253,13 +271,14 @@ ResumePoint RunCheckpoints::resume() {
   if (lead && !cfg_.run_dir.empty()) p.steps_lost = trim_metrics(cfg_.run_dir, t.step, &p.losses);
   if (p.steps_lost >= 0) p.steps_lost = std::max<int64_t>(0, p.steps_lost - t.step);
 
-  std::string layout;
-  if (t.world != topo_.world || t.zero_stage != engine_.zero_stage())
-    layout = cat(", resharded from ", t.world, " rank(s) at ZeRO ", t.zero_stage, " to ",
-                 topo_.world, " at ZeRO ", engine_.zero_stage());
+  std::string reshard;
+  auto tp_str = [](int tp) { return tp > 1 ? cat(" (tp ", tp, ")") : std::string(); };
+  if (t.world != topo_.world || t.tp != layout.tp || t.zero_stage != engine_.zero_stage())
+    reshard = cat(", resharded from ", t.world, " rank(s)", tp_str(t.tp), " at ZeRO ", t.zero_stage,
+                  " to ", topo_.world, tp_str(layout.tp), " at ZeRO ", engine_.zero_stage());
   std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "resuming from step ",
-           t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", layout, ")", lost));
+           t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", reshard, ")", lost));
   if (t.step == cfg_.schedule.steps)
     note(cat("checkpoint is at the last step (", t.step, "); nothing left to train"));
   resumed_ = p;

@@ -9,8 +9,9 @@
 //           configuration, world size, ZeRO stage and precision.
 //   resume  `--resume auto|PATH`, or automatically when the supervisor restarted the job
 //           (STRATA_RESTART > 0) and checkpoints are on: every rank names the flat ranges its
-//           engine holds and reads them from whatever layout wrote them (ckpt/load.h), so N
-//           ranks at stage s load into M ranks at stage s'. A damaged latest checkpoint is
+//           engine holds, and its TensorLayout maps them onto the global tensors, so it reads
+//           them from whatever layout wrote them (ckpt/load.h): N ranks at tp t and stage s
+//           load into M ranks at tp t' and stage s'. A damaged latest checkpoint is
 //           reported and the previous good one used; a checkpoint of another model is one
 //           line of error.
 //   metrics rank 0 keeps metrics.jsonl of the resumed run continuous: records after the

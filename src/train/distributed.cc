@@ -129,9 +129,6 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   dp.validate();
   const parallel::MeshDims d = mesh_dims();
   model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq());
-  STRATA_CHECK(d.tp == 1 || (cfg.ckpt.every == 0 && cfg.ckpt.resume.empty() && max_restarts == 0),
-               "--tp ", d.tp, ": checkpoints (--ckpt-every, --resume, --max-restarts) of "
-               "tensor-parallel runs are not supported yet");
   cfg.validate(d.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
   const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});

@@ -39,6 +39,10 @@ TEST(CkptCli, LsAndVerifyReportDamage) {
   EXPECT_TRUE(has(ls.out, "latest -> step-000020")) << ls.out;
   EXPECT_TRUE(has(ls.out, "step-000010")) << ls.out;
   EXPECT_TRUE(has(ls.out, "ok (latest)")) << ls.out;
+  // The layout each was saved with: world, tp, dp, ZeRO stage, precision, manifest version.
+  EXPECT_TRUE(has(ls.out, "WORLD  TP  DP ZERO PREC  FMT")) << ls.out;
+  EXPECT_TRUE(has(ls.out, "    2   1   2    0 fp32  v2")) << ls.out;
+  EXPECT_TRUE(has(ls.out, "    3   1   3    2 fp32  v2")) << ls.out;
   CmdResult v = run_strata("ckpt verify " + tmp.path);
   EXPECT_EQ(v.code, 0) << v.out;
   EXPECT_TRUE(has(v.out, "ok       " + tmp.path + "/ckpt/step-000020")) << v.out;

@@ -1,4 +1,4 @@
-// Pure logic: shard ranges, read planning, retention, durations and interval advice.
+// Pure logic: shard ranges, mapping wanted runs onto saved ones, retention, durations and interval advice.
 #include <cmath>
 #include <random>
 
@@ -24,35 +24,43 @@ TEST(CkptRanges, ZeroShardsTileEveryStateSize) {
   }
 }
 
-TEST(CkptRanges, PlanReadsMatchesBruteForce) {
+TEST(CkptRanges, MapRunMatchesBruteForce) {
+  // Saved runs: a random tiling of [0, n) of one tensor into runs (some empty) spread over
+  // chunks; every wanted run must map element for element, and a hole must be reported.
   std::mt19937_64 gen(7);
   for (int trial = 0; trial < 2000; ++trial) {
-    const int64_t psi = int64_t(gen() % 60);
-    // Random tiling of [0, psi) into pieces (some empty).
-    std::vector<Range> pieces;
-    int64_t at = 0;
-    while (at < psi) {
-      int64_t len = int64_t(gen() % 9);
-      pieces.push_back({at, std::min(psi, at + len)});
-      at = pieces.back().end;
+    const int64_t n = int64_t(gen() % 60);
+    TensorRuns saved;
+    std::vector<int64_t> chunk_start;  // global position of each chunk's first element
+    for (int64_t at = 0; at < n;) {
+      const int64_t len = std::min(n - at, int64_t(gen() % 9));
+      saved.runs.push_back({at, len, int(chunk_start.size()), 0});
+      chunk_start.push_back(at);
+      at += len;
     }
-    std::shuffle(pieces.begin(), pieces.end(), gen);
-    const int64_t a = psi ? int64_t(gen() % uint64_t(psi + 1)) : 0;
-    const int64_t b = a + int64_t(gen() % uint64_t(psi - a + 1));
-    Range want{a, b};
-    int64_t uncovered = -1;
+    std::shuffle(saved.runs.begin(), saved.runs.end(), gen);
+    saved.sort();
+    const int64_t a = n ? int64_t(gen() % uint64_t(n + 1)) : 0;
+    const int64_t b = a + int64_t(gen() % uint64_t(n - a + 1));
+    std::vector<CopyOp> ops;
+    EXPECT_EQ(map_run(saved, a, b - a, 100, &ops), -1);
     std::vector<int64_t> src(static_cast<size_t>(b - a), -1);
-    for (const ReadOp& op : plan_reads(pieces, want, &uncovered))
+    for (const CopyOp& op : ops)
       for (int64_t k = 0; k < op.count; ++k) {
-        ASSERT_EQ(src[size_t(op.dst_offset + k)], -1) << "element written twice";
-        src[size_t(op.dst_offset + k)] = pieces[size_t(op.piece)].begin + op.piece_offset + k;
+        ASSERT_EQ(src[size_t(op.dst_pos - 100 + k)], -1) << "element written twice";
+        src[size_t(op.dst_pos - 100 + k)] = chunk_start[size_t(op.chunk)] + op.chunk_pos + k;
       }
-    EXPECT_EQ(uncovered, 0);
     for (int64_t i = a; i < b; ++i) EXPECT_EQ(src[size_t(i - a)], i);
   }
-  int64_t uncovered = 0;
-  plan_reads({{0, 4}, {6, 9}}, {2, 8}, &uncovered);
-  EXPECT_EQ(uncovered, 2);  // elements 4 and 5
+  TensorRuns holed;
+  holed.runs = {{0, 4, 0, 0}, {6, 3, 1, 0}};
+  std::vector<CopyOp> ops;
+  EXPECT_EQ(map_run(holed, 2, 6, 0, &ops), 4);  // elements 4 and 5 are missing
+  EXPECT_EQ(holed.tiling_problem({9}, [](int c) { return cat("chunk ", c); }),
+            "no saved chunk holds elements [4]..[5] (2 elements)");
+  holed.runs = {{0, 4, 0, 0}, {3, 6, 1, 0}};
+  EXPECT_EQ(holed.tiling_problem({3, 3}, [](int c) { return cat("chunk ", c); }),
+            "elements from [1, 0] are saved twice (chunk 0 and chunk 1)");
 }
 
 TEST(CkptRetention, KeepsLastKAndEveryNthAndNeverLatest) {

@@ -110,6 +110,4 @@ TEST(TrainBadInput, TensorParallelLayouts) {
   expect_error(kSmall + "--nproc 4 --tp 2 --dp 3", {"--tp 2 x --dp 3 = 6 ranks", "4"});
   expect_error(kSmall + "--nproc 3 --tp 2", {"--tp 2", "world of 3"});
   expect_error(kSmall + "--nproc 2 --tp 2 --seq 31", {"--sp", "31", "not divisible by 2"});
-  expect_error(kSmall + "--nproc 2 --tp 2 --ckpt-every 1 --run-dir /tmp/strata_tp_bad",
-               {"--tp 2", "checkpoints"});
 }

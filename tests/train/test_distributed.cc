@@ -361,3 +361,91 @@ TEST(TensorParallelCli, LossesMatchAndSummaryAgreesWithPlan) {
     EXPECT_EQ(r.at("activations"), r.at("activations_plan"));
   }
 }
+
+// A checkpoint saved by tp 2 x dp 2 at ZeRO 1 resumes on one process, on tp 4 and on dp 4 at
+// ZeRO 3, continuing the uninterrupted loss curve (within fp32 reduction order), and on the
+// same layout bit for bit.
+TEST(TensorParallelCli, CheckpointsResumeAcrossLayouts) {
+  using namespace strata::test;
+  TempDir saved("tp_ckpt");
+  const std::string common =
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 8 --steps 8 "
+      "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:20000 --json ";
+  auto losses = [](const std::string& out) {
+    std::vector<double> l;
+    for (const nlohmann::json& j : json_lines(out))
+      if (j.contains("loss") && j.contains("step")) l.push_back(j["loss"].get<double>());
+    return l;
+  };
+  CliResult full = run_strata(common + "--nproc 4 --tp 2 --dp 2 --zero 1 --ckpt-every 4 "
+                              "--ckpt-keep 0 --run-dir " + saved.path.string(),
+                              "OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(full.status, 0) << full.err;
+  const std::vector<double> want = losses(full.out);
+  ASSERT_EQ(want.size(), 8u);
+  std::filesystem::remove_all(saved.path / "ckpt" / "step-000008");
+  std::ofstream(saved.path / "ckpt" / "latest") << "step-000004\n";
+  for (const std::string layout : {"", "--nproc 4 --tp 4", "--nproc 4 --zero 3",
+                                   "--nproc 4 --tp 2 --dp 2 --zero 1"}) {
+    SCOPED_TRACE(layout);
+    TempDir run("tp_resume");
+    std::filesystem::copy(saved.path / "ckpt", run.path / "ckpt",
+                          std::filesystem::copy_options::recursive);
+    CliResult r = run_strata(common + layout + " --resume auto --run-dir " + run.path.string(),
+                             "OMP_NUM_THREADS=1 ");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::vector<double> got = losses(r.out);
+    ASSERT_EQ(got.size(), 4u) << r.out;
+    for (size_t i = 0; i < 4; ++i) {
+      if (layout == "--nproc 4 --tp 2 --dp 2 --zero 1")
+        EXPECT_EQ(got[i], want[4 + i]) << "step " << 5 + i;
+      else
+        EXPECT_NEAR(got[i], want[4 + i], 1e-5) << "step " << 5 + i;
+    }
+  }
+}
+
+// An epoch's uneven last batch with tp 2 x dp 2 (ZeRO 2) gives the one-process losses.
+TEST(TensorParallelCli, UnevenTailMatchesOneProcess) {
+  using namespace strata::test;
+  const std::string common =
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 8 --steps 10 "
+      "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:2400 --tail uneven "
+      "--json ";
+  auto records = [](const std::string& out) {
+    std::vector<std::pair<double, int64_t>> r;
+    for (const nlohmann::json& j : json_lines(out))
+      if (j.contains("loss") && j.contains("tokens"))
+        r.push_back({j["loss"].get<double>(), j["tokens"].get<int64_t>()});
+    return r;
+  };
+  CliResult a = run_strata(common, "OMP_NUM_THREADS=1 ");
+  CliResult b = run_strata(common + "--nproc 4 --tp 2 --zero 2", "OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  const auto ra = records(a.out), rb = records(b.out);
+  ASSERT_EQ(ra.size(), 10u);
+  ASSERT_EQ(rb.size(), 10u);
+  EXPECT_LT(ra.back().second, ra.front().second) << "no uneven tail in this data";
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(ra[i].second, rb[i].second) << "step " << i + 1;
+    EXPECT_NEAR(ra[i].first, rb[i].first, 1e-5) << "step " << i + 1;
+  }
+}
+
+// A tp rank that hangs: its peer times out in a tp collective and `strata doctor hang`
+// names the group by its mesh coordinates and the rank that never arrived.
+TEST(TensorParallelCli, HangInTpGroupIsDiagnosed) {
+  using namespace strata::test;
+  TempDir run("tp_hang");
+  CliResult r = run_strata(
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 4 --steps 4 "
+      "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:20000 --nproc 2 "
+      "--tp 2 --inject hang --inject-rank 1 --inject-step 2 --timeout 2 --run-dir " +
+          run.path.string(),
+      "OMP_NUM_THREADS=1 ");
+  EXPECT_NE(r.status, 0);
+  CliResult d = run_strata("doctor hang " + run.path.string());
+  EXPECT_NE(d.out.find("of group \"tp(dp=0)\""), std::string::npos) << d.out << d.err;
+  EXPECT_NE(d.out.find("never reached it: rank 1"), std::string::npos) << d.out << d.err;
+}
