@@ -2,7 +2,10 @@
 // part of 4 fp32 states of Ψ elements (params, exp_avg, exp_avg_sq, master) at a ZeRO stage
 // and saves R times asynchronously; reported per save: the stall the training thread pays
 // (copy into the host buffer), the writer's time (write + fsync + commit) and its bandwidth,
-// then the time to load the newest checkpoint back (every rank reads its own range).
+// then the time to load the newest checkpoint back (every rank reads its own range), and the
+// time for one thread to load the whole `params` state into two layouts of the same tensors:
+// whole tensors (one run each) and every matrix cut into 4 column boxes, the layout of a
+// row-parallel weight under tensor parallelism (one run per row of each box).
 //
 //   bench_ckpt --model tiny --world 2 --stage 1 --reps 5 --dir /tmp/x --json
 #include <algorithm>
@@ -31,6 +34,52 @@ double median(std::vector<double> v) {
 
 const char* kNames[] = {"params", "exp_avg", "exp_avg_sq", "master"};
 
+// Every tensor of `table` whole, except that each matrix is held as `parts` column boxes.
+TensorLayout column_layout(const std::vector<TensorInfo>& table, int parts) {
+  TensorLayout out;
+  int64_t at = 0;
+  for (const TensorInfo& t : table) {
+    const int n = t.shape.size() == 2 ? parts : 1;
+    for (int k = 0; k < n; ++k) {
+      std::vector<int64_t> off(t.shape.size(), 0);
+      Shape ext = t.shape;
+      if (n > 1) {
+        off[1] = t.shape[1] * k / n;
+        ext[1] = t.shape[1] * (k + 1) / n - off[1];
+      }
+      out.push_back({t.name, t.shape, off, ext, at, true});
+      at += numel(ext);
+    }
+  }
+  return out;
+}
+
+// Seconds for one thread to load the whole params state of the newest checkpoint in `layout`;
+// checks every element against `expect` (the values saved, in the tensors' global order).
+double timed_whole_load(const std::string& dir, const TensorLayout& layout,
+                        const std::vector<TensorInfo>& table, const std::vector<float>& expect) {
+  const int64_t psi = layout_numel(layout);
+  std::vector<float> got(static_cast<size_t>(psi));
+  LoadOptions o;
+  o.expected_tensors = table;
+  o.layout = layout;
+  Stopwatch clock;
+  load_latest(dir, {{"params", DType::f32, {0, psi}, got.data(), ""}}, o);
+  const double s = clock.seconds();
+  for (const TensorPiece& p : layout) {
+    const int64_t base = std::find_if(table.begin(), table.end(), [&](const TensorInfo& t) {
+                           return t.name == p.name;
+                         })->offset;
+    int64_t k = p.local_offset;
+    for_each_run(p.global_shape, p.offsets, p.extents, {0, p.numel()}, [&](int64_t, int64_t g, int64_t n) {
+      STRATA_CHECK(std::equal(got.begin() + k, got.begin() + k + n, expect.begin() + base + g),
+                   "bench_ckpt: load into ", p.name, " returned wrong values");
+      k += n;
+    });
+  }
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,7 +105,13 @@ int main(int argc, char** argv) {
       states[size_t(s)].resize(size_t(psi));
       for (int64_t i = 0; i < psi; ++i) states[size_t(s)][size_t(i)] = float(i % 1000) * 1e-3f + float(s);
     }
+    // The preset's tensors (a --params count is one flat tensor).
     std::vector<TensorInfo> table = {{"flat", {psi}, 0}};
+    if (psi == model::GPTConfig::preset(model).num_params()) {
+      table.clear();
+      for (const model::ParamView& v : model::build_param_table(model::GPTConfig::preset(model)))
+        table.push_back({v.name, v.shape, v.offset});
+    }
     std::filesystem::remove_all(dir);
 
     std::barrier<> bar(world);
@@ -121,16 +176,19 @@ int main(int argc, char** argv) {
     const double med_save = median(save_s);
     const double max_stall = *std::max_element(stall.begin(), stall.end());
     const double load_slowest = *std::max_element(load_s.begin(), load_s.end());
+    const double load_whole = timed_whole_load(dir, contiguous_layout(table), table, states[0]);
+    const double load_columns = timed_whole_load(dir, column_layout(table, 4), table, states[0]);
     if (!keep_dir) std::filesystem::remove_all(dir);
     if (json) {
       std::printf("{\"model\": \"%s\", \"params\": %lld, \"world\": %d, \"stage\": %d, \"reps\": %d, "
                   "\"bytes\": %.0f, \"stall_ms_first\": %.3f, \"stall_ms_median\": %.3f, \"stall_ms_max\": %.3f, "
                   "\"save_s_median\": %.4f, \"write_s_median\": %.4f, \"commit_s_median\": %.4f, "
-                  "\"save_gb_per_s\": %.3f, \"load_s\": %.4f}\n",
+                  "\"save_gb_per_s\": %.3f, \"load_s\": %.4f, \"load_params_whole_s\": %.4f, "
+                  "\"load_params_columns_s\": %.4f}\n",
                   model.c_str(), (long long)psi, world, stage, reps, bytes, median(first_stall) * 1e3,
                   median(stall) * 1e3,
                   max_stall * 1e3, med_save, median(write), median(commit), bytes / med_save / 1e9,
-                  load_slowest);
+                  load_slowest, load_whole, load_columns);
     } else {
       std::printf("%s: %lld params x 4 fp32 states = %.1f MB per save, %d rank(s), stage %d, %d saves\n",
                   model.c_str(), (long long)psi, bytes / 1e6, world, stage, reps);
@@ -139,6 +197,8 @@ int main(int argc, char** argv) {
       std::printf("  save (writer, slowest rank): median %.3f s = %.2f GB/s (write+fsync %.3f s, commit %.3f s)\n",
                   med_save, bytes / med_save / 1e9, median(write), median(commit));
       std::printf("  load (slowest rank, checksums verified): %.3f s\n", load_slowest);
+      std::printf("  load of params by one thread: whole tensors %.3f s, matrices as 4 column boxes %.3f s\n",
+                  load_whole, load_columns);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_ckpt: error: %s\n", e.what());

@@ -67,6 +67,7 @@ void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
                dtype_name(st->dtype), ", cannot load as ", dtype_name(t.dtype));
   STRATA_CHECK(t.want.begin >= 0 && t.want.end >= t.want.begin && (t.data || t.want.empty()),
                "load: bad target range [", t.want.begin, ",", t.want.end, ") for '", t.name, "'");
+  check_layout_fits(manifest_, layout, dir_);
   const size_t dst_es = dtype_size(t.dtype);
   char* dst = static_cast<char*>(t.data);
 
@@ -84,7 +85,6 @@ void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
     const Range local = intersect(inside, {p.local_offset, p.local_offset + p.numel()});
     if (local.empty()) continue;
     const int tensor = manifest_.find_tensor(p.name);
-    STRATA_CHECK(tensor >= 0, dir_, ": tensor '", p.name, "' is not in the checkpoint");
     auto it = manifest_.runs.find({st->name, tensor});
     const TensorRuns& saved = it == manifest_.runs.end() ? none : it->second;
     const Range flat{local.begin - p.local_offset, local.end - p.local_offset};
@@ -152,7 +152,6 @@ LoadResult load_checkpoint(const std::string& dir, const std::vector<StateTarget
       !opts.layout.empty() ? opts.layout
                            : contiguous_layout(opts.expected_tensors.empty() ? reader.manifest().tensors
                                                                             : opts.expected_tensors);
-  check_layout_fits(reader.manifest(), layout, dir);
   for (const StateTarget& t : targets) reader.read(t, layout);
   LoadResult r;
   r.dir = dir;

@@ -29,6 +29,10 @@ const StateInfo* Manifest::find_state(const std::string& name) const {
 }
 
 int Manifest::find_tensor(const std::string& name) const {
+  if (tensor_index.size() == tensors.size()) {
+    auto it = tensor_index.find(name);
+    return it == tensor_index.end() ? -1 : it->second;
+  }
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].name == name) return int(i);
   return -1;
@@ -155,27 +159,6 @@ json to_json(const Manifest& m) {
           {"save", m.save}};
 }
 
-// Version 1: pieces of each state must tile [0, Ψ) exactly: no gap (data lost), no overlap.
-static void check_range_coverage(const Manifest& m, const std::string& where) {
-  for (const StateInfo& st : m.states) {
-    std::vector<Range> rs;
-    for (const ShardInfo& s : m.shards)
-      for (const PieceInfo& p : s.pieces)
-        if (p.state == st.name) rs.push_back(p.range);
-    std::sort(rs.begin(), rs.end(), [](Range a, Range b) { return a.begin < b.begin; });
-    int64_t at = 0;
-    for (Range r : rs) {
-      if (r.begin != at)
-        throw CorruptCheckpoint(cat(where, ": state '", st.name, "' ", r.begin > at ? "misses" : "repeats",
-                                    " elements near ", at, " of ", st.numel));
-      at = r.end;
-    }
-    if (at != st.numel)
-      throw CorruptCheckpoint(
-          cat(where, ": state '", st.name, "' covers ", at, " of ", st.numel, " elements"));
-  }
-}
-
 static void check_piece(const Manifest& m, const ShardInfo& s, const PieceInfo& p,
                         const std::string& where) {
   const StateInfo* st = m.find_state(p.state);
@@ -265,7 +248,7 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
     // Version 1 tables may name a tied weight twice; version 2 records each tensor once.
     m.tensors = m.version == 1 ? unique_views(table) : table;
     for (size_t i = 0; i < m.tensors.size(); ++i)
-      if (m.find_tensor(m.tensors[i].name) != int(i))
+      if (!m.tensor_index.emplace(m.tensors[i].name, int(i)).second)
         throw CorruptCheckpoint(cat(where, ": tensor '", m.tensors[i].name, "' listed twice"));
     for (const json& s : j.at("states"))
       m.states.push_back({s.at("name").get<std::string>(),
@@ -289,7 +272,7 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
                                     p.tensor.empty() ? "range" : "chunk", " piece"));
       check_piece(m, s, p, where);
     }
-  if (m.version == 1) check_range_coverage(m, where);
+  // Gaps and overlaps, of either version, show as tensors not held exactly once.
   resolve_chunks(m);
   check_tensor_coverage(m, where);
   return m;

@@ -115,6 +115,7 @@ struct Manifest {
   // Derived on read: every chunk, and the sorted runs of each (state, tensor index).
   std::vector<Chunk> chunks;
   std::map<std::pair<std::string, int>, TensorRuns> runs;
+  std::map<std::string, int> tensor_index;  // name -> index into tensors
 
   const StateInfo* find_state(const std::string& name) const;
   int find_tensor(const std::string& name) const;  // -1 when absent

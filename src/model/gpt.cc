@@ -11,6 +11,8 @@
 // 13C + 2*2 + NH floats per row and layer.
 // Cost per token: forward ~2*(12*L*C^2 + C*Vp) GEMM flops + ~2*L*C*T attention flops
 // (causal, T/2 keys on average), backward about twice that (plus the attention recompute).
+// A tensor-parallel rank (model/shard.h) runs the passes of gpt_tp.cc instead; the table,
+// initialisation, units and hooks here serve both.
 #include "model/gpt.h"
 
 #include <algorithm>

@@ -6,6 +6,8 @@
 //   units 1..L    transformer block l-1: ln1 w/b, qkv w (3C, C)/b, attn proj w (C, C)/b,
 //                 ln2 w/b, fc w (4C, C)/b, fc proj w (C, 4C)/b
 //   unit L+1      final LayerNorm w/b
+// Under tensor parallelism (model/shard.h) the units hold the same views with this rank's
+// local shapes, in the same order.
 // Data-parallel and ZeRO engines work on units: they can rebind where a unit's parameters
 // and gradients live (bind_unit) and are told, through hooks, when each unit is about to be
 // used and when its gradients are final.

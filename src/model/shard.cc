@@ -56,7 +56,9 @@ class TableBuilder {
     add(name, global, unit, decay, {{std::vector<int64_t>(global.size(), 0), global}}, replicated);
   }
   // Rows [k·R + r·R/T, k·R + (r+1)·R/T) for each of `stacks` blocks of R rows.
+  // With one rank: the whole tensor, one piece.
   void column(const std::string& name, const Shape& global, int unit, bool decay, int stacks) {
+    if (s_.size == 1) return whole(name, global, unit, decay, false);
     const int64_t R = global[0] / stacks, part = R / s_.size;
     std::vector<std::pair<std::vector<int64_t>, Shape>> boxes;
     for (int k = 0; k < stacks; ++k) {

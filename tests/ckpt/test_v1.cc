@@ -132,3 +132,29 @@ TEST(CkptV1, TrainingResumesBitExactFromIt) {
     }
   }
 }
+
+TEST(CkptV1, ResumeFromACheckpointWithAHoleIsOneLineAndTouchesNothing) {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/old/ckpt/step-000002";
+  fs::create_directories(tmp.path + "/old/ckpt");
+  fs::copy(kDir, dir);
+  nlohmann::json j;
+  std::ifstream(dir + "/manifest.json") >> j;
+  j["shards"][1]["pieces"].erase(0);  // rank 1's first range of params
+  const std::string edited = j.dump();
+  std::ofstream(dir + "/manifest.json") << edited;
+  const std::string cmd = std::string(STRATA_BINARY) +
+                          " train --model tiny --layers 1 --dim 4 --heads 2 --max-seq 8 --vocab 256 --steps 3"
+                          " --batch 2 --eval-every 0 --sample-every 0 --resume " + dir + " --run-dir " +
+                          tmp.path + "/new > " + tmp.path + "/out.txt 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 1);
+  std::ifstream out(tmp.path + "/out.txt");
+  const std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  EXPECT_NE(text.find(dir + "/manifest.json: state 'params' tensor 'wte' (256,4): no saved chunk holds "
+                      "elements"), std::string::npos) << text;
+  EXPECT_EQ(text.find("step 1"), std::string::npos) << "trained before refusing: " << text;
+  std::ifstream after(dir + "/manifest.json");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after)), std::istreambuf_iterator<char>()), edited);
+  EXPECT_EQ(fs::file_size(dir + "/shard-00001-of-00002.bin"), fs::file_size(kDir + "/shard-00001-of-00002.bin"));
+}
