@@ -98,16 +98,15 @@ void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
                                                  coord_str(p.global_shape, missing), ")"));
                  });
   }
-  copy(ops, *st, t);
+  copy(std::move(ops), *st, t);
 }
 
 // Executes the copies chunk by chunk in file order, so each block is read and hashed once.
-void CheckpointReader::copy(const std::vector<CopyOp>& unsorted, const StateInfo& st,
-                            const StateTarget& t) {
-  std::vector<CopyOp> ops = unsorted;
-  std::sort(ops.begin(), ops.end(), [](const CopyOp& a, const CopyOp& b) {
+void CheckpointReader::copy(std::vector<CopyOp> ops, const StateInfo& st, const StateTarget& t) {
+  auto file_order = [](const CopyOp& a, const CopyOp& b) {
     return a.chunk != b.chunk ? a.chunk < b.chunk : a.chunk_pos < b.chunk_pos;
-  });
+  };
+  if (!std::is_sorted(ops.begin(), ops.end(), file_order)) std::sort(ops.begin(), ops.end(), file_order);
   const int64_t src_es = int64_t(dtype_size(st.dtype)), dst_es = int64_t(dtype_size(t.dtype));
   char* dst = static_cast<char*>(t.data);
   for (const CopyOp& op : ops) {

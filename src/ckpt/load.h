@@ -50,7 +50,7 @@ class CheckpointReader {
 
  private:
   ShardReader& shard(size_t index);
-  void copy(const std::vector<CopyOp>& ops, const StateInfo& st, const StateTarget& t);
+  void copy(std::vector<CopyOp> ops, const StateInfo& st, const StateTarget& t);
   std::string dir_;
   Manifest manifest_;
   std::map<size_t, std::unique_ptr<ShardReader>> open_;
