@@ -31,6 +31,16 @@ for k, v in t.items():
                       ([r['median_tokens_per_s'] for r in {'tp 2 (sp)': tp, 'tp 2 (no sp)': nosp,
                                                            'dp 2 (zero 0)': dp}[k]]
                        if k != "peer tp 2" else [r['tokens_per_s'] for r in peer])) + ")")
+# Repeats run back to back (tp, peer, no sp, dp), so a ratio within one repeat shares its
+# machine load; the median of those ratios is printed beside the ratio of the medians.
+def per_repeat(a, b, ka="median_tokens_per_s", kb="median_tokens_per_s"):
+    r = [float(x[ka]) / float(y[kb]) for x, y in zip(a, b)]
+    return f"per repeat {', '.join(f'{v:.2f}' for v in r)}; median {statistics.median(r):.2f}x"
+
+
+print(f"within repeats: tp sp / peer {per_repeat(tp, peer, kb='tokens_per_s')}")
+print(f"within repeats: tp no sp / peer {per_repeat(nosp, peer, kb='tokens_per_s')}")
+print(f"within repeats: tp sp / dp {per_repeat(tp, dp)}")
 print(f"strata tp 2 (sp) / peer:    {t['tp 2 (sp)'] / t['peer tp 2']:.2f}x")
 print(f"strata tp 2 (no sp) / peer: {t['tp 2 (no sp)'] / t['peer tp 2']:.2f}x")
 print(f"strata tp 2 (sp) / dp 2:    {t['tp 2 (sp)'] / t['dp 2 (zero 0)']:.2f}x")
