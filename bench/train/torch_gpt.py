@@ -68,6 +68,33 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
+def adamw(model, lr):
+    """AdamW as strata sets it: weight decay on matrices and embeddings only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+
+
+def train_timed(model, forward, data, opt, clip):
+    """One optimizer step per data[step] (B, T+1): forward(x, y) gives the loss, clip() runs
+    between backward and the update. Returns the median seconds per step after the first
+    (warm-up) step, and the losses."""
+    times, losses = [], []
+    for step in range(data.size(0)):
+        t0 = time.perf_counter()
+        x, y = data[step, :, :-1].contiguous(), data[step, :, 1:].contiguous()
+        opt.zero_grad(set_to_none=True)
+        loss = forward(x, y)
+        loss.backward()
+        clip()
+        opt.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:] if len(times) > 1 else times), losses
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=4)
@@ -84,24 +111,9 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     model = GPT(args.layers, args.dim, args.heads, args.seq, args.vocab)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     data = torch.randint(0, args.vocab, (args.steps, args.batch, args.seq + 1))
-    times, losses = [], []
-    for step in range(args.steps):
-        t0 = time.perf_counter()
-        x, y = data[step, :, :-1].contiguous(), data[step, :, 1:].contiguous()
-        opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        times.append(time.perf_counter() - t0)
-    step_s = statistics.median(times[1:] if len(times) > 1 else times)
+    step_s, losses = train_timed(model, model, data, adamw(model, args.lr),
+                                 lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
     print(json.dumps({
         "peer": "pytorch " + torch.__version__,
         "params": sum(p.numel() for p in model.parameters()),

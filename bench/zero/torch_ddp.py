@@ -11,9 +11,7 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -21,7 +19,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from torch_gpt import GPT  # noqa: E402  (same model as the single-process peer)
+from torch_gpt import GPT, adamw, train_timed  # noqa: E402  (same model and loop)
 
 
 def worker(rank, world, args, port, queue):
@@ -32,28 +30,13 @@ def worker(rank, world, args, port, queue):
     torch.manual_seed(1)
     model = GPT(args.layers, args.dim, args.heads, args.seq, args.vocab)
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     per_rank = args.batch // world
     gen = torch.Generator().manual_seed(1000 + rank)
     data = torch.randint(0, args.vocab, (args.steps, per_rank, args.seq + 1), generator=gen)
-    times, losses = [], []
-    for step in range(args.steps):
-        t0 = time.perf_counter()
-        x, y = data[step, :, :-1].contiguous(), data[step, :, 1:].contiguous()
-        opt.zero_grad(set_to_none=True)
-        loss = ddp(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        times.append(time.perf_counter() - t0)
+    step_s, losses = train_timed(model, ddp, data, adamw(model, args.lr),
+                                 lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
     dist.barrier()
     if rank == 0:
-        step_s = statistics.median(times[1:] if len(times) > 1 else times)
         queue.put({
             "peer": f"pytorch {torch.__version__} DDP gloo",
             "nproc": world,

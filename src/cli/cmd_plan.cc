@@ -6,7 +6,11 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "model/gpt.h"
+#include "model/shard.h"
+#include "nlohmann/json.hpp"
 #include "plan/planner.h"
+#include "plan/tp_cost.h"
 
 namespace strata::cli {
 
@@ -49,7 +53,9 @@ struct Flags {
   int tp = 0, pp = 0, dp = 0, cp = 0, ep = 0, zero = 0, micro_batch = 0;
   std::string recompute, precision = "bf16", grad_precision, optimizer = "adamw", tokens;
   std::string cp_mode = "ring";
-  bool no_sp = false, json = false, rlhf = false;
+  bool no_sp = false, json = false, rlhf = false, local = false;
+  int accum = 1;
+  int64_t max_seq = 0;
   double headroom = 0.10, efficiency = 0, bucket_mb = 25, overlap = 1.0;
   double gpu_mtbf_h = 50000, job_mtbf_h = 0, storage_gbps = 50, restart_min = 10, stall_s = -1;
   int64_t rollout_batch = 8;
@@ -124,7 +130,54 @@ GpuSpec build_gpu(const Flags& f, const CLI::App& app, std::vector<std::string>&
   return g;
 }
 
+// `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
+// --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
+// activation buffers and the tensor-parallel bytes per step, from the cost models the
+// training summary prints its prediction with (plan/tp_cost.h, plan/zero_memory.h).
+void run_local(const Flags& f, const CLI::App& app) {
+  model::GPTConfig g = model::GPTConfig::preset(f.model.empty() ? "tiny" : f.model);
+  if (app.count("--layers")) g.layers = int(f.layers);
+  if (app.count("--hidden")) g.dim = int(f.hidden);
+  if (app.count("--heads")) g.heads = int(f.heads);
+  if (app.count("--vocab")) g.vocab = int(f.vocab), g.padded_vocab = int((f.vocab + 63) / 64 * 64);
+  if (app.count("--max-seq")) g.seq = int(f.max_seq);
+  g.validate();
+  const int tp = app.count("--tp") ? f.tp : 1, dp = app.count("--dp") ? f.dp : 1;
+  const int stage = app.count("--zero") ? f.zero : 0;
+  const int64_t seq = app.count("--seq") ? f.seq : g.seq;
+  const int64_t b = app.count("--micro-batch") ? f.micro_batch : 1;
+  STRATA_CHECK(dp >= 1, "--dp must be at least 1 (got ", dp, ")");
+  STRATA_CHECK(seq >= 1 && seq <= g.seq, "--seq ", seq, " outside [1, ", g.seq, "]");
+  STRATA_CHECK(b >= 1 && f.accum >= 1, "--micro-batch and --accum must be at least 1");
+  model::check_tensor_parallel(g, tp, !f.no_sp, int(seq));
+  const Precision p = f.precision == "fp32" ? Precision::fp32 : Precision::bf16;
+  const TpModel m = model::tp_model(g);
+  nlohmann::json ranks = nlohmann::json::array();
+  std::string text = cat("strata run: ", f.model.empty() ? "tiny" : f.model, ", tp ", tp, " x dp ",
+                         dp, ", zero ", stage, ", ", f.precision, tp > 1 && !f.no_sp ? ", sp" : "",
+                         ", micro-batch ", b, " x seq ", seq, " x accum ", f.accum, "\n");
+  for (int r = 0; r < tp; ++r) {
+    const int64_t psi = tp_local_params(m, tp, r);
+    const ModelStateBytes st = zero_model_state_bytes(psi, dp, stage, p);
+    const int64_t acts = tp_activation_bytes(m, tp, !f.no_sp, r, b);
+    const int64_t bytes = f.accum * tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq);
+    ranks.push_back({{"tp_rank", r}, {"params", psi}, {"parameters", st.parameters},
+                     {"gradients", st.gradients}, {"optimizer", st.optimizer},
+                     {"model_states", st.total()}, {"activations", acts},
+                     {"tp_bytes_per_step", bytes}});
+    text += cat("tp rank ", r, ": ", psi, " params; model states ", st.total(), " B (parameters ",
+                st.parameters, ", gradients ", st.gradients, ", optimizer ", st.optimizer,
+                "); activations ", acts, " B; tp bytes per step ", bytes, "\n");
+  }
+  if (f.json)
+    std::cout << nlohmann::json{{"tp", tp}, {"dp", dp}, {"zero", stage}, {"ranks", ranks}}.dump(2)
+              << "\n";
+  else
+    std::cout << text;
+}
+
 void run(const Flags& f, const CLI::App& app) {
+  if (f.local) return run_local(f, app);
   PlanRequest req;
   TrainSetup& s = req.setup;
   s.model = build_model(f, app);
@@ -303,6 +356,12 @@ static Register reg(
       app.add_option("--rollout-batch", f->rollout_batch, "Sequences each GPU generates (--rlhf)");
       app.add_option("--top", f->top, "Layouts shown in the ranking (default 10)");
       app.add_flag("--json", f->json, "Print JSON instead of tables");
+      app.add_flag("--local", f->local,
+                   "Plan a strata run on this machine (--model tiny|small|gpt2, --tp, --dp, "
+                   "--zero, --precision, --micro-batch, --seq, --accum, --no-sp): per-rank "
+                   "memory and tensor-parallel bytes, as the run's summary.json reports them");
+      app.add_option("--max-seq", f->max_seq, "Position table rows of the model (--local)");
+      app.add_option("--accum", f->accum, "Accumulation steps per optimizer step (--local)");
       add_plan_calibrate(app);
       app.callback([f, &app] {
         if (!app.got_subcommand("calibrate")) run(*f, app);

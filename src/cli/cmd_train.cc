@@ -3,6 +3,7 @@
 //   strata train --model tiny --data synthetic --steps 300 --run-dir runs/demo
 //   strata train --layers 2 --dim 64 --heads 4 --seq 32 --data input.txt --json
 //   strata train --nproc 4 --zero 3 --precision bf16 --trace --run-dir runs/z3
+//   strata train --nproc 4 --tp 2 --dp 2 --zero 1 --run-dir runs/tp2   (docs/tensor_parallel.md)
 //
 // The model is a preset (--model) with optional overrides of its architecture; --seq is the
 // training sequence length and may not exceed the model's position table (--max-seq).
@@ -148,8 +149,15 @@ void setup(CLI::App& app) {
   app.add_option("--peak-gflops", c.peak_gflops,
                  "Peak GFLOP/s for MFU (default: measured by an sgemm probe, cached)");
   train::ParallelConfig& p = a->parallel;
-  app.add_option("--nproc", p.nproc, "Data-parallel ranks to start on this host")
+  app.add_option("--nproc", p.nproc, "Ranks to start on this host (tp x dp)")
       ->capture_default_str();
+  app.add_option("--tp", p.mesh.tp,
+                 "Tensor-parallel ranks (Megatron-style; must divide the heads); ranks = tp x dp")
+      ->capture_default_str();
+  app.add_option("--dp", p.mesh.dp, "Data-parallel ranks (default: nproc / tp)");
+  app.add_flag("--sp,!--no-sp", p.sequence_parallel,
+               "Sequence parallelism with --tp > 1 (default on): norms and residuals hold seq/tp "
+               "tokens per rank");
   app.add_option("--backend", a->backend, "Communication backend: shm (this host) or mpi")
       ->capture_default_str();
   app.add_option("--zero", a->zero, "ZeRO stage: 0 (DDP), 1 (optimizer), 2 (+gradients), 3 (+parameters)")

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "model/gpt.h"
+#include "model/shard.h"
 
 namespace strata::model {
 
@@ -45,35 +46,9 @@ int64_t GPTConfig::num_params() const {
          2 * C;
 }
 
-std::vector<ParamView> build_param_table(const GPTConfig& cfg) {
+std::vector<ParamView> build_param_table(const GPTConfig& cfg, TpShard shard) {
   std::vector<ParamView> t;
-  int64_t off = 0;
-  auto add = [&](std::string name, Shape shape, int unit, bool decay) {
-    const int64_t n = numel(shape);
-    t.push_back(ParamView{std::move(name), std::move(shape), off, unit, decay});
-    off += n;
-  };
-  const int64_t C = cfg.dim;
-  add("wte", {cfg.padded_vocab, C}, 0, true);
-  add("wpe", {cfg.seq, C}, 0, true);
-  for (int l = 0; l < cfg.layers; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    const int u = l + 1;
-    add(p + "ln_1.weight", {C}, u, false);
-    add(p + "ln_1.bias", {C}, u, false);
-    add(p + "attn.c_attn.weight", {3 * C, C}, u, true);
-    add(p + "attn.c_attn.bias", {3 * C}, u, false);
-    add(p + "attn.c_proj.weight", {C, C}, u, true);
-    add(p + "attn.c_proj.bias", {C}, u, false);
-    add(p + "ln_2.weight", {C}, u, false);
-    add(p + "ln_2.bias", {C}, u, false);
-    add(p + "mlp.c_fc.weight", {4 * C, C}, u, true);
-    add(p + "mlp.c_fc.bias", {4 * C}, u, false);
-    add(p + "mlp.c_proj.weight", {C, 4 * C}, u, true);
-    add(p + "mlp.c_proj.bias", {C}, u, false);
-  }
-  add("ln_f.weight", {C}, cfg.layers + 1, false);
-  add("ln_f.bias", {C}, cfg.layers + 1, false);
+  for (ShardedView& v : build_sharded_table(cfg, shard)) t.push_back(std::move(v.view));
   return t;
 }
 
@@ -91,11 +66,6 @@ std::vector<DecayRange> decay_ranges(const std::vector<ParamView>& table, int64_
   return out;
 }
 
-TensorLayout tensor_layout(const GPTConfig& cfg) {
-  TensorLayout out;
-  for (const ParamView& v : build_param_table(cfg))
-    out.push_back({v.name, v.shape, std::vector<int64_t>(v.shape.size(), 0), v.shape, v.offset, true});
-  return out;
-}
+TensorLayout tensor_layout(const GPTConfig& cfg) { return tensor_layout(cfg, TpShard{}); }
 
 }  // namespace strata::model

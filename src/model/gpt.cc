@@ -11,130 +11,39 @@
 // 13C + 2*2 + NH floats per row and layer.
 // Cost per token: forward ~2*(12*L*C^2 + C*Vp) GEMM flops + ~2*L*C*T attention flops
 // (causal, T/2 keys on average), backward about twice that (plus the attention recompute).
+// A tensor-parallel rank (model/shard.h) runs the passes of gpt_tp.cc instead; the table,
+// initialisation, units and hooks here serve both.
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <optional>
 
 #include "core/error.h"
 #include "core/phase.h"
 #include "core/rng.h"
 #include "core/trace.h"
 #include "kernels/kernels.h"
+#include "model/gpt_impl.h"
+#include "model/shard.h"
+#include "model/tensor/collectives.h"
 
 namespace strata::model {
 
 namespace k = strata::kernels;
 
-namespace {
-
-constexpr int kViewsPerLayer = 12;
-
-// Pointers to one block's twelve views (parameters or gradients), in table order.
-struct Block {
-  float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-};
-
-struct LayerActs {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
-      *fch_gelu, *res3;
-};
-
-// Hands out consecutive pieces of one buffer.
-struct Carver {
-  float* base;
-  int64_t used = 0;
-  float* take(int64_t n) {
-    float* p = base ? base + used : nullptr;
-    used += (n + 15) / 16 * 16;  // keep every piece 64-byte aligned
-    return p;
-  }
-};
-
-// A "compute" trace span for one unit's work, built only when tracing is on.
-class UnitSpan {
- public:
-  UnitSpan(const char* pass, const char* what, int layer = -1) {
-    if (!tracer().enabled()) return;
-    std::string name = std::string(pass) + " " + what;
-    if (layer >= 0) name += std::to_string(layer);
-    span_.emplace(tracer(), std::move(name), "compute");
-  }
-
- private:
-  std::optional<TraceSpan> span_;
-};
-
-}  // namespace
-
-struct GPT::Impl {
-  std::vector<float*> unit_params, unit_grads;
-  std::vector<int64_t> view_rel;  // offset of each view inside its unit
-  UnitHooks hooks;
-
-  Buffer acts_buf, input_buf;
-  float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
-  float *logits = nullptr, *losses = nullptr, *ce_lse = nullptr;
-  float *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr, *dqkv = nullptr;
-  std::vector<LayerActs> layers;
-  int32_t *tokens = nullptr, *targets = nullptr;
-  float* weights = nullptr;
-  bool has_weights = false;
-
-  int B = 0, T = 0;
-  bool forward_done = false;  // a forward with targets ran and backward may follow
-  bool logits_valid = false;
-
-  // Layout pass with base = nullptr counts the floats; the second pass assigns pointers.
-  int64_t carve(float* base, const GPTConfig& cfg, int64_t N) {
-    Carver c{base};
-    const int64_t C = cfg.dim;
-    encoded = c.take(N * C);
-    layers.resize(cfg.layers);
-    for (LayerActs& a : layers) {
-      a.ln1 = c.take(N * C);
-      a.ln1_mean = c.take(N);
-      a.ln1_rstd = c.take(N);
-      a.qkv = c.take(3 * N * C);
-      a.atty = c.take(N * C);
-      a.att_lse = c.take(N * cfg.heads);
-      a.res2 = c.take(N * C);
-      a.ln2 = c.take(N * C);
-      a.ln2_mean = c.take(N);
-      a.ln2_rstd = c.take(N);
-      a.fch = c.take(4 * N * C);
-      a.fch_gelu = c.take(4 * N * C);
-      a.res3 = c.take(N * C);
-    }
-    lnf = c.take(N * C);
-    lnf_mean = c.take(N);
-    lnf_rstd = c.take(N);
-    logits = c.take(N * cfg.padded_vocab);
-    losses = c.take(N);
-    ce_lse = c.take(N);
-    dres = c.take(N * C);
-    dbuf_c = c.take(N * C);
-    dbuf_4c = c.take(4 * N * C);
-    dqkv = c.take(3 * N * C);
-    return c.used;
-  }
-
-  void before(int unit, Pass p) {
-    if (hooks.before_unit) hooks.before_unit(unit, p);
-  }
-  void after(int unit, Pass p) {
-    if (hooks.after_unit) hooks.after_unit(unit, p);
-  }
-};
-
-GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state)
-    : cfg_(cfg), max_batch_(max_batch), impl_(new Impl) {
+GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp)
+    : cfg_(cfg), tp_(tp), max_batch_(max_batch), impl_(new Impl) {
   cfg_.validate();
   STRATA_CHECK(max_batch >= 0, "max batch must be >= 0 (got ", max_batch, ")");
-  table_ = build_param_table(cfg_);
-  num_params_ = cfg_.num_params();
-  STRATA_CHECK(table_.back().offset + numel(table_.back().shape) == num_params_,
+  if (tp_ && tp_->size() > 1) {
+    shard_ = {tp_->size(), tp_->rank()};
+  } else {
+    tp_ = nullptr;  // one rank: the one-process code path
+  }
+  table_ = build_param_table(cfg_, shard_);
+  num_params_ = table_.back().offset + numel(table_.back().shape);
+  STRATA_CHECK(num_params_ == local_num_params(cfg_, shard_),
                "internal: parameter table does not cover the flat buffer");
   if (allocate_state) {
     params_ = Buffer(MemCategory::parameters, sizeof(float) * num_params_);
@@ -147,10 +56,16 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state)
   }
   for (const ParamView& v : table_) impl_->view_rel.push_back(v.offset - unit_range(v.unit).first);
 
-  const int64_t N = int64_t(max_batch) * cfg_.seq;
-  const int64_t floats = impl_->carve(nullptr, cfg_, N);
+  ActShape a;
+  a.N = int64_t(max_batch) * cfg_.seq;
+  a.T = shard_.size;
+  a.n = tp_ && tp_->sequence_parallel() ? (a.N + a.T - 1) / a.T : a.N;
+  a.Vr = vocab_slice(cfg_.padded_vocab, shard_).size();
+  a.rep = int64_t(cfg_.seq) * cfg_.dim + 6 * int64_t(cfg_.dim);
+  const int64_t floats = impl_->carve(nullptr, cfg_, a);
   impl_->acts_buf = Buffer(MemCategory::activations, sizeof(float) * floats);
-  impl_->carve(impl_->acts_buf.as<float>(), cfg_, N);
+  impl_->carve(impl_->acts_buf.as<float>(), cfg_, a);
+  const int64_t N = a.N;
   impl_->input_buf = Buffer(MemCategory::activations, (2 * sizeof(int32_t) + sizeof(float)) * N);
   impl_->tokens = impl_->input_buf.as<int32_t>();
   impl_->targets = impl_->tokens + N;
@@ -162,14 +77,18 @@ GPT::~GPT() { delete impl_; }
 std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
   STRATA_CHECK(unit >= 0 && unit < num_units(), "unit ", unit, " out of range [0, ", num_units(),
                ")");
-  const int L = cfg_.layers;
-  const int64_t C = cfg_.dim;
-  const int64_t emb = int64_t(cfg_.padded_vocab + cfg_.seq) * C;
-  const int64_t blk = 12 * C * C + 13 * C;
-  if (unit == 0) return {0, emb};
-  if (unit <= L) return {emb + (unit - 1) * blk, emb + unit * blk};
-  return {emb + L * blk, emb + L * blk + 2 * C};
+  // Views are in unit order: unit 0 is views [0, 2), block l views [2 + 12l, 14 + 12l), the
+  // final norm the last two.
+  const size_t first = unit == 0 ? 0 : 2 + size_t(kViewsPerLayer) * (unit - 1);
+  const size_t last = unit == 0 ? 1 : unit <= cfg_.layers ? first + kViewsPerLayer - 1 : first + 1;
+  return {table_[first].offset, table_[last].offset + numel(table_[last].shape)};
 }
+
+int64_t GPT::activation_bytes() const {
+  return int64_t(impl_->acts_buf.bytes() + impl_->input_buf.bytes());
+}
+
+TensorLayout GPT::tensor_layout() const { return model::tensor_layout(cfg_, shard_); }
 
 void GPT::set_hooks(UnitHooks hooks) { impl_->hooks = std::move(hooks); }
 
@@ -180,43 +99,59 @@ void GPT::bind_unit(int unit, float* params, float* grads) {
   impl_->unit_grads[unit] = grads;
 }
 
+// Global element index of element q of a box (row-major in the box) of a 1-D or 2-D tensor.
+static int64_t global_index(const TensorPiece& p, int64_t q) {
+  if (p.extents.size() == 1) return p.offsets[0] + q;
+  return (p.offsets[0] + q / p.extents[1]) * p.global_shape[1] + p.offsets[1] + q % p.extents[1];
+}
+
 void GPT::init(uint64_t seed) {
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
-  for (size_t i = 0; i < table_.size(); ++i) {
-    const ParamView& v = table_[i];
-    float* p = impl_->unit_params[v.unit];
-    STRATA_CHECK(p, "init: unit ", v.unit, " has no parameter memory bound");
-    p += impl_->view_rel[i];
-    const int64_t n = numel(v.shape);
+  const std::vector<ShardedView> sharded = build_sharded_table(cfg_, shard_);
+  for (size_t i = 0; i < sharded.size(); ++i) {
+    const ParamView& v = sharded[i].view;
+    float* base = impl_->unit_params[v.unit];
+    STRATA_CHECK(base, "init: unit ", v.unit, " has no parameter memory bound");
+    base -= unit_range(v.unit).first;  // indexed by flat offset from here on
     const std::string& name = v.name;
     auto ends_with = [&](const char* s) {
       const size_t k = std::strlen(s);
       return name.size() >= k && name.compare(name.size() - k, k, s) == 0;
     };
-    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || name == "ln_f.weight") {
-      for (int64_t e = 0; e < n; ++e) p[e] = 1.0f;
-      continue;
-    }
-    if (v.shape.size() == 1) {  // biases
-      std::memset(p, 0, sizeof(float) * n);
-      continue;
-    }
+    const bool ones = ends_with("ln_1.weight") || ends_with("ln_2.weight") || name == "ln_f.weight";
     const float stdv = float(ends_with("c_proj.weight") ? resid_std : 0.02);
     // Rows of wte past the real vocabulary stay zero: no token selects them and their
     // logits are ignored, so they never receive a gradient.
-    const int64_t live = name == "wte" ? int64_t(cfg_.vocab) * cfg_.dim : n;
-    // Element e takes the (e % 2)-th pair of words of Philox block e / 2: the same values a
-    // sequential Rng(seed, i).normal() would produce, computed in parallel.
+    const int64_t live = name == "wte" ? int64_t(cfg_.vocab) * cfg_.dim : INT64_MAX;
+    for (const TensorPiece& piece : sharded[i].pieces) {
+      float* p = base + piece.local_offset;
+      const int64_t n = piece.numel();
+      if (ones) {
+        for (int64_t e = 0; e < n; ++e) p[e] = 1.0f;
+        continue;
+      }
+      if (v.shape.size() == 1) {  // biases
+        std::memset(p, 0, sizeof(float) * n);
+        continue;
+      }
+      // Global element e takes the (e % 2)-th pair of words of Philox block e / 2 of
+      // stream i: the values a sequential Rng(seed, i).normal() would produce over the whole
+      // tensor, computed in parallel and for any box of it.
 #pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < live; ++e) {
-      const auto w = philox4x32(seed, i, uint64_t(e / 2));
-      const int j = int(e % 2) * 2;
-      const double u1 = (double(w[j]) + 1.0) / 4294967296.0;
-      const double u2 = double(w[j + 1]) / 4294967296.0;
-      const float z = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-      p[e] = z * stdv;
+      for (int64_t q = 0; q < n; ++q) {
+        const int64_t e = global_index(piece, q);
+        if (e >= live) {
+          p[q] = 0.0f;
+          continue;
+        }
+        const auto w = philox4x32(seed, i, uint64_t(e / 2));
+        const int j = int(e % 2) * 2;
+        const double u1 = (double(w[j]) + 1.0) / 4294967296.0;
+        const double u2 = double(w[j + 1]) / 4294967296.0;
+        const float z = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+        p[q] = z * stdv;
+      }
     }
-    std::memset(p + live, 0, sizeof(float) * (n - live));
   }
 }
 
@@ -228,22 +163,6 @@ void GPT::zero_grads() {
     std::memset(g, 0, sizeof(float) * (e - b));
   }
 }
-
-namespace {
-
-Block block_views(float* base, const std::vector<int64_t>& rel, int layer) {
-  STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
-  const int64_t* r = rel.data() + 2 + kViewsPerLayer * layer;
-  return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
-               base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
-}
-
-float* checked(float* p, int unit, const char* what) {
-  STRATA_CHECK(p, "unit ", unit, " has no ", what, " memory bound");
-  return p;
-}
-
-}  // namespace
 
 // One block forward: x (N,C) -> a.res3 (N,C).
 static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B,
@@ -349,6 +268,12 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
     im.has_weights = weights != nullptr;
     if (weights) std::memcpy(im.weights, weights, sizeof(float) * N);
   }
+  if (tp_) {
+    const double loss = tp_forward(im, cfg_, *tp_, shard_);
+    im.forward_done = true;
+    im.logits_valid = false;  // vocabulary-sharded: logits() computes them again
+    return loss;
+  }
   trunk_forward(im, cfg_, im.tokens, B, T);
   double loss = 0.0;
   im.before(0, Pass::forward);
@@ -375,6 +300,10 @@ void GPT::backward(float scale) {
   const int B = im.B, T = im.T, C = cfg_.dim, L = cfg_.layers;
   const int64_t N = int64_t(B) * T;
   const std::vector<int64_t>& rel = im.view_rel;
+  if (tp_) {
+    tp_backward(im, cfg_, *tp_, shard_, scale);
+    return;
+  }
 
   im.before(0, Pass::backward);
   if (N > 0) {
@@ -421,6 +350,29 @@ void GPT::backward(float scale) {
   im.after(0, Pass::backward);
 }
 
+// Sequence parallelism splits rows T ways; a prompt of any length is padded at its end (causal
+// attention: padding changes no earlier position) and the rows are compacted back.
+static const float* padded_tp_logits(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc,
+                                     TpShard s, const int32_t* tokens, int B, int T) {
+  int Tp = T;
+  while (tc.sequence_parallel() && int64_t(B) * Tp % s.size != 0) ++Tp;
+  STRATA_CHECK(Tp <= cfg.seq, "logits: ", T, " tokens padded to ", Tp,
+               " for sequence parallelism exceed the position table (", cfg.seq, ")");
+  for (int b = 0; b < B; ++b) {
+    std::memcpy(im.tokens + int64_t(b) * Tp, tokens + int64_t(b) * T, sizeof(int32_t) * T);
+    std::fill(im.tokens + int64_t(b) * Tp + T, im.tokens + int64_t(b + 1) * Tp, 0);
+  }
+  im.T = Tp;
+  float* out = const_cast<float*>(tp_logits(im, cfg, tc, s));
+  const int64_t Vp = cfg.padded_vocab;
+  for (int b = 0; b < B && Tp != T; ++b)
+    for (int t = 0; t < T; ++t)
+      std::memmove(out + (int64_t(b) * T + t) * Vp, out + (int64_t(b) * Tp + t) * Vp,
+                   sizeof(float) * Vp);
+  im.T = T;
+  return out;
+}
+
 const float* GPT::logits(const int32_t* tokens, int B, int T) {
   Impl& im = *impl_;
   if (!tokens) {
@@ -433,6 +385,7 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
   im.forward_done = false;
   im.B = B;
   im.T = T;
+  if (tp_) return padded_tp_logits(im, cfg_, *tp_, shard_, tokens, B, T);
   std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
   trunk_forward(im, cfg_, im.tokens, B, T);
   im.before(0, Pass::forward);

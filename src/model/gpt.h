@@ -6,6 +6,8 @@
 //   units 1..L    transformer block l-1: ln1 w/b, qkv w (3C, C)/b, attn proj w (C, C)/b,
 //                 ln2 w/b, fc w (4C, C)/b, fc proj w (C, 4C)/b
 //   unit L+1      final LayerNorm w/b
+// Under tensor parallelism (model/shard.h) the units hold the same views with this rank's
+// local shapes, in the same order.
 // Data-parallel and ZeRO engines work on units: they can rebind where a unit's parameters
 // and gradients live (bind_unit) and are told, through hooks, when each unit is about to be
 // used and when its gradients are final.
@@ -34,6 +36,8 @@
 
 namespace strata::model {
 
+class TensorComm;  // model/tensor/collectives.h
+
 struct GPTConfig {
   int layers = 4;
   int dim = 256;
@@ -51,14 +55,22 @@ struct GPTConfig {
 
 struct ParamView {
   std::string name;  // e.g. "wte", "h.0.attn.c_attn.weight" (docs/model.md)
-  Shape shape;
+  Shape shape;       // this rank's shape (the global one without tensor parallelism)
   int64_t offset;    // element offset in the flat buffer
   int unit;          // which unit it belongs to
   bool decay;        // AdamW weight decay applies (matrices and embeddings)
+  bool replicated = false;  // every tensor-parallel rank holds the whole tensor (norms, wpe,
+                            // row-parallel biases); false without tensor parallelism
 };
 
-// Builds the table of named views in unit order (the layout of the flat buffers).
-std::vector<ParamView> build_param_table(const GPTConfig& cfg);
+// This rank's place in a tensor-parallel group (model/shard.h): size 1 = the whole model.
+struct TpShard {
+  int size = 1, rank = 0;
+};
+
+// Builds the table of named views in unit order (the layout of the flat buffers) of the
+// whole model, or of a tensor-parallel rank's part of it (model/shard.h).
+std::vector<ParamView> build_param_table(const GPTConfig& cfg, TpShard shard = {});
 
 // Pieces of [begin, end) that share one decay policy, in order, for optimizers that work
 // on a range (a shard) of the flat buffers.
@@ -89,12 +101,19 @@ class GPT {
   // (max_batch, cfg.seq) and counts them in the memory tracker. With allocate_state = false
   // the flat parameter and gradient buffers are not allocated: the caller binds every unit
   // (ZeRO-3 keeps only shards).
-  GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true);
+  // With `tp` (a tensor-parallel group of size T > 1, which must outlive the model) the
+  // model is this rank's shard (model/shard.h) and its forward and backward communicate
+  // over tp (model/gpt_tp.cc); every tp rank must then get the same tokens.
+  GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true, TensorComm* tp = nullptr);
 
   const GPTConfig& config() const { return cfg_; }
   int num_units() const { return cfg_.layers + 2; }
   int64_t num_params() const { return num_params_; }
   const std::vector<ParamView>& param_table() const { return table_; }
+  TpShard shard() const { return shard_; }
+  TensorComm* tensor_comm() const { return tp_; }
+  // Every piece of the flat buffer in global GPT-2 coordinates (core/tensor_layout.h).
+  TensorLayout tensor_layout() const;
   // [begin, end) element range of a unit in the flat buffers.
   std::pair<int64_t, int64_t> unit_range(int unit) const;
 
@@ -121,13 +140,19 @@ class GPT {
   // gradients. For a mean over the global batch use scale = 1 / global weighted tokens.
   void backward(float scale);
   // Logits (B, T, padded_vocab) of the last forward (tokens = nullptr; valid until the next
-  // forward or backward, which turns them into their gradient in place), or computes them
-  // for tokens without targets (runs the forward hooks).
+  // forward or backward, which turns them into their gradient in place; one process only),
+  // or computes them for tokens without targets (runs the forward hooks; under tensor
+  // parallelism a collective of the tp group that gathers the vocabulary shards).
   const float* logits(const int32_t* tokens, int B, int T);
   int max_batch() const { return max_batch_; }
+  // Bytes of the activation buffers allocated for (max_batch, seq) (plan/tp_cost.h predicts
+  // them under tensor parallelism).
+  int64_t activation_bytes() const;
 
  private:
   GPTConfig cfg_;
+  TensorComm* tp_ = nullptr;
+  TpShard shard_;
   int max_batch_ = 0;
   int64_t num_params_ = 0;
   std::vector<ParamView> table_;

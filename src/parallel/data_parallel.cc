@@ -12,6 +12,7 @@
 #include "parallel/param_gatherer.h"
 #include "parallel/precision.h"
 #include "parallel/zero_comm.h"
+#include "model/tensor/collectives.h"
 
 namespace strata::parallel {
 
@@ -57,6 +58,9 @@ DataParallelEngine::DataParallelEngine(model::GPT& model, comm::ProcessGroup& gr
   buckets_ = plan_buckets(units_, cap);
   opt_range_ = opts_.stage == 0 ? Range{0, layout_.psi()} : layout_.own();
   decay_ = model::decay_ranges(model.param_table(), opt_range_.begin, opt_range_.end);
+  if (model.tensor_comm() && model.tensor_comm()->rank() != 0)
+    for (const model::ParamView& v : model.param_table())
+      if (v.replicated) replicated_.push_back({v.offset, v.offset + numel(v.shape)});
   allocate_state();
   reducer_ = std::make_unique<GradReducer>(*this);
   if (opts_.stage == 3) gatherer_ = std::make_unique<ParamGatherer>(*this);
@@ -190,6 +194,7 @@ void DataParallelEngine::after_unit(int unit, Pass pass) {
 // ---- step -----------------------------------------------------------------------------------
 
 void DataParallelEngine::begin_step() {
+  if (model_.tensor_comm()) tp_bytes_at_step_begin_ = model_.tensor_comm()->bytes();
   reducer_->begin_step();
   std::memset(grads_.data(), 0, grads_.bytes());
 }
@@ -198,7 +203,27 @@ void DataParallelEngine::begin_micro(int micro, int num_micro) {
   reducer_->begin_micro(micro, num_micro);
 }
 
-void DataParallelEngine::end_backward() { reducer_->finish(); }
+void DataParallelEngine::end_backward() {
+  reducer_->finish();
+  if (model_.tensor_comm())
+    tp_bytes_last_step_ = model_.tensor_comm()->bytes() - tp_bytes_at_step_begin_;
+}
+
+// Sum of squares of g (the gradients of [b, e)) without the replicated views, whose squares
+// tp rank 0 counts (replicated_ is sorted and empty on rank 0).
+static double sum_squares_counted(const float* g, int64_t b, int64_t e,
+                                  const std::vector<Range>& replicated) {
+  double sum = 0;
+  int64_t at = b;
+  for (const Range& r : replicated) {
+    if (r.end <= at) continue;
+    if (r.begin >= e) break;
+    if (r.begin > at) sum += kernels::sum_squares(g + (at - b), r.begin - at);
+    at = std::max(at, r.end);
+  }
+  if (at < e) sum += kernels::sum_squares(g + (at - b), e - at);
+  return sum;
+}
 
 // Gradient of global element i of opt_range_, in the working dtype.
 static const void* grad_at(const Buffer& grads, int stage, int64_t i, int64_t own_begin, DType t) {
@@ -228,7 +253,7 @@ double DataParallelEngine::local_grad_sum_squares() {
   const int64_t chunk = bf16_ ? units_[0].size() : 0;
   for_grad_chunks(
       opt_range_, grads_, opts_.stage, layout_.own().begin, wdtype_, scratch_grads_[0], chunk,
-      [&](int64_t b, int64_t e, const float* g) { sum += kernels::sum_squares(g, e - b); });
+      [&](int64_t b, int64_t e, const float* g) { sum += sum_squares_counted(g, b, e, replicated_); });
   return sum;
 }
 
@@ -285,6 +310,8 @@ float DataParallelEngine::step(float lr) {
   }
   // Stage 0 ranks hold identical full gradients; sharded stages add their shards' sums.
   if (opts_.stage >= 1) sum_sq = sum_over_ranks(pg_, sum_sq);
+  if (model_.tensor_comm())  // async: on the tp group's own thread (and trace track)
+    model_.tensor_comm()->group().all_reduce_async(&sum_sq, 1)->wait();
   {
     TraceSpan span(tracer(), "optimizer", "compute");
     apply_adamw(lr, kernels::clip_scale(sum_sq, optim_.grad_clip));

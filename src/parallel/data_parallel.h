@@ -25,6 +25,12 @@
 // Every rank must run forward and backward for every micro-batch, with B = 0 when it has no
 // samples: the model then only calls its hooks, and the engine's collectives stay matched.
 // Eval forwards and logits() (sampling) must likewise run on every rank at stage 3.
+//
+// Tensor parallelism: with a model built on a tp group (model::GPT's TensorComm), `group`
+// is the data-parallel group of the mesh (parallel/mesh.h) and everything above applies to
+// the rank's local flat buffer. Replicated views (norms, wpe, row-parallel biases) get the
+// same gradients and updates on every tp rank; the global gradient norm adds the squares
+// over the tp group, counting replicated views on tp rank 0 only.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -75,6 +81,9 @@ class DataParallelEngine final : public StepEngine {
   const ShardLayout& layout() const { return layout_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   MemoryReport memory_report() const;
+  // Payload bytes of the model's tensor-parallel collectives in the last step's forward and
+  // backward passes (0 without tensor parallelism).
+  int64_t tp_bytes_last_step() const { return tp_bytes_last_step_; }
 
   // Checkpoint access (see StateShard). After writing into the shards, call
   // state_loaded(step_count): it restores the step count and re-derives the working
@@ -131,6 +140,8 @@ class DataParallelEngine final : public StepEngine {
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3 only
   std::vector<model::DecayRange> decay_;     // decay runs of opt_range_
   int64_t steps_ = 0;
+  int64_t tp_bytes_at_step_begin_ = 0, tp_bytes_last_step_ = 0;
+  std::vector<Range> replicated_;  // tp ranks != 0: views whose squares rank 0 counts
   int64_t params_version_ = 0;  // bumped whenever the working parameters change
   model::Pass current_pass_ = model::Pass::forward;
 };

@@ -36,7 +36,9 @@ struct RankLayout {
   TensorLayout pieces;
   int tp = 1;
 };
-RankLayout rank_layout(const model::GPT& model) { return {model::tensor_layout(model.config()), 1}; }
+RankLayout rank_layout(const model::GPT& model) {
+  return {model.tensor_layout(), model.shard().size};
+}
 
 // The architecture keys of TrainConfig::to_json that must match between a checkpoint and
 // the run loading it (the tensor table catches most differences; heads does not show in it).

@@ -21,8 +21,11 @@
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
 #include "parallel/overlap.h"
+#include "plan/tp_cost.h"
 #include "plan/zero_memory.h"
 #include "train/run_dir_lock.h"
+#include "model/shard.h"
+#include "model/tensor/collectives.h"
 
 namespace strata::train {
 namespace {
@@ -55,6 +58,48 @@ std::string trace_path(const TrainConfig& cfg, int rank) {
   return cfg.run_dir + "/trace-rank" + std::to_string(rank) + ".json";
 }
 
+// The tensor-parallel figures of every rank next to plan/tp_cost.h's prediction for the same
+// model and layout (what `strata plan --local` prints): model states, the model's
+// activation buffers, and the payload of the last step's tp collectives.
+json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
+                             parallel::DataParallelEngine& engine, const model::GPT& gpt,
+                             parallel::Mesh& mesh) {
+  const parallel::MeshDims d = mesh.dims();
+  const int W = mesh.world().size(), A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
+  const double mine[3] = {double(engine.memory_report().model_states()),
+                          double(gpt.activation_bytes()), double(engine.tp_bytes_last_step())};
+  std::vector<double> all(size_t(3 * W));
+  mesh.world().all_gather(mine, all.data(), 3, DType::f64);
+  const plan::TpModel m = model::tp_model(cfg.model);
+  const bool sp = pc.sequence_parallel;
+  json ranks = json::array();
+  std::string text = cat("tensor parallel: ", d.describe(), sp ? ", sequence parallel" : "",
+                         "; per rank measured (plan):");
+  for (int r = 0; r < W; ++r) {
+    const int t = r % d.tp;
+    const int64_t states = plan::zero_model_state_bytes(plan::tp_local_params(m, d.tp, t), d.dp,
+                                                        pc.dp.stage, pc.dp.precision)
+                               .total();
+    const int64_t acts = plan::tp_activation_bytes(m, d.tp, sp, t, b);
+    const int64_t bytes = A * plan::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq());
+    const double* x = &all[size_t(3 * r)];
+    ranks.push_back({{"rank", r},
+                     {"tp_rank", t},
+                     {"dp_rank", r / d.tp},
+                     {"model_states", int64_t(x[0])},
+                     {"model_states_plan", states},
+                     {"activations", int64_t(x[1])},
+                     {"activations_plan", acts},
+                     {"tp_bytes_per_step", int64_t(x[2])},
+                     {"tp_bytes_per_step_plan", bytes}});
+    text += cat("\n  rank ", r, ": model states ", int64_t(x[0]), " B (", states,
+                "), activations ", int64_t(x[1]), " B (", acts, "), tp bytes/step ",
+                int64_t(x[2]), " (", bytes, ")");
+  }
+  return {{"tp", d.tp}, {"dp", d.dp}, {"sequence_parallel", sp}, {"ranks", ranks},
+          {"text", text}};
+}
+
 }  // namespace
 
 // This process's program and arguments, to start the same command once per rank.
@@ -84,9 +129,12 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   STRATA_CHECK(timeout_s >= 0, "--timeout must not be negative (got ", timeout_s, ")");
   STRATA_CHECK(!trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
   dp.validate();
-  cfg.validate(n);
-  parallel::check_batch_split(cfg.batch, cfg.micro_batch, n);
-  if (data_parallel || n > 1) parallel::check_memory_fits(cfg.model.num_params(), n, n, dp, 0);
+  const parallel::MeshDims d = mesh_dims();
+  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq());
+  cfg.validate(d.dp);
+  parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
+  const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
+  if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp, n, dp, 0);
 }
 
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {
@@ -153,9 +201,19 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   // The checkpoint writer thread synchronises on a group of its own (ckpt/checkpointer.h).
   comm::GroupPtr ckpt_group = world->split(0, world->rank(), "ckpt");
 
+  parallel::Mesh mesh(*world, pc.mesh_dims());
+  const parallel::MeshDims dims = mesh.dims();
+  std::unique_ptr<model::TensorComm> tensor_comm;
+  if (mesh.has_tp())
+    tensor_comm = std::make_unique<model::TensorComm>(mesh.tp(), pc.sequence_parallel);
+
   Topology topo;
   topo.rank = world->rank();
   topo.world = world->size();
+  topo.dp_rank = mesh.dp_rank();
+  topo.dp_world = dims.dp;
+  topo.tp = tensor_comm.get();
+  topo.counts_loss = mesh.tp_rank() == 0;
   topo.group = world.get();
   topo.sum_across_ranks = [g = world.get()](double x) {
     g->all_reduce(&x, 1);
@@ -167,15 +225,17 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   parallel::DataParallelEngine* engine = nullptr;  // owned by the trainer's run
   EngineFactory factory;
   factory.model_owns_state = false;
+  const model::GPT* built_model = nullptr;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
-    auto e = parallel::make_data_parallel_engine(m, *world, pc.dp, optim, seed);
+    built_model = &m;
+    auto e = parallel::make_data_parallel_engine(m, mesh.dp(), pc.dp, optim, seed);
     engine = e.get();
     return std::unique_ptr<parallel::StepEngine>(std::move(e));
   };
   factory.summary_extras = [&] {
     const parallel::MemoryReport mem = engine->memory_report();
     const plan::ModelStateBytes want = plan::zero_model_state_bytes(
-        engine->layout().psi(), topo.world, pc.dp.stage, pc.dp.precision);
+        engine->layout().psi(), dims.dp, pc.dp.stage, pc.dp.precision);
     json extras = {{"parallel", {{"zero", pc.dp.stage},
                                  {"precision", parallel::precision_name(pc.dp.precision)},
                                  {"bucket_mb", pc.dp.bucket_mb},
@@ -189,9 +249,15 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
                      {"optimizer", want.optimizer},
                      {"total", want.total()}}}};
     std::string text = cat("model states per rank: ", mem.model_states(), " B (formula ",
-                           want.total(), " B for ZeRO ", pc.dp.stage, " over ", topo.world,
-                           " rank(s)); buffers: comm ", mem.comm, " B, scratch ", mem.activations,
-                           " B");
+                           want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp,
+                           " data-parallel rank(s)); buffers: comm ", mem.comm, " B, scratch ",
+                           mem.activations, " B");
+    if (dims.tp > 1) {
+      json tp = tensor_parallel_summary(cfg, pc, *engine, *built_model, mesh);
+      text += "\n" + tp["text"].get<std::string>();
+      tp.erase("text");
+      extras["tensor_parallel"] = tp;
+    }
     if (pc.trace) {
       json ov = overlap_summary(*world);
       text += cat("\ngradient communication hidden behind compute: ",

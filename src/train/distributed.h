@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/types.h"
+#include "parallel/mesh.h"
 #include "parallel/options.h"
 #include "train/trainer.h"
 
@@ -21,6 +22,8 @@ namespace strata::train {
 
 struct ParallelConfig {
   int nproc = 1;                             // ranks to start on this host
+  parallel::MeshDims mesh;                   // --tp, --dp (parallel/mesh.h)
+  bool sequence_parallel = true;             // --sp / --no-sp, with --tp > 1
   comm::Backend backend = comm::Backend::shm;
   parallel::DataParallelOptions dp;          // --zero, --precision, --bucket-mb, --prefetch
   bool data_parallel = false;                // use the ZeRO engine even on one rank
@@ -33,6 +36,8 @@ struct ParallelConfig {
   int world() const;
   // Throws one line for impossible settings (before anything starts).
   void validate(const TrainConfig& cfg) const;
+  // The mesh degrees for world() ranks (throws naming --tp, --dp and the numbers).
+  parallel::MeshDims mesh_dims() const { return mesh.resolved(world()); }
 };
 
 // When this process is not yet a rank and the job needs ranks (nproc > 1, or a supervisor

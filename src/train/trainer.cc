@@ -190,7 +190,7 @@ struct Trainer::Run {
   const TrainConfig& cfg;
   const Topology& topo;
   const EngineFactory& factory;
-  int world, A, T, b, threads;
+  int world, A, T, b, threads;  // world: data-parallel ranks (topo.dp_world)
   bool lead;
   std::unique_ptr<MetricsWriter> out;
   data::Split split;
@@ -220,7 +220,7 @@ struct Trainer::Run {
 };
 
 Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory)
-    : cfg(c), topo(t), factory(factory), world(t.world), A(c.accum(t.world)), T(c.train_seq()),
+    : cfg(c), topo(t), factory(factory), world(t.dp_world), A(c.accum(t.dp_world)), T(c.train_seq()),
       b(c.batch / (A * world)), threads(omp_get_max_threads()), lead(t.rank == 0) {
   current_phase().set(-1, -1, PhaseKind::data);
   split = data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab);
@@ -229,7 +229,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                cfg.model.vocab, " (set --vocab ", split.train->vocab(), ")");
   floor = split.val->entropy_floor();
 
-  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state);
+  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state, topo.tp);
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
 
@@ -265,7 +265,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   sc.world = world;
   sc.seed = cfg.seed;
   sc.policy = data::parse_tail_policy(cfg.tail);
-  loader = std::make_unique<data::Loader>(*split.train, sc, topo.rank, from.loader,
+  loader = std::make_unique<data::Loader>(*split.train, sc, topo.dp_rank, from.loader,
                                           cfg.prefetch);
   result.entropy_floor = floor;
   if (lead)
@@ -294,10 +294,11 @@ void Trainer::Run::inject_at_step_start(int64_t step) {
 
 // Every K steps the ranks share the compute time of the window (one all-gather).
 std::optional<diag::StragglerCheck> Trainer::Run::check_stragglers(int64_t step) {
-  if (world <= 1 || !topo.group || !diag::straggler_check_due(step + 1, cfg.straggler.every_steps))
+  if (topo.world <= 1 || !topo.group ||
+      !diag::straggler_check_due(step + 1, cfg.straggler.every_steps))
     return std::nullopt;
   double mine = compute_window.take();
-  std::vector<double> all(size_t(world), 0.0);
+  std::vector<double> all(size_t(topo.world), 0.0);
   topo.group->all_gather(&mine, all.data(), 1, DType::f64);
   // What this rank waited for the slowest one, per step of the window.
   const int every = std::max(1, cfg.straggler.every_steps);
@@ -309,7 +310,7 @@ std::optional<diag::StragglerCheck> Trainer::Run::check_stragglers(int64_t step)
 // --peak-gflops below the machine): the peak becomes that rate, so MFU never exceeds 100%,
 // and a measured or cached peak is written back to the cache whenever it grew by 2%.
 void Trainer::Run::track_peak(double tokens_per_s, int64_t step) {
-  const double achieved = tokens_per_s * flops_per_token / world * 1e-9;
+  const double achieved = tokens_per_s * flops_per_token / topo.world * 1e-9;  // per process
   if (!peak.raise(achieved, step + 1) || peak.origin == "flag") return;
   if (peak.gflops > recorded_peak * 1.02) {
     record_peak(threads, peak.gflops);
@@ -355,6 +356,7 @@ void Trainer::Run::train_step(int64_t step) {
   // Compute time: forward, backward and optimizer, less the time blocked in communication.
   const int64_t compute_ns = (now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0);
   compute_window.add(double(compute_ns) * 1e-9);
+  if (!topo.counts_loss) loss_sum = 0;  // a tp peer: rank 0 of its tp group counts it
   double loss_total = loss_sum;
   if (hit && cfg.fault.kind == diag::FaultKind::skip_collective) {
     // this rank skips the loss all-reduce: its peers wait there until they time out
@@ -377,7 +379,7 @@ void Trainer::Run::train_step(int64_t step) {
   const double tps = double(batch.global_real_tokens) / secs;
   // The peak is one process's (its threads); the job has `world` of them.
   if (lead) track_peak(tps, step);
-  const double mfu = plan::mfu(tps, flops_per_token, peak.gflops * 1e9 * world);
+  const double mfu = plan::mfu(tps, flops_per_token, peak.gflops * 1e9 * topo.world);
   const int64_t steps = cfg.schedule.steps;
   if (step > 0 || steps == 1) {  // the first step pays for warm-up
     tok_s.push_back(tps);
@@ -456,7 +458,8 @@ void Trainer::Run::finish(double wall_s) {
        {"params", model->num_params()},
        {"steps", cfg.schedule.steps},
        {"accum", A},
-       {"world", world},
+       {"world", topo.world},
+       {"dp_world", world},
        {"threads", threads},
        {"final_loss", result.losses.empty() ? json() : json(result.losses.back())},
        {"eval_loss", result.eval_loss},
@@ -507,6 +510,10 @@ void Trainer::Run::finish(double wall_s) {
 Trainer::Trainer(TrainConfig cfg, Topology topo, EngineFactory engine)
     : cfg_(std::move(cfg)), topo_(std::move(topo)), engine_factory_(std::move(engine)) {
   if (!topo_.sum_across_ranks) topo_.sum_across_ranks = [](double x) { return x; };
+  if (topo_.dp_world == 0) {
+    topo_.dp_world = topo_.world;
+    topo_.dp_rank = topo_.rank;
+  }
   STRATA_CHECK(topo_.world > 0 && topo_.rank >= 0 && topo_.rank < topo_.world, "rank ",
                topo_.rank, " outside a world of ", topo_.world);
   STRATA_CHECK(bool(engine_factory_.make), "trainer needs a step-engine factory");
@@ -517,7 +524,7 @@ Trainer::~Trainer() = default;
 TrainResult Trainer::run() {
   Stopwatch wall;
   set_threads(cfg_.threads);
-  cfg_.validate(topo_.world);
+  cfg_.validate(topo_.dp_world);
   Run run(cfg_, topo_, engine_factory_);
   if (run.start_step >= cfg_.schedule.steps) {
     // Resumed at the last step: nothing was trained, so nothing is measured or evaluated, and

@@ -79,8 +79,15 @@ struct TrainConfig {
 // Where this process sits: rank 0 of 1 for a single process. sum_across_ranks adds a value
 // over all ranks (identity when alone); the trainer uses it for the reported step loss.
 struct Topology {
-  int rank = 0;
-  int world = 1;
+  int rank = 0;   // in the whole job (rank 0 writes metrics and the summary)
+  int world = 1;  // processes of the whole job
+  // Data-parallel coordinates (which share of each global batch this rank trains): the
+  // same as rank/world unless tensor-parallel peers share their data (dp_world < world).
+  int dp_rank = 0, dp_world = 0;  // dp_world 0: rank, world
+  // Tensor parallelism: the model is this rank's shard (model/shard.h); its peers compute
+  // the same loss, which only tp rank 0 adds into the job's sum.
+  model::TensorComm* tp = nullptr;
+  bool counts_loss = true;
   std::function<double(double)> sum_across_ranks;
   // The data-parallel group (null when alone): the trainer's own collectives, e.g. the
   // injected faults of diag/fault_inject.h.

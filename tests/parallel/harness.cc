@@ -12,6 +12,8 @@
 #include "gtest/gtest.h"
 #include "kernels/adamw.h"
 #include "parallel/zero_comm.h"
+#include "parallel/mesh.h"
+#include "model/tensor/collectives.h"
 
 namespace strata::ptest {
 
@@ -98,36 +100,74 @@ RunResult run_reference(const RunSpec& s) {
 
 RunResult run_data_parallel(const RunSpec& s, int world,
                             const parallel::DataParallelOptions& opts) {
-  STRATA_CHECK(s.batch % (world * s.accum) == 0, "test batch ", s.batch, " does not split into ",
-               world, " ranks x ", s.accum, " micro-batches");
-  const int micro = s.batch / (world * s.accum);
+  TpRun run;
+  run.dp = world;
+  run.opts = opts;
+  return run_tensor_parallel(s, run);
+}
+
+// Copies a piece (its local elements) into the one-process flat buffer at the global view.
+static void place_piece(std::vector<float>& global, const std::vector<model::ParamView>& table,
+                        const TensorPiece& p, const float* local) {
+  const model::ParamView* v = nullptr;
+  for (const model::ParamView& x : table)
+    if (x.name == p.name) v = &x;
+  STRATA_CHECK(v, "no global view ", p.name);
+  const int64_t n = p.numel();
+  for (int64_t q = 0; q < n; ++q) {
+    int64_t e = p.offsets[0] + q;
+    if (p.extents.size() == 2)
+      e = (p.offsets[0] + q / p.extents[1]) * p.global_shape[1] + p.offsets[1] + q % p.extents[1];
+    global[size_t(v->offset + e)] = local[q];
+  }
+}
+
+RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_bytes) {
+  const int world = run.tp * run.dp;
+  STRATA_CHECK(s.batch % (run.dp * s.accum) == 0, "test batch ", s.batch, " does not split into ",
+               run.dp, " dp ranks x ", s.accum, " micro-batches");
+  const int micro = s.batch / (run.dp * s.accum);
   std::vector<RunResult> results(world);
+  std::vector<std::vector<float>> local(world);
+  std::vector<TensorLayout> layouts(world);
+  std::vector<int64_t> bytes(world, 0);
   comm::run_threads(world, [&](comm::ProcessGroup& pg) {
     omp_set_num_threads(1);
-    const int rank = pg.rank();
-    model::GPT gpt(s.model, micro, parallel::model_owns_state(opts));
-    parallel::DataParallelEngine engine(gpt, pg, opts, s.optim, s.seed);
+    parallel::Mesh mesh(pg, {run.tp, run.dp});
+    std::unique_ptr<model::TensorComm> tc;
+    if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
+    model::GPT gpt(s.model, micro, parallel::model_owns_state(run.opts), tc.get());
+    parallel::DataParallelEngine engine(gpt, mesh.dp(), run.opts, s.optim, s.seed);
+    const int rank = pg.rank(), d = mesh.dp_rank();
     RunResult& out = results[rank];
     for (int step = 0; step < s.steps; ++step) {
       engine.begin_step();
       double loss = 0;
       for (int a = 0; a < s.accum; ++a) {
         engine.begin_micro(a, s.accum);
-        Rows r = batch_rows(s, step, (rank * s.accum + a) * micro, micro);
+        Rows r = batch_rows(s, step, (d * s.accum + a) * micro, micro);
         loss += gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T);
         gpt.backward(float(1.0 / double(real_tokens(s))));
       }
       engine.end_backward();
       out.grad_norms.push_back(engine.step(s.lr));
-      out.losses.push_back(parallel::sum_over_ranks(pg, loss) / double(real_tokens(s)));
+      out.losses.push_back(parallel::sum_over_ranks(mesh.dp(), loss) / double(real_tokens(s)));
     }
-    out.params = engine.gather_full_params();
+    local[rank] = engine.gather_full_params();
+    layouts[rank] = gpt.tensor_layout();
     out.memory = engine.memory_report();
+    bytes[rank] = engine.tp_bytes_last_step();
   });
   for (int r = 1; r < world; ++r) {
     EXPECT_EQ(results[r].losses, results[0].losses) << "rank " << r << " reports other losses";
-    EXPECT_EQ(results[r].params, results[0].params) << "rank " << r << " holds other weights";
+    EXPECT_EQ(local[r], local[r % run.tp]) << "rank " << r << " holds other weights";
   }
+  const std::vector<model::ParamView> table = model::build_param_table(s.model);
+  std::vector<float> global(size_t(s.model.num_params()), NAN);
+  for (int t = 0; t < run.tp; ++t)  // the tp ranks of dp rank 0
+    for (const TensorPiece& p : layouts[t]) place_piece(global, table, p, &local[t][p.local_offset]);
+  results[0].params = std::move(global);
+  if (tp_bytes) *tp_bytes = bytes[0];
   return results[0];
 }
 

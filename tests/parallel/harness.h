@@ -38,6 +38,17 @@ RunResult run_reference(const RunSpec& spec);
 RunResult run_data_parallel(const RunSpec& spec, int world,
                             const parallel::DataParallelOptions& opts);
 
+// Tensor parallelism: world = tp x dp threads in mesh order (parallel/mesh.h); the model is
+// each rank's tp shard, the engine runs over the dp group. params are the fp32 weights in the
+// one-process layout, assembled from every tp rank's pieces (model::tensor_layout);
+// tp_bytes the tensor-parallel payload of the last step (rank 0).
+struct TpRun {
+  int tp = 1, dp = 1;
+  bool sp = true;
+  parallel::DataParallelOptions opts;
+};
+RunResult run_tensor_parallel(const RunSpec& spec, const TpRun& run, int64_t* tp_bytes = nullptr);
+
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 

@@ -108,15 +108,23 @@ TEST(TrainBadInput, UnwritableRunDir) {
 // --nproc 2, train refuses in one line naming them instead of joining that job as one rank
 // and waiting out the timeout; run as a lone rank, it says so before it waits.
 TEST(TrainBadInput, LeftoverRankEnvironment) {
-  const std::string env = "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-review-diag STRATA_TIMEOUT=1 ";
+  const std::string env = "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-job STRATA_TIMEOUT=1 ";
   CliResult r = run_strata(kSmall + "--nproc 2", env);
   EXPECT_GT(r.status, 0) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  for (const char* n : {"--nproc 2", "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-review-diag",
+  for (const char* n : {"--nproc 2", "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-job",
                         "no strata launcher started this process", "unset them"})
     EXPECT_NE(r.err.find(n), std::string::npos) << r.err;
   CliResult lone = run_strata(kSmall, env);
   EXPECT_GT(lone.status, 0) << lone.err;
   EXPECT_NE(lone.err.find("running as rank 0 of 2 from the environment"), std::string::npos) << lone.err;
-  EXPECT_FALSE(std::filesystem::exists("/dev/shm/strata-leftover-review-diag-w"));
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/strata-leftover-job-w"));
+}
+
+// Tensor-parallel layouts the model or the world cannot take fail before any rank starts.
+TEST(TrainBadInput, TensorParallelLayouts) {
+  expect_error(kSmall + "--nproc 3 --tp 3", {"--tp 3", "4 attention heads"});
+  expect_error(kSmall + "--nproc 4 --tp 2 --dp 3", {"--tp 2 x --dp 3 = 6 ranks", "4"});
+  expect_error(kSmall + "--nproc 3 --tp 2", {"--tp 2", "world of 3"});
+  expect_error(kSmall + "--nproc 2 --tp 2 --seq 31", {"--sp", "31", "not divisible by 2"});
 }

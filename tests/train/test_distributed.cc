@@ -332,3 +332,149 @@ TEST(TrainDiagnosis, StragglerIsNamedInTheLogAndMetrics) {
 
 }  // namespace
 }  // namespace strata::test
+
+// `strata train --tp 2` learns the one-process loss curve, and summary.json reports each
+// rank's model states, activation buffers and tp bytes per step next to `strata plan
+// --local`'s prediction for the same layout, equal to the byte.
+TEST(TensorParallelCli, LossesMatchAndSummaryAgreesWithPlan) {
+  using namespace strata::test;
+  TempDir one("tp_one"), two("tp_two");
+  const std::string common =
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 4 --steps 4 "
+      "--peak-gflops 10 --sample-tokens 8 --eval-every 0 --data synthetic:20000 ";
+  CliResult a = run_strata(common + "--run-dir " + one.path.string(), "OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(a.status, 0) << a.err;
+  CliResult b = run_strata(
+      common + "--nproc 2 --tp 2 --zero 1 --trace --run-dir " + two.path.string(),
+      "OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(b.status, 0) << b.err;
+  // The tp collectives are on their own track, the tp group's communication thread.
+  const nlohmann::json trace = nlohmann::json::parse(slurp(two.path / "trace-rank0.json"));
+  const nlohmann::json& events = trace.is_array() ? trace : trace.at("traceEvents");
+  int64_t tp_tid = -1, on_track = 0;
+  for (const nlohmann::json& e : events)
+    if (e.value("ph", "") == "M" && e.contains("args") &&
+        e["args"].value("name", "") == "comm tp(dp=0)")
+      tp_tid = e.at("tid").get<int64_t>();
+  ASSERT_GE(tp_tid, 0) << "no track named \"comm tp(dp=0)\"";
+  for (const nlohmann::json& e : events)
+    if (e.value("cat", "") == "comm" && e.value("name", "").find("tp(dp=0)") != std::string::npos)
+      on_track += e.at("tid").get<int64_t>() == tp_tid ? 1 : -1000;
+  EXPECT_GT(on_track, 0);
+  auto losses = [](const TempDir& d) {
+    std::vector<double> l;
+    for (const nlohmann::json& j : json_lines(slurp(d.path / "metrics.jsonl")))
+      if (j.contains("loss")) l.push_back(j["loss"].get<double>());
+    return l;
+  };
+  const std::vector<double> la = losses(one), lb = losses(two);
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lb.size(), 4u);
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-5) << "step " << i + 1;
+  const nlohmann::json s = nlohmann::json::parse(slurp(two.path / "summary.json"));
+  const nlohmann::json& tp = s.at("tensor_parallel");
+  ASSERT_EQ(tp.at("ranks").size(), 2u);
+  CliResult plan = run_strata(
+      "plan --local --layers 2 --hidden 64 --heads 4 --model tiny --max-seq 32 --seq 32 --tp 2 "
+      "--dp 1 --zero 1 --precision fp32 --micro-batch 4 --json");
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const nlohmann::json p = nlohmann::json::parse(plan.out);
+  for (const nlohmann::json& r : tp.at("ranks")) {
+    const nlohmann::json& want = p.at("ranks").at(r.at("tp_rank").get<size_t>());
+    EXPECT_EQ(r.at("tp_bytes_per_step"), want.at("tp_bytes_per_step"));
+    EXPECT_EQ(r.at("model_states"), want.at("model_states"));
+    EXPECT_EQ(r.at("activations"), want.at("activations"));
+    EXPECT_GT(r.at("tp_bytes_per_step").get<int64_t>(), 0);
+    EXPECT_EQ(r.at("tp_bytes_per_step"), r.at("tp_bytes_per_step_plan"));
+    EXPECT_EQ(r.at("model_states"), r.at("model_states_plan"));
+    EXPECT_EQ(r.at("activations"), r.at("activations_plan"));
+  }
+}
+
+// A checkpoint saved by tp 2 x dp 2 at ZeRO 1 resumes on one process, on tp 4 and on dp 4 at
+// ZeRO 3, continuing the uninterrupted loss curve (within fp32 reduction order), and on the
+// same layout bit for bit.
+TEST(TensorParallelCli, CheckpointsResumeAcrossLayouts) {
+  using namespace strata::test;
+  TempDir saved("tp_ckpt");
+  const std::string common =
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 8 --steps 8 "
+      "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:20000 --json ";
+  auto losses = [](const std::string& out) {
+    std::vector<double> l;
+    for (const nlohmann::json& j : json_lines(out))
+      if (j.contains("loss") && j.contains("step")) l.push_back(j["loss"].get<double>());
+    return l;
+  };
+  CliResult full = run_strata(common + "--nproc 4 --tp 2 --dp 2 --zero 1 --ckpt-every 4 "
+                              "--ckpt-keep 0 --run-dir " + saved.path.string(),
+                              "OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(full.status, 0) << full.err;
+  const std::vector<double> want = losses(full.out);
+  ASSERT_EQ(want.size(), 8u);
+  std::filesystem::remove_all(saved.path / "ckpt" / "step-000008");
+  std::ofstream(saved.path / "ckpt" / "latest") << "step-000004\n";
+  for (const std::string layout : {"", "--nproc 4 --tp 4", "--nproc 4 --zero 3",
+                                   "--nproc 4 --tp 2 --dp 2 --zero 1"}) {
+    SCOPED_TRACE(layout);
+    TempDir run("tp_resume");
+    std::filesystem::copy(saved.path / "ckpt", run.path / "ckpt",
+                          std::filesystem::copy_options::recursive);
+    CliResult r = run_strata(common + layout + " --resume auto --run-dir " + run.path.string(),
+                             "OMP_NUM_THREADS=1 ");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::vector<double> got = losses(r.out);
+    ASSERT_EQ(got.size(), 4u) << r.out;
+    for (size_t i = 0; i < 4; ++i) {
+      if (layout == "--nproc 4 --tp 2 --dp 2 --zero 1")
+        EXPECT_EQ(got[i], want[4 + i]) << "step " << 5 + i;
+      else
+        EXPECT_NEAR(got[i], want[4 + i], 1e-5) << "step " << 5 + i;
+    }
+  }
+}
+
+// An epoch's uneven last batch with tp 2 x dp 2 (ZeRO 2) gives the one-process losses.
+TEST(TensorParallelCli, UnevenTailMatchesOneProcess) {
+  using namespace strata::test;
+  const std::string common =
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 8 --steps 10 "
+      "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:2400 --tail uneven "
+      "--json ";
+  auto records = [](const std::string& out) {
+    std::vector<std::pair<double, int64_t>> r;
+    for (const nlohmann::json& j : json_lines(out))
+      if (j.contains("loss") && j.contains("tokens"))
+        r.push_back({j["loss"].get<double>(), j["tokens"].get<int64_t>()});
+    return r;
+  };
+  CliResult a = run_strata(common, "OMP_NUM_THREADS=1 ");
+  CliResult b = run_strata(common + "--nproc 4 --tp 2 --zero 2", "OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  const auto ra = records(a.out), rb = records(b.out);
+  ASSERT_EQ(ra.size(), 10u);
+  ASSERT_EQ(rb.size(), 10u);
+  EXPECT_LT(ra.back().second, ra.front().second) << "no uneven tail in this data";
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(ra[i].second, rb[i].second) << "step " << i + 1;
+    EXPECT_NEAR(ra[i].first, rb[i].first, 1e-5) << "step " << i + 1;
+  }
+}
+
+// A tp rank that hangs: its peer times out in a tp collective and `strata doctor hang`
+// names the group by its mesh coordinates and the rank that never arrived.
+TEST(TensorParallelCli, HangInTpGroupIsDiagnosed) {
+  using namespace strata::test;
+  TempDir run("tp_hang");
+  CliResult r = run_strata(
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 4 --steps 4 "
+      "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:20000 --nproc 2 "
+      "--tp 2 --inject hang --inject-rank 1 --inject-step 2 --timeout 2 --run-dir " +
+          run.path.string(),
+      "OMP_NUM_THREADS=1 ");
+  EXPECT_NE(r.status, 0);
+  CliResult d = run_strata("doctor hang " + run.path.string());
+  EXPECT_NE(d.out.find("of group \"tp(dp=0)\""), std::string::npos) << d.out << d.err;
+  EXPECT_NE(d.out.find("never reached it: rank 1"), std::string::npos) << d.out << d.err;
+}

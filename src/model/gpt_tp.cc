@@ -1,0 +1,272 @@
+// GPT forward and backward on one tensor-parallel rank (model/shard.h says what it holds).
+//
+// Terms: T tp ranks, N = B·seq rows of the micro-batch, n = tc.local_rows(N) rows of the
+// residual region (N/T with sequence parallelism, else N), C width, Cl = C/T, NH/T local
+// heads, Vr local vocabulary rows. One block, Megatron-LM with sequence parallelism
+// (f, g: model/tensor/collectives.h):
+//
+//   x (n,C) -ln1-> (n,C) -f-> qkv column (N,3Cl) -attention on NH/T heads-> (N,Cl)
+//           -proj row-> g -> + x + b -> res2 (n,C) -ln2-> -f-> fc column (N,4Cl) -gelu->
+//           -fc proj row-> g -> + res2 + b -> res3 (n,C)
+//
+// Embedding and loss are vocab-parallel (model/tensor/vocab.h): the logits exist only as
+// (N, Vr) on each rank. The backward re-gathers the norm outputs instead of keeping the
+// gathered (N, C) copies, so the activations a rank keeps per layer are all 1/T of the
+// one-process ones (plus two (N, C) scratch tensors shared by all layers).
+//
+// Replicated parameters (norms, wpe, row-parallel biases) see only this rank's n rows under
+// SP: their gradients for the micro-batch are computed into a scratch, all-reduced over tp,
+// then added (+=) to the unit's gradients, so accumulation over micro-batches stays exact.
+// Without SP every rank computes them whole and identical, and nothing is reduced.
+// Communication per micro-batch and layer (SP): forward 2 all-gathers + 2 reduce-scatters
+// of N·C floats; backward 4 all-gathers + 2 reduce-scatters of N·C + 6C all-reduced.
+// Without SP: 2 all-reduces of N·C forward and 2 backward (plan/tp_cost.h).
+#include <cstring>
+
+#include "core/phase.h"
+#include "kernels/kernels.h"
+#include "model/gpt_impl.h"
+#include "model/shard.h"
+#include "model/tensor/linear.h"
+#include "model/tensor/vocab.h"
+
+namespace strata::model {
+
+namespace k = strata::kernels;
+namespace tn = strata::model::tensor;
+
+namespace {
+
+struct Dims {
+  int B = 0, T = 0;  // batch, sequence
+  int64_t N = 0, n = 0;
+  int C = 0, Cl = 0, NHl = 0;
+  int64_t v0 = 0, Vr = 0;
+};
+
+Dims dims_of(const GPT::Impl& im, const GPTConfig& cfg, const TensorComm& tc, TpShard s) {
+  Dims d;
+  d.B = im.B;
+  d.T = im.T;
+  d.N = int64_t(im.B) * im.T;
+  d.n = tc.local_rows(d.N);
+  d.C = cfg.dim;
+  d.Cl = cfg.dim / s.size;
+  d.NHl = cfg.heads / s.size;
+  const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
+  d.v0 = vs.begin;
+  d.Vr = vs.size();
+  STRATA_CHECK(!tc.sequence_parallel() || d.N % s.size == 0, "sequence parallelism over ", s.size,
+               " ranks needs rows divisible by ", s.size, " (batch ", im.B, " x seq ", im.T, ")");
+  return d;
+}
+
+// dst (n) += src (n): a replicated gradient after its tp reduction.
+void add_into(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// The replicated gradients in `rep` (n floats) of this micro-batch: summed over tp ranks
+// under SP (each saw its own rows), whole already without it.
+void reduce_replicated(TensorComm& tc, float* rep, int64_t n) {
+  if (tc.sequence_parallel()) tc.all_reduce_sum(rep, n);
+}
+
+void block_forward(TensorComm& tc, const Dims& d, const Block& w, LayerActs& a, const float* x,
+                   float* full) {
+  const int64_t N = d.N, n = d.n;
+  const int C = d.C, Cl = d.Cl;
+  k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, n, C);
+  tn::column_forward(tc, a.qkv, a.ln1, w.qkvw, w.qkvb, full, N, C, 3 * Cl);
+  k::attention_forward(a.atty, a.att_lse, a.qkv, d.B, d.T, Cl, d.NHl);
+  tn::row_forward(tc, a.res2, a.atty, w.projw, full, N, Cl, C);
+  tn::add_residual_bias(a.res2, x, w.projb, n, C);
+  k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n, C);
+  tn::column_forward(tc, a.fch, a.ln2, w.fcw, w.fcb, full, N, C, 4 * Cl);
+  k::gelu_forward(a.fch_gelu, a.fch, N * 4 * Cl);
+  tn::row_forward(tc, a.res3, a.fch_gelu, w.fcprojw, full, N, 4 * Cl, C);
+  tn::add_residual_bias(a.res3, a.res2, w.fcprojb, n, C);
+}
+
+// dres (n, C): d loss / d res3 on entry, d loss / d x on exit.
+void block_backward(TensorComm& tc, const Dims& d, GPT::Impl& im, const Block& w, const Block& g,
+                    const LayerActs& a, const float* x) {
+  const int64_t N = d.N, n = d.n;
+  const int C = d.C, Cl = d.Cl;
+  // Replicated gradients of this micro-batch: ln1 w, b | proj b | ln2 w, b | fc proj b.
+  float* rep = im.rep_grads;
+  std::memset(rep, 0, sizeof(float) * 6 * C);
+  float* dgelu = im.dbuf_4c;  // (N, 4Cl)
+  tn::row_backward(tc, dgelu, g.fcprojw, rep + 5 * C, im.dres, a.fch_gelu, w.fcprojw, im.full_a,
+                   N, 4 * Cl, C);
+  k::gelu_backward(dgelu, a.fch, dgelu, N * 4 * Cl);
+  tn::column_backward(tc, im.dbuf_c, g.fcw, g.fcb, dgelu, a.ln2, w.fcw, im.full_a, im.full_b, N, C,
+                      4 * Cl);
+  k::layernorm_backward(im.dres, rep + 3 * C, rep + 4 * C, im.dbuf_c, a.res2, w.ln2w, a.ln2_mean,
+                        a.ln2_rstd, n, C);
+  float* datty = im.dbuf_4c;  // (N, Cl)
+  tn::row_backward(tc, datty, g.projw, rep + 2 * C, im.dres, a.atty, w.projw, im.full_a, N, Cl, C);
+  k::attention_backward(im.dqkv, datty, a.qkv, a.atty, a.att_lse, d.B, d.T, Cl, d.NHl);
+  tn::column_backward(tc, im.dbuf_c, g.qkvw, g.qkvb, im.dqkv, a.ln1, w.qkvw, im.full_a, im.full_b,
+                      N, C, 3 * Cl);
+  k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
+  reduce_replicated(tc, rep, 6 * C);
+  add_into(g.ln1w, rep, C);
+  add_into(g.ln1b, rep + C, C);
+  add_into(g.projb, rep + 2 * C, C);
+  add_into(g.ln2w, rep + 3 * C, C);
+  add_into(g.ln2b, rep + 4 * C, C);
+  add_into(g.fcprojb, rep + 5 * C, C);
+}
+
+// Embedding, blocks and final norm: fills im.lnf (n, C). Forward hooks of units 0 .. L+1.
+void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Dims& d) {
+  const int L = cfg.layers;
+  const bool any = d.N > 0;  // the same on every tp rank (they share the micro-batch)
+  PhaseState& phase = current_phase();
+  phase.set_layer(-1);
+  im.before(0, Pass::forward);
+  if (any) {
+    UnitSpan s("forward", "embed");
+    float* p0 = checked(im.unit_params[0], 0, "parameter");
+    tn::embedding_forward(tc, im.encoded, im.tokens, p0 + im.view_rel[0], d.v0, d.Vr,
+                          p0 + im.view_rel[1], im.full_a, d.B, d.T, d.C);
+  }
+  im.after(0, Pass::forward);
+  for (int l = 0; l < L; ++l) {
+    phase.set_layer(l);
+    im.before(l + 1, Pass::forward);
+    if (any) {
+      UnitSpan s("forward", "L", l);
+      const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
+      block_forward(tc, d, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
+                    im.full_a);
+    }
+    im.after(l + 1, Pass::forward);
+  }
+  phase.set_layer(-1);
+  im.before(L + 1, Pass::forward);
+  if (any) {
+    UnitSpan s("forward", "ln_f");
+    float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
+    const int64_t* r = im.view_rel.data() + 2 + kViewsPerLayer * L;
+    k::layernorm_forward(im.lnf, im.lnf_mean, im.lnf_rstd,
+                         L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], d.n,
+                         d.C);
+  }
+  im.after(L + 1, Pass::forward);
+}
+
+// Local logits (N, Vr) = f(lnf) @ wte_r^T.
+void local_logits(GPT::Impl& im, TensorComm& tc, const Dims& d) {
+  const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
+  tn::column_forward(tc, im.logits, im.lnf, wte, nullptr, im.full_a, d.N, d.C, int(d.Vr));
+}
+
+}  // namespace
+
+double tp_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s) {
+  const Dims d = dims_of(im, cfg, tc, s);
+  trunk_forward(im, cfg, tc, d);
+  double loss = 0.0;
+  im.before(0, Pass::forward);
+  if (d.N > 0) {
+    UnitSpan span("forward", "logits");
+    local_logits(im, tc, d);
+    loss = tn::crossentropy_forward(tc, im.losses, im.ce_lse, im.logits, im.targets,
+                                    im.has_weights ? im.weights : nullptr, im.ce_stats, d.N, d.v0,
+                                    d.Vr, cfg.vocab);
+  }
+  im.after(0, Pass::forward);
+  return loss;
+}
+
+void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s, float scale) {
+  const Dims d = dims_of(im, cfg, tc, s);
+  const int L = cfg.layers, C = d.C;
+  const std::vector<int64_t>& rel = im.view_rel;
+  const bool any = d.N > 0;
+  im.before(0, Pass::backward);
+  if (any) {
+    UnitSpan span("backward", "logits");
+    const float* wte = checked(im.unit_params[0], 0, "parameter") + rel[0];
+    float* dwte = checked(im.unit_grads[0], 0, "gradient") + rel[0];
+    tn::crossentropy_backward(im.logits, im.ce_lse, im.targets,
+                              im.has_weights ? im.weights : nullptr, scale, d.N, d.v0, d.Vr,
+                              cfg.vocab);
+    tn::column_backward(tc, im.dbuf_c, dwte, nullptr, im.logits, im.lnf, wte, im.full_a, im.full_b,
+                        d.N, C, int(d.Vr));
+  }
+  im.before(L + 1, Pass::backward);
+  if (any) {
+    UnitSpan span("backward", "ln_f");
+    const float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
+    float* gf = checked(im.unit_grads[L + 1], L + 1, "gradient");
+    const int64_t* r = rel.data() + 2 + kViewsPerLayer * L;
+    std::memset(im.dres, 0, sizeof(float) * d.n * C);
+    float* rep = im.rep_grads;
+    std::memset(rep, 0, sizeof(float) * 2 * C);
+    k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c,
+                          L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], im.lnf_mean,
+                          im.lnf_rstd, d.n, C);
+    reduce_replicated(tc, rep, 2 * C);
+    add_into(gf + r[0], rep, C);
+    add_into(gf + r[1], rep + C, C);
+  }
+  im.after(L + 1, Pass::backward);
+  PhaseState& ph = current_phase();
+  for (int l = L - 1; l >= 0; --l) {
+    ph.set_layer(l);
+    im.before(l + 1, Pass::backward);
+    if (any) {
+      UnitSpan span("backward", "L", l);
+      const Block w = block_views(im.unit_params[l + 1], rel, l);
+      const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
+      block_backward(tc, d, im, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3);
+    }
+    im.after(l + 1, Pass::backward);
+  }
+  ph.set_layer(-1);
+  if (any) {
+    UnitSpan span("backward", "embed");
+    float* g0 = checked(im.unit_grads[0], 0, "gradient");
+    float* dwpe = im.rep_grads;  // (seq, C) of this micro-batch
+    std::memset(dwpe, 0, sizeof(float) * d.T * C);
+    tn::embedding_backward(tc, g0 + rel[0], dwpe, im.dres, im.tokens, d.v0, d.Vr, im.full_a, d.B,
+                           d.T, C);
+    reduce_replicated(tc, dwpe, int64_t(d.T) * C);
+    add_into(g0 + rel[1], dwpe, int64_t(d.T) * C);
+  }
+  im.after(0, Pass::backward);
+}
+
+const float* tp_logits(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s) {
+  const Dims d = dims_of(im, cfg, tc, s);
+  trunk_forward(im, cfg, tc, d);
+  im.before(0, Pass::forward);
+  const int64_t Vp = cfg.padded_vocab;
+  if (d.N > 0) {
+    UnitSpan span("forward", "logits");
+    local_logits(im, tc, d);
+  }
+  im.after(0, Pass::forward);
+  // Inference only (sampling): every rank's (N, Vr) block, then columns in vocabulary order.
+  const size_t need = sizeof(float) * size_t(2 * d.N * Vp);
+  if (im.logits_full.bytes() < need) im.logits_full = Buffer(MemCategory::activations, need);
+  float* blocks = im.logits_full.as<float>();
+  float* out = blocks + d.N * Vp;
+  std::vector<size_t> counts(size_t(s.size));
+  for (int r = 0; r < s.size; ++r)
+    counts[size_t(r)] = size_t(d.N * vocab_slice(Vp, {s.size, r}).size());
+  if (d.N > 0) tc.group().all_gather_v_async(im.logits, blocks, counts, DType::f32)->wait();
+  const float* src = blocks;
+  for (int r = 0; r < s.size; ++r) {
+    const VocabSlice vs = vocab_slice(Vp, {s.size, r});
+    for (int64_t row = 0; row < d.N; ++row)
+      std::memcpy(out + row * Vp + vs.begin, src + row * vs.size(), sizeof(float) * vs.size());
+    src += d.N * vs.size();
+  }
+  return out;
+}
+
+}  // namespace strata::model

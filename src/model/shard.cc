@@ -1,0 +1,132 @@
+#include "model/shard.h"
+
+#include "core/error.h"
+
+namespace strata::model {
+
+VocabSlice vocab_slice(int64_t padded_vocab, TpShard s) {
+  const int64_t begin = padded_vocab * s.rank / s.size;
+  return {begin, begin + plan::tp_vocab_rows(padded_vocab, s.size, s.rank)};
+}
+
+void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq) {
+  STRATA_CHECK(tp >= 1, "--tp must be at least 1 (got ", tp, ")");
+  STRATA_CHECK(cfg.heads % tp == 0, "--tp ", tp, " does not divide the model's ", cfg.heads,
+               " attention heads (each tensor-parallel rank takes whole heads)");
+  STRATA_CHECK(cfg.padded_vocab >= tp, "--tp ", tp, " exceeds the padded vocabulary ",
+               cfg.padded_vocab);
+  STRATA_CHECK(!sequence_parallel || tp == 1 || seq % tp == 0, "--sp with --tp ", tp,
+               ": the training sequence ", seq, " is not divisible by ", tp,
+               " (sequence-parallel ranks hold seq/tp tokens; use --no-sp or another --seq)");
+}
+
+namespace {
+
+// Appends views with their pieces; `off` is the running local flat offset.
+class TableBuilder {
+ public:
+  explicit TableBuilder(TpShard s) : s_(s) {}
+  std::vector<ShardedView> out;
+
+  // A view that holds `boxes` (offsets, extents) of global tensor `name` of `global`.
+  void add(const std::string& name, const Shape& global, int unit, bool decay,
+           const std::vector<std::pair<std::vector<int64_t>, Shape>>& boxes, bool replicated) {
+    ShardedView v;
+    int64_t n = 0;
+    for (const auto& [offsets, extents] : boxes) {
+      TensorPiece p;
+      p.name = name;
+      p.global_shape = global;
+      p.offsets = offsets;
+      p.extents = extents;
+      p.local_offset = off_ + n;
+      p.primary = !replicated || s_.rank == 0;
+      n += p.numel();
+      v.pieces.push_back(std::move(p));
+    }
+    // Local shape: the boxes stacked along dimension 0 (they share the other extents).
+    Shape local = boxes.front().second;
+    local[0] = 0;
+    for (const auto& b : boxes) local[0] += b.second[0];
+    v.view = ParamView{name, local, off_, unit, decay, replicated};
+    off_ += n;
+    out.push_back(std::move(v));
+  }
+  void whole(const std::string& name, const Shape& global, int unit, bool decay, bool replicated) {
+    add(name, global, unit, decay, {{std::vector<int64_t>(global.size(), 0), global}}, replicated);
+  }
+  // Rows [k·R + r·R/T, k·R + (r+1)·R/T) for each of `stacks` blocks of R rows.
+  // With one rank: the whole tensor, one piece.
+  void column(const std::string& name, const Shape& global, int unit, bool decay, int stacks) {
+    if (s_.size == 1) return whole(name, global, unit, decay, false);
+    const int64_t R = global[0] / stacks, part = R / s_.size;
+    std::vector<std::pair<std::vector<int64_t>, Shape>> boxes;
+    for (int k = 0; k < stacks; ++k) {
+      std::vector<int64_t> o(global.size(), 0);
+      o[0] = k * R + s_.rank * part;
+      Shape e = global;
+      e[0] = part;
+      boxes.push_back({o, e});
+    }
+    add(name, global, unit, decay, boxes, false);
+  }
+  // Columns [r·K/T, (r+1)·K/T) of an (OC, K) matrix.
+  void row(const std::string& name, const Shape& global, int unit, bool decay) {
+    const int64_t part = global[1] / s_.size;
+    add(name, global, unit, decay, {{{0, s_.rank * part}, {global[0], part}}}, false);
+  }
+
+ private:
+  TpShard s_;
+  int64_t off_ = 0;
+};
+
+}  // namespace
+
+std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
+  STRATA_CHECK(s.size >= 1 && s.rank >= 0 && s.rank < s.size, "tensor-parallel rank ", s.rank,
+               " of ", s.size, " is not a valid position");
+  STRATA_CHECK(cfg.heads % s.size == 0, "--tp ", s.size, " does not divide the model's ",
+               cfg.heads, " attention heads");
+  TableBuilder t(s);
+  const int64_t C = cfg.dim;
+  const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
+  t.add("wte", {cfg.padded_vocab, C}, 0, true, {{{vs.begin, 0}, {vs.size(), C}}}, false);
+  t.whole("wpe", {cfg.seq, C}, 0, true, true);
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    const int u = l + 1;
+    t.whole(p + "ln_1.weight", {C}, u, false, true);
+    t.whole(p + "ln_1.bias", {C}, u, false, true);
+    t.column(p + "attn.c_attn.weight", {3 * C, C}, u, true, 3);
+    t.column(p + "attn.c_attn.bias", {3 * C}, u, false, 3);
+    t.row(p + "attn.c_proj.weight", {C, C}, u, true);
+    t.whole(p + "attn.c_proj.bias", {C}, u, false, true);
+    t.whole(p + "ln_2.weight", {C}, u, false, true);
+    t.whole(p + "ln_2.bias", {C}, u, false, true);
+    t.column(p + "mlp.c_fc.weight", {4 * C, C}, u, true, 1);
+    t.column(p + "mlp.c_fc.bias", {4 * C}, u, false, 1);
+    t.row(p + "mlp.c_proj.weight", {C, 4 * C}, u, true);
+    t.whole(p + "mlp.c_proj.bias", {C}, u, false, true);
+  }
+  t.whole("ln_f.weight", {C}, cfg.layers + 1, false, true);
+  t.whole("ln_f.bias", {C}, cfg.layers + 1, false, true);
+  return std::move(t.out);
+}
+
+TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s) {
+  TensorLayout out;
+  for (ShardedView& v : build_sharded_table(cfg, s))
+    for (TensorPiece& p : v.pieces) out.push_back(std::move(p));
+  return out;
+}
+
+plan::TpModel tp_model(const GPTConfig& cfg) {
+  return {cfg.layers, cfg.dim, cfg.heads, cfg.seq, cfg.vocab, cfg.padded_vocab};
+}
+
+int64_t local_num_params(const GPTConfig& cfg, TpShard s) {
+  return plan::tp_local_params(tp_model(cfg), s.size, s.rank);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,61 @@
+// Tensor-parallel costs of strata's own GPT (model/shard.h, model/gpt_tp.cc), shared by the
+// model's sizes, the training summary and `strata plan --local`, which must agree to the
+// byte with what a run measures.
+//
+// Terms: L layers, C width, NH heads, Vp padded vocabulary, maxT position rows, T tp ranks,
+// N = micro-batch · seq rows, seq the training sequence.
+// Local parameters of tp rank r: Vr·C (vocab rows floor((r+1)Vp/T) - floor(rVp/T)) + maxT·C
+// + L·(12C²/T + 7C/T + 6C) + 2C.
+// Payload of the tp collectives per micro-batch (model/tensor/collectives.h counts an
+// all-gather or reduce-scatter as the whole (N, C) tensor, an all-reduce as its buffer):
+//   with SP:    (5 + 10L)·N·C + 3N + 2C + 6L·C + seq·C floats
+//               forward 4 per layer + embedding + logits input, backward 6 per layer + 3,
+//               the CE statistics (3N) and the replicated gradients under SP
+//   without SP: (2 + 4L)·N·C + 3N floats (all-reduces: 2 per layer each way, embedding,
+//               logits input gradient, CE statistics)
+#pragma once
+#include <cstdint>
+
+namespace strata::plan {
+
+struct TpModel {
+  int64_t layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0, padded_vocab = 0;
+};
+
+inline int64_t tp_vocab_rows(int64_t padded_vocab, int tp, int rank) {
+  return padded_vocab * (rank + 1) / tp - padded_vocab * rank / tp;
+}
+
+inline int64_t tp_local_params(const TpModel& m, int tp, int rank) {
+  const int64_t C = m.dim, T = tp;
+  return tp_vocab_rows(m.padded_vocab, tp, rank) * C + m.max_seq * C +
+         m.layers * (12 * C * C / T + 7 * C / T + 6 * C) + 2 * C;
+}
+
+// Bytes (fp32) of one micro-batch's tensor-parallel collectives, forward and backward.
+inline int64_t tp_comm_bytes_per_micro(const TpModel& m, int tp, bool sp, int64_t micro_batch,
+                                       int64_t seq) {
+  if (tp <= 1 || micro_batch == 0) return 0;
+  const int64_t N = micro_batch * seq, C = m.dim, L = m.layers;
+  const int64_t floats = sp ? (5 + 10 * L) * N * C + 3 * N + 2 * C + 6 * L * C + seq * C
+                            : (2 + 4 * L) * N * C + 3 * N;
+  return 4 * floats;
+}
+
+// Activation bytes the model allocates on one tp rank for micro-batches of up to
+// `micro_batch` sequences of max_seq (model/gpt_impl.h's carve, without its 64-byte
+// alignment padding, plus tokens, targets and weights).
+inline int64_t tp_activation_bytes(const TpModel& m, int tp, bool sp, int rank,
+                                   int64_t micro_batch) {
+  const int64_t N = micro_batch * m.max_seq, C = m.dim, L = m.layers, T = tp;
+  const int64_t n = sp && T > 1 ? (N + T - 1) / T : N, Cl = C / T;
+  const int64_t Vr = tp_vocab_rows(m.padded_vocab, tp, rank);
+  int64_t f = n * C;                                              // embedding output
+  f += L * (4 * n * C + 4 * n + 12 * N * Cl + N * m.heads / T);   // per layer
+  f += n * C + 2 * n + N * Vr + 2 * N;                            // ln_f, logits, losses
+  f += 2 * n * C + 7 * N * Cl;                                    // gradient scratch
+  if (T > 1) f += 2 * N * C + m.max_seq * C + 6 * C + 2 * N;      // tp scratch
+  return 4 * f + 12 * N;
+}
+
+}  // namespace strata::plan
