@@ -79,7 +79,10 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help='bf16: forward under torch.autocast("cpu", dtype=torch.bfloat16)')
     args = ap.parse_args()
+    bf16 = args.autocast == "bf16"
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -95,7 +98,8 @@ def main():
         t0 = time.perf_counter()
         x, y = data[step, :, :-1].contiguous(), data[step, :, 1:].contiguous()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -103,7 +107,7 @@ def main():
         times.append(time.perf_counter() - t0)
     step_s = statistics.median(times[1:] if len(times) > 1 else times)
     print(json.dumps({
-        "peer": "pytorch " + torch.__version__,
+        "peer": "pytorch " + torch.__version__ + (" autocast bf16" if bf16 else ""),
         "params": sum(p.numel() for p in model.parameters()),
         "threads": torch.get_num_threads(),
         "median_ms": step_s * 1e3,

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/memory.h"
 #include "core/tensor.h"
 
@@ -84,7 +85,13 @@ class GPT {
   // (max_batch, cfg.seq) and counts them in the memory tracker. With allocate_state = false
   // the flat parameter and gradient buffers are not allocated: the caller binds every unit
   // (ZeRO-3 keeps only shards).
-  GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true);
+  // compute = DType::bf16 runs every matmul (linear layers, logits, attention tiles) by
+  // kernels::gemm_bf16 (bf16 inputs, fp32 accumulation) and stores the matmul inputs that
+  // are only ever read as bf16 (LayerNorm outputs, GELU output) in bf16; statistics,
+  // residuals, logits, losses and all gradients stay fp32.
+  GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true,
+      DType compute = DType::f32);
+  DType compute() const { return compute_; }
 
   const GPTConfig& config() const { return cfg_; }
   int num_units() const { return cfg_.layers + 2; }
@@ -124,6 +131,7 @@ class GPT {
  private:
   GPTConfig cfg_;
   int max_batch_ = 0;
+  DType compute_ = DType::f32;
   int64_t num_params_ = 0;
   std::vector<ParamView> table_;
   Buffer params_, grads_;

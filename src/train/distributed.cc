@@ -149,6 +149,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   parallel::DataParallelEngine* engine = nullptr;  // owned by the trainer's run
   EngineFactory factory;
   factory.model_owns_state = false;
+  factory.compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     auto e = parallel::make_data_parallel_engine(m, *world, pc.dp, optim, seed);
     engine = e.get();

@@ -20,6 +20,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "data/dataset.h"
+#include "kernels/gemm_bf16.h"
 #include "plan/flops.h"
 #include "train/checkpointing.h"
 #include "train/generate.h"
@@ -106,9 +107,11 @@ json TrainConfig::to_json() const {
 }
 
 EngineFactory local_engine_factory() {
-  return {true, [](model::GPT& m, const parallel::OptimConfig& o, uint64_t) {
-            return std::unique_ptr<parallel::StepEngine>(new LocalEngine(m, o));
-          }};
+  EngineFactory f;
+  f.make = [](model::GPT& m, const parallel::OptimConfig& o, uint64_t) {
+    return std::unique_ptr<parallel::StepEngine>(new LocalEngine(m, o));
+  };
+  return f;
 }
 
 // ---- pieces of a run -----------------------------------------------------------------------
@@ -190,6 +193,7 @@ struct Trainer::Run {
   int64_t step_tokens = 0;  // real tokens of the last step
   bool inject = false;      // cfg.fault fires in this attempt (the supervisor's first only)
   Peak peak;
+  std::string gemm;  // which GEMM the model's matmuls run (gemm_name)
   double flops_per_token = 0, floor = -1;
   TrainResult result;
   std::vector<double> tok_s, mfus, step_ms;
@@ -213,7 +217,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                cfg.model.vocab, " (set --vocab ", split.train->vocab(), ")");
   floor = split.val->entropy_floor();
 
-  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state);
+  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state, factory.compute);
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
 
@@ -234,7 +238,14 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
     result.losses = from.losses;
   }
 
-  if (lead) peak = machine_peak(threads, cfg.peak_gflops);
+  const bool bf16 = factory.compute == DType::bf16;
+  gemm = kernels::matmul_gemm_name(bf16);
+  if (lead) peak = machine_peak(threads, cfg.peak_gflops, 1.0, bf16);
+  if (lead && bf16 && kernels::bf16_gemm_path() == kernels::GemmPath::fp32)
+    out->note("note: --precision bf16 runs emulated: no bf16 matrix unit (AMX or AVX-512 BF16) " +
+              std::string(kernels::cpu_has_avx512bf16() ? "selected (STRATA_KERNELS=fp32)"
+                                                        : "on this CPU") +
+              ", so matmuls take bf16-rounded inputs in fp32 arithmetic");
   flops_per_token = plan::train_flops_per_token(double(model->num_params()), cfg.model.layers,
                                                 cfg.model.dim, T);
   data::SamplerConfig sc;
@@ -249,10 +260,10 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   result.entropy_floor = floor;
   if (lead)
     out->note(fmt("strata train: %s, %lld params, data %s, batch %d = %d x %d accum x %d rank(s), "
-                  "seq %d, %d threads, peak %.1f GFLOP/s (%s)",
+                  "seq %d, %d threads, gemm %s, peak %.1f GFLOP/s %s (%s)",
                   cfg.model_name.c_str(), (long long)model->num_params(),
                   split.train->describe().c_str(), cfg.batch, b, A, world, T, threads,
-                  peak.gflops, peak.source.c_str()));
+                  gemm.c_str(), peak.gflops, peak.kind.c_str(), peak.source.c_str()));
 }
 
 // kill, exit and hang hit at the start of the step; the others inside it (train_step).
@@ -380,10 +391,10 @@ void Trainer::Run::finish(double wall_s) {
   result.median_mfu = median(mfus);
   if (lead && result.median_mfu > 1.0 && peak.source.rfind("cache", 0) == 0) {
     // This run's matmuls beat the cached peak: it was probed while the cores were busy.
-    forget_cached_peak(threads);
-    out->note(fmt("note: MFU %.0f%% is above 100%%: the cached sgemm peak (%.1f GFLOP/s) was "
+    forget_cached_peak(threads, peak.kind == "sgemm" ? "" : peak.kind.substr(5));
+    out->note(fmt("note: MFU %.0f%% is above 100%%: the cached %s peak (%.1f GFLOP/s) was "
                   "measured under load; it is dropped and the next run measures again",
-                  100 * result.median_mfu, peak.gflops));
+                  100 * result.median_mfu, peak.kind.c_str(), peak.gflops));
   }
   result.wall_s = wall_s;
   json& s = result.summary;
@@ -404,6 +415,8 @@ void Trainer::Run::finish(double wall_s) {
        {"flops_per_token", flops_per_token},
        {"peak_gflops", peak.gflops},
        {"peak_source", peak.source},
+       {"peak_kind", peak.kind},
+       {"gemm", gemm},
        {"wall_s", wall_s},
        {"data_wait_s", loader->wait_seconds()},
        {"memory", memory_tracker().to_json()}};
@@ -429,12 +442,14 @@ void Trainer::Run::finish(double wall_s) {
     mem += std::string(c ? ", " : "") + mem_category_name(MemCategory(c)) + " " +
            mib(mt.peak(MemCategory(c)));
   out->summary(s, fmt("done: %lld steps in %.1f s | final loss %.4f | eval loss %s\n"
-                      "median %.0f tok/s | MFU %.1f%% of %.1f GFLOP/s sgemm peak | %.1f ms/step\n"
+                      "median %.0f tok/s | MFU %.1f%% of %.1f GFLOP/s %s peak | gemm %s | "
+                      "%.1f ms/step\n"
                       "peak memory: %s; total %s%s",
                       (long long)cfg.schedule.steps, wall_s,
                       result.losses.empty() ? NAN : result.losses.back(),
                       floor_text(result.eval_loss, floor).c_str(), result.median_tokens_per_s,
-                      100 * result.median_mfu, peak.gflops, median(step_ms), mem.c_str(),
+                      100 * result.median_mfu, peak.gflops, peak.kind.c_str(), gemm.c_str(),
+                      median(step_ms), mem.c_str(),
                       mib(mt.peak_total()).c_str(), extra_text.c_str()));
 }
 

@@ -185,7 +185,9 @@ TEST(GemmBf16Dispatch, ChosenPathIsAvailableAndNamed) {
     const k::GemmPath best = k::cpu_has_amx_bf16()     ? k::GemmPath::amx
                              : k::cpu_has_avx512bf16() ? k::GemmPath::avx512bf16
                                                        : k::GemmPath::fp32;
-    if (best != k::GemmPath::amx) EXPECT_EQ(p, best);  // amx also needs the OS permission
+    if (best != k::GemmPath::amx) {  // amx also needs the OS permission
+      EXPECT_EQ(p, best);
+    }
   }
 }
 
