@@ -7,9 +7,10 @@
 #   L12    12 layers, dim 768, 12 heads, seq 256, vocab 256, batch 4
 # Prints the CPU model and its bf16 flags, tokens/s per run (median step after a warm-up
 # step), the medians and the ratios strata bf16 / torch bf16 and strata bf16 / strata fp32,
-# and which GEMM strata ran.
+# and which GEMM strata ran. EMULATED=1 adds a fourth run per round, strata --precision bf16
+# with STRATA_KERNELS=fp32 (the emulated path a CPU without bf16 units takes).
 #
-#   bash bench/train/bf16.sh              # BUILD=build THREADS=2 REPEATS=2 STEPS=6 MODELS="tiny L12"
+#   bash bench/train/bf16.sh     # BUILD=build THREADS=2 REPEATS=2 STEPS=6 MODELS="tiny L12" EMULATED=0
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${BUILD:-$ROOT/build}"
@@ -18,6 +19,7 @@ THREADS="${THREADS:-2}"
 REPEATS="${REPEATS:-2}"
 STEPS="${STEPS:-6}"
 MODELS="${MODELS:-tiny L12}"
+EMULATED="${EMULATED:-0}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 [[ -x "$STRATA" ]] || { echo "bench/train: $STRATA not built (make build)" >&2; exit 1; }
 
@@ -34,10 +36,15 @@ arch() {
 for m in $MODELS; do
   read -r L D H B <<<"$(arch "$m")"
   for r in $(seq 1 "$REPEATS"); do
-    for p in fp32 bf16; do
-      "$STRATA" train --layers "$L" --dim "$D" --heads "$H" --seq 256 --vocab 256 --batch "$B" \
-        --micro-batch "$B" --steps "$STEPS" --threads "$THREADS" --precision "$p" \
-        --sample-tokens 0 --eval-batches 1 --json | tail -n 1 > "$OUT/${m}_strata_${p}_$r.json"
+    runs="fp32 bf16"
+    [[ "$EMULATED" == 1 ]] && runs="$runs emulated"
+    for p in $runs; do
+      kernels=auto prec="$p"
+      [[ "$p" == emulated ]] && kernels=fp32 prec=bf16
+      STRATA_KERNELS="$kernels" "$STRATA" train --layers "$L" --dim "$D" --heads "$H" --seq 256 \
+        --vocab 256 --batch "$B" --micro-batch "$B" --steps "$STEPS" --threads "$THREADS" \
+        --precision "$prec" --sample-tokens 0 --eval-batches 1 --json | tail -n 1 \
+        > "$OUT/${m}_strata_${p}_$r.json"
     done
     "$PYTHON" "$ROOT/bench/train/torch_gpt.py" --layers "$L" --dim "$D" --heads "$H" --seq 256 \
       --vocab 256 --batch "$B" --steps "$STEPS" --threads "$THREADS" --autocast bf16 \
@@ -75,4 +82,10 @@ for m in models:
           f"strata bf16 / torch bf16 {b / t:.2f}x (target >= 1.3x), "
           f"strata bf16 / strata fp32 {b / a:.2f}x")
     print(f"bf16 peak {sb[0]['peak_gflops']:.1f} GFLOP/s ({sb[0]['peak_kind']}, {sb[0]['peak_source']})")
+    if os.path.exists(f"{out}/{m}_strata_emulated_1.json"):
+        se = [load("strata_emulated", r) for r in range(1, repeats + 1)]
+        e = statistics.median(x["median_tokens_per_s"] for x in se)
+        print(f"emulated bf16 (STRATA_KERNELS=fp32, gemm {se[0]['gemm']}): "
+              + ", ".join(f"{x['median_tokens_per_s']:.0f}" for x in se)
+              + f" tok/s; median {e:.0f} = {e / a:.2f}x strata fp32")
 PY

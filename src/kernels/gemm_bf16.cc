@@ -169,6 +169,10 @@ void gemm_bf16_on(GemmPath path, Op opa, Op opb, int M, int N, int K, float alph
   // Small products and calls from inside a parallel region run on this thread.
   const double flops = 2.0 * M * N * K;
   const bool par = !(omp_in_parallel() || omp_get_max_threads() == 1 || flops < 4e6);
+  static const bool has_avx512bf16 = gemm_path_available(GemmPath::avx512bf16);
+  static const bool has_amx = gemm_path_available(GemmPath::amx);
+  STRATA_CHECK(path == GemmPath::fp32 || (path == GemmPath::amx ? has_amx : has_avx512bf16),
+               "gemm_bf16: the ", gemm_path_name(path), " path is not available on this CPU");
   switch (path) {
     case GemmPath::amx: detail::gemm_amx(g, par); return;
     case GemmPath::avx512bf16: detail::gemm_avx512bf16(g, par); return;
