@@ -3,7 +3,8 @@
 offers) and PyTorch 1.13 under torch.autocast("cpu", dtype=torch.bfloat16), one model step
 without the optimizer, same batch and threads, interleaved round by round.
 
-  /usr/bin/python3 bench/kernels/compare_bf16.py --build build --threads 1 --rounds 3
+  /usr/bin/python3 bench/kernels/compare_bf16.py --build build --threads 1 --rounds 3 \
+      [--models tiny,L12] [--min-time 2]
 
 Models: tiny (4 layers, dim 256, seq 256, batch 8) and L12 (12 layers, dim 768, 12 heads,
 seq 256, vocab 256, batch 4). Reports CPU time per step (the process's, robust to other jobs
@@ -21,11 +22,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BATCH = {"tiny": 8, "L12": 4}
 
 
-def strata(build, name, threads):
+def strata(build, name, threads, min_time):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run([os.path.join(build, "bench", "bench_gpt"),
                           f"--benchmark_filter=BM_fwd_bwd/{name}/", "--benchmark_format=json",
-                          "--benchmark_min_time=2"], env=env, check=True, capture_output=True,
+                          f"--benchmark_min_time={min_time}"], env=env, check=True, capture_output=True,
                          text=True).stdout
     b = json.loads(out)["benchmarks"][0]
     return {"cpu_ms": b["cpu_time"], "tok_s": b["tok/s"]}
@@ -45,6 +46,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="tiny,L12")
+    ap.add_argument("--min-time", type=float, default=2.0,
+                    help="seconds of CPU time per strata measurement (Google Benchmark)")
     a = ap.parse_args()
     info = open("/proc/cpuinfo").read().splitlines()
     cpu = next((l.split(":", 1)[1].strip() for l in info if l.startswith("model name")), "?")
@@ -55,8 +58,8 @@ def main():
     for model in a.models.split(","):
         runs = {"fp32": [], "bf16": [], "torch": []}
         for r in range(a.rounds):
-            runs["fp32"].append(strata(a.build, f"{model}_fp32", a.threads))
-            runs["bf16"].append(strata(a.build, f"{model}_bf16", a.threads))
+            runs["fp32"].append(strata(a.build, f"{model}_fp32", a.threads, a.min_time))
+            runs["bf16"].append(strata(a.build, f"{model}_bf16", a.threads, a.min_time))
             runs["torch"].append(torch(model, a.threads))
             f, b, t = runs["fp32"][-1], runs["bf16"][-1], runs["torch"][-1]
             print(f"{model} round {r + 1}: cpu ms/step strata fp32 {f['cpu_ms']:.0f}, strata bf16 "

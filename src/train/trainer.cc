@@ -193,7 +193,7 @@ struct Trainer::Run {
   int64_t step_tokens = 0;  // real tokens of the last step
   bool inject = false;      // cfg.fault fires in this attempt (the supervisor's first only)
   Peak peak;
-  std::string gemm;  // which GEMM the model's matmuls run (gemm_name)
+  std::string gemm;  // which GEMM the model's matmuls run (kernels::matmul_gemm_name)
   double flops_per_token = 0, floor = -1;
   TrainResult result;
   std::vector<double> tok_s, mfus, step_ms;
