@@ -8,8 +8,8 @@
 //   A: op(A) rows of pairs, read by broadcasting one pair per row and kp:
 //      op(A) = A  (rows contiguous in k):   Ap[i][kp], row stride lda_p
 //      op(A) = A^T (k is A's row index):    Ap[kp][i], kp stride = padded rows
-// Packing rounds fp32 to bf16 (nearest even, vcvtne2ps2bf16) or copies bf16; it is
-// vectorised (interleaves by vpermw, op(B) = B^T by 32-bit gathers). The micro-kernel is
+// Packing rounds fp32 to bf16 (nearest even, vcvtneps2bf16) or copies bf16; it is
+// vectorised (interleaves by vpermt2w, op(B) = B^T by 32-bit gathers). The micro-kernel is
 // MR x NR = 6 x 64: 24 zmm accumulators, 4 B vectors, one broadcast per row and pair.
 // A row chunk of op(A) (all of K, at most ~8 MB) is packed once and shared by the threads;
 // op(B) in column blocks of at most ~2 MB. Tasks of MT x NT of C walk K in slices of KCP

@@ -8,7 +8,7 @@
 //   A, "rows" layout: Ap[i][kp], row stride lda_p pairs (op(A) = A; AMX always);
 //   A, "pairs" layout: Ap[kp][i], kp stride = rows of the chunk (op(A) = A^T, AVX-512).
 // fp32 is rounded to bf16 to nearest even (vcvtneps2bf16), bf16 is copied; pairs of two
-// rows are interleaved by vpermw, op(B) = B^T by 32-bit gathers. Rows, pairs and columns
+// rows are interleaved by vpermt2w, op(B) = B^T by 32-bit gathers. Rows, pairs and columns
 // beyond the matrix are packed as zeros.
 #pragma once
 #include <immintrin.h>
