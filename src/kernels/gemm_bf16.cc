@@ -20,7 +20,7 @@ namespace strata::kernels {
 
 static const EnvVar kKernels("STRATA_KERNELS", "auto",
                              "bf16 GEMM path under --precision bf16: auto (best the CPU has), "
-                             "amx, avx512bf16, or fp32 (emulated: bf16-rounded inputs, fp32 GEMM)");
+                             "amx, avx512bf16, or fp32 (emulated: the fp32 GEMM on the stored values)");
 
 namespace {
 
@@ -129,31 +129,39 @@ void scale_c_only(const Bf16Args& g) {
 
 namespace {
 
-// The stored matrix behind an operand (rows x cols elements), rounded to bf16 and widened
-// back into dst (dense, row stride cols).
-void rounded_copy(std::vector<float>& dst, const Mat& X, int rows, int cols, bool par) {
+// The stored matrix behind a bf16 operand (rows x cols elements), widened exactly into dst
+// (dense, row stride cols).
+void widen_copy(std::vector<float>& dst, const Mat& X, int rows, int cols, bool par) {
   dst.resize(size_t(rows) * cols);
   float* d = dst.data();
+  const uint16_t* x = static_cast<const uint16_t*>(X.p);
 #pragma omp parallel for schedule(static) if (par)
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) {
-      const int64_t at = int64_t(r) * X.ld + c;
-      const uint16_t h = X.t == DType::bf16 ? static_cast<const uint16_t*>(X.p)[at]
-                                            : f32_to_bf16(static_cast<const float*>(X.p)[at]);
-      d[int64_t(r) * cols + c] = bf16_to_f32(h);
-    }
+    for (int c = 0; c < cols; ++c) d[int64_t(r) * cols + c] = bf16_to_f32(x[int64_t(r) * X.ld + c]);
 }
 
 thread_local std::vector<float> tl_a, tl_b;
 
-// Emulated bf16: the same bf16-rounded inputs, multiplied by the fp32 GEMM.
+// Emulated bf16 (no bf16 unit): the fp32 GEMM on the operands as stored, bf16 ones widened
+// exactly. fp32 operands are not rounded first: that would only cost time, and the result
+// stays within the bf16 bound (it is at least as accurate).
 void gemm_emulated(const detail::Bf16Args& g, bool par) {
   const int ar = g.opa == Op::N ? g.M : g.K, ac = g.opa == Op::N ? g.K : g.M;
   const int br = g.opb == Op::N ? g.K : g.N, bc = g.opb == Op::N ? g.N : g.K;
-  rounded_copy(tl_a, g.A, ar, ac, par);
-  rounded_copy(tl_b, g.B, br, bc, par);
-  gemm(g.opa, g.opb, g.M, g.N, g.K, g.alpha, tl_a.data(), ac, tl_b.data(), bc, g.beta, g.C, g.ldc,
-       g.bias);
+  const float* a = static_cast<const float*>(g.A.p);
+  const float* b = static_cast<const float*>(g.B.p);
+  int lda = g.A.ld, ldb = g.B.ld;
+  if (g.A.t == DType::bf16) {
+    widen_copy(tl_a, g.A, ar, ac, par);
+    a = tl_a.data();
+    lda = ac;
+  }
+  if (g.B.t == DType::bf16) {
+    widen_copy(tl_b, g.B, br, bc, par);
+    b = tl_b.data();
+    ldb = bc;
+  }
+  gemm(g.opa, g.opb, g.M, g.N, g.K, g.alpha, a, lda, b, ldb, g.beta, g.C, g.ldc, g.bias);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Mixed-precision GEMM: bf16 inputs, fp32 accumulation and fp32 output, row-major.
 //   C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C (+ bias, per column)
-// A and B may each be fp32 or bf16 memory (Mat); fp32 operands are rounded to bf16 (nearest
-// even) while they are packed, so the result is the product of the bf16-rounded inputs
-// summed in fp32: |C - C_exact| <= |alpha| * sum_k |a_ik| |b_kj| * (2^-7 + 2^-16 + K 2^-24)
+// A and B may each be fp32 or bf16 memory (Mat); on the bf16 paths fp32 operands are
+// rounded to bf16 (nearest even) while they are packed, so the result is the product of the
+// bf16-rounded inputs summed in fp32: |C - C_exact| <= |alpha| * sum_k |a_ik| |b_kj| * (2^-7 + 2^-16 + K 2^-24)
 // (bf16 keeps 8 significant bits, so each rounded input is within 2^-8 relative; plus the
 // fp32 rounding of the running sum).
 //
@@ -11,8 +11,9 @@
 //   amx         Intel AMX tiles (tdpbf16ps, 16x32 bf16 tiles into 16x16 fp32), after asking
 //               Linux for the tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM)
 //   avx512bf16  AVX-512 BF16 (vdpbf16ps: 16 fp32 lanes += pairs of bf16 products)
-//   fp32        no bf16 unit: the inputs are rounded to bf16 and kernels::gemm (fp32) runs
-//               (emulated bf16, same numerics class, no faster than fp32)
+//   fp32        no bf16 unit, emulated: kernels::gemm (fp32) on the operands as stored,
+//               bf16 ones widened exactly (fp32 ones are not rounded: as fast as fp32, and
+//               at least as accurate as the bound above)
 // Each bf16 path is compiled in its own translation unit with its own target flags, so a
 // binary built for any x86-64 runs everywhere and picks the best path the CPU has.
 //

@@ -245,7 +245,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
     out->note("note: --precision bf16 runs emulated: no bf16 matrix unit (AMX or AVX-512 BF16) " +
               std::string(kernels::cpu_has_avx512bf16() ? "selected (STRATA_KERNELS=fp32)"
                                                         : "on this CPU") +
-              ", so matmuls take bf16-rounded inputs in fp32 arithmetic");
+              ", so its matmuls run in fp32 on the bf16-stored values");
   flops_per_token = plan::train_flops_per_token(double(model->num_params()), cfg.model.layers,
                                                 cfg.model.dim, T);
   data::SamplerConfig sc;
