@@ -89,3 +89,27 @@ TEST(Peak, ForgettingDropsOnlyThatEntry) {
   EXPECT_TRUE(j.contains(peak_cache_key(2))) << j.dump();
   EXPECT_EQ(machine_peak(1, 0, 0.1).source, "measured");
 }
+
+// A bf16 run's peak: on a CPU with a bf16 GEMM path, the bf16 probe under its own key (the
+// sgemm entry untouched) and dropped alone by forget_cached_peak;
+// without one, the sgemm peak.
+TEST(Peak, Bf16PeakHasItsOwnKeyAndKind) {
+  CacheFile cache("bf16");
+  const Peak f = machine_peak(1, 0, 0.1, /*bf16=*/false);
+  const Peak h = machine_peak(1, 0, 0.1, /*bf16=*/true);
+  EXPECT_EQ(f.kind, "sgemm");
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(cache.path));
+  if (h.kind == "sgemm") {  // emulated bf16: no bf16 unit on this CPU
+    EXPECT_EQ(h.gflops, f.gflops);
+    return;
+  }
+  EXPECT_EQ(h.kind.rfind("bf16 ", 0), 0u) << h.kind;
+  const std::string key = peak_cache_key(1, h.kind.substr(5));
+  ASSERT_TRUE(j.contains(key)) << j.dump();
+  EXPECT_EQ(j[key].get<double>(), h.gflops);
+  EXPECT_EQ(j[peak_cache_key(1)].get<double>(), f.gflops);
+  forget_cached_peak(1, h.kind.substr(5));
+  j = nlohmann::json::parse(std::ifstream(cache.path));
+  EXPECT_FALSE(j.contains(key));
+  EXPECT_TRUE(j.contains(peak_cache_key(1)));
+}
