@@ -12,7 +12,7 @@ STRATA    := $(BUILD)/strata
 all: build
 
 # The peers of the benchmarks (PyTorch for /usr/bin/python3); only `make bench` needs them.
-BENCH_PKGS := python3-torch
+BENCH_PKGS := python3-torch libdnnl-dev
 
 deps:
 	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS)"

@@ -4,6 +4,7 @@
 //   OMP_NUM_THREADS=2 build/bench/bench_gpt --benchmark_filter=tiny
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -20,7 +21,8 @@ struct Setup {
   GPT model;
   std::vector<int32_t> tokens, targets;
   std::vector<float> m, v;
-  Setup(const GPTConfig& c, int B) : model(c, B) {
+  Setup(const GPTConfig& c, int B, strata::DType compute = strata::DType::f32)
+      : model(c, B, true, compute) {
     model.init(1);
     strata::Rng r(7, 0);
     const int64_t n = int64_t(B) * c.seq;
@@ -65,6 +67,25 @@ void BM_train_step(benchmark::State& state, const char* preset, bool optimizer) 
   report(state, c, B);
 }
 
+// "tiny", "small", or "L12": 12 layers, dim 768, 12 heads, seq 256, vocab 256.
+GPTConfig config(const char* name) {
+  if (std::string(name) == "L12") return GPTConfig{12, 768, 12, 256, 256, 256};
+  return GPTConfig::preset(name);
+}
+
+// One forward+backward in fp32 or bf16 compute (kernels::gemm_bf16 on the CPU's path).
+void BM_fwd_bwd(benchmark::State& state, const char* model, bool bf16) {
+  const GPTConfig c = config(model);
+  const int B = int(state.range(0));
+  Setup s(c, B, bf16 ? strata::DType::bf16 : strata::DType::f32);
+  for (auto _ : state) {
+    s.model.zero_grads();
+    benchmark::DoNotOptimize(s.model.forward(s.tokens.data(), s.targets.data(), nullptr, B, c.seq));
+    s.model.backward(float(1.0 / (double(B) * c.seq)));
+  }
+  report(state, c, B);
+}
+
 void BM_forward(benchmark::State& state, const char* preset) {
   const GPTConfig c = GPTConfig::preset(preset);
   const int B = int(state.range(0));
@@ -88,6 +109,11 @@ BENCHMARK_CAPTURE(BM_train_step, small_step, "small", true)
     ->Arg(8)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+BENCHMARK_CAPTURE(BM_fwd_bwd, tiny_fp32, "tiny", false)->Arg(8)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_fwd_bwd, tiny_bf16, "tiny", true)->Arg(8)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_fwd_bwd, L12_fp32, "L12", false)->Arg(4)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_fwd_bwd, L12_bf16, "L12", true)->Arg(4)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

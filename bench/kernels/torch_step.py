@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 PRESETS = {"tiny": (4, 256, 4, 256, 256), "small": (6, 384, 6, 256, 256),
+           "L12": (12, 768, 12, 256, 256),
            "gpt2": (12, 768, 12, 1024, 50304)}
 
 
@@ -61,6 +62,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--optimizer", action="store_true", help="time full AdamW steps")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help='bf16: forward under torch.autocast("cpu", dtype=torch.bfloat16)')
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -77,7 +80,9 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        model(idx, tgt).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = model(idx, tgt)
+        loss.backward()
         if a.optimizer:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -95,7 +100,8 @@ def main():
     med = times[len(times) // 2]
     tokens = a.batch * T
     flops = 6 * n_params + 12 * L * C * T
-    print(json.dumps({"impl": "torch " + torch.__version__, "model": a.model, "batch": a.batch,
+    print(json.dumps({"impl": "torch " + torch.__version__ + (" autocast bf16" if a.autocast == "bf16" else ""),
+                      "model": a.model, "batch": a.batch,
                       "threads": a.threads, "optimizer": a.optimizer, "ms": med * 1e3,
                       "cpu_ms": cpu[len(cpu) // 2] * 1e3,
                       "tokens_per_s": tokens / med, "gflops": tokens * flops / med * 1e-9,

@@ -106,16 +106,23 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help='bf16: forward under torch.autocast("cpu", dtype=torch.bfloat16)')
     args = ap.parse_args()
+    bf16 = args.autocast == "bf16"
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     model = GPT(args.layers, args.dim, args.heads, args.seq, args.vocab)
     data = torch.randint(0, args.vocab, (args.steps, args.batch, args.seq + 1))
-    step_s, losses = train_timed(model, model, data, adamw(model, args.lr),
+    def forward(x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return model(x, y)
+
+    step_s, losses = train_timed(model, forward, data, adamw(model, args.lr),
                                  lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
     print(json.dumps({
-        "peer": "pytorch " + torch.__version__,
+        "peer": "pytorch " + torch.__version__ + (" autocast bf16" if bf16 else ""),
         "params": sum(p.numel() for p in model.parameters()),
         "threads": torch.get_num_threads(),
         "median_ms": step_s * 1e3,

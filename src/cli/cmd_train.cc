@@ -162,7 +162,9 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--zero", a->zero, "ZeRO stage: 0 (DDP), 1 (optimizer), 2 (+gradients), 3 (+parameters)")
       ->capture_default_str();
-  app.add_option("--precision", a->precision, "fp32, or bf16 (bf16 params/grads, fp32 master and moments)")
+  app.add_option("--precision", a->precision,
+                 "fp32, or bf16 (bf16 matmuls with fp32 accumulation, bf16 params/grads, fp32 "
+                 "master and moments)")
       ->capture_default_str();
   app.add_option("--bucket-mb", p.dp.bucket_mb, "Gradient bucket cap in MiB")->capture_default_str();
   app.add_option("--prefetch", p.dp.prefetch, "ZeRO-3: layers gathered ahead of their use")

@@ -7,6 +7,7 @@
 
 #include "kernels/fastmath.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
 
 namespace strata::kernels {
 
@@ -17,9 +18,18 @@ namespace {
 constexpr int kQ = kAttentionTile;
 constexpr int kK = kAttentionTile;
 
+// One tile product, fp32 or with bf16 inputs (fp32 accumulation); all operands fp32 memory.
+void tile_gemm(bool bf16, Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
+  if (bf16)
+    gemm_bf16(opa, opb, M, N, K, alpha, Mat(A, lda), Mat(B, ldb), beta, C, ldc);
+  else
+    gemm(opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 // One query block of one (b, h): rows [r0, r1) of q against keys [0, r1).
 void forward_block(float* out, float* lse, const float* q, const float* k, const float* v, int r0,
-                   int r1, int ld, int ldo, int hs, float scale, float* S, float* O) {
+                   int r1, int ld, int ldo, int hs, float scale, float* S, float* O, bool bf16) {
   const int nr = r1 - r0;
   float m[kQ], l[kQ];
   for (int i = 0; i < nr; ++i) {
@@ -30,7 +40,7 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
   for (int k0 = 0; k0 < r1; k0 += kK) {
     const int nk = std::min(kK, r1 - k0);
     // S (nr, nk) = scale * Q_i (nr, hs) @ K_j^T (hs, nk)
-    gemm(Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld, 0.0f,
+    tile_gemm(bf16, Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld, 0.0f,
          S, kK);
     for (int i = 0; i < nr; ++i) {
       float* s = S + i * kK;
@@ -47,7 +57,7 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
       }
     }
     // O (nr, hs) += P (nr, nk) @ V_j (nk, hs)
-    gemm(Op::N, Op::N, nr, hs, nk, 1.0f, S, kK, v + int64_t(k0) * ld, ld, 1.0f, O, hs);
+    tile_gemm(bf16, Op::N, Op::N, nr, hs, nk, 1.0f, S, kK, v + int64_t(k0) * ld, ld, 1.0f, O, hs);
   }
   for (int i = 0; i < nr; ++i) {
     const float inv = 1.0f / l[i];
@@ -59,7 +69,8 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       bool bf16) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int blocks = (T + kQ - 1) / kQ;
@@ -76,7 +87,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
       const float* q = qkv + int64_t(b) * T * 3 * C + h * hs;
       const int r0 = blk * kQ, r1 = std::min(T, r0 + kQ);
       forward_block(out + int64_t(b) * T * C + h * hs, lse + (int64_t(b) * NH + h) * T, q, q + C,
-                    q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data());
+                    q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data(), bf16);
     }
   }
 }
@@ -91,7 +102,7 @@ struct BackwardScratch {
 // q/k/v (3C) and ldo that of out/dout (C).
 void backward_head(float* dq, float* dk, float* dv, const float* dout, const float* q,
                    const float* k, const float* v, const float* out, const float* lse, int T,
-                   int ld, int ldo, int hs, float scale, BackwardScratch& w) {
+                   int ld, int ldo, int hs, float scale, BackwardScratch& w, bool bf16) {
   float* S = w.S.data();
   float* dP = w.dP.data();
   float* D = w.D.data();
@@ -105,7 +116,7 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
     for (int r0 = (k0 / kQ) * kQ; r0 < T; r0 += kQ) {
       const int nr = std::min(kQ, T - r0);
       // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
-      gemm(Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld,
+      tile_gemm(bf16, Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld,
            0.0f, S, kK);
       for (int i = 0; i < nr; ++i) {
         float* s = S + i * kK;
@@ -115,10 +126,10 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
         for (int j = valid; j < nk; ++j) s[j] = 0.0f;
       }
       // dV_j (nk, hs) (+)= P^T (nk, nr) @ dO_i (nr, hs)
-      gemm(Op::T, Op::N, nk, hs, nr, 1.0f, S, kK, dout + int64_t(r0) * ldo, ldo,
+      tile_gemm(bf16, Op::T, Op::N, nk, hs, nr, 1.0f, S, kK, dout + int64_t(r0) * ldo, ldo,
            first ? 0.0f : 1.0f, dv + int64_t(k0) * ld, ld);
       // dP (nr, nk) = dO_i (nr, hs) @ V_j^T (hs, nk)
-      gemm(Op::N, Op::T, nr, nk, hs, 1.0f, dout + int64_t(r0) * ldo, ldo, v + int64_t(k0) * ld, ld,
+      tile_gemm(bf16, Op::N, Op::T, nr, nk, hs, 1.0f, dout + int64_t(r0) * ldo, ldo, v + int64_t(k0) * ld, ld,
            0.0f, dP, kK);
       // dS = P * (dP - D), kept in dP
       for (int i = 0; i < nr; ++i) {
@@ -128,10 +139,10 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
         for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - Di);
       }
       // dQ_i (nr, hs) += scale * dS (nr, nk) @ K_j (nk, hs)
-      gemm(Op::N, Op::N, nr, hs, nk, scale, dP, kK, k + int64_t(k0) * ld, ld, 1.0f,
+      tile_gemm(bf16, Op::N, Op::N, nr, hs, nk, scale, dP, kK, k + int64_t(k0) * ld, ld, 1.0f,
            dq + int64_t(r0) * ld, ld);
       // dK_j (nk, hs) (+)= scale * dS^T (nk, nr) @ Q_i (nr, hs)
-      gemm(Op::T, Op::N, nk, hs, nr, scale, dP, kK, q + int64_t(r0) * ld, ld, first ? 0.0f : 1.0f,
+      tile_gemm(bf16, Op::T, Op::N, nk, hs, nr, scale, dP, kK, q + int64_t(r0) * ld, ld, first ? 0.0f : 1.0f,
            dk + int64_t(k0) * ld, ld);
       first = false;
     }
@@ -141,7 +152,7 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
 }  // namespace
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH) {
+                        const float* lse, int B, int T, int C, int NH, bool bf16) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int64_t tasks = int64_t(B) * NH;
@@ -157,7 +168,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       float* dq = dqkv + qoff;
       const float* q = qkv + qoff;
       backward_head(dq, dq + C, dq + 2 * C, dout + ooff, q, q + C, q + 2 * C, out + ooff,
-                    lse + task * T, T, 3 * C, C, hs, scale, w);
+                    lse + task * T, T, 3 * C, C, hs, scale, w, bf16);
     }
   }
 }

@@ -26,11 +26,14 @@ namespace strata::kernels {
 
 inline constexpr int kAttentionTile = 64;
 
+// bf16 = true: every tile product by gemm_bf16 (bf16-rounded inputs, fp32 accumulation);
+// softmax statistics, lse and outputs stay fp32.
 // out (B,T,C); lse (B,NH,T); qkv (B,T,3C)
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       bool bf16 = false);
 // dqkv (B,T,3C) is written (every element has one producer; no need to clear it);
 // dout, out (B,T,C); qkv (B,T,3C); lse (B,NH,T)
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH);
+                        const float* lse, int B, int T, int C, int NH, bool bf16 = false);
 
 }  // namespace strata::kernels

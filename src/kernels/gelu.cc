@@ -1,5 +1,6 @@
 #include "kernels/gelu.h"
 
+#include "core/dtype.h"
 #include "kernels/fastmath.h"
 
 namespace strata::kernels {
@@ -7,9 +8,12 @@ namespace strata::kernels {
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr int64_t kBlock = 4096;  // elements per parallel task
-}  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t n) {
+inline void put(float* o, float v) { *o = v; }
+inline void put(uint16_t* o, float v) { *o = f32_to_bf16(v); }
+
+template <typename Out>
+void forward_impl(Out* out, const float* inp, int64_t n) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -17,10 +21,15 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
     for (int64_t i = blk * kBlock; i < i1; ++i) {
       const float x = inp[i];
       const float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-      out[i] = 0.5f * x * (1.0f + fast_tanh(u));
+      put(out + i, 0.5f * x * (1.0f + fast_tanh(u)));
     }
   }
 }
+
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t n) { forward_impl(out, inp, n); }
+void gelu_forward(uint16_t* out, const float* inp, int64_t n) { forward_impl(out, inp, n); }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;

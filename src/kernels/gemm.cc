@@ -219,6 +219,8 @@ bool use_openblas() {
 
 }  // namespace
 
+bool gemm_uses_openblas() { return use_openblas(); }
+
 void gemm(Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc, const float* bias) {
   if (M <= 0 || N <= 0) return;

@@ -27,4 +27,7 @@ enum class Op : uint8_t { N, T };
 void gemm(Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc, const float* bias = nullptr);
 
+// STRATA_GEMM=openblas: gemm calls cblas_sgemm.
+bool gemm_uses_openblas();
+
 }  // namespace strata::kernels

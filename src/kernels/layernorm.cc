@@ -4,12 +4,19 @@
 #include <cmath>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/fastmath.h"
 
 namespace strata::kernels {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int C) {
+namespace {
+
+inline void put(float* o, float v) { *o = v; }
+inline void put(uint16_t* o, float v) { *o = f32_to_bf16(v); }
+
+template <typename Out>
+void forward_impl(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
+                  const float* bias, int64_t N, int C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
@@ -21,11 +28,23 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     for (int k = 0; c < C; ++c, ++k) acc[k] += (x[c] - m) * (x[c] - m);
     const float var = sum16(acc, 16) / float(C);
     const float s = 1.0f / std::sqrt(var + 1e-5f);
-    float* o = out + n * C;
-    for (int j = 0; j < C; ++j) o[j] = (x[j] - m) * s * weight[j] + bias[j];
+    Out* o = out + n * C;
+    for (int j = 0; j < C; ++j) put(o + j, (x[j] - m) * s * weight[j] + bias[j]);
     mean[n] = m;
     rstd[n] = s;
   }
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int C) {
+  forward_impl(out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void layernorm_forward(uint16_t* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int C) {
+  forward_impl(out, mean, rstd, inp, weight, bias, N, C);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -12,6 +12,9 @@ namespace strata::kernels {
 // out (N,C); mean, rstd (N); inp (N,C); weight, bias (C)
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int C);
+// The same with out stored in bf16 (statistics and arithmetic in fp32; out rounded once).
+void layernorm_forward(uint16_t* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int C);
 // dinp (N,C) +=; dweight, dbias (C) +=; dout, inp (N,C); weight (C); mean, rstd (N)
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,

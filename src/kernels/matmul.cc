@@ -41,4 +41,22 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
+void matmul_forward_bf16(float* out, Mat inp, const float* weight, const float* bias, int64_t N,
+                         int C, int OC, bool accumulate) {
+  if (N == 0) return;
+  gemm_bf16(Op::N, Op::T, int(N), OC, C, 1.0f, inp, Mat(weight, C), accumulate ? 1.0f : 0.0f, out,
+            OC, bias);
+}
+
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
+                          const float* weight, int64_t N, int C, int OC, bool accumulate_dinp) {
+  if (N == 0) return;
+  // dinp (N,C) (+)= dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
+  if (dinp)
+    gemm_bf16(Op::N, Op::N, int(N), C, OC, 1.0f, Mat(dout, OC), Mat(weight, C),
+              accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+  gemm_bf16(Op::T, Op::N, OC, C, int(N), 1.0f, Mat(dout, OC), inp, 1.0f, dweight, C);
+  if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
 }  // namespace strata::kernels

@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/gemm_bf16.h"
+
 namespace strata::kernels {
 
 // out (N,OC); inp (N,C); weight (OC,C); bias (OC) or nullptr.
@@ -20,6 +22,14 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dout (N,OC); inp (N,C); weight (OC,C)
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC, bool accumulate_dinp = true);
+
+// bf16 compute: the same three products by gemm_bf16 (bf16-rounded inputs, fp32
+// accumulation, fp32 outputs and gradients); inp is fp32 or bf16 memory (row stride C).
+void matmul_forward_bf16(float* out, Mat inp, const float* weight, const float* bias, int64_t N,
+                         int C, int OC, bool accumulate = false);
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
+                          const float* weight, int64_t N, int C, int OC,
+                          bool accumulate_dinp = true);
 
 // dbias (OC) += sum over rows of dout (N,OC), deterministic.
 void bias_backward(float* dbias, const float* dout, int64_t N, int OC);

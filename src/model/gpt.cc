@@ -8,7 +8,10 @@
 // Activations for (max_batch, seq) are allocated once; a call with smaller (B, T) uses the
 // first N rows of each. Per block and row we keep ln1, qkv (3C), attention output, res2,
 // ln2, fc (4C), gelu (4C), res3 plus norm statistics and the attention log-sum-exp:
-// 13C + 2*2 + NH floats per row and layer.
+// 16C + 2*2 + NH floats per row and layer. Under bf16 compute ln1, ln2 and gelu (6C), and
+// the final ln_f, are stored in bf16: they are read only as matmul inputs, which round
+// them to bf16 anyway, so nothing is lost (LayerNorm and GELU backward read their fp32
+// inputs and statistics, not these outputs).
 // Cost per token: forward ~2*(12*L*C^2 + C*Vp) GEMM flops + ~2*L*C*T attention flops
 // (causal, T/2 keys on average), backward about twice that (plus the attention recompute).
 // A tensor-parallel rank (model/shard.h) runs the passes of gpt_tp.cc instead; the table,
@@ -32,15 +35,56 @@ namespace strata::model {
 
 namespace k = strata::kernels;
 
-GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp)
-    : cfg_(cfg), tp_(tp), max_batch_(max_batch), impl_(new Impl) {
+namespace {
+
+// A matmul input stored in fp32 (f) or bf16 (h).
+kernels::Mat act(const float* f, const uint16_t* h, int64_t ld) {
+  return h ? kernels::Mat(h, int(ld)) : kernels::Mat(f, int(ld));
+}
+
+// The model's linear layers in its compute precision (fp32 inputs under fp32).
+void linear_forward(bool bf16, float* out, kernels::Mat inp, const float* w, const float* b,
+                    int64_t N, int C, int OC, bool accumulate = false) {
+  if (bf16)
+    kernels::matmul_forward_bf16(out, inp, w, b, N, C, OC, accumulate);
+  else
+    kernels::matmul_forward(out, static_cast<const float*>(inp.p), w, b, N, C, OC, accumulate);
+}
+
+void linear_backward(bool bf16, float* dinp, float* dw, float* db, const float* dout,
+                     kernels::Mat inp, const float* w, int64_t N, int C, int OC) {
+  if (bf16)
+    kernels::matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC, false);
+  else
+    kernels::matmul_backward(dinp, dw, db, dout, static_cast<const float*>(inp.p), w, N, C, OC,
+                             false);
+}
+
+// LayerNorm / GELU output into whichever of the fp32 or bf16 buffers exists.
+void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const float* x, const float* w,
+                   const float* b, int64_t N, int C) {
+  if (h)
+    kernels::layernorm_forward(h, mean, rstd, x, w, b, N, C);
+  else
+    kernels::layernorm_forward(f, mean, rstd, x, w, b, N, C);
+}
+
+}  // namespace
+
+GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp, DType compute)
+    : cfg_(cfg), tp_(tp), max_batch_(max_batch), compute_(compute), impl_(new Impl) {
   cfg_.validate();
+  STRATA_CHECK(compute == DType::f32 || compute == DType::bf16, "model compute dtype ",
+               dtype_name(compute), " is neither float nor bfloat16");
   STRATA_CHECK(max_batch >= 0, "max batch must be >= 0 (got ", max_batch, ")");
   if (tp_ && tp_->size() > 1) {
     shard_ = {tp_->size(), tp_->rank()};
   } else {
     tp_ = nullptr;  // one rank: the one-process code path
   }
+  // The tensor-parallel passes (gpt_tp.cc) compute in fp32 whatever the storage precision.
+  if (tp_) compute_ = DType::f32;
+  impl_->bf16 = compute_ == DType::bf16;
   table_ = build_param_table(cfg_, shard_);
   num_params_ = table_.back().offset + numel(table_.back().shape);
   STRATA_CHECK(num_params_ == local_num_params(cfg_, shard_),
@@ -169,16 +213,22 @@ static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, co
                           int T) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
-  k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  k::matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-  k::attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, cfg.heads);
+  const bool h = a.ln1_h != nullptr;  // bf16 compute
+  layernorm_out(a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+  linear_forward(h, a.qkv, act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, N, C, 3 * C);
+  k::attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, cfg.heads, h);
   std::memcpy(a.res2, x, sizeof(float) * N * C);
-  k::matmul_forward(a.res2, a.atty, w.projw, w.projb, N, C, C, /*accumulate=*/true);
-  k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, N, C);
-  k::matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, N, C, 4 * C);
-  k::gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
+  linear_forward(h, a.res2, act(a.atty, nullptr, C), w.projw, w.projb, N, C, C,
+                 /*accumulate=*/true);
+  layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, N, C);
+  linear_forward(h, a.fch, act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, N, C, 4 * C);
+  if (h)
+    k::gelu_forward(a.gelu_h, a.fch, N * 4 * C);
+  else
+    k::gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
   std::memcpy(a.res3, a.res2, sizeof(float) * N * C);
-  k::matmul_forward(a.res3, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, /*accumulate=*/true);
+  linear_forward(h, a.res3, act(a.fch_gelu, a.gelu_h, 4 * C), w.fcprojw, w.fcprojb, N, 4 * C, C,
+                 /*accumulate=*/true);
 }
 
 // One block backward: dres (N,C) holds d loss / d res3 on entry and d loss / d x on exit.
@@ -189,14 +239,15 @@ static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g,
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   // Activation-gradient scratch is overwritten (accumulate_dinp = false), not cleared first.
-  k::matmul_backward(dbuf_4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C,
-                     false);
+  const bool h = a.ln1_h != nullptr;  // bf16 compute
+  linear_backward(h, dbuf_4c, g.fcprojw, g.fcprojb, dres, act(a.fch_gelu, a.gelu_h, 4 * C),
+                  w.fcprojw, N, 4 * C, C);
   k::gelu_backward(dbuf_4c, a.fch, dbuf_4c, N * 4 * C);
-  k::matmul_backward(dbuf_c, g.fcw, g.fcb, dbuf_4c, a.ln2, w.fcw, N, C, 4 * C, false);
+  linear_backward(h, dbuf_c, g.fcw, g.fcb, dbuf_4c, act(a.ln2, a.ln2_h, C), w.fcw, N, C, 4 * C);
   k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
-  k::matmul_backward(dbuf_c, g.projw, g.projb, dres, a.atty, w.projw, N, C, C, false);
-  k::attention_backward(dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads);
-  k::matmul_backward(dbuf_c, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C, 3 * C, false);
+  linear_backward(h, dbuf_c, g.projw, g.projb, dres, act(a.atty, nullptr, C), w.projw, N, C, C);
+  k::attention_backward(dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads, h);
+  linear_backward(h, dbuf_c, g.qkvw, g.qkvb, dqkv, act(a.ln1, a.ln1_h, C), w.qkvw, N, C, 3 * C);
   k::layernorm_backward(dres, g.ln1w, g.ln1b, dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
@@ -231,8 +282,8 @@ static void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* to
     UnitSpan s("forward", "ln_f");
     float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
     const int64_t* r = im.view_rel.data() + 2 + kViewsPerLayer * L;
-    k::layernorm_forward(im.lnf, im.lnf_mean, im.lnf_rstd,
-                         L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], N, C);
+    layernorm_out(im.lnf, im.lnf_h, im.lnf_mean, im.lnf_rstd,
+                  L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], N, C);
   }
   im.after(L + 1, Pass::forward);
 }
@@ -280,7 +331,8 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
   if (N > 0) {
     UnitSpan s("forward", "logits");
     const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
-    k::matmul_forward(im.logits, im.lnf, wte, nullptr, N, cfg_.dim, cfg_.padded_vocab);
+    linear_forward(im.bf16, im.logits, act(im.lnf, im.lnf_h, cfg_.dim), wte, nullptr, N, cfg_.dim,
+                   cfg_.padded_vocab);
     loss = k::crossentropy_forward(im.losses, im.ce_lse, im.logits, im.targets,
                                    im.has_weights ? im.weights : nullptr, N, cfg_.vocab,
                                    cfg_.padded_vocab);
@@ -313,8 +365,8 @@ void GPT::backward(float scale) {
     k::crossentropy_backward(im.logits, im.ce_lse, im.targets,
                              im.has_weights ? im.weights : nullptr, scale, N, cfg_.vocab,
                              cfg_.padded_vocab);
-    k::matmul_backward(im.dbuf_c, dwte, nullptr, im.logits, im.lnf, wte, N, C, cfg_.padded_vocab,
-                       false);
+    linear_backward(im.bf16, im.dbuf_c, dwte, nullptr, im.logits, act(im.lnf, im.lnf_h, C), wte, N,
+                    C, cfg_.padded_vocab);
   }
   im.before(L + 1, Pass::backward);
   if (N > 0) {
@@ -392,7 +444,8 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
   if (N > 0) {
     UnitSpan s("forward", "logits");
     const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
-    k::matmul_forward(im.logits, im.lnf, wte, nullptr, N, cfg_.dim, cfg_.padded_vocab);
+    linear_forward(im.bf16, im.logits, act(im.lnf, im.lnf_h, cfg_.dim), wte, nullptr, N, cfg_.dim,
+                   cfg_.padded_vocab);
   }
   im.after(0, Pass::forward);
   im.logits_valid = true;

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/memory.h"
 #include "core/tensor.h"
 #include "core/tensor_layout.h"
@@ -104,7 +105,14 @@ class GPT {
   // With `tp` (a tensor-parallel group of size T > 1, which must outlive the model) the
   // model is this rank's shard (model/shard.h) and its forward and backward communicate
   // over tp (model/gpt_tp.cc); every tp rank must then get the same tokens.
-  GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true, TensorComm* tp = nullptr);
+  // compute = DType::bf16 runs every matmul (linear layers, logits, attention tiles) by
+  // kernels::gemm_bf16 (bf16 inputs, fp32 accumulation) and stores the matmul inputs that
+  // are only ever read as bf16 (LayerNorm outputs, GELU output) in bf16; statistics,
+  // residuals, logits, losses and all gradients stay fp32. A tensor-parallel model computes
+  // in fp32 (compute() says which ran).
+  GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true, TensorComm* tp = nullptr,
+      DType compute = DType::f32);
+  DType compute() const { return compute_; }
 
   const GPTConfig& config() const { return cfg_; }
   int num_units() const { return cfg_.layers + 2; }
@@ -154,6 +162,7 @@ class GPT {
   TensorComm* tp_ = nullptr;
   TpShard shard_;
   int max_batch_ = 0;
+  DType compute_ = DType::f32;
   int64_t num_params_ = 0;
   std::vector<ParamView> table_;
   Buffer params_, grads_;

@@ -25,6 +25,8 @@ struct Block {
 struct LayerActs {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
       *fch_gelu, *res3;
+  uint16_t *ln1_h = nullptr, *ln2_h = nullptr, *gelu_h = nullptr;  // bf16 compute: instead of
+                                                                   // ln1, ln2, fch_gelu
 };
 
 // Hands out consecutive pieces of one buffer.
@@ -36,6 +38,12 @@ struct Carver {
     used += (n + 15) / 16 * 16;  // keep every piece 64-byte aligned
     return p;
   }
+  // n bf16 values, or none (nullptr) when `want` is false.
+  uint16_t* take_bf16(int64_t n, bool want) {
+    return want ? reinterpret_cast<uint16_t*>(take((n + 1) / 2)) : nullptr;
+  }
+  // n floats, or none (nullptr) when `want` is false.
+  float* take_if(int64_t n, bool want) { return want ? take(n) : nullptr; }
 };
 
 // A "compute" trace span for one unit's work, built only when tracing is on.
@@ -68,6 +76,8 @@ struct GPT::Impl {
 
   Buffer acts_buf, input_buf;
   float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+  uint16_t* lnf_h = nullptr;  // bf16 compute: instead of lnf
+  bool bf16 = false;          // bf16 compute (one process only; tensor parallel computes fp32)
   float *logits = nullptr, *losses = nullptr, *ce_lse = nullptr;
   float *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr, *dqkv = nullptr;
   // Tensor parallel only: two (N, C) scratch tensors (gathered inputs, partial sums), the
@@ -87,24 +97,29 @@ struct GPT::Impl {
   int64_t carve(float* base, const GPTConfig& cfg, const ActShape& a) {
     Carver c{base};
     const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
+    const bool f32 = !bf16;
     encoded = c.take(n * C);
     layers.resize(cfg.layers);
     for (LayerActs& l : layers) {
-      l.ln1 = c.take(n * C);
+      l.ln1 = c.take_if(n * C, f32);
+      l.ln1_h = c.take_bf16(n * C, bf16);
       l.ln1_mean = c.take(n);
       l.ln1_rstd = c.take(n);
       l.qkv = c.take(3 * N * Cl);
       l.atty = c.take(N * Cl);
       l.att_lse = c.take(N * cfg.heads / a.T);
       l.res2 = c.take(n * C);
-      l.ln2 = c.take(n * C);
+      l.ln2 = c.take_if(n * C, f32);
+      l.ln2_h = c.take_bf16(n * C, bf16);
       l.ln2_mean = c.take(n);
       l.ln2_rstd = c.take(n);
       l.fch = c.take(4 * N * Cl);
-      l.fch_gelu = c.take(4 * N * Cl);
+      l.fch_gelu = c.take_if(4 * N * Cl, f32);
+      l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
       l.res3 = c.take(n * C);
     }
-    lnf = c.take(n * C);
+    lnf = c.take_if(n * C, f32);
+    lnf_h = c.take_bf16(n * C, bf16);
     lnf_mean = c.take(n);
     lnf_rstd = c.take(n);
     logits = c.take(N * a.Vr);

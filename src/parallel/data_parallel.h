@@ -9,9 +9,10 @@
 //
 // The engine owns every parameter and gradient buffer and binds the model's units to them
 // (the model is built with allocate_state = false), so the bytes it saves are really saved.
-// Under bf16 the working parameters and gradients are bf16; the model computes in fp32, so
-// each unit in use is converted into an fp32 scratch slot before it runs and its fp32
-// gradients are rounded into the bf16 buffers after (docs/zero.md lists every buffer).
+// Under bf16 the working parameters and gradients are bf16; the model reads fp32 weights
+// (its matmuls round them to bf16 again, exactly) and accumulates fp32 gradients, so each
+// unit in use is converted into an fp32 scratch slot before it runs and its fp32 gradients
+// are rounded into the bf16 buffers after (docs/zero.md lists every buffer).
 //
 // Gradient contract: the trainer scales every micro-batch's backward by 1 / (real tokens of
 // the whole global batch), so each rank's accumulated gradient is its share of the global

@@ -226,6 +226,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   EngineFactory factory;
   factory.model_owns_state = false;
   const model::GPT* built_model = nullptr;
+  factory.compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     built_model = &m;
     auto e = parallel::make_data_parallel_engine(m, mesh.dp(), pc.dp, optim, seed);

@@ -23,11 +23,17 @@ namespace strata::train {
 // about seconds / 5 until two rounds in a row improve the best by less than 2% (at least 3
 // rounds, at most 3 x `seconds`); returns the best single call.
 double measure_sgemm_gflops(double seconds = 1.0, int n = 1024);
+// Measures kernels::gemm_bf16 GFLOP/s on its chosen path (bf16 inputs, fp32 accumulation;
+// the same n^3 shape, alternating with the fp32 GEMM), and returns the best of both: a bf16
+// run's matmuls can never beat it, so its MFU stays <= 100%.
+double measure_bf16_gflops(double seconds = 1.0, int n = 1024);
 
 struct Peak {
   double gflops = 0;
   std::string source;       // "flag", "cache <path>", "measured"; ", raised by step N" added
   std::string origin;       // for progress lines: "flag", "cached" or "measured now"
+  std::string kind = "sgemm";  // "sgemm", or "bf16 <path>" (e.g. "bf16 avx512bf16")
+  std::string bf16_path;       // "" for sgemm; the bf16 GEMM path otherwise (cache key)
   int64_t raised_at = 0;    // the step whose own rate last raised the peak; 0 = never
   double initial = 0;       // the peak before any raise
 
@@ -41,14 +47,18 @@ struct Peak {
 // override_gflops > 0 wins; otherwise a cached value for (cpu model, threads), else a fresh
 // measure_sgemm_gflops() that is then cached (an unwritable cache only costs a re-measurement).
 // probe_seconds: length of a fresh measurement.
-Peak machine_peak(int threads, double override_gflops = 0, double probe_seconds = 1.0);
+// bf16 = true (a --precision bf16 run): on a CPU with a bf16 GEMM path the peak is the bf16
+// probe's (cached under its own key); with the emulated path it is the sgemm peak.
+Peak machine_peak(int threads, double override_gflops = 0, double probe_seconds = 1.0,
+                  bool bf16 = false);
 // Raises the cached peak for `threads` to `gflops` if that is higher (a run beat it); other
 // entries are kept. An unwritable cache is ignored.
-void record_peak(int threads, double gflops);
+void record_peak(int threads, double gflops, const std::string& bf16_path = "");
 
 std::string cpu_model();           // "model name" of /proc/cpuinfo, or "unknown cpu"
 std::string peak_cache_path();     // where machine_peak reads and writes
 // "<cpu model>|threads=<n>|probe=3" (the probe's version: older entries are re-measured).
-std::string peak_cache_key(int threads);
+// plus "|bf16=<path>" for a bf16 peak.
+std::string peak_cache_key(int threads, const std::string& bf16_path = "");
 
 }  // namespace strata::train

@@ -20,6 +20,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "data/dataset.h"
+#include "kernels/gemm_bf16.h"
 #include "plan/flops.h"
 #include "train/checkpointing.h"
 #include "train/generate.h"
@@ -109,9 +110,11 @@ json TrainConfig::to_json() const {
 }
 
 EngineFactory local_engine_factory() {
-  return {true, [](model::GPT& m, const parallel::OptimConfig& o, uint64_t) {
-            return std::unique_ptr<parallel::StepEngine>(new LocalEngine(m, o));
-          }};
+  EngineFactory f;
+  f.make = [](model::GPT& m, const parallel::OptimConfig& o, uint64_t) {
+    return std::unique_ptr<parallel::StepEngine>(new LocalEngine(m, o));
+  };
+  return f;
 }
 
 // ---- pieces of a run -----------------------------------------------------------------------
@@ -203,6 +206,7 @@ struct Trainer::Run {
   bool inject = false;      // cfg.fault fires in this attempt (the supervisor's first only)
   Peak peak;
   double recorded_peak = 0;  // the last peak written back to the cache by track_peak
+  std::string gemm;  // which GEMM the model's matmuls run (kernels::matmul_gemm_name)
   double flops_per_token = 0, floor = -1;
   TrainResult result;
   std::vector<double> tok_s, mfus, step_ms;
@@ -229,7 +233,8 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                cfg.model.vocab, " (set --vocab ", split.train->vocab(), ")");
   floor = split.val->entropy_floor();
 
-  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state, topo.tp);
+  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state, topo.tp,
+                                        factory.compute);
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
 
@@ -255,7 +260,14 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
     }
   }
 
-  if (lead) peak = machine_peak(threads, cfg.peak_gflops);
+  const bool bf16 = factory.compute == DType::bf16;
+  gemm = kernels::matmul_gemm_name(bf16);
+  if (lead) peak = machine_peak(threads, cfg.peak_gflops, 1.0, bf16);
+  if (lead && bf16 && kernels::bf16_gemm_path() == kernels::GemmPath::fp32)
+    out->note("note: --precision bf16 runs emulated: no bf16 matrix unit (AMX or AVX-512 BF16) " +
+              std::string(kernels::cpu_has_avx512bf16() ? "selected (STRATA_KERNELS=fp32)"
+                                                        : "on this CPU") +
+              ", so its matmuls run in fp32 on the bf16-stored values");
   flops_per_token = plan::train_flops_per_token(double(model->num_params()), cfg.model.layers,
                                                 cfg.model.dim, T);
   data::SamplerConfig sc;
@@ -270,10 +282,10 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   result.entropy_floor = floor;
   if (lead)
     out->note(fmt("strata train: %s, %lld params, data %s, batch %d = %d x %d accum x %d rank(s), "
-                  "seq %d, %d threads, sgemm peak %.1f GFLOP/s (%s)",
+                  "seq %d, %d threads, gemm %s, %s peak %s",
                   cfg.model_name.c_str(), (long long)model->num_params(),
                   split.train->describe().c_str(), cfg.batch, b, A, world, T, threads,
-                  peak.gflops, peak.source.c_str()));
+                  gemm.c_str(), peak.kind.c_str(), peak.label().c_str()));
 }
 
 // kill, exit and hang hit at the start of the step; the others inside it (train_step).
@@ -313,7 +325,7 @@ void Trainer::Run::track_peak(double tokens_per_s, int64_t step) {
   const double achieved = tokens_per_s * flops_per_token / topo.world * 1e-9;  // per process
   if (!peak.raise(achieved, step + 1) || peak.origin == "flag") return;
   if (peak.gflops > recorded_peak * 1.02) {
-    record_peak(threads, peak.gflops);
+    record_peak(threads, peak.gflops, peak.bf16_path);
     recorded_peak = peak.gflops;
   }
 }
@@ -441,14 +453,14 @@ void Trainer::Run::finish(double wall_s) {
     if (peak.origin != "flag") {
       // The old figure was probed under load: probe again now (about a second, only in a run
       // that proved the cache low) and keep the better of that and the run's own rate.
-      const double fresh = measure_sgemm_gflops();
-      record_peak(threads, std::max(fresh, peak.gflops));
+      const double fresh = peak.bf16_path.empty() ? measure_sgemm_gflops() : measure_bf16_gflops();
+      record_peak(threads, std::max(fresh, peak.gflops), peak.bf16_path);
       cached = fmt("; a fresh probe reads %.1f GFLOP/s, and the cache now holds %.1f", fresh,
                    std::max(fresh, peak.gflops));
     }
-    out->note(fmt("note: the run's own model FLOP/s beat the %s sgemm peak of %.1f GFLOP/s (a "
+    out->note(fmt("note: the run's own model FLOP/s beat the %s %s peak of %.1f GFLOP/s (a "
                   "probe taken under load reads low): MFU is measured against %.1f GFLOP/s%s",
-                  peak.origin.c_str(), peak.initial, peak.gflops, cached.c_str()));
+                  peak.origin.c_str(), peak.kind.c_str(), peak.initial, peak.gflops, cached.c_str()));
   }
   result.wall_s = wall_s;
   json& s = result.summary;
@@ -471,6 +483,8 @@ void Trainer::Run::finish(double wall_s) {
        {"peak_gflops", peak.gflops},
        {"peak_source", peak.source},
        {"peak_raised_at", peak.raised_at},
+       {"peak_kind", peak.kind},
+       {"gemm", gemm},
        {"wall_s", wall_s},
        {"data_wait_s", loader->wait_seconds()},
        {"memory", memory_tracker().to_json()}};
@@ -496,12 +510,13 @@ void Trainer::Run::finish(double wall_s) {
     mem += std::string(c ? ", " : "") + mem_category_name(MemCategory(c)) + " " +
            mib(mt.peak(MemCategory(c)));
   out->summary(s, fmt("done: %lld steps in %.1f s | final loss %.4f | eval loss %s\n"
-                      "median %.0f tok/s | MFU %.1f%% of sgemm peak %s | %.1f ms/step\n"
+                      "median %.0f tok/s | MFU %.1f%% of %s peak %s | gemm %s | %.1f ms/step\n"
                       "peak memory: %s; total %s%s",
                       (long long)cfg.schedule.steps, wall_s,
                       result.losses.empty() ? NAN : result.losses.back(),
                       floor_text(result.eval_loss, floor).c_str(), result.median_tokens_per_s,
-                      100 * result.median_mfu, peak.label().c_str(), median(step_ms), mem.c_str(),
+                      100 * result.median_mfu, peak.kind.c_str(), peak.label().c_str(), gemm.c_str(),
+                      median(step_ms), mem.c_str(),
                       mib(mt.peak_total()).c_str(), extra_text.c_str()));
 }
 

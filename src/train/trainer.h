@@ -110,6 +110,7 @@ struct EngineFactory {
   // run collectives), e.g. the engine's memory report and the traced overlap; rank 0's
   // result is merged into the summary. Empty: none.
   std::function<nlohmann::json()> summary_extras;
+  DType compute = DType::f32;  // the model's matmul precision (bf16 under --precision bf16)
 };
 EngineFactory local_engine_factory();
 

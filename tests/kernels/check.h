@@ -7,6 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include <omp.h>
+
 #include "core/rng.h"
 
 namespace strata::test {
@@ -54,6 +56,19 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
+}
+
+// run() (returning a vector) with 1, 2 and 3 OpenMP threads; the thread setting is restored.
+template <typename F>
+auto for_thread_counts(F run) {
+  const int saved = omp_get_max_threads();
+  std::vector<decltype(run())> out;
+  for (int th : {1, 2, 3}) {
+    omp_set_num_threads(th);
+    out.push_back(run());
+  }
+  omp_set_num_threads(saved);
+  return out;
 }
 
 }  // namespace strata::test

@@ -113,15 +113,11 @@ TEST(GemmEdge, BiasIsAddedOncePerElement) {
 TEST(GemmDeterminism, SameBitsForAnyThreadCount) {
   const int M = 300, N = 200, K = 520;
   auto A = randn(int64_t(K) * M, 93), B = randn(int64_t(K) * N, 94);
-  const int saved = omp_get_max_threads();
-  std::vector<std::vector<float>> out;
-  for (int th : {1, 2, 3}) {
-    omp_set_num_threads(th);
+  const auto out = for_thread_counts([&] {
     std::vector<float> C(size_t(M) * N, 1.0f);
     k::gemm(k::Op::T, k::Op::N, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C.data(), N);
-    out.push_back(C);
-  }
-  omp_set_num_threads(saved);
+    return C;
+  });
   EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4));
   EXPECT_EQ(0, std::memcmp(out[0].data(), out[2].data(), out[0].size() * 4));
   // And from inside a parallel region (runs on the calling thread) too.

@@ -249,25 +249,67 @@ static std::vector<double> train_losses(int steps) {
 // so the loss and gradients are the same bits at 1, 2 and 3 threads.
 TEST(GPT, SameBitsForAnyThreadCount) {
   const GPTConfig c{1, 128, 2, 64, 128, 128};  // large enough for the threaded GEMM path
+  for (DType compute : {DType::f32, DType::bf16}) {
+    std::vector<std::vector<float>> grads;
+    std::vector<double> losses;
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      GPT m(c, 4, true, nullptr, compute);
+      m.init(21);
+      Batch x(c, 4, 64, 22);
+      m.zero_grads();
+      losses.push_back(m.forward(x.tokens.data(), x.targets.data(), x.weights.data(), 4, 64));
+      m.backward(1.0f / 256);
+      grads.push_back(grads_of(m));
+    }
+    omp_set_num_threads(saved);
+    for (int i = 1; i < 3; ++i) {
+      EXPECT_EQ(losses[i], losses[0]) << i + 1 << " threads, " << dtype_name(compute);
+      EXPECT_EQ(0, std::memcmp(grads[i].data(), grads[0].data(), grads[0].size() * 4))
+          << i + 1 << " threads, " << dtype_name(compute);
+    }
+  }
+}
+
+// bf16 compute (bf16 matmul inputs, fp32 accumulation, bf16-stored LayerNorm/GELU outputs)
+// against fp32 on the same weights and batch: the loss within 1%, every gradient within a
+// few percent of its tensor's scale; and the activations take the expected bytes.
+TEST(GPT, Bf16ComputeTracksFp32) {
+  const GPTConfig c{2, 128, 4, 64, 128, 128};
+  const int B = 4, T = 64;
+  const int64_t N = int64_t(B) * T;
+  std::vector<double> loss;
   std::vector<std::vector<float>> grads;
-  std::vector<double> losses;
-  const int saved = omp_get_max_threads();
-  for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-    GPT m(c, 4);
-    m.init(21);
-    Batch x(c, 4, 64, 22);
+  std::vector<int64_t> act_bytes;
+  for (DType compute : {DType::f32, DType::bf16}) {
+    const int64_t before = memory_tracker().current(MemCategory::activations);
+    GPT m(c, B, true, nullptr, compute);
+    act_bytes.push_back(memory_tracker().current(MemCategory::activations) - before);
+    m.init(31);
+    Batch x(c, B, T, 32);
     m.zero_grads();
-    losses.push_back(m.forward(x.tokens.data(), x.targets.data(), x.weights.data(), 4, 64));
-    m.backward(1.0f / 256);
+    loss.push_back(m.forward(x.tokens.data(), x.targets.data(), x.weights.data(), B, T));
+    m.backward(1.0f / float(N));
     grads.push_back(grads_of(m));
   }
-  omp_set_num_threads(saved);
-  for (int i = 1; i < 3; ++i) {
-    EXPECT_EQ(losses[i], losses[0]) << i + 1 << " threads";
-    EXPECT_EQ(0, std::memcmp(grads[i].data(), grads[0].data(), grads[0].size() * 4))
-        << i + 1 << " threads";
+  EXPECT_NEAR(loss[1] / loss[0], 1.0, 1e-2);
+  EXPECT_NE(loss[1], loss[0]);  // bf16 really ran
+  const std::vector<ParamView> table = build_param_table(c);
+  for (const ParamView& v : table) {
+    const int64_t n = numel(v.shape);
+    const std::vector<float> a(grads[0].begin() + v.offset, grads[0].begin() + v.offset + n),
+        b(grads[1].begin() + v.offset, grads[1].begin() + v.offset + n);
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
+      scale = std::max(scale, std::fabs(double(a[i])));
+    }
+    if (scale > 0) EXPECT_LT(diff / scale, 0.05) << v.name;
   }
+  // ln1, ln2 (C each) and gelu (4C) per layer and ln_f (C) move from 4 to 2 bytes.
+  const int64_t saved = (int64_t(c.layers) * 6 + 1) * N * c.dim * 2;
+  EXPECT_NEAR(double(act_bytes[0] - act_bytes[1]), double(saved), 64.0 * (6 * c.layers + 1));
 }
 
 TEST(GPT, SameSeedSameLossBits) {

@@ -118,3 +118,27 @@ TEST(Peak, RobustProbeIsBoundedAndPositive) {
   EXPECT_GT(g, 0.01);
   EXPECT_LT(s, 0.3 + 0.5);  // at most 3 x seconds, plus one round and warm-ups
 }
+
+// A bf16 run's peak: on a CPU with a bf16 GEMM path, the bf16 probe under its own key (the
+// sgemm entry untouched) and raised alone by record_peak; without one, the sgemm peak.
+TEST(Peak, Bf16PeakHasItsOwnKeyAndKind) {
+  CacheFile cache("bf16");
+  const Peak f = machine_peak(1, 0, 0.1, /*bf16=*/false);
+  const Peak h = machine_peak(1, 0, 0.1, /*bf16=*/true);
+  EXPECT_EQ(f.kind, "sgemm");
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(cache.path));
+  if (h.kind == "sgemm") {  // emulated bf16: no bf16 unit on this CPU
+    EXPECT_EQ(h.gflops, f.gflops);
+    return;
+  }
+  EXPECT_EQ(h.kind.rfind("bf16 ", 0), 0u) << h.kind;
+  const std::string key = peak_cache_key(1, h.kind.substr(5));
+  ASSERT_TRUE(j.contains(key)) << j.dump();
+  EXPECT_EQ(j[key].get<double>(), h.gflops);
+  EXPECT_EQ(j[peak_cache_key(1)].get<double>(), f.gflops);
+  EXPECT_EQ(h.bf16_path, h.kind.substr(5));
+  record_peak(1, h.gflops * 2, h.bf16_path);
+  j = nlohmann::json::parse(std::ifstream(cache.path));
+  EXPECT_EQ(j[key].get<double>(), h.gflops * 2);
+  EXPECT_EQ(j[peak_cache_key(1)].get<double>(), f.gflops);
+}
