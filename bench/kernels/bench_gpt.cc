@@ -22,7 +22,7 @@ struct Setup {
   std::vector<int32_t> tokens, targets;
   std::vector<float> m, v;
   Setup(const GPTConfig& c, int B, strata::DType compute = strata::DType::f32)
-      : model(c, B, true, compute) {
+      : model(c, B, true, nullptr, compute) {
     model.init(1);
     strata::Rng r(7, 0);
     const int64_t n = int64_t(B) * c.seq;
