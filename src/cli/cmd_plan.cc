@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "nlohmann/json.hpp"
 #include "plan/planner.h"
 
 namespace strata::cli {

@@ -13,7 +13,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "comm/types.h"
-#include "diag/fault_inject.h"
+#include "cli/fault_flags.h"
 #include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
@@ -30,7 +30,7 @@ struct TrainArgs {
   double min_lr = -1;                                           // -1 = lr / 10
   train::ParallelConfig parallel;
   std::string zero = "0", precision = "fp32", backend = "shm";
-  diag::FaultFlags faults;
+  cli::FaultFlags faults;
   std::string mtbf;  // --mtbf, e.g. "4h"
 };
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::plan {
 

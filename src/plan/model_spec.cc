@@ -2,7 +2,7 @@
 #include "plan/model_spec.h"
 
 #include "core/error.h"
-#include "plan/flops.h"
+#include "train/flops.h"
 
 namespace strata::plan {
 
@@ -125,7 +125,7 @@ double logits_forward_flops_per_token(const ModelSpec& m) {
 }
 
 double model_flops_per_token(const ModelSpec& m) {
-  return train_flops_per_token(double(count_params(m).matmul_active()), m.layers, m.hidden, m.seq);
+  return train::train_flops_per_token(double(count_params(m).matmul_active()), m.layers, m.hidden, m.seq);
 }
 
 }  // namespace strata::plan

@@ -20,7 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
 #include "parallel/overlap.h"
-#include "plan/zero_memory.h"
+#include "parallel/zero_memory.h"
 
 namespace strata::train {
 namespace {

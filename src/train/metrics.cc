@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::train {
 

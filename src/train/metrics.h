@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 
 namespace strata::train {
 

@@ -20,7 +20,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "data/dataset.h"
-#include "plan/flops.h"
+#include "train/flops.h"
 #include "train/checkpointing.h"
 #include "train/generate.h"
 #include "train/local_engine.h"
@@ -235,7 +235,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   }
 
   if (lead) peak = machine_peak(threads, cfg.peak_gflops);
-  flops_per_token = plan::train_flops_per_token(double(model->num_params()), cfg.model.layers,
+  flops_per_token = train_flops_per_token(double(model->num_params()), cfg.model.layers,
                                                 cfg.model.dim, T);
   data::SamplerConfig sc;
   sc.seq = T;
@@ -333,7 +333,7 @@ void Trainer::Run::train_step(int64_t step) {
   const double secs = sw.seconds();
   const double tps = double(batch.global_real_tokens) / secs;
   // The peak is one process's (its threads); the job has `world` of them.
-  const double mfu = plan::mfu(tps, flops_per_token, peak.gflops * 1e9 * world);
+  const double mfu = mfu(tps, flops_per_token, peak.gflops * 1e9 * world);
   const int64_t steps = cfg.schedule.steps;
   if (step > 0 || steps == 1) {  // the first step pays for warm-up
     tok_s.push_back(tps);

@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "comm/process_group.h"
-#include "spawn.h"
+#include "support/run.h"
 #include "sweep.h"
 
 namespace strata::comm {
@@ -118,7 +118,7 @@ TEST(Collectives, BadArgumentsNameTheProblem) {
 namespace strata::comm {
 namespace {
 TEST(Processes, ShmSweepOnFiveProcesses) {
-  auto p = testing::run({STRATA_BINARY, "launch", "-n", "5", "--timeout", "60", "--", COMM_WORKER,
+  auto p = test::run({STRATA_BINARY, "launch", "-n", "5", "--timeout", "60", "--", COMM_WORKER,
                          "sweep"}, {}, 150);
   std::string out = p.output();
   EXPECT_EQ(p.exit_code(), 0) << out;
