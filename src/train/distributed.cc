@@ -156,7 +156,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   };
   factory.summary_extras = [&] {
     const parallel::MemoryReport mem = engine->memory_report();
-    const plan::ModelStateBytes want = plan::zero_model_state_bytes(
+    const parallel::ModelStateBytes want = parallel::zero_model_state_bytes(
         engine->layout().psi(), topo.world, pc.dp.stage, pc.dp.precision);
     json extras = {{"parallel", {{"zero", pc.dp.stage},
                                  {"precision", parallel::precision_name(pc.dp.precision)},

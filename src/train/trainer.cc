@@ -333,7 +333,7 @@ void Trainer::Run::train_step(int64_t step) {
   const double secs = sw.seconds();
   const double tps = double(batch.global_real_tokens) / secs;
   // The peak is one process's (its threads); the job has `world` of them.
-  const double mfu = mfu(tps, flops_per_token, peak.gflops * 1e9 * world);
+  const double mfu = train::mfu(tps, flops_per_token, peak.gflops * 1e9 * world);
   const int64_t steps = cfg.schedule.steps;
   if (step > 0 || steps == 1) {  // the first step pays for warm-up
     tok_s.push_back(tps);
