@@ -146,7 +146,7 @@ TEST(PlanCli, RlhfMode) {
 // in its engine and in the process's memory tracker, equal to the formula and to what
 // `strata plan` plans for the same model, N and stage.
 TEST(PlanCli, ModelStatesEqualAMeasuredZeroRun) {
-  const std::string shape = "--layers 2 --heads 2 --seq 16 --vocab 256 ";
+  const std::string shape = "--layers 2 --heads 2 --seq 16 --vocab 257 ";  // Ψ = 34208
   const int n = 3, stage = 2;
   strata::test::TempDir dir;
   CliRun t = run_strata("train " + shape + "--dim 32 --max-seq 16 --batch 12 --steps 1 "

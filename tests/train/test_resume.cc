@@ -46,7 +46,7 @@ std::string latest(const std::string& run_dir) {
 // The uninterrupted reference run, made once for the whole file.
 const std::string& reference_run() {
   static TempDir* dir = new TempDir("resume_ref");
-  static std::string run = *dir.file("run");
+  static std::string run = dir->file("run");
   static bool done = [] {
     RunResult r = run_strata(train_args(run), "", Streams::separate);
     EXPECT_EQ(r.status, 0) << r.err;
@@ -203,7 +203,7 @@ TEST(Resume, BadCheckpointFlags) {
   RunResult bad_mtbf = run_strata(train_args(dir.file("run"), "--mtbf soon"), "", Streams::separate);
   EXPECT_EQ(bad_mtbf.status, 1);
   EXPECT_NE(bad_mtbf.err.find("soon"), std::string::npos) << bad_mtbf.err;
-  RunResult missing = run_strata(train_args(dir.file("run"), "--resume " + (dir.file("nowhere"))), "", Streams::separate);
+  RunResult missing = run_strata(train_args(dir.file("run"), "--resume " + dir.file("nowhere")), "", Streams::separate);
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.err.find("nowhere"), std::string::npos) << missing.err;
 }
