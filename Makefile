@@ -33,13 +33,17 @@ install:
 	  fi; \
 	fi
 
+# Benchmarks and tools are built only for `make bench` (STRATA_BENCH); `make build` and
+# `make test` switch them off again, `make demo` builds the strata binary alone.
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
 
 build: deps $(BUILD)/build.ninja
+	cmake -S . -B $(BUILD) -DSTRATA_BENCH=OFF >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+demo: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target strata
 	rm -rf runs/demo
 	$(STRATA) train --model tiny --data synthetic --seq 64 --batch 16 --steps 600 --lr 3e-3 \
 	  --min-lr 1e-4 --weight-decay 0 --eval-every 100 --eval-batches 32 --log-every 20 \
@@ -48,7 +52,9 @@ demo: build
 test: build
 	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -j $(JOBS) --timeout 600
 
-bench: bench-deps build
+bench: bench-deps $(BUILD)/build.ninja
+	cmake -S . -B $(BUILD) -DSTRATA_BENCH=ON >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
 	bash bench/run_all.sh
 
 clean:

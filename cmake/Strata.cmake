@@ -23,6 +23,26 @@ target_include_directories(strata_blas SYSTEM INTERFACE ${STRATA_CBLAS_INCLUDE})
 
 find_library(STRATA_XXHASH NAMES xxhash REQUIRED)
 
+# Build time. Code whose speed a run does not feel (tests, the command line, the planner
+# and the offline diagnostics) builds at -O1 in optimised builds; the rest (core, kernels,
+# comm, model, data, parallel, ckpt, train: every hot path) keeps -O3. Template-heavy code
+# (JSON, CLI11, GoogleTest) compiles about twice as fast at -O1.
+set(STRATA_LIGHT_OPT $<$<CONFIG:Release,RelWithDebInfo>:-O1>)
+
+# strata_light(TARGET): TARGET builds at the light optimisation level above.
+function(strata_light target)
+  target_compile_options(${target} PRIVATE ${STRATA_LIGHT_OPT})
+endfunction()
+
+# strata_pch(TARGET HEADER...): precompiles HEADERs for TARGET (STRATA_PCH). Parsing
+# nlohmann/json.hpp costs about 1 s of every unit that includes it, CLI11 and GoogleTest
+# about as much again.
+function(strata_pch target)
+  if(STRATA_PCH)
+    target_precompile_headers(${target} PRIVATE ${ARGN})
+  endif()
+endfunction()
+
 # strata_library(AREA [DEPS...]): one static library per folder of src/, from every .cc in it.
 function(strata_library area)
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
@@ -36,9 +56,14 @@ endfunction()
 function(strata_test area)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   add_executable(test_${area} ${srcs})
-  target_link_libraries(test_${area} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
+  target_link_libraries(test_${area} PRIVATE ${ARGN} strata_test_support GTest::gtest GTest::gtest_main)
   target_compile_definitions(test_${area} PRIVATE
     STRATA_SOURCE_DIR="${PROJECT_SOURCE_DIR}" STRATA_BINARY="$<TARGET_FILE:strata>")
+  strata_light(test_${area})
+  # Every test binary reuses the support library's precompiled GoogleTest + JSON.
+  if(STRATA_PCH)
+    target_precompile_headers(test_${area} REUSE_FROM strata_test_support)
+  endif()
   add_dependencies(test_${area} strata)
   gtest_discover_tests(test_${area} DISCOVERY_TIMEOUT 60
     PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -20,7 +20,7 @@ REPEATS="${REPEATS:-3}"
 RECOVERY_REPS="${RECOVERY_REPS:-3}"
 SIZES="${SIZES:-tiny gpt2}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
-[[ -x "$BENCH" ]] || { echo "bench/ckpt: $BENCH not built (make build)" >&2; exit 1; }
+[[ -x "$BENCH" ]] || { echo "bench/ckpt: $BENCH not built (make bench)" >&2; exit 1; }
 OUT="$(mktemp -d "${DIR:-/tmp}/strata-bench-ckpt.XXXXXX")"
 trap 'rm -rf "$OUT"' EXIT
 

@@ -20,7 +20,7 @@ REPEATS="${REPEATS:-3}"
 STEPS="${STEPS:-20}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 for exe in "$STRATA" "$LOADER"; do
-  [[ -x "$exe" ]] || { echo "bench/data: $exe not built (make build)" >&2; exit 1; }
+  [[ -x "$exe" ]] || { echo "bench/data: $exe not built (make bench)" >&2; exit 1; }
 done
 
 OUT="$(mktemp -d)"

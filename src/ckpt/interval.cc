@@ -3,8 +3,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "ckpt/reliability.h"
 #include "core/error.h"
-#include "plan/reliability.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::ckpt {
 
@@ -75,10 +76,10 @@ IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, 
   a.mtbf_s = mtbf_s;
   a.restart_s = restart_s;
   a.step_s = step_s;
-  a.young_s = plan::young_interval_s(delta_s, mtbf_s);
-  a.daly_s = plan::daly_interval_s(delta_s, mtbf_s);
+  a.young_s = young_interval_s(delta_s, mtbf_s);
+  a.daly_s = daly_interval_s(delta_s, mtbf_s);
   if (step_s > 0) a.every_steps = std::max<int64_t>(1, std::llround(a.daly_s / step_s));
-  a.loss_per_failure_s = plan::expected_loss_per_failure_s(a.daly_s, restart_s);
+  a.loss_per_failure_s = expected_loss_per_failure_s(a.daly_s, restart_s);
   a.waste_fraction =
       (a.daly_s > 0 ? delta_s / a.daly_s : 0) + a.loss_per_failure_s / mtbf_s;
   return a;

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "plan/zero_memory.h"
+#include "core/shard.h"
 
 namespace strata::ckpt {
 
@@ -32,7 +32,7 @@ inline Range intersect(Range a, Range b) {
 
 // Rank r's ZeRO shard of a Ψ-element state over n ranks, clipped to [0, Ψ).
 inline Range zero_shard(int64_t psi, int rank, int n) {
-  const int64_t s = plan::shard_elems(psi, n);
+  const int64_t s = shard_elems(psi, n);
   return intersect({int64_t(rank) * s, int64_t(rank + 1) * s}, {0, psi});
 }
 

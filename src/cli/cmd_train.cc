@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "comm/runtime.h"
 #include "comm/types.h"
-#include "diag/fault_inject.h"
+#include "cli/fault_flags.h"
 #include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
@@ -32,7 +32,7 @@ struct TrainArgs {
   double min_lr = -1;                                           // -1 = lr / 10
   train::ParallelConfig parallel;
   std::string zero = "0", precision = "fp32", backend = "shm";
-  diag::FaultFlags faults;
+  cli::FaultFlags faults;
   std::string mtbf;  // --mtbf, e.g. "4h"
 };
 

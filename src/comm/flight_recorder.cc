@@ -18,16 +18,6 @@ static const EnvVar kRecorderSize("STRATA_FLIGHT_RECORDER_SIZE", "2000",
 static const EnvVar kDumpDir("STRATA_DUMP_DIR", "",
                              "directory for flight-recorder dumps (default: current directory)");
 
-const char* op_state_name(OpState s) {
-  switch (s) {
-    case OpState::scheduled: return "scheduled";
-    case OpState::started: return "started";
-    case OpState::completed: return "completed";
-    case OpState::failed: return "failed";
-  }
-  return "?";
-}
-
 FlightRecorder& flight_recorder() {
   static FlightRecorder r(size_t(std::max<int64_t>(1, kRecorderSize.get_int())));
   return r;

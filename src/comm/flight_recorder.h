@@ -29,14 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "comm/op_state.h"
 #include "comm/types.h"
 #include "core/phase.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace strata::comm {
-
-enum class OpState : uint8_t { scheduled, started, completed, failed };
-const char* op_state_name(OpState s);
 
 // Identity of a group as the recorder prints it; interned once per group.
 struct GroupInfo {

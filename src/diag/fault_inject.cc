@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "CLI/CLI.hpp"
 #include "core/error.h"
 
 namespace strata::diag {
@@ -66,25 +65,13 @@ void validate_fault(const FaultSpec& f, int world, int64_t total_steps) {
                " is past the last step (", total_steps - 1, "): the fault would never fire");
 }
 
-void FaultFlags::add_to(CLI::App& app) {
-  app_ = &app;
-  app.add_option("--inject", inject, cat("inject a fault for tests and demos: ", fault_kinds_help()));
-  app.add_option("--inject-rank", rank, "rank that the injected fault hits (default 0)");
-  app.add_option("--inject-step", step, "step at which the injected fault fires (default 1)");
-  app.add_option("--timeout", timeout_s, "seconds any communication wait may take before the watchdog fires");
-}
-
-FaultSpec FaultFlags::resolve(int world, int64_t total_steps) const {
-  bool rank_given = app_ && app_->count("--inject-rank") > 0;
-  bool step_given = app_ && app_->count("--inject-step") > 0;
-  STRATA_CHECK(std::isfinite(timeout_s) && timeout_s >= 0, "--timeout must be a non-negative number of seconds, got ",
-               timeout_s);
-  if (inject.empty()) {
-    STRATA_CHECK(!rank_given && !step_given, rank_given ? "--inject-rank" : "--inject-step",
+FaultSpec resolve_fault(const FaultRequest& r, int world, int64_t total_steps) {
+  if (r.inject.empty()) {
+    STRATA_CHECK(!r.rank_given && !r.step_given, r.rank_given ? "--inject-rank" : "--inject-step",
                  " needs --inject KIND (", fault_kinds_help(), ")");
     return {};
   }
-  FaultSpec f = parse_fault(inject, rank, step);
+  FaultSpec f = parse_fault(r.inject, r.rank, r.step);
   validate_fault(f, world, total_steps);
   return f;
 }

@@ -1,4 +1,5 @@
-// Fault injection for tests and demos, shared by the trainer and the supervisor:
+// Fault injection for tests and demos, shared by the trainer and the supervisor. The flags
+// (cli/fault_flags.h) are
 //
 //   --inject KIND --inject-rank R --inject-step S [--timeout SECONDS]
 //
@@ -16,10 +17,6 @@
 #pragma once
 #include <cstdint>
 #include <string>
-
-namespace CLI {
-class App;
-}
 
 namespace strata::diag {
 
@@ -50,19 +47,17 @@ FaultSpec parse_fault(const std::string& kind, int rank, int64_t step);
 // step < total_steps (a later step would never fire). Throws Error naming the flag.
 void validate_fault(const FaultSpec& f, int world, int64_t total_steps = -1);
 
-// The flag family on a CLI11 app; resolve() after parsing.
-struct FaultFlags {
-  std::string inject;  // empty: no injection
+// What the flags said: --inject KIND (empty: no injection), --inject-rank, --inject-step
+// and whether those two were given at all.
+struct FaultRequest {
+  std::string inject;
   int rank = 0;
   int64_t step = 1;
-  double timeout_s = 0;  // 0: not given (STRATA_TIMEOUT or the default applies)
-
-  void add_to(CLI::App& app);
-  // Parses and validates; --inject-rank/--inject-step without --inject is an error.
-  FaultSpec resolve(int world, int64_t total_steps = -1) const;
-
- private:
-  CLI::App* app_ = nullptr;  // to tell given flags from defaults
+  bool rank_given = false, step_given = false;
 };
+
+// Parses and validates against the job; --inject-rank/--inject-step without --inject is an
+// error naming the flag.
+FaultSpec resolve_fault(const FaultRequest& r, int world, int64_t total_steps = -1);
 
 }  // namespace strata::diag

@@ -23,16 +23,6 @@ std::string describe_phase(const Phase& p) {
   return s;
 }
 
-const char* op_state_name(OpState s) {
-  switch (s) {
-    case OpState::scheduled: return "scheduled";
-    case OpState::started: return "started";
-    case OpState::completed: return "completed";
-    case OpState::failed: return "failed";
-  }
-  return "?";
-}
-
 namespace {
 
 // Decimal digits to a rank in [0, kMaxWorld); false when out of range.
@@ -114,10 +104,7 @@ Phase parse_phase(const json& j) {
 }
 
 OpState parse_state(const std::string& s) {
-  if (s == "scheduled") return OpState::scheduled;
-  if (s == "started") return OpState::started;
-  if (s == "completed") return OpState::completed;
-  if (s == "failed") return OpState::failed;
+  if (std::optional<OpState> state = comm::parse_op_state(s)) return *state;
   fail("field 'state' is '", s, "', not scheduled, started, completed or failed");
 }
 

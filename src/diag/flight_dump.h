@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/op_state.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace strata::diag {
@@ -38,8 +39,8 @@ struct Phase {
 // "backward of layer 2 (step 3)", "checkpoint save (step 3)", "idle".
 std::string describe_phase(const Phase& p);
 
-enum class OpState { scheduled, started, completed, failed };
-const char* op_state_name(OpState s);
+using comm::OpState;  // the recorder's states, read back by name
+using comm::op_state_name;
 
 struct FlightEntry {
   std::string group;

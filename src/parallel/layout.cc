@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/shard.h"
 
 namespace strata::parallel {
 
@@ -16,7 +17,7 @@ ShardLayout::ShardLayout(int64_t psi, int world, int rank) : psi_(psi), world_(w
   STRATA_CHECK(psi >= 0, "parameter count ", psi, " must be >= 0");
   STRATA_CHECK(world >= 1 && rank >= 0 && rank < world, "rank ", rank, " of ", world,
                " is not a valid data-parallel position");
-  shard_ = (psi + world - 1) / world;
+  shard_ = strata::shard_elems(psi, world);
 }
 
 Range ShardLayout::shard(int r) const {

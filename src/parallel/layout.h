@@ -5,7 +5,7 @@
 // [r·S, (r+1)·S) of it, of which the real ones are [r·S, min((r+1)·S, Ψ)) (the last rank, or
 // the last few when N does not divide Ψ, holds padding that is never read or communicated).
 // Every sharded state is S elements per rank, so model states match the ZeRO arithmetic
-// with the ceiling (plan/zero_memory.h) for any Ψ and N, including N > Ψ.
+// with the ceiling (core/shard.h) for any Ψ and N, including N > Ψ.
 //
 // A range of the flat space (a unit, a bucket) is split between the ranks whose shards it
 // intersects: split_counts() gives each rank's element count in rank order, which is what

@@ -54,7 +54,7 @@ void check_memory_fits(int64_t psi, int world, int ranks_on_host, const DataPara
   if (available_bytes <= 0) available_bytes = mem_available_bytes();
   if (available_bytes <= 0) return;
   const int64_t states =
-      plan::zero_model_state_bytes(psi, world, opts.stage, opts.precision).total();
+      zero_model_state_bytes(psi, world, opts.stage, opts.precision).total();
   const int64_t need = int64_t(ranks_on_host) * (states + other_bytes_per_rank);
   STRATA_CHECK(need <= available_bytes, ranks_on_host, " ranks of ", psi,
                " parameters at ZeRO stage ", opts.stage, " (", precision_name(opts.precision),

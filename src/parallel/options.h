@@ -5,11 +5,9 @@
 #include <string>
 #include <string_view>
 
-#include "plan/zero_memory.h"
+#include "parallel/zero_memory.h"
 
 namespace strata::parallel {
-
-using plan::Precision;
 
 struct DataParallelOptions {
   int stage = 0;                          // ZeRO stage: 0 (DDP), 1, 2, 3 (FSDP)
@@ -36,7 +34,7 @@ int parse_zero_stage(std::string_view s);  // "0".."3"; throws naming the value
 inline bool model_owns_state(const DataParallelOptions&) { return false; }
 
 // Rejects a data-parallel layout the machine cannot hold: `ranks_on_host` ranks, each with
-// the model states of `stage` for `psi` parameters (src/plan/zero_memory.h) plus
+// the model states of `stage` for `psi` parameters (parallel/zero_memory.h) plus
 // `other_bytes_per_rank` (activations, buffers), against `available_bytes` (<= 0: read
 // MemAvailable from /proc/meminfo). Throws naming the numbers.
 void check_memory_fits(int64_t psi, int world, int ranks_on_host, const DataParallelOptions& opts,

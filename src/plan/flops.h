@@ -1,6 +1,6 @@
-// Compute cost models shared by the planner and the engine's own MFU accounting.
+// The planner's compute cost models. FLOPs per token and MFU are the engine's own
+// (train/flops.h); what follows is Megatron-LM's per-iteration count.
 //
-// Model FLOPs (what MFU counts) do not include recomputation; hardware FLOPs do.
 // Megatron-LM (Narayanan et al. 2021, eq. 3), for a GPT of l layers, hidden h, sequence s,
 // vocabulary V and batch B, with full activation recomputation (4 passes of the layers:
 // forward, recomputed forward and a backward costing two):
@@ -10,17 +10,6 @@
 #include <cstdint>
 
 namespace strata::plan {
-
-// Training FLOPs per token, PaLM (Chowdhery et al. 2022) appendix B: 6N for the matmuls of
-// forward and backward plus 12·L·d·T for attention scores and values (T = sequence length).
-inline double train_flops_per_token(double n_params, int64_t layers, int64_t dim, int64_t seq) {
-  return 6.0 * n_params + 12.0 * double(layers) * double(dim) * double(seq);
-}
-
-// Model FLOPs utilisation: achieved model FLOP/s over the peak.
-inline double mfu(double tokens_per_s, double flops_per_token, double peak_flops) {
-  return peak_flops > 0 ? tokens_per_s * flops_per_token / peak_flops : 0.0;
-}
 
 // Megatron-LM's FLOPs per iteration; full_recompute selects the 96 (4-pass) or 72 (3-pass)
 // form above.

@@ -10,6 +10,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::plan {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 #include "plan/comm_cost.h"
 
 namespace strata::plan {

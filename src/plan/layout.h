@@ -13,9 +13,17 @@
 #include "plan/activation_memory.h"
 #include "plan/hardware.h"
 #include "plan/model_spec.h"
-#include "plan/zero_memory.h"
+#include "parallel/zero_memory.h"
 
 namespace strata::plan {
+
+// The ZeRO memory model is the engine's own (parallel/zero_memory.h); the planner uses it as is.
+using parallel::ModelStateBytes;
+using parallel::Optimizer;
+using parallel::Precision;
+using parallel::StateBytesPerParam;
+using parallel::state_bytes_per_param;
+using parallel::zero_model_state_bytes;
 
 enum class CpMode : uint8_t { ring, ulysses };
 

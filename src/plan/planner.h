@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 #include "plan/reliability.h"
 #include "plan/rlhf.h"
 #include "plan/search.h"

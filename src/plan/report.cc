@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "nlohmann/json.hpp"
 #include "plan/flops.h"
 #include "plan/planner.h"
 

@@ -22,7 +22,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/overlap.h"
 #include "plan/tp_cost.h"
-#include "plan/zero_memory.h"
+#include "parallel/zero_memory.h"
 #include "train/run_dir_lock.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
@@ -235,7 +235,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   };
   factory.summary_extras = [&] {
     const parallel::MemoryReport mem = engine->memory_report();
-    const plan::ModelStateBytes want = plan::zero_model_state_bytes(
+    const parallel::ModelStateBytes want = parallel::zero_model_state_bytes(
         engine->layout().psi(), dims.dp, pc.dp.stage, pc.dp.precision);
     json extras = {{"parallel", {{"zero", pc.dp.stage},
                                  {"precision", parallel::precision_name(pc.dp.precision)},

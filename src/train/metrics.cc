@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::train {
 

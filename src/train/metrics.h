@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 
 namespace strata::train {
 

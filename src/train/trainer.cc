@@ -21,7 +21,7 @@
 #include "core/trace.h"
 #include "data/dataset.h"
 #include "kernels/gemm_bf16.h"
-#include "plan/flops.h"
+#include "train/flops.h"
 #include "train/checkpointing.h"
 #include "train/generate.h"
 #include "train/local_engine.h"
@@ -268,7 +268,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
               std::string(kernels::cpu_has_avx512bf16() ? "selected (STRATA_KERNELS=fp32)"
                                                         : "on this CPU") +
               ", so its matmuls run in fp32 on the bf16-stored values");
-  flops_per_token = plan::train_flops_per_token(double(model->num_params()), cfg.model.layers,
+  flops_per_token = train_flops_per_token(double(model->num_params()), cfg.model.layers,
                                                 cfg.model.dim, T);
   data::SamplerConfig sc;
   sc.seq = T;
@@ -391,7 +391,7 @@ void Trainer::Run::train_step(int64_t step) {
   const double tps = double(batch.global_real_tokens) / secs;
   // The peak is one process's (its threads); the job has `world` of them.
   if (lead) track_peak(tps, step);
-  const double mfu = plan::mfu(tps, flops_per_token, peak.gflops * 1e9 * topo.world);
+  const double mfu = train::mfu(tps, flops_per_token, peak.gflops * 1e9 * topo.world);
   const int64_t steps = cfg.schedule.steps;
   if (step > 0 || steps == 1) {  // the first step pays for warm-up
     tok_s.push_back(tps);

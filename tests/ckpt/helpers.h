@@ -2,7 +2,6 @@
 // whose every element is a known function of (state, step, index), and ranks as threads.
 #pragma once
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <barrier>
@@ -17,6 +16,7 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/load.h"
 #include "core/dtype.h"
+#include "support/temp_dir.h"
 
 namespace ckpt_test {
 
@@ -24,18 +24,7 @@ using namespace strata;
 using namespace strata::ckpt;
 namespace fs = std::filesystem;
 
-// A fresh directory removed at the end of the test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/strata-ckpt-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::TempDir;
 
 // Exactly representable in fp32 and bf16: small integers and halves.
 inline float value(int state, int64_t step, int64_t i) {
@@ -73,7 +62,7 @@ struct FullStates {
 // The slices rank r holds at ZeRO stage `stage` over n ranks (padding included in the range).
 inline std::vector<StateSlice> slices(const FullStates& f, int rank, int n, int stage) {
   std::vector<StateSlice> out;
-  const int64_t S = plan::shard_elems(f.psi, n);
+  const int64_t S = shard_elems(f.psi, n);
   for (int s = 0; s < f.num_states(); ++s) {
     StateSlice sl;
     sl.name = kStates[s];

@@ -4,7 +4,6 @@
 
 #include "ckpt/interval.h"
 #include "helpers.h"
-#include "plan/reliability.h"
 
 using namespace ckpt_test;
 
@@ -14,7 +13,7 @@ TEST(CkptRanges, ZeroShardsTileEveryStateSize) {
       int64_t at = 0;
       for (int r = 0; r < n; ++r) {
         Range s = zero_shard(psi, r, n);
-        EXPECT_LE(s.size(), plan::shard_elems(psi, n));
+        EXPECT_LE(s.size(), shard_elems(psi, n));
         if (s.empty()) continue;
         EXPECT_EQ(s.begin, at) << "psi " << psi << " n " << n << " r " << r;
         at = s.end;

@@ -11,7 +11,7 @@ void load_as(const std::string& run, int64_t psi, bool bf16, int64_t step, int m
   Group g(m);
   g.run([&](int r) {
     const int nstates = bf16 ? 4 : 3;
-    const int64_t S = plan::shard_elems(psi, m);
+    const int64_t S = shard_elems(psi, m);
     std::vector<std::vector<float>> buf(static_cast<size_t>(nstates));
     std::vector<uint16_t> params16;
     std::vector<StateTarget> targets;
@@ -54,16 +54,16 @@ TEST(CkptReshard, MatrixNStageToMStage) {
       TempDir tmp;
       const bool bf16 = (n + s) % 2 == 1;  // half the cells with bf16 params + fp32 master
       FullStates f(psi, 100 + n * 10 + s, bf16);
-      save_step(tmp.path, f, 100 + n * 10 + s, n, s);
+      save_step(tmp.str(), f, 100 + n * 10 + s, n, s);
       // Every rank wrote one shard file, whatever the stage (replicated states are split).
-      Manifest man = read_manifest(tmp.path + "/ckpt/" + step_dir_name(100 + n * 10 + s));
+      Manifest man = read_manifest(tmp.str() + "/ckpt/" + step_dir_name(100 + n * 10 + s));
       EXPECT_EQ(int(man.shards.size()), n);
       EXPECT_EQ(man.train.world, n);
       EXPECT_EQ(man.train.zero_stage, s);
       for (int m = 1; m <= 4; ++m)
         for (int s2 = 0; s2 <= 3; ++s2) {
           SCOPED_TRACE(testing::Message() << "N=" << n << " s=" << s << " -> M=" << m << " s'=" << s2);
-          load_as(tmp.path, psi, bf16, 100 + n * 10 + s, m, s2);
+          load_as(tmp.str(), psi, bf16, 100 + n * 10 + s, m, s2);
         }
     }
   }
@@ -74,10 +74,10 @@ TEST(CkptReshard, SmallStatesOverManyRanks) {
     for (int n : {1, 4, 7}) {
       TempDir tmp;
       FullStates f(psi, 9, false);
-      save_step(tmp.path, f, 9, n, 3);
+      save_step(tmp.str(), f, 9, n, 3);
       for (int m : {1, 2, 5, 8}) {
         SCOPED_TRACE(testing::Message() << "psi=" << psi << " N=" << n << " M=" << m);
-        load_as(tmp.path, psi, false, 9, m, 3);
+        load_as(tmp.str(), psi, false, 9, m, 3);
       }
     }
   }
@@ -88,12 +88,12 @@ TEST(CkptReshard, ResumeAfterResaveOnAnotherWorldSize) {
   // stage 0 load step 20.
   TempDir tmp;
   FullStates f10(777, 10, true);
-  save_step(tmp.path, f10, 10, 4, 3);
-  load_as(tmp.path, 777, true, 10, 3, 1);
+  save_step(tmp.str(), f10, 10, 4, 3);
+  load_as(tmp.str(), 777, true, 10, 3, 1);
   FullStates f20(777, 20, true);
-  save_step(tmp.path, f20, 20, 3, 1);
-  load_as(tmp.path, 777, true, 20, 2, 0);
-  EXPECT_EQ(list_steps(tmp.path + "/ckpt"), (std::vector<int64_t>{10, 20}));
+  save_step(tmp.str(), f20, 20, 3, 1);
+  load_as(tmp.str(), 777, true, 20, 2, 0);
+  EXPECT_EQ(list_steps(tmp.str() + "/ckpt"), (std::vector<int64_t>{10, 20}));
 }
 
 TEST(CkptReshard, ExplicitWriteRangesAreHonoured) {
@@ -102,12 +102,12 @@ TEST(CkptReshard, ExplicitWriteRangesAreHonoured) {
   FullStates f(1001, 5, false);
   Group g(2);
   g.run([&](int r) {
-    Checkpointer c(options(tmp.path, r, 2, &g));
+    Checkpointer c(options(tmp.str(), r, 2, &g));
     SaveRequest req = request(f, 5, r, 2, 0);
     for (StateSlice& s : req.states) s.write = r == 0 ? Range{0, 100} : Range{100, 1001};
     c.save(req);
   });
-  Manifest m = read_manifest(tmp.path + "/ckpt/step-000005");
+  Manifest m = read_manifest(tmp.str() + "/ckpt/step-000005");
   // Rank 0's range ends inside the first tensor (333 elements), rank 1's crosses all three.
   EXPECT_EQ(m.shards[0].pieces[0].tensor, "wte");
   EXPECT_EQ(m.shards[0].pieces[0].flat, (Range{0, 100}));
@@ -115,12 +115,12 @@ TEST(CkptReshard, ExplicitWriteRangesAreHonoured) {
   EXPECT_EQ(m.shards[1].pieces[0].flat, (Range{100, 333}));
   EXPECT_EQ(m.shards[1].pieces[1].tensor, "h.0.weight");
   EXPECT_EQ(m.shards[1].pieces[1].flat, (Range{0, 333}));
-  load_as(tmp.path, 1001, false, 5, 3, 2);
+  load_as(tmp.str(), 1001, false, 5, 3, 2);
   // Overlapping write ranges cannot be committed.
   Group g2(2);
   std::vector<std::string> errors(2);
   g2.run([&](int r) {
-    Checkpointer c(options(tmp.path, r, 2, &g2));
+    Checkpointer c(options(tmp.str(), r, 2, &g2));
     SaveRequest req = request(f, 6, r, 2, 0);
     for (StateSlice& s : req.states) s.write = r == 0 ? Range{0, 500} : Range{400, 1001};
     c.save_async(req);
@@ -132,5 +132,5 @@ TEST(CkptReshard, ExplicitWriteRangesAreHonoured) {
   });
   EXPECT_NE(errors[0].find("saved twice"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("not committed"), std::string::npos) << errors[1];
-  EXPECT_EQ(read_latest(tmp.path + "/ckpt").value(), "step-000005");
+  EXPECT_EQ(read_latest(tmp.str() + "/ckpt").value(), "step-000005");
 }

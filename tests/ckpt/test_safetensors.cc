@@ -36,12 +36,12 @@ std::string save_run(const TempDir& tmp, bool bf16, int n = 2, int stage = 3) {
   FullStates f(52, 7, bf16);
   Group g(n);
   g.run([&](int r) {
-    Checkpointer c(options(tmp.path, r, n, &g));
+    Checkpointer c(options(tmp.str(), r, n, &g));
     SaveRequest req = request(f, 7, r, n, stage);
     req.tensors = tied_table();
     c.save(req);
   });
-  return tmp.path + "/ckpt/step-000007";
+  return tmp.str() + "/ckpt/step-000007";
 }
 
 }  // namespace
@@ -49,7 +49,7 @@ std::string save_run(const TempDir& tmp, bool bf16, int n = 2, int stage = 3) {
 TEST(CkptSafetensors, ExportFollowsTheFormat) {
   TempDir tmp;
   const std::string dir = save_run(tmp, false);
-  const std::string out = tmp.path + "/model.safetensors";
+  const std::string out = tmp.str() + "/model.safetensors";
   ExportResult r = export_safetensors(dir, out);
   EXPECT_EQ(r.tensors, 4);  // lm_head.weight aliases wte: exported once
   EXPECT_EQ(r.state, "params");
@@ -78,23 +78,23 @@ TEST(CkptSafetensors, ExportFollowsTheFormat) {
 TEST(CkptSafetensors, ExportsTheMasterCopyUnderBf16AndConverts) {
   TempDir tmp;
   const std::string dir = save_run(tmp, true, 3, 1);
-  ExportResult r = export_safetensors(dir, tmp.path + "/m.safetensors");
+  ExportResult r = export_safetensors(dir, tmp.str() + "/m.safetensors");
   EXPECT_EQ(r.state, "master");
-  Parsed p = parse_file(tmp.path + "/m.safetensors");
+  Parsed p = parse_file(tmp.str() + "/m.safetensors");
   EXPECT_EQ(p.header.at("wpe").at("dtype"), "F32");
-  export_safetensors(dir, tmp.path + "/b.safetensors", "BF16");
-  Parsed q = parse_file(tmp.path + "/b.safetensors");
+  export_safetensors(dir, tmp.str() + "/b.safetensors", "BF16");
+  Parsed q = parse_file(tmp.str() + "/b.safetensors");
   EXPECT_EQ(q.header.at("wpe").at("dtype"), "BF16");
   const size_t b = q.header.at("wpe").at("data_offsets").at(0);
   uint16_t h;
   std::memcpy(&h, q.data.data() + b + 2, 2);
   EXPECT_EQ(bf16_to_f32(h), value(3, 7, 33));  // master is state 3
-  EXPECT_THROW(export_safetensors(dir, tmp.path + "/x.safetensors", "F8"), Error);
+  EXPECT_THROW(export_safetensors(dir, tmp.str() + "/x.safetensors", "F8"), Error);
 }
 
 TEST(CkptSafetensors, ImportRoundTripsAndRejectsOtherModels) {
   TempDir tmp;
-  const std::string out = tmp.path + "/model.safetensors";
+  const std::string out = tmp.str() + "/model.safetensors";
   export_safetensors(save_run(tmp, false), out);
   std::vector<float> params(52, -1.f);
   EXPECT_EQ(import_safetensors(out, tied_table(), params.data(), 52), 4);
@@ -120,13 +120,13 @@ TEST(CkptSafetensors, ImportRoundTripsAndRejectsOtherModels) {
 
 TEST(CkptSafetensors, MalformedFilesAreRejectedWithTheReason) {
   TempDir tmp;
-  const std::string good = tmp.path + "/model.safetensors";
+  const std::string good = tmp.str() + "/model.safetensors";
   export_safetensors(save_run(tmp, false), good);
   std::ifstream in(good, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto write = [&](const std::string& name, const std::string& data) {
-    std::ofstream(tmp.path + "/" + name, std::ios::binary) << data;
-    return tmp.path + "/" + name;
+    std::ofstream(tmp.str() + "/" + name, std::ios::binary) << data;
+    return tmp.str() + "/" + name;
   };
   auto reason = [](const std::string& path) -> std::string {
     try {

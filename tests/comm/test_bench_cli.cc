@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "nlohmann/json.hpp"
-#include "spawn.h"
+#include "support/run.h"
 
 namespace strata::comm {
 namespace {
@@ -19,7 +19,7 @@ int rows_all_correct(const std::string& out) {
 }
 
 TEST(BenchComm, JsonRowsWithCheckAreCorrect) {
-  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "3", "--op", "all", "-b", "8",
+  auto p = test::run({STRATA_BINARY, "bench", "comm", "--nproc", "3", "--op", "all", "-b", "8",
                          "-e", "256K", "-f", "8", "--iters", "2", "--warmup", "1", "--check", "--json"});
   std::string out = p.output();
   ASSERT_EQ(p.exit_code(), 0) << out;
@@ -56,7 +56,7 @@ TEST(BenchComm, InPlaceAllReduceIsChecked) {
 // it (else they stay staged). Both must give the same, correct results.
 TEST(BenchComm, CrossMemoryAttachPathIsCorrect) {
   for (const char* op : {"allgather", "broadcast"}) {
-    auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "3", "--op", op, "-b", "96K",
+    auto p = test::run({STRATA_BINARY, "bench", "comm", "--nproc", "3", "--op", op, "-b", "96K",
                            "-e", "3M", "-f", "4", "--iters", "2", "--warmup", "1", "--check",
                            "--json"},
                           {{"STRATA_SHM_CMA", "1"}});
@@ -67,7 +67,7 @@ TEST(BenchComm, CrossMemoryAttachPathIsCorrect) {
 }
 
 TEST(BenchComm, TableHasNcclTestsColumnsAndBusFactors) {
-  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "4", "--op", "allreduce", "-b",
+  auto p = test::run({STRATA_BINARY, "bench", "comm", "--nproc", "4", "--op", "allreduce", "-b",
                          "1M", "-e", "1M", "--iters", "3", "--warmup", "1"});
   std::string out = p.output();
   ASSERT_EQ(p.exit_code(), 0) << out;
@@ -124,11 +124,31 @@ TEST(BenchComm, BadInputGivesOneLine) {
   for (auto& c : cases) {
     std::vector<std::string> argv = {STRATA_BINARY, "bench", "comm"};
     argv.insert(argv.end(), c.args.begin(), c.args.end());
-    auto p = testing::run(argv);
+    auto p = test::run(argv);
     std::string out = p.output();
     EXPECT_EQ(p.exit_code(), 1) << out;
     EXPECT_NE(out.find(c.expect), std::string::npos) << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+}
+
+// The shm spin knobs go through the environment registry: listed by --help-env, taken
+// when well-formed (the collectives stay correct), refused by name when not.
+TEST(BenchComm, ShmSpinKnobsAreRegisteredAndChecked) {
+  auto help = test::run({STRATA_BINARY, "--help-env"});
+  ASSERT_EQ(help.exit_code(), 0) << help.output();
+  for (const char* name : {"STRATA_SHM_SPIN_MIN_US", "STRATA_SHM_YIELD_AFTER_US", "STRATA_SHM_SPIN_US"})
+    EXPECT_NE(help.output().find(name), std::string::npos) << name << "\n" << help.output();
+  const std::vector<std::string> bench = {STRATA_BINARY, "bench", "comm", "--nproc", "2", "--op",
+                                          "allreduce", "-b", "4K", "-e", "4K", "--iters", "2",
+                                          "--warmup", "1", "--check", "--json"};
+  auto ok = test::run(bench, {{"STRATA_SHM_SPIN_MIN_US", "0"}, {"STRATA_SHM_YIELD_AFTER_US", "20"}});
+  ASSERT_EQ(ok.exit_code(), 0) << ok.output();
+  EXPECT_EQ(nlohmann::json::parse(ok.output())["wrong"], 0) << ok.output();
+  for (auto [name, value] : {std::pair{"STRATA_SHM_SPIN_MIN_US", "-5"}, {"STRATA_SHM_YIELD_AFTER_US", "soon"}}) {
+    auto bad = test::run(bench, {{name, value}});
+    EXPECT_NE(bad.exit_code(), 0) << bad.output();
+    EXPECT_NE(bad.output().find(name), std::string::npos) << bad.output();
   }
 }
 

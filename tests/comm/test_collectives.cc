@@ -9,7 +9,7 @@
 #include "comm/process_group.h"
 #include "comm/shm/shm_transport.h"
 #include "core/error.h"
-#include "spawn.h"
+#include "support/run.h"
 #include "sweep.h"
 
 namespace strata::comm {
@@ -154,7 +154,7 @@ TEST(Collectives, BadArgumentsNameTheProblem) {
 namespace strata::comm {
 namespace {
 TEST(Processes, ShmSweepOnFiveProcesses) {
-  auto p = testing::run({STRATA_BINARY, "launch", "-n", "5", "--timeout", "60", "--", COMM_WORKER,
+  auto p = test::run({STRATA_BINARY, "launch", "-n", "5", "--timeout", "60", "--", COMM_WORKER,
                          "sweep"}, {}, 150);
   std::string out = p.output();
   EXPECT_EQ(p.exit_code(), 0) << out;

@@ -14,7 +14,8 @@
 #include "comm/shm/segment.h"
 #include "core/timer.h"
 #include "nlohmann/json.hpp"
-#include "spawn.h"
+#include "support/run.h"
+#include "support/temp_dir.h"
 
 namespace strata::comm {
 namespace {
@@ -22,10 +23,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // Dumps of this test process go to a private directory, never into the build tree.
+const test::TempDir kDumpTmp("dumps");
 const std::string kDumpDir = [] {
-  std::string d = testing::temp_dir();
-  setenv("STRATA_DUMP_DIR", d.c_str(), 1);
-  return d;
+  setenv("STRATA_DUMP_DIR", kDumpTmp.str().c_str(), 1);
+  return kDumpTmp.str();
 }();
 
 nlohmann::json read_json(const std::string& path) {
@@ -119,16 +120,17 @@ TEST(Failures, WorkWaitShorterThanTheOp) {
 // Processes: rank 2 of 3 dies inside the job; the survivors fail within about a second,
 // naming it, and write dumps saying so.
 TEST(Failures, DeadPeerDetectedBySurvivors) {
-  std::string dir = testing::temp_dir();
+  test::TempDir tmp;
+  const std::string dir = tmp.str();
   std::string job = new_job_id();
-  std::vector<testing::Proc> ranks;
+  std::vector<test::Proc> ranks;
   int64_t t0 = now_ns();
   for (int r = 0; r < 3; ++r)
-    ranks.push_back(testing::start({COMM_WORKER, "kill-mid"},
+    ranks.push_back(test::start({COMM_WORKER, "kill-mid"},
                                    {{"STRATA_RANK", std::to_string(r)}, {"STRATA_WORLD_SIZE", "3"},
                                     {"STRATA_JOB_ID", job}, {"STRATA_DUMP_DIR", dir},
                                     {"STRATA_TIMEOUT", "60"}}));
-  for (auto& p : ranks) ASSERT_TRUE(testing::wait_for(p, 30));
+  for (auto& p : ranks) ASSERT_TRUE(test::wait_for(p, 30));
   EXPECT_LT(double(now_ns() - t0) * 1e-9, 10.0);
   EXPECT_EQ(ranks[2].exit_code(), 128 + SIGKILL);
   for (int r = 0; r < 2; ++r) {
@@ -153,8 +155,9 @@ TEST(Failures, DeadPeerDetectedBySurvivors) {
 // The same through the launcher: it names the dead rank, stops the others, and every live
 // rank has dumped by then.
 TEST(Failures, LauncherReportsTheDeadRankAndSurvivorsDump) {
-  std::string dir = testing::temp_dir();
-  testing::Proc p = testing::run({STRATA_BINARY, "launch", "-n", "3", "--", COMM_WORKER, "kill-mid"},
+  test::TempDir tmp;
+  const std::string dir = tmp.str();
+  test::Proc p = test::run({STRATA_BINARY, "launch", "-n", "3", "--", COMM_WORKER, "kill-mid"},
                                  {{"STRATA_DUMP_DIR", dir}}, 60);
   std::string out = p.output();
   EXPECT_EQ(p.exit_code(), 128 + SIGKILL) << out;
@@ -170,8 +173,9 @@ TEST(Failures, LauncherReportsTheDeadRankAndSurvivorsDump) {
 // A rank that hangs in compute: rank 0 times out; the hanging rank learns of it through the
 // segment's abort record (or the launcher's SIGTERM) and dumps where it is.
 TEST(Failures, HangingRankDumpsItsPhase) {
-  std::string dir = testing::temp_dir();
-  testing::Proc p = testing::run({STRATA_BINARY, "launch", "-n", "2", "--timeout", "1", "--",
+  test::TempDir tmp;
+  const std::string dir = tmp.str();
+  test::Proc p = test::run({STRATA_BINARY, "launch", "-n", "2", "--timeout", "1", "--",
                                   COMM_WORKER, "hang"}, {{"STRATA_DUMP_DIR", dir}}, 60);
   std::string out = p.output();
   EXPECT_EQ(p.exit_code(), 4) << out;

@@ -3,12 +3,12 @@
 
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
-#include "spawn.h"
+#include "support/run.h"
 
 namespace strata::comm {
 namespace {
 
-using testing::run;
+using test::run;
 
 TEST(Launcher, SetsTheRankEnvironmentAndPrefixesOutput) {
   auto p = run({STRATA_BINARY, "launch", "-n", "3", "--", COMM_WORKER, "env"});

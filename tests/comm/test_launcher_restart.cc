@@ -3,12 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "comm/launcher.h"
-#include "spawn.h"
+#include "support/run.h"
 
 namespace strata::comm {
 namespace {
 
-using testing::run;
+using test::run;
 
 TEST(LauncherRestart, RestartsUntilTheJobSucceeds) {
   // Rank 1 fails on the first two attempts; rank 0 would run long but is stopped each time.

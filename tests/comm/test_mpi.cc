@@ -5,7 +5,7 @@
 
 #include "comm/launcher.h"
 #include "comm/mpi/mpi_transport.h"
-#include "spawn.h"
+#include "support/run.h"
 
 namespace strata::comm {
 namespace {
@@ -14,7 +14,7 @@ bool have_mpirun() { return access("/usr/bin/mpirun", X_OK) == 0 && detail::mpi_
 
 TEST(Mpi, SweepOnThreeRanks) {
   if (!have_mpirun()) GTEST_SKIP() << "no MPI";
-  auto p = testing::run({STRATA_BINARY, "launch", "-n", "3", "--backend", "mpi", "--timeout", "60",
+  auto p = test::run({STRATA_BINARY, "launch", "-n", "3", "--backend", "mpi", "--timeout", "60",
                          "--", COMM_WORKER, "sweep"}, {}, 150);
   std::string out = p.output();
   EXPECT_EQ(p.exit_code(), 0) << out;
@@ -24,7 +24,7 @@ TEST(Mpi, SweepOnThreeRanks) {
 
 TEST(Mpi, BenchCheckOnTwoRanks) {
   if (!have_mpirun()) GTEST_SKIP() << "no MPI";
-  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--backend", "mpi", "--nproc", "2", "--op",
+  auto p = test::run({STRATA_BINARY, "bench", "comm", "--backend", "mpi", "--nproc", "2", "--op",
                          "all", "-b", "8", "-e", "64K", "-f", "16", "--iters", "2", "--warmup", "1",
                          "--check", "--dtype", "bfloat16"}, {}, 120);
   std::string out = p.output();
@@ -43,7 +43,7 @@ TEST(Mpi, BenchCheckOnTwoRanks) {
 
 TEST(Mpi, FailingRankIsNamed) {
   if (!have_mpirun()) GTEST_SKIP() << "no MPI";
-  auto p = testing::run({STRATA_BINARY, "launch", "-n", "2", "--backend", "mpi", "--", "sh", "-c",
+  auto p = test::run({STRATA_BINARY, "launch", "-n", "2", "--backend", "mpi", "--", "sh", "-c",
                          "if [ $OMPI_COMM_WORLD_RANK = 1 ]; then exit 6; fi; sleep 20"}, {}, 60);
   std::string out = p.output();
   EXPECT_NE(p.exit_code(), 0) << out;

@@ -8,7 +8,8 @@
 #include "comm/process_group.h"
 #include "comm/watchdog.h"
 #include "nlohmann/json.hpp"
-#include "spawn.h"
+#include "support/run.h"
+#include "support/temp_dir.h"
 
 namespace strata::comm {
 namespace {
@@ -70,7 +71,8 @@ TEST(FlightRecorder, RingKeepsTheNewestEntries) {
 }
 
 TEST(FlightRecorder, DumpIsAtomicAndFollowsTheFormat) {
-  std::string dir = testing::temp_dir();
+  test::TempDir tmp;
+  const std::string dir = tmp.str();
   FlightRecorder r(8);
   r.set_identity(3, 4);
   FlightEntry e;
@@ -112,9 +114,9 @@ TEST(FlightRecorder, DumpIsAtomicAndFollowsTheFormat) {
 }
 
 TEST(FlightRecorder, SizeFromTheEnvironment) {
-  auto p = testing::run({COMM_WORKER, "recorder-size"}, {{"STRATA_FLIGHT_RECORDER_SIZE", "50"}});
+  auto p = test::run({COMM_WORKER, "recorder-size"}, {{"STRATA_FLIGHT_RECORDER_SIZE", "50"}});
   EXPECT_NE(p.output().find("capacity 50"), std::string::npos) << p.output();
-  auto bad = testing::run({COMM_WORKER, "recorder-size"}, {{"STRATA_FLIGHT_RECORDER_SIZE", "many"}});
+  auto bad = test::run({COMM_WORKER, "recorder-size"}, {{"STRATA_FLIGHT_RECORDER_SIZE", "many"}});
   EXPECT_NE(bad.output().find("STRATA_FLIGHT_RECORDER_SIZE='many' is not an integer"), std::string::npos)
       << bad.output();
 }

@@ -1,36 +1,21 @@
 // `strata data plan` and `strata data info` through the real binary: the JSON plan agrees
 // with the library planner, --rank and --resume-from select the right part, bad flags fail.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include "data/sampler.h"
 #include "nlohmann/json.hpp"
+#include "support/run.h"
 
 namespace strata::data {
 namespace {
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  std::string cmd = std::string(STRATA_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using Result = test::RunResult;
+using test::run_strata;
 
 TEST(DataCli, PlanJsonMatchesThePlanner) {
-  Result r = run("data plan --samples 23 --world 3 --micro-batch 2 --accum 2 --seed 9 --epoch 4 "
+  Result r = run_strata("data plan --samples 23 --world 3 --micro-batch 2 --accum 2 --seed 9 --epoch 4 "
                  "--policy pad --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
@@ -68,9 +53,9 @@ TEST(DataCli, PlanJsonMatchesThePlanner) {
 }
 
 TEST(DataCli, RankAndResumeSelectTheRightPart) {
-  Result all = run("data plan --samples 40 --world 4 --micro-batch 2 --seed 1 --json");
-  Result one = run("data plan --samples 40 --world 4 --micro-batch 2 --seed 1 --rank 2 --json");
-  Result resumed = run("data plan --samples 40 --world 4 --micro-batch 2 --seed 1 "
+  Result all = run_strata("data plan --samples 40 --world 4 --micro-batch 2 --seed 1 --json");
+  Result one = run_strata("data plan --samples 40 --world 4 --micro-batch 2 --seed 1 --rank 2 --json");
+  Result resumed = run_strata("data plan --samples 40 --world 4 --micro-batch 2 --seed 1 "
                        "--resume-from 16 --json");
   ASSERT_EQ(all.status, 0) << all.out;
   ASSERT_EQ(one.status, 0) << one.out;
@@ -87,11 +72,11 @@ TEST(DataCli, RankAndResumeSelectTheRightPart) {
 }
 
 TEST(DataCli, TableAndInfoAreReadable) {
-  Result t = run("data plan --samples 7 --world 2 --policy uneven --accum 2");
+  Result t = run_strata("data plan --samples 7 --world 2 --policy uneven --accum 2");
   ASSERT_EQ(t.status, 0) << t.out;
   EXPECT_NE(t.out.find("global batch 4"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("step"), std::string::npos);
-  Result info = run("data info --data synthetic:100000 --seq 64 --json");
+  Result info = run_strata("data info --data synthetic:100000 --seq 64 --json");
   ASSERT_EQ(info.status, 0) << info.out;
   auto j = nlohmann::json::parse(info.out);
   EXPECT_EQ(j["train"]["tokens"], 100000);
@@ -100,20 +85,20 @@ TEST(DataCli, TableAndInfoAreReadable) {
 }
 
 TEST(DataCli, BadFlagsFailWithOneLine) {
-  Result drop = run("data plan --samples 5 --world 3 --micro-batch 2");
+  Result drop = run_strata("data plan --samples 5 --world 3 --micro-batch 2");
   EXPECT_EQ(drop.status, 1);
   EXPECT_NE(drop.out.find("cannot be formed from 5 samples"), std::string::npos) << drop.out;
-  Result policy = run("data plan --samples 5 --policy sideways");
+  Result policy = run_strata("data plan --samples 5 --policy sideways");
   EXPECT_EQ(policy.status, 1);
   EXPECT_NE(policy.out.find("sideways"), std::string::npos) << policy.out;
-  Result rank = run("data plan --samples 5 --world 2 --rank 2");
+  Result rank = run_strata("data plan --samples 5 --world 2 --rank 2");
   EXPECT_EQ(rank.status, 1);
-  Result resume = run("data plan --samples 5 --resume-from 6");
+  Result resume = run_strata("data plan --samples 5 --resume-from 6");
   EXPECT_EQ(resume.status, 1);
   EXPECT_NE(resume.out.find("--resume-from 6"), std::string::npos) << resume.out;
-  EXPECT_EQ(run("data plan").status, 2);  // --samples is required
-  EXPECT_EQ(run("data plan --samples 5 --bogus").status, 2);
-  Result missing = run("data info --data /nonexistent/x.bin");
+  EXPECT_EQ(run_strata("data plan").status, 2);  // --samples is required
+  EXPECT_EQ(run_strata("data plan --samples 5 --bogus").status, 2);
+  Result missing = run_strata("data info --data /nonexistent/x.bin");
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.out.find("/nonexistent/x.bin"), std::string::npos);
 }

@@ -2,7 +2,6 @@
 // determinism, independent streams), text and .bin files as one stream, splits, and every
 // kind of bad file named with its numbers.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cmath>
 #include <cstdio>
@@ -13,21 +12,14 @@
 #include "data/dataset.h"
 #include "data/synthetic.h"
 #include "data/token_file.h"
+#include "support/temp_dir.h"
 
 namespace strata::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/strata_data_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 std::vector<int32_t> read_all(const TokenSource& s) {
   std::vector<int32_t> v(size_t(s.size()));
@@ -137,7 +129,7 @@ TEST(TokenFiles, BinShardsInADirectoryOrGlobAreOneStream) {
     write_bin(dir.file("shard_" + std::to_string(shard) + ".bin"), t);
     all.insert(all.end(), t.begin(), t.end());
   }
-  for (std::string spec : {dir.path.string(), dir.file("shard_*.bin")}) {
+  for (std::string spec : {dir.str(), dir.file("shard_*.bin")}) {
     Split s = open_split(spec, 0, 0.0);
     EXPECT_EQ(s.train->size(), int64_t(all.size()));
     EXPECT_EQ(s.val->size(), 0);
@@ -157,7 +149,7 @@ TEST(TokenFiles, ValNamedShardsFormTheValidationSplit) {
   write_bin(dir.file("corpus_train_000001.bin"), std::vector<uint16_t>(300, 7));
   write_bin(dir.file("corpus_train_000002.bin"), std::vector<uint16_t>(200, 8));
   write_bin(dir.file("corpus_val_000000.bin"), std::vector<uint16_t>(50, 9));
-  Split s = open_split(dir.path.string(), 0, 0.5, 256);
+  Split s = open_split(dir.str(), 0, 0.5, 256);
   EXPECT_EQ(s.train->size(), 500);
   EXPECT_EQ(s.val->size(), 50);
   EXPECT_EQ(read_all(*s.val)[0], 9);
@@ -205,16 +197,16 @@ TEST(TokenFiles, BadFilesAreNamedWithTheirNumbers) {
   TempDir shards;
   write_bin(shards.file("a_000.bin"), ok);
   fs::copy_file(dir.file("trunc.bin"), shards.file("a_001.bin"));
-  expect_error([&] { open_split(shards.path.string(), 0); }, {"a_001.bin", "truncated"});
+  expect_error([&] { open_split(shards.str(), 0); }, {"a_001.bin", "truncated"});
   // Mixed formats, empty and missing inputs.
   std::ofstream(dir.file("x.txt")) << "hello";
-  expect_error([&] { open_split(dir.path.string() + "/[xo]*", 0); }, {"mix formats"});
+  expect_error([&] { open_split(dir.str() + "/[xo]*", 0); }, {"mix formats"});
   std::ofstream(dir.file("empty.txt")).close();
   expect_error([&] { open_split(dir.file("empty.txt"), 0); }, {"empty.txt", "empty"});
   expect_error([&] { open_split(dir.file("missing.bin"), 0); }, {"missing.bin", "not found"});
   expect_error([&] { open_split(dir.file("nothing_*.bin"), 0); }, {"nothing_*.bin", "matches no"});
   TempDir empty;
-  expect_error([&] { open_split(empty.path.string(), 0); }, {"no .bin"});
+  expect_error([&] { open_split(empty.str(), 0); }, {"no .bin"});
   expect_error([&] { open_split(dir.file("ok.bin"), 0, 1.5); }, {"1.5"});
 }
 

@@ -2,6 +2,7 @@
 // name and the diagnosis comes from the rest; `strata doctor hang` end to end.
 #include <gtest/gtest.h>
 
+#include "comm/flight_recorder.h"
 #include "core/error.h"
 #include "diag/flight_dump.h"
 #include "diag/hang_doctor.h"
@@ -11,7 +12,7 @@
 
 using namespace strata::diag;
 using sim::Fault;
-using testutil::TempDir;
+using strata::test::TempDir;
 
 namespace {
 
@@ -58,6 +59,30 @@ TEST(JsonSalvage, RefusesTextThatIsNotJson) {
   EXPECT_FALSE(parse_json_salvaging("{\"a\": ]", p, err));
 }
 
+// The recorder writes every state by the name the doctor reads back (one definition of
+// OpState for both), and a state the recorder never writes is a named problem.
+TEST(DumpFiles, EveryRecordedStateReadsBack) {
+  using strata::comm::OpState;
+  TempDir dir;
+  strata::comm::FlightRecorder rec(8);
+  rec.set_identity(0, 1);
+  const strata::comm::GroupInfo* g = rec.intern("world", {0});
+  for (OpState s : strata::comm::kOpStates) {
+    strata::comm::FlightEntry e;
+    e.group = g;
+    e.count = 4;
+    const uint64_t id = rec.record(e);
+    if (s != OpState::scheduled) rec.update(id, s);
+  }
+  rec.dump("manual", "test", dir.str());
+  DumpSet set = load_flight_dumps(dir.str());
+  ASSERT_EQ(set.dumps.size(), 1u) << (set.problems.empty() ? "" : set.problems[0]);
+  const auto& entries = set.dumps[0].entries;
+  ASSERT_EQ(entries.size(), std::size(strata::comm::kOpStates));
+  for (size_t i = 0; i < entries.size(); ++i) EXPECT_EQ(entries[i].state, strata::comm::kOpStates[i]);
+  EXPECT_FALSE(strata::comm::parse_op_state("finished").has_value());
+}
+
 TEST(DumpFiles, MissingDirectoryIsAnError) {
   EXPECT_THROW(load_flight_dumps("/nonexistent/strata-run"), strata::Error);
 }
@@ -65,8 +90,8 @@ TEST(DumpFiles, MissingDirectoryIsAnError) {
 TEST(DumpFiles, CorruptDumpIsNamedAndTheRestDiagnosed) {
   TempDir dir;
   auto dumps = stuck_in_forward_set(4, 2);
-  testutil::write_dumps(dir, dumps);
-  testutil::write_file(dir.file("flight-rank1.json"), "\x7f\x45\x4c\x46 this is not json");
+  strata::test::write_dumps(dir, dumps);
+  strata::test::write_file(dir.file("flight-rank1.json"), "\x7f\x45\x4c\x46 this is not json");
   DumpSet set = load_flight_dumps(dir.str());
   EXPECT_EQ(set.dumps.size(), 3u);
   EXPECT_TRUE(mentions(set.problems, "flight-rank1.json: not valid JSON")) << set.problems[0];
@@ -82,7 +107,7 @@ TEST(DumpFiles, CorruptDumpIsNamedAndTheRestDiagnosed) {
 TEST(DumpFiles, TruncatedDumpIsSalvaged) {
   TempDir dir;
   auto dumps = stuck_in_forward_set(3, 0);
-  testutil::write_dumps(dir, dumps);
+  strata::test::write_dumps(dir, dumps);
   // Rank 2's writer died mid-file: keep the first 70% of its bytes, with "entries" last.
   nlohmann::json d2 = dumps[2];
   nlohmann::json entries = d2["entries"];
@@ -90,7 +115,7 @@ TEST(DumpFiles, TruncatedDumpIsSalvaged) {
   std::string text = d2.dump();
   text.pop_back();
   text += ",\"entries\":" + entries.dump() + "}";
-  testutil::write_file(dir.file("flight-rank2.json"), text.substr(0, text.size() * 7 / 10));
+  strata::test::write_file(dir.file("flight-rank2.json"), text.substr(0, text.size() * 7 / 10));
   DumpSet set = load_flight_dumps(dir.str());
   ASSERT_EQ(set.dumps.size(), 3u);
   EXPECT_TRUE(set.dumps[2].truncated);
@@ -106,9 +131,9 @@ TEST(DumpFiles, MalformedFieldsAreNamed) {
   TempDir dir;
   auto dumps = stuck_in_forward_set(2, 1);
   dumps[0]["rank"] = "zero";
-  testutil::write_dumps(dir, dumps);
-  testutil::write_file(dir.file("flight-rank5.json"), R"({"rank": 5, "world": 2, "entries": []})");
-  testutil::write_file(dir.file("flight-rank6.json"), R"({"rank": 6, "world": 8})");
+  strata::test::write_dumps(dir, dumps);
+  strata::test::write_file(dir.file("flight-rank5.json"), R"({"rank": 5, "world": 2, "entries": []})");
+  strata::test::write_file(dir.file("flight-rank6.json"), R"({"rank": 6, "world": 8})");
   DumpSet set = load_flight_dumps(dir.str());
   EXPECT_TRUE(mentions(set.problems, "flight-rank0.json: field 'rank' is not an integer"));
   EXPECT_TRUE(mentions(set.problems, "flight-rank5.json: rank 5 does not fit world size 2"));
@@ -120,8 +145,8 @@ TEST(DumpFiles, MalformedFieldsAreNamed) {
 TEST(DumpFiles, UnfinishedFileStandsInForAMissingOne) {
   TempDir dir;
   auto dumps = stuck_in_forward_set(2, 1);
-  testutil::write_file(dir.file("flight-rank0.json"), dumps[0].dump());
-  testutil::write_file(dir.file("flight-rank1.json.tmp"), dumps[1].dump());
+  strata::test::write_file(dir.file("flight-rank0.json"), dumps[0].dump());
+  strata::test::write_file(dir.file("flight-rank1.json.tmp"), dumps[1].dump());
   DumpSet set = load_flight_dumps(dir.str());
   ASSERT_EQ(set.dumps.size(), 2u);
   EXPECT_TRUE(mentions(set.problems, "flight-rank1.json.tmp: an unfinished dump"));
@@ -149,12 +174,12 @@ TEST(DumpFiles, DeadPeersReadFromDetailWhenNotListed) {
 
 TEST(DoctorHangCli, NamesTheCulpritAndExitsZero) {
   TempDir dir;
-  testutil::write_dumps(dir, stuck_in_forward_set(3, 2));
-  auto r = testutil::run_strata("doctor hang " + dir.str());
+  strata::test::write_dumps(dir, stuck_in_forward_set(3, 2));
+  auto r = strata::test::run_strata("doctor hang " + dir.str());
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("Stuck on allreduce #8 of group \"world\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 2 is still in forward of layer 1 (step 2)"), std::string::npos) << r.out;
-  auto j = testutil::run_strata("doctor hang --json " + dir.str());
+  auto j = strata::test::run_strata("doctor hang --json " + dir.str());
   EXPECT_EQ(j.status, 0);
   nlohmann::json parsed = nlohmann::json::parse(j.out);
   EXPECT_EQ(parsed["culprits"][0]["rank"], 2);
@@ -165,24 +190,24 @@ TEST(DoctorHangCli, HealthySetExitsOne) {
   TempDir dir;
   sim::Config c;
   c.world = 2;
-  testutil::write_dumps(dir, sim::simulate(c));
-  auto r = testutil::run_strata("doctor hang " + dir.str());
+  strata::test::write_dumps(dir, sim::simulate(c));
+  auto r = strata::test::run_strata("doctor hang " + dir.str());
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("No hang found"), std::string::npos) << r.out;
 }
 
 TEST(DoctorHangCli, BadInputIsOneLine) {
   TempDir dir;
-  auto missing = testutil::run_strata("doctor hang " + dir.str() + "/nope");
+  auto missing = strata::test::run_strata("doctor hang " + dir.str() + "/nope");
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.out.find("does not exist"), std::string::npos) << missing.out;
-  auto empty = testutil::run_strata("doctor hang " + dir.str());
+  auto empty = strata::test::run_strata("doctor hang " + dir.str());
   EXPECT_EQ(empty.status, 1);
   EXPECT_NE(empty.out.find("no usable flight-recorder dump"), std::string::npos) << empty.out;
-  testutil::write_file(dir.file("flight-rank0.json"), "{");
-  auto corrupt = testutil::run_strata("doctor hang " + dir.str());
+  strata::test::write_file(dir.file("flight-rank0.json"), "{");
+  auto corrupt = strata::test::run_strata("doctor hang " + dir.str());
   EXPECT_EQ(corrupt.status, 1);
   EXPECT_NE(corrupt.out.find("flight-rank0.json"), std::string::npos) << corrupt.out;
-  auto noarg = testutil::run_strata("doctor hang");
+  auto noarg = strata::test::run_strata("doctor hang");
   EXPECT_EQ(noarg.status, 2) << noarg.out;
 }

@@ -10,7 +10,7 @@
 
 #include "test_util.h"
 
-using testutil::TempDir;
+using strata::test::TempDir;
 using nlohmann::json;
 
 namespace {
@@ -28,17 +28,17 @@ struct Outcome {
 Outcome run_scenario(const TempDir& dir, int nproc, const std::string& worker_args, int timeout_s = 60) {
   Outcome o;
   std::string timeout = std::to_string(timeout_s);
-  auto launch = testutil::run_strata(
+  auto launch = strata::test::run_strata(
       "launch -n " + std::to_string(nproc) + " --timeout " + timeout + " --grace 1 -- " + DIAG_WORKER +
           " --steps 4 --timeout " + timeout + " " + worker_args,
       "STRATA_DUMP_DIR=" + dir.str());
   o.launch_out = launch.out;
   std::smatch m;
   if (std::regex_search(launch.out, m, std::regex(R"(base_seq=(\d+))"))) o.base_seq = std::stoll(m[1]);
-  auto doctor = testutil::run_strata("doctor hang --json " + dir.str());
+  auto doctor = strata::test::run_strata("doctor hang --json " + dir.str());
   o.doctor_status = doctor.status;
   if (doctor.out.find('{') != std::string::npos) o.report = json::parse(doctor.out.substr(doctor.out.find('{')));
-  o.doctor_text = testutil::run_strata("doctor hang " + dir.str()).out;
+  o.doctor_text = strata::test::run_strata("doctor hang " + dir.str()).out;
   return o;
 }
 

@@ -130,15 +130,15 @@ TEST(HangCases, DifferentOpAtTheSameSeqIsAMismatch) {
 // The recorder writes keys in alphabetical order, so a dump cut inside "entries" loses
 // "rank", "world" and "phase": rank from the file name, world from the other dumps.
 TEST(HangCases, DumpCutBeforeItsRankFieldStillCounts) {
-  testutil::TempDir dir;
+  strata::test::TempDir dir;
   sim::Config c;
   c.world = 3;
   c.faults = {{sim::Fault::stop_in_forward, 2, 2, 1}};
   auto dumps = sim::simulate(c);
-  testutil::write_dumps(dir, dumps);
+  strata::test::write_dumps(dir, dumps);
   std::string text = dumps[1].dump();
   ASSERT_LT(text.find("\"entries\""), text.find("\"rank\""));
-  testutil::write_file(dir.file("flight-rank1.json"), text.substr(0, text.size() / 2));
+  strata::test::write_file(dir.file("flight-rank1.json"), text.substr(0, text.size() / 2));
   DumpSet set = load_flight_dumps(dir.str());
   ASSERT_EQ(set.dumps.size(), 3u);
   EXPECT_EQ(set.dumps[1].rank, 1);

@@ -91,7 +91,7 @@ TEST(NetDoctor, ReportRoundTripsThroughJson) {
 
 // End to end: 3 ranks, link 0<->2 ten times slower in the doctor's measurements.
 TEST(NetDoctorCli, FindsTheThrottledLink) {
-  auto r = testutil::run_strata("doctor net --nproc 3 --bytes 256K --coll-bytes 1M --reps 3 --iters 3 --json",
+  auto r = strata::test::run_strata("doctor net --nproc 3 --bytes 256K --coll-bytes 1M --reps 3 --iters 3 --json",
                                 "STRATA_THROTTLE_LINK=0-2:0.1");
   ASSERT_EQ(r.status, 1) << r.out;  // something below threshold
   nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
@@ -110,7 +110,7 @@ TEST(NetDoctorCli, FindsTheThrottledLink) {
 }
 
 TEST(NetDoctorCli, ExpectedFigureFlagsEverything) {
-  auto r = testutil::run_strata("doctor net --nproc 2 --bytes 64K --coll-bytes 256K --reps 1 --iters 1 --expect-busbw 100000");
+  auto r = strata::test::run_strata("doctor net --nproc 2 --bytes 64K --coll-bytes 256K --reps 1 --iters 1 --expect-busbw 100000");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("SLOW pair 0-1: bandwidth"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("SLOW allreduce: busbw"), std::string::npos) << r.out;
@@ -133,7 +133,7 @@ TEST(NetDoctorCli, BadFlagsAreOneLine) {
                {"--nproc 2", "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-net STRATA_TIMEOUT=1",
                 "strata doctor net: the environment holds STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-net"}};
   for (auto& c : cases) {
-    auto r = testutil::run_strata(std::string("doctor net ") + c.args, c.env);
+    auto r = strata::test::run_strata(std::string("doctor net ") + c.args, c.env);
     EXPECT_EQ(r.status, 1) << c.args << ": " << r.out;
     EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;

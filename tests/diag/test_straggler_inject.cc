@@ -5,6 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "core/error.h"
+#include "cli/fault_flags.h"
 #include "diag/fault_inject.h"
 #include "diag/straggler.h"
 #include "nlohmann/json.hpp"
@@ -131,7 +132,7 @@ TEST(FaultInject, ValidatesAgainstTheJob) {
 TEST(FaultInject, FlagFamilyOnACommand) {
   auto parse = [](std::vector<std::string> args, int world) {
     CLI::App app;
-    FaultFlags flags;
+    strata::cli::FaultFlags flags;
     flags.add_to(app);
     std::reverse(args.begin(), args.end());
     app.parse(args);

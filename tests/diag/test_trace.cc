@@ -10,7 +10,7 @@
 
 using namespace strata::diag;
 using nlohmann::json;
-using testutil::TempDir;
+using strata::test::TempDir;
 
 namespace {
 
@@ -115,8 +115,8 @@ TEST(Overlap, TraceWithoutStepSpansIsOneWindow) {
 
 TEST(TraceMerge, OneTrackPerRankAndThread) {
   TempDir dir;
-  testutil::write_file(dir.file("trace-rank0.json"), rank0_trace().dump());
-  testutil::write_file(dir.file("trace-rank1.json"), rank1_trace().dump());
+  strata::test::write_file(dir.file("trace-rank0.json"), rank0_trace().dump());
+  strata::test::write_file(dir.file("trace-rank1.json"), rank1_trace().dump());
   TraceSet set = load_traces(dir.str());
   ASSERT_EQ(set.ranks.size(), 2u);
   EXPECT_TRUE(set.problems.empty());
@@ -143,11 +143,11 @@ TEST(TraceMerge, OneTrackPerRankAndThread) {
 
 TEST(TraceMerge, BadFilesAreNamedAndTheRestUsed) {
   TempDir dir;
-  testutil::write_file(dir.file("trace-rank0.json"), rank0_trace().dump());
+  strata::test::write_file(dir.file("trace-rank0.json"), rank0_trace().dump());
   std::string cut = rank1_trace().dump();
-  testutil::write_file(dir.file("trace-rank1.json"), cut.substr(0, cut.size() * 2 / 3));
-  testutil::write_file(dir.file("trace-rank2.json"), "not json at all");
-  testutil::write_file(dir.file("trace-rank3.json"), R"({"events": []})");
+  strata::test::write_file(dir.file("trace-rank1.json"), cut.substr(0, cut.size() * 2 / 3));
+  strata::test::write_file(dir.file("trace-rank2.json"), "not json at all");
+  strata::test::write_file(dir.file("trace-rank3.json"), R"({"events": []})");
   TraceSet set = load_traces(dir.str());
   ASSERT_EQ(set.ranks.size(), 2u);
   EXPECT_TRUE(set.ranks[1].truncated);
@@ -161,23 +161,23 @@ TEST(TraceMerge, BadFilesAreNamedAndTheRestUsed) {
 
 TEST(TraceCli, MergeAndOverlapEndToEnd) {
   TempDir dir;
-  testutil::write_file(dir.file("trace-rank0.json"), rank0_trace().dump());
-  testutil::write_file(dir.file("trace-rank1.json"), rank1_trace().dump());
-  auto m = testutil::run_strata("trace merge " + dir.str() + " -o " + dir.file("merged.json"));
+  strata::test::write_file(dir.file("trace-rank0.json"), rank0_trace().dump());
+  strata::test::write_file(dir.file("trace-rank1.json"), rank1_trace().dump());
+  auto m = strata::test::run_strata("trace merge " + dir.str() + " -o " + dir.file("merged.json"));
   ASSERT_EQ(m.status, 0) << m.out;
   EXPECT_NE(m.out.find("merged 2 ranks"), std::string::npos) << m.out;
-  json merged = json::parse(testutil::read_file(dir.file("merged.json")));
+  json merged = json::parse(strata::test::read_file(dir.file("merged.json")));
   EXPECT_TRUE(merged["traceEvents"].is_array());
-  auto o = testutil::run_strata("trace overlap --json " + dir.str());
+  auto o = strata::test::run_strata("trace overlap --json " + dir.str());
   ASSERT_EQ(o.status, 0) << o.out;
   json rep = json::parse(o.out);
   EXPECT_DOUBLE_EQ(rep["steps"][0]["exposed_ms"].get<double>(), 0.04);
-  auto text = testutil::run_strata("trace overlap " + dir.str());
+  auto text = strata::test::run_strata("trace overlap " + dir.str());
   EXPECT_NE(text.out.find("23.8%"), std::string::npos) << text.out;
-  auto none = testutil::run_strata("trace overlap " + dir.file("nope"));
+  auto none = strata::test::run_strata("trace overlap " + dir.file("nope"));
   EXPECT_EQ(none.status, 1);
   TempDir empty;
-  auto e = testutil::run_strata("trace merge " + empty.str() + " -o " + empty.file("x.json"));
+  auto e = strata::test::run_strata("trace merge " + empty.str() + " -o " + empty.file("x.json"));
   EXPECT_EQ(e.status, 1);
   EXPECT_NE(e.out.find("no usable trace"), std::string::npos) << e.out;
 }

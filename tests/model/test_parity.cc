@@ -14,6 +14,7 @@
 #include "kernels/adamw.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
+#include "support/temp_dir.h"
 
 namespace strata::model {
 
@@ -160,7 +161,8 @@ TEST(Parity, FixtureParamsAreStrataInit) {
 }
 
 TEST(Parity, CorruptFixtureIsAClearError) {
-  const std::string bad = ::testing::TempDir() + "/bad_fixture.bin";
+  strata::test::TempDir tmp;
+  const std::string bad = tmp.file("bad_fixture.bin");
   {
     std::ofstream f(bad, std::ios::binary);
     f << "NOPE0000";

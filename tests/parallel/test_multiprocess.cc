@@ -17,7 +17,8 @@
 #include "nlohmann/json.hpp"
 #include "parallel/overlap.h"
 #include "parallel/zero_comm.h"
-#include "plan/zero_memory.h"
+#include "support/temp_dir.h"
+#include "parallel/zero_memory.h"
 
 namespace strata::ptest {
 namespace {
@@ -68,7 +69,7 @@ json rank_main(const std::string& job, int rank, int world, const DataParallelOp
       if (e.start_ns < last_backward_end) ++issued_in_backward;
     }
   const MemoryTracker& mt = memory_tracker();
-  const auto f = plan::zero_model_state_bytes(gpt.num_params(), world, o.stage, o.precision);
+  const auto f = parallel::zero_model_state_bytes(gpt.num_params(), world, o.stage, o.precision);
   json out = {
       {"losses", losses},
       {"buckets", engine.buckets().size()},
@@ -84,7 +85,8 @@ json rank_main(const std::string& job, int rank, int world, const DataParallelOp
 
 std::vector<json> run_processes(int world, const DataParallelOptions& o) {
   const std::string job = comm::new_job_id();
-  const std::string dir = ::testing::TempDir();
+  test::TempDir tmp;
+  const std::string dir = tmp.str();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     pid_t pid = fork();

@@ -1,38 +1,21 @@
 // `strata plan` as a user runs it: tables, JSON, and one-line errors with their exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "nlohmann/json.hpp"
+#include "parallel/zero_memory.h"
 #include "plan/model_spec.h"
-#include "plan/zero_memory.h"
+#include "support/run.h"
+#include "support/temp_dir.h"
 
 namespace {
 
-struct CliRun {
-  int status;
-  std::string out;  // stdout and stderr together
-};
-
-CliRun run_strata(const std::string& args, bool merge_stderr = true) {
-  std::string cmd =
-      std::string(STRATA_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  CliRun r{-1, ""};
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using CliRun = strata::test::RunResult;
+using strata::test::run_strata;
+using strata::test::Streams;
 
 bool has(const std::string& s, const std::string& needle) {
   return s.find(needle) != std::string::npos;
@@ -49,7 +32,7 @@ TEST(PlanCli, TableForAPreset) {
 }
 
 TEST(PlanCli, JsonHasTheDocumentedKeys) {
-  CliRun r = run_strata("plan --model gpt3-175b --gpus 1024 --gpu a100-80g --json", false);
+  CliRun r = run_strata("plan --model gpt3-175b --gpus 1024 --gpu a100-80g --json", "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["model"]["name"], "gpt3-175b");
@@ -70,6 +53,7 @@ TEST(PlanCli, JsonHasTheDocumentedKeys) {
 // shape), N data-parallel ranks, one stage, bf16. Model states must be the shared formula.
 TEST(PlanCli, ModelStatesForAZeroRunComeFromTheSharedFormula) {
   using namespace strata::plan;
+  using namespace strata::parallel;
   ModelSpec m;
   apply_arch(m, "gpt");
   m.layers = 2, m.hidden = 64, m.heads = 4, m.kv_heads = 4, m.ffn = 256, m.seq = 32, m.vocab = 100;
@@ -79,8 +63,7 @@ TEST(PlanCli, ModelStatesForAZeroRunComeFromTheSharedFormula) {
       CliRun r = run_strata("plan --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 100 --gpus " +
                                 std::to_string(n) + " --tp 1 --pp 1 --cp 1 --zero " +
                                 std::to_string(stage) + " --global-batch " + std::to_string(n) +
-                                " --precision bf16 --json",
-                            false);
+                                " --precision bf16 --json", "", Streams::separate);
       ASSERT_EQ(r.status, 0) << r.out;
       auto j = nlohmann::json::parse(r.out);
       EXPECT_EQ(j["model"]["params"].get<int64_t>(), psi);
@@ -122,7 +105,7 @@ TEST(PlanCli, FitsNowhereNamesTheSmallestCluster) {
   EXPECT_EQ(r.status, 3) << r.out;
   EXPECT_TRUE(has(r.out, "No layout fits")) << r.out;
   EXPECT_TRUE(has(r.out, "Smallest cluster that fits:")) << r.out;
-  CliRun j = run_strata("plan --model llama3-405b --gpus 8 --gpu a100-40g --json", false);
+  CliRun j = run_strata("plan --model llama3-405b --gpus 8 --gpu a100-40g --json", "", Streams::separate);
   EXPECT_EQ(j.status, 3);
   auto doc = nlohmann::json::parse(j.out);
   EXPECT_TRUE(doc["best"].is_null());
@@ -144,7 +127,7 @@ TEST(PlanCli, BadFlagsAreOneLine) {
 }
 
 TEST(PlanCli, RlhfMode) {
-  CliRun r = run_strata("plan --model llama2-7b --rlhf --gpus 8 --gpu a100-80g --json", false);
+  CliRun r = run_strata("plan --model llama2-7b --rlhf --gpus 8 --gpu a100-80g --json", "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["rlhf"]["models"].size(), 4u);
@@ -156,37 +139,39 @@ TEST(PlanCli, RlhfMode) {
   EXPECT_TRUE(has(t.out, "smallest cluster that fits")) << t.out;
 }
 
-// The planner's memory model against strata's own measured runs: the per-rank model-state
-// bytes a `strata train --nproc N --zero S` run reports (its engine's buffers, which the
-// process memory tracker also counts) equal `strata plan`'s for the same model, N and stage.
-TEST(PlanCli, ModelStatesEqualMeasuredZeroRuns) {
-  const std::string shape = "--layers 2 --heads 2 --seq 16 --vocab 256 ";
-  char tmpl[] = "/tmp/strata_plan_measuredXXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  for (const char* prec : {"fp32", "bf16"})
-    for (int n : {2, 3})
-      for (int stage = 0; stage <= 3; ++stage) {
-        SCOPED_TRACE(std::string(prec) + " N " + std::to_string(n) + " zero " + std::to_string(stage));
-        const std::string run = dir + "/" + prec + std::to_string(n) + std::to_string(stage);
-        CliRun t = run_strata("train " + shape + "--dim 32 --max-seq 16 --batch 12 --steps 1 "
-                              "--eval-batches 1 --sample-tokens 0 --peak-gflops 100 --nproc " +
-                              std::to_string(n) + " --zero " + std::to_string(stage) +
-                              " --precision " + prec + " --run-dir " + run);
-        ASSERT_EQ(t.status, 0) << t.out;
-        std::ifstream in(run + "/summary.json");
-        nlohmann::json measured = nlohmann::json::parse(in)["memory"];
-        // bf16 gradients by default in both (DeepSpeed's convention; the engine's too).
-        CliRun p = run_strata("plan --arch gpt " + shape + "--hidden 32 --gpus " + std::to_string(n) +
-                                  " --dp " + std::to_string(n) + " --tp 1 --pp 1 --cp 1 --zero " +
-                                  std::to_string(stage) + " --precision " + prec +
-                                  " --global-batch 12 --json",
-                              false);
-        ASSERT_EQ(p.status, 0) << p.out;
-        nlohmann::json planned = nlohmann::json::parse(p.out)["best"]["memory"]["model_states"];
-        EXPECT_EQ(measured["parameters"]["current"], planned["parameters"]);
-        EXPECT_EQ(measured["gradients"]["current"], planned["gradients"]);
-        EXPECT_EQ(measured["optimizer"]["current"], planned["optimizer"]);
-      }
-  std::filesystem::remove_all(dir);
+// The one end-to-end check of the ZeRO memory model (the engine equals it in-process for
+// every stage, precision and world size in tests/parallel/test_memory.cc): a real
+// `strata train --nproc 3 --zero 2 --precision bf16` run (replicated bf16 parameters, sharded
+// gradients and optimizer states, Ψ not divisible by 3) reports per-rank model-state bytes,
+// in its engine and in the process's memory tracker, equal to the formula and to what
+// `strata plan` plans for the same model, N and stage.
+TEST(PlanCli, ModelStatesEqualAMeasuredZeroRun) {
+  const std::string shape = "--layers 2 --heads 2 --seq 16 --vocab 257 ";  // Ψ = 34208
+  const int n = 3, stage = 2;
+  strata::test::TempDir dir;
+  CliRun t = run_strata("train " + shape + "--dim 32 --max-seq 16 --batch 12 --steps 1 "
+                        "--eval-batches 1 --sample-tokens 0 --peak-gflops 100 --nproc 3 --zero 2 "
+                        "--precision bf16 --run-dir " + dir.str());
+  ASSERT_EQ(t.status, 0) << t.out;
+  const nlohmann::json summary = nlohmann::json::parse(strata::test::read_file(dir.file("summary.json")));
+  const int64_t psi = summary["params"];
+  ASSERT_NE(psi % n, 0) << "the check wants padding: choose a shape whose Ψ is not divisible by " << n;
+  const auto want = strata::parallel::zero_model_state_bytes(psi, n, stage, strata::parallel::Precision::bf16);
+  const nlohmann::json& engine = summary["engine_memory"];
+  const nlohmann::json& tracked = summary["memory"];
+  EXPECT_EQ(engine["parameters"], want.parameters);
+  EXPECT_EQ(engine["gradients"], want.gradients);
+  EXPECT_EQ(engine["optimizer"], want.optimizer);
+  EXPECT_EQ(summary["model_states_formula"]["total"], want.total());
+  EXPECT_EQ(tracked["parameters"]["current"], want.parameters);
+  EXPECT_EQ(tracked["gradients"]["current"], want.gradients);
+  EXPECT_EQ(tracked["optimizer"]["current"], want.optimizer);
+  // bf16 gradients by default in both (DeepSpeed's convention; the engine's too).
+  CliRun p = run_strata("plan --arch gpt " + shape + "--hidden 32 --gpus 3 --dp 3 --tp 1 --pp 1 "
+                        "--cp 1 --zero 2 --precision bf16 --global-batch 12 --json", "", Streams::separate);
+  ASSERT_EQ(p.status, 0) << p.out << p.err;
+  nlohmann::json planned = nlohmann::json::parse(p.out)["best"]["memory"]["model_states"];
+  EXPECT_EQ(planned["parameters"], want.parameters);
+  EXPECT_EQ(planned["gradients"], want.gradients);
+  EXPECT_EQ(planned["optimizer"], want.optimizer);
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "nlohmann/json.hpp"
 #include "plan/comm_cost.h"
 #include "plan/hardware.h"
 

@@ -1,55 +1,16 @@
-// Running the built `strata` binary from tests: exit status, stdout, stderr.
+// What the training tests read from runs of the `strata` binary (support/run.h runs it):
+// metrics.jsonl records, token files to corrupt, checkpoint hashes.
 #pragma once
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "support/run.h"
+#include "support/temp_dir.h"
 
 namespace strata::test {
-
-struct CliResult {
-  int status = -1;       // exit status; -1 when killed by a signal
-  std::string out, err;  // stdout, stderr
-};
-
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// A fresh directory under the temp dir, removed with the object.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path() /
-             ("strata_tr_" + name + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& leaf) const { return (path / leaf).string(); }
-};
-
-// Runs `strata <args>` through the shell (args and env, e.g. "VAR=1 ", are trusted test
-// strings).
-inline CliResult run_strata(const std::string& args, const std::string& env = "") {
-  TempDir io("io");
-  std::string cmd = env + std::string(STRATA_BINARY) + " " + args + " >" + (io / "out") +
-                    " 2>" + (io / "err");
-  int rc = std::system(cmd.c_str());
-  CliResult r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(io / "out");
-  r.err = slurp(io / "err");
-  return r;
-}
 
 // The JSON objects of a .jsonl file (or stdout of --json), one per line.
 inline std::vector<nlohmann::json> json_lines(const std::string& text) {

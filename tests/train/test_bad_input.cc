@@ -18,7 +18,7 @@ const std::string kSmall =
 // Expects a clean failure whose single stderr line contains every `needle`.
 void expect_error(const std::string& args, std::initializer_list<std::string> needles) {
   SCOPED_TRACE(args);
-  CliResult r = run_strata(args);
+  RunResult r = run_strata(args, "", Streams::separate);
   EXPECT_GT(r.status, 0) << "stdout:\n" << r.out << "stderr:\n" << r.err;
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.rfind("strata: error: ", 0), 0u) << r.err;
@@ -65,7 +65,7 @@ TEST(TrainBadInput, BatchNotDivisibleByMicroBatch) {
 TEST(TrainBadInput, MissingDataFile) {
   expect_error(kSmall + "--data /nonexistent/strata/tokens.bin", {"/nonexistent/strata/tokens.bin"});
   TempDir dir("emptydir");
-  expect_error(kSmall + "--data " + dir.path.string(), {dir.path.string()});
+  expect_error(kSmall + "--data " + dir.str(), {dir.str()});
 }
 
 TEST(TrainBadInput, CorruptTokenFiles) {
@@ -73,24 +73,24 @@ TEST(TrainBadInput, CorruptTokenFiles) {
   std::vector<uint16_t> tokens(4096);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i % 200);
 
-  write_bin_file(dir / "magic.bin", tokens, /*magic=*/12345);
-  expect_error(kSmall + "--data " + (dir / "magic.bin"), {"magic.bin", "magic"});
+  write_bin_file(dir.file("magic.bin"), tokens, /*magic=*/12345);
+  expect_error(kSmall + "--data " + (dir.file("magic.bin")), {"magic.bin", "magic"});
 
-  write_bin_file(dir / "version.bin", tokens, 20240520, /*version=*/7);
-  expect_error(kSmall + "--data " + (dir / "version.bin"), {"version.bin", "version"});
+  write_bin_file(dir.file("version.bin"), tokens, 20240520, /*version=*/7);
+  expect_error(kSmall + "--data " + (dir.file("version.bin")), {"version.bin", "version"});
 
-  write_bin_file(dir / "short.bin", tokens, 20240520, 1, /*count=*/int64_t(tokens.size()) + 100);
-  expect_error(kSmall + "--data " + (dir / "short.bin"), {"short.bin"});
+  write_bin_file(dir.file("short.bin"), tokens, 20240520, 1, /*count=*/int64_t(tokens.size()) + 100);
+  expect_error(kSmall + "--data " + (dir.file("short.bin")), {"short.bin"});
 
-  std::ofstream(dir / "stub.bin") << "tiny";  // shorter than the header
-  expect_error(kSmall + "--data " + (dir / "stub.bin"), {"stub.bin"});
+  std::ofstream(dir.file("stub.bin")) << "tiny";  // shorter than the header
+  expect_error(kSmall + "--data " + (dir.file("stub.bin")), {"stub.bin"});
 
   tokens[1000] = 300;  // >= the model's vocabulary of 256
-  write_bin_file(dir / "range.bin", tokens);
-  expect_error(kSmall + "--data " + (dir / "range.bin"), {"range.bin", "300"});
+  write_bin_file(dir.file("range.bin"), tokens);
+  expect_error(kSmall + "--data " + (dir.file("range.bin")), {"range.bin", "300"});
   tokens[1000] = 60000;  // >= GPT-2's 50257 as well
-  write_bin_file(dir / "range2.bin", tokens);
-  expect_error(kSmall + "--vocab 50257 --data " + (dir / "range2.bin"), {"range2.bin", "60000"});
+  write_bin_file(dir.file("range2.bin"), tokens);
+  expect_error(kSmall + "--vocab 50257 --data " + (dir.file("range2.bin")), {"range2.bin", "60000"});
 }
 
 TEST(TrainBadInput, VocabSmallerThanData) {
@@ -99,8 +99,8 @@ TEST(TrainBadInput, VocabSmallerThanData) {
 
 TEST(TrainBadInput, UnwritableRunDir) {
   TempDir dir("rundir");
-  std::ofstream(dir / "file") << "x";
-  std::string bad = dir / "file/run";
+  std::ofstream(dir.file("file")) << "x";
+  std::string bad = dir.file("file/run");
   expect_error(kSmall + "--run-dir " + bad, {bad});
 }
 

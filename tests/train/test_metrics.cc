@@ -1,6 +1,5 @@
 // Metrics writer: file contents, stdout modes, unwritable run directories.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -9,20 +8,16 @@
 
 #include "core/error.h"
 #include "nlohmann/json.hpp"
+#include "support/temp_dir.h"
 #include "train/metrics.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using strata::test::read_file;
+using strata::test::TempDir;
 using strata::train::MetricsWriter;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("strata_train_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p;
-}
 
 std::string read_all(std::FILE* f) {
   std::fflush(f);
@@ -33,15 +28,11 @@ std::string read_all(std::FILE* f) {
   return s;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 }  // namespace
 
 TEST(Metrics, HumanModeWritesFilesAndHumanLines) {
-  fs::path dir = temp_dir("human") / "nested";
+  TempDir tmp;
+  fs::path dir = tmp.path() / "nested";
   std::FILE* out = std::tmpfile();
   {
     MetricsWriter w(dir.string(), /*json_stdout=*/false, out);
@@ -52,16 +43,16 @@ TEST(Metrics, HumanModeWritesFilesAndHumanLines) {
   }
   EXPECT_EQ(read_all(out), "banner\nstep 1 loss 2.5\ndone\n");
   std::fclose(out);
-  EXPECT_EQ(slurp(dir / "metrics.jsonl"),
+  EXPECT_EQ(read_file((dir / "metrics.jsonl").string()),
             "{\"loss\":2.5,\"step\":1}\n{\"loss\":2.25,\"step\":2}\n");
-  json summary = json::parse(slurp(dir / "summary.json"));
+  json summary = json::parse(read_file((dir / "summary.json").string()));
   EXPECT_EQ(summary["final_loss"], 2.25);
   EXPECT_EQ(summary["memory"]["total"]["peak"], 10);
-  fs::remove_all(dir.parent_path());
 }
 
 TEST(Metrics, JsonModePrintsObjectsOnlyAndTruncatesOldMetrics) {
-  fs::path dir = temp_dir("json");
+  TempDir tmp;
+  fs::path dir = tmp.path();
   fs::create_directories(dir);
   std::ofstream(dir / "metrics.jsonl") << "stale line\n";
   std::FILE* out = std::tmpfile();
@@ -73,8 +64,7 @@ TEST(Metrics, JsonModePrintsObjectsOnlyAndTruncatesOldMetrics) {
   }
   EXPECT_EQ(read_all(out), "{\"eval_loss\":1.5,\"step\":1}\n{\"steps\":1}\n");
   std::fclose(out);
-  EXPECT_EQ(slurp(dir / "metrics.jsonl"), "{\"eval_loss\":1.5,\"step\":1}\n");
-  fs::remove_all(dir);
+  EXPECT_EQ(read_file((dir / "metrics.jsonl").string()), "{\"eval_loss\":1.5,\"step\":1}\n");
 }
 
 TEST(Metrics, NoRunDirWritesNoFiles) {
@@ -88,8 +78,8 @@ TEST(Metrics, NoRunDirWritesNoFiles) {
 
 TEST(Metrics, UnwritableRunDirThrowsNamingIt) {
   // A regular file where a directory is needed fails even for root.
-  fs::path base = temp_dir("unwritable");
-  fs::create_directories(base);
+  TempDir tmp;
+  fs::path base = tmp.path();
   std::ofstream(base / "file") << "x";
   std::string bad = (base / "file" / "run").string();
   try {
@@ -98,7 +88,6 @@ TEST(Metrics, UnwritableRunDirThrowsNamingIt) {
   } catch (const strata::Error& e) {
     EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
   }
-  fs::remove_all(base);
 }
 
 TEST(Metrics, FmtFormats) {

@@ -30,7 +30,7 @@ std::string train_args(const std::string& run_dir, const std::string& extra = ""
 // (step, loss, grad_norm) of every step record, as exact doubles.
 std::vector<std::vector<double>> step_records(const std::string& run_dir) {
   std::vector<std::vector<double>> out;
-  for (const json& j : json_lines(slurp(run_dir + "/metrics.jsonl")))
+  for (const json& j : json_lines(read_file(run_dir + "/metrics.jsonl")))
     if (j.contains("loss"))
       out.push_back(
           {j["step"].get<double>(), j["loss"].get<double>(), j["grad_norm"].get<double>()});
@@ -38,7 +38,7 @@ std::vector<std::vector<double>> step_records(const std::string& run_dir) {
 }
 
 std::string latest(const std::string& run_dir) {
-  std::string s = slurp(run_dir + "/ckpt/latest");
+  std::string s = read_file(run_dir + "/ckpt/latest");
   while (!s.empty() && s.back() == '\n') s.pop_back();
   return s;
 }
@@ -46,9 +46,9 @@ std::string latest(const std::string& run_dir) {
 // The uninterrupted reference run, made once for the whole file.
 const std::string& reference_run() {
   static TempDir* dir = new TempDir("resume_ref");
-  static std::string run = *dir / "run";
+  static std::string run = dir->file("run");
   static bool done = [] {
-    CliResult r = run_strata(train_args(run));
+    RunResult r = run_strata(train_args(run), "", Streams::separate);
     EXPECT_EQ(r.status, 0) << r.err;
     return true;
   }();
@@ -69,18 +69,18 @@ void expect_same_as_reference(const std::string& run, const std::string& what) {
 
 TEST(Resume, KilledRunResumesBitExact) {
   TempDir dir("resume_kill");
-  const std::string run = dir / "run";
+  const std::string run = dir.file("run");
   // Step index 5 (the sixth step) kills the process at its start: steps 1-5 are done. The
   // save of step 4 runs in the background and may or may not have committed by then, so the
   // latest checkpoint is step 4 or step 2.
-  CliResult killed = run_strata(train_args(run, "--inject kill --inject-step 6"));
+  RunResult killed = run_strata(train_args(run, "--inject kill --inject-step 6"), "", Streams::separate);
   EXPECT_NE(killed.status, 0);
   const std::string at = latest(run);
   ASSERT_TRUE(at == "step-000004" || at == "step-000002") << at;
   const int k = at == "step-000004" ? 4 : 2;
   EXPECT_EQ(step_records(run).size(), 5u);
 
-  CliResult resumed = run_strata(train_args(run, "--resume auto"));
+  RunResult resumed = run_strata(train_args(run, "--resume auto"), "", Streams::separate);
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_NE(resumed.err.find("resuming from step " + std::to_string(k)), std::string::npos)
       << resumed.err;
@@ -88,7 +88,7 @@ TEST(Resume, KilledRunResumesBitExact) {
       << resumed.err;
   expect_same_as_reference(run, "kill at step index 5");
 
-  json summary = json::parse(slurp(run + "/summary.json"));
+  json summary = json::parse(read_file(run + "/summary.json"));
   ASSERT_TRUE(summary.contains("ckpt")) << summary.dump();
   EXPECT_EQ(summary["ckpt"]["resumed_step"], k);
   EXPECT_EQ(summary["ckpt"]["saves"], (8 - k) / 2);
@@ -98,7 +98,7 @@ TEST(Resume, KilledRunResumesBitExact) {
 TEST(Resume, SaveRecordsInMetricsAndSummary) {
   const std::string& ref = reference_run();
   int saves = 0;
-  for (const json& j : json_lines(slurp(ref + "/metrics.jsonl")))
+  for (const json& j : json_lines(read_file(ref + "/metrics.jsonl")))
     if (j.contains("ckpt")) {
       ++saves;
       EXPECT_TRUE(j["ckpt"]["ok"].get<bool>());
@@ -107,7 +107,7 @@ TEST(Resume, SaveRecordsInMetricsAndSummary) {
       EXPECT_GE(j["ckpt"]["write_ms"].get<double>(), 0.0);
     }
   EXPECT_EQ(saves, 4);
-  json s = json::parse(slurp(ref + "/summary.json"));
+  json s = json::parse(read_file(ref + "/summary.json"));
   EXPECT_EQ(s["ckpt"]["saves"], 4);
   EXPECT_EQ(s["ckpt"]["failed"], 0);
   // Retention: --ckpt-keep 2 (the default) leaves steps 6 and 8.
@@ -118,25 +118,25 @@ TEST(Resume, SaveRecordsInMetricsAndSummary) {
 
 TEST(Resume, ResumeAutoWithoutCheckpointStartsFresh) {
   TempDir dir("resume_fresh");
-  CliResult r = run_strata(train_args(dir / "run", "--resume auto"));
+  RunResult r = run_strata(train_args(dir.file("run"), "--resume auto"), "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("starting fresh"), std::string::npos) << r.err;
-  expect_same_as_reference(dir / "run", "fresh start under --resume auto");
+  expect_same_as_reference(dir.file("run"), "fresh start under --resume auto");
 }
 
 TEST(Resume, KillDuringSaveKeepsPreviousCheckpoint) {
   TempDir dir("resume_save_kill");
-  const std::string run = dir / "run";
+  const std::string run = dir.file("run");
   // Step index 3 ends with the save of step 4; the writer dies with its shard half written.
-  CliResult killed = run_strata(train_args(run, "--inject kill-during-save --inject-step 4"));
+  RunResult killed = run_strata(train_args(run, "--inject kill-during-save --inject-step 4"), "", Streams::separate);
   EXPECT_NE(killed.status, 0);
   EXPECT_EQ(latest(run), "step-000002");
   EXPECT_FALSE(fs::exists(run + "/ckpt/step-000004"));
   EXPECT_TRUE(fs::exists(run + "/ckpt/.tmp-step-000004"));
-  CliResult verify = run_strata("ckpt verify " + run);
+  RunResult verify = run_strata("ckpt verify " + run, "", Streams::separate);
   EXPECT_EQ(verify.status, 0) << verify.out << verify.err;
 
-  CliResult resumed = run_strata(train_args(run, "--resume auto"));
+  RunResult resumed = run_strata(train_args(run, "--resume auto"), "", Streams::separate);
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_NE(resumed.err.find("resuming from step 2"), std::string::npos) << resumed.err;
   expect_same_as_reference(run, "kill during the save of step 4");
@@ -144,8 +144,8 @@ TEST(Resume, KillDuringSaveKeepsPreviousCheckpoint) {
 
 TEST(Resume, CorruptLatestFallsBackToPrevious) {
   TempDir dir("resume_corrupt");
-  const std::string run = dir / "run";
-  ASSERT_EQ(run_strata(train_args(run, "--steps 8 --ckpt-keep 3")).status, 0);
+  const std::string run = dir.file("run");
+  ASSERT_EQ(run_strata(train_args(run, "--steps 8 --ckpt-keep 3"), "", Streams::separate).status, 0);
   // Flip bytes in the middle of the latest shard: its block checksum no longer matches.
   std::string shard;
   for (const auto& e : fs::directory_iterator(run + "/ckpt/step-000008"))
@@ -156,7 +156,7 @@ TEST(Resume, CorruptLatestFallsBackToPrevious) {
     f.seekp(std::streamoff(fs::file_size(shard) / 2));
     f.write("garbage!", 8);
   }
-  CliResult r = run_strata(train_args(run, "--resume auto"));
+  RunResult r = run_strata(train_args(run, "--resume auto"), "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("checksum mismatch"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("falling back"), std::string::npos) << r.err;
@@ -169,13 +169,13 @@ TEST(Resume, CorruptLatestFallsBackToPrevious) {
 TEST(Resume, CheckpointOfAnotherModelIsOneLineError) {
   const std::string& ref = reference_run();
   TempDir dir("resume_other_model");
-  const std::string run = dir / "run";
-  CliResult r = run_strata(train_args(run, "--dim 64 --resume " + ref));
+  const std::string run = dir.file("run");
+  RunResult r = run_strata(train_args(run, "--dim 64 --resume " + ref), "", Streams::separate);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("different model"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   // Same shapes, another head count: caught by the configuration check.
-  CliResult h = run_strata(train_args(run, "--heads 4 --resume " + ref));
+  RunResult h = run_strata(train_args(run, "--heads 4 --resume " + ref), "", Streams::separate);
   EXPECT_EQ(h.status, 1);
   EXPECT_NE(h.err.find("--heads 2 in the checkpoint, 4 in this run"), std::string::npos) << h.err;
 }
@@ -183,8 +183,8 @@ TEST(Resume, CheckpointOfAnotherModelIsOneLineError) {
 TEST(Resume, ResumeFromNamedStepDirectory) {
   const std::string& ref = reference_run();
   TempDir dir("resume_named");
-  const std::string run = dir / "run";
-  CliResult r = run_strata(train_args(run, "--resume " + ref + "/ckpt/step-000006"));
+  const std::string run = dir.file("run");
+  RunResult r = run_strata(train_args(run, "--resume " + ref + "/ckpt/step-000006"), "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("resuming from step 6"), std::string::npos) << r.err;
   EXPECT_EQ(state_hashes(ref + "/ckpt/step-000008"), state_hashes(run + "/ckpt/step-000008"));
@@ -192,27 +192,27 @@ TEST(Resume, ResumeFromNamedStepDirectory) {
 
 TEST(Resume, BadCheckpointFlags) {
   TempDir dir("resume_flags");
-  CliResult no_dir = run_strata(
-      "train --layers 1 --dim 32 --heads 2 --max-seq 16 --vocab 256 --steps 2 --ckpt-every 1");
+  RunResult no_dir = run_strata(
+      "train --layers 1 --dim 32 --heads 2 --max-seq 16 --vocab 256 --steps 2 --ckpt-every 1", "", Streams::separate);
   EXPECT_EQ(no_dir.status, 1);
   EXPECT_NE(no_dir.err.find("--ckpt-every needs --run-dir"), std::string::npos) << no_dir.err;
-  CliResult bad_save =
-      run_strata(train_args(dir / "run", "--inject kill-during-save --inject-step 3"));
+  RunResult bad_save =
+      run_strata(train_args(dir.file("run"), "--inject kill-during-save --inject-step 3"), "", Streams::separate);
   EXPECT_EQ(bad_save.status, 1);
   EXPECT_NE(bad_save.err.find("needs a save after that step"), std::string::npos) << bad_save.err;
-  CliResult bad_mtbf = run_strata(train_args(dir / "run", "--mtbf soon"));
+  RunResult bad_mtbf = run_strata(train_args(dir.file("run"), "--mtbf soon"), "", Streams::separate);
   EXPECT_EQ(bad_mtbf.status, 1);
   EXPECT_NE(bad_mtbf.err.find("soon"), std::string::npos) << bad_mtbf.err;
-  CliResult missing = run_strata(train_args(dir / "run", "--resume " + (dir / "nowhere")));
+  RunResult missing = run_strata(train_args(dir.file("run"), "--resume " + dir.file("nowhere")), "", Streams::separate);
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.err.find("nowhere"), std::string::npos) << missing.err;
 }
 
 TEST(Resume, MtbfPrintsIntervalAdvice) {
   TempDir dir("resume_mtbf");
-  CliResult r = run_strata(train_args(dir / "run", "--mtbf 4h"));
+  RunResult r = run_strata(train_args(dir.file("run"), "--mtbf 4h"), "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
-  json s = json::parse(slurp(dir / "run/summary.json"));
+  json s = json::parse(read_file(dir.file("run/summary.json")));
   ASSERT_TRUE(s["ckpt"].contains("advice")) << s.dump();
   EXPECT_GT(s["ckpt"]["advice"]["young_s"].get<double>(), 0.0);
   EXPECT_NE(r.out.find("Young"), std::string::npos) << r.out;
@@ -230,12 +230,12 @@ TEST(Resume, SupervisedRestartsAtRandomStepsAreBitExact) {
     int step = std::uniform_int_distribution<int>(0, 7)(gen);
     if (kind == "kill-during-save") step = 1 + 2 * std::uniform_int_distribution<int>(0, 3)(gen);
     TempDir dir("resume_sup" + std::to_string(trial));
-    const std::string run = dir / "run";
+    const std::string run = dir.file("run");
     const std::string what = "trial " + std::to_string(trial) + " (seed " + std::to_string(seed) +
                              "): " + kind + " at step index " + std::to_string(step);
-    CliResult r = run_strata(
+    RunResult r = run_strata(
         "launch -n 1 --max-restarts 2 --no-prefix -- " + std::string(STRATA_BINARY) + " " +
-        train_args(run, "--inject " + kind + " --inject-step " + std::to_string(step + 1)));
+        train_args(run, "--inject " + kind + " --inject-step " + std::to_string(step + 1)), "", Streams::separate);
     ASSERT_EQ(r.status, 0) << what << "\n" << r.err;
     EXPECT_NE(r.err.find("strata launch: restart 1/2 after rank 0"), std::string::npos)
         << what << r.err;
@@ -254,10 +254,10 @@ namespace {
 // and the checkpoints stay as they were.
 TEST(Resume, FreshRunDoesNotOverwriteAnotherRunsCheckpoints) {
   TempDir dir("resume_refuse");
-  const std::string run = dir / "run";
-  ASSERT_EQ(run_strata(train_args(run)).status, 0);
+  const std::string run = dir.file("run");
+  ASSERT_EQ(run_strata(train_args(run), "", Streams::separate).status, 0);
   const std::vector<std::string> before = state_hashes(run + "/ckpt/step-000008");
-  CliResult again = run_strata(train_args(run, "--seed 7"));
+  RunResult again = run_strata(train_args(run, "--seed 7"), "", Streams::separate);
   EXPECT_EQ(again.status, 1);
   EXPECT_NE(again.err.find("already holds checkpoints"), std::string::npos) << again.err;
   EXPECT_NE(again.err.find("--resume auto"), std::string::npos) << again.err;

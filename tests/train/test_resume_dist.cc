@@ -26,11 +26,11 @@ std::string args(const std::string& run_dir, const std::string& extra) {
 }
 
 // Flight-recorder dumps of the killed job's survivors go to the test's directory.
-std::string env_for(const TempDir& dir) { return "STRATA_DUMP_DIR=" + dir.path.string() + " "; }
+std::string env_for(const TempDir& dir) { return "STRATA_DUMP_DIR=" + dir.str() + " "; }
 
 std::vector<double> losses(const std::string& run_dir) {
   std::vector<double> out;
-  for (const json& j : json_lines(slurp(run_dir + "/metrics.jsonl")))
+  for (const json& j : json_lines(read_file(run_dir + "/metrics.jsonl")))
     if (j.contains("loss")) out.push_back(j["loss"].get<double>());
   return out;
 }
@@ -43,7 +43,7 @@ TEST(ResumeDistributed, SupervisedKillIsBitExactAtEveryZeroStage) {
   for (int stage = 0; stage <= 3; ++stage) {
     TempDir dir("dist_stage" + std::to_string(stage));
     const std::string zero = "--nproc 2 --zero " + std::to_string(stage);
-    CliResult ref = run_strata(args(dir / "ref", zero), env_for(dir));
+    RunResult ref = run_strata(args(dir.file("ref"), zero), env_for(dir), Streams::separate);
     ASSERT_EQ(ref.status, 0) << ref.err;
 
     const std::string kind = kinds[stage];
@@ -53,21 +53,21 @@ TEST(ResumeDistributed, SupervisedKillIsBitExactAtEveryZeroStage) {
     const std::string what = "ZeRO " + std::to_string(stage) + ", " + kind + " on rank " +
                              std::to_string(rank) + " at step index " + std::to_string(step) +
                              " (seed " + std::to_string(seed) + ")";
-    CliResult r = run_strata(
-        args(dir / "run", zero + " --max-restarts 2 --inject " + kind + " --inject-rank " +
+    RunResult r = run_strata(
+        args(dir.file("run"), zero + " --max-restarts 2 --inject " + kind + " --inject-rank " +
                               std::to_string(rank) + " --inject-step " + std::to_string(step + 1)),
-        env_for(dir));
+        env_for(dir), Streams::separate);
     ASSERT_EQ(r.status, 0) << what << "\n" << r.err;
     EXPECT_NE(r.err.find("restart 1/2 after rank " + std::to_string(rank)), std::string::npos)
         << what << "\n"
         << r.err;
     EXPECT_NE(r.err.find("restart 1: "), std::string::npos) << what << "\n" << r.err;
-    std::vector<double> a = losses(dir / "ref"), b = losses(dir / "run");
+    std::vector<double> a = losses(dir.file("ref")), b = losses(dir.file("run"));
     ASSERT_EQ(a.size(), 8u) << what;
     ASSERT_EQ(b.size(), 8u) << what;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << what << ": step " << i + 1;
-    EXPECT_EQ(state_hashes(dir / "ref/ckpt/step-000008"),
-              state_hashes(dir / "run/ckpt/step-000008"))
+    EXPECT_EQ(state_hashes(dir.file("ref/ckpt/step-000008")),
+              state_hashes(dir.file("run/ckpt/step-000008")))
         << what;
   }
 }
@@ -77,17 +77,17 @@ TEST(ResumeDistributed, SupervisedKillIsBitExactAtEveryZeroStage) {
 TEST(ResumeDistributed, CollectiveFailuresRestartAndMatch) {
   TempDir dir("dist_collective");
   const std::string zero = "--nproc 2 --zero 2 --timeout 2";
-  ASSERT_EQ(run_strata(args(dir / "ref", zero), env_for(dir)).status, 0);
+  ASSERT_EQ(run_strata(args(dir.file("ref"), zero), env_for(dir), Streams::separate).status, 0);
   for (const std::string kind : {"hang", "skip-collective", "wrong-count"}) {
-    const std::string run = dir / ("run-" + kind);
-    CliResult r = run_strata(
+    const std::string run = dir.file("run-" + kind);
+    RunResult r = run_strata(
         args(run, zero + " --max-restarts 1 --inject " + kind + " --inject-rank 1 --inject-step 4"),
-        env_for(dir));
+        env_for(dir), Streams::separate);
     ASSERT_EQ(r.status, 0) << kind << "\n" << r.err;
     EXPECT_NE(r.err.find("strata launch: restart 1/1 after rank"), std::string::npos)
         << kind << r.err;
-    EXPECT_EQ(losses(dir / "ref"), losses(run)) << kind;
-    EXPECT_EQ(state_hashes(dir / "ref/ckpt/step-000008"), state_hashes(run + "/ckpt/step-000008"))
+    EXPECT_EQ(losses(dir.file("ref")), losses(run)) << kind;
+    EXPECT_EQ(state_hashes(dir.file("ref/ckpt/step-000008")), state_hashes(run + "/ckpt/step-000008"))
         << kind;
   }
 }
@@ -96,11 +96,11 @@ TEST(ResumeDistributed, MaxRestartsExhaustedFailsWithMessage) {
   // Every attempt fails the same way: the run's only checkpoint has a corrupt manifest, so
   // no attempt can resume.
   TempDir dir("dist_exhaust");
-  const std::string run = dir / "run";
-  ASSERT_EQ(run_strata(args(run, "--steps 2 --ckpt-every 2")).status, 0);
+  const std::string run = dir.file("run");
+  ASSERT_EQ(run_strata(args(run, "--steps 2 --ckpt-every 2"), "", Streams::separate).status, 0);
   std::ofstream(run + "/ckpt/step-000002/manifest.json") << "{ not json";
-  CliResult r =
-      run_strata(args(run, "--nproc 2 --zero 1 --max-restarts 2 --resume auto"), env_for(dir));
+  RunResult r =
+      run_strata(args(run, "--nproc 2 --zero 1 --max-restarts 2 --resume auto"), env_for(dir), Streams::separate);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("restart 2/2 after rank"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("giving up after 2 restarts (--max-restarts 2)"), std::string::npos)
@@ -112,13 +112,13 @@ TEST(ResumeDistributed, MaxRestartsExhaustedFailsWithMessage) {
 // wrote the checkpoint.
 void expect_reshard_matches(const std::string& from_flags, const std::string& to_flags) {
   TempDir dir("dist_reshard");
-  CliResult ref = run_strata(args(dir / "ref", from_flags + " --ckpt-keep 0"), env_for(dir));
+  RunResult ref = run_strata(args(dir.file("ref"), from_flags + " --ckpt-keep 0"), env_for(dir), Streams::separate);
   ASSERT_EQ(ref.status, 0) << ref.err;
-  CliResult r = run_strata(
-      args(dir / "run", to_flags + " --resume " + (dir / "ref/ckpt/step-000004")), env_for(dir));
+  RunResult r = run_strata(
+      args(dir.file("run"), to_flags + " --resume " + (dir.file("ref/ckpt/step-000004"))), env_for(dir), Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("resharded from"), std::string::npos) << r.err;
-  std::vector<double> a = losses(dir / "ref"), b = losses(dir / "run");
+  std::vector<double> a = losses(dir.file("ref")), b = losses(dir.file("run"));
   ASSERT_EQ(a.size(), 8u);
   ASSERT_EQ(b.size(), 4u);
   for (size_t i = 0; i < 4; ++i)

@@ -23,7 +23,7 @@ struct Metrics {
 
 Metrics read_metrics(const std::string& path) {
   Metrics m;
-  for (json& j : json_lines(slurp(path))) {
+  for (json& j : json_lines(read_file(path))) {
     if (j.contains("loss")) m.steps.push_back(j);
     else if (j.contains("eval_loss")) m.evals.push_back(j);
     else if (j.contains("sample")) m.samples.push_back(j);
@@ -38,8 +38,8 @@ std::vector<double> losses(const Metrics& m) {
   return out;
 }
 
-CliResult train_ok(const std::string& args, const std::string& env = "") {
-  CliResult r = run_strata(kSmall + args, env);
+RunResult train_ok(const std::string& args, const std::string& env = "") {
+  RunResult r = run_strata(kSmall + args, env, Streams::separate);
   EXPECT_EQ(r.status, 0) << args << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err;
   return r;
 }
@@ -48,9 +48,9 @@ CliResult train_ok(const std::string& args, const std::string& env = "") {
 
 TEST(TrainCli, RunDirFilesHoldEveryKey) {
   TempDir dir("files");
-  CliResult r = train_ok("--batch 4 --steps 4 --eval-every 2 --eval-batches 2 --sample-every 2 "
-                         "--sample-tokens 8 --seed 3 --run-dir " + (dir / "run"));
-  Metrics m = read_metrics(dir / "run/metrics.jsonl");
+  RunResult r = train_ok("--batch 4 --steps 4 --eval-every 2 --eval-batches 2 --sample-every 2 "
+                         "--sample-tokens 8 --seed 3 --run-dir " + (dir.file("run")));
+  Metrics m = read_metrics(dir.file("run/metrics.jsonl"));
   ASSERT_EQ(m.steps.size(), 4u);
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const json& s = m.steps[i];
@@ -68,7 +68,7 @@ TEST(TrainCli, RunDirFilesHoldEveryKey) {
   ASSERT_EQ(m.samples.size(), 2u);
   EXPECT_FALSE(m.samples[0]["sample"].get<std::string>().empty());
 
-  json s = json::parse(slurp(dir / "run/summary.json"));
+  json s = json::parse(read_file(dir.file("run/summary.json")));
   for (const char* key : {"config", "seed", "median_tokens_per_s", "median_mfu", "memory",
                           "final_loss", "eval_loss", "entropy_floor", "params", "peak_gflops"})
     EXPECT_TRUE(s.contains(key)) << key;
@@ -126,7 +126,7 @@ TEST(TrainCli, CachedPeakTooLowIsRaisedAndReplaced) {
 }
 
 TEST(TrainCli, JsonStdoutHasOnlyObjects) {
-  CliResult r = train_ok("--batch 4 --steps 3 --sample-tokens 4 --json");
+  RunResult r = train_ok("--batch 4 --steps 3 --sample-tokens 4 --json");
   std::vector<json> lines = json_lines(r.out);  // throws on any non-JSON line
   ASSERT_EQ(lines.size(), 3u + 1 + 1 + 1);       // steps, eval, sample, summary
   EXPECT_EQ(lines[0]["step"], 1);
@@ -141,11 +141,11 @@ TEST(TrainCli, SameSeedGivesBitIdenticalLosses) {
   // waiting keeps the threads from spinning against each other on a busy test machine.
   const std::string env = "OMP_WAIT_POLICY=passive ";
   const std::string args = "--batch 4 --steps 5 --sample-tokens 8 --threads 2 ";
-  train_ok(args + "--seed 11 --run-dir " + (dir / "a"), env);
-  train_ok(args + "--seed 11 --run-dir " + (dir / "b"), env);
-  train_ok(args + "--seed 12 --run-dir " + (dir / "c"), env);
-  Metrics a = read_metrics(dir / "a/metrics.jsonl"), b = read_metrics(dir / "b/metrics.jsonl"),
-          c = read_metrics(dir / "c/metrics.jsonl");
+  train_ok(args + "--seed 11 --run-dir " + (dir.file("a")), env);
+  train_ok(args + "--seed 11 --run-dir " + (dir.file("b")), env);
+  train_ok(args + "--seed 12 --run-dir " + (dir.file("c")), env);
+  Metrics a = read_metrics(dir.file("a/metrics.jsonl")), b = read_metrics(dir.file("b/metrics.jsonl")),
+          c = read_metrics(dir.file("c/metrics.jsonl"));
   ASSERT_EQ(a.steps.size(), 5u);
   EXPECT_EQ(losses(a), losses(b));  // exact double equality
   for (size_t i = 0; i < a.steps.size(); ++i)
@@ -158,12 +158,12 @@ TEST(TrainCli, SameSeedGivesBitIdenticalLosses) {
 TEST(TrainCli, AccumulationMatchesOneLargeBatch) {
   TempDir dir("accum");
   const std::string args = "--batch 8 --steps 5 --sample-tokens 0 --seed 5 --lr 3e-3 ";
-  train_ok(args + "--micro-batch 8 --run-dir " + (dir / "whole"));
-  train_ok(args + "--micro-batch 2 --run-dir " + (dir / "split"));
-  train_ok(args + "--micro-batch 1 --run-dir " + (dir / "ones"));
-  std::vector<double> whole = losses(read_metrics(dir / "whole/metrics.jsonl"));
-  std::vector<double> split = losses(read_metrics(dir / "split/metrics.jsonl"));
-  std::vector<double> ones = losses(read_metrics(dir / "ones/metrics.jsonl"));
+  train_ok(args + "--micro-batch 8 --run-dir " + (dir.file("whole")));
+  train_ok(args + "--micro-batch 2 --run-dir " + (dir.file("split")));
+  train_ok(args + "--micro-batch 1 --run-dir " + (dir.file("ones")));
+  std::vector<double> whole = losses(read_metrics(dir.file("whole/metrics.jsonl")));
+  std::vector<double> split = losses(read_metrics(dir.file("split/metrics.jsonl")));
+  std::vector<double> ones = losses(read_metrics(dir.file("ones/metrics.jsonl")));
   ASSERT_EQ(whole.size(), 5u);
   ASSERT_EQ(split.size(), 5u);
   ASSERT_EQ(ones.size(), 5u);
@@ -172,15 +172,15 @@ TEST(TrainCli, AccumulationMatchesOneLargeBatch) {
     EXPECT_NEAR(ones[i], whole[i], 1e-4 * whole[i]) << "step " << i + 1;
   }
   EXPECT_LT(whole.back(), whole.front());  // the curve moves, so equality means something
-  json s = json::parse(slurp(dir / "split/summary.json"));
+  json s = json::parse(read_file(dir.file("split/summary.json")));
   EXPECT_EQ(s["accum"], 4);
 }
 
 TEST(TrainCli, LearnsTheSyntheticChain) {
   TempDir dir("learn");
   train_ok("--batch 8 --steps 60 --lr 3e-3 --sample-tokens 0 --eval-batches 4 --run-dir " +
-           (dir / "run"));
-  json s = json::parse(slurp(dir / "run/summary.json"));
+           (dir.file("run")));
+  json s = json::parse(read_file(dir.file("run/summary.json")));
   const double start = std::log(256.0);
   // Far below the uniform guess after 60 small steps, and never below the true entropy by
   // more than the eval's sampling noise.
@@ -191,15 +191,15 @@ TEST(TrainCli, LearnsTheSyntheticChain) {
 TEST(TrainCli, TrainsOnTextAndTokenFiles) {
   TempDir dir("files_data");
   {
-    std::ofstream txt(dir / "corpus.txt");
+    std::ofstream txt(dir.file("corpus.txt"));
     for (int i = 0; i < 400; ++i) txt << "the quick brown fox jumps over the lazy dog " << i << "\n";
   }
-  CliResult r = train_ok("--batch 4 --steps 2 --sample-tokens 8 --data " + (dir / "corpus.txt"));
+  RunResult r = train_ok("--batch 4 --steps 2 --sample-tokens 8 --data " + (dir.file("corpus.txt")));
   EXPECT_NE(r.out.find("sample: "), std::string::npos);
   EXPECT_EQ(r.out.find(" vs floor "), std::string::npos);  // no known floor for text
 
   std::vector<uint16_t> tokens(20000);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t((i * 7) % 251);
-  write_bin_file(dir / "tokens.bin", tokens);
-  train_ok("--batch 4 --steps 2 --sample-tokens 0 --data " + (dir / "tokens.bin"));
+  write_bin_file(dir.file("tokens.bin"), tokens);
+  train_ok("--batch 4 --steps 2 --sample-tokens 0 --data " + (dir.file("tokens.bin")));
 }

@@ -30,6 +30,22 @@ static const EnvVar kSpinUs("STRATA_SHM_SPIN_US", "",
                             "microseconds an shm wait spins before sleeping (default: 50 when "
                             "the group has no more ranks than CPUs, else 2)");
 
+static const EnvVar kSpinMinUs("STRATA_SHM_SPIN_MIN_US", "1",
+                               "shm: microseconds the adaptive spin budget of a wait never "
+                               "shrinks below (experiment knob)");
+static const EnvVar kYieldAfterUs("STRATA_SHM_YIELD_AFTER_US", "1",
+                                  "shm: microseconds a wait spins with `pause` before it yields "
+                                  "the CPU between checks (experiment knob)");
+
+// A spin knob in microseconds, as nanoseconds; throws naming the variable unless it is a
+// whole number from 0 to 1 s.
+static int spin_knob_ns(const EnvVar& v) {
+  const int64_t us = v.get_int();
+  STRATA_CHECK(us >= 0 && us <= 1'000'000, v.name(), "=", us,
+               ": expected microseconds from 0 to 1000000");
+  return int(us * 1000);
+}
+
 static const EnvVar kCma("STRATA_SHM_CMA", "0",
                          "shm: 1 lets all-gather and broadcast between processes copy straight "
                          "from peers' buffers with cross-memory attach (process_vm_readv) "
@@ -63,8 +79,9 @@ ShmTransport::ShmTransport(Segment seg, std::string job, std::string group, int 
       size_(int(seg_.layout().size)),
       opt_(opt),
       same_process_(false) {
-  spin_ns_ = kSpinUs.is_set() ? int(kSpinUs.get_int() * 1000)
-                              : size_ <= available_cpus() ? 50'000 : 2'000;
+  spin_ns_ = kSpinUs.is_set() ? spin_knob_ns(kSpinUs) : size_ <= available_cpus() ? 50'000 : 2'000;
+  min_spin_ns_ = spin_knob_ns(kSpinMinUs);
+  yield_after_ns_ = spin_knob_ns(kYieldAfterUs);
   coll_spin_ns_ = p2p_spin_ns_ = spin_ns_;
 }
 
@@ -239,30 +256,21 @@ std::string ShmTransport::health(std::string& reason) {
 // out. The budget adapts: it halves whenever a wait had to sleep and doubles when the peer
 // arrived while spinning, so on a loaded machine a rank soon stops burning the CPU its peer
 // needs, while on an idle one hand-offs stay sub-microsecond.
-static const int kMinSpinNs = [] {
-  const char* v = std::getenv("STRATA_SHM_SPIN_MIN_US");  // experiment knob
-  return v ? std::atoi(v) * 1000 : 1000;
-}();
-static const int kYieldAfterNs = [] {
-  const char* v = std::getenv("STRATA_SHM_YIELD_AFTER_US");  // experiment knob
-  return v ? std::atoi(v) * 1000 : 1000;
-}();
-
 template <typename Ready>
 bool ShmTransport::spin_until(Ready ready, int64_t t0, int& budget_ns) {
   for (int i = 1;; ++i) {
     if (ready()) {
-      budget_ns = std::min(spin_ns_, std::max(budget_ns * 2, kMinSpinNs));
+      budget_ns = std::min(spin_ns_, std::max(budget_ns * 2, min_spin_ns_));
       return true;
     }
     if ((i & 15) == 0) {
       int64_t spent = now_ns() - t0;
       if (spent > budget_ns) break;
-      if (spent > kYieldAfterNs) sched_yield();
+      if (spent > yield_after_ns_) sched_yield();
     }
     cpu_relax();
   }
-  budget_ns = std::max(kMinSpinNs, budget_ns / 2);
+  budget_ns = std::max(min_spin_ns_, budget_ns / 2);
   return false;
 }
 

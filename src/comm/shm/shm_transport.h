@@ -118,6 +118,8 @@ class ShmTransport final : public detail::Transport {
   int spin_ns_;        // largest spin budget before sleeping
   int coll_spin_ns_;   // adaptive budgets (collective thread, point-to-point thread)
   int p2p_spin_ns_;
+  int min_spin_ns_;     // floor of the adaptive budgets (STRATA_SHM_SPIN_MIN_US)
+  int yield_after_ns_;  // spinning with `pause` before yielding (STRATA_SHM_YIELD_AFTER_US)
   bool same_process_;  // every member is a thread of this process (no liveness checks)
   uint32_t bell_armed_ = 0;
   bool can_read_peers_ = false;

@@ -1,6 +1,6 @@
 // A stand-in for the trainer in the hang doctor's end-to-end tests: a data-parallel loop
 // over the real communicator that sets the training phase as the trainer does (core/phase.h)
-// and takes the fault-injection flags (diag/fault_inject.h). Per step: data loading, forward
+// and takes the fault-injection flags (cli/fault_flags.h). Per step: data loading, forward
 // over the layers, backward from the last layer down with one all-reduce of 256*(layer+1)
 // floats per layer, an all-reduce of the gradient norm in the optimizer, and a checkpoint
 // save. skip-collective and wrong-count hit the all-reduce of layer 1.
@@ -19,7 +19,7 @@
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/phase.h"
-#include "diag/fault_inject.h"
+#include "cli/fault_flags.h"
 
 using namespace strata;
 
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   CLI::App app{"diag_worker"};
   int steps = 4, layers = 3;
   bool dump_at_end = false;
-  diag::FaultFlags flags;
+  cli::FaultFlags flags;
   flags.add_to(app);
   app.add_option("--steps", steps);
   app.add_option("--layers", layers);

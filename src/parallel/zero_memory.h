@@ -1,7 +1,7 @@
-// Model-state bytes per data-parallel rank under ZeRO (Rajbhandari et al. 2020), shared by
-// the planner and by the engine's memory accounting, which must agree to the byte.
+// Model-state bytes per data-parallel rank under ZeRO (Rajbhandari et al. 2020): the engine's
+// memory accounting, which the planner (plan/) uses as is, so the two agree to the byte.
 // Ψ parameters over N ranks; shards are padded so any Ψ splits over any N: each rank holds
-// ceil(Ψ/N) elements of every sharded state.
+// ceil(Ψ/N) elements of every sharded state (core/shard.h).
 //   stage 0: every state replicated           stage 2: + gradients sharded
 //   stage 1: optimizer states sharded         stage 3: + parameters sharded
 // With K optimizer bytes per parameter, bf16 and AdamW (K = 12): 16Ψ, 4Ψ + 12Ψ/N,
@@ -10,8 +10,9 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "core/shard.h"
 
-namespace strata::plan {
+namespace strata::parallel {
 
 enum class Precision : uint8_t { fp32, bf16 };
 enum class Optimizer : uint8_t { adamw, sgd };
@@ -50,8 +51,6 @@ inline StateBytesPerParam state_bytes_per_param(Precision p, bool fp32_grads = f
   return b;
 }
 
-inline int64_t shard_elems(int64_t psi, int64_t n) { return (psi + n - 1) / n; }
-
 inline ModelStateBytes zero_model_state_bytes(int64_t psi, int64_t n, int stage,
                                               const StateBytesPerParam& per) {
   STRATA_CHECK(stage >= 0 && stage <= 3, "ZeRO stage ", stage, " does not exist (0, 1, 2 or 3)");
@@ -69,4 +68,4 @@ inline ModelStateBytes zero_model_state_bytes(int64_t psi, int64_t n, int stage,
   return zero_model_state_bytes(psi, n, stage, state_bytes_per_param(p));
 }
 
-}  // namespace strata::plan
+}  // namespace strata::parallel
