@@ -10,7 +10,7 @@
 #include "model/shard.h"
 #include "nlohmann/json.hpp"
 #include "plan/planner.h"
-#include "plan/tp_cost.h"
+#include "model/tensor/tp_cost.h"
 
 namespace strata::cli {
 
@@ -133,7 +133,7 @@ GpuSpec build_gpu(const Flags& f, const CLI::App& app, std::vector<std::string>&
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
 // --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
 // activation buffers and the tensor-parallel bytes per step, from the cost models the
-// training summary prints its prediction with (plan/tp_cost.h, plan/zero_memory.h).
+// training summary prints its prediction with (model/tensor/tp_cost.h, plan/zero_memory.h).
 void run_local(const Flags& f, const CLI::App& app) {
   model::GPTConfig g = model::GPTConfig::preset(f.model.empty() ? "tiny" : f.model);
   if (app.count("--layers")) g.layers = int(f.layers);
@@ -151,16 +151,16 @@ void run_local(const Flags& f, const CLI::App& app) {
   STRATA_CHECK(b >= 1 && f.accum >= 1, "--micro-batch and --accum must be at least 1");
   model::check_tensor_parallel(g, tp, !f.no_sp, int(seq));
   const Precision p = f.precision == "fp32" ? Precision::fp32 : Precision::bf16;
-  const TpModel m = model::tp_model(g);
+  const model::TpModel m = model::tp_model(g);
   nlohmann::json ranks = nlohmann::json::array();
   std::string text = cat("strata run: ", f.model.empty() ? "tiny" : f.model, ", tp ", tp, " x dp ",
                          dp, ", zero ", stage, ", ", f.precision, tp > 1 && !f.no_sp ? ", sp" : "",
                          ", micro-batch ", b, " x seq ", seq, " x accum ", f.accum, "\n");
   for (int r = 0; r < tp; ++r) {
-    const int64_t psi = tp_local_params(m, tp, r);
+    const int64_t psi = model::tp_local_params(m, tp, r);
     const ModelStateBytes st = zero_model_state_bytes(psi, dp, stage, p);
-    const int64_t acts = tp_activation_bytes(m, tp, !f.no_sp, r, b);
-    const int64_t bytes = f.accum * tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq);
+    const int64_t acts = model::tp_activation_bytes(m, tp, !f.no_sp, r, b);
+    const int64_t bytes = f.accum * model::tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq);
     ranks.push_back({{"tp_rank", r}, {"params", psi}, {"parameters", st.parameters},
                      {"gradients", st.gradients}, {"optimizer", st.optimizer},
                      {"model_states", st.total()}, {"activations", acts},

@@ -153,7 +153,7 @@ class GPT {
   // parallelism a collective of the tp group that gathers the vocabulary shards).
   const float* logits(const int32_t* tokens, int B, int T);
   int max_batch() const { return max_batch_; }
-  // Bytes of the activation buffers allocated for (max_batch, seq) (plan/tp_cost.h predicts
+  // Bytes of the activation buffers allocated for (max_batch, seq) (model/tensor/tp_cost.h predicts
   // them under tensor parallelism).
   int64_t activation_bytes() const;
 

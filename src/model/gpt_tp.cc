@@ -20,7 +20,7 @@
 // Without SP every rank computes them whole and identical, and nothing is reduced.
 // Communication per micro-batch and layer (SP): forward 2 all-gathers + 2 reduce-scatters
 // of N·C floats; backward 4 all-gathers + 2 reduce-scatters of N·C + 6C all-reduced.
-// Without SP: 2 all-reduces of N·C forward and 2 backward (plan/tp_cost.h).
+// Without SP: 2 all-reduces of N·C forward and 2 backward (model/tensor/tp_cost.h).
 #include <cstring>
 
 #include "core/phase.h"

@@ -6,7 +6,7 @@ namespace strata::model {
 
 VocabSlice vocab_slice(int64_t padded_vocab, TpShard s) {
   const int64_t begin = padded_vocab * s.rank / s.size;
-  return {begin, begin + plan::tp_vocab_rows(padded_vocab, s.size, s.rank)};
+  return {begin, begin + model::tp_vocab_rows(padded_vocab, s.size, s.rank)};
 }
 
 void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq) {
@@ -121,12 +121,12 @@ TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s) {
   return out;
 }
 
-plan::TpModel tp_model(const GPTConfig& cfg) {
+model::TpModel tp_model(const GPTConfig& cfg) {
   return {cfg.layers, cfg.dim, cfg.heads, cfg.seq, cfg.vocab, cfg.padded_vocab};
 }
 
 int64_t local_num_params(const GPTConfig& cfg, TpShard s) {
-  return plan::tp_local_params(tp_model(cfg), s.size, s.rank);
+  return model::tp_local_params(tp_model(cfg), s.size, s.rank);
 }
 
 }  // namespace strata::model

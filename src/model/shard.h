@@ -21,7 +21,7 @@
 
 #include "core/tensor_layout.h"
 #include "model/gpt.h"
-#include "plan/tp_cost.h"
+#include "model/tensor/tp_cost.h"
 
 namespace strata::model {
 
@@ -46,8 +46,8 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s);
 // Every piece of the rank's flat buffer in local_offset order (core/tensor_layout.h).
 TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s);
 
-// The model's shape for the tensor-parallel cost model (plan/tp_cost.h).
-plan::TpModel tp_model(const GPTConfig& cfg);
+// The model's shape for the tensor-parallel cost model (model/tensor/tp_cost.h).
+model::TpModel tp_model(const GPTConfig& cfg);
 
 // Elements a tp rank holds (the local Ψ).
 int64_t local_num_params(const GPTConfig& cfg, TpShard s);

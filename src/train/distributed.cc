@@ -21,7 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
 #include "parallel/overlap.h"
-#include "plan/tp_cost.h"
+#include "model/tensor/tp_cost.h"
 #include "parallel/zero_memory.h"
 #include "train/run_dir_lock.h"
 #include "model/shard.h"
@@ -58,7 +58,7 @@ std::string trace_path(const TrainConfig& cfg, int rank) {
   return cfg.run_dir + "/trace-rank" + std::to_string(rank) + ".json";
 }
 
-// The tensor-parallel figures of every rank next to plan/tp_cost.h's prediction for the same
+// The tensor-parallel figures of every rank next to model/tensor/tp_cost.h's prediction for the same
 // model and layout (what `strata plan --local` prints): model states, the model's
 // activation buffers, and the payload of the last step's tp collectives.
 json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
@@ -70,18 +70,18 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                           double(gpt.activation_bytes()), double(engine.tp_bytes_last_step())};
   std::vector<double> all(size_t(3 * W));
   mesh.world().all_gather(mine, all.data(), 3, DType::f64);
-  const plan::TpModel m = model::tp_model(cfg.model);
+  const model::TpModel m = model::tp_model(cfg.model);
   const bool sp = pc.sequence_parallel;
   json ranks = json::array();
   std::string text = cat("tensor parallel: ", d.describe(), sp ? ", sequence parallel" : "",
                          "; per rank measured (plan):");
   for (int r = 0; r < W; ++r) {
     const int t = r % d.tp;
-    const int64_t states = plan::zero_model_state_bytes(plan::tp_local_params(m, d.tp, t), d.dp,
+    const int64_t states = parallel::zero_model_state_bytes(model::tp_local_params(m, d.tp, t), d.dp,
                                                         pc.dp.stage, pc.dp.precision)
                                .total();
-    const int64_t acts = plan::tp_activation_bytes(m, d.tp, sp, t, b);
-    const int64_t bytes = A * plan::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq());
+    const int64_t acts = model::tp_activation_bytes(m, d.tp, sp, t, b);
+    const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq());
     const double* x = &all[size_t(3 * r)];
     ranks.push_back({{"rank", r},
                      {"tp_rank", t},

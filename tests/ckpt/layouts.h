@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/shard.h"
 #include "helpers.h"
 
 namespace ckpt_test {
@@ -100,12 +101,12 @@ struct Mesh {
 
 // What rank `rank` holds of state `s` (padding past Ψ_local included) and writes.
 inline Range held_range(const Mesh& m, int rank, int s, int64_t psi) {
-  const int64_t S = plan::shard_elems(psi, m.dp);
+  const int64_t S = strata::shard_elems(psi, m.dp);
   const int d = m.dp_rank(rank);
   return zero_shards_state(m.stage, s == 0) ? Range{d * S, (d + 1) * S} : Range{0, psi};
 }
 inline Range write_range_of(const Mesh& m, int rank, int64_t psi) {
-  const int64_t S = plan::shard_elems(psi, m.dp);
+  const int64_t S = strata::shard_elems(psi, m.dp);
   const int d = m.dp_rank(rank);
   return intersect({d * S, (d + 1) * S}, {0, psi});
 }

@@ -136,8 +136,8 @@ TEST(CkptTensorLayouts, RunsMatchBruteForce) {
 TEST(CkptTensorLayouts, ChunksAreBoxesOfGlobalTensors) {
   TempDir tmp;
   const Mesh m{2, 2, 1};
-  for (const std::string& e : save_mesh(tmp.path, m, 5)) ASSERT_EQ(e, "");
-  const Manifest man = read_manifest(tmp.path + "/ckpt/step-000005");
+  for (const std::string& e : save_mesh(tmp.str(), m, 5)) ASSERT_EQ(e, "");
+  const Manifest man = read_manifest(tmp.str() + "/ckpt/step-000005");
   EXPECT_EQ(man.version, 2);
   EXPECT_EQ(man.train.tp, 2);
   EXPECT_EQ(man.train.dp, 2);
@@ -163,10 +163,10 @@ TEST(CkptTensorLayouts, AnyMeshLoadsAnyOther) {
   for (const Mesh& s : saves) {
     TempDir tmp;
     ++step;
-    for (const std::string& e : save_mesh(tmp.path, s, step)) ASSERT_EQ(e, "") << s.str();
+    for (const std::string& e : save_mesh(tmp.str(), s, step)) ASSERT_EQ(e, "") << s.str();
     for (const Mesh& l : loads) {
       SCOPED_TRACE("saved at " + s.str() + ", loaded at " + l.str());
-      load_mesh_and_check(tmp.path + "/ckpt/" + step_dir_name(step), l, step);
+      load_mesh_and_check(tmp.str() + "/ckpt/" + step_dir_name(step), l, step);
     }
   }
 }
@@ -174,36 +174,36 @@ TEST(CkptTensorLayouts, AnyMeshLoadsAnyOther) {
 TEST(CkptTensorLayouts, MissingCoverageIsNotCommitted) {
   TempDir tmp;
   const Mesh m{2, 1, 0};
-  for (const std::string& e : save_mesh(tmp.path, m, 5)) ASSERT_EQ(e, "");
+  for (const std::string& e : save_mesh(tmp.str(), m, 5)) ASSERT_EQ(e, "");
   // No rank writes the bias of the MLP projection (every copy marked a replica).
-  auto errors = save_mesh(tmp.path, m, 6, [](int, TensorLayout& l) {
+  auto errors = save_mesh(tmp.str(), m, 6, [](int, TensorLayout& l) {
     for (TensorPiece& p : l)
       if (p.name == "h.0.mlp.c_proj.bias") p.primary = false;
   });
   EXPECT_TRUE(one_line(errors[0])) << errors[0];
   EXPECT_TRUE(has(errors[0], "'h.0.mlp.c_proj.bias' (8): no saved chunk holds elements [0]..[7]")) << errors[0];
-  EXPECT_EQ(read_latest(tmp.path + "/ckpt").value(), "step-000005");
-  load_mesh_and_check(tmp.path + "/ckpt/step-000005", {1, 1, 0}, 5);
+  EXPECT_EQ(read_latest(tmp.str() + "/ckpt").value(), "step-000005");
+  load_mesh_and_check(tmp.str() + "/ckpt/step-000005", {1, 1, 0}, 5);
 }
 
 TEST(CkptTensorLayouts, OverlappingChunksAreNotCommitted) {
   TempDir tmp;
   const Mesh m{2, 1, 0};
   // Both tp ranks claim to be the primary copy of a replicated norm weight.
-  auto errors = save_mesh(tmp.path, m, 6, [](int, TensorLayout& l) {
+  auto errors = save_mesh(tmp.str(), m, 6, [](int, TensorLayout& l) {
     for (TensorPiece& p : l) p.primary = true;
   });
   EXPECT_TRUE(one_line(errors[0])) << errors[0];
   EXPECT_TRUE(has(errors[0], "'h.0.ln_1.weight' (8): elements from [0] are saved twice")) << errors[0];
   EXPECT_TRUE(has(errors[0], "shard-00000-of-00002.bin") && has(errors[0], "shard-00001-of-00002.bin"))
       << errors[0];
-  EXPECT_FALSE(read_latest(tmp.path + "/ckpt").has_value());
+  EXPECT_FALSE(read_latest(tmp.str() + "/ckpt").has_value());
 }
 
 TEST(CkptTensorLayouts, EditedManifestWithAGapIsRefusedNamingTheBox) {
   TempDir tmp;
-  for (const std::string& e : save_mesh(tmp.path, {2, 1, 0}, 5)) ASSERT_EQ(e, "");
-  const std::string dir = tmp.path + "/ckpt/step-000005";
+  for (const std::string& e : save_mesh(tmp.str(), {2, 1, 0}, 5)) ASSERT_EQ(e, "");
+  const std::string dir = tmp.str() + "/ckpt/step-000005";
   nlohmann::json j;
   std::ifstream(dir + "/manifest.json") >> j;
   // Drop rank 1's column box of the projection's exp_avg.
@@ -227,8 +227,8 @@ TEST(CkptTensorLayouts, EditedManifestWithAGapIsRefusedNamingTheBox) {
 
 TEST(CkptTensorLayouts, WrongGlobalShapeIsAModelMismatch) {
   TempDir tmp;
-  for (const std::string& e : save_mesh(tmp.path, {2, 1, 0}, 5)) ASSERT_EQ(e, "");
-  const std::string dir = tmp.path + "/ckpt/step-000005";
+  for (const std::string& e : save_mesh(tmp.str(), {2, 1, 0}, 5)) ASSERT_EQ(e, "");
+  const std::string dir = tmp.str() + "/ckpt/step-000005";
   const std::vector<TensorInfo> other = model_table(3 * C);
   std::vector<float> buf(4096);
   const TensorLayout layout = megatron_layout(other, 0, 2);
@@ -249,7 +249,7 @@ TEST(CkptTensorLayouts, WrongGlobalShapeIsAModelMismatch) {
     }
   }
   // A save whose layout disagrees with its own table is refused before anything is written.
-  Checkpointer c(options(tmp.path, 0, 1, nullptr));
+  Checkpointer c(options(tmp.str(), 0, 1, nullptr));
   SaveRequest req;
   req.step = 6;
   req.tensors = model_table();
@@ -263,14 +263,14 @@ TEST(CkptTensorLayouts, WrongGlobalShapeIsAModelMismatch) {
     EXPECT_TRUE(has(e.what(), "tensor 'h.0.mlp.c_proj.weight' is (8,24) in the layout, (8,32) in the table"))
         << e.what();
   }
-  EXPECT_EQ(read_latest(tmp.path + "/ckpt").value(), "step-000005");
+  EXPECT_EQ(read_latest(tmp.str() + "/ckpt").value(), "step-000005");
 }
 
 TEST(CkptTensorLayouts, ExportAssemblesWholeTensorsFromAnyLayout) {
   TempDir tmp;
-  for (const std::string& e : save_mesh(tmp.path, {4, 2, 3}, 5)) ASSERT_EQ(e, "");
-  const std::string out = tmp.path + "/m.safetensors";
-  ExportResult r = export_safetensors(tmp.path + "/ckpt/step-000005", out);
+  for (const std::string& e : save_mesh(tmp.str(), {4, 2, 3}, 5)) ASSERT_EQ(e, "");
+  const std::string out = tmp.str() + "/m.safetensors";
+  ExportResult r = export_safetensors(tmp.str() + "/ckpt/step-000005", out);
   EXPECT_EQ(r.tensors, 6);
   const std::vector<TensorInfo> table = model_table();
   SafetensorsFile f = read_safetensors(out);

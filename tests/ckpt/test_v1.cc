@@ -71,11 +71,11 @@ TEST(CkptV1, LoadsIntoTensorParallelLayouts) {
 TEST(CkptV1, ExportsWholeTensors) {
   TempDir tmp;
   const auto raw = raw_states();
-  ExportResult r = export_safetensors(kDir, tmp.path + "/m.safetensors");
+  ExportResult r = export_safetensors(kDir, tmp.str() + "/m.safetensors");
   const Manifest m = read_manifest(kDir);
   EXPECT_EQ(r.tensors, int(m.tensors.size()));
-  SafetensorsFile f = read_safetensors(tmp.path + "/m.safetensors");
-  std::ifstream in(tmp.path + "/m.safetensors", std::ios::binary);
+  SafetensorsFile f = read_safetensors(tmp.str() + "/m.safetensors");
+  std::ifstream in(tmp.str() + "/m.safetensors", std::ios::binary);
   for (const SafetensorsTensor& t : f.tensors) {
     const TensorInfo& ti = m.tensors[size_t(tensor_index(m.tensors, t.name))];
     std::vector<float> got(size_t(numel(t.shape)));
@@ -88,13 +88,13 @@ TEST(CkptV1, ExportsWholeTensors) {
 
 TEST(CkptV1, UnknownVersionIsOneLine) {
   TempDir tmp;
-  fs::copy(kDir, tmp.path + "/step-000002");
+  fs::copy(kDir, tmp.str() + "/step-000002");
   nlohmann::json j;
-  std::ifstream(tmp.path + "/step-000002/manifest.json") >> j;
+  std::ifstream(tmp.str() + "/step-000002/manifest.json") >> j;
   j["version"] = 3;
-  std::ofstream(tmp.path + "/step-000002/manifest.json") << j.dump();
+  std::ofstream(tmp.str() + "/step-000002/manifest.json") << j.dump();
   try {
-    read_manifest(tmp.path + "/step-000002");
+    read_manifest(tmp.str() + "/step-000002");
     FAIL() << "read a manifest of an unknown version";
   } catch (const CorruptCheckpoint& e) {
     EXPECT_NE(std::string(e.what()).find("manifest version 3, this build reads 1 and 2"), std::string::npos)
@@ -111,12 +111,12 @@ TEST(CkptV1, TrainingResumesBitExactFromIt) {
     const std::string cmd = std::string(STRATA_BINARY) +
                             " train --model tiny --layers 1 --dim 4 --heads 2 --max-seq 8 --vocab 256 --steps 3"
                             " --batch 2 --eval-every 0 --sample-every 0 " + layout + " --resume " + kDir +
-                            " --run-dir " + tmp.path + "/run > " + tmp.path + "/out.txt 2>&1";
+                            " --run-dir " + tmp.str() + "/run > " + tmp.str() + "/out.txt 2>&1";
     ASSERT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0) << cmd;
-    std::ifstream out(tmp.path + "/out.txt");
+    std::ifstream out(tmp.str() + "/out.txt");
     const std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
     EXPECT_NE(text.find("resuming from step 2"), std::string::npos) << text;
-    std::ifstream metrics(tmp.path + "/run/metrics.jsonl");
+    std::ifstream metrics(tmp.str() + "/run/metrics.jsonl");
     std::string line;
     nlohmann::json step3;
     while (std::getline(metrics, line)) {
@@ -135,8 +135,8 @@ TEST(CkptV1, TrainingResumesBitExactFromIt) {
 
 TEST(CkptV1, ResumeFromACheckpointWithAHoleIsOneLineAndTouchesNothing) {
   TempDir tmp;
-  const std::string dir = tmp.path + "/old/ckpt/step-000002";
-  fs::create_directories(tmp.path + "/old/ckpt");
+  const std::string dir = tmp.str() + "/old/ckpt/step-000002";
+  fs::create_directories(tmp.str() + "/old/ckpt");
   fs::copy(kDir, dir);
   nlohmann::json j;
   std::ifstream(dir + "/manifest.json") >> j;
@@ -146,9 +146,9 @@ TEST(CkptV1, ResumeFromACheckpointWithAHoleIsOneLineAndTouchesNothing) {
   const std::string cmd = std::string(STRATA_BINARY) +
                           " train --model tiny --layers 1 --dim 4 --heads 2 --max-seq 8 --vocab 256 --steps 3"
                           " --batch 2 --eval-every 0 --sample-every 0 --resume " + dir + " --run-dir " +
-                          tmp.path + "/new > " + tmp.path + "/out.txt 2>&1";
+                          tmp.str() + "/new > " + tmp.str() + "/out.txt 2>&1";
   EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 1);
-  std::ifstream out(tmp.path + "/out.txt");
+  std::ifstream out(tmp.str() + "/out.txt");
   const std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
   EXPECT_NE(text.find(dir + "/manifest.json: state 'params' tensor 'wte' (256,4): no saved chunk holds "

@@ -40,13 +40,13 @@ TEST(BenchComm, JsonRowsWithCheckAreCorrect) {
 
 // --in-place runs all-reduce with send == recv; --check then verifies the in-place result.
 TEST(BenchComm, InPlaceAllReduceIsChecked) {
-  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "2", "--op", "allreduce", "-b", "8",
+  auto p = test::run({STRATA_BINARY, "bench", "comm", "--nproc", "2", "--op", "allreduce", "-b", "8",
                          "-e", "1M", "-f", "32", "--iters", "2", "--warmup", "1", "--check", "--json",
                          "--in-place"});
   std::string out = p.output();
   ASSERT_EQ(p.exit_code(), 0) << out;
   EXPECT_EQ(rows_all_correct(out), 4) << out;  // 8 B, 256 B, 8 KiB, 256 KiB
-  auto bad = testing::run({STRATA_BINARY, "bench", "comm", "--op", "all", "--in-place"});
+  auto bad = test::run({STRATA_BINARY, "bench", "comm", "--op", "all", "--in-place"});
   EXPECT_EQ(bad.exit_code(), 1) << bad.output();
   EXPECT_NE(bad.output().find("--in-place applies to --op allreduce only"), std::string::npos) << bad.output();
 }
@@ -94,7 +94,7 @@ TEST(BenchComm, TableHasNcclTestsColumnsAndBusFactors) {
 // STRATA_RANK/STRATA_WORLD_SIZE left from another job: refused in one line naming them,
 // instead of joining that job as one rank and waiting out the timeout.
 TEST(BenchComm, LeftoverRankEnvironmentIsRefused) {
-  auto p = testing::run({STRATA_BINARY, "bench", "comm", "--nproc", "2"},
+  auto p = test::run({STRATA_BINARY, "bench", "comm", "--nproc", "2"},
                         {{"STRATA_RANK", "0"}, {"STRATA_WORLD_SIZE", "2"}, {"STRATA_JOB_ID", "leftover-bench"},
                          {"STRATA_TIMEOUT", "1"}, {"STRATA_LAUNCHER_PID", "1"}});
   std::string out = p.output();

@@ -15,7 +15,7 @@
 #include "comm/launcher.h"
 #include "comm/shm/segment.h"
 #include "core/error.h"
-#include "spawn.h"
+#include "support/run.h"
 
 namespace strata::comm {
 namespace {
@@ -101,7 +101,7 @@ bool segment_exists(const std::string& job) {
 
 TEST(LauncherCleanup, LoneRankRemovesItsSegmentAfterTheTimeout) {
   std::string job = "lone-timeout-" + new_job_id();
-  auto p = testing::run({COMM_WORKER, "die-early"}, lone_rank_env(job, "1"), 30);
+  auto p = test::run({COMM_WORKER, "die-early"}, lone_rank_env(job, "1"), 30);
   EXPECT_EQ(p.exit_code(), 1) << p.output();
   EXPECT_NE(p.output().find("only 1 of 2 ranks joined before the timeout"), std::string::npos) << p.output();
   EXPECT_FALSE(segment_exists(job));
@@ -110,12 +110,12 @@ TEST(LauncherCleanup, LoneRankRemovesItsSegmentAfterTheTimeout) {
 
 TEST(LauncherCleanup, LoneRankRemovesItsSegmentOnSigterm) {
   std::string job = "lone-term-" + new_job_id();
-  auto p = testing::start({COMM_WORKER, "die-early"}, lone_rank_env(job, "60"));
+  auto p = test::start({COMM_WORKER, "die-early"}, lone_rank_env(job, "60"));
   for (int i = 0; i < 2000 && !segment_exists(job); ++i) usleep(5000);
   ASSERT_TRUE(segment_exists(job)) << p.output();
   usleep(50000);  // into its wait for rank 1
   kill(p.pid, SIGTERM);
-  ASSERT_TRUE(testing::wait_for(p, 30)) << p.output();
+  ASSERT_TRUE(test::wait_for(p, 30)) << p.output();
   EXPECT_EQ(p.exit_code(), 128 + SIGTERM) << p.output();
   EXPECT_FALSE(segment_exists(job));
   remove_job_segments(job);

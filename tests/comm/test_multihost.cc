@@ -12,7 +12,7 @@
 #include "comm/hier/topology.h"
 #include "comm/hostlist.h"
 #include "comm/mpi/mpi_transport.h"
-#include "spawn.h"
+#include "support/run.h"
 
 namespace strata::comm {
 namespace {
@@ -51,13 +51,13 @@ class MultiHost : public ::testing::Test {
     state_ = "/tmp/netns-cluster-" + name_;
   }
   void up(int hosts) {
-    auto p = testing::run({kCluster, "up", "--name", name_, "--hosts", std::to_string(hosts),
+    auto p = test::run({kCluster, "up", "--name", name_, "--hosts", std::to_string(hosts),
                            "--ranks-per-host", "2"}, {}, 60);
     ASSERT_EQ(p.exit_code(), 0) << p.output();
     up_ = true;
   }
   void TearDown() override {
-    if (up_) testing::run({kCluster, "down", "--name", name_}, {}, 60);
+    if (up_) test::run({kCluster, "down", "--name", name_}, {}, 60);
   }
   std::vector<std::string> launch(const std::vector<std::string>& where) {
     std::vector<std::string> a = {STRATA_BINARY, "launch", "--backend", "mpi", "--rsh-agent",
@@ -74,7 +74,7 @@ class MultiHost : public ::testing::Test {
 // and all-gather hierarchical; each rank reports the hosts it saw and the algorithms it ran.
 void sweep_on_hosts(MultiHost& t, int hosts) {
   auto args = t.launch({"--hostfile", t.state_ + "/hostfile", "--", COMM_WORKER, "sweep"});
-  auto p = testing::run(args, {{"STRATA_HIER", "hierarchical"}}, 180);
+  auto p = test::run(args, {{"STRATA_HIER", "hierarchical"}}, 180);
   std::string out = p.output();
   ASSERT_EQ(p.exit_code(), 0) << out;
   EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
@@ -122,7 +122,7 @@ TEST_F(MultiHost, BadHostListsFailBeforeAnyRankStarts) {
   for (const Case& c : cases) {
     std::vector<std::string> args = launch(c.where);
     args.insert(args.end(), prog.begin(), prog.end());
-    auto p = testing::run(args, {}, 60);
+    auto p = test::run(args, {}, 60);
     std::string out = p.output();
     EXPECT_NE(p.exit_code(), 0) << out;
     EXPECT_NE(out.find(c.message), std::string::npos) << out;

@@ -36,13 +36,15 @@ TEST(Layering, AreasIncludeOnlyTheAreasTheyBuildOn) {
       {"core", {"core"}},
       {"kernels", {"core", "kernels"}},
       {"comm", {"core", "comm"}},
-      {"model", {"core", "kernels", "model"}},
+      {"model", {"core", "kernels", "comm", "model"}},
       {"data", {"core", "data"}},
       {"parallel", {"core", "kernels", "comm", "model", "parallel"}},
       {"ckpt", {"core", "ckpt"}},
       {"diag", {"core", "comm", "diag"}},
       {"plan", {"core", "plan", "parallel", "ckpt", "train"}},
       {"train", {"core", "kernels", "comm", "model", "data", "parallel", "ckpt", "diag", "train"}},
+      {"fed", {"core", "comm", "model", "data", "train", "fed"}},
+      {"report", {"core", "comm", "plan", "train", "report"}},
   };
   const std::regex include(R"re(#include "([A-Za-z0-9_]+)/)re");
   const auto areas = sources_by_area();

@@ -16,7 +16,7 @@
 
 using namespace strata::diag;
 using nlohmann::json;
-using testutil::TempDir;
+using strata::test::TempDir;
 
 namespace {
 
@@ -66,7 +66,7 @@ DumpSet load_with(const std::function<void(std::map<int, json>&)>& mutate, TempD
   mutate(dumps);
   std::filesystem::remove_all(dir.str());
   std::filesystem::create_directories(dir.str());
-  testutil::write_dumps(dir, dumps);
+  strata::test::write_dumps(dir, dumps);
   return load_flight_dumps(dir.str());
 }
 
@@ -161,11 +161,11 @@ TEST(DumpFuzz, HugeNegativeAndWrongNumbersAreBounded) {
 
 TEST(DumpFuzz, StrayFileNamesAreListedAndTheRestDiagnosed) {
   TempDir dir;
-  testutil::write_dumps(dir, base_set());
-  testutil::write_file(dir.file("flight-rank99999999999999999999.json"), "{}");
-  testutil::write_file(dir.file("flight-rank2147483648.json"), "{}");
-  testutil::write_file(dir.file("flight-rank131072.json"), R"({"rank": 131072, "world": 131073, "entries": []})");
-  testutil::write_file(dir.file("flight-rank7.json"), R"({"rank": 7, "world": 3, "entries": []})");
+  strata::test::write_dumps(dir, base_set());
+  strata::test::write_file(dir.file("flight-rank99999999999999999999.json"), "{}");
+  strata::test::write_file(dir.file("flight-rank2147483648.json"), "{}");
+  strata::test::write_file(dir.file("flight-rank131072.json"), R"({"rank": 131072, "world": 131073, "entries": []})");
+  strata::test::write_file(dir.file("flight-rank7.json"), R"({"rank": 7, "world": 3, "entries": []})");
   std::filesystem::create_directories(dir.file("flight-rank8.json"));
   ASSERT_EQ(mkfifo(dir.file("flight-rank9.json").c_str(), 0600), 0);
   DumpSet set = load_flight_dumps(dir.str());
@@ -188,9 +188,9 @@ TEST(DumpFuzz, DoctorCommandSurvivesHostileDumps) {
   auto dumps = base_set();
   dumps[0]["reason"] = "peer-dead";
   dumps[0]["detail"] = "allreduce on group world: peer rank 99999999999 (pid 5) died while this rank was waiting";
-  testutil::write_dumps(dir, dumps);
-  testutil::write_file(dir.file("flight-rank99999999999999999999.json"), "{}");
-  auto r = testutil::run_strata("doctor hang --json " + dir.str());
+  strata::test::write_dumps(dir, dumps);
+  strata::test::write_file(dir.file("flight-rank99999999999999999999.json"), "{}");
+  auto r = strata::test::run_strata("doctor hang --json " + dir.str());
   EXPECT_EQ(r.status, 0) << r.out;
   ASSERT_NE(r.out.find('{'), std::string::npos) << r.out;
   json j = json::parse(r.out.substr(r.out.find('{')));
@@ -200,10 +200,10 @@ TEST(DumpFuzz, DoctorCommandSurvivesHostileDumps) {
   EXPECT_NE(r.out.find("flight-rank99999999999999999999.json: the rank in the file name"), std::string::npos) << r.out;
 
   TempDir lone;
-  testutil::write_file(lone.file("flight-rank0.json"),
+  strata::test::write_file(lone.file("flight-rank0.json"),
                        R"({"rank": 0, "world": 2147483647, "reason": "timeout", "entries": []})");
   auto t0 = std::chrono::steady_clock::now();
-  auto l = testutil::run_strata("doctor hang --json " + lone.str());
+  auto l = strata::test::run_strata("doctor hang --json " + lone.str());
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 10.0) << l.out;
   EXPECT_EQ(l.status, 1) << l.out;

@@ -232,7 +232,7 @@ TEST(Mesh, BadDegreesNameTheNumbers) {
 }
 
 
-// The planner's tensor-parallel cost model (plan/tp_cost.h) predicts what the engine holds
+// The planner's tensor-parallel cost model (model/tensor/tp_cost.h) predicts what the engine holds
 // and what the model sends: model-state bytes and tp payload bytes per step, to the byte.
 TEST(TensorParallelPlan, ModelStatesAndTpBytesEqualThePrediction) {
   for (const Case& c : {Case{2, 2, 1, Precision::fp32, true, 2},
@@ -241,12 +241,12 @@ TEST(TensorParallelPlan, ModelStatesAndTpBytesEqualThePrediction) {
     int64_t bytes = 0;
     const RunResult got = run_case(c, 2, &bytes);
     const RunSpec s;
-    const plan::TpModel m = model::tp_model(config_for(c.tp));
+    const model::TpModel m = model::tp_model(config_for(c.tp));
     const int micro = s.batch / (c.dp * c.accum);
-    EXPECT_EQ(bytes, c.accum * plan::tp_comm_bytes_per_micro(m, c.tp, c.sp, micro, s.T))
+    EXPECT_EQ(bytes, c.accum * model::tp_comm_bytes_per_micro(m, c.tp, c.sp, micro, s.T))
         << name(c);
     EXPECT_EQ(got.memory.model_states(),
-              plan::zero_model_state_bytes(plan::tp_local_params(m, c.tp, 0), c.dp, c.stage,
+              parallel::zero_model_state_bytes(model::tp_local_params(m, c.tp, 0), c.dp, c.stage,
                                            c.precision)
                   .total())
         << name(c);

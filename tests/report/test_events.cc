@@ -11,15 +11,15 @@ namespace {
 
 TEST(ReportEvents, ResumeAndDumpAreListedAndMarked) {
   TempDir dir("events");
-  const std::string run = dir / "run";
+  const std::string run = dir.file("run");
   const std::string args = "train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --threads 1 "
                            "--sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 "
                            "--ckpt-every 3 --run-dir " + run;
-  ASSERT_EQ(run_strata(args + " --steps 6").status, 0);
-  CliResult r = run_strata(args + " --steps 8 --resume auto");
+  ASSERT_EQ(run_strata(args + " --steps 6", "", Streams::separate).status, 0);
+  RunResult r = run_strata(args + " --steps 8 --resume auto", "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   bool resumed = false;
-  for (const nlohmann::json& j : json_lines(slurp(run + "/metrics.jsonl")))
+  for (const nlohmann::json& j : json_lines(read_file(run + "/metrics.jsonl")))
     if (j.contains("restart")) {
       resumed = true;
       EXPECT_EQ(j["step"], 6);
@@ -27,7 +27,7 @@ TEST(ReportEvents, ResumeAndDumpAreListedAndMarked) {
       EXPECT_EQ(j["steps_lost"], 0);
       EXPECT_NE(j["resumed_from"].get<std::string>().find("step-000006"), std::string::npos);
     }
-  EXPECT_TRUE(resumed) << slurp(run + "/metrics.jsonl");
+  EXPECT_TRUE(resumed) << read_file(run + "/metrics.jsonl");
   std::ofstream(run + "/flight-rank1.json")
       << R"({"rank": 1, "world": 2, "reason": "peer-dead", "detail": "rank 0 died",
             "phase": {"step": 7, "layer": -1, "kind": "forward"}, "entries": []})";

@@ -57,8 +57,8 @@ std::string screenshot(const std::string& html, const std::string& png, int widt
                           std::to_string(width) + "," + std::to_string(height) +
                           " --screenshot=" + png + " file://" + html + " >/dev/null 2>" + log;
   const int rc = std::system(cmd.c_str());
-  EXPECT_EQ(rc, 0) << slurp(log);
-  return slurp(log);
+  EXPECT_EQ(rc, 0) << read_file(log);
+  return read_file(log);
 }
 
 std::vector<std::string> console_lines(const std::string& log) {
@@ -107,11 +107,11 @@ std::vector<std::array<int, 4>> plot_blocks(const Image& img) {
 TEST(ReportRender, ChromiumShowsTheChartsWithoutConsoleErrors) {
   if (!have_chromium()) GTEST_SKIP() << "SKIPPED: chromium is not installed (make test installs it)";
   TempDir dir("render");
-  write_synthetic_run(dir.path / "run", 200);
-  CliResult r = run_strata("report " + (dir / "run") + " -o " + (dir / "report.html"));
+  write_synthetic_run(dir.file("run"), 200);
+  RunResult r = run_strata("report " + (dir.file("run")) + " -o " + (dir.file("report.html")), "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
-  const std::string png = dir / "shot.png";
-  const std::string log = screenshot(dir / "report.html", png, 1600, 4200, dir.path.string());
+  const std::string png = dir.file("shot.png");
+  const std::string log = screenshot(dir.file("report.html"), png, 1600, 4200, dir.str());
   EXPECT_TRUE(console_lines(log).empty()) << log;
   Image img;
   ASSERT_TRUE(read_png(png, img)) << "cannot decode " << png;
@@ -137,11 +137,11 @@ TEST(ReportRender, ChromiumShowsTheChartsWithoutConsoleErrors) {
 TEST(ReportRender, TheChecksCatchErrorsAndBlankCharts) {
   if (!have_chromium()) GTEST_SKIP() << "SKIPPED: chromium is not installed (make test installs it)";
   TempDir dir("render_bad");
-  std::ofstream(dir / "bad.html")
+  std::ofstream(dir.file("bad.html"))
       << "<!DOCTYPE html><html><body><svg width=\"700\" height=\"300\"><rect x=\"10\" y=\"10\" "
          "width=\"600\" height=\"200\" fill=\"#fafafa\"/></svg><script>nothing_here();</script></body></html>";
-  const std::string png = dir / "bad.png";
-  const std::string log = screenshot(dir / "bad.html", png, 800, 400, dir.path.string());
+  const std::string png = dir.file("bad.png");
+  const std::string log = screenshot(dir.file("bad.html"), png, 800, 400, dir.str());
   EXPECT_FALSE(console_lines(log).empty()) << log;
   Image img;
   ASSERT_TRUE(read_png(png, img));

@@ -16,8 +16,8 @@ using nlohmann::json;
 
 TEST(ScalingDecompose, KnownValues) {
   TempDir dir("sc_known");
-  write_synthetic_run(dir.path / "run", 50);
-  const json p = report::decompose_point(dir / "run");
+  write_synthetic_run(dir.file("run"), 50);
+  const json p = report::decompose_point(dir.file("run"));
   const json& parts = p["parts_ms"];
   EXPECT_EQ(p["steps"], 49);  // step 1 pays for warm-up
   EXPECT_DOUBLE_EQ(parts["compute"].get<double>(), 12);
@@ -35,11 +35,11 @@ TEST(ScalingDecompose, KnownValues) {
 
 TEST(ScalingStudy, PartsAddUpAndOversubscriptionIsShown) {
   TempDir dir("sc_study");
-  const std::string out = dir / "study";
-  CliResult r = run_strata("bench scaling --nproc 1,2,3 --gpu '' --out " + out +
-                           " --layers 2 --dim 64 --heads 4 --seq 32 --batch 6 --steps 12 --peak-gflops 10");
+  const std::string out = dir.file("study");
+  RunResult r = run_strata("bench scaling --nproc 1,2,3 --gpu '' --out " + out +
+                           " --layers 2 --dim 64 --heads 4 --seq 32 --batch 6 --steps 12 --peak-gflops 10", "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  const json s = json::parse(slurp(out + "/scaling.json"));
+  const json s = json::parse(read_file(out + "/scaling.json"));
   ASSERT_EQ(s["points"].size(), 3u);
   EXPECT_EQ(s["kind"], "strong");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -58,9 +58,9 @@ TEST(ScalingStudy, PartsAddUpAndOversubscriptionIsShown) {
   if (cores < 3) EXPECT_NE(r.out.find("oversubscribed"), std::string::npos) << r.out;
 
   // The report of the study: speedup against linear, the decomposition beneath.
-  CliResult rep = run_strata("report " + out + " -o " + (dir / "r.html"));
+  RunResult rep = run_strata("report " + out + " -o " + (dir.file("r.html")), "", Streams::separate);
   ASSERT_EQ(rep.status, 0) << rep.err;
-  const std::vector<Chart> cs = charts(slurp(dir / "r.html"));
+  const std::vector<Chart> cs = charts(read_file(dir.file("r.html")));
   const Chart* sp = find_chart(cs, "Speedup");
   ASSERT_NE(sp, nullptr);
   ASSERT_EQ(sp->series.size(), 2u);  // measured, linear
@@ -73,16 +73,16 @@ TEST(ScalingStudy, PartsAddUpAndOversubscriptionIsShown) {
 
 TEST(ScalingStudy, BadInput) {
   TempDir dir("sc_bad");
-  CliResult r = run_strata("bench scaling --nproc 1,2,3 --batch 8 --steps 2 --out " + (dir / "x"));
+  RunResult r = run_strata("bench scaling --nproc 1,2,3 --batch 8 --steps 2 --out " + (dir.file("x")), "", Streams::separate);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--batch 8 does not divide over 3 ranks"), std::string::npos) << r.err;
-  r = run_strata("bench scaling --nproc 1,two --out " + (dir / "x"));
+  r = run_strata("bench scaling --nproc 1,two --out " + (dir.file("x")), "", Streams::separate);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--nproc 'two' is not a positive integer"), std::string::npos) << r.err;
-  r = run_strata("bench scaling --nproc 1 --run-dir elsewhere --out " + (dir / "x"));
+  r = run_strata("bench scaling --nproc 1 --run-dir elsewhere --out " + (dir.file("x")), "", Streams::separate);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--run-dir is set by the study"), std::string::npos) << r.err;
-  r = run_strata("bench scaling --nproc 1 --gpu '' --steps 2 --layers 0 --out " + (dir / "x"));
+  r = run_strata("bench scaling --nproc 1 --gpu '' --steps 2 --layers 0 --out " + (dir.file("x")), "", Streams::separate);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("point N=1: strata train failed"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--layers must be positive"), std::string::npos) << r.err;
@@ -90,23 +90,23 @@ TEST(ScalingStudy, BadInput) {
 
 TEST(PlanCalibrate, WritesAFileThatPlanGpuLocalReads) {
   TempDir dir("sc_cal");
-  const std::string file = dir / "local.json";
-  CliResult r = run_strata("plan calibrate --probe-seconds 0.3 -o " + file);
+  const std::string file = dir.file("local.json");
+  RunResult r = run_strata("plan calibrate --probe-seconds 0.3 -o " + file, "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  const json g = json::parse(slurp(file));
+  const json g = json::parse(read_file(file));
   for (const char* k : {"peak_tflops", "hbm_gbps", "intra_node_gbps", "intra_node_latency_us",
                         "compute_efficiency", "gpus_per_node", "memory_gib"})
     EXPECT_GT(g[k].get<double>(), 0) << k;
   EXPECT_LE(g["compute_efficiency"].get<double>(), 1.0);
-  CliResult p = run_strata("plan --gpu local --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256 "
+  RunResult p = run_strata("plan --gpu local --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256 "
                            "--global-batch 4 --gpus 2 --tp 1 --pp 1 --cp 1 --precision fp32 --json",
-                           "STRATA_CALIBRATION=" + file + " ");
+                           "STRATA_CALIBRATION=" + file + " ", Streams::separate);
   ASSERT_EQ(p.status, 0) << p.err;
   const json plan = json::parse(p.out);
   EXPECT_EQ(plan["hardware"]["name"], "local");
   EXPECT_GT(plan["best"]["time"]["step_s"].get<double>(), 0);
 
-  CliResult missing = run_strata("plan --gpu local --model gpt2", "STRATA_CALIBRATION=" + (dir / "none.json") + " ");
+  RunResult missing = run_strata("plan --gpu local --model gpt2", "STRATA_CALIBRATION=" + (dir.file("none.json")) + " ", Streams::separate);
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.err.find("run `strata plan calibrate` first"), std::string::npos) << missing.err;
 }

@@ -32,8 +32,8 @@ std::pair<double, double> at(const std::vector<std::pair<double, double>>& pts, 
 
 TEST(ReportSvg, PlottedValuesEqualTheMetrics) {
   TempDir dir("svg_values");
-  write_synthetic_run(dir.path / "run", 50);
-  const std::vector<Chart> cs = charts(build({dir / "run"}));
+  write_synthetic_run(dir.file("run"), 50);
+  const std::vector<Chart> cs = charts(build({dir.file("run")}));
 
   const Chart* loss = find_chart(cs, "Loss");
   ASSERT_NE(loss, nullptr);
@@ -67,8 +67,8 @@ TEST(ReportSvg, PlottedValuesEqualTheMetrics) {
 
 TEST(ReportSvg, BarsCarryTheirValues) {
   TempDir dir("svg_bars");
-  write_synthetic_run(dir.path / "run", 50);
-  const std::string html = build({dir / "run"});
+  write_synthetic_run(dir.file("run"), 50);
+  const std::string html = build({dir.file("run")});
   const std::vector<Chart> cs = charts(html);
   const Chart* mem = find_chart(cs, "Memory per rank");
   ASSERT_NE(mem, nullptr);
@@ -97,9 +97,9 @@ TEST(ReportSvg, BarsCarryTheirValues) {
 
 TEST(ReportSvg, SeveralRunsAreOverlaid) {
   TempDir dir("svg_overlay");
-  write_synthetic_run(dir.path / "a", 30);
-  write_synthetic_run(dir.path / "b", 60);
-  const std::vector<Chart> cs = charts(build({dir / "a", dir / "b"}));
+  write_synthetic_run(dir.file("a"), 30);
+  write_synthetic_run(dir.file("b"), 60);
+  const std::vector<Chart> cs = charts(build({dir.file("a"), dir.file("b")}));
   const Chart* loss = find_chart(cs, "Loss");
   ASSERT_NE(loss, nullptr);
   EXPECT_EQ(loss->series.size(), 5u);  // 2 x (train, eval) + one shared floor
@@ -125,9 +125,9 @@ TEST(ReportSvg, DownsampleKeepsExtremesAndBoundsPoints) {
 
 TEST(ReportSvg, TenThousandStepsRenderFastAndSmall) {
   TempDir dir("svg_10k");
-  write_synthetic_run(dir.path / "run", 10000);
+  write_synthetic_run(dir.file("run"), 10000);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string html = build({dir / "run"});
+  const std::string html = build({dir.file("run")});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 1.0) << "seconds to read and render 10,000 steps";
   EXPECT_LT(html.size(), 2u << 20) << "bytes";
@@ -137,13 +137,13 @@ TEST(ReportSvg, TenThousandStepsRenderFastAndSmall) {
 
 TEST(ReportInput, TruncatedMetricsShowWhatIsReadable) {
   TempDir dir("svg_trunc");
-  write_synthetic_run(dir.path / "run", 40, 64, /*summary=*/false);
+  write_synthetic_run(dir.file("run"), 40, 64, /*summary=*/false);
   {
-    std::ofstream m(dir.path / "run/metrics.jsonl", std::ios::app);
+    std::ofstream m(dir.file("run/metrics.jsonl"), std::ios::app);
     m << "this is not json\n{\"step\": 41, \"loss\": 1.0, \"tok";  // a bad line, then a cut one
   }
   std::vector<std::string> w;
-  const std::string html = build({dir / "run"}, &w);
+  const std::string html = build({dir.file("run")}, &w);
   std::string all;
   for (const std::string& s : w) all += s + "\n";
   EXPECT_NE(all.find("cut off"), std::string::npos) << all;
@@ -158,10 +158,10 @@ TEST(ReportInput, TruncatedMetricsShowWhatIsReadable) {
 
 TEST(ReportInput, MixedModelsAreNamed) {
   TempDir dir("svg_mixed");
-  write_synthetic_run(dir.path / "small", 20, 64);
-  write_synthetic_run(dir.path / "wide", 20, 128);
+  write_synthetic_run(dir.file("small"), 20, 64);
+  write_synthetic_run(dir.file("wide"), 20, 128);
   std::vector<std::string> w;
-  const std::string html = build({dir / "small", dir / "wide"}, &w);
+  const std::string html = build({dir.file("small"), dir.file("wide")}, &w);
   ASSERT_FALSE(w.empty());
   EXPECT_NE(w.back().find("different models"), std::string::npos) << w.back();
   EXPECT_NE(w.back().find("dim 128"), std::string::npos) << w.back();
@@ -170,35 +170,35 @@ TEST(ReportInput, MixedModelsAreNamed) {
 
 TEST(ReportInput, DirectoriesWithoutMetrics) {
   TempDir dir("svg_empty");
-  std::filesystem::create_directories(dir.path / "empty");
-  write_synthetic_run(dir.path / "good", 10);
+  std::filesystem::create_directories(dir.file("empty"));
+  write_synthetic_run(dir.file("good"), 10);
   std::vector<std::string> w;
-  build({dir / "empty", dir / "missing", dir / "good"}, &w);
+  build({dir.file("empty"), dir.file("missing"), dir.file("good")}, &w);
   ASSERT_GE(w.size(), 2u);
   EXPECT_NE(w[0].find("no metrics.jsonl"), std::string::npos) << w[0];
   EXPECT_NE(w[1].find("no such directory"), std::string::npos) << w[1];
   std::vector<std::string> w2;
-  EXPECT_THROW(report::load_runs({dir / "empty"}, w2), Error);
+  EXPECT_THROW(report::load_runs({dir.file("empty")}, w2), Error);
 }
 
 TEST(ReportCli, WritesOneSelfContainedFile) {
   TempDir dir("svg_cli");
-  write_synthetic_run(dir.path / "run", 30);
-  CliResult r = run_strata("report " + (dir / "run") + " -o " + (dir / "r.html"));
+  write_synthetic_run(dir.file("run"), 30);
+  RunResult r = run_strata("report " + (dir.file("run")) + " -o " + (dir.file("r.html")), "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("wrote "), std::string::npos);
-  const std::string html = slurp(dir / "r.html");
+  const std::string html = read_file(dir.file("r.html"));
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // only the SVG namespace
   EXPECT_EQ(html.find("https://"), std::string::npos);
   EXPECT_EQ(html.find("<link"), std::string::npos);
   EXPECT_EQ(html.find("@import"), std::string::npos);
 
-  CliResult bad = run_strata("report " + (dir / "nope") + " -o " + (dir / "x.html"));
+  RunResult bad = run_strata("report " + (dir.file("nope")) + " -o " + (dir.file("x.html")), "", Streams::separate);
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.err.find("strata: error: no readable run directory"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("no such directory"), std::string::npos) << bad.err;
-  EXPECT_FALSE(std::filesystem::exists(dir.path / "x.html"));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.html")));
 }
 
 }  // namespace

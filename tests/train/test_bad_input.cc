@@ -109,13 +109,13 @@ TEST(TrainBadInput, UnwritableRunDir) {
 // and waiting out the timeout; run as a lone rank, it says so before it waits.
 TEST(TrainBadInput, LeftoverRankEnvironment) {
   const std::string env = "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-job STRATA_TIMEOUT=1 ";
-  CliResult r = run_strata(kSmall + "--nproc 2", env);
+  RunResult r = run_strata(kSmall + "--nproc 2", env, Streams::separate);
   EXPECT_GT(r.status, 0) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   for (const char* n : {"--nproc 2", "STRATA_RANK=0 STRATA_WORLD_SIZE=2 STRATA_JOB_ID=leftover-job",
                         "no strata launcher started this process", "unset them"})
     EXPECT_NE(r.err.find(n), std::string::npos) << r.err;
-  CliResult lone = run_strata(kSmall, env);
+  RunResult lone = run_strata(kSmall, env, Streams::separate);
   EXPECT_GT(lone.status, 0) << lone.err;
   EXPECT_NE(lone.err.find("running as rank 0 of 2 from the environment"), std::string::npos) << lone.err;
   EXPECT_FALSE(std::filesystem::exists("/dev/shm/strata-leftover-job-w"));

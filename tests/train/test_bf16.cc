@@ -17,15 +17,15 @@ const std::string kSmall =
     "train --layers 2 --dim 64 --heads 4 --seq 32 --vocab 256 --peak-gflops 1000 "
     "--data synthetic:200000 --sample-tokens 0 ";
 
-CliResult train_ok(const std::string& args, const std::string& env = "") {
-  CliResult r = run_strata(kSmall + args, env);
+RunResult train_ok(const std::string& args, const std::string& env = "") {
+  RunResult r = run_strata(kSmall + args, env, Streams::separate);
   EXPECT_EQ(r.status, 0) << args << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err;
   return r;
 }
 
 std::vector<json> step_records(const std::string& path) {
   std::vector<json> out;
-  for (json& j : json_lines(slurp(path)))
+  for (json& j : json_lines(read_file(path)))
     if (j.contains("loss")) out.push_back(j);
   return out;
 }
@@ -42,16 +42,16 @@ TEST(Bf16Cli, SameSeedBitIdenticalAndNamesTheGemm) {
   TempDir dir("bf16_det");
   const std::string env = "OMP_WAIT_POLICY=passive ";
   const std::string args = "--precision bf16 --batch 4 --steps 5 --threads 2 --seed 3 ";
-  train_ok(args + "--run-dir " + (dir / "a"), env);
-  CliResult b = train_ok(args + "--run-dir " + (dir / "b"), env);
-  const auto ra = step_records(dir / "a/metrics.jsonl"), rb = step_records(dir / "b/metrics.jsonl");
+  train_ok(args + "--run-dir " + (dir.file("a")), env);
+  RunResult b = train_ok(args + "--run-dir " + (dir.file("b")), env);
+  const auto ra = step_records(dir.file("a/metrics.jsonl")), rb = step_records(dir.file("b/metrics.jsonl"));
   ASSERT_EQ(ra.size(), 5u);
   ASSERT_EQ(rb.size(), 5u);
   for (size_t i = 0; i < ra.size(); ++i) {
     EXPECT_EQ(ra[i]["loss"], rb[i]["loss"]) << "step " << i + 1;  // exact
     EXPECT_EQ(ra[i]["grad_norm"], rb[i]["grad_norm"]) << "step " << i + 1;
   }
-  const json s = json::parse(slurp(dir / "b/summary.json"));
+  const json s = json::parse(read_file(dir.file("b/summary.json")));
   const std::string want = strata::kernels::cpu_has_amx_bf16()        ? "amx"
                            : strata::kernels::cpu_has_avx512bf16()     ? "avx512bf16"
                                                                        : "fp32 (emulated bf16)";
@@ -68,10 +68,10 @@ TEST(Bf16Cli, TracksFp32OnTheSyntheticCorpus) {
   TempDir dir("bf16_track");
   const std::string args = "--batch 8 --steps 150 --lr 3e-3 --eval-every 0 --eval-batches 8 "
                            "--seed 7 --threads 2 ";
-  train_ok(args + "--run-dir " + (dir / "fp32"), "OMP_WAIT_POLICY=passive ");
-  train_ok(args + "--precision bf16 --run-dir " + (dir / "bf16"), "OMP_WAIT_POLICY=passive ");
-  const json f = json::parse(slurp(dir / "fp32/summary.json"));
-  const json h = json::parse(slurp(dir / "bf16/summary.json"));
+  train_ok(args + "--run-dir " + (dir.file("fp32")), "OMP_WAIT_POLICY=passive ");
+  train_ok(args + "--precision bf16 --run-dir " + (dir.file("bf16")), "OMP_WAIT_POLICY=passive ");
+  const json f = json::parse(read_file(dir.file("fp32/summary.json")));
+  const json h = json::parse(read_file(dir.file("bf16/summary.json")));
   const double ef = f["eval_loss"].get<double>(), eh = h["eval_loss"].get<double>();
   EXPECT_LT(ef, std::log(256.0) - 2.0);  // both learned, so agreement means something
   EXPECT_NEAR(eh / ef, 1.0, 0.01) << "fp32 " << ef << ", bf16 " << eh;
@@ -80,32 +80,32 @@ TEST(Bf16Cli, TracksFp32OnTheSyntheticCorpus) {
 
 TEST(Bf16Cli, EmulatedWithOneNoticeLine) {
   TempDir dir("bf16_emu");
-  CliResult r = train_ok("--precision bf16 --batch 4 --steps 3 --run-dir " + (dir / "run"),
+  RunResult r = train_ok("--precision bf16 --batch 4 --steps 3 --run-dir " + (dir.file("run")),
                          "STRATA_KERNELS=fp32 ");
   const std::string all = r.out + r.err;
   EXPECT_EQ(count_lines_with(all, "runs emulated"), 1) << all;
-  const json s = json::parse(slurp(dir / "run/summary.json"));
+  const json s = json::parse(read_file(dir.file("run/summary.json")));
   EXPECT_EQ(s["gemm"], "fp32 (emulated bf16)");
   EXPECT_EQ(s["peak_kind"], "sgemm");
   // fp32 runs never mention it.
-  CliResult f = train_ok("--batch 4 --steps 2", "STRATA_KERNELS=fp32 ");
+  RunResult f = train_ok("--batch 4 --steps 2", "STRATA_KERNELS=fp32 ");
   EXPECT_EQ(count_lines_with(f.out + f.err, "emulated"), 0);
 }
 
 TEST(Bf16Cli, RefusesKernelsTheCpuLacksOrUnknown) {
-  CliResult bad = run_strata(kSmall + "--precision bf16 --batch 4 --steps 2", "STRATA_KERNELS=tpu ");
+  RunResult bad = run_strata(kSmall + "--precision bf16 --batch 4 --steps 2", "STRATA_KERNELS=tpu ", Streams::separate);
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.err.find("STRATA_KERNELS must be auto, amx, avx512bf16 or fp32 (got 'tpu')"),
             std::string::npos)
       << bad.err;
   if (!strata::kernels::cpu_has_amx_bf16()) {
-    CliResult amx = run_strata(kSmall + "--precision bf16 --batch 4 --steps 2", "STRATA_KERNELS=amx ");
+    RunResult amx = run_strata(kSmall + "--precision bf16 --batch 4 --steps 2", "STRATA_KERNELS=amx ", Streams::separate);
     EXPECT_EQ(amx.status, 1);
     EXPECT_NE(amx.err.find("STRATA_KERNELS=amx: this CPU (or its kernel) offers no AMX-BF16 tiles"),
               std::string::npos)
         << amx.err;
   }
-  CliResult prec = run_strata(kSmall + "--precision fp16 --batch 4 --steps 2");
+  RunResult prec = run_strata(kSmall + "--precision fp16 --batch 4 --steps 2", "", Streams::separate);
   EXPECT_NE(prec.status, 0);
   EXPECT_NE(prec.err.find("fp16"), std::string::npos) << prec.err;
 }

@@ -258,12 +258,12 @@ TEST(TrainDiagnosis, UnderZeroTheInjectedRankIsNamed) {
   for (const Case& c : {Case{"1", "wrong-count", 0, 3, "mismatch"}, Case{"3", "skip-collective", 1, 3, "skipped"},
                         Case{"1", "hang", 1, 1, "outside-comm"}, Case{"3", "kill", 0, 3, "dead"}}) {
     TempDir dir("diag_zero");
-    CliResult t = run_strata(kModel + "--steps 4 --nproc 3 --zero " + c.zero + " --run-dir " + dir.path.string() +
+    RunResult t = run_strata(kModel + "--steps 4 --nproc 3 --zero " + c.zero + " --run-dir " + dir.str() +
                              " --timeout " + std::to_string(c.timeout_s) + " --inject-rank " +
-                             std::to_string(c.rank) + " --inject-step 2 --inject " + c.fault);
+                             std::to_string(c.rank) + " --inject-step 2 --inject " + c.fault, "", Streams::separate);
     std::string what = std::string("ZeRO ") + c.zero + ", " + c.fault + " on rank " + std::to_string(c.rank);
     EXPECT_NE(t.status, 0) << what;
-    CliResult doc = run_strata("doctor hang --json " + dir.path.string());
+    RunResult doc = run_strata("doctor hang --json " + dir.str(), "", Streams::separate);
     ASSERT_EQ(doc.status, 0) << what << doc.out << doc.err << t.err;
     json report = json::parse(doc.out.substr(doc.out.find('{')));
     EXPECT_TRUE(report["mismatches"].size() <= 1) << what << report.dump(1);
@@ -313,14 +313,14 @@ TEST(TensorParallelCli, LossesMatchAndSummaryAgreesWithPlan) {
   const std::string common =
       "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 4 --steps 4 "
       "--peak-gflops 10 --sample-tokens 8 --eval-every 0 --data synthetic:20000 ";
-  CliResult a = run_strata(common + "--run-dir " + one.path.string(), "OMP_NUM_THREADS=1 ");
+  RunResult a = run_strata(common + "--run-dir " + one.str(), "OMP_NUM_THREADS=1 ", Streams::separate);
   ASSERT_EQ(a.status, 0) << a.err;
-  CliResult b = run_strata(
-      common + "--nproc 2 --tp 2 --zero 1 --trace --run-dir " + two.path.string(),
-      "OMP_NUM_THREADS=1 ");
+  RunResult b = run_strata(
+      common + "--nproc 2 --tp 2 --zero 1 --trace --run-dir " + two.str(),
+      "OMP_NUM_THREADS=1 ", Streams::separate);
   ASSERT_EQ(b.status, 0) << b.err;
   // The tp collectives are on their own track, the tp group's communication thread.
-  const nlohmann::json trace = nlohmann::json::parse(slurp(two.path / "trace-rank0.json"));
+  const nlohmann::json trace = nlohmann::json::parse(read_file(two.file("trace-rank0.json")));
   const nlohmann::json& events = trace.is_array() ? trace : trace.at("traceEvents");
   int64_t tp_tid = -1, on_track = 0;
   for (const nlohmann::json& e : events)
@@ -334,7 +334,7 @@ TEST(TensorParallelCli, LossesMatchAndSummaryAgreesWithPlan) {
   EXPECT_GT(on_track, 0);
   auto losses = [](const TempDir& d) {
     std::vector<double> l;
-    for (const nlohmann::json& j : json_lines(slurp(d.path / "metrics.jsonl")))
+    for (const nlohmann::json& j : json_lines(read_file(d.file("metrics.jsonl"))))
       if (j.contains("loss")) l.push_back(j["loss"].get<double>());
     return l;
   };
@@ -342,12 +342,12 @@ TEST(TensorParallelCli, LossesMatchAndSummaryAgreesWithPlan) {
   ASSERT_EQ(la.size(), 4u);
   ASSERT_EQ(lb.size(), 4u);
   for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-5) << "step " << i + 1;
-  const nlohmann::json s = nlohmann::json::parse(slurp(two.path / "summary.json"));
+  const nlohmann::json s = nlohmann::json::parse(read_file(two.file("summary.json")));
   const nlohmann::json& tp = s.at("tensor_parallel");
   ASSERT_EQ(tp.at("ranks").size(), 2u);
-  CliResult plan = run_strata(
+  RunResult plan = run_strata(
       "plan --local --layers 2 --hidden 64 --heads 4 --model tiny --max-seq 32 --seq 32 --tp 2 "
-      "--dp 1 --zero 1 --precision fp32 --micro-batch 4 --json");
+      "--dp 1 --zero 1 --precision fp32 --micro-batch 4 --json", "", Streams::separate);
   ASSERT_EQ(plan.status, 0) << plan.err;
   const nlohmann::json p = nlohmann::json::parse(plan.out);
   for (const nlohmann::json& r : tp.at("ranks")) {
@@ -377,22 +377,22 @@ TEST(TensorParallelCli, CheckpointsResumeAcrossLayouts) {
       if (j.contains("loss") && j.contains("step")) l.push_back(j["loss"].get<double>());
     return l;
   };
-  CliResult full = run_strata(common + "--nproc 4 --tp 2 --dp 2 --zero 1 --ckpt-every 4 "
-                              "--ckpt-keep 0 --run-dir " + saved.path.string(),
-                              "OMP_NUM_THREADS=1 ");
+  RunResult full = run_strata(common + "--nproc 4 --tp 2 --dp 2 --zero 1 --ckpt-every 4 "
+                              "--ckpt-keep 0 --run-dir " + saved.str(),
+                              "OMP_NUM_THREADS=1 ", Streams::separate);
   ASSERT_EQ(full.status, 0) << full.err;
   const std::vector<double> want = losses(full.out);
   ASSERT_EQ(want.size(), 8u);
-  std::filesystem::remove_all(saved.path / "ckpt" / "step-000008");
-  std::ofstream(saved.path / "ckpt" / "latest") << "step-000004\n";
+  std::filesystem::remove_all(saved.file("ckpt/step-000008"));
+  std::ofstream(saved.file("ckpt/latest")) << "step-000004\n";
   for (const std::string layout : {"", "--nproc 4 --tp 4", "--nproc 4 --zero 3",
                                    "--nproc 4 --tp 2 --dp 2 --zero 1"}) {
     SCOPED_TRACE(layout);
     TempDir run("tp_resume");
-    std::filesystem::copy(saved.path / "ckpt", run.path / "ckpt",
+    std::filesystem::copy(saved.file("ckpt"), run.file("ckpt"),
                           std::filesystem::copy_options::recursive);
-    CliResult r = run_strata(common + layout + " --resume auto --run-dir " + run.path.string(),
-                             "OMP_NUM_THREADS=1 ");
+    RunResult r = run_strata(common + layout + " --resume auto --run-dir " + run.str(),
+                             "OMP_NUM_THREADS=1 ", Streams::separate);
     ASSERT_EQ(r.status, 0) << r.err;
     const std::vector<double> got = losses(r.out);
     ASSERT_EQ(got.size(), 4u) << r.out;
@@ -419,8 +419,8 @@ TEST(TensorParallelCli, UnevenTailMatchesOneProcess) {
         r.push_back({j["loss"].get<double>(), j["tokens"].get<int64_t>()});
     return r;
   };
-  CliResult a = run_strata(common, "OMP_NUM_THREADS=1 ");
-  CliResult b = run_strata(common + "--nproc 4 --tp 2 --zero 2", "OMP_NUM_THREADS=1 ");
+  RunResult a = run_strata(common, "OMP_NUM_THREADS=1 ", Streams::separate);
+  RunResult b = run_strata(common + "--nproc 4 --tp 2 --zero 2", "OMP_NUM_THREADS=1 ", Streams::separate);
   ASSERT_EQ(a.status, 0) << a.err;
   ASSERT_EQ(b.status, 0) << b.err;
   const auto ra = records(a.out), rb = records(b.out);
@@ -438,14 +438,14 @@ TEST(TensorParallelCli, UnevenTailMatchesOneProcess) {
 TEST(TensorParallelCli, HangInTpGroupIsDiagnosed) {
   using namespace strata::test;
   TempDir run("tp_hang");
-  CliResult r = run_strata(
+  RunResult r = run_strata(
       "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 4 --steps 4 "
       "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:20000 --nproc 2 "
       "--tp 2 --inject hang --inject-rank 1 --inject-step 2 --timeout 2 --run-dir " +
-          run.path.string(),
-      "OMP_NUM_THREADS=1 ");
+          run.str(),
+      "OMP_NUM_THREADS=1 ", Streams::separate);
   EXPECT_NE(r.status, 0);
-  CliResult d = run_strata("doctor hang " + run.path.string());
+  RunResult d = run_strata("doctor hang " + run.str(), "", Streams::separate);
   EXPECT_NE(d.out.find("of group \"tp(dp=0)\""), std::string::npos) << d.out << d.err;
   EXPECT_NE(d.out.find("never reached it: rank 1"), std::string::npos) << d.out << d.err;
 }

@@ -11,7 +11,7 @@ const char* kArgs = "train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --st
                     "--sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1";
 
 TEST(Progress, PipeGetsOneLinePerStep) {
-  CliResult r = run_strata(kArgs);
+  RunResult r = run_strata(kArgs, "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.find('\r'), std::string::npos);
   EXPECT_EQ(r.out.find('\033'), std::string::npos);
@@ -33,9 +33,9 @@ TEST(Progress, PipeGetsOneLinePerStep) {
 std::string on_terminal(const std::string& args) {
   TempDir io("tty");
   const std::string cmd = "script -qec \"" + std::string(STRATA_BINARY) + " " + args +
-                          "\" /dev/null > " + (io / "out") + " 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(io / "out");
-  return slurp(io / "out");
+                          "\" /dev/null > " + (io.file("out")) + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << read_file(io.file("out"));
+  return read_file(io.file("out"));
 }
 
 void expect_live_line(const std::string& out) {

@@ -55,7 +55,7 @@ TEST(RenderTokens, TrainSamplesReadable) {
   const std::string args =
       "train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --steps 2 --peak-gflops 10 "
       "--sample-tokens 24 --eval-batches 1 --json ";
-  CliResult r = run_strata(args + "--data synthetic:20000");
+  RunResult r = run_strata(args + "--data synthetic:20000", "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   std::string sample;
   for (const nlohmann::json& j : json_lines(r.out))
@@ -65,10 +65,10 @@ TEST(RenderTokens, TrainSamplesReadable) {
 
   TempDir dir("render");
   {
-    std::ofstream f(dir / "t.txt");
+    std::ofstream f(dir.file("t.txt"));
     for (int i = 0; i < 2000; ++i) f << "caf\xc3\xa9\n";  // 6 bytes a line
   }
-  r = run_strata(args + "--data " + (dir / "t.txt"));
+  r = run_strata(args + "--data " + (dir.file("t.txt")), "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   sample.clear();
   for (const nlohmann::json& j : json_lines(r.out))

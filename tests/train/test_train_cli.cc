@@ -97,30 +97,30 @@ TEST(TrainCli, RunDirFilesHoldEveryKey) {
 // lines say which peak they divide by.
 TEST(TrainCli, CachedPeakTooLowIsRaisedAndReplaced) {
   TempDir dir("lowpeak");
-  const std::string cache = dir / "peak.json";
+  const std::string cache = dir.file("peak.json");
   const std::string key = strata::train::peak_cache_key(1);
   const std::string args =
       "train --layers 2 --dim 64 --heads 4 --seq 32 --vocab 256 --data synthetic:200000 "
-      "--batch 4 --steps 4 --sample-tokens 0 --threads 1 --run-dir " + (dir / "run");
+      "--batch 4 --steps 4 --sample-tokens 0 --threads 1 --run-dir " + (dir.file("run"));
   std::ofstream(cache) << json{{key, 0.001}}.dump();
-  CliResult r = run_strata(args, "STRATA_PEAK_CACHE=" + cache + " ");
+  RunResult r = run_strata(args, "STRATA_PEAK_CACHE=" + cache + " ", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
-  Metrics m = read_metrics(dir / "run/metrics.jsonl");
+  Metrics m = read_metrics(dir.file("run/metrics.jsonl"));
   ASSERT_EQ(m.steps.size(), 4u);
   for (const json& st : m.steps) EXPECT_LE(st["mfu"].get<double>(), 1.0) << st.dump();
-  json s = json::parse(slurp(dir / "run/summary.json"));
+  json s = json::parse(read_file(dir.file("run/summary.json")));
   EXPECT_LE(s["median_mfu"].get<double>(), 1.0);
   EXPECT_GT(s["peak_gflops"].get<double>(), 0.001);
   EXPECT_NE(s["peak_source"].get<std::string>().find("raised by step"), std::string::npos);
   EXPECT_NE(r.out.find("(raised at step 1)"), std::string::npos) << r.out;
-  json cached = json::parse(slurp(cache));
+  json cached = json::parse(read_file(cache));
   // The better of a fresh probe and the run's own rate replaces the low figure.
   EXPECT_GE(cached[key].get<double>(), s["peak_gflops"].get<double>()) << cached.dump();
   EXPECT_NE(r.out.find("a fresh probe reads"), std::string::npos) << r.out;
 
   // A cached peak the run does not beat is used as is, and named as cached.
   std::ofstream(cache) << json{{key, 1e6}}.dump();
-  r = run_strata(args, "STRATA_PEAK_CACHE=" + cache + " ");
+  r = run_strata(args, "STRATA_PEAK_CACHE=" + cache + " ", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("| MFU 0.0% of 1000000.0 GFLOP/s (cached) |"), std::string::npos) << r.out;
 }

@@ -16,7 +16,7 @@
 #pragma once
 #include <cstdint>
 
-namespace strata::plan {
+namespace strata::model {
 
 struct TpModel {
   int64_t layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0, padded_vocab = 0;
@@ -58,4 +58,4 @@ inline int64_t tp_activation_bytes(const TpModel& m, int tp, bool sp, int rank,
   return 4 * f + 12 * N;
 }
 
-}  // namespace strata::plan
+}  // namespace strata::model
