@@ -159,7 +159,7 @@ void run_local(const Flags& f, const CLI::App& app) {
   for (int r = 0; r < tp; ++r) {
     const int64_t psi = model::tp_local_params(m, tp, r);
     const ModelStateBytes st = zero_model_state_bytes(psi, dp, stage, p);
-    const int64_t acts = model::tp_activation_bytes(m, tp, !f.no_sp, r, b);
+    const int64_t acts = model::tp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16);
     const int64_t bytes = f.accum * model::tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq);
     ranks.push_back({{"tp_rank", r}, {"params", psi}, {"parameters", st.parameters},
                      {"gradients", st.gradients}, {"optimizer", st.optimizer},

@@ -14,8 +14,9 @@
 // inputs and statistics, not these outputs).
 // Cost per token: forward ~2*(12*L*C^2 + C*Vp) GEMM flops + ~2*L*C*T attention flops
 // (causal, T/2 keys on average), backward about twice that (plus the attention recompute).
-// A tensor-parallel rank (model/shard.h) runs the passes of gpt_tp.cc instead; the table,
-// initialisation, units and hooks here serve both.
+// A tensor-parallel rank (model/shard.h) runs the passes of gpt_tp.cc instead, in the same
+// compute precision and with the same bf16 buffers; the table, initialisation, units and
+// hooks here serve both.
 #include "model/gpt.h"
 
 #include <algorithm>
@@ -30,46 +31,15 @@
 #include "model/gpt_impl.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
+#include "model/tensor/linear.h"
 
 namespace strata::model {
 
 namespace k = strata::kernels;
 
-namespace {
-
-// A matmul input stored in fp32 (f) or bf16 (h).
-kernels::Mat act(const float* f, const uint16_t* h, int64_t ld) {
-  return h ? kernels::Mat(h, int(ld)) : kernels::Mat(f, int(ld));
-}
-
-// The model's linear layers in its compute precision (fp32 inputs under fp32).
-void linear_forward(bool bf16, float* out, kernels::Mat inp, const float* w, const float* b,
-                    int64_t N, int C, int OC, bool accumulate = false) {
-  if (bf16)
-    kernels::matmul_forward_bf16(out, inp, w, b, N, C, OC, accumulate);
-  else
-    kernels::matmul_forward(out, static_cast<const float*>(inp.p), w, b, N, C, OC, accumulate);
-}
-
-void linear_backward(bool bf16, float* dinp, float* dw, float* db, const float* dout,
-                     kernels::Mat inp, const float* w, int64_t N, int C, int OC) {
-  if (bf16)
-    kernels::matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC, false);
-  else
-    kernels::matmul_backward(dinp, dw, db, dout, static_cast<const float*>(inp.p), w, N, C, OC,
-                             false);
-}
-
-// LayerNorm / GELU output into whichever of the fp32 or bf16 buffers exists.
-void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const float* x, const float* w,
-                   const float* b, int64_t N, int C) {
-  if (h)
-    kernels::layernorm_forward(h, mean, rstd, x, w, b, N, C);
-  else
-    kernels::layernorm_forward(f, mean, rstd, x, w, b, N, C);
-}
-
-}  // namespace
+using tensor::act;
+using tensor::linear_backward;
+using tensor::linear_forward;
 
 GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp, DType compute)
     : cfg_(cfg), tp_(tp), max_batch_(max_batch), compute_(compute), impl_(new Impl) {
@@ -82,8 +52,6 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   } else {
     tp_ = nullptr;  // one rank: the one-process code path
   }
-  // The tensor-parallel passes (gpt_tp.cc) compute in fp32 whatever the storage precision.
-  if (tp_) compute_ = DType::f32;
   impl_->bf16 = compute_ == DType::bf16;
   table_ = build_param_table(cfg_, shard_);
   num_params_ = table_.back().offset + numel(table_.back().shape);

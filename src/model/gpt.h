@@ -109,7 +109,7 @@ class GPT {
   // kernels::gemm_bf16 (bf16 inputs, fp32 accumulation) and stores the matmul inputs that
   // are only ever read as bf16 (LayerNorm outputs, GELU output) in bf16; statistics,
   // residuals, logits, losses and all gradients stay fp32. A tensor-parallel model computes
-  // in fp32 (compute() says which ran).
+  // the same way on its shard (its collectives stay fp32).
   GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true, TensorComm* tp = nullptr,
       DType compute = DType::f32);
   DType compute() const { return compute_; }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/trace.h"
+#include "kernels/layernorm.h"
 #include "model/gpt.h"
 
 namespace strata::model {
@@ -77,7 +78,7 @@ struct GPT::Impl {
   Buffer acts_buf, input_buf;
   float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
   uint16_t* lnf_h = nullptr;  // bf16 compute: instead of lnf
-  bool bf16 = false;          // bf16 compute (one process only; tensor parallel computes fp32)
+  bool bf16 = false;          // bf16 compute (one process and tensor parallel alike)
   float *logits = nullptr, *losses = nullptr, *ce_lse = nullptr;
   float *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr, *dqkv = nullptr;
   // Tensor parallel only: two (N, C) scratch tensors (gathered inputs, partial sums), the
@@ -151,6 +152,15 @@ inline Block block_views(float* base, const std::vector<int64_t>& rel, int layer
   const int64_t* r = rel.data() + 2 + kViewsPerLayer * layer;
   return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
                base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
+}
+
+// LayerNorm output into whichever of the fp32 (f) or bf16 (h) buffers exists.
+inline void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const float* x,
+                          const float* w, const float* b, int64_t N, int C) {
+  if (h)
+    kernels::layernorm_forward(h, mean, rstd, x, w, b, N, C);
+  else
+    kernels::layernorm_forward(f, mean, rstd, x, w, b, N, C);
 }
 
 inline float* checked(float* p, int unit, const char* what) {

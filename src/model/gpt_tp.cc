@@ -21,6 +21,9 @@
 // Communication per micro-batch and layer (SP): forward 2 all-gathers + 2 reduce-scatters
 // of N·C floats; backward 4 all-gathers + 2 reduce-scatters of N·C + 6C all-reduced.
 // Without SP: 2 all-reduces of N·C forward and 2 backward (model/tensor/tp_cost.h).
+// Precision: under bf16 compute (im.bf16) the GEMMs and attention products run in bf16 and
+// the norm and GELU outputs are kept in bf16 (ln1_h, ln2_h, gelu_h, lnf_h), as in gpt.cc;
+// the collectives stay fp32 (model/tensor/linear.h widens bf16 rows before a gather).
 #include <cstring>
 
 #include "core/phase.h"
@@ -72,19 +75,27 @@ void reduce_replicated(TensorComm& tc, float* rep, int64_t n) {
   if (tc.sequence_parallel()) tc.all_reduce_sum(rep, n);
 }
 
+// full, stage: the (N, C) scratch tensors (gathered input; bf16 rows widened under SP).
 void block_forward(TensorComm& tc, const Dims& d, const Block& w, LayerActs& a, const float* x,
-                   float* full) {
+                   float* full, float* stage) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
-  k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, n, C);
-  tn::column_forward(tc, a.qkv, a.ln1, w.qkvw, w.qkvb, full, N, C, 3 * Cl);
-  k::attention_forward(a.atty, a.att_lse, a.qkv, d.B, d.T, Cl, d.NHl);
-  tn::row_forward(tc, a.res2, a.atty, w.projw, full, N, Cl, C);
+  const bool h = a.ln1_h != nullptr;  // bf16 compute
+  layernorm_out(a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, n, C);
+  tn::column_forward(tc, h, a.qkv, tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, full, stage, N, C,
+                     3 * Cl);
+  k::attention_forward(a.atty, a.att_lse, a.qkv, d.B, d.T, Cl, d.NHl, h);
+  tn::row_forward(tc, h, a.res2, tn::act(a.atty, nullptr, Cl), w.projw, full, N, Cl, C);
   tn::add_residual_bias(a.res2, x, w.projb, n, C);
-  k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n, C);
-  tn::column_forward(tc, a.fch, a.ln2, w.fcw, w.fcb, full, N, C, 4 * Cl);
-  k::gelu_forward(a.fch_gelu, a.fch, N * 4 * Cl);
-  tn::row_forward(tc, a.res3, a.fch_gelu, w.fcprojw, full, N, 4 * Cl, C);
+  layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n, C);
+  tn::column_forward(tc, h, a.fch, tn::act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, full, stage, N, C,
+                     4 * Cl);
+  if (h)
+    k::gelu_forward(a.gelu_h, a.fch, N * 4 * Cl);
+  else
+    k::gelu_forward(a.fch_gelu, a.fch, N * 4 * Cl);
+  tn::row_forward(tc, h, a.res3, tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw, full, N, 4 * Cl,
+                  C);
   tn::add_residual_bias(a.res3, a.res2, w.fcprojb, n, C);
 }
 
@@ -93,22 +104,24 @@ void block_backward(TensorComm& tc, const Dims& d, GPT::Impl& im, const Block& w
                     const LayerActs& a, const float* x) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
+  const bool h = a.ln1_h != nullptr;  // bf16 compute
   // Replicated gradients of this micro-batch: ln1 w, b | proj b | ln2 w, b | fc proj b.
   float* rep = im.rep_grads;
   std::memset(rep, 0, sizeof(float) * 6 * C);
   float* dgelu = im.dbuf_4c;  // (N, 4Cl)
-  tn::row_backward(tc, dgelu, g.fcprojw, rep + 5 * C, im.dres, a.fch_gelu, w.fcprojw, im.full_a,
-                   N, 4 * Cl, C);
+  tn::row_backward(tc, h, dgelu, g.fcprojw, rep + 5 * C, im.dres,
+                   tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw, im.full_a, N, 4 * Cl, C);
   k::gelu_backward(dgelu, a.fch, dgelu, N * 4 * Cl);
-  tn::column_backward(tc, im.dbuf_c, g.fcw, g.fcb, dgelu, a.ln2, w.fcw, im.full_a, im.full_b, N, C,
-                      4 * Cl);
+  tn::column_backward(tc, h, im.dbuf_c, g.fcw, g.fcb, dgelu, tn::act(a.ln2, a.ln2_h, C), w.fcw,
+                      im.full_a, im.full_b, N, C, 4 * Cl);
   k::layernorm_backward(im.dres, rep + 3 * C, rep + 4 * C, im.dbuf_c, a.res2, w.ln2w, a.ln2_mean,
                         a.ln2_rstd, n, C);
   float* datty = im.dbuf_4c;  // (N, Cl)
-  tn::row_backward(tc, datty, g.projw, rep + 2 * C, im.dres, a.atty, w.projw, im.full_a, N, Cl, C);
-  k::attention_backward(im.dqkv, datty, a.qkv, a.atty, a.att_lse, d.B, d.T, Cl, d.NHl);
-  tn::column_backward(tc, im.dbuf_c, g.qkvw, g.qkvb, im.dqkv, a.ln1, w.qkvw, im.full_a, im.full_b,
-                      N, C, 3 * Cl);
+  tn::row_backward(tc, h, datty, g.projw, rep + 2 * C, im.dres, tn::act(a.atty, nullptr, Cl),
+                   w.projw, im.full_a, N, Cl, C);
+  k::attention_backward(im.dqkv, datty, a.qkv, a.atty, a.att_lse, d.B, d.T, Cl, d.NHl, h);
+  tn::column_backward(tc, h, im.dbuf_c, g.qkvw, g.qkvb, im.dqkv, tn::act(a.ln1, a.ln1_h, C),
+                      w.qkvw, im.full_a, im.full_b, N, C, 3 * Cl);
   k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
   reduce_replicated(tc, rep, 6 * C);
   add_into(g.ln1w, rep, C);
@@ -140,7 +153,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
       UnitSpan s("forward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
       block_forward(tc, d, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
-                    im.full_a);
+                    im.full_a, im.full_b);
     }
     im.after(l + 1, Pass::forward);
   }
@@ -150,9 +163,8 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
     UnitSpan s("forward", "ln_f");
     float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
     const int64_t* r = im.view_rel.data() + 2 + kViewsPerLayer * L;
-    k::layernorm_forward(im.lnf, im.lnf_mean, im.lnf_rstd,
-                         L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], d.n,
-                         d.C);
+    layernorm_out(im.lnf, im.lnf_h, im.lnf_mean, im.lnf_rstd,
+                  L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], d.n, d.C);
   }
   im.after(L + 1, Pass::forward);
 }
@@ -160,7 +172,8 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
 // Local logits (N, Vr) = f(lnf) @ wte_r^T.
 void local_logits(GPT::Impl& im, TensorComm& tc, const Dims& d) {
   const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
-  tn::column_forward(tc, im.logits, im.lnf, wte, nullptr, im.full_a, d.N, d.C, int(d.Vr));
+  tn::column_forward(tc, im.bf16, im.logits, tn::act(im.lnf, im.lnf_h, d.C), wte, nullptr,
+                     im.full_a, im.full_b, d.N, d.C, int(d.Vr));
 }
 
 }  // namespace
@@ -194,8 +207,9 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
     tn::crossentropy_backward(im.logits, im.ce_lse, im.targets,
                               im.has_weights ? im.weights : nullptr, scale, d.N, d.v0, d.Vr,
                               cfg.vocab);
-    tn::column_backward(tc, im.dbuf_c, dwte, nullptr, im.logits, im.lnf, wte, im.full_a, im.full_b,
-                        d.N, C, int(d.Vr));
+    tn::column_backward(tc, im.bf16, im.dbuf_c, dwte, nullptr, im.logits,
+                        tn::act(im.lnf, im.lnf_h, C), wte, im.full_a, im.full_b, d.N, C,
+                        int(d.Vr));
   }
   im.before(L + 1, Pass::backward);
   if (any) {

@@ -80,7 +80,8 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
     const int64_t states = parallel::zero_model_state_bytes(model::tp_local_params(m, d.tp, t), d.dp,
                                                         pc.dp.stage, pc.dp.precision)
                                .total();
-    const int64_t acts = model::tp_activation_bytes(m, d.tp, sp, t, b);
+    const int64_t acts =
+        model::tp_activation_bytes(m, d.tp, sp, t, b, gpt.compute() == DType::bf16);
     const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq());
     const double* x = &all[size_t(3 * r)];
     ranks.push_back({{"rank", r},

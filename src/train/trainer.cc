@@ -260,7 +260,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
     }
   }
 
-  const bool bf16 = factory.compute == DType::bf16;
+  const bool bf16 = model->compute() == DType::bf16;  // what the model's passes run
   gemm = kernels::matmul_gemm_name(bf16);
   if (lead) peak = machine_peak(threads, cfg.peak_gflops, 1.0, bf16);
   if (lead && bf16 && kernels::bf16_gemm_path() == kernels::GemmPath::fp32)

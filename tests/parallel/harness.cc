@@ -65,7 +65,7 @@ int64_t real_tokens(const RunSpec& s) { return int64_t(s.batch) * s.T - 3; }
 RunResult run_reference(const RunSpec& s) {
   omp_set_num_threads(1);
   const int micro = s.batch / s.accum;
-  model::GPT gpt(s.model, micro);
+  model::GPT gpt(s.model, micro, true, nullptr, s.compute);
   gpt.init(s.seed);
   const int64_t n = gpt.num_params();
   std::vector<float> m(n, 0.0f), v(n, 0.0f);
@@ -136,7 +136,9 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
     parallel::Mesh mesh(pg, {run.tp, run.dp});
     std::unique_ptr<model::TensorComm> tc;
     if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
-    model::GPT gpt(s.model, micro, parallel::model_owns_state(run.opts), tc.get());
+    model::GPT gpt(s.model, micro, parallel::model_owns_state(run.opts), tc.get(), s.compute);
+    STRATA_CHECK(gpt.compute() == s.compute, "the model computes in ", dtype_name(gpt.compute()),
+                 " instead of ", dtype_name(s.compute));
     parallel::DataParallelEngine engine(gpt, mesh.dp(), run.opts, s.optim, s.seed);
     const int rank = pg.rank(), d = mesh.dp_rank();
     RunResult& out = results[rank];

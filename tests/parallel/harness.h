@@ -21,6 +21,7 @@ struct RunSpec {
   uint64_t seed = 5;
   parallel::OptimConfig optim;
   model::GPTConfig model = small_config();
+  DType compute = DType::f32;  // the model's matmul precision (reference and engine runs alike)
 };
 
 struct RunResult {
@@ -30,7 +31,8 @@ struct RunResult {
   parallel::MemoryReport memory;  // rank 0's engine buffers
 };
 
-// Single process, fp32, full buffers: zero, forward/backward per micro-batch, clip, AdamW.
+// Single process, fp32 state and optimiser (matmuls in spec.compute), full buffers: zero,
+// forward/backward per micro-batch, clip, AdamW.
 RunResult run_reference(const RunSpec& spec);
 
 // The same batches on `world` ranks (threads); results of rank 0, after checking that every

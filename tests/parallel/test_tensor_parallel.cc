@@ -1,6 +1,7 @@
 // Tensor parallelism (with and without sequence parallelism) trains the one-process model:
 // losses, gradient norms and final weights (gathered from every tp rank's pieces) match the
-// plain reference loop for tp x dp x ZeRO stage x precision. The CI subset below covers each
+// plain reference loop for tp x dp x ZeRO stage x precision (bf16 layouts: bf16 matmuls on
+// the tp ranks and in the reference alike). The CI subset below covers each
 // dimension and the combinations most likely to break; STRATA_TP_SWEEP=1 runs the whole
 // product tp {1,2,3,4} x dp {1,2} x zero 0-3 x fp32/bf16 (docs/tensor_parallel.md).
 #include <cmath>
@@ -32,13 +33,17 @@ model::GPTConfig config_for(int tp) {
   return c;
 }
 
-const RunResult& reference(int tp) {
-  static std::map<int, RunResult> cache;
-  const int key = tp == 3 ? 3 : 1;
+// The matmul precision of a layout: bf16 layouts compute in bf16 (tp ranks and reference).
+DType compute_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
+
+const RunResult& reference(int tp, Precision p) {
+  static std::map<std::pair<int, Precision>, RunResult> cache;
+  const std::pair<int, Precision> key{tp == 3 ? 3 : 1, p};
   auto it = cache.find(key);
   if (it == cache.end()) {
     RunSpec s;
     s.model = config_for(tp);
+    s.compute = compute_of(p);
     it = cache.emplace(key, run_reference(s)).first;
   }
   return it->second;
@@ -63,6 +68,7 @@ RunResult run_case(const Case& c, int steps = 20, int64_t* tp_bytes = nullptr) {
   s.model = config_for(c.tp);
   s.accum = c.accum;
   s.steps = steps;
+  s.compute = compute_of(c.precision);
   TpRun run;
   run.tp = c.tp;
   run.dp = c.dp;
@@ -75,17 +81,24 @@ RunResult run_case(const Case& c, int steps = 20, int64_t* tp_bytes = nullptr) {
 
 void check_case(const Case& c) {
   const RunResult got = run_case(c);
-  const RunResult& ref = reference(c.tp);
+  const RunResult& ref = reference(c.tp, c.precision);
   ASSERT_EQ(got.losses.size(), ref.losses.size());
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1) << "the reference does not learn";
   const double dl = max_abs_diff(got.losses, ref.losses);
   const double dw = max_abs_diff(got.params, ref.params);
+  // The first step's gradient norm: same weights on both sides, so only the passes differ.
+  const double dg = std::fabs(got.grad_norms[0] - ref.grad_norms[0]) / ref.grad_norms[0];
   if (getenv("STRATA_TEST_VERBOSE"))
-    printf("%s: loss diff %.3g, weight diff %.3g\n", name(c).c_str(), dl, dw);
-  // Weights: 1e-4 (fp32) and 2e-2 (bf16), the bounds of the data-parallel tests. Plain data
-  // parallelism already differs by 2.8e-5 (fp32, dp 2) and 1.0e-2 (bf16, dp 2 zero 3) from
-  // the reference after 20 AdamW steps: m/sqrt(v) turns reduction-order rounding of
-  // near-zero gradients into lr-sized steps (docs/tensor_parallel.md).
+    printf("%s: loss diff %.3g, weight diff %.3g, first gradient norm rel. diff %.3g\n",
+           name(c).c_str(), dl, dw, dg);
+  // Weights: 1e-4 (fp32), the bound of the data-parallel tests. Plain data parallelism
+  // already differs by 2.8e-5 (fp32, dp 2) from the reference after 20 AdamW steps: m/sqrt(v)
+  // turns reduction-order rounding of near-zero gradients into lr-sized steps
+  // (docs/tensor_parallel.md). Under bf16 compute that rounding crosses bf16 steps of the
+  // activations, and the engine on one rank (tp 1, dp 1) is already 5.5e-2 from the bf16
+  // reference (lr 3e-3: 20 steps of lr is 6e-2); tp layouts measure 3.9e-2 .. 5.8e-2, so the
+  // bound is 8e-2, with the loss (1e-2) and the first gradient norm (1e-3 relative; measured
+  // <= 1.7e-4) as the checks that the passes agree.
   if (c.precision == Precision::fp32) {
     EXPECT_LE(dl, 1e-5) << name(c);
     EXPECT_LE(dw, 1e-4) << name(c);
@@ -93,7 +106,8 @@ void check_case(const Case& c) {
       EXPECT_NEAR(got.grad_norms[i], ref.grad_norms[i], 1e-5 * ref.grad_norms[i]) << "step " << i;
   } else {
     EXPECT_LE(dl, 1e-2) << name(c);
-    EXPECT_LE(dw, 2e-2) << name(c);
+    EXPECT_LE(dg, 1e-3) << name(c);
+    EXPECT_LE(dw, 8e-2) << name(c);
     EXPECT_LT(got.losses.back(), got.losses.front() - 0.1);
   }
 }

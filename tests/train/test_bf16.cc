@@ -1,6 +1,7 @@
 // `strata train --precision bf16` end to end with a small model: which GEMM ran, same-seed
-// runs bit-identical, bf16 tracking fp32 on the synthetic corpus, the emulated path (forced
-// through STRATA_KERNELS) with one notice line, and refused STRATA_KERNELS values.
+// runs bit-identical, tensor-parallel ranks computing in bf16 too, bf16 tracking fp32 on the
+// synthetic corpus, the emulated path (forced through STRATA_KERNELS) with one notice line,
+// and refused STRATA_KERNELS values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,6 +61,39 @@ TEST(Bf16Cli, SameSeedBitIdenticalAndNamesTheGemm) {
   }
   EXPECT_NE(b.out.find("gemm " + s["gemm"].get<std::string>()), std::string::npos) << b.out;
   EXPECT_EQ(s["parallel"]["precision"], "bf16");
+}
+
+// `--tp 2 --precision bf16`: the tensor-parallel ranks compute in bf16 (summary.json's gemm
+// names the bf16 path, the activation buffers are the bf16 ones `strata plan --local
+// --precision bf16` predicts) and follow the one-process bf16 losses.
+TEST(Bf16Cli, TensorParallelComputesInBf16) {
+  TempDir dir("bf16_tp");
+  const std::string env = "OMP_NUM_THREADS=1 ";
+  const std::string args = "--precision bf16 --max-seq 32 --batch 4 --steps 4 --seed 3 "
+                           "--eval-every 0 ";
+  train_ok(args + "--run-dir " + (dir.file("one")), env);
+  train_ok(args + "--nproc 2 --tp 2 --zero 1 --run-dir " + (dir.file("tp")), env);
+  const json s = json::parse(read_file(dir.file("tp/summary.json")));
+  EXPECT_EQ(s["gemm"], strata::kernels::matmul_gemm_name(true));
+  EXPECT_NE(s["gemm"], strata::kernels::matmul_gemm_name(false));
+  const auto one = step_records(dir.file("one/metrics.jsonl"));
+  const auto tp = step_records(dir.file("tp/metrics.jsonl"));
+  ASSERT_EQ(one.size(), 4u);
+  ASSERT_EQ(tp.size(), 4u);
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_NEAR(one[i]["loss"].get<double>(), tp[i]["loss"].get<double>(), 1e-2)
+        << "step " << i + 1;
+  RunResult plan = run_strata(
+      "plan --local --layers 2 --hidden 64 --heads 4 --vocab 256 --model tiny --max-seq 32 "
+      "--seq 32 --tp 2 --dp 1 --zero 1 --precision bf16 --micro-batch 4 --json", "", Streams::separate);
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const json p = json::parse(plan.out);
+  for (const json& r : s.at("tensor_parallel").at("ranks")) {
+    EXPECT_EQ(r.at("activations"), r.at("activations_plan"));
+    const json& want = p.at("ranks").at(r.at("tp_rank").get<size_t>());
+    EXPECT_EQ(r.at("activations"), want.at("activations"));
+    EXPECT_EQ(r.at("tp_bytes_per_step"), r.at("tp_bytes_per_step_plan"));
+  }
 }
 
 // bf16 tracks fp32 on the synthetic corpus: the held-out loss within 1% after 150 steps

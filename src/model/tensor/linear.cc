@@ -1,36 +1,70 @@
 #include "model/tensor/linear.h"
 
+#include "kernels/convert.h"
 #include "kernels/matmul.h"
 
 namespace strata::model::tensor {
 
 namespace k = strata::kernels;
 
-void column_forward(TensorComm& tc, float* out, const float* x, const float* w, const float* b,
-                    float* full, int64_t N, int C, int OCl) {
-  const float* xf = tc.gather_rows(x, full, N, C);  // f forward
-  k::matmul_forward(out, xf, w, b, N, C, OCl);
+void linear_forward(bool bf16, float* out, Mat inp, const float* w, const float* b, int64_t N,
+                    int C, int OC, bool accumulate) {
+  if (bf16)
+    k::matmul_forward_bf16(out, inp, w, b, N, C, OC, accumulate);
+  else
+    k::matmul_forward(out, static_cast<const float*>(inp.p), w, b, N, C, OC, accumulate);
 }
 
-void column_backward(TensorComm& tc, float* dx, float* dw, float* db, const float* dout,
-                     const float* x, const float* w, float* full, float* partial, int64_t N, int C,
-                     int OCl) {
-  const float* xf = tc.gather_rows(x, full, N, C);  // the forward's input again
-  k::matmul_backward(partial, dw, db, dout, xf, w, N, C, OCl, /*accumulate_dinp=*/false);
+void linear_backward(bool bf16, float* dinp, float* dw, float* db, const float* dout, Mat inp,
+                     const float* w, int64_t N, int C, int OC) {
+  if (bf16)
+    k::matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC, /*accumulate_dinp=*/false);
+  else
+    k::matmul_backward(dinp, dw, db, dout, static_cast<const float*>(inp.p), w, N, C, OC,
+                       /*accumulate_dinp=*/false);
+}
+
+namespace {
+
+// x (n, C) -> (N, C) by f's forward over fp32 collectives: a bf16 x under SP is widened into
+// `stage` (n, C) first; without SP x itself (any precision).
+Mat gather_input(TensorComm& tc, Mat x, float* full, float* stage, int64_t N, int C) {
+  if (!tc.sequence_parallel() || tc.size() == 1) return x;
+  const float* xf = static_cast<const float*>(x.p);
+  if (x.t == DType::bf16) {
+    k::bf16_to_f32(stage, static_cast<const uint16_t*>(x.p), tc.local_rows(N) * C);
+    xf = stage;
+  }
+  return Mat(tc.gather_rows(xf, full, N, C), C);
+}
+
+}  // namespace
+
+void column_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, const float* b,
+                    float* full, float* stage, int64_t N, int C, int OCl) {
+  linear_forward(bf16, out, gather_input(tc, x, full, stage, N, C), w, b, N, C, OCl);  // f fwd
+}
+
+void column_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* db,
+                     const float* dout, Mat x, const float* w, float* full, float* partial,
+                     int64_t N, int C, int OCl) {
+  const Mat xf = gather_input(tc, x, full, partial, N, C);  // the forward's input again
+  linear_backward(bf16, partial, dw, db, dout, xf, w, N, C, OCl);
   tc.reduce_rows(partial, dx, N, C);  // f backward
 }
 
-void row_forward(TensorComm& tc, float* out, const float* x, const float* w, float* partial,
+void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, float* partial,
                  int64_t N, int Cl, int OC) {
-  k::matmul_forward(partial, x, w, nullptr, N, Cl, OC);
+  linear_forward(bf16, partial, x, w, nullptr, N, Cl, OC);
   tc.reduce_rows(partial, out, N, OC);  // g forward
 }
 
-void row_backward(TensorComm& tc, float* dx, float* dw, float* dbias, const float* dout,
-                  const float* x, const float* w, float* full, int64_t N, int Cl, int OC) {
+void row_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* dbias,
+                  const float* dout, Mat x, const float* w, float* full, int64_t N, int Cl,
+                  int OC) {
   if (dbias) k::bias_backward(dbias, dout, tc.local_rows(N), OC);
   const float* df = tc.gather_rows(dout, full, N, OC);  // g backward
-  k::matmul_backward(dx, dw, nullptr, df, x, w, N, Cl, OC, /*accumulate_dinp=*/false);
+  linear_backward(bf16, dx, dw, nullptr, df, x, w, N, Cl, OC);
 }
 
 void add_residual_bias(float* out, const float* residual, const float* bias, int64_t n, int C) {

@@ -14,30 +14,54 @@
 // gradient over this rank's rows is partial under SP (reduced with the other replicated
 // gradients, model/gpt_tp.cc). Cost per call: the GEMMs of kernels::matmul on 1/T of the
 // weights, plus one collective of N·C (column) or N·OC (row) floats.
+//
+// Precision: `bf16` selects the bf16 GEMMs (kernels::matmul_*_bf16: bf16-rounded inputs,
+// fp32 accumulation and outputs), as the one-process model does (linear_forward/backward
+// below serve both). Inputs x are fp32 or bf16 memory (kernels::Mat, row stride = width).
+// The collectives stay fp32 whatever the compute precision: under SP a bf16 x is widened
+// (exactly) into the `stage` scratch before its all-gather, so the payload (and
+// model/tensor/tp_cost.h's prediction) is the same as under fp32.
 #pragma once
 #include <cstdint>
 
+#include "kernels/gemm_bf16.h"
 #include "model/tensor/collectives.h"
 
 namespace strata::model::tensor {
 
+using kernels::Mat;
+
+// A matmul input stored in fp32 (f) or, when h is not null, bf16 (h); row stride ld.
+inline Mat act(const float* f, const uint16_t* h, int64_t ld) {
+  return h ? Mat(h, int(ld)) : Mat(f, int(ld));
+}
+
+// One rank's linear layer in the model's compute precision: out (N, OC) (+)= inp @ w^T + b;
+// inp (N, C) (fp32 memory when bf16 is false); w (OC, C); b (OC) or nullptr.
+void linear_forward(bool bf16, float* out, Mat inp, const float* w, const float* b, int64_t N,
+                    int C, int OC, bool accumulate = false);
+// dinp (N, C) written; dw (OC, C) +=; db (OC) += (or nullptr); dout (N, OC).
+void linear_backward(bool bf16, float* dinp, float* dw, float* db, const float* dout, Mat inp,
+                     const float* w, int64_t N, int C, int OC);
+
 // out (N, OCl) = f(x) @ w^T + b; x (n, C); w (OCl, C); b (OCl) or nullptr; full (N, C)
-// scratch for the gathered input.
-void column_forward(TensorComm& tc, float* out, const float* x, const float* w, const float* b,
-                    float* full, int64_t N, int C, int OCl);
+// scratch for the gathered input; stage (n, C) scratch (used only for a bf16 x under SP).
+void column_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, const float* b,
+                    float* full, float* stage, int64_t N, int C, int OCl);
 // dx (n, C) written; dw (OCl, C) +=; db (OCl) += (or nullptr); dout (N, OCl); x (n, C) is
-// re-gathered into `full` (N, C); `partial` (N, C) scratch.
-void column_backward(TensorComm& tc, float* dx, float* dw, float* db, const float* dout,
-                     const float* x, const float* w, float* full, float* partial, int64_t N, int C,
-                     int OCl);
+// re-gathered into `full` (N, C); `partial` (N, C) scratch (also the stage of the gather).
+void column_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* db,
+                     const float* dout, Mat x, const float* w, float* full, float* partial,
+                     int64_t N, int C, int OCl);
 
 // out (n, OC) = g(x @ w^T) (no bias); x (N, Cl); w (OC, Cl); partial (N, OC) scratch.
-void row_forward(TensorComm& tc, float* out, const float* x, const float* w, float* partial,
+void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, float* partial,
                  int64_t N, int Cl, int OC);
 // dx (N, Cl) written; dw (OC, Cl) +=; dbias (OC) += sum of this rank's rows of dout (or
 // nullptr); dout (n, OC); x (N, Cl); full (N, OC) scratch for the gathered dout.
-void row_backward(TensorComm& tc, float* dx, float* dw, float* dbias, const float* dout,
-                  const float* x, const float* w, float* full, int64_t N, int Cl, int OC);
+void row_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* dbias,
+                  const float* dout, Mat x, const float* w, float* full, int64_t N, int Cl,
+                  int OC);
 
 // out (n, C) += residual (n, C) + bias (C): the residual connection after a row-parallel
 // layer.
