@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       {"L12 fc dW        A^T B", k::Op::T, k::Op::N, 3072, 768, 1024},
       {"square 1024^3    A B", k::Op::N, k::Op::N, 1024, 1024, 1024},
   };
-  const k::GemmPath path = k::bf16_gemm_path();
+  const k::GemmPath path = k::bf16_kernel_path();
   std::printf("threads %d; strata bf16 path %s; oneDNN %d.%d.%d; best CPU time per call of %d "
               "interleaved rounds\n",
               omp_get_max_threads(), k::gemm_path_name(path), dnnl_version()->major,
