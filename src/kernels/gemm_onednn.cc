@@ -46,7 +46,7 @@ dnnl::memory::desc operand_desc(Op op, int rows, int cols, int64_t ld) {
 
 // A created primitive and the memory descriptors it was created for.
 struct Prim {
-  dnnl::memory::desc a, b, c, bias;
+  dnnl::memory::desc a, b, c, bias, scratch;
   dnnl::matmul mm;
 };
 
@@ -62,8 +62,12 @@ std::unique_ptr<Prim> make_matmul(const Bf16Args& g, int64_t lda, int64_t ldb) {
   if (g.beta != 0.0f) po.append_sum(g.beta);
   if (g.bias) po.append_binary(dnnl::algorithm::binary_add, p->bias);
   attr.set_post_ops(po);
-  p->mm = dnnl::matmul(
-      dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), attr, engine()));
+  // The caller's scratchpad: libdnnl's own is shared between primitives, which races when
+  // two threads execute at once (a forced onednn path runs attention tiles on every thread).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a, p->b, p->c), attr, engine());
+  p->scratch = pd.scratchpad_desc();
+  p->mm = dnnl::matmul(pd);
   return p;
 }
 
@@ -79,6 +83,7 @@ const Prim& cached_matmul(const Bf16Args& g, int64_t lda, int64_t ldb) {
 }
 
 thread_local std::vector<uint16_t> tl_a, tl_b;
+thread_local std::vector<uint8_t> tl_scratch;
 
 // A bf16 view of operand X, stored (rows, cols) with row stride X.ld: itself when it is bf16,
 // else its rounding into scratch (dense, row stride cols).
@@ -116,6 +121,8 @@ void gemm_onednn(const Bf16Args& g, bool par) {
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(p.a, engine(), a)},
                                              {DNNL_ARG_WEIGHTS, dnnl::memory(p.b, engine(), b)},
                                              {DNNL_ARG_DST, dnnl::memory(p.c, engine(), g.C)}};
+  tl_scratch.resize(std::max<size_t>(1, p.scratch.get_size()));
+  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, engine(), tl_scratch.data()));
   if (g.bias) {  // the binary post-op follows the sum post-op when there is one
     const int slot = DNNL_ARG_ATTR_MULTIPLE_POST_OP(g.beta != 0.0f ? 1 : 0) | DNNL_ARG_SRC_1;
     args.emplace(slot, dnnl::memory(p.bias, engine(), const_cast<float*>(g.bias)));

@@ -161,6 +161,31 @@ TEST_P(GemmBf16Paths, SameBitsForAnyThreadCount) {
   }
 }
 
+// Threads calling at once (as attention's tile products do) get what one call alone gets.
+TEST_P(GemmBf16Paths, ConcurrentCallsMatchOneAtATime) {
+  const k::GemmPath path = GetParam();
+  if (!available(path)) {
+    GTEST_SKIP() << skip_reason(path);
+  }
+  // S = alpha Q K^T over row-strided Q and K (ld 3 * 48), as attention's first product.
+  const int M = 64, N = 64, K = 48, ld = 3 * K, calls = 8;
+  std::vector<std::vector<float>> A, B, alone(calls), together(calls);
+  for (int c = 0; c < calls; ++c) {
+    A.push_back(randn(int64_t(M + c) * ld, 300 + c));
+    B.push_back(randn(int64_t(N) * ld, 400 + c));
+  }
+  auto run = [&](int c, std::vector<float>& C) {
+    C.assign(size_t(M + c) * N, 0.5f);
+    k::gemm_bf16_on(path, k::Op::N, k::Op::T, M + c, N, K, 0.125f, k::Mat(A[c].data(), ld),
+                    k::Mat(B[c].data(), ld), c % 2 ? 1.0f : 0.0f, C.data(), N);
+  };
+  for (int c = 0; c < calls; ++c) run(c, alone[c]);
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+  for (int c = 0; c < calls; ++c) run(c, together[c]);
+  for (int c = 0; c < calls; ++c)
+    EXPECT_EQ(0, std::memcmp(alone[c].data(), together[c].data(), alone[c].size() * 4)) << c;
+}
+
 TEST_P(GemmBf16Paths, EmptyAndZeroK) {
   const k::GemmPath path = GetParam();
   if (!available(path)) {
