@@ -1,6 +1,7 @@
 // gemm_bf16: run-time choice of the path (cpuid + STRATA_KERNELS) and the emulated path.
 // This unit is compiled for the build's baseline; the bf16 paths live in gemm_avx512bf16.cc
-// and gemm_amx.cc, compiled with their own target flags and entered only after cpuid.
+// and gemm_amx.cc, compiled with their own target flags and entered only after cpuid, and in
+// gemm_onednn.cc (libdnnl's matmul, which picks its own kernels from cpuid).
 #include "kernels/gemm_bf16.h"
 
 #include <omp.h>
