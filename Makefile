@@ -4,7 +4,7 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 DEB_PKGS  := cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
              libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libsodium-dev \
-             libpng-dev chromium iproute2
+             libpng-dev chromium iproute2 libdnnl-dev
 STRATA    := $(BUILD)/strata
 
 .PHONY: all deps bench-deps install build demo test bench clean
@@ -12,7 +12,7 @@ STRATA    := $(BUILD)/strata
 all: build
 
 # The peers of the benchmarks (PyTorch for /usr/bin/python3); only `make bench` needs them.
-BENCH_PKGS := python3-torch libdnnl-dev
+BENCH_PKGS := python3-torch
 
 deps:
 	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS)"

@@ -21,6 +21,17 @@ add_library(strata_blas INTERFACE)
 target_link_libraries(strata_blas INTERFACE ${STRATA_OPENBLAS})
 target_include_directories(strata_blas SYSTEM INTERFACE ${STRATA_CBLAS_INCLUDE})
 
+# oneDNN (Debian libdnnl-dev): gemm_bf16's onednn path.
+find_library(STRATA_DNNL NAMES dnnl)
+find_path(STRATA_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp)
+if(NOT STRATA_DNNL OR NOT STRATA_DNNL_INCLUDE)
+  message(FATAL_ERROR "oneDNN not found (libdnnl.so and oneapi/dnnl/dnnl.hpp): "
+                      "install the Debian package libdnnl-dev (make deps)")
+endif()
+add_library(strata_dnnl INTERFACE)
+target_link_libraries(strata_dnnl INTERFACE ${STRATA_DNNL})
+target_include_directories(strata_dnnl SYSTEM INTERFACE ${STRATA_DNNL_INCLUDE})
+
 find_library(STRATA_XXHASH NAMES xxhash REQUIRED)
 
 # Build time. Code whose speed a run does not feel (tests, the command line, the planner

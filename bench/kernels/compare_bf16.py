@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""bf16 forward+backward: strata fp32, strata bf16 (kernels::gemm_bf16 on the path the CPU
-offers) and PyTorch 1.13 under torch.autocast("cpu", dtype=torch.bfloat16), one model step
+"""bf16 forward+backward: strata fp32, strata bf16 (kernels::gemm_bf16 as STRATA_KERNELS=auto
+chooses: oneDNN for the large products on an AVX-512 BF16 CPU without AMX), strata bf16 on its
+own kernel only (STRATA_KERNELS=avx512bf16, on such a CPU) and PyTorch 1.13 under torch.autocast("cpu", dtype=torch.bfloat16), one model step
 without the optimizer, same batch and threads, interleaved round by round.
 
   /usr/bin/python3 bench/kernels/compare_bf16.py --build build --threads 1 --rounds 3 \
@@ -22,8 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BATCH = {"tiny": 8, "L12": 4}
 
 
-def strata(build, name, threads, min_time):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+def strata(build, name, threads, min_time, kernels="auto"):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), STRATA_KERNELS=kernels)
     out = subprocess.run([os.path.join(build, "bench", "bench_gpt"),
                           f"--benchmark_filter=BM_fwd_bwd/{name}/", "--benchmark_format=json",
                           f"--benchmark_min_time={min_time}"], env=env, check=True, capture_output=True,
@@ -56,20 +57,29 @@ def main():
     print(f"machine: {cpu}, flags {' '.join(bf)}; {a.threads} thread(s); "
           f"load average {os.getloadavg()[0]:.1f}")
     for model in a.models.split(","):
+        own = "avx512_bf16" in flags and "amx_bf16" not in flags  # auto takes oneDNN there
         runs = {"fp32": [], "bf16": [], "torch": []}
+        if own:
+            runs["own"] = []
         for r in range(a.rounds):
             runs["fp32"].append(strata(a.build, f"{model}_fp32", a.threads, a.min_time))
             runs["bf16"].append(strata(a.build, f"{model}_bf16", a.threads, a.min_time))
+            if own:
+                runs["own"].append(strata(a.build, f"{model}_bf16", a.threads, a.min_time,
+                                          "avx512bf16"))
             runs["torch"].append(torch(model, a.threads))
             f, b, t = runs["fp32"][-1], runs["bf16"][-1], runs["torch"][-1]
+            o = f", strata bf16 own kernel {runs['own'][-1]['cpu_ms']:.0f}" if own else ""
             print(f"{model} round {r + 1}: cpu ms/step strata fp32 {f['cpu_ms']:.0f}, strata bf16 "
-                  f"{b['cpu_ms']:.0f}, {t['impl']} {t['cpu_ms']:.0f}; wall tok/s "
+                  f"{b['cpu_ms']:.0f}{o}, {t['impl']} {t['cpu_ms']:.0f}; wall tok/s "
                   f"{f['tok_s']:.0f} / {b['tok_s']:.0f} / {t['tok_s']:.0f}", flush=True)
         med = {k: statistics.median(x["cpu_ms"] for x in v) for k, v in runs.items()}
         print(f"{model} (batch {BATCH[model]}, seq 256) median cpu ms/step: strata fp32 "
               f"{med['fp32']:.0f}, strata bf16 {med['bf16']:.0f}, torch autocast bf16 "
               f"{med['torch']:.0f}; strata bf16 vs torch bf16 {med['torch'] / med['bf16']:.2f}x "
-              f"(target >= 1.3x), strata bf16 vs strata fp32 {med['fp32'] / med['bf16']:.2f}x")
+              f"(target >= 1.3x), strata bf16 vs strata fp32 {med['fp32'] / med['bf16']:.2f}x"
+              + (f"; own kernel only {med['own']:.0f} ms, auto (oneDNN) vs own kernel "
+                 f"{med['own'] / med['bf16']:.2f}x" if own else ""))
 
 
 if __name__ == "__main__":

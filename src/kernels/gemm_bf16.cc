@@ -1,6 +1,7 @@
 // gemm_bf16: run-time choice of the path (cpuid + STRATA_KERNELS) and the emulated path.
 // This unit is compiled for the build's baseline; the bf16 paths live in gemm_avx512bf16.cc
-// and gemm_amx.cc, compiled with their own target flags and entered only after cpuid.
+// and gemm_amx.cc, compiled with their own target flags and entered only after cpuid, and in
+// gemm_onednn.cc (libdnnl's matmul, which picks its own kernels from cpuid).
 #include "kernels/gemm_bf16.h"
 
 #include <omp.h>
@@ -19,8 +20,9 @@
 namespace strata::kernels {
 
 static const EnvVar kKernels("STRATA_KERNELS", "auto",
-                             "bf16 GEMM path under --precision bf16: auto (best the CPU has), "
-                             "amx, avx512bf16, or fp32 (emulated: the fp32 GEMM on the stored values)");
+                             "bf16 GEMM path under --precision bf16: auto (oneDNN for large products where "
+                             "it measured faster, else the best the CPU has), onednn, amx, avx512bf16, "
+                             "or fp32 (emulated: the fp32 GEMM on the stored values)");
 
 namespace {
 
@@ -72,6 +74,7 @@ const char* gemm_path_name(GemmPath p) {
     case GemmPath::amx: return "amx";
     case GemmPath::avx512bf16: return "avx512bf16";
     case GemmPath::fp32: return "fp32";
+    case GemmPath::onednn: return "onednn";
   }
   return "?";
 }
@@ -81,38 +84,60 @@ bool gemm_path_available(GemmPath p) {
     case GemmPath::fp32: return true;
     case GemmPath::avx512bf16: return cpu_has_avx512bf16();
     case GemmPath::amx: return cpu_has_amx_bf16() && detail::amx_permission();
+    case GemmPath::onednn: return cpu_has_avx512bf16();  // measured (and tested) there only
   }
   return false;
 }
 
-GemmPath bf16_gemm_path() {
-  static const GemmPath path = [] {
+namespace {
+
+struct Choice {
+  GemmPath large, small;  // products of >= kOnednnMinFlops; the rest
+};
+
+const Choice& choice() {
+  static const Choice c = [] {
     const std::string s = kKernels.get();
     if (s == "auto") {
-      if (gemm_path_available(GemmPath::amx)) return GemmPath::amx;
-      if (gemm_path_available(GemmPath::avx512bf16)) return GemmPath::avx512bf16;
-      return GemmPath::fp32;
+      if (gemm_path_available(GemmPath::amx)) return Choice{GemmPath::amx, GemmPath::amx};
+      // oneDNN measured faster than strata's AVX-512 BF16 kernel on every training shape.
+      if (gemm_path_available(GemmPath::avx512bf16))
+        return Choice{GemmPath::onednn, GemmPath::avx512bf16};
+      return Choice{GemmPath::fp32, GemmPath::fp32};
     }
     GemmPath p = GemmPath::fp32;
     if (s == "amx")
       p = GemmPath::amx;
     else if (s == "avx512bf16")
       p = GemmPath::avx512bf16;
+    else if (s == "onednn")
+      p = GemmPath::onednn;
     else
-      STRATA_CHECK(s == "fp32", "STRATA_KERNELS must be auto, amx, avx512bf16 or fp32 (got '", s,
-                   "')");
+      STRATA_CHECK(s == "fp32", "STRATA_KERNELS must be auto, onednn, amx, avx512bf16 or fp32 (got '",
+                   s, "')");
     STRATA_CHECK(gemm_path_available(p), "STRATA_KERNELS=", s, ": this CPU (or its kernel) offers no ",
-                 p == GemmPath::amx ? "AMX-BF16 tiles" : "AVX-512 BF16",
-                 "; use auto or fp32");
-    return p;
+                 p == GemmPath::amx ? "AMX-BF16 tiles" : "AVX-512 BF16", "; use auto or fp32");
+    return Choice{p, p};
   }();
-  return path;
+  return c;
+}
+
+}  // namespace
+
+GemmPath bf16_gemm_path() { return choice().large; }
+GemmPath bf16_kernel_path() { return choice().small; }
+
+GemmPath bf16_path_for(int M, int N, int K) {
+  const Choice& c = choice();
+  if (c.large == c.small || omp_in_parallel()) return c.small;
+  return 2.0 * M * N * K >= kOnednnMinFlops ? c.large : c.small;
 }
 
 const char* matmul_gemm_name(bool bf16) {
   if (!bf16) return gemm_uses_openblas() ? "openblas fp32" : "strata fp32";
-  const GemmPath p = bf16_gemm_path();
-  return p == GemmPath::fp32 ? "fp32 (emulated bf16)" : gemm_path_name(p);
+  const Choice& c = choice();
+  if (c.large == GemmPath::onednn && c.small != GemmPath::onednn) return "onednn+avx512bf16";
+  return c.large == GemmPath::fp32 ? "fp32 (emulated bf16)" : gemm_path_name(c.large);
 }
 
 namespace detail {
@@ -185,12 +210,13 @@ void gemm_bf16_on(GemmPath path, Op opa, Op opb, int M, int N, int K, float alph
     case GemmPath::amx: detail::gemm_amx(g, par); return;
     case GemmPath::avx512bf16: detail::gemm_avx512bf16(g, par); return;
     case GemmPath::fp32: gemm_emulated(g, par); return;
+    case GemmPath::onednn: detail::gemm_onednn(g, par); return;
   }
 }
 
 void gemm_bf16(Op opa, Op opb, int M, int N, int K, float alpha, Mat A, Mat B, float beta, float* C,
                int ldc, const float* bias) {
-  gemm_bf16_on(bf16_gemm_path(), opa, opb, M, N, K, alpha, A, B, beta, C, ldc, bias);
+  gemm_bf16_on(bf16_path_for(M, N, K), opa, opb, M, N, K, alpha, A, B, beta, C, ldc, bias);
 }
 
 }  // namespace strata::kernels

@@ -11,6 +11,8 @@
 //   amx         Intel AMX tiles (tdpbf16ps, 16x32 bf16 tiles into 16x16 fp32), after asking
 //               Linux for the tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM)
 //   avx512bf16  AVX-512 BF16 (vdpbf16ps: 16 fp32 lanes += pairs of bf16 products)
+//   onednn      libdnnl's matmul primitive (bf16 x bf16 -> fp32; fp32 operands rounded into
+//               a reused scratch buffer), one primitive created per shape and cached
 //   fp32        no bf16 unit, emulated: kernels::gemm (fp32) on the operands as stored,
 //               bf16 ones widened exactly (fp32 ones are not rounded: as fast as fp32, and
 //               at least as accurate as the bound above)
@@ -19,7 +21,8 @@
 //
 // Determinism: like kernels::gemm, every element of C is produced by one task in a fixed
 // order: bit-identical run to run and for any thread count (per path; different paths
-// round differently). Called from inside an OpenMP parallel region it runs on the calling
+// round differently). The onednn path is bit-identical run to run at a fixed thread count
+// only: libdnnl sizes its work split by the thread count. Called from inside an OpenMP parallel region it runs on the calling
 // thread only.
 #pragma once
 #include <cstdint>
@@ -38,17 +41,25 @@ struct Mat {
   Mat(const uint16_t* x, int ld_) : p(x), ld(ld_), t(DType::bf16) {}
 };
 
-enum class GemmPath : uint8_t { fp32, avx512bf16, amx };
+enum class GemmPath : uint8_t { fp32, avx512bf16, amx, onednn };
 
 // bias (N) or nullptr. A: op(A) is (M,K); B: op(B) is (K,N).
 void gemm_bf16(Op opa, Op opb, int M, int N, int K, float alpha, Mat A, Mat B, float beta, float* C,
                int ldc, const float* bias = nullptr);
 
-// The path gemm_bf16 takes in this process: STRATA_KERNELS=auto (default) takes the best the
-// CPU has (amx, else avx512bf16, else fp32); fp32|avx512bf16|amx forces one and is refused
-// with one line when the CPU (or the kernel's permission) lacks it.
+// The path gemm_bf16 takes in this process for large products: STRATA_KERNELS=auto (default)
+// takes onednn where it measured faster (an AVX-512 BF16 CPU without AMX), else strata's
+// best kernel (amx, else avx512bf16, else fp32); onednn|fp32|avx512bf16|amx forces one and is
+// refused with one line when the CPU (or the kernel's permission) lacks it.
 GemmPath bf16_gemm_path();
-const char* gemm_path_name(GemmPath p);  // "amx", "avx512bf16", "fp32"
+// strata's own kernel under the same setting (amx, avx512bf16 or fp32; onednn when forced):
+// under auto, what products below kOnednnMinFlops and calls from inside a parallel region run.
+GemmPath bf16_kernel_path();
+// Under auto, products of at least this many flops (2MNK) go to oneDNN when it is chosen.
+constexpr double kOnednnMinFlops = 1e8;
+// The path one call of gemm_bf16 takes.
+GemmPath bf16_path_for(int M, int N, int K);
+const char* gemm_path_name(GemmPath p);  // "amx", "avx512bf16", "fp32", "onednn"
 // Whether a path can run here (amx: also asks Linux for the tile permission, once).
 bool gemm_path_available(GemmPath p);
 // What this CPU offers, whatever STRATA_KERNELS says.
@@ -56,7 +67,8 @@ bool cpu_has_avx512bf16();
 bool cpu_has_amx_bf16();  // the instructions and the OS tile state (before the permission)
 
 // What the model's matmuls run, for logs and summaries: "strata fp32" or "openblas fp32"
-// (fp32 compute), "avx512bf16", "amx" or "fp32 (emulated bf16)" (bf16 compute).
+// (fp32 compute), "avx512bf16", "amx", "onednn", "onednn+avx512bf16" (auto: oneDNN for the
+// large products, strata's kernel for the small ones) or "fp32 (emulated bf16)" (bf16 compute).
 const char* matmul_gemm_name(bool bf16);
 
 // Runs one path explicitly (tests and benchmarks); the path must be available.

@@ -20,6 +20,8 @@ struct Bf16Args {
 void gemm_avx512bf16(const Bf16Args& g, bool parallel);
 // gemm_amx.cc (needs amx-tile/amx-bf16 and the tile-data permission at run time)
 void gemm_amx(const Bf16Args& g, bool parallel);
+// gemm_onednn.cc (libdnnl's matmul; fp32 operands rounded into per-thread scratch)
+void gemm_onednn(const Bf16Args& g, bool parallel);
 // Asks Linux for the AMX tile-data permission once; true when granted.
 bool amx_permission();
 

@@ -124,7 +124,7 @@ static const Case kCases[] = {
 INSTANTIATE_TEST_SUITE_P(
     Paths, GemmBf16,
     ::testing::Combine(::testing::Values(k::GemmPath::fp32, k::GemmPath::avx512bf16,
-                                         k::GemmPath::amx),
+                                         k::GemmPath::amx, k::GemmPath::onednn),
                        ::testing::ValuesIn(kCases)),
     [](const auto& info) {
       return std::string(k::gemm_path_name(std::get<0>(info.param))) + "_" +
@@ -133,29 +133,57 @@ INSTANTIATE_TEST_SUITE_P(
 
 class GemmBf16Paths : public ::testing::TestWithParam<k::GemmPath> {};
 
+// Each shape with 1, 2 and 3 threads and from inside a parallel region; the second is a
+// weight gradient's (long K, small output), where a library might split K among threads.
 TEST_P(GemmBf16Paths, SameBitsForAnyThreadCount) {
   const k::GemmPath path = GetParam();
   if (!available(path)) {
     GTEST_SKIP() << skip_reason(path);
   }
-  const int M = 300, N = 200, K = 521;
-  auto A = randn(int64_t(K) * M, 93), B = randn(int64_t(K) * N, 94);
-  const auto out = for_thread_counts([&] {
-    std::vector<float> C(size_t(M) * N, 1.0f);
-    k::gemm_bf16_on(path, k::Op::T, k::Op::N, M, N, K, 1.0f, k::Mat(A.data(), M),
-                    k::Mat(B.data(), N), 1.0f, C.data(), N);
-    return C;
-  });
-  EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4));
-  EXPECT_EQ(0, std::memcmp(out[0].data(), out[2].data(), out[0].size() * 4));
-  std::vector<float> C(size_t(M) * N, 1.0f);  // from inside a parallel region
+  for (const auto [M, N, K] : {std::tuple{300, 200, 521}, std::tuple{64, 96, 8192}}) {
+    auto A = randn(int64_t(K) * M, 93), B = randn(int64_t(K) * N, 94);
+    const auto out = for_thread_counts([&] {
+      std::vector<float> C(size_t(M) * N, 1.0f);
+      k::gemm_bf16_on(path, k::Op::T, k::Op::N, M, N, K, 1.0f, k::Mat(A.data(), M),
+                      k::Mat(B.data(), N), 1.0f, C.data(), N);
+      return C;
+    });
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4)) << M << "x" << N << "x" << K;
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[2].data(), out[0].size() * 4)) << M << "x" << N << "x" << K;
+    std::vector<float> C(size_t(M) * N, 1.0f);  // from inside a parallel region
 #pragma omp parallel num_threads(2)
-  {
+    {
 #pragma omp single
-    k::gemm_bf16_on(path, k::Op::T, k::Op::N, M, N, K, 1.0f, k::Mat(A.data(), M),
-                    k::Mat(B.data(), N), 1.0f, C.data(), N);
+      k::gemm_bf16_on(path, k::Op::T, k::Op::N, M, N, K, 1.0f, k::Mat(A.data(), M),
+                      k::Mat(B.data(), N), 1.0f, C.data(), N);
+    }
+    EXPECT_EQ(0, std::memcmp(out[0].data(), C.data(), C.size() * 4)) << M << "x" << N << "x" << K;
   }
-  EXPECT_EQ(0, std::memcmp(out[0].data(), C.data(), C.size() * 4));
+}
+
+// Threads calling at once (as attention's tile products do) get what one call alone gets.
+TEST_P(GemmBf16Paths, ConcurrentCallsMatchOneAtATime) {
+  const k::GemmPath path = GetParam();
+  if (!available(path)) {
+    GTEST_SKIP() << skip_reason(path);
+  }
+  // S = alpha Q K^T over row-strided Q and K (ld 3 * 48), as attention's first product.
+  const int M = 64, N = 64, K = 48, ld = 3 * K, calls = 8;
+  std::vector<std::vector<float>> A, B, alone(calls), together(calls);
+  for (int c = 0; c < calls; ++c) {
+    A.push_back(randn(int64_t(M + c) * ld, 300 + c));
+    B.push_back(randn(int64_t(N) * ld, 400 + c));
+  }
+  auto run = [&](int c, std::vector<float>& C) {
+    C.assign(size_t(M + c) * N, 0.5f);
+    k::gemm_bf16_on(path, k::Op::N, k::Op::T, M + c, N, K, 0.125f, k::Mat(A[c].data(), ld),
+                    k::Mat(B[c].data(), ld), c % 2 ? 1.0f : 0.0f, C.data(), N);
+  };
+  for (int c = 0; c < calls; ++c) run(c, alone[c]);
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+  for (int c = 0; c < calls; ++c) run(c, together[c]);
+  for (int c = 0; c < calls; ++c)
+    EXPECT_EQ(0, std::memcmp(alone[c].data(), together[c].data(), alone[c].size() * 4)) << c;
 }
 
 TEST_P(GemmBf16Paths, EmptyAndZeroK) {
@@ -174,20 +202,30 @@ TEST_P(GemmBf16Paths, EmptyAndZeroK) {
 
 INSTANTIATE_TEST_SUITE_P(All, GemmBf16Paths,
                          ::testing::Values(k::GemmPath::fp32, k::GemmPath::avx512bf16,
-                                           k::GemmPath::amx),
+                                           k::GemmPath::amx, k::GemmPath::onednn),
                          [](const auto& info) { return k::gemm_path_name(info.param); });
 
 TEST(GemmBf16Dispatch, ChosenPathIsAvailableAndNamed) {
-  const k::GemmPath p = k::bf16_gemm_path();
+  const k::GemmPath p = k::bf16_gemm_path(), small = k::bf16_kernel_path();
   EXPECT_TRUE(available(p)) << k::gemm_path_name(p);
-  // auto takes the best the CPU has (STRATA_KERNELS unset in the test environment).
+  EXPECT_TRUE(available(small)) << k::gemm_path_name(small);
+  // auto (STRATA_KERNELS unset in the test environment): AMX if the CPU has it, else oneDNN
+  // for large products and strata's AVX-512 BF16 kernel for small ones, else emulated.
   if (!std::getenv("STRATA_KERNELS")) {
     const k::GemmPath best = k::cpu_has_amx_bf16()     ? k::GemmPath::amx
                              : k::cpu_has_avx512bf16() ? k::GemmPath::avx512bf16
                                                        : k::GemmPath::fp32;
     if (best != k::GemmPath::amx) {  // amx also needs the OS permission
-      EXPECT_EQ(p, best);
+      EXPECT_EQ(small, best);
+      EXPECT_EQ(p, best == k::GemmPath::avx512bf16 ? k::GemmPath::onednn : best);
+      EXPECT_EQ(k::bf16_path_for(64, 64, 64), small);  // an attention tile
+      EXPECT_EQ(k::bf16_path_for(2048, 768, 256), p);  // a linear layer's product
+      EXPECT_STREQ(k::matmul_gemm_name(true), p == k::GemmPath::onednn ? "onednn+avx512bf16"
+                                              : p == k::GemmPath::fp32 ? "fp32 (emulated bf16)"
+                                                                       : k::gemm_path_name(p));
     }
+#pragma omp parallel num_threads(2)
+    EXPECT_EQ(k::bf16_path_for(2048, 768, 256), small);  // inside a parallel region
   }
 }
 

@@ -43,24 +43,35 @@ TEST(Bf16Cli, SameSeedBitIdenticalAndNamesTheGemm) {
   TempDir dir("bf16_det");
   const std::string env = "OMP_WAIT_POLICY=passive ";
   const std::string args = "--precision bf16 --batch 4 --steps 5 --threads 2 --seed 3 ";
-  train_ok(args + "--run-dir " + (dir.file("a")), env);
-  RunResult b = train_ok(args + "--run-dir " + (dir.file("b")), env);
-  const auto ra = step_records(dir.file("a/metrics.jsonl")), rb = step_records(dir.file("b/metrics.jsonl"));
-  ASSERT_EQ(ra.size(), 5u);
-  ASSERT_EQ(rb.size(), 5u);
-  for (size_t i = 0; i < ra.size(); ++i) {
-    EXPECT_EQ(ra[i]["loss"], rb[i]["loss"]) << "step " << i + 1;  // exact
-    EXPECT_EQ(ra[i]["grad_norm"], rb[i]["grad_norm"]) << "step " << i + 1;
+  train_ok(args + "--run-dir " + dir.file("a"), env);
+  RunResult b = train_ok(args + "--run-dir " + dir.file("b"), env);
+  // The small model's products are below auto's oneDNN size: force oneDNN on every product.
+  const bool dnnl = strata::kernels::cpu_has_avx512bf16();
+  if (dnnl) {
+    train_ok(args + "--run-dir " + dir.file("c"), env + "STRATA_KERNELS=onednn ");
+    train_ok(args + "--run-dir " + dir.file("d"), env + "STRATA_KERNELS=onednn ");
+  }
+  for (const char* pair : {"ab", "cd"}) {
+    if (pair[0] == 'c' && !dnnl) break;
+    const auto ra = step_records(dir.file(std::string(1, pair[0]) + "/metrics.jsonl"));
+    const auto rb = step_records(dir.file(std::string(1, pair[1]) + "/metrics.jsonl"));
+    ASSERT_EQ(ra.size(), 5u);
+    ASSERT_EQ(rb.size(), 5u);
+    for (size_t i = 0; i < ra.size(); ++i) {
+      EXPECT_EQ(ra[i]["loss"], rb[i]["loss"]) << pair << " step " << i + 1;  // exact
+      EXPECT_EQ(ra[i]["grad_norm"], rb[i]["grad_norm"]) << pair << " step " << i + 1;
+    }
   }
   const json s = json::parse(read_file(dir.file("b/summary.json")));
   const std::string want = strata::kernels::cpu_has_amx_bf16()        ? "amx"
-                           : strata::kernels::cpu_has_avx512bf16()     ? "avx512bf16"
+                           : strata::kernels::cpu_has_avx512bf16()     ? "onednn+avx512bf16"
                                                                        : "fp32 (emulated bf16)";
   if (want != "amx") {  // amx also depends on the kernel granting the tile permission
     EXPECT_EQ(s["gemm"], want);
   }
   EXPECT_NE(b.out.find("gemm " + s["gemm"].get<std::string>()), std::string::npos) << b.out;
   EXPECT_EQ(s["parallel"]["precision"], "bf16");
+  if (dnnl) EXPECT_EQ(json::parse(read_file(dir.file("d/summary.json")))["gemm"], "onednn");
 }
 
 // `--tp 2 --precision bf16`: the tensor-parallel ranks compute in bf16 (summary.json's gemm
@@ -129,7 +140,7 @@ TEST(Bf16Cli, EmulatedWithOneNoticeLine) {
 TEST(Bf16Cli, RefusesKernelsTheCpuLacksOrUnknown) {
   RunResult bad = run_strata(kSmall + "--precision bf16 --batch 4 --steps 2", "STRATA_KERNELS=tpu ", Streams::separate);
   EXPECT_EQ(bad.status, 1);
-  EXPECT_NE(bad.err.find("STRATA_KERNELS must be auto, amx, avx512bf16 or fp32 (got 'tpu')"),
+  EXPECT_NE(bad.err.find("STRATA_KERNELS must be auto, onednn, amx, avx512bf16 or fp32 (got 'tpu')"),
             std::string::npos)
       << bad.err;
   if (!strata::kernels::cpu_has_amx_bf16()) {
