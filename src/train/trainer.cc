@@ -268,8 +268,9 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
               std::string(kernels::cpu_has_avx512bf16() ? "selected (STRATA_KERNELS=fp32)"
                                                         : "on this CPU") +
               ", so its matmuls run in fp32 on the bf16-stored values");
-  flops_per_token = train_flops_per_token(double(model->num_params()), cfg.model.layers,
-                                                cfg.model.dim, T);
+  // The whole model's FLOPs, also on a tensor-parallel rank (which holds 1/T of them).
+  flops_per_token =
+      train_flops_per_token(double(cfg.model.num_params()), cfg.model.layers, cfg.model.dim, T);
   data::SamplerConfig sc;
   sc.seq = T;
   sc.micro_batch = b;
