@@ -30,20 +30,20 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "support/run.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
+using strata::test::read_file;
+using strata::test::TempDir;
+
 std::string strata_binary() {
   const char* other = std::getenv("STRATA_TEST_BINARY");
   return other && *other ? other : STRATA_BINARY;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 struct Outcome {
@@ -54,58 +54,25 @@ struct Outcome {
   std::string out, err;
 };
 
-// Runs `sh -c "<prefix> exec strata <args>"` in its own process group, killing the group after
-// limit_s. $D in args and prefix is the case's scratch directory.
+// Runs `sh -c "<prefix> exec strata <args>"` in its own process group (tests/support), killed
+// with its group after limit_s. $D in args and prefix is the case's scratch directory.
 Outcome run(const std::string& dir, std::string args, std::string prefix = "",
             double limit_s = 20) {
   for (std::string* s : {&args, &prefix})
     for (size_t at; (at = s->find("$D")) != std::string::npos;) s->replace(at, 2, dir);
-  const std::string out = dir + "/.stdout", err = dir + "/.stderr";
   const std::string cmd = prefix + " exec " + strata_binary() + " " + args;
   const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(o, 1);
-    ::dup2(e, 2);
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);
+  strata::test::Proc p =
+      strata::test::run({"/bin/sh", "-c", cmd}, {}, limit_s, strata::test::Streams::separate);
   Outcome r;
-  int status = 0;
-  for (;;) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) break;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r.seconds > limit_s) {
-      r.timed_out = true;
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (WIFEXITED(status)) r.status = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  r.out = slurp(out);
-  r.err = slurp(err);
+  r.timed_out = p.timed_out;
+  if (WIFEXITED(p.status)) r.status = WEXITSTATUS(p.status);
+  if (WIFSIGNALED(p.status)) r.signal = WTERMSIG(p.status);
+  r.out = std::move(p.out);
+  r.err = std::move(p.err);
   return r;
 }
-
-// A fresh scratch directory per case, removed afterwards.
-struct Scratch {
-  std::string path;
-  explicit Scratch(const std::string& name)
-      : path((fs::temp_directory_path() / ("strata_bad_" + name + "_" + std::to_string(::getpid())))
-                 .string()) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Scratch() { fs::remove_all(path); }
-};
 
 // The last line of stderr: the error main() prints.
 std::string last_line(const std::string& text) {
@@ -144,14 +111,14 @@ struct Case {
 void run_cases(const std::vector<Case>& cases) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name + ": strata " + c.args);
-    Scratch dir(c.name);
-    if (c.setup) c.setup(dir.path);
+    TempDir dir(c.name);
+    if (c.setup) c.setup(dir.str());
     std::vector<std::string> needles;
     for (std::string n : c.needles) {
-      for (size_t at; (at = n.find("$D")) != std::string::npos;) n.replace(at, 2, dir.path);
+      for (size_t at; (at = n.find("$D")) != std::string::npos;) n.replace(at, 2, dir.str());
       needles.push_back(n);
     }
-    expect_clean_failure(run(dir.path, c.args, c.prefix), needles, c.one_line);
+    expect_clean_failure(run(dir.str(), c.args, c.prefix), needles, c.one_line);
   }
 }
 
@@ -164,14 +131,14 @@ void make_fifo(const std::string& dir) { ASSERT_EQ(::mkfifo((dir + "/fifo").c_st
 
 // One run with a committed checkpoint, shared by the checkpoint cases.
 const std::string& checkpointed_run() {
-  static Scratch dir("ckptrun");
+  static TempDir dir("ckptrun");
   static bool made = [] {
-    Outcome r = run(dir.path, kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run");
+    Outcome r = run(dir.str(), kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run");
     EXPECT_EQ(r.status, 0) << r.err;
     return true;
   }();
   (void)made;
-  static const std::string run_dir = dir.path + "/run";
+  static const std::string run_dir = dir.str() + "/run";
   return run_dir;
 }
 
@@ -279,50 +246,50 @@ TEST(BadInput, CheckpointCommands) {
 // left a 13 MB .tmp before), and out of space.
 TEST(BadInput, FailedExportLeavesNothing) {
   const std::string& run_dir = checkpointed_run();
-  Scratch dir("export_full");
-  fs::create_directories(dir.path + "/out");
-  expect_clean_failure(run(dir.path, "ckpt export " + run_dir + " --safetensors $D/out"),
-                       {dir.path + "/out", "directory"});
-  EXPECT_FALSE(fs::exists(dir.path + "/out.tmp"));
+  TempDir dir("export_full");
+  fs::create_directories(dir.str() + "/out");
+  expect_clean_failure(run(dir.str(), "ckpt export " + run_dir + " --safetensors $D/out"),
+                       {dir.str() + "/out", "directory"});
+  EXPECT_FALSE(fs::exists(dir.str() + "/out.tmp"));
 
-  Outcome r = run(dir.path, "ckpt export " + run_dir + " --safetensors $D/m.safetensors",
+  Outcome r = run(dir.str(), "ckpt export " + run_dir + " --safetensors $D/m.safetensors",
                   "trap '' XFSZ; ulimit -f 16;");
   expect_clean_failure(r, {"m.safetensors"});
-  EXPECT_FALSE(fs::exists(dir.path + "/m.safetensors"));
-  EXPECT_FALSE(fs::exists(dir.path + "/m.safetensors.tmp"));
+  EXPECT_FALSE(fs::exists(dir.str() + "/m.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.str() + "/m.safetensors.tmp"));
 }
 
 // Every save failing (the disk is full) must not end in exit 0 with an empty ckpt/; repeated
 // failures stop the run early (--ckpt-max-failures).
 TEST(BadInput, AllCheckpointSavesFailing) {
-  Scratch dir("diskfull");
+  TempDir dir("diskfull");
   const std::string full = "trap '' XFSZ; ulimit -f 64;";  // metrics fit, shards do not
-  Outcome r = run(dir.path, kTrain + "--steps 4 --ckpt-every 2 --run-dir $D/a", full);
+  Outcome r = run(dir.str(), kTrain + "--steps 4 --ckpt-every 2 --run-dir $D/a", full);
   expect_clean_failure(r, {"no good checkpoint", "2 checkpoint save(s)"}, /*one_line=*/false);
 
-  r = run(dir.path, kTrain + "--steps 40 --ckpt-every 1 --ckpt-max-failures 2 --run-dir $D/b",
+  r = run(dir.str(), kTrain + "--steps 40 --ckpt-every 1 --ckpt-max-failures 2 --run-dir $D/b",
           full);
   expect_clean_failure(r, {"--ckpt-max-failures 2", "stopping at step", "no good checkpoint"},
                        /*one_line=*/false);
   int steps = 0;
-  std::ifstream m(dir.path + "/b/metrics.jsonl");
+  std::ifstream m(dir.str() + "/b/metrics.jsonl");
   for (std::string line; std::getline(m, line);)
     steps += line.find("\"loss\"") != std::string::npos;
   EXPECT_GE(steps, 2);
   EXPECT_LT(steps, 10);  // stopped at the second failure in a row, not after 40 steps
 
   // 0: never stop; the run still ends non-zero without a good checkpoint.
-  r = run(dir.path, kTrain + "--steps 4 --ckpt-every 1 --ckpt-max-failures 0 --run-dir $D/c", full);
+  r = run(dir.str(), kTrain + "--steps 4 --ckpt-every 1 --ckpt-max-failures 0 --run-dir $D/c", full);
   expect_clean_failure(r, {"no good checkpoint", "4 checkpoint save(s)"}, /*one_line=*/false);
 }
 
 // A second job on a run dir in use is refused, naming the holder's pid, also with --resume
 // auto; the first job's files are untouched.
 TEST(BadInput, RunDirInUseIsRefused) {
-  Scratch dir("lock");
+  TempDir dir("lock");
   const std::string holder_cmd = "exec " + strata_binary() + " " + kTrain +
                                  "--steps 100000 --ckpt-every 50 --log-every 1000 --run-dir " +
-                                 dir.path + "/run";
+                                 dir.str() + "/run";
   const pid_t holder = ::fork();
   if (holder == 0) {
     ::setpgid(0, 0);
@@ -342,49 +309,49 @@ TEST(BadInput, RunDirInUseIsRefused) {
     }
   } stop{holder};
   // Wait until the holder has written its pid into the lock.
-  const std::string lock = dir.path + "/run/.strata-lock";
-  for (int i = 0; i < 1000 && slurp(lock).find(std::to_string(holder)) == std::string::npos; ++i)
+  const std::string lock = dir.str() + "/run/.strata-lock";
+  for (int i = 0; i < 1000 && read_file(lock).find(std::to_string(holder)) == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_NE(slurp(lock).find(std::to_string(holder)), std::string::npos);
+  ASSERT_NE(read_file(lock).find(std::to_string(holder)), std::string::npos);
   const std::string pid = "pid " + std::to_string(holder);
   for (const char* extra : {"", "--resume auto ", "--nproc 2 "}) {
     SCOPED_TRACE(extra);
-    Outcome r = run(dir.path, kTrain + extra + "--steps 2 --ckpt-every 1 --run-dir $D/run");
-    expect_clean_failure(r, {"--run-dir", dir.path + "/run", "in use", pid},
+    Outcome r = run(dir.str(), kTrain + extra + "--steps 2 --ckpt-every 1 --run-dir $D/run");
+    expect_clean_failure(r, {"--run-dir", dir.str() + "/run", "in use", pid},
                          /*one_line=*/std::string(extra) != "--nproc 2 ");
   }
   ::kill(holder, SIGTERM);
   ::waitpid(holder, nullptr, 0);
   stop.pid = 0;
   // Every line the holder wrote is whole JSON (no interleaved half-lines).
-  std::ifstream m(dir.path + "/run/metrics.jsonl");
+  std::ifstream m(dir.str() + "/run/metrics.jsonl");
   for (std::string line; std::getline(m, line);)
     EXPECT_FALSE(json::parse(line, nullptr, false).is_discarded()) << line;
   // Once the holder is gone the run dir is free again.
-  Outcome r = run(dir.path, kTrain + "--steps 1 --run-dir $D/run2");
+  Outcome r = run(dir.str(), kTrain + "--steps 1 --run-dir $D/run2");
   EXPECT_EQ(r.status, 0) << r.err;
 }
 
 // Resuming a run whose checkpoint is already at --steps does nothing and says so: no fake
 // "eval loss -1.0000" or "0 tok/s", and summary.json keeps the figures of the run that trained.
 TEST(BadInput, ResumeAtLastStepSaysNothingToDo) {
-  Scratch dir("resume_done");
-  Outcome first = run(dir.path, kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run");
+  TempDir dir("resume_done");
+  Outcome first = run(dir.str(), kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run");
   ASSERT_EQ(first.status, 0) << first.err;
-  const std::string summary = slurp(dir.path + "/run/summary.json");
-  Outcome again = run(dir.path, kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run --resume auto");
+  const std::string summary = read_file(dir.str() + "/run/summary.json");
+  Outcome again = run(dir.str(), kTrain + "--steps 2 --ckpt-every 2 --run-dir $D/run --resume auto");
   EXPECT_EQ(again.status, 0) << again.err;
   EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
   EXPECT_EQ(again.out.find("-1.0000"), std::string::npos) << again.out;
   EXPECT_EQ(again.out.find(" 0 tok/s"), std::string::npos) << again.out;
-  EXPECT_EQ(slurp(dir.path + "/run/summary.json"), summary);
+  EXPECT_EQ(read_file(dir.str() + "/run/summary.json"), summary);
 }
 
 // A small fuzz sweep: hostile values for every numeric flag of `strata train`. Any outcome
 // but a crash, a hang or an unreadable error is fine: a value may be accepted (then the
 // tiny run trains its steps and exits 0) or refused in one line naming the flag.
 TEST(BadInput, TrainFlagSweepNeverCrashes) {
-  Scratch dir("sweep");
+  TempDir dir("sweep");
   const std::vector<std::string> flags = {
       "--layers", "--dim", "--heads", "--max-seq", "--seq", "--vocab", "--steps", "--batch",
       "--micro-batch", "--lr", "--min-lr", "--warmup", "--weight-decay", "--grad-clip",
@@ -394,8 +361,8 @@ TEST(BadInput, TrainFlagSweepNeverCrashes) {
   for (const std::string& f : flags)
     for (const std::string& v : values) {
       SCOPED_TRACE(f + " " + v);
-      Outcome r = run(dir.path, kTrain + "--steps 1 --run-dir $D/r " + f + " " + v, "", 30);
-      fs::remove_all(dir.path + "/r");
+      Outcome r = run(dir.str(), kTrain + "--steps 1 --run-dir $D/r " + f + " " + v, "", 30);
+      fs::remove_all(dir.str() + "/r");
       EXPECT_FALSE(r.timed_out);
       EXPECT_EQ(r.signal, 0) << r.err;
       if (r.status == 0) continue;
@@ -408,20 +375,20 @@ TEST(BadInput, TrainFlagSweepNeverCrashes) {
 // Safetensors headers mutated byte by byte: read back as valid or refused in one line, never
 // a crash or a hang.
 TEST(BadInput, SafetensorsHeaderMutationsNeverCrash) {
-  Scratch dir("st_fuzz");
-  const std::string good = dir.path + "/good.safetensors";
+  TempDir dir("st_fuzz");
+  const std::string good = dir.str() + "/good.safetensors";
   write_safetensors(good, "[4,4]", 64);
-  const std::string bytes = slurp(good);
+  const std::string bytes = read_file(good);
   uint64_t state = 0x9E3779B97F4A7C15ull;
   auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
   for (int i = 0; i < 40; ++i) {
     std::string m = bytes;
     const size_t header_end = std::min(m.size(), size_t(8 + 80));
     for (int k = 0; k < 1 + i % 3; ++k) m[next() % header_end] = char(next() >> 56);
-    const std::string path = dir.path + "/m.safetensors";
+    const std::string path = dir.str() + "/m.safetensors";
     std::ofstream(path, std::ios::binary) << m;
     SCOPED_TRACE(m.substr(0, header_end));
-    Outcome r = run(dir.path, "ckpt import " + path, "", 10);
+    Outcome r = run(dir.str(), "ckpt import " + path, "", 10);
     EXPECT_FALSE(r.timed_out);
     EXPECT_EQ(r.signal, 0) << r.err;
     if (r.status != 0) {
@@ -434,7 +401,7 @@ TEST(BadInput, SafetensorsHeaderMutationsNeverCrash) {
 // The same sweep over `strata plan`: a value is refused in one line naming the flag, or the
 // report (exit 0, or 3 when nothing fits) holds no NaN, infinity or negative count.
 TEST(BadInput, PlanFlagSweepPrintsOnlyNumbers) {
-  Scratch dir("plan_sweep");
+  TempDir dir("plan_sweep");
   const std::vector<std::string> flags = {
       "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--zero", "--top", "--tokens",
       "--headroom", "--efficiency", "--overlap", "--bucket-mb", "--gpu-mtbf-hours",
@@ -445,7 +412,7 @@ TEST(BadInput, PlanFlagSweepPrintsOnlyNumbers) {
   for (const std::string& f : flags)
     for (const std::string& v : values) {
       SCOPED_TRACE(f + " " + v);
-      Outcome r = run(dir.path, "plan --model gpt2 " + f + " " + v, "", 20);
+      Outcome r = run(dir.str(), "plan --model gpt2 " + f + " " + v, "", 20);
       EXPECT_FALSE(r.timed_out);
       EXPECT_EQ(r.signal, 0) << r.err;
       if (r.status == 0 || r.status == 3) {
@@ -460,11 +427,11 @@ TEST(BadInput, PlanFlagSweepPrintsOnlyNumbers) {
 // Advice for a stall as long as the MTBF is not presented as a plan: it says no interval
 // makes progress (it printed "time wasted overall ~350%" and nothing else).
 TEST(BadInput, AdviceForAStallLongerThanTheMtbfWarns) {
-  Scratch dir("advise");
-  Outcome r = run(dir.path, "ckpt advise --mtbf 1h --stall 3h");
+  TempDir dir("advise");
+  Outcome r = run(dir.str(), "ckpt advise --mtbf 1h --stall 3h");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("warning: the stall is too long for this MTBF"), std::string::npos) << r.out;
-  r = run(dir.path, "ckpt advise --mtbf 4h --stall 40ms");
+  r = run(dir.str(), "ckpt advise --mtbf 4h --stall 40ms");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
 }
