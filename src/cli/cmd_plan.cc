@@ -133,7 +133,7 @@ GpuSpec build_gpu(const Flags& f, const CLI::App& app, std::vector<std::string>&
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
 // --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
 // activation buffers and the tensor-parallel bytes per step, from the cost models the
-// training summary prints its prediction with (model/tensor/tp_cost.h, plan/zero_memory.h).
+// training summary prints its prediction with (model/tensor/tp_cost.h, parallel/zero_memory.h).
 void run_local(const Flags& f, const CLI::App& app) {
   model::GPTConfig g = model::GPTConfig::preset(f.model.empty() ? "tiny" : f.model);
   if (app.count("--layers")) g.layers = int(f.layers);
