@@ -284,7 +284,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   if (lead)
     out->note(fmt("strata train: %s, %lld params, data %s, batch %d = %d x %d accum x %d rank(s), "
                   "seq %d, %d threads, gemm %s, %s peak %s",
-                  cfg.model_name.c_str(), (long long)model->num_params(),
+                  cfg.model_name.c_str(), (long long)cfg.model.num_params(),
                   split.train->describe().c_str(), cfg.batch, b, A, world, T, threads,
                   gemm.c_str(), peak.kind.c_str(), peak.label().c_str()));
 }
@@ -468,7 +468,8 @@ void Trainer::Run::finish(double wall_s) {
   s = {{"config", cfg.to_json()},
        {"seed", cfg.seed},
        {"data", split.train->describe()},
-       {"params", model->num_params()},
+       {"params", cfg.model.num_params()},              // the whole model
+       {"params_per_rank", model->num_params()},        // a tp rank's share
        {"steps", cfg.schedule.steps},
        {"accum", A},
        {"world", topo.world},
