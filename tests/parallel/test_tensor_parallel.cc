@@ -216,34 +216,6 @@ TEST(TensorLayoutTest, PiecesTileLocalAndCoverGlobalOnce) {
   }
 }
 
-TEST(Mesh, GroupsFollowTpFastestOrderAndNameCoordinates) {
-  comm::run_threads(6, [](comm::ProcessGroup& pg) {
-    parallel::Mesh mesh(pg, {3, 0});
-    EXPECT_EQ(mesh.dims().dp, 2);
-    EXPECT_EQ(mesh.tp_rank(), pg.rank() % 3);
-    EXPECT_EQ(mesh.dp_rank(), pg.rank() / 3);
-    EXPECT_EQ(mesh.tp().name(), "tp(dp=" + std::to_string(pg.rank() / 3) + ")");
-    EXPECT_EQ(mesh.dp().name(), "dp(tp=" + std::to_string(pg.rank() % 3) + ")");
-    for (int t = 0; t < 3; ++t)
-      EXPECT_EQ(mesh.tp().world_ranks()[size_t(t)], parallel::Mesh::world_rank(mesh.dims(), t, mesh.dp_rank()));
-  });
-}
-
-TEST(Mesh, BadDegreesNameTheNumbers) {
-  try {
-    parallel::MeshDims{3, 2}.resolved(4);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--tp 3 x --dp 2 = 6 ranks, but the world has 4"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_THROW((parallel::MeshDims{3, 0}.resolved(4)), Error);
-  model::GPTConfig c = small_config();
-  EXPECT_THROW(model::check_tensor_parallel(c, 3, true, 16), Error);  // 4 heads
-  EXPECT_THROW(model::check_tensor_parallel(c, 2, true, 15), Error);  // seq 15 with --sp
-  EXPECT_NO_THROW(model::check_tensor_parallel(c, 2, false, 15));
-}
 
 
 // The planner's tensor-parallel cost model (model/tensor/tp_cost.h) predicts what the engine holds
@@ -265,6 +237,13 @@ TEST(TensorParallelPlan, ModelStatesAndTpBytesEqualThePrediction) {
                   .total())
         << name(c);
   }
+}
+
+TEST(TensorParallelChecks, HeadsAndSequenceMustDivide) {
+  model::GPTConfig c = small_config();
+  EXPECT_THROW(model::check_tensor_parallel(c, 3, true, 16), Error);  // 4 heads
+  EXPECT_THROW(model::check_tensor_parallel(c, 2, true, 15), Error);  // seq 15 with --sp
+  EXPECT_NO_THROW(model::check_tensor_parallel(c, 2, false, 15));
 }
 
 }  // namespace
