@@ -158,7 +158,7 @@ TEST(Bf16Cli, RefusesKernelsTheCpuLacksOrUnknown) {
 // `--reduce-dtype`: the gradient collectives' dtype apart from the working precision. fp32
 // training reduced in bf16 and bf16 training reduced in fp32 both train and follow the
 // default run; the payload summary.json reports is exactly half (bf16) or twice (fp32) the
-// default's, at ZeRO 0 (all-reduce), 1 (reduce-scatter) and 2 (bucket buffers).
+// default's, at ZeRO 0 (all-reduce), 1 (reduce-scatter) and 2-3 (bucket buffers).
 TEST(Bf16Cli, ReduceDtypeSetsTheGradientCollectivesDtype) {
   TempDir dir("bf16_reduce");
   const std::string env = "OMP_NUM_THREADS=1 ";
@@ -173,7 +173,7 @@ TEST(Bf16Cli, ReduceDtypeSetsTheGradientCollectivesDtype) {
       out.push_back(j["loss"].get<double>());
     return out;
   };
-  for (const char* stage : {"0", "1", "2"}) {
+  for (const char* stage : {"0", "1", "2", "3"}) {
     const std::string z = std::string("--zero ") + stage + " ", s = stage;
     train_ok(base + z + "--run-dir " + dir.file("f" + s), env);
     train_ok(base + z + "--reduce-dtype bf16 --run-dir " + dir.file("fh" + s), env);
