@@ -9,7 +9,5 @@ namespace strata::kernels {
 void f32_to_bf16(uint16_t* out, const float* in, int64_t n);
 // out (n); in (n) bf16 bits
 void bf16_to_f32(float* out, const uint16_t* in, int64_t n);
-// out (cols, rows) bf16 bits = in (rows, cols) rounded and transposed, in 32 x 32 tiles.
-void f32_to_bf16_transposed(uint16_t* out, const float* in, int64_t rows, int cols);
 
 }  // namespace strata::kernels

@@ -10,7 +10,6 @@
 
 #include "check.h"
 #include "core/dtype.h"
-#include "kernels/convert.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/matmul.h"
 
@@ -231,22 +230,9 @@ TEST(GemmBf16Dispatch, ChosenPathIsAvailableAndNamed) {
   }
 }
 
-// Rounding with transposition: the same bits as rounding, then transposing; odd shapes
-// across the 32 x 32 tiles.
-TEST(Bf16Convert, TransposedRoundingMatchesRoundThenTranspose) {
-  for (auto [rows, cols] : {std::pair{37, 70}, std::pair{1, 5}, std::pair{64, 33}}) {
-    const auto x = randn(size_t(rows) * cols, 11);
-    std::vector<uint16_t> t(x.size());
-    k::f32_to_bf16_transposed(t.data(), x.data(), rows, cols);
-    for (int r = 0; r < rows; ++r)
-      for (int c = 0; c < cols; ++c)
-        ASSERT_EQ(t[size_t(c) * rows + r], f32_to_bf16(x[size_t(r) * cols + c])) << r << "," << c;
-  }
-}
-
-// The linear layer's bf16 backward at a size auto sends to oneDNN (2 N C OC >= 1e8 flops,
-// where the weight gradient runs on the transposed, rounded dout): dinp and dW against fp64
-// within the bound of bf16 inputs and fp32 accumulation, dW accumulated onto its contents.
+// The linear layer's bf16 backward at a size auto sends to oneDNN (2 N C OC >= 1e8 flops; both
+// products read the once-rounded dout): dinp and dW against fp64 within the bound of bf16
+// inputs and fp32 accumulation, dW accumulated onto its contents.
 TEST(MatmulBf16, BackwardWithinBf16BoundAtOneDnnSizes) {
   const int N = 512, C = 256, OC = 512;
   ASSERT_GE(2.0 * N * C * OC, k::kOnednnMinFlops);
