@@ -78,6 +78,12 @@ int main(int argc, char** argv) {
       {"L12 fcproj dinp  A B", k::Op::N, k::Op::N, 1024, 3072, 768},
       {"L12 fc dW        A^T B", k::Op::T, k::Op::N, 3072, 768, 1024},
       {"square 1024^3    A B", k::Op::N, k::Op::N, 1024, 1024, 1024},
+      // The backward products in the forward's layout (A B^T), for choosing operand layouts.
+      {"tiny fc dinp     A B^T", k::Op::N, k::Op::T, 2048, 256, 1024},
+      {"tiny fc dW       A B^T", k::Op::N, k::Op::T, 1024, 256, 2048},
+      {"L12 fcproj dinp  A B^T", k::Op::N, k::Op::T, 1024, 3072, 768},
+      {"L12 fc dW        A B^T", k::Op::N, k::Op::T, 3072, 768, 1024},
+      {"L12 fc dW        A B", k::Op::N, k::Op::N, 3072, 768, 1024},
   };
   const k::GemmPath path = k::bf16_kernel_path();
   std::printf("threads %d; strata bf16 path %s; oneDNN %d.%d.%d; best CPU time per call of %d "

@@ -5,7 +5,7 @@ own kernel only (STRATA_KERNELS=avx512bf16, on such a CPU) and PyTorch 1.13 unde
 without the optimizer, same batch and threads, interleaved round by round.
 
   /usr/bin/python3 bench/kernels/compare_bf16.py --build build --threads 1 --rounds 3 \
-      [--models tiny,L12] [--min-time 2]
+      [--models tiny,L12] [--min-time 2] [--no-own] [--baseline OTHER_BUILD]
 
 Models: tiny (4 layers, dim 256, seq 256, batch 8) and L12 (12 layers, dim 768, 12 heads,
 seq 256, vocab 256, batch 4). Reports CPU time per step (the process's, robust to other jobs
@@ -49,6 +49,11 @@ def main():
     ap.add_argument("--models", default="tiny,L12")
     ap.add_argument("--min-time", type=float, default=2.0,
                     help="seconds of CPU time per strata measurement (Google Benchmark)")
+    ap.add_argument("--baseline", default="",
+                    help="another build directory whose strata bf16 is timed in the same rounds "
+                         "(e.g. the previous commit's), reported beside the current build")
+    ap.add_argument("--no-own", action="store_true",
+                    help="skip the run of strata's own bf16 kernel only (STRATA_KERNELS=avx512bf16)")
     a = ap.parse_args()
     info = open("/proc/cpuinfo").read().splitlines()
     cpu = next((l.split(":", 1)[1].strip() for l in info if l.startswith("model name")), "?")
@@ -58,18 +63,25 @@ def main():
           f"load average {os.getloadavg()[0]:.1f}")
     for model in a.models.split(","):
         own = "avx512_bf16" in flags and "amx_bf16" not in flags  # auto takes oneDNN there
+        own = own and not a.no_own
         runs = {"fp32": [], "bf16": [], "torch": []}
         if own:
             runs["own"] = []
+        if a.baseline:
+            runs["base"] = []
         for r in range(a.rounds):
             runs["fp32"].append(strata(a.build, f"{model}_fp32", a.threads, a.min_time))
             runs["bf16"].append(strata(a.build, f"{model}_bf16", a.threads, a.min_time))
             if own:
                 runs["own"].append(strata(a.build, f"{model}_bf16", a.threads, a.min_time,
                                           "avx512bf16"))
+            if a.baseline:
+                runs["base"].append(strata(a.baseline, f"{model}_bf16", a.threads, a.min_time))
             runs["torch"].append(torch(model, a.threads))
             f, b, t = runs["fp32"][-1], runs["bf16"][-1], runs["torch"][-1]
             o = f", strata bf16 own kernel {runs['own'][-1]['cpu_ms']:.0f}" if own else ""
+            if a.baseline:
+                o += f", baseline build bf16 {runs['base'][-1]['cpu_ms']:.0f}"
             print(f"{model} round {r + 1}: cpu ms/step strata fp32 {f['cpu_ms']:.0f}, strata bf16 "
                   f"{b['cpu_ms']:.0f}{o}, {t['impl']} {t['cpu_ms']:.0f}; wall tok/s "
                   f"{f['tok_s']:.0f} / {b['tok_s']:.0f} / {t['tok_s']:.0f}", flush=True)
@@ -79,7 +91,10 @@ def main():
               f"{med['torch']:.0f}; strata bf16 vs torch bf16 {med['torch'] / med['bf16']:.2f}x "
               f"(target >= 1.3x), strata bf16 vs strata fp32 {med['fp32'] / med['bf16']:.2f}x"
               + (f"; own kernel only {med['own']:.0f} ms, auto (oneDNN) vs own kernel "
-                 f"{med['own'] / med['bf16']:.2f}x" if own else ""))
+                 f"{med['own'] / med['bf16']:.2f}x" if own else "")
+              + (f"; baseline build bf16 {med['base']:.0f} ms, vs torch "
+                 f"{med['torch'] / med['base']:.2f}x, this build vs baseline "
+                 f"{med['base'] / med['bf16']:.2f}x" if a.baseline else ""))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ struct TrainArgs {
   double min_lr = -1;                                           // -1 = lr / 10
   train::ParallelConfig parallel;
   std::string zero = "0", precision = "fp32", backend = "shm";
+  std::string reduce_dtype;  // --reduce-dtype; empty = the precision's
   cli::FaultFlags faults;
   std::string mtbf;  // --mtbf, e.g. "4h"
 };
@@ -91,8 +92,14 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train:
   train::ParallelConfig pc = a.parallel;
   pc.dp.stage = parallel::parse_zero_stage(a.zero);
   pc.dp.precision = parallel::parse_precision(a.precision);
+  if (!a.reduce_dtype.empty()) {
+    STRATA_CHECK(a.reduce_dtype == "fp32" || a.reduce_dtype == "bf16", "--reduce-dtype ",
+                 a.reduce_dtype, ": expected fp32 or bf16");
+    pc.dp.reduce_precision = parallel::parse_precision(a.reduce_dtype);
+  }
   pc.backend = comm::parse_backend(a.backend);
-  pc.data_parallel = app.count("--zero") || app.count("--precision") || pc.world() > 1;
+  pc.data_parallel = app.count("--zero") || app.count("--precision") ||
+                     app.count("--reduce-dtype") || pc.world() > 1;
   pc.timeout_s = a.faults.timeout_s;
   if (pc.timeout_s == 0) comm::detail::default_timeout_s();  // a bad STRATA_TIMEOUT: one line now
   pc.validate(cfg);
@@ -166,6 +173,9 @@ void setup(CLI::App& app) {
                  "fp32, or bf16 (bf16 matmuls with fp32 accumulation, bf16 params/grads, fp32 "
                  "master and moments)")
       ->capture_default_str();
+  app.add_option("--reduce-dtype", a->reduce_dtype,
+                 "Gradient all-reduce / reduce-scatter dtype, fp32 or bf16 (FSDP's reduce_dtype; "
+                 "default: the --precision)");
   app.add_option("--bucket-mb", p.dp.bucket_mb, "Gradient bucket cap in MiB")->capture_default_str();
   app.add_option("--prefetch", p.dp.prefetch, "ZeRO-3: layers gathered ahead of their use")
       ->capture_default_str();

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/fastmath.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
@@ -18,18 +20,25 @@ namespace {
 constexpr int kQ = kAttentionTile;
 constexpr int kK = kAttentionTile;
 
-// One tile product, fp32 or with bf16 inputs (fp32 accumulation); all operands fp32 memory.
-void tile_gemm(bool bf16, Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda,
-               const float* B, int ldb, float beta, float* C, int ldc) {
-  if (bf16)
-    gemm_bf16(opa, opb, M, N, K, alpha, Mat(A, lda), Mat(B, ldb), beta, C, ldc);
-  else
-    gemm(opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+// One tile product, fp32 or with bf16 inputs (fp32 accumulation). Operands are fp32 memory,
+// or bf16 memory (E = uint16_t, then bf16 is true).
+template <typename A_, typename B_>
+void tile_gemm(bool bf16, Op opa, Op opb, int M, int N, int K, float alpha, const A_* A, int lda,
+               const B_* B, int ldb, float beta, float* C, int ldc) {
+  if constexpr (std::is_same_v<A_, float> && std::is_same_v<B_, float>) {
+    if (!bf16) return gemm(opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  gemm_bf16(opa, opb, M, N, K, alpha, Mat(A, lda), Mat(B, ldb), beta, C, ldc);
 }
 
-// One query block of one (b, h): rows [r0, r1) of q against keys [0, r1).
-void forward_block(float* out, float* lse, const float* q, const float* k, const float* v, int r0,
-                   int r1, int ld, int ldo, int hs, float scale, float* S, float* O, bool bf16) {
+inline void put(float* o, float v) { *o = v; }
+inline void put(uint16_t* o, float v) { *o = f32_to_bf16(v); }
+
+// One query block of one (b, h): rows [r0, r1) of q against keys [0, r1). E is the storage of
+// q, k, v and out: float, or uint16_t (bf16 bits; the tile products then run in bf16).
+template <typename E>
+void forward_block(E* out, float* lse, const E* q, const E* k, const E* v, int r0, int r1, int ld,
+                   int ldo, int hs, float scale, float* S, float* O, bool bf16) {
   const int nr = r1 - r0;
   float m[kQ], l[kQ];
   for (int i = 0; i < nr; ++i) {
@@ -61,16 +70,14 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
   }
   for (int i = 0; i < nr; ++i) {
     const float inv = 1.0f / l[i];
-    float* o = out + int64_t(r0 + i) * ldo;
-    for (int d = 0; d < hs; ++d) o[d] = O[i * hs + d] * inv;
+    E* o = out + int64_t(r0 + i) * ldo;
+    for (int d = 0; d < hs; ++d) put(o + d, O[i * hs + d] * inv);
     lse[r0 + i] = m[i] + std::log(l[i]);
   }
 }
 
-}  // namespace
-
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                       bool bf16) {
+template <typename E>
+void forward_impl(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, bool bf16) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int blocks = (T + kQ - 1) / kQ;
@@ -84,7 +91,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
       const int blk = blocks - 1 - int(task % blocks);
       const int h = int((task / blocks) % NH);
       const int b = int(task / (int64_t(blocks) * NH));
-      const float* q = qkv + int64_t(b) * T * 3 * C + h * hs;
+      const E* q = qkv + int64_t(b) * T * 3 * C + h * hs;
       const int r0 = blk * kQ, r1 = std::min(T, r0 + kQ);
       forward_block(out + int64_t(b) * T * C + h * hs, lse + (int64_t(b) * NH + h) * T, q, q + C,
                     q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data(), bf16);
@@ -92,22 +99,41 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   }
 }
 
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       bool bf16) {
+  forward_impl(out, lse, qkv, B, T, C, NH, bf16);
+}
+
+void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C,
+                       int NH) {
+  forward_impl(out, lse, qkv, B, T, C, NH, true);
+}
+
 namespace {
 
 struct BackwardScratch {
-  std::vector<float> S, dP, D;
+  std::vector<float> S, dP, D, row;
 };
+
+inline float dot_row(const float* a, const float* b, int n, float*) { return dot16(a, b, n); }
+inline float dot_row(const float* a, const uint16_t* b, int n, float* tmp) {
+  for (int i = 0; i < n; ++i) tmp[i] = bf16_to_f32(b[i]);
+  return dot16(a, tmp, n);
+}
 
 // All of one (b, h). Pointers are at the head's first column; ld is the row stride of
 // q/k/v (3C) and ldo that of out/dout (C).
-void backward_head(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                   const float* k, const float* v, const float* out, const float* lse, int T,
+template <typename E>
+void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* q, const E* k,
+                   const E* v, const E* out, const float* lse, int T,
                    int ld, int ldo, int hs, float scale, BackwardScratch& w, bool bf16) {
   float* S = w.S.data();
   float* dP = w.dP.data();
   float* D = w.D.data();
   for (int t = 0; t < T; ++t) {
-    D[t] = dot16(dout + int64_t(t) * ldo, out + int64_t(t) * ldo, hs);
+    D[t] = dot_row(dout + int64_t(t) * ldo, out + int64_t(t) * ldo, hs, w.row.data());
     std::memset(dq + int64_t(t) * ld, 0, sizeof(float) * hs);
   }
   for (int k0 = 0; k0 < T; k0 += kK) {
@@ -149,28 +175,39 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
   }
 }
 
-}  // namespace
-
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH, bool bf16) {
+template <typename E>
+void backward_impl(float* dqkv, const float* dout, const E* qkv, const E* out, const float* lse,
+                   int B, int T, int C, int NH, bool bf16) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int64_t tasks = int64_t(B) * NH;
 #pragma omp parallel
   {
     BackwardScratch w{std::vector<float>(kQ * kK), std::vector<float>(kQ * kK),
-                      std::vector<float>(T)};
+                      std::vector<float>(T), std::vector<float>(hs)};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int b = int(task / NH), h = int(task % NH);
       const int64_t qoff = int64_t(b) * T * 3 * C + h * hs;
       const int64_t ooff = int64_t(b) * T * C + h * hs;
       float* dq = dqkv + qoff;
-      const float* q = qkv + qoff;
+      const E* q = qkv + qoff;
       backward_head(dq, dq + C, dq + 2 * C, dout + ooff, q, q + C, q + 2 * C, out + ooff,
                     lse + task * T, T, 3 * C, C, hs, scale, w, bf16);
     }
   }
+}
+
+}  // namespace
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH, bool bf16) {
+  backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16);
+}
+
+void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
+                        const float* lse, int B, int T, int C, int NH) {
+  backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH, true);
 }
 
 }  // namespace strata::kernels

@@ -36,4 +36,13 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH, bool bf16 = false);
 
+// bf16 storage (raw bits): qkv and out are bf16 memory, the tile products run in bf16 as
+// above and out is rounded once from its fp32 value. Since the tile products round their
+// inputs to bf16 anyway, S, P and O are the same as with fp32-stored qkv; only the backward's
+// D = rowsum(dO * O) reads the rounded O. dqkv and dout stay fp32.
+void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C,
+                       int NH);
+void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
+                        const float* lse, int B, int T, int C, int NH);
+
 }  // namespace strata::kernels

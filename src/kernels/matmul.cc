@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/memory.h"
+#include "kernels/convert.h"
 #include "kernels/gemm.h"
 
 namespace strata::kernels {
@@ -48,14 +50,35 @@ void matmul_forward_bf16(float* out, Mat inp, const float* weight, const float* 
             OC, bias);
 }
 
+namespace {
+
+// dout rounded to bf16 once for both backward products, which would each round it on their
+// own otherwise (same rounding, so the same bits); a per-thread buffer reused from call to
+// call, counted under MemCategory::other.
+thread_local Buffer tl_dout;
+
+Mat rounded_dout(const float* dout, int64_t N, int OC, bool both) {
+  const bool round = both && bf16_gemm_path() != GemmPath::fp32 &&
+                     bf16_kernel_path() != GemmPath::fp32;  // not the emulated path
+  if (!round) return Mat(dout, OC);
+  const size_t bytes = size_t(N) * OC * sizeof(uint16_t);
+  if (tl_dout.bytes() < bytes) tl_dout = Buffer(MemCategory::other, bytes);
+  uint16_t* h = tl_dout.as<uint16_t>();
+  f32_to_bf16(h, dout, N * OC);
+  return Mat(static_cast<const uint16_t*>(h), OC);
+}
+
+}  // namespace
+
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
                           const float* weight, int64_t N, int C, int OC, bool accumulate_dinp) {
   if (N == 0) return;
+  const Mat d = rounded_dout(dout, N, OC, dinp != nullptr);
   // dinp (N,C) (+)= dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
   if (dinp)
-    gemm_bf16(Op::N, Op::N, int(N), C, OC, 1.0f, Mat(dout, OC), Mat(weight, C),
-              accumulate_dinp ? 1.0f : 0.0f, dinp, C);
-  gemm_bf16(Op::T, Op::N, OC, C, int(N), 1.0f, Mat(dout, OC), inp, 1.0f, dweight, C);
+    gemm_bf16(Op::N, Op::N, int(N), C, OC, 1.0f, d, Mat(weight, C), accumulate_dinp ? 1.0f : 0.0f,
+              dinp, C);
+  gemm_bf16(Op::T, Op::N, OC, C, int(N), 1.0f, d, inp, 1.0f, dweight, C);
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 

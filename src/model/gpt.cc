@@ -8,10 +8,13 @@
 // Activations for (max_batch, seq) are allocated once; a call with smaller (B, T) uses the
 // first N rows of each. Per block and row we keep ln1, qkv (3C), attention output, res2,
 // ln2, fc (4C), gelu (4C), res3 plus norm statistics and the attention log-sum-exp:
-// 16C + 2*2 + NH floats per row and layer. Under bf16 compute ln1, ln2 and gelu (6C), and
-// the final ln_f, are stored in bf16: they are read only as matmul inputs, which round
-// them to bf16 anyway, so nothing is lost (LayerNorm and GELU backward read their fp32
-// inputs and statistics, not these outputs).
+// 16C + 2*2 + NH floats per row and layer. Under bf16 compute ln1, ln2, qkv, the attention
+// output, fc and gelu (14C), and the final ln_f, are stored in bf16 (2C + 2*2 + NH floats
+// and 14C bf16 values per row and layer stay): the matmuls and attention tile products
+// round their inputs to bf16 anyway, so for them nothing is lost; what reads a rounded value
+// is the attention backward's D = rowsum(dO * O) and GELU's backward (its forward runs on the
+// fp32 matmul output, computed into the dbuf_4c scratch first). Norm inputs (the residual
+// stream), statistics, lse and logits stay fp32.
 // Cost per token: forward ~2*(12*L*C^2 + C*Vp) GEMM flops + ~2*L*C*T attention flops
 // (causal, T/2 keys on average), backward about twice that (plus the attention recompute).
 // A tensor-parallel rank (model/shard.h) runs the passes of gpt_tp.cc instead, in the same
@@ -177,23 +180,22 @@ void GPT::zero_grads() {
 }
 
 // One block forward: x (N,C) -> a.res3 (N,C).
+// scratch (N, 4C): the fp32 matmul outputs that bf16 compute stores rounded.
 static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B,
-                          int T) {
+                          int T, float* scratch) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
   layernorm_out(a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  linear_forward(h, a.qkv, act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, N, C, 3 * C);
-  k::attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, cfg.heads, h);
+  linear_forward(h, gemm_out(a.qkv, scratch), act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, N, C, 3 * C);
+  store_qkv(a, scratch, N * 3 * C);
+  attention_out(a, B, T, C, cfg.heads);
   std::memcpy(a.res2, x, sizeof(float) * N * C);
-  linear_forward(h, a.res2, act(a.atty, nullptr, C), w.projw, w.projb, N, C, C,
+  linear_forward(h, a.res2, act(a.atty, a.atty_h, C), w.projw, w.projb, N, C, C,
                  /*accumulate=*/true);
   layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, N, C);
-  linear_forward(h, a.fch, act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, N, C, 4 * C);
-  if (h)
-    k::gelu_forward(a.gelu_h, a.fch, N * 4 * C);
-  else
-    k::gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
+  linear_forward(h, gemm_out(a.fch, scratch), act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, N, C, 4 * C);
+  gelu_out(a, gemm_out(a.fch, scratch), N * 4 * C);
   std::memcpy(a.res3, a.res2, sizeof(float) * N * C);
   linear_forward(h, a.res3, act(a.fch_gelu, a.gelu_h, 4 * C), w.fcprojw, w.fcprojb, N, 4 * C, C,
                  /*accumulate=*/true);
@@ -210,11 +212,11 @@ static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g,
   const bool h = a.ln1_h != nullptr;  // bf16 compute
   linear_backward(h, dbuf_4c, g.fcprojw, g.fcprojb, dres, act(a.fch_gelu, a.gelu_h, 4 * C),
                   w.fcprojw, N, 4 * C, C);
-  k::gelu_backward(dbuf_4c, a.fch, dbuf_4c, N * 4 * C);
+  gelu_grad(dbuf_4c, a, N * 4 * C);
   linear_backward(h, dbuf_c, g.fcw, g.fcb, dbuf_4c, act(a.ln2, a.ln2_h, C), w.fcw, N, C, 4 * C);
   k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
-  linear_backward(h, dbuf_c, g.projw, g.projb, dres, act(a.atty, nullptr, C), w.projw, N, C, C);
-  k::attention_backward(dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads, h);
+  linear_backward(h, dbuf_c, g.projw, g.projb, dres, act(a.atty, a.atty_h, C), w.projw, N, C, C);
+  attention_grad(dqkv, dbuf_c, a, B, T, C, cfg.heads);
   linear_backward(h, dbuf_c, g.qkvw, g.qkvb, dqkv, act(a.ln1, a.ln1_h, C), w.qkvw, N, C, 3 * C);
   k::layernorm_backward(dres, g.ln1w, g.ln1b, dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
 }
@@ -240,7 +242,8 @@ static void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* to
     if (N > 0) {
       UnitSpan s("forward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
-      block_forward(cfg, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, B, T);
+      block_forward(cfg, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, B, T,
+                    im.dbuf_4c);
     }
     im.after(l + 1, Pass::forward);
   }

@@ -8,6 +8,9 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/trace.h"
+#include "kernels/attention.h"
+#include "kernels/convert.h"
+#include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "model/gpt.h"
 
@@ -28,6 +31,7 @@ struct LayerActs {
       *fch_gelu, *res3;
   uint16_t *ln1_h = nullptr, *ln2_h = nullptr, *gelu_h = nullptr;  // bf16 compute: instead of
                                                                    // ln1, ln2, fch_gelu
+  uint16_t *qkv_h = nullptr, *atty_h = nullptr, *fch_h = nullptr;  // and of qkv, atty, fch
 };
 
 // Hands out consecutive pieces of one buffer.
@@ -106,15 +110,18 @@ struct GPT::Impl {
       l.ln1_h = c.take_bf16(n * C, bf16);
       l.ln1_mean = c.take(n);
       l.ln1_rstd = c.take(n);
-      l.qkv = c.take(3 * N * Cl);
-      l.atty = c.take(N * Cl);
+      l.qkv = c.take_if(3 * N * Cl, f32);
+      l.qkv_h = c.take_bf16(3 * N * Cl, bf16);
+      l.atty = c.take_if(N * Cl, f32);
+      l.atty_h = c.take_bf16(N * Cl, bf16);
       l.att_lse = c.take(N * cfg.heads / a.T);
       l.res2 = c.take(n * C);
       l.ln2 = c.take_if(n * C, f32);
       l.ln2_h = c.take_bf16(n * C, bf16);
       l.ln2_mean = c.take(n);
       l.ln2_rstd = c.take(n);
-      l.fch = c.take(4 * N * Cl);
+      l.fch = c.take_if(4 * N * Cl, f32);
+      l.fch_h = c.take_bf16(4 * N * Cl, bf16);
       l.fch_gelu = c.take_if(4 * N * Cl, f32);
       l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
       l.res3 = c.take(n * C);
@@ -161,6 +168,49 @@ inline void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const
     kernels::layernorm_forward(h, mean, rstd, x, w, b, N, C);
   else
     kernels::layernorm_forward(f, mean, rstd, x, w, b, N, C);
+}
+
+// Where a matmul producing qkv or fch writes: the fp32 activation itself, or under bf16
+// compute the fp32 scratch (at least (N, 4Cl)) that store_qkv / gelu_out round from.
+inline float* gemm_out(float* f, float* scratch) { return f ? f : scratch; }
+
+// qkv (N, 3Cl) written by the matmul into gemm_out(a.qkv, scratch): kept as bf16 under bf16
+// compute (the attention tile products round it to bf16 anyway, so nothing is lost).
+inline void store_qkv(LayerActs& a, const float* scratch, int64_t n) {
+  if (a.qkv_h) kernels::f32_to_bf16(a.qkv_h, scratch, n);
+}
+
+inline void attention_out(LayerActs& a, int B, int T, int C, int NH) {
+  if (a.qkv_h)
+    kernels::attention_forward(a.atty_h, a.att_lse, a.qkv_h, B, T, C, NH);
+  else
+    kernels::attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH);
+}
+
+// dqkv (N, 3Cl) written; datt (N, Cl).
+inline void attention_grad(float* dqkv, const float* datt, const LayerActs& a, int B, int T, int C,
+                           int NH) {
+  if (a.qkv_h)
+    kernels::attention_backward(dqkv, datt, a.qkv_h, a.atty_h, a.att_lse, B, T, C, NH);
+  else
+    kernels::attention_backward(dqkv, datt, a.qkv, a.atty, a.att_lse, B, T, C, NH);
+}
+
+// GELU of fc (n values at gemm_out(a.fch, scratch)): fp32, or under bf16 compute its output
+// and the pre-GELU input both stored in bf16, from the fp32 matmul output in one pass.
+inline void gelu_out(LayerActs& a, const float* fc, int64_t n) {
+  if (a.fch_h)
+    kernels::gelu_forward(a.gelu_h, a.fch_h, fc, n);
+  else
+    kernels::gelu_forward(a.fch_gelu, fc, n);
+}
+
+// d (n) = d * gelu'(fc), fc read from whichever store the forward kept.
+inline void gelu_grad(float* d, const LayerActs& a, int64_t n) {
+  if (a.fch_h)
+    kernels::gelu_backward(d, a.fch_h, d, n);
+  else
+    kernels::gelu_backward(d, a.fch, d, n);
 }
 
 inline float* checked(float* p, int unit, const char* what) {

@@ -22,7 +22,8 @@
 // of N·C floats; backward 4 all-gathers + 2 reduce-scatters of N·C + 6C all-reduced.
 // Without SP: 2 all-reduces of N·C forward and 2 backward (model/tensor/tp_cost.h).
 // Precision: under bf16 compute (im.bf16) the GEMMs and attention products run in bf16 and
-// the norm and GELU outputs are kept in bf16 (ln1_h, ln2_h, gelu_h, lnf_h), as in gpt.cc;
+// the norm outputs, qkv, attention output and GELU input and output are kept in bf16
+// (ln1_h, ln2_h, qkv_h, atty_h, fch_h, gelu_h, lnf_h), as in gpt.cc;
 // the collectives stay fp32 (model/tensor/linear.h widens bf16 rows before a gather).
 #include <cstring>
 
@@ -75,25 +76,24 @@ void reduce_replicated(TensorComm& tc, float* rep, int64_t n) {
   if (tc.sequence_parallel()) tc.all_reduce_sum(rep, n);
 }
 
-// full, stage: the (N, C) scratch tensors (gathered input; bf16 rows widened under SP).
+// full, stage: the (N, C) scratch tensors (gathered input; bf16 rows widened under SP);
+// out (N, 4Cl): the fp32 matmul outputs that bf16 compute stores rounded.
 void block_forward(TensorComm& tc, const Dims& d, const Block& w, LayerActs& a, const float* x,
-                   float* full, float* stage) {
+                   float* full, float* stage, float* out) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
   layernorm_out(a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, n, C);
-  tn::column_forward(tc, h, a.qkv, tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, full, stage, N, C,
-                     3 * Cl);
-  k::attention_forward(a.atty, a.att_lse, a.qkv, d.B, d.T, Cl, d.NHl, h);
-  tn::row_forward(tc, h, a.res2, tn::act(a.atty, nullptr, Cl), w.projw, full, N, Cl, C);
+  tn::column_forward(tc, h, gemm_out(a.qkv, out), tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb,
+                     full, stage, N, C, 3 * Cl);
+  store_qkv(a, out, N * 3 * Cl);
+  attention_out(a, d.B, d.T, Cl, d.NHl);
+  tn::row_forward(tc, h, a.res2, tn::act(a.atty, a.atty_h, Cl), w.projw, full, N, Cl, C);
   tn::add_residual_bias(a.res2, x, w.projb, n, C);
   layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n, C);
-  tn::column_forward(tc, h, a.fch, tn::act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, full, stage, N, C,
-                     4 * Cl);
-  if (h)
-    k::gelu_forward(a.gelu_h, a.fch, N * 4 * Cl);
-  else
-    k::gelu_forward(a.fch_gelu, a.fch, N * 4 * Cl);
+  tn::column_forward(tc, h, gemm_out(a.fch, out), tn::act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, full,
+                     stage, N, C, 4 * Cl);
+  gelu_out(a, gemm_out(a.fch, out), N * 4 * Cl);
   tn::row_forward(tc, h, a.res3, tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw, full, N, 4 * Cl,
                   C);
   tn::add_residual_bias(a.res3, a.res2, w.fcprojb, n, C);
@@ -111,15 +111,15 @@ void block_backward(TensorComm& tc, const Dims& d, GPT::Impl& im, const Block& w
   float* dgelu = im.dbuf_4c;  // (N, 4Cl)
   tn::row_backward(tc, h, dgelu, g.fcprojw, rep + 5 * C, im.dres,
                    tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw, im.full_a, N, 4 * Cl, C);
-  k::gelu_backward(dgelu, a.fch, dgelu, N * 4 * Cl);
+  gelu_grad(dgelu, a, N * 4 * Cl);
   tn::column_backward(tc, h, im.dbuf_c, g.fcw, g.fcb, dgelu, tn::act(a.ln2, a.ln2_h, C), w.fcw,
                       im.full_a, im.full_b, N, C, 4 * Cl);
   k::layernorm_backward(im.dres, rep + 3 * C, rep + 4 * C, im.dbuf_c, a.res2, w.ln2w, a.ln2_mean,
                         a.ln2_rstd, n, C);
   float* datty = im.dbuf_4c;  // (N, Cl)
-  tn::row_backward(tc, h, datty, g.projw, rep + 2 * C, im.dres, tn::act(a.atty, nullptr, Cl),
+  tn::row_backward(tc, h, datty, g.projw, rep + 2 * C, im.dres, tn::act(a.atty, a.atty_h, Cl),
                    w.projw, im.full_a, N, Cl, C);
-  k::attention_backward(im.dqkv, datty, a.qkv, a.atty, a.att_lse, d.B, d.T, Cl, d.NHl, h);
+  attention_grad(im.dqkv, datty, a, d.B, d.T, Cl, d.NHl);
   tn::column_backward(tc, h, im.dbuf_c, g.qkvw, g.qkvb, im.dqkv, tn::act(a.ln1, a.ln1_h, C),
                       w.qkvw, im.full_a, im.full_b, N, C, 3 * Cl);
   k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
@@ -153,7 +153,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
       UnitSpan s("forward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
       block_forward(tc, d, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
-                    im.full_a, im.full_b);
+                    im.full_a, im.full_b, im.dbuf_4c);
     }
     im.after(l + 1, Pass::forward);
   }

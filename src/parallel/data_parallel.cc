@@ -209,6 +209,10 @@ void DataParallelEngine::end_backward() {
     tp_bytes_last_step_ = model_.tensor_comm()->bytes() - tp_bytes_at_step_begin_;
 }
 
+int64_t DataParallelEngine::grad_reduce_bytes_last_step() const {
+  return reducer_->bytes_this_step();
+}
+
 // Sum of squares of g (the gradients of [b, e)) without the replicated views, whose squares
 // tp rank 0 counts (replicated_ is sorted and empty on rank 0).
 static double sum_squares_counted(const float* g, int64_t b, int64_t e,

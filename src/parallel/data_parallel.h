@@ -85,6 +85,9 @@ class DataParallelEngine final : public StepEngine {
   // Payload bytes of the model's tensor-parallel collectives in the last step's forward and
   // backward passes (0 without tensor parallelism).
   int64_t tp_bytes_last_step() const { return tp_bytes_last_step_; }
+  // Payload bytes of this rank's gradient all-reduces / reduce-scatters in the last step (in
+  // the reduce dtype, DataParallelOptions::reduce()); valid from end_backward() on.
+  int64_t grad_reduce_bytes_last_step() const;
 
   // Checkpoint access (see StateShard). After writing into the shards, call
   // state_loaded(step_count): it restores the step count and re-derives the working

@@ -34,7 +34,19 @@ GradReducer::GradReducer(DataParallelEngine& engine) : e_(engine) {
     slot_owner_.assign(slot_offset_.size(), -1);
     staging_ = Buffer(MemCategory::comm, size_t(total) * e_.wbytes_);
   }
+  rdtype_ = e_.opts_.reduce() == Precision::bf16 ? DType::bf16 : DType::f32;
+  if (rdtype_ != e_.wdtype_) {
+    const int64_t n = e_.opts_.stage <= 1 ? e_.layout_.psi()
+                                          : int64_t(staging_.bytes()) / e_.wbytes_;
+    wire_ = Buffer(MemCategory::comm, size_t(n) * dtype_size(rdtype_));
+  }
   begin_step();
+}
+
+void* GradReducer::wire_data(int bucket) const {
+  const int64_t at = e_.opts_.stage <= 1 ? e_.buckets_[bucket].range.begin
+                                         : slot_offset_[slot_of(bucket)];
+  return elem_ptr(wire_.data(), at, rdtype_);
 }
 
 int GradReducer::slot_of(int bucket) const {
@@ -56,6 +68,7 @@ void GradReducer::begin_step() {
                "begin_step: gradient collectives of the last step are still in flight "
                "(end_backward was not called)");
   begin_micro(0, 1);
+  bytes_step_ = 0;
 }
 
 void GradReducer::begin_micro(int micro, int num_micro) {
@@ -102,9 +115,27 @@ void GradReducer::launch(int k) {
   const Bucket& b = e_.buckets_[k];
   void* data = e_.opts_.stage <= 1 ? elem_ptr(e_.grads_.data(), b.range.begin, e_.wdtype_)
                                    : slot_data(slot_of(k));
-  work_[k] = reduce_range_async(e_.pg_, e_.layout_, data, b.range, e_.wdtype_,
+  if (rdtype_ != e_.wdtype_) {
+    void* wire = wire_data(k);
+    convert(wire, rdtype_, data, e_.wdtype_, b.range.size());
+    data = wire;
+  }
+  work_[k] = reduce_range_async(e_.pg_, e_.layout_, data, b.range, rdtype_,
                                 /*scatter=*/e_.opts_.stage >= 1, cat("grad bucket ", k));
+  bytes_step_ += b.range.size() * int64_t(dtype_size(rdtype_));
   launched_[k] = true;
+}
+
+// The reduced result of bucket k back from the wire buffer into its working-dtype home: the
+// whole range after an all-reduce, this rank's part after a reduce-scatter.
+void GradReducer::unwire(int k) {
+  const Bucket& b = e_.buckets_[k];
+  void* home = e_.opts_.stage <= 1 ? elem_ptr(e_.grads_.data(), b.range.begin, e_.wdtype_)
+                                   : slot_data(slot_of(k));
+  const int64_t off = e_.opts_.stage == 0 ? 0 : e_.layout_.own_offset_in(b.range);
+  const int64_t n = e_.opts_.stage == 0 ? b.range.size() : e_.layout_.own_part(b.range).size();
+  convert(elem_ptr(home, off, e_.wdtype_), e_.wdtype_, elem_ptr(wire_data(k), off, rdtype_),
+          rdtype_, n);
 }
 
 void GradReducer::complete(int k) {
@@ -115,6 +146,7 @@ void GradReducer::complete(int k) {
   }
   work_[k].reset();
   launched_[k] = false;
+  if (rdtype_ != e_.wdtype_) unwire(k);
   if (e_.opts_.stage <= 1) return;
   const Bucket& b = e_.buckets_[k];
   const Range part = e_.layout_.own_part(b.range);

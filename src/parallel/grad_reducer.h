@@ -18,6 +18,14 @@
 //            micro-batch is reduce-scattered and added into the gradient shard (S elements).
 // Bytes of bucket buffers: |last bucket| + min(2, buckets-1) · max |other bucket|, in the
 // working dtype; a bucket is at most max(bucket cap, largest unit).
+//
+// Reduce dtype (options.h, `--reduce-dtype`): when it differs from the working dtype, a
+// bucket is converted (rounded to bf16 or widened to fp32) into a wire buffer of the reduce
+// dtype just before its collective, the collective sums there, and this rank's reduced part
+// is converted back when it completes. The wire buffer (category comm) mirrors what may be
+// in flight at once: the whole gradient range at stages 0-1 (every bucket can be in flight
+// until end_backward), the bucket buffers at stages 2-3. bytes_this_step() counts each
+// collective's payload (the bucket's elements times the reduce dtype's size).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -46,7 +54,10 @@ class GradReducer {
   void finish();
   // Waits for collectives in flight without issuing any (teardown).
   void wait_all();
-  int64_t buffer_bytes() const { return int64_t(staging_.bytes()); }
+  int64_t buffer_bytes() const { return int64_t(staging_.bytes() + wire_.bytes()); }
+  // Payload bytes of the gradient collectives issued since begin_step().
+  int64_t bytes_this_step() const { return bytes_step_; }
+  DType reduce_dtype() const { return rdtype_; }
   bool idle() const;
 
  private:
@@ -67,6 +78,12 @@ class GradReducer {
   Buffer staging_;
   std::vector<int64_t> slot_offset_;  // element offset of each slot in staging_
   std::vector<int> slot_owner_;       // bucket using each slot, -1 if free
+  // Reduce dtype and, when it differs from the working dtype, the wire buffer.
+  DType rdtype_;
+  Buffer wire_;
+  int64_t bytes_step_ = 0;
+  void* wire_data(int bucket) const;
+  void unwire(int bucket);
 };
 
 }  // namespace strata::parallel

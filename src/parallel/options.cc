@@ -33,6 +33,7 @@ void DataParallelOptions::validate() const {
 std::string DataParallelOptions::describe() const {
   std::ostringstream os;
   os << "zero " << stage << ", " << precision_name(precision) << ", bucket " << bucket_mb << " MiB";
+  if (reduce() != precision) os << ", reduce in " << precision_name(reduce());
   if (stage == 3)
     os << ", prefetch " << prefetch << (reshard_after_forward ? "" : ", no reshard after forward");
   return os.str();

@@ -2,6 +2,7 @@
 // --prefetch K`) and the checks that reject impossible settings before any work starts.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,12 @@ struct DataParallelOptions {
   double bucket_mb = 4;
   int prefetch = 1;                   // stage 3: units gathered ahead of their use (>= 0)
   bool reshard_after_forward = true;  // stage 3: free gathered units after their forward
+  // `--reduce-dtype`: the dtype gradients are summed in across ranks (FSDP's
+  // MixedPrecision.reduce_dtype). Unset: the working precision (no conversion). Set to the
+  // other one: each bucket is converted into a wire buffer of that dtype (category comm)
+  // before its collective and back after (grad_reducer.h).
+  std::optional<Precision> reduce_precision;
+  Precision reduce() const { return reduce_precision.value_or(precision); }
 
   // Throws one line naming the option and its value ("--zero 4: ZeRO stage must be ...").
   void validate() const;

@@ -28,6 +28,16 @@ void narrow(void* out, const float* in, int64_t n, DType dtype) {
     kernels::f32_to_bf16(static_cast<uint16_t*>(out), in, n);
 }
 
+void convert(void* out, DType to, const void* in, DType from, int64_t n) {
+  check_dtype(to);
+  if (from == DType::f32)
+    narrow(out, static_cast<const float*>(in), n, to);
+  else if (to == DType::f32)
+    widen(static_cast<float*>(out), in, n, from);
+  else if (out != in)
+    std::memcpy(out, in, size_t(n) * dtype_size(to));
+}
+
 void add_f32_into(void* dst, const float* src, int64_t n, DType dtype) {
   check_dtype(dtype);
   if (dtype == DType::f32) {

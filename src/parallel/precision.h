@@ -11,6 +11,9 @@ namespace strata::parallel {
 void widen(float* out, const void* in, int64_t n, DType dtype);
 // out (n, dtype) <- in (n, fp32)
 void narrow(void* out, const float* in, int64_t n, DType dtype);
+// out (n, to) <- in (n, from): a copy, a widening or a rounding (out must not alias in
+// unless the dtypes are equal).
+void convert(void* out, DType to, const void* in, DType from, int64_t n);
 // dst (n, dtype) += src (n, fp32)
 void add_f32_into(void* dst, const float* src, int64_t n, DType dtype);
 // dst (n, dtype) += src (n, dtype)

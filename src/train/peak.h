@@ -48,7 +48,10 @@ struct Peak {
 // measure_sgemm_gflops() that is then cached (an unwritable cache only costs a re-measurement).
 // probe_seconds: length of a fresh measurement.
 // bf16 = true (a --precision bf16 run): on a CPU with a bf16 GEMM path the peak is the bf16
-// probe's (cached under its own key); with the emulated path it is the sgemm peak.
+// probe's (cached under its own key); with the emulated path it is the sgemm peak. A bf16
+// peak is never below the cached sgemm peak of the same thread count (the bf16 probe takes
+// the best of both GEMMs): a cached bf16 entry below it is re-measured, and a measurement
+// below it (the cores were busy) is raised to it.
 Peak machine_peak(int threads, double override_gflops = 0, double probe_seconds = 1.0,
                   bool bf16 = false);
 // Raises the cached peak for `threads` to `gflops` if that is higher (a run beat it); other

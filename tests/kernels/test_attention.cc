@@ -90,3 +90,33 @@ TEST(AttentionDeterminism, SameBitsForAnyThreadCount) {
 }
 
 }  // namespace strata::test
+
+namespace strata::test {
+
+// bf16 storage: with q, k, v stored in bf16, forward gives exactly what the fp32-stored bf16
+// path gives for the same (already bf16-representable) inputs, the output rounded once; the
+// backward differs only through D = rowsum(dO * O) on the rounded O, so its gradient stays
+// within bf16 accuracy of the fp32-stored one.
+TEST(AttentionBf16Storage, MatchesTheFp32StoredBf16Path) {
+  const int B = 2, T = 130, C = 32, NH = 2;
+  auto qkv = randn(B * T * 3 * C, 44), dout = randn(B * T * C, 45);
+  std::vector<uint16_t> qkv_h(qkv.size());
+  k::f32_to_bf16(qkv_h.data(), qkv.data(), int64_t(qkv.size()));
+  k::bf16_to_f32(qkv.data(), qkv_h.data(), int64_t(qkv.size()));  // representable in bf16
+  std::vector<float> out(B * T * C), lse(B * NH * T), lse_h(B * NH * T);
+  std::vector<uint16_t> out_h(B * T * C), want(B * T * C);
+  k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, /*bf16=*/true);
+  k::attention_forward(out_h.data(), lse_h.data(), qkv_h.data(), B, T, C, NH);
+  k::f32_to_bf16(want.data(), out.data(), int64_t(out.size()));
+  EXPECT_EQ(0, std::memcmp(want.data(), out_h.data(), want.size() * 2));
+  EXPECT_EQ(0, std::memcmp(lse.data(), lse_h.data(), lse.size() * 4));
+  std::vector<float> d(B * T * 3 * C), d_h(B * T * 3 * C);
+  k::attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+                        true);
+  k::attention_backward(d_h.data(), dout.data(), qkv_h.data(), out_h.data(), lse_h.data(), B, T,
+                        C, NH);
+  EXPECT_LT(rel_err(d_h, to_double(d)), 2e-2);
+  EXPECT_NE(0, std::memcmp(d.data(), d_h.data(), d.size() * 4));  // D really read the bf16 O
+}
+
+}  // namespace strata::test

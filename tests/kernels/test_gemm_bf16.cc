@@ -11,6 +11,7 @@
 #include "check.h"
 #include "core/dtype.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/matmul.h"
 
 namespace strata::test {
 namespace k = strata::kernels;
@@ -227,6 +228,43 @@ TEST(GemmBf16Dispatch, ChosenPathIsAvailableAndNamed) {
 #pragma omp parallel num_threads(2)
     EXPECT_EQ(k::bf16_path_for(2048, 768, 256), small);  // inside a parallel region
   }
+}
+
+// The linear layer's bf16 backward at a size auto sends to oneDNN (2 N C OC >= 1e8 flops; both
+// products read the once-rounded dout): dinp and dW against fp64 within the bound of bf16
+// inputs and fp32 accumulation, dW accumulated onto its contents.
+TEST(MatmulBf16, BackwardWithinBf16BoundAtOneDnnSizes) {
+  const int N = 512, C = 256, OC = 512;
+  ASSERT_GE(2.0 * N * C * OC, k::kOnednnMinFlops);
+  const auto dout = randn(size_t(N) * OC, 21), inp = randn(size_t(N) * C, 22),
+             w = randn(size_t(OC) * C, 23), dw0 = randn(size_t(OC) * C, 24);
+  std::vector<float> dinp(size_t(N) * C), dw = dw0, db(OC, 0.0f);
+  const std::vector<uint16_t> inp_h = to_bf16(inp);
+  k::matmul_backward_bf16(dinp.data(), dw.data(), db.data(), dout.data(), k::Mat(inp_h.data(), C),
+                          w.data(), N, C, OC, false);
+  auto check = [](double got, double exact, double abs_sum, int K) {
+    return std::fabs(got - exact) <= abs_sum * (std::ldexp(1.0, -7) + K * std::ldexp(1.0, -24)) +
+                                          1e-30;
+  };
+  const std::vector<float> ri = round_bf16(inp);
+  for (int n = 0; n < N; n += 7)
+    for (int c = 0; c < C; ++c) {
+      double e = 0, a = 0;
+      for (int o = 0; o < OC; ++o) {
+        e += double(dout[size_t(n) * OC + o]) * w[size_t(o) * C + c];
+        a += std::fabs(double(dout[size_t(n) * OC + o]) * w[size_t(o) * C + c]);
+      }
+      ASSERT_TRUE(check(dinp[size_t(n) * C + c], e, a, OC)) << "dinp " << n << "," << c;
+    }
+  for (int o = 0; o < OC; o += 5)
+    for (int c = 0; c < C; ++c) {
+      double e = dw0[size_t(o) * C + c], a = std::fabs(e);
+      for (int n = 0; n < N; ++n) {
+        e += double(dout[size_t(n) * OC + o]) * ri[size_t(n) * C + c];
+        a += std::fabs(double(dout[size_t(n) * OC + o]) * ri[size_t(n) * C + c]);
+      }
+      ASSERT_TRUE(check(dw[size_t(o) * C + c], e, a, N)) << "dW " << o << "," << c;
+    }
 }
 
 }  // namespace strata::test

@@ -84,6 +84,25 @@ TEST(Gelu, ForwardAndGradientMatchDouble) {
   EXPECT_EQ(0, std::memcmp(inplace.data(), dx.data(), sizeof(float) * n));
 }
 
+// bf16 storage: the forward from an fp32 input writes gelu(x) and x each rounded once; the
+// backward from the bf16 x is the fp32 backward of the widened x, bit for bit.
+TEST(Gelu, Bf16StoredInputAndOutput) {
+  const int n = 9000;  // more than one parallel block
+  auto x = randn(n, 6, 3.0f), dout = randn(n, 7);
+  std::vector<float> y(n), xw(n), want(n), got(n);
+  std::vector<uint16_t> y_h(n), x_h(n), y_want(n), x_want(n);
+  k::gelu_forward(y.data(), x.data(), n);
+  k::gelu_forward(y_h.data(), x_h.data(), x.data(), n);
+  k::f32_to_bf16(y_want.data(), y.data(), n);
+  k::f32_to_bf16(x_want.data(), x.data(), n);
+  EXPECT_EQ(0, std::memcmp(y_h.data(), y_want.data(), 2 * n));
+  EXPECT_EQ(0, std::memcmp(x_h.data(), x_want.data(), 2 * n));
+  k::bf16_to_f32(xw.data(), x_h.data(), n);
+  k::gelu_backward(want.data(), xw.data(), dout.data(), n);
+  k::gelu_backward(got.data(), x_h.data(), dout.data(), n);
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * n));
+}
+
 TEST(Residual, ForwardAndBackward) {
   const int n = 101;
   auto a = randn(n, 6), b = randn(n, 7), d = randn(n, 8);

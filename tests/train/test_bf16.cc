@@ -154,3 +154,47 @@ TEST(Bf16Cli, RefusesKernelsTheCpuLacksOrUnknown) {
   EXPECT_NE(prec.status, 0);
   EXPECT_NE(prec.err.find("fp16"), std::string::npos) << prec.err;
 }
+
+// `--reduce-dtype`: the gradient collectives' dtype apart from the working precision. fp32
+// training reduced in bf16 and bf16 training reduced in fp32 both train and follow the
+// default run; the payload summary.json reports is exactly half (bf16) or twice (fp32) the
+// default's, at ZeRO 0 (all-reduce), 1 (reduce-scatter) and 2-3 (bucket buffers).
+TEST(Bf16Cli, ReduceDtypeSetsTheGradientCollectivesDtype) {
+  TempDir dir("bf16_reduce");
+  const std::string env = "OMP_NUM_THREADS=1 ";
+  const std::string base = "--nproc 2 --batch 4 --steps 4 --seed 3 --eval-every 0 ";
+  auto bytes = [&](const std::string& run) {
+    const json s = json::parse(read_file(dir.file(run + "/summary.json")));
+    return s.at("parallel").at("grad_reduce_bytes_per_step").get<int64_t>();
+  };
+  auto losses = [&](const std::string& run) {
+    std::vector<double> out;
+    for (const json& j : step_records(dir.file(run + "/metrics.jsonl")))
+      out.push_back(j["loss"].get<double>());
+    return out;
+  };
+  for (const char* stage : {"0", "1", "2", "3"}) {
+    const std::string z = std::string("--zero ") + stage + " ", s = stage;
+    train_ok(base + z + "--run-dir " + dir.file("f" + s), env);
+    train_ok(base + z + "--reduce-dtype bf16 --run-dir " + dir.file("fh" + s), env);
+    train_ok(base + z + "--precision bf16 --run-dir " + dir.file("h" + s), env);
+    train_ok(base + z + "--precision bf16 --reduce-dtype fp32 --run-dir " + dir.file("hf" + s), env);
+    EXPECT_GT(bytes("f" + s), 0);
+    EXPECT_EQ(bytes("fh" + s) * 2, bytes("f" + s)) << "zero " << stage;
+    EXPECT_EQ(bytes("hf" + s), bytes("h" + s) * 2) << "zero " << stage;
+    EXPECT_EQ(json::parse(read_file(dir.file("fh" + s + "/summary.json")))["parallel"]
+                  ["reduce_dtype"], "bf16");
+    for (const auto& [a, b] : {std::pair{"f", "fh"}, std::pair{"h", "hf"}}) {
+      const auto la = losses(a + s), lb = losses(b + s);
+      ASSERT_EQ(la.size(), 4u);
+      ASSERT_EQ(lb.size(), 4u);
+      for (size_t i = 0; i < la.size(); ++i)
+        EXPECT_NEAR(lb[i] / la[i], 1.0, 1e-2) << b << s << " step " << i + 1;
+      EXPECT_LT(lb.back(), lb.front()) << b << s;  // it trains
+    }
+  }
+  RunResult bad = run_strata(kSmall + base + "--reduce-dtype fp16", "", Streams::separate);
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("--reduce-dtype fp16: expected fp32 or bf16"), std::string::npos)
+      << bad.err;
+}

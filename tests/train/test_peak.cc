@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kernels/gemm_bf16.h"
 #include "nlohmann/json.hpp"
 #include "train/peak.h"
 
@@ -141,4 +142,22 @@ TEST(Peak, Bf16PeakHasItsOwnKeyAndKind) {
   j = nlohmann::json::parse(std::ifstream(cache.path));
   EXPECT_EQ(j[key].get<double>(), h.gflops * 2);
   EXPECT_EQ(j[peak_cache_key(1)].get<double>(), f.gflops);
+}
+
+// A bf16 peak below the sgemm peak of the same thread count was probed under load: a cached
+// one is measured again and the result is never below the sgemm entry; one above it is used.
+TEST(Peak, Bf16EntryBelowTheSgemmPeakIsRemeasured) {
+  const strata::kernels::GemmPath gp = strata::kernels::bf16_gemm_path();
+  if (gp == strata::kernels::GemmPath::fp32) GTEST_SKIP() << "no bf16 GEMM path on this CPU";
+  CacheFile cache("bf16floor");
+  fs::create_directories(cache.path.parent_path());
+  const std::string sg = peak_cache_key(1), bf = peak_cache_key(1, gemm_path_name(gp));
+  std::ofstream(cache.path) << nlohmann::json{{sg, 1e6}, {bf, 5.0}}.dump();
+  Peak low = machine_peak(1, 0, 0.1, true);
+  EXPECT_EQ(low.origin, "measured now");
+  EXPECT_DOUBLE_EQ(low.gflops, 1e6);  // the probe cannot reach 1e6 GFLOP/s: raised to the floor
+  std::ofstream(cache.path) << nlohmann::json{{sg, 1.0}, {bf, 5.0}}.dump();
+  Peak ok = machine_peak(1, 0, 0.1, true);
+  EXPECT_EQ(ok.origin, "cached");
+  EXPECT_DOUBLE_EQ(ok.gflops, 5.0);
 }
