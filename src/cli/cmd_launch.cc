@@ -1,5 +1,5 @@
 // strata launch -n N [--backend shm|mpi] [--timeout S] [--max-restarts R] -- PROGRAM ARGS
-// strata launch --backend mpi --hosts a:2,b:2 | --hostfile F [-n N] [--rsh-agent A] -- ...
+// strata launch --backend mpi --hosts a:2,b:2 | --hostfile F [-n N] [--rsh-agent A] [--iface IF] -- ...
 // Starts N local ranks (or mpirun for mpi, across hosts with --hosts / --hostfile; -n
 // defaults to all their slots), prefixes their output with "[rank R] ", and
 // stops the job when a rank fails, naming it; with --max-restarts, starts the whole job again
@@ -22,7 +22,7 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
     int max_restarts = 0;
     bool no_prefix = false;
     std::vector<std::string> command;
-    std::string hosts, hostfile, rsh_agent;
+    std::string hosts, hostfile, rsh_agent, iface;
   };
   auto a = std::make_shared<Args>();
   a->nproc = -1;  // unset
@@ -31,6 +31,8 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
   app.add_option("--hostfile", a->hostfile, "mpi across hosts: OpenMPI hostfile (\"a slots=2\" lines)");
   app.add_option("--rsh-agent", a->rsh_agent,
                  "remote shell mpirun starts ranks with (mpirun's plm_rsh_agent; default ssh)");
+  app.add_option("--iface", a->iface,
+                 "mpi: network interface(s) MPI uses, e.g. eth0 (btl_tcp_if_include, oob_tcp_if_include)");
   app.add_option("--backend", a->backend, "communication backend: shm (this host) or mpi (mpirun)");
   app.add_option("--timeout", a->timeout,
                  "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)");
@@ -48,6 +50,7 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
       o.hosts_source = "hostfile " + a->hostfile;
     }
     o.rsh_agent = a->rsh_agent;
+    if (!a->iface.empty()) o.ifaces = comm::parse_iface_list(a->iface);
     STRATA_CHECK(a->nproc != -1 || !o.hosts.empty(),
                  "-n/--nproc is required (the number of ranks) unless --hosts or --hostfile gives the slots");
     o.nproc = a->nproc != -1 ? a->nproc : comm::total_slots(o.hosts);
