@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/host_flags.h"
 #include "comm/benchmark.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
@@ -65,7 +66,7 @@ struct NetArgs {
   std::string bytes = "4M", coll_bytes = "16M";
   int reps = 10, iters = 8;
   std::string result_file;  // set by the launching process: rank 0 writes its findings here
-  std::string hosts, hostfile, rsh_agent, iface;
+  HostFlags host_flags;
   int tp = 0;
   double expect_link = 0;
 };
@@ -99,7 +100,7 @@ void run_net_rank(const NetArgs& a) {
   o.host.bytes = o.net.p2p_bytes;
   o.host.reps = std::min(a.reps, 3);
   o.host.tp = a.tp;
-  if (!a.iface.empty()) o.host.wanted_ifaces = comm::parse_iface_list(a.iface);
+  if (!a.host_flags.iface.empty()) o.host.wanted_ifaces = comm::parse_iface_list(a.host_flags.iface);
   o.threshold = a.threshold;
   o.expect_busbw = a.expect_busbw;
   o.expect_link_gbps = a.expect_link;
@@ -122,16 +123,13 @@ void run_doctor_net(const NetArgs& a) {
     return run_net_rank(a);
   }
   comm::LaunchOptions o;
-  STRATA_CHECK(a.hosts.empty() || a.hostfile.empty(), "give --hosts or --hostfile, not both");
-  if (!a.hosts.empty()) o.hosts = comm::parse_hosts(a.hosts);
-  if (!a.hostfile.empty()) {
-    o.hosts = comm::parse_hostfile(a.hostfile);
-    o.hosts_source = "hostfile " + a.hostfile;
-  }
-  if (!a.iface.empty()) o.ifaces = comm::parse_iface_list(a.iface);
+  HostFlags::Resolved h = a.host_flags.resolve();
+  o.hosts = h.hosts;
+  o.hosts_source = h.source;
+  o.ifaces = h.ifaces;
   STRATA_CHECK(a.tp >= 0, "--tp must not be negative, got ", a.tp);
   STRATA_CHECK(a.expect_link >= 0, "--expect-link-gbps must not be negative, got ", a.expect_link);
-  o.rsh_agent = a.rsh_agent;
+  o.rsh_agent = h.rsh_agent;
   const int nproc = a.nproc > 0 ? a.nproc : o.hosts.empty() ? 4 : comm::total_slots(o.hosts);
   STRATA_CHECK(nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", nproc);
   STRATA_CHECK(a.tp <= 1 || nproc % a.tp == 0, "--tp ", a.tp, " does not divide the ", nproc, " ranks");
@@ -149,7 +147,7 @@ void run_doctor_net(const NetArgs& a) {
                "--expect-busbw", cat(a.expect_busbw), "--bytes", a.bytes, "--coll-bytes", a.coll_bytes,
                "--reps", cat(a.reps), "--iters", cat(a.iters), "--result-file", result, "--tp", cat(a.tp),
                "--expect-link-gbps", cat(a.expect_link)};
-  if (!a.iface.empty()) o.command.insert(o.command.end(), {"--iface", a.iface});
+  if (!a.host_flags.iface.empty()) o.command.insert(o.command.end(), {"--iface", a.host_flags.iface});
   if (const char* t = std::getenv("STRATA_THROTTLE_LINK")) o.extra_env.emplace_back("STRATA_THROTTLE_LINK", t);
   comm::LaunchResult lr = comm::launch(o);
   std::string text, error;
@@ -166,10 +164,7 @@ Register net("doctor net", "Bandwidth and latency of every pair of ranks and bus
                auto a = std::make_shared<NetArgs>();
                a->nproc = 0;  // unset: 4, or every slot of --hosts / --hostfile
                app.add_option("--nproc", a->nproc, "ranks to launch (default 4, or all slots of --hosts)");
-               app.add_option("--hosts", a->hosts, "across hosts (mpi): host:slots,... e.g. a:2,b:2");
-               app.add_option("--hostfile", a->hostfile, "across hosts (mpi): OpenMPI hostfile");
-               app.add_option("--rsh-agent", a->rsh_agent, "remote shell mpirun starts ranks with (default ssh)");
-               app.add_option("--iface", a->iface, "network interface(s) MPI uses, e.g. eth0 (btl_tcp_if_include)");
+               a->host_flags.add_to(app);
                app.add_option("--tp", a->tp, "check that tensor-parallel groups of this size stay within a host");
                app.add_option("--expect-link-gbps", a->expect_link,
                               "expected bandwidth of each host link, GB/s (default: the fastest link measured)");

@@ -16,6 +16,7 @@
 #include "comm/runtime.h"
 #include "comm/types.h"
 #include "cli/fault_flags.h"
+#include "cli/host_flags.h"
 #include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
@@ -33,6 +34,7 @@ struct TrainArgs {
   train::ParallelConfig parallel;
   std::string zero = "0", precision = "fp32", backend = "shm";
   cli::FaultFlags faults;
+  cli::HostFlags host_flags;
   std::string mtbf;  // --mtbf, e.g. "4h"
 };
 
@@ -92,6 +94,12 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train:
   pc.dp.stage = parallel::parse_zero_stage(a.zero);
   pc.dp.precision = parallel::parse_precision(a.precision);
   pc.backend = comm::parse_backend(a.backend);
+  if (!pc.hosts.empty()) {
+    STRATA_CHECK(!app.count("--backend") || pc.backend == comm::Backend::mpi,
+                 "--backend ", a.backend, " runs on one host; several hosts need --backend mpi");
+    pc.backend = comm::Backend::mpi;
+  }
+  STRATA_CHECK(!pc.preflight || pc.world() > 1, "--preflight measures links between ranks; it needs 2 or more");
   pc.data_parallel = app.count("--zero") || app.count("--precision") || pc.world() > 1;
   pc.timeout_s = a.faults.timeout_s;
   if (pc.timeout_s == 0) comm::detail::default_timeout_s();  // a bad STRATA_TIMEOUT: one line now
@@ -195,7 +203,15 @@ void setup(CLI::App& app) {
                  "Name ranks computing more than X% over the median")
       ->capture_default_str();
   a->faults.add_to(app);
+  a->host_flags.add_to(app);
+  app.add_flag("--preflight", p.preflight,
+               "Before step 1, run the bandwidth doctor (strata doctor net) over the job's ranks and hosts");
   app.callback([&app, a] {
+    // Several hosts: their slots give the rank count unless --nproc says otherwise.
+    const HostFlags::Resolved h = a->host_flags.resolve();
+    train::ParallelConfig& pcfg = a->parallel;
+    pcfg.hosts = h.hosts, pcfg.hosts_source = h.source, pcfg.rsh_agent = h.rsh_agent, pcfg.ifaces = h.ifaces;
+    if (!h.hosts.empty() && !app.count("--nproc")) pcfg.nproc = comm::total_slots(h.hosts);
     train::TrainConfig cfg = resolve(app, *a);
     train::ParallelConfig pc = resolve_parallel(app, *a, cfg);
     if (std::optional<int> code = train::launch_ranks_if_needed(cfg, pc)) {

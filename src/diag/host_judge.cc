@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "comm/benchmark.h"
+#include "comm/hier/topology.h"
 #include "core/error.h"
 #include "diag/host_net.h"
 #include "diag/net_doctor.h"
@@ -112,16 +113,7 @@ void collectives(const HostNetResult& r, const std::vector<CollectiveResult>& co
 void topology(const HostNetResult& r, std::vector<HostFinding>& out) {
   const TpPlacement& t = r.tp;
   if (t.spanning.empty()) return;
-  std::string groups;
-  for (const auto& g : t.spanning) {
-    std::string ranks, hosts;
-    for (int q : g) {
-      ranks += cat(ranks.empty() ? "" : " ", q);
-      const std::string& h = r.hosts[size_t(r.host_of[size_t(q)])];
-      if (hosts.find(h) == std::string::npos) hosts += cat(hosts.empty() ? "" : ", ", h);
-    }
-    groups += cat(groups.empty() ? "" : "; ", "ranks ", ranks, " on ", hosts);
-  }
+  const std::string groups = comm::describe_rank_groups(t.spanning, r.hosts, r.host_of);
   std::string placement;
   for (size_t h = 0; h < r.hosts.size(); ++h) {
     placement += cat(h ? "; " : "", r.hosts[h], ":");

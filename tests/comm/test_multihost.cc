@@ -14,8 +14,10 @@
 
 #include "comm/hier/topology.h"
 #include "comm/hostlist.h"
+#include "comm/slurm_hosts.h"
 #include "comm/mpi/mpi_transport.h"
 #include "core/timer.h"
+#include "support/temp_dir.h"
 #include "support/run.h"
 
 namespace strata::comm {
@@ -41,6 +43,22 @@ TEST(HostLayout, FromNames) {
   EXPECT_TRUE(l.uniform());
   EXPECT_EQ(l.describe(), "2 hosts x 2 ranks (x: 0 2; y: 1 3)");
   EXPECT_FALSE(layout_from_names({"x", "x", "y"}).uniform());
+}
+
+TEST(SlurmHosts, ExpandsCompressedNodeLists) {
+  EXPECT_EQ(expand_nodelist("node[01-03,07]"), (std::vector<std::string>{"node01", "node02", "node03", "node07"}));
+  EXPECT_EQ(expand_nodelist("a,gpu-b[8-10],c.d"), (std::vector<std::string>{"a", "gpu-b8", "gpu-b9", "gpu-b10", "c.d"}));
+  EXPECT_EQ(expand_nodelist("r[1-2]-n[09-10]"), (std::vector<std::string>{"r1-n09", "r1-n10", "r2-n09", "r2-n10"}));
+  EXPECT_EQ(expand_tasks_per_node("2(x3),1", 4), (std::vector<int>{2, 2, 2, 1}));
+  auto h = hosts_from_slurm("node[01-03,07]", "2(x3),1", "");
+  EXPECT_EQ(format_hosts(h), "node01:2,node02:2,node03:2,node07:1");
+  EXPECT_EQ(format_hosts(hosts_from_slurm("n[1-2]", "", "4")), "n1:4,n2:4");
+  EXPECT_EQ(format_hosts(hosts_from_slurm("n[1-2]", "", "")), "n1:1,n2:1");
+  for (const char* bad : {"node[01-03", "node[3-1]", "node[a-b]", "n[1-[2]]", "a,,b", "node]"})
+    EXPECT_THROW(expand_nodelist(bad), Error) << bad;
+  EXPECT_THROW(expand_tasks_per_node("2(x3)", 4), Error);
+  EXPECT_THROW(expand_tasks_per_node("2(x", 1), Error);
+  EXPECT_THROW(expand_tasks_per_node("0", 1), Error);
 }
 
 const std::string kCluster = std::string(STRATA_SOURCE_DIR) + "/tools/netns-cluster";
@@ -154,6 +172,47 @@ TEST_F(MultiHost, BadHostListsFailBeforeAnyRankStarts) {
   }
   struct stat st {};
   EXPECT_NE(stat(marker.c_str(), &st), 0) << "a rank ran despite the bad host list";
+}
+
+// Losses and gradient norms per step from a run's metrics.jsonl, as written (17 digits).
+std::vector<std::pair<double, double>> losses(const std::string& run_dir) {
+  std::vector<std::pair<double, double>> out;
+  std::string text = test::read_file(run_dir + "/metrics.jsonl");
+  std::regex rec(R"re("grad_norm":([-0-9.e+]+),"loss":([-0-9.e+]+))re");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), rec); it != std::sregex_iterator(); ++it)
+    out.emplace_back(std::stod((*it)[2].str()), std::stod((*it)[1].str()));
+  return out;
+}
+
+// Training on 2 hosts x 2 ranks (ZeRO-1) equals training on 1 host x 4 ranks: bit for bit
+// when both reduce with the same flat MPI collectives (the same algorithm over the same 4
+// ranks), within fp32 tolerance with the hierarchical ones (another summation order).
+TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
+  up(2, {"--link", "1gbit"});
+  const std::string base = cat("/tmp/strata-mh-train-", getpid());
+  auto train = [&](const std::string& dir, std::vector<std::string> where, test::Env env) {
+    std::vector<std::string> a = {STRATA_BINARY, "train", "--zero", "1", "--steps", "4", "--seq", "32", "--layers", "1", "--dim", "64",
+                                  "--batch", "16", "--eval-every", "0", "--sample-tokens", "0", "--timeout", "60",
+                                  "--run-dir", dir, "--json"};
+    a.insert(a.end(), where.begin(), where.end());
+    env.push_back({"OMPI_MCA_mpi_yield_when_idle", "1"});
+    env.push_back({"OMP_NUM_THREADS", "1"});
+    auto p = test::run(a, env, 180);
+    EXPECT_EQ(p.exit_code(), 0) << p.output();
+    return losses(dir);
+  };
+  const std::vector<std::string> hosts = {"--hostfile", state_ + "/hostfile", "--rsh-agent", state_ + "/rsh-agent"};
+  auto one_host = train(base + "-1x4", {"--backend", "mpi", "--nproc", "4"}, {});
+  auto flat = train(base + "-2x2-flat", hosts, {{"STRATA_HIER", "flat"}});
+  auto hier = train(base + "-2x2-hier", hosts, {{"STRATA_HIER", "hierarchical"}});
+  std::system(cat("rm -rf ", base, "-1x4 ", base, "-2x2-flat ", base, "-2x2-hier").c_str());
+  ASSERT_EQ(one_host.size(), 4u);
+  EXPECT_EQ(flat, one_host);
+  ASSERT_EQ(hier.size(), one_host.size());
+  for (size_t i = 0; i < hier.size(); ++i) {
+    EXPECT_NEAR(hier[i].first, one_host[i].first, 1e-5 * std::abs(one_host[i].first)) << "step " << i + 1;
+    EXPECT_NEAR(hier[i].second, one_host[i].second, 1e-4 * std::abs(one_host[i].second)) << "step " << i + 1;
+  }
 }
 
 // The bandwidth doctor across hosts names each injected network fault (diag/host_net.h).
