@@ -1,7 +1,10 @@
 // `strata doctor hang RUN_DIR`: names what wedged a job, from its flight-recorder dumps.
 // `strata doctor net`: bandwidth and latency of every pair of ranks, busbw of collectives,
-// and the links or collectives below a threshold. Started by hand it launches --nproc ranks
-// of itself (the launcher: forked ranks for shm, mpirun for mpi) and prints their findings.
+// and the links or collectives below a threshold; across hosts (--hosts, --hostfile) also
+// each host link against its expectation, the interfaces MPI used, a host whose link is
+// degraded or down, and tp groups spread over hosts (diag/host_net.h). Started by hand it
+// launches --nproc ranks of itself (the launcher: forked ranks for shm, mpirun for mpi) and
+// prints their findings.
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +13,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/host_flags.h"
 #include "comm/benchmark.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
@@ -19,6 +23,7 @@
 #include "diag/flight_dump.h"
 #include "diag/hang_doctor.h"
 #include "diag/json_salvage.h"
+#include "diag/net_check.h"
 #include "diag/net_doctor.h"
 #include "nlohmann/json.hpp"
 
@@ -61,6 +66,9 @@ struct NetArgs {
   std::string bytes = "4M", coll_bytes = "16M";
   int reps = 10, iters = 8;
   std::string result_file;  // set by the launching process: rank 0 writes its findings here
+  HostFlags host_flags;
+  int tp = 0;
+  double expect_link = 0;
 };
 
 diag::NetConfig net_config(const NetArgs& a, int world) {
@@ -78,13 +86,7 @@ diag::NetConfig net_config(const NetArgs& a, int world) {
 }
 
 void print_net(const nlohmann::json& report, bool json) {
-  diag::NetResult r = diag::net_result_from_json(report);
-  double threshold = report.at("threshold"), expect = report.at("expect_busbw_gbps");
-  diag::NetVerdict v = diag::judge_net(r, threshold, expect);
-  if (json) std::cout << diag::net_report_json(r, v, threshold, expect).dump(2) << "\n";
-  else std::cout << diag::format_net_report(r, v, threshold, expect);
-  std::cout.flush();
-  if (!v.flags.empty()) throw ExitCode{1};
+  if (diag::print_net_check(report, json, std::cout) > 0) throw ExitCode{1};
 }
 
 // One rank of the launched job.
@@ -93,11 +95,18 @@ void run_net_rank(const NetArgs& a) {
   opt.backend = comm::parse_backend(a.backend);
   opt.timeout_s = a.timeout;
   comm::GroupPtr pg = comm::init_from_env(opt);
-  diag::NetResult r = diag::measure_net(*pg, net_config(a, pg->size()));
+  diag::NetCheckOptions o;
+  o.net = net_config(a, pg->size());
+  o.host.bytes = o.net.p2p_bytes;
+  o.host.reps = std::min(a.reps, 3);
+  o.host.tp = a.tp;
+  if (!a.host_flags.iface.empty()) o.host.wanted_ifaces = comm::parse_iface_list(a.host_flags.iface);
+  o.threshold = a.threshold;
+  o.expect_busbw = a.expect_busbw;
+  o.expect_link_gbps = a.expect_link;
+  nlohmann::json report = diag::run_net_check(*pg, o);
   pg->barrier();
   if (pg->rank() != 0) return;
-  diag::NetVerdict v = diag::judge_net(r, a.threshold, a.expect_busbw);
-  nlohmann::json report = diag::net_report_json(r, v, a.threshold, a.expect_busbw);
   if (a.result_file.empty()) return print_net(report, a.json);  // started by mpirun / srun directly
   std::ofstream out(a.result_file);
   out << report.dump() << "\n";
@@ -113,19 +122,32 @@ void run_doctor_net(const NetArgs& a) {
     comm::refuse_stale_rank_env("strata doctor net");
     return run_net_rank(a);
   }
-  STRATA_CHECK(a.nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", a.nproc);
-  net_config(a, a.nproc);  // validate sizes and STRATA_THROTTLE_LINK before launching
+  comm::LaunchOptions o;
+  HostFlags::Resolved h = a.host_flags.resolve();
+  o.hosts = h.hosts;
+  o.hosts_source = h.source;
+  o.ifaces = h.ifaces;
+  STRATA_CHECK(a.tp >= 0, "--tp must not be negative, got ", a.tp);
+  STRATA_CHECK(a.expect_link >= 0, "--expect-link-gbps must not be negative, got ", a.expect_link);
+  o.rsh_agent = h.rsh_agent;
+  const int nproc = a.nproc > 0 ? a.nproc : o.hosts.empty() ? 4 : comm::total_slots(o.hosts);
+  STRATA_CHECK(nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", nproc);
+  STRATA_CHECK(a.tp <= 1 || nproc % a.tp == 0, "--tp ", a.tp, " does not divide the ", nproc, " ranks");
+  STRATA_CHECK(o.hosts.empty() || backend == comm::Backend::mpi,
+               "--hosts/--hostfile need --backend mpi (only MPI runs across hosts)");
+  net_config(a, nproc);  // validate sizes and STRATA_THROTTLE_LINK before launching
 
   std::string result = (std::filesystem::temp_directory_path() /
                         cat("strata-doctor-net-", getpid(), ".json")).string();
-  comm::LaunchOptions o;
-  o.nproc = a.nproc;
+  o.nproc = nproc;
   o.backend = backend;
   o.timeout_s = a.timeout;
   o.rank_exec = comm::self_executable();
   o.command = {comm::self_executable(), "doctor", "net", "--backend", a.backend, "--threshold", cat(a.threshold),
                "--expect-busbw", cat(a.expect_busbw), "--bytes", a.bytes, "--coll-bytes", a.coll_bytes,
-               "--reps", cat(a.reps), "--iters", cat(a.iters), "--result-file", result};
+               "--reps", cat(a.reps), "--iters", cat(a.iters), "--result-file", result, "--tp", cat(a.tp),
+               "--expect-link-gbps", cat(a.expect_link)};
+  if (!a.host_flags.iface.empty()) o.command.insert(o.command.end(), {"--iface", a.host_flags.iface});
   if (const char* t = std::getenv("STRATA_THROTTLE_LINK")) o.extra_env.emplace_back("STRATA_THROTTLE_LINK", t);
   comm::LaunchResult lr = comm::launch(o);
   std::string text, error;
@@ -140,7 +162,12 @@ void run_doctor_net(const NetArgs& a) {
 Register net("doctor net", "Bandwidth and latency of every pair of ranks and busbw of collectives; flags slow ones",
              [](CLI::App& app) {
                auto a = std::make_shared<NetArgs>();
-               app.add_option("--nproc", a->nproc, "ranks to launch (default 4)");
+               a->nproc = 0;  // unset: 4, or every slot of --hosts / --hostfile
+               app.add_option("--nproc", a->nproc, "ranks to launch (default 4, or all slots of --hosts)");
+               a->host_flags.add_to(app);
+               app.add_option("--tp", a->tp, "check that tensor-parallel groups of this size stay within a host");
+               app.add_option("--expect-link-gbps", a->expect_link,
+                              "expected bandwidth of each host link, GB/s (default: the fastest link measured)");
                app.add_option("--backend", a->backend, "shm or mpi");
                app.add_option("--expect-busbw", a->expect_busbw, "expected bus bandwidth, GB/s (flags below threshold x it)");
                app.add_option("--threshold", a->threshold, "flag below this fraction of the median or expected (default 0.5)");

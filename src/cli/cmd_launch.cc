@@ -1,5 +1,5 @@
 // strata launch -n N [--backend shm|mpi] [--timeout S] [--max-restarts R] -- PROGRAM ARGS
-// strata launch --backend mpi --hosts a:2,b:2 | --hostfile F [-n N] [--rsh-agent A] -- ...
+// strata launch --backend mpi --hosts a:2,b:2 | --hostfile F | --slurm [-n N] [--rsh-agent A] [--iface IF] -- ...
 // Starts N local ranks (or mpirun for mpi, across hosts with --hosts / --hostfile; -n
 // defaults to all their slots), prefixes their output with "[rank R] ", and
 // stops the job when a rank fails, naming it; with --max-restarts, starts the whole job again
@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "cli/host_flags.h"
 #include "comm/launcher.h"
 #include "comm/rank_status.h"
 #include "core/error.h"
@@ -22,15 +23,12 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
     int max_restarts = 0;
     bool no_prefix = false;
     std::vector<std::string> command;
-    std::string hosts, hostfile, rsh_agent;
+    HostFlags host_flags;
   };
   auto a = std::make_shared<Args>();
   a->nproc = -1;  // unset
   app.add_option("-n,--nproc", a->nproc, "number of ranks (default with --hosts: all slots)");
-  app.add_option("--hosts", a->hosts, "mpi across hosts: host:slots,... (e.g. a:2,b:2)");
-  app.add_option("--hostfile", a->hostfile, "mpi across hosts: OpenMPI hostfile (\"a slots=2\" lines)");
-  app.add_option("--rsh-agent", a->rsh_agent,
-                 "remote shell mpirun starts ranks with (mpirun's plm_rsh_agent; default ssh)");
+  a->host_flags.add_to(app);
   app.add_option("--backend", a->backend, "communication backend: shm (this host) or mpi (mpirun)");
   app.add_option("--timeout", a->timeout,
                  "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)");
@@ -41,13 +39,11 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
   app.add_option("command", a->command, "program and arguments (after --)")->required();
   app.callback([a] {
     comm::LaunchOptions o;
-    STRATA_CHECK(a->hosts.empty() || a->hostfile.empty(), "give --hosts or --hostfile, not both");
-    if (!a->hosts.empty()) o.hosts = comm::parse_hosts(a->hosts);
-    if (!a->hostfile.empty()) {
-      o.hosts = comm::parse_hostfile(a->hostfile);
-      o.hosts_source = "hostfile " + a->hostfile;
-    }
-    o.rsh_agent = a->rsh_agent;
+    HostFlags::Resolved h = a->host_flags.resolve();
+    o.hosts = h.hosts;
+    o.hosts_source = h.source;
+    o.rsh_agent = h.rsh_agent;
+    o.ifaces = h.ifaces;
     STRATA_CHECK(a->nproc != -1 || !o.hosts.empty(),
                  "-n/--nproc is required (the number of ranks) unless --hosts or --hostfile gives the slots");
     o.nproc = a->nproc != -1 ? a->nproc : comm::total_slots(o.hosts);

@@ -16,6 +16,7 @@
 #include "comm/runtime.h"
 #include "comm/types.h"
 #include "cli/fault_flags.h"
+#include "cli/host_flags.h"
 #include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
@@ -34,6 +35,7 @@ struct TrainArgs {
   std::string zero = "0", precision = "fp32", backend = "shm";
   std::string reduce_dtype;  // --reduce-dtype; empty = the precision's
   cli::FaultFlags faults;
+  cli::HostFlags host_flags;
   std::string mtbf;  // --mtbf, e.g. "4h"
 };
 
@@ -98,6 +100,12 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train:
     pc.dp.reduce_precision = parallel::parse_precision(a.reduce_dtype);
   }
   pc.backend = comm::parse_backend(a.backend);
+  if (!pc.hosts.empty()) {
+    STRATA_CHECK(!app.count("--backend") || pc.backend == comm::Backend::mpi,
+                 "--backend ", a.backend, " runs on one host; several hosts need --backend mpi");
+    pc.backend = comm::Backend::mpi;
+  }
+  STRATA_CHECK(!pc.preflight || pc.world() > 1, "--preflight measures links between ranks; it needs 2 or more");
   pc.data_parallel = app.count("--zero") || app.count("--precision") ||
                      app.count("--reduce-dtype") || pc.world() > 1;
   pc.timeout_s = a.faults.timeout_s;
@@ -205,7 +213,15 @@ void setup(CLI::App& app) {
                  "Name ranks computing more than X% over the median")
       ->capture_default_str();
   a->faults.add_to(app);
+  a->host_flags.add_to(app);
+  app.add_flag("--preflight", p.preflight,
+               "Before step 1, run the bandwidth doctor (strata doctor net) over the job's ranks and hosts");
   app.callback([&app, a] {
+    // Several hosts: their slots give the rank count unless --nproc says otherwise.
+    const HostFlags::Resolved h = a->host_flags.resolve();
+    train::ParallelConfig& pcfg = a->parallel;
+    pcfg.hosts = h.hosts, pcfg.hosts_source = h.source, pcfg.rsh_agent = h.rsh_agent, pcfg.ifaces = h.ifaces;
+    if (!h.hosts.empty() && !app.count("--nproc")) pcfg.nproc = comm::total_slots(h.hosts);
     train::TrainConfig cfg = resolve(app, *a);
     train::ParallelConfig pc = resolve_parallel(app, *a, cfg);
     if (std::optional<int> code = train::launch_ranks_if_needed(cfg, pc)) {

@@ -100,30 +100,63 @@ static std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-void check_reachable(const std::vector<HostSlots>& hosts, const std::string& rsh_agent,
-                     double timeout_s) {
-  std::string agent = rsh_agent;
-  if (agent.empty() && std::getenv("OMPI_MCA_plm_rsh_agent")) agent = std::getenv("OMPI_MCA_plm_rsh_agent");
-  std::string agent_cmd = agent.empty() ? "ssh -o BatchMode=yes -o ConnectTimeout=5" : shell_quote(agent);
+// Runs the interface probe on one host through the agent; empty `problem` when it answered.
+static std::vector<NetIface> probe_host(const std::string& host, const std::string& agent, double timeout_s,
+                                        std::string& problem) {
   std::string me = host_name();
+  if (host == me || host == "localhost" || host == "127.0.0.1") return local_interfaces();
+  std::string agent_cmd = agent.empty() ? "ssh -o BatchMode=yes -o ConnectTimeout=5" : shell_quote(agent);
+  std::string cmd = cat("timeout ", timeout_s, " ", agent_cmd, " ", shell_quote(host), " ",
+                        shell_quote(kIfaceProbeScript), " 2>&1 </dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  STRATA_CHECK(p, "cannot run the remote shell to check host '", host, "'");
+  std::string said;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) said += buf;
+  int st = pclose(p);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return parse_iface_probe(said);
+  std::string first = said.substr(0, said.find('\n'));
+  while (!first.empty() && first.back() == '\r') first.pop_back();
+  int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  problem = cat("host '", host, "' is unreachable: `", agent.empty() ? "ssh" : agent, " ", host, "` ",
+                code == 124 ? cat("timed out after ", timeout_s, " s") : cat("exited with code ", code),
+                first.empty() ? "" : ": ", first);
+  return {};
+}
+
+static std::string agent_of(const std::string& rsh_agent) {
+  if (rsh_agent.empty() && std::getenv("OMPI_MCA_plm_rsh_agent")) return std::getenv("OMPI_MCA_plm_rsh_agent");
+  return rsh_agent;
+}
+
+std::vector<std::vector<NetIface>> check_reachable(const std::vector<HostSlots>& hosts,
+                                                   const std::string& rsh_agent, double timeout_s) {
+  std::vector<std::vector<NetIface>> out;
   for (const HostSlots& h : hosts) {
-    if (h.host == me || h.host == "localhost" || h.host == "127.0.0.1") continue;
-    std::string cmd = cat("timeout ", timeout_s, " ", agent_cmd, " ", shell_quote(h.host),
-                          " true 2>&1 </dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    STRATA_CHECK(p, "cannot run the remote shell to check host '", h.host, "'");
-    std::string said;
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p))
-      if (said.empty()) said = buf;
-    int st = pclose(p);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
-    while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    fail("host '", h.host, "' is unreachable: `", agent.empty() ? "ssh" : agent, " ", h.host,
-         " true` ", code == 124 ? cat("timed out after ", timeout_s, " s") : cat("exited with code ", code),
-         said.empty() ? "" : ": ", said);
+    std::string problem;
+    out.push_back(probe_host(h.host, agent_of(rsh_agent), timeout_s, problem));
+    if (!problem.empty()) fail(problem);
   }
+  return out;
+}
+
+std::vector<std::string> host_network_problems(const std::vector<HostSlots>& hosts,
+                                               const std::string& rsh_agent, double timeout_s,
+                                               const std::vector<std::string>& wanted_ifaces) {
+  std::vector<std::string> problems, names;
+  std::vector<std::vector<NetIface>> ifs;
+  for (const HostSlots& h : hosts) {
+    std::string problem;
+    std::vector<NetIface> f = probe_host(h.host, agent_of(rsh_agent), timeout_s, problem);
+    if (!problem.empty()) {
+      problems.push_back(problem);
+      continue;
+    }
+    names.push_back(h.host);
+    ifs.push_back(std::move(f));
+  }
+  for (std::string& p : interface_problems(names, ifs, wanted_ifaces)) problems.push_back(std::move(p));
+  return problems;
 }
 
 }  // namespace strata::comm

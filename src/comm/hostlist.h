@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/netif.h"
+
 namespace strata::comm {
 
 struct HostSlots {
@@ -24,10 +26,16 @@ int total_slots(const std::vector<HostSlots>& hosts);
 // Throws Error when a host appears twice or nproc exceeds the slots; `what` names the source
 // ("--hosts" or "hostfile PATH").
 void check_hosts(const std::vector<HostSlots>& hosts, int nproc, const std::string& what);
-// Runs `AGENT HOST true` (AGENT: rsh_agent, else $OMPI_MCA_plm_rsh_agent, else ssh in batch
-// mode) for every host that is not this machine, at most timeout_s each; throws Error naming
-// the first host that does not answer and what the agent said.
-void check_reachable(const std::vector<HostSlots>& hosts, const std::string& rsh_agent,
-                     double timeout_s);
+// Runs `AGENT HOST <interface probe>` (AGENT: rsh_agent, else $OMPI_MCA_plm_rsh_agent, else
+// ssh in batch mode; comm/netif.h) for every host that is not this machine, at most
+// timeout_s each; throws Error naming the first host that does not answer and what the
+// agent said. Returns each host's interfaces (this machine's read locally).
+std::vector<std::vector<NetIface>> check_reachable(const std::vector<HostSlots>& hosts,
+                                                   const std::string& rsh_agent, double timeout_s);
+// The same, but a host that does not answer gives a problem line instead of an Error; the
+// lines of comm/netif.h's interface_problems follow (after a job failed: what broke).
+std::vector<std::string> host_network_problems(const std::vector<HostSlots>& hosts,
+                                               const std::string& rsh_agent, double timeout_s,
+                                               const std::vector<std::string>& wanted_ifaces);
 
 }  // namespace strata::comm

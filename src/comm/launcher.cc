@@ -1,5 +1,7 @@
 #include "comm/launcher.h"
 
+#include "comm/hier/topology.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/hier/topology.h"
 #include "comm/rank_status.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -276,6 +279,22 @@ struct LaunchPlan {
   std::string status_dir;  // mpi with rank_exec: where ranks record how they ended
 };
 
+// The subnets (CIDR) of the named interfaces on the hosts, comma-separated, when this host
+// has an address in one of them; else empty.
+std::string oob_subnets(const std::vector<std::vector<NetIface>>& ifs, const std::vector<std::string>& names) {
+  std::vector<std::string> nets;
+  for (const auto& host : ifs)
+    for (const NetIface& f : host)
+      if (std::count(names.begin(), names.end(), f.name) && !f.subnet.empty() &&
+          !std::count(nets.begin(), nets.end(), f.subnet))
+        nets.push_back(f.subnet);
+  bool here = false;
+  for (const NetIface& f : local_interfaces()) here |= std::count(nets.begin(), nets.end(), f.subnet) > 0;
+  std::string out;
+  for (const std::string& n : nets) out += (out.empty() ? "" : ",") + n;
+  return here ? out : "";
+}
+
 // Checks the options and decides what to run; starts nothing (a failure here leaves nothing
 // behind but the mpi status directory, which the caller's guard owns from then on).
 LaunchPlan plan_launch(const LaunchOptions& o) {
@@ -293,9 +312,19 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   if (o.timeout_s > 0) common.push_back({"STRATA_TIMEOUT", cat(o.timeout_s)});
   STRATA_CHECK(o.hosts.empty() || o.backend == Backend::mpi,
                "hosts are given, but only the mpi backend runs across hosts (use --backend mpi)");
+  STRATA_CHECK(o.ifaces.empty() || o.backend == Backend::mpi,
+               "--iface ", o.ifaces.front(), " is given, but only the mpi backend uses network interfaces (use --backend mpi)");
+  std::vector<std::vector<NetIface>> ifs;  // of each host, when there are hosts
   if (!o.hosts.empty()) {
     check_hosts(o.hosts, o.nproc, o.hosts_source);
-    check_reachable(o.hosts, o.rsh_agent, o.reach_timeout_s);
+    ifs = check_reachable(o.hosts, o.rsh_agent, o.reach_timeout_s);
+    std::vector<std::string> names;
+    for (const HostSlots& h : o.hosts) names.push_back(h.host);
+    std::vector<std::string> problems = interface_problems(names, ifs, o.ifaces);
+    if (!problems.empty()) fail(problems.front());
+  } else if (!o.ifaces.empty()) {
+    std::vector<std::string> problems = interface_problems({host_name()}, {local_interfaces()}, o.ifaces);
+    if (!problems.empty()) fail(problems.front());
   }
   if (o.backend == Backend::mpi) {
     std::string mpirun = find_program(o.mpirun);
@@ -309,6 +338,16 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
     } else {
       argv.insert(argv.end(), {"--host", format_hosts(o.hosts)});
       if (!o.rsh_agent.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_agent", o.rsh_agent});
+    }
+    if (!o.ifaces.empty()) {
+      std::string list;
+      for (const std::string& i : o.ifaces) list += (list.empty() ? "" : ",") + i;
+      argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", list});
+      // mpirun's control channel starts on this host, whose interface names need not match
+      // the hosts': it is restricted to the named interfaces' subnets instead, when this
+      // host has an address in one of them.
+      std::string oob = oob_subnets(ifs.empty() ? std::vector<std::vector<NetIface>>{local_interfaces()} : ifs, o.ifaces);
+      if (!oob.empty()) argv.insert(argv.end(), {"--mca", "oob_tcp_if_include", oob});
     }
     if (geteuid() == 0) argv.push_back("--allow-run-as-root");
     for (auto& [k, v] : common) {
@@ -438,6 +477,9 @@ std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions
 // the grace period.
 void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o, LaunchResult& res) {
   int64_t kill_deadline = 0;  // when survivors get SIGKILL (0: not stopping)
+  int64_t all_exited_ns = 0;  // when the last child exited
+  int64_t abort_deadline = 0; // mpirun said it aborts the job: when it gets SIGKILL
+  size_t mpirun_lines_seen = 0;
   for (;;) {
     std::vector<pollfd> pfds;
     std::vector<size_t> idx;
@@ -449,6 +491,11 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
     bool any_running = false;
     for (Child& c : g.children) any_running |= c.running;
     if (pfds.empty() && !any_running) break;
+    // Every child has exited, but a process it left behind may hold the pipes: mpirun's
+    // daemon on a host cut off mid-run (its link down) lives on until TCP gives up. Its
+    // output is drained for a moment, not waited for.
+    if (!any_running && !all_exited_ns) all_exited_ns = now_ns();
+    if (!any_running && now_ns() - all_exited_ns > int64_t(2e9)) break;
     int n = poll(pfds.data(), pfds.size(), 20);
     for (int i = 0; n > 0 && i < int(pfds.size()); ++i)
       if (pfds[size_t(i)].revents) {
@@ -464,7 +511,7 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
       c.running = false;
       c.status = status;
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && res.exit_code == 0 && !kill_deadline) {
+      if (!ok && res.exit_code == 0 && (!kill_deadline || abort_deadline)) {
         res.exit_code = exit_code_of(status);
         if (c.rank >= 0) {
           res.failed_rank = c.rank;
@@ -473,6 +520,21 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
         kill_deadline = now_ns() + int64_t(o.grace_s * 1e9);
         g.signal_all(SIGTERM);
       }
+    }
+    // mpirun that reports a failed rank but cannot reach a host's daemon to stop it (a link
+    // down) waits forever: it gets the grace period plus 2 s to finish its abort.
+    for (LineSink& sk : sinks)
+      if (sk.captured && !kill_deadline && !sk.captured->empty() &&
+          sk.captured->size() != mpirun_lines_seen) {
+        for (size_t i = mpirun_lines_seen; i < sk.captured->size(); ++i)
+          if ((*sk.captured)[i].find("abort is already in progress") != std::string::npos ||
+              (*sk.captured)[i].find("the job has been aborted") != std::string::npos)
+            abort_deadline = abort_deadline ? abort_deadline : now_ns() + int64_t((o.grace_s + 2) * 1e9);
+        mpirun_lines_seen = sk.captured->size();
+      }
+    if (abort_deadline && !kill_deadline && now_ns() > abort_deadline) {
+      kill_deadline = INT64_MAX;
+      g.signal_all(SIGKILL);
     }
     if (g_stop_signal && !kill_deadline) {
       res.exit_code = 128 + g_stop_signal;
@@ -507,6 +569,11 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, rank);
     res.failed_rank = rank;
     if (res.message.empty()) res.message = cat("mpirun ", describe_wait_status(guard.children[0].status));
+  }
+  if (!o.hosts.empty() && res.exit_code != 0 && !res.interrupted) {
+    // What broke between the hosts (a link set down mid-run, a host gone): probed again.
+    for (const std::string& p : host_network_problems(o.hosts, o.rsh_agent, std::min(5.0, o.reach_timeout_s), o.ifaces))
+      res.message += "; " + p;
   }
   return res;
 }

@@ -9,7 +9,10 @@
 //   launcher's environment (the env knobs); ranks find their place from OMPI_COMM_WORLD_*.
 //   With hosts: `mpirun --host a:2,b:2` (ranks fill the hosts in order), through rsh_agent
 //   when given; the hosts are checked first (comm/hostlist.h): a host named twice, more
-//   ranks than slots or an unreachable host is an Error before any rank starts.
+//   ranks than slots, an unreachable host, an --iface a host lacks or has down, or an
+//   interface down on one host but up on the others is an Error before any rank starts.
+//   When a multi-host job fails, the hosts are probed again and what broke (a host that no
+//   longer answers, an interface gone down mid-run) is added to the result's message.
 // Each output line is prefixed "[rank R] ". When a rank dies or exits non-zero, the others
 // get SIGTERM (they dump their flight recorders), then SIGKILL after a grace period, and the
 // result names the first rank that failed and its exit code or signal. Shared-memory
@@ -50,6 +53,11 @@ struct LaunchOptions {
   std::string hosts_source = "--hosts";  // names the hosts in errors ("hostfile PATH")
   std::string rsh_agent;         // mpirun's plm_rsh_agent; empty: OpenMPI's default (ssh)
   double reach_timeout_s = 10;   // per host, for the reachability check
+  // mpi: the interfaces MPI may use (`--iface eth0`: btl_tcp_if_include, and
+  // oob_tcp_if_include when this host has them too); each must exist and be up on every
+  // host, or launch throws naming the host and the interface. Empty: MPI's choice (OpenMPI
+  // stripes over every interface that is up).
+  std::vector<std::string> ifaces;
   int max_restarts = 0;  // relaunch the whole job after a failure, up to this many times
   // One line per restart ("strata launch: restart 1/3 after rank 2 was killed by signal 9");
   // default: stderr.

@@ -76,30 +76,40 @@ std::string num(double x, int prec = 2) {
 NetVerdict judge_net(const NetResult& r, double threshold, double expect) {
   STRATA_CHECK(threshold > 0 && threshold <= 1, "--threshold must be in (0, 1], got ", threshold);
   NetVerdict v;
-  std::vector<double> bws, lats, busbws;
+  // Kind of a pair: 0 within a host, 1 between hosts (one kind on one host).
+  const bool hosts = !r.host_of.empty() && *std::max_element(r.host_of.begin(), r.host_of.end()) > 0;
+  auto kind = [&](int i, int j) { return hosts && r.host_of[size_t(i)] != r.host_of[size_t(j)] ? 1 : 0; };
+  std::vector<double> bws[2], lats[2], busbws;
   for (int i = 0; i < r.world; ++i)
     for (int j = i + 1; j < r.world; ++j) {
-      bws.push_back(r.bw_gbps[i][j]);
-      lats.push_back(r.latency_us[i][j]);
+      bws[kind(i, j)].push_back(r.bw_gbps[i][j]);
+      lats[kind(i, j)].push_back(r.latency_us[i][j]);
     }
   for (auto& c : r.collectives) busbws.push_back(c.busbw_gbps);
-  v.median_pair_bw = median(bws);
-  v.median_pair_latency = median(lats);
+  double med_bw[2] = {median(bws[0]), median(bws[1])}, med_lat[2] = {median(lats[0]), median(lats[1])};
+  std::vector<double> all_bw = bws[0], all_lat = lats[0];
+  all_bw.insert(all_bw.end(), bws[1].begin(), bws[1].end());
+  all_lat.insert(all_lat.end(), lats[1].begin(), lats[1].end());
+  v.median_pair_bw = median(all_bw);
+  v.median_pair_latency = median(all_lat);
   v.median_busbw = median(busbws);
-  bool relative_pairs = bws.size() >= 3, relative_colls = busbws.size() >= 3;
+  bool relative_colls = busbws.size() >= 3 && !hosts;
   for (int i = 0; i < r.world; ++i)
     for (int j = i + 1; j < r.world; ++j) {
       std::string pair = cat("pair ", i, "-", j);
+      const int k = kind(i, j);
+      const bool relative = bws[k].size() >= 3;
+      const std::string of = hosts ? (k ? " between hosts" : " within a host") : "";
       double bw = r.bw_gbps[i][j], lat = r.latency_us[i][j];
-      if (relative_pairs && bw < threshold * v.median_pair_bw)
-        v.flags.push_back({pair, cat(pair, ": bandwidth ", num(bw), " GB/s, ", num(bw / v.median_pair_bw),
-                                     "x the median pair (", num(v.median_pair_bw), " GB/s)")});
+      if (relative && bw < threshold * med_bw[k])
+        v.flags.push_back({pair, cat(pair, ": bandwidth ", num(bw), " GB/s, ", num(bw / med_bw[k]),
+                                     "x the median pair", of, " (", num(med_bw[k]), " GB/s)")});
       if (expect > 0 && bw < threshold * expect)
         v.flags.push_back({pair, cat(pair, ": bandwidth ", num(bw), " GB/s, ", num(bw / expect),
                                      "x the expected ", num(expect), " GB/s")});
-      if (relative_pairs && v.median_pair_latency > 0 && lat > v.median_pair_latency / threshold)
-        v.flags.push_back({pair, cat(pair, ": latency ", num(lat, 1), " us, ", num(lat / v.median_pair_latency, 1),
-                                     "x the median pair (", num(v.median_pair_latency, 1), " us)")});
+      if (relative && med_lat[k] > 0 && lat > med_lat[k] / threshold)
+        v.flags.push_back({pair, cat(pair, ": latency ", num(lat, 1), " us, ", num(lat / med_lat[k], 1),
+                                     "x the median pair", of, " (", num(med_lat[k], 1), " us)")});
     }
   for (const CollectiveResult& c : r.collectives) {
     if (relative_colls && c.busbw_gbps < threshold * v.median_busbw)
@@ -146,7 +156,7 @@ std::string format_net_report(const NetResult& r, const NetVerdict& v, double th
   out += cat("Median pair: ", num(v.median_pair_bw), " GB/s, ", num(v.median_pair_latency, 1),
              " us; median collective busbw: ", num(v.median_busbw), " GB/s; threshold ", threshold,
              expect > 0 ? cat(", expected busbw ", num(expect), " GB/s") : std::string(), "\n");
-  if (r.world < 3 && expect <= 0)
+  if (r.world < 3 && expect <= 0 && r.host_of.empty())
     out += "Note: with fewer than 3 ranks there is no median to compare pairs against; give --expect-busbw\n";
   if (v.flags.empty()) out += "No slow link or collective found.\n";
   for (auto& f : v.flags) out += "SLOW " + f.text + "\n";
@@ -162,7 +172,8 @@ nlohmann::json net_report_json(const NetResult& r, const NetVerdict& v, double t
   return {{"world", r.world}, {"backend", r.backend}, {"p2p_bytes", r.p2p_bytes}, {"bw_gbps", r.bw_gbps},
           {"latency_us", r.latency_us}, {"collectives", colls}, {"median_pair_bw_gbps", v.median_pair_bw},
           {"median_pair_latency_us", v.median_pair_latency}, {"median_busbw_gbps", v.median_busbw},
-          {"threshold", threshold}, {"expect_busbw_gbps", expect}, {"flags", flags}, {"healthy", v.flags.empty()}};
+          {"threshold", threshold}, {"expect_busbw_gbps", expect}, {"flags", flags}, {"healthy", v.flags.empty()},
+          {"host_of", r.host_of}};
 }
 
 }  // namespace strata::diag
@@ -179,6 +190,7 @@ NetResult net_result_from_json(const nlohmann::json& j) {
   for (const auto& c : j.at("collectives"))
     r.collectives.push_back({c.at("op").get<std::string>(), c.at("bytes").get<size_t>(), c.at("time_us").get<double>(),
                              c.at("algbw_gbps").get<double>(), c.at("busbw_gbps").get<double>()});
+  if (j.contains("host_of")) r.host_of = j.at("host_of").get<std::vector<int>>();
   return r;
 }
 

@@ -72,6 +72,10 @@ struct NetResult {
   std::vector<std::vector<double>> bw_gbps;     // [i][j], i != j (symmetric); 0 on the diagonal
   std::vector<std::vector<double>> latency_us;  // [i][j]
   std::vector<CollectiveResult> collectives;
+  // World rank -> host index (diag/host_net.h) when the ranks span several hosts; empty on
+  // one host. Pairs are then judged against the median of their own kind (within a host,
+  // between hosts), and collectives against the host links (judge_hosts), not each other.
+  std::vector<int> host_of;
 };
 
 // Runs the measurements over every rank of `pg` (collective: call it on all ranks). Every

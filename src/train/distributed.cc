@@ -9,18 +9,22 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "comm/bootstrap.h"
+#include "comm/hier/topology.h"
 #include "comm/launcher.h"
 #include "comm/process_group.h"
 #include "comm/rank_status.h"
 #include "core/error.h"
 #include "core/trace.h"
+#include "diag/net_check.h"
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
 #include "parallel/overlap.h"
+#include "parallel/placement.h"
 #include "model/tensor/tp_cost.h"
 #include "parallel/zero_memory.h"
 #include "train/run_dir_lock.h"
@@ -101,6 +105,35 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
           {"text", text}};
 }
 
+// Across hosts: a warning when tp groups span hosts (parallel/placement.h), and with
+// --preflight the bandwidth doctor (diag/net_check.h), its report on stderr and in
+// <run-dir>/preflight.json. Collective over the world.
+void check_hosts_before_training(const TrainConfig& cfg, const ParallelConfig& pc, comm::ProcessGroup& world,
+                                 const parallel::MeshDims& dims) {
+  const comm::HostLayout layout = comm::discover_hosts(world);
+  const std::string warning = parallel::tp_placement_warning(layout, dims);
+  if (world.rank() == 0 && !warning.empty()) std::fprintf(stderr, "strata train: warning: %s\n", warning.c_str());
+  if (!pc.preflight) return;
+  diag::NetCheckOptions o;
+  o.net.p2p_bytes = size_t(1) << 20;
+  o.net.reps = 2;
+  o.net.coll_bytes = size_t(4) << 20;
+  o.net.coll_iters = 2;
+  o.host.tp = dims.tp;
+  o.host.wanted_ifaces = pc.ifaces;
+  nlohmann::json report = diag::run_net_check(world, o);
+  if (world.rank() != 0) return;
+  std::ostringstream text;
+  const int findings = diag::print_net_check(report, false, text);
+  std::fprintf(stderr, "strata train: preflight (strata doctor net):\n%s", text.str().c_str());
+  if (findings > 0)
+    std::fprintf(stderr, "strata train: preflight found %d problem(s) (above); training goes on\n", findings);
+  if (!cfg.run_dir.empty()) {
+    std::ofstream f(cfg.run_dir + "/preflight.json");
+    f << report.dump(2) << "\n";
+  }
+}
+
 }  // namespace
 
 // This process's program and arguments, to start the same command once per rank.
@@ -151,7 +184,7 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
     }
     return std::nullopt;
   }
-  if (pc.nproc <= 1 && pc.max_restarts == 0) return std::nullopt;
+  if (pc.nproc <= 1 && pc.max_restarts == 0 && pc.hosts.empty()) return std::nullopt;
   RunDirLock lock(cfg.run_dir);  // held across the ranks' lives and restarts
   comm::LaunchOptions o;
   o.nproc = pc.nproc;
@@ -159,6 +192,10 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   o.timeout_s = pc.timeout_s;
   o.prefix_output = false;  // rank 0 alone prints progress; --json output stays pure JSON
   o.max_restarts = pc.max_restarts;
+  o.hosts = pc.hosts;
+  o.hosts_source = pc.hosts_source;
+  o.rsh_agent = pc.rsh_agent;
+  o.ifaces = pc.ifaces;
   o.command = own_command_line();
   o.rank_exec = comm::self_executable();
   // On a terminal, rank 0 draws the live progress line through the launcher's pipe.
@@ -166,7 +203,12 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   // Like torchrun: ranks sharing a host split its cores instead of each taking all of them.
   if (!std::getenv("OMP_NUM_THREADS")) {
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-    o.extra_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cores / pc.nproc)));
+    int per_host = pc.nproc;  // across hosts: the most ranks any host runs
+    if (!pc.hosts.empty()) {
+      per_host = 1;
+      for (const comm::HostSlots& h : pc.hosts) per_host = std::max(per_host, h.slots);
+    }
+    o.extra_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cores / per_host)));
   }
   comm::LaunchResult r = comm::launch(o);
   if (r.exit_code != 0) std::fprintf(stderr, "strata train: %s\n", r.message.c_str());
@@ -204,6 +246,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
 
   parallel::Mesh mesh(*world, pc.mesh_dims());
   const parallel::MeshDims dims = mesh.dims();
+  if (pc.backend == comm::Backend::mpi) check_hosts_before_training(cfg, pc, *world, dims);
   std::unique_ptr<model::TensorComm> tensor_comm;
   if (mesh.has_tp())
     tensor_comm = std::make_unique<model::TensorComm>(mesh.tp(), pc.sequence_parallel);

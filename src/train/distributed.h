@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/hostlist.h"
 #include "comm/types.h"
 #include "parallel/mesh.h"
 #include "parallel/options.h"
@@ -30,6 +31,12 @@ struct ParallelConfig {
   bool trace = false;                        // Chrome trace per rank in the run dir
   int max_restarts = 0;                      // supervisor: restarts from the latest checkpoint
   double timeout_s = 0;                      // communication timeout (0: STRATA_TIMEOUT/default)
+  // Several hosts (mpi; --hosts, --hostfile, --slurm): ranks fill each host in order, so tp
+  // peers (adjacent ranks) share a host; comm/launcher.h checks hosts and interfaces.
+  std::vector<comm::HostSlots> hosts;
+  std::string hosts_source = "--hosts", rsh_agent;
+  std::vector<std::string> ifaces;           // --iface
+  bool preflight = false;                    // --preflight: the bandwidth doctor before step 1
 
   // Ranks of the job: the launcher's world when this process is already a rank (started by
   // `strata launch`, mpirun, torchrun or SLURM), else nproc.

@@ -1,17 +1,23 @@
 // Several hosts: a namespace cluster of 2 hosts x 2 ranks (tools/netns-cluster) runs the
 // collective sweep through mpirun, hierarchical collectives forced, and must match the
-// single-host reference; bad host lists fail before any rank starts. Skipped (with the
-// reason) without root, `ip netns` or MPI.
+// single-host reference; bad host lists fail before any rank starts; the bandwidth doctor
+// names each injected network fault. Skipped (with the reason) without root, `ip netns` or
+// MPI.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <regex>
+#include <thread>
 
 #include "comm/hier/topology.h"
 #include "comm/hostlist.h"
+#include "comm/slurm_hosts.h"
 #include "comm/mpi/mpi_transport.h"
+#include "core/timer.h"
+#include "support/temp_dir.h"
 #include "support/run.h"
 
 namespace strata::comm {
@@ -39,6 +45,22 @@ TEST(HostLayout, FromNames) {
   EXPECT_FALSE(layout_from_names({"x", "x", "y"}).uniform());
 }
 
+TEST(SlurmHosts, ExpandsCompressedNodeLists) {
+  EXPECT_EQ(expand_nodelist("node[01-03,07]"), (std::vector<std::string>{"node01", "node02", "node03", "node07"}));
+  EXPECT_EQ(expand_nodelist("a,gpu-b[8-10],c.d"), (std::vector<std::string>{"a", "gpu-b8", "gpu-b9", "gpu-b10", "c.d"}));
+  EXPECT_EQ(expand_nodelist("r[1-2]-n[09-10]"), (std::vector<std::string>{"r1-n09", "r1-n10", "r2-n09", "r2-n10"}));
+  EXPECT_EQ(expand_tasks_per_node("2(x3),1", 4), (std::vector<int>{2, 2, 2, 1}));
+  auto h = hosts_from_slurm("node[01-03,07]", "2(x3),1", "");
+  EXPECT_EQ(format_hosts(h), "node01:2,node02:2,node03:2,node07:1");
+  EXPECT_EQ(format_hosts(hosts_from_slurm("n[1-2]", "", "4")), "n1:4,n2:4");
+  EXPECT_EQ(format_hosts(hosts_from_slurm("n[1-2]", "", "")), "n1:1,n2:1");
+  for (const char* bad : {"node[01-03", "node[3-1]", "node[a-b]", "n[1-[2]]", "a,,b", "node]"})
+    EXPECT_THROW(expand_nodelist(bad), Error) << bad;
+  EXPECT_THROW(expand_tasks_per_node("2(x3)", 4), Error);
+  EXPECT_THROW(expand_tasks_per_node("2(x", 1), Error);
+  EXPECT_THROW(expand_tasks_per_node("0", 1), Error);
+}
+
 const std::string kCluster = std::string(STRATA_SOURCE_DIR) + "/tools/netns-cluster";
 
 class MultiHost : public ::testing::Test {
@@ -50,9 +72,11 @@ class MultiHost : public ::testing::Test {
     name_ = cat("smt", getpid() % 100000);
     state_ = "/tmp/netns-cluster-" + name_;
   }
-  void up(int hosts) {
-    auto p = test::run({kCluster, "up", "--name", name_, "--hosts", std::to_string(hosts),
-                           "--ranks-per-host", "2"}, {}, 60);
+  void up(int hosts, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {kCluster, "up", "--name", name_, "--hosts", std::to_string(hosts),
+                                  "--ranks-per-host", "2"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto p = test::run(a, {}, 60);
     ASSERT_EQ(p.exit_code(), 0) << p.output();
     up_ = true;
   }
@@ -66,6 +90,22 @@ class MultiHost : public ::testing::Test {
     return a;
   }
   std::string h(int i) const { return cat(name_, "-h", i); }
+  void cluster(const std::vector<std::string>& args) {
+    std::vector<std::string> a = {kCluster};
+    a.insert(a.end(), args.begin(), args.end());
+    a.insert(a.end(), {"--name", name_});
+    auto p = test::run(a, {}, 60);
+    ASSERT_EQ(p.exit_code(), 0) << p.output();
+  }
+  // `strata doctor net` over `hosts` (host:slots,...), small sizes.
+  test::Proc doctor(const std::string& hosts, std::vector<std::string> extra = {}, double timeout = 120,
+                    const std::string& reps = "2", const std::string& comm_timeout = "20") {
+    std::vector<std::string> a = {STRATA_BINARY, "doctor", "net", "--backend", "mpi", "--hosts", hosts,
+                                  "--rsh-agent", state_ + "/rsh-agent", "--timeout", comm_timeout, "--bytes", "1M",
+                                  "--reps", reps, "--coll-bytes", "1M", "--iters", "2"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return test::run(a, {{"STRATA_MPI_FINALIZE_TIMEOUT", "3"}, {"STRATA_DUMP_DIR", state_}}, timeout);
+  }
   std::string name_, state_;
   bool up_ = false;
 };
@@ -118,6 +158,8 @@ TEST_F(MultiHost, BadHostListsFailBeforeAnyRankStarts) {
       {{"--hosts", cat(h(0), ":2,", h(1), ":2"), "-n", "5"},
        cat("--hosts: 5 ranks but only 4 slots (", h(0), ":2,", h(1), ":2)")},
       {{"--hosts", cat(h(0), ":2,", name_, "-h7:2")}, cat("host '", name_, "-h7' is unreachable")},
+      {{"--hosts", cat(h(0), ":2,", h(1), ":2"), "--iface", "eth9"},
+       cat("--iface eth9: host '", h(0), "' has no interface 'eth9' (it has eth0, lo)")},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = launch(c.where);
@@ -130,6 +172,123 @@ TEST_F(MultiHost, BadHostListsFailBeforeAnyRankStarts) {
   }
   struct stat st {};
   EXPECT_NE(stat(marker.c_str(), &st), 0) << "a rank ran despite the bad host list";
+}
+
+// Losses and gradient norms per step from a run's metrics.jsonl, as written (17 digits).
+std::vector<std::pair<double, double>> losses(const std::string& run_dir) {
+  std::vector<std::pair<double, double>> out;
+  std::string text = test::read_file(run_dir + "/metrics.jsonl");
+  std::regex rec(R"re("grad_norm":([-0-9.e+]+),"loss":([-0-9.e+]+))re");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), rec); it != std::sregex_iterator(); ++it)
+    out.emplace_back(std::stod((*it)[2].str()), std::stod((*it)[1].str()));
+  return out;
+}
+
+// Training on 2 hosts x 2 ranks (ZeRO-1) equals training on 1 host x 4 ranks: bit for bit
+// when both reduce with the same flat MPI collectives (the same algorithm over the same 4
+// ranks), within fp32 tolerance with the hierarchical ones (another summation order).
+TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
+  up(2, {"--link", "1gbit"});
+  const std::string base = cat("/tmp/strata-mh-train-", getpid());
+  auto train = [&](const std::string& dir, std::vector<std::string> where, test::Env env) {
+    std::vector<std::string> a = {STRATA_BINARY, "train", "--zero", "1", "--steps", "4", "--seq", "32", "--layers", "1", "--dim", "64",
+                                  "--batch", "16", "--eval-every", "0", "--sample-tokens", "0", "--timeout", "60",
+                                  "--run-dir", dir, "--json"};
+    a.insert(a.end(), where.begin(), where.end());
+    env.push_back({"OMPI_MCA_mpi_yield_when_idle", "1"});
+    env.push_back({"OMP_NUM_THREADS", "1"});
+    auto p = test::run(a, env, 180);
+    EXPECT_EQ(p.exit_code(), 0) << p.output();
+    return losses(dir);
+  };
+  const std::vector<std::string> hosts = {"--hostfile", state_ + "/hostfile", "--rsh-agent", state_ + "/rsh-agent"};
+  auto one_host = train(base + "-1x4", {"--backend", "mpi", "--nproc", "4"}, {});
+  auto flat = train(base + "-2x2-flat", hosts, {{"STRATA_HIER", "flat"}});
+  auto hier = train(base + "-2x2-hier", hosts, {{"STRATA_HIER", "hierarchical"}});
+  std::system(cat("rm -rf ", base, "-1x4 ", base, "-2x2-flat ", base, "-2x2-hier").c_str());
+  ASSERT_EQ(one_host.size(), 4u);
+  EXPECT_EQ(flat, one_host);
+  ASSERT_EQ(hier.size(), one_host.size());
+  for (size_t i = 0; i < hier.size(); ++i) {
+    EXPECT_NEAR(hier[i].first, one_host[i].first, 1e-5 * std::abs(one_host[i].first)) << "step " << i + 1;
+    EXPECT_NEAR(hier[i].second, one_host[i].second, 1e-4 * std::abs(one_host[i].second)) << "step " << i + 1;
+  }
+}
+
+// The bandwidth doctor across hosts names each injected network fault (diag/host_net.h).
+
+// Hosts with a fast eth0 (1 Gbit/s) and a slow eth1 (100 Mbit/s): OpenMPI stripes its TCP
+// traffic over both, and the doctor says so and names --iface eth0; with it, the finding
+// goes away.
+TEST_F(MultiHost, DoctorNamesTrafficOnTheWrongInterface) {
+  up(2, {"--link", "1gbit", "--second-iface", "100mbit"});
+  const std::string hosts = cat(h(0), ":1,", h(1), ":1");
+  auto p = doctor(hosts);
+  std::string out = p.output();
+  EXPECT_EQ(p.exit_code(), 1) << out;
+  EXPECT_NE(out.find("FOUND traffic on the wrong interface: MPI sent " + h(0) + " -> " + h(1)), std::string::npos) << out;
+  EXPECT_NE(out.find("over eth1 (raw TCP"), std::string::npos) << out;
+  EXPECT_NE(out.find("Fix: --iface eth0"), std::string::npos) << out;
+  p = doctor(hosts, {"--iface", "eth0"});
+  out = p.output();
+  EXPECT_EQ(out.find("wrong interface"), std::string::npos) << out;
+  EXPECT_NE(out.find("MPI bytes eth0 100% eth1 0%"), std::string::npos) << out;
+}
+
+// Three hosts, the uplink of the third shaped to a quarter of the others'.
+TEST_F(MultiHost, DoctorNamesTheHostWithADegradedLink) {
+  up(3, {"--link", "1gbit"});
+  cluster({"shape", "--host", "2", "--rate", "250mbit"});
+  auto p = doctor(cat(h(0), ":1,", h(1), ":1,", h(2), ":1"));
+  std::string out = p.output();
+  EXPECT_EQ(p.exit_code(), 1) << out;
+  std::regex degraded("FOUND degraded link: host " + h(2) + R"('s uplink runs at 0\.[1-3]\dx the reference link)");
+  EXPECT_TRUE(std::regex_search(out, degraded)) << out;
+  EXPECT_NE(out.find(h(2) + " -> " + h(0)), std::string::npos) << out;
+  EXPECT_EQ(out.find("host " + h(0) + "'s"), std::string::npos) << out;
+  EXPECT_EQ(out.find("host " + h(1) + "'s"), std::string::npos) << out;
+}
+
+// An interface down before the job: one line naming host and interface, nothing started.
+// Set down mid-run: the ranks time out, mpirun (which cannot reach that host's daemon) is
+// stopped, and the error names the host and interface, within a bounded time.
+TEST_F(MultiHost, DoctorNamesADownedInterfaceBeforeAndDuringTheRun) {
+  up(2, {"--link", "1gbit"});
+  const std::string hosts = cat(h(0), ":1,", h(1), ":1");
+  cluster({"ifdown", "--host", "1"});
+  auto p = doctor(hosts);
+  std::string out = p.output();
+  EXPECT_NE(p.exit_code(), 0) << out;
+  EXPECT_EQ(out, cat("strata: error: interface eth0 of host '", h(1), "' is down while it is up on host '", h(0), "'\n"));
+  cluster({"ifup", "--host", "1"});
+  std::thread cut([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    cluster({"ifdown", "--host", "1"});
+  });
+  int64_t t0 = now_ns();
+  p = doctor(hosts, {"--iface", "eth0"}, 90, "400", "4");
+  cut.join();
+  out = p.output();
+  EXPECT_NE(p.exit_code(), 0) << out;
+  EXPECT_NE(out.find(cat("--iface eth0: interface eth0 of host '", h(1), "' is down")), std::string::npos) << out;
+  EXPECT_LT(double(now_ns() - t0) * 1e-9, 60.0) << out;
+}
+
+// Ranks placed round-robin over the hosts by the user's own mpirun (--map-by node): tp
+// groups of consecutive ranks span hosts, which the doctor names with its cost.
+TEST_F(MultiHost, DoctorNamesTpGroupsSpreadOverHosts) {
+  up(2, {"--link", "1gbit"});
+  std::vector<std::string> a = {"/usr/bin/mpirun", "-n", "4", "--host", cat(h(0), ":2,", h(1), ":2"),
+                                "--map-by", "node", "--mca", "plm_rsh_agent", state_ + "/rsh-agent",
+                                "--allow-run-as-root", "-x", "OMPI_MCA_mpi_yield_when_idle=1", STRATA_BINARY,
+                                "doctor", "net", "--backend", "mpi", "--tp", "2", "--bytes", "256K", "--reps",
+                                "1", "--coll-bytes", "256K", "--iters", "1", "--timeout", "30"};
+  auto p = test::run(a, {}, 120);
+  std::string out = p.output();
+  std::regex spans(R"(FOUND topology strata did not choose: 2 tp group\(s\) of 2 span hosts \(ranks 0 1 on )" + h(0) +
+                   ", " + h(1) + R"(; ranks 2 3 on .*placement )" + h(0) + ": 0 2; " + h(1) +
+                   R"(: 1 3\)\. An all-reduce of 4096 KiB over a tp group takes [0-9.]+ ms, on 2 ranks of one host [0-9.]+ ms \([0-9.]+x\))");
+  EXPECT_TRUE(std::regex_search(out, spans)) << out;
 }
 
 }  // namespace

@@ -46,6 +46,21 @@ std::string HostLayout::describe() const {
   return s + ")";
 }
 
+std::string describe_rank_groups(const std::vector<std::vector<int>>& groups, const std::vector<std::string>& hosts,
+                                 const std::vector<int>& host_of) {
+  std::string out;
+  for (const auto& g : groups) {
+    std::string ranks, on;
+    for (int r : g) {
+      ranks += cat(ranks.empty() ? "" : " ", r);
+      const std::string& h = hosts[size_t(host_of[size_t(r)])];
+      if ((", " + on + ",").find(", " + h + ",") == std::string::npos) on += cat(on.empty() ? "" : ", ", h);
+    }
+    out += cat(out.empty() ? "" : "; ", "ranks ", ranks, " on ", on);
+  }
+  return out;
+}
+
 HostLayout layout_from_names(const std::vector<std::string>& names) {
   HostLayout l;
   for (const std::string& n : names) {

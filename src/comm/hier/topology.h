@@ -25,6 +25,11 @@ struct HostLayout {
   std::string describe() const;
 };
 
+// "ranks 0 1 on h0, h1; ranks 2 3 on h0, h1": groups of world ranks and the hosts they
+// run on (host_of: world rank -> index into hosts).
+std::string describe_rank_groups(const std::vector<std::vector<int>>& groups, const std::vector<std::string>& hosts,
+                                 const std::vector<int>& host_of);
+
 // Layout from each world rank's host name (the result of exchanging host_name()).
 HostLayout layout_from_names(const std::vector<std::string>& name_of_rank);
 

@@ -17,12 +17,15 @@ std::unique_ptr<Transport> make_mpi_world(const Options&) {
 #else
 
 #include <sched.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "comm/mpi/mpi_internal.h"
+#include "core/env.h"
 #include "core/timer.h"
 
 namespace strata::comm::detail {
@@ -51,10 +54,25 @@ static const char* thread_level_name(int level) {
   return "unknown";
 }
 
+static const EnvVar kFinalizeTimeout("STRATA_MPI_FINALIZE_TIMEOUT", "10",
+                                     "seconds MPI_Finalize may take at exit before the rank exits "
+                                     "without it (a peer host cut off mid-run makes it wait forever)");
+
+// MPI_Finalize synchronises with every peer through mpirun's daemons; with a host cut off
+// (its link down) it never returns. A rank that gets here after a failure must still exit.
 static void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  const double limit = kFinalizeTimeout.get_double();
+  std::thread([limit] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(int64_t(limit * 1000)));
+    std::fprintf(stderr, "strata: MPI_Finalize did not return within %g s (STRATA_MPI_FINALIZE_TIMEOUT; a peer "
+                 "host unreachable?); exiting without it\n", limit);
+    std::fflush(stderr);
+    _exit(1);
+  }).detach();
+  MPI_Finalize();
 }
 
 static void init_mpi() {
