@@ -216,16 +216,18 @@ void setup_generate(CLI::App& app) {
                     {"cached_tokens_per_s", t.cached_tokens_per_s},
                     {"uncached_tokens_per_s", t.uncached_tokens_per_s},
                     {"speedup", t.cached_tokens_per_s / t.uncached_tokens_per_s},
+                    {"cached_cpu_tokens_per_s", t.cached_cpu_tokens_per_s},
+                    {"uncached_cpu_tokens_per_s", t.uncached_cpu_tokens_per_s},
                     {"same_tokens", t.same_tokens},
                     {"kv_cache_bytes", t.kv_cache_bytes}};
     if (a->json)
       std::printf("%s\n", j.dump().c_str());
     else
       std::printf("generation, batch %d, %d + %d tokens: KV cache %.0f tokens/s, without %.0f tokens/s "
-                  "(%.2fx); same tokens: %s; cache %lld bytes\n",
+                  "(%.2fx; per CPU second %.0f vs %.0f); same tokens: %s; cache %lld bytes\n",
                   a->batch, a->prompt_len, a->response_len, t.cached_tokens_per_s, t.uncached_tokens_per_s,
-                  t.cached_tokens_per_s / t.uncached_tokens_per_s, t.same_tokens ? "yes" : "NO",
-                  (long long)t.kv_cache_bytes);
+                  t.cached_tokens_per_s / t.uncached_tokens_per_s, t.cached_cpu_tokens_per_s,
+                  t.uncached_cpu_tokens_per_s, t.same_tokens ? "yes" : "NO", (long long)t.kv_cache_bytes);
     if (!t.same_tokens) throw ExitCode{2};
   });
 }

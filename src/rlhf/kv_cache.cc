@@ -13,6 +13,68 @@ namespace strata::rlhf {
 namespace k = strata::kernels;
 
 namespace {
+
+// out (N, OC) (+)= x (N, C) @ W^T + b for the few rows of a decoding step: one pass over W,
+// each weight row read once for all rows. Tiles of kRows rows x NO outputs keep kRows·NO
+// accumulators of 16 independent lanes in registers (the products vectorise without
+// reassociating a sum): per 16 columns, kRows + NO loads feed kRows·NO FMAs. A general GEMM
+// would pack W first on every call, as much memory traffic as the product itself at N = B.
+constexpr int kLanes = 16, kRows = 4;
+
+template <int NR, int NO>
+void rows_tile(float* out, const float* x, const float* W, const float* b, int n0, int o0, int C,
+               int OC, bool accumulate) {
+  float acc[NR][NO][kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= C; c += kLanes)
+    for (int r = 0; r < NR; ++r) {
+      const float* xr = x + int64_t(n0 + r) * C + c;
+      for (int j = 0; j < NO; ++j) {
+        const float* w = W + int64_t(o0 + j) * C + c;
+        for (int l = 0; l < kLanes; ++l) acc[r][j][l] += xr[l] * w[l];
+      }
+    }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NO; ++j) {
+      float s = 0;
+      for (int l = 0; l < kLanes; ++l) s += acc[r][j][l];
+      const float* w = W + int64_t(o0 + j) * C;
+      for (int cc = c; cc < C; ++cc) s += x[int64_t(n0 + r) * C + cc] * w[cc];
+      float& y = out[int64_t(n0 + r) * OC + o0 + j];
+      y = (accumulate ? y : 0.0f) + s + (b ? b[o0 + j] : 0.0f);
+    }
+}
+
+void rows_matmul(float* out, const float* x, const float* W, const float* b, int N, int C, int OC,
+                 bool accumulate) {
+  constexpr int kOut = 4;
+  const int tiles = (OC + kOut - 1) / kOut;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < tiles; ++t) {
+    const int o0 = t * kOut;
+    const int no = std::min(kOut, OC - o0);
+    int n0 = 0;
+    for (; n0 + kRows <= N; n0 += kRows) {
+      if (no == kOut)
+        rows_tile<kRows, kOut>(out, x, W, b, n0, o0, C, OC, accumulate);
+      else
+        for (int o = o0; o < o0 + no; ++o) rows_tile<kRows, 1>(out, x, W, b, n0, o, C, OC, accumulate);
+    }
+    for (; n0 < N; ++n0)  // the last rows one at a time
+      for (int o = o0; o < o0 + no; ++o) rows_tile<1, 1>(out, x, W, b, n0, o, C, OC, accumulate);
+  }
+}
+
+// The GEMM of the model for a prefill's many rows, the row pass for a step's few.
+constexpr int64_t kFewRows = 32;
+void linear(float* out, const float* x, const float* W, const float* b, int64_t N, int C, int OC,
+            bool accumulate = false) {
+  if (N <= kFewRows)
+    rows_matmul(out, x, W, b, int(N), C, OC, accumulate);
+  else
+    k::matmul_forward(out, x, W, b, N, C, OC, accumulate);
+}
+
 // Views of one block in table order (model/gpt.h): ln1 w/b, qkv w/b, proj w/b, ln2 w/b,
 // fc w/b, fc proj w/b.
 constexpr int kViews = 12;
@@ -50,26 +112,25 @@ void KvDecoder::qkv_rows(int l, int64_t rows) {
   const int C = cfg_.dim;
   k::layernorm_forward(ln_, mean_, rstd_, x_, view(block_view(l, 0)), view(block_view(l, 1)), rows,
                        C);
-  k::matmul_forward(qkv_, ln_, view(block_view(l, 2)), view(block_view(l, 3)), rows, C, 3 * C);
+  linear(qkv_, ln_, view(block_view(l, 2)), view(block_view(l, 3)), rows, C, 3 * C);
 }
 
 void KvDecoder::block_tail(int l, int64_t rows) {
   const int C = cfg_.dim;
-  k::matmul_forward(x_, att_, view(block_view(l, 4)), view(block_view(l, 5)), rows, C, C,
-                    /*accumulate=*/true);
+  linear(x_, att_, view(block_view(l, 4)), view(block_view(l, 5)), rows, C, C, /*accumulate=*/true);
   k::layernorm_forward(ln_, mean_, rstd_, x_, view(block_view(l, 6)), view(block_view(l, 7)), rows,
                        C);
-  k::matmul_forward(fc_, ln_, view(block_view(l, 8)), view(block_view(l, 9)), rows, C, 4 * C);
+  linear(fc_, ln_, view(block_view(l, 8)), view(block_view(l, 9)), rows, C, 4 * C);
   k::gelu_forward(gelu_, fc_, rows * 4 * C);
-  k::matmul_forward(x_, gelu_, view(block_view(l, 10)), view(block_view(l, 11)), rows, 4 * C, C,
-                    /*accumulate=*/true);
+  linear(x_, gelu_, view(block_view(l, 10)), view(block_view(l, 11)), rows, 4 * C, C,
+         /*accumulate=*/true);
 }
 
 const float* KvDecoder::head(const float* x) {
   const int C = cfg_.dim, L = cfg_.layers;
   const int lnf = 2 + kViews * L;
   k::layernorm_forward(ln_, mean_, rstd_, x, view(lnf), view(lnf + 1), B_, C);
-  k::matmul_forward(logits_, ln_, view(0), nullptr, B_, C, cfg_.padded_vocab);
+  linear(logits_, ln_, view(0), nullptr, B_, C, cfg_.padded_vocab);
   return logits_;
 }
 
@@ -138,8 +199,14 @@ const float* KvDecoder::step(const int32_t* tokens) {
       std::vector<float> s(size_t(pos) + 1);
       float mx = -INFINITY;
       for (int t = 0; t <= pos; ++t) {
+        const float* kt = Kb + int64_t(t) * C;
+        float lanes[16] = {};
+        int e = 0;
+        for (; e + 16 <= hs; e += 16)
+          for (int l = 0; l < 16; ++l) lanes[l] += q[e + l] * kt[e + l];
         float d = 0;
-        for (int e = 0; e < hs; ++e) d += q[e] * Kb[int64_t(t) * C + e];
+        for (int l = 0; l < 16; ++l) d += lanes[l];
+        for (; e < hs; ++e) d += q[e] * kt[e];
         s[t] = d * scale;
         mx = std::max(mx, s[t]);
       }

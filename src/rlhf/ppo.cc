@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -84,6 +85,12 @@ void check_models(const PpoModels& m, const PpoConfig& cfg) {
 }
 
 namespace {
+
+double cpu_seconds() {  // of the whole process, every thread
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -354,6 +361,7 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
   for (int iter = start; iter < cfg_.iterations; ++iter) {
     json rec = {{"iteration", iter + 1}};
     Rollout ro;
+    const double cpu0 = cpu_seconds();
     auto t0 = std::chrono::steady_clock::now();
     {
       TraceSpan span(tracer(), "rlhf generate", "compute");
@@ -405,7 +413,8 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
                 {"explained_variance", explained_variance(ro.values, ro.ret)},
                 {"actor_grad_norm", st.actor_norm / u},
                 {"critic_grad_norm", st.critic_norm / u},
-                {"time", {{"generate_s", gen_s}, {"score_s", score_s}, {"train_s", train_s}}},
+                {"time", {{"generate_s", gen_s}, {"score_s", score_s}, {"train_s", train_s},
+                          {"cpu_s", cpu_seconds() - cpu0}}},
                 {"share", {{"generate", gen_s / total}, {"score", score_s / total}, {"train", train_s / total}}},
                 {"gen_tokens_per_s", double(G) * R / gen_s}});
     if (metrics.is_open()) metrics << rec.dump() << "\n" << std::flush;

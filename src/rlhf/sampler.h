@@ -37,10 +37,13 @@ void generate_uncached(model::GPT& model, const int32_t* prompts, int B, int P, 
 
 namespace strata::rlhf {
 
-// Timing of both paths on the same prompts and streams: tokens/s of each (B·R
-// new tokens over the median of `repeats` runs) and whether they produced the same tokens.
+// Timing of both paths on the same prompts and streams: tokens/s of each (B·R new tokens
+// over the median of `repeats` interleaved runs), by wall clock and by the process's CPU time
+// (what a loaded machine does not distort, for one thread), and whether they produced the
+// same tokens.
 struct GenerationTiming {
   double cached_tokens_per_s = 0, uncached_tokens_per_s = 0;
+  double cached_cpu_tokens_per_s = 0, uncached_cpu_tokens_per_s = 0;
   bool same_tokens = false;
   int64_t kv_cache_bytes = 0;
 };
