@@ -146,7 +146,22 @@ void run_ppo(PpoArgs& a) {
     std::fflush(stdout);
   };
   const rlhf::PpoResult res = rlhf::run_ppo(a.cfg, std::move(m), log);
-  if (js) std::printf("%s\n", json{{"summary", res.summary}}.dump().c_str());
+  if (js) {
+    std::printf("%s\n", json{{"summary", res.summary}}.dump().c_str());
+    return;
+  }
+  const json& mem = res.summary["memory"];
+  std::printf("model states per model (parameters / gradients / optimizer bytes; strata plan --rlhf %s):\n",
+              mem["model_states_match_plan"].get<bool>() ? "predicts the same" : "DIFFERS");
+  for (const char* role : {"actor", "critic", "reference", "reward"})
+    std::printf("  %-9s %lld / %lld / %lld, activations %lld\n", role,
+                (long long)mem[role]["parameters"].get<int64_t>(), (long long)mem[role]["gradients"].get<int64_t>(),
+                (long long)mem[role]["optimizer"].get<int64_t>(), (long long)mem[role]["activations"].get<int64_t>());
+  std::printf("  KV cache  %lld bytes\n", (long long)mem["actor"]["kv_cache"].get<int64_t>());
+  const json& share = res.summary["share"];
+  if (!share.is_null())
+    std::printf("time: generate %.0f%%, score %.0f%%, train %.0f%%\n", 100 * share["generate"].get<double>(),
+                100 * share["score"].get<double>(), 100 * share["train"].get<double>());
 }
 
 void setup_ppo(CLI::App& app) {

@@ -8,6 +8,10 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace strata::rlhf {
 
 namespace k = strata::kernels;
@@ -24,8 +28,26 @@ constexpr int kLanes = 16, kRows = 4;
 template <int NR, int NO>
 void rows_tile(float* out, const float* x, const float* W, const float* b, int n0, int o0, int C,
                int OC, bool accumulate) {
-  float acc[NR][NO][kLanes] = {};
+  float sums[NR][NO];
   int c = 0;
+#if defined(__AVX512F__)
+  // The same tile with the accumulators held in zmm registers (the generic loop below
+  // keeps them on the stack).
+  __m512 acc[NR][NO];
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NO; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (; c + kLanes <= C; c += kLanes) {
+    __m512 w[NO];
+    for (int j = 0; j < NO; ++j) w[j] = _mm512_loadu_ps(W + int64_t(o0 + j) * C + c);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + int64_t(n0 + r) * C + c);
+      for (int j = 0; j < NO; ++j) acc[r][j] = _mm512_fmadd_ps(xv, w[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NO; ++j) sums[r][j] = _mm512_reduce_add_ps(acc[r][j]);
+#else
+  float acc[NR][NO][kLanes] = {};
   for (; c + kLanes <= C; c += kLanes)
     for (int r = 0; r < NR; ++r) {
       const float* xr = x + int64_t(n0 + r) * C + c;
@@ -36,8 +58,13 @@ void rows_tile(float* out, const float* x, const float* W, const float* b, int n
     }
   for (int r = 0; r < NR; ++r)
     for (int j = 0; j < NO; ++j) {
-      float s = 0;
-      for (int l = 0; l < kLanes; ++l) s += acc[r][j][l];
+      sums[r][j] = 0;
+      for (int l = 0; l < kLanes; ++l) sums[r][j] += acc[r][j][l];
+    }
+#endif
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NO; ++j) {
+      float s = sums[r][j];
       const float* w = W + int64_t(o0 + j) * C;
       for (int cc = c; cc < C; ++cc) s += x[int64_t(n0 + r) * C + cc] * w[cc];
       float& y = out[int64_t(n0 + r) * OC + o0 + j];

@@ -15,6 +15,7 @@
 #include "rlhf/gold.h"
 #include "rlhf/kv_cache.h"
 #include "rlhf/optim.h"
+#include "rlhf/plan_check.h"
 #include "rlhf/ppo_math.h"
 #include "rlhf/value_model.h"
 
@@ -435,6 +436,7 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
                                             {"train", t_train / total}}
                                      : json(nullptr)},
                  {"memory", memory_report()}};
+  compare_with_plan(res.summary["memory"], acfg_, critic_.config(), cfg_.rollout_batch, mb_);
   if (!res.iterations.empty()) {
     res.summary["first"] = res.iterations.front();
     res.summary["last"] = res.iterations.back();

@@ -128,6 +128,13 @@ TEST(Ppo, RaisesTheGoldScore) {
                     it["share"]["train"].get<double>(), 1.0, 1e-9);
   }
   EXPECT_NEAR(r.iterations[0]["kl"].get<double>(), 0.0, 1e-9);  // actor == reference at first
+  // Model states of all four models and the KV cache equal strata plan --rlhf's estimate.
+  const json& mem = r.summary["memory"];
+  EXPECT_TRUE(mem["model_states_match_plan"].get<bool>()) << mem.dump(1);
+  const int64_t psi = models().actor.cfg.num_params(), head = models().actor.cfg.dim + 1;
+  EXPECT_EQ(mem["actor"]["optimizer"], 8 * psi);
+  EXPECT_EQ(mem["plan"]["critic"]["parameters"], 4 * (psi + head));
+  EXPECT_EQ(mem["plan"]["reference"]["gradients"], 0);
 }
 
 TEST(Ppo, ResumeContinuesBitForBit) {
