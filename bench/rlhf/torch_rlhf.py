@@ -15,8 +15,10 @@ Prints one JSON line. torch 1.13 (Debian 12): attention written out (no SDPA).
 import argparse
 import json
 import math
+import os
 import statistics
 import struct
+import sys
 import time
 
 import torch
@@ -24,16 +26,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-class Block(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln_1 = nn.LayerNorm(dim)
-        self.c_attn = nn.Linear(dim, 3 * dim)
-        self.c_proj = nn.Linear(dim, dim)
-        self.ln_2 = nn.LayerNorm(dim)
-        self.c_fc = nn.Linear(dim, 4 * dim)
-        self.mlp_proj = nn.Linear(4 * dim, dim)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+from torch_gpt import Block as TrainBlock  # noqa: E402  (bench/train's peer: the same layers)
+
+
+class Block(TrainBlock):
+    """bench/train's block with a KV cache in its forward."""
 
     def forward(self, x, cache=None, pos=0):
         """x (B, T, C). cache: None (full causal pass) or [K, V] (B, NH, S, hs) filled to pos."""

@@ -180,6 +180,7 @@ void setup_ppo(CLI::App& app) {
   app.add_option("--response-len", c.response_len, "Response tokens")->capture_default_str();
   app.add_option("--temperature", c.sample.temperature, "Policy temperature")->capture_default_str();
   app.add_option("--top-k", c.sample.top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();
+  app.add_flag("--kv-cache,!--no-kv-cache", c.kv_cache, "Generate through the KV cache (default) or not");
   app.add_option("--kl-coef", c.kl_coef, "KL penalty coefficient beta (initial, when adaptive)")->capture_default_str();
   app.add_option("--kl-target", c.kl_target, "Adaptive KL controller target per response (0: fixed beta)")
       ->capture_default_str();
@@ -199,6 +200,7 @@ void setup_ppo(CLI::App& app) {
       ->check(non_negative_integer())->capture_default_str();
   app.add_option("--ckpt-every", c.ckpt_every, "Save the run state every N iterations")->capture_default_str();
   app.add_flag("--resume", c.resume, "Continue from <run-dir>/ppo-state.safetensors");
+  app.add_flag("--trace", c.trace, "Chrome trace of generate/score/train and the kernels in <run-dir>");
   app.add_flag("--json", a->json, "JSON records on stdout");
   app.callback([a] { run_ppo(*a); });
 }

@@ -43,6 +43,7 @@ void PpoConfig::validate() const {
   STRATA_CHECK(actor_lr > 0 && critic_lr > 0, "--actor-lr and --critic-lr must be > 0");
   STRATA_CHECK(!resume || !run_dir.empty(), "--resume needs --run-dir");
   STRATA_CHECK(ckpt_every == 0 || !run_dir.empty(), "--ckpt-every needs --run-dir");
+  STRATA_CHECK(!trace || !run_dir.empty(), "--trace needs --run-dir");
 }
 
 json PpoConfig::to_json() const {
@@ -50,6 +51,7 @@ json PpoConfig::to_json() const {
           {"minibatch", minibatch},     {"epochs", epochs},
           {"prompt_len", prompt_len},   {"response_len", response_len},
           {"temperature", sample.temperature}, {"top_k", sample.top_k},
+          {"kv_cache", kv_cache},
           {"kl_coef", kl_coef},         {"kl_target", kl_target},
           {"kl_horizon", kl_horizon},   {"gamma", gamma},
           {"lambda", lambda},           {"clip", clip},
@@ -181,8 +183,14 @@ void PpoRun::generate(int iter, Rollout& ro, json& rec) {
     synthetic_prompt(cfg_.seed, global, P, acfg_.vocab, &prompts[size_t(i) * P]);
     streams[size_t(i)] = uint64_t(global);
   }
-  generate_cached(decoder_, acfg_, prompts.data(), G, P, R, cfg_.sample, cfg_.seed ^ 0x9E0117,
-                  streams.data(), resp.data());
+  if (cfg_.kv_cache) {
+    generate_cached(decoder_, acfg_, prompts.data(), G, P, R, cfg_.sample, cfg_.seed ^ 0x9E0117,
+                    streams.data(), resp.data());
+  } else {  // in chunks of the actor's batch; the same tokens up to fp32 rounding
+    for (int at = 0; at < G; at += mb_)
+      generate_uncached(actor_, &prompts[size_t(at) * P], std::min(mb_, G - at), P, R, cfg_.sample,
+                        cfg_.seed ^ 0x9E0117, &streams[size_t(at)], &resp[size_t(at) * R]);
+  }
   ro.tokens.resize(size_t(G) * T);
   for (int i = 0; i < G; ++i) {
     std::copy(&prompts[size_t(i) * P], &prompts[size_t(i + 1) * P], &ro.tokens[size_t(i) * T]);
@@ -455,8 +463,14 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
 PpoResult run_ppo(const PpoConfig& cfg, PpoModels models, const std::function<void(const json&)>& log) {
   cfg.validate();
   check_models(models, cfg);
+  if (cfg.trace) {
+    tracer().enable(0);
+    tracer().name_thread("compute");
+  }
   PpoRun run(cfg, models);
-  return run.run(log);
+  PpoResult r = run.run(log);
+  if (cfg.trace) tracer().write((fs::path(cfg.run_dir) / "trace-rank0.json").string());
+  return r;
 }
 
 }  // namespace strata::rlhf

@@ -45,6 +45,7 @@ struct PpoConfig {
   int prompt_len = 8;
   int response_len = 16;
   SampleConfig sample;
+  bool kv_cache = true;       // false: every new token recomputes the whole prefix
   double kl_coef = 0.05;      // β (initial β when adaptive)
   double kl_target = 0;       // > 0: adaptive controller toward this KL per response
   double kl_horizon = 10000;  // of the adaptive controller
@@ -58,6 +59,7 @@ struct PpoConfig {
   std::string run_dir;     // empty: no files
   int ckpt_every = 0;      // iterations between checkpoints (0: none)
   bool resume = false;     // continue from <run-dir>/ppo-state.safetensors
+  bool trace = false;      // Chrome trace of the phases and kernels: <run-dir>/trace-rank0.json
   // Throws one line naming the flag for an impossible setting.
   void validate() const;
   nlohmann::json to_json() const;
