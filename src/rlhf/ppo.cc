@@ -114,6 +114,41 @@ struct UpdateStats {
   int64_t tokens = 0, updates = 0;
 };
 
+// The iteration's metrics: the rollout's proxy reward, gold score and KL of the rollout
+// policy from the reference (per response), the update's means, times and shares.
+void record(json& rec, const Rollout& ro, const UpdateStats& st, double gen_s, double score_s,
+            double train_s) {
+  const int G = ro.G, R = ro.R;
+  double kl1 = 0, kl3 = 0, proxy = 0, gold = 0;
+  for (int i = 0; i < G; ++i) {
+    for (int t = 0; t < R; ++t) {
+      const size_t k = size_t(i) * R + t;
+      kl1 += kl_k1(ro.old_logp[k], ro.ref_logp[k]);
+      kl3 += kl_k3(ro.old_logp[k], ro.ref_logp[k]);
+    }
+    proxy += ro.score[size_t(i)];
+    gold += ro.gold[size_t(i)];
+  }
+  const double n = double(std::max<int64_t>(st.tokens, 1)), u = double(std::max<int64_t>(st.updates, 1));
+  const double total = gen_s + score_s + train_s;
+  rec.update({{"reward", proxy / G},
+              {"gold", gold / G},
+              {"kl", kl1 / G},
+              {"kl_k3", kl3 / G},
+              {"clip_frac", st.clipped / n},
+              {"approx_kl", st.approx_kl / n},
+              {"entropy", st.entropy / n},
+              {"policy_loss", st.policy_loss / n},
+              {"value_loss", st.value_loss / n},
+              {"value_clip_frac", st.vclipped / n},
+              {"explained_variance", explained_variance(ro.values, ro.ret)},
+              {"actor_grad_norm", st.actor_norm / u},
+              {"critic_grad_norm", st.critic_norm / u},
+              {"time", {{"generate_s", gen_s}, {"score_s", score_s}, {"train_s", train_s}}},
+              {"share", {{"generate", gen_s / total}, {"score", score_s / total}, {"train", train_s / total}}},
+              {"gen_tokens_per_s", double(G) * R / gen_s}});
+}
+
 class PpoRun {
  public:
   PpoRun(const PpoConfig& cfg, PpoModels& m)
@@ -391,41 +426,11 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     }
     const double train_s = seconds_since(t0);
     t_gen += gen_s, t_score += score_s, t_train += train_s;
-    // Rollout statistics: KL of the rollout policy from the reference, per response.
-    const int G = ro.G, R = ro.R;
-    double kl1 = 0, kl3 = 0, proxy = 0, gold = 0;
-    for (int i = 0; i < G; ++i) {
-      for (int t = 0; t < R; ++t) {
-        const size_t k = size_t(i) * R + t;
-        kl1 += kl_k1(ro.old_logp[k], ro.ref_logp[k]);
-        kl3 += kl_k3(ro.old_logp[k], ro.ref_logp[k]);
-      }
-      proxy += ro.score[size_t(i)];
-      gold += ro.gold[size_t(i)];
-    }
-    kl1 /= G, kl3 /= G, proxy /= G, gold /= G;
     const double beta = kl_.beta();
-    kl_.update(kl1, G);
-    const double n = double(std::max<int64_t>(st.tokens, 1)), u = double(std::max<int64_t>(st.updates, 1));
-    const double total = gen_s + score_s + train_s;
-    rec.update({{"reward", proxy},
-                {"gold", gold},
-                {"kl", kl1},
-                {"kl_k3", kl3},
-                {"beta", beta},
-                {"clip_frac", st.clipped / n},
-                {"approx_kl", st.approx_kl / n},
-                {"entropy", st.entropy / n},
-                {"policy_loss", st.policy_loss / n},
-                {"value_loss", st.value_loss / n},
-                {"value_clip_frac", st.vclipped / n},
-                {"explained_variance", explained_variance(ro.values, ro.ret)},
-                {"actor_grad_norm", st.actor_norm / u},
-                {"critic_grad_norm", st.critic_norm / u},
-                {"time", {{"generate_s", gen_s}, {"score_s", score_s}, {"train_s", train_s},
-                          {"cpu_s", cpu_seconds() - cpu0}}},
-                {"share", {{"generate", gen_s / total}, {"score", score_s / total}, {"train", train_s / total}}},
-                {"gen_tokens_per_s", double(G) * R / gen_s}});
+    record(rec, ro, st, gen_s, score_s, train_s);
+    kl_.update(rec["kl"].get<double>(), ro.G);
+    rec["beta"] = beta;
+    rec["time"]["cpu_s"] = cpu_seconds() - cpu0;
     if (metrics.is_open()) metrics << rec.dump() << "\n" << std::flush;
     if (log) log(rec);
     res.iterations.push_back(rec);

@@ -33,9 +33,6 @@ void generate_uncached(model::GPT& model, const int32_t* prompts, int B, int P, 
                        const SampleConfig& s, uint64_t seed, const uint64_t* streams,
                        int32_t* responses);
 
-}  // namespace strata::rlhf
-
-namespace strata::rlhf {
 
 // Timing of both paths on the same prompts and streams: tokens/s of each (B·R new tokens
 // over the median of `repeats` interleaved runs), by wall clock and by the process's CPU time
