@@ -80,7 +80,7 @@ void run_reward(const RewardArgs& a) {
   if (a.json) {
     std::printf("%s\n", json{{"summary", summary}}.dump().c_str());
   } else {
-    std::printf("reward model: held-out pair accuracy %.3f (%lld pairs; %.3f before training), "
+    std::printf("reward model: held-out pair accuracy %.3f (%lld pairs; %.3f before training, ties counted wrong), "
                 "train %.3f (%lld pairs) -> %s\n",
                 res.eval_accuracy, (long long)eval.size(), before, res.train_accuracy,
                 (long long)train.size(), a.out.c_str());
