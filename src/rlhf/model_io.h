@@ -1,7 +1,8 @@
 // The four models' files. A model is read from
 //   a strata training run (its directory, its ckpt/ directory or one step-* directory): the
-//       newest good checkpoint's "params" state, the architecture from its recorded
-//       configuration (strata train --ckpt-every; the SFT policy of RLHF), or
+//       newest good checkpoint's fp32 weights ("master" under bf16, else "params"), the
+//       architecture from its recorded configuration (strata train --ckpt-every; the SFT
+//       policy of RLHF), or
 //   a safetensors file written by strata rlhf: the tensors of model/gpt.h's table under
 //       their GPT-2 names, plus "v_head.weight" (C) and "v_head.bias" (1) for a value model
 //       (reward model, critic), the architecture in the metadata key "strata_config".
