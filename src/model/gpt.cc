@@ -223,10 +223,11 @@ static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g,
 
 // Embedding, blocks and final norm: fills im.lnf for (B, T). Calls the forward hooks of
 // units 0 .. L+1; the caller brackets the logits with unit 0's second pair.
-static void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, int B,
+void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, int B,
                           int T) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim, L = cfg.layers;
+  im.hidden_valid = false;
   PhaseState& phase = current_phase();
   phase.set_layer(-1);
   im.before(0, Pass::forward);
@@ -259,7 +260,7 @@ static void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* to
   im.after(L + 1, Pass::forward);
 }
 
-static void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
+void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
                          const int32_t* targets, int B, int T) {
   STRATA_CHECK(B >= 0 && B <= max_batch, "batch ", B, " outside [0, ", max_batch,
                "] (the model's maximum micro-batch)");
@@ -314,31 +315,12 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
   return loss;
 }
 
-void GPT::backward(float scale) {
-  Impl& im = *impl_;
-  STRATA_CHECK(im.forward_done, "backward called without a forward with targets before it");
-  im.forward_done = false;
-  im.logits_valid = false;
-  PhaseScope phase(PhaseKind::backward);
-  const int B = im.B, T = im.T, C = cfg_.dim, L = cfg_.layers;
+// Backward of the final norm, the blocks and the embedding, from d loss / d lnf in
+// im.dbuf_c (N, C): the hooks from before(L+1, B) through after(0, B).
+void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T) {
+  const int C = cfg.dim, L = cfg.layers;
   const int64_t N = int64_t(B) * T;
   const std::vector<int64_t>& rel = im.view_rel;
-  if (tp_) {
-    tp_backward(im, cfg_, *tp_, shard_, scale);
-    return;
-  }
-
-  im.before(0, Pass::backward);
-  if (N > 0) {
-    UnitSpan s("backward", "logits");
-    const float* wte = checked(im.unit_params[0], 0, "parameter") + rel[0];
-    float* dwte = checked(im.unit_grads[0], 0, "gradient") + rel[0];
-    k::crossentropy_backward(im.logits, im.ce_lse, im.targets,
-                             im.has_weights ? im.weights : nullptr, scale, N, cfg_.vocab,
-                             cfg_.padded_vocab);
-    linear_backward(im.bf16, im.dbuf_c, dwte, nullptr, im.logits, act(im.lnf, im.lnf_h, C), wte, N,
-                    C, cfg_.padded_vocab);
-  }
   im.before(L + 1, Pass::backward);
   if (N > 0) {
     UnitSpan s("backward", "ln_f");
@@ -359,7 +341,7 @@ void GPT::backward(float scale) {
       UnitSpan s("backward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], rel, l);
       const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
-      block_backward(cfg_, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, im.dres,
+      block_backward(cfg, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, im.dres,
                      im.dbuf_c, im.dbuf_4c, im.dqkv, B, T);
     }
     im.after(l + 1, Pass::backward);
@@ -371,6 +353,34 @@ void GPT::backward(float scale) {
     k::encoder_backward(g0 + rel[0], g0 + rel[1], im.dres, im.tokens, B, T, C);
   }
   im.after(0, Pass::backward);
+}
+
+void GPT::backward(float scale) {
+  Impl& im = *impl_;
+  STRATA_CHECK(im.forward_done, "backward called without a forward with targets before it");
+  im.forward_done = false;
+  im.logits_valid = false;
+  PhaseScope phase(PhaseKind::backward);
+  const int B = im.B, T = im.T, C = cfg_.dim;
+  const int64_t N = int64_t(B) * T;
+  const std::vector<int64_t>& rel = im.view_rel;
+  if (tp_) {
+    tp_backward(im, cfg_, *tp_, shard_, scale);
+    return;
+  }
+
+  im.before(0, Pass::backward);
+  if (N > 0) {
+    UnitSpan s("backward", "logits");
+    const float* wte = checked(im.unit_params[0], 0, "parameter") + rel[0];
+    float* dwte = checked(im.unit_grads[0], 0, "gradient") + rel[0];
+    k::crossentropy_backward(im.logits, im.ce_lse, im.targets,
+                             im.has_weights ? im.weights : nullptr, scale, N, cfg_.vocab,
+                             cfg_.padded_vocab);
+    linear_backward(im.bf16, im.dbuf_c, dwte, nullptr, im.logits, act(im.lnf, im.lnf_h, C), wte, N,
+                    C, cfg_.padded_vocab);
+  }
+  trunk_backward(im, cfg_, B, T);
 }
 
 // Sequence parallelism splits rows T ways; a prompt of any length is padded at its end (causal

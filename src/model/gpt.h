@@ -152,6 +152,17 @@ class GPT {
   // or computes them for tokens without targets (runs the forward hooks; under tensor
   // parallelism a collective of the tp group that gathers the vocabulary shards).
   const float* logits(const int32_t* tokens, int B, int T);
+  // Custom heads (gpt_heads.cc; one process, fp32 compute): a loss computed outside the
+  // model, from its logits (policy gradients) or from the final LayerNorm's output (value
+  // and reward heads). hidden() runs the trunk for tokens (B, T) with the hook sequence of
+  // logits() (unit 0's second pair without work) and returns ln_f's output (B, T, C), valid
+  // until the next forward, logits or hidden call.
+  const float* hidden(const int32_t* tokens, int B, int T);
+  // Gradient, accumulated (+=), of a loss with d loss / d logits = dlogits (B, T,
+  // padded_vocab) for the logits of the last logits(tokens, B, T) or forward call.
+  void backward_logits(const float* dlogits);
+  // The same from d loss / d hidden = dhidden (B, T, C) for the last hidden() call.
+  void backward_hidden(const float* dhidden);
   int max_batch() const { return max_batch_; }
   // Bytes of the activation buffers allocated for (max_batch, seq) (model/tensor/tp_cost.h predicts
   // them under tensor parallelism).

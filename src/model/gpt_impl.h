@@ -97,6 +97,7 @@ struct GPT::Impl {
   int B = 0, T = 0;
   bool forward_done = false;  // a forward with targets ran and backward may follow
   bool logits_valid = false;
+  bool hidden_valid = false;  // hidden() ran and backward_hidden may follow (gpt_heads.cc)
 
   // Layout pass with base = nullptr counts the floats; the second pass assigns pointers.
   int64_t carve(float* base, const GPTConfig& cfg, const ActShape& a) {
@@ -217,6 +218,14 @@ inline float* checked(float* p, int unit, const char* what) {
   STRATA_CHECK(p, "unit ", unit, " has no ", what, " memory bound");
   return p;
 }
+
+// One-process passes of gpt.cc that the custom heads (gpt_heads.cc) share: input checks,
+// the trunk forward (im.lnf for (B, T), hooks of units 0 .. L+1) and the trunk backward from
+// d loss / d lnf in im.dbuf_c (hooks before(L+1, B) .. after(0, B)).
+void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
+                  const int32_t* targets, int B, int T);
+void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, int B, int T);
+void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T);
 
 // Tensor-parallel forward, backward and logits (gpt_tp.cc).
 double tp_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s);

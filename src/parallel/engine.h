@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/adamw.h"
 
 namespace strata::parallel {
 
@@ -24,6 +25,20 @@ struct OptimConfig {
   float weight_decay = 0.1f;  // applied to matrices and embeddings, not to biases or norms
   float grad_clip = 1.0f;     // global-norm clipping threshold; <= 0 disables
 };
+
+// The AdamW update of step t (1-based) at learning rate lr, gradients scaled by grad_scale
+// (the clipping factor), with the configuration's betas, eps and weight decay.
+inline kernels::AdamWStep adamw_step(const OptimConfig& c, float lr, int64_t t, float grad_scale) {
+  kernels::AdamWStep s;
+  s.lr = lr;
+  s.beta1 = c.beta1;
+  s.beta2 = c.beta2;
+  s.eps = c.eps;
+  s.weight_decay = c.weight_decay;
+  s.t = t;
+  s.grad_scale = grad_scale;
+  return s;
+}
 
 // One optimizer-state tensor as this rank holds it, for checkpoints, which save and load by
 // range of the rank's flat parameter index space [0, Ψ) (Ψ: the elements this rank's model

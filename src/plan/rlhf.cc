@@ -45,21 +45,29 @@ RlhfEstimate estimate_rlhf(const RlhfSetup& s) {
   STRATA_CHECK(s.rollout_batch >= 1, "--rollout-batch must be at least 1");
   RlhfEstimate e;
   const int64_t data_ranks = s.gpus / s.tp;
+  const StateBytesPerParam per = state_bytes_per_param(s.precision, s.fp32_grads, s.optimizer);
+  const int64_t head = s.critic.hidden + 1;  // value head: h weights and a bias, replicated
   const MemoryEstimate actor = trained_memory(s, s.actor);
   const MemoryEstimate critic = trained_memory(s, s.critic);
   e.models.push_back({"actor", count_params(s.actor).total(), true, actor.states});
-  e.models.push_back({"critic", count_params(s.critic).total(), true, critic.states});
-  auto frozen = [&](const char* role, const ModelSpec& m, const MemoryEstimate& trained) {
+  ModelStateBytes critic_states = critic.states;
+  critic_states += zero_model_state_bytes(head, data_ranks, s.zero, per);
+  e.models.push_back({"critic", count_params(s.critic).total() + head, true, critic_states});
+  auto frozen = [&](const char* role, const ModelSpec& m, const MemoryEstimate& trained,
+                    int64_t extra) {
     const int64_t local = trained.dense_params + trained.expert_params;  // after tp sharding
-    RlhfModelMemory r{role, count_params(m).total(), false, {}};
-    r.states.parameters = 2 * (s.zero == 3 ? shard_elems(local, data_ranks) : local);
+    RlhfModelMemory r{role, count_params(m).total() + extra, false, {}};
+    r.states.parameters =
+        per.parameter * (s.zero == 3 ? shard_elems(local, data_ranks) + shard_elems(extra, data_ranks)
+                                     : local + extra);
     return r;
   };
-  e.models.push_back(frozen("reference", s.actor, actor));
-  e.models.push_back(frozen("reward", s.critic, critic));
+  e.models.push_back(frozen("reference", s.actor, actor, 0));
+  e.models.push_back(frozen("reward", s.critic, critic, head));
   const ModelSpec& a = s.actor;
   const double kv_local = a.kv_heads >= s.tp ? double(a.kv_hidden()) / s.tp : double(a.head_dim());
-  e.kv_cache = double(s.rollout_batch) * double(a.seq) * double(a.layers) * 2 * kv_local * 2;
+  e.kv_cache = double(s.rollout_batch) * double(a.seq) * double(a.layers) * 2 * kv_local *
+               double(per.parameter);
   e.activations =
       std::max(actor.activations + actor.comm_buffers, critic.activations + critic.comm_buffers);
   e.usable = s.gpu.memory_bytes() * (1.0 - s.headroom);

@@ -2,13 +2,17 @@
 // models live at once.
 //   actor (the policy) and critic (value model): trained, 16 bytes per parameter under
 //       bf16 + AdamW (zero_model_state_bytes with their ZeRO stage over the N/tp data ranks)
-//   reference (frozen copy of the initial actor) and reward model: inference only, 2 bytes
-//       per parameter, sharded over the N/tp data ranks under ZeRO-3, else replicated
+//   reference (frozen copy of the initial actor) and reward model: inference only, the
+//       working precision's bytes per parameter (2 under bf16, 4 under fp32), sharded over
+//       the N/tp data ranks under ZeRO-3, else replicated
 //   KV cache of the actor generating rollouts:
-//       rollout batch × sequence × layers × 2 (K and V) × kv-hidden/tp × 2 bytes
+//       rollout batch × sequence × layers × 2 (K and V) × kv-hidden/tp × 2 bytes (4 in fp32)
 //   activations of whichever trained model is in its backward (the larger of the two)
-// Reference shares the actor's shape and reward the critic's; the value head is counted as
-// an LM head (V·h parameters, a slight overestimate).
+// Reference shares the actor's shape and reward the critic's. Critic and reward model carry
+// a value head of h + 1 parameters (h weights and a bias on the last hidden state, a tensor
+// of its own: replicated or ZeRO-sharded like the trunk's states); an untied model's LM
+// head stays counted too (a slight overestimate). For a one-process fp32 strata run
+// (rlhf/ppo.h) the model states are exact: tests/rlhf checks them to the byte.
 #pragma once
 #include <string>
 #include <vector>

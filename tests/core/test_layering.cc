@@ -44,6 +44,7 @@ TEST(Layering, AreasIncludeOnlyTheAreasTheyBuildOn) {
       {"plan", {"core", "plan", "parallel", "ckpt", "train"}},
       {"train", {"core", "kernels", "comm", "model", "data", "parallel", "ckpt", "diag", "train"}},
       {"fed", {"core", "comm", "model", "data", "train", "fed"}},
+      {"rlhf", {"core", "kernels", "comm", "model", "parallel", "ckpt", "train", "plan", "rlhf"}},
       {"report", {"core", "comm", "plan", "train", "report"}},
   };
   const std::regex include(R"re(#include "([A-Za-z0-9_]+)/)re");

@@ -1,0 +1,254 @@
+// KV-cache decoding (terms and cost in kv_cache.h).
+#include "rlhf/kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace strata::rlhf {
+
+namespace k = strata::kernels;
+
+namespace {
+
+// out (N, OC) (+)= x (N, C) @ W^T + b for the few rows of a decoding step: one pass over W,
+// each weight row read once for all rows. Tiles of kRows rows x NO outputs keep kRows·NO
+// accumulators of 16 independent lanes in registers (the products vectorise without
+// reassociating a sum): per 16 columns, kRows + NO loads feed kRows·NO FMAs. A general GEMM
+// would pack W first on every call, as much memory traffic as the product itself at N = B.
+constexpr int kLanes = 16, kRows = 4;
+
+template <int NR, int NO>
+void rows_tile(float* out, const float* x, const float* W, const float* b, int n0, int o0, int C,
+               int OC, bool accumulate) {
+  float sums[NR][NO];
+  int c = 0;
+#if defined(__AVX512F__)
+  // The same tile with the accumulators held in zmm registers (the generic loop below
+  // keeps them on the stack).
+  __m512 acc[NR][NO];
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NO; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (; c + kLanes <= C; c += kLanes) {
+    __m512 w[NO];
+    for (int j = 0; j < NO; ++j) w[j] = _mm512_loadu_ps(W + int64_t(o0 + j) * C + c);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + int64_t(n0 + r) * C + c);
+      for (int j = 0; j < NO; ++j) acc[r][j] = _mm512_fmadd_ps(xv, w[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NO; ++j) sums[r][j] = _mm512_reduce_add_ps(acc[r][j]);
+#else
+  float acc[NR][NO][kLanes] = {};
+  for (; c + kLanes <= C; c += kLanes)
+    for (int r = 0; r < NR; ++r) {
+      const float* xr = x + int64_t(n0 + r) * C + c;
+      for (int j = 0; j < NO; ++j) {
+        const float* w = W + int64_t(o0 + j) * C + c;
+        for (int l = 0; l < kLanes; ++l) acc[r][j][l] += xr[l] * w[l];
+      }
+    }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NO; ++j) {
+      sums[r][j] = 0;
+      for (int l = 0; l < kLanes; ++l) sums[r][j] += acc[r][j][l];
+    }
+#endif
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NO; ++j) {
+      float s = sums[r][j];
+      const float* w = W + int64_t(o0 + j) * C;
+      for (int cc = c; cc < C; ++cc) s += x[int64_t(n0 + r) * C + cc] * w[cc];
+      float& y = out[int64_t(n0 + r) * OC + o0 + j];
+      y = (accumulate ? y : 0.0f) + s + (b ? b[o0 + j] : 0.0f);
+    }
+}
+
+void rows_matmul(float* out, const float* x, const float* W, const float* b, int N, int C, int OC,
+                 bool accumulate) {
+  constexpr int kOut = 4;
+  const int tiles = (OC + kOut - 1) / kOut;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < tiles; ++t) {
+    const int o0 = t * kOut;
+    const int no = std::min(kOut, OC - o0);
+    int n0 = 0;
+    for (; n0 + kRows <= N; n0 += kRows) {
+      if (no == kOut)
+        rows_tile<kRows, kOut>(out, x, W, b, n0, o0, C, OC, accumulate);
+      else
+        for (int o = o0; o < o0 + no; ++o) rows_tile<kRows, 1>(out, x, W, b, n0, o, C, OC, accumulate);
+    }
+    for (; n0 < N; ++n0)  // the last rows one at a time
+      for (int o = o0; o < o0 + no; ++o) rows_tile<1, 1>(out, x, W, b, n0, o, C, OC, accumulate);
+  }
+}
+
+// The GEMM of the model for a prefill's many rows, the row pass for a step's few.
+constexpr int64_t kFewRows = 32;
+void linear(float* out, const float* x, const float* W, const float* b, int64_t N, int C, int OC,
+            bool accumulate = false) {
+  if (N <= kFewRows)
+    rows_matmul(out, x, W, b, int(N), C, OC, accumulate);
+  else
+    k::matmul_forward(out, x, W, b, N, C, OC, accumulate);
+}
+
+// Views of one block in table order (model/gpt.h): ln1 w/b, qkv w/b, proj w/b, ln2 w/b,
+// fc w/b, fc proj w/b.
+constexpr int kViews = 12;
+int block_view(int layer, int i) { return 2 + kViews * layer + i; }
+}  // namespace
+
+KvDecoder::KvDecoder(const model::GPTConfig& cfg, int max_batch)
+    : cfg_(cfg), max_batch_(max_batch), table_(model::build_param_table(cfg)) {
+  cfg_.validate();
+  STRATA_CHECK(max_batch >= 1, "KV cache: max batch must be >= 1 (got ", max_batch, ")");
+  const int64_t C = cfg.dim, S = cfg.seq, L = cfg.layers;
+  const int64_t rows = int64_t(max_batch) * S;
+  cache_ = Buffer(MemCategory::activations, sizeof(float) * 2 * L * max_batch * S * C);
+  k_ = cache_.as<float>();
+  v_ = k_ + L * max_batch * S * C;
+  const int64_t floats = rows * (C + C + 3 * C + C + 4 * C + 4 * C + cfg.heads + 2) +
+                         int64_t(max_batch) * (C + cfg.padded_vocab);
+  scratch_ = Buffer(MemCategory::activations, sizeof(float) * floats);
+  float* p = scratch_.as<float>();
+  auto take = [&p](int64_t n) { float* r = p; p += n; return r; };
+  x_ = take(rows * C);
+  ln_ = take(rows * C);
+  qkv_ = take(rows * 3 * C);
+  att_ = take(rows * C);
+  fc_ = take(rows * 4 * C);
+  gelu_ = take(rows * 4 * C);
+  lse_ = take(rows * cfg.heads);
+  mean_ = take(rows);
+  rstd_ = take(rows);
+  last_ = take(int64_t(max_batch) * C);
+  logits_ = take(int64_t(max_batch) * cfg.padded_vocab);
+}
+
+void KvDecoder::qkv_rows(int l, int64_t rows) {
+  const int C = cfg_.dim;
+  k::layernorm_forward(ln_, mean_, rstd_, x_, view(block_view(l, 0)), view(block_view(l, 1)), rows,
+                       C);
+  linear(qkv_, ln_, view(block_view(l, 2)), view(block_view(l, 3)), rows, C, 3 * C);
+}
+
+void KvDecoder::block_tail(int l, int64_t rows) {
+  const int C = cfg_.dim;
+  linear(x_, att_, view(block_view(l, 4)), view(block_view(l, 5)), rows, C, C, /*accumulate=*/true);
+  k::layernorm_forward(ln_, mean_, rstd_, x_, view(block_view(l, 6)), view(block_view(l, 7)), rows,
+                       C);
+  linear(fc_, ln_, view(block_view(l, 8)), view(block_view(l, 9)), rows, C, 4 * C);
+  k::gelu_forward(gelu_, fc_, rows * 4 * C);
+  linear(x_, gelu_, view(block_view(l, 10)), view(block_view(l, 11)), rows, 4 * C, C,
+         /*accumulate=*/true);
+}
+
+const float* KvDecoder::head(const float* x) {
+  const int C = cfg_.dim, L = cfg_.layers;
+  const int lnf = 2 + kViews * L;
+  k::layernorm_forward(ln_, mean_, rstd_, x, view(lnf), view(lnf + 1), B_, C);
+  linear(logits_, ln_, view(0), nullptr, B_, C, cfg_.padded_vocab);
+  return logits_;
+}
+
+const float* KvDecoder::prefill(const int32_t* tokens, int B, int P) {
+  STRATA_CHECK(params_, "KV cache: no parameters bound");
+  STRATA_CHECK(B >= 1 && B <= max_batch_, "KV cache: batch ", B, " outside [1, ", max_batch_, "]");
+  STRATA_CHECK(P >= 1 && P <= cfg_.seq, "KV cache: prompt of ", P, " tokens outside [1, ",
+               cfg_.seq, "] (the model's context)");
+  for (int64_t i = 0; i < int64_t(B) * P; ++i)
+    STRATA_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab, "KV cache: token ", tokens[i],
+                 " at position ", i, " outside [0, ", cfg_.vocab, ")");
+  B_ = B;
+  pos_ = P;
+  const int C = cfg_.dim, S = cfg_.seq;
+  const int64_t N = int64_t(B) * P;
+  k::encoder_forward(x_, tokens, view(0), view(1), B, P, C);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    qkv_rows(l, N);
+    float* K = k_ + int64_t(l) * max_batch_ * S * C;
+    float* V = v_ + int64_t(l) * max_batch_ * S * C;
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < P; ++t) {
+        const float* row = qkv_ + (int64_t(b) * P + t) * 3 * C;
+        std::memcpy(K + (int64_t(b) * S + t) * C, row + C, sizeof(float) * C);
+        std::memcpy(V + (int64_t(b) * S + t) * C, row + 2 * C, sizeof(float) * C);
+      }
+    k::attention_forward(att_, lse_, qkv_, B, P, C, cfg_.heads);
+    block_tail(l, N);
+  }
+  for (int b = 0; b < B; ++b)
+    std::memcpy(last_ + int64_t(b) * C, x_ + (int64_t(b) * P + P - 1) * C, sizeof(float) * C);
+  return head(last_);
+}
+
+const float* KvDecoder::step(const int32_t* tokens) {
+  STRATA_CHECK(B_ > 0, "KV cache: step before prefill");
+  STRATA_CHECK(pos_ < cfg_.seq, "KV cache: position ", pos_, " is past the model's context (",
+               cfg_.seq, " positions)");
+  const int C = cfg_.dim, S = cfg_.seq, NH = cfg_.heads, hs = C / NH, B = B_, pos = pos_;
+  const float* wte = view(0);
+  const float* wpe = view(1);
+  for (int b = 0; b < B; ++b) {
+    STRATA_CHECK(tokens[b] >= 0 && tokens[b] < cfg_.vocab, "KV cache: token ", tokens[b],
+                 " of sequence ", b, " outside [0, ", cfg_.vocab, ")");
+    for (int c = 0; c < C; ++c)
+      x_[int64_t(b) * C + c] = wte[int64_t(tokens[b]) * C + c] + wpe[int64_t(pos) * C + c];
+  }
+  const float scale = 1.0f / std::sqrt(float(hs));
+  for (int l = 0; l < cfg_.layers; ++l) {
+    qkv_rows(l, B);
+    float* K = k_ + int64_t(l) * max_batch_ * S * C;
+    float* V = v_ + int64_t(l) * max_batch_ * S * C;
+    for (int b = 0; b < B; ++b) {
+      std::memcpy(K + (int64_t(b) * S + pos) * C, qkv_ + int64_t(b) * 3 * C + C, sizeof(float) * C);
+      std::memcpy(V + (int64_t(b) * S + pos) * C, qkv_ + int64_t(b) * 3 * C + 2 * C,
+                  sizeof(float) * C);
+    }
+    // One query per (sequence, head) over positions 0..pos: softmax(q·k / sqrt(hs)) · v.
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH;
+      const float* q = qkv_ + int64_t(b) * 3 * C + h * hs;
+      const float* Kb = K + int64_t(b) * S * C + h * hs;
+      const float* Vb = V + int64_t(b) * S * C + h * hs;
+      float* out = att_ + int64_t(b) * C + h * hs;
+      std::vector<float> s(size_t(pos) + 1);
+      float mx = -INFINITY;
+      for (int t = 0; t <= pos; ++t) {
+        const float* kt = Kb + int64_t(t) * C;
+        float lanes[16] = {};
+        int e = 0;
+        for (; e + 16 <= hs; e += 16)
+          for (int l = 0; l < 16; ++l) lanes[l] += q[e + l] * kt[e + l];
+        float d = 0;
+        for (int l = 0; l < 16; ++l) d += lanes[l];
+        for (; e < hs; ++e) d += q[e] * kt[e];
+        s[t] = d * scale;
+        mx = std::max(mx, s[t]);
+      }
+      float z = 0;
+      for (int t = 0; t <= pos; ++t) z += (s[t] = std::exp(s[t] - mx));
+      std::fill(out, out + hs, 0.0f);
+      for (int t = 0; t <= pos; ++t) {
+        const float w = s[t] / z;
+        for (int e = 0; e < hs; ++e) out[e] += w * Vb[int64_t(t) * C + e];
+      }
+    }
+    block_tail(l, B);
+  }
+  ++pos_;
+  return head(x_);
+}
+
+}  // namespace strata::rlhf

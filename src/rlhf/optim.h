@@ -1,0 +1,44 @@
+// AdamW over several flat parameter ranges updated as one model (a GPT trunk and its value
+// head): one global gradient norm for clipping, kernels::adamw_update per range of equal
+// decay policy (torch.optim.AdamW's arithmetic). Moments m and v are owned here (category
+// "optimizer"), 8 bytes per parameter.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+#include "model/gpt.h"
+#include "parallel/engine.h"
+#include "rlhf/model_io.h"
+
+namespace strata::rlhf {
+
+class AdamWGroup {
+ public:
+  explicit AdamWGroup(const parallel::OptimConfig& cfg) : cfg_(cfg) {}
+  // A range of n parameters with gradients; spans say where weight decay applies (relative
+  // to p; empty: none).
+  void add(std::string name, float* p, float* g, int64_t n, std::vector<model::DecayRange> spans);
+  void zero_grads();
+  // Clips by the global norm over every range, updates; returns the norm before clipping.
+  float step(float lr);
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t s) { steps_ = s; }
+  // Parameters and moments as named tensors "<prefix><name>.{params,exp_avg,exp_avg_sq}".
+  std::vector<NamedTensor> tensors(const std::string& prefix) const;
+
+ private:
+  struct Range {
+    std::string name;
+    float *p, *g;
+    int64_t n;
+    std::vector<model::DecayRange> spans;
+    Buffer m, v;
+  };
+  parallel::OptimConfig cfg_;
+  std::vector<Range> ranges_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace strata::rlhf

@@ -1,0 +1,54 @@
+// PPO memory against the planner's RLHF estimate (plan_check.h).
+#include "rlhf/plan_check.h"
+
+#include "plan/hardware.h"
+#include "plan/model_spec.h"
+#include "plan/rlhf.h"
+
+namespace strata::rlhf {
+
+using nlohmann::json;
+
+static plan::ModelSpec spec_of(const model::GPTConfig& c, const char* name) {
+  plan::ModelSpec m;
+  plan::apply_arch(m, "gpt");  // GELU, LayerNorm, biases, learned positions, tied
+  m.name = name;
+  m.layers = c.layers, m.hidden = c.dim, m.heads = c.heads, m.kv_heads = c.heads;
+  m.ffn = 4 * int64_t(c.dim), m.seq = c.seq, m.vocab = c.vocab;
+  return m;
+}
+
+json planned_memory(const model::GPTConfig& actor, const model::GPTConfig& critic, int rollout_batch,
+                    int minibatch) {
+  plan::RlhfSetup s;
+  s.actor = spec_of(actor, "actor");
+  s.critic = spec_of(critic, "critic");
+  s.gpu = plan::gpu_preset("a100-80g");  // only the capacity depends on it, not compared
+  s.gpus = 1;
+  s.tp = 1;
+  s.zero = 0;
+  s.precision = plan::Precision::fp32;
+  s.micro_batch = minibatch;
+  s.rollout_batch = rollout_batch;
+  const plan::RlhfEstimate e = plan::estimate_rlhf(s);
+  json out = json::object();
+  for (const plan::RlhfModelMemory& m : e.models)
+    out[m.role] = {{"parameters", m.states.parameters},
+                   {"gradients", m.states.gradients},
+                   {"optimizer", m.states.optimizer}};
+  out["kv_cache"] = int64_t(e.kv_cache);
+  return out;
+}
+
+void compare_with_plan(json& measured, const model::GPTConfig& actor, const model::GPTConfig& critic,
+                       int rollout_batch, int minibatch) {
+  const json plan = planned_memory(actor, critic, rollout_batch, minibatch);
+  bool same = measured["actor"]["kv_cache"] == plan["kv_cache"];
+  for (const char* role : {"actor", "critic", "reference", "reward"})
+    for (const char* k : {"parameters", "gradients", "optimizer"})
+      same = same && measured[role][k] == plan[role][k];
+  measured["plan"] = plan;
+  measured["model_states_match_plan"] = same;
+}
+
+}  // namespace strata::rlhf

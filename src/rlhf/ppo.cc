@@ -1,0 +1,481 @@
+// The PPO loop (ppo.h): rollout, scoring, advantages, clipped updates, metrics, checkpoints.
+#include "rlhf/ppo.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/trace.h"
+#include "rlhf/gold.h"
+#include "rlhf/kv_cache.h"
+#include "rlhf/optim.h"
+#include "rlhf/plan_check.h"
+#include "rlhf/ppo_math.h"
+#include "rlhf/value_model.h"
+
+namespace strata::rlhf {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+void PpoConfig::validate() const {
+  STRATA_CHECK(iterations >= 1, "--iterations must be >= 1 (got ", iterations, ")");
+  STRATA_CHECK(rollout_batch >= 1, "--rollout-batch must be >= 1 (got ", rollout_batch, ")");
+  STRATA_CHECK(minibatch >= 1 && rollout_batch % minibatch == 0, "--minibatch ", minibatch,
+               " must be >= 1 and divide --rollout-batch ", rollout_batch);
+  STRATA_CHECK(epochs >= 1, "--epochs must be >= 1 (got ", epochs, ")");
+  STRATA_CHECK(prompt_len >= 1, "--prompt-len must be >= 1 (got ", prompt_len, ")");
+  STRATA_CHECK(response_len >= 1, "--response-len must be >= 1 (got ", response_len, ")");
+  STRATA_CHECK(sample.temperature > 0, "--temperature must be > 0 for PPO (got ",
+               sample.temperature, "): the policy is softmax(logits / temperature)");
+  STRATA_CHECK(sample.top_k >= 0, "--top-k must be >= 0 (got ", sample.top_k, ")");
+  STRATA_CHECK(kl_coef >= 0, "--kl-coef must be >= 0 (got ", kl_coef, ")");
+  STRATA_CHECK(kl_horizon > 0, "--kl-horizon must be > 0 (got ", kl_horizon, ")");
+  STRATA_CHECK(gamma > 0 && gamma <= 1 && lambda >= 0 && lambda <= 1, "--gamma ", gamma,
+               " must be in (0, 1] and --lambda ", lambda, " in [0, 1]");
+  STRATA_CHECK(clip > 0 && value_clip > 0, "--clip and --value-clip must be > 0");
+  STRATA_CHECK(actor_lr > 0 && critic_lr > 0, "--actor-lr and --critic-lr must be > 0");
+  STRATA_CHECK(!resume || !run_dir.empty(), "--resume needs --run-dir");
+  STRATA_CHECK(ckpt_every == 0 || !run_dir.empty(), "--ckpt-every needs --run-dir");
+  STRATA_CHECK(!trace || !run_dir.empty(), "--trace needs --run-dir");
+}
+
+json PpoConfig::to_json() const {
+  return {{"iterations", iterations},   {"rollout_batch", rollout_batch},
+          {"minibatch", minibatch},     {"epochs", epochs},
+          {"prompt_len", prompt_len},   {"response_len", response_len},
+          {"temperature", sample.temperature}, {"top_k", sample.top_k},
+          {"kv_cache", kv_cache},
+          {"kl_coef", kl_coef},         {"kl_target", kl_target},
+          {"kl_horizon", kl_horizon},   {"gamma", gamma},
+          {"lambda", lambda},           {"clip", clip},
+          {"value_clip", value_clip},   {"ent_coef", ent_coef},
+          {"actor_lr", actor_lr},       {"critic_lr", critic_lr},
+          {"seed", seed},               {"gold_seed", gold_seed}};
+}
+
+static bool same_shape(const model::GPTConfig& a, const model::GPTConfig& b) {
+  return a.layers == b.layers && a.dim == b.dim && a.heads == b.heads && a.seq == b.seq &&
+         a.vocab == b.vocab && a.padded_vocab == b.padded_vocab;
+}
+
+void check_models(const PpoModels& m, const PpoConfig& cfg) {
+  STRATA_CHECK(same_shape(m.actor.cfg, m.reference.cfg), "--reference ", m.reference_path, " (",
+               describe(m.reference.cfg), ") does not match --actor ", m.actor_path, " (",
+               describe(m.actor.cfg), ")");
+  STRATA_CHECK(!m.reward.head.empty(), "--reward ", m.reward_path,
+               ": no value head (v_head.weight); train one with strata rlhf reward");
+  STRATA_CHECK(m.reward.cfg.vocab == m.actor.cfg.vocab, "--reward ", m.reward_path, " has vocab ",
+               m.reward.cfg.vocab, ", --actor ", m.actor_path, " has ", m.actor.cfg.vocab);
+  if (!m.critic.params.empty()) {
+    STRATA_CHECK(!m.critic.head.empty(), "--critic ", m.critic_path, ": no value head (v_head.weight)");
+    STRATA_CHECK(m.critic.cfg.vocab == m.actor.cfg.vocab, "--critic ", m.critic_path,
+                 " has vocab ", m.critic.cfg.vocab, ", --actor has ", m.actor.cfg.vocab);
+  }
+  const int T = cfg.prompt_len + cfg.response_len;
+  for (const auto& [flag, f] : {std::pair<const char*, const ModelFile*>{"--actor", &m.actor},
+                                {"--reward", &m.reward},
+                                {"--critic", m.critic.params.empty() ? &m.reward : &m.critic}})
+    STRATA_CHECK(T <= f->cfg.seq, "--response-len ", cfg.response_len, " + --prompt-len ",
+                 cfg.prompt_len, " = ", T, " positions, beyond the context of ", flag, " (",
+                 f->cfg.seq, ")");
+}
+
+namespace {
+
+double cpu_seconds() {  // of the whole process, every thread
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One rollout of G sequences: tokens (G, T = P + R); per response token (G, R) arrays.
+struct Rollout {
+  int G = 0, P = 0, R = 0, T = 0;
+  std::vector<int32_t> tokens;
+  std::vector<double> old_logp, ref_logp, values, rewards, adv, ret;
+  std::vector<double> score, gold;
+};
+
+// Sums for the iteration's record.
+struct UpdateStats {
+  double policy_loss = 0, value_loss = 0, entropy = 0, approx_kl = 0, clipped = 0, vclipped = 0;
+  double actor_norm = 0, critic_norm = 0;
+  int64_t tokens = 0, updates = 0;
+};
+
+// The iteration's metrics: the rollout's proxy reward, gold score and KL of the rollout
+// policy from the reference (per response), the update's means, times and shares.
+void record(json& rec, const Rollout& ro, const UpdateStats& st, double gen_s, double score_s,
+            double train_s) {
+  const int G = ro.G, R = ro.R;
+  double kl1 = 0, kl3 = 0, proxy = 0, gold = 0;
+  for (int i = 0; i < G; ++i) {
+    for (int t = 0; t < R; ++t) {
+      const size_t k = size_t(i) * R + t;
+      kl1 += kl_k1(ro.old_logp[k], ro.ref_logp[k]);
+      kl3 += kl_k3(ro.old_logp[k], ro.ref_logp[k]);
+    }
+    proxy += ro.score[size_t(i)];
+    gold += ro.gold[size_t(i)];
+  }
+  const double n = double(std::max<int64_t>(st.tokens, 1)), u = double(std::max<int64_t>(st.updates, 1));
+  const double total = gen_s + score_s + train_s;
+  rec.update({{"reward", proxy / G},
+              {"gold", gold / G},
+              {"kl", kl1 / G},
+              {"kl_k3", kl3 / G},
+              {"clip_frac", st.clipped / n},
+              {"approx_kl", st.approx_kl / n},
+              {"entropy", st.entropy / n},
+              {"policy_loss", st.policy_loss / n},
+              {"value_loss", st.value_loss / n},
+              {"value_clip_frac", st.vclipped / n},
+              {"explained_variance", explained_variance(ro.values, ro.ret)},
+              {"actor_grad_norm", st.actor_norm / u},
+              {"critic_grad_norm", st.critic_norm / u},
+              {"time", {{"generate_s", gen_s}, {"score_s", score_s}, {"train_s", train_s}}},
+              {"share", {{"generate", gen_s / total}, {"score", score_s / total}, {"train", train_s / total}}},
+              {"gen_tokens_per_s", double(G) * R / gen_s}});
+}
+
+class PpoRun {
+ public:
+  PpoRun(const PpoConfig& cfg, PpoModels& m)
+      : cfg_(cfg),
+        acfg_(m.actor.cfg),
+        mb_(cfg.minibatch),
+        actor_(acfg_, mb_),
+        reference_(acfg_, mb_, false),
+        ref_params_(MemCategory::parameters, sizeof(float) * acfg_.num_params()),
+        reward_(m.reward.cfg, mb_, false),
+        critic_(m.critic.params.empty() ? m.reward.cfg : m.critic.cfg, mb_),
+        decoder_(acfg_, cfg.rollout_batch),
+        gold_(cfg.gold_seed, acfg_.vocab),
+        kl_(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon),
+        actor_opt_(cfg.optim),
+        critic_opt_(cfg.optim) {
+    std::memcpy(actor_.params(), m.actor.params.data(), sizeof(float) * m.actor.params.size());
+    std::memcpy(ref_params_.data(), m.reference.params.data(), sizeof(float) * m.reference.params.size());
+    bind_frozen(reference_, ref_params_.as<float>());
+    std::memcpy(reward_.params(), m.reward.params.data(), sizeof(float) * m.reward.params.size());
+    reward_.head() = m.reward.head;
+    const ModelFile& c = m.critic.params.empty() ? m.reward : m.critic;
+    std::memcpy(critic_.params(), c.params.data(), sizeof(float) * c.params.size());
+    critic_.head() = c.head;
+    decoder_.bind(actor_.params());
+    actor_opt_.add("params", actor_.params(), actor_.grads(), actor_.num_params(),
+                   model::decay_ranges(actor_.param_table(), 0, actor_.num_params()));
+    model::GPT& cg = critic_.gpt();
+    critic_opt_.add("trunk", cg.params(), cg.grads(), cg.num_params(),
+                    model::decay_ranges(cg.param_table(), 0, cg.num_params()));
+    critic_opt_.add("head", critic_.head().data(), critic_.head_grad(), critic_.config().dim + 1, {});
+    dlogits_.resize(size_t(mb_) * (cfg.prompt_len + cfg.response_len) * acfg_.padded_vocab);
+  }
+
+  PpoResult run(const std::function<void(const json&)>& log);
+
+ private:
+  void generate(int iter, Rollout& ro, json& rec);
+  void score(Rollout& ro);
+  UpdateStats update(int iter, const Rollout& ro);
+  void policy_logps(model::GPT& m, const Rollout& ro, std::vector<double>& out);
+  void save_state(int iter);
+  int load_state();
+  json memory_report() const;
+  std::string path(const char* name) const { return (fs::path(cfg_.run_dir) / name).string(); }
+
+  const PpoConfig& cfg_;
+  model::GPTConfig acfg_;
+  int mb_;
+  model::GPT actor_, reference_;
+  Buffer ref_params_;
+  ValueModel reward_, critic_;
+  KvDecoder decoder_;
+  GoldRule gold_;
+  KlController kl_;
+  AdamWGroup actor_opt_, critic_opt_;
+  std::vector<float> dlogits_;
+};
+
+void PpoRun::generate(int iter, Rollout& ro, json& rec) {
+  const int G = cfg_.rollout_batch, P = cfg_.prompt_len, R = cfg_.response_len, T = P + R;
+  ro.G = G, ro.P = P, ro.R = R, ro.T = T;
+  std::vector<int32_t> prompts(size_t(G) * P), resp(size_t(G) * R);
+  std::vector<uint64_t> streams(static_cast<size_t>(G));
+  for (int i = 0; i < G; ++i) {
+    const int64_t global = int64_t(iter) * G + i;  // the i-th prompt of iteration iter
+    synthetic_prompt(cfg_.seed, global, P, acfg_.vocab, &prompts[size_t(i) * P]);
+    streams[size_t(i)] = uint64_t(global);
+  }
+  if (cfg_.kv_cache) {
+    generate_cached(decoder_, acfg_, prompts.data(), G, P, R, cfg_.sample, cfg_.seed ^ 0x9E0117,
+                    streams.data(), resp.data());
+  } else {  // in chunks of the actor's batch; the same tokens up to fp32 rounding
+    for (int at = 0; at < G; at += mb_)
+      generate_uncached(actor_, &prompts[size_t(at) * P], std::min(mb_, G - at), P, R, cfg_.sample,
+                        cfg_.seed ^ 0x9E0117, &streams[size_t(at)], &resp[size_t(at) * R]);
+  }
+  ro.tokens.resize(size_t(G) * T);
+  for (int i = 0; i < G; ++i) {
+    std::copy(&prompts[size_t(i) * P], &prompts[size_t(i + 1) * P], &ro.tokens[size_t(i) * T]);
+    std::copy(&resp[size_t(i) * R], &resp[size_t(i + 1) * R], &ro.tokens[size_t(i) * T + P]);
+  }
+  rec["kv_cache_bytes"] = decoder_.cache_bytes();
+}
+
+// log π(a_t) at temperature τ of every response token, in chunks of the model's batch.
+void PpoRun::policy_logps(model::GPT& m, const Rollout& ro, std::vector<double>& out) {
+  const int P = ro.P, R = ro.R, T = ro.T, Vp = acfg_.padded_vocab;
+  out.assign(size_t(ro.G) * R, 0.0);
+  for (int at = 0; at < ro.G; at += mb_) {
+    const int b = std::min(mb_, ro.G - at);
+    const float* z = m.logits(&ro.tokens[size_t(at) * T], b, T);
+    for (int i = 0; i < b; ++i)
+      for (int t = 0; t < R; ++t) {
+        const float* row = z + (int64_t(i) * T + P - 1 + t) * Vp;
+        const int a = ro.tokens[size_t(at + i) * T + P + t];
+        out[size_t(at + i) * R + t] = row_stats(row, acfg_.vocab, cfg_.sample.temperature, a).logp;
+      }
+  }
+}
+
+void PpoRun::score(Rollout& ro) {
+  const int G = ro.G, P = ro.P, R = ro.R, T = ro.T;
+  policy_logps(actor_, ro, ro.old_logp);
+  policy_logps(reference_, ro, ro.ref_logp);
+  ro.values.assign(size_t(G) * R, 0.0);
+  ro.score.assign(size_t(G), 0.0);
+  ro.gold.assign(size_t(G), 0.0);
+  std::vector<float> v(size_t(mb_) * T);
+  for (int at = 0; at < G; at += mb_) {
+    const int b = std::min(mb_, G - at);
+    critic_.forward(&ro.tokens[size_t(at) * T], b, T, v.data());
+    for (int i = 0; i < b; ++i)
+      for (int t = 0; t < R; ++t) ro.values[size_t(at + i) * R + t] = v[size_t(i) * T + P - 1 + t];
+    reward_.forward(&ro.tokens[size_t(at) * T], b, T, v.data());
+    for (int i = 0; i < b; ++i) ro.score[size_t(at + i)] = v[size_t(i) * T + T - 1];
+  }
+  ro.rewards.assign(size_t(G) * R, 0.0);
+  ro.adv.assign(size_t(G) * R, 0.0);
+  ro.ret.assign(size_t(G) * R, 0.0);
+  for (int i = 0; i < G; ++i) {
+    ro.gold[size_t(i)] = gold_.score(&ro.tokens[size_t(i) * T + P], R);
+    double* r = &ro.rewards[size_t(i) * R];
+    for (int t = 0; t < R; ++t)
+      r[t] = -kl_.beta() * kl_k1(ro.old_logp[size_t(i) * R + t], ro.ref_logp[size_t(i) * R + t]);
+    r[R - 1] += ro.score[size_t(i)];
+    gae(r, &ro.values[size_t(i) * R], R, cfg_.gamma, cfg_.lambda, &ro.adv[size_t(i) * R],
+        &ro.ret[size_t(i) * R]);
+  }
+  whiten(ro.adv.data(), int64_t(ro.adv.size()));
+}
+
+UpdateStats PpoRun::update(int iter, const Rollout& ro) {
+  const int P = ro.P, R = ro.R, T = ro.T, Vp = acfg_.padded_vocab, V = acfg_.vocab;
+  const double tau = cfg_.sample.temperature, scale = 1.0 / (double(mb_) * R);
+  UpdateStats st;
+  std::vector<int> order(size_t(ro.G));
+  Rng rng(cfg_.seed, 0x0DE5'0000'0000ULL + uint64_t(iter));
+  std::vector<int32_t> tokens(size_t(mb_) * T);
+  std::vector<float> v(size_t(mb_) * T), dv(size_t(mb_) * T);
+  for (int epoch = 0; epoch < cfg_.epochs; ++epoch) {
+    for (int i = 0; i < ro.G; ++i) order[size_t(i)] = i;
+    for (int k = ro.G - 1; k > 0; --k) std::swap(order[size_t(k)], order[rng.below(uint64_t(k + 1))]);
+    for (int at = 0; at < ro.G; at += mb_) {
+      const int* idx = &order[size_t(at)];
+      for (int i = 0; i < mb_; ++i)
+        std::copy(&ro.tokens[size_t(idx[i]) * T], &ro.tokens[size_t(idx[i] + 1) * T], &tokens[size_t(i) * T]);
+      // Actor: clipped policy loss with entropy bonus, through the logits.
+      actor_opt_.zero_grads();
+      const float* z = actor_.logits(tokens.data(), mb_, T);
+      std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
+      for (int i = 0; i < mb_; ++i)
+        for (int t = 0; t < R; ++t) {
+          const int64_t row = int64_t(i) * T + P - 1 + t;
+          const size_t k = size_t(idx[i]) * R + t;
+          const int a = tokens[size_t(i) * T + P + t];
+          const RowStats s = row_stats(z + row * Vp, V, tau, a);
+          const PolicyTerm pt = policy_term(s.logp, ro.old_logp[k], ro.adv[k], cfg_.clip);
+          row_grad(dlogits_.data() + row * Vp, z + row * Vp, V, Vp, tau, a, pt.dlogp * scale,
+                   cfg_.ent_coef * scale, s);
+          st.policy_loss += pt.loss;
+          st.entropy += s.entropy;
+          st.approx_kl += 0.5 * (s.logp - ro.old_logp[k]) * (s.logp - ro.old_logp[k]);
+          st.clipped += pt.clipped;
+          ++st.tokens;
+        }
+      actor_.backward_logits(dlogits_.data());
+      st.actor_norm += actor_opt_.step(cfg_.actor_lr);
+      // Critic: clipped value loss.
+      critic_opt_.zero_grads();
+      critic_.forward(tokens.data(), mb_, T, v.data());
+      std::fill(dv.begin(), dv.end(), 0.0f);
+      for (int i = 0; i < mb_; ++i)
+        for (int t = 0; t < R; ++t) {
+          const size_t k = size_t(idx[i]) * R + t;
+          const size_t row = size_t(i) * T + P - 1 + t;
+          const ValueTerm vt = value_term(v[row], ro.values[k], ro.ret[k], cfg_.value_clip);
+          dv[row] = float(vt.dvalue * scale);
+          st.value_loss += vt.loss;
+          st.vclipped += vt.clipped;
+        }
+      critic_.backward(dv.data());
+      st.critic_norm += critic_opt_.step(cfg_.critic_lr);
+      ++st.updates;
+    }
+  }
+  return st;
+}
+
+void PpoRun::save_state(int iter) {
+  std::vector<NamedTensor> ts = actor_opt_.tensors("actor.");
+  for (const NamedTensor& t : critic_opt_.tensors("critic.")) ts.push_back(t);
+  save_tensors(path("ppo-state.safetensors"), ts,
+               {{"iteration", iter},
+                {"beta", kl_.beta()},
+                {"actor_steps", actor_opt_.steps()},
+                {"critic_steps", critic_opt_.steps()},
+                {"config", cfg_.to_json()},
+                {"actor", config_json(acfg_)},
+                {"critic", config_json(critic_.config())}});
+}
+
+// Returns the iterations already done (0: a fresh start).
+int PpoRun::load_state() {
+  const std::string f = path("ppo-state.safetensors");
+  if (!cfg_.resume) return 0;
+  STRATA_CHECK(fs::exists(f), "--resume: ", f, " does not exist (no checkpoint saved yet)");
+  std::vector<NamedTensor> ts = actor_opt_.tensors("actor.");
+  for (const NamedTensor& t : critic_opt_.tensors("critic.")) ts.push_back(t);
+  const json meta = load_tensors(f, ts);
+  STRATA_CHECK(meta.at("actor") == config_json(acfg_) && meta.at("critic") == config_json(critic_.config()),
+               "--resume: ", f, " was written for other models (actor ", meta.at("actor").dump(),
+               ")");
+  kl_.set_beta(meta.at("beta").get<double>());
+  actor_opt_.set_steps(meta.at("actor_steps").get<int64_t>());
+  critic_opt_.set_steps(meta.at("critic_steps").get<int64_t>());
+  return meta.at("iteration").get<int>();
+}
+
+json PpoRun::memory_report() const {
+  auto bytes = [](int64_t floats) { return 4 * floats; };
+  const int64_t pa = actor_.num_params(), pc = critic_.config().num_params() + critic_.config().dim + 1;
+  const int64_t pr = reward_.config().num_params() + reward_.config().dim + 1;
+  const int64_t act_a = actor_.activation_bytes() + bytes(int64_t(dlogits_.size()));
+  return {
+      {"actor", {{"parameters", bytes(pa)}, {"gradients", bytes(pa)}, {"optimizer", 2 * bytes(pa)},
+                 {"activations", act_a}, {"kv_cache", decoder_.cache_bytes()}}},
+      {"reference", {{"parameters", bytes(pa)}, {"gradients", 0}, {"optimizer", 0},
+                     {"activations", reference_.activation_bytes()}}},
+      {"reward", {{"parameters", bytes(pr)}, {"gradients", 0}, {"optimizer", 0},
+                  {"activations", const_cast<ValueModel&>(reward_).gpt().activation_bytes()}}},
+      {"critic", {{"parameters", bytes(pc)}, {"gradients", bytes(pc)}, {"optimizer", 2 * bytes(pc)},
+                  {"activations", const_cast<ValueModel&>(critic_).gpt().activation_bytes()}}},
+      {"tracker", memory_tracker().to_json()}};
+}
+
+PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
+  PpoResult res;
+  const int start = load_state();
+  std::ofstream metrics;
+  if (!cfg_.run_dir.empty()) {
+    fs::create_directories(cfg_.run_dir);
+    // A resumed run keeps the records of the iterations its checkpoint holds.
+    std::vector<std::string> keep;
+    std::ifstream old(path("metrics.jsonl"));
+    for (std::string line; start > 0 && std::getline(old, line);) {
+      const json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("iteration", 0) <= start) keep.push_back(line);
+    }
+    metrics.open(path("metrics.jsonl"), std::ios::trunc);
+    for (const std::string& l : keep) metrics << l << "\n";
+  }
+  double t_gen = 0, t_score = 0, t_train = 0;
+  for (int iter = start; iter < cfg_.iterations; ++iter) {
+    json rec = {{"iteration", iter + 1}};
+    Rollout ro;
+    const double cpu0 = cpu_seconds();
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      TraceSpan span(tracer(), "rlhf generate", "compute");
+      generate(iter, ro, rec);
+    }
+    const double gen_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    {
+      TraceSpan span(tracer(), "rlhf score", "compute");
+      score(ro);
+    }
+    const double score_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    UpdateStats st;
+    {
+      TraceSpan span(tracer(), "rlhf train", "compute");
+      st = update(iter, ro);
+    }
+    const double train_s = seconds_since(t0);
+    t_gen += gen_s, t_score += score_s, t_train += train_s;
+    const double beta = kl_.beta();
+    record(rec, ro, st, gen_s, score_s, train_s);
+    kl_.update(rec["kl"].get<double>(), ro.G);
+    rec["beta"] = beta;
+    rec["time"]["cpu_s"] = cpu_seconds() - cpu0;
+    if (metrics.is_open()) metrics << rec.dump() << "\n" << std::flush;
+    if (log) log(rec);
+    res.iterations.push_back(rec);
+    if (cfg_.ckpt_every > 0 && ((iter + 1) % cfg_.ckpt_every == 0 || iter + 1 == cfg_.iterations))
+      save_state(iter + 1);
+  }
+  const double total = t_gen + t_score + t_train;
+  res.summary = {{"iterations", cfg_.iterations},
+                 {"resumed_from", start},
+                 {"config", cfg_.to_json()},
+                 {"actor", config_json(acfg_)},
+                 {"critic", config_json(critic_.config())},
+                 {"reward_model", config_json(reward_.config())},
+                 {"time", {{"generate_s", t_gen}, {"score_s", t_score}, {"train_s", t_train}}},
+                 {"share", total > 0 ? json{{"generate", t_gen / total}, {"score", t_score / total},
+                                            {"train", t_train / total}}
+                                     : json(nullptr)},
+                 {"memory", memory_report()}};
+  compare_with_plan(res.summary["memory"], acfg_, critic_.config(), cfg_.rollout_batch, mb_);
+  if (!res.iterations.empty()) {
+    res.summary["first"] = res.iterations.front();
+    res.summary["last"] = res.iterations.back();
+  }
+  if (!cfg_.run_dir.empty()) {
+    save_model(path("actor.safetensors"), acfg_, actor_.params(), {}, {{"role", "actor"}});
+    save_model(path("critic.safetensors"), critic_.config(), critic_.params(), critic_.head(),
+               {{"role", "critic"}});
+    std::ofstream(path("summary.json")) << res.summary.dump(2) << "\n";
+  }
+  return res;
+}
+
+}  // namespace
+
+PpoResult run_ppo(const PpoConfig& cfg, PpoModels models, const std::function<void(const json&)>& log) {
+  cfg.validate();
+  check_models(models, cfg);
+  if (cfg.trace) {
+    tracer().enable(0);
+    tracer().name_thread("compute");
+  }
+  PpoRun run(cfg, models);
+  PpoResult r = run.run(log);
+  if (cfg.trace) tracer().write((fs::path(cfg.run_dir) / "trace-rank0.json").string());
+  return r;
+}
+
+}  // namespace strata::rlhf

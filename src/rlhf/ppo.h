@@ -1,0 +1,85 @@
+// RLHF with PPO, one process: four models in the loop (Ouyang et al. 2022; Ziegler et al.
+// 2019; arithmetic in ppo_math.h).
+//
+//   actor      the policy, trained; generates rollouts through the KV cache (kv_cache.h)
+//   reference  a frozen copy of the initial actor: the per-token KL penalty's anchor
+//   reward     a frozen value model (value_model.h): its value at the last position scores a
+//              whole response
+//   critic     a value model, trained (initialised from the reward model unless given)
+//
+// One iteration:
+//   generate  rollout_batch prompts (gold.h's synthetic prompts), response_len tokens each,
+//             sampled with temperature / top-k (sampler.h); sequence i of iteration k draws
+//             from its own Philox stream, so rollouts do not depend on batching
+//   score     forwards of actor (old log-probs), reference, critic (values) and reward model
+//             over the rollout; r_t = -β (old_t - ref_t), plus the score at the last token;
+//             GAE (γ, λ); advantages whitened over the rollout
+//   train     `epochs` passes over the rollout in seeded random minibatches: clipped policy
+//             loss with entropy bonus (actor), clipped value loss (critic), each clipped by
+//             its global gradient norm and updated by AdamW; then the KL controller
+// Metrics per iteration (metrics.jsonl): proxy reward, gold score, KL (k1 and k3 summed over
+// a response, the mean over responses), β, clip fraction, approx-KL, entropy, policy and
+// value loss, value clip fraction, explained variance, gradient norms, and the seconds and
+// shares of generate / score / train with the generation tokens/s.
+// Checkpoints (<run-dir>/ppo-state.safetensors, every ckpt_every iterations): actor and
+// critic parameters and AdamW moments, β, the iteration and the configuration; a resumed run
+// continues bit for bit. At the end <run-dir>/actor.safetensors and critic.safetensors.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "parallel/engine.h"
+#include "rlhf/model_io.h"
+#include "rlhf/sampler.h"
+
+namespace strata::rlhf {
+
+struct PpoConfig {
+  int iterations = 20;
+  int rollout_batch = 16;  // prompts per iteration
+  int minibatch = 8;       // sequences per update
+  int epochs = 4;          // passes over a rollout
+  int prompt_len = 8;
+  int response_len = 16;
+  SampleConfig sample;
+  bool kv_cache = true;       // false: every new token recomputes the whole prefix
+  double kl_coef = 0.05;      // β (initial β when adaptive)
+  double kl_target = 0;       // > 0: adaptive controller toward this KL per response
+  double kl_horizon = 10000;  // of the adaptive controller
+  double gamma = 1.0, lambda = 0.95;
+  double clip = 0.2, value_clip = 0.2;
+  double ent_coef = 0.0;
+  float actor_lr = 1e-4f, critic_lr = 1e-4f;
+  parallel::OptimConfig optim;
+  uint64_t seed = 1;       // prompts, sampling, minibatch order
+  uint64_t gold_seed = 1;  // the gold rule (gold.h) for evaluation
+  std::string run_dir;     // empty: no files
+  int ckpt_every = 0;      // iterations between checkpoints (0: none)
+  bool resume = false;     // continue from <run-dir>/ppo-state.safetensors
+  bool trace = false;      // Chrome trace of the phases and kernels: <run-dir>/trace-rank0.json
+  // Throws one line naming the flag for an impossible setting.
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+struct PpoModels {
+  ModelFile actor, reference, reward, critic;  // critic.params empty: from the reward model
+  std::string actor_path, reference_path, reward_path, critic_path;  // for messages
+};
+
+// Checks shapes and heads before anything runs (one line naming the flag and file).
+void check_models(const PpoModels& m, const PpoConfig& cfg);
+
+struct PpoResult {
+  std::vector<nlohmann::json> iterations;  // the metrics records
+  nlohmann::json summary;
+};
+
+// Runs the loop; log(record) after every iteration (may be empty).
+PpoResult run_ppo(const PpoConfig& cfg, PpoModels models,
+                  const std::function<void(const nlohmann::json&)>& log);
+
+}  // namespace strata::rlhf

@@ -1,0 +1,138 @@
+// Batched rollout sampling (sampler.h).
+#include "rlhf/sampler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+
+namespace strata::rlhf {
+
+int32_t sample_token(const float* z, int vocab, const SampleConfig& s, Rng& rng) {
+  if (s.temperature <= 0) return int32_t(std::max_element(z, z + vocab) - z);
+  float cut = -INFINITY;
+  if (s.top_k > 0 && s.top_k < vocab) {
+    std::vector<float> sorted(z, z + vocab);
+    std::nth_element(sorted.begin(), sorted.begin() + (s.top_k - 1), sorted.end(), std::greater<float>());
+    cut = sorted[size_t(s.top_k - 1)];
+  }
+  const double mx = *std::max_element(z, z + vocab);
+  thread_local std::vector<double> p;
+  p.resize(size_t(vocab));
+  double sum = 0;
+  for (int v = 0; v < vocab; ++v)
+    sum += p[size_t(v)] = z[v] >= cut ? std::exp((double(z[v]) - mx) / s.temperature) : 0.0;
+  const double u = rng.uniform_double() * sum;
+  double acc = 0;
+  int32_t last = 0;
+  for (int v = 0; v < vocab; ++v) {
+    if (p[size_t(v)] == 0) continue;
+    last = v;
+    if ((acc += p[size_t(v)]) > u) return v;
+  }
+  return last;
+}
+
+static void check_lengths(const model::GPTConfig& cfg, int P, int R) {
+  STRATA_CHECK(P >= 1, "--prompt-len must be >= 1 (got ", P, ")");
+  STRATA_CHECK(R >= 1, "--response-len must be >= 1 (got ", R, ")");
+  STRATA_CHECK(P + R <= cfg.seq, "--response-len ", R, " with --prompt-len ", P, " needs ", P + R,
+               " positions, beyond the model's context of ", cfg.seq);
+}
+
+void generate_cached(KvDecoder& dec, const model::GPTConfig& cfg, const int32_t* prompts, int B,
+                     int P, int R, const SampleConfig& s, uint64_t seed, const uint64_t* streams,
+                     int32_t* responses) {
+  check_lengths(cfg, P, R);
+  std::vector<Rng> rngs;
+  for (int b = 0; b < B; ++b) rngs.emplace_back(seed, streams[b]);
+  std::vector<int32_t> next(static_cast<size_t>(B));
+  const int64_t Vp = cfg.padded_vocab;
+  const float* z = dec.prefill(prompts, B, P);
+  for (int i = 0; i < R; ++i) {
+    for (int b = 0; b < B; ++b) {
+      next[size_t(b)] = sample_token(z + b * Vp, cfg.vocab, s, rngs[size_t(b)]);
+      responses[int64_t(b) * R + i] = next[size_t(b)];
+    }
+    if (i + 1 < R) z = dec.step(next.data());
+  }
+}
+
+void generate_uncached(model::GPT& model, const int32_t* prompts, int B, int P, int R,
+                       const SampleConfig& s, uint64_t seed, const uint64_t* streams,
+                       int32_t* responses) {
+  const model::GPTConfig& cfg = model.config();
+  check_lengths(cfg, P, R);
+  std::vector<Rng> rngs;
+  for (int b = 0; b < B; ++b) rngs.emplace_back(seed, streams[b]);
+  const int64_t Vp = cfg.padded_vocab;
+  std::vector<int32_t> ctx(size_t(B) * (P + R));
+  for (int i = 0; i < R; ++i) {
+    const int T = P + i;
+    for (int b = 0; b < B; ++b) {
+      std::copy(prompts + int64_t(b) * P, prompts + int64_t(b + 1) * P, ctx.begin() + int64_t(b) * T);
+      std::copy(responses + int64_t(b) * R, responses + int64_t(b) * R + i,
+                ctx.begin() + int64_t(b) * T + P);
+    }
+    const float* z = model.logits(ctx.data(), B, T);
+    for (int b = 0; b < B; ++b)
+      responses[int64_t(b) * R + i] =
+          sample_token(z + (int64_t(b) * T + T - 1) * Vp, cfg.vocab, s, rngs[size_t(b)]);
+  }
+}
+
+}  // namespace strata::rlhf
+
+namespace strata::rlhf {
+
+GenerationTiming time_generation(const model::GPTConfig& cfg, const float* params, int B, int P,
+                                 int R, const SampleConfig& s, uint64_t seed, int repeats) {
+  check_lengths(cfg, P, R);
+  STRATA_CHECK(B >= 1, "--batch must be >= 1 (got ", B, ")");
+  KvDecoder dec(cfg, B);
+  dec.bind(params);
+  model::GPT model(cfg, B, false);
+  for (int u = 0; u < model.num_units(); ++u)
+    model.bind_unit(u, const_cast<float*>(params) + model.unit_range(u).first, nullptr);
+  std::vector<int32_t> prompts(size_t(B) * P), a(size_t(B) * R), b(size_t(B) * R);
+  std::vector<uint64_t> streams(static_cast<size_t>(B));
+  Rng rng(seed, 0x7E57);
+  for (auto& t : prompts) t = int32_t(rng.below(uint64_t(cfg.vocab)));
+  for (int i = 0; i < B; ++i) streams[size_t(i)] = uint64_t(i);
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  auto wall_now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  std::vector<double> tc, tu, cc, cu;
+  for (int r = 0; r < std::max(1, repeats); ++r) {  // interleaved, so load changes hit both
+    double w0 = wall_now(), c0 = cpu_now();
+    generate_cached(dec, cfg, prompts.data(), B, P, R, s, seed, streams.data(), a.data());
+    tc.push_back(wall_now() - w0);
+    cc.push_back(cpu_now() - c0);
+    w0 = wall_now(), c0 = cpu_now();
+    generate_uncached(model, prompts.data(), B, P, R, s, seed, streams.data(), b.data());
+    tu.push_back(wall_now() - w0);
+    cu.push_back(cpu_now() - c0);
+  }
+  auto rate = [&](std::vector<double> t) {
+    std::sort(t.begin(), t.end());
+    return double(B) * R / t[t.size() / 2];
+  };
+  GenerationTiming out;
+  out.cached_tokens_per_s = rate(tc);
+  out.uncached_tokens_per_s = rate(tu);
+  out.cached_cpu_tokens_per_s = rate(cc);
+  out.uncached_cpu_tokens_per_s = rate(cu);
+  out.same_tokens = a == b;
+  out.kv_cache_bytes = dec.cache_bytes();
+  return out;
+}
+
+}  // namespace strata::rlhf

@@ -1,0 +1,50 @@
+// Batched sampling of responses for RLHF rollouts: B prompts of P tokens, R new tokens
+// each, through the KV cache (kv_cache.h), or without it (the whole prefix again for every
+// new token, GPT::logits: what the cache saves, and the reference of the equality tests).
+//
+// A token is drawn from softmax(z / temperature) over the first `vocab` logits z of its row,
+// restricted to the top_k largest (0: all); temperature 0 is greedy (the first maximum).
+// Sequence b draws from Rng(seed, streams[b]): its tokens do not depend on the batch it is
+// generated in, or on the rank that generates it.
+#pragma once
+#include <cstdint>
+
+#include "core/rng.h"
+#include "model/gpt.h"
+#include "rlhf/kv_cache.h"
+
+namespace strata::rlhf {
+
+struct SampleConfig {
+  float temperature = 1.0f;
+  int top_k = 0;
+};
+
+// One token from a logits row (first vocab entries).
+int32_t sample_token(const float* z, int vocab, const SampleConfig& s, Rng& rng);
+
+// responses (B, R) after prompts (B, P); decoder bound to the policy's parameters.
+// Throws naming --response-len when P + R exceeds the model's context.
+void generate_cached(KvDecoder& dec, const model::GPTConfig& cfg, const int32_t* prompts, int B,
+                     int P, int R, const SampleConfig& s, uint64_t seed, const uint64_t* streams,
+                     int32_t* responses);
+// The same without a cache: model.logits over (B, P + i) for the i-th new token.
+void generate_uncached(model::GPT& model, const int32_t* prompts, int B, int P, int R,
+                       const SampleConfig& s, uint64_t seed, const uint64_t* streams,
+                       int32_t* responses);
+
+
+// Timing of both paths on the same prompts and streams: tokens/s of each (B·R new tokens
+// over the median of `repeats` interleaved runs), by wall clock and by the process's CPU time
+// (what a loaded machine does not distort, for one thread), and whether they produced the
+// same tokens.
+struct GenerationTiming {
+  double cached_tokens_per_s = 0, uncached_tokens_per_s = 0;
+  double cached_cpu_tokens_per_s = 0, uncached_cpu_tokens_per_s = 0;
+  bool same_tokens = false;
+  int64_t kv_cache_bytes = 0;
+};
+GenerationTiming time_generation(const model::GPTConfig& cfg, const float* params, int B, int P,
+                                 int R, const SampleConfig& s, uint64_t seed, int repeats);
+
+}  // namespace strata::rlhf

@@ -1,0 +1,119 @@
+// strata rlhf reward / ppo / generate end to end at tiny size, and their bad input: one line
+// naming the flag and file, a non-zero exit, and no rollout started.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "nlohmann/json.hpp"
+#include "rlhf/model_io.h"
+#include "support/run.h"
+#include "support/temp_dir.h"
+#include "tiny.h"
+
+namespace strata::rlhf {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using strata::test::run_strata;
+
+// One line on stderr, nothing else there.
+void expect_one_line(const strata::test::RunResult& r, const std::string& needle) {
+  EXPECT_NE(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+class RlhfCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const model::GPTConfig cfg = test::tiny_config(16);
+    save_model(dir_.file("actor.safetensors"), cfg, test::tiny_params(cfg, 2).data(), {});
+    model::GPTConfig wide = cfg;
+    wide.dim = 64;
+    save_model(dir_.file("wide.safetensors"), wide, test::tiny_params(wide, 2).data(), {});
+  }
+  std::string f(const std::string& name) const { return dir_.file(name); }
+  strata::test::TempDir dir_{"rlhf_cli"};
+};
+
+TEST_F(RlhfCli, RewardThenPpoEndToEnd) {
+  auto r = run_strata("rlhf reward --init " + f("actor.safetensors") +
+                      " --pairs synthetic --num-pairs 48 --steps 6 --batch 8 --prompt-len 4 "
+                      "--response-len 8 --save-pairs " + f("pairs.txt") + " -o " + f("rm.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("held-out pair accuracy"), std::string::npos) << r.out;
+  // The saved pairs train a model as a file too.
+  r = run_strata("rlhf reward --init " + f("actor.safetensors") + " --pairs " + f("pairs.txt") +
+                 " --steps 2 --batch 4 -o " + f("rm2.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_strata("rlhf ppo --actor " + f("actor.safetensors") + " --reward " + f("rm.safetensors") +
+                 " --run-dir " + f("run") + " --iterations 2 --rollout-batch 8 --minibatch 4 --epochs 1"
+                 " --prompt-len 4 --response-len 8 --kl-target 2 --json",
+                 "", strata::test::Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  std::ifstream in(f("run/metrics.jsonl"));
+  int n = 0;
+  for (std::string l; std::getline(in, l); ++n) {
+    const json j = json::parse(l);
+    for (const char* k : {"reward", "gold", "kl", "clip_frac", "approx_kl", "entropy", "value_loss",
+                          "explained_variance", "share", "gen_tokens_per_s"})
+      EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(n, 2);
+  std::ifstream sin(f("run/summary.json"));
+  const json s = json::parse(sin);
+  for (const char* m : {"actor", "reference", "reward", "critic"})
+    EXPECT_GT(s["memory"][m]["parameters"].get<int64_t>(), 0) << m;
+  EXPECT_EQ(s["memory"]["reference"]["gradients"], 0);
+  EXPECT_GT(s["memory"]["actor"]["kv_cache"].get<int64_t>(), 0);
+  EXPECT_TRUE(fs::exists(f("run/actor.safetensors")));
+  // The trained critic carries a value head: it can be the reward model of another run.
+  r = run_strata("rlhf ppo --actor " + f("run/actor.safetensors") + " --reward " + f("run/critic.safetensors") +
+                 " --iterations 1 --rollout-batch 4 --minibatch 4 --epochs 1 --prompt-len 4 --response-len 4");
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+TEST_F(RlhfCli, GenerateFromATrainingRunAgreesWithAndWithoutCache) {
+  auto r = run_strata("train --layers 1 --dim 32 --heads 2 --max-seq 32 --steps 2 --batch 2 --ckpt-every 2"
+                      " --sample-tokens 0 --run-dir " + f("sft"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_strata("rlhf generate --actor " + f("sft") + " --batch 3 --prompt-len 4 --response-len 12 "
+                 "--temperature 0 --repeats 1 --json", "", strata::test::Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_TRUE(j["same_tokens"].get<bool>());
+}
+
+TEST_F(RlhfCli, BadInputIsOneLineBeforeAnyRollout) {
+  const auto S = strata::test::Streams::separate;
+  const std::string ppo = "rlhf ppo --prompt-len 4 --iterations 1 --rollout-batch 4 "
+                          "--minibatch 4 --run-dir " + f("bad") + " --actor " + f("actor.safetensors");
+  auto r = run_strata(ppo + " --response-len 8 --reward " + f("actor.safetensors"), "", S);
+  expect_one_line(r, "--reward " + f("actor.safetensors") + ": no value head");
+  save_model(f("rm.safetensors"), test::tiny_config(16), test::tiny_params(test::tiny_config(16), 3).data(),
+             std::vector<float>(33, 0.1f));
+  r = run_strata(ppo + " --response-len 8 --reward " + f("rm.safetensors") + " --reference " + f("wide.safetensors"), "", S);
+  expect_one_line(r, "--reference " + f("wide.safetensors") + " (layers 2, dim 64");
+  r = run_strata(ppo + " --reward " + f("rm.safetensors") + " --response-len 13", "", S);
+  expect_one_line(r, "--response-len 13 + --prompt-len 4 = 17 positions, beyond the context of --actor (16)");
+  r = run_strata(ppo + " --response-len 8 --reward " + f("missing.safetensors"), "", S);
+  expect_one_line(r, "--reward " + f("missing.safetensors") + ": no such file");
+  EXPECT_FALSE(fs::exists(f("bad/metrics.jsonl")));
+
+  const std::string reward = "rlhf reward --init " + f("actor.safetensors") + " -o " + f("out.safetensors") + " --pairs ";
+  std::ofstream(f("empty.txt")).flush();
+  r = run_strata(reward + f("empty.txt"), "", S);
+  expect_one_line(r, "--pairs " + f("empty.txt") + ": no pairs in the file");
+  std::ofstream(f("bad.txt")) << "1 2 3 | 4 5 | 6 7\n1 2 3 | 4 5\n";
+  r = run_strata(reward + f("bad.txt"), "", S);
+  expect_one_line(r, "--pairs " + f("bad.txt") + ":2: expected 'PROMPT | CHOSEN | REJECTED'");
+  std::ofstream(f("long.txt")) << "1 2 3 4 5 6 7 8 9 | 1 2 3 4 5 6 7 8 | 1 2 3 4 5 6 7 8\n";
+  r = run_strata(reward + f("long.txt"), "", S);
+  expect_one_line(r, "beyond the context of --init");
+  EXPECT_FALSE(fs::exists(f("out.safetensors")));
+}
+
+}  // namespace
+}  // namespace strata::rlhf
