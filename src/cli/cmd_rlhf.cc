@@ -8,8 +8,15 @@
 #include <cstdio>
 #include <memory>
 
+#include <thread>
+
 #include "cli/command.h"
+#include "comm/bootstrap.h"
+#include "comm/launcher.h"
+#include "comm/process_group.h"
+#include "comm/rank_status.h"
 #include "core/error.h"
+#include "train/distributed.h"
 #include "rlhf/kv_cache.h"
 #include "rlhf/model_io.h"
 #include "rlhf/ppo.h"
@@ -116,11 +123,35 @@ void setup_reward(CLI::App& app) {
 struct PpoArgs {
   rlhf::PpoConfig cfg;
   std::string actor, reference, reward, critic;
+  int nproc = 1;
   bool json = false;
 };
 
+// --nproc N > 1 from the command line: starts N ranks of this same command (shm) and waits.
+bool launch_ranks(const PpoArgs& a) {
+  if (a.nproc <= 1 || comm::launched_as_rank()) return false;
+  STRATA_CHECK(a.cfg.rollout_batch % a.nproc == 0 && a.cfg.minibatch % a.nproc == 0, "--rollout-batch ",
+               a.cfg.rollout_batch, " and --minibatch ", a.cfg.minibatch, " must divide over --nproc ", a.nproc);
+  comm::LaunchOptions o;
+  o.nproc = a.nproc;
+  o.prefix_output = false;  // rank 0 alone reports
+  o.command = train::own_command_line();
+  o.rank_exec = comm::self_executable();
+  if (!std::getenv("OMP_NUM_THREADS")) {  // ranks split the host's cores
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    o.extra_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cores / a.nproc)));
+  }
+  const comm::LaunchResult r = comm::launch(o);
+  if (r.exit_code != 0) {
+    std::fprintf(stderr, "strata rlhf ppo: %s\n", r.message.c_str());
+    throw ExitCode{r.exit_code};
+  }
+  return true;
+}
+
 void run_ppo(PpoArgs& a) {
   a.cfg.validate();  // flags first: nothing is loaded for a bad flag
+  STRATA_CHECK(a.nproc >= 1, "--nproc must be at least 1 (got ", a.nproc, ")");
   rlhf::PpoModels m;
   m.actor_path = a.actor;
   m.reference_path = a.reference.empty() ? a.actor : a.reference;
@@ -130,6 +161,10 @@ void run_ppo(PpoArgs& a) {
   m.reference = a.reference.empty() ? m.actor : rlhf::load_model(a.reference, "--reference");
   m.reward = rlhf::load_model(a.reward, "--reward");
   if (!a.critic.empty()) m.critic = rlhf::load_model(a.critic, "--critic");
+  rlhf::check_models(m, a.cfg);  // bad models: one line here, before any rank starts
+  if (launch_ranks(a)) return;
+  comm::GroupPtr world = comm::launched_as_rank() ? comm::init_from_env() : nullptr;
+  const bool report = !world || world->rank() == 0;
   const bool js = a.json;
   auto log = [js](const json& r) {
     if (js) {
@@ -145,7 +180,8 @@ void run_ppo(PpoArgs& a) {
     }
     std::fflush(stdout);
   };
-  const rlhf::PpoResult res = rlhf::run_ppo(a.cfg, std::move(m), log);
+  const rlhf::PpoResult res = rlhf::run_ppo(a.cfg, std::move(m), log, world.get());
+  if (!report) return;
   if (js) {
     std::printf("%s\n", json{{"summary", res.summary}}.dump().c_str());
     return;
@@ -172,6 +208,8 @@ void setup_ppo(CLI::App& app) {
   app.add_option("--reward", a->reward, "Reward model (strata rlhf reward)")->required();
   app.add_option("--critic", a->critic, "Critic with a value head (default: the reward model)");
   app.add_option("--run-dir", c.run_dir, "metrics.jsonl, summary.json, checkpoints, final models");
+  app.add_option("--nproc", a->nproc, "Data-parallel ranks on this host (rollouts split, gradients summed)")
+      ->capture_default_str();
   app.add_option("--iterations", c.iterations, "Rollout + update iterations")->capture_default_str();
   app.add_option("--rollout-batch", c.rollout_batch, "Prompts per iteration")->capture_default_str();
   app.add_option("--minibatch", c.minibatch, "Sequences per update")->capture_default_str();

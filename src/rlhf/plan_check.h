@@ -1,6 +1,7 @@
 // The PPO run's model states next to what `strata plan --rlhf` predicts for the same models
-// and rollout batch (plan/rlhf.h) on one process in fp32 at ZeRO 0: parameters, gradients and
-// optimizer state per model, and the KV cache, byte for byte.
+// and rollout batch per rank (plan/rlhf.h) on `ranks` GPUs in fp32 at ZeRO 0 (every state
+// replicated, as rlhf/ppo.h keeps them): parameters, gradients and optimizer state per model,
+// and the KV cache, byte for byte.
 #pragma once
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
@@ -10,11 +11,11 @@ namespace strata::rlhf {
 // {"actor": {"parameters", "gradients", "optimizer"}, "critic", "reference", "reward",
 //  "kv_cache"} as the planner estimates them.
 nlohmann::json planned_memory(const model::GPTConfig& actor, const model::GPTConfig& critic,
-                              int rollout_batch, int minibatch);
+                              int rollout_per_rank, int minibatch, int ranks = 1);
 
 // measured: the "memory" object of a PPO summary. Adds "plan" (planned_memory) and
 // "model_states_match_plan" (every model's three states and the KV cache equal).
 void compare_with_plan(nlohmann::json& measured, const model::GPTConfig& actor,
-                       const model::GPTConfig& critic, int rollout_batch, int minibatch);
+                       const model::GPTConfig& critic, int rollout_per_rank, int minibatch, int ranks);
 
 }  // namespace strata::rlhf

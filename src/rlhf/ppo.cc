@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/process_group.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/trace.h"
@@ -151,8 +152,11 @@ void record(json& rec, const Rollout& ro, const UpdateStats& st, double gen_s, d
 
 class PpoRun {
  public:
-  PpoRun(const PpoConfig& cfg, PpoModels& m)
+  PpoRun(const PpoConfig& cfg, PpoModels& m, comm::ProcessGroup* group)
       : cfg_(cfg),
+        group_(group && group->size() > 1 ? group : nullptr),
+        rank_(group_ ? group_->rank() : 0),
+        world_(group_ ? group_->size() : 1),
         acfg_(m.actor.cfg),
         mb_(cfg.minibatch),
         actor_(acfg_, mb_),
@@ -160,7 +164,7 @@ class PpoRun {
         ref_params_(MemCategory::parameters, sizeof(float) * acfg_.num_params()),
         reward_(m.reward.cfg, mb_, false),
         critic_(m.critic.params.empty() ? m.reward.cfg : m.critic.cfg, mb_),
-        decoder_(acfg_, cfg.rollout_batch),
+        decoder_(acfg_, cfg.rollout_batch / world_),
         gold_(cfg.gold_seed, acfg_.vocab),
         kl_(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon),
         actor_opt_(cfg.optim),
@@ -188,6 +192,11 @@ class PpoRun {
  private:
   void generate(int iter, Rollout& ro, json& rec);
   void score(Rollout& ro);
+  void gather(Rollout& ro);
+  void advantages(Rollout& ro);
+  void all_reduce(float* x, int64_t n) {
+    if (group_) group_->all_reduce(x, size_t(n));
+  }
   UpdateStats update(int iter, const Rollout& ro);
   void policy_logps(model::GPT& m, const Rollout& ro, std::vector<double>& out);
   void save_state(int iter);
@@ -196,6 +205,8 @@ class PpoRun {
   std::string path(const char* name) const { return (fs::path(cfg_.run_dir) / name).string(); }
 
   const PpoConfig& cfg_;
+  comm::ProcessGroup* group_;  // data-parallel ranks (null: one process)
+  int rank_, world_;
   model::GPTConfig acfg_;
   int mb_;
   model::GPT actor_, reference_;
@@ -209,12 +220,13 @@ class PpoRun {
 };
 
 void PpoRun::generate(int iter, Rollout& ro, json& rec) {
-  const int G = cfg_.rollout_batch, P = cfg_.prompt_len, R = cfg_.response_len, T = P + R;
+  // This rank's share of the rollout: sequences [rank·G, (rank+1)·G) of the iteration.
+  const int G = cfg_.rollout_batch / world_, P = cfg_.prompt_len, R = cfg_.response_len, T = P + R;
   ro.G = G, ro.P = P, ro.R = R, ro.T = T;
   std::vector<int32_t> prompts(size_t(G) * P), resp(size_t(G) * R);
   std::vector<uint64_t> streams(static_cast<size_t>(G));
   for (int i = 0; i < G; ++i) {
-    const int64_t global = int64_t(iter) * G + i;  // the i-th prompt of iteration iter
+    const int64_t global = int64_t(iter) * cfg_.rollout_batch + int64_t(rank_) * G + i;
     synthetic_prompt(cfg_.seed, global, P, acfg_.vocab, &prompts[size_t(i) * P]);
     streams[size_t(i)] = uint64_t(global);
   }
@@ -266,11 +278,33 @@ void PpoRun::score(Rollout& ro) {
     reward_.forward(&ro.tokens[size_t(at) * T], b, T, v.data());
     for (int i = 0; i < b; ++i) ro.score[size_t(at + i)] = v[size_t(i) * T + T - 1];
   }
+  for (int i = 0; i < G; ++i) ro.gold[size_t(i)] = gold_.score(&ro.tokens[size_t(i) * T + P], R);
+}
+
+// Every rank's share of the rollout, in rank order: the whole rollout on every rank.
+void PpoRun::gather(Rollout& ro) {
+  if (!group_) return;
+  auto all = [this](auto& v) {
+    std::remove_reference_t<decltype(v)> out(v.size() * size_t(world_));
+    group_->all_gather(v.data(), out.data(), v.size(), comm::dtype_of<typename std::remove_reference_t<decltype(v)>::value_type>());
+    v.swap(out);
+  };
+  all(ro.tokens);
+  all(ro.old_logp);
+  all(ro.ref_logp);
+  all(ro.values);
+  all(ro.score);
+  all(ro.gold);
+  ro.G *= world_;
+}
+
+// Per-token rewards, GAE and whitened advantages of the whole rollout (every rank alike).
+void PpoRun::advantages(Rollout& ro) {
+  const int G = ro.G, R = ro.R;
   ro.rewards.assign(size_t(G) * R, 0.0);
   ro.adv.assign(size_t(G) * R, 0.0);
   ro.ret.assign(size_t(G) * R, 0.0);
   for (int i = 0; i < G; ++i) {
-    ro.gold[size_t(i)] = gold_.score(&ro.tokens[size_t(i) * T + P], R);
     double* r = &ro.rewards[size_t(i) * R];
     for (int t = 0; t < R; ++t)
       r[t] = -kl_.beta() * kl_k1(ro.old_logp[size_t(i) * R + t], ro.ref_logp[size_t(i) * R + t]);
@@ -284,6 +318,9 @@ void PpoRun::score(Rollout& ro) {
 UpdateStats PpoRun::update(int iter, const Rollout& ro) {
   const int P = ro.P, R = ro.R, T = ro.T, Vp = acfg_.padded_vocab, V = acfg_.vocab;
   const double tau = cfg_.sample.temperature, scale = 1.0 / (double(mb_) * R);
+  // Each global minibatch of mb_ sequences is split over the ranks (mbl each); gradients are
+  // summed over ranks before every step, so every rank takes the same step.
+  const int mbl = mb_ / world_;
   UpdateStats st;
   std::vector<int> order(size_t(ro.G));
   Rng rng(cfg_.seed, 0x0DE5'0000'0000ULL + uint64_t(iter));
@@ -293,14 +330,14 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
     for (int i = 0; i < ro.G; ++i) order[size_t(i)] = i;
     for (int k = ro.G - 1; k > 0; --k) std::swap(order[size_t(k)], order[rng.below(uint64_t(k + 1))]);
     for (int at = 0; at < ro.G; at += mb_) {
-      const int* idx = &order[size_t(at)];
-      for (int i = 0; i < mb_; ++i)
+      const int* idx = &order[size_t(at) + size_t(rank_) * mbl];
+      for (int i = 0; i < mbl; ++i)
         std::copy(&ro.tokens[size_t(idx[i]) * T], &ro.tokens[size_t(idx[i] + 1) * T], &tokens[size_t(i) * T]);
       // Actor: clipped policy loss with entropy bonus, through the logits.
       actor_opt_.zero_grads();
-      const float* z = actor_.logits(tokens.data(), mb_, T);
+      const float* z = actor_.logits(tokens.data(), mbl, T);
       std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
-      for (int i = 0; i < mb_; ++i)
+      for (int i = 0; i < mbl; ++i)
         for (int t = 0; t < R; ++t) {
           const int64_t row = int64_t(i) * T + P - 1 + t;
           const size_t k = size_t(idx[i]) * R + t;
@@ -316,12 +353,13 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
           ++st.tokens;
         }
       actor_.backward_logits(dlogits_.data());
+      all_reduce(actor_.grads(), actor_.num_params());
       st.actor_norm += actor_opt_.step(cfg_.actor_lr);
       // Critic: clipped value loss.
       critic_opt_.zero_grads();
-      critic_.forward(tokens.data(), mb_, T, v.data());
+      critic_.forward(tokens.data(), mbl, T, v.data());
       std::fill(dv.begin(), dv.end(), 0.0f);
-      for (int i = 0; i < mb_; ++i)
+      for (int i = 0; i < mbl; ++i)
         for (int t = 0; t < R; ++t) {
           const size_t k = size_t(idx[i]) * R + t;
           const size_t row = size_t(i) * T + P - 1 + t;
@@ -331,9 +369,18 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
           st.vclipped += vt.clipped;
         }
       critic_.backward(dv.data());
+      all_reduce(critic_.gpt().grads(), critic_.gpt().num_params());
+      all_reduce(critic_.head_grad(), critic_.config().dim + 1);
       st.critic_norm += critic_opt_.step(cfg_.critic_lr);
       ++st.updates;
     }
+  }
+  if (group_) {  // the update's sums over every rank's share (norms are the same everywhere)
+    double sums[] = {st.policy_loss, st.value_loss, st.entropy, st.approx_kl, st.clipped, st.vclipped,
+                     double(st.tokens)};
+    group_->all_reduce(sums, 7);
+    st.policy_loss = sums[0], st.value_loss = sums[1], st.entropy = sums[2], st.approx_kl = sums[3];
+    st.clipped = sums[4], st.vclipped = sums[5], st.tokens = int64_t(sums[6]);
   }
   return st;
 }
@@ -389,7 +436,8 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
   PpoResult res;
   const int start = load_state();
   std::ofstream metrics;
-  if (!cfg_.run_dir.empty()) {
+  const bool writer = rank_ == 0;  // rank 0 alone writes files and reports
+  if (writer && !cfg_.run_dir.empty()) {
     fs::create_directories(cfg_.run_dir);
     // A resumed run keeps the records of the iterations its checkpoint holds.
     std::vector<std::string> keep;
@@ -416,6 +464,8 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     {
       TraceSpan span(tracer(), "rlhf score", "compute");
       score(ro);
+      gather(ro);
+      advantages(ro);
     }
     const double score_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
@@ -432,10 +482,11 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     rec["beta"] = beta;
     rec["time"]["cpu_s"] = cpu_seconds() - cpu0;
     if (metrics.is_open()) metrics << rec.dump() << "\n" << std::flush;
-    if (log) log(rec);
+    if (log && writer) log(rec);
     res.iterations.push_back(rec);
-    if (cfg_.ckpt_every > 0 && ((iter + 1) % cfg_.ckpt_every == 0 || iter + 1 == cfg_.iterations))
+    if (writer && cfg_.ckpt_every > 0 && ((iter + 1) % cfg_.ckpt_every == 0 || iter + 1 == cfg_.iterations))
       save_state(iter + 1);
+    if (group_) group_->barrier();  // a resumed run finds the state its peers saved
   }
   const double total = t_gen + t_score + t_train;
   res.summary = {{"iterations", cfg_.iterations},
@@ -449,12 +500,14 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
                                             {"train", t_train / total}}
                                      : json(nullptr)},
                  {"memory", memory_report()}};
-  compare_with_plan(res.summary["memory"], acfg_, critic_.config(), cfg_.rollout_batch, mb_);
+  compare_with_plan(res.summary["memory"], acfg_, critic_.config(), cfg_.rollout_batch / world_,
+                    mb_ / world_, world_);
+  res.summary["ranks"] = world_;
   if (!res.iterations.empty()) {
     res.summary["first"] = res.iterations.front();
     res.summary["last"] = res.iterations.back();
   }
-  if (!cfg_.run_dir.empty()) {
+  if (writer && !cfg_.run_dir.empty()) {
     save_model(path("actor.safetensors"), acfg_, actor_.params(), {}, {{"role", "actor"}});
     save_model(path("critic.safetensors"), critic_.config(), critic_.params(), critic_.head(),
                {{"role", "critic"}});
@@ -465,14 +518,19 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
 
 }  // namespace
 
-PpoResult run_ppo(const PpoConfig& cfg, PpoModels models, const std::function<void(const json&)>& log) {
+PpoResult run_ppo(const PpoConfig& cfg, PpoModels models, const std::function<void(const json&)>& log,
+                  comm::ProcessGroup* group) {
   cfg.validate();
   check_models(models, cfg);
+  const int world = group ? group->size() : 1;
+  STRATA_CHECK(cfg.rollout_batch % world == 0 && cfg.minibatch % world == 0, "--rollout-batch ",
+               cfg.rollout_batch, " and --minibatch ", cfg.minibatch, " must divide over ", world,
+               " ranks");
   if (cfg.trace) {
     tracer().enable(0);
     tracer().name_thread("compute");
   }
-  PpoRun run(cfg, models);
+  PpoRun run(cfg, models, group);
   PpoResult r = run.run(log);
   if (cfg.trace) tracer().write((fs::path(cfg.run_dir) / "trace-rank0.json").string());
   return r;

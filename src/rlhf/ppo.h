@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/process_group.h"
 #include "nlohmann/json.hpp"
 #include "parallel/engine.h"
 #include "rlhf/model_io.h"
@@ -78,8 +79,14 @@ struct PpoResult {
   nlohmann::json summary;
 };
 
-// Runs the loop; log(record) after every iteration (may be empty).
+// Runs the loop; log(record) after every iteration (may be empty). With a group of N > 1
+// ranks (every rank calls it with the same arguments) the rollouts are data parallel: rank r
+// generates and scores sequences [r·G/N, (r+1)·G/N) of each iteration, the shares are
+// all-gathered, every global minibatch is split N ways and the actor's and critic's
+// gradients are summed over the ranks before each (replicated) AdamW step; rank 0 writes
+// the files. The same run as one process up to fp32 summation order.
 PpoResult run_ppo(const PpoConfig& cfg, PpoModels models,
-                  const std::function<void(const nlohmann::json&)>& log);
+                  const std::function<void(const nlohmann::json&)>& log,
+                  comm::ProcessGroup* group = nullptr);
 
 }  // namespace strata::rlhf

@@ -86,6 +86,29 @@ TEST_F(RlhfCli, GenerateFromATrainingRunAgreesWithAndWithoutCache) {
   EXPECT_TRUE(j["same_tokens"].get<bool>());
 }
 
+TEST_F(RlhfCli, PpoOverTwoProcessesIsTheOneProcessRun) {
+  const model::GPTConfig cfg = test::tiny_config(16);
+  std::vector<float> head(size_t(cfg.dim) + 1);
+  for (size_t i = 0; i < head.size(); ++i) head[i] = 0.05f * float(int(i % 7) - 3);
+  save_model(f("rm.safetensors"), cfg, test::tiny_params(cfg, 3).data(), head);
+  const std::string ppo = "rlhf ppo --actor " + f("actor.safetensors") + " --reward " + f("rm.safetensors") +
+                          " --iterations 2 --rollout-batch 8 --minibatch 4 --epochs 1 --prompt-len 4 --response-len 8";
+  auto r = run_strata(ppo + " --run-dir " + f("one"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_strata(ppo + " --nproc 2 --run-dir " + f("two"), "OMP_NUM_THREADS=1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream a(f("one/metrics.jsonl")), b(f("two/metrics.jsonl"));
+  int n = 0;
+  for (std::string la, lb; std::getline(a, la) && std::getline(b, lb); ++n) {
+    const json ja = json::parse(la), jb = json::parse(lb);
+    for (const char* k : {"reward", "gold", "kl", "policy_loss", "value_loss"})
+      EXPECT_NEAR(jb[k].get<double>(), ja[k].get<double>(), 1e-5 * std::max(1.0, std::abs(ja[k].get<double>()))) << k;
+  }
+  EXPECT_EQ(n, 2);
+  std::ifstream sin(f("two/summary.json"));
+  EXPECT_EQ(json::parse(sin)["ranks"], 2);
+}
+
 TEST_F(RlhfCli, BadInputIsOneLineBeforeAnyRollout) {
   const auto S = strata::test::Streams::separate;
   const std::string ppo = "rlhf ppo --prompt-len 4 --iterations 1 --rollout-batch 4 "

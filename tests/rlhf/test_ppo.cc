@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "comm/process_group.h"
 #include "core/error.h"
 #include "rlhf/ppo.h"
 #include "rlhf/reward.h"
@@ -163,6 +165,38 @@ TEST(Ppo, ResumeContinuesBitForBit) {
   int lines = 0;
   for (std::string l; std::getline(in, l); ++lines) EXPECT_EQ(json::parse(l)["iteration"], lines + 1);
   EXPECT_EQ(lines, 4);
+}
+
+TEST(Ppo, DataParallelRanksRunTheSameRun) {
+  // N = 1, 2, 4 ranks (threads with shm-free in-process groups), the same seeds and global
+  // rollout batch: the same rewards and losses up to fp32 summation order.
+  PpoConfig c = small_config();
+  c.iterations = 3;
+  const PpoResult one = run_ppo(c, ppo_models(), {});
+  for (int n : {2, 4}) {
+    std::vector<comm::GroupPtr> world = comm::make_thread_world(n);
+    std::vector<PpoResult> res(static_cast<size_t>(n));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r)
+      ranks.emplace_back([&, r] { res[size_t(r)] = run_ppo(c, ppo_models(), {}, world[size_t(r)].get()); });
+    for (std::thread& t : ranks) t.join();
+    double worst = 0;
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(res[size_t(r)].iterations.size(), 3u);
+      for (int i = 0; i < 3; ++i)
+        for (const char* k : {"reward", "gold", "kl", "policy_loss", "value_loss", "entropy", "approx_kl"}) {
+          const double a = one.iterations[size_t(i)][k].get<double>(), b = res[size_t(r)].iterations[size_t(i)][k].get<double>();
+          EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << n << " ranks, rank " << r << ", iteration " << i + 1 << ": " << k;
+          worst = std::max(worst, std::abs(b - a) / std::max(1.0, std::abs(a)));
+        }
+    }
+    std::printf("%d ranks: largest difference from one process %.3g (relative)\n", n, worst);
+    // Per rank: the rollout's share of the KV cache, the same replicated model states, as
+    // strata plan --rlhf predicts for n GPUs.
+    EXPECT_TRUE(res[0].summary["memory"]["model_states_match_plan"].get<bool>()) << res[0].summary["memory"].dump(1);
+    EXPECT_EQ(res[0].summary["memory"]["actor"]["kv_cache"].get<int64_t>() * n,
+              one.summary["memory"]["actor"]["kv_cache"].get<int64_t>());
+  }
 }
 
 TEST(Ppo, RefusesBadModelsBeforeAnyRollout) {
