@@ -186,7 +186,8 @@ std::vector<std::pair<double, double>> losses(const std::string& run_dir) {
 
 // Training on 2 hosts x 2 ranks (ZeRO-1) equals training on 1 host x 4 ranks: bit for bit
 // when both reduce with the same flat MPI collectives (the same algorithm over the same 4
-// ranks), within fp32 tolerance with the hierarchical ones (another summation order).
+// ranks), within fp32 tolerance with the hierarchical ones (another summation order), which
+// also run the preflight doctor (its report in the run dir).
 TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
   up(2, {"--link", "1gbit"});
   const std::string base = cat("/tmp/strata-mh-train-", getpid());
@@ -204,7 +205,12 @@ TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
   const std::vector<std::string> hosts = {"--hostfile", state_ + "/hostfile", "--rsh-agent", state_ + "/rsh-agent"};
   auto one_host = train(base + "-1x4", {"--backend", "mpi", "--nproc", "4"}, {});
   auto flat = train(base + "-2x2-flat", hosts, {{"STRATA_HIER", "flat"}});
-  auto hier = train(base + "-2x2-hier", hosts, {{"STRATA_HIER", "hierarchical"}});
+  std::vector<std::string> with_preflight = hosts;
+  with_preflight.push_back("--preflight");  // the doctor before step 1 changes no state
+  auto hier = train(base + "-2x2-hier", with_preflight, {{"STRATA_HIER", "hierarchical"}});
+  const std::string preflight = test::read_file(base + "-2x2-hier/preflight.json");
+  EXPECT_NE(preflight.find("\"links\""), std::string::npos) << preflight;
+  EXPECT_NE(preflight.find(h(1)), std::string::npos) << preflight;
   std::system(cat("rm -rf ", base, "-1x4 ", base, "-2x2-flat ", base, "-2x2-hier").c_str());
   ASSERT_EQ(one_host.size(), 4u);
   EXPECT_EQ(flat, one_host);
