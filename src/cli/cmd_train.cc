@@ -13,6 +13,7 @@
 #include "ckpt/interval.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "comm/bootstrap.h"
 #include "comm/runtime.h"
 #include "comm/types.h"
 #include "cli/fault_flags.h"
@@ -214,6 +215,9 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   a->faults.add_to(app);
   a->host_flags.add_to(app);
+  app.add_flag("--elastic", p.elastic,
+               "With --max-restarts across hosts: restart on the remaining hosts when one fails, resharding "
+               "the checkpoint and the data position onto the smaller world");
   app.add_flag("--preflight", p.preflight,
                "Before step 1, run the bandwidth doctor (strata doctor net) over the job's ranks and hosts");
   app.callback([&app, a] {
@@ -221,7 +225,10 @@ void setup(CLI::App& app) {
     const HostFlags::Resolved h = a->host_flags.resolve();
     train::ParallelConfig& pcfg = a->parallel;
     pcfg.hosts = h.hosts, pcfg.hosts_source = h.source, pcfg.rsh_agent = h.rsh_agent, pcfg.ifaces = h.ifaces;
-    if (!h.hosts.empty() && !app.count("--nproc")) pcfg.nproc = comm::total_slots(h.hosts);
+    // A rank (started by the launcher) takes its world from the launcher, not the hosts,
+    // which an --elastic restart may have left out.
+    if (!h.hosts.empty() && !app.count("--nproc") && !comm::launched_as_rank())
+      pcfg.nproc = comm::total_slots(h.hosts);
     train::TrainConfig cfg = resolve(app, *a);
     train::ParallelConfig pc = resolve_parallel(app, *a, cfg);
     if (std::optional<int> code = train::launch_ranks_if_needed(cfg, pc)) {

@@ -184,17 +184,18 @@ pid_t spawn(const std::string& path, const std::vector<std::string>& argv,
 }
 
 // mpirun's report of the first failing rank, when it printed one.
-std::string parse_mpirun_failure(const std::vector<std::string>& lines, int& rank) {
+std::string parse_mpirun_failure(const std::vector<std::string>& lines, int& rank, std::string& host) {
   static const std::regex name(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
   static const std::regex code(R"(Exit code:\s*(-?\d+))");
-  static const std::regex sig(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)(?: \(([^)]*)\))?)");
+  static const std::regex sig(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?)");
   std::smatch m;
   int r = -1;
   for (const std::string& l : lines) {
     if (std::regex_search(l, m, sig)) {
       rank = std::stoi(m[1].str());
-      return cat("rank ", rank, " was killed by signal ", m[2].str(),
-                 m[3].matched ? cat(" (", m[3].str(), ")") : std::string());
+      host = m[2].str();
+      return cat("rank ", rank, " was killed by signal ", m[3].str(),
+                 m[4].matched ? cat(" (", m[4].str(), ")") : std::string());
     }
     if (std::regex_search(l, m, name)) r = std::stoi(m[1].str());
     if (r >= 0 && std::regex_search(l, m, code)) {
@@ -259,7 +260,20 @@ LaunchResult launch(const LaunchOptions& o) {
                       " (--max-restarts ", o.max_restarts, ")");
       return r;
     }
-    log(cat("strata launch: restart ", k + 1, "/", o.max_restarts, " after ", r.message));
+    std::string where;
+    if (o.elastic && attempt.hosts.size() > 1) {
+      auto dead = std::find_if(attempt.hosts.begin(), attempt.hosts.end(),
+                               [&](const HostSlots& h) { return h.host == r.failed_host; });
+      if (dead != attempt.hosts.end()) {
+        attempt.hosts.erase(dead);
+        attempt.nproc = std::min(attempt.nproc, total_slots(attempt.hosts));
+        where = cat(" on the remaining hosts (--elastic: ", attempt.nproc, " ranks on ", format_hosts(attempt.hosts),
+                    ", without ", r.failed_host, ")");
+      } else {
+        where = " on the same hosts (--elastic: the failed rank's host is unknown)";
+      }
+    }
+    log(cat("strata launch: restart ", k + 1, "/", o.max_restarts, where, " after ", r.message));
   }
 }
 
@@ -566,7 +580,7 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     int rank = -1;
     // The ranks' own records first; mpirun's messages do not always name the rank.
     if (!plan.status_dir.empty()) res.message = first_recorded_failure(plan.status_dir, rank);
-    if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, rank);
+    if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, rank, res.failed_host);
     res.failed_rank = rank;
     if (res.message.empty()) res.message = cat("mpirun ", describe_wait_status(guard.children[0].status));
   }

@@ -59,6 +59,10 @@ struct LaunchOptions {
   // stripes over every interface that is up).
   std::vector<std::string> ifaces;
   int max_restarts = 0;  // relaunch the whole job after a failure, up to this many times
+  // With hosts and max_restarts: a restart leaves out the host of the rank that failed
+  // (named by mpirun: "process rank R ... on node H exited on signal S"), running on the
+  // remaining hosts' slots; ranks reshard from their checkpoint onto the smaller world.
+  bool elastic = false;
   // One line per restart ("strata launch: restart 1/3 after rank 2 was killed by signal 9");
   // default: stderr.
   std::function<void(const std::string&)> log;
@@ -71,6 +75,7 @@ struct LaunchOptions {
 struct LaunchResult {
   int exit_code = 0;        // 0 when every rank exited 0; else the code launch should exit with
   int failed_rank = -1;     // first rank that failed, -1 if none (or unknown for mpi)
+  std::string failed_host;  // mpi across hosts: the host of that rank, when mpirun named it
   std::string message;      // one line, e.g. "rank 1 was killed by signal 9 (Killed)"
   std::string job_id;       // of the last attempt
   int restarts = 0;         // relaunches done

@@ -160,6 +160,9 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   STRATA_CHECK(nproc >= 1, "--nproc must be at least 1 (got ", nproc, ")");
   const int n = world();
   STRATA_CHECK(max_restarts >= 0, "--max-restarts must not be negative (got ", max_restarts, ")");
+  STRATA_CHECK(!elastic || (hosts.size() > 1 && max_restarts > 0) || comm::launched_as_rank(),
+               "--elastic restarts on the remaining hosts: it needs --max-restarts R and two or more hosts "
+               "(--hosts, --hostfile or --slurm)");
   STRATA_CHECK(timeout_s >= 0, "--timeout must not be negative (got ", timeout_s, ")");
   STRATA_CHECK(!trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
   dp.validate();
@@ -196,6 +199,7 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   o.hosts_source = pc.hosts_source;
   o.rsh_agent = pc.rsh_agent;
   o.ifaces = pc.ifaces;
+  o.elastic = pc.elastic;
   o.command = own_command_line();
   o.rank_exec = comm::self_executable();
   // On a terminal, rank 0 draws the live progress line through the launcher's pipe.

@@ -37,6 +37,7 @@ struct ParallelConfig {
   std::string hosts_source = "--hosts", rsh_agent;
   std::vector<std::string> ifaces;           // --iface
   bool preflight = false;                    // --preflight: the bandwidth doctor before step 1
+  bool elastic = false;                      // --elastic: restarts leave out the failed host
 
   // Ranks of the job: the launcher's world when this process is already a rank (started by
   // `strata launch`, mpirun, torchrun or SLURM), else nproc.

@@ -186,7 +186,8 @@ std::vector<std::pair<double, double>> losses(const std::string& run_dir) {
 
 // Training on 2 hosts x 2 ranks (ZeRO-1) equals training on 1 host x 4 ranks: bit for bit
 // when both reduce with the same flat MPI collectives (the same algorithm over the same 4
-// ranks), within fp32 tolerance with the hierarchical ones (another summation order).
+// ranks), within fp32 tolerance with the hierarchical ones (another summation order), which
+// also run the preflight doctor (its report in the run dir).
 TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
   up(2, {"--link", "1gbit"});
   const std::string base = cat("/tmp/strata-mh-train-", getpid());
@@ -204,7 +205,12 @@ TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
   const std::vector<std::string> hosts = {"--hostfile", state_ + "/hostfile", "--rsh-agent", state_ + "/rsh-agent"};
   auto one_host = train(base + "-1x4", {"--backend", "mpi", "--nproc", "4"}, {});
   auto flat = train(base + "-2x2-flat", hosts, {{"STRATA_HIER", "flat"}});
-  auto hier = train(base + "-2x2-hier", hosts, {{"STRATA_HIER", "hierarchical"}});
+  std::vector<std::string> with_preflight = hosts;
+  with_preflight.push_back("--preflight");  // the doctor before step 1 changes no state
+  auto hier = train(base + "-2x2-hier", with_preflight, {{"STRATA_HIER", "hierarchical"}});
+  const std::string preflight = test::read_file(base + "-2x2-hier/preflight.json");
+  EXPECT_NE(preflight.find("\"links\""), std::string::npos) << preflight;
+  EXPECT_NE(preflight.find(h(1)), std::string::npos) << preflight;
   std::system(cat("rm -rf ", base, "-1x4 ", base, "-2x2-flat ", base, "-2x2-hier").c_str());
   ASSERT_EQ(one_host.size(), 4u);
   EXPECT_EQ(flat, one_host);
@@ -213,6 +219,43 @@ TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
     EXPECT_NEAR(hier[i].first, one_host[i].first, 1e-5 * std::abs(one_host[i].first)) << "step " << i + 1;
     EXPECT_NEAR(hier[i].second, one_host[i].second, 1e-4 * std::abs(one_host[i].second)) << "step " << i + 1;
   }
+}
+
+// Killing one host's ranks mid-run: the supervisor restarts from the latest checkpoint, and
+// with --elastic on the remaining host, resharding the ZeRO-1 state from 4 ranks to 2 and
+// resuming the data position; the run reaches its last step.
+TEST_F(MultiHost, KilledHostRestartsOnTheRemainingHosts) {
+  up(2, {"--link", "1gbit"});
+  const std::string dir = cat("/tmp/strata-mh-elastic-", getpid());
+  std::system(("rm -rf " + dir).c_str());
+  test::Proc p = test::start({STRATA_BINARY, "train", "--hostfile", state_ + "/hostfile", "--rsh-agent",
+                              state_ + "/rsh-agent", "--zero", "1", "--steps", "60", "--seq", "32", "--layers", "1",
+                              "--dim", "64", "--batch", "16", "--eval-every", "0", "--sample-tokens", "0",
+                              "--timeout", "20", "--ckpt-every", "2", "--max-restarts", "1", "--elastic",
+                              "--run-dir", dir},
+                             {{"OMPI_MCA_mpi_yield_when_idle", "1"}, {"OMP_NUM_THREADS", "1"},
+                              {"STRATA_MPI_FINALIZE_TIMEOUT", "3"}});
+  // Once step 5 is done (checkpoints every 2 steps), every rank of host 1 dies.
+  bool killed = false;
+  for (int i = 0; i < 600 && !killed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (test::read_file(dir + "/metrics.jsonl").find("\"step\":5") == std::string::npos) continue;
+    std::string kill = cat("for p in $(ip netns pids ", h(1), "); do tr '\\0' ' ' </proc/$p/cmdline | grep -q '",
+                           STRATA_BINARY, " train' && kill -9 $p; done");
+    killed = std::system(kill.c_str()) == 0;
+  }
+  ASSERT_TRUE(test::wait_for(p, 180)) << p.output();
+  std::string out = p.output(), summary = test::read_file(dir + "/summary.json");
+  std::system(("rm -rf " + dir).c_str());
+  ASSERT_TRUE(killed) << out;
+  EXPECT_EQ(p.exit_code(), 0) << out;
+  EXPECT_NE(out.find(cat("strata launch: restart 1/1 on the remaining hosts (--elastic: 2 ranks on ", h(0),
+                         ":2, without ", h(1), ") after rank ")),
+            std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(resuming from step [1-9]\d* .*resharded from 4 rank\(s\) at ZeRO 1 to 2 at ZeRO 1)")))
+      << out;
+  EXPECT_TRUE(std::regex_search(summary, std::regex(R"("world":\s*2\s)"))) << summary;
+  EXPECT_TRUE(std::regex_search(summary, std::regex(R"("steps":\s*60,)"))) << summary;
 }
 
 // The bandwidth doctor across hosts names each injected network fault (diag/host_net.h).
