@@ -74,6 +74,7 @@ struct GPT::Impl {
   std::vector<float*> unit_params, unit_grads;
   std::vector<int64_t> view_rel;  // offset of each view inside its unit
   UnitHooks hooks;
+  ContextComm* cp = nullptr;  // context parallelism (model/context/gpt_cp.h); null: none
 
   Buffer acts_buf, input_buf;
   float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
