@@ -26,6 +26,7 @@
 #include "train/run_dir_lock.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
+#include "model/context/context_comm.h"
 
 namespace strata::train {
 namespace {
@@ -132,10 +133,14 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   dp.validate();
   const parallel::MeshDims d = mesh_dims();
   model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq());
+  model::check_context_parallel(cfg.model, d.tp, d.cp, cp, cfg.train_seq());
+  STRATA_CHECK(d.tp == 1 || d.cp == 1, "--tp ", d.tp, " with --cp ", d.cp,
+               ": tensor and context parallelism together are not supported yet; use one");
   cfg.validate(d.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
   const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
-  if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp, n, dp, 0);
+  // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters).
+  if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0);
 }
 
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {
@@ -207,6 +212,8 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   std::unique_ptr<model::TensorComm> tensor_comm;
   if (mesh.has_tp())
     tensor_comm = std::make_unique<model::TensorComm>(mesh.tp(), pc.sequence_parallel);
+  std::unique_ptr<model::ContextComm> context_comm;
+  if (mesh.has_cp()) context_comm = std::make_unique<model::ContextComm>(mesh.cp(), pc.cp);
 
   Topology topo;
   topo.rank = world->rank();
@@ -214,7 +221,8 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   topo.dp_rank = mesh.dp_rank();
   topo.dp_world = dims.dp;
   topo.tp = tensor_comm.get();
-  topo.counts_loss = mesh.tp_rank() == 0;
+  topo.cp = context_comm.get();
+  topo.counts_loss = mesh.tp_rank() == 0 && mesh.cp_rank() == 0;
   topo.group = world.get();
   topo.sum_across_ranks = [g = world.get()](double x) {
     g->all_reduce(&x, 1);
@@ -230,14 +238,15 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   factory.compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     built_model = &m;
-    auto e = parallel::make_data_parallel_engine(m, mesh.dp(), pc.dp, optim, seed);
+    // Gradients reduce over dp x cp: each cp rank's are its tokens' share.
+    auto e = parallel::make_data_parallel_engine(m, mesh.dp_cp(), pc.dp, optim, seed);
     engine = e.get();
     return std::unique_ptr<parallel::StepEngine>(std::move(e));
   };
   factory.summary_extras = [&] {
     const parallel::MemoryReport mem = engine->memory_report();
     const parallel::ModelStateBytes want = parallel::zero_model_state_bytes(
-        engine->layout().psi(), dims.dp, pc.dp.stage, pc.dp.precision);
+        engine->layout().psi(), dims.dp * dims.cp, pc.dp.stage, pc.dp.precision);
     json extras = {{"parallel", {{"zero", pc.dp.stage},
                                  {"precision", parallel::precision_name(pc.dp.precision)},
                                  {"bucket_mb", pc.dp.bucket_mb},
@@ -251,7 +260,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
                      {"optimizer", want.optimizer},
                      {"total", want.total()}}}};
     std::string text = cat("model states per rank: ", mem.model_states(), " B (formula ",
-                           want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp,
+                           want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp * dims.cp,
                            " data-parallel rank(s)); buffers: comm ", mem.comm, " B, scratch ",
                            mem.activations, " B");
     if (dims.tp > 1) {

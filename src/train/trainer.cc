@@ -234,7 +234,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   floor = split.val->entropy_floor();
 
   model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state, topo.tp,
-                                        factory.compute);
+                                        factory.compute, topo.cp);
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
 
@@ -369,7 +369,7 @@ void Trainer::Run::train_step(int64_t step) {
   // Compute time: forward, backward and optimizer, less the time blocked in communication.
   const int64_t compute_ns = (now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0);
   compute_window.add(double(compute_ns) * 1e-9);
-  if (!topo.counts_loss) loss_sum = 0;  // a tp peer: rank 0 of its tp group counts it
+  if (!topo.counts_loss) loss_sum = 0;  // a tp or cp peer: rank 0 of its group counts it
   double loss_total = loss_sum;
   if (hit && cfg.fault.kind == diag::FaultKind::skip_collective) {
     // this rank skips the loss all-reduce: its peers wait there until they time out

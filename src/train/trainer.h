@@ -87,6 +87,9 @@ struct Topology {
   // Tensor parallelism: the model is this rank's shard (model/shard.h); its peers compute
   // the same loss, which only tp rank 0 adds into the job's sum.
   model::TensorComm* tp = nullptr;
+  // Context parallelism: the model keeps this rank's chunks of each sequence and returns the
+  // whole sequence's loss, like its cp peers (only cp rank 0 counts it).
+  model::ContextComm* cp = nullptr;
   bool counts_loss = true;
   std::function<double(double)> sum_across_ranks;
   // The data-parallel group (null when alone): the trainer's own collectives, e.g. the
