@@ -23,6 +23,7 @@
 #include "parallel/overlap.h"
 #include "model/tensor/tp_cost.h"
 #include "parallel/zero_memory.h"
+#include "train/context_metrics.h"
 #include "train/run_dir_lock.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
@@ -268,6 +269,13 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
       text += "\n" + tp["text"].get<std::string>();
       tp.erase("text");
       extras["tensor_parallel"] = tp;
+    }
+    if (dims.cp > 1) {
+      json cp = cp_summary(*built_model, *world);
+      text += cat("\ncontext parallel: cp ", dims.cp, " ", cp["mode"].get<std::string>(), " (",
+                  cp["chunks"].get<std::string>(), "); attention time max/mean over ranks ",
+                  cp["attention_max_over_mean"].get<double>());
+      extras["context_parallel"] = cp;
     }
     if (pc.trace) {
       json ov = overlap_summary(*world);

@@ -23,6 +23,7 @@
 #include "kernels/gemm_bf16.h"
 #include "train/flops.h"
 #include "train/checkpointing.h"
+#include "train/context_metrics.h"
 #include "train/generate.h"
 #include "train/local_engine.h"
 #include "train/metrics.h"
@@ -347,6 +348,7 @@ void Trainer::Run::train_step(int64_t step) {
   const float scale = float(1.0 / double(batch.global_real_tokens));
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
+  const CpMark cp0 = cp_mark(*model);
   double loss_sum = 0;
   for (int m = 0; m < int(batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
@@ -361,6 +363,9 @@ void Trainer::Run::train_step(int64_t step) {
     model->backward(scale);
   }
   engine->end_backward();
+  int64_t sequences = 0;
+  for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
+  const json cp_rec = cp_step_metrics(*model, cp0, sequences, T);
   current_phase().set_kind(PhaseKind::optimizer);
   const double lr = cfg.schedule.lr_at(step);
   const int64_t opt_t0 = now_ns(), opt_blocked0 = comm::thread_blocked_ns();
@@ -407,6 +412,7 @@ void Trainer::Run::train_step(int64_t step) {
               // where the step went (rank 0): docs/report.md
               {"data_ms", data_s * 1e3},  {"compute_ms", double(compute_ns - opt_ns) * 1e-6},
               {"optimizer_ms", double(opt_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
+  rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
   if (stragglers) {
     rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);
