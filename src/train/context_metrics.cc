@@ -34,18 +34,25 @@ json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences
 
 json cp_summary(const model::GPT& m, comm::ProcessGroup& world) {
   const model::ContextComm* cc = m.context_comm();
-  double mine = cc ? double(cc->compute_ns()) * 1e-6 : 0.0;
-  std::vector<double> all(size_t(world.size()));
-  world.all_gather(&mine, all.data(), 1, DType::f64);
+  const double mine[2] = {cc ? double(cc->compute_ns()) * 1e-6 : 0.0,
+                          cc ? double(cc->compute_cpu_ns()) * 1e-6 : 0.0};
+  std::vector<double> all(size_t(2 * world.size()));
+  world.all_gather(mine, all.data(), 2, DType::f64);
   if (!cc) return json::object();
-  double sum = 0, mx = 0;
-  for (double x : all) sum += x, mx = std::max(mx, x);
-  const double mean = sum / double(all.size());
+  std::vector<double> wall, cpu;
+  for (size_t r = 0; r < all.size(); r += 2) wall.push_back(all[r]), cpu.push_back(all[r + 1]);
+  auto max_over_mean = [](const std::vector<double>& v) {
+    double sum = 0, mx = 0;
+    for (double x : v) sum += x, mx = std::max(mx, x);
+    return sum > 0 ? mx / (sum / double(v.size())) : 1.0;
+  };
   return {{"cp", cc->size()},
           {"mode", model::cp_mode_name(cc->options().mode)},
           {"chunks", model::cp_chunks_name(cc->options().chunks)},
-          {"attention_ms_per_rank", all},
-          {"attention_max_over_mean", mean > 0 ? mx / mean : 1.0},
+          {"attention_ms_per_rank", wall},
+          {"attention_max_over_mean", max_over_mean(wall)},
+          {"attention_cpu_ms_per_rank", cpu},
+          {"attention_cpu_max_over_mean", max_over_mean(cpu)},
           {"buffer_bytes", cc->buffer_bytes()}};
 }
 

@@ -1,11 +1,30 @@
 #include "model/context/context_comm.h"
 
+#include <ctime>
+
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace strata::model {
 
 ContextComm::ContextComm(comm::ProcessGroup& group, CpOptions options)
     : group_(group), opt_(options), size_(group.size()), rank_(group.rank()) {}
+
+namespace {
+int64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+}  // namespace
+
+ContextComm::ComputeClock::ComputeClock(ContextComm& c)
+    : c_(c), wall0_(now_ns()), cpu0_(thread_cpu_ns()) {}
+
+ContextComm::ComputeClock::~ComputeClock() {
+  c_.compute_ns_ += now_ns() - wall0_;
+  c_.compute_cpu_ns_ += thread_cpu_ns() - cpu0_;
+}
 
 float* ContextComm::scratch(int i, int64_t n) {
   if (int(scratch_.size()) <= i) scratch_.resize(size_t(i) + 1);

@@ -54,7 +54,10 @@ class ContextComm {
                 const float* lse, int B, int Tl, int Cl, int NH, bool bf16);
 
   int64_t bytes() const { return bytes_; }                 // sent by this rank so far
-  int64_t compute_ns() const { return compute_ns_; }       // attention arithmetic on this rank
+  // Attention arithmetic on this rank: wall time, and the calling thread's CPU time (the
+  // work itself, whatever else the machine runs; all of it with one OpenMP thread).
+  int64_t compute_ns() const { return compute_ns_; }
+  int64_t compute_cpu_ns() const { return compute_cpu_ns_; }
   int64_t buffer_bytes() const;                            // scratch and saved state held
 
  private:
@@ -72,7 +75,17 @@ class ContextComm {
   comm::ProcessGroup& group_;
   CpOptions opt_;
   int size_, rank_;
-  int64_t bytes_ = 0, compute_ns_ = 0;
+  // Adds the wall and thread CPU time of its scope to the attention's compute time.
+  class ComputeClock {
+   public:
+    explicit ComputeClock(ContextComm& c);
+    ~ComputeClock();
+
+   private:
+    ContextComm& c_;
+    int64_t wall0_, cpu0_;
+  };
+  int64_t bytes_ = 0, compute_ns_ = 0, compute_cpu_ns_ = 0;
   std::vector<Buffer> scratch_;
   std::vector<Buffer> saved_;  // Ulysses: each layer's head-sharded output
 };

@@ -64,6 +64,19 @@ void add_kv(float* dst, int64_t ld, const float* src, int64_t N, int Cl) {
     for (int j = 0; j < 2 * Cl; ++j) dst[n * ld + j] += src[n * 2 * Cl + j];
 }
 
+// Waits for one step's kv transfer. Traced: a "wait" span for the exposed part and, around
+// the step's compute span, a "comm" span from the post to the end of the transfer, so the
+// trace shows how much of each transfer the block computations hid.
+void finish_transfer(comm::Work& sent, comm::Work& got, int64_t posted, const char* pass, int s) {
+  {
+    TraceSpan span(tracer(), tracer().enabled() ? cat("ring ", pass, " wait ", s) : "", "wait");
+    sent.wait();
+    got.wait();
+  }
+  if (tracer().enabled())
+    tracer().add(cat("cp ring ", pass, " kv transfer ", s), "comm", posted, now_ns() - posted);
+}
+
 }  // namespace
 
 void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, int Tl, int Cl,
@@ -76,6 +89,7 @@ void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, 
   for (int64_t i = 0; i < N * NH; ++i) lse[i] = -INFINITY;  // (B, NH, Tl): no key seen yet
   for (int s = 0; s < C; ++s) {
     comm::WorkPtr sent, got;
+    const int64_t posted = now_ns();
     if (s + 1 < C) {
       sent = group_.send_async(kv[s % 2], size_t(kvn), DType::f32, (r + 1) % C, kTagKv);
       got = group_.recv_async(kv[(s + 1) % 2], size_t(kvn), DType::f32, (r + C - 1) % C, kTagKv);
@@ -84,19 +98,15 @@ void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, 
     const int owner = (r + C - s) % C;
     {
       TraceSpan span(tracer(), tracer().enabled() ? cat("ring fwd step ", s) : "", "compute");
-      const int64_t t0 = now_ns();
+      const ComputeClock clock(*this);
       const float* blk = kv[s % 2];
       g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m) {
         k::attention_block_forward(g.rows(out, qc, Cl, 0), g.stats(lse, qc),
                                    g.rows(qkv, qc, 3 * Cl, 0), g.rows(blk, kc, 2 * Cl, 0),
                                    g.rows(blk, kc, 2 * Cl, Cl), g.shape(), m, bf16);
       });
-      compute_ns_ += now_ns() - t0;
     }
-    if (sent) {
-      sent->wait();
-      got->wait();
-    }
+    if (sent) finish_transfer(*sent, *got, posted, "fwd", s);
   }
 }
 
@@ -114,14 +124,14 @@ void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv
   pack_kv(kv[0], qkv, N, Cl);
   std::memset(dqkv, 0, sizeof(float) * N * 3 * Cl);
   {
-    const int64_t t0 = now_ns();
+    const ComputeClock clock(*this);
     k::attention_row_dot({D, int64_t(NH) * Tl, Tl}, {dout, int64_t(Tl) * Cl, Cl},
                          {out, int64_t(Tl) * Cl, Cl}, {B, NH, Cl / NH, Tl, Tl});
-    compute_ns_ += now_ns() - t0;
   }
   comm::WorkPtr dsent[2];
   for (int s = 0; s < C; ++s) {
     comm::WorkPtr sent, got, dgot;
+    const int64_t posted = now_ns();
     if (s >= 2)
       dgot = group_.recv_async(dkv_in, size_t(kvn), DType::f32, prev, kTagDkv);
     if (s + 1 < C) {
@@ -139,7 +149,7 @@ void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv
     }
     {
       TraceSpan span(tracer(), tracer().enabled() ? cat("ring bwd step ", s) : "", "compute");
-      const int64_t t0 = now_ns();
+      const ComputeClock clock(*this);
       const float* blk = kv[s % 2];
       g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m) {
         k::attention_block_backward(
@@ -148,7 +158,6 @@ void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv
             g.rows(blk, kc, 2 * Cl, 0), g.rows(blk, kc, 2 * Cl, Cl),
             g.stats(const_cast<float*>(lse), qc), g.stats(D, qc), g.shape(), m, bf16);
       });
-      compute_ns_ += now_ns() - t0;
     }
     if (s > 0) {
       if (dgot) {
@@ -158,10 +167,7 @@ void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv
       dsent[s % 2] = group_.send_async(dk_base, size_t(kvn), DType::f32, next, kTagDkv);
       bytes_ += kvn * int64_t(sizeof(float));
     }
-    if (sent) {
-      sent->wait();
-      got->wait();
-    }
+    if (sent) finish_transfer(*sent, *got, posted, "bwd", s);
   }
   if (C > 1) {  // this rank's own block's gradient from the other C-1 ranks
     group_.recv_async(dkv_in, size_t(kvn), DType::f32, prev, kTagDkv)->wait();

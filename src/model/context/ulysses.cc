@@ -96,9 +96,8 @@ void ContextComm::ulysses_forward(int layer, float* out, float* lse, float* qkv,
   scatter_rows(qkv, recv, g, 3 * g.cw);  // qkv now holds qkv_h (B, T, 3cw)
   {
     TraceSpan span(tracer(), "ulysses attention fwd", "compute");
-    const int64_t t0 = now_ns();
+    const ComputeClock clock(*this);
     kernels::attention_forward(out_h, lse, qkv, B, Tl * C, g.cw, NH / C, bf16);
-    compute_ns_ += now_ns() - t0;
   }
   gather_rows(send, out_h, g, g.cw);
   group_.all_to_all_async(send, recv, size_t(N * g.cw), DType::f32)->wait();
@@ -123,10 +122,9 @@ void ContextComm::ulysses_backward(int layer, float* dqkv, const float* dout, co
   scatter_rows(dout_h, recv, g, g.cw);
   {
     TraceSpan span(tracer(), "ulysses attention bwd", "compute");
-    const int64_t t0 = now_ns();
+    const ComputeClock clock(*this);
     kernels::attention_backward(dqkv_h, dout_h, qkv, saved_[size_t(layer)].as<float>(), lse, B,
                                 Tl * C, g.cw, NH / C, bf16);
-    compute_ns_ += now_ns() - t0;
   }
   gather_rows(send, dqkv_h, g, 3 * g.cw);
   group_.all_to_all_async(send, recv, size_t(3 * N * g.cw), DType::f32)->wait();
