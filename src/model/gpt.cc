@@ -299,7 +299,8 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
     if (weights) std::memcpy(im.weights, weights, sizeof(float) * N);
   }
   if (tp_) {
-    const double loss = tp_forward(im, cfg_, *tp_, shard_);
+    double loss = tp_forward(im, cfg_, *tp_, shard_);
+    if (cp_) cp_->group().all_reduce(&loss, 1);  // the whole sequence's loss
     im.forward_done = true;
     im.logits_valid = false;  // vocabulary-sharded: logits() computes them again
     return loss;
@@ -421,9 +422,12 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
   im.forward_done = false;
   im.B = B;
   im.T = T;
+  if (tp_ && cp_)  // each rank's chunks split over tp rows under sequence parallelism
+    return cp_logits(im, cfg_, *cp_, tokens, B, T, tp_->sequence_parallel() ? shard_.size : 1,
+                     [&](int) { return tp_logits(im, cfg_, *tp_, shard_); });
   if (tp_) return padded_tp_logits(im, cfg_, *tp_, shard_, tokens, B, T);
   // Logits of im.tokens (B, t): all of them, or a cp rank's rows.
-  auto local_logits = [&](int t) {
+  auto local_logits = [&](int t) -> const float* {
     const int64_t n = int64_t(B) * t;
     trunk_forward(im, cfg_, im.tokens, B, t);
     im.before(0, Pass::forward);
@@ -434,8 +438,9 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
                      cfg_.dim, cfg_.padded_vocab);
     }
     im.after(0, Pass::forward);
+    return im.logits;
   };
-  if (cp_) return cp_logits(im, cfg_, *cp_, tokens, B, T, local_logits);
+  if (cp_) return cp_logits(im, cfg_, *cp_, tokens, B, T, 1, local_logits);
   std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
   local_logits(T);
   im.logits_valid = true;

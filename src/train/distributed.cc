@@ -84,7 +84,7 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                                .total();
     const int64_t acts =
         model::tp_activation_bytes(m, d.tp, sp, t, b, gpt.compute() == DType::bf16);
-    const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq());
+    const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq() / d.cp);
     const double* x = &all[size_t(3 * r)];
     ranks.push_back({{"rank", r},
                      {"tp_rank", t},
@@ -133,10 +133,9 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   STRATA_CHECK(!trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
   dp.validate();
   const parallel::MeshDims d = mesh_dims();
-  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq());
   model::check_context_parallel(cfg.model, d.tp, d.cp, cp, cfg.train_seq());
-  STRATA_CHECK(d.tp == 1 || d.cp == 1, "--tp ", d.tp, " with --cp ", d.cp,
-               ": tensor and context parallelism together are not supported yet; use one");
+  // Sequence parallelism splits each cp rank's seq / cp rows.
+  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq() / d.cp);
   cfg.validate(d.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
   const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});

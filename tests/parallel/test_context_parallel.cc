@@ -2,7 +2,8 @@
 // reference loop within 1e-5 (fp32), the gradient norms within 1e-5 relative and the final
 // weights within the data-parallel tests' 1e-4, for ring (zigzag and contiguous chunks) and
 // Ulysses at cp 2 and 4, with dp and ZeRO stages 0-3 (dense gradients reduced over dp x cp),
-// and in bf16 compute. Zigzag and contiguous chunking give the same losses.
+// in bf16 compute, and with tensor parallelism (tp 2 x cp 2, sequence parallel: each cp rank's
+// rows split over tp). Zigzag and contiguous chunking give the same losses.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,12 +24,14 @@ struct Case {
   CpMode mode;
   CpChunks chunks;
   Precision precision = Precision::fp32;
+  int tp = 1;
 };
 
 std::string name(const Case& c) {
   return std::string(model::cp_mode_name(c.mode)) + "_" + model::cp_chunks_name(c.chunks) + "_cp" +
          std::to_string(c.cp) + "_dp" + std::to_string(c.dp) + "_zero" + std::to_string(c.stage) +
-         (c.precision == Precision::bf16 ? "_bf16" : "_fp32");
+         (c.precision == Precision::bf16 ? "_bf16" : "_fp32") +
+         (c.tp > 1 ? "_tp" + std::to_string(c.tp) : "");
 }
 
 DType compute_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
@@ -48,6 +51,7 @@ RunResult run_case(const Case& c) {
   RunSpec s;
   s.compute = compute_of(c.precision);
   TpRun run;
+  run.tp = c.tp;
   run.dp = c.dp;
   run.cp = c.cp;
   run.cp_opt = {c.mode, c.chunks};
@@ -90,7 +94,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 1, 0, kUly, kZz}, Case{4, 1, 1, kRing, kZz},
                       Case{4, 1, 3, kUly, kCt}, Case{2, 2, 2, kRing, kZz},
                       Case{2, 2, 3, kUly, kZz}, Case{2, 1, 1, kRing, kZz, Precision::bf16},
-                      Case{2, 1, 0, kUly, kZz, Precision::bf16}),
+                      Case{2, 1, 0, kUly, kZz, Precision::bf16},
+                      Case{2, 1, 0, kRing, kZz, Precision::fp32, 2},
+                      Case{2, 1, 1, kUly, kCt, Precision::fp32, 2},
+                      Case{2, 1, 3, kRing, kZz, Precision::bf16, 2}),
     [](const auto& info) { return name(info.param); });
 
 TEST(ContextParallelChunks, ZigzagAndContiguousGiveTheSameLosses) {

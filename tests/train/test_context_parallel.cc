@@ -1,5 +1,5 @@
 // `strata train --cp 2`: the same losses as one process over 20 steps for ring (zigzag and
-// contiguous chunks) and Ulysses, with dp and ZeRO; the bytes each step's attention sent equal
+// contiguous chunks) and Ulysses, with dp, tp and ZeRO; the bytes each step's attention sent equal
 // the formula recorded beside them; a cp run's checkpoint resumes under another layout (cp
 // holds no shard of the parameters) with the same losses as the uninterrupted run.
 #include <gtest/gtest.h>
@@ -56,7 +56,8 @@ TEST(TrainContextParallel, LossesMatchOneProcessAndBytesMatchTheFormula) {
   std::vector<double> zigzag;
   for (const std::string mode : {"--cp-mode ring", "--cp-mode ring --cp-chunks contiguous",
                                  "--cp-mode ulysses", "--cp-mode ring --nproc 4 --zero 2",
-                                 "--cp-mode ulysses --nproc 4 --zero 3"}) {
+                                 "--cp-mode ulysses --nproc 4 --zero 3",
+                                 "--cp-mode ring --nproc 4 --tp 2 --zero 1"}) {
     TempDir d("cp2");
     const CpRun r = train("--steps 20 --nproc 2 --cp 2 " + mode, d);
     ASSERT_EQ(r.cli.status, 0) << mode << ": " << r.cli.err;
@@ -72,6 +73,25 @@ TEST(TrainContextParallel, LossesMatchOneProcessAndBytesMatchTheFormula) {
     if (mode == "--cp-mode ring --cp-chunks contiguous")
       EXPECT_LE(max_abs_diff(r.losses(), zigzag), 1e-5);
   }
+}
+
+// Sampling runs the model on prompts of every length: padded for the chunks (and for sequence
+// parallelism under tp), then gathered; the text equals one process's.
+TEST(TrainContextParallel, SamplesMatchOneProcess) {
+  auto sample = [](const std::string& extra) {
+    TempDir d("cpsample");
+    const RunResult r = run_strata(kModel + "--steps 2 --sample-tokens 9 --run-dir " + d.str() +
+                                   " " + extra, "", Streams::separate);
+    EXPECT_EQ(r.status, 0) << extra << ": " << r.err;
+    for (const json& rec : json_lines(read_file(d.file("metrics.jsonl"))))
+      if (rec.contains("sample")) return rec["sample"].get<std::string>();
+    return std::string("(none)");
+  };
+  const std::string want = sample("");
+  EXPECT_NE(want, "(none)");
+  EXPECT_EQ(sample("--nproc 2 --cp 2"), want);
+  EXPECT_EQ(sample("--nproc 2 --cp 2 --cp-mode ulysses --cp-chunks contiguous"), want);
+  EXPECT_EQ(sample("--nproc 4 --cp 2 --tp 2"), want);
 }
 
 TEST(TrainContextParallel, CheckpointResumesUnderAnotherLayout) {

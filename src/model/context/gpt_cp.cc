@@ -47,6 +47,23 @@ void cp_embed_backward(GPT::Impl& im, const ContextComm& cc, float* dwte, float*
     }
 }
 
+const float* cp_local_wpe(float* local, const ContextComm& cc, const float* wpe, int Tl, int C) {
+  const SeqLayout L = cc.layout(Tl * cc.size());
+  for (int t = 0; t < Tl; ++t)
+    std::memcpy(local + int64_t(t) * C, wpe + int64_t(L.position(cc.rank(), t)) * C,
+                sizeof(float) * C);
+  return local;
+}
+
+void cp_add_wpe_grad(float* dwpe, const ContextComm& cc, const float* local_grad, int Tl, int C) {
+  const SeqLayout L = cc.layout(Tl * cc.size());
+  for (int t = 0; t < Tl; ++t) {
+    float* d = dwpe + int64_t(L.position(cc.rank(), t)) * C;
+    const float* g = local_grad + int64_t(t) * C;
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+  }
+}
+
 void attention_forward(ContextComm* cc, int layer, float* out, float* lse, float* qkv, int B,
                        int T, int C, int NH, bool bf16) {
   if (cc)
@@ -65,9 +82,9 @@ void attention_backward(ContextComm* cc, int layer, float* dqkv, const float* do
 }
 
 const float* cp_logits(GPT::Impl& im, const GPTConfig& cfg, ContextComm& cc,
-                       const int32_t* tokens, int B, int T,
-                       const std::function<void(int T)>& local_forward) {
-  const int parts = cc.size() * cc.layout(T).chunks_per_rank();
+                       const int32_t* tokens, int B, int T, int multiple,
+                       const std::function<const float*(int T)>& local_forward) {
+  const int parts = cc.size() * cc.layout(T).chunks_per_rank() * multiple;
   const int Tp = (T + parts - 1) / parts * parts;
   STRATA_CHECK(Tp <= cfg.seq, "logits: ", T, " tokens padded to ", Tp,
                " for context parallelism exceed the position table (", cfg.seq, ")");
@@ -77,13 +94,14 @@ const float* cp_logits(GPT::Impl& im, const GPTConfig& cfg, ContextComm& cc,
   const SeqLayout L = cc.layout(Tp);
   L.take(im.tokens, padded.data(), B, cc.rank(), 1);
   im.T = L.local_len();
-  local_forward(im.T);  // im.logits (B, Tl, Vp)
   const int64_t Vp = cfg.padded_vocab, local = int64_t(B) * im.T * Vp;
+  const float* mine = local_forward(im.T);
+  const std::vector<float> rows(mine, mine + local);  // local_forward may use logits_full
   const size_t need = sizeof(float) * size_t(local * cc.size() + int64_t(B) * Tp * Vp);
   if (im.logits_full.bytes() < need) im.logits_full = Buffer(MemCategory::activations, need);
   float* blocks = im.logits_full.as<float>();
   float* full = blocks + local * cc.size();
-  if (B > 0) cc.group().all_gather_async(im.logits, blocks, size_t(local), DType::f32)->wait();
+  if (B > 0) cc.group().all_gather_async(rows.data(), blocks, size_t(local), DType::f32)->wait();
   for (int r = 0; r < cc.size(); ++r) L.put(full, blocks + r * local, B, r, Vp);
   // (B, Tp, Vp) -> (B, T, Vp): drop each row's padding
   for (int b = 1; b < B && Tp != T; ++b)

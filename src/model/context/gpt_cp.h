@@ -18,6 +18,11 @@ void cp_embed_forward(GPT::Impl& im, const ContextComm& cc, const float* wte, co
                       int C);
 // dwte, dwpe (+=) from dres (B, Tl, C).
 void cp_embed_backward(GPT::Impl& im, const ContextComm& cc, float* dwte, float* dwpe, int C);
+// Tensor parallel: local (Tl, C) <- the wpe rows of this rank's positions, so that a layer
+// that adds wpe row t to local row t adds the right position; the gradient of such a local
+// table, local_grad (Tl, C), is added (+=) to the rows of dwpe it came from.
+const float* cp_local_wpe(float* local, const ContextComm& cc, const float* wpe, int Tl, int C);
+void cp_add_wpe_grad(float* dwpe, const ContextComm& cc, const float* local_grad, int Tl, int C);
 
 // A layer's attention: the one-rank kernel, or the cp group's (ring or Ulysses) when cc is set.
 // out (B,T,C); lse (B,NH,T); qkv (B,T,3C), T the local rows.
@@ -27,10 +32,11 @@ void attention_backward(ContextComm* cc, int layer, float* dqkv, const float* do
                         const float* qkv, const float* out, const float* lse, int B, int T, int C,
                         int NH, bool bf16);
 
-// Logits (B, T, Vp) of a prompt under cp: padded to a length the layout can split (causal:
-// padding changes no earlier position), computed on the local rows, gathered over cp.
+// Logits (B, T, Vp) of a prompt under cp: padded to a length the layout can split into chunks
+// of a multiple of `multiple` rows (causal: padding changes no earlier position), computed on
+// the local rows by local_forward(Tl) (which returns them, (B, Tl, Vp)), gathered over cp.
 const float* cp_logits(GPT::Impl& im, const GPTConfig& cfg, ContextComm& cc,
-                       const int32_t* tokens, int B, int T,
-                       const std::function<void(int T)>& local_forward);
+                       const int32_t* tokens, int B, int T, int multiple,
+                       const std::function<const float*(int T)>& local_forward);
 
 }  // namespace strata::model
