@@ -167,6 +167,9 @@ void setup(CLI::App& app) {
                  "Context-parallel attention: ring (K/V blocks around the cp ring) or ulysses "
                  "(all-to-all over heads)")
       ->capture_default_str();
+  app.add_option("--max-activation-mb", c.max_activation_mb,
+                 "Refuse a run whose activations per rank (model buffers and context-parallel "
+                 "buffers) exceed this many MiB, before training");
   app.add_option("--cp-chunks", a->cp_chunks,
                  "Ring chunking: zigzag (rank r holds chunks r and 2cp-1-r: balanced causal work) "
                  "or contiguous")

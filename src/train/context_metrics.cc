@@ -5,6 +5,8 @@
 
 #include "model/context/context_comm.h"
 #include "model/context/cp_cost.h"
+#include "core/error.h"
+#include "model/shard.h"
 
 namespace strata::train {
 
@@ -30,6 +32,44 @@ json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences
           {"cp_bytes_per_layer_fwd", model::cp_attention_bytes(mode, C, sequences, Tl, Cl, false)},
           {"cp_bytes_per_layer_bwd", model::cp_attention_bytes(mode, C, sequences, Tl, Cl, true)},
           {"cp_attention_ms", double(now.compute_ns - begin.compute_ns) * 1e-6}};
+}
+
+int64_t activation_bytes_per_rank(const model::GPT& m, int b, int T) {
+  const model::ContextComm* cc = m.context_comm();
+  int64_t bytes = m.activation_bytes();
+  if (cc) {
+    const model::GPTConfig& g = m.config();
+    const int tp = m.shard().size;
+    bytes += model::cp_buffer_bytes(cc->options().mode, cc->size(), g.layers, b, T / cc->size(),
+                                    g.dim / tp, g.heads / tp);
+  }
+  return bytes;
+}
+
+namespace {
+void refuse_over_budget(double max_mb, int64_t bytes, int T, int C, int b) {
+  const double mb = double(bytes) / (1 << 20);
+  STRATA_CHECK(mb <= max_mb, "--max-activation-mb ", max_mb, ": --seq ", T, " at --cp ", C,
+               " (micro-batch ", b, ") needs ", double(int64_t(mb * 10 + 0.5)) / 10.0,
+               " MiB of activations per rank");
+}
+}  // namespace
+
+void check_activation_budget(double max_mb, const model::GPT& m, int b, int T) {
+  if (max_mb <= 0) return;
+  const int C = m.context_comm() ? m.context_comm()->size() : 1;
+  refuse_over_budget(max_mb, activation_bytes_per_rank(m, b, T), T, C, b);
+}
+
+void check_activation_budget(double max_mb, const model::GPTConfig& g, int tp, bool sp, int cp,
+                             model::CpMode mode, int b, int T, bool bf16) {
+  if (max_mb <= 0) return;
+  const model::TpModel m = model::tp_model(g);
+  int64_t most = 0;
+  for (int r = 0; r < tp; ++r)
+    most = std::max(most, cp > 1 ? model::cp_activation_bytes(m, tp, sp, r, b, bf16, mode, cp, T)
+                                 : model::tp_activation_bytes(m, tp, sp, r, b, bf16));
+  refuse_over_budget(max_mb, most, T, cp, b);
 }
 
 json cp_summary(const model::GPT& m, comm::ProcessGroup& world) {

@@ -138,6 +138,10 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq() / d.cp);
   cfg.validate(d.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
+  const int A = cfg.accum(d.dp);
+  check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
+                          d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
+                          dp.precision == parallel::Precision::bf16);
   const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
   // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters).
   if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0);

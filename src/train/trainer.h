@@ -64,6 +64,7 @@ struct TrainConfig {
   int threads = 0;             // OpenMP/BLAS threads; 0 = leave as set
   double peak_gflops = 0;      // MFU denominator; 0 = measured sgemm peak (cached)
   int prefetch = 2;            // steps the loader prepares ahead
+  double max_activation_mb = 0;  // > 0: refuse a layout whose activations per rank exceed it
   diag::StragglerConfig straggler;  // every K steps, name ranks computing X% over the median
   diag::FaultSpec fault;       // --inject: a fault this run injects on purpose (tests, demos)
   CheckpointConfig ckpt;

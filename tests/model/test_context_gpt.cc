@@ -10,13 +10,16 @@
 #include "comm/process_group.h"
 #include "core/rng.h"
 #include "model/context/context_comm.h"
+#include "model/context/cp_cost.h"
 #include "model/gpt.h"
+#include "model/shard.h"
 
 namespace strata::model {
 namespace {
 
-// 2 layers, width 24, 6 heads (Ulysses over 2 and 3 ranks), seq 24, vocab 50.
-const GPTConfig kCfg{2, 24, 6, 24, 50, 64};
+// 2 layers, width 24, 6 heads (Ulysses over 2 and 3 ranks), seq 48, vocab 50; local rows
+// (2 x 48 / cp) are multiples of 16, so buffers carve without alignment padding.
+const GPTConfig kCfg{2, 24, 6, 48, 50, 64};
 
 double max_rel(const float* a, const float* b, int64_t n) {
   double d = 0, s = 0;
@@ -37,7 +40,7 @@ class ContextGpt : public ::testing::TestWithParam<GptCase> {};
 
 TEST_P(ContextGpt, MatchesOneProcess) {
   const GptCase p = GetParam();
-  const int B = 2, T = 24;
+  const int B = 2, T = 48;
   std::vector<int32_t> tokens, targets;
   std::vector<float> weights;
   Rng r(5, 0);
@@ -66,6 +69,12 @@ TEST_P(ContextGpt, MatchesOneProcess) {
     m.zero_grads();
     loss[size_t(pg.rank())] = m.forward(tokens.data(), targets.data(), weights.data(), B, T);
     m.backward(0.01f);
+    EXPECT_EQ(cc.buffer_bytes(), cp_buffer_bytes(p.opt.mode, p.cp, kCfg.layers, B, T / p.cp,
+                                                 kCfg.dim, kCfg.heads));
+    // What `strata plan --local --cp` and --max-activation-mb predict for this rank.
+    EXPECT_EQ(m.activation_bytes() + cc.buffer_bytes(),
+              cp_activation_bytes(tp_model(kCfg), 1, false, 0, B, p.compute == DType::bf16,
+                                  p.opt.mode, p.cp, T));
     pg.all_reduce(m.grads(), size_t(m.num_params()));  // what dp_cp's reduction does
     if (pg.rank() == 0) std::copy(m.grads(), m.grads() + m.num_params(), grads.begin());
     const float* l = m.logits(tokens.data(), 1, 11);

@@ -138,4 +138,7 @@ TEST(TrainBadInput, ContextParallelLayouts) {
   expect_error(kSmall + "--nproc 4 --cp 4 --seq 2", {"--cp 4", "larger than the sequence", "--seq 2"});
   expect_error(kSmall + "--nproc 2 --cp 2 --cp-mode spiral", {"--cp-mode spiral"});
   expect_error(kSmall + "--nproc 3 --cp 2", {"--cp 2", "world of 3"});
+  expect_error(kSmall + "--nproc 2 --cp 2 --max-activation-mb 0.5",
+               {"--max-activation-mb 0.5", "--seq 32 at --cp 2", "MiB of activations per rank"});
+  expect_error(kSmall + "--max-activation-mb 0.5", {"--max-activation-mb 0.5", "--cp 1"});
 }
