@@ -20,14 +20,13 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
 sys.path.insert(0, os.path.join(HERE, "..", "zero"))
 from torch_ddp import free_port  # noqa: E402
-from torch_gpt import adamw, train_timed  # noqa: E402
+from torch_gpt import GPT, Block, adamw, train_timed  # noqa: E402
 
 
 def chunk_ids(rank, world):
@@ -137,46 +136,27 @@ class RingAttention(torch.autograd.Function):
         return dq, dkv_own[0], dkv_own[1], None, None
 
 
-class Block(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln_1 = nn.LayerNorm(dim)
-        self.c_attn = nn.Linear(dim, 3 * dim)
-        self.c_proj = nn.Linear(dim, dim)
-        self.ln_2 = nn.LayerNorm(dim)
-        self.c_fc = nn.Linear(dim, 4 * dim)
-        self.mlp_proj = nn.Linear(4 * dim, dim)
+class RingBlock(Block):
+    """bench/train/torch_gpt.py's block with ring attention; `where` is (rank, world)."""
 
-    def attn(self, x, rank, world):
+    def attn(self, x, where):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2).contiguous()
                    for t in (q, k, v))
-        y = RingAttention.apply(q, k, v, rank, world)
+        y = RingAttention.apply(q, k, v, *where)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
-    def forward(self, x, rank, world):
-        x = x + self.attn(self.ln_1(x), rank, world)
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
+class CPGPT(GPT):
+    """torch_gpt's GPT (same parameters, same initialisation) on this rank's chunks."""
 
-class CPGPT(nn.Module):
     def __init__(self, layers, dim, heads, seq, vocab, rank, world):
-        super().__init__()
+        super().__init__(layers, dim, heads, seq, vocab)
+        del self.mask  # ring attention masks block by block
+        for block in self.h:
+            block.__class__ = RingBlock
         self.rank, self.world = rank, world
-        self.wte = nn.Embedding(vocab, dim)
-        self.wpe = nn.Embedding(seq, dim)
-        self.h = nn.ModuleList(Block(dim, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(dim)
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif "ln" in name:
-                nn.init.ones_(p)
-            else:
-                std = 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, 0.0, std)
 
     def local(self, t):
         """This rank's zigzag chunks of (B, T) along T."""
@@ -188,7 +168,7 @@ class CPGPT(nn.Module):
         pos = self.local(torch.arange(T)[None, :])[0]
         x = self.wte(self.local(idx)) + self.wpe(pos)
         for block in self.h:
-            x = block(x, self.rank, self.world)
+            x = block(x, (self.rank, self.world))
         logits = self.ln_f(x) @ self.wte.weight.t()
         local = F.cross_entropy(logits.view(-1, logits.size(-1)), self.local(targets).reshape(-1),
                                 reduction="sum")

@@ -54,14 +54,7 @@ void forward_tile(float* out, int64_t ldo, float* lse, const float* q, int64_t l
         std::fill(s, s + nk, 0.0f);
         continue;
       }
-      const float m_new = std::max(m[i], max16(s, valid));
-      const float corr = m[i] == -INFINITY ? 0.0f : fast_exp(m[i] - m_new);
-      for (int j = 0; j < valid; ++j) s[j] = fast_exp(s[j] - m_new);
-      for (int j = valid; j < nk; ++j) s[j] = 0.0f;
-      l[i] = l[i] * corr + sum16(s, valid);
-      m[i] = m_new;
-      if (corr != 1.0f)
-        for (int d = 0; d < hs; ++d) O[i * hs + d] *= corr;
+      online_softmax_row(s, valid, nk, m[i], l[i], O + i * hs, hs);
     }
     // O (nr, hs) += P (nr, nk) @ V_j (nk, hs)
     tile_gemm(bf16, Op::N, Op::N, nr, hs, nk, 1.0f, S, kK, v + k0 * ldkv, ldkv, 1.0f, O, hs);

@@ -41,13 +41,6 @@ CpRun train(const std::string& extra, const TempDir& dir) {
   return r;
 }
 
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
-
 TEST(TrainContextParallel, LossesMatchOneProcessAndBytesMatchTheFormula) {
   TempDir d0("cp0");
   const CpRun ref = train("--steps 20", d0);

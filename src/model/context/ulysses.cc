@@ -32,26 +32,24 @@ struct UlyssesGeom {
   }
 };
 
-// send block j (N, k·cw) <- columns [w·Cl + j·cw, + cw) of x (N, k·Cl) for w < k.
-void split_heads(float* send, const float* x, const UlyssesGeom& g, int k) {
+// Block j (N, k·cw) of `blocks` <-> columns [w·Cl + j·cw, + cw) of x (N, k·Cl) for w < k:
+// split (x -> blocks) before an all-to-all, join (blocks -> x) after one.
+void move_heads(float* blocks, float* x, const UlyssesGeom& g, int k, bool split) {
   const int64_t N = g.N(), blk = N * k * g.cw;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int j = 0; j < g.C; ++j)
     for (int64_t n = 0; n < N; ++n)
-      for (int w = 0; w < k; ++w)
-        std::memcpy(send + j * blk + (n * k + w) * g.cw, x + n * k * g.Cl + w * g.Cl + j * g.cw,
-                    sizeof(float) * g.cw);
+      for (int w = 0; w < k; ++w) {
+        float* b = blocks + j * blk + (n * k + w) * g.cw;
+        float* c = x + n * k * g.Cl + w * g.Cl + j * g.cw;
+        std::memcpy(split ? b : c, split ? c : b, sizeof(float) * g.cw);
+      }
 }
-
-// x (N, k·Cl) columns of rank j's heads <- recv block j (N, k·cw).
+void split_heads(float* send, const float* x, const UlyssesGeom& g, int k) {
+  move_heads(send, const_cast<float*>(x), g, k, true);
+}
 void join_heads(float* x, const float* recv, const UlyssesGeom& g, int k) {
-  const int64_t N = g.N(), blk = N * k * g.cw;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int j = 0; j < g.C; ++j)
-    for (int64_t n = 0; n < N; ++n)
-      for (int w = 0; w < k; ++w)
-        std::memcpy(x + n * k * g.Cl + w * g.Cl + j * g.cw, recv + j * blk + (n * k + w) * g.cw,
-                    sizeof(float) * g.cw);
+  move_heads(const_cast<float*>(recv), x, g, k, false);
 }
 
 // full (B, T, width) <- recv block i (N, width) at rank i's positions, for every i.
