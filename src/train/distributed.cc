@@ -28,6 +28,7 @@
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
 #include "model/context/context_comm.h"
+#include "model/context/cp_cost.h"
 
 namespace strata::train {
 namespace {
@@ -68,8 +69,11 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                              parallel::Mesh& mesh) {
   const parallel::MeshDims d = mesh.dims();
   const int W = mesh.world().size(), A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
+  // Under cp the activations include the cp attention's buffers (model/context/cp_cost.h).
+  const int64_t cp_buffers = gpt.context_comm() ? gpt.context_comm()->buffer_bytes() : 0;
   const double mine[3] = {double(engine.memory_report().model_states()),
-                          double(gpt.activation_bytes()), double(engine.tp_bytes_last_step())};
+                          double(gpt.activation_bytes() + cp_buffers),
+                          double(engine.tp_bytes_last_step())};
   std::vector<double> all(size_t(3 * W));
   mesh.world().all_gather(mine, all.data(), 3, DType::f64);
   const model::TpModel m = model::tp_model(cfg.model);
@@ -79,16 +83,21 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                          "; per rank measured (plan):");
   for (int r = 0; r < W; ++r) {
     const int t = r % d.tp;
-    const int64_t states = parallel::zero_model_state_bytes(model::tp_local_params(m, d.tp, t), d.dp,
-                                                        pc.dp.stage, pc.dp.precision)
+    const int64_t states = parallel::zero_model_state_bytes(model::tp_local_params(m, d.tp, t),
+                                                            d.dp * d.cp, pc.dp.stage,
+                                                            pc.dp.precision)
                                .total();
+    const bool bf16 = gpt.compute() == DType::bf16;
     const int64_t acts =
-        model::tp_activation_bytes(m, d.tp, sp, t, b, gpt.compute() == DType::bf16);
+        d.cp > 1 ? model::cp_activation_bytes(m, d.tp, sp, t, b, bf16, pc.cp.mode, d.cp,
+                                              cfg.train_seq())
+                 : model::tp_activation_bytes(m, d.tp, sp, t, b, bf16);
     const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq() / d.cp);
     const double* x = &all[size_t(3 * r)];
     ranks.push_back({{"rank", r},
                      {"tp_rank", t},
-                     {"dp_rank", r / d.tp},
+                     {"cp_rank", parallel::Mesh::coord_of(d, r).cp},
+                     {"dp_rank", parallel::Mesh::coord_of(d, r).dp},
                      {"model_states", int64_t(x[0])},
                      {"model_states_plan", states},
                      {"activations", int64_t(x[1])},

@@ -62,6 +62,11 @@ TEST(TrainContextParallel, LossesMatchOneProcessAndBytesMatchTheFormula) {
     const json& cp = r.summary["context_parallel"];
     EXPECT_EQ(cp["cp"], 2) << mode;
     EXPECT_EQ(cp["attention_ms_per_rank"].size(), r.summary["world"].get<size_t>()) << mode;
+    for (const json& rank : r.summary.value("tensor_parallel", json::object()).value("ranks", json::array())) {
+      EXPECT_EQ(rank["activations"], rank["activations_plan"]) << mode;
+      EXPECT_EQ(rank["model_states"], rank["model_states_plan"]) << mode;
+      EXPECT_EQ(rank["tp_bytes_per_step"], rank["tp_bytes_per_step_plan"]) << mode;
+    }
     if (mode == "--cp-mode ring") zigzag = r.losses();
     if (mode == "--cp-mode ring --cp-chunks contiguous")
       EXPECT_LE(max_abs_diff(r.losses(), zigzag), 1e-5);
