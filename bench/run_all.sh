@@ -29,3 +29,7 @@ section "RLHF: KV-cache generation and a PPO iteration vs PyTorch (docs/rlhf.md)
 bash "$ROOT/bench/rlhf/run.sh"
 section "scaling study and the calibrated planner (docs/report.md)"
 bash "$ROOT/bench/scaling/run.sh"
+section "context parallelism: ring and Ulysses vs PyTorch ring attention (docs/context_parallel.md)"
+bash "$ROOT/bench/cp/run.sh"
+section "long context under one activation budget per rank (docs/context_parallel.md)"
+bash "$ROOT/bench/cp/long_context.sh"

@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "plan/planner.h"
 #include "model/tensor/tp_cost.h"
+#include "model/context/cp_cost.h"
 
 namespace strata::cli {
 
@@ -149,28 +150,39 @@ void run_local(const Flags& f, const CLI::App& app) {
   STRATA_CHECK(dp >= 1, "--dp must be at least 1 (got ", dp, ")");
   STRATA_CHECK(seq >= 1 && seq <= g.seq, "--seq ", seq, " outside [1, ", g.seq, "]");
   STRATA_CHECK(b >= 1 && f.accum >= 1, "--micro-batch and --accum must be at least 1");
-  model::check_tensor_parallel(g, tp, !f.no_sp, int(seq));
+  const int cp = app.count("--cp") ? f.cp : 1;
+  const model::CpMode cpm = model::parse_cp_mode(f.cp_mode);
+  model::check_context_parallel(g, tp, cp, {cpm, model::CpChunks::zigzag}, int(seq));
+  model::check_tensor_parallel(g, tp, !f.no_sp, int(seq / cp));
   const Precision p = f.precision == "fp32" ? Precision::fp32 : Precision::bf16;
   const model::TpModel m = model::tp_model(g);
   nlohmann::json ranks = nlohmann::json::array();
-  std::string text = cat("strata run: ", f.model.empty() ? "tiny" : f.model, ", tp ", tp, " x dp ",
+  std::string text = cat("strata run: ", f.model.empty() ? "tiny" : f.model, ", tp ", tp,
+                         cp > 1 ? cat(" x cp ", cp, " (", f.cp_mode, ")") : "", " x dp ",
                          dp, ", zero ", stage, ", ", f.precision, tp > 1 && !f.no_sp ? ", sp" : "",
                          ", micro-batch ", b, " x seq ", seq, " x accum ", f.accum, "\n");
+  // Context parallelism: 1/cp of each sequence per rank, ZeRO over dp x cp, ring or Ulysses
+  // bytes (model/context/cp_cost.h).
+  const int64_t cp_bytes = f.accum * model::cp_bytes_per_micro(cpm, cp, g.layers, b, seq, g.dim / tp);
   for (int r = 0; r < tp; ++r) {
     const int64_t psi = model::tp_local_params(m, tp, r);
-    const ModelStateBytes st = zero_model_state_bytes(psi, dp, stage, p);
-    const int64_t acts = model::tp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16);
-    const int64_t bytes = f.accum * model::tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq);
+    const ModelStateBytes st = zero_model_state_bytes(psi, dp * cp, stage, p);
+    const int64_t acts =
+        cp > 1 ? model::cp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16, cpm, cp, seq)
+               : model::tp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16);
+    const int64_t bytes = f.accum * model::tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq / cp);
     ranks.push_back({{"tp_rank", r}, {"params", psi}, {"parameters", st.parameters},
                      {"gradients", st.gradients}, {"optimizer", st.optimizer},
                      {"model_states", st.total()}, {"activations", acts},
-                     {"tp_bytes_per_step", bytes}});
+                     {"tp_bytes_per_step", bytes}, {"cp_bytes_per_step", cp_bytes}});
     text += cat("tp rank ", r, ": ", psi, " params; model states ", st.total(), " B (parameters ",
                 st.parameters, ", gradients ", st.gradients, ", optimizer ", st.optimizer,
-                "); activations ", acts, " B; tp bytes per step ", bytes, "\n");
+                "); activations ", acts, " B; tp bytes per step ", bytes,
+                cp > 1 ? cat("; cp bytes per step ", cp_bytes) : "", "\n");
   }
   if (f.json)
-    std::cout << nlohmann::json{{"tp", tp}, {"dp", dp}, {"zero", stage}, {"ranks", ranks}}.dump(2)
+    std::cout << nlohmann::json{{"tp", tp}, {"cp", cp}, {"dp", dp}, {"zero", stage},
+                                {"ranks", ranks}}.dump(2)
               << "\n";
   else
     std::cout << text;

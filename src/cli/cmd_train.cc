@@ -4,6 +4,7 @@
 //   strata train --layers 2 --dim 64 --heads 4 --seq 32 --data input.txt --json
 //   strata train --nproc 4 --zero 3 --precision bf16 --trace --run-dir runs/z3
 //   strata train --nproc 4 --tp 2 --dp 2 --zero 1 --run-dir runs/tp2   (docs/tensor_parallel.md)
+//   strata train --nproc 2 --cp 2 --cp-mode ring --seq 1024 ...        (docs/context_parallel.md)
 //
 // The model is a preset (--model) with optional overrides of its architecture; --seq is the
 // training sequence length and may not exceed the model's position table (--max-seq).
@@ -18,6 +19,7 @@
 #include "comm/types.h"
 #include "cli/fault_flags.h"
 #include "cli/host_flags.h"
+#include "model/context/layout.h"
 #include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
@@ -35,6 +37,7 @@ struct TrainArgs {
   train::ParallelConfig parallel;
   std::string zero = "0", precision = "fp32", backend = "shm";
   std::string reduce_dtype;  // --reduce-dtype; empty = the precision's
+  std::string cp_mode = "ring", cp_chunks = "zigzag";
   cli::FaultFlags faults;
   cli::HostFlags host_flags;
   std::string mtbf;  // --mtbf, e.g. "4h"
@@ -107,6 +110,7 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train:
     pc.backend = comm::Backend::mpi;
   }
   STRATA_CHECK(!pc.preflight || pc.world() > 1, "--preflight measures links between ranks; it needs 2 or more");
+  pc.cp = {model::parse_cp_mode(a.cp_mode), model::parse_cp_chunks(a.cp_chunks)};
   pc.data_parallel = app.count("--zero") || app.count("--precision") ||
                      app.count("--reduce-dtype") || pc.world() > 1;
   pc.timeout_s = a.faults.timeout_s;
@@ -170,7 +174,22 @@ void setup(CLI::App& app) {
   app.add_option("--tp", p.mesh.tp,
                  "Tensor-parallel ranks (Megatron-style; must divide the heads); ranks = tp x dp")
       ->capture_default_str();
-  app.add_option("--dp", p.mesh.dp, "Data-parallel ranks (default: nproc / tp)");
+  app.add_option("--dp", p.mesh.dp, "Data-parallel ranks (default: nproc / (tp x cp))");
+  app.add_option("--cp", p.mesh.cp,
+                 "Context-parallel ranks: each holds seq/cp tokens of every sequence; ranks = "
+                 "tp x cp x dp")
+      ->capture_default_str();
+  app.add_option("--cp-mode", a->cp_mode,
+                 "Context-parallel attention: ring (K/V blocks around the cp ring) or ulysses "
+                 "(all-to-all over heads)")
+      ->capture_default_str();
+  app.add_option("--max-activation-mb", c.max_activation_mb,
+                 "Refuse a run whose activations per rank (model buffers and context-parallel "
+                 "buffers) exceed this many MiB, before training");
+  app.add_option("--cp-chunks", a->cp_chunks,
+                 "Ring chunking: zigzag (rank r holds chunks r and 2cp-1-r: balanced causal work) "
+                 "or contiguous")
+      ->capture_default_str();
   app.add_flag("--sp,!--no-sp", p.sequence_parallel,
                "Sequence parallelism with --tp > 1 (default on): norms and residuals hold seq/tp "
                "tokens per rank");

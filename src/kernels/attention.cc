@@ -54,16 +54,7 @@ void forward_block(E* out, float* lse, const E* q, const E* k, const E* v, int r
     for (int i = 0; i < nr; ++i) {
       float* s = S + i * kK;
       const int valid = std::min(nk, r0 + i - k0 + 1);  // causal: key <= query
-      const float m_new = std::max(m[i], max16(s, valid));
-      const float corr = m[i] == -INFINITY ? 0.0f : fast_exp(m[i] - m_new);
-      for (int j = 0; j < valid; ++j) s[j] = fast_exp(s[j] - m_new);
-      for (int j = valid; j < nk; ++j) s[j] = 0.0f;
-      l[i] = l[i] * corr + sum16(s, valid);
-      m[i] = m_new;
-      if (corr != 1.0f) {
-        float* o = O + i * hs;
-        for (int d = 0; d < hs; ++d) o[d] *= corr;
-      }
+      online_softmax_row(s, valid, nk, m[i], l[i], O + i * hs, hs);
     }
     // O (nr, hs) += P (nr, nk) @ V_j (nk, hs)
     tile_gemm(bf16, Op::N, Op::N, nr, hs, nk, 1.0f, S, kK, v + int64_t(k0) * ld, ld, 1.0f, O, hs);

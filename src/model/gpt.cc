@@ -31,6 +31,7 @@
 #include "core/rng.h"
 #include "core/trace.h"
 #include "kernels/kernels.h"
+#include "model/context/gpt_cp.h"
 #include "model/gpt_impl.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
@@ -44,7 +45,8 @@ using tensor::act;
 using tensor::linear_backward;
 using tensor::linear_forward;
 
-GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp, DType compute)
+GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp, DType compute,
+         ContextComm* cp)
     : cfg_(cfg), tp_(tp), max_batch_(max_batch), compute_(compute), impl_(new Impl) {
   cfg_.validate();
   STRATA_CHECK(compute == DType::f32 || compute == DType::bf16, "model compute dtype ",
@@ -55,6 +57,8 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   } else {
     tp_ = nullptr;  // one rank: the one-process code path
   }
+  if (cp && cp->size() > 1) cp_ = cp;  // one rank: no context parallelism
+  impl_->cp = cp_;
   impl_->bf16 = compute_ == DType::bf16;
   table_ = build_param_table(cfg_, shard_);
   num_params_ = table_.back().offset + numel(table_.back().shape);
@@ -72,7 +76,8 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   for (const ParamView& v : table_) impl_->view_rel.push_back(v.offset - unit_range(v.unit).first);
 
   ActShape a;
-  a.N = int64_t(max_batch) * cfg_.seq;
+  const int cp_size = cp_ ? cp_->size() : 1;  // a cp rank keeps 1/C of each sequence
+  a.N = int64_t(max_batch) * ((cfg_.seq + cp_size - 1) / cp_size);
   a.T = shard_.size;
   a.n = tp_ && tp_->sequence_parallel() ? (a.N + a.T - 1) / a.T : a.N;
   a.Vr = vocab_slice(cfg_.padded_vocab, shard_).size();
@@ -182,14 +187,17 @@ void GPT::zero_grads() {
 // One block forward: x (N,C) -> a.res3 (N,C).
 // scratch (N, 4C): the fp32 matmul outputs that bf16 compute stores rounded.
 static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B,
-                          int T, float* scratch) {
+                          int T, float* scratch, ContextComm* cp, int layer) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
   layernorm_out(a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
   linear_forward(h, gemm_out(a.qkv, scratch), act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, N, C, 3 * C);
   store_qkv(a, scratch, N * 3 * C);
-  attention_out(a, B, T, C, cfg.heads);
+  if (cp)  // context parallel: qkv and the attention output stay fp32 (gpt_impl.h's carve)
+    attention_forward(cp, layer, a.atty, a.att_lse, a.qkv, B, T, C, cfg.heads, h);
+  else
+    attention_out(a, B, T, C, cfg.heads);
   std::memcpy(a.res2, x, sizeof(float) * N * C);
   linear_forward(h, a.res2, act(a.atty, a.atty_h, C), w.projw, w.projb, N, C, C,
                  /*accumulate=*/true);
@@ -205,7 +213,7 @@ static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, co
 // Gradients of the block's parameters accumulate into g.
 static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
                            const float* x, float* dres, float* dbuf_c, float* dbuf_4c, float* dqkv,
-                           int B, int T) {
+                           int B, int T, ContextComm* cp, int layer) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   // Activation-gradient scratch is overwritten (accumulate_dinp = false), not cleared first.
@@ -216,7 +224,10 @@ static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g,
   linear_backward(h, dbuf_c, g.fcw, g.fcb, dbuf_4c, act(a.ln2, a.ln2_h, C), w.fcw, N, C, 4 * C);
   k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   linear_backward(h, dbuf_c, g.projw, g.projb, dres, act(a.atty, a.atty_h, C), w.projw, N, C, C);
-  attention_grad(dqkv, dbuf_c, a, B, T, C, cfg.heads);
+  if (cp)
+    attention_backward(cp, layer, dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads, h);
+  else
+    attention_grad(dqkv, dbuf_c, a, B, T, C, cfg.heads);
   linear_backward(h, dbuf_c, g.qkvw, g.qkvb, dqkv, act(a.ln1, a.ln1_h, C), w.qkvw, N, C, 3 * C);
   k::layernorm_backward(dres, g.ln1w, g.ln1b, dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
 }
@@ -234,7 +245,10 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, i
   if (N > 0) {
     UnitSpan s("forward", "embed");
     float* p0 = checked(im.unit_params[0], 0, "parameter");
-    k::encoder_forward(im.encoded, tokens, p0 + im.view_rel[0], p0 + im.view_rel[1], B, T, C);
+    if (im.cp)
+      cp_embed_forward(im, *im.cp, p0 + im.view_rel[0], p0 + im.view_rel[1], C);
+    else
+      k::encoder_forward(im.encoded, tokens, p0 + im.view_rel[0], p0 + im.view_rel[1], B, T, C);
   }
   im.after(0, Pass::forward);
   for (int l = 0; l < L; ++l) {
@@ -244,7 +258,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, i
       UnitSpan s("forward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
       block_forward(cfg, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, B, T,
-                    im.dbuf_4c);
+                    im.dbuf_4c, im.cp, l);
     }
     im.after(l + 1, Pass::forward);
   }
@@ -285,33 +299,38 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
   const int64_t N = int64_t(B) * T;
   im.B = B;
   im.T = T;
-  if (N > 0) {
+  if (cp_) {
+    cp_take_inputs(im, *cp_, tokens, targets, weights, B, T);  // im.T: the local rows
+  } else if (N > 0) {
     std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
     std::memcpy(im.targets, targets, sizeof(int32_t) * N);
     im.has_weights = weights != nullptr;
     if (weights) std::memcpy(im.weights, weights, sizeof(float) * N);
   }
   if (tp_) {
-    const double loss = tp_forward(im, cfg_, *tp_, shard_);
+    double loss = tp_forward(im, cfg_, *tp_, shard_);
+    if (cp_) cp_->group().all_reduce(&loss, 1);  // the whole sequence's loss
     im.forward_done = true;
     im.logits_valid = false;  // vocabulary-sharded: logits() computes them again
     return loss;
   }
-  trunk_forward(im, cfg_, im.tokens, B, T);
+  trunk_forward(im, cfg_, im.tokens, B, im.T);
   double loss = 0.0;
   im.before(0, Pass::forward);
-  if (N > 0) {
+  const int64_t Nl = int64_t(B) * im.T;  // this rank's rows (N without context parallelism)
+  if (Nl > 0) {
     UnitSpan s("forward", "logits");
     const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
-    linear_forward(im.bf16, im.logits, act(im.lnf, im.lnf_h, cfg_.dim), wte, nullptr, N, cfg_.dim,
-                   cfg_.padded_vocab);
+    linear_forward(im.bf16, im.logits, act(im.lnf, im.lnf_h, cfg_.dim), wte, nullptr, Nl,
+                   cfg_.dim, cfg_.padded_vocab);
     loss = k::crossentropy_forward(im.losses, im.ce_lse, im.logits, im.targets,
-                                   im.has_weights ? im.weights : nullptr, N, cfg_.vocab,
+                                   im.has_weights ? im.weights : nullptr, Nl, cfg_.vocab,
                                    cfg_.padded_vocab);
   }
   im.after(0, Pass::forward);
   im.forward_done = true;
-  im.logits_valid = true;
+  im.logits_valid = !cp_;  // under cp they are the local rows only
+  if (cp_) cp_->group().all_reduce(&loss, 1);  // the whole sequence's loss on every cp rank
   return loss;
 }
 
@@ -342,7 +361,7 @@ void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T) {
       const Block w = block_views(im.unit_params[l + 1], rel, l);
       const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
       block_backward(cfg, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, im.dres,
-                     im.dbuf_c, im.dbuf_4c, im.dqkv, B, T);
+                     im.dbuf_c, im.dbuf_4c, im.dqkv, B, T, im.cp, l);
     }
     im.after(l + 1, Pass::backward);
   }
@@ -350,7 +369,10 @@ void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T) {
   if (N > 0) {
     UnitSpan s("backward", "embed");
     float* g0 = checked(im.unit_grads[0], 0, "gradient");
-    k::encoder_backward(g0 + rel[0], g0 + rel[1], im.dres, im.tokens, B, T, C);
+    if (im.cp)
+      cp_embed_backward(im, *im.cp, g0 + rel[0], g0 + rel[1], C);
+    else
+      k::encoder_backward(g0 + rel[0], g0 + rel[1], im.dres, im.tokens, B, T, C);
   }
   im.after(0, Pass::backward);
 }
@@ -418,17 +440,27 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
   im.forward_done = false;
   im.B = B;
   im.T = T;
+  if (tp_ && cp_)  // each rank's chunks split over tp rows under sequence parallelism
+    return cp_logits(im, cfg_, *cp_, tokens, B, T, tp_->sequence_parallel() ? shard_.size : 1,
+                     [&](int) { return tp_logits(im, cfg_, *tp_, shard_); });
   if (tp_) return padded_tp_logits(im, cfg_, *tp_, shard_, tokens, B, T);
+  // Logits of im.tokens (B, t): all of them, or a cp rank's rows.
+  auto local_logits = [&](int t) -> const float* {
+    const int64_t n = int64_t(B) * t;
+    trunk_forward(im, cfg_, im.tokens, B, t);
+    im.before(0, Pass::forward);
+    if (n > 0) {
+      UnitSpan s("forward", "logits");
+      const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
+      linear_forward(im.bf16, im.logits, act(im.lnf, im.lnf_h, cfg_.dim), wte, nullptr, n,
+                     cfg_.dim, cfg_.padded_vocab);
+    }
+    im.after(0, Pass::forward);
+    return im.logits;
+  };
+  if (cp_) return cp_logits(im, cfg_, *cp_, tokens, B, T, 1, local_logits);
   std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
-  trunk_forward(im, cfg_, im.tokens, B, T);
-  im.before(0, Pass::forward);
-  if (N > 0) {
-    UnitSpan s("forward", "logits");
-    const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
-    linear_forward(im.bf16, im.logits, act(im.lnf, im.lnf_h, cfg_.dim), wte, nullptr, N, cfg_.dim,
-                   cfg_.padded_vocab);
-  }
-  im.after(0, Pass::forward);
+  local_logits(T);
   im.logits_valid = true;
   return im.logits;
 }

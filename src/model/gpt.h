@@ -38,6 +38,7 @@
 namespace strata::model {
 
 class TensorComm;  // model/tensor/collectives.h
+class ContextComm;  // model/context/context_comm.h
 
 struct GPTConfig {
   int layers = 4;
@@ -110,8 +111,12 @@ class GPT {
   // are only ever read as bf16 (LayerNorm outputs, GELU output) in bf16; statistics,
   // residuals, logits, losses and all gradients stay fp32. A tensor-parallel model computes
   // the same way on its shard (its collectives stay fp32).
+  // With `cp` (a context-parallel group of size C > 1, model/context/) the model keeps this
+  // rank's chunks of each sequence: forward takes the whole (B, T) micro-batch, works on its
+  // B x T/C rows (activations 1/C of one process's) and returns the loss summed over the
+  // whole sequence (all cp ranks return the same value).
   GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true, TensorComm* tp = nullptr,
-      DType compute = DType::f32);
+      DType compute = DType::f32, ContextComm* cp = nullptr);
   DType compute() const { return compute_; }
 
   const GPTConfig& config() const { return cfg_; }
@@ -120,6 +125,7 @@ class GPT {
   const std::vector<ParamView>& param_table() const { return table_; }
   TpShard shard() const { return shard_; }
   TensorComm* tensor_comm() const { return tp_; }
+  ContextComm* context_comm() const { return cp_; }
   // Every piece of the flat buffer in global GPT-2 coordinates (core/tensor_layout.h).
   TensorLayout tensor_layout() const;
   // [begin, end) element range of a unit in the flat buffers.
@@ -171,6 +177,7 @@ class GPT {
  private:
   GPTConfig cfg_;
   TensorComm* tp_ = nullptr;
+  ContextComm* cp_ = nullptr;
   TpShard shard_;
   int max_batch_ = 0;
   DType compute_ = DType::f32;

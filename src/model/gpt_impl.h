@@ -78,6 +78,7 @@ struct GPT::Impl {
   std::vector<float*> unit_params, unit_grads;
   std::vector<int64_t> view_rel;  // offset of each view inside its unit
   UnitHooks hooks;
+  ContextComm* cp = nullptr;  // context parallelism (model/context/gpt_cp.h); null: none
 
   Buffer acts_buf, input_buf;
   float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
@@ -104,6 +105,8 @@ struct GPT::Impl {
     Carver c{base};
     const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
     const bool f32 = !bf16;
+    // Context-parallel attention (ring, Ulysses) reads and writes fp32 qkv and outputs.
+    const bool attn_f32 = f32 || cp != nullptr;
     encoded = c.take(n * C);
     layers.resize(cfg.layers);
     for (LayerActs& l : layers) {
@@ -111,10 +114,10 @@ struct GPT::Impl {
       l.ln1_h = c.take_bf16(n * C, bf16);
       l.ln1_mean = c.take(n);
       l.ln1_rstd = c.take(n);
-      l.qkv = c.take_if(3 * N * Cl, f32);
-      l.qkv_h = c.take_bf16(3 * N * Cl, bf16);
-      l.atty = c.take_if(N * Cl, f32);
-      l.atty_h = c.take_bf16(N * Cl, bf16);
+      l.qkv = c.take_if(3 * N * Cl, attn_f32);
+      l.qkv_h = c.take_bf16(3 * N * Cl, !attn_f32);
+      l.atty = c.take_if(N * Cl, attn_f32);
+      l.atty_h = c.take_bf16(N * Cl, !attn_f32);
       l.att_lse = c.take(N * cfg.heads / a.T);
       l.res2 = c.take(n * C);
       l.ln2 = c.take_if(n * C, f32);

@@ -29,6 +29,7 @@
 
 #include "core/phase.h"
 #include "kernels/kernels.h"
+#include "model/context/gpt_cp.h"
 #include "model/gpt_impl.h"
 #include "model/shard.h"
 #include "model/tensor/linear.h"
@@ -79,7 +80,7 @@ void reduce_replicated(TensorComm& tc, float* rep, int64_t n) {
 // full, stage: the (N, C) scratch tensors (gathered input; bf16 rows widened under SP);
 // out (N, 4Cl): the fp32 matmul outputs that bf16 compute stores rounded.
 void block_forward(TensorComm& tc, const Dims& d, const Block& w, LayerActs& a, const float* x,
-                   float* full, float* stage, float* out) {
+                   float* full, float* stage, float* out, ContextComm* cp, int layer) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
@@ -87,7 +88,10 @@ void block_forward(TensorComm& tc, const Dims& d, const Block& w, LayerActs& a, 
   tn::column_forward(tc, h, gemm_out(a.qkv, out), tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb,
                      full, stage, N, C, 3 * Cl);
   store_qkv(a, out, N * 3 * Cl);
-  attention_out(a, d.B, d.T, Cl, d.NHl);
+  if (cp)  // context parallel: qkv and the attention output stay fp32 (gpt_impl.h's carve)
+    attention_forward(cp, layer, a.atty, a.att_lse, a.qkv, d.B, d.T, Cl, d.NHl, h);
+  else
+    attention_out(a, d.B, d.T, Cl, d.NHl);
   tn::row_forward(tc, h, a.res2, tn::act(a.atty, a.atty_h, Cl), w.projw, full, N, Cl, C);
   tn::add_residual_bias(a.res2, x, w.projb, n, C);
   layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n, C);
@@ -101,7 +105,7 @@ void block_forward(TensorComm& tc, const Dims& d, const Block& w, LayerActs& a, 
 
 // dres (n, C): d loss / d res3 on entry, d loss / d x on exit.
 void block_backward(TensorComm& tc, const Dims& d, GPT::Impl& im, const Block& w, const Block& g,
-                    const LayerActs& a, const float* x) {
+                    const LayerActs& a, const float* x, int layer) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
@@ -119,7 +123,11 @@ void block_backward(TensorComm& tc, const Dims& d, GPT::Impl& im, const Block& w
   float* datty = im.dbuf_4c;  // (N, Cl)
   tn::row_backward(tc, h, datty, g.projw, rep + 2 * C, im.dres, tn::act(a.atty, a.atty_h, Cl),
                    w.projw, im.full_a, N, Cl, C);
-  attention_grad(im.dqkv, datty, a, d.B, d.T, Cl, d.NHl);
+  if (im.cp)
+    attention_backward(im.cp, layer, im.dqkv, datty, a.qkv, a.atty, a.att_lse, d.B, d.T, Cl, d.NHl,
+                       h);
+  else
+    attention_grad(im.dqkv, datty, a, d.B, d.T, Cl, d.NHl);
   tn::column_backward(tc, h, im.dbuf_c, g.qkvw, g.qkvb, im.dqkv, tn::act(a.ln1, a.ln1_h, C),
                       w.qkvw, im.full_a, im.full_b, N, C, 3 * Cl);
   k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
@@ -142,8 +150,10 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
   if (any) {
     UnitSpan s("forward", "embed");
     float* p0 = checked(im.unit_params[0], 0, "parameter");
-    tn::embedding_forward(tc, im.encoded, im.tokens, p0 + im.view_rel[0], d.v0, d.Vr,
-                          p0 + im.view_rel[1], im.full_a, d.B, d.T, d.C);
+    const float* wpe = p0 + im.view_rel[1];
+    if (im.cp) wpe = cp_local_wpe(im.rep_grads, *im.cp, wpe, d.T, d.C);  // local positions
+    tn::embedding_forward(tc, im.encoded, im.tokens, p0 + im.view_rel[0], d.v0, d.Vr, wpe,
+                          im.full_a, d.B, d.T, d.C);
   }
   im.after(0, Pass::forward);
   for (int l = 0; l < L; ++l) {
@@ -153,7 +163,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
       UnitSpan s("forward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
       block_forward(tc, d, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
-                    im.full_a, im.full_b, im.dbuf_4c);
+                    im.full_a, im.full_b, im.dbuf_4c, im.cp, l);
     }
     im.after(l + 1, Pass::forward);
   }
@@ -236,7 +246,8 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
       UnitSpan span("backward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], rel, l);
       const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
-      block_backward(tc, d, im, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3);
+      block_backward(tc, d, im, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
+                     l);
     }
     im.after(l + 1, Pass::backward);
   }
@@ -249,7 +260,10 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
     tn::embedding_backward(tc, g0 + rel[0], dwpe, im.dres, im.tokens, d.v0, d.Vr, im.full_a, d.B,
                            d.T, C);
     reduce_replicated(tc, dwpe, int64_t(d.T) * C);
-    add_into(g0 + rel[1], dwpe, int64_t(d.T) * C);
+    if (im.cp)  // rows of this rank's positions
+      cp_add_wpe_grad(g0 + rel[1], *im.cp, dwpe, d.T, C);
+    else
+      add_into(g0 + rel[1], dwpe, int64_t(d.T) * C);
   }
   im.after(0, Pass::backward);
 }

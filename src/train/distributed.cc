@@ -27,9 +27,12 @@
 #include "parallel/placement.h"
 #include "model/tensor/tp_cost.h"
 #include "parallel/zero_memory.h"
+#include "train/context_metrics.h"
 #include "train/run_dir_lock.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
+#include "model/context/context_comm.h"
+#include "model/context/cp_cost.h"
 
 namespace strata::train {
 namespace {
@@ -70,8 +73,11 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                              parallel::Mesh& mesh) {
   const parallel::MeshDims d = mesh.dims();
   const int W = mesh.world().size(), A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
+  // Under cp the activations include the cp attention's buffers (model/context/cp_cost.h).
+  const int64_t cp_buffers = gpt.context_comm() ? gpt.context_comm()->buffer_bytes() : 0;
   const double mine[3] = {double(engine.memory_report().model_states()),
-                          double(gpt.activation_bytes()), double(engine.tp_bytes_last_step())};
+                          double(gpt.activation_bytes() + cp_buffers),
+                          double(engine.tp_bytes_last_step())};
   std::vector<double> all(size_t(3 * W));
   mesh.world().all_gather(mine, all.data(), 3, DType::f64);
   const model::TpModel m = model::tp_model(cfg.model);
@@ -81,16 +87,21 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                          "; per rank measured (plan):");
   for (int r = 0; r < W; ++r) {
     const int t = r % d.tp;
-    const int64_t states = parallel::zero_model_state_bytes(model::tp_local_params(m, d.tp, t), d.dp,
-                                                        pc.dp.stage, pc.dp.precision)
+    const int64_t states = parallel::zero_model_state_bytes(model::tp_local_params(m, d.tp, t),
+                                                            d.dp * d.cp, pc.dp.stage,
+                                                            pc.dp.precision)
                                .total();
+    const bool bf16 = gpt.compute() == DType::bf16;
     const int64_t acts =
-        model::tp_activation_bytes(m, d.tp, sp, t, b, gpt.compute() == DType::bf16);
-    const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq());
+        d.cp > 1 ? model::cp_activation_bytes(m, d.tp, sp, t, b, bf16, pc.cp.mode, d.cp,
+                                              cfg.train_seq())
+                 : model::tp_activation_bytes(m, d.tp, sp, t, b, bf16);
+    const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq() / d.cp);
     const double* x = &all[size_t(3 * r)];
     ranks.push_back({{"rank", r},
                      {"tp_rank", t},
-                     {"dp_rank", r / d.tp},
+                     {"cp_rank", parallel::Mesh::coord_of(d, r).cp},
+                     {"dp_rank", parallel::Mesh::coord_of(d, r).dp},
                      {"model_states", int64_t(x[0])},
                      {"model_states_plan", states},
                      {"activations", int64_t(x[1])},
@@ -167,11 +178,18 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   STRATA_CHECK(!trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
   dp.validate();
   const parallel::MeshDims d = mesh_dims();
-  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq());
+  model::check_context_parallel(cfg.model, d.tp, d.cp, cp, cfg.train_seq());
+  // Sequence parallelism splits each cp rank's seq / cp rows.
+  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq() / d.cp);
   cfg.validate(d.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
+  const int A = cfg.accum(d.dp);
+  check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
+                          d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
+                          dp.precision == parallel::Precision::bf16);
   const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
-  if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp, n, dp, 0);
+  // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters).
+  if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0);
 }
 
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {
@@ -254,6 +272,8 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   std::unique_ptr<model::TensorComm> tensor_comm;
   if (mesh.has_tp())
     tensor_comm = std::make_unique<model::TensorComm>(mesh.tp(), pc.sequence_parallel);
+  std::unique_ptr<model::ContextComm> context_comm;
+  if (mesh.has_cp()) context_comm = std::make_unique<model::ContextComm>(mesh.cp(), pc.cp);
 
   Topology topo;
   topo.rank = world->rank();
@@ -261,7 +281,8 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   topo.dp_rank = mesh.dp_rank();
   topo.dp_world = dims.dp;
   topo.tp = tensor_comm.get();
-  topo.counts_loss = mesh.tp_rank() == 0;
+  topo.cp = context_comm.get();
+  topo.counts_loss = mesh.tp_rank() == 0 && mesh.cp_rank() == 0;
   topo.group = world.get();
   topo.sum_across_ranks = [g = world.get()](double x) {
     g->all_reduce(&x, 1);
@@ -277,14 +298,15 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   factory.compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     built_model = &m;
-    auto e = parallel::make_data_parallel_engine(m, mesh.dp(), pc.dp, optim, seed);
+    // Gradients reduce over dp x cp: each cp rank's are its tokens' share.
+    auto e = parallel::make_data_parallel_engine(m, mesh.dp_cp(), pc.dp, optim, seed);
     engine = e.get();
     return std::unique_ptr<parallel::StepEngine>(std::move(e));
   };
   factory.summary_extras = [&] {
     const parallel::MemoryReport mem = engine->memory_report();
     const parallel::ModelStateBytes want = parallel::zero_model_state_bytes(
-        engine->layout().psi(), dims.dp, pc.dp.stage, pc.dp.precision);
+        engine->layout().psi(), dims.dp * dims.cp, pc.dp.stage, pc.dp.precision);
     json extras = {{"parallel", {{"zero", pc.dp.stage},
                                  {"precision", parallel::precision_name(pc.dp.precision)},
                                  {"bucket_mb", pc.dp.bucket_mb},
@@ -301,7 +323,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
                      {"optimizer", want.optimizer},
                      {"total", want.total()}}}};
     std::string text = cat("model states per rank: ", mem.model_states(), " B (formula ",
-                           want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp,
+                           want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp * dims.cp,
                            " data-parallel rank(s)); buffers: comm ", mem.comm, " B, scratch ",
                            mem.activations, " B");
     if (dims.tp > 1) {
@@ -309,6 +331,13 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
       text += "\n" + tp["text"].get<std::string>();
       tp.erase("text");
       extras["tensor_parallel"] = tp;
+    }
+    if (dims.cp > 1) {
+      json cp = cp_summary(*built_model, *world);
+      text += cat("\ncontext parallel: cp ", dims.cp, " ", cp["mode"].get<std::string>(), " (",
+                  cp["chunks"].get<std::string>(), "); attention time max/mean over ranks ",
+                  cp["attention_max_over_mean"].get<double>());
+      extras["context_parallel"] = cp;
     }
     if (pc.trace) {
       json ov = overlap_summary(*world);

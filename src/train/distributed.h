@@ -15,6 +15,7 @@
 
 #include "comm/hostlist.h"
 #include "comm/types.h"
+#include "model/context/layout.h"
 #include "parallel/mesh.h"
 #include "parallel/options.h"
 #include "train/trainer.h"
@@ -25,6 +26,7 @@ struct ParallelConfig {
   int nproc = 1;                             // ranks to start on this host
   parallel::MeshDims mesh;                   // --tp, --dp (parallel/mesh.h)
   bool sequence_parallel = true;             // --sp / --no-sp, with --tp > 1
+  model::CpOptions cp;                       // --cp-mode, --cp-chunks, with --cp > 1
   comm::Backend backend = comm::Backend::shm;
   parallel::DataParallelOptions dp;          // --zero, --precision, --bucket-mb, --prefetch
   bool data_parallel = false;                // use the ZeRO engine even on one rank

@@ -23,6 +23,7 @@
 #include "kernels/gemm_bf16.h"
 #include "train/flops.h"
 #include "train/checkpointing.h"
+#include "train/context_metrics.h"
 #include "train/generate.h"
 #include "train/local_engine.h"
 #include "train/metrics.h"
@@ -234,7 +235,8 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   floor = split.val->entropy_floor();
 
   model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state, topo.tp,
-                                        factory.compute);
+                                        factory.compute, topo.cp);
+  check_activation_budget(cfg.max_activation_mb, *model, b, T);  // train/context_metrics.h
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
 
@@ -347,6 +349,7 @@ void Trainer::Run::train_step(int64_t step) {
   const float scale = float(1.0 / double(batch.global_real_tokens));
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
+  const CpMark cp0 = cp_mark(*model);
   double loss_sum = 0;
   for (int m = 0; m < int(batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
@@ -361,6 +364,9 @@ void Trainer::Run::train_step(int64_t step) {
     model->backward(scale);
   }
   engine->end_backward();
+  int64_t sequences = 0;
+  for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
+  const json cp_rec = cp_step_metrics(*model, cp0, sequences, T);
   current_phase().set_kind(PhaseKind::optimizer);
   const double lr = cfg.schedule.lr_at(step);
   const int64_t opt_t0 = now_ns(), opt_blocked0 = comm::thread_blocked_ns();
@@ -369,7 +375,7 @@ void Trainer::Run::train_step(int64_t step) {
   // Compute time: forward, backward and optimizer, less the time blocked in communication.
   const int64_t compute_ns = (now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0);
   compute_window.add(double(compute_ns) * 1e-9);
-  if (!topo.counts_loss) loss_sum = 0;  // a tp peer: rank 0 of its tp group counts it
+  if (!topo.counts_loss) loss_sum = 0;  // a tp or cp peer: rank 0 of its group counts it
   double loss_total = loss_sum;
   if (hit && cfg.fault.kind == diag::FaultKind::skip_collective) {
     // this rank skips the loss all-reduce: its peers wait there until they time out
@@ -407,6 +413,7 @@ void Trainer::Run::train_step(int64_t step) {
               // where the step went (rank 0): docs/report.md
               {"data_ms", data_s * 1e3},  {"compute_ms", double(compute_ns - opt_ns) * 1e-6},
               {"optimizer_ms", double(opt_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
+  rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
   if (stragglers) {
     rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);

@@ -64,6 +64,7 @@ struct TrainConfig {
   int threads = 0;             // OpenMP/BLAS threads; 0 = leave as set
   double peak_gflops = 0;      // MFU denominator; 0 = measured sgemm peak (cached)
   int prefetch = 2;            // steps the loader prepares ahead
+  double max_activation_mb = 0;  // > 0: refuse a layout whose activations per rank exceed it
   diag::StragglerConfig straggler;  // every K steps, name ranks computing X% over the median
   diag::FaultSpec fault;       // --inject: a fault this run injects on purpose (tests, demos)
   CheckpointConfig ckpt;
@@ -87,6 +88,9 @@ struct Topology {
   // Tensor parallelism: the model is this rank's shard (model/shard.h); its peers compute
   // the same loss, which only tp rank 0 adds into the job's sum.
   model::TensorComm* tp = nullptr;
+  // Context parallelism: the model keeps this rank's chunks of each sequence and returns the
+  // whole sequence's loss, like its cp peers (only cp rank 0 counts it).
+  model::ContextComm* cp = nullptr;
   bool counts_loss = true;
   std::function<double(double)> sum_across_ranks;
   // The data-parallel group (null when alone): the trainer's own collectives, e.g. the

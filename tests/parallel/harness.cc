@@ -13,6 +13,7 @@
 #include "kernels/adamw.h"
 #include "parallel/zero_comm.h"
 #include "parallel/mesh.h"
+#include "model/context/context_comm.h"
 #include "model/tensor/collectives.h"
 
 namespace strata::ptest {
@@ -123,7 +124,7 @@ static void place_piece(std::vector<float>& global, const std::vector<model::Par
 }
 
 RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_bytes) {
-  const int world = run.tp * run.dp;
+  const int world = run.tp * run.cp * run.dp;
   STRATA_CHECK(s.batch % (run.dp * s.accum) == 0, "test batch ", s.batch, " does not split into ",
                run.dp, " dp ranks x ", s.accum, " micro-batches");
   const int micro = s.batch / (run.dp * s.accum);
@@ -133,13 +134,16 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
   std::vector<int64_t> bytes(world, 0);
   comm::run_threads(world, [&](comm::ProcessGroup& pg) {
     omp_set_num_threads(1);
-    parallel::Mesh mesh(pg, {run.tp, run.dp});
+    parallel::Mesh mesh(pg, {run.tp, run.dp, run.cp});
     std::unique_ptr<model::TensorComm> tc;
     if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
-    model::GPT gpt(s.model, micro, parallel::model_owns_state(run.opts), tc.get(), s.compute);
+    std::unique_ptr<model::ContextComm> cc;
+    if (mesh.has_cp()) cc = std::make_unique<model::ContextComm>(mesh.cp(), run.cp_opt);
+    model::GPT gpt(s.model, micro, parallel::model_owns_state(run.opts), tc.get(), s.compute,
+                   cc.get());
     STRATA_CHECK(gpt.compute() == s.compute, "the model computes in ", dtype_name(gpt.compute()),
                  " instead of ", dtype_name(s.compute));
-    parallel::DataParallelEngine engine(gpt, mesh.dp(), run.opts, s.optim, s.seed);
+    parallel::DataParallelEngine engine(gpt, mesh.dp_cp(), run.opts, s.optim, s.seed);
     const int rank = pg.rank(), d = mesh.dp_rank();
     RunResult& out = results[rank];
     for (int step = 0; step < s.steps; ++step) {

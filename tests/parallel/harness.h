@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/context/layout.h"
 #include "model/gpt.h"
 #include "parallel/data_parallel.h"
 
@@ -44,9 +45,13 @@ RunResult run_data_parallel(const RunSpec& spec, int world,
 // each rank's tp shard, the engine runs over the dp group. params are the fp32 weights in the
 // one-process layout, assembled from every tp rank's pieces (model::tensor_layout);
 // tp_bytes the tensor-parallel payload of the last step (rank 0).
+// With cp > 1 (context parallelism) each of the cp ranks of a (tp, dp) position keeps its
+// chunks of the sequences and the engine reduces over dp x cp.
 struct TpRun {
   int tp = 1, dp = 1;
   bool sp = true;
+  int cp = 1;
+  model::CpOptions cp_opt;
   parallel::DataParallelOptions opts;
 };
 RunResult run_tensor_parallel(const RunSpec& spec, const TpRun& run, int64_t* tp_bytes = nullptr);

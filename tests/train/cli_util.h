@@ -1,6 +1,10 @@
 // What the training tests read from runs of the `strata` binary (support/run.h runs it):
 // metrics.jsonl records, token files to corrupt, checkpoint hashes.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -23,6 +27,14 @@ inline std::vector<nlohmann::json> json_lines(const std::string& text) {
     pos = nl + 1;
   }
   return out;
+}
+
+// max |a[i] - b[i]| of two loss curves, which must have the same length.
+inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
 }
 
 // An llm.c version-1 token file with a header we may corrupt.

@@ -128,3 +128,17 @@ TEST(TrainBadInput, TensorParallelLayouts) {
   expect_error(kSmall + "--nproc 3 --tp 2", {"--tp 2", "world of 3"});
   expect_error(kSmall + "--nproc 2 --tp 2 --seq 31", {"--sp", "31", "not divisible by 2"});
 }
+
+// Context-parallel layouts the sequence or the heads cannot take fail before any rank starts.
+TEST(TrainBadInput, ContextParallelLayouts) {
+  expect_error(kSmall + "--nproc 2 --cp 2 --seq 30", {"--seq 30", "2 x --cp = 4"});
+  expect_error(kSmall + "--nproc 2 --cp 2 --cp-chunks contiguous --seq 31", {"--seq 31", "--cp = 2"});
+  expect_error(kSmall + "--nproc 3 --cp 3 --cp-mode ulysses --seq 30",
+               {"--cp-mode ulysses", "heads (4)", "--cp 3"});
+  expect_error(kSmall + "--nproc 4 --cp 4 --seq 2", {"--cp 4", "larger than the sequence", "--seq 2"});
+  expect_error(kSmall + "--nproc 2 --cp 2 --cp-mode spiral", {"--cp-mode spiral"});
+  expect_error(kSmall + "--nproc 3 --cp 2", {"--cp 2", "world of 3"});
+  expect_error(kSmall + "--nproc 2 --cp 2 --max-activation-mb 0.5",
+               {"--max-activation-mb 0.5", "--seq 32 at --cp 2", "MiB of activations per rank"});
+  expect_error(kSmall + "--max-activation-mb 0.5", {"--max-activation-mb 0.5", "--cp 1"});
+}

@@ -47,15 +47,18 @@ inline int64_t tp_comm_bytes_per_micro(const TpModel& m, int tp, bool sp, int64_
 // alignment padding, plus tokens, targets and weights). bf16 compute keeps the norm outputs
 // (ln1, ln2, ln_f: n·C each), qkv (3·N·Cl), the attention output (N·Cl) and the GELU input
 // and output (4·N·Cl each) in bf16, half their fp32 bytes.
+// attn_fp32: qkv and the attention output stay fp32 under bf16 (context parallelism).
 inline int64_t tp_activation_bytes(const TpModel& m, int tp, bool sp, int rank,
-                                   int64_t micro_batch, bool bf16_compute = false) {
+                                   int64_t micro_batch, bool bf16_compute = false,
+                                   bool attn_fp32 = false) {
   const int64_t N = micro_batch * m.max_seq, C = m.dim, L = m.layers, T = tp;
   const int64_t n = sp && T > 1 ? (N + T - 1) / T : N, Cl = C / T;
   const int64_t Vr = tp_vocab_rows(m.padded_vocab, tp, rank);
   // bf16-able activations in floats: whole under fp32, halves (rounded up) under bf16.
   auto out = [&](int64_t e) { return bf16_compute ? (e + 1) / 2 : e; };
+  auto att = [&](int64_t e) { return attn_fp32 ? e : out(e); };
   int64_t f = n * C;                                                   // embedding output
-  f += L * (2 * n * C + 2 * out(n * C) + 4 * n + out(3 * N * Cl) + out(N * Cl) +
+  f += L * (2 * n * C + 2 * out(n * C) + 4 * n + att(3 * N * Cl) + att(N * Cl) +
             2 * out(4 * N * Cl) + N * m.heads / T);                    // per layer
   f += out(n * C) + 2 * n + N * Vr + 2 * N;                            // ln_f, logits, losses
   f += 2 * n * C + 7 * N * Cl;                                         // gradient scratch

@@ -1,0 +1,113 @@
+#include "model/context/gpt_cp.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/encoder.h"
+
+namespace strata::model {
+
+void cp_take_inputs(GPT::Impl& im, const ContextComm& cc, const int32_t* tokens,
+                    const int32_t* targets, const float* weights, int B, int T) {
+  const SeqLayout L = cc.layout(T);
+  STRATA_CHECK(T % (cc.size() * L.chunks_per_rank()) == 0, "context parallelism over ",
+               cc.size(), " ranks (", cp_chunks_name(L.kind), ") cannot split a sequence of ", T,
+               " tokens");
+  L.take(im.tokens, tokens, B, cc.rank(), 1);
+  L.take(im.targets, targets, B, cc.rank(), 1);
+  im.has_weights = weights != nullptr;
+  if (weights) L.take(im.weights, weights, B, cc.rank(), 1);
+  im.T = L.local_len();
+}
+
+// The sequence length is the local one times the group's size.
+void cp_embed_forward(GPT::Impl& im, const ContextComm& cc, const float* wte, const float* wpe,
+                      int C) {
+  const SeqLayout L = cc.layout(im.T * cc.size());
+  const int S = L.chunk_len();
+  for (int b = 0; b < im.B; ++b)
+    for (int c = 0; c < L.chunks_per_rank(); ++c) {
+      const int64_t row = int64_t(b) * im.T + int64_t(c) * S;
+      kernels::encoder_forward(im.encoded + row * C, im.tokens + row, wte,
+                               wpe + int64_t(L.chunk_id(cc.rank(), c)) * S * C, 1, S, C);
+    }
+}
+
+void cp_embed_backward(GPT::Impl& im, const ContextComm& cc, float* dwte, float* dwpe, int C) {
+  const SeqLayout L = cc.layout(im.T * cc.size());
+  const int S = L.chunk_len();
+  for (int b = 0; b < im.B; ++b)
+    for (int c = 0; c < L.chunks_per_rank(); ++c) {
+      const int64_t row = int64_t(b) * im.T + int64_t(c) * S;
+      kernels::encoder_backward(dwte, dwpe + int64_t(L.chunk_id(cc.rank(), c)) * S * C,
+                                im.dres + row * C, im.tokens + row, 1, S, C);
+    }
+}
+
+const float* cp_local_wpe(float* local, const ContextComm& cc, const float* wpe, int Tl, int C) {
+  const SeqLayout L = cc.layout(Tl * cc.size());
+  for (int t = 0; t < Tl; ++t)
+    std::memcpy(local + int64_t(t) * C, wpe + int64_t(L.position(cc.rank(), t)) * C,
+                sizeof(float) * C);
+  return local;
+}
+
+void cp_add_wpe_grad(float* dwpe, const ContextComm& cc, const float* local_grad, int Tl, int C) {
+  const SeqLayout L = cc.layout(Tl * cc.size());
+  for (int t = 0; t < Tl; ++t) {
+    float* d = dwpe + int64_t(L.position(cc.rank(), t)) * C;
+    const float* g = local_grad + int64_t(t) * C;
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+  }
+}
+
+void attention_forward(ContextComm* cc, int layer, float* out, float* lse, float* qkv, int B,
+                       int T, int C, int NH, bool bf16) {
+  if (cc)
+    cc->forward(layer, out, lse, qkv, B, T, C, NH, bf16);
+  else
+    kernels::attention_forward(out, lse, qkv, B, T, C, NH, bf16);
+}
+
+void attention_backward(ContextComm* cc, int layer, float* dqkv, const float* dout,
+                        const float* qkv, const float* out, const float* lse, int B, int T, int C,
+                        int NH, bool bf16) {
+  if (cc)
+    cc->backward(layer, dqkv, dout, qkv, out, lse, B, T, C, NH, bf16);
+  else
+    kernels::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16);
+}
+
+const float* cp_logits(GPT::Impl& im, const GPTConfig& cfg, ContextComm& cc,
+                       const int32_t* tokens, int B, int T, int multiple,
+                       const std::function<const float*(int T)>& local_forward) {
+  const int parts = cc.size() * cc.layout(T).chunks_per_rank() * multiple;
+  const int Tp = (T + parts - 1) / parts * parts;
+  STRATA_CHECK(Tp <= cfg.seq, "logits: ", T, " tokens padded to ", Tp,
+               " for context parallelism exceed the position table (", cfg.seq, ")");
+  std::vector<int32_t> padded(size_t(B) * Tp, 0);
+  for (int b = 0; b < B; ++b)
+    std::copy(tokens + int64_t(b) * T, tokens + int64_t(b + 1) * T, padded.begin() + int64_t(b) * Tp);
+  const SeqLayout L = cc.layout(Tp);
+  L.take(im.tokens, padded.data(), B, cc.rank(), 1);
+  im.T = L.local_len();
+  const int64_t Vp = cfg.padded_vocab, local = int64_t(B) * im.T * Vp;
+  const float* mine = local_forward(im.T);
+  const std::vector<float> rows(mine, mine + local);  // local_forward may use logits_full
+  const size_t need = sizeof(float) * size_t(local * cc.size() + int64_t(B) * Tp * Vp);
+  if (im.logits_full.bytes() < need) im.logits_full = Buffer(MemCategory::activations, need);
+  float* blocks = im.logits_full.as<float>();
+  float* full = blocks + local * cc.size();
+  if (B > 0) cc.group().all_gather_async(rows.data(), blocks, size_t(local), DType::f32)->wait();
+  for (int r = 0; r < cc.size(); ++r) L.put(full, blocks + r * local, B, r, Vp);
+  // (B, Tp, Vp) -> (B, T, Vp): drop each row's padding
+  for (int b = 1; b < B && Tp != T; ++b)
+    std::memmove(full + int64_t(b) * T * Vp, full + int64_t(b) * Tp * Vp, sizeof(float) * T * Vp);
+  im.T = T;
+  return full;
+}
+
+}  // namespace strata::model

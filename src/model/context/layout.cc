@@ -1,0 +1,44 @@
+#include "model/context/layout.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace strata::model {
+
+CpMode parse_cp_mode(const std::string& s) {
+  if (s == "ring") return CpMode::ring;
+  if (s == "ulysses") return CpMode::ulysses;
+  fail("--cp-mode ", s, ": must be ring or ulysses");
+}
+
+CpChunks parse_cp_chunks(const std::string& s) {
+  if (s == "zigzag") return CpChunks::zigzag;
+  if (s == "contiguous") return CpChunks::contiguous;
+  fail("--cp-chunks ", s, ": must be zigzag or contiguous");
+}
+
+const char* cp_mode_name(CpMode m) { return m == CpMode::ring ? "ring" : "ulysses"; }
+const char* cp_chunks_name(CpChunks c) { return c == CpChunks::zigzag ? "zigzag" : "contiguous"; }
+
+void check_context_parallel(const GPTConfig& cfg, int tp, int cp, const CpOptions& o, int seq) {
+  STRATA_CHECK(cp >= 1, "--cp must be at least 1 (got ", cp, ")");
+  if (cp == 1) return;
+  STRATA_CHECK(cp <= seq, "--cp ", cp, " is larger than the sequence (--seq ", seq,
+               "): every cp rank needs tokens");
+  const int parts = o.chunks == CpChunks::zigzag ? 2 * cp : cp;
+  STRATA_CHECK(seq % parts == 0, "--seq ", seq, " must be divisible by ",
+               o.chunks == CpChunks::zigzag ? "2 x --cp = " : "--cp = ", parts,
+               o.chunks == CpChunks::zigzag ? " (zigzag chunks: rank r holds chunks r and 2C-1-r)"
+                                            : " (contiguous chunks)");
+  if (o.mode == CpMode::ulysses) {
+    const int local_heads = cfg.heads / std::max(1, tp);
+    STRATA_CHECK(local_heads % cp == 0, "--cp-mode ulysses needs the heads",
+                 tp > 1 ? cat(" per tensor-parallel rank (", cfg.heads, " / --tp ", tp, " = ",
+                              local_heads, ")")
+                        : cat(" (", cfg.heads, ")"),
+                 " divisible by --cp ", cp, "; use --cp-mode ring or a --cp that divides them");
+  }
+}
+
+}  // namespace strata::model

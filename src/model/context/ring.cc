@@ -1,0 +1,180 @@
+// Ring attention (model/context/context_comm.h): terms of layout.h, plus
+//   kv     a (B, Tl, 2Cl) block of one rank's keys | values, the unit that travels the ring
+//   owner  the rank whose tokens the kv block held at step s belongs to: (r - s) mod C
+//   dkv    the gradient of one kv block, (B, Tl, 2Cl), summed over the ranks it visited
+// At step s every rank sends the block it holds to r+1 and receives the next one from r-1
+// while it computes on the one it holds; the pair of chunks (query chunk i, key chunk j) is
+// computed when j <= i (j == i with the causal mask, j < i in full).
+// The backward's dkv of owner o starts at rank o+1 (step 1), picks up one rank's share per
+// step and reaches o after step C-1. Messages between two ranks must be received in the
+// order they were sent (comm/process_group.h), so each step posts the previous step's dkv
+// receive before the next kv receive, which is the order in which r-1 sends them.
+#include <cmath>
+#include <cstring>
+
+#include "core/timer.h"
+#include "core/trace.h"
+#include "kernels/attention_block.h"
+#include "model/context/context_comm.h"
+
+namespace strata::model {
+
+namespace k = strata::kernels;
+
+namespace {
+
+constexpr int kTagKv = 1, kTagDkv = 2;
+
+// The views of one rank's rows, chunk by chunk.
+struct RingGeom {
+  SeqLayout L;
+  int B, Tl, Cl, NH, S;
+  k::BlockShape shape() const { return {B, NH, Cl / NH, S, S}; }
+  // Rows of local chunk c in a (B, Tl, width) tensor whose head block starts at column col.
+  template <typename X>
+  k::RowsOf<X> rows(X* base, int c, int64_t width, int64_t col) const {
+    return {base + int64_t(c) * S * width + col, int64_t(Tl) * width, width};
+  }
+  k::Stats stats(float* base, int c) const {
+    return {base + int64_t(c) * S, int64_t(NH) * Tl, Tl};
+  }
+  // fn(query chunk qc, key chunk kc, mask) for each pair of this rank's chunks and the
+  // owner's that has a visible key: key chunk id <= query chunk id (causal on the diagonal).
+  template <typename Fn>
+  void for_each_pair(int r, int owner, Fn&& fn) const {
+    for (int qc = 0; qc < L.chunks_per_rank(); ++qc)
+      for (int kc = 0; kc < L.chunks_per_rank(); ++kc) {
+        const int gq = L.chunk_id(r, qc), gk = L.chunk_id(owner, kc);
+        if (gk <= gq) fn(qc, kc, gk == gq ? k::BlockMask::causal : k::BlockMask::full);
+      }
+  }
+};
+
+// kv (N, 2Cl) <- the k | v columns of qkv (N, 3Cl).
+void pack_kv(float* kv, const float* qkv, int64_t N, int Cl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    std::memcpy(kv + n * 2 * Cl, qkv + n * 3 * Cl + Cl, sizeof(float) * 2 * Cl);
+}
+
+// dst (N, 2Cl) at stride ld += src (N, 2Cl) contiguous.
+void add_kv(float* dst, int64_t ld, const float* src, int64_t N, int Cl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int j = 0; j < 2 * Cl; ++j) dst[n * ld + j] += src[n * 2 * Cl + j];
+}
+
+// Waits for one step's kv transfer. Traced: a "wait" span for the exposed part and, around
+// the step's compute span, a "comm" span from the post to the end of the transfer, so the
+// trace shows how much of each transfer the block computations hid.
+void finish_transfer(comm::Work& sent, comm::Work& got, int64_t posted, const char* pass, int s) {
+  {
+    TraceSpan span(tracer(), tracer().enabled() ? cat("ring ", pass, " wait ", s) : "", "wait");
+    sent.wait();
+    got.wait();
+  }
+  if (tracer().enabled())
+    tracer().add(cat("cp ring ", pass, " kv transfer ", s), "comm", posted, now_ns() - posted);
+}
+
+}  // namespace
+
+void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, int Tl, int Cl,
+                               int NH, bool bf16) {
+  const RingGeom g{layout(Tl * size_), B, Tl, Cl, NH, layout(Tl * size_).chunk_len()};
+  const int C = size_, r = rank_;
+  const int64_t N = int64_t(B) * Tl, kvn = N * 2 * Cl;
+  float* kv[2] = {scratch(0, kvn), scratch(1, kvn)};
+  pack_kv(kv[0], qkv, N, Cl);
+  for (int64_t i = 0; i < N * NH; ++i) lse[i] = -INFINITY;  // (B, NH, Tl): no key seen yet
+  for (int s = 0; s < C; ++s) {
+    comm::WorkPtr sent, got;
+    const int64_t posted = now_ns();
+    if (s + 1 < C) {
+      sent = group_.send_async(kv[s % 2], size_t(kvn), DType::f32, (r + 1) % C, kTagKv);
+      got = group_.recv_async(kv[(s + 1) % 2], size_t(kvn), DType::f32, (r + C - 1) % C, kTagKv);
+      bytes_ += kvn * int64_t(sizeof(float));
+    }
+    const int owner = (r + C - s) % C;
+    {
+      TraceSpan span(tracer(), tracer().enabled() ? cat("ring fwd step ", s) : "", "compute");
+      const ComputeClock clock(*this);
+      const float* blk = kv[s % 2];
+      g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m) {
+        k::attention_block_forward(g.rows(out, qc, Cl, 0), g.stats(lse, qc),
+                                   g.rows(qkv, qc, 3 * Cl, 0), g.rows(blk, kc, 2 * Cl, 0),
+                                   g.rows(blk, kc, 2 * Cl, Cl), g.shape(), m, bf16);
+      });
+    }
+    if (sent) finish_transfer(*sent, *got, posted, "fwd", s);
+  }
+}
+
+void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv,
+                                const float* out, const float* lse, int B, int Tl, int Cl, int NH,
+                                bool bf16) {
+  const RingGeom g{layout(Tl * size_), B, Tl, Cl, NH, layout(Tl * size_).chunk_len()};
+  const int C = size_, r = rank_;
+  const int64_t N = int64_t(B) * Tl, kvn = N * 2 * Cl;
+  float* kv[2] = {scratch(0, kvn), scratch(1, kvn)};
+  float* dkv[2] = {scratch(2, kvn), scratch(3, kvn)};  // this step's share, sent on
+  float* dkv_in = scratch(4, kvn);                      // the share of the ranks before
+  float* D = scratch(5, N * NH);                        // (B, NH, Tl)
+  const int next = (r + 1) % C, prev = (r + C - 1) % C;
+  pack_kv(kv[0], qkv, N, Cl);
+  std::memset(dqkv, 0, sizeof(float) * N * 3 * Cl);
+  {
+    const ComputeClock clock(*this);
+    k::attention_row_dot({D, int64_t(NH) * Tl, Tl}, {dout, int64_t(Tl) * Cl, Cl},
+                         {out, int64_t(Tl) * Cl, Cl}, {B, NH, Cl / NH, Tl, Tl});
+  }
+  comm::WorkPtr dsent[2];
+  for (int s = 0; s < C; ++s) {
+    comm::WorkPtr sent, got, dgot;
+    const int64_t posted = now_ns();
+    if (s >= 2)
+      dgot = group_.recv_async(dkv_in, size_t(kvn), DType::f32, prev, kTagDkv);
+    if (s + 1 < C) {
+      sent = group_.send_async(kv[s % 2], size_t(kvn), DType::f32, next, kTagKv);
+      got = group_.recv_async(kv[(s + 1) % 2], size_t(kvn), DType::f32, prev, kTagKv);
+      bytes_ += kvn * int64_t(sizeof(float));
+    }
+    const int owner = (r + C - s) % C;
+    // Step 0: this rank's own block; its gradient goes straight into dqkv's k | v columns.
+    float* dk_base = s == 0 ? dqkv + Cl : dkv[s % 2];
+    const int64_t dk_ld = s == 0 ? 3 * Cl : 2 * Cl;
+    if (s > 0) {
+      if (dsent[s % 2]) dsent[s % 2]->wait();  // the buffer of step s-2 has left
+      std::memset(dk_base, 0, sizeof(float) * kvn);
+    }
+    {
+      TraceSpan span(tracer(), tracer().enabled() ? cat("ring bwd step ", s) : "", "compute");
+      const ComputeClock clock(*this);
+      const float* blk = kv[s % 2];
+      g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m) {
+        k::attention_block_backward(
+            g.rows(dqkv, qc, 3 * Cl, 0), g.rows(dk_base, kc, dk_ld, 0),
+            g.rows(dk_base, kc, dk_ld, Cl), g.rows(dout, qc, Cl, 0), g.rows(qkv, qc, 3 * Cl, 0),
+            g.rows(blk, kc, 2 * Cl, 0), g.rows(blk, kc, 2 * Cl, Cl),
+            g.stats(const_cast<float*>(lse), qc), g.stats(D, qc), g.shape(), m, bf16);
+      });
+    }
+    if (s > 0) {
+      if (dgot) {
+        dgot->wait();
+        add_kv(dk_base, 2 * Cl, dkv_in, N, Cl);
+      }
+      dsent[s % 2] = group_.send_async(dk_base, size_t(kvn), DType::f32, next, kTagDkv);
+      bytes_ += kvn * int64_t(sizeof(float));
+    }
+    if (sent) finish_transfer(*sent, *got, posted, "bwd", s);
+  }
+  if (C > 1) {  // this rank's own block's gradient from the other C-1 ranks
+    group_.recv_async(dkv_in, size_t(kvn), DType::f32, prev, kTagDkv)->wait();
+    add_kv(dqkv + Cl, 3 * Cl, dkv_in, N, Cl);
+  }
+  for (comm::WorkPtr& w : dsent)
+    if (w) w->wait();
+}
+
+}  // namespace strata::model

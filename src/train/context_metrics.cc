@@ -1,0 +1,99 @@
+#include "train/context_metrics.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "model/context/context_comm.h"
+#include "model/context/cp_cost.h"
+#include "core/error.h"
+#include "model/shard.h"
+
+namespace strata::train {
+
+using nlohmann::json;
+
+CpMark cp_mark(const model::GPT& m) {
+  const model::ContextComm* cc = m.context_comm();
+  if (!cc) return {};
+  return {cc->bytes(), cc->compute_ns()};
+}
+
+json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences, int T) {
+  const model::ContextComm* cc = m.context_comm();
+  if (!cc) return json::object();
+  const CpMark now = cp_mark(m);
+  const model::GPTConfig& g = m.config();
+  const int64_t Cl = g.dim / m.shard().size;
+  const model::CpMode mode = cc->options().mode;
+  const int C = cc->size();
+  const int64_t Tl = T / C;
+  return {{"cp_bytes", now.bytes - begin.bytes},
+          {"cp_bytes_formula", model::cp_bytes_per_micro(mode, C, g.layers, sequences, T, Cl)},
+          {"cp_bytes_per_layer_fwd", model::cp_attention_bytes(mode, C, sequences, Tl, Cl, false)},
+          {"cp_bytes_per_layer_bwd", model::cp_attention_bytes(mode, C, sequences, Tl, Cl, true)},
+          {"cp_attention_ms", double(now.compute_ns - begin.compute_ns) * 1e-6}};
+}
+
+int64_t activation_bytes_per_rank(const model::GPT& m, int b, int T) {
+  const model::ContextComm* cc = m.context_comm();
+  int64_t bytes = m.activation_bytes();
+  if (cc) {
+    const model::GPTConfig& g = m.config();
+    const int tp = m.shard().size;
+    bytes += model::cp_buffer_bytes(cc->options().mode, cc->size(), g.layers, b, T / cc->size(),
+                                    g.dim / tp, g.heads / tp);
+  }
+  return bytes;
+}
+
+namespace {
+void refuse_over_budget(double max_mb, int64_t bytes, int T, int C, int b) {
+  const double mb = double(bytes) / (1 << 20);
+  STRATA_CHECK(mb <= max_mb, "--max-activation-mb ", max_mb, ": --seq ", T, " at --cp ", C,
+               " (micro-batch ", b, ") needs ", double(int64_t(mb * 10 + 0.5)) / 10.0,
+               " MiB of activations per rank");
+}
+}  // namespace
+
+void check_activation_budget(double max_mb, const model::GPT& m, int b, int T) {
+  if (max_mb <= 0) return;
+  const int C = m.context_comm() ? m.context_comm()->size() : 1;
+  refuse_over_budget(max_mb, activation_bytes_per_rank(m, b, T), T, C, b);
+}
+
+void check_activation_budget(double max_mb, const model::GPTConfig& g, int tp, bool sp, int cp,
+                             model::CpMode mode, int b, int T, bool bf16) {
+  if (max_mb <= 0) return;
+  const model::TpModel m = model::tp_model(g);
+  int64_t most = 0;
+  for (int r = 0; r < tp; ++r)
+    most = std::max(most, cp > 1 ? model::cp_activation_bytes(m, tp, sp, r, b, bf16, mode, cp, T)
+                                 : model::tp_activation_bytes(m, tp, sp, r, b, bf16));
+  refuse_over_budget(max_mb, most, T, cp, b);
+}
+
+json cp_summary(const model::GPT& m, comm::ProcessGroup& world) {
+  const model::ContextComm* cc = m.context_comm();
+  const double mine[2] = {cc ? double(cc->compute_ns()) * 1e-6 : 0.0,
+                          cc ? double(cc->compute_cpu_ns()) * 1e-6 : 0.0};
+  std::vector<double> all(size_t(2 * world.size()));
+  world.all_gather(mine, all.data(), 2, DType::f64);
+  if (!cc) return json::object();
+  std::vector<double> wall, cpu;
+  for (size_t r = 0; r < all.size(); r += 2) wall.push_back(all[r]), cpu.push_back(all[r + 1]);
+  auto max_over_mean = [](const std::vector<double>& v) {
+    double sum = 0, mx = 0;
+    for (double x : v) sum += x, mx = std::max(mx, x);
+    return sum > 0 ? mx / (sum / double(v.size())) : 1.0;
+  };
+  return {{"cp", cc->size()},
+          {"mode", model::cp_mode_name(cc->options().mode)},
+          {"chunks", model::cp_chunks_name(cc->options().chunks)},
+          {"attention_ms_per_rank", wall},
+          {"attention_max_over_mean", max_over_mean(wall)},
+          {"attention_cpu_ms_per_rank", cpu},
+          {"attention_cpu_max_over_mean", max_over_mean(cpu)},
+          {"buffer_bytes", cc->buffer_bytes()}};
+}
+
+}  // namespace strata::train
