@@ -184,13 +184,19 @@ pid_t spawn(const std::string& path, const std::vector<std::string>& argv,
 }
 
 // mpirun's report of the first failing rank, when it printed one.
-std::string parse_mpirun_failure(const std::vector<std::string>& lines, int& rank, std::string& host) {
+std::string parse_mpirun_failure(const std::vector<std::string>& lines, bool across_hosts, int& rank,
+                                 std::string& host) {
   static const std::regex name(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
   static const std::regex code(R"(Exit code:\s*(-?\d+))");
   static const std::regex sig(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?)");
+  // A host that died whole (or whose link did): its daemon is lost, or the ranks elsewhere
+  // lost their TCP peers there; no rank is named.
+  static const std::regex lost(R"(Remote daemon:\s*\S+ on node (\S+)|Peer host:\s*(\S+))");
   std::smatch m;
   int r = -1;
+  std::string lost_host;
   for (const std::string& l : lines) {
+    if (lost_host.empty() && std::regex_search(l, m, lost)) lost_host = m[1].matched ? m[1].str() : m[2].str();
     if (std::regex_search(l, m, sig)) {
       rank = std::stoi(m[1].str());
       host = m[2].str();
@@ -203,7 +209,9 @@ std::string parse_mpirun_failure(const std::vector<std::string>& lines, int& ran
       return cat("rank ", r, " exited with code ", m[1].str());
     }
   }
-  return "";
+  if (lost_host.empty() || !across_hosts) return "";
+  host = lost_host;
+  return cat("host ", host, " was lost (its daemon or its ranks' connections died with the host or its link)");
 }
 
 }  // namespace
@@ -580,7 +588,7 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     int rank = -1;
     // The ranks' own records first; mpirun's messages do not always name the rank.
     if (!plan.status_dir.empty()) res.message = first_recorded_failure(plan.status_dir, rank);
-    if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, rank, res.failed_host);
+    if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, !o.hosts.empty(), rank, res.failed_host);
     res.failed_rank = rank;
     if (res.message.empty()) res.message = cat("mpirun ", describe_wait_status(guard.children[0].status));
   }

@@ -60,7 +60,8 @@ struct LaunchOptions {
   std::vector<std::string> ifaces;
   int max_restarts = 0;  // relaunch the whole job after a failure, up to this many times
   // With hosts and max_restarts: a restart leaves out the host of the rank that failed
-  // (named by mpirun: "process rank R ... on node H exited on signal S"), running on the
+  // (named by mpirun: "process rank R ... on node H exited on signal S", or "Remote daemon:
+  // ... on node H" / "Peer host: H" when the whole host or its link died), running on the
   // remaining hosts' slots; ranks reshard from their checkpoint onto the smaller world.
   bool elastic = false;
   // One line per restart ("strata launch: restart 1/3 after rank 2 was killed by signal 9");
