@@ -1,6 +1,7 @@
 // Internals of model::GPT shared by its one-process forward/backward (gpt.cc) and its
 // tensor-parallel forward/backward (gpt_tp.cc): activations, unit bindings, view pointers.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "core/memory.h"
 #include "core/trace.h"
 #include "kernels/layernorm.h"
+#include "model/expert/moe.h"
 #include "model/gpt.h"
 
 namespace strata::model {
@@ -73,6 +75,8 @@ struct ActShape {
 struct GPT::Impl {
   std::vector<float*> unit_params, unit_grads;
   std::vector<int64_t> view_rel;  // offset of each view inside its unit
+  std::vector<int> view0;         // first view of block l (l < L) and of ln_f (l = L)
+  std::shared_ptr<expert::MoE> moe;  // MoE blocks (model/expert/moe.h); null when dense
   UnitHooks hooks;
 
   Buffer acts_buf, input_buf;
@@ -153,6 +157,29 @@ inline Block block_views(float* base, const std::vector<int64_t>& rel, int layer
   return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
                base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
 }
+
+// The views of the block whose first view is `first` (an MoE block's first eight views are
+// a dense block's; the rest are not read as MLP views).
+inline Block block_views_at(float* base, const std::vector<int64_t>& rel, int first, int layer) {
+  STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
+  const int64_t* r = rel.data() + first;
+  return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
+               base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
+}
+
+// An MoE block's place in the model (model/gpt_moe.cc): null for a dense block.
+struct MoEBlock {
+  expert::MoE* moe;
+  int index;  // among the MoE blocks
+  expert::MoEWeights w, g;
+  float scale;  // backward: the loss scale (aux and z gradients)
+};
+std::unique_ptr<MoEBlock> moe_block(GPT::Impl& im, const GPTConfig& cfg, int layer,
+                                    bool with_grads, float scale);
+// The MoE half of a block: out (N, C) += experts(x); backward: dx (N, C) written from dout.
+void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
+                       bool bf16);
+void moe_block_backward(MoEBlock& b, const float* dout, float* dx, bool bf16);
 
 // LayerNorm output into whichever of the fp32 (f) or bf16 (h) buffers exists.
 inline void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const float* x,

@@ -133,6 +133,9 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   const parallel::MeshDims d = mesh_dims();
   model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq());
   cfg.validate(d.dp);
+  STRATA_CHECK(d.ep == 1 || cfg.model.moe.enabled(), "--ep ", d.ep, " needs --experts");
+  STRATA_CHECK(cfg.model.moe.experts % d.ep == 0, "--experts ", cfg.model.moe.experts,
+               " is not divisible by --ep ", d.ep, " (each expert-parallel rank owns E/ep experts)");
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
   const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
   if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp, n, dp, 0);
@@ -230,6 +233,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   factory.compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     built_model = &m;
+    if (mesh.has_ep()) m.set_expert_group(&mesh.ep());
     auto e = parallel::make_data_parallel_engine(m, mesh.dp(), pc.dp, optim, seed);
     engine = e.get();
     return std::unique_ptr<parallel::StepEngine>(std::move(e));

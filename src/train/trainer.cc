@@ -26,6 +26,7 @@
 #include "train/generate.h"
 #include "train/local_engine.h"
 #include "train/metrics.h"
+#include "train/moe_load.h"
 #include "train/peak.h"
 
 namespace strata::train {
@@ -162,8 +163,10 @@ double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConf
   data::Loader loader(val, sc, /*rank=*/0, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
+  if (model.moe()) model.moe()->set_training(false);  // no router jitter
   for (const data::MicroBatch& mb : batch.micro)
     sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+  if (model.moe()) model.moe()->set_training(true);
   STRATA_CHECK(batch.global_real_tokens > 0, "held-out split gave no tokens to evaluate");
   return sum / double(batch.global_real_tokens);
 }
@@ -215,6 +218,9 @@ struct Trainer::Run {
 
   Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory);
   diag::ComputeWindow compute_window;
+  CollapseWatch collapse{cfg.moe_collapse_pct, cfg.moe_collapse_steps};
+  // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
+  std::optional<nlohmann::json> moe_step_load(int64_t step, int64_t tokens);
   void train_step(int64_t step);
   void track_peak(double tokens_per_s, int64_t step);
   std::optional<diag::StragglerCheck> check_stragglers(int64_t step);
@@ -347,6 +353,7 @@ void Trainer::Run::train_step(int64_t step) {
   const float scale = float(1.0 / double(batch.global_real_tokens));
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
+  if (model->moe()) model->moe()->take_load();  // what evals and samples routed is not this step's
   double loss_sum = 0;
   for (int m = 0; m < int(batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
@@ -357,6 +364,7 @@ void Trainer::Run::train_step(int64_t step) {
     if (hit && m == 0 && cfg.fault.kind == diag::FaultKind::sleep)
       std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
     loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+    if (model->moe()) loss_sum += model->moe()->last_aux() + model->moe()->last_z();
     current_phase().set_kind(PhaseKind::backward);
     model->backward(scale);
   }
@@ -400,6 +408,7 @@ void Trainer::Run::train_step(int64_t step) {
     step_ms.push_back(secs * 1e3);
   }
   std::optional<diag::StragglerCheck> stragglers = check_stragglers(step);
+  std::optional<json> moe = moe_step_load(step, batch.global_real_tokens);
   if (!lead) return;
   json rec = {{"step", step + 1},         {"loss", loss},         {"lr", lr},
               {"grad_norm", grad_norm},   {"tokens_per_s", tps},  {"mfu", mfu},
@@ -407,6 +416,13 @@ void Trainer::Run::train_step(int64_t step) {
               // where the step went (rank 0): docs/report.md
               {"data_ms", data_s * 1e3},  {"compute_ms", double(compute_ns - opt_ns) * 1e-6},
               {"optimizer_ms", double(opt_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
+  if (moe) {
+    rec["ce_loss"] = loss - (*moe)["aux_loss"].get<double>() - (*moe)["z_loss"].get<double>();
+    rec["aux_loss"] = (*moe)["aux_loss"];
+    rec["z_loss"] = (*moe)["z_loss"];
+    rec["moe"] = (*moe)["blocks"];
+    if (moe->contains("warning")) out->note((*moe)["warning"].get<std::string>());
+  }
   if (stragglers) {
     rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);
@@ -427,6 +443,16 @@ void Trainer::Run::train_step(int64_t step) {
                               (long long)(step + 1), (long long)steps, loss, lr, grad_norm, tps,
                               100 * mfu, peak.label().c_str(), secs * 1e3)
                         : std::string());
+}
+
+std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
+  if (!model->moe()) return std::nullopt;
+  model::expert::LoadStats s = model->moe()->take_load();
+  if (topo.group && topo.world > 1) topo.group->all_reduce(s.v.data(), s.v.size());
+  json j = moe_load_json(s, cfg.model.moe.top_k, double(tokens));
+  const std::string warning = collapse.update(s, step + 1);
+  if (!warning.empty()) j["warning"] = warning;
+  return j;
 }
 
 void Trainer::Run::eval_and_sample(int64_t step) {

@@ -65,6 +65,8 @@ struct TrainConfig {
   double peak_gflops = 0;      // MFU denominator; 0 = measured sgemm peak (cached)
   int prefetch = 2;            // steps the loader prepares ahead
   diag::StragglerConfig straggler;  // every K steps, name ranks computing X% over the median
+  double moe_collapse_pct = 90;  // --collapse-pct: one expert over X% of a block's assignments
+  int moe_collapse_steps = 5;     // --collapse-steps: ... for K steps in a row warns
   diag::FaultSpec fault;       // --inject: a fault this run injects on purpose (tests, demos)
   CheckpointConfig ckpt;
 
