@@ -13,6 +13,7 @@
 #include "kernels/adamw.h"
 #include "parallel/zero_comm.h"
 #include "parallel/mesh.h"
+#include "model/expert/moe.h"
 #include "model/tensor/collectives.h"
 
 namespace strata::ptest {
@@ -29,6 +30,11 @@ model::GPTConfig small_config() {
 }
 
 namespace {
+
+// The total loss of the last forward: cross-entropy plus an MoE model's aux and z losses.
+double with_moe_losses(const model::GPT& gpt, double ce) {
+  return gpt.moe() ? ce + gpt.moe()->last_aux() + gpt.moe()->last_z() : ce;
+}
 
 // Rows [row0, row0 + B) of the global batch of `step`: a noisy affine sequence (learnable)
 // with the last 3 targets of the last row of the batch masked out (weight 0).
@@ -76,7 +82,8 @@ RunResult run_reference(const RunSpec& s) {
     double loss = 0;
     for (int a = 0; a < s.accum; ++a) {
       Rows r = batch_rows(s, step, a * micro, micro);
-      loss += gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T);
+      loss += with_moe_losses(
+          gpt, gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T));
       gpt.backward(float(1.0 / double(real_tokens(s))));
     }
     const double ss = kernels::sum_squares(gpt.grads(), n);
@@ -133,12 +140,13 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
   std::vector<int64_t> bytes(world, 0);
   comm::run_threads(world, [&](comm::ProcessGroup& pg) {
     omp_set_num_threads(1);
-    parallel::Mesh mesh(pg, {run.tp, run.dp});
+    parallel::Mesh mesh(pg, {run.tp, run.dp, 1, 1, run.ep});
     std::unique_ptr<model::TensorComm> tc;
     if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
     model::GPT gpt(s.model, micro, parallel::model_owns_state(run.opts), tc.get(), s.compute);
     STRATA_CHECK(gpt.compute() == s.compute, "the model computes in ", dtype_name(gpt.compute()),
                  " instead of ", dtype_name(s.compute));
+    if (mesh.has_ep()) gpt.set_expert_group(&mesh.ep());
     parallel::DataParallelEngine engine(gpt, mesh.dp(), run.opts, s.optim, s.seed);
     const int rank = pg.rank(), d = mesh.dp_rank();
     RunResult& out = results[rank];
@@ -148,7 +156,8 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
       for (int a = 0; a < s.accum; ++a) {
         engine.begin_micro(a, s.accum);
         Rows r = batch_rows(s, step, (d * s.accum + a) * micro, micro);
-        loss += gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T);
+        loss += with_moe_losses(
+            gpt, gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T));
         gpt.backward(float(1.0 / double(real_tokens(s))));
       }
       engine.end_backward();

@@ -47,6 +47,7 @@ RunResult run_data_parallel(const RunSpec& spec, int world,
 struct TpRun {
   int tp = 1, dp = 1;
   bool sp = true;
+  int ep = 1;  // expert-parallel ranks (an MoE model), carved out of dp
   parallel::DataParallelOptions opts;
 };
 RunResult run_tensor_parallel(const RunSpec& spec, const TpRun& run, int64_t* tp_bytes = nullptr);
