@@ -167,6 +167,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
     local[rank] = engine.gather_full_params();
     layouts[rank] = gpt.tensor_layout();
     out.memory = engine.memory_report();
+    if (gpt.moe()) out.ep_bytes = gpt.moe()->group().bytes_sent();
     bytes[rank] = engine.tp_bytes_last_step();
   });
   for (int r = 1; r < world; ++r) {
@@ -178,6 +179,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
   for (int t = 0; t < run.tp; ++t)  // the tp ranks of dp rank 0
     for (const TensorPiece& p : layouts[t]) place_piece(global, table, p, &local[t][p.local_offset]);
   results[0].params = std::move(global);
+  for (int r = 1; r < world; ++r) results[0].ep_bytes += results[r].ep_bytes;
   if (tp_bytes) *tp_bytes = bytes[0];
   return results[0];
 }

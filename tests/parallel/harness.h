@@ -29,6 +29,7 @@ struct RunResult {
   std::vector<float> grad_norms;  // per step, before clipping
   std::vector<float> params;      // fp32 weights after the last step
   parallel::MemoryReport memory;  // rank 0's engine buffers
+  int64_t ep_bytes = 0;           // MoE: all-to-all payload of every rank over the run
 };
 
 // Single process, fp32 state and optimiser (matmuls in spec.compute), full buffers: zero,

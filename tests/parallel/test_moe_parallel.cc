@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "harness.h"
 #include "model/expert/moe.h"
+#include "model/expert/moe_cost.h"
+#include "parallel/zero_memory.h"
 
 namespace strata::ptest {
 namespace {
@@ -112,6 +114,26 @@ const Case kCases[] = {
 };
 INSTANTIATE_TEST_SUITE_P(Ci, ExpertParallel, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return name(info.param); });
+
+// The planner's figures (model/expert/moe_cost.h, parallel/zero_memory.h) are what the
+// engine holds and what the dispatch sends: model states per rank, and all-to-all bytes
+// (dropless: every assignment travels; summed over all ranks and steps).
+TEST(ExpertParallelPlan, ModelStatesAndAllToAllBytesEqualTheFormulas) {
+  for (int ep : {2, 4}) {
+    for (int stage : {0, 3}) {
+      Case c{ep, true, stage};
+      const RunSpec s = spec(c);
+      const RunResult got = run_case(c);
+      const auto want = parallel::zero_model_state_bytes(s.model.num_params(), kDp, stage,
+                                                         Precision::fp32);
+      EXPECT_EQ(got.memory.model_states(), want.total()) << name(c);
+      const int64_t tokens = int64_t(s.batch / kDp) * s.T;  // per rank and micro-batch
+      const int64_t per_group = model::expert::ep_group_bytes_per_micro(
+          s.model.moe, s.model.layers, s.model.dim, ep, tokens);
+      EXPECT_EQ(got.ep_bytes, int64_t(s.steps) * (kDp / ep) * per_group) << name(c);
+    }
+  }
+}
 
 // ---- maximally skewed routing on 4 ranks ----
 

@@ -55,23 +55,12 @@ OwnerLayout::OwnerLayout(const std::vector<int64_t>& recv, int P, int El)
   rows = src.back();
 }
 
-void OwnerLayout::to_expert_major(const float* in, float* out, int64_t W) const {
+void OwnerLayout::permute(const float* in, float* out, int64_t W, bool to_expert) const {
   for (int s = 0; s < P_; ++s)
     for (int e = 0; e < El_; ++e) {
       const int64_t n = counts_[size_t(s * El_ + e)];
-      if (n > 0)
-        std::memcpy(out + exp[size_t(e * P_ + s)] * W, in + src[size_t(s * El_ + e)] * W,
-                    sizeof(float) * n * W);
-    }
-}
-
-void OwnerLayout::to_source_major(const float* in, float* out, int64_t W) const {
-  for (int s = 0; s < P_; ++s)
-    for (int e = 0; e < El_; ++e) {
-      const int64_t n = counts_[size_t(s * El_ + e)];
-      if (n > 0)
-        std::memcpy(out + src[size_t(s * El_ + e)] * W, in + exp[size_t(e * P_ + s)] * W,
-                    sizeof(float) * n * W);
+      const int64_t a = src[size_t(s * El_ + e)] * W, b = exp[size_t(e * P_ + s)] * W;
+      if (n > 0) std::memcpy(out + (to_expert ? b : a), in + (to_expert ? a : b), sizeof(float) * n * W);
     }
 }
 

@@ -52,10 +52,11 @@ struct OwnerLayout {
   int64_t rows = 0;
   OwnerLayout(const std::vector<int64_t>& recv, int P, int El);
   // Copies rows of width W from source-major `in` to expert-major `out` (or back).
-  void to_expert_major(const float* in, float* out, int64_t W) const;
-  void to_source_major(const float* in, float* out, int64_t W) const;
+  void to_expert_major(const float* in, float* out, int64_t W) const { permute(in, out, W, true); }
+  void to_source_major(const float* in, float* out, int64_t W) const { permute(in, out, W, false); }
 
  private:
+  void permute(const float* in, float* out, int64_t W, bool to_expert) const;
   int P_, El_;
   std::vector<int64_t> counts_;
 };
