@@ -276,7 +276,9 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
               ", so its matmuls run in fp32 on the bf16-stored values");
   // The whole model's FLOPs, also on a tensor-parallel rank (which holds 1/T of them).
   flops_per_token =
-      train_flops_per_token(double(cfg.model.num_params()), cfg.model.layers, cfg.model.dim, T);
+      train_flops_per_token(double(cfg.model.num_params() - cfg.model.moe.inactive_params(
+                                cfg.model.layers, cfg.model.dim)),
+                            cfg.model.layers, cfg.model.dim, T);
   data::SamplerConfig sc;
   sc.seq = T;
   sc.micro_batch = b;

@@ -30,6 +30,12 @@ struct MoEConfig {
   // Slots per expert for a group of `tokens` tokens: ceil(F · tokens · K / E); dropless: all
   // tokens · K (an expert can never receive more).
   int64_t capacity(int64_t tokens) const;
+  // Parameters of the experts a token does not use, over every MoE block: (E - K) expert
+  // MLPs of 8 C^2 + 5 C each (for FLOPs per token: the active parameters are the others).
+  int64_t inactive_params(int layers, int dim) const {
+    const int64_t C = dim;
+    return enabled() ? int64_t(moe_layers(layers)) * (experts - top_k) * (8 * C * C + 5 * C) : 0;
+  }
   // Throws one line naming the flag and the numbers (--top-k above --experts, F <= 0, ...).
   void validate() const;
 };
