@@ -1,6 +1,7 @@
 #include "train/moe_load.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 #include "nlohmann/json.hpp"
@@ -8,6 +9,12 @@
 namespace strata::train {
 
 using nlohmann::json;
+
+static std::string fmt_ratio(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", x);
+  return b;
+}
 
 json moe_load_json(const model::expert::LoadStats& s, int top_k, double tokens) {
   const int E = s.E;
@@ -31,6 +38,19 @@ json moe_load_json(const model::expert::LoadStats& s, int top_k, double tokens) 
                       {"router_entropy", n > 0 ? v[2 * E + 2] / n : 0.0}});
   }
   return {{"aux_loss", s.aux() / tokens}, {"z_loss", s.z() / tokens}, {"blocks", blocks}};
+}
+
+std::string expert_load_text(const diag::StragglerCheck& check, const std::vector<double>& rows) {
+  double mean = 0;
+  for (double r : rows) mean += r / double(rows.size());
+  std::string out;
+  for (const diag::Straggler& s : check.slow) {
+    if (s.rank < 0 || size_t(s.rank) >= rows.size() || mean <= 0) continue;
+    out += cat(out.empty() ? "; expert load: " : ", ", "rank ", s.rank, " ",
+               fmt_ratio(rows[size_t(s.rank)] / mean), "x the mean (", int64_t(rows[size_t(s.rank)]),
+               " rows)");
+  }
+  return out;
 }
 
 std::string CollapseWatch::update(const model::expert::LoadStats& s, int64_t step) {

@@ -12,12 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "diag/straggler.h"
 #include "model/expert/moe.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace strata::train {
 
 nlohmann::json moe_load_json(const model::expert::LoadStats& s, int top_k, double tokens);
+
+// For a straggler line: how many rows each slow rank's experts processed in the window
+// against the mean over ranks ("; expert load: rank 3 2.10x the mean (4096 rows)").
+std::string expert_load_text(const diag::StragglerCheck& check, const std::vector<double>& rows);
 
 class CollapseWatch {
  public:

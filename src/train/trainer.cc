@@ -219,6 +219,7 @@ struct Trainer::Run {
   Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory);
   diag::ComputeWindow compute_window;
   CollapseWatch collapse{cfg.moe_collapse_pct, cfg.moe_collapse_steps};
+  std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
   // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
   std::optional<nlohmann::json> moe_step_load(int64_t step, int64_t tokens);
   void train_step(int64_t step);
@@ -423,13 +424,16 @@ void Trainer::Run::train_step(int64_t step) {
     rec["aux_loss"] = (*moe)["aux_loss"];
     rec["z_loss"] = (*moe)["z_loss"];
     rec["moe"] = (*moe)["blocks"];
+    rec["expert_rows_per_rank"] = (*moe)["expert_rows_per_rank"];
     if (moe->contains("warning")) out->note((*moe)["warning"].get<std::string>());
   }
   if (stragglers) {
     rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);
     std::string line = diag::straggler_log_line(*stragglers);
+    if (!line.empty() && moe) line += expert_load_text(*stragglers, expert_rows_window);
     if (!line.empty()) out->note(line);
+    std::fill(expert_rows_window.begin(), expert_rows_window.end(), 0.0);
   }
   bool show = (step + 1) % cfg.log_every == 0 || step + 1 == steps || step == 0;
   if (out->live()) {  // a terminal: one line updated in place, every step
@@ -450,8 +454,16 @@ void Trainer::Run::train_step(int64_t step) {
 std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
   if (!model->moe()) return std::nullopt;
   model::expert::LoadStats s = model->moe()->take_load();
-  if (topo.group && topo.world > 1) topo.group->all_reduce(s.v.data(), s.v.size());
+  double mine = double(model->moe()->take_owned_rows());
+  std::vector<double> rows(size_t(topo.world), mine);
+  if (topo.group && topo.world > 1) {
+    topo.group->all_reduce(s.v.data(), s.v.size());
+    topo.group->all_gather(&mine, rows.data(), 1, DType::f64);
+  }
+  expert_rows_window.resize(rows.size(), 0.0);
+  for (size_t r = 0; r < rows.size(); ++r) expert_rows_window[r] += rows[r];
   json j = moe_load_json(s, cfg.model.moe.top_k, double(tokens));
+  j["expert_rows_per_rank"] = rows;
   const std::string warning = collapse.update(s, step + 1);
   if (!warning.empty()) j["warning"] = warning;
   return j;

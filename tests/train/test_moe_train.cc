@@ -69,7 +69,29 @@ TEST(MoETrain, ExpertParallelRunSumsTheLoadOverRanks) {
   RunResult r = run_strata(kMoE + "--nproc 2 --ep 2 --run-dir " + dir.file("b"), "",
                            Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
-  check_load(steps(dir.file("b/metrics.jsonl")), 4 * 16);
+  const std::vector<json> recs = steps(dir.file("b/metrics.jsonl"));
+  check_load(recs, 4 * 16);
+  // Every served assignment was processed by exactly one rank's experts.
+  for (const json& rec : recs) {
+    int64_t served = 0, processed = 0;
+    for (const json& b : rec["moe"])
+      for (int64_t n : b["tokens_per_expert"].get<std::vector<int64_t>>()) served += n;
+    for (double n : rec["expert_rows_per_rank"].get<std::vector<double>>()) processed += int64_t(n);
+    EXPECT_EQ(processed, served);
+  }
+}
+
+// A straggler line names the slow rank's expert load: --straggler-pct 0 names every rank
+// above the median compute time.
+TEST(MoETrain, StragglerLineNamesTheExpertLoad) {
+  TempDir dir("moe_straggler");
+  RunResult r = run_strata(kMoE + "--nproc 2 --ep 2 --straggler-every 2 --straggler-pct 0 "
+                                  "--run-dir " + dir.file("c"),
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string all = r.out + r.err;
+  ASSERT_NE(all.find("stragglers at step"), std::string::npos) << all;
+  EXPECT_NE(all.find("expert load: rank "), std::string::npos) << all;
 }
 
 }  // namespace

@@ -143,6 +143,7 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   }
   const OwnerLayout& ol = *L.owner;
   const int64_t M = ol.rows;
+  owned_rows_ += M;
   std::vector<int64_t> rows(size_t(g.local_experts() + 1));
   for (int e = 0; e <= g.local_experts(); ++e) rows[size_t(e)] = ol.exp[size_t(e * g.size())];
   std::vector<ExpertViews> mine(w.experts.begin() + g.first_expert(),

@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/memory.h"
@@ -71,6 +72,9 @@ class MoE {
   double last_z() const { return last_z_; }
   // The statistics since the last take (and resets them).
   LoadStats take_load();
+  // Rows this rank's experts processed in forward since the last take (and resets it): the
+  // expert-parallel load of this rank, which the straggler check compares across ranks.
+  int64_t take_owned_rows() { return std::exchange(owned_rows_, 0); }
 
  private:
   struct Layer;
@@ -82,6 +86,7 @@ class MoE {
   bool training_ = true;
   double last_aux_ = 0, last_z_ = 0;
   int last_m_ = -1;
+  int64_t owned_rows_ = 0;
   LoadStats load_;
   std::vector<float> scratch_[4];  // backward: dR, dO, dA, dX
 };
