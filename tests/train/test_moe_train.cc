@@ -81,6 +81,27 @@ TEST(MoETrain, ExpertParallelRunSumsTheLoadOverRanks) {
   }
 }
 
+// Every rank holds every expert (docs/moe.md), so a checkpoint has one layout at any ep:
+// saved at ep 2, it resumes at ep 1 and at ep 4 and training goes on from its step.
+TEST(MoETrain, CheckpointAtEp2ResumesAtEp1AndEp4) {
+  TempDir dir("moe_ckpt");
+  RunResult a = run_strata(kMoE + "--nproc 2 --ep 2 --ckpt-every 2 --steps 2 --run-dir " +
+                               dir.file("a"),
+                           "", Streams::separate);
+  ASSERT_EQ(a.status, 0) << a.err;
+  for (const char* ep : {"1 --nproc 1", "4 --nproc 4"}) {
+    const std::string to = dir.file(std::string("r") + ep[0]);
+    RunResult r = run_strata(kMoE + "--ep " + ep + " --resume " + dir.file("a") + " --run-dir " + to,
+                             "", Streams::separate);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE((r.out + r.err).find("resuming from step 2"), std::string::npos) << r.out << r.err;
+    const std::vector<json> recs = steps(to + "/metrics.jsonl");
+    ASSERT_EQ(recs.size(), 2u);
+    EXPECT_EQ(recs.front()["step"], 3);
+    EXPECT_TRUE(std::isfinite(recs.back()["loss"].get<double>()));
+  }
+}
+
 // A straggler line names the slow rank's expert load: --straggler-pct 0 names every rank
 // above the median compute time.
 TEST(MoETrain, StragglerLineNamesTheExpertLoad) {
