@@ -3,6 +3,7 @@
 // double-precision implementation; the capacity's drop order; the MoE GPT's table.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -210,6 +211,82 @@ TEST(MoEGradients, AuxAndZLossGradientsAloneMatch) {
   cfg.z_coef = 0.2f;
   cfg.top_k = 1;  // gates renormalised over one choice are 1: only aux and z move the router
   check_all(cfg, 5, false);
+}
+
+// Router jitter: training forwards draw new noise, eval forwards none; the gradient through
+// the noise (router weight and input) matches central differences of fresh blocks with the
+// same seed (the same noise), in fp32.
+TEST(MoEGradients, JitteredRouterMatchesFiniteDifferences) {
+  MoEConfig cfg = base_config();
+  cfg.dropless = true;
+  cfg.jitter = 0.2f;
+  const Params p = random_params(9);
+  std::vector<float> router = to_f32(p.router), x = to_f32(p.x), c = to_f32(p.c);
+  std::vector<std::vector<float>> w[4];
+  for (int e = 0; e < E; ++e) {
+    w[0].push_back(to_f32(p.w1[e]));
+    w[1].push_back(to_f32(p.b1[e]));
+    w[2].push_back(to_f32(p.w2[e]));
+    w[3].push_back(to_f32(p.b2[e]));
+  }
+  MoEWeights W;
+  W.router = router.data();
+  for (int e = 0; e < E; ++e)
+    W.experts.push_back({w[0][e].data(), w[1][e].data(), w[2][e].data(), w[3][e].data()});
+  auto loss = [&](MoE& moe) {
+    std::vector<float> y(N * C, 0.0f);
+    moe.forward(0, x.data(), nullptr, y.data(), N, W, false);
+    double l = moe.last_aux() + moe.last_z();
+    for (int64_t i = 0; i < N * C; ++i) l += double(c[i]) * y[i];
+    return l;
+  };
+  auto fresh = [&] {
+    auto m = std::make_unique<MoE>(cfg, 1, C);
+    m->set_seed(42);
+    return m;
+  };
+  {  // noise differs per training forward, and is absent in eval
+    auto m = fresh();
+    const double a = loss(*m), b = loss(*m);
+    EXPECT_NE(a, b);
+    m->set_training(false);
+    const double e1 = loss(*m), e2 = loss(*m);
+    EXPECT_EQ(e1, e2);
+    MoEConfig plain = cfg;
+    plain.jitter = 0;
+    MoE q(plain, 1, C);
+    EXPECT_EQ(loss(q), e1);
+  }
+  auto m = fresh();
+  loss(*m);
+  std::vector<float> grouter(E * C, 0.0f), dx(N * C, 0.0f);
+  std::vector<std::vector<float>> g[4];
+  MoEWeights G;
+  G.router = grouter.data();
+  for (int e = 0; e < E; ++e) {
+    for (int j = 0; j < 4; ++j) g[j].push_back(std::vector<float>(w[j][e].size(), 0.0f));
+    G.experts.push_back({g[0][e].data(), g[1][e].data(), g[2][e].data(), g[3][e].data()});
+  }
+  m->backward(0, c.data(), dx.data(), W, G, false, 1.0f);
+  auto fd = [&](float& v) {
+    const float keep = v, h = 1e-2f;
+    v = keep + h;
+    auto a = fresh();
+    const double up = loss(*a);
+    v = keep - h;
+    auto b = fresh();
+    const double down = loss(*b);
+    v = keep;
+    return (up - down) / (2.0 * h);
+  };
+  for (size_t i = 0; i < router.size(); i += 5) {
+    const double want = fd(router[i]);
+    EXPECT_NEAR(grouter[i], want, 2e-2 * std::max(1.0, std::abs(want))) << "router[" << i << "]";
+  }
+  for (size_t i = 0; i < x.size(); i += 13) {
+    const double want = fd(x[i]);
+    EXPECT_NEAR(dx[i], want, 2e-2 * std::max(1.0, std::abs(want))) << "x[" << i << "]";
+  }
 }
 
 // Every token prefers expert 0, then expert 1: the first `capacity` tokens in token order
