@@ -23,10 +23,7 @@ struct Span {
   }
 };
 
-float* grow(std::vector<float>& v, int64_t n) {
-  if (int64_t(v.size()) < n) v.resize(size_t(n));
-  return v.data();
-}
+float* grow(GrowBuf& b, int64_t n) { return b.need(n); }
 
 }  // namespace
 
@@ -34,12 +31,12 @@ float* grow(std::vector<float>& v, int64_t n) {
 struct MoE::Layer {
   int64_t N = 0;
   bool jittered = false;
-  std::vector<float> xin, noise, xr, logits;  // (N, C), (N, C), (N, C), (N, E)
+  GrowBuf xin, noise, xr, logits;  // (N, C), (N, C), (N, C), (N, E)
   Routing r;
   std::vector<int64_t> off;    // (E + 1) send offsets by expert
   std::vector<int64_t> recv;   // (P, El) rows received per source and local expert
   std::unique_ptr<OwnerLayout> owner;
-  std::vector<float> X, H, A, R, stage;  // owner: (M, C), (M, 4C), (M, 4C); source: (S, C)
+  GrowBuf X, H, A, R, stage;  // owner: (M, C), (M, 4C), (M, 4C); source: (S, C)
 };
 
 MoE::MoE(const MoEConfig& cfg, int layers, int C) : cfg_(cfg), C_(C) {
@@ -237,7 +234,7 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
   std::vector<float> dxr(size_t(N * C));
   kernels::matmul_backward(dxr.data(), gw.router, nullptr, dlogits.data(), L.xr.data(), w.router,
                            N, C, E, /*accumulate_dinp=*/false);
-  for (int64_t i = 0; i < N * C; ++i) dx[i] += dxr[size_t(i)] * L.noise[size_t(i)];
+  for (int64_t i = 0; i < N * C; ++i) dx[i] += dxr[size_t(i)] * L.noise.data()[i];
 }
 
 }  // namespace strata::model::expert

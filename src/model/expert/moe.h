@@ -28,6 +28,21 @@
 
 namespace strata::model::expert {
 
+// Floats counted as activations by the memory tracker, grown on demand (the contents are
+// not kept across growth): the MoE buffers depend on the routing (rows per expert).
+class GrowBuf {
+ public:
+  float* need(int64_t n) {
+    if (int64_t(buf_.bytes()) < n * int64_t(sizeof(float)))
+      buf_ = Buffer(MemCategory::activations, size_t(n) * sizeof(float));
+    return data();
+  }
+  float* data() const { return buf_.as<float>(); }
+
+ private:
+  Buffer buf_;
+};
+
 // Pointers to one MoE block's router and its experts' views (all E, global ids).
 struct MoEWeights {
   float* router = nullptr;  // (E, C)
@@ -88,7 +103,7 @@ class MoE {
   int last_m_ = -1;
   int64_t owned_rows_ = 0;
   LoadStats load_;
-  std::vector<float> scratch_[4];  // backward: dR, dO, dA, dX
+  GrowBuf scratch_[4];  // dR (and the forward's O), dO, dA, dX
 };
 
 }  // namespace strata::model::expert
