@@ -81,6 +81,21 @@ void TrainConfig::validate(int world) const {
 }
 
 json TrainConfig::to_json() const {
+  nlohmann::json j = to_json_dense();
+  if (model.moe.enabled())  // docs/moe.md
+    j["moe"] = {{"experts", model.moe.experts},
+                {"top_k", model.moe.top_k},
+                {"every", model.moe.every},
+                {"capacity_factor", model.moe.dropless ? nlohmann::json()
+                                                       : nlohmann::json(model.moe.capacity_factor)},
+                {"dropless", model.moe.dropless},
+                {"aux_loss_coef", model.moe.aux_coef},
+                {"z_loss_coef", model.moe.z_coef},
+                {"router_jitter", model.moe.jitter}};
+  return j;
+}
+
+json TrainConfig::to_json_dense() const {
   return {{"model", model_name},
           {"layers", model.layers},
           {"dim", model.dim},
@@ -220,6 +235,7 @@ struct Trainer::Run {
   diag::ComputeWindow compute_window;
   CollapseWatch collapse{cfg.moe_collapse_pct, cfg.moe_collapse_steps};
   std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
+  int64_t ep_bytes_at_step_begin = 0;
   // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
   std::optional<nlohmann::json> moe_step_load(int64_t step, int64_t tokens);
   void train_step(int64_t step);
@@ -356,7 +372,11 @@ void Trainer::Run::train_step(int64_t step) {
   const float scale = float(1.0 / double(batch.global_real_tokens));
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
-  if (model->moe()) model->moe()->take_load();  // what evals and samples routed is not this step's
+  if (model->moe()) {  // what evals and samples routed is not this step's
+    model->moe()->take_load();
+    model->moe()->take_owned_rows();
+    ep_bytes_at_step_begin = model->moe()->group().bytes_sent();
+  }
   double loss_sum = 0;
   for (int m = 0; m < int(batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
@@ -425,6 +445,7 @@ void Trainer::Run::train_step(int64_t step) {
     rec["z_loss"] = (*moe)["z_loss"];
     rec["moe"] = (*moe)["blocks"];
     rec["expert_rows_per_rank"] = (*moe)["expert_rows_per_rank"];
+    rec["ep_bytes"] = (*moe)["ep_bytes"];  // all-to-all payload of every rank this step
     if (moe->contains("warning")) out->note((*moe)["warning"].get<std::string>());
   }
   if (stragglers) {
@@ -456,7 +477,9 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
   model::expert::LoadStats s = model->moe()->take_load();
   double mine = double(model->moe()->take_owned_rows());
   std::vector<double> rows(size_t(topo.world), mine);
+  double ep_bytes = double(model->moe()->group().bytes_sent() - ep_bytes_at_step_begin);
   if (topo.group && topo.world > 1) {
+    topo.group->all_reduce(&ep_bytes, 1);
     topo.group->all_reduce(s.v.data(), s.v.size());
     topo.group->all_gather(&mine, rows.data(), 1, DType::f64);
   }
@@ -464,6 +487,7 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
   for (size_t r = 0; r < rows.size(); ++r) expert_rows_window[r] += rows[r];
   json j = moe_load_json(s, cfg.model.moe.top_k, double(tokens));
   j["expert_rows_per_rank"] = rows;
+  j["ep_bytes"] = int64_t(ep_bytes);
   const std::string warning = collapse.update(s, step + 1);
   if (!warning.empty()) j["warning"] = warning;
   return j;

@@ -76,6 +76,7 @@ struct TrainConfig {
   // Throws one line naming the flag and numbers for any impossible setting.
   void validate(int world) const;
   nlohmann::json to_json() const;
+  nlohmann::json to_json_dense() const;  // to_json without the MoE settings
 };
 
 // Where this process sits: rank 0 of 1 for a single process. sum_across_ranks adds a value

@@ -102,6 +102,30 @@ TEST(MoETrain, CheckpointAtEp2ResumesAtEp1AndEp4) {
   }
 }
 
+// The all-to-all bytes of a dropless ep step equal strata plan's figure for the layout, and
+// summary.json's config records the MoE settings.
+TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
+  TempDir dir("moe_bytes");
+  const std::string model = "--layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --experts 4 --top-k 2 ";
+  RunResult r = run_strata("train " + model + "--batch 4 --steps 2 --peak-gflops 1000 "
+                           "--data synthetic:50000 --sample-tokens 0 --eval-batches 1 --dropless "
+                           "--nproc 4 --ep 2 --run-dir " + dir.file("d"),
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult plan = run_strata("plan --local --layers 2 --hidden 32 --heads 2 --seq 16 --max-seq 16 "
+                              "--experts 4 --top-k 2 --dp 4 --ep 2 --micro-batch 1 --json",
+                              "", Streams::separate);
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const json p = json::parse(plan.out);
+  const std::vector<json> recs = steps(dir.file("d/metrics.jsonl"));
+  ASSERT_EQ(recs.size(), 2u);
+  for (const json& rec : recs)  // two ep groups of 2 ranks
+    EXPECT_EQ(rec["ep_bytes"].get<int64_t>(), 2 * p["ep_bytes_per_step_per_group"].get<int64_t>());
+  const json s = json::parse(read_file(dir.file("d/summary.json")));
+  EXPECT_EQ(s["config"]["moe"]["experts"], 4);
+  EXPECT_EQ(s["config"]["moe"]["dropless"], true);
+}
+
 // A straggler line names the slow rank's expert load: --straggler-pct 0 names every rank
 // above the median compute time.
 TEST(MoETrain, StragglerLineNamesTheExpertLoad) {
