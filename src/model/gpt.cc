@@ -441,7 +441,10 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
   im.T = T;
   if (tp_) return padded_tp_logits(im, cfg_, *tp_, shard_, tokens, B, T);
   std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
+  const bool training = im.moe && im.moe->training();
+  if (im.moe) im.moe->set_training(false);  // inference: no router jitter
   trunk_forward(im, cfg_, im.tokens, B, T);
+  if (im.moe) im.moe->set_training(training);
   im.before(0, Pass::forward);
   if (N > 0) {
     UnitSpan s("forward", "logits");

@@ -71,7 +71,8 @@ class MoE {
   void set_group(comm::ProcessGroup* group);
   const ExpertGroup& group() const { return *group_; }
   void set_seed(uint64_t seed) { seed_ = seed; }
-  void set_training(bool training) { training_ = training; }
+  void set_training(bool training) { training_ = training; }  // router jitter on or off
+  bool training() const { return training_; }
 
   // One MoE block (moe index m): x (N, C) fp32 or xh bf16 (one of them null); out (N, C) +=.
   // N may be 0: the rank still takes part in the exchanges.
