@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "model/gpt.h"
+#include "model/expert/moe_cost.h"
 #include "model/shard.h"
 #include "nlohmann/json.hpp"
 #include "plan/planner.h"
@@ -55,7 +56,7 @@ struct Flags {
   std::string recompute, precision = "bf16", grad_precision, optimizer = "adamw", tokens;
   std::string cp_mode = "ring";
   bool no_sp = false, json = false, rlhf = false, local = false;
-  int accum = 1;
+  int accum = 1, moe_every = 1;
   int64_t max_seq = 0;
   double headroom = 0.10, efficiency = 0, bucket_mb = 25, overlap = 1.0;
   double gpu_mtbf_h = 50000, job_mtbf_h = 0, storage_gbps = 50, restart_min = 10, stall_s = -1;
@@ -142,8 +143,17 @@ void run_local(const Flags& f, const CLI::App& app) {
   if (app.count("--heads")) g.heads = int(f.heads);
   if (app.count("--vocab")) g.vocab = int(f.vocab), g.padded_vocab = int((f.vocab + 63) / 64 * 64);
   if (app.count("--max-seq")) g.seq = int(f.max_seq);
+  if (app.count("--experts")) {  // docs/moe.md
+    g.moe.experts = int(f.experts);
+    g.moe.top_k = app.count("--top-k") ? int(f.top_k) : 2;
+    g.moe.every = f.moe_every;
+  }
   g.validate();
   const int tp = app.count("--tp") ? f.tp : 1, dp = app.count("--dp") ? f.dp : 1;
+  const int ep = app.count("--ep") ? f.ep : 1;
+  STRATA_CHECK(ep >= 1 && dp % ep == 0, "--ep ", ep, " does not divide --dp ", dp);
+  STRATA_CHECK(g.moe.experts % ep == 0, "--experts ", g.moe.experts, " is not divisible by --ep ",
+               ep);
   const int stage = app.count("--zero") ? f.zero : 0;
   const int64_t seq = app.count("--seq") ? f.seq : g.seq;
   const int64_t b = app.count("--micro-batch") ? f.micro_batch : 1;
@@ -165,7 +175,7 @@ void run_local(const Flags& f, const CLI::App& app) {
   // bytes (model/context/cp_cost.h).
   const int64_t cp_bytes = f.accum * model::cp_bytes_per_micro(cpm, cp, g.layers, b, seq, g.dim / tp);
   for (int r = 0; r < tp; ++r) {
-    const int64_t psi = model::tp_local_params(m, tp, r);
+    const int64_t psi = g.moe.enabled() ? g.num_params() : model::tp_local_params(m, tp, r);
     const ModelStateBytes st = zero_model_state_bytes(psi, dp * cp, stage, p);
     const int64_t acts =
         cp > 1 ? model::cp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16, cpm, cp, seq)
@@ -180,9 +190,18 @@ void run_local(const Flags& f, const CLI::App& app) {
                 "); activations ", acts, " B; tp bytes per step ", bytes,
                 cp > 1 ? cat("; cp bytes per step ", cp_bytes) : "", "\n");
   }
+  // Dropless routing: every assignment crosses the ep group (model/expert/moe_cost.h).
+  const int64_t ep_bytes =
+      f.accum * model::expert::ep_group_bytes_per_micro(g.moe, g.layers, g.dim, ep, b * seq);
+  if (g.moe.enabled())
+    text += cat("MoE: ", g.moe.experts, " experts, top-", g.moe.top_k, ", every ", g.moe.every,
+                " block(s), ep ", ep, ": all-to-all bytes per step per ep group (dropless; at "
+                "most this with a capacity factor) ", ep_bytes, "\n");
   if (f.json)
-    std::cout << nlohmann::json{{"tp", tp}, {"cp", cp}, {"dp", dp}, {"zero", stage},
-                                {"ranks", ranks}}.dump(2)
+    std::cout << nlohmann::json{{"tp", tp},     {"cp", cp},       {"dp", dp},
+                                {"zero", stage}, {"ranks", ranks}, {"ep", ep},
+                                {"ep_bytes_per_step_per_group", ep_bytes}}
+                     .dump(2)
               << "\n";
   else
     std::cout << text;
@@ -374,6 +393,7 @@ static Register reg(
                    "memory and tensor-parallel bytes, as the run's summary.json reports them");
       app.add_option("--max-seq", f->max_seq, "Position table rows of the model (--local)");
       app.add_option("--accum", f->accum, "Accumulation steps per optimizer step (--local)");
+      app.add_option("--moe-every", f->moe_every, "Every N-th block is an MoE block (--local)");
       add_plan_calibrate(app);
       app.callback([f, &app] {
         if (!app.got_subcommand("calibrate")) run(*f, app);

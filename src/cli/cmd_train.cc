@@ -41,7 +41,35 @@ struct TrainArgs {
   cli::FaultFlags faults;
   cli::HostFlags host_flags;
   std::string mtbf;  // --mtbf, e.g. "4h"
+  model::expert::MoEConfig moe;  // --experts ... (docs/moe.md)
 };
+
+// --experts E --top-k K [--moe-every N] [--capacity-factor F | --dropless] ...
+void add_moe_flags(CLI::App& app, TrainArgs& a) {
+  model::expert::MoEConfig& m = a.moe;
+  app.add_option("--experts", m.experts, "Mixture of Experts: E expert MLPs per MoE block (0: dense)")
+      ->capture_default_str();
+  app.add_option("--top-k", m.top_k, "Experts per token (gates renormalised over the k)")
+      ->capture_default_str();
+  app.add_option("--moe-every", m.every, "Every N-th block is an MoE block")->capture_default_str();
+  auto* cf = app.add_option("--capacity-factor", m.capacity_factor,
+                            "Slots per expert = ceil(F x tokens x K / E) per micro-batch")
+                 ->capture_default_str();
+  app.add_flag("--dropless", m.dropless, "No capacity limit: every token reaches its experts")
+      ->excludes(cf);
+  app.add_option("--aux-loss-coef", m.aux_coef, "Load-balancing loss coefficient")
+      ->capture_default_str();
+  app.add_option("--z-loss-coef", m.z_coef, "Router z-loss coefficient")->capture_default_str();
+  app.add_option("--router-jitter", m.jitter, "Router input noise U(1-j, 1+j) in training")
+      ->capture_default_str();
+  app.add_option("--ep", a.parallel.mesh.ep, "Expert-parallel ranks, carved out of dp")
+      ->capture_default_str();
+  app.add_option("--collapse-pct", a.cfg.moe_collapse_pct,
+                 "Warn when one expert takes over X% of a block's assignments ...")
+      ->capture_default_str();
+  app.add_option("--collapse-steps", a.cfg.moe_collapse_steps, "... for K steps in a row")
+      ->capture_default_str();
+}
 
 // An architecture override, when the flag was given: positive, else one line naming it.
 void override_size(CLI::App& app, const char* flag, int value, int& field) {
@@ -62,6 +90,7 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
     override_size(app, "--vocab", a.vocab, cfg.model.vocab);
     cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
   }
+  cfg.model.moe = a.moe;
   if (app.count("--seq")) STRATA_CHECK(cfg.seq > 0, "--seq must be positive (got ", cfg.seq, ")");
   // CLI11 clamps a number past int64 to its maximum; no run has 2^40 steps, and below that
   // every token count (steps x batch x seq) stays exact.
@@ -239,6 +268,7 @@ void setup(CLI::App& app) {
                "the checkpoint and the data position onto the smaller world");
   app.add_flag("--preflight", p.preflight,
                "Before step 1, run the bandwidth doctor (strata doctor net) over the job's ranks and hosts");
+  add_moe_flags(app, *a);
   app.callback([&app, a] {
     // Several hosts: their slots give the rank count unless --nproc says otherwise.
     const HostFlags::Resolved h = a->host_flags.resolve();

@@ -144,9 +144,12 @@ static OpDesc build_reduce(const ProcessGroup& g, const void* send, void* recv, 
   return d;
 }
 
+// `fixed`: called as all_to_all (the same count everywhere). An all_to_all_v out of place
+// stays one even when this rank's counts happen to be equal: its peers' may not be (MoE
+// dispatch), and every rank must describe the same collective.
 static OpDesc build_all_to_all_v(const ProcessGroup& g, const void* send, const std::vector<size_t>& send_counts,
                                          void* recv, const std::vector<size_t>& recv_counts,
-                                         DType dtype) {
+                                         DType dtype, bool fixed = false) {
   Checker c{g, "all_to_all"};
   c.counts(send_counts, "send_counts");
   c.counts(recv_counts, "recv_counts");
@@ -160,8 +163,10 @@ static OpDesc build_all_to_all_v(const ProcessGroup& g, const void* send, const 
                recv_counts == send_counts;
   c.check((equal && send == recv) || !overlaps(send, ns * es, recv, nr * es),
           "send and recv overlap (in place needs equal counts and send == recv)");
-  OpDesc d = make(equal ? OpType::alltoall : OpType::alltoallv, dtype, send, recv,
-                  equal ? send_counts[0] : 0);
+  // In place needs equal counts on every rank, so it is an all_to_all too.
+  const bool uniform = equal && (fixed || (send == recv && send != nullptr));
+  OpDesc d = make(uniform ? OpType::alltoall : OpType::alltoallv, dtype, send, recv,
+                  uniform ? send_counts[0] : 0);
   d.counts = send_counts;
   d.counts2 = recv_counts;
   return d;
@@ -233,7 +238,7 @@ WorkPtr ProcessGroup::all_to_all_v_async(const void* send, const std::vector<siz
 
 WorkPtr ProcessGroup::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
   std::vector<size_t> counts(size_t(size()), count);
-  return all_to_all_v_async(send, counts, recv, counts, dtype);
+  return rt_->submit(build_all_to_all_v(*this, send, counts, recv, counts, dtype, true), false);
 }
 
 WorkPtr ProcessGroup::barrier_async() {
@@ -278,7 +283,7 @@ void ProcessGroup::reduce(const void* send, void* recv, size_t count, DType dtyp
 }
 void ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
   std::vector<size_t> counts(size_t(size()), count);
-  all_to_all_v(send, counts, recv, counts, dtype);
+  rt_->submit(build_all_to_all_v(*this, send, counts, recv, counts, dtype, true), true);
 }
 void ProcessGroup::all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
                                 const std::vector<size_t>& recv_counts, DType dtype) {

@@ -35,6 +35,7 @@ void GPTConfig::validate() const {
   STRATA_CHECK(padded_vocab >= vocab, "model padded vocab ", padded_vocab, " is below vocab ",
                vocab);
   const double n = double(padded_vocab + seq) * dim + double(layers) * (12.0 * dim * dim);
+  moe.validate();
   STRATA_CHECK(n < 4e9, "model has ~", n, " parameters: too many for one flat fp32 buffer");
 }
 
@@ -42,8 +43,10 @@ void GPTConfig::validate() const {
 //            + c_fc (4C*C + 4C) + mlp c_proj (4C*C + C)  = 12 C^2 + 13 C
 int64_t GPTConfig::num_params() const {
   const int64_t C = dim;
+  // An MoE block replaces the MLP (8 C^2 + 5 C) by a router (E C) and E MLPs.
+  const int64_t mlp = 8 * C * C + 5 * C, E = moe.experts;
   return int64_t(padded_vocab) * C + int64_t(seq) * C + int64_t(layers) * (12 * C * C + 13 * C) +
-         2 * C;
+         2 * C + moe.moe_layers(layers) * (E * C + (E - 1) * mlp);
 }
 
 std::vector<ParamView> build_param_table(const GPTConfig& cfg, TpShard shard) {

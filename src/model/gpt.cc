@@ -32,6 +32,7 @@
 #include "core/trace.h"
 #include "kernels/kernels.h"
 #include "model/context/gpt_cp.h"
+#include "model/expert/moe.h"
 #include "model/gpt_impl.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
@@ -62,6 +63,9 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   impl_->bf16 = compute_ == DType::bf16;
   table_ = build_param_table(cfg_, shard_);
   num_params_ = table_.back().offset + numel(table_.back().shape);
+  for (size_t i = 0; i < table_.size(); ++i)
+    if (table_[i].unit >= 1 && (i == 0 || table_[i - 1].unit != table_[i].unit))
+      impl_->view0.push_back(int(i));
   STRATA_CHECK(num_params_ == local_num_params(cfg_, shard_),
                "internal: parameter table does not cover the flat buffer");
   if (allocate_state) {
@@ -74,6 +78,8 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
     if (allocate_state) bind_unit(u, params() + unit_range(u).first, grads() + unit_range(u).first);
   }
   for (const ParamView& v : table_) impl_->view_rel.push_back(v.offset - unit_range(v.unit).first);
+  if (cfg_.moe.enabled())
+    impl_->moe = std::make_shared<expert::MoE>(cfg_.moe, cfg_.layers, cfg_.dim);
 
   ActShape a;
   const int cp_size = cp_ ? cp_->size() : 1;  // a cp rank keeps 1/C of each sequence
@@ -97,10 +103,13 @@ GPT::~GPT() { delete impl_; }
 std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
   STRATA_CHECK(unit >= 0 && unit < num_units(), "unit ", unit, " out of range [0, ", num_units(),
                ")");
-  // Views are in unit order: unit 0 is views [0, 2), block l views [2 + 12l, 14 + 12l), the
-  // final norm the last two.
-  const size_t first = unit == 0 ? 0 : 2 + size_t(kViewsPerLayer) * (unit - 1);
-  const size_t last = unit == 0 ? 1 : unit <= cfg_.layers ? first + kViewsPerLayer - 1 : first + 1;
+  // Views are in unit order: unit 0 is views [0, 2), block l views [view0[l], view0[l + 1])
+  // (12 for a dense block, 9 + 4E for an MoE block), the final norm the last two.
+  const std::vector<int>& v0 = impl_->view0;
+  const size_t first = unit == 0 ? 0 : size_t(v0[size_t(unit - 1)]);
+  const size_t last = unit == 0 ? size_t(v0[0]) - 1
+                      : unit <= cfg_.layers ? size_t(v0[size_t(unit)]) - 1
+                                            : table_.size() - 1;
   return {table_[first].offset, table_[last].offset + numel(table_[last].shape)};
 }
 
@@ -125,7 +134,15 @@ static int64_t global_index(const TensorPiece& p, int64_t q) {
   return (p.offsets[0] + q / p.extents[1]) * p.global_shape[1] + p.offsets[1] + q % p.extents[1];
 }
 
+expert::MoE* GPT::moe() const { return impl_->moe.get(); }
+
+void GPT::set_expert_group(comm::ProcessGroup* ep) {
+  STRATA_CHECK(impl_->moe || !ep || ep->size() == 1, "expert parallelism needs --experts");
+  if (impl_->moe) impl_->moe->set_group(ep);
+}
+
 void GPT::init(uint64_t seed) {
+  if (impl_->moe) impl_->moe->set_seed(seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
   const std::vector<ShardedView> sharded = build_sharded_table(cfg_, shard_);
   for (size_t i = 0; i < sharded.size(); ++i) {
@@ -187,7 +204,7 @@ void GPT::zero_grads() {
 // One block forward: x (N,C) -> a.res3 (N,C).
 // scratch (N, 4C): the fp32 matmul outputs that bf16 compute stores rounded.
 static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B,
-                          int T, float* scratch, ContextComm* cp, int layer) {
+                          int T, float* scratch, ContextComm* cp, int layer, MoEBlock* moe) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
@@ -202,6 +219,11 @@ static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, co
   linear_forward(h, a.res2, act(a.atty, a.atty_h, C), w.projw, w.projb, N, C, C,
                  /*accumulate=*/true);
   layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, N, C);
+  if (moe) {  // experts instead of the MLP (model/expert/moe.h)
+    std::memcpy(a.res3, a.res2, sizeof(float) * N * C);
+    moe_block_forward(*moe, a.ln2, a.ln2_h, a.res3, N, h);
+    return;
+  }
   linear_forward(h, gemm_out(a.fch, scratch), act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, N, C, 4 * C);
   gelu_out(a, gemm_out(a.fch, scratch), N * 4 * C);
   std::memcpy(a.res3, a.res2, sizeof(float) * N * C);
@@ -213,15 +235,19 @@ static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, co
 // Gradients of the block's parameters accumulate into g.
 static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
                            const float* x, float* dres, float* dbuf_c, float* dbuf_4c, float* dqkv,
-                           int B, int T, ContextComm* cp, int layer) {
+                           int B, int T, ContextComm* cp, int layer, MoEBlock* moe) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   // Activation-gradient scratch is overwritten (accumulate_dinp = false), not cleared first.
   const bool h = a.ln1_h != nullptr;  // bf16 compute
-  linear_backward(h, dbuf_4c, g.fcprojw, g.fcprojb, dres, act(a.fch_gelu, a.gelu_h, 4 * C),
-                  w.fcprojw, N, 4 * C, C);
-  gelu_grad(dbuf_4c, a, N * 4 * C);
-  linear_backward(h, dbuf_c, g.fcw, g.fcb, dbuf_4c, act(a.ln2, a.ln2_h, C), w.fcw, N, C, 4 * C);
+  if (moe) {
+    moe_block_backward(*moe, dres, dbuf_c, h);
+  } else {
+    linear_backward(h, dbuf_4c, g.fcprojw, g.fcprojb, dres, act(a.fch_gelu, a.gelu_h, 4 * C),
+                    w.fcprojw, N, 4 * C, C);
+    gelu_grad(dbuf_4c, a, N * 4 * C);
+    linear_backward(h, dbuf_c, g.fcw, g.fcb, dbuf_4c, act(a.ln2, a.ln2_h, C), w.fcw, N, C, 4 * C);
+  }
   k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   linear_backward(h, dbuf_c, g.projw, g.projb, dres, act(a.atty, a.atty_h, C), w.projw, N, C, C);
   if (cp)
@@ -254,11 +280,14 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, i
   for (int l = 0; l < L; ++l) {
     phase.set_layer(l);
     im.before(l + 1, Pass::forward);
+    std::unique_ptr<MoEBlock> moe = moe_block(im, cfg, l, false, 0.0f);
     if (N > 0) {
       UnitSpan s("forward", "L", l);
-      const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
+      const Block w = block_views_at(im.unit_params[l + 1], im.view_rel, im.view0[l], l);
       block_forward(cfg, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, B, T,
-                    im.dbuf_4c, im.cp, l);
+                    im.dbuf_4c, im.cp, l, moe.get());
+    } else if (moe) {  // no tokens here, but this rank's experts may get some
+      moe_block_forward(*moe, nullptr, nullptr, nullptr, 0, im.bf16);
     }
     im.after(l + 1, Pass::forward);
   }
@@ -267,7 +296,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, i
   if (N > 0) {
     UnitSpan s("forward", "ln_f");
     float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
-    const int64_t* r = im.view_rel.data() + 2 + kViewsPerLayer * L;
+    const int64_t* r = im.view_rel.data() + im.view0[L];
     layernorm_out(im.lnf, im.lnf_h, im.lnf_mean, im.lnf_rstd,
                   L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], N, C);
   }
@@ -336,7 +365,7 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
 
 // Backward of the final norm, the blocks and the embedding, from d loss / d lnf in
 // im.dbuf_c (N, C): the hooks from before(L+1, B) through after(0, B).
-void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T) {
+void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T, float scale) {
   const int C = cfg.dim, L = cfg.layers;
   const int64_t N = int64_t(B) * T;
   const std::vector<int64_t>& rel = im.view_rel;
@@ -345,7 +374,7 @@ void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T) {
     UnitSpan s("backward", "ln_f");
     const float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
     float* gf = checked(im.unit_grads[L + 1], L + 1, "gradient");
-    const int64_t* r = rel.data() + 2 + kViewsPerLayer * L;
+    const int64_t* r = rel.data() + im.view0[L];
     std::memset(im.dres, 0, sizeof(float) * N * C);
     k::layernorm_backward(im.dres, gf + r[0], gf + r[1], im.dbuf_c,
                           L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], im.lnf_mean,
@@ -356,12 +385,16 @@ void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T) {
   for (int l = L - 1; l >= 0; --l) {
     ph.set_layer(l);
     im.before(l + 1, Pass::backward);
+    std::unique_ptr<MoEBlock> moe = moe_block(im, cfg, l, true, scale);
     if (N > 0) {
       UnitSpan s("backward", "L", l);
-      const Block w = block_views(im.unit_params[l + 1], rel, l);
-      const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
+      const Block w = block_views_at(im.unit_params[l + 1], rel, im.view0[l], l);
+      const Block g =
+          block_views_at(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, im.view0[l], l);
       block_backward(cfg, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, im.dres,
-                     im.dbuf_c, im.dbuf_4c, im.dqkv, B, T, im.cp, l);
+                     im.dbuf_c, im.dbuf_4c, im.dqkv, B, T, im.cp, l, moe.get());
+    } else if (moe) {  // this rank's experts may have received tokens
+      moe_block_backward(*moe, nullptr, nullptr, im.bf16);
     }
     im.after(l + 1, Pass::backward);
   }
@@ -402,7 +435,7 @@ void GPT::backward(float scale) {
     linear_backward(im.bf16, im.dbuf_c, dwte, nullptr, im.logits, act(im.lnf, im.lnf_h, C), wte, N,
                     C, cfg_.padded_vocab);
   }
-  trunk_backward(im, cfg_, B, T);
+  trunk_backward(im, cfg_, B, T, scale);
 }
 
 // Sequence parallelism splits rows T ways; a prompt of any length is padded at its end (causal
@@ -447,7 +480,10 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
   // Logits of im.tokens (B, t): all of them, or a cp rank's rows.
   auto local_logits = [&](int t) -> const float* {
     const int64_t n = int64_t(B) * t;
+    const bool training = im.moe && im.moe->training();
+    if (im.moe) im.moe->set_training(false);  // inference: no router jitter
     trunk_forward(im, cfg_, im.tokens, B, t);
+    if (im.moe) im.moe->set_training(training);
     im.before(0, Pass::forward);
     if (n > 0) {
       UnitSpan s("forward", "logits");

@@ -34,6 +34,14 @@
 #include "core/memory.h"
 #include "core/tensor.h"
 #include "core/tensor_layout.h"
+#include "model/expert/config.h"
+
+namespace strata::comm {
+class ProcessGroup;
+}
+namespace strata::model::expert {
+class MoE;
+}
 
 namespace strata::model {
 
@@ -47,6 +55,7 @@ struct GPTConfig {
   int seq = 256;           // maximum sequence length (wpe rows)
   int vocab = 256;         // real vocabulary
   int padded_vocab = 256;  // rows of wte; a multiple of 64 (50257 -> 50304)
+  expert::MoEConfig moe;   // Mixture-of-Experts blocks (model/expert/config.h); off by default
 
   // "tiny", "small", "gpt2"; throws naming the known presets otherwise.
   static GPTConfig preset(const std::string& name);
@@ -170,6 +179,12 @@ class GPT {
   // The same from d loss / d hidden = dhidden (B, T, C) for the last hidden() call.
   void backward_hidden(const float* dhidden);
   int max_batch() const { return max_batch_; }
+
+  // Mixture of Experts (model/expert/moe.h); null for a dense model.
+  expert::MoE* moe() const;
+  // Expert parallelism: this rank computes the experts of its place in `ep` (which must
+  // outlive the model); every rank of ep must run every forward and backward together.
+  void set_expert_group(comm::ProcessGroup* ep);
   // Bytes of the activation buffers allocated for (max_batch, seq) (model/tensor/tp_cost.h predicts
   // them under tensor parallelism).
   int64_t activation_bytes() const;

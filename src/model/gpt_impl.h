@@ -1,6 +1,7 @@
 // Internals of model::GPT shared by its one-process forward/backward (gpt.cc) and its
 // tensor-parallel forward/backward (gpt_tp.cc): activations, unit bindings, view pointers.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kernels/convert.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "model/expert/moe.h"
 #include "model/gpt.h"
 
 namespace strata::model {
@@ -77,6 +79,8 @@ struct ActShape {
 struct GPT::Impl {
   std::vector<float*> unit_params, unit_grads;
   std::vector<int64_t> view_rel;  // offset of each view inside its unit
+  std::vector<int> view0;         // first view of block l (l < L) and of ln_f (l = L)
+  std::shared_ptr<expert::MoE> moe;  // MoE blocks (model/expert/moe.h); null when dense
   UnitHooks hooks;
   ContextComm* cp = nullptr;  // context parallelism (model/context/gpt_cp.h); null: none
 
@@ -165,6 +169,29 @@ inline Block block_views(float* base, const std::vector<int64_t>& rel, int layer
                base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
 }
 
+// The views of the block whose first view is `first` (an MoE block's first eight views are
+// a dense block's; the rest are not read as MLP views).
+inline Block block_views_at(float* base, const std::vector<int64_t>& rel, int first, int layer) {
+  STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
+  const int64_t* r = rel.data() + first;
+  return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
+               base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
+}
+
+// An MoE block's place in the model (model/gpt_moe.cc): null for a dense block.
+struct MoEBlock {
+  expert::MoE* moe;
+  int index;  // among the MoE blocks
+  expert::MoEWeights w, g;
+  float scale;  // backward: the loss scale (aux and z gradients)
+};
+std::unique_ptr<MoEBlock> moe_block(GPT::Impl& im, const GPTConfig& cfg, int layer,
+                                    bool with_grads, float scale);
+// The MoE half of a block: out (N, C) += experts(x); backward: dx (N, C) written from dout.
+void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
+                       bool bf16);
+void moe_block_backward(MoEBlock& b, const float* dout, float* dx, bool bf16);
+
 // LayerNorm output into whichever of the fp32 (f) or bf16 (h) buffers exists.
 inline void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const float* x,
                           const float* w, const float* b, int64_t N, int C) {
@@ -228,7 +255,8 @@ inline float* checked(float* p, int unit, const char* what) {
 void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
                   const int32_t* targets, int B, int T);
 void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, int B, int T);
-void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T);
+void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T,
+                    float scale = 1.0f);  // scale: the loss scale, for MoE auxiliary losses
 
 // Tensor-parallel forward, backward and logits (gpt_tp.cc).
 double tp_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s);

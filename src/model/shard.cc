@@ -88,6 +88,8 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
                " of ", s.size, " is not a valid position");
   STRATA_CHECK(cfg.heads % s.size == 0, "--tp ", s.size, " does not divide the model's ",
                cfg.heads, " attention heads");
+  STRATA_CHECK(!cfg.moe.enabled() || s.size == 1, "--experts with --tp ", s.size,
+               ": Mixture-of-Experts blocks are not tensor parallel (use --tp 1)");
   TableBuilder t(s);
   const int64_t C = cfg.dim;
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
@@ -104,6 +106,17 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
     t.whole(p + "attn.c_proj.bias", {C}, u, false, true);
     t.whole(p + "ln_2.weight", {C}, u, false, true);
     t.whole(p + "ln_2.bias", {C}, u, false, true);
+    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: router, then each expert's MLP
+      t.whole(p + "mlp.router.weight", {cfg.moe.experts, C}, u, true, false);
+      for (int e = 0; e < cfg.moe.experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        t.whole(x + "c_fc.weight", {4 * C, C}, u, true, false);
+        t.whole(x + "c_fc.bias", {4 * C}, u, false, false);
+        t.whole(x + "c_proj.weight", {C, 4 * C}, u, true, false);
+        t.whole(x + "c_proj.bias", {C}, u, false, false);
+      }
+      continue;
+    }
     t.column(p + "mlp.c_fc.weight", {4 * C, C}, u, true, 1);
     t.column(p + "mlp.c_fc.bias", {4 * C}, u, false, 1);
     t.row(p + "mlp.c_proj.weight", {C, 4 * C}, u, true);
@@ -126,6 +139,7 @@ model::TpModel tp_model(const GPTConfig& cfg) {
 }
 
 int64_t local_num_params(const GPTConfig& cfg, TpShard s) {
+  if (cfg.moe.enabled() && s.size == 1) return cfg.num_params();
   return model::tp_local_params(tp_model(cfg), s.size, s.rank);
 }
 

@@ -182,6 +182,11 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   // Sequence parallelism splits each cp rank's seq / cp rows.
   model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq() / d.cp);
   cfg.validate(d.dp);
+  STRATA_CHECK(d.ep == 1 || cfg.model.moe.enabled(), "--ep ", d.ep, " needs --experts");
+  STRATA_CHECK(d.tp == 1 || !cfg.model.moe.enabled(), "--experts with --tp ", d.tp,
+               ": Mixture-of-Experts blocks are not tensor parallel (use --tp 1)");
+  STRATA_CHECK(cfg.model.moe.experts % d.ep == 0, "--experts ", cfg.model.moe.experts,
+               " is not divisible by --ep ", d.ep, " (each expert-parallel rank owns E/ep experts)");
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
   const int A = cfg.accum(d.dp);
   check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
@@ -299,6 +304,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     built_model = &m;
     // Gradients reduce over dp x cp: each cp rank's are its tokens' share.
+    if (mesh.has_ep()) m.set_expert_group(&mesh.ep());
     auto e = parallel::make_data_parallel_engine(m, mesh.dp_cp(), pc.dp, optim, seed);
     engine = e.get();
     return std::unique_ptr<parallel::StepEngine>(std::move(e));

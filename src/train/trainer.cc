@@ -27,6 +27,7 @@
 #include "train/generate.h"
 #include "train/local_engine.h"
 #include "train/metrics.h"
+#include "train/moe_load.h"
 #include "train/peak.h"
 
 namespace strata::train {
@@ -81,6 +82,21 @@ void TrainConfig::validate(int world) const {
 }
 
 json TrainConfig::to_json() const {
+  nlohmann::json j = to_json_dense();
+  if (model.moe.enabled())  // docs/moe.md
+    j["moe"] = {{"experts", model.moe.experts},
+                {"top_k", model.moe.top_k},
+                {"every", model.moe.every},
+                {"capacity_factor", model.moe.dropless ? nlohmann::json()
+                                                       : nlohmann::json(model.moe.capacity_factor)},
+                {"dropless", model.moe.dropless},
+                {"aux_loss_coef", model.moe.aux_coef},
+                {"z_loss_coef", model.moe.z_coef},
+                {"router_jitter", model.moe.jitter}};
+  return j;
+}
+
+json TrainConfig::to_json_dense() const {
   return {{"model", model_name},
           {"layers", model.layers},
           {"dim", model.dim},
@@ -163,8 +179,10 @@ double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConf
   data::Loader loader(val, sc, /*rank=*/0, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
+  if (model.moe()) model.moe()->set_training(false);  // no router jitter
   for (const data::MicroBatch& mb : batch.micro)
     sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+  if (model.moe()) model.moe()->set_training(true);
   STRATA_CHECK(batch.global_real_tokens > 0, "held-out split gave no tokens to evaluate");
   return sum / double(batch.global_real_tokens);
 }
@@ -216,6 +234,11 @@ struct Trainer::Run {
 
   Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory);
   diag::ComputeWindow compute_window;
+  CollapseWatch collapse{cfg.moe_collapse_pct, cfg.moe_collapse_steps};
+  std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
+  int64_t ep_bytes_at_step_begin = 0;
+  // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
+  std::optional<nlohmann::json> moe_step_load(int64_t step, int64_t tokens);
   void train_step(int64_t step);
   void track_peak(double tokens_per_s, int64_t step);
   std::optional<diag::StragglerCheck> check_stragglers(int64_t step);
@@ -272,7 +295,9 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
               ", so its matmuls run in fp32 on the bf16-stored values");
   // The whole model's FLOPs, also on a tensor-parallel rank (which holds 1/T of them).
   flops_per_token =
-      train_flops_per_token(double(cfg.model.num_params()), cfg.model.layers, cfg.model.dim, T);
+      train_flops_per_token(double(cfg.model.num_params() - cfg.model.moe.inactive_params(
+                                cfg.model.layers, cfg.model.dim)),
+                            cfg.model.layers, cfg.model.dim, T);
   data::SamplerConfig sc;
   sc.seq = T;
   sc.micro_batch = b;
@@ -350,6 +375,11 @@ void Trainer::Run::train_step(int64_t step) {
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
   const CpMark cp0 = cp_mark(*model);
+  if (model->moe()) {  // what evals and samples routed is not this step's
+    model->moe()->take_load();
+    model->moe()->take_owned_rows();
+    ep_bytes_at_step_begin = model->moe()->group().bytes_sent();
+  }
   double loss_sum = 0;
   for (int m = 0; m < int(batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
@@ -360,6 +390,7 @@ void Trainer::Run::train_step(int64_t step) {
     if (hit && m == 0 && cfg.fault.kind == diag::FaultKind::sleep)
       std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
     loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+    if (model->moe()) loss_sum += model->moe()->last_aux() + model->moe()->last_z();
     current_phase().set_kind(PhaseKind::backward);
     model->backward(scale);
   }
@@ -406,6 +437,7 @@ void Trainer::Run::train_step(int64_t step) {
     step_ms.push_back(secs * 1e3);
   }
   std::optional<diag::StragglerCheck> stragglers = check_stragglers(step);
+  std::optional<json> moe = moe_step_load(step, batch.global_real_tokens);
   if (!lead) return;
   json rec = {{"step", step + 1},         {"loss", loss},         {"lr", lr},
               {"grad_norm", grad_norm},   {"tokens_per_s", tps},  {"mfu", mfu},
@@ -414,11 +446,22 @@ void Trainer::Run::train_step(int64_t step) {
               {"data_ms", data_s * 1e3},  {"compute_ms", double(compute_ns - opt_ns) * 1e-6},
               {"optimizer_ms", double(opt_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
   rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
+  if (moe) {
+    rec["ce_loss"] = loss - (*moe)["aux_loss"].get<double>() - (*moe)["z_loss"].get<double>();
+    rec["aux_loss"] = (*moe)["aux_loss"];
+    rec["z_loss"] = (*moe)["z_loss"];
+    rec["moe"] = (*moe)["blocks"];
+    rec["expert_rows_per_rank"] = (*moe)["expert_rows_per_rank"];
+    rec["ep_bytes"] = (*moe)["ep_bytes"];  // all-to-all payload of every rank this step
+    if (moe->contains("warning")) out->note((*moe)["warning"].get<std::string>());
+  }
   if (stragglers) {
     rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);
     std::string line = diag::straggler_log_line(*stragglers);
+    if (!line.empty() && moe) line += expert_load_text(*stragglers, expert_rows_window);
     if (!line.empty()) out->note(line);
+    std::fill(expert_rows_window.begin(), expert_rows_window.end(), 0.0);
   }
   bool show = (step + 1) % cfg.log_every == 0 || step + 1 == steps || step == 0;
   if (out->live()) {  // a terminal: one line updated in place, every step
@@ -434,6 +477,27 @@ void Trainer::Run::train_step(int64_t step) {
                               (long long)(step + 1), (long long)steps, loss, lr, grad_norm, tps,
                               100 * mfu, peak.label().c_str(), secs * 1e3)
                         : std::string());
+}
+
+std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
+  if (!model->moe()) return std::nullopt;
+  model::expert::LoadStats s = model->moe()->take_load();
+  double mine = double(model->moe()->take_owned_rows());
+  std::vector<double> rows(size_t(topo.world), mine);
+  double ep_bytes = double(model->moe()->group().bytes_sent() - ep_bytes_at_step_begin);
+  if (topo.group && topo.world > 1) {
+    topo.group->all_reduce(&ep_bytes, 1);
+    topo.group->all_reduce(s.v.data(), s.v.size());
+    topo.group->all_gather(&mine, rows.data(), 1, DType::f64);
+  }
+  expert_rows_window.resize(rows.size(), 0.0);
+  for (size_t r = 0; r < rows.size(); ++r) expert_rows_window[r] += rows[r];
+  json j = moe_load_json(s, cfg.model.moe.top_k, double(tokens));
+  j["expert_rows_per_rank"] = rows;
+  j["ep_bytes"] = int64_t(ep_bytes);
+  const std::string warning = collapse.update(s, step + 1);
+  if (!warning.empty()) j["warning"] = warning;
+  return j;
 }
 
 void Trainer::Run::eval_and_sample(int64_t step) {

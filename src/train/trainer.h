@@ -66,6 +66,8 @@ struct TrainConfig {
   int prefetch = 2;            // steps the loader prepares ahead
   double max_activation_mb = 0;  // > 0: refuse a layout whose activations per rank exceed it
   diag::StragglerConfig straggler;  // every K steps, name ranks computing X% over the median
+  double moe_collapse_pct = 90;  // --collapse-pct: one expert over X% of a block's assignments
+  int moe_collapse_steps = 5;     // --collapse-steps: ... for K steps in a row warns
   diag::FaultSpec fault;       // --inject: a fault this run injects on purpose (tests, demos)
   CheckpointConfig ckpt;
 
@@ -75,6 +77,7 @@ struct TrainConfig {
   // Throws one line naming the flag and numbers for any impossible setting.
   void validate(int world) const;
   nlohmann::json to_json() const;
+  nlohmann::json to_json_dense() const;  // to_json without the MoE settings
 };
 
 // Where this process sits: rank 0 of 1 for a single process. sum_across_ranks adds a value

@@ -173,6 +173,20 @@ TEST(BadInput, TrainFlags) {
   });
 }
 
+// Mixture of Experts (docs/moe.md): rejected before any rank starts or any step runs.
+TEST(BadInput, MoEFlags) {
+  run_cases({
+      {"moe_topk", kTrain + "--experts 4 --top-k 5", {"--top-k 5", "--experts 4"}},
+      {"moe_capacity", kTrain + "--experts 4 --capacity-factor 0", {"--capacity-factor", "0"}},
+      {"moe_capacity_neg", kTrain + "--experts 4 --capacity-factor -1.5",
+       {"--capacity-factor", "-1.5"}},
+      {"moe_ep_divide", kTrain + "--nproc 2 --ep 2 --experts 3", {"--experts 3", "--ep 2"}},
+      {"moe_ep_large", kTrain + "--nproc 2 --ep 4 --experts 4", {"--ep 4", "2"}},
+      {"moe_ep_dense", kTrain + "--nproc 2 --ep 2", {"--ep 2", "--experts"}},
+      {"moe_tp", kTrain + "--nproc 2 --tp 2 --experts 4", {"--experts", "--tp 2"}},
+  });
+}
+
 TEST(BadInput, DataSizesAndFiles) {
   run_cases({
       // The global batch overflowed 64 bits to 0: SIGFPE before; bad_alloc or minutes above.

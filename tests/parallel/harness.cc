@@ -14,6 +14,7 @@
 #include "parallel/zero_comm.h"
 #include "parallel/mesh.h"
 #include "model/context/context_comm.h"
+#include "model/expert/moe.h"
 #include "model/tensor/collectives.h"
 
 namespace strata::ptest {
@@ -30,6 +31,11 @@ model::GPTConfig small_config() {
 }
 
 namespace {
+
+// The total loss of the last forward: cross-entropy plus an MoE model's aux and z losses.
+double with_moe_losses(const model::GPT& gpt, double ce) {
+  return gpt.moe() ? ce + gpt.moe()->last_aux() + gpt.moe()->last_z() : ce;
+}
 
 // Rows [row0, row0 + B) of the global batch of `step`: a noisy affine sequence (learnable)
 // with the last 3 targets of the last row of the batch masked out (weight 0).
@@ -77,7 +83,8 @@ RunResult run_reference(const RunSpec& s) {
     double loss = 0;
     for (int a = 0; a < s.accum; ++a) {
       Rows r = batch_rows(s, step, a * micro, micro);
-      loss += gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T);
+      loss += with_moe_losses(
+          gpt, gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T));
       gpt.backward(float(1.0 / double(real_tokens(s))));
     }
     const double ss = kernels::sum_squares(gpt.grads(), n);
@@ -134,7 +141,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
   std::vector<int64_t> bytes(world, 0);
   comm::run_threads(world, [&](comm::ProcessGroup& pg) {
     omp_set_num_threads(1);
-    parallel::Mesh mesh(pg, {run.tp, run.dp, run.cp});
+    parallel::Mesh mesh(pg, {run.tp, run.dp, run.cp, 1, run.ep});
     std::unique_ptr<model::TensorComm> tc;
     if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
     std::unique_ptr<model::ContextComm> cc;
@@ -143,6 +150,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
                    cc.get());
     STRATA_CHECK(gpt.compute() == s.compute, "the model computes in ", dtype_name(gpt.compute()),
                  " instead of ", dtype_name(s.compute));
+    if (mesh.has_ep()) gpt.set_expert_group(&mesh.ep());
     parallel::DataParallelEngine engine(gpt, mesh.dp_cp(), run.opts, s.optim, s.seed);
     const int rank = pg.rank(), d = mesh.dp_rank();
     RunResult& out = results[rank];
@@ -152,7 +160,8 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
       for (int a = 0; a < s.accum; ++a) {
         engine.begin_micro(a, s.accum);
         Rows r = batch_rows(s, step, (d * s.accum + a) * micro, micro);
-        loss += gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T);
+        loss += with_moe_losses(
+            gpt, gpt.forward(r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T));
         gpt.backward(float(1.0 / double(real_tokens(s))));
       }
       engine.end_backward();
@@ -162,6 +171,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
     local[rank] = engine.gather_full_params();
     layouts[rank] = gpt.tensor_layout();
     out.memory = engine.memory_report();
+    if (gpt.moe()) out.ep_bytes = gpt.moe()->group().bytes_sent();
     bytes[rank] = engine.tp_bytes_last_step();
   });
   for (int r = 1; r < world; ++r) {
@@ -173,6 +183,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
   for (int t = 0; t < run.tp; ++t)  // the tp ranks of dp rank 0
     for (const TensorPiece& p : layouts[t]) place_piece(global, table, p, &local[t][p.local_offset]);
   results[0].params = std::move(global);
+  for (int r = 1; r < world; ++r) results[0].ep_bytes += results[r].ep_bytes;
   if (tp_bytes) *tp_bytes = bytes[0];
   return results[0];
 }

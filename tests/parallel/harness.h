@@ -30,6 +30,7 @@ struct RunResult {
   std::vector<float> grad_norms;  // per step, before clipping
   std::vector<float> params;      // fp32 weights after the last step
   parallel::MemoryReport memory;  // rank 0's engine buffers
+  int64_t ep_bytes = 0;           // MoE: all-to-all payload of every rank over the run
 };
 
 // Single process, fp32 state and optimiser (matmuls in spec.compute), full buffers: zero,
@@ -52,6 +53,7 @@ struct TpRun {
   bool sp = true;
   int cp = 1;
   model::CpOptions cp_opt;
+  int ep = 1;  // expert-parallel ranks (an MoE model), carved out of dp
   parallel::DataParallelOptions opts;
 };
 RunResult run_tensor_parallel(const RunSpec& spec, const TpRun& run, int64_t* tp_bytes = nullptr);

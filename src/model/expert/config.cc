@@ -1,0 +1,31 @@
+#include "model/expert/config.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace strata::model::expert {
+
+int64_t MoEConfig::capacity(int64_t tokens) const {
+  if (dropless) return tokens * top_k;
+  return int64_t(std::ceil(capacity_factor * double(tokens) * top_k / experts - 1e-9));
+}
+
+void MoEConfig::validate() const {
+  if (experts == 0) return;
+  STRATA_CHECK(experts > 0, "--experts must be positive (got ", experts, ")");
+  STRATA_CHECK(top_k >= 1 && top_k <= experts, "--top-k ", top_k, " must be in [1, --experts ",
+               experts, "]");
+  STRATA_CHECK(every >= 1, "--moe-every must be at least 1 (got ", every, ")");
+  STRATA_CHECK(dropless || (std::isfinite(capacity_factor) && capacity_factor > 0),
+               "--capacity-factor must be a positive number (got ", capacity_factor,
+               "); use --dropless for no capacity limit");
+  STRATA_CHECK(std::isfinite(aux_coef) && aux_coef >= 0, "--aux-loss-coef must be >= 0 (got ",
+               aux_coef, ")");
+  STRATA_CHECK(std::isfinite(z_coef) && z_coef >= 0, "--z-loss-coef must be >= 0 (got ", z_coef,
+               ")");
+  STRATA_CHECK(std::isfinite(jitter) && jitter >= 0 && jitter < 1,
+               "--router-jitter must be in [0, 1) (got ", jitter, ")");
+}
+
+}  // namespace strata::model::expert

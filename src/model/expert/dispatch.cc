@@ -1,0 +1,67 @@
+#include "model/expert/dispatch.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/trace.h"
+
+namespace strata::model::expert {
+
+ExpertGroup::ExpertGroup(comm::ProcessGroup* group, int experts) {
+  if (group && group->size() > 1) {
+    group_ = group;
+    P_ = group->size();
+    rank_ = group->rank();
+  }
+  STRATA_CHECK(experts % P_ == 0, "--experts ", experts, " is not divisible by --ep ", P_);
+  El_ = experts / P_;
+}
+
+std::vector<int64_t> ExpertGroup::exchange_counts(const std::vector<int64_t>& sent) {
+  STRATA_CHECK(int64_t(sent.size()) == int64_t(P_) * El_, "expert counts: ", sent.size(),
+               " entries for ", P_ * El_, " experts");
+  if (!group_) return sent;
+  std::vector<int64_t> recv(sent.size());
+  group_->all_to_all(sent.data(), recv.data(), size_t(El_), DType::i64);
+  bytes_ += int64_t(sent.size()) * 8;
+  return recv;
+}
+
+void ExpertGroup::rows(const float* send, float* recv, const std::vector<int64_t>& sent,
+                       const std::vector<int64_t>& recv_counts, int64_t W, bool back) {
+  std::vector<size_t> out(size_t(P_), 0), in(size_t(P_), 0);
+  for (int q = 0; q < P_; ++q)
+    for (int e = 0; e < El_; ++e) {
+      out[size_t(q)] += size_t(sent[size_t(q * El_ + e)] * W);
+      in[size_t(q)] += size_t(recv_counts[size_t(q * El_ + e)] * W);
+    }
+  if (back) std::swap(out, in);
+  if (!group_) {
+    if (out[0] > 0) std::memcpy(recv, send, sizeof(float) * out[0]);
+    return;
+  }
+  for (size_t n : out) bytes_ += int64_t(n * sizeof(float));
+  group_->all_to_all_v(send, out, recv, in, DType::f32);
+}
+
+OwnerLayout::OwnerLayout(const std::vector<int64_t>& recv, int P, int El)
+    : P_(P), El_(El), counts_(recv) {
+  src.assign(size_t(P * El + 1), 0);
+  exp.assign(size_t(P * El + 1), 0);
+  for (int i = 0; i < P * El; ++i) src[size_t(i + 1)] = src[size_t(i)] + recv[size_t(i)];
+  int i = 0;
+  for (int e = 0; e < El; ++e)
+    for (int s = 0; s < P; ++s, ++i) exp[size_t(i + 1)] = exp[size_t(i)] + recv[size_t(s * El + e)];
+  rows = src.back();
+}
+
+void OwnerLayout::permute(const float* in, float* out, int64_t W, bool to_expert) const {
+  for (int s = 0; s < P_; ++s)
+    for (int e = 0; e < El_; ++e) {
+      const int64_t n = counts_[size_t(s * El_ + e)];
+      const int64_t a = src[size_t(s * El_ + e)] * W, b = exp[size_t(e * P_ + s)] * W;
+      if (n > 0) std::memcpy(out + (to_expert ? b : a), in + (to_expert ? a : b), sizeof(float) * n * W);
+    }
+}
+
+}  // namespace strata::model::expert

@@ -1,0 +1,240 @@
+#include "model/expert/moe.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/trace.h"
+#include "kernels/convert.h"
+#include "kernels/matmul.h"
+
+namespace strata::model::expert {
+
+namespace {
+
+// A trace span, built only when tracing is on: "dispatch L3", "experts L3", "combine L3".
+struct Span {
+  std::optional<TraceSpan> s;
+  Span(const char* what, const char* pass, int layer, const char* cat) {
+    if (tracer().enabled())
+      s.emplace(tracer(), std::string(pass) + " " + what + " M" + std::to_string(layer), cat);
+  }
+};
+
+float* grow(GrowBuf& b, int64_t n) { return b.need(n); }
+
+}  // namespace
+
+// What one block keeps from its forward for its backward.
+struct MoE::Layer {
+  int64_t N = 0;
+  bool jittered = false;
+  GrowBuf xin, noise, xr, logits;  // (N, C), (N, C), (N, C), (N, E)
+  Routing r;
+  std::vector<int64_t> off;    // (E + 1) send offsets by expert
+  std::vector<int64_t> recv;   // (P, El) rows received per source and local expert
+  std::unique_ptr<OwnerLayout> owner;
+  GrowBuf X, H, A, R, stage;  // owner: (M, C), (M, 4C), (M, 4C); source: (S, C)
+};
+
+MoE::MoE(const MoEConfig& cfg, int layers, int C) : cfg_(cfg), C_(C) {
+  cfg_.validate();
+  for (int m = 0; m < cfg_.moe_layers(layers); ++m) layers_.push_back(std::make_unique<Layer>());
+  load_.layers = int(layers_.size());
+  load_.E = cfg_.experts;
+  load_.v.assign(size_t(load_.layers) * (2 * cfg_.experts + LoadStats::kExtra), 0.0);
+  set_group(nullptr);
+}
+
+MoE::~MoE() = default;
+
+void MoE::set_group(comm::ProcessGroup* group) {
+  group_ = std::make_unique<ExpertGroup>(group, cfg_.experts);
+}
+
+double LoadStats::aux() const {
+  double s = 0;
+  for (int m = 0; m < layers; ++m) s += layer(m)[2 * E + 3];
+  return s;
+}
+double LoadStats::z() const {
+  double s = 0;
+  for (int m = 0; m < layers; ++m) s += layer(m)[2 * E + 4];
+  return s;
+}
+
+LoadStats MoE::take_load() {
+  LoadStats out = load_;
+  std::fill(load_.v.begin(), load_.v.end(), 0.0);
+  return out;
+}
+
+void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
+                  const MoEWeights& w, bool bf16) {
+  Layer& L = *layers_[size_t(m)];
+  const int E = cfg_.experts, K = cfg_.top_k, C = C_;
+  const int64_t F = 4 * int64_t(C);
+  ExpertGroup& g = *group_;
+  if (m <= last_m_) last_aux_ = last_z_ = 0;  // a new forward
+  last_m_ = m;
+  L.N = N;
+  float* xin = grow(L.xin, N * C);
+  if (xh)
+    kernels::bf16_to_f32(xin, xh, N * C);
+  else if (N > 0)
+    std::memcpy(xin, x, sizeof(float) * N * C);
+  const float* xr = xin;
+  const bool jitter = training_ && cfg_.jitter > 0;
+  L.jittered = jitter;
+  if (jitter) {
+    // Noise of element (t, c) of this forward: Philox(seed, stream = block, counter).
+    float* nz = grow(L.noise, N * C);
+    float* j = grow(L.xr, N * C);
+    const uint64_t base = counter_ * 0x100000000ull;
+    for (int64_t i = 0; i < N * C; ++i) {
+      const auto bits = philox4x32(seed_ ^ 0x6d6f65ull, uint64_t(m), base + uint64_t(i));
+      const float u = float(bits[0] >> 8) * (1.0f / 16777216.0f);
+      nz[i] = 1.0f - cfg_.jitter + 2.0f * cfg_.jitter * u;
+      j[i] = xin[i] * nz[i];
+    }
+    xr = j;
+    if (m == int(layers_.size()) - 1) ++counter_;
+  }
+  float* logits = grow(L.logits, N * E);
+  if (N > 0) kernels::matmul_forward(logits, xr, w.router, nullptr, N, C, E);
+  route(L.r, logits, N, cfg_);
+  last_aux_ += L.r.aux;
+  last_z_ += L.r.zsum;
+  double* st = load_.layer(m);
+  for (int e = 0; e < E; ++e) {
+    st[e] += double(L.r.wanted[size_t(e)]);
+    st[E + e] += double(L.r.kept[size_t(e)]);
+  }
+  st[2 * E] += double(L.r.dropped);
+  st[2 * E + 1] += double(N);
+  st[2 * E + 2] += L.r.entropy_sum;
+  st[2 * E + 3] += L.r.aux;
+  st[2 * E + 4] += L.r.zsum;
+
+  L.off.assign(size_t(E + 1), 0);
+  for (int e = 0; e < E; ++e) L.off[size_t(e + 1)] = L.off[size_t(e)] + L.r.kept[size_t(e)];
+  const int64_t S = L.off.back();
+  float* send = grow(L.R, S * C);
+  for (int64_t t = 0; t < N; ++t)
+    for (int k = 0; k < K; ++k) {
+      const int64_t s = L.r.slot[size_t(t * K + k)];
+      if (s < 0) continue;
+      const int e = L.r.choice[size_t(t * K + k)];
+      std::memcpy(send + (L.off[size_t(e)] + s) * C, xin + t * C, sizeof(float) * C);
+    }
+  {
+    Span sp("dispatch", "forward", m, "ep_comm");
+    L.recv = g.exchange_counts(L.r.kept);
+    L.owner = std::make_unique<OwnerLayout>(L.recv, g.size(), g.local_experts());
+    const int64_t M = L.owner->rows;
+    float* stage = grow(L.stage, M * C);
+    g.rows(send, stage, L.r.kept, L.recv, C, false);
+    L.owner->to_expert_major(stage, grow(L.X, M * C), C);
+  }
+  const OwnerLayout& ol = *L.owner;
+  const int64_t M = ol.rows;
+  owned_rows_ += M;
+  std::vector<int64_t> rows(size_t(g.local_experts() + 1));
+  for (int e = 0; e <= g.local_experts(); ++e) rows[size_t(e)] = ol.exp[size_t(e * g.size())];
+  std::vector<ExpertViews> mine(w.experts.begin() + g.first_expert(),
+                                w.experts.begin() + g.first_expert() + g.local_experts());
+  float* O = grow(scratch_[1], M * C);
+  {
+    Span sp("experts", "forward", m, "compute");
+    experts_forward(mine, rows, L.X.data(), grow(L.H, M * F), grow(L.A, M * F), O, C, bf16);
+  }
+  {
+    Span sp("combine", "forward", m, "ep_comm");
+    ol.to_source_major(O, L.stage.data(), C);
+    g.rows(L.stage.data(), send, L.r.kept, L.recv, C, true);  // send now holds the results
+  }
+  for (int64_t t = 0; t < N; ++t)
+    for (int k = 0; k < K; ++k) {
+      const int64_t s = L.r.slot[size_t(t * K + k)];
+      if (s < 0) continue;
+      const float gk = L.r.gate[size_t(t * K + k)];
+      const float* o = send + (L.off[size_t(L.r.choice[size_t(t * K + k)])] + s) * C;
+      float* y = out + t * C;
+      for (int c = 0; c < C; ++c) y[c] += gk * o[c];
+    }
+}
+
+void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
+                   const MoEWeights& gw, bool bf16, float scale) {
+  Layer& L = *layers_[size_t(m)];
+  const int E = cfg_.experts, K = cfg_.top_k, C = C_;
+  const int64_t F = 4 * int64_t(C), N = L.N, S = L.off.back();
+  ExpertGroup& g = *group_;
+  const OwnerLayout& ol = *L.owner;
+  const int64_t M = ol.rows;
+  // d loss / d O(t, k) = g · dout[t] (source rows); d loss / d g = <dout[t], O(t, k)>.
+  float* dR = grow(scratch_[0], S * C);
+  std::vector<float> dgate(size_t(N * K), 0.0f);
+  for (int64_t t = 0; t < N; ++t)
+    for (int k = 0; k < K; ++k) {
+      const int64_t s = L.r.slot[size_t(t * K + k)];
+      if (s < 0) continue;
+      const int64_t row = L.off[size_t(L.r.choice[size_t(t * K + k)])] + s;
+      const float gk = L.r.gate[size_t(t * K + k)];
+      const float *o = L.R.data() + row * C, *d = dout + t * C;
+      float* dr = dR + row * C;
+      double dot = 0;
+      for (int c = 0; c < C; ++c) {
+        dr[c] = gk * d[c];
+        dot += double(d[c]) * o[c];
+      }
+      dgate[size_t(t * K + k)] = float(dot);
+    }
+  float* dO = grow(scratch_[1], M * C);
+  {
+    Span sp("dispatch", "backward", m, "ep_comm");
+    g.rows(dR, L.stage.data(), L.r.kept, L.recv, C, false);
+    ol.to_expert_major(L.stage.data(), dO, C);
+  }
+  std::vector<int64_t> rows(size_t(g.local_experts() + 1));
+  for (int e = 0; e <= g.local_experts(); ++e) rows[size_t(e)] = ol.exp[size_t(e * g.size())];
+  const auto first = size_t(g.first_expert()), n = size_t(g.local_experts());
+  std::vector<ExpertViews> mine(w.experts.begin() + first, w.experts.begin() + first + n);
+  std::vector<ExpertViews> grads(gw.experts.begin() + first, gw.experts.begin() + first + n);
+  float* dX = grow(scratch_[3], M * C);
+  {
+    Span sp("experts", "backward", m, "compute");
+    experts_backward(mine, grads, rows, L.X.data(), L.H.data(), L.A.data(), dO,
+                     grow(scratch_[2], M * F), dX, C, bf16);
+  }
+  {
+    Span sp("combine", "backward", m, "ep_comm");
+    ol.to_source_major(dX, L.stage.data(), C);
+    g.rows(L.stage.data(), dR, L.r.kept, L.recv, C, true);  // dR now holds d x rows
+  }
+  if (N > 0) std::memset(dx, 0, sizeof(float) * N * C);
+  for (int64_t t = 0; t < N; ++t)
+    for (int k = 0; k < K; ++k) {
+      const int64_t s = L.r.slot[size_t(t * K + k)];
+      if (s < 0) continue;
+      const float* d = dR + (L.off[size_t(L.r.choice[size_t(t * K + k)])] + s) * C;
+      float* o = dx + t * C;
+      for (int c = 0; c < C; ++c) o[c] += d[c];
+    }
+  if (N == 0) return;
+  std::vector<float> dlogits(size_t(N * E));
+  route_backward(L.r, dgate.data(), scale, cfg_, dlogits.data());
+  if (!L.jittered) {
+    kernels::matmul_backward(dx, gw.router, nullptr, dlogits.data(),
+                             L.xin.data(), w.router, N, C, E, /*accumulate_dinp=*/true);
+    return;
+  }
+  std::vector<float> dxr(size_t(N * C));
+  kernels::matmul_backward(dxr.data(), gw.router, nullptr, dlogits.data(), L.xr.data(), w.router,
+                           N, C, E, /*accumulate_dinp=*/false);
+  for (int64_t i = 0; i < N * C; ++i) dx[i] += dxr[size_t(i)] * L.noise.data()[i];
+}
+
+}  // namespace strata::model::expert

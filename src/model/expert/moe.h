@@ -1,0 +1,110 @@
+// The MoE blocks of one GPT: routing (router.h), dispatch to the experts' owners and back
+// (dispatch.h), expert MLPs (experts.h), and the load statistics of a training step.
+//
+// One MoE block, N tokens of a group, x (N, C) the ln_2 output:
+//   forward:  logits = x' W_r^T (x' = x, times U(1-j, 1+j) noise when jittering in
+//             training); route; send x rows of kept assignments to the experts' owners;
+//             experts; send outputs back; out[t] += sum over kept k of g[t][k] · O(t, k)
+//   backward: dO(t, k) = g[t][k] · dout[t] and dg[t][k] = <dout[t], O(t, k)> go to the
+//             owners; experts backward; dX rows come back and add into dx; the router's
+//             gradient (gates, aux and z terms) adds dlogits W_r into dx.
+// Parameters of a block (model table order after ln_2): mlp.router.weight (E, C), then for
+// each expert e: mlp.experts.e.c_fc.weight (4C, C), .c_fc.bias (4C), .c_proj.weight
+// (C, 4C), .c_proj.bias (C). Every rank holds every expert's parameters (so ZeRO, bf16 and
+// checkpoints treat them as any other view); under expert parallelism a rank computes, and
+// accumulates gradients for, its own experts only, and the sum over the data-parallel group
+// is then every expert's gradient over the whole batch.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/memory.h"
+#include "model/expert/config.h"
+#include "model/expert/dispatch.h"
+#include "model/expert/experts.h"
+#include "model/expert/router.h"
+
+namespace strata::model::expert {
+
+// Floats counted as activations by the memory tracker, grown on demand (the contents are
+// not kept across growth): the MoE buffers depend on the routing (rows per expert).
+class GrowBuf {
+ public:
+  float* need(int64_t n) {
+    if (int64_t(buf_.bytes()) < n * int64_t(sizeof(float)))
+      buf_ = Buffer(MemCategory::activations, size_t(n) * sizeof(float));
+    return data();
+  }
+  float* data() const { return buf_.as<float>(); }
+
+ private:
+  Buffer buf_;
+};
+
+// Pointers to one MoE block's router and its experts' views (all E, global ids).
+struct MoEWeights {
+  float* router = nullptr;  // (E, C)
+  std::vector<ExpertViews> experts;
+};
+
+// Load of one step, summed over its micro-batches (and, once the trainer has reduced
+// them, over the ranks): per MoE block, `wanted` and `kept` assignments per expert, then
+// dropped, tokens, entropy sum, aux and z sums. Flat, so one all-reduce carries it.
+struct LoadStats {
+  int layers = 0, E = 0;
+  std::vector<double> v;  // layers x (2E + 5)
+  static constexpr int kExtra = 5;
+  double* layer(int m) { return v.data() + size_t(m) * (2 * E + kExtra); }
+  const double* layer(int m) const { return v.data() + size_t(m) * (2 * E + kExtra); }
+  double aux() const, z() const;
+};
+
+class MoE {
+ public:
+  MoE(const MoEConfig& cfg, int layers, int C);
+  ~MoE();
+  const MoEConfig& config() const { return cfg_; }
+  // Expert parallelism over `group` (null: every expert local). Throws naming --ep when E
+  // does not divide.
+  void set_group(comm::ProcessGroup* group);
+  const ExpertGroup& group() const { return *group_; }
+  void set_seed(uint64_t seed) { seed_ = seed; }
+  void set_training(bool training) { training_ = training; }  // router jitter on or off
+  bool training() const { return training_; }
+
+  // One MoE block (moe index m): x (N, C) fp32 or xh bf16 (one of them null); out (N, C) +=.
+  // N may be 0: the rank still takes part in the exchanges.
+  void forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
+               const MoEWeights& w, bool bf16);
+  // dout (N, C); dx (N, C) written (the gradient of the block's input x); scale multiplies
+  // the aux and z losses' gradient (the same scale as the cross-entropy's).
+  void backward(int m, const float* dout, float* dx, const MoEWeights& w, const MoEWeights& g,
+                bool bf16, float scale);
+
+  // aux and z sums of the last forward over every block (coefficients included).
+  double last_aux() const { return last_aux_; }
+  double last_z() const { return last_z_; }
+  // The statistics since the last take (and resets them).
+  LoadStats take_load();
+  // Rows this rank's experts processed in forward since the last take (and resets it): the
+  // expert-parallel load of this rank, which the straggler check compares across ranks.
+  int64_t take_owned_rows() { return std::exchange(owned_rows_, 0); }
+
+ private:
+  struct Layer;
+  MoEConfig cfg_;
+  int C_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<ExpertGroup> group_;
+  uint64_t seed_ = 0, counter_ = 0;
+  bool training_ = true;
+  double last_aux_ = 0, last_z_ = 0;
+  int last_m_ = -1;
+  int64_t owned_rows_ = 0;
+  LoadStats load_;
+  GrowBuf scratch_[4];  // dR (and the forward's O), dO, dA, dX
+};
+
+}  // namespace strata::model::expert

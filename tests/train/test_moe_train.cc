@@ -1,0 +1,142 @@
+// `strata train --experts` end to end (docs/moe.md): the per-step load in metrics.jsonl adds
+// up, the aux and z losses are part of the reported loss, the collapse watch warns once per
+// collapse with the flags' thresholds, and a 2-rank expert-parallel run reports the same
+// figures summed over its ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cli_util.h"
+
+using namespace strata::test;
+using nlohmann::json;
+
+namespace {
+
+const std::string kMoE =
+    "train --layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --batch 4 --steps 4 "
+    "--peak-gflops 1000 --data synthetic:50000 --sample-tokens 0 --eval-batches 1 "
+    "--experts 4 --top-k 2 --capacity-factor 0.5 ";
+
+std::vector<json> steps(const std::string& path) {
+  std::vector<json> out;
+  for (json& j : json_lines(read_file(path)))
+    if (j.contains("loss")) out.push_back(j);
+  return out;
+}
+
+void check_load(const std::vector<json>& recs, int64_t tokens_per_step) {
+  ASSERT_EQ(recs.size(), 4u);
+  for (const json& r : recs) {
+    EXPECT_NEAR(r["loss"].get<double>(),
+                r["ce_loss"].get<double>() + r["aux_loss"].get<double>() + r["z_loss"].get<double>(),
+                1e-9);
+    EXPECT_GT(r["aux_loss"].get<double>(), 0.0);
+    ASSERT_EQ(r["moe"].size(), 2u);  // both blocks are MoE blocks
+    for (const json& b : r["moe"]) {
+      int64_t served = 0, wanted = 0;
+      for (int64_t n : b["tokens_per_expert"].get<std::vector<int64_t>>()) served += n;
+      for (int64_t n : b["wanted_per_expert"].get<std::vector<int64_t>>()) wanted += n;
+      EXPECT_EQ(wanted, 2 * tokens_per_step);  // K assignments per token
+      EXPECT_EQ(served + b["dropped"].get<int64_t>(), wanted);
+      EXPECT_GT(b["dropped"].get<int64_t>(), 0) << "capacity 0.5 drops";
+      EXPECT_NEAR(b["dropped_fraction"].get<double>(),
+                  double(b["dropped"].get<int64_t>()) / double(wanted), 1e-12);
+      EXPECT_GT(b["router_entropy"].get<double>(), 0.0);
+      EXPECT_LE(b["router_entropy"].get<double>(), std::log(4.0) + 1e-9);
+    }
+  }
+}
+
+TEST(MoETrain, LoadMetricsAddUpAndCollapseWarnsOnce) {
+  TempDir dir("moe_train");
+  RunResult r = run_strata(kMoE + "--collapse-pct 0 --collapse-steps 2 --run-dir " + dir.file("a"),
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  check_load(steps(dir.file("a/metrics.jsonl")), 4 * 16);
+  // Share > 0% is always true: one warning per block, at the 2nd step, not repeated.
+  const std::string all = r.out + r.err;
+  int n = 0;
+  for (size_t p = all.find("router collapse"); p != std::string::npos;
+       p = all.find("router collapse", p + 1))
+    ++n;
+  EXPECT_EQ(n, 2) << all;
+  EXPECT_NE(all.find("--collapse-pct 0"), std::string::npos) << all;
+}
+
+TEST(MoETrain, ExpertParallelRunSumsTheLoadOverRanks) {
+  TempDir dir("moe_ep");
+  RunResult r = run_strata(kMoE + "--nproc 2 --ep 2 --run-dir " + dir.file("b"), "",
+                           Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<json> recs = steps(dir.file("b/metrics.jsonl"));
+  check_load(recs, 4 * 16);
+  // Every served assignment was processed by exactly one rank's experts.
+  for (const json& rec : recs) {
+    int64_t served = 0, processed = 0;
+    for (const json& b : rec["moe"])
+      for (int64_t n : b["tokens_per_expert"].get<std::vector<int64_t>>()) served += n;
+    for (double n : rec["expert_rows_per_rank"].get<std::vector<double>>()) processed += int64_t(n);
+    EXPECT_EQ(processed, served);
+  }
+}
+
+// Every rank holds every expert (docs/moe.md), so a checkpoint has one layout at any ep:
+// saved at ep 2, it resumes at ep 1 and at ep 4 and training goes on from its step.
+TEST(MoETrain, CheckpointAtEp2ResumesAtEp1AndEp4) {
+  TempDir dir("moe_ckpt");
+  RunResult a = run_strata(kMoE + "--nproc 2 --ep 2 --ckpt-every 2 --steps 2 --run-dir " +
+                               dir.file("a"),
+                           "", Streams::separate);
+  ASSERT_EQ(a.status, 0) << a.err;
+  for (const char* ep : {"1 --nproc 1", "4 --nproc 4"}) {
+    const std::string to = dir.file(std::string("r") + ep[0]);
+    RunResult r = run_strata(kMoE + "--ep " + ep + " --resume " + dir.file("a") + " --run-dir " + to,
+                             "", Streams::separate);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE((r.out + r.err).find("resuming from step 2"), std::string::npos) << r.out << r.err;
+    const std::vector<json> recs = steps(to + "/metrics.jsonl");
+    ASSERT_EQ(recs.size(), 2u);
+    EXPECT_EQ(recs.front()["step"], 3);
+    EXPECT_TRUE(std::isfinite(recs.back()["loss"].get<double>()));
+  }
+}
+
+// The all-to-all bytes of a dropless ep step equal strata plan's figure for the layout, and
+// summary.json's config records the MoE settings.
+TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
+  TempDir dir("moe_bytes");
+  const std::string model = "--layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --experts 4 --top-k 2 ";
+  RunResult r = run_strata("train " + model + "--batch 4 --steps 2 --peak-gflops 1000 "
+                           "--data synthetic:50000 --sample-tokens 0 --eval-batches 1 --dropless "
+                           "--nproc 4 --ep 2 --run-dir " + dir.file("d"),
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult plan = run_strata("plan --local --layers 2 --hidden 32 --heads 2 --seq 16 --max-seq 16 "
+                              "--experts 4 --top-k 2 --dp 4 --ep 2 --micro-batch 1 --json",
+                              "", Streams::separate);
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const json p = json::parse(plan.out);
+  const std::vector<json> recs = steps(dir.file("d/metrics.jsonl"));
+  ASSERT_EQ(recs.size(), 2u);
+  for (const json& rec : recs)  // two ep groups of 2 ranks
+    EXPECT_EQ(rec["ep_bytes"].get<int64_t>(), 2 * p["ep_bytes_per_step_per_group"].get<int64_t>());
+  const json s = json::parse(read_file(dir.file("d/summary.json")));
+  EXPECT_EQ(s["config"]["moe"]["experts"], 4);
+  EXPECT_EQ(s["config"]["moe"]["dropless"], true);
+}
+
+// A straggler line names the slow rank's expert load: --straggler-pct 0 names every rank
+// above the median compute time.
+TEST(MoETrain, StragglerLineNamesTheExpertLoad) {
+  TempDir dir("moe_straggler");
+  RunResult r = run_strata(kMoE + "--nproc 2 --ep 2 --straggler-every 2 --straggler-pct 0 "
+                                  "--run-dir " + dir.file("c"),
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string all = r.out + r.err;
+  ASSERT_NE(all.find("stragglers at step"), std::string::npos) << all;
+  EXPECT_NE(all.find("expert load: rank "), std::string::npos) << all;
+}
+
+}  // namespace
