@@ -23,6 +23,7 @@ static std::string group_summary(const std::string& name) {
       {"data", "Inspect the data pipeline: per-rank sample plans, corpus facts"},
       {"doctor", "Diagnose a hung job (doctor hang) or slow links (doctor net)"},
       {"fed", "Federated learning: train (server + client processes), compare with centralized"},
+      {"pp", "Pipeline parallelism: draw and validate schedules (pp schedule)"},
       {"trace", "Merge per-rank Chrome traces; report communication overlap"},
   };
   for (const auto& [g, text] : groups)
