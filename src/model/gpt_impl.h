@@ -168,6 +168,13 @@ inline float* checked(float* p, int unit, const char* what) {
   return p;
 }
 
+// One block of the one-process model (gpt.cc), also run by a pipeline stage (model/stage.h):
+// x (B·T, C) -> a.res3; backward: dres holds d loss / d res3 on entry, d loss / d x on exit.
+void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B, int T);
+void block_backward(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
+                    const float* x, float* dres, float* dbuf_c, float* dbuf_4c, float* dqkv, int B,
+                    int T);
+
 // Tensor-parallel forward, backward and logits (gpt_tp.cc).
 double tp_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s);
 void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s, float scale);
