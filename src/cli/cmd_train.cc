@@ -34,6 +34,7 @@ struct TrainArgs {
   std::string zero = "0", precision = "fp32", backend = "shm";
   cli::FaultFlags faults;
   std::string mtbf;  // --mtbf, e.g. "4h"
+  std::string pp_schedule = "1f1b", pp_split;
 };
 
 // An architecture override, when the flag was given: positive, else one line naming it.
@@ -87,14 +88,29 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   return cfg;
 }
 
-train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train::TrainConfig& cfg) {
+// --micro-batches M (pipeline): the micro-batch that makes the accumulation count M.
+void apply_micro_batches(CLI::App& app, const train::ParallelConfig& pc, train::TrainConfig& cfg) {
+  const int M = pc.pipeline.micro;
+  if (!app.count("--micro-batches")) return;
+  STRATA_CHECK(M >= 1, "--micro-batches must be at least 1 (got ", M, ")");
+  STRATA_CHECK(!app.count("--micro-batch"), "give --micro-batches or --micro-batch, not both");
+  const int dp = pc.mesh_dims().dp;
+  STRATA_CHECK(cfg.batch % (int64_t(dp) * M) == 0, "--batch ", cfg.batch,
+               " does not split into --micro-batches ", M, " x ", dp, " data-parallel rank(s)");
+  cfg.micro_batch = cfg.batch / (dp * M);
+}
+
+train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::TrainConfig& cfg) {
   train::ParallelConfig pc = a.parallel;
   pc.dp.stage = parallel::parse_zero_stage(a.zero);
   pc.dp.precision = parallel::parse_precision(a.precision);
   pc.backend = comm::parse_backend(a.backend);
+  pc.pipeline.schedule = parallel::pipeline::parse_schedule(a.pp_schedule);
+  if (!a.pp_split.empty()) pc.pipeline.split = parallel::pipeline::parse_split(a.pp_split);
   pc.data_parallel = app.count("--zero") || app.count("--precision") || pc.world() > 1;
   pc.timeout_s = a.faults.timeout_s;
   if (pc.timeout_s == 0) comm::detail::default_timeout_s();  // a bad STRATA_TIMEOUT: one line now
+  apply_micro_batches(app, pc, cfg);
   pc.validate(cfg);
   return pc;
 }
@@ -154,7 +170,16 @@ void setup(CLI::App& app) {
   app.add_option("--tp", p.mesh.tp,
                  "Tensor-parallel ranks (Megatron-style; must divide the heads); ranks = tp x dp")
       ->capture_default_str();
-  app.add_option("--dp", p.mesh.dp, "Data-parallel ranks (default: nproc / tp)");
+  app.add_option("--dp", p.mesh.dp, "Data-parallel ranks (default: nproc / (tp x pp))");
+  app.add_option("--pp", p.mesh.pp, "Pipeline stages (contiguous layers; ranks = tp x dp x pp)")
+      ->capture_default_str();
+  app.add_option("--schedule", a->pp_schedule, "Pipeline schedule: gpipe, 1f1b, interleaved, zb")
+      ->capture_default_str();
+  app.add_option("--micro-batches", p.pipeline.micro,
+                 "Pipeline micro-batches per step (default: the accumulation count)");
+  app.add_option("--virtual-stages", p.pipeline.virt, "Model chunks per stage (interleaved)")
+      ->capture_default_str();
+  app.add_option("--pp-split", a->pp_split, "Layers per (virtual) stage, e.g. 3,5 (default: balanced by cost)");
   app.add_flag("--sp,!--no-sp", p.sequence_parallel,
                "Sequence parallelism with --tp > 1 (default on): norms and residuals hold seq/tp "
                "tokens per rank");

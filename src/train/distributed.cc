@@ -23,6 +23,7 @@
 #include "parallel/overlap.h"
 #include "model/tensor/tp_cost.h"
 #include "parallel/zero_memory.h"
+#include "train/pipeline_rank.h"
 #include "train/run_dir_lock.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
@@ -134,6 +135,7 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq());
   cfg.validate(d.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
+  validate_pipeline(cfg, *this);
   const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
   if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp, n, dp, 0);
 }
@@ -222,6 +224,12 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   };
   topo.ckpt_barrier = [g = ckpt_group.get()] { g->barrier(); };
   topo.restart = comm::restart_attempt();
+  if (dims.pp > 1) {
+    TrainResult r = train_pipeline_rank(cfg, pc, mesh, topo);
+    write_trace();
+    world->barrier();
+    return r;
+  }
 
   parallel::DataParallelEngine* engine = nullptr;  // owned by the trainer's run
   EngineFactory factory;

@@ -150,7 +150,8 @@ std::string mib(int64_t bytes) { return fmt("%.1f MiB", double(bytes) / (1 << 20
 // Mean loss per real token over the first eval_batches micro-batches of the held-out split
 // (the same batches at every eval, so evals are comparable; fewer when the split is smaller). Every rank evaluates the same
 // batches: engines that gather parameters in forward need all ranks to take part.
-double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg, int b) {
+double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg, int b,
+                const EngineFactory& factory) {
   PhaseScope phase(PhaseKind::eval);
   data::SamplerConfig sc;
   sc.seq = cfg.train_seq();
@@ -162,7 +163,8 @@ double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConf
   data::Loader loader(val, sc, /*rank=*/0, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
-  for (const data::MicroBatch& mb : batch.micro)
+  if (factory.forward_sum) sum = factory.forward_sum(batch);
+  for (const data::MicroBatch& mb : factory.forward_sum ? std::vector<data::MicroBatch>() : batch.micro)
     sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
   STRATA_CHECK(batch.global_real_tokens > 0, "held-out split gave no tokens to evaluate");
   return sum / double(batch.global_real_tokens);
@@ -233,8 +235,9 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                cfg.model.vocab, " (set --vocab ", split.train->vocab(), ")");
   floor = split.val->entropy_floor();
 
-  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state, topo.tp,
-                                        factory.compute);
+  model = std::make_unique<model::GPT>(cfg.model,
+                                        factory.model_max_batch >= 0 ? factory.model_max_batch : b,
+                                        factory.model_owns_state, topo.tp, factory.compute);
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
 
@@ -347,8 +350,8 @@ void Trainer::Run::train_step(int64_t step) {
   const float scale = float(1.0 / double(batch.global_real_tokens));
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
-  double loss_sum = 0;
-  for (int m = 0; m < int(batch.micro.size()); ++m) {
+  double loss_sum = factory.run_step ? factory.run_step(batch, scale) : 0.0;
+  for (int m = 0; m < int(factory.run_step ? 0 : batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
     engine->begin_micro(m, int(batch.micro.size()));
     // B = 0 (a rank without samples at an uneven epoch end) still runs: the model then only
@@ -407,6 +410,7 @@ void Trainer::Run::train_step(int64_t step) {
               // where the step went (rank 0): docs/report.md
               {"data_ms", data_s * 1e3},  {"compute_ms", double(compute_ns - opt_ns) * 1e-6},
               {"optimizer_ms", double(opt_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
+  if (factory.step_metrics) rec.update(factory.step_metrics());
   if (stragglers) {
     rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);
@@ -432,14 +436,14 @@ void Trainer::Run::train_step(int64_t step) {
 void Trainer::Run::eval_and_sample(int64_t step) {
   const bool last = step + 1 == cfg.schedule.steps;
   if (last || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0)) {
-    result.eval_loss = evaluate(*model, *split.val, cfg, b);
+    result.eval_loss = evaluate(*model, *split.val, cfg, b, factory);
     json rec = {{"step", step + 1}, {"eval_loss", result.eval_loss}};
     if (floor >= 0) rec["floor"] = floor;
     if (lead)
       out->record(rec, "eval  step " + std::to_string(step + 1) + " | loss " +
                            floor_text(result.eval_loss, floor));
   }
-  if (cfg.sample_tokens > 0 &&
+  if (cfg.sample_tokens > 0 && factory.samples &&
       (last || (cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0))) {
     std::string text = sample_text(*model, *split.val, cfg, step);
     if (lead) out->record({{"step", step + 1}, {"sample", text}}, "sample: " + text);

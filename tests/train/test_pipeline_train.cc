@@ -1,0 +1,94 @@
+// `strata train --pp P`: pipeline stages as real processes give one process's losses (every
+// schedule the executor runs, with and without dp), record each stage's bubble per step, and
+// bad pipeline layouts are refused with one line before any rank starts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+
+namespace strata::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kModel =
+    "train --layers 4 --dim 32 --heads 2 --seq 16 --vocab 256 --data synthetic --batch 12 "
+    "--lr 3e-3 --eval-every 0 --eval-batches 2 --sample-tokens 0 --peak-gflops 100 --threads 1 ";
+
+struct PpRun {
+  std::vector<double> losses;
+  std::vector<json> records;
+  json summary;
+  RunResult cli;
+};
+
+PpRun train(const std::string& extra, int steps = 20) {
+  TempDir dir("pp");
+  PpRun r;
+  r.cli = run_strata(kModel + "--steps " + std::to_string(steps) + " --run-dir " + dir.str() +
+                         " " + extra,
+                     "", Streams::separate);
+  if (r.cli.status != 0) return r;
+  for (const json& rec : json_lines(read_file(dir.file("metrics.jsonl"))))
+    if (rec.contains("loss")) {
+      r.losses.push_back(rec["loss"].get<double>());
+      r.records.push_back(rec);
+    }
+  r.summary = json::parse(read_file(dir.file("summary.json")));
+  return r;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
+  const PpRun ref = train("--micro-batch 3");  // the eval batches are micro-batches: the same b
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  for (const std::string& layout :
+       {std::string("--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4"),
+        std::string("--nproc 3 --pp 3 --schedule gpipe --micro-batches 4"),
+        std::string("--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4"),
+        std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --precision fp32")}) {
+    const PpRun r = train(layout);
+    ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
+    EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
+    EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
+        << layout;
+    const json& pp = r.summary["pipeline"];
+    EXPECT_GT(pp["bubble_formula"].get<double>(), 0) << layout;
+    EXPECT_EQ(r.records.back()["pp_bubble"].size(), pp["pp"].get<size_t>()) << layout;
+    for (const json& st : pp["stages"]) EXPECT_GT(st["activation_bytes"].get<int64_t>(), 0);
+  }
+}
+
+TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--nproc 5 --pp 5", "--pp 5 stages but the model has only 4 layers"},
+      {"--nproc 2 --pp 2 --pp-split 1,2", "--pp-split sums to 3 layers but the model has 4"},
+      {"--nproc 2 --pp 2 --pp-split 1,2,1", "--pp-split has 3 sizes but there are 2"},
+      {"--nproc 2 --pp 2 --schedule interleaved --virtual-stages 3 --micro-batches 4",
+       "--virtual-stages 3 x --pp 2 = 6 chunks do not divide the 4 layers"},
+      {"--nproc 4 --pp 4 --layers 8 --schedule interleaved --virtual-stages 2 --micro-batches 2",
+       "--micro-batches >= --pp: 2 < 4"},
+      {"--nproc 2 --pp 2 --schedule zb --zero 3", "--schedule zb with --zero 3"},
+      {"--nproc 2 --pp 2 --schedule pipedream", "--schedule pipedream is not a schedule"},
+      {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},
+  };
+  for (const auto& [flags, want] : cases) {
+    const PpRun r = train(flags, 2);
+    EXPECT_NE(r.cli.status, 0) << flags;
+    EXPECT_NE(r.cli.err.find(want), std::string::npos) << flags << ": " << r.cli.err;
+    EXPECT_EQ(std::count(r.cli.err.begin(), r.cli.err.end(), '\n'), 1) << flags << ": " << r.cli.err;
+  }
+}
+
+}  // namespace
+}  // namespace strata::test
