@@ -14,9 +14,16 @@ namespace strata::model {
 namespace k = strata::kernels;
 using tensor::act;
 
+// A block's linear layers' output gradients, kept between backward_input and
+// backward_weight: fc_proj (N, C), fc after GELU (N, 4C), attn proj (N, C), qkv (N, 3C).
+struct Stash {
+  float *d3 = nullptr, *dfch = nullptr, *d2 = nullptr, *dqkv = nullptr;
+};
+
 struct StageModel::Slot {
   float* x = nullptr;  // (N, C) input: the received activation, or the embedding's output
   std::vector<LayerActs> layers;
+  std::vector<Stash> stash;  // split backward only
   float *gin = nullptr, *gout = nullptr;  // (N, C) output / input gradients
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
   uint16_t* lnf_h = nullptr;
@@ -31,7 +38,7 @@ namespace {
 
 // Carves one slot of a chunk (base = nullptr counts the floats).
 void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTConfig& cfg,
-                int64_t N, bool bf16) {
+                int64_t N, bool bf16, bool split) {
   const int64_t C = cfg.dim;
   const bool f32 = !bf16;
   s.x = c.take(N * C);
@@ -54,6 +61,13 @@ void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTC
     l.gelu_h = c.take_bf16(4 * N * C, bf16);
     l.res3 = c.take(N * C);
   }
+  s.stash.resize(split ? s.layers.size() : 0);
+  for (Stash& st : s.stash) {
+    st.d3 = c.take(N * C);
+    st.dfch = c.take(4 * N * C);
+    st.d2 = c.take(N * C);
+    st.dqkv = c.take(3 * N * C);
+  }
   s.gin = c.take_if(N * C, !ch.head);
   s.gout = c.take_if(N * C, !ch.embed);
   if (!ch.head) return;
@@ -69,8 +83,9 @@ void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTC
 }  // namespace
 
 StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
-                       std::vector<int> slots, int max_batch, DType compute)
-    : cfg_(cfg), chunks_(std::move(chunks)), compute_(compute) {
+                       std::vector<int> slots, int max_batch, DType compute,
+                       bool split_backward)
+    : cfg_(cfg), chunks_(std::move(chunks)), compute_(compute), split_(split_backward) {
   cfg_.validate();
   const int L = cfg_.layers;
   STRATA_CHECK(!chunks_.empty() && slots.size() == chunks_.size(), "stage: ", chunks_.size(),
@@ -118,7 +133,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   auto carve_all = [&](float* base) {
     Carver cv{base};
     for (size_t c = 0; c < chunks_.size(); ++c)
-      for (Slot& s : state_[c]->slots) carve_slot(cv, s, chunks_[c], cfg_, N, bf16);
+      for (Slot& s : state_[c]->slots) carve_slot(cv, s, chunks_[c], cfg_, N, bf16, split_);
     dres_ = cv.take(N * C);
     dbuf_c_ = cv.take(N * C);
     dbuf_4c_ = cv.take(4 * N * C);
@@ -245,38 +260,137 @@ double StageModel::forward(int chunk, int micro) {
                                  cfg_.padded_vocab);
 }
 
+namespace {
+
+// dinp (N, C) = dout (N, OC) @ w (OC, C): the input half of tensor::linear_backward.
+void linear_dinp(bool bf16, float* dinp, const float* dout, const float* w, int64_t N, int C,
+                 int OC) {
+  if (N == 0) return;
+  if (bf16)
+    k::gemm_bf16(k::Op::N, k::Op::N, int(N), C, OC, 1.0f, k::Mat(dout, OC), k::Mat(w, C), 0.0f,
+                 dinp, C);
+  else
+    k::gemm(k::Op::N, k::Op::N, int(N), C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+}
+
+// dw (OC, C) += dout^T @ inp; db (OC) += column sums of dout: the weight half.
+void linear_dweight(bool bf16, float* dw, float* db, const float* dout, k::Mat inp, int64_t N,
+                    int C, int OC) {
+  if (N == 0) return;
+  if (bf16)
+    k::gemm_bf16(k::Op::T, k::Op::N, OC, C, int(N), 1.0f, k::Mat(dout, OC), inp, 1.0f, dw, C);
+  else
+    k::gemm(k::Op::T, k::Op::N, OC, C, int(N), 1.0f, dout, OC, static_cast<const float*>(inp.p),
+            C, 1.0f, dw, C);
+  if (db) k::bias_backward(db, dout, N, OC);
+}
+
+// block_backward (gpt.cc) without the linear layers' weight gradients: those products'
+// output gradients go to the stash instead. dres: d res3 on entry, d x on exit.
+void block_backward_input(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
+                          const Stash& st, const float* x, float* dres, float* dbuf_c, int B,
+                          int T) {
+  const int64_t N = int64_t(B) * T;
+  const int C = cfg.dim;
+  const bool h = a.ln1_h != nullptr;
+  std::memcpy(st.d3, dres, sizeof(float) * size_t(N * C));
+  linear_dinp(h, st.dfch, dres, w.fcprojw, N, 4 * C, C);
+  k::gelu_backward(st.dfch, a.fch, st.dfch, N * 4 * C);
+  linear_dinp(h, dbuf_c, st.dfch, w.fcw, N, C, 4 * C);
+  k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+  std::memcpy(st.d2, dres, sizeof(float) * size_t(N * C));
+  linear_dinp(h, dbuf_c, dres, w.projw, N, C, C);
+  k::attention_backward(st.dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads, h);
+  linear_dinp(h, dbuf_c, st.dqkv, w.qkvw, N, C, 3 * C);
+  k::layernorm_backward(dres, g.ln1w, g.ln1b, dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+void block_backward_weight(const GPTConfig& cfg, const Block& g, const LayerActs& a,
+                           const Stash& st, int64_t N) {
+  const int C = cfg.dim;
+  const bool h = a.ln1_h != nullptr;
+  linear_dweight(h, g.fcprojw, g.fcprojb, st.d3, act(a.fch_gelu, a.gelu_h, 4 * C), N, 4 * C, C);
+  linear_dweight(h, g.fcw, g.fcb, st.dfch, act(a.ln2, a.ln2_h, C), N, C, 4 * C);
+  linear_dweight(h, g.projw, g.projb, st.d2, act(a.atty, nullptr, C), N, C, C);
+  linear_dweight(h, g.qkvw, g.qkvb, st.dqkv, act(a.ln1, a.ln1_h, C), N, C, 3 * C);
+}
+
+}  // namespace
+
 void StageModel::backward(int chunk, int micro, float scale) {
+  run_backward(chunk, micro, scale, false);
+}
+
+void StageModel::backward_input(int chunk, int micro, float scale) {
+  STRATA_CHECK(split_, "stage: backward_input needs a model built with split_backward");
+  run_backward(chunk, micro, scale, true);
+}
+
+void StageModel::backward_weight(int chunk, int micro) {
+  STRATA_CHECK(split_, "stage: backward_weight needs a model built with split_backward");
   const StageChunk& ch = chunks_[size_t(chunk)];
   Slot& s = slot(chunk, micro);
   const MicroInput& in = inputs_.at(size_t(micro));
-  const int B = in.B, T = in.T, C = cfg_.dim, L = cfg_.layers;
+  const int64_t N = int64_t(in.B) * in.T;
+  const int C = cfg_.dim;
+  if (N == 0) return;
+  if (ch.head) {
+    UnitSpan sp("weight", "head");
+    linear_dweight(compute_ == DType::bf16, unit_grads(0) + view_rel_[0], nullptr, s.logits,
+                   act(s.lnf, s.lnf_h, C), N, C, cfg_.padded_vocab);
+  }
+  for (int l = ch.end - 1; l >= ch.begin; --l) {
+    UnitSpan sp("weight", "L", l);
+    const size_t i = size_t(l - ch.begin);
+    block_backward_weight(cfg_, block_views(unit_grads(l + 1), view_rel_, l), s.layers[i],
+                          s.stash[i], N);
+  }
+}
+
+// Loss gradient through the logits and the final norm into dres_ (split: the logits' weight
+// gradient is left for backward_weight, which reads the logits' gradient kept in the slot).
+void StageModel::head_input_grad(Slot& s, const MicroInput& in, float scale, bool split) {
+  const int64_t N = int64_t(in.B) * in.T;
+  const int C = cfg_.dim, L = cfg_.layers;
+  const bool bf16 = compute_ == DType::bf16;
+  UnitSpan sp("backward", "head");
+  const float* wte = unit_params(0) + view_rel_[0];
+  k::crossentropy_backward(s.logits, s.lse, in.targets, in.weights, scale, N, cfg_.vocab,
+                           cfg_.padded_vocab);
+  if (split)
+    linear_dinp(bf16, dbuf_c_, s.logits, wte, N, C, cfg_.padded_vocab);
+  else
+    tensor::linear_backward(bf16, dbuf_c_, unit_grads(0) + view_rel_[0], nullptr, s.logits,
+                            act(s.lnf, s.lnf_h, C), wte, N, C, cfg_.padded_vocab);
+  const float* pf = unit_params(L + 1);
+  float* gf = unit_grads(L + 1);
+  const int64_t* r = view_rel_.data() + 2 + kViewsPerLayer * L;
+  std::memset(dres_, 0, sizeof(float) * size_t(N * C));
+  k::layernorm_backward(dres_, gf + r[0], gf + r[1], dbuf_c_, s.layers.back().res3, pf + r[0],
+                        s.lnf_mean, s.lnf_rstd, N, C);
+}
+
+void StageModel::run_backward(int chunk, int micro, float scale, bool split) {
+  const StageChunk& ch = chunks_[size_t(chunk)];
+  Slot& s = slot(chunk, micro);
+  const MicroInput& in = inputs_.at(size_t(micro));
+  const int B = in.B, T = in.T, C = cfg_.dim;
   const int64_t N = int64_t(B) * T;
   if (N == 0) return;
-  const bool bf16 = compute_ == DType::bf16;
-  if (ch.head) {
-    UnitSpan sp("backward", "head");
-    const float* wte = unit_params(0) + view_rel_[0];
-    float* dwte = unit_grads(0) + view_rel_[0];
-    k::crossentropy_backward(s.logits, s.lse, in.targets, in.weights, scale, N, cfg_.vocab,
-                             cfg_.padded_vocab);
-    tensor::linear_backward(bf16, dbuf_c_, dwte, nullptr, s.logits, act(s.lnf, s.lnf_h, C), wte, N,
-                            C, cfg_.padded_vocab);
-    const float* pf = unit_params(L + 1);
-    float* gf = unit_grads(L + 1);
-    const int64_t* r = view_rel_.data() + 2 + kViewsPerLayer * L;
-    std::memset(dres_, 0, sizeof(float) * size_t(N * C));
-    k::layernorm_backward(dres_, gf + r[0], gf + r[1], dbuf_c_, s.layers.back().res3, pf + r[0],
-                          s.lnf_mean, s.lnf_rstd, N, C);
-  } else {
+  if (ch.head)
+    head_input_grad(s, in, scale, split);
+  else
     std::memcpy(dres_, s.gin, sizeof(float) * size_t(N * C));
-  }
   for (int l = ch.end - 1; l >= ch.begin; --l) {
     UnitSpan sp("backward", "L", l);
     const size_t i = size_t(l - ch.begin);
     const Block w = block_views(unit_params(l + 1), view_rel_, l);
     const Block g = block_views(unit_grads(l + 1), view_rel_, l);
-    block_backward(cfg_, w, g, s.layers[i], i == 0 ? s.x : s.layers[i - 1].res3, dres_, dbuf_c_,
-                   dbuf_4c_, dqkv_, B, T);
+    const float* x = i == 0 ? s.x : s.layers[i - 1].res3;
+    if (split)
+      block_backward_input(cfg_, w, g, s.layers[i], s.stash[i], x, dres_, dbuf_c_, B, T);
+    else
+      block_backward(cfg_, w, g, s.layers[i], x, dres_, dbuf_c_, dbuf_4c_, dqkv_, B, T);
   }
   if (ch.embed) {
     UnitSpan sp("backward", "embed");

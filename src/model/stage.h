@@ -49,8 +49,10 @@ struct MicroInput {
 class StageModel {
  public:
   // slots[c]: activation slots of chunk c; max_batch: the largest micro-batch (sequences).
+  // split_backward: keep per slot what backward_weight needs (zero-bubble schedules): each
+  // block's output gradients of its four linear layers, 9·B·T·C floats per block.
   StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks, std::vector<int> slots,
-             int max_batch, DType compute = DType::f32);
+             int max_batch, DType compute = DType::f32, bool split_backward = false);
   ~StageModel();
   StageModel(const StageModel&) = delete;
   StageModel& operator=(const StageModel&) = delete;
@@ -90,6 +92,13 @@ class StageModel {
   // goes to grad_output (or into the embedding's gradients).
   void backward(int chunk, int micro, float scale);
 
+  // The same backward in two passes (zero-bubble): backward_input computes the input
+  // gradient (and the cheap norm and embedding gradients) and keeps the linear layers' output
+  // gradients; backward_weight then accumulates the linear layers' weight gradients (the
+  // same products as backward, so the same numbers). Needs split_backward.
+  void backward_input(int chunk, int micro, float scale);
+  void backward_weight(int chunk, int micro);
+
   // Bytes of the activation slots and scratch.
   int64_t activation_bytes() const;
 
@@ -100,10 +109,13 @@ class StageModel {
   float* unit_params(int unit);
   float* unit_grads(int unit);
   Slot& slot(int chunk, int micro);
+  void head_input_grad(Slot& s, const MicroInput& in, float scale, bool split);
+  void run_backward(int chunk, int micro, float scale, bool split);
 
   GPTConfig cfg_;
   std::vector<StageChunk> chunks_;
   DType compute_;
+  bool split_;
   std::vector<int> units_;
   std::vector<int64_t> unit_begin_;  // per global unit: offset in the flat buffers, or -1
   std::vector<int64_t> unit_global_begin_;

@@ -36,9 +36,6 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
   STRATA_CHECK(pc.dp.stage == 0, "--pp with --zero ", pc.dp.stage,
                ": the stage engine all-reduces whole gradients over the data-parallel group "
                "(ZeRO 0); ZeRO 1-3 with pipeline stages is not supported yet");
-  STRATA_CHECK(o.schedule != pl::ScheduleKind::zb,
-               "--schedule zb: the executor does not split the backward yet (zb is drawn by "
-               "`strata pp schedule`); use gpipe, 1f1b or interleaved");
   STRATA_CHECK(d.tp == 1 && d.cp == 1 && d.ep == 1, "--pp with ", d.describe(),
                ": pipeline stages compose with data parallelism only so far (--tp 1)");
   STRATA_CHECK(cfg.ckpt.every == 0 && cfg.ckpt.resume.empty(),
@@ -74,7 +71,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   std::vector<model::StageChunk> mine;
   for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
   const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
-  model::StageModel sm(cfg.model, mine, pl::slots_for(sched, stage), b, compute);
+  model::StageModel sm(cfg.model, mine, pl::slots_for(sched, stage), b, compute,
+                       sched.split_backward);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
   pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
   topo.counts_loss = mesh.last_stage();

@@ -195,7 +195,8 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run) {
     const int stage = mesh.pp_rank();
     std::vector<model::StageChunk> mine;
     for (int c = 0; c < run.virt; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
-    model::StageModel sm(s.model, mine, pl::slots_for(sched, stage), micro, s.compute);
+    model::StageModel sm(s.model, mine, pl::slots_for(sched, stage), micro, s.compute,
+                         sched.split_backward);
     pl::StageEngine engine(sm, mesh, s.optim, s.seed);
     comm::GroupPtr grad = mesh.has_pp() ? mesh.pp().split(0, mesh.pp().rank(), "pp-grad") : nullptr;
     pl::Executor ex(sched, stage, mesh.has_pp() ? &mesh.pp() : nullptr, grad.get());

@@ -31,9 +31,9 @@ void expect_same_as_one_process(const RunSpec& s, const PpRun& run) {
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1) << "the test model does not learn";
 }
 
-TEST(Pipeline, GPipeAnd1F1BEqualOneProcess) {
+TEST(Pipeline, GPipe1F1BAndZeroBubbleEqualOneProcess) {
   for (int P : {2, 3, 4})
-    for (const char* sched : {"gpipe", "1f1b"}) {
+    for (const char* sched : {"gpipe", "1f1b", "zb"}) {
       PpRun run;
       run.pp = P;
       run.schedule = sched;

@@ -55,6 +55,7 @@ TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
   for (const std::string& layout :
        {std::string("--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4"),
         std::string("--nproc 3 --pp 3 --schedule gpipe --micro-batches 4"),
+        std::string("--nproc 2 --pp 2 --schedule zb --micro-batches 4"),
         std::string("--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4"),
         std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --precision fp32")}) {
     const PpRun r = train(layout);
@@ -67,6 +68,14 @@ TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
     EXPECT_EQ(r.records.back()["pp_bubble"].size(), pp["pp"].get<size_t>()) << layout;
     for (const json& st : pp["stages"]) EXPECT_GT(st["activation_bytes"].get<int64_t>(), 0);
   }
+}
+
+// bf16 matmuls on fp32 weights: close to fp32 (the data-parallel bf16 test's bound).
+TEST(TrainPipeline, Bf16StaysCloseToFp32) {
+  const PpRun ref = train("--micro-batch 3");
+  const PpRun r = train("--nproc 2 --pp 2 --micro-batches 4 --precision bf16");
+  ASSERT_EQ(r.cli.status, 0) << r.cli.err;
+  EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2);
 }
 
 TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {

@@ -32,7 +32,6 @@ Executor::Executor(Schedule schedule, int stage, comm::ProcessGroup* act, comm::
 double Executor::run(model::StageModel& m, float scale) {
   STRATA_CHECK(m.num_inputs() == s_.micro, "pipeline: the schedule has ", s_.micro,
                " micro-batches but the stage got ", m.num_inputs());
-  STRATA_CHECK(!s_.split_backward, "pipeline: split backward (zb) is not supported by this stage");
   const std::vector<int> slots = slots_for(s_, stage_);
   using Key = std::tuple<int, int, int>;  // (op, chunk, micro)
   std::map<Key, comm::WorkPtr> recvs, sends;
@@ -71,7 +70,7 @@ double Executor::run(model::StageModel& m, float scale) {
     if (a.op == Op::F) {
       wait(recvs, Key{int(Op::recv_act), a.chunk, a.micro});
       wait(sends, Key{int(Op::send_act), a.chunk, reuse});
-    } else {
+    } else if (a.op == Op::B) {
       wait(recvs, Key{int(Op::recv_grad), a.chunk, a.micro});
       wait(sends, Key{int(Op::send_grad), a.chunk, reuse});
     }
@@ -83,6 +82,10 @@ double Executor::run(model::StageModel& m, float scale) {
                      "pipeline");
       if (a.op == Op::F)
         loss += m.forward(a.chunk, a.micro);
+      else if (a.op == Op::W)
+        m.backward_weight(a.chunk, a.micro);
+      else if (s_.split_backward)
+        m.backward_input(a.chunk, a.micro, scale);
       else
         m.backward(a.chunk, a.micro, scale);
     }
