@@ -38,8 +38,6 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
                "(ZeRO 0); ZeRO 1-3 with pipeline stages is not supported yet");
   STRATA_CHECK(d.tp == 1 && d.cp == 1 && d.ep == 1, "--pp with ", d.describe(),
                ": pipeline stages compose with data parallelism only so far (--tp 1)");
-  STRATA_CHECK(cfg.ckpt.every == 0 && cfg.ckpt.resume.empty(),
-               "--pp with --ckpt-every/--resume: pipeline checkpoints are not supported yet");
 }
 
 namespace {
@@ -76,6 +74,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
   pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
   topo.counts_loss = mesh.last_stage();
+  topo.layout = [&sm] { return sm.tensor_layout(); };
 
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
   json step_rec;

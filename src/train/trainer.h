@@ -100,6 +100,9 @@ struct Topology {
   // ckpt/checkpointer.h); empty when alone.
   std::function<void()> ckpt_barrier;
   int restart = 0;  // how many times the supervisor restarted this job (STRATA_RESTART)
+  // Where this rank's flat states lie in the global tensors when the model is not the
+  // trainer's GPT (a pipeline stage, model/stage.h); empty: the GPT's tensor_layout().
+  std::function<TensorLayout()> layout;
 };
 
 // Builds the step engine once the model exists. model_owns_state = false asks for a model

@@ -78,6 +78,37 @@ TEST(TrainPipeline, Bf16StaysCloseToFp32) {
   EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2);
 }
 
+// A checkpoint saved by pp 2 resumes on one process, on pp 4 and on pp 2 x dp 2, and
+// continues the saving run's losses (the stages' pieces carry their global names and boxes).
+TEST(TrainPipeline, CheckpointsReshardAcrossPipelineLayouts) {
+  TempDir dir("ppck");
+  const std::string save = dir.file("save");
+  const RunResult ref = run_strata(kModel + "--steps 20 --ckpt-every 10 --ckpt-keep 0 --run-dir " +
+                                       save + " --nproc 2 --pp 2 --micro-batches 4",
+                                   "", Streams::separate);
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  std::vector<double> want;
+  for (const json& rec : json_lines(read_file(save + "/metrics.jsonl")))
+    if (rec.contains("loss")) want.push_back(rec["loss"].get<double>());
+  ASSERT_EQ(want.size(), 20u);
+  int n = 0;
+  for (const std::string& to : {std::string("--micro-batch 3"),
+                                std::string("--nproc 4 --pp 4 --micro-batches 4"),
+                                std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2")}) {
+    const std::string run = dir.file("to" + std::to_string(n++));
+    const RunResult r = run_strata(kModel + "--steps 20 --run-dir " + run + " --resume " + save +
+                                       "/ckpt/step-000010 " + to,
+                                   "", Streams::separate);
+    ASSERT_EQ(r.status, 0) << to << ": " << r.err;
+    EXPECT_NE(r.err.find("resharded from 2 rank(s)"), std::string::npos) << r.err;
+    std::vector<double> got;
+    for (const json& rec : json_lines(read_file(run + "/metrics.jsonl")))
+      if (rec.contains("loss")) got.push_back(rec["loss"].get<double>());
+    ASSERT_EQ(got.size(), 10u) << to;
+    for (size_t i = 0; i < 10; ++i) EXPECT_NEAR(got[i], want[10 + i], 1e-5) << to << " step " << 11 + i;
+  }
+}
+
 TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
   const std::pair<std::string, std::string> cases[] = {
       {"--nproc 5 --pp 5", "--pp 5 stages but the model has only 4 layers"},

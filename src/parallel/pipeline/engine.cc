@@ -58,10 +58,12 @@ float StageEngine::step(float lr) {
 }
 
 std::vector<StateShard> StageEngine::state_shards() {
-  const int64_t psi = model_.num_params();
-  return {{"params", DType::f32, 0, psi, 0, psi, model_.params()},
-          {"exp_avg", DType::f32, 0, psi, 0, psi, m_.data()},
-          {"exp_avg_sq", DType::f32, 0, psi, 0, psi, v_.data()}};
+  // Every dp replica of the stage holds it all; each writes its 1/D share.
+  const int64_t psi = model_.num_params(), D = mesh_.dims().dp, d = mesh_.dp_rank();
+  const int64_t wb = psi * d / D, we = psi * (d + 1) / D;
+  return {{"params", DType::f32, 0, psi, wb, we, model_.params()},
+          {"exp_avg", DType::f32, 0, psi, wb, we, m_.data()},
+          {"exp_avg_sq", DType::f32, 0, psi, wb, we, v_.data()}};
 }
 
 void StageEngine::state_loaded(int64_t step_count) {
