@@ -70,6 +70,29 @@ struct ActShape {
   int64_t rep = 0;  // floats of the replicated-gradient scratch (tensor parallel only)
 };
 
+// One block's activations (LayerActs) for a micro-batch of a.N rows.
+inline void carve_layer(Carver& c, LayerActs& l, const GPTConfig& cfg, const ActShape& a,
+                        bool bf16) {
+  const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
+  const bool f32 = !bf16;
+  l.ln1 = c.take_if(n * C, f32);
+  l.ln1_h = c.take_bf16(n * C, bf16);
+  l.ln1_mean = c.take(n);
+  l.ln1_rstd = c.take(n);
+  l.qkv = c.take(3 * N * Cl);
+  l.atty = c.take(N * Cl);
+  l.att_lse = c.take(N * cfg.heads / a.T);
+  l.res2 = c.take(n * C);
+  l.ln2 = c.take_if(n * C, f32);
+  l.ln2_h = c.take_bf16(n * C, bf16);
+  l.ln2_mean = c.take(n);
+  l.ln2_rstd = c.take(n);
+  l.fch = c.take(4 * N * Cl);
+  l.fch_gelu = c.take_if(4 * N * Cl, f32);
+  l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
+  l.res3 = c.take(n * C);
+}
+
 struct GPT::Impl {
   std::vector<float*> unit_params, unit_grads;
   std::vector<int64_t> view_rel;  // offset of each view inside its unit
@@ -101,24 +124,7 @@ struct GPT::Impl {
     const bool f32 = !bf16;
     encoded = c.take(n * C);
     layers.resize(cfg.layers);
-    for (LayerActs& l : layers) {
-      l.ln1 = c.take_if(n * C, f32);
-      l.ln1_h = c.take_bf16(n * C, bf16);
-      l.ln1_mean = c.take(n);
-      l.ln1_rstd = c.take(n);
-      l.qkv = c.take(3 * N * Cl);
-      l.atty = c.take(N * Cl);
-      l.att_lse = c.take(N * cfg.heads / a.T);
-      l.res2 = c.take(n * C);
-      l.ln2 = c.take_if(n * C, f32);
-      l.ln2_h = c.take_bf16(n * C, bf16);
-      l.ln2_mean = c.take(n);
-      l.ln2_rstd = c.take(n);
-      l.fch = c.take(4 * N * Cl);
-      l.fch_gelu = c.take_if(4 * N * Cl, f32);
-      l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
-      l.res3 = c.take(n * C);
-    }
+    for (LayerActs& l : layers) carve_layer(c, l, cfg, a, bf16);
     lnf = c.take_if(n * C, f32);
     lnf_h = c.take_bf16(n * C, bf16);
     lnf_mean = c.take(n);

@@ -43,24 +43,9 @@ void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTC
   const bool f32 = !bf16;
   s.x = c.take(N * C);
   s.layers.resize(size_t(ch.end - ch.begin));
-  for (LayerActs& l : s.layers) {
-    l.ln1 = c.take_if(N * C, f32);
-    l.ln1_h = c.take_bf16(N * C, bf16);
-    l.ln1_mean = c.take(N);
-    l.ln1_rstd = c.take(N);
-    l.qkv = c.take(3 * N * C);
-    l.atty = c.take(N * C);
-    l.att_lse = c.take(N * cfg.heads);
-    l.res2 = c.take(N * C);
-    l.ln2 = c.take_if(N * C, f32);
-    l.ln2_h = c.take_bf16(N * C, bf16);
-    l.ln2_mean = c.take(N);
-    l.ln2_rstd = c.take(N);
-    l.fch = c.take(4 * N * C);
-    l.fch_gelu = c.take_if(4 * N * C, f32);
-    l.gelu_h = c.take_bf16(4 * N * C, bf16);
-    l.res3 = c.take(N * C);
-  }
+  ActShape a;
+  a.N = a.n = N;
+  for (LayerActs& l : s.layers) carve_layer(c, l, cfg, a, bf16);
   s.stash.resize(split ? s.layers.size() : 0);
   for (Stash& st : s.stash) {
     st.d3 = c.take(N * C);

@@ -258,14 +258,7 @@ double DataParallelEngine::local_grad_sum_squares() {
 }
 
 void DataParallelEngine::apply_adamw(float lr, float grad_scale) {
-  kernels::AdamWStep s;
-  s.lr = lr;
-  s.beta1 = optim_.beta1;
-  s.beta2 = optim_.beta2;
-  s.eps = optim_.eps;
-  s.weight_decay = optim_.weight_decay;
-  s.t = steps_ + 1;
-  s.grad_scale = grad_scale;
+  const kernels::AdamWStep s = adamw_step(optim_, lr, steps_ + 1, grad_scale);
   const int64_t lo = opt_range_.begin, own_begin = layout_.own().begin;
   float* weights =
       bf16_ ? master_.as<float>() - lo : params_.as<float>() - (opts_.stage >= 3 ? own_begin : 0);

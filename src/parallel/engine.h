@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/adamw.h"
 
 namespace strata::parallel {
 
@@ -24,6 +25,19 @@ struct OptimConfig {
   float weight_decay = 0.1f;  // applied to matrices and embeddings, not to biases or norms
   float grad_clip = 1.0f;     // global-norm clipping threshold; <= 0 disables
 };
+
+// The AdamW step of optimizer step t (1-based) with these settings.
+inline kernels::AdamWStep adamw_step(const OptimConfig& o, float lr, int64_t t, float grad_scale) {
+  kernels::AdamWStep s;
+  s.lr = lr;
+  s.beta1 = o.beta1;
+  s.beta2 = o.beta2;
+  s.eps = o.eps;
+  s.weight_decay = o.weight_decay;
+  s.t = t;
+  s.grad_scale = grad_scale;
+  return s;
+}
 
 // One optimizer-state tensor as this rank holds it, for checkpoints, which save and load by
 // range of the rank's flat parameter index space [0, Ψ) (Ψ: the elements this rank's model

@@ -25,14 +25,8 @@ void LocalEngine::begin_step() {
 float LocalEngine::step(float lr) {
   float* grads = model_.grads();
   const double sum_sq = kernels::sum_squares(grads, model_.num_params());
-  kernels::AdamWStep s;
-  s.lr = lr;
-  s.beta1 = cfg_.beta1;
-  s.beta2 = cfg_.beta2;
-  s.eps = cfg_.eps;
-  s.weight_decay = cfg_.weight_decay;
-  s.t = ++steps_;
-  s.grad_scale = kernels::clip_scale(sum_sq, cfg_.grad_clip);
+  const kernels::AdamWStep s =
+      parallel::adamw_step(cfg_, lr, ++steps_, kernels::clip_scale(sum_sq, cfg_.grad_clip));
   for (const model::DecayRange& sp : spans_)
     kernels::adamw_update(model_.params() + sp.begin, grads + sp.begin, m_.as<float>() + sp.begin,
                           v_.as<float>() + sp.begin, sp.end - sp.begin, sp.decay, s);

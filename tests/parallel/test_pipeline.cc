@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "harness.h"
+#include "model/stage.h"
+#include "parallel/pipeline/executor.h"
 
 namespace strata::ptest {
 namespace {
@@ -68,6 +70,24 @@ TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {
   run.pp = 3;
   run.split = {};
   expect_same_as_one_process(pipeline_spec(3, 2), run);
+}
+
+// Activation memory follows the schedule's in-flight count: GPipe holds M micro-batches on
+// every stage, 1F1B P − s on stage s, so stage 0's slots cost M / P times less under 1F1B.
+TEST(Pipeline, ActivationSlotsFollowInFlightCount) {
+  namespace pl = parallel::pipeline;
+  const model::GPTConfig cfg = RunSpec().model;
+  const int P = 4, M = 8;
+  const pl::Schedule g = pl::make_schedule(pl::ScheduleKind::gpipe, P, M);
+  const pl::Schedule f = pl::make_schedule(pl::ScheduleKind::one_f_one_b, P, M);
+  EXPECT_EQ(pl::slots_for(g, 0), std::vector<int>{M});
+  EXPECT_EQ(pl::slots_for(f, 0), std::vector<int>{P});
+  EXPECT_EQ(pl::slots_for(f, P - 1), std::vector<int>{1});
+  const model::StageChunk ch{0, 1, true, false};
+  auto bytes = [&](int slots) { return model::StageModel(cfg, {ch}, {slots}, 2).activation_bytes(); };
+  const int64_t per_slot = bytes(2) - bytes(1);
+  EXPECT_GT(per_slot, 0);
+  EXPECT_EQ(bytes(M) - bytes(P), (M - P) * per_slot);  // slots are the whole difference
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // What the training tests read from runs of the `strata` binary (support/run.h runs it):
 // metrics.jsonl records, token files to corrupt, checkpoint hashes.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -46,6 +50,14 @@ inline std::vector<std::string> state_hashes(const std::string& step_dir) {
   for (const nlohmann::json& shard : m["shards"])
     for (const nlohmann::json& p : shard["pieces"]) out.push_back(p.dump());
   return out;
+}
+
+// Largest |a[i] - b[i]|; a length mismatch fails the test.
+inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
 }
 
 }  // namespace strata::test

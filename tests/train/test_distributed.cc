@@ -42,13 +42,6 @@ TrainRun train(const std::string& extra, int steps = 20) {
   return r;
 }
 
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
-
 TEST(TrainDistributed, EveryStageAndRankCountMatchesOneProcess) {
   TrainRun ref = train("");
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;

@@ -42,14 +42,8 @@ float StageEngine::step(float lr) {
     sum_sq -= kernels::sum_squares(g + b, e - b);
   }
   if (mesh_.has_pp()) mesh_.pp().all_reduce(&sum_sq, 1);
-  kernels::AdamWStep s;
-  s.lr = lr;
-  s.beta1 = optim_.beta1;
-  s.beta2 = optim_.beta2;
-  s.eps = optim_.eps;
-  s.weight_decay = optim_.weight_decay;
-  s.t = ++steps_;
-  s.grad_scale = kernels::clip_scale(sum_sq, optim_.grad_clip);
+  const kernels::AdamWStep s =
+      adamw_step(optim_, lr, ++steps_, kernels::clip_scale(sum_sq, optim_.grad_clip));
   for (const model::DecayRange& sp : spans_)
     kernels::adamw_update(model_.params() + sp.begin, model_.grads() + sp.begin,
                           m_.as<float>() + sp.begin, v_.as<float>() + sp.begin, sp.end - sp.begin,
