@@ -25,5 +25,7 @@ section "kernels and one training step vs PyTorch (docs/kernels.md)"
 /usr/bin/python3 "$ROOT/bench/kernels/compare_torch.py" --build "$BUILD" --threads 1 --rounds 3
 section "federated round overhead, secure aggregation vs plain (docs/federated.md)"
 bash "$ROOT/bench/fed/run.sh"
+section "pipeline parallelism: bubble vs formula, 1F1B vs PyTorch (docs/pipeline.md)"
+bash "$ROOT/bench/pp/run.sh"
 section "scaling study and the calibrated planner (docs/report.md)"
 bash "$ROOT/bench/scaling/run.sh"
