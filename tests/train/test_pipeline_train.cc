@@ -102,6 +102,21 @@ TEST(TrainPipeline, CheckpointsReshardAcrossPipelineLayouts) {
   }
 }
 
+// A stage that hangs: its peer times out in a stage-to-stage receive, and the hang doctor
+// names the pipeline group, the ranks and their stages.
+TEST(TrainPipeline, HungStageIsNamedByTheDoctor) {
+  TempDir dir("pphang");
+  const RunResult r = run_strata(kModel + "--steps 6 --run-dir " + dir.str() +
+                                     " --nproc 2 --pp 2 --micro-batches 4 --inject hang "
+                                     "--inject-rank 1 --inject-step 3 --timeout 3",
+                                 "", Streams::separate);
+  EXPECT_NE(r.status, 0);
+  const RunResult d = run_strata("doctor hang " + dir.str(), "", Streams::separate);
+  EXPECT_NE(d.out.find("of group \"pp(dp=0,tp=0)"), std::string::npos) << d.out << d.err;
+  EXPECT_NE(d.out.find("(pipeline stages 0 and 1)"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("never reached it: rank 1"), std::string::npos) << d.out;
+}
+
 TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
   const std::pair<std::string, std::string> cases[] = {
       {"--nproc 5 --pp 5", "--pp 5 stages but the model has only 4 layers"},
