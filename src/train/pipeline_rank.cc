@@ -33,9 +33,10 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
   STRATA_CHECK(!(o.schedule == pl::ScheduleKind::zb && pc.dp.stage == 3),
                "--schedule zb with --zero 3: zero-bubble defers weight gradients past the "
                "point where ZeRO-3 frees each layer's gathered parameters; use --zero 0 or 1");
-  STRATA_CHECK(pc.dp.stage == 0, "--pp with --zero ", pc.dp.stage,
-               ": the stage engine all-reduces whole gradients over the data-parallel group "
-               "(ZeRO 0); ZeRO 1-3 with pipeline stages is not supported yet");
+  STRATA_CHECK(pc.dp.stage <= 1, "--pp with --zero ", pc.dp.stage,
+               ": a stage runs every micro-batch's backward before its gradients are final, so "
+               "ZeRO 2's per-bucket reduce-scatter and ZeRO 3's per-layer gathers would repeat M "
+               "times per step; use --zero 0 or 1 (1 shards the optimizer state over dp)");
   STRATA_CHECK(d.tp == 1 && d.cp == 1 && d.ep == 1, "--pp with ", d.describe(),
                ": pipeline stages compose with data parallelism only so far (--tp 1)");
 }
@@ -83,7 +84,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.model_max_batch = 0;
   f.samples = false;
   f.make = [&](model::GPT&, const parallel::OptimConfig& optim, uint64_t seed) {
-    return std::unique_ptr<parallel::StepEngine>(new pl::StageEngine(sm, mesh, optim, seed));
+    return std::unique_ptr<parallel::StepEngine>(
+        new pl::StageEngine(sm, mesh, optim, seed, pc.dp.stage));
   };
   f.run_step = [&](const data::StepBatch& batch, float scale) {
     sm.set_inputs(inputs_of(batch));

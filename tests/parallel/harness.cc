@@ -197,7 +197,7 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run) {
     for (int c = 0; c < run.virt; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
     model::StageModel sm(s.model, mine, pl::slots_for(sched, stage), micro, s.compute,
                          sched.split_backward);
-    pl::StageEngine engine(sm, mesh, s.optim, s.seed);
+    pl::StageEngine engine(sm, mesh, s.optim, s.seed, run.zero);
     comm::GroupPtr grad = mesh.has_pp() ? mesh.pp().split(0, mesh.pp().rank(), "pp-grad") : nullptr;
     pl::Executor ex(sched, stage, mesh.has_pp() ? &mesh.pp() : nullptr, grad.get());
     RunResult& out = results[size_t(pg.rank())];

@@ -57,6 +57,7 @@ RunResult run_tensor_parallel(const RunSpec& spec, const TpRun& run, int64_t* tp
 // params are the fp32 weights in the one-process layout, assembled from the stages.
 struct PpRun {
   int pp = 2, dp = 1, virt = 1;
+  int zero = 0;  // 0 or 1
   std::string schedule = "1f1b";
   std::vector<int> split;  // --pp-split; empty: balanced
 };

@@ -53,13 +53,16 @@ TEST(Pipeline, InterleavedEqualsOneProcess) {
   }
 }
 
-TEST(Pipeline, WithDataParallel) {
-  PpRun run;
-  run.pp = 2;
-  run.dp = 2;
-  RunSpec s = pipeline_spec(4, 4);
-  s.batch = 16;
-  expect_same_as_one_process(s, run);
+TEST(Pipeline, WithDataParallelAtZero0And1) {
+  for (int zero : {0, 1}) {
+    PpRun run;
+    run.pp = 2;
+    run.dp = 2;
+    run.zero = zero;
+    RunSpec s = pipeline_spec(4, 4);
+    s.batch = 16;
+    expect_same_as_one_process(s, run);
+  }
 }
 
 TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {

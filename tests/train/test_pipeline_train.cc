@@ -50,7 +50,7 @@ TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
         std::string("--nproc 3 --pp 3 --schedule gpipe --micro-batches 4"),
         std::string("--nproc 2 --pp 2 --schedule zb --micro-batches 4"),
         std::string("--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4"),
-        std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --precision fp32")}) {
+        std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --zero 1")}) {
     const PpRun r = train(layout);
     ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
     EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
@@ -87,7 +87,7 @@ TEST(TrainPipeline, CheckpointsReshardAcrossPipelineLayouts) {
   int n = 0;
   for (const std::string& to : {std::string("--micro-batch 3"),
                                 std::string("--nproc 4 --pp 4 --micro-batches 4"),
-                                std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2")}) {
+                                std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --zero 1")}) {
     const std::string run = dir.file("to" + std::to_string(n++));
     const RunResult r = run_strata(kModel + "--steps 20 --run-dir " + run + " --resume " + save +
                                        "/ckpt/step-000010 " + to,
@@ -127,6 +127,7 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
       {"--nproc 4 --pp 4 --layers 8 --schedule interleaved --virtual-stages 2 --micro-batches 2",
        "--micro-batches >= --pp: 2 < 4"},
       {"--nproc 2 --pp 2 --schedule zb --zero 3", "--schedule zb with --zero 3"},
+      {"--nproc 2 --pp 2 --zero 2", "--pp with --zero 2: a stage runs every micro-batch's"},
       {"--nproc 2 --pp 2 --schedule pipedream", "--schedule pipedream is not a schedule"},
       {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},
   };
