@@ -90,20 +90,23 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.run_step = [&](const data::StepBatch& batch, float scale) {
     sm.set_inputs(inputs_of(batch));
     const double loss = ex.run(sm, scale);
-    const double mine_t[2] = {ex.last().busy_s, ex.last().step_s};
-    std::vector<double> all(size_t(2 * P));
-    mesh.pp().all_gather(mine_t, all.data(), 2, DType::f64);
-    json busy = json::array(), bub = json::array();
+    const double mine_t[3] = {ex.last().busy_s, ex.last().step_s, ex.last().recv_wait_s};
+    std::vector<double> all(size_t(3 * P));
+    mesh.pp().all_gather(mine_t, all.data(), 3, DType::f64);
+    json busy = json::array(), bub = json::array(), waits = json::array();
     double mean = 0;
     for (int s = 0; s < P; ++s) {
-      const double bf = all[size_t(2 * s + 1)] > 0 ? 1 - all[size_t(2 * s)] / all[size_t(2 * s + 1)] : 0;
-      busy.push_back(all[size_t(2 * s)] * 1e3);
+      const double* x = &all[size_t(3 * s)];
+      const double bf = x[1] > 0 ? 1 - x[0] / x[1] : 0;
+      busy.push_back(x[0] * 1e3);
+      waits.push_back(x[2] * 1e3);
       bub.push_back(bf);
       mean += bf / P;
     }
     bubbles.push_back(mean);
     steps_ms.push_back(ex.last().step_s * 1e3);
-    step_rec = {{"pp_busy_ms", busy}, {"pp_bubble", bub}, {"pp_bubble_mean", mean},
+    step_rec = {{"pp_busy_ms", busy}, {"pp_recv_wait_ms", waits}, {"pp_bubble", bub},
+                {"pp_bubble_mean", mean},
                 {"pp_schedule_ms", ex.last().step_s * 1e3}};
     return loss;
   };

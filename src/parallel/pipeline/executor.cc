@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "core/trace.h"
-#include "parallel/pipeline/options.h"
 
 namespace strata::parallel::pipeline {
 
@@ -35,14 +34,16 @@ double Executor::run(model::StageModel& m, float scale) {
   const std::vector<int> slots = slots_for(s_, stage_);
   using Key = std::tuple<int, int, int>;  // (op, chunk, micro)
   std::map<Key, comm::WorkPtr> recvs, sends;
-  auto wait = [](std::map<Key, comm::WorkPtr>& works, const Key& k) {
+  int64_t busy = 0, waited = 0;
+  auto wait = [&waited](std::map<Key, comm::WorkPtr>& works, const Key& k) {
     auto it = works.find(k);
     if (it == works.end()) return;
+    const int64_t w0 = now_ns();
     it->second->wait();
+    waited += now_ns() - w0;
     works.erase(it);
   };
   const int64_t t0 = now_ns();
-  int64_t busy = 0;
   double loss = 0;
   const bool trace = tracer().enabled();
   for (const Action& a : s_.actions[size_t(stage_)]) {
@@ -95,29 +96,8 @@ double Executor::run(model::StageModel& m, float scale) {
   for (auto& [k, w] : sends) w->wait();
   last_.step_s = double(now_ns() - t0) * 1e-9;
   last_.busy_s = double(busy) * 1e-9;
+  last_.recv_wait_s = double(waited) * 1e-9;
   return loss;
-}
-
-std::vector<int> parse_split(const std::string& text) {
-  std::vector<int> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t end = text.find(',', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string part = text.substr(at, end - at);
-    size_t used = 0;
-    int n = -1;
-    try {
-      n = std::stoi(part, &used);
-    } catch (...) {
-      used = 0;
-    }
-    STRATA_CHECK(used == part.size() && !part.empty() && n >= 1, "--pp-split ", text,
-                 ": '", part, "' is not a positive layer count (want e.g. 3,5)");
-    out.push_back(n);
-    at = end + 1;
-  }
-  return out;
 }
 
 }  // namespace strata::parallel::pipeline

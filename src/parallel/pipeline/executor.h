@@ -24,6 +24,7 @@ namespace strata::parallel::pipeline {
 struct StepTiming {
   double step_s = 0;  // wall time of the schedule (first action to last send completed)
   double busy_s = 0;  // sum of this stage's compute actions
+  double recv_wait_s = 0;  // time blocked waiting for a message (schedule bubble + latency)
   double bubble() const { return step_s > 0 ? 1 - busy_s / step_s : 0; }
 };
 
