@@ -163,9 +163,11 @@ double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConf
   data::Loader loader(val, sc, /*rank=*/0, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
-  if (factory.forward_sum) sum = factory.forward_sum(batch);
-  for (const data::MicroBatch& mb : factory.forward_sum ? std::vector<data::MicroBatch>() : batch.micro)
-    sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+  if (factory.forward_sum)
+    sum = factory.forward_sum(batch);  // a pipeline: the stages run the batch together
+  else
+    for (const data::MicroBatch& mb : batch.micro)
+      sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
   STRATA_CHECK(batch.global_real_tokens > 0, "held-out split gave no tokens to evaluate");
   return sum / double(batch.global_real_tokens);
 }
@@ -350,6 +352,7 @@ void Trainer::Run::train_step(int64_t step) {
   const float scale = float(1.0 / double(batch.global_real_tokens));
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
+  // A pipeline runs every micro-batch's forward and backward in its schedule's order.
   double loss_sum = factory.run_step ? factory.run_step(batch, scale) : 0.0;
   for (int m = 0; m < int(factory.run_step ? 0 : batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
