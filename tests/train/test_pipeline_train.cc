@@ -117,6 +117,19 @@ TEST(TrainPipeline, HungStageIsNamedByTheDoctor) {
   EXPECT_NE(d.out.find("never reached it: rank 1"), std::string::npos) << d.out;
 }
 
+TEST(TrainPipeline, ScheduleCommandDrawsAndRefuses) {
+  const RunResult ok = run_strata("pp schedule --pp 2 --micro-batches 2 --schedule 1f1b", "",
+                                  Streams::separate);
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("stage 1 |.  F0 B0--- F1 B1---"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("vs formula 0.333"), std::string::npos) << ok.out;
+  const RunResult bad = run_strata(
+      "pp schedule --pp 4 --micro-batches 2 --schedule interleaved --virtual-stages 2", "",
+      Streams::separate);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--micro-batches >= --pp: 2 < 4"), std::string::npos) << bad.err;
+}
+
 TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
   const std::pair<std::string, std::string> cases[] = {
       {"--nproc 5 --pp 5", "--pp 5 stages but the model has only 4 layers"},
