@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
 sys.path.insert(0, os.path.join(HERE, "..", "zero"))
 from torch_ddp import free_port  # noqa: E402
-from torch_gpt import Block, adamw  # noqa: E402
+from torch_gpt import Block, adamw, gpt2_init  # noqa: E402
 
 
 class Stage(nn.Module):
@@ -43,14 +43,7 @@ class Stage(nn.Module):
         self.h = nn.ModuleList(Block(a.dim, a.heads) for _ in range(blocks))
         self.register_buffer("mask", torch.tril(torch.ones(a.seq, a.seq)).view(1, 1, a.seq, a.seq))
         torch.manual_seed(1)
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif "ln" in name:
-                nn.init.ones_(p)
-            else:
-                std = 0.02 / math.sqrt(2 * a.layers) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, 0.0, std)
+        gpt2_init(self, a.layers)
 
     def forward(self, x):
         if self.first:

@@ -19,31 +19,12 @@ const std::string kModel =
     "train --layers 4 --dim 32 --heads 2 --seq 16 --vocab 256 --data synthetic --batch 12 "
     "--lr 3e-3 --eval-every 0 --eval-batches 2 --sample-tokens 0 --peak-gflops 100 --threads 1 ";
 
-struct PpRun {
-  std::vector<double> losses;
-  std::vector<json> records;
-  json summary;
-  RunResult cli;
-};
-
-PpRun train(const std::string& extra, int steps = 20) {
-  TempDir dir("pp");
-  PpRun r;
-  r.cli = run_strata(kModel + "--steps " + std::to_string(steps) + " --run-dir " + dir.str() +
-                         " " + extra,
-                     "", Streams::separate);
-  if (r.cli.status != 0) return r;
-  for (const json& rec : json_lines(read_file(dir.file("metrics.jsonl"))))
-    if (rec.contains("loss")) {
-      r.losses.push_back(rec["loss"].get<double>());
-      r.records.push_back(rec);
-    }
-  r.summary = json::parse(read_file(dir.file("summary.json")));
-  return r;
+TrainRun train(const std::string& extra, int steps = 20) {
+  return train_run(kModel + "--steps " + std::to_string(steps) + " " + extra, "pp");
 }
 
 TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
-  const PpRun ref = train("--micro-batch 3");  // the eval batches are micro-batches: the same b
+  const TrainRun ref = train("--micro-batch 3");  // the eval batches are micro-batches: the same b
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
   for (const std::string& layout :
        {std::string("--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4"),
@@ -51,7 +32,7 @@ TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
         std::string("--nproc 2 --pp 2 --schedule zb --micro-batches 4"),
         std::string("--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4"),
         std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --zero 1")}) {
-    const PpRun r = train(layout);
+    const TrainRun r = train(layout);
     ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
     EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
     EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
@@ -65,8 +46,8 @@ TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
 
 // bf16 matmuls on fp32 weights: close to fp32 (the data-parallel bf16 test's bound).
 TEST(TrainPipeline, Bf16StaysCloseToFp32) {
-  const PpRun ref = train("--micro-batch 3");
-  const PpRun r = train("--nproc 2 --pp 2 --micro-batches 4 --precision bf16");
+  const TrainRun ref = train("--micro-batch 3");
+  const TrainRun r = train("--nproc 2 --pp 2 --micro-batches 4 --precision bf16");
   ASSERT_EQ(r.cli.status, 0) << r.cli.err;
   EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2);
 }
@@ -145,7 +126,7 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
       {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},
   };
   for (const auto& [flags, want] : cases) {
-    const PpRun r = train(flags, 2);
+    const TrainRun r = train(flags, 2);
     EXPECT_NE(r.cli.status, 0) << flags;
     EXPECT_NE(r.cli.err.find(want), std::string::npos) << flags << ": " << r.cli.err;
     EXPECT_EQ(std::count(r.cli.err.begin(), r.cli.err.end(), '\n'), 1) << flags << ": " << r.cli.err;
