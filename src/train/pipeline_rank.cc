@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "data/dataset.h"
 #include "model/stage.h"
 #include "parallel/pipeline/engine.h"
@@ -74,6 +75,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                        sched.split_backward);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
   pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
+  // Each stage's F/B/W spans on a track named by its stage: merged, the schedule's diagonal.
+  if (tracer().enabled()) tracer().name_thread(cat("compute (pp stage ", stage, ")"));
   topo.counts_loss = mesh.last_stage();
   topo.layout = [&sm] { return sm.tensor_layout(); };
 

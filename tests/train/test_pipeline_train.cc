@@ -98,6 +98,30 @@ TEST(TrainPipeline, HungStageIsNamedByTheDoctor) {
   EXPECT_NE(d.out.find("never reached it: rank 1"), std::string::npos) << d.out;
 }
 
+// --trace: each stage's F/B per micro-batch as spans on a track named by its stage, in the
+// schedule's order (1F1B, pp 2, M 4: stage 0 warms up with two forwards).
+TEST(TrainPipeline, TraceShowsEachStagesSchedule) {
+  TempDir dir("pptrace");
+  const RunResult r = run_strata(kModel + "--steps 2 --nproc 2 --pp 2 --micro-batches 4 --trace "
+                                          "--run-dir " + dir.str(), "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (int s = 0; s < 2; ++s) {
+    const json t = json::parse(read_file(dir.file("trace-rank" + std::to_string(s) + ".json")));
+    std::vector<std::string> spans;
+    bool named = false;
+    for (const json& e : t["traceEvents"]) {
+      if (e.value("cat", "") == "pipeline" && spans.size() < 8) spans.push_back(e["name"]);
+      if (e.value("ph", "") == "M" && e["args"].value("name", "") == "compute (pp stage " + std::to_string(s) + ")")
+        named = true;
+    }
+    EXPECT_TRUE(named) << "stage " << s;
+    const std::vector<std::string> want =
+        s == 0 ? std::vector<std::string>{"F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"}
+               : std::vector<std::string>{"F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3"};
+    EXPECT_EQ(spans, want) << "stage " << s;
+  }
+}
+
 TEST(TrainPipeline, ScheduleCommandDrawsAndRefuses) {
   const RunResult ok = run_strata("pp schedule --pp 2 --micro-batches 2 --schedule 1f1b", "",
                                   Streams::separate);
