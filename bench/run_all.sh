@@ -27,6 +27,8 @@ section "federated round overhead, secure aggregation vs plain (docs/federated.m
 bash "$ROOT/bench/fed/run.sh"
 section "RLHF: KV-cache generation and a PPO iteration vs PyTorch (docs/rlhf.md)"
 bash "$ROOT/bench/rlhf/run.sh"
+section "pipeline parallelism: bubble vs formula, 1F1B vs PyTorch (docs/pipeline.md)"
+bash "$ROOT/bench/pp/run.sh"
 section "scaling study and the calibrated planner (docs/report.md)"
 bash "$ROOT/bench/scaling/run.sh"
 section "context parallelism: ring and Ulysses vs PyTorch ring attention (docs/context_parallel.md)"

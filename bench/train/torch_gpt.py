@@ -42,6 +42,19 @@ class Block(nn.Module):
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
+def gpt2_init(module, layers):
+    """GPT-2 initialisation: biases 0, norms 1, N(0, 0.02), residual projections
+    N(0, 0.02 / sqrt(2 L))."""
+    for name, p in module.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+        elif "ln" in name:
+            nn.init.ones_(p)
+        else:
+            std = 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
+            nn.init.normal_(p, 0.0, std)
+
+
 class GPT(nn.Module):
     def __init__(self, layers, dim, heads, seq, vocab):
         super().__init__()
@@ -50,14 +63,7 @@ class GPT(nn.Module):
         self.h = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(dim)
         self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif "ln" in name:
-                nn.init.ones_(p)
-            else:
-                std = 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, 0.0, std)
+        gpt2_init(self, layers)
 
     def forward(self, idx, targets):
         B, T = idx.shape

@@ -42,6 +42,7 @@ struct TrainArgs {
   cli::HostFlags host_flags;
   std::string mtbf;  // --mtbf, e.g. "4h"
   model::expert::MoEConfig moe;  // --experts ... (docs/moe.md)
+  std::string pp_schedule = "1f1b", pp_split;
 };
 
 // --experts E --top-k K [--moe-every N] [--capacity-factor F | --dropless] ...
@@ -123,7 +124,19 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   return cfg;
 }
 
-train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train::TrainConfig& cfg) {
+// --micro-batches M (pipeline): the micro-batch that makes the accumulation count M.
+void apply_micro_batches(CLI::App& app, const train::ParallelConfig& pc, train::TrainConfig& cfg) {
+  const int M = pc.pipeline.micro;
+  if (!app.count("--micro-batches")) return;
+  STRATA_CHECK(M >= 1, "--micro-batches must be at least 1 (got ", M, ")");
+  STRATA_CHECK(!app.count("--micro-batch"), "give --micro-batches or --micro-batch, not both");
+  const int dp = pc.mesh_dims().dp;
+  STRATA_CHECK(cfg.batch % (int64_t(dp) * M) == 0, "--batch ", cfg.batch,
+               " does not split into --micro-batches ", M, " x ", dp, " data-parallel rank(s)");
+  cfg.micro_batch = cfg.batch / (dp * M);
+}
+
+train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::TrainConfig& cfg) {
   train::ParallelConfig pc = a.parallel;
   pc.dp.stage = parallel::parse_zero_stage(a.zero);
   pc.dp.precision = parallel::parse_precision(a.precision);
@@ -140,10 +153,13 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, const train:
   }
   STRATA_CHECK(!pc.preflight || pc.world() > 1, "--preflight measures links between ranks; it needs 2 or more");
   pc.cp = {model::parse_cp_mode(a.cp_mode), model::parse_cp_chunks(a.cp_chunks)};
+  pc.pipeline.schedule = parallel::pipeline::parse_schedule(a.pp_schedule);
+  if (!a.pp_split.empty()) pc.pipeline.split = parallel::pipeline::parse_split(a.pp_split);
   pc.data_parallel = app.count("--zero") || app.count("--precision") ||
                      app.count("--reduce-dtype") || pc.world() > 1;
   pc.timeout_s = a.faults.timeout_s;
   if (pc.timeout_s == 0) comm::detail::default_timeout_s();  // a bad STRATA_TIMEOUT: one line now
+  apply_micro_batches(app, pc, cfg);
   pc.validate(cfg);
   return pc;
 }
@@ -203,7 +219,7 @@ void setup(CLI::App& app) {
   app.add_option("--tp", p.mesh.tp,
                  "Tensor-parallel ranks (Megatron-style; must divide the heads); ranks = tp x dp")
       ->capture_default_str();
-  app.add_option("--dp", p.mesh.dp, "Data-parallel ranks (default: nproc / (tp x cp))");
+  app.add_option("--dp", p.mesh.dp, "Data-parallel ranks (default: nproc / (tp x cp x pp))");
   app.add_option("--cp", p.mesh.cp,
                  "Context-parallel ranks: each holds seq/cp tokens of every sequence; ranks = "
                  "tp x cp x dp")
@@ -219,6 +235,15 @@ void setup(CLI::App& app) {
                  "Ring chunking: zigzag (rank r holds chunks r and 2cp-1-r: balanced causal work) "
                  "or contiguous")
       ->capture_default_str();
+  app.add_option("--pp", p.mesh.pp, "Pipeline stages (contiguous layers; ranks = tp x dp x pp)")
+      ->capture_default_str();
+  app.add_option("--schedule", a->pp_schedule, "Pipeline schedule: gpipe, 1f1b, interleaved, zb")
+      ->capture_default_str();
+  app.add_option("--micro-batches", p.pipeline.micro,
+                 "Pipeline micro-batches per step (default: the accumulation count)");
+  app.add_option("--virtual-stages", p.pipeline.virt, "Model chunks per stage (interleaved)")
+      ->capture_default_str();
+  app.add_option("--pp-split", a->pp_split, "Layers per (virtual) stage, e.g. 3,5 (default: balanced by cost)");
   app.add_flag("--sp,!--no-sp", p.sequence_parallel,
                "Sequence parallelism with --tp > 1 (default on): norms and residuals hold seq/tp "
                "tokens per rank");

@@ -24,6 +24,7 @@ static std::string group_summary(const std::string& name) {
       {"doctor", "Diagnose a hung job (doctor hang) or slow links (doctor net)"},
       {"fed", "Federated learning: train (server + client processes), compare with centralized"},
       {"rlhf", "RLHF: reward models on preference pairs, PPO with four models, KV-cache generation"},
+      {"pp", "Pipeline parallelism: draw and validate schedules (pp schedule)"},
       {"trace", "Merge per-rank Chrome traces; report communication overlap"},
   };
   for (const auto& [g, text] : groups)

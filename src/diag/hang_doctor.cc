@@ -246,6 +246,11 @@ std::vector<StuckOp> find_stuck_p2p(const Analysis& a) {
     StuckOp s;
     s.group = e->group;
     s.group_ranks = {std::min(r, p), std::max(r, p)};
+    if (e->group.rfind("pp(", 0) == 0)
+      for (int x : s.group_ranks) {
+        const auto at = std::find(e->group_ranks.begin(), e->group_ranks.end(), x);
+        if (at != e->group_ranks.end()) s.stages.push_back(int(at - e->group_ranks.begin()));
+      }
     s.seq = e->seq;
     s.op = e->op;
     s.dtype = e->dtype;

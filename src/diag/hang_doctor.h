@@ -65,6 +65,9 @@ struct StuckOp {
   int64_t count = 0;
   bool p2p = false;
   int peer = -1;  // point-to-point: the peer (world rank) of the first waiting rank
+  // Point-to-point on a pipeline group ("pp(...)", parallel/mesh.h): the stage of each of
+  // group_ranks (its position in the group); empty otherwise.
+  std::vector<int> stages;
   Phase phase;    // where the waiting ranks called it from
   std::vector<int> waiting;  // reached it, not finished (includes those where it failed)
   std::vector<int> failed;   // reached it and it failed there (timeout, peer error)

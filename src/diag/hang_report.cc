@@ -17,6 +17,8 @@ std::string stuck_line(const StuckOp& s) {
   std::string call = s.dtype.empty() ? "" : s.dtype + " ";
   call += cat("x ", s.count);
   if (s.p2p) call += cat(", between ranks ", s.group_ranks[0], " and ", s.group_ranks[1]);
+  if (s.stages.size() == 2)
+    call += cat(" (pipeline stages ", s.stages[0], " and ", s.stages[1], ")");
   return cat(s.op, " #", s.seq, " of group \"", s.group, "\" (", ranks_word(s.group_ranks), "): ", call,
              ", called from ", describe_phase(s.phase));
 }

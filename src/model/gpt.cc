@@ -203,8 +203,8 @@ void GPT::zero_grads() {
 
 // One block forward: x (N,C) -> a.res3 (N,C).
 // scratch (N, 4C): the fp32 matmul outputs that bf16 compute stores rounded.
-static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B,
-                          int T, float* scratch, ContextComm* cp, int layer, MoEBlock* moe) {
+void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B,
+                   int T, float* scratch, ContextComm* cp, int layer, MoEBlock* moe) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
@@ -233,7 +233,7 @@ static void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, co
 
 // One block backward: dres (N,C) holds d loss / d res3 on entry and d loss / d x on exit.
 // Gradients of the block's parameters accumulate into g.
-static void block_backward(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
+void block_backward(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
                            const float* x, float* dres, float* dbuf_c, float* dbuf_4c, float* dqkv,
                            int B, int T, ContextComm* cp, int layer, MoEBlock* moe) {
   const int64_t N = int64_t(B) * T;

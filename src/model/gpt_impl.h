@@ -76,6 +76,33 @@ struct ActShape {
   int64_t rep = 0;  // floats of the replicated-gradient scratch (tensor parallel only)
 };
 
+// One block's activations (LayerActs) for a micro-batch of a.N rows.
+// attn_f32: qkv and the attention output in fp32 even under bf16 (context parallelism).
+inline void carve_layer(Carver& c, LayerActs& l, const GPTConfig& cfg, const ActShape& a,
+                        bool bf16, bool attn_f32) {
+  const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
+  const bool f32 = !bf16;
+  l.ln1 = c.take_if(n * C, f32);
+  l.ln1_h = c.take_bf16(n * C, bf16);
+  l.ln1_mean = c.take(n);
+  l.ln1_rstd = c.take(n);
+  l.qkv = c.take_if(3 * N * Cl, attn_f32);
+  l.qkv_h = c.take_bf16(3 * N * Cl, !attn_f32);
+  l.atty = c.take_if(N * Cl, attn_f32);
+  l.atty_h = c.take_bf16(N * Cl, !attn_f32);
+  l.att_lse = c.take(N * cfg.heads / a.T);
+  l.res2 = c.take(n * C);
+  l.ln2 = c.take_if(n * C, f32);
+  l.ln2_h = c.take_bf16(n * C, bf16);
+  l.ln2_mean = c.take(n);
+  l.ln2_rstd = c.take(n);
+  l.fch = c.take_if(4 * N * Cl, f32);
+  l.fch_h = c.take_bf16(4 * N * Cl, bf16);
+  l.fch_gelu = c.take_if(4 * N * Cl, f32);
+  l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
+  l.res3 = c.take(n * C);
+}
+
 struct GPT::Impl {
   std::vector<float*> unit_params, unit_grads;
   std::vector<int64_t> view_rel;  // offset of each view inside its unit
@@ -113,27 +140,7 @@ struct GPT::Impl {
     const bool attn_f32 = f32 || cp != nullptr;
     encoded = c.take(n * C);
     layers.resize(cfg.layers);
-    for (LayerActs& l : layers) {
-      l.ln1 = c.take_if(n * C, f32);
-      l.ln1_h = c.take_bf16(n * C, bf16);
-      l.ln1_mean = c.take(n);
-      l.ln1_rstd = c.take(n);
-      l.qkv = c.take_if(3 * N * Cl, attn_f32);
-      l.qkv_h = c.take_bf16(3 * N * Cl, !attn_f32);
-      l.atty = c.take_if(N * Cl, attn_f32);
-      l.atty_h = c.take_bf16(N * Cl, !attn_f32);
-      l.att_lse = c.take(N * cfg.heads / a.T);
-      l.res2 = c.take(n * C);
-      l.ln2 = c.take_if(n * C, f32);
-      l.ln2_h = c.take_bf16(n * C, bf16);
-      l.ln2_mean = c.take(n);
-      l.ln2_rstd = c.take(n);
-      l.fch = c.take_if(4 * N * Cl, f32);
-      l.fch_h = c.take_bf16(4 * N * Cl, bf16);
-      l.fch_gelu = c.take_if(4 * N * Cl, f32);
-      l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
-      l.res3 = c.take(n * C);
-    }
+    for (LayerActs& l : layers) carve_layer(c, l, cfg, a, bf16, attn_f32);
     lnf = c.take_if(n * C, f32);
     lnf_h = c.take_bf16(n * C, bf16);
     lnf_mean = c.take(n);
@@ -257,6 +264,18 @@ void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
 void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, int B, int T);
 void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T,
                     float scale = 1.0f);  // scale: the loss scale, for MoE auxiliary losses
+
+// One block of the one-process model (gpt.cc), also run by a pipeline stage (model/stage.h):
+// x (B·T, C) -> a.res3; backward: dres holds d loss / d res3 on entry, d loss / d x on exit.
+// scratch (B·T, 4C): the fp32 matmul outputs that bf16 compute stores rounded. cp: the
+// context-parallel group of attention (null: the one-rank kernel); moe: the block's experts
+// instead of its MLP (null: a dense block).
+void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B, int T,
+                   float* scratch, ContextComm* cp = nullptr, int layer = 0,
+                   MoEBlock* moe = nullptr);
+void block_backward(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
+                    const float* x, float* dres, float* dbuf_c, float* dbuf_4c, float* dqkv, int B,
+                    int T, ContextComm* cp = nullptr, int layer = 0, MoEBlock* moe = nullptr);
 
 // Tensor-parallel forward, backward and logits (gpt_tp.cc).
 double tp_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s);

@@ -36,7 +36,8 @@ struct RankLayout {
   TensorLayout pieces;
   int tp = 1;
 };
-RankLayout rank_layout(const model::GPT& model) {
+RankLayout rank_layout(const model::GPT& model, const Topology& topo) {
+  if (topo.layout) return {topo.layout(), model.shard().size};
   return {model.tensor_layout(), model.shard().size};
 }
 
@@ -182,7 +183,7 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
   t.rng["init"] = {cfg_.seed, 0, 0};
   t.rng["sample"] = {cfg_.seed, 0x5A3D1E00, 0};
   t.config = cfg_.to_json();
-  const RankLayout layout = rank_layout(model_);
+  const RankLayout layout = rank_layout(model_, topo_);
   t.world = topo_.world;
   t.tp = layout.tp;
   t.dp = topo_.world / layout.tp;
@@ -228,7 +229,7 @@ ResumePoint RunCheckpoints::resume() {
     targets.push_back({s.name, s.dtype, {s.begin, s.end}, s.data, ""});
   ckpt::LoadOptions lo;
   lo.expected_tensors = tensor_table(model_);
-  const RankLayout layout = rank_layout(model_);
+  const RankLayout layout = rank_layout(model_, topo_);
   lo.layout = layout.pieces;
   lo.log = [&](const std::string& line) { note("ckpt: " + line); };
   if (topo_.world > 1)

@@ -28,6 +28,7 @@
 #include "model/tensor/tp_cost.h"
 #include "parallel/zero_memory.h"
 #include "train/context_metrics.h"
+#include "train/pipeline_rank.h"
 #include "train/run_dir_lock.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
@@ -192,6 +193,7 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
                           d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
                           dp.precision == parallel::Precision::bf16);
+  validate_pipeline(cfg, *this);
   const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
   // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters).
   if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0);
@@ -295,6 +297,12 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   };
   topo.ckpt_barrier = [g = ckpt_group.get()] { g->barrier(); };
   topo.restart = comm::restart_attempt();
+  if (dims.pp > 1) {
+    TrainResult r = train_pipeline_rank(cfg, pc, mesh, topo);
+    write_trace();
+    world->barrier();
+    return r;
+  }
 
   parallel::DataParallelEngine* engine = nullptr;  // owned by the trainer's run
   EngineFactory factory;

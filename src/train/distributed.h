@@ -18,13 +18,15 @@
 #include "model/context/layout.h"
 #include "parallel/mesh.h"
 #include "parallel/options.h"
+#include "parallel/pipeline/options.h"
 #include "train/trainer.h"
 
 namespace strata::train {
 
 struct ParallelConfig {
   int nproc = 1;                             // ranks to start on this host
-  parallel::MeshDims mesh;                   // --tp, --dp (parallel/mesh.h)
+  parallel::MeshDims mesh;                   // --tp, --dp, --pp (parallel/mesh.h)
+  parallel::pipeline::PipelineOptions pipeline;  // --schedule, --virtual-stages, --pp-split
   bool sequence_parallel = true;             // --sp / --no-sp, with --tp > 1
   model::CpOptions cp;                       // --cp-mode, --cp-chunks, with --cp > 1
   comm::Backend backend = comm::Backend::shm;

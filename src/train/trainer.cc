@@ -167,7 +167,8 @@ std::string mib(int64_t bytes) { return fmt("%.1f MiB", double(bytes) / (1 << 20
 // Mean loss per real token over the first eval_batches micro-batches of the held-out split
 // (the same batches at every eval, so evals are comparable; fewer when the split is smaller). Every rank evaluates the same
 // batches: engines that gather parameters in forward need all ranks to take part.
-double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg, int b) {
+double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg, int b,
+                const EngineFactory& factory) {
   PhaseScope phase(PhaseKind::eval);
   data::SamplerConfig sc;
   sc.seq = cfg.train_seq();
@@ -179,10 +180,14 @@ double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConf
   data::Loader loader(val, sc, /*rank=*/0, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
-  if (model.moe()) model.moe()->set_training(false);  // no router jitter
-  for (const data::MicroBatch& mb : batch.micro)
-    sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
-  if (model.moe()) model.moe()->set_training(true);
+  if (factory.forward_sum) {
+    sum = factory.forward_sum(batch);  // a pipeline: the stages run the batch together
+  } else {
+    if (model.moe()) model.moe()->set_training(false);  // no router jitter
+    for (const data::MicroBatch& mb : batch.micro)
+      sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+    if (model.moe()) model.moe()->set_training(true);
+  }
   STRATA_CHECK(batch.global_real_tokens > 0, "held-out split gave no tokens to evaluate");
   return sum / double(batch.global_real_tokens);
 }
@@ -257,8 +262,9 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                cfg.model.vocab, " (set --vocab ", split.train->vocab(), ")");
   floor = split.val->entropy_floor();
 
-  model = std::make_unique<model::GPT>(cfg.model, b, factory.model_owns_state, topo.tp,
-                                        factory.compute, topo.cp);
+  model = std::make_unique<model::GPT>(cfg.model,
+                                        factory.model_max_batch >= 0 ? factory.model_max_batch : b,
+                                        factory.model_owns_state, topo.tp, factory.compute, topo.cp);
   check_activation_budget(cfg.max_activation_mb, *model, b, T);  // train/context_metrics.h
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
@@ -380,8 +386,9 @@ void Trainer::Run::train_step(int64_t step) {
     model->moe()->take_owned_rows();
     ep_bytes_at_step_begin = model->moe()->group().bytes_sent();
   }
-  double loss_sum = 0;
-  for (int m = 0; m < int(batch.micro.size()); ++m) {
+  // A pipeline runs every micro-batch's forward and backward in its schedule's order.
+  double loss_sum = factory.run_step ? factory.run_step(batch, scale) : 0.0;
+  for (int m = 0; m < int(factory.run_step ? 0 : batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
     engine->begin_micro(m, int(batch.micro.size()));
     // B = 0 (a rank without samples at an uneven epoch end) still runs: the model then only
@@ -455,6 +462,7 @@ void Trainer::Run::train_step(int64_t step) {
     rec["ep_bytes"] = (*moe)["ep_bytes"];  // all-to-all payload of every rank this step
     if (moe->contains("warning")) out->note((*moe)["warning"].get<std::string>());
   }
+  if (factory.step_metrics) rec.update(factory.step_metrics());
   if (stragglers) {
     rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);
@@ -503,14 +511,14 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
 void Trainer::Run::eval_and_sample(int64_t step) {
   const bool last = step + 1 == cfg.schedule.steps;
   if (last || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0)) {
-    result.eval_loss = evaluate(*model, *split.val, cfg, b);
+    result.eval_loss = evaluate(*model, *split.val, cfg, b, factory);
     json rec = {{"step", step + 1}, {"eval_loss", result.eval_loss}};
     if (floor >= 0) rec["floor"] = floor;
     if (lead)
       out->record(rec, "eval  step " + std::to_string(step + 1) + " | loss " +
                            floor_text(result.eval_loss, floor));
   }
-  if (cfg.sample_tokens > 0 &&
+  if (cfg.sample_tokens > 0 && factory.samples &&
       (last || (cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0))) {
     std::string text = sample_text(*model, *split.val, cfg, step);
     if (lead) out->record({{"step", step + 1}, {"sample", text}}, "sample: " + text);

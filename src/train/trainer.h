@@ -27,6 +27,10 @@
 #include "parallel/engine.h"
 #include "train/schedule.h"
 
+namespace strata::data {
+struct StepBatch;
+}
+
 namespace strata::train {
 
 // Checkpointing and resume (train/checkpointing.h).
@@ -103,6 +107,9 @@ struct Topology {
   // ckpt/checkpointer.h); empty when alone.
   std::function<void()> ckpt_barrier;
   int restart = 0;  // how many times the supervisor restarted this job (STRATA_RESTART)
+  // Where this rank's flat states lie in the global tensors when the model is not the
+  // trainer's GPT (a pipeline stage, model/stage.h); empty: the GPT's tensor_layout().
+  std::function<TensorLayout()> layout;
 };
 
 // Builds the step engine once the model exists. model_owns_state = false asks for a model
@@ -118,6 +125,17 @@ struct EngineFactory {
   // result is merged into the summary. Empty: none.
   std::function<nlohmann::json()> summary_extras;
   DType compute = DType::f32;  // the model's matmul precision (bf16 under --precision bf16)
+  // Pipeline parallelism (train/pipeline_rank.h): the stage keeps its own model, so the
+  // trainer's GPT holds activations for model_max_batch sequences (>= 0; -1: the
+  // micro-batch); run_step runs every micro-batch's forward and backward of a step and
+  // returns this rank's sum of token losses; forward_sum returns an eval batch's sum on every
+  // rank; step_metrics adds keys to each step's metrics record (rank 0); samples = false skips
+  // sampling (it needs the whole model on one rank).
+  int model_max_batch = -1;
+  std::function<double(const data::StepBatch&, float scale)> run_step;
+  std::function<double(const data::StepBatch&)> forward_sum;
+  std::function<nlohmann::json()> step_metrics;
+  bool samples = true;
 };
 EngineFactory local_engine_factory();
 

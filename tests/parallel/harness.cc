@@ -16,6 +16,9 @@
 #include "model/context/context_comm.h"
 #include "model/expert/moe.h"
 #include "model/tensor/collectives.h"
+#include "model/stage.h"
+#include "parallel/pipeline/engine.h"
+#include "parallel/pipeline/executor.h"
 
 namespace strata::ptest {
 
@@ -185,6 +188,62 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
   results[0].params = std::move(global);
   for (int r = 1; r < world; ++r) results[0].ep_bytes += results[r].ep_bytes;
   if (tp_bytes) *tp_bytes = bytes[0];
+  return results[0];
+}
+
+RunResult run_pipeline(const RunSpec& s, const PpRun& run) {
+  namespace pl = parallel::pipeline;
+  const int world = run.pp * run.dp, micro = s.batch / (run.dp * s.accum);
+  STRATA_CHECK(s.batch % (run.dp * s.accum) == 0, "test batch ", s.batch, " does not split");
+  const pl::Schedule sched =
+      pl::make_schedule(pl::parse_schedule(run.schedule), run.pp, s.accum, run.virt);
+  const auto chunks = model::split_layers(s.model, s.T, run.pp, run.virt, run.split);
+  std::vector<RunResult> results(world);
+  std::vector<std::vector<float>> local(world);
+  std::vector<TensorLayout> layouts(world);
+  comm::run_threads(world, [&](comm::ProcessGroup& pg) {
+    omp_set_num_threads(1);
+    parallel::MeshDims dims;
+    dims.dp = run.dp;
+    dims.pp = run.pp;
+    parallel::Mesh mesh(pg, dims);
+    const int stage = mesh.pp_rank();
+    std::vector<model::StageChunk> mine;
+    for (int c = 0; c < run.virt; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
+    model::StageModel sm(s.model, mine, pl::slots_for(sched, stage), micro, s.compute,
+                         sched.split_backward);
+    pl::StageEngine engine(sm, mesh, s.optim, s.seed, run.zero);
+    comm::GroupPtr grad = mesh.has_pp() ? mesh.pp().split(0, mesh.pp().rank(), "pp-grad") : nullptr;
+    pl::Executor ex(sched, stage, mesh.has_pp() ? &mesh.pp() : nullptr, grad.get());
+    RunResult& out = results[size_t(pg.rank())];
+    const int d = mesh.dp_rank();
+    for (int step = 0; step < s.steps; ++step) {
+      std::vector<Rows> rows;
+      std::vector<model::MicroInput> in;
+      for (int a = 0; a < s.accum; ++a) rows.push_back(batch_rows(s, step, (d * s.accum + a) * micro, micro));
+      for (const Rows& r : rows)
+        in.push_back({r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T});
+      sm.set_inputs(in);
+      engine.begin_step();
+      double loss = ex.run(sm, float(1.0 / double(real_tokens(s))));
+      engine.end_backward();
+      out.grad_norms.push_back(engine.step(s.lr));
+      pg.all_reduce(&loss, 1);
+      out.losses.push_back(loss / double(real_tokens(s)));
+    }
+    local[size_t(pg.rank())].assign(sm.params(), sm.params() + sm.num_params());
+    layouts[size_t(pg.rank())] = sm.tensor_layout();
+  });
+  for (int r = 1; r < world; ++r)
+    EXPECT_EQ(results[size_t(r)].losses, results[0].losses) << "rank " << r << " reports other losses";
+  const std::vector<model::ParamView> table = model::build_param_table(s.model);
+  std::vector<float> global(size_t(s.model.num_params()), NAN);
+  for (int r = 0; r < world; ++r) {
+    if (parallel::Mesh::coord_of({1, run.dp, 1, run.pp}, r).dp != 0) continue;
+    for (const TensorPiece& p : layouts[size_t(r)])
+      if (p.primary) place_piece(global, table, p, &local[size_t(r)][size_t(p.local_offset)]);
+  }
+  results[0].params = std::move(global);
   return results[0];
 }
 

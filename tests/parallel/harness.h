@@ -3,6 +3,7 @@
 // batches with the data-parallel engine on N ranks (threads of this process).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/context/layout.h"
@@ -57,6 +58,17 @@ struct TpRun {
   parallel::DataParallelOptions opts;
 };
 RunResult run_tensor_parallel(const RunSpec& spec, const TpRun& run, int64_t* tp_bytes = nullptr);
+
+// Pipeline parallelism: world = pp x dp threads in mesh order; each rank a stage
+// (model::StageModel) running the schedule with its executor; accum micro-batches per step.
+// params are the fp32 weights in the one-process layout, assembled from the stages.
+struct PpRun {
+  int pp = 2, dp = 1, virt = 1;
+  int zero = 0;  // 0 or 1
+  std::string schedule = "1f1b";
+  std::vector<int> split;  // --pp-split; empty: balanced
+};
+RunResult run_pipeline(const RunSpec& spec, const PpRun& run);
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);

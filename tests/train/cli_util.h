@@ -60,4 +60,26 @@ inline std::vector<std::string> state_hashes(const std::string& step_dir) {
   return out;
 }
 
+// One `strata train` run in a fresh run directory: its step records (those with a loss),
+// their losses and summary.json; cli holds the exit status and output.
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<nlohmann::json> records;
+  nlohmann::json summary;
+  RunResult cli;
+};
+inline TrainRun train_run(const std::string& args, const std::string& tag) {
+  TempDir dir(tag);
+  TrainRun r;
+  r.cli = run_strata(args + " --run-dir " + dir.str(), "", Streams::separate);
+  if (r.cli.status != 0) return r;
+  for (const nlohmann::json& rec : json_lines(read_file(dir.file("metrics.jsonl"))))
+    if (rec.contains("loss")) {
+      r.losses.push_back(rec["loss"].get<double>());
+      r.records.push_back(rec);
+    }
+  r.summary = nlohmann::json::parse(read_file(dir.file("summary.json")));
+  return r;
+}
+
 }  // namespace strata::test

@@ -24,22 +24,8 @@ const std::string kModel =
     "train --layers 2 --dim 32 --heads 2 --seq 16 --vocab 256 --data synthetic --batch 12 "
     "--lr 3e-3 --eval-every 0 --eval-batches 1 --sample-tokens 0 --peak-gflops 100 --threads 1 ";
 
-struct TrainRun {
-  std::vector<double> losses;
-  json summary;
-  RunResult cli;
-};
-
 TrainRun train(const std::string& extra, int steps = 20) {
-  TempDir dir("dist");
-  TrainRun r;
-  r.cli = run_strata(kModel + "--steps " + std::to_string(steps) + " --run-dir " + dir.str() +
-                     " " + extra, "", Streams::separate);
-  if (r.cli.status != 0) return r;
-  for (const json& rec : json_lines(read_file(dir.file("metrics.jsonl"))))
-    if (rec.contains("loss")) r.losses.push_back(rec["loss"].get<double>());
-  r.summary = json::parse(read_file(dir.file("summary.json")));
-  return r;
+  return train_run(kModel + "--steps " + std::to_string(steps) + " " + extra, "dist");
 }
 
 TEST(TrainDistributed, EveryStageAndRankCountMatchesOneProcess) {

@@ -1,0 +1,138 @@
+// One pipeline stage's part of the GPT (model/gpt.h): the blocks of its chunks, the embedding
+// when it holds the first layer, the final norm and the loss when it holds the last, and
+// activations for every micro-batch it holds in flight.
+//
+// Terms. A chunk is a contiguous range of blocks [begin, end) (a virtual stage,
+// parallel/pipeline/schedule.h); the embed chunk also runs the embedding (unit 0: wte, wpe),
+// the head chunk also the final LayerNorm (unit L+1) and the tied logits and cross-entropy
+// (unit 0's wte). The stage holds the units its chunks use, in unit order, in one flat
+// parameter buffer and one gradient buffer; param_table() names them with the one-process
+// model's names and their offsets in these buffers, and tensor_layout() places them in the
+// global tensors (checkpoints load any layout into any other).
+//
+// Activations: chunk c has slots[c] slots; micro-batch m uses slot m % slots[c], so a schedule
+// must not hold more than slots[c] micro-batches of the chunk at once (the executor sizes the
+// slots from the schedule). Per slot: the chunk's input (B·T, C), each block's activations
+// (gpt.cc), its output gradient as received and its input gradient to send, and on the head
+// the final norm, logits (B·T, Vp) and losses. Backward scratch (B·T rows) is shared.
+//
+// The passes are the one-process model's (block_forward/backward of gpt.cc), so a stage chain
+// computes the same numbers as model::GPT, bit for bit per block.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/memory.h"
+#include "core/tensor_layout.h"
+#include "model/gpt.h"
+
+namespace strata::model {
+
+struct StageChunk {
+  int begin = 0, end = 0;  // blocks [begin, end), at least one
+  bool embed = false;      // runs the embedding first (begin == 0)
+  bool head = false;       // runs the final norm, logits and loss last (end == layers)
+};
+
+// One micro-batch's data, valid for the step: tokens, targets (B, T) int32; weights (B, T)
+// per-token loss weight or nullptr (all ones).
+struct MicroInput {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  const float* weights = nullptr;
+  int B = 0, T = 0;
+};
+
+class StageModel {
+ public:
+  // slots[c]: activation slots of chunk c; max_batch: the largest micro-batch (sequences).
+  // split_backward: keep per slot what backward_weight needs (zero-bubble schedules): each
+  // block's output gradients of its four linear layers, 9·B·T·C floats per block.
+  StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks, std::vector<int> slots,
+             int max_batch, DType compute = DType::f32, bool split_backward = false);
+  ~StageModel();
+  StageModel(const StageModel&) = delete;
+  StageModel& operator=(const StageModel&) = delete;
+
+  const GPTConfig& config() const { return cfg_; }
+  const std::vector<StageChunk>& chunks() const { return chunks_; }
+  DType compute() const { return compute_; }
+  bool holds(int unit) const;
+  const std::vector<int>& units() const { return units_; }  // held units, in unit order
+  std::pair<int64_t, int64_t> unit_range(int unit) const;   // in the stage's flat buffers
+  int64_t num_params() const { return num_params_; }
+  const std::vector<ParamView>& param_table() const { return table_; }
+  TensorLayout tensor_layout() const;
+  float* params() { return params_.as<float>(); }
+  float* grads() { return grads_.as<float>(); }
+  // [begin, end) of wte in the flat buffers (the tied embedding; empty if not held).
+  std::pair<int64_t, int64_t> wte_range() const;
+
+  // GPT-2 initialisation, the values model::GPT::init(seed) gives the same tensors.
+  void init(uint64_t seed);
+  void zero_grads();
+
+  // The step's micro-batches (pointers held until the next call).
+  void set_inputs(std::vector<MicroInput> micro) { inputs_ = std::move(micro); }
+  int num_inputs() const { return int(inputs_.size()); }
+  // Floats of one activation message of micro-batch m: B·T·C.
+  int64_t message_floats(int micro) const;
+  float* input(int chunk, int micro);             // (B·T, C) from the previous virtual stage
+  const float* output(int chunk, int micro);      // (B·T, C) to the next one
+  float* grad_input(int chunk, int micro);        // d loss / d output, from the next stage
+  const float* grad_output(int chunk, int micro); // d loss / d input, to the previous stage
+
+  // Forward of one chunk and micro-batch; returns the sum of weighted token losses on the
+  // head chunk, else 0.
+  double forward(int chunk, int micro);
+  // Backward of scale · (that sum): parameter gradients accumulate (+=), the input gradient
+  // goes to grad_output (or into the embedding's gradients).
+  void backward(int chunk, int micro, float scale);
+
+  // The same backward in two passes (zero-bubble): backward_input computes the input
+  // gradient (and the cheap norm and embedding gradients) and keeps the linear layers' output
+  // gradients; backward_weight then accumulates the linear layers' weight gradients (the
+  // same products as backward, so the same numbers). Needs split_backward.
+  void backward_input(int chunk, int micro, float scale);
+  void backward_weight(int chunk, int micro);
+
+  // Bytes of the activation slots and scratch.
+  int64_t activation_bytes() const;
+
+  struct Slot;
+  struct Chunk;
+
+ private:
+  float* unit_params(int unit);
+  float* unit_grads(int unit);
+  Slot& slot(int chunk, int micro);
+  void head_input_grad(Slot& s, const MicroInput& in, float scale, bool split);
+  void run_backward(int chunk, int micro, float scale, bool split);
+
+  GPTConfig cfg_;
+  std::vector<StageChunk> chunks_;
+  DType compute_;
+  bool split_;
+  std::vector<int> units_;
+  std::vector<int64_t> unit_begin_;  // per global unit: offset in the flat buffers, or -1
+  std::vector<int64_t> unit_global_begin_;
+  std::vector<int64_t> view_rel_;    // per global view: offset inside its unit
+  std::vector<ParamView> table_;
+  int64_t num_params_ = 0;
+  Buffer params_, grads_, acts_;
+  std::vector<std::unique_ptr<Chunk>> state_;
+  float *dres_ = nullptr, *dbuf_c_ = nullptr, *dbuf_4c_ = nullptr, *dqkv_ = nullptr;
+  std::vector<MicroInput> inputs_;
+};
+
+// Splits L layers into P·V contiguous chunks (virtual stage v gets chunk v), by `split` when
+// given (P·V sizes summing to L: --pp-split), else balancing the estimated cost of each
+// virtual stage: a block ~ 24·C² + 4·T·C flops per token, plus the head's 2·C·Vp on the
+// last. Throws one line naming the flag and the numbers.
+std::vector<StageChunk> split_layers(const GPTConfig& cfg, int seq, int stages, int virt,
+                                     const std::vector<int>& split);
+
+}  // namespace strata::model

@@ -1,0 +1,54 @@
+// The step engine of one pipeline stage (parallel/engine.h): AdamW over the stage's flat
+// buffers (model/stage.h), after the gradients that several ranks share are summed.
+//
+//   end_backward  the tied wte gradient all-reduced (sum) over the embed group (first and
+//                 last stage: the embedding's and the logits' contributions, Megatron's
+//                 approach), then every gradient all-reduced over the data-parallel group
+//                 (ZeRO 0: the trainer's loss scale makes the sum the global mean), or
+//                 reduce-scattered into each dp rank's 1/D share (ZeRO 1)
+//   step          the global gradient norm: squares summed on each stage (wte counted on the
+//                 first stage only; under ZeRO 1 over the share, added over dp) and
+//                 all-reduced over the pp group; clip, AdamW (ZeRO 1: on the share, whose
+//                 parameters are then all-gathered over dp)
+// Every copy of wte (first and last stage) then gets the same update, so the stages keep one
+// model: the one-process model's numbers up to the order of float additions.
+// State per rank: the stage's parameters and gradients (Ψ_stage floats each), m and v
+// (2 · Ψ_stage; ZeRO 1: 2 · Ψ_stage / D, plus the Ψ_stage / D gradient share).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.h"
+#include "model/stage.h"
+#include "parallel/engine.h"
+#include "parallel/mesh.h"
+
+namespace strata::parallel::pipeline {
+
+class StageEngine final : public StepEngine {
+ public:
+  // Initialises the stage's parameters from `seed` (the one-process model's values).
+  // zero: 0 or 1 (ZeRO stage over the data-parallel group).
+  StageEngine(model::StageModel& model, Mesh& mesh, const OptimConfig& optim, uint64_t seed,
+              int zero = 0);
+  void begin_step() override;
+  void end_backward() override;
+  float step(float lr) override;
+  int64_t step_count() const override { return steps_; }
+  std::vector<StateShard> state_shards() override;
+  void state_loaded(int64_t step_count) override;
+  int zero_stage() const override { return zero_; }
+
+ private:
+  model::StageModel& model_;
+  Mesh& mesh_;
+  OptimConfig optim_;
+  int zero_;
+  int64_t begin_ = 0, end_ = 0;      // this rank's optimizer share of [0, Ψ_stage)
+  std::vector<size_t> counts_;        // every dp rank's share
+  Buffer m_, v_, share_grads_;
+  std::vector<model::DecayRange> spans_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace strata::parallel::pipeline

@@ -1,0 +1,164 @@
+#include "train/pipeline_rank.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "core/error.h"
+#include "core/trace.h"
+#include "data/dataset.h"
+#include "model/stage.h"
+#include "parallel/pipeline/engine.h"
+#include "parallel/pipeline/executor.h"
+#include "train/metrics.h"
+
+namespace strata::train {
+
+namespace pl = parallel::pipeline;
+using nlohmann::json;
+
+void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
+  const parallel::MeshDims d = pc.mesh_dims();
+  const pl::PipelineOptions& o = pc.pipeline;
+  if (d.pp <= 1) {
+    STRATA_CHECK(o.virt == 1 && o.split.empty() && o.micro == 0,
+                 "--virtual-stages, --pp-split and --micro-batches need --pp 2 or more");
+    return;
+  }
+  const int L = cfg.model.layers, P = d.pp, V = o.virt;
+  STRATA_CHECK(P <= L, "--pp ", P, " stages but the model has only ", L, " layers (--layers)");
+  STRATA_CHECK(V == 1 || L % (P * V) == 0 || !o.split.empty(), "--virtual-stages ", V, " x --pp ",
+               P, " = ", P * V, " chunks do not divide the ", L, " layers");
+  model::split_layers(cfg.model, cfg.train_seq(), P, V, o.split);
+  const int M = cfg.accum(d.dp);
+  pl::make_schedule(o.schedule, P, M, V);
+  STRATA_CHECK(!(o.schedule == pl::ScheduleKind::zb && pc.dp.stage == 3),
+               "--schedule zb with --zero 3: zero-bubble defers weight gradients past the "
+               "point where ZeRO-3 frees each layer's gathered parameters; use --zero 0 or 1");
+  STRATA_CHECK(pc.dp.stage <= 1, "--pp with --zero ", pc.dp.stage,
+               ": a stage runs every micro-batch's backward before its gradients are final, so "
+               "ZeRO 2's per-bucket reduce-scatter and ZeRO 3's per-layer gathers would repeat M "
+               "times per step; use --zero 0 or 1 (1 shards the optimizer state over dp)");
+  STRATA_CHECK(d.tp == 1 && d.cp == 1 && d.ep == 1, "--pp with ", d.describe(),
+               ": pipeline stages compose with data parallelism only so far (--tp 1, --cp 1)");
+  STRATA_CHECK(!cfg.model.moe.enabled(), "--pp with --experts ", cfg.model.moe.experts,
+               ": pipeline stages hold dense blocks only so far");
+}
+
+namespace {
+
+std::vector<model::MicroInput> inputs_of(const data::StepBatch& batch) {
+  std::vector<model::MicroInput> in;
+  for (const data::MicroBatch& mb : batch.micro)
+    in.push_back({mb.tokens.data(), mb.targets.data(),
+                  mb.weights.empty() ? nullptr : mb.weights.data(), mb.B, mb.T});
+  return in;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc,
+                                parallel::Mesh& mesh, Topology topo) {
+  const parallel::MeshDims d = mesh.dims();
+  const pl::PipelineOptions& o = pc.pipeline;
+  const int P = d.pp, V = o.virt, stage = mesh.pp_rank();
+  const int A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
+  const pl::Schedule sched = pl::make_schedule(o.schedule, P, A, V);
+  const auto chunks = model::split_layers(cfg.model, cfg.train_seq(), P, V, o.split);
+  std::vector<model::StageChunk> mine;
+  for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
+  const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
+  model::StageModel sm(cfg.model, mine, pl::slots_for(sched, stage), b, compute,
+                       sched.split_backward);
+  comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
+  pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
+  // Each stage's F/B/W spans on a track named by its stage: merged, the schedule's diagonal.
+  if (tracer().enabled()) tracer().name_thread(cat("compute (pp stage ", stage, ")"));
+  topo.counts_loss = mesh.last_stage();
+  topo.layout = [&sm] { return sm.tensor_layout(); };
+
+  std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
+  json step_rec;
+  EngineFactory f;
+  f.model_owns_state = false;
+  f.model_max_batch = 0;
+  f.samples = false;
+  f.make = [&](model::GPT&, const parallel::OptimConfig& optim, uint64_t seed) {
+    return std::unique_ptr<parallel::StepEngine>(
+        new pl::StageEngine(sm, mesh, optim, seed, pc.dp.stage));
+  };
+  f.run_step = [&](const data::StepBatch& batch, float scale) {
+    sm.set_inputs(inputs_of(batch));
+    const double loss = ex.run(sm, scale);
+    const double mine_t[3] = {ex.last().busy_s, ex.last().step_s, ex.last().recv_wait_s};
+    std::vector<double> all(size_t(3 * P));
+    mesh.pp().all_gather(mine_t, all.data(), 3, DType::f64);
+    json busy = json::array(), bub = json::array(), waits = json::array();
+    double mean = 0;
+    for (int s = 0; s < P; ++s) {
+      const double* x = &all[size_t(3 * s)];
+      const double bf = x[1] > 0 ? 1 - x[0] / x[1] : 0;
+      busy.push_back(x[0] * 1e3);
+      waits.push_back(x[2] * 1e3);
+      bub.push_back(bf);
+      mean += bf / P;
+    }
+    bubbles.push_back(mean);
+    steps_ms.push_back(ex.last().step_s * 1e3);
+    step_rec = {{"pp_busy_ms", busy}, {"pp_recv_wait_ms", waits}, {"pp_bubble", bub},
+                {"pp_bubble_mean", mean},
+                {"pp_schedule_ms", ex.last().step_s * 1e3}};
+    return loss;
+  };
+  f.forward_sum = [&](const data::StepBatch& batch) {
+    sm.set_inputs(inputs_of(batch));
+    pl::Executor eval(pl::make_forward_only(P, int(batch.micro.size()), V), stage, &mesh.pp(),
+                      grad.get());
+    double loss = eval.run(sm, 0);
+    mesh.pp().all_reduce(&loss, 1);
+    return loss;
+  };
+  f.step_metrics = [&] { return step_rec; };
+  f.summary_extras = [&] {
+    const double mine_s[3] = {double(sm.activation_bytes()), double(sm.num_params()),
+                              double(pl::max_in_flight(sched, stage))};
+    std::vector<double> all(size_t(3 * P));
+    mesh.pp().all_gather(mine_s, all.data(), 3, DType::f64);
+    // Steady state: the first step pays for warm-up.
+    std::vector<double> steady(bubbles.begin() + (bubbles.size() > 1 ? 1 : 0), bubbles.end());
+    const double measured = median(steady), formula = pl::bubble_formula(sched);
+    json stages = json::array();
+    std::string text = cat("pipeline: ", pl::schedule_name(o.schedule), ", ", P, " stages",
+                           V > 1 ? cat(" x ", V, " chunks") : "", ", ", A,
+                           " micro-batches: bubble ", fmt("%.3f", measured),
+                           " measured (median over steps, mean over stages) vs formula ",
+                           fmt("%.3f", formula));
+    for (int s = 0; s < P; ++s) {
+      std::string layers;
+      for (int c = 0; c < V; ++c) {
+        const model::StageChunk& ch = chunks[size_t(sched.virtual_stage(s, c))];
+        layers += cat(c ? "," : "", ch.begin, "-", ch.end - 1);
+      }
+      stages.push_back({{"stage", s}, {"layers", layers}, {"params", int64_t(all[size_t(3 * s + 1)])},
+                        {"activation_bytes", int64_t(all[size_t(3 * s)])},
+                        {"in_flight", int(all[size_t(3 * s + 2)])}});
+      text += cat("\n  stage ", s, ": layers ", layers, ", ", int64_t(all[size_t(3 * s + 1)]),
+                  " params, activations ", int64_t(all[size_t(3 * s)]), " B for ",
+                  int(all[size_t(3 * s + 2)]), " micro-batches in flight");
+    }
+    return json{{"pipeline",
+                 {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"virtual_stages", V},
+                  {"micro_batches", A}, {"bubble_measured", measured},
+                  {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
+                  {"stages", stages}}},
+                {"text", text}};
+  };
+  return Trainer(cfg, topo, f).run();
+}
+
+}  // namespace strata::train

@@ -1,0 +1,28 @@
+// `strata train --pp P`: one rank's pipeline stage under the trainer (train/trainer.h).
+//
+//   rank r (pp stage s, dp replica d): a model::StageModel with the layers of its virtual
+//   stages (model::split_layers), the stage engine (parallel/pipeline/engine.h), and one
+//   executor per schedule: the training schedule (--schedule over M = accumulation
+//   micro-batches) and a forward-only one for evals. The trainer's loop stays as it is: its
+//   step hook runs the executor over the step's micro-batches, and its GPT is an empty shell.
+// Each step's metrics gain every stage's busy time and bubble fraction (measured: 1 − busy /
+// the schedule's wall time) and the schedule's formula; the summary adds their medians, each
+// stage's activation bytes and its in-flight peak.
+#pragma once
+#include "comm/process_group.h"
+#include "parallel/mesh.h"
+#include "train/distributed.h"
+#include "train/trainer.h"
+
+namespace strata::train {
+
+// Throws one line naming the flag and numbers for a pipeline layout that cannot run (before
+// any rank starts): more stages than layers, a --pp-split of the wrong length or sum,
+// virtual stages that do not divide the layers, interleaved with M < P, zero-bubble with
+// ZeRO-3, and what the stage engine does not support yet.
+void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc);
+
+TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc,
+                                parallel::Mesh& mesh, Topology topo);
+
+}  // namespace strata::train

@@ -1,0 +1,161 @@
+// `strata train --pp P`: pipeline stages as real processes give one process's losses (every
+// schedule the executor runs, with and without dp), record each stage's bubble per step, and
+// bad pipeline layouts are refused with one line before any rank starts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+
+namespace strata::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kModel =
+    "train --layers 4 --dim 32 --heads 2 --seq 16 --vocab 256 --data synthetic --batch 12 "
+    "--lr 3e-3 --eval-every 0 --eval-batches 2 --sample-tokens 0 --peak-gflops 100 --threads 1 ";
+
+TrainRun train(const std::string& extra, int steps = 20) {
+  return train_run(kModel + "--steps " + std::to_string(steps) + " " + extra, "pp");
+}
+
+TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
+  const TrainRun ref = train("--micro-batch 3");  // the eval batches are micro-batches: the same b
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  for (const std::string& layout :
+       {std::string("--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4"),
+        std::string("--nproc 3 --pp 3 --schedule gpipe --micro-batches 4"),
+        std::string("--nproc 2 --pp 2 --schedule zb --micro-batches 4"),
+        std::string("--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4"),
+        std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --zero 1")}) {
+    const TrainRun r = train(layout);
+    ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
+    EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
+    EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
+        << layout;
+    const json& pp = r.summary["pipeline"];
+    EXPECT_GT(pp["bubble_formula"].get<double>(), 0) << layout;
+    EXPECT_EQ(r.records.back()["pp_bubble"].size(), pp["pp"].get<size_t>()) << layout;
+    for (const json& st : pp["stages"]) EXPECT_GT(st["activation_bytes"].get<int64_t>(), 0);
+  }
+}
+
+// bf16 matmuls on fp32 weights: close to fp32 (the data-parallel bf16 test's bound).
+TEST(TrainPipeline, Bf16StaysCloseToFp32) {
+  const TrainRun ref = train("--micro-batch 3");
+  const TrainRun r = train("--nproc 2 --pp 2 --micro-batches 4 --precision bf16");
+  ASSERT_EQ(r.cli.status, 0) << r.cli.err;
+  EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2);
+}
+
+// A checkpoint saved by pp 2 resumes on one process, on pp 4 and on pp 2 x dp 2, and
+// continues the saving run's losses (the stages' pieces carry their global names and boxes).
+TEST(TrainPipeline, CheckpointsReshardAcrossPipelineLayouts) {
+  TempDir dir("ppck");
+  const std::string save = dir.file("save");
+  const RunResult ref = run_strata(kModel + "--steps 20 --ckpt-every 10 --ckpt-keep 0 --run-dir " +
+                                       save + " --nproc 2 --pp 2 --micro-batches 4",
+                                   "", Streams::separate);
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  std::vector<double> want;
+  for (const json& rec : json_lines(read_file(save + "/metrics.jsonl")))
+    if (rec.contains("loss")) want.push_back(rec["loss"].get<double>());
+  ASSERT_EQ(want.size(), 20u);
+  int n = 0;
+  for (const std::string& to : {std::string("--micro-batch 3"),
+                                std::string("--nproc 4 --pp 4 --micro-batches 4"),
+                                std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --zero 1")}) {
+    const std::string run = dir.file("to" + std::to_string(n++));
+    const RunResult r = run_strata(kModel + "--steps 20 --run-dir " + run + " --resume " + save +
+                                       "/ckpt/step-000010 " + to,
+                                   "", Streams::separate);
+    ASSERT_EQ(r.status, 0) << to << ": " << r.err;
+    EXPECT_NE(r.err.find("resharded from 2 rank(s)"), std::string::npos) << r.err;
+    std::vector<double> got;
+    for (const json& rec : json_lines(read_file(run + "/metrics.jsonl")))
+      if (rec.contains("loss")) got.push_back(rec["loss"].get<double>());
+    ASSERT_EQ(got.size(), 10u) << to;
+    for (size_t i = 0; i < 10; ++i) EXPECT_NEAR(got[i], want[10 + i], 1e-5) << to << " step " << 11 + i;
+  }
+}
+
+// A stage that hangs: its peer times out in a stage-to-stage receive, and the hang doctor
+// names the pipeline group, the ranks and their stages.
+TEST(TrainPipeline, HungStageIsNamedByTheDoctor) {
+  TempDir dir("pphang");
+  const RunResult r = run_strata(kModel + "--steps 6 --run-dir " + dir.str() +
+                                     " --nproc 2 --pp 2 --micro-batches 4 --inject hang "
+                                     "--inject-rank 1 --inject-step 3 --timeout 3",
+                                 "", Streams::separate);
+  EXPECT_NE(r.status, 0);
+  const RunResult d = run_strata("doctor hang " + dir.str(), "", Streams::separate);
+  EXPECT_NE(d.out.find("of group \"pp(dp=0,tp=0)"), std::string::npos) << d.out << d.err;
+  EXPECT_NE(d.out.find("(pipeline stages 0 and 1)"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("never reached it: rank 1"), std::string::npos) << d.out;
+}
+
+// --trace: each stage's F/B per micro-batch as spans on a track named by its stage, in the
+// schedule's order (1F1B, pp 2, M 4: stage 0 warms up with two forwards).
+TEST(TrainPipeline, TraceShowsEachStagesSchedule) {
+  TempDir dir("pptrace");
+  const RunResult r = run_strata(kModel + "--steps 2 --nproc 2 --pp 2 --micro-batches 4 --trace "
+                                          "--run-dir " + dir.str(), "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (int s = 0; s < 2; ++s) {
+    const json t = json::parse(read_file(dir.file("trace-rank" + std::to_string(s) + ".json")));
+    std::vector<std::string> spans;
+    bool named = false;
+    for (const json& e : t["traceEvents"]) {
+      if (e.value("cat", "") == "pipeline" && spans.size() < 8) spans.push_back(e["name"]);
+      if (e.value("ph", "") == "M" && e["args"].value("name", "") == "compute (pp stage " + std::to_string(s) + ")")
+        named = true;
+    }
+    EXPECT_TRUE(named) << "stage " << s;
+    const std::vector<std::string> want =
+        s == 0 ? std::vector<std::string>{"F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"}
+               : std::vector<std::string>{"F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3"};
+    EXPECT_EQ(spans, want) << "stage " << s;
+  }
+}
+
+TEST(TrainPipeline, ScheduleCommandDrawsAndRefuses) {
+  const RunResult ok = run_strata("pp schedule --pp 2 --micro-batches 2 --schedule 1f1b", "",
+                                  Streams::separate);
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("stage 1 |.  F0 B0--- F1 B1---"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("vs formula 0.333"), std::string::npos) << ok.out;
+  const RunResult bad = run_strata(
+      "pp schedule --pp 4 --micro-batches 2 --schedule interleaved --virtual-stages 2", "",
+      Streams::separate);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--micro-batches >= --pp: 2 < 4"), std::string::npos) << bad.err;
+}
+
+TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--nproc 5 --pp 5", "--pp 5 stages but the model has only 4 layers"},
+      {"--nproc 2 --pp 2 --pp-split 1,2", "--pp-split sums to 3 layers but the model has 4"},
+      {"--nproc 2 --pp 2 --pp-split 1,2,1", "--pp-split has 3 sizes but there are 2"},
+      {"--nproc 2 --pp 2 --schedule interleaved --virtual-stages 3 --micro-batches 4",
+       "--virtual-stages 3 x --pp 2 = 6 chunks do not divide the 4 layers"},
+      {"--nproc 4 --pp 4 --layers 8 --schedule interleaved --virtual-stages 2 --micro-batches 2",
+       "--micro-batches >= --pp: 2 < 4"},
+      {"--nproc 2 --pp 2 --schedule zb --zero 3", "--schedule zb with --zero 3"},
+      {"--nproc 2 --pp 2 --zero 2", "--pp with --zero 2: a stage runs every micro-batch's"},
+      {"--nproc 2 --pp 2 --schedule pipedream", "--schedule pipedream is not a schedule"},
+      {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},
+  };
+  for (const auto& [flags, want] : cases) {
+    const TrainRun r = train(flags, 2);
+    EXPECT_NE(r.cli.status, 0) << flags;
+    EXPECT_NE(r.cli.err.find(want), std::string::npos) << flags << ": " << r.cli.err;
+    EXPECT_EQ(std::count(r.cli.err.begin(), r.cli.err.end(), '\n'), 1) << flags << ": " << r.cli.err;
+  }
+}
+
+}  // namespace
+}  // namespace strata::test
