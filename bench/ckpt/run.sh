@@ -12,14 +12,11 @@
 #
 #   bash bench/ckpt/run.sh        # BUILD=build REPEATS=3 SIZES="tiny gpt2" DIR=/tmp
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
+source "$(dirname "$0")/../lib.sh"
 BENCH="${BENCH:-$BUILD/bench/bench_ckpt}"
-STRATA="${STRATA:-$BUILD/strata}"
 REPEATS="${REPEATS:-3}"
 RECOVERY_REPS="${RECOVERY_REPS:-3}"
 SIZES="${SIZES:-tiny gpt2}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
 [[ -x "$BENCH" ]] || { echo "bench/ckpt: $BENCH not built (make bench)" >&2; exit 1; }
 OUT="$(mktemp -d "${DIR:-/tmp}/strata-bench-ckpt.XXXXXX")"
 trap 'rm -rf "$OUT"' EXIT

@@ -7,17 +7,13 @@
 #
 #   bash bench/cp/long_context.sh          # BUDGET_MB=48 BUILD=build MODE=ring
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 BUDGET_MB="${BUDGET_MB:-48}"
 MODE="${MODE:-ring}"
 STEP="${STEP:-512}"
 MAXSEQ="${MAXSEQ:-65536}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
 arch=(--layers 2 --heads 4)
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS=1
 
 predict() {  # cp seq -> MiB of activations per rank

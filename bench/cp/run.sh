@@ -11,9 +11,7 @@
 # time within 10% under zigzag. Prints tokens/s, ratios and the attention balance
 # (bench/cp/report.py); docs/context_parallel.md records them.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 THREADS="${THREADS:-1}"
 REPEATS="${REPEATS:-2}"
 STEPS="${STEPS:-4}"
@@ -22,11 +20,9 @@ BATCH="${BATCH:-1}"
 LAYERS="${LAYERS:-2}"
 DIM="${DIM:-128}"
 HEADS="${HEADS:-4}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-[[ -x "$STRATA" ]] || { echo "bench/cp: $STRATA not built (make build)" >&2; exit 1; }
+bench_need_strata cp
 
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS="$THREADS"
 model=(--layers "$LAYERS" --dim "$DIM" --heads "$HEADS" --max-seq "$SEQ" --seq "$SEQ"
        --vocab 256 --batch "$BATCH" --steps "$STEPS" --sample-tokens 0 --eval-batches 1

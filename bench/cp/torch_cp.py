@@ -12,21 +12,17 @@ with the same AdamW. Median wall time per optimizer step after a warm-up step; o
   python3 bench/cp/torch_cp.py --nproc 2 --layers 2 --dim 128 --heads 4 --seq 4096 --batch 1
 """
 import argparse
-import json
 import math
 import os
 import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
-sys.path.insert(0, os.path.join(HERE, "..", "zero"))
-from torch_ddp import free_port  # noqa: E402
-from torch_gpt import GPT, Block, adamw, train_timed  # noqa: E402
+from torch_gpt import GPT, Block, adamw, rank_arguments, run_ranks, train_timed  # noqa: E402
 
 
 def chunk_ids(rank, world):
@@ -216,24 +212,11 @@ def worker(rank, world, args, port, queue):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=4096)
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=1, help="global batch in sequences")
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    rank_arguments(ap, layers=2, dim=128, seq=4096, batch=1, steps=4)
     args = ap.parse_args()
     if args.seq % (2 * args.nproc):
         sys.exit(f"torch_cp: --seq {args.seq} does not split into 2 x {args.nproc} chunks")
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(args.nproc, args, free_port(), queue), nprocs=args.nproc,
-                       join=True, start_method="spawn")
-    print(json.dumps(queue.get()))
+    run_ranks(worker, args)
 
 
 if __name__ == "__main__":

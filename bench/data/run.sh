@@ -11,20 +11,16 @@
 #
 #   bash bench/data/run.sh          # BUILD=build TOKENS=100000000 REPEATS=3 STEPS=20
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 LOADER="${LOADER:-$BUILD/bench/bench_loader}"
 TOKENS="${TOKENS:-100000000}"
 REPEATS="${REPEATS:-3}"
 STEPS="${STEPS:-20}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
 for exe in "$STRATA" "$LOADER"; do
   [[ -x "$exe" ]] || { echo "bench/data: $exe not built (make bench)" >&2; exit 1; }
 done
 
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 if "$STRATA" train --help 2>/dev/null | grep -q -- "--nproc"; then
   TRAIN=("$STRATA" train --nproc 2 --threads 1)
   MODE="2 ranks x 1 thread"

@@ -11,17 +11,13 @@
 #
 #   bash bench/moe/run.sh                 # BUILD=build THREADS=1 REPEATS=3 STEPS=150
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 BENCH="${BENCH_MOE:-$BUILD/bench/bench_moe}"
 THREADS="${THREADS:-1}"
 REPEATS="${REPEATS:-3}"
 STEPS="${STEPS:-150}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
 [[ -x "$STRATA" && -x "$BENCH" ]] || { echo "bench/moe: build strata and bench_moe (-DSTRATA_BENCH=ON)" >&2; exit 1; }
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS="$THREADS"
 LAYER=(--tokens 2048 --dim 256 --experts 8 --top-k 2 --capacity 1.25 --iters 10)
 for r in $(seq 1 "$REPEATS"); do

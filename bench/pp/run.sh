@@ -12,15 +12,11 @@
 # below 1F1B's at the same M; strata >= 1.3x the peer's tokens/s. Prints a table
 # (bench/pp/report.py); docs/pipeline.md records it.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 STEPS="${STEPS:-8}"
 MS="${MS:-2 4 8 16}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-[[ -x "$STRATA" ]] || { echo "bench/pp: $STRATA not built (make build)" >&2; exit 1; }
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_need_strata pp
+bench_scratch
 export OMP_NUM_THREADS=1
 model=(--layers 4 --dim 256 --heads 4 --seq 128 --vocab 256)
 summary() { sed -e 's/^\[rank [0-9]*\] //' | grep '^{' | tail -n 1; }

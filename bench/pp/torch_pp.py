@@ -26,9 +26,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
-sys.path.insert(0, os.path.join(HERE, "..", "zero"))
-from torch_ddp import free_port  # noqa: E402
-from torch_gpt import Block, adamw, gpt2_init  # noqa: E402
+from torch_gpt import Block, adamw, free_port, gpt2_init  # noqa: E402
 
 
 class Stage(nn.Module):

@@ -7,10 +7,7 @@
 #
 #   bash bench/rlhf/overopt.sh            # BUILD=build ITERS=40 STEP=5 KLS="0 0.05 0.2"
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
+source "$(dirname "$0")/../lib.sh"
 ITERS="${ITERS:-40}" STEP="${STEP:-5}" KLS="${KLS:-0 0.05 0.2}"
 OUT="${OUT:-$(mktemp -d)}"
 export OMP_NUM_THREADS="${THREADS:-1}"

@@ -13,17 +13,13 @@
 # Targets (issue 16): KV-cache generation >= 1.3x PyTorch; a PPO iteration >= 1.3x PyTorch.
 # docs/rlhf.md records the figures.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
+source "$(dirname "$0")/../lib.sh"
 REPEATS="${REPEATS:-2}"
 THREADS="${THREADS:-1}"
 BATCH="${BATCH:-8}" PROMPT="${PROMPT:-8}" RESPONSE="${RESPONSE:-56}"
 ROLLOUT="${ROLLOUT:-16}" MINIBATCH="${MINIBATCH:-8}" EPOCHS="${EPOCHS:-2}" ITERS="${ITERS:-3}"
 [[ -x "$STRATA" ]] || { echo "bench/rlhf: $STRATA not built" >&2; exit 1; }
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS="$THREADS"
 PEER=("$PYTHON" "$ROOT/bench/rlhf/torch_rlhf.py" --threads "$THREADS")
 "${PEER[@]}" write --out "$OUT/actor.safetensors" > /dev/null

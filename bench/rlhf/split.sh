@@ -7,13 +7,9 @@
 #
 #   bash bench/rlhf/split.sh          # BUILD=build RESPONSES="16 56" ROLLOUTS="16 32" ITERS=2
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
+source "$(dirname "$0")/../lib.sh"
 RESPONSES="${RESPONSES:-16 56}" ROLLOUTS="${ROLLOUTS:-16 32}" PROMPT="${PROMPT:-8}" ITERS="${ITERS:-2}"
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS="${THREADS:-1}"
 "$PYTHON" "$ROOT/bench/rlhf/torch_rlhf.py" write --out "$OUT/actor.safetensors" > /dev/null
 "$PYTHON" "$ROOT/bench/rlhf/torch_rlhf.py" write --value-head --out "$OUT/rm.safetensors" > /dev/null

@@ -6,8 +6,7 @@
 #
 #   bash bench/scaling/run.sh     # BUILD=build, OUT=runs/scaling-bench, STEPS=20, REPEAT=3
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
+source "$(dirname "$0")/../lib.sh"
 OUT="${OUT:-$ROOT/runs/scaling-bench}"
 STEPS="${STEPS:-20}"
 REPEAT="${REPEAT:-3}"

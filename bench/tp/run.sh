@@ -11,20 +11,16 @@
 # Target (issue): strata tp 2 >= 1.3x the peer's tokens/s. Prints tokens/s, activation
 # memory per rank and ratios (bench/tp/report.py); docs/tensor_parallel.md records them.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 THREADS="${THREADS:-1}"
 REPEATS="${REPEATS:-2}"
 STEPS="${STEPS:-8}"
 SEQ="${SEQ:-128}"
 BATCH="${BATCH:-8}"
 MODEL="${MODEL:-small}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-[[ -x "$STRATA" ]] || { echo "bench/tp: $STRATA not built (make build)" >&2; exit 1; }
+bench_need_strata tp
 
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS="$THREADS"
 common=(--model "$MODEL" --seq "$SEQ" --batch "$BATCH" --steps "$STEPS" --threads "$THREADS"
         --sample-tokens 0 --eval-batches 1 --nproc 2 --json)

@@ -14,22 +14,18 @@ optimizer step after a warm-up step on rank 0; one JSON line.
   python3 bench/tp/torch_tp.py --nproc 2 --layers 6 --dim 384 --heads 6 --seq 128 --batch 8
 """
 import argparse
-import json
 import math
 import os
 import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
-sys.path.insert(0, os.path.join(HERE, "..", "zero"))
-from torch_ddp import free_port  # noqa: E402
-from torch_gpt import adamw, train_timed  # noqa: E402
+from torch_gpt import adamw, rank_arguments, run_ranks, train_timed  # noqa: E402
 
 
 class CopyToTP(torch.autograd.Function):  # f
@@ -193,24 +189,11 @@ def worker(rank, world, args, port, queue):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--heads", type=int, default=6)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=8, help="global batch in sequences")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    rank_arguments(ap, layers=6, dim=384, heads=6, seq=128, steps=10)
     args = ap.parse_args()
     if args.heads % args.nproc:
         sys.exit(f"torch_tp: --heads {args.heads} does not split over {args.nproc} ranks")
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(args.nproc, args, free_port(), queue), nprocs=args.nproc,
-                       join=True, start_method="spawn")
-    print(json.dumps(queue.get()))
+    run_ranks(worker, args)
 
 
 if __name__ == "__main__":

@@ -12,19 +12,15 @@
 #
 #   bash bench/train/bf16.sh     # BUILD=build THREADS=2 REPEATS=2 STEPS=6 MODELS="tiny L12" EMULATED=0
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 THREADS="${THREADS:-2}"
 REPEATS="${REPEATS:-2}"
 STEPS="${STEPS:-6}"
 MODELS="${MODELS:-tiny L12}"
 EMULATED="${EMULATED:-0}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-[[ -x "$STRATA" ]] || { echo "bench/train: $STRATA not built (make build)" >&2; exit 1; }
+bench_need_strata train
 
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS="$THREADS"
 arch() {
   case "$1" in

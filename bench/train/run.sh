@@ -8,17 +8,13 @@
 #   bash bench/train/run.sh                      # BUILD=build THREADS=2 REPEATS=3 STEPS=20
 #   THREADS=1 REPEATS=5 bash bench/train/run.sh
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 THREADS="${THREADS:-2}"
 REPEATS="${REPEATS:-3}"
 STEPS="${STEPS:-20}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-[[ -x "$STRATA" ]] || { echo "bench/train: $STRATA not built (make build)" >&2; exit 1; }
+bench_need_strata train
 
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS="$THREADS"
 for r in $(seq 1 "$REPEATS"); do
   "$STRATA" train --model tiny --seq 256 --batch 8 --micro-batch 8 --steps "$STEPS" \

@@ -9,6 +9,7 @@ explicit masked-softmax form (what nanoGPT falls back to on such versions).
 import argparse
 import json
 import math
+import socket
 import statistics
 import time
 
@@ -100,6 +101,35 @@ def train_timed(model, forward, data, opt, clip):
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:] if len(times) > 1 else times), losses
 
+
+
+# ---- shared by the multi-rank peers (bench/zero, bench/tp, bench/cp) ----
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_arguments(ap, **defaults):
+    """The flags every multi-rank peer takes: ranks, the GPT's shape, the global batch in
+    sequences, steps, intra-op threads per rank and the learning rate."""
+    d = dict(nproc=2, layers=4, dim=256, heads=4, seq=256, vocab=256, batch=8, steps=20)
+    d.update(defaults)
+    for k in ("nproc", "layers", "dim", "heads", "seq", "vocab", "batch", "steps"):
+        ap.add_argument("--" + k, type=int, default=d[k])
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    ap.add_argument("--lr", type=float, default=1e-3)
+
+
+def run_ranks(worker, args):
+    """Runs worker(rank, nproc, args, port, queue) on args.nproc spawned ranks and prints the
+    result rank 0 puts on the queue, as one JSON line."""
+    import torch.multiprocessing as mp
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(worker, args=(args.nproc, args, free_port(), queue), nprocs=args.nproc,
+                       join=True, start_method="spawn")
+    print(json.dumps(queue.get()))
 
 def main():
     ap = argparse.ArgumentParser()

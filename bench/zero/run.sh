@@ -12,20 +12,16 @@
 # per-rank batch) >= 90%; stage 3 step time <= 1.15x stage 0; >= 80% of gradient
 # communication hidden, read from the --trace files.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${BUILD:-$ROOT/build}"
-STRATA="${STRATA:-$BUILD/strata}"
+source "$(dirname "$0")/../lib.sh"
 THREADS="${THREADS:-1}"
 REPEATS="${REPEATS:-3}"
 STEPS="${STEPS:-20}"
 BUCKET_MB="${BUCKET_MB:-4}"
 PREFETCH="${PREFETCH:-1}"
 PRECISION="${PRECISION:-fp32}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
-[[ -x "$STRATA" ]] || { echo "bench/zero: $STRATA not built (make build)" >&2; exit 1; }
+bench_need_strata zero
 
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+bench_scratch
 export OMP_NUM_THREADS="$THREADS"
 common=(--model tiny --seq 256 --steps "$STEPS" --threads "$THREADS" --sample-tokens 0
         --eval-batches 1 --precision "$PRECISION" --bucket-mb "$BUCKET_MB" --json)

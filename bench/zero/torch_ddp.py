@@ -8,18 +8,15 @@ all-reduce keeps ranks in step) and prints one JSON line.
   python3 bench/zero/torch_ddp.py --nproc 2 --batch 8 --threads 1 --bucket-mb 4
 """
 import argparse
-import json
 import os
-import socket
 import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from torch_gpt import GPT, adamw, train_timed  # noqa: E402  (same model and loop)
+from torch_gpt import GPT, adamw, rank_arguments, run_ranks, train_timed  # noqa: E402  (same model and loop)
 
 
 def worker(rank, world, args, port, queue):
@@ -50,33 +47,14 @@ def worker(rank, world, args, port, queue):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=8, help="global batch in sequences")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    rank_arguments(ap)
     ap.add_argument("--bucket-mb", type=float, default=4)
-    ap.add_argument("--lr", type=float, default=1e-3)
     args = ap.parse_args()
     if args.batch % args.nproc:
         sys.exit(f"torch_ddp: --batch {args.batch} does not split over {args.nproc} ranks")
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(args.nproc, args, free_port(), queue), nprocs=args.nproc,
-                       join=True, start_method="spawn")
-    print(json.dumps(queue.get()))
+    run_ranks(worker, args)
 
 
 if __name__ == "__main__":
