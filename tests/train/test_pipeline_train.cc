@@ -79,9 +79,12 @@ TEST(TrainPipeline, TensorParallelStagesMatchOneProcess) {
 // bf16 matmuls on fp32 weights: close to fp32 (the data-parallel bf16 test's bound).
 TEST(TrainPipeline, Bf16StaysCloseToFp32) {
   const TrainRun ref = train("--micro-batch 3");
-  const TrainRun r = train("--nproc 2 --pp 2 --micro-batches 4 --precision bf16");
-  ASSERT_EQ(r.cli.status, 0) << r.cli.err;
-  EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2);
+  for (const std::string& layout : {std::string("--nproc 2 --pp 2 --micro-batches 4"),
+                                    std::string("--nproc 4 --pp 2 --tp 2 --micro-batches 4")}) {
+    const TrainRun r = train(layout + " --precision bf16");
+    ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
+    EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2) << layout;
+  }
 }
 
 // A checkpoint saved at step `steps` / 2 by `layout` (on `ranks` ranks) resumes under each of
