@@ -24,25 +24,38 @@ TrainRun train(const std::string& extra, int steps = 20) {
   return train_run(kModel + "--steps " + std::to_string(steps) + " " + extra, "pp");
 }
 
+// `layout` trains `steps` steps as `ref` does on one process: the same losses (1e-5), gradient
+// norms (1e-4: each view counted once over the stages and tp ranks, it drives the clipping)
+// and eval loss, with each stage's bubble and activations in the records.
+void expect_matches(const TrainRun& ref, const std::string& layout, int steps) {
+  const TrainRun r = train(layout, steps);
+  ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
+  ASSERT_EQ(r.losses.size(), ref.losses.size()) << layout;
+  EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
+  ASSERT_EQ(r.records.size(), ref.records.size()) << layout;
+  for (size_t i = 0; i < r.records.size(); ++i)
+    if (ref.records[i].contains("grad_norm"))
+      EXPECT_NEAR(r.records[i]["grad_norm"].get<double>(),
+                  ref.records[i]["grad_norm"].get<double>(), 1e-4)
+          << layout << " record " << i;
+  EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
+      << layout;
+  const json& pp = r.summary["pipeline"];
+  EXPECT_GT(pp["bubble_formula"].get<double>(), 0) << layout;
+  EXPECT_EQ(r.records.back()["pp_bubble"].size(), pp["pp"].get<size_t>()) << layout;
+  for (const json& st : pp["stages"]) EXPECT_GT(st["activation_bytes"].get<int64_t>(), 0);
+}
+
 TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
   const TrainRun ref = train("--micro-batch 3");  // the eval batches are micro-batches: the same b
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
-  for (const std::string& layout :
-       {std::string("--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4"),
-        std::string("--nproc 3 --pp 3 --schedule gpipe --micro-batches 4"),
-        std::string("--nproc 2 --pp 2 --schedule zb --micro-batches 4"),
-        std::string("--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4"),
-        std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --zero 1")}) {
-    const TrainRun r = train(layout);
-    ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
-    EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
-    EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
-        << layout;
-    const json& pp = r.summary["pipeline"];
-    EXPECT_GT(pp["bubble_formula"].get<double>(), 0) << layout;
-    EXPECT_EQ(r.records.back()["pp_bubble"].size(), pp["pp"].get<size_t>()) << layout;
-    for (const json& st : pp["stages"]) EXPECT_GT(st["activation_bytes"].get<int64_t>(), 0);
-  }
+  for (const char* layout :
+       {"--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4",
+        "--nproc 3 --pp 3 --schedule gpipe --micro-batches 4",
+        "--nproc 2 --pp 2 --schedule zb --micro-batches 4",
+        "--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4",
+        "--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --zero 1"})
+    expect_matches(ref, layout, 20);
 }
 
 // Pipeline x tensor parallel (4 ranks): the tp passes on each stage, with sequence
@@ -52,28 +65,14 @@ TEST(TrainPipeline, TensorParallelStagesMatchOneProcess) {
   const int steps = 12;
   const TrainRun ref = train("--micro-batch 3", steps);
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
-  for (const std::string& layout :
-       {std::string("--nproc 4 --pp 2 --tp 2 --schedule 1f1b --micro-batches 4"),
-        std::string("--nproc 4 --pp 2 --tp 2 --schedule gpipe --micro-batches 4 --no-sp"),
-        std::string("--nproc 4 --pp 2 --tp 2 --schedule 1f1b --micro-batches 4 --no-sp"),
-        std::string("--nproc 4 --pp 2 --tp 2 --schedule gpipe --micro-batches 4"),
-        std::string("--nproc 4 --pp 2 --tp 2 --schedule interleaved --virtual-stages 2 "
-                    "--micro-batches 4"),
-        std::string("--nproc 8 --pp 2 --tp 2 --dp 2 --micro-batches 2 --zero 1")}) {
-    const TrainRun r = train(layout, steps);
-    ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
-    ASSERT_EQ(r.losses.size(), ref.losses.size()) << layout;
-    EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
-    // The gradient norm counts each view once over tp and pp (it drives the clipping).
-    ASSERT_EQ(r.records.size(), ref.records.size()) << layout;
-    for (size_t i = 0; i < r.records.size(); ++i)
-      if (ref.records[i].contains("grad_norm"))
-        EXPECT_NEAR(r.records[i]["grad_norm"].get<double>(),
-                    ref.records[i]["grad_norm"].get<double>(), 1e-4)
-            << layout << " record " << i;
-    EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
-        << layout;
-  }
+  for (const char* layout :
+       {"--nproc 4 --pp 2 --tp 2 --schedule 1f1b --micro-batches 4",
+        "--nproc 4 --pp 2 --tp 2 --schedule gpipe --micro-batches 4 --no-sp",
+        "--nproc 4 --pp 2 --tp 2 --schedule 1f1b --micro-batches 4 --no-sp",
+        "--nproc 4 --pp 2 --tp 2 --schedule gpipe --micro-batches 4",
+        "--nproc 4 --pp 2 --tp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4",
+        "--nproc 8 --pp 2 --tp 2 --dp 2 --micro-batches 2 --zero 1"})
+    expect_matches(ref, layout, steps);
 }
 
 // bf16 matmuls on fp32 weights: close to fp32 (the data-parallel bf16 test's bound).
