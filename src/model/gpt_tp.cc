@@ -32,6 +32,7 @@
 #include "model/context/gpt_cp.h"
 #include "model/gpt_impl.h"
 #include "model/shard.h"
+#include "model/tensor/block.h"
 #include "model/tensor/linear.h"
 #include "model/tensor/vocab.h"
 
@@ -42,28 +43,14 @@ namespace tn = strata::model::tensor;
 
 namespace {
 
-struct Dims {
-  int B = 0, T = 0;  // batch, sequence
-  int64_t N = 0, n = 0;
-  int C = 0, Cl = 0, NHl = 0;
-  int64_t v0 = 0, Vr = 0;
-};
+using Dims = TpDims;
 
 Dims dims_of(const GPT::Impl& im, const GPTConfig& cfg, const TensorComm& tc, TpShard s) {
-  Dims d;
-  d.B = im.B;
-  d.T = im.T;
-  d.N = int64_t(im.B) * im.T;
-  d.n = tc.local_rows(d.N);
-  d.C = cfg.dim;
-  d.Cl = cfg.dim / s.size;
-  d.NHl = cfg.heads / s.size;
-  const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
-  d.v0 = vs.begin;
-  d.Vr = vs.size();
-  STRATA_CHECK(!tc.sequence_parallel() || d.N % s.size == 0, "sequence parallelism over ", s.size,
-               " ranks needs rows divisible by ", s.size, " (batch ", im.B, " x seq ", im.T, ")");
-  return d;
+  return tp_dims(cfg, tc, s, im.B, im.T);
+}
+
+TpScratch scratch_of(GPT::Impl& im) {
+  return {im.dres, im.dbuf_c, im.dbuf_4c, im.dqkv, im.full_a, im.full_b, im.rep_grads, im.cp};
 }
 
 // dst (n) += src (n): a replicated gradient after its tp reduction.
@@ -77,10 +64,30 @@ void reduce_replicated(TensorComm& tc, float* rep, int64_t n) {
   if (tc.sequence_parallel()) tc.all_reduce_sum(rep, n);
 }
 
+}  // namespace
+
+TpDims tp_dims(const GPTConfig& cfg, const TensorComm& tc, TpShard s, int B, int T) {
+  TpDims d;
+  d.B = B;
+  d.T = T;
+  d.N = int64_t(B) * T;
+  d.n = tc.local_rows(d.N);
+  d.C = cfg.dim;
+  d.Cl = cfg.dim / s.size;
+  d.NHl = cfg.heads / s.size;
+  const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
+  d.v0 = vs.begin;
+  d.Vr = vs.size();
+  STRATA_CHECK(!tc.sequence_parallel() || d.N % s.size == 0, "sequence parallelism over ", s.size,
+               " ranks needs rows divisible by ", s.size, " (batch ", B, " x seq ", T, ")");
+  return d;
+}
+
 // full, stage: the (N, C) scratch tensors (gathered input; bf16 rows widened under SP);
 // out (N, 4Cl): the fp32 matmul outputs that bf16 compute stores rounded.
-void block_forward(TensorComm& tc, const Dims& d, const Block& w, LayerActs& a, const float* x,
-                   float* full, float* stage, float* out, ContextComm* cp, int layer) {
+void tp_block_forward(TensorComm& tc, const TpDims& d, const Block& w, LayerActs& a,
+                      const float* x, float* full, float* stage, float* out, ContextComm* cp,
+                      int layer) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
@@ -104,13 +111,13 @@ void block_forward(TensorComm& tc, const Dims& d, const Block& w, LayerActs& a, 
 }
 
 // dres (n, C): d loss / d res3 on entry, d loss / d x on exit.
-void block_backward(TensorComm& tc, const Dims& d, GPT::Impl& im, const Block& w, const Block& g,
-                    const LayerActs& a, const float* x, int layer) {
+void tp_block_backward(TensorComm& tc, const TpDims& d, const TpScratch& im, const Block& w,
+                       const Block& g, const LayerActs& a, const float* x, int layer) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
   // Replicated gradients of this micro-batch: ln1 w, b | proj b | ln2 w, b | fc proj b.
-  float* rep = im.rep_grads;
+  float* rep = im.rep;
   std::memset(rep, 0, sizeof(float) * 6 * C);
   float* dgelu = im.dbuf_4c;  // (N, 4Cl)
   tn::row_backward(tc, h, dgelu, g.fcprojw, rep + 5 * C, im.dres,
@@ -140,6 +147,30 @@ void block_backward(TensorComm& tc, const Dims& d, GPT::Impl& im, const Block& w
   add_into(g.fcprojb, rep + 5 * C, C);
 }
 
+void tp_final_norm_backward(TensorComm& tc, const TpDims& d, const TpScratch& s, const float* w,
+                            float* gw, float* gb, const float* x, const float* mean,
+                            const float* rstd) {
+  const int C = d.C;
+  std::memset(s.dres, 0, sizeof(float) * d.n * C);
+  float* rep = s.rep;
+  std::memset(rep, 0, sizeof(float) * 2 * C);
+  k::layernorm_backward(s.dres, rep, rep + C, s.dbuf_c, x, w, mean, rstd, d.n, C);
+  reduce_replicated(tc, rep, 2 * C);
+  add_into(gw, rep, C);
+  add_into(gb, rep + C, C);
+}
+
+const float* tp_embedding_backward(TensorComm& tc, const TpDims& d, const TpScratch& s,
+                                   float* dwte, const int32_t* tokens) {
+  float* dwpe = s.rep;  // (seq, C) of this micro-batch
+  std::memset(dwpe, 0, sizeof(float) * d.T * d.C);
+  tn::embedding_backward(tc, dwte, dwpe, s.dres, tokens, d.v0, d.Vr, s.full_a, d.B, d.T, d.C);
+  reduce_replicated(tc, dwpe, int64_t(d.T) * d.C);
+  return dwpe;
+}
+
+namespace {
+
 // Embedding, blocks and final norm: fills im.lnf (n, C). Forward hooks of units 0 .. L+1.
 void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Dims& d) {
   const int L = cfg.layers;
@@ -162,7 +193,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
     if (any) {
       UnitSpan s("forward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
-      block_forward(tc, d, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
+      tp_block_forward(tc, d, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
                     im.full_a, im.full_b, im.dbuf_4c, im.cp, l);
     }
     im.after(l + 1, Pass::forward);
@@ -227,15 +258,8 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
     const float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
     float* gf = checked(im.unit_grads[L + 1], L + 1, "gradient");
     const int64_t* r = rel.data() + 2 + kViewsPerLayer * L;
-    std::memset(im.dres, 0, sizeof(float) * d.n * C);
-    float* rep = im.rep_grads;
-    std::memset(rep, 0, sizeof(float) * 2 * C);
-    k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c,
-                          L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], im.lnf_mean,
-                          im.lnf_rstd, d.n, C);
-    reduce_replicated(tc, rep, 2 * C);
-    add_into(gf + r[0], rep, C);
-    add_into(gf + r[1], rep + C, C);
+    tp_final_norm_backward(tc, d, scratch_of(im), pf + r[0], gf + r[0], gf + r[1],
+                           L > 0 ? im.layers[L - 1].res3 : im.encoded, im.lnf_mean, im.lnf_rstd);
   }
   im.after(L + 1, Pass::backward);
   PhaseState& ph = current_phase();
@@ -246,8 +270,8 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
       UnitSpan span("backward", "L", l);
       const Block w = block_views(im.unit_params[l + 1], rel, l);
       const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
-      block_backward(tc, d, im, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
-                     l);
+      tp_block_backward(tc, d, scratch_of(im), w, g, im.layers[l],
+                        l == 0 ? im.encoded : im.layers[l - 1].res3, l);
     }
     im.after(l + 1, Pass::backward);
   }
@@ -255,11 +279,7 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
   if (any) {
     UnitSpan span("backward", "embed");
     float* g0 = checked(im.unit_grads[0], 0, "gradient");
-    float* dwpe = im.rep_grads;  // (seq, C) of this micro-batch
-    std::memset(dwpe, 0, sizeof(float) * d.T * C);
-    tn::embedding_backward(tc, g0 + rel[0], dwpe, im.dres, im.tokens, d.v0, d.Vr, im.full_a, d.B,
-                           d.T, C);
-    reduce_replicated(tc, dwpe, int64_t(d.T) * C);
+    const float* dwpe = tp_embedding_backward(tc, d, scratch_of(im), g0 + rel[0], im.tokens);
     if (im.cp)  // rows of this rank's positions
       cp_add_wpe_grad(g0 + rel[1], *im.cp, dwpe, d.T, C);
     else

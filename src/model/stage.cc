@@ -7,6 +7,9 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "model/gpt_impl.h"
+#include "model/shard.h"
+#include "model/tensor/block.h"
+#include "model/tensor/vocab.h"
 #include "model/tensor/linear.h"
 
 namespace strata::model {
@@ -37,14 +40,13 @@ struct StageModel::Chunk {
 namespace {
 
 // Carves one slot of a chunk (base = nullptr counts the floats).
+// a: rows N (micro-batch), n (residual stream), tp degree T and local vocabulary Vr.
 void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTConfig& cfg,
-                int64_t N, bool bf16, bool split) {
-  const int64_t C = cfg.dim;
+                const ActShape& a, bool bf16, bool split) {
+  const int64_t C = cfg.dim, N = a.N, n = a.n;
   const bool f32 = !bf16;
-  s.x = c.take(N * C);
+  s.x = c.take(n * C);
   s.layers.resize(size_t(ch.end - ch.begin));
-  ActShape a;
-  a.N = a.n = N;
   for (LayerActs& l : s.layers) carve_layer(c, l, cfg, a, bf16, !bf16);
   s.stash.resize(split ? s.layers.size() : 0);
   for (Stash& st : s.stash) {
@@ -53,14 +55,14 @@ void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTC
     st.d2 = c.take(N * C);
     st.dqkv = c.take(3 * N * C);
   }
-  s.gin = c.take_if(N * C, !ch.head);
-  s.gout = c.take_if(N * C, !ch.embed);
+  s.gin = c.take_if(n * C, !ch.head);
+  s.gout = c.take_if(n * C, !ch.embed);
   if (!ch.head) return;
-  s.lnf = c.take_if(N * C, f32);
-  s.lnf_h = c.take_bf16(N * C, bf16);
-  s.lnf_mean = c.take(N);
-  s.lnf_rstd = c.take(N);
-  s.logits = c.take(N * cfg.padded_vocab);
+  s.lnf = c.take_if(n * C, f32);
+  s.lnf_h = c.take_bf16(n * C, bf16);
+  s.lnf_mean = c.take(n);
+  s.lnf_rstd = c.take(n);
+  s.logits = c.take(N * a.Vr);
   s.losses = c.take(N);
   s.lse = c.take(N);
 }
@@ -69,9 +71,13 @@ void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTC
 
 StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
                        std::vector<int> slots, int max_batch, DType compute,
-                       bool split_backward)
-    : cfg_(cfg), chunks_(std::move(chunks)), compute_(compute), split_(split_backward) {
+                       bool split_backward, TensorComm* tp)
+    : cfg_(cfg), chunks_(std::move(chunks)), compute_(compute), split_(split_backward),
+      tc_(tp && tp->size() > 1 ? tp : nullptr) {
   cfg_.validate();
+  if (tc_) shard_ = {tc_->size(), tc_->rank()};
+  STRATA_CHECK(!(split_ && tc_), "--schedule zb with --tp ", shard_.size,
+               ": the split backward (zero-bubble) is not implemented for tensor-parallel stages");
   const int L = cfg_.layers;
   STRATA_CHECK(!chunks_.empty() && slots.size() == chunks_.size(), "stage: ", chunks_.size(),
                " chunks but ", slots.size(), " slot counts");
@@ -84,7 +90,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
     if (ch.head) held[size_t(L + 1)] = true;
   }
   // Global units and views (the one-process layout), then the held units packed in order.
-  const std::vector<ParamView> global = build_param_table(cfg_);
+  const std::vector<ParamView> global = build_param_table(cfg_, shard_);
   unit_global_begin_.assign(size_t(L + 2), INT64_MAX);
   std::vector<int64_t> unit_end(size_t(L + 2), 0);
   for (const ParamView& v : global) {
@@ -110,6 +116,12 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   // Activations: every slot of every chunk, then the shared backward scratch.
   const int64_t N = int64_t(max_batch) * cfg_.seq, C = cfg_.dim;
   const bool bf16 = compute_ == DType::bf16;
+  ActShape a;
+  a.N = N;
+  a.n = tc_ ? tc_->local_rows(N) : N;
+  a.T = shard_.size;
+  a.Vr = vocab_slice(cfg_.padded_vocab, shard_).size();
+  const int64_t n = a.n, Cl = C / a.T;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     STRATA_CHECK(slots[c] >= 1, "stage: chunk ", c, " needs at least one slot (got ", slots[c], ")");
     state_.push_back(std::make_unique<Chunk>());
@@ -118,11 +130,17 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   auto carve_all = [&](float* base) {
     Carver cv{base};
     for (size_t c = 0; c < chunks_.size(); ++c)
-      for (Slot& s : state_[c]->slots) carve_slot(cv, s, chunks_[c], cfg_, N, bf16, split_);
-    dres_ = cv.take(N * C);
-    dbuf_c_ = cv.take(N * C);
-    dbuf_4c_ = cv.take(4 * N * C);
-    dqkv_ = cv.take(3 * N * C);
+      for (Slot& s : state_[c]->slots) carve_slot(cv, s, chunks_[c], cfg_, a, bf16, split_);
+    dres_ = cv.take(n * C);
+    dbuf_c_ = cv.take(n * C);
+    dbuf_4c_ = cv.take(4 * N * Cl);
+    dqkv_ = cv.take(3 * N * Cl);
+    if (tc_) {
+      full_a_ = cv.take(N * C);
+      full_b_ = cv.take(N * C);
+      rep_ = cv.take(int64_t(cfg_.seq) * C + 6 * C);
+      ce_stats_ = cv.take(2 * N);
+    }
     return cv.used;
   };
   const int64_t floats = carve_all(nullptr);
@@ -147,15 +165,15 @@ std::pair<int64_t, int64_t> StageModel::unit_range(int unit) const {
 std::pair<int64_t, int64_t> StageModel::wte_range() const {
   if (!holds(0)) return {0, 0};
   const int64_t b = unit_begin_[0] + view_rel_[0];
-  return {b, b + int64_t(cfg_.padded_vocab) * cfg_.dim};
+  return {b, b + vocab_slice(cfg_.padded_vocab, shard_).size() * cfg_.dim};
 }
 
 TensorLayout StageModel::tensor_layout() const {
-  const std::vector<ParamView> global = build_param_table(cfg_);
+  const std::vector<ParamView> global = build_param_table(cfg_, shard_);
   const bool first = std::any_of(chunks_.begin(), chunks_.end(), [](auto& c) { return c.embed; });
   TensorLayout out;
   size_t view = 0;
-  for (TensorPiece p : model::tensor_layout(cfg_)) {
+  for (TensorPiece p : model::tensor_layout(cfg_, shard_)) {
     while (global[view].offset + numel(global[view].shape) <= p.local_offset) ++view;
     const int u = global[view].unit;
     if (!holds(u)) continue;
@@ -172,7 +190,7 @@ float* StageModel::unit_grads(int unit) { return grads() + unit_range(unit).firs
 void StageModel::init(uint64_t seed) {
   // model::GPT::init over a parameter-less model: the held units bound to this stage's
   // buffers, the others to one scratch unit (their values are drawn and dropped).
-  GPT full(cfg_, 0, /*allocate_state=*/false);
+  GPT full(cfg_, 0, /*allocate_state=*/false, tc_);
   int64_t largest = 0;
   for (int u = 0; u < full.num_units(); ++u) {
     const auto [b, e] = full.unit_range(u);
@@ -194,7 +212,8 @@ int64_t StageModel::message_floats(int micro) const {
   STRATA_CHECK(micro >= 0 && micro < int(inputs_.size()), "stage: micro-batch ", micro,
                " outside the ", inputs_.size(), " inputs of this step");
   const MicroInput& in = inputs_[size_t(micro)];
-  return int64_t(in.B) * in.T * cfg_.dim;
+  const int64_t N = int64_t(in.B) * in.T;
+  return (tc_ ? tc_->local_rows(N) : N) * cfg_.dim;
 }
 
 StageModel::Slot& StageModel::slot(int chunk, int micro) {
@@ -214,6 +233,7 @@ const float* StageModel::grad_output(int chunk, int micro) {
 }
 
 double StageModel::forward(int chunk, int micro) {
+  if (tc_) return tp_forward(chunk, micro);
   const StageChunk& ch = chunks_[size_t(chunk)];
   Slot& s = slot(chunk, micro);
   const MicroInput& in = inputs_.at(size_t(micro));
@@ -303,6 +323,7 @@ void block_backward_weight(const GPTConfig& cfg, const Block& g, const LayerActs
 }  // namespace
 
 void StageModel::backward(int chunk, int micro, float scale) {
+  if (tc_) return tp_backward(chunk, micro, scale);
   run_backward(chunk, micro, scale, false);
 }
 
@@ -383,6 +404,83 @@ void StageModel::run_backward(int chunk, int micro, float scale, bool split) {
     k::encoder_backward(g0 + view_rel_[0], g0 + view_rel_[1], dres_, in.tokens, B, T, C);
   } else {
     std::memcpy(s.gout, dres_, sizeof(float) * size_t(N * C));
+  }
+}
+
+// The tensor-parallel passes (model/tensor/block.h), the embedding and logits vocab-parallel
+// as in gpt_tp.cc; every tp rank of the stage runs the same actions in the same order.
+double StageModel::tp_forward(int chunk, int micro) {
+  const StageChunk& ch = chunks_[size_t(chunk)];
+  Slot& s = slot(chunk, micro);
+  const MicroInput& in = inputs_.at(size_t(micro));
+  const TpDims d = tp_dims(cfg_, *tc_, shard_, in.B, in.T);
+  if (d.N == 0) return 0;
+  TensorComm& tc = *tc_;
+  const bool bf16 = compute_ == DType::bf16;
+  float* p0 = ch.embed || ch.head ? unit_params(0) : nullptr;
+  if (ch.embed) {
+    UnitSpan sp("forward", "embed");
+    tensor::embedding_forward(tc, s.x, in.tokens, p0 + view_rel_[0], d.v0, d.Vr, p0 + view_rel_[1],
+                              full_a_, d.B, d.T, d.C);
+  }
+  const float* x = s.x;
+  for (int l = ch.begin; l < ch.end; ++l) {
+    UnitSpan sp("forward", "L", l);
+    LayerActs& a = s.layers[size_t(l - ch.begin)];
+    tp_block_forward(tc, d, block_views(unit_params(l + 1), view_rel_, l), a, x, full_a_, full_b_,
+                     dbuf_4c_, nullptr, l);
+    x = a.res3;
+  }
+  if (!ch.head) return 0;
+  UnitSpan sp("forward", "head");
+  const float* pf = unit_params(cfg_.layers + 1);
+  const int64_t* r = view_rel_.data() + 2 + kViewsPerLayer * cfg_.layers;
+  layernorm_out(s.lnf, s.lnf_h, s.lnf_mean, s.lnf_rstd, x, pf + r[0], pf + r[1], d.n, d.C);
+  tensor::column_forward(tc, bf16, s.logits, act(s.lnf, s.lnf_h, d.C), p0 + view_rel_[0], nullptr,
+                         full_a_, full_b_, d.N, d.C, int(d.Vr));
+  return tensor::crossentropy_forward(tc, s.losses, s.lse, s.logits, in.targets, in.weights,
+                                      ce_stats_, d.N, d.v0, d.Vr, cfg_.vocab);
+}
+
+void StageModel::tp_backward(int chunk, int micro, float scale) {
+  const StageChunk& ch = chunks_[size_t(chunk)];
+  Slot& s = slot(chunk, micro);
+  const MicroInput& in = inputs_.at(size_t(micro));
+  const TpDims d = tp_dims(cfg_, *tc_, shard_, in.B, in.T);
+  if (d.N == 0) return;
+  TensorComm& tc = *tc_;
+  const int C = d.C;
+  const TpScratch scr{dres_, dbuf_c_, dbuf_4c_, dqkv_, full_a_, full_b_, rep_, nullptr};
+  if (ch.head) {
+    UnitSpan sp("backward", "head");
+    const int L = cfg_.layers;
+    tensor::crossentropy_backward(s.logits, s.lse, in.targets, in.weights, scale, d.N, d.v0, d.Vr,
+                                  cfg_.vocab);
+    tensor::column_backward(tc, compute_ == DType::bf16, dbuf_c_, unit_grads(0) + view_rel_[0],
+                            nullptr, s.logits, act(s.lnf, s.lnf_h, C),
+                            unit_params(0) + view_rel_[0], full_a_, full_b_, d.N, C, int(d.Vr));
+    const int64_t* r = view_rel_.data() + 2 + kViewsPerLayer * L;
+    float* gf = unit_grads(L + 1);
+    tp_final_norm_backward(tc, d, scr, unit_params(L + 1) + r[0], gf + r[0], gf + r[1],
+                           s.layers.back().res3, s.lnf_mean, s.lnf_rstd);
+  } else {
+    std::memcpy(dres_, s.gin, sizeof(float) * size_t(d.n * C));
+  }
+  for (int l = ch.end - 1; l >= ch.begin; --l) {
+    UnitSpan sp("backward", "L", l);
+    const size_t i = size_t(l - ch.begin);
+    tp_block_backward(tc, d, scr, block_views(unit_params(l + 1), view_rel_, l),
+                      block_views(unit_grads(l + 1), view_rel_, l), s.layers[i],
+                      i == 0 ? s.x : s.layers[i - 1].res3, l);
+  }
+  if (ch.embed) {
+    UnitSpan sp("backward", "embed");
+    float* g0 = unit_grads(0);
+    const float* dwpe = tp_embedding_backward(tc, d, scr, g0 + view_rel_[0], in.tokens);
+    float* gwpe = g0 + view_rel_[1];
+    for (int64_t e = 0; e < int64_t(d.T) * C; ++e) gwpe[e] += dwpe[e];
+  } else {
+    std::memcpy(s.gout, dres_, sizeof(float) * size_t(d.n * C));
   }
 }
 

@@ -18,6 +18,14 @@
 //
 // The passes are the one-process model's (block_forward/backward of gpt.cc), so a stage chain
 // computes the same numbers as model::GPT, bit for bit per block.
+//
+// Tensor parallel (a TensorComm of T > 1 ranks): the stage holds this tp rank's shard of its
+// units (model/shard.h: the same views, local shapes, global names and boxes in
+// tensor_layout()) and runs the tensor-parallel passes (model/tensor/block.h; the embedding
+// and the logits vocab-parallel). The residual stream a slot keeps, receives and sends is
+// this rank's n = tc.local_rows(B·T) rows: with sequence parallelism its 1/T row slice, so
+// only that slice crosses stages (each tp rank to its peer of the next stage), else the
+// whole (B·T, C) activation. Zero-bubble's split backward is not offered with tp.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -51,8 +59,10 @@ class StageModel {
   // slots[c]: activation slots of chunk c; max_batch: the largest micro-batch (sequences).
   // split_backward: keep per slot what backward_weight needs (zero-bubble schedules): each
   // block's output gradients of its four linear layers, 9·B·T·C floats per block.
+  // tp: the tensor-parallel group's communicator (outlives the model), or nullptr.
   StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks, std::vector<int> slots,
-             int max_batch, DType compute = DType::f32, bool split_backward = false);
+             int max_batch, DType compute = DType::f32, bool split_backward = false,
+             TensorComm* tp = nullptr);
   ~StageModel();
   StageModel(const StageModel&) = delete;
   StageModel& operator=(const StageModel&) = delete;
@@ -78,10 +88,12 @@ class StageModel {
   // The step's micro-batches (pointers held until the next call).
   void set_inputs(std::vector<MicroInput> micro) { inputs_ = std::move(micro); }
   int num_inputs() const { return int(inputs_.size()); }
-  // Floats of one activation message of micro-batch m: B·T·C.
+  TensorComm* tensor_comm() const { return tc_; }
+  // Floats of one activation message of micro-batch m: n·C (n = B·T, or its 1/T slice
+  // under tensor and sequence parallelism).
   int64_t message_floats(int micro) const;
-  float* input(int chunk, int micro);             // (B·T, C) from the previous virtual stage
-  const float* output(int chunk, int micro);      // (B·T, C) to the next one
+  float* input(int chunk, int micro);             // (n, C) from the previous virtual stage
+  const float* output(int chunk, int micro);      // (n, C) to the next one
   float* grad_input(int chunk, int micro);        // d loss / d output, from the next stage
   const float* grad_output(int chunk, int micro); // d loss / d input, to the previous stage
 
@@ -111,11 +123,15 @@ class StageModel {
   Slot& slot(int chunk, int micro);
   void head_input_grad(Slot& s, const MicroInput& in, float scale, bool split);
   void run_backward(int chunk, int micro, float scale, bool split);
+  double tp_forward(int chunk, int micro);
+  void tp_backward(int chunk, int micro, float scale);
 
   GPTConfig cfg_;
   std::vector<StageChunk> chunks_;
   DType compute_;
   bool split_;
+  TensorComm* tc_;
+  TpShard shard_;
   std::vector<int> units_;
   std::vector<int64_t> unit_begin_;  // per global unit: offset in the flat buffers, or -1
   std::vector<int64_t> unit_global_begin_;
@@ -125,6 +141,7 @@ class StageModel {
   Buffer params_, grads_, acts_;
   std::vector<std::unique_ptr<Chunk>> state_;
   float *dres_ = nullptr, *dbuf_c_ = nullptr, *dbuf_4c_ = nullptr, *dqkv_ = nullptr;
+  float *full_a_ = nullptr, *full_b_ = nullptr, *rep_ = nullptr, *ce_stats_ = nullptr;  // tp
   std::vector<MicroInput> inputs_;
 };
 

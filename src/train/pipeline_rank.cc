@@ -38,8 +38,12 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
                ": a stage runs every micro-batch's backward before its gradients are final, so "
                "ZeRO 2's per-bucket reduce-scatter and ZeRO 3's per-layer gathers would repeat M "
                "times per step; use --zero 0 or 1 (1 shards the optimizer state over dp)");
-  STRATA_CHECK(d.tp == 1 && d.cp == 1 && d.ep == 1, "--pp with ", d.describe(),
-               ": pipeline stages compose with data parallelism only so far (--tp 1, --cp 1)");
+  STRATA_CHECK(d.cp == 1 && d.ep == 1, "--pp with ", d.describe(),
+               ": pipeline stages compose with tensor and data parallelism only so far (--cp 1)");
+  STRATA_CHECK(!(o.schedule == pl::ScheduleKind::zb && d.tp > 1), "--schedule zb with --tp ", d.tp,
+               ": the split backward of zero-bubble is not implemented for tensor-parallel "
+               "stages (its weight pass would need the tp gathers again); use gpipe, 1f1b or "
+               "interleaved");
   STRATA_CHECK(!cfg.model.moe.enabled(), "--pp with --experts ", cfg.model.moe.experts,
                ": pipeline stages hold dense blocks only so far");
 }
@@ -74,12 +78,12 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
   const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   model::StageModel sm(cfg.model, mine, pl::slots_for(sched, stage), b, compute,
-                       sched.split_backward);
+                       sched.split_backward, topo.tp);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
   pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
   // Each stage's F/B/W spans on a track named by its stage: merged, the schedule's diagonal.
   if (tracer().enabled()) tracer().name_thread(cat("compute (pp stage ", stage, ")"));
-  topo.counts_loss = mesh.last_stage();
+  topo.counts_loss = mesh.last_stage() && mesh.tp_rank() == 0;
   topo.layout = [&sm] { return sm.tensor_layout(); };
 
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)

@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "harness.h"
+#include "comm/process_group.h"
 #include "model/stage.h"
+#include "model/tensor/collectives.h"
 #include "parallel/pipeline/executor.h"
 
 namespace strata::ptest {
@@ -91,6 +93,28 @@ TEST(Pipeline, ActivationSlotsFollowInFlightCount) {
   const int64_t per_slot = bytes(2) - bytes(1);
   EXPECT_GT(per_slot, 0);
   EXPECT_EQ(bytes(M) - bytes(P), (M - P) * per_slot);  // slots are the whole difference
+}
+
+// A tensor-parallel stage: with sequence parallelism each tp rank keeps, receives and sends
+// its 1/T row slice of the activation; without it the whole activation. Its shard holds the
+// units' local parameters, under the one-process count.
+TEST(Pipeline, TensorParallelStageSendsItsSlice) {
+  const model::GPTConfig cfg = RunSpec().model;
+  const model::StageChunk ch{0, 1, true, false};
+  const int B = 2, T = cfg.seq, C = cfg.dim;
+  std::vector<int32_t> tokens(size_t(B * T), 1);
+  auto world = comm::make_thread_world(2);
+  model::StageModel one(cfg, {ch}, {1}, B);
+  for (bool sp : {true, false}) {
+    model::TensorComm tc(*world[1], sp);
+    model::StageModel st(cfg, {ch}, {1}, B, DType::f32, false, &tc);
+    st.set_inputs({{tokens.data(), tokens.data(), nullptr, B, T}});
+    EXPECT_EQ(st.message_floats(0), int64_t(B) * T * C / (sp ? 2 : 1)) << "sp " << sp;
+    EXPECT_LT(st.num_params(), one.num_params());
+    EXPECT_GT(st.wte_range().second, st.wte_range().first);
+    EXPECT_EQ(st.wte_range().second - st.wte_range().first,
+              (one.wte_range().second - one.wte_range().first) / 2);
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -23,64 +24,116 @@ TrainRun train(const std::string& extra, int steps = 20) {
   return train_run(kModel + "--steps " + std::to_string(steps) + " " + extra, "pp");
 }
 
+// `layout` trains `steps` steps as `ref` does on one process: the same losses (1e-5), gradient
+// norms (1e-4: each view counted once over the stages and tp ranks, it drives the clipping)
+// and eval loss, with each stage's bubble and activations in the records.
+void expect_matches(const TrainRun& ref, const std::string& layout, int steps) {
+  const TrainRun r = train(layout, steps);
+  ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
+  ASSERT_EQ(r.losses.size(), ref.losses.size()) << layout;
+  EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
+  ASSERT_EQ(r.records.size(), ref.records.size()) << layout;
+  for (size_t i = 0; i < r.records.size(); ++i)
+    if (ref.records[i].contains("grad_norm"))
+      EXPECT_NEAR(r.records[i]["grad_norm"].get<double>(),
+                  ref.records[i]["grad_norm"].get<double>(), 1e-4)
+          << layout << " record " << i;
+  EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
+      << layout;
+  const json& pp = r.summary["pipeline"];
+  EXPECT_GT(pp["bubble_formula"].get<double>(), 0) << layout;
+  EXPECT_EQ(r.records.back()["pp_bubble"].size(), pp["pp"].get<size_t>()) << layout;
+  for (const json& st : pp["stages"]) EXPECT_GT(st["activation_bytes"].get<int64_t>(), 0);
+}
+
 TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
   const TrainRun ref = train("--micro-batch 3");  // the eval batches are micro-batches: the same b
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
-  for (const std::string& layout :
-       {std::string("--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4"),
-        std::string("--nproc 3 --pp 3 --schedule gpipe --micro-batches 4"),
-        std::string("--nproc 2 --pp 2 --schedule zb --micro-batches 4"),
-        std::string("--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4"),
-        std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --zero 1")}) {
-    const TrainRun r = train(layout);
-    ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
-    EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
-    EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
-        << layout;
-    const json& pp = r.summary["pipeline"];
-    EXPECT_GT(pp["bubble_formula"].get<double>(), 0) << layout;
-    EXPECT_EQ(r.records.back()["pp_bubble"].size(), pp["pp"].get<size_t>()) << layout;
-    for (const json& st : pp["stages"]) EXPECT_GT(st["activation_bytes"].get<int64_t>(), 0);
-  }
+  for (const char* layout :
+       {"--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4",
+        "--nproc 3 --pp 3 --schedule gpipe --micro-batches 4",
+        "--nproc 2 --pp 2 --schedule zb --micro-batches 4",
+        "--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4",
+        "--nproc 4 --pp 2 --dp 2 --micro-batches 2 --pp-split 3,1 --zero 1"})
+    expect_matches(ref, layout, 20);
+}
+
+// Pipeline x tensor parallel (4 ranks): the tp passes on each stage, with sequence
+// parallelism (only the 1/T row slice crosses stages) and without it, interleaved, and with
+// dp 2 and ZeRO 1 (8 ranks), give one process's losses.
+TEST(TrainPipeline, TensorParallelStagesMatchOneProcess) {
+  const int steps = 12;
+  const TrainRun ref = train("--micro-batch 3", steps);
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  for (const char* layout :
+       {"--nproc 4 --pp 2 --tp 2 --schedule 1f1b --micro-batches 4",
+        "--nproc 4 --pp 2 --tp 2 --schedule gpipe --micro-batches 4 --no-sp",
+        "--nproc 4 --pp 2 --tp 2 --schedule 1f1b --micro-batches 4 --no-sp",
+        "--nproc 4 --pp 2 --tp 2 --schedule gpipe --micro-batches 4",
+        "--nproc 4 --pp 2 --tp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4",
+        "--nproc 8 --pp 2 --tp 2 --dp 2 --micro-batches 2 --zero 1"})
+    expect_matches(ref, layout, steps);
 }
 
 // bf16 matmuls on fp32 weights: close to fp32 (the data-parallel bf16 test's bound).
 TEST(TrainPipeline, Bf16StaysCloseToFp32) {
   const TrainRun ref = train("--micro-batch 3");
-  const TrainRun r = train("--nproc 2 --pp 2 --micro-batches 4 --precision bf16");
-  ASSERT_EQ(r.cli.status, 0) << r.cli.err;
-  EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2);
+  for (const std::string& layout : {std::string("--nproc 2 --pp 2 --micro-batches 4"),
+                                    std::string("--nproc 4 --pp 2 --tp 2 --micro-batches 4")}) {
+    const TrainRun r = train(layout + " --precision bf16");
+    ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
+    EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2) << layout;
+  }
 }
 
-// A checkpoint saved by pp 2 resumes on one process, on pp 4 and on pp 2 x dp 2, and
-// continues the saving run's losses (the stages' pieces carry their global names and boxes).
-TEST(TrainPipeline, CheckpointsReshardAcrossPipelineLayouts) {
-  TempDir dir("ppck");
+// A checkpoint saved at step `steps` / 2 by `layout` (on `ranks` ranks) resumes under each of
+// `targets` and continues the saving run's losses (the stages' pieces carry their global
+// names and boxes).
+void expect_resumes(const std::string& tag, const std::string& layout, int ranks, int steps,
+                    const std::vector<std::string>& targets) {
+  TempDir dir(tag);
   const std::string save = dir.file("save");
-  const RunResult ref = run_strata(kModel + "--steps 20 --ckpt-every 10 --ckpt-keep 0 --run-dir " +
-                                       save + " --nproc 2 --pp 2 --micro-batches 4",
+  const int half = steps / 2;
+  const RunResult ref = run_strata(kModel + "--steps " + std::to_string(steps) + " --ckpt-every " +
+                                       std::to_string(half) + " --ckpt-keep 0 --run-dir " + save +
+                                       " " + layout,
                                    "", Streams::separate);
   ASSERT_EQ(ref.status, 0) << ref.err;
   std::vector<double> want;
   for (const json& rec : json_lines(read_file(save + "/metrics.jsonl")))
     if (rec.contains("loss")) want.push_back(rec["loss"].get<double>());
-  ASSERT_EQ(want.size(), 20u);
+  ASSERT_EQ(want.size(), size_t(steps));
+  char ckpt[32];
+  std::snprintf(ckpt, sizeof ckpt, "/ckpt/step-%06d ", half);
   int n = 0;
-  for (const std::string& to : {std::string("--micro-batch 3"),
-                                std::string("--nproc 4 --pp 4 --micro-batches 4"),
-                                std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --zero 1")}) {
+  for (const std::string& to : targets) {
     const std::string run = dir.file("to" + std::to_string(n++));
-    const RunResult r = run_strata(kModel + "--steps 20 --run-dir " + run + " --resume " + save +
-                                       "/ckpt/step-000010 " + to,
+    const RunResult r = run_strata(kModel + "--steps " + std::to_string(steps) + " --run-dir " +
+                                       run + " --resume " + save + ckpt + to,
                                    "", Streams::separate);
     ASSERT_EQ(r.status, 0) << to << ": " << r.err;
-    EXPECT_NE(r.err.find("resharded from 2 rank(s)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("resharded from " + std::to_string(ranks) + " rank(s)"),
+              std::string::npos)
+        << r.err;
     std::vector<double> got;
     for (const json& rec : json_lines(read_file(run + "/metrics.jsonl")))
       if (rec.contains("loss")) got.push_back(rec["loss"].get<double>());
-    ASSERT_EQ(got.size(), 10u) << to;
-    for (size_t i = 0; i < 10; ++i) EXPECT_NEAR(got[i], want[10 + i], 1e-5) << to << " step " << 11 + i;
+    ASSERT_EQ(got.size(), size_t(steps - half)) << to;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want[size_t(half) + i], 1e-5) << to << " step " << half + 1 + int(i);
   }
+}
+
+TEST(TrainPipeline, CheckpointsReshardAcrossPipelineLayouts) {
+  expect_resumes("ppck", "--nproc 2 --pp 2 --micro-batches 4", 2, 20,
+                 {"--micro-batch 3", "--nproc 4 --pp 4 --micro-batches 4",
+                  "--nproc 4 --pp 2 --dp 2 --micro-batches 2 --zero 1"});
+}
+
+TEST(TrainPipeline, TensorParallelCheckpointReshards) {
+  expect_resumes("pptpck", "--nproc 4 --pp 2 --tp 2 --micro-batches 4", 4, 12,
+                 {"--micro-batch 3", "--nproc 4 --pp 4 --micro-batches 4",
+                  "--nproc 4 --dp 4 --micro-batch 3"});
 }
 
 // A stage that hangs: its peer times out in a stage-to-stage receive, and the hang doctor
@@ -145,6 +198,7 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
       {"--nproc 4 --pp 4 --layers 8 --schedule interleaved --virtual-stages 2 --micro-batches 2",
        "--micro-batches >= --pp: 2 < 4"},
       {"--nproc 2 --pp 2 --schedule zb --zero 3", "--schedule zb with --zero 3"},
+      {"--nproc 4 --pp 2 --tp 2 --schedule zb", "--schedule zb with --tp 2: the split backward"},
       {"--nproc 2 --pp 2 --zero 2", "--pp with --zero 2: a stage runs every micro-batch's"},
       {"--nproc 2 --pp 2 --schedule pipedream", "--schedule pipedream is not a schedule"},
       {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},

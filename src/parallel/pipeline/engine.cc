@@ -48,14 +48,16 @@ void StageEngine::end_backward() {
 float StageEngine::step(float lr) {
   // The gradients of [begin_, end_), indexed from begin_.
   const float* g = zero_ == 1 && mesh_.dims().dp > 1 ? share_grads_.as<float>() : model_.grads() + begin_;
-  double sum_sq = kernels::sum_squares(g, end_ - begin_);
-  // Unit 0 counts on the stage that runs the embedding; a last stage's copy is left out.
-  if (model_.holds(0) && !mesh_.first_stage()) {
-    const auto [b, e] = model_.unit_range(0);
-    const int64_t lo = std::max(b, begin_), hi = std::min(e, end_);
-    if (hi > lo) sum_sq -= kernels::sum_squares(g + (lo - begin_), hi - lo);
+  // Each view counts once over the mesh: unit 0 on the stage that runs the embedding (a last
+  // stage's copy is left out), a tp-replicated view on tp rank 0.
+  double sum_sq = 0;
+  for (const model::ParamView& v : model_.param_table()) {
+    if ((v.unit == 0 && !mesh_.first_stage()) || (v.replicated && mesh_.tp_rank() != 0)) continue;
+    const int64_t lo = std::max(v.offset, begin_), hi = std::min(v.offset + numel(v.shape), end_);
+    if (hi > lo) sum_sq += kernels::sum_squares(g + (lo - begin_), hi - lo);
   }
   if (zero_ == 1 && mesh_.dims().dp > 1) mesh_.dp().all_reduce(&sum_sq, 1);
+  if (mesh_.has_tp()) mesh_.tp().all_reduce(&sum_sq, 1);
   if (mesh_.has_pp()) mesh_.pp().all_reduce(&sum_sq, 1);
   const kernels::AdamWStep s =
       adamw_step(optim_, lr, ++steps_, kernels::clip_scale(sum_sq, optim_.grad_clip));

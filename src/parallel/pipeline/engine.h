@@ -7,8 +7,8 @@
 //                 (ZeRO 0: the trainer's loss scale makes the sum the global mean), or
 //                 reduce-scattered into each dp rank's 1/D share (ZeRO 1)
 //   step          the global gradient norm: squares summed on each stage (wte counted on the
-//                 first stage only; under ZeRO 1 over the share, added over dp) and
-//                 all-reduced over the pp group; clip, AdamW (ZeRO 1: on the share, whose
+//                 first stage only, tp-replicated views on tp rank 0 only; under ZeRO 1 over
+//                 the share, added over dp) and all-reduced over the tp and pp groups; clip, AdamW (ZeRO 1: on the share, whose
 //                 parameters are then all-gathered over dp)
 // Every copy of wte (first and last stage) then gets the same update, so the stages keep one
 // model: the one-process model's numbers up to the order of float additions.
