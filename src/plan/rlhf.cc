@@ -58,8 +58,7 @@ RlhfEstimate estimate_rlhf(const RlhfSetup& s) {
     const int64_t local = trained.dense_params + trained.expert_params;  // after tp sharding
     RlhfModelMemory r{role, count_params(m).total() + extra, false, {}};
     r.states.parameters =
-        per.parameter * (s.zero == 3 && s.shard_frozen ? shard_elems(local, data_ranks) + shard_elems(extra, data_ranks)
-                                     : local + extra);
+        per.parameter * ((s.zero == 3 ? shard_elems(local, data_ranks) : local) + extra);
     return r;
   };
   e.models.push_back(frozen("reference", s.actor, actor, 0));

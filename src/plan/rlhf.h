@@ -4,8 +4,8 @@
 //       bf16 + AdamW (zero_model_state_bytes with their ZeRO stage over the N/tp data ranks)
 //   reference (frozen copy of the initial actor) and reward model: inference only, the
 //       working precision's bytes per parameter (2 under bf16, 4 under fp32), sharded over
-//       the N/tp data ranks under ZeRO-3 (shard_frozen; strata's own PPO keeps them
-//       replicated), else replicated
+//       the N/tp data ranks under ZeRO-3 (the reward model's value head replicated), else
+//       replicated
 //   KV cache of the actor generating rollouts:
 //       rollout batch × sequence × layers × 2 (K and V) × kv-hidden/tp × 2 bytes (4 in fp32)
 //   activations of whichever trained model is in its backward (the larger of the two)
@@ -13,7 +13,7 @@
 // a value head of h + 1 parameters (h weights and a bias on the last hidden state, a tensor
 // of its own, replicated with its gradient and optimizer state at every stage); an untied model's LM
 // head stays counted too (a slight overestimate). For an fp32 strata run (rlhf/ppo.h, any
-// rank count, ZeRO 0-3, shard_frozen = false) the model states are exact: tests/rlhf checks
+// rank count, ZeRO 0-3) the model states are exact: tests/rlhf checks
 // them to the byte.
 #pragma once
 #include <string>
@@ -37,7 +37,6 @@ struct RlhfSetup {
   int64_t rollout_batch = 8;  // sequences each GPU generates at once
   double headroom = 0.10;
   bool seq_parallel = true;
-  bool shard_frozen = true;  // ZeRO-3 shards reference and reward model too
 };
 
 struct RlhfModelMemory {

@@ -27,7 +27,6 @@ json planned_memory(const model::GPTConfig& actor, const model::GPTConfig& criti
   s.gpus = ranks;
   s.tp = 1;
   s.zero = zero;
-  s.shard_frozen = false;  // strata's PPO keeps reference and reward model whole per rank
   s.precision = plan::Precision::fp32;
   s.micro_batch = minibatch;
   s.rollout_batch = rollout_per_rank;

@@ -1,8 +1,8 @@
 // The PPO run's model states next to what `strata plan --rlhf` predicts for the same models
 // and rollout batch per rank (plan/rlhf.h) on `ranks` GPUs in fp32 at ZeRO `zero` (actor and
-// critic sharded by the engine as the stage says, the frozen models replicated, as
-// rlhf/ppo.h keeps them): parameters, gradients and optimizer state per model, and the KV
-// cache, byte for byte.
+// critic sharded by the engine as the stage says, the frozen models sharded under ZeRO-3,
+// as rlhf/ppo.h keeps them): parameters, gradients and optimizer state per model, and the
+// KV cache, byte for byte.
 #pragma once
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/trace.h"
+#include "rlhf/frozen_shards.h"
 #include "rlhf/gold.h"
 #include "rlhf/kv_cache.h"
 #include "rlhf/optim.h"
@@ -166,17 +167,22 @@ class PpoRun {
         mb_(cfg.minibatch),
         actor_(acfg_, mb_, /*allocate_state=*/false),
         reference_(acfg_, mb_, false),
-        ref_params_(MemCategory::parameters, sizeof(float) * acfg_.num_params()),
-        reward_(m.reward.cfg, mb_, false),
+        ref_params_(MemCategory::parameters, cfg.zero == 3 ? 0 : sizeof(float) * acfg_.num_params()),
+        reward_(m.reward.cfg, mb_, false, /*allocate_state=*/cfg.zero != 3),
         critic_(m.critic.params.empty() ? m.reward.cfg : m.critic.cfg, mb_, true, /*allocate_state=*/false),
         decoder_(acfg_, cfg.rollout_batch / world_),
         gold_(cfg.gold_seed, acfg_.vocab),
         kl_(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon),
         head_opt_(cfg.optim) {
     actor_eng_ = make_trained_engine(actor_, dp_, cfg.zero, cfg.optim, m.actor.params);
-    std::memcpy(ref_params_.data(), m.reference.params.data(), sizeof(float) * m.reference.params.size());
-    bind_frozen(reference_, ref_params_.as<float>());
-    std::memcpy(reward_.params(), m.reward.params.data(), sizeof(float) * m.reward.params.size());
+    if (cfg.zero == 3) {  // frozen models sharded too, gathered per unit on use
+      ref_shards_ = std::make_unique<FrozenShards>(reference_, dp_, m.reference.params);
+      reward_shards_ = std::make_unique<FrozenShards>(reward_.gpt(), dp_, m.reward.params);
+    } else {
+      std::memcpy(ref_params_.data(), m.reference.params.data(), sizeof(float) * m.reference.params.size());
+      bind_frozen(reference_, ref_params_.as<float>());
+      std::memcpy(reward_.params(), m.reward.params.data(), sizeof(float) * m.reward.params.size());
+    }
     reward_.head() = m.reward.head;
     const ModelFile& c = m.critic.params.empty() ? m.reward : m.critic;
     critic_eng_ = make_trained_engine(critic_.gpt(), dp_, cfg.zero, cfg.optim, c.params);
@@ -219,6 +225,7 @@ class PpoRun {
   GoldRule gold_;
   KlController kl_;
   std::unique_ptr<parallel::DataParallelEngine> actor_eng_, critic_eng_;
+  std::unique_ptr<FrozenShards> ref_shards_, reward_shards_;  // ZeRO-3 only
   AdamWGroup head_opt_;            // the critic's value head
   std::vector<float> gen_params_;  // ZeRO-3: the actor gathered whole for generation
   std::vector<float> dlogits_;
@@ -453,7 +460,8 @@ int PpoRun::load_state() {
 }
 
 // Per rank: the engines' model states (ZeRO-sharded as --zero says), the critic's replicated
-// value head, the frozen models' replicated parameters.
+// value head, the frozen models' parameters (shards under ZeRO-3, else whole) and their
+// gather slots (comm).
 json PpoRun::memory_report() const {
   auto bytes = [](int64_t floats) { return 4 * floats; };
   const int64_t head = critic_.config().dim + 1;
@@ -464,9 +472,12 @@ json PpoRun::memory_report() const {
       {"actor", {{"parameters", a.parameters}, {"gradients", a.gradients}, {"optimizer", a.optimizer},
                  {"activations", act_a}, {"comm", a.comm}, {"kv_cache", decoder_.cache_bytes()},
                  {"generation_gather", actor_eng_->full_params() ? 0 : bytes(pa)}}},
-      {"reference", {{"parameters", bytes(pa)}, {"gradients", 0}, {"optimizer", 0},
+      {"reference", {{"parameters", ref_shards_ ? ref_shards_->shard_bytes() : bytes(pa)}, {"gradients", 0},
+                     {"optimizer", 0}, {"comm", ref_shards_ ? ref_shards_->gather_bytes() : 0},
                      {"activations", reference_.activation_bytes()}}},
-      {"reward", {{"parameters", bytes(pr)}, {"gradients", 0}, {"optimizer", 0},
+      {"reward", {{"parameters", reward_shards_ ? reward_shards_->shard_bytes() + bytes(head) : bytes(pr)},
+                  {"gradients", 0}, {"optimizer", 0},
+                  {"comm", reward_shards_ ? reward_shards_->gather_bytes() : 0},
                   {"activations", const_cast<ValueModel&>(reward_).gpt().activation_bytes()}}},
       {"critic", {{"parameters", c.parameters + bytes(head)}, {"gradients", c.gradients + bytes(head)},
                   {"optimizer", c.optimizer + 2 * bytes(head)}, {"comm", c.comm},

@@ -86,7 +86,8 @@ struct PpoResult {
 // all-gathered, every global minibatch is split N ways. Actor and critic trunk are trained
 // by parallel::DataParallelEngine at ZeRO cfg.zero (also on one process, over a one-rank
 // group); the critic's value head is replicated and its gradient summed by hand; the frozen
-// models are whole on every rank. Rank 0 writes the files. The same run as one process up to
+// models are whole on every rank below ZeRO-3 and sharded at 3 (frozen_shards.h). Rank 0
+// writes the files. The same run as one process up to
 // fp32 summation order, at any stage.
 PpoResult run_ppo(const PpoConfig& cfg, PpoModels models,
                   const std::function<void(const nlohmann::json&)>& log,

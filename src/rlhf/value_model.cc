@@ -20,8 +20,10 @@ ValueModel::ValueModel(const model::GPTConfig& cfg, int max_batch, bool trainabl
       dhidden_(size_t(max_batch) * cfg.seq * cfg.dim),
       hidden_(size_t(max_batch) * cfg.seq * cfg.dim) {
   if (!trainable) {
-    frozen_ = Buffer(MemCategory::parameters, sizeof(float) * gpt_.num_params());
-    bind_frozen(gpt_, frozen_.as<float>());
+    if (allocate_state) {
+      frozen_ = Buffer(MemCategory::parameters, sizeof(float) * gpt_.num_params());
+      bind_frozen(gpt_, frozen_.as<float>());
+    }
     head_grad_.clear();
     dhidden_.clear();
   }

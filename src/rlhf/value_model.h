@@ -21,7 +21,8 @@ class ValueModel {
  public:
   // trainable = false: a frozen model (reward model in PPO): parameters only, no gradients.
   // allocate_state = false: a trained trunk whose parameters and gradients a data-parallel
-  // engine owns and binds (parallel/data_parallel.h); the head stays here.
+  // engine owns and binds (parallel/data_parallel.h), or a frozen one whose units someone
+  // else binds (frozen_shards.h); the head stays here.
   ValueModel(const model::GPTConfig& cfg, int max_batch, bool trainable = true,
              bool allocate_state = true);
   model::GPT& gpt() { return gpt_; }
