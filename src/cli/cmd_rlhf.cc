@@ -187,12 +187,16 @@ void run_ppo(PpoArgs& a) {
     return;
   }
   const json& mem = res.summary["memory"];
-  std::printf("model states per model (parameters / gradients / optimizer bytes; strata plan --rlhf %s):\n",
-              mem["model_states_match_plan"].get<bool>() ? "predicts the same" : "DIFFERS");
+  std::printf("model states per rank and model at ZeRO %d (parameters / gradients / optimizer bytes; "
+              "strata plan --rlhf %s):\n",
+              mem["zero"].get<int>(), mem["model_states_match_plan"].get<bool>() ? "predicts the same" : "DIFFERS");
+  const json& plan = mem["plan"];
   for (const char* role : {"actor", "critic", "reference", "reward"})
-    std::printf("  %-9s %lld / %lld / %lld, activations %lld\n", role,
+    std::printf("  %-9s %lld / %lld / %lld (plan %lld / %lld / %lld), activations %lld\n", role,
                 (long long)mem[role]["parameters"].get<int64_t>(), (long long)mem[role]["gradients"].get<int64_t>(),
-                (long long)mem[role]["optimizer"].get<int64_t>(), (long long)mem[role]["activations"].get<int64_t>());
+                (long long)mem[role]["optimizer"].get<int64_t>(), (long long)plan[role]["parameters"].get<int64_t>(),
+                (long long)plan[role]["gradients"].get<int64_t>(), (long long)plan[role]["optimizer"].get<int64_t>(),
+                (long long)mem[role]["activations"].get<int64_t>());
   std::printf("  KV cache  %lld bytes\n", (long long)mem["actor"]["kv_cache"].get<int64_t>());
   const json& share = res.summary["share"];
   if (!share.is_null())
@@ -209,6 +213,8 @@ void setup_ppo(CLI::App& app) {
   app.add_option("--critic", a->critic, "Critic with a value head (default: the reward model)");
   app.add_option("--run-dir", c.run_dir, "metrics.jsonl, summary.json, checkpoints, final models");
   app.add_option("--nproc", a->nproc, "Data-parallel ranks on this host (rollouts split, gradients summed)")
+      ->capture_default_str();
+  app.add_option("--zero", c.zero, "ZeRO stage (0-3) of the actor's and critic's data-parallel engines")
       ->capture_default_str();
   app.add_option("--iterations", c.iterations, "Rollout + update iterations")->capture_default_str();
   app.add_option("--rollout-batch", c.rollout_batch, "Prompts per iteration")->capture_default_str();

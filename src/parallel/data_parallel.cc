@@ -298,7 +298,11 @@ void DataParallelEngine::refresh_working_params() {
   }
 }
 
-float DataParallelEngine::step(float lr) {
+const float* DataParallelEngine::full_params() const {
+  return opts_.stage < 3 && !bf16_ ? params_.as<float>() : nullptr;
+}
+
+float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip) {
   STRATA_CHECK(reducer_->idle(), "step: end_backward() must be called before step()");
   double sum_sq;
   {
@@ -309,9 +313,12 @@ float DataParallelEngine::step(float lr) {
   if (opts_.stage >= 1) sum_sq = sum_over_ranks(pg_, sum_sq);
   if (model_.tensor_comm())  // async: on the tp group's own thread (and trace track)
     model_.tensor_comm()->group().all_reduce_async(&sum_sq, 1)->wait();
+  sum_sq += extra_sum_sq;
+  const float scale = kernels::clip_scale(sum_sq, optim_.grad_clip);
+  if (clip) *clip = scale;
   {
     TraceSpan span(tracer(), "optimizer", "compute");
-    apply_adamw(lr, kernels::clip_scale(sum_sq, optim_.grad_clip));
+    apply_adamw(lr, scale);
   }
   ++steps_;
   refresh_working_params();

@@ -75,7 +75,11 @@ class DataParallelEngine final : public StepEngine {
   void begin_step() override;
   void begin_micro(int micro, int num_micro) override;
   void end_backward() override;
-  float step(float lr) override;
+  float step(float lr) override { return step(lr, 0.0, nullptr); }
+  // step(lr) with `extra_sum_sq` (the squared gradient norm of parameters the caller keeps
+  // and updates itself, the same on every rank) added to the global norm before clipping;
+  // *clip (if not null) receives the clip factor applied, for the caller's own update.
+  float step(float lr, double extra_sum_sq, float* clip);
   int64_t step_count() const override { return steps_; }
 
   const DataParallelOptions& options() const { return opts_; }
@@ -100,6 +104,9 @@ class DataParallelEngine final : public StepEngine {
   // The full fp32 parameters [0, Ψ) assembled on every rank (a collective at stages 1-3):
   // for tests, exports and checkpoint conversion. Bf16 working copies are widened.
   std::vector<float> gather_full_params();
+  // The working fp32 parameters [0, Ψ) in place (stages 0-2 in fp32, where every rank holds
+  // them whole); null otherwise (stage 3 or bf16: use gather_full_params()).
+  const float* full_params() const;
 
  private:
   friend class GradReducer;

@@ -51,15 +51,14 @@ RlhfEstimate estimate_rlhf(const RlhfSetup& s) {
   const MemoryEstimate critic = trained_memory(s, s.critic);
   e.models.push_back({"actor", count_params(s.actor).total(), true, actor.states});
   ModelStateBytes critic_states = critic.states;
-  critic_states += zero_model_state_bytes(head, data_ranks, s.zero, per);
+  critic_states += zero_model_state_bytes(head, data_ranks, 0, per);
   e.models.push_back({"critic", count_params(s.critic).total() + head, true, critic_states});
   auto frozen = [&](const char* role, const ModelSpec& m, const MemoryEstimate& trained,
                     int64_t extra) {
     const int64_t local = trained.dense_params + trained.expert_params;  // after tp sharding
     RlhfModelMemory r{role, count_params(m).total() + extra, false, {}};
     r.states.parameters =
-        per.parameter * (s.zero == 3 ? shard_elems(local, data_ranks) + shard_elems(extra, data_ranks)
-                                     : local + extra);
+        per.parameter * ((s.zero == 3 ? shard_elems(local, data_ranks) : local) + extra);
     return r;
   };
   e.models.push_back(frozen("reference", s.actor, actor, 0));

@@ -4,15 +4,17 @@
 //       bf16 + AdamW (zero_model_state_bytes with their ZeRO stage over the N/tp data ranks)
 //   reference (frozen copy of the initial actor) and reward model: inference only, the
 //       working precision's bytes per parameter (2 under bf16, 4 under fp32), sharded over
-//       the N/tp data ranks under ZeRO-3, else replicated
+//       the N/tp data ranks under ZeRO-3 (the reward model's value head replicated), else
+//       replicated
 //   KV cache of the actor generating rollouts:
 //       rollout batch × sequence × layers × 2 (K and V) × kv-hidden/tp × 2 bytes (4 in fp32)
 //   activations of whichever trained model is in its backward (the larger of the two)
 // Reference shares the actor's shape and reward the critic's. Critic and reward model carry
 // a value head of h + 1 parameters (h weights and a bias on the last hidden state, a tensor
-// of its own: replicated or ZeRO-sharded like the trunk's states); an untied model's LM
-// head stays counted too (a slight overestimate). For a one-process fp32 strata run
-// (rlhf/ppo.h) the model states are exact: tests/rlhf checks them to the byte.
+// of its own, replicated with its gradient and optimizer state at every stage); an untied model's LM
+// head stays counted too (a slight overestimate). For an fp32 strata run (rlhf/ppo.h, any
+// rank count, ZeRO 0-3) the model states are exact: tests/rlhf checks
+// them to the byte.
 #pragma once
 #include <string>
 #include <vector>

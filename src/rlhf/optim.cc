@@ -21,11 +21,14 @@ void AdamWGroup::zero_grads() {
   for (Range& r : ranges_) std::memset(r.g, 0, sizeof(float) * r.n);
 }
 
-float AdamWGroup::step(float lr) {
+double AdamWGroup::sum_squares() const {
   double sum_sq = 0;
   for (const Range& r : ranges_) sum_sq += kernels::sum_squares(r.g, r.n);
-  const kernels::AdamWStep s =
-      parallel::adamw_step(cfg_, lr, ++steps_, kernels::clip_scale(sum_sq, cfg_.grad_clip));
+  return sum_sq;
+}
+
+void AdamWGroup::apply(float lr, float grad_scale) {
+  const kernels::AdamWStep s = parallel::adamw_step(cfg_, lr, ++steps_, grad_scale);
   for (Range& r : ranges_) {
     std::vector<model::DecayRange> spans = r.spans;
     if (spans.empty()) spans.push_back({0, r.n, false});
@@ -33,6 +36,11 @@ float AdamWGroup::step(float lr) {
       kernels::adamw_update(r.p + sp.begin, r.g + sp.begin, r.m.as<float>() + sp.begin,
                             r.v.as<float>() + sp.begin, sp.end - sp.begin, sp.decay, s);
   }
+}
+
+float AdamWGroup::step(float lr) {
+  const double sum_sq = sum_squares();
+  apply(lr, kernels::clip_scale(sum_sq, cfg_.grad_clip));
   return float(std::sqrt(sum_sq));
 }
 

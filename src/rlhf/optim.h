@@ -23,6 +23,11 @@ class AdamWGroup {
   void zero_grads();
   // Clips by the global norm over every range, updates; returns the norm before clipping.
   float step(float lr);
+  // The parts of step(): the squared norm of every range's gradients, and the AdamW update
+  // with gradients scaled by grad_scale (a clip factor computed elsewhere, e.g. together
+  // with a data-parallel engine's gradients: parallel::DataParallelEngine::step).
+  double sum_squares() const;
+  void apply(float lr, float grad_scale);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
   // Parameters and moments as named tensors "<prefix><name>.{params,exp_avg,exp_avg_sq}".

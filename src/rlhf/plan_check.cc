@@ -19,14 +19,14 @@ static plan::ModelSpec spec_of(const model::GPTConfig& c, const char* name) {
 }
 
 json planned_memory(const model::GPTConfig& actor, const model::GPTConfig& critic, int rollout_per_rank,
-                    int minibatch, int ranks) {
+                    int minibatch, int ranks, int zero) {
   plan::RlhfSetup s;
   s.actor = spec_of(actor, "actor");
   s.critic = spec_of(critic, "critic");
   s.gpu = plan::gpu_preset("a100-80g");  // only the capacity depends on it, not compared
   s.gpus = ranks;
   s.tp = 1;
-  s.zero = 0;
+  s.zero = zero;
   s.precision = plan::Precision::fp32;
   s.micro_batch = minibatch;
   s.rollout_batch = rollout_per_rank;
@@ -41,8 +41,8 @@ json planned_memory(const model::GPTConfig& actor, const model::GPTConfig& criti
 }
 
 void compare_with_plan(json& measured, const model::GPTConfig& actor, const model::GPTConfig& critic,
-                       int rollout_per_rank, int minibatch, int ranks) {
-  const json plan = planned_memory(actor, critic, rollout_per_rank, minibatch, ranks);
+                       int rollout_per_rank, int minibatch, int ranks, int zero) {
+  const json plan = planned_memory(actor, critic, rollout_per_rank, minibatch, ranks, zero);
   bool same = measured["actor"]["kv_cache"] == plan["kv_cache"];
   for (const char* role : {"actor", "critic", "reference", "reward"})
     for (const char* k : {"parameters", "gradients", "optimizer"})

@@ -1,7 +1,8 @@
 // The PPO run's model states next to what `strata plan --rlhf` predicts for the same models
-// and rollout batch per rank (plan/rlhf.h) on `ranks` GPUs in fp32 at ZeRO 0 (every state
-// replicated, as rlhf/ppo.h keeps them): parameters, gradients and optimizer state per model,
-// and the KV cache, byte for byte.
+// and rollout batch per rank (plan/rlhf.h) on `ranks` GPUs in fp32 at ZeRO `zero` (actor and
+// critic sharded by the engine as the stage says, the frozen models sharded under ZeRO-3,
+// as rlhf/ppo.h keeps them): parameters, gradients and optimizer state per model, and the
+// KV cache, byte for byte.
 #pragma once
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
@@ -11,11 +12,12 @@ namespace strata::rlhf {
 // {"actor": {"parameters", "gradients", "optimizer"}, "critic", "reference", "reward",
 //  "kv_cache"} as the planner estimates them.
 nlohmann::json planned_memory(const model::GPTConfig& actor, const model::GPTConfig& critic,
-                              int rollout_per_rank, int minibatch, int ranks = 1);
+                              int rollout_per_rank, int minibatch, int ranks = 1, int zero = 0);
 
 // measured: the "memory" object of a PPO summary. Adds "plan" (planned_memory) and
 // "model_states_match_plan" (every model's three states and the KV cache equal).
 void compare_with_plan(nlohmann::json& measured, const model::GPTConfig& actor,
-                       const model::GPTConfig& critic, int rollout_per_rank, int minibatch, int ranks);
+                       const model::GPTConfig& critic, int rollout_per_rank, int minibatch, int ranks,
+                       int zero);
 
 }  // namespace strata::rlhf

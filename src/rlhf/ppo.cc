@@ -13,11 +13,13 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/trace.h"
+#include "rlhf/frozen_shards.h"
 #include "rlhf/gold.h"
 #include "rlhf/kv_cache.h"
 #include "rlhf/optim.h"
 #include "rlhf/plan_check.h"
 #include "rlhf/ppo_math.h"
+#include "rlhf/trained_state.h"
 #include "rlhf/value_model.h"
 
 namespace strata::rlhf {
@@ -45,6 +47,7 @@ void PpoConfig::validate() const {
   STRATA_CHECK(!resume || !run_dir.empty(), "--resume needs --run-dir");
   STRATA_CHECK(ckpt_every == 0 || !run_dir.empty(), "--ckpt-every needs --run-dir");
   STRATA_CHECK(!trace || !run_dir.empty(), "--trace needs --run-dir");
+  STRATA_CHECK(zero >= 0 && zero <= 3, "--zero ", zero, ": ZeRO stage must be 0, 1, 2 or 3");
 }
 
 json PpoConfig::to_json() const {
@@ -58,7 +61,8 @@ json PpoConfig::to_json() const {
           {"lambda", lambda},           {"clip", clip},
           {"value_clip", value_clip},   {"ent_coef", ent_coef},
           {"actor_lr", actor_lr},       {"critic_lr", critic_lr},
-          {"seed", seed},               {"gold_seed", gold_seed}};
+          {"seed", seed},               {"gold_seed", gold_seed},
+          {"zero", zero}};
 }
 
 static bool same_shape(const model::GPTConfig& a, const model::GPTConfig& b) {
@@ -154,36 +158,38 @@ class PpoRun {
  public:
   PpoRun(const PpoConfig& cfg, PpoModels& m, comm::ProcessGroup* group)
       : cfg_(cfg),
+        solo_(group && group->size() > 1 ? nullptr : comm::make_thread_world(1)[0]),
         group_(group && group->size() > 1 ? group : nullptr),
+        dp_(group_ ? *group_ : *solo_),
         rank_(group_ ? group_->rank() : 0),
         world_(group_ ? group_->size() : 1),
         acfg_(m.actor.cfg),
         mb_(cfg.minibatch),
-        actor_(acfg_, mb_),
+        actor_(acfg_, mb_, /*allocate_state=*/false),
         reference_(acfg_, mb_, false),
-        ref_params_(MemCategory::parameters, sizeof(float) * acfg_.num_params()),
-        reward_(m.reward.cfg, mb_, false),
-        critic_(m.critic.params.empty() ? m.reward.cfg : m.critic.cfg, mb_),
+        ref_params_(MemCategory::parameters, cfg.zero == 3 ? 0 : sizeof(float) * acfg_.num_params()),
+        reward_(m.reward.cfg, mb_, false, /*allocate_state=*/cfg.zero != 3),
+        critic_(m.critic.params.empty() ? m.reward.cfg : m.critic.cfg, mb_, true, /*allocate_state=*/false),
         decoder_(acfg_, cfg.rollout_batch / world_),
         gold_(cfg.gold_seed, acfg_.vocab),
         kl_(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon),
-        actor_opt_(cfg.optim),
-        critic_opt_(cfg.optim) {
-    std::memcpy(actor_.params(), m.actor.params.data(), sizeof(float) * m.actor.params.size());
-    std::memcpy(ref_params_.data(), m.reference.params.data(), sizeof(float) * m.reference.params.size());
-    bind_frozen(reference_, ref_params_.as<float>());
-    std::memcpy(reward_.params(), m.reward.params.data(), sizeof(float) * m.reward.params.size());
+        head_opt_(cfg.optim) {
+    actor_eng_ = make_trained_engine(actor_, dp_, cfg.zero, cfg.optim, m.actor.params);
+    if (cfg.zero == 3) {  // frozen models sharded too, gathered per unit on use
+      ref_shards_ = std::make_unique<FrozenShards>(reference_, dp_, m.reference.params);
+      reward_shards_ = std::make_unique<FrozenShards>(reward_.gpt(), dp_, m.reward.params);
+    } else {
+      std::memcpy(ref_params_.data(), m.reference.params.data(), sizeof(float) * m.reference.params.size());
+      bind_frozen(reference_, ref_params_.as<float>());
+      std::memcpy(reward_.params(), m.reward.params.data(), sizeof(float) * m.reward.params.size());
+    }
     reward_.head() = m.reward.head;
     const ModelFile& c = m.critic.params.empty() ? m.reward : m.critic;
-    std::memcpy(critic_.params(), c.params.data(), sizeof(float) * c.params.size());
+    critic_eng_ = make_trained_engine(critic_.gpt(), dp_, cfg.zero, cfg.optim, c.params);
     critic_.head() = c.head;
-    decoder_.bind(actor_.params());
-    actor_opt_.add("params", actor_.params(), actor_.grads(), actor_.num_params(),
-                   model::decay_ranges(actor_.param_table(), 0, actor_.num_params()));
-    model::GPT& cg = critic_.gpt();
-    critic_opt_.add("trunk", cg.params(), cg.grads(), cg.num_params(),
-                    model::decay_ranges(cg.param_table(), 0, cg.num_params()));
-    critic_opt_.add("head", critic_.head().data(), critic_.head_grad(), critic_.config().dim + 1, {});
+    // The value head (C + 1 parameters) stays replicated, outside the engine: its gradient
+    // is summed over the ranks by hand and clipped together with the trunk's.
+    head_opt_.add("head", critic_.head().data(), critic_.head_grad(), critic_.config().dim + 1, {});
     dlogits_.resize(size_t(mb_) * (cfg.prompt_len + cfg.response_len) * acfg_.padded_vocab);
   }
 
@@ -197,6 +203,7 @@ class PpoRun {
   void all_reduce(float* x, int64_t n) {
     if (group_) group_->all_reduce(x, size_t(n));
   }
+  void bind_decoder();
   UpdateStats update(int iter, const Rollout& ro);
   void policy_logps(model::GPT& m, const Rollout& ro, std::vector<double>& out);
   void save_state(int iter);
@@ -205,7 +212,9 @@ class PpoRun {
   std::string path(const char* name) const { return (fs::path(cfg_.run_dir) / name).string(); }
 
   const PpoConfig& cfg_;
+  comm::GroupPtr solo_;        // a one-rank group for the engines of a one-process run
   comm::ProcessGroup* group_;  // data-parallel ranks (null: one process)
+  comm::ProcessGroup& dp_;     // the engines' group: group_ or solo_
   int rank_, world_;
   model::GPTConfig acfg_;
   int mb_;
@@ -215,7 +224,10 @@ class PpoRun {
   KvDecoder decoder_;
   GoldRule gold_;
   KlController kl_;
-  AdamWGroup actor_opt_, critic_opt_;
+  std::unique_ptr<parallel::DataParallelEngine> actor_eng_, critic_eng_;
+  std::unique_ptr<FrozenShards> ref_shards_, reward_shards_;  // ZeRO-3 only
+  AdamWGroup head_opt_;            // the critic's value head
+  std::vector<float> gen_params_;  // ZeRO-3: the actor gathered whole for generation
   std::vector<float> dlogits_;
 };
 
@@ -231,6 +243,7 @@ void PpoRun::generate(int iter, Rollout& ro, json& rec) {
     streams[size_t(i)] = uint64_t(global);
   }
   if (cfg_.kv_cache) {
+    bind_decoder();
     generate_cached(decoder_, acfg_, prompts.data(), G, P, R, cfg_.sample, cfg_.seed ^ 0x9E0117,
                     streams.data(), resp.data());
   } else {  // in chunks of the actor's batch; the same tokens up to fp32 rounding
@@ -244,6 +257,20 @@ void PpoRun::generate(int iter, Rollout& ro, json& rec) {
     std::copy(&resp[size_t(i) * R], &resp[size_t(i + 1) * R], &ro.tokens[size_t(i) * T + P]);
   }
   rec["kv_cache_bytes"] = decoder_.cache_bytes();
+  rec["gen_gather_bytes"] = int64_t(sizeof(float) * gen_params_.size());
+  std::vector<float>().swap(gen_params_);
+}
+
+// The KV decoder reads whole fp32 parameters: in place below ZeRO-3; at ZeRO-3 the actor is
+// gathered whole for the rollout (a transient Ψ floats per rank, as DeepSpeed-Chat's hybrid
+// engine does) and freed after it.
+void PpoRun::bind_decoder() {
+  if (const float* p = actor_eng_->full_params()) {
+    decoder_.bind(p);
+    return;
+  }
+  gen_params_ = actor_eng_->gather_full_params();
+  decoder_.bind(gen_params_.data());
 }
 
 // log π(a_t) at temperature τ of every response token, in chunks of the model's batch.
@@ -334,7 +361,8 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
       for (int i = 0; i < mbl; ++i)
         std::copy(&ro.tokens[size_t(idx[i]) * T], &ro.tokens[size_t(idx[i] + 1) * T], &tokens[size_t(i) * T]);
       // Actor: clipped policy loss with entropy bonus, through the logits.
-      actor_opt_.zero_grads();
+      actor_eng_->begin_step();
+      actor_eng_->begin_micro(0, 1);
       const float* z = actor_.logits(tokens.data(), mbl, T);
       std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
       for (int i = 0; i < mbl; ++i)
@@ -353,10 +381,12 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
           ++st.tokens;
         }
       actor_.backward_logits(dlogits_.data());
-      all_reduce(actor_.grads(), actor_.num_params());
-      st.actor_norm += actor_opt_.step(cfg_.actor_lr);
+      actor_eng_->end_backward();  // gradients summed over the ranks (all-reduce or reduce-scatter)
+      st.actor_norm += actor_eng_->step(cfg_.actor_lr);
       // Critic: clipped value loss.
-      critic_opt_.zero_grads();
+      critic_eng_->begin_step();
+      critic_eng_->begin_micro(0, 1);
+      critic_.zero_head_grad();
       critic_.forward(tokens.data(), mbl, T, v.data());
       std::fill(dv.begin(), dv.end(), 0.0f);
       for (int i = 0; i < mbl; ++i)
@@ -369,9 +399,11 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
           st.vclipped += vt.clipped;
         }
       critic_.backward(dv.data());
-      all_reduce(critic_.gpt().grads(), critic_.gpt().num_params());
+      critic_eng_->end_backward();
       all_reduce(critic_.head_grad(), critic_.config().dim + 1);
-      st.critic_norm += critic_opt_.step(cfg_.critic_lr);
+      float clip = 1;
+      st.critic_norm += critic_eng_->step(cfg_.critic_lr, head_opt_.sum_squares(), &clip);
+      head_opt_.apply(cfg_.critic_lr, clip);
       ++st.updates;
     }
   }
@@ -385,50 +417,72 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
   return st;
 }
 
+// Collective: every rank assembles the whole states from the shards; rank 0 writes.
 void PpoRun::save_state(int iter) {
-  std::vector<NamedTensor> ts = actor_opt_.tensors("actor.");
-  for (const NamedTensor& t : critic_opt_.tensors("critic.")) ts.push_back(t);
+  FullState actor(*actor_eng_, dp_, actor_.num_params(), "actor.params");
+  FullState critic(*critic_eng_, dp_, critic_.gpt().num_params(), "critic.trunk");
+  actor.gather();
+  critic.gather();
+  if (rank_ != 0) return;
+  std::vector<NamedTensor> ts = actor.tensors();
+  for (const NamedTensor& t : critic.tensors()) ts.push_back(t);
+  for (const NamedTensor& t : head_opt_.tensors("critic.")) ts.push_back(t);
   save_tensors(path("ppo-state.safetensors"), ts,
                {{"iteration", iter},
                 {"beta", kl_.beta()},
-                {"actor_steps", actor_opt_.steps()},
-                {"critic_steps", critic_opt_.steps()},
+                {"actor_steps", actor_eng_->step_count()},
+                {"critic_steps", critic_eng_->step_count()},
                 {"config", cfg_.to_json()},
                 {"actor", config_json(acfg_)},
                 {"critic", config_json(critic_.config())}});
 }
 
-// Returns the iterations already done (0: a fresh start).
+// Returns the iterations already done (0: a fresh start). The file holds whole tensors, so
+// any rank count and ZeRO stage resumes it.
 int PpoRun::load_state() {
   const std::string f = path("ppo-state.safetensors");
   if (!cfg_.resume) return 0;
   STRATA_CHECK(fs::exists(f), "--resume: ", f, " does not exist (no checkpoint saved yet)");
-  std::vector<NamedTensor> ts = actor_opt_.tensors("actor.");
-  for (const NamedTensor& t : critic_opt_.tensors("critic.")) ts.push_back(t);
+  FullState actor(*actor_eng_, dp_, actor_.num_params(), "actor.params");
+  FullState critic(*critic_eng_, dp_, critic_.gpt().num_params(), "critic.trunk");
+  std::vector<NamedTensor> ts = actor.tensors();
+  for (const NamedTensor& t : critic.tensors()) ts.push_back(t);
+  for (const NamedTensor& t : head_opt_.tensors("critic.")) ts.push_back(t);
   const json meta = load_tensors(f, ts);
   STRATA_CHECK(meta.at("actor") == config_json(acfg_) && meta.at("critic") == config_json(critic_.config()),
                "--resume: ", f, " was written for other models (actor ", meta.at("actor").dump(),
                ")");
   kl_.set_beta(meta.at("beta").get<double>());
-  actor_opt_.set_steps(meta.at("actor_steps").get<int64_t>());
-  critic_opt_.set_steps(meta.at("critic_steps").get<int64_t>());
+  actor.scatter(meta.at("actor_steps").get<int64_t>());
+  critic.scatter(meta.at("critic_steps").get<int64_t>());
+  head_opt_.set_steps(meta.at("critic_steps").get<int64_t>());
   return meta.at("iteration").get<int>();
 }
 
+// Per rank: the engines' model states (ZeRO-sharded as --zero says), the critic's replicated
+// value head, the frozen models' parameters (shards under ZeRO-3, else whole) and their
+// gather slots (comm).
 json PpoRun::memory_report() const {
   auto bytes = [](int64_t floats) { return 4 * floats; };
-  const int64_t pa = actor_.num_params(), pc = critic_.config().num_params() + critic_.config().dim + 1;
-  const int64_t pr = reward_.config().num_params() + reward_.config().dim + 1;
+  const int64_t head = critic_.config().dim + 1;
+  const int64_t pa = actor_.num_params(), pr = reward_.config().num_params() + head;
   const int64_t act_a = actor_.activation_bytes() + bytes(int64_t(dlogits_.size()));
+  const parallel::MemoryReport a = actor_eng_->memory_report(), c = critic_eng_->memory_report();
   return {
-      {"actor", {{"parameters", bytes(pa)}, {"gradients", bytes(pa)}, {"optimizer", 2 * bytes(pa)},
-                 {"activations", act_a}, {"kv_cache", decoder_.cache_bytes()}}},
-      {"reference", {{"parameters", bytes(pa)}, {"gradients", 0}, {"optimizer", 0},
+      {"actor", {{"parameters", a.parameters}, {"gradients", a.gradients}, {"optimizer", a.optimizer},
+                 {"activations", act_a}, {"comm", a.comm}, {"kv_cache", decoder_.cache_bytes()},
+                 {"generation_gather", actor_eng_->full_params() ? 0 : bytes(pa)}}},
+      {"reference", {{"parameters", ref_shards_ ? ref_shards_->shard_bytes() : bytes(pa)}, {"gradients", 0},
+                     {"optimizer", 0}, {"comm", ref_shards_ ? ref_shards_->gather_bytes() : 0},
                      {"activations", reference_.activation_bytes()}}},
-      {"reward", {{"parameters", bytes(pr)}, {"gradients", 0}, {"optimizer", 0},
+      {"reward", {{"parameters", reward_shards_ ? reward_shards_->shard_bytes() + bytes(head) : bytes(pr)},
+                  {"gradients", 0}, {"optimizer", 0},
+                  {"comm", reward_shards_ ? reward_shards_->gather_bytes() : 0},
                   {"activations", const_cast<ValueModel&>(reward_).gpt().activation_bytes()}}},
-      {"critic", {{"parameters", bytes(pc)}, {"gradients", bytes(pc)}, {"optimizer", 2 * bytes(pc)},
+      {"critic", {{"parameters", c.parameters + bytes(head)}, {"gradients", c.gradients + bytes(head)},
+                  {"optimizer", c.optimizer + 2 * bytes(head)}, {"comm", c.comm},
                   {"activations", const_cast<ValueModel&>(critic_).gpt().activation_bytes()}}},
+      {"zero", cfg_.zero},
       {"tracker", memory_tracker().to_json()}};
 }
 
@@ -484,7 +538,7 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     if (metrics.is_open()) metrics << rec.dump() << "\n" << std::flush;
     if (log && writer) log(rec);
     res.iterations.push_back(rec);
-    if (writer && cfg_.ckpt_every > 0 && ((iter + 1) % cfg_.ckpt_every == 0 || iter + 1 == cfg_.iterations))
+    if (cfg_.ckpt_every > 0 && ((iter + 1) % cfg_.ckpt_every == 0 || iter + 1 == cfg_.iterations))
       save_state(iter + 1);
     if (group_) group_->barrier();  // a resumed run finds the state its peers saved
   }
@@ -501,15 +555,17 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
                                      : json(nullptr)},
                  {"memory", memory_report()}};
   compare_with_plan(res.summary["memory"], acfg_, critic_.config(), cfg_.rollout_batch / world_,
-                    mb_ / world_, world_);
+                    mb_ / world_, world_, cfg_.zero);
   res.summary["ranks"] = world_;
   if (!res.iterations.empty()) {
     res.summary["first"] = res.iterations.front();
     res.summary["last"] = res.iterations.back();
   }
+  const std::vector<float> actor_w = actor_eng_->gather_full_params();  // collectives
+  const std::vector<float> critic_w = critic_eng_->gather_full_params();
   if (writer && !cfg_.run_dir.empty()) {
-    save_model(path("actor.safetensors"), acfg_, actor_.params(), {}, {{"role", "actor"}});
-    save_model(path("critic.safetensors"), critic_.config(), critic_.params(), critic_.head(),
+    save_model(path("actor.safetensors"), acfg_, actor_w.data(), {}, {{"role", "actor"}});
+    save_model(path("critic.safetensors"), critic_.config(), critic_w.data(), critic_.head(),
                {{"role", "critic"}});
     std::ofstream(path("summary.json")) << res.summary.dump(2) << "\n";
   }

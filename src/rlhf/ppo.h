@@ -61,6 +61,7 @@ struct PpoConfig {
   int ckpt_every = 0;      // iterations between checkpoints (0: none)
   bool resume = false;     // continue from <run-dir>/ppo-state.safetensors
   bool trace = false;      // Chrome trace of the phases and kernels: <run-dir>/trace-rank0.json
+  int zero = 0;            // ZeRO stage of the actor's and critic's engines (0-3)
   // Throws one line naming the flag for an impossible setting.
   void validate() const;
   nlohmann::json to_json() const;
@@ -82,9 +83,12 @@ struct PpoResult {
 // Runs the loop; log(record) after every iteration (may be empty). With a group of N > 1
 // ranks (every rank calls it with the same arguments) the rollouts are data parallel: rank r
 // generates and scores sequences [r·G/N, (r+1)·G/N) of each iteration, the shares are
-// all-gathered, every global minibatch is split N ways and the actor's and critic's
-// gradients are summed over the ranks before each (replicated) AdamW step; rank 0 writes
-// the files. The same run as one process up to fp32 summation order.
+// all-gathered, every global minibatch is split N ways. Actor and critic trunk are trained
+// by parallel::DataParallelEngine at ZeRO cfg.zero (also on one process, over a one-rank
+// group); the critic's value head is replicated and its gradient summed by hand; the frozen
+// models are whole on every rank below ZeRO-3 and sharded at 3 (frozen_shards.h). Rank 0
+// writes the files. The same run as one process up to
+// fp32 summation order, at any stage.
 PpoResult run_ppo(const PpoConfig& cfg, PpoModels models,
                   const std::function<void(const nlohmann::json&)>& log,
                   comm::ProcessGroup* group = nullptr);

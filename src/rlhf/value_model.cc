@@ -12,15 +12,18 @@ void bind_frozen(model::GPT& gpt, float* params) {
   for (int u = 0; u < gpt.num_units(); ++u) gpt.bind_unit(u, params + gpt.unit_range(u).first, nullptr);
 }
 
-ValueModel::ValueModel(const model::GPTConfig& cfg, int max_batch, bool trainable)
-    : gpt_(cfg, max_batch, trainable),
+ValueModel::ValueModel(const model::GPTConfig& cfg, int max_batch, bool trainable,
+                       bool allocate_state)
+    : gpt_(cfg, max_batch, trainable && allocate_state),
       head_(size_t(cfg.dim) + 1, 0.0f),
       head_grad_(size_t(cfg.dim) + 1, 0.0f),
       dhidden_(size_t(max_batch) * cfg.seq * cfg.dim),
       hidden_(size_t(max_batch) * cfg.seq * cfg.dim) {
   if (!trainable) {
-    frozen_ = Buffer(MemCategory::parameters, sizeof(float) * gpt_.num_params());
-    bind_frozen(gpt_, frozen_.as<float>());
+    if (allocate_state) {
+      frozen_ = Buffer(MemCategory::parameters, sizeof(float) * gpt_.num_params());
+      bind_frozen(gpt_, frozen_.as<float>());
+    }
     head_grad_.clear();
     dhidden_.clear();
   }
@@ -60,7 +63,9 @@ void ValueModel::backward(const float* dv) {
 
 void ValueModel::zero_grads() {
   gpt_.zero_grads();
-  std::fill(head_grad_.begin(), head_grad_.end(), 0.0f);
+  zero_head_grad();
 }
+
+void ValueModel::zero_head_grad() { std::fill(head_grad_.begin(), head_grad_.end(), 0.0f); }
 
 }  // namespace strata::rlhf

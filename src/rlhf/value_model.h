@@ -20,7 +20,11 @@ void bind_frozen(model::GPT& gpt, float* params);
 class ValueModel {
  public:
   // trainable = false: a frozen model (reward model in PPO): parameters only, no gradients.
-  ValueModel(const model::GPTConfig& cfg, int max_batch, bool trainable = true);
+  // allocate_state = false: a trained trunk whose parameters and gradients a data-parallel
+  // engine owns and binds (parallel/data_parallel.h), or a frozen one whose units someone
+  // else binds (frozen_shards.h); the head stays here.
+  ValueModel(const model::GPTConfig& cfg, int max_batch, bool trainable = true,
+             bool allocate_state = true);
   model::GPT& gpt() { return gpt_; }
   float* params() { return frozen_.data() ? frozen_.as<float>() : gpt_.params(); }
   const model::GPTConfig& config() const { return gpt_.config(); }
@@ -32,6 +36,7 @@ class ValueModel {
   // last forward into the trunk's and the head's gradients.
   void backward(const float* dvalues);
   void zero_grads();
+  void zero_head_grad();
 
  private:
   model::GPT gpt_;

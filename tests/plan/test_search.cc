@@ -223,8 +223,8 @@ TEST(Rlhf, FourModelsAndKvCache) {
   ASSERT_EQ(e.models.size(), 4u);
   const int64_t psi = count_params(r.actor).total();
   EXPECT_EQ(e.models[0].states.total(), 16 * ((psi + 7) / 8));  // actor, ZeRO-3 over 8
-  const int64_t head = r.critic.hidden + 1;  // the critic's value head
-  EXPECT_EQ(e.models[1].states.total(), 16 * ((psi + 7) / 8) + 16 * ((head + 7) / 8));  // critic
+  const int64_t head = r.critic.hidden + 1;  // the critic's value head, replicated
+  EXPECT_EQ(e.models[1].states.total(), 16 * ((psi + 7) / 8) + 16 * head);  // critic
   EXPECT_EQ(e.models[2].states.total(), 2 * ((psi + 7) / 8));   // reference, inference
   EXPECT_FALSE(e.models[3].trained);
   EXPECT_DOUBLE_EQ(e.kv_cache, 8.0 * 4096 * 32 * 2 * 4096 * 2);  // b·s·L·2·kv·2 bytes

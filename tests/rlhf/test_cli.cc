@@ -95,7 +95,8 @@ TEST_F(RlhfCli, PpoOverTwoProcessesIsTheOneProcessRun) {
                           " --iterations 2 --rollout-batch 8 --minibatch 4 --epochs 1 --prompt-len 4 --response-len 8";
   auto r = run_strata(ppo + " --run-dir " + f("one"));
   ASSERT_EQ(r.status, 0) << r.out;
-  r = run_strata(ppo + " --nproc 2 --run-dir " + f("two"), "OMP_NUM_THREADS=1");
+  // Two processes with actor and critic at ZeRO-3 (the engine's shards, gathered per layer).
+  r = run_strata(ppo + " --nproc 2 --zero 3 --run-dir " + f("two"), "OMP_NUM_THREADS=1");
   ASSERT_EQ(r.status, 0) << r.out;
   std::ifstream a(f("one/metrics.jsonl")), b(f("two/metrics.jsonl"));
   int n = 0;
@@ -106,7 +107,13 @@ TEST_F(RlhfCli, PpoOverTwoProcessesIsTheOneProcessRun) {
   }
   EXPECT_EQ(n, 2);
   std::ifstream sin(f("two/summary.json"));
-  EXPECT_EQ(json::parse(sin)["ranks"], 2);
+  const json two = json::parse(sin);
+  EXPECT_EQ(two["ranks"], 2);
+  EXPECT_EQ(two["memory"]["zero"], 3);
+  EXPECT_TRUE(two["memory"]["model_states_match_plan"].get<bool>()) << two["memory"].dump(1);
+  EXPECT_NE(r.out.find("at ZeRO 3 (parameters / gradients / optimizer bytes; strata plan --rlhf predicts the same)"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST_F(RlhfCli, BadInputIsOneLineBeforeAnyRollout) {
@@ -121,6 +128,8 @@ TEST_F(RlhfCli, BadInputIsOneLineBeforeAnyRollout) {
   expect_one_line(r, "--reference " + f("wide.safetensors") + " (layers 2, dim 64");
   r = run_strata(ppo + " --reward " + f("rm.safetensors") + " --response-len 13", "", S);
   expect_one_line(r, "--response-len 13 + --prompt-len 4 = 17 positions, beyond the context of --actor (16)");
+  r = run_strata(ppo + " --response-len 8 --zero 4 --reward " + f("rm.safetensors"), "", S);
+  expect_one_line(r, "--zero 4: ZeRO stage must be 0, 1, 2 or 3");
   r = run_strata(ppo + " --response-len 8 --reward " + f("missing.safetensors"), "", S);
   expect_one_line(r, "--reward " + f("missing.safetensors") + ": no such file");
   EXPECT_FALSE(fs::exists(f("bad/metrics.jsonl")));

@@ -167,6 +167,18 @@ TEST(Ppo, ResumeContinuesBitForBit) {
   EXPECT_EQ(lines, 4);
 }
 
+// Runs c on n ranks (threads with in-process groups); the results of every rank.
+std::vector<PpoResult> run_ranks(const PpoConfig& c, int n) {
+  if (n == 1) return {run_ppo(c, ppo_models(), {})};
+  std::vector<comm::GroupPtr> world = comm::make_thread_world(n);
+  std::vector<PpoResult> res(static_cast<size_t>(n));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] { res[size_t(r)] = run_ppo(c, ppo_models(), {}, world[size_t(r)].get()); });
+  for (std::thread& t : ranks) t.join();
+  return res;
+}
+
 TEST(Ppo, DataParallelRanksRunTheSameRun) {
   // N = 1, 2, 4 ranks (threads with shm-free in-process groups), the same seeds and global
   // rollout batch: the same rewards and losses up to fp32 summation order.
@@ -174,12 +186,7 @@ TEST(Ppo, DataParallelRanksRunTheSameRun) {
   c.iterations = 3;
   const PpoResult one = run_ppo(c, ppo_models(), {});
   for (int n : {2, 4}) {
-    std::vector<comm::GroupPtr> world = comm::make_thread_world(n);
-    std::vector<PpoResult> res(static_cast<size_t>(n));
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < n; ++r)
-      ranks.emplace_back([&, r] { res[size_t(r)] = run_ppo(c, ppo_models(), {}, world[size_t(r)].get()); });
-    for (std::thread& t : ranks) t.join();
+    const std::vector<PpoResult> res = run_ranks(c, n);
     double worst = 0;
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(res[size_t(r)].iterations.size(), 3u);
@@ -196,6 +203,75 @@ TEST(Ppo, DataParallelRanksRunTheSameRun) {
     EXPECT_TRUE(res[0].summary["memory"]["model_states_match_plan"].get<bool>()) << res[0].summary["memory"].dump(1);
     EXPECT_EQ(res[0].summary["memory"]["actor"]["kv_cache"].get<int64_t>() * n,
               one.summary["memory"]["actor"]["kv_cache"].get<int64_t>());
+  }
+}
+
+TEST(Ppo, ZeroStagesRunTheSameRunWithThePlannedModelStates) {
+  // The actor and critic on the data-parallel engine at ZeRO 1 and 3 over N = 1, 2 ranks
+  // (at 3 with reference and reward model sharded, gathered per unit on use):
+  // the same run as ZeRO 0 on one process (rewards and losses within fp32 tolerance), each
+  // rank's model states as strata plan --rlhf predicts them for that stage, byte for byte.
+  PpoConfig c = small_config();
+  c.iterations = 2;
+  const PpoResult base = run_ppo(c, ppo_models(), {});
+  const json& m0 = base.summary["memory"];
+  for (int zero : {1, 3})
+    for (int n : {1, 2}) {
+      c.zero = zero;
+      const std::vector<PpoResult> res = run_ranks(c, n);
+      double worst = 0;
+      for (int r = 0; r < n; ++r)
+        for (int i = 0; i < 2; ++i)
+          for (const char* k : {"reward", "gold", "kl", "policy_loss", "value_loss", "entropy", "approx_kl"}) {
+            const double a = base.iterations[size_t(i)][k].get<double>();
+            const double b = res[size_t(r)].iterations[size_t(i)][k].get<double>();
+            EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a)))
+                << "zero " << zero << ", " << n << " ranks, rank " << r << ", iteration " << i + 1 << ": " << k;
+            worst = std::max(worst, std::abs(b - a) / std::max(1.0, std::abs(a)));
+          }
+      const json& m = res[0].summary["memory"];
+      std::printf("zero %d, %d ranks: largest difference %.3g (relative); per rank: actor states %lld / %lld / "
+                  "%lld bytes, reference parameters %lld bytes\n",
+                  zero, n, worst, (long long)m["actor"]["parameters"].get<int64_t>(),
+                  (long long)m["actor"]["gradients"].get<int64_t>(), (long long)m["actor"]["optimizer"].get<int64_t>(),
+                  (long long)m["reference"]["parameters"].get<int64_t>());
+      EXPECT_TRUE(m["model_states_match_plan"].get<bool>()) << "zero " << zero << ", " << n << " ranks: " << m.dump(1);
+      // What the stage shards: optimizer state from ZeRO-1, parameters at ZeRO-3, of the
+      // frozen models too (the actor is then gathered whole for generation only).
+      const int64_t opt = m["actor"]["optimizer"].get<int64_t>(), opt0 = m0["actor"]["optimizer"].get<int64_t>();
+      EXPECT_LE(opt, opt0 / n + 64 * n) << zero << " " << n;
+      const int64_t p = m["actor"]["parameters"].get<int64_t>(), p0 = m0["actor"]["parameters"].get<int64_t>();
+      if (zero == 3) EXPECT_LE(p, p0 / n + 64 * n);
+      else EXPECT_EQ(p, p0);
+      const int64_t ref = m["reference"]["parameters"].get<int64_t>();
+      const int64_t ref0 = m0["reference"]["parameters"].get<int64_t>();
+      if (zero == 3) EXPECT_LE(ref, ref0 / n + 64 * n);
+      else EXPECT_EQ(ref, ref0);
+    }
+}
+
+TEST(Ppo, ResumesAcrossZeroStagesAndRanks) {
+  // A ZeRO-3 run on 2 ranks checkpoints whole tensors; one process at ZeRO 0 continues it
+  // and ends where an uninterrupted one-process run ends.
+  strata::test::TempDir tmp("rlhf_zero_resume");
+  const std::string dir = tmp.str();
+  PpoConfig c = small_config();
+  c.iterations = 3;
+  const PpoResult whole = run_ppo(c, ppo_models(), {});
+  PpoConfig first = c;
+  first.iterations = 2;
+  first.zero = 3;
+  first.run_dir = dir;
+  first.ckpt_every = 2;
+  run_ranks(first, 2);
+  PpoConfig rest = c;
+  rest.run_dir = dir;
+  rest.resume = true;
+  const PpoResult cont = run_ppo(rest, ppo_models(), {});
+  ASSERT_EQ(cont.iterations.size(), 1u);
+  for (const char* k : {"reward", "gold", "kl", "policy_loss", "value_loss"}) {
+    const double a = whole.iterations[2][k].get<double>(), b = cont.iterations[0][k].get<double>();
+    EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << k;
   }
 }
 
