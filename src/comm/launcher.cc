@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "comm/hier/topology.h"
+#include "comm/mpirun_output.h"
 #include "comm/rank_status.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -91,6 +92,8 @@ struct LineSink {
   bool prefix = true;
   std::string buf;
   std::vector<std::string>* captured = nullptr;  // untagged lines kept for parsing
+  MpirunOutput tagged{false};  // rank -1: splits mpirun's stream by rank
+  std::vector<std::pair<int, std::string>>* timeouts = nullptr;  // ranks' lines saying "timed out"
 
   void write_all(const std::string& out) {
     const char* p = out.data();
@@ -103,21 +106,23 @@ struct LineSink {
       left -= size_t(n);
     }
   }
-  void emit(const std::string& line) {
-    std::string out;
-    static const std::regex tag(R"(^\[\d+,(\d+)\]<std(out|err)>:?)");
-    std::smatch m;
-    if (rank >= 0) {
-      out = prefix ? cat("[rank ", rank, "] ", line) : line;
-    } else if (std::regex_search(line, m, tag)) {
-      std::string rest = line.substr(size_t(m.length(0)));
-      out = prefix ? cat("[rank ", m[1].str(), "] ", rest) : rest;
-    } else {
-      out = line;
-      if (captured) captured->push_back(line);
-    }
+  void emit(int line_rank, const std::string& line) {
+    std::string out = line;
+    if (line_rank >= 0 && prefix) out = cat("[rank ", line_rank, "] ", line);
+    if (line_rank < 0 && captured) captured->push_back(line);
+    if (line_rank >= 0 && timeouts && line.find("timed out") != std::string::npos)
+      timeouts->push_back({line_rank, line});
     out += '\n';
     write_all(out);
+  }
+  // mpirun's stream: tags decide the rank, also in the middle of a line (comm/mpirun_output.h).
+  void demux(const char* data, size_t n) {
+    auto sink = [&](int r, const std::string& text, bool complete) {
+      if (complete) emit(r, text);
+      else write_all(text);  // a progress line, as it comes
+    };
+    if (n) tagged.feed(data, n, sink);
+    else tagged.finish(sink);
   }
   // Returns false at end of stream.
   bool drain() {
@@ -125,21 +130,26 @@ struct LineSink {
     ssize_t n = read(fd_in, tmp, sizeof tmp);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
     if (n <= 0) {
-      if (!buf.empty()) emit(buf);
+      if (rank < 0) demux(nullptr, 0);
+      if (!buf.empty()) emit(rank, buf);
       buf.clear();
       close(fd_in);
       fd_in = -1;
       return false;
     }
+    if (rank < 0) {
+      demux(tmp, size_t(n));
+      return true;
+    }
     buf.append(tmp, size_t(n));
     size_t pos;
     while ((pos = buf.find('\n')) != std::string::npos) {
-      emit(buf.substr(0, pos));
+      emit(rank, buf.substr(0, pos));
       buf.erase(0, pos + 1);
     }
     // A progress line redrawn in place ("\r..." without a newline, see train/metrics.h)
     // passes as it comes when output is not prefixed, instead of waiting for a newline.
-    if (!prefix && rank >= 0 && buf.find('\r') != std::string::npos) {
+    if (!prefix && buf.find('\r') != std::string::npos) {
       write_all(buf);
       buf.clear();
     }
@@ -484,6 +494,7 @@ std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions
       sink.fd_out = s == 0 ? 1 : 2;
       sink.rank = l.rank;
       sink.prefix = o.prefix_output;
+      sink.tagged = MpirunOutput(!o.prefix_output);
       sinks.push_back(sink);
     }
   }
@@ -572,6 +583,43 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
   }
 }
 
+// The host of `rank` when ranks fill the hosts in order; "" when there are none.
+std::string host_of_rank(const std::vector<HostSlots>& hosts, int rank) {
+  for (const HostSlots& h : hosts) {
+    if (rank < h.slots) return h.host;
+    rank -= h.slots;
+  }
+  return "";
+}
+
+// The ranks that reported a timeout before mpirun had to be killed (a link cut mid-run: the
+// ranks on the far side cannot say anything), each with its host, the peer it waited on when
+// its line names one, and that line: "; rank 0 (host a) timed out waiting on rank 1 (host b):
+// group world recv #881 with rank 1 tag 0: timed out after 4 s ...".
+std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& timeouts,
+                            const std::vector<HostSlots>& hosts) {
+  auto who = [&](int rank) {
+    const std::string host = host_of_rank(hosts, rank);
+    return cat("rank ", rank, host.empty() ? "" : cat(" (host ", host, ")"));
+  };
+  static const std::regex peer(R"(with rank (\d+))");
+  std::string out;
+  std::vector<int> named;
+  for (const auto& [rank, line] : timeouts) {
+    if (std::count(named.begin(), named.end(), rank) || named.size() == 4) continue;
+    named.push_back(rank);
+    std::string what = line.substr(0, 240);
+    const std::vector<std::string> leads = {"strata: error: ", "strata: ", cat("rank ", rank, ": "), "timeout: "};
+    for (const std::string& lead : leads)
+      if (what.rfind(lead, 0) == 0) what.erase(0, lead.size());
+    std::smatch m;
+    const std::string waiting =
+        std::regex_search(what, m, peer) ? cat(" waiting on ", who(std::stoi(m[1].str()))) : std::string();
+    out += cat("; ", who(rank), " timed out", waiting, ": ", what);
+  }
+  return out;
+}
+
 }  // namespace
 
 static LaunchResult launch_once(const LaunchOptions& o) {
@@ -581,8 +629,12 @@ static LaunchResult launch_once(const LaunchOptions& o) {
   JobGuard guard(plan.job_id, plan.status_dir);
   std::vector<LineSink> sinks = start_children(plan, o, guard);
   std::vector<std::string> mpirun_lines;
+  std::vector<std::pair<int, std::string>> timeouts;
   for (LineSink& s : sinks)
-    if (s.rank < 0) s.captured = &mpirun_lines;
+    if (s.rank < 0) {
+      s.captured = &mpirun_lines;
+      s.timeouts = &timeouts;
+    }
   supervise(guard, sinks, o, res);
   if (o.backend == Backend::mpi && res.exit_code != 0 && res.message.empty()) {
     int rank = -1;
@@ -590,7 +642,8 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     if (!plan.status_dir.empty()) res.message = first_recorded_failure(plan.status_dir, rank);
     if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, !o.hosts.empty(), rank, res.failed_host);
     res.failed_rank = rank;
-    if (res.message.empty()) res.message = cat("mpirun ", describe_wait_status(guard.children[0].status));
+    if (res.message.empty())
+      res.message = cat("mpirun ", describe_wait_status(guard.children[0].status), timed_out_ranks(timeouts, o.hosts));
   }
   if (!o.hosts.empty() && res.exit_code != 0 && !res.interrupted) {
     // What broke between the hosts (a link set down mid-run, a host gone): probed again.

@@ -12,7 +12,10 @@
 //   ranks than slots, an unreachable host, an --iface a host lacks or has down, or an
 //   interface down on one host but up on the others is an Error before any rank starts.
 //   When a multi-host job fails, the hosts are probed again and what broke (a host that no
-//   longer answers, an interface gone down mid-run) is added to the result's message.
+//   longer answers, an interface gone down mid-run) is added to the result's message; when
+//   mpirun itself had to be killed, so are the ranks whose output said they timed out, with
+//   their hosts and the peer each waited on. mpirun's --tag-output tags are taken out
+//   wherever they stand, mid-line too (comm/mpirun_output.h).
 // Each output line is prefixed "[rank R] ". When a rank dies or exits non-zero, the others
 // get SIGTERM (they dump their flight recorders), then SIGKILL after a grace period, and the
 // result names the first rank that failed and its exit code or signal. Shared-memory

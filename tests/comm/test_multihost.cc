@@ -221,6 +221,17 @@ TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
   }
 }
 
+// Runs the shell command `kill` once the run in `dir` has recorded step 5 (within 60 s);
+// whether it succeeded.
+bool run_after_step_5(const std::string& dir, const std::string& kill) {
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (test::read_file(dir + "/metrics.jsonl").find("\"step\":5") == std::string::npos) continue;
+    if (std::system(kill.c_str()) == 0) return true;
+  }
+  return false;
+}
+
 // Killing one host's ranks mid-run (`ranks_only`), or every process of that host (mpirun's
 // daemon too, as when the machine dies): the supervisor restarts from the latest checkpoint,
 // and with --elastic on the remaining host, resharding the ZeRO-1 state from 4 ranks to 2 and
@@ -241,12 +252,7 @@ void kill_host_mid_run(MultiHost& t, bool ranks_only) {
       ranks_only ? cat("for p in $(ip netns pids ", t.h(1), "); do tr '\\0' ' ' </proc/$p/cmdline | grep -q '",
                        STRATA_BINARY, " train' && kill -9 $p; done")
                  : cat("kill -9 $(ip netns pids ", t.h(1), ")");
-  bool killed = false;
-  for (int i = 0; i < 600 && !killed; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (test::read_file(dir + "/metrics.jsonl").find("\"step\":5") == std::string::npos) continue;
-    killed = std::system(kill.c_str()) == 0;
-  }
+  const bool killed = run_after_step_5(dir, kill);
   ASSERT_TRUE(test::wait_for(p, 180)) << p.output();
   std::string out = p.output(), summary = test::read_file(dir + "/summary.json");
   std::system(("rm -rf " + dir).c_str());
@@ -265,6 +271,44 @@ void kill_host_mid_run(MultiHost& t, bool ranks_only) {
 TEST_F(MultiHost, KilledHostRanksRestartOnTheRemainingHosts) { kill_host_mid_run(*this, true); }
 
 TEST_F(MultiHost, DeadHostRestartsOnTheRemainingHosts) { kill_host_mid_run(*this, false); }
+
+// A plain restart across hosts (--max-restarts without --elastic): one rank of host 1 is
+// killed mid-run; the supervisor restarts the whole job on the same hosts from the latest
+// checkpoint, and the run ends on the losses of an uninterrupted one, bit for bit (the same
+// layout, the same collectives; docs/checkpoints.md).
+TEST_F(MultiHost, KilledRankRestartsOnTheSameHostsWithTheSameLosses) {
+  up(2, {"--link", "1gbit"});
+  const std::string base = cat("/tmp/strata-mh-restart-", getpid());
+  std::system(cat("rm -rf ", base, "-once ", base, "-killed").c_str());
+  auto args = [&](const std::string& dir) {
+    return std::vector<std::string>{STRATA_BINARY, "train", "--hosts", cat(h(0), ":1,", h(1), ":1"), "--rsh-agent",
+                                    state_ + "/rsh-agent", "--zero", "1", "--steps", "40", "--seq", "32", "--layers",
+                                    "1", "--dim", "64", "--batch", "16", "--eval-every", "0", "--sample-tokens", "0",
+                                    "--timeout", "20", "--ckpt-every", "2", "--max-restarts", "1", "--run-dir", dir};
+  };
+  const test::Env env = {{"OMPI_MCA_mpi_yield_when_idle", "1"}, {"OMP_NUM_THREADS", "1"},
+                         {"STRATA_MPI_FINALIZE_TIMEOUT", "3"}};
+  auto once = test::run(args(base + "-once"), env, 180);
+  ASSERT_EQ(once.exit_code(), 0) << once.output();
+  const std::string dir = base + "-killed";
+  test::Proc p = test::start(args(dir), env);
+  // Once step 5 is done (checkpoints every 2 steps), host 1's rank dies.
+  const std::string kill = cat("for p in $(ip netns pids ", h(1), "); do tr '\\0' ' ' </proc/$p/cmdline | grep -q '",
+                               STRATA_BINARY, " train' && kill -9 $p && break; done");
+  const bool killed = run_after_step_5(dir, kill);
+  ASSERT_TRUE(test::wait_for(p, 180)) << p.output();
+  const std::string out = p.output(), summary = test::read_file(dir + "/summary.json");
+  auto want = losses(base + "-once"), got = losses(dir);
+  std::system(cat("rm -rf ", base, "-once ", base, "-killed").c_str());
+  ASSERT_TRUE(killed) << out;
+  EXPECT_EQ(p.exit_code(), 0) << out;
+  EXPECT_NE(out.find("strata launch: restart 1/1 after rank 1 was killed by signal 9"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(resuming from step [1-9]\d* )"))) << out;
+  EXPECT_TRUE(std::regex_search(summary, std::regex(R"("world":\s*2\s)"))) << summary;
+  EXPECT_TRUE(std::regex_search(summary, std::regex(R"("steps":\s*40,)"))) << summary;
+  ASSERT_EQ(want.size(), 40u);
+  EXPECT_EQ(got, want) << "the losses and gradient norms of every step";  // metrics trimmed at the resume
+}
 
 // The bandwidth doctor across hosts names each injected network fault (diag/host_net.h).
 
@@ -322,6 +366,9 @@ TEST_F(MultiHost, DoctorNamesADownedInterfaceBeforeAndDuringTheRun) {
   out = p.output();
   EXPECT_NE(p.exit_code(), 0) << out;
   EXPECT_NE(out.find(cat("--iface eth0: interface eth0 of host '", h(1), "' is down")), std::string::npos) << out;
+  // The rank on the side that can still speak says it timed out: named with its host.
+  EXPECT_NE(out.find(cat("rank 0 (host ", h(0), ") timed out waiting on rank 1 (host ", h(1), "): ")), std::string::npos)
+      << out;
   EXPECT_LT(double(now_ns() - t0) * 1e-9, 60.0) << out;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_util.h"
+#include "comm/mpi/mpi_transport.h"
 
 namespace strata::test {
 namespace {
@@ -49,6 +50,28 @@ TEST(TrainDistributed, MpiBackendMatchesOneProcess) {
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
   ASSERT_EQ(r.cli.status, 0) << r.cli.err;
   EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5);
+}
+
+// Under mpirun, rank 0's --json records stay pure JSON: mpirun's --tag-output tags each
+// forwarded chunk, also mid-line where stdio's 4 KiB buffer cut a record, and the launcher
+// takes those tags out (comm/mpirun_output.h). 30 records pass several buffer boundaries.
+TEST(TrainDistributed, MpiBackendJsonOutputParses) {
+  if (!comm::detail::mpi_available() || std::system("command -v mpirun >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no MPI (this build lacks the mpi backend, or mpirun is not in PATH)";
+  RunResult r = run_strata(kModel + "--steps 30 --nproc 2 --backend mpi --zero 1 --json", "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  int records = 0;
+  size_t pos = 0;
+  while (pos < r.out.size()) {
+    size_t nl = r.out.find('\n', pos);
+    ASSERT_NE(nl, std::string::npos) << "unterminated last line: " << r.out.substr(pos);
+    const std::string line = r.out.substr(pos, nl - pos);
+    pos = nl + 1;
+    EXPECT_TRUE(nlohmann::json::accept(line)) << "not JSON: " << line;
+    records += line.find("\"loss\"") != std::string::npos && line.find("\"step\"") != std::string::npos;
+  }
+  EXPECT_GE(records, 30) << r.out;
+  EXPECT_EQ(r.out.find("<stdout>"), std::string::npos) << r.out;
 }
 
 TEST(TrainDistributed, Bf16StagesStayCloseToFp32) {
