@@ -640,7 +640,15 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     int rank = -1;
     // The ranks' own records first; mpirun's messages do not always name the rank.
     if (!plan.status_dir.empty()) res.message = first_recorded_failure(plan.status_dir, rank);
-    if (res.message.empty()) res.message = parse_mpirun_failure(mpirun_lines, !o.hosts.empty(), rank, res.failed_host);
+    // The failed host comes from mpirun's report even when a surviving rank's record gives
+    // the message (a rank that died with its host records nothing): --elastic drops it.
+    int reported = -1;
+    const std::string mpirun_says =
+        parse_mpirun_failure(mpirun_lines, !o.hosts.empty(), reported, res.failed_host);
+    if (res.message.empty()) {
+      res.message = mpirun_says;
+      rank = reported;
+    }
     res.failed_rank = rank;
     if (res.message.empty())
       res.message = cat("mpirun ", describe_wait_status(guard.children[0].status), timed_out_ranks(timeouts, o.hosts));
