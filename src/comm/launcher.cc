@@ -94,6 +94,7 @@ struct LineSink {
   std::vector<std::string>* captured = nullptr;  // untagged lines kept for parsing
   MpirunOutput tagged{false};  // rank -1: splits mpirun's stream by rank
   std::vector<std::pair<int, std::string>>* timeouts = nullptr;  // ranks' lines saying "timed out"
+  std::vector<int>* stopped = nullptr;  // ranks that said mpirun's SIGTERM reached them
 
   void write_all(const std::string& out) {
     const char* p = out.data();
@@ -112,6 +113,8 @@ struct LineSink {
     if (line_rank < 0 && captured) captured->push_back(line);
     if (line_rank >= 0 && timeouts && line.find("timed out") != std::string::npos)
       timeouts->push_back({line_rank, line});
+    if (line_rank >= 0 && stopped && line.find("received signal 15") != std::string::npos)
+      stopped->push_back(line_rank);
     out += '\n';
     write_all(out);
   }
@@ -620,6 +623,22 @@ std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& time
   return out;
 }
 
+// The one host none of whose ranks said that mpirun's stop (SIGTERM) reached them, while
+// ranks elsewhere did: its ranks died without a word, with the host. "" when that is not
+// the picture (no rank answered, or several hosts stayed silent).
+std::string silent_host(const std::vector<int>& stopped, const std::vector<HostSlots>& hosts) {
+  if (stopped.empty()) return "";
+  std::string silent;
+  for (const HostSlots& h : hosts) {
+    bool answered = false;
+    for (int r : stopped) answered |= host_of_rank(hosts, r) == h.host;
+    if (answered) continue;
+    if (!silent.empty()) return "";
+    silent = h.host;
+  }
+  return silent;
+}
+
 }  // namespace
 
 static LaunchResult launch_once(const LaunchOptions& o) {
@@ -630,10 +649,12 @@ static LaunchResult launch_once(const LaunchOptions& o) {
   std::vector<LineSink> sinks = start_children(plan, o, guard);
   std::vector<std::string> mpirun_lines;
   std::vector<std::pair<int, std::string>> timeouts;
+  std::vector<int> stopped;
   for (LineSink& s : sinks)
     if (s.rank < 0) {
       s.captured = &mpirun_lines;
       s.timeouts = &timeouts;
+      s.stopped = &stopped;
     }
   supervise(guard, sinks, o, res);
   if (o.backend == Backend::mpi && res.exit_code != 0 && res.message.empty()) {
@@ -652,6 +673,14 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     res.failed_rank = rank;
     if (res.message.empty())
       res.message = cat("mpirun ", describe_wait_status(guard.children[0].status), timed_out_ranks(timeouts, o.hosts));
+    if (res.failed_host.empty() && !o.hosts.empty()) {
+      const std::string host = silent_host(stopped, o.hosts);
+      if (!host.empty()) {
+        res.failed_host = host;
+        res.message = cat("host ", host, " was lost (none of its ranks answered mpirun's stop; ",
+                          res.message, ")");
+      }
+    }
   }
   if (!o.hosts.empty() && res.exit_code != 0 && !res.interrupted) {
     // What broke between the hosts (a link set down mid-run, a host gone): probed again.
