@@ -84,10 +84,6 @@ class Mesh {
   static int world_rank(const MeshDims& d, const MeshCoord& c) {
     return ((c.pp * d.dp + c.dp) * d.cp + c.cp) * d.tp + c.tp;
   }
-  // World rank of the rank at (tp_rank, dp_rank) with cp = pp = 0.
-  static int world_rank(const MeshDims& d, int tp_rank, int dp_rank) {
-    return world_rank(d, MeshCoord{tp_rank, 0, dp_rank, 0});
-  }
   static MeshCoord coord_of(const MeshDims& d, int world_rank);
 
  private:

@@ -8,11 +8,13 @@ std::vector<std::vector<int>> tp_groups_spanning_hosts(const comm::HostLayout& l
   std::vector<std::vector<int>> out;
   const int n = int(layout.host_of.size());
   if (dims.tp <= 1 || n % dims.tp != 0) return out;
-  for (int dp = 0; dp < n / dims.tp; ++dp) {
+  // tp is the fastest mesh dimension: tp group k is ranks k·tp .. k·tp + tp - 1, whatever
+  // the other degrees.
+  for (int k = 0; k < n / dims.tp; ++k) {
     std::vector<int> g;
     bool spans = false;
     for (int t = 0; t < dims.tp; ++t) {
-      const int r = Mesh::world_rank(dims, t, dp);
+      const int r = k * dims.tp + t;
       g.push_back(r);
       spans |= layout.host_of[size_t(r)] != layout.host_of[size_t(g.front())];
     }

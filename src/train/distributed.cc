@@ -87,7 +87,8 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
   std::string text = cat("tensor parallel: ", d.describe(), sp ? ", sequence parallel" : "",
                          "; per rank measured (plan):");
   for (int r = 0; r < W; ++r) {
-    const int t = r % d.tp;
+    const parallel::MeshCoord at = parallel::Mesh::coord_of(d, r);
+    const int t = at.tp;
     const int64_t states = parallel::zero_model_state_bytes(model::tp_local_params(m, d.tp, t),
                                                             d.dp * d.cp, pc.dp.stage,
                                                             pc.dp.precision)
@@ -101,8 +102,8 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
     const double* x = &all[size_t(3 * r)];
     ranks.push_back({{"rank", r},
                      {"tp_rank", t},
-                     {"cp_rank", parallel::Mesh::coord_of(d, r).cp},
-                     {"dp_rank", parallel::Mesh::coord_of(d, r).dp},
+                     {"cp_rank", at.cp},
+                     {"dp_rank", at.dp},
                      {"model_states", int64_t(x[0])},
                      {"model_states_plan", states},
                      {"activations", int64_t(x[1])},

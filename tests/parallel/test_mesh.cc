@@ -20,7 +20,7 @@ TEST(Mesh, GroupsFollowTpFastestOrderAndNameCoordinates) {
     EXPECT_EQ(mesh.tp().name(), "tp(dp=" + std::to_string(pg.rank() / 3) + ")");
     EXPECT_EQ(mesh.dp().name(), "dp(tp=" + std::to_string(pg.rank() % 3) + ")");
     for (int t = 0; t < 3; ++t)
-      EXPECT_EQ(mesh.tp().world_ranks()[size_t(t)], parallel::Mesh::world_rank(mesh.dims(), t, mesh.dp_rank()));
+      EXPECT_EQ(mesh.tp().world_ranks()[size_t(t)], parallel::Mesh::world_rank(mesh.dims(), {t, 0, mesh.dp_rank(), 0}));
   });
 }
 

@@ -18,6 +18,8 @@ TEST(Placement, TpGroupsWithinAHostByDefault) {
 TEST(Placement, RoundRobinSpreadsTpOverHosts) {
   comm::HostLayout rr = comm::layout_from_names({"a", "b", "a", "b"});  // mpirun --map-by node
   EXPECT_EQ(parallel::tp_groups_spanning_hosts(rr, {2, 2}), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  // With context parallelism too (tp 2 x cp 2 x dp 1): tp groups are still neighbours.
+  EXPECT_EQ(parallel::tp_groups_spanning_hosts(rr, {2, 1, 2}), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
   EXPECT_EQ(parallel::tp_placement_warning(rr, {2, 2}),
             "2 of 2 tp group(s) span hosts (ranks 0 1 on a, b; ranks 2 3 on a, b; 2 hosts x 2 ranks (a: 0 2; b: 1 3)): "
             "every tensor-parallel layer waits on the link between hosts. Start the ranks host by host with a "
