@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -227,6 +228,20 @@ std::string parse_mpirun_failure(const std::vector<std::string>& lines, bool acr
   return cat("host ", host, " was lost (its daemon or its ranks' connections died with the host or its link)");
 }
 
+// "rank R" in r.message -> "rank R (ROLE)", ROLE from o.rank_role.
+void name_failed_rank_role(LaunchResult& r, const LaunchOptions& o) {
+  if (!o.rank_role || r.failed_rank < 0) return;
+  const std::string role = o.rank_role(r.failed_rank, o.nproc);
+  const std::string key = cat("rank ", r.failed_rank);
+  for (size_t at = r.message.find(key); !role.empty() && at != std::string::npos;
+       at = r.message.find(key, at + 1)) {
+    const size_t end = at + key.size();
+    if (end < r.message.size() && std::isdigit(static_cast<unsigned char>(r.message[end]))) continue;
+    r.message.insert(end, cat(" (", role, ")"));
+    return;
+  }
+}
+
 }  // namespace
 
 static const EnvVar kRestart("STRATA_RESTART", "0",
@@ -275,6 +290,7 @@ LaunchResult launch(const LaunchOptions& o) {
     if (k > 0) attempt.job_id.clear();  // a fresh job: no segments shared with the dead one
     LaunchResult r = launch_once(attempt);
     r.restarts = k;
+    name_failed_rank_role(r, attempt);
     if (r.exit_code == 0 || r.interrupted || o.max_restarts == 0) return r;
     if (k == o.max_restarts) {
       r.message = cat(r.message, "; giving up after ", k, " restart", k == 1 ? "" : "s",

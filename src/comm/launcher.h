@@ -74,6 +74,9 @@ struct LaunchOptions {
   // it aborts the launch like any failure there: the started processes are killed and
   // reaped, and the launcher's signal handlers restored, before the exception leaves.
   std::function<void(int rank, int64_t pid)> on_spawn;
+  // What a rank is in the job (e.g. "pipeline stage 1, dp 1") for a world of `world` ranks;
+  // added after the failed rank in messages: "rank 3 (pipeline stage 1, dp 1) was killed".
+  std::function<std::string(int rank, int world)> rank_role;
 };
 
 struct LaunchResult {

@@ -66,6 +66,19 @@ std::string MeshDims::describe() const {
   return s;
 }
 
+std::string Mesh::describe_rank(const MeshDims& d, int r) {
+  if (d.tp == 1 && d.cp == 1 && d.pp == 1 && d.ep == 1) return "";
+  const MeshCoord c = coord_of(d, r);
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (d.pp > 1) add(cat("pipeline stage ", c.pp));
+  if (d.tp > 1) add(cat("tp ", c.tp));
+  if (d.cp > 1) add(cat("cp ", c.cp));
+  add(cat("dp ", c.dp));
+  if (d.ep > 1) add(cat("ep ", (c.dp * d.cp + c.cp) % d.ep));
+  return s;
+}
+
 MeshCoord Mesh::coord_of(const MeshDims& d, int r) {
   MeshCoord c;
   c.tp = r % d.tp;

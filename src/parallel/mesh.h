@@ -85,6 +85,9 @@ class Mesh {
     return ((c.pp * d.dp + c.dp) * d.cp + c.cp) * d.tp + c.tp;
   }
   static MeshCoord coord_of(const MeshDims& d, int world_rank);
+  // What world rank `r` is on mesh `d`, for failure messages: its coordinates on the
+  // dimensions above 1, e.g. "pipeline stage 1, tp 0, dp 1"; empty on a plain dp mesh.
+  static std::string describe_rank(const MeshDims& d, int r);
 
  private:
   // Splits the world into groups of the ranks with the same `color` (< 0: none), ordered by

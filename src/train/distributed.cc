@@ -240,6 +240,14 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
     }
     o.extra_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cores / per_host)));
   }
+  const parallel::MeshDims dims = pc.mesh_dims();
+  o.rank_role = [dims](int rank, int world) {
+    try {
+      return parallel::Mesh::describe_rank(dims.resolved(world), rank);
+    } catch (const Error&) {
+      return std::string();  // a world the mesh does not fit (an elastic restart): no role
+    }
+  };
   comm::LaunchResult r = comm::launch(o);
   if (r.exit_code != 0) std::fprintf(stderr, "strata train: %s\n", r.message.c_str());
   return r.exit_code;

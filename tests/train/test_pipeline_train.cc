@@ -33,11 +33,13 @@ void expect_matches(const TrainRun& ref, const std::string& layout, int steps) {
   ASSERT_EQ(r.losses.size(), ref.losses.size()) << layout;
   EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-5) << layout;
   ASSERT_EQ(r.records.size(), ref.records.size()) << layout;
-  for (size_t i = 0; i < r.records.size(); ++i)
-    if (ref.records[i].contains("grad_norm"))
+  for (size_t i = 0; i < r.records.size(); ++i) {
+    if (ref.records[i].contains("grad_norm")) {
       EXPECT_NEAR(r.records[i]["grad_norm"].get<double>(),
                   ref.records[i]["grad_norm"].get<double>(), 1e-4)
           << layout << " record " << i;
+    }
+  }
   EXPECT_NEAR(r.summary["eval_loss"].get<double>(), ref.summary["eval_loss"].get<double>(), 1e-5)
       << layout;
   const json& pp = r.summary["pipeline"];
@@ -149,6 +151,38 @@ TEST(TrainPipeline, HungStageIsNamedByTheDoctor) {
   EXPECT_NE(d.out.find("of group \"pp(dp=0,tp=0)"), std::string::npos) << d.out << d.err;
   EXPECT_NE(d.out.find("(pipeline stages 0 and 1)"), std::string::npos) << d.out;
   EXPECT_NE(d.out.find("never reached it: rank 1"), std::string::npos) << d.out;
+}
+
+// A stage that dies: the launcher names the rank with its stage, restarts the job from the
+// latest checkpoint, and the run ends with the losses of one that never failed.
+TEST(TrainPipeline, DeadStageIsNamedAndTheRestartContinuesTheRun) {
+  TempDir dir("ppkill");
+  const std::string layout = "--nproc 4 --pp 2 --dp 2 --micro-batches 2 --ckpt-every 2 ";
+  const RunResult ref = run_strata(kModel + "--steps 8 --run-dir " + dir.file("ref") + " " + layout,
+                                   "", Streams::separate);
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  const RunResult r = run_strata(kModel + "--steps 8 --run-dir " + dir.file("kill") + " " + layout +
+                                     "--inject kill --inject-rank 3 --inject-step 5 --max-restarts 1",
+                                 "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("restart 1/1 after rank 3 (pipeline stage 1, dp 1) was killed by signal 9"),
+            std::string::npos)
+      << r.err;
+  auto final_losses = [](const std::string& metrics) {
+    std::vector<double> out;  // the last record of each step (a restart repeats some)
+    for (const json& rec : json_lines(read_file(metrics)))
+      if (rec.contains("loss")) {
+        const size_t step = rec["step"].get<size_t>();
+        if (out.size() < step) out.resize(step);
+        out[step - 1] = rec["loss"].get<double>();
+      }
+    return out;
+  };
+  const std::vector<double> want = final_losses(dir.file("ref") + "/metrics.jsonl");
+  const std::vector<double> got = final_losses(dir.file("kill") + "/metrics.jsonl");
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
 }
 
 // --trace: each stage's F/B per micro-batch as spans on a track named by its stage, in the
