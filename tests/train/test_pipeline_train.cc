@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,43 @@ TEST(TrainPipeline, Bf16StaysCloseToFp32) {
 }
 
 // A checkpoint saved at step `steps` / 2 by `layout` (on `ranks` ranks) resumes under each of
+// An epoch that ends mid-batch (--tail uneven): the short last global batch leaves some
+// micro-batches of a stage, and all of one dp rank's, with fewer or no sequences; the stages
+// still run every micro-batch's schedule and give one process's losses.
+TEST(TrainPipeline, UnevenEpochTailMatchesOneProcess) {
+  TempDir dir("pptail");
+  std::string text;
+  uint32_t x = 2024;
+  for (int i = 0; i < 1100; ++i) {
+    x = x * 1103515245u + 12345u;
+    text += char('a' + (x >> 16) % 7);
+    if (i % 41 == 40) text += '\n';
+  }
+  std::ofstream(dir.file("small.txt")) << text;
+  const std::string base = "train --layers 4 --dim 32 --heads 2 --seq 16 --max-seq 16 --data " +
+                           dir.file("small.txt") +
+                           " --batch 12 --steps 10 --lr 3e-3 --eval-every 0 --eval-batches 1 "
+                           "--sample-tokens 0 --peak-gflops 100 --threads 1 --json --tail uneven ";
+  std::vector<std::vector<double>> curves;
+  for (const char* layout : {"--micro-batch 3", "--nproc 2 --pp 2 --micro-batches 4",
+                             "--nproc 4 --pp 2 --dp 2 --micro-batches 2"}) {
+    const RunResult r = run_strata(base + layout, "", Streams::separate);
+    ASSERT_EQ(r.status, 0) << layout << ": " << r.err;
+    std::vector<double> losses;
+    int64_t fewest_tokens = INT64_MAX;
+    for (const json& rec : json_lines(r.out))
+      if (rec.contains("loss") && rec.contains("tokens")) {
+        losses.push_back(rec["loss"]);
+        fewest_tokens = std::min<int64_t>(fewest_tokens, rec["tokens"]);
+      }
+    ASSERT_EQ(losses.size(), 10u) << layout << ": " << r.out;
+    EXPECT_LT(fewest_tokens, 12 * 16) << layout << ": no step met the epoch's incomplete tail";
+    curves.push_back(losses);
+  }
+  EXPECT_LE(max_abs_diff(curves[0], curves[1]), 1e-5);
+  EXPECT_LE(max_abs_diff(curves[0], curves[2]), 1e-5);
+}
+
 // `targets` and continues the saving run's losses (the stages' pieces carry their global
 // names and boxes).
 void expect_resumes(const std::string& tag, const std::string& layout, int ranks, int steps,
