@@ -19,11 +19,11 @@
 #include <cctype>
 #include <filesystem>
 #include <random>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "comm/hier/topology.h"
+#include "comm/mpirun_failure.h"
 #include "comm/mpirun_output.h"
 #include "comm/rank_status.h"
 #include "core/env.h"
@@ -195,37 +195,6 @@ pid_t spawn(const std::string& path, const std::vector<std::string>& argv,
   execv(path.c_str(), args.data());
   std::fprintf(stderr, "strata launch: cannot execute %s: %s\n", path.c_str(), std::strerror(errno));
   _exit(127);
-}
-
-// mpirun's report of the first failing rank, when it printed one.
-std::string parse_mpirun_failure(const std::vector<std::string>& lines, bool across_hosts, int& rank,
-                                 std::string& host) {
-  static const std::regex name(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
-  static const std::regex code(R"(Exit code:\s*(-?\d+))");
-  static const std::regex sig(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?)");
-  // A host that died whole (or whose link did): its daemon is lost, or the ranks elsewhere
-  // lost their TCP peers there; no rank is named.
-  static const std::regex lost(R"(Remote daemon:\s*\S+ on node (\S+)|Peer host:\s*(\S+))");
-  std::smatch m;
-  int r = -1;
-  std::string lost_host;
-  for (const std::string& l : lines) {
-    if (lost_host.empty() && std::regex_search(l, m, lost)) lost_host = m[1].matched ? m[1].str() : m[2].str();
-    if (std::regex_search(l, m, sig)) {
-      rank = std::stoi(m[1].str());
-      host = m[2].str();
-      return cat("rank ", rank, " was killed by signal ", m[3].str(),
-                 m[4].matched ? cat(" (", m[4].str(), ")") : std::string());
-    }
-    if (std::regex_search(l, m, name)) r = std::stoi(m[1].str());
-    if (r >= 0 && std::regex_search(l, m, code)) {
-      rank = r;
-      return cat("rank ", r, " exited with code ", m[1].str());
-    }
-  }
-  if (lost_host.empty() || !across_hosts) return "";
-  host = lost_host;
-  return cat("host ", host, " was lost (its daemon or its ranks' connections died with the host or its link)");
 }
 
 // "rank R" in r.message -> "rank R (ROLE)", ROLE from o.rank_role.
@@ -600,59 +569,6 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
       kill_deadline = INT64_MAX;
     }
   }
-}
-
-// The host of `rank` when ranks fill the hosts in order; "" when there are none.
-std::string host_of_rank(const std::vector<HostSlots>& hosts, int rank) {
-  for (const HostSlots& h : hosts) {
-    if (rank < h.slots) return h.host;
-    rank -= h.slots;
-  }
-  return "";
-}
-
-// The ranks that reported a timeout before mpirun had to be killed (a link cut mid-run: the
-// ranks on the far side cannot say anything), each with its host, the peer it waited on when
-// its line names one, and that line: "; rank 0 (host a) timed out waiting on rank 1 (host b):
-// group world recv #881 with rank 1 tag 0: timed out after 4 s ...".
-std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& timeouts,
-                            const std::vector<HostSlots>& hosts) {
-  auto who = [&](int rank) {
-    const std::string host = host_of_rank(hosts, rank);
-    return cat("rank ", rank, host.empty() ? "" : cat(" (host ", host, ")"));
-  };
-  static const std::regex peer(R"(with rank (\d+))");
-  std::string out;
-  std::vector<int> named;
-  for (const auto& [rank, line] : timeouts) {
-    if (std::count(named.begin(), named.end(), rank) || named.size() == 4) continue;
-    named.push_back(rank);
-    std::string what = line.substr(0, 240);
-    const std::vector<std::string> leads = {"strata: error: ", "strata: ", cat("rank ", rank, ": "), "timeout: "};
-    for (const std::string& lead : leads)
-      if (what.rfind(lead, 0) == 0) what.erase(0, lead.size());
-    std::smatch m;
-    const std::string waiting =
-        std::regex_search(what, m, peer) ? cat(" waiting on ", who(std::stoi(m[1].str()))) : std::string();
-    out += cat("; ", who(rank), " timed out", waiting, ": ", what);
-  }
-  return out;
-}
-
-// The one host none of whose ranks said that mpirun's stop (SIGTERM) reached them, while
-// ranks elsewhere did: its ranks died without a word, with the host. "" when that is not
-// the picture (no rank answered, or several hosts stayed silent).
-std::string silent_host(const std::vector<int>& stopped, const std::vector<HostSlots>& hosts) {
-  if (stopped.empty()) return "";
-  std::string silent;
-  for (const HostSlots& h : hosts) {
-    bool answered = false;
-    for (int r : stopped) answered |= host_of_rank(hosts, r) == h.host;
-    if (answered) continue;
-    if (!silent.empty()) return "";
-    silent = h.host;
-  }
-  return silent;
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+// What a failed job's output says about its failure: mpirun's own report of the first
+// failing rank or lost host, the ranks' timeout lines, and which host went silent. Pure
+// functions of the lines the launcher collected (comm/launcher.cc), so each is tested alone.
+//
+// Ranks fill the hosts in order: hosts {a:2, b:2} put ranks 0-1 on a and 2-3 on b.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/hostlist.h"
+
+namespace strata::comm {
+
+// mpirun's report of the first failing rank in its untagged lines: "rank R was killed by
+// signal S (NAME)" or "rank R exited with code C" (rank, and host when mpirun names it, set),
+// or, across hosts, "host H was lost (...)" (host set); "" when it printed none of these.
+std::string parse_mpirun_failure(const std::vector<std::string>& lines, bool across_hosts,
+                                 int& rank, std::string& host);
+
+// The host of `rank`; "" when there are no hosts or the rank is past their slots.
+std::string host_of_rank(const std::vector<HostSlots>& hosts, int rank);
+
+// The ranks that reported a timeout before mpirun had to be killed (a link cut mid-run: the
+// ranks on the far side cannot say anything), each with its host, the peer it waited on when
+// its line names one, and that line: "; rank 0 (host a) timed out waiting on rank 1 (host b):
+// group world recv #881 with rank 1 tag 0: timed out after 4 s ...". At most four ranks.
+std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& timeouts,
+                            const std::vector<HostSlots>& hosts);
+
+// The one host none of whose ranks said that mpirun's stop (SIGTERM) reached them (`stopped`:
+// the ranks that did), while ranks elsewhere did: its ranks died without a word, with the
+// host. "" when that is not the picture (no rank answered, or several hosts stayed silent).
+std::string silent_host(const std::vector<int>& stopped, const std::vector<HostSlots>& hosts);
+
+}  // namespace strata::comm

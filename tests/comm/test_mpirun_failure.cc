@@ -1,0 +1,80 @@
+// What the launcher reads out of a failed mpirun job (comm/mpirun_failure.h): the failing
+// rank or lost host from mpirun's report, the ranks' timeout lines, the host that went silent.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/mpirun_failure.h"
+
+namespace strata::comm {
+namespace {
+
+const std::vector<HostSlots> kHosts = {{"a", 2}, {"b", 2}};
+
+TEST(MpirunFailure, SignalReportNamesRankAndHost) {
+  int rank = -1;
+  std::string host;
+  const std::string msg = parse_mpirun_failure(
+      {"mpirun noticed that process rank 3 with PID 4242 on node b exited on signal 9 (Killed)."},
+      true, rank, host);
+  EXPECT_EQ(msg, "rank 3 was killed by signal 9 (Killed)");
+  EXPECT_EQ(rank, 3);
+  EXPECT_EQ(host, "b");
+}
+
+TEST(MpirunFailure, ExitCodeNeedsTheProcessNameFirst) {
+  int rank = -1;
+  std::string host;
+  EXPECT_EQ(parse_mpirun_failure({"  Exit code:    3"}, false, rank, host), "");
+  EXPECT_EQ(rank, -1);
+  EXPECT_EQ(parse_mpirun_failure({"  Process name: [[4711,1],2]", "  Exit code:    3"}, false, rank,
+                                 host),
+            "rank 2 exited with code 3");
+  EXPECT_EQ(rank, 2);
+}
+
+TEST(MpirunFailure, LostDaemonNamesTheHostOnlyAcrossHosts) {
+  const std::vector<std::string> lines = {
+      "ORTE has lost communication with a remote daemon.", "  Remote daemon: [[4711,0],1] on node b"};
+  int rank = -1;
+  std::string host;
+  EXPECT_EQ(parse_mpirun_failure(lines, false, rank, host), "");
+  EXPECT_EQ(parse_mpirun_failure(lines, true, rank, host).rfind("host b was lost", 0), 0u);
+  EXPECT_EQ(host, "b");
+  EXPECT_EQ(rank, -1);
+  host.clear();
+  EXPECT_EQ(parse_mpirun_failure({"  Peer host: a"}, true, rank, host).rfind("host a was lost", 0), 0u);
+  EXPECT_EQ(host, "a");
+}
+
+TEST(MpirunFailure, HostOfRankFillsHostsInOrder) {
+  EXPECT_EQ(host_of_rank(kHosts, 0), "a");
+  EXPECT_EQ(host_of_rank(kHosts, 1), "a");
+  EXPECT_EQ(host_of_rank(kHosts, 2), "b");
+  EXPECT_EQ(host_of_rank(kHosts, 4), "");
+  EXPECT_EQ(host_of_rank({}, 0), "");
+}
+
+TEST(MpirunFailure, TimedOutRanksNameHostAndPeerOncePerRank) {
+  const std::string out = timed_out_ranks(
+      {{0, "strata: error: rank 0: group world recv #881 with rank 2 tag 0: timed out after 4 s"},
+       {0, "strata: error: rank 0: a second line of the same rank"},
+       {1, "timeout: group world barrier #3: timed out after 4 s"}},
+      kHosts);
+  EXPECT_EQ(out,
+            "; rank 0 (host a) timed out waiting on rank 2 (host b): group world recv #881 with "
+            "rank 2 tag 0: timed out after 4 s; rank 1 (host a) timed out: group world barrier "
+            "#3: timed out after 4 s");
+}
+
+TEST(MpirunFailure, SilentHostIsTheOneWhoseRanksNeverAnswered) {
+  EXPECT_EQ(silent_host({0, 1}, kHosts), "b");  // a's ranks answered the stop, b's did not
+  EXPECT_EQ(silent_host({2}, kHosts), "a");
+  EXPECT_EQ(silent_host({}, kHosts), "");       // nobody answered: no picture
+  EXPECT_EQ(silent_host({0}, {{"a", 1}, {"b", 1}, {"c", 1}}), "");  // two hosts silent
+  EXPECT_EQ(silent_host({0, 2}, kHosts), "");   // every host answered
+}
+
+}  // namespace
+}  // namespace strata::comm
