@@ -29,19 +29,21 @@ double crossentropy_forward(float* losses, float* lse, const float* logits, cons
 }
 
 void crossentropy_backward(float* logits, const float* lse, const int32_t* targets,
-                           const float* weights, float scale, int64_t N, int V, int Vp) {
+                           const float* weights, float scale, int64_t N, int64_t V, int64_t Vp,
+                           int64_t v0) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* x = logits + n * Vp;
     const float w = weights ? weights[n] : 1.0f;
     if (w == 0.0f) {
-      for (int v = 0; v < Vp; ++v) x[v] = 0.0f;
+      for (int64_t v = 0; v < Vp; ++v) x[v] = 0.0f;
       continue;
     }
     const float s = scale * w, l = lse[n];
-    for (int v = 0; v < V; ++v) x[v] = s * fast_exp(x[v] - l);
-    x[targets[n]] -= s;
-    for (int v = V; v < Vp; ++v) x[v] = 0.0f;
+    for (int64_t v = 0; v < V; ++v) x[v] = s * fast_exp(x[v] - l);
+    const int64_t t = targets[n] - v0;
+    if (t >= 0 && t < V) x[t] -= s;
+    for (int64_t v = V; v < Vp; ++v) x[v] = 0.0f;
   }
 }
 

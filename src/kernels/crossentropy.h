@@ -18,8 +18,12 @@ namespace strata::kernels {
 // Returns sum of w[n] * loss[n].
 double crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                             const float* weights, int64_t N, int V, int Vp);
-// logits (N,Vp) in, dlogits out (in place); lse (N) from the forward.
+// logits (N,Vp) in, dlogits out (in place); lse (N) from the forward. A slice of the
+// vocabulary (vocab-parallel logits, model/tensor/vocab.h): the rows hold columns
+// [v0, v0 + Vp) of it, the first V of them real, and lse is the whole row's; a target outside
+// the slice gets no -1 here.
 void crossentropy_backward(float* logits, const float* lse, const int32_t* targets,
-                           const float* weights, float scale, int64_t N, int V, int Vp);
+                           const float* weights, float scale, int64_t N, int64_t V, int64_t Vp,
+                           int64_t v0 = 0);
 
 }  // namespace strata::kernels

@@ -25,6 +25,18 @@ namespace {
 // would pack W first on every call, as much memory traffic as the product itself at N = B.
 constexpr int kLanes = 16, kRows = 4;
 
+#if defined(__AVX512F__)
+// The sum of v's 16 lanes, halving: lane i += lane i + s for s = 8, 4, 2, 1 (the order of
+// _mm512_reduce_add_ps, whose GCC 12 expansion warns of an uninitialised register).
+inline float lane_sum(__m512 v) {
+  alignas(64) float t[kLanes];
+  _mm512_store_ps(t, v);
+  for (int s = kLanes / 2; s >= 1; s /= 2)
+    for (int i = 0; i < s; ++i) t[i] += t[i + s];
+  return t[0];
+}
+#endif
+
 template <int NR, int NO>
 void rows_tile(float* out, const float* x, const float* W, const float* b, int n0, int o0, int C,
                int OC, bool accumulate) {
@@ -45,7 +57,7 @@ void rows_tile(float* out, const float* x, const float* W, const float* b, int n
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int j = 0; j < NO; ++j) sums[r][j] = _mm512_reduce_add_ps(acc[r][j]);
+    for (int j = 0; j < NO; ++j) sums[r][j] = lane_sum(acc[r][j]);
 #else
   float acc[NR][NO][kLanes] = {};
   for (; c + kLanes <= C; c += kLanes)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/crossentropy.h"
 #include "kernels/fastmath.h"
 
 namespace strata::model::tensor {
@@ -93,21 +94,8 @@ double crossentropy_forward(TensorComm& tc, float* losses, float* lse, const flo
 void crossentropy_backward(float* logits, const float* lse, const int32_t* targets,
                            const float* weights, float scale, int64_t N, int64_t v0, int64_t Vr,
                            int V) {
-  const int64_t real = std::clamp<int64_t>(V - v0, 0, Vr);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* x = logits + n * Vr;
-    const float w = weights ? weights[n] : 1.0f;
-    if (w == 0.0f) {
-      std::memset(x, 0, sizeof(float) * Vr);
-      continue;
-    }
-    const float s = scale * w, l = lse[n];
-    for (int64_t v = 0; v < real; ++v) x[v] = s * k::fast_exp(x[v] - l);
-    const int64_t t = targets[n] - v0;
-    if (t >= 0 && t < real) x[t] -= s;
-    for (int64_t v = real; v < Vr; ++v) x[v] = 0.0f;
-  }
+  k::crossentropy_backward(logits, lse, targets, weights, scale, N,
+                           std::clamp<int64_t>(V - v0, 0, Vr), Vr, v0);
 }
 
 }  // namespace strata::model::tensor
