@@ -77,6 +77,58 @@ TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {
   expect_same_as_one_process(pipeline_spec(3, 2), run);
 }
 
+// Pipeline x tensor parallel (threads): every schedule at P = 3 and 4 with stages of tp 2
+// (6 and 8 ranks), sequence parallel, and zero-bubble without it and with dp 2: one
+// process's losses and weights.
+TEST(Pipeline, TensorParallelStagesEqualOneProcess) {
+  for (int P : {3, 4})
+    for (const char* sched : {"gpipe", "1f1b", "zb", "interleaved"}) {
+      PpRun run;
+      run.pp = P;
+      run.tp = 2;
+      run.schedule = sched;
+      const bool inter = std::string(sched) == "interleaved";
+      run.virt = inter ? 2 : 1;
+      RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
+      s.steps = 20;
+      expect_same_as_one_process(s, run);
+    }
+  PpRun run;
+  run.pp = 3;
+  run.tp = 2;
+  run.sp = false;
+  run.schedule = "zb";
+  expect_same_as_one_process(pipeline_spec(3, 4), run);
+  run.pp = 2;
+  run.sp = true;
+  run.dp = 2;
+  RunSpec s = pipeline_spec(4, 2);
+  s.batch = 8;
+  expect_same_as_one_process(s, run);
+}
+
+// The tensor-parallel split backward (zero-bubble's B then W) computes the fused backward's
+// products in the same order per gradient: the weights after 20 steps equal 1F1B's bit for
+// bit, with and without sequence parallelism, in fp32 and bf16.
+TEST(Pipeline, TensorParallelSplitBackwardEqualsFused) {
+  for (DType compute : {DType::f32, DType::bf16})
+    for (bool sp : {true, false}) {
+      RunSpec s = pipeline_spec(4, 4);
+      s.compute = compute;
+      PpRun run;
+      run.pp = 2;
+      run.tp = 2;
+      run.sp = sp;
+      run.schedule = "1f1b";
+      const RunResult fused = run_pipeline(s, run);
+      run.schedule = "zb";
+      const RunResult split = run_pipeline(s, run);
+      SCOPED_TRACE(testing::Message() << dtype_name(compute) << " sp " << sp);
+      EXPECT_EQ(fused.losses, split.losses);
+      EXPECT_EQ(fused.params, split.params);
+    }
+}
+
 // Activation memory follows the schedule's in-flight count: GPipe holds M micro-batches on
 // every stage, 1F1B P − s on stage s, so stage 0's slots cost M / P times less under 1F1B.
 TEST(Pipeline, ActivationSlotsFollowInFlightCount) {
