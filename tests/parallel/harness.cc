@@ -191,7 +191,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
   return results[0];
 }
 
-RunResult run_pipeline(const RunSpec& s, const PpRun& run) {
+RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
   namespace pl = parallel::pipeline;
   const int world = run.pp * run.dp * run.tp, micro = s.batch / (run.dp * s.accum);
   STRATA_CHECK(s.batch % (run.dp * s.accum) == 0, "test batch ", s.batch, " does not split");
@@ -237,6 +237,7 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run) {
     }
     local[size_t(pg.rank())].assign(sm.params(), sm.params() + sm.num_params());
     layouts[size_t(pg.rank())] = sm.tensor_layout();
+    if (tp_bytes && pg.rank() == 0) *tp_bytes = tc ? tc->bytes() : 0;
   });
   for (int r = 1; r < world; ++r)
     EXPECT_EQ(results[size_t(r)].losses, results[0].losses) << "rank " << r << " reports other losses";

@@ -71,7 +71,8 @@ struct PpRun {
   std::string schedule = "1f1b";
   std::vector<int> split;  // --pp-split; empty: balanced
 };
-RunResult run_pipeline(const RunSpec& spec, const PpRun& run);
+// tp_bytes: rank 0's tensor-parallel payload over the whole run (TensorComm::bytes).
+RunResult run_pipeline(const RunSpec& spec, const PpRun& run, int64_t* tp_bytes = nullptr);
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);

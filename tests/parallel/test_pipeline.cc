@@ -109,7 +109,9 @@ TEST(Pipeline, TensorParallelStagesEqualOneProcess) {
 
 // The tensor-parallel split backward (zero-bubble's B then W) computes the fused backward's
 // products in the same order per gradient: the weights after 20 steps equal 1F1B's bit for
-// bit, with and without sequence parallelism, in fp32 and bf16.
+// bit, with and without sequence parallelism, in fp32 and bf16; and its two passes together
+// move the fused pass's tensor-parallel bytes (the weight pass re-gathers the norm outputs
+// the input pass does not need).
 TEST(Pipeline, TensorParallelSplitBackwardEqualsFused) {
   for (DType compute : {DType::f32, DType::bf16})
     for (bool sp : {true, false}) {
@@ -120,12 +122,15 @@ TEST(Pipeline, TensorParallelSplitBackwardEqualsFused) {
       run.tp = 2;
       run.sp = sp;
       run.schedule = "1f1b";
-      const RunResult fused = run_pipeline(s, run);
+      int64_t fused_bytes = 0, split_bytes = 0;
+      const RunResult fused = run_pipeline(s, run, &fused_bytes);
       run.schedule = "zb";
-      const RunResult split = run_pipeline(s, run);
+      const RunResult split = run_pipeline(s, run, &split_bytes);
       SCOPED_TRACE(testing::Message() << dtype_name(compute) << " sp " << sp);
       EXPECT_EQ(fused.losses, split.losses);
       EXPECT_EQ(fused.params, split.params);
+      EXPECT_GT(fused_bytes, 0);
+      EXPECT_EQ(fused_bytes, split_bytes);
     }
 }
 
