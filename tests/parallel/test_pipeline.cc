@@ -8,6 +8,7 @@
 #include "harness.h"
 #include "comm/process_group.h"
 #include "model/stage.h"
+#include "model/tensor/block_split.h"
 #include "model/tensor/collectives.h"
 #include "parallel/pipeline/executor.h"
 
@@ -105,6 +106,42 @@ TEST(Pipeline, TensorParallelStagesEqualOneProcess) {
   RunSpec s = pipeline_spec(4, 2);
   s.batch = 8;
   expect_same_as_one_process(s, run);
+}
+
+// Three and four stages with dp 2 (6 and 8 ranks), every schedule, ZeRO 1 for zero-bubble.
+TEST(Pipeline, DataParallelAtThreeAndFourStagesEqualsOneProcess) {
+  for (int P : {3, 4})
+    for (const char* sched : {"gpipe", "1f1b", "zb", "interleaved"}) {
+      PpRun run;
+      run.pp = P;
+      run.dp = 2;
+      run.schedule = sched;
+      run.zero = std::string(sched) == "zb" ? 1 : 0;
+      const bool inter = std::string(sched) == "interleaved";
+      run.virt = inter ? 2 : 1;
+      RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
+      s.batch = 4 * s.accum;  // two sequences per micro-batch and dp rank
+      expect_same_as_one_process(s, run);
+    }
+}
+
+// The split backward's stash is counted in a tensor-parallel stage's activation bytes:
+// B·T·(2C + 7C/T) floats per block and slot.
+TEST(Pipeline, TensorParallelStashIsCountedInActivationBytes) {
+  const model::GPTConfig cfg = pipeline_spec(2, 1).model;
+  const model::StageChunk ch{0, 2, true, false};
+  const int B = 2, slots = 3;
+  auto world = comm::make_thread_world(2);
+  for (bool sp : {true, false}) {
+    model::TensorComm tc(*world[0], sp);
+    auto bytes = [&](bool split) {
+      return model::StageModel(cfg, {ch}, {slots}, B, DType::f32, split, &tc).activation_bytes();
+    };
+    const int64_t N = int64_t(B) * cfg.seq;
+    EXPECT_EQ(bytes(true) - bytes(false),
+              int64_t(sizeof(float)) * slots * 2 * model::block_stash_floats(N, cfg.dim, cfg.dim / 2))
+        << "sp " << sp;
+  }
 }
 
 // The tensor-parallel split backward (zero-bubble's B then W) computes the fused backward's
