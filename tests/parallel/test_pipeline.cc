@@ -79,8 +79,8 @@ TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {
 }
 
 // Pipeline x tensor parallel (threads): every schedule at P = 3 and 4 with stages of tp 2
-// (6 and 8 ranks), sequence parallel, and zero-bubble without it and with dp 2: one
-// process's losses and weights.
+// (6 and 8 ranks), sequence parallel, and zero-bubble without it and with dp 2 (at pp 2
+// and 3: 8 and 12 ranks): one process's losses and weights.
 TEST(Pipeline, TensorParallelStagesEqualOneProcess) {
   for (int P : {3, 4})
     for (const char* sched : {"gpipe", "1f1b", "zb", "interleaved"}) {
@@ -100,12 +100,14 @@ TEST(Pipeline, TensorParallelStagesEqualOneProcess) {
   run.sp = false;
   run.schedule = "zb";
   expect_same_as_one_process(pipeline_spec(3, 4), run);
-  run.pp = 2;
   run.sp = true;
   run.dp = 2;
-  RunSpec s = pipeline_spec(4, 2);
-  s.batch = 8;
-  expect_same_as_one_process(s, run);
+  for (int P : {2, 3}) {  // 8 and 12 ranks
+    run.pp = P;
+    RunSpec s = pipeline_spec(4, 4);
+    s.batch = 16;  // two sequences per micro-batch and dp rank
+    expect_same_as_one_process(s, run);
+  }
 }
 
 // Three and four stages with dp 2 (6 and 8 ranks), every schedule, ZeRO 1 for zero-bubble.
