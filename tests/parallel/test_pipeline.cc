@@ -78,25 +78,32 @@ TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {
   expect_same_as_one_process(pipeline_spec(3, 2), run);
 }
 
+// Every schedule (interleaved with V = 2 on 2P layers, M = P; the others on P layers, M = 4)
+// at P = 3 and 4, each stage laid out as `base` says (tp, dp), two sequences per micro-batch
+// and dp rank; zero-bubble with ZeRO 1 when dp > 1.
+void expect_every_schedule_at_three_and_four_stages(const PpRun& base) {
+  for (int P : {3, 4})
+    for (const char* sched : {"gpipe", "1f1b", "zb", "interleaved"}) {
+      PpRun run = base;
+      run.pp = P;
+      run.schedule = sched;
+      run.zero = std::string(sched) == "zb" && run.dp > 1 ? 1 : 0;
+      const bool inter = std::string(sched) == "interleaved";
+      run.virt = inter ? 2 : 1;
+      RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
+      s.batch = 2 * run.dp * s.accum;
+      expect_same_as_one_process(s, run);
+    }
+}
+
 // Pipeline x tensor parallel (threads): every schedule at P = 3 and 4 with stages of tp 2
 // (6 and 8 ranks), sequence parallel, and zero-bubble without it and with dp 2 (at pp 2
 // and 3: 8 and 12 ranks): one process's losses and weights.
 TEST(Pipeline, TensorParallelStagesEqualOneProcess) {
-  for (int P : {3, 4})
-    for (const char* sched : {"gpipe", "1f1b", "zb", "interleaved"}) {
-      PpRun run;
-      run.pp = P;
-      run.tp = 2;
-      run.schedule = sched;
-      const bool inter = std::string(sched) == "interleaved";
-      run.virt = inter ? 2 : 1;
-      RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
-      s.steps = 20;
-      expect_same_as_one_process(s, run);
-    }
   PpRun run;
-  run.pp = 3;
   run.tp = 2;
+  expect_every_schedule_at_three_and_four_stages(run);
+  run.pp = 3;
   run.sp = false;
   run.schedule = "zb";
   expect_same_as_one_process(pipeline_spec(3, 4), run);
@@ -112,19 +119,9 @@ TEST(Pipeline, TensorParallelStagesEqualOneProcess) {
 
 // Three and four stages with dp 2 (6 and 8 ranks), every schedule, ZeRO 1 for zero-bubble.
 TEST(Pipeline, DataParallelAtThreeAndFourStagesEqualsOneProcess) {
-  for (int P : {3, 4})
-    for (const char* sched : {"gpipe", "1f1b", "zb", "interleaved"}) {
-      PpRun run;
-      run.pp = P;
-      run.dp = 2;
-      run.schedule = sched;
-      run.zero = std::string(sched) == "zb" ? 1 : 0;
-      const bool inter = std::string(sched) == "interleaved";
-      run.virt = inter ? 2 : 1;
-      RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
-      s.batch = 4 * s.accum;  // two sequences per micro-batch and dp rank
-      expect_same_as_one_process(s, run);
-    }
+  PpRun run;
+  run.dp = 2;
+  expect_every_schedule_at_three_and_four_stages(run);
 }
 
 // The split backward's stash is counted in a tensor-parallel stage's activation bytes:
