@@ -29,6 +29,8 @@ section "RLHF: KV-cache generation and a PPO iteration vs PyTorch (docs/rlhf.md)
 bash "$ROOT/bench/rlhf/run.sh"
 section "pipeline parallelism: bubble vs formula, 1F1B vs PyTorch (docs/pipeline.md)"
 bash "$ROOT/bench/pp/run.sh"
+section "pipeline x tensor parallel: pp 2 x tp 2 vs pp 2, tokens/s and memory (docs/pipeline.md)"
+bash "$ROOT/bench/pp/tp.sh"
 section "scaling study and the calibrated planner (docs/report.md)"
 bash "$ROOT/bench/scaling/run.sh"
 section "context parallelism: ring and Ulysses vs PyTorch ring attention (docs/context_parallel.md)"

@@ -138,6 +138,10 @@ void tp_block_backward(TensorComm& tc, const TpDims& d, const TpScratch& im, con
   tn::column_backward(tc, h, im.dbuf_c, g.qkvw, g.qkvb, im.dqkv, tn::act(a.ln1, a.ln1_h, C),
                       w.qkvw, im.full_a, im.full_b, N, C, 3 * Cl);
   k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
+  tp_add_replicated(tc, rep, g, C);
+}
+
+void tp_add_replicated(TensorComm& tc, float* rep, const Block& g, int C) {
   reduce_replicated(tc, rep, 6 * C);
   add_into(g.ln1w, rep, C);
   add_into(g.ln1b, rep + C, C);

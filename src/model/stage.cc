@@ -9,6 +9,7 @@
 #include "model/gpt_impl.h"
 #include "model/shard.h"
 #include "model/tensor/block.h"
+#include "model/tensor/block_split.h"
 #include "model/tensor/vocab.h"
 #include "model/tensor/linear.h"
 
@@ -16,12 +17,13 @@ namespace strata::model {
 
 namespace k = strata::kernels;
 using tensor::act;
+using tensor::linear_backward_input;
+using tensor::linear_backward_weight;
 
 // A block's linear layers' output gradients, kept between backward_input and
-// backward_weight: fc_proj (N, C), fc after GELU (N, 4C), attn proj (N, C), qkv (N, 3C).
-struct Stash {
-  float *d3 = nullptr, *dfch = nullptr, *d2 = nullptr, *dqkv = nullptr;
-};
+// backward_weight (model/tensor/block_split.h): fc_proj (N, C), fc after GELU (N, 4Cl), attn
+// proj (N, C), qkv (N, 3Cl); Cl = C without tp.
+using Stash = BlockStash;
 
 struct StageModel::Slot {
   float* x = nullptr;  // (N, C) input: the received activation, or the embedding's output
@@ -43,7 +45,7 @@ namespace {
 // a: rows N (micro-batch), n (residual stream), tp degree T and local vocabulary Vr.
 void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTConfig& cfg,
                 const ActShape& a, bool bf16, bool split) {
-  const int64_t C = cfg.dim, N = a.N, n = a.n;
+  const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
   const bool f32 = !bf16;
   s.x = c.take(n * C);
   s.layers.resize(size_t(ch.end - ch.begin));
@@ -51,9 +53,9 @@ void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTC
   s.stash.resize(split ? s.layers.size() : 0);
   for (Stash& st : s.stash) {
     st.d3 = c.take(N * C);
-    st.dfch = c.take(4 * N * C);
+    st.dfch = c.take(4 * N * Cl);
     st.d2 = c.take(N * C);
-    st.dqkv = c.take(3 * N * C);
+    st.dqkv = c.take(3 * N * Cl);
   }
   s.gin = c.take_if(n * C, !ch.head);
   s.gout = c.take_if(n * C, !ch.embed);
@@ -76,8 +78,6 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
       tc_(tp && tp->size() > 1 ? tp : nullptr) {
   cfg_.validate();
   if (tc_) shard_ = {tc_->size(), tc_->rank()};
-  STRATA_CHECK(!(split_ && tc_), "--schedule zb with --tp ", shard_.size,
-               ": the split backward (zero-bubble) is not implemented for tensor-parallel stages");
   const int L = cfg_.layers;
   STRATA_CHECK(!chunks_.empty() && slots.size() == chunks_.size(), "stage: ", chunks_.size(),
                " chunks but ", slots.size(), " slot counts");
@@ -267,29 +267,6 @@ double StageModel::forward(int chunk, int micro) {
 
 namespace {
 
-// dinp (N, C) = dout (N, OC) @ w (OC, C): the input half of tensor::linear_backward.
-void linear_dinp(bool bf16, float* dinp, const float* dout, const float* w, int64_t N, int C,
-                 int OC) {
-  if (N == 0) return;
-  if (bf16)
-    k::gemm_bf16(k::Op::N, k::Op::N, int(N), C, OC, 1.0f, k::Mat(dout, OC), k::Mat(w, C), 0.0f,
-                 dinp, C);
-  else
-    k::gemm(k::Op::N, k::Op::N, int(N), C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-}
-
-// dw (OC, C) += dout^T @ inp; db (OC) += column sums of dout: the weight half.
-void linear_dweight(bool bf16, float* dw, float* db, const float* dout, k::Mat inp, int64_t N,
-                    int C, int OC) {
-  if (N == 0) return;
-  if (bf16)
-    k::gemm_bf16(k::Op::T, k::Op::N, OC, C, int(N), 1.0f, k::Mat(dout, OC), inp, 1.0f, dw, C);
-  else
-    k::gemm(k::Op::T, k::Op::N, OC, C, int(N), 1.0f, dout, OC, static_cast<const float*>(inp.p),
-            C, 1.0f, dw, C);
-  if (db) k::bias_backward(db, dout, N, OC);
-}
-
 // block_backward (gpt.cc) without the linear layers' weight gradients: those products'
 // output gradients go to the stash instead. dres: d res3 on entry, d x on exit.
 void block_backward_input(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
@@ -299,14 +276,14 @@ void block_backward_input(const GPTConfig& cfg, const Block& w, const Block& g, 
   const int C = cfg.dim;
   const bool h = a.ln1_h != nullptr;
   std::memcpy(st.d3, dres, sizeof(float) * size_t(N * C));
-  linear_dinp(h, st.dfch, dres, w.fcprojw, N, 4 * C, C);
+  linear_backward_input(h, st.dfch, dres, w.fcprojw, N, 4 * C, C);
   gelu_grad(st.dfch, a, N * 4 * C);
-  linear_dinp(h, dbuf_c, st.dfch, w.fcw, N, C, 4 * C);
+  linear_backward_input(h, dbuf_c, st.dfch, w.fcw, N, C, 4 * C);
   k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   std::memcpy(st.d2, dres, sizeof(float) * size_t(N * C));
-  linear_dinp(h, dbuf_c, dres, w.projw, N, C, C);
+  linear_backward_input(h, dbuf_c, dres, w.projw, N, C, C);
   attention_grad(st.dqkv, dbuf_c, a, B, T, C, cfg.heads);
-  linear_dinp(h, dbuf_c, st.dqkv, w.qkvw, N, C, 3 * C);
+  linear_backward_input(h, dbuf_c, st.dqkv, w.qkvw, N, C, 3 * C);
   k::layernorm_backward(dres, g.ln1w, g.ln1b, dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
@@ -314,26 +291,29 @@ void block_backward_weight(const GPTConfig& cfg, const Block& g, const LayerActs
                            const Stash& st, int64_t N) {
   const int C = cfg.dim;
   const bool h = a.ln1_h != nullptr;
-  linear_dweight(h, g.fcprojw, g.fcprojb, st.d3, act(a.fch_gelu, a.gelu_h, 4 * C), N, 4 * C, C);
-  linear_dweight(h, g.fcw, g.fcb, st.dfch, act(a.ln2, a.ln2_h, C), N, C, 4 * C);
-  linear_dweight(h, g.projw, g.projb, st.d2, act(a.atty, a.atty_h, C), N, C, C);
-  linear_dweight(h, g.qkvw, g.qkvb, st.dqkv, act(a.ln1, a.ln1_h, C), N, C, 3 * C);
+  linear_backward_weight(h, g.fcprojw, g.fcprojb, st.d3, act(a.fch_gelu, a.gelu_h, 4 * C), N,
+                         4 * C, C);
+  linear_backward_weight(h, g.fcw, g.fcb, st.dfch, act(a.ln2, a.ln2_h, C), N, C, 4 * C);
+  linear_backward_weight(h, g.projw, g.projb, st.d2, act(a.atty, a.atty_h, C), N, C, C);
+  linear_backward_weight(h, g.qkvw, g.qkvb, st.dqkv, act(a.ln1, a.ln1_h, C), N, C, 3 * C);
 }
 
 }  // namespace
 
 void StageModel::backward(int chunk, int micro, float scale) {
-  if (tc_) return tp_backward(chunk, micro, scale);
+  if (tc_) return tp_backward(chunk, micro, scale, false);
   run_backward(chunk, micro, scale, false);
 }
 
 void StageModel::backward_input(int chunk, int micro, float scale) {
   STRATA_CHECK(split_, "stage: backward_input needs a model built with split_backward");
+  if (tc_) return tp_backward(chunk, micro, scale, true);
   run_backward(chunk, micro, scale, true);
 }
 
 void StageModel::backward_weight(int chunk, int micro) {
   STRATA_CHECK(split_, "stage: backward_weight needs a model built with split_backward");
+  if (tc_) return tp_backward_weight(chunk, micro);
   const StageChunk& ch = chunks_[size_t(chunk)];
   Slot& s = slot(chunk, micro);
   const MicroInput& in = inputs_.at(size_t(micro));
@@ -342,8 +322,8 @@ void StageModel::backward_weight(int chunk, int micro) {
   if (N == 0) return;
   if (ch.head) {
     UnitSpan sp("weight", "head");
-    linear_dweight(compute_ == DType::bf16, unit_grads(0) + view_rel_[0], nullptr, s.logits,
-                   act(s.lnf, s.lnf_h, C), N, C, cfg_.padded_vocab);
+    linear_backward_weight(compute_ == DType::bf16, unit_grads(0) + view_rel_[0], nullptr,
+                           s.logits, act(s.lnf, s.lnf_h, C), N, C, cfg_.padded_vocab);
   }
   for (int l = ch.end - 1; l >= ch.begin; --l) {
     UnitSpan sp("weight", "L", l);
@@ -364,7 +344,7 @@ void StageModel::head_input_grad(Slot& s, const MicroInput& in, float scale, boo
   k::crossentropy_backward(s.logits, s.lse, in.targets, in.weights, scale, N, cfg_.vocab,
                            cfg_.padded_vocab);
   if (split)
-    linear_dinp(bf16, dbuf_c_, s.logits, wte, N, C, cfg_.padded_vocab);
+    linear_backward_input(bf16, dbuf_c_, s.logits, wte, N, C, cfg_.padded_vocab);
   else
     tensor::linear_backward(bf16, dbuf_c_, unit_grads(0) + view_rel_[0], nullptr, s.logits,
                             act(s.lnf, s.lnf_h, C), wte, N, C, cfg_.padded_vocab);
@@ -442,7 +422,10 @@ double StageModel::tp_forward(int chunk, int micro) {
                                       ce_stats_, d.N, d.v0, d.Vr, cfg_.vocab);
 }
 
-void StageModel::tp_backward(int chunk, int micro, float scale) {
+// split: zero-bubble's input pass (model/tensor/block_split.h); the logits' and the linear
+// layers' weight gradients are left to tp_backward_weight, which reads the logits' gradient
+// kept in the slot and the blocks' stashes.
+void StageModel::tp_backward(int chunk, int micro, float scale, bool split) {
   const StageChunk& ch = chunks_[size_t(chunk)];
   Slot& s = slot(chunk, micro);
   const MicroInput& in = inputs_.at(size_t(micro));
@@ -450,15 +433,19 @@ void StageModel::tp_backward(int chunk, int micro, float scale) {
   if (d.N == 0) return;
   TensorComm& tc = *tc_;
   const int C = d.C;
-  const TpScratch scr{dres_, dbuf_c_, dbuf_4c_, dqkv_, full_a_, full_b_, rep_, nullptr};
+  const TpScratch scr = tp_scratch();
   if (ch.head) {
     UnitSpan sp("backward", "head");
     const int L = cfg_.layers;
     tensor::crossentropy_backward(s.logits, s.lse, in.targets, in.weights, scale, d.N, d.v0, d.Vr,
                                   cfg_.vocab);
-    tensor::column_backward(tc, compute_ == DType::bf16, dbuf_c_, unit_grads(0) + view_rel_[0],
-                            nullptr, s.logits, act(s.lnf, s.lnf_h, C),
-                            unit_params(0) + view_rel_[0], full_a_, full_b_, d.N, C, int(d.Vr));
+    const bool bf16 = compute_ == DType::bf16;
+    const float* wte = unit_params(0) + view_rel_[0];
+    if (split)
+      tensor::column_backward_input(tc, bf16, dbuf_c_, s.logits, wte, full_b_, d.N, C, int(d.Vr));
+    else
+      tensor::column_backward(tc, bf16, dbuf_c_, unit_grads(0) + view_rel_[0], nullptr, s.logits,
+                              act(s.lnf, s.lnf_h, C), wte, full_a_, full_b_, d.N, C, int(d.Vr));
     const int64_t* r = view_rel_.data() + 2 + kViewsPerLayer * L;
     float* gf = unit_grads(L + 1);
     tp_final_norm_backward(tc, d, scr, unit_params(L + 1) + r[0], gf + r[0], gf + r[1],
@@ -469,9 +456,13 @@ void StageModel::tp_backward(int chunk, int micro, float scale) {
   for (int l = ch.end - 1; l >= ch.begin; --l) {
     UnitSpan sp("backward", "L", l);
     const size_t i = size_t(l - ch.begin);
-    tp_block_backward(tc, d, scr, block_views(unit_params(l + 1), view_rel_, l),
-                      block_views(unit_grads(l + 1), view_rel_, l), s.layers[i],
-                      i == 0 ? s.x : s.layers[i - 1].res3, l);
+    const Block w = block_views(unit_params(l + 1), view_rel_, l);
+    const Block g = block_views(unit_grads(l + 1), view_rel_, l);
+    const float* x = i == 0 ? s.x : s.layers[i - 1].res3;
+    if (split)
+      tp_block_backward_input(tc, d, scr, w, g, s.layers[i], x, s.stash[i], l);
+    else
+      tp_block_backward(tc, d, scr, w, g, s.layers[i], x, l);
   }
   if (ch.embed) {
     UnitSpan sp("backward", "embed");
@@ -481,6 +472,37 @@ void StageModel::tp_backward(int chunk, int micro, float scale) {
     for (int64_t e = 0; e < int64_t(d.T) * C; ++e) gwpe[e] += dwpe[e];
   } else {
     std::memcpy(s.gout, dres_, sizeof(float) * size_t(d.n * C));
+  }
+}
+
+TpDims StageModel::tp_dims_of(int micro) const {
+  const MicroInput& in = inputs_.at(size_t(micro));
+  return tp_dims(cfg_, *tc_, shard_, in.B, in.T);
+}
+
+TpScratch StageModel::tp_scratch() const {
+  return {dres_, dbuf_c_, dbuf_4c_, dqkv_, full_a_, full_b_, rep_, nullptr};
+}
+
+void StageModel::tp_backward_weight(int chunk, int micro) {
+  const StageChunk& ch = chunks_[size_t(chunk)];
+  Slot& s = slot(chunk, micro);
+  const TpDims d = tp_dims_of(micro);
+  if (d.N == 0) return;
+  TensorComm& tc = *tc_;
+  const bool bf16 = compute_ == DType::bf16;
+  if (ch.head) {  // dwte (Vr, C) += dlogits^T @ f(lnf): lnf all-gathered again under SP
+    UnitSpan sp("weight", "head");
+    tensor::column_backward_weight(tc, bf16, unit_grads(0) + view_rel_[0], nullptr, s.logits,
+                                   act(s.lnf, s.lnf_h, d.C), full_a_, full_b_, d.N, d.C,
+                                   int(d.Vr));
+  }
+  const TpScratch scr = tp_scratch();
+  for (int l = ch.end - 1; l >= ch.begin; --l) {
+    UnitSpan sp("weight", "L", l);
+    const size_t i = size_t(l - ch.begin);
+    tp_block_backward_weight(tc, d, scr, block_views(unit_grads(l + 1), view_rel_, l),
+                             s.layers[i], s.stash[i]);
   }
 }
 

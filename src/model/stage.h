@@ -25,7 +25,9 @@
 // and the logits vocab-parallel). The residual stream a slot keeps, receives and sends is
 // this rank's n = tc.local_rows(B·T) rows: with sequence parallelism its 1/T row slice, so
 // only that slice crosses stages (each tp rank to its peer of the next stage), else the
-// whole (B·T, C) activation. Zero-bubble's split backward is not offered with tp.
+// whole (B·T, C) activation. Zero-bubble's split backward runs the tensor-parallel block in
+// two passes (model/tensor/block_split.h): the weight pass all-gathers the norm outputs
+// again under SP instead of keeping their gathered copies.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -38,6 +40,9 @@
 #include "model/gpt.h"
 
 namespace strata::model {
+
+struct TpDims;     // model/tensor/block.h
+struct TpScratch;
 
 struct StageChunk {
   int begin = 0, end = 0;  // blocks [begin, end), at least one
@@ -58,7 +63,8 @@ class StageModel {
  public:
   // slots[c]: activation slots of chunk c; max_batch: the largest micro-batch (sequences).
   // split_backward: keep per slot what backward_weight needs (zero-bubble schedules): each
-  // block's output gradients of its four linear layers, 9·B·T·C floats per block.
+  // block's output gradients of its four linear layers, B·T·(2C + 7C/T) floats per block
+  // (9·B·T·C without tp).
   // tp: the tensor-parallel group's communicator (outlives the model), or nullptr.
   StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks, std::vector<int> slots,
              int max_batch, DType compute = DType::f32, bool split_backward = false,
@@ -124,7 +130,10 @@ class StageModel {
   void head_input_grad(Slot& s, const MicroInput& in, float scale, bool split);
   void run_backward(int chunk, int micro, float scale, bool split);
   double tp_forward(int chunk, int micro);
-  void tp_backward(int chunk, int micro, float scale);
+  void tp_backward(int chunk, int micro, float scale, bool split);
+  void tp_backward_weight(int chunk, int micro);
+  TpDims tp_dims_of(int micro) const;
+  TpScratch tp_scratch() const;
 
   GPTConfig cfg_;
   std::vector<StageChunk> chunks_;

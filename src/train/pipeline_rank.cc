@@ -40,10 +40,6 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
                "times per step; use --zero 0 or 1 (1 shards the optimizer state over dp)");
   STRATA_CHECK(d.cp == 1 && d.ep == 1, "--pp with ", d.describe(),
                ": pipeline stages compose with tensor and data parallelism only so far (--cp 1)");
-  STRATA_CHECK(!(o.schedule == pl::ScheduleKind::zb && d.tp > 1), "--schedule zb with --tp ", d.tp,
-               ": the split backward of zero-bubble is not implemented for tensor-parallel "
-               "stages (its weight pass would need the tp gathers again); use gpipe, 1f1b or "
-               "interleaved");
   STRATA_CHECK(!cfg.model.moe.enabled(), "--pp with --experts ", cfg.model.moe.experts,
                ": pipeline stages hold dense blocks only so far");
 }

@@ -191,9 +191,9 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
   return results[0];
 }
 
-RunResult run_pipeline(const RunSpec& s, const PpRun& run) {
+RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
   namespace pl = parallel::pipeline;
-  const int world = run.pp * run.dp, micro = s.batch / (run.dp * s.accum);
+  const int world = run.pp * run.dp * run.tp, micro = s.batch / (run.dp * s.accum);
   STRATA_CHECK(s.batch % (run.dp * s.accum) == 0, "test batch ", s.batch, " does not split");
   const pl::Schedule sched =
       pl::make_schedule(pl::parse_schedule(run.schedule), run.pp, s.accum, run.virt);
@@ -206,12 +206,15 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run) {
     parallel::MeshDims dims;
     dims.dp = run.dp;
     dims.pp = run.pp;
+    dims.tp = run.tp;
     parallel::Mesh mesh(pg, dims);
+    std::unique_ptr<model::TensorComm> tc;
+    if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
     const int stage = mesh.pp_rank();
     std::vector<model::StageChunk> mine;
     for (int c = 0; c < run.virt; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
     model::StageModel sm(s.model, mine, pl::slots_for(sched, stage), micro, s.compute,
-                         sched.split_backward);
+                         sched.split_backward, tc.get());
     pl::StageEngine engine(sm, mesh, s.optim, s.seed, run.zero);
     comm::GroupPtr grad = mesh.has_pp() ? mesh.pp().split(0, mesh.pp().rank(), "pp-grad") : nullptr;
     pl::Executor ex(sched, stage, mesh.has_pp() ? &mesh.pp() : nullptr, grad.get());
@@ -228,18 +231,20 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run) {
       double loss = ex.run(sm, float(1.0 / double(real_tokens(s))));
       engine.end_backward();
       out.grad_norms.push_back(engine.step(s.lr));
+      if (mesh.tp_rank() != 0) loss = 0;  // every tp rank of the last stage has the loss
       pg.all_reduce(&loss, 1);
       out.losses.push_back(loss / double(real_tokens(s)));
     }
     local[size_t(pg.rank())].assign(sm.params(), sm.params() + sm.num_params());
     layouts[size_t(pg.rank())] = sm.tensor_layout();
+    if (tp_bytes && pg.rank() == 0) *tp_bytes = tc ? tc->bytes() : 0;
   });
   for (int r = 1; r < world; ++r)
     EXPECT_EQ(results[size_t(r)].losses, results[0].losses) << "rank " << r << " reports other losses";
   const std::vector<model::ParamView> table = model::build_param_table(s.model);
   std::vector<float> global(size_t(s.model.num_params()), NAN);
   for (int r = 0; r < world; ++r) {
-    if (parallel::Mesh::coord_of({1, run.dp, 1, run.pp}, r).dp != 0) continue;
+    if (parallel::Mesh::coord_of({run.tp, run.dp, 1, run.pp}, r).dp != 0) continue;
     for (const TensorPiece& p : layouts[size_t(r)])
       if (p.primary) place_piece(global, table, p, &local[size_t(r)][size_t(p.local_offset)]);
   }

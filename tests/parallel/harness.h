@@ -59,16 +59,20 @@ struct TpRun {
 };
 RunResult run_tensor_parallel(const RunSpec& spec, const TpRun& run, int64_t* tp_bytes = nullptr);
 
-// Pipeline parallelism: world = pp x dp threads in mesh order; each rank a stage
-// (model::StageModel) running the schedule with its executor; accum micro-batches per step.
-// params are the fp32 weights in the one-process layout, assembled from the stages.
+// Pipeline parallelism: world = pp x dp x tp threads in mesh order; each rank a stage
+// (model::StageModel; with tp > 1 its tp shard, sequence parallel when sp) running the
+// schedule with its executor; accum micro-batches per step. params are the fp32 weights in
+// the one-process layout, assembled from the stages' (and tp ranks') pieces.
 struct PpRun {
   int pp = 2, dp = 1, virt = 1;
+  int tp = 1;
+  bool sp = true;
   int zero = 0;  // 0 or 1
   std::string schedule = "1f1b";
   std::vector<int> split;  // --pp-split; empty: balanced
 };
-RunResult run_pipeline(const RunSpec& spec, const PpRun& run);
+// tp_bytes: rank 0's tensor-parallel payload over the whole run (TensorComm::bytes).
+RunResult run_pipeline(const RunSpec& spec, const PpRun& run, int64_t* tp_bytes = nullptr);
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);

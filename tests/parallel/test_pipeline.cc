@@ -8,6 +8,7 @@
 #include "harness.h"
 #include "comm/process_group.h"
 #include "model/stage.h"
+#include "model/tensor/block_split.h"
 #include "model/tensor/collectives.h"
 #include "parallel/pipeline/executor.h"
 
@@ -75,6 +76,98 @@ TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {
   run.pp = 3;
   run.split = {};
   expect_same_as_one_process(pipeline_spec(3, 2), run);
+}
+
+// Every schedule (interleaved with V = 2 on 2P layers, M = P; the others on P layers, M = 4)
+// at P = 3 and 4, each stage laid out as `base` says (tp, dp), two sequences per micro-batch
+// and dp rank; zero-bubble with ZeRO 1 when dp > 1.
+void expect_every_schedule_at_three_and_four_stages(const PpRun& base) {
+  for (int P : {3, 4})
+    for (const char* sched : {"gpipe", "1f1b", "zb", "interleaved"}) {
+      PpRun run = base;
+      run.pp = P;
+      run.schedule = sched;
+      run.zero = std::string(sched) == "zb" && run.dp > 1 ? 1 : 0;
+      const bool inter = std::string(sched) == "interleaved";
+      run.virt = inter ? 2 : 1;
+      RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
+      s.batch = 2 * run.dp * s.accum;
+      expect_same_as_one_process(s, run);
+    }
+}
+
+// Pipeline x tensor parallel (threads): every schedule at P = 3 and 4 with stages of tp 2
+// (6 and 8 ranks), sequence parallel, and zero-bubble without it and with dp 2 (at pp 2
+// and 3: 8 and 12 ranks): one process's losses and weights.
+TEST(Pipeline, TensorParallelStagesEqualOneProcess) {
+  PpRun run;
+  run.tp = 2;
+  expect_every_schedule_at_three_and_four_stages(run);
+  run.pp = 3;
+  run.sp = false;
+  run.schedule = "zb";
+  expect_same_as_one_process(pipeline_spec(3, 4), run);
+  run.sp = true;
+  run.dp = 2;
+  for (int P : {2, 3}) {  // 8 and 12 ranks
+    run.pp = P;
+    RunSpec s = pipeline_spec(4, 4);
+    s.batch = 16;  // two sequences per micro-batch and dp rank
+    expect_same_as_one_process(s, run);
+  }
+}
+
+// Three and four stages with dp 2 (6 and 8 ranks), every schedule, ZeRO 1 for zero-bubble.
+TEST(Pipeline, DataParallelAtThreeAndFourStagesEqualsOneProcess) {
+  PpRun run;
+  run.dp = 2;
+  expect_every_schedule_at_three_and_four_stages(run);
+}
+
+// The split backward's stash is counted in a tensor-parallel stage's activation bytes:
+// B·T·(2C + 7C/T) floats per block and slot.
+TEST(Pipeline, TensorParallelStashIsCountedInActivationBytes) {
+  const model::GPTConfig cfg = pipeline_spec(2, 1).model;
+  const model::StageChunk ch{0, 2, true, false};
+  const int B = 2, slots = 3;
+  auto world = comm::make_thread_world(2);
+  for (bool sp : {true, false}) {
+    model::TensorComm tc(*world[0], sp);
+    auto bytes = [&](bool split) {
+      return model::StageModel(cfg, {ch}, {slots}, B, DType::f32, split, &tc).activation_bytes();
+    };
+    const int64_t N = int64_t(B) * cfg.seq;
+    EXPECT_EQ(bytes(true) - bytes(false),
+              int64_t(sizeof(float)) * slots * 2 * model::block_stash_floats(N, cfg.dim, cfg.dim / 2))
+        << "sp " << sp;
+  }
+}
+
+// The tensor-parallel split backward (zero-bubble's B then W) computes the fused backward's
+// products in the same order per gradient: the weights after 20 steps equal 1F1B's bit for
+// bit, with and without sequence parallelism, in fp32 and bf16; and its two passes together
+// move the fused pass's tensor-parallel bytes (the weight pass re-gathers the norm outputs
+// the input pass does not need).
+TEST(Pipeline, TensorParallelSplitBackwardEqualsFused) {
+  for (DType compute : {DType::f32, DType::bf16})
+    for (bool sp : {true, false}) {
+      RunSpec s = pipeline_spec(4, 4);
+      s.compute = compute;
+      PpRun run;
+      run.pp = 2;
+      run.tp = 2;
+      run.sp = sp;
+      run.schedule = "1f1b";
+      int64_t fused_bytes = 0, split_bytes = 0;
+      const RunResult fused = run_pipeline(s, run, &fused_bytes);
+      run.schedule = "zb";
+      const RunResult split = run_pipeline(s, run, &split_bytes);
+      SCOPED_TRACE(testing::Message() << dtype_name(compute) << " sp " << sp);
+      EXPECT_EQ(fused.losses, split.losses);
+      EXPECT_EQ(fused.params, split.params);
+      EXPECT_GT(fused_bytes, 0);
+      EXPECT_EQ(fused_bytes, split_bytes);
+    }
 }
 
 // Activation memory follows the schedule's in-flight count: GPipe holds M micro-batches on

@@ -62,8 +62,9 @@ TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
 }
 
 // Pipeline x tensor parallel (4 ranks): the tp passes on each stage, with sequence
-// parallelism (only the 1/T row slice crosses stages) and without it, interleaved, and with
-// dp 2 and ZeRO 1 (8 ranks), give one process's losses.
+// parallelism (only the 1/T row slice crosses stages) and without it, interleaved,
+// zero-bubble (the tp split backward), and with dp 2 and ZeRO 1 (8 ranks), give one
+// process's losses.
 TEST(TrainPipeline, TensorParallelStagesMatchOneProcess) {
   const int steps = 12;
   const TrainRun ref = train("--micro-batch 3", steps);
@@ -74,8 +75,39 @@ TEST(TrainPipeline, TensorParallelStagesMatchOneProcess) {
         "--nproc 4 --pp 2 --tp 2 --schedule 1f1b --micro-batches 4 --no-sp",
         "--nproc 4 --pp 2 --tp 2 --schedule gpipe --micro-batches 4",
         "--nproc 4 --pp 2 --tp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4",
+        "--nproc 4 --pp 2 --tp 2 --schedule zb --micro-batches 4",
         "--nproc 8 --pp 2 --tp 2 --dp 2 --micro-batches 2 --zero 1"})
     expect_matches(ref, layout, steps);
+}
+
+// Three and four stages of tp 2 (6 and 8 processes, oversubscribed): every schedule, with
+// and without sequence parallelism, and zero-bubble with dp 2, over 20 steps; interleaved
+// (V = 2) on 6- and 8-layer models against their own one-process runs.
+TEST(TrainPipeline, TensorParallelAtThreeAndFourStagesMatchOneProcess) {
+  const TrainRun ref = train("--micro-batch 3");
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  for (const char* layout :
+       {"--nproc 6 --pp 3 --tp 2 --schedule 1f1b --micro-batches 4",
+        "--nproc 6 --pp 3 --tp 2 --schedule gpipe --micro-batches 4 --no-sp",
+        "--nproc 6 --pp 3 --tp 2 --schedule zb --micro-batches 4",
+        "--nproc 6 --pp 3 --tp 2 --schedule zb --micro-batches 4 --no-sp",
+        "--nproc 8 --pp 4 --tp 2 --schedule 1f1b --micro-batches 4 --no-sp",
+        "--nproc 8 --pp 4 --tp 2 --schedule gpipe --micro-batches 4",
+        "--nproc 8 --pp 4 --tp 2 --schedule zb --micro-batches 4",
+        "--nproc 8 --pp 2 --tp 2 --dp 2 --schedule zb --micro-batches 2 --zero 1"})
+    expect_matches(ref, layout, 20);
+  const TrainRun ref6 = train("--layers 6 --micro-batch 2");
+  ASSERT_EQ(ref6.cli.status, 0) << ref6.cli.err;
+  expect_matches(ref6,
+                 "--layers 6 --nproc 6 --pp 3 --tp 2 --schedule interleaved --virtual-stages 2 "
+                 "--micro-batches 6",
+                 20);
+  const TrainRun ref8 = train("--layers 8 --micro-batch 3");
+  ASSERT_EQ(ref8.cli.status, 0) << ref8.cli.err;
+  expect_matches(ref8,
+                 "--layers 8 --nproc 8 --pp 4 --tp 2 --schedule interleaved --virtual-stages 2 "
+                 "--micro-batches 4 --no-sp",
+                 20);
 }
 
 // bf16 matmuls on fp32 weights: close to fp32 (the data-parallel bf16 test's bound).
@@ -174,6 +206,9 @@ TEST(TrainPipeline, TensorParallelCheckpointReshards) {
   expect_resumes("pptpck", "--nproc 4 --pp 2 --tp 2 --micro-batches 4", 4, 12,
                  {"--micro-batch 3", "--nproc 4 --pp 4 --micro-batches 4",
                   "--nproc 4 --dp 4 --micro-batch 3"});
+  // Three zero-bubble stages of tp 2 saved, resumed on one process and at pp 2 x tp 2.
+  expect_resumes("pp3tpck", "--nproc 6 --pp 3 --tp 2 --schedule zb --micro-batches 4", 6, 12,
+                 {"--micro-batch 3", "--nproc 4 --pp 2 --tp 2 --schedule zb --micro-batches 4"});
 }
 
 // A stage that hangs: its peer times out in a stage-to-stage receive, and the hang doctor
@@ -270,7 +305,6 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
       {"--nproc 4 --pp 4 --layers 8 --schedule interleaved --virtual-stages 2 --micro-batches 2",
        "--micro-batches >= --pp: 2 < 4"},
       {"--nproc 2 --pp 2 --schedule zb --zero 3", "--schedule zb with --zero 3"},
-      {"--nproc 4 --pp 2 --tp 2 --schedule zb", "--schedule zb with --tp 2: the split backward"},
       {"--nproc 2 --pp 2 --zero 2", "--pp with --zero 2: a stage runs every micro-batch's"},
       {"--nproc 2 --pp 2 --schedule pipedream", "--schedule pipedream is not a schedule"},
       {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},

@@ -1,6 +1,9 @@
 #include "model/tensor/linear.h"
 
+#include <cstring>
+
 #include "kernels/convert.h"
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
 
 namespace strata::model::tensor {
@@ -22,6 +25,20 @@ void linear_backward(bool bf16, float* dinp, float* dw, float* db, const float* 
   else
     k::matmul_backward(dinp, dw, db, dout, static_cast<const float*>(inp.p), w, N, C, OC,
                        /*accumulate_dinp=*/false);
+}
+
+void linear_backward_input(bool bf16, float* dinp, const float* dout, const float* w, int64_t N,
+                           int C, int OC) {
+  if (N == 0) return;
+  if (bf16)
+    k::gemm_bf16(k::Op::N, k::Op::N, int(N), C, OC, 1.0f, Mat(dout, OC), Mat(w, C), 0.0f, dinp, C);
+  else
+    k::gemm(k::Op::N, k::Op::N, int(N), C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+}
+
+void linear_backward_weight(bool bf16, float* dw, float* db, const float* dout, Mat inp, int64_t N,
+                            int C, int OC) {
+  linear_backward(bf16, nullptr, dw, db, dout, inp, nullptr, N, C, OC);  // no input product
 }
 
 namespace {
@@ -53,6 +70,17 @@ void column_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* db,
   tc.reduce_rows(partial, dx, N, C);  // f backward
 }
 
+void column_backward_input(TensorComm& tc, bool bf16, float* dx, const float* dout,
+                           const float* w, float* partial, int64_t N, int C, int OCl) {
+  linear_backward_input(bf16, partial, dout, w, N, C, OCl);
+  tc.reduce_rows(partial, dx, N, C);  // f backward
+}
+
+void column_backward_weight(TensorComm& tc, bool bf16, float* dw, float* db, const float* dout,
+                            Mat x, float* full, float* stage, int64_t N, int C, int OCl) {
+  linear_backward_weight(bf16, dw, db, dout, gather_input(tc, x, full, stage, N, C), N, C, OCl);
+}
+
 void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, float* partial,
                  int64_t N, int Cl, int OC) {
   linear_forward(bf16, partial, x, w, nullptr, N, Cl, OC);
@@ -65,6 +93,14 @@ void row_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* dbias,
   if (dbias) k::bias_backward(dbias, dout, tc.local_rows(N), OC);
   const float* df = tc.gather_rows(dout, full, N, OC);  // g backward
   linear_backward(bf16, dx, dw, nullptr, df, x, w, N, Cl, OC);
+}
+
+void row_backward_input(TensorComm& tc, bool bf16, float* dx, float* dbias, const float* dout,
+                        const float* w, float* kept, int64_t N, int Cl, int OC) {
+  if (dbias) k::bias_backward(dbias, dout, tc.local_rows(N), OC);
+  const float* df = tc.gather_rows(dout, kept, N, OC);  // g backward
+  if (df != kept) std::memcpy(kept, df, sizeof(float) * size_t(N * OC));
+  linear_backward_input(bf16, dx, kept, w, N, Cl, OC);
 }
 
 void add_residual_bias(float* out, const float* residual, const float* bias, int64_t n, int C) {

@@ -44,6 +44,14 @@ void linear_forward(bool bf16, float* out, Mat inp, const float* w, const float*
 void linear_backward(bool bf16, float* dinp, float* dw, float* db, const float* dout, Mat inp,
                      const float* w, int64_t N, int C, int OC);
 
+// The two halves of linear_backward (zero-bubble's split backward, model/stage.h): the same
+// products, so the same numbers. dinp (N, C) written from dout (N, OC) and w (OC, C);
+// dw (OC, C) += dout^T @ inp; db (OC) += column sums of dout (or nullptr).
+void linear_backward_input(bool bf16, float* dinp, const float* dout, const float* w, int64_t N,
+                           int C, int OC);
+void linear_backward_weight(bool bf16, float* dw, float* db, const float* dout, Mat inp, int64_t N,
+                            int C, int OC);
+
 // out (N, OCl) = f(x) @ w^T + b; x (n, C); w (OCl, C); b (OCl) or nullptr; full (N, C)
 // scratch for the gathered input; stage (n, C) scratch (used only for a bf16 x under SP).
 void column_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, const float* b,
@@ -54,6 +62,15 @@ void column_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* db,
                      const float* dout, Mat x, const float* w, float* full, float* partial,
                      int64_t N, int C, int OCl);
 
+// column_backward in two halves. Input: dx (n, C) from dout (N, OCl) through f's backward;
+// partial (N, C) scratch. Weight: dw (OCl, C) +=, db (OCl) += (or nullptr), with x (n, C)
+// re-gathered into `full` (N, C) (`stage` (n, C) widens a bf16 x under SP): the same
+// collectives as column_backward, split between the two calls.
+void column_backward_input(TensorComm& tc, bool bf16, float* dx, const float* dout,
+                           const float* w, float* partial, int64_t N, int C, int OCl);
+void column_backward_weight(TensorComm& tc, bool bf16, float* dw, float* db, const float* dout,
+                            Mat x, float* full, float* stage, int64_t N, int C, int OCl);
+
 // out (n, OC) = g(x @ w^T) (no bias); x (N, Cl); w (OC, Cl); partial (N, OC) scratch.
 void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, float* partial,
                  int64_t N, int Cl, int OC);
@@ -62,6 +79,13 @@ void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, f
 void row_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* dbias,
                   const float* dout, Mat x, const float* w, float* full, int64_t N, int Cl,
                   int OC);
+
+// row_backward's input half: dbias (OC) += this rank's rows of dout (n, OC) (or nullptr);
+// dout gathered by g's backward into `kept` (N, OC) (copied there without SP), which the
+// weight half reads; dx (N, Cl) written. The weight half is linear_backward_weight(bf16, dw,
+// nullptr, kept, x, N, Cl, OC).
+void row_backward_input(TensorComm& tc, bool bf16, float* dx, float* dbias, const float* dout,
+                        const float* w, float* kept, int64_t N, int Cl, int OC);
 
 // out (n, C) += residual (n, C) + bias (C): the residual connection after a row-parallel
 // layer.
