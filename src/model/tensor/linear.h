@@ -44,6 +44,11 @@ void linear_forward(bool bf16, float* out, Mat inp, const float* w, const float*
 void linear_backward(bool bf16, float* dinp, float* dw, float* db, const float* dout, Mat inp,
                      const float* w, int64_t N, int C, int OC);
 
+// x (n, C) -> (N, C) by f's forward over fp32 collectives (the input of a column-parallel
+// layer): under SP a bf16 x is widened into `stage` (n, C), then all-gathered into `full`;
+// without SP x itself (any precision).
+Mat gather_input(TensorComm& tc, Mat x, float* full, float* stage, int64_t N, int C);
+
 // out (N, OCl) = f(x) @ w^T + b; x (n, C); w (OCl, C); b (OCl) or nullptr; full (N, C)
 // scratch for the gathered input; stage (n, C) scratch (used only for a bf16 x under SP).
 void column_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, const float* b,
