@@ -2,7 +2,8 @@
 // parallelism"): tp 2 x dp 2 x ep 2 runs, counts the load once per tp group, reports the
 // model states and tp bytes `strata plan --local` predicts, and its checkpoint (experts
 // sliced over tp) resumes on other layouts: on tp 1 x dp 2 (the same groups of tokens) it
-// continues the uninterrupted loss curve, and on one process it trains on.
+// continues the uninterrupted loss curve, and on one process it trains on. An epoch's tail
+// that leaves a dp rank without tokens gives tp 1's losses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -89,6 +90,39 @@ TEST(MoETensorParallelTrain, Tp2Ep2RunsAndResumesOnOtherLayouts) {
     for (int i = 0; i < 2; ++i)  // the same groups: the uninterrupted curve
       EXPECT_NEAR(recs[i]["loss"].get<double>(), curve[i + 2]["loss"].get<double>(), 1e-5)
           << "step " << i + 3;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// An epoch's last step with one sequence: one dp rank has no tokens (B = 0) and still takes
+// part in the all-to-alls of its tp coordinate's ep group; the losses equal tp 1 (the same
+// token groups), step by step.
+TEST(MoETensorParallelTrain, UnevenTailWithAnEmptyRankMatchesTp1) {
+  const std::string common =
+      "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 8 --steps 9 "
+      "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:2081 --tail uneven "
+      "--json --experts 4 --top-k 2 --dropless --dp 2 --ep 2 ";
+  auto records = [](const std::string& out) {
+    std::vector<std::pair<double, int64_t>> r;
+    for (const json& j : json_lines(out))
+      if (j.contains("loss") && j.contains("tokens"))
+        r.push_back({j["loss"].get<double>(), j["tokens"].get<int64_t>()});
+    return r;
+  };
+  RunResult a = run_strata(common + "--nproc 2", "OMP_NUM_THREADS=1 ", Streams::separate);
+  RunResult b = run_strata(common + "--nproc 4 --tp 2", "OMP_NUM_THREADS=1 ", Streams::separate);
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  const auto ra = records(a.out), rb = records(b.out);
+  ASSERT_EQ(ra.size(), 9u);
+  ASSERT_EQ(rb.size(), 9u);
+  EXPECT_EQ(ra.back().second, 32) << "the last step has one sequence: a rank with B = 0";
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(ra[i].second, rb[i].second) << "step " << i + 1;
+    EXPECT_NEAR(ra[i].first, rb[i].first, 1e-5) << "step " << i + 1;
   }
 }
 
