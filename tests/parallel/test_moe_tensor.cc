@@ -4,8 +4,8 @@
 // final weights (gathered by name from every tp rank's pieces) of tp 2 x {ep 1 on dp 1,
 // ep 2 on dp 2} x capacity/dropless x SP on/off (threads as ranks) match the plain
 // reference loop with every expert local whose micro-batches group the same sequences; so
-// do ZeRO 1 and 3 variants, and a bf16 run against the bf16 reference within a documented
-// bound. The planner's model-state, tp and all-to-all bytes equal what the run holds and
+// do ZeRO 1 and 3 variants, router jitter, tp 4 (16 ranks), and a bf16 run against the
+// bf16 reference within a documented bound. The planner's model-state, tp and all-to-all bytes equal what the run holds and
 // sends.
 #include <cmath>
 #include <cstdio>
@@ -30,10 +30,11 @@ struct Case {
   int stage = 0;
   Precision precision = Precision::fp32;
   float jitter = 0;  // router jitter (the same noise on every tp rank and in the reference)
+  int tp = 2;
 };
 
 std::string name(const Case& c) {
-  return "tp2_dp" + std::to_string(c.dp) + "_ep" + std::to_string(c.ep) +
+  return "tp" + std::to_string(c.tp) + "_dp" + std::to_string(c.dp) + "_ep" + std::to_string(c.ep) +
          (c.dropless ? "_dropless" : "_capacity") + (c.sp ? "_sp" : "_nosp") + "_zero" +
          std::to_string(c.stage) + (c.precision == Precision::bf16 ? "_bf16" : "_fp32") +
          (c.jitter > 0 ? "_jitter" : "");
@@ -54,11 +55,11 @@ RunSpec spec(const Case& c) {
   return s;
 }
 
-RunResult run_case(const Case& c, int steps = 20, int64_t* tp_bytes = nullptr, int tp = 2) {
+RunResult run_case(const Case& c, int steps = 20, int64_t* tp_bytes = nullptr, int tp = 0) {
   RunSpec s = spec(c);
   s.steps = steps;
   TpRun run;
-  run.tp = tp;
+  run.tp = tp > 0 ? tp : c.tp;
   run.dp = c.dp;
   run.ep = c.ep;
   run.sp = c.sp;
@@ -128,6 +129,7 @@ const Case kCases[] = {
     {2, 2, false, true},  {2, 2, false, false}, {2, 2, true, true},  {2, 2, true, false},
     {2, 2, false, true, 3}, {2, 1, true, false, 1},
     {1, 1, false, true, 0, Precision::fp32, 0.05f},  // dp 1: one forward per step, as the reference
+    {2, 2, true, true, 0, Precision::fp32, 0, 4},     // 64 hidden units of each expert per rank
     {2, 2, true, true, 1, Precision::bf16},
 };
 INSTANTIATE_TEST_SUITE_P(Ci, MoETensorParallel, ::testing::ValuesIn(kCases),
