@@ -105,18 +105,11 @@ TEST(MoETensorParallelTrain, UnevenTailWithAnEmptyRankMatchesTp1) {
       "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 8 --steps 9 "
       "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:2081 --tail uneven "
       "--json --experts 4 --top-k 2 --dropless --dp 2 --ep 2 ";
-  auto records = [](const std::string& out) {
-    std::vector<std::pair<double, int64_t>> r;
-    for (const json& j : json_lines(out))
-      if (j.contains("loss") && j.contains("tokens"))
-        r.push_back({j["loss"].get<double>(), j["tokens"].get<int64_t>()});
-    return r;
-  };
   RunResult a = run_strata(common + "--nproc 2", "OMP_NUM_THREADS=1 ", Streams::separate);
   RunResult b = run_strata(common + "--nproc 4 --tp 2", "OMP_NUM_THREADS=1 ", Streams::separate);
   ASSERT_EQ(a.status, 0) << a.err;
   ASSERT_EQ(b.status, 0) << b.err;
-  const auto ra = records(a.out), rb = records(b.out);
+  const auto ra = loss_and_tokens(a.out), rb = loss_and_tokens(b.out);
   ASSERT_EQ(ra.size(), 9u);
   ASSERT_EQ(rb.size(), 9u);
   EXPECT_EQ(ra.back().second, 32) << "the last step has one sequence: a rank with B = 0";
