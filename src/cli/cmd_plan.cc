@@ -175,7 +175,7 @@ void run_local(const Flags& f, const CLI::App& app) {
   // bytes (model/context/cp_cost.h).
   const int64_t cp_bytes = f.accum * model::cp_bytes_per_micro(cpm, cp, g.layers, b, seq, g.dim / tp);
   for (int r = 0; r < tp; ++r) {
-    const int64_t psi = g.moe.enabled() ? g.num_params() : model::tp_local_params(m, tp, r);
+    const int64_t psi = model::tp_local_params(m, tp, r);  // MoE blocks included
     const ModelStateBytes st = zero_model_state_bytes(psi, dp * cp, stage, p);
     const int64_t acts =
         cp > 1 ? model::cp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16, cpm, cp, seq)

@@ -78,8 +78,10 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
     if (allocate_state) bind_unit(u, params() + unit_range(u).first, grads() + unit_range(u).first);
   }
   for (const ParamView& v : table_) impl_->view_rel.push_back(v.offset - unit_range(v.unit).first);
-  if (cfg_.moe.enabled())
+  if (cfg_.moe.enabled()) {
     impl_->moe = std::make_shared<expert::MoE>(cfg_.moe, cfg_.layers, cfg_.dim);
+    impl_->moe->set_tensor(tp_);  // each tp rank runs its slice of every expert
+  }
 
   ActShape a;
   const int cp_size = cp_ ? cp_->size() : 1;  // a cp rank keeps 1/C of each sequence

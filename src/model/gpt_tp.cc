@@ -25,6 +25,11 @@
 // the norm outputs, qkv, attention output and GELU input and output are kept in bf16
 // (ln1_h, ln2_h, qkv_h, atty_h, fch_h, gelu_h, lnf_h), as in gpt.cc;
 // the collectives stay fp32 (model/tensor/linear.h widens bf16 rows before a gather).
+// An MoE block (docs/moe.md) replaces the MLP half: its input is the gathered ln2 output
+// (N, C), every tp rank routes alike with the whole router and runs its 4C/T hidden units of
+// each expert; the partial outputs (N, C) are reduce-scattered (SP) or all-reduced like the
+// MLP's c_proj output. Backward gathers d res3 (N, C), all-reduces the gates' gradients
+// (N·K, inside model/expert/moe.cc) and reduce-scatters (all-reduces) the partial dx.
 #include <cstring>
 
 #include "core/phase.h"
@@ -64,6 +69,30 @@ void reduce_replicated(TensorComm& tc, float* rep, int64_t n) {
   if (tc.sequence_parallel()) tc.all_reduce_sum(rep, n);
 }
 
+// The MoE half of a block: a.ln2 (n, C) -> a.res3 (n, C) = a.res2 + the experts' output.
+// full, stage (N, C) scratch.
+void tp_moe_forward(TensorComm& tc, const TpDims& d, MoEBlock& moe, LayerActs& a, float* full,
+                    float* stage) {
+  const int64_t N = d.N, n = d.n;
+  const int C = d.C;
+  const bool h = a.ln1_h != nullptr;  // bf16 compute
+  const tn::Mat x = tn::gather_input(tc, tn::act(a.ln2, a.ln2_h, C), full, stage, N, C);
+  float* partial = stage;  // free once gathered
+  std::memset(partial, 0, sizeof(float) * N * C);
+  const bool xh = x.t == DType::bf16;
+  moe_block_forward(moe, xh ? nullptr : static_cast<const float*>(x.p),
+                    xh ? static_cast<const uint16_t*>(x.p) : nullptr, partial, N, h);
+  tc.reduce_rows(partial, a.res3, N, C);  // g forward
+  for (int64_t i = 0; i < n * C; ++i) a.res3[i] += a.res2[i];
+}
+
+// s.dres (n, C) d loss / d res3 -> s.dbuf_c (n, C) d loss / d ln2 (the MoE half's input).
+void tp_moe_backward(TensorComm& tc, const TpDims& d, MoEBlock& moe, const TpScratch& s, bool h) {
+  const float* dout = tc.gather_rows(s.dres, s.full_a, d.N, d.C);  // g backward
+  moe_block_backward(moe, dout, s.full_b, h);                       // this rank's partial dx
+  tc.reduce_rows(s.full_b, s.dbuf_c, d.N, d.C);                      // f backward
+}
+
 }  // namespace
 
 TpDims tp_dims(const GPTConfig& cfg, const TensorComm& tc, TpShard s, int B, int T) {
@@ -87,7 +116,7 @@ TpDims tp_dims(const GPTConfig& cfg, const TensorComm& tc, TpShard s, int B, int
 // out (N, 4Cl): the fp32 matmul outputs that bf16 compute stores rounded.
 void tp_block_forward(TensorComm& tc, const TpDims& d, const Block& w, LayerActs& a,
                       const float* x, float* full, float* stage, float* out, ContextComm* cp,
-                      int layer) {
+                      int layer, MoEBlock* moe) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
@@ -102,6 +131,7 @@ void tp_block_forward(TensorComm& tc, const TpDims& d, const Block& w, LayerActs
   tn::row_forward(tc, h, a.res2, tn::act(a.atty, a.atty_h, Cl), w.projw, full, N, Cl, C);
   tn::add_residual_bias(a.res2, x, w.projb, n, C);
   layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n, C);
+  if (moe) return tp_moe_forward(tc, d, *moe, a, full, stage);
   tn::column_forward(tc, h, gemm_out(a.fch, out), tn::act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, full,
                      stage, N, C, 4 * Cl);
   gelu_out(a, gemm_out(a.fch, out), N * 4 * Cl);
@@ -112,7 +142,8 @@ void tp_block_forward(TensorComm& tc, const TpDims& d, const Block& w, LayerActs
 
 // dres (n, C): d loss / d res3 on entry, d loss / d x on exit.
 void tp_block_backward(TensorComm& tc, const TpDims& d, const TpScratch& im, const Block& w,
-                       const Block& g, const LayerActs& a, const float* x, int layer) {
+                       const Block& g, const LayerActs& a, const float* x, int layer,
+                       MoEBlock* moe) {
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
@@ -120,11 +151,15 @@ void tp_block_backward(TensorComm& tc, const TpDims& d, const TpScratch& im, con
   float* rep = im.rep;
   std::memset(rep, 0, sizeof(float) * 6 * C);
   float* dgelu = im.dbuf_4c;  // (N, 4Cl)
-  tn::row_backward(tc, h, dgelu, g.fcprojw, rep + 5 * C, im.dres,
-                   tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw, im.full_a, N, 4 * Cl, C);
-  gelu_grad(dgelu, a, N * 4 * Cl);
-  tn::column_backward(tc, h, im.dbuf_c, g.fcw, g.fcb, dgelu, tn::act(a.ln2, a.ln2_h, C), w.fcw,
-                      im.full_a, im.full_b, N, C, 4 * Cl);
+  if (moe) {  // rep + 5C (the MLP's c_proj bias) stays 0: each expert's is whole already
+    tp_moe_backward(tc, d, *moe, im, h);
+  } else {
+    tn::row_backward(tc, h, dgelu, g.fcprojw, rep + 5 * C, im.dres,
+                     tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw, im.full_a, N, 4 * Cl, C);
+    gelu_grad(dgelu, a, N * 4 * Cl);
+    tn::column_backward(tc, h, im.dbuf_c, g.fcw, g.fcb, dgelu, tn::act(a.ln2, a.ln2_h, C), w.fcw,
+                        im.full_a, im.full_b, N, C, 4 * Cl);
+  }
   k::layernorm_backward(im.dres, rep + 3 * C, rep + 4 * C, im.dbuf_c, a.res2, w.ln2w, a.ln2_mean,
                         a.ln2_rstd, n, C);
   float* datty = im.dbuf_4c;  // (N, Cl)
@@ -138,17 +173,17 @@ void tp_block_backward(TensorComm& tc, const TpDims& d, const TpScratch& im, con
   tn::column_backward(tc, h, im.dbuf_c, g.qkvw, g.qkvb, im.dqkv, tn::act(a.ln1, a.ln1_h, C),
                       w.qkvw, im.full_a, im.full_b, N, C, 3 * Cl);
   k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
-  tp_add_replicated(tc, rep, g, C);
+  tp_add_replicated(tc, rep, g, C, /*mlp_bias=*/moe == nullptr);
 }
 
-void tp_add_replicated(TensorComm& tc, float* rep, const Block& g, int C) {
+void tp_add_replicated(TensorComm& tc, float* rep, const Block& g, int C, bool mlp_bias) {
   reduce_replicated(tc, rep, 6 * C);
   add_into(g.ln1w, rep, C);
   add_into(g.ln1b, rep + C, C);
   add_into(g.projb, rep + 2 * C, C);
   add_into(g.ln2w, rep + 3 * C, C);
   add_into(g.ln2b, rep + 4 * C, C);
-  add_into(g.fcprojb, rep + 5 * C, C);
+  if (mlp_bias) add_into(g.fcprojb, rep + 5 * C, C);
 }
 
 void tp_final_norm_backward(TensorComm& tc, const TpDims& d, const TpScratch& s, const float* w,
@@ -194,11 +229,14 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
   for (int l = 0; l < L; ++l) {
     phase.set_layer(l);
     im.before(l + 1, Pass::forward);
+    std::unique_ptr<MoEBlock> moe = moe_block(im, cfg, l, false, 0.0f);
     if (any) {
       UnitSpan s("forward", "L", l);
-      const Block w = block_views(im.unit_params[l + 1], im.view_rel, l);
+      const Block w = block_views_at(im.unit_params[l + 1], im.view_rel, im.view0[l], l);
       tp_block_forward(tc, d, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3,
-                    im.full_a, im.full_b, im.dbuf_4c, im.cp, l);
+                    im.full_a, im.full_b, im.dbuf_4c, im.cp, l, moe.get());
+    } else if (moe) {  // no tokens here, but this rank's experts may get some
+      moe_block_forward(*moe, nullptr, nullptr, nullptr, 0, im.bf16);
     }
     im.after(l + 1, Pass::forward);
   }
@@ -207,7 +245,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
   if (any) {
     UnitSpan s("forward", "ln_f");
     float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
-    const int64_t* r = im.view_rel.data() + 2 + kViewsPerLayer * L;
+    const int64_t* r = im.view_rel.data() + im.view0[size_t(L)];
     layernorm_out(im.lnf, im.lnf_h, im.lnf_mean, im.lnf_rstd,
                   L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], d.n, d.C);
   }
@@ -261,7 +299,7 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
     UnitSpan span("backward", "ln_f");
     const float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
     float* gf = checked(im.unit_grads[L + 1], L + 1, "gradient");
-    const int64_t* r = rel.data() + 2 + kViewsPerLayer * L;
+    const int64_t* r = rel.data() + im.view0[size_t(L)];
     tp_final_norm_backward(tc, d, scratch_of(im), pf + r[0], gf + r[0], gf + r[1],
                            L > 0 ? im.layers[L - 1].res3 : im.encoded, im.lnf_mean, im.lnf_rstd);
   }
@@ -270,12 +308,16 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
   for (int l = L - 1; l >= 0; --l) {
     ph.set_layer(l);
     im.before(l + 1, Pass::backward);
+    std::unique_ptr<MoEBlock> moe = moe_block(im, cfg, l, true, scale);
     if (any) {
       UnitSpan span("backward", "L", l);
-      const Block w = block_views(im.unit_params[l + 1], rel, l);
-      const Block g = block_views(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, l);
+      const int first = im.view0[size_t(l)];
+      const Block w = block_views_at(im.unit_params[l + 1], rel, first, l);
+      const Block g = block_views_at(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, first, l);
       tp_block_backward(tc, d, scratch_of(im), w, g, im.layers[l],
-                        l == 0 ? im.encoded : im.layers[l - 1].res3, l);
+                        l == 0 ? im.encoded : im.layers[l - 1].res3, l, moe.get());
+    } else if (moe) {  // this rank's experts may have received tokens
+      moe_block_backward(*moe, nullptr, nullptr, im.bf16);
     }
     im.after(l + 1, Pass::backward);
   }
@@ -294,7 +336,10 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
 
 const float* tp_logits(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s) {
   const Dims d = dims_of(im, cfg, tc, s);
+  const bool training = im.moe && im.moe->training();
+  if (im.moe) im.moe->set_training(false);  // inference: no router jitter
   trunk_forward(im, cfg, tc, d);
+  if (im.moe) im.moe->set_training(training);
   im.before(0, Pass::forward);
   const int64_t Vp = cfg.padded_vocab;
   if (d.N > 0) {

@@ -88,8 +88,6 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
                " of ", s.size, " is not a valid position");
   STRATA_CHECK(cfg.heads % s.size == 0, "--tp ", s.size, " does not divide the model's ",
                cfg.heads, " attention heads");
-  STRATA_CHECK(!cfg.moe.enabled() || s.size == 1, "--experts with --tp ", s.size,
-               ": Mixture-of-Experts blocks are not tensor parallel (use --tp 1)");
   TableBuilder t(s);
   const int64_t C = cfg.dim;
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
@@ -106,21 +104,19 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
     t.whole(p + "attn.c_proj.bias", {C}, u, false, true);
     t.whole(p + "ln_2.weight", {C}, u, false, true);
     t.whole(p + "ln_2.bias", {C}, u, false, true);
-    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: router, then each expert's MLP
-      t.whole(p + "mlp.router.weight", {cfg.moe.experts, C}, u, true, false);
-      for (int e = 0; e < cfg.moe.experts; ++e) {
-        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        t.whole(x + "c_fc.weight", {4 * C, C}, u, true, false);
-        t.whole(x + "c_fc.bias", {4 * C}, u, false, false);
-        t.whole(x + "c_proj.weight", {C, 4 * C}, u, true, false);
-        t.whole(x + "c_proj.bias", {C}, u, false, false);
-      }
+    // An MLP (the dense one, or an expert): c_fc column-parallel, c_proj row-parallel.
+    auto mlp = [&](const std::string& x) {
+      t.column(x + "c_fc.weight", {4 * C, C}, u, true, 1);
+      t.column(x + "c_fc.bias", {4 * C}, u, false, 1);
+      t.row(x + "c_proj.weight", {C, 4 * C}, u, true);
+      t.whole(x + "c_proj.bias", {C}, u, false, true);
+    };
+    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: router (replicated), each expert
+      t.whole(p + "mlp.router.weight", {cfg.moe.experts, C}, u, true, true);
+      for (int e = 0; e < cfg.moe.experts; ++e) mlp(p + "mlp.experts." + std::to_string(e) + ".");
       continue;
     }
-    t.column(p + "mlp.c_fc.weight", {4 * C, C}, u, true, 1);
-    t.column(p + "mlp.c_fc.bias", {4 * C}, u, false, 1);
-    t.row(p + "mlp.c_proj.weight", {C, 4 * C}, u, true);
-    t.whole(p + "mlp.c_proj.bias", {C}, u, false, true);
+    mlp(p + "mlp.");
   }
   t.whole("ln_f.weight", {C}, cfg.layers + 1, false, true);
   t.whole("ln_f.bias", {C}, cfg.layers + 1, false, true);
@@ -135,11 +131,14 @@ TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s) {
 }
 
 model::TpModel tp_model(const GPTConfig& cfg) {
-  return {cfg.layers, cfg.dim, cfg.heads, cfg.seq, cfg.vocab, cfg.padded_vocab};
+  return {cfg.layers,       cfg.dim,
+          cfg.heads,        cfg.seq,
+          cfg.vocab,        cfg.padded_vocab,
+          cfg.moe.moe_layers(cfg.layers), cfg.moe.experts,
+          cfg.moe.top_k};
 }
 
 int64_t local_num_params(const GPTConfig& cfg, TpShard s) {
-  if (cfg.moe.enabled() && s.size == 1) return cfg.num_params();
   return model::tp_local_params(tp_model(cfg), s.size, s.rank);
 }
 

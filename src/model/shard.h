@@ -14,7 +14,11 @@
 //                                        depends on T)
 //   replicated (primary on tp rank 0)    wpe, ln_1, ln_2, ln_f, attn.c_proj.bias,
 //                                        mlp.c_proj.bias
-// Per block a rank holds 12C²/T + 7C/T + 6C elements; T = 1 is exactly the one-process table.
+// An MoE block (docs/moe.md) splits each expert's MLP like the dense one (c_fc
+// column-parallel, c_proj.weight row-parallel, c_proj.bias replicated) and replicates the
+// router (E, C).
+// Per block a rank holds 12C²/T + 7C/T + 6C elements, an MoE block
+// 4C²/T + 3C/T + 5C + E·(C + 8C²/T + 4C/T + C); T = 1 is exactly the one-process table.
 #pragma once
 #include <cstdint>
 #include <vector>

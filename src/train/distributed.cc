@@ -185,8 +185,6 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq() / d.cp);
   cfg.validate(d.dp);
   STRATA_CHECK(d.ep == 1 || cfg.model.moe.enabled(), "--ep ", d.ep, " needs --experts");
-  STRATA_CHECK(d.tp == 1 || !cfg.model.moe.enabled(), "--experts with --tp ", d.tp,
-               ": Mixture-of-Experts blocks are not tensor parallel (use --tp 1)");
   STRATA_CHECK(cfg.model.moe.experts % d.ep == 0, "--experts ", cfg.model.moe.experts,
                " is not divisible by --ep ", d.ep, " (each expert-parallel rank owns E/ep experts)");
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);

@@ -21,6 +21,7 @@
 #include "core/trace.h"
 #include "data/dataset.h"
 #include "kernels/gemm_bf16.h"
+#include "model/tensor/collectives.h"
 #include "train/flops.h"
 #include "train/checkpointing.h"
 #include "train/context_metrics.h"
@@ -493,6 +494,8 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
   double mine = double(model->moe()->take_owned_rows());
   std::vector<double> rows(size_t(topo.world), mine);
   double ep_bytes = double(model->moe()->group().bytes_sent() - ep_bytes_at_step_begin);
+  // tp peers route the same tokens alike: tp rank 0 counts the load (docs/moe.md).
+  if (topo.tp && topo.tp->rank() != 0) std::fill(s.v.begin(), s.v.end(), 0.0);
   if (topo.group && topo.world > 1) {
     topo.group->all_reduce(&ep_bytes, 1);
     topo.group->all_reduce(s.v.data(), s.v.size());

@@ -183,7 +183,8 @@ TEST(BadInput, MoEFlags) {
       {"moe_ep_divide", kTrain + "--nproc 2 --ep 2 --experts 3", {"--experts 3", "--ep 2"}},
       {"moe_ep_large", kTrain + "--nproc 2 --ep 4 --experts 4", {"--ep 4", "2"}},
       {"moe_ep_dense", kTrain + "--nproc 2 --ep 2", {"--ep 2", "--experts"}},
-      {"moe_tp", kTrain + "--nproc 2 --tp 2 --experts 4", {"--experts", "--tp 2"}},
+      // ep is carved out of dp x cp, never out of tp: 4 ranks at tp 2 leave 2 for it.
+      {"moe_tp_ep", kTrain + "--nproc 4 --tp 2 --ep 4 --experts 4", {"--ep 4", "--dp 2"}},
   });
 }
 

@@ -29,6 +29,15 @@ inline std::vector<nlohmann::json> json_lines(const std::string& text) {
   return out;
 }
 
+// (loss, tokens) of each step record in --json output (lines with both).
+inline std::vector<std::pair<double, int64_t>> loss_and_tokens(const std::string& out) {
+  std::vector<std::pair<double, int64_t>> r;
+  for (const nlohmann::json& j : json_lines(out))
+    if (j.contains("loss") && j.contains("tokens"))
+      r.push_back({j["loss"].get<double>(), j["tokens"].get<int64_t>()});
+  return r;
+}
+
 // max |a[i] - b[i]| of two loss curves, which must have the same length.
 inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());

@@ -414,18 +414,11 @@ TEST(TensorParallelCli, UnevenTailMatchesOneProcess) {
       "train --layers 2 --dim 64 --heads 4 --max-seq 32 --seq 32 --batch 8 --steps 10 "
       "--peak-gflops 10 --sample-tokens 0 --eval-every 0 --data synthetic:2400 --tail uneven "
       "--json ";
-  auto records = [](const std::string& out) {
-    std::vector<std::pair<double, int64_t>> r;
-    for (const nlohmann::json& j : json_lines(out))
-      if (j.contains("loss") && j.contains("tokens"))
-        r.push_back({j["loss"].get<double>(), j["tokens"].get<int64_t>()});
-    return r;
-  };
   RunResult a = run_strata(common, "OMP_NUM_THREADS=1 ", Streams::separate);
   RunResult b = run_strata(common + "--nproc 4 --tp 2 --zero 2", "OMP_NUM_THREADS=1 ", Streams::separate);
   ASSERT_EQ(a.status, 0) << a.err;
   ASSERT_EQ(b.status, 0) << b.err;
-  const auto ra = records(a.out), rb = records(b.out);
+  const auto ra = loss_and_tokens(a.out), rb = loss_and_tokens(b.out);
   ASSERT_EQ(ra.size(), 10u);
   ASSERT_EQ(rb.size(), 10u);
   EXPECT_LT(ra.back().second, ra.front().second) << "no uneven tail in this data";

@@ -10,32 +10,32 @@ using tensor::linear_backward;
 using tensor::linear_forward;
 
 void experts_forward(const std::vector<ExpertViews>& views, const std::vector<int64_t>& rows,
-                     const float* X, float* H, float* A, float* O, int C, bool bf16) {
-  const int64_t F = 4 * int64_t(C);
+                     const float* X, float* H, float* A, float* O, int C, int F, bool proj_bias,
+                     bool bf16) {
   for (size_t e = 0; e < views.size(); ++e) {
     const int64_t r0 = rows[e], m = rows[e + 1] - r0;
     if (m == 0) continue;
     const ExpertViews& w = views[e];
-    linear_forward(bf16, H + r0 * F, act(X + r0 * C, nullptr, C), w.fcw, w.fcb, m, C, int(F));
+    linear_forward(bf16, H + r0 * F, act(X + r0 * C, nullptr, C), w.fcw, w.fcb, m, C, F);
     kernels::gelu_forward(A + r0 * F, H + r0 * F, m * F);
-    linear_forward(bf16, O + r0 * C, act(A + r0 * F, nullptr, F), w.projw, w.projb, m, int(F), C);
+    linear_forward(bf16, O + r0 * C, act(A + r0 * F, nullptr, F), w.projw,
+                   proj_bias ? w.projb : nullptr, m, F, C);
   }
 }
 
 void experts_backward(const std::vector<ExpertViews>& views,
                       const std::vector<ExpertViews>& grads, const std::vector<int64_t>& rows,
                       const float* X, const float* H, const float* A, const float* dO, float* dA,
-                      float* dX, int C, bool bf16) {
-  const int64_t F = 4 * int64_t(C);
+                      float* dX, int C, int F, bool bf16) {
   for (size_t e = 0; e < views.size(); ++e) {
     const int64_t r0 = rows[e], m = rows[e + 1] - r0;
     if (m == 0) continue;
     const ExpertViews &w = views[e], &g = grads[e];
     linear_backward(bf16, dA + r0 * F, g.projw, g.projb, dO + r0 * C, act(A + r0 * F, nullptr, F),
-                    w.projw, m, int(F), C);
+                    w.projw, m, F, C);
     kernels::gelu_backward(dA + r0 * F, H + r0 * F, dA + r0 * F, m * F);
     linear_backward(bf16, dX + r0 * C, g.fcw, g.fcb, dA + r0 * F, act(X + r0 * C, nullptr, C),
-                    w.fcw, m, C, int(F));
+                    w.fcw, m, C, F);
   }
 }
 

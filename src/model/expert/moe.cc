@@ -9,6 +9,7 @@
 #include "core/trace.h"
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
+#include "model/tensor/collectives.h"
 
 namespace strata::model::expert {
 
@@ -39,7 +40,7 @@ struct MoE::Layer {
   GrowBuf X, H, A, R, stage;  // owner: (M, C), (M, 4C), (M, 4C); source: (S, C)
 };
 
-MoE::MoE(const MoEConfig& cfg, int layers, int C) : cfg_(cfg), C_(C) {
+MoE::MoE(const MoEConfig& cfg, int layers, int C) : cfg_(cfg), C_(C), F_(4 * C) {
   cfg_.validate();
   for (int m = 0; m < cfg_.moe_layers(layers); ++m) layers_.push_back(std::make_unique<Layer>());
   load_.layers = int(layers_.size());
@@ -52,6 +53,14 @@ MoE::~MoE() = default;
 
 void MoE::set_group(comm::ProcessGroup* group) {
   group_ = std::make_unique<ExpertGroup>(group, cfg_.experts);
+}
+
+void MoE::set_tensor(TensorComm* tc) {
+  tp_ = tc && tc->size() > 1 ? tc : nullptr;
+  const int T = tp_ ? tp_->size() : 1;
+  STRATA_CHECK((4 * C_) % T == 0, "--tp ", T, " does not divide the experts' hidden width ",
+               4 * C_, " (4 x --dim)");
+  F_ = 4 * C_ / T;
 }
 
 double LoadStats::aux() const {
@@ -74,8 +83,7 @@ LoadStats MoE::take_load() {
 void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
                   const MoEWeights& w, bool bf16) {
   Layer& L = *layers_[size_t(m)];
-  const int E = cfg_.experts, K = cfg_.top_k, C = C_;
-  const int64_t F = 4 * int64_t(C);
+  const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
   ExpertGroup& g = *group_;
   if (m <= last_m_) last_aux_ = last_z_ = 0;  // a new forward
   last_m_ = m;
@@ -148,7 +156,8 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   float* O = grow(scratch_[1], M * C);
   {
     Span sp("experts", "forward", m, "compute");
-    experts_forward(mine, rows, L.X.data(), grow(L.H, M * F), grow(L.A, M * F), O, C, bf16);
+    experts_forward(mine, rows, L.X.data(), grow(L.H, M * F), grow(L.A, M * F), O, C, F,
+                    /*proj_bias=*/!tp_ || tp_->rank() == 0, bf16);
   }
   {
     Span sp("combine", "forward", m, "ep_comm");
@@ -169,8 +178,8 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
 void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
                    const MoEWeights& gw, bool bf16, float scale) {
   Layer& L = *layers_[size_t(m)];
-  const int E = cfg_.experts, K = cfg_.top_k, C = C_;
-  const int64_t F = 4 * int64_t(C), N = L.N, S = L.off.back();
+  const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
+  const int64_t N = L.N, S = L.off.back();
   ExpertGroup& g = *group_;
   const OwnerLayout& ol = *L.owner;
   const int64_t M = ol.rows;
@@ -192,6 +201,8 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
       }
       dgate[size_t(t * K + k)] = float(dot);
     }
+  // Each tp rank's O is its partial sum over its hidden units: so is <dout, O>.
+  if (tp_ && N > 0) tp_->all_reduce_sum(dgate.data(), N * K);
   float* dO = grow(scratch_[1], M * C);
   {
     Span sp("dispatch", "backward", m, "ep_comm");
@@ -207,7 +218,7 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
   {
     Span sp("experts", "backward", m, "compute");
     experts_backward(mine, grads, rows, L.X.data(), L.H.data(), L.A.data(), dO,
-                     grow(scratch_[2], M * F), dX, C, bf16);
+                     grow(scratch_[2], M * F), dX, C, F, bf16);
   }
   {
     Span sp("combine", "backward", m, "ep_comm");
@@ -226,15 +237,18 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
   if (N == 0) return;
   std::vector<float> dlogits(size_t(N * E));
   route_backward(L.r, dgate.data(), scale, cfg_, dlogits.data());
+  // The router's term of dx is whole on every tp rank: one of them adds it to its partial.
+  const bool router_dx = !tp_ || tp_->rank() == 0;
   if (!L.jittered) {
-    kernels::matmul_backward(dx, gw.router, nullptr, dlogits.data(),
+    kernels::matmul_backward(router_dx ? dx : nullptr, gw.router, nullptr, dlogits.data(),
                              L.xin.data(), w.router, N, C, E, /*accumulate_dinp=*/true);
     return;
   }
   std::vector<float> dxr(size_t(N * C));
   kernels::matmul_backward(dxr.data(), gw.router, nullptr, dlogits.data(), L.xr.data(), w.router,
                            N, C, E, /*accumulate_dinp=*/false);
-  for (int64_t i = 0; i < N * C; ++i) dx[i] += dxr[size_t(i)] * L.noise.data()[i];
+  if (router_dx)
+    for (int64_t i = 0; i < N * C; ++i) dx[i] += dxr[size_t(i)] * L.noise.data()[i];
 }
 
 }  // namespace strata::model::expert

@@ -14,6 +14,14 @@
 // checkpoints treat them as any other view); under expert parallelism a rank computes, and
 // accumulates gradients for, its own experts only, and the sum over the data-parallel group
 // is then every expert's gradient over the whole batch.
+// Under tensor parallelism (set_tensor; docs/moe.md) every tp rank holds the router whole
+// and F = 4C/T hidden units of every expert. Its caller hands it the whole (N, C) input
+// (gathered under sequence parallelism), so all tp ranks route alike; each runs its slice of
+// the experts and `out` receives its partial sum over its F units, which the caller sums
+// over tp (reduce-scatter under SP, else all-reduce), as after the dense MLP's c_proj. In
+// backward `dout` is the whole (N, C) gradient; the gates' gradients <dout, O> are partial
+// per rank and all-reduced over tp (N·K floats) before the router's backward; dx is this
+// rank's partial sum (the router's term added on tp rank 0 only), for the caller to sum.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -25,6 +33,10 @@
 #include "model/expert/dispatch.h"
 #include "model/expert/experts.h"
 #include "model/expert/router.h"
+
+namespace strata::model {
+class TensorComm;
+}
 
 namespace strata::model::expert {
 
@@ -70,6 +82,8 @@ class MoE {
   // does not divide.
   void set_group(comm::ProcessGroup* group);
   const ExpertGroup& group() const { return *group_; }
+  // Tensor parallelism over `tc` (null or one rank: whole experts); see above.
+  void set_tensor(TensorComm* tc);
   void set_seed(uint64_t seed) { seed_ = seed; }
   void set_training(bool training) { training_ = training; }  // router jitter on or off
   bool training() const { return training_; }
@@ -95,7 +109,8 @@ class MoE {
  private:
   struct Layer;
   MoEConfig cfg_;
-  int C_;
+  int C_, F_;                  // width; hidden units of each expert held here (4C/T)
+  TensorComm* tp_ = nullptr;  // tensor-parallel group, or null
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<ExpertGroup> group_;
   uint64_t seed_ = 0, counter_ = 0;

@@ -33,15 +33,18 @@ struct TpScratch {
 };
 
 // x (n, C) -> a.res3 (n, C); full, stage (N, C) scratch; out (N, 4Cl) fp32 matmul outputs.
+// moe: the block's experts instead of its MLP (null: a dense block; docs/moe.md).
 void tp_block_forward(TensorComm& tc, const TpDims& d, const Block& w, LayerActs& a,
                       const float* x, float* full, float* stage, float* out, ContextComm* cp,
-                      int layer);
+                      int layer, MoEBlock* moe = nullptr);
 // s.dres (n, C): d loss / d res3 on entry, d loss / d x on exit; g += this block's gradients.
 void tp_block_backward(TensorComm& tc, const TpDims& d, const TpScratch& s, const Block& w,
-                       const Block& g, const LayerActs& a, const float* x, int layer);
+                       const Block& g, const LayerActs& a, const float* x, int layer,
+                       MoEBlock* moe = nullptr);
 // rep (6C): one micro-batch's replicated gradients of a block (ln1 w, b | proj b | ln2 w, b |
-// fc proj b), summed over tp under SP, then added (+=) into g's.
-void tp_add_replicated(TensorComm& tc, float* rep, const Block& g, int C);
+// fc proj b), summed over tp under SP, then added (+=) into g's; the last only with mlp_bias
+// (an MoE block's experts hold their own, whole on every tp rank).
+void tp_add_replicated(TensorComm& tc, float* rep, const Block& g, int C, bool mlp_bias = true);
 // Final LayerNorm: s.dbuf_c (n, C) d loss / d its output -> s.dres (n, C) d loss / d x;
 // gw, gb (C) += its weight and bias gradients (summed over tp under SP).
 void tp_final_norm_backward(TensorComm& tc, const TpDims& d, const TpScratch& s, const float* w,

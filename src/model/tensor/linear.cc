@@ -41,10 +41,6 @@ void linear_backward_weight(bool bf16, float* dw, float* db, const float* dout, 
   linear_backward(bf16, nullptr, dw, db, dout, inp, nullptr, N, C, OC);  // no input product
 }
 
-namespace {
-
-// x (n, C) -> (N, C) by f's forward over fp32 collectives: a bf16 x under SP is widened into
-// `stage` (n, C) first; without SP x itself (any precision).
 Mat gather_input(TensorComm& tc, Mat x, float* full, float* stage, int64_t N, int C) {
   if (!tc.sequence_parallel() || tc.size() == 1) return x;
   const float* xf = static_cast<const float*>(x.p);
@@ -54,8 +50,6 @@ Mat gather_input(TensorComm& tc, Mat x, float* full, float* stage, int64_t N, in
   }
   return Mat(tc.gather_rows(xf, full, N, C), C);
 }
-
-}  // namespace
 
 void column_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, const float* b,
                     float* full, float* stage, int64_t N, int C, int OCl) {

@@ -51,6 +51,10 @@ void linear_backward_input(bool bf16, float* dinp, const float* dout, const floa
                            int C, int OC);
 void linear_backward_weight(bool bf16, float* dw, float* db, const float* dout, Mat inp, int64_t N,
                             int C, int OC);
+// x (n, C) -> (N, C) by f's forward over fp32 collectives (the input of a column-parallel
+// layer): under SP a bf16 x is widened into `stage` (n, C), then all-gathered into `full`;
+// without SP x itself (any precision).
+Mat gather_input(TensorComm& tc, Mat x, float* full, float* stage, int64_t N, int C);
 
 // out (N, OCl) = f(x) @ w^T + b; x (n, C); w (OCl, C); b (OCl) or nullptr; full (N, C)
 // scratch for the gathered input; stage (n, C) scratch (used only for a bf16 x under SP).

@@ -5,7 +5,8 @@
 // Terms: L layers, C width, NH heads, Vp padded vocabulary, maxT position rows, T tp ranks,
 // N = micro-batch · seq rows, seq the training sequence.
 // Local parameters of tp rank r: Vr·C (vocab rows floor((r+1)Vp/T) - floor(rVp/T)) + maxT·C
-// + L·(12C²/T + 7C/T + 6C) + 2C.
+// + L·(12C²/T + 7C/T + 6C) + 2C, plus per MoE block E·C + (E-1)·(8C²/T + 4C/T + C) (the
+// router whole, E expert MLPs instead of one; docs/moe.md).
 // Payload of the tp collectives per micro-batch (model/tensor/collectives.h counts an
 // all-gather or reduce-scatter as the whole (N, C) tensor, an all-reduce as its buffer):
 //   with SP:    (5 + 10L)·N·C + 3N + 2C + 6L·C + seq·C floats
@@ -13,6 +14,8 @@
 //               the CE statistics (3N) and the replicated gradients under SP
 //   without SP: (2 + 4L)·N·C + 3N floats (all-reduces: 2 per layer each way, embedding,
 //               logits input gradient, CE statistics)
+//   an MoE block (K experts per token) adds N·K (the gates' gradients, all-reduced), and with
+//   SP moves one N·C gather less: its backward keeps its input instead of re-gathering it.
 #pragma once
 #include <cstdint>
 
@@ -20,6 +23,7 @@ namespace strata::model {
 
 struct TpModel {
   int64_t layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0, padded_vocab = 0;
+  int64_t moe_layers = 0, experts = 0, top_k = 0;  // MoE blocks (docs/moe.md); 0: dense
 };
 
 inline int64_t tp_vocab_rows(int64_t padded_vocab, int tp, int rank) {
@@ -28,8 +32,11 @@ inline int64_t tp_vocab_rows(int64_t padded_vocab, int tp, int rank) {
 
 inline int64_t tp_local_params(const TpModel& m, int tp, int rank) {
   const int64_t C = m.dim, T = tp;
+  // An MoE block: the router (E, C) whole, and E expert MLPs split as the dense one.
+  const int64_t mlp = 8 * C * C / T + 4 * C / T + C;
   return tp_vocab_rows(m.padded_vocab, tp, rank) * C + m.max_seq * C +
-         m.layers * (12 * C * C / T + 7 * C / T + 6 * C) + 2 * C;
+         m.layers * (12 * C * C / T + 7 * C / T + 6 * C) + 2 * C +
+         m.moe_layers * (m.experts * C + (m.experts - 1) * mlp);
 }
 
 // Bytes (fp32) of one micro-batch's tensor-parallel collectives, forward and backward.
@@ -39,7 +46,8 @@ inline int64_t tp_comm_bytes_per_micro(const TpModel& m, int tp, bool sp, int64_
   const int64_t N = micro_batch * seq, C = m.dim, L = m.layers;
   const int64_t floats = sp ? (5 + 10 * L) * N * C + 3 * N + 2 * C + 6 * L * C + seq * C
                             : (2 + 4 * L) * N * C + 3 * N;
-  return 4 * floats;
+  const int64_t moe = m.moe_layers * (N * m.top_k - (sp ? N * C : 0));
+  return 4 * (floats + moe);
 }
 
 // Activation bytes the model allocates on one tp rank for micro-batches of up to
