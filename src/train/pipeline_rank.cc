@@ -11,6 +11,7 @@
 #include "model/stage.h"
 #include "parallel/pipeline/engine.h"
 #include "parallel/pipeline/executor.h"
+#include "train/context_metrics.h"
 #include "train/metrics.h"
 
 namespace strata::train {
@@ -102,7 +103,9 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.model_owns_state = false;
   f.model_max_batch = 0;
   f.samples = false;
-  f.make = [&](model::GPT&, const parallel::OptimConfig& optim, uint64_t seed) {
+  const model::GPT* trainer_model = nullptr;  // carries topo.cp for the cp summary
+  f.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
+    trainer_model = &m;
     return std::unique_ptr<parallel::StepEngine>(
         new pl::StageEngine(sm, mesh, optim, seed, pc.dp.stage));
   };
@@ -173,13 +176,22 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                   " params, activations ", int64_t(all[size_t(3 * s)]), " B for ",
                   int(all[size_t(3 * s + 2)]), " micro-batches in flight");
     }
-    return json{{"pipeline",
-                 {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"cp", d.cp},
-                  {"virtual_stages", V},
-                  {"micro_batches", A}, {"bubble_measured", measured},
-                  {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
-                  {"stages", stages}}},
-                {"text", text}};
+    json out{{"pipeline",
+              {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"cp", d.cp},
+               {"virtual_stages", V},
+               {"micro_batches", A}, {"bubble_measured", measured},
+               {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
+               {"stages", stages}}}};
+    if (topo.cp) {  // the attention's balance within this stage's cp group
+      json cp = cp_summary(*trainer_model, mesh.cp());
+      cp["group"] = mesh.cp().name();
+      text += cat("\ncontext parallel: cp ", d.cp, " ", cp["mode"].get<std::string>(), " (",
+                  cp["chunks"].get<std::string>(), "); attention time max/mean over ",
+                  cp["group"].get<std::string>(), " ", cp["attention_max_over_mean"].get<double>());
+      out["context_parallel"] = cp;
+    }
+    out["text"] = text;
+    return out;
   };
   return Trainer(cfg, topo, f).run();
 }

@@ -123,12 +123,16 @@ TEST(TrainPipeline, ContextParallelStagesMatchOneProcess) {
         "--nproc 4 --pp 2 --cp 2 --schedule 1f1b --micro-batches 4 --cp-mode ulysses "
         "--cp-chunks contiguous",
         "--nproc 4 --pp 2 --cp 2 --schedule zb --micro-batches 4",
+        "--nproc 4 --pp 2 --cp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4 "
+        "--cp-mode ulysses",
         "--nproc 8 --pp 2 --cp 2 --tp 2 --schedule 1f1b --micro-batches 4",
         "--nproc 8 --pp 2 --cp 2 --dp 2 --micro-batches 2 --zero 1"})
     expect_matches(ref, layout, 20);
   const TrainRun r = train("--nproc 4 --pp 2 --cp 2 --schedule gpipe --micro-batches 4", 2);
   ASSERT_EQ(r.cli.status, 0) << r.cli.err;
   EXPECT_EQ(r.summary["pipeline"]["cp"].get<int>(), 2);
+  EXPECT_EQ(r.summary["context_parallel"]["attention_ms_per_rank"].size(), 2u) << r.summary;
+  EXPECT_EQ(r.summary["context_parallel"]["group"], "cp(pp=0,dp=0,tp=0)") << r.summary;
   for (const json& rec : r.records)
     if (rec.contains("cp_bytes")) {
       EXPECT_GT(rec["cp_bytes"].get<int64_t>(), 0);
@@ -230,10 +234,11 @@ TEST(TrainPipeline, CheckpointsReshardAcrossPipelineLayouts) {
 }
 
 // Saved by two stages of cp 2 (their pieces written once over the cp replicas), resumed on
-// one process.
+// one process and at pp 2 x cp 2 x dp 2 (Ulysses, ZeRO 1 shards over dp x cp).
 TEST(TrainPipeline, ContextParallelCheckpointReshards) {
   expect_resumes("ppcpck", "--nproc 4 --pp 2 --cp 2 --micro-batches 4", 4, 12,
-                 {"--micro-batch 3"});
+                 {"--micro-batch 3",
+                  "--nproc 8 --pp 2 --cp 2 --dp 2 --cp-mode ulysses --micro-batches 2 --zero 1"});
 }
 
 TEST(TrainPipeline, TensorParallelCheckpointReshards) {
