@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "model/context/gpt_cp.h"
 #include "model/gpt_impl.h"
 #include "model/shard.h"
 #include "model/tensor/block.h"
@@ -43,13 +44,14 @@ namespace {
 
 // Carves one slot of a chunk (base = nullptr counts the floats).
 // a: rows N (micro-batch), n (residual stream), tp degree T and local vocabulary Vr.
+// attn_f32: qkv and the attention output in fp32 even under bf16 (context parallelism).
 void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTConfig& cfg,
-                const ActShape& a, bool bf16, bool split) {
+                const ActShape& a, bool bf16, bool split, bool attn_f32) {
   const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
   const bool f32 = !bf16;
   s.x = c.take(n * C);
   s.layers.resize(size_t(ch.end - ch.begin));
-  for (LayerActs& l : s.layers) carve_layer(c, l, cfg, a, bf16, !bf16);
+  for (LayerActs& l : s.layers) carve_layer(c, l, cfg, a, bf16, attn_f32);
   s.stash.resize(split ? s.layers.size() : 0);
   for (Stash& st : s.stash) {
     st.d3 = c.take(N * C);
@@ -73,9 +75,9 @@ void carve_slot(Carver& c, StageModel::Slot& s, const StageChunk& ch, const GPTC
 
 StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
                        std::vector<int> slots, int max_batch, DType compute,
-                       bool split_backward, TensorComm* tp)
+                       bool split_backward, TensorComm* tp, ContextComm* cp)
     : cfg_(cfg), chunks_(std::move(chunks)), compute_(compute), split_(split_backward),
-      tc_(tp && tp->size() > 1 ? tp : nullptr) {
+      tc_(tp && tp->size() > 1 ? tp : nullptr), cc_(cp && cp->size() > 1 ? cp : nullptr) {
   cfg_.validate();
   if (tc_) shard_ = {tc_->size(), tc_->rank()};
   const int L = cfg_.layers;
@@ -114,7 +116,9 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   grads_ = Buffer(MemCategory::gradients, sizeof(float) * size_t(num_params_));
 
   // Activations: every slot of every chunk, then the shared backward scratch.
-  const int64_t N = int64_t(max_batch) * cfg_.seq, C = cfg_.dim;
+  // Under cp a sequence's rows are its local ones, T / C.
+  const int cpn = cc_ ? cc_->size() : 1;
+  const int64_t N = int64_t(max_batch) * ((cfg_.seq + cpn - 1) / cpn), C = cfg_.dim;
   const bool bf16 = compute_ == DType::bf16;
   ActShape a;
   a.N = N;
@@ -130,7 +134,8 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   auto carve_all = [&](float* base) {
     Carver cv{base};
     for (size_t c = 0; c < chunks_.size(); ++c)
-      for (Slot& s : state_[c]->slots) carve_slot(cv, s, chunks_[c], cfg_, a, bf16, split_);
+      for (Slot& s : state_[c]->slots)
+        carve_slot(cv, s, chunks_[c], cfg_, a, bf16, split_, !bf16 || cc_);
     dres_ = cv.take(n * C);
     dbuf_c_ = cv.take(n * C);
     dbuf_4c_ = cv.take(4 * N * Cl);
@@ -206,6 +211,45 @@ void StageModel::init(uint64_t seed) {
   full.init(seed);
 }
 
+void StageModel::set_inputs(std::vector<MicroInput> micro) {
+  inputs_ = std::move(micro);
+  if (!cc_) return;
+  // This cp rank's rows of every micro-batch, into storage the step keeps.
+  int64_t ids = 0, weights = 0;
+  for (const MicroInput& in : inputs_) {
+    ids += 2 * int64_t(in.B) * in.T / cc_->size();
+    if (in.weights) weights += int64_t(in.B) * in.T / cc_->size();
+  }
+  cp_ids_.resize(size_t(ids));
+  cp_weights_.resize(size_t(weights));
+  int32_t* id = cp_ids_.data();
+  float* w = cp_weights_.data();
+  for (MicroInput& in : inputs_) {
+    if (in.B == 0) continue;
+    const SeqLayout L = cc_->layout(in.T);
+    STRATA_CHECK(in.T % (cc_->size() * L.chunks_per_rank()) == 0, "context parallelism over ",
+                 cc_->size(), " ranks (", cp_chunks_name(L.kind), ") cannot split a sequence of ",
+                 in.T, " tokens");
+    const int64_t n = int64_t(in.B) * L.local_len();
+    L.take(id, in.tokens, in.B, cc_->rank(), 1);
+    L.take(id + n, in.targets, in.B, cc_->rank(), 1);
+    in.tokens = id;
+    in.targets = id + n;
+    id += 2 * n;
+    if (in.weights) {
+      L.take(w, in.weights, in.B, cc_->rank(), 1);
+      in.weights = w;
+      w += n;
+    }
+    in.T = L.local_len();
+  }
+}
+
+int StageModel::cp_key(int layer, int chunk, int micro) const {
+  const int slots = int(state_[size_t(chunk)]->slots.size());
+  return layer + cfg_.layers * (micro % slots);
+}
+
 void StageModel::zero_grads() { std::memset(grads(), 0, sizeof(float) * size_t(num_params_)); }
 
 int64_t StageModel::message_floats(int micro) const {
@@ -244,13 +288,17 @@ double StageModel::forward(int chunk, int micro) {
   float* p0 = ch.embed || ch.head ? unit_params(0) : nullptr;
   if (ch.embed) {
     UnitSpan sp("forward", "embed");
-    k::encoder_forward(s.x, in.tokens, p0 + view_rel_[0], p0 + view_rel_[1], B, T, C);
+    if (cc_)  // the local rows at their global positions
+      cp_encoder_forward(*cc_, s.x, in.tokens, p0 + view_rel_[0], p0 + view_rel_[1], B, T, C);
+    else
+      k::encoder_forward(s.x, in.tokens, p0 + view_rel_[0], p0 + view_rel_[1], B, T, C);
   }
   const float* x = s.x;
   for (int l = ch.begin; l < ch.end; ++l) {
     UnitSpan sp("forward", "L", l);
     LayerActs& a = s.layers[size_t(l - ch.begin)];
-    block_forward(cfg_, block_views(unit_params(l + 1), view_rel_, l), a, x, B, T, dbuf_4c_);
+    block_forward(cfg_, block_views(unit_params(l + 1), view_rel_, l), a, x, B, T, dbuf_4c_, cc_,
+                  cp_key(l, chunk, micro));
     x = a.res3;
   }
   if (!ch.head) return 0;
@@ -269,9 +317,10 @@ namespace {
 
 // block_backward (gpt.cc) without the linear layers' weight gradients: those products'
 // output gradients go to the stash instead. dres: d res3 on entry, d x on exit.
+// cp, key: the attention over the cp group (ContextComm::backward's layer key), or none.
 void block_backward_input(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
                           const Stash& st, const float* x, float* dres, float* dbuf_c, int B,
-                          int T) {
+                          int T, ContextComm* cp, int key) {
   const int64_t N = int64_t(B) * T;
   const int C = cfg.dim;
   const bool h = a.ln1_h != nullptr;
@@ -282,7 +331,10 @@ void block_backward_input(const GPTConfig& cfg, const Block& w, const Block& g, 
   k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   std::memcpy(st.d2, dres, sizeof(float) * size_t(N * C));
   linear_backward_input(h, dbuf_c, dres, w.projw, N, C, C);
-  attention_grad(st.dqkv, dbuf_c, a, B, T, C, cfg.heads);
+  if (cp)
+    attention_backward(cp, key, st.dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads, h);
+  else
+    attention_grad(st.dqkv, dbuf_c, a, B, T, C, cfg.heads);
   linear_backward_input(h, dbuf_c, st.dqkv, w.qkvw, N, C, 3 * C);
   k::layernorm_backward(dres, g.ln1w, g.ln1b, dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
 }
@@ -374,14 +426,19 @@ void StageModel::run_backward(int chunk, int micro, float scale, bool split) {
     const Block g = block_views(unit_grads(l + 1), view_rel_, l);
     const float* x = i == 0 ? s.x : s.layers[i - 1].res3;
     if (split)
-      block_backward_input(cfg_, w, g, s.layers[i], s.stash[i], x, dres_, dbuf_c_, B, T);
+      block_backward_input(cfg_, w, g, s.layers[i], s.stash[i], x, dres_, dbuf_c_, B, T, cc_,
+                           cp_key(l, chunk, micro));
     else
-      block_backward(cfg_, w, g, s.layers[i], x, dres_, dbuf_c_, dbuf_4c_, dqkv_, B, T);
+      block_backward(cfg_, w, g, s.layers[i], x, dres_, dbuf_c_, dbuf_4c_, dqkv_, B, T, cc_,
+                     cp_key(l, chunk, micro));
   }
   if (ch.embed) {
     UnitSpan sp("backward", "embed");
     float* g0 = unit_grads(0);
-    k::encoder_backward(g0 + view_rel_[0], g0 + view_rel_[1], dres_, in.tokens, B, T, C);
+    if (cc_)
+      cp_encoder_backward(*cc_, g0 + view_rel_[0], g0 + view_rel_[1], dres_, in.tokens, B, T, C);
+    else
+      k::encoder_backward(g0 + view_rel_[0], g0 + view_rel_[1], dres_, in.tokens, B, T, C);
   } else {
     std::memcpy(s.gout, dres_, sizeof(float) * size_t(N * C));
   }
@@ -400,15 +457,17 @@ double StageModel::tp_forward(int chunk, int micro) {
   float* p0 = ch.embed || ch.head ? unit_params(0) : nullptr;
   if (ch.embed) {
     UnitSpan sp("forward", "embed");
-    tensor::embedding_forward(tc, s.x, in.tokens, p0 + view_rel_[0], d.v0, d.Vr, p0 + view_rel_[1],
-                              full_a_, d.B, d.T, d.C);
+    const float* wpe = p0 + view_rel_[1];
+    if (cc_) wpe = cp_local_wpe(rep_, *cc_, wpe, d.T, d.C);  // the local rows' positions
+    tensor::embedding_forward(tc, s.x, in.tokens, p0 + view_rel_[0], d.v0, d.Vr, wpe, full_a_, d.B,
+                              d.T, d.C);
   }
   const float* x = s.x;
   for (int l = ch.begin; l < ch.end; ++l) {
     UnitSpan sp("forward", "L", l);
     LayerActs& a = s.layers[size_t(l - ch.begin)];
     tp_block_forward(tc, d, block_views(unit_params(l + 1), view_rel_, l), a, x, full_a_, full_b_,
-                     dbuf_4c_, nullptr, l);
+                     dbuf_4c_, cc_, cp_key(l, chunk, micro));
     x = a.res3;
   }
   if (!ch.head) return 0;
@@ -460,16 +519,20 @@ void StageModel::tp_backward(int chunk, int micro, float scale, bool split) {
     const Block g = block_views(unit_grads(l + 1), view_rel_, l);
     const float* x = i == 0 ? s.x : s.layers[i - 1].res3;
     if (split)
-      tp_block_backward_input(tc, d, scr, w, g, s.layers[i], x, s.stash[i], l);
+      tp_block_backward_input(tc, d, scr, w, g, s.layers[i], x, s.stash[i],
+                              cp_key(l, chunk, micro));
     else
-      tp_block_backward(tc, d, scr, w, g, s.layers[i], x, l);
+      tp_block_backward(tc, d, scr, w, g, s.layers[i], x, cp_key(l, chunk, micro));
   }
   if (ch.embed) {
     UnitSpan sp("backward", "embed");
     float* g0 = unit_grads(0);
     const float* dwpe = tp_embedding_backward(tc, d, scr, g0 + view_rel_[0], in.tokens);
     float* gwpe = g0 + view_rel_[1];
-    for (int64_t e = 0; e < int64_t(d.T) * C; ++e) gwpe[e] += dwpe[e];
+    if (cc_)  // rows of this rank's positions
+      cp_add_wpe_grad(gwpe, *cc_, dwpe, d.T, C);
+    else
+      for (int64_t e = 0; e < int64_t(d.T) * C; ++e) gwpe[e] += dwpe[e];
   } else {
     std::memcpy(s.gout, dres_, sizeof(float) * size_t(d.n * C));
   }
@@ -481,7 +544,7 @@ TpDims StageModel::tp_dims_of(int micro) const {
 }
 
 TpScratch StageModel::tp_scratch() const {
-  return {dres_, dbuf_c_, dbuf_4c_, dqkv_, full_a_, full_b_, rep_, nullptr};
+  return {dres_, dbuf_c_, dbuf_4c_, dqkv_, full_a_, full_b_, rep_, cc_};
 }
 
 void StageModel::tp_backward_weight(int chunk, int micro) {

@@ -28,6 +28,15 @@
 // whole (B·T, C) activation. Zero-bubble's split backward runs the tensor-parallel block in
 // two passes (model/tensor/block_split.h): the weight pass all-gathers the norm outputs
 // again under SP instead of keeping their gathered copies.
+//
+// Context parallel (a ContextComm of C > 1 ranks, model/context/context_comm.h): the stage
+// keeps this cp rank's chunks of every sequence (model/context/layout.h): set_inputs takes the
+// micro-batches' local rows (B, T/C), the embedding adds each row's global position, every
+// block's attention runs over the stage's cp group (ring or Ulysses) and the head's loss is the
+// sum over the local rows (the cp ranks' sums add up to the sequence's). So a slot keeps,
+// receives and sends n = B·T/C rows (with tp, its tp share of those), each cp rank to its peer
+// of the next stage. Ulysses keeps a head-sharded output per layer and slot (the key
+// layer + L·slot), so micro-batches in flight never share one.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -66,9 +75,10 @@ class StageModel {
   // block's output gradients of its four linear layers, B·T·(2C + 7C/T) floats per block
   // (9·B·T·C without tp).
   // tp: the tensor-parallel group's communicator (outlives the model), or nullptr.
+  // cp: the context-parallel group's (outlives the model), or nullptr.
   StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks, std::vector<int> slots,
              int max_batch, DType compute = DType::f32, bool split_backward = false,
-             TensorComm* tp = nullptr);
+             TensorComm* tp = nullptr, ContextComm* cp = nullptr);
   ~StageModel();
   StageModel(const StageModel&) = delete;
   StageModel& operator=(const StageModel&) = delete;
@@ -91,10 +101,12 @@ class StageModel {
   void init(uint64_t seed);
   void zero_grads();
 
-  // The step's micro-batches (pointers held until the next call).
-  void set_inputs(std::vector<MicroInput> micro) { inputs_ = std::move(micro); }
+  // The step's micro-batches (pointers held until the next call); under cp, the stage copies
+  // this rank's rows of each (B, T) into (B, T/C) and runs on those.
+  void set_inputs(std::vector<MicroInput> micro);
   int num_inputs() const { return int(inputs_.size()); }
   TensorComm* tensor_comm() const { return tc_; }
+  ContextComm* context_comm() const { return cc_; }
   // Floats of one activation message of micro-batch m: n·C (n = B·T, or its 1/T slice
   // under tensor and sequence parallelism).
   int64_t message_floats(int micro) const;
@@ -134,12 +146,14 @@ class StageModel {
   void tp_backward_weight(int chunk, int micro);
   TpDims tp_dims_of(int micro) const;
   TpScratch tp_scratch() const;
+  int cp_key(int layer, int chunk, int micro) const;  // Ulysses' saved state: per layer and slot
 
   GPTConfig cfg_;
   std::vector<StageChunk> chunks_;
   DType compute_;
   bool split_;
   TensorComm* tc_;
+  ContextComm* cc_;
   TpShard shard_;
   std::vector<int> units_;
   std::vector<int64_t> unit_begin_;  // per global unit: offset in the flat buffers, or -1
@@ -152,6 +166,8 @@ class StageModel {
   float *dres_ = nullptr, *dbuf_c_ = nullptr, *dbuf_4c_ = nullptr, *dqkv_ = nullptr;
   float *full_a_ = nullptr, *full_b_ = nullptr, *rep_ = nullptr, *ce_stats_ = nullptr;  // tp
   std::vector<MicroInput> inputs_;
+  std::vector<int32_t> cp_ids_;  // cp: the local rows of every micro-batch's tokens, targets
+  std::vector<float> cp_weights_;
 };
 
 // Splits L layers into P·V contiguous chunks (virtual stage v gets chunk v), by `split` when

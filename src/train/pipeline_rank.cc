@@ -6,9 +6,12 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "data/dataset.h"
+#include "model/context/context_comm.h"
+#include "model/context/cp_cost.h"
 #include "model/stage.h"
 #include "parallel/pipeline/engine.h"
 #include "parallel/pipeline/executor.h"
+#include "train/context_metrics.h"
 #include "train/metrics.h"
 
 namespace strata::train {
@@ -38,8 +41,9 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
                ": a stage runs every micro-batch's backward before its gradients are final, so "
                "ZeRO 2's per-bucket reduce-scatter and ZeRO 3's per-layer gathers would repeat M "
                "times per step; use --zero 0 or 1 (1 shards the optimizer state over dp)");
-  STRATA_CHECK(d.cp == 1 && d.ep == 1, "--pp with ", d.describe(),
-               ": pipeline stages compose with tensor and data parallelism only so far (--cp 1)");
+  STRATA_CHECK(d.ep == 1, "--pp with ", d.describe(),
+               ": pipeline stages compose with tensor, context and data parallelism only so far "
+               "(--ep 1)");
   STRATA_CHECK(!cfg.model.moe.enabled(), "--pp with --experts ", cfg.model.moe.experts,
                ": pipeline stages hold dense blocks only so far");
 }
@@ -74,21 +78,34 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
   const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   model::StageModel sm(cfg.model, mine, pl::slots_for(sched, stage), b, compute,
-                       sched.split_backward, topo.tp);
+                       sched.split_backward, topo.tp, topo.cp);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
   pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
   // Each stage's F/B/W spans on a track named by its stage: merged, the schedule's diagonal.
   if (tracer().enabled()) tracer().name_thread(cat("compute (pp stage ", stage, ")"));
+  // Under cp each cp rank of the last stage sums its own rows' losses: all of them count.
   topo.counts_loss = mesh.last_stage() && mesh.tp_rank() == 0;
   topo.layout = [&sm] { return sm.tensor_layout(); };
 
+  // Context parallel: the attention bytes this rank sends per step, for its stage's layers
+  // only (the trainer's record counts every layer of the model).
+  int stage_layers = 0;
+  for (const model::StageChunk& ch : mine) stage_layers += ch.end - ch.begin;
+  auto stage_cp_bytes = [&](const data::StepBatch& batch) {
+    int64_t sequences = 0;
+    for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
+    return model::cp_bytes_per_micro(topo.cp->options().mode, d.cp, stage_layers, sequences,
+                                     cfg.train_seq(), cfg.model.dim / d.tp);
+  };
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
   json step_rec;
   EngineFactory f;
   f.model_owns_state = false;
   f.model_max_batch = 0;
   f.samples = false;
-  f.make = [&](model::GPT&, const parallel::OptimConfig& optim, uint64_t seed) {
+  const model::GPT* trainer_model = nullptr;  // carries topo.cp for the cp summary
+  f.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
+    trainer_model = &m;
     return std::unique_ptr<parallel::StepEngine>(
         new pl::StageEngine(sm, mesh, optim, seed, pc.dp.stage));
   };
@@ -113,6 +130,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     step_rec = {{"pp_busy_ms", busy}, {"pp_recv_wait_ms", waits}, {"pp_bubble", bub},
                 {"pp_bubble_mean", mean},
                 {"pp_schedule_ms", ex.last().step_s * 1e3}};
+    if (topo.cp) step_rec["cp_bytes_formula"] = stage_cp_bytes(batch);
     return loss;
   };
   f.forward_sum = [&](const data::StepBatch& batch) {
@@ -120,12 +138,15 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     pl::Executor eval(pl::make_forward_only(P, int(batch.micro.size()), V), stage, &mesh.pp(),
                       grad.get());
     double loss = eval.run(sm, 0);
+    if (mesh.has_cp()) mesh.cp().all_reduce(&loss, 1);  // each cp rank's rows
     mesh.pp().all_reduce(&loss, 1);
     return loss;
   };
   f.step_metrics = [&] { return step_rec; };
   f.summary_extras = [&] {
-    const double mine_s[3] = {double(sm.activation_bytes()), double(sm.num_params()),
+    // Under cp the activations include the cp attention's buffers (Ulysses: its saved outputs).
+    const int64_t acts = sm.activation_bytes() + (topo.cp ? topo.cp->buffer_bytes() : 0);
+    const double mine_s[3] = {double(acts), double(sm.num_params()),
                               double(pl::max_in_flight(sched, stage))};
     std::vector<double> all(size_t(3 * P));
     mesh.pp().all_gather(mine_s, all.data(), 3, DType::f64);
@@ -134,7 +155,11 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     const double measured = median(steady), formula = pl::bubble_formula(sched);
     json stages = json::array();
     std::string text = cat("pipeline: ", pl::schedule_name(o.schedule), ", ", P, " stages",
-                           V > 1 ? cat(" x ", V, " chunks") : "", ", ", A,
+                           V > 1 ? cat(" x ", V, " chunks") : "",
+                           d.cp > 1 ? cat(" of cp ", d.cp, " (each stage message: B x seq/", d.cp,
+                                          " rows)")
+                                    : "",
+                           ", ", A,
                            " micro-batches: bubble ", fmt("%.3f", measured),
                            " measured (median over steps, mean over stages) vs formula ",
                            fmt("%.3f", formula));
@@ -151,12 +176,22 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                   " params, activations ", int64_t(all[size_t(3 * s)]), " B for ",
                   int(all[size_t(3 * s + 2)]), " micro-batches in flight");
     }
-    return json{{"pipeline",
-                 {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"virtual_stages", V},
-                  {"micro_batches", A}, {"bubble_measured", measured},
-                  {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
-                  {"stages", stages}}},
-                {"text", text}};
+    json out{{"pipeline",
+              {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"cp", d.cp},
+               {"virtual_stages", V},
+               {"micro_batches", A}, {"bubble_measured", measured},
+               {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
+               {"stages", stages}}}};
+    if (topo.cp) {  // the attention's balance within this stage's cp group
+      json cp = cp_summary(*trainer_model, mesh.cp());
+      cp["group"] = mesh.cp().name();
+      text += cat("\ncontext parallel: cp ", d.cp, " ", cp["mode"].get<std::string>(), " (",
+                  cp["chunks"].get<std::string>(), "); attention time max/mean over ",
+                  cp["group"].get<std::string>(), " ", cp["attention_max_over_mean"].get<double>());
+      out["context_parallel"] = cp;
+    }
+    out["text"] = text;
+    return out;
   };
   return Trainer(cfg, topo, f).run();
 }

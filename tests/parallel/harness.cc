@@ -193,7 +193,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
 
 RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
   namespace pl = parallel::pipeline;
-  const int world = run.pp * run.dp * run.tp, micro = s.batch / (run.dp * s.accum);
+  const int world = run.pp * run.dp * run.tp * run.cp, micro = s.batch / (run.dp * s.accum);
   STRATA_CHECK(s.batch % (run.dp * s.accum) == 0, "test batch ", s.batch, " does not split");
   const pl::Schedule sched =
       pl::make_schedule(pl::parse_schedule(run.schedule), run.pp, s.accum, run.virt);
@@ -207,14 +207,17 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
     dims.dp = run.dp;
     dims.pp = run.pp;
     dims.tp = run.tp;
+    dims.cp = run.cp;
     parallel::Mesh mesh(pg, dims);
     std::unique_ptr<model::TensorComm> tc;
     if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
+    std::unique_ptr<model::ContextComm> cc;
+    if (mesh.has_cp()) cc = std::make_unique<model::ContextComm>(mesh.cp(), run.cp_opt);
     const int stage = mesh.pp_rank();
     std::vector<model::StageChunk> mine;
     for (int c = 0; c < run.virt; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
     model::StageModel sm(s.model, mine, pl::slots_for(sched, stage), micro, s.compute,
-                         sched.split_backward, tc.get());
+                         sched.split_backward, tc.get(), cc.get());
     pl::StageEngine engine(sm, mesh, s.optim, s.seed, run.zero);
     comm::GroupPtr grad = mesh.has_pp() ? mesh.pp().split(0, mesh.pp().rank(), "pp-grad") : nullptr;
     pl::Executor ex(sched, stage, mesh.has_pp() ? &mesh.pp() : nullptr, grad.get());
@@ -244,7 +247,8 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
   const std::vector<model::ParamView> table = model::build_param_table(s.model);
   std::vector<float> global(size_t(s.model.num_params()), NAN);
   for (int r = 0; r < world; ++r) {
-    if (parallel::Mesh::coord_of({run.tp, run.dp, 1, run.pp}, r).dp != 0) continue;
+    const parallel::MeshCoord at = parallel::Mesh::coord_of({run.tp, run.dp, run.cp, run.pp}, r);
+    if (at.dp != 0 || at.cp != 0) continue;
     for (const TensorPiece& p : layouts[size_t(r)])
       if (p.primary) place_piece(global, table, p, &local[size_t(r)][size_t(p.local_offset)]);
   }

@@ -63,10 +63,13 @@ RunResult run_tensor_parallel(const RunSpec& spec, const TpRun& run, int64_t* tp
 // (model::StageModel; with tp > 1 its tp shard, sequence parallel when sp) running the
 // schedule with its executor; accum micro-batches per step. params are the fp32 weights in
 // the one-process layout, assembled from the stages' (and tp ranks') pieces.
+// With cp > 1 every stage's cp ranks keep their chunks of the sequences (world x cp threads).
 struct PpRun {
   int pp = 2, dp = 1, virt = 1;
   int tp = 1;
   bool sp = true;
+  int cp = 1;
+  model::CpOptions cp_opt;
   int zero = 0;  // 0 or 1
   std::string schedule = "1f1b";
   std::vector<int> split;  // --pp-split; empty: balanced

@@ -7,6 +7,7 @@
 
 #include "harness.h"
 #include "comm/process_group.h"
+#include "model/context/context_comm.h"
 #include "model/stage.h"
 #include "model/tensor/block_split.h"
 #include "model/tensor/collectives.h"
@@ -190,7 +191,8 @@ TEST(Pipeline, ActivationSlotsFollowInFlightCount) {
 
 // A tensor-parallel stage: with sequence parallelism each tp rank keeps, receives and sends
 // its 1/T row slice of the activation; without it the whole activation. Its shard holds the
-// units' local parameters, under the one-process count.
+// units' local parameters, under the one-process count. A context-parallel stage sends its
+// 1/C of the rows.
 TEST(Pipeline, TensorParallelStageSendsItsSlice) {
   const model::GPTConfig cfg = RunSpec().model;
   const model::StageChunk ch{0, 1, true, false};
@@ -208,6 +210,53 @@ TEST(Pipeline, TensorParallelStageSendsItsSlice) {
     EXPECT_EQ(st.wte_range().second - st.wte_range().first,
               (one.wte_range().second - one.wte_range().first) / 2);
   }
+  // A context-parallel stage (cp 2) keeps, receives and sends its B·T/C rows, whole units.
+  model::ContextComm cc(*world[1], {});
+  model::StageModel st(cfg, {ch}, {1}, B, DType::f32, false, nullptr, &cc);
+  st.set_inputs({{tokens.data(), tokens.data(), nullptr, B, T}});
+  EXPECT_EQ(st.message_floats(0), int64_t(B) * T * C / 2);
+  EXPECT_EQ(st.num_params(), one.num_params());
+  EXPECT_LT(st.activation_bytes(), one.activation_bytes());
+}
+
+// Pipeline x context parallel: each stage's cp ranks keep their chunks of every micro-batch
+// and run ring or Ulysses attention over the stage's cp group; zigzag and contiguous chunks,
+// every schedule (zero-bubble's input pass runs the cp attention backward), with tp 2 and
+// with dp 2 under ZeRO 1 (8 ranks): one process's losses and weights.
+TEST(Pipeline, ContextParallelStagesEqualOneProcess) {
+  struct Case {
+    const char* schedule;
+    model::CpMode mode;
+    model::CpChunks chunks;
+    int tp, dp, zero;
+  };
+  using M = model::CpMode;
+  using K = model::CpChunks;
+  for (const Case& c : {Case{"1f1b", M::ring, K::zigzag, 1, 1, 0},
+                        Case{"gpipe", M::ulysses, K::zigzag, 1, 1, 0},
+                        Case{"zb", M::ulysses, K::contiguous, 1, 1, 0},
+                        Case{"zb", M::ring, K::zigzag, 1, 1, 0},
+                        Case{"zb", M::ring, K::zigzag, 2, 1, 0},
+                        Case{"1f1b", M::ulysses, K::zigzag, 1, 2, 1}}) {
+    PpRun run;
+    run.cp = 2;
+    run.cp_opt = {c.mode, c.chunks};
+    run.schedule = c.schedule;
+    run.tp = c.tp;
+    run.dp = c.dp;
+    run.zero = c.zero;
+    SCOPED_TRACE(testing::Message() << "cp 2 " << model::cp_mode_name(c.mode) << " "
+                                    << model::cp_chunks_name(c.chunks) << " tp " << c.tp);
+    RunSpec s = pipeline_spec(4, 4);
+    s.batch = 8 * c.dp;
+    expect_same_as_one_process(s, run);
+  }
+  PpRun run;  // interleaved: Ulysses keeps each layer's output per slot
+  run.cp = 2;
+  run.cp_opt = {model::CpMode::ulysses, model::CpChunks::zigzag};
+  run.virt = 2;
+  run.schedule = "interleaved";
+  expect_same_as_one_process(pipeline_spec(4, 2), run);
 }
 
 }  // namespace

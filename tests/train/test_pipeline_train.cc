@@ -110,11 +110,42 @@ TEST(TrainPipeline, TensorParallelAtThreeAndFourStagesMatchOneProcess) {
                  20);
 }
 
+// Pipeline x context parallel (4 ranks): each stage's cp ranks hold their chunks of every
+// micro-batch, ring and Ulysses, zigzag and contiguous, 1F1B, GPipe and zero-bubble; with tp 2
+// and with dp 2 under ZeRO 1 (8 ranks: the dense gradients and optimizer shards span dp x cp). One process's losses; the
+// attention bytes rank 0 sends equal the formula for its stage's layers.
+TEST(TrainPipeline, ContextParallelStagesMatchOneProcess) {
+  const TrainRun ref = train("--micro-batch 3");
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  for (const char* layout :
+       {"--nproc 4 --pp 2 --cp 2 --schedule 1f1b --micro-batches 4",
+        "--nproc 4 --pp 2 --cp 2 --schedule gpipe --micro-batches 4 --cp-mode ulysses",
+        "--nproc 4 --pp 2 --cp 2 --schedule 1f1b --micro-batches 4 --cp-mode ulysses "
+        "--cp-chunks contiguous",
+        "--nproc 4 --pp 2 --cp 2 --schedule zb --micro-batches 4",
+        "--nproc 4 --pp 2 --cp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4 "
+        "--cp-mode ulysses",
+        "--nproc 8 --pp 2 --cp 2 --tp 2 --schedule 1f1b --micro-batches 4",
+        "--nproc 8 --pp 2 --cp 2 --dp 2 --micro-batches 2 --zero 1"})
+    expect_matches(ref, layout, 20);
+  const TrainRun r = train("--nproc 4 --pp 2 --cp 2 --schedule gpipe --micro-batches 4", 2);
+  ASSERT_EQ(r.cli.status, 0) << r.cli.err;
+  EXPECT_EQ(r.summary["pipeline"]["cp"].get<int>(), 2);
+  EXPECT_EQ(r.summary["context_parallel"]["attention_ms_per_rank"].size(), 2u) << r.summary;
+  EXPECT_EQ(r.summary["context_parallel"]["group"], "cp(pp=0,dp=0,tp=0)") << r.summary;
+  for (const json& rec : r.records)
+    if (rec.contains("cp_bytes")) {
+      EXPECT_GT(rec["cp_bytes"].get<int64_t>(), 0);
+      EXPECT_EQ(rec["cp_bytes"].get<int64_t>(), rec["cp_bytes_formula"].get<int64_t>());
+    }
+}
+
 // bf16 matmuls on fp32 weights: close to fp32 (the data-parallel bf16 test's bound).
 TEST(TrainPipeline, Bf16StaysCloseToFp32) {
   const TrainRun ref = train("--micro-batch 3");
   for (const std::string& layout : {std::string("--nproc 2 --pp 2 --micro-batches 4"),
-                                    std::string("--nproc 4 --pp 2 --tp 2 --micro-batches 4")}) {
+                                    std::string("--nproc 4 --pp 2 --tp 2 --micro-batches 4"),
+                                    std::string("--nproc 4 --pp 2 --cp 2 --micro-batches 4")}) {
     const TrainRun r = train(layout + " --precision bf16");
     ASSERT_EQ(r.cli.status, 0) << layout << ": " << r.cli.err;
     EXPECT_LE(max_abs_diff(ref.losses, r.losses), 1e-2) << layout;
@@ -200,6 +231,14 @@ TEST(TrainPipeline, CheckpointsReshardAcrossPipelineLayouts) {
   expect_resumes("ppck", "--nproc 2 --pp 2 --micro-batches 4", 2, 20,
                  {"--micro-batch 3", "--nproc 4 --pp 4 --micro-batches 4",
                   "--nproc 4 --pp 2 --dp 2 --micro-batches 2 --zero 1"});
+}
+
+// Saved by two stages of cp 2 (their pieces written once over the cp replicas), resumed on
+// one process and at pp 2 x cp 2 x dp 2 (Ulysses, ZeRO 1 shards over dp x cp).
+TEST(TrainPipeline, ContextParallelCheckpointReshards) {
+  expect_resumes("ppcpck", "--nproc 4 --pp 2 --cp 2 --micro-batches 4", 4, 12,
+                 {"--micro-batch 3",
+                  "--nproc 8 --pp 2 --cp 2 --dp 2 --cp-mode ulysses --micro-batches 2 --zero 1"});
 }
 
 TEST(TrainPipeline, TensorParallelCheckpointReshards) {
@@ -308,6 +347,9 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
       {"--nproc 2 --pp 2 --zero 2", "--pp with --zero 2: a stage runs every micro-batch's"},
       {"--nproc 2 --pp 2 --schedule pipedream", "--schedule pipedream is not a schedule"},
       {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},
+      {"--nproc 4 --pp 2 --cp 2 --seq 18", "--seq 18 must be divisible by 2 x --cp = 4"},
+      {"--nproc 4 --pp 2 --ep 2 --experts 4",
+       "pipeline stages compose with tensor, context and data parallelism only so far"},
   };
   for (const auto& [flags, want] : cases) {
     const TrainRun r = train(flags, 2);

@@ -23,28 +23,37 @@ void cp_take_inputs(GPT::Impl& im, const ContextComm& cc, const int32_t* tokens,
   im.T = L.local_len();
 }
 
-// The sequence length is the local one times the group's size.
-void cp_embed_forward(GPT::Impl& im, const ContextComm& cc, const float* wte, const float* wpe,
-                      int C) {
-  const SeqLayout L = cc.layout(im.T * cc.size());
+void cp_encoder_forward(const ContextComm& cc, float* out, const int32_t* tokens,
+                        const float* wte, const float* wpe, int B, int Tl, int C) {
+  const SeqLayout L = cc.layout(Tl * cc.size());
   const int S = L.chunk_len();
-  for (int b = 0; b < im.B; ++b)
+  for (int b = 0; b < B; ++b)
     for (int c = 0; c < L.chunks_per_rank(); ++c) {
-      const int64_t row = int64_t(b) * im.T + int64_t(c) * S;
-      kernels::encoder_forward(im.encoded + row * C, im.tokens + row, wte,
+      const int64_t row = int64_t(b) * Tl + int64_t(c) * S;
+      kernels::encoder_forward(out + row * C, tokens + row, wte,
                                wpe + int64_t(L.chunk_id(cc.rank(), c)) * S * C, 1, S, C);
     }
 }
 
-void cp_embed_backward(GPT::Impl& im, const ContextComm& cc, float* dwte, float* dwpe, int C) {
-  const SeqLayout L = cc.layout(im.T * cc.size());
+void cp_encoder_backward(const ContextComm& cc, float* dwte, float* dwpe, const float* dout,
+                         const int32_t* tokens, int B, int Tl, int C) {
+  const SeqLayout L = cc.layout(Tl * cc.size());
   const int S = L.chunk_len();
-  for (int b = 0; b < im.B; ++b)
+  for (int b = 0; b < B; ++b)
     for (int c = 0; c < L.chunks_per_rank(); ++c) {
-      const int64_t row = int64_t(b) * im.T + int64_t(c) * S;
+      const int64_t row = int64_t(b) * Tl + int64_t(c) * S;
       kernels::encoder_backward(dwte, dwpe + int64_t(L.chunk_id(cc.rank(), c)) * S * C,
-                                im.dres + row * C, im.tokens + row, 1, S, C);
+                                dout + row * C, tokens + row, 1, S, C);
     }
+}
+
+void cp_embed_forward(GPT::Impl& im, const ContextComm& cc, const float* wte, const float* wpe,
+                      int C) {
+  cp_encoder_forward(cc, im.encoded, im.tokens, wte, wpe, im.B, im.T, C);
+}
+
+void cp_embed_backward(GPT::Impl& im, const ContextComm& cc, float* dwte, float* dwpe, int C) {
+  cp_encoder_backward(cc, dwte, dwpe, im.dres, im.tokens, im.B, im.T, C);
 }
 
 const float* cp_local_wpe(float* local, const ContextComm& cc, const float* wpe, int Tl, int C) {

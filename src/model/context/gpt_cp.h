@@ -13,6 +13,12 @@ namespace strata::model {
 // im.tokens, im.targets, im.weights (B, Tl) <- this rank's rows of (B, T); im.T = Tl.
 void cp_take_inputs(GPT::Impl& im, const ContextComm& cc, const int32_t* tokens,
                     const int32_t* targets, const float* weights, int B, int T);
+// out (B, Tl, C) = wte[tokens] + wpe[global position] for this rank's local rows of tokens
+// (B, Tl); the backward adds (+=) dwte, dwpe from dout (B, Tl, C).
+void cp_encoder_forward(const ContextComm& cc, float* out, const int32_t* tokens,
+                        const float* wte, const float* wpe, int B, int Tl, int C);
+void cp_encoder_backward(const ContextComm& cc, float* dwte, float* dwpe, const float* dout,
+                         const int32_t* tokens, int B, int Tl, int C);
 // encoded (B, Tl, C) = wte[tokens] + wpe[global position] for the local rows.
 void cp_embed_forward(GPT::Impl& im, const ContextComm& cc, const float* wte, const float* wpe,
                       int C);

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "model/context/gpt_cp.h"
 #include "model/tensor/linear.h"
 
 namespace strata::model {
@@ -17,8 +18,6 @@ void tp_block_backward_input(TensorComm& tc, const TpDims& d, const TpScratch& i
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
-  STRATA_CHECK(!im.cp, "the split backward of layer ", layer,
-               " runs without context parallelism (--pp refuses --cp)");
   float* rep = im.rep;  // ln1 w, b | proj b | ln2 w, b | fc proj b of this micro-batch
   std::memset(rep, 0, sizeof(float) * 6 * C);
   tn::row_backward_input(tc, h, st.dfch, rep + 5 * C, im.dres, w.fcprojw, st.d3, N, 4 * Cl, C);
@@ -28,7 +27,11 @@ void tp_block_backward_input(TensorComm& tc, const TpDims& d, const TpScratch& i
                         a.ln2_rstd, n, C);
   float* datty = im.dbuf_4c;  // (N, Cl)
   tn::row_backward_input(tc, h, datty, rep + 2 * C, im.dres, w.projw, st.d2, N, Cl, C);
-  attention_grad(st.dqkv, datty, a, d.B, d.T, Cl, d.NHl);
+  if (im.cp)  // context parallel: over the cp group (layer is its key)
+    attention_backward(im.cp, layer, st.dqkv, datty, a.qkv, a.atty, a.att_lse, d.B, d.T, Cl,
+                       d.NHl, h);
+  else
+    attention_grad(st.dqkv, datty, a, d.B, d.T, Cl, d.NHl);
   tn::column_backward_input(tc, h, im.dbuf_c, st.dqkv, w.qkvw, im.full_b, N, C, 3 * Cl);
   k::layernorm_backward(im.dres, rep, rep + C, im.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
   tp_add_replicated(tc, rep, g, C);

@@ -37,7 +37,8 @@ struct BlockStash {
 inline int64_t block_stash_floats(int64_t N, int64_t C, int64_t Cl) { return N * (2 * C + 7 * Cl); }
 
 // s.dres (n, C): d loss / d res3 on entry, d loss / d x on exit; g += the norms' and the
-// row-parallel biases' gradients; st filled. No context parallelism (s.cp null).
+// row-parallel biases' gradients; st filled. With s.cp the attention's backward runs over the
+// cp group (layer: the key its forward used).
 void tp_block_backward_input(TensorComm& tc, const TpDims& d, const TpScratch& s, const Block& w,
                              const Block& g, const LayerActs& a, const float* x,
                              const BlockStash& st, int layer);

@@ -14,9 +14,9 @@ StageEngine::StageEngine(model::StageModel& model, Mesh& mesh, const OptimConfig
     : model_(model), mesh_(mesh), optim_(optim), zero_(zero) {
   STRATA_CHECK(zero == 0 || zero == 1, "--pp with --zero ", zero,
                ": the stage engine runs ZeRO 0 or 1");
-  const int64_t psi = model.num_params(), D = zero == 1 ? mesh.dims().dp : 1;
+  const int64_t psi = model.num_params(), D = zero == 1 ? replicas() : 1;
   for (int64_t r = 0; r < D; ++r) counts_.push_back(size_t(psi * (r + 1) / D - psi * r / D));
-  const int64_t d = zero == 1 ? mesh.dp_rank() : 0;
+  const int64_t d = zero == 1 ? mesh.dp_cp_index() : 0;
   begin_ = psi * d / D;
   end_ = psi * (d + 1) / D;
   const size_t share = sizeof(float) * size_t(end_ - begin_);
@@ -37,17 +37,17 @@ void StageEngine::end_backward() {
     STRATA_CHECK(e > b, "pipeline: rank in the embed group holds no wte");
     mesh_.embed().all_reduce(model_.grads() + b, size_t(e - b));
   }
-  if (mesh_.dims().dp == 1) return;
+  if (replicas() == 1) return;
   if (zero_ == 1)
-    mesh_.dp().reduce_scatter_v(model_.grads(), share_grads_.data(), counts_, DType::f32,
+    mesh_.dp_cp().reduce_scatter_v(model_.grads(), share_grads_.data(), counts_, DType::f32,
                                 comm::ReduceOp::sum);
   else
-    mesh_.dp().all_reduce(model_.grads(), size_t(model_.num_params()));
+    mesh_.dp_cp().all_reduce(model_.grads(), size_t(model_.num_params()));
 }
 
 float StageEngine::step(float lr) {
   // The gradients of [begin_, end_), indexed from begin_.
-  const float* g = zero_ == 1 && mesh_.dims().dp > 1 ? share_grads_.as<float>() : model_.grads() + begin_;
+  const float* g = zero_ == 1 && replicas() > 1 ? share_grads_.as<float>() : model_.grads() + begin_;
   // Each view counts once over the mesh: unit 0 on the stage that runs the embedding (a last
   // stage's copy is left out), a tp-replicated view on tp rank 0.
   double sum_sq = 0;
@@ -56,7 +56,7 @@ float StageEngine::step(float lr) {
     const int64_t lo = std::max(v.offset, begin_), hi = std::min(v.offset + numel(v.shape), end_);
     if (hi > lo) sum_sq += kernels::sum_squares(g + (lo - begin_), hi - lo);
   }
-  if (zero_ == 1 && mesh_.dims().dp > 1) mesh_.dp().all_reduce(&sum_sq, 1);
+  if (zero_ == 1 && replicas() > 1) mesh_.dp_cp().all_reduce(&sum_sq, 1);
   if (mesh_.has_tp()) mesh_.tp().all_reduce(&sum_sq, 1);
   if (mesh_.has_pp()) mesh_.pp().all_reduce(&sum_sq, 1);
   const kernels::AdamWStep s =
@@ -65,15 +65,15 @@ float StageEngine::step(float lr) {
     kernels::adamw_update(model_.params() + sp.begin, g + (sp.begin - begin_),
                           m_.as<float>() + (sp.begin - begin_), v_.as<float>() + (sp.begin - begin_),
                           sp.end - sp.begin, sp.decay, s);
-  if (zero_ == 1 && mesh_.dims().dp > 1)
-    mesh_.dp().all_gather_v(model_.params() + begin_, model_.params(), counts_, DType::f32);
+  if (zero_ == 1 && replicas() > 1)
+    mesh_.dp_cp().all_gather_v(model_.params() + begin_, model_.params(), counts_, DType::f32);
   return float(std::sqrt(sum_sq));
 }
 
 std::vector<StateShard> StageEngine::state_shards() {
-  // Every dp replica of the stage holds all its parameters and writes its 1/D share; the
+  // Every dp·cp replica of the stage holds all its parameters and writes its 1/D share; the
   // moments are the share itself under ZeRO 1.
-  const int64_t psi = model_.num_params(), D = mesh_.dims().dp, d = mesh_.dp_rank();
+  const int64_t psi = model_.num_params(), D = replicas(), d = mesh_.dp_cp_index();
   const int64_t wb = psi * d / D, we = psi * (d + 1) / D;
   return {{"params", DType::f32, 0, psi, wb, we, model_.params()},
           {"exp_avg", DType::f32, begin_, end_, wb, we, m_.data()},

@@ -3,9 +3,10 @@
 //
 //   end_backward  the tied wte gradient all-reduced (sum) over the embed group (first and
 //                 last stage: the embedding's and the logits' contributions, Megatron's
-//                 approach), then every gradient all-reduced over the data-parallel group
-//                 (ZeRO 0: the trainer's loss scale makes the sum the global mean), or
-//                 reduce-scattered into each dp rank's 1/D share (ZeRO 1)
+//                 approach), then every gradient all-reduced over the dp·cp group (the
+//                 replicas of the stage: cp ranks hold the same parameters, each the gradient
+//                 of its rows; ZeRO 0: the trainer's loss scale makes the sum the global mean),
+//                 or reduce-scattered into each dp·cp rank's 1/D share (ZeRO 1, D = dp·cp)
 //   step          the global gradient norm: squares summed on each stage (wte counted on the
 //                 first stage only, tp-replicated views on tp rank 0 only; under ZeRO 1 over
 //                 the share, added over dp) and all-reduced over the tp and pp groups; clip, AdamW (ZeRO 1: on the share, whose
@@ -38,6 +39,8 @@ class StageEngine final : public StepEngine {
   std::vector<StateShard> state_shards() override;
   void state_loaded(int64_t step_count) override;
   int zero_stage() const override { return zero_; }
+  // Ranks holding this stage's parameters: dp · cp.
+  int replicas() const { return mesh_.dims().dp * mesh_.dims().cp; }
 
  private:
   model::StageModel& model_;
