@@ -25,7 +25,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
+#include "comm/process_group.h"
 #include "core/error.h"
 #include "core/phase.h"
 #include "core/rng.h"
@@ -47,7 +49,7 @@ using tensor::linear_backward;
 using tensor::linear_forward;
 
 GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp, DType compute,
-         ContextComm* cp)
+         ContextComm* cp, comm::ProcessGroup* ep)
     : cfg_(cfg), tp_(tp), max_batch_(max_batch), compute_(compute), impl_(new Impl) {
   cfg_.validate();
   STRATA_CHECK(compute == DType::f32 || compute == DType::bf16, "model compute dtype ",
@@ -61,12 +63,15 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   if (cp && cp->size() > 1) cp_ = cp;  // one rank: no context parallelism
   impl_->cp = cp_;
   impl_->bf16 = compute_ == DType::bf16;
-  table_ = build_param_table(cfg_, shard_);
+  STRATA_CHECK(!ep || ep->size() == 1 || cfg_.moe.enabled(), "expert parallelism needs --experts");
+  if (ep && ep->size() > 1) experts_ = {ep->size(), ep->rank()};
+  impl_->experts = experts_;
+  table_ = build_param_table(cfg_, shard_, experts_);
   num_params_ = table_.back().offset + numel(table_.back().shape);
   for (size_t i = 0; i < table_.size(); ++i)
     if (table_[i].unit >= 1 && (i == 0 || table_[i - 1].unit != table_[i].unit))
       impl_->view0.push_back(int(i));
-  STRATA_CHECK(num_params_ == local_num_params(cfg_, shard_),
+  STRATA_CHECK(num_params_ == local_num_params(cfg_, shard_, experts_),
                "internal: parameter table does not cover the flat buffer");
   if (allocate_state) {
     params_ = Buffer(MemCategory::parameters, sizeof(float) * num_params_);
@@ -78,8 +83,10 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
     if (allocate_state) bind_unit(u, params() + unit_range(u).first, grads() + unit_range(u).first);
   }
   for (const ParamView& v : table_) impl_->view_rel.push_back(v.offset - unit_range(v.unit).first);
-  if (cfg_.moe.enabled())
+  if (cfg_.moe.enabled()) {
     impl_->moe = std::make_shared<expert::MoE>(cfg_.moe, cfg_.layers, cfg_.dim);
+    if (experts_.size > 1) impl_->moe->set_group(ep);
+  }
 
   ActShape a;
   const int cp_size = cp_ ? cp_->size() : 1;  // a cp rank keeps 1/C of each sequence
@@ -103,13 +110,13 @@ GPT::~GPT() { delete impl_; }
 std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
   STRATA_CHECK(unit >= 0 && unit < num_units(), "unit ", unit, " out of range [0, ", num_units(),
                ")");
-  // Views are in unit order: unit 0 is views [0, 2), block l views [view0[l], view0[l + 1])
-  // (12 for a dense block, 9 + 4E for an MoE block), the final norm the last two.
+  // Views are in unit order: unit 0 is views [0, 2), unit u >= 1 views [view0[u-1], view0[u])
+  // (12 for a dense block, 9 for an MoE block, 2 for the final norm, 4 per held expert for an
+  // expert unit), the last unit's up to the end of the table.
   const std::vector<int>& v0 = impl_->view0;
   const size_t first = unit == 0 ? 0 : size_t(v0[size_t(unit - 1)]);
-  const size_t last = unit == 0 ? size_t(v0[0]) - 1
-                      : unit <= cfg_.layers ? size_t(v0[size_t(unit)]) - 1
-                                            : table_.size() - 1;
+  const size_t last =
+      size_t(unit) < v0.size() ? size_t(v0[size_t(unit)]) - 1 : table_.size() - 1;
   return {table_[first].offset, table_[last].offset + numel(table_[last].shape)};
 }
 
@@ -117,7 +124,7 @@ int64_t GPT::activation_bytes() const {
   return int64_t(impl_->acts_buf.bytes() + impl_->input_buf.bytes());
 }
 
-TensorLayout GPT::tensor_layout() const { return model::tensor_layout(cfg_, shard_); }
+TensorLayout GPT::tensor_layout() const { return model::tensor_layout(cfg_, shard_, experts_); }
 
 void GPT::set_hooks(UnitHooks hooks) { impl_->hooks = std::move(hooks); }
 
@@ -138,15 +145,28 @@ expert::MoE* GPT::moe() const { return impl_->moe.get(); }
 
 void GPT::set_expert_group(comm::ProcessGroup* ep) {
   STRATA_CHECK(impl_->moe || !ep || ep->size() == 1, "expert parallelism needs --experts");
+  const int P = ep ? ep->size() : 1;
+  STRATA_CHECK(P == experts_.size && (P == 1 || ep->rank() == experts_.rank),
+               "set_expert_group: the model holds the experts of rank ", experts_.rank, " of an ",
+               "expert-parallel group of ", experts_.size, ", not of rank ", ep ? ep->rank() : 0,
+               " of ", P, " (build the model with that group)");
   if (impl_->moe) impl_->moe->set_group(ep);
 }
 
 void GPT::init(uint64_t seed) {
   if (impl_->moe) impl_->moe->set_seed(seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
-  const std::vector<ShardedView> sharded = build_sharded_table(cfg_, shard_);
+  const std::vector<ShardedView> sharded = build_sharded_table(cfg_, shard_, experts_);
+  // Random streams are numbered by the view's index in the table of a rank holding every
+  // expert, so an expert's values do not depend on the expert-parallel layout.
+  std::map<std::string, uint64_t> stream;
+  if (experts_.size > 1) {
+    const std::vector<ParamView> all = build_param_table(cfg_, shard_);
+    for (size_t i = 0; i < all.size(); ++i) stream[all[i].name] = i;
+  }
   for (size_t i = 0; i < sharded.size(); ++i) {
     const ParamView& v = sharded[i].view;
+    const uint64_t si = experts_.size > 1 ? stream.at(v.name) : uint64_t(i);
     float* base = impl_->unit_params[v.unit];
     STRATA_CHECK(base, "init: unit ", v.unit, " has no parameter memory bound");
     base -= unit_range(v.unit).first;  // indexed by flat offset from here on
@@ -181,7 +201,7 @@ void GPT::init(uint64_t seed) {
           p[q] = 0.0f;
           continue;
         }
-        const auto w = philox4x32(seed, i, uint64_t(e / 2));
+        const auto w = philox4x32(seed, si, uint64_t(e / 2));
         const int j = int(e % 2) * 2;
         const double u1 = (double(w[j]) + 1.0) / 4294967296.0;
         const double u2 = double(w[j + 1]) / 4294967296.0;
@@ -289,6 +309,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, i
     } else if (moe) {  // no tokens here, but this rank's experts may get some
       moe_block_forward(*moe, nullptr, nullptr, nullptr, 0, im.bf16);
     }
+    moe_block_done(im, moe.get(), Pass::forward);
     im.after(l + 1, Pass::forward);
   }
   phase.set_layer(-1);
@@ -396,6 +417,7 @@ void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T, float sca
     } else if (moe) {  // this rank's experts may have received tokens
       moe_block_backward(*moe, nullptr, nullptr, im.bf16);
     }
+    moe_block_done(im, moe.get(), Pass::backward);
     im.after(l + 1, Pass::backward);
   }
   ph.set_layer(-1);

@@ -83,13 +83,17 @@ class TableBuilder {
 
 }  // namespace
 
-std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
+std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, ExpertShard x) {
   STRATA_CHECK(s.size >= 1 && s.rank >= 0 && s.rank < s.size, "tensor-parallel rank ", s.rank,
                " of ", s.size, " is not a valid position");
   STRATA_CHECK(cfg.heads % s.size == 0, "--tp ", s.size, " does not divide the model's ",
                cfg.heads, " attention heads");
   STRATA_CHECK(!cfg.moe.enabled() || s.size == 1, "--experts with --tp ", s.size,
                ": Mixture-of-Experts blocks are not tensor parallel (use --tp 1)");
+  const int E = cfg.moe.experts;
+  STRATA_CHECK(x.size >= 1 && x.rank >= 0 && x.rank < x.size && (E == 0 || E % x.size == 0),
+               "expert-parallel rank ", x.rank, " of ", x.size, " cannot hold E/ep of ", E,
+               " experts (--ep must divide --experts)");
   TableBuilder t(s);
   const int64_t C = cfg.dim;
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
@@ -106,15 +110,8 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
     t.whole(p + "attn.c_proj.bias", {C}, u, false, true);
     t.whole(p + "ln_2.weight", {C}, u, false, true);
     t.whole(p + "ln_2.bias", {C}, u, false, true);
-    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: router, then each expert's MLP
-      t.whole(p + "mlp.router.weight", {cfg.moe.experts, C}, u, true, false);
-      for (int e = 0; e < cfg.moe.experts; ++e) {
-        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        t.whole(x + "c_fc.weight", {4 * C, C}, u, true, false);
-        t.whole(x + "c_fc.bias", {4 * C}, u, false, false);
-        t.whole(x + "c_proj.weight", {C, 4 * C}, u, true, false);
-        t.whole(x + "c_proj.bias", {C}, u, false, false);
-      }
+    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: the router here, experts below
+      t.whole(p + "mlp.router.weight", {E, C}, u, true, false);
       continue;
     }
     t.column(p + "mlp.c_fc.weight", {4 * C, C}, u, true, 1);
@@ -124,12 +121,27 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
   }
   t.whole("ln_f.weight", {C}, cfg.layers + 1, false, true);
   t.whole("ln_f.bias", {C}, cfg.layers + 1, false, true);
+  // Expert units, one per MoE block: this rank's experts [rank·E/P, (rank+1)·E/P).
+  int u = cfg.layers + 2;
+  for (int l = 0; l < cfg.layers; ++l) {
+    if (!cfg.moe.is_moe_layer(l)) continue;
+    const std::string p = "h." + std::to_string(l) + ".mlp.experts.";
+    const int per = E / x.size;
+    for (int e = x.rank * per; e < (x.rank + 1) * per; ++e) {
+      const std::string n = p + std::to_string(e) + ".";
+      t.whole(n + "c_fc.weight", {4 * C, C}, u, true, false);
+      t.whole(n + "c_fc.bias", {4 * C}, u, false, false);
+      t.whole(n + "c_proj.weight", {C, 4 * C}, u, true, false);
+      t.whole(n + "c_proj.bias", {C}, u, false, false);
+    }
+    ++u;
+  }
   return std::move(t.out);
 }
 
-TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s) {
+TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s, ExpertShard x) {
   TensorLayout out;
-  for (ShardedView& v : build_sharded_table(cfg, s))
+  for (ShardedView& v : build_sharded_table(cfg, s, x))
     for (TensorPiece& p : v.pieces) out.push_back(std::move(p));
   return out;
 }
@@ -138,9 +150,18 @@ model::TpModel tp_model(const GPTConfig& cfg) {
   return {cfg.layers, cfg.dim, cfg.heads, cfg.seq, cfg.vocab, cfg.padded_vocab};
 }
 
-int64_t local_num_params(const GPTConfig& cfg, TpShard s) {
-  if (cfg.moe.enabled() && s.size == 1) return cfg.num_params();
+int64_t local_num_params(const GPTConfig& cfg, TpShard s, ExpertShard x) {
+  if (cfg.moe.enabled() && s.size == 1)
+    return cfg.num_params() - expert_params(cfg, 1) + expert_params(cfg, x.size);
   return model::tp_local_params(tp_model(cfg), s.size, s.rank);
+}
+
+int64_t expert_params(const GPTConfig& cfg, int ep) {
+  if (!cfg.moe.enabled()) return 0;
+  STRATA_CHECK(ep >= 1 && cfg.moe.experts % ep == 0, "--experts ", cfg.moe.experts,
+               " is not divisible by --ep ", ep);
+  const int64_t C = cfg.dim;
+  return int64_t(cfg.moe.moe_layers(cfg.layers)) * (cfg.moe.experts / ep) * (8 * C * C + 5 * C);
 }
 
 }  // namespace strata::model

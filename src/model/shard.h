@@ -41,15 +41,23 @@ struct ShardedView {
   ParamView view;
   std::vector<TensorPiece> pieces;  // local_offset relative to the flat buffer
 };
-std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s);
+// With an ExpertShard the expert units hold that rank's experts only (whole tensors under
+// their global names).
+std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s,
+                                             ExpertShard x = {});
 
 // Every piece of the rank's flat buffer in local_offset order (core/tensor_layout.h).
-TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s);
+TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s, ExpertShard x = {});
 
 // The model's shape for the tensor-parallel cost model (model/tensor/tp_cost.h).
 model::TpModel tp_model(const GPTConfig& cfg);
 
-// Elements a tp rank holds (the local Ψ).
-int64_t local_num_params(const GPTConfig& cfg, TpShard s);
+// Elements a tp rank holds (the local Ψ); with an ExpertShard, an ep rank.
+int64_t local_num_params(const GPTConfig& cfg, TpShard s, ExpertShard x = {});
+
+// Elements of the expert units of one rank of an expert-parallel group of `ep` ranks (the
+// expert region of the flat space): MoE blocks x E/ep x (8C² + 5C). The dense region is
+// the rest of local_num_params.
+int64_t expert_params(const GPTConfig& cfg, int ep);
 
 }  // namespace strata::model

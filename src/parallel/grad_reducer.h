@@ -36,11 +36,11 @@
 
 namespace strata::parallel {
 
-class DataParallelEngine;
+struct Region;  // parallel/region.h
 
 class GradReducer {
  public:
-  explicit GradReducer(DataParallelEngine& engine);
+  explicit GradReducer(Region& region);
   void begin_step();
   void begin_micro(int micro, int num_micro);
   // Where unit u's working-dtype gradients accumulate in this micro-batch. Stages 2-3: a
@@ -67,7 +67,7 @@ class GradReducer {
   void complete(int bucket);
   void finish_micro_launches();
 
-  DataParallelEngine& e_;
+  Region& r_;
   std::vector<int> bucket_of_unit_;
   std::vector<int> pending_;    // units of each bucket not yet done this micro-batch
   std::vector<bool> launched_;  // collective issued and not yet completed

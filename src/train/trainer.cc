@@ -264,7 +264,8 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
 
   model = std::make_unique<model::GPT>(cfg.model,
                                         factory.model_max_batch >= 0 ? factory.model_max_batch : b,
-                                        factory.model_owns_state, topo.tp, factory.compute, topo.cp);
+                                        factory.model_owns_state, topo.tp, factory.compute, topo.cp,
+                                        topo.ep);
   check_activation_budget(cfg.max_activation_mb, *model, b, T);  // train/context_metrics.h
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);

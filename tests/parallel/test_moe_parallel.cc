@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "model/expert/moe.h"
 #include "model/expert/moe_cost.h"
+#include "model/shard.h"
 #include "parallel/zero_memory.h"
 
 namespace strata::ptest {
@@ -116,21 +117,68 @@ INSTANTIATE_TEST_SUITE_P(Ci, ExpertParallel, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return name(info.param); });
 
 // The planner's figures (model/expert/moe_cost.h, parallel/zero_memory.h) are what the
-// engine holds and what the dispatch sends: model states per rank, and all-to-all bytes
-// (dropless: every assignment travels; summed over all ranks and steps).
+// engine holds and what the dispatch sends: model states per rank (dense parameters over the
+// 4 data-parallel ranks, the rank's E/ep experts over the 4/ep ranks holding them), gradient
+// reduce bytes per step, and all-to-all bytes (dropless: every assignment travels; summed
+// over all ranks and steps).
 TEST(ExpertParallelPlan, ModelStatesAndAllToAllBytesEqualTheFormulas) {
   for (int ep : {2, 4}) {
     for (int stage : {0, 3}) {
       Case c{ep, true, stage};
       const RunSpec s = spec(c);
       const RunResult got = run_case(c);
-      const auto want = parallel::zero_model_state_bytes(s.model.num_params(), kDp, stage,
-                                                         Precision::fp32);
+      const int64_t experts = model::expert_params(s.model, ep);
+      const int64_t dense = s.model.num_params() - model::expert_params(s.model, 1);
+      const auto want =
+          parallel::moe_model_state_bytes(dense, kDp, experts, kDp / ep, stage, Precision::fp32);
       EXPECT_EQ(got.memory.model_states(), want.total()) << name(c);
+      EXPECT_EQ(got.expert_grad_reduce_bytes,
+                parallel::grad_reduce_bytes_per_step(experts, stage, 1, Precision::fp32))
+          << name(c);
+      EXPECT_EQ(got.grad_reduce_bytes,
+                parallel::grad_reduce_bytes_per_step(dense + experts, stage, 1, Precision::fp32))
+          << name(c);
       const int64_t tokens = int64_t(s.batch / kDp) * s.T;  // per rank and micro-batch
       const int64_t per_group = model::expert::ep_group_bytes_per_micro(
           s.model.moe, s.model.layers, s.model.dim, ep, tokens);
       EXPECT_EQ(got.ep_bytes, int64_t(s.steps) * (kDp / ep) * per_group) << name(c);
+    }
+  }
+}
+
+// Expert parallelism partitions expert state: per-rank model states at ep 2 and 4 are below
+// ep 1's by exactly the formula's difference (ZeRO 1 and 2, fp32 and bf16), and so are the
+// gradient reduce bytes (every rank holds and reduces E/ep experts instead of E).
+TEST(ExpertParallelPlan, ModelStatesShrinkWithEpByTheFormula) {
+  for (const auto& [stage, p] : {std::pair{1, Precision::fp32}, std::pair{2, Precision::bf16}}) {
+    std::map<int, RunResult> got;
+    for (int ep : {1, 2, 4}) {
+      Case c{ep, true, stage, p};
+      RunSpec s = spec(c);
+      s.steps = 2;
+      TpRun run;
+      run.dp = kDp;
+      run.ep = ep;
+      run.opts.stage = stage;
+      run.opts.precision = p;
+      run.opts.bucket_mb = 0.02;
+      got[ep] = run_tensor_parallel(s, run);
+    }
+    const model::GPTConfig m = spec({1, true, stage, p}).model;
+    const int64_t dense = m.num_params() - model::expert_params(m, 1);
+    auto states = [&](int ep) {
+      return parallel::moe_model_state_bytes(dense, kDp, model::expert_params(m, ep), kDp / ep,
+                                             stage, p)
+          .total();
+    };
+    for (int ep : {2, 4}) {
+      const int64_t saved = got[1].memory.model_states() - got[ep].memory.model_states();
+      EXPECT_GT(saved, 0) << "ep " << ep;
+      EXPECT_EQ(saved, states(1) - states(ep)) << "ep " << ep << " zero " << stage;
+      EXPECT_EQ(got[ep].memory.model_states(), states(ep)) << "ep " << ep;
+      const int64_t moved = got[1].grad_reduce_bytes - got[ep].grad_reduce_bytes;
+      const int64_t x1 = model::expert_params(m, 1), xe = model::expert_params(m, ep);
+      EXPECT_EQ(moved, parallel::grad_reduce_bytes_per_step(x1 - xe, stage, 1, p)) << "ep " << ep;
     }
   }
 }

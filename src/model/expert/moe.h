@@ -8,12 +8,12 @@
 //   backward: dO(t, k) = g[t][k] · dout[t] and dg[t][k] = <dout[t], O(t, k)> go to the
 //             owners; experts backward; dX rows come back and add into dx; the router's
 //             gradient (gates, aux and z terms) adds dlogits W_r into dx.
-// Parameters of a block (model table order after ln_2): mlp.router.weight (E, C), then for
-// each expert e: mlp.experts.e.c_fc.weight (4C, C), .c_fc.bias (4C), .c_proj.weight
-// (C, 4C), .c_proj.bias (C). Every rank holds every expert's parameters (so ZeRO, bf16 and
-// checkpoints treat them as any other view); under expert parallelism a rank computes, and
-// accumulates gradients for, its own experts only, and the sum over the data-parallel group
-// is then every expert's gradient over the whole batch.
+// Parameters of a block: mlp.router.weight (E, C) in the block's unit (after ln_2), and in
+// the block's expert unit (model/gpt.h), for each expert e this rank holds:
+// mlp.experts.e.c_fc.weight (4C, C), .c_fc.bias (4C), .c_proj.weight (C, 4C), .c_proj.bias
+// (C). Under expert parallelism a rank holds, computes and accumulates gradients for its own
+// experts only (MoEWeights has all E slots; the others are empty), and the data-parallel
+// engine reduces them over the ranks holding the same experts (parallel/region.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -43,7 +43,8 @@ class GrowBuf {
   Buffer buf_;
 };
 
-// Pointers to one MoE block's router and its experts' views (all E, global ids).
+// Pointers to one MoE block's router and its experts' views (all E, global ids; the experts
+// this rank does not hold are empty).
 struct MoEWeights {
   float* router = nullptr;  // (E, C)
   std::vector<ExpertViews> experts;
