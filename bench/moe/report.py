@@ -32,17 +32,19 @@ def states(name):
     x = j.get("experts", {})
     return (j["engine_memory"]["model_states"], j["model_states_formula"]["total"],
             j["parallel"]["grad_reduce_bytes_per_step"], x.get("expert_model_states", 0),
-            x.get("grad_reduce_bytes_experts", 0))
+            x.get("grad_reduce_bytes_experts", 0), j.get("memory", {}).get("total", {}).get("peak", 0))
 
 
 if not os.path.exists(f"{out}/ep1_1.json"):
     sys.exit(0)
 for n in ("ep1", "ep2"):
-    st, formula, red, xst, xred = states(n)
+    st, formula, red, xst, xred, peak = states(n)
     print(f"{n}: rank 0 model states {st} B = {st / 2**20:.2f} MiB (formula {formula} B; experts "
-          f"{xst} B), gradient reduce bytes per step {red} = {red / 2**20:.2f} MiB (experts {xred})")
+          f"{xst} B), gradient reduce bytes per step {red} = {red / 2**20:.2f} MiB (experts {xred}), "
+          f"peak memory {peak / 2**20:.1f} MiB")
 a, b = states("ep1"), states("ep2")
-print(f"ep 2 / ep 1: model states {b[0] / a[0]:.3f}x, gradient reduce bytes {b[2] / a[2]:.3f}x")
+print(f"ep 2 / ep 1: model states {b[0] / a[0]:.3f}x, gradient reduce bytes {b[2] / a[2]:.3f}x, "
+      f"peak memory {b[5] / a[5]:.3f}x")
 tps = {n: med(n, "median_tokens_per_s") for n in ("ep1", "ep2", "one")}
 share = {n: statistics.median(a2a_share(f"{out}/{n}_{r}") for r in range(1, repeats + 1))
          for n in ("ep1", "ep2")}

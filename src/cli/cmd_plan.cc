@@ -184,7 +184,9 @@ void run_local(const Flags& f, const CLI::App& app) {
                                         : model::tp_local_params(m, tp, r);
     const ModelStateBytes st =
         moe_model_state_bytes(psi - experts, dp * cp, experts, dp * cp / ep, stage, p);
-    const int64_t reduce = grad_reduce_bytes_per_step(psi, stage, f.accum, p);
+    const int64_t reduce =
+        grad_reduce_bytes_per_step(psi - experts, dp * cp, stage, f.accum, p) +
+        grad_reduce_bytes_per_step(experts, dp * cp / ep, stage, f.accum, p);
     const int64_t acts =
         cp > 1 ? model::cp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16, cpm, cp, seq)
                : model::tp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16);
@@ -199,8 +201,10 @@ void run_local(const Flags& f, const CLI::App& app) {
                 "); activations ", acts, " B; tp bytes per step ", bytes,
                 "; gradient reduce bytes per step ", reduce,
                 experts > 0 ? cat(" (experts ", experts, " params over ", dp * cp / ep,
-                                  " edp ranks: ", grad_reduce_bytes_per_step(experts, stage,
-                                                                             f.accum, p), ")")
+                                  " edp rank(s): ",
+                                  grad_reduce_bytes_per_step(experts, dp * cp / ep, stage,
+                                                             f.accum, p),
+                                  ")")
                             : "",
                 cp > 1 ? cat("; cp bytes per step ", cp_bytes) : "", "\n");
   }

@@ -115,6 +115,8 @@ void GradReducer::launch(int k) {
   const Bucket& b = r_.buckets[k];
   void* data = r_.opts->stage <= 1 ? elem_ptr(r_.grads.data(), b.range.begin, r_.wdtype)
                                    : slot_data(slot_of(k));
+  launched_[k] = true;
+  if (r_.pg.size() == 1) return;  // nothing to reduce: the sum over one rank is its gradient
   if (rdtype_ != r_.wdtype) {
     void* wire = wire_data(k);
     convert(wire, rdtype_, data, r_.wdtype, b.range.size());
@@ -123,7 +125,6 @@ void GradReducer::launch(int k) {
   work_[k] = reduce_range_async(r_.pg, r_.layout, data, b.range, rdtype_,
                                 /*scatter=*/r_.opts->stage >= 1, cat(r_.tag, "grad bucket ", k));
   bytes_step_ += b.range.size() * int64_t(dtype_size(rdtype_));
-  launched_[k] = true;
 }
 
 // The reduced result of bucket k back from the wire buffer into its working-dtype home: the
@@ -140,13 +141,16 @@ void GradReducer::unwire(int k) {
 
 void GradReducer::complete(int k) {
   if (!launched_[k]) return;
-  {
-    TraceSpan wait(tracer(), tracer().enabled() ? cat("wait ", r_.tag, "grad bucket ", k) : "", "wait");
-    work_[k]->wait();
-  }
-  work_[k].reset();
   launched_[k] = false;
-  if (rdtype_ != r_.wdtype) unwire(k);
+  if (work_[k]) {
+    {
+      TraceSpan wait(tracer(), tracer().enabled() ? cat("wait ", r_.tag, "grad bucket ", k) : "",
+                     "wait");
+      work_[k]->wait();
+    }
+    work_[k].reset();
+    if (rdtype_ != r_.wdtype) unwire(k);
+  }
   if (r_.opts->stage <= 1) return;
   const Bucket& b = r_.buckets[k];
   const Range part = r_.layout.own_part(b.range);

@@ -25,7 +25,8 @@
 // is converted back when it completes. The wire buffer (category comm) mirrors what may be
 // in flight at once: the whole gradient range at stages 0-1 (every bucket can be in flight
 // until end_backward), the bucket buffers at stages 2-3. bytes_this_step() counts each
-// collective's payload (the bucket's elements times the reduce dtype's size).
+// collective's payload (the bucket's elements times the reduce dtype's size). A group of one
+// rank (e.g. the expert region when ep equals dp x cp) issues no collective and counts none.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -80,10 +80,12 @@ inline ModelStateBytes moe_model_state_bytes(int64_t psi_dense, int64_t n_dense,
 }
 
 // Payload bytes of one rank's gradient reductions in a step of `accum` micro-batches over a
-// region of Ψ elements: one all-reduce or reduce-scatter of every bucket per step at stages
-// 0-1, one per micro-batch at stages 2-3 (parallel/grad_reducer.h), in the reduce dtype.
-inline int64_t grad_reduce_bytes_per_step(int64_t psi, int stage, int64_t accum,
+// region of Ψ elements reduced over n ranks: one all-reduce or reduce-scatter of every bucket
+// per step at stages 0-1, one per micro-batch at stages 2-3 (parallel/grad_reducer.h), in the
+// reduce dtype; nothing over one rank.
+inline int64_t grad_reduce_bytes_per_step(int64_t psi, int64_t n, int stage, int64_t accum,
                                           Precision reduce) {
+  if (n <= 1) return 0;
   return psi * (reduce == Precision::bf16 ? 2 : 4) * (stage >= 2 ? accum : 1);
 }
 

@@ -13,9 +13,11 @@ RankStateFormula rank_state_formula(int64_t local_params, int64_t expert_params,
   f.states = parallel::moe_model_state_bytes(f.dense_params, f.dense_ranks, f.expert_params,
                                              f.edp_ranks, o.stage, o.precision);
   f.reduce_bytes_dense =
-      parallel::grad_reduce_bytes_per_step(f.dense_params, o.stage, accum, o.reduce());
+      parallel::grad_reduce_bytes_per_step(f.dense_params, f.dense_ranks, o.stage, accum,
+                                           o.reduce());
   f.reduce_bytes_experts =
-      parallel::grad_reduce_bytes_per_step(f.expert_params, o.stage, accum, o.reduce());
+      parallel::grad_reduce_bytes_per_step(f.expert_params, f.edp_ranks, o.stage, accum,
+                                           o.reduce());
   return f;
 }
 

@@ -132,11 +132,12 @@ TEST(ExpertParallelPlan, ModelStatesAndAllToAllBytesEqualTheFormulas) {
       const auto want =
           parallel::moe_model_state_bytes(dense, kDp, experts, kDp / ep, stage, Precision::fp32);
       EXPECT_EQ(got.memory.model_states(), want.total()) << name(c);
-      EXPECT_EQ(got.expert_grad_reduce_bytes,
-                parallel::grad_reduce_bytes_per_step(experts, stage, 1, Precision::fp32))
-          << name(c);
+      const int64_t xbytes =
+          parallel::grad_reduce_bytes_per_step(experts, kDp / ep, stage, 1, Precision::fp32);
+      EXPECT_EQ(got.expert_grad_reduce_bytes, xbytes) << name(c);
       EXPECT_EQ(got.grad_reduce_bytes,
-                parallel::grad_reduce_bytes_per_step(dense + experts, stage, 1, Precision::fp32))
+                parallel::grad_reduce_bytes_per_step(dense, kDp, stage, 1, Precision::fp32) +
+                    xbytes)
           << name(c);
       const int64_t tokens = int64_t(s.batch / kDp) * s.T;  // per rank and micro-batch
       const int64_t per_group = model::expert::ep_group_bytes_per_micro(
@@ -176,9 +177,13 @@ TEST(ExpertParallelPlan, ModelStatesShrinkWithEpByTheFormula) {
       EXPECT_GT(saved, 0) << "ep " << ep;
       EXPECT_EQ(saved, states(1) - states(ep)) << "ep " << ep << " zero " << stage;
       EXPECT_EQ(got[ep].memory.model_states(), states(ep)) << "ep " << ep;
+      // Reduce bytes: the experts' drop from E over 4 ranks to E/ep over 4/ep (none at ep 4).
       const int64_t moved = got[1].grad_reduce_bytes - got[ep].grad_reduce_bytes;
       const int64_t x1 = model::expert_params(m, 1), xe = model::expert_params(m, ep);
-      EXPECT_EQ(moved, parallel::grad_reduce_bytes_per_step(x1 - xe, stage, 1, p)) << "ep " << ep;
+      EXPECT_EQ(moved, parallel::grad_reduce_bytes_per_step(x1, kDp, stage, 1, p) -
+                           parallel::grad_reduce_bytes_per_step(xe, kDp / ep, stage, 1, p))
+          << "ep " << ep;
+      EXPECT_GT(moved, 0) << "ep " << ep;
     }
   }
 }

@@ -97,6 +97,18 @@ TEST(MoETrain, CheckpointAtEp2ResumesAtEp1AndEp4) {
   const std::vector<json> want = steps(dir.file("a/metrics.jsonl"));
   ASSERT_EQ(want.size(), 4u);
   const std::string from = dir.file("a/ckpt/step-000002");
+  // Each ep rank wrote its own experts; the export has every expert of both blocks, once.
+  RunResult x = run_strata("ckpt export " + from + " --safetensors " + dir.file("m.safetensors"),
+                           "", Streams::separate);
+  ASSERT_EQ(x.status, 0) << x.err;
+  RunResult in = run_strata("ckpt import " + dir.file("m.safetensors"), "", Streams::separate);
+  ASSERT_EQ(in.status, 0) << in.err;
+  for (int l = 0; l < 2; ++l)
+    for (int e = 0; e < 4; ++e)
+      EXPECT_NE(in.out.find("h." + std::to_string(l) + ".mlp.experts." + std::to_string(e) +
+                            ".c_proj.weight"),
+                std::string::npos)
+          << in.out;
   int k = 0;
   for (const char* layout : {"--ep 1 --nproc 1", "--ep 4 --nproc 4", "--ep 2 --nproc 4 --zero 3"}) {
     const std::string to = dir.file("r" + std::to_string(k++));
