@@ -69,7 +69,8 @@ struct ExpertGroups {
 };
 
 // Bytes of this rank's engine-owned buffers, by memory category. Model states (parameters,
-// gradients, optimizer) equal zero_model_state_bytes(Ψ, N, stage, precision) exactly;
+// gradients, optimizer) equal zero_model_state_bytes(Ψ, N, stage, precision) exactly (an MoE
+// model: moe_model_state_bytes, the sum over its two regions);
 // comm holds the bucket and gather buffers, activations the bf16 engine's fp32 scratch (the
 // model's own activations are counted by the process memory tracker, not here).
 struct MemoryReport {

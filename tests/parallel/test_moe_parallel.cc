@@ -1,10 +1,10 @@
 // Expert parallelism trains the one-process MoE model (docs/moe.md): losses, gradient norms
 // and final weights of ep {1, 2, 4} on 4 data-parallel ranks (threads) x capacity/dropless x
-// ZeRO stages x fp32/bf16 match the plain reference loop with every expert local, whose
-// micro-batches group the same sequences (capacity and the aux loss are per group). And the
-// all-to-all cannot hang: with every token routed to one expert on 4 ranks, one of which has
-// no tokens at all, every rank finishes, drops are exactly the overflow, and the outputs and
-// expert gradients equal the one-process block's.
+// ZeRO stages x fp32/bf16 (and gradient accumulation at ZeRO 2-3) match the plain reference
+// loop with every expert local, whose micro-batches group the same sequences (capacity and
+// the aux loss are per group). And the all-to-all cannot hang: with every token routed to
+// one expert on 4 ranks, one of which has no tokens at all, every rank finishes, drops are
+// exactly the overflow, and the outputs and expert gradients equal the one-process block's.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,11 +29,13 @@ struct Case {
   bool dropless;
   int stage;
   Precision precision = Precision::fp32;
+  int accum = 1;  // micro-batches per rank and step (ZeRO 2-3 reduce each one)
 };
 
 std::string name(const Case& c) {
   return "ep" + std::to_string(c.ep) + (c.dropless ? "_dropless" : "_capacity") + "_zero" +
-         std::to_string(c.stage) + (c.precision == Precision::bf16 ? "_bf16" : "_fp32");
+         std::to_string(c.stage) + (c.precision == Precision::bf16 ? "_bf16" : "_fp32") +
+         (c.accum > 1 ? "_accum" + std::to_string(c.accum) : "");
 }
 
 constexpr int kDp = 4;
@@ -45,7 +47,8 @@ RunSpec spec(const Case& c) {
   s.model.moe.top_k = 2;
   s.model.moe.capacity_factor = 0.5;  // 8 slots per expert for 32 tokens x 2: drops for sure
   s.model.moe.dropless = c.dropless;
-  s.batch = 8;  // 2 sequences per rank and micro-batch
+  s.batch = 8;  // 2 sequences per rank and step
+  s.accum = c.accum;
   s.compute = c.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   return s;
 }
@@ -60,14 +63,15 @@ RunResult run_case(const Case& c) {
   return run_tensor_parallel(spec(c), run);
 }
 
-// One process, the same micro-batches (kDp of 2 sequences each), fp32 state.
-const RunResult& reference(bool dropless) {
-  static std::map<bool, RunResult> cache;
-  auto it = cache.find(dropless);
+// One process, the same micro-batches (kDp x accum of 8 / (kDp x accum) sequences each),
+// fp32 state.
+const RunResult& reference(bool dropless, int accum) {
+  static std::map<std::pair<bool, int>, RunResult> cache;
+  auto it = cache.find({dropless, accum});
   if (it != cache.end()) return it->second;
   RunSpec s = spec({1, dropless, 0});
-  s.accum = kDp;
-  return cache[dropless] = run_reference(s);
+  s.accum = kDp * accum;
+  return cache[{dropless, accum}] = run_reference(s);
 }
 
 void check_case(const Case& c) {
@@ -94,7 +98,7 @@ void check_case(const Case& c) {
     EXPECT_LT(got.losses.back(), got.losses.front() - 0.1);
     return;
   }
-  const RunResult& ref = reference(c.dropless);
+  const RunResult& ref = reference(c.dropless, c.accum);
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1) << "the reference does not learn";
   const double dl = max_abs_diff(got.losses, ref.losses);
   const double dw = max_abs_diff(got.params, ref.params);
@@ -112,6 +116,7 @@ TEST_P(ExpertParallel, MatchesSingleProcess) { check_case(GetParam()); }
 const Case kCases[] = {
     {1, false, 0}, {2, false, 0}, {4, false, 0}, {2, true, 0}, {4, true, 1},
     {2, false, 3}, {4, false, 2}, {2, false, 1, Precision::bf16}, {4, true, 3, Precision::bf16},
+    {2, true, 2, Precision::fp32, 2}, {2, false, 3, Precision::fp32, 2},
 };
 INSTANTIATE_TEST_SUITE_P(Ci, ExpertParallel, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return name(info.param); });
