@@ -196,9 +196,13 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
                           d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
                           dp.precision == parallel::Precision::bf16);
   validate_pipeline(cfg, *this);
-  const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
-  // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters).
-  if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0);
+  // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters); a rank's
+  // E/ep experts span the dp x cp / ep ranks holding them (parallel/region.h).
+  const int64_t experts = model::expert_params(cfg.model, d.ep);
+  const int64_t psi =
+      model::local_num_params(cfg.model, {d.tp, 0}) - model::expert_params(cfg.model, 1);
+  if (data_parallel || n > 1)
+    parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0, 0, experts, d.dp * d.cp / d.ep);
 }
 
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {
