@@ -23,6 +23,7 @@
 #include "kernels/gemm_bf16.h"
 #include "train/flops.h"
 #include "train/checkpointing.h"
+#include "model/context/context_comm.h"
 #include "train/context_metrics.h"
 #include "train/generate.h"
 #include "train/local_engine.h"
@@ -398,7 +399,11 @@ void Trainer::Run::train_step(int64_t step) {
     if (hit && m == 0 && cfg.fault.kind == diag::FaultKind::sleep)
       std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
     loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
-    if (model->moe()) loss_sum += model->moe()->last_aux() + model->moe()->last_z();
+    if (model->moe()) {  // under cp a rank's aux and z sums cover its chunks only
+      double aux_z = model->moe()->last_aux() + model->moe()->last_z();
+      if (topo.cp) topo.cp->group().all_reduce(&aux_z, 1);
+      loss_sum += aux_z;
+    }
     current_phase().set_kind(PhaseKind::backward);
     model->backward(scale);
   }

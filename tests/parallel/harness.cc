@@ -35,9 +35,13 @@ model::GPTConfig small_config() {
 
 namespace {
 
-// The total loss of the last forward: cross-entropy plus an MoE model's aux and z losses.
+// The total loss of the last forward: cross-entropy (of the whole sequences) plus an MoE
+// model's aux and z losses, which a context-parallel rank has for its chunks only.
 double with_moe_losses(const model::GPT& gpt, double ce) {
-  return gpt.moe() ? ce + gpt.moe()->last_aux() + gpt.moe()->last_z() : ce;
+  if (!gpt.moe()) return ce;
+  double aux_z = gpt.moe()->last_aux() + gpt.moe()->last_z();
+  if (gpt.context_comm()) gpt.context_comm()->group().all_reduce(&aux_z, 1);
+  return ce + aux_z;
 }
 
 // Rows [row0, row0 + B) of the global batch of `step`: a noisy affine sequence (learnable)
