@@ -153,20 +153,35 @@ void GPT::set_expert_group(comm::ProcessGroup* ep) {
   if (impl_->moe) impl_->moe->set_group(ep);
 }
 
+// Random stream of each view of an MoE model: its index in the one-process table ordered with
+// each block's experts right after its router (the order before experts had units of their
+// own), so an expert's values depend neither on the expert-parallel layout nor on the units.
+static std::map<std::string, uint64_t> moe_init_streams(const GPTConfig& cfg, TpShard s) {
+  const std::vector<ParamView> all = build_param_table(cfg, s);
+  auto block_of = [](const std::string& name) { return name.substr(0, name.find(".mlp.")); };
+  std::map<std::string, std::vector<const ParamView*>> experts;  // by block prefix "h.l"
+  for (const ParamView& v : all)
+    if (v.unit >= cfg.layers + 2) experts[block_of(v.name)].push_back(&v);
+  std::map<std::string, uint64_t> stream;
+  for (const ParamView& v : all) {
+    if (v.unit >= cfg.layers + 2) continue;
+    stream.emplace(v.name, stream.size());
+    if (v.name.find(".mlp.router.") != std::string::npos)
+      for (const ParamView* x : experts[block_of(v.name)]) stream.emplace(x->name, stream.size());
+  }
+  return stream;
+}
+
 void GPT::init(uint64_t seed) {
   if (impl_->moe) impl_->moe->set_seed(seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
   const std::vector<ShardedView> sharded = build_sharded_table(cfg_, shard_, experts_);
-  // Random streams are numbered by the view's index in the table of a rank holding every
-  // expert, so an expert's values do not depend on the expert-parallel layout.
-  std::map<std::string, uint64_t> stream;
-  if (experts_.size > 1) {
-    const std::vector<ParamView> all = build_param_table(cfg_, shard_);
-    for (size_t i = 0; i < all.size(); ++i) stream[all[i].name] = i;
-  }
+  const bool moe = cfg_.moe.enabled();
+  const std::map<std::string, uint64_t> stream =
+      moe ? moe_init_streams(cfg_, shard_) : std::map<std::string, uint64_t>{};
   for (size_t i = 0; i < sharded.size(); ++i) {
     const ParamView& v = sharded[i].view;
-    const uint64_t si = experts_.size > 1 ? stream.at(v.name) : uint64_t(i);
+    const uint64_t si = moe ? stream.at(v.name) : uint64_t(i);
     float* base = impl_->unit_params[v.unit];
     STRATA_CHECK(base, "init: unit ", v.unit, " has no parameter memory bound");
     base -= unit_range(v.unit).first;  // indexed by flat offset from here on
