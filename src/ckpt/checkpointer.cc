@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "core/timer.h"
@@ -109,12 +110,19 @@ std::vector<WriteChunk> chunks_to_write(const SaveRequest& req, const TensorLayo
   const int64_t psi = layout_numel(layout);
   const std::string bad = layout_problem(layout, req.tensors, psi);
   STRATA_CHECK(bad.empty(), "checkpoint: rank ", rank, " layout: ", bad);
-  std::set<std::string> names;
+  std::map<std::string, std::vector<Range>> held_by_name;
   std::vector<WriteChunk> out;
   for (size_t i = 0; i < req.states.size(); ++i) {
     const StateSlice& s = req.states[i];
-    STRATA_CHECK(!s.name.empty() && names.insert(s.name).second, "checkpoint: state name '", s.name,
-                 "' empty or repeated");
+    // A state may come in several slices (regions of the flat space, e.g. the dense and the
+    // expert parameters of an MoE model), which must not overlap.
+    std::vector<Range>& held = held_by_name[s.name];
+    for (const Range& h : held)
+      STRATA_CHECK(intersect(h, s.held).empty(), "checkpoint: state '", s.name,
+                   "' given twice for [", std::max(h.begin, s.held.begin), ",",
+                   std::min(h.end, s.held.end), ")");
+    held.push_back(s.held);
+    STRATA_CHECK(!s.name.empty(), "checkpoint: state name empty");
     STRATA_CHECK(s.numel == psi, "checkpoint: rank ", rank, " state '", s.name, "' has ", s.numel,
                  " elements, its layout ", psi);
     STRATA_CHECK(s.held.begin >= 0 && s.held.end >= s.held.begin, "checkpoint: state '", s.name,
@@ -166,7 +174,11 @@ void Checkpointer::save_async(const SaveRequest& req) {
   pending_states_.clear();
   int64_t total = 0;
   for (const TensorInfo& t : unique_views(req.tensors)) total += numel(t.shape);
-  for (const StateSlice& s : req.states) pending_states_.push_back({s.name, s.dtype, total});
+  for (const StateSlice& s : req.states) {
+    bool seen = false;
+    for (const StateInfo& p : pending_states_) seen = seen || p.name == s.name;
+    if (!seen) pending_states_.push_back({s.name, s.dtype, total});
+  }
   char* dst = host_.as<char>();
   for (const WriteChunk& c : chunks) {
     const StateSlice& s = req.states[c.state];

@@ -151,7 +151,8 @@ void run_local(const Flags& f, const CLI::App& app) {
   g.validate();
   const int tp = app.count("--tp") ? f.tp : 1, dp = app.count("--dp") ? f.dp : 1;
   const int ep = app.count("--ep") ? f.ep : 1;
-  STRATA_CHECK(ep >= 1 && dp % ep == 0, "--ep ", ep, " does not divide --dp ", dp);
+  STRATA_CHECK(ep >= 1 && dp * (app.count("--cp") ? f.cp : 1) % ep == 0, "--ep ", ep,
+               " does not divide --dp x --cp ", dp * (app.count("--cp") ? f.cp : 1));
   STRATA_CHECK(g.moe.experts % ep == 0, "--experts ", g.moe.experts, " is not divisible by --ep ",
                ep);
   const int stage = app.count("--zero") ? f.zero : 0;
@@ -174,20 +175,36 @@ void run_local(const Flags& f, const CLI::App& app) {
   // Context parallelism: 1/cp of each sequence per rank, ZeRO over dp x cp, ring or Ulysses
   // bytes (model/context/cp_cost.h).
   const int64_t cp_bytes = f.accum * model::cp_bytes_per_micro(cpm, cp, g.layers, b, seq, g.dim / tp);
+  // MoE: dense parameters over dp x cp, the rank's E/ep experts over the dp x cp / ep ranks
+  // that hold them (parallel/region.h); gradient reductions move both once per step (ZeRO
+  // 0-1) or per micro-batch (2-3).
+  const int64_t experts = model::expert_params(g, ep, tp);
   for (int r = 0; r < tp; ++r) {
-    const int64_t psi = model::tp_local_params(m, tp, r);  // MoE blocks included
-    const ModelStateBytes st = zero_model_state_bytes(psi, dp * cp, stage, p);
+    const int64_t psi = model::local_num_params(g, {tp, r}, {ep, 0});  // MoE blocks included
+    const ModelStateBytes st =
+        moe_model_state_bytes(psi - experts, dp * cp, experts, dp * cp / ep, stage, p);
+    const int64_t reduce =
+        grad_reduce_bytes_per_step(psi - experts, dp * cp, stage, f.accum, p) +
+        grad_reduce_bytes_per_step(experts, dp * cp / ep, stage, f.accum, p);
     const int64_t acts =
         cp > 1 ? model::cp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16, cpm, cp, seq)
                : model::tp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16);
     const int64_t bytes = f.accum * model::tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq / cp);
-    ranks.push_back({{"tp_rank", r}, {"params", psi}, {"parameters", st.parameters},
+    ranks.push_back({{"tp_rank", r}, {"params", psi}, {"expert_params", experts},
+                     {"grad_reduce_bytes_per_step", reduce}, {"parameters", st.parameters},
                      {"gradients", st.gradients}, {"optimizer", st.optimizer},
                      {"model_states", st.total()}, {"activations", acts},
                      {"tp_bytes_per_step", bytes}, {"cp_bytes_per_step", cp_bytes}});
     text += cat("tp rank ", r, ": ", psi, " params; model states ", st.total(), " B (parameters ",
                 st.parameters, ", gradients ", st.gradients, ", optimizer ", st.optimizer,
                 "); activations ", acts, " B; tp bytes per step ", bytes,
+                "; gradient reduce bytes per step ", reduce,
+                experts > 0 ? cat(" (experts ", experts, " params over ", dp * cp / ep,
+                                  " edp rank(s): ",
+                                  grad_reduce_bytes_per_step(experts, dp * cp / ep, stage,
+                                                             f.accum, p),
+                                  ")")
+                            : "",
                 cp > 1 ? cat("; cp bytes per step ", cp_bytes) : "", "\n");
   }
   // Dropless routing: every assignment crosses the ep group (model/expert/moe_cost.h).

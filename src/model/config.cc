@@ -49,9 +49,10 @@ int64_t GPTConfig::num_params() const {
          2 * C + moe.moe_layers(layers) * (E * C + (E - 1) * mlp);
 }
 
-std::vector<ParamView> build_param_table(const GPTConfig& cfg, TpShard shard) {
+std::vector<ParamView> build_param_table(const GPTConfig& cfg, TpShard shard,
+                                         ExpertShard experts) {
   std::vector<ParamView> t;
-  for (ShardedView& v : build_sharded_table(cfg, shard)) t.push_back(std::move(v.view));
+  for (ShardedView& v : build_sharded_table(cfg, shard, experts)) t.push_back(std::move(v.view));
   return t;
 }
 

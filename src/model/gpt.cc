@@ -25,7 +25,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
+#include "comm/process_group.h"
 #include "core/error.h"
 #include "core/phase.h"
 #include "core/rng.h"
@@ -47,7 +49,7 @@ using tensor::linear_backward;
 using tensor::linear_forward;
 
 GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp, DType compute,
-         ContextComm* cp)
+         ContextComm* cp, comm::ProcessGroup* ep)
     : cfg_(cfg), tp_(tp), max_batch_(max_batch), compute_(compute), impl_(new Impl) {
   cfg_.validate();
   STRATA_CHECK(compute == DType::f32 || compute == DType::bf16, "model compute dtype ",
@@ -61,12 +63,15 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   if (cp && cp->size() > 1) cp_ = cp;  // one rank: no context parallelism
   impl_->cp = cp_;
   impl_->bf16 = compute_ == DType::bf16;
-  table_ = build_param_table(cfg_, shard_);
+  STRATA_CHECK(!ep || ep->size() == 1 || cfg_.moe.enabled(), "expert parallelism needs --experts");
+  if (ep && ep->size() > 1) experts_ = {ep->size(), ep->rank()};
+  impl_->experts = experts_;
+  table_ = build_param_table(cfg_, shard_, experts_);
   num_params_ = table_.back().offset + numel(table_.back().shape);
   for (size_t i = 0; i < table_.size(); ++i)
     if (table_[i].unit >= 1 && (i == 0 || table_[i - 1].unit != table_[i].unit))
       impl_->view0.push_back(int(i));
-  STRATA_CHECK(num_params_ == local_num_params(cfg_, shard_),
+  STRATA_CHECK(num_params_ == local_num_params(cfg_, shard_, experts_),
                "internal: parameter table does not cover the flat buffer");
   if (allocate_state) {
     params_ = Buffer(MemCategory::parameters, sizeof(float) * num_params_);
@@ -81,6 +86,7 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   if (cfg_.moe.enabled()) {
     impl_->moe = std::make_shared<expert::MoE>(cfg_.moe, cfg_.layers, cfg_.dim);
     impl_->moe->set_tensor(tp_);  // each tp rank runs its slice of every expert
+    if (experts_.size > 1) impl_->moe->set_group(ep);
   }
 
   ActShape a;
@@ -105,13 +111,13 @@ GPT::~GPT() { delete impl_; }
 std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
   STRATA_CHECK(unit >= 0 && unit < num_units(), "unit ", unit, " out of range [0, ", num_units(),
                ")");
-  // Views are in unit order: unit 0 is views [0, 2), block l views [view0[l], view0[l + 1])
-  // (12 for a dense block, 9 + 4E for an MoE block), the final norm the last two.
+  // Views are in unit order: unit 0 is views [0, 2), unit u >= 1 views [view0[u-1], view0[u])
+  // (12 for a dense block, 9 for an MoE block, 2 for the final norm, 4 per held expert for an
+  // expert unit), the last unit's up to the end of the table.
   const std::vector<int>& v0 = impl_->view0;
   const size_t first = unit == 0 ? 0 : size_t(v0[size_t(unit - 1)]);
-  const size_t last = unit == 0 ? size_t(v0[0]) - 1
-                      : unit <= cfg_.layers ? size_t(v0[size_t(unit)]) - 1
-                                            : table_.size() - 1;
+  const size_t last =
+      size_t(unit) < v0.size() ? size_t(v0[size_t(unit)]) - 1 : table_.size() - 1;
   return {table_[first].offset, table_[last].offset + numel(table_[last].shape)};
 }
 
@@ -119,7 +125,7 @@ int64_t GPT::activation_bytes() const {
   return int64_t(impl_->acts_buf.bytes() + impl_->input_buf.bytes());
 }
 
-TensorLayout GPT::tensor_layout() const { return model::tensor_layout(cfg_, shard_); }
+TensorLayout GPT::tensor_layout() const { return model::tensor_layout(cfg_, shard_, experts_); }
 
 void GPT::set_hooks(UnitHooks hooks) { impl_->hooks = std::move(hooks); }
 
@@ -140,15 +146,43 @@ expert::MoE* GPT::moe() const { return impl_->moe.get(); }
 
 void GPT::set_expert_group(comm::ProcessGroup* ep) {
   STRATA_CHECK(impl_->moe || !ep || ep->size() == 1, "expert parallelism needs --experts");
+  const int P = ep ? ep->size() : 1;
+  STRATA_CHECK(P == experts_.size && (P == 1 || ep->rank() == experts_.rank),
+               "set_expert_group: the model holds the experts of rank ", experts_.rank, " of an ",
+               "expert-parallel group of ", experts_.size, ", not of rank ", ep ? ep->rank() : 0,
+               " of ", P, " (build the model with that group)");
   if (impl_->moe) impl_->moe->set_group(ep);
+}
+
+// Random stream of each view of an MoE model: its index in the one-process table ordered with
+// each block's experts right after its router (the order before experts had units of their
+// own), so an expert's values depend neither on the expert-parallel layout nor on the units.
+static std::map<std::string, uint64_t> moe_init_streams(const GPTConfig& cfg, TpShard s) {
+  const std::vector<ParamView> all = build_param_table(cfg, s);
+  auto block_of = [](const std::string& name) { return name.substr(0, name.find(".mlp.")); };
+  std::map<std::string, std::vector<const ParamView*>> experts;  // by block prefix "h.l"
+  for (const ParamView& v : all)
+    if (v.unit >= cfg.layers + 2) experts[block_of(v.name)].push_back(&v);
+  std::map<std::string, uint64_t> stream;
+  for (const ParamView& v : all) {
+    if (v.unit >= cfg.layers + 2) continue;
+    stream.emplace(v.name, stream.size());
+    if (v.name.find(".mlp.router.") != std::string::npos)
+      for (const ParamView* x : experts[block_of(v.name)]) stream.emplace(x->name, stream.size());
+  }
+  return stream;
 }
 
 void GPT::init(uint64_t seed) {
   if (impl_->moe) impl_->moe->set_seed(seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
-  const std::vector<ShardedView> sharded = build_sharded_table(cfg_, shard_);
+  const std::vector<ShardedView> sharded = build_sharded_table(cfg_, shard_, experts_);
+  const bool moe = cfg_.moe.enabled();
+  const std::map<std::string, uint64_t> stream =
+      moe ? moe_init_streams(cfg_, shard_) : std::map<std::string, uint64_t>{};
   for (size_t i = 0; i < sharded.size(); ++i) {
     const ParamView& v = sharded[i].view;
+    const uint64_t si = moe ? stream.at(v.name) : uint64_t(i);
     float* base = impl_->unit_params[v.unit];
     STRATA_CHECK(base, "init: unit ", v.unit, " has no parameter memory bound");
     base -= unit_range(v.unit).first;  // indexed by flat offset from here on
@@ -183,7 +217,7 @@ void GPT::init(uint64_t seed) {
           p[q] = 0.0f;
           continue;
         }
-        const auto w = philox4x32(seed, i, uint64_t(e / 2));
+        const auto w = philox4x32(seed, si, uint64_t(e / 2));
         const int j = int(e % 2) * 2;
         const double u1 = (double(w[j]) + 1.0) / 4294967296.0;
         const double u2 = double(w[j + 1]) / 4294967296.0;
@@ -291,6 +325,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, i
     } else if (moe) {  // no tokens here, but this rank's experts may get some
       moe_block_forward(*moe, nullptr, nullptr, nullptr, 0, im.bf16);
     }
+    moe_block_done(im, moe.get(), Pass::forward);
     im.after(l + 1, Pass::forward);
   }
   phase.set_layer(-1);
@@ -398,6 +433,7 @@ void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T, float sca
     } else if (moe) {  // this rank's experts may have received tokens
       moe_block_backward(*moe, nullptr, nullptr, im.bf16);
     }
+    moe_block_done(im, moe.get(), Pass::backward);
     im.after(l + 1, Pass::backward);
   }
   ph.set_layer(-1);

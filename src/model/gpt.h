@@ -6,6 +6,11 @@
 //   units 1..L    transformer block l-1: ln1 w/b, qkv w (3C, C)/b, attn proj w (C, C)/b,
 //                 ln2 w/b, fc w (4C, C)/b, fc proj w (C, 4C)/b
 //   unit L+1      final LayerNorm w/b
+//   units L+2 ..  one per MoE block m (model/expert/moe.h), in block order: the experts this
+//                 rank holds (all E, or E/P under expert parallelism), 4 views each; the
+//                 block's router stays in the block's unit
+// So the flat space is [dense units 0 .. L+1 | expert units]: the data-parallel engine
+// reduces and shards the two regions over different groups (parallel/data_parallel.h).
 // Under tensor parallelism (model/shard.h) the units hold the same views with this rank's
 // local shapes, in the same order.
 // Data-parallel and ZeRO engines work on units: they can rebind where a unit's parameters
@@ -15,6 +20,8 @@
 // Order of unit use in one micro-batch:
 //   forward:  0 (embed), 1 .. L, L+1, 0 (logits via tied wte)
 //   backward: 0 (logits), L+1, L .. 1, 0 (embed)   -> unit 0's gradients are final last.
+// An MoE block l with expert unit x nests x inside its own unit: before(l+1) before(x) ...
+// after(x) after(l+1), in forward and in backward.
 // Exact hook sequence (F = Pass::forward, B = Pass::backward):
 //   forward:  before(0,F) embed after(0,F); before(l,F) block after(l,F) for l = 1..L;
 //             before(L+1,F) ln_f after(L+1,F); before(0,F) logits+loss after(0,F)
@@ -79,9 +86,16 @@ struct TpShard {
   int size = 1, rank = 0;
 };
 
+// This rank's place in an expert-parallel group of P ranks: rank q holds the experts
+// [q·E/P, (q+1)·E/P) of every MoE block (size 1 = every expert).
+struct ExpertShard {
+  int size = 1, rank = 0;
+};
+
 // Builds the table of named views in unit order (the layout of the flat buffers) of the
-// whole model, or of a tensor-parallel rank's part of it (model/shard.h).
-std::vector<ParamView> build_param_table(const GPTConfig& cfg, TpShard shard = {});
+// whole model, or of a tensor-parallel or expert-parallel rank's part of it (model/shard.h).
+std::vector<ParamView> build_param_table(const GPTConfig& cfg, TpShard shard = {},
+                                         ExpertShard experts = {});
 
 // Pieces of [begin, end) that share one decay policy, in order, for optimizers that work
 // on a range (a shard) of the flat buffers.
@@ -124,12 +138,17 @@ class GPT {
   // rank's chunks of each sequence: forward takes the whole (B, T) micro-batch, works on its
   // B x T/C rows (activations 1/C of one process's) and returns the loss summed over the
   // whole sequence (all cp ranks return the same value).
+  // With `ep` (an expert-parallel group of size P > 1, which must outlive the model) the
+  // model holds only its experts (ExpertShard {P, ep rank}) and dispatches tokens over ep.
   GPT(const GPTConfig& cfg, int max_batch, bool allocate_state = true, TensorComm* tp = nullptr,
-      DType compute = DType::f32, ContextComm* cp = nullptr);
+      DType compute = DType::f32, ContextComm* cp = nullptr, comm::ProcessGroup* ep = nullptr);
   DType compute() const { return compute_; }
 
   const GPTConfig& config() const { return cfg_; }
-  int num_units() const { return cfg_.layers + 2; }
+  int num_units() const { return cfg_.layers + 2 + cfg_.moe.moe_layers(cfg_.layers); }
+  // Units [first_expert_unit(), num_units()) hold experts (none in a dense model).
+  int first_expert_unit() const { return cfg_.layers + 2; }
+  ExpertShard expert_shard() const { return experts_; }
   int64_t num_params() const { return num_params_; }
   const std::vector<ParamView>& param_table() const { return table_; }
   TpShard shard() const { return shard_; }
@@ -184,6 +203,8 @@ class GPT {
   expert::MoE* moe() const;
   // Expert parallelism: this rank computes the experts of its place in `ep` (which must
   // outlive the model); every rank of ep must run every forward and backward together.
+  // The model must have been built for that group (the constructor's `ep`): a group of
+  // another size is refused.
   void set_expert_group(comm::ProcessGroup* ep);
   // Bytes of the activation buffers allocated for (max_batch, seq) (model/tensor/tp_cost.h predicts
   // them under tensor parallelism).
@@ -194,6 +215,7 @@ class GPT {
   TensorComm* tp_ = nullptr;
   ContextComm* cp_ = nullptr;
   TpShard shard_;
+  ExpertShard experts_;
   int max_batch_ = 0;
   DType compute_ = DType::f32;
   int64_t num_params_ = 0;

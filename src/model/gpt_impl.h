@@ -106,7 +106,8 @@ inline void carve_layer(Carver& c, LayerActs& l, const GPTConfig& cfg, const Act
 struct GPT::Impl {
   std::vector<float*> unit_params, unit_grads;
   std::vector<int64_t> view_rel;  // offset of each view inside its unit
-  std::vector<int> view0;         // first view of block l (l < L) and of ln_f (l = L)
+  std::vector<int> view0;  // first view of unit u + 1: block l (l < L), ln_f (L), expert units
+  ExpertShard experts;  // the experts this rank holds (GPT::expert_shard())
   std::shared_ptr<expert::MoE> moe;  // MoE blocks (model/expert/moe.h); null when dense
   UnitHooks hooks;
   ContextComm* cp = nullptr;  // context parallelism (model/context/gpt_cp.h); null: none
@@ -189,11 +190,15 @@ inline Block block_views_at(float* base, const std::vector<int64_t>& rel, int fi
 struct MoEBlock {
   expert::MoE* moe;
   int index;  // among the MoE blocks
+  int unit;   // its expert unit (L + 2 + index)
   expert::MoEWeights w, g;
   float scale;  // backward: the loss scale (aux and z gradients)
 };
+// Calls the before hook of the block's expert unit (forward, or backward when with_grads);
+// moe_block_done calls its after hook (nothing for a dense block).
 std::unique_ptr<MoEBlock> moe_block(GPT::Impl& im, const GPTConfig& cfg, int layer,
                                     bool with_grads, float scale);
+void moe_block_done(GPT::Impl& im, const MoEBlock* b, Pass pass);
 // The MoE half of a block: out (N, C) += experts(x); backward: dx (N, C) written from dout.
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
                        bool bf16);

@@ -7,19 +7,20 @@
 
 namespace strata::model {
 
-// View order of an MoE block after ln_2 (model/shard.cc): router, then 4 views per expert.
-static expert::MoEWeights moe_views(float* base, const std::vector<int64_t>& rel, int first,
-                                    int E) {
+// An MoE block's router is view 8 of its block's unit (after ln_2, model/shard.cc); its
+// experts are the views of its expert unit, 4 per held expert. All E slots are returned
+// (global ids), the ones this rank does not hold empty.
+static expert::MoEWeights moe_views(float* block, float* experts, const std::vector<int64_t>& rel,
+                                    int first, int first_expert_view, int E, ExpertShard x) {
   expert::MoEWeights w;
-  if (!base) {
-    w.experts.assign(size_t(E), expert::ExpertViews{});
-    return w;
-  }
-  const int64_t* r = rel.data() + first + 8;
-  w.router = base + r[0];
-  for (int e = 0; e < E; ++e) {
-    const int64_t* x = r + 1 + 4 * e;
-    w.experts.push_back({base + x[0], base + x[1], base + x[2], base + x[3]});
+  w.experts.assign(size_t(E), expert::ExpertViews{});
+  if (!block) return w;
+  w.router = block + rel[size_t(first + 8)];
+  const int per = E / x.size;
+  for (int j = 0; j < per; ++j) {
+    const int64_t* r = rel.data() + first_expert_view + 4 * j;
+    w.experts[size_t(x.rank * per + j)] = {experts + r[0], experts + r[1], experts + r[2],
+                                           experts + r[3]};
   }
   return w;
 }
@@ -31,13 +32,26 @@ std::unique_ptr<MoEBlock> moe_block(GPT::Impl& im, const GPTConfig& cfg, int lay
   auto b = std::make_unique<MoEBlock>();
   b->moe = im.moe.get();
   b->index = (layer + 1) / cfg.moe.every - 1;
+  b->unit = cfg.layers + 2 + b->index;
+  const Pass pass = with_grads ? Pass::backward : Pass::forward;
+  im.before(b->unit, pass);
+  const int xv = im.view0[size_t(b->unit - 1)];
+  const ExpertShard x = im.experts;
   b->w = moe_views(checked(im.unit_params[size_t(layer + 1)], layer + 1, "parameter"),
-                   im.view_rel, first, E);
-  b->g = moe_views(with_grads ? checked(im.unit_grads[size_t(layer + 1)], layer + 1, "gradient")
-                              : nullptr,
-                   im.view_rel, first, E);
+                   checked(im.unit_params[size_t(b->unit)], b->unit, "parameter"), im.view_rel,
+                   first, xv, E, x);
+  if (with_grads)
+    b->g = moe_views(checked(im.unit_grads[size_t(layer + 1)], layer + 1, "gradient"),
+                     checked(im.unit_grads[size_t(b->unit)], b->unit, "gradient"), im.view_rel,
+                     first, xv, E, x);
+  else
+    b->g = moe_views(nullptr, nullptr, im.view_rel, first, xv, E, x);
   b->scale = scale;
   return b;
+}
+
+void moe_block_done(GPT::Impl& im, const MoEBlock* b, Pass pass) {
+  if (b) im.after(b->unit, pass);
 }
 
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,

@@ -238,6 +238,7 @@ void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, const Di
     } else if (moe) {  // no tokens here, but this rank's experts may get some
       moe_block_forward(*moe, nullptr, nullptr, nullptr, 0, im.bf16);
     }
+    moe_block_done(im, moe.get(), Pass::forward);
     im.after(l + 1, Pass::forward);
   }
   phase.set_layer(-1);
@@ -319,6 +320,7 @@ void tp_backward(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc, TpShard s,
     } else if (moe) {  // this rank's experts may have received tokens
       moe_block_backward(*moe, nullptr, nullptr, im.bf16);
     }
+    moe_block_done(im, moe.get(), Pass::backward);
     im.after(l + 1, Pass::backward);
   }
   ph.set_layer(-1);

@@ -83,16 +83,28 @@ class TableBuilder {
 
 }  // namespace
 
-std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
+std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, ExpertShard x) {
   STRATA_CHECK(s.size >= 1 && s.rank >= 0 && s.rank < s.size, "tensor-parallel rank ", s.rank,
                " of ", s.size, " is not a valid position");
   STRATA_CHECK(cfg.heads % s.size == 0, "--tp ", s.size, " does not divide the model's ",
                cfg.heads, " attention heads");
+  const int E = cfg.moe.experts;
+  STRATA_CHECK(x.size >= 1 && x.rank >= 0 && x.rank < x.size && (E == 0 || E % x.size == 0),
+               "expert-parallel rank ", x.rank, " of ", x.size, " cannot hold E/ep of ", E,
+               " experts (--ep must divide --experts)");
   TableBuilder t(s);
   const int64_t C = cfg.dim;
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
   t.add("wte", {cfg.padded_vocab, C}, 0, true, {{{vs.begin, 0}, {vs.size(), C}}}, false);
   t.whole("wpe", {cfg.seq, C}, 0, true, true);
+  // An MLP (the dense one, or an expert) in unit `unit`: c_fc column-parallel, c_proj
+  // row-parallel, its bias replicated over tp.
+  auto mlp = [&](const std::string& x, int unit) {
+    t.column(x + "c_fc.weight", {4 * C, C}, unit, true, 1);
+    t.column(x + "c_fc.bias", {4 * C}, unit, false, 1);
+    t.row(x + "c_proj.weight", {C, 4 * C}, unit, true);
+    t.whole(x + "c_proj.bias", {C}, unit, false, true);
+  };
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const int u = l + 1;
@@ -104,28 +116,33 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s) {
     t.whole(p + "attn.c_proj.bias", {C}, u, false, true);
     t.whole(p + "ln_2.weight", {C}, u, false, true);
     t.whole(p + "ln_2.bias", {C}, u, false, true);
-    // An MLP (the dense one, or an expert): c_fc column-parallel, c_proj row-parallel.
-    auto mlp = [&](const std::string& x) {
-      t.column(x + "c_fc.weight", {4 * C, C}, u, true, 1);
-      t.column(x + "c_fc.bias", {4 * C}, u, false, 1);
-      t.row(x + "c_proj.weight", {C, 4 * C}, u, true);
-      t.whole(x + "c_proj.bias", {C}, u, false, true);
-    };
-    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: router (replicated), each expert
-      t.whole(p + "mlp.router.weight", {cfg.moe.experts, C}, u, true, true);
-      for (int e = 0; e < cfg.moe.experts; ++e) mlp(p + "mlp.experts." + std::to_string(e) + ".");
+    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: the router here (replicated over tp),
+                                    // experts in the expert units below
+      t.whole(p + "mlp.router.weight", {E, C}, u, true, true);
       continue;
     }
-    mlp(p + "mlp.");
+    mlp(p + "mlp.", u);
   }
   t.whole("ln_f.weight", {C}, cfg.layers + 1, false, true);
   t.whole("ln_f.bias", {C}, cfg.layers + 1, false, true);
+  // Expert units, one per MoE block: this ep rank's experts [rank·E/P, (rank+1)·E/P), each
+  // split over tp like the dense MLP.
+  int u = cfg.layers + 2;
+  for (int l = 0; l < cfg.layers; ++l) {
+    if (!cfg.moe.is_moe_layer(l)) continue;
+    const std::string p = "h." + std::to_string(l) + ".mlp.experts.";
+    const int per = E / x.size;
+    for (int e = x.rank * per; e < (x.rank + 1) * per; ++e) {
+      mlp(p + std::to_string(e) + ".", u);
+    }
+    ++u;
+  }
   return std::move(t.out);
 }
 
-TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s) {
+TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s, ExpertShard x) {
   TensorLayout out;
-  for (ShardedView& v : build_sharded_table(cfg, s))
+  for (ShardedView& v : build_sharded_table(cfg, s, x))
     for (TensorPiece& p : v.pieces) out.push_back(std::move(p));
   return out;
 }
@@ -138,8 +155,19 @@ model::TpModel tp_model(const GPTConfig& cfg) {
           cfg.moe.top_k};
 }
 
-int64_t local_num_params(const GPTConfig& cfg, TpShard s) {
-  return model::tp_local_params(tp_model(cfg), s.size, s.rank);
+int64_t local_num_params(const GPTConfig& cfg, TpShard s, ExpertShard x) {
+  return model::tp_local_params(tp_model(cfg), s.size, s.rank) - expert_params(cfg, 1, s.size) +
+         expert_params(cfg, x.size, s.size);
+}
+
+int64_t expert_params(const GPTConfig& cfg, int ep, int tp) {
+  if (!cfg.moe.enabled()) return 0;
+  STRATA_CHECK(ep >= 1 && cfg.moe.experts % ep == 0, "--experts ", cfg.moe.experts,
+               " is not divisible by --ep ", ep);
+  const int64_t C = cfg.dim;
+  const int64_t T = tp;  // an expert's MLP split as the dense one (model/tensor/tp_cost.h)
+  return int64_t(cfg.moe.moe_layers(cfg.layers)) * (cfg.moe.experts / ep) *
+         (8 * C * C / T + 4 * C / T + C);
 }
 
 }  // namespace strata::model

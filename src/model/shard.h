@@ -45,15 +45,24 @@ struct ShardedView {
   ParamView view;
   std::vector<TensorPiece> pieces;  // local_offset relative to the flat buffer
 };
-std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s);
+// With an ExpertShard the expert units hold that ep rank's experts only (under their global
+// names, each split over tp like the dense MLP).
+std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s,
+                                             ExpertShard x = {});
 
 // Every piece of the rank's flat buffer in local_offset order (core/tensor_layout.h).
-TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s);
+TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s, ExpertShard x = {});
 
 // The model's shape for the tensor-parallel cost model (model/tensor/tp_cost.h).
 model::TpModel tp_model(const GPTConfig& cfg);
 
-// Elements a tp rank holds (the local Ψ).
-int64_t local_num_params(const GPTConfig& cfg, TpShard s);
+// Elements a tp rank holds (the local Ψ); with an ExpertShard, an ep rank.
+int64_t local_num_params(const GPTConfig& cfg, TpShard s, ExpertShard x = {});
+
+// Elements of the expert units of one rank of an expert-parallel group of `ep` ranks and a
+// tensor-parallel group of `tp` (the expert region of the flat space): MoE blocks x E/ep x
+// (8C²/T + 4C/T + C), which is 8C² + 5C per expert at tp 1. The dense region is the rest of
+// local_num_params.
+int64_t expert_params(const GPTConfig& cfg, int ep, int tp = 1);
 
 }  // namespace strata::model

@@ -28,14 +28,19 @@ nlohmann::json MemoryReport::to_json() const {
           {"total", total()}};
 }
 
+Region::Region(comm::ProcessGroup& group, int64_t psi, int64_t base, int first_unit,
+               bool tied_unit0)
+    : pg(group), layout(psi, group.size(), group.rank()), base(base), first_unit(first_unit),
+      tied_unit0(tied_unit0) {}
+Region::~Region() = default;
+
 DataParallelEngine::DataParallelEngine(model::GPT& model, comm::ProcessGroup& group,
                                        const DataParallelOptions& opts, const OptimConfig& optim,
-                                       uint64_t seed)
+                                       uint64_t seed, ExpertGroups experts)
     : model_(model),
-      pg_(group),
       opts_(opts),
       optim_(optim),
-      layout_(model.num_params(), group.size(), group.rank()),
+      expert_groups_(experts),
       bf16_(opts.precision == Precision::bf16),
       wdtype_(bf16_ ? DType::bf16 : DType::f32),
       wbytes_(int(dtype_size(wdtype_))) {
@@ -43,178 +48,254 @@ DataParallelEngine::DataParallelEngine(model::GPT& model, comm::ProcessGroup& gr
   STRATA_CHECK(model.params() == nullptr && model.grads() == nullptr,
                "the data-parallel engine owns the parameter and gradient buffers: build the model "
                "with allocate_state = false (parallel::model_owns_state)");
-  for (int u = 0; u < model.num_units(); ++u) {
-    const auto [b, e] = model.unit_range(u);
-    units_.push_back({b, e});
+  const int P = experts.ep ? experts.ep->size() : 1;
+  STRATA_CHECK(model.expert_shard().size == P,
+               "the model holds the experts of an expert-parallel group of ",
+               model.expert_shard().size, " but the engine was given one of ", P);
+  STRATA_CHECK(P == 1 || experts.edp, "expert parallelism needs the expert-data-parallel group");
+  const int x = model.first_expert_unit(), U = model.num_units();
+  add_region(group, 0, std::min(x, U), true, "");
+  if (U > x) add_region(experts.edp ? *experts.edp : group, x, U, false, "expert ");
+  allocate_scratch();
+  init_params(seed);
+  model_.set_hooks(
+      {[this](int u, Pass p) { before_unit(u, p); }, [this](int u, Pass p) { after_unit(u, p); }});
+}
+
+// Units [first_unit, end_unit) of the model as a region over `group` (parallel/region.h).
+void DataParallelEngine::add_region(comm::ProcessGroup& group, int first_unit, int end_unit,
+                                    bool tied, const char* tag) {
+  const int64_t base = model_.unit_range(first_unit).first;
+  const int64_t psi = model_.unit_range(end_unit - 1).second - base;
+  auto r = std::make_unique<Region>(group, psi, base, first_unit, tied);
+  r->tag = tag;
+  r->opts = &opts_;
+  r->wdtype = wdtype_;
+  r->wbytes = wbytes_;
+  for (int u = first_unit; u < end_unit; ++u) {
+    const auto [b, e] = model_.unit_range(u);
+    r->units.push_back({b - base, e - base});
   }
   // At stages 2-3 bucket buffers are the gradient memory those stages keep, and they hold
   // 3 buckets at once: no bucket there is larger than a layer, whatever the cap.
   int64_t cap = bucket_cap_elems(opts_.bucket_mb, wbytes_);
   if (opts_.stage >= 2) {
     int64_t max_block = 1;
-    for (size_t u = 1; u < units_.size(); ++u) max_block = std::max(max_block, units_[u].size());
+    for (size_t u = tied ? 1 : 0; u < r->units.size(); ++u)
+      max_block = std::max(max_block, r->units[u].size());
     cap = std::min(cap, max_block);
   }
-  buckets_ = plan_buckets(units_, cap);
-  opt_range_ = opts_.stage == 0 ? Range{0, layout_.psi()} : layout_.own();
-  decay_ = model::decay_ranges(model.param_table(), opt_range_.begin, opt_range_.end);
-  if (model.tensor_comm() && model.tensor_comm()->rank() != 0)
-    for (const model::ParamView& v : model.param_table())
-      if (v.replicated) replicated_.push_back({v.offset, v.offset + numel(v.shape)});
-  allocate_state();
-  reducer_ = std::make_unique<GradReducer>(*this);
-  if (opts_.stage == 3) gatherer_ = std::make_unique<ParamGatherer>(*this);
-  init_params(seed);
-  model_.set_hooks(
-      {[this](int u, Pass p) { before_unit(u, p); }, [this](int u, Pass p) { after_unit(u, p); }});
+  r->buckets = plan_buckets(r->units, cap);
+  r->opt_range = opts_.stage == 0 ? Range{0, psi} : r->layout.own();
+  for (const model::DecayRange& d : model::decay_ranges(
+           model_.param_table(), base + r->opt_range.begin, base + r->opt_range.end))
+    r->decay.push_back({d.begin - base, d.end - base, d.decay});
+  if (model_.tensor_comm() && model_.tensor_comm()->rank() != 0)
+    for (const model::ParamView& v : model_.param_table())
+      if (v.replicated && v.offset >= base && v.offset < base + psi)
+        r->replicated.push_back({v.offset - base, v.offset - base + numel(v.shape)});
+  allocate_state(*r);
+  r->reducer = std::make_unique<GradReducer>(*r);
+  if (opts_.stage == 3) r->gatherer = std::make_unique<ParamGatherer>(*r);
+  regions_.push_back(std::move(r));
 }
 
 DataParallelEngine::~DataParallelEngine() {
   // Collectives in flight read engine buffers: let them finish before the buffers go.
   try {
-    if (reducer_) reducer_->wait_all();
-    if (gatherer_) gatherer_->invalidate();
+    for (auto& r : regions_) {
+      if (r->reducer) r->reducer->wait_all();
+      if (r->gatherer) r->gatherer->invalidate();
+    }
   } catch (...) {
   }
   model_.set_hooks({});
 }
 
-void DataParallelEngine::allocate_state() {
-  const int64_t psi = layout_.psi(), S = layout_.shard_elems();
+void DataParallelEngine::allocate_state(Region& r) {
+  const int64_t psi = r.layout.psi(), S = r.layout.shard_elems();
   const int64_t full_or_shard_p = opts_.stage >= 3 ? S : psi;
   const int64_t full_or_shard_g = opts_.stage >= 2 ? S : psi;
   const int64_t opt = opts_.stage >= 1 ? S : psi;
-  params_ = Buffer(MemCategory::parameters, size_t(full_or_shard_p) * wbytes_);
-  grads_ = Buffer(MemCategory::gradients, size_t(full_or_shard_g) * wbytes_);
-  if (bf16_) master_ = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
-  exp_avg_ = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
-  exp_avg_sq_ = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
-  if (bf16_) {
-    // fp32 compute scratch: slot 0 for unit 0, slot 1 for any other unit.
-    int64_t other = 0;
-    for (size_t u = 1; u < units_.size(); ++u) other = std::max(other, units_[u].size());
-    const int64_t n0 = units_[0].size();
-    scratch_ = Buffer(MemCategory::activations, size_t(2 * (n0 + other)) * sizeof(float));
-    float* p = scratch_.as<float>();
-    scratch_params_[0] = p;
-    scratch_grads_[0] = p + n0;
-    scratch_params_[1] = p + 2 * n0;
-    scratch_grads_[1] = p + 2 * n0 + other;
+  r.params = Buffer(MemCategory::parameters, size_t(full_or_shard_p) * wbytes_);
+  r.grads = Buffer(MemCategory::gradients, size_t(full_or_shard_g) * wbytes_);
+  if (bf16_) r.master = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
+  r.exp_avg = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
+  r.exp_avg_sq = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
+}
+
+// bf16: fp32 compute scratch, slot 0 for dense unit 0, slot 1 for any other dense unit,
+// slot 2 for an expert unit (an MoE block uses its block's unit and its experts at once).
+void DataParallelEngine::allocate_scratch() {
+  if (!bf16_) return;
+  const Region& d = *regions_[0];
+  int64_t n[3] = {d.units[0].size(), 0, 0};
+  for (const auto& r : regions_)  // expert units are in the dense region when ep is 1
+    for (int u = 0; u < r->num_units(); ++u)
+      if (r->first_unit + u > 0) {
+        int64_t& m = n[scratch_slot(*r, u)];
+        m = std::max(m, r->units[size_t(u)].size());
+      }
+  scratch_ = Buffer(MemCategory::activations, size_t(2 * (n[0] + n[1] + n[2])) * sizeof(float));
+  float* p = scratch_.as<float>();
+  for (int s = 0; s < 3; ++s) {
+    scratch_params_[s] = p;
+    scratch_grads_[s] = p + n[s];
+    p += 2 * n[s];
   }
 }
 
-// GPT-2 initialisation is defined on the full flat buffer; ranks that keep less compute it
-// in a temporary fp32 buffer (category other, freed before training) and keep their part.
+// GPT-2 initialisation is defined on the full flat buffer; a region that keeps less computes
+// it in a temporary fp32 buffer (category other, freed before training) and keeps its part.
 void DataParallelEngine::init_params(uint64_t seed) {
-  const int64_t psi = layout_.psi();
-  // Full fp32 weights exist already as the fp32 parameters (stages 0-2) or the bf16 master
-  // (stage 0); otherwise a temporary holds them.
-  Buffer tmp;
-  float* full = nullptr;
-  if (!bf16_ && opts_.stage < 3) {
-    full = params_.as<float>();
-  } else if (bf16_ && opts_.stage == 0) {
-    full = master_.as<float>();
-  } else {
-    tmp = Buffer(MemCategory::other, size_t(psi) * sizeof(float));
-    full = tmp.as<float>();
+  std::vector<Buffer> tmp(regions_.size());
+  std::vector<float*> full(regions_.size());
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    Region& r = *regions_[i];
+    // Full fp32 weights exist already as the fp32 parameters (stages 0-2) or the bf16 master
+    // (stage 0); otherwise a temporary holds them.
+    if (!bf16_ && opts_.stage < 3) {
+      full[i] = r.params.as<float>();
+    } else if (bf16_ && opts_.stage == 0) {
+      full[i] = r.master.as<float>();
+    } else {
+      tmp[i] = Buffer(MemCategory::other, size_t(r.layout.psi()) * sizeof(float));
+      full[i] = tmp[i].as<float>();
+    }
+    for (int u = 0; u < r.num_units(); ++u)
+      model_.bind_unit(r.first_unit + u, full[i] + r.units[u].begin, nullptr);
   }
-  for (size_t u = 0; u < units_.size(); ++u)
-    model_.bind_unit(int(u), full + units_[u].begin, nullptr);
   model_.init(seed);
-  const Range own = layout_.own();
-  if (bf16_ && full != master_.as<float>())
-    std::memcpy(master_.data(), full + opt_range_.begin, sizeof(float) * opt_range_.size());
-  if (bf16_ && opts_.stage < 3) narrow(params_.data(), full, psi, wdtype_);
-  if (opts_.stage == 3) narrow(params_.data(), full + own.begin, own.size(), wdtype_);
-  ++params_version_;
-  // Units whose memory never moves are bound once; the others are bound by the hooks.
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const int unit = int(u);
-    if (!bf16_ && opts_.stage <= 1)
-      model_.bind_unit(unit, params_.as<float>() + units_[u].begin,
-                       grads_.as<float>() + units_[u].begin);
-    else if (!bf16_ && opts_.stage == 2)
-      model_.bind_unit(unit, params_.as<float>() + units_[u].begin, nullptr);
-    else
-      model_.bind_unit(unit, nullptr, nullptr);
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    Region& r = *regions_[i];
+    const Range own = r.layout.own();
+    if (bf16_ && full[i] != r.master.as<float>())
+      std::memcpy(r.master.data(), full[i] + r.opt_range.begin,
+                  sizeof(float) * r.opt_range.size());
+    if (bf16_ && opts_.stage < 3) narrow(r.params.data(), full[i], r.layout.psi(), wdtype_);
+    if (opts_.stage == 3) narrow(r.params.data(), full[i] + own.begin, own.size(), wdtype_);
+    // Units whose memory never moves are bound once; the others are bound by the hooks.
+    for (int u = 0; u < r.num_units(); ++u) {
+      const int unit = r.first_unit + u;
+      if (!bf16_ && opts_.stage <= 1)
+        model_.bind_unit(unit, r.params.as<float>() + r.units[u].begin,
+                         r.grads.as<float>() + r.units[u].begin);
+      else if (!bf16_ && opts_.stage == 2)
+        model_.bind_unit(unit, r.params.as<float>() + r.units[u].begin, nullptr);
+      else
+        model_.bind_unit(unit, nullptr, nullptr);
+    }
   }
+  ++params_version_;
 }
 
 // ---- hooks ----------------------------------------------------------------------------------
 
-float* DataParallelEngine::fp32_params_for(int unit) {
+Region& DataParallelEngine::region_of(int unit, int* local) {
+  for (auto& r : regions_)
+    if (r->has_unit(unit)) {
+      *local = unit - r->first_unit;
+      return *r;
+    }
+  fail("internal: unit ", unit, " belongs to no region of the data-parallel engine");
+}
+
+int DataParallelEngine::scratch_slot(const Region& r, int local) const {
+  const int unit = r.first_unit + local;
+  if (unit >= model_.first_expert_unit()) return 2;
+  return unit == 0 ? 0 : 1;
+}
+
+float* DataParallelEngine::fp32_params_for(Region& r, int local) {
   const void* src = nullptr;
-  if (gatherer_) {
-    src = gatherer_->acquire(unit, current_pass_);
+  if (r.gatherer) {
+    src = r.gatherer->acquire(local, current_pass_);
   } else {
-    src = elem_ptr(params_.data(), units_[unit].begin, wdtype_);
+    src = elem_ptr(r.params.data(), r.units[local].begin, wdtype_);
   }
   if (!bf16_) return static_cast<float*>(const_cast<void*>(src));
-  const int slot = unit == 0 ? 0 : 1;
+  const int slot = scratch_slot(r, local), unit = r.first_unit + local;
   if (scratch_unit_[slot] != unit || scratch_version_[slot] != params_version_) {
-    widen(scratch_params_[slot], src, units_[unit].size(), wdtype_);
+    widen(scratch_params_[slot], src, r.units[local].size(), wdtype_);
     scratch_unit_[slot] = unit;
     scratch_version_[slot] = params_version_;
   }
   return scratch_params_[slot];
 }
 
-float* DataParallelEngine::fp32_grads_for(int unit) {
+float* DataParallelEngine::fp32_grads_for(Region& r, int local) {
   if (bf16_) {
-    float* g = scratch_grads_[unit == 0 ? 0 : 1];
-    std::memset(g, 0, sizeof(float) * units_[unit].size());
+    float* g = scratch_grads_[scratch_slot(r, local)];
+    std::memset(g, 0, sizeof(float) * r.units[local].size());
     return g;
   }
-  return static_cast<float*>(reducer_->unit_grads(unit));
+  return static_cast<float*>(r.reducer->unit_grads(local));
 }
 
 void DataParallelEngine::before_unit(int unit, Pass pass) {
   current_pass_ = pass;
   if (!bf16_ && opts_.stage <= 1) return;  // bound once, in place
-  float* p = fp32_params_for(unit);
+  int local = 0;
+  Region& r = region_of(unit, &local);
+  float* p = fp32_params_for(r, local);
   float* g = nullptr;
   if (pass == Pass::backward)
-    g = fp32_grads_for(unit);
+    g = fp32_grads_for(r, local);
   else if (bf16_)
-    g = scratch_grads_[unit == 0 ? 0 : 1];
+    g = scratch_grads_[scratch_slot(r, local)];
   model_.bind_unit(unit, p, g);
 }
 
 void DataParallelEngine::after_unit(int unit, Pass pass) {
+  int local = 0;
+  Region& r = region_of(unit, &local);
   if (pass == Pass::backward) {
     if (bf16_)
-      add_f32_into(reducer_->unit_grads(unit), scratch_grads_[unit == 0 ? 0 : 1],
-                   units_[unit].size(), wdtype_);
-    reducer_->unit_done(unit);
+      add_f32_into(r.reducer->unit_grads(local), scratch_grads_[scratch_slot(r, local)],
+                   r.units[local].size(), wdtype_);
+    r.reducer->unit_done(local);
   }
-  if (gatherer_) gatherer_->release(unit, pass);
+  if (r.gatherer) r.gatherer->release(local, pass);
 }
 
 // ---- step -----------------------------------------------------------------------------------
 
 void DataParallelEngine::begin_step() {
   if (model_.tensor_comm()) tp_bytes_at_step_begin_ = model_.tensor_comm()->bytes();
-  reducer_->begin_step();
-  std::memset(grads_.data(), 0, grads_.bytes());
+  for (auto& r : regions_) {
+    r->reducer->begin_step();
+    std::memset(r->grads.data(), 0, r->grads.bytes());
+  }
 }
 
 void DataParallelEngine::begin_micro(int micro, int num_micro) {
-  reducer_->begin_micro(micro, num_micro);
+  for (auto& r : regions_) r->reducer->begin_micro(micro, num_micro);
 }
 
 void DataParallelEngine::end_backward() {
-  reducer_->finish();
+  for (auto& r : regions_) r->reducer->finish();
   if (model_.tensor_comm())
     tp_bytes_last_step_ = model_.tensor_comm()->bytes() - tp_bytes_at_step_begin_;
 }
 
+int64_t DataParallelEngine::grad_reduce_bytes_last_step(const Region& r) const {
+  return r.reducer->bytes_this_step();
+}
+
 int64_t DataParallelEngine::grad_reduce_bytes_last_step() const {
-  return reducer_->bytes_this_step();
+  int64_t n = 0;
+  for (const auto& r : regions_) n += grad_reduce_bytes_last_step(*r);
+  return n;
+}
+
+int64_t DataParallelEngine::num_buckets() const {
+  int64_t n = 0;
+  for (const auto& r : regions_) n += int64_t(r->buckets.size());
+  return n;
 }
 
 // Sum of squares of g (the gradients of [b, e)) without the replicated views, whose squares
-// tp rank 0 counts (replicated_ is sorted and empty on rank 0).
+// tp rank 0 counts (replicated is sorted and empty on rank 0).
 static double sum_squares_counted(const float* g, int64_t b, int64_t e,
                                   const std::vector<Range>& replicated) {
   double sum = 0;
@@ -229,49 +310,49 @@ static double sum_squares_counted(const float* g, int64_t b, int64_t e,
   return sum;
 }
 
-// Gradient of global element i of opt_range_, in the working dtype.
-static const void* grad_at(const Buffer& grads, int stage, int64_t i, int64_t own_begin, DType t) {
-  return elem_ptr(grads.data(), stage >= 2 ? i - own_begin : i, t);
+// Gradient of region element i of opt_range, in the working dtype.
+static const void* grad_at(const Region& r, int64_t i) {
+  return elem_ptr(r.grads.data(), r.stage() >= 2 ? i - r.layout.own().begin : i, r.wdtype);
 }
 
-// Runs fn(begin, end, fp32 grads of [begin, end)) over opt_range_ in pieces no longer than
-// the scratch (bf16) or in one piece (fp32).
+// Runs fn(begin, end, fp32 grads of [begin, end)) over `range` of region r in pieces no
+// longer than the scratch (bf16) or in one piece (fp32).
 template <typename Fn>
-static void for_grad_chunks(Range r, const Buffer& grads, int stage, int64_t own_begin, DType t,
-                            float* scratch, int64_t chunk, Fn&& fn) {
-  for (int64_t b = r.begin; b < r.end;) {
-    const int64_t e = t == DType::f32 ? r.end : std::min(r.end, b + chunk);
-    const void* g = grad_at(grads, stage, b, own_begin, t);
-    if (t == DType::f32) {
+static void for_grad_chunks(const Region& r, Range range, float* scratch, int64_t chunk, Fn&& fn) {
+  for (int64_t b = range.begin; b < range.end;) {
+    const int64_t e = r.wdtype == DType::f32 ? range.end : std::min(range.end, b + chunk);
+    const void* g = grad_at(r, b);
+    if (r.wdtype == DType::f32) {
       fn(b, e, static_cast<const float*>(g));
     } else {
-      widen(scratch, g, e - b, t);
+      widen(scratch, g, e - b, r.wdtype);
       fn(b, e, scratch);
     }
     b = e;
   }
 }
 
-double DataParallelEngine::local_grad_sum_squares() {
+double DataParallelEngine::local_grad_sum_squares(Region& r) {
   double sum = 0;
-  const int64_t chunk = bf16_ ? units_[0].size() : 0;
-  for_grad_chunks(
-      opt_range_, grads_, opts_.stage, layout_.own().begin, wdtype_, scratch_grads_[0], chunk,
-      [&](int64_t b, int64_t e, const float* g) { sum += sum_squares_counted(g, b, e, replicated_); });
+  const int64_t chunk = bf16_ ? regions_[0]->units[0].size() : 0;
+  for_grad_chunks(r, r.opt_range, scratch_grads_[0], chunk,
+                  [&](int64_t b, int64_t e, const float* g) {
+                    sum += sum_squares_counted(g, b, e, r.replicated);
+                  });
   return sum;
 }
 
-void DataParallelEngine::apply_adamw(float lr, float grad_scale) {
+void DataParallelEngine::apply_adamw(Region& r, float lr, float grad_scale) {
   const kernels::AdamWStep s = adamw_step(optim_, lr, steps_ + 1, grad_scale);
-  const int64_t lo = opt_range_.begin, own_begin = layout_.own().begin;
-  float* weights =
-      bf16_ ? master_.as<float>() - lo : params_.as<float>() - (opts_.stage >= 3 ? own_begin : 0);
-  float* m = exp_avg_.as<float>() - lo;
-  float* v = exp_avg_sq_.as<float>() - lo;
-  const int64_t chunk = bf16_ ? units_[0].size() : 0;
-  for (const model::DecayRange& d : decay_) {
-    for_grad_chunks({d.begin, d.end}, grads_, opts_.stage, own_begin, wdtype_, scratch_grads_[0],
-                    chunk, [&](int64_t b, int64_t e, const float* g) {
+  const int64_t lo = r.opt_range.begin, own_begin = r.layout.own().begin;
+  float* weights = bf16_ ? r.master.as<float>() - lo
+                         : r.params.as<float>() - (opts_.stage >= 3 ? own_begin : 0);
+  float* m = r.exp_avg.as<float>() - lo;
+  float* v = r.exp_avg_sq.as<float>() - lo;
+  const int64_t chunk = bf16_ ? regions_[0]->units[0].size() : 0;
+  for (const model::DecayRange& d : r.decay) {
+    for_grad_chunks(r, {d.begin, d.end}, scratch_grads_[0], chunk,
+                    [&](int64_t b, int64_t e, const float* g) {
                       kernels::adamw_update(weights + b, g, m + b, v + b, e - b, d.decay, s);
                     });
   }
@@ -279,38 +360,47 @@ void DataParallelEngine::apply_adamw(float lr, float grad_scale) {
 
 // Working parameters from the optimizer's weights: bf16 rounding, then (stages 1-2) every
 // rank's updated shard gathered into the full buffer; stage 3 drops gathered units.
-void DataParallelEngine::refresh_working_params() {
-  ++params_version_;
-  const Range own = layout_.own();
+void DataParallelEngine::refresh_working_params(Region& r) {
+  const Range own = r.layout.own();
   if (bf16_) {
-    const int64_t at = opts_.stage >= 3 ? 0 : opt_range_.begin;
-    narrow(elem_ptr(params_.data(), at, wdtype_), master_.as<float>(), opt_range_.size(), wdtype_);
+    const int64_t at = opts_.stage >= 3 ? 0 : r.opt_range.begin;
+    narrow(elem_ptr(r.params.data(), at, wdtype_), r.master.as<float>(), r.opt_range.size(),
+           wdtype_);
   }
   if (opts_.stage == 1 || opts_.stage == 2) {
-    const Range all{0, layout_.psi()};
-    gather_range_async(pg_, layout_, elem_ptr(params_.data(), own.begin, wdtype_), params_.data(),
-                       all, wdtype_, "params all")
+    const Range all{0, r.layout.psi()};
+    gather_range_async(r.pg, r.layout, elem_ptr(r.params.data(), own.begin, wdtype_),
+                       r.params.data(), all, wdtype_, cat(r.tag, "params all"))
         ->wait();
   }
-  if (gatherer_) {
-    gatherer_->invalidate();
-    gatherer_->prime();
+  if (r.gatherer) {
+    r.gatherer->invalidate();
+    r.gatherer->prime();
   }
 }
 
 const float* DataParallelEngine::full_params() const {
-  return opts_.stage < 3 && !bf16_ ? params_.as<float>() : nullptr;
+  return opts_.stage < 3 && !bf16_ && regions_.size() == 1 ? regions_[0]->params.as<float>()
+                                                           : nullptr;
 }
 
 float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip) {
-  STRATA_CHECK(reducer_->idle(), "step: end_backward() must be called before step()");
-  double sum_sq;
+  for (auto& r : regions_)
+    STRATA_CHECK(r->reducer->idle(), "step: end_backward() must be called before step()");
+  double dense_sq = 0, expert_sq = 0;
   {
     TraceSpan span(tracer(), "optimizer", "compute");
-    sum_sq = local_grad_sum_squares();
+    dense_sq = local_grad_sum_squares(*regions_[0]);
+    if (regions_.size() > 1) expert_sq = local_grad_sum_squares(*regions_[1]);
   }
-  // Stage 0 ranks hold identical full gradients; sharded stages add their shards' sums.
-  if (opts_.stage >= 1) sum_sq = sum_over_ranks(pg_, sum_sq);
+  // Stage 0 ranks of a group hold identical full gradients; sharded stages add their shards'
+  // sums, the expert shards with the dense ones (the edp groups partition every expert).
+  double sum_sq = dense_sq + expert_sq;
+  if (opts_.stage >= 1) {
+    sum_sq = sum_over_ranks(regions_[0]->pg, sum_sq);
+  } else if (expert_groups_.ep && expert_groups_.ep->size() > 1) {
+    sum_sq = dense_sq + sum_over_ranks(*expert_groups_.ep, expert_sq);
+  }
   if (model_.tensor_comm())  // async: on the tp group's own thread (and trace track)
     model_.tensor_comm()->group().all_reduce_async(&sum_sq, 1)->wait();
   sum_sq += extra_sum_sq;
@@ -318,59 +408,85 @@ float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip) {
   if (clip) *clip = scale;
   {
     TraceSpan span(tracer(), "optimizer", "compute");
-    apply_adamw(lr, scale);
+    for (auto& r : regions_) apply_adamw(*r, lr, scale);
   }
   ++steps_;
-  refresh_working_params();
+  ++params_version_;
+  for (auto& r : regions_) refresh_working_params(*r);
   return float(std::sqrt(sum_sq));
 }
 
 // ---- accounting and checkpoints -------------------------------------------------------------
 
-MemoryReport DataParallelEngine::memory_report() const {
-  MemoryReport r;
-  r.parameters = int64_t(params_.bytes());
-  r.gradients = int64_t(grads_.bytes());
-  r.optimizer = int64_t(master_.bytes() + exp_avg_.bytes() + exp_avg_sq_.bytes());
-  r.activations = int64_t(scratch_.bytes());
-  r.comm = reducer_->buffer_bytes() + (gatherer_ ? gatherer_->buffer_bytes() : 0);
-  return r;
+MemoryReport DataParallelEngine::memory_report(const Region& r) const {
+  MemoryReport m;
+  m.parameters = int64_t(r.params.bytes());
+  m.gradients = int64_t(r.grads.bytes());
+  m.optimizer = int64_t(r.master.bytes() + r.exp_avg.bytes() + r.exp_avg_sq.bytes());
+  m.comm = r.reducer->buffer_bytes() + (r.gatherer ? r.gatherer->buffer_bytes() : 0);
+  return m;
 }
 
-std::vector<StateShard> DataParallelEngine::state_shards() {
-  const Range own = layout_.own();
-  std::vector<StateShard> out;
-  if (bf16_) {
-    out.push_back({"params", DType::f32, opt_range_.begin, opt_range_.end, own.begin, own.end,
-                   master_.data()});
-  } else {
-    const Range held = opts_.stage >= 3 ? own : Range{0, layout_.psi()};
-    out.push_back({"params", DType::f32, held.begin, held.end, own.begin, own.end, params_.data()});
+MemoryReport DataParallelEngine::memory_report() const {
+  MemoryReport m;
+  for (const auto& r : regions_) {
+    const MemoryReport x = memory_report(*r);
+    m.parameters += x.parameters;
+    m.gradients += x.gradients;
+    m.optimizer += x.optimizer;
+    m.comm += x.comm;
   }
-  out.push_back({"exp_avg", DType::f32, opt_range_.begin, opt_range_.end, own.begin, own.end,
-                 exp_avg_.data()});
-  out.push_back({"exp_avg_sq", DType::f32, opt_range_.begin, opt_range_.end, own.begin, own.end,
-                 exp_avg_sq_.data()});
+  m.activations = int64_t(scratch_.bytes());
+  return m;
+}
+
+// Per region, in the rank's flat coordinates: the dense states written across the dense
+// group, the expert states across edp (each expert-parallel rank writes its own experts).
+std::vector<StateShard> DataParallelEngine::state_shards() {
+  std::vector<StateShard> out;
+  for (auto& rp : regions_) {
+    Region& r = *rp;
+    const int64_t b = r.base;
+    const Range own = r.layout.own(), opt = r.opt_range;
+    if (bf16_) {
+      out.push_back({"params", DType::f32, b + opt.begin, b + opt.end, b + own.begin,
+                     b + own.end, r.master.data()});
+    } else {
+      const Range held = opts_.stage >= 3 ? own : Range{0, r.layout.psi()};
+      out.push_back({"params", DType::f32, b + held.begin, b + held.end, b + own.begin,
+                     b + own.end, r.params.data()});
+    }
+    out.push_back({"exp_avg", DType::f32, b + opt.begin, b + opt.end, b + own.begin, b + own.end,
+                   r.exp_avg.data()});
+    out.push_back({"exp_avg_sq", DType::f32, b + opt.begin, b + opt.end, b + own.begin,
+                   b + own.end, r.exp_avg_sq.data()});
+  }
   return out;
 }
 
 void DataParallelEngine::state_loaded(int64_t step_count) {
   STRATA_CHECK(step_count >= 0, "state_loaded: step count ", step_count, " must be >= 0");
-  STRATA_CHECK(reducer_->idle(), "state_loaded: gradient collectives still in flight");
+  for (auto& r : regions_)
+    STRATA_CHECK(r->reducer->idle(), "state_loaded: gradient collectives still in flight");
   steps_ = step_count;
-  refresh_working_params();
+  ++params_version_;
+  for (auto& r : regions_) refresh_working_params(*r);
 }
 
 std::vector<float> DataParallelEngine::gather_full_params() {
-  const int64_t psi = layout_.psi();
-  std::vector<float> full(size_t(psi), 0.0f);
-  const float* weights = bf16_ ? master_.as<float>() : params_.as<float>();
-  if (opts_.stage == 0 || (!bf16_ && opts_.stage <= 2)) {
-    std::memcpy(full.data(), weights, sizeof(float) * psi);
-    return full;
+  std::vector<float> full(size_t(model_.num_params()), 0.0f);
+  for (auto& rp : regions_) {
+    Region& r = *rp;
+    const int64_t psi = r.layout.psi();
+    float* dst = full.data() + r.base;
+    const float* weights = bf16_ ? r.master.as<float>() : r.params.as<float>();
+    if (opts_.stage == 0 || (!bf16_ && opts_.stage <= 2)) {
+      std::memcpy(dst, weights, sizeof(float) * psi);
+      continue;
+    }
+    // Sharded optimizer weights (bf16 master shard, or fp32 stage-3 parameter shard).
+    r.pg.all_gather_v(weights, dst, r.layout.split_counts({0, psi}), DType::f32);
   }
-  // Sharded optimizer weights (bf16 master shard, or fp32 stage-3 parameter shard).
-  pg_.all_gather_v(weights, full.data(), layout_.split_counts({0, psi}), DType::f32);
   return full;
 }
 
@@ -378,8 +494,9 @@ std::unique_ptr<DataParallelEngine> make_data_parallel_engine(model::GPT& model,
                                                               comm::ProcessGroup& group,
                                                               const DataParallelOptions& opts,
                                                               const OptimConfig& optim,
-                                                              uint64_t seed) {
-  return std::make_unique<DataParallelEngine>(model, group, opts, optim, seed);
+                                                              uint64_t seed,
+                                                              ExpertGroups experts) {
+  return std::make_unique<DataParallelEngine>(model, group, opts, optim, seed, experts);
 }
 
 }  // namespace strata::parallel

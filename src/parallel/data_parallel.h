@@ -27,6 +27,17 @@
 // samples: the model then only calls its hooks, and the engine's collectives stay matched.
 // Eval forwards and logits() (sampling) must likewise run on every rank at stage 3.
 //
+// Mixture of Experts (parallel/region.h): the expert units of an MoE model form a second
+// region whose gradients reduce, and whose ZeRO shards spread, over the expert-data-parallel
+// group `edp` (ExpertGroups) instead of `group`: with expert parallelism P a rank holds only
+// its E/P experts, so its model states are zero_model_state_bytes(Ψ_dense, |group|, stage) +
+// zero_model_state_bytes(Ψ_experts, |edp|, stage) and its reduction moves Ψ_dense + Ψ_experts
+// elements per step. Stages, bf16 and the reduce dtype apply to both regions alike. The
+// global gradient norm counts every element once: at stages 1-3 each rank of `group` adds
+// its dense and expert shards and one sum over `group` covers both (the edp groups of the
+// P expert-parallel ranks partition the experts); at stage 0 the expert squares of one
+// expert-parallel group are summed over `ep` and added to the dense ones.
+//
 // Tensor parallelism: with a model built on a tp group (model::GPT's TensorComm), `group`
 // is the data-parallel group of the mesh (parallel/mesh.h) and everything above applies to
 // the rank's local flat buffer. Replicated views (norms, wpe, row-parallel biases) get the
@@ -46,14 +57,20 @@
 #include "parallel/engine.h"
 #include "parallel/layout.h"
 #include "parallel/options.h"
+#include "parallel/region.h"
 
 namespace strata::parallel {
 
-class GradReducer;
-class ParamGatherer;
+// The groups of the expert region (null: `group`, the model holding every expert). edp:
+// ranks holding the same experts; ep: the expert-parallel group the model was built with.
+struct ExpertGroups {
+  comm::ProcessGroup* edp = nullptr;
+  comm::ProcessGroup* ep = nullptr;
+};
 
 // Bytes of this rank's engine-owned buffers, by memory category. Model states (parameters,
-// gradients, optimizer) equal zero_model_state_bytes(Ψ, N, stage, precision) exactly;
+// gradients, optimizer) equal zero_model_state_bytes(Ψ, N, stage, precision) exactly (an MoE
+// model: moe_model_state_bytes, the sum over its two regions);
 // comm holds the bucket and gather buffers, activations the bf16 engine's fp32 scratch (the
 // model's own activations are counted by the process memory tracker, not here).
 struct MemoryReport {
@@ -69,7 +86,7 @@ class DataParallelEngine final : public StepEngine {
   // initialises the parameters with GPT-2 initialisation from `seed` (the same values on
   // every rank and for every stage). Throws for bad options before allocating anything.
   DataParallelEngine(model::GPT& model, comm::ProcessGroup& group, const DataParallelOptions& opts,
-                     const OptimConfig& optim, uint64_t seed);
+                     const OptimConfig& optim, uint64_t seed, ExpertGroups experts = {});
   ~DataParallelEngine() override;
 
   void begin_step() override;
@@ -83,15 +100,21 @@ class DataParallelEngine final : public StepEngine {
   int64_t step_count() const override { return steps_; }
 
   const DataParallelOptions& options() const { return opts_; }
-  const ShardLayout& layout() const { return layout_; }
-  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The dense region (the whole model without experts) and the expert region (null when
+  // the model has no experts).
+  const ShardLayout& layout() const { return regions_[0]->layout; }
+  const std::vector<Bucket>& buckets() const { return regions_[0]->buckets; }
+  const Region* expert_region() const { return regions_.size() > 1 ? regions_[1].get() : nullptr; }
+  int64_t num_buckets() const;
   MemoryReport memory_report() const;
+  MemoryReport memory_report(const Region& r) const;  // model states and comm of one region
   // Payload bytes of the model's tensor-parallel collectives in the last step's forward and
   // backward passes (0 without tensor parallelism).
   int64_t tp_bytes_last_step() const { return tp_bytes_last_step_; }
   // Payload bytes of this rank's gradient all-reduces / reduce-scatters in the last step (in
   // the reduce dtype, DataParallelOptions::reduce()); valid from end_backward() on.
   int64_t grad_reduce_bytes_last_step() const;
+  int64_t grad_reduce_bytes_last_step(const Region& r) const;
 
   // Checkpoint access (see StateShard). After writing into the shards, call
   // state_loaded(step_count): it restores the step count and re-derives the working
@@ -101,58 +124,48 @@ class DataParallelEngine final : public StepEngine {
   int zero_stage() const override { return opts_.stage; }
   const char* precision() const override { return precision_name(opts_.precision); }
 
-  // The full fp32 parameters [0, Ψ) assembled on every rank (a collective at stages 1-3):
-  // for tests, exports and checkpoint conversion. Bf16 working copies are widened.
+  // The full fp32 parameters [0, Ψ) of this rank's flat space (its layout, model/gpt.h)
+  // assembled on every rank (a collective at stages 1-3): for tests, exports and checkpoint
+  // conversion. Bf16 working copies are widened.
   std::vector<float> gather_full_params();
   // The working fp32 parameters [0, Ψ) in place (stages 0-2 in fp32, where every rank holds
-  // them whole); null otherwise (stage 3 or bf16: use gather_full_params()).
+  // them whole, in one region); null otherwise (stage 3, bf16 or an MoE model: use
+  // gather_full_params()).
   const float* full_params() const;
 
  private:
-  friend class GradReducer;
-  friend class ParamGatherer;
-  void allocate_state();
+  Region& region_of(int unit, int* local);
+  void add_region(comm::ProcessGroup& group, int first_unit, int end_unit, bool tied,
+                  const char* tag);
+  void allocate_state(Region& r);
+  void allocate_scratch();
   void init_params(uint64_t seed);
-  void refresh_working_params();  // working params from the optimizer's weights
+  void refresh_working_params(Region& r);  // working params from the optimizer's weights
   void before_unit(int unit, model::Pass pass);
   void after_unit(int unit, model::Pass pass);
-  float* fp32_params_for(int unit);  // compute pointer for a unit's parameters
-  float* fp32_grads_for(int unit);   // compute pointer for a unit's gradients (backward)
-  void finish_unit_grads(int unit);  // after backward: bf16 rounding, hand to the reducer
-  double local_grad_sum_squares();
-  void apply_adamw(float lr, float grad_scale);
+  int scratch_slot(const Region& r, int local) const;
+  float* fp32_params_for(Region& r, int local);  // compute pointer for a unit's parameters
+  float* fp32_grads_for(Region& r, int local);   // compute pointer for a unit's gradients
+  double local_grad_sum_squares(Region& r);
+  void apply_adamw(Region& r, float lr, float grad_scale);
 
   model::GPT& model_;
-  comm::ProcessGroup& pg_;
   DataParallelOptions opts_;
   OptimConfig optim_;
-  ShardLayout layout_;
+  ExpertGroups expert_groups_;
   bool bf16_;
   DType wdtype_;  // working dtype of parameters and gradients
   int wbytes_;    // its size
-  std::vector<Range> units_;
-  std::vector<Bucket> buckets_;
-  Range opt_range_;  // elements the optimizer updates here: [0, Ψ) at stage 0, else own shard
-
-  // Model states (categories parameters, gradients, optimizer).
-  Buffer params_;  // working params: Ψ (stages 0-2) or S (stage 3) elements of wdtype_
-  Buffer grads_;   // Ψ (stages 0-1) or S (stages 2-3) elements of wdtype_
-  Buffer master_;  // bf16 only: fp32 weights of opt_range_ (S or Ψ elements)
-  Buffer exp_avg_, exp_avg_sq_;
-  // bf16 compute scratch (category activations): fp32 params + grads of unit 0 (slot 0) and
-  // of one other unit (slot 1).
+  std::vector<std::unique_ptr<Region>> regions_;  // dense, then experts (MoE models)
+  // bf16 compute scratch (category activations): fp32 params + grads of dense unit 0
+  // (slot 0), of one other dense unit (slot 1) and of one expert unit (slot 2).
   Buffer scratch_;
-  float* scratch_params_[2] = {nullptr, nullptr};
-  float* scratch_grads_[2] = {nullptr, nullptr};
-  int64_t scratch_version_[2] = {-1, -1};  // params_version_ converted into the slot
-  int scratch_unit_[2] = {-1, -1};
-
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<ParamGatherer> gatherer_;  // stage 3 only
-  std::vector<model::DecayRange> decay_;     // decay runs of opt_range_
+  float* scratch_params_[3] = {nullptr, nullptr, nullptr};
+  float* scratch_grads_[3] = {nullptr, nullptr, nullptr};
+  int64_t scratch_version_[3] = {-1, -1, -1};  // params_version_ converted into the slot
+  int scratch_unit_[3] = {-1, -1, -1};           // model unit
   int64_t steps_ = 0;
   int64_t tp_bytes_at_step_begin_ = 0, tp_bytes_last_step_ = 0;
-  std::vector<Range> replicated_;  // tp ranks != 0: views whose squares rank 0 counts
   int64_t params_version_ = 0;  // bumped whenever the working parameters change
   model::Pass current_pass_ = model::Pass::forward;
 };
@@ -161,6 +174,7 @@ std::unique_ptr<DataParallelEngine> make_data_parallel_engine(model::GPT& model,
                                                               comm::ProcessGroup& group,
                                                               const DataParallelOptions& opts,
                                                               const OptimConfig& optim,
-                                                              uint64_t seed);
+                                                              uint64_t seed,
+                                                              ExpertGroups experts = {});
 
 }  // namespace strata::parallel

@@ -5,58 +5,58 @@
 
 #include "core/error.h"
 #include "core/trace.h"
-#include "parallel/data_parallel.h"
+#include "parallel/region.h"
 #include "parallel/precision.h"
 #include "parallel/zero_comm.h"
 
 namespace strata::parallel {
 
-GradReducer::GradReducer(DataParallelEngine& engine) : e_(engine) {
-  const int nb = int(e_.buckets_.size());
-  bucket_of_unit_.assign(e_.units_.size(), -1);
+GradReducer::GradReducer(Region& region) : r_(region) {
+  const int nb = int(r_.buckets.size());
+  bucket_of_unit_.assign(r_.units.size(), -1);
   for (int k = 0; k < nb; ++k)
-    for (int u = e_.buckets_[k].last_unit; u <= e_.buckets_[k].first_unit; ++u)
+    for (int u = r_.buckets[k].last_unit; u <= r_.buckets[k].first_unit; ++u)
       bucket_of_unit_[u] = k;
   pending_.assign(nb, 0);
   launched_.assign(nb, false);
   work_.resize(nb);
-  acquired_.assign(e_.units_.size(), false);
-  if (e_.opts_.stage >= 2) {
+  acquired_.assign(r_.units.size(), false);
+  if (r_.opts->stage >= 2) {
     int64_t max_other = 0;
-    for (int k = 0; k + 1 < nb; ++k) max_other = std::max(max_other, e_.buckets_[k].range.size());
+    for (int k = 0; k + 1 < nb; ++k) max_other = std::max(max_other, r_.buckets[k].range.size());
     const int rotating = std::min(2, nb - 1);
     slot_offset_.push_back(0);
-    int64_t total = e_.buckets_[nb - 1].range.size();
+    int64_t total = r_.buckets[nb - 1].range.size();
     for (int s = 0; s < rotating; ++s) {
       slot_offset_.push_back(total);
       total += max_other;
     }
     slot_owner_.assign(slot_offset_.size(), -1);
-    staging_ = Buffer(MemCategory::comm, size_t(total) * e_.wbytes_);
+    staging_ = Buffer(MemCategory::comm, size_t(total) * r_.wbytes);
   }
-  rdtype_ = e_.opts_.reduce() == Precision::bf16 ? DType::bf16 : DType::f32;
-  if (rdtype_ != e_.wdtype_) {
-    const int64_t n = e_.opts_.stage <= 1 ? e_.layout_.psi()
-                                          : int64_t(staging_.bytes()) / e_.wbytes_;
+  rdtype_ = r_.opts->reduce() == Precision::bf16 ? DType::bf16 : DType::f32;
+  if (rdtype_ != r_.wdtype) {
+    const int64_t n = r_.opts->stage <= 1 ? r_.layout.psi()
+                                          : int64_t(staging_.bytes()) / r_.wbytes;
     wire_ = Buffer(MemCategory::comm, size_t(n) * dtype_size(rdtype_));
   }
   begin_step();
 }
 
 void* GradReducer::wire_data(int bucket) const {
-  const int64_t at = e_.opts_.stage <= 1 ? e_.buckets_[bucket].range.begin
+  const int64_t at = r_.opts->stage <= 1 ? r_.buckets[bucket].range.begin
                                          : slot_offset_[slot_of(bucket)];
   return elem_ptr(wire_.data(), at, rdtype_);
 }
 
 int GradReducer::slot_of(int bucket) const {
-  const int nb = int(e_.buckets_.size());
+  const int nb = int(r_.buckets.size());
   if (bucket == nb - 1) return 0;
   return 1 + bucket % (int(slot_offset_.size()) - 1);
 }
 
 char* GradReducer::slot_data(int slot) const {
-  return elem_ptr(staging_.data(), slot_offset_[slot], e_.wdtype_);
+  return elem_ptr(staging_.data(), slot_offset_[slot], r_.wdtype);
 }
 
 bool GradReducer::idle() const {
@@ -75,20 +75,20 @@ void GradReducer::begin_micro(int micro, int num_micro) {
   STRATA_CHECK(num_micro >= 1 && micro >= 0 && micro < num_micro, "begin_micro(", micro, ", ",
                num_micro, "): micro-batch index out of range");
   if (micro > 0 && communicate_) finish_micro_launches();
-  communicate_ = e_.opts_.stage >= 2 || micro == num_micro - 1;
+  communicate_ = r_.opts->stage >= 2 || micro == num_micro - 1;
   for (size_t k = 0; k < pending_.size(); ++k) {
-    const Bucket& b = e_.buckets_[k];
+    const Bucket& b = r_.buckets[k];
     pending_[k] = b.first_unit - b.last_unit + 1;
   }
   std::fill(acquired_.begin(), acquired_.end(), false);
 }
 
 void* GradReducer::unit_grads(int unit) {
-  const Range ur = e_.units_[unit];
-  if (e_.opts_.stage <= 1) return elem_ptr(e_.grads_.data(), ur.begin, e_.wdtype_);
+  const Range ur = r_.units[unit];
+  if (r_.opts->stage <= 1) return elem_ptr(r_.grads.data(), ur.begin, r_.wdtype);
   const int k = bucket_of_unit_[unit];
   const int s = slot_of(k);
-  char* p = slot_data(s) + (ur.begin - e_.buckets_[k].range.begin) * e_.wbytes_;
+  char* p = slot_data(s) + (ur.begin - r_.buckets[k].range.begin) * r_.wbytes;
   if (!acquired_[unit]) {
     int owner = slot_owner_[s];
     if (owner >= 0 && launched_[owner]) {
@@ -98,7 +98,7 @@ void* GradReducer::unit_grads(int unit) {
     STRATA_CHECK(owner == -1 || owner == k, "internal: bucket buffer ", s, " held by bucket ",
                  owner, " while bucket ", k, " needs it");
     slot_owner_[s] = k;
-    std::memset(p, 0, size_t(ur.size()) * e_.wbytes_);
+    std::memset(p, 0, size_t(ur.size()) * r_.wbytes);
     acquired_[unit] = true;
   }
   return p;
@@ -112,48 +112,52 @@ void GradReducer::unit_done(int unit) {
 }
 
 void GradReducer::launch(int k) {
-  const Bucket& b = e_.buckets_[k];
-  void* data = e_.opts_.stage <= 1 ? elem_ptr(e_.grads_.data(), b.range.begin, e_.wdtype_)
+  const Bucket& b = r_.buckets[k];
+  void* data = r_.opts->stage <= 1 ? elem_ptr(r_.grads.data(), b.range.begin, r_.wdtype)
                                    : slot_data(slot_of(k));
-  if (rdtype_ != e_.wdtype_) {
+  launched_[k] = true;
+  if (r_.pg.size() == 1) return;  // nothing to reduce: the sum over one rank is its gradient
+  if (rdtype_ != r_.wdtype) {
     void* wire = wire_data(k);
-    convert(wire, rdtype_, data, e_.wdtype_, b.range.size());
+    convert(wire, rdtype_, data, r_.wdtype, b.range.size());
     data = wire;
   }
-  work_[k] = reduce_range_async(e_.pg_, e_.layout_, data, b.range, rdtype_,
-                                /*scatter=*/e_.opts_.stage >= 1, cat("grad bucket ", k));
+  work_[k] = reduce_range_async(r_.pg, r_.layout, data, b.range, rdtype_,
+                                /*scatter=*/r_.opts->stage >= 1, cat(r_.tag, "grad bucket ", k));
   bytes_step_ += b.range.size() * int64_t(dtype_size(rdtype_));
-  launched_[k] = true;
 }
 
 // The reduced result of bucket k back from the wire buffer into its working-dtype home: the
 // whole range after an all-reduce, this rank's part after a reduce-scatter.
 void GradReducer::unwire(int k) {
-  const Bucket& b = e_.buckets_[k];
-  void* home = e_.opts_.stage <= 1 ? elem_ptr(e_.grads_.data(), b.range.begin, e_.wdtype_)
+  const Bucket& b = r_.buckets[k];
+  void* home = r_.opts->stage <= 1 ? elem_ptr(r_.grads.data(), b.range.begin, r_.wdtype)
                                    : slot_data(slot_of(k));
-  const int64_t off = e_.opts_.stage == 0 ? 0 : e_.layout_.own_offset_in(b.range);
-  const int64_t n = e_.opts_.stage == 0 ? b.range.size() : e_.layout_.own_part(b.range).size();
-  convert(elem_ptr(home, off, e_.wdtype_), e_.wdtype_, elem_ptr(wire_data(k), off, rdtype_),
+  const int64_t off = r_.opts->stage == 0 ? 0 : r_.layout.own_offset_in(b.range);
+  const int64_t n = r_.opts->stage == 0 ? b.range.size() : r_.layout.own_part(b.range).size();
+  convert(elem_ptr(home, off, r_.wdtype), r_.wdtype, elem_ptr(wire_data(k), off, rdtype_),
           rdtype_, n);
 }
 
 void GradReducer::complete(int k) {
   if (!launched_[k]) return;
-  {
-    TraceSpan wait(tracer(), tracer().enabled() ? cat("wait grad bucket ", k) : "", "wait");
-    work_[k]->wait();
-  }
-  work_[k].reset();
   launched_[k] = false;
-  if (rdtype_ != e_.wdtype_) unwire(k);
-  if (e_.opts_.stage <= 1) return;
-  const Bucket& b = e_.buckets_[k];
-  const Range part = e_.layout_.own_part(b.range);
+  if (work_[k]) {
+    {
+      TraceSpan wait(tracer(), tracer().enabled() ? cat("wait ", r_.tag, "grad bucket ", k) : "",
+                     "wait");
+      work_[k]->wait();
+    }
+    work_[k].reset();
+    if (rdtype_ != r_.wdtype) unwire(k);
+  }
+  if (r_.opts->stage <= 1) return;
+  const Bucket& b = r_.buckets[k];
+  const Range part = r_.layout.own_part(b.range);
   if (!part.empty()) {
-    const char* src = slot_data(slot_of(k)) + e_.layout_.own_offset_in(b.range) * e_.wbytes_;
-    add_into(elem_ptr(e_.grads_.data(), part.begin - e_.layout_.own().begin, e_.wdtype_), src,
-             part.size(), e_.wdtype_);
+    const char* src = slot_data(slot_of(k)) + r_.layout.own_offset_in(b.range) * r_.wbytes;
+    add_into(elem_ptr(r_.grads.data(), part.begin - r_.layout.own().begin, r_.wdtype), src,
+             part.size(), r_.wdtype);
   }
   slot_owner_[slot_of(k)] = -1;
 }
@@ -163,8 +167,8 @@ void GradReducer::complete(int k) {
 void GradReducer::finish_micro_launches() {
   for (size_t k = 0; k < pending_.size(); ++k) {
     if (pending_[k] == 0) continue;
-    const Bucket& b = e_.buckets_[k];
-    if (e_.opts_.stage >= 2)
+    const Bucket& b = r_.buckets[k];
+    if (r_.opts->stage >= 2)
       for (int u = b.last_unit; u <= b.first_unit; ++u) unit_grads(u);
     pending_[k] = 0;
     launch(int(k));

@@ -25,7 +25,8 @@
 // is converted back when it completes. The wire buffer (category comm) mirrors what may be
 // in flight at once: the whole gradient range at stages 0-1 (every bucket can be in flight
 // until end_backward), the bucket buffers at stages 2-3. bytes_this_step() counts each
-// collective's payload (the bucket's elements times the reduce dtype's size).
+// collective's payload (the bucket's elements times the reduce dtype's size). A group of one
+// rank (e.g. the expert region when ep equals dp x cp) issues no collective and counts none.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -36,11 +37,11 @@
 
 namespace strata::parallel {
 
-class DataParallelEngine;
+struct Region;  // parallel/region.h
 
 class GradReducer {
  public:
-  explicit GradReducer(DataParallelEngine& engine);
+  explicit GradReducer(Region& region);
   void begin_step();
   void begin_micro(int micro, int num_micro);
   // Where unit u's working-dtype gradients accumulate in this micro-batch. Stages 2-3: a
@@ -67,7 +68,7 @@ class GradReducer {
   void complete(int bucket);
   void finish_micro_launches();
 
-  DataParallelEngine& e_;
+  Region& r_;
   std::vector<int> bucket_of_unit_;
   std::vector<int> pending_;    // units of each bucket not yet done this micro-batch
   std::vector<bool> launched_;  // collective issued and not yet completed

@@ -50,14 +50,17 @@ static int64_t mem_available_bytes() {
 }
 
 void check_memory_fits(int64_t psi, int world, int ranks_on_host, const DataParallelOptions& opts,
-                       int64_t other_bytes_per_rank, int64_t available_bytes) {
+                       int64_t other_bytes_per_rank, int64_t available_bytes, int64_t psi_experts,
+                       int expert_world) {
   STRATA_CHECK(world >= 1, "data-parallel world size ", world, " must be >= 1");
   if (available_bytes <= 0) available_bytes = mem_available_bytes();
   if (available_bytes <= 0) return;
-  const int64_t states =
-      zero_model_state_bytes(psi, world, opts.stage, opts.precision).total();
+  const int64_t states = moe_model_state_bytes(psi, world, psi_experts, expert_world, opts.stage,
+                                               opts.precision)
+                             .total();
   const int64_t need = int64_t(ranks_on_host) * (states + other_bytes_per_rank);
   STRATA_CHECK(need <= available_bytes, ranks_on_host, " ranks of ", psi,
+               psi_experts > 0 ? cat(" dense + ", psi_experts, " expert") : std::string(),
                " parameters at ZeRO stage ", opts.stage, " (", precision_name(opts.precision),
                ") need ", need / (1 << 20), " MiB (", states / (1 << 20), " MiB model states + ",
                other_bytes_per_rank / (1 << 20), " MiB other per rank), but only ",

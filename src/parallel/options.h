@@ -43,9 +43,12 @@ inline bool model_owns_state(const DataParallelOptions&) { return false; }
 // Rejects a data-parallel layout the machine cannot hold: `ranks_on_host` ranks, each with
 // the model states of `stage` for `psi` parameters (parallel/zero_memory.h) plus
 // `other_bytes_per_rank` (activations, buffers), against `available_bytes` (<= 0: read
-// MemAvailable from /proc/meminfo). Throws naming the numbers.
+// MemAvailable from /proc/meminfo). Throws naming the numbers. An MoE rank holds
+// `psi_experts` more parameters (its E/ep experts) sharded over `expert_world` ranks
+// (moe_model_state_bytes).
 void check_memory_fits(int64_t psi, int world, int ranks_on_host, const DataParallelOptions& opts,
-                       int64_t other_bytes_per_rank, int64_t available_bytes = 0);
+                       int64_t other_bytes_per_rank, int64_t available_bytes = 0,
+                       int64_t psi_experts = 0, int expert_world = 1);
 
 // Rejects a global batch that cannot feed `world` ranks: every rank needs at least one
 // sequence per micro-step, and the batch must split evenly (B = b * A * world).

@@ -23,6 +23,10 @@
 // so every rank issues the same collectives in the same order. A use that does not follow
 // the predicted order (eval forwards, sampling) is found from the start of the order; a
 // unit that is needed with no free slot evicts a resident unit not in use.
+//
+// A region without a tied unit 0 (the experts of an MoE model, parallel/region.h) has no
+// slot of its own: order forward 0 .. U-1, backward U-1 .. 0, every unit in the shared
+// slots, and only the last unit is kept from its forward to its backward.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -34,11 +38,11 @@
 
 namespace strata::parallel {
 
-class DataParallelEngine;
+struct Region;  // parallel/region.h
 
 class ParamGatherer {
  public:
-  explicit ParamGatherer(DataParallelEngine& engine);
+  explicit ParamGatherer(Region& region);
   // Waits until the unit's full parameters (working dtype) are gathered and returns them;
   // issues prefetches first.
   void* acquire(int unit, model::Pass pass);
@@ -68,10 +72,12 @@ class ParamGatherer {
   void evict_for(int unit);
   void prefetch_from(size_t pos);
   void drop(int unit);
+  bool own_slot(int unit) const;  // unit 0 of a region with tied_unit0: slot 0
+  int first_shared_slot() const;
 
-  DataParallelEngine& e_;
+  Region& r_;
   Buffer buf_;
-  std::vector<Slot> slots_;  // slot 0: unit 0
+  std::vector<Slot> slots_;  // slot 0: unit 0 when tied
   std::vector<UnitState> units_;
   std::vector<std::pair<int, model::Pass>> order_;  // predicted uses in one micro-batch
   size_t pos_ = 0;                                  // index in order_ after the last use

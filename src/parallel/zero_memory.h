@@ -68,4 +68,25 @@ inline ModelStateBytes zero_model_state_bytes(int64_t psi, int64_t n, int stage,
   return zero_model_state_bytes(psi, n, stage, state_bytes_per_param(p));
 }
 
+// A rank of a Mixture-of-Experts model (parallel/region.h): its dense parameters sharded over
+// the n_dense ranks of dp x cp, its experts (Ψ_experts: the E/ep experts it holds) over the
+// n_edp = n_dense / ep ranks that hold the same experts.
+inline ModelStateBytes moe_model_state_bytes(int64_t psi_dense, int64_t n_dense,
+                                             int64_t psi_experts, int64_t n_edp, int stage,
+                                             Precision p) {
+  ModelStateBytes b = zero_model_state_bytes(psi_dense, n_dense, stage, p);
+  if (psi_experts > 0) b += zero_model_state_bytes(psi_experts, n_edp, stage, p);
+  return b;
+}
+
+// Payload bytes of one rank's gradient reductions in a step of `accum` micro-batches over a
+// region of Ψ elements reduced over n ranks: one all-reduce or reduce-scatter of every bucket
+// per step at stages 0-1, one per micro-batch at stages 2-3 (parallel/grad_reducer.h), in the
+// reduce dtype; nothing over one rank.
+inline int64_t grad_reduce_bytes_per_step(int64_t psi, int64_t n, int stage, int64_t accum,
+                                          Precision reduce) {
+  if (n <= 1) return 0;
+  return psi * (reduce == Precision::bf16 ? 2 : 4) * (stage >= 2 ? accum : 1);
+}
+
 }  // namespace strata::parallel

@@ -28,6 +28,7 @@
 #include "model/tensor/tp_cost.h"
 #include "parallel/zero_memory.h"
 #include "train/context_metrics.h"
+#include "train/expert_state.h"
 #include "train/pipeline_rank.h"
 #include "train/run_dir_lock.h"
 #include "model/shard.h"
@@ -89,10 +90,13 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
   for (int r = 0; r < W; ++r) {
     const parallel::MeshCoord at = parallel::Mesh::coord_of(d, r);
     const int t = at.tp;
-    const int64_t states = parallel::zero_model_state_bytes(model::tp_local_params(m, d.tp, t),
-                                                            d.dp * d.cp, pc.dp.stage,
-                                                            pc.dp.precision)
-                               .total();
+    // Dense views over dp x cp, the rank's E/ep experts over dp x cp / ep (parallel/region.h).
+    const int64_t experts = model::expert_params(cfg.model, d.ep, d.tp);
+    const int64_t psi = model::local_num_params(cfg.model, {d.tp, t}, {d.ep, 0});
+    const int64_t states =
+        parallel::moe_model_state_bytes(psi - experts, d.dp * d.cp, experts, d.dp * d.cp / d.ep,
+                                        pc.dp.stage, pc.dp.precision)
+            .total();
     const bool bf16 = gpt.compute() == DType::bf16;
     const int64_t acts =
         d.cp > 1 ? model::cp_activation_bytes(m, d.tp, sp, t, b, bf16, pc.cp.mode, d.cp,
@@ -193,9 +197,13 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
                           d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
                           dp.precision == parallel::Precision::bf16);
   validate_pipeline(cfg, *this);
-  const int64_t psi = model::local_num_params(cfg.model, {d.tp, 0});
-  // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters).
-  if (data_parallel || n > 1) parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0);
+  // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters); a rank's
+  // E/ep experts span the dp x cp / ep ranks holding them (parallel/region.h).
+  const int64_t experts = model::expert_params(cfg.model, d.ep, d.tp);
+  const int64_t psi =
+      model::local_num_params(cfg.model, {d.tp, 0}) - model::expert_params(cfg.model, 1, d.tp);
+  if (data_parallel || n > 1)
+    parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0, 0, experts, d.dp * d.cp / d.ep);
 }
 
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {
@@ -296,6 +304,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   topo.dp_world = dims.dp;
   topo.tp = tensor_comm.get();
   topo.cp = context_comm.get();
+  if (mesh.has_ep()) topo.ep = &mesh.ep();
   topo.counts_loss = mesh.tp_rank() == 0 && mesh.cp_rank() == 0;
   topo.group = world.get();
   topo.sum_across_ranks = [g = world.get()](double x) {
@@ -318,35 +327,59 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   factory.compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     built_model = &m;
-    // Gradients reduce over dp x cp: each cp rank's are its tokens' share.
-    if (mesh.has_ep()) m.set_expert_group(&mesh.ep());
-    auto e = parallel::make_data_parallel_engine(m, mesh.dp_cp(), pc.dp, optim, seed);
+    // Dense gradients reduce over dp x cp (each cp rank's are its tokens' share), expert
+    // gradients over edp (the model was built for the ep group: topo.ep).
+    parallel::ExpertGroups xg;
+    if (mesh.has_ep()) xg = {&mesh.edp(), &mesh.ep()};
+    auto e = parallel::make_data_parallel_engine(m, mesh.dp_cp(), pc.dp, optim, seed, xg);
     engine = e.get();
     return std::unique_ptr<parallel::StepEngine>(std::move(e));
   };
+  // Model states and reduce bytes by region against the formulas (train/expert_state.h).
+  auto formula = [&] {
+    return rank_state_formula(built_model->num_params(),
+                              model::expert_params(cfg.model, dims.ep, dims.tp), dims, pc.dp,
+                              cfg.accum(dims.dp));
+  };
+  if (cfg.model.moe.enabled())
+    factory.step_metrics = [&] {
+      const parallel::Region* x = engine->expert_region();
+      const int64_t rx = engine->grad_reduce_bytes_last_step(*x);
+      return json{{"grad_reduce_bytes", engine->grad_reduce_bytes_last_step()},
+                  {"grad_reduce_bytes_experts", rx}};
+    };
   factory.summary_extras = [&] {
     const parallel::MemoryReport mem = engine->memory_report();
-    const parallel::ModelStateBytes want = parallel::zero_model_state_bytes(
-        engine->layout().psi(), dims.dp * dims.cp, pc.dp.stage, pc.dp.precision);
+    const RankStateFormula f = formula();
+    const parallel::ModelStateBytes want = f.states;
+    json by_region = rank_state_summary(f, *engine);
     json extras = {{"parallel", {{"zero", pc.dp.stage},
                                  {"precision", parallel::precision_name(pc.dp.precision)},
                                  {"bucket_mb", pc.dp.bucket_mb},
                                  {"prefetch", pc.dp.prefetch},
-                                 {"buckets", engine->buckets().size()},
+                                 {"buckets", engine->num_buckets()},
                                  {"reduce_dtype", parallel::precision_name(pc.dp.reduce())},
                                  {"grad_reduce_bytes_per_step",
                                   engine->grad_reduce_bytes_last_step()},
                                  {"describe", pc.dp.describe()}}},
-                   {"engine_memory", mem.to_json()},
-                   {"model_states_formula",
-                    {{"parameters", want.parameters},
-                     {"gradients", want.gradients},
-                     {"optimizer", want.optimizer},
-                     {"total", want.total()}}}};
+                   {"engine_memory", mem.to_json()}};
+    extras.update(by_region);
     std::string text = cat("model states per rank: ", mem.model_states(), " B (formula ",
                            want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp * dims.cp,
-                           " data-parallel rank(s)); buffers: comm ", mem.comm, " B, scratch ",
-                           mem.activations, " B");
+                           " data-parallel rank(s)", f.expert_params > 0
+                               ? cat(", experts over ", f.edp_ranks, " edp rank(s)") : "",
+                           "); buffers: comm ", mem.comm, " B, scratch ", mem.activations, " B");
+    if (by_region.contains("experts")) {
+      const json& x = by_region["experts"];
+      text += cat("\nexperts: ", f.expert_params, " of this rank's ", built_model->num_params(),
+                  " parameters; model states dense ", x["dense_model_states"].get<int64_t>(),
+                  " B + experts ", x["expert_model_states"].get<int64_t>(),
+                  " B; gradient reduce bytes per step dense ",
+                  x["grad_reduce_bytes_dense"].get<int64_t>(), " (formula ",
+                  f.reduce_bytes_dense, ") + experts ",
+                  x["grad_reduce_bytes_experts"].get<int64_t>(), " (", f.reduce_bytes_experts,
+                  ")");
+    }
     if (dims.tp > 1) {
       json tp = tensor_parallel_summary(cfg, pc, *engine, *built_model, mesh);
       text += "\n" + tp["text"].get<std::string>();

@@ -24,6 +24,7 @@
 #include "model/tensor/collectives.h"
 #include "train/flops.h"
 #include "train/checkpointing.h"
+#include "model/context/context_comm.h"
 #include "train/context_metrics.h"
 #include "train/generate.h"
 #include "train/local_engine.h"
@@ -265,7 +266,8 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
 
   model = std::make_unique<model::GPT>(cfg.model,
                                         factory.model_max_batch >= 0 ? factory.model_max_batch : b,
-                                        factory.model_owns_state, topo.tp, factory.compute, topo.cp);
+                                        factory.model_owns_state, topo.tp, factory.compute, topo.cp,
+                                        topo.ep);
   check_activation_budget(cfg.max_activation_mb, *model, b, T);  // train/context_metrics.h
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
@@ -398,7 +400,11 @@ void Trainer::Run::train_step(int64_t step) {
     if (hit && m == 0 && cfg.fault.kind == diag::FaultKind::sleep)
       std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
     loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
-    if (model->moe()) loss_sum += model->moe()->last_aux() + model->moe()->last_z();
+    if (model->moe()) {  // under cp a rank's aux and z sums cover its chunks only
+      double aux_z = model->moe()->last_aux() + model->moe()->last_z();
+      if (topo.cp) topo.cp->group().all_reduce(&aux_z, 1);
+      loss_sum += aux_z;
+    }
     current_phase().set_kind(PhaseKind::backward);
     model->backward(scale);
   }

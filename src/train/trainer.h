@@ -98,6 +98,8 @@ struct Topology {
   // Context parallelism: the model keeps this rank's chunks of each sequence and returns the
   // whole sequence's loss, like its cp peers (only cp rank 0 counts it).
   model::ContextComm* cp = nullptr;
+  // The expert-parallel group the model is built for (null: every expert on this rank).
+  comm::ProcessGroup* ep = nullptr;
   bool counts_loss = true;
   std::function<double(double)> sum_across_ranks;
   // The data-parallel group (null when alone): the trainer's own collectives, e.g. the

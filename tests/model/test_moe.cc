@@ -348,7 +348,8 @@ TEST(MoEGPT, TableNamesEveryExpertAndCountsParameters) {
   EXPECT_TRUE(found);
   EXPECT_EQ(total, cfg.num_params());
   GPT gpt(cfg, 2);
-  EXPECT_EQ(gpt.num_units(), 6);
+  EXPECT_EQ(gpt.num_units(), 8);  // embeddings, 4 blocks, ln_f, the experts of 2 MoE blocks
+  EXPECT_EQ(gpt.first_expert_unit(), 6);
   int64_t covered = 0;
   for (int u = 0; u < gpt.num_units(); ++u) {
     const auto [b, e] = gpt.unit_range(u);

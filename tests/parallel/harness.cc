@@ -35,9 +35,13 @@ model::GPTConfig small_config() {
 
 namespace {
 
-// The total loss of the last forward: cross-entropy plus an MoE model's aux and z losses.
+// The total loss of the last forward: cross-entropy (of the whole sequences) plus an MoE
+// model's aux and z losses, which a context-parallel rank has for its chunks only.
 double with_moe_losses(const model::GPT& gpt, double ce) {
-  return gpt.moe() ? ce + gpt.moe()->last_aux() + gpt.moe()->last_z() : ce;
+  if (!gpt.moe()) return ce;
+  double aux_z = gpt.moe()->last_aux() + gpt.moe()->last_z();
+  if (gpt.context_comm()) gpt.context_comm()->group().all_reduce(&aux_z, 1);
+  return ce + aux_z;
 }
 
 // Rows [row0, row0 + B) of the global batch of `step`: a noisy affine sequence (learnable)
@@ -150,11 +154,12 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
     std::unique_ptr<model::ContextComm> cc;
     if (mesh.has_cp()) cc = std::make_unique<model::ContextComm>(mesh.cp(), run.cp_opt);
     model::GPT gpt(s.model, micro, parallel::model_owns_state(run.opts), tc.get(), s.compute,
-                   cc.get());
+                   cc.get(), mesh.has_ep() ? &mesh.ep() : nullptr);
     STRATA_CHECK(gpt.compute() == s.compute, "the model computes in ", dtype_name(gpt.compute()),
                  " instead of ", dtype_name(s.compute));
-    if (mesh.has_ep()) gpt.set_expert_group(&mesh.ep());
-    parallel::DataParallelEngine engine(gpt, mesh.dp_cp(), run.opts, s.optim, s.seed);
+    parallel::ExpertGroups xg;
+    if (mesh.has_ep()) xg = {&mesh.edp(), &mesh.ep()};
+    parallel::DataParallelEngine engine(gpt, mesh.dp_cp(), run.opts, s.optim, s.seed, xg);
     const int rank = pg.rank(), d = mesh.dp_rank();
     RunResult& out = results[rank];
     for (int step = 0; step < s.steps; ++step) {
@@ -174,17 +179,25 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
     local[rank] = engine.gather_full_params();
     layouts[rank] = gpt.tensor_layout();
     out.memory = engine.memory_report();
+    out.grad_reduce_bytes = engine.grad_reduce_bytes_last_step();
+    if (const parallel::Region* x = engine.expert_region())
+      out.expert_grad_reduce_bytes = engine.grad_reduce_bytes_last_step(*x);
     if (gpt.moe()) out.ep_bytes = gpt.moe()->group().bytes_sent();
     bytes[rank] = engine.tp_bytes_last_step();
   });
+  // Ranks with the same tp rank and expert-parallel rank hold the same weights; the first
+  // ep x tp ranks (tp fastest, then cp, dp: parallel/mesh.h) hold every piece between them.
+  const int group = run.tp * run.ep;  // dp·cp indices 0 .. ep - 1
   for (int r = 1; r < world; ++r) {
     EXPECT_EQ(results[r].losses, results[0].losses) << "rank " << r << " reports other losses";
-    EXPECT_EQ(local[r], local[r % run.tp]) << "rank " << r << " holds other weights";
+    const int i = r / run.tp, same = (i % run.ep) * run.tp + r % run.tp;  // dp·cp index i
+    EXPECT_EQ(local[r], local[same]) << "rank " << r << " holds other weights";
   }
   const std::vector<model::ParamView> table = model::build_param_table(s.model);
   std::vector<float> global(size_t(s.model.num_params()), NAN);
-  for (int t = 0; t < run.tp; ++t)  // the tp ranks of dp rank 0
+  for (int t = 0; t < std::min(group, world); ++t)  // every piece, from the first ranks
     for (const TensorPiece& p : layouts[t]) place_piece(global, table, p, &local[t][p.local_offset]);
+  for (float v : global) STRATA_CHECK(!std::isnan(v), "a weight is held by no rank");
   results[0].params = std::move(global);
   for (int r = 1; r < world; ++r) results[0].ep_bytes += results[r].ep_bytes;
   if (tp_bytes) *tp_bytes = bytes[0];

@@ -131,12 +131,15 @@ const Case kCases[] = {
     {1, 1, false, true, 0, Precision::fp32, 0.05f},  // dp 1: one forward per step, as the reference
     {2, 2, true, true, 0, Precision::fp32, 0, 4},     // 64 hidden units of each expert per rank
     {2, 2, true, true, 1, Precision::bf16},
+    {1, 1, true, true, 0, Precision::bf16},   // the expert unit's hooks under bf16 (one dp
+    {1, 1, true, false, 0, Precision::bf16},  // rank: the experts share the dense region)
+    {2, 2, false, true, 2},
 };
 INSTANTIATE_TEST_SUITE_P(Ci, MoETensorParallel, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return name(info.param); });
 
-// The planner's figures are what the run holds and sends: model states per rank
-// (model::tp_local_params with the MoE blocks), the tp payload per step
+// The planner's figures are what the run holds and sends: model states per rank (dense
+// views over dp, the rank's experts over dp / ep; model::local_num_params), the tp payload per step
 // (model::tp_comm_bytes_per_micro: the gates' gradients added, one gather fewer under SP)
 // and the all-to-all bytes (dropless: every assignment travels, in the ep group of each tp
 // coordinate).
@@ -148,8 +151,12 @@ TEST(MoETensorParallelPlan, ModelStatesTpAndAllToAllBytesEqualTheFormulas) {
     const RunSpec s = spec(c);
     const model::TpModel m = model::tp_model(s.model);
     EXPECT_EQ(model::local_num_params(s.model, {1, 0}), s.model.num_params());
-    const auto want = parallel::zero_model_state_bytes(model::tp_local_params(m, 2, 0), c.dp,
-                                                       c.stage, Precision::fp32);
+    // Dense views over dp, this rank's E/ep experts (split over tp) over dp / ep.
+    const int64_t psi = model::local_num_params(s.model, {2, 0}, {c.ep, 0});
+    const int64_t experts = model::expert_params(s.model, c.ep, 2);
+    EXPECT_EQ(psi, model::tp_local_params(m, 2, 0) - model::expert_params(s.model, 1, 2) + experts);
+    const auto want = parallel::moe_model_state_bytes(psi - experts, c.dp, experts, c.dp / c.ep,
+                                                      c.stage, Precision::fp32);
     EXPECT_EQ(got.memory.model_states(), want.total()) << name(c);
     const int micro = s.batch / c.dp;
     EXPECT_EQ(tp_bytes, model::tp_comm_bytes_per_micro(m, 2, c.sp, micro, s.T)) << name(c);

@@ -64,6 +64,19 @@ TEST(ZeroOptions, RejectsMoreRanksThanMemoryOrDataAllow) {
   EXPECT_NO_THROW(check_batch_split(12, 3, 2));
 }
 
+// An MoE rank holds its E/ep experts sharded over dp / ep ranks: 10M dense + 80M expert
+// parameters on 8 ranks at stage 0 need 16 · 90M = 1.44 GB per rank when every rank holds
+// every expert (ep 1: 11.5 GB in all), 16 · (10M + 10M) = 320 MB at ep 8 (2.6 GB in all).
+TEST(ZeroOptions, MemoryCheckCountsExpertsOverTheirGroup) {
+  DataParallelOptions o;
+  const int64_t avail = int64_t(4) << 30;
+  const std::string msg =
+      error_of([&] { check_memory_fits(10'000'000, 8, 8, o, 0, avail, 80'000'000, 8); });
+  EXPECT_NE(msg.find("8 ranks of 10000000 dense + 80000000 expert parameters"), std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(check_memory_fits(10'000'000, 8, 8, o, 0, avail, 10'000'000, 1));
+}
+
 TEST(ZeroOptions, EngineRejectsBadOptionsBeforeAnyCollective) {
   // A world of 2 where only rank 0 builds an engine: if the engine issued any collective
   // before validating, rank 0 would hang instead of failing at once.

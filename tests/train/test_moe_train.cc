@@ -13,10 +13,11 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kMoE =
+const std::string kBase =
     "train --layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --batch 4 --steps 4 "
     "--peak-gflops 1000 --data synthetic:50000 --sample-tokens 0 --eval-batches 1 "
-    "--experts 4 --top-k 2 --capacity-factor 0.5 ";
+    "--experts 4 --top-k 2 ";
+const std::string kMoE = kBase + "--capacity-factor 0.5 ";
 
 std::vector<json> steps(const std::string& path) {
   std::vector<json> out;
@@ -81,29 +82,52 @@ TEST(MoETrain, ExpertParallelRunSumsTheLoadOverRanks) {
   }
 }
 
-// Every rank holds every expert (docs/moe.md), so a checkpoint has one layout at any ep:
-// saved at ep 2, it resumes at ep 1 and at ep 4 and training goes on from its step.
+// A checkpoint describes tensors: each expert-parallel rank writes the experts it holds
+// (docs/moe.md), and a load maps them onto whatever a rank of the new layout holds. Saved at
+// ep 2, it resumes at ep 1, at ep 4 and at ep 2 over 4 ranks with ZeRO 3, and training goes
+// on exactly as the uninterrupted run (dropless, no aux loss: the loss does not depend on
+// how tokens are grouped into ranks, so every layout trains the same model).
 TEST(MoETrain, CheckpointAtEp2ResumesAtEp1AndEp4) {
   TempDir dir("moe_ckpt");
-  RunResult a = run_strata(kMoE + "--nproc 2 --ep 2 --ckpt-every 2 --steps 2 --run-dir " +
-                               dir.file("a"),
-                           "", Streams::separate);
-  ASSERT_EQ(a.status, 0) << a.err;
-  for (const char* ep : {"1 --nproc 1", "4 --nproc 4"}) {
-    const std::string to = dir.file(std::string("r") + ep[0]);
-    RunResult r = run_strata(kMoE + "--ep " + ep + " --resume " + dir.file("a") + " --run-dir " + to,
+  const std::string exact = kBase + "--dropless --aux-loss-coef 0 ";
+  // The uninterrupted run, checkpointing at step 2 (the same learning-rate schedule).
+  RunResult ref = run_strata(exact + "--nproc 2 --ep 2 --ckpt-every 2 --run-dir " + dir.file("a"),
                              "", Streams::separate);
-    ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  const std::vector<json> want = steps(dir.file("a/metrics.jsonl"));
+  ASSERT_EQ(want.size(), 4u);
+  const std::string from = dir.file("a/ckpt/step-000002");
+  // Each ep rank wrote its own experts; the export has every expert of both blocks, once.
+  RunResult x = run_strata("ckpt export " + from + " --safetensors " + dir.file("m.safetensors"),
+                           "", Streams::separate);
+  ASSERT_EQ(x.status, 0) << x.err;
+  RunResult in = run_strata("ckpt import " + dir.file("m.safetensors"), "", Streams::separate);
+  ASSERT_EQ(in.status, 0) << in.err;
+  for (int l = 0; l < 2; ++l)
+    for (int e = 0; e < 4; ++e)
+      EXPECT_NE(in.out.find("h." + std::to_string(l) + ".mlp.experts." + std::to_string(e) +
+                            ".c_proj.weight"),
+                std::string::npos)
+          << in.out;
+  int k = 0;
+  for (const char* layout : {"--ep 1 --nproc 1", "--ep 4 --nproc 4", "--ep 2 --nproc 4 --zero 3"}) {
+    const std::string to = dir.file("r" + std::to_string(k++));
+    RunResult r = run_strata(exact + layout + " --resume " + from + " --run-dir " + to, "",
+                             Streams::separate);
+    ASSERT_EQ(r.status, 0) << layout << ": " << r.err;
     EXPECT_NE((r.out + r.err).find("resuming from step 2"), std::string::npos) << r.out << r.err;
     const std::vector<json> recs = steps(to + "/metrics.jsonl");
-    ASSERT_EQ(recs.size(), 2u);
+    ASSERT_EQ(recs.size(), 2u) << layout;
     EXPECT_EQ(recs.front()["step"], 3);
-    EXPECT_TRUE(std::isfinite(recs.back()["loss"].get<double>()));
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_NEAR(recs[i]["loss"].get<double>(), want[i + 2]["loss"].get<double>(), 1e-5)
+          << layout << " step " << i + 3;
   }
 }
 
-// The all-to-all bytes of a dropless ep step equal strata plan's figure for the layout, and
-// summary.json's config records the MoE settings.
+// The all-to-all bytes of a dropless ep step equal strata plan's figure for the layout, so
+// do rank 0's model states and gradient reduce bytes (experts over edp), and summary.json's
+// config records the MoE settings.
 TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
   TempDir dir("moe_bytes");
   const std::string model = "--layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --experts 4 --top-k 2 ";
@@ -113,7 +137,8 @@ TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
                            "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   RunResult plan = run_strata("plan --local --layers 2 --hidden 32 --heads 2 --seq 16 --max-seq 16 "
-                              "--experts 4 --top-k 2 --dp 4 --ep 2 --micro-batch 1 --json",
+                              "--experts 4 --top-k 2 --dp 4 --ep 2 --micro-batch 1 --json "
+                              "--precision fp32",
                               "", Streams::separate);
   ASSERT_EQ(plan.status, 0) << plan.err;
   const json p = json::parse(plan.out);
@@ -124,6 +149,14 @@ TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
   const json s = json::parse(read_file(dir.file("d/summary.json")));
   EXPECT_EQ(s["config"]["moe"]["experts"], 4);
   EXPECT_EQ(s["config"]["moe"]["dropless"], true);
+  const json& rank = p["ranks"][0];
+  EXPECT_EQ(s["engine_memory"]["model_states"], rank["model_states"]);
+  EXPECT_EQ(s["model_states_formula"]["total"], rank["model_states"]);
+  EXPECT_EQ(s["parallel"]["grad_reduce_bytes_per_step"], rank["grad_reduce_bytes_per_step"]);
+  EXPECT_EQ(s["experts"]["grad_reduce_bytes_experts"],
+            s["experts"]["grad_reduce_bytes_experts_formula"]);
+  for (const json& rec : recs)
+    EXPECT_EQ(rec["grad_reduce_bytes"], rank["grad_reduce_bytes_per_step"]);
 }
 
 // A straggler line names the slow rank's expert load: --straggler-pct 0 names every rank

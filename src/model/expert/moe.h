@@ -8,17 +8,17 @@
 //   backward: dO(t, k) = g[t][k] · dout[t] and dg[t][k] = <dout[t], O(t, k)> go to the
 //             owners; experts backward; dX rows come back and add into dx; the router's
 //             gradient (gates, aux and z terms) adds dlogits W_r into dx.
-// Parameters of a block (model table order after ln_2): mlp.router.weight (E, C), then for
-// each expert e: mlp.experts.e.c_fc.weight (4C, C), .c_fc.bias (4C), .c_proj.weight
-// (C, 4C), .c_proj.bias (C). Every rank holds every expert's parameters (so ZeRO, bf16 and
-// checkpoints treat them as any other view); under expert parallelism a rank computes, and
-// accumulates gradients for, its own experts only, and the sum over the data-parallel group
-// is then every expert's gradient over the whole batch.
+// Parameters of a block: mlp.router.weight (E, C) in the block's unit (after ln_2), and in
+// the block's expert unit (model/gpt.h), for each expert e this rank holds:
+// mlp.experts.e.c_fc.weight (4C, C), .c_fc.bias (4C), .c_proj.weight (C, 4C), .c_proj.bias
+// (C). Under expert parallelism a rank holds, computes and accumulates gradients for its own
+// experts only (MoEWeights has all E slots; the others are empty), and the data-parallel
+// engine reduces them over the ranks holding the same experts (parallel/region.h).
 // Under tensor parallelism (set_tensor; docs/moe.md) every tp rank holds the router whole
-// and F = 4C/T hidden units of every expert. Its caller hands it the whole (N, C) input
-// (gathered under sequence parallelism), so all tp ranks route alike; each runs its slice of
-// the experts and `out` receives its partial sum over its F units, which the caller sums
-// over tp (reduce-scatter under SP, else all-reduce), as after the dense MLP's c_proj. In
+// and F = 4C/T hidden units of each of its experts. Its caller hands it the whole (N, C)
+// input (gathered under sequence parallelism), so all tp ranks route alike; each runs its
+// slice of the experts and `out` receives its partial sum over its F units, which the caller
+// sums over tp (reduce-scatter under SP, else all-reduce), as after the dense MLP's c_proj. In
 // backward `dout` is the whole (N, C) gradient; the gates' gradients <dout, O> are partial
 // per rank and all-reduced over tp (N·K floats) before the router's backward; dx is this
 // rank's partial sum (the router's term added on tp rank 0 only), for the caller to sum.
@@ -55,7 +55,8 @@ class GrowBuf {
   Buffer buf_;
 };
 
-// Pointers to one MoE block's router and its experts' views (all E, global ids).
+// Pointers to one MoE block's router and its experts' views (all E, global ids; the experts
+// this rank does not hold are empty).
 struct MoEWeights {
   float* router = nullptr;  // (E, C)
   std::vector<ExpertViews> experts;
