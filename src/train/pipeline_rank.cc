@@ -1,6 +1,7 @@
 #include "train/pipeline_rank.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 
 #include "core/error.h"
@@ -9,6 +10,8 @@
 #include "model/stage.h"
 #include "parallel/pipeline/engine.h"
 #include "parallel/pipeline/executor.h"
+#include "model/tensor/collectives.h"
+#include "train/pipeline_costs.h"
 #include "train/metrics.h"
 
 namespace strata::train {
@@ -73,10 +76,16 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   const int P = d.pp, V = o.virt, stage = mesh.pp_rank();
   const int A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
   const pl::Schedule sched = pl::make_schedule(o.schedule, P, A, V);
-  const auto chunks = model::split_layers(cfg.model, cfg.train_seq(), P, V, o.split);
+  const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
+  // The split balances the layer types' measured costs (train/pipeline_costs.h).
+  const int64_t rows = int64_t(b) * cfg.train_seq();
+  const PipelineCosts pcost =
+      pipeline_costs(cfg, pc, sched, b, compute, (topo.tp ? topo.tp->local_rows(rows) : rows) * cfg.model.dim,
+                     *topo.group, &mesh.pp());
+  if (topo.rank == 0) std::fprintf(stderr, "strata train: %s\n", pipeline_costs_line(pcost).c_str());
+  const std::vector<model::StageChunk>& chunks = pcost.chunks;
   std::vector<model::StageChunk> mine;
   for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
-  const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   model::StageModel sm(cfg.model, mine, pl::slots_for(sched, stage), b, compute,
                        sched.split_backward, topo.tp);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
@@ -141,7 +150,10 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                            V > 1 ? cat(" x ", V, " chunks") : "", ", ", A,
                            " micro-batches: bubble ", fmt("%.3f", measured),
                            " measured (median over steps, mean over stages) vs formula ",
-                           fmt("%.3f", formula));
+                           fmt("%.3f", formula), " vs planned ", fmt("%.3f", pcost.planned.bubble),
+                           " (", pcost.costs.measured ? "measured" : "estimated",
+                           " layer costs, ", fmt("%.3f", pcost.transfer_s * 1e3),
+                           " ms per message)");
     for (int s = 0; s < P; ++s) {
       std::string layers;
       for (int c = 0; c < V; ++c) {
@@ -155,12 +167,12 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                   " params, activations ", int64_t(all[size_t(3 * s)]), " B for ",
                   int(all[size_t(3 * s + 2)]), " micro-batches in flight");
     }
-    return json{{"pipeline",
-                 {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"virtual_stages", V},
-                  {"micro_batches", A}, {"bubble_measured", measured},
-                  {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
-                  {"stages", stages}}},
-                {"text", text}};
+    json pipe = {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"virtual_stages", V},
+                 {"micro_batches", A}, {"bubble_measured", measured},
+                 {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
+                 {"stages", stages}};
+    pipe.update(pipeline_costs_json(pcost));
+    return json{{"pipeline", pipe}, {"text", text}};
   };
   return Trainer(cfg, topo, f).run();
 }

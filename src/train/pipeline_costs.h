@@ -1,0 +1,47 @@
+// The layer split and the time model of a pipeline run (train/pipeline_rank.cc), decided once
+// before the stages are built.
+//
+//   costs     what the embedding, one block and the head cost per micro-batch at the run's
+//             shapes, precision and schedule (model/stage_cost.h): timed on world rank 0 and
+//             broadcast over the world group, so a noisy timer cannot give two ranks two
+//             splits; STRATA_PP_COSTS=estimate uses the flop estimate instead (deterministic)
+//   split     --pp-split when given, else the layers balanced by those costs
+//   transfer  one stage-to-stage message (the run's n·C floats) timed between stages 0 and 1
+//             of the pp group: half the median of 5 round trips after one warm-up,
+//             broadcast over the pp group (0 under STRATA_PP_COSTS=estimate)
+//   planned   the planner's model of the step (parallel/pipeline/cost.h): the schedule run
+//             with each virtual stage's costs and that transfer time; its bubble is what the
+//             summary sets beside the measured one and the schedule's formula
+#pragma once
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "model/stage_cost.h"
+#include "nlohmann/json.hpp"
+#include "parallel/pipeline/cost.h"
+#include "train/distributed.h"
+#include "train/trainer.h"
+
+namespace strata::train {
+
+struct PipelineCosts {
+  std::vector<model::StageChunk> chunks;  // per virtual stage
+  model::LayerCosts costs;
+  std::string split_from;  // "--pp-split", "measured costs" or "estimated costs"
+  double transfer_s = 0;
+  parallel::pipeline::Prediction planned;
+};
+
+// Collective over `world` (every rank) and `pp` (the rank's pipeline group; null when P = 1).
+// msg_floats: one stage-to-stage message of this rank.
+PipelineCosts pipeline_costs(const TrainConfig& cfg, const ParallelConfig& pc,
+                             const parallel::pipeline::Schedule& sched, int micro_batch,
+                             DType compute, int64_t msg_floats, comm::ProcessGroup& world,
+                             comm::ProcessGroup* pp);
+
+// The costs, split and planned step as summary.json's pipeline fields, and one log line.
+nlohmann::json pipeline_costs_json(const PipelineCosts& c);
+std::string pipeline_costs_line(const PipelineCosts& c);
+
+}  // namespace strata::train
