@@ -96,6 +96,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   topo.layout = [&sm] { return sm.tensor_layout(); };
 
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
+  std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step
   json step_rec;
   EngineFactory f;
   f.model_owns_state = false;
@@ -108,22 +109,35 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.run_step = [&](const data::StepBatch& batch, float scale) {
     sm.set_inputs(inputs_of(batch));
     const double loss = ex.run(sm, scale);
-    const double mine_t[3] = {ex.last().busy_s, ex.last().step_s, ex.last().recv_wait_s};
-    std::vector<double> all(size_t(3 * P));
-    mesh.pp().all_gather(mine_t, all.data(), 3, DType::f64);
-    json busy = json::array(), bub = json::array(), waits = json::array();
-    double mean = 0;
+    // Each wait split at the moment the peer posted its send (executor.h: MessageTimes).
+    const std::vector<int64_t>& sent = ex.messages().sent_ns;
+    std::vector<int64_t> all_sent(sent.size() * size_t(P));
+    mesh.pp().all_gather(sent.data(), all_sent.data(), sent.size(), DType::i64);
+    const pl::WaitSplit split = pl::split_waits(sched, ex.messages(), all_sent);
+    constexpr int kT = 5;
+    const double mine_t[kT] = {ex.last().busy_s, ex.last().step_s, ex.last().recv_wait_s,
+                               split.peer_s, split.transfer_s};
+    std::vector<double> all(size_t(kT * P));
+    mesh.pp().all_gather(mine_t, all.data(), kT, DType::f64);
+    json busy = json::array(), bub = json::array(), waits = json::array(), peer = json::array(),
+         transfer = json::array();
+    double mean = 0, transfer_share = 0;
     for (int s = 0; s < P; ++s) {
-      const double* x = &all[size_t(3 * s)];
+      const double* x = &all[size_t(kT * s)];
       const double bf = x[1] > 0 ? 1 - x[0] / x[1] : 0;
       busy.push_back(x[0] * 1e3);
       waits.push_back(x[2] * 1e3);
+      peer.push_back(x[3] * 1e3);
+      transfer.push_back(x[4] * 1e3);
       bub.push_back(bf);
       mean += bf / P;
+      transfer_share += x[1] > 0 ? x[4] / x[1] / P : 0;
     }
     bubbles.push_back(mean);
+    transfer_shares.push_back(transfer_share);
     steps_ms.push_back(ex.last().step_s * 1e3);
-    step_rec = {{"pp_busy_ms", busy}, {"pp_recv_wait_ms", waits}, {"pp_bubble", bub},
+    step_rec = {{"pp_busy_ms", busy}, {"pp_recv_wait_ms", waits}, {"pp_peer_wait_ms", peer},
+                {"pp_transfer_wait_ms", transfer}, {"pp_bubble", bub},
                 {"pp_bubble_mean", mean},
                 {"pp_schedule_ms", ex.last().step_s * 1e3}};
     return loss;
@@ -145,6 +159,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     // Steady state: the first step pays for warm-up.
     std::vector<double> steady(bubbles.begin() + (bubbles.size() > 1 ? 1 : 0), bubbles.end());
     const double measured = median(steady), formula = pl::bubble_formula(sched);
+    const double transfer_share = median(std::vector<double>(
+        transfer_shares.begin() + (transfer_shares.size() > 1 ? 1 : 0), transfer_shares.end()));
     json stages = json::array();
     std::string text = cat("pipeline: ", pl::schedule_name(o.schedule), ", ", P, " stages",
                            V > 1 ? cat(" x ", V, " chunks") : "", ", ", A,
@@ -153,7 +169,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                            fmt("%.3f", formula), " vs planned ", fmt("%.3f", pcost.planned.bubble),
                            " (", pcost.costs.measured ? "measured" : "estimated",
                            " layer costs, ", fmt("%.3f", pcost.transfer_s * 1e3),
-                           " ms per message)");
+                           " ms per message); waiting on messages already sent ",
+                           fmt("%.3f", transfer_share), " of the schedule");
     for (int s = 0; s < P; ++s) {
       std::string layers;
       for (int c = 0; c < V; ++c) {
@@ -170,6 +187,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     json pipe = {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"virtual_stages", V},
                  {"micro_batches", A}, {"bubble_measured", measured},
                  {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
+                 {"transfer_wait_share", transfer_share},
                  {"stages", stages}};
     pipe.update(pipeline_costs_json(pcost));
     return json{{"pipeline", pipe}, {"text", text}};

@@ -20,13 +20,17 @@ const std::string kArgs =
 struct PpRun {
   RunResult cli;
   json summary;
+  std::vector<json> records;  // the step records
 };
 
 PpRun train(const std::string& extra, const std::string& env = "") {
   TempDir dir("ppcost");
   PpRun r;
   r.cli = run_strata(kArgs + extra + " --run-dir " + dir.str(), env, Streams::separate);
-  if (r.cli.status == 0) r.summary = json::parse(read_file(dir.file("summary.json")));
+  if (r.cli.status != 0) return r;
+  r.summary = json::parse(read_file(dir.file("summary.json")));
+  for (const json& rec : json_lines(read_file(dir.file("metrics.jsonl"))))
+    if (rec.contains("pp_busy_ms")) r.records.push_back(rec);
   return r;
 }
 
@@ -59,6 +63,18 @@ TEST(TrainPipelineCosts, MeasuredSplitIsAgreedAndTheSummaryHasThreeBubbles) {
     EXPECT_LT(p[k].get<double>(), 1) << k;
   }
   EXPECT_DOUBLE_EQ(p["bubble_formula"].get<double>(), 1.0 / 5);
+  // Each stage's waits split at its peer's send: the two parts add up to the wait.
+  ASSERT_EQ(r.records.size(), 3u);
+  for (const json& rec : r.records)
+    for (size_t s = 0; s < 2; ++s) {
+      const double peer = rec["pp_peer_wait_ms"][s].get<double>(),
+                   transfer = rec["pp_transfer_wait_ms"][s].get<double>();
+      EXPECT_GE(peer, 0);
+      EXPECT_GE(transfer, 0);
+      EXPECT_NEAR(peer + transfer, rec["pp_recv_wait_ms"][s].get<double>(), 1e-6);
+    }
+  EXPECT_GE(p["transfer_wait_share"].get<double>(), 0);
+  EXPECT_LT(p["transfer_wait_share"].get<double>(), 1);
   // Unequal stages and a transfer only lengthen the schedule.
   EXPECT_GE(p["bubble_planned"].get<double>(), p["bubble_planned_no_transfer"].get<double>());
   EXPECT_GE(p["bubble_planned_no_transfer"].get<double>(), 1.0 / 5 - 1e-12);

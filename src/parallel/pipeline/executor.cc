@@ -78,6 +78,8 @@ double Executor::run(model::StageModel& m, float scale) {
   };
   int64_t busy = 0, waited = 0, send_waited = 0, copied = 0;
   // The message of RECV `a`: waits for it, copies it into the slot, frees the staging buffer.
+  msgs_.sent_ns.assign(2 * size_t(s_.virtual_stages() * s_.micro), -1);
+  msgs_.waits.clear();
   auto take = [&](RecvQueue& r, const Action& a, float* dst) {
     auto it = r.posted.find({a.chunk, a.micro});
     STRATA_CHECK(it != r.posted.end(), "pipeline: stage ", stage_, " consumes micro-batch ",
@@ -85,6 +87,7 @@ double Executor::run(model::StageModel& m, float scale) {
     const int64_t w0 = now_ns();
     it->second.first->wait();
     const int64_t w1 = now_ns();
+    msgs_.waits.push_back({&r == q ? 0 : 1, message_tag(s_, stage_, a), a.peer, w0, w1});
     std::memcpy(dst, it->second.second, sizeof(float) * size_t(m.message_floats(a.micro)));
     waited += w1 - w0;
     copied += now_ns() - w1;
@@ -117,9 +120,11 @@ double Executor::run(model::StageModel& m, float scale) {
         take(q[1], a, m.grad_input(a.chunk, a.micro));
         continue;
       case Op::send_act:
+        msgs_.sent_ns[message_index(s_, 0, tag)] = now_ns();
         sends[key] = act_->send_async(m.output(a.chunk, a.micro), n, DType::f32, a.peer, tag);
         continue;
       case Op::send_grad:
+        msgs_.sent_ns[message_index(s_, 1, tag)] = now_ns();
         sends[key] = grad_->send_async(m.grad_output(a.chunk, a.micro), n, DType::f32, a.peer, tag);
         continue;
       default:
@@ -155,6 +160,21 @@ double Executor::run(model::StageModel& m, float scale) {
   last_.send_wait_s = double(send_waited) * 1e-9;
   last_.copy_s = double(copied) * 1e-9;
   return loss;
+}
+
+WaitSplit split_waits(const Schedule& s, const MessageTimes& mine,
+                      const std::vector<int64_t>& sent_ns) {
+  const size_t per_stage = 2 * size_t(s.virtual_stages() * s.micro);
+  STRATA_CHECK(sent_ns.size() == per_stage * size_t(s.stages), "pipeline: ", sent_ns.size(),
+               " send times for ", s.stages, " stages of ", per_stage, " messages");
+  WaitSplit out;
+  for (const MessageTimes::Wait& w : mine.waits) {
+    const int64_t sent = sent_ns[size_t(w.peer) * per_stage + message_index(s, w.channel, w.tag)];
+    const int64_t split = std::clamp(sent, w.begin_ns, w.end_ns);
+    out.peer_s += double(split - w.begin_ns) * 1e-9;
+    out.transfer_s += double(w.end_ns - split) * 1e-9;
+  }
+  return out;
 }
 
 }  // namespace strata::parallel::pipeline

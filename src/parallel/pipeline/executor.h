@@ -25,6 +25,32 @@
 
 namespace strata::parallel::pipeline {
 
+// When each message of a step was sent and waited for, to split a stage's waiting into the
+// time its peer had not yet sent (the schedule's bubble, uneven stages, a peer slowed down)
+// and the time after the peer had sent (the transport: hand-offs between threads, copies).
+// Clock: steady_clock, which every process on one host shares.
+struct MessageTimes {
+  std::vector<int64_t> sent_ns;  // per (channel, tag) this stage sent: when it posted the send
+  struct Wait {
+    int channel, tag, peer;
+    int64_t begin_ns, end_ns;  // the wait for the message (begin = end: it was there)
+  };
+  std::vector<Wait> waits;
+};
+// Index of (channel, tag) in MessageTimes::sent_ns: channel 0 activations, 1 gradients.
+inline size_t message_index(const Schedule& s, int channel, int tag) {
+  return size_t(channel) * size_t(s.virtual_stages() * s.micro) + size_t(tag);
+}
+
+// A stage's waits split by its peers' send times. sent_ns: every stage's MessageTimes::sent_ns
+// concatenated in stage order.
+struct WaitSplit {
+  double peer_s = 0;      // waiting before the peer posted the send
+  double transfer_s = 0;  // waiting after it: the message in flight
+};
+WaitSplit split_waits(const Schedule& s, const MessageTimes& mine,
+                      const std::vector<int64_t>& sent_ns);
+
 struct StepTiming {
   double step_s = 0;  // wall time of the schedule (first action to last send completed)
   double busy_s = 0;  // sum of this stage's compute actions
@@ -46,6 +72,7 @@ class Executor {
   // token losses (0 on other stages). scale: the backward's loss scale.
   double run(model::StageModel& m, float scale);
   const StepTiming& last() const { return last_; }
+  const MessageTimes& messages() const { return msgs_; }
   // Receives posted ahead per channel (default 2; 1 still posts each RECV as early as the
   // previous message's consumption allows).
   void set_recv_depth(int depth) { recv_depth_ = depth; }
@@ -55,6 +82,7 @@ class Executor {
   int stage_;
   comm::ProcessGroup *act_, *grad_;
   StepTiming last_;
+  MessageTimes msgs_;
   int recv_depth_ = 2;
   std::vector<float> staging_;
 };
