@@ -95,7 +95,27 @@ PipelineCosts pipeline_costs(const TrainConfig& cfg, const ParallelConfig& pc,
     c.virt.push_back({p.f, p.b, p.w});
   }
   out.planned = pl::predict(sched.kind, sched.stages, sched.micro, sched.virt, c);
+  out.model = c;
   return out;
+}
+
+pl::Prediction replay(const PipelineCosts& c, const pl::Schedule& sched,
+                      const std::vector<double>& busy_s) {
+  pl::Costs k = c.model;
+  const int P = sched.stages;
+  for (int s = 0; s < P; ++s) {
+    double per_micro = 0;
+    for (int ch = 0; ch < sched.virt; ++ch) {
+      const pl::Costs::Virtual& v = k.virt.at(size_t(sched.virtual_stage(s, ch)));
+      per_micro += v.f + v.b + v.w;
+    }
+    const double scale = per_micro > 0 ? busy_s.at(size_t(s)) / (sched.micro * per_micro) : 1;
+    for (int ch = 0; ch < sched.virt; ++ch) {
+      pl::Costs::Virtual& v = k.virt[size_t(sched.virtual_stage(s, ch))];
+      v.f *= scale, v.b *= scale, v.w *= scale;
+    }
+  }
+  return pl::predict(sched.kind, P, sched.micro, sched.virt, k);
 }
 
 json pipeline_costs_json(const PipelineCosts& c) {

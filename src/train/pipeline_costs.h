@@ -30,8 +30,17 @@ struct PipelineCosts {
   model::LayerCosts costs;
   std::string split_from;  // "--pp-split", "measured costs" or "estimated costs"
   double transfer_s = 0;
+  parallel::pipeline::Costs model;  // per virtual stage, with transfer_s: what planned ran
   parallel::pipeline::Prediction planned;
 };
+
+// The planner's model replayed with one step's measured compute: each stage's costs scaled so
+// that its M micro-batches take busy_s[stage] seconds. Its bubble is what the schedule leaves
+// idle given how fast the stages actually ran (a stage slowed by other work on the machine
+// included); measured minus it is what the executor and transport added.
+parallel::pipeline::Prediction replay(const PipelineCosts& c,
+                                      const parallel::pipeline::Schedule& sched,
+                                      const std::vector<double>& busy_s);
 
 // Collective over `world` (every rank) and `pp` (the rank's pipeline group; null when P = 1).
 // msg_floats: one stage-to-stage message of this rank.

@@ -97,6 +97,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
 
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
   std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step
+  std::vector<double> replayed_bubbles;   // per step: the model fed the stages' measured compute
   json step_rec;
   EngineFactory f;
   f.model_owns_state = false;
@@ -122,6 +123,10 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     json busy = json::array(), bub = json::array(), waits = json::array(), peer = json::array(),
          transfer = json::array();
     double mean = 0, transfer_share = 0;
+    std::vector<double> busy_s;
+    for (int s = 0; s < P; ++s) busy_s.push_back(all[size_t(kT * s)]);
+    const double replayed = replay(pcost, sched, busy_s).bubble;
+    replayed_bubbles.push_back(replayed);
     for (int s = 0; s < P; ++s) {
       const double* x = &all[size_t(kT * s)];
       const double bf = x[1] > 0 ? 1 - x[0] / x[1] : 0;
@@ -138,6 +143,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     steps_ms.push_back(ex.last().step_s * 1e3);
     step_rec = {{"pp_busy_ms", busy}, {"pp_recv_wait_ms", waits}, {"pp_peer_wait_ms", peer},
                 {"pp_transfer_wait_ms", transfer}, {"pp_bubble", bub},
+                {"pp_bubble_replayed", replayed},
                 {"pp_bubble_mean", mean},
                 {"pp_schedule_ms", ex.last().step_s * 1e3}};
     return loss;
@@ -159,8 +165,11 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     // Steady state: the first step pays for warm-up.
     std::vector<double> steady(bubbles.begin() + (bubbles.size() > 1 ? 1 : 0), bubbles.end());
     const double measured = median(steady), formula = pl::bubble_formula(sched);
-    const double transfer_share = median(std::vector<double>(
-        transfer_shares.begin() + (transfer_shares.size() > 1 ? 1 : 0), transfer_shares.end()));
+    auto steady_median = [](const std::vector<double>& v) {
+      return median(std::vector<double>(v.begin() + (v.size() > 1 ? 1 : 0), v.end()));
+    };
+    const double transfer_share = steady_median(transfer_shares);
+    const double replayed = steady_median(replayed_bubbles);
     json stages = json::array();
     std::string text = cat("pipeline: ", pl::schedule_name(o.schedule), ", ", P, " stages",
                            V > 1 ? cat(" x ", V, " chunks") : "", ", ", A,
@@ -169,8 +178,9 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                            fmt("%.3f", formula), " vs planned ", fmt("%.3f", pcost.planned.bubble),
                            " (", pcost.costs.measured ? "measured" : "estimated",
                            " layer costs, ", fmt("%.3f", pcost.transfer_s * 1e3),
-                           " ms per message); waiting on messages already sent ",
-                           fmt("%.3f", transfer_share), " of the schedule");
+                           " ms per message) vs ", fmt("%.3f", replayed),
+                           " replayed with each step's measured stage compute; waiting on "
+                           "messages already sent ", fmt("%.3f", transfer_share), " of the schedule");
     for (int s = 0; s < P; ++s) {
       std::string layers;
       for (int c = 0; c < V; ++c) {
@@ -188,6 +198,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                  {"micro_batches", A}, {"bubble_measured", measured},
                  {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
                  {"transfer_wait_share", transfer_share},
+                 {"bubble_replayed", replayed},
                  {"stages", stages}};
     pipe.update(pipeline_costs_json(pcost));
     return json{{"pipeline", pipe}, {"text", text}};

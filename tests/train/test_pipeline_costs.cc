@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli_util.h"
+#include "train/pipeline_costs.h"
 
 namespace strata::test {
 namespace {
@@ -73,6 +74,11 @@ TEST(TrainPipelineCosts, MeasuredSplitIsAgreedAndTheSummaryHasThreeBubbles) {
       EXPECT_GE(transfer, 0);
       EXPECT_NEAR(peer + transfer, rec["pp_recv_wait_ms"][s].get<double>(), 1e-6);
     }
+  for (const json& rec : r.records) {
+    EXPECT_GE(rec["pp_bubble_replayed"].get<double>(), 1.0 / 5 - 1e-9);
+    EXPECT_LT(rec["pp_bubble_replayed"].get<double>(), 1);
+  }
+  EXPECT_GE(p["bubble_replayed"].get<double>(), 1.0 / 5 - 1e-9);
   EXPECT_GE(p["transfer_wait_share"].get<double>(), 0);
   EXPECT_LT(p["transfer_wait_share"].get<double>(), 1);
   // Unequal stages and a transfer only lengthen the schedule.
@@ -104,6 +110,21 @@ TEST(TrainPipelineCosts, EstimatedCostsAreDeterministic) {
   EXPECT_NE(bad.cli.status, 0);
   EXPECT_NE(bad.cli.err.find("STRATA_PP_COSTS=guess is not measure or estimate"), std::string::npos)
       << bad.cli.err;
+}
+
+// The model replayed with a step's measured compute: stages as fast as planned give the planned
+// bubble; a stage twice as slow leaves the other idle for the difference.
+TEST(TrainPipelineCosts, ReplayScalesEachStageToItsMeasuredCompute) {
+  namespace pl = parallel::pipeline;
+  const pl::Schedule s = pl::make_schedule(pl::ScheduleKind::one_f_one_b, 2, 4);
+  train::PipelineCosts c;
+  c.model.virt = {{1, 2, 0}, {1, 2, 0}};
+  EXPECT_NEAR(train::replay(c, s, {12, 12}).bubble, 1.0 / 5, 1e-12);
+  EXPECT_NEAR(train::replay(c, s, {1.2, 1.2}).bubble, 1.0 / 5, 1e-12);  // scale-free
+  const pl::Prediction slow = train::replay(c, s, {12, 24});
+  EXPECT_NEAR(slow.busy_mean, (12 + 24) / 2.0, 1e-9);
+  EXPECT_GE(slow.makespan, 1 + 24);  // stage 1's work after stage 0's first forward
+  EXPECT_GT(slow.bubble, 0.25);      // stage 0 idles for at least half the step
 }
 
 }  // namespace
