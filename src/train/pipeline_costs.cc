@@ -118,6 +118,43 @@ pl::Prediction replay(const PipelineCosts& c, const pl::Schedule& sched,
   return pl::predict(sched.kind, P, sched.micro, sched.virt, k);
 }
 
+PipelineStep account_step(const pl::Executor& ex, const PipelineCosts& c, comm::ProcessGroup& pp) {
+  const pl::Schedule& sched = ex.schedule();
+  const int P = sched.stages;
+  // Each wait split at the moment the peer posted its send (executor.h: MessageTimes).
+  const std::vector<int64_t>& sent = ex.messages().sent_ns;
+  std::vector<int64_t> all_sent(sent.size() * size_t(P));
+  pp.all_gather(sent.data(), all_sent.data(), sent.size(), DType::i64);
+  const pl::WaitSplit split = pl::split_waits(sched, ex.messages(), all_sent);
+  constexpr int kT = 5;
+  const double mine[kT] = {ex.last().busy_s, ex.last().step_s, ex.last().recv_wait_s,
+                           split.peer_s, split.transfer_s};
+  std::vector<double> all(size_t(kT * P));
+  pp.all_gather(mine, all.data(), kT, DType::f64);
+  json busy = json::array(), bub = json::array(), waits = json::array(), peer = json::array(),
+       transfer = json::array();
+  PipelineStep out;
+  std::vector<double> busy_s;
+  for (int s = 0; s < P; ++s) {
+    const double* x = &all[size_t(kT * s)];
+    const double bf = x[1] > 0 ? 1 - x[0] / x[1] : 0;
+    busy_s.push_back(x[0]);
+    busy.push_back(x[0] * 1e3);
+    waits.push_back(x[2] * 1e3);
+    peer.push_back(x[3] * 1e3);
+    transfer.push_back(x[4] * 1e3);
+    bub.push_back(bf);
+    out.bubble_mean += bf / P;
+    out.transfer_share += x[1] > 0 ? x[4] / x[1] / P : 0;
+  }
+  out.replayed = replay(c, sched, busy_s).bubble;
+  out.record = {{"pp_busy_ms", busy},       {"pp_recv_wait_ms", waits},
+                {"pp_peer_wait_ms", peer},  {"pp_transfer_wait_ms", transfer},
+                {"pp_bubble", bub},         {"pp_bubble_replayed", out.replayed},
+                {"pp_bubble_mean", out.bubble_mean}, {"pp_schedule_ms", ex.last().step_s * 1e3}};
+  return out;
+}
+
 json pipeline_costs_json(const PipelineCosts& c) {
   const double unit = c.costs.measured ? 1e3 : 1;  // ms, or relative flops
   json sizes = json::array();

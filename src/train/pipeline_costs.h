@@ -20,6 +20,7 @@
 #include "model/stage_cost.h"
 #include "nlohmann/json.hpp"
 #include "parallel/pipeline/cost.h"
+#include "parallel/pipeline/executor.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
 
@@ -48,6 +49,19 @@ PipelineCosts pipeline_costs(const TrainConfig& cfg, const ParallelConfig& pc,
                              const parallel::pipeline::Schedule& sched, int micro_batch,
                              DType compute, int64_t msg_floats, comm::ProcessGroup& world,
                              comm::ProcessGroup* pp);
+
+// One step of the pipeline over every stage (collective over the pp group: all-gathers the
+// stages' send times and timings): the metrics.jsonl fields (pp_busy_ms, pp_recv_wait_ms split
+// into pp_peer_wait_ms and pp_transfer_wait_ms, pp_bubble, pp_bubble_mean, pp_bubble_replayed,
+// pp_schedule_ms) and the figures the summary takes medians of.
+struct PipelineStep {
+  nlohmann::json record;
+  double bubble_mean = 0;     // mean over stages of 1 − busy / schedule time
+  double transfer_share = 0;  // mean over stages of transfer wait / schedule time
+  double replayed = 0;        // replay(...)'s bubble for this step
+};
+PipelineStep account_step(const parallel::pipeline::Executor& ex, const PipelineCosts& c,
+                          comm::ProcessGroup& pp);
 
 // The costs, split and planned step as summary.json's pipeline fields, and one log line.
 nlohmann::json pipeline_costs_json(const PipelineCosts& c);

@@ -110,42 +110,12 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.run_step = [&](const data::StepBatch& batch, float scale) {
     sm.set_inputs(inputs_of(batch));
     const double loss = ex.run(sm, scale);
-    // Each wait split at the moment the peer posted its send (executor.h: MessageTimes).
-    const std::vector<int64_t>& sent = ex.messages().sent_ns;
-    std::vector<int64_t> all_sent(sent.size() * size_t(P));
-    mesh.pp().all_gather(sent.data(), all_sent.data(), sent.size(), DType::i64);
-    const pl::WaitSplit split = pl::split_waits(sched, ex.messages(), all_sent);
-    constexpr int kT = 5;
-    const double mine_t[kT] = {ex.last().busy_s, ex.last().step_s, ex.last().recv_wait_s,
-                               split.peer_s, split.transfer_s};
-    std::vector<double> all(size_t(kT * P));
-    mesh.pp().all_gather(mine_t, all.data(), kT, DType::f64);
-    json busy = json::array(), bub = json::array(), waits = json::array(), peer = json::array(),
-         transfer = json::array();
-    double mean = 0, transfer_share = 0;
-    std::vector<double> busy_s;
-    for (int s = 0; s < P; ++s) busy_s.push_back(all[size_t(kT * s)]);
-    const double replayed = replay(pcost, sched, busy_s).bubble;
-    replayed_bubbles.push_back(replayed);
-    for (int s = 0; s < P; ++s) {
-      const double* x = &all[size_t(kT * s)];
-      const double bf = x[1] > 0 ? 1 - x[0] / x[1] : 0;
-      busy.push_back(x[0] * 1e3);
-      waits.push_back(x[2] * 1e3);
-      peer.push_back(x[3] * 1e3);
-      transfer.push_back(x[4] * 1e3);
-      bub.push_back(bf);
-      mean += bf / P;
-      transfer_share += x[1] > 0 ? x[4] / x[1] / P : 0;
-    }
-    bubbles.push_back(mean);
-    transfer_shares.push_back(transfer_share);
+    const PipelineStep acc = account_step(ex, pcost, mesh.pp());
+    bubbles.push_back(acc.bubble_mean);
+    transfer_shares.push_back(acc.transfer_share);
+    replayed_bubbles.push_back(acc.replayed);
     steps_ms.push_back(ex.last().step_s * 1e3);
-    step_rec = {{"pp_busy_ms", busy}, {"pp_recv_wait_ms", waits}, {"pp_peer_wait_ms", peer},
-                {"pp_transfer_wait_ms", transfer}, {"pp_bubble", bub},
-                {"pp_bubble_replayed", replayed},
-                {"pp_bubble_mean", mean},
-                {"pp_schedule_ms", ex.last().step_s * 1e3}};
+    step_rec = acc.record;
     return loss;
   };
   f.forward_sum = [&](const data::StepBatch& batch) {
