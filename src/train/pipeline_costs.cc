@@ -135,9 +135,15 @@ PipelineStep account_step(const pl::Executor& ex, const PipelineCosts& c, comm::
        transfer = json::array();
   PipelineStep out;
   std::vector<double> busy_s;
+  // The schedule's time is the longest stage's (the stages start together, after the previous
+  // step's gradient-norm all-reduce over pp): a stage that finishes early (the last one, whose
+  // last backward comes before the first stage's) is idle for the rest, as in the formula.
+  double span = 0;
+  for (int s = 0; s < P; ++s) span = std::max(span, all[size_t(kT * s + 1)]);
   for (int s = 0; s < P; ++s) {
     const double* x = &all[size_t(kT * s)];
-    const double bf = x[1] > 0 ? 1 - x[0] / x[1] : 0;
+    const double bf = span > 0 ? 1 - x[0] / span : 0;
+    out.bubble_own_window += x[1] > 0 ? (1 - x[0] / x[1]) / P : 0;
     busy_s.push_back(x[0]);
     busy.push_back(x[0] * 1e3);
     waits.push_back(x[2] * 1e3);
@@ -145,13 +151,13 @@ PipelineStep account_step(const pl::Executor& ex, const PipelineCosts& c, comm::
     transfer.push_back(x[4] * 1e3);
     bub.push_back(bf);
     out.bubble_mean += bf / P;
-    out.transfer_share += x[1] > 0 ? x[4] / x[1] / P : 0;
+    out.transfer_share += span > 0 ? x[4] / span / P : 0;
   }
   out.replayed = replay(c, sched, busy_s).bubble;
   out.record = {{"pp_busy_ms", busy},       {"pp_recv_wait_ms", waits},
                 {"pp_peer_wait_ms", peer},  {"pp_transfer_wait_ms", transfer},
                 {"pp_bubble", bub},         {"pp_bubble_replayed", out.replayed},
-                {"pp_bubble_mean", out.bubble_mean}, {"pp_schedule_ms", ex.last().step_s * 1e3}};
+                {"pp_bubble_mean", out.bubble_mean}, {"pp_schedule_ms", span * 1e3}};
   return out;
 }
 

@@ -56,7 +56,8 @@ PipelineCosts pipeline_costs(const TrainConfig& cfg, const ParallelConfig& pc,
 // pp_schedule_ms) and the figures the summary takes medians of.
 struct PipelineStep {
   nlohmann::json record;
-  double bubble_mean = 0;     // mean over stages of 1 − busy / schedule time
+  double bubble_mean = 0;     // mean over stages of 1 − busy / schedule time (the longest stage's)
+  double bubble_own_window = 0;  // the same over each stage's own time (first action to last send)
   double transfer_share = 0;  // mean over stages of transfer wait / schedule time
   double replayed = 0;        // replay(...)'s bubble for this step
 };

@@ -98,6 +98,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
   std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step
   std::vector<double> replayed_bubbles;   // per step: the model fed the stages' measured compute
+  std::vector<double> own_window_bubbles; // per step: each stage's bubble over its own time
   json step_rec;
   EngineFactory f;
   f.model_owns_state = false;
@@ -112,9 +113,10 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     const double loss = ex.run(sm, scale);
     const PipelineStep acc = account_step(ex, pcost, mesh.pp());
     bubbles.push_back(acc.bubble_mean);
+    own_window_bubbles.push_back(acc.bubble_own_window);
     transfer_shares.push_back(acc.transfer_share);
     replayed_bubbles.push_back(acc.replayed);
-    steps_ms.push_back(ex.last().step_s * 1e3);
+    steps_ms.push_back(acc.record["pp_schedule_ms"].get<double>());
     step_rec = acc.record;
     return loss;
   };
@@ -169,6 +171,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                  {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
                  {"transfer_wait_share", transfer_share},
                  {"bubble_replayed", replayed},
+                 {"bubble_measured_own_windows", steady_median(own_window_bubbles)},
                  {"stages", stages}};
     pipe.update(pipeline_costs_json(pcost));
     return json{{"pipeline", pipe}, {"text", text}};
