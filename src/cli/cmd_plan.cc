@@ -10,6 +10,7 @@
 #include "model/expert/moe_cost.h"
 #include "model/shard.h"
 #include "nlohmann/json.hpp"
+#include "parallel/pipeline/schedule.h"
 #include "plan/planner.h"
 #include "model/tensor/tp_cost.h"
 #include "model/context/cp_cost.h"
@@ -54,7 +55,9 @@ struct Flags {
   int64_t gpus = 0, gpus_per_node = 0, global_batch = 0;
   int tp = 0, pp = 0, dp = 0, cp = 0, ep = 0, zero = 0, micro_batch = 0;
   std::string recompute, precision = "bf16", grad_precision, optimizer = "adamw", tokens;
-  std::string cp_mode = "ring";
+  std::string cp_mode = "ring", schedule = "1f1b";
+  int virtual_stages = 1;
+  int64_t micro_batches = 0;
   bool no_sp = false, json = false, rlhf = false, local = false;
   int accum = 1, moe_every = 1;
   int64_t max_seq = 0;
@@ -255,6 +258,13 @@ void run(const Flags& f, const CLI::App& app) {
   STRATA_CHECK(f.overlap >= 0 && f.overlap <= 1, "--overlap must be in [0, 1] (got ", f.overlap,
                ")");
   s.overlap = f.overlap;
+  s.schedule = parallel::pipeline::parse_schedule(f.schedule);
+  s.virtual_stages = f.virtual_stages;
+  if (app.count("--micro-batches")) {
+    STRATA_CHECK(f.micro_batches >= 1 && f.micro_batches <= (int64_t(1) << 31),
+                 "--micro-batches must be in [1, 2^31] (got ", f.micro_batches, ")");
+    s.micro_batches = f.micro_batches;
+  }
   if (app.count("--global-batch"))
     STRATA_CHECK(f.global_batch > 0 && f.global_batch <= (int64_t(1) << 31),
                  "--global-batch must be in [1, 2^31] sequences (got ", f.global_batch, ")");
@@ -376,6 +386,12 @@ static Register reg(
       app.add_option("--ep", f->ep, "Fix expert parallelism");
       app.add_option("--zero", f->zero, "Fix the ZeRO stage (0-3)");
       app.add_option("--recompute", f->recompute, "Fix recomputation: none, selective, full");
+      app.add_option("--schedule", f->schedule,
+                     "Pipeline schedule: gpipe, 1f1b (default), interleaved, zb");
+      app.add_option("--virtual-stages", f->virtual_stages,
+                     "Model chunks per pipeline stage (--schedule interleaved)");
+      app.add_option("--micro-batches", f->micro_batches,
+                     "Fix the micro-batches per step (global batch / (dp x micro-batch))");
       app.add_flag("--no-sp", f->no_sp, "No sequence parallelism with tensor parallelism");
       app.add_option("--cp-mode", f->cp_mode, "Context parallelism: ring or ulysses");
       app.add_option("--headroom", f->headroom,

@@ -9,6 +9,7 @@
 #include "model/context/gpt_cp.h"
 #include "model/gpt_impl.h"
 #include "model/shard.h"
+#include "model/stage_cost.h"
 #include "model/tensor/block.h"
 #include "model/tensor/block_split.h"
 #include "model/tensor/vocab.h"
@@ -573,44 +574,7 @@ int64_t StageModel::activation_bytes() const { return int64_t(acts_.bytes()); }
 
 std::vector<StageChunk> split_layers(const GPTConfig& cfg, int seq, int stages, int virt,
                                      const std::vector<int>& split) {
-  const int L = cfg.layers, VP = stages * virt;
-  STRATA_CHECK(VP <= L, "--pp ", stages, virt > 1 ? cat(" x --virtual-stages ", virt) : "", " = ",
-               VP, " stages but the model has only ", L, " layers (each stage needs one)");
-  std::vector<int> sizes = split;
-  if (!sizes.empty()) {
-    STRATA_CHECK(int(sizes.size()) == VP, "--pp-split has ", sizes.size(), " sizes but there are ",
-                 VP, " (virtual) stages");
-    const int sum = std::accumulate(sizes.begin(), sizes.end(), 0);
-    for (int n : sizes) STRATA_CHECK(n >= 1, "--pp-split: every stage needs a layer (got ", n, ")");
-    STRATA_CHECK(sum == L, "--pp-split sums to ", sum, " layers but the model has ", L);
-  } else {
-    // Greedy balance: virtual stage v takes layers while its cost stays nearest the mean; the
-    // head's logits (2·C·Vp per token) count on the last one.
-    const double block = 24.0 * cfg.dim * cfg.dim + 4.0 * seq * cfg.dim;
-    const double head = 2.0 * cfg.dim * cfg.padded_vocab;
-    const double target = (L * block + head) / VP;
-    int at = 0;
-    for (int v = 0; v < VP; ++v) {
-      const int left_stages = VP - v - 1;
-      double cost = v == VP - 1 ? head : 0;
-      int n = 0;
-      while (at + n < L - left_stages &&
-             (n == 0 || std::abs(cost + block - target) <= std::abs(cost - target) ||
-              v == VP - 1)) {
-        cost += block;
-        ++n;
-      }
-      sizes.push_back(n);
-      at += n;
-    }
-  }
-  std::vector<StageChunk> out;
-  int at = 0;
-  for (int n : sizes) {
-    out.push_back({at, at + n, at == 0, at + n == L});
-    at += n;
-  }
-  return out;
+  return split_layers(cfg, stages, virt, split, estimate_layer_costs(cfg, seq, false));
 }
 
 }  // namespace strata::model

@@ -172,8 +172,8 @@ class StageModel {
 
 // Splits L layers into P·V contiguous chunks (virtual stage v gets chunk v), by `split` when
 // given (P·V sizes summing to L: --pp-split), else balancing the estimated cost of each
-// virtual stage: a block ~ 24·C² + 4·T·C flops per token, plus the head's 2·C·Vp on the
-// last. Throws one line naming the flag and the numbers.
+// virtual stage (model/stage_cost.h; its overload takes measured costs). Throws one line
+// naming the flag and the numbers.
 std::vector<StageChunk> split_layers(const GPTConfig& cfg, int seq, int stages, int virt,
                                      const std::vector<int>& split);
 

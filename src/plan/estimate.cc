@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "parallel/pipeline/cost.h"
+
 namespace strata::plan {
 
 namespace {
@@ -303,6 +305,36 @@ double data_parallel_comm(const TrainSetup& s, const Layout& l, const MicroBatch
   return per_micro;
 }
 
+// The pipeline's makespan from its schedule (parallel/pipeline/cost.h): sets the bubble, the
+// exposed stage-to-stage transfers and the pp item's exposed time. comm: per micro-batch
+// communication on the stage; transfer: one message.
+void pipeline_time(const TrainSetup& s, const Layout& l, const MicroBatch& c, double comm,
+                   double transfer, Estimate& e) {
+  namespace pl = parallel::pipeline;
+  TimeBreakdown& t = e.time;
+  t.bubble = t.pp = 0;
+  if (l.pp == 1 || c.M < 1) return;
+  const double V = s.virtual_stages;
+  pl::Costs k;
+  k.f = (c.t_fwd + comm / 3) / V;
+  if (s.schedule == pl::ScheduleKind::zb) {
+    k.b = (c.t_bwd / 2 + c.recompute + 2 * comm / 3) / V;
+    k.w = c.t_bwd / 2 / V;
+  } else {
+    k.b = (c.t_bwd + c.recompute + 2 * comm / 3) / V;
+  }
+  k.transfer = transfer;
+  const pl::Prediction p = pl::predict(s.schedule, l.pp, int(c.M), s.virtual_stages, k);
+  t.bubble = std::max(0.0, p.makespan_ideal - c.M * t.t_micro);
+  t.pp = p.makespan - p.makespan_ideal;
+  e.pipeline_bubble = p.bubble;
+  e.pipeline_bubble_ideal = p.bubble_ideal;
+  e.pp_transfer_s = transfer;
+  e.pipeline_formula = pl::bubble_formula(s.schedule, l.pp, int(c.M), s.virtual_stages);
+  for (CommItem& it : e.comm)
+    if (it.dim == "pp") it.exposed_s = t.pp;
+}
+
 }  // namespace
 
 Estimate evaluate(const TrainSetup& s, const Layout& l) {
@@ -322,15 +354,14 @@ Estimate evaluate(const TrainSetup& s, const Layout& l) {
 
   TimeBreakdown& t = e.time;
   const double M = c.M;
-  t.t_micro = c.t_fwd + c.t_bwd + c.recompute + mp.tp + mp.cp + mp.ep + mp.pp + zero_mb;
+  t.t_micro = c.t_fwd + c.t_bwd + c.recompute + mp.tp + mp.cp + mp.ep + zero_mb;
   t.compute = M * (c.t_fwd + c.t_bwd);
   t.recompute = M * c.recompute;
   t.tp = M * mp.tp;
   t.cp = M * mp.cp;
   t.ep = M * mp.ep;
-  t.pp = M * mp.pp;
   t.zero_micro = M * zero_mb;
-  t.bubble = (l.pp - 1) * t.t_micro;
+  pipeline_time(s, l, c, mp.tp + mp.cp + mp.ep + zero_mb, mp.pp / 2, e);
   t.dp_final = dp_final;
   t.optimizer = 2.0 * double(e.mem.states.total()) / (s.gpu.hbm_gbps * 1e9);
   t.step_s = t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_micro + t.bubble +

@@ -13,12 +13,18 @@
 // Overlap: DP/ZeRO traffic and ring-attention K/V passing hide behind `overlap` × the compute
 // they run beside (1 = perfectly); tensor, Ulysses, expert and pipeline traffic is exposed.
 // Time per step: a micro-batch costs, on one stage,
-//   t_mb = compute (forward + backward = 3 forward) + recomputation + exposed TP, CP, EP,
-//          PP and per-micro-batch ZeRO-2/3 communication
-// and 1F1B takes (m + p − 1)·t_mb, of which (p − 1)·t_mb is the bubble ((p − 1)/m of the
-// work). After the pipeline drains: the gradient reduction not hidden behind the last
-// micro-batch's backward, the ZeRO-1/2 parameter all-gather not hidden behind a forward,
-// and the optimizer step (state bytes read and written at HBM bandwidth).
+//   t_mb = compute (forward + backward = 3 forward) + recomputation + exposed TP, CP, EP
+//          and per-micro-batch ZeRO-2/3 communication
+// (a third of the communication in the forward, recomputation in the backward; zero-bubble
+// splits the backward's compute evenly into B and W), and the pipeline runs the setup's
+// schedule over the p stages with those F, B, W times and one send_recv of the stage's
+// activation per stage-to-stage message (parallel/pipeline/cost.h, the model the training
+// summary's planned bubble uses): its makespan without the transfers less m·t_mb is the
+// bubble ((p−1)/(m+p−1) of the schedule for 1F1B and GPipe, (p−1)/(v·m+p−1) interleaved),
+// what the transfers add is the exposed pipeline communication. After the pipeline drains:
+// the gradient reduction not hidden behind the last micro-batch's backward, the ZeRO-1/2
+// parameter all-gather not hidden behind a forward, and the optimizer step (state bytes
+// read and written at HBM bandwidth).
 #pragma once
 #include <string>
 #include <vector>
@@ -70,9 +76,12 @@ struct Estimate {
   double hardware_flops_per_step = 0;  // what the GPUs execute, with recomputation
   double tokens_per_s = 0;
   double mfu = 0;
-  double bubble_fraction() const {
-    return micro_batches > 0 ? double(layout.pp - 1) / double(micro_batches) : 0;
-  }
+  // The pipeline's idle share of its schedule, mean over stages: with the transfers, and
+  // without them (the schedule's formula for equal stages).
+  double pipeline_bubble = 0, pipeline_bubble_ideal = 0;
+  double pp_transfer_s = 0;  // one stage-to-stage message
+  double pipeline_formula = 0;  // the schedule's formula (parallel/pipeline/schedule.h)
+  double bubble_fraction() const { return pipeline_bubble; }
 };
 
 // Assumes layout_problem(setup, l) is empty.

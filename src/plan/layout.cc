@@ -29,6 +29,31 @@ std::string Layout::str() const {
              " · mb ", micro_batch, " · rc ", recompute_name(recompute));
 }
 
+namespace {
+
+// The schedule's own conditions (the ones `strata train` refuses), for this layout.
+std::string pipeline_problem(const TrainSetup& s, const Layout& l) {
+  namespace pl = parallel::pipeline;
+  const int64_t M = l.micro_batches(s.global_batch), V = s.virtual_stages;
+  if (s.micro_batches > 0 && M != s.micro_batches)
+    return cat("--micro-batches ", s.micro_batches, " but global batch ", s.global_batch,
+               " / (dp ", l.dp, " × micro-batch ", l.micro_batch, ") = ", M);
+  if (V > 1 && s.schedule != pl::ScheduleKind::interleaved)
+    return cat("--virtual-stages ", V, " needs --schedule interleaved");
+  if (s.schedule == pl::ScheduleKind::zb && l.zero == 3)
+    return "zero-bubble defers weight gradients past ZeRO-3's per-layer gathers (zero 3)";
+  if (l.pp == 1 || s.schedule != pl::ScheduleKind::interleaved) return "";
+  if (s.model.layers % (l.pp * V) != 0)
+    return cat("pp ", l.pp, " × virtual stages ", V, " do not divide the ", s.model.layers,
+               " layers");
+  if (M < l.pp || M % l.pp != 0)
+    return cat("interleaved needs micro-batches a multiple of pp: ", M, " micro-batches, pp ",
+               l.pp);
+  return "";
+}
+
+}  // namespace
+
 std::string layout_problem(const TrainSetup& s, const Layout& l) {
   const ModelSpec& m = s.model;
   const int64_t G = s.gpu.gpus_per_node;
@@ -59,7 +84,7 @@ std::string layout_problem(const TrainSetup& s, const Layout& l) {
   if (s.global_batch % (int64_t(l.dp) * l.micro_batch) != 0)
     return cat("global batch ", s.global_batch, " is not divisible by dp ", l.dp, " × micro-batch ",
                l.micro_batch);
-  return "";
+  return pipeline_problem(s, l);
 }
 
 }  // namespace strata::plan

@@ -4,8 +4,8 @@
 // pp (Megatron's order), so a group whose ranks fit in one node talks over NVLink and any
 // other group crosses the network. Expert parallelism (ep) is carved out of the dp · cp
 // ranks: each of ep ranks holds E/ep experts and the expert weights are replicated (and
-// ZeRO-sharded) over the remaining dp · cp / ep ranks. The pipeline runs 1F1B over
-// m = global_batch / (dp · micro_batch) micro-batches.
+// ZeRO-sharded) over the remaining dp · cp / ep ranks. The pipeline runs the setup's schedule
+// (1F1B unless told) over m = global_batch / (dp · micro_batch) micro-batches.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,6 +13,7 @@
 #include "plan/activation_memory.h"
 #include "plan/hardware.h"
 #include "plan/model_spec.h"
+#include "parallel/pipeline/schedule.h"
 #include "parallel/zero_memory.h"
 
 namespace strata::plan {
@@ -41,6 +42,12 @@ struct TrainSetup {
   double headroom = 0.10;  // fraction of device memory kept free (allocator, CUDA context)
   double bucket_mib = 25;  // ZeRO-1/2 reduce-scatter bucket
   double overlap = 1.0;    // fraction of compute that DP/ZeRO and CP-ring traffic can hide behind
+  // The pipeline schedule every layout runs (parallel/pipeline/schedule.h), its model chunks
+  // per stage (interleaved), and the micro-batches per step when fixed (0: global batch /
+  // (dp · micro-batch), whatever that is).
+  parallel::pipeline::ScheduleKind schedule = parallel::pipeline::ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;
+  int64_t micro_batches = 0;
   StateBytesPerParam state_bytes() const {
     return state_bytes_per_param(precision, fp32_grads, optimizer);
   }

@@ -104,6 +104,11 @@ json estimate_to_json(const Estimate& e) {
             {"dp_exposed_s", t.dp_final},
             {"optimizer_s", t.optimizer}}},
           {"bubble_fraction", e.bubble_fraction()},
+          {"pipeline",
+           {{"bubble_planned", e.pipeline_bubble},
+            {"bubble_no_transfer", e.pipeline_bubble_ideal},
+            {"bubble_formula", e.pipeline_formula},
+            {"transfer_s", e.pp_transfer_s}}},
           {"model_flops_per_step", e.model_flops_per_step},
           {"hardware_flops_per_step", e.hardware_flops_per_step},
           {"tokens_per_s", e.tokens_per_s},
@@ -361,6 +366,13 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     ranking_table(o, req, sr);
     const Estimate& b = sr.ranked[0];
     o << "\nBest layout: " << b.layout.str() << " (" << b.micro_batches << " micro-batches)\n";
+    if (b.layout.pp > 1)
+      o << "Pipeline  " << parallel::pipeline::schedule_name(s.schedule)
+        << (s.virtual_stages > 1 ? cat(" x ", s.virtual_stages, " chunks") : "") << ", pp "
+        << b.layout.pp << ", " << b.micro_batches << " micro-batches: bubble "
+        << f("%.3f", b.pipeline_bubble) << " of the schedule (" << f("%.3f", b.pipeline_bubble_ideal)
+        << " without transfers; formula " << f("%.3f", b.pipeline_formula) << "), "
+        << f("%.3g", b.pp_transfer_s * 1e3) << " ms per stage-to-stage message\n";
     memory_table(o, b);
     o << "\n";
     comm_table(o, b);

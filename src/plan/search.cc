@@ -36,6 +36,14 @@ std::string num(double x, const char* f = "%.3g") {
   return b;
 }
 
+// Micro-batch sizes to try at this dp: the one that gives the fixed micro-batch count, else all.
+std::vector<int> micros_for(const TrainSetup& s, int64_t dp, const std::vector<int>& all) {
+  if (s.micro_batches <= 0) return all;
+  const int64_t per = dp * s.micro_batches;
+  if (s.global_batch % per) return {};
+  return {int(s.global_batch / per)};
+}
+
 // Visits every layout the fixed parts and the setup allow (layout_problem may still reject).
 template <typename Fn>
 void for_each_layout(const TrainSetup& s, const FixedLayout& f, const std::vector<int>& zeros,
@@ -57,7 +65,7 @@ void for_each_layout(const TrainSetup& s, const FixedLayout& f, const std::vecto
           for (int zero : zeros) {
             // Without data-parallel peers every ZeRO stage is stage 0.
             if (zero > 0 && dp * cp == 1 && !f.zero) continue;
-            for (int mb : micros_cap) {
+            for (int mb : micros_for(s, dp, micros_cap)) {
               if (s.global_batch % (dp * mb)) continue;
               for (Recompute rc : rcs) {
                 Layout l{tp, pp, int(dp), cp, ep, zero, mb, rc};
@@ -120,6 +128,19 @@ void check_fixed(const TrainSetup& s, const FixedLayout& f) {
     STRATA_CHECK(m.ffn % *f.tp == 0, "--tp ", *f.tp, ": MLP width ", m.ffn, " is not divisible");
   }
   if (f.pp) STRATA_CHECK(*f.pp <= m.layers, "--pp ", *f.pp, " exceeds the ", m.layers, " layers");
+  namespace pl = parallel::pipeline;
+  const int V = s.virtual_stages;
+  STRATA_CHECK(V >= 1, "--virtual-stages must be at least 1 (got ", V, ")");
+  STRATA_CHECK(V == 1 || s.schedule == pl::ScheduleKind::interleaved, "--virtual-stages ", V,
+               " needs --schedule interleaved (got ", pl::schedule_name(s.schedule), ")");
+  STRATA_CHECK(s.micro_batches >= 0, "--micro-batches must be at least 1 (got ", s.micro_batches, ")");
+  if (f.pp && *f.pp > 1 && s.schedule == pl::ScheduleKind::interleaved) {
+    STRATA_CHECK(m.layers % (int64_t(*f.pp) * V) == 0, "--pp ", *f.pp, " x --virtual-stages ", V,
+                 " = ", *f.pp * V, " chunks do not divide the ", m.layers, " layers");
+    if (s.micro_batches > 0)
+      STRATA_CHECK(s.micro_batches % *f.pp == 0, "--schedule interleaved needs --micro-batches a "
+                   "multiple of --pp: ", s.micro_batches, " is not a multiple of ", *f.pp);
+  }
   if (f.cp)
     STRATA_CHECK(m.seq % *f.cp == 0, "--cp ", *f.cp, ": sequence ", m.seq,
                  " is not divisible by it");
@@ -220,8 +241,9 @@ std::string why_slower(const Estimate& a, const Estimate& best, const TrainSetup
   if (!worst) return "no single cost dominates";
   const std::string name = worst->name;
   if (name == "pipeline bubble")
-    return cat("mostly pipeline bubble (p-1)/m = ", a.layout.pp - 1, "/", a.micro_batches, " = ",
-               num(a.bubble_fraction()), " vs ", num(best.bubble_fraction()));
+    return cat("mostly pipeline bubble (", parallel::pipeline::schedule_name(s.schedule), ", pp ",
+               a.layout.pp, ", ", a.micro_batches, " micro-batches: ", num(a.bubble_fraction()),
+               " of the schedule vs ", num(best.bubble_fraction()), ")");
   if (name == "recomputation")
     return cat("mostly recomputation (", recompute_name(a.layout.recompute), " vs ",
                recompute_name(best.layout.recompute), ")");

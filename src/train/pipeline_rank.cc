@@ -1,6 +1,7 @@
 #include "train/pipeline_rank.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 
 #include "core/error.h"
@@ -11,7 +12,9 @@
 #include "model/stage.h"
 #include "parallel/pipeline/engine.h"
 #include "parallel/pipeline/executor.h"
+#include "model/tensor/collectives.h"
 #include "train/context_metrics.h"
+#include "train/pipeline_costs.h"
 #include "train/metrics.h"
 
 namespace strata::train {
@@ -73,10 +76,16 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   const int P = d.pp, V = o.virt, stage = mesh.pp_rank();
   const int A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
   const pl::Schedule sched = pl::make_schedule(o.schedule, P, A, V);
-  const auto chunks = model::split_layers(cfg.model, cfg.train_seq(), P, V, o.split);
+  const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
+  // The split balances the layer types' measured costs (train/pipeline_costs.h).
+  const int64_t rows = int64_t(b) * cfg.train_seq() / d.cp;  // a cp rank's chunks
+  const PipelineCosts pcost =
+      pipeline_costs(cfg, pc, sched, b, compute, (topo.tp ? topo.tp->local_rows(rows) : rows) * cfg.model.dim,
+                     *topo.group, &mesh.pp());
+  if (topo.rank == 0) std::fprintf(stderr, "strata train: %s\n", pipeline_costs_line(pcost).c_str());
+  const std::vector<model::StageChunk>& chunks = pcost.chunks;
   std::vector<model::StageChunk> mine;
   for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
-  const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
   model::StageModel sm(cfg.model, mine, pl::slots_for(sched, stage), b, compute,
                        sched.split_backward, topo.tp, topo.cp);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
@@ -98,6 +107,9 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                                      cfg.train_seq(), cfg.model.dim / d.tp);
   };
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
+  std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step
+  std::vector<double> replayed_bubbles;   // per step: the model fed the stages' measured compute
+  std::vector<double> own_window_bubbles; // per step: each stage's bubble over its own time
   json step_rec;
   EngineFactory f;
   f.model_owns_state = false;
@@ -112,24 +124,13 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.run_step = [&](const data::StepBatch& batch, float scale) {
     sm.set_inputs(inputs_of(batch));
     const double loss = ex.run(sm, scale);
-    const double mine_t[3] = {ex.last().busy_s, ex.last().step_s, ex.last().recv_wait_s};
-    std::vector<double> all(size_t(3 * P));
-    mesh.pp().all_gather(mine_t, all.data(), 3, DType::f64);
-    json busy = json::array(), bub = json::array(), waits = json::array();
-    double mean = 0;
-    for (int s = 0; s < P; ++s) {
-      const double* x = &all[size_t(3 * s)];
-      const double bf = x[1] > 0 ? 1 - x[0] / x[1] : 0;
-      busy.push_back(x[0] * 1e3);
-      waits.push_back(x[2] * 1e3);
-      bub.push_back(bf);
-      mean += bf / P;
-    }
-    bubbles.push_back(mean);
-    steps_ms.push_back(ex.last().step_s * 1e3);
-    step_rec = {{"pp_busy_ms", busy}, {"pp_recv_wait_ms", waits}, {"pp_bubble", bub},
-                {"pp_bubble_mean", mean},
-                {"pp_schedule_ms", ex.last().step_s * 1e3}};
+    const PipelineStep acc = account_step(ex, pcost, mesh.pp());
+    bubbles.push_back(acc.bubble_mean);
+    own_window_bubbles.push_back(acc.bubble_own_window);
+    transfer_shares.push_back(acc.transfer_share);
+    replayed_bubbles.push_back(acc.replayed);
+    steps_ms.push_back(acc.record["pp_schedule_ms"].get<double>());
+    step_rec = acc.record;
     if (topo.cp) step_rec["cp_bytes_formula"] = stage_cp_bytes(batch);
     return loss;
   };
@@ -153,6 +154,11 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     // Steady state: the first step pays for warm-up.
     std::vector<double> steady(bubbles.begin() + (bubbles.size() > 1 ? 1 : 0), bubbles.end());
     const double measured = median(steady), formula = pl::bubble_formula(sched);
+    auto steady_median = [](const std::vector<double>& v) {
+      return median(std::vector<double>(v.begin() + (v.size() > 1 ? 1 : 0), v.end()));
+    };
+    const double transfer_share = steady_median(transfer_shares);
+    const double replayed = steady_median(replayed_bubbles);
     json stages = json::array();
     std::string text = cat("pipeline: ", pl::schedule_name(o.schedule), ", ", P, " stages",
                            V > 1 ? cat(" x ", V, " chunks") : "",
@@ -162,7 +168,12 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                            ", ", A,
                            " micro-batches: bubble ", fmt("%.3f", measured),
                            " measured (median over steps, mean over stages) vs formula ",
-                           fmt("%.3f", formula));
+                           fmt("%.3f", formula), " vs planned ", fmt("%.3f", pcost.planned.bubble),
+                           " (", pcost.costs.measured ? "measured" : "estimated",
+                           " layer costs, ", fmt("%.3f", pcost.transfer_s * 1e3),
+                           " ms per message) vs ", fmt("%.3f", replayed),
+                           " replayed with each step's measured stage compute; waiting on "
+                           "messages already sent ", fmt("%.3f", transfer_share), " of the schedule");
     for (int s = 0; s < P; ++s) {
       std::string layers;
       for (int c = 0; c < V; ++c) {
@@ -176,12 +187,16 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                   " params, activations ", int64_t(all[size_t(3 * s)]), " B for ",
                   int(all[size_t(3 * s + 2)]), " micro-batches in flight");
     }
-    json out{{"pipeline",
-              {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"cp", d.cp},
-               {"virtual_stages", V},
-               {"micro_batches", A}, {"bubble_measured", measured},
-               {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
-               {"stages", stages}}}};
+    json pipe = {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"cp", d.cp},
+                 {"virtual_stages", V},
+                 {"micro_batches", A}, {"bubble_measured", measured},
+                 {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
+                 {"transfer_wait_share", transfer_share},
+                 {"bubble_replayed", replayed},
+                 {"bubble_measured_own_windows", steady_median(own_window_bubbles)},
+                 {"stages", stages}};
+    pipe.update(pipeline_costs_json(pcost));
+    json out{{"pipeline", pipe}};
     if (topo.cp) {  // the attention's balance within this stage's cp group
       json cp = cp_summary(*trainer_model, mesh.cp());
       cp["group"] = mesh.cp().name();

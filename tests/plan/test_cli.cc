@@ -175,3 +175,36 @@ TEST(PlanCli, ModelStatesEqualAMeasuredZeroRun) {
   EXPECT_EQ(planned["gradients"], want.gradients);
   EXPECT_EQ(planned["optimizer"], want.optimizer);
 }
+
+// `strata plan --pp P --schedule S --virtual-stages V --micro-batches M`: the best layout runs
+// that schedule over M micro-batches, and its bubble sits beside the schedule's formula.
+TEST(PlanCli, PipelineScheduleAndMicroBatches) {
+  CliRun r = run_strata("plan --model gpt3-175b --gpus 1024 --gpu a100-80g --tp 8 --pp 16 "
+                        "--schedule interleaved --virtual-stages 2 --micro-batches 96 --json",
+                        "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& best = j["best"];
+  EXPECT_EQ(best["micro_batches"], 96);
+  EXPECT_EQ(best["layout"]["pp"], 16);
+  const auto& p = best["pipeline"];
+  EXPECT_DOUBLE_EQ(p["bubble_formula"].get<double>(), 15.0 / (2 * 96 + 15));
+  EXPECT_NEAR(p["bubble_no_transfer"].get<double>(), 15.0 / (2 * 96 + 15), 1e-9);
+  EXPECT_GE(p["bubble_planned"].get<double>(), p["bubble_no_transfer"].get<double>());
+  EXPECT_GT(p["transfer_s"].get<double>(), 0);
+  CliRun t = run_strata("plan --model gpt3-175b --gpus 1024 --gpu a100-80g --tp 8 --pp 16 "
+                        "--schedule zb --micro-batches 96", "", Streams::separate);
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_NE(t.out.find("Pipeline  zb, pp 16, 96 micro-batches: bubble "), std::string::npos) << t.out;
+  for (auto [flags, want] :
+       {std::pair{"--schedule interleaved --virtual-stages 5 --pp 16",
+                  "--pp 16 x --virtual-stages 5 = 80 chunks do not divide the 96 layers"},
+        {"--virtual-stages 2", "--virtual-stages 2 needs --schedule interleaved (got 1f1b)"},
+        {"--schedule wave", "--schedule wave is not a schedule"},
+        {"--micro-batches 0", "--micro-batches must be in [1, 2^31] (got 0)"}}) {
+    CliRun b = run_strata(std::string("plan --model gpt3-175b --gpus 1024 ") + flags, "",
+                          Streams::separate);
+    EXPECT_NE(b.status, 0) << flags;
+    EXPECT_NE(b.err.find(want), std::string::npos) << flags << ": " << b.err;
+  }
+}

@@ -130,8 +130,13 @@ TEST(Time, BubbleIsPMinusOneMicroBatches) {
   Layout l{8, 16, 8, 1, 1, 1, 1, Recompute::selective};
   Estimate e = evaluate(s, l);
   EXPECT_EQ(e.micro_batches, 1536 / 8);
-  EXPECT_DOUBLE_EQ(e.time.bubble, 15 * e.time.t_micro);
-  EXPECT_DOUBLE_EQ(e.bubble_fraction(), 15.0 / 192);
+  // 1F1B without its transfers: (p − 1)·t_mb, (P−1)/(M+P−1) of the schedule; the
+  // stage-to-stage transfers come on top, as exposed pipeline communication.
+  EXPECT_NEAR(e.time.bubble, 15 * e.time.t_micro, 1e-9 * e.time.bubble);
+  EXPECT_NEAR(e.pipeline_bubble_ideal, 15.0 / 207, 1e-12);
+  EXPECT_DOUBLE_EQ(e.pipeline_formula, 15.0 / 207);
+  EXPECT_GT(e.time.pp, 0);
+  EXPECT_GT(e.bubble_fraction(), e.pipeline_bubble_ideal);
   const TimeBreakdown& t = e.time;
   EXPECT_NEAR(t.step_s,
               t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_micro + t.bubble +
@@ -265,4 +270,47 @@ TEST(Time, OverlapHidesDataParallelTraffic) {
   EXPECT_LT(full.time.zero_micro, none.time.zero_micro);
   EXPECT_NEAR(none.time.step_s - full.time.step_s, none.time.zero_micro - full.time.zero_micro,
               1e-9);
+}
+
+// The schedule decides the bubble (parallel/pipeline/cost.h): GPipe and 1F1B share one,
+// interleaving and zero-bubble shrink it, and each is its formula without transfers.
+TEST(Time, PipelineScheduleSetsTheBubble) {
+  namespace pl = strata::parallel::pipeline;
+  TrainSetup s = setup("gpt3-175b", "a100-80g", 1024);
+  const Layout l{8, 16, 8, 1, 1, 1, 1, Recompute::selective};
+  auto with = [&](pl::ScheduleKind k, int V) {
+    TrainSetup x = s;
+    x.schedule = k;
+    x.virtual_stages = V;
+    EXPECT_EQ(layout_problem(x, l), "");
+    return evaluate(x, l);
+  };
+  const Estimate g = with(pl::ScheduleKind::gpipe, 1), o = with(pl::ScheduleKind::one_f_one_b, 1),
+                 i = with(pl::ScheduleKind::interleaved, 2), z = with(pl::ScheduleKind::zb, 1);
+  EXPECT_NEAR(g.pipeline_bubble_ideal, o.pipeline_bubble_ideal, 1e-12);
+  EXPECT_NEAR(i.pipeline_bubble_ideal, 15.0 / (2 * 192 + 15), 1e-9);
+  EXPECT_LT(i.time.bubble, o.time.bubble);
+  EXPECT_LT(z.time.bubble, o.time.bubble);
+  EXPECT_LT(z.bubble_fraction(), o.bubble_fraction());
+  EXPECT_LT(g.time.pp, o.time.pp);  // GPipe's transfers are exposed once, 1F1B's per round trip
+  for (const Estimate* e : {&g, &o, &i, &z})
+    EXPECT_NEAR(e->time.step_s,
+                e->time.compute + e->time.recompute + e->time.tp + e->time.cp + e->time.ep +
+                    e->time.pp + e->time.zero_micro + e->time.bubble + e->time.dp_final +
+                    e->time.optimizer,
+                1e-9 * e->time.step_s);
+  // The schedule's conditions, as `strata train` has them.
+  TrainSetup x = s;
+  x.schedule = pl::ScheduleKind::interleaved;
+  x.virtual_stages = 4;
+  EXPECT_NE(layout_problem(x, Layout{8, 16, 8, 1, 1, 1, 1, Recompute::none}).find("do not divide"),
+            std::string::npos);
+  x.virtual_stages = 2;
+  x.micro_batches = 96;
+  EXPECT_NE(layout_problem(x, l).find("--micro-batches 96 but global batch 1536"), std::string::npos);
+  x.schedule = pl::ScheduleKind::zb;
+  x.micro_batches = 0;
+  x.virtual_stages = 1;
+  EXPECT_NE(layout_problem(x, Layout{8, 16, 8, 1, 1, 3, 1, Recompute::none}).find("zero 3"),
+            std::string::npos);
 }

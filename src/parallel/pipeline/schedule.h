@@ -68,7 +68,9 @@ struct Schedule {
 // Generates the schedule (compute order and messages). Throws one line naming the flag and
 // numbers when it cannot exist: P < 1, M < 1, V < 1, V > 1 outside interleaved, interleaved
 // with M < P or M not a multiple of P.
-Schedule make_schedule(ScheduleKind kind, int stages, int micro, int virt = 1);
+// checked = false skips validate() (the generators' output is validated by the tests over
+// every kind and a range of shapes; the time model asks for many large ones).
+Schedule make_schedule(ScheduleKind kind, int stages, int micro, int virt = 1, bool checked = true);
 // Only forwards (and their activation messages), in micro-batch order: evaluation.
 Schedule make_forward_only(int stages, int micro, int virt = 1);
 
@@ -81,6 +83,13 @@ void validate(const Schedule& s);
 // Relative costs of the actions for simulation and drawing (per chunk).
 struct Costs {
   double f = 1, b = 2, w = 0;  // split backward: b = 1, w = 1
+  // Per virtual stage (P·V entries) when not empty: its own F, B and W costs, overriding
+  // f, b, w (stages of unequal cost: the embedding on the first, the head on the last).
+  struct Virtual {
+    double f = 1, b = 2, w = 0;
+  };
+  std::vector<Virtual> virt;
+  double transfer = 0;  // a stage-to-stage message: from its SEND to when its RECV can have it
 };
 Costs default_costs(const Schedule& s);
 
@@ -88,8 +97,9 @@ struct Timed {
   Action action;
   double start = 0, end = 0;
 };
-// Runs the schedule on an ideal machine (messages take no time): each stage's compute
-// actions with their start and end, and the makespan. Throws like validate on a deadlock.
+// Runs the schedule on an ideal machine (messages take c.transfer, nothing else waits): each
+// stage's compute actions with their start and end, and the makespan. Throws like validate on
+// a deadlock.
 struct Timeline {
   std::vector<std::vector<Timed>> stages;  // compute actions only
   double makespan = 0;
@@ -107,6 +117,7 @@ int chunk_slots(const Schedule& s, int stage, int chunk);
 // The bubble fraction of the schedule's formula: (P−1)/(M+P−1), interleaved (P−1)/(V·M+P−1);
 // zero-bubble: the simulated value under unit costs (no closed form in general).
 double bubble_formula(const Schedule& s);
+double bubble_formula(ScheduleKind kind, int stages, int micro, int virt);
 
 // Per-stage text timeline ("stage 0 |F0 F1 B0-- ..."), one column per unit of cost, and a
 // line with each stage's in-flight peak and the simulated bubble against the formula.

@@ -1,0 +1,44 @@
+// The pipeline's time model, shared by the planner (plan/estimate.cc) and the training summary
+// (train/pipeline_rank.cc): one step's schedule (parallel/pipeline/schedule.h) run on an ideal
+// machine with each virtual stage's F, B and W times and a stage-to-stage transfer time.
+//
+// Terms. f, b, w: seconds of one micro-batch's forward, backward (the input gradient only
+// under zero-bubble) and weight-gradient pass on one virtual stage; transfer: seconds from a
+// SEND to when its RECV can have the message (latency + bytes / bandwidth). Stage s's bubble
+// is 1 − busy_s / makespan; the prediction's bubble is the mean over stages, what the
+// training summary measures. With equal stages and transfer 0 it is the schedule's formula:
+// (P−1)/(M+P−1) for gpipe and 1f1b, (P−1)/(V·M+P−1) interleaved, (P−1)/(3M+P−1) zero-bubble
+// with F = B = W. A transfer lengthens gpipe by 2(P−1) transfers once; 1f1b holds only P
+// micro-batches on stage 0, whose B(m) waits for m's round trip right after F(m+P−1), so
+// (at P = 2 exactly) every group of P micro-batches waits 2(P−1) transfers again and the
+// exposed share does not shrink as M grows.
+//
+// Cost: one simulation of the P·V·M·3 actions. Beyond a few P micro-batches the makespan
+// grows by the same amount every P micro-batches (the steady state repeats), so for M above
+// `exact_up_to` it is extrapolated from two simulations, at M1 and M1 + P (M1 ≡ M mod P).
+#pragma once
+#include <vector>
+
+#include "parallel/pipeline/schedule.h"
+
+namespace strata::parallel::pipeline {
+
+struct Prediction {
+  double makespan = 0;       // seconds of the schedule
+  double makespan_ideal = 0; // the same with transfer 0
+  double busy_mean = 0;      // compute seconds per stage, mean over stages
+  double bubble = 0;         // mean over stages of 1 − busy / makespan
+  double bubble_ideal = 0;   // the same with transfer 0: the schedule's own bubble
+};
+
+// GPipe's makespan with equal stages in closed form, (M+P−1)(f+b) + 2(P−1)·c: the first
+// micro-batch's forward and the last one's backward cross P−1 links each (predict uses it;
+// tests/parallel/test_pipeline_cost.cc checks it against the simulation).
+double gpipe_makespan(int stages, int micro, double f, double b, double transfer);
+
+// c: the costs (Costs::virt per virtual stage, or f, b, w for all), c.transfer per message.
+// Throws like make_schedule for impossible (kind, P, M, V).
+Prediction predict(ScheduleKind kind, int stages, int micro, int virt, const Costs& c,
+                   int exact_up_to = 64);
+
+}  // namespace strata::parallel::pipeline
