@@ -38,6 +38,29 @@ inline std::vector<std::pair<double, int64_t>> loss_and_tokens(const std::string
   return r;
 }
 
+// A text file of `chars` characters (7 letters, a newline every 41) drawn by an LCG from
+// `seed`: a corpus small enough that an epoch ends mid-batch within a few steps.
+inline void write_small_text(const std::string& path, uint32_t seed, int chars = 1100) {
+  std::string text;
+  uint32_t x = seed;
+  for (int i = 0; i < chars; ++i) {
+    x = x * 1103515245u + 12345u;
+    text += char('a' + (x >> 16) % 7);
+    if (i % 41 == 40) text += '\n';
+  }
+  std::ofstream(path) << text;
+}
+
+// The step losses of `out` (--json lines) and the fewest tokens any step trained on.
+inline std::pair<std::vector<double>, int64_t> losses_and_fewest_tokens(const std::string& out) {
+  std::pair<std::vector<double>, int64_t> r{{}, INT64_MAX};
+  for (const auto& [loss, tokens] : loss_and_tokens(out)) {
+    r.first.push_back(loss);
+    r.second = std::min(r.second, tokens);
+  }
+  return r;
+}
+
 // max |a[i] - b[i]| of two loss curves, which must have the same length.
 inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());

@@ -165,14 +165,7 @@ namespace {
 // rows. Either way the loss per step equals one process's on the same global batches.
 TEST(TrainDistributed, UnevenAndPaddedTailsMatchOneProcess) {
   TempDir dir("tail");
-  std::string text;
-  uint32_t x = 12345;
-  for (int i = 0; i < 1100; ++i) {
-    x = x * 1103515245u + 12345u;
-    text += char('a' + (x >> 16) % 7);
-    if (i % 41 == 40) text += '\n';
-  }
-  std::ofstream(dir.file("small.txt")) << text;
+  write_small_text(dir.file("small.txt"), 12345);
   const std::string base = "train --layers 1 --dim 32 --heads 2 --seq 16 --max-seq 16 --data " +
                            (dir.file("small.txt")) +
                            " --batch 12 --steps 10 --lr 3e-3 --eval-every 0 --eval-batches 1 "
@@ -182,13 +175,7 @@ TEST(TrainDistributed, UnevenAndPaddedTailsMatchOneProcess) {
     for (int n : {1, 2, 3}) {
       RunResult r = run_strata(base + "--tail " + tail + " --nproc " + std::to_string(n), "", Streams::separate);
       ASSERT_EQ(r.status, 0) << tail << " N " << n << ": " << r.err;
-      std::vector<double> losses;
-      int64_t fewest_tokens = INT64_MAX;
-      for (const json& rec : json_lines(r.out))
-        if (rec.contains("loss") && rec.contains("tokens")) {
-          losses.push_back(rec["loss"]);
-          fewest_tokens = std::min<int64_t>(fewest_tokens, rec["tokens"]);
-        }
+      const auto [losses, fewest_tokens] = losses_and_fewest_tokens(r.out);
       ASSERT_EQ(losses.size(), 10u) << r.out;
       EXPECT_LT(fewest_tokens, 12 * 16) << "no step met the epoch's incomplete tail";
       curves.push_back(losses);

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -158,14 +157,7 @@ TEST(TrainPipeline, Bf16StaysCloseToFp32) {
 // still run every micro-batch's schedule and give one process's losses.
 TEST(TrainPipeline, UnevenEpochTailMatchesOneProcess) {
   TempDir dir("pptail");
-  std::string text;
-  uint32_t x = 2024;
-  for (int i = 0; i < 1100; ++i) {
-    x = x * 1103515245u + 12345u;
-    text += char('a' + (x >> 16) % 7);
-    if (i % 41 == 40) text += '\n';
-  }
-  std::ofstream(dir.file("small.txt")) << text;
+  write_small_text(dir.file("small.txt"), 2024);
   const std::string base = "train --layers 4 --dim 32 --heads 2 --seq 16 --max-seq 16 --data " +
                            dir.file("small.txt") +
                            " --batch 12 --steps 10 --lr 3e-3 --eval-every 0 --eval-batches 1 "
@@ -175,13 +167,7 @@ TEST(TrainPipeline, UnevenEpochTailMatchesOneProcess) {
                              "--nproc 4 --pp 2 --dp 2 --micro-batches 2"}) {
     const RunResult r = run_strata(base + layout, "", Streams::separate);
     ASSERT_EQ(r.status, 0) << layout << ": " << r.err;
-    std::vector<double> losses;
-    int64_t fewest_tokens = INT64_MAX;
-    for (const json& rec : json_lines(r.out))
-      if (rec.contains("loss") && rec.contains("tokens")) {
-        losses.push_back(rec["loss"]);
-        fewest_tokens = std::min<int64_t>(fewest_tokens, rec["tokens"]);
-      }
+    const auto [losses, fewest_tokens] = losses_and_fewest_tokens(r.out);
     ASSERT_EQ(losses.size(), 10u) << layout << ": " << r.out;
     EXPECT_LT(fewest_tokens, 12 * 16) << layout << ": no step met the epoch's incomplete tail";
     curves.push_back(losses);
