@@ -253,7 +253,8 @@ std::string render(const LineChart& c, int width, int height) {
     std::string pts;
     for (size_t i = 0; i < d.x.size(); ++i) {
       if (!std::isfinite(d.y[i])) continue;
-      pts += (pts.empty() ? "" : " ") + num(f.px(d.x[i])) + "," + num(f.py(d.y[i]));
+      if (!pts.empty()) pts += ' ';
+      pts += num(f.px(d.x[i])) + "," + num(f.py(d.y[i]));
     }
     s += "<polyline class=\"series\" data-name=\"" + escape(d.name) + "\" data-points=\"" +
          std::to_string(d.x.size()) + "\" fill=\"none\" stroke=\"" + d.color +

@@ -382,7 +382,8 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
     }
     if (dims.tp > 1) {
       json tp = tensor_parallel_summary(cfg, pc, *engine, *built_model, mesh);
-      text += "\n" + tp["text"].get<std::string>();
+      text += '\n';
+      text += tp["text"].get<std::string>();
       tp.erase("text");
       extras["tensor_parallel"] = tp;
     }

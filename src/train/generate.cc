@@ -58,7 +58,10 @@ static size_t utf8_length(const std::vector<int32_t>& tokens, size_t i) {
 std::string render_tokens(const std::vector<int32_t>& tokens, bool as_text) {
   std::string s;
   if (!as_text) {
-    for (int32_t t : tokens) s += (s.empty() ? "" : " ") + std::to_string(t);
+    for (int32_t t : tokens) {
+      if (!s.empty()) s += ' ';
+      s += std::to_string(t);
+    }
     return s;
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -79,7 +82,7 @@ std::string render_tokens(const std::vector<int32_t>& tokens, bool as_text) {
       std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(t));
       s += buf;
     } else {
-      s += "<" + std::to_string(t) + ">";
+      s.append("<").append(std::to_string(t)).append(">");
     }
   }
   return s;

@@ -92,7 +92,9 @@ void expect_clean_failure(const Outcome& r, const std::vector<std::string>& need
   EXPECT_GT(r.status, 0) << "stdout:\n" << r.out << "stderr:\n" << r.err;
   const std::string line = last_line(r.err);
   EXPECT_EQ(line.rfind("strata: error: ", 0), 0u) << r.err;
-  if (one_line) EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  if (one_line) {
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
   for (const std::string& n : needles)
     EXPECT_NE(line.find(n), std::string::npos) << "'" << n << "' in\n" << r.err;
   for (const char* crash : {"bad_alloc", "basic_filebuf", "stoi", "nan%", "terminate called"})
@@ -103,8 +105,8 @@ struct Case {
   std::string name;
   std::string args;                  // after `strata`; $D is the scratch directory
   std::vector<std::string> needles;  // in the error line
-  std::function<void(const std::string& dir)> setup;
-  std::string prefix;                // shell commands before exec (ulimit, environment)
+  std::function<void(const std::string& dir)> setup{};
+  std::string prefix{};              // shell commands before exec (ulimit, environment)
   bool one_line = true;
 };
 

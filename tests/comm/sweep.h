@@ -68,7 +68,7 @@ inline double reference(size_t i, int n, DType t, ReduceOp op) {
 
 struct Sweep {
   ProcessGroup& pg;
-  std::vector<std::string> failures;
+  std::vector<std::string> failures{};
   int checked = 0;
 
   template <typename... A>

@@ -111,7 +111,9 @@ TEST(Failures, WorkWaitShorterThanTheOp) {
     double v = 1;
     if (pg.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     WorkPtr w = pg.all_reduce_async(&v, &v, 1, DType::f64, ReduceOp::sum);
-    if (pg.rank() == 0) EXPECT_THROW(w->wait(0.05), TimeoutError);
+    if (pg.rank() == 0) {
+      EXPECT_THROW(w->wait(0.05), TimeoutError);
+    }
     w->wait();
     EXPECT_EQ(v, 2.0);
   });

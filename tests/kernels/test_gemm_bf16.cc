@@ -141,7 +141,7 @@ TEST_P(GemmBf16Paths, SameBitsForAnyThreadCount) {
   if (!available(path)) {
     GTEST_SKIP() << skip_reason(path);
   }
-  for (const auto [M, N, K] : {std::tuple{300, 200, 521}, std::tuple{64, 96, 8192}}) {
+  for (const auto& [M, N, K] : {std::tuple{300, 200, 521}, std::tuple{64, 96, 8192}}) {
     auto A = randn(int64_t(K) * M, 93), B = randn(int64_t(K) * N, 94);
     const auto out = for_thread_counts([&] {
       std::vector<float> C(size_t(M) * N, 1.0f);

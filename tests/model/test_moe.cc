@@ -176,7 +176,9 @@ void check_all(const MoEConfig& cfg, uint64_t seed, bool expect_drops) {
   const Params p = random_params(seed);
   const Grads g = strata_grads(p, cfg);
   EXPECT_NEAR(g.loss, reference_loss(p, cfg), 1e-4 * std::max(1.0, std::abs(g.loss)));
-  if (expect_drops) EXPECT_GT(g.dropped, 0) << "the capacity should drop assignments";
+  if (expect_drops) {
+    EXPECT_GT(g.dropped, 0) << "the capacity should drop assignments";
+  }
   check(p, [](Params& q) -> std::vector<double>& { return q.router; }, g.router, cfg, "router");
   check(p, [](Params& q) -> std::vector<double>& { return q.x; }, g.x, cfg, "x");
   for (int e = 0; e < E; ++e) {

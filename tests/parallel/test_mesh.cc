@@ -84,7 +84,9 @@ TEST(Mesh, ThreeStagesLeaveTheMiddleOutOfTheEmbedGroup) {
     parallel::Mesh mesh(pg, {1, 0, 1, 3});
     EXPECT_EQ(mesh.dims().dp, 1);
     EXPECT_EQ(mesh.has_embed(), pg.rank() != 1);
-    if (mesh.has_embed()) EXPECT_EQ(mesh.embed().world_ranks(), (std::vector<int>{0, 2}));
+    if (mesh.has_embed()) {
+      EXPECT_EQ(mesh.embed().world_ranks(), (std::vector<int>{0, 2}));
+    }
     EXPECT_FALSE(mesh.has_tp());
     EXPECT_EQ(&mesh.dp_cp(), &mesh.dp());
   });

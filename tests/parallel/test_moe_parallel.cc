@@ -309,7 +309,9 @@ TEST(ExpertParallelSkew, AllTokensToOneExpertNeverHangsAndDropsExactly) {
     for (int64_t t = 0; t < n; ++t)
       for (int c = 0; c < C; ++c) {
         EXPECT_FLOAT_EQ(out[r][t * C + c], y[t * C + c]) << "rank " << r << " token " << t;
-        if (t >= 4) EXPECT_EQ(y[t * C + c], 0.0f) << "a dropped token passes through";
+        if (t >= 4) {
+          EXPECT_EQ(y[t * C + c], 0.0f) << "a dropped token passes through";
+        }
       }
     for (size_t i = 0; i < d.size(); ++i) EXPECT_NEAR(dx[r][i], d[i], 1e-6f);
     for (size_t i = 0; i < want_grad.size(); ++i) want_grad[i] += 3 * b.g[0][0][i];

@@ -84,7 +84,9 @@ TEST(PipelineCost, TransferCostIsExposedPerRoundTrip) {
     EXPECT_NEAR(g.makespan - g.makespan_ideal, 2 * t, 1e-12);
     EXPECT_NEAR(o.makespan - o.makespan_ideal, 2 * t * ((M + 1) / 2), 1e-12);
     EXPECT_GT(o.bubble, o.bubble_ideal);
-    if (M >= 2) EXPECT_LT(z.bubble, o.bubble) << M;
+    if (M >= 2) {
+      EXPECT_LT(z.bubble, o.bubble) << M;
+    }
   }
 }
 

@@ -33,8 +33,12 @@ TEST(PipelineSchedule, EveryKindValidatesWithItsBoundAndBubble) {
       EXPECT_NEAR(simulate(f, default_costs(f)).bubble(0), want, 1e-9);
       EXPECT_NEAR(bubble_formula(f), want, 1e-12);
       const double zb = simulate(z, default_costs(z)).bubble(0);
-      if (M >= P) EXPECT_NEAR(zb, double(P - 1) / (3 * M + P - 1), 1e-9) << P << " " << M;
-      if (P > 1 && M >= P) EXPECT_LT(zb, want);
+      if (M >= P) {
+        EXPECT_NEAR(zb, double(P - 1) / (3 * M + P - 1), 1e-9) << P << " " << M;
+      }
+      if (P > 1 && M >= P) {
+        EXPECT_LT(zb, want);
+      }
     }
 }
 

@@ -55,7 +55,9 @@ TEST(ScalingStudy, PartsAddUpAndOversubscriptionIsShown) {
   }
   EXPECT_DOUBLE_EQ(s["points"][0]["speedup"].get<double>(), 1.0);
   EXPECT_NE(r.out.find("speedup"), std::string::npos);
-  if (cores < 3) EXPECT_NE(r.out.find("oversubscribed"), std::string::npos) << r.out;
+  if (cores < 3) {
+    EXPECT_NE(r.out.find("oversubscribed"), std::string::npos) << r.out;
+  }
 
   // The report of the study: speedup against linear, the decomposition beneath.
   RunResult rep = run_strata("report " + out + " -o " + (dir.file("r.html")), "", Streams::separate);

@@ -71,7 +71,9 @@ TEST(Bf16Cli, SameSeedBitIdenticalAndNamesTheGemm) {
   }
   EXPECT_NE(b.out.find("gemm " + s["gemm"].get<std::string>()), std::string::npos) << b.out;
   EXPECT_EQ(s["parallel"]["precision"], "bf16");
-  if (dnnl) EXPECT_EQ(json::parse(read_file(dir.file("d/summary.json")))["gemm"], "onednn");
+  if (dnnl) {
+    EXPECT_EQ(json::parse(read_file(dir.file("d/summary.json")))["gemm"], "onednn");
+  }
 }
 
 // `--tp 2 --precision bf16`: the tensor-parallel ranks compute in bf16 (summary.json's gemm

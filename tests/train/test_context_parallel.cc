@@ -68,8 +68,9 @@ TEST(TrainContextParallel, LossesMatchOneProcessAndBytesMatchTheFormula) {
       EXPECT_EQ(rank["tp_bytes_per_step"], rank["tp_bytes_per_step_plan"]) << mode;
     }
     if (mode == "--cp-mode ring") zigzag = r.losses();
-    if (mode == "--cp-mode ring --cp-chunks contiguous")
+    if (mode == "--cp-mode ring --cp-chunks contiguous") {
       EXPECT_LE(max_abs_diff(r.losses(), zigzag), 1e-5);
+    }
   }
 }
 

@@ -97,7 +97,10 @@ TEST(Peak, RecordRaisesOnlyThatEntry) {
 }
 
 TEST(Peak, RaiseOnlyUpwardsAndSaysSo) {
-  Peak p{50.0, "cache /x/peak.json", "cached"};
+  Peak p;
+  p.gflops = 50.0;
+  p.source = "cache /x/peak.json";
+  p.origin = "cached";
   EXPECT_EQ(p.label(), "50.0 GFLOP/s (cached)");
   EXPECT_FALSE(p.raise(40.0, 3));
   EXPECT_FALSE(p.raise(NAN, 3));

@@ -67,7 +67,9 @@ TEST(Progress, TerminalGetsOneLineUpdatedInPlace) {
 // Ranks write into the launcher's pipe; rank 0 still draws the line on the launcher's terminal.
 TEST(Progress, TerminalLineThroughTheLauncher) {
   if (!have_script()) GTEST_SKIP() << "SKIPPED: util-linux `script` (a pseudo-terminal) is not installed";
-  expect_live_line(on_terminal(std::string(kArgs) + " --nproc 2"));
+  std::string args = kArgs;
+  args += " --nproc 2";
+  expect_live_line(on_terminal(args));
 }
 
 }  // namespace
