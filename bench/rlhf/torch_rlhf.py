@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from torch_gpt import Block as TrainBlock  # noqa: E402  (bench/train's peer: the same layers)
+from torch_gpt import Block as TrainBlock, model_arguments  # noqa: E402  (bench/train's peer: the same layers)
 
 
 class Block(TrainBlock):
@@ -191,12 +191,7 @@ def ppo_iteration(a, actor, ref, rm, critic, opt_a, opt_c, it):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["write", "generate", "ppo"])
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=8)
+    model_arguments(ap)
     ap.add_argument("--prompt-len", type=int, default=8)
     ap.add_argument("--response-len", type=int, default=56)
     ap.add_argument("--temperature", type=float, default=1.0)

@@ -111,13 +111,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def model_arguments(ap, **defaults):
+    """The GPT's shape and the batch in sequences, as every peer takes them."""
+    d = dict(layers=4, dim=256, heads=4, seq=256, vocab=256, batch=8)
+    d.update(defaults)
+    for k in ("layers", "dim", "heads", "seq", "vocab", "batch"):
+        ap.add_argument("--" + k, type=int, default=d[k])
+
+
 def rank_arguments(ap, **defaults):
     """The flags every multi-rank peer takes: ranks, the GPT's shape, the global batch in
     sequences, steps, intra-op threads per rank and the learning rate."""
-    d = dict(nproc=2, layers=4, dim=256, heads=4, seq=256, vocab=256, batch=8, steps=20)
-    d.update(defaults)
-    for k in ("nproc", "layers", "dim", "heads", "seq", "vocab", "batch", "steps"):
-        ap.add_argument("--" + k, type=int, default=d[k])
+    ap.add_argument("--nproc", type=int, default=defaults.pop("nproc", 2))
+    steps = defaults.pop("steps", 20)
+    model_arguments(ap, **defaults)
+    ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     ap.add_argument("--lr", type=float, default=1e-3)
 
@@ -133,12 +141,7 @@ def run_ranks(worker, args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=8)
+    model_arguments(ap)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
