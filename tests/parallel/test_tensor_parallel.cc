@@ -2,12 +2,15 @@
 // losses, gradient norms and final weights (gathered from every tp rank's pieces) match the
 // plain reference loop for tp x dp x ZeRO stage x precision (bf16 layouts: bf16 matmuls on
 // the tp ranks and in the reference alike). The CI subset below covers each
-// dimension and the combinations most likely to break; STRATA_TP_SWEEP=1 runs the whole
+// dimension and the combinations most likely to break, and a fixed sample of the layouts
+// it does not list runs beside it; STRATA_TP_SWEEP=1 runs the whole
 // product tp {1,2,3,4} x dp {1,2} x zero 0-3 x fp32/bf16 (docs/tensor_parallel.md).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
+#include <string>
 
 #include "comm/process_group.h"
 #include "core/rng.h"
@@ -124,6 +127,38 @@ const Case kCi[] = {
 };
 INSTANTIATE_TEST_SUITE_P(Ci, TensorParallel, ::testing::ValuesIn(kCi),
                          [](const auto& info) { return name(info.param); });
+
+// A fixed sample of the sweep's layouts that kCi does not list, so CI reaches tp 1 and tp 4
+// under dp 2, bf16 under tp 4 and ZeRO 2, tp 3 under dp 2 and no-sp under dp 2 (each axis
+// value at least once; the test below checks both properties). The whole product stays
+// behind STRATA_TP_SWEEP=1.
+const Case kSample[] = {
+    {1, 2, 0, Precision::fp32},        {1, 1, 3, Precision::bf16},
+    {4, 2, 1, Precision::fp32},        {4, 1, 3, Precision::bf16, false},
+    {3, 2, 2, Precision::fp32},        {3, 2, 3, Precision::bf16},
+    {2, 2, 2, Precision::bf16, false}, {2, 1, 1, Precision::fp32, false},
+    {4, 2, 0, Precision::bf16},
+};
+INSTANTIATE_TEST_SUITE_P(Sample, TensorParallel, ::testing::ValuesIn(kSample),
+                         [](const auto& info) { return name(info.param); });
+
+// The sample adds layouts (none already in kCi) and, with kCi, names every axis value.
+TEST(TensorParallelSweep, SampleCoversEveryAxisValue) {
+  std::set<std::string> ci;
+  for (const Case& c : kCi) ci.insert(name(c));
+  std::set<int> tps, dps, stages;
+  std::set<bool> bf16s, sps;
+  for (const Case& c : kSample) {
+    EXPECT_FALSE(ci.count(name(c))) << name(c) << " is already a CI layout";
+    tps.insert(c.tp), dps.insert(c.dp), stages.insert(c.stage), sps.insert(c.sp);
+    bf16s.insert(c.precision == Precision::bf16);
+  }
+  EXPECT_EQ(tps, (std::set<int>{1, 2, 3, 4}));
+  EXPECT_EQ(dps, (std::set<int>{1, 2}));
+  EXPECT_EQ(stages, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(bf16s, (std::set<bool>{false, true}));
+  EXPECT_EQ(sps, (std::set<bool>{false, true}));
+}
 
 // The whole product, behind STRATA_TP_SWEEP=1 (about 2 minutes on 2 cores).
 TEST(TensorParallelSweep, EveryLayout) {
