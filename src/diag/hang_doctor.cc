@@ -21,6 +21,7 @@ const char* cause_name(Cause c) {
     case Cause::outside_comm: return "outside-comm";
     case Cause::waiting_elsewhere: return "waiting-elsewhere";
     case Cause::comm_stalled: return "comm-stalled";
+    case Cause::order_deadlock: return "order-deadlock";
     case Cause::straggler: return "straggler";
   }
   return "?";
@@ -136,6 +137,19 @@ void pick_culprits(const Analysis& a, const Group& g, int present, Mismatch& mm)
   if (!deviating.empty() && some_consistent) {
     mm.culprits = deviating;
     mm.how = "history";
+    return;
+  }
+  // Every rank counts its group's calls from 0 in the same order, so at one seq a side
+  // calling from a later step than all the others has passed a call it never made.
+  const Mismatch::Side* latest = nullptr;
+  for (const Mismatch::Side& side : mm.sides)
+    if (!latest || side.phase.step > latest->phase.step) latest = &side;
+  bool strictly_later = latest && std::all_of(mm.sides.begin(), mm.sides.end(), [&](auto& o) {
+    return &o == latest || (o.phase.step >= 0 && o.phase.step < latest->phase.step);
+  });
+  if (strictly_later) {
+    mm.culprits = latest->ranks;
+    mm.how = "step";
   }
 }
 

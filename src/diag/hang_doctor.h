@@ -31,6 +31,7 @@ enum class Cause {
   outside_comm,  // alive but busy elsewhere: compute, checkpoint save, data loading
   waiting_elsewhere,  // blocked in another group's operation
   comm_stalled,  // every member reached the operation and it still did not finish
+  order_deadlock,  // a cycle of point-to-point waits with no matching receive
   straggler,     // consistently, or once by far, the last to arrive
 };
 const char* cause_name(Cause c);  // "mismatch", "skipped", "dead", ...
@@ -54,7 +55,7 @@ struct Mismatch {
   };
   std::vector<Side> sides;   // largest first
   std::vector<int> culprits;  // empty when no side can be singled out
-  std::string how;            // "majority", "history", or "" when undecided
+  std::string how;            // "majority", "history", "step" (a side called from a later step), or ""
 };
 
 struct StuckOp {

@@ -2,8 +2,9 @@
 // Order of evidence: a mismatch (different op/count/dtype/call site at one seq) explains a
 // hang by itself; then, for each root stuck operation, every member that never reached it
 // is dead, silent (no dump), busy outside communication, past it (skipped), or blocked in
-// another group; when all members reached it the transport itself is stalled. Stragglers
-// are named as causes only when nothing else is.
+// another group; ranks blocked in point-to-point operations around a cycle with no send
+// facing a recv are an order-of-operations deadlock; when all members reached it the
+// transport itself is stalled. Stragglers are named as causes only when nothing else is.
 #include <algorithm>
 
 #include "diag/hang_internal.h"
@@ -60,7 +61,9 @@ void explain_mismatch(HangReport& r, const Mismatch& m) {
       if (&o != &side && !std::includes(m.culprits.begin(), m.culprits.end(), o.ranks.begin(), o.ranks.end()))
         others += cat(others.empty() ? "" : "; ", ranks_word(o.ranks), " called ", o.call);
     std::string why = m.how == "history" ? cat("; its calls in step ", side.phase.step,
-                                               " differ from its calls in the step before") : "";
+                                               " differ from its calls in the step before")
+                      : m.how == "step" ? cat("; its call comes from step ", side.phase.step,
+                                              ", a step the others have not reached") : "";
     for (int rank : side.ranks) {
       std::string text = skipped ? cat("rank ", rank, " skipped a collective: ")
                                  : cat("rank ", rank, " called a different ", m.what, ": ");
@@ -140,6 +143,55 @@ void mark_roots(HangReport& r, const Analysis& a) {
   });
 }
 
+// Ranks each blocked in a point-to-point operation with the next as its peer, the last
+// back to the first, where no two neighbours hold a matching send/recv pair: no transport
+// can finish any of them, so the program's order of operations is at fault. Returns the
+// ranks of every such cycle and adds one culprit per cycle.
+std::set<int> explain_order_deadlocks(HangReport& r, const Analysis& a) {
+  auto p2p_of = [&](int rank) -> const FlightEntry* {
+    auto it = a.blocking.find(rank);
+    return it != a.blocking.end() && it->second->is_p2p() ? it->second : nullptr;
+  };
+  std::set<int> in_cycle;
+  for (auto& [start, first] : a.blocking) {
+    if (!first->is_p2p() || in_cycle.count(start)) continue;
+    std::vector<int> path{start};
+    for (const FlightEntry* e = first; e;) {
+      int next = peer_world_rank(*e);
+      auto at = std::find(path.begin(), path.end(), next);
+      if (at != path.end()) {
+        // Only the cycle through `start` is reported from here; others get their own start.
+        if (at != path.begin()) path.clear();
+        break;
+      }
+      path.push_back(next);
+      e = p2p_of(next);
+      if (!e) path.clear();
+    }
+    if (path.size() < 2) continue;
+    bool matched = false;  // a send facing a recv is a pair the transport should finish
+    for (size_t i = 0; i < path.size(); ++i) {
+      const FlightEntry& x = *p2p_of(path[i]);
+      const FlightEntry& y = *p2p_of(path[(i + 1) % path.size()]);
+      if (peer_world_rank(y) == path[i] && x.op != y.op) matched = true;
+    }
+    if (matched) continue;
+    std::string chain, ops;
+    for (int k : path) {
+      const FlightEntry& e = *p2p_of(k);
+      chain += cat(k, " -> ");
+      ops += cat(ops.empty() ? "" : "; ", "rank ", k, " is in ", op_label(e), " (", call_text(e), " from ",
+                 describe_phase(e.phase), ")");
+    }
+    chain += cat(path.front());
+    r.culprits.push_back({-1, Cause::order_deadlock,
+                          cat("ranks ", chain, " wait on each other in point-to-point operations with no "
+                              "matching receive (a deadlock in the order of operations): ", ops)});
+    in_cycle.insert(path.begin(), path.end());
+  }
+  return in_cycle;
+}
+
 void find_stragglers(HangReport& r, const Analysis& a, const StragglerRule& rule) {
   struct Tally {
     int samples = 0, last = 0;
@@ -197,13 +249,33 @@ void find_stragglers(HangReport& r, const Analysis& a, const StragglerRule& rule
   }
 }
 
+// A dead rank explains the waits of the survivors: operations whose members all reached
+// them stall when a member's other groups lose a peer. Its death leads the culprits, and
+// those stalls are listed under it instead of as causes of their own.
+void fold_under_deaths(HangReport& r) {
+  if (r.dead.empty()) return;
+  std::vector<Culprit> kept;
+  for (Culprit& c : r.culprits) {
+    if (c.cause == Cause::comm_stalled)
+      r.notes.push_back(cat("after the death of ", ranks_word(r.dead), ": ", c.text));
+    else
+      kept.push_back(std::move(c));
+  }
+  std::stable_partition(kept.begin(), kept.end(), [](auto& c) { return c.cause == Cause::dead; });
+  r.culprits = std::move(kept);
+}
+
 }  // namespace
 
 void explain_hang(HangReport& r, const Analysis& a, const StragglerRule& rule) {
   for (const Mismatch& m : r.mismatches) explain_mismatch(r, m);
   mark_roots(r, a);
+  const std::set<int> deadlocked = explain_order_deadlocks(r, a);
   for (const StuckOp& s : r.stuck) {
     if (!s.root) continue;
+    if (s.p2p && std::all_of(s.waiting.begin(), s.waiting.end(), [&](int k) { return deadlocked.count(k); }) &&
+        std::all_of(s.missing.begin(), s.missing.end(), [&](int k) { return deadlocked.count(k); }))
+      continue;  // named with its cycle
     bool explained_by_mismatch = std::any_of(r.mismatches.begin(), r.mismatches.end(), [&](auto& m) {
       return m.group == s.group && m.group_ranks == s.group_ranks && m.seq <= s.seq;
     });
@@ -222,6 +294,7 @@ void explain_hang(HangReport& r, const Analysis& a, const StragglerRule& rule) {
   for (int d : r.dead)
     if (!has_culprit(r, d))
       r.culprits.push_back({d, Cause::dead, cat("rank ", d, " died: ", reporters(a, d))});
+  fold_under_deaths(r);
   find_stragglers(r, a, rule);
   if (r.culprits.empty())
     for (const StragglerFinding& f : r.stragglers) r.culprits.push_back({f.rank, Cause::straggler, f.text});

@@ -166,3 +166,76 @@ TEST(HangCases, DifferentReduceOpIsNamedAsSuch) {
   EXPECT_EQ(r.mismatches[0].culprits, std::vector<int>{2});
   EXPECT_NE(r.mismatches[0].sides[1].call.find("(max)"), std::string::npos) << r.mismatches[0].sides[1].call;
 }
+
+// The interleaved pipeline's eval hang: both stages blocked in a send to the other, neither
+// posting the receive. No transport can finish that: it is the program's order.
+TEST(HangCases, TwoRanksSendingToEachOtherIsAnOrderDeadlock) {
+  json ev = phase(8, 2, "eval");
+  std::vector<json> d = {
+      dump(0, 2, "timeout", ev,
+           {entry("pp(dp=0,tp=0)", {0, 1}, 115, "recv", 4096, "completed", ev, true, 1),
+            entry("pp(dp=0,tp=0)", {0, 1}, 116, "send", 4096, "failed", ev, true, 1)}),
+      dump(1, 2, "timeout", ev,
+           {entry("pp(dp=0,tp=0)", {0, 1}, 115, "send", 4096, "completed", ev, true, 0),
+            entry("pp(dp=0,tp=0)", {0, 1}, 116, "send", 4096, "failed", ev, true, 0)}),
+  };
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_EQ(r.culprits.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].cause, Cause::order_deadlock);
+  const std::string& t = r.culprits[0].text;
+  EXPECT_NE(t.find("ranks 0 -> 1 -> 0"), std::string::npos) << t;
+  EXPECT_NE(t.find("rank 0 is in send #116 of group \"pp(dp=0,tp=0)\" (send float x 4096 to rank 1 from eval"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("rank 1 is in send #116"), std::string::npos) << t;
+  EXPECT_EQ(format_hang_report(r).find("transport or a link is stuck"), std::string::npos) << format_hang_report(r);
+}
+
+// Three stages each receiving from the next around a ring: a cycle longer than a pair,
+// where no neighbour's op faces the other's.
+TEST(HangCases, ThreeRankReceiveCycleIsAnOrderDeadlock) {
+  json f = phase(3, 1, "forward");
+  std::vector<int> g = {0, 1, 2};
+  std::vector<json> d;
+  for (int k = 0; k < 3; ++k)
+    d.push_back(dump(k, 3, "timeout", f, {entry("pp(dp=0,tp=0)", g, 7, "recv", 64, "failed", f, true, (k + 1) % 3)}));
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_EQ(r.culprits.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].cause, Cause::order_deadlock);
+  EXPECT_NE(r.culprits[0].text.find("ranks 0 -> 1 -> 2 -> 0"), std::string::npos) << r.culprits[0].text;
+}
+
+// 3D kill: rank 2 died; ranks 0 and 1 then stalled together in tp0 #4, an operation both
+// reached. The death is the cause and leads; the stall is folded under it.
+TEST(HangCases, DeathLeadsAndExplainsTheSurvivorsStalls) {
+  json f = phase(3, 1, "forward");
+  std::vector<json> d = {
+      dump(0, 3, "timeout", f, {entry("tp0", {0, 1}, 4, "allreduce", 64, "failed", f)}),
+      dump(1, 3, "peer-dead", f,
+           {entry("tp0", {0, 1}, 4, "allreduce", 64, "failed", f), entry("dp1", {1, 2}, 3, "allreduce", 512, "failed", f)}),
+  };
+  d[1]["dead_peers"] = {2};
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_FALSE(r.culprits.empty()) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].rank, 2) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].cause, Cause::dead);
+  for (const Culprit& c : r.culprits) EXPECT_NE(c.cause, Cause::comm_stalled) << format_hang_report(r);
+  EXPECT_NE(format_hang_report(r).find("after the death of rank 2"), std::string::npos) << format_hang_report(r);
+}
+
+// skip-collective on two ranks with no earlier step recorded: at one seq rank 1 calls from
+// step 4 and rank 0 from step 3, so rank 1 has passed step 3's call without making it.
+TEST(HangCases, TwoRanksTheOneCallingFromALaterStepSkipped) {
+  json b3 = phase(3, 0, "backward"), b4 = phase(4, 0, "backward");
+  std::vector<json> d = {
+      dump(0, 2, "timeout", b3, {entry("dp(pp=0,tp=0)", {0, 1}, 6, "allreduce", 100, "failed", b3)}),
+      dump(1, 2, "timeout", b4, {entry("dp(pp=0,tp=0)", {0, 1}, 6, "allreduce", 100, "failed", b4)}),
+  };
+  HangReport r = diagnose_hang(set_of(d));
+  ASSERT_EQ(r.mismatches.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.mismatches[0].how, "step");
+  ASSERT_EQ(r.culprits.size(), 1u) << format_hang_report(r);
+  EXPECT_EQ(r.culprits[0].rank, 1);
+  EXPECT_EQ(r.culprits[0].cause, Cause::skipped);
+  EXPECT_NE(r.culprits[0].text.find("group \"dp(pp=0,tp=0)\""), std::string::npos) << r.culprits[0].text;
+  EXPECT_NE(r.culprits[0].text.find("step 4"), std::string::npos) << r.culprits[0].text;
+}
