@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -85,16 +84,7 @@ Proc run(const std::vector<std::string>& argv, const Env& env, double timeout_s,
 
 RunResult run_strata(const std::string& args, const std::string& env, Streams streams,
                      double timeout_s) {
-  // A run that fails writes flight-recorder dumps into STRATA_DUMP_DIR, by default the
-  // working directory; unless the test chose a place, they go to a directory of their own
-  // that goes with the call, so no test litters the directory it was started from.
-  std::optional<TempDir> dumps;
-  std::string prefix = env;
-  if (env.find("STRATA_DUMP_DIR=") == std::string::npos && !std::getenv("STRATA_DUMP_DIR")) {
-    dumps.emplace("dumps");
-    prefix = "STRATA_DUMP_DIR=" + dumps->str() + " " + env;
-  }
-  const std::string cmd = prefix + " " + std::string(STRATA_BINARY) + " " + args;
+  const std::string cmd = env + " " + std::string(STRATA_BINARY) + " " + args;
   Proc p = run({"/bin/sh", "-c", cmd}, {}, timeout_s, streams);
   RunResult r;
   r.status = !p.timed_out && WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1;
