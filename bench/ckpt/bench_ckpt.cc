@@ -19,6 +19,7 @@
 #include "CLI/CLI.hpp"
 #include "ckpt/checkpointer.h"
 #include "ckpt/load.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "model/gpt.h"
 
@@ -26,11 +27,6 @@ using namespace strata;
 using namespace strata::ckpt;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 const char* kNames[] = {"params", "exp_avg", "exp_avg_sq", "master"};
 

@@ -20,6 +20,7 @@
 #include "comm/launcher.h"
 #include "comm/process_group.h"
 #include "core/rng.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "model/gpt.h"
@@ -62,9 +63,7 @@ static json rank_main(const std::string& job, int rank, const Args& a) {
     engine.step(1e-4f);
     ms.push_back(sw.ms());
   }
-  std::vector<double> sorted(ms.begin() + (ms.size() > 1), ms.end());
-  std::sort(sorted.begin(), sorted.end());
-  const double med = sorted[sorted.size() / 2];
+  const double med = median(std::vector<double>(ms.begin() + (ms.size() > 1), ms.end()));
   json out = {{"nproc", a.nproc},
               {"zero", a.opts.stage},
               {"options", a.opts.describe()},

@@ -73,7 +73,6 @@ class GroupRuntime {
   void finish(Item& item, std::exception_ptr err);
   void on_failure(std::exception_ptr err);
   std::exception_ptr broken_error() const;
-  void start_threads_locked();
 
   std::unique_ptr<Transport> transport_;
   std::string name_;

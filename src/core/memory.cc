@@ -40,11 +40,6 @@ void MemoryTracker::sub(MemCategory c, int64_t bytes) {
   total_.fetch_sub(bytes);
 }
 
-void MemoryTracker::reset_peaks() {
-  for (int i = 0; i < kNumMemCategories; ++i) peak_[i] = cur_[i].load();
-  peak_total_ = total_.load();
-}
-
 nlohmann::json MemoryTracker::to_json() const {
   nlohmann::json j;
   for (int i = 0; i < kNumMemCategories; ++i)

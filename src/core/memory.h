@@ -23,10 +23,7 @@ class MemoryTracker {
   void sub(MemCategory c, int64_t bytes);
   int64_t current(MemCategory c) const { return cur_[int(c)].load(); }
   int64_t peak(MemCategory c) const { return peak_[int(c)].load(); }
-  int64_t current_total() const { return total_.load(); }
   int64_t peak_total() const { return peak_total_.load(); }
-  // Peaks restart from the current values (e.g. after initialisation).
-  void reset_peaks();
   // {"parameters": {"current": .., "peak": ..}, ..., "total": {...}}
   nlohmann::json to_json() const;
 

@@ -95,7 +95,6 @@ class Loader {
   ~Loader();
   StepBatch next();
   LoaderState state() const;  // position after the last batch returned by next()
-  int64_t samples_per_epoch() const;
   int64_t steps_per_epoch() const;
   // Seconds next() spent waiting for the prefetch thread (0 when loading keeps up).
   double wait_seconds() const;

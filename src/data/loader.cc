@@ -201,11 +201,6 @@ StepBatch Loader::next() {
 
 LoaderState Loader::state() const { return impl_->current; }
 
-int64_t Loader::samples_per_epoch() const {
-  const Sampler& s = impl_->sampler;
-  return s.num_samples() - s.dropped_in_epoch();
-}
-
 int64_t Loader::steps_per_epoch() const { return impl_->sampler.steps_in_epoch(); }
 
 double Loader::wait_seconds() const { return impl_->wait_s; }

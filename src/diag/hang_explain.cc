@@ -7,6 +7,7 @@
 // transport itself is stalled. Stragglers are named as causes only when nothing else is.
 #include <algorithm>
 
+#include "core/stats.h"
 #include "diag/hang_internal.h"
 
 namespace strata::diag::detail {
@@ -233,8 +234,7 @@ void find_stragglers(HangReport& r, const Analysis& a, const StragglerRule& rule
     }
   }
   for (auto& [rk, t] : tally) {
-    std::nth_element(t.late.begin(), t.late.begin() + t.late.size() / 2, t.late.end());
-    double median = t.late[t.late.size() / 2];
+    const double median = strata::median(t.late);
     bool consistent = t.samples >= rule.min_samples && t.last >= rule.min_last_share * t.samples &&
                       median >= rule.min_median_late_s;
     bool once = t.max_late >= rule.single_late_s;

@@ -9,6 +9,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/stats.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::diag {
@@ -57,13 +58,6 @@ double slowest_factor(const std::vector<LinkThrottle>& t, int n) {
 }
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::string num(double x, int prec = 2) {
   char buf[64];

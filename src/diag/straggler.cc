@@ -5,17 +5,12 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/stats.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::diag {
 
 namespace {
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double round1(double x) { return std::round(x * 10.0) / 10.0; }
 
@@ -30,7 +25,7 @@ StragglerCheck find_stragglers(const std::vector<double>& compute_s, double thre
                  " reported an invalid compute time ", compute_s[r], " s");
   StragglerCheck c;
   c.step = step;
-  c.median_s = median_of(compute_s);
+  c.median_s = median(compute_s);
   if (c.median_s <= 0) return c;  // nothing measured yet
   for (size_t r = 0; r < compute_s.size(); ++r) {
     double over = 100.0 * (compute_s[r] - c.median_s) / c.median_s;

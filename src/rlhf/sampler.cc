@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/stats.h"
 
 namespace strata::rlhf {
 
@@ -121,9 +122,8 @@ GenerationTiming time_generation(const model::GPTConfig& cfg, const float* param
     tu.push_back(wall_now() - w0);
     cu.push_back(cpu_now() - c0);
   }
-  auto rate = [&](std::vector<double> t) {
-    std::sort(t.begin(), t.end());
-    return double(B) * R / t[t.size() / 2];
+  auto rate = [&](const std::vector<double>& t) {
+    return double(B) * R / median(t);
   };
   GenerationTiming out;
   out.cached_tokens_per_s = rate(tc);

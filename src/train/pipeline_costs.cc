@@ -8,6 +8,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "train/metrics.h"
 
@@ -49,8 +50,7 @@ double measure_transfer(comm::ProcessGroup& pp, int64_t floats) {
       }
       if (r > 0) trips.push_back(double(now_ns() - t0) * 1e-9);
     }
-    std::sort(trips.begin(), trips.end());
-    t = trips[trips.size() / 2] / 2;
+    t = median(trips) / 2;
   }
   pp.broadcast(&t, 1, 0);
   return t;

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/stats.h"
 #include "core/trace.h"
 #include "data/dataset.h"
 #include "model/context/context_comm.h"
@@ -59,12 +60,6 @@ std::vector<model::MicroInput> inputs_of(const data::StepBatch& batch) {
     in.push_back({mb.tokens.data(), mb.targets.data(),
                   mb.weights.empty() ? nullptr : mb.weights.data(), mb.B, mb.T});
   return in;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "comm/launcher.h"
 #include "comm/work.h"
+#include "core/stats.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/phase.h"
@@ -146,13 +147,6 @@ void set_threads(int threads) {
   if (threads <= 0) return;
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // "1h02m", "3m07s", "12s": an ETA.

@@ -103,19 +103,6 @@ TEST(Gelu, Bf16StoredInputAndOutput) {
   EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * n));
 }
 
-TEST(Residual, ForwardAndBackward) {
-  const int n = 101;
-  auto a = randn(n, 6), b = randn(n, 7), d = randn(n, 8);
-  std::vector<float> out(n), da(n, 1.0f), db(n, -1.0f);
-  k::residual_forward(out.data(), a.data(), b.data(), n);
-  k::residual_backward(da.data(), db.data(), d.data(), n);
-  for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(out[i], a[i] + b[i]);
-    ASSERT_EQ(da[i], 1.0f + d[i]);
-    ASSERT_EQ(db[i], -1.0f + d[i]);
-  }
-}
-
 TEST(Convert, Bf16RoundTripAndRounding) {
   std::vector<float> in = {
       0.0f,       -0.0f,    1.0f,      3.14159f, -2.5e-3f,

@@ -58,7 +58,7 @@ double Executor::run(model::StageModel& m, float scale) {
   q[1].group = grad_;
   for (const Action& a : s_.actions[size_t(stage_)])
     if (a.op == Op::recv_act || a.op == Op::recv_grad) q[a.op == Op::recv_act ? 0 : 1].order.push_back(&a);
-  const size_t depth = size_t(std::max(1, recv_depth_));
+  const size_t depth = kRecvDepth;
   if (staging_.size() < 2 * depth * size_t(max_floats)) staging_.resize(2 * depth * size_t(max_floats));
   for (RecvQueue& r : q) {
     const size_t n = std::min(depth, r.order.size());

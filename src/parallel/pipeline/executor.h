@@ -73,9 +73,6 @@ class Executor {
   double run(model::StageModel& m, float scale);
   const StepTiming& last() const { return last_; }
   const MessageTimes& messages() const { return msgs_; }
-  // Receives posted ahead per channel (default 2; 1 still posts each RECV as early as the
-  // previous message's consumption allows).
-  void set_recv_depth(int depth) { recv_depth_ = depth; }
 
  private:
   Schedule s_;
@@ -83,7 +80,8 @@ class Executor {
   comm::ProcessGroup *act_, *grad_;
   StepTiming last_;
   MessageTimes msgs_;
-  int recv_depth_ = 2;
+  // Receives posted ahead per channel: two keep one message landing while the previous is consumed.
+  static constexpr size_t kRecvDepth = 2;
   std::vector<float> staging_;
 };
 
