@@ -4,6 +4,7 @@
 
 #include "comm/slurm_hosts.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace strata::cli {
 
@@ -23,6 +24,7 @@ HostFlags::Resolved HostFlags::resolve() const {
                "give one of --hosts, --hostfile and --slurm");
   if (!hosts.empty()) r.hosts = comm::parse_hosts(hosts);
   if (!hostfile.empty()) {
+    require_regular_file(hostfile, "--hostfile");  // a FIFO would block the read forever
     r.hosts = comm::parse_hostfile(hostfile);
     r.source = "hostfile " + hostfile;
   }
