@@ -9,8 +9,11 @@
 namespace strata::cli {
 
 void HostFlags::add_to(CLI::App& app) {
-  app.add_option("--hosts", hosts, "mpi across hosts: host:slots,... (e.g. a:2,b:2); ranks fill each host in order");
-  app.add_option("--hostfile", hostfile, "mpi across hosts: OpenMPI hostfile (\"a slots=2\" lines)");
+  // An empty value would read as "not given" below and silently run on this host alone.
+  const auto not_empty = [](const std::string& v) { return v.empty() ? std::string("needs a value, got ''") : std::string(); };
+  app.add_option("--hosts", hosts, "mpi across hosts: host:slots,... (e.g. a:2,b:2); ranks fill each host in order")
+      ->check(not_empty);
+  app.add_option("--hostfile", hostfile, "mpi across hosts: OpenMPI hostfile (\"a slots=2\" lines)")->check(not_empty);
   app.add_flag("--slurm", slurm,
                "mpi across the hosts of this Slurm allocation (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE)");
   app.add_option("--rsh-agent", rsh_agent, "remote shell mpirun starts ranks with (plm_rsh_agent; default ssh)");

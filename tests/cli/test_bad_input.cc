@@ -494,6 +494,9 @@ TEST(BadInput, LaunchPpDoctorNumericFlags) {
   // limit ("pipe failed: Too many open files" after hundreds of forks before).
   rows.push_back({"launch_fds", "launch -n 100 -- true", {"-n/--nproc 100", "ulimit -n"}, nullptr,
                   "ulimit -n 256;"});
+  // An empty host list read as "not given" and ran on this host alone.
+  rows.push_back({"hosts_empty", "doctor net --hosts ''", {"--hosts", "''"}});
+  rows.push_back({"launch_hostfile_empty", "launch --hostfile '' -- true", {"--hostfile", "''"}});
   rows.push_back({"scaling_repeat", "bench scaling --nproc 1,1", {"--nproc 1,1", "twice"}});
   // sleep_for wraps past ~292 years and never slept.
   rows.push_back({"inject_sleep_huge", kTrain + "--inject sleep:1e300", {"--inject sleep:1e300", "at most"}});
