@@ -7,6 +7,7 @@
 // prints their findings.
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -69,14 +70,33 @@ struct NetArgs {
   HostFlags host_flags;
   int tp = 0;
   double expect_link = 0;
+  bool nproc_given = false, tp_given = false;  // 0 is a value to refuse, not "unset"
 };
+
+// A message size flag, bounded before any buffer is sized by it: every rank holds buffers of
+// this size in shared memory (past 4 GiB, or 64-bit wrap, was bad_alloc or max_size()).
+size_t size_flag(const char* flag, const std::string& text) {
+  constexpr size_t kMax = size_t(4) << 30;
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit((unsigned char)text[digits])) ++digits;
+  STRATA_CHECK(digits <= 12, flag, " ", text, " is more than the 4 GiB a buffer may hold");
+  size_t v = 0;
+  try {
+    v = comm::parse_size(text);
+  } catch (const std::exception& e) {
+    fail(flag, ": ", e.what());
+  }
+  STRATA_CHECK(v <= kMax, flag, " ", text, " is more than the 4 GiB a buffer may hold");
+  return v;
+}
 
 diag::NetConfig net_config(const NetArgs& a, int world) {
   diag::NetConfig cfg;
-  cfg.p2p_bytes = comm::parse_size(a.bytes);
-  cfg.coll_bytes = comm::parse_size(a.coll_bytes);
-  STRATA_CHECK(cfg.p2p_bytes >= 1, "--bytes must be at least 1 byte");
-  STRATA_CHECK(cfg.coll_bytes >= 4 * size_t(world), "--coll-bytes must be at least 4 bytes per rank");
+  cfg.p2p_bytes = size_flag("--bytes", a.bytes);
+  cfg.coll_bytes = size_flag("--coll-bytes", a.coll_bytes);
+  STRATA_CHECK(cfg.p2p_bytes >= 1, "--bytes must be at least 1 byte, got ", a.bytes);
+  STRATA_CHECK(cfg.coll_bytes >= 4 * size_t(world), "--coll-bytes must be at least 4 bytes per rank, got ",
+               a.coll_bytes, " for ", world, " ranks");
   STRATA_CHECK(a.reps >= 1, "--reps must be at least 1, got ", a.reps);
   STRATA_CHECK(a.iters >= 1, "--iters must be at least 1, got ", a.iters);
   cfg.reps = a.reps;
@@ -130,7 +150,9 @@ void run_doctor_net(const NetArgs& a) {
   STRATA_CHECK(a.tp >= 0, "--tp must not be negative, got ", a.tp);
   STRATA_CHECK(a.expect_link >= 0, "--expect-link-gbps must not be negative, got ", a.expect_link);
   o.rsh_agent = h.rsh_agent;
-  const int nproc = a.nproc > 0 ? a.nproc : o.hosts.empty() ? 4 : comm::total_slots(o.hosts);
+  STRATA_CHECK(!a.nproc_given || a.nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", a.nproc);
+  STRATA_CHECK(!a.tp_given || a.tp >= 1, "--tp must be at least 1, got ", a.tp);
+  const int nproc = a.nproc_given ? a.nproc : o.hosts.empty() ? 4 : comm::total_slots(o.hosts);
   STRATA_CHECK(nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", nproc);
   STRATA_CHECK(a.tp <= 1 || nproc % a.tp == 0, "--tp ", a.tp, " does not divide the ", nproc, " ranks");
   STRATA_CHECK(o.hosts.empty() || backend == comm::Backend::mpi,
@@ -163,9 +185,10 @@ Register net("doctor net", "Bandwidth and latency of every pair of ranks and bus
              [](CLI::App& app) {
                auto a = std::make_shared<NetArgs>();
                a->nproc = 0;  // unset: 4, or every slot of --hosts / --hostfile
-               app.add_option("--nproc", a->nproc, "ranks to launch (default 4, or all slots of --hosts)");
+               CLI::Option* nproc_opt =
+                   app.add_option("--nproc", a->nproc, "ranks to launch (default 4, or all slots of --hosts)");
                a->host_flags.add_to(app);
-               app.add_option("--tp", a->tp, "check that tensor-parallel groups of this size stay within a host");
+               CLI::Option* tp_opt = app.add_option("--tp", a->tp, "check that tensor-parallel groups of this size stay within a host");
                app.add_option("--expect-link-gbps", a->expect_link,
                               "expected bandwidth of each host link, GB/s (default: the fastest link measured)");
                app.add_option("--backend", a->backend, "shm or mpi");
@@ -178,7 +201,11 @@ Register net("doctor net", "Bandwidth and latency of every pair of ranks and bus
                app.add_option("--timeout", a->timeout, "seconds a communication wait may take");
                app.add_flag("--json", a->json, "Print the findings as JSON");
                app.add_option("--result-file", a->result_file)->group("");  // set when launching ranks
-               app.callback([a] { run_doctor_net(*a); });
+               app.callback([a, nproc_opt, tp_opt] {
+                 a->nproc_given = nproc_opt->count() > 0;
+                 a->tp_given = tp_opt->count() > 0;
+                 run_doctor_net(*a);
+               });
              });
 
 }  // namespace

@@ -4,6 +4,9 @@
 // defaults to all their slots), prefixes their output with "[rank R] ", and
 // stops the job when a rank fails, naming it; with --max-restarts, starts the whole job again
 // (STRATA_RESTART=k in the ranks' environment) up to R times.
+#include <sys/resource.h>
+
+#include <cmath>
 #include <cstdio>
 
 #include "cli/command.h"
@@ -13,6 +16,22 @@
 #include "core/error.h"
 
 namespace strata::cli {
+
+// Forked ranks each cost the launcher a process and a few descriptors (output pipes, status
+// pipe): refuse a count the limits cannot hold before the first fork, naming both, instead of
+// failing halfway with "pipe failed: Too many open files" or forking for minutes.
+static void check_local_limits(int nproc) {
+  constexpr int kFdsPerRank = 4, kFdsSpare = 32;
+  rlimit fds{}, procs{};
+  if (::getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur != RLIM_INFINITY) {
+    const rlim_t can = fds.rlim_cur > kFdsSpare ? (fds.rlim_cur - kFdsSpare) / kFdsPerRank : 0;
+    STRATA_CHECK(rlim_t(nproc) <= can, "-n/--nproc ", nproc, " needs about ", int64_t(nproc) * kFdsPerRank,
+                 " open files; the limit (ulimit -n) is ", fds.rlim_cur, ", enough for ", can, " ranks");
+  }
+  if (::getrlimit(RLIMIT_NPROC, &procs) == 0 && procs.rlim_cur != RLIM_INFINITY)
+    STRATA_CHECK(rlim_t(nproc) < procs.rlim_cur, "-n/--nproc ", nproc,
+                 " ranks exceed the process limit (ulimit -u) of ", procs.rlim_cur);
+}
 
 static Register reg("launch", "Start N ranks of a program on this host (or through mpirun)", [](CLI::App& app) {
   struct Args {
@@ -27,7 +46,8 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
   };
   auto a = std::make_shared<Args>();
   a->nproc = -1;  // unset
-  app.add_option("-n,--nproc", a->nproc, "number of ranks (default with --hosts: all slots)");
+  CLI::Option* nproc_opt =
+      app.add_option("-n,--nproc", a->nproc, "number of ranks (default with --hosts: all slots)");
   a->host_flags.add_to(app);
   app.add_option("--backend", a->backend, "communication backend: shm (this host) or mpi (mpirun)");
   app.add_option("--timeout", a->timeout,
@@ -37,17 +57,22 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
                  "restart the whole job after a failure, up to R times (sets STRATA_RESTART)");
   app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with the rank");
   app.add_option("command", a->command, "program and arguments (after --)")->required();
-  app.callback([a] {
+  app.callback([a, nproc_opt] {
     comm::LaunchOptions o;
     HostFlags::Resolved h = a->host_flags.resolve();
     o.hosts = h.hosts;
     o.hosts_source = h.source;
     o.rsh_agent = h.rsh_agent;
     o.ifaces = h.ifaces;
-    STRATA_CHECK(a->nproc != -1 || !o.hosts.empty(),
+    const bool nproc_given = nproc_opt->count() > 0;
+    STRATA_CHECK(nproc_given || !o.hosts.empty(),
                  "-n/--nproc is required (the number of ranks) unless --hosts or --hostfile gives the slots");
-    o.nproc = a->nproc != -1 ? a->nproc : comm::total_slots(o.hosts);
+    STRATA_CHECK(!nproc_given || a->nproc >= 1, "-n/--nproc must be at least 1, got ", a->nproc);
+    o.nproc = nproc_given ? a->nproc : comm::total_slots(o.hosts);
     o.backend = comm::parse_backend(a->backend);
+    if (o.backend == comm::Backend::shm) check_local_limits(o.nproc);
+    STRATA_CHECK(std::isfinite(a->grace) && a->grace >= 0,
+                 "--grace must be a non-negative number of seconds, got ", a->grace);
     STRATA_CHECK(a->timeout >= 0, "--timeout must not be negative, got ", a->timeout);
     o.timeout_s = a->timeout;
     o.grace_s = a->grace;

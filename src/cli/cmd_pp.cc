@@ -3,9 +3,11 @@
 //
 //   strata pp schedule --pp 4 --micro-batches 8 --schedule 1f1b
 //   strata pp schedule --pp 2 --micro-batches 4 --schedule interleaved --virtual-stages 2
+#include <cstdint>
 #include <cstdio>
 
 #include "cli/command.h"
+#include "core/error.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace strata::cli {
@@ -25,6 +27,19 @@ void setup(CLI::App& app) {
   app.add_option("--virtual-stages", a->virt, "model chunks V per stage (interleaved)")
       ->capture_default_str();
   app.callback([a] {
+    // The timeline has P rows of about 2 x M x V cells: bound each count and the whole before
+    // generating it, so a large count fails in one line instead of bad_alloc or minutes of work.
+    constexpr int kMaxPp = 1024, kMaxMicro = 4096, kMaxVirt = 64;
+    constexpr int64_t kMaxActions = int64_t(1) << 16;
+    STRATA_CHECK(a->pp >= 1 && a->pp <= kMaxPp, "--pp must be in [1, ", kMaxPp, "], got ", a->pp);
+    STRATA_CHECK(a->micro >= 1 && a->micro <= kMaxMicro, "--micro-batches must be in [1, ", kMaxMicro,
+                 "], got ", a->micro);
+    STRATA_CHECK(a->virt >= 1 && a->virt <= kMaxVirt, "--virtual-stages must be in [1, ", kMaxVirt,
+                 "], got ", a->virt);
+    const int64_t actions = int64_t(a->pp) * a->micro * a->virt;
+    STRATA_CHECK(actions <= kMaxActions, "--pp ", a->pp, " x --micro-batches ", a->micro,
+                 " x --virtual-stages ", a->virt, " = ", actions, " stage steps, more than the ",
+                 kMaxActions, " a timeline can draw");
     namespace pl = parallel::pipeline;
     const pl::Schedule s =
         pl::make_schedule(pl::parse_schedule(a->schedule), a->pp, a->micro, a->virt);

@@ -2,10 +2,11 @@
 // charts over the runs (report/report.h).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 
 #include "cli/command.h"
+#include "ckpt/fsutil.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "report/report.h"
 
 namespace strata::cli {
@@ -18,15 +19,19 @@ struct ReportArgs {
 
 void run(const ReportArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
+  require_replaceable_file(a.out, "-o");  // before any run is read: a wrong -o fails at once
   std::vector<std::string> warnings;
   std::vector<report::RunData> runs = report::load_runs(a.dirs, warnings);
   report::Report rep = report::build_report(runs);
   warnings.insert(warnings.end(), rep.warnings.begin(), rep.warnings.end());
-  std::ofstream f(a.out, std::ios::binary | std::ios::trunc);
-  STRATA_CHECK(f.good(), "-o ", a.out, ": cannot write the report");
-  f << rep.html;
-  f.close();
-  STRATA_CHECK(!f.fail(), "-o ", a.out, ": writing failed (disk full?)");
+  // Through a temporary file and a rename, as checkpoints are written: a FIFO, device or
+  // directory named by -o is refused (never opened, never replaced), and a failed write
+  // leaves neither a partial report nor a .tmp behind.
+  try {
+    ckpt::atomic_write_file(a.out, rep.html);
+  } catch (const std::exception& e) {
+    fail("-o ", a.out, ": cannot write the report: ", e.what());
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (const std::string& w : warnings) std::fprintf(stderr, "strata report: warning: %s\n", w.c_str());

@@ -4,12 +4,16 @@
 
 #include "comm/slurm_hosts.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace strata::cli {
 
 void HostFlags::add_to(CLI::App& app) {
-  app.add_option("--hosts", hosts, "mpi across hosts: host:slots,... (e.g. a:2,b:2); ranks fill each host in order");
-  app.add_option("--hostfile", hostfile, "mpi across hosts: OpenMPI hostfile (\"a slots=2\" lines)");
+  // An empty value would read as "not given" below and silently run on this host alone.
+  const auto not_empty = [](const std::string& v) { return v.empty() ? std::string("needs a value, got ''") : std::string(); };
+  app.add_option("--hosts", hosts, "mpi across hosts: host:slots,... (e.g. a:2,b:2); ranks fill each host in order")
+      ->check(not_empty);
+  app.add_option("--hostfile", hostfile, "mpi across hosts: OpenMPI hostfile (\"a slots=2\" lines)")->check(not_empty);
   app.add_flag("--slurm", slurm,
                "mpi across the hosts of this Slurm allocation (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE)");
   app.add_option("--rsh-agent", rsh_agent, "remote shell mpirun starts ranks with (plm_rsh_agent; default ssh)");
@@ -23,6 +27,7 @@ HostFlags::Resolved HostFlags::resolve() const {
                "give one of --hosts, --hostfile and --slurm");
   if (!hosts.empty()) r.hosts = comm::parse_hosts(hosts);
   if (!hostfile.empty()) {
+    require_regular_file(hostfile, "--hostfile");  // a FIFO would block the read forever
     r.hosts = comm::parse_hostfile(hostfile);
     r.source = "hostfile " + hostfile;
   }

@@ -48,6 +48,10 @@ FaultSpec parse_fault(const std::string& text, int rank, int64_t step) {
     double s = std::strtod(num.c_str(), &end);
     STRATA_CHECK(!num.empty() && end && *end == '\0' && std::isfinite(s) && s > 0,
                  "--inject ", text, ": SECONDS must be a positive number (e.g. sleep:2.5)");
+    // sleep_for converts to nanoseconds in 64 bits: past ~292 years it wraps and never sleeps.
+    constexpr double kMaxSleepS = 7 * 86400.0;
+    STRATA_CHECK(s <= kMaxSleepS, "--inject ", text, ": SECONDS must be at most ", kMaxSleepS,
+                 " (a week), got ", s);
     f.kind = FaultKind::sleep;
     f.sleep_s = s;
     return f;

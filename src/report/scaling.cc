@@ -140,6 +140,10 @@ std::vector<int> parse_nproc_list(const std::string& s) {
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, ',');) out.push_back(positive_int("--nproc", item));
   STRATA_CHECK(!out.empty(), "--nproc needs a list of rank counts, e.g. 1,2,3,4");
+  // A repeated count would train the same point twice and draw it twice on the curve.
+  for (size_t i = 1; i < out.size(); ++i)
+    STRATA_CHECK(std::find(out.begin(), out.begin() + long(i), out[i]) == out.begin() + long(i),
+                 "--nproc ", s, " lists ", out[i], " twice");
   return out;
 }
 

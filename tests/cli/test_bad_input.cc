@@ -452,3 +452,77 @@ TEST(BadInput, AdviceForAStallLongerThanTheMtbfWarns) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
 }
+
+// ---- launch, pp, doctor, report, ckpt, plan ----
+// Rows are Case{name, args, needles, setup, prefix, one_line}; numeric flags come from one
+// generated table (flag x values), each row naming the flag and the value in the error line.
+
+namespace {
+
+// One row per value of `flag` after `command`; the error line must name the flag and the value.
+void add_numeric_rows(std::vector<Case>& rows, const std::string& command, const std::string& flag,
+                      const std::vector<std::string>& values, const std::string& tail = "") {
+  for (const std::string& v : values)
+    rows.push_back({command + flag + v, command + " " + flag + " " + v + tail, {flag, v}});
+}
+
+}  // namespace
+
+// Counts past what a timeline, a buffer or the launcher can hold fail in one line at once
+// (bad_alloc, max_size(), minutes of work or a hang before).
+TEST(BadInput, LaunchPpDoctorNumericFlags) {
+  const std::vector<std::string> counts = {"0", "-1", "nan", "2147483648", "9223372036854775808"};
+  std::vector<Case> rows;
+  for (const char* f : {"--pp", "--micro-batches", "--virtual-stages"})
+    add_numeric_rows(rows, "pp schedule", f, counts);
+  add_numeric_rows(rows, "pp schedule", "--pp", {"100000", "2147483647"});
+  add_numeric_rows(rows, "pp schedule", "--micro-batches", {"1000000"});
+  add_numeric_rows(rows, "pp schedule", "--virtual-stages", {"1000000"});
+  for (const char* f : {"--nproc", "--tp", "--reps", "--iters"})
+    add_numeric_rows(rows, "doctor net", f, counts);
+  for (const char* f : {"--bytes", "--coll-bytes"})
+    add_numeric_rows(rows, "doctor net --nproc 2", f, {"0", "nan", "1000G", "99999999999999999999"});
+  add_numeric_rows(rows, "doctor net", "--threshold", {"0", "-1", "nan", "2"});
+  add_numeric_rows(rows, "doctor net", "--timeout", {"-1"});
+  add_numeric_rows(rows, "launch", "-n", {"0", "-1", "nan", "2147483648"}, " -- true");
+  add_numeric_rows(rows, "launch -n 1", "--grace", {"nan", "-1"}, " -- true");
+  add_numeric_rows(rows, "launch -n 1", "--timeout", {"-1"}, " -- true");
+  add_numeric_rows(rows, "launch -n 1", "--max-restarts", {"-1", "nan"}, " -- true");
+  rows.push_back({"pp_actions", "pp schedule --pp 1024 --micro-batches 1024",
+                  {"--pp 1024", "--micro-batches 1024", "65536"}});
+  // Each forked rank costs the launcher descriptors: refused before the first fork, naming the
+  // limit ("pipe failed: Too many open files" after hundreds of forks before).
+  rows.push_back({"launch_fds", "launch -n 100 -- true", {"-n/--nproc 100", "ulimit -n"}, nullptr,
+                  "ulimit -n 256;"});
+  // An empty host list read as "not given" and ran on this host alone.
+  rows.push_back({"hosts_empty", "doctor net --hosts ''", {"--hosts", "''"}});
+  rows.push_back({"launch_hostfile_empty", "launch --hostfile '' -- true", {"--hostfile", "''"}});
+  rows.push_back({"scaling_repeat", "bench scaling --nproc 1,1", {"--nproc 1,1", "twice"}});
+  // sleep_for wraps past ~292 years and never slept.
+  rows.push_back({"inject_sleep_huge", kTrain + "--inject sleep:1e300", {"--inject sleep:1e300", "at most"}});
+  run_cases(rows);
+}
+
+// Path flags naming a FIFO, a device or a directory: refused before anything is opened or
+// replaced (a FIFO blocked open() forever; /dev/full was replaced by a regular file).
+TEST(BadInput, LaunchPpDoctorReportPathFlags) {
+  const std::string run_dir = checkpointed_run();
+  run_cases({
+      {"report_in_fifo", "report $D/fifo", {"$D/fifo"}, make_fifo},
+      {"report_out_fifo", "report " + run_dir + " -o $D/fifo", {"-o $D/fifo", "FIFO"}, make_fifo},
+      {"report_out_dir", "report " + run_dir + " -o $D", {"-o $D", "directory"}},
+      {"report_out_device", "report " + run_dir + " -o /dev/full", {"-o /dev/full", "device"}},
+      {"hostfile_fifo", "doctor net --nproc 2 --backend mpi --hostfile $D/fifo",
+       {"--hostfile $D/fifo", "FIFO"}, make_fifo},
+      {"launch_hostfile_fifo", "launch --backend mpi --hostfile $D/fifo -- true",
+       {"--hostfile $D/fifo", "FIFO"}, make_fifo},
+  });
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/full was replaced";
+  TempDir dir("report_dir_tmp");
+  fs::create_directory(dir.str() + "/d");
+  Outcome r = run(dir.str(), "report " + run_dir + " -o $D/d");
+  EXPECT_GT(r.status, 0) << r.err;
+  EXPECT_FALSE(fs::exists(dir.str() + "/d.tmp")) << "a directory target left DIR.tmp";
+}
