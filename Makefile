@@ -4,7 +4,7 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 DEB_PKGS  := cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
              libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libsodium-dev \
-             libpng-dev chromium iproute2 libdnnl-dev
+             libpng-dev chromium iproute2 libdnnl-dev libicu-dev
 STRATA    := $(BUILD)/strata
 
 .PHONY: all deps bench-deps install build demo test bench clean
@@ -59,3 +59,8 @@ bench: bench-deps $(BUILD)/build.ninja
 
 clean:
 	rm -rf $(BUILD)
+
+# The reference encoders (npm gpt-3-encoder, js-tiktoken) for tools/tokenizer's fixture
+# generator and bench/data; neither `make` nor `make test` needs them.
+tokenizer-tools:
+	cd tools/tokenizer && npm install --no-audit --no-fund

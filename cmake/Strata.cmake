@@ -2,6 +2,7 @@
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED)
 find_package(nlohmann_json REQUIRED)
+find_package(ICU REQUIRED COMPONENTS uc)
 find_package(CLI11 REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark QUIET)

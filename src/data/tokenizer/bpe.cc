@@ -1,0 +1,338 @@
+#include "data/tokenizer/bpe.h"
+
+#include <unicode/uchar.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace strata::data {
+namespace {
+
+// GPT-2's bytes_to_unicode(): printable bytes map to themselves, the rest to 256 + n.
+struct ByteMap {
+  uint32_t to_cp[256];
+  int16_t from_cp[512];
+  ByteMap() {
+    std::fill(std::begin(from_cp), std::end(from_cp), int16_t{-1});
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      to_cp[b] = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
+      from_cp[to_cp[b]] = static_cast<int16_t>(b);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// Decodes one code point at s[i]; an invalid or truncated sequence is one byte, cp = -1.
+int32_t next_cp(std::string_view s, size_t i, size_t& len) {
+  const auto b0 = static_cast<uint8_t>(s[i]);
+  len = 1;
+  if (b0 < 0x80) return b0;
+  const int n = b0 >= 0xF5 ? -1 : b0 >= 0xF0 ? 3 : b0 >= 0xE0 ? 2 : b0 >= 0xC2 ? 1 : -1;
+  if (n < 0 || i + static_cast<size_t>(n) >= s.size()) return -1;
+  int32_t cp = b0 & (0x3F >> n);
+  for (int k = 1; k <= n; ++k) {
+    const auto b = static_cast<uint8_t>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return -1;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  const int32_t min_cp = n == 1 ? 0x80 : n == 2 ? 0x800 : 0x10000;
+  if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
+  len = static_cast<size_t>(n) + 1;
+  return cp;
+}
+
+enum Class : uint8_t { kLetter, kNumber, kSpace, kOther };
+
+Class classify(int32_t cp) {
+  if (cp < 0) return kOther;
+  if (cp < 0x80) {
+    const char c = static_cast<char>(cp);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return kLetter;
+    if (c >= '0' && c <= '9') return kNumber;
+    if (c == ' ' || (c >= '\t' && c <= '\r')) return kSpace;
+    return kOther;
+  }
+  const uint32_t mask = U_GET_GC_MASK(cp);
+  if (mask & U_GC_L_MASK) return kLetter;
+  if (mask & U_GC_N_MASK) return kNumber;
+  if (u_isUWhiteSpace(cp)) return kSpace;
+  return kOther;
+}
+
+// The length in bytes of the run of code points of class `c` starting at s[i].
+size_t run_of(std::string_view s, size_t i, Class c) {
+  size_t j = i, len = 0;
+  while (j < s.size() && classify(next_cp(s, j, len)) == c) j += len;
+  return j - i;
+}
+
+// 's|'t|'re|'ve|'m|'ll|'d: the length of a contraction at s[i], or 0.
+size_t contraction(std::string_view s, size_t i) {
+  if (s[i] != '\'' || i + 1 >= s.size()) return 0;
+  const char a = s[i + 1];
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+  if (i + 2 < s.size()) {
+    const char b = s[i + 2];
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+  }
+  return 0;
+}
+
+// The length of GPT-2's first matching alternative at s[i] (always >= 1).
+size_t match_word(std::string_view s, size_t i) {
+  if (size_t n = contraction(s, i)) return n;
+  size_t len = 0;
+  const Class c = classify(next_cp(s, i, len));
+  if (c != kSpace) return run_of(s, i, c);  // \p{L}+, \p{N}+ or [^\s\p{L}\p{N}]+
+  if (s[i] == ' ' && i + 1 < s.size()) {    // ' ?X+' for X the class after the space
+    size_t len2 = 0;
+    const Class next = classify(next_cp(s, i + 1, len2));
+    if (next != kSpace) return 1 + run_of(s, i + 1, next);
+  }
+  // \s+(?!\S) leaves the last space of a run before a non-space; else \s+ takes the one.
+  size_t j = i, last = i;
+  while (j < s.size() && classify(next_cp(s, j, len)) == kSpace) {
+    last = j;
+    j += len;
+  }
+  if (j == s.size() || last == i) return j - i;
+  return last - i;
+}
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw std::runtime_error(where + ": " + what);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Parses JSON, reporting a syntax error by file and line.
+nlohmann::json parse_json(const std::string& path) {
+  const std::string text = read_all(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    const size_t upto = std::min<size_t>(e.byte, text.size());
+    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(upto), '\n');
+    fail(path + " line " + std::to_string(line), "malformed JSON (truncated or invalid)");
+  }
+}
+
+// A vocabulary key in GPT-2's byte-to-unicode alphabet, back to its bytes.
+std::string key_to_bytes(const std::string& key, const std::string& where) {
+  std::string out;
+  for (size_t i = 0, len = 0; i < key.size(); i += len) {
+    const int32_t cp = next_cp(key, i, len);
+    const int16_t b = cp >= 0 && cp < 512 ? byte_map().from_cp[cp] : int16_t{-1};
+    if (b < 0) fail(where, "token '" + key + "' is not in the byte-level alphabet");
+    out += static_cast<char>(b);
+  }
+  return out;
+}
+
+bool looks_special(const std::string& s) {
+  return s.size() > 4 && s.compare(0, 2, "<|") == 0 && s.compare(s.size() - 2, 2, "|>") == 0;
+}
+
+}  // namespace
+
+std::string byte_to_unicode(uint8_t b) { return utf8(byte_map().to_cp[b]); }
+
+std::vector<std::string_view> BpeTokenizer::pretokenize(std::string_view text) {
+  std::vector<std::string_view> words;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = match_word(text, i);
+    words.push_back(text.substr(i, n));
+    i += n;
+  }
+  return words;
+}
+
+void BpeTokenizer::add_token(const std::string& bytes, int32_t id, const std::string& file) {
+  if (id < 0 || id > (1 << 24)) fail(file, "token id " + std::to_string(id) + " out of range");
+  if (static_cast<size_t>(id) >= id_to_bytes_.size()) id_to_bytes_.resize(static_cast<size_t>(id) + 1);
+  id_to_bytes_[static_cast<size_t>(id)] = bytes;
+  bytes_to_id_.emplace(bytes, id);
+  if (bytes.size() == 1) byte_id_[static_cast<uint8_t>(bytes[0])] = id;
+}
+
+void BpeTokenizer::add_merge(const std::string& a, const std::string& b, int32_t rank,
+                             const std::string& where) {
+  const auto ia = bytes_to_id_.find(a), ib = bytes_to_id_.find(b), im = bytes_to_id_.find(a + b);
+  if (ia == bytes_to_id_.end() || ib == bytes_to_id_.end() || im == bytes_to_id_.end())
+    fail(where, "merge does not match the vocabulary (a part or the merged token is missing)");
+  const uint64_t key = (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);
+  merges_.emplace(key, (static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(im->second));
+}
+
+BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt) {
+  BpeTokenizer t;
+  const nlohmann::json vocab = parse_json(vocab_json);
+  if (!vocab.is_object()) fail(vocab_json, "expected an object of token -> id");
+  for (const auto& [key, id] : vocab.items()) {
+    if (!id.is_number_integer()) fail(vocab_json, "token '" + key + "' has a non-integer id");
+    t.add_token(key_to_bytes(key, vocab_json), id.get<int32_t>(), vocab_json);
+    if (looks_special(key)) t.specials_.emplace_back(key, id.get<int32_t>());
+  }
+  for (int b = 0; b < 256; ++b)
+    if (!t.bytes_to_id_.count(std::string(1, static_cast<char>(b))))
+      fail(vocab_json, "byte " + std::to_string(b) + " has no token (not a byte-level vocabulary)");
+  std::ifstream in(merges_txt);
+  if (!in) fail(merges_txt, "cannot open");
+  std::string line;
+  int32_t rank = 0;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.empty() || (n == 1 && line.rfind("#version", 0) == 0)) continue;
+    const std::string where = merges_txt + " line " + std::to_string(n);
+    const size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+      fail(where, "expected two tokens separated by one space");
+    t.add_merge(key_to_bytes(line.substr(0, sp), where), key_to_bytes(line.substr(sp + 1), where), rank++, where);
+  }
+  return t;
+}
+
+BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
+  BpeTokenizer t;
+  const nlohmann::json j = parse_json(path);
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) fail(path, "no \"model\" object");
+  const auto& model = j["model"];
+  const std::string type = model.value("type", std::string("(none)"));
+  if (type != "BPE") fail(path, "unknown model type '" + type + "' (supported: BPE)");
+  if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].dump().find("ByteLevel") == std::string::npos)
+    fail(path, "pre_tokenizer is not ByteLevel (only GPT-2-style byte-level BPE is supported)");
+  if (!model.contains("vocab") || !model["vocab"].is_object()) fail(path, "model has no \"vocab\" object");
+  for (const auto& [key, id] : model["vocab"].items()) {
+    if (!id.is_number_integer()) fail(path, "token '" + key + "' has a non-integer id");
+    t.add_token(key_to_bytes(key, path), id.get<int32_t>(), path);
+  }
+  if (j.contains("added_tokens"))
+    for (const auto& a : j["added_tokens"]) {
+      const std::string content = a.at("content").get<std::string>();
+      const int32_t id = a.at("id").get<int32_t>();
+      t.add_token(content, id, path);
+      t.specials_.emplace_back(content, id);
+    }
+  if (!model.contains("merges") || !model["merges"].is_array()) fail(path, "model has no \"merges\" array");
+  int32_t rank = 0;
+  for (const auto& m : model["merges"]) {
+    const std::string where = path + " merge " + std::to_string(rank);
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos) fail(where, "expected two tokens separated by one space");
+      a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else if (m.is_array() && m.size() == 2) {
+      a = m[0].get<std::string>(), b = m[1].get<std::string>();
+    } else {
+      fail(where, "expected \"a b\" or [a, b]");
+    }
+    t.add_merge(key_to_bytes(a, where), key_to_bytes(b, where), rank++, where);
+  }
+  return t;
+}
+
+void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) {
+  if (auto hit = cache_.find(std::string(word)); hit != cache_.end()) {
+    out.insert(out.end(), hit->second.begin(), hit->second.end());
+    return;
+  }
+  std::vector<int32_t> parts(word.size());
+  for (size_t i = 0; i < word.size(); ++i) parts[i] = byte_id_[static_cast<uint8_t>(word[i])];
+  while (parts.size() > 1) {
+    uint64_t best = std::numeric_limits<uint64_t>::max();
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      const uint64_t key = (static_cast<uint64_t>(parts[i]) << 32) | static_cast<uint32_t>(parts[i + 1]);
+      const auto m = merges_.find(key);
+      if (m != merges_.end() && m->second < best) best = m->second, at = i;
+    }
+    if (best == std::numeric_limits<uint64_t>::max()) break;
+    parts[at] = static_cast<int32_t>(best & 0xFFFFFFFFu);
+    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  out.insert(out.end(), parts.begin(), parts.end());
+  if (cache_.size() < (1u << 20)) cache_.emplace(std::string(word), std::move(parts));
+}
+
+void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = match_word(text, i);
+    encode_word(text.substr(i, n), out);
+    i += n;
+  }
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool allow_special) {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3);
+  size_t i = 0;
+  while (allow_special && !specials_.empty() && i < text.size()) {
+    size_t first = std::string_view::npos;
+    const std::pair<std::string, int32_t>* which = nullptr;
+    for (const auto& s : specials_) {
+      const size_t at = text.find(s.first, i);
+      if (at < first || (at == first && which && s.first.size() > which->first.size())) first = at, which = &s;
+    }
+    if (!which || first == std::string_view::npos) break;
+    encode_ordinary(text.substr(i, first - i), out);
+    out.push_back(which->second);
+    i = first + which->first.size();
+  }
+  encode_ordinary(text.substr(i), out);
+  return out;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (const int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= id_to_bytes_.size())
+      throw std::runtime_error("decode: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                               std::to_string(id_to_bytes_.size()));
+    out += id_to_bytes_[static_cast<size_t>(id)];
+  }
+  return out;
+}
+
+int32_t BpeTokenizer::special_id(std::string_view name) const {
+  for (const auto& s : specials_)
+    if (s.first == name) return s.second;
+  return -1;
+}
+
+}  // namespace strata::data

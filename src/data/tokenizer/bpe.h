@@ -1,0 +1,62 @@
+// Byte-level BPE tokenizer (GPT-2 family), loaded from Hugging Face files: `vocab.json` +
+// `merges.txt`, or one `tokenizer.json` (model type "BPE", byte-level pre-tokenizer).
+//
+// Terms. Text is split into *words* by GPT-2's pre-tokenizer pattern
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// (a hand-written scanner: std::regex has no \p; Unicode categories from ICU). Each word's
+// bytes start as one token per byte; the adjacent pair with the lowest merge *rank* is merged
+// until none is in the merge table. Special (added) tokens such as <|endoftext|> are matched
+// before pre-tokenization when encode() is asked to allow them.
+//
+// Invalid UTF-8. Byte-level BPE works on bytes, so an invalid byte is kept: it forms a
+// one-byte code point of the "other" class (neither letter, number nor space) and encodes
+// to its byte token; decode() gives the same bytes back.
+//
+// Cost. A word is merged in O(n^2) for n bytes (words are short); a cache of word -> tokens
+// makes repeated words one hash lookup. encode() is not thread-safe (the cache); use one
+// tokenizer per thread.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace strata::data {
+
+class BpeTokenizer {
+ public:
+  // Throws std::runtime_error naming the file and line of the first defect.
+  static BpeTokenizer from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt);
+  static BpeTokenizer from_tokenizer_json(const std::string& path);
+
+  // allow_special: added tokens in the text become their ids; otherwise they are plain text.
+  std::vector<int32_t> encode(std::string_view text, bool allow_special = false);
+  std::string decode(const std::vector<int32_t>& ids) const;
+  // The id of an added/special token by name, or -1.
+  int32_t special_id(std::string_view name) const;
+  int64_t vocab_size() const { return static_cast<int64_t>(id_to_bytes_.size()); }
+  const std::string& token_bytes(int32_t id) const { return id_to_bytes_.at(id); }
+
+  // The words of the pre-tokenizer (exposed for tests).
+  static std::vector<std::string_view> pretokenize(std::string_view text);
+
+ private:
+  void add_token(const std::string& bytes, int32_t id, const std::string& file);
+  void add_merge(const std::string& a, const std::string& b, int32_t rank, const std::string& where);
+  void encode_word(std::string_view word, std::vector<int32_t>& out);
+  void encode_ordinary(std::string_view text, std::vector<int32_t>& out);
+
+  std::vector<std::string> id_to_bytes_;
+  std::unordered_map<std::string, int32_t> bytes_to_id_;
+  int32_t byte_id_[256] = {};
+  // (left id << 32 | right id) -> (rank << 32 | merged id)
+  std::unordered_map<uint64_t, uint64_t> merges_;
+  std::vector<std::pair<std::string, int32_t>> specials_;
+  std::unordered_map<std::string, std::vector<int32_t>> cache_;
+};
+
+// GPT-2's reversible map of bytes to printable code points (as UTF-8), used in vocab files.
+std::string byte_to_unicode(uint8_t b);
+
+}  // namespace strata::data
