@@ -452,3 +452,16 @@ TEST(BadInput, AdviceForAStallLongerThanTheMtbfWarns) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
 }
+
+// ---- train flags ----
+namespace {
+
+TEST(BadInput, TrainFlagsRefused) {
+  run_cases({
+      {"reduce_dtype_bf16_pp", kTrain + "--nproc 2 --pp 2 --reduce-dtype bf16",
+       {"--reduce-dtype bf16", "--pp 2"}},
+      {"reduce_dtype_empty", kTrain + "--reduce-dtype ''", {"--reduce-dtype ''", "fp32 or bf16"}},
+  });
+}
+
+}  // namespace
