@@ -526,3 +526,16 @@ TEST(BadInput, LaunchPpDoctorReportPathFlags) {
   EXPECT_GT(r.status, 0) << r.err;
   EXPECT_FALSE(fs::exists(dir.str() + "/d.tmp")) << "a directory target left DIR.tmp";
 }
+
+// ---- train flags ----
+namespace {
+
+TEST(BadInput, TrainFlagsRefused) {
+  run_cases({
+      {"reduce_dtype_bf16_pp", kTrain + "--nproc 2 --pp 2 --reduce-dtype bf16",
+       {"--reduce-dtype bf16", "--pp 2"}},
+      {"reduce_dtype_empty", kTrain + "--reduce-dtype ''", {"--reduce-dtype ''", "fp32 or bf16"}},
+  });
+}
+
+}  // namespace

@@ -347,3 +347,36 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
 
 }  // namespace
 }  // namespace strata::test
+
+namespace strata::test {
+namespace {
+
+// Every schedule through the paths besides the training step: eval during training
+// (--eval-every) and at the end, sampling (--sample-every), and a checkpoint resumed to
+// finish the run. The interleaved final eval once deadlocked (each stage blocked in a send
+// to the other), so each run is bounded by --timeout and must end with its summary.
+TEST(TrainPipeline, EverySchedulePassesEvalSamplingAndResume) {
+  const std::string base =
+      "train --model tiny --seed 17 --batch 8 --nproc 2 --pp 2 --micro-batches 4 --data synthetic "
+      "--eval-every 2 --sample-every 2 --sample-tokens 4 --ckpt-every 2 "
+      "--threads 1 --timeout 30 --peak-gflops 100 ";
+  for (const char* sched : {"interleaved --virtual-stages 2", "gpipe", "1f1b", "zb"}) {
+    TempDir dir("ppaths");
+    const std::string args = base + "--schedule " + sched + " --run-dir " + dir.str();
+    const RunResult first = run_strata(args + " --steps 2", "", Streams::separate);
+    ASSERT_EQ(first.status, 0) << sched << ": " << first.err;
+    const RunResult rest = run_strata(args + " --steps 4 --resume auto", "", Streams::separate);
+    ASSERT_EQ(rest.status, 0) << sched << ": " << rest.err;
+    EXPECT_NE(rest.out.find("step     3/4"), std::string::npos) << sched << ": " << rest.out;
+    EXPECT_EQ(rest.out.find("step     1/4"), std::string::npos) << sched << ": resumed at step 2";
+    const nlohmann::json summary = nlohmann::json::parse(read_file(dir.file("summary.json")));
+    EXPECT_TRUE(std::isfinite(summary["eval_loss"].get<double>())) << sched;
+    int evals = 0;
+    for (const nlohmann::json& rec : json_lines(read_file(dir.file("metrics.jsonl"))))
+      if (rec.contains("eval_loss")) ++evals;
+    EXPECT_GE(evals, 2) << sched << ": the eval at step 2 and the final one";
+  }
+}
+
+}  // namespace
+}  // namespace strata::test

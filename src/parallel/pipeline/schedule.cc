@@ -228,10 +228,16 @@ Schedule make_forward_only(int P, int M, int V) {
   s.micro = M;
   s.virt = V;
   s.forward_only = true;
+  // Chunk-major order (every micro-batch through chunk 0, then chunk 1) deadlocks with V > 1:
+  // each stage blocks reusing an activation slot whose send waits on a peer that is itself
+  // blocked the same way. Visit the micro-batches in groups of P per chunk, as the
+  // interleaved training schedule does, so each chunk's output is consumed before the next
+  // group overwrites it; the last group may hold fewer than P.
   std::vector<Order> orders(static_cast<size_t>(P));
   for (int st = 0; st < P; ++st)
-    for (int c = 0; c < V; ++c)
-      for (int m = 0; m < M; ++m) orders[size_t(st)].push_back(compute(Op::F, m, c));
+    for (int g = 0; g < M; g += P)
+      for (int c = 0; c < V; ++c)
+        for (int m = g; m < std::min(M, g + P); ++m) orders[size_t(st)].push_back(compute(Op::F, m, c));
   add_messages(s, orders);
   validate(s);
   return s;
