@@ -21,6 +21,7 @@ void FedConfig::validate() const {
   STRATA_CHECK(server_lr > 0, "--server-lr must be positive (got ", server_lr, ")");
   STRATA_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1) (got ", dropout, ")");
   STRATA_CHECK(deadline_s >= 0, "--deadline must be >= 0 seconds (got ", deadline_s, ")");
+  STRATA_CHECK(secure_agg || threshold == 0, "--threshold ", threshold, " needs --secure-agg");
   if (secure_agg) {
     STRATA_CHECK(t() >= 2 || per_round == 1, "--threshold must be at least 2 (got ", t(), ")");
     STRATA_CHECK(t() <= per_round, "--threshold ", t(), " is larger than the clients per round (",
