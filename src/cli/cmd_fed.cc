@@ -26,6 +26,7 @@ struct FedArgs {
   std::string partition = "iid", server_opt = "avg", backend = "shm", summary;
   int layers = 1, dim = 32, heads = 2;
   double timeout_s = 0;
+  CLI::Option *noise_opt = nullptr, *clip_opt = nullptr;  // given: 0 never silently means "no DP" or sigma = 1
   std::string bad_update, delay;  // CLIENT:ROUND, CLIENT:SECONDS
   bool json = false;
 };
@@ -53,6 +54,10 @@ fed::FedConfig resolve(FedArgs& a) {
     c.bad_client = k, c.bad_round = int(r) - 1;  // rounds count from 1 on the command line
   }
   if (!a.delay.empty()) std::tie(c.slow_client, c.slow_s) = client_pair("--inject-delay", a.delay);
+  STRATA_CHECK(!a.noise_opt || a.noise_opt->count() == 0 || c.dp_noise > 0, "--noise-multiplier must be > 0 (got ",
+               c.dp_noise, ")");
+  STRATA_CHECK(!a.clip_opt || a.clip_opt->count() == 0 || c.dp_clip > 0, "--clip-norm must be > 0 (got ", c.dp_clip,
+               ")");
   c.validate();
   return c;
 }
@@ -92,9 +97,9 @@ void add_common(CLI::App& app, FedArgs& a) {
   app.add_option("--sa-range", c.sa_range, "Secure aggregation: quantization clip range")
       ->check(number_in(0, 1e30, true))
       ->capture_default_str();
-  app.add_option("--clip-norm", c.dp_clip, "DP-FedAvg: clip each client update to this L2 norm")
-      ->check(number_in(0, 1e30, true));
-  app.add_option("--noise-multiplier", c.dp_noise, "DP-FedAvg: noise std / clip norm")->check(number_in(0, 1e6, true));
+  a.clip_opt = app.add_option("--clip-norm", c.dp_clip, "DP-FedAvg: clip each client update to this L2 norm")
+      ->check(number_in(-1e30, 1e30));
+  a.noise_opt = app.add_option("--noise-multiplier", c.dp_noise, "DP-FedAvg: noise std / clip norm")->check(number_in(-1e30, 1e30));
   app.add_option("--delta", c.dp_delta, "DP: delta")->check(number_in(0, 1, true))->capture_default_str();
   app.add_option("--eval-every", c.eval_every, "Rounds between held-out evals (0: at the end)")
       ->check(number_in(0, 1e9));

@@ -39,6 +39,7 @@ void run_privacy(CLI::App& app, const PrivacyArgs& a) {
   q.conversion = fed::parse_conversion(a.conversion);
   if (!inverse) {
     STRATA_CHECK(a.sigma > 0, "--noise-multiplier must be > 0 (got ", a.sigma, ")");
+    STRATA_CHECK(a.sigma <= 1e6, "--noise-multiplier must be at most 1e6 (got ", a.sigma, ")");
     q.sigma = a.sigma;
   } else {
     q.sigma = fed::sigma_for_epsilon(q, a.target);
@@ -69,7 +70,7 @@ void setup(CLI::App& app) {
       ->required();
   app.add_option("--batch", a->batch, "Records per step (clients per round)")->check(number_in(1, 1e15))->required();
   app.add_option("--noise-multiplier", a->sigma, "Noise standard deviation / clipping norm")
-      ->check(number_in(0, 1e6, true));
+      ->check(number_in(-1e30, 1e30));
   app.add_option("--target-epsilon", a->target, "Print the noise multiplier that reaches it")
       ->check(number_in(0, 1e6, true));
   app.add_option("--epochs", a->epochs, "Passes over the data: steps = ceil(epochs N / B)")

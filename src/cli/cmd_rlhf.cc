@@ -246,7 +246,7 @@ void setup_ppo(CLI::App& app) {
   app.add_option("--lambda", c.lambda, "GAE lambda")->check(number_in(0, 1))->capture_default_str();
   app.add_option("--clip", c.clip, "Policy ratio clip")->check(number_in(0, 1e6, true))->capture_default_str();
   app.add_option("--value-clip", c.value_clip, "Value clip")->check(number_in(0, 1e6, true))->capture_default_str();
-  app.add_option("--ent-coef", c.ent_coef, "Entropy bonus")->check(number_in(-1e6, 1e6))->capture_default_str();
+  app.add_option("--ent-coef", c.ent_coef, "Entropy bonus")->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--actor-lr", c.actor_lr, "Actor learning rate")->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--critic-lr", c.critic_lr, "Critic learning rate")->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--grad-clip", c.optim.grad_clip, "Global gradient-norm clip per model")->check(number_in(0, 1e30))->capture_default_str();

@@ -503,17 +503,20 @@ TEST(BadInput, RlhfFedPrivacyNumbers) {
   flags.push_back({kPpo, "--grad-clip", true, true});
   for (const char* f : {"--batch", "--prompt-len", "--response-len", "--repeats"}) flags.push_back({kGenerate, f});
   for (const char* f : {"--temperature", "--top-k"}) flags.push_back({kGenerate, f, true});
-  for (const std::string base : {kFed, std::string("fed compare --rounds 1")}) {
+  for (const std::string& base : {kFed, std::string("fed compare --rounds 1")}) {
     for (const char* f : {"--clients", "--per-round", "--rounds", "--local-steps", "--local-epochs", "--lr",
-                          "--server-lr", "--seq", "--layers", "--dim", "--heads", "--threshold", "--sa-range",
-                          "--clip-norm", "--noise-multiplier", "--delta", "--eval-windows"})
+                          "--server-lr", "--seq", "--layers", "--dim", "--heads", "--threshold", "--delta",
+                          "--eval-windows"})
       flags.push_back({base, f});
+    for (const char* f : {"--sa-range", "--clip-norm", "--noise-multiplier"}) flags.push_back({base, f, false, true});
     for (const char* f : {"--local-batch", "--prox-mu", "--dropout", "--deadline", "--eval-every", "--timeout"})
       flags.push_back({base, f, true});
   }
-  for (const char* f : {"--samples", "--batch", "--noise-multiplier", "--target-epsilon"})
-    flags.push_back({kPrivacy, f});
-  for (const char* f : {"--epochs", "--steps"}) flags.push_back({"privacy --samples 100 --batch 10", f, true});
+  flags.push_back({"privacy --samples 100 --steps 10", "--batch"});
+  flags.push_back({kPrivacy, "--target-epsilon"});
+  for (const char* f : {"--samples", "--noise-multiplier"}) flags.push_back({kPrivacy, f, false, true});
+  flags.push_back({"privacy --samples 100 --batch 10 --noise-multiplier 1", "--epochs", true});
+  flags.push_back({"privacy --samples 100 --batch 10 --noise-multiplier 1", "--steps", true, true});
   flags.push_back({kPrivacy, "--delta"});
   run_cases(numeric_cases(flags));
 }
