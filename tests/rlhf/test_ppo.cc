@@ -158,6 +158,29 @@ TEST(Ppo, RaisesTheGoldScore) {
   EXPECT_EQ(mem["plan"]["reference"]["gradients"], 0);
 }
 
+// A damaged run state (bytes flipped in its tensors) is refused by its checksum, naming the
+// file, instead of resumed.
+TEST(Ppo, ResumeRefusesADamagedState) {
+  strata::test::TempDir dir("rlhf_damaged");
+  PpoConfig c = small_config();
+  c.run_dir = dir.str();
+  c.iterations = 1, c.ckpt_every = 1;
+  run_ppo(c, ppo_models(), {});
+  const std::string f = dir.str() + "/ppo-state.safetensors";
+  {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-64, std::ios::end);
+    io.write(std::string(64, '\x7f').data(), 64);
+  }
+  c.iterations = 2, c.resume = true;
+  try {
+    run_ppo(c, ppo_models(), {});
+    ADD_FAILURE() << "a damaged state resumed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(f + ": checksum mismatch"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Ppo, ResumeContinuesBitForBit) {
   strata::test::TempDir dir("rlhf_resume");
   PpoConfig c = small_config();
