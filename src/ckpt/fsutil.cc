@@ -116,6 +116,11 @@ static std::string parent_of(const std::string& path) {
 }
 
 void atomic_write_file(const std::string& path, const std::string& data) {
+  // The rename below would replace a device node (/dev/full) or fail on a directory after
+  // the whole file was written: refuse such a target before writing anything.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail(path, " exists and is not a regular file: not replacing it");
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create ", tmp, ": ", errno_text(errno));
@@ -128,8 +133,16 @@ void atomic_write_file(const std::string& path, const std::string& data) {
     ::unlink(tmp.c_str());
     throw;
   }
-  if (::close(fd) != 0) fail("close ", tmp, ": ", errno_text(errno));
-  rename_path(tmp, path);
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    fail("close ", tmp, ": ", errno_text(errno));
+  }
+  try {
+    rename_path(tmp, path);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
   fsync_dir(parent_of(path));
 }
 

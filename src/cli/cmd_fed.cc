@@ -26,6 +26,7 @@ struct FedArgs {
   std::string partition = "iid", server_opt = "avg", backend = "shm", summary;
   int layers = 1, dim = 32, heads = 2;
   double timeout_s = 0;
+  CLI::Option *noise_opt = nullptr, *clip_opt = nullptr;  // given: 0 never silently means "no DP" or sigma = 1
   std::string bad_update, delay;  // CLIENT:ROUND, CLIENT:SECONDS
   bool json = false;
 };
@@ -53,6 +54,10 @@ fed::FedConfig resolve(FedArgs& a) {
     c.bad_client = k, c.bad_round = int(r) - 1;  // rounds count from 1 on the command line
   }
   if (!a.delay.empty()) std::tie(c.slow_client, c.slow_s) = client_pair("--inject-delay", a.delay);
+  STRATA_CHECK(!a.noise_opt || a.noise_opt->count() == 0 || c.dp_noise > 0, "--noise-multiplier must be > 0 (got ",
+               c.dp_noise, ")");
+  STRATA_CHECK(!a.clip_opt || a.clip_opt->count() == 0 || c.dp_clip > 0, "--clip-norm must be > 0 (got ", c.dp_clip,
+               ")");
   c.validate();
   return c;
 }
@@ -60,46 +65,54 @@ fed::FedConfig resolve(FedArgs& a) {
 void add_common(CLI::App& app, FedArgs& a) {
   fed::FedConfig& c = a.cfg;
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--clients", c.clients, "K: client processes")->capture_default_str();
-  app.add_option("--per-round", c.per_round, "C: clients sampled per round")->capture_default_str();
-  app.add_option("--rounds", c.rounds, "R: rounds")->capture_default_str();
-  app.add_option("--local-steps", c.local.steps, "Local SGD steps per round")->capture_default_str();
-  app.add_option("--local-epochs", c.local.epochs, "Local passes over the client's data instead");
+  app.add_option("--clients", c.clients, "K: client processes")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--per-round", c.per_round, "C: clients sampled per round")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--rounds", c.rounds, "R: rounds")->check(number_in(1, 1e9))->capture_default_str();
+  app.add_option("--local-steps", c.local.steps, "Local SGD steps per round")->check(number_in(1, 1e9))->capture_default_str();
+  app.add_option("--local-epochs", c.local.epochs, "Local passes over the client's data instead")
+      ->check(number_in(0, 1e4, true));
   app.add_option("--local-batch", c.local.batch, "Windows per local step (0: full batch)")
+      ->check(number_in(0, 1 << 20))
       ->capture_default_str();
-  app.add_option("--lr", c.local.lr, "Client SGD learning rate")->capture_default_str();
-  app.add_option("--prox-mu", c.local.prox_mu, "FedProx proximal weight (0: FedAvg)")
+  app.add_option("--lr", c.local.lr, "Client SGD learning rate")->check(number_in(0, 1e6, true))->capture_default_str();
+  app.add_option("--prox-mu", c.local.prox_mu, "FedProx proximal weight (0: FedAvg)")->check(number_in(0, 1e6))
       ->capture_default_str();
   app.add_option("--server-opt", a.server_opt, "avg (FedAvg) or adam (FedAdam)")->capture_default_str();
-  app.add_option("--server-lr", c.server_lr, "Server learning rate")->capture_default_str();
+  app.add_option("--server-lr", c.server_lr, "Server learning rate")->check(number_in(0, 1e6, true))->capture_default_str();
   app.add_option("--data", c.data, "synthetic[:TOKENS] | FILE.txt | FILE.bin")->capture_default_str();
   app.add_option("--partition", a.partition, "iid | dirichlet:ALPHA | natural")->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of data, partition, sampling, dropout and noise")
       ->capture_default_str();
-  app.add_option("--seq", c.local.seq, "Sequence length")->capture_default_str();
-  app.add_option("--layers", a.layers, "Model blocks")->capture_default_str();
-  app.add_option("--dim", a.dim, "Model width")->capture_default_str();
-  app.add_option("--heads", a.heads, "Attention heads")->capture_default_str();
+  app.add_option("--seq", c.local.seq, "Sequence length")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--layers", a.layers, "Model blocks")->check(number_in(1, 1024))->capture_default_str();
+  app.add_option("--dim", a.dim, "Model width")->check(number_in(1, 1 << 16))->capture_default_str();
+  app.add_option("--heads", a.heads, "Attention heads")->check(number_in(1, 1024))->capture_default_str();
   app.add_option("--dropout", c.dropout, "Probability a sampled client drops out of a round")
+      ->check(number_in(0, 1))
       ->capture_default_str();
-  app.add_option("--deadline", c.deadline_s, "Seconds after which a round goes on without late clients (0: wait)");
-  app.add_option("--threshold", c.threshold, "Secure aggregation: Shamir threshold t (default C/2 + 1)");
+  app.add_option("--deadline", c.deadline_s, "Seconds after which a round goes on without late clients (0: wait)")
+      ->check(number_in(0, 1e9));
+  app.add_option("--threshold", c.threshold, "Secure aggregation: Shamir threshold t (default C/2 + 1)")
+      ->check(number_in(1, 1 << 20));
   app.add_option("--sa-range", c.sa_range, "Secure aggregation: quantization clip range")
+      ->check(number_in(0, 1e30, true))
       ->capture_default_str();
-  app.add_option("--clip-norm", c.dp_clip, "DP-FedAvg: clip each client update to this L2 norm");
-  app.add_option("--noise-multiplier", c.dp_noise, "DP-FedAvg: noise std / clip norm");
-  app.add_option("--delta", c.dp_delta, "DP: delta")->capture_default_str();
-  app.add_option("--eval-every", c.eval_every, "Rounds between held-out evals (0: at the end)");
-  app.add_option("--eval-windows", c.eval_windows, "Held-out windows per eval")->capture_default_str();
+  a.clip_opt = app.add_option("--clip-norm", c.dp_clip, "DP-FedAvg: clip each client update to this L2 norm")
+      ->check(number_in(-1e30, 1e30));
+  a.noise_opt = app.add_option("--noise-multiplier", c.dp_noise, "DP-FedAvg: noise std / clip norm")->check(number_in(-1e30, 1e30));
+  app.add_option("--delta", c.dp_delta, "DP: delta")->check(number_in(0, 1, true))->capture_default_str();
+  app.add_option("--eval-every", c.eval_every, "Rounds between held-out evals (0: at the end)")
+      ->check(number_in(0, 1e9));
+  app.add_option("--eval-windows", c.eval_windows, "Held-out windows per eval")->check(number_in(1, 1 << 20))->capture_default_str();
   app.add_option("--backend", a.backend, "shm or mpi")->capture_default_str();
-  app.add_option("--timeout", a.timeout_s, "Communication timeout in seconds");
+  app.add_option("--timeout", a.timeout_s, "Communication timeout in seconds")->check(number_in(0, 1e9));
 }
 
 void setup_train(CLI::App& app) {
   auto a = std::make_shared<FedArgs>();
   add_common(app, *a);
   app.add_flag("--secure-agg", a->cfg.secure_agg, "Secure aggregation (Bonawitz et al. 2017)");
-  app.add_option("--summary", a->summary, "Write the run's summary JSON here");
+  app.add_option("--summary", a->summary, "Write the run's summary JSON here")->check(plain_path(false));
   app.add_flag("--json", a->json, "JSON records instead of lines");
   app.add_option("--inject-bad-update", a->bad_update, "CLIENT:ROUND sends a wrong-sized update (tests)");
   app.add_option("--inject-delay", a->delay, "CLIENT:SECONDS sleeps before each update (tests)");
@@ -137,6 +150,11 @@ void setup_compare(CLI::App& app) {
   app.add_option("--non-iid", *alpha, "Partition of the non-IID runs")->capture_default_str();
   app.callback([&app, a, alpha] {
     fed::FedConfig cfg = resolve(*a);
+    try {  // a bad --non-iid fails here, before any run, under its own name
+      fed::PartitionSpec::parse(*alpha);
+    } catch (const Error& e) {
+      fail("--non-iid ", *alpha, ": ", e.what());
+    }
     if (!cfg.dp()) cfg.dp_clip = 0.5, cfg.dp_noise = 1.0;
     std::vector<std::string> base;
     for (const CLI::Option* o : app.get_options())

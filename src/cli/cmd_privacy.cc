@@ -39,6 +39,7 @@ void run_privacy(CLI::App& app, const PrivacyArgs& a) {
   q.conversion = fed::parse_conversion(a.conversion);
   if (!inverse) {
     STRATA_CHECK(a.sigma > 0, "--noise-multiplier must be > 0 (got ", a.sigma, ")");
+    STRATA_CHECK(a.sigma <= 1e6, "--noise-multiplier must be at most 1e6 (got ", a.sigma, ")");
     q.sigma = a.sigma;
   } else {
     q.sigma = fed::sigma_for_epsilon(q, a.target);
@@ -65,13 +66,17 @@ void run_privacy(CLI::App& app, const PrivacyArgs& a) {
 void setup(CLI::App& app) {
   auto a = std::make_shared<PrivacyArgs>();
   app.add_option("--samples", a->samples, "Records in the data set (clients for DP-FedAvg)")
+      ->check(number_in(1, 1e15))
       ->required();
-  app.add_option("--batch", a->batch, "Records per step (clients per round)")->required();
-  app.add_option("--noise-multiplier", a->sigma, "Noise standard deviation / clipping norm");
-  app.add_option("--target-epsilon", a->target, "Print the noise multiplier that reaches it");
-  app.add_option("--epochs", a->epochs, "Passes over the data: steps = ceil(epochs N / B)");
-  app.add_option("--steps", a->steps, "Steps (rounds) instead of --epochs");
-  app.add_option("--delta", a->delta, "delta of (epsilon, delta)-DP")->capture_default_str();
+  app.add_option("--batch", a->batch, "Records per step (clients per round)")->check(number_in(1, 1e15))->required();
+  app.add_option("--noise-multiplier", a->sigma, "Noise standard deviation / clipping norm")
+      ->check(number_in(-1e30, 1e30));
+  app.add_option("--target-epsilon", a->target, "Print the noise multiplier that reaches it")
+      ->check(number_in(0, 1e6, true));
+  app.add_option("--epochs", a->epochs, "Passes over the data: steps = ceil(epochs N / B)")
+      ->check(number_in(0, 1e6));
+  app.add_option("--steps", a->steps, "Steps (rounds) instead of --epochs")->check(number_in(0, 1e12));
+  app.add_option("--delta", a->delta, "delta of (epsilon, delta)-DP")->check(number_in(0, 1, true))->capture_default_str();
   app.add_option("--conversion", a->conversion,
                  "RDP to (eps, delta): improved (Balle et al. 2020; Opacus, TF-Privacy today) or "
                  "classic (Mironov 2017; TF-Privacy until 2022)")

@@ -6,6 +6,7 @@
 //   strata rlhf reward --init sft --pairs synthetic -o rm.safetensors
 //   strata rlhf ppo --actor sft --reward rm.safetensors --run-dir ppo --iterations 30
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include <thread>
@@ -96,26 +97,29 @@ void run_reward(const RewardArgs& a) {
 
 void setup_reward(CLI::App& app) {
   auto a = std::make_shared<RewardArgs>();
-  app.add_option("--init", a->init, "Trunk: a strata train run directory or a safetensors file")->required();
+  app.add_option("--init", a->init, "Trunk: a strata train run directory or a safetensors file")
+      ->check(plain_path(true))->required();
   app.add_option("--pairs", a->pairs, "Preference pairs: FILE (PROMPT | CHOSEN | REJECTED per line) or synthetic")
-      ->capture_default_str();
-  app.add_option("-o,--out", a->out, "Reward model to write (safetensors)")->required();
-  app.add_option("--num-pairs", a->num_pairs, "Synthetic pairs to sample")->capture_default_str();
-  app.add_option("--prompt-len", a->prompt_len, "Synthetic prompt tokens")->capture_default_str();
-  app.add_option("--response-len", a->response_len, "Synthetic response tokens")->capture_default_str();
+      ->check(plain_path(false, "synthetic"))->capture_default_str();
+  app.add_option("-o,--out", a->out, "Reward model to write (safetensors)")->check(plain_path(false))->required();
+  app.add_option("--num-pairs", a->num_pairs, "Synthetic pairs to sample")
+      ->check(number_in(2, 1e6))->capture_default_str();
+  app.add_option("--prompt-len", a->prompt_len, "Synthetic prompt tokens")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--response-len", a->response_len, "Synthetic response tokens")
+      ->check(number_in(1, 1 << 20))->capture_default_str();
   app.add_option("--temperature", a->temperature, "Sampling temperature of synthetic responses")
-      ->capture_default_str();
+      ->check(number_in(0, 1e6, true))->capture_default_str();
   app.add_option("--gold-seed", a->gold_seed, "Seed of the gold rule (docs/rlhf.md)")
       ->check(non_negative_integer())->capture_default_str();
-  app.add_option("--save-pairs", a->save_pairs, "Also write the pairs used to FILE");
-  app.add_option("--eval-fraction", a->eval_fraction, "Pairs held out for accuracy")->capture_default_str();
-  app.add_option("--steps", a->cfg.steps, "Optimizer steps")->capture_default_str();
-  app.add_option("--batch", a->cfg.batch, "Pairs per step")->capture_default_str();
-  app.add_option("--lr", a->cfg.lr, "Learning rate")->capture_default_str();
-  app.add_option("--weight-decay", a->cfg.optim.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--save-pairs", a->save_pairs, "Also write the pairs used to FILE")->check(plain_path(false));
+  app.add_option("--eval-fraction", a->eval_fraction, "Pairs held out for accuracy")->check(number_in(0, 1))->capture_default_str();
+  app.add_option("--steps", a->cfg.steps, "Optimizer steps")->check(number_in(1, 1e9))->capture_default_str();
+  app.add_option("--batch", a->cfg.batch, "Pairs per step")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--lr", a->cfg.lr, "Learning rate")->check(number_in(0, 1e6))->capture_default_str();
+  app.add_option("--weight-decay", a->cfg.optim.weight_decay, "AdamW weight decay")->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--seed", a->cfg.seed, "Seed of prompts, sampling and pair order")
       ->check(non_negative_integer())->capture_default_str();
-  app.add_option("--log-every", a->log_every, "Progress line every K steps")->capture_default_str();
+  app.add_option("--log-every", a->log_every, "Progress line every K steps")->check(number_in(1, 1e9))->capture_default_str();
   app.add_flag("--json", a->json, "JSON records on stdout");
   app.callback([a] { run_reward(*a); });
 }
@@ -162,6 +166,8 @@ void run_ppo(PpoArgs& a) {
   m.reward = rlhf::load_model(a.reward, "--reward");
   if (!a.critic.empty()) m.critic = rlhf::load_model(a.critic, "--critic");
   rlhf::check_models(m, a.cfg);  // bad models: one line here, before any rank starts
+  // Flight-recorder dumps of a timed-out run go beside its metrics, as for `strata train`.
+  if (!a.cfg.run_dir.empty() && !std::getenv("STRATA_DUMP_DIR")) setenv("STRATA_DUMP_DIR", a.cfg.run_dir.c_str(), 0);
   if (launch_ranks(a)) return;
   comm::GroupPtr world = comm::launched_as_rank() ? comm::init_from_env() : nullptr;
   const bool report = !world || world->rank() == 0;
@@ -207,42 +213,49 @@ void run_ppo(PpoArgs& a) {
 void setup_ppo(CLI::App& app) {
   auto a = std::make_shared<PpoArgs>();
   rlhf::PpoConfig& c = a->cfg;
-  app.add_option("--actor", a->actor, "Policy: a strata train run directory or a safetensors file")->required();
-  app.add_option("--reference", a->reference, "Frozen reference (default: the initial --actor)");
-  app.add_option("--reward", a->reward, "Reward model (strata rlhf reward)")->required();
-  app.add_option("--critic", a->critic, "Critic with a value head (default: the reward model)");
-  app.add_option("--run-dir", c.run_dir, "metrics.jsonl, summary.json, checkpoints, final models");
+  app.add_option("--actor", a->actor, "Policy: a strata train run directory or a safetensors file")
+      ->check(plain_path(true))->required();
+  app.add_option("--reference", a->reference, "Frozen reference (default: the initial --actor)")->check(plain_path(true));
+  app.add_option("--reward", a->reward, "Reward model (strata rlhf reward)")->check(plain_path(true))->required();
+  app.add_option("--critic", a->critic, "Critic with a value head (default: the reward model)")
+      ->check(plain_path(true));
+  app.add_option("--run-dir", c.run_dir, "metrics.jsonl, summary.json, checkpoints, final models")
+      ->check(plain_path(true));
   app.add_option("--nproc", a->nproc, "Data-parallel ranks on this host (rollouts split, gradients summed)")
+      ->check(number_in(1, 1024))
       ->capture_default_str();
   app.add_option("--zero", c.zero, "ZeRO stage (0-3) of the actor's and critic's data-parallel engines")
       ->capture_default_str();
-  app.add_option("--iterations", c.iterations, "Rollout + update iterations")->capture_default_str();
-  app.add_option("--rollout-batch", c.rollout_batch, "Prompts per iteration")->capture_default_str();
-  app.add_option("--minibatch", c.minibatch, "Sequences per update")->capture_default_str();
-  app.add_option("--epochs", c.epochs, "PPO epochs per rollout")->capture_default_str();
-  app.add_option("--prompt-len", c.prompt_len, "Prompt tokens")->capture_default_str();
-  app.add_option("--response-len", c.response_len, "Response tokens")->capture_default_str();
-  app.add_option("--temperature", c.sample.temperature, "Policy temperature")->capture_default_str();
-  app.add_option("--top-k", c.sample.top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--iterations", c.iterations, "Rollout + update iterations")->check(number_in(1, 1e9))->capture_default_str();
+  app.add_option("--rollout-batch", c.rollout_batch, "Prompts per iteration")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--minibatch", c.minibatch, "Sequences per update")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--epochs", c.epochs, "PPO epochs per rollout")->check(number_in(1, 1e6))->capture_default_str();
+  app.add_option("--prompt-len", c.prompt_len, "Prompt tokens")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--response-len", c.response_len, "Response tokens")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--temperature", c.sample.temperature, "Policy temperature")->check(number_in(0, 1e6, true))->capture_default_str();
+  app.add_option("--top-k", c.sample.top_k, "Sample from the k most likely tokens (0: all)")
+      ->check(number_in(0, 1 << 30))->capture_default_str();
   app.add_flag("--kv-cache,!--no-kv-cache", c.kv_cache, "Generate through the KV cache (default) or not");
-  app.add_option("--kl-coef", c.kl_coef, "KL penalty coefficient beta (initial, when adaptive)")->capture_default_str();
+  app.add_option("--kl-coef", c.kl_coef, "KL penalty coefficient beta (initial, when adaptive)")
+      ->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--kl-target", c.kl_target, "Adaptive KL controller target per response (0: fixed beta)")
+      ->check(number_in(0, 1e6))
       ->capture_default_str();
-  app.add_option("--kl-horizon", c.kl_horizon, "Adaptive KL controller horizon")->capture_default_str();
-  app.add_option("--gamma", c.gamma, "Discount")->capture_default_str();
-  app.add_option("--lambda", c.lambda, "GAE lambda")->capture_default_str();
-  app.add_option("--clip", c.clip, "Policy ratio clip")->capture_default_str();
-  app.add_option("--value-clip", c.value_clip, "Value clip")->capture_default_str();
-  app.add_option("--ent-coef", c.ent_coef, "Entropy bonus")->capture_default_str();
-  app.add_option("--actor-lr", c.actor_lr, "Actor learning rate")->capture_default_str();
-  app.add_option("--critic-lr", c.critic_lr, "Critic learning rate")->capture_default_str();
-  app.add_option("--grad-clip", c.optim.grad_clip, "Global gradient-norm clip per model")->capture_default_str();
-  app.add_option("--weight-decay", c.optim.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--kl-horizon", c.kl_horizon, "Adaptive KL controller horizon")->check(number_in(1, 1e12))->capture_default_str();
+  app.add_option("--gamma", c.gamma, "Discount")->check(number_in(0, 1))->capture_default_str();
+  app.add_option("--lambda", c.lambda, "GAE lambda")->check(number_in(0, 1))->capture_default_str();
+  app.add_option("--clip", c.clip, "Policy ratio clip")->check(number_in(0, 1e6, true))->capture_default_str();
+  app.add_option("--value-clip", c.value_clip, "Value clip")->check(number_in(0, 1e6, true))->capture_default_str();
+  app.add_option("--ent-coef", c.ent_coef, "Entropy bonus")->check(number_in(0, 1e6))->capture_default_str();
+  app.add_option("--actor-lr", c.actor_lr, "Actor learning rate")->check(number_in(0, 1e6))->capture_default_str();
+  app.add_option("--critic-lr", c.critic_lr, "Critic learning rate")->check(number_in(0, 1e6))->capture_default_str();
+  app.add_option("--grad-clip", c.optim.grad_clip, "Global gradient-norm clip per model")->check(number_in(0, 1e30))->capture_default_str();
+  app.add_option("--weight-decay", c.optim.weight_decay, "AdamW weight decay")->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of prompts, sampling, minibatches")
       ->check(non_negative_integer())->capture_default_str();
   app.add_option("--gold-seed", c.gold_seed, "Seed of the gold rule used for evaluation")
       ->check(non_negative_integer())->capture_default_str();
-  app.add_option("--ckpt-every", c.ckpt_every, "Save the run state every N iterations")->capture_default_str();
+  app.add_option("--ckpt-every", c.ckpt_every, "Save the run state every N iterations")->check(number_in(0, 1e9))->capture_default_str();
   app.add_flag("--resume", c.resume, "Continue from <run-dir>/ppo-state.safetensors");
   app.add_flag("--trace", c.trace, "Chrome trace of generate/score/train and the kernels in <run-dir>");
   app.add_flag("--json", a->json, "JSON records on stdout");
@@ -258,13 +271,15 @@ void setup_generate(CLI::App& app) {
     bool json = false;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("--actor", a->actor, "Model: a strata train run directory or a safetensors file")->required();
-  app.add_option("--batch", a->batch, "Sequences generated together")->capture_default_str();
-  app.add_option("--prompt-len", a->prompt_len, "Prompt tokens")->capture_default_str();
-  app.add_option("--response-len", a->response_len, "New tokens per sequence")->capture_default_str();
-  app.add_option("--temperature", a->s.temperature, "0: greedy")->capture_default_str();
-  app.add_option("--top-k", a->s.top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();
-  app.add_option("--repeats", a->repeats, "Interleaved timing rounds (median)")->capture_default_str();
+  app.add_option("--actor", a->actor, "Model: a strata train run directory or a safetensors file")
+      ->check(plain_path(true))->required();
+  app.add_option("--batch", a->batch, "Sequences generated together")->check(number_in(1, 1 << 16))->capture_default_str();
+  app.add_option("--prompt-len", a->prompt_len, "Prompt tokens")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--response-len", a->response_len, "New tokens per sequence")->check(number_in(1, 1 << 20))->capture_default_str();
+  app.add_option("--temperature", a->s.temperature, "0: greedy")->check(number_in(0, 1e6))->capture_default_str();
+  app.add_option("--top-k", a->s.top_k, "Sample from the k most likely tokens (0: all)")
+      ->check(number_in(0, 1 << 30))->capture_default_str();
+  app.add_option("--repeats", a->repeats, "Interleaved timing rounds (median)")->check(number_in(1, 1000))->capture_default_str();
   app.add_option("--seed", a->seed, "Seed")->check(non_negative_integer())->capture_default_str();
   app.add_flag("--json", a->json, "One JSON record on stdout");
   app.callback([a] {

@@ -6,7 +6,11 @@
 // `strata` or, for "bench comm", of `strata bench`). Callbacks throw strata::Error on bad
 // input; main prints one line and exits non-zero.
 #pragma once
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -47,6 +51,41 @@ inline const CLI::Validator& non_negative_integer() {
       },
       "INT>=0");
   return v;
+}
+
+// A numeric flag checked by its text before any work: finite, within [lo, hi] (lo excluded when
+// lo_open), so NaN, inf, 2^31 or 2^63 never reach an int cast or a loop bound:
+// "--log-every: must be a number in [1, 1000000] (got 0)".
+inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
+  return CLI::Validator(
+      [lo, hi, lo_open](std::string& s) {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        const bool ok = end != s.c_str() && *end == '\0' && std::isfinite(v) && (lo_open ? v > lo : v >= lo) &&
+                        v <= hi;
+        if (ok) return std::string();
+        std::ostringstream m;
+        m.precision(12);
+        m << "must be a number in " << (lo_open ? "(" : "[") << lo << ", " << hi << "] (got " << s << ")";
+        return m.str();
+      },
+      "NUMBER");
+}
+
+// A path flag: an existing path that is not a regular file (or, with dir_ok, a directory) is
+// refused before it is opened, so a FIFO cannot block a read and a device node or directory is
+// never replaced by a write. `keyword` (e.g. "synthetic") is passed through.
+inline CLI::Validator plain_path(bool dir_ok, std::string keyword = "") {
+  return CLI::Validator(
+      [dir_ok, keyword](std::string& s) {
+        if (s == keyword) return std::string();
+        std::error_code ec;
+        const auto st = std::filesystem::status(s, ec);
+        if (ec || !std::filesystem::exists(st) || std::filesystem::is_regular_file(st)) return std::string();
+        if (dir_ok && std::filesystem::is_directory(st)) return std::string();
+        return s + " is not a regular file" + (dir_ok ? " or directory" : "");
+      },
+      "PATH");
 }
 
 }  // namespace strata::cli

@@ -170,7 +170,10 @@ int64_t steps_for_epochs(double epochs, int64_t n, int64_t batch) {
   STRATA_CHECK(batch > 0 && batch <= n, "--batch must be in [1, --samples = ", n, "] (got ", batch,
                ")");
   STRATA_CHECK(epochs >= 0, "--epochs must be >= 0 (got ", epochs, ")");
-  return int64_t(std::ceil(epochs * double(n) / double(batch) - 1e-9));
+  const double steps = std::ceil(epochs * double(n) / double(batch) - 1e-9);
+  STRATA_CHECK(std::isfinite(steps) && steps <= 1e12, "--epochs ", epochs, " over ", n, " samples in batches of ",
+               batch, " is ", steps, " steps (at most 1e12)");
+  return int64_t(steps);
 }
 
 }  // namespace strata::fed

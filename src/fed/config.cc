@@ -1,6 +1,8 @@
 // FedConfig::validate: every impossible setting of a federated run, as one line naming the flag.
 #include "fed/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace strata::fed {
@@ -21,6 +23,7 @@ void FedConfig::validate() const {
   STRATA_CHECK(server_lr > 0, "--server-lr must be positive (got ", server_lr, ")");
   STRATA_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1) (got ", dropout, ")");
   STRATA_CHECK(deadline_s >= 0, "--deadline must be >= 0 seconds (got ", deadline_s, ")");
+  STRATA_CHECK(secure_agg || threshold == 0, "--threshold ", threshold, " needs --secure-agg");
   if (secure_agg) {
     STRATA_CHECK(t() >= 2 || per_round == 1, "--threshold must be at least 2 (got ", t(), ")");
     STRATA_CHECK(t() <= per_round, "--threshold ", t(), " is larger than the clients per round (",
@@ -29,6 +32,8 @@ void FedConfig::validate() const {
     STRATA_CHECK(sa_range > 0, "--sa-range must be positive (got ", sa_range, ")");
   }
   if (dp_clip != 0 || dp_noise != 0) {
+    STRATA_CHECK(std::isfinite(dp_clip) && std::isfinite(dp_noise), "--clip-norm ", dp_clip,
+                 " and --noise-multiplier ", dp_noise, " must be finite");
     STRATA_CHECK(dp_clip > 0, "--clip-norm must be > 0 (got ", dp_clip, ")");
     STRATA_CHECK(dp_noise > 0, "--noise-multiplier must be > 0 (got ", dp_noise, ")");
     STRATA_CHECK(dp_delta > 0 && dp_delta < 1, "--delta must be in (0, 1) (got ", dp_delta, ")");

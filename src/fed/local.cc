@@ -41,7 +41,10 @@ LocalResult train_local(model::GPT& m, const data::TokenSource& src,
   STRATA_CHECK(!windows.empty(), "local training on a client with no samples");
   const int64_t n = int64_t(windows.size());
   const int batch = cfg.batch <= 0 ? int(n) : int(std::min<int64_t>(cfg.batch, n));
-  const int steps = cfg.epochs > 0 ? std::max(1, int(cfg.epochs * double(n) / batch + 0.5)) : cfg.steps;
+  const double epoch_steps = cfg.epochs * double(n) / batch + 0.5;
+  STRATA_CHECK(cfg.epochs <= 0 || epoch_steps < 1e9, "--local-epochs ", cfg.epochs, " over ", n,
+               " windows is ", epoch_steps, " local steps per round (at most 1e9)");
+  const int steps = cfg.epochs > 0 ? std::max(1, int(epoch_steps)) : cfg.steps;
   const int64_t P = m.num_params();
   float* w = m.params();
   float* g = m.grads();

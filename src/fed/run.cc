@@ -5,7 +5,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
+#include "ckpt/fsutil.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
 #include "comm/process_group.h"
@@ -21,6 +23,12 @@ namespace strata::fed {
 
 std::optional<int> launch_if_needed(const FedConfig& cfg, comm::Backend backend, double timeout_s) {
   if (comm::launched_as_rank()) return std::nullopt;
+  // Each client is a process with its own model, data and shm channel; far past the host's cores
+  // the round's collectives time out under contention and a rank is declared dead.
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int max_clients = std::max(64, 32 * cores);
+  STRATA_CHECK(cfg.clients <= max_clients, "--clients ", cfg.clients, " is more client processes than this host (",
+               cores, " cores) can run: at most ", max_clients);
   // Data errors (more clients than samples, ...) once, here, before any rank starts.
   open_fed_data(cfg.data, cfg.seed, cfg.partition, cfg.clients, -1, cfg.local.seq);
   comm::LaunchOptions o;
@@ -99,11 +107,10 @@ void run_as_rank(const FedConfig& cfg, bool json, const std::string& summary_pat
     if (cfg.dp()) std::printf(", client-level epsilon %.2f at delta %g", r.epsilon, cfg.dp_delta);
     std::printf("\n");
   }
-  if (!summary_path.empty()) {
-    std::ofstream out(summary_path);
-    STRATA_CHECK(out, "cannot write --summary ", summary_path);
-    out << s.dump(1) << "\n";
-  }
+  if (!summary_path.empty()) ckpt::atomic_write_file(summary_path, s.dump(1) + "\n");
+  // A run whose every round was aborted (secure aggregation below threshold) trained nothing.
+  STRATA_CHECK(s["rounds_applied"].get<int>() > 0, "no round of ", cfg.rounds,
+               " was applied (every aggregation aborted): the model is the initial one");
 }
 
 CentralResult train_central(const FedConfig& cfg, bool dp, double clip, double sigma) {

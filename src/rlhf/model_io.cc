@@ -1,6 +1,9 @@
 // Reading and writing the models of a PPO run (model_io.h).
 #include "rlhf/model_io.h"
 
+#include <xxhash.h>
+
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -149,10 +152,23 @@ void save_model(const std::string& path, const model::GPTConfig& cfg, const floa
   write_safetensors(path, ts, shapes, meta);
 }
 
+// xxh64 of the tensors' bytes in the order given: a run state is checksummed as the training
+// checkpoints are, so a damaged file is refused instead of resumed.
+static std::string tensors_xxh64(const std::vector<NamedTensor>& ts) {
+  XXH64_state_t* h = XXH64_createState();
+  XXH64_reset(h, 0);
+  for (const NamedTensor& t : ts) XXH64_update(h, t.data, size_t(4 * t.n));
+  const unsigned long long d = XXH64_digest(h);
+  XXH64_freeState(h);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", d);
+  return hex;
+}
+
 void save_tensors(const std::string& path, const std::vector<NamedTensor>& ts, const json& metadata) {
   std::vector<std::vector<int64_t>> shapes;
   for (const NamedTensor& t : ts) shapes.push_back({t.n});
-  write_safetensors(path, ts, shapes, {{"strata_state", metadata.dump()}});
+  write_safetensors(path, ts, shapes, {{"strata_state", metadata.dump()}, {"strata_xxh64", tensors_xxh64(ts)}});
 }
 
 json load_tensors(const std::string& path, const std::vector<NamedTensor>& ts) {
@@ -170,7 +186,15 @@ json load_tensors(const std::string& path, const std::vector<NamedTensor>& ts) {
     STRATA_CHECK(in, path, ": cannot read tensor '", want.name, "'");
   }
   STRATA_CHECK(st.metadata.contains("strata_state"), path, ": no run state in its metadata");
-  return json::parse(st.metadata["strata_state"].get<std::string>());
+  STRATA_CHECK(st.metadata.contains("strata_xxh64") && st.metadata["strata_xxh64"].is_string(), path,
+               ": no checksum in its metadata (damaged, or not a strata run state)");
+  const std::string want = st.metadata["strata_xxh64"].get<std::string>(), got = tensors_xxh64(ts);
+  STRATA_CHECK(want == got, path, ": checksum mismatch (xxh64 ", got, ", recorded ", want,
+               "): the file is damaged");
+  const json& state = st.metadata["strata_state"];
+  json j = state.is_string() ? json::parse(state.get<std::string>(), nullptr, false) : json(json::value_t::discarded);
+  STRATA_CHECK(!j.is_discarded() && j.is_object(), path, ": its strata_state metadata is not a JSON object");
+  return j;
 }
 
 }  // namespace strata::rlhf

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "comm/process_group.h"
+#include "ckpt/fsutil.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/trace.h"
@@ -567,7 +568,7 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     save_model(path("actor.safetensors"), acfg_, actor_w.data(), {}, {{"role", "actor"}});
     save_model(path("critic.safetensors"), critic_.config(), critic_w.data(), critic_.head(),
                {{"role", "critic"}});
-    std::ofstream(path("summary.json")) << res.summary.dump(2) << "\n";
+    ckpt::atomic_write_file(path("summary.json"), res.summary.dump(2) + "\n");
   }
   return res;
 }

@@ -539,3 +539,106 @@ TEST(BadInput, TrainFlagsRefused) {
 }
 
 }  // namespace
+
+// ---- rlhf, fed, privacy ----
+// Every numeric flag of these commands against the values a person (or a script) gets wrong:
+// each one is refused by its text while the command line is parsed, before a model is loaded
+// or a process started. `zero_ok` flags take 0 (a documented "off"); `small` flags are doubles
+// for which 2^31 is still a sane value and only the non-numbers and negatives are tried.
+namespace {
+
+struct NumericFlag {
+  std::string base;  // command and required flags
+  std::string flag;
+  bool zero_ok = false;
+  bool small = false;  // 2^31 and 2^63 are in range
+};
+
+std::vector<Case> numeric_cases(const std::vector<NumericFlag>& flags) {
+  std::vector<Case> cases;
+  for (const NumericFlag& f : flags) {
+    std::vector<std::string> bad = {"-4", "nan", "inf", "1e400"};
+    if (!f.zero_ok) bad.push_back("0");
+    if (!f.small) bad.insert(bad.end(), {"2147483648", "9223372036854775808"});
+    for (const std::string& v : bad)
+      cases.push_back({f.flag.substr(2) + "_" + v, f.base + " " + f.flag + " " + v, {f.flag, v}});
+  }
+  return cases;
+}
+
+const std::string kReward = "rlhf reward --init $D/none -o $D/rm.safetensors";
+const std::string kPpo = "rlhf ppo --actor $D/none --reward $D/none";
+const std::string kGenerate = "rlhf generate --actor $D/none";
+const std::string kFed = "fed train --clients 2 --per-round 2 --rounds 1";
+const std::string kPrivacy = "privacy --samples 100 --batch 10 --steps 10";
+
+}  // namespace
+
+TEST(BadInput, RlhfFedPrivacyNumbers) {
+  std::vector<NumericFlag> flags;
+  for (const char* f : {"--num-pairs", "--prompt-len", "--response-len", "--steps", "--batch", "--log-every"})
+    flags.push_back({kReward, f});
+  flags.push_back({kReward, "--temperature"});
+  for (const char* f : {"--eval-fraction", "--lr", "--weight-decay"}) flags.push_back({kReward, f, true});
+  for (const char* f : {"--nproc", "--iterations", "--rollout-batch", "--minibatch", "--epochs", "--prompt-len",
+                        "--response-len", "--temperature", "--clip", "--value-clip"})
+    flags.push_back({kPpo, f});
+  for (const char* f : {"--top-k", "--kl-coef", "--kl-target", "--gamma", "--lambda", "--actor-lr", "--critic-lr",
+                        "--ckpt-every"})
+    flags.push_back({kPpo, f, true});
+  flags.push_back({kPpo, "--ent-coef", true, true});
+  flags.push_back({kPpo, "--grad-clip", true, true});
+  for (const char* f : {"--batch", "--prompt-len", "--response-len", "--repeats"}) flags.push_back({kGenerate, f});
+  for (const char* f : {"--temperature", "--top-k"}) flags.push_back({kGenerate, f, true});
+  for (const std::string& base : {kFed, std::string("fed compare --rounds 1")}) {
+    for (const char* f : {"--clients", "--per-round", "--rounds", "--local-steps", "--local-epochs", "--lr",
+                          "--server-lr", "--seq", "--layers", "--dim", "--heads", "--threshold", "--delta",
+                          "--eval-windows"})
+      flags.push_back({base, f});
+    for (const char* f : {"--sa-range", "--clip-norm", "--noise-multiplier"}) flags.push_back({base, f, false, true});
+    for (const char* f : {"--local-batch", "--prox-mu", "--dropout", "--deadline", "--eval-every", "--timeout"})
+      flags.push_back({base, f, true});
+  }
+  flags.push_back({"privacy --samples 100 --steps 10", "--batch"});
+  flags.push_back({kPrivacy, "--target-epsilon"});
+  for (const char* f : {"--samples", "--noise-multiplier"}) flags.push_back({kPrivacy, f, false, true});
+  flags.push_back({"privacy --samples 100 --batch 10 --noise-multiplier 1", "--epochs", true});
+  flags.push_back({"privacy --samples 100 --batch 10 --noise-multiplier 1", "--steps", true, true});
+  flags.push_back({kPrivacy, "--delta"});
+  run_cases(numeric_cases(flags));
+}
+
+TEST(BadInput, RlhfFedPrivacyPaths) {
+  std::vector<Case> cases;
+  const std::vector<std::pair<std::string, std::string>> paths = {
+      {"rlhf reward -o $D/rm.safetensors", "--init"},
+      {"rlhf reward --init $D/none -o $D/rm.safetensors", "--pairs"},
+      {"rlhf reward --init $D/none", "-o"},
+      {"rlhf reward --init $D/none -o $D/rm.safetensors", "--save-pairs"},
+      {"rlhf ppo --reward $D/none", "--actor"},
+      {"rlhf ppo --actor $D/none --reward $D/none", "--reference"},
+      {"rlhf ppo --actor $D/none", "--reward"},
+      {"rlhf ppo --actor $D/none --reward $D/none", "--critic"},
+      {"rlhf ppo --actor $D/none --reward $D/none", "--run-dir"},
+      {"rlhf generate", "--actor"},
+      {kFed, "--summary"},
+  };
+  for (const auto& [base, flag] : paths)
+    cases.push_back({"fifo" + flag, base + " " + flag + " $D/fifo", {flag, "$D/fifo", "not a regular file"},
+                     make_fifo});
+  // Outputs that would replace a device node or fail on a directory after the work.
+  cases.push_back({"out_device", "rlhf reward --init $D/none -o /dev/full", {"-o", "/dev/full"}});
+  cases.push_back({"out_dir", "rlhf reward --init $D/none -o $D", {"-o", "not a regular file"}});
+  cases.push_back({"summary_dir", kFed + " --summary $D", {"--summary", "not a regular file"}});
+  run_cases(cases);
+}
+
+TEST(BadInput, RlhfFedPrivacyCombinations) {
+  run_cases({
+      {"threshold_no_sa", kFed + " --threshold 2", {"--threshold 2", "--secure-agg"}},
+      {"non_iid_bogus", "fed compare --rounds 1 --non-iid bogus", {"bogus"}},
+      {"clients_host", "fed train --clients 100000 --per-round 2", {"--clients 100000", "at most"}},
+      {"privacy_epochs_huge", "privacy --samples 1000000000000 --batch 1 --noise-multiplier 1 --epochs 100000",
+       {"--epochs", "at most"}},
+  });
+}

@@ -3,6 +3,7 @@
 // for bit, and bad models are refused before any rollout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +115,19 @@ TEST(Reward, PairsFileRoundTripsAndBadFilesAreOneLine) {
   EXPECT_NE(error_of("1 2 | 3 4 | 5 99\n").find("'99' is not a token id in [0, 40)"), std::string::npos);
 }
 
+// One epoch of one minibatch updates the very policy that generated the rollout: every ratio
+// is 1 (up to rounding between the cached and the full forward), so nothing is clipped; a clip
+// range of 1e-12 clips (almost) every token of the same runs.
+TEST(Ppo, ClipFractionFollowsTheRatio) {
+  PpoConfig c = small_config();
+  c.iterations = 3, c.epochs = 1, c.minibatch = c.rollout_batch;
+  const PpoResult fresh = run_ppo(c, ppo_models(), {});
+  for (const json& it : fresh.iterations) EXPECT_EQ(it["clip_frac"].get<double>(), 0.0) << it.dump();
+  c.epochs = 2, c.clip = 1e-12;
+  const PpoResult tight = run_ppo(c, ppo_models(), {});
+  for (const json& it : tight.iterations) EXPECT_GT(it["clip_frac"].get<double>(), 0.0) << it.dump();
+}
+
 TEST(Ppo, RaisesTheGoldScore) {
   const PpoResult r = run_ppo(small_config(), ppo_models(), {});
   ASSERT_EQ(r.iterations.size(), 12u);
@@ -123,12 +137,17 @@ TEST(Ppo, RaisesTheGoldScore) {
   std::printf("gold score %.4f at iteration 1, %.4f over iterations 10-12\n", first, last);
   EXPECT_GT(last - first, 0.15) << "gold " << first << " -> " << last;
   EXPECT_GT(r.iterations[11]["reward"].get<double>(), r.iterations[0]["reward"].get<double>());
+  double max_clip = 0;
   for (const json& it : r.iterations) {
-    EXPECT_GE(it["clip_frac"].get<double>(), 0.0);
+    EXPECT_LE(it["clip_frac"].get<double>(), 1.0);
+    max_clip = std::max(max_clip, it["clip_frac"].get<double>());
     EXPECT_GT(it["entropy"].get<double>(), 0.0);
     EXPECT_NEAR(it["share"]["generate"].get<double>() + it["share"]["score"].get<double>() +
                     it["share"]["train"].get<double>(), 1.0, 1e-9);
   }
+  // The second epoch and minibatch update a policy the first one moved: at lr 3e-3 some
+  // ratios leave [1 - 0.2, 1 + 0.2] in some iteration.
+  EXPECT_GT(max_clip, 0.0);
   EXPECT_NEAR(r.iterations[0]["kl"].get<double>(), 0.0, 1e-9);  // actor == reference at first
   // Model states of all four models and the KV cache equal strata plan --rlhf's estimate.
   const json& mem = r.summary["memory"];
@@ -137,6 +156,29 @@ TEST(Ppo, RaisesTheGoldScore) {
   EXPECT_EQ(mem["actor"]["optimizer"], 8 * psi);
   EXPECT_EQ(mem["plan"]["critic"]["parameters"], 4 * (psi + head));
   EXPECT_EQ(mem["plan"]["reference"]["gradients"], 0);
+}
+
+// A damaged run state (bytes flipped in its tensors) is refused by its checksum, naming the
+// file, instead of resumed.
+TEST(Ppo, ResumeRefusesADamagedState) {
+  strata::test::TempDir dir("rlhf_damaged");
+  PpoConfig c = small_config();
+  c.run_dir = dir.str();
+  c.iterations = 1, c.ckpt_every = 1;
+  run_ppo(c, ppo_models(), {});
+  const std::string f = dir.str() + "/ppo-state.safetensors";
+  {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-64, std::ios::end);
+    io.write(std::string(64, '\x7f').data(), 64);
+  }
+  c.iterations = 2, c.resume = true;
+  try {
+    run_ppo(c, ppo_models(), {});
+    ADD_FAILURE() << "a damaged state resumed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(f + ": checksum mismatch"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Ppo, ResumeContinuesBitForBit) {
