@@ -207,7 +207,17 @@ void Checkpointer::save_async(const SaveRequest& req) {
   current_.copy_s = copy_clock.seconds();
   current_.stall_s = current_.wait_prev_s + current_.copy_s;
   const std::string tmp_dir = root_ + "/.tmp-" + step_dir_name(req.step);
-  writer_ = std::thread([this, tmp_dir, step = req.step] { write_and_commit(tmp_dir, step); });
+  writer_done_.store(false);
+  writer_ = std::thread([this, tmp_dir, step = req.step] {
+    write_and_commit(tmp_dir, step);
+    writer_done_.store(true);
+  });
+}
+
+bool Checkpointer::poll() {
+  if (!writer_.joinable() || !writer_done_.load()) return false;
+  finish_previous(false);
+  return true;
 }
 
 SaveStats Checkpointer::wait() {

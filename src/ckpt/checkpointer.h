@@ -28,6 +28,7 @@
 // same order; it must not share a non-thread-safe communicator with the training thread
 // (use a separate one, or a barrier of threads/processes as the tests do).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -111,6 +112,10 @@ class Checkpointer {
     save_async(req);
     return wait();
   }
+  // Without blocking: when the save in flight has finished, joins its writer and records it
+  // in history() (a failure is logged, as save_async does) and returns true, so the caller can
+  // report a save as soon as it is done rather than when the next one starts.
+  bool poll();
   bool busy() const { return writer_.joinable(); }
   // Finished saves, oldest first.
   const std::vector<SaveStats>& history() const { return history_; }
@@ -134,6 +139,7 @@ class Checkpointer {
   TrainState pending_train_;
   SaveStats current_;
   std::thread writer_;
+  std::atomic<bool> writer_done_{false};  // set by the writer thread as its last act
   std::vector<SaveStats> history_;
 };
 

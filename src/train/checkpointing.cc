@@ -288,7 +288,10 @@ ResumePoint RunCheckpoints::resume() {
 void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, int64_t step_tokens,
                                 MetricsWriter* out) {
   tokens_seen_ += step_tokens;
-  if (!saver_ || done % cfg_.ckpt.every != 0) return;
+  if (!saver_) return;
+  // A save is reported once it is done, on the step it finishes, not when the next starts.
+  if (saver_->poll()) record_finished(out);
+  if (done % cfg_.ckpt.every != 0) return;
   const diag::FaultSpec& f = cfg_.fault;
   if (restart_ == 0 && f.kind == diag::FaultKind::kill_during_save && f.fires(topo_.rank, done)) {
     saver_->wait();  // the previous save must not be the one that dies

@@ -60,7 +60,8 @@ class RunCheckpoints {
   // Collective when world > 1. Progress and warnings go to stderr.
   ResumePoint resume();
   // After `done` steps (1-based count), with the loader's position after that step's batch:
-  // saves when due. Records finished saves into `out` (rank 0; may be null). Throws when the
+  // saves when due. Records a save into `out` (rank 0; may be null) on the first step after
+  // it finished, so its line follows its completion, not the next save. Throws when the
   // last --ckpt-max-failures saves all failed (the run stops; the error names the last one).
   void after_step(int64_t done, const data::LoaderState& loader, int64_t step_tokens,
                   MetricsWriter* out);

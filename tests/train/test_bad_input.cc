@@ -94,7 +94,8 @@ TEST(TrainBadInput, CorruptTokenFiles) {
 }
 
 TEST(TrainBadInput, VocabSmallerThanData) {
-  expect_error(kSmall + "--vocab 128", {"128"});
+  expect_error(kSmall + "--vocab 128",
+               {"the synthetic corpus has 256 token ids but the model's vocabulary is 128"});
 }
 
 TEST(TrainBadInput, UnwritableRunDir) {

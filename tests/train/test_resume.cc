@@ -208,6 +208,27 @@ TEST(Resume, BadCheckpointFlags) {
   EXPECT_NE(missing.err.find("nowhere"), std::string::npos) << missing.err;
 }
 
+// A save is reported when it completes, not when the next one starts: step 3 sleeps 2 s (far
+// longer than the tiny model's save), so step 2's save is done before step 3 ends and its line
+// comes before step 4's progress line; reported at the next save, it came after it.
+TEST(Resume, SaveLineFollowsItsCompletion) {
+  TempDir dir("resume_ckpt_line");
+  RunResult r = run_strata(train_args(dir.file("run"), "--log-every 1 --inject sleep:2 "
+                                                       "--inject-rank 0 --inject-step 3"),
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto line_of = [&](const std::string& text) {
+    const size_t at = r.out.find(text);
+    EXPECT_NE(at, std::string::npos) << text << " missing from\n" << r.out;
+    return at;
+  };
+  const size_t ckpt2 = line_of("ckpt  step 2 |");
+  EXPECT_LT(line_of("step     3/8 |"), ckpt2) << r.out;  // the save overlaps step 3
+  EXPECT_LT(ckpt2, line_of("step     4/8 |")) << r.out;
+  // The last save, finished by the end of training, is reported too.
+  EXPECT_NE(line_of("ckpt  step 8 |"), std::string::npos);
+}
+
 TEST(Resume, MtbfPrintsIntervalAdvice) {
   TempDir dir("resume_mtbf");
   RunResult r = run_strata(train_args(dir.file("run"), "--mtbf 4h"), "", Streams::separate);
