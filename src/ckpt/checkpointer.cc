@@ -337,7 +337,13 @@ void Checkpointer::commit(const std::string& tmp_dir, int64_t step) {
 
   const std::string name = step_dir_name(step);
   const std::string final_dir = root_ + "/" + name;
-  const auto latest = read_latest(root_);
+  // A malformed pointer names nothing to protect, and is about to be replaced.
+  std::optional<std::string> latest;
+  try {
+    latest = read_latest(root_);
+  } catch (const Error& e) {
+    log(cat(e.what(), "; replacing it"));
+  }
   if (fs::exists(final_dir)) {
     if (latest && *latest == name)
       fail(final_dir, " already exists and is the latest checkpoint; not overwriting it");

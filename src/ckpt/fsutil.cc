@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace fs = std::filesystem;
 
@@ -50,12 +51,36 @@ std::vector<int64_t> list_steps(const std::string& root) {
 
 std::optional<std::string> read_latest(const std::string& root) {
   const std::string path = root + "/latest";
+  const std::string kind = file_kind(path);
+  if (kind == "missing") return std::nullopt;
+  // Checked before opening: a FIFO here would block the open forever.
+  if (kind != "a regular file") fail(path, ": malformed pointer (", kind, ", not a file naming a step-* directory)");
   std::ifstream in(path);
-  if (!in) return std::nullopt;
+  if (!in) fail(path, ": unreadable pointer (", errno_text(errno), ")");
   std::string name;
   std::getline(in, name);
-  if (!parse_step_dir(name)) fail(path, ": malformed pointer '", name, "'");
-  return name;
+  if (parse_step_dir(name)) return name;
+  // Random bytes are never echoed: they may not be text, and the message travels into JSON.
+  const bool text = name.size() <= 40 && std::all_of(name.begin(), name.end(), [](char c) {
+                      return c >= 0x20 && c < 0x7f;
+                    });
+  if (text) fail(path, ": malformed pointer '", name, "' (not a step-* directory name)");
+  fail(path, ": malformed pointer (", fs::file_size(path), " bytes that are not a step-* directory name)");
+}
+
+std::string repair_latest(const std::string& root, const std::string& name) {
+  std::string problem;
+  try {
+    const auto latest = read_latest(root);
+    if (!latest || fs::is_directory(root + "/" + *latest)) return "";
+    problem = cat(root, "/latest names ", *latest, ", which does not exist");
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  std::error_code ec;
+  if (!fs::is_regular_file(root + "/latest")) fs::remove_all(root + "/latest", ec);  // a FIFO, a directory
+  atomic_write_file(root + "/latest", name + "\n");
+  return problem;
 }
 
 void make_dirs(const std::string& dir) {

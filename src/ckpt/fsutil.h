@@ -43,6 +43,9 @@ std::vector<int64_t> list_steps(const std::string& root);
 // The directory name `latest` points to, or nullopt when the file is absent; throws for an
 // unreadable or malformed pointer.
 std::optional<std::string> read_latest(const std::string& root);
+// Points a malformed or dangling `latest` of `root` at `name` (a committed step directory).
+// Returns what was wrong with it, or "" when it was sound or absent (then nothing is written).
+std::string repair_latest(const std::string& root, const std::string& name);
 
 // Creates `dir` and its parents; throws naming the path and errno text (read-only disk, a file
 // where a directory should be, ...).

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/files.h"
+
 namespace strata::ckpt {
 
 using nlohmann::json;
@@ -14,6 +16,17 @@ std::string hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
   return buf;
+}
+
+// A json error as a person reads it: without the "[json.exception.type_error.302] " prefix,
+// and for a parse error only the byte offset (its text quotes the bytes read, which may not be
+// UTF-8 and would break the next JSON the message is written into).
+static std::string json_problem(const json::exception& e) {
+  if (const auto* p = dynamic_cast<const json::parse_error*>(&e))
+    return cat("not valid JSON at byte ", p->byte);
+  const std::string w = e.what();
+  const size_t close = w.find("] ");
+  return w.rfind("[json.exception.", 0) == 0 && close != std::string::npos ? w.substr(close + 2) : w;
 }
 
 static uint64_t parse_hex64(const std::string& s, const std::string& where) {
@@ -63,6 +76,9 @@ json to_json(const TrainState& t) {
           {"world", t.world},
           {"tp", t.tp},
           {"dp", t.dp},
+          {"pp", t.pp},
+          {"cp", t.cp},
+          {"ep", t.ep},
           {"zero_stage", t.zero_stage},
           {"precision", t.precision},
           {"extra", t.extra}};
@@ -82,6 +98,9 @@ TrainState train_state_from_json(const json& j) {
   t.world = j.at("world").get<int>();
   t.tp = j.value("tp", 1);  // version 1 knew only data parallelism
   t.dp = j.value("dp", 0);
+  t.pp = j.value("pp", 1);
+  t.cp = j.value("cp", 1);
+  t.ep = j.value("ep", 1);
   t.zero_stage = j.at("zero_stage").get<int>();
   t.precision = j.at("precision").get<std::string>();
   t.extra = j.value("extra", json::object());
@@ -136,7 +155,7 @@ ShardInfo shard_from_json(const json& s, const std::string& where) {
     }
     return sh;
   } catch (const json::exception& e) {
-    throw CorruptCheckpoint(cat(where, ": malformed shard entry (", e.what(), ")"));
+    throw CorruptCheckpoint(cat(where, ": malformed shard entry (", json_problem(e), ")"));
   }
 }
 
@@ -257,7 +276,7 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
     m.train = train_state_from_json(j.at("train"));
     m.save = j.value("save", json::object());
   } catch (const json::exception& e) {
-    throw CorruptCheckpoint(cat(where, ": malformed manifest (", e.what(), ")"));
+    throw CorruptCheckpoint(cat(where, ": malformed manifest (", json_problem(e), ")"));
   } catch (const CorruptCheckpoint&) {
     throw;
   } catch (const Error& e) {  // parse_dtype
@@ -280,13 +299,17 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
 
 Manifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
+  const std::string kind = file_kind(path);
+  if (kind == "missing") throw CorruptCheckpoint(cat(path, ": missing manifest"));
+  // Checked before opening: a FIFO here would block the open forever.
+  if (kind != "a regular file") throw CorruptCheckpoint(cat(path, ": is ", kind, ", not a manifest file"));
   std::ifstream in(path);
-  if (!in) throw CorruptCheckpoint(cat(path, ": missing manifest"));
+  if (!in) throw CorruptCheckpoint(cat(path, ": cannot open the manifest"));
   json j;
   try {
     in >> j;
   } catch (const json::exception& e) {
-    throw CorruptCheckpoint(cat(path, ": unreadable manifest (", e.what(), ")"));
+    throw CorruptCheckpoint(cat(path, ": unreadable manifest (", json_problem(e), ")"));
   }
   return manifest_from_json(j, path);
 }

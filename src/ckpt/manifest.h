@@ -59,6 +59,7 @@ struct TrainState {
   int world = 1;                // ranks that wrote the checkpoint
   int tp = 1;                   // tensor-parallel degree of the writer's layout
   int dp = 0;                   // data-parallel degree (0: world / tp)
+  int pp = 1, cp = 1, ep = 1;   // pipeline, context and expert-parallel degrees (1 before they were saved)
   int zero_stage = 0;
   std::string precision = "fp32";
   nlohmann::json extra = nlohmann::json::object();   // free-form (e.g. best eval loss)

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/files.h"
+
 namespace strata::ckpt {
 
 namespace {
@@ -93,8 +95,14 @@ ShardInfo write_shard_file(const std::string& path, int rank, int world, int64_t
 
 ShardReader::ShardReader(const std::string& path, const ShardInfo& info, int world, int64_t step)
     : path_(path), info_(info) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw CorruptCheckpoint(cat(path, ": missing shard (", errno_text(errno), ")"));
+  // Opened without blocking and refused unless regular: a FIFO in place of a shard would
+  // otherwise hang every reader (ls, verify, resume) in open(2).
+  if (file_kind(path) == "missing") throw CorruptCheckpoint(cat(path, ": missing shard (No such file or directory)"));
+  try {
+    fd_ = open_regular_file(path, "shard");
+  } catch (const Error& e) {
+    throw CorruptCheckpoint(e.what());
+  }
   struct stat st{};
   if (::fstat(fd_, &st) != 0) throw CorruptCheckpoint(cat(path, ": cannot stat (", errno_text(errno), ")"));
   if (int64_t(st.st_size) < info.file_bytes)

@@ -29,6 +29,7 @@ std::string human_bytes(int64_t b) {
 struct Listing {
   std::string root;
   std::string latest;  // directory name `latest` points to, or ""
+  std::string latest_error;  // why `latest` is unreadable or malformed, or ""
   std::vector<std::string> dirs;
 };
 
@@ -38,7 +39,8 @@ Listing list_checkpoints(const std::string& path) {
   l.root = loc.root;
   try {
     l.latest = ckpt::read_latest(loc.root).value_or("");
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    l.latest_error = e.what();
   }
   if (!loc.step_dir.empty()) {
     l.dirs.push_back(loc.step_dir);
@@ -55,14 +57,17 @@ void setup_ls(CLI::App& app) {
   app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")->required();
   app.callback([path] {
     Listing l = list_checkpoints(*path);
-    std::printf("%s (latest -> %s)\n", l.root.c_str(), l.latest.empty() ? "none" : l.latest.c_str());
-    std::printf("  %-8s %-14s %11s %6s %5s %3s %3s %4s %-5s %-3s %s\n", "STEP", "DIR", "SIZE", "SHARDS",
-                "WORLD", "TP", "DP", "ZERO", "PREC", "FMT", "STATUS");
+    std::printf("%s (latest -> %s)\n", l.root.c_str(),
+                !l.latest_error.empty() ? "DAMAGED" : l.latest.empty() ? "none" : l.latest.c_str());
+    if (!l.latest_error.empty()) std::printf("  %s\n", l.latest_error.c_str());
+    std::printf("  %-8s %-14s %11s %6s %5s %3s %3s %3s %3s %3s %4s %-5s %-3s %s\n", "STEP", "DIR", "SIZE",
+                "SHARDS", "WORLD", "TP", "DP", "PP", "CP", "EP", "ZERO", "PREC", "FMT", "STATUS");
     for (const std::string& dir : l.dirs) {
       const std::string name = fs::path(dir).filename().string();
       std::string status = "ok";
       char layout[96];
-      std::snprintf(layout, sizeof layout, "%5s %3s %3s %4s %-5s %-3s", "-", "-", "-", "-", "-", "-");
+      std::snprintf(layout, sizeof layout, "%5s %3s %3s %3s %3s %3s %4s %-5s %-3s", "-", "-", "-", "-", "-",
+                    "-", "-", "-", "-");
       long long step = ckpt::parse_step_dir(name).value_or(-1);
       int shards = 0;
       int64_t bytes = ckpt::dir_bytes(dir);
@@ -73,9 +78,9 @@ void setup_ls(CLI::App& app) {
         const ckpt::TrainState& t = m.train;
         step = m.step;
         shards = int(m.shards.size());
-        std::snprintf(layout, sizeof layout, "%5d %3d %3d %4d %-5s v%-2d", t.world, t.tp,
-                      t.dp > 0 ? t.dp : t.world / std::max(1, t.tp), t.zero_stage, t.precision.c_str(),
-                      m.version);
+        std::snprintf(layout, sizeof layout, "%5d %3d %3d %3d %3d %3d %4d %-5s v%-2d", t.world, t.tp,
+                      t.dp > 0 ? t.dp : t.world / std::max(1, t.tp), t.pp, t.cp, t.ep, t.zero_stage,
+                      t.precision.c_str(), m.version);
       } catch (const std::exception& e) {
         status = std::string("DAMAGED: ") + e.what();
       }
@@ -116,6 +121,10 @@ void setup_verify(CLI::App& app) {
     }
     if (!l.latest.empty() && !fs::is_directory(l.root + "/" + l.latest)) {
       std::printf("DAMAGED  %s/latest names %s, which does not exist\n", l.root.c_str(), l.latest.c_str());
+      ++bad;
+    }
+    if (!l.latest_error.empty()) {
+      std::printf("DAMAGED  %s\n", l.latest_error.c_str());
       ++bad;
     }
     if (bad) fail(bad, " of ", l.dirs.size(), " checkpoints in ", l.root, " damaged");

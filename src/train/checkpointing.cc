@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/phase.h"
 #include "core/timer.h"
+#include "model/context/context_comm.h"
 
 namespace strata::train {
 
@@ -186,7 +187,10 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
   const RankLayout layout = rank_layout(model_, topo_);
   t.world = topo_.world;
   t.tp = layout.tp;
-  t.dp = topo_.world / layout.tp;
+  t.dp = topo_.dp_world > 0 ? topo_.dp_world : topo_.world / layout.tp;
+  t.pp = topo_.pp;
+  t.cp = topo_.cp ? topo_.cp->size() : 1;
+  t.ep = topo_.ep ? topo_.ep->size() : 1;
   t.zero_stage = engine_.zero_stage();
   t.precision = engine_.precision();
   req.tensors = tensor_table(model_);
@@ -256,6 +260,12 @@ ResumePoint RunCheckpoints::resume() {
   }
   check_same_architecture(r->train.config, cfg_, r->dir);
   if (mode == "auto" && !r->skipped.empty() && lead) set_aside_damaged(cfg_.run_dir, r->train.step);
+  if (mode == "auto" && lead) {
+    // A malformed pointer would fail every save of this run: point it at what was loaded.
+    const std::string root = ckpt::ckpt_root(cfg_.run_dir);
+    const std::string was = ckpt::repair_latest(root, fs::path(r->dir).filename().string());
+    if (!was.empty()) note(cat("ckpt: ", was, "; rewrote it to name ", r->dir));
+  }
   const ckpt::TrainState& t = r->train;
   STRATA_CHECK(t.step <= cfg_.schedule.steps, "checkpoint ", r->dir, " is at step ", t.step,
                ", past --steps ", cfg_.schedule.steps);

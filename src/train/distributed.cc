@@ -302,6 +302,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   topo.world = world->size();
   topo.dp_rank = mesh.dp_rank();
   topo.dp_world = dims.dp;
+  topo.pp = dims.pp;
   topo.tp = tensor_comm.get();
   topo.cp = context_comm.get();
   if (mesh.has_ep()) topo.ep = &mesh.ep();

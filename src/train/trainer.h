@@ -92,6 +92,7 @@ struct Topology {
   // Data-parallel coordinates (which share of each global batch this rank trains): the
   // same as rank/world unless tensor-parallel peers share their data (dp_world < world).
   int dp_rank = 0, dp_world = 0;  // dp_world 0: rank, world
+  int pp = 1;  // pipeline stages of the job (recorded in checkpoints; the stage's model is its own)
   // Tensor parallelism: the model is this rank's shard (model/shard.h); its peers compute
   // the same loss, which only tp rank 0 adds into the job's sum.
   model::TensorComm* tp = nullptr;

@@ -1,4 +1,6 @@
 // The `strata ckpt` commands as a user runs them.
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include "helpers.h"
@@ -24,10 +26,11 @@ TEST(CkptCli, LsAndVerifyReportDamage) {
   EXPECT_TRUE(has(ls.out, "latest -> step-000020")) << ls.out;
   EXPECT_TRUE(has(ls.out, "step-000010")) << ls.out;
   EXPECT_TRUE(has(ls.out, "ok (latest)")) << ls.out;
-  // The layout each was saved with: world, tp, dp, ZeRO stage, precision, manifest version.
-  EXPECT_TRUE(has(ls.out, "WORLD  TP  DP ZERO PREC  FMT")) << ls.out;
-  EXPECT_TRUE(has(ls.out, "    2   1   2    0 fp32  v2")) << ls.out;
-  EXPECT_TRUE(has(ls.out, "    3   1   3    2 fp32  v2")) << ls.out;
+  // The layout each was saved with: world, tp, dp, pp, cp, ep, ZeRO stage, precision, manifest
+  // version.
+  EXPECT_TRUE(has(ls.out, "WORLD  TP  DP  PP  CP  EP ZERO PREC  FMT")) << ls.out;
+  EXPECT_TRUE(has(ls.out, "    2   1   2   1   1   1    0 fp32  v2")) << ls.out;
+  EXPECT_TRUE(has(ls.out, "    3   1   3   1   1   1    2 fp32  v2")) << ls.out;
   CmdResult v = run_strata("ckpt verify " + tmp.str());
   EXPECT_EQ(v.status, 0) << v.out;
   EXPECT_TRUE(has(v.out, "ok       " + tmp.str() + "/ckpt/step-000020")) << v.out;
@@ -89,4 +92,60 @@ TEST(CkptCli, BadInputExitsNonZeroWithOneLine) {
   EXPECT_TRUE(has(r.out, "does not fit")) << r.out;
   r = run_strata("ckpt export " + tmp.str());  // --safetensors missing
   EXPECT_EQ(r.status, 2) << r.out;
+}
+
+// A pipeline run's checkpoints as a user meets them: `ls` shows the whole layout (pp, cp, ep),
+// a `latest` of random bytes is reported by `verify` and rewritten by the next resume, and a
+// FIFO in place of a shard is named as damaged within seconds (never opened: open(2) of a FIFO
+// without a writer blocks) while resume falls back to the checkpoint before it.
+TEST(CkptCli, PipelineRunLayoutBadPointerAndFifoShard) {
+  TempDir tmp;
+  const std::string run = tmp.str() + "/run";
+  auto train = [&](int steps, const std::string& extra) {
+    return run_strata("train --layers 2 --dim 32 --heads 2 --seq 16 --vocab 256 --data synthetic --batch 8 "
+                      "--lr 3e-3 --eval-every 0 --eval-batches 1 --sample-tokens 0 --peak-gflops 100 "
+                      "--threads 1 --nproc 2 --pp 2 --micro-batches 4 --ckpt-every 2 --ckpt-keep 0 --steps " +
+                          std::to_string(steps) + " --run-dir " + run + " " + extra,
+                      "", strata::test::Streams::merged, 120);
+  };
+  CmdResult t = train(4, "");
+  ASSERT_EQ(t.status, 0) << t.out;
+  CmdResult ls = run_strata("ckpt ls " + run);
+  EXPECT_EQ(ls.status, 0) << ls.out;
+  EXPECT_TRUE(has(ls.out, "WORLD  TP  DP  PP  CP  EP ZERO PREC  FMT")) << ls.out;
+  EXPECT_TRUE(has(ls.out, "    2   1   1   2   1   1    0 fp32  v2")) << ls.out;
+
+  const std::string latest = run + "/ckpt/latest";
+  std::ofstream(latest, std::ios::binary | std::ios::trunc) << std::string("\xff\xfe\x80 random \x01\x9c", 12);
+  CmdResult v = run_strata("ckpt verify " + run);
+  EXPECT_EQ(v.status, 1) << v.out;
+  EXPECT_TRUE(has(v.out, "DAMAGED  " + latest + ": malformed pointer (12 bytes")) << v.out;
+  ls = run_strata("ckpt ls " + run);
+  EXPECT_EQ(ls.status, 0) << ls.out;
+  EXPECT_TRUE(has(ls.out, "latest -> DAMAGED")) << ls.out;
+  t = train(6, "--resume auto");
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_TRUE(has(t.out, "resuming from step 4")) << t.out;
+  EXPECT_TRUE(has(t.out, latest + ": malformed pointer (12 bytes")) << t.out;
+  EXPECT_TRUE(has(t.out, "; rewrote it to name " + run + "/ckpt/step-000004")) << t.out;
+  EXPECT_FALSE(has(t.out, "json.exception")) << t.out;
+  EXPECT_EQ(read_latest(run + "/ckpt").value_or(""), "step-000006");
+  const nlohmann::json summary = nlohmann::json::parse(std::ifstream(run + "/summary.json"));
+  EXPECT_EQ(summary.at("ckpt").value("resumed_from", ""), run + "/ckpt/step-000004") << summary.dump();
+  EXPECT_EQ(run_strata("ckpt verify " + run).status, 0);
+
+  const std::string shard = run + "/ckpt/step-000006/shard-00000-of-00002.bin";
+  std::filesystem::remove(shard);
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0644), 0);
+  ls = run_strata("ckpt ls " + run, "", strata::test::Streams::merged, 30);
+  EXPECT_EQ(ls.status, 0) << ls.out;
+  EXPECT_TRUE(has(ls.out, "DAMAGED: shard " + shard + ": is a FIFO, not a regular file")) << ls.out;
+  v = run_strata("ckpt verify " + run, "", strata::test::Streams::merged, 30);
+  EXPECT_EQ(v.status, 1) << v.out;
+  EXPECT_TRUE(has(v.out, "DAMAGED  shard " + shard + ": is a FIFO")) << v.out;
+  t = train(8, "--resume auto");
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_TRUE(has(t.out, "is a FIFO, not a regular file; falling back")) << t.out;
+  EXPECT_TRUE(has(t.out, "resuming from step 4")) << t.out;
+  EXPECT_EQ(read_latest(run + "/ckpt").value_or(""), "step-000008");
 }

@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -125,6 +127,49 @@ TEST(CkptFaults, LatestPointerMissingOrDangling) {
   TempDir empty;
   std::vector<float> p(4);
   EXPECT_FALSE(load_latest(empty.str(), {{"params", DType::f32, {0, 4}, p.data(), ""}}).has_value());
+}
+
+// A FIFO in place of a shard or the manifest is refused by its type, never opened (open(2) of a
+// FIFO with no writer blocks forever): the load falls back instead of hanging.
+TEST(CkptFaults, FifoInPlaceOfAFileFallsBack) {
+  for (const char* file : {"shard-00001-of-00002.bin", "manifest.json"}) {
+    TempDir tmp;
+    two_checkpoints(tmp.str());
+    const std::string path = step_dir(tmp.str(), 20) + "/" + file;
+    fs::remove(path);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0) << std::strerror(errno);
+    expect_fallback_to_10(tmp.str(), std::string(file) + ": is a FIFO");
+  }
+}
+
+// Random bytes in `latest`: loading tries every checkpoint newest first with a note that names
+// the file without echoing the bytes (the note goes into JSON records), and the next save
+// replaces the pointer instead of failing on it.
+TEST(CkptFaults, MalformedLatestPointerIsReplacedByTheNextSave) {
+  TempDir tmp;
+  two_checkpoints(tmp.str());
+  const std::string latest = tmp.str() + "/ckpt/latest";
+  std::string junk;
+  std::mt19937 rng(25);
+  for (int i = 0; i < 64; ++i) junk += char(0x80 + rng() % 0x80);
+  std::ofstream(latest, std::ios::binary | std::ios::trunc) << junk;
+  std::vector<std::string> log;
+  load_and_check_full(tmp.str(), 20, false, kPsi, &log);
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log[0].find(latest + ": malformed pointer (64 bytes"), std::string::npos) << log[0];
+  EXPECT_NO_THROW(nlohmann::json(log).dump());  // valid UTF-8
+  save_step(tmp.str(), FullStates(kPsi, 30, false), 30, 2, 1);
+  EXPECT_EQ(read_latest(tmp.str() + "/ckpt").value_or(""), "step-000030");
+  log.clear();
+  load_and_check_full(tmp.str(), 30, false, kPsi, &log);
+  EXPECT_TRUE(log.empty()) << log[0];
+  // repair_latest points a bad pointer at a given checkpoint and says what was wrong.
+  std::ofstream(latest, std::ios::trunc) << "nonsense\n";
+  EXPECT_NE(repair_latest(tmp.str() + "/ckpt", "step-000020").find("malformed pointer 'nonsense'"),
+            std::string::npos);
+  EXPECT_EQ(read_latest(tmp.str() + "/ckpt").value_or(""), "step-000020");
+  EXPECT_EQ(repair_latest(tmp.str() + "/ckpt", "step-000010"), "");  // sound: left alone
+  EXPECT_EQ(read_latest(tmp.str() + "/ckpt").value_or(""), "step-000020");
 }
 
 TEST(CkptFaults, EveryCheckpointDamagedIsAnError) {
