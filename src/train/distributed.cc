@@ -186,7 +186,7 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   const parallel::MeshDims d = mesh_dims();
   model::check_context_parallel(cfg.model, d.tp, d.cp, cp, cfg.train_seq());
   // Sequence parallelism splits each cp rank's seq / cp rows.
-  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq() / d.cp);
+  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq(), d.cp);
   cfg.validate(d.dp);
   STRATA_CHECK(d.ep == 1 || cfg.model.moe.enabled(), "--ep ", d.ep, " needs --experts");
   STRATA_CHECK(cfg.model.moe.experts % d.ep == 0, "--experts ", cfg.model.moe.experts,
