@@ -32,9 +32,9 @@ for C in 1 2 4; do
   done
   seq=$((lo * STEP))
   run=(train "${arch[@]}" --dim 64 --vocab 256 --batch 1 --steps 1 --sample-tokens 0
-       --eval-batches 1 --eval-every 0 --threads 1 --cp "$C" --cp-mode "$MODE"
+       --eval-batches 1 --eval-every 0 --threads 1 --cp "$C"
        --max-activation-mb "$BUDGET_MB")
-  [[ $C -gt 1 ]] && run+=(--nproc "$C")
+  [[ $C -gt 1 ]] && run+=(--nproc "$C" --cp-mode "$MODE")  # train refuses --cp-mode with --cp 1
   t0=$(date +%s.%N)
   "$STRATA" "${run[@]}" --max-seq "$seq" --seq "$seq" --run-dir "$OUT/cp$C" > /dev/null
   t1=$(date +%s.%N)

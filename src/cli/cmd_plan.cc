@@ -167,7 +167,7 @@ void run_local(const Flags& f, const CLI::App& app) {
   const int cp = app.count("--cp") ? f.cp : 1;
   const model::CpMode cpm = model::parse_cp_mode(f.cp_mode);
   model::check_context_parallel(g, tp, cp, {cpm, model::CpChunks::zigzag}, int(seq));
-  model::check_tensor_parallel(g, tp, !f.no_sp, int(seq / cp));
+  model::check_tensor_parallel(g, tp, !f.no_sp, int(seq), cp);
   const Precision p = f.precision == "fp32" ? Precision::fp32 : Precision::bf16;
   const model::TpModel m = model::tp_model(g);
   nlohmann::json ranks = nlohmann::json::array();

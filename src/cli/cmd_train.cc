@@ -72,6 +72,8 @@ void add_moe_flags(CLI::App& app, TrainArgs& a) {
       ->capture_default_str();
 }
 
+constexpr int kMaxVocab = 1 << 24;
+
 // An architecture override, when the flag was given: positive, else one line naming it.
 void override_size(CLI::App& app, const char* flag, int value, int& field) {
   if (app.count(flag) == 0) return;
@@ -89,6 +91,9 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   override_size(app, "--max-seq", a.max_seq, cfg.model.seq);
   if (app.count("--vocab")) {
     override_size(app, "--vocab", a.vocab, cfg.model.vocab);
+    // Padding to 64 would overflow an int near 2^31; real vocabularies stay below 2^18.
+    STRATA_CHECK(a.vocab <= kMaxVocab, "--vocab must be in [1, ", kMaxVocab, "] (got ", a.vocab,
+                 ")");
     cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
   }
   cfg.model.moe = a.moe;
@@ -136,7 +141,24 @@ void apply_micro_batches(CLI::App& app, const train::ParallelConfig& pc, train::
   cfg.micro_batch = cfg.batch / (dp * M);
 }
 
+// Flags that were given but that the layout would ignore or read as "unset": refused, so a
+// typo does not run a different job than the one asked for.
+void refuse_ignored_flags(CLI::App& app, const TrainArgs& a, const train::TrainConfig& cfg) {
+  const parallel::MeshDims& m = a.parallel.mesh;
+  if (app.count("--dp")) STRATA_CHECK(m.dp >= 1, "--dp must be at least 1 (got ", m.dp, ")");
+  if (app.count("--schedule"))
+    STRATA_CHECK(m.pp > 1, "--schedule ", a.pp_schedule, " needs --pp 2 or more (got --pp ", m.pp,
+                 ")");
+  if (app.count("--cp-mode"))
+    STRATA_CHECK(m.cp > 1, "--cp-mode ", a.cp_mode, " needs --cp 2 or more (got --cp ", m.cp, ")");
+  if (app.count("--max-activation-mb"))
+    STRATA_CHECK(std::isfinite(cfg.max_activation_mb) && cfg.max_activation_mb > 0,
+                 "--max-activation-mb must be a positive number of MiB (got ",
+                 cfg.max_activation_mb, ")");
+}
+
 train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::TrainConfig& cfg) {
+  refuse_ignored_flags(app, a, cfg);
   train::ParallelConfig pc = a.parallel;
   pc.dp.stage = parallel::parse_zero_stage(a.zero);
   pc.dp.precision = parallel::parse_precision(a.precision);

@@ -37,6 +37,13 @@ void GPTConfig::validate() const {
   const double n = double(padded_vocab + seq) * dim + double(layers) * (12.0 * dim * dim);
   moe.validate();
   STRATA_CHECK(n < 4e9, "model has ~", n, " parameters: too many for one flat fp32 buffer");
+  // Counted in double before any table or buffer is built: 2^31 - 1 experts once spent
+  // minutes building before anything failed.
+  const double experts = double(moe.moe_layers(layers)) * double(moe.experts) *
+                         (8.0 * dim * dim + 6.0 * dim);
+  STRATA_CHECK(n + experts < 4e9, "--experts ", moe.experts, ": the model would have ~",
+               n + experts, " parameters (", moe.moe_layers(layers), " MoE blocks x ",
+               moe.experts, " expert MLPs): too many for one flat fp32 buffer");
 }
 
 // Per block: ln_1 (2C) + c_attn (3C*C + 3C) + attn c_proj (C*C + C) + ln_2 (2C)

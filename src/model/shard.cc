@@ -9,14 +9,18 @@ VocabSlice vocab_slice(int64_t padded_vocab, TpShard s) {
   return {begin, begin + model::tp_vocab_rows(padded_vocab, s.size, s.rank)};
 }
 
-void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq) {
+void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq, int cp) {
   STRATA_CHECK(tp >= 1, "--tp must be at least 1 (got ", tp, ")");
   STRATA_CHECK(cfg.heads % tp == 0, "--tp ", tp, " does not divide the model's ", cfg.heads,
                " attention heads (each tensor-parallel rank takes whole heads)");
   STRATA_CHECK(cfg.padded_vocab >= tp, "--tp ", tp, " exceeds the padded vocabulary ",
                cfg.padded_vocab);
-  STRATA_CHECK(!sequence_parallel || tp == 1 || seq % tp == 0, "--sp with --tp ", tp,
-               ": the training sequence ", seq, " is not divisible by ", tp,
+  // With context parallelism each cp rank's seq / cp tokens are what the tp ranks split.
+  const int local = seq / cp;
+  STRATA_CHECK(!sequence_parallel || tp == 1 || local % tp == 0, "--sp with --tp ", tp, ": ",
+               cp > 1 ? cat("--seq ", seq, " / --cp ", cp, " = ", local, " tokens per cp rank")
+                      : cat("the training sequence --seq ", seq),
+               " is not divisible by ", tp,
                " (sequence-parallel ranks hold seq/tp tokens; use --no-sp or another --seq)");
 }
 

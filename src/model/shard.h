@@ -36,8 +36,10 @@ struct VocabSlice {
 VocabSlice vocab_slice(int64_t padded_vocab, TpShard s);
 
 // Throws one line naming --tp and the numbers when the model cannot be split T ways
-// (heads % T, or with sequence parallelism a training sequence `seq` % T).
-void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq);
+// (heads % T, or with sequence parallelism the seq / cp tokens of a cp rank % T; `seq` is the
+// whole training sequence).
+void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq,
+                           int cp = 1);
 
 // The local table (views in one-process order, local shapes, local offsets) and, for each
 // view, the boxes of global tensors it holds.

@@ -186,7 +186,7 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   const parallel::MeshDims d = mesh_dims();
   model::check_context_parallel(cfg.model, d.tp, d.cp, cp, cfg.train_seq());
   // Sequence parallelism splits each cp rank's seq / cp rows.
-  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq() / d.cp);
+  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq(), d.cp);
   cfg.validate(d.dp);
   STRATA_CHECK(d.ep == 1 || cfg.model.moe.enabled(), "--ep ", d.ep, " needs --experts");
   STRATA_CHECK(cfg.model.moe.experts % d.ep == 0, "--experts ", cfg.model.moe.experts,
@@ -202,8 +202,14 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   const int64_t experts = model::expert_params(cfg.model, d.ep, d.tp);
   const int64_t psi =
       model::local_num_params(cfg.model, {d.tp, 0}) - model::expert_params(cfg.model, 1, d.tp);
-  if (data_parallel || n > 1)
+  // One process too: a count of experts the host cannot hold spent minutes building before
+  // failing, so the bytes are compared with the host's memory first, naming --experts.
+  try {
     parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0, 0, experts, d.dp * d.cp / d.ep);
+  } catch (const Error& e) {
+    if (!cfg.model.moe.enabled()) throw;
+    throw Error(cat("--experts ", cfg.model.moe.experts, ": ", e.what()));
+  }
 }
 
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {

@@ -26,6 +26,7 @@ using nlohmann::json;
 void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
   const parallel::MeshDims d = pc.mesh_dims();
   const pl::PipelineOptions& o = pc.pipeline;
+  STRATA_CHECK(o.virt >= 1, "--virtual-stages must be at least 1 (got ", o.virt, ")");
   if (d.pp <= 1) {
     STRATA_CHECK(o.virt == 1 && o.split.empty() && o.micro == 0,
                  "--virtual-stages, --pp-split and --micro-batches need --pp 2 or more");
@@ -33,6 +34,9 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
   }
   const int L = cfg.model.layers, P = d.pp, V = o.virt;
   STRATA_CHECK(P <= L, "--pp ", P, " stages but the model has only ", L, " layers (--layers)");
+  // Bounded before P x V is formed in int (2^31 - 1 virtual stages wrapped it to -2).
+  STRATA_CHECK(int64_t(P) * V <= L, "--virtual-stages ", V, " x --pp ", P, " = ", int64_t(P) * V,
+               " chunks exceed the model's ", L, " layers (--layers; each chunk needs one)");
   STRATA_CHECK(V == 1 || L % (P * V) == 0 || !o.split.empty(), "--virtual-stages ", V, " x --pp ",
                P, " = ", P * V, " chunks do not divide the ", L, " layers");
   model::split_layers(cfg.model, cfg.train_seq(), P, V, o.split);

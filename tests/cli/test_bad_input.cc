@@ -530,12 +530,46 @@ TEST(BadInput, LaunchPpDoctorReportPathFlags) {
 // ---- train flags ----
 namespace {
 
+// Two pipeline stages over four layers.
+const std::string kPp = kTrain + "--layers 4 --nproc 2 --pp 2 ";
+
 TEST(BadInput, TrainFlagsRefused) {
-  run_cases({
+  std::vector<Case> rows = {
       {"reduce_dtype_bf16_pp", kTrain + "--nproc 2 --pp 2 --reduce-dtype bf16",
        {"--reduce-dtype bf16", "--pp 2"}},
       {"reduce_dtype_empty", kTrain + "--reduce-dtype ''", {"--reduce-dtype ''", "fp32 or bf16"}},
-  });
+      // L % (P x 0) raised SIGFPE; P x (2^31 - 1) wrapped to "-2 stages for 4 layers".
+      {"virtual_stages_zero", kPp + "--virtual-stages 0", {"--virtual-stages", "0"}},
+      {"virtual_stages_zero_interleaved", kPp + "--schedule interleaved --virtual-stages 0",
+       {"--virtual-stages", "0"}},
+      {"virtual_stages_huge", kPp + "--schedule interleaved --virtual-stages 2147483647",
+       {"--virtual-stages 2147483647", "--pp 2", "4294967294", "4 layers"}},
+      // Padding 2^31 - 1 to 64 printed "padded vocabulary -2147483584".
+      {"vocab_huge", kTrain + "--vocab 2147483647", {"--vocab", "2147483647"}},
+      // Minutes of building expert tables before any message.
+      {"experts_huge", kTrain + "--experts 2147483647", {"--experts 2147483647", "parameters"}},
+      {"experts_1e7", kTrain + "--experts 10000000", {"--experts 10000000", "parameters"}},
+      // Accepted and ignored: dp 0 read as "derive it", a schedule or cp mode without the
+      // parallelism that runs it, an activation budget that refuses nothing.
+      {"dp_zero", kTrain + "--dp 0", {"--dp", "0"}},
+      {"schedule_without_pp", kTrain + "--schedule zb", {"--schedule zb", "--pp 1"}},
+      {"cp_mode_without_cp", kTrain + "--cp-mode ulysses", {"--cp-mode ulysses", "--cp 1"}},
+      {"max_activation_zero", kTrain + "--max-activation-mb 0", {"--max-activation-mb", "0"}},
+      {"max_activation_neg", kTrain + "--max-activation-mb -1", {"--max-activation-mb", "-1"}},
+      // Named the per-cp-rank 16 as "the training sequence".
+      {"sp_seq_per_cp_rank",
+       kTrain + "--heads 6 --dim 48 --max-seq 32 --seq 32 --nproc 6 --cp 2 --tp 3",
+       {"--tp 3", "--seq 32 / --cp 2 = 16 tokens per cp rank", "not divisible by 3"}},
+  };
+  // Under the flat-buffer bound but ~50 GiB of model states (fp32 parameters, gradients and
+  // two moments): refused by the host's memory, so only where the host has less than that.
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  while (meminfo >> key >> kb && key != "MemAvailable:") meminfo.ignore(1 << 10, '\n');
+  if (key == "MemAvailable:" && kb < (int64_t(48) << 20))
+    rows.push_back({"experts_past_memory", kTrain + "--experts 400000", {"--experts 400000", "MiB"}});
+  run_cases(rows);
 }
 
 }  // namespace
