@@ -36,7 +36,7 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
   STRATA_CHECK(P <= L, "--pp ", P, " stages but the model has only ", L, " layers (--layers)");
   // Bounded before P x V is formed in int (2^31 - 1 virtual stages wrapped it to -2).
   STRATA_CHECK(int64_t(P) * V <= L, "--virtual-stages ", V, " x --pp ", P, " = ", int64_t(P) * V,
-               " chunks exceed the model's ", L, " layers (--layers; each chunk needs one)");
+               " chunks do not divide the ", L, " layers (--layers; each chunk needs one)");
   STRATA_CHECK(V == 1 || L % (P * V) == 0 || !o.split.empty(), "--virtual-stages ", V, " x --pp ",
                P, " = ", P * V, " chunks do not divide the ", L, " layers");
   model::split_layers(cfg.model, cfg.train_seq(), P, V, o.split);

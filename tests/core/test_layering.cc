@@ -43,7 +43,7 @@ TEST(Layering, AreasIncludeOnlyTheAreasTheyBuildOn) {
       {"diag", {"core", "comm", "diag"}},
       {"plan", {"core", "plan", "parallel", "ckpt", "train"}},
       {"train", {"core", "kernels", "comm", "model", "data", "parallel", "ckpt", "diag", "train"}},
-      {"fed", {"core", "comm", "model", "data", "train", "fed"}},
+      {"fed", {"core", "comm", "model", "data", "ckpt", "train", "fed"}},
       {"rlhf", {"core", "kernels", "comm", "model", "parallel", "ckpt", "train", "plan", "rlhf"}},
       {"report", {"core", "comm", "plan", "train", "report"}},
   };
