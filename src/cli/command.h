@@ -8,13 +8,13 @@
 #pragma once
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "core/files.h"
 
 namespace strata::cli {
 
@@ -79,11 +79,10 @@ inline CLI::Validator plain_path(bool dir_ok, std::string keyword = "") {
   return CLI::Validator(
       [dir_ok, keyword](std::string& s) {
         if (s == keyword) return std::string();
-        std::error_code ec;
-        const auto st = std::filesystem::status(s, ec);
-        if (ec || !std::filesystem::exists(st) || std::filesystem::is_regular_file(st)) return std::string();
-        if (dir_ok && std::filesystem::is_directory(st)) return std::string();
-        return s + " is not a regular file" + (dir_ok ? " or directory" : "");
+        const std::string kind = file_kind(s);
+        if (kind == "missing" || kind == "a regular file" || (dir_ok && kind == "a directory"))
+          return std::string();
+        return s + ": is " + kind + ", not a regular file" + (dir_ok ? " or directory" : "");
       },
       "PATH");
 }
