@@ -7,7 +7,6 @@
 // prints their findings.
 #include <unistd.h>
 
-#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -77,9 +76,6 @@ struct NetArgs {
 // this size in shared memory (past 4 GiB, or 64-bit wrap, was bad_alloc or max_size()).
 size_t size_flag(const char* flag, const std::string& text) {
   constexpr size_t kMax = size_t(4) << 30;
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit((unsigned char)text[digits])) ++digits;
-  STRATA_CHECK(digits <= 12, flag, " ", text, " is more than the 4 GiB a buffer may hold");
   size_t v = 0;
   try {
     v = comm::parse_size(text);

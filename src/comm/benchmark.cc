@@ -58,6 +58,8 @@ size_t parse_size(std::string_view s) {
   if (!unit.empty() && unit.back() == 'B') unit.pop_back();
   double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
   STRATA_CHECK(mult > 0, "size '", t, "' has an unknown unit (use K, M or G)");
+  // Past 2^63 the cast to size_t is undefined (99999999999999999999 wrapped to a small size).
+  STRATA_CHECK(v * mult < 9.2e18, "size '", t, "' is more bytes than any buffer can hold");
   return size_t(v * mult);
 }
 
