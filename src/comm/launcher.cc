@@ -598,10 +598,7 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     int reported = -1;
     const std::string mpirun_says =
         parse_mpirun_failure(mpirun_lines, !o.hosts.empty(), reported, res.failed_host);
-    if (res.message.empty()) {
-      res.message = mpirun_says;
-      rank = reported;
-    }
+    res.message = leading_failure(res.message, rank, mpirun_says, reported, res.failed_host, o.hosts);
     res.failed_rank = rank;
     if (res.message.empty())
       res.message = cat("mpirun ", describe_wait_status(guard.children[0].status), timed_out_ranks(timeouts, o.hosts));

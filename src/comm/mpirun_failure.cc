@@ -47,6 +47,19 @@ std::string host_of_rank(const std::vector<HostSlots>& hosts, int rank) {
   return "";
 }
 
+std::string leading_failure(const std::string& recorded, int& rank, const std::string& mpirun_says,
+                            int reported, const std::string& failed_host,
+                            const std::vector<HostSlots>& hosts) {
+  if (recorded.empty()) {
+    rank = reported;
+    return mpirun_says;
+  }
+  if (hosts.empty() || failed_host.empty() || rank < 0 || host_of_rank(hosts, rank) == failed_host)
+    return recorded;
+  rank = reported;
+  return cat(mpirun_says, "; then ", recorded);
+}
+
 // The ranks that reported a timeout before mpirun had to be killed (a link cut mid-run: the
 // ranks on the far side cannot say anything), each with its host, the peer it waited on when
 // its line names one, and that line: "; rank 0 (host a) timed out waiting on rank 1 (host b):

@@ -21,6 +21,15 @@ std::string parse_mpirun_failure(const std::vector<std::string>& lines, bool acr
 // The host of `rank`; "" when there are no hosts or the rank is past their slots.
 std::string host_of_rank(const std::vector<HostSlots>& hosts, int rank);
 
+// The failure a restart line leads with, from the first rank's own record (`recorded`, rank
+// `rank`; "" when none recorded) and mpirun's report (`mpirun_says`, rank `reported`, host
+// `failed_host`): the record, unless it is a survivor's on another host than the one mpirun
+// saw fail, which failed because that rank or host went away; then mpirun's report leads,
+// "; then " the survivor's record. `rank` becomes the rank the message leads with.
+std::string leading_failure(const std::string& recorded, int& rank, const std::string& mpirun_says,
+                            int reported, const std::string& failed_host,
+                            const std::vector<HostSlots>& hosts);
+
 // The ranks that reported a timeout before mpirun had to be killed (a link cut mid-run: the
 // ranks on the far side cannot say anything), each with its host, the peer it waited on when
 // its line names one, and that line: "; rank 0 (host a) timed out waiting on rank 1 (host b):

@@ -56,6 +56,29 @@ TEST(MpirunFailure, HostOfRankFillsHostsInOrder) {
   EXPECT_EQ(host_of_rank({}, 0), "");
 }
 
+// A survivor on host a that exits because host b died must not lead the restart line: the
+// lost host does, and --elastic drops it.
+TEST(MpirunFailure, LostHostLeadsASurvivorsRecord) {
+  const std::string lost = "host b was lost (its daemon ...)";
+  int rank = 0;
+  EXPECT_EQ(leading_failure("rank 0 exited with code 1", rank, lost, -1, "b", kHosts),
+            "host b was lost (its daemon ...); then rank 0 exited with code 1");
+  EXPECT_EQ(rank, -1);
+  rank = 3;  // the record is from the failed host itself: it leads
+  EXPECT_EQ(leading_failure("rank 3 was killed by signal 9", rank, lost, -1, "b", kHosts),
+            "rank 3 was killed by signal 9");
+  EXPECT_EQ(rank, 3);
+  rank = 1;  // mpirun names the rank that died on b
+  EXPECT_EQ(leading_failure("rank 1 exited with code 1", rank, "rank 2 was killed by signal 9", 2, "b", kHosts),
+            "rank 2 was killed by signal 9; then rank 1 exited with code 1");
+  EXPECT_EQ(rank, 2);
+  rank = 1;  // one host: the first record is the first failure
+  EXPECT_EQ(leading_failure("rank 1 exited with code 1", rank, "rank 0 was killed by signal 9", 0, "node", {}),
+            "rank 1 exited with code 1");
+  rank = -1;  // no record: mpirun's report
+  EXPECT_EQ(leading_failure("", rank, lost, -1, "b", kHosts), lost);
+}
+
 TEST(MpirunFailure, TimedOutRanksNameHostAndPeerOncePerRank) {
   const std::string out = timed_out_ranks(
       {{0, "strata: error: rank 0: group world recv #881 with rank 2 tag 0: timed out after 4 s"},
