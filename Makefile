@@ -4,7 +4,8 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 DEB_PKGS  := cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
              libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libsodium-dev \
-             libpng-dev chromium iproute2 libdnnl-dev libicu-dev
+             libpng-dev chromium iproute2 libdnnl-dev libicu-dev \
+             libsentencepiece-dev sentencepiece
 STRATA    := $(BUILD)/strata
 
 .PHONY: all deps bench-deps install build demo test bench clean

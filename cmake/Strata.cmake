@@ -22,16 +22,22 @@ add_library(strata_blas INTERFACE)
 target_link_libraries(strata_blas INTERFACE ${STRATA_OPENBLAS})
 target_include_directories(strata_blas SYSTEM INTERFACE ${STRATA_CBLAS_INCLUDE})
 
-# oneDNN (Debian libdnnl-dev): gemm_bf16's onednn path.
-find_library(STRATA_DNNL NAMES dnnl)
-find_path(STRATA_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp)
-if(NOT STRATA_DNNL OR NOT STRATA_DNNL_INCLUDE)
-  message(FATAL_ERROR "oneDNN not found (libdnnl.so and oneapi/dnnl/dnnl.hpp): "
-                      "install the Debian package libdnnl-dev (make deps)")
-endif()
-add_library(strata_dnnl INTERFACE)
-target_link_libraries(strata_dnnl INTERFACE ${STRATA_DNNL})
-target_include_directories(strata_dnnl SYSTEM INTERFACE ${STRATA_DNNL_INCLUDE})
+# strata_debian_lib(TARGET LIB HEADER PACKAGE): an interface target for a Debian library found
+# by its .so and a header, or a configure error naming the package to install.
+function(strata_debian_lib target lib header package)
+  find_library(${target}_LIB NAMES ${lib})
+  find_path(${target}_INCLUDE ${header})
+  if(NOT ${target}_LIB OR NOT ${target}_INCLUDE)
+    message(FATAL_ERROR "lib${lib}.so or ${header} not found: install the Debian package ${package} (make deps)")
+  endif()
+  add_library(${target} INTERFACE)
+  target_link_libraries(${target} INTERFACE ${${target}_LIB})
+  target_include_directories(${target} SYSTEM INTERFACE ${${target}_INCLUDE})
+endfunction()
+
+# oneDNN: gemm_bf16's onednn path. SentencePiece: the tokenizers of Llama 2 and TinyLlama.
+strata_debian_lib(strata_dnnl dnnl oneapi/dnnl/dnnl.hpp libdnnl-dev)
+strata_debian_lib(strata_sentencepiece sentencepiece sentencepiece_processor.h libsentencepiece-dev)
 
 find_library(STRATA_XXHASH NAMES xxhash REQUIRED)
 

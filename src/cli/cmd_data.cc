@@ -1,12 +1,23 @@
 // `strata data plan`: the sampler's assignment of samples to steps, ranks and micro-batches,
 // computed by the same planner the Loader (and so `strata train`) uses.
-// `strata data info`: what a data spec holds (tokens, samples, vocabulary, entropy floor).
+// `strata data info`: what a data spec holds (tokens, samples, vocabulary, entropy floor); on a
+// prepared directory also its manifest, token statistics and a check of every shard.
+// `strata data prepare`: a corpus and a tokenizer into prepared shards (data/prepare.h).
+//
+//   strata data prepare corpus.txt --tokenizer gpt2-bpe/ --doc-split blank-line
+//       --val-tokens 32768 -o data/shakespeare       (llm.c's Tiny Shakespeare recipe)
+//   strata data prepare docs.jsonl --text-field text --tokenizer tokenizer.model -o data/d
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 
 #include "cli/command.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/prepare.h"
+#include "data/prepared.h"
 #include "data/sampler.h"
 #include "nlohmann/json.hpp"
 
@@ -138,9 +149,19 @@ void run_info(const InfoArgs& a) {
   STRATA_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "--val-fraction must be in [0, 1) (got ",
                a.val_fraction, ")");
   STRATA_CHECK(a.vocab >= 0, "--vocab must be >= 0 (got ", a.vocab, "; 0 = the format's own)");
+  nlohmann::json out;
+  data::PreparedStats stats;
+  if (data::is_prepared(a.data)) {
+    // Every shard hashed and counted against the manifest before anything else is said.
+    out["manifest"] = data::read_manifest(a.data);
+    data::verify_prepared(a.data, out["manifest"], /*deep=*/true, &stats);
+    out["stats"] = {{"tokens", stats.tokens},          {"documents", stats.documents},
+                    {"distinct_tokens", stats.distinct_tokens}, {"doc_tokens_min", stats.doc_min},
+                    {"doc_tokens_median", stats.doc_median},   {"doc_tokens_mean", stats.doc_mean},
+                    {"doc_tokens_max", stats.doc_max}};
+  }
   data::Split split = data::open_split(a.data, a.seed, a.val_fraction, a.vocab);
   const int64_t stride = a.stride > 0 ? a.stride : a.seq;
-  nlohmann::json out;
   for (auto [name, src] : {std::pair{"train", split.train.get()}, {"val", split.val.get()}}) {
     out[name] = {{"describe", src->describe()},
                  {"tokens", src->size()},
@@ -151,6 +172,23 @@ void run_info(const InfoArgs& a) {
   if (a.json) {
     std::cout << out.dump() << "\n";
     return;
+  }
+  if (out.contains("manifest")) {
+    const auto& m = out["manifest"];
+    const auto& t = m["tokenizer"];
+    std::printf("prepared %s: %lld documents, %lld tokens from %lld bytes of %s (doc split %s)\n",
+                a.data.c_str(), (long long)stats.documents, (long long)stats.tokens,
+                (long long)m.value("bytes", int64_t(0)), m.value("inputs", nlohmann::json::array()).dump().c_str(),
+                m.value("doc_split", "?").c_str());
+    std::printf("tokenizer %s (%s, xxh64 %s): vocab %lld, document token %d; %lld distinct tokens used\n",
+                t.value("source", "?").c_str(), t.value("kind", "?").c_str(), t.value("xxh64", "?").c_str(),
+                (long long)t["vocab"].get<int64_t>(), t["document_token"].get<int>(), (long long)stats.distinct_tokens);
+    std::printf("tokens per document: min %lld, median %.1f, mean %.1f, max %lld\n", (long long)stats.doc_min,
+                stats.doc_median, stats.doc_mean, (long long)stats.doc_max);
+    for (const auto& sh : m["shards"])
+      std::printf("  %-18s %-5s %12lld tokens %9lld documents  xxh64 %s  ok\n", sh["file"].get<std::string>().c_str(),
+                  sh["split"].get<std::string>().c_str(), (long long)sh["tokens"].get<int64_t>(),
+                  (long long)sh["documents"].get<int64_t>(), sh.value("xxh64", "").c_str());
   }
   for (const char* name : {"train", "val"}) {
     const auto& o = out[name];
@@ -163,6 +201,80 @@ void run_info(const InfoArgs& a) {
     std::printf("\n");
   }
 }
+
+// The live progress line: redrawn in place on a terminal, a line every 10 s otherwise.
+class PrepareLine {
+ public:
+  void operator()(const data::PrepareProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!p.last && now - drawn_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::seconds(10))) return;
+    drawn_ = now;
+    const double mb = double(p.bytes_done) / 1e6, total = double(p.bytes_total) / 1e6;
+    const double rate = p.seconds > 0 ? mb / p.seconds : 0;
+    const double eta = rate > 0 ? (total - mb) / rate : 0;
+    std::fprintf(stderr, "%sdata prepare | %.1f/%.1f MB | %lld documents | %.3f M tokens | %.2f MB/s | %s%s",
+                 tty_ ? "\r\033[K" : "", mb, total, (long long)p.documents, double(p.tokens) / 1e6, rate,
+                 p.last ? cat("done in ", fmt_seconds(p.seconds)).c_str() : cat("ETA ", fmt_seconds(eta)).c_str(),
+                 tty_ && !p.last ? "" : "\n");
+  }
+
+ private:
+  static std::string fmt_seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, s < 100 ? "%.1f s" : "%.0f s", s);
+    return b;
+  }
+  bool tty_ = isatty(2);
+  std::chrono::steady_clock::time_point drawn_ = std::chrono::steady_clock::now();
+};
+
+void run_prepare(data::PrepareOptions o, const std::string& doc_split, bool json) {
+  o.doc_split = data::parse_doc_split(doc_split);
+  o.progress = PrepareLine();
+  const nlohmann::json m = data::prepare(o);
+  if (json) {
+    std::cout << m.dump() << "\n";
+    return;
+  }
+  int64_t val = 0;
+  for (const auto& s : m["shards"])
+    if (s["split"] == "val") val += s["tokens"].get<int64_t>();
+  std::printf("prepared %s: %lld documents, %lld tokens (train %lld, val %lld) in %zu shard(s); "
+              "tokenizer %s, vocab %lld\n",
+              o.out.c_str(), (long long)m["documents"].get<int64_t>(), (long long)m["tokens"].get<int64_t>(),
+              (long long)(m["tokens"].get<int64_t>() - val), (long long)val, m["shards"].size(),
+              m["tokenizer"]["kind"].get<std::string>().c_str(), (long long)m["tokenizer"]["vocab"].get<int64_t>());
+}
+
+Register prepare_reg("data prepare", "Tokenize text, folders or JSONL into prepared shards for --data",
+                     [](CLI::App& app) {
+  auto o = std::make_shared<data::PrepareOptions>();
+  auto doc_split = std::make_shared<std::string>("file");
+  auto json = std::make_shared<bool>(false);
+  app.add_option("inputs", o->inputs, "Text files, directories (recursively) or .jsonl files")
+      ->required()
+      ->check(plain_path(true));
+  app.add_option("--tokenizer", o->tokenizer,
+                 "tokenizer.json, a directory with vocab.json + merges.txt, or a SentencePiece .model")
+      ->required()
+      ->check(plain_path(true));
+  app.add_option("-o,--out", o->out, "Output directory (must not exist)")->required();
+  app.add_option("--text-field", o->text_field, "The text field of JSONL lines")->capture_default_str();
+  app.add_option("--doc-split", *doc_split, "Documents of a text file: file, blank-line or line")
+      ->capture_default_str();
+  app.add_option("--val-tokens", o->val_tokens, "The first N tokens form the validation split")
+      ->check(number_in(0, 9.2e18));
+  app.add_option("--val-docs", o->val_docs, "The first N documents form the validation split")
+      ->check(number_in(0, 9.2e18));
+  app.add_option("--shard-tokens", o->shard_tokens, "Tokens per shard")
+      ->capture_default_str()
+      ->check(number_in(1, 2147483647));
+  app.add_option("--threads", o->threads, "Encoding threads (0: every core)")
+      ->capture_default_str()
+      ->check(number_in(0, 1024));
+  app.add_flag("--json", *json, "Print the manifest as one JSON object");
+  app.callback([o, doc_split, json] { run_prepare(*o, *doc_split, *json); });
+});
 
 Register plan_reg("data plan", "Show which samples every rank uses at every step", [](CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
@@ -190,7 +302,7 @@ Register plan_reg("data plan", "Show which samples every rank uses at every step
 Register info_reg("data info", "Describe a data spec: tokens, samples, vocabulary, entropy floor",
                   [](CLI::App& app) {
   auto a = std::make_shared<InfoArgs>();
-  app.add_option("--data", a->data, "synthetic[:TOKENS] | FILE.txt | FILE.bin | DIR | GLOB")
+  app.add_option("--data", a->data, "synthetic[:TOKENS] | FILE.txt | FILE.bin | DIR | GLOB | prepared DIR")
       ->capture_default_str();
   app.add_option("--seq", a->seq, "Sequence length T (samples are T+1 tokens)")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/prepared.h"
 #include "data/synthetic.h"
 #include "data/token_file.h"
 
@@ -51,6 +52,7 @@ Split open_split(const std::string& spec, uint64_t seed, double val_fraction, in
   STRATA_CHECK(vocab >= 0, "vocabulary must be positive (got ", vocab, ")");
   if (spec == "synthetic" || spec.rfind("synthetic:", 0) == 0)
     return open_synthetic(spec, seed, vocab);
+  if (is_prepared(spec)) return open_prepared(spec, val_fraction, vocab);
 
   std::vector<std::string> files = resolve_files(spec), train_files, val_files;
   for (const std::string& f : files) (is_val_name(f) ? val_files : train_files).push_back(f);

@@ -29,13 +29,18 @@ class TokenSource {
   // True when tokens are the bytes of a text (a .txt file): samples are shown as text;
   // otherwise (the synthetic corpus, .bin shards) as token ids.
   virtual bool is_text() const { return false; }
+  // Text of token ids when the source knows its tokenizer (a prepared directory), else "".
+  virtual bool can_decode() const { return false; }
+  virtual std::string decode(const std::vector<int32_t>& /*ids*/) const { return ""; }
 };
 
 struct Split {
   std::unique_ptr<TokenSource> train, val;
 };
 
-// spec: "synthetic" | FILE.txt (bytes, vocab 256) | FILE.bin | DIR | GLOB (llm.c shards).
+// spec: "synthetic" | FILE.txt (bytes, vocab 256) | FILE.bin | DIR | GLOB (llm.c shards) |
+// a prepared DIR (`strata data prepare`, data/prepared.h: its manifest's val/train shards, the
+// shards checked against it, samples decoded with its tokenizer; vocab 0 = the tokenizer's).
 // The validation split is the last val_fraction of the stream for files and an independent
 // stream of the same process for the synthetic corpus. A directory or glob whose shard names
 // contain "val" for some shards and not for others (llm.c's fineweb_val_* / fineweb_train_*)

@@ -188,6 +188,22 @@ double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConf
   return sum / double(batch.global_real_tokens);
 }
 
+// Tokens as the data shows them: decoded text when the source knows its tokenizer (escaped as
+// a text file's bytes are), else bytes of a text file or ids.
+static std::string render_sample(const data::TokenSource& src, const std::vector<int32_t>& tokens) {
+  if (src.can_decode()) {
+    try {
+      const std::string text = src.decode(tokens);
+      std::vector<int32_t> bytes;
+      for (const char c : text) bytes.push_back(int32_t(uint8_t(c)));
+      return render_tokens(bytes, true);
+    } catch (const std::exception&) {
+      // an id past the tokenizer's vocabulary (a padded model vocabulary): show ids
+    }
+  }
+  return render_tokens(tokens, src.is_text());
+}
+
 std::string sample_text(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg,
                         int64_t step) {
   PhaseScope phase(PhaseKind::eval);
@@ -196,7 +212,7 @@ std::string sample_text(model::GPT& model, const data::TokenSource& val, const T
   val.read(0, n_prompt, prompt.data());
   std::vector<int32_t> gen = generate(model, prompt, cfg.sample_tokens, cfg.train_seq(),
                                       cfg.model.vocab, cfg.seed, kSampleStream + uint64_t(step));
-  return render_tokens(prompt, val.is_text()) + " | " + render_tokens(gen, val.is_text());
+  return render_sample(val, prompt) + " | " + render_sample(val, gen);
 }
 
 std::string floor_text(double loss, double floor) {

@@ -11,22 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/fnv.h"
 #include "data/tokenizer/bpe.h"
 
 namespace strata::data {
 namespace {
 
 const std::string kShared = std::string(STRATA_SOURCE_DIR) + "/../shared/data/";
-
-uint64_t fnv1a64(const std::vector<int32_t>& ids) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const int32_t id : ids)
-    for (int k = 0; k < 4; ++k) {
-      h ^= (static_cast<uint32_t>(id) >> (8 * k)) & 0xFF;
-      h *= 0x100000001b3ull;
-    }
-  return h;
-}
 
 TEST(BpeTokenizer, TinyShakespeareEqualsTiktokenAndRoundTrips) {
   const std::string text_path = kShared + "tinyshakespeare.txt";
@@ -73,6 +64,23 @@ TEST(BpeTokenizer, MergeNotInVocabularyNamesFileAndLine) {
   EXPECT_THROW(BpeTokenizer::from_vocab_merges((dir / "vocab.json").string(), (dir / "merges.txt").string()),
                std::runtime_error);
   std::filesystem::remove_all(dir);
+}
+
+// Llama 3's tokenizer.json (a Split pattern before ByteLevel) would encode differently under
+// GPT-2's pattern: refused by name rather than encoded wrongly.
+TEST(BpeTokenizer, TokenizerJsonWithItsOwnSplitPatternIsRefused) {
+  const auto path = std::filesystem::temp_directory_path() / ("strata_bpe_split_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated"},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]}})";
+  try {
+    BpeTokenizer::from_tokenizer_json(path.string());
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("splits by a pattern of its own"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -223,6 +223,7 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json, cons
       fail(where, "expected two tokens separated by one space");
     t.add_merge(key_to_bytes(line.substr(0, sp), where), key_to_bytes(line.substr(sp + 1), where), rank++, where);
   }
+  t.files_ = {vocab_json, merges_txt};
   return t;
 }
 
@@ -235,6 +236,11 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   if (type != "BPE") fail(path, "unknown model type '" + type + "' (supported: BPE)");
   if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].dump().find("ByteLevel") == std::string::npos)
     fail(path, "pre_tokenizer is not ByteLevel (only GPT-2-style byte-level BPE is supported)");
+  // Llama 3's tokenizer.json splits words by a pattern of its own before ByteLevel: encoding
+  // it with GPT-2's pattern would give other tokens, silently.
+  if (j["pre_tokenizer"].dump().find("\"Split\"") != std::string::npos)
+    fail(path, "pre_tokenizer splits by a pattern of its own (a \"Split\" step, as Llama 3's does); only "
+               "GPT-2's pattern is supported");
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail(path, "model has no \"vocab\" object");
   for (const auto& [key, id] : model["vocab"].items()) {
     if (!id.is_number_integer()) fail(path, "token '" + key + "' has a non-integer id");
@@ -264,6 +270,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
     }
     t.add_merge(key_to_bytes(a, where), key_to_bytes(b, where), rank++, where);
   }
+  t.files_ = {path};
   return t;
 }
 

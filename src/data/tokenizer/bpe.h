@@ -17,14 +17,17 @@
 // tokenizer per thread.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "data/tokenizer/tokenizer.h"
+
 namespace strata::data {
 
-class BpeTokenizer {
+class BpeTokenizer final : public Tokenizer {
  public:
   // Throws std::runtime_error naming the file and line of the first defect.
   static BpeTokenizer from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt);
@@ -32,10 +35,14 @@ class BpeTokenizer {
 
   // allow_special: added tokens in the text become their ids; otherwise they are plain text.
   std::vector<int32_t> encode(std::string_view text, bool allow_special = false);
-  std::string decode(const std::vector<int32_t>& ids) const;
+  void encode(std::string_view text, std::vector<int32_t>& out) override { encode_ordinary(text, out); }
+  std::string decode(const std::vector<int32_t>& ids) const override;
   // The id of an added/special token by name, or -1.
-  int32_t special_id(std::string_view name) const;
-  int64_t vocab_size() const { return static_cast<int64_t>(id_to_bytes_.size()); }
+  int32_t special_id(std::string_view name) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(id_to_bytes_.size()); }
+  int32_t document_token() const override { return special_id("<|endoftext|>"); }
+  std::string kind() const override { return "bpe"; }
+  std::unique_ptr<Tokenizer> clone() const override { return std::make_unique<BpeTokenizer>(*this); }
   const std::string& token_bytes(int32_t id) const { return id_to_bytes_.at(id); }
 
   // The words of the pre-tokenizer (exposed for tests).

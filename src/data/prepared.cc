@@ -1,0 +1,186 @@
+#include "data/prepared.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "core/stats.h"
+#include "data/dataset.h"
+#include "data/token_file.h"
+#include "data/tokenizer/tokenizer.h"
+
+namespace strata::data {
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+void write_manifest(const std::string& dir, const nlohmann::json& manifest) {
+  const std::string path = dir + "/manifest.json", text = manifest.dump(2) + "\n";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK(fd >= 0, path, ": open failed: ", std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  STRATA_CHECK(ok, path, ": write failed: ", std::strerror(err));
+}
+
+bool is_prepared(const std::string& dir) {
+  return file_kind(dir) == "a directory" && file_kind(dir + "/manifest.json") != "missing";
+}
+
+nlohmann::json read_manifest(const std::string& dir) {
+  const std::string path = dir + "/manifest.json";
+  const int fd = open_regular_file(path, "manifest");
+  std::string text;
+  char buf[1 << 16];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
+  ::close(fd);
+  const nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
+  STRATA_CHECK(!m.is_discarded() && m.is_object(), path, ": not JSON (truncated or damaged)");
+  STRATA_CHECK(m.value("format", "") == kPreparedFormat, path, ": format is not ", kPreparedFormat);
+  auto need = [&](const nlohmann::json& o, const char* key, bool number, const std::string& where) {
+    STRATA_CHECK(o.contains(key) && (number ? o[key].is_number_integer() : !o[key].is_null()), path, ": ", where,
+                 " has no ", number ? "integer " : "", "\"", key, "\"");
+  };
+  need(m, "tokens", true, "the manifest");
+  need(m, "documents", true, "the manifest");
+  need(m, "tokenizer", false, "the manifest");
+  need(m["tokenizer"], "vocab", true, "\"tokenizer\"");
+  need(m["tokenizer"], "document_token", true, "\"tokenizer\"");
+  STRATA_CHECK(m.contains("shards") && m["shards"].is_array() && !m["shards"].empty(), path, ": lists no shards");
+  for (const auto& s : m["shards"]) {
+    STRATA_CHECK(s.is_object() && s.contains("file") && s["file"].is_string(), path, ": a shard without \"file\"");
+    const std::string f = s["file"].get<std::string>();
+    STRATA_CHECK(f.find('/') == std::string::npos && f != ".." && f != ".", path, ": shard name '", f,
+                 "' is not a plain file name");
+    need(s, "tokens", true, "shard " + f);
+    need(s, "documents", true, "shard " + f);
+    need(s, "split", false, "shard " + f);
+  }
+  return m;
+}
+
+void verify_prepared(const std::string& dir, const nlohmann::json& m, bool deep, PreparedStats* stats) {
+  const int32_t doc_token = m["tokenizer"]["document_token"].get<int32_t>();
+  std::vector<uint8_t> seen(65536, 0);
+  std::vector<int64_t> doc_lengths;
+  int64_t run = -1, total = 0, docs = 0;
+  for (const auto& s : m["shards"]) {
+    const std::string name = s["file"].get<std::string>(), path = dir + "/" + name;
+    const std::string kind = file_kind(path);
+    STRATA_CHECK(kind == "a regular file", "shard ", path, " listed in the manifest ",
+                 kind == "missing" ? "is missing" : "is " + kind + ", not a file");
+    MappedFile f(path);
+    const int64_t want = s["tokens"].get<int64_t>();
+    STRATA_CHECK(f.size() >= kBinHeaderInts * 4, "shard ", path, ": ", f.size(),
+                 " bytes, shorter than the 1024-byte .bin header (truncated)");
+    int32_t head[3];
+    std::memcpy(head, f.data(), sizeof head);
+    STRATA_CHECK(head[0] == kBinMagic && head[1] == kBinVersion, "shard ", path, ": not an llm.c version-1 .bin file");
+    STRATA_CHECK(head[2] == want, "shard ", path, ": its header counts ", head[2], " tokens, the manifest ", want);
+    STRATA_CHECK(f.size() == kBinHeaderInts * 4 + 2 * want, "shard ", path, ": ", f.size(), " bytes, expected ",
+                 kBinHeaderInts * 4 + 2 * want, " for ", want, " tokens (truncated or padded)");
+    total += want;
+    if (!deep) continue;
+    const uint8_t* bytes = f.data() + kBinHeaderInts * 4;
+    const std::string hash = hex64(XXH64(bytes, size_t(2 * want), 0));
+    STRATA_CHECK(hash == s.value("xxh64", ""), "shard ", path, ": its tokens hash to ", hash, ", the manifest says ",
+                 s.value("xxh64", "(none)"), " (the shard was changed or damaged)");
+    int64_t shard_docs = 0;
+    for (int64_t i = 0; i < want; ++i) {
+      uint16_t t;
+      std::memcpy(&t, bytes + 2 * i, 2);
+      seen[t] = 1;
+      if (t == doc_token) {
+        ++shard_docs;
+        if (run > 0) doc_lengths.push_back(run);
+        run = 0;
+      }
+      if (run >= 0) ++run;
+    }
+    STRATA_CHECK(shard_docs == s["documents"].get<int64_t>(), "shard ", path, ": holds ", shard_docs,
+                 " documents, the manifest says ", s["documents"].get<int64_t>());
+    docs += shard_docs;
+  }
+  STRATA_CHECK(total == m["tokens"].get<int64_t>(), dir, "/manifest.json: its shards hold ", total,
+               " tokens, the manifest says ", m["tokens"].get<int64_t>());
+  if (!deep || !stats) return;
+  if (run > 0) doc_lengths.push_back(run);
+  stats->tokens = total;
+  stats->documents = docs;
+  stats->distinct_tokens = std::count(seen.begin(), seen.end(), uint8_t{1});
+  if (doc_lengths.empty()) return;
+  const std::vector<double> lengths(doc_lengths.begin(), doc_lengths.end());
+  stats->doc_min = *std::min_element(doc_lengths.begin(), doc_lengths.end());
+  stats->doc_max = *std::max_element(doc_lengths.begin(), doc_lengths.end());
+  stats->doc_mean = mean(lengths);
+  stats->doc_median = median(lengths);
+}
+
+}  // namespace strata::data
+
+namespace strata::data {
+namespace {
+
+// A prepared directory's split as a token stream that can show its samples as text.
+class PreparedSource final : public TokenSource {
+ public:
+  PreparedSource(std::unique_ptr<TokenSource> base, std::shared_ptr<const Tokenizer> tok, std::string what)
+      : base_(std::move(base)), tok_(std::move(tok)), what_(std::move(what)) {}
+  int64_t size() const override { return base_->size(); }
+  int vocab() const override { return base_->vocab(); }
+  void read(int64_t pos, int64_t n, int32_t* out) const override { base_->read(pos, n, out); }
+  std::string describe() const override { return what_ + " " + base_->describe(); }
+  bool can_decode() const override { return true; }
+  std::string decode(const std::vector<int32_t>& ids) const override { return tok_->decode(ids); }
+
+ private:
+  std::unique_ptr<TokenSource> base_;
+  std::shared_ptr<const Tokenizer> tok_;
+  std::string what_;
+};
+
+}  // namespace
+
+Split open_prepared(const std::string& dir, double val_fraction, int vocab) {
+  const nlohmann::json m = read_manifest(dir);
+  verify_prepared(dir, m, /*deep=*/false);
+  const int64_t tvocab = m["tokenizer"]["vocab"].get<int64_t>();
+  STRATA_CHECK(vocab == 0 || vocab >= tvocab, "--data ", dir, ": its tokenizer has ", tvocab,
+               " tokens but the model's vocabulary is ", vocab, " (set --vocab ", tvocab, ")");
+  const int v = vocab > 0 ? vocab : int(tvocab);
+  std::string tok_path = dir + "/tokenizer";
+  const auto& files = m["tokenizer"].value("files", nlohmann::json::array());
+  if (files.size() == 1) tok_path = dir + "/" + files[0].get<std::string>();  // tokenizer.json or .model
+  std::shared_ptr<const Tokenizer> tok = open_tokenizer(tok_path);
+  STRATA_CHECK(hex64(tokenizer_hash(*tok)) == m["tokenizer"].value("xxh64", ""), "--data ", dir,
+               ": the tokenizer files under tokenizer/ do not match the manifest's hash");
+  std::vector<std::string> train, val;
+  for (const auto& s : m["shards"])
+    (s["split"] == "val" ? val : train).push_back(dir + "/" + s["file"].get<std::string>());
+  STRATA_CHECK(!train.empty(), dir, "/manifest.json: lists no \"train\" shard");
+  const std::string what = "prepared " + m["tokenizer"].value("xxh64", "") + ":";
+  Split out;
+  if (!val.empty()) {
+    out.train = std::make_unique<PreparedSource>(std::make_unique<FileStream>(train, v), tok, what);
+    out.val = std::make_unique<PreparedSource>(std::make_unique<FileStream>(val, v), tok, what);
+    return out;
+  }
+  auto whole = std::make_shared<const FileStream>(train, v);
+  const int64_t total = whole->size(), held = int64_t(double(total) * val_fraction);
+  out.train = std::make_unique<PreparedSource>(std::make_unique<SliceSource>(whole, 0, total - held, "train"), tok, what);
+  out.val = std::make_unique<PreparedSource>(std::make_unique<SliceSource>(whole, total - held, total, "val"), tok, what);
+  return out;
+}
+
+}  // namespace strata::data
