@@ -214,14 +214,14 @@ class PrepareLine {
     const double eta = rate > 0 ? (total - mb) / rate : 0;
     std::fprintf(stderr, "%sdata prepare | %.1f/%.1f MB | %lld documents | %.3f M tokens | %.2f MB/s | %s%s",
                  tty_ ? "\r\033[K" : "", mb, total, (long long)p.documents, double(p.tokens) / 1e6, rate,
-                 p.last ? cat("done in ", fmt_seconds(p.seconds)).c_str() : cat("ETA ", fmt_seconds(eta)).c_str(),
+                 p.last ? cat("done in ", fmt_seconds(p.seconds, 3)).c_str() : cat("ETA ", fmt_seconds(eta, 1)).c_str(),
                  tty_ && !p.last ? "" : "\n");
   }
 
  private:
-  static std::string fmt_seconds(double s) {
+  static std::string fmt_seconds(double s, int digits) {
     char b[32];
-    std::snprintf(b, sizeof b, s < 100 ? "%.1f s" : "%.0f s", s);
+    std::snprintf(b, sizeof b, "%.*f s", s < 100 ? digits : 0, s);
     return b;
   }
   bool tty_ = isatty(2);
