@@ -166,7 +166,7 @@ void run_info(const InfoArgs& a) {
     out[name] = {{"describe", src->describe()},
                  {"tokens", src->size()},
                  {"vocab", src->vocab()},
-                 {"samples", data::num_windows(src->size(), a.seq, stride)}};
+                 {"samples", src->num_samples(a.seq, stride)}};
     if (src->entropy_floor() >= 0) out[name]["entropy_floor"] = src->entropy_floor();
   }
   if (a.json) {

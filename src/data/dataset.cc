@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/mixture.h"
 #include "data/prepared.h"
 #include "data/synthetic.h"
 #include "data/token_file.h"
@@ -53,6 +54,23 @@ Split open_split(const std::string& spec, uint64_t seed, double val_fraction, in
   if (spec == "synthetic" || spec.rfind("synthetic:", 0) == 0)
     return open_synthetic(spec, seed, vocab);
   if (is_prepared(spec)) return open_prepared(spec, val_fraction, vocab);
+  if (const auto mix = parse_mixture(spec); !mix.empty()) {
+    std::vector<std::unique_ptr<TokenSource>> train, val;
+    std::vector<double> weights;
+    for (const auto& [part, w] : mix) {
+      Split p = open_split(part, seed, val_fraction, vocab);
+      STRATA_CHECK(train.empty() || p.train->vocab() == train[0]->vocab(), "--data ", spec, ": '", part,
+                   "' has a vocabulary of ", p.train->vocab(), " tokens, the first part ", train[0]->vocab(),
+                   " (a mixture needs one tokenizer)");
+      train.push_back(std::move(p.train));
+      val.push_back(std::move(p.val));
+      weights.push_back(w);
+    }
+    Split s;
+    s.train = std::make_unique<MixtureSource>(std::move(train), weights, seed);
+    s.val = std::make_unique<MixtureSource>(std::move(val), weights, seed);
+    return s;
+  }
 
   std::vector<std::string> files = resolve_files(spec), train_files, val_files;
   for (const std::string& f : files) (is_val_name(f) ? val_files : train_files).push_back(f);

@@ -29,6 +29,16 @@ class TokenSource {
   // True when tokens are the bytes of a text (a .txt file): samples are shown as text;
   // otherwise (the synthetic corpus, .bin shards) as token ids.
   virtual bool is_text() const { return false; }
+  // Samples of seq + 1 tokens every `stride` tokens (default: windows of the stream).
+  virtual int64_t num_samples(int64_t seq, int64_t stride) const;
+  // True when the source orders its own samples each epoch (a mixture, data/mixture.h): the
+  // loader then plans positions of the epoch unshuffled and read_sample() maps them.
+  virtual bool orders_itself() const { return false; }
+  // Sample `sample` (a position of epoch `epoch` when orders_itself()): seq + 1 tokens.
+  virtual void read_sample(int64_t epoch, int64_t sample, int64_t seq, int64_t stride, int32_t* out) const {
+    (void)epoch;
+    read(sample * stride, seq + 1, out);
+  }
   // Text of token ids when the source knows its tokenizer (a prepared directory), else "".
   virtual bool can_decode() const { return false; }
   virtual std::string decode(const std::vector<int32_t>& /*ids*/) const { return ""; }
@@ -49,6 +59,7 @@ struct Split {
 // (an error names the file, token offset and value). 0 = the format's own: 256 for the
 // synthetic corpus and text, 50257 (GPT-2) for .bin. The sources' vocab() returns it.
 // "synthetic:N" sets the size of the synthetic training stream to N tokens.
+// "A:0.7,B:0.3" (two or more specs, each with a weight) mixes them (data/mixture.h).
 Split open_split(const std::string& spec, uint64_t seed, double val_fraction = 0.05,
                  int vocab = 0);
 
@@ -63,6 +74,7 @@ struct SamplerConfig {
   int world = 1;           // W: data-parallel ranks; global batch = b * A * W
   uint64_t seed = 0;
   TailPolicy policy = TailPolicy::drop;
+  bool shuffle = true;  // false: position p of every epoch holds sample p (a mixture orders itself)
 };
 
 struct MicroBatch {

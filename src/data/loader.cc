@@ -78,7 +78,7 @@ struct Loader::Impl {
 
   Impl(const TokenSource& s, const SamplerConfig& c, int r, int64_t stride_, int prefetch)
       : src(s), cfg(c), rank(r), stride(stride_), print(fingerprint(s, c, stride_)),
-        sampler(num_windows(s.size(), c.seq, stride_), c), depth(prefetch) {}
+        sampler(s.num_samples(c.seq, stride_), c), depth(prefetch) {}
 
   StepBatch build(LoaderState& at) const;
   void run();
@@ -102,7 +102,7 @@ StepBatch Loader::Impl::build(LoaderState& at) const {
     mb.sample_ids.resize(size_t(mb.B));
     for (int i = 0; i < mb.B; ++i) {
       const Slot& s = slots[size_t(i)];
-      src.read(s.sample * stride, T + 1, window.data());
+      src.read_sample(plan.before.epoch, s.sample, T, stride, window.data());
       std::copy(window.begin(), window.end() - 1, mb.tokens.begin() + size_t(i) * T);
       std::copy(window.begin() + 1, window.end(), mb.targets.begin() + size_t(i) * T);
       std::fill_n(mb.weights.begin() + size_t(i) * T, T, s.pad ? 0.0f : 1.0f);
@@ -142,6 +142,7 @@ Loader::Loader(const TokenSource& source, const SamplerConfig& cfg_in, int rank,
   STRATA_CHECK(cfg.stride >= 0, "stride must be >= 0 (got ", cfg.stride, "; 0 = seq)");
   STRATA_CHECK(prefetch >= 0, "prefetch depth must be >= 0 (got ", prefetch, ")");
   const int64_t stride = cfg.stride > 0 ? cfg.stride : cfg.seq;
+  if (source.orders_itself()) cfg.shuffle = false;  // a mixture shuffles within each part
   impl_ = std::make_unique<Impl>(source, cfg, rank, stride, prefetch);
   Impl& m = *impl_;
   STRATA_CHECK(rank >= 0 && rank < cfg.world, "rank ", rank, " outside world of ", cfg.world);

@@ -14,6 +14,10 @@ constexpr uint64_t kOrderStream = 0xDA7A'0000'0000'0000ull;
 constexpr int kFeistelRounds = 6;
 }  // namespace
 
+int64_t TokenSource::num_samples(int64_t seq, int64_t stride) const {
+  return num_windows(size(), seq, stride);
+}
+
 int64_t num_windows(int64_t tokens, int64_t seq, int64_t stride) {
   STRATA_CHECK(seq > 0, "sequence length must be positive (got ", seq, ")");
   STRATA_CHECK(stride > 0, "stride must be positive (got ", stride, ")");
@@ -114,9 +118,9 @@ RankPlan Sampler::plan_rank(const EpochOrder& order, int64_t consumed, int64_t r
   for (int64_t j = rank, k = 0; j < present; j += W, ++k) {
     Slot s;
     if (j < real) {
-      s.sample = order(consumed + j);
+      s.sample = cfg_.shuffle ? order(consumed + j) : consumed + j;
     } else {
-      s.sample = order((j - real) % n_);
+      s.sample = cfg_.shuffle ? order((j - real) % n_) : (j - real) % n_;
       s.pad = true;
     }
     rp.micro[k / b].push_back(s);
