@@ -3,6 +3,8 @@
 // `strata data info`: what a data spec holds (tokens, samples, vocabulary, entropy floor); on a
 // prepared directory also its manifest, token statistics and a check of every shard.
 // `strata data prepare`: a corpus and a tokenizer into prepared shards (data/prepare.h).
+// `strata data tokenizer-train`: a byte-level BPE vocabulary trained on a corpus
+// (data/tokenizer/bpe_train.h), written as Hugging Face's vocab.json + merges.txt.
 //
 //   strata data prepare corpus.txt --tokenizer gpt2-bpe/ --doc-split blank-line
 //       --val-tokens 32768 -o data/shakespeare       (llm.c's Tiny Shakespeare recipe)
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 
@@ -19,6 +22,7 @@
 #include "data/prepare.h"
 #include "data/prepared.h"
 #include "data/sampler.h"
+#include "data/tokenizer/bpe_train.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::cli {
@@ -274,6 +278,63 @@ Register prepare_reg("data prepare", "Tokenize text, folders or JSONL into prepa
       ->check(number_in(0, 1024));
   app.add_flag("--json", *json, "Print the manifest as one JSON object");
   app.callback([o, doc_split, json] { run_prepare(*o, *doc_split, *json); });
+});
+
+struct TokenizerTrainArgs {
+  std::vector<std::string> inputs;
+  std::string out, text_field = "text", doc_split = "file";
+  data::BpeTrainOptions train;
+};
+
+void run_tokenizer_train(const TokenizerTrainArgs& a) {
+  STRATA_CHECK(file_kind(a.out) == "missing", "output ", a.out, " already exists (", file_kind(a.out),
+               "): choose a new directory");
+  const data::DocSplit split = data::parse_doc_split(a.doc_split);
+  const auto t0 = std::chrono::steady_clock::now();
+  data::WordCounts counts;
+  int64_t bytes = 0, docs = 0;
+  for (const std::string& f : data::corpus_files(a.inputs)) {
+    const std::string text = data::read_corpus_file(f);
+    std::vector<std::string> parts;
+    data::split_documents(f, text, a.text_field, split, parts);
+    for (const std::string& d : parts) data::count_words(d, counts);
+    bytes += int64_t(text.size());
+    docs += int64_t(parts.size());
+  }
+  STRATA_CHECK(bytes > 0, "tokenizer-train: the corpus holds no text");
+  const data::BpeVocabulary v = data::train_bpe(counts, a.train);
+  // Written beside the output and renamed into place: no half-written tokenizer.
+  const std::string tmp = a.out + ".partial";
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  data::write_bpe_files(v, tmp);
+  std::filesystem::rename(tmp, a.out);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("tokenizer-train: %zu tokens (256 bytes + %zu merges + %zu special) from %lld bytes, %lld "
+              "documents, %zu distinct words in %.2f s -> %s/vocab.json, merges.txt\n",
+              v.tokens.size(), v.merges.size(), a.train.specials.size(), (long long)bytes, (long long)docs,
+              counts.size(), s, a.out.c_str());
+}
+
+Register tokenizer_train_reg("data tokenizer-train", "Train a byte-level BPE tokenizer on a corpus (Hugging Face files)",
+                             [](CLI::App& app) {
+  auto a = std::make_shared<TokenizerTrainArgs>();
+  app.add_option("inputs", a->inputs, "Text files, directories (recursively) or .jsonl files")
+      ->required()
+      ->check(plain_path(true));
+  app.add_option("-o,--out", a->out, "Output directory for vocab.json + merges.txt (must not exist)")->required();
+  app.add_option("--vocab-size", a->train.vocab_size, "Tokens in the vocabulary (bytes + merges + specials)")
+      ->capture_default_str()
+      ->check(number_in(1, 16777216));
+  app.add_option("--min-frequency", a->train.min_frequency, "Stop when the best pair occurs fewer times")
+      ->capture_default_str()
+      ->check(number_in(1, 9.2e18));
+  app.add_option("--special", a->train.specials, "Special tokens, appended after the merges")
+      ->capture_default_str();
+  app.add_option("--text-field", a->text_field, "The text field of JSONL lines")->capture_default_str();
+  app.add_option("--doc-split", a->doc_split, "Documents of a text file: file, blank-line or line")
+      ->capture_default_str();
+  app.callback([a] { run_tokenizer_train(*a); });
 });
 
 Register plan_reg("data plan", "Show which samples every rank uses at every step", [](CLI::App& app) {

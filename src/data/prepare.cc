@@ -34,8 +34,9 @@ bool is_jsonl(const std::string& path) {
   return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
 }
 
-// The files the inputs name, in order (a directory's regular files recursively, by name).
-std::vector<std::string> input_files(const std::vector<std::string>& inputs) {
+}  // namespace
+
+std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const std::string& in : inputs) {
     const std::string kind = file_kind(in);
@@ -54,7 +55,7 @@ std::vector<std::string> input_files(const std::vector<std::string>& inputs) {
   return files;
 }
 
-std::string read_file(const std::string& path) {
+std::string read_corpus_file(const std::string& path) {
   const int fd = open_regular_file(path, "input");
   std::string out;
   char buf[1 << 16];
@@ -72,9 +73,8 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
-// Appends the documents of one file to `docs`.
-void split_documents(const std::string& path, const std::string& text, const PrepareOptions& o,
-                     std::vector<std::string>& docs) {
+void split_documents(const std::string& path, const std::string& text, const std::string& text_field,
+                     DocSplit doc_split, std::vector<std::string>& docs) {
   if (is_jsonl(path)) {
     size_t line_no = 0;
     for (size_t i = 0; i < text.size();) {
@@ -87,18 +87,18 @@ void split_documents(const std::string& path, const std::string& text, const Pre
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object())
         fail(cat(path, " line ", line_no, ": not a JSON object"));
-      const auto f = j.find(o.text_field);
+      const auto f = j.find(text_field);
       if (f == j.end() || !f->is_string())
-        fail(cat(path, " line ", line_no, ": no string field \"", o.text_field, "\" (--text-field)"));
+        fail(cat(path, " line ", line_no, ": no string field \"", text_field, "\" (--text-field)"));
       docs.push_back(f->get<std::string>());
     }
     return;
   }
-  if (o.doc_split == DocSplit::file) {
+  if (doc_split == DocSplit::file) {
     docs.push_back(text);
     return;
   }
-  const std::string_view sep = o.doc_split == DocSplit::blank_line ? "\n\n" : "\n";
+  const std::string_view sep = doc_split == DocSplit::blank_line ? "\n\n" : "\n";
   size_t start = 0;
   for (size_t at = text.find(sep); at != std::string::npos; at = text.find(sep, start)) {
     docs.push_back(text.substr(start, at + sep.size() - start));
@@ -106,6 +106,8 @@ void split_documents(const std::string& path, const std::string& text, const Pre
   }
   if (start < text.size()) docs.push_back(text.substr(start));
 }
+
+namespace {
 
 // One split's shards: tokens stream in, a shard closes at shard_tokens (header written,
 // fsync'd) and is recorded with its token and document counts and the xxh64 of its tokens.
@@ -211,7 +213,7 @@ void encode_batch(const std::vector<std::unique_ptr<Tokenizer>>& toks, const std
 }
 
 void copy_file(const std::string& from, const std::string& to) {
-  const std::string bytes = read_file(from);
+  const std::string bytes = read_corpus_file(from);
   std::ofstream out(to, std::ios::binary);
   out.write(bytes.data(), std::streamsize(bytes.size()));
   out.flush();
@@ -241,7 +243,7 @@ nlohmann::json prepare(const PrepareOptions& o) {
   const int32_t doc_token = tok->document_token();
   STRATA_CHECK(doc_token >= 0, "tokenizer ", o.tokenizer,
                ": has no document token (<|endoftext|> or a beginning-of-sentence piece)");
-  const std::vector<std::string> files = input_files(o.inputs);
+  const std::vector<std::string> files = corpus_files(o.inputs);
 
   const std::string tmp = o.out + ".partial";
   if (file_kind(tmp) == "a directory") fs::remove_all(tmp);
@@ -276,9 +278,9 @@ nlohmann::json prepare(const PrepareOptions& o) {
     if (o.progress) o.progress(p);
   };
   for (const std::string& f : files) {
-    const std::string text = read_file(f);
+    const std::string text = read_corpus_file(f);
     const size_t before = docs.size();
-    split_documents(f, text, o, docs);
+    split_documents(f, text, o.text_field, o.doc_split, docs);
     for (size_t i = before; i < docs.size(); ++i) batch_bytes += docs[i].size();
     p.bytes_done += int64_t(text.size());
     if (batch_bytes >= (8u << 20)) drain();

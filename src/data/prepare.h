@@ -49,6 +49,15 @@ struct PrepareOptions {
   std::function<void(const PrepareProgress&)> progress;  // called after every batch
 };
 
+// The files the inputs name, in order (a directory's regular files recursively, by name);
+// throws naming a missing input, one that is not a file or directory, or an empty directory.
+std::vector<std::string> corpus_files(const std::vector<std::string>& inputs);
+// A whole input file (never blocking on a FIFO); throws naming it.
+std::string read_corpus_file(const std::string& path);
+// Appends the documents of one file's text to `docs` (JSONL by its .jsonl name).
+void split_documents(const std::string& path, const std::string& text, const std::string& text_field,
+                     DocSplit doc_split, std::vector<std::string>& docs);
+
 // Prepares the data set; returns its manifest. Throws one line naming the file (and line)
 // of the first defect: a missing input, a JSONL line that is not an object with the text
 // field, an empty corpus, a vocabulary past 16 bits, `out` already present.
