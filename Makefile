@@ -5,7 +5,7 @@ JOBS      ?= $(shell nproc)
 DEB_PKGS  := cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
              libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libsodium-dev \
              libpng-dev chromium iproute2 libdnnl-dev libicu-dev \
-             libsentencepiece-dev sentencepiece
+             libsentencepiece-dev sentencepiece libtomlplusplus-dev
 STRATA    := $(BUILD)/strata
 
 .PHONY: all deps bench-deps install build demo test bench clean

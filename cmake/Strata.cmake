@@ -41,6 +41,10 @@ strata_debian_lib(strata_sentencepiece sentencepiece sentencepiece_processor.h l
 
 find_library(STRATA_XXHASH NAMES xxhash REQUIRED)
 
+# toml++ (Debian libtomlplusplus-dev): run configs.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
+
 # Build time. Code whose speed a run does not feel (tests, the command line, the planner
 # and the offline diagnostics) builds at -O1 in optimised builds; the rest (core, kernels,
 # comm, model, data, parallel, ckpt, train: every hot path) keeps -O3. Template-heavy code

@@ -9,8 +9,10 @@
 // The model is a preset (--model) with optional overrides of its architecture; --seq is the
 // training sequence length and may not exceed the model's position table (--max-seq).
 #include <cmath>
+#include <iostream>
 #include <string>
 
+#include "ckpt/fsutil.h"
 #include "ckpt/interval.h"
 #include "cli/command.h"
 #include "core/error.h"
@@ -19,6 +21,7 @@
 #include "comm/types.h"
 #include "cli/fault_flags.h"
 #include "cli/host_flags.h"
+#include "cli/run_config.h"
 #include "model/context/layout.h"
 #include "model/gpt.h"
 #include "parallel/options.h"
@@ -320,7 +323,13 @@ void setup(CLI::App& app) {
   app.add_flag("--preflight", p.preflight,
                "Before step 1, run the bandwidth doctor (strata doctor net) over the job's ranks and hosts");
   add_moe_flags(app, *a);
-  app.callback([&app, a] {
+  RunConfigFlags& config = add_run_config(app);
+  app.callback([&app, a, &config] {
+    apply_run_config(app, config, "training");
+    if (config.print) {
+      std::cout << resolved_config(app, "training");
+      return;
+    }
     // Several hosts: their slots give the rank count unless --nproc says otherwise.
     const HostFlags::Resolved h = a->host_flags.resolve();
     train::ParallelConfig& pcfg = a->parallel;
@@ -331,6 +340,11 @@ void setup(CLI::App& app) {
       pcfg.nproc = comm::total_slots(h.hosts);
     train::TrainConfig cfg = resolve(app, *a);
     train::ParallelConfig pc = resolve_parallel(app, *a, cfg);
+    // The run dir keeps the resolved config: --config RUN/config.toml runs it again.
+    if (!cfg.run_dir.empty() && !comm::launched_as_rank()) {
+      ckpt::make_dirs(cfg.run_dir);
+      ckpt::atomic_write_file(cfg.run_dir + "/config.toml", resolved_config(app, "training"));
+    }
     if (std::optional<int> code = train::launch_ranks_if_needed(cfg, pc)) {
       if (*code != 0) throw ExitCode{*code};
       return;
