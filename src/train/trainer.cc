@@ -383,7 +383,13 @@ void Trainer::Run::train_step(int64_t step) {
     model->moe()->take_owned_rows();
     ep_bytes_at_step_begin = model->moe()->group().bytes_sent();
   }
-  // A pipeline runs every micro-batch's forward and backward in its schedule's order.
+  // A pipeline runs every micro-batch's forward and backward in its schedule's order (its
+  // executor marks each action's pass for the flight recorder).
+  if (factory.run_step) {
+    current_phase().set_kind(PhaseKind::forward);
+    if (hit && cfg.fault.kind == diag::FaultKind::sleep)
+      std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
+  }
   double loss_sum = factory.run_step ? factory.run_step(batch, scale) : 0.0;
   for (int m = 0; m < int(factory.run_step ? 0 : batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
@@ -402,6 +408,7 @@ void Trainer::Run::train_step(int64_t step) {
     current_phase().set_kind(PhaseKind::backward);
     model->backward(scale);
   }
+  current_phase().set_kind(PhaseKind::backward);  // the gradients' last reductions
   engine->end_backward();
   int64_t sequences = 0;
   for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
