@@ -116,8 +116,10 @@ void explain_missing(HangReport& r, const Analysis& a, const StuckOp& s, int m) 
     return;
   }
   if (!a.dead.empty()) {
-    r.ranks.push_back({m, cat("rank ", m, " was in ", describe_phase(d.phase), " when the job stopped; ",
-                              last_operation(d))});
+    // One line per rank: it is missing from every operation the death left stuck.
+    std::string text = cat("rank ", m, " was in ", describe_phase(d.phase), " when the job stopped; ", last_operation(d));
+    if (std::none_of(r.ranks.begin(), r.ranks.end(), [&](auto& f) { return f.text == text; }))
+      r.ranks.push_back({m, std::move(text)});
     return;
   }
   // Past the call site means skipped, for collectives; pipeline schedules interleave

@@ -332,3 +332,28 @@ TEST(HangCases, FacingReceivesAfterADeathAreFoldedUnderIt) {
   EXPECT_EQ(r.culprits[0].cause, Cause::dead) << text;
   EXPECT_NE(text.find("after the death of rank 2: ranks 0 -> 1 -> 0"), std::string::npos) << text;
 }
+
+// kill-during-save: rank 2 died while the others saved or waited. Rank 1, in its save,
+// never reached either stuck operation; where it was is said once, not once per operation.
+TEST(HangCases, SurvivorStoppedAfterADeathIsDescribedOnce) {
+  json f = phase(3, 0, "forward"), c = phase(3, -1, "checkpoint save");
+  const std::vector<int> world = {0, 1, 2, 3};
+  std::vector<json> d = {
+      dump(0, 4, "peer-dead", f,
+           {entry("tp0", {0, 1}, 5, "allgather", 64, "failed", f), entry("world", world, 7, "allreduce", 1, "failed", f)}),
+      dump(1, 4, "signal", c,
+           {entry("tp0", {0, 1}, 4, "allgather", 64, "completed", f),
+            entry("world", world, 6, "allreduce", 1, "completed", f)}),
+      dump(3, 4, "peer-dead", f, {entry("world", world, 7, "allreduce", 1, "failed", f)}),
+  };
+  d[0]["dead_peers"] = {2};
+  d[2]["dead_peers"] = {2};
+  HangReport r = diagnose_hang(set_of(d));
+  const std::string text = format_hang_report(r);
+  ASSERT_FALSE(r.culprits.empty()) << text;
+  EXPECT_EQ(r.culprits[0].rank, 2) << text;
+  EXPECT_EQ(r.stuck.size(), 2u) << text;
+  int lines = 0;
+  for (const RankFinding& x : r.ranks) lines += x.rank == 1;
+  EXPECT_EQ(lines, 1) << text;
+}
