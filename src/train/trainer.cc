@@ -362,11 +362,13 @@ void Trainer::Run::track_peak(double tokens_per_s, int64_t step) {
 }
 
 void Trainer::Run::train_step(int64_t step) {
+  // Steps count from 1, as printed; set before a fault at the step's start, so that a rank
+  // hung there dumps as in this step, not in the last phase of the one before.
+  current_phase().set(step + 1, -1, PhaseKind::data);
   inject_at_step_start(step);
   const bool hit = inject && cfg.fault.fires(topo.rank, step + 1);
   Stopwatch sw;
   TraceSpan step_span(tracer(), tracer().enabled() ? cat("step ", step + 1) : "", "step");
-  current_phase().set(step + 1, -1, PhaseKind::data);  // steps count from 1, as printed
   const int64_t blocked_step0 = comm::thread_blocked_ns();
   data::StepBatch batch = [&] {
     TraceSpan span(tracer(), "data", "data");

@@ -119,6 +119,9 @@ void check_case(const Case& c) {
   EXPECT_EQ(lead["cause"], c.kind->cause) << where;
   for (const json& other : c.report["culprits"])  // no survivor is blamed beside it
     EXPECT_TRUE(other["rank"] == c.layout->rank) << other.dump() << "\n" << where;
+  if (std::string(c.kind->inject) == "hang") {  // it hangs at the start of step 3: said so
+    EXPECT_NE(lead["text"].get<std::string>().find("(step 3)"), std::string::npos) << where;
+  }
   if (std::string(c.kind->inject) == "skip-collective") {
     // The steps: the others wait in step 3; the culprit has gone on to step 4, except
     // under ep, where its next call of the group (the expert-load reduce) is in step 3.
