@@ -61,13 +61,13 @@ void explain_mismatch(HangReport& r, const Mismatch& m) {
     for (const Mismatch::Side& o : m.sides)
       if (&o != &side && !std::includes(m.culprits.begin(), m.culprits.end(), o.ranks.begin(), o.ranks.end()))
         others += cat(others.empty() ? "" : "; ", ranks_word(o.ranks), " called ", o.call);
-    std::string why = m.how == "history" && m.left_out
-                          ? cat("; its calls in step ", side.phase.step,
-                                " are its calls of the step before with that one left out")
-                      : m.how == "history" ? cat("; its calls in step ", side.phase.step,
-                                               " differ from its calls in the step before")
-                      : m.how == "step" ? cat("; its call comes from step ", side.phase.step,
-                                              ", a step the others have not reached") : "";
+    std::string why;
+    if (m.how == "history")
+      why = cat("; its calls in step ", side.phase.step,
+                m.left_out ? " are its calls of the step before with that one left out"
+                           : " differ from its calls in the step before");
+    else if (m.how == "step")
+      why = cat("; its call comes from step ", side.phase.step, ", a step the others have not reached");
     for (int rank : side.ranks) {
       std::string text = skipped ? cat("rank ", rank, " skipped a collective: ")
                                  : cat("rank ", rank, " called a different ", m.what, ": ");
@@ -117,7 +117,8 @@ void explain_missing(HangReport& r, const Analysis& a, const StuckOp& s, int m) 
   }
   if (!a.dead.empty()) {
     // One line per rank: it is missing from every operation the death left stuck.
-    std::string text = cat("rank ", m, " was in ", describe_phase(d.phase), " when the job stopped; ", last_operation(d));
+    std::string text =
+        cat("rank ", m, " was in ", describe_phase(d.phase), " when the job stopped; ", last_operation(d));
     if (std::none_of(r.ranks.begin(), r.ranks.end(), [&](auto& f) { return f.text == text; }))
       r.ranks.push_back({m, std::move(text)});
     return;
