@@ -173,17 +173,25 @@ TEST(DoctorSweep, StuckHeaderNamesEachCallWhenTheyDiffer) {
 // A hung rank prints nothing; the rank that timed out waiting on it exits first. The restart
 // line names the hung one, with the operation its peer waited in.
 TEST(DoctorSweep, RestartLineNamesTheHungRank) {
-  // Under pp the peer waits in a stage-to-stage receive; the rank's role is named.
-  const std::pair<std::string, std::string> runs[] = {
-      {"--nproc 2", "restart 1/1 after rank 1 stopped answering (rank 0 timed out waiting on it in group world "
-                    "allreduce #"},
-      {"--nproc 2 --pp 2", "restart 1/1 after rank 1 (pipeline stage 1, dp 0) stopped answering (rank 0 timed out "
-                           "waiting on it in group pp("},
+  // Under pp the peer waits in a stage-to-stage receive; the rank's role is named. In 3D the
+  // ranks wait in sub-groups, whose group ranks are not world ranks, and some wait on ranks
+  // that themselves wait on the hung one: whichever times out first, rank 5 is named.
+  const struct {
+    std::string layout;
+    int rank;
+    std::string line;
+  } runs[] = {
+      {"--nproc 2", 1, "restart 1/1 after rank 1 stopped answering (rank 0 timed out waiting on it in group world "
+                       "allreduce #"},
+      {"--nproc 2 --pp 2", 1, "restart 1/1 after rank 1 (pipeline stage 1, dp 0) stopped answering (rank 0 timed "
+                              "out waiting on it in group pp("},
+      {"--nproc 8 --pp 2 --tp 2 --dp 2", 5, "restart 1/1 after rank 5 (pipeline stage 1, tp 1, dp 0) stopped "
+                                            "answering (rank "},
   };
-  for (const auto& [layout, line] : runs) {
+  for (const auto& [layout, rank, line] : runs) {
     TempDir dir("restart");
-    const RunResult r = run_strata(kTiny + layout + " --inject hang --inject-rank 1 --inject-step 3 "
-                                                    "--max-restarts 1 --run-dir " + dir.str(),
+    const RunResult r = run_strata(kTiny + layout + " --inject hang --inject-rank " + std::to_string(rank) +
+                                       " --inject-step 3 --max-restarts 1 --run-dir " + dir.str(),
                                    "", Streams::separate);
     EXPECT_EQ(r.status, 0) << layout << "\n" << r.err;
     EXPECT_NE(r.err.find(line), std::string::npos) << layout << "\n" << r.err;
