@@ -571,6 +571,21 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
   }
 }
 
+// A rank that timed out exits non-zero and so is the first to fail, while the rank it waited
+// on (hung in compute, or stopped) says nothing: the failure names that rank first, as the
+// timed-out rank's line says, and the exit after it.
+void name_unanswering_rank(LaunchResult& res, const std::vector<std::pair<int, std::string>>& timeouts,
+                           const LaunchOptions& o) {
+  if (res.failed_rank < 0 || res.interrupted || !o.hosts.empty() ||
+      res.message.rfind(cat("rank ", res.failed_rank, " exited with code "), 0) != 0)
+    return;
+  int hung = -1;
+  const std::string said = unanswering_rank(timeouts, hung);
+  if (said.empty() || hung == res.failed_rank || hung >= o.nproc) return;
+  res.message = cat(said, "; ", res.message);
+  res.failed_rank = hung;
+}
+
 }  // namespace
 
 static LaunchResult launch_once(const LaunchOptions& o) {
@@ -582,12 +597,13 @@ static LaunchResult launch_once(const LaunchOptions& o) {
   std::vector<std::string> mpirun_lines;
   std::vector<std::pair<int, std::string>> timeouts;
   std::vector<int> stopped;
-  for (LineSink& s : sinks)
+  for (LineSink& s : sinks) {
+    s.timeouts = &timeouts;  // a rank's own stream, or mpirun's split by its tags
     if (s.rank < 0) {
       s.captured = &mpirun_lines;
-      s.timeouts = &timeouts;
       s.stopped = &stopped;
     }
+  }
   supervise(guard, sinks, o, res);
   if (o.backend == Backend::mpi && res.exit_code != 0 && res.message.empty()) {
     int rank = -1;
@@ -611,6 +627,7 @@ static LaunchResult launch_once(const LaunchOptions& o) {
       }
     }
   }
+  name_unanswering_rank(res, timeouts, o);
   if (!o.hosts.empty() && res.exit_code != 0 && !res.interrupted) {
     // What broke between the hosts (a link set down mid-run, a host gone): probed again.
     for (const std::string& p : host_network_problems(o.hosts, o.rsh_agent, std::min(5.0, o.reach_timeout_s), o.ifaces))

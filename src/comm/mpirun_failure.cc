@@ -70,7 +70,7 @@ std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& time
     const std::string host = host_of_rank(hosts, rank);
     return cat("rank ", rank, host.empty() ? "" : cat(" (host ", host, ")"));
   };
-  static const std::regex peer(R"(with rank (\d+))");
+  static const std::regex world(R"(\(peer: world rank (\d+)\))"), local(R"(with rank (\d+))");
   std::string out;
   std::vector<int> named;
   for (const auto& [rank, line] : timeouts) {
@@ -81,11 +81,52 @@ std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& time
     for (const std::string& lead : leads)
       if (what.rfind(lead, 0) == 0) what.erase(0, lead.size());
     std::smatch m;
-    const std::string waiting =
-        std::regex_search(what, m, peer) ? cat(" waiting on ", who(std::stoi(m[1].str()))) : std::string();
+    const bool found = std::regex_search(line, m, world) || std::regex_search(line, m, local);
+    const std::string waiting = found ? cat(" waiting on ", who(std::stoi(m[1].str()))) : std::string();
     out += cat("; ", who(rank), " timed out", waiting, ": ", what);
   }
   return out;
+}
+
+std::string unanswering_rank(const std::vector<std::pair<int, std::string>>& timeouts, int& rank) {
+  static const std::regex world(R"(\(peer: world rank (\d+)\))"), local(R"((waiting for|with) rank (\d+))");
+  static const std::regex op(R"(: timeout: (group \S+ \S+ #\d+))");
+  struct Wait {
+    int peer;
+    std::string op;
+  };
+  std::vector<std::pair<int, Wait>> waits;  // in the order the lines came
+  for (const auto& [r, line] : timeouts) {
+    // A relayed report ("rank 0 reported: ...", "group X failed: ...") names the first
+    // rank's peer, not a wait of this rank's own.
+    if (line.find(": timeout: ") == std::string::npos || line.find(" reported: ") != std::string::npos ||
+        line.find(" failed: ") != std::string::npos)
+      continue;
+    std::smatch m;
+    int peer = std::regex_search(line, m, world) ? std::stoi(m[1].str())
+               : std::regex_search(line, m, local) ? std::stoi(m[2].str()) : -1;
+    if (peer < 0 || peer == r) continue;
+    waits.push_back({r, {peer, std::regex_search(line, m, op) ? m[1].str() : std::string()}});
+  }
+  if (waits.empty()) return "";
+  auto wait_of = [&](int r) -> const Wait* {
+    for (const auto& [w, x] : waits)
+      if (w == r) return &x;
+    return nullptr;
+  };
+  int waiter = waits.front().first;
+  std::vector<int> seen{waiter};
+  for (const Wait* w = wait_of(waiter); w;) {
+    const Wait* next = wait_of(w->peer);
+    if (!next || std::count(seen.begin(), seen.end(), w->peer)) break;
+    waiter = w->peer;
+    seen.push_back(waiter);
+    w = next;
+  }
+  const Wait& w = *wait_of(waiter);
+  rank = w.peer;
+  return cat("rank ", w.peer, " stopped answering (rank ", waiter, " timed out waiting on it",
+             w.op.empty() ? "" : " in " + w.op, ")");
 }
 
 // The one host none of whose ranks said that mpirun's stop (SIGTERM) reached them, while

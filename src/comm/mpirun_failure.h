@@ -37,6 +37,14 @@ std::string leading_failure(const std::string& recorded, int& rank, const std::s
 std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& timeouts,
                             const std::vector<HostSlots>& hosts);
 
+// The rank that stopped answering, from the ranks' timeout lines ("strata: rank 0: timeout:
+// group world allreduce #7: timed out waiting for rank 1 (...)"; a peer named "(peer: world
+// rank W)" is taken as W): the peer of the first rank that timed out on its own (not relaying
+// a peer's report), followed while that peer itself timed out waiting on another. Returns
+// "rank 1 stopped answering (rank 0 timed out waiting on it in group world allreduce #7)"
+// and sets `rank`; "" when no line names a peer other than its own rank.
+std::string unanswering_rank(const std::vector<std::pair<int, std::string>>& timeouts, int& rank);
+
 // The one host none of whose ranks said that mpirun's stop (SIGTERM) reached them (`stopped`:
 // the ranks that did), while ranks elsewhere did: its ranks died without a word, with the
 // host. "" when that is not the picture (no rank answered, or several hosts stayed silent).

@@ -172,6 +172,12 @@ void GroupRuntime::on_failure(std::exception_ptr err) {
   bool aborted_by_peer = false;
   try {
     std::rethrow_exception(err);
+  } catch (const PeerTimeoutError& e) {
+    reason = "timeout";
+    msg = e.what();
+    // Group ranks are not world ranks in a sub-group: the launcher names the world rank.
+    if (e.peer() >= 0 && size_t(e.peer()) < world_ranks_.size())
+      msg += cat(" (peer: world rank ", world_ranks_[size_t(e.peer())], ")");
   } catch (const TimeoutError& e) {
     reason = "timeout";
     msg = e.what();
@@ -286,10 +292,11 @@ void GroupRuntime::p2p_loop() {
         try {
           if (transport_->p2p_progress(it->op, it->st)) it->st.finished = true;
           if (!it->st.finished && now_ns() > it->op.deadline_ns)
-            throw TimeoutError(cat("group ", name_, " ", op_name(it->op.op), " #", it->op.seq,
-                                   " with rank ", it->op.peer, " tag ", it->op.tag,
-                                   ": timed out after ", timeout_s_, " s (", it->st.done_bytes,
-                                   " bytes moved)"));
+            throw PeerTimeoutError(cat("group ", name_, " ", op_name(it->op.op), " #", it->op.seq,
+                                       " with rank ", it->op.peer, " tag ", it->op.tag,
+                                       ": timed out after ", timeout_s_, " s (", it->st.done_bytes,
+                                       " bytes moved)"),
+                                   it->op.peer);
         } catch (...) {
           err = std::current_exception();
         }

@@ -25,6 +25,17 @@ class PeerDeadError : public Error {  // a peer process died or exited mid-opera
  public:
   using Error::Error;
 };
+// A wait that ran out of time on one peer. `peer` is its rank in the group; the runtime,
+// which knows the group's world ranks, names the world rank in what it reports, so that a
+// launcher reading a rank's timeout line learns which process stopped answering.
+class PeerTimeoutError : public TimeoutError {
+ public:
+  PeerTimeoutError(const std::string& what, int peer) : TimeoutError(what), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
 class PeerAbortError : public Error {  // a peer reported a failure of this group
  public:
   // reason: the reporting rank's dump reason ("timeout", "peer-dead", "error").

@@ -104,6 +104,18 @@ int deviates_from_history(const Group& g, int r, int64_t k, bool complete_histor
   return std::equal(now.begin(), now.end(), before.begin()) ? 0 : 1;
 }
 
+// Rank r's calls in the step of seq k are its calls in the step before with exactly one
+// left out, and that one is `other` (another side's call at k, as signature@site): r
+// skipped it.
+bool left_out_in_step(const Group& g, int r, int64_t k, const std::string& other) {
+  const int64_t s = g.by_rank.at(r).at(k)->phase.step;
+  const auto now = calls_in_step(g, r, s, k), before = calls_in_step(g, r, s - 1, INT64_MAX);
+  if (now.size() >= before.size()) return false;
+  size_t i = 0;
+  while (i < now.size() && now[i] == before[i]) ++i;
+  return before[i] == other && std::equal(now.begin() + long(i), now.end(), before.begin() + long(i) + 1);
+}
+
 // What two calls at one seq disagree on, most telling first.
 constexpr const char* kFields[] = {"op", "dtype", "reduce op", "root", "count", "call site"};
 int first_difference(const FlightEntry& a, const FlightEntry& b) {
@@ -137,6 +149,16 @@ void pick_culprits(const Analysis& a, const Group& g, int present, Mismatch& mm)
   if (!deviating.empty() && some_consistent) {
     mm.culprits = deviating;
     mm.how = "history";
+    // Left out: every culprit's step is its step before less the call the others made here.
+    const Mismatch::Side* ref = nullptr;
+    for (const Mismatch::Side& side : mm.sides)
+      if (!ref && std::find(deviating.begin(), deviating.end(), side.ranks[0]) == deviating.end()) ref = &side;
+    if (ref) {
+      const FlightEntry& e = *g.by_rank.at(ref->ranks[0]).at(mm.seq);
+      const std::string other = signature(e) + "@" + site(e, false);
+      mm.left_out = std::all_of(deviating.begin(), deviating.end(),
+                                [&](int r) { return left_out_in_step(g, r, mm.seq, other); });
+    }
     return;
   }
   // Every rank counts its group's calls from 0 in the same order, so at one seq a side
@@ -206,7 +228,7 @@ std::vector<StuckOp> find_stuck_collectives(const Analysis& a) {
     s.group = g.name;
     s.group_ranks = g.ranks;
     s.seq = k;
-    std::map<std::string, std::pair<int, const FlightEntry*>> calls;  // call -> (ranks, example)
+    std::map<std::string, std::pair<std::vector<int>, const FlightEntry*>> calls;  // call -> (ranks, example)
     for (int r : g.ranks) {
       auto dit = a.dump.find(r);
       auto mit = g.by_rank.find(r);
@@ -224,7 +246,8 @@ std::vector<StuckOp> find_stuck_collectives(const Analysis& a) {
         s.waiting.push_back(r);
         if (it->second->state == OpState::failed) s.failed.push_back(r);
         auto& c = calls[signature(*it->second) + "@" + site(*it->second, true)];
-        if (c.first++ == 0) c.second = it->second;
+        if (c.first.empty()) c.second = it->second;
+        c.first.push_back(r);
         int64_t t0 = it->second->t_started_ns ? it->second->t_started_ns : it->second->t_scheduled_ns;
         if (t0 > 0 && dit->second->time_ns > t0)
           s.waited_s = std::max(s.waited_s, seconds(dit->second->time_ns - t0));
@@ -234,9 +257,14 @@ std::vector<StuckOp> find_stuck_collectives(const Analysis& a) {
     }
     // Describe it as most of its waiting members called it.
     const FlightEntry* rep = nullptr;
-    int most = 0;
+    size_t most = 0;
     for (auto& [key, c] : calls)
-      if (c.first > most) most = c.first, rep = c.second;
+      if (c.first.size() > most) most = c.first.size(), rep = c.second;
+    if (calls.size() > 1) {
+      for (auto& [key, c] : calls)
+        s.calls.push_back({c.first, call_text(*c.second) + " from " + describe_phase(c.second->phase)});
+      std::sort(s.calls.begin(), s.calls.end(), [](auto& x, auto& y) { return x.ranks < y.ranks; });
+    }
     if (rep) {
       s.op = rep->op;
       s.dtype = rep->dtype;

@@ -56,6 +56,9 @@ struct Mismatch {
   std::vector<Side> sides;   // largest first
   std::vector<int> culprits;  // empty when no side can be singled out
   std::string how;            // "majority", "history", "step" (a side called from a later step), or ""
+  // "history": the culprits' calls in the step are those of their step before with one left
+  // out, the one the other side called at this seq: a skipped call, not a different one.
+  bool left_out = false;
 };
 
 struct StuckOp {
@@ -70,6 +73,14 @@ struct StuckOp {
   // group_ranks (its position in the group); empty otherwise.
   std::vector<int> stages;
   Phase phase;    // where the waiting ranks called it from
+  // The waiting ranks' calls at this seq when they differ (a mismatch): each one with its
+  // ranks, in the order of their lowest rank; empty when they all called the same. The
+  // fields above then describe the call most of them made.
+  struct Call {
+    std::vector<int> ranks;
+    std::string call;  // "allreduce double x 1 from optimizer (step 3)"
+  };
+  std::vector<Call> calls;
   std::vector<int> waiting;  // reached it, not finished (includes those where it failed)
   std::vector<int> failed;   // reached it and it failed there (timeout, peer error)
   std::vector<int> missing;  // their dumps show they never reached it

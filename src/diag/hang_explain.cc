@@ -56,15 +56,18 @@ void explain_mismatch(HangReport& r, const Mismatch& m) {
   for (const Mismatch::Side& side : m.sides) {
     if (!std::includes(m.culprits.begin(), m.culprits.end(), side.ranks.begin(), side.ranks.end()))
       continue;
-    bool skipped = m.what == "call site" || (reference && phase_after(side.phase, reference->phase));
+    bool skipped = m.left_out || m.what == "call site" || (reference && phase_after(side.phase, reference->phase));
     std::string others;
     for (const Mismatch::Side& o : m.sides)
       if (&o != &side && !std::includes(m.culprits.begin(), m.culprits.end(), o.ranks.begin(), o.ranks.end()))
         others += cat(others.empty() ? "" : "; ", ranks_word(o.ranks), " called ", o.call);
-    std::string why = m.how == "history" ? cat("; its calls in step ", side.phase.step,
-                                               " differ from its calls in the step before")
-                      : m.how == "step" ? cat("; its call comes from step ", side.phase.step,
-                                              ", a step the others have not reached") : "";
+    std::string why;
+    if (m.how == "history")
+      why = cat("; its calls in step ", side.phase.step,
+                m.left_out ? " are its calls of the step before with that one left out"
+                           : " differ from its calls in the step before");
+    else if (m.how == "step")
+      why = cat("; its call comes from step ", side.phase.step, ", a step the others have not reached");
     for (int rank : side.ranks) {
       std::string text = skipped ? cat("rank ", rank, " skipped a collective: ")
                                  : cat("rank ", rank, " called a different ", m.what, ": ");
@@ -97,20 +100,32 @@ void explain_missing(HangReport& r, const Analysis& a, const StuckOp& s, int m) 
     return;
   }
   auto bit = a.blocking.find(m);
-  if (bit != a.blocking.end() && !is_op(*bit->second, s)) {
-    const FlightEntry& e = *bit->second;
+  const FlightEntry* blocked = bit != a.blocking.end() && !is_op(*bit->second, s) ? bit->second : nullptr;
+  if (blocked && a.dead.empty() && past_call_site(d, blocked, s)) {
+    const FlightEntry& e = *blocked;
+    r.culprits.push_back({m, Cause::skipped,
+                          cat("rank ", m, never, " (the others called it from ", describe_phase(s.phase),
+                              ") and went on to ", describe_phase(e.phase), ", where it is blocked in ",
+                              op_label(e), " (", call_text(e), "): it skipped that collective")});
+    return;
+  }
+  if (blocked) {
+    const FlightEntry& e = *blocked;
     r.ranks.push_back({m, cat("rank ", m, " is blocked in ", op_label(e), " (", call_text(e), " from ",
                               describe_phase(e.phase), ") and", never)});
     return;
   }
   if (!a.dead.empty()) {
-    r.ranks.push_back({m, cat("rank ", m, " was in ", describe_phase(d.phase), " when the job stopped; ",
-                              last_operation(d))});
+    // One line per rank: it is missing from every operation the death left stuck.
+    std::string text =
+        cat("rank ", m, " was in ", describe_phase(d.phase), " when the job stopped; ", last_operation(d));
+    if (std::none_of(r.ranks.begin(), r.ranks.end(), [&](auto& f) { return f.text == text; }))
+      r.ranks.push_back({m, std::move(text)});
     return;
   }
   // Past the call site means skipped, for collectives; pipeline schedules interleave
   // forward and backward, so for point-to-point the order of phases says nothing.
-  if (!s.p2p && phase_after(d.phase, s.phase)) {
+  if (past_call_site(d, nullptr, s)) {
     r.culprits.push_back({m, Cause::skipped,
                           cat("rank ", m, never, " (the others called it from ", describe_phase(s.phase),
                               ") and is already in ", describe_phase(d.phase),
@@ -130,6 +145,9 @@ void mark_roots(HangReport& r, const Analysis& a) {
     for (int m : s.missing) {
       auto b = a.blocking.find(m);
       bool elsewhere = a.dump.count(m) && !a.dead.count(m) && b != a.blocking.end() && !is_op(*b->second, s);
+      // A member blocked elsewhere from past the call site skipped the call: its wait is a
+      // consequence, and this operation is where the job broke.
+      if (elsewhere && a.dead.empty() && past_call_site(*a.dump.at(m), b->second, s)) elsewhere = false;
       (elsewhere ? waits_elsewhere : terminal) = true;
     }
     s.root = terminal || !waits_elsewhere;
@@ -250,13 +268,14 @@ void find_stragglers(HangReport& r, const Analysis& a, const StragglerRule& rule
 }
 
 // A dead rank explains the waits of the survivors: operations whose members all reached
-// them stall when a member's other groups lose a peer. Its death leads the culprits, and
-// those stalls are listed under it instead of as causes of their own.
+// them stall when a member's other groups lose a peer, and pipeline stages stopped with
+// receives posted ahead on both channels face each other in two receives. Its death leads
+// the culprits, and those stalls and cycles are listed under it instead of as causes.
 void fold_under_deaths(HangReport& r) {
   if (r.dead.empty()) return;
   std::vector<Culprit> kept;
   for (Culprit& c : r.culprits) {
-    if (c.cause == Cause::comm_stalled)
+    if (c.cause == Cause::comm_stalled || c.cause == Cause::order_deadlock)
       r.notes.push_back(cat("after the death of ", ranks_word(r.dead), ": ", c.text));
     else
       kept.push_back(std::move(c));

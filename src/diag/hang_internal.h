@@ -79,6 +79,18 @@ inline bool phase_after(const Phase& a, const Phase& b) {
   return a.kind == "backward" ? a.layer < b.layer : a.layer > b.layer;
 }
 
+// A member that never reached stuck collective `s` is past its call site: it skipped the
+// call. Idle, its dump's phase tells (a later step, or a later phase of the step); blocked in
+// another operation, only a later step of that operation does, since within a step
+// schedules interleave the groups' operations (a pipeline's stages, overlapped reductions).
+// Pipeline schedules interleave forward and backward, so for point-to-point the order of
+// phases says nothing.
+inline bool past_call_site(const FlightDump& d, const FlightEntry* blocking, const StuckOp& s) {
+  if (s.p2p) return false;
+  if (!blocking) return phase_after(d.phase, s.phase);
+  return s.phase.step >= 0 && blocking->phase.step > s.phase.step;
+}
+
 inline double seconds(int64_t ns) { return double(ns) * 1e-9; }
 
 inline std::string fmt_s(double s) {

@@ -14,6 +14,12 @@ namespace {
 json phase_json(const Phase& p) { return {{"step", p.step}, {"layer", p.layer}, {"kind", p.kind}}; }
 
 std::string stuck_line(const StuckOp& s) {
+  if (!s.calls.empty()) {  // members called it differently: each call, not one as if all had
+    std::string calls;
+    for (const StuckOp::Call& c : s.calls) calls += cat(calls.empty() ? "" : "; ", ranks_word(c.ranks), ": ", c.call);
+    return cat(s.op, " #", s.seq, " of group \"", s.group, "\" (", ranks_word(s.group_ranks),
+               "), called differently: ", calls);
+  }
   std::string call = s.dtype.empty() ? "" : s.dtype + " ";
   call += cat("x ", s.count);
   if (s.p2p) call += cat(", between ranks ", s.group_ranks[0], " and ", s.group_ranks[1]);
@@ -95,6 +101,11 @@ json hang_report_json(const HangReport& r) {
                           {"phase", phase_json(s.phase)}, {"waiting", s.waiting}, {"failed", s.failed},
                           {"missing", s.missing}, {"unknown", s.unknown}, {"absent", s.absent},
                           {"waited_s", s.waited_s}, {"root", s.root}});
+  for (size_t i = 0; i < r.stuck.size(); ++i) {
+    json calls = json::array();
+    for (const StuckOp::Call& c : r.stuck[i].calls) calls.push_back({{"ranks", c.ranks}, {"call", c.call}});
+    j["stuck"][i]["calls"] = calls;
+  }
   j["mismatches"] = json::array();
   for (const Mismatch& m : r.mismatches) {
     json sides = json::array();

@@ -150,9 +150,12 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
   o.keep_every = c.keep_every;
   o.log = [this](const std::string& line) { log(line); };
   // kill-during-save: the writer thread dies after the first piece of this rank's shard is
-  // written, before the file is complete or renamed.
+  // written, before the file is complete or renamed; a rank whose shard holds no piece (its
+  // dp replicas write its stage's pieces) dies once its empty shard is written, before the
+  // file is synced and renamed.
   o.faults.at_point = [armed = die_in_save_](const char* point) {
-    if (armed->load() && std::strcmp(point, "shard_partial") == 0) raise(SIGKILL);
+    if (armed->load() && (std::strcmp(point, "shard_partial") == 0 || std::strcmp(point, "shard_written") == 0))
+      raise(SIGKILL);
   };
   saver_ = std::make_unique<ckpt::Checkpointer>(std::move(o));
   saver_->prepare(request(0, {}));

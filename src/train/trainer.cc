@@ -378,11 +378,13 @@ void Trainer::Run::track_peak(double tokens_per_s, int64_t step) {
 }
 
 void Trainer::Run::train_step(int64_t step) {
+  // Steps count from 1, as printed; set before a fault at the step's start, so that a rank
+  // hung there dumps as in this step, not in the last phase of the one before.
+  current_phase().set(step + 1, -1, PhaseKind::data);
   inject_at_step_start(step);
   const bool hit = inject && cfg.fault.fires(topo.rank, step + 1);
   Stopwatch sw;
   TraceSpan step_span(tracer(), tracer().enabled() ? cat("step ", step + 1) : "", "step");
-  current_phase().set(step + 1, -1, PhaseKind::data);  // steps count from 1, as printed
   const int64_t blocked_step0 = comm::thread_blocked_ns();
   data::StepBatch batch = [&] {
     TraceSpan span(tracer(), "data", "data");
@@ -399,7 +401,13 @@ void Trainer::Run::train_step(int64_t step) {
     model->moe()->take_owned_rows();
     ep_bytes_at_step_begin = model->moe()->group().bytes_sent();
   }
-  // A pipeline runs every micro-batch's forward and backward in its schedule's order.
+  // A pipeline runs every micro-batch's forward and backward in its schedule's order (its
+  // executor marks each action's pass for the flight recorder).
+  if (factory.run_step) {
+    current_phase().set_kind(PhaseKind::forward);
+    if (hit && cfg.fault.kind == diag::FaultKind::sleep)
+      std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
+  }
   double loss_sum = factory.run_step ? factory.run_step(batch, scale) : 0.0;
   for (int m = 0; m < int(factory.run_step ? 0 : batch.micro.size()); ++m) {
     const data::MicroBatch& mb = batch.micro[m];
@@ -418,6 +426,7 @@ void Trainer::Run::train_step(int64_t step) {
     current_phase().set_kind(PhaseKind::backward);
     model->backward(scale);
   }
+  current_phase().set_kind(PhaseKind::backward);  // the gradients' last reductions
   engine->end_backward();
   int64_t sequences = 0;
   for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;

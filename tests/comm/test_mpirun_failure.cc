@@ -91,6 +91,52 @@ TEST(MpirunFailure, TimedOutRanksNameHostAndPeerOncePerRank) {
             "#3: timed out after 4 s");
 }
 
+TEST(MpirunFailure, TimedOutRanksNameTheWorldRankOfASubGroupPeer) {
+  // In group pp(dp=0,tp=1) group rank 1 is world rank 3: the runtime names it.
+  const std::string out = timed_out_ranks(
+      {{1, "strata: rank 1: timeout: group pp(dp=0,tp=1) recv #2 with rank 1 tag 0: timed out after 2 s "
+           "(0 bytes moved) (peer: world rank 3); flight recorder written to x"}},
+      kHosts);
+  EXPECT_EQ(out.rfind("; rank 1 (host a) timed out waiting on rank 3 (host b): ", 0), 0u) << out;
+}
+
+// A hung rank says nothing; the rank that timed out waiting on it exits 1 first.
+TEST(MpirunFailure, UnansweringRankIsThePeerOfTheFirstOwnTimeout) {
+  int rank = -1;
+  EXPECT_EQ(unanswering_rank(
+                {{0, "strata: rank 0: timeout: group world allreduce #7: timed out waiting for rank 1 (rank 1 "
+                     "last finished allreduce #6; waited 2 s) (peer: world rank 1); flight recorder written to x"},
+                 {1, "strata: rank 1: timeout: group world: rank 0 reported: group world allreduce #7: timed "
+                     "out waiting for rank 1 (...) (peer: world rank 1); flight recorder written to x"}},
+                rank),
+            "rank 1 stopped answering (rank 0 timed out waiting on it in group world allreduce #7)");
+  EXPECT_EQ(rank, 1);
+  // The group rank is not the world rank in a sub-group: the world rank is named.
+  rank = -1;
+  EXPECT_EQ(unanswering_rank({{4, "strata: rank 4: timeout: group pp(dp=0,tp=0) recv #3 with rank 0 tag 0: "
+                                  "timed out after 2 s (0 bytes moved) (peer: world rank 0)"}},
+                             rank),
+            "rank 0 stopped answering (rank 4 timed out waiting on it in group pp(dp=0,tp=0) recv #3)");
+  EXPECT_EQ(rank, 0);
+  // Rank 0 waited on rank 2, which itself timed out waiting on rank 5: rank 5 is named.
+  rank = -1;
+  EXPECT_EQ(unanswering_rank({{0, "strata: rank 0: timeout: group world allreduce #9: timed out waiting for "
+                                  "rank 2 (...) (peer: world rank 2)"},
+                              {2, "strata: rank 2: timeout: group tp(dp=1) allreduce #4: timed out waiting "
+                                  "for rank 1 (...) (peer: world rank 5)"}},
+                             rank),
+            "rank 5 stopped answering (rank 2 timed out waiting on it in group tp(dp=1) allreduce #4)");
+  EXPECT_EQ(rank, 5);
+  // Only relayed reports, or no peer named (the mpi backend): nothing to say.
+  rank = -1;
+  EXPECT_EQ(unanswering_rank({{1, "strata: rank 1: timeout: group world: rank 0 reported: ... (peer: world rank 1)"},
+                              {0, "strata: rank 0: timeout: group world allreduce #3: timed out after 2 s "
+                                  "waiting for the other ranks (mpi backend)"}},
+                             rank),
+            "");
+  EXPECT_EQ(rank, -1);
+}
+
 TEST(MpirunFailure, SilentHostIsTheOneWhoseRanksNeverAnswered) {
   EXPECT_EQ(silent_host({0, 1}, kHosts), "b");  // a's ranks answered the stop, b's did not
   EXPECT_EQ(silent_host({2}, kHosts), "a");

@@ -239,3 +239,121 @@ TEST(HangCases, TwoRanksTheOneCallingFromALaterStepSkipped) {
   EXPECT_NE(r.culprits[0].text.find("group \"dp(pp=0,tp=0)\""), std::string::npos) << r.culprits[0].text;
   EXPECT_NE(r.culprits[0].text.find("step 4"), std::string::npos) << r.culprits[0].text;
 }
+
+// skip-collective under tp 2: rank 1 skipped step 3's loss all-reduce (world #5) and went on
+// to step 4, where it waits in a tp reduce-scatter that rank 0, still in world #5, never
+// reaches. The wait in tp is a consequence: world #5 is the root and rank 1 skipped it.
+TEST(HangCases, RankBlockedInALaterStepSkippedTheCollective) {
+  json o3 = phase(3, -1, "optimizer"), f4 = phase(4, 0, "forward");
+  std::vector<json> d = {
+      dump(0, 2, "timeout", o3,
+           {entry("world", {0, 1}, 4, "allreduce", 1, "completed", phase(2, -1, "optimizer")),
+            entry("tp(dp=0)", {0, 1}, 95, "allreduce", 64, "completed", phase(3, 1, "backward")),
+            entry("world", {0, 1}, 5, "allreduce", 1, "failed", o3)}),
+      dump(1, 2, "timeout", f4,
+           {entry("world", {0, 1}, 4, "allreduce", 1, "completed", phase(2, -1, "optimizer")),
+            entry("tp(dp=0)", {0, 1}, 95, "allreduce", 64, "completed", phase(3, 1, "backward")),
+            entry("tp(dp=0)", {0, 1}, 96, "reducescatter", 1024, "failed", f4)}),
+  };
+  HangReport r = diagnose_hang(set_of(d));
+  const std::string text = format_hang_report(r);
+  ASSERT_EQ(r.culprits.size(), 1u) << text;
+  EXPECT_EQ(r.culprits[0].rank, 1) << text;
+  EXPECT_EQ(r.culprits[0].cause, Cause::skipped) << text;
+  EXPECT_NE(r.culprits[0].text.find("optimizer (step 3)"), std::string::npos) << text;
+  EXPECT_NE(r.culprits[0].text.find("forward of layer 0 (step 4)"), std::string::npos) << text;
+  ASSERT_EQ(r.stuck.size(), 2u) << text;
+  EXPECT_EQ(r.stuck[0].group, "world") << text;
+  EXPECT_TRUE(r.stuck[0].root);
+  EXPECT_FALSE(r.stuck[1].root) << text;
+  EXPECT_EQ(text.find("cross-group deadlock"), std::string::npos) << text;
+}
+
+// The same when the later wait is point-to-point (a pipeline stage's receive in step 4).
+TEST(HangCases, StageReceivingInALaterStepSkippedTheCollective) {
+  json o3 = phase(3, -1, "optimizer"), f4 = phase(4, -1, "forward");
+  std::vector<json> d = {
+      dump(0, 2, "timeout", o3, {entry("world", {0, 1}, 7, "allreduce", 1, "failed", o3)}),
+      dump(1, 2, "timeout", f4,
+           {entry("world", {0, 1}, 6, "allreduce", 1, "completed", phase(2, -1, "optimizer")),
+            entry("pp(dp=0,tp=0)", {0, 1}, 15, "recv", 2048, "failed", f4, true, 0)}),
+  };
+  HangReport r = diagnose_hang(set_of(d));
+  const std::string text = format_hang_report(r);
+  ASSERT_EQ(r.culprits.size(), 1u) << text;
+  EXPECT_EQ(r.culprits[0].rank, 1) << text;
+  EXPECT_EQ(r.culprits[0].cause, Cause::skipped) << text;
+  EXPECT_NE(r.culprits[0].text.find("blocked in recv #15"), std::string::npos) << text;
+}
+
+// skip-collective under ep: after the loss all-reduce each step reduces the experts' load
+// (18 values) on the same group, in the same phase. Rank 1 left the first out, so at #18 it
+// calls the second: its step 3 is its step 2 less that call. Skipped, not a different count.
+TEST(HangCases, CallLeftOutOfTheStepIsSkippedNotADifferentCount) {
+  json o2 = phase(2, -1, "optimizer"), o3 = phase(3, -1, "optimizer");
+  auto step2 = [&] {
+    return std::vector<json>{entry("world", {0, 1}, 16, "allreduce", 1, "completed", o2),
+                             entry("world", {0, 1}, 17, "allreduce", 18, "completed", o2)};
+  };
+  std::vector<json> e0 = step2(), e1 = step2();
+  e0.push_back(entry("world", {0, 1}, 18, "allreduce", 1, "failed", o3));
+  e1.push_back(entry("world", {0, 1}, 18, "allreduce", 18, "failed", o3));
+  HangReport r = diagnose_hang(set_of({dump(0, 2, "error", o3, e0), dump(1, 2, "error", o3, e1)}));
+  const std::string text = format_hang_report(r);
+  ASSERT_EQ(r.mismatches.size(), 1u) << text;
+  EXPECT_EQ(r.mismatches[0].how, "history") << text;
+  EXPECT_TRUE(r.mismatches[0].left_out) << text;
+  ASSERT_EQ(r.culprits.size(), 1u) << text;
+  EXPECT_EQ(r.culprits[0].rank, 1) << text;
+  EXPECT_EQ(r.culprits[0].cause, Cause::skipped) << text;
+  // Both calls head the report, not rank 0's as if both had made it.
+  ASSERT_EQ(r.stuck.size(), 1u) << text;
+  ASSERT_EQ(r.stuck[0].calls.size(), 2u) << text;
+  EXPECT_NE(text.find("called differently: rank 0: allreduce float x 1 from optimizer (step 3); rank 1: "
+                      "allreduce float x 18 from optimizer (step 3)"),
+            std::string::npos)
+      << text;
+}
+
+// 3D kill: pipeline stages stopped with receives posted ahead on both channels face each
+// other in two receives. That is the dead rank's doing, not an order deadlock of its own.
+TEST(HangCases, FacingReceivesAfterADeathAreFoldedUnderIt) {
+  json b = phase(3, -1, "backward"), f = phase(3, -1, "forward");
+  std::vector<json> d = {
+      dump(0, 3, "peer-dead", f, {entry("pp.grad", {0, 1}, 2, "recv", 512, "failed", b, true, 1)}),
+      dump(1, 3, "peer-dead", f, {entry("pp", {0, 1}, 14, "recv", 512, "failed", f, true, 0)}),
+  };
+  d[0]["dead_peers"] = {2};
+  d[1]["dead_peers"] = {2};
+  HangReport r = diagnose_hang(set_of(d));
+  const std::string text = format_hang_report(r);
+  ASSERT_EQ(r.culprits.size(), 1u) << text;
+  EXPECT_EQ(r.culprits[0].rank, 2) << text;
+  EXPECT_EQ(r.culprits[0].cause, Cause::dead) << text;
+  EXPECT_NE(text.find("after the death of rank 2: ranks 0 -> 1 -> 0"), std::string::npos) << text;
+}
+
+// kill-during-save: rank 2 died while the others saved or waited. Rank 1, in its save,
+// never reached either stuck operation; where it was is said once, not once per operation.
+TEST(HangCases, SurvivorStoppedAfterADeathIsDescribedOnce) {
+  json f = phase(3, 0, "forward"), c = phase(3, -1, "checkpoint save");
+  const std::vector<int> world = {0, 1, 2, 3};
+  std::vector<json> d = {
+      dump(0, 4, "peer-dead", f,
+           {entry("tp0", {0, 1}, 5, "allgather", 64, "failed", f), entry("world", world, 7, "allreduce", 1, "failed", f)}),
+      dump(1, 4, "signal", c,
+           {entry("tp0", {0, 1}, 4, "allgather", 64, "completed", f),
+            entry("world", world, 6, "allreduce", 1, "completed", f)}),
+      dump(3, 4, "peer-dead", f, {entry("world", world, 7, "allreduce", 1, "failed", f)}),
+  };
+  d[0]["dead_peers"] = {2};
+  d[2]["dead_peers"] = {2};
+  HangReport r = diagnose_hang(set_of(d));
+  const std::string text = format_hang_report(r);
+  ASSERT_FALSE(r.culprits.empty()) << text;
+  EXPECT_EQ(r.culprits[0].rank, 2) << text;
+  EXPECT_EQ(r.stuck.size(), 2u) << text;
+  int lines = 0;
+  for (const RankFinding& x : r.ranks) lines += x.rank == 1;
+  EXPECT_EQ(lines, 1) << text;
+}

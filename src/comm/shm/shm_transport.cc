@@ -313,8 +313,9 @@ void ShmTransport::wait_counter(int peer, uint64_t target, const OpDesc& op) {
     }
     if (now > op.deadline_ns) {
       double waited = double(now - t0) * 1e-9;
-      throw TimeoutError(cat(op_label(op), ": timed out waiting for rank ", peer, " (",
-                             describe_peer(peer), "; waited ", waited, " s)"));
+      throw detail::PeerTimeoutError(cat(op_label(op), ": timed out waiting for rank ", peer, " (",
+                                         describe_peer(peer), "; waited ", waited, " s)"),
+                                     peer);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/phase.h"
 #include "core/timer.h"
 #include "core/trace.h"
 
@@ -43,6 +44,25 @@ struct RecvQueue {
   std::map<std::pair<int, int>, std::pair<comm::WorkPtr, float*>> posted;  // (chunk, micro)
 };
 
+// The flight recorder copies the current phase into each operation it records. A stage's
+// sends and receives (receives are posted ahead of their use) and its computes are marked
+// with the pass they belong to, so a hang report says "recv ... from forward (step 4)"; a
+// forward-only schedule run for eval keeps the eval phase.
+class ActionPhase {
+ public:
+  explicit ActionPhase(Op op) : prev_(current_phase().get()) {
+    if (prev_.kind == PhaseKind::eval) return;
+    const bool fwd = op == Op::F || op == Op::recv_act || op == Op::send_act;
+    current_phase().set(prev_.step, -1, fwd ? PhaseKind::forward : PhaseKind::backward);
+  }
+  ~ActionPhase() { current_phase().set(prev_.step, prev_.layer, prev_.kind); }
+  ActionPhase(const ActionPhase&) = delete;
+  ActionPhase& operator=(const ActionPhase&) = delete;
+
+ private:
+  const PhaseSnapshot prev_;
+};
+
 }  // namespace
 
 double Executor::run(model::StageModel& m, float scale) {
@@ -70,6 +90,7 @@ double Executor::run(model::StageModel& m, float scale) {
       const Action& a = *r.order[r.next++];
       float* buf = r.free.back();
       r.free.pop_back();
+      const ActionPhase phase(a.op);
       r.posted[{a.chunk, a.micro}] = {
           r.group->recv_async(buf, size_t(m.message_floats(a.micro)), DType::f32, a.peer,
                               message_tag(s_, stage_, a)),
@@ -112,6 +133,7 @@ double Executor::run(model::StageModel& m, float scale) {
     const int tag = message_tag(s_, stage_, a);
     const Key key{int(a.op), a.chunk, a.micro};
     const size_t n = is_compute(a.op) ? 0 : size_t(m.message_floats(a.micro));
+    const ActionPhase phase(a.op);
     switch (a.op) {
       case Op::recv_act:
         take(q[0], a, m.input(a.chunk, a.micro));
