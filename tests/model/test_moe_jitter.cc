@@ -4,6 +4,7 @@
 // split of its sequence, and however many forwards ran before; another epoch, seed or
 // block draws other noise. Dropless with no aux loss, a token's output depends on its own
 // noise alone, so outputs compare bit for bit.
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/rng.h"
 #include "gtest/gtest.h"
 #include "model/expert/moe.h"
+#include "model/gpt.h"
 
 namespace strata::model::expert {
 namespace {
@@ -93,12 +95,14 @@ TEST(MoEJitter, NoiseIsKeyedByTheTokenNotByItsForward) {
   const std::vector<int> pos = {3, 0};
   std::vector<float> x;
   for (int s = 0; s < kSamples; ++s)
-    for (int p : pos) x.insert(x.end(), b.x.begin() + (s * kT + p) * C, b.x.begin() + (s * kT + p + 1) * C);
+    for (int p : pos)
+      x.insert(x.end(), b.x.begin() + (s * kT + p) * C, b.x.begin() + (s * kT + p + 1) * C);
   const std::vector<float> got = run(*fresh(), b, x, {samples.data(), pos.data(), kSamples, 2, 2});
   for (int s = 0; s < kSamples; ++s)
     for (int t = 0; t < 2; ++t)
       for (int c = 0; c < C; ++c)
-        EXPECT_EQ(got[size_t((s * 2 + t) * C + c)], whole[size_t((s * kT + pos[size_t(t)]) * C + c)])
+        EXPECT_EQ(got[size_t((s * 2 + t) * C + c)],
+                  whole[size_t((s * kT + pos[size_t(t)]) * C + c)])
             << "sample " << s << " position " << pos[size_t(t)];
 }
 
@@ -116,7 +120,8 @@ TEST(MoEJitter, EpochSeedAndBlockDrawOtherNoiseAndEvalNone) {
   auto noisy = fresh();
   const std::vector<int64_t> same = {9, 9, 9};
   std::vector<float> x(b.x.size());
-  for (int r = 0; r < kSamples * kT; ++r) std::memcpy(x.data() + r * C, b.x.data(), sizeof(float) * C);
+  for (int r = 0; r < kSamples * kT; ++r)
+    std::memcpy(x.data() + r * C, b.x.data(), sizeof(float) * C);
   const std::vector<float> rows = run(*noisy, b, x, {same.data(), nullptr, 1, kSamples * kT, 0});
   for (int r = 1; r < kSamples * kT; ++r)
     EXPECT_NE(std::vector<float>(rows.begin() + r * C, rows.begin() + (r + 1) * C),
@@ -140,6 +145,37 @@ TEST(MoEJitter, IdsMustCoverTheRows) {
   const TokenIds ids{samples.data(), nullptr, 2, kT, 0};  // 8 rows named, 12 given
   EXPECT_THROW(m->forward(0, b.x.data(), nullptr, out.data(), kSamples * kT, b.W, false, &ids),
                std::exception);
+}
+
+// Through the model: GPT::forward hands its SampleIds to every MoE block, so two sequences
+// in one forward or in two forwards of one row each, in either order, give the same losses
+// (a forward without ids draws fresh noise instead), and logits (inference) draw none.
+TEST(MoEJitter, GptForwardPassesTheSampleIdsAndInferenceDrawsNone) {
+  GPTConfig cfg;
+  cfg.layers = 2, cfg.dim = 16, cfg.heads = 2, cfg.seq = 8, cfg.vocab = 32, cfg.padded_vocab = 64;
+  cfg.moe = jitter_config();
+  GPT gpt(cfg, 2);
+  gpt.init(11);
+  std::vector<int32_t> tok(16), tgt(16);
+  for (int i = 0; i < 16; ++i) tok[size_t(i)] = (i * 5) % 32, tgt[size_t(i)] = (i * 5 + 1) % 32;
+  const std::vector<int64_t> ids = {17, 3};
+  const double both = gpt.forward(tok.data(), tgt.data(), nullptr, 2, 8, {ids.data(), 1});
+  const double second = gpt.forward(tok.data() + 8, tgt.data() + 8, nullptr, 1, 8, {&ids[1], 1});
+  const double first = gpt.forward(tok.data(), tgt.data(), nullptr, 1, 8, {&ids[0], 1});
+  EXPECT_NEAR(first + second, both, 1e-9 * std::abs(both));
+  EXPECT_EQ(gpt.forward(tok.data(), tgt.data(), nullptr, 1, 8, {&ids[0], 1}), first);
+  EXPECT_NE(gpt.forward(tok.data(), tgt.data(), nullptr, 1, 8, {&ids[0], 2}), first);
+  EXPECT_NE(gpt.forward(tok.data(), tgt.data(), nullptr, 1, 8),
+            gpt.forward(tok.data(), tgt.data(), nullptr, 1, 8));
+  GPTConfig plain_cfg = cfg;
+  plain_cfg.moe.jitter = 0;
+  GPT plain(plain_cfg, 2);
+  plain.init(11);
+  const std::vector<float> want(plain.logits(tok.data(), 1, 8),
+                                plain.logits(tok.data(), 1, 8) + 8 * 64);
+  const float* got = gpt.logits(tok.data(), 1, 8);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+  EXPECT_TRUE(gpt.moe()->training()) << "logits leave training mode as they found it";
 }
 
 }  // namespace

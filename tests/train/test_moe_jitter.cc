@@ -40,8 +40,7 @@ TEST(MoEJitterTrain, EveryLayoutDrawsTheOneProcessNoise) {
   const std::vector<double> ref = run_losses(kJitter, dir.file("ref"));
   ASSERT_EQ(ref.size(), 6u);
   // The noise moves the losses far more than the bound: a layout that drew other noise fails.
-  const std::vector<double> plain =
-      run_losses(kJitter + "--router-jitter 0", dir.file("plain"));
+  const std::vector<double> plain = run_losses(kJitter + "--router-jitter 0", dir.file("plain"));
   EXPECT_GT(max_abs_diff(ref, plain), 1e-4);
   int k = 0;
   for (const char* layout :
