@@ -357,7 +357,7 @@ void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
 }
 
 double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* weights, int B,
-                    int T) {
+                    int T, SampleIds ids) {
   Impl& im = *impl_;
   STRATA_CHECK(B == 0 || targets, "forward: targets are null (use logits() for inference)");
   check_inputs(cfg_, max_batch_, tokens, targets, B, T);
@@ -373,6 +373,7 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
     im.has_weights = weights != nullptr;
     if (weights) std::memcpy(im.weights, weights, sizeof(float) * N);
   }
+  const TokenIdsScope named(im, ids, B);  // after cp_take_inputs: im.T holds the local rows
   if (tp_) {
     double loss = tp_forward(im, cfg_, *tp_, shard_);
     if (cp_) cp_->group().all_reduce(&loss, 1);  // the whole sequence's loss

@@ -112,6 +112,15 @@ TensorLayout tensor_layout(const GPTConfig& cfg);
 
 enum class Pass : uint8_t { forward, backward };
 
+// Who the rows of a training micro-batch are: the data loader's sample id of each row
+// (data::MicroBatch::sample_ids, -1 for a padding row) and the epoch. What must not depend
+// on the layout or on a restart is keyed by them: the MoE router's jitter noise
+// (docs/moe.md). sample = null: unknown (each forward then draws fresh noise).
+struct SampleIds {
+  const int64_t* sample = nullptr;  // (B)
+  int64_t epoch = 0;
+};
+
 struct UnitHooks {
   // Called before a unit's parameters are read (bind_unit may be called from here).
   std::function<void(int unit, Pass pass)> before_unit;
@@ -176,8 +185,10 @@ class GPT {
 
   // tokens, targets: (B, T) int32 in [0, vocab); weights: (B, T) per-token loss weight
   // (0 for padding), nullptr = all ones. Returns sum over tokens of weight * cross-entropy
-  // (a sum, not a mean: the caller divides by the global token count).
-  double forward(const int32_t* tokens, const int32_t* targets, const float* weights, int B, int T);
+  // (a sum, not a mean: the caller divides by the global token count). ids: who the B rows
+  // are (every tp and cp rank of a group gets the same, as it gets the same tokens).
+  double forward(const int32_t* tokens, const int32_t* targets, const float* weights, int B, int T,
+                 SampleIds ids = {});
   // Gradient of scale * (the sum returned by the last forward), accumulated (+=) into the
   // gradients. For a mean over the global batch use scale = 1 / global weighted tokens.
   void backward(float scale);

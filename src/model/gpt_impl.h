@@ -126,6 +126,11 @@ struct GPT::Impl {
   int32_t *tokens = nullptr, *targets = nullptr;
   float* weights = nullptr;
   bool has_weights = false;
+  // The rows of the forward under way, when its caller named them (GPT::forward's ids): the
+  // MoE blocks key their router jitter by them; positions (T) under context parallelism.
+  expert::TokenIds token_ids;
+  bool has_token_ids = false;
+  std::vector<int> token_positions;
 
   int B = 0, T = 0;
   bool forward_done = false;  // a forward with targets ran and backward may follow
@@ -193,6 +198,7 @@ struct MoEBlock {
   int unit;   // its expert unit (L + 2 + index)
   expert::MoEWeights w, g;
   float scale;  // backward: the loss scale (aux and z gradients)
+  const expert::TokenIds* ids = nullptr;  // forward: who its rows are (null: anonymous)
 };
 // Calls the before hook of the block's expert unit (forward, or backward when with_grads);
 // moe_block_done calls its after hook (nothing for a dense block).
@@ -203,6 +209,14 @@ void moe_block_done(GPT::Impl& im, const MoEBlock* b, Pass pass);
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
                        bool bf16);
 void moe_block_backward(MoEBlock& b, const float* dout, float* dx, bool bf16);
+// Names the rows of the forward under way (B items of im.T local rows; under context
+// parallelism their global positions come from the cp layout) for the MoE blocks, until
+// the returned guard ends; nothing without an MoE block or without ids.sample.
+struct TokenIdsScope {
+  GPT::Impl& im;
+  TokenIdsScope(GPT::Impl& im, const SampleIds& ids, int B);
+  ~TokenIdsScope();
+};
 
 // LayerNorm output into whichever of the fp32 (f) or bf16 (h) buffers exists.
 inline void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const float* x,

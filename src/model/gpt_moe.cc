@@ -2,6 +2,7 @@
 // unit, and the calls block_forward and block_backward make instead of the dense MLP.
 #include <memory>
 
+#include "model/context/context_comm.h"
 #include "model/expert/moe.h"
 #include "model/gpt_impl.h"
 
@@ -47,6 +48,7 @@ std::unique_ptr<MoEBlock> moe_block(GPT::Impl& im, const GPTConfig& cfg, int lay
   else
     b->g = moe_views(nullptr, nullptr, im.view_rel, first, xv, E, x);
   b->scale = scale;
+  b->ids = im.has_token_ids ? &im.token_ids : nullptr;
   return b;
 }
 
@@ -56,11 +58,24 @@ void moe_block_done(GPT::Impl& im, const MoEBlock* b, Pass pass) {
 
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
                        bool bf16) {
-  b.moe->forward(b.index, x, xh, out, N, b.w, bf16);
+  b.moe->forward(b.index, x, xh, out, N, b.w, bf16, b.ids);
 }
 
 void moe_block_backward(MoEBlock& b, const float* dout, float* dx, bool bf16) {
   b.moe->backward(b.index, dout, dx, b.w, b.g, bf16, b.scale);
 }
+
+TokenIdsScope::TokenIdsScope(GPT::Impl& im, const SampleIds& ids, int B) : im(im) {
+  im.has_token_ids = im.moe && ids.sample;
+  if (!im.has_token_ids) return;
+  im.token_positions.clear();
+  if (im.cp) {
+    const SeqLayout layout = im.cp->layout(im.T * im.cp->size());
+    for (int t = 0; t < im.T; ++t) im.token_positions.push_back(layout.position(im.cp->rank(), t));
+  }
+  im.token_ids = {ids.sample, im.cp ? im.token_positions.data() : nullptr, B, im.T, ids.epoch};
+}
+
+TokenIdsScope::~TokenIdsScope() { im.has_token_ids = false; }
 
 }  // namespace strata::model

@@ -417,7 +417,9 @@ void Trainer::Run::train_step(int64_t step) {
     current_phase().set_kind(PhaseKind::forward);
     if (hit && m == 0 && cfg.fault.kind == diag::FaultKind::sleep)
       std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
-    loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+    // The rows' sample ids and the epoch key the MoE router's jitter (docs/moe.md).
+    loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T,
+                               {mb.sample_ids.data(), batch.epoch});
     if (model->moe()) {  // under cp a rank's aux and z sums cover its chunks only
       double aux_z = model->moe()->last_aux() + model->moe()->last_z();
       if (topo.cp) topo.cp->group().all_reduce(&aux_z, 1);

@@ -29,6 +29,14 @@ inline std::vector<nlohmann::json> json_lines(const std::string& text) {
   return out;
 }
 
+// The step records (the lines with a loss) of a metrics.jsonl file.
+inline std::vector<nlohmann::json> step_records(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  for (nlohmann::json& j : json_lines(read_file(path)))
+    if (j.contains("loss")) out.push_back(j);
+  return out;
+}
+
 // (loss, tokens) of each step record in --json output (lines with both).
 inline std::vector<std::pair<double, int64_t>> loss_and_tokens(const std::string& out) {
   std::vector<std::pair<double, int64_t>> r;

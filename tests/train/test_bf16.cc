@@ -24,13 +24,6 @@ RunResult train_ok(const std::string& args, const std::string& env = "") {
   return r;
 }
 
-std::vector<json> step_records(const std::string& path) {
-  std::vector<json> out;
-  for (json& j : json_lines(read_file(path)))
-    if (j.contains("loss")) out.push_back(j);
-  return out;
-}
-
 int count_lines_with(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;

@@ -22,13 +22,6 @@ const std::string kMoE =
     "--data synthetic:50000 --sample-tokens 0 --eval-batches 1 --experts 4 --top-k 2 "
     "--capacity-factor 0.5 ";
 
-std::vector<json> steps(const std::string& path) {
-  std::vector<json> out;
-  for (json& j : json_lines(read_file(path)))
-    if (j.contains("loss")) out.push_back(j);
-  return out;
-}
-
 TEST(MoETensorParallelTrain, Tp2Ep2RunsAndResumesOnOtherLayouts) {
   TempDir dir("moe_tp_train");
   const std::string layout = "--nproc 4 --tp 2 --dp 2 --ep 2 ";
@@ -36,7 +29,7 @@ TEST(MoETensorParallelTrain, Tp2Ep2RunsAndResumesOnOtherLayouts) {
                                   dir.file("full"),
                               "", Streams::separate);
   ASSERT_EQ(full.status, 0) << full.err;
-  const std::vector<json> curve = steps(dir.file("full/metrics.jsonl"));
+  const std::vector<json> curve = step_records(dir.file("full/metrics.jsonl"));
   ASSERT_EQ(curve.size(), 4u);
   for (const json& rec : curve) {
     EXPECT_NEAR(rec["loss"].get<double>(), rec["ce_loss"].get<double>() +
@@ -80,7 +73,7 @@ TEST(MoETensorParallelTrain, Tp2Ep2RunsAndResumesOnOtherLayouts) {
                              Streams::separate);
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE((r.out + r.err).find("resuming from step 2"), std::string::npos) << r.out << r.err;
-    const std::vector<json> recs = steps(run + "/metrics.jsonl");
+    const std::vector<json> recs = step_records(run + "/metrics.jsonl");
     ASSERT_EQ(recs.size(), 2u);
     EXPECT_EQ(recs.front()["step"], 3);
     if (to == "--nproc 1") {  // one group of 4 sequences: other drops, other losses

@@ -19,13 +19,6 @@ const std::string kBase =
     "--experts 4 --top-k 2 ";
 const std::string kMoE = kBase + "--capacity-factor 0.5 ";
 
-std::vector<json> steps(const std::string& path) {
-  std::vector<json> out;
-  for (json& j : json_lines(read_file(path)))
-    if (j.contains("loss")) out.push_back(j);
-  return out;
-}
-
 void check_load(const std::vector<json>& recs, int64_t tokens_per_step) {
   ASSERT_EQ(recs.size(), 4u);
   for (const json& r : recs) {
@@ -54,7 +47,7 @@ TEST(MoETrain, LoadMetricsAddUpAndCollapseWarnsOnce) {
   RunResult r = run_strata(kMoE + "--collapse-pct 0 --collapse-steps 2 --run-dir " + dir.file("a"),
                            "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
-  check_load(steps(dir.file("a/metrics.jsonl")), 4 * 16);
+  check_load(step_records(dir.file("a/metrics.jsonl")), 4 * 16);
   // Share > 0% is always true: one warning per block, at the 2nd step, not repeated.
   const std::string all = r.out + r.err;
   int n = 0;
@@ -70,7 +63,7 @@ TEST(MoETrain, ExpertParallelRunSumsTheLoadOverRanks) {
   RunResult r = run_strata(kMoE + "--nproc 2 --ep 2 --run-dir " + dir.file("b"), "",
                            Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
-  const std::vector<json> recs = steps(dir.file("b/metrics.jsonl"));
+  const std::vector<json> recs = step_records(dir.file("b/metrics.jsonl"));
   check_load(recs, 4 * 16);
   // Every served assignment was processed by exactly one rank's experts.
   for (const json& rec : recs) {
@@ -94,7 +87,7 @@ TEST(MoETrain, CheckpointAtEp2ResumesAtEp1AndEp4) {
   RunResult ref = run_strata(exact + "--nproc 2 --ep 2 --ckpt-every 2 --run-dir " + dir.file("a"),
                              "", Streams::separate);
   ASSERT_EQ(ref.status, 0) << ref.err;
-  const std::vector<json> want = steps(dir.file("a/metrics.jsonl"));
+  const std::vector<json> want = step_records(dir.file("a/metrics.jsonl"));
   ASSERT_EQ(want.size(), 4u);
   const std::string from = dir.file("a/ckpt/step-000002");
   // Each ep rank wrote its own experts; the export has every expert of both blocks, once.
@@ -116,7 +109,7 @@ TEST(MoETrain, CheckpointAtEp2ResumesAtEp1AndEp4) {
                              Streams::separate);
     ASSERT_EQ(r.status, 0) << layout << ": " << r.err;
     EXPECT_NE((r.out + r.err).find("resuming from step 2"), std::string::npos) << r.out << r.err;
-    const std::vector<json> recs = steps(to + "/metrics.jsonl");
+    const std::vector<json> recs = step_records(to + "/metrics.jsonl");
     ASSERT_EQ(recs.size(), 2u) << layout;
     EXPECT_EQ(recs.front()["step"], 3);
     for (size_t i = 0; i < 2; ++i)
@@ -142,7 +135,7 @@ TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
                               "", Streams::separate);
   ASSERT_EQ(plan.status, 0) << plan.err;
   const json p = json::parse(plan.out);
-  const std::vector<json> recs = steps(dir.file("d/metrics.jsonl"));
+  const std::vector<json> recs = step_records(dir.file("d/metrics.jsonl"));
   ASSERT_EQ(recs.size(), 2u);
   for (const json& rec : recs)  // two ep groups of 2 ranks
     EXPECT_EQ(rec["ep_bytes"].get<int64_t>(), 2 * p["ep_bytes_per_step_per_group"].get<int64_t>());

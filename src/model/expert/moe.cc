@@ -80,8 +80,48 @@ LoadStats MoE::take_load() {
   return out;
 }
 
+// U(1 - j, 1 + j) from 24 random bits.
+static float jitter_factor(uint32_t bits, float j) {
+  const float u = float(bits >> 8) * (1.0f / 16777216.0f);
+  return 1.0f - j + 2.0f * j * u;
+}
+
+// Keyed rows: element (t, c) of sample s at position p draws word c % 4 of
+// Philox(key, stream = s, counter = p · 2^32 + c / 4), key = Philox(seed, stream = block,
+// counter = epoch): nothing but the data and the seed, so every layout (ranks, micro-batches,
+// context-parallel chunks, tp ranks that see every row) draws the same noise for a token, a
+// resumed run draws what the uninterrupted one did, and each epoch draws anew. Anonymous
+// rows (no ids) keep a per-process count of forwards: element i of forward n draws word 0
+// of Philox(seed, stream = block, counter = n · 2^32 + i).
+void MoE::draw_noise(int m, float* noise, int64_t N, const TokenIds* ids) {
+  const int C = C_;
+  const float jit = cfg_.jitter;
+  const uint64_t seed = seed_ ^ 0x6d6f65ull;
+  if (!ids) {
+    const uint64_t base = counter_ * 0x100000000ull;
+    for (int64_t i = 0; i < N * C; ++i)
+      noise[i] = jitter_factor(philox4x32(seed, uint64_t(m), base + uint64_t(i))[0], jit);
+    if (m == int(layers_.size()) - 1) ++counter_;
+    return;
+  }
+  STRATA_CHECK(int64_t(ids->B) * ids->T == N, "MoE block ", m, ": ", N, " rows but ", ids->B,
+               " x ", ids->T, " token ids");
+  const auto k = philox4x32(seed, uint64_t(m), uint64_t(ids->epoch));
+  const uint64_t key = (uint64_t(k[1]) << 32) | k[0];
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t b = i / ids->T, t = i % ids->T;
+    const uint64_t stream = uint64_t(ids->sample[b]);  // a padding row (-1): 2^64 - 1
+    const uint64_t pos = uint64_t(ids->position ? ids->position[t] : t);
+    float* row = noise + i * C;
+    for (int c = 0; c < C; c += 4) {
+      const auto bits = philox4x32(key, stream, (pos << 32) | uint64_t(c / 4));
+      for (int q = 0; q < 4 && c + q < C; ++q) row[c + q] = jitter_factor(bits[size_t(q)], jit);
+    }
+  }
+}
+
 void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
-                  const MoEWeights& w, bool bf16) {
+                  const MoEWeights& w, bool bf16, const TokenIds* ids) {
   Layer& L = *layers_[size_t(m)];
   const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
   ExpertGroup& g = *group_;
@@ -97,18 +137,11 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   const bool jitter = training_ && cfg_.jitter > 0;
   L.jittered = jitter;
   if (jitter) {
-    // Noise of element (t, c) of this forward: Philox(seed, stream = block, counter).
     float* nz = grow(L.noise, N * C);
     float* j = grow(L.xr, N * C);
-    const uint64_t base = counter_ * 0x100000000ull;
-    for (int64_t i = 0; i < N * C; ++i) {
-      const auto bits = philox4x32(seed_ ^ 0x6d6f65ull, uint64_t(m), base + uint64_t(i));
-      const float u = float(bits[0] >> 8) * (1.0f / 16777216.0f);
-      nz[i] = 1.0f - cfg_.jitter + 2.0f * cfg_.jitter * u;
-      j[i] = xin[i] * nz[i];
-    }
+    draw_noise(m, nz, N, ids);
+    for (int64_t i = 0; i < N * C; ++i) j[i] = xin[i] * nz[i];
     xr = j;
-    if (m == int(layers_.size()) - 1) ++counter_;
   }
   float* logits = grow(L.logits, N * E);
   if (N > 0) kernels::matmul_forward(logits, xr, w.router, nullptr, N, C, E);

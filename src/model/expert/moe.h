@@ -3,8 +3,9 @@
 //
 // One MoE block, N tokens of a group, x (N, C) the ln_2 output:
 //   forward:  logits = x' W_r^T (x' = x, times U(1-j, 1+j) noise when jittering in
-//             training); route; send x rows of kept assignments to the experts' owners;
-//             experts; send outputs back; out[t] += sum over kept k of g[t][k] · O(t, k)
+//             training, keyed by the tokens' identity: TokenIds below); route; send x
+//             rows of kept assignments to the experts' owners; experts; send outputs
+//             back; out[t] += sum over kept k of g[t][k] · O(t, k)
 //   backward: dO(t, k) = g[t][k] · dout[t] and dg[t][k] = <dout[t], O(t, k)> go to the
 //             owners; experts backward; dX rows come back and add into dx; the router's
 //             gradient (gates, aux and z terms) adds dlogits W_r into dx.
@@ -74,6 +75,18 @@ struct LoadStats {
   double aux() const, z() const;
 };
 
+// Who the N = B·T rows of one forward are, so that the router's jitter noise is a function
+// of the data and not of the layout or of how many forwards a process ran (docs/moe.md):
+// row b·T + t is local row t of batch item b, which is the data loader's sample sample[b]
+// in epoch `epoch`, at global position position[t] of its sequence (t when position is
+// null: the whole sequence is here; under context parallelism a rank holds chunks of it).
+struct TokenIds {
+  const int64_t* sample = nullptr;  // (B): sample ids, -1 for a padding row
+  const int* position = nullptr;    // (T) or null
+  int B = 0, T = 0;
+  int64_t epoch = 0;
+};
+
 class MoE {
  public:
   MoE(const MoEConfig& cfg, int layers, int C);
@@ -90,9 +103,12 @@ class MoE {
   bool training() const { return training_; }
 
   // One MoE block (moe index m): x (N, C) fp32 or xh bf16 (one of them null); out (N, C) +=.
-  // N may be 0: the rank still takes part in the exchanges.
+  // N may be 0: the rank still takes part in the exchanges. ids (B·T = N) key the jitter
+  // noise of element (t, c) by (seed, m, epoch, sample, position, c); without them (a caller
+  // that knows no sample identity, such as the block's own tests) the rows are anonymous and
+  // each training forward draws fresh noise from a per-process count of forwards.
   void forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
-               const MoEWeights& w, bool bf16);
+               const MoEWeights& w, bool bf16, const TokenIds* ids = nullptr);
   // dout (N, C); dx (N, C) written (the gradient of the block's input x); scale multiplies
   // the aux and z losses' gradient (the same scale as the cross-entropy's).
   void backward(int m, const float* dout, float* dx, const MoEWeights& w, const MoEWeights& g,
@@ -114,13 +130,16 @@ class MoE {
   TensorComm* tp_ = nullptr;  // tensor-parallel group, or null
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<ExpertGroup> group_;
-  uint64_t seed_ = 0, counter_ = 0;
+  uint64_t seed_ = 0, counter_ = 0;  // counter_: forwards of anonymous rows so far
   bool training_ = true;
   double last_aux_ = 0, last_z_ = 0;
   int last_m_ = -1;
   int64_t owned_rows_ = 0;
   LoadStats load_;
   GrowBuf scratch_[4];  // dR (and the forward's O), dO, dA, dX
+
+  // noise (N, C) of block m's router input for rows `ids` (null: anonymous rows).
+  void draw_noise(int m, float* noise, int64_t N, const TokenIds* ids);
 };
 
 }  // namespace strata::model::expert
