@@ -19,7 +19,7 @@
 
 namespace strata {
 
-// Spins before a waiting OpenMP thread sleeps: ~1000 `pause`s, some 10-30 us, enough for the
+// Spins before a waiting OpenMP thread sleeps: 1000 `pause`s, tens of microseconds, for the
 // fork-join hand-offs of a quiet run, short enough that a descheduled peer costs little.
 inline constexpr const char* kDefaultSpinCount = "1000";
 
