@@ -37,3 +37,9 @@ section "context parallelism: ring and Ulysses vs PyTorch ring attention (docs/c
 bash "$ROOT/bench/cp/run.sh"
 section "long context under one activation budget per rank (docs/context_parallel.md)"
 bash "$ROOT/bench/cp/long_context.sh"
+if [[ -n "${OLD:-}" ]]; then
+  section "CPU and wall per step under a competing load, OLD=$OLD vs this build (docs/training.md)"
+  bash "$ROOT/bench/contention/run.sh"
+else
+  section "contention: skipped (OLD=/path/to/an/older/strata runs it side by side with this build)"
+fi

@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/wait_policy.h"
 
 namespace strata::cli {
 
@@ -62,6 +63,15 @@ static void print_env_help() {
 }
 
 }  // namespace strata::cli
+
+// Before libgomp's constructor reads the environment (the loader runs an executable's
+// .preinit_array ahead of every library's initialisers): a short OpenMP spin unless the user
+// chose one; see core/wait_policy.h.
+static void choose_wait_policy(int, char** argv, char** envp) {
+  strata::reexec_with_wait_policy(argv, envp);
+}
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_wait_policy)(
+    int, char**, char**) = &choose_wait_policy;
 
 int main(int argc, char** argv) {
   using namespace strata::cli;
