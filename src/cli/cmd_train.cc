@@ -230,7 +230,10 @@ void setup(CLI::App& app) {
   app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->capture_default_str();
   app.add_option("--eval-every", c.eval_every, "Held-out eval every K steps (0: only at the end)")
       ->capture_default_str();
-  app.add_option("--eval-batches", c.eval_batches, "Micro-batches per eval")->capture_default_str();
+  app.add_option("--eval-batches", c.eval_batches,
+                 "Held-out sequences per eval, in global batches of --batch sequences (the "
+                 "same sequences for any layout or micro-batch split)")
+      ->capture_default_str();
   app.add_option("--sample-every", c.sample_every, "Generate text every K steps (0: at the end)")
       ->capture_default_str();
   app.add_option("--sample-tokens", c.sample_tokens,

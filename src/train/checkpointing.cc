@@ -54,6 +54,56 @@ void check_same_architecture(const json& saved, const TrainConfig& cfg, const st
   }
 }
 
+// The settings a checkpoint's data position depends on: the loader position counts samples
+// of seq + 1 tokens in the seed's order (data/sampler.h), so under another --seq or --seed it
+// names other samples. Refused in one line before anything is printed or trained.
+void check_same_data_position(const ckpt::TrainState& t, const TrainConfig& cfg,
+                              const std::string& dir) {
+  const json now = cfg.to_json();
+  for (const char* key : {"seq", "seed"}) {
+    if (!t.config.contains(key) || t.config[key] == now[key]) continue;
+    fail("--", key, " ", now[key].dump(), ": checkpoint ", dir, " was trained at --", key, " ",
+         t.config[key].dump(), ", and its data position (epoch ", t.loader_epoch, ", ",
+         t.loader_consumed, " samples consumed) counts ",
+         key == std::string("seq") ? "samples of --seq + 1 tokens" : "samples in that seed's order",
+         "; resume with --", key, " ", t.config[key].dump(),
+         " or start a fresh run in another --run-dir");
+  }
+}
+
+// What a resume changes, for its line: the layout (world, tp, pp, cp, ep, ZeRO stage), which
+// the states are resharded for, and the precision and batch split, which may change too (the
+// loader continues from the same global sample; the schedule counts steps as before).
+// `t` is the checkpoint's state, `now` this run's layout and precision in the same fields.
+std::string resume_changes(const ckpt::TrainState& t, const ckpt::TrainState& now_layout,
+                           const TrainConfig& cfg) {
+  const ckpt::TrainState& n = now_layout;
+  auto degrees = [](int tp, int pp, int cp, int ep) {
+    std::string d;
+    for (const auto& [name, n] : {std::pair{"tp", tp}, {"pp", pp}, {"cp", cp}, {"ep", ep}})
+      if (n > 1) d += cat(d.empty() ? "" : ", ", name, " ", n);
+    return d.empty() ? d : " (" + d + ")";
+  };
+  std::string out;
+  if (t.world != n.world || t.tp != n.tp || t.pp != n.pp || t.cp != n.cp || t.ep != n.ep ||
+      t.zero_stage != n.zero_stage)
+    out = cat(", resharded from ", t.world, " rank(s)", degrees(t.tp, t.pp, t.cp, t.ep),
+              " at ZeRO ", t.zero_stage, " to ", n.world, degrees(n.tp, n.pp, n.cp, n.ep),
+              " at ZeRO ", n.zero_stage);
+  if (t.precision != n.precision) out += cat(", precision ", t.precision, " -> ", n.precision);
+  if (!t.config.contains("batch") || !t.config.contains("micro_batch")) return out;
+  // Sequences per rank per micro-step as each run resolved them (--micro-batch 0: B / dp).
+  const int64_t batch = t.config["batch"].get<int64_t>(), b = t.config["micro_batch"].get<int64_t>();
+  const int dp = t.dp > 0 ? t.dp : t.world / std::max(t.tp, 1);
+  const int64_t b_then = b > 0 ? b : batch / std::max(dp, 1);
+  const int64_t b_now = cfg.batch / (int64_t(cfg.accum(n.dp)) * n.dp);
+  if (batch != cfg.batch)
+    out += cat(", --batch ", batch, " -> ", cfg.batch,
+               " (the data continues from the same sample; steps count as before)");
+  if (b_then != b_now) out += cat(", micro-batch ", b_then, " -> ", b_now, " sequences per rank");
+  return out;
+}
+
 bool read_json_line(const std::string& line, json* j) {
   *j = json::parse(line, nullptr, false);
   return !j->is_discarded() && j->is_object();
@@ -262,6 +312,7 @@ ResumePoint RunCheckpoints::resume() {
     }
   }
   check_same_architecture(r->train.config, cfg_, r->dir);
+  check_same_data_position(r->train, cfg_, r->dir);
   if (mode == "auto" && !r->skipped.empty() && lead) set_aside_damaged(cfg_.run_dir, r->train.step);
   if (mode == "auto" && lead) {
     // A malformed pointer would fail every save of this run: point it at what was loaded.
@@ -286,11 +337,16 @@ ResumePoint RunCheckpoints::resume() {
   if (lead && !cfg_.run_dir.empty()) p.steps_lost = trim_metrics(cfg_.run_dir, t.step, &p.losses);
   if (p.steps_lost >= 0) p.steps_lost = std::max<int64_t>(0, p.steps_lost - t.step);
 
-  std::string reshard;
-  auto tp_str = [](int tp) { return tp > 1 ? cat(" (tp ", tp, ")") : std::string(); };
-  if (t.world != topo_.world || t.tp != layout.tp || t.zero_stage != engine_.zero_stage())
-    reshard = cat(", resharded from ", t.world, " rank(s)", tp_str(t.tp), " at ZeRO ", t.zero_stage,
-                  " to ", topo_.world, tp_str(layout.tp), " at ZeRO ", engine_.zero_stage());
+  ckpt::TrainState now;  // this run's layout, as request() records it
+  now.world = topo_.world;
+  now.dp = topo_.dp_world;
+  now.tp = layout.tp;
+  now.pp = topo_.pp;
+  now.cp = topo_.cp ? topo_.cp->size() : 1;
+  now.ep = topo_.ep ? topo_.ep->size() : 1;
+  now.zero_stage = engine_.zero_stage();
+  now.precision = engine_.precision();
+  const std::string reshard = resume_changes(t, now, cfg_);
   std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "resuming from step ",
            t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", reshard, ")", lost));

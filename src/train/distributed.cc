@@ -193,9 +193,12 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
                " is not divisible by --ep ", d.ep, " (each expert-parallel rank owns E/ep experts)");
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
   const int A = cfg.accum(d.dp);
-  check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
-                          d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
-                          dp.precision == parallel::Precision::bf16);
+  // Under --pp each stage checks its own figure once built (train/pipeline_rank.cc): the
+  // whole model's is no stage's.
+  if (d.pp == 1)
+    check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
+                            d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
+                            dp.precision == parallel::Precision::bf16);
   validate_pipeline(cfg, *this);
   // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters); a rank's
   // E/ep experts span the dp x cp / ep ranks holding them (parallel/region.h).

@@ -85,6 +85,24 @@ void MetricsWriter::summary(const nlohmann::json& j, const std::string& human) {
   print(j, human);
 }
 
+void MetricsWriter::discard_summary() {
+  if (run_dir_.empty()) return;
+  std::error_code ec;
+  fs::remove(run_dir_ + "/summary.json", ec);
+  STRATA_CHECK(!ec, "cannot remove ", run_dir_, "/summary.json of an earlier attempt: ",
+               ec.message());
+}
+
+bool MetricsWriter::ended(int64_t steps) const {
+  if (run_dir_.empty()) return false;
+  std::ifstream f(run_dir_ + "/summary.json");
+  if (!f) return false;
+  // A torn file (killed while writing it) is no proof that the run ended.
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  return j.is_object() && j.contains("steps") && j["steps"].is_number_integer() &&
+         j["steps"].get<int64_t>() == steps;
+}
+
 void MetricsWriter::note(const std::string& human) {
   if (json_) return;
   write_line(human);

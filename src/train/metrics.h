@@ -26,6 +26,11 @@ class MetricsWriter {
   void record(const nlohmann::json& j, const std::string& human);
   // The summary: written to summary.json, then printed as JSON or as `human`.
   void summary(const nlohmann::json& j, const std::string& human);
+  // summary.json exists only once a run has ended: a run about to train removes the one an
+  // earlier attempt wrote (it no longer describes the run), and a resume at the last step
+  // asks ended() whether that attempt ended: a readable summary.json of `steps` steps.
+  void discard_summary();
+  bool ended(int64_t steps) const;
   // Human-only text (banners, samples in text mode); suppressed under --json.
   void note(const std::string& human);
   // True when human lines go to a terminal: step records then show as one progress line

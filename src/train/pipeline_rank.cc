@@ -66,6 +66,57 @@ std::vector<model::MicroInput> inputs_of(const data::StepBatch& batch) {
   return in;
 }
 
+// "0-1" or "0,3" (interleaved chunks): the layers stage s holds.
+std::string stage_layers_text(const std::vector<model::StageChunk>& chunks, const pl::Schedule& sched,
+                              int s) {
+  std::string layers;
+  for (int c = 0; c < sched.virt; ++c) {
+    const model::StageChunk& ch = chunks[size_t(sched.virtual_stage(s, c))];
+    layers += cat(c ? "," : "", ch.begin, "-", ch.end - 1);
+  }
+  return layers;
+}
+
+// --max-activation-mb under --pp: a stage holds its own layers' activations for the
+// micro-batches it keeps in flight (the one-process figure is not any stage's), so each
+// stage's own figure, its largest rank's, is compared, naming the stage that does not fit:
+// the stage model's buffers and, under cp, the cp attention's (model/context/cp_cost.h; Ulysses
+// keeps one head-sharded output per layer and slot). Collective over the job, before step 1.
+void check_stage_activations(double max_mb, const model::StageModel& sm, const std::vector<int>& slots,
+                             const TrainConfig& cfg, parallel::Mesh& mesh, int b,
+                             const std::vector<model::StageChunk>& chunks, const pl::Schedule& sched) {
+  if (max_mb <= 0) return;
+  const parallel::MeshDims d = mesh.dims();
+  int64_t bytes = sm.activation_bytes();
+  if (d.cp > 1) {
+    int layer_slots = 0;  // Ulysses' saved outputs: one per layer and slot of each chunk
+    for (size_t c = 0; c < sm.chunks().size(); ++c)
+      layer_slots += (sm.chunks()[c].end - sm.chunks()[c].begin) * slots[c];
+    const model::ContextComm* cc = sm.context_comm();
+    bytes += model::cp_buffer_bytes(cc->options().mode, d.cp, layer_slots, b, cfg.train_seq() / d.cp,
+                                    cfg.model.dim / d.tp, cfg.model.heads / d.tp);
+  }
+  const double mine = double(bytes);
+  std::vector<double> all(size_t(mesh.world().size()));
+  mesh.world().all_gather(&mine, all.data(), 1, DType::f64);
+  std::vector<double> most(size_t(d.pp), 0.0);
+  for (int r = 0; r < int(all.size()); ++r) {
+    const int s = parallel::Mesh::coord_of(d, r).pp;
+    most[size_t(s)] = std::max(most[size_t(s)], all[size_t(r)]);
+  }
+  auto mib = [](double x) { return fmt("%.1f MiB", x / (1 << 20)); };
+  std::string each;
+  int over = -1;
+  for (int s = 0; s < d.pp; ++s) {
+    each += cat(s ? ", " : "", "stage ", s, " ", mib(most[size_t(s)]));
+    if (over < 0 && most[size_t(s)] > max_mb * (1 << 20)) over = s;
+  }
+  STRATA_CHECK(over < 0, "--max-activation-mb ", max_mb, ": pipeline stage ", over, " (layers ",
+               stage_layers_text(chunks, sched, over), ") needs ", mib(most[size_t(over)]),
+               " of activations per rank at --seq ", cfg.train_seq(), " (micro-batch ", b,
+               ", its micro-batches in flight; ", each, ")");
+}
+
 }  // namespace
 
 TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc,
@@ -85,8 +136,9 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   const std::vector<model::StageChunk>& chunks = pcost.chunks;
   std::vector<model::StageChunk> mine;
   for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
-  model::StageModel sm(cfg.model, mine, pl::slots_for(sched, stage), b, compute,
-                       sched.split_backward, topo.tp, topo.cp);
+  const std::vector<int> slots = pl::slots_for(sched, stage);
+  model::StageModel sm(cfg.model, mine, slots, b, compute, sched.split_backward, topo.tp, topo.cp);
+  check_stage_activations(cfg.max_activation_mb, sm, slots, cfg, mesh, b, chunks, sched);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
   pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
   // Each stage's F/B/W spans on a track named by its stage: merged, the schedule's diagonal.
@@ -137,10 +189,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     sm.set_inputs(inputs_of(batch));
     pl::Executor eval(pl::make_forward_only(P, int(batch.micro.size()), V), stage, &mesh.pp(),
                       grad.get());
-    double loss = eval.run(sm, 0);
-    if (mesh.has_cp()) mesh.cp().all_reduce(&loss, 1);  // each cp rank's rows
-    mesh.pp().all_reduce(&loss, 1);
-    return loss;
+    return eval.run(sm, 0);  // the last stage's rows; the trainer sums over the job
   };
   f.step_metrics = [&] { return step_rec; };
   f.summary_extras = [&] {
@@ -174,11 +223,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                            " replayed with each step's measured stage compute; waiting on "
                            "messages already sent ", fmt("%.3f", transfer_share), " of the schedule");
     for (int s = 0; s < P; ++s) {
-      std::string layers;
-      for (int c = 0; c < V; ++c) {
-        const model::StageChunk& ch = chunks[size_t(sched.virtual_stage(s, c))];
-        layers += cat(c ? "," : "", ch.begin, "-", ch.end - 1);
-      }
+      const std::string layers = stage_layers_text(chunks, sched, s);
       stages.push_back({{"stage", s}, {"layers", layers}, {"params", int64_t(all[size_t(3 * s + 1)])},
                         {"activation_bytes", int64_t(all[size_t(3 * s)])},
                         {"in_flight", int(all[size_t(3 * s + 2)])}});

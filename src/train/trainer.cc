@@ -21,6 +21,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "data/dataset.h"
+#include "data/sampler.h"
 #include "kernels/gemm_bf16.h"
 #include "model/tensor/collectives.h"
 #include "train/flops.h"
@@ -66,6 +67,11 @@ void TrainConfig::validate(int world) const {
   STRATA_CHECK(std::isfinite(optim.grad_clip), "--grad-clip must be a number");
   STRATA_CHECK(eval_every >= 0, "--eval-every must be >= 0 (got ", eval_every, ")");
   STRATA_CHECK(eval_batches > 0, "--eval-batches must be positive (got ", eval_batches, ")");
+  // An eval is one plan of eval_batches x batch samples (data/sampler.h): bounded here, so a
+  // huge count is refused before training rather than at the first eval.
+  STRATA_CHECK(int64_t(eval_batches) * batch <= data::kMaxPlanSlots, "--eval-batches ",
+               eval_batches, " x --batch ", batch, " = ", int64_t(eval_batches) * batch,
+               " held-out sequences per eval, past the limit of ", data::kMaxPlanSlots);
   STRATA_CHECK(sample_every >= 0, "--sample-every must be >= 0 (got ", sample_every, ")");
   // Each sampled token runs the model over the window (no KV cache): bounded, so a typo does
   // not cost half an hour at the end of a run.
@@ -160,20 +166,28 @@ std::string duration_text(double s) {
 
 std::string mib(int64_t bytes) { return fmt("%.1f MiB", double(bytes) / (1 << 20)); }
 
-// Mean loss per real token over the first eval_batches micro-batches of the held-out split
-// (the same batches at every eval, so evals are comparable; fewer when the split is smaller). Every rank evaluates the same
-// batches: engines that gather parameters in forward need all ranks to take part.
-double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg, int b,
-                const EngineFactory& factory) {
+// The held-out set: the first eval_batches x batch sequences of the held-out split's order
+// (fewer when the split is smaller), the same sequences whatever the layout, and the same at
+// every eval so that evals are comparable. The data-parallel ranks split them as they split a
+// training step (data/sampler.h), in this rank's micro-batches of b; every rank runs the same
+// number of micro-batches, so engines that gather parameters in forward (ZeRO-3) take part
+// together. The loss is the sum of token losses over every rank divided by the real tokens of
+// all of them (token-weighted, not a mean of per-rank means). Collective over the job.
+struct EvalResult {
+  double loss = 0;
+  int64_t sequences = 0, tokens = 0;  // the whole job's
+};
+EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg,
+                    const Topology& topo, int b, int A, const EngineFactory& factory) {
   PhaseScope phase(PhaseKind::eval);
   data::SamplerConfig sc;
   sc.seq = cfg.train_seq();
   sc.micro_batch = b;
-  sc.accum = cfg.eval_batches;
-  sc.world = 1;
+  sc.accum = cfg.eval_batches * A;  // b x eval_batches x A x dp = eval_batches x batch
+  sc.world = topo.dp_world;
   sc.seed = cfg.seed;
   sc.policy = data::TailPolicy::uneven;  // a small held-out split gives what it has
-  data::Loader loader(val, sc, /*rank=*/0, {}, /*prefetch=*/0);
+  data::Loader loader(val, sc, topo.dp_rank, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
   if (factory.forward_sum) {
@@ -184,8 +198,12 @@ double evaluate(model::GPT& model, const data::TokenSource& val, const TrainConf
       sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
     if (model.moe()) model.moe()->set_training(true);
   }
+  if (!topo.counts_loss) sum = 0;  // a tp or cp peer (or an earlier stage): its group counts it
+  sum = topo.sum_across_ranks(sum);
   STRATA_CHECK(batch.global_real_tokens > 0, "held-out split gave no tokens to evaluate");
-  return sum / double(batch.global_real_tokens);
+  // Every held-out sample is a whole window: T real targets each.
+  return {sum / double(batch.global_real_tokens), batch.global_real_tokens / cfg.train_seq(),
+          batch.global_real_tokens};
 }
 
 // Tokens as the data shows them: decoded text when the source knows its tokenizer (escaped as
@@ -541,12 +559,16 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
 void Trainer::Run::eval_and_sample(int64_t step) {
   const bool last = step + 1 == cfg.schedule.steps;
   if (last || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0)) {
-    result.eval_loss = evaluate(*model, *split.val, cfg, b, factory);
-    json rec = {{"step", step + 1}, {"eval_loss", result.eval_loss}};
+    const EvalResult e = evaluate(*model, *split.val, cfg, topo, b, A, factory);
+    result.eval_loss = e.loss;
+    result.eval_sequences = e.sequences;
+    json rec = {{"step", step + 1}, {"eval_loss", e.loss}, {"eval_sequences", e.sequences},
+                {"eval_tokens", e.tokens}};
     if (floor >= 0) rec["floor"] = floor;
     if (lead)
-      out->record(rec, "eval  step " + std::to_string(step + 1) + " | loss " +
-                           floor_text(result.eval_loss, floor));
+      out->record(rec, fmt("eval  step %lld | loss %s | %lld held-out sequences, %lld tokens",
+                           (long long)(step + 1), floor_text(e.loss, floor).c_str(),
+                           (long long)e.sequences, (long long)e.tokens));
   }
   if (cfg.sample_tokens > 0 && factory.samples &&
       (last || (cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0))) {
@@ -580,12 +602,14 @@ void Trainer::Run::finish(double wall_s) {
        {"params", cfg.model.num_params()},              // the whole model
        {"params_per_rank", model->num_params()},        // a tp rank's share
        {"steps", cfg.schedule.steps},
+       {"steps_trained", cfg.schedule.steps - start_step},  // by this attempt (0: resumed at the end)
        {"accum", A},
        {"world", topo.world},
        {"dp_world", world},
        {"threads", threads},
        {"final_loss", result.losses.empty() ? json() : json(result.losses.back())},
        {"eval_loss", result.eval_loss},
+       {"eval_sequences", result.eval_sequences},
        {"entropy_floor", nullptr},
        {"median_tokens_per_s", result.median_tokens_per_s},
        {"median_mfu", result.median_mfu},
@@ -620,14 +644,18 @@ void Trainer::Run::finish(double wall_s) {
   for (int c = 0; c < kNumMemCategories; ++c)
     mem += std::string(c ? ", " : "") + mem_category_name(MemCategory(c)) + " " +
            mib(mt.peak(MemCategory(c)));
-  out->summary(s, fmt("done: %lld steps in %.1f s | final loss %.4f | eval loss %s\n"
-                      "median %.0f tok/s | MFU %.1f%% of %s peak %s | gemm %s | %.1f ms/step\n"
+  // A run resumed at its last step timed no step: it reports no throughput rather than 0.
+  const std::string speed =
+      start_step < cfg.schedule.steps
+          ? fmt("median %.0f tok/s | MFU %.1f%% of %s peak %s | gemm %s | %.1f ms/step",
+                result.median_tokens_per_s, 100 * result.median_mfu, peak.kind.c_str(),
+                peak.label().c_str(), gemm.c_str(), median(step_ms))
+          : fmt("no step trained in this attempt (resumed at step %lld)", (long long)start_step);
+  out->summary(s, fmt("done: %lld steps in %.1f s | final loss %.4f | eval loss %s\n%s\n"
                       "peak memory: %s; total %s%s",
                       (long long)cfg.schedule.steps, wall_s,
                       result.losses.empty() ? NAN : result.losses.back(),
-                      floor_text(result.eval_loss, floor).c_str(), result.median_tokens_per_s,
-                      100 * result.median_mfu, peak.kind.c_str(), peak.label().c_str(), gemm.c_str(),
-                      median(step_ms), mem.c_str(),
+                      floor_text(result.eval_loss, floor).c_str(), speed.c_str(), mem.c_str(),
                       mib(mt.peak_total()).c_str(), extra_text.c_str()));
 }
 
@@ -652,16 +680,34 @@ TrainResult Trainer::run() {
   set_threads(cfg_.threads);
   cfg_.validate(topo_.dp_world);
   Run run(cfg_, topo_, engine_factory_);
-  if (run.start_step >= cfg_.schedule.steps) {
-    // Resumed at the last step: nothing was trained, so nothing is measured or evaluated, and
-    // summary.json keeps the figures of the run that did the work.
+  const int64_t steps = cfg_.schedule.steps;
+  if (run.start_step >= steps) {
+    // Resumed at the last step. If the attempt that trained it ended (summary.json written),
+    // nothing was trained, so nothing is measured or evaluated, and summary.json keeps the
+    // figures of the run that did the work. If it stopped after the last checkpoint (killed in
+    // the final eval), the end is still owed: the final eval, sample and summary.
+    // Rank 0 reads the run dir; every rank follows its answer (the eval is collective).
+    const bool ended =
+        run.topo.sum_across_ranks(run.lead && run.out->ended(steps) ? 1.0 : 0.0) > 0.5;
+    if (ended) {
+      if (run.lead)
+        run.out->note(cat("strata train: nothing to do: the checkpoint is at step ", run.start_step,
+                          " = --steps ", steps, " (raise --steps to train further)"));
+      run.result.summary = {{"nothing_to_do", true}, {"steps", steps}};
+      return std::move(run.result);
+    }
     if (run.lead)
-      run.out->note(cat("strata train: nothing to do: the checkpoint is at step ", run.start_step,
-                        " = --steps ", cfg_.schedule.steps, " (raise --steps to train further)"));
-    run.result.summary = {{"nothing_to_do", true}, {"steps", cfg_.schedule.steps}};
+      run.out->note(cat("strata train: the checkpoint is at step ", run.start_step, " = --steps ",
+                        steps, ", but the run did not end there (no summary.json of ", steps,
+                        " steps): running its final eval and writing the summary"));
+    run.eval_and_sample(steps - 1);
+    current_phase().set(steps, -1, PhaseKind::idle);
+    run.finish(wall.seconds());
+    run.ckpt->require_good_checkpoint();
     return std::move(run.result);
   }
-  for (int64_t step = run.start_step; step < cfg_.schedule.steps; ++step) {
+  if (run.lead) run.out->discard_summary();  // this attempt trains: the run has not ended
+  for (int64_t step = run.start_step; step < steps; ++step) {
     run.train_step(step);
     run.ckpt->after_step(step + 1, run.loader->state(), run.step_tokens, run.out.get());
     run.eval_and_sample(step);

@@ -59,7 +59,7 @@ struct TrainConfig {
   Schedule schedule;           // lr, min_lr, warmup, steps
   parallel::OptimConfig optim;
   int eval_every = 0;          // steps between evals; 0 = only after the last step
-  int eval_batches = 8;        // micro-batches of held-out data per eval
+  int eval_batches = 8;        // held-out global batches (of `batch` sequences) per eval
   int sample_every = 0;        // steps between samples; 0 = only after the last step
   int sample_tokens = 64;      // 0 disables sampling; at most kMaxSampleTokens
   int log_every = 1;           // progress lines every k steps (metrics.jsonl gets every step)
@@ -131,9 +131,10 @@ struct EngineFactory {
   // Pipeline parallelism (train/pipeline_rank.h): the stage keeps its own model, so the
   // trainer's GPT holds activations for model_max_batch sequences (>= 0; -1: the
   // micro-batch); run_step runs every micro-batch's forward and backward of a step and
-  // returns this rank's sum of token losses; forward_sum returns an eval batch's sum on every
-  // rank; step_metrics adds keys to each step's metrics record (rank 0); samples = false skips
-  // sampling (it needs the whole model on one rank).
+  // returns this rank's sum of token losses; forward_sum returns this rank's sum of an eval
+  // batch's token losses (counted as run_step's are: topo.counts_loss); step_metrics adds
+  // keys to each step's metrics record (rank 0); samples = false skips sampling (it needs
+  // the whole model on one rank).
   int model_max_batch = -1;
   std::function<double(const data::StepBatch&, float scale)> run_step;
   std::function<double(const data::StepBatch&)> forward_sum;
@@ -145,6 +146,7 @@ EngineFactory local_engine_factory();
 struct TrainResult {
   std::vector<double> losses;    // per step, mean over the global batch's real tokens
   double eval_loss = -1;         // last eval; < 0 when none ran
+  int64_t eval_sequences = 0;    // held-out sequences the last eval covered (whole job)
   double entropy_floor = -1;     // of the held-out data when known
   double median_tokens_per_s = 0;
   double median_mfu = 0;

@@ -49,7 +49,7 @@ void expect_matches(const TrainRun& ref, const std::string& layout, int steps) {
 }
 
 TEST(TrainPipeline, StagesAsProcessesMatchOneProcess) {
-  const TrainRun ref = train("--micro-batch 3");  // the eval batches are micro-batches: the same b
+  const TrainRun ref = train("--micro-batch 3");  // the stages' micro-batch b, so the same sums
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
   for (const char* layout :
        {"--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4",
