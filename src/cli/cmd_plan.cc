@@ -370,9 +370,11 @@ static Register reg(
       app.add_option("--gpus", f->gpus, "GPUs in the cluster (default: one node)");
       app.add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the GPU's)");
       app.add_option("--intra-bench", f->intra_bench,
-                     "Fit the intra-node link from `strata bench comm --json` output");
+                     "Fit the intra-node link from `strata bench comm --json` output")
+          ->check(plain_path(false));
       app.add_option("--inter-bench", f->inter_bench,
-                     "Fit the inter-node link from `strata bench comm --json` output");
+                     "Fit the inter-node link from `strata bench comm --json` output")
+          ->check(plain_path(false));
       app.add_option("--global-batch", f->global_batch, "Sequences per optimizer step");
       app.add_option("--micro-batch", f->micro_batch, "Fix the micro-batch (sequences)");
       app.add_option("--precision", f->precision, "bf16 (fp32 master weights) or fp32");
