@@ -88,7 +88,7 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
       try {
         return comm::parse_size(v);
       } catch (const Error& e) {
-        fail(flag, " ", v, ": ", e.what());
+        fail(flag, ": ", e.what());  // which quotes the value
       }
     };
     std::vector<size_t> sizes = comm::bench_sizes(size_flag("-b/--minbytes", a->min_bytes),

@@ -195,9 +195,17 @@ void setup_advise(CLI::App& app) {
   app.add_option("--restart", *restart, "time from a failure to training again, e.g. 3s");
   app.add_option("--step-time", *step_time, "time per training step, to express the interval in steps");
   app.callback([path, mtbf, stall, restart, step_time] {
+    // Each duration's error names its flag ("bad duration '-4'" alone did not say which).
+    auto duration = [](const char* flag, const std::string& v) {
+      try {
+        return ckpt::parse_duration(v);
+      } catch (const Error& e) {
+        fail(flag, ": ", e.what());  // which quotes the value
+      }
+    };
     double delta = -1;
     if (!stall->empty()) {
-      delta = ckpt::parse_duration(*stall);
+      delta = duration("--stall", *stall);
     } else {
       STRATA_CHECK(!path->empty(), "give a run directory (to use its measured stall) or --stall");
       const ckpt::CkptLocation loc = ckpt::locate(*path);
@@ -213,9 +221,9 @@ void setup_advise(CLI::App& app) {
       }
       STRATA_CHECK(delta >= 0, *path, ": no checkpoint with a measured stall; pass --stall");
     }
-    const ckpt::IntervalAdvice a = ckpt::advise_interval(delta, ckpt::parse_duration(*mtbf),
-                                                         ckpt::parse_duration(*restart),
-                                                         ckpt::parse_duration(*step_time));
+    const ckpt::IntervalAdvice a = ckpt::advise_interval(delta, duration("--mtbf", *mtbf),
+                                                         duration("--restart", *restart),
+                                                         duration("--step-time", *step_time));
     std::printf("%s", a.text().c_str());
   });
 }

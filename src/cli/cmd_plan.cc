@@ -266,8 +266,9 @@ void run(const Flags& f, const CLI::App& app) {
     s.micro_batches = f.micro_batches;
   }
   if (app.count("--global-batch"))
-    STRATA_CHECK(f.global_batch > 0 && f.global_batch <= (int64_t(1) << 31),
-                 "--global-batch must be in [1, 2^31] sequences (got ", f.global_batch, ")");
+    // Below 2^31: the schedule's micro-batch count is an int (2^31 read as -2147483648).
+    STRATA_CHECK(f.global_batch > 0 && f.global_batch < (int64_t(1) << 31),
+                 "--global-batch must be in [1, 2^31) sequences (got ", f.global_batch, ")");
   s.global_batch = app.count("--global-batch") ? f.global_batch : s.model.global_batch;
   STRATA_CHECK(f.rlhf || s.global_batch > 0,
                "--global-batch is needed (sequences per step; this model has no published one)");

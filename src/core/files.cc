@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -189,6 +190,21 @@ std::string quote_input(std::string_view text, size_t max_chars) {
   }
   if (used == text.size()) return q + "'";
   return q + "...' (" + std::to_string(text.size()) + " bytes)";
+}
+
+std::string cap_long_words(std::string_view line, size_t max_word) {
+  std::string out;
+  for (size_t at = 0; at < line.size();) {
+    const size_t end = std::min(line.find_first_of(" \t\n", at), line.size());
+    std::string_view word = line.substr(at, end - at);
+    if (word.size() > max_word)
+      out += std::string(word.substr(0, max_word)) + "...(" + std::to_string(word.size()) + " chars)";
+    else
+      out += word;
+    if (end < line.size()) out += line[end];
+    at = end + 1;
+  }
+  return out;
 }
 
 }  // namespace strata

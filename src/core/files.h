@@ -63,4 +63,8 @@ class LineLog {
 // line reads as one short line:  'abc\x00def'   'aaaaaaaa...' (200000000 bytes)
 std::string quote_input(std::string_view text, size_t max_chars = 80);
 
+// A whole error line as main prints it: any run of more than `max_word` non-blank characters
+// (a 400-digit flag value echoed by the parser) is cut to its start, "..." and its length.
+std::string cap_long_words(std::string_view line, size_t max_word = 200);
+
 }  // namespace strata
