@@ -135,40 +135,9 @@ void write_all(int fd, const void* data, size_t bytes, const std::string& path, 
   }
 }
 
-static std::string parent_of(const std::string& path) {
-  std::string p = fs::path(path).parent_path().string();
-  return p.empty() ? "." : p;
-}
-
+// One checked writer for every file strata writes (core/files.h).
 void atomic_write_file(const std::string& path, const std::string& data) {
-  // The rename below would replace a device node (/dev/full) or fail on a directory after
-  // the whole file was written: refuse such a target before writing anything.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    fail(path, " exists and is not a regular file: not replacing it");
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create ", tmp, ": ", errno_text(errno));
-  int64_t written = 0;
-  try {
-    write_all(fd, data.data(), data.size(), tmp, &written, nullptr);
-    if (::fsync(fd) != 0) fail("fsync ", tmp, ": ", errno_text(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    fail("close ", tmp, ": ", errno_text(errno));
-  }
-  try {
-    rename_path(tmp, path);
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  fsync_dir(parent_of(path));
+  strata::atomic_write_file(path, data);
 }
 
 void remove_dir_safely(const std::string& dir) {

@@ -50,7 +50,7 @@ std::string repair_latest(const std::string& root, const std::string& name);
 // Creates `dir` and its parents; throws naming the path and errno text (read-only disk, a file
 // where a directory should be, ...).
 void make_dirs(const std::string& dir);
-// Writes `data` to `path` through <path>.tmp, fsync, rename, fsync of the directory.
+// strata::atomic_write_file (core/files.h), the checked writer: tmp, fsync, rename, fsync dir.
 void atomic_write_file(const std::string& path, const std::string& data);
 void fsync_file(const std::string& path);
 void fsync_dir(const std::string& dir);

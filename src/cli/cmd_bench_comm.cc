@@ -84,8 +84,15 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
     comm::Backend backend = comm::parse_backend(a->backend);
     std::vector<comm::BenchOp> ops = comm::parse_bench_ops(a->op);
     STRATA_CHECK(a->factor >= 2, "the size factor (-f) must be at least 2, got ", a->factor);
-    std::vector<size_t> sizes = comm::bench_sizes(comm::parse_size(a->min_bytes),
-                                                  comm::parse_size(a->max_bytes), size_t(a->factor));
+    auto size_flag = [](const char* flag, const std::string& v) {  // names the flag at fault
+      try {
+        return comm::parse_size(v);
+      } catch (const Error& e) {
+        fail(flag, ": ", e.what());  // which quotes the value
+      }
+    };
+    std::vector<size_t> sizes = comm::bench_sizes(size_flag("-b/--minbytes", a->min_bytes),
+                                                  size_flag("-e/--maxbytes", a->max_bytes), size_t(a->factor));
     STRATA_CHECK(a->nproc >= 1, "--nproc must be at least 1, got ", a->nproc);
     STRATA_CHECK(a->iters >= 1, "--iters must be at least 1, got ", a->iters);
     STRATA_CHECK(a->warmup >= 0, "--warmup must not be negative, got ", a->warmup);

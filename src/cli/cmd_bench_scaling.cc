@@ -26,6 +26,7 @@ static Register reg(
       app.add_flag("--weak", a->weak, "Per-rank batch fixed (global batch = --batch x ranks)");
       app.add_flag("--strong", a->strong, "Global batch fixed (default)");
       app.add_option("--out", a->opts.out, "Directory for scaling.json and the points' runs")
+          ->check(dir_path())
           ->capture_default_str();
       app.add_option("--threads", a->opts.threads, "Threads per rank")->capture_default_str();
       app.add_option("--repeat", a->opts.repeat,

@@ -54,7 +54,9 @@ Listing list_checkpoints(const std::string& path) {
 
 void setup_ls(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")->required();
+  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")
+      ->check(dir_path())
+      ->required();
   app.callback([path] {
     Listing l = list_checkpoints(*path);
     std::printf("%s (latest -> %s)\n", l.root.c_str(),
@@ -102,7 +104,9 @@ void setup_ls(CLI::App& app) {
 void setup_verify(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto quick = std::make_shared<bool>(false);
-  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")->required();
+  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")
+      ->check(dir_path())
+      ->required();
   app.add_flag("--quick", *quick, "check manifests, sizes and headers only, not checksums");
   app.callback([path, quick] {
     Listing l = list_checkpoints(*path);
@@ -136,7 +140,9 @@ void setup_export(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>();
   auto step = std::make_shared<int64_t>(-1);
-  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")->required();
+  app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")
+      ->check(dir_path())
+      ->required();
   app.add_option("--safetensors", *out, "output file (Hugging Face safetensors)")->required();
   app.add_option("--step", *step, "export this step instead of the newest good checkpoint");
   app.add_option("--dtype", *dtype, "F32 or BF16 (default: as saved)");
@@ -183,15 +189,23 @@ void setup_advise(CLI::App& app) {
   auto stall = std::make_shared<std::string>();
   auto restart = std::make_shared<std::string>("0s");
   auto step_time = std::make_shared<std::string>("0s");
-  app.add_option("path", *path, "run whose newest checkpoint's measured stall is used");
+  app.add_option("path", *path, "run whose newest checkpoint's measured stall is used")->check(dir_path());
   app.add_option("--mtbf", *mtbf, "mean time between failures of the job, e.g. 4h, 30m")->required();
   app.add_option("--stall", *stall, "checkpoint stall δ, e.g. 40ms (instead of the measured one)");
   app.add_option("--restart", *restart, "time from a failure to training again, e.g. 3s");
   app.add_option("--step-time", *step_time, "time per training step, to express the interval in steps");
   app.callback([path, mtbf, stall, restart, step_time] {
+    // Each duration's error names its flag ("bad duration '-4'" alone did not say which).
+    auto duration = [](const char* flag, const std::string& v) {
+      try {
+        return ckpt::parse_duration(v);
+      } catch (const Error& e) {
+        fail(flag, ": ", e.what());  // which quotes the value
+      }
+    };
     double delta = -1;
     if (!stall->empty()) {
-      delta = ckpt::parse_duration(*stall);
+      delta = duration("--stall", *stall);
     } else {
       STRATA_CHECK(!path->empty(), "give a run directory (to use its measured stall) or --stall");
       const ckpt::CkptLocation loc = ckpt::locate(*path);
@@ -207,9 +221,9 @@ void setup_advise(CLI::App& app) {
       }
       STRATA_CHECK(delta >= 0, *path, ": no checkpoint with a measured stall; pass --stall");
     }
-    const ckpt::IntervalAdvice a = ckpt::advise_interval(delta, ckpt::parse_duration(*mtbf),
-                                                         ckpt::parse_duration(*restart),
-                                                         ckpt::parse_duration(*step_time));
+    const ckpt::IntervalAdvice a = ckpt::advise_interval(delta, duration("--mtbf", *mtbf),
+                                                         duration("--restart", *restart),
+                                                         duration("--step-time", *step_time));
     std::printf("%s", a.text().c_str());
   });
 }

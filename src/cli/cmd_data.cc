@@ -339,8 +339,9 @@ Register tokenizer_train_reg("data tokenizer-train", "Train a byte-level BPE tok
 
 Register plan_reg("data plan", "Show which samples every rank uses at every step", [](CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
+  // Counts below 2^63 (9.2e18): past it the int64 the flag lands in wraps.
   app.add_option("--samples", a->samples, "Samples in the data (N)")->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_in(0, 9.2e18));
   app.add_option("--world", a->world, "Data-parallel ranks (W)")->capture_default_str();
   app.add_option("--micro-batch", a->micro_batch, "Samples per rank per micro-step (b)")
       ->capture_default_str();
@@ -355,7 +356,8 @@ Register plan_reg("data plan", "Show which samples every rank uses at every step
   app.add_option("--resume-from", a->resume_from,
                  "Start from this many samples already consumed (globally) in the epoch")
       ->capture_default_str();
-  app.add_option("--steps", a->max_steps, "Show at most this many steps (default: the epoch)");
+  app.add_option("--steps", a->max_steps, "Show at most this many steps (default: the epoch)")
+      ->check(number_in(0, 9.2e18));
   app.add_flag("--json", a->json, "Print one JSON object");
   app.callback([a] { run_plan(*a); });
 });
@@ -363,7 +365,8 @@ Register plan_reg("data plan", "Show which samples every rank uses at every step
 Register info_reg("data info", "Describe a data spec: tokens, samples, vocabulary, entropy floor",
                   [](CLI::App& app) {
   auto a = std::make_shared<InfoArgs>();
-  app.add_option("--data", a->data, "synthetic[:TOKENS] | FILE.txt | FILE.bin | DIR | GLOB | prepared DIR")
+  app.add_option("--data", a->data, "synthetic[:TOKENS] | FILE.txt | FILE.bin | DIR | GLOB | prepared DIR | A:W,B:W")
+      ->check(plain_path(true))
       ->capture_default_str();
   app.add_option("--seq", a->seq, "Sequence length T (samples are T+1 tokens)")
       ->capture_default_str();

@@ -19,6 +19,7 @@
 #include "comm/launcher.h"
 #include "comm/rank_status.h"
 #include "comm/process_group.h"
+#include "core/files.h"
 #include "core/error.h"
 #include "diag/flight_dump.h"
 #include "diag/hang_doctor.h"
@@ -53,6 +54,7 @@ Register hang("doctor hang", "Name the rank, group and operation a wedged job is
               [](CLI::App& app) {
                 auto a = std::make_shared<HangArgs>();
                 app.add_option("run_dir", a->dir, "Run directory holding flight-rank<R>.json dumps")
+                    ->check(dir_path())
                     ->required();
                 app.add_flag("--json", a->json, "Print the findings as JSON");
                 app.callback([a] { run_doctor_hang(*a); });
@@ -124,9 +126,7 @@ void run_net_rank(const NetArgs& a) {
   pg->barrier();
   if (pg->rank() != 0) return;
   if (a.result_file.empty()) return print_net(report, a.json);  // started by mpirun / srun directly
-  std::ofstream out(a.result_file);
-  out << report.dump() << "\n";
-  STRATA_CHECK(out.good(), "cannot write ", a.result_file);
+  atomic_write_file(a.result_file, report.dump() + "\n");
 }
 
 void run_doctor_net(const NetArgs& a) {

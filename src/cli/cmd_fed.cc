@@ -79,7 +79,9 @@ void add_common(CLI::App& app, FedArgs& a) {
       ->capture_default_str();
   app.add_option("--server-opt", a.server_opt, "avg (FedAvg) or adam (FedAdam)")->capture_default_str();
   app.add_option("--server-lr", c.server_lr, "Server learning rate")->check(number_in(0, 1e6, true))->capture_default_str();
-  app.add_option("--data", c.data, "synthetic[:TOKENS] | FILE.txt | FILE.bin")->capture_default_str();
+  app.add_option("--data", c.data, "synthetic[:TOKENS] | FILE.txt | FILE.bin | DIR")
+      ->check(plain_path(true))
+      ->capture_default_str();
   app.add_option("--partition", a.partition, "iid | dirichlet:ALPHA | natural")->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of data, partition, sampling, dropout and noise")
       ->capture_default_str();

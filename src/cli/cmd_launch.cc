@@ -50,9 +50,12 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
       app.add_option("-n,--nproc", a->nproc, "number of ranks (default with --hosts: all slots)");
   a->host_flags.add_to(app);
   app.add_option("--backend", a->backend, "communication backend: shm (this host) or mpi (mpirun)");
+  // Bounded so that inf, 1e400 or 2^63 never become a wait that cannot end or a wrapped count.
   app.add_option("--timeout", a->timeout,
-                 "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)");
-  app.add_option("--grace", a->grace, "seconds between SIGTERM and SIGKILL when stopping ranks");
+                 "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)")
+      ->check(finite_at_most(kMaxSeconds));
+  app.add_option("--grace", a->grace, "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->check(finite_at_most(kMaxSeconds));
   app.add_option("--max-restarts", a->max_restarts,
                  "restart the whole job after a failure, up to R times (sets STRATA_RESTART)");
   app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with the rank");

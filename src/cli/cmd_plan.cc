@@ -266,8 +266,9 @@ void run(const Flags& f, const CLI::App& app) {
     s.micro_batches = f.micro_batches;
   }
   if (app.count("--global-batch"))
-    STRATA_CHECK(f.global_batch > 0 && f.global_batch <= (int64_t(1) << 31),
-                 "--global-batch must be in [1, 2^31] sequences (got ", f.global_batch, ")");
+    // Below 2^31: the schedule's micro-batch count is an int (2^31 read as -2147483648).
+    STRATA_CHECK(f.global_batch > 0 && f.global_batch < (int64_t(1) << 31),
+                 "--global-batch must be in [1, 2^31) sequences (got ", f.global_batch, ")");
   s.global_batch = app.count("--global-batch") ? f.global_batch : s.model.global_batch;
   STRATA_CHECK(f.rlhf || s.global_batch > 0,
                "--global-batch is needed (sequences per step; this model has no published one)");
@@ -370,9 +371,11 @@ static Register reg(
       app.add_option("--gpus", f->gpus, "GPUs in the cluster (default: one node)");
       app.add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the GPU's)");
       app.add_option("--intra-bench", f->intra_bench,
-                     "Fit the intra-node link from `strata bench comm --json` output");
+                     "Fit the intra-node link from `strata bench comm --json` output")
+          ->check(plain_path(false));
       app.add_option("--inter-bench", f->inter_bench,
-                     "Fit the inter-node link from `strata bench comm --json` output");
+                     "Fit the inter-node link from `strata bench comm --json` output")
+          ->check(plain_path(false));
       app.add_option("--global-batch", f->global_batch, "Sequences per optimizer step");
       app.add_option("--micro-batch", f->micro_batch, "Fix the micro-batch (sequences)");
       app.add_option("--precision", f->precision, "bf16 (fp32 master weights) or fp32");

@@ -13,7 +13,8 @@ void add_plan_calibrate(CLI::App& plan) {
       "calibrate", "Measure this host and write the file `strata plan --gpu local` reads");
   auto o = std::make_shared<report::CalibrateOptions>();
   app->add_option("-o,--output", o->out, "File to write (default: $STRATA_CALIBRATION, else "
-                                         "~/.cache/strata/local-gpu.json)");
+                                         "~/.cache/strata/local-gpu.json)")
+      ->check(plain_path(false));
   app->add_option("--threads", o->threads, "Threads per rank")->capture_default_str();
   app->add_option("--nproc", o->comm_ranks, "Ranks for the communication fit")->capture_default_str();
   app->add_option("--probe-seconds", o->probe_s, "Length of the GEMM probe")->capture_default_str();

@@ -43,6 +43,7 @@ static Register reg("report", "One self-contained HTML page of charts over run d
                     [](CLI::App& app) {
                       auto a = std::make_shared<ReportArgs>();
                       app.add_option("RUN_DIR", a->dirs, "Run directories (or scaling studies)")
+                          ->check(dir_path())
                           ->required();
                       app.add_option("-o,--output", a->out, "HTML file to write")->capture_default_str();
                       app.callback([a] { run(*a); });

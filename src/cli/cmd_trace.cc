@@ -32,17 +32,18 @@ struct MergeArgs {
 Register merge("trace merge", "Merge per-rank Chrome traces into one file, a track per rank and thread",
                [](CLI::App& app) {
                  auto a = std::make_shared<MergeArgs>();
-                 app.add_option("run_dir", a->dir, "Run directory holding trace-rank<R>.json")->required();
-                 app.add_option("-o,--output", a->out, "Merged trace file to write")->required();
+                 app.add_option("run_dir", a->dir, "Run directory holding trace-rank<R>.json")
+                     ->check(dir_path())
+                     ->required();
+                 app.add_option("-o,--output", a->out, "Merged trace file to write")
+                     ->check(plain_path(false))
+                     ->required();
                  app.add_flag("--align-start", a->align,
                               "Shift each rank so its first event is at 0 (traces from different hosts)");
                  app.callback([a] {
                    diag::TraceSet set = load_or_fail(a->dir);
                    nlohmann::json merged = diag::merge_traces(set, {a->align});
-                   std::ofstream out(a->out);
-                   STRATA_CHECK(out, "cannot write ", a->out);
-                   out << merged.dump() << "\n";
-                   STRATA_CHECK(out.good(), "failed writing ", a->out);
+                   atomic_write_file(a->out, merged.dump() + "\n");
                    size_t events = 0;
                    for (auto& t : set.ranks) events += t.events.size();
                    std::printf("merged %zu ranks (%zu events) into %s\n", set.ranks.size(), events, a->out.c_str());
@@ -57,7 +58,9 @@ struct OverlapArgs {
 Register overlap("trace overlap", "Per step: communication time exposed and the share hidden behind compute",
                  [](CLI::App& app) {
                    auto a = std::make_shared<OverlapArgs>();
-                   app.add_option("run_dir", a->dir, "Run directory holding trace-rank<R>.json")->required();
+                   app.add_option("run_dir", a->dir, "Run directory holding trace-rank<R>.json")
+                     ->check(dir_path())
+                     ->required();
                    app.add_flag("--json", a->json, "Print the report as JSON");
                    app.add_flag("--per-rank", a->per_rank, "Also print every rank's numbers per step");
                    app.callback([a] {

@@ -154,6 +154,8 @@ void refuse_ignored_flags(CLI::App& app, const TrainArgs& a, const train::TrainC
                  ")");
   if (app.count("--cp-mode"))
     STRATA_CHECK(m.cp > 1, "--cp-mode ", a.cp_mode, " needs --cp 2 or more (got --cp ", m.cp, ")");
+  if (app.count("--cp-chunks"))
+    STRATA_CHECK(m.cp > 1, "--cp-chunks ", a.cp_chunks, " needs --cp 2 or more (got --cp ", m.cp, ")");
   if (app.count("--max-activation-mb"))
     STRATA_CHECK(std::isfinite(cfg.max_activation_mb) && cfg.max_activation_mb > 0,
                  "--max-activation-mb must be a positive number of MiB (got ",
@@ -208,6 +210,7 @@ void setup(CLI::App& app) {
   app.add_option("--seq", c.seq, "Training sequence length (default: the model's maximum)");
   app.add_option("--vocab", a->vocab, "Vocabulary size (padded to a multiple of 64)");
   app.add_option("--data", c.data, "synthetic | FILE.txt | FILE.bin | DIR (llm.c shards)")
+      ->check(plain_path(true))
       ->capture_default_str();
   app.add_option("--tail", c.tail, "Incomplete last global batch of an epoch: drop, pad or uneven")
       ->capture_default_str();
@@ -240,7 +243,7 @@ void setup(CLI::App& app) {
                  "Tokens per sample (0: no sampling; at most 4096)")
       ->capture_default_str();
   app.add_option("--log-every", c.log_every, "Progress line every K steps")->capture_default_str();
-  app.add_option("--run-dir", c.run_dir, "Write metrics.jsonl and summary.json here");
+  app.add_option("--run-dir", c.run_dir, "Write metrics.jsonl and summary.json here")->check(dir_path());
   app.add_flag("--json", c.json, "Print JSON records on stdout instead of progress lines");
   app.add_option("--threads", c.threads, "OpenMP and BLAS threads (default: OMP_NUM_THREADS)");
   app.add_option("--peak-gflops", c.peak_gflops,
@@ -309,7 +312,8 @@ void setup(CLI::App& app) {
   app.add_option("--ckpt-keep-every", c.ckpt.keep_every, "Also keep every checkpoint whose step is a multiple of M");
   app.add_option("--resume", c.ckpt.resume,
                  "auto (latest good checkpoint in <run-dir>/ckpt; none: start fresh) or PATH "
-                 "(a run dir, its ckpt/ dir or a step-* dir)");
+                 "(a run dir, its ckpt/ dir or a step-* dir)")
+      ->check(dir_path({"auto", "none"}));
   app.add_option("--mtbf", a->mtbf, "Mean time between failures (e.g. 4h): prints the optimal "
                  "checkpoint interval (Young, Daly) from the measured save stall");
   app.add_option("--straggler-every", c.straggler.every_steps,

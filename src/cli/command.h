@@ -53,6 +53,9 @@ inline const CLI::Validator& non_negative_integer() {
   return v;
 }
 
+// The longest wait a seconds flag takes (a year): past it a value is a typo or an overflow.
+inline constexpr double kMaxSeconds = 365.0 * 24 * 3600;
+
 // A numeric flag checked by its text before any work: finite, within [lo, hi] (lo excluded when
 // lo_open), so NaN, inf, 2^31 or 2^63 never reach an int cast or a loop bound:
 // "--log-every: must be a number in [1, 1000000] (got 0)".
@@ -72,6 +75,23 @@ inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
       "NUMBER");
 }
 
+// A seconds or size flag whose sign the command checks itself: only non-numbers, inf and values
+// past `hi` are refused here (1e400 parses as inf: a wait that never ends):
+// "--timeout: must be a finite number of at most 31536000 (got 1e400)".
+inline CLI::Validator finite_at_most(double hi) {
+  return CLI::Validator(
+      [hi](std::string& s) {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end != s.c_str() && *end == '\0' && std::isfinite(v) && v <= hi) return std::string();
+        std::ostringstream m;
+        m.precision(12);
+        m << "must be a finite number of at most " << hi << " (got " << s << ")";
+        return m.str();
+      },
+      "NUMBER");
+}
+
 // A path flag: an existing path that is not a regular file (or, with dir_ok, a directory) is
 // refused before it is opened, so a FIFO cannot block a read and a device node or directory is
 // never replaced by a write. `keyword` (e.g. "synthetic") is passed through.
@@ -85,6 +105,23 @@ inline CLI::Validator plain_path(bool dir_ok, std::string keyword = "") {
         return s + ": is " + kind + ", not a regular file" + (dir_ok ? " or directory" : "");
       },
       "PATH");
+}
+
+// A directory flag or argument (a run directory, an output directory): an existing path that
+// is not a directory is refused by its kind before anything reads or creates it, so a FIFO or a
+// file never surfaces as "not a directory" or "no such directory" from deep inside:
+// "--run-dir: RUN/fifo: is a FIFO, not a directory". A missing path is left to the command
+// (some create it, some report it). `keywords` (e.g. "auto") pass through.
+inline CLI::Validator dir_path(std::vector<std::string> keywords = {}) {
+  return CLI::Validator(
+      [keywords](std::string& s) {
+        for (const std::string& k : keywords)
+          if (s == k) return std::string();
+        const std::string kind = file_kind(s);
+        if (kind == "missing" || kind == "a directory") return std::string();
+        return s + ": is " + kind + ", not a directory";
+      },
+      "DIR");
 }
 
 }  // namespace strata::cli

@@ -97,15 +97,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "strata: error: %s (see --help)\n", e.what());
+    std::fprintf(stderr, "strata: error: %s (see --help)\n", strata::cap_long_words(e.what()).c_str());
     return 2;
   } catch (const ExitCode& e) {
     return e.code;
   } catch (const strata::Error& e) {
-    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    std::fprintf(stderr, "strata: error: %s\n", strata::cap_long_words(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    std::fprintf(stderr, "strata: error: %s\n", strata::cap_long_words(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -52,7 +53,7 @@ size_t parse_size(std::string_view s) {
   size_t i = 0;
   while (i < t.size() && std::isdigit((unsigned char)t[i])) ++i;
   STRATA_CHECK(i > 0, "size '", t, "' is not a number (e.g. 8, 1K, 256M, 1G)");
-  double v = std::stod(t.substr(0, i));
+  const double v = std::strtod(t.substr(0, i).c_str(), nullptr);  // 400 digits: HUGE_VAL, no throw
   std::string unit = t.substr(i);
   for (char& c : unit) c = char(std::toupper((unsigned char)c));
   if (!unit.empty() && unit.back() == 'B') unit.pop_back();

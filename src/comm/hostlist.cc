@@ -11,6 +11,7 @@
 
 #include "comm/hier/topology.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace strata::comm {
 
@@ -24,8 +25,8 @@ static bool valid_host(const std::string& h) {
 static int parse_slots(const std::string& s, const std::string& where) {
   char* end = nullptr;
   long v = s.empty() ? -1 : std::strtol(s.c_str(), &end, 10);
-  STRATA_CHECK(!s.empty() && *end == 0 && v >= 1 && v <= 4096, where, ": slots must be 1..4096, got '",
-               s, "'");
+  STRATA_CHECK(!s.empty() && *end == 0 && v >= 1 && v <= 4096, where, ": slots must be 1..4096, got ",
+               quote_input(s));
   return int(v);
 }
 
@@ -49,6 +50,7 @@ std::vector<HostSlots> parse_hosts(std::string_view spec) {
 }
 
 std::vector<HostSlots> parse_hostfile(const std::string& path) {
+  require_regular_file(path, "hostfile");  // a directory would read as "names no host"
   std::ifstream in(path);
   STRATA_CHECK(in.good(), "hostfile ", path, ": cannot be read");
   std::vector<HostSlots> out;
@@ -60,11 +62,11 @@ std::vector<HostSlots> parse_hostfile(const std::string& path) {
     std::string host, word;
     if (!(words >> host)) continue;
     std::string where = cat("hostfile ", path, " line ", lineno);
-    STRATA_CHECK(valid_host(host), where, ": bad host name '", host, "'");
+    STRATA_CHECK(valid_host(host), where, ": bad host name ", quote_input(host));
     HostSlots h{host, 1};
     while (words >> word) {
       if (word.rfind("slots=", 0) == 0) h.slots = parse_slots(word.substr(6), where);
-      else if (word.rfind("max_slots=", 0) != 0) fail(where, ": unknown field '", word, "' (expected slots=N)");
+      else if (word.rfind("max_slots=", 0) != 0) fail(where, ": unknown field ", quote_input(word), " (expected slots=N)");
     }
     out.push_back(h);
   }

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "nlohmann/json.hpp"
 
 namespace strata {
@@ -59,10 +60,7 @@ void Tracer::write(const std::string& path) const {
     if (!e.args.empty()) j["args"] = nlohmann::json::parse(e.args);
     ev.push_back(std::move(j));
   }
-  std::ofstream out(path);
-  STRATA_CHECK(out, "cannot write trace file ", path);
-  out << nlohmann::json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
-  STRATA_CHECK(out.good(), "failed writing trace file ", path);
+  atomic_write_file(path, nlohmann::json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump());
 }
 
 }  // namespace strata

@@ -157,14 +157,11 @@ std::string SliceSource::describe() const {
 void write_bin(const std::string& path, const std::vector<uint16_t>& tokens) {
   STRATA_CHECK(tokens.size() <= size_t(INT32_MAX), "token file ", path, ": ", tokens.size(),
                " tokens exceed the int32 header count");
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  STRATA_CHECK(f, "cannot write token file ", path, ": ", std::strerror(errno));
   int32_t header[kBinHeaderInts] = {kBinMagic, kBinVersion, int32_t(tokens.size())};
-  bool ok = std::fwrite(header, sizeof header, 1, f) == 1;
-  if (!tokens.empty())
-    ok = ok && std::fwrite(tokens.data(), 2, tokens.size(), f) == tokens.size();
-  ok = std::fclose(f) == 0 && ok;
-  STRATA_CHECK(ok, "short write to token file ", path);
+  const std::vector<std::string_view> parts = {
+      {reinterpret_cast<const char*>(header), sizeof header},
+      {reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2}};
+  atomic_write_file(path, parts);  // a device or FIFO target is refused, a full disk fails
 }
 
 std::vector<std::string> resolve_files(const std::string& spec) {

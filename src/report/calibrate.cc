@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "plan/hardware.h"
 #include "report/run_data.h"
 #include "report/subprocess.h"
@@ -162,10 +163,7 @@ Calibration calibrate(const CalibrateOptions& o) {
   plan::gpu_from_json(c.gpu, c.path);  // what the planner will read must validate
   const fs::path parent = fs::path(c.path).parent_path();
   if (!parent.empty()) fs::create_directories(parent, ec);
-  std::ofstream f(c.path, std::ios::trunc);
-  f << c.gpu.dump(2) << "\n";
-  f.close();
-  STRATA_CHECK(!f.fail(), "cannot write the calibration to ", c.path);
+  atomic_write_file(c.path, c.gpu.dump(2) + "\n");
   char b[2048];
   std::snprintf(b, sizeof b,
                 "strata plan calibrate: %s, %u cores, %d thread(s) per rank\n"

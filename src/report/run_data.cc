@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace strata::report {
 
@@ -20,6 +21,8 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string slurp(const fs::path& p) {
+  // A directory would read as an empty file ("holds no step records"), a FIFO would block.
+  require_regular_file(p.string(), "run file");
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();

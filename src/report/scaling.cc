@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "plan/estimate.h"
 #include "plan/hardware.h"
 #include "report/run_data.h"
@@ -383,7 +384,7 @@ ScalingResult run_scaling(const ScalingOptions& o) {
                {"train_args", o.train_args},
                {"gpu", gpu ? plan::gpu_to_json(*gpu) : json()},
                {"points", points}};
-  std::ofstream(fs::path(o.out) / "scaling.json") << res.study.dump(2) << "\n";
+  atomic_write_file((fs::path(o.out) / "scaling.json").string(), res.study.dump(2) + "\n");
   res.table = table_text(o, res.study, gpu_note);
   return res;
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/rng.h"
 
 namespace strata::rlhf {
@@ -63,7 +64,7 @@ PairSet read_pairs(const std::string& path, int vocab) {
           used = 0;
         }
         STRATA_CHECK(used == w.size() && v >= 0 && v < vocab, "--pairs ", path, ":", lineno,
-                     ": '", w, "' is not a token id in [0, ", vocab, ")");
+                     ": ", quote_input(w), " is not a token id in [0, ", vocab, ")");
         part[n].push_back(int32_t(v));
       }
       ++n;
@@ -88,8 +89,7 @@ PairSet read_pairs(const std::string& path, int vocab) {
 }
 
 void write_pairs(const std::string& path, const PairSet& s) {
-  std::ofstream out(path);
-  STRATA_CHECK(out, "cannot write ", path);
+  std::ostringstream out;
   for (int64_t i = 0; i < s.size(); ++i) {
     auto put = [&](const std::vector<int32_t>& v, int n) {
       for (int t = 0; t < n; ++t) out << (t ? " " : "") << v[size_t(i * n + t)];
@@ -101,7 +101,7 @@ void write_pairs(const std::string& path, const PairSet& s) {
     put(s.rejected, s.R);
     out << "\n";
   }
-  STRATA_CHECK(out.good(), "write failed: ", path);
+  atomic_write_file(path, out.str());  // a device or FIFO target is refused, /dev/full fails
 }
 
 }  // namespace strata::rlhf

@@ -12,6 +12,7 @@
 #include "comm/process_group.h"
 #include "ckpt/fsutil.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/rng.h"
 #include "core/trace.h"
 #include "rlhf/frozen_shards.h"
@@ -490,19 +491,23 @@ json PpoRun::memory_report() const {
 PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
   PpoResult res;
   const int start = load_state();
-  std::ofstream metrics;
+  // metrics.jsonl streams (a record per iteration survives a crash), each write checked.
+  LineLog metrics;
   const bool writer = rank_ == 0;  // rank 0 alone writes files and reports
   if (writer && !cfg_.run_dir.empty()) {
     fs::create_directories(cfg_.run_dir);
+    const std::string log_path = path("metrics.jsonl");
+    require_replaceable_file(log_path, "PPO log");  // before reading it: a FIFO would block
     // A resumed run keeps the records of the iterations its checkpoint holds.
     std::vector<std::string> keep;
-    std::ifstream old(path("metrics.jsonl"));
+    std::ifstream old;
+    if (start > 0) old.open(log_path);
     for (std::string line; start > 0 && std::getline(old, line);) {
       const json j = json::parse(line, nullptr, false);
       if (j.is_object() && j.value("iteration", 0) <= start) keep.push_back(line);
     }
-    metrics.open(path("metrics.jsonl"), std::ios::trunc);
-    for (const std::string& l : keep) metrics << l << "\n";
+    metrics = LineLog(log_path, false, "PPO log");
+    for (const std::string& l : keep) metrics.write_line(l);
   }
   double t_gen = 0, t_score = 0, t_train = 0;
   for (int iter = start; iter < cfg_.iterations; ++iter) {
@@ -536,7 +541,7 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     kl_.update(rec["kl"].get<double>(), ro.G);
     rec["beta"] = beta;
     rec["time"]["cpu_s"] = cpu_seconds() - cpu0;
-    if (metrics.is_open()) metrics << rec.dump() << "\n" << std::flush;
+    if (metrics.is_open()) metrics.write_line(rec.dump());
     if (log && writer) log(rec);
     res.iterations.push_back(rec);
     if (cfg_.ckpt_every > 0 && ((iter + 1) % cfg_.ckpt_every == 0 || iter + 1 == cfg_.iterations))

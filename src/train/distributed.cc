@@ -18,6 +18,7 @@
 #include "comm/launcher.h"
 #include "comm/process_group.h"
 #include "comm/rank_status.h"
+#include "core/files.h"
 #include "core/error.h"
 #include "core/trace.h"
 #include "diag/net_check.h"
@@ -146,8 +147,7 @@ void check_hosts_before_training(const TrainConfig& cfg, const ParallelConfig& p
   if (findings > 0)
     std::fprintf(stderr, "strata train: preflight found %d problem(s) (above); training goes on\n", findings);
   if (!cfg.run_dir.empty()) {
-    std::ofstream f(cfg.run_dir + "/preflight.json");
-    f << report.dump(2) << "\n";
+    atomic_write_file(cfg.run_dir + "/preflight.json", report.dump(2) + "\n");
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/timer.h"
 #include "nlohmann/json.hpp"
 
@@ -27,9 +28,8 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, bool json_stdout, std::
   fs::create_directories(run_dir_, ec);
   STRATA_CHECK(!ec && fs::is_directory(run_dir_), "cannot create run directory ", run_dir_, ": ",
                ec ? ec.message() : "a file of that name exists");
-  std::string path = run_dir_ + "/metrics.jsonl";
-  metrics_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
-  STRATA_CHECK(metrics_.is_open(), "cannot write ", path, " (run directory not writable?)");
+  // Streamed, not replaced: each step's record is on disk as soon as the step ends.
+  metrics_ = LineLog(run_dir_ + "/metrics.jsonl", append, "metrics log");
 }
 
 void MetricsWriter::write_line(const std::string& text) {
@@ -62,11 +62,7 @@ void MetricsWriter::progress(const nlohmann::json& j, const std::string& human, 
 }
 
 void MetricsWriter::record(const nlohmann::json& j, const std::string& human) {
-  if (metrics_.is_open()) {
-    metrics_ << j.dump() << '\n';
-    metrics_.flush();
-    STRATA_CHECK(metrics_.good(), "writing ", run_dir_, "/metrics.jsonl failed (disk full?)");
-  }
+  if (metrics_.is_open()) metrics_.write_line(j.dump());
   print(j, human);
 }
 
@@ -76,11 +72,7 @@ void MetricsWriter::summary(const nlohmann::json& j, const std::string& human) {
     progress_.clear();
   }
   if (!run_dir_.empty()) {
-    std::string path = run_dir_ + "/summary.json";
-    std::ofstream f(path, std::ios::out | std::ios::trunc);
-    f << j.dump(2) << '\n';
-    f.close();
-    STRATA_CHECK(!f.fail(), "cannot write ", path);
+    atomic_write_file(run_dir_ + "/summary.json", j.dump(2) + "\n");
   }
   print(j, human);
 }

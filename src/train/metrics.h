@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/files.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace strata::train {
@@ -49,7 +50,7 @@ class MetricsWriter {
   bool json_;
   std::FILE* out_;
   void write_line(const std::string& text);  // above the live progress line, if any
-  std::ofstream metrics_;
+  LineLog metrics_;
   bool live_ = false;
   std::string progress_;        // the live line shown now ("" when none)
   int64_t progress_drawn_ns_ = 0;

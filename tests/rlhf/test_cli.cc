@@ -1,5 +1,7 @@
 // strata rlhf reward / ppo / generate end to end at tiny size, and their bad input: one line
 // naming the flag and file, a non-zero exit, and no rollout started.
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -37,6 +39,22 @@ class RlhfCli : public ::testing::Test {
   std::string f(const std::string& name) const { return dir_.file(name); }
   strata::test::TempDir dir_{"rlhf_cli"};
 };
+
+// PPO's metrics.jsonl streams through the checked log: a FIFO in its place blocked the open
+// forever (and, on a resume, the read of the old records); now it is refused by its kind.
+TEST_F(RlhfCli, PpoLogThatIsAFifoIsRefused) {
+  auto r = run_strata("rlhf reward --init " + f("actor.safetensors") +
+                      " --pairs synthetic --num-pairs 16 --steps 1 --batch 4 --prompt-len 4 "
+                      "--response-len 8 -o " + f("rm.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::filesystem::create_directories(f("run"));
+  ASSERT_EQ(::mkfifo(f("run/metrics.jsonl").c_str(), 0644), 0);
+  r = run_strata("rlhf ppo --actor " + f("actor.safetensors") + " --reward " + f("rm.safetensors") +
+                     " --run-dir " + f("run") + " --iterations 1 --rollout-batch 4 --minibatch 4 --epochs 1"
+                     " --prompt-len 4 --response-len 8",
+                 "", strata::test::Streams::separate, 30);
+  expect_one_line(r, f("run/metrics.jsonl") + ": is a FIFO");
+}
 
 TEST_F(RlhfCli, RewardThenPpoEndToEnd) {
   auto r = run_strata("rlhf reward --init " + f("actor.safetensors") +

@@ -206,6 +206,14 @@ void ShmTransport::check_abort(const OpDesc& op) {
                                reason);
 }
 
+// A peer detaches (release) before its process exits, so a state read after its death was
+// seen is final. The state read before the liveness check is not: a peer that detached and
+// exited between the two reads would be called dead although it left cleanly (the end of a
+// run whose ranks exit in any order).
+static bool exited_cleanly(RankCtrl& c) {
+  return c.state.load(std::memory_order_acquire) == kRankDetached;
+}
+
 void ShmTransport::check_peer(int peer, const OpDesc& op, const char* waiting) {
   RankCtrl& c = seg_.ctrl(peer);
   if (c.state.load(std::memory_order_acquire) == kRankDetached)
@@ -216,7 +224,9 @@ void ShmTransport::check_peer(int peer, const OpDesc& op, const char* waiting) {
   int pid = c.pid.load();
   if (!pid_alive(pid))
     throw detail::PeerDeadError(cat(op_label(op), ": peer rank ", peer, " (pid ", pid,
-                                    ") died while this rank was ", waiting, " it"));
+                                    exited_cleanly(c) ? ") left the group (its process exited)"
+                                                      : ") died",
+                                    " while this rank was ", waiting, " it"));
 }
 
 void ShmTransport::raise_abort(int reason_code, const std::string& message) {
@@ -243,6 +253,7 @@ std::string ShmTransport::health(std::string& reason) {
     if (c.state.load(std::memory_order_acquire) != kRankAttached) continue;
     int pid = c.pid.load();
     if (!pid_alive(pid)) {
+      if (exited_cleanly(c)) continue;
       reason = "peer-dead";
       return cat("group ", group_, ": rank ", p, " (pid ", pid, ") died; ", describe_peer(p));
     }

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/files.h"
+
 namespace strata::data {
 namespace {
 
@@ -158,7 +160,7 @@ std::string key_to_bytes(const std::string& key, const std::string& where) {
   for (size_t i = 0, len = 0; i < key.size(); i += len) {
     const int32_t cp = next_cp(key, i, len);
     const int16_t b = cp >= 0 && cp < 512 ? byte_map().from_cp[cp] : int16_t{-1};
-    if (b < 0) fail(where, "token '" + key + "' is not in the byte-level alphabet");
+    if (b < 0) fail(where, "token " + quote_input(key) + " is not in the byte-level alphabet");
     out += static_cast<char>(b);
   }
   return out;
@@ -204,7 +206,7 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json, cons
   const nlohmann::json vocab = parse_json(vocab_json);
   if (!vocab.is_object()) fail(vocab_json, "expected an object of token -> id");
   for (const auto& [key, id] : vocab.items()) {
-    if (!id.is_number_integer()) fail(vocab_json, "token '" + key + "' has a non-integer id");
+    if (!id.is_number_integer()) fail(vocab_json, "token " + quote_input(key) + " has a non-integer id");
     t.add_token(key_to_bytes(key, vocab_json), id.get<int32_t>(), vocab_json);
     if (looks_special(key)) t.specials_.emplace_back(key, id.get<int32_t>());
   }
@@ -233,7 +235,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) fail(path, "no \"model\" object");
   const auto& model = j["model"];
   const std::string type = model.value("type", std::string("(none)"));
-  if (type != "BPE") fail(path, "unknown model type '" + type + "' (supported: BPE)");
+  if (type != "BPE") fail(path, "unknown model type " + quote_input(type) + " (supported: BPE)");
   if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].dump().find("ByteLevel") == std::string::npos)
     fail(path, "pre_tokenizer is not ByteLevel (only GPT-2-style byte-level BPE is supported)");
   // Llama 3's tokenizer.json splits words by a pattern of its own before ByteLevel: encoding
@@ -243,7 +245,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
                "GPT-2's pattern is supported");
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail(path, "model has no \"vocab\" object");
   for (const auto& [key, id] : model["vocab"].items()) {
-    if (!id.is_number_integer()) fail(path, "token '" + key + "' has a non-integer id");
+    if (!id.is_number_integer()) fail(path, "token " + quote_input(key) + " has a non-integer id");
     t.add_token(key_to_bytes(key, path), id.get<int32_t>(), path);
   }
   if (j.contains("added_tokens"))
