@@ -79,6 +79,8 @@ void MetricsWriter::summary(const nlohmann::json& j, const std::string& human) {
 
 void MetricsWriter::discard_summary() {
   if (run_dir_.empty()) return;
+  // Only a file is an earlier attempt's summary; anything else would block the new one's write.
+  require_replaceable_file(run_dir_ + "/summary.json", "summary");
   std::error_code ec;
   fs::remove(run_dir_ + "/summary.json", ec);
   STRATA_CHECK(!ec, "cannot remove ", run_dir_, "/summary.json of an earlier attempt: ",
