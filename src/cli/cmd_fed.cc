@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 
 #include "cli/command.h"
+#include "cli/run_config.h"
 #include "comm/rank_status.h"
 #include "core/error.h"
 #include "fed/run.h"
@@ -118,7 +120,12 @@ void setup_train(CLI::App& app) {
   app.add_flag("--json", a->json, "JSON records instead of lines");
   app.add_option("--inject-bad-update", a->bad_update, "CLIENT:ROUND sends a wrong-sized update (tests)");
   app.add_option("--inject-delay", a->delay, "CLIENT:SECONDS sleeps before each update (tests)");
-  app.callback([a] {
+  RunConfigFlags& config = add_run_config(app, "fed");
+  app.callback([a, &app, &config] {
+    if (config.print) {
+      std::cout << resolved_config(app, "fed");
+      return;
+    }
     const fed::FedConfig cfg = resolve(*a);
     if (auto code = fed::launch_if_needed(cfg, comm::parse_backend(a->backend), a->timeout_s)) {
       if (*code != 0) throw ExitCode{*code};

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/run_config.h"
 #include "core/error.h"
 #include "model/gpt.h"
 #include "model/expert/moe_cost.h"
@@ -431,8 +432,14 @@ static Register reg(
       app.add_option("--accum", f->accum, "Accumulation steps per optimizer step (--local)");
       app.add_option("--moe-every", f->moe_every, "Every N-th block is an MoE block (--local)");
       add_plan_calibrate(app);
-      app.callback([f, &app] {
-        if (!app.got_subcommand("calibrate")) run(*f, app);
+      RunConfigFlags& config = add_run_config(app, "plan");
+      app.callback([f, &app, &config] {
+        if (app.got_subcommand("calibrate")) return;
+            if (config.print) {
+          std::cout << resolved_config(app, "plan");
+          return;
+        }
+        run(*f, app);
       });
     });
 

@@ -6,12 +6,14 @@
 //   strata rlhf reward --init sft --pairs synthetic -o rm.safetensors
 //   strata rlhf ppo --actor sft --reward rm.safetensors --run-dir ppo --iterations 30
 #include <cstdio>
+#include <iostream>
 #include <cstdlib>
 #include <memory>
 
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/run_config.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
 #include "comm/process_group.h"
@@ -259,7 +261,14 @@ void setup_ppo(CLI::App& app) {
   app.add_flag("--resume", c.resume, "Continue from <run-dir>/ppo-state.safetensors");
   app.add_flag("--trace", c.trace, "Chrome trace of generate/score/train and the kernels in <run-dir>");
   app.add_flag("--json", a->json, "JSON records on stdout");
-  app.callback([a] { run_ppo(*a); });
+  RunConfigFlags& config = add_run_config(app, "ppo");
+  app.callback([a, &app, &config] {
+    if (config.print) {
+      std::cout << resolved_config(app, "ppo");
+      return;
+    }
+    run_ppo(*a);
+  });
 }
 
 void setup_generate(CLI::App& app) {

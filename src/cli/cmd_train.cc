@@ -330,9 +330,8 @@ void setup(CLI::App& app) {
   app.add_flag("--preflight", p.preflight,
                "Before step 1, run the bandwidth doctor (strata doctor net) over the job's ranks and hosts");
   add_moe_flags(app, *a);
-  RunConfigFlags& config = add_run_config(app);
+  RunConfigFlags& config = add_run_config(app, "training");
   app.callback([&app, a, &config] {
-    apply_run_config(app, config, "training");
     if (config.print) {
       std::cout << resolved_config(app, "training");
       return;

@@ -56,9 +56,20 @@ const std::map<std::string, std::string>& section_table() {
   return t;
 }
 
+// Flags of a command whose meaning differs from train's flag of the same name: they live in
+// the command's own section (PPO's --top-k samples tokens, train's routes to experts).
+bool differs_from_train(const std::string& flag, const std::string& own) {
+  static const std::map<std::string, std::vector<std::string>> own_meaning = {
+      {"ppo", {"top-k", "resume", "ckpt-every", "seed"}},
+      {"fed", {"lr", "eval-every", "timeout", "seed"}},
+  };
+  const auto it = own_meaning.find(own);
+  return it != own_meaning.end() && std::count(it->second.begin(), it->second.end(), flag) > 0;
+}
+
 std::string section_of(const std::string& flag, const std::string& own) {
   const auto it = section_table().find(flag);
-  return it == section_table().end() ? own : it->second;
+  return it == section_table().end() || differs_from_train(flag, own) ? own : it->second;
 }
 
 bool is_flag(const CLI::Option* o) { return o->get_expected_min() == 0; }
@@ -104,6 +115,8 @@ std::string toml_value(const CLI::Option* o, const std::string& text) {
   const bool numeric = !text.empty() && *end == '\0';
   if (wants_integer(o) && numeric && std::floor(v) == v && std::abs(v) < 9e15) return text;
   if (wants_number(o) && numeric) return shortest(v);
+  // A text flag holding a plain integer ("zero = 1") reads back the same either way.
+  if (numeric && text == std::to_string(static_cast<long long>(v)) && std::abs(v) < 9e15) return text;
   return toml_string(text);
 }
 
@@ -158,7 +171,12 @@ class TomlReader {
       fail(where, " in [", section, "] is not a flag of this command");
     }
     const std::string want = section_of(key, own_);
-    if (want != section) fail(where, " belongs in [", want, "], not [", section, "]");
+    if (want != section) {
+      // train's flag of that name, in its section: this command's flag means something else.
+      const auto shared = section_table().find(key);
+      if (shared != section_table().end() && shared->second == section) return;
+      fail(where, " belongs in [", want, "], not [", section, "]");
+    }
     Item item;
     item.name = key;
     item.where = where;
@@ -209,9 +227,21 @@ class TomlReader {
 
 }  // namespace
 
-RunConfigFlags& add_run_config(CLI::App& app) {
+RunConfigFlags& add_run_config(CLI::App& app, const std::string& own_section) {
   static std::deque<RunConfigFlags> flags;  // one per command that reads configs, alive as long as main
   RunConfigFlags& f = flags.emplace_back();
+  // Applied once parsing is complete. CLI11 checks required flags before that point, so the
+  // check moves here, after the files: a config can give them too.
+  for (CLI::Option* o : app.get_options())
+    if (o->get_required()) {
+      f.required.push_back(o);
+      o->required(false);
+    }
+  app.parse_complete_callback([&app, &f, own_section] {
+    apply_run_config(app, f, own_section);
+    for (const CLI::Option* o : f.required)
+      if (o->count() == 0) throw CLI::RequiredError(o->get_name());
+  });
   app.add_option("--config", f.files, "Read flags from TOML run configs (docs/config.md); flags given here win, "
                                       "then the later file")
       ->check(plain_path(false));

@@ -29,14 +29,16 @@ namespace strata::cli {
 struct RunConfigFlags {
   std::vector<std::string> files;  // --config (repeatable: a later file wins)
   bool print = false;              // --print-config
+  std::vector<CLI::Option*> required;  // checked after the files are applied
 };
 
-// Adds --config FILE and --print-config to `app`; returns their storage (alive as long as main).
-RunConfigFlags& add_run_config(CLI::App& app);
+// Adds --config FILE and --print-config to `app` and applies the files once parsing is done:
+// every flag they name that the command line did not is set and checked as if typed (before
+// CLI11's required-flag check). `own_section` is where this command's flags go that no shared
+// section lists, or that mean something else than train's ("plan", "ppo", "fed"). Errors name
+// the file, line and key. Returns the flags' storage (alive as long as main).
+RunConfigFlags& add_run_config(CLI::App& app, const std::string& own_section);
 
-// Sets every flag the config files name that the command line did not, validating it as if
-// typed. Call first thing in the command's callback. `own_section` is where this command's
-// flags that no shared section lists go ("plan", "ppo", "fed"). Throws naming file, line, key.
 void apply_run_config(CLI::App& app, const RunConfigFlags& flags, const std::string& own_section);
 
 // The resolved config of a parsed `app` as TOML text (see above).

@@ -82,6 +82,58 @@ TEST(RunConfig, PrintConfigReadsBackToItselfAndTheCommandLineWins) {
   EXPECT_NE(p3.out.find("steps = 9\n"), std::string::npos) << p3.out;
 }
 
+// One file for several commands: each reads the sections and keys that apply to it, and keys
+// that mean something else to it (PPO's --top-k samples tokens; train's routes to experts)
+// come only from its own section.
+TEST(RunConfig, OneFileFeedsTrainPlanPpoAndFed) {
+  TempDir dir;
+  write_file(dir.file("all.toml"), R"([model]
+layers = 2
+heads = 4
+top-k = 1
+[training]
+seq = 32
+seed = 5
+[optimizer]
+grad-clip = 0.5
+[parallelism]
+zero = 1
+[checkpoint]
+resume = "auto"
+[plan]
+gpus = 8
+[ppo]
+actor = "a"
+reward = "r"
+top-k = 8
+[fed]
+clients = 3
+)");
+  auto print = [&](const std::string& cmd) {
+    auto r = run_strata(cmd + " --config " + dir.file("all.toml") + " --print-config", "", test::Streams::separate);
+    EXPECT_EQ(r.status, 0) << cmd << ": " << r.err;
+    return r.out;
+  };
+  const std::string train = print("train"), plan = print("plan"), ppo = print("rlhf ppo"), fed = print("fed train");
+  EXPECT_NE(train.find("\ntop-k = 1\n"), std::string::npos) << train;
+  EXPECT_NE(train.find("resume = \"auto\"\n"), std::string::npos) << train;
+  EXPECT_EQ(train.find("gpus"), std::string::npos) << train;
+  EXPECT_NE(plan.find("gpus = 8\n"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("\nlayers = 2\n"), std::string::npos) << plan;
+  EXPECT_NE(ppo.find("[ppo]\nactor = \"a\"\n"), std::string::npos) << ppo;
+  EXPECT_NE(ppo.find("top-k = 8\n"), std::string::npos) << ppo;
+  EXPECT_EQ(ppo.find("top-k = 1"), std::string::npos) << ppo;
+  EXPECT_NE(ppo.find("grad-clip = 0.5\n"), std::string::npos) << ppo;
+  EXPECT_NE(ppo.find("\n# seed = "), std::string::npos) << ppo;  // train's [training] seed is not PPO's
+  EXPECT_NE(fed.find("clients = 3\n"), std::string::npos) << fed;
+  EXPECT_NE(fed.find("\nlayers = 2\n"), std::string::npos) << fed;
+  // A flag the command requires may come from the file; missing from both, it is named.
+  write_file(dir.file("none.toml"), "[ppo]\niterations = 2\n");
+  auto r = run_strata("rlhf ppo --config " + dir.file("none.toml"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--actor is required"), std::string::npos) << r.out;
+}
+
 TEST(RunConfig, DefectsNameTheFileLineAndKey) {
   TempDir dir;
   const std::pair<std::string, std::string> cases[] = {
