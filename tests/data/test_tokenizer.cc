@@ -13,6 +13,7 @@
 
 #include "data/fnv.h"
 #include "data/tokenizer/bpe.h"
+#include "support/temp_dir.h"
 
 namespace strata::data {
 namespace {
@@ -66,8 +67,55 @@ TEST(BpeTokenizer, MergeNotInVocabularyNamesFileAndLine) {
   std::filesystem::remove_all(dir);
 }
 
-// Llama 3's tokenizer.json (a Split pattern before ByteLevel) would encode differently under
-// GPT-2's pattern: refused by name rather than encoded wrongly.
+std::vector<uint32_t> word_lengths(const std::string& text, BpeTokenizer::Pattern p) {
+  std::vector<uint32_t> out;
+  for (const std::string_view w : BpeTokenizer::pretokenize(text, p)) out.push_back(uint32_t(w.size()));
+  return out;
+}
+
+uint64_t fnv_lengths(const std::vector<uint32_t>& v) { return fnv1a64(std::vector<int32_t>(v.begin(), v.end())); }
+
+// Llama 3's pattern, hand-written, against JavaScript's Unicode regex engine running the
+// pattern itself (tools/tokenizer/llama3_split.js): the same words on Tiny Shakespeare and on
+// a sample of scripts, digits, contractions in both cases, emoji and \r\n runs.
+TEST(BpeTokenizer, Llama3PatternSplitsAsTheRegexDoes) {
+  const std::string sample = std::string(STRATA_SOURCE_DIR) + "/tests/data/fixtures/llama3_split_sample.txt";
+  const auto s = word_lengths(test::read_file(sample), BpeTokenizer::Pattern::llama3);
+  EXPECT_EQ(s.size(), 98u);
+  EXPECT_EQ(fnv_lengths(s), 0xa91249ee36ef4c4eull);
+  const auto head = BpeTokenizer::pretokenize("Hello world! It's 12345 THEY'RE\r\n\r\n  x", BpeTokenizer::Pattern::llama3);
+  const std::vector<std::string_view> want = {"Hello", " world", "!", " It", "'s", " ", "123", "45", " THEY",
+                                              "'RE", "\r\n\r\n", " ", " x"};
+  EXPECT_EQ(head, want);
+  const std::string text_path = kShared + "tinyshakespeare.txt";
+  if (!std::filesystem::exists(text_path)) GTEST_SKIP() << "no " << text_path;
+  const auto t = word_lengths(test::read_file(text_path), BpeTokenizer::Pattern::llama3);
+  EXPECT_EQ(t.size(), 263198u);
+  EXPECT_EQ(fnv_lengths(t), 0x2c41e5b9917fdbadull);
+}
+
+// A tokenizer.json with Llama 3's Split step encodes with that pattern and its
+// ignore_merges rule (a word that is a token is taken whole); any other Split pattern would
+// encode differently under either scanner: refused by name rather than encoded wrongly.
+TEST(BpeTokenizer, Llama3TokenizerJsonUsesItsPatternAndIgnoreMerges) {
+  std::string vocab = "{";
+  for (int b = 0; b < 256; ++b) vocab += (b ? "," : "") + nlohmann::json(byte_to_unicode(static_cast<uint8_t>(b))).dump() + ":" + std::to_string(b);
+  vocab += ",\"ab\":256,\"abc\":257}";
+  const std::string pre = R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated"},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
+  const auto path = std::filesystem::temp_directory_path() / ("strata_llama3_" + std::to_string(::getpid()) + ".json");
+  // Merges build "ab" only: "abc" is reachable as a whole word through ignore_merges alone.
+  std::ofstream(path) << R"({"model": {"type": "BPE", "ignore_merges": true, "vocab": )" << vocab
+                      << R"(, "merges": ["a b"]}, "pre_tokenizer": )" << pre << "}";
+  auto t = BpeTokenizer::from_tokenizer_json(path.string());
+  EXPECT_EQ(t.pattern(), BpeTokenizer::Pattern::llama3);
+  EXPECT_EQ(t.encode("abc 12345"), (std::vector<int32_t>{257, ' ', '1', '2', '3', '4', '5'}));
+  EXPECT_EQ(t.encode("abcd"), (std::vector<int32_t>{256, 'c', 'd'}));
+  std::filesystem::remove(path);
+}
+
+// Any other Split pattern is refused.
 TEST(BpeTokenizer, TokenizerJsonWithItsOwnSplitPatternIsRefused) {
   const auto path = std::filesystem::temp_directory_path() / ("strata_bpe_split_" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << R"({"model": {"type": "BPE", "vocab": {}, "merges": []},

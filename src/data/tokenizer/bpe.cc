@@ -3,6 +3,7 @@
 #include <unicode/uchar.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -130,6 +131,54 @@ size_t match_word(std::string_view s, size_t i) {
   return last - i;
 }
 
+// Llama 3's pattern (tiktoken's cl100k family), alternatives tried in order at s[i]:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,3} |
+//    ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
+bool is_newline(int32_t cp) { return cp == '\r' || cp == '\n'; }
+
+size_t match_word_llama3(std::string_view s, size_t i) {
+  if (s[i] == '\'' && i + 1 < s.size()) {  // contractions, any case
+    const char a = char(std::tolower(static_cast<unsigned char>(s[i + 1])));
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if (i + 2 < s.size()) {
+      const char b = char(std::tolower(static_cast<unsigned char>(s[i + 2])));
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    }
+  }
+  size_t len = 0;
+  const int32_t cp = next_cp(s, i, len);
+  const Class c = classify(cp);
+  if (c == kLetter) return run_of(s, i, kLetter);
+  if (c != kNumber && !is_newline(cp) && i + len < s.size()) {  // one leading non-letter
+    size_t len2 = 0;
+    if (classify(next_cp(s, i + len, len2)) == kLetter) return len + run_of(s, i + len, kLetter);
+  }
+  if (c == kNumber) {  // at most three digits
+    size_t j = i;
+    for (int k = 0; k < 3 && j < s.size() && classify(next_cp(s, j, len)) == kNumber; ++k) j += len;
+    return j - i;
+  }
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+  size_t j = i;
+  if (s[j] == ' ' && j + 1 < s.size() && classify(next_cp(s, j + 1, len)) == kOther) ++j;
+  if (classify(next_cp(s, j, len)) == kOther) {
+    j += run_of(s, j, kOther);
+    while (j < s.size() && (s[j] == '\r' || s[j] == '\n')) ++j;
+    return j - i;
+  }
+  // Whitespace from here on: '\s*[\r\n]+' takes the run up to its last newline.
+  size_t end = i, last_newline = std::string_view::npos, last = i;
+  while (end < s.size() && classify(next_cp(s, end, len)) == kSpace) {
+    if (is_newline(static_cast<unsigned char>(s[end]))) last_newline = end;
+    last = end;
+    end += len;
+  }
+  if (last_newline != std::string_view::npos) return last_newline + 1 - i;
+  // '\s+(?!\S)': leaves the last space before a non-space; '\s+' otherwise.
+  if (end == s.size() || last == i) return end - i;
+  return last - i;
+}
+
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw std::runtime_error(where + ": " + what);
 }
@@ -174,10 +223,10 @@ bool looks_special(const std::string& s) {
 
 std::string byte_to_unicode(uint8_t b) { return utf8(byte_map().to_cp[b]); }
 
-std::vector<std::string_view> BpeTokenizer::pretokenize(std::string_view text) {
+std::vector<std::string_view> BpeTokenizer::pretokenize(std::string_view text, Pattern p) {
   std::vector<std::string_view> words;
   for (size_t i = 0; i < text.size();) {
-    const size_t n = match_word(text, i);
+    const size_t n = p == Pattern::llama3 ? match_word_llama3(text, i) : match_word(text, i);
     words.push_back(text.substr(i, n));
     i += n;
   }
@@ -238,11 +287,17 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   if (type != "BPE") fail(path, "unknown model type " + quote_input(type) + " (supported: BPE)");
   if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].dump().find("ByteLevel") == std::string::npos)
     fail(path, "pre_tokenizer is not ByteLevel (only GPT-2-style byte-level BPE is supported)");
-  // Llama 3's tokenizer.json splits words by a pattern of its own before ByteLevel: encoding
-  // it with GPT-2's pattern would give other tokens, silently.
-  if (j["pre_tokenizer"].dump().find("\"Split\"") != std::string::npos)
-    fail(path, "pre_tokenizer splits by a pattern of its own (a \"Split\" step, as Llama 3's does); only "
-               "GPT-2's pattern is supported");
+  // A Split step before ByteLevel brings a pattern of its own: Llama 3's is known; any other
+  // would encode differently under either scanner, silently, so it is refused.
+  if (const std::string pre = j["pre_tokenizer"].dump(); pre.find("\"Split\"") != std::string::npos) {
+    static const std::string kLlama3 =
+        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    if (pre.find(nlohmann::json(kLlama3).dump()) == std::string::npos)
+      fail(path, "pre_tokenizer splits by a pattern of its own (a \"Split\" step) that is not Llama 3's; "
+                 "only GPT-2's and Llama 3's patterns are supported");
+    t.pattern_ = Pattern::llama3;
+  }
+  t.ignore_merges_ = model.value("ignore_merges", false);
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail(path, "model has no \"vocab\" object");
   for (const auto& [key, id] : model["vocab"].items()) {
     if (!id.is_number_integer()) fail(path, "token " + quote_input(key) + " has a non-integer id");
@@ -281,6 +336,11 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
     out.insert(out.end(), hit->second.begin(), hit->second.end());
     return;
   }
+  if (ignore_merges_)
+    if (auto whole = bytes_to_id_.find(std::string(word)); whole != bytes_to_id_.end()) {
+      out.push_back(whole->second);
+      return;
+    }
   std::vector<int32_t> parts(word.size());
   for (size_t i = 0; i < word.size(); ++i) parts[i] = byte_id_[static_cast<uint8_t>(word[i])];
   while (parts.size() > 1) {
@@ -301,7 +361,7 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
 
 void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) {
   for (size_t i = 0; i < text.size();) {
-    const size_t n = match_word(text, i);
+    const size_t n = pattern_ == Pattern::llama3 ? match_word_llama3(text, i) : match_word(text, i);
     encode_word(text.substr(i, n), out);
     i += n;
   }

@@ -45,8 +45,12 @@ class BpeTokenizer final : public Tokenizer {
   std::unique_ptr<Tokenizer> clone() const override { return std::make_unique<BpeTokenizer>(*this); }
   const std::string& token_bytes(int32_t id) const { return id_to_bytes_.at(id); }
 
+  // The pre-tokenizer's pattern: GPT-2's, or Llama 3's (tiktoken's cl100k family, chosen by a
+  // tokenizer.json whose Split step has exactly that regex).
+  enum class Pattern : uint8_t { gpt2, llama3 };
+  Pattern pattern() const { return pattern_; }
   // The words of the pre-tokenizer (exposed for tests).
-  static std::vector<std::string_view> pretokenize(std::string_view text);
+  static std::vector<std::string_view> pretokenize(std::string_view text, Pattern p = Pattern::gpt2);
 
  private:
   void add_token(const std::string& bytes, int32_t id, const std::string& file);
@@ -61,6 +65,8 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<uint64_t, uint64_t> merges_;
   std::vector<std::pair<std::string, int32_t>> specials_;
   std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  Pattern pattern_ = Pattern::gpt2;
+  bool ignore_merges_ = false;  // a word that is itself a token is taken whole (Llama 3)
 };
 
 // GPT-2's reversible map of bytes to printable code points (as UTF-8), used in vocab files.
