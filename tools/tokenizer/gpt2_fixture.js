@@ -5,23 +5,12 @@
 //   first FULL_PREFIX_BYTES bytes of the text (default 4096)}.
 // Install the encoders with `make tokenizer-tools` (npm install in this folder).
 'use strict';
+const fnv1a64 = require('./fnv');
 const fs = require('fs');
 const path = require('path');
 const gpt3 = require('gpt-3-encoder');
 const { getEncoding } = require('js-tiktoken');
 
-function fnv1a64(ids) {
-  let h = 0xcbf29ce484222325n;
-  const prime = 0x100000001b3n;
-  const mask = 0xffffffffffffffffn;
-  for (const id of ids) {
-    for (let k = 0; k < 4; ++k) {
-      h ^= BigInt((id >>> (8 * k)) & 0xff);
-      h = (h * prime) & mask;
-    }
-  }
-  return h.toString(16).padStart(16, '0');
-}
 
 function encodeBoth(text) {
   const a = gpt3.encode(text);

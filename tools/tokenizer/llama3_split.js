@@ -4,21 +4,13 @@
 // uint32). JavaScript has no (?i:...) group, so the contractions are spelled out per case.
 // Usage: node llama3_split.js FILE...
 'use strict';
+const fnv1a64 = require('./fnv');
 const fs = require('fs');
 
 const pattern = new RegExp(
   "'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|" +
   " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 'gu');
 
-function fnv1a64(values) {
-  let h = 0xcbf29ce484222325n;
-  for (const v of values)
-    for (let k = 0; k < 4; ++k) {
-      h ^= BigInt((v >>> (8 * k)) & 0xff);
-      h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
-    }
-  return h.toString(16).padStart(16, '0');
-}
 
 for (const file of process.argv.slice(2)) {
   const text = fs.readFileSync(file, 'utf8');

@@ -5,19 +5,11 @@
 // tests/data/test_prepare.cc holds `strata data prepare` to.
 // Usage: node llmc_recipe.js TINYSHAKESPEARE.txt   (after `make tokenizer-tools`)
 'use strict';
+const fnv1a64 = require('./fnv');
 const fs = require('fs');
 const gpt3 = require('gpt-3-encoder');
 const { getEncoding } = require('js-tiktoken');
 
-function fnv1a64(ids) {
-  let h = 0xcbf29ce484222325n;
-  for (const id of ids)
-    for (let k = 0; k < 4; ++k) {
-      h ^= BigInt((id >>> (8 * k)) & 0xff);
-      h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
-    }
-  return h.toString(16).padStart(16, '0');
-}
 
 const text = fs.readFileSync(process.argv[2], 'utf8');
 const marked = '<|endoftext|>' + text.replaceAll('\n\n', '\n\n<|endoftext|>');
