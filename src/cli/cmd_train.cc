@@ -170,10 +170,6 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
   if (app.count("--reduce-dtype")) {
     STRATA_CHECK(a.reduce_dtype == "fp32" || a.reduce_dtype == "bf16", "--reduce-dtype ",
                  a.reduce_dtype.empty() ? "''" : a.reduce_dtype, ": expected fp32 or bf16");
-    // The pipeline's engine all-reduces its gradients in fp32: refuse what it would ignore.
-    STRATA_CHECK(a.reduce_dtype != "bf16" || pc.mesh_dims().pp == 1,
-                 "--reduce-dtype bf16 is not supported with --pp ", pc.mesh_dims().pp,
-                 " (the pipeline reduces gradients in fp32); drop it or use --reduce-dtype fp32");
     pc.dp.reduce_precision = parallel::parse_precision(a.reduce_dtype);
   }
   pc.backend = comm::parse_backend(a.backend);

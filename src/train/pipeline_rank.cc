@@ -170,7 +170,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     trainer_model = &m;
     return std::unique_ptr<parallel::StepEngine>(
-        new pl::StageEngine(sm, mesh, optim, seed, pc.dp.stage));
+        new pl::StageEngine(sm, mesh, optim, seed, pc.dp.stage,
+                            pc.dp.reduce_precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32));
   };
   f.run_step = [&](const data::StepBatch& batch, float scale) {
     sm.set_inputs(inputs_of(batch));

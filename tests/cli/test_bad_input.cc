@@ -428,8 +428,6 @@ const std::string kPp = kTrain + "--layers 4 --nproc 2 --pp 2 ";
 
 TEST(BadInput, TrainFlagsRefused) {
   std::vector<Case> rows = {
-      {"reduce_dtype_bf16_pp", kTrain + "--nproc 2 --pp 2 --reduce-dtype bf16",
-       {"--reduce-dtype bf16", "--pp 2"}},
       {"reduce_dtype_empty", kTrain + "--reduce-dtype ''", {"--reduce-dtype ''", "fp32 or bf16"}},
       // L % (P x 0) raised SIGFPE; P x (2^31 - 1) wrapped to "-2 stages for 4 layers".
       {"virtual_stages_zero", kPp + "--virtual-stages 0", {"--virtual-stages", "0"}},

@@ -151,6 +151,24 @@ TEST(TrainPipeline, Bf16StaysCloseToFp32) {
   }
 }
 
+// --reduce-dtype bf16 under --pp: the stages' gradients are summed over dp in bf16 (ZeRO 0
+// and 1), so the losses stay within bf16's reach of one process and differ from the fp32
+// reduction, which equals one process (1e-5).
+TEST(TrainPipeline, Bf16ReductionIsHonouredAtEveryZeroStage) {
+  const TrainRun ref = train("--micro-batch 3", 8);
+  ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
+  for (const char* zero : {"0", "1"}) {
+    const std::string layout = std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --zero ") + zero;
+    const TrainRun fp32 = train(layout + " --reduce-dtype fp32", 8);
+    const TrainRun bf16 = train(layout + " --reduce-dtype bf16", 8);
+    ASSERT_EQ(fp32.cli.status, 0) << fp32.cli.err;
+    ASSERT_EQ(bf16.cli.status, 0) << bf16.cli.err;
+    EXPECT_LE(max_abs_diff(ref.losses, fp32.losses), 1e-5) << layout;
+    EXPECT_LE(max_abs_diff(ref.losses, bf16.losses), 1e-2) << layout;
+    EXPECT_GT(max_abs_diff(fp32.losses, bf16.losses), 1e-6) << layout << ": bf16 reduction changed nothing";
+  }
+}
+
 // A checkpoint saved at step `steps` / 2 by `layout` (on `ranks` ranks) resumes under each of
 // An epoch that ends mid-batch (--tail uneven): the short last global batch leaves some
 // micro-batches of a stage, and all of one dp rank's, with fewer or no sequences; the stages

@@ -6,12 +6,13 @@
 
 #include "core/error.h"
 #include "kernels/adamw.h"
+#include "parallel/precision.h"
 
 namespace strata::parallel::pipeline {
 
 StageEngine::StageEngine(model::StageModel& model, Mesh& mesh, const OptimConfig& optim,
-                         uint64_t seed, int zero)
-    : model_(model), mesh_(mesh), optim_(optim), zero_(zero) {
+                         uint64_t seed, int zero, DType reduce)
+    : model_(model), mesh_(mesh), optim_(optim), zero_(zero), reduce_(reduce) {
   STRATA_CHECK(zero == 0 || zero == 1, "--pp with --zero ", zero,
                ": the stage engine runs ZeRO 0 or 1");
   const int64_t psi = model.num_params(), D = zero == 1 ? replicas() : 1;
@@ -23,6 +24,10 @@ StageEngine::StageEngine(model::StageModel& model, Mesh& mesh, const OptimConfig
   m_ = Buffer(MemCategory::optimizer, share);
   v_ = Buffer(MemCategory::optimizer, share);
   if (zero == 1 && D > 1) share_grads_ = Buffer(MemCategory::gradients, share);
+  if (reduce_ == DType::bf16 && replicas() > 1) {
+    wire_ = Buffer(MemCategory::comm, size_t(psi) * dtype_size(DType::bf16));
+    if (zero == 1) wire_share_ = Buffer(MemCategory::comm, size_t(end_ - begin_) * dtype_size(DType::bf16));
+  }
   spans_ = model::decay_ranges(model.param_table(), begin_, end_);
   model_.init(seed);
   std::memset(m_.data(), 0, m_.bytes());
@@ -38,11 +43,23 @@ void StageEngine::end_backward() {
     mesh_.embed().all_reduce(model_.grads() + b, size_t(e - b));
   }
   if (replicas() == 1) return;
+  const int64_t psi = model_.num_params();
+  if (reduce_ == DType::bf16) {
+    convert(wire_.data(), DType::bf16, model_.grads(), DType::f32, psi);
+    if (zero_ == 1) {
+      mesh_.dp_cp().reduce_scatter_v(wire_.data(), wire_share_.data(), counts_, DType::bf16, comm::ReduceOp::sum);
+      convert(share_grads_.data(), DType::f32, wire_share_.data(), DType::bf16, end_ - begin_);
+    } else {
+      mesh_.dp_cp().all_reduce(wire_.data(), wire_.data(), size_t(psi), DType::bf16, comm::ReduceOp::sum);
+      convert(model_.grads(), DType::f32, wire_.data(), DType::bf16, psi);
+    }
+    return;
+  }
   if (zero_ == 1)
     mesh_.dp_cp().reduce_scatter_v(model_.grads(), share_grads_.data(), counts_, DType::f32,
                                 comm::ReduceOp::sum);
   else
-    mesh_.dp_cp().all_reduce(model_.grads(), size_t(model_.num_params()));
+    mesh_.dp_cp().all_reduce(model_.grads(), size_t(psi));
 }
 
 float StageEngine::step(float lr) {

@@ -29,9 +29,12 @@ namespace strata::parallel::pipeline {
 class StageEngine final : public StepEngine {
  public:
   // Initialises the stage's parameters from `seed` (the one-process model's values).
-  // zero: 0 or 1 (ZeRO stage over the data-parallel group).
+  // zero: 0 or 1 (ZeRO stage over the data-parallel group). reduce: the dtype gradients are
+  // summed in over the dp·cp replicas (bf16: rounded into a wire buffer of category comm,
+  // summed there, widened back, as the data-parallel engine does; the tied embedding's sum
+  // between the first and last stage stays fp32).
   StageEngine(model::StageModel& model, Mesh& mesh, const OptimConfig& optim, uint64_t seed,
-              int zero = 0);
+              int zero = 0, DType reduce = DType::f32);
   void begin_step() override;
   void end_backward() override;
   float step(float lr) override;
@@ -50,6 +53,8 @@ class StageEngine final : public StepEngine {
   int64_t begin_ = 0, end_ = 0;      // this rank's optimizer share of [0, Ψ_stage)
   std::vector<size_t> counts_;        // every dp rank's share
   Buffer m_, v_, share_grads_;
+  DType reduce_;
+  Buffer wire_, wire_share_;  // bf16 reduction: the whole gradient, and this rank's share
   std::vector<model::DecayRange> spans_;
   int64_t steps_ = 0;
 };
