@@ -5,18 +5,23 @@ JOBS      ?= $(shell nproc)
 DEB_PKGS  := cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin \
              libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libsodium-dev \
              libpng-dev chromium iproute2 libdnnl-dev libicu-dev \
-             libsentencepiece-dev sentencepiece libtomlplusplus-dev
+             libsentencepiece-dev sentencepiece libtomlplusplus-dev python3-dev pybind11-dev python3-numpy
 STRATA    := $(BUILD)/strata
 
-.PHONY: all deps bench-deps install build demo test bench clean
+.PHONY: all deps test-deps bench-deps install build demo test bench clean
 
 all: build
 
-# The peers of the benchmarks (PyTorch for /usr/bin/python3); only `make bench` needs them.
-BENCH_PKGS := python3-torch
+# PyTorch for /usr/bin/python3: the Python package's tests compare with it, and the
+# benchmarks' peers are written in it. `make demo` does not need it.
+TEST_PKGS  := python3-torch
+BENCH_PKGS := $(TEST_PKGS)
 
 deps:
 	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS)"
+
+test-deps:
+	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS) $(TEST_PKGS)"
 
 bench-deps:
 	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS) $(BENCH_PKGS)"
@@ -50,7 +55,7 @@ demo: deps $(BUILD)/build.ninja
 	  --min-lr 1e-4 --weight-decay 0 --eval-every 100 --eval-batches 32 --log-every 20 \
 	  --nproc 2 --zero 1 --ckpt-every 200 --run-dir runs/demo
 
-test: build
+test: test-deps build
 	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: bench-deps $(BUILD)/build.ninja
