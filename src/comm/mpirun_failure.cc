@@ -114,15 +114,34 @@ std::string unanswering_rank(const std::vector<std::pair<int, std::string>>& tim
       if (w == r) return &x;
     return nullptr;
   };
-  int waiter = waits.front().first;
-  std::vector<int> seen{waiter};
-  for (const Wait* w = wait_of(waiter); w;) {
-    const Wait* next = wait_of(w->peer);
-    if (!next || std::count(seen.begin(), seen.end(), w->peer)) break;
-    waiter = w->peer;
-    seen.push_back(waiter);
-    w = next;
+  // Each own wait followed to its end: the rank it leads to waits on no one. Under a cascade
+  // of timeouts (a 3D layout on a loaded host) a rank that only relayed a report can end one
+  // chain; the hung rank ends the most, so it is named (ties: the first line's chain).
+  struct End {
+    int waiter;  // the last rank of the chain, which waited on `hung` directly
+    int hung;
+  };
+  auto follow = [&](int start) {
+    int waiter = start;
+    std::vector<int> seen{waiter};
+    for (const Wait* w = wait_of(waiter); w;) {
+      const Wait* next = wait_of(w->peer);
+      if (!next || std::count(seen.begin(), seen.end(), w->peer)) break;
+      waiter = w->peer;
+      seen.push_back(waiter);
+      w = next;
+    }
+    return End{waiter, wait_of(waiter)->peer};
+  };
+  std::vector<End> ends;
+  for (const auto& [r, w] : waits) ends.push_back(follow(r));
+  size_t best = 0;
+  int best_count = 0;
+  for (size_t i = 0; i < ends.size(); ++i) {
+    const int n = int(std::count_if(ends.begin(), ends.end(), [&](const End& e) { return e.hung == ends[i].hung; }));
+    if (n > best_count) best = i, best_count = n;
   }
+  const int waiter = ends[best].waiter;
   const Wait& w = *wait_of(waiter);
   rank = w.peer;
   return cat("rank ", w.peer, " stopped answering (rank ", waiter, " timed out waiting on it",

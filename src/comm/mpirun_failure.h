@@ -39,8 +39,9 @@ std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& time
 
 // The rank that stopped answering, from the ranks' timeout lines ("strata: rank 0: timeout:
 // group world allreduce #7: timed out waiting for rank 1 (...)"; a peer named "(peer: world
-// rank W)" is taken as W): the peer of the first rank that timed out on its own (not relaying
-// a peer's report), followed while that peer itself timed out waiting on another. Returns
+// rank W)" is taken as W): each rank that timed out on its own (not relaying a peer's report)
+// is followed to the rank at the end of its chain of waits; the end most chains reach is the
+// rank that stopped answering (ties: the first line's). Returns
 // "rank 1 stopped answering (rank 0 timed out waiting on it in group world allreduce #7)"
 // and sets `rank`; "" when no line names a peer other than its own rank.
 std::string unanswering_rank(const std::vector<std::pair<int, std::string>>& timeouts, int& rank);

@@ -127,6 +127,27 @@ TEST(MpirunFailure, UnansweringRankIsThePeerOfTheFirstOwnTimeout) {
                              rank),
             "rank 5 stopped answering (rank 2 timed out waiting on it in group tp(dp=1) allreduce #4)");
   EXPECT_EQ(rank, 5);
+  // A cascade in 3D on a loaded host (as CI saw it, rank 5 hung): rank 2's timeout came
+  // first and points at rank 0, which only relayed a report; every other chain ends at 5.
+  rank = -1;
+  EXPECT_EQ(unanswering_rank(
+                {{2, "strata: rank 2: timeout: group dp(pp=0,tp=0) allreduce #2: timed out waiting for rank 0 (...) "
+                     "(peer: world rank 0); flight recorder written to x"},
+                 {3, "strata: rank 3: timeout: group dp(pp=0,tp=1) allreduce #2: timed out waiting for rank 0 (...) "
+                     "(peer: world rank 1); flight recorder written to x"},
+                 {4, "strata: rank 4: timeout: group tp(pp=1,dp=0) allgather #36: timed out waiting for rank 1 (...) "
+                     "(peer: world rank 5); flight recorder written to x"},
+                 {6, "strata: rank 6: timeout: group dp(pp=1,tp=0) allreduce #2: timed out waiting for rank 0 (...) "
+                     "(peer: world rank 4); flight recorder written to x"},
+                 {7, "strata: rank 7: timeout: group dp(pp=1,tp=1) allreduce #2: timed out waiting for rank 0 (...) "
+                     "(peer: world rank 5); flight recorder written to x"},
+                 {0, "strata: rank 0: timeout: group pp(dp=0,tp=0).grad recv #2: aborted because rank 1 reported: "
+                     "group tp(pp=1,dp=0) failed: ... (peer: world rank 5); flight recorder written to x"},
+                 {1, "strata: rank 1: timeout: group pp(dp=0,tp=1).grad recv #2 with rank 1 tag 1: timed out after "
+                     "2 s (0 bytes moved) (peer: world rank 5); flight recorder written to x"}},
+                rank),
+            "rank 5 stopped answering (rank 1 timed out waiting on it in group pp(dp=0,tp=1).grad recv #2)");
+  EXPECT_EQ(rank, 5);
   // Only relayed reports, or no peer named (the mpi backend): nothing to say.
   rank = -1;
   EXPECT_EQ(unanswering_rank({{1, "strata: rank 1: timeout: group world: rank 0 reported: ... (peer: world rank 1)"},
