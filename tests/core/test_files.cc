@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 using namespace strata;
@@ -23,14 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::string slurp(const std::string& p) {
   std::ifstream in(p, std::ios::binary);

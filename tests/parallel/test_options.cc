@@ -9,18 +9,12 @@
 #include "gtest/gtest.h"
 #include "harness.h"
 #include "parallel/options.h"
+#include "support/error_of.h"
 
 namespace strata::parallel {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(ZeroOptions, RejectsStagesPrecisionsAndBucketsThatDoNotExist) {
   DataParallelOptions o;
