@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
 #include <iostream>
 
@@ -287,14 +286,13 @@ struct TokenizerTrainArgs {
 };
 
 void run_tokenizer_train(const TokenizerTrainArgs& a) {
-  STRATA_CHECK(file_kind(a.out) == "missing", "output ", a.out, " already exists (", file_kind(a.out),
-               "): choose a new directory");
+  data::require_new_output_dir(a.out);
   const data::DocSplit split = data::parse_doc_split(a.doc_split);
   const auto t0 = std::chrono::steady_clock::now();
   data::WordCounts counts;
   int64_t bytes = 0, docs = 0;
   for (const std::string& f : data::corpus_files(a.inputs)) {
-    const std::string text = data::read_corpus_file(f);
+    const std::string text = read_regular_file(f, "input");
     std::vector<std::string> parts;
     data::split_documents(f, text, a.text_field, split, parts);
     for (const std::string& d : parts) data::count_words(d, counts);
@@ -304,11 +302,9 @@ void run_tokenizer_train(const TokenizerTrainArgs& a) {
   STRATA_CHECK(bytes > 0, "tokenizer-train: the corpus holds no text");
   const data::BpeVocabulary v = data::train_bpe(counts, a.train);
   // Written beside the output and renamed into place: no half-written tokenizer.
-  const std::string tmp = a.out + ".partial";
-  std::filesystem::remove_all(tmp);
-  std::filesystem::create_directories(tmp);
+  const std::string tmp = data::stage_output_dir(a.out);
   data::write_bpe_files(v, tmp);
-  std::filesystem::rename(tmp, a.out);
+  data::commit_output_dir(tmp, a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("tokenizer-train: %zu tokens (256 bytes + %zu merges + %zu special) from %lld bytes, %lld "
               "documents, %zu distinct words in %.2f s -> %s/vocab.json, merges.txt\n",

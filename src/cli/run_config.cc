@@ -5,7 +5,6 @@
 #include <charconv>
 #include <cmath>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -132,13 +131,10 @@ class TomlReader {
   TomlReader(const CLI::App* app, std::string own) : app_(app), own_(std::move(own)) {}
 
   std::vector<Item> read(const std::string& path) const {
-    require_regular_file(path, "--config");
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string text = read_regular_file(path, "--config");
     toml::table root;
     try {
-      root = toml::parse(ss.str(), path);
+      root = toml::parse(text, path);
     } catch (const toml::parse_error& e) {
       fail(path, " line ", e.source().begin.line, ": not TOML: ", std::string(e.description()));
     }

@@ -68,7 +68,27 @@ int open_regular_file(const std::string& path, const std::string& what) {
 
 static std::string errno_text(int err) { return std::strerror(err); }
 
-static void write_fd(int fd, const char* p, size_t bytes, const std::string& path) {
+std::string read_regular_file(const std::string& path, const std::string& what) {
+  const int fd = open_regular_file(path, what);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("cannot read ", what, " ", path, ": ", errno_text(err));
+    }
+    if (n == 0) break;
+    out.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+void write_fully(int fd, const void* data, size_t bytes, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
   size_t done = 0;
   while (done < bytes) {
     const ssize_t w = ::write(fd, p + done, bytes - done);
@@ -100,7 +120,7 @@ void atomic_write_file(const std::string& path, const std::vector<std::string_vi
   try {
     // <path>.tmp itself may be a FIFO or device left there: never write into one.
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(tmp, ": is ", kind_of(st.st_mode), ", not a regular file");
-    for (std::string_view part : parts) write_fd(fd, part.data(), part.size(), tmp);
+    for (std::string_view part : parts) write_fully(fd, part.data(), part.size(), tmp);
     if (::fsync(fd) != 0) fail("fsync ", tmp, ": ", errno_text(errno));
   } catch (...) {
     ::close(fd);
@@ -162,7 +182,7 @@ void LineLog::write_line(std::string_view line) {
   STRATA_CHECK(fd_ >= 0, "internal: write to a closed log");
   std::string rec(line);
   rec += '\n';
-  write_fd(fd_, rec.data(), rec.size(), path_);  // one write(2): whole records under O_APPEND
+  write_fully(fd_, rec.data(), rec.size(), path_);  // one write(2): whole records under O_APPEND
 }
 
 std::string quote_input(std::string_view text, size_t max_chars) {

@@ -26,6 +26,14 @@ void require_replaceable_file(const std::string& path, const std::string& what);
 // refuses anything but a regular file. Returns the descriptor (O_CLOEXEC); throws otherwise.
 int open_regular_file(const std::string& path, const std::string& what);
 
+// The whole of a regular file, opened as open_regular_file does (a FIFO never blocks the read);
+// throws naming `what` and the path.
+std::string read_regular_file(const std::string& path, const std::string& what);
+
+// write(2) until all `bytes` are written (retrying short writes and EINTR); throws naming
+// `path` on a failed write (ENOSPC, EIO).
+void write_fully(int fd, const void* data, size_t bytes, const std::string& path);
+
 // Writes `data` to `path` through <path>.tmp, fsync, rename, fsync of the directory, so a
 // reader sees the old file or the new one, never half of one. A target that exists and is not
 // a regular file (a device node such as /dev/full, a FIFO, a directory) is refused before

@@ -78,10 +78,6 @@ const MixtureSource::Schedule& MixtureSource::schedule(int64_t seq, int64_t stri
 
 int64_t MixtureSource::num_samples(int64_t seq, int64_t stride) const { return schedule(seq, stride).positions; }
 
-int MixtureSource::part_of(int64_t p, int64_t seq, int64_t stride) const {
-  return schedule(seq, stride).part.at(size_t(p));
-}
-
 void MixtureSource::read_sample(int64_t epoch, int64_t sample, int64_t seq, int64_t stride, int32_t* out) const {
   const Schedule& s = schedule(seq, stride);
   STRATA_CHECK(sample >= 0 && sample < s.positions, "mixture position ", sample, " outside [0, ", s.positions, ")");

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
@@ -55,22 +54,25 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
   return files;
 }
 
-std::string read_corpus_file(const std::string& path) {
-  const int fd = open_regular_file(path, "input");
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      const std::string e = sys_error(path, "read");
-      ::close(fd);
-      fail(e);
-    }
-    if (n == 0) break;
-    out.append(buf, size_t(n));
-  }
-  ::close(fd);
-  return out;
+void require_new_output_dir(const std::string& out) {
+  STRATA_CHECK(file_kind(out) == "missing", "output ", out, " already exists (", file_kind(out),
+               "): choose a new directory");
+}
+
+std::string stage_output_dir(const std::string& out) {
+  require_new_output_dir(out);
+  const std::string tmp = out + ".partial";
+  std::error_code ec;
+  if (file_kind(tmp) == "a directory") fs::remove_all(tmp, ec);  // a killed run's
+  fs::create_directories(tmp, ec);
+  if (ec) fail(cat("output ", tmp, ": cannot create: ", ec.message()));
+  return tmp;
+}
+
+void commit_output_dir(const std::string& staged, const std::string& out) {
+  std::error_code ec;
+  fs::rename(staged, out, ec);
+  if (ec) fail(cat("output ", out, ": cannot rename ", staged, " to it: ", ec.message()));
 }
 
 void split_documents(const std::string& path, const std::string& text, const std::string& text_field,
@@ -152,15 +154,7 @@ class ShardWriter {
     count_ = docs_ = 0;
     ++index_;
   }
-  void write_bytes(const void* p, size_t bytes) {
-    const char* c = static_cast<const char*>(p);
-    while (bytes > 0) {
-      const ssize_t w = ::write(fd_, c, bytes);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail(sys_error(dir_ + "/" + name_, "write"));
-      c += w, bytes -= size_t(w);
-    }
-  }
+  void write_bytes(const void* p, size_t bytes) { write_fully(fd_, p, bytes, dir_ + "/" + name_); }
   void flush() {
     XXH64_update(hash_, buf_.data(), buf_.size() * sizeof(uint16_t));
     write_bytes(buf_.data(), buf_.size() * sizeof(uint16_t));
@@ -212,14 +206,6 @@ void encode_batch(const std::vector<std::unique_ptr<Tokenizer>>& toks, const std
     if (e) std::rethrow_exception(e);
 }
 
-void copy_file(const std::string& from, const std::string& to) {
-  const std::string bytes = read_corpus_file(from);
-  std::ofstream out(to, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  out.flush();
-  if (!out) fail(cat(to, ": write failed"));
-}
-
 }  // namespace
 
 DocSplit parse_doc_split(const std::string& s) {
@@ -235,8 +221,7 @@ nlohmann::json prepare(const PrepareOptions& o) {
   STRATA_CHECK(o.val_tokens >= 0 && o.val_docs >= 0, "--val-tokens / --val-docs must be >= 0");
   STRATA_CHECK(o.shard_tokens > 0 && o.shard_tokens <= INT32_MAX, "--shard-tokens must be in [1, 2^31 - 1] (got ",
                o.shard_tokens, "; a .bin header counts tokens in 32 bits)");
-  STRATA_CHECK(file_kind(o.out) == "missing", "output ", o.out, " already exists (", file_kind(o.out),
-               "): choose a new directory");
+  require_new_output_dir(o.out);
   std::unique_ptr<Tokenizer> tok = open_tokenizer(o.tokenizer);
   STRATA_CHECK(tok->vocab_size() <= 65536, "tokenizer ", o.tokenizer, ": vocabulary of ", tok->vocab_size(),
                " tokens does not fit the 16-bit tokens of llm.c .bin shards");
@@ -245,11 +230,8 @@ nlohmann::json prepare(const PrepareOptions& o) {
                ": has no document token (<|endoftext|> or a beginning-of-sentence piece)");
   const std::vector<std::string> files = corpus_files(o.inputs);
 
-  const std::string tmp = o.out + ".partial";
-  if (file_kind(tmp) == "a directory") fs::remove_all(tmp);
-  std::error_code ec;
-  fs::create_directories(tmp + "/tokenizer", ec);
-  if (ec) fail(cat("output ", tmp, ": cannot create: ", ec.message()));
+  const std::string tmp = stage_output_dir(o.out);
+  fs::create_directory(tmp + "/tokenizer");  // inside the directory just made
 
   PrepareProgress p;
   for (const std::string& f : files) p.bytes_total += int64_t(fs::file_size(f));
@@ -278,7 +260,7 @@ nlohmann::json prepare(const PrepareOptions& o) {
     if (o.progress) o.progress(p);
   };
   for (const std::string& f : files) {
-    const std::string text = read_corpus_file(f);
+    const std::string text = read_regular_file(f, "input");
     const size_t before = docs.size();
     split_documents(f, text, o.text_field, o.doc_split, docs);
     for (size_t i = before; i < docs.size(); ++i) batch_bytes += docs[i].size();
@@ -296,7 +278,7 @@ nlohmann::json prepare(const PrepareOptions& o) {
   nlohmann::json tfiles = nlohmann::json::array();
   for (const std::string& f : tok->files()) {
     const std::string name = fs::path(f).filename().string();
-    copy_file(f, tmp + "/tokenizer/" + name);
+    atomic_write_file(tmp + "/tokenizer/" + name, read_regular_file(f, "tokenizer"));
     tfiles.push_back("tokenizer/" + name);
   }
   nlohmann::json shards = val.shards();
@@ -320,9 +302,7 @@ nlohmann::json prepare(const PrepareOptions& o) {
       {"bytes", p.bytes_total},
       {"shards", shards}};
   write_manifest(tmp, manifest);
-  std::error_code rc;
-  fs::rename(tmp, o.out, rc);
-  if (rc) fail(cat("output ", o.out, ": cannot rename ", tmp, " to it: ", rc.message()));
+  commit_output_dir(tmp, o.out);
   p.last = true;
   if (o.progress) o.progress(p);
   return manifest;

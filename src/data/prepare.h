@@ -52,8 +52,13 @@ struct PrepareOptions {
 // The files the inputs name, in order (a directory's regular files recursively, by name);
 // throws naming a missing input, one that is not a file or directory, or an empty directory.
 std::vector<std::string> corpus_files(const std::vector<std::string>& inputs);
-// A whole input file (never blocking on a FIFO); throws naming it.
-std::string read_corpus_file(const std::string& path);
+// The staging of an output directory that must appear whole or not at all:
+// require_new_output_dir throws unless `out` is absent (call it before any work);
+// stage_output_dir checks again, replaces a stale `<out>.partial` of a killed run and creates
+// it empty (returned); commit_output_dir renames it to `out` once everything in it is written.
+void require_new_output_dir(const std::string& out);
+std::string stage_output_dir(const std::string& out);
+void commit_output_dir(const std::string& staged, const std::string& out);
 // Appends the documents of one file's text to `docs` (JSONL by its .jsonl name).
 void split_documents(const std::string& path, const std::string& text, const std::string& text_field,
                      DocSplit doc_split, std::vector<std::string>& docs);

@@ -1,7 +1,5 @@
 #include "data/prepared.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -25,13 +23,7 @@ std::string hex64(uint64_t v) {
 }
 
 void write_manifest(const std::string& dir, const nlohmann::json& manifest) {
-  const std::string path = dir + "/manifest.json", text = manifest.dump(2) + "\n";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  STRATA_CHECK(fd >= 0, path, ": open failed: ", std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  STRATA_CHECK(ok, path, ": write failed: ", std::strerror(err));
+  atomic_write_file(dir + "/manifest.json", manifest.dump(2) + "\n");
 }
 
 bool is_prepared(const std::string& dir) {
@@ -40,11 +32,7 @@ bool is_prepared(const std::string& dir) {
 
 nlohmann::json read_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
-  const int fd = open_regular_file(path, "manifest");
-  std::string text;
-  char buf[1 << 16];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
-  ::close(fd);
+  const std::string text = read_regular_file(path, "manifest");
   const nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
   STRATA_CHECK(!m.is_discarded() && m.is_object(), path, ": not JSON (truncated or damaged)");
   STRATA_CHECK(m.value("format", "") == kPreparedFormat, path, ": format is not ", kPreparedFormat);

@@ -23,7 +23,7 @@ namespace strata::data {
 inline constexpr const char* kPreparedFormat = "strata.prepared.v1";
 
 std::string hex64(uint64_t v);  // 16 lowercase hex digits
-// Writes dir/manifest.json and fsyncs it.
+// Writes dir/manifest.json (core's atomic writer).
 void write_manifest(const std::string& dir, const nlohmann::json& manifest);
 // True when `dir` is a directory holding manifest.json.
 bool is_prepared(const std::string& dir);

@@ -4,9 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -20,14 +18,8 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string slurp(const fs::path& p) {
-  // A directory would read as an empty file ("holds no step records"), a FIFO would block.
-  require_regular_file(p.string(), "run file");
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A directory would read as an empty file ("holds no step records"), a FIFO would block.
+std::string slurp(const fs::path& p) { return read_regular_file(p.string(), "run file"); }
 
 // "lines 3, 9 and 2 more": which lines were skipped.
 std::string line_list(const std::vector<int64_t>& lines) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -183,17 +182,9 @@ size_t match_word_llama3(std::string_view s, size_t i) {
   throw std::runtime_error(where + ": " + what);
 }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Parses JSON, reporting a syntax error by file and line.
 nlohmann::json parse_json(const std::string& path) {
-  const std::string text = read_all(path);
+  const std::string text = read_regular_file(path, "tokenizer file");
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
@@ -262,8 +253,7 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json, cons
   for (int b = 0; b < 256; ++b)
     if (!t.bytes_to_id_.count(std::string(1, static_cast<char>(b))))
       fail(vocab_json, "byte " + std::to_string(b) + " has no token (not a byte-level vocabulary)");
-  std::ifstream in(merges_txt);
-  if (!in) fail(merges_txt, "cannot open");
+  std::istringstream in(read_regular_file(merges_txt, "tokenizer file"));
   std::string line;
   int32_t rank = 0;
   for (int64_t n = 1; std::getline(in, line); ++n) {

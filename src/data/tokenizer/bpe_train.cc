@@ -1,12 +1,12 @@
 #include "data/tokenizer/bpe_train.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <stdexcept>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "data/tokenizer/bpe.h"
 
 namespace strata::data {
@@ -160,14 +160,10 @@ void write_bpe_files(const BpeVocabulary& v, const std::string& dir) {
     const bool special = id >= 256 + v.merges.size();
     vocab[special ? v.tokens[id] : spelled(v.tokens[id])] = id;
   }
-  std::ofstream vj(dir + "/vocab.json", std::ios::binary);
-  vj << vocab.dump() << "\n";
-  std::ofstream mt(dir + "/merges.txt", std::ios::binary);
-  mt << "#version: 0.2\n";
-  for (const auto& [a, b] : v.merges) mt << spelled(a) << ' ' << spelled(b) << '\n';
-  vj.flush();
-  mt.flush();
-  STRATA_CHECK(vj && mt, "tokenizer files in ", dir, ": write failed");
+  atomic_write_file(dir + "/vocab.json", vocab.dump() + "\n");
+  std::string merges = "#version: 0.2\n";
+  for (const auto& [a, b] : v.merges) merges += spelled(a) + ' ' + spelled(b) + '\n';
+  atomic_write_file(dir + "/merges.txt", merges);
 }
 
 }  // namespace strata::data

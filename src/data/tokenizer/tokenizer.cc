@@ -2,8 +2,6 @@
 
 #include <xxhash.h>
 
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 
 #include "core/files.h"
@@ -42,8 +40,7 @@ uint64_t tokenizer_hash(const Tokenizer& t) {
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
   for (const std::string& f : t.files()) {
-    std::ifstream in(f, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string bytes = read_regular_file(f, "tokenizer");
     XXH64_update(st, bytes.data(), bytes.size());
   }
   const uint64_t h = XXH64_digest(st);
