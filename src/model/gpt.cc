@@ -1,25 +1,16 @@
-// GPT forward and backward over the flat parameter and gradient buffers.
+// GPT over the flat parameter and gradient buffers: the table, initialisation, units and
+// hooks, and the passes of the one part it is (model/part.h: the chunk [0, L) with the
+// embedding and the head, one activation slot), whatever its tensor-, context- or
+// expert-parallel group.
 //
 // Terms: B batch, T time, C channels, NH heads, Vp padded vocabulary, N = B*T rows.
 // Every matmul folds (B, T) into N rows so BLAS sees one large GEMM per layer and pass.
-// Residual adds are fused into the output projections (out = x + y @ W^T + b), so the
-// residual stream's gradient (dres) flows through unchanged and the layer norms' input
-// gradients accumulate into it.
 // Activations for (max_batch, seq) are allocated once; a call with smaller (B, T) uses the
-// first N rows of each. Per block and row we keep ln1, qkv (3C), attention output, res2,
-// ln2, fc (4C), gelu (4C), res3 plus norm statistics and the attention log-sum-exp:
-// 16C + 2*2 + NH floats per row and layer. Under bf16 compute ln1, ln2, qkv, the attention
-// output, fc and gelu (14C), and the final ln_f, are stored in bf16 (2C + 2*2 + NH floats
-// and 14C bf16 values per row and layer stay): the matmuls and attention tile products
-// round their inputs to bf16 anyway, so for them nothing is lost; what reads a rounded value
-// is the attention backward's D = rowsum(dO * O) and GELU's backward (its forward runs on the
-// fp32 matmul output, computed into the dbuf_4c scratch first). Norm inputs (the residual
-// stream), statistics, lse and logits stay fp32.
+// first N rows of each. Per block and row the part keeps 16C + 2*2 + NH floats (model/block.h;
+// under bf16 compute 2C + 2*2 + NH floats and 14C bf16 values), plus the embedding's output,
+// the final norm's, the logits (N, Vp) and the losses.
 // Cost per token: forward ~2*(12*L*C^2 + C*Vp) GEMM flops + ~2*L*C*T attention flops
 // (causal, T/2 keys on average), backward about twice that (plus the attention recompute).
-// A tensor-parallel rank (model/shard.h) runs the passes of gpt_tp.cc instead, in the same
-// compute precision and with the same bf16 buffers; the table, initialisation, units and
-// hooks here serve both.
 #include "model/gpt.h"
 
 #include <algorithm>
@@ -38,15 +29,9 @@
 #include "model/gpt_impl.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
-#include "model/tensor/linear.h"
+#include "model/tensor/vocab.h"
 
 namespace strata::model {
-
-namespace k = strata::kernels;
-
-using tensor::act;
-using tensor::linear_backward;
-using tensor::linear_forward;
 
 GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* tp, DType compute,
          ContextComm* cp, comm::ProcessGroup* ep)
@@ -61,16 +46,18 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
     tp_ = nullptr;  // one rank: the one-process code path
   }
   if (cp && cp->size() > 1) cp_ = cp;  // one rank: no context parallelism
-  impl_->cp = cp_;
-  impl_->bf16 = compute_ == DType::bf16;
+  Impl& im = *impl_;
+  im.cfg = cfg_;
+  if (tp_) im.tc = tp_;
+  im.shard = shard_;
+  im.cp = cp_;
+  im.bf16 = compute_ == DType::bf16;
   STRATA_CHECK(!ep || ep->size() == 1 || cfg_.moe.enabled(), "expert parallelism needs --experts");
   if (ep && ep->size() > 1) experts_ = {ep->size(), ep->rank()};
   impl_->experts = experts_;
   table_ = build_param_table(cfg_, shard_, experts_);
   num_params_ = table_.back().offset + numel(table_.back().shape);
-  for (size_t i = 0; i < table_.size(); ++i)
-    if (table_[i].unit >= 1 && (i == 0 || table_[i - 1].unit != table_[i].unit))
-      impl_->view0.push_back(int(i));
+  im.set_table(table_);
   STRATA_CHECK(num_params_ == local_num_params(cfg_, shard_, experts_),
                "internal: parameter table does not cover the flat buffer");
   if (allocate_state) {
@@ -82,7 +69,6 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   for (int u = 0; u < num_units(); ++u) {
     if (allocate_state) bind_unit(u, params() + unit_range(u).first, grads() + unit_range(u).first);
   }
-  for (const ParamView& v : table_) impl_->view_rel.push_back(v.offset - unit_range(v.unit).first);
   if (cfg_.moe.enabled()) {
     impl_->moe = std::make_shared<expert::MoE>(cfg_.moe, cfg_.layers, cfg_.dim);
     impl_->moe->set_tensor(tp_);  // each tp rank runs its slice of every expert
@@ -95,15 +81,22 @@ GPT::GPT(const GPTConfig& cfg, int max_batch, bool allocate_state, TensorComm* t
   a.T = shard_.size;
   a.n = tp_ && tp_->sequence_parallel() ? (a.N + a.T - 1) / a.T : a.N;
   a.Vr = vocab_slice(cfg_.padded_vocab, shard_).size();
-  a.rep = int64_t(cfg_.seq) * cfg_.dim + 6 * int64_t(cfg_.dim);
-  const int64_t floats = impl_->carve(nullptr, cfg_, a);
-  impl_->acts_buf = Buffer(MemCategory::activations, sizeof(float) * floats);
-  impl_->carve(impl_->acts_buf.as<float>(), cfg_, a);
+  im.whole = {0, cfg_.layers, true, true};
+  // Context-parallel attention (ring, Ulysses) reads and writes fp32 qkv and outputs.
+  const bool attn_f32 = !im.bf16 || cp_ != nullptr;
+  auto carve = [&](float* base) {
+    Carver c{base};
+    carve_slot(c, im.slot, im.whole, cfg_, a, im.bf16, /*split=*/false, attn_f32);
+    im.carve_scratch(c, a);
+    return c.used;
+  };
+  im.acts_buf = Buffer(MemCategory::activations, sizeof(float) * size_t(carve(nullptr)));
+  carve(im.acts_buf.as<float>());
   const int64_t N = a.N;
-  impl_->input_buf = Buffer(MemCategory::activations, (2 * sizeof(int32_t) + sizeof(float)) * N);
-  impl_->tokens = impl_->input_buf.as<int32_t>();
-  impl_->targets = impl_->tokens + N;
-  impl_->weights = reinterpret_cast<float*>(impl_->targets + N);
+  im.input_buf = Buffer(MemCategory::activations, (2 * sizeof(int32_t) + sizeof(float)) * N);
+  im.tokens = im.input_buf.as<int32_t>();
+  im.targets = im.tokens + N;
+  im.weights = reinterpret_cast<float*>(im.targets + N);
 }
 
 GPT::~GPT() { delete impl_; }
@@ -237,109 +230,6 @@ void GPT::zero_grads() {
   }
 }
 
-// One block forward: x (N,C) -> a.res3 (N,C).
-// scratch (N, 4C): the fp32 matmul outputs that bf16 compute stores rounded.
-void block_forward(const GPTConfig& cfg, const Block& w, LayerActs& a, const float* x, int B,
-                   int T, float* scratch, ContextComm* cp, int layer, MoEBlock* moe) {
-  const int64_t N = int64_t(B) * T;
-  const int C = cfg.dim;
-  const bool h = a.ln1_h != nullptr;  // bf16 compute
-  layernorm_out(a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  linear_forward(h, gemm_out(a.qkv, scratch), act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, N, C, 3 * C);
-  store_qkv(a, scratch, N * 3 * C);
-  if (cp)  // context parallel: qkv and the attention output stay fp32 (gpt_impl.h's carve)
-    attention_forward(cp, layer, a.atty, a.att_lse, a.qkv, B, T, C, cfg.heads, h);
-  else
-    attention_out(a, B, T, C, cfg.heads);
-  std::memcpy(a.res2, x, sizeof(float) * N * C);
-  linear_forward(h, a.res2, act(a.atty, a.atty_h, C), w.projw, w.projb, N, C, C,
-                 /*accumulate=*/true);
-  layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, N, C);
-  if (moe) {  // experts instead of the MLP (model/expert/moe.h)
-    std::memcpy(a.res3, a.res2, sizeof(float) * N * C);
-    moe_block_forward(*moe, a.ln2, a.ln2_h, a.res3, N, h);
-    return;
-  }
-  linear_forward(h, gemm_out(a.fch, scratch), act(a.ln2, a.ln2_h, C), w.fcw, w.fcb, N, C, 4 * C);
-  gelu_out(a, gemm_out(a.fch, scratch), N * 4 * C);
-  std::memcpy(a.res3, a.res2, sizeof(float) * N * C);
-  linear_forward(h, a.res3, act(a.fch_gelu, a.gelu_h, 4 * C), w.fcprojw, w.fcprojb, N, 4 * C, C,
-                 /*accumulate=*/true);
-}
-
-// One block backward: dres (N,C) holds d loss / d res3 on entry and d loss / d x on exit.
-// Gradients of the block's parameters accumulate into g.
-void block_backward(const GPTConfig& cfg, const Block& w, const Block& g, const LayerActs& a,
-                           const float* x, float* dres, float* dbuf_c, float* dbuf_4c, float* dqkv,
-                           int B, int T, ContextComm* cp, int layer, MoEBlock* moe) {
-  const int64_t N = int64_t(B) * T;
-  const int C = cfg.dim;
-  // Activation-gradient scratch is overwritten (accumulate_dinp = false), not cleared first.
-  const bool h = a.ln1_h != nullptr;  // bf16 compute
-  if (moe) {
-    moe_block_backward(*moe, dres, dbuf_c, h);
-  } else {
-    linear_backward(h, dbuf_4c, g.fcprojw, g.fcprojb, dres, act(a.fch_gelu, a.gelu_h, 4 * C),
-                    w.fcprojw, N, 4 * C, C);
-    gelu_grad(dbuf_4c, a, N * 4 * C);
-    linear_backward(h, dbuf_c, g.fcw, g.fcb, dbuf_4c, act(a.ln2, a.ln2_h, C), w.fcw, N, C, 4 * C);
-  }
-  k::layernorm_backward(dres, g.ln2w, g.ln2b, dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
-  linear_backward(h, dbuf_c, g.projw, g.projb, dres, act(a.atty, a.atty_h, C), w.projw, N, C, C);
-  if (cp)
-    attention_backward(cp, layer, dqkv, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, cfg.heads, h);
-  else
-    attention_grad(dqkv, dbuf_c, a, B, T, C, cfg.heads);
-  linear_backward(h, dbuf_c, g.qkvw, g.qkvb, dqkv, act(a.ln1, a.ln1_h, C), w.qkvw, N, C, 3 * C);
-  k::layernorm_backward(dres, g.ln1w, g.ln1b, dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
-}
-
-// Embedding, blocks and final norm: fills im.lnf for (B, T). Calls the forward hooks of
-// units 0 .. L+1; the caller brackets the logits with unit 0's second pair.
-void trunk_forward(GPT::Impl& im, const GPTConfig& cfg, const int32_t* tokens, int B,
-                          int T) {
-  const int64_t N = int64_t(B) * T;
-  const int C = cfg.dim, L = cfg.layers;
-  im.hidden_valid = false;
-  PhaseState& phase = current_phase();
-  phase.set_layer(-1);
-  im.before(0, Pass::forward);
-  if (N > 0) {
-    UnitSpan s("forward", "embed");
-    float* p0 = checked(im.unit_params[0], 0, "parameter");
-    if (im.cp)
-      cp_embed_forward(im, *im.cp, p0 + im.view_rel[0], p0 + im.view_rel[1], C);
-    else
-      k::encoder_forward(im.encoded, tokens, p0 + im.view_rel[0], p0 + im.view_rel[1], B, T, C);
-  }
-  im.after(0, Pass::forward);
-  for (int l = 0; l < L; ++l) {
-    phase.set_layer(l);
-    im.before(l + 1, Pass::forward);
-    std::unique_ptr<MoEBlock> moe = moe_block(im, cfg, l, false, 0.0f);
-    if (N > 0) {
-      UnitSpan s("forward", "L", l);
-      const Block w = block_views_at(im.unit_params[l + 1], im.view_rel, im.view0[l], l);
-      block_forward(cfg, w, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, B, T,
-                    im.dbuf_4c, im.cp, l, moe.get());
-    } else if (moe) {  // no tokens here, but this rank's experts may get some
-      moe_block_forward(*moe, nullptr, nullptr, nullptr, 0, im.bf16);
-    }
-    moe_block_done(im, moe.get(), Pass::forward);
-    im.after(l + 1, Pass::forward);
-  }
-  phase.set_layer(-1);
-  im.before(L + 1, Pass::forward);
-  if (N > 0) {
-    UnitSpan s("forward", "ln_f");
-    float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
-    const int64_t* r = im.view_rel.data() + im.view0[L];
-    layernorm_out(im.lnf, im.lnf_h, im.lnf_mean, im.lnf_rstd,
-                  L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], pf + r[1], N, C);
-  }
-  im.after(L + 1, Pass::forward);
-}
-
 void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
                          const int32_t* targets, int B, int T) {
   STRATA_CHECK(B >= 0 && B <= max_batch, "batch ", B, " outside [0, ", max_batch,
@@ -365,88 +255,22 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
   const int64_t N = int64_t(B) * T;
   im.B = B;
   im.T = T;
+  im.has_weights = weights != nullptr;
   if (cp_) {
-    cp_take_inputs(im, *cp_, tokens, targets, weights, B, T);  // im.T: the local rows
+    im.T = cp_take_inputs(*cp_, {tokens, targets, weights, B, T}, im.tokens, im.targets,
+                          im.weights);  // the local rows
   } else if (N > 0) {
     std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
     std::memcpy(im.targets, targets, sizeof(int32_t) * N);
-    im.has_weights = weights != nullptr;
     if (weights) std::memcpy(im.weights, weights, sizeof(float) * N);
   }
-  const TokenIdsScope named(im, ids, B);  // after cp_take_inputs: im.T holds the local rows
-  if (tp_) {
-    double loss = tp_forward(im, cfg_, *tp_, shard_);
-    if (cp_) cp_->group().all_reduce(&loss, 1);  // the whole sequence's loss
-    im.forward_done = true;
-    im.logits_valid = false;  // vocabulary-sharded: logits() computes them again
-    return loss;
-  }
-  trunk_forward(im, cfg_, im.tokens, B, im.T);
-  double loss = 0.0;
-  im.before(0, Pass::forward);
-  const int64_t Nl = int64_t(B) * im.T;  // this rank's rows (N without context parallelism)
-  if (Nl > 0) {
-    UnitSpan s("forward", "logits");
-    const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
-    linear_forward(im.bf16, im.logits, act(im.lnf, im.lnf_h, cfg_.dim), wte, nullptr, Nl,
-                   cfg_.dim, cfg_.padded_vocab);
-    loss = k::crossentropy_forward(im.losses, im.ce_lse, im.logits, im.targets,
-                                   im.has_weights ? im.weights : nullptr, Nl, cfg_.vocab,
-                                   cfg_.padded_vocab);
-  }
-  im.after(0, Pass::forward);
+  im.hidden_valid = false;
+  const TokenIdsScope named(im, ids, B);  // after the cp rows: im.T holds the local rows
+  double loss = im.forward(im.whole, im.slot, im.input(), 0, Head::loss);
   im.forward_done = true;
-  im.logits_valid = !cp_;  // under cp they are the local rows only
+  im.logits_valid = !cp_ && !tp_;  // under cp the local rows only; under tp vocabulary-sharded
   if (cp_) cp_->group().all_reduce(&loss, 1);  // the whole sequence's loss on every cp rank
   return loss;
-}
-
-// Backward of the final norm, the blocks and the embedding, from d loss / d lnf in
-// im.dbuf_c (N, C): the hooks from before(L+1, B) through after(0, B).
-void trunk_backward(GPT::Impl& im, const GPTConfig& cfg, int B, int T, float scale) {
-  const int C = cfg.dim, L = cfg.layers;
-  const int64_t N = int64_t(B) * T;
-  const std::vector<int64_t>& rel = im.view_rel;
-  im.before(L + 1, Pass::backward);
-  if (N > 0) {
-    UnitSpan s("backward", "ln_f");
-    const float* pf = checked(im.unit_params[L + 1], L + 1, "parameter");
-    float* gf = checked(im.unit_grads[L + 1], L + 1, "gradient");
-    const int64_t* r = rel.data() + im.view0[L];
-    std::memset(im.dres, 0, sizeof(float) * N * C);
-    k::layernorm_backward(im.dres, gf + r[0], gf + r[1], im.dbuf_c,
-                          L > 0 ? im.layers[L - 1].res3 : im.encoded, pf + r[0], im.lnf_mean,
-                          im.lnf_rstd, N, C);
-  }
-  im.after(L + 1, Pass::backward);
-  PhaseState& ph = current_phase();
-  for (int l = L - 1; l >= 0; --l) {
-    ph.set_layer(l);
-    im.before(l + 1, Pass::backward);
-    std::unique_ptr<MoEBlock> moe = moe_block(im, cfg, l, true, scale);
-    if (N > 0) {
-      UnitSpan s("backward", "L", l);
-      const Block w = block_views_at(im.unit_params[l + 1], rel, im.view0[l], l);
-      const Block g =
-          block_views_at(checked(im.unit_grads[l + 1], l + 1, "gradient"), rel, im.view0[l], l);
-      block_backward(cfg, w, g, im.layers[l], l == 0 ? im.encoded : im.layers[l - 1].res3, im.dres,
-                     im.dbuf_c, im.dbuf_4c, im.dqkv, B, T, im.cp, l, moe.get());
-    } else if (moe) {  // this rank's experts may have received tokens
-      moe_block_backward(*moe, nullptr, nullptr, im.bf16);
-    }
-    moe_block_done(im, moe.get(), Pass::backward);
-    im.after(l + 1, Pass::backward);
-  }
-  ph.set_layer(-1);
-  if (N > 0) {
-    UnitSpan s("backward", "embed");
-    float* g0 = checked(im.unit_grads[0], 0, "gradient");
-    if (im.cp)
-      cp_embed_backward(im, *im.cp, g0 + rel[0], g0 + rel[1], C);
-    else
-      k::encoder_backward(g0 + rel[0], g0 + rel[1], im.dres, im.tokens, B, T, C);
-  }
-  im.after(0, Pass::backward);
 }
 
 void GPT::backward(float scale) {
@@ -455,89 +279,96 @@ void GPT::backward(float scale) {
   im.forward_done = false;
   im.logits_valid = false;
   PhaseScope phase(PhaseKind::backward);
-  const int B = im.B, T = im.T, C = cfg_.dim;
-  const int64_t N = int64_t(B) * T;
-  const std::vector<int64_t>& rel = im.view_rel;
-  if (tp_) {
-    tp_backward(im, cfg_, *tp_, shard_, scale);
-    return;
-  }
-
-  im.before(0, Pass::backward);
-  if (N > 0) {
-    UnitSpan s("backward", "logits");
-    const float* wte = checked(im.unit_params[0], 0, "parameter") + rel[0];
-    float* dwte = checked(im.unit_grads[0], 0, "gradient") + rel[0];
-    k::crossentropy_backward(im.logits, im.ce_lse, im.targets,
-                             im.has_weights ? im.weights : nullptr, scale, N, cfg_.vocab,
-                             cfg_.padded_vocab);
-    linear_backward(im.bf16, im.dbuf_c, dwte, nullptr, im.logits, act(im.lnf, im.lnf_h, C), wte, N,
-                    C, cfg_.padded_vocab);
-  }
-  trunk_backward(im, cfg_, B, T, scale);
+  im.backward(im.whole, im.slot, im.input(), scale, 0, /*split=*/false, Head::loss);
 }
 
-// Sequence parallelism splits rows T ways; a prompt of any length is padded at its end (causal
-// attention: padding changes no earlier position) and the rows are compacted back.
-static const float* padded_tp_logits(GPT::Impl& im, const GPTConfig& cfg, TensorComm& tc,
-                                     TpShard s, const int32_t* tokens, int B, int T) {
-  int Tp = T;
-  while (tc.sequence_parallel() && int64_t(B) * Tp % s.size != 0) ++Tp;
-  STRATA_CHECK(Tp <= cfg.seq, "logits: ", T, " tokens padded to ", Tp,
-               " for sequence parallelism exceed the position table (", cfg.seq, ")");
-  for (int b = 0; b < B; ++b) {
-    std::memcpy(im.tokens + int64_t(b) * Tp, tokens + int64_t(b) * T, sizeof(int32_t) * T);
-    std::fill(im.tokens + int64_t(b) * Tp + T, im.tokens + int64_t(b + 1) * Tp, 0);
+namespace {
+
+// The tensor-parallel logits (N, Vr) of every rank gathered, columns in vocabulary order,
+// into (N, Vp) in scratch (inference only: sampling).
+const float* gather_vocab(GPT::Impl& im, TensorComm& tc, TpShard s, int64_t N) {
+  const int64_t Vp = im.cfg.padded_vocab;
+  const size_t need = sizeof(float) * size_t(2 * N * Vp);
+  if (im.logits_full.bytes() < need) im.logits_full = Buffer(MemCategory::activations, need);
+  float* blocks = im.logits_full.as<float>();
+  float* out = blocks + N * Vp;
+  std::vector<size_t> counts(size_t(s.size));
+  for (int r = 0; r < s.size; ++r) counts[size_t(r)] = size_t(N * vocab_slice(Vp, {s.size, r}).size());
+  if (N > 0) tc.group().all_gather_v_async(im.slot.logits, blocks, counts, DType::f32)->wait();
+  const float* src = blocks;
+  for (int r = 0; r < s.size; ++r) {
+    const VocabSlice vs = vocab_slice(Vp, {s.size, r});
+    for (int64_t row = 0; row < N; ++row)
+      std::memcpy(out + row * Vp + vs.begin, src + row * vs.size(), sizeof(float) * vs.size());
+    src += N * vs.size();
   }
-  im.T = Tp;
-  float* out = const_cast<float*>(tp_logits(im, cfg, tc, s));
-  const int64_t Vp = cfg.padded_vocab;
-  for (int b = 0; b < B && Tp != T; ++b)
-    for (int t = 0; t < T; ++t)
-      std::memmove(out + (int64_t(b) * T + t) * Vp, out + (int64_t(b) * Tp + t) * Vp,
-                   sizeof(float) * Vp);
-  im.T = T;
   return out;
 }
+
+}  // namespace
 
 const float* GPT::logits(const int32_t* tokens, int B, int T) {
   Impl& im = *impl_;
   if (!tokens) {
     STRATA_CHECK(im.logits_valid, "logits: no forward since the last backward");
-    return im.logits;
+    return im.slot.logits;
   }
   check_inputs(cfg_, max_batch_, tokens, nullptr, B, T);
   PhaseScope phase(PhaseKind::forward);
-  const int64_t N = int64_t(B) * T;
   im.forward_done = false;
+  im.hidden_valid = false;
   im.B = B;
   im.T = T;
-  if (tp_ && cp_)  // each rank's chunks split over tp rows under sequence parallelism
-    return cp_logits(im, cfg_, *cp_, tokens, B, T, tp_->sequence_parallel() ? shard_.size : 1,
-                     [&](int) { return tp_logits(im, cfg_, *tp_, shard_); });
-  if (tp_) return padded_tp_logits(im, cfg_, *tp_, shard_, tokens, B, T);
-  // Logits of im.tokens (B, t): all of them, or a cp rank's rows.
+  // Logits (B, t, Vp) of im.tokens (B, t): this rank's rows, gathered over the vocabulary
+  // under tp.
   auto local_logits = [&](int t) -> const float* {
-    const int64_t n = int64_t(B) * t;
+    im.T = t;
     const bool training = im.moe && im.moe->training();
     if (im.moe) im.moe->set_training(false);  // inference: no router jitter
-    trunk_forward(im, cfg_, im.tokens, B, t);
+    im.forward(im.whole, im.slot, {im.tokens, nullptr, nullptr, B, t}, 0, Head::logits);
     if (im.moe) im.moe->set_training(training);
-    im.before(0, Pass::forward);
-    if (n > 0) {
-      UnitSpan s("forward", "logits");
-      const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
-      linear_forward(im.bf16, im.logits, act(im.lnf, im.lnf_h, cfg_.dim), wte, nullptr, n,
-                     cfg_.dim, cfg_.padded_vocab);
-    }
-    im.after(0, Pass::forward);
-    return im.logits;
+    return tp_ ? gather_vocab(im, *tp_, shard_, int64_t(B) * t) : im.slot.logits;
   };
-  if (cp_) return cp_logits(im, cfg_, *cp_, tokens, B, T, 1, local_logits);
-  std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
-  local_logits(T);
-  im.logits_valid = true;
-  return im.logits;
+  // Sequence parallelism splits rows over tp: a prompt is padded at its end (causal
+  // attention: padding changes no earlier position) to rows it can split.
+  const int multiple = tp_ && tp_->sequence_parallel() ? shard_.size : 1;
+  const float* out;
+  if (cp_) {
+    out = cp_logits(*cp_, cfg_.seq, cfg_.padded_vocab, im.logits_full, im.tokens, tokens, B, T,
+                    multiple, local_logits);
+  } else {
+    int Tp = T;
+    while (int64_t(B) * Tp % multiple != 0) ++Tp;
+    STRATA_CHECK(Tp <= cfg_.seq, "logits: ", T, " tokens padded to ", Tp,
+                 " for sequence parallelism exceed the position table (", cfg_.seq, ")");
+    for (int b = 0; b < B; ++b) {
+      std::memcpy(im.tokens + int64_t(b) * Tp, tokens + int64_t(b) * T, sizeof(int32_t) * T);
+      std::fill(im.tokens + int64_t(b) * Tp + T, im.tokens + int64_t(b + 1) * Tp, 0);
+    }
+    float* o = const_cast<float*>(local_logits(Tp));
+    const int64_t Vp = cfg_.padded_vocab;
+    for (int b = 0; b < B && Tp != T; ++b)
+      for (int t = 0; t < T; ++t)
+        std::memmove(o + (int64_t(b) * T + t) * Vp, o + (int64_t(b) * Tp + t) * Vp,
+                     sizeof(float) * Vp);
+    out = o;
+  }
+  im.T = T;
+  im.logits_valid = !cp_ && !tp_;
+  return out;
 }
+
+TokenIdsScope::TokenIdsScope(GPT::Impl& im, const SampleIds& ids, int B) : im(im) {
+  if (!im.moe || !ids.sample) return;
+  im.token_positions.clear();
+  if (im.cp) {
+    const SeqLayout layout = im.cp->layout(im.T * im.cp->size());
+    for (int t = 0; t < im.T; ++t) im.token_positions.push_back(layout.position(im.cp->rank(), t));
+  }
+  im.token_ids = {ids.sample, im.cp ? im.token_positions.data() : nullptr, B, im.T, ids.epoch};
+  im.ids = &im.token_ids;
+}
+
+TokenIdsScope::~TokenIdsScope() { im.ids = nullptr; }
 
 }  // namespace strata::model

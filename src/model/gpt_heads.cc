@@ -1,6 +1,6 @@
 // Backward passes from a loss computed outside the model (gpt.h: hidden, backward_logits,
 // backward_hidden): the logits' or the final LayerNorm output's gradient enters where the
-// cross-entropy's would, and the trunk backward of gpt.cc does the rest. One process, fp32
+// cross-entropy's would, and the part's backward (model/part.h) does the rest. One process, fp32
 // compute (the bf16 model stores ln_f's output in bf16 only). Cost: the trunk forward or
 // backward, plus one (N, C) x (C, Vp) product for backward_logits.
 #include <cstring>
@@ -27,11 +27,10 @@ const float* GPT::hidden(const int32_t* tokens, int B, int T) {
   im.B = B;
   im.T = T;
   std::memcpy(im.tokens, tokens, sizeof(int32_t) * int64_t(B) * T);
-  trunk_forward(im, cfg_, im.tokens, B, T);
-  im.before(0, Pass::forward);  // the logits' place in the hook sequence, without their work
-  im.after(0, Pass::forward);
+  // The logits' place in the hook sequence is kept, without their work.
+  im.forward(im.whole, im.slot, {im.tokens, nullptr, nullptr, B, T}, 0, Head::hidden);
   im.hidden_valid = true;
-  return im.lnf;
+  return im.slot.lnf;
 }
 
 void GPT::backward_logits(const float* dlogits) {
@@ -42,15 +41,10 @@ void GPT::backward_logits(const float* dlogits) {
   im.logits_valid = false;
   PhaseScope phase(PhaseKind::backward);
   const int64_t N = int64_t(im.B) * im.T;
-  im.before(0, Pass::backward);
-  if (N > 0) {
-    UnitSpan s("backward", "logits");
-    const float* wte = checked(im.unit_params[0], 0, "parameter") + im.view_rel[0];
-    float* dwte = checked(im.unit_grads[0], 0, "gradient") + im.view_rel[0];
-    tensor::linear_backward(false, im.dbuf_c, dwte, nullptr, dlogits, tensor::act(im.lnf, nullptr, cfg_.dim),
-                            wte, N, cfg_.dim, cfg_.padded_vocab);
-  }
-  trunk_backward(im, cfg_, im.B, im.T);
+  if (N > 0 && dlogits != im.slot.logits)
+    std::memcpy(im.slot.logits, dlogits, sizeof(float) * size_t(N * cfg_.padded_vocab));
+  im.backward(im.whole, im.slot, {im.tokens, nullptr, nullptr, im.B, im.T}, 1.0f, 0,
+              /*split=*/false, Head::logits);
 }
 
 void GPT::backward_hidden(const float* dhidden) {
@@ -60,9 +54,9 @@ void GPT::backward_hidden(const float* dhidden) {
   im.hidden_valid = false;
   PhaseScope phase(PhaseKind::backward);
   const int64_t N = int64_t(im.B) * im.T;
-  im.before(0, Pass::backward);
-  if (N > 0) std::memcpy(im.dbuf_c, dhidden, sizeof(float) * N * cfg_.dim);
-  trunk_backward(im, cfg_, im.B, im.T);
+  if (N > 0) std::memcpy(im.s.dbuf_c, dhidden, sizeof(float) * size_t(N * cfg_.dim));
+  im.backward(im.whole, im.slot, {im.tokens, nullptr, nullptr, im.B, im.T}, 1.0f, 0,
+              /*split=*/false, Head::hidden);
 }
 
 }  // namespace strata::model

@@ -13,20 +13,20 @@
 // Activations: chunk c has slots[c] slots; micro-batch m uses slot m % slots[c], so a schedule
 // must not hold more than slots[c] micro-batches of the chunk at once (the executor sizes the
 // slots from the schedule). Per slot: the chunk's input (B·T, C), each block's activations
-// (gpt.cc), its output gradient as received and its input gradient to send, and on the head
+// (model/block.h), its output gradient as received and its input gradient to send, and on the head
 // the final norm, logits (B·T, Vp) and losses. Backward scratch (B·T rows) is shared.
 //
-// The passes are the one-process model's (block_forward/backward of gpt.cc), so a stage chain
-// computes the same numbers as model::GPT, bit for bit per block.
+// The passes are the one-process model's (model/part.h, over the one block of model/block.h),
+// so a stage chain computes the same numbers as model::GPT, bit for bit per block.
 //
 // Tensor parallel (a TensorComm of T > 1 ranks): the stage holds this tp rank's shard of its
 // units (model/shard.h: the same views, local shapes, global names and boxes in
-// tensor_layout()) and runs the tensor-parallel passes (model/tensor/block.h; the embedding
+// tensor_layout()) and runs the same passes over its tp group (model/block.h; the embedding
 // and the logits vocab-parallel). The residual stream a slot keeps, receives and sends is
 // this rank's n = tc.local_rows(B·T) rows: with sequence parallelism its 1/T row slice, so
 // only that slice crosses stages (each tp rank to its peer of the next stage), else the
 // whole (B·T, C) activation. Zero-bubble's split backward runs the tensor-parallel block in
-// two passes (model/tensor/block_split.h): the weight pass all-gathers the norm outputs
+// two passes (model/block.h): the weight pass all-gathers the norm outputs
 // again under SP instead of keeping their gathered copies.
 //
 // Context parallel (a ContextComm of C > 1 ranks, model/context/context_comm.h): the stage
@@ -46,27 +46,13 @@
 #include "core/dtype.h"
 #include "core/memory.h"
 #include "core/tensor_layout.h"
+#include "model/chunk.h"
 #include "model/gpt.h"
 
 namespace strata::model {
 
-struct TpDims;     // model/tensor/block.h
-struct TpScratch;
-
-struct StageChunk {
-  int begin = 0, end = 0;  // blocks [begin, end), at least one
-  bool embed = false;      // runs the embedding first (begin == 0)
-  bool head = false;       // runs the final norm, logits and loss last (end == layers)
-};
-
-// One micro-batch's data, valid for the step: tokens, targets (B, T) int32; weights (B, T)
-// per-token loss weight or nullptr (all ones).
-struct MicroInput {
-  const int32_t* tokens = nullptr;
-  const int32_t* targets = nullptr;
-  const float* weights = nullptr;
-  int B = 0, T = 0;
-};
+struct Part;  // model/part.h
+struct Slot;
 
 class StageModel {
  public:
@@ -132,21 +118,13 @@ class StageModel {
   // Bytes of the activation slots and scratch.
   int64_t activation_bytes() const;
 
-  struct Slot;
   struct Chunk;
 
  private:
   float* unit_params(int unit);
   float* unit_grads(int unit);
   Slot& slot(int chunk, int micro);
-  void head_input_grad(Slot& s, const MicroInput& in, float scale, bool split);
-  void run_backward(int chunk, int micro, float scale, bool split);
-  double tp_forward(int chunk, int micro);
-  void tp_backward(int chunk, int micro, float scale, bool split);
-  void tp_backward_weight(int chunk, int micro);
-  TpDims tp_dims_of(int micro) const;
-  TpScratch tp_scratch() const;
-  int cp_key(int layer, int chunk, int micro) const;  // Ulysses' saved state: per layer and slot
+  int slot_index(int chunk, int micro) const;
 
   GPTConfig cfg_;
   std::vector<StageChunk> chunks_;
@@ -158,13 +136,11 @@ class StageModel {
   std::vector<int> units_;
   std::vector<int64_t> unit_begin_;  // per global unit: offset in the flat buffers, or -1
   std::vector<int64_t> unit_global_begin_;
-  std::vector<int64_t> view_rel_;    // per global view: offset inside its unit
   std::vector<ParamView> table_;
   int64_t num_params_ = 0;
   Buffer params_, grads_, acts_;
+  std::unique_ptr<Part> part_;  // the passes (model/part.h)
   std::vector<std::unique_ptr<Chunk>> state_;
-  float *dres_ = nullptr, *dbuf_c_ = nullptr, *dbuf_4c_ = nullptr, *dqkv_ = nullptr;
-  float *full_a_ = nullptr, *full_b_ = nullptr, *rep_ = nullptr, *ce_stats_ = nullptr;  // tp
   std::vector<MicroInput> inputs_;
   std::vector<int32_t> cp_ids_;  // cp: the local rows of every micro-batch's tokens, targets
   std::vector<float> cp_weights_;

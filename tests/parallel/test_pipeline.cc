@@ -9,7 +9,7 @@
 #include "comm/process_group.h"
 #include "model/context/context_comm.h"
 #include "model/stage.h"
-#include "model/tensor/block_split.h"
+#include "model/block.h"
 #include "model/tensor/collectives.h"
 #include "parallel/pipeline/executor.h"
 

@@ -10,17 +10,16 @@
 
 namespace strata::model {
 
-void cp_take_inputs(GPT::Impl& im, const ContextComm& cc, const int32_t* tokens,
-                    const int32_t* targets, const float* weights, int B, int T) {
-  const SeqLayout L = cc.layout(T);
-  STRATA_CHECK(T % (cc.size() * L.chunks_per_rank()) == 0, "context parallelism over ",
-               cc.size(), " ranks (", cp_chunks_name(L.kind), ") cannot split a sequence of ", T,
-               " tokens");
-  L.take(im.tokens, tokens, B, cc.rank(), 1);
-  L.take(im.targets, targets, B, cc.rank(), 1);
-  im.has_weights = weights != nullptr;
-  if (weights) L.take(im.weights, weights, B, cc.rank(), 1);
-  im.T = L.local_len();
+int cp_take_inputs(const ContextComm& cc, const MicroInput& in, int32_t* tokens,
+                   int32_t* targets, float* weights) {
+  const SeqLayout L = cc.layout(in.T);
+  STRATA_CHECK(in.T % (cc.size() * L.chunks_per_rank()) == 0, "context parallelism over ",
+               cc.size(), " ranks (", cp_chunks_name(L.kind), ") cannot split a sequence of ",
+               in.T, " tokens");
+  L.take(tokens, in.tokens, in.B, cc.rank(), 1);
+  if (in.targets) L.take(targets, in.targets, in.B, cc.rank(), 1);
+  if (in.weights) L.take(weights, in.weights, in.B, cc.rank(), 1);
+  return L.local_len();
 }
 
 void cp_encoder_forward(const ContextComm& cc, float* out, const int32_t* tokens,
@@ -45,15 +44,6 @@ void cp_encoder_backward(const ContextComm& cc, float* dwte, float* dwpe, const 
       kernels::encoder_backward(dwte, dwpe + int64_t(L.chunk_id(cc.rank(), c)) * S * C,
                                 dout + row * C, tokens + row, 1, S, C);
     }
-}
-
-void cp_embed_forward(GPT::Impl& im, const ContextComm& cc, const float* wte, const float* wpe,
-                      int C) {
-  cp_encoder_forward(cc, im.encoded, im.tokens, wte, wpe, im.B, im.T, C);
-}
-
-void cp_embed_backward(GPT::Impl& im, const ContextComm& cc, float* dwte, float* dwpe, int C) {
-  cp_encoder_backward(cc, dwte, dwpe, im.dres, im.tokens, im.B, im.T, C);
 }
 
 const float* cp_local_wpe(float* local, const ContextComm& cc, const float* wpe, int Tl, int C) {
@@ -90,32 +80,31 @@ void attention_backward(ContextComm* cc, int layer, float* dqkv, const float* do
     kernels::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16);
 }
 
-const float* cp_logits(GPT::Impl& im, const GPTConfig& cfg, ContextComm& cc,
-                       const int32_t* tokens, int B, int T, int multiple,
+const float* cp_logits(ContextComm& cc, int max_seq, int64_t Vp, Buffer& scratch,
+                       int32_t* local_tokens, const int32_t* tokens, int B, int T, int multiple,
                        const std::function<const float*(int T)>& local_forward) {
   const int parts = cc.size() * cc.layout(T).chunks_per_rank() * multiple;
   const int Tp = (T + parts - 1) / parts * parts;
-  STRATA_CHECK(Tp <= cfg.seq, "logits: ", T, " tokens padded to ", Tp,
-               " for context parallelism exceed the position table (", cfg.seq, ")");
+  STRATA_CHECK(Tp <= max_seq, "logits: ", T, " tokens padded to ", Tp,
+               " for context parallelism exceed the position table (", max_seq, ")");
   std::vector<int32_t> padded(size_t(B) * Tp, 0);
   for (int b = 0; b < B; ++b)
     std::copy(tokens + int64_t(b) * T, tokens + int64_t(b + 1) * T, padded.begin() + int64_t(b) * Tp);
   const SeqLayout L = cc.layout(Tp);
-  L.take(im.tokens, padded.data(), B, cc.rank(), 1);
-  im.T = L.local_len();
-  const int64_t Vp = cfg.padded_vocab, local = int64_t(B) * im.T * Vp;
-  const float* mine = local_forward(im.T);
+  L.take(local_tokens, padded.data(), B, cc.rank(), 1);
+  const int Tl = L.local_len();
+  const int64_t local = int64_t(B) * Tl * Vp;
+  const float* mine = local_forward(Tl);
   const std::vector<float> rows(mine, mine + local);  // local_forward may use logits_full
   const size_t need = sizeof(float) * size_t(local * cc.size() + int64_t(B) * Tp * Vp);
-  if (im.logits_full.bytes() < need) im.logits_full = Buffer(MemCategory::activations, need);
-  float* blocks = im.logits_full.as<float>();
+  if (scratch.bytes() < need) scratch = Buffer(MemCategory::activations, need);
+  float* blocks = scratch.as<float>();
   float* full = blocks + local * cc.size();
   if (B > 0) cc.group().all_gather_async(rows.data(), blocks, size_t(local), DType::f32)->wait();
   for (int r = 0; r < cc.size(); ++r) L.put(full, blocks + r * local, B, r, Vp);
   // (B, Tp, Vp) -> (B, T, Vp): drop each row's padding
   for (int b = 1; b < B && Tp != T; ++b)
     std::memmove(full + int64_t(b) * T * Vp, full + int64_t(b) * Tp * Vp, sizeof(float) * T * Vp);
-  im.T = T;
   return full;
 }
 

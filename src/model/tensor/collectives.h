@@ -34,11 +34,14 @@ class TensorComm {
  public:
   // group: the tensor-parallel group (outlives this object); sp: sequence parallelism.
   TensorComm(comm::ProcessGroup& group, bool sequence_parallel);
+  // One rank, no group: every call is local (gather_rows returns its input, reduce_rows
+  // copies), so a model without tensor parallelism runs the same passes at T = 1.
+  TensorComm() = default;
 
   int size() const { return size_; }
   int rank() const { return rank_; }
   bool sequence_parallel() const { return sp_; }
-  comm::ProcessGroup& group() { return group_; }
+  comm::ProcessGroup& group();
 
   // Rows of an N-row region this rank holds, and the first of them.
   int64_t local_rows(int64_t N) const { return sp_ ? N / size_ : N; }
@@ -57,9 +60,9 @@ class TensorComm {
 
  private:
   void count(int64_t elems);
-  comm::ProcessGroup& group_;
-  int size_, rank_;
-  bool sp_;
+  comm::ProcessGroup* group_ = nullptr;
+  int size_ = 1, rank_ = 0;
+  bool sp_ = false;
   int64_t bytes_ = 0;
 };
 

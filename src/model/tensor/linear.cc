@@ -59,6 +59,7 @@ void column_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w
 void column_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* db,
                      const float* dout, Mat x, const float* w, float* full, float* partial,
                      int64_t N, int C, int OCl) {
+  if (tc.size() == 1) return linear_backward(bf16, dx, dw, db, dout, x, w, N, C, OCl);
   const Mat xf = gather_input(tc, x, full, partial, N, C);  // the forward's input again
   linear_backward(bf16, partial, dw, db, dout, xf, w, N, C, OCl);
   tc.reduce_rows(partial, dx, N, C);  // f backward
@@ -66,6 +67,7 @@ void column_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* db,
 
 void column_backward_input(TensorComm& tc, bool bf16, float* dx, const float* dout,
                            const float* w, float* partial, int64_t N, int C, int OCl) {
+  if (tc.size() == 1) return linear_backward_input(bf16, dx, dout, w, N, C, OCl);
   linear_backward_input(bf16, partial, dout, w, N, C, OCl);
   tc.reduce_rows(partial, dx, N, C);  // f backward
 }
@@ -81,9 +83,21 @@ void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, f
   tc.reduce_rows(partial, out, N, OC);  // g forward
 }
 
+void row_forward_residual(TensorComm& tc, bool bf16, float* out, Mat x, const float* w,
+                          const float* bias, const float* residual, float* partial, int64_t N,
+                          int Cl, int OC) {
+  if (tc.size() == 1) {  // fused: out = residual + x @ w^T + bias
+    if (out != residual) std::memcpy(out, residual, sizeof(float) * size_t(N * OC));
+    return linear_forward(bf16, out, x, w, bias, N, Cl, OC, /*accumulate=*/true);
+  }
+  row_forward(tc, bf16, out, x, w, partial, N, Cl, OC);
+  add_residual_bias(out, residual, bias, tc.local_rows(N), OC);
+}
+
 void row_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* dbias,
                   const float* dout, Mat x, const float* w, float* full, int64_t N, int Cl,
                   int OC) {
+  if (tc.size() == 1) return linear_backward(bf16, dx, dw, dbias, dout, x, w, N, Cl, OC);
   if (dbias) k::bias_backward(dbias, dout, tc.local_rows(N), OC);
   const float* df = tc.gather_rows(dout, full, N, OC);  // g backward
   linear_backward(bf16, dx, dw, nullptr, df, x, w, N, Cl, OC);

@@ -78,6 +78,12 @@ void column_backward_weight(TensorComm& tc, bool bf16, float* dw, float* db, con
 // out (n, OC) = g(x @ w^T) (no bias); x (N, Cl); w (OC, Cl); partial (N, OC) scratch.
 void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, float* partial,
                  int64_t N, int Cl, int OC);
+// out (n, OC) = g(x @ w^T) + residual (n, OC) + bias (OC): the output projection with its
+// residual connection. At T = 1 one fused matmul (out = residual + x @ w^T + bias; out may be
+// residual itself); partial (N, OC) scratch at T > 1.
+void row_forward_residual(TensorComm& tc, bool bf16, float* out, Mat x, const float* w,
+                          const float* bias, const float* residual, float* partial, int64_t N,
+                          int Cl, int OC);
 // dx (N, Cl) written; dw (OC, Cl) +=; dbias (OC) += sum of this rank's rows of dout (or
 // nullptr); dout (n, OC); x (N, Cl); full (N, OC) scratch for the gathered dout.
 void row_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* dbias,

@@ -51,7 +51,7 @@ inline int64_t tp_comm_bytes_per_micro(const TpModel& m, int tp, bool sp, int64_
 }
 
 // Activation bytes the model allocates on one tp rank for micro-batches of up to
-// `micro_batch` sequences of max_seq (model/gpt_impl.h's carve, without its 64-byte
+// `micro_batch` sequences of max_seq (model/part.h's carve_slot, without its 64-byte
 // alignment padding, plus tokens, targets and weights). bf16 compute keeps the norm outputs
 // (ln1, ln2, ln_f: n·C each), qkv (3·N·Cl), the attention output (N·Cl) and the GELU input
 // and output (4·N·Cl each) in bf16, half their fp32 bytes.

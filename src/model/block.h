@@ -1,0 +1,180 @@
+// One GPT-2 transformer block, written once: forward, backward, and backward in two passes
+// (zero-bubble's input and weight passes), over a tensor-parallel communicator whose size-1
+// form does no communication, an optional context-parallel group for attention and optional
+// experts in place of the MLP. One process is tp = 1 of this code; a tensor-parallel rank, a
+// pipeline stage and an expert-parallel rank run the same passes. The block knows its shapes,
+// its activations and its communicators, never the model that calls it.
+//
+// Terms: N = B·T rows of the micro-batch, n = tc.local_rows(N) rows of the residual region
+// (N/T with sequence parallelism over T ranks, else N), C width, Cl = C/T, NHl = NH/T local
+// heads. Megatron-LM with sequence parallelism (f, g: model/tensor/collectives.h):
+//
+//   x (n,C) -ln1-> -f-> qkv column (N,3Cl) -attention on NHl heads-> (N,Cl) -proj row-> g
+//           -> + x + b -> res2 (n,C) -ln2-> -f-> fc column (N,4Cl) -gelu-> -fc proj row->
+//           g -> + res2 + b -> res3 (n,C)
+//
+// At T = 1 f and g are identities and the residual adds are fused into the output
+// projections (out = x + y @ W^T + b, kernels/matmul.h), so dres flows through unchanged and
+// the norms' input gradients accumulate into it.
+//
+// Replicated parameters (norms, row-parallel biases) see only this rank's n rows under SP:
+// at T > 1 their gradients for the micro-batch go to the scratch `rep`, are summed over tp
+// under SP and then added (+=) to the block's, so accumulation over micro-batches stays
+// exact; at T = 1 they accumulate directly.
+//
+// Activations kept per block and row (LayerActs): ln1, qkv (3Cl), attention output (Cl),
+// res2, ln2, fc (4Cl), gelu (4Cl), res3, norm statistics and the attention log-sum-exp.
+// Under bf16 compute the matmul inputs that are only read as bf16 (ln1, ln2, qkv, attention
+// output, fc, gelu) are stored in bf16 (the matmuls and attention tile products round them
+// anyway); residuals, statistics and lse stay fp32. Under context parallelism qkv and the
+// attention output stay fp32 (the ring and Ulysses exchange fp32).
+//
+// An MoE block (docs/moe.md) replaces the MLP half: its input is the (gathered) ln2 output,
+// every tp rank routes alike and runs its 4C/T hidden units of each expert; the partial
+// outputs are reduce-scattered (SP) or all-reduced like the MLP's c_proj output.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/attention.h"
+#include "kernels/convert.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "model/expert/moe.h"
+#include "model/tensor/collectives.h"
+
+namespace strata::model {
+
+class ContextComm;  // model/context/context_comm.h
+
+inline constexpr int kViewsPerLayer = 12;
+
+// Pointers to one block's twelve views (parameters or gradients), in table order.
+struct Block {
+  float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+
+// One block's activations. Under tensor parallelism with T ranks, rows of the residual
+// region (ln1, res2, ln2, res3 and norm statistics) are the local rows n, and the
+// column-parallel outputs (qkv, atty, fch, fch_gelu, att_lse) have 1/T of the columns.
+struct LayerActs {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+      *fch_gelu, *res3;
+  uint16_t *ln1_h = nullptr, *ln2_h = nullptr, *gelu_h = nullptr;  // bf16 compute: instead of
+                                                                   // ln1, ln2, fch_gelu
+  uint16_t *qkv_h = nullptr, *atty_h = nullptr, *fch_h = nullptr;  // and of qkv, atty, fch
+};
+
+// Hands out consecutive pieces of one buffer (base = nullptr counts the floats).
+struct Carver {
+  float* base;
+  int64_t used = 0;
+  float* take(int64_t n) {
+    float* p = base ? base + used : nullptr;
+    used += (n + 15) / 16 * 16;  // keep every piece 64-byte aligned
+    return p;
+  }
+  // n bf16 values, or none (nullptr) when `want` is false.
+  uint16_t* take_bf16(int64_t n, bool want) {
+    return want ? reinterpret_cast<uint16_t*>(take((n + 1) / 2)) : nullptr;
+  }
+  // n floats, or none (nullptr) when `want` is false.
+  float* take_if(int64_t n, bool want) { return want ? take(n) : nullptr; }
+};
+
+// Activation sizes: N rows of a whole micro-batch, n of them held in the residual region,
+// 1/T of the columns of the column-parallel layers, Vr local vocabulary columns.
+struct ActShape {
+  int64_t N = 0, n = 0;
+  int T = 1;
+  int64_t Vr = 0;
+};
+
+// Carves one block's activations for a.N rows. attn_f32: qkv and the attention output in
+// fp32 even under bf16 (context parallelism).
+void carve_layer(Carver& c, LayerActs& l, int C, int heads, const ActShape& a, bool bf16,
+                 bool attn_f32);
+
+// A micro-batch's shapes on this rank: rows, local rows, width, local width and heads,
+// local vocabulary rows [v0, v0 + Vr).
+struct TpDims {
+  int B = 0, T = 0;  // batch, sequence (local rows under context parallelism)
+  int64_t N = 0, n = 0;
+  int C = 0, Cl = 0, NHl = 0;
+  int64_t v0 = 0, Vr = 0;
+};
+
+// Backward (and forward) scratch: dres, dbuf_c (n, C); dbuf_4c (N, 4Cl); dqkv (N, 3Cl);
+// full_a, full_b (N, C) for gathered rows (T > 1 only); rep (T·C + 6C) for the replicated
+// gradients of one micro-batch (T > 1 only).
+struct TpScratch {
+  float *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr, *dqkv = nullptr;
+  float *full_a = nullptr, *full_b = nullptr, *rep = nullptr;
+};
+
+// An MoE block's experts and router (model/expert/moe.h), for one pass.
+struct MoEBlock {
+  expert::MoE* moe;
+  int index;  // among the MoE blocks
+  int unit;   // its expert unit
+  expert::MoEWeights w, g;
+  float scale;  // backward: the loss scale (aux and z gradients)
+  const expert::TokenIds* ids = nullptr;  // forward: who its rows are (null: anonymous)
+};
+// The MoE half of a block: out (N, C) += experts(x); backward: dx (N, C) written from dout.
+void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
+                       bool bf16);
+void moe_block_backward(MoEBlock& b, const float* dout, float* dx, bool bf16);
+
+// What one block's pass runs over: the tp communicator (size 1: none), the micro-batch's
+// shapes, the scratch, the cp group of attention (null: the one-rank kernel) with the key
+// its saved state is kept under, and the experts instead of the MLP (null: dense).
+struct BlockCtx {
+  TensorComm& tc;
+  const TpDims& d;
+  const TpScratch& s;
+  ContextComm* cp = nullptr;
+  int key = 0;
+  MoEBlock* moe = nullptr;
+};
+
+// The output gradients kept from the input pass to the weight pass of one block and slot.
+struct BlockStash {
+  float* d3 = nullptr;    // (N, C) fc proj's output gradient (whole rows, gathered over tp)
+  float* dfch = nullptr;  // (N, 4Cl) fc's (after GELU's backward)
+  float* d2 = nullptr;    // (N, C) attn proj's (gathered)
+  float* dqkv = nullptr;  // (N, 3Cl) qkv's
+};
+inline int64_t block_stash_floats(int64_t N, int64_t C, int64_t Cl) { return N * (2 * C + 7 * Cl); }
+
+// x (n, C) -> a.res3 (n, C).
+void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float* x);
+// c.s.dres (n, C): d loss / d res3 on entry, d loss / d x on exit; g += the block's gradients.
+void block_backward(const BlockCtx& c, const Block& w, const Block& g, const LayerActs& a,
+                    const float* x);
+// block_backward in two passes (zero-bubble): the input pass computes d loss / d x (and the
+// norms' gradients) and keeps the linear layers' output gradients in st; the weight pass
+// accumulates the linear layers' weight gradients from them (the same products, so the same
+// numbers; under SP it all-gathers the two norm outputs again rather than keeping them).
+// Dense blocks only.
+void block_backward_input(const BlockCtx& c, const Block& w, const Block& g, const LayerActs& a,
+                          const float* x, const BlockStash& st);
+void block_backward_weight(const BlockCtx& c, const Block& g, const LayerActs& a,
+                           const BlockStash& st);
+
+// LayerNorm output into whichever of the fp32 (f) or bf16 (h) buffers exists.
+inline void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const float* x,
+                          const float* w, const float* b, int64_t N, int C) {
+  if (h)
+    kernels::layernorm_forward(h, mean, rstd, x, w, b, N, C);
+  else
+    kernels::layernorm_forward(f, mean, rstd, x, w, b, N, C);
+}
+
+// Final LayerNorm backward: s.dbuf_c (n, C) d loss / d its output -> s.dres (n, C) (written)
+// d loss / d x; gw, gb (C) += its weight and bias gradients (summed over tp under SP).
+void final_norm_backward(TensorComm& tc, const TpDims& d, const TpScratch& s, const float* w,
+                         float* gw, float* gb, const float* x, const float* mean,
+                         const float* rstd);
+
+}  // namespace strata::model

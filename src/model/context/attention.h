@@ -1,0 +1,18 @@
+// A block's attention under context parallelism: the cp group's ring or Ulysses attention
+// (model/context/context_comm.h) when cc is set, else the one-rank kernel.
+#pragma once
+
+namespace strata::model {
+
+class ContextComm;
+
+// A layer's attention: the one-rank kernel, or the cp group's (ring or Ulysses) when cc is set.
+// out (B,T,C); lse (B,NH,T); qkv (B,T,3C), T the local rows.
+void attention_forward(ContextComm* cc, int layer, float* out, float* lse, float* qkv, int B,
+                       int T, int C, int NH, bool bf16);
+void attention_backward(ContextComm* cc, int layer, float* dqkv, const float* dout,
+                        const float* qkv, const float* out, const float* lse, int B, int T, int C,
+                        int NH, bool bf16);
+
+
+}  // namespace strata::model

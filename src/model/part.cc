@@ -1,0 +1,344 @@
+// The trunk's passes over a part's chunks (model/part.h). Embedding and loss are
+// vocab-parallel under tensor parallelism (model/tensor/vocab.h: the logits exist only as
+// (N, Vr) on each rank); at T = 1 they are the one-process kernels. Under context
+// parallelism the rows are this rank's chunks of each sequence and the embedding adds each
+// row's global position (model/context/gpt_cp.h).
+#include "model/part.h"
+
+#include <cstring>
+
+#include "core/phase.h"
+#include "kernels/kernels.h"
+#include "model/context/gpt_cp.h"
+#include "model/shard.h"
+#include "model/tensor/linear.h"
+#include "model/tensor/vocab.h"
+
+namespace strata::model {
+
+namespace k = strata::kernels;
+namespace tn = strata::model::tensor;
+
+void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, const ActShape& a,
+                bool bf16, bool split, bool attn_f32) {
+  const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
+  const bool f32 = !bf16;
+  s.x = c.take(n * C);
+  s.layers.resize(size_t(ch.end - ch.begin));
+  for (LayerActs& l : s.layers) carve_layer(c, l, cfg.dim, cfg.heads, a, bf16, attn_f32);
+  s.stash.resize(split ? s.layers.size() : 0);
+  for (BlockStash& st : s.stash) {
+    st.d3 = c.take(N * C);
+    st.dfch = c.take(4 * N * Cl);
+    st.d2 = c.take(N * C);
+    st.dqkv = c.take(3 * N * Cl);
+  }
+  s.gin = c.take_if(n * C, !ch.head);
+  s.gout = c.take_if(n * C, !ch.embed);
+  if (!ch.head) return;
+  s.lnf = c.take_if(n * C, f32);
+  s.lnf_h = c.take_bf16(n * C, bf16);
+  s.lnf_mean = c.take(n);
+  s.lnf_rstd = c.take(n);
+  s.logits = c.take(N * a.Vr);
+  s.losses = c.take(N);
+  s.lse = c.take(N);
+}
+
+void Part::set_table(const std::vector<ParamView>& global) {
+  std::vector<int64_t> begin;
+  for (const ParamView& v : global) {
+    if (size_t(v.unit) >= begin.size()) begin.resize(size_t(v.unit) + 1, INT64_MAX);
+    begin[size_t(v.unit)] = std::min(begin[size_t(v.unit)], v.offset);
+  }
+  view_rel.clear();
+  view0.clear();
+  for (size_t i = 0; i < global.size(); ++i) {
+    const ParamView& v = global[i];
+    view_rel.push_back(v.offset - begin[size_t(v.unit)]);
+    if (v.unit >= 1 && (i == 0 || global[i - 1].unit != v.unit)) view0.push_back(int(i));
+  }
+}
+
+void Part::carve_scratch(Carver& c, const ActShape& a) {
+  const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
+  s.dres = c.take(n * C);
+  s.dbuf_c = c.take(n * C);
+  s.dbuf_4c = c.take(4 * N * Cl);
+  s.dqkv = c.take(3 * N * Cl);
+  if (a.T > 1) {
+    s.full_a = c.take(N * C);
+    s.full_b = c.take(N * C);
+    s.rep = c.take(int64_t(cfg.seq) * C + 6 * C);
+    ce_stats = c.take(2 * N);
+  }
+}
+
+TpDims Part::dims(int B, int T) const {
+  TpDims d;
+  d.B = B;
+  d.T = T;
+  d.N = int64_t(B) * T;
+  d.n = tc->local_rows(d.N);
+  d.C = cfg.dim;
+  d.Cl = cfg.dim / shard.size;
+  d.NHl = cfg.heads / shard.size;
+  const VocabSlice vs = vocab_slice(cfg.padded_vocab, shard);
+  d.v0 = vs.begin;
+  d.Vr = vs.size();
+  STRATA_CHECK(!tc->sequence_parallel() || d.N % shard.size == 0, "sequence parallelism over ",
+               shard.size, " ranks needs rows divisible by ", shard.size, " (batch ", B,
+               " x seq ", T, ")");
+  return d;
+}
+
+Block Part::views(float* base, int layer) const {
+  STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
+  const int64_t* r = view_rel.data() + view0[size_t(layer)];
+  return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
+               base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
+}
+
+namespace {
+
+// An MoE block's router is view 8 of its block's unit (after ln_2, model/shard.cc); its
+// experts are the views of its expert unit, 4 per held expert. All E slots are returned
+// (global ids), the ones this rank does not hold empty.
+expert::MoEWeights moe_views(float* block, float* experts, const std::vector<int64_t>& rel,
+                             int first, int first_expert_view, int E, ExpertShard x) {
+  expert::MoEWeights w;
+  w.experts.assign(size_t(E), expert::ExpertViews{});
+  if (!block) return w;
+  w.router = block + rel[size_t(first + 8)];
+  const int per = E / x.size;
+  for (int j = 0; j < per; ++j) {
+    const int64_t* r = rel.data() + first_expert_view + 4 * j;
+    w.experts[size_t(x.rank * per + j)] = {experts + r[0], experts + r[1], experts + r[2],
+                                           experts + r[3]};
+  }
+  return w;
+}
+
+}  // namespace
+
+// Calls the before hook of the block's expert unit (forward, or backward when with_grads);
+// moe_block_done calls its after hook (nothing for a dense block).
+std::unique_ptr<MoEBlock> Part::moe_block(int layer, bool with_grads, float scale) {
+  if (!moe || !cfg.moe.is_moe_layer(layer)) return nullptr;
+  const int first = view0[size_t(layer)], E = cfg.moe.experts;
+  auto b = std::make_unique<MoEBlock>();
+  b->moe = moe.get();
+  b->index = (layer + 1) / cfg.moe.every - 1;
+  b->unit = cfg.layers + 2 + b->index;
+  const Pass pass = with_grads ? Pass::backward : Pass::forward;
+  before(b->unit, pass);
+  const int xv = view0[size_t(b->unit - 1)];
+  b->w = moe_views(checked(unit_params[size_t(layer + 1)], layer + 1, "parameter"),
+                   checked(unit_params[size_t(b->unit)], b->unit, "parameter"), view_rel, first,
+                   xv, E, experts);
+  if (with_grads)
+    b->g = moe_views(checked(unit_grads[size_t(layer + 1)], layer + 1, "gradient"),
+                     checked(unit_grads[size_t(b->unit)], b->unit, "gradient"), view_rel, first,
+                     xv, E, experts);
+  else
+    b->g = moe_views(nullptr, nullptr, view_rel, first, xv, E, experts);
+  b->scale = scale;
+  b->ids = ids;
+  return b;
+}
+
+void Part::moe_block_done(const MoEBlock* b, Pass pass) {
+  if (b) after(b->unit, pass);
+}
+
+void Part::embed_forward(float* out, const MicroInput& in, const TpDims& d) {
+  UnitSpan sp("forward", "embed");
+  float* p0 = checked(unit_params[0], 0, "parameter");
+  const float *wte = p0 + view_rel[0], *wpe = p0 + view_rel[1];
+  if (tc->size() > 1) {
+    if (cp) wpe = cp_local_wpe(s.rep, *cp, wpe, d.T, d.C);  // the local rows' positions
+    tn::embedding_forward(*tc, out, in.tokens, wte, d.v0, d.Vr, wpe, s.full_a, d.B, d.T, d.C);
+  } else if (cp) {  // the local rows at their global positions
+    cp_encoder_forward(*cp, out, in.tokens, wte, wpe, d.B, d.T, d.C);
+  } else {
+    k::encoder_forward(out, in.tokens, wte, wpe, d.B, d.T, d.C);
+  }
+}
+
+// d loss / d the embedding's output in s.dres.
+void Part::embed_backward(const MicroInput& in, const TpDims& d) {
+  UnitSpan sp("backward", "embed");
+  float* g0 = checked(unit_grads[0], 0, "gradient");
+  float *dwte = g0 + view_rel[0], *dwpe = g0 + view_rel[1];
+  if (tc->size() == 1) {
+    if (cp)
+      cp_encoder_backward(*cp, dwte, dwpe, s.dres, in.tokens, d.B, d.T, d.C);
+    else
+      k::encoder_backward(dwte, dwpe, s.dres, in.tokens, d.B, d.T, d.C);
+    return;
+  }
+  float* local = s.rep;  // (T, C): this micro-batch's wpe gradient, partial under SP
+  const int64_t TC = int64_t(d.T) * d.C;
+  std::memset(local, 0, sizeof(float) * size_t(TC));
+  tn::embedding_backward(*tc, dwte, local, s.dres, in.tokens, d.v0, d.Vr, s.full_a, d.B, d.T, d.C);
+  if (tc->sequence_parallel()) tc->all_reduce_sum(local, TC);
+  if (cp)  // rows of this rank's positions
+    cp_add_wpe_grad(dwpe, *cp, local, d.T, d.C);
+  else
+    for (int64_t e = 0; e < TC; ++e) dwpe[e] += local[e];
+}
+
+double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int slot, Head head) {
+  const TpDims d = dims(in.B, in.T);
+  const bool any = d.N > 0;  // the same on every tp rank (they share the micro-batch)
+  const int L = cfg.layers, C = d.C;
+  PhaseState& phase = current_phase();
+  if (ch.embed) {
+    phase.set_layer(-1);
+    before(0, Pass::forward);
+    if (any) embed_forward(sl.x, in, d);
+    after(0, Pass::forward);
+  }
+  const float* x = sl.x;
+  for (int l = ch.begin; l < ch.end; ++l) {
+    phase.set_layer(l);
+    before(l + 1, Pass::forward);
+    std::unique_ptr<MoEBlock> mb = moe_block(l, false, 0.0f);
+    LayerActs& a = sl.layers[size_t(l - ch.begin)];
+    if (any) {
+      UnitSpan sp("forward", "L", l);
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get()};
+      block_forward(c, views(unit_params[size_t(l + 1)], l), a, x);
+    } else if (mb) {  // no tokens here, but this rank's experts may get some
+      moe_block_forward(*mb, nullptr, nullptr, nullptr, 0, bf16);
+    }
+    moe_block_done(mb.get(), Pass::forward);
+    after(l + 1, Pass::forward);
+    x = a.res3;
+  }
+  if (!ch.head) return 0;
+  phase.set_layer(-1);
+  before(L + 1, Pass::forward);
+  if (any) {
+    UnitSpan sp("forward", "ln_f");
+    float* pf = checked(unit_params[size_t(L + 1)], L + 1, "parameter");
+    const int64_t* r = view_rel.data() + view0[size_t(L)];
+    layernorm_out(sl.lnf, sl.lnf_h, sl.lnf_mean, sl.lnf_rstd, x, pf + r[0], pf + r[1], d.n, C);
+  }
+  after(L + 1, Pass::forward);
+  double loss = 0.0;
+  before(0, Pass::forward);  // the tied wte again, for the logits
+  if (any && head != Head::hidden) {
+    UnitSpan sp("forward", "logits");
+    const float* wte = checked(unit_params[0], 0, "parameter") + view_rel[0];
+    tn::column_forward(*tc, bf16, sl.logits, tn::act(sl.lnf, sl.lnf_h, C), wte, nullptr, s.full_a,
+                       s.full_b, d.N, C, int(d.Vr));
+    if (head == Head::loss && tc->size() > 1)
+      loss = tn::crossentropy_forward(*tc, sl.losses, sl.lse, sl.logits, in.targets, in.weights,
+                                      ce_stats, d.N, d.v0, d.Vr, cfg.vocab);
+    else if (head == Head::loss)
+      loss = k::crossentropy_forward(sl.losses, sl.lse, sl.logits, in.targets, in.weights, d.N,
+                                     cfg.vocab, cfg.padded_vocab);
+  }
+  after(0, Pass::forward);
+  return loss;
+}
+
+void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float scale, int slot,
+                    bool split, Head from) {
+  const TpDims d = dims(in.B, in.T);
+  const bool any = d.N > 0;
+  const int L = cfg.layers, C = d.C;
+  if (ch.head) {
+    before(0, Pass::backward);
+    if (any && from != Head::hidden) {
+      UnitSpan sp("backward", "logits");
+      const float* wte = checked(unit_params[0], 0, "parameter") + view_rel[0];
+      if (from == Head::loss && tc->size() > 1)
+        tn::crossentropy_backward(sl.logits, sl.lse, in.targets, in.weights, scale, d.N, d.v0,
+                                  d.Vr, cfg.vocab);
+      else if (from == Head::loss)
+        k::crossentropy_backward(sl.logits, sl.lse, in.targets, in.weights, scale, d.N, cfg.vocab,
+                                 cfg.padded_vocab);
+      if (split)  // the weight gradient is left to backward_weight, which reads sl.logits
+        tn::column_backward_input(*tc, bf16, s.dbuf_c, sl.logits, wte, s.full_b, d.N, C,
+                                  int(d.Vr));
+      else
+        tn::column_backward(*tc, bf16, s.dbuf_c,
+                            checked(unit_grads[0], 0, "gradient") + view_rel[0], nullptr,
+                            sl.logits, tn::act(sl.lnf, sl.lnf_h, C), wte, s.full_a, s.full_b, d.N,
+                            C, int(d.Vr));
+    }
+    before(L + 1, Pass::backward);
+    if (any) {
+      UnitSpan sp("backward", "ln_f");
+      const float* pf = checked(unit_params[size_t(L + 1)], L + 1, "parameter");
+      float* gf = checked(unit_grads[size_t(L + 1)], L + 1, "gradient");
+      const int64_t* r = view_rel.data() + view0[size_t(L)];
+      final_norm_backward(*tc, d, s, pf + r[0], gf + r[0], gf + r[1], sl.out(), sl.lnf_mean,
+                          sl.lnf_rstd);
+    }
+    if (!split) after(L + 1, Pass::backward);
+  } else if (any) {
+    std::memcpy(s.dres, sl.gin, sizeof(float) * size_t(d.n * C));
+  }
+  PhaseState& phase = current_phase();
+  for (int l = ch.end - 1; l >= ch.begin; --l) {
+    phase.set_layer(l);
+    before(l + 1, Pass::backward);
+    std::unique_ptr<MoEBlock> mb = moe_block(l, true, scale);
+    const size_t i = size_t(l - ch.begin);
+    if (any) {
+      UnitSpan sp("backward", "L", l);
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get()};
+      const Block w = views(unit_params[size_t(l + 1)], l);
+      const Block g = views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l);
+      const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
+      if (split)
+        block_backward_input(c, w, g, sl.layers[i], x, sl.stash[i]);
+      else
+        block_backward(c, w, g, sl.layers[i], x);
+    } else if (mb) {  // this rank's experts may have received tokens
+      moe_block_backward(*mb, nullptr, nullptr, bf16);
+    }
+    moe_block_done(mb.get(), Pass::backward);
+    if (!split) after(l + 1, Pass::backward);
+  }
+  phase.set_layer(-1);
+  if (ch.embed) {
+    if (any) embed_backward(in, d);
+  } else if (any) {
+    std::memcpy(sl.gout, s.dres, sizeof(float) * size_t(d.n * C));
+  }
+  if (!split && (ch.embed || ch.head)) after(0, Pass::backward);
+}
+
+// Under the split backward the after hooks of a pass come here, once each unit's gradients
+// are complete.
+void Part::backward_weight(const StageChunk& ch, Slot& sl, const MicroInput& in, int slot) {
+  const TpDims d = dims(in.B, in.T);
+  const bool any = d.N > 0;
+  const int L = cfg.layers;
+  if (ch.head) {
+    if (any) {  // dwte (Vr, C) += dlogits^T @ f(lnf): lnf all-gathered again under SP
+      UnitSpan sp("weight", "head");
+      tn::column_backward_weight(*tc, bf16, checked(unit_grads[0], 0, "gradient") + view_rel[0],
+                                 nullptr, sl.logits, tn::act(sl.lnf, sl.lnf_h, d.C), s.full_a,
+                                 s.full_b, d.N, d.C, int(d.Vr));
+    }
+    after(L + 1, Pass::backward);
+  }
+  for (int l = ch.end - 1; l >= ch.begin; --l) {
+    if (any) {
+      UnitSpan sp("weight", "L", l);
+      const size_t i = size_t(l - ch.begin);
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, nullptr};
+      block_backward_weight(c, views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l),
+                            sl.layers[i], sl.stash[i]);
+    }
+    after(l + 1, Pass::backward);
+  }
+  if (ch.embed || ch.head) after(0, Pass::backward);
+}
+
+}  // namespace strata::model
