@@ -129,7 +129,37 @@ struct UnitHooks {
   std::function<void(int unit, Pass pass)> after_unit;
 };
 
-class GPT {
+// What the data-parallel/ZeRO engine (parallel/data_parallel.h) needs of a model part: its
+// units, numbered 0 .. num_units() - 1 in the order of its flat buffers, their ranges, the
+// rebinding of a unit's memory, the hooks around each unit's use, its table of views and
+// their global placement, and its initialisation. model::GPT is one (its units are the global
+// ones); a pipeline stage (model/stage.h) another (its held units, in unit order).
+class ModelPart {
+ public:
+  virtual ~ModelPart() = default;
+  virtual int num_units() const = 0;
+  // Units [first_expert_unit(), num_units()) hold experts (num_units() when none).
+  virtual int first_expert_unit() const = 0;
+  // Unit 0 is the embedding, tied with the output layer, so it is used at both ends of a pass
+  // (false for a part without the embedding: a middle pipeline stage).
+  virtual bool tied_unit0() const = 0;
+  // Units where a chunk of the part starts (besides 0): a gradient bucket never spans one,
+  // since a chunk's backward for one micro-batch may be far from the next chunk's.
+  virtual std::vector<int> chunk_starts() const { return {}; }
+  virtual std::pair<int64_t, int64_t> unit_range(int unit) const = 0;
+  virtual int64_t num_params() const = 0;
+  virtual const std::vector<ParamView>& param_table() const = 0;
+  virtual TensorLayout tensor_layout() const = 0;
+  virtual ExpertShard expert_shard() const = 0;
+  virtual TensorComm* tensor_comm() const = 0;
+  virtual float* params() = 0;  // owned flat buffers, or null when the caller binds every unit
+  virtual float* grads() = 0;
+  virtual void bind_unit(int unit, float* params, float* grads) = 0;
+  virtual void set_hooks(UnitHooks hooks) = 0;
+  virtual void init(uint64_t seed) = 0;
+};
+
+class GPT final : public ModelPart {
  public:
   // Allocates parameters, gradients and activations for micro-batches up to
   // (max_batch, cfg.seq) and counts them in the memory tracker. With allocate_state = false
@@ -154,34 +184,35 @@ class GPT {
   DType compute() const { return compute_; }
 
   const GPTConfig& config() const { return cfg_; }
-  int num_units() const { return cfg_.layers + 2 + cfg_.moe.moe_layers(cfg_.layers); }
+  int num_units() const override { return cfg_.layers + 2 + cfg_.moe.moe_layers(cfg_.layers); }
   // Units [first_expert_unit(), num_units()) hold experts (none in a dense model).
-  int first_expert_unit() const { return cfg_.layers + 2; }
-  ExpertShard expert_shard() const { return experts_; }
-  int64_t num_params() const { return num_params_; }
-  const std::vector<ParamView>& param_table() const { return table_; }
+  int first_expert_unit() const override { return cfg_.layers + 2; }
+  bool tied_unit0() const override { return true; }
+  ExpertShard expert_shard() const override { return experts_; }
+  int64_t num_params() const override { return num_params_; }
+  const std::vector<ParamView>& param_table() const override { return table_; }
   TpShard shard() const { return shard_; }
-  TensorComm* tensor_comm() const { return tp_; }
+  TensorComm* tensor_comm() const override { return tp_; }
   ContextComm* context_comm() const { return cp_; }
   // Every piece of the flat buffer in global GPT-2 coordinates (core/tensor_layout.h).
-  TensorLayout tensor_layout() const;
+  TensorLayout tensor_layout() const override;
   // [begin, end) element range of a unit in the flat buffers.
-  std::pair<int64_t, int64_t> unit_range(int unit) const;
+  std::pair<int64_t, int64_t> unit_range(int unit) const override;
 
-  float* params() { return params_.as<float>(); }  // flat (num_params), owned
-  float* grads() { return grads_.as<float>(); }    // flat (num_params), owned
+  float* params() override { return params_.as<float>(); }  // flat (num_params), owned
+  float* grads() override { return grads_.as<float>(); }    // flat (num_params), owned
 
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), LN w=1,
   // biases 0, wte rows past the real vocabulary 0. Each view draws from
   // Rng(seed, stream = its index in the table), so values do not depend on the layout.
-  void init(uint64_t seed);
+  void init(uint64_t seed) override;
 
   // Sets every bound unit's gradients to zero.
   void zero_grads();
 
-  void set_hooks(UnitHooks hooks);
+  void set_hooks(UnitHooks hooks) override;
   // Points unit u's parameters and gradients at other memory (unit_range(u) elements each).
-  void bind_unit(int unit, float* params, float* grads);
+  void bind_unit(int unit, float* params, float* grads) override;
 
   // tokens, targets: (B, T) int32 in [0, vocab); weights: (B, T) per-token loss weight
   // (0 for padding), nullptr = all ones. Returns sum over tokens of weight * cross-entropy
@@ -240,7 +271,7 @@ class GPT {
   Impl* impl_ = nullptr;
 
  public:
-  ~GPT();
+  ~GPT() override;
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 };

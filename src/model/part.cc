@@ -306,6 +306,7 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
   }
   phase.set_layer(-1);
   if (ch.embed) {
+    if (!ch.head) before(0, Pass::backward);  // a first stage's: the embedding alone
     if (any) embed_backward(in, d);
   } else if (any) {
     std::memcpy(sl.gout, s.dres, sizeof(float) * size_t(d.n * C));

@@ -19,7 +19,7 @@ struct StageModel::Chunk {
 
 StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
                        std::vector<int> slots, int max_batch, DType compute,
-                       bool split_backward, TensorComm* tp, ContextComm* cp)
+                       bool split_backward, TensorComm* tp, ContextComm* cp, bool allocate_state)
     : cfg_(cfg), chunks_(std::move(chunks)), compute_(compute), split_(split_backward),
       tc_(tp && tp->size() > 1 ? tp : nullptr), cc_(cp && cp->size() > 1 ? cp : nullptr) {
   cfg_.validate();
@@ -55,8 +55,10 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
     v.offset = unit_begin_[size_t(v.unit)] + (v.offset - unit_global_begin_[size_t(v.unit)]);
     table_.push_back(std::move(v));
   }
-  params_ = Buffer(MemCategory::parameters, sizeof(float) * size_t(num_params_));
-  grads_ = Buffer(MemCategory::gradients, sizeof(float) * size_t(num_params_));
+  if (allocate_state) {
+    params_ = Buffer(MemCategory::parameters, sizeof(float) * size_t(num_params_));
+    grads_ = Buffer(MemCategory::gradients, sizeof(float) * size_t(num_params_));
+  }
 
   // The passes: the held units bound to this stage's buffers.
   part_ = std::make_unique<Part>();
@@ -69,10 +71,8 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   p.set_table(global);
   p.unit_params.assign(size_t(L + 2), nullptr);
   p.unit_grads.assign(size_t(L + 2), nullptr);
-  for (int u : units_) {
-    p.unit_params[size_t(u)] = unit_params(u);
-    p.unit_grads[size_t(u)] = unit_grads(u);
-  }
+  for (int i = 0; allocate_state && i < num_units(); ++i)
+    bind_unit(i, params() + unit_range(i).first, grads() + unit_range(i).first);
 
   // Activations: every slot of every chunk, then the shared backward scratch.
   // Under cp a sequence's rows are its local ones, T / C.
@@ -106,12 +106,57 @@ bool StageModel::holds(int unit) const {
   return unit >= 0 && unit < int(unit_begin_.size()) && unit_begin_[size_t(unit)] >= 0;
 }
 
-std::pair<int64_t, int64_t> StageModel::unit_range(int unit) const {
+std::pair<int64_t, int64_t> StageModel::global_range(int unit) const {
   STRATA_CHECK(holds(unit), "stage: unit ", unit, " is not held by this stage");
+  return unit_range(local_of(unit));
+}
+
+int StageModel::local_of(int unit) const {
   const auto it = std::find(units_.begin(), units_.end(), unit);
-  const int64_t b = unit_begin_[size_t(unit)];
-  const int64_t e = it + 1 == units_.end() ? num_params_ : unit_begin_[size_t(*(it + 1))];
+  STRATA_CHECK(it != units_.end(), "stage: unit ", unit, " is not held by this stage");
+  return int(it - units_.begin());
+}
+
+std::pair<int64_t, int64_t> StageModel::unit_range(int local) const {
+  STRATA_CHECK(local >= 0 && local < num_units(), "stage: local unit ", local, " outside [0, ",
+               num_units(), ")");
+  const int64_t b = unit_begin_[size_t(units_[size_t(local)])];
+  const int64_t e = local + 1 == num_units() ? num_params_ : unit_begin_[size_t(units_[size_t(local + 1)])];
   return {b, e};
+}
+
+std::vector<int> StageModel::chunk_starts() const {
+  std::vector<int> out;
+  for (const StageChunk& ch : chunks_) {
+    const int first = local_of(ch.begin + 1);  // the chunk's first block
+    if (first > 0 && !(ch.embed && first == 1)) out.push_back(first);
+  }
+  return out;
+}
+
+void StageModel::bind_unit(int local, float* params, float* grads) {
+  STRATA_CHECK(local >= 0 && local < num_units(), "bind_unit: local unit ", local,
+               " outside [0, ", num_units(), ")");
+  part_->unit_params[size_t(units_[size_t(local)])] = params;
+  part_->unit_grads[size_t(units_[size_t(local)])] = grads;
+}
+
+void StageModel::set_hooks(UnitHooks hooks) {
+  if (!hooks.before_unit && !hooks.after_unit) {
+    part_->hooks = {};
+    return;
+  }
+  // The part reports global units; the stage's users number its held units.
+  std::vector<int> local(size_t(cfg_.layers + 2), -1);
+  for (int i = 0; i < num_units(); ++i) local[size_t(units_[size_t(i)])] = i;
+  auto before = std::move(hooks.before_unit);
+  auto after = std::move(hooks.after_unit);
+  part_->hooks.before_unit = [before, local](int u, Pass p) {
+    if (before) before(local[size_t(u)], p);
+  };
+  part_->hooks.after_unit = [after, local](int u, Pass p) {
+    if (after) after(local[size_t(u)], p);
+  };
 }
 
 std::pair<int64_t, int64_t> StageModel::wte_range() const {
@@ -136,12 +181,9 @@ TensorLayout StageModel::tensor_layout() const {
   return out;
 }
 
-float* StageModel::unit_params(int unit) { return params() + unit_range(unit).first; }
-float* StageModel::unit_grads(int unit) { return grads() + unit_range(unit).first; }
-
 void StageModel::init(uint64_t seed) {
-  // model::GPT::init over a parameter-less model: the held units bound to this stage's
-  // buffers, the others to one scratch unit (their values are drawn and dropped).
+  // model::GPT::init over a parameter-less model: the held units bound where this stage's are
+  // bound, the others to one scratch unit (their values are drawn and dropped).
   GPT full(cfg_, 0, /*allocate_state=*/false, tc_);
   int64_t largest = 0;
   for (int u = 0; u < full.num_units(); ++u) {
@@ -151,7 +193,7 @@ void StageModel::init(uint64_t seed) {
   std::vector<float> scratch(static_cast<size_t>(largest));
   for (int u = 0; u < full.num_units(); ++u) {
     if (holds(u))
-      full.bind_unit(u, unit_params(u), unit_grads(u));
+      full.bind_unit(u, checked(part_->unit_params[size_t(u)], u, "parameter"), nullptr);
     else
       full.bind_unit(u, scratch.data(), scratch.data());
   }
@@ -190,7 +232,10 @@ int StageModel::slot_index(int chunk, int micro) const {
   return micro % int(state_[size_t(chunk)]->slots.size());
 }
 
-void StageModel::zero_grads() { std::memset(grads(), 0, sizeof(float) * size_t(num_params_)); }
+void StageModel::zero_grads() {
+  STRATA_CHECK(grads(), "stage: zero_grads on a stage whose gradients the engine owns");
+  std::memset(grads(), 0, sizeof(float) * size_t(num_params_));
+}
 
 int64_t StageModel::message_floats(int micro) const {
   STRATA_CHECK(micro >= 0 && micro < int(inputs_.size()), "stage: micro-batch ", micro,

@@ -54,7 +54,7 @@ namespace strata::model {
 struct Part;  // model/part.h
 struct Slot;
 
-class StageModel {
+class StageModel final : public ModelPart {
  public:
   // slots[c]: activation slots of chunk c; max_batch: the largest micro-batch (sequences).
   // split_backward: keep per slot what backward_weight needs (zero-bubble schedules): each
@@ -62,36 +62,47 @@ class StageModel {
   // (9·B·T·C without tp).
   // tp: the tensor-parallel group's communicator (outlives the model), or nullptr.
   // cp: the context-parallel group's (outlives the model), or nullptr.
+  // allocate_state = false: no flat buffers; the caller binds every unit (the data-parallel
+  // engine, parallel/data_parallel.h, owns the stage's parameters and gradients).
   StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks, std::vector<int> slots,
              int max_batch, DType compute = DType::f32, bool split_backward = false,
-             TensorComm* tp = nullptr, ContextComm* cp = nullptr);
-  ~StageModel();
+             TensorComm* tp = nullptr, ContextComm* cp = nullptr, bool allocate_state = true);
+  ~StageModel() override;
   StageModel(const StageModel&) = delete;
   StageModel& operator=(const StageModel&) = delete;
 
   const GPTConfig& config() const { return cfg_; }
   const std::vector<StageChunk>& chunks() const { return chunks_; }
   DType compute() const { return compute_; }
-  bool holds(int unit) const;
+  bool holds(int unit) const;  // a global unit (model/gpt.h)
   const std::vector<int>& units() const { return units_; }  // held units, in unit order
-  std::pair<int64_t, int64_t> unit_range(int unit) const;   // in the stage's flat buffers
-  int64_t num_params() const { return num_params_; }
-  const std::vector<ParamView>& param_table() const { return table_; }
-  TensorLayout tensor_layout() const;
-  float* params() { return params_.as<float>(); }
-  float* grads() { return grads_.as<float>(); }
+  // The ModelPart (model/gpt.h): the stage's units are its held units numbered in unit
+  // order (local unit i is global unit units()[i]); hooks report those local numbers.
+  int num_units() const override { return int(units_.size()); }
+  int first_expert_unit() const override { return num_units(); }
+  bool tied_unit0() const override { return holds(0); }
+  std::vector<int> chunk_starts() const override;
+  std::pair<int64_t, int64_t> unit_range(int local) const override;  // in the flat buffers
+  int64_t num_params() const override { return num_params_; }
+  const std::vector<ParamView>& param_table() const override { return table_; }
+  TensorLayout tensor_layout() const override;
+  ExpertShard expert_shard() const override { return {}; }
+  float* params() override { return params_.as<float>(); }
+  float* grads() override { return grads_.as<float>(); }
+  void bind_unit(int local, float* params, float* grads) override;
+  void set_hooks(UnitHooks hooks) override;
   // [begin, end) of wte in the flat buffers (the tied embedding; empty if not held).
   std::pair<int64_t, int64_t> wte_range() const;
 
   // GPT-2 initialisation, the values model::GPT::init(seed) gives the same tensors.
-  void init(uint64_t seed);
+  void init(uint64_t seed) override;
   void zero_grads();
 
   // The step's micro-batches (pointers held until the next call); under cp, the stage copies
   // this rank's rows of each (B, T) into (B, T/C) and runs on those.
   void set_inputs(std::vector<MicroInput> micro);
   int num_inputs() const { return int(inputs_.size()); }
-  TensorComm* tensor_comm() const { return tc_; }
+  TensorComm* tensor_comm() const override { return tc_; }
   ContextComm* context_comm() const { return cc_; }
   // Floats of one activation message of micro-batch m: n·C (n = B·T, or its 1/T slice
   // under tensor and sequence parallelism).
@@ -121,8 +132,8 @@ class StageModel {
   struct Chunk;
 
  private:
-  float* unit_params(int unit);
-  float* unit_grads(int unit);
+  std::pair<int64_t, int64_t> global_range(int unit) const;  // a held global unit's range
+  int local_of(int unit) const;
   Slot& slot(int chunk, int micro);
   int slot_index(int chunk, int micro) const;
 

@@ -34,13 +34,14 @@ Region::Region(comm::ProcessGroup& group, int64_t psi, int64_t base, int first_u
       tied_unit0(tied_unit0) {}
 Region::~Region() = default;
 
-DataParallelEngine::DataParallelEngine(model::GPT& model, comm::ProcessGroup& group,
+DataParallelEngine::DataParallelEngine(model::ModelPart& model, comm::ProcessGroup& group,
                                        const DataParallelOptions& opts, const OptimConfig& optim,
-                                       uint64_t seed, ExpertGroups experts)
+                                       uint64_t seed, ExpertGroups experts, StageGroups stage)
     : model_(model),
       opts_(opts),
       optim_(optim),
       expert_groups_(experts),
+      stage_groups_(stage),
       bf16_(opts.precision == Precision::bf16),
       wdtype_(bf16_ ? DType::bf16 : DType::f32),
       wbytes_(int(dtype_size(wdtype_))) {
@@ -53,9 +54,17 @@ DataParallelEngine::DataParallelEngine(model::GPT& model, comm::ProcessGroup& gr
                "the model holds the experts of an expert-parallel group of ",
                model.expert_shard().size, " but the engine was given one of ", P);
   STRATA_CHECK(P == 1 || experts.edp, "expert parallelism needs the expert-data-parallel group");
-  const int x = model.first_expert_unit(), U = model.num_units();
-  add_region(group, 0, std::min(x, U), true, "");
-  if (U > x) add_region(experts.edp ? *experts.edp : group, x, U, false, "expert ");
+  const int x = model.first_expert_unit(), U = model.num_units(), dense = std::min(x, U);
+  const bool tied = model.tied_unit0();
+  STRATA_CHECK(!stage.embed || (tied && !bf16_), "internal: the tied embedding of a pipeline ",
+               "stage needs unit 0 and fp32 working parameters");
+  if (stage.embed) {  // unit 0 alone, so its shards match the other end's
+    add_region(group, 0, 1, true, "embed ", false);
+    if (dense > 1) add_region(group, 1, dense, false, "", false);
+  } else {
+    add_region(group, 0, dense, tied, "", false);
+  }
+  if (U > x) add_region(experts.edp ? *experts.edp : group, x, U, false, "expert ", true);
   allocate_scratch();
   init_params(seed);
   model_.set_hooks(
@@ -64,11 +73,12 @@ DataParallelEngine::DataParallelEngine(model::GPT& model, comm::ProcessGroup& gr
 
 // Units [first_unit, end_unit) of the model as a region over `group` (parallel/region.h).
 void DataParallelEngine::add_region(comm::ProcessGroup& group, int first_unit, int end_unit,
-                                    bool tied, const char* tag) {
+                                    bool tied, const char* tag, bool experts) {
   const int64_t base = model_.unit_range(first_unit).first;
   const int64_t psi = model_.unit_range(end_unit - 1).second - base;
   auto r = std::make_unique<Region>(group, psi, base, first_unit, tied);
   r->tag = tag;
+  r->experts = experts;
   r->opts = &opts_;
   r->wdtype = wdtype_;
   r->wbytes = wbytes_;
@@ -85,7 +95,10 @@ void DataParallelEngine::add_region(comm::ProcessGroup& group, int first_unit, i
       max_block = std::max(max_block, r->units[u].size());
     cap = std::min(cap, max_block);
   }
-  r->buckets = plan_buckets(r->units, cap);
+  std::vector<int> breaks;  // the part's chunk starts, in region units
+  for (int u : model_.chunk_starts())
+    if (u > first_unit && u < end_unit) breaks.push_back(u - first_unit);
+  r->buckets = plan_buckets(r->units, cap, breaks);
   r->opt_range = opts_.stage == 0 ? Range{0, psi} : r->layout.own();
   for (const model::DecayRange& d : model::decay_ranges(
            model_.param_table(), base + r->opt_range.begin, base + r->opt_range.end))
@@ -128,14 +141,12 @@ void DataParallelEngine::allocate_state(Region& r) {
 // slot 2 for an expert unit (an MoE block uses its block's unit and its experts at once).
 void DataParallelEngine::allocate_scratch() {
   if (!bf16_) return;
-  const Region& d = *regions_[0];
-  int64_t n[3] = {d.units[0].size(), 0, 0};
+  int64_t n[3] = {0, 0, 0};
   for (const auto& r : regions_)  // expert units are in the dense region when ep is 1
-    for (int u = 0; u < r->num_units(); ++u)
-      if (r->first_unit + u > 0) {
-        int64_t& m = n[scratch_slot(*r, u)];
-        m = std::max(m, r->units[size_t(u)].size());
-      }
+    for (int u = 0; u < r->num_units(); ++u) {
+      int64_t& m = n[scratch_slot(*r, u)];
+      m = std::max(m, r->units[size_t(u)].size());
+    }
   scratch_ = Buffer(MemCategory::activations, size_t(2 * (n[0] + n[1] + n[2])) * sizeof(float));
   float* p = scratch_.as<float>();
   for (int s = 0; s < 3; ++s) {
@@ -191,6 +202,12 @@ void DataParallelEngine::init_params(uint64_t seed) {
 
 // ---- hooks ----------------------------------------------------------------------------------
 
+const Region* DataParallelEngine::expert_region() const {
+  for (const auto& r : regions_)
+    if (r->experts) return r.get();
+  return nullptr;
+}
+
 Region& DataParallelEngine::region_of(int unit, int* local) {
   for (auto& r : regions_)
     if (r->has_unit(unit)) {
@@ -203,7 +220,7 @@ Region& DataParallelEngine::region_of(int unit, int* local) {
 int DataParallelEngine::scratch_slot(const Region& r, int local) const {
   const int unit = r.first_unit + local;
   if (unit >= model_.first_expert_unit()) return 2;
-  return unit == 0 ? 0 : 1;
+  return unit == 0 ? 0 : 1;  // unit 0: the tied embedding, used at both ends of a pass
 }
 
 float* DataParallelEngine::fp32_params_for(Region& r, int local) {
@@ -274,8 +291,24 @@ void DataParallelEngine::begin_micro(int micro, int num_micro) {
 
 void DataParallelEngine::end_backward() {
   for (auto& r : regions_) r->reducer->finish();
+  tie_embedding();
   if (model_.tensor_comm())
     tp_bytes_last_step_ = model_.tensor_comm()->bytes() - tp_bytes_at_step_begin_;
+}
+
+// The first and last pipeline stage each hold unit 0 with its share of the gradient (the
+// embedding's, the logits'): the sum over the two, of this rank's part of the region (all of
+// it at stage 0; its shard at stages 1-3, which lines up on both ends).
+void DataParallelEngine::tie_embedding() {
+  if (!stage_groups_.embed) return;
+  Region& r = *regions_[0];
+  const Range own = r.layout.own();
+  float* g = r.grads.as<float>();
+  int64_t n = r.layout.psi();
+  if (opts_.stage == 1) g += own.begin;
+  if (opts_.stage >= 1) n = own.size();
+  TraceSpan span(tracer(), "embed tie", "comm");
+  if (n > 0) stage_groups_.embed->all_reduce(g, size_t(n));
 }
 
 int64_t DataParallelEngine::grad_reduce_bytes_last_step(const Region& r) const {
@@ -390,8 +423,12 @@ float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip) {
   double dense_sq = 0, expert_sq = 0;
   {
     TraceSpan span(tracer(), "optimizer", "compute");
-    dense_sq = local_grad_sum_squares(*regions_[0]);
-    if (regions_.size() > 1) expert_sq = local_grad_sum_squares(*regions_[1]);
+    for (auto& r : regions_) {
+      if (r->experts)
+        expert_sq += local_grad_sum_squares(*r);
+      else if (stage_groups_.counts_unit0 || !r->tied_unit0)  // a last stage's unit 0: no
+        dense_sq += local_grad_sum_squares(*r);
+    }
   }
   // Stage 0 ranks of a group hold identical full gradients; sharded stages add their shards'
   // sums, the expert shards with the dense ones (the edp groups partition every expert).
@@ -403,6 +440,7 @@ float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip) {
   }
   if (model_.tensor_comm())  // async: on the tp group's own thread (and trace track)
     model_.tensor_comm()->group().all_reduce_async(&sum_sq, 1)->wait();
+  if (stage_groups_.pp) stage_groups_.pp->all_reduce(&sum_sq, 1);  // every stage's squares
   sum_sq += extra_sum_sq;
   const float scale = kernels::clip_scale(sum_sq, optim_.grad_clip);
   if (clip) *clip = scale;
@@ -490,7 +528,7 @@ std::vector<float> DataParallelEngine::gather_full_params() {
   return full;
 }
 
-std::unique_ptr<DataParallelEngine> make_data_parallel_engine(model::GPT& model,
+std::unique_ptr<DataParallelEngine> make_data_parallel_engine(model::ModelPart& model,
                                                               comm::ProcessGroup& group,
                                                               const DataParallelOptions& opts,
                                                               const OptimConfig& optim,

@@ -38,6 +38,16 @@
 // P expert-parallel ranks partition the experts); at stage 0 the expert squares of one
 // expert-parallel group are summed over `ep` and added to the dense ones.
 //
+// Pipeline parallelism: the model is one stage (model/stage.h: a ModelPart whose units are
+// the ones it holds; its chunks never share a gradient bucket) and `group` the stage's dp·cp
+// replicas. The first and last stage both hold unit 0 (the tied embedding: the embedding's
+// and the logits' contributions): it is a region of its own there, so its ZeRO shards line
+// up between the two stages, and end_backward sums its gradients (or this rank's shard of
+// them) over the embed group, in fp32, after the dp reduction (Megatron's approach); both
+// copies then take the same update. The global gradient norm adds the stages' squares over
+// the pp group, unit 0 counted on the first stage only. Zero-bubble's split backward calls a
+// unit's after-hook from its weight pass: its gradients accumulate in place (stages 0-1).
+//
 // Tensor parallelism: with a model built on a tp group (model::GPT's TensorComm), `group`
 // is the data-parallel group of the mesh (parallel/mesh.h) and everything above applies to
 // the rank's local flat buffer. Replicated views (norms, wpe, row-parallel biases) get the
@@ -68,6 +78,13 @@ struct ExpertGroups {
   comm::ProcessGroup* ep = nullptr;
 };
 
+// The groups of a pipeline stage (all null: the model is not one).
+struct StageGroups {
+  comm::ProcessGroup* pp = nullptr;     // this rank's pipeline: the norm's squares sum over it
+  comm::ProcessGroup* embed = nullptr;  // first and last stage, on those two: unit 0's tie
+  bool counts_unit0 = true;             // unit 0's squares count here (the first stage)
+};
+
 // Bytes of this rank's engine-owned buffers, by memory category. Model states (parameters,
 // gradients, optimizer) equal zero_model_state_bytes(Ψ, N, stage, precision) exactly (an MoE
 // model: moe_model_state_bytes, the sum over its two regions);
@@ -85,8 +102,9 @@ class DataParallelEngine final : public StepEngine {
   // Binds every unit of `model` (built with allocate_state = false) to engine memory and
   // initialises the parameters with GPT-2 initialisation from `seed` (the same values on
   // every rank and for every stage). Throws for bad options before allocating anything.
-  DataParallelEngine(model::GPT& model, comm::ProcessGroup& group, const DataParallelOptions& opts,
-                     const OptimConfig& optim, uint64_t seed, ExpertGroups experts = {});
+  DataParallelEngine(model::ModelPart& model, comm::ProcessGroup& group,
+                     const DataParallelOptions& opts, const OptimConfig& optim, uint64_t seed,
+                     ExpertGroups experts = {}, StageGroups stage = {});
   ~DataParallelEngine() override;
 
   void begin_step() override;
@@ -104,7 +122,7 @@ class DataParallelEngine final : public StepEngine {
   // the model has no experts).
   const ShardLayout& layout() const { return regions_[0]->layout; }
   const std::vector<Bucket>& buckets() const { return regions_[0]->buckets; }
-  const Region* expert_region() const { return regions_.size() > 1 ? regions_[1].get() : nullptr; }
+  const Region* expert_region() const;
   int64_t num_buckets() const;
   MemoryReport memory_report() const;
   MemoryReport memory_report(const Region& r) const;  // model states and comm of one region
@@ -136,7 +154,8 @@ class DataParallelEngine final : public StepEngine {
  private:
   Region& region_of(int unit, int* local);
   void add_region(comm::ProcessGroup& group, int first_unit, int end_unit, bool tied,
-                  const char* tag);
+                  const char* tag, bool experts);
+  void tie_embedding();
   void allocate_state(Region& r);
   void allocate_scratch();
   void init_params(uint64_t seed);
@@ -149,10 +168,11 @@ class DataParallelEngine final : public StepEngine {
   double local_grad_sum_squares(Region& r);
   void apply_adamw(Region& r, float lr, float grad_scale);
 
-  model::GPT& model_;
+  model::ModelPart& model_;
   DataParallelOptions opts_;
   OptimConfig optim_;
   ExpertGroups expert_groups_;
+  StageGroups stage_groups_;
   bool bf16_;
   DType wdtype_;  // working dtype of parameters and gradients
   int wbytes_;    // its size
@@ -170,7 +190,7 @@ class DataParallelEngine final : public StepEngine {
   model::Pass current_pass_ = model::Pass::forward;
 };
 
-std::unique_ptr<DataParallelEngine> make_data_parallel_engine(model::GPT& model,
+std::unique_ptr<DataParallelEngine> make_data_parallel_engine(model::ModelPart& model,
                                                               comm::ProcessGroup& group,
                                                               const DataParallelOptions& opts,
                                                               const OptimConfig& optim,

@@ -18,6 +18,8 @@ GradReducer::GradReducer(Region& region) : r_(region) {
     for (int u = r_.buckets[k].last_unit; u <= r_.buckets[k].first_unit; ++u)
       bucket_of_unit_[u] = k;
   pending_.assign(nb, 0);
+  cycles_.assign(nb, 0);
+  launched_step_.assign(nb, false);
   launched_.assign(nb, false);
   work_.resize(nb);
   acquired_.assign(r_.units.size(), false);
@@ -67,20 +69,26 @@ void GradReducer::begin_step() {
   STRATA_CHECK(idle(),
                "begin_step: gradient collectives of the last step are still in flight "
                "(end_backward was not called)");
-  begin_micro(0, 1);
+  num_micro_ = 1;
+  for (size_t k = 0; k < pending_.size(); ++k) {
+    pending_[k] = bucket_units(int(k));
+    cycles_[k] = 0;
+    launched_step_[k] = false;
+  }
+  std::fill(acquired_.begin(), acquired_.end(), false);
   bytes_step_ = 0;
+}
+
+int GradReducer::bucket_units(int k) const {
+  const Bucket& b = r_.buckets[size_t(k)];
+  return b.first_unit - b.last_unit + 1;
 }
 
 void GradReducer::begin_micro(int micro, int num_micro) {
   STRATA_CHECK(num_micro >= 1 && micro >= 0 && micro < num_micro, "begin_micro(", micro, ", ",
                num_micro, "): micro-batch index out of range");
-  if (micro > 0 && communicate_) finish_micro_launches();
-  communicate_ = r_.opts->stage >= 2 || micro == num_micro - 1;
-  for (size_t k = 0; k < pending_.size(); ++k) {
-    const Bucket& b = r_.buckets[k];
-    pending_[k] = b.first_unit - b.last_unit + 1;
-  }
-  std::fill(acquired_.begin(), acquired_.end(), false);
+  num_micro_ = num_micro;
+  if (micro > 0) close_partial_cycles();
 }
 
 void* GradReducer::unit_grads(int unit) {
@@ -107,8 +115,21 @@ void* GradReducer::unit_grads(int unit) {
 void GradReducer::unit_done(int unit) {
   const int k = bucket_of_unit_[unit];
   STRATA_CHECK(pending_[k] > 0, "internal: unit ", unit,
-               " finished backward twice in a micro-batch");
-  if (--pending_[k] == 0 && communicate_) launch(k);
+               " finished backward twice in one pass of its bucket");
+  if (--pending_[k] == 0) end_cycle(k);
+}
+
+// One pass of bucket k's units is complete: stages 2-3 reduce every pass; stages 0-1 only
+// the last of the step's micro-batches (the gradients accumulated in place until then).
+void GradReducer::end_cycle(int k) {
+  ++cycles_[k];
+  if (r_.opts->stage >= 2 || cycles_[k] == num_micro_) {
+    launch(k);
+    launched_step_[k] = true;
+  }
+  pending_[k] = bucket_units(k);
+  const Bucket& b = r_.buckets[size_t(k)];
+  for (int u = b.last_unit; u <= b.first_unit; ++u) acquired_[size_t(u)] = false;
 }
 
 void GradReducer::launch(int k) {
@@ -162,16 +183,15 @@ void GradReducer::complete(int k) {
   slot_owner_[slot_of(k)] = -1;
 }
 
-// A rank whose hooks did not report some units (it skipped a micro-batch) still issues the
-// buckets' collectives, in bucket order, so every rank's sequence of collectives matches.
-void GradReducer::finish_micro_launches() {
+// A rank whose hooks did not report some units of a pass (it skipped a micro-batch) still
+// issues the buckets' collectives, in bucket order, so every rank's sequence matches.
+void GradReducer::close_partial_cycles() {
   for (size_t k = 0; k < pending_.size(); ++k) {
-    if (pending_[k] == 0) continue;
+    if (pending_[k] == bucket_units(int(k))) continue;
     const Bucket& b = r_.buckets[k];
     if (r_.opts->stage >= 2)
       for (int u = b.last_unit; u <= b.first_unit; ++u) unit_grads(u);
-    pending_[k] = 0;
-    launch(int(k));
+    end_cycle(int(k));
   }
 }
 
@@ -181,9 +201,23 @@ void GradReducer::wait_all() {
 }
 
 void GradReducer::finish() {
-  if (communicate_) finish_micro_launches();
+  close_partial_cycles();
+  // A bucket no pass reported this step still reduces once (its zero gradients), as every
+  // other rank's does.
+  for (size_t k = 0; k < pending_.size(); ++k) {
+    const bool due = r_.opts->stage <= 1 ? !launched_step_[k] : cycles_[k] == 0;
+    if (!due) continue;
+    const Bucket& b = r_.buckets[k];
+    if (r_.opts->stage >= 2)
+      for (int u = b.last_unit; u <= b.first_unit; ++u) unit_grads(u);
+    end_cycle(int(k));
+    launched_step_[k] = true;
+    if (!launched_[k]) launch(int(k));
+  }
   for (size_t k = 0; k < work_.size(); ++k) complete(int(k));
-  communicate_ = false;  // a second end_backward without backward communicates nothing
+  // A second end_backward without backward communicates nothing.
+  std::fill(launched_step_.begin(), launched_step_.end(), true);
+  std::fill(cycles_.begin(), cycles_.end(), 1);
 }
 
 }  // namespace strata::parallel

@@ -1,7 +1,9 @@
 // Gradient buckets of the data-parallel engine: where each unit's gradients land, when a
 // bucket's collective starts, and how reduced shards are accumulated (stages 0-3).
 //
-// A bucket (layout.h) is "ready" when the backward of its last unit finished; its collective
+// A bucket (layout.h) is "ready" when the backward of its last unit finished (each unit's
+// after-hook counts a pass; passes are counted per bucket, so a pipeline stage whose chunks
+// run micro-batches in any interleaving needs no notion of "the current micro-batch"); its collective
 // is then issued at once, asynchronously, so it runs on the communication thread while
 // backward continues with the next units. Nothing waits until end_backward(), except a
 // stage 2/3 bucket whose buffer is needed again (see below).
@@ -66,15 +68,19 @@ class GradReducer {
   char* slot_data(int slot) const;
   void launch(int bucket);
   void complete(int bucket);
-  void finish_micro_launches();
+  void end_cycle(int bucket);
+  void close_partial_cycles();
+  int bucket_units(int bucket) const;
 
   Region& r_;
   std::vector<int> bucket_of_unit_;
-  std::vector<int> pending_;    // units of each bucket not yet done this micro-batch
+  std::vector<int> pending_;    // units of each bucket not yet done in its current pass
+  std::vector<int> cycles_;     // passes of each bucket completed this step
+  std::vector<bool> launched_step_;  // bucket reduced at least once this step
   std::vector<bool> launched_;  // collective issued and not yet completed
   std::vector<bool> acquired_;  // per unit: region zeroed this micro-batch (stages 2-3)
   std::vector<comm::WorkPtr> work_;
-  bool communicate_ = true;  // this micro-batch reduces (stages 0-1: the last one only)
+  int num_micro_ = 1;  // micro-batches of the step (begin_micro): stages 0-1 reduce after the last
   // Stages 2-3 bucket buffers.
   Buffer staging_;
   std::vector<int64_t> slot_offset_;  // element offset of each slot in staging_

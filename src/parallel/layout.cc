@@ -38,11 +38,13 @@ int64_t ShardLayout::own_offset_in(Range r) const {
   return off;
 }
 
-std::vector<Bucket> plan_buckets(const std::vector<Range>& units, int64_t cap_elems) {
+std::vector<Bucket> plan_buckets(const std::vector<Range>& units, int64_t cap_elems,
+                                 const std::vector<int>& breaks) {
   STRATA_CHECK(cap_elems >= 1, "bucket capacity ", cap_elems, " elements must be >= 1");
   std::vector<Bucket> buckets;
   for (int u = int(units.size()) - 1; u >= 0; --u) {
-    if (!buckets.empty() && u > 0) {
+    const bool split_here = std::find(breaks.begin(), breaks.end(), u + 1) != breaks.end();
+    if (!buckets.empty() && u > 0 && !split_here) {
       Bucket& b = buckets.back();
       if (b.range.size() + units[u].size() <= cap_elems) {
         STRATA_CHECK(units[u].end == b.range.begin, "units ", u, " and ", u + 1,

@@ -61,8 +61,10 @@ struct Bucket {
   Range range;                        // flat elements of those units
 };
 
-// units[u] is unit u's flat range; units are contiguous and in increasing order.
-std::vector<Bucket> plan_buckets(const std::vector<Range>& units, int64_t cap_elems);
+// units[u] is unit u's flat range; units are contiguous and in increasing order. No bucket
+// holds both unit b - 1 and unit b for b in breaks (the starts of a part's chunks).
+std::vector<Bucket> plan_buckets(const std::vector<Range>& units, int64_t cap_elems,
+                                 const std::vector<int>& breaks = {});
 
 // Cap in elements for a bucket of `mb` MiB of `elem_bytes`-byte gradients (at least 1).
 int64_t bucket_cap_elems(double mb, int elem_bytes);

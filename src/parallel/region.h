@@ -37,7 +37,8 @@ struct Region {
   int64_t base;           // flat offset of the region's element 0
   int first_unit;         // model unit of the region's unit 0
   bool tied_unit0;        // unit 0 is used at both ends of a pass (the tied embeddings)
-  const char* tag = "";   // prefix of its collectives' trace names ("expert ")
+  const char* tag = "";   // prefix of its collectives' trace names ("expert ", "embed ")
+  bool experts = false;   // the expert region (its norm squares and groups differ)
   const DataParallelOptions* opts = nullptr;
   DType wdtype = DType::f32;  // working dtype of parameters and gradients
   int wbytes = 4;

@@ -42,13 +42,19 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
   model::split_layers(cfg.model, cfg.train_seq(), P, V, o.split);
   const int M = cfg.accum(d.dp);
   pl::make_schedule(o.schedule, P, M, V);
-  STRATA_CHECK(!(o.schedule == pl::ScheduleKind::zb && pc.dp.stage == 3),
-               "--schedule zb with --zero 3: zero-bubble defers weight gradients past the "
-               "point where ZeRO-3 frees each layer's gathered parameters; use --zero 0 or 1");
-  STRATA_CHECK(pc.dp.stage <= 1, "--pp with --zero ", pc.dp.stage,
-               ": a stage runs every micro-batch's backward before its gradients are final, so "
-               "ZeRO 2's per-bucket reduce-scatter and ZeRO 3's per-layer gathers would repeat M "
-               "times per step; use --zero 0 or 1 (1 shards the optimizer state over dp)");
+  if (o.schedule == pl::ScheduleKind::zb && pc.dp.stage >= 2) {
+    // Zero-bubble runs a block's weight pass after later micro-batches' input passes: its
+    // gradients stay live in between (ZeRO 2's bucket buffers, ZeRO 3's gathered layers).
+    const pl::Schedule zs = pl::make_schedule(o.schedule, P, M, V);
+    const int deferred = pl::max_deferred_weight_passes(zs);
+    fail("--schedule zb with --zero ", pc.dp.stage, ": zero-bubble defers up to ", deferred,
+         " weight passes per stage past later micro-batches' backward, so every block's ",
+         pc.dp.stage == 2 ? "gradient bucket" : "gathered parameters and gradient bucket",
+         " would stay live in between (", deferred, " x ", L / P,
+         " blocks vs the 2 bucket buffers ZeRO ", pc.dp.stage,
+         " keeps); use --zero 0 or 1 with zb, or --schedule 1f1b / interleaved with --zero ",
+         pc.dp.stage);
+  }
   STRATA_CHECK(d.ep == 1, "--pp with ", d.describe(),
                ": pipeline stages compose with tensor, context and data parallelism only so far "
                "(--ep 1)");
@@ -137,7 +143,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   std::vector<model::StageChunk> mine;
   for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
   const std::vector<int> slots = pl::slots_for(sched, stage);
-  model::StageModel sm(cfg.model, mine, slots, b, compute, sched.split_backward, topo.tp, topo.cp);
+  model::StageModel sm(cfg.model, mine, slots, b, compute, sched.split_backward, topo.tp, topo.cp,
+                       /*allocate_state=*/false);
   check_stage_activations(cfg.max_activation_mb, sm, slots, cfg, mesh, b, chunks, sched);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
   pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
@@ -167,14 +174,16 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.model_max_batch = 0;
   f.samples = false;
   const model::GPT* trainer_model = nullptr;  // carries topo.cp for the cp summary
+  parallel::DataParallelEngine* engine = nullptr;
   f.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     trainer_model = &m;
-    return std::unique_ptr<parallel::StepEngine>(
-        new pl::StageEngine(sm, mesh, optim, seed, pc.dp.stage,
-                            pc.dp.reduce_precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32));
+    auto e = pl::make_stage_engine(sm, mesh, pc.dp, optim, seed);
+    engine = e.get();
+    return std::unique_ptr<parallel::StepEngine>(std::move(e));
   };
   f.run_step = [&](const data::StepBatch& batch, float scale) {
     sm.set_inputs(inputs_of(batch));
+    engine->begin_micro(0, int(batch.micro.size()));  // each unit's gradients: after that many
     const double loss = ex.run(sm, scale);
     const PipelineStep acc = account_step(ex, pcost, mesh.pp());
     bubbles.push_back(acc.bubble_mean);

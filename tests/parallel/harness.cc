@@ -230,8 +230,11 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
     std::vector<model::StageChunk> mine;
     for (int c = 0; c < run.virt; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
     model::StageModel sm(s.model, mine, pl::slots_for(sched, stage), micro, s.compute,
-                         sched.split_backward, tc.get(), cc.get());
-    pl::StageEngine engine(sm, mesh, s.optim, s.seed, run.zero);
+                         sched.split_backward, tc.get(), cc.get(), /*allocate_state=*/false);
+    parallel::DataParallelOptions opts;
+    opts.stage = run.zero;
+    if (run.reduce_bf16) opts.reduce_precision = parallel::Precision::bf16;
+    const auto engine = pl::make_stage_engine(sm, mesh, opts, s.optim, s.seed);
     comm::GroupPtr grad = mesh.has_pp() ? mesh.pp().split(0, mesh.pp().rank(), "pp-grad") : nullptr;
     pl::Executor ex(sched, stage, mesh.has_pp() ? &mesh.pp() : nullptr, grad.get());
     RunResult& out = results[size_t(pg.rank())];
@@ -243,15 +246,16 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
       for (const Rows& r : rows)
         in.push_back({r.tokens.data(), r.targets.data(), r.weights.data(), r.B, r.T});
       sm.set_inputs(in);
-      engine.begin_step();
+      engine->begin_step();
+      engine->begin_micro(0, s.accum);
       double loss = ex.run(sm, float(1.0 / double(real_tokens(s))));
-      engine.end_backward();
-      out.grad_norms.push_back(engine.step(s.lr));
+      engine->end_backward();
+      out.grad_norms.push_back(engine->step(s.lr));
       if (mesh.tp_rank() != 0) loss = 0;  // every tp rank of the last stage has the loss
       pg.all_reduce(&loss, 1);
       out.losses.push_back(loss / double(real_tokens(s)));
     }
-    local[size_t(pg.rank())].assign(sm.params(), sm.params() + sm.num_params());
+    local[size_t(pg.rank())] = engine->gather_full_params();
     layouts[size_t(pg.rank())] = sm.tensor_layout();
     if (tp_bytes && pg.rank() == 0) *tp_bytes = tc ? tc->bytes() : 0;
   });

@@ -72,7 +72,8 @@ struct PpRun {
   bool sp = true;
   int cp = 1;
   model::CpOptions cp_opt;
-  int zero = 0;  // 0 or 1
+  int zero = 0;  // ZeRO stage 0-3 over the stage's dp·cp replicas
+  bool reduce_bf16 = false;  // --reduce-dtype bf16
   std::string schedule = "1f1b";
   std::vector<int> split;  // --pp-split; empty: balanced
 };

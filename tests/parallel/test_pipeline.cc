@@ -69,6 +69,28 @@ TEST(Pipeline, WithDataParallelAtZero0And1) {
   }
 }
 
+// The stage's engine is the data-parallel/ZeRO engine: every schedule at every ZeRO stage
+// over dp 2 (zero-bubble at ZeRO 0-1: at 2-3 it is refused, train/pipeline_rank.cc), 8 steps.
+TEST(Pipeline, EveryScheduleAtEveryZeroStage) {
+  for (int P : {2, 3, 4})
+    for (const char* sched : {"gpipe", "1f1b", "interleaved", "zb"})
+      for (int zero : {0, 1, 2, 3}) {
+        const bool inter = std::string(sched) == "interleaved", zb = std::string(sched) == "zb";
+        if (zb && zero >= 2) continue;
+        PpRun run;
+        run.pp = P;
+        run.dp = 2;
+        run.zero = zero;
+        run.schedule = sched;
+        run.virt = inter ? 2 : 1;
+        RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
+        s.batch = 2 * run.dp * s.accum;
+        s.steps = 8;
+        SCOPED_TRACE(testing::Message() << "zero " << zero);
+        expect_same_as_one_process(s, run);
+      }
+}
+
 TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {
   PpRun run;
   run.pp = 2;

@@ -151,13 +151,13 @@ TEST(TrainPipeline, Bf16StaysCloseToFp32) {
   }
 }
 
-// --reduce-dtype bf16 under --pp: the stages' gradients are summed over dp in bf16 (ZeRO 0
-// and 1), so the losses stay within bf16's reach of one process and differ from the fp32
+// --reduce-dtype bf16 under --pp: the stages' gradients are summed over dp in bf16 (ZeRO 0-3:
+// the stage engine is the data-parallel engine), so the losses stay within bf16's reach of one process and differ from the fp32
 // reduction, which equals one process (1e-5).
 TEST(TrainPipeline, Bf16ReductionIsHonouredAtEveryZeroStage) {
   const TrainRun ref = train("--micro-batch 3", 8);
   ASSERT_EQ(ref.cli.status, 0) << ref.cli.err;
-  for (const char* zero : {"0", "1"}) {
+  for (const char* zero : {"0", "1", "2", "3"}) {
     const std::string layout = std::string("--nproc 4 --pp 2 --dp 2 --micro-batches 2 --zero ") + zero;
     const TrainRun fp32 = train(layout + " --reduce-dtype fp32", 8);
     const TrainRun bf16 = train(layout + " --reduce-dtype bf16", 8);
@@ -348,7 +348,7 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
       {"--nproc 4 --pp 4 --layers 8 --schedule interleaved --virtual-stages 2 --micro-batches 2",
        "--micro-batches >= --pp: 2 < 4"},
       {"--nproc 2 --pp 2 --schedule zb --zero 3", "--schedule zb with --zero 3"},
-      {"--nproc 2 --pp 2 --zero 2", "--pp with --zero 2: a stage runs every micro-batch's"},
+      {"--nproc 2 --pp 2 --schedule zb --zero 2", "--schedule zb with --zero 2: zero-bubble defers up to"},
       {"--nproc 2 --pp 2 --schedule pipedream", "--schedule pipedream is not a schedule"},
       {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},
       {"--nproc 4 --pp 2 --cp 2 --seq 18", "--seq 18 must be divisible by 2 x --cp = 4"},

@@ -461,6 +461,19 @@ int peak_held(const Schedule& s, int stage, int chunk) {
 int chunk_slots(const Schedule& s, int stage, int chunk) { return peak_held(s, stage, chunk); }
 int max_in_flight(const Schedule& s, int stage) { return peak_held(s, stage, -1); }
 
+int max_deferred_weight_passes(const Schedule& s) {
+  int most = 0;
+  for (const std::vector<Action>& stage : s.actions) {
+    int pending = 0;
+    for (const Action& a : stage) {
+      if (a.op == Op::B && s.split_backward) ++pending;
+      if (a.op == Op::W) --pending;
+      most = std::max(most, pending);
+    }
+  }
+  return most;
+}
+
 double bubble_formula(ScheduleKind kind, int stages, int micro, int virt) {
   const double P = stages, M = micro, V = virt;
   if (kind == ScheduleKind::interleaved) return (P - 1) / (V * M + P - 1);

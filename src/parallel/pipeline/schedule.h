@@ -111,6 +111,9 @@ Timeline simulate(const Schedule& s, const Costs& c);
 // Most micro-batches whose activations a stage holds at once (per chunk, summed over chunks):
 // counted from F to B, or to W under split backward.
 int max_in_flight(const Schedule& s, int stage);
+// The most weight passes (W) a stage of a split-backward schedule has pending at once (their
+// B done): over all stages. 0 for the fused schedules.
+int max_deferred_weight_passes(const Schedule& s);
 // Activation slots a chunk needs: its most micro-batches in flight at once.
 int chunk_slots(const Schedule& s, int stage, int chunk);
 
