@@ -6,8 +6,9 @@
 //   engine.end_backward();          // all gradient communication finished
 //   float norm = engine.step(lr);   // clip by global norm, AdamW, parameters up to date
 //
-// Implementations: single process (train/local_engine) and data parallel with ZeRO stages
-// 0-3 (parallel/). Every rank must call these in the same order.
+// Implementation: the data-parallel engine with ZeRO stages 0-3 (parallel/data_parallel.h),
+// which serves one process (a group of one rank), every layout and every pipeline stage.
+// Every rank must call these in the same order.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "comm/launcher.h"
+#include "comm/process_group.h"
 #include "comm/work.h"
 #include "core/stats.h"
 #include "core/error.h"
@@ -27,9 +28,9 @@
 #include "train/flops.h"
 #include "train/checkpointing.h"
 #include "model/context/context_comm.h"
+#include "parallel/data_parallel.h"
 #include "train/context_metrics.h"
 #include "train/generate.h"
-#include "train/local_engine.h"
 #include "train/metrics.h"
 #include "train/moe_load.h"
 #include "train/peak.h"
@@ -135,10 +136,17 @@ json TrainConfig::to_json_dense() const {
           {"threads", threads}};
 }
 
+// One process is the data-parallel engine over a group of one rank (ZeRO 0, fp32 working
+// parameters): its reductions are no-ops, so a step is accumulate -> clip -> AdamW, the one
+// optimizer path every layout takes.
 EngineFactory local_engine_factory() {
   EngineFactory f;
-  f.make = [](model::GPT& m, const parallel::OptimConfig& o, uint64_t) {
-    return std::unique_ptr<parallel::StepEngine>(new LocalEngine(m, o));
+  f.model_owns_state = false;
+  f.make = [solo = comm::GroupPtr()](model::GPT& m, const parallel::OptimConfig& o,
+                                     uint64_t seed) mutable {
+    if (!solo) solo = comm::make_thread_world(1, comm::Options{}).front();
+    return std::unique_ptr<parallel::StepEngine>(
+        parallel::make_data_parallel_engine(m, *solo, parallel::DataParallelOptions{}, o, seed));
   };
   return f;
 }
