@@ -4,6 +4,7 @@
 // with getenv is declared in the environment registry (listed by `strata --help-env`).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -66,6 +67,38 @@ TEST(Layering, AreasIncludeOnlyTheAreasTheyBuildOn) {
       }
     }
   }
+}
+
+// Inside model/: the layers of its sub-folders (tensor/, context/, expert/) and the one block
+// (model/block.*) see shapes and communicators, never the model that calls them: none of
+// them includes the model's internals (gpt_impl.h, part.h, stage.h) or, for the block and
+// tensor/, the model itself (gpt.h).
+TEST(Layering, ModelLayersAndTheBlockNeverSeeTheModel) {
+  const fs::path src = fs::path(STRATA_SOURCE_DIR) / "src";
+  const std::set<std::string> internals = {"model/gpt_impl.h", "model/part.h", "model/stage.h"};
+  const std::regex include(R"re(#include "(model/[A-Za-z0-9_/]+\.h)")re");
+  int checked = 0;
+  for (const auto& e : fs::recursive_directory_iterator(src / "model")) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), src).string();
+    const bool sub = std::count(rel.begin(), rel.end(), '/') >= 2;  // model/X/file
+    const bool block = rel == "model/block.h" || rel == "model/block.cc";
+    if (!sub && !block) continue;
+    const bool no_model = block || rel.rfind("model/tensor/", 0) == 0;
+    ++checked;
+    const std::string text = strata::test::read_file(e.path());
+    for (std::sregex_iterator it(text.begin(), text.end(), include), end; it != end; ++it) {
+      const std::string to = (*it)[1];
+      EXPECT_FALSE(internals.count(to)) << rel << " includes the model's internals " << to;
+      if (no_model) {
+        EXPECT_NE(to, "model/gpt.h") << rel << " includes the model (" << to << ")";
+      }
+      if (block) {
+        EXPECT_EQ(to.find("model/context/gpt_cp"), std::string::npos) << rel;
+      }
+    }
+  }
+  EXPECT_GE(checked, 20) << "the model's sub-folders were not found";
 }
 
 TEST(Layering, EveryEnvironmentVariableReadIsRegistered) {

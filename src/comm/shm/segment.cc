@@ -134,8 +134,27 @@ static void copy_str(char* dst, size_t cap, const std::string& s) {
   std::memcpy(dst, s.data(), std::min(cap - 1, s.size()));
 }
 
+// A group of one rank has no one to share with: its segment is anonymous memory, with no
+// name in /dev/shm and no file-size limit (RLIMIT_FSIZE applies to tmpfs objects) to hit.
+static void* map_private(const std::string& shm_name, const Layout& layout) {
+  void* p = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  STRATA_CHECK(p != MAP_FAILED, "cannot map memory for group segment ", shm_name, " (",
+               layout.total, " bytes): ", std::strerror(errno));
+  return p;
+}
+
 Segment Segment::create(const std::string& shm_name, const std::string& job,
                         const std::string& group, const Layout& layout) {
+  if (layout.size == 1) {
+    Segment s;
+    s.base_ = static_cast<char*>(map_private(shm_name, layout));
+    s.bytes_ = layout.total;
+    s.lay_ = layout;
+    s.name_ = shm_name;
+    s.unlinked_ = true;  // never had a name
+    s.init_header(job, group);
+    return s;
+  }
   shm_unlink(shm_name.c_str());  // a stale object of a crashed job with the same id
   // tmpfs pages are allocated on first touch; running out later would be a SIGBUS, so
   // refuse up front when the whole segment could not fit (Docker's default is 64 MiB).
@@ -167,16 +186,20 @@ Segment Segment::create(const std::string& shm_name, const std::string& job,
   s.bytes_ = layout.total;
   s.lay_ = layout;
   s.name_ = shm_name;
-  Header& h = s.header();  // fresh pages are zero
+  s.init_header(job, group);
+  return s;
+}
+
+void Segment::init_header(const std::string& job, const std::string& group) {
+  Header& h = header();  // fresh pages are zero
   h.magic = kMagic;
   h.version = kVersion;
-  h.layout = layout;
+  h.layout = lay_;
   copy_str(h.job, sizeof h.job, job);
   copy_str(h.name, sizeof h.name, group);
   h.creator_pid = int32_t(getpid());
   h.abort_rank.store(-1);
   h.ready.store(1, std::memory_order_release);
-  return s;
 }
 
 Segment Segment::attach(const std::string& shm_name, const std::string& job, int size,

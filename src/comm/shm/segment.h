@@ -113,7 +113,8 @@ struct alignas(64) SlotHeader {
 // A mapped segment. Not copyable; unmaps on destruction.
 class Segment {
  public:
-  // Creates (rank 0) the object, replacing a stale one of the same name.
+  // Creates (rank 0) the object, replacing a stale one of the same name; a group of one
+  // rank gets anonymous memory instead (nothing attaches to it).
   static Segment create(const std::string& shm_name, const std::string& job,
                         const std::string& group, const Layout& layout);
   // Attaches to an object created by a live creator, retrying until deadline_ns.
@@ -153,6 +154,7 @@ class Segment {
   void unlink();  // removes the name (mapping stays valid)
 
  private:
+  void init_header(const std::string& job, const std::string& group);
   char* chan_base(int from, int to) const {
     return base_ + layout().chan_off + (uint64_t(from) * layout().size + to) * layout().chan_stride;
   }

@@ -107,7 +107,7 @@ std::unique_ptr<ShmTransport> ShmTransport::open(const std::string& job, const s
 void ShmTransport::wait_attached(int64_t deadline_ns) {
   Header& h = seg_.header();
   std::optional<UnlinkOnSignal> cleanup;  // the creator owns the name until all attached
-  if (rank_ == 0) cleanup.emplace(seg_);
+  if (rank_ == 0 && size_ > 1) cleanup.emplace(seg_);
   int64_t sleep_us = 20;
   while (int(h.attached.load(std::memory_order_acquire)) < size_) {
     if (now_ns() > deadline_ns) {
