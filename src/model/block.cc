@@ -267,11 +267,11 @@ void block_backward_weight(const BlockCtx& c, const Block& g, const LayerActs& a
 
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
                        bool bf16) {
-  b.moe->forward(b.index, x, xh, out, N, b.w, bf16, b.ids);
+  b.moe->forward(b.index, x, xh, out, N, b.w, bf16, b.ids, b.slot);
 }
 
 void moe_block_backward(MoEBlock& b, const float* dout, float* dx, bool bf16) {
-  b.moe->backward(b.index, dout, dx, b.w, b.g, bf16, b.scale);
+  b.moe->backward(b.index, dout, dx, b.w, b.g, bf16, b.scale, b.slot);
 }
 
 void final_norm_backward(TensorComm& tc, const TpDims& d, const TpScratch& s, const float* w,

@@ -120,6 +120,7 @@ struct MoEBlock {
   expert::MoEWeights w, g;
   float scale;  // backward: the loss scale (aux and z gradients)
   const expert::TokenIds* ids = nullptr;  // forward: who its rows are (null: anonymous)
+  int slot = 0;  // the activation slot of the micro-batch (its routing state in the MoE)
 };
 // The MoE half of a block: out (N, C) += experts(x); backward: dx (N, C) written from dout.
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,

@@ -167,7 +167,7 @@ class GPT final : public ModelPart {
   // (ZeRO-3 keeps only shards).
   // With `tp` (a tensor-parallel group of size T > 1, which must outlive the model) the
   // model is this rank's shard (model/shard.h) and its forward and backward communicate
-  // over tp (model/gpt_tp.cc); every tp rank must then get the same tokens.
+  // over tp (the one block, model/block.h); every tp rank must then get the same tokens.
   // compute = DType::bf16 runs every matmul (linear layers, logits, attention tiles) by
   // kernels::gemm_bf16 (bf16 inputs, fp32 accumulation) and stores the matmul inputs that
   // are only ever read as bf16 (LayerNorm outputs, GELU output) in bf16; statistics,

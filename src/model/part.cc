@@ -123,7 +123,7 @@ expert::MoEWeights moe_views(float* block, float* experts, const std::vector<int
 
 // Calls the before hook of the block's expert unit (forward, or backward when with_grads);
 // moe_block_done calls its after hook (nothing for a dense block).
-std::unique_ptr<MoEBlock> Part::moe_block(int layer, bool with_grads, float scale) {
+std::unique_ptr<MoEBlock> Part::moe_block(int layer, bool with_grads, float scale, int slot) {
   if (!moe || !cfg.moe.is_moe_layer(layer)) return nullptr;
   const int first = view0[size_t(layer)], E = cfg.moe.experts;
   auto b = std::make_unique<MoEBlock>();
@@ -144,6 +144,7 @@ std::unique_ptr<MoEBlock> Part::moe_block(int layer, bool with_grads, float scal
     b->g = moe_views(nullptr, nullptr, view_rel, first, xv, E, experts);
   b->scale = scale;
   b->ids = ids;
+  b->slot = slot;
   return b;
 }
 
@@ -203,7 +204,7 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
   for (int l = ch.begin; l < ch.end; ++l) {
     phase.set_layer(l);
     before(l + 1, Pass::forward);
-    std::unique_ptr<MoEBlock> mb = moe_block(l, false, 0.0f);
+    std::unique_ptr<MoEBlock> mb = moe_block(l, false, 0.0f, slot);
     LayerActs& a = sl.layers[size_t(l - ch.begin)];
     if (any) {
       UnitSpan sp("forward", "L", l);
@@ -286,7 +287,7 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
   for (int l = ch.end - 1; l >= ch.begin; --l) {
     phase.set_layer(l);
     before(l + 1, Pass::backward);
-    std::unique_ptr<MoEBlock> mb = moe_block(l, true, scale);
+    std::unique_ptr<MoEBlock> mb = moe_block(l, true, scale, slot);
     const size_t i = size_t(l - ch.begin);
     if (any) {
       UnitSpan sp("backward", "L", l);
@@ -294,7 +295,7 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
       const Block w = views(unit_params[size_t(l + 1)], l);
       const Block g = views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l);
       const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
-      if (split)
+      if (split && !mb)  // an MoE block's expert backward is not split: all of it runs here
         block_backward_input(c, w, g, sl.layers[i], x, sl.stash[i]);
       else
         block_backward(c, w, g, sl.layers[i], x);
@@ -330,7 +331,7 @@ void Part::backward_weight(const StageChunk& ch, Slot& sl, const MicroInput& in,
     after(L + 1, Pass::backward);
   }
   for (int l = ch.end - 1; l >= ch.begin; --l) {
-    if (any) {
+    if (any && !(moe && cfg.moe.is_moe_layer(l))) {  // an MoE block's ran whole in backward
       UnitSpan sp("weight", "L", l);
       const size_t i = size_t(l - ch.begin);
       const BlockCtx c{*tc, d, s, cp, l + L * slot, nullptr};

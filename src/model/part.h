@@ -99,7 +99,8 @@ struct Part {
   // Backward of scale · that sum, gradients accumulated (+=). from = loss: from the targets;
   // logits: s.logits holds d loss / d logits; hidden: s_.dbuf_c holds d loss / d lnf. split:
   // zero-bubble's input pass (dense blocks; the linear layers' output gradients go to the
-  // slot's stash and backward_weight accumulates their weight gradients later).
+  // slot's stash and backward_weight accumulates their weight gradients later; an MoE block
+  // runs its whole backward in this pass).
   void backward(const StageChunk& ch, Slot& s, const MicroInput& in, float scale, int slot,
                 bool split, Head from);
   void backward_weight(const StageChunk& ch, Slot& s, const MicroInput& in, int slot);
@@ -113,7 +114,7 @@ struct Part {
 
  private:
   Block views(float* base, int layer) const;
-  std::unique_ptr<MoEBlock> moe_block(int layer, bool with_grads, float scale);
+  std::unique_ptr<MoEBlock> moe_block(int layer, bool with_grads, float scale, int slot);
   void moe_block_done(const MoEBlock* b, Pass pass);
   void embed_forward(float* out, const MicroInput& in, const TpDims& d);
   void embed_backward(const MicroInput& in, const TpDims& d);

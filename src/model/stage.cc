@@ -4,8 +4,10 @@
 #include <cstring>
 #include <numeric>
 
+#include "comm/process_group.h"
 #include "core/error.h"
 #include "model/context/gpt_cp.h"
+#include "model/expert/moe.h"
 #include "model/part.h"
 #include "model/shard.h"
 #include "model/stage_cost.h"
@@ -19,37 +21,47 @@ struct StageModel::Chunk {
 
 StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
                        std::vector<int> slots, int max_batch, DType compute,
-                       bool split_backward, TensorComm* tp, ContextComm* cp, bool allocate_state)
+                       bool split_backward, TensorComm* tp, ContextComm* cp, bool allocate_state,
+                       comm::ProcessGroup* ep)
     : cfg_(cfg), chunks_(std::move(chunks)), compute_(compute), split_(split_backward),
-      tc_(tp && tp->size() > 1 ? tp : nullptr), cc_(cp && cp->size() > 1 ? cp : nullptr) {
+      tc_(tp && tp->size() > 1 ? tp : nullptr), cc_(cp && cp->size() > 1 ? cp : nullptr),
+      ep_(ep && ep->size() > 1 ? ep : nullptr) {
   cfg_.validate();
   if (tc_) shard_ = {tc_->size(), tc_->rank()};
-  const int L = cfg_.layers;
+  STRATA_CHECK(!ep_ || cfg_.moe.enabled(), "expert parallelism needs --experts");
+  if (ep_) experts_ = {ep_->size(), ep_->rank()};
+  const int L = cfg_.layers, U = L + 2 + cfg_.moe.moe_layers(L);  // global units
   STRATA_CHECK(!chunks_.empty() && slots.size() == chunks_.size(), "stage: ", chunks_.size(),
                " chunks but ", slots.size(), " slot counts");
-  std::vector<bool> held(size_t(L + 2), false);
+  std::vector<bool> held(size_t(U), false);
   for (const StageChunk& ch : chunks_) {
     STRATA_CHECK(ch.begin >= 0 && ch.begin < ch.end && ch.end <= L, "stage: chunk [", ch.begin,
                  ", ", ch.end, ") is not a non-empty range of the ", L, " layers");
-    for (int l = ch.begin; l < ch.end; ++l) held[size_t(l + 1)] = true;
+    for (int l = ch.begin; l < ch.end; ++l) {
+      held[size_t(l + 1)] = true;
+      if (cfg_.moe.is_moe_layer(l)) held[size_t(L + 2 + (l + 1) / cfg_.moe.every - 1)] = true;
+    }
     if (ch.embed || ch.head) held[0] = true;
     if (ch.head) held[size_t(L + 1)] = true;
   }
   // Global units and views (the one-process layout), then the held units packed in order.
-  const std::vector<ParamView> global = build_param_table(cfg_, shard_);
-  unit_global_begin_.assign(size_t(L + 2), INT64_MAX);
-  std::vector<int64_t> unit_end(size_t(L + 2), 0);
+  const std::vector<ParamView> global = build_param_table(cfg_, shard_, experts_);
+  unit_global_begin_.assign(size_t(U), INT64_MAX);
+  std::vector<int64_t> unit_end(size_t(U), 0);
   for (const ParamView& v : global) {
     unit_global_begin_[size_t(v.unit)] = std::min(unit_global_begin_[size_t(v.unit)], v.offset);
     unit_end[size_t(v.unit)] = std::max(unit_end[size_t(v.unit)], v.offset + numel(v.shape));
   }
-  unit_begin_.assign(size_t(L + 2), -1);
-  for (int u = 0; u < L + 2; ++u) {
+  unit_begin_.assign(size_t(U), -1);
+  for (int u = 0; u < U; ++u) {
     if (!held[size_t(u)]) continue;
     units_.push_back(u);
     unit_begin_[size_t(u)] = num_params_;
     num_params_ += unit_end[size_t(u)] - unit_global_begin_[size_t(u)];
   }
+  // Expert units follow every dense one in unit order (model/gpt.h).
+  first_expert_ = int(std::find_if(units_.begin(), units_.end(), [&](int u) { return u >= L + 2; }) -
+                      units_.begin());
   for (ParamView v : global) {
     if (!held[size_t(v.unit)]) continue;
     v.offset = unit_begin_[size_t(v.unit)] + (v.offset - unit_global_begin_[size_t(v.unit)]);
@@ -66,11 +78,18 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   p.cfg = cfg_;
   if (tc_) p.tc = tc_;
   p.shard = shard_;
+  p.experts = experts_;
   p.cp = cc_;
   p.bf16 = compute_ == DType::bf16;
   p.set_table(global);
-  p.unit_params.assign(size_t(L + 2), nullptr);
-  p.unit_grads.assign(size_t(L + 2), nullptr);
+  p.unit_params.assign(size_t(U), nullptr);
+  p.unit_grads.assign(size_t(U), nullptr);
+  if (cfg_.moe.enabled()) {  // routing state per block and slot: micro-batches in flight
+    const int most = *std::max_element(slots.begin(), slots.end());
+    p.moe = std::make_shared<expert::MoE>(cfg_.moe, L, cfg_.dim, most);
+    p.moe->set_tensor(tc_);
+    if (ep_) p.moe->set_group(ep_);
+  }
   for (int i = 0; allocate_state && i < num_units(); ++i)
     bind_unit(i, params() + unit_range(i).first, grads() + unit_range(i).first);
 
@@ -147,7 +166,7 @@ void StageModel::set_hooks(UnitHooks hooks) {
     return;
   }
   // The part reports global units; the stage's users number its held units.
-  std::vector<int> local(size_t(cfg_.layers + 2), -1);
+  std::vector<int> local(part_->unit_params.size(), -1);
   for (int i = 0; i < num_units(); ++i) local[size_t(units_[size_t(i)])] = i;
   auto before = std::move(hooks.before_unit);
   auto after = std::move(hooks.after_unit);
@@ -165,12 +184,14 @@ std::pair<int64_t, int64_t> StageModel::wte_range() const {
   return {b, b + vocab_slice(cfg_.padded_vocab, shard_).size() * cfg_.dim};
 }
 
+expert::MoE* StageModel::moe() const { return part_->moe.get(); }
+
 TensorLayout StageModel::tensor_layout() const {
-  const std::vector<ParamView> global = build_param_table(cfg_, shard_);
+  const std::vector<ParamView> global = build_param_table(cfg_, shard_, experts_);
   const bool first = std::any_of(chunks_.begin(), chunks_.end(), [](auto& c) { return c.embed; });
   TensorLayout out;
   size_t view = 0;
-  for (TensorPiece p : model::tensor_layout(cfg_, shard_)) {
+  for (TensorPiece p : model::tensor_layout(cfg_, shard_, experts_)) {
     while (global[view].offset + numel(global[view].shape) <= p.local_offset) ++view;
     const int u = global[view].unit;
     if (!holds(u)) continue;
@@ -184,7 +205,8 @@ TensorLayout StageModel::tensor_layout() const {
 void StageModel::init(uint64_t seed) {
   // model::GPT::init over a parameter-less model: the held units bound where this stage's are
   // bound, the others to one scratch unit (their values are drawn and dropped).
-  GPT full(cfg_, 0, /*allocate_state=*/false, tc_);
+  GPT full(cfg_, 0, /*allocate_state=*/false, tc_, DType::f32, nullptr, ep_);
+  if (part_->moe) part_->moe->set_seed(seed);  // the router jitter's key, as GPT::init sets it
   int64_t largest = 0;
   for (int u = 0; u < full.num_units(); ++u) {
     const auto [b, e] = full.unit_range(u);
@@ -200,16 +222,35 @@ void StageModel::init(uint64_t seed) {
   full.init(seed);
 }
 
-void StageModel::set_inputs(std::vector<MicroInput> micro) {
+void StageModel::set_inputs(std::vector<MicroInput> micro, std::vector<SampleIds> ids) {
   inputs_ = std::move(micro);
+  STRATA_CHECK(ids.empty() || ids.size() == inputs_.size(), "stage: ", ids.size(),
+               " sample-id lists for ", inputs_.size(), " micro-batches");
+  ids_.clear();
+  if (part_->moe && !ids.empty()) {
+    // Under cp a row's position is its global one (the cp layout's), as model::GPT keys it.
+    positions_.clear();
+    const int T = inputs_.empty() ? 0 : inputs_[0].T;
+    if (cc_) {
+      const int Tl = T / cc_->size();
+      const SeqLayout layout = cc_->layout(T);
+      for (int t = 0; t < Tl; ++t) positions_.push_back(layout.position(cc_->rank(), t));
+    }
+    for (size_t m = 0; m < inputs_.size(); ++m) {
+      const MicroInput& in = inputs_[m];
+      STRATA_CHECK(in.B == 0 || in.T == T, "stage: micro-batches of ", T, " and ", in.T, " tokens");
+      ids_.push_back({ids[m].sample, cc_ ? positions_.data() : nullptr, in.B,
+                      cc_ ? T / cc_->size() : T, ids[m].epoch});
+    }
+  }
   if (!cc_) return;
   // This cp rank's rows of every micro-batch, into storage the step keeps.
-  int64_t ids = 0, weights = 0;
+  int64_t id_count = 0, weights = 0;
   for (const MicroInput& in : inputs_) {
-    ids += 2 * int64_t(in.B) * in.T / cc_->size();
+    id_count += 2 * int64_t(in.B) * in.T / cc_->size();
     if (in.weights) weights += int64_t(in.B) * in.T / cc_->size();
   }
-  cp_ids_.resize(size_t(ids));
+  cp_ids_.resize(size_t(id_count));
   cp_weights_.resize(size_t(weights));
   int32_t* id = cp_ids_.data();
   float* w = cp_weights_.data();
@@ -262,8 +303,11 @@ const float* StageModel::grad_output(int chunk, int micro) {
 }
 
 double StageModel::forward(int chunk, int micro) {
-  return part_->forward(chunks_[size_t(chunk)], slot(chunk, micro), inputs_.at(size_t(micro)),
-                        slot_index(chunk, micro), Head::loss);
+  part_->ids = ids_.empty() || !ids_.at(size_t(micro)).sample ? nullptr : &ids_[size_t(micro)];
+  const double loss = part_->forward(chunks_[size_t(chunk)], slot(chunk, micro),
+                                     inputs_.at(size_t(micro)), slot_index(chunk, micro), Head::loss);
+  part_->ids = nullptr;
+  return loss;
 }
 
 void StageModel::backward(int chunk, int micro, float scale) {

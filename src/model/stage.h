@@ -47,6 +47,7 @@
 #include "core/memory.h"
 #include "core/tensor_layout.h"
 #include "model/chunk.h"
+#include "model/expert/moe.h"
 #include "model/gpt.h"
 
 namespace strata::model {
@@ -64,9 +65,13 @@ class StageModel final : public ModelPart {
   // cp: the context-parallel group's (outlives the model), or nullptr.
   // allocate_state = false: no flat buffers; the caller binds every unit (the data-parallel
   // engine, parallel/data_parallel.h, owns the stage's parameters and gradients).
+  // ep: an MoE model's expert-parallel group (outlives the model), or nullptr: the stage
+  // holds the expert units of its MoE blocks (E/ep experts each, as model::GPT does) and
+  // keeps each block's routing state per activation slot.
   StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks, std::vector<int> slots,
              int max_batch, DType compute = DType::f32, bool split_backward = false,
-             TensorComm* tp = nullptr, ContextComm* cp = nullptr, bool allocate_state = true);
+             TensorComm* tp = nullptr, ContextComm* cp = nullptr, bool allocate_state = true,
+             comm::ProcessGroup* ep = nullptr);
   ~StageModel() override;
   StageModel(const StageModel&) = delete;
   StageModel& operator=(const StageModel&) = delete;
@@ -79,14 +84,16 @@ class StageModel final : public ModelPart {
   // The ModelPart (model/gpt.h): the stage's units are its held units numbered in unit
   // order (local unit i is global unit units()[i]); hooks report those local numbers.
   int num_units() const override { return int(units_.size()); }
-  int first_expert_unit() const override { return num_units(); }
+  int first_expert_unit() const override { return first_expert_; }
   bool tied_unit0() const override { return holds(0); }
   std::vector<int> chunk_starts() const override;
   std::pair<int64_t, int64_t> unit_range(int local) const override;  // in the flat buffers
   int64_t num_params() const override { return num_params_; }
   const std::vector<ParamView>& param_table() const override { return table_; }
   TensorLayout tensor_layout() const override;
-  ExpertShard expert_shard() const override { return {}; }
+  ExpertShard expert_shard() const override { return experts_; }
+  // The MoE blocks' layer (null when dense): its load statistics cover this stage's blocks.
+  expert::MoE* moe() const;
   float* params() override { return params_.as<float>(); }
   float* grads() override { return grads_.as<float>(); }
   void bind_unit(int local, float* params, float* grads) override;
@@ -99,8 +106,9 @@ class StageModel final : public ModelPart {
   void zero_grads();
 
   // The step's micro-batches (pointers held until the next call); under cp, the stage copies
-  // this rank's rows of each (B, T) into (B, T/C) and runs on those.
-  void set_inputs(std::vector<MicroInput> micro);
+  // this rank's rows of each (B, T) into (B, T/C) and runs on those. ids (empty, or one per
+  // micro-batch): who the rows are, for an MoE router's jitter (model/expert/moe.h).
+  void set_inputs(std::vector<MicroInput> micro, std::vector<SampleIds> ids = {});
   int num_inputs() const { return int(inputs_.size()); }
   TensorComm* tensor_comm() const override { return tc_; }
   ContextComm* context_comm() const { return cc_; }
@@ -144,6 +152,9 @@ class StageModel final : public ModelPart {
   TensorComm* tc_;
   ContextComm* cc_;
   TpShard shard_;
+  ExpertShard experts_;
+  comm::ProcessGroup* ep_ = nullptr;
+  int first_expert_ = 0;  // local index of the first held expert unit (num_units(): none)
   std::vector<int> units_;
   std::vector<int64_t> unit_begin_;  // per global unit: offset in the flat buffers, or -1
   std::vector<int64_t> unit_global_begin_;
@@ -153,6 +164,8 @@ class StageModel final : public ModelPart {
   std::unique_ptr<Part> part_;  // the passes (model/part.h)
   std::vector<std::unique_ptr<Chunk>> state_;
   std::vector<MicroInput> inputs_;
+  std::vector<expert::TokenIds> ids_;  // per micro-batch, when set_inputs named them
+  std::vector<int> positions_;         // cp: the global positions of this rank's rows
   std::vector<int32_t> cp_ids_;  // cp: the local rows of every micro-batch's tokens, targets
   std::vector<float> cp_weights_;
 };

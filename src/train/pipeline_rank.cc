@@ -55,11 +55,6 @@ void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
          " keeps); use --zero 0 or 1 with zb, or --schedule 1f1b / interleaved with --zero ",
          pc.dp.stage);
   }
-  STRATA_CHECK(d.ep == 1, "--pp with ", d.describe(),
-               ": pipeline stages compose with tensor, context and data parallelism only so far "
-               "(--ep 1)");
-  STRATA_CHECK(!cfg.model.moe.enabled(), "--pp with --experts ", cfg.model.moe.experts,
-               ": pipeline stages hold dense blocks only so far");
 }
 
 namespace {
@@ -70,6 +65,13 @@ std::vector<model::MicroInput> inputs_of(const data::StepBatch& batch) {
     in.push_back({mb.tokens.data(), mb.targets.data(),
                   mb.weights.empty() ? nullptr : mb.weights.data(), mb.B, mb.T});
   return in;
+}
+
+// The rows' sample ids and the epoch, which key an MoE router's jitter (docs/moe.md).
+std::vector<model::SampleIds> ids_of(const data::StepBatch& batch) {
+  std::vector<model::SampleIds> ids;
+  for (const data::MicroBatch& mb : batch.micro) ids.push_back({mb.sample_ids.data(), batch.epoch});
+  return ids;
 }
 
 // "0-1" or "0,3" (interleaved chunks): the layers stage s holds.
@@ -144,7 +146,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
   const std::vector<int> slots = pl::slots_for(sched, stage);
   model::StageModel sm(cfg.model, mine, slots, b, compute, sched.split_backward, topo.tp, topo.cp,
-                       /*allocate_state=*/false);
+                       /*allocate_state=*/false, mesh.has_ep() ? &mesh.ep() : nullptr);
   check_stage_activations(cfg.max_activation_mb, sm, slots, cfg, mesh, b, chunks, sched);
   comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
   pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
@@ -181,10 +183,18 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     engine = e.get();
     return std::unique_ptr<parallel::StepEngine>(std::move(e));
   };
+  f.moe = sm.moe();
   f.run_step = [&](const data::StepBatch& batch, float scale) {
-    sm.set_inputs(inputs_of(batch));
+    sm.set_inputs(inputs_of(batch), ids_of(batch));
     engine->begin_micro(0, int(batch.micro.size()));  // each unit's gradients: after that many
-    const double loss = ex.run(sm, scale);
+    double loss = ex.run(sm, scale);
+    if (sm.moe()) {
+      // The aux and z losses of every stage's MoE blocks join the last stage's sum (counted
+      // where it is, topo.counts_loss; each cp rank's cover its chunks, as without a pipeline).
+      double aux_z = sm.moe()->load_aux_z();
+      mesh.pp().all_reduce(&aux_z, 1);
+      if (mesh.last_stage()) loss += aux_z;
+    }
     const PipelineStep acc = account_step(ex, pcost, mesh.pp());
     bubbles.push_back(acc.bubble_mean);
     own_window_bubbles.push_back(acc.bubble_own_window);
@@ -199,7 +209,10 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     sm.set_inputs(inputs_of(batch));
     pl::Executor eval(pl::make_forward_only(P, int(batch.micro.size()), V), stage, &mesh.pp(),
                       grad.get());
-    return eval.run(sm, 0);  // the last stage's rows; the trainer sums over the job
+    if (sm.moe()) sm.moe()->set_training(false);  // no router jitter
+    const double sum = eval.run(sm, 0);  // the last stage's rows; the trainer sums over the job
+    if (sm.moe()) sm.moe()->set_training(true);
+    return sum;
   };
   f.step_metrics = [&] { return step_rec; };
   f.summary_extras = [&] {

@@ -1,8 +1,8 @@
 // `strata train --pp P`: one rank's pipeline stage under the trainer (train/trainer.h).
 //
 //   rank r (pp stage s, dp replica d): a model::StageModel with the layers of its virtual
-//   stages (split by the layer types' measured costs, train/pipeline_costs.h), the stage
-//   engine (parallel/pipeline/engine.h), and one
+//   stages (split by the layer types' measured costs, train/pipeline_costs.h), the
+//   data-parallel/ZeRO engine over it (parallel/pipeline/engine.h make_stage_engine), and one
 //   executor per schedule: the training schedule (--schedule over M = accumulation
 //   micro-batches) and a forward-only one for evals. The trainer's loop stays as it is: its
 //   step hook runs the executor over the step's micro-batches, and its GPT is an empty shell.

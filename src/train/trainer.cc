@@ -280,6 +280,8 @@ struct Trainer::Run {
   CollapseWatch collapse{cfg.moe_collapse_pct, cfg.moe_collapse_steps};
   std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
   int64_t ep_bytes_at_step_begin = 0;
+  // The MoE layer whose load the step reports (null for a dense model).
+  model::expert::MoE* moe() const { return factory.moe ? factory.moe : model->moe(); }
   // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
   std::optional<nlohmann::json> moe_step_load(int64_t step, int64_t tokens);
   void train_step(int64_t step);
@@ -422,10 +424,10 @@ void Trainer::Run::train_step(int64_t step) {
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
   const CpMark cp0 = cp_mark(*model);
-  if (model->moe()) {  // what evals and samples routed is not this step's
-    model->moe()->take_load();
-    model->moe()->take_owned_rows();
-    ep_bytes_at_step_begin = model->moe()->group().bytes_sent();
+  if (moe()) {  // what evals and samples routed is not this step's
+    moe()->take_load();
+    moe()->take_owned_rows();
+    ep_bytes_at_step_begin = moe()->group().bytes_sent();
   }
   // A pipeline runs every micro-batch's forward and backward in its schedule's order (its
   // executor marks each action's pass for the flight recorder).
@@ -542,11 +544,11 @@ void Trainer::Run::train_step(int64_t step) {
 }
 
 std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
-  if (!model->moe()) return std::nullopt;
-  model::expert::LoadStats s = model->moe()->take_load();
-  double mine = double(model->moe()->take_owned_rows());
+  if (!moe()) return std::nullopt;
+  model::expert::LoadStats s = moe()->take_load();
+  double mine = double(moe()->take_owned_rows());
   std::vector<double> rows(size_t(topo.world), mine);
-  double ep_bytes = double(model->moe()->group().bytes_sent() - ep_bytes_at_step_begin);
+  double ep_bytes = double(moe()->group().bytes_sent() - ep_bytes_at_step_begin);
   // tp peers route the same tokens alike: tp rank 0 counts the load (docs/moe.md).
   if (topo.tp && topo.tp->rank() != 0) std::fill(s.v.begin(), s.v.end(), 0.0);
   if (topo.group && topo.world > 1) {

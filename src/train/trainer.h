@@ -140,6 +140,9 @@ struct EngineFactory {
   std::function<double(const data::StepBatch&)> forward_sum;
   std::function<nlohmann::json()> step_metrics;
   bool samples = true;
+  // The MoE layer of the model run_step runs (a pipeline stage's, covering its blocks), for
+  // the step's load statistics; null: the trainer's GPT's.
+  model::expert::MoE* moe = nullptr;
 };
 EngineFactory local_engine_factory();
 

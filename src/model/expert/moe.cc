@@ -40,10 +40,12 @@ struct MoE::Layer {
   GrowBuf X, H, A, R, stage;  // owner: (M, C), (M, 4C), (M, 4C); source: (S, C)
 };
 
-MoE::MoE(const MoEConfig& cfg, int layers, int C) : cfg_(cfg), C_(C), F_(4 * C) {
+MoE::MoE(const MoEConfig& cfg, int layers, int C, int slots)
+    : cfg_(cfg), C_(C), F_(4 * C), slots_(slots) {
   cfg_.validate();
-  for (int m = 0; m < cfg_.moe_layers(layers); ++m) layers_.push_back(std::make_unique<Layer>());
-  load_.layers = int(layers_.size());
+  STRATA_CHECK(slots >= 1, "MoE: ", slots, " activation slots (at least 1)");
+  for (int i = 0; i < cfg_.moe_layers(layers) * slots; ++i) layers_.push_back(std::make_unique<Layer>());
+  load_.layers = cfg_.moe_layers(layers);
   load_.E = cfg_.experts;
   load_.v.assign(size_t(load_.layers) * (2 * cfg_.experts + LoadStats::kExtra), 0.0);
   set_group(nullptr);
@@ -101,7 +103,7 @@ void MoE::draw_noise(int m, float* noise, int64_t N, const TokenIds* ids) {
     const uint64_t base = counter_ * 0x100000000ull;
     for (int64_t i = 0; i < N * C; ++i)
       noise[i] = jitter_factor(philox4x32(seed, uint64_t(m), base + uint64_t(i))[0], jit);
-    if (m == int(layers_.size()) - 1) ++counter_;
+    if (m == load_.layers - 1) ++counter_;
     return;
   }
   STRATA_CHECK(int64_t(ids->B) * ids->T == N, "MoE block ", m, ": ", N, " rows but ", ids->B,
@@ -121,8 +123,9 @@ void MoE::draw_noise(int m, float* noise, int64_t N, const TokenIds* ids) {
 }
 
 void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
-                  const MoEWeights& w, bool bf16, const TokenIds* ids) {
-  Layer& L = *layers_[size_t(m)];
+                  const MoEWeights& w, bool bf16, const TokenIds* ids, int slot) {
+  STRATA_CHECK(slot >= 0 && slot < slots_, "MoE block ", m, ": slot ", slot, " outside [0, ", slots_, ")");
+  Layer& L = *layers_[size_t(m * slots_ + slot)];
   const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
   ExpertGroup& g = *group_;
   if (m <= last_m_) last_aux_ = last_z_ = 0;  // a new forward
@@ -209,8 +212,9 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
 }
 
 void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
-                   const MoEWeights& gw, bool bf16, float scale) {
-  Layer& L = *layers_[size_t(m)];
+                   const MoEWeights& gw, bool bf16, float scale, int slot) {
+  STRATA_CHECK(slot >= 0 && slot < slots_, "MoE block ", m, ": slot ", slot, " outside [0, ", slots_, ")");
+  Layer& L = *layers_[size_t(m * slots_ + slot)];
   const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
   const int64_t N = L.N, S = L.off.back();
   ExpertGroup& g = *group_;

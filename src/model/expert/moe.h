@@ -89,7 +89,9 @@ struct TokenIds {
 
 class MoE {
  public:
-  MoE(const MoEConfig& cfg, int layers, int C);
+  // slots: forwards of one block that may be in flight before their backward (a pipeline
+  // stage's activation slots, model/stage.h); each keeps its own routing state.
+  MoE(const MoEConfig& cfg, int layers, int C, int slots = 1);
   ~MoE();
   const MoEConfig& config() const { return cfg_; }
   // Expert parallelism over `group` (null: every expert local). Throws naming --ep when E
@@ -107,18 +109,22 @@ class MoE {
   // noise of element (t, c) by (seed, m, epoch, sample, position, c); without them (a caller
   // that knows no sample identity, such as the block's own tests) the rows are anonymous and
   // each training forward draws fresh noise from a per-process count of forwards.
+  // slot: which of the block's in-flight forwards this is (its backward names the same).
   void forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
-               const MoEWeights& w, bool bf16, const TokenIds* ids = nullptr);
+               const MoEWeights& w, bool bf16, const TokenIds* ids = nullptr, int slot = 0);
   // dout (N, C); dx (N, C) written (the gradient of the block's input x); scale multiplies
   // the aux and z losses' gradient (the same scale as the cross-entropy's).
   void backward(int m, const float* dout, float* dx, const MoEWeights& w, const MoEWeights& g,
-                bool bf16, float scale);
+                bool bf16, float scale, int slot = 0);
 
   // aux and z sums of the last forward over every block (coefficients included).
   double last_aux() const { return last_aux_; }
   double last_z() const { return last_z_; }
   // The statistics since the last take (and resets them).
   LoadStats take_load();
+  // The aux and z losses (coefficients included) of every forward since the last take: a
+  // pipeline stage's share of a step's loss, whatever order its micro-batches ran in.
+  double load_aux_z() const { return load_.aux() + load_.z(); }
   // Rows this rank's experts processed in forward since the last take (and resets it): the
   // expert-parallel load of this rank, which the straggler check compares across ranks.
   int64_t take_owned_rows() { return std::exchange(owned_rows_, 0); }
@@ -128,7 +134,8 @@ class MoE {
   MoEConfig cfg_;
   int C_, F_;                  // width; hidden units of each expert held here (4C/T)
   TensorComm* tp_ = nullptr;  // tensor-parallel group, or null
-  std::vector<std::unique_ptr<Layer>> layers_;
+  int slots_ = 1;
+  std::vector<std::unique_ptr<Layer>> layers_;  // block m, slot s: m * slots_ + s
   std::unique_ptr<ExpertGroup> group_;
   uint64_t seed_ = 0, counter_ = 0;  // counter_: forwards of anonymous rows so far
   bool training_ = true;

@@ -12,7 +12,7 @@
 //
 // A row-parallel bias is replicated: the caller adds it after g (once, not T times) and its
 // gradient over this rank's rows is partial under SP (reduced with the other replicated
-// gradients, model/gpt_tp.cc). Cost per call: the GEMMs of kernels::matmul on 1/T of the
+// gradients, model/block.cc). Cost per call: the GEMMs of kernels::matmul on 1/T of the
 // weights, plus one collective of N·C (column) or N·OC (row) floats.
 //
 // Precision: `bf16` selects the bf16 GEMMs (kernels::matmul_*_bf16: bf16-rounded inputs,

@@ -10,8 +10,12 @@ std::unique_ptr<DataParallelEngine> make_stage_engine(model::StageModel& model, 
   stage.pp = mesh.has_pp() ? &mesh.pp() : nullptr;
   stage.embed = mesh.has_embed() && model.holds(0) ? &mesh.embed() : nullptr;
   stage.counts_unit0 = mesh.first_stage();
-  return std::make_unique<DataParallelEngine>(model, mesh.dp_cp(), opts, optim, seed,
-                                              ExpertGroups{}, stage);
+  // An MoE stage's expert units reduce over the ranks of this stage holding the same experts
+  // (the mesh's ep groups are per stage and tp coordinate).
+  ExpertGroups experts;
+  if (mesh.has_ep()) experts = {&mesh.edp(), &mesh.ep()};
+  return std::make_unique<DataParallelEngine>(model, mesh.dp_cp(), opts, optim, seed, experts,
+                                              stage);
 }
 
 }  // namespace strata::parallel::pipeline

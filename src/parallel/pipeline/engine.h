@@ -2,7 +2,8 @@
 // data_parallel.h) over the stage's model part (model/stage.h), with the stage's groups: the
 // dp·cp replicas of the stage reduce and shard its gradients (cp ranks hold the same
 // parameters, each the gradient of its rows), the embed group ties unit 0 between the first
-// and last stage, and the gradient norm sums over the pp group. ZeRO 0-3 and the reduce
+// and last stage, the gradient norm sums over the pp group, and an MoE stage's expert units
+// reduce over the stage's edp group (ranks holding the same experts). ZeRO 0-3 and the reduce
 // dtype apply as under data parallelism; the stage's working parameters are fp32 (its
 // matmuls run in the stage model's compute dtype).
 #pragma once
