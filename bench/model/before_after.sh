@@ -8,7 +8,7 @@
 #   REF=<commit> bash bench/model/before_after.sh     # builds REF's strata in a scratch worktree
 #
 # Environment: STRATA (after; default build/strata), THREADS=1, REPEATS=3, STEPS=10, SEQ=128,
-# BATCH=8, MODEL=small. docs/model.md records the figures.
+# BATCH=8, MODEL=small, LAYOUTS (a subset of "one dp2 tp2 pp2 cp2"). docs/model.md records the figures.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 THREADS="${THREADS:-1}"
@@ -42,7 +42,7 @@ declare -A layouts=(
   [pp2]="--nproc 2 --pp 2 --schedule 1f1b --micro-batches 4"
   [cp2]="--nproc 2 --cp 2"
 )
-order=(one dp2 tp2 pp2 cp2)
+read -r -a order <<< "${LAYOUTS:-one dp2 tp2 pp2 cp2}"  # a subset: LAYOUTS="pp2 cp2"
 summary() { sed -e 's/^\[rank [0-9]*\] //' | grep '^{' | tail -n 1; }
 for r in $(seq 1 "$REPEATS"); do
   for l in "${order[@]}"; do
