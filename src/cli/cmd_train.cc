@@ -46,6 +46,7 @@ struct TrainArgs {
   std::string mtbf;  // --mtbf, e.g. "4h"
   model::expert::MoEConfig moe;  // --experts ... (docs/moe.md)
   std::string pp_schedule = "1f1b", pp_split;
+  std::string spike_action = "skip";  // --spike-action
 };
 
 // --experts E --top-k K [--moe-every N] [--capacity-factor F | --dropless] ...
@@ -120,6 +121,11 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
     STRATA_CHECK(!cfg.ckpt.resume.empty(), "--resume needs a value: auto, or a run directory, its "
                  "ckpt/ directory or a step-* directory");
   cfg.schedule.min_lr = app.count("--min-lr") ? a.min_lr : cfg.schedule.lr / 10;
+  STRATA_CHECK(a.spike_action == "skip" || a.spike_action == "rollback", "--spike-action ",
+               a.spike_action, " is not skip or rollback");
+  STRATA_CHECK(a.spike_action == "skip",
+               "--spike-action rollback needs in-memory checkpoints to roll back to, which strata "
+               "does not keep yet; use --spike-action skip");
   cfg.schedule.warmup = app.count("--warmup") ? a.warmup : cfg.schedule.steps / 20;
   if (app.count("--micro-batch"))
     STRATA_CHECK(cfg.micro_batch > 0, "--micro-batch must be positive (got ", cfg.micro_batch,
@@ -227,6 +233,20 @@ void setup(CLI::App& app) {
   app.add_option("--grad-clip", c.optim.grad_clip, "Global gradient-norm clip (<= 0: off)")
       ->capture_default_str();
   app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->capture_default_str();
+  app.add_flag("--skip-nonfinite", c.guard.skip_nonfinite,
+               "Skip (no update) a step whose loss or gradient norm is NaN or infinite, instead of "
+               "stopping the run");
+  app.add_option("--spike-zscore", c.guard.zscore,
+                 "Skip a step whose loss or gradient norm is Z standard deviations above the "
+                 "last --spike-window steps' mean (0: off)")
+      ->capture_default_str();
+  app.add_option("--spike-window", c.guard.window, "Accepted steps the spike check compares with")
+      ->capture_default_str();
+  app.add_option("--spike-action", a->spike_action, "What a spike does: skip (rollback: not yet)")
+      ->capture_default_str();
+  app.add_option("--max-skipped-steps", c.guard.max_skipped,
+                 "Stop the run when more steps than this were skipped")
+      ->capture_default_str();
   app.add_option("--eval-every", c.eval_every, "Held-out eval every K steps (0: only at the end)")
       ->capture_default_str();
   app.add_option("--eval-batches", c.eval_batches,

@@ -17,12 +17,15 @@ const char* fault_kind_name(FaultKind k) {
     case FaultKind::skip_collective: return "skip-collective";
     case FaultKind::wrong_count: return "wrong-count";
     case FaultKind::sleep: return "sleep";
+    case FaultKind::nan_grad: return "nan-grad";
+    case FaultKind::spike_grad: return "spike-grad";
   }
   return "?";
 }
 
 const char* fault_kinds_help() {
-  return "kill, exit, hang, kill-during-save, skip-collective, wrong-count, sleep:SECONDS";
+  return "kill, exit, hang, kill-during-save, skip-collective, wrong-count, nan-grad, spike-grad, "
+         "sleep:SECONDS";
 }
 
 std::string FaultSpec::describe() const {
@@ -36,7 +39,8 @@ FaultSpec parse_fault(const std::string& text, int rank, int64_t step) {
   f.rank = rank;
   f.step = step;
   static const FaultKind plain[] = {FaultKind::kill, FaultKind::exit, FaultKind::hang, FaultKind::kill_during_save,
-                                    FaultKind::skip_collective, FaultKind::wrong_count};
+                                    FaultKind::skip_collective, FaultKind::wrong_count,
+                                    FaultKind::nan_grad, FaultKind::spike_grad};
   for (FaultKind k : plain)
     if (text == fault_kind_name(k)) {
       f.kind = k;

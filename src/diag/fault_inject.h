@@ -20,7 +20,11 @@
 
 namespace strata::diag {
 
-enum class FaultKind { none, kill, exit, hang, kill_during_save, skip_collective, wrong_count, sleep };
+// nan-grad and spike-grad scale the rank's loss gradient by NaN or by 1000 for the step (the
+// spike and non-finite guards' tests and demos, train/spike_guard.h).
+enum class FaultKind {
+  none, kill, exit, hang, kill_during_save, skip_collective, wrong_count, sleep, nan_grad, spike_grad
+};
 
 const char* fault_kind_name(FaultKind k);  // "kill", "sleep", ...
 // Every accepted KIND, for messages: "kill, exit, hang, ..., sleep:SECONDS".

@@ -417,7 +417,8 @@ const float* DataParallelEngine::full_params() const {
                                                            : nullptr;
 }
 
-float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip) {
+float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip,
+                               const std::function<bool(float norm)>* accept) {
   for (auto& r : regions_)
     STRATA_CHECK(r->reducer->idle(), "step: end_backward() must be called before step()");
   double dense_sq = 0, expert_sq = 0;
@@ -442,6 +443,12 @@ float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip) {
     model_.tensor_comm()->group().all_reduce_async(&sum_sq, 1)->wait();
   if (stage_groups_.pp) stage_groups_.pp->all_reduce(&sum_sq, 1);  // every stage's squares
   sum_sq += extra_sum_sq;
+  const float norm = float(std::sqrt(sum_sq));
+  if (accept && *accept && !(*accept)(norm)) {  // a skipped step: nothing changes
+    if (clip) *clip = 0.0f;
+    ++steps_;
+    return norm;
+  }
   const float scale = kernels::clip_scale(sum_sq, optim_.grad_clip);
   if (clip) *clip = scale;
   {
@@ -451,7 +458,7 @@ float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip) {
   ++steps_;
   ++params_version_;
   for (auto& r : regions_) refresh_working_params(*r);
-  return float(std::sqrt(sum_sq));
+  return norm;
 }
 
 // ---- accounting and checkpoints -------------------------------------------------------------

@@ -111,10 +111,15 @@ class DataParallelEngine final : public StepEngine {
   void begin_micro(int micro, int num_micro) override;
   void end_backward() override;
   float step(float lr) override { return step(lr, 0.0, nullptr); }
+  float step_if(float lr, const std::function<bool(float norm)>& accept) override {
+    return step(lr, 0.0, nullptr, &accept);
+  }
   // step(lr) with `extra_sum_sq` (the squared gradient norm of parameters the caller keeps
   // and updates itself, the same on every rank) added to the global norm before clipping;
-  // *clip (if not null) receives the clip factor applied, for the caller's own update.
-  float step(float lr, double extra_sum_sq, float* clip);
+  // *clip (if not null) receives the clip factor applied, for the caller's own update (0 when
+  // accept refused the step).
+  float step(float lr, double extra_sum_sq, float* clip,
+             const std::function<bool(float norm)>* accept = nullptr);
   int64_t step_count() const override { return steps_; }
 
   const DataParallelOptions& options() const { return opts_; }

@@ -11,6 +11,7 @@
 // Every rank must call these in the same order.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,10 @@ class StepEngine {
   virtual void end_backward() = 0;
   // Returns the global gradient norm before clipping.
   virtual float step(float lr) = 0;
+  // step(lr), unless accept(norm) (the global norm, the same on every rank) says no: then
+  // the parameters and the optimizer's moments stay as they are, and only the step count
+  // advances (it stays the run's step, which checkpoints record). Returns the norm.
+  virtual float step_if(float lr, const std::function<bool(float norm)>& accept) = 0;
   // Number of optimizer steps taken (AdamW bias correction uses step_count()+1).
   virtual int64_t step_count() const = 0;
 

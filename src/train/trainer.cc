@@ -89,6 +89,7 @@ void TrainConfig::validate(int world) const {
   STRATA_CHECK(straggler.threshold_pct >= 0, "--straggler-pct must be >= 0 (got ",
                straggler.threshold_pct, ")");
   STRATA_CHECK(prefetch >= 0, "prefetch must be >= 0 (got ", prefetch, ")");
+  guard.validate();
 }
 
 json TrainConfig::to_json() const {
@@ -278,6 +279,7 @@ struct Trainer::Run {
   Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory);
   diag::ComputeWindow compute_window;
   CollapseWatch collapse{cfg.moe_collapse_pct, cfg.moe_collapse_steps};
+  SpikeGuard guard{cfg.guard};
   std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
   int64_t ep_bytes_at_step_begin = 0;
   // The MoE layer whose load the step reports (null for a dense model).
@@ -420,7 +422,9 @@ void Trainer::Run::train_step(int64_t step) {
   }();
   const double data_s = sw.seconds();
   STRATA_CHECK(batch.global_real_tokens > 0, "step ", step + 1, " has no real tokens");
-  const float scale = float(1.0 / double(batch.global_real_tokens));
+  float scale = float(1.0 / double(batch.global_real_tokens));
+  if (hit && cfg.fault.kind == diag::FaultKind::nan_grad) scale = std::nanf("");
+  if (hit && cfg.fault.kind == diag::FaultKind::spike_grad) scale *= 1000.0f;
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
   engine->begin_step();
   const CpMark cp0 = cp_mark(*model);
@@ -463,28 +467,53 @@ void Trainer::Run::train_step(int64_t step) {
   const json cp_rec = cp_step_metrics(*model, cp0, sequences, T);
   current_phase().set_kind(PhaseKind::optimizer);
   const double lr = cfg.schedule.lr_at(step);
+  if (!topo.counts_loss) loss_sum = 0;  // a tp or cp peer: rank 0 of its group counts it
+  double loss = 0;
+  auto reduce_loss = [&] {
+    double loss_total = loss_sum;
+    if (hit && cfg.fault.kind == diag::FaultKind::skip_collective) {
+      // this rank skips the loss all-reduce: its peers wait there until they time out
+    } else if (hit && cfg.fault.kind == diag::FaultKind::wrong_count) {
+      double pair[2] = {loss_sum, 0};  // two elements where the peers reduce one
+      topo.group->all_reduce(pair, 2);
+      loss_total = pair[0];
+    } else {
+      loss_total = topo.sum_across_ranks(loss_sum);
+    }
+    loss = loss_total / double(batch.global_real_tokens);
+  };
   const int64_t opt_t0 = now_ns(), opt_blocked0 = comm::thread_blocked_ns();
-  const float grad_norm = engine->step(float(lr));
+  // The guard judges the job's loss before the update: it is reduced first (without a guard
+  // after the step, as always).
+  std::string skip_why;
+  float grad_norm = 0;
+  if (guard.config().active()) {
+    reduce_loss();
+    grad_norm = engine->step_if(float(lr), [&](float norm) {
+      skip_why = guard.verdict(loss, norm);
+      return skip_why.empty();
+    });
+  } else {
+    grad_norm = engine->step(float(lr));
+  }
   const int64_t opt_ns = (now_ns() - opt_t0) - (comm::thread_blocked_ns() - opt_blocked0);
   // Compute time: forward, backward and optimizer, less the time blocked in communication.
   const int64_t compute_ns = (now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0);
   compute_window.add(double(compute_ns) * 1e-9);
-  if (!topo.counts_loss) loss_sum = 0;  // a tp or cp peer: rank 0 of its group counts it
-  double loss_total = loss_sum;
-  if (hit && cfg.fault.kind == diag::FaultKind::skip_collective) {
-    // this rank skips the loss all-reduce: its peers wait there until they time out
-  } else if (hit && cfg.fault.kind == diag::FaultKind::wrong_count) {
-    double pair[2] = {loss_sum, 0};  // two elements where the peers reduce one
-    topo.group->all_reduce(pair, 2);
-    loss_total = pair[0];
-  } else {
-    loss_total = topo.sum_across_ranks(loss_sum);
-  }
+  if (!guard.config().active()) reduce_loss();
   step_tokens = batch.global_real_tokens;
-  const double loss = loss_total / double(batch.global_real_tokens);
-  STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1, " (lr ", lr,
-               "); try a lower --lr");
-  result.losses.push_back(loss);
+  if (!skip_why.empty()) {
+    guard.skipped(step + 1, skip_why);  // throws past --max-skipped-steps
+    if (lead) out->note(fmt("step %lld skipped (parameters and optimizer state unchanged): %s",
+                            (long long)(step + 1), skip_why.c_str()));
+  } else {
+    STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1, " (lr ", lr,
+                 "); try a lower --lr, or --skip-nonfinite to skip such steps");
+    STRATA_CHECK(std::isfinite(grad_norm), "the gradient norm became ", grad_norm, " at step ",
+                 step + 1, " (lr ", lr, "); try a lower --lr, or --skip-nonfinite to skip such steps");
+    guard.accepted(loss, grad_norm);
+  }
+  if (std::isfinite(loss)) result.losses.push_back(loss);
 
   const double secs = sw.seconds();
   run_s += secs;
@@ -508,6 +537,10 @@ void Trainer::Run::train_step(int64_t step) {
               // where the step went (rank 0): docs/report.md
               {"data_ms", data_s * 1e3},  {"compute_ms", double(compute_ns - opt_ns) * 1e-6},
               {"optimizer_ms", double(opt_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
+  if (!skip_why.empty()) {
+    rec["skipped"] = true;
+    rec["skip_reason"] = skip_why;
+  }
   rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
   if (moe) {
     rec["ce_loss"] = loss - (*moe)["aux_loss"].get<double>() - (*moe)["z_loss"].get<double>();
@@ -632,6 +665,7 @@ void Trainer::Run::finish(double wall_s) {
        {"gemm", gemm},
        {"wall_s", wall_s},
        {"data_wait_s", loader->wait_seconds()},
+       {"skipped_steps", guard.skips()},
        {"memory", memory_tracker().to_json()}};
   if (floor >= 0) {
     s["entropy_floor"] = floor;

@@ -25,6 +25,7 @@
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
 #include "parallel/engine.h"
+#include "train/spike_guard.h"
 #include "train/schedule.h"
 
 namespace strata::data {
@@ -73,6 +74,7 @@ struct TrainConfig {
   double moe_collapse_pct = 90;  // --collapse-pct: one expert over X% of a block's assignments
   int moe_collapse_steps = 5;     // --collapse-steps: ... for K steps in a row warns
   diag::FaultSpec fault;       // --inject: a fault this run injects on purpose (tests, demos)
+  GuardConfig guard;           // --skip-nonfinite, --spike-zscore: steps skipped before their update
   CheckpointConfig ckpt;
 
   // Accumulation steps A = B / (b · world); throws if not integral.
