@@ -28,7 +28,7 @@ const float* GPT::hidden(const int32_t* tokens, int B, int T) {
   im.T = T;
   std::memcpy(im.tokens, tokens, sizeof(int32_t) * int64_t(B) * T);
   // The logits' place in the hook sequence is kept, without their work.
-  im.forward(im.whole, im.slot, {im.tokens, nullptr, nullptr, B, T}, 0, Head::hidden);
+  im.p.forward(im.whole, im.slot, {im.tokens, nullptr, nullptr, B, T}, 0, Head::hidden);
   im.hidden_valid = true;
   return im.slot.lnf;
 }
@@ -43,7 +43,7 @@ void GPT::backward_logits(const float* dlogits) {
   const int64_t N = int64_t(im.B) * im.T;
   if (N > 0 && dlogits != im.slot.logits)
     std::memcpy(im.slot.logits, dlogits, sizeof(float) * size_t(N * cfg_.padded_vocab));
-  im.backward(im.whole, im.slot, {im.tokens, nullptr, nullptr, im.B, im.T}, 1.0f, 0,
+  im.p.backward(im.whole, im.slot, {im.tokens, nullptr, nullptr, im.B, im.T}, 1.0f, 0,
               /*split=*/false, Head::logits);
 }
 
@@ -54,8 +54,8 @@ void GPT::backward_hidden(const float* dhidden) {
   im.hidden_valid = false;
   PhaseScope phase(PhaseKind::backward);
   const int64_t N = int64_t(im.B) * im.T;
-  if (N > 0) std::memcpy(im.s.dbuf_c, dhidden, sizeof(float) * size_t(N * cfg_.dim));
-  im.backward(im.whole, im.slot, {im.tokens, nullptr, nullptr, im.B, im.T}, 1.0f, 0,
+  if (N > 0) std::memcpy(im.p.s.dbuf_c, dhidden, sizeof(float) * size_t(N * cfg_.dim));
+  im.p.backward(im.whole, im.slot, {im.tokens, nullptr, nullptr, im.B, im.T}, 1.0f, 0,
               /*split=*/false, Head::hidden);
 }
 

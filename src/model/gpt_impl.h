@@ -1,6 +1,6 @@
-// Internals of model::GPT: the one-process part (model/part.h) with its single chunk and
-// slot, the micro-batch's inputs and the state between calls. Shared by gpt.cc (training
-// passes, logits) and gpt_heads.cc (custom heads).
+// Internals of model::GPT: what the one-process entry points keep between calls, over the
+// part (model/part.h) and the one chunk and slot of the model part it is (model/stage.h).
+// Shared by gpt.cc (training passes, logits) and gpt_heads.cc (custom heads).
 #pragma once
 #include <vector>
 
@@ -10,10 +10,12 @@
 
 namespace strata::model {
 
-struct GPT::Impl : Part {
-  StageChunk whole;  // blocks [0, L) with the embedding and the head
-  Slot slot;
-  Buffer acts_buf, input_buf;
+struct GPT::Impl {
+  Impl(Part& p, Slot& slot, const StageChunk& whole) : p(p), slot(slot), whole(whole) {}
+  Part& p;
+  Slot& slot;
+  const StageChunk& whole;  // blocks [0, L) with the embedding and the head
+  Buffer input_buf;
   Buffer logits_full;  // logits() gathered over tp or cp, on demand
   int32_t *tokens = nullptr, *targets = nullptr;
   float* weights = nullptr;

@@ -1,11 +1,14 @@
 #include "model/stage.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include "comm/process_group.h"
 #include "core/error.h"
+#include "core/rng.h"
 #include "model/context/gpt_cp.h"
 #include "model/expert/moe.h"
 #include "model/part.h"
@@ -27,6 +30,9 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
       tc_(tp && tp->size() > 1 ? tp : nullptr), cc_(cp && cp->size() > 1 ? cp : nullptr),
       ep_(ep && ep->size() > 1 ? ep : nullptr) {
   cfg_.validate();
+  STRATA_CHECK(compute == DType::f32 || compute == DType::bf16, "model compute dtype ",
+               dtype_name(compute), " is neither float nor bfloat16");
+  STRATA_CHECK(max_batch >= 0, "max batch must be >= 0 (got ", max_batch, ")");
   if (tc_) shard_ = {tc_->size(), tc_->rank()};
   STRATA_CHECK(!ep_ || cfg_.moe.enabled(), "expert parallelism needs --experts");
   if (ep_) experts_ = {ep_->size(), ep_->rank()};
@@ -98,7 +104,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   const int cpn = cc_ ? cc_->size() : 1;
   ActShape a;
   a.N = int64_t(max_batch) * ((cfg_.seq + cpn - 1) / cpn);
-  a.n = tc_ ? tc_->local_rows(a.N) : a.N;
+  a.n = tc_ && tc_->sequence_parallel() ? (a.N + shard_.size - 1) / shard_.size : a.N;
   a.T = shard_.size;
   a.Vr = vocab_slice(cfg_.padded_vocab, shard_).size();
   for (size_t c = 0; c < chunks_.size(); ++c) {
@@ -202,24 +208,84 @@ TensorLayout StageModel::tensor_layout() const {
   return out;
 }
 
+// Global element index of element q of a box (row-major in the box) of a 1-D or 2-D tensor.
+static int64_t global_index(const TensorPiece& p, int64_t q) {
+  if (p.extents.size() == 1) return p.offsets[0] + q;
+  return (p.offsets[0] + q / p.extents[1]) * p.global_shape[1] + p.offsets[1] + q % p.extents[1];
+}
+
+// Random stream of each view of an MoE model: its index in the one-process table ordered with
+// each block's experts right after its router (the order before experts had units of their
+// own), so an expert's values depend neither on the expert-parallel layout nor on the units.
+static std::map<std::string, uint64_t> moe_init_streams(const GPTConfig& cfg, TpShard s) {
+  const std::vector<ParamView> all = build_param_table(cfg, s);
+  auto block_of = [](const std::string& name) { return name.substr(0, name.find(".mlp.")); };
+  std::map<std::string, std::vector<const ParamView*>> experts;  // by block prefix "h.l"
+  for (const ParamView& v : all)
+    if (v.unit >= cfg.layers + 2) experts[block_of(v.name)].push_back(&v);
+  std::map<std::string, uint64_t> stream;
+  for (const ParamView& v : all) {
+    if (v.unit >= cfg.layers + 2) continue;
+    stream.emplace(v.name, stream.size());
+    if (v.name.find(".mlp.router.") != std::string::npos)
+      for (const ParamView* x : experts[block_of(v.name)]) stream.emplace(x->name, stream.size());
+  }
+  return stream;
+}
+
 void StageModel::init(uint64_t seed) {
-  // model::GPT::init over a parameter-less model: the held units bound where this stage's are
-  // bound, the others to one scratch unit (their values are drawn and dropped).
-  GPT full(cfg_, 0, /*allocate_state=*/false, tc_, DType::f32, nullptr, ep_);
-  if (part_->moe) part_->moe->set_seed(seed);  // the router jitter's key, as GPT::init sets it
-  int64_t largest = 0;
-  for (int u = 0; u < full.num_units(); ++u) {
-    const auto [b, e] = full.unit_range(u);
-    largest = std::max(largest, e - b);
+  if (part_->moe) part_->moe->set_seed(seed);  // the router jitter's key
+  const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
+  const std::vector<ShardedView> sharded = build_sharded_table(cfg_, shard_, experts_);
+  const bool moe = cfg_.moe.enabled();
+  const std::map<std::string, uint64_t> stream =
+      moe ? moe_init_streams(cfg_, shard_) : std::map<std::string, uint64_t>{};
+  for (size_t i = 0; i < sharded.size(); ++i) {
+    const ParamView& v = sharded[i].view;
+    if (!holds(v.unit)) continue;  // each view draws from its own stream: skipping is exact
+    const uint64_t si = moe ? stream.at(v.name) : uint64_t(i);
+    float* base = checked(part_->unit_params[size_t(v.unit)], v.unit, "parameter");
+    base -= unit_global_begin_[size_t(v.unit)];  // indexed by one-process flat offset
+    const std::string& name = v.name;
+    auto ends_with = [&](const char* s) {
+      const size_t k = std::strlen(s);
+      return name.size() >= k && name.compare(name.size() - k, k, s) == 0;
+    };
+    const bool ones = ends_with("ln_1.weight") || ends_with("ln_2.weight") || name == "ln_f.weight";
+    const float stdv = float(ends_with("c_proj.weight") ? resid_std : 0.02);
+    // Rows of wte past the real vocabulary stay zero: no token selects them and their
+    // logits are ignored, so they never receive a gradient.
+    const int64_t live = name == "wte" ? int64_t(cfg_.vocab) * cfg_.dim : INT64_MAX;
+    for (const TensorPiece& piece : sharded[i].pieces) {
+      float* p = base + piece.local_offset;
+      const int64_t n = piece.numel();
+      if (ones) {
+        for (int64_t e = 0; e < n; ++e) p[e] = 1.0f;
+        continue;
+      }
+      if (v.shape.size() == 1) {  // biases
+        std::memset(p, 0, sizeof(float) * n);
+        continue;
+      }
+      // Global element e takes the (e % 2)-th pair of words of Philox block e / 2 of
+      // stream i: the values a sequential Rng(seed, i).normal() would produce over the whole
+      // tensor, computed in parallel and for any box of it.
+#pragma omp parallel for schedule(static)
+      for (int64_t q = 0; q < n; ++q) {
+        const int64_t e = global_index(piece, q);
+        if (e >= live) {
+          p[q] = 0.0f;
+          continue;
+        }
+        const auto w = philox4x32(seed, si, uint64_t(e / 2));
+        const int j = int(e % 2) * 2;
+        const double u1 = (double(w[j]) + 1.0) / 4294967296.0;
+        const double u2 = double(w[j + 1]) / 4294967296.0;
+        const float z = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+        p[q] = z * stdv;
+      }
+    }
   }
-  std::vector<float> scratch(static_cast<size_t>(largest));
-  for (int u = 0; u < full.num_units(); ++u) {
-    if (holds(u))
-      full.bind_unit(u, checked(part_->unit_params[size_t(u)], u, "parameter"), nullptr);
-    else
-      full.bind_unit(u, scratch.data(), scratch.data());
-  }
-  full.init(seed);
 }
 
 void StageModel::set_inputs(std::vector<MicroInput> micro, std::vector<SampleIds> ids) {
@@ -274,8 +340,11 @@ int StageModel::slot_index(int chunk, int micro) const {
 }
 
 void StageModel::zero_grads() {
-  STRATA_CHECK(grads(), "stage: zero_grads on a stage whose gradients the engine owns");
-  std::memset(grads(), 0, sizeof(float) * size_t(num_params_));
+  for (int i = 0; i < num_units(); ++i) {
+    float* g = checked(part_->unit_grads[size_t(units_[size_t(i)])], units_[size_t(i)], "gradient");
+    const auto [b, e] = unit_range(i);
+    std::memset(g, 0, sizeof(float) * size_t(e - b));
+  }
 }
 
 int64_t StageModel::message_floats(int micro) const {

@@ -48,14 +48,14 @@
 #include "core/tensor_layout.h"
 #include "model/chunk.h"
 #include "model/expert/moe.h"
-#include "model/gpt.h"
+#include "model/model_part.h"
 
 namespace strata::model {
 
 struct Part;  // model/part.h
 struct Slot;
 
-class StageModel final : public ModelPart {
+class StageModel : public ModelPart {
  public:
   // slots[c]: activation slots of chunk c; max_batch: the largest micro-batch (sequences).
   // split_backward: keep per slot what backward_weight needs (zero-bubble schedules): each
@@ -92,6 +92,7 @@ class StageModel final : public ModelPart {
   const std::vector<ParamView>& param_table() const override { return table_; }
   TensorLayout tensor_layout() const override;
   ExpertShard expert_shard() const override { return experts_; }
+  TpShard shard() const { return shard_; }
   // The MoE blocks' layer (null when dense): its load statistics cover this stage's blocks.
   expert::MoE* moe() const;
   float* params() override { return params_.as<float>(); }
@@ -101,8 +102,12 @@ class StageModel final : public ModelPart {
   // [begin, end) of wte in the flat buffers (the tied embedding; empty if not held).
   std::pair<int64_t, int64_t> wte_range() const;
 
-  // GPT-2 initialisation, the values model::GPT::init(seed) gives the same tensors.
+  // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), LN w=1,
+  // biases 0, wte rows past the real vocabulary 0. Each view draws from
+  // Rng(seed, stream = its index in the one-process table), so values depend neither on the
+  // layout nor on which stage holds the view.
   void init(uint64_t seed) override;
+  // Sets every held unit's gradients to zero (wherever they are bound).
   void zero_grads();
 
   // The step's micro-batches (pointers held until the next call); under cp, the stage copies
@@ -139,12 +144,16 @@ class StageModel final : public ModelPart {
 
   struct Chunk;
 
+ protected:
+  Part& part() const { return *part_; }  // the passes (model/part.h)
+  Slot& slot(int chunk, int micro);
+
  private:
   std::pair<int64_t, int64_t> global_range(int unit) const;  // a held global unit's range
   int local_of(int unit) const;
-  Slot& slot(int chunk, int micro);
   int slot_index(int chunk, int micro) const;
 
+ protected:
   GPTConfig cfg_;
   std::vector<StageChunk> chunks_;
   DType compute_;
@@ -156,6 +165,8 @@ class StageModel final : public ModelPart {
   comm::ProcessGroup* ep_ = nullptr;
   int first_expert_ = 0;  // local index of the first held expert unit (num_units(): none)
   std::vector<int> units_;
+
+ private:
   std::vector<int64_t> unit_begin_;  // per global unit: offset in the flat buffers, or -1
   std::vector<int64_t> unit_global_begin_;
   std::vector<ParamView> table_;
