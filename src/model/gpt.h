@@ -248,7 +248,7 @@ class GPT final : public ModelPart {
   // The model must have been built for that group (the constructor's `ep`): a group of
   // another size is refused.
   void set_expert_group(comm::ProcessGroup* ep);
-  // Bytes of the activation buffers allocated for (max_batch, seq) (model/tensor/tp_cost.h predicts
+  // Bytes of the activation buffers allocated for (max_batch, seq) (cost/activations.h predicts
   // them under tensor parallelism).
   int64_t activation_bytes() const;
 

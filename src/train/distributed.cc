@@ -18,24 +18,23 @@
 #include "comm/launcher.h"
 #include "comm/process_group.h"
 #include "comm/rank_status.h"
-#include "core/files.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/trace.h"
+#include "cost/activations.h"
+#include "cost/comm.h"
 #include "diag/net_check.h"
+#include "model/context/context_comm.h"
+#include "model/shard.h"
+#include "model/tensor/collectives.h"
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
 #include "parallel/overlap.h"
 #include "parallel/placement.h"
-#include "model/tensor/tp_cost.h"
-#include "parallel/zero_memory.h"
 #include "train/context_metrics.h"
 #include "train/expert_state.h"
 #include "train/pipeline_rank.h"
 #include "train/run_dir_lock.h"
-#include "model/shard.h"
-#include "model/tensor/collectives.h"
-#include "model/context/context_comm.h"
-#include "model/context/cp_cost.h"
 
 namespace strata::train {
 namespace {
@@ -68,22 +67,22 @@ std::string trace_path(const TrainConfig& cfg, int rank) {
   return cfg.run_dir + "/trace-rank" + std::to_string(rank) + ".json";
 }
 
-// The tensor-parallel figures of every rank next to model/tensor/tp_cost.h's prediction for the same
-// model and layout (what `strata plan --local` prints): model states, the model's
-// activation buffers, and the payload of the last step's tp collectives.
+// The tensor-parallel figures of every rank next to cost/'s prediction for the same model
+// and layout (what `strata plan --local` prints): model states, the model's activation
+// buffers, and the payload of the last step's tp collectives.
 json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                              parallel::DataParallelEngine& engine, const model::GPT& gpt,
                              parallel::Mesh& mesh) {
   const parallel::MeshDims d = mesh.dims();
   const int W = mesh.world().size(), A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
-  // Under cp the activations include the cp attention's buffers (model/context/cp_cost.h).
+  // Under cp the activations include the cp attention's buffers (cost/activations.h).
   const int64_t cp_buffers = gpt.context_comm() ? gpt.context_comm()->buffer_bytes() : 0;
   const double mine[3] = {double(engine.memory_report().model_states()),
                           double(gpt.activation_bytes() + cp_buffers),
                           double(engine.tp_bytes_last_step())};
   std::vector<double> all(size_t(3 * W));
   mesh.world().all_gather(mine, all.data(), 3, DType::f64);
-  const model::TpModel m = model::tp_model(cfg.model);
+  const cost::GptShape m = model::gpt_shape(cfg.model);
   const bool sp = pc.sequence_parallel;
   json ranks = json::array();
   std::string text = cat("tensor parallel: ", d.describe(), sp ? ", sequence parallel" : "",
@@ -95,15 +94,16 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
     const int64_t experts = model::expert_params(cfg.model, d.ep, d.tp);
     const int64_t psi = model::local_num_params(cfg.model, {d.tp, t}, {d.ep, 0});
     const int64_t states =
-        parallel::moe_model_state_bytes(psi - experts, d.dp * d.cp, experts, d.dp * d.cp / d.ep,
-                                        pc.dp.stage, pc.dp.precision)
+        cost::moe_model_state_bytes(psi - experts, d.dp * d.cp, experts, d.dp * d.cp / d.ep,
+                                    pc.dp.stage, pc.dp.precision)
             .total();
     const bool bf16 = gpt.compute() == DType::bf16;
     const int64_t acts =
-        d.cp > 1 ? model::cp_activation_bytes(m, d.tp, sp, t, b, bf16, pc.cp.mode, d.cp,
-                                              cfg.train_seq())
-                 : model::tp_activation_bytes(m, d.tp, sp, t, b, bf16);
-    const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq() / d.cp);
+        d.cp > 1 ? cost::cp_activation_bytes(m, d.tp, sp, t, b, bf16,
+                                             pc.cp.mode == model::CpMode::ring, d.cp,
+                                             cfg.train_seq())
+                 : cost::tp_activation_bytes(m, d.tp, sp, t, b, bf16);
+    const int64_t bytes = A * cost::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq() / d.cp);
     const double* x = &all[size_t(3 * r)];
     ranks.push_back({{"rank", r},
                      {"tp_rank", t},
@@ -198,7 +198,7 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   if (d.pp == 1)
     check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
                             d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
-                            dp.precision == parallel::Precision::bf16);
+                            dp.precision == cost::Precision::bf16);
   validate_pipeline(cfg, *this);
   // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters); a rank's
   // E/ep experts span the dp x cp / ep ranks holding them (parallel/region.h).
@@ -334,7 +334,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   EngineFactory factory;
   factory.model_owns_state = false;
   const model::GPT* built_model = nullptr;
-  factory.compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
+  factory.compute = pc.dp.precision == cost::Precision::bf16 ? DType::bf16 : DType::f32;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     built_model = &m;
     // Dense gradients reduce over dp x cp (each cp rank's are its tokens' share), expert
@@ -361,7 +361,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   factory.summary_extras = [&] {
     const parallel::MemoryReport mem = engine->memory_report();
     const RankStateFormula f = formula();
-    const parallel::ModelStateBytes want = f.states;
+    const cost::ModelStateBytes want = f.states;
     json by_region = rank_state_summary(f, *engine);
     json extras = {{"parallel", {{"zero", pc.dp.stage},
                                  {"precision", parallel::precision_name(pc.dp.precision)},

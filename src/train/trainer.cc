@@ -15,20 +15,20 @@
 #include "comm/launcher.h"
 #include "comm/process_group.h"
 #include "comm/work.h"
-#include "core/stats.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/phase.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "cost/flops.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "kernels/gemm_bf16.h"
-#include "model/tensor/collectives.h"
-#include "train/flops.h"
-#include "train/checkpointing.h"
 #include "model/context/context_comm.h"
+#include "model/tensor/collectives.h"
 #include "parallel/data_parallel.h"
+#include "train/checkpointing.h"
 #include "train/context_metrics.h"
 #include "train/generate.h"
 #include "train/metrics.h"
@@ -340,9 +340,9 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
               ", so its matmuls run in fp32 on the bf16-stored values");
   // The whole model's FLOPs, also on a tensor-parallel rank (which holds 1/T of them).
   flops_per_token =
-      train_flops_per_token(double(cfg.model.num_params() - cfg.model.moe.inactive_params(
-                                cfg.model.layers, cfg.model.dim)),
-                            cfg.model.layers, cfg.model.dim, T);
+      cost::train_flops_per_token(double(cfg.model.num_params() - cfg.model.moe.inactive_params(
+                                      cfg.model.layers, cfg.model.dim)),
+                                  cfg.model.layers, cfg.model.dim, T);
   data::SamplerConfig sc;
   sc.seq = T;
   sc.micro_batch = b;
@@ -490,7 +490,7 @@ void Trainer::Run::train_step(int64_t step) {
   const double tps = double(batch.global_real_tokens) / secs;
   // The peak is one process's (its threads); the job has `world` of them.
   if (lead) track_peak(tps, step);
-  const double mfu = train::mfu(tps, flops_per_token, peak.gflops * 1e9 * topo.world);
+  const double mfu = cost::mfu(tps, flops_per_token, peak.gflops * 1e9 * topo.world);
   const int64_t steps = cfg.schedule.steps;
   if (step > 0 || steps == 1) {  // the first step pays for warm-up
     tok_s.push_back(tps);
