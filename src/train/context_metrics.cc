@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/stats.h"
 #include "cost/activations.h"
 #include "cost/comm.h"
 #include "model/context/context_comm.h"
@@ -74,28 +75,32 @@ void check_activation_budget(double max_mb, const model::GPTConfig& g, int tp, b
   refuse_over_budget(max_mb, most, T, cp, b);
 }
 
-json cp_summary(const model::GPT& m, comm::ProcessGroup& world) {
+void add_cp_section(SummaryBuilder& summary, const model::GPT& m, comm::ProcessGroup& group) {
   const model::ContextComm* cc = m.context_comm();
   const double mine[2] = {cc ? double(cc->compute_ns()) * 1e-6 : 0.0,
                           cc ? double(cc->compute_cpu_ns()) * 1e-6 : 0.0};
-  std::vector<double> all(size_t(2 * world.size()));
-  world.all_gather(mine, all.data(), 2, DType::f64);
-  if (!cc) return json::object();
+  std::vector<double> all(size_t(2 * group.size()));
+  group.all_gather(mine, all.data(), 2, DType::f64);
+  if (!cc) return;
   std::vector<double> wall, cpu;
   for (size_t r = 0; r < all.size(); r += 2) wall.push_back(all[r]), cpu.push_back(all[r + 1]);
   auto max_over_mean = [](const std::vector<double>& v) {
-    double sum = 0, mx = 0;
-    for (double x : v) sum += x, mx = std::max(mx, x);
-    return sum > 0 ? mx / (sum / double(v.size())) : 1.0;
+    const double average = mean(v);
+    return average > 0 ? *std::max_element(v.begin(), v.end()) / average : 1.0;
   };
-  return {{"cp", cc->size()},
-          {"mode", model::cp_mode_name(cc->options().mode)},
-          {"chunks", model::cp_chunks_name(cc->options().chunks)},
-          {"attention_ms_per_rank", wall},
-          {"attention_max_over_mean", max_over_mean(wall)},
-          {"attention_cpu_ms_per_rank", cpu},
-          {"attention_cpu_max_over_mean", max_over_mean(cpu)},
-          {"buffer_bytes", cc->buffer_bytes()}};
+  const double balance = max_over_mean(wall);
+  summary.set("context_parallel", {{"cp", cc->size()},
+                                   {"group", group.name()},
+                                   {"mode", model::cp_mode_name(cc->options().mode)},
+                                   {"chunks", model::cp_chunks_name(cc->options().chunks)},
+                                   {"attention_ms_per_rank", wall},
+                                   {"attention_max_over_mean", balance},
+                                   {"attention_cpu_ms_per_rank", cpu},
+                                   {"attention_cpu_max_over_mean", max_over_mean(cpu)},
+                                   {"buffer_bytes", cc->buffer_bytes()}});
+  summary.line(cat("context parallel: cp ", cc->size(), " ", model::cp_mode_name(cc->options().mode),
+                   " (", model::cp_chunks_name(cc->options().chunks),
+                   "); attention time max/mean over ", group.name(), " ", balance));
 }
 
 }  // namespace strata::train

@@ -10,6 +10,7 @@
 #include "model/context/layout.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
+#include "train/summary.h"
 
 namespace strata::train {
 
@@ -35,7 +36,9 @@ void check_activation_budget(double max_mb, const model::GPT& m, int b, int T);
 void check_activation_budget(double max_mb, const model::GPTConfig& g, int tp, bool sp, int cp,
                              model::CpMode mode, int b, int T, bool bf16);
 
-// Collective over `world`: every rank's attention time so far, and max / mean.
-nlohmann::json cp_summary(const model::GPT& m, comm::ProcessGroup& world);
+// summary.json's "context_parallel" section and its line (train/summary.h), collective over
+// `group`: every rank's attention time so far and max / mean over the group (the world, or
+// a pipeline stage's cp group). Adds nothing without context parallelism.
+void add_cp_section(SummaryBuilder& summary, const model::GPT& m, comm::ProcessGroup& group);
 
 }  // namespace strata::train

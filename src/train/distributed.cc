@@ -67,12 +67,12 @@ std::string trace_path(const TrainConfig& cfg, int rank) {
   return cfg.run_dir + "/trace-rank" + std::to_string(rank) + ".json";
 }
 
-// The tensor-parallel figures of every rank next to cost/'s prediction for the same model
-// and layout (what `strata plan --local` prints): model states, the model's activation
-// buffers, and the payload of the last step's tp collectives.
-json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
-                             parallel::DataParallelEngine& engine, const model::GPT& gpt,
-                             parallel::Mesh& mesh) {
+// summary.json's "tensor_parallel" section: the figures of every rank next to cost/'s
+// prediction for the same model and layout (what `strata plan --local` prints): model
+// states, the model's activation buffers, and the payload of the last step's tp collectives.
+void add_tensor_parallel_section(SummaryBuilder& summary, const TrainConfig& cfg,
+                                 const ParallelConfig& pc, parallel::DataParallelEngine& engine,
+                                 const model::GPT& gpt, parallel::Mesh& mesh) {
   const parallel::MeshDims d = mesh.dims();
   const int W = mesh.world().size(), A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
   // Under cp the activations include the cp attention's buffers (cost/activations.h).
@@ -119,8 +119,9 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                 "), activations ", int64_t(x[1]), " B (", acts, "), tp bytes/step ",
                 int64_t(x[2]), " (", bytes, ")");
   }
-  return {{"tp", d.tp}, {"dp", d.dp}, {"sequence_parallel", sp}, {"ranks", ranks},
-          {"text", text}};
+  summary.set("tensor_parallel",
+              {{"tp", d.tp}, {"dp", d.dp}, {"sequence_parallel", sp}, {"ranks", ranks}});
+  summary.line(text);
 }
 
 // Across hosts: a warning when tp groups span hosts (parallel/placement.h), and with
@@ -358,22 +359,21 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
       return json{{"grad_reduce_bytes", engine->grad_reduce_bytes_last_step()},
                   {"grad_reduce_bytes_experts", rx}};
     };
-  factory.summary_extras = [&] {
+  factory.summary_sections = [&](SummaryBuilder& summary) {
     const parallel::MemoryReport mem = engine->memory_report();
     const RankStateFormula f = formula();
     const cost::ModelStateBytes want = f.states;
-    json by_region = rank_state_summary(f, *engine);
-    json extras = {{"parallel", {{"zero", pc.dp.stage},
-                                 {"precision", parallel::precision_name(pc.dp.precision)},
-                                 {"bucket_mb", pc.dp.bucket_mb},
-                                 {"prefetch", pc.dp.prefetch},
-                                 {"buckets", engine->num_buckets()},
-                                 {"reduce_dtype", parallel::precision_name(pc.dp.reduce())},
-                                 {"grad_reduce_bytes_per_step",
-                                  engine->grad_reduce_bytes_last_step()},
-                                 {"describe", pc.dp.describe()}}},
-                   {"engine_memory", mem.to_json()}};
-    extras.update(by_region);
+    const json by_region = rank_state_summary(f, *engine);
+    summary.set("parallel", {{"zero", pc.dp.stage},
+                             {"precision", parallel::precision_name(pc.dp.precision)},
+                             {"bucket_mb", pc.dp.bucket_mb},
+                             {"prefetch", pc.dp.prefetch},
+                             {"buckets", engine->num_buckets()},
+                             {"reduce_dtype", parallel::precision_name(pc.dp.reduce())},
+                             {"grad_reduce_bytes_per_step", engine->grad_reduce_bytes_last_step()},
+                             {"describe", pc.dp.describe()}});
+    summary.set("engine_memory", mem.to_json());
+    summary.set_all(by_region);
     std::string text = cat("model states per rank: ", mem.model_states(), " B (formula ",
                            want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp * dims.cp,
                            " data-parallel rank(s)", f.expert_params > 0
@@ -390,29 +390,16 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
                   x["grad_reduce_bytes_experts"].get<int64_t>(), " (", f.reduce_bytes_experts,
                   ")");
     }
-    if (dims.tp > 1) {
-      json tp = tensor_parallel_summary(cfg, pc, *engine, *built_model, mesh);
-      text += '\n';
-      text += tp["text"].get<std::string>();
-      tp.erase("text");
-      extras["tensor_parallel"] = tp;
-    }
-    if (dims.cp > 1) {
-      json cp = cp_summary(*built_model, *world);
-      text += cat("\ncontext parallel: cp ", dims.cp, " ", cp["mode"].get<std::string>(), " (",
-                  cp["chunks"].get<std::string>(), "); attention time max/mean over ranks ",
-                  cp["attention_max_over_mean"].get<double>());
-      extras["context_parallel"] = cp;
-    }
+    summary.line(text);
+    if (dims.tp > 1) add_tensor_parallel_section(summary, cfg, pc, *engine, *built_model, mesh);
+    if (dims.cp > 1) add_cp_section(summary, *built_model, *world);
     if (pc.trace) {
-      json ov = overlap_summary(*world);
-      text += cat("\ngradient communication hidden behind compute: ",
-                  int(100 * ov["hidden_share"].get<double>() + 0.5), "% of ",
-                  ov["gradient_comm_ms"].get<double>(), " ms (all ranks)");
-      extras["overlap"] = ov;
+      const json ov = overlap_summary(*world);
+      summary.set("overlap", ov);
+      summary.line(cat("gradient communication hidden behind compute: ",
+                       int(100 * ov["hidden_share"].get<double>() + 0.5), "% of ",
+                       ov["gradient_comm_ms"].get<double>(), " ms (all ranks)"));
     }
-    extras["text"] = text;
-    return extras;
   };
 
   TrainResult r = Trainer(cfg, topo, factory).run();

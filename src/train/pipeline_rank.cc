@@ -205,7 +205,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     return eval.run(sm, 0);  // the last stage's rows; the trainer sums over the job
   };
   f.step_metrics = [&] { return step_rec; };
-  f.summary_extras = [&] {
+  f.summary_sections = [&](SummaryBuilder& summary) {
     // Under cp the activations include the cp attention's buffers (Ulysses: its saved outputs).
     const int64_t acts = sm.activation_bytes() + (topo.cp ? topo.cp->buffer_bytes() : 0);
     const double mine_s[3] = {double(acts), double(sm.num_params()),
@@ -253,17 +253,10 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                  {"bubble_measured_own_windows", steady_median(own_window_bubbles)},
                  {"stages", stages}};
     pipe.update(pipeline_costs_json(pcost));
-    json out{{"pipeline", pipe}};
-    if (topo.cp) {  // the attention's balance within this stage's cp group
-      json cp = cp_summary(*trainer_model, mesh.cp());
-      cp["group"] = mesh.cp().name();
-      text += cat("\ncontext parallel: cp ", d.cp, " ", cp["mode"].get<std::string>(), " (",
-                  cp["chunks"].get<std::string>(), "); attention time max/mean over ",
-                  cp["group"].get<std::string>(), " ", cp["attention_max_over_mean"].get<double>());
-      out["context_parallel"] = cp;
-    }
-    out["text"] = text;
-    return out;
+    summary.set("pipeline", pipe);
+    summary.line(text);
+    // The attention's balance within this stage's cp group.
+    if (topo.cp) add_cp_section(summary, *trainer_model, mesh.cp());
   };
   return Trainer(cfg, topo, f).run();
 }
