@@ -1,5 +1,5 @@
 // Whole-model timing: one GPT forward+backward (and a full step with AdamW) at a fixed
-// (B, T), reporting tokens/s and model GFLOP/s (6N + 12*L*d*T per token, train/flops.h).
+// (B, T), reporting tokens/s and model GFLOP/s (6N + 12*L*d*T per token, cost/flops.h).
 // Compare with bench/kernels/torch_step.py at the same thread count.
 //   OMP_NUM_THREADS=2 build/bench/bench_gpt --benchmark_filter=tiny
 #include <benchmark/benchmark.h>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "cost/flops.h"
 #include "kernels/adamw.h"
 #include "model/gpt.h"
-#include "train/flops.h"
 
 namespace {
 
@@ -38,7 +38,7 @@ struct Setup {
 void report(benchmark::State& state, const GPTConfig& c, int B) {
   const double tokens = double(state.iterations()) * B * c.seq;
   const double fpt =
-      strata::train::train_flops_per_token(double(c.num_params()), c.layers, c.dim, c.seq);
+      strata::cost::train_flops_per_token(double(c.num_params()), c.layers, c.dim, c.seq);
   state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(tokens * fpt * 1e-9, benchmark::Counter::kIsRate);
 }

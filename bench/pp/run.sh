@@ -11,7 +11,7 @@
 #   PEER=0 bash bench/pp/run.sh          # without the PyTorch peer (bubble only)
 #
 # Each summary's pipeline record also has the planner's bubble for the run (the schedule
-# run with the measured layer costs and stage-to-stage message time, parallel/pipeline/cost.h),
+# run with the measured layer costs and stage-to-stage message time, parallel/pipeline/predict.h),
 # that model replayed with each step's measured stage compute (stages slowed unevenly by other
 # work on the machine included), and the share of the schedule each stage spent waiting for messages its peer had already
 # sent (the transport's part of the bubble; the rest is waiting on a peer still computing).

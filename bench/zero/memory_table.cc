@@ -3,7 +3,7 @@
 // For each precision, stage and world size N, forks N rank processes (shm backend); each
 // builds the model without its own state, the engine, runs one training step on random
 // tokens, and reports its process memory tracker (current parameters, gradients, optimizer;
-// peak comm and activations). Rank 0's row is printed beside parallel::zero_model_state_bytes.
+// peak comm and activations). Rank 0's row is printed beside cost::zero_model_state_bytes.
 //
 //   zero_memory_table [model] [micro_batch] [bucket_mb]     (defaults: tiny 4 4)
 #include <omp.h>
@@ -19,10 +19,10 @@
 #include "comm/process_group.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "cost/memory.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
-#include "parallel/zero_memory.h"
 
 using namespace strata;
 using nlohmann::json;
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
       name.c_str(), micro, bucket);
   printf("%-5s %5s %2s | %10s %10s %10s %10s | %10s %6s | %9s %9s\n", "prec", "stage", "N",
          "params", "grads", "optim", "states", "formula", "equal", "comm", "scratch");
-  for (auto p : {parallel::Precision::bf16, parallel::Precision::fp32})
+  for (auto p : {cost::Precision::bf16, cost::Precision::fp32})
     for (int stage = 0; stage <= 3; ++stage)
       for (int world : {1, 2, 3, 4}) {
         parallel::DataParallelOptions o;
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
         }
         const int64_t states = j["parameters"].get<int64_t>() + j["gradients"].get<int64_t>() +
                                j["optimizer"].get<int64_t>();
-        const auto f = parallel::zero_model_state_bytes(j["psi"], world, stage, p);
+        const auto f = cost::zero_model_state_bytes(j["psi"], world, stage, p);
         printf("%-5s %5d %2d | %10s %10s %10s %10s | %10s %6s | %9s %9s\n",
                parallel::precision_name(p), stage, world, mib(j["parameters"]).c_str(),
                mib(j["gradients"]).c_str(), mib(j["optimizer"]).c_str(), mib(states).c_str(),

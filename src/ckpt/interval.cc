@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "ckpt/reliability.h"
 #include "core/error.h"
+#include "cost/reliability.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::ckpt {
@@ -76,12 +76,11 @@ IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, 
   a.mtbf_s = mtbf_s;
   a.restart_s = restart_s;
   a.step_s = step_s;
-  a.young_s = young_interval_s(delta_s, mtbf_s);
-  a.daly_s = daly_interval_s(delta_s, mtbf_s);
+  a.young_s = cost::young_interval_s(delta_s, mtbf_s);
+  a.daly_s = cost::daly_interval_s(delta_s, mtbf_s);
   if (step_s > 0) a.every_steps = std::max<int64_t>(1, std::llround(a.daly_s / step_s));
-  a.loss_per_failure_s = expected_loss_per_failure_s(a.daly_s, restart_s);
-  a.waste_fraction =
-      (a.daly_s > 0 ? delta_s / a.daly_s : 0) + a.loss_per_failure_s / mtbf_s;
+  a.loss_per_failure_s = cost::expected_loss_per_failure_s(a.daly_s, restart_s);
+  a.waste_fraction = cost::checkpoint_overhead_fraction(a.daly_s, delta_s, mtbf_s, restart_s);
   return a;
 }
 

@@ -1,5 +1,5 @@
 // How often to checkpoint, from the measured save stall δ and the mean time between failures
-// M, with the cost models of ckpt/reliability.h (Young's first-order τ = sqrt(2δM) and Daly's
+// M, with the cost models of cost/reliability.h (Young's first-order τ = sqrt(2δM) and Daly's
 // higher-order correction). The expected work lost per failure is τ/2 of recomputation plus
 // the restart time R; the expected fraction of time wasted is δ/τ + (τ/2 + R)/M.
 #pragma once

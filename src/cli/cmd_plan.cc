@@ -7,14 +7,15 @@
 #include "cli/command.h"
 #include "cli/run_config.h"
 #include "core/error.h"
+#include "cost/activations.h"
+#include "cost/comm.h"
+#include "cost/shapes.h"
+#include "model/context/layout.h"
 #include "model/gpt.h"
-#include "model/expert/moe_cost.h"
 #include "model/shard.h"
 #include "nlohmann/json.hpp"
 #include "parallel/pipeline/schedule.h"
 #include "plan/planner.h"
-#include "model/tensor/tp_cost.h"
-#include "model/context/cp_cost.h"
 
 namespace strata::cli {
 
@@ -139,7 +140,7 @@ GpuSpec build_gpu(const Flags& f, const CLI::App& app, std::vector<std::string>&
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
 // --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
 // activation buffers and the tensor-parallel bytes per step, from the cost models the
-// training summary prints its prediction with (model/tensor/tp_cost.h, parallel/zero_memory.h).
+// training summary prints its prediction with (cost/).
 void run_local(const Flags& f, const CLI::App& app) {
   model::GPTConfig g = model::GPTConfig::preset(f.model.empty() ? "tiny" : f.model);
   if (app.count("--layers")) g.layers = int(f.layers);
@@ -170,15 +171,16 @@ void run_local(const Flags& f, const CLI::App& app) {
   model::check_context_parallel(g, tp, cp, {cpm, model::CpChunks::zigzag}, int(seq));
   model::check_tensor_parallel(g, tp, !f.no_sp, int(seq), cp);
   const Precision p = f.precision == "fp32" ? Precision::fp32 : Precision::bf16;
-  const model::TpModel m = model::tp_model(g);
+  const cost::GptShape m = model::gpt_shape(g);
   nlohmann::json ranks = nlohmann::json::array();
   std::string text = cat("strata run: ", f.model.empty() ? "tiny" : f.model, ", tp ", tp,
                          cp > 1 ? cat(" x cp ", cp, " (", f.cp_mode, ")") : "", " x dp ",
                          dp, ", zero ", stage, ", ", f.precision, tp > 1 && !f.no_sp ? ", sp" : "",
                          ", micro-batch ", b, " x seq ", seq, " x accum ", f.accum, "\n");
   // Context parallelism: 1/cp of each sequence per rank, ZeRO over dp x cp, ring or Ulysses
-  // bytes (model/context/cp_cost.h).
-  const int64_t cp_bytes = f.accum * model::cp_bytes_per_micro(cpm, cp, g.layers, b, seq, g.dim / tp);
+  // bytes (cost/comm.h).
+  const bool ring = cpm == model::CpMode::ring;
+  const int64_t cp_bytes = f.accum * cost::cp_bytes_per_micro(ring, cp, g.layers, b, seq, g.dim / tp);
   // MoE: dense parameters over dp x cp, the rank's E/ep experts over the dp x cp / ep ranks
   // that hold them (parallel/region.h); gradient reductions move both once per step (ZeRO
   // 0-1) or per micro-batch (2-3).
@@ -191,9 +193,9 @@ void run_local(const Flags& f, const CLI::App& app) {
         grad_reduce_bytes_per_step(psi - experts, dp * cp, stage, f.accum, p) +
         grad_reduce_bytes_per_step(experts, dp * cp / ep, stage, f.accum, p);
     const int64_t acts =
-        cp > 1 ? model::cp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16, cpm, cp, seq)
-               : model::tp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16);
-    const int64_t bytes = f.accum * model::tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq / cp);
+        cp > 1 ? cost::cp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16, ring, cp, seq)
+               : cost::tp_activation_bytes(m, tp, !f.no_sp, r, b, p == Precision::bf16);
+    const int64_t bytes = f.accum * cost::tp_comm_bytes_per_micro(m, tp, !f.no_sp, b, seq / cp);
     ranks.push_back({{"tp_rank", r}, {"params", psi}, {"expert_params", experts},
                      {"grad_reduce_bytes_per_step", reduce}, {"parameters", st.parameters},
                      {"gradients", st.gradients}, {"optimizer", st.optimizer},
@@ -211,9 +213,8 @@ void run_local(const Flags& f, const CLI::App& app) {
                             : "",
                 cp > 1 ? cat("; cp bytes per step ", cp_bytes) : "", "\n");
   }
-  // Dropless routing: every assignment crosses the ep group (model/expert/moe_cost.h).
-  const int64_t ep_bytes =
-      f.accum * model::expert::ep_group_bytes_per_micro(g.moe, g.layers, g.dim, ep, b * seq);
+  // Dropless routing: every assignment crosses the ep group (cost/comm.h).
+  const int64_t ep_bytes = f.accum * cost::ep_group_bytes_per_micro(m, ep, b * seq);
   if (g.moe.enabled())
     text += cat("MoE: ", g.moe.experts, " experts, top-", g.moe.top_k, ", every ", g.moe.every,
                 " block(s), ep ", ep, ": all-to-all bytes per step per ep group (dropless; at "

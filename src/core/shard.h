@@ -1,5 +1,5 @@
 // ZeRO's shard rounding, shared by the engine's layout (parallel/), sharded checkpoints
-// (ckpt/) and the memory model (parallel/zero_memory.h), which must agree to the element:
+// (ckpt/) and the memory model (cost/memory.h), which must agree to the element:
 // Ψ elements over N ranks are padded so any Ψ splits over any N, and every rank's shard
 // buffer holds S = ceil(Ψ/N) elements (rank r owns [r·S, (r+1)·S) clipped to Ψ).
 #pragma once

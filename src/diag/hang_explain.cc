@@ -241,8 +241,7 @@ void find_stragglers(HangReport& r, const Analysis& a, const StragglerRule& rule
         std::vector<double> others;
         for (auto& [o, wo] : waits)
           if (o != rk) others.push_back(wo);
-        std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
-        double late = others[others.size() / 2] - w;
+        const double late = strata::median(others) - w;
         Tally& t = tally[rk];
         ++t.samples;
         t.last += rk == last;

@@ -1,7 +1,7 @@
 // The block's passes (model/block.h). Communication per micro-batch and block under
 // tensor parallelism with SP: forward 2 all-gathers + 2 reduce-scatters of N·C floats;
 // backward 4 all-gathers + 2 reduce-scatters of N·C + 6C all-reduced. Without SP: 2
-// all-reduces of N·C forward and 2 backward (model/tensor/tp_cost.h). At T = 1: none.
+// all-reduces of N·C forward and 2 backward (cost/comm.h). At T = 1: none.
 #include "model/block.h"
 
 #include <cstring>

@@ -71,7 +71,7 @@ class GPT final : public StageModel {
   // another size is refused.
   void set_expert_group(comm::ProcessGroup* ep);
   // Bytes of the activation buffers allocated for (max_batch, seq) and the inputs' copy
-  // (cost/ predicts them under tensor parallelism).
+  // (cost/activations.h predicts them under tensor parallelism).
   int64_t activation_bytes() const;
 
   struct Impl;  // the one-process state between calls (gpt_impl.h)

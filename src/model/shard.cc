@@ -6,7 +6,7 @@ namespace strata::model {
 
 VocabSlice vocab_slice(int64_t padded_vocab, TpShard s) {
   const int64_t begin = padded_vocab * s.rank / s.size;
-  return {begin, begin + model::tp_vocab_rows(padded_vocab, s.size, s.rank)};
+  return {begin, begin + cost::tp_vocab_rows(padded_vocab, s.size, s.rank)};
 }
 
 void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq, int cp) {
@@ -151,7 +151,7 @@ TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s, ExpertShard x) {
   return out;
 }
 
-model::TpModel tp_model(const GPTConfig& cfg) {
+cost::GptShape gpt_shape(const GPTConfig& cfg) {
   return {cfg.layers,       cfg.dim,
           cfg.heads,        cfg.seq,
           cfg.vocab,        cfg.padded_vocab,
@@ -159,19 +159,25 @@ model::TpModel tp_model(const GPTConfig& cfg) {
           cfg.moe.top_k};
 }
 
+namespace {
+
+void check_expert_split(const GPTConfig& cfg, int ep) {
+  STRATA_CHECK(ep >= 1 && cfg.moe.experts % ep == 0, "--experts ", cfg.moe.experts,
+               " is not divisible by --ep ", ep);
+}
+
+}  // namespace
+
 int64_t local_num_params(const GPTConfig& cfg, TpShard s, ExpertShard x) {
-  return model::tp_local_params(tp_model(cfg), s.size, s.rank) - expert_params(cfg, 1, s.size) +
-         expert_params(cfg, x.size, s.size);
+  if (cfg.moe.enabled()) check_expert_split(cfg, x.size);
+  return cost::local_params(gpt_shape(cfg), s.size, s.rank, x.size);
 }
 
 int64_t expert_params(const GPTConfig& cfg, int ep, int tp) {
   if (!cfg.moe.enabled()) return 0;
-  STRATA_CHECK(ep >= 1 && cfg.moe.experts % ep == 0, "--experts ", cfg.moe.experts,
-               " is not divisible by --ep ", ep);
-  const int64_t C = cfg.dim;
-  const int64_t T = tp;  // an expert's MLP split as the dense one (model/tensor/tp_cost.h)
+  check_expert_split(cfg, ep);
   return int64_t(cfg.moe.moe_layers(cfg.layers)) * (cfg.moe.experts / ep) *
-         (8 * C * C / T + 4 * C / T + C);
+         cost::mlp_params(cfg.dim, tp);
 }
 
 }  // namespace strata::model

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "core/tensor_layout.h"
+#include "cost/shapes.h"
 #include "model/gpt.h"
-#include "model/tensor/tp_cost.h"
 
 namespace strata::model {
 
@@ -55,8 +55,8 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s,
 // Every piece of the rank's flat buffer in local_offset order (core/tensor_layout.h).
 TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s, ExpertShard x = {});
 
-// The model's shape for the tensor-parallel cost model (model/tensor/tp_cost.h).
-model::TpModel tp_model(const GPTConfig& cfg);
+// The model's shape as the cost models take it (cost/shapes.h).
+cost::GptShape gpt_shape(const GPTConfig& cfg);
 
 // Elements a tp rank holds (the local Ψ); with an ExpertShard, an ep rank.
 int64_t local_num_params(const GPTConfig& cfg, TpShard s, ExpertShard x = {});

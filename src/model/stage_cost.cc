@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "cost/flops.h"
 
 namespace strata::model {
 
@@ -20,7 +21,7 @@ LayerCosts estimate_layer_costs(const GPTConfig& cfg, int seq, bool split_backwa
     return split_backward ? PassCost{fwd, fwd, fwd} : PassCost{fwd, 2 * fwd, 0};
   };
   LayerCosts c;
-  c.block = pass(24.0 * C * C + 4.0 * T * C);
+  c.block = pass(cost::block_forward_flops_per_token(C, T));
   c.head = pass(2.0 * C * cfg.padded_vocab);
   c.embed = {C, C, 0};  // a lookup and an add; its gradient a scatter-add
   return c;

@@ -16,8 +16,9 @@
 //                         thread the passes are timed on the thread's CPU clock (a shared,
 //                         oversubscribed machine then still measures the cost on one core),
 //                         else on the wall clock.
-//   estimate_layer_costs  flops per token: a block 24·C² + 4·T·C forward, the head 2·C·Vp, the
-//                         embedding C; backward twice the forward (split: b = w = forward).
+//   estimate_layer_costs  flops per token: a block 24·C² + 4·T·C forward (cost/flops.h), the
+//                         head 2·C·Vp, the embedding C; backward twice the forward (split:
+//                         b = w = forward).
 //                         Deterministic: what tests and `STRATA_PP_COSTS=estimate` use.
 //
 // balance_layers gives each virtual stage a contiguous run of at least one block, minimising

@@ -6,9 +6,12 @@
 #include <string>
 #include <string_view>
 
-#include "parallel/zero_memory.h"
+#include "cost/memory.h"
 
 namespace strata::parallel {
+
+// The engine keeps its states in the precision the memory formulas are written in (cost/memory.h).
+using cost::Precision;
 
 struct DataParallelOptions {
   int stage = 0;                          // ZeRO stage: 0 (DDP), 1, 2, 3 (FSDP)
@@ -41,7 +44,7 @@ int parse_zero_stage(std::string_view s);  // "0".."3"; throws naming the value
 inline bool model_owns_state(const DataParallelOptions&) { return false; }
 
 // Rejects a data-parallel layout the machine cannot hold: `ranks_on_host` ranks, each with
-// the model states of `stage` for `psi` parameters (parallel/zero_memory.h) plus
+// the model states of `stage` for `psi` parameters (cost/memory.h) plus
 // `other_bytes_per_rank` (activations, buffers), against `available_bytes` (<= 0: read
 // MemAvailable from /proc/meminfo). Throws naming the numbers. An MoE rank holds
 // `psi_experts` more parameters (its E/ep experts) sharded over `expert_world` ranks

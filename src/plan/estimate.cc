@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "parallel/pipeline/cost.h"
+#include "parallel/pipeline/predict.h"
 
 namespace strata::plan {
 
@@ -305,7 +305,7 @@ double data_parallel_comm(const TrainSetup& s, const Layout& l, const MicroBatch
   return per_micro;
 }
 
-// The pipeline's makespan from its schedule (parallel/pipeline/cost.h): sets the bubble, the
+// The pipeline's makespan from its schedule (parallel/pipeline/predict.h): sets the bubble, the
 // exposed stage-to-stage transfers and the pp item's exposed time. comm: per micro-batch
 // communication on the stage; transfer: one message.
 void pipeline_time(const TrainSetup& s, const Layout& l, const MicroBatch& c, double comm,

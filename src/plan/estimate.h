@@ -18,7 +18,7 @@
 // (a third of the communication in the forward, recomputation in the backward; zero-bubble
 // splits the backward's compute evenly into B and W), and the pipeline runs the setup's
 // schedule over the p stages with those F, B, W times and one send_recv of the stage's
-// activation per stage-to-stage message (parallel/pipeline/cost.h, the model the training
+// activation per stage-to-stage message (parallel/pipeline/predict.h, the model the training
 // summary's planned bubble uses): its makespan without the transfers less m·t_mb is the
 // bubble ((p−1)/(m+p−1) of the schedule for 1F1B and GPipe, (p−1)/(v·m+p−1) interleaved),
 // what the transfers add is the exposed pipeline communication. After the pipeline drains:
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "plan/comm_cost.h"
+#include "cost/comm.h"
 #include "plan/layout.h"
 
 namespace strata::plan {

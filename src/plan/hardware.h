@@ -18,10 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "cost/comm.h"
 #include "nlohmann/json_fwd.hpp"
-#include "plan/comm_cost.h"
 
 namespace strata::plan {
+
+// Every formula the planner evaluates is the engine's own, from cost/ (links and collectives,
+// activation and model-state bytes, FLOPs, the bubble, checkpoint intervals): the planner
+// speaks in its terms.
+using namespace cost;
 
 struct GpuSpec {
   std::string name;

@@ -10,21 +10,13 @@
 #include <cstdint>
 #include <string>
 
-#include "plan/activation_memory.h"
+#include "cost/activations.h"
+#include "cost/memory.h"
+#include "parallel/pipeline/schedule.h"
 #include "plan/hardware.h"
 #include "plan/model_spec.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/zero_memory.h"
 
 namespace strata::plan {
-
-// The ZeRO memory model is the engine's own (parallel/zero_memory.h); the planner uses it as is.
-using parallel::ModelStateBytes;
-using parallel::Optimizer;
-using parallel::Precision;
-using parallel::StateBytesPerParam;
-using parallel::state_bytes_per_param;
-using parallel::zero_model_state_bytes;
 
 enum class CpMode : uint8_t { ring, ulysses };
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "train/flops.h"
+#include "cost/flops.h"
 
 namespace strata::plan {
 
@@ -140,7 +140,7 @@ double logits_forward_flops_per_token(const ModelSpec& m) {
 }
 
 double model_flops_per_token(const ModelSpec& m) {
-  return train::train_flops_per_token(double(count_params(m).matmul_active()), m.layers, m.hidden, m.seq);
+  return cost::train_flops_per_token(double(count_params(m).matmul_active()), m.layers, m.hidden, m.seq);
 }
 
 }  // namespace strata::plan

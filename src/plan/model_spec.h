@@ -91,7 +91,7 @@ double layer_forward_flops_per_token(const ModelSpec& m, double s);
 double attention_core_forward_flops_per_token(const ModelSpec& m, double s);
 double logits_forward_flops_per_token(const ModelSpec& m);
 
-// Model FLOPs per trained token for MFU (train/flops.h: 6N + 12·L·h·s), N = matmul_active().
+// Model FLOPs per trained token for MFU (cost/flops.h: 6N + 12·L·h·s), N = matmul_active().
 double model_flops_per_token(const ModelSpec& m);
 
 }  // namespace strata::plan

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "cost/reliability.h"
 #include "nlohmann/json_fwd.hpp"
-#include "plan/reliability.h"
 #include "plan/rlhf.h"
 #include "plan/search.h"
 

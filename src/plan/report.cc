@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "cost/flops.h"
 #include "nlohmann/json.hpp"
-#include "plan/flops.h"
 #include "plan/planner.h"
 
 namespace strata::plan {

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/stats.h"
 #include "plan/hardware.h"
 #include "report/run_data.h"
 #include "report/subprocess.h"
@@ -73,13 +74,12 @@ HostLink fit_host_link(const std::string& path) {
     if (number(r, "bytes") >= 1048576) big.push_back(number(r, "busbw"));
   }
   if (big.empty()) big.push_back(number(rows.back(), "busbw"));
-  std::sort(big.begin(), big.end());
   HostLink h;
   h.rows = int(rows.size());
   const double factor = number(rows.back(), "busbw") / number(rows.back(), "algbw");  // 2(n-1)/n
   STRATA_CHECK(factor > 0 && factor < 2, path, ": busbw/algbw = ", factor, " is not an all-reduce bus factor");
   h.ranks = int(std::lround(1.0 / (1.0 - factor / 2)));
-  h.gbps = big[big.size() / 2];
+  h.gbps = median(big);
   h.alpha_us = least / (2.0 * (h.ranks - 1));
   return h;
 }

@@ -230,7 +230,7 @@ std::string memory_section(const std::vector<RunData>& runs) {
   }
   if (body.empty()) return section("memory", "Memory", note("No summary.json with memory figures."));
   body += note("The planner predicts model states (parameters, gradients, optimizer; "
-               "parallel/zero_memory.h) for data-parallel runs; activations and buffers of this CPU "
+               "cost/memory.h) for data-parallel runs; activations and buffers of this CPU "
                "engine are measured only.");
   return section("memory", "Memory per rank", body);
 }

@@ -14,7 +14,7 @@ std::unique_ptr<parallel::DataParallelEngine> make_trained_engine(model::GPT& gp
                                                                   const std::vector<float>& params) {
   parallel::DataParallelOptions o;
   o.stage = stage;
-  o.precision = parallel::Precision::fp32;
+  o.precision = cost::Precision::fp32;
   auto engine = parallel::make_data_parallel_engine(gpt, group, o, optim, /*seed=*/1);
   const int64_t psi = gpt.num_params();
   STRATA_CHECK(int64_t(params.size()) == psi, "trained model: ", params.size(), " parameters for a model of ",

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "model/context/context_comm.h"
-#include "model/context/cp_cost.h"
 #include "core/error.h"
+#include "core/stats.h"
+#include "cost/activations.h"
+#include "cost/comm.h"
+#include "model/context/context_comm.h"
 #include "model/shard.h"
 
 namespace strata::train {
@@ -24,13 +26,13 @@ json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences
   const CpMark now = cp_mark(m);
   const model::GPTConfig& g = m.config();
   const int64_t Cl = g.dim / m.shard().size;
-  const model::CpMode mode = cc->options().mode;
+  const bool ring = cc->options().mode == model::CpMode::ring;
   const int C = cc->size();
   const int64_t Tl = T / C;
   return {{"cp_bytes", now.bytes - begin.bytes},
-          {"cp_bytes_formula", model::cp_bytes_per_micro(mode, C, g.layers, sequences, T, Cl)},
-          {"cp_bytes_per_layer_fwd", model::cp_attention_bytes(mode, C, sequences, Tl, Cl, false)},
-          {"cp_bytes_per_layer_bwd", model::cp_attention_bytes(mode, C, sequences, Tl, Cl, true)},
+          {"cp_bytes_formula", cost::cp_bytes_per_micro(ring, C, g.layers, sequences, T, Cl)},
+          {"cp_bytes_per_layer_fwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, false)},
+          {"cp_bytes_per_layer_bwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, true)},
           {"cp_attention_ms", double(now.compute_ns - begin.compute_ns) * 1e-6}};
 }
 
@@ -40,8 +42,9 @@ int64_t activation_bytes_per_rank(const model::GPT& m, int b, int T) {
   if (cc) {
     const model::GPTConfig& g = m.config();
     const int tp = m.shard().size;
-    bytes += model::cp_buffer_bytes(cc->options().mode, cc->size(), g.layers, b, T / cc->size(),
-                                    g.dim / tp, g.heads / tp);
+    const bool ring = cc->options().mode == model::CpMode::ring;
+    bytes += cost::cp_buffer_bytes(ring, cc->size(), g.layers, b, T / cc->size(), g.dim / tp,
+                                   g.heads / tp);
   }
   return bytes;
 }
@@ -64,36 +67,40 @@ void check_activation_budget(double max_mb, const model::GPT& m, int b, int T) {
 void check_activation_budget(double max_mb, const model::GPTConfig& g, int tp, bool sp, int cp,
                              model::CpMode mode, int b, int T, bool bf16) {
   if (max_mb <= 0) return;
-  const model::TpModel m = model::tp_model(g);
+  const cost::GptShape m = model::gpt_shape(g);
   int64_t most = 0;
   for (int r = 0; r < tp; ++r)
-    most = std::max(most, cp > 1 ? model::cp_activation_bytes(m, tp, sp, r, b, bf16, mode, cp, T)
-                                 : model::tp_activation_bytes(m, tp, sp, r, b, bf16));
+    most = std::max(most, cp > 1 ? cost::cp_activation_bytes(m, tp, sp, r, b, bf16, mode == model::CpMode::ring, cp, T)
+                                 : cost::tp_activation_bytes(m, tp, sp, r, b, bf16));
   refuse_over_budget(max_mb, most, T, cp, b);
 }
 
-json cp_summary(const model::GPT& m, comm::ProcessGroup& world) {
+void add_cp_section(SummaryBuilder& summary, const model::GPT& m, comm::ProcessGroup& group) {
   const model::ContextComm* cc = m.context_comm();
   const double mine[2] = {cc ? double(cc->compute_ns()) * 1e-6 : 0.0,
                           cc ? double(cc->compute_cpu_ns()) * 1e-6 : 0.0};
-  std::vector<double> all(size_t(2 * world.size()));
-  world.all_gather(mine, all.data(), 2, DType::f64);
-  if (!cc) return json::object();
+  std::vector<double> all(size_t(2 * group.size()));
+  group.all_gather(mine, all.data(), 2, DType::f64);
+  if (!cc) return;
   std::vector<double> wall, cpu;
   for (size_t r = 0; r < all.size(); r += 2) wall.push_back(all[r]), cpu.push_back(all[r + 1]);
   auto max_over_mean = [](const std::vector<double>& v) {
-    double sum = 0, mx = 0;
-    for (double x : v) sum += x, mx = std::max(mx, x);
-    return sum > 0 ? mx / (sum / double(v.size())) : 1.0;
+    const double average = mean(v);
+    return average > 0 ? *std::max_element(v.begin(), v.end()) / average : 1.0;
   };
-  return {{"cp", cc->size()},
-          {"mode", model::cp_mode_name(cc->options().mode)},
-          {"chunks", model::cp_chunks_name(cc->options().chunks)},
-          {"attention_ms_per_rank", wall},
-          {"attention_max_over_mean", max_over_mean(wall)},
-          {"attention_cpu_ms_per_rank", cpu},
-          {"attention_cpu_max_over_mean", max_over_mean(cpu)},
-          {"buffer_bytes", cc->buffer_bytes()}};
+  const double balance = max_over_mean(wall);
+  summary.set("context_parallel", {{"cp", cc->size()},
+                                   {"group", group.name()},
+                                   {"mode", model::cp_mode_name(cc->options().mode)},
+                                   {"chunks", model::cp_chunks_name(cc->options().chunks)},
+                                   {"attention_ms_per_rank", wall},
+                                   {"attention_max_over_mean", balance},
+                                   {"attention_cpu_ms_per_rank", cpu},
+                                   {"attention_cpu_max_over_mean", max_over_mean(cpu)},
+                                   {"buffer_bytes", cc->buffer_bytes()}});
+  summary.line(cat("context parallel: cp ", cc->size(), " ", model::cp_mode_name(cc->options().mode),
+                   " (", model::cp_chunks_name(cc->options().chunks),
+                   "); attention time max/mean over ", group.name(), " ", balance));
 }
 
 }  // namespace strata::train

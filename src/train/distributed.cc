@@ -18,24 +18,23 @@
 #include "comm/launcher.h"
 #include "comm/process_group.h"
 #include "comm/rank_status.h"
-#include "core/files.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/trace.h"
+#include "cost/activations.h"
+#include "cost/comm.h"
 #include "diag/net_check.h"
+#include "model/context/context_comm.h"
+#include "model/shard.h"
+#include "model/tensor/collectives.h"
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
 #include "parallel/overlap.h"
 #include "parallel/placement.h"
-#include "model/tensor/tp_cost.h"
-#include "parallel/zero_memory.h"
 #include "train/context_metrics.h"
 #include "train/expert_state.h"
 #include "train/pipeline_rank.h"
 #include "train/run_dir_lock.h"
-#include "model/shard.h"
-#include "model/tensor/collectives.h"
-#include "model/context/context_comm.h"
-#include "model/context/cp_cost.h"
 
 namespace strata::train {
 namespace {
@@ -68,22 +67,22 @@ std::string trace_path(const TrainConfig& cfg, int rank) {
   return cfg.run_dir + "/trace-rank" + std::to_string(rank) + ".json";
 }
 
-// The tensor-parallel figures of every rank next to model/tensor/tp_cost.h's prediction for the same
-// model and layout (what `strata plan --local` prints): model states, the model's
-// activation buffers, and the payload of the last step's tp collectives.
-json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
-                             parallel::DataParallelEngine& engine, const model::GPT& gpt,
-                             parallel::Mesh& mesh) {
+// summary.json's "tensor_parallel" section: the figures of every rank next to cost/'s
+// prediction for the same model and layout (what `strata plan --local` prints): model
+// states, the model's activation buffers, and the payload of the last step's tp collectives.
+void add_tensor_parallel_section(SummaryBuilder& summary, const TrainConfig& cfg,
+                                 const ParallelConfig& pc, parallel::DataParallelEngine& engine,
+                                 const model::GPT& gpt, parallel::Mesh& mesh) {
   const parallel::MeshDims d = mesh.dims();
   const int W = mesh.world().size(), A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
-  // Under cp the activations include the cp attention's buffers (model/context/cp_cost.h).
+  // Under cp the activations include the cp attention's buffers (cost/activations.h).
   const int64_t cp_buffers = gpt.context_comm() ? gpt.context_comm()->buffer_bytes() : 0;
   const double mine[3] = {double(engine.memory_report().model_states()),
                           double(gpt.activation_bytes() + cp_buffers),
                           double(engine.tp_bytes_last_step())};
   std::vector<double> all(size_t(3 * W));
   mesh.world().all_gather(mine, all.data(), 3, DType::f64);
-  const model::TpModel m = model::tp_model(cfg.model);
+  const cost::GptShape m = model::gpt_shape(cfg.model);
   const bool sp = pc.sequence_parallel;
   json ranks = json::array();
   std::string text = cat("tensor parallel: ", d.describe(), sp ? ", sequence parallel" : "",
@@ -95,15 +94,16 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
     const int64_t experts = model::expert_params(cfg.model, d.ep, d.tp);
     const int64_t psi = model::local_num_params(cfg.model, {d.tp, t}, {d.ep, 0});
     const int64_t states =
-        parallel::moe_model_state_bytes(psi - experts, d.dp * d.cp, experts, d.dp * d.cp / d.ep,
-                                        pc.dp.stage, pc.dp.precision)
+        cost::moe_model_state_bytes(psi - experts, d.dp * d.cp, experts, d.dp * d.cp / d.ep,
+                                    pc.dp.stage, pc.dp.precision)
             .total();
     const bool bf16 = gpt.compute() == DType::bf16;
     const int64_t acts =
-        d.cp > 1 ? model::cp_activation_bytes(m, d.tp, sp, t, b, bf16, pc.cp.mode, d.cp,
-                                              cfg.train_seq())
-                 : model::tp_activation_bytes(m, d.tp, sp, t, b, bf16);
-    const int64_t bytes = A * model::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq() / d.cp);
+        d.cp > 1 ? cost::cp_activation_bytes(m, d.tp, sp, t, b, bf16,
+                                             pc.cp.mode == model::CpMode::ring, d.cp,
+                                             cfg.train_seq())
+                 : cost::tp_activation_bytes(m, d.tp, sp, t, b, bf16);
+    const int64_t bytes = A * cost::tp_comm_bytes_per_micro(m, d.tp, sp, b, cfg.train_seq() / d.cp);
     const double* x = &all[size_t(3 * r)];
     ranks.push_back({{"rank", r},
                      {"tp_rank", t},
@@ -119,8 +119,9 @@ json tensor_parallel_summary(const TrainConfig& cfg, const ParallelConfig& pc,
                 "), activations ", int64_t(x[1]), " B (", acts, "), tp bytes/step ",
                 int64_t(x[2]), " (", bytes, ")");
   }
-  return {{"tp", d.tp}, {"dp", d.dp}, {"sequence_parallel", sp}, {"ranks", ranks},
-          {"text", text}};
+  summary.set("tensor_parallel",
+              {{"tp", d.tp}, {"dp", d.dp}, {"sequence_parallel", sp}, {"ranks", ranks}});
+  summary.line(text);
 }
 
 // Across hosts: a warning when tp groups span hosts (parallel/placement.h), and with
@@ -198,7 +199,7 @@ void ParallelConfig::validate(const TrainConfig& cfg) const {
   if (d.pp == 1)
     check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
                             d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
-                            dp.precision == parallel::Precision::bf16);
+                            dp.precision == cost::Precision::bf16);
   validate_pipeline(cfg, *this);
   // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters); a rank's
   // E/ep experts span the dp x cp / ep ranks holding them (parallel/region.h).
@@ -334,7 +335,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   EngineFactory factory;
   factory.model_owns_state = false;
   const model::GPT* built_model = nullptr;
-  factory.compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
+  factory.compute = pc.dp.precision == cost::Precision::bf16 ? DType::bf16 : DType::f32;
   factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
     built_model = &m;
     // Dense gradients reduce over dp x cp (each cp rank's are its tokens' share), expert
@@ -358,22 +359,21 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
       return json{{"grad_reduce_bytes", engine->grad_reduce_bytes_last_step()},
                   {"grad_reduce_bytes_experts", rx}};
     };
-  factory.summary_extras = [&] {
+  factory.summary_sections = [&](SummaryBuilder& summary) {
     const parallel::MemoryReport mem = engine->memory_report();
     const RankStateFormula f = formula();
-    const parallel::ModelStateBytes want = f.states;
-    json by_region = rank_state_summary(f, *engine);
-    json extras = {{"parallel", {{"zero", pc.dp.stage},
-                                 {"precision", parallel::precision_name(pc.dp.precision)},
-                                 {"bucket_mb", pc.dp.bucket_mb},
-                                 {"prefetch", pc.dp.prefetch},
-                                 {"buckets", engine->num_buckets()},
-                                 {"reduce_dtype", parallel::precision_name(pc.dp.reduce())},
-                                 {"grad_reduce_bytes_per_step",
-                                  engine->grad_reduce_bytes_last_step()},
-                                 {"describe", pc.dp.describe()}}},
-                   {"engine_memory", mem.to_json()}};
-    extras.update(by_region);
+    const cost::ModelStateBytes want = f.states;
+    const json by_region = rank_state_summary(f, *engine);
+    summary.set("parallel", {{"zero", pc.dp.stage},
+                             {"precision", parallel::precision_name(pc.dp.precision)},
+                             {"bucket_mb", pc.dp.bucket_mb},
+                             {"prefetch", pc.dp.prefetch},
+                             {"buckets", engine->num_buckets()},
+                             {"reduce_dtype", parallel::precision_name(pc.dp.reduce())},
+                             {"grad_reduce_bytes_per_step", engine->grad_reduce_bytes_last_step()},
+                             {"describe", pc.dp.describe()}});
+    summary.set("engine_memory", mem.to_json());
+    summary.set_all(by_region);
     std::string text = cat("model states per rank: ", mem.model_states(), " B (formula ",
                            want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp * dims.cp,
                            " data-parallel rank(s)", f.expert_params > 0
@@ -390,29 +390,16 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
                   x["grad_reduce_bytes_experts"].get<int64_t>(), " (", f.reduce_bytes_experts,
                   ")");
     }
-    if (dims.tp > 1) {
-      json tp = tensor_parallel_summary(cfg, pc, *engine, *built_model, mesh);
-      text += '\n';
-      text += tp["text"].get<std::string>();
-      tp.erase("text");
-      extras["tensor_parallel"] = tp;
-    }
-    if (dims.cp > 1) {
-      json cp = cp_summary(*built_model, *world);
-      text += cat("\ncontext parallel: cp ", dims.cp, " ", cp["mode"].get<std::string>(), " (",
-                  cp["chunks"].get<std::string>(), "); attention time max/mean over ranks ",
-                  cp["attention_max_over_mean"].get<double>());
-      extras["context_parallel"] = cp;
-    }
+    summary.line(text);
+    if (dims.tp > 1) add_tensor_parallel_section(summary, cfg, pc, *engine, *built_model, mesh);
+    if (dims.cp > 1) add_cp_section(summary, *built_model, *world);
     if (pc.trace) {
-      json ov = overlap_summary(*world);
-      text += cat("\ngradient communication hidden behind compute: ",
-                  int(100 * ov["hidden_share"].get<double>() + 0.5), "% of ",
-                  ov["gradient_comm_ms"].get<double>(), " ms (all ranks)");
-      extras["overlap"] = ov;
+      const json ov = overlap_summary(*world);
+      summary.set("overlap", ov);
+      summary.line(cat("gradient communication hidden behind compute: ",
+                       int(100 * ov["hidden_share"].get<double>() + 0.5), "% of ",
+                       ov["gradient_comm_ms"].get<double>(), " ms (all ranks)"));
     }
-    extras["text"] = text;
-    return extras;
   };
 
   TrainResult r = Trainer(cfg, topo, factory).run();

@@ -10,13 +10,13 @@ RankStateFormula rank_state_formula(int64_t local_params, int64_t expert_params,
   f.dense_params = local_params - expert_params;
   f.dense_ranks = int64_t(d.dp) * d.cp;
   f.edp_ranks = f.dense_ranks / d.ep;
-  f.states = parallel::moe_model_state_bytes(f.dense_params, f.dense_ranks, f.expert_params,
+  f.states = cost::moe_model_state_bytes(f.dense_params, f.dense_ranks, f.expert_params,
                                              f.edp_ranks, o.stage, o.precision);
   f.reduce_bytes_dense =
-      parallel::grad_reduce_bytes_per_step(f.dense_params, f.dense_ranks, o.stage, accum,
+      cost::grad_reduce_bytes_per_step(f.dense_params, f.dense_ranks, o.stage, accum,
                                            o.reduce());
   f.reduce_bytes_experts =
-      parallel::grad_reduce_bytes_per_step(f.expert_params, f.edp_ranks, o.stage, accum,
+      cost::grad_reduce_bytes_per_step(f.expert_params, f.edp_ranks, o.stage, accum,
                                            o.reduce());
   return f;
 }
@@ -42,11 +42,11 @@ nlohmann::json rank_state_summary(const RankStateFormula& f,
       {"dense_model_states", all.model_states() - mx.model_states()},
       {"expert_model_states", mx.model_states()},
       {"dense_model_states_formula",
-       parallel::zero_model_state_bytes(f.dense_params, f.dense_ranks, engine.zero_stage(),
+       cost::zero_model_state_bytes(f.dense_params, f.dense_ranks, engine.zero_stage(),
                                         engine.options().precision)
            .total()},
       {"expert_model_states_formula",
-       parallel::zero_model_state_bytes(f.expert_params, f.edp_ranks, engine.zero_stage(),
+       cost::zero_model_state_bytes(f.expert_params, f.edp_ranks, engine.zero_stage(),
                                         engine.options().precision)
            .total()},
       {"grad_reduce_bytes_dense", rall - rx},

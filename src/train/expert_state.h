@@ -1,13 +1,13 @@
 // Model states and gradient-reduction bytes of a data-parallel rank by region
 // (parallel/region.h), measured next to the formulas the planner uses
-// (parallel/zero_memory.h): for summary.json and the per-step metrics of MoE runs.
+// (cost/memory.h): for summary.json and the per-step metrics of MoE runs.
 #pragma once
 #include <cstdint>
 
+#include "cost/comm.h"
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
-#include "parallel/zero_memory.h"
 
 namespace strata::train {
 
@@ -15,7 +15,7 @@ namespace strata::train {
 struct RankStateFormula {
   int64_t dense_params = 0, expert_params = 0;  // Ψ_dense, Ψ_experts (this rank's E/ep experts)
   int64_t dense_ranks = 1, edp_ranks = 1;        // dp x cp, dp x cp / ep
-  parallel::ModelStateBytes states;              // moe_model_state_bytes of the above
+  cost::ModelStateBytes states;              // moe_model_state_bytes of the above
   int64_t reduce_bytes_dense = 0, reduce_bytes_experts = 0;  // per step
 };
 

@@ -9,7 +9,7 @@
 //   transfer  one stage-to-stage message (the run's n·C floats) timed between stages 0 and 1
 //             of the pp group: half the median of 5 round trips after one warm-up,
 //             broadcast over the pp group (0 under STRATA_PP_COSTS=estimate)
-//   planned   the planner's model of the step (parallel/pipeline/cost.h): the schedule run
+//   planned   the planner's model of the step (parallel/pipeline/predict.h): the schedule run
 //             with each virtual stage's costs and that transfer time; its bubble is what the
 //             summary sets beside the measured one and the schedule's formula
 #pragma once
@@ -19,7 +19,7 @@
 #include "comm/process_group.h"
 #include "model/stage_cost.h"
 #include "nlohmann/json.hpp"
-#include "parallel/pipeline/cost.h"
+#include "parallel/pipeline/predict.h"
 #include "parallel/pipeline/executor.h"
 #include "train/distributed.h"
 #include "train/trainer.h"

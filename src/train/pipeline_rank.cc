@@ -7,16 +7,17 @@
 #include "core/error.h"
 #include "core/stats.h"
 #include "core/trace.h"
+#include "cost/activations.h"
+#include "cost/comm.h"
 #include "data/dataset.h"
 #include "model/context/context_comm.h"
-#include "model/context/cp_cost.h"
 #include "model/stage.h"
+#include "model/tensor/collectives.h"
 #include "parallel/pipeline/engine.h"
 #include "parallel/pipeline/executor.h"
-#include "model/tensor/collectives.h"
 #include "train/context_metrics.h"
-#include "train/pipeline_costs.h"
 #include "train/metrics.h"
+#include "train/pipeline_costs.h"
 
 namespace strata::train {
 
@@ -88,7 +89,7 @@ std::string stage_layers_text(const std::vector<model::StageChunk>& chunks, cons
 // --max-activation-mb under --pp: a stage holds its own layers' activations for the
 // micro-batches it keeps in flight (the one-process figure is not any stage's), so each
 // stage's own figure, its largest rank's, is compared, naming the stage that does not fit:
-// the stage model's buffers and, under cp, the cp attention's (model/context/cp_cost.h; Ulysses
+// the stage model's buffers and, under cp, the cp attention's (cost/activations.h; Ulysses
 // keeps one head-sharded output per layer and slot). Collective over the job, before step 1.
 void check_stage_activations(double max_mb, const model::StageModel& sm, const std::vector<int>& slots,
                              const TrainConfig& cfg, parallel::Mesh& mesh, int b,
@@ -101,8 +102,9 @@ void check_stage_activations(double max_mb, const model::StageModel& sm, const s
     for (size_t c = 0; c < sm.chunks().size(); ++c)
       layer_slots += (sm.chunks()[c].end - sm.chunks()[c].begin) * slots[c];
     const model::ContextComm* cc = sm.context_comm();
-    bytes += model::cp_buffer_bytes(cc->options().mode, d.cp, layer_slots, b, cfg.train_seq() / d.cp,
-                                    cfg.model.dim / d.tp, cfg.model.heads / d.tp);
+    const bool ring = cc->options().mode == model::CpMode::ring;
+    bytes += cost::cp_buffer_bytes(ring, d.cp, layer_slots, b, cfg.train_seq() / d.cp,
+                                   cfg.model.dim / d.tp, cfg.model.heads / d.tp);
   }
   const double mine = double(bytes);
   std::vector<double> all(size_t(mesh.world().size()));
@@ -134,7 +136,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   const int P = d.pp, V = o.virt, stage = mesh.pp_rank();
   const int A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
   const pl::Schedule sched = pl::make_schedule(o.schedule, P, A, V);
-  const DType compute = pc.dp.precision == parallel::Precision::bf16 ? DType::bf16 : DType::f32;
+  const DType compute = pc.dp.precision == cost::Precision::bf16 ? DType::bf16 : DType::f32;
   // The split balances the layer types' measured costs (train/pipeline_costs.h).
   const int64_t rows = int64_t(b) * cfg.train_seq() / d.cp;  // a cp rank's chunks
   const PipelineCosts pcost =
@@ -163,8 +165,9 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   auto stage_cp_bytes = [&](const data::StepBatch& batch) {
     int64_t sequences = 0;
     for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
-    return model::cp_bytes_per_micro(topo.cp->options().mode, d.cp, stage_layers, sequences,
-                                     cfg.train_seq(), cfg.model.dim / d.tp);
+    return cost::cp_bytes_per_micro(topo.cp->options().mode == model::CpMode::ring, d.cp,
+                                    stage_layers, sequences, cfg.train_seq(),
+                                    cfg.model.dim / d.tp);
   };
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
   std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step
@@ -215,7 +218,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     return sum;
   };
   f.step_metrics = [&] { return step_rec; };
-  f.summary_extras = [&] {
+  f.summary_sections = [&](SummaryBuilder& summary) {
     // Under cp the activations include the cp attention's buffers (Ulysses: its saved outputs).
     const int64_t acts = sm.activation_bytes() + (topo.cp ? topo.cp->buffer_bytes() : 0);
     const double mine_s[3] = {double(acts), double(sm.num_params()),
@@ -263,17 +266,10 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                  {"bubble_measured_own_windows", steady_median(own_window_bubbles)},
                  {"stages", stages}};
     pipe.update(pipeline_costs_json(pcost));
-    json out{{"pipeline", pipe}};
-    if (topo.cp) {  // the attention's balance within this stage's cp group
-      json cp = cp_summary(*trainer_model, mesh.cp());
-      cp["group"] = mesh.cp().name();
-      text += cat("\ncontext parallel: cp ", d.cp, " ", cp["mode"].get<std::string>(), " (",
-                  cp["chunks"].get<std::string>(), "); attention time max/mean over ",
-                  cp["group"].get<std::string>(), " ", cp["attention_max_over_mean"].get<double>());
-      out["context_parallel"] = cp;
-    }
-    out["text"] = text;
-    return out;
+    summary.set("pipeline", pipe);
+    summary.line(text);
+    // The attention's balance within this stage's cp group.
+    if (topo.cp) add_cp_section(summary, *trainer_model, mesh.cp());
   };
   return Trainer(cfg, topo, f).run();
 }

@@ -15,20 +15,20 @@
 #include "comm/launcher.h"
 #include "comm/process_group.h"
 #include "comm/work.h"
-#include "core/stats.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/phase.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "cost/flops.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "kernels/gemm_bf16.h"
-#include "model/tensor/collectives.h"
-#include "train/flops.h"
-#include "train/checkpointing.h"
 #include "model/context/context_comm.h"
+#include "model/tensor/collectives.h"
 #include "parallel/data_parallel.h"
+#include "train/checkpointing.h"
 #include "train/context_metrics.h"
 #include "train/generate.h"
 #include "train/metrics.h"
@@ -344,9 +344,9 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
               ", so its matmuls run in fp32 on the bf16-stored values");
   // The whole model's FLOPs, also on a tensor-parallel rank (which holds 1/T of them).
   flops_per_token =
-      train_flops_per_token(double(cfg.model.num_params() - cfg.model.moe.inactive_params(
-                                cfg.model.layers, cfg.model.dim)),
-                            cfg.model.layers, cfg.model.dim, T);
+      cost::train_flops_per_token(double(cfg.model.num_params() - cfg.model.moe.inactive_params(
+                                      cfg.model.layers, cfg.model.dim)),
+                                  cfg.model.layers, cfg.model.dim, T);
   data::SamplerConfig sc;
   sc.seq = T;
   sc.micro_batch = b;
@@ -521,7 +521,7 @@ void Trainer::Run::train_step(int64_t step) {
   const double tps = double(batch.global_real_tokens) / secs;
   // The peak is one process's (its threads); the job has `world` of them.
   if (lead) track_peak(tps, step);
-  const double mfu = train::mfu(tps, flops_per_token, peak.gflops * 1e9 * topo.world);
+  const double mfu = cost::mfu(tps, flops_per_token, peak.gflops * 1e9 * topo.world);
   const int64_t steps = cfg.schedule.steps;
   if (step > 0 || steps == 1) {  // the first step pays for warm-up
     tok_s.push_back(tps);
@@ -638,50 +638,40 @@ void Trainer::Run::finish(double wall_s) {
                   peak.origin.c_str(), peak.kind.c_str(), peak.initial, peak.gflops, cached.c_str()));
   }
   result.wall_s = wall_s;
-  json& s = result.summary;
-  s = {{"config", cfg.to_json()},
-       {"seed", cfg.seed},
-       {"data", split.train->describe()},
-       {"params", cfg.model.num_params()},              // the whole model
-       {"params_per_rank", model->num_params()},        // a tp rank's share
-       {"steps", cfg.schedule.steps},
-       {"steps_trained", cfg.schedule.steps - start_step},  // by this attempt (0: resumed at the end)
-       {"accum", A},
-       {"world", topo.world},
-       {"dp_world", world},
-       {"threads", threads},
-       {"final_loss", result.losses.empty() ? json() : json(result.losses.back())},
-       {"eval_loss", result.eval_loss},
-       {"eval_sequences", result.eval_sequences},
-       {"entropy_floor", nullptr},
-       {"median_tokens_per_s", result.median_tokens_per_s},
-       {"median_mfu", result.median_mfu},
-       {"median_ms", median(step_ms)},
-       {"flops_per_token", flops_per_token},
-       {"peak_gflops", peak.gflops},
-       {"peak_source", peak.source},
-       {"peak_raised_at", peak.raised_at},
-       {"peak_kind", peak.kind},
-       {"gemm", gemm},
-       {"wall_s", wall_s},
-       {"data_wait_s", loader->wait_seconds()},
-       {"skipped_steps", guard.skips()},
-       {"memory", memory_tracker().to_json()}};
-  if (floor >= 0) {
-    s["entropy_floor"] = floor;
-    s["eval_gap"] = result.eval_loss - floor;
-  }
+  SummaryBuilder summary;
+  summary.set_all({{"config", cfg.to_json()},
+                   {"seed", cfg.seed},
+                   {"data", split.train->describe()},
+                   {"params", cfg.model.num_params()},        // the whole model
+                   {"params_per_rank", model->num_params()},  // a tp rank's share
+                   {"steps", cfg.schedule.steps},
+                   {"steps_trained", cfg.schedule.steps - start_step},  // by this attempt (0: resumed at the end)
+                   {"accum", A},
+                   {"world", topo.world},
+                   {"dp_world", world},
+                   {"threads", threads},
+                   {"final_loss", result.losses.empty() ? json() : json(result.losses.back())},
+                   {"eval_loss", result.eval_loss},
+                   {"eval_sequences", result.eval_sequences},
+                   {"entropy_floor", floor >= 0 ? json(floor) : json()},
+                   {"median_tokens_per_s", result.median_tokens_per_s},
+                   {"median_mfu", result.median_mfu},
+                   {"median_ms", median(step_ms)},
+                   {"flops_per_token", flops_per_token},
+                   {"peak_gflops", peak.gflops},
+                   {"peak_source", peak.source},
+                   {"peak_raised_at", peak.raised_at},
+                   {"peak_kind", peak.kind},
+                   {"gemm", gemm},
+                   {"wall_s", wall_s},
+                   {"data_wait_s", loader->wait_seconds()},
+                   {"skipped_steps", guard.skips()},
+                   {"memory", memory_tracker().to_json()}});
+  if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
   const json ck = ckpt->finish(median(step_ms) / 1e3, lead ? out.get() : nullptr);
-  if (!ck.is_null()) s["ckpt"] = ck;
-  std::string extra_text;
-  if (factory.summary_extras) {
-    json extras = factory.summary_extras();
-    if (extras.contains("text")) {
-      extra_text = "\n" + extras["text"].get<std::string>();
-      extras.erase("text");
-    }
-    s.update(extras);
-  }
+  if (!ck.is_null()) summary.set("ckpt", ck);
+  if (factory.summary_sections) factory.summary_sections(summary);
+  result.summary = summary.doc();
   if (!lead) return;
   const MemoryTracker& mt = memory_tracker();
   std::string mem;
@@ -695,12 +685,13 @@ void Trainer::Run::finish(double wall_s) {
                 result.median_tokens_per_s, 100 * result.median_mfu, peak.kind.c_str(),
                 peak.label().c_str(), gemm.c_str(), median(step_ms))
           : fmt("no step trained in this attempt (resumed at step %lld)", (long long)start_step);
-  out->summary(s, fmt("done: %lld steps in %.1f s | final loss %.4f | eval loss %s\n%s\n"
-                      "peak memory: %s; total %s%s",
-                      (long long)cfg.schedule.steps, wall_s,
-                      result.losses.empty() ? NAN : result.losses.back(),
-                      floor_text(result.eval_loss, floor).c_str(), speed.c_str(), mem.c_str(),
-                      mib(mt.peak_total()).c_str(), extra_text.c_str()));
+  out->summary(result.summary,
+               fmt("done: %lld steps in %.1f s | final loss %.4f | eval loss %s\n%s\n"
+                   "peak memory: %s; total %s%s",
+                   (long long)cfg.schedule.steps, wall_s,
+                   result.losses.empty() ? NAN : result.losses.back(),
+                   floor_text(result.eval_loss, floor).c_str(), speed.c_str(), mem.c_str(),
+                   mib(mt.peak_total()).c_str(), summary.text().c_str()));
 }
 
 // ---- the loop ------------------------------------------------------------------------------

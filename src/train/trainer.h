@@ -27,6 +27,7 @@
 #include "parallel/engine.h"
 #include "train/spike_guard.h"
 #include "train/schedule.h"
+#include "train/summary.h"
 
 namespace strata::data {
 struct StepBatch;
@@ -125,10 +126,10 @@ struct EngineFactory {
   std::function<std::unique_ptr<parallel::StepEngine>(model::GPT&, const parallel::OptimConfig&,
                                                       uint64_t seed)>
       make;
-  // Extra summary.json keys, computed after the last step by every rank together (it may
-  // run collectives), e.g. the engine's memory report and the traced overlap; rank 0's
-  // result is merged into the summary. Empty: none.
-  std::function<nlohmann::json()> summary_extras;
+  // Adds the parallel dimensions' sections to summary.json (train/summary.h), after the
+  // last step, on every rank together (it may run collectives), e.g. the engine's memory
+  // report and the traced overlap; rank 0's sections are written. Empty: none.
+  std::function<void(SummaryBuilder&)> summary_sections;
   DType compute = DType::f32;  // the model's matmul precision (bf16 under --precision bf16)
   // Pipeline parallelism (train/pipeline_rank.h): the stage keeps its own model, so the
   // trainer's GPT holds activations for model_max_batch sequences (>= 0; -1: the

@@ -1,7 +1,7 @@
 // Context parallelism (model/context/), ranks as threads: ring (zigzag and contiguous chunks)
 // and Ulysses attention over cp = 2, 3, 4 against the one-rank causal attention kernel,
 // forward and backward, with sizes that cross tiles and odd head sizes, and the bytes each
-// rank sends against model/context/cp_cost.h; then a cp GPT against one process: the same
+// rank sends against cost/comm.h; then a cp GPT against one process: the same
 // loss, the same logits, and gradients whose sum over the cp ranks is the one-process
 // gradient, with buffers equal to the planner's prediction.
 #include <gtest/gtest.h>
@@ -13,9 +13,10 @@
 #include "comm/process_group.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "cost/activations.h"
+#include "cost/comm.h"
 #include "kernels/attention.h"
 #include "model/context/context_comm.h"
-#include "model/context/cp_cost.h"
 #include "model/gpt.h"
 #include "model/shard.h"
 
@@ -76,8 +77,8 @@ TEST_P(ContextAttention, EqualsOneRankForwardAndBackward) {
     cc.forward(0, o.data(), l.data(), q.data(), B, Tl, C, NH, false);
     const int64_t fwd = cc.bytes();
     cc.backward(0, dq.data(), d.data(), q.data(), o.data(), l.data(), B, Tl, C, NH, false);
-    EXPECT_EQ(fwd, cp_attention_bytes(p.mode, p.cp, B, Tl, C, false));
-    EXPECT_EQ(cc.bytes() - fwd, cp_attention_bytes(p.mode, p.cp, B, Tl, C, true));
+    EXPECT_EQ(fwd, cost::cp_attention_bytes(p.mode == CpMode::ring, p.cp, B, Tl, C, false));
+    EXPECT_EQ(cc.bytes() - fwd, cost::cp_attention_bytes(p.mode == CpMode::ring, p.cp, B, Tl, C, true));
     L.put(got_out.data(), o.data(), B, r, C);  // each rank writes its own rows
     L.put(got_dqkv.data(), dq.data(), B, r, 3 * C);
   });
@@ -184,12 +185,12 @@ TEST_P(ContextGpt, MatchesOneProcess) {
     m.zero_grads();
     loss[size_t(pg.rank())] = m.forward(tokens.data(), targets.data(), weights.data(), B, T);
     m.backward(0.01f);
-    EXPECT_EQ(cc.buffer_bytes(), cp_buffer_bytes(p.opt.mode, p.cp, kCfg.layers, B, T / p.cp,
-                                                 kCfg.dim, kCfg.heads));
+    EXPECT_EQ(cc.buffer_bytes(), cost::cp_buffer_bytes(p.opt.mode == CpMode::ring, p.cp, kCfg.layers,
+                                                       B, T / p.cp, kCfg.dim, kCfg.heads));
     // What `strata plan --local --cp` and --max-activation-mb predict for this rank.
     EXPECT_EQ(m.activation_bytes() + cc.buffer_bytes(),
-              cp_activation_bytes(tp_model(kCfg), 1, false, 0, B, p.compute == DType::bf16,
-                                  p.opt.mode, p.cp, T));
+              cost::cp_activation_bytes(gpt_shape(kCfg), 1, false, 0, B, p.compute == DType::bf16,
+                                        p.opt.mode == CpMode::ring, p.cp, T));
     pg.all_reduce(m.grads(), size_t(m.num_params()));  // what dp_cp's reduction does
     if (pg.rank() == 0) std::copy(m.grads(), m.grads() + m.num_params(), grads.begin());
     const float* l = m.logits(tokens.data(), 1, 11);

@@ -233,7 +233,7 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
                          sched.split_backward, tc.get(), cc.get(), /*allocate_state=*/false);
     parallel::DataParallelOptions opts;
     opts.stage = run.zero;
-    if (run.reduce_bf16) opts.reduce_precision = parallel::Precision::bf16;
+    if (run.reduce_bf16) opts.reduce_precision = cost::Precision::bf16;
     const auto engine = pl::make_stage_engine(sm, mesh, opts, s.optim, s.seed);
     comm::GroupPtr grad = mesh.has_pp() ? mesh.pp().split(0, mesh.pp().rank(), "pp-grad") : nullptr;
     pl::Executor ex(sched, stage, mesh.has_pp() ? &mesh.pp() : nullptr, grad.get());

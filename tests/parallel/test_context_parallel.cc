@@ -17,7 +17,7 @@ namespace {
 
 using model::CpChunks;
 using model::CpMode;
-using parallel::Precision;
+using cost::Precision;
 
 struct Case {
   int cp, dp, stage;

@@ -14,7 +14,7 @@ namespace strata::ptest {
 namespace {
 
 using parallel::DataParallelOptions;
-using parallel::Precision;
+using cost::Precision;
 
 const RunResult& reference() {
   static const RunResult ref = run_reference(RunSpec{});

@@ -1,4 +1,4 @@
-// Model states per rank equal the ZeRO arithmetic (parallel/zero_memory.h) to the byte for every
+// Model states per rank equal the ZeRO arithmetic (cost/memory.h) to the byte for every
 // stage, both precisions and world sizes that do and do not divide Ψ; the bucket, gather and
 // scratch buffers have their documented sizes; and every byte is counted by the process's
 // memory tracker under its category.
@@ -7,15 +7,15 @@
 
 #include "comm/process_group.h"
 #include "core/memory.h"
+#include "cost/memory.h"
 #include "gtest/gtest.h"
 #include "harness.h"
-#include "parallel/zero_memory.h"
 
 namespace strata::ptest {
 namespace {
 
 using parallel::DataParallelOptions;
-using parallel::Precision;
+using cost::Precision;
 
 struct Expected {
   int64_t comm = 0, activations = 0;
@@ -90,7 +90,7 @@ TEST(ZeroMemory, ModelStatesEqualTheFormulaForEveryStageWorldAndPrecision) {
           }
           pg.barrier();
         });
-        const auto f = parallel::zero_model_state_bytes(psi, world, stage, p);
+        const auto f = cost::zero_model_state_bytes(psi, world, stage, p);
         for (const parallel::MemoryReport& r : reports) {
           SCOPED_TRACE(testing::Message() << "stage " << stage << " world " << world << " "
                                           << parallel::precision_name(p));
@@ -106,11 +106,11 @@ TEST(ZeroMemory, ModelStatesEqualTheFormulaForEveryStageWorldAndPrecision) {
 
 TEST(ZeroMemory, FormulaSpotChecks) {
   // bf16: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N (ceil), for Ψ = 1000, N = 3 (S = 334).
-  EXPECT_EQ(parallel::zero_model_state_bytes(1000, 3, 0, Precision::bf16).total(), 16000);
-  EXPECT_EQ(parallel::zero_model_state_bytes(1000, 3, 1, Precision::bf16).total(), 4000 + 12 * 334);
-  EXPECT_EQ(parallel::zero_model_state_bytes(1000, 3, 2, Precision::bf16).total(), 2000 + 14 * 334);
-  EXPECT_EQ(parallel::zero_model_state_bytes(1000, 3, 3, Precision::bf16).total(), 16 * 334);
-  EXPECT_EQ(parallel::zero_model_state_bytes(1000, 3, 2, Precision::fp32).total(), 4000 + 12 * 334);
+  EXPECT_EQ(cost::zero_model_state_bytes(1000, 3, 0, Precision::bf16).total(), 16000);
+  EXPECT_EQ(cost::zero_model_state_bytes(1000, 3, 1, Precision::bf16).total(), 4000 + 12 * 334);
+  EXPECT_EQ(cost::zero_model_state_bytes(1000, 3, 2, Precision::bf16).total(), 2000 + 14 * 334);
+  EXPECT_EQ(cost::zero_model_state_bytes(1000, 3, 3, Precision::bf16).total(), 16 * 334);
+  EXPECT_EQ(cost::zero_model_state_bytes(1000, 3, 2, Precision::fp32).total(), 4000 + 12 * 334);
 }
 
 }  // namespace

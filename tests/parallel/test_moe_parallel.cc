@@ -12,17 +12,17 @@
 
 #include "comm/process_group.h"
 #include "core/rng.h"
+#include "cost/comm.h"
+#include "cost/memory.h"
 #include "gtest/gtest.h"
 #include "harness.h"
 #include "model/expert/moe.h"
-#include "model/expert/moe_cost.h"
 #include "model/shard.h"
-#include "parallel/zero_memory.h"
 
 namespace strata::ptest {
 namespace {
 
-using parallel::Precision;
+using cost::Precision;
 
 struct Case {
   int ep;
@@ -153,7 +153,7 @@ TEST(ExpertParallelCp, MatchesSingleProcess) {
   }
 }
 
-// The planner's figures (model/expert/moe_cost.h, parallel/zero_memory.h) are what the
+// The planner's figures (cost/comm.h, cost/memory.h) are what the
 // engine holds and what the dispatch sends: model states per rank (dense parameters over the
 // 4 data-parallel ranks, the rank's E/ep experts over the 4/ep ranks holding them), gradient
 // reduce bytes per step, and all-to-all bytes (dropless: every assignment travels; summed
@@ -167,18 +167,17 @@ TEST(ExpertParallelPlan, ModelStatesAndAllToAllBytesEqualTheFormulas) {
       const int64_t experts = model::expert_params(s.model, ep);
       const int64_t dense = s.model.num_params() - model::expert_params(s.model, 1);
       const auto want =
-          parallel::moe_model_state_bytes(dense, kDp, experts, kDp / ep, stage, Precision::fp32);
+          cost::moe_model_state_bytes(dense, kDp, experts, kDp / ep, stage, Precision::fp32);
       EXPECT_EQ(got.memory.model_states(), want.total()) << name(c);
       const int64_t xbytes =
-          parallel::grad_reduce_bytes_per_step(experts, kDp / ep, stage, 1, Precision::fp32);
+          cost::grad_reduce_bytes_per_step(experts, kDp / ep, stage, 1, Precision::fp32);
       EXPECT_EQ(got.expert_grad_reduce_bytes, xbytes) << name(c);
       EXPECT_EQ(got.grad_reduce_bytes,
-                parallel::grad_reduce_bytes_per_step(dense, kDp, stage, 1, Precision::fp32) +
+                cost::grad_reduce_bytes_per_step(dense, kDp, stage, 1, Precision::fp32) +
                     xbytes)
           << name(c);
       const int64_t tokens = int64_t(s.batch / kDp) * s.T;  // per rank and micro-batch
-      const int64_t per_group = model::expert::ep_group_bytes_per_micro(
-          s.model.moe, s.model.layers, s.model.dim, ep, tokens);
+      const int64_t per_group = cost::ep_group_bytes_per_micro(model::gpt_shape(s.model), ep, tokens);
       EXPECT_EQ(got.ep_bytes, int64_t(s.steps) * (kDp / ep) * per_group) << name(c);
     }
   }
@@ -205,7 +204,7 @@ TEST(ExpertParallelPlan, ModelStatesShrinkWithEpByTheFormula) {
     const model::GPTConfig m = spec({1, true, stage, p}).model;
     const int64_t dense = m.num_params() - model::expert_params(m, 1);
     auto states = [&](int ep) {
-      return parallel::moe_model_state_bytes(dense, kDp, model::expert_params(m, ep), kDp / ep,
+      return cost::moe_model_state_bytes(dense, kDp, model::expert_params(m, ep), kDp / ep,
                                              stage, p)
           .total();
     };
@@ -217,8 +216,8 @@ TEST(ExpertParallelPlan, ModelStatesShrinkWithEpByTheFormula) {
       // Reduce bytes: the experts' drop from E over 4 ranks to E/ep over 4/ep (none at ep 4).
       const int64_t moved = got[1].grad_reduce_bytes - got[ep].grad_reduce_bytes;
       const int64_t x1 = model::expert_params(m, 1), xe = model::expert_params(m, ep);
-      EXPECT_EQ(moved, parallel::grad_reduce_bytes_per_step(x1, kDp, stage, 1, p) -
-                           parallel::grad_reduce_bytes_per_step(xe, kDp / ep, stage, 1, p))
+      EXPECT_EQ(moved, cost::grad_reduce_bytes_per_step(x1, kDp, stage, 1, p) -
+                           cost::grad_reduce_bytes_per_step(xe, kDp / ep, stage, 1, p))
           << "ep " << ep;
       EXPECT_GT(moved, 0) << "ep " << ep;
     }

@@ -13,16 +13,16 @@
 #include <map>
 #include <tuple>
 
+#include "cost/comm.h"
+#include "cost/memory.h"
 #include "gtest/gtest.h"
 #include "harness.h"
-#include "model/expert/moe_cost.h"
 #include "model/shard.h"
-#include "parallel/zero_memory.h"
 
 namespace strata::ptest {
 namespace {
 
-using parallel::Precision;
+using cost::Precision;
 
 struct Case {
   int dp, ep;
@@ -140,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(Ci, MoETensorParallel, ::testing::ValuesIn(kCases),
 
 // The planner's figures are what the run holds and sends: model states per rank (dense
 // views over dp, the rank's experts over dp / ep; model::local_num_params), the tp payload per step
-// (model::tp_comm_bytes_per_micro: the gates' gradients added, one gather fewer under SP)
+// (cost::tp_comm_bytes_per_micro: the gates' gradients added, one gather fewer under SP)
 // and the all-to-all bytes (dropless: every assignment travels, in the ep group of each tp
 // coordinate).
 TEST(MoETensorParallelPlan, ModelStatesTpAndAllToAllBytesEqualTheFormulas) {
@@ -149,19 +149,18 @@ TEST(MoETensorParallelPlan, ModelStatesTpAndAllToAllBytesEqualTheFormulas) {
     int64_t tp_bytes = 0;
     const RunResult got = run_case(c, steps, &tp_bytes);
     const RunSpec s = spec(c);
-    const model::TpModel m = model::tp_model(s.model);
+    const cost::GptShape m = model::gpt_shape(s.model);
     EXPECT_EQ(model::local_num_params(s.model, {1, 0}), s.model.num_params());
     // Dense views over dp, this rank's E/ep experts (split over tp) over dp / ep.
     const int64_t psi = model::local_num_params(s.model, {2, 0}, {c.ep, 0});
     const int64_t experts = model::expert_params(s.model, c.ep, 2);
-    EXPECT_EQ(psi, model::tp_local_params(m, 2, 0) - model::expert_params(s.model, 1, 2) + experts);
-    const auto want = parallel::moe_model_state_bytes(psi - experts, c.dp, experts, c.dp / c.ep,
+    EXPECT_EQ(psi, cost::local_params(m, 2, 0) - model::expert_params(s.model, 1, 2) + experts);
+    const auto want = cost::moe_model_state_bytes(psi - experts, c.dp, experts, c.dp / c.ep,
                                                       c.stage, Precision::fp32);
     EXPECT_EQ(got.memory.model_states(), want.total()) << name(c);
     const int micro = s.batch / c.dp;
-    EXPECT_EQ(tp_bytes, model::tp_comm_bytes_per_micro(m, 2, c.sp, micro, s.T)) << name(c);
-    const int64_t per_group = model::expert::ep_group_bytes_per_micro(
-        s.model.moe, s.model.layers, s.model.dim, c.ep, int64_t(micro) * s.T);
+    EXPECT_EQ(tp_bytes, cost::tp_comm_bytes_per_micro(m, 2, c.sp, micro, s.T)) << name(c);
+    const int64_t per_group = cost::ep_group_bytes_per_micro(m, c.ep, int64_t(micro) * s.T);
     EXPECT_EQ(got.ep_bytes, int64_t(steps) * 2 * (c.dp / c.ep) * per_group) << name(c);
   }
 }

@@ -12,13 +12,13 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "core/trace.h"
+#include "cost/memory.h"
 #include "gtest/gtest.h"
 #include "harness.h"
 #include "nlohmann/json.hpp"
 #include "parallel/overlap.h"
 #include "parallel/zero_comm.h"
 #include "support/temp_dir.h"
-#include "parallel/zero_memory.h"
 
 namespace strata::ptest {
 namespace {
@@ -69,7 +69,7 @@ json rank_main(const std::string& job, int rank, int world, const DataParallelOp
       if (e.start_ns < last_backward_end) ++issued_in_backward;
     }
   const MemoryTracker& mt = memory_tracker();
-  const auto f = parallel::zero_model_state_bytes(gpt.num_params(), world, o.stage, o.precision);
+  const auto f = cost::zero_model_state_bytes(gpt.num_params(), world, o.stage, o.precision);
   json out = {
       {"losses", losses},
       {"buckets", engine.buckets().size()},
@@ -122,7 +122,7 @@ TEST(ZeroProcesses, MemoryMatchesTheFormulaAndGradientsOverlapBackward) {
     DataParallelOptions o;
     o.stage = stage;
     o.bucket_mb = 0.1;  // 3 buckets on the small model
-    o.precision = stage == 2 ? parallel::Precision::bf16 : parallel::Precision::fp32;
+    o.precision = stage == 2 ? cost::Precision::bf16 : cost::Precision::fp32;
     const std::vector<json> ranks = run_processes(3, o);
     for (size_t r = 0; r < ranks.size(); ++r) {
       const json& j = ranks[r];

@@ -16,7 +16,7 @@ namespace strata::ptest {
 namespace {
 
 using parallel::DataParallelOptions;
-using parallel::Precision;
+using cost::Precision;
 using State = std::map<std::string, std::vector<float>>;  // name -> [0, Ψ)
 
 // Trains `steps` steps (global batch 12 of random tokens per step, drawn from the step

@@ -14,6 +14,7 @@
 
 #include "comm/process_group.h"
 #include "core/rng.h"
+#include "cost/comm.h"
 #include "gtest/gtest.h"
 #include "harness.h"
 #include "kernels/crossentropy.h"
@@ -26,7 +27,7 @@ namespace strata::ptest {
 namespace {
 
 using parallel::DataParallelOptions;
-using parallel::Precision;
+using cost::Precision;
 
 // heads 4 (tp 1, 2, 4) on the harness's model; heads 6 and a vocabulary of 61 padded to 64
 // (which 3 does not divide) for tp 3.
@@ -253,7 +254,7 @@ TEST(TensorLayoutTest, PiecesTileLocalAndCoverGlobalOnce) {
 
 
 
-// The planner's tensor-parallel cost model (model/tensor/tp_cost.h) predicts what the engine holds
+// The planner's tensor-parallel cost model (cost/comm.h) predicts what the engine holds
 // and what the model sends: model-state bytes and tp payload bytes per step, to the byte.
 TEST(TensorParallelPlan, ModelStatesAndTpBytesEqualThePrediction) {
   for (const Case& c : {Case{2, 2, 1, Precision::fp32, true, 2},
@@ -262,12 +263,12 @@ TEST(TensorParallelPlan, ModelStatesAndTpBytesEqualThePrediction) {
     int64_t bytes = 0;
     const RunResult got = run_case(c, 2, &bytes);
     const RunSpec s;
-    const model::TpModel m = model::tp_model(config_for(c.tp));
+    const cost::GptShape m = model::gpt_shape(config_for(c.tp));
     const int micro = s.batch / (c.dp * c.accum);
-    EXPECT_EQ(bytes, c.accum * model::tp_comm_bytes_per_micro(m, c.tp, c.sp, micro, s.T))
+    EXPECT_EQ(bytes, c.accum * cost::tp_comm_bytes_per_micro(m, c.tp, c.sp, micro, s.T))
         << name(c);
     EXPECT_EQ(got.memory.model_states(),
-              parallel::zero_model_state_bytes(model::tp_local_params(m, c.tp, 0), c.dp, c.stage,
+              cost::zero_model_state_bytes(cost::local_params(m, c.tp, 0), c.dp, c.stage,
                                            c.precision)
                   .total())
         << name(c);

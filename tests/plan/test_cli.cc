@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cost/memory.h"
 #include "nlohmann/json.hpp"
-#include "parallel/zero_memory.h"
 #include "plan/model_spec.h"
 #include "support/run.h"
 #include "support/temp_dir.h"
@@ -53,7 +53,7 @@ TEST(PlanCli, JsonHasTheDocumentedKeys) {
 // shape), N data-parallel ranks, one stage, bf16. Model states must be the shared formula.
 TEST(PlanCli, ModelStatesForAZeroRunComeFromTheSharedFormula) {
   using namespace strata::plan;
-  using namespace strata::parallel;
+  using namespace strata::cost;
   ModelSpec m;
   apply_arch(m, "gpt");
   m.layers = 2, m.hidden = 64, m.heads = 4, m.kv_heads = 4, m.ffn = 256, m.seq = 32, m.vocab = 100;
@@ -156,7 +156,7 @@ TEST(PlanCli, ModelStatesEqualAMeasuredZeroRun) {
   const nlohmann::json summary = nlohmann::json::parse(strata::test::read_file(dir.file("summary.json")));
   const int64_t psi = summary["params"];
   ASSERT_NE(psi % n, 0) << "the check wants padding: choose a shape whose Ψ is not divisible by " << n;
-  const auto want = strata::parallel::zero_model_state_bytes(psi, n, stage, strata::parallel::Precision::bf16);
+  const auto want = strata::cost::zero_model_state_bytes(psi, n, stage, strata::cost::Precision::bf16);
   const nlohmann::json& engine = summary["engine_memory"];
   const nlohmann::json& tracked = summary["memory"];
   EXPECT_EQ(engine["parameters"], want.parameters);

@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "cost/comm.h"
 #include "nlohmann/json.hpp"
-#include "plan/comm_cost.h"
 #include "plan/hardware.h"
 
 using namespace strata::plan;

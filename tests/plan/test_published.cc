@@ -5,15 +5,15 @@
 
 #include <cmath>
 
-#include "plan/activation_memory.h"
+#include "cost/activations.h"
+#include "cost/flops.h"
+#include "cost/memory.h"
+#include "cost/reliability.h"
 #include "plan/estimate.h"
-#include "plan/flops.h"
 #include "plan/model_spec.h"
-#include "plan/reliability.h"
-#include "parallel/zero_memory.h"
 
 using namespace strata::plan;
-using namespace strata::parallel;
+using namespace strata::cost;
 
 namespace {
 
@@ -177,9 +177,9 @@ TEST(Korthikanti, GeneralFormMatchesClosedForms) {
 
 // Daly 2006's example: δ = 5 min, M = 24 h -> about 117 min (Young: 120 min).
 TEST(Reliability, DalyExample) {
-  EXPECT_NEAR(strata::ckpt::daly_interval_s(300, 86400) / 60, 117, 0.5);
-  EXPECT_NEAR(strata::ckpt::young_interval_s(300, 86400) / 60, 120, 1e-9);
-  EXPECT_DOUBLE_EQ(strata::ckpt::daly_interval_s(200000, 86400), 86400);  // δ ≥ 2M
+  EXPECT_NEAR(strata::cost::daly_interval_s(300, 86400) / 60, 117, 0.5);
+  EXPECT_NEAR(strata::cost::young_interval_s(300, 86400) / 60, 120, 1e-9);
+  EXPECT_DOUBLE_EQ(strata::cost::daly_interval_s(200000, 86400), 86400);  // δ ≥ 2M
 }
 
 TEST(Reliability, ClusterPlan) {

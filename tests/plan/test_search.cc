@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "plan/comm_cost.h"
+#include "cost/comm.h"
 #include "plan/planner.h"
 
 using namespace strata::plan;
@@ -272,7 +272,7 @@ TEST(Time, OverlapHidesDataParallelTraffic) {
               1e-9);
 }
 
-// The schedule decides the bubble (parallel/pipeline/cost.h): GPipe and 1F1B share one,
+// The schedule decides the bubble (parallel/pipeline/predict.h): GPipe and 1F1B share one,
 // interleaving and zero-bubble shrink it, and each is its formula without transfers.
 TEST(Time, PipelineScheduleSetsTheBubble) {
   namespace pl = strata::parallel::pipeline;

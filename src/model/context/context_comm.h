@@ -17,7 +17,7 @@
 //   backward does the same with dO and dq, dk, dv.
 //   Bytes sent per rank, layer and micro-batch: (C-1)/C · 4·B·Tl·Cl·4 forward (q, k, v and
 //   the output) and the same backward.
-// bytes() counts what this rank sent; cp_cost.h predicts the same numbers.
+// bytes() counts what this rank sent; cost/comm.h predicts the same numbers.
 //
 // Every call is a collective of the cp group: all cp ranks call forward and backward of the
 // same layers in the same order with the same shapes.

@@ -12,6 +12,8 @@
 #pragma once
 #include <cstdint>
 
+#include "cost/shapes.h"
+
 namespace strata::model::expert {
 
 struct MoEConfig {
@@ -33,8 +35,7 @@ struct MoEConfig {
   // Parameters of the experts a token does not use, over every MoE block: (E - K) expert
   // MLPs of 8 C^2 + 5 C each (for FLOPs per token: the active parameters are the others).
   int64_t inactive_params(int layers, int dim) const {
-    const int64_t C = dim;
-    return enabled() ? int64_t(moe_layers(layers)) * (experts - top_k) * (8 * C * C + 5 * C) : 0;
+    return enabled() ? int64_t(moe_layers(layers)) * (experts - top_k) * cost::mlp_params(dim, 1) : 0;
   }
   // Throws one line naming the flag and the numbers (--top-k above --experts, F <= 0, ...).
   void validate() const;

@@ -20,7 +20,7 @@
 // bytes() counts the payload of every call: the full (N, C) tensor of an all-gather or
 // reduce-scatter, the buffer of an all-reduce, 4 bytes per element (the step engine takes
 // the difference over a step's forward and backward; the planner predicts the same number,
-// model/tensor/tp_cost.h).
+// cost/comm.h).
 // Cost per call of (N, C) fp32 over T ranks (ring): (T-1)/T · 4NC bytes on each rank's link,
 // twice that for an all-reduce.
 #pragma once

@@ -20,7 +20,7 @@
 // below serve both). Inputs x are fp32 or bf16 memory (kernels::Mat, row stride = width).
 // The collectives stay fp32 whatever the compute precision: under SP a bf16 x is widened
 // (exactly) into the `stage` scratch before its all-gather, so the payload (and
-// model/tensor/tp_cost.h's prediction) is the same as under fp32.
+// cost/comm.h's prediction) is the same as under fp32.
 #pragma once
 #include <cstdint>
 

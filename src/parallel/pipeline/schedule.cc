@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "cost/bubble.h"
 
 namespace strata::parallel::pipeline {
 
@@ -475,11 +476,9 @@ int max_deferred_weight_passes(const Schedule& s) {
 }
 
 double bubble_formula(ScheduleKind kind, int stages, int micro, int virt) {
-  const double P = stages, M = micro, V = virt;
-  if (kind == ScheduleKind::interleaved) return (P - 1) / (V * M + P - 1);
-  // ZB-H1 with T_F = T_B = T_W: the bubble is (P − 1)(T_F + T_B − T_W) against 3M units of work.
-  if (kind == ScheduleKind::zb) return (P - 1) / (3 * M + P - 1);
-  return (P - 1) / (M + P - 1);
+  if (kind == ScheduleKind::interleaved) return cost::pipeline_bubble(stages, micro, virt);
+  if (kind == ScheduleKind::zb) return cost::zero_bubble_bubble(stages, micro);
+  return cost::pipeline_bubble(stages, micro);
 }
 
 double bubble_formula(const Schedule& s) { return bubble_formula(s.kind, s.stages, s.micro, s.virt); }

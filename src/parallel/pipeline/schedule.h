@@ -117,8 +117,8 @@ int max_deferred_weight_passes(const Schedule& s);
 // Activation slots a chunk needs: its most micro-batches in flight at once.
 int chunk_slots(const Schedule& s, int stage, int chunk);
 
-// The bubble fraction of the schedule's formula: (P−1)/(M+P−1), interleaved (P−1)/(V·M+P−1);
-// zero-bubble: the simulated value under unit costs (no closed form in general).
+// The bubble fraction of the schedule's formula (cost/bubble.h): (P−1)/(M+P−1), interleaved
+// (P−1)/(V·M+P−1), zero-bubble (P−1)/(3M+P−1), ZB-H1's with F = B = W.
 double bubble_formula(const Schedule& s);
 double bubble_formula(ScheduleKind kind, int stages, int micro, int virt);
 

@@ -1,5 +1,6 @@
 // Model-state bytes per data-parallel rank under ZeRO (Rajbhandari et al. 2020): the engine's
-// memory accounting, which the planner (plan/) uses as is, so the two agree to the byte.
+// memory accounting (parallel/), which the planner (plan/) uses as is, so the two agree to the
+// byte.
 // Ψ parameters over N ranks; shards are padded so any Ψ splits over any N: each rank holds
 // ceil(Ψ/N) elements of every sharded state (core/shard.h).
 //   stage 0: every state replicated           stage 2: + gradients sharded
@@ -12,7 +13,7 @@
 #include "core/error.h"
 #include "core/shard.h"
 
-namespace strata::parallel {
+namespace strata::cost {
 
 enum class Precision : uint8_t { fp32, bf16 };
 enum class Optimizer : uint8_t { adamw, sgd };
@@ -79,14 +80,4 @@ inline ModelStateBytes moe_model_state_bytes(int64_t psi_dense, int64_t n_dense,
   return b;
 }
 
-// Payload bytes of one rank's gradient reductions in a step of `accum` micro-batches over a
-// region of Ψ elements reduced over n ranks: one all-reduce or reduce-scatter of every bucket
-// per step at stages 0-1, one per micro-batch at stages 2-3 (parallel/grad_reducer.h), in the
-// reduce dtype; nothing over one rank.
-inline int64_t grad_reduce_bytes_per_step(int64_t psi, int64_t n, int stage, int64_t accum,
-                                          Precision reduce) {
-  if (n <= 1) return 0;
-  return psi * (reduce == Precision::bf16 ? 2 : 4) * (stage >= 2 ? accum : 1);
-}
-
-}  // namespace strata::parallel
+}  // namespace strata::cost

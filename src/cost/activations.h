@@ -1,5 +1,12 @@
-// Activation memory of one transformer layer for one micro-batch, after Korthikanti et al.
-// 2022, "Reducing Activation Recomputation in Large Transformer Models", section 4.
+// Activation memory: what strata's own GPT allocates on one rank (exact, the engine's
+// accounting and `strata plan --local`), and what one layer of a published model keeps under
+// Korthikanti et al.'s accounting (the planner's search over models it does not run).
+//
+// strata's GPT: the model's buffers (model/part.h's carve_slot) for micro-batches of up to b
+// sequences, per tp rank, plus under context parallelism the ContextComm's buffers.
+//
+// Published models: one transformer layer for one micro-batch, after Korthikanti et al. 2022,
+// "Reducing Activation Recomputation in Large Transformer Models", section 4.
 //
 // Terms: s sequence length (per context-parallel rank), b micro-batch, h hidden, a heads,
 // t tensor-parallel degree; 16-bit activations (2 bytes) and 1-byte dropout masks.
@@ -21,8 +28,59 @@
 #pragma once
 #include <cstdint>
 
-namespace strata::plan {
+#include "cost/shapes.h"
 
+namespace strata::cost {
+
+// Activation bytes the model allocates on one tp rank for micro-batches of up to
+// `micro_batch` sequences of max_seq (model/part.h's carve_slot, without its 64-byte
+// alignment padding, plus tokens, targets and weights). bf16 compute keeps the norm outputs
+// (ln1, ln2, ln_f: n·C each), qkv (3·N·Cl), the attention output (N·Cl) and the GELU input
+// and output (4·N·Cl each) in bf16, half their fp32 bytes.
+// attn_fp32: qkv and the attention output stay fp32 under bf16 (context parallelism).
+inline int64_t tp_activation_bytes(const GptShape& m, int tp, bool sp, int rank,
+                                   int64_t micro_batch, bool bf16_compute = false,
+                                   bool attn_fp32 = false) {
+  const int64_t N = micro_batch * m.max_seq, C = m.dim, L = m.layers, T = tp;
+  const int64_t n = sp && T > 1 ? (N + T - 1) / T : N, Cl = C / T;
+  const int64_t Vr = tp_vocab_rows(m.padded_vocab, tp, rank);
+  // bf16-able activations in floats: whole under fp32, halves (rounded up) under bf16.
+  auto out = [&](int64_t e) { return bf16_compute ? (e + 1) / 2 : e; };
+  auto att = [&](int64_t e) { return attn_fp32 ? e : out(e); };
+  int64_t f = n * C;                                                   // embedding output
+  f += L * (2 * n * C + 2 * out(n * C) + 4 * n + att(3 * N * Cl) + att(N * Cl) +
+            2 * out(4 * N * Cl) + N * m.heads / T);                    // per layer
+  f += out(n * C) + 2 * n + N * Vr + 2 * N;                            // ln_f, logits, losses
+  f += 2 * n * C + 7 * N * Cl;                                         // gradient scratch
+  if (T > 1) f += 2 * N * C + m.max_seq * C + 6 * C + 2 * N;           // tp scratch
+  return 4 * f + 12 * N;
+}
+
+// Bytes of the buffers a ContextComm holds for micro-batches of B sequences (Tl local rows,
+// Cl columns, NH heads on this rank): ring keeps two kv blocks, two travelling dkv blocks and
+// one received (each B·Tl·2Cl) plus D (B·NH·Tl); Ulysses keeps send, receive and two
+// head-sharded scratch tensors (3+3+1+3 B·Tl·Cl) plus every layer's head-sharded output.
+inline int64_t cp_buffer_bytes(bool ring, int C, int layers, int64_t B, int64_t Tl, int64_t Cl,
+                               int64_t NH) {
+  if (C <= 1) return 0;
+  const int64_t N = B * Tl;
+  if (ring) return 4 * (5 * N * 2 * Cl + N * NH);
+  return 4 * (10 * N * Cl + layers * N * Cl);
+}
+
+// Activation bytes of a (tp rank of a) cp rank, as GPT allocates them plus the cp buffers for
+// micro-batches of b sequences of seq tokens: the model's buffers hold ceil(max_seq / C) rows
+// per sequence (the tensor-parallel position-gradient scratch still spans the whole table).
+inline int64_t cp_activation_bytes(const GptShape& m, int tp, bool sp, int rank, int64_t b,
+                                   bool bf16, bool ring, int C, int64_t seq) {
+  GptShape local = m;
+  local.max_seq = (m.max_seq + C - 1) / C;
+  int64_t bytes = tp_activation_bytes(local, tp, sp, rank, b, bf16, /*attn_fp32=*/C > 1);
+  if (tp > 1) bytes += 4 * (m.max_seq - local.max_seq) * m.dim;
+  return bytes + cp_buffer_bytes(ring, C, int(m.layers), b, seq / C, m.dim / tp, m.heads / tp);
+}
+
+// Published models, one layer (the terms above).
 enum class Recompute : uint8_t { none, selective, full };
 
 struct LayerShape {
@@ -86,4 +144,4 @@ inline double korthikanti_selective(double s, double b, double h, double t) {
   return s * b * h / t * 34;
 }
 
-}  // namespace strata::plan
+}  // namespace strata::cost

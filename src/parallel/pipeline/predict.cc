@@ -1,5 +1,5 @@
-// Pipeline step time from the schedule: terms in parallel/pipeline/cost.h.
-#include "parallel/pipeline/cost.h"
+// Pipeline step time from the schedule: terms in parallel/pipeline/predict.h.
+#include "parallel/pipeline/predict.h"
 
 #include <algorithm>
 #include <map>
@@ -7,12 +7,9 @@
 #include <mutex>
 #include <tuple>
 
+#include "cost/bubble.h"
 
 namespace strata::parallel::pipeline {
-
-double gpipe_makespan(int P, int M, double f, double b, double c) {
-  return (M + P - 1) * (f + b) + 2.0 * (P - 1) * c;
-}
 
 namespace {
 
@@ -29,7 +26,7 @@ std::shared_ptr<const Schedule> schedule_of(ScheduleKind kind, int P, int M, int
 }
 
 double makespan(ScheduleKind kind, int P, int M, int V, const Costs& c) {
-  if (c.virt.empty() && kind == ScheduleKind::gpipe) return gpipe_makespan(P, M, c.f, c.b, c.transfer);
+  if (c.virt.empty() && kind == ScheduleKind::gpipe) return cost::gpipe_makespan(P, M, c.f, c.b, c.transfer);
   return simulate(*schedule_of(kind, P, M, V), c).makespan;
 }
 

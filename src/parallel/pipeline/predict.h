@@ -1,6 +1,8 @@
 // The pipeline's time model, shared by the planner (plan/estimate.cc) and the training summary
 // (train/pipeline_rank.cc): one step's schedule (parallel/pipeline/schedule.h) run on an ideal
-// machine with each virtual stage's F, B and W times and a stage-to-stage transfer time.
+// machine with each virtual stage's F, B and W times and a stage-to-stage transfer time. A
+// simulation of the schedule, not a closed form, so it lives beside the schedules; its closed
+// forms (the bubble of equal stages, GPipe's makespan) are cost/bubble.h's.
 //
 // Terms. f, b, w: seconds of one micro-batch's forward, backward (the input gradient only
 // under zero-bubble) and weight-gradient pass on one virtual stage; transfer: seconds from a
@@ -30,11 +32,6 @@ struct Prediction {
   double bubble = 0;         // mean over stages of 1 − busy / makespan
   double bubble_ideal = 0;   // the same with transfer 0: the schedule's own bubble
 };
-
-// GPipe's makespan with equal stages in closed form, (M+P−1)(f+b) + 2(P−1)·c: the first
-// micro-batch's forward and the last one's backward cross P−1 links each (predict uses it;
-// tests/parallel/test_pipeline_cost.cc checks it against the simulation).
-double gpipe_makespan(int stages, int micro, double f, double b, double transfer);
 
 // c: the costs (Costs::virt per virtual stage, or f, b, w for all), c.transfer per message.
 // Throws like make_schedule for impossible (kind, P, M, V).

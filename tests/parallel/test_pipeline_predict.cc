@@ -1,9 +1,10 @@
-// The pipeline's time model (parallel/pipeline/cost.h): with equal stages and no transfer
+// The pipeline's time model (parallel/pipeline/predict.h): with equal stages and no transfer
 // cost its bubble is the schedule's formula; the closed forms and the extrapolation agree with
 // the simulation; a transfer cost shows up in 1F1B once per P micro-batches.
 #include <gtest/gtest.h>
 
-#include "parallel/pipeline/cost.h"
+#include "cost/bubble.h"
+#include "parallel/pipeline/predict.h"
 
 namespace strata::parallel::pipeline {
 namespace {
@@ -52,7 +53,7 @@ TEST(PipelineCost, GPipeClosedFormMatchesTheSimulation) {
   for (int P = 1; P <= 5; ++P)
     for (int M = 1; M <= 13; ++M)
       for (double t : {0.0, 0.05, 0.4, 3.0})
-        EXPECT_NEAR(gpipe_makespan(P, M, 1, 2.3, t),
+        EXPECT_NEAR(cost::gpipe_makespan(P, M, 1, 2.3, t),
                     simulate(make_schedule(ScheduleKind::gpipe, P, M), uniform(1, 2.3, 0, t)).makespan,
                     1e-9)
             << "P " << P << " M " << M << " transfer " << t;

@@ -1,0 +1,173 @@
+// What the collectives cost: their α-β time (the planner), and the payload bytes each parallel
+// dimension moves per micro-batch or step (the engine counts the bytes it sends, the training
+// summary and `strata plan --local` predict them with these formulas, the tests hold the two
+// equal).
+//
+// α-β time. Terms: n ranks; a link moves β bytes/s per direction per rank and every message step pays
+// α seconds of latency; B is the buffer size in bytes as the caller sees it (the full vector
+// for all-reduce, reduce-scatter and all-gather; one rank's whole send buffer for all-to-all).
+// Ring algorithms (Patarasuk & Yuan 2009; Thakur et al. 2005):
+//   all-reduce      2(n-1)·α + 2(n-1)/n · B/β   (reduce-scatter then all-gather)
+//   reduce-scatter   (n-1)·α +  (n-1)/n · B/β
+//   all-gather       (n-1)·α +  (n-1)/n · B/β
+//   all-to-all       (n-1)·α +  (n-1)/n · B/β   (pairwise exchange)
+//   send/recv              α +          B/β
+// The factor in front of B/β is nccl-tests' bus-bandwidth factor: busbw = algbw · factor.
+#pragma once
+#include <cstdint>
+
+#include "cost/memory.h"
+#include "cost/shapes.h"
+
+namespace strata::cost {
+
+struct Link {
+  double gbps = 0;      // β in GB/s (1e9 bytes/s), per direction, per rank
+  double alpha_us = 0;  // α: latency of one message step in microseconds
+};
+
+enum class Collective { allreduce, reduce_scatter, all_gather, all_to_all, send_recv };
+
+inline const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::allreduce:
+      return "all-reduce";
+    case Collective::reduce_scatter:
+      return "reduce-scatter";
+    case Collective::all_gather:
+      return "all-gather";
+    case Collective::all_to_all:
+      return "all-to-all";
+    case Collective::send_recv:
+      return "send/recv";
+  }
+  return "?";
+}
+
+// Bytes each rank puts on the wire per byte of B (nccl-tests' bus-bandwidth factor).
+inline double bus_factor(Collective c, int n) {
+  if (n <= 1) return c == Collective::send_recv ? 1.0 : 0.0;
+  switch (c) {
+    case Collective::allreduce:
+      return 2.0 * (n - 1) / n;
+    case Collective::reduce_scatter:
+    case Collective::all_gather:
+    case Collective::all_to_all:
+      return double(n - 1) / n;
+    case Collective::send_recv:
+      return 1.0;
+  }
+  return 0.0;
+}
+
+// Latency steps of the ring algorithm.
+inline double latency_steps(Collective c, int n) {
+  if (n <= 1) return c == Collective::send_recv ? 1.0 : 0.0;
+  switch (c) {
+    case Collective::allreduce:
+      return 2.0 * (n - 1);
+    case Collective::reduce_scatter:
+    case Collective::all_gather:
+    case Collective::all_to_all:
+      return double(n - 1);
+    case Collective::send_recv:
+      return 1.0;
+  }
+  return 0.0;
+}
+
+// Seconds for one collective of B bytes over n ranks on `link`; 0 for a group of one.
+inline double collective_s(Collective c, double bytes, int n, const Link& link) {
+  if (n <= 1 && c != Collective::send_recv) return 0.0;
+  if (bytes <= 0) return 0.0;
+  return latency_steps(c, n) * link.alpha_us * 1e-6 + bus_factor(c, n) * bytes / (link.gbps * 1e9);
+}
+
+inline double allreduce_s(double bytes, int n, const Link& l) {
+  return collective_s(Collective::allreduce, bytes, n, l);
+}
+inline double reduce_scatter_s(double bytes, int n, const Link& l) {
+  return collective_s(Collective::reduce_scatter, bytes, n, l);
+}
+inline double all_gather_s(double bytes, int n, const Link& l) {
+  return collective_s(Collective::all_gather, bytes, n, l);
+}
+inline double all_to_all_s(double bytes, int n, const Link& l) {
+  return collective_s(Collective::all_to_all, bytes, n, l);
+}
+inline double send_recv_s(double bytes, const Link& l) {
+  return collective_s(Collective::send_recv, bytes, 2, l);
+}
+
+// Tensor parallelism, payload per micro-batch (model/tensor/collectives.h counts an all-gather
+// or reduce-scatter as the whole (N, C) tensor, an all-reduce as its buffer). Terms: L layers,
+// C width, N = micro-batch · seq rows, seq the training sequence.
+//   with SP:    (5 + 10L)·N·C + 3N + 2C + 6L·C + seq·C floats
+//               forward 4 per layer + embedding + logits input, backward 6 per layer + 3,
+//               the CE statistics (3N) and the replicated gradients under SP
+//   without SP: (2 + 4L)·N·C + 3N floats (all-reduces: 2 per layer each way, embedding,
+//               logits input gradient, CE statistics)
+//   an MoE block (K experts per token) adds N·K (the gates' gradients, all-reduced), and with
+//   SP moves one N·C gather less: its backward keeps its input instead of re-gathering it.
+// Bytes (fp32) of one micro-batch's tensor-parallel collectives, forward and backward.
+inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64_t micro_batch,
+                                       int64_t seq) {
+  if (tp <= 1 || micro_batch == 0) return 0;
+  const int64_t N = micro_batch * seq, C = m.dim, L = m.layers;
+  const int64_t floats = sp ? (5 + 10 * L) * N * C + 3 * N + 2 * C + 6 * L * C + seq * C
+                            : (2 + 4 * L) * N * C + 3 * N;
+  const int64_t moe = m.moe_layers * (N * m.top_k - (sp ? N * C : 0));
+  return 4 * (floats + moe);
+}
+
+// Context parallelism, per rank, layer and micro-batch (model/context/context_comm.h).
+// Terms: C cp ranks, B·Tl local rows, Cl attention columns on this rank (C_model / tp), fp32
+// payload.
+//   ring     forward  (C-1) kv blocks of 2·B·Tl·Cl                 = (C-1)·8·B·Tl·Cl bytes
+//            backward (C-1) kv blocks and (C-1) dkv blocks        = 2x the forward
+//   ulysses  forward  all-to-alls of q, k, v and of the output: (C-1)/C of 4·B·Tl·Cl floats
+//            backward the same (dO, then dq, dk, dv)
+// Ring sends (2C-2)/(4(C-1)/C) = C/2 times Ulysses' bytes; it hides them behind the block
+// computations, Ulysses' all-to-alls are exposed.
+// ring: the kv blocks travel a ring (CpMode::ring), else Ulysses' all-to-alls.
+inline int64_t cp_attention_bytes(bool ring, int C, int64_t B, int64_t Tl, int64_t Cl,
+                                  bool backward) {
+  if (C <= 1) return 0;
+  if (ring) return (C - 1) * 2 * B * Tl * Cl * 4 * (backward ? 2 : 1);
+  return (C - 1) * 4 * B * Tl * (Cl / C) * 4;
+}
+
+// Forward plus backward of every layer, per micro-batch.
+inline int64_t cp_bytes_per_micro(bool ring, int C, int layers, int64_t B, int64_t T,
+                                  int64_t Cl) {
+  const int64_t Tl = T / C;
+  return layers * (cp_attention_bytes(ring, C, B, Tl, Cl, false) +
+                   cp_attention_bytes(ring, C, B, Tl, Cl, true));
+}
+
+// Expert parallelism (model/expert/), per MoE block and micro-batch: every rank of an ep group
+// of P ranks sends E/P counts (int64) to each rank, then its kept assignments' rows (C floats
+// each) to their owners;
+// owners send the results back, and backward repeats both row exchanges with gradients:
+// every kept assignment travels 4 times. Summed over the P ranks of the group (sends to
+// oneself included, as all_to_all_v moves them too):
+//   bytes = blocks · (P · E · 8 + 4 · kept · C · 4),  kept = P · b · T · K when dropless
+// (with a capacity factor kept is at most that, and depends on the routing). Nothing is
+// exchanged when P = 1.
+inline int64_t ep_group_bytes_per_micro(const GptShape& m, int P, int64_t tokens_per_rank) {
+  if (P <= 1 || m.moe_layers == 0) return 0;
+  const int64_t kept = int64_t(P) * tokens_per_rank * m.top_k;
+  return m.moe_layers * (int64_t(P) * m.experts * 8 + 4 * kept * m.dim * 4);
+}
+
+// Payload bytes of one rank's gradient reductions in a step of `accum` micro-batches over a
+// region of Ψ elements reduced over n ranks: one all-reduce or reduce-scatter of every bucket
+// per step at stages 0-1, one per micro-batch at stages 2-3 (parallel/grad_reducer.h), in the
+// reduce dtype; nothing over one rank.
+inline int64_t grad_reduce_bytes_per_step(int64_t psi, int64_t n, int stage, int64_t accum,
+                                          Precision reduce) {
+  if (n <= 1) return 0;
+  return psi * (reduce == Precision::bf16 ? 2 : 4) * (stage >= 2 ? accum : 1);
+}
+
+}  // namespace strata::cost

@@ -1,0 +1,51 @@
+// Compute costs: model FLOPs per trained token and MFU (the engine's accounting, which the
+// planner uses as is), the FLOPs of one GPT block's forward (the pipeline's estimated layer
+// costs, model/stage_cost.h), and Megatron-LM's per-iteration count (the planner's report).
+// Model FLOPs (what MFU counts) do not include recomputation; hardware FLOPs do.
+//
+// PaLM (Chowdhery et al. 2022) appendix B, per token: 6N for the matmuls of forward and
+// backward (N parameters) plus 12·L·d·T for attention scores and values (T = sequence
+// length). A GPT block's forward is a third of its share: 2·12d² for its matmuls plus 4·T·d
+// for the scores and values.
+//
+// Megatron-LM (Narayanan et al. 2021, eq. 3), for a GPT of l layers, hidden h, sequence s,
+// vocabulary V and batch B, with full activation recomputation (4 passes of the layers:
+// forward, recomputed forward and a backward costing two):
+//   F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))
+// and without recomputation (3 passes): 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)).
+#pragma once
+#include <cstdint>
+
+namespace strata::cost {
+
+// Training FLOPs per token (PaLM, above).
+inline double train_flops_per_token(double n_params, int64_t layers, int64_t dim, int64_t seq) {
+  return 6.0 * n_params + 12.0 * double(layers) * double(dim) * double(seq);
+}
+
+// Forward FLOPs per token of one GPT block of width `dim` over sequences of `seq` tokens.
+inline double block_forward_flops_per_token(double dim, double seq) {
+  return 24.0 * dim * dim + 4.0 * seq * dim;
+}
+
+// Model FLOPs utilisation: achieved model FLOP/s over the peak.
+inline double mfu(double tokens_per_s, double flops_per_token, double peak_flops) {
+  return peak_flops > 0 ? tokens_per_s * flops_per_token / peak_flops : 0.0;
+}
+
+// Megatron-LM's FLOPs per iteration; full_recompute selects the 96 (4-pass) or 72 (3-pass)
+// form above.
+inline double megatron_flops_per_iteration(double B, double s, double l, double h, double V,
+                                           bool full_recompute = true) {
+  if (full_recompute) return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  return 72.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+}
+
+// Narayanan et al. 2021 eq. 4: end-to-end training time ≈ 8·T·P / (n·X) seconds for T tokens,
+// P parameters, n GPUs each achieving X FLOP/s (full recomputation: 8 = 2 · 4 passes).
+inline double megatron_training_time_s(double tokens, double params, double n_gpus,
+                                       double flops_per_gpu) {
+  return 8.0 * tokens * params / (n_gpus * flops_per_gpu);
+}
+
+}  // namespace strata::cost

@@ -1,0 +1,41 @@
+// The shape of strata's own GPT as the cost models see it, and what its parameters number on
+// one rank: model/shard.h fills it from the model's config, and the engine's sizes, the
+// training summary and `strata plan --local` count from it, which must agree to the byte
+// with what a run holds.
+//
+// Terms: L layers, C width, NH heads, Vp padded vocabulary, maxT position rows, T tp ranks,
+// E experts, P ep ranks.
+// Local parameters of tp rank r: Vr·C (vocab rows floor((r+1)Vp/T) - floor(rVp/T)) + maxT·C
+// + L·(12C²/T + 7C/T + 6C) + 2C, plus per MoE block E·C + (E/P - 1)·(8C²/T + 4C/T + C) (the
+// router whole, the rank's E/P expert MLPs, each split over tp as the dense one, instead of
+// one; docs/moe.md).
+#pragma once
+#include <cstdint>
+
+namespace strata::cost {
+
+struct GptShape {
+  int64_t layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0, padded_vocab = 0;
+  int64_t moe_layers = 0, experts = 0, top_k = 0;  // MoE blocks (docs/moe.md); 0: dense
+};
+
+inline int64_t tp_vocab_rows(int64_t padded_vocab, int tp, int rank) {
+  return padded_vocab * (rank + 1) / tp - padded_vocab * rank / tp;
+}
+
+// One MLP (fc 4C x C and its bias, proj C x 4C and its bias) on one of T tp ranks: the dense
+// block's and each expert's.
+inline int64_t mlp_params(int64_t dim, int tp) {
+  const int64_t C = dim, T = tp;
+  return 8 * C * C / T + 4 * C / T + C;
+}
+
+// Parameters of tp rank `rank` holding the experts of one of `ep` expert-parallel ranks.
+inline int64_t local_params(const GptShape& m, int tp, int rank, int ep = 1) {
+  const int64_t C = m.dim, T = tp;
+  return tp_vocab_rows(m.padded_vocab, tp, rank) * C + m.max_seq * C +
+         m.layers * (12 * C * C / T + 7 * C / T + 6 * C) + 2 * C +
+         m.moe_layers * (m.experts * C + (m.experts / ep - 1) * mlp_params(C, tp));
+}
+
+}  // namespace strata::cost

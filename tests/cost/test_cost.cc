@@ -1,0 +1,80 @@
+// The closed-form costs (src/cost/) against hand counts, and the formulas that two parts of
+// the project once computed apart held to one answer.
+#include <gtest/gtest.h>
+
+#include "cost/bubble.h"
+#include "cost/comm.h"
+#include "cost/flops.h"
+#include "cost/reliability.h"
+#include "cost/shapes.h"
+
+namespace strata::cost {
+namespace {
+
+// Two blocks of width 8, vocabulary 50 padded to 64, 16 positions; block 1 of 2 is MoE with
+// 4 experts.
+GptShape small_moe() { return {2, 8, 2, 16, 50, 64, 1, 4, 2}; }
+
+TEST(CostShapes, ParametersEqualTheHandCount) {
+  // wte 64·8 + wpe 16·8 + 2 blocks of (ln 16 + qkv 216 + proj 72 + ln 16 + MLP 552) + ln_f 16.
+  const int64_t dense = 512 + 128 + 2 * (16 + 216 + 72 + 16 + 552) + 16;
+  EXPECT_EQ(mlp_params(8, 1), 552);
+  GptShape m = small_moe();
+  // The MoE block: its router (4·8) and 4 expert MLPs in place of one.
+  EXPECT_EQ(local_params(m, 1, 0), dense + 32 + 3 * 552);
+  EXPECT_EQ(local_params(m, 1, 0, 2), dense + 32 + 552);  // 2 experts per ep rank
+  EXPECT_EQ(local_params(m, 1, 0, 4), dense + 32);        // one: where the dense MLP was
+  m.moe_layers = 0;
+  EXPECT_EQ(local_params(m, 1, 0), dense);
+  int64_t rows = 0;
+  for (int r = 0; r < 3; ++r) rows += tp_vocab_rows(64, 3, r);
+  EXPECT_EQ(rows, 64);
+}
+
+TEST(CostFlops, ThreeBlockForwardsAreTheTrainingCount) {
+  // A block's forward and backward (3 forwards) over its 12C² matmul parameters is PaLM's
+  // 6N + 12·L·d·T for those parameters.
+  const int64_t L = 4, C = 64, T = 32;
+  EXPECT_DOUBLE_EQ(3.0 * L * block_forward_flops_per_token(C, T),
+                   train_flops_per_token(double(L * 12 * C * C), L, C, T));
+  EXPECT_DOUBLE_EQ(mfu(1000, 2e6, 4e9), 0.5);
+  EXPECT_DOUBLE_EQ(mfu(1000, 2e6, 0), 0);
+}
+
+TEST(CostBubble, ClosedFormsPerSchedule) {
+  EXPECT_DOUBLE_EQ(pipeline_bubble(4, 8), 3.0 / 11);
+  EXPECT_DOUBLE_EQ(pipeline_bubble(4, 8, 2), 3.0 / 19);
+  EXPECT_DOUBLE_EQ(zero_bubble_bubble(4, 8), 3.0 / 27);
+  EXPECT_DOUBLE_EQ(pipeline_bubble(1, 5), 0);
+  EXPECT_DOUBLE_EQ(gpipe_makespan(3, 4, 1, 2, 0.5), 6 * 3 + 4 * 0.5);
+}
+
+TEST(CostReliability, FreeCheckpointsLeaveOnlyTheRestarts) {
+  // δ = 0: Daly's interval is 0 and the overhead is the restarts' R/M, as the checkpointer's
+  // advice computes it; the planner once answered 1 (every second lost).
+  const double M = 3600, R = 36;
+  EXPECT_DOUBLE_EQ(daly_interval_s(0, M), 0);
+  EXPECT_DOUBLE_EQ(checkpoint_overhead_fraction(0, 0, M, R), R / M);
+  CheckpointPlanInput in;
+  in.gpus = 1;
+  in.gpu_mtbf_s = M;
+  in.restart_s = R;  // no storage bandwidth given: writing takes 0 s
+  EXPECT_DOUBLE_EQ(plan_checkpoints(in).overhead_fraction, R / M);
+  // A stall with no interval, or no MTBF, loses everything.
+  EXPECT_DOUBLE_EQ(checkpoint_overhead_fraction(0, 10, M, R), 1);
+  EXPECT_DOUBLE_EQ(checkpoint_overhead_fraction(100, 10, 0, R), 1);
+  EXPECT_DOUBLE_EQ(checkpoint_overhead_fraction(100, 10, M, R), 10.0 / 100 + (50 + R) / M);
+}
+
+TEST(CostComm, ExpertAndGradientBytes) {
+  const GptShape m = small_moe();
+  // 2 ranks, 3 tokens each, top-2: 12 kept assignments, each travelling 4 times as 8 floats.
+  EXPECT_EQ(ep_group_bytes_per_micro(m, 2, 3), 2 * 4 * 8 + 4 * 12 * 8 * 4);
+  EXPECT_EQ(ep_group_bytes_per_micro(m, 1, 3), 0);
+  EXPECT_EQ(grad_reduce_bytes_per_step(1000, 2, 1, 4, Precision::bf16), 2000);
+  EXPECT_EQ(grad_reduce_bytes_per_step(1000, 2, 2, 4, Precision::fp32), 16000);
+  EXPECT_EQ(grad_reduce_bytes_per_step(1000, 1, 2, 4, Precision::fp32), 0);
+}
+
+}  // namespace
+}  // namespace strata::cost
