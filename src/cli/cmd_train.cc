@@ -26,6 +26,7 @@
 #include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
+#include "train/run_spec.h"
 #include "train/trainer.h"
 
 namespace strata::cli {
@@ -187,7 +188,6 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
   pc.timeout_s = a.faults.timeout_s;
   if (pc.timeout_s == 0) comm::detail::default_timeout_s();  // a bad STRATA_TIMEOUT: one line now
   apply_micro_batches(app, pc, cfg);
-  pc.validate(cfg);
   return pc;
 }
 
@@ -340,8 +340,13 @@ void setup(CLI::App& app) {
     // which an --elastic restart may have left out.
     if (!h.hosts.empty() && !app.count("--nproc") && !comm::launched_as_rank())
       pcfg.nproc = comm::total_slots(h.hosts);
-    train::TrainConfig cfg = resolve(app, *a);
-    train::ParallelConfig pc = resolve_parallel(app, *a, cfg);
+    // One run specification, checked once before any rank starts (train/run_spec.h).
+    train::RunSpec spec;
+    spec.train = resolve(app, *a);
+    spec.parallel = resolve_parallel(app, *a, spec.train);
+    spec.validate();
+    const train::TrainConfig& cfg = spec.train;
+    const train::ParallelConfig& pc = spec.parallel;
     // The run dir keeps the resolved config: --config RUN/config.toml runs it again.
     if (!cfg.run_dir.empty() && !comm::launched_as_rank()) {
       ckpt::make_dirs(cfg.run_dir);
