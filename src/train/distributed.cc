@@ -270,6 +270,9 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   topo.dp_rank = mesh.dp_rank();
   topo.dp_world = dims.dp;
   topo.pp = dims.pp;
+  topo.schedule = parallel::pipeline::schedule_name(pc.pipeline.schedule);
+  topo.virtual_stages = pc.pipeline.virt;
+  topo.precision = parallel::precision_name(pc.dp.precision);
   topo.tp = tensor_comm.get();
   topo.cp = context_comm.get();
   if (mesh.has_ep()) topo.ep = &mesh.ep();
