@@ -122,11 +122,22 @@ void RunSpec::validate() const {
   STRATA_CHECK(pc.timeout_s >= 0, "--timeout must not be negative (got ", pc.timeout_s, ")");
   STRATA_CHECK(!pc.trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
   pc.dp.validate();
+  const parallel::MeshDims& m = pc.mesh;
+  if (given.dp) STRATA_CHECK(m.dp >= 1, "--dp must be at least 1 (got ", m.dp, ")");
+  if (given.schedule)
+    STRATA_CHECK(m.pp > 1, "--schedule ", pl::schedule_name(pc.pipeline.schedule),
+                 " needs --pp 2 or more (got --pp ", m.pp, ")");
+  if (given.cp_mode)
+    STRATA_CHECK(m.cp > 1, "--cp-mode ", model::cp_mode_name(pc.cp.mode), " needs --cp 2 or more (got --cp ",
+                 m.cp, ")");
+  if (given.cp_chunks)
+    STRATA_CHECK(m.cp > 1, "--cp-chunks ", model::cp_chunks_name(pc.cp.chunks),
+                 " needs --cp 2 or more (got --cp ", m.cp, ")");
   // The model and the optimizer, then the layout they run on.
   const parallel::ParallelLayout l = layout();
   cfg.validate(l.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, l.dp);
-  check_layout(cfg.model, cfg.train_seq(), cfg.batch, l, pc.pipeline.micro > 0);
+  check_layout(cfg.model, cfg.train_seq(), cfg.batch, l, given.micro_batches || pc.pipeline.micro > 0);
   // What the layout needs of this host. Under --pp each stage checks its own activations once
   // built (train/pipeline_rank.cc): the whole model's figure is no stage's.
   if (l.pp == 1)

@@ -23,6 +23,12 @@ namespace strata::train {
 struct RunSpec {
   TrainConfig train;        // model, optimizer, data, schedule, checkpoints, metrics
   ParallelConfig parallel;  // degrees, ZeRO, precision, pipeline, backend, hosts, restarts
+  // Layout flags that were given (on the command line or in a config): refused where the
+  // layout would ignore them or read them as "unset", so a typo does not run another job
+  // than the one asked for.
+  struct Given {
+    bool dp = false, schedule = false, cp_mode = false, cp_chunks = false, micro_batches = false;
+  } given;
 
   // The layout on parallel.world() ranks: dp resolved from the world, b = --micro-batch or
   // --batch / dp. Throws naming the degree flags when they do not multiply to the world.

@@ -93,6 +93,13 @@ TEST(RunSpec, RefusalsNameTheFlagsAndTheNumbers) {
   EXPECT_NE(i.find("--micro-batches >= --pp: 1 < 2"), std::string::npos) << i;
   EXPECT_NE(i.find("--batch 8 / (1 data-parallel rank(s) x micro-batch 8)"), std::string::npos) << i;
 
+  // A flag the layout would ignore: refused rather than dropped.
+  train::RunSpec ignored = small_spec(1);
+  ignored.given.schedule = true;
+  ignored.parallel.pipeline.schedule = parallel::pipeline::ScheduleKind::zb;
+  EXPECT_NE(refusal(ignored).find("--schedule zb needs --pp 2 or more (got --pp 1)"), std::string::npos)
+      << refusal(ignored);
+
   train::RunSpec ep = small_spec(4);
   ep.parallel.mesh.pp = 2, ep.parallel.mesh.ep = 2;
   ep.train.model.moe.experts = 2;
