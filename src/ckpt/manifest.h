@@ -64,7 +64,7 @@ struct TrainState {
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   int zero_stage = 0;
-  std::string precision = "fp32";      // the states' working precision
+  std::string precision = "fp32";  // the states' working precision
   // --precision of the run: the states' precision, except under --pp, whose stages keep fp32
   // states under bf16 matmuls (before it was saved: `precision`).
   std::string run_precision = "fp32";

@@ -8,15 +8,15 @@
 #include "cli/command.h"
 #include "cli/run_config.h"
 #include "core/error.h"
-#include "model/gpt.h"
+#include "model/context/cp_cost.h"
 #include "model/expert/moe_cost.h"
+#include "model/gpt.h"
 #include "model/shard.h"
+#include "model/tensor/tp_cost.h"
 #include "nlohmann/json.hpp"
 #include "parallel/pipeline/schedule.h"
 #include "plan/planner.h"
 #include "train/run_spec.h"
-#include "model/tensor/tp_cost.h"
-#include "model/context/cp_cost.h"
 
 namespace strata::cli {
 

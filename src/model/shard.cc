@@ -12,8 +12,8 @@ VocabSlice vocab_slice(int64_t padded_vocab, TpShard s) {
 
 void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq, int cp) {
   STRATA_CHECK(tp >= 1, "--tp must be at least 1 (got ", tp, ")");
-  STRATA_CHECK(tp_splits_heads(cfg.heads, tp), "--tp ", tp, " does not divide the model's ", cfg.heads,
-               " attention heads (each tensor-parallel rank takes whole heads)");
+  STRATA_CHECK(tp_splits_heads(cfg.heads, tp), "--tp ", tp, " does not divide the model's ",
+               cfg.heads, " attention heads (each tensor-parallel rank takes whole heads)");
   STRATA_CHECK(cfg.padded_vocab >= tp, "--tp ", tp, " exceeds the padded vocabulary ",
                cfg.padded_vocab);
   // With context parallelism each cp rank's seq / cp tokens are what the tp ranks split.

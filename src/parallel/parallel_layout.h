@@ -24,13 +24,13 @@ namespace strata::parallel {
 
 struct ParallelLayout {
   int tp = 1, cp = 1, dp = 1, pp = 1, ep = 1;
-  int zero = 0;                    // ZeRO stage 0-3
+  int zero = 0;  // ZeRO stage 0-3
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
-  int virtual_stages = 1;          // model chunks per pipeline stage (interleaved)
-  std::vector<int> pp_split;       // layers per virtual stage; empty: balanced by cost
-  int micro_batch = 1;             // b: sequences per data-parallel rank per micro-step
-  bool sequence_parallel = true;   // with tp > 1: norms and residuals hold seq / tp tokens
-  model::CpOptions cp_options;     // with cp > 1
+  int virtual_stages = 1;         // model chunks per pipeline stage (interleaved)
+  std::vector<int> pp_split;      // layers per virtual stage; empty: balanced by cost
+  int micro_batch = 1;            // b: sequences per data-parallel rank per micro-step
+  bool sequence_parallel = true;  // with tp > 1: norms and residuals hold seq / tp tokens
+  model::CpOptions cp_options;    // with cp > 1
 
   MeshDims mesh() const { return {tp, dp, cp, pp, ep}; }
   int64_t world() const { return int64_t(tp) * cp * dp * pp; }

@@ -43,8 +43,9 @@ std::string pipeline_problem(const TrainSetup& s, const Layout& l) {
   if (!parallel::virtual_stages_allowed(s.schedule, V))
     return cat("--virtual-stages ", V, " needs --schedule interleaved");
   if (!parallel::zero_bubble_allows_zero(s.schedule, l.zero))
-    return l.zero == 3 ? "zero-bubble defers weight gradients past ZeRO-3's per-layer gathers (zero 3)"
-                       : "zero-bubble defers weight gradients past ZeRO-2's gradient buckets (zero 2)";
+    return l.zero == 3
+               ? "zero-bubble defers weight gradients past ZeRO-3's per-layer gathers (zero 3)"
+               : "zero-bubble defers weight gradients past ZeRO-2's gradient buckets (zero 2)";
   if (l.pp == 1 || s.schedule != pl::ScheduleKind::interleaved) return "";
   if (!parallel::chunks_divide_layers(s.model.layers, l.pp, V))
     return cat("pp ", l.pp, " × virtual stages ", V, " do not divide the ", s.model.layers,
@@ -69,16 +70,19 @@ std::string layout_problem(const TrainSetup& s, const Layout& l) {
   if (l.tp > G || G % l.tp != 0)
     return cat("tp ", l.tp, " does not fit inside a node of ", G,
                " GPUs (tensor parallelism stays on the intra-node links)");
-  if (!model::tp_splits_heads(m.heads, l.tp)) return cat(m.heads, " attention heads are not divisible by tp ", l.tp);
+  if (!model::tp_splits_heads(m.heads, l.tp))
+    return cat(m.heads, " attention heads are not divisible by tp ", l.tp);
   if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
     return cat(m.kv_heads, " KV heads neither divide nor are divisible by tp ", l.tp);
   if (m.ffn % l.tp != 0) return cat("MLP width ", m.ffn, " is not divisible by tp ", l.tp);
-  if (!parallel::stages_fit_layers(l.pp, m.layers)) return cat("pp ", l.pp, " exceeds the model's ", m.layers, " layers");
+  if (!parallel::stages_fit_layers(l.pp, m.layers))
+    return cat("pp ", l.pp, " exceeds the model's ", m.layers, " layers");
   if (m.seq % l.cp != 0) return cat("sequence ", m.seq, " is not divisible by cp ", l.cp);
   if (s.cp_mode == CpMode::ulysses && l.cp > 1 && !model::ulysses_splits_heads(m.heads, l.tp, l.cp))
     return cat(m.heads, " heads are not divisible by tp ", l.tp, " × cp ", l.cp,
                " (Ulysses splits heads over context-parallel ranks)");
-  if (!model::ep_has_experts(m.experts, l.ep)) return cat("ep ", l.ep, " needs a mixture-of-experts model");
+  if (!model::ep_has_experts(m.experts, l.ep))
+    return cat("ep ", l.ep, " needs a mixture-of-experts model");
   if (m.moe() && !model::ep_splits_experts(m.experts, l.ep))
     return cat(m.experts, " experts are not divisible by ep ", l.ep);
   if (!parallel::ep_divides_dp_cp(l.dp, l.cp, l.ep))

@@ -89,9 +89,9 @@ std::string layout_differences(const ckpt::TrainState& then, const ckpt::TrainSt
   };
   // The schedule matters only where both runs have a pipeline of the same depth (another
   // depth is named by pp itself, with this run's schedule).
-  const bool pipeline_differs = then.pp != now.pp ||
-                                (now.pp > 1 && (then.schedule != now.schedule ||
-                                                then.virtual_stages != now.virtual_stages));
+  const bool pipeline_differs =
+      then.pp != now.pp ||
+      (now.pp > 1 && (then.schedule != now.schedule || then.virtual_stages != now.virtual_stages));
   const bool reshards = dp_of(then) != dp_of(now) || then.tp != now.tp || pipeline_differs ||
                         then.cp != now.cp || then.ep != now.ep || then.zero_stage != now.zero_stage;
   std::string changed;
@@ -106,8 +106,8 @@ std::string layout_differences(const ckpt::TrainState& then, const ckpt::TrainSt
   add(then.zero_stage != now.zero_stage, cat("zero ", now.zero_stage));
   add(then.run_precision != now.run_precision, now.run_precision);
   if (changed.empty()) return "";
-  return cat("; checkpoint written at dp ", dp_of(then), " tp ", then.tp, " ", pipeline(then), " cp ",
-             then.cp, " ep ", then.ep, " zero ", then.zero_stage, " ", then.run_precision,
+  return cat("; checkpoint written at dp ", dp_of(then), " tp ", then.tp, " ", pipeline(then),
+             " cp ", then.cp, " ep ", then.ep, " zero ", then.zero_stage, " ", then.run_precision,
              ", this run is ", changed, reshards ? ": resharding" : ": converting the states");
 }
 

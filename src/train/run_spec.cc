@@ -28,14 +28,15 @@ std::string micro_batches_origin(int64_t batch, const parallel::ParallelLayout& 
 void check_experts(const model::GPTConfig& m, const parallel::ParallelLayout& l) {
   STRATA_CHECK(model::ep_has_experts(m.moe.experts, l.ep), "--ep ", l.ep, " needs --experts");
   STRATA_CHECK(model::ep_splits_experts(m.moe.experts, l.ep), "--experts ", m.moe.experts,
-               " is not divisible by --ep ", l.ep, " (each expert-parallel rank owns E/ep experts)");
+               " is not divisible by --ep ", l.ep,
+               " (each expert-parallel rank owns E/ep experts)");
 }
 
 // More stages than layers, a --pp-split of the wrong length or sum, virtual stages that do
 // not divide the layers, a schedule its micro-batches cannot fill, zero-bubble with ZeRO 2/3,
 // and the compositions the pipeline does not run yet.
-void check_pipeline(const model::GPTConfig& m, int seq, int64_t batch, const parallel::ParallelLayout& l,
-                    bool micro_batches_given) {
+void check_pipeline(const model::GPTConfig& m, int seq, int64_t batch,
+                    const parallel::ParallelLayout& l, bool micro_batches_given) {
   const int L = m.layers, P = l.pp, V = l.virtual_stages;
   STRATA_CHECK(V >= 1, "--virtual-stages must be at least 1 (got ", V, ")");
   if (P <= 1) {
@@ -55,9 +56,11 @@ void check_pipeline(const model::GPTConfig& m, int seq, int64_t batch, const par
                " needs --schedule interleaved (got ", pl::schedule_name(l.schedule), ")");
   model::split_layers(m, seq, P, V, l.pp_split);  // a --pp-split of the wrong length or sum
   const int64_t M = l.micro_batches(batch);
-  if (l.schedule == pl::ScheduleKind::interleaved && !parallel::interleaved_micro_batches_fit(M, P)) {
+  if (l.schedule == pl::ScheduleKind::interleaved &&
+      !parallel::interleaved_micro_batches_fit(M, P)) {
     const std::string origin = micro_batches_origin(batch, l, micro_batches_given);
-    STRATA_CHECK(M >= P, "--schedule interleaved needs --micro-batches >= --pp: ", M, " < ", P, origin);
+    STRATA_CHECK(M >= P, "--schedule interleaved needs --micro-batches >= --pp: ", M, " < ", P,
+                 origin);
     fail("--schedule interleaved needs --micro-batches a multiple of --pp: ", M,
          " is not a multiple of ", P, origin);
   }
@@ -71,9 +74,11 @@ void check_pipeline(const model::GPTConfig& m, int seq, int64_t batch, const par
          l.zero == 2 ? "gradient bucket" : "gathered parameters and gradient bucket",
          " would stay live in between (", deferred, " x ", L / P,
          " blocks vs the 2 bucket buffers ZeRO ", l.zero,
-         " keeps); use --zero 0 or 1 with zb, or --schedule 1f1b / interleaved with --zero ", l.zero);
+         " keeps); use --zero 0 or 1 with zb, or --schedule 1f1b / interleaved with --zero ",
+         l.zero);
   }
-  STRATA_CHECK(l.ep == 1, "--pp ", P, " with --ep ", l.ep, " is not supported yet: pipeline stages "
+  STRATA_CHECK(l.ep == 1, "--pp ", P, " with --ep ", l.ep,
+               " is not supported yet: pipeline stages "
                "compose with tensor, context and data parallelism only so far (--ep 1)");
   STRATA_CHECK(!m.moe.enabled(), "--pp ", P, " with --experts ", m.moe.experts,
                " is not supported yet: pipeline stages hold dense blocks only so far");
@@ -81,16 +86,16 @@ void check_pipeline(const model::GPTConfig& m, int seq, int64_t batch, const par
 
 }  // namespace
 
-void check_layout(const model::GPTConfig& model, int seq, int64_t batch, const parallel::ParallelLayout& l,
-                  bool micro_batches_given) {
+void check_layout(const model::GPTConfig& model, int seq, int64_t batch,
+                  const parallel::ParallelLayout& l, bool micro_batches_given) {
   // The degrees themselves: each at least 1, ep carved out of dp x cp (parallel/mesh.h).
   l.mesh().resolved(int(l.world()));
   model::check_context_parallel(model, l.tp, l.cp, l.cp_options, seq);
   // Sequence parallelism splits each cp rank's seq / cp rows.
   model::check_tensor_parallel(model, l.tp, l.sequence_parallel, seq, l.cp);
   check_experts(model, l);
-  STRATA_CHECK(l.micro_batch >= 1 && parallel::batch_splits(batch, l.dp, l.micro_batch),
-               "--batch ", batch, " does not split into ", l.dp, " data-parallel rank(s) x micro-batch ",
+  STRATA_CHECK(l.micro_batch >= 1 && parallel::batch_splits(batch, l.dp, l.micro_batch), "--batch ",
+               batch, " does not split into ", l.dp, " data-parallel rank(s) x micro-batch ",
                l.micro_batch, " x a whole number of accumulation steps");
   check_pipeline(model, seq, batch, l, micro_batches_given);
 }
@@ -115,10 +120,12 @@ void RunSpec::validate() const {
   // The job: ranks, restarts, hosts, timeouts, traces.
   STRATA_CHECK(pc.nproc >= 1, "--nproc must be at least 1 (got ", pc.nproc, ")");
   const int n = pc.world();
-  STRATA_CHECK(pc.max_restarts >= 0, "--max-restarts must not be negative (got ", pc.max_restarts, ")");
-  STRATA_CHECK(!pc.elastic || (pc.hosts.size() > 1 && pc.max_restarts > 0) || comm::launched_as_rank(),
-               "--elastic restarts on the remaining hosts: it needs --max-restarts R and two or more hosts "
-               "(--hosts, --hostfile or --slurm)");
+  STRATA_CHECK(pc.max_restarts >= 0, "--max-restarts must not be negative (got ", pc.max_restarts,
+               ")");
+  STRATA_CHECK(
+      !pc.elastic || (pc.hosts.size() > 1 && pc.max_restarts > 0) || comm::launched_as_rank(),
+      "--elastic restarts on the remaining hosts: it needs --max-restarts R and two or more hosts "
+      "(--hosts, --hostfile or --slurm)");
   STRATA_CHECK(pc.timeout_s >= 0, "--timeout must not be negative (got ", pc.timeout_s, ")");
   STRATA_CHECK(!pc.trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
   pc.dp.validate();
@@ -128,8 +135,8 @@ void RunSpec::validate() const {
     STRATA_CHECK(m.pp > 1, "--schedule ", pl::schedule_name(pc.pipeline.schedule),
                  " needs --pp 2 or more (got --pp ", m.pp, ")");
   if (given.cp_mode)
-    STRATA_CHECK(m.cp > 1, "--cp-mode ", model::cp_mode_name(pc.cp.mode), " needs --cp 2 or more (got --cp ",
-                 m.cp, ")");
+    STRATA_CHECK(m.cp > 1, "--cp-mode ", model::cp_mode_name(pc.cp.mode),
+                 " needs --cp 2 or more (got --cp ", m.cp, ")");
   if (given.cp_chunks)
     STRATA_CHECK(m.cp > 1, "--cp-chunks ", model::cp_chunks_name(pc.cp.chunks),
                  " needs --cp 2 or more (got --cp ", m.cp, ")");
@@ -137,12 +144,13 @@ void RunSpec::validate() const {
   const parallel::ParallelLayout l = layout();
   cfg.validate(l.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, l.dp);
-  check_layout(cfg.model, cfg.train_seq(), cfg.batch, l, given.micro_batches || pc.pipeline.micro > 0);
+  check_layout(cfg.model, cfg.train_seq(), cfg.batch, l,
+               given.micro_batches || pc.pipeline.micro > 0);
   // What the layout needs of this host. Under --pp each stage checks its own activations once
   // built (train/pipeline_rank.cc): the whole model's figure is no stage's.
   if (l.pp == 1)
-    check_activation_budget(cfg.max_activation_mb, cfg.model, l.tp, l.sequence_parallel && l.tp > 1, l.cp,
-                            l.cp_options.mode, l.micro_batch, cfg.train_seq(),
+    check_activation_budget(cfg.max_activation_mb, cfg.model, l.tp, l.sequence_parallel && l.tp > 1,
+                            l.cp, l.cp_options.mode, l.micro_batch, cfg.train_seq(),
                             pc.dp.precision == parallel::Precision::bf16);
   // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters); a rank's
   // E/ep experts span the dp x cp / ep ranks holding them (parallel/region.h).

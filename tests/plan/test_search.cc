@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "plan/comm_cost.h"
 #include "parallel/parallel_layout.h"
+#include "plan/comm_cost.h"
 #include "plan/planner.h"
 
 using namespace strata::plan;
@@ -59,7 +59,8 @@ TEST(Layout, ZeroBubbleRefusesTheZeroStagesTrainRefuses) {
   s.schedule = pl::ScheduleKind::zb;
   for (int zero : {0, 1, 2, 3}) {
     const std::string p = problem(s, {8, 16, 8, 1, 1, zero, 1, Recompute::selective});
-    EXPECT_EQ(p.empty(), strata::parallel::zero_bubble_allows_zero(s.schedule, zero)) << zero << ": " << p;
+    EXPECT_EQ(p.empty(), strata::parallel::zero_bubble_allows_zero(s.schedule, zero))
+        << zero << ": " << p;
     if (zero >= 2) {
       EXPECT_NE(p.find("zero " + std::to_string(zero)), std::string::npos) << p;
     }

@@ -72,7 +72,9 @@ TEST(RunSpec, RefusalsNameTheFlagsAndTheNumbers) {
   sp.train.model.heads = 6, sp.train.model.dim = 48;
   sp.parallel.mesh.cp = 2, sp.parallel.mesh.tp = 3;
   const std::string m = refusal(sp);
-  EXPECT_NE(m.find("--seq 32 / --cp 2 = 16 tokens per cp rank is not divisible by 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("--seq 32 / --cp 2 = 16 tokens per cp rank is not divisible by 3"),
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("--tp 3"), std::string::npos) << m;
   sp.parallel.sequence_parallel = false;  // --no-sp: the same layout runs
   EXPECT_EQ(refusal(sp), "");
@@ -81,7 +83,8 @@ TEST(RunSpec, RefusalsNameTheFlagsAndTheNumbers) {
   zb.parallel.mesh.pp = 2;
   zb.parallel.pipeline.schedule = parallel::pipeline::ScheduleKind::zb;
   zb.parallel.dp.stage = 2;
-  EXPECT_NE(refusal(zb).find("--schedule zb with --zero 2: zero-bubble defers up to"), std::string::npos)
+  EXPECT_NE(refusal(zb).find("--schedule zb with --zero 2: zero-bubble defers up to"),
+            std::string::npos)
       << refusal(zb);
 
   // Interleaved over the accumulation count the batch split gives: named through --batch.
@@ -91,19 +94,22 @@ TEST(RunSpec, RefusalsNameTheFlagsAndTheNumbers) {
   il.train.micro_batch = 8;
   const std::string i = refusal(il);
   EXPECT_NE(i.find("--micro-batches >= --pp: 1 < 2"), std::string::npos) << i;
-  EXPECT_NE(i.find("--batch 8 / (1 data-parallel rank(s) x micro-batch 8)"), std::string::npos) << i;
+  EXPECT_NE(i.find("--batch 8 / (1 data-parallel rank(s) x micro-batch 8)"), std::string::npos)
+      << i;
 
   // A flag the layout would ignore: refused rather than dropped.
   train::RunSpec ignored = small_spec(1);
   ignored.given.schedule = true;
   ignored.parallel.pipeline.schedule = parallel::pipeline::ScheduleKind::zb;
-  EXPECT_NE(refusal(ignored).find("--schedule zb needs --pp 2 or more (got --pp 1)"), std::string::npos)
+  EXPECT_NE(refusal(ignored).find("--schedule zb needs --pp 2 or more (got --pp 1)"),
+            std::string::npos)
       << refusal(ignored);
 
   train::RunSpec ep = small_spec(4);
   ep.parallel.mesh.pp = 2, ep.parallel.mesh.ep = 2;
   ep.train.model.moe.experts = 2;
-  EXPECT_NE(refusal(ep).find("--pp 2 with --ep 2 is not supported yet"), std::string::npos) << refusal(ep);
+  EXPECT_NE(refusal(ep).find("--pp 2 with --ep 2 is not supported yet"), std::string::npos)
+      << refusal(ep);
   ep.parallel.mesh.ep = 1;
   EXPECT_NE(refusal(ep).find("--pp 2 with --experts 2 is not supported yet"), std::string::npos)
       << refusal(ep);
@@ -168,12 +174,15 @@ TEST(RunSpec, BadLayoutsAreRefusedBeforeAnyRankStarts) {
     TempDir dir("run_spec_bad");
     const std::string run = dir.file("run");
     const auto t0 = std::chrono::steady_clock::now();
-    const RunResult r = run_strata(kSmall + c.flags + " --run-dir " + run, "", Streams::separate, 60);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const RunResult r =
+        run_strata(kSmall + c.flags + " --run-dir " + run, "", Streams::separate, 60);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_GT(r.status, 0) << r.err;
     EXPECT_EQ(r.err.rfind("strata: error: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    for (const std::string& n : c.needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << ": " << r.err;
+    for (const std::string& n : c.needles)
+      EXPECT_NE(r.err.find(n), std::string::npos) << n << ": " << r.err;
     // Before any rank: nothing started, not even the run dir (its lock, its config.toml).
     EXPECT_FALSE(fs::exists(run)) << r.err;
     EXPECT_EQ(r.out, "");
@@ -185,7 +194,8 @@ TEST(RunSpec, BadLayoutsAreRefusedBeforeAnyRankStarts) {
 
 std::vector<double> losses(const std::string& run) {
   std::vector<double> out;
-  for (const nlohmann::json& j : step_records(run + "/metrics.jsonl")) out.push_back(j["loss"].get<double>());
+  for (const nlohmann::json& j : step_records(run + "/metrics.jsonl"))
+    out.push_back(j["loss"].get<double>());
   return out;
 }
 
@@ -200,19 +210,22 @@ TEST(RunSpec, ResumeLineNamesEveryLayoutDifference) {
   TempDir dir("run_spec_resume");
   const std::string base = kSmall + "--ckpt-every 4 --timeout 60 ";
   const std::string from = dir.file("from");
-  const RunResult first = run_strata(base + "--steps 4 --nproc 2 --zero 1 --run-dir " + from, "", Streams::separate);
+  const RunResult first =
+      run_strata(base + "--steps 4 --nproc 2 --zero 1 --run-dir " + from, "", Streams::separate);
   ASSERT_EQ(first.status, 0) << first.err;
   // dp 2 fp32 -> pp 2 (1f1b) bf16, ZeRO 1 in both.
   const std::string to = dir.file("to");
-  const RunResult r = run_strata(base + "--steps 6 --ckpt-every 2 --nproc 2 --pp 2 --zero 1 --precision bf16 --run-dir " + to +
-                                     " --resume " + from + "/ckpt/step-000004",
-                                 "", Streams::separate);
+  const RunResult r = run_strata(
+      base + "--steps 6 --ckpt-every 2 --nproc 2 --pp 2 --zero 1 --precision bf16 --run-dir " + to +
+          " --resume " + from + "/ckpt/step-000004",
+      "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string line = resume_line(r.err);
   EXPECT_NE(line.find("resuming from step 4"), std::string::npos) << line;
-  EXPECT_NE(line.find("checkpoint written at dp 2 tp 1 pp 1 cp 1 ep 1 zero 1 fp32, this run is dp 1 pp 2 "
-                      "(1f1b) bf16: resharding"),
-            std::string::npos)
+  EXPECT_NE(
+      line.find("checkpoint written at dp 2 tp 1 pp 1 cp 1 ep 1 zero 1 fp32, this run is dp 1 pp 2 "
+                "(1f1b) bf16: resharding"),
+      std::string::npos)
       << line;
   // Training continues: steps 5 and 6, near the loss the checkpoint's run left.
   const std::vector<double> before = losses(from), after = losses(to);
@@ -227,11 +240,15 @@ TEST(RunSpec, ResumeLineNamesEveryLayoutDifference) {
   // before the schedule and the run's precision were recorded still loads, with their old
   // defaults.
   const std::string step = to + "/ckpt/step-000006";
-  const RunResult zb = run_strata(base + "--steps 8 --nproc 2 --pp 2 --zero 1 --precision bf16 --schedule zb "
-                                        "--run-dir " + dir.file("zb") + " --resume " + step,
-                                  "", Streams::separate);
+  const RunResult zb =
+      run_strata(base +
+                     "--steps 8 --nproc 2 --pp 2 --zero 1 --precision bf16 --schedule zb "
+                     "--run-dir " +
+                     dir.file("zb") + " --resume " + step,
+                 "", Streams::separate);
   ASSERT_EQ(zb.status, 0) << zb.err;
-  EXPECT_NE(resume_line(zb.err).find("pp 2 (1f1b) cp 1 ep 1 zero 1 bf16, this run is pp 2 (zb): resharding"),
+  EXPECT_NE(resume_line(zb.err).find(
+                "pp 2 (1f1b) cp 1 ep 1 zero 1 bf16, this run is pp 2 (zb): resharding"),
             std::string::npos)
       << resume_line(zb.err);
   const std::string manifest = step + "/manifest.json";
@@ -239,14 +256,16 @@ TEST(RunSpec, ResumeLineNamesEveryLayoutDifference) {
   ASSERT_TRUE(m["train"].contains("schedule")) << m["train"].dump();
   for (const char* key : {"schedule", "virtual_stages", "run_precision"}) m["train"].erase(key);
   std::ofstream(manifest) << m.dump(1);
-  const RunResult old = run_strata(base + "--steps 8 --nproc 2 --pp 2 --zero 1 --precision bf16 --run-dir " +
-                                       dir.file("old") + " --resume " + step,
-                                   "", Streams::separate);
+  const RunResult old =
+      run_strata(base + "--steps 8 --nproc 2 --pp 2 --zero 1 --precision bf16 --run-dir " +
+                     dir.file("old") + " --resume " + step,
+                 "", Streams::separate);
   ASSERT_EQ(old.status, 0) << old.err;
   EXPECT_NE(resume_line(old.err).find("resuming from step 6"), std::string::npos) << old.err;
   // Read as 1f1b, one chunk per stage, and the states' precision (fp32 under --pp): only
   // the precision is named.
-  EXPECT_NE(resume_line(old.err).find("pp 2 (1f1b) cp 1 ep 1 zero 1 fp32, this run is bf16: converting the states"),
+  EXPECT_NE(resume_line(old.err).find(
+                "pp 2 (1f1b) cp 1 ep 1 zero 1 fp32, this run is bf16: converting the states"),
             std::string::npos)
       << resume_line(old.err);
 }
