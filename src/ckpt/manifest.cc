@@ -77,10 +77,13 @@ json to_json(const TrainState& t) {
           {"tp", t.tp},
           {"dp", t.dp},
           {"pp", t.pp},
+          {"schedule", t.schedule},
+          {"virtual_stages", t.virtual_stages},
           {"cp", t.cp},
           {"ep", t.ep},
           {"zero_stage", t.zero_stage},
           {"precision", t.precision},
+          {"run_precision", t.run_precision},
           {"extra", t.extra}};
 }
 
@@ -99,10 +102,13 @@ TrainState train_state_from_json(const json& j) {
   t.tp = j.value("tp", 1);  // version 1 knew only data parallelism
   t.dp = j.value("dp", 0);
   t.pp = j.value("pp", 1);
+  t.schedule = j.value("schedule", std::string("1f1b"));  // before pipelines recorded it
+  t.virtual_stages = j.value("virtual_stages", 1);
   t.cp = j.value("cp", 1);
   t.ep = j.value("ep", 1);
   t.zero_stage = j.at("zero_stage").get<int>();
   t.precision = j.at("precision").get<std::string>();
+  t.run_precision = j.value("run_precision", t.precision);
   t.extra = j.value("extra", json::object());
   return t;
 }

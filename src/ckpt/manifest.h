@@ -3,8 +3,8 @@
 // shard file the chunks it stores: which box of which tensor, which flat range of that box
 // (chunks.h), for which state, at which byte offset, with an xxHash64 per block of
 // `block_bytes`, so a load can verify exactly the blocks it reads. It also carries the
-// training state needed to resume and the layout that wrote it (world, tp, dp, ZeRO stage,
-// precision).
+// training state needed to resume and the layout that wrote it (world, tp, dp, pp with its
+// schedule and virtual stages, cp, ep, ZeRO stage, precision).
 //
 // Versions. 2 (written now): chunks are boxes of global tensors, so any layout (tensor
 // parallel included) can save and any other can load. 1 (read only): each piece was a range
@@ -60,8 +60,14 @@ struct TrainState {
   int tp = 1;                   // tensor-parallel degree of the writer's layout
   int dp = 0;                   // data-parallel degree (0: world / tp)
   int pp = 1, cp = 1, ep = 1;   // pipeline, context and expert-parallel degrees (1 before they were saved)
+  // The pipeline's schedule and model chunks per stage ("1f1b" and 1 before they were saved).
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
   int zero_stage = 0;
-  std::string precision = "fp32";
+  std::string precision = "fp32";  // the states' working precision
+  // --precision of the run: the states' precision, except under --pp, whose stages keep fp32
+  // states under bf16 matmuls (before it was saved: `precision`).
+  std::string run_precision = "fp32";
   nlohmann::json extra = nlohmann::json::object();   // free-form (e.g. best eval loss)
 };
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "cli/command.h"
 #include "cli/run_config.h"
@@ -16,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/pipeline/schedule.h"
 #include "plan/planner.h"
+#include "train/run_spec.h"
 
 namespace strata::cli {
 
@@ -156,20 +158,23 @@ void run_local(const Flags& f, const CLI::App& app) {
   g.validate();
   const int tp = app.count("--tp") ? f.tp : 1, dp = app.count("--dp") ? f.dp : 1;
   const int ep = app.count("--ep") ? f.ep : 1;
-  STRATA_CHECK(ep >= 1 && dp * (app.count("--cp") ? f.cp : 1) % ep == 0, "--ep ", ep,
-               " does not divide --dp x --cp ", dp * (app.count("--cp") ? f.cp : 1));
-  STRATA_CHECK(g.moe.experts % ep == 0, "--experts ", g.moe.experts, " is not divisible by --ep ",
-               ep);
   const int stage = app.count("--zero") ? f.zero : 0;
   const int64_t seq = app.count("--seq") ? f.seq : g.seq;
   const int64_t b = app.count("--micro-batch") ? f.micro_batch : 1;
   STRATA_CHECK(dp >= 1, "--dp must be at least 1 (got ", dp, ")");
   STRATA_CHECK(seq >= 1 && seq <= g.seq, "--seq ", seq, " outside [1, ", g.seq, "]");
   STRATA_CHECK(b >= 1 && f.accum >= 1, "--micro-batch and --accum must be at least 1");
+  STRATA_CHECK(b <= std::numeric_limits<int>::max(), "--micro-batch ", b, " is past ",
+               std::numeric_limits<int>::max(), " sequences");
   const int cp = app.count("--cp") ? f.cp : 1;
   const model::CpMode cpm = model::parse_cp_mode(f.cp_mode);
-  model::check_context_parallel(g, tp, cp, {cpm, model::CpChunks::zigzag}, int(seq));
-  model::check_tensor_parallel(g, tp, !f.no_sp, int(seq), cp);
+  // The layout `strata train` would run, checked as train checks it (train/run_spec.h).
+  parallel::ParallelLayout layout;
+  layout.tp = tp, layout.cp = cp, layout.dp = dp, layout.ep = ep, layout.zero = stage;
+  layout.micro_batch = int(b);
+  layout.sequence_parallel = !f.no_sp;
+  layout.cp_options = {cpm, model::CpChunks::zigzag};
+  train::check_layout(g, int(seq), b * f.accum * dp, layout);
   const Precision p = f.precision == "fp32" ? Precision::fp32 : Precision::bf16;
   const cost::GptShape m = model::gpt_shape(g);
   nlohmann::json ranks = nlohmann::json::array();

@@ -15,17 +15,18 @@
 #include "ckpt/fsutil.h"
 #include "ckpt/interval.h"
 #include "cli/command.h"
-#include "core/error.h"
-#include "comm/bootstrap.h"
-#include "comm/runtime.h"
-#include "comm/types.h"
 #include "cli/fault_flags.h"
 #include "cli/host_flags.h"
 #include "cli/run_config.h"
+#include "comm/bootstrap.h"
+#include "comm/runtime.h"
+#include "comm/types.h"
+#include "core/error.h"
 #include "model/context/layout.h"
 #include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
+#include "train/run_spec.h"
 #include "train/trainer.h"
 
 namespace strata::cli {
@@ -120,6 +121,10 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   if (app.count("--resume"))
     STRATA_CHECK(!cfg.ckpt.resume.empty(), "--resume needs a value: auto, or a run directory, its "
                  "ckpt/ directory or a step-* directory");
+  if (app.count("--max-activation-mb"))
+    STRATA_CHECK(std::isfinite(cfg.max_activation_mb) && cfg.max_activation_mb > 0,
+                 "--max-activation-mb must be a positive number of MiB (got ",
+                 cfg.max_activation_mb, ")");
   cfg.schedule.min_lr = app.count("--min-lr") ? a.min_lr : cfg.schedule.lr / 10;
   STRATA_CHECK(a.spike_action == "skip" || a.spike_action == "rollback", "--spike-action ",
                a.spike_action, " is not skip or rollback");
@@ -150,26 +155,7 @@ void apply_micro_batches(CLI::App& app, const train::ParallelConfig& pc, train::
   cfg.micro_batch = cfg.batch / (dp * M);
 }
 
-// Flags that were given but that the layout would ignore or read as "unset": refused, so a
-// typo does not run a different job than the one asked for.
-void refuse_ignored_flags(CLI::App& app, const TrainArgs& a, const train::TrainConfig& cfg) {
-  const parallel::MeshDims& m = a.parallel.mesh;
-  if (app.count("--dp")) STRATA_CHECK(m.dp >= 1, "--dp must be at least 1 (got ", m.dp, ")");
-  if (app.count("--schedule"))
-    STRATA_CHECK(m.pp > 1, "--schedule ", a.pp_schedule, " needs --pp 2 or more (got --pp ", m.pp,
-                 ")");
-  if (app.count("--cp-mode"))
-    STRATA_CHECK(m.cp > 1, "--cp-mode ", a.cp_mode, " needs --cp 2 or more (got --cp ", m.cp, ")");
-  if (app.count("--cp-chunks"))
-    STRATA_CHECK(m.cp > 1, "--cp-chunks ", a.cp_chunks, " needs --cp 2 or more (got --cp ", m.cp, ")");
-  if (app.count("--max-activation-mb"))
-    STRATA_CHECK(std::isfinite(cfg.max_activation_mb) && cfg.max_activation_mb > 0,
-                 "--max-activation-mb must be a positive number of MiB (got ",
-                 cfg.max_activation_mb, ")");
-}
-
 train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::TrainConfig& cfg) {
-  refuse_ignored_flags(app, a, cfg);
   train::ParallelConfig pc = a.parallel;
   pc.dp.stage = parallel::parse_zero_stage(a.zero);
   pc.dp.precision = parallel::parse_precision(a.precision);
@@ -193,7 +179,6 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
   pc.timeout_s = a.faults.timeout_s;
   if (pc.timeout_s == 0) comm::detail::default_timeout_s();  // a bad STRATA_TIMEOUT: one line now
   apply_micro_batches(app, pc, cfg);
-  pc.validate(cfg);
   return pc;
 }
 
@@ -360,8 +345,15 @@ void setup(CLI::App& app) {
     // which an --elastic restart may have left out.
     if (!h.hosts.empty() && !app.count("--nproc") && !comm::launched_as_rank())
       pcfg.nproc = comm::total_slots(h.hosts);
-    train::TrainConfig cfg = resolve(app, *a);
-    train::ParallelConfig pc = resolve_parallel(app, *a, cfg);
+    // One run specification, checked once before any rank starts (train/run_spec.h).
+    train::RunSpec spec;
+    spec.train = resolve(app, *a);
+    spec.parallel = resolve_parallel(app, *a, spec.train);
+    spec.given = {app.count("--dp") > 0, app.count("--schedule") > 0, app.count("--cp-mode") > 0,
+                  app.count("--cp-chunks") > 0, app.count("--micro-batches") > 0};
+    spec.validate();
+    const train::TrainConfig& cfg = spec.train;
+    const train::ParallelConfig& pc = spec.parallel;
     // The run dir keeps the resolved config: --config RUN/config.toml runs it again.
     if (!cfg.run_dir.empty() && !comm::launched_as_rank()) {
       ckpt::make_dirs(cfg.run_dir);

@@ -1,6 +1,7 @@
 #include "model/shard.h"
 
 #include "core/error.h"
+#include "model/parallel_rules.h"
 
 namespace strata::model {
 
@@ -11,8 +12,8 @@ VocabSlice vocab_slice(int64_t padded_vocab, TpShard s) {
 
 void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq, int cp) {
   STRATA_CHECK(tp >= 1, "--tp must be at least 1 (got ", tp, ")");
-  STRATA_CHECK(cfg.heads % tp == 0, "--tp ", tp, " does not divide the model's ", cfg.heads,
-               " attention heads (each tensor-parallel rank takes whole heads)");
+  STRATA_CHECK(tp_splits_heads(cfg.heads, tp), "--tp ", tp, " does not divide the model's ",
+               cfg.heads, " attention heads (each tensor-parallel rank takes whole heads)");
   STRATA_CHECK(cfg.padded_vocab >= tp, "--tp ", tp, " exceeds the padded vocabulary ",
                cfg.padded_vocab);
   // With context parallelism each cp rank's seq / cp tokens are what the tp ranks split.
@@ -21,7 +22,8 @@ void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel,
                cp > 1 ? cat("--seq ", seq, " / --cp ", cp, " = ", local, " tokens per cp rank")
                       : cat("the training sequence --seq ", seq),
                " is not divisible by ", tp,
-               " (sequence-parallel ranks hold seq/tp tokens; use --no-sp or another --seq)");
+               " (sequence parallelism splits each rank's tokens over the --tp ranks; use --no-sp "
+               "or another --seq)");
 }
 
 namespace {

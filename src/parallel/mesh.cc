@@ -1,6 +1,7 @@
 #include "parallel/mesh.h"
 
 #include "core/error.h"
+#include "parallel/parallel_layout.h"
 
 namespace strata::parallel {
 
@@ -51,9 +52,9 @@ MeshDims MeshDims::resolved(int world) const {
   STRATA_CHECK(int64_t(d.tp) * d.cp * d.dp * d.pp == world, flags(d), " = ",
                int64_t(d.tp) * d.cp * d.dp * d.pp, " ranks, but the world has ", world,
                " (--nproc)");
-  STRATA_CHECK((d.dp * d.cp) % d.ep == 0, "--ep ", d.ep, " does not divide the ", d.dp * d.cp,
-               " data-parallel x context-parallel ranks (--dp ", d.dp, " x --cp ", d.cp,
-               "): expert parallelism is carved out of them");
+  STRATA_CHECK(ep_divides_dp_cp(d.dp, d.cp, d.ep), "--ep ", d.ep, " does not divide the ",
+               d.dp * d.cp, " data-parallel x context-parallel ranks (--dp ", d.dp, " x --cp ",
+               d.cp, "): expert parallelism is carved out of them");
   return d;
 }
 

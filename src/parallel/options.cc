@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "parallel/parallel_layout.h"
 
 namespace strata::parallel {
 
@@ -73,7 +74,7 @@ void check_batch_split(int global_batch, int micro_batch, int world) {
   STRATA_CHECK(global_batch >= world, "--batch ", global_batch, " is smaller than the ", world,
                " data-parallel ranks: every rank needs at least one sequence per step");
   const int b = micro_batch > 0 ? micro_batch : global_batch / world;
-  STRATA_CHECK(global_batch % (int64_t(b) * world) == 0, "--batch ", global_batch,
+  STRATA_CHECK(b >= 1 && batch_splits(global_batch, world, b), "--batch ", global_batch,
                " does not split into ", world, " ranks x micro-batch ", b,
                " x a whole number of accumulation steps");
 }

@@ -2,6 +2,8 @@
 #include "plan/layout.h"
 
 #include "core/error.h"
+#include "model/parallel_rules.h"
+#include "parallel/parallel_layout.h"
 
 namespace strata::plan {
 
@@ -38,15 +40,17 @@ std::string pipeline_problem(const TrainSetup& s, const Layout& l) {
   if (s.micro_batches > 0 && M != s.micro_batches)
     return cat("--micro-batches ", s.micro_batches, " but global batch ", s.global_batch,
                " / (dp ", l.dp, " × micro-batch ", l.micro_batch, ") = ", M);
-  if (V > 1 && s.schedule != pl::ScheduleKind::interleaved)
+  if (!parallel::virtual_stages_allowed(s.schedule, V))
     return cat("--virtual-stages ", V, " needs --schedule interleaved");
-  if (s.schedule == pl::ScheduleKind::zb && l.zero == 3)
-    return "zero-bubble defers weight gradients past ZeRO-3's per-layer gathers (zero 3)";
+  if (!parallel::zero_bubble_allows_zero(s.schedule, l.zero))
+    return l.zero == 3
+               ? "zero-bubble defers weight gradients past ZeRO-3's per-layer gathers (zero 3)"
+               : "zero-bubble defers weight gradients past ZeRO-2's gradient buckets (zero 2)";
   if (l.pp == 1 || s.schedule != pl::ScheduleKind::interleaved) return "";
-  if (s.model.layers % (l.pp * V) != 0)
+  if (!parallel::chunks_divide_layers(s.model.layers, l.pp, V))
     return cat("pp ", l.pp, " × virtual stages ", V, " do not divide the ", s.model.layers,
                " layers");
-  if (M < l.pp || M % l.pp != 0)
+  if (!parallel::interleaved_micro_batches_fit(M, l.pp))
     return cat("interleaved needs micro-batches a multiple of pp: ", M, " micro-batches, pp ",
                l.pp);
   return "";
@@ -66,22 +70,25 @@ std::string layout_problem(const TrainSetup& s, const Layout& l) {
   if (l.tp > G || G % l.tp != 0)
     return cat("tp ", l.tp, " does not fit inside a node of ", G,
                " GPUs (tensor parallelism stays on the intra-node links)");
-  if (m.heads % l.tp != 0) return cat(m.heads, " attention heads are not divisible by tp ", l.tp);
+  if (!model::tp_splits_heads(m.heads, l.tp))
+    return cat(m.heads, " attention heads are not divisible by tp ", l.tp);
   if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
     return cat(m.kv_heads, " KV heads neither divide nor are divisible by tp ", l.tp);
   if (m.ffn % l.tp != 0) return cat("MLP width ", m.ffn, " is not divisible by tp ", l.tp);
-  if (l.pp > m.layers) return cat("pp ", l.pp, " exceeds the model's ", m.layers, " layers");
+  if (!parallel::stages_fit_layers(l.pp, m.layers))
+    return cat("pp ", l.pp, " exceeds the model's ", m.layers, " layers");
   if (m.seq % l.cp != 0) return cat("sequence ", m.seq, " is not divisible by cp ", l.cp);
-  if (s.cp_mode == CpMode::ulysses && l.cp > 1 && m.heads % (int64_t(l.tp) * l.cp) != 0)
+  if (s.cp_mode == CpMode::ulysses && l.cp > 1 && !model::ulysses_splits_heads(m.heads, l.tp, l.cp))
     return cat(m.heads, " heads are not divisible by tp ", l.tp, " × cp ", l.cp,
                " (Ulysses splits heads over context-parallel ranks)");
-  if (!m.moe() && l.ep != 1) return cat("ep ", l.ep, " needs a mixture-of-experts model");
-  if (m.moe() && m.experts % l.ep != 0)
+  if (!model::ep_has_experts(m.experts, l.ep))
+    return cat("ep ", l.ep, " needs a mixture-of-experts model");
+  if (m.moe() && !model::ep_splits_experts(m.experts, l.ep))
     return cat(m.experts, " experts are not divisible by ep ", l.ep);
-  if ((int64_t(l.dp) * l.cp) % l.ep != 0)
+  if (!parallel::ep_divides_dp_cp(l.dp, l.cp, l.ep))
     return cat("ep ", l.ep, " must divide dp ", l.dp, " × cp ", l.cp,
                " (experts are spread over data/context-parallel ranks)");
-  if (s.global_batch % (int64_t(l.dp) * l.micro_batch) != 0)
+  if (!parallel::batch_splits(s.global_batch, l.dp, l.micro_batch))
     return cat("global batch ", s.global_batch, " is not divisible by dp ", l.dp, " × micro-batch ",
                l.micro_batch);
   return pipeline_problem(s, l);

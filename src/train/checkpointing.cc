@@ -71,6 +71,46 @@ void check_same_data_position(const ckpt::TrainState& t, const TrainConfig& cfg,
   }
 }
 
+// A checkpoint's or a run's data-parallel degree (checkpoints before dp was saved: what the
+// other degrees leave of the world).
+int dp_of(const ckpt::TrainState& t) {
+  return t.dp > 0 ? t.dp : t.world / std::max(1, t.tp * t.pp * t.cp);
+}
+
+// The resume line's comparison of layouts: the checkpoint's whole layout, then every field
+// this run has otherwise (dp, tp, pp with its schedule and virtual stages, cp, ep, ZeRO
+// stage, precision); empty when they all match. "; checkpoint written at dp 2 tp 1 pp 1 cp 1
+// ep 1 zero 1 fp32, this run is dp 1 pp 2 (1f1b) bf16: resharding".
+std::string layout_differences(const ckpt::TrainState& then, const ckpt::TrainState& now) {
+  auto pipeline = [](const ckpt::TrainState& t) {
+    if (t.pp == 1) return std::string("pp 1");
+    return cat("pp ", t.pp, " (", t.schedule,
+               t.virtual_stages > 1 ? cat(", ", t.virtual_stages, " virtual stages") : "", ")");
+  };
+  // The schedule matters only where both runs have a pipeline of the same depth (another
+  // depth is named by pp itself, with this run's schedule).
+  const bool pipeline_differs =
+      then.pp != now.pp ||
+      (now.pp > 1 && (then.schedule != now.schedule || then.virtual_stages != now.virtual_stages));
+  const bool reshards = dp_of(then) != dp_of(now) || then.tp != now.tp || pipeline_differs ||
+                        then.cp != now.cp || then.ep != now.ep || then.zero_stage != now.zero_stage;
+  std::string changed;
+  auto add = [&](bool differs, const std::string& text) {
+    if (differs) changed += (changed.empty() ? "" : " ") + text;
+  };
+  add(dp_of(then) != dp_of(now), cat("dp ", dp_of(now)));
+  add(then.tp != now.tp, cat("tp ", now.tp));
+  add(pipeline_differs, pipeline(now));
+  add(then.cp != now.cp, cat("cp ", now.cp));
+  add(then.ep != now.ep, cat("ep ", now.ep));
+  add(then.zero_stage != now.zero_stage, cat("zero ", now.zero_stage));
+  add(then.run_precision != now.run_precision, now.run_precision);
+  if (changed.empty()) return "";
+  return cat("; checkpoint written at dp ", dp_of(then), " tp ", then.tp, " ", pipeline(then),
+             " cp ", then.cp, " ep ", then.ep, " zero ", then.zero_stage, " ", then.run_precision,
+             ", this run is ", changed, reshards ? ": resharding" : ": converting the states");
+}
+
 // What a resume changes, for its line: the layout (world, tp, pp, cp, ep, ZeRO stage), which
 // the states are resharded for, and the precision and batch split, which may change too (the
 // loader continues from the same global sample; the schedule counts steps as before).
@@ -90,11 +130,12 @@ std::string resume_changes(const ckpt::TrainState& t, const ckpt::TrainState& no
     out = cat(", resharded from ", t.world, " rank(s)", degrees(t.tp, t.pp, t.cp, t.ep),
               " at ZeRO ", t.zero_stage, " to ", n.world, degrees(n.tp, n.pp, n.cp, n.ep),
               " at ZeRO ", n.zero_stage);
-  if (t.precision != n.precision) out += cat(", precision ", t.precision, " -> ", n.precision);
+  if (t.run_precision != n.run_precision)
+    out += cat(", precision ", t.run_precision, " -> ", n.run_precision);
   if (!t.config.contains("batch") || !t.config.contains("micro_batch")) return out;
   // Sequences per rank per micro-step as each run resolved them (--micro-batch 0: B / dp).
   const int64_t batch = t.config["batch"].get<int64_t>(), b = t.config["micro_batch"].get<int64_t>();
-  const int dp = t.dp > 0 ? t.dp : t.world / std::max(t.tp, 1);
+  const int dp = dp_of(t);
   const int64_t b_then = b > 0 ? b : batch / std::max(dp, 1);
   const int64_t b_now = cfg.batch / (int64_t(cfg.accum(n.dp)) * n.dp);
   if (batch != cfg.batch)
@@ -222,6 +263,20 @@ void RunCheckpoints::log(const std::string& line) const {
   std::fflush(stderr);
 }
 
+void RunCheckpoints::record_layout(ckpt::TrainState& t, int tp) const {
+  t.world = topo_.world;
+  t.tp = tp;
+  t.dp = topo_.dp_world > 0 ? topo_.dp_world : topo_.world / tp;
+  t.pp = topo_.pp;
+  t.schedule = topo_.schedule;
+  t.virtual_stages = topo_.virtual_stages;
+  t.cp = topo_.cp ? topo_.cp->size() : 1;
+  t.ep = topo_.ep ? topo_.ep->size() : 1;
+  t.zero_stage = engine_.zero_stage();
+  t.precision = engine_.precision();
+  t.run_precision = topo_.precision.empty() ? t.precision : topo_.precision;
+}
+
 ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState& loader) const {
   ckpt::SaveRequest req;
   req.step = done;
@@ -238,14 +293,7 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
   t.rng["sample"] = {cfg_.seed, 0x5A3D1E00, 0};
   t.config = cfg_.to_json();
   const RankLayout layout = rank_layout(model_, topo_);
-  t.world = topo_.world;
-  t.tp = layout.tp;
-  t.dp = topo_.dp_world > 0 ? topo_.dp_world : topo_.world / layout.tp;
-  t.pp = topo_.pp;
-  t.cp = topo_.cp ? topo_.cp->size() : 1;
-  t.ep = topo_.ep ? topo_.ep->size() : 1;
-  t.zero_stage = engine_.zero_stage();
-  t.precision = engine_.precision();
+  record_layout(t, layout.tp);
   req.tensors = tensor_table(model_);
   req.layout = layout.pieces;
   const int64_t psi = ckpt::layout_numel(req.layout);
@@ -338,18 +386,12 @@ ResumePoint RunCheckpoints::resume() {
   if (p.steps_lost >= 0) p.steps_lost = std::max<int64_t>(0, p.steps_lost - t.step);
 
   ckpt::TrainState now;  // this run's layout, as request() records it
-  now.world = topo_.world;
-  now.dp = topo_.dp_world;
-  now.tp = layout.tp;
-  now.pp = topo_.pp;
-  now.cp = topo_.cp ? topo_.cp->size() : 1;
-  now.ep = topo_.ep ? topo_.ep->size() : 1;
-  now.zero_stage = engine_.zero_stage();
-  now.precision = engine_.precision();
+  record_layout(now, layout.tp);
   const std::string reshard = resume_changes(t, now, cfg_);
   std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "resuming from step ",
-           t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", reshard, ")", lost));
+           t.step, " (", r->dir, ", ", fmt("%.2f", r->seconds), " s to load", reshard, ")", lost,
+           layout_differences(t, now)));
   resumed_ = p;
   return p;
 }

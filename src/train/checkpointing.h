@@ -74,6 +74,8 @@ class RunCheckpoints {
 
  private:
   ckpt::SaveRequest request(int64_t done, const data::LoaderState& loader) const;
+  // This run's layout and precision into `t`'s fields, as checkpoints record them.
+  void record_layout(ckpt::TrainState& t, int tp) const;
   void record_finished(MetricsWriter* out);
   // "the newest good checkpoint is DIR" or "there is no good checkpoint"
   std::string good_checkpoint_text() const;

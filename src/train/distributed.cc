@@ -174,48 +174,6 @@ int ParallelConfig::world() const {
   return comm::launched_as_rank() ? comm::detect_rank_env().world_size : nproc;
 }
 
-void ParallelConfig::validate(const TrainConfig& cfg) const {
-  STRATA_CHECK(nproc >= 1, "--nproc must be at least 1 (got ", nproc, ")");
-  const int n = world();
-  STRATA_CHECK(max_restarts >= 0, "--max-restarts must not be negative (got ", max_restarts, ")");
-  STRATA_CHECK(!elastic || (hosts.size() > 1 && max_restarts > 0) || comm::launched_as_rank(),
-               "--elastic restarts on the remaining hosts: it needs --max-restarts R and two or more hosts "
-               "(--hosts, --hostfile or --slurm)");
-  STRATA_CHECK(timeout_s >= 0, "--timeout must not be negative (got ", timeout_s, ")");
-  STRATA_CHECK(!trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
-  dp.validate();
-  const parallel::MeshDims d = mesh_dims();
-  model::check_context_parallel(cfg.model, d.tp, d.cp, cp, cfg.train_seq());
-  // Sequence parallelism splits each cp rank's seq / cp rows.
-  model::check_tensor_parallel(cfg.model, d.tp, sequence_parallel, cfg.train_seq(), d.cp);
-  cfg.validate(d.dp);
-  STRATA_CHECK(d.ep == 1 || cfg.model.moe.enabled(), "--ep ", d.ep, " needs --experts");
-  STRATA_CHECK(cfg.model.moe.experts % d.ep == 0, "--experts ", cfg.model.moe.experts,
-               " is not divisible by --ep ", d.ep, " (each expert-parallel rank owns E/ep experts)");
-  parallel::check_batch_split(cfg.batch, cfg.micro_batch, d.dp);
-  const int A = cfg.accum(d.dp);
-  // Under --pp each stage checks its own figure once built (train/pipeline_rank.cc): the
-  // whole model's is no stage's.
-  if (d.pp == 1)
-    check_activation_budget(cfg.max_activation_mb, cfg.model, d.tp, sequence_parallel && d.tp > 1,
-                            d.cp, cp.mode, cfg.batch / (A * d.dp), cfg.train_seq(),
-                            dp.precision == cost::Precision::bf16);
-  validate_pipeline(cfg, *this);
-  // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters); a rank's
-  // E/ep experts span the dp x cp / ep ranks holding them (parallel/region.h).
-  const int64_t experts = model::expert_params(cfg.model, d.ep, d.tp);
-  const int64_t psi =
-      model::local_num_params(cfg.model, {d.tp, 0}) - model::expert_params(cfg.model, 1, d.tp);
-  // One process too: a count of experts the host cannot hold spent minutes building before
-  // failing, so the bytes are compared with the host's memory first, naming --experts.
-  try {
-    parallel::check_memory_fits(psi, d.dp * d.cp, n, dp, 0, 0, experts, d.dp * d.cp / d.ep);
-  } catch (const Error& e) {
-    if (!cfg.model.moe.enabled()) throw;
-    throw Error(cat("--experts ", cfg.model.moe.experts, ": ", e.what()));
-  }
-}
-
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {
   dump_into_run_dir(cfg);
   if (comm::launched_as_rank()) {
@@ -313,6 +271,9 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   topo.dp_rank = mesh.dp_rank();
   topo.dp_world = dims.dp;
   topo.pp = dims.pp;
+  topo.schedule = parallel::pipeline::schedule_name(pc.pipeline.schedule);
+  topo.virtual_stages = pc.pipeline.virt;
+  topo.precision = parallel::precision_name(pc.dp.precision);
   topo.tp = tensor_comm.get();
   topo.cp = context_comm.get();
   if (mesh.has_ep()) topo.ep = &mesh.ep();

@@ -46,8 +46,7 @@ struct ParallelConfig {
   // Ranks of the job: the launcher's world when this process is already a rank (started by
   // `strata launch`, mpirun, torchrun or SLURM), else nproc.
   int world() const;
-  // Throws one line for impossible settings (before anything starts).
-  void validate(const TrainConfig& cfg) const;
+  // Its checks are the run specification's (train/run_spec.h), with the rest of the run.
   // The mesh degrees for world() ranks (throws naming --tp, --dp and the numbers).
   parallel::MeshDims mesh_dims() const { return mesh.resolved(world()); }
 };

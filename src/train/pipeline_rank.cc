@@ -24,40 +24,6 @@ namespace strata::train {
 namespace pl = parallel::pipeline;
 using nlohmann::json;
 
-void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc) {
-  const parallel::MeshDims d = pc.mesh_dims();
-  const pl::PipelineOptions& o = pc.pipeline;
-  STRATA_CHECK(o.virt >= 1, "--virtual-stages must be at least 1 (got ", o.virt, ")");
-  if (d.pp <= 1) {
-    STRATA_CHECK(o.virt == 1 && o.split.empty() && o.micro == 0,
-                 "--virtual-stages, --pp-split and --micro-batches need --pp 2 or more");
-    return;
-  }
-  const int L = cfg.model.layers, P = d.pp, V = o.virt;
-  STRATA_CHECK(P <= L, "--pp ", P, " stages but the model has only ", L, " layers (--layers)");
-  // Bounded before P x V is formed in int (2^31 - 1 virtual stages wrapped it to -2).
-  STRATA_CHECK(int64_t(P) * V <= L, "--virtual-stages ", V, " x --pp ", P, " = ", int64_t(P) * V,
-               " chunks do not divide the ", L, " layers (--layers; each chunk needs one)");
-  STRATA_CHECK(V == 1 || L % (P * V) == 0 || !o.split.empty(), "--virtual-stages ", V, " x --pp ",
-               P, " = ", P * V, " chunks do not divide the ", L, " layers");
-  model::split_layers(cfg.model, cfg.train_seq(), P, V, o.split);
-  const int M = cfg.accum(d.dp);
-  pl::make_schedule(o.schedule, P, M, V);
-  if (o.schedule == pl::ScheduleKind::zb && pc.dp.stage >= 2) {
-    // Zero-bubble runs a block's weight pass after later micro-batches' input passes: its
-    // gradients stay live in between (ZeRO 2's bucket buffers, ZeRO 3's gathered layers).
-    const pl::Schedule zs = pl::make_schedule(o.schedule, P, M, V);
-    const int deferred = pl::max_deferred_weight_passes(zs);
-    fail("--schedule zb with --zero ", pc.dp.stage, ": zero-bubble defers up to ", deferred,
-         " weight passes per stage past later micro-batches' backward, so every block's ",
-         pc.dp.stage == 2 ? "gradient bucket" : "gathered parameters and gradient bucket",
-         " would stay live in between (", deferred, " x ", L / P,
-         " blocks vs the 2 bucket buffers ZeRO ", pc.dp.stage,
-         " keeps); use --zero 0 or 1 with zb, or --schedule 1f1b / interleaved with --zero ",
-         pc.dp.stage);
-  }
-}
-
 namespace {
 
 std::vector<model::MicroInput> inputs_of(const data::StepBatch& batch) {

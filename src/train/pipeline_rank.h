@@ -18,12 +18,8 @@
 
 namespace strata::train {
 
-// Throws one line naming the flag and numbers for a pipeline layout that cannot run (before
-// any rank starts): more stages than layers, a --pp-split of the wrong length or sum,
-// virtual stages that do not divide the layers, interleaved with M < P, zero-bubble with
-// ZeRO-3, and what the stage engine does not support yet.
-void validate_pipeline(const TrainConfig& cfg, const ParallelConfig& pc);
-
+// The pipeline layouts that cannot run are refused before any rank starts by the run
+// specification (train/run_spec.h); a stage checks its own activations once built.
 TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc,
                                 parallel::Mesh& mesh, Topology topo);
 

@@ -96,6 +96,9 @@ struct Topology {
   // same as rank/world unless tensor-parallel peers share their data (dp_world < world).
   int dp_rank = 0, dp_world = 0;  // dp_world 0: rank, world
   int pp = 1;  // pipeline stages of the job (recorded in checkpoints; the stage's model is its own)
+  std::string schedule = "1f1b";  // the pipeline's schedule and chunks per stage (recorded in
+  int virtual_stages = 1;         // checkpoints, named by the resume line)
+  std::string precision;  // --precision (recorded in checkpoints); empty: the engine's states'.
   // Tensor parallelism: the model is this rank's shard (model/shard.h); its peers compute
   // the same loss, which only tp rank 0 adds into the job's sum.
   model::TensorComm* tp = nullptr;

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "cost/comm.h"
+#include "parallel/parallel_layout.h"
 #include "plan/planner.h"
 
 using namespace strata::plan;
@@ -48,6 +49,22 @@ TEST(Layout, ProblemsNameTheNumbers) {
   s.global_batch = 1000;
   p = problem(s, {8, 1, 128, 1, 1, 0, 1, Recompute::none});
   EXPECT_NE(p.find("global batch 1000 is not divisible by dp 128"), std::string::npos) << p;
+}
+
+// The planner refuses what `strata train` refuses, by the same rules
+// (parallel/parallel_layout.h): zero-bubble with ZeRO 2 as with ZeRO 3.
+TEST(Layout, ZeroBubbleRefusesTheZeroStagesTrainRefuses) {
+  namespace pl = strata::parallel::pipeline;
+  TrainSetup s = setup("gpt3-175b", "a100-80g", 1024);
+  s.schedule = pl::ScheduleKind::zb;
+  for (int zero : {0, 1, 2, 3}) {
+    const std::string p = problem(s, {8, 16, 8, 1, 1, zero, 1, Recompute::selective});
+    EXPECT_EQ(p.empty(), strata::parallel::zero_bubble_allows_zero(s.schedule, zero))
+        << zero << ": " << p;
+    if (zero >= 2) {
+      EXPECT_NE(p.find("zero " + std::to_string(zero)), std::string::npos) << p;
+    }
+  }
 }
 
 TEST(Layout, CheckFixedRejectsBeforeSearching) {

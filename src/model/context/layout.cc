@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/parallel_rules.h"
 
 namespace strata::model {
 
@@ -33,11 +34,12 @@ void check_context_parallel(const GPTConfig& cfg, int tp, int cp, const CpOption
                                             : " (contiguous chunks)");
   if (o.mode == CpMode::ulysses) {
     const int local_heads = cfg.heads / std::max(1, tp);
-    STRATA_CHECK(local_heads % cp == 0, "--cp-mode ulysses needs the heads",
-                 tp > 1 ? cat(" per tensor-parallel rank (", cfg.heads, " / --tp ", tp, " = ",
-                              local_heads, ")")
-                        : cat(" (", cfg.heads, ")"),
-                 " divisible by --cp ", cp, "; use --cp-mode ring or a --cp that divides them");
+    STRATA_CHECK(
+        ulysses_splits_heads(cfg.heads, std::max(1, tp), cp), "--cp-mode ulysses needs the heads",
+        tp > 1
+            ? cat(" per tensor-parallel rank (", cfg.heads, " / --tp ", tp, " = ", local_heads, ")")
+            : cat(" (", cfg.heads, ")"),
+        " divisible by --cp ", cp, "; use --cp-mode ring or a --cp that divides them");
   }
 }
 

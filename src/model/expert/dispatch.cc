@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/trace.h"
+#include "model/parallel_rules.h"
 
 namespace strata::model::expert {
 
@@ -13,7 +14,8 @@ ExpertGroup::ExpertGroup(comm::ProcessGroup* group, int experts) {
     P_ = group->size();
     rank_ = group->rank();
   }
-  STRATA_CHECK(experts % P_ == 0, "--experts ", experts, " is not divisible by --ep ", P_);
+  STRATA_CHECK(ep_splits_experts(experts, P_), "--experts ", experts, " is not divisible by --ep ",
+               P_);
   El_ = experts / P_;
 }
 

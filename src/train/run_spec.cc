@@ -1,0 +1,165 @@
+#include "train/run_spec.h"
+
+#include <algorithm>
+
+#include "comm/bootstrap.h"
+#include "core/error.h"
+#include "model/context/layout.h"
+#include "model/parallel_rules.h"
+#include "model/shard.h"
+#include "model/stage.h"
+#include "parallel/options.h"
+#include "train/context_metrics.h"
+
+namespace strata::train {
+
+namespace pl = parallel::pipeline;
+
+namespace {
+
+// How the step's micro-batch count came about, for a refusal that names it: the flag when
+// typed, else the batch split that gave it.
+std::string micro_batches_origin(int64_t batch, const parallel::ParallelLayout& l, bool given) {
+  if (given) return "";
+  return cat(" (--batch ", batch, " / (", l.dp, " data-parallel rank(s) x micro-batch ",
+             l.micro_batch, "); set it with --micro-batches)");
+}
+
+void check_experts(const model::GPTConfig& m, const parallel::ParallelLayout& l) {
+  STRATA_CHECK(model::ep_has_experts(m.moe.experts, l.ep), "--ep ", l.ep, " needs --experts");
+  STRATA_CHECK(model::ep_splits_experts(m.moe.experts, l.ep), "--experts ", m.moe.experts,
+               " is not divisible by --ep ", l.ep,
+               " (each expert-parallel rank owns E/ep experts)");
+}
+
+// More stages than layers, a --pp-split of the wrong length or sum, virtual stages that do
+// not divide the layers, a schedule its micro-batches cannot fill, zero-bubble with ZeRO 2/3,
+// and the compositions the pipeline does not run yet.
+void check_pipeline(const model::GPTConfig& m, int seq, int64_t batch,
+                    const parallel::ParallelLayout& l, bool micro_batches_given) {
+  const int L = m.layers, P = l.pp, V = l.virtual_stages;
+  STRATA_CHECK(V >= 1, "--virtual-stages must be at least 1 (got ", V, ")");
+  if (P <= 1) {
+    STRATA_CHECK(V == 1 && l.pp_split.empty() && !micro_batches_given,
+                 "--virtual-stages, --pp-split and --micro-batches need --pp 2 or more");
+    return;
+  }
+  STRATA_CHECK(parallel::stages_fit_layers(P, L), "--pp ", P, " stages but the model has only ", L,
+               " layers (--layers)");
+  // Bounded before P x V is formed in int (2^31 - 1 virtual stages wrapped it to -2).
+  STRATA_CHECK(int64_t(P) * V <= L, "--virtual-stages ", V, " x --pp ", P, " = ", int64_t(P) * V,
+               " chunks do not divide the ", L, " layers (--layers; each chunk needs one)");
+  STRATA_CHECK(V == 1 || parallel::chunks_divide_layers(L, P, V) || !l.pp_split.empty(),
+               "--virtual-stages ", V, " x --pp ", P, " = ", P * V, " chunks do not divide the ", L,
+               " layers");
+  STRATA_CHECK(parallel::virtual_stages_allowed(l.schedule, V), "--virtual-stages ", V,
+               " needs --schedule interleaved (got ", pl::schedule_name(l.schedule), ")");
+  model::split_layers(m, seq, P, V, l.pp_split);  // a --pp-split of the wrong length or sum
+  const int64_t M = l.micro_batches(batch);
+  if (l.schedule == pl::ScheduleKind::interleaved &&
+      !parallel::interleaved_micro_batches_fit(M, P)) {
+    const std::string origin = micro_batches_origin(batch, l, micro_batches_given);
+    STRATA_CHECK(M >= P, "--schedule interleaved needs --micro-batches >= --pp: ", M, " < ", P,
+                 origin);
+    fail("--schedule interleaved needs --micro-batches a multiple of --pp: ", M,
+         " is not a multiple of ", P, origin);
+  }
+  const pl::Schedule schedule = pl::make_schedule(l.schedule, P, int(M), V);
+  if (!parallel::zero_bubble_allows_zero(l.schedule, l.zero)) {
+    // Zero-bubble runs a block's weight pass after later micro-batches' input passes: its
+    // gradients stay live in between (ZeRO 2's bucket buffers, ZeRO 3's gathered layers).
+    const int deferred = pl::max_deferred_weight_passes(schedule);
+    fail("--schedule zb with --zero ", l.zero, ": zero-bubble defers up to ", deferred,
+         " weight passes per stage past later micro-batches' backward, so every block's ",
+         l.zero == 2 ? "gradient bucket" : "gathered parameters and gradient bucket",
+         " would stay live in between (", deferred, " x ", L / P,
+         " blocks vs the 2 bucket buffers ZeRO ", l.zero,
+         " keeps); use --zero 0 or 1 with zb, or --schedule 1f1b / interleaved with --zero ",
+         l.zero);
+  }
+}
+
+}  // namespace
+
+void check_layout(const model::GPTConfig& model, int seq, int64_t batch,
+                  const parallel::ParallelLayout& l, bool micro_batches_given) {
+  // The degrees themselves: each at least 1, ep carved out of dp x cp (parallel/mesh.h).
+  l.mesh().resolved(int(l.world()));
+  model::check_context_parallel(model, l.tp, l.cp, l.cp_options, seq);
+  // Sequence parallelism splits each cp rank's seq / cp rows.
+  model::check_tensor_parallel(model, l.tp, l.sequence_parallel, seq, l.cp);
+  check_experts(model, l);
+  STRATA_CHECK(l.micro_batch >= 1 && parallel::batch_splits(batch, l.dp, l.micro_batch), "--batch ",
+               batch, " does not split into ", l.dp, " data-parallel rank(s) x micro-batch ",
+               l.micro_batch, " x a whole number of accumulation steps");
+  check_pipeline(model, seq, batch, l, micro_batches_given);
+}
+
+parallel::ParallelLayout RunSpec::layout() const {
+  const parallel::MeshDims d = parallel.mesh_dims();
+  parallel::ParallelLayout l;
+  l.tp = d.tp, l.cp = d.cp, l.dp = d.dp, l.pp = d.pp, l.ep = d.ep;
+  l.zero = parallel.dp.stage;
+  l.schedule = parallel.pipeline.schedule;
+  l.virtual_stages = parallel.pipeline.virt;
+  l.pp_split = parallel.pipeline.split;
+  l.micro_batch = train.micro_batch > 0 ? train.micro_batch : std::max(1, train.batch / d.dp);
+  l.sequence_parallel = parallel.sequence_parallel;
+  l.cp_options = parallel.cp;
+  return l;
+}
+
+void RunSpec::validate() const {
+  const TrainConfig& cfg = train;
+  const ParallelConfig& pc = parallel;
+  // The job: ranks, restarts, hosts, timeouts, traces.
+  STRATA_CHECK(pc.nproc >= 1, "--nproc must be at least 1 (got ", pc.nproc, ")");
+  const int n = pc.world();
+  STRATA_CHECK(pc.max_restarts >= 0, "--max-restarts must not be negative (got ", pc.max_restarts,
+               ")");
+  STRATA_CHECK(
+      !pc.elastic || (pc.hosts.size() > 1 && pc.max_restarts > 0) || comm::launched_as_rank(),
+      "--elastic restarts on the remaining hosts: it needs --max-restarts R and two or more hosts "
+      "(--hosts, --hostfile or --slurm)");
+  STRATA_CHECK(pc.timeout_s >= 0, "--timeout must not be negative (got ", pc.timeout_s, ")");
+  STRATA_CHECK(!pc.trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
+  pc.dp.validate();
+  const parallel::MeshDims& m = pc.mesh;
+  if (given.dp) STRATA_CHECK(m.dp >= 1, "--dp must be at least 1 (got ", m.dp, ")");
+  if (given.schedule)
+    STRATA_CHECK(m.pp > 1, "--schedule ", pl::schedule_name(pc.pipeline.schedule),
+                 " needs --pp 2 or more (got --pp ", m.pp, ")");
+  if (given.cp_mode)
+    STRATA_CHECK(m.cp > 1, "--cp-mode ", model::cp_mode_name(pc.cp.mode),
+                 " needs --cp 2 or more (got --cp ", m.cp, ")");
+  if (given.cp_chunks)
+    STRATA_CHECK(m.cp > 1, "--cp-chunks ", model::cp_chunks_name(pc.cp.chunks),
+                 " needs --cp 2 or more (got --cp ", m.cp, ")");
+  // The model and the optimizer, then the layout they run on.
+  const parallel::ParallelLayout l = layout();
+  cfg.validate(l.dp);
+  parallel::check_batch_split(cfg.batch, cfg.micro_batch, l.dp);
+  check_layout(cfg.model, cfg.train_seq(), cfg.batch, l,
+               given.micro_batches || pc.pipeline.micro > 0);
+  // What the layout needs of this host. Under --pp each stage checks its own activations once
+  // built (train/pipeline_rank.cc): the whole model's figure is no stage's.
+  if (l.pp == 1)
+    check_activation_budget(cfg.max_activation_mb, cfg.model, l.tp, l.sequence_parallel && l.tp > 1,
+                            l.cp, l.cp_options.mode, l.micro_batch, cfg.train_seq(),
+                            pc.dp.precision == parallel::Precision::bf16);
+  // Dense gradients and ZeRO shards span dp x cp (cp ranks hold the same parameters); a rank's
+  // E/ep experts span the dp x cp / ep ranks holding them (parallel/region.h).
+  const int64_t experts = model::expert_params(cfg.model, l.ep, l.tp);
+  const int64_t psi =
+      model::local_num_params(cfg.model, {l.tp, 0}) - model::expert_params(cfg.model, 1, l.tp);
+  // One process too: a count of experts the host cannot hold spent minutes building before
+  // failing, so the bytes are compared with the host's memory first, naming --experts.
+  try {
+    parallel::check_memory_fits(psi, l.dp * l.cp, n, pc.dp, 0, 0, experts, l.dp * l.cp / l.ep);
+  } catch (const Error& e) {
+    if (!cfg.model.moe.enabled()) throw;
+    throw Error(cat("--experts ", cfg.model.moe.experts, ": ", e.what()));
+  }
+}
+
+}  // namespace strata::train
