@@ -68,10 +68,9 @@ void run_reward(const RewardArgs& a) {
   STRATA_CHECK(pairs.size() - n_eval >= 1, "--pairs: ", pairs.size(), " pairs leave none for training");
   const rlhf::PairSet train = pairs.slice(0, pairs.size() - n_eval);
   const rlhf::PairSet eval = pairs.slice(pairs.size() - n_eval, pairs.size());
-  rlhf::ValueModel rm(init.cfg, 2 * a.cfg.batch);
-  std::copy(init.params.begin(), init.params.end(), rm.params());
+  // The trunk's parameters and gradients belong to the engine train_reward builds.
+  rlhf::ValueModel rm(init.cfg, 2 * a.cfg.batch, /*trainable=*/true, /*allocate_state=*/false);
   if (!init.head.empty()) rm.head() = init.head;
-  const double before = eval.size() ? rlhf::pair_accuracy(rm, eval) : 0.0;
   auto log = [&](const json& r) {
     if (a.json) std::printf("%s\n", r.dump().c_str());
     else if (r["step"].get<int>() % a.log_every == 0)
@@ -79,8 +78,9 @@ void run_reward(const RewardArgs& a) {
                   r["grad_norm"].get<double>());
     std::fflush(stdout);
   };
-  const rlhf::RewardResult res = rlhf::train_reward(rm, train, eval, a.cfg, log);
-  rlhf::save_model(a.out, init.cfg, rm.params(), rm.head(),
+  const rlhf::RewardResult res = rlhf::train_reward(rm, init.params, train, eval, a.cfg, log);
+  const double before = res.eval_accuracy_before;
+  rlhf::save_model(a.out, init.cfg, res.params.data(), rm.head(),
                    {{"role", "reward"}, {"gold_seed", std::to_string(a.gold_seed)},
                     {"eval_accuracy", std::to_string(res.eval_accuracy)}});
   const json summary = {{"pairs", pairs.size()},        {"train_pairs", train.size()},

@@ -17,10 +17,6 @@ void AdamWGroup::add(std::string name, float* p, float* g, int64_t n,
   ranges_.push_back(std::move(r));
 }
 
-void AdamWGroup::zero_grads() {
-  for (Range& r : ranges_) std::memset(r.g, 0, sizeof(float) * r.n);
-}
-
 double AdamWGroup::sum_squares() const {
   double sum_sq = 0;
   for (const Range& r : ranges_) sum_sq += kernels::sum_squares(r.g, r.n);
@@ -36,12 +32,6 @@ void AdamWGroup::apply(float lr, float grad_scale) {
       kernels::adamw_update(r.p + sp.begin, r.g + sp.begin, r.m.as<float>() + sp.begin,
                             r.v.as<float>() + sp.begin, sp.end - sp.begin, sp.decay, s);
   }
-}
-
-float AdamWGroup::step(float lr) {
-  const double sum_sq = sum_squares();
-  apply(lr, kernels::clip_scale(sum_sq, cfg_.grad_clip));
-  return float(std::sqrt(sum_sq));
 }
 
 std::vector<NamedTensor> AdamWGroup::tensors(const std::string& prefix) const {

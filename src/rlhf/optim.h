@@ -1,7 +1,10 @@
-// AdamW over several flat parameter ranges updated as one model (a GPT trunk and its value
-// head): one global gradient norm for clipping, kernels::adamw_update per range of equal
-// decay policy (torch.optim.AdamW's arithmetic). Moments m and v are owned here (category
-// "optimizer"), 8 bytes per parameter.
+// AdamW for the few parameters a trained model keeps outside its data-parallel engine (the
+// value heads of the PPO critic and of the reward model, C + 1 replicated values): their
+// squared gradient norm joins the engine's global norm (parallel::DataParallelEngine::step's
+// extra_sum_sq), and the engine's clip factor scales their update, so norm and clipping live
+// in the engine; the update is parallel::adamw_step's arithmetic through
+// kernels::adamw_update, per range of equal decay policy. Moments m and v are owned here
+// (category "optimizer"), 8 bytes per parameter.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,12 +23,9 @@ class AdamWGroup {
   // A range of n parameters with gradients; spans say where weight decay applies (relative
   // to p; empty: none).
   void add(std::string name, float* p, float* g, int64_t n, std::vector<model::DecayRange> spans);
-  void zero_grads();
-  // Clips by the global norm over every range, updates; returns the norm before clipping.
-  float step(float lr);
-  // The parts of step(): the squared norm of every range's gradients, and the AdamW update
-  // with gradients scaled by grad_scale (a clip factor computed elsewhere, e.g. together
-  // with a data-parallel engine's gradients: parallel::DataParallelEngine::step).
+  // The squared norm of every range's gradients, and the AdamW update with gradients scaled
+  // by grad_scale (the clip factor the engine computed over its gradients and these:
+  // parallel::DataParallelEngine::step).
   double sum_squares() const;
   void apply(float lr, float grad_scale);
   int64_t steps() const { return steps_; }

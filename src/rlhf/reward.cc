@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/process_group.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "rlhf/optim.h"
+#include "rlhf/trained_state.h"
 
 namespace strata::rlhf {
 
@@ -46,8 +48,9 @@ double pair_accuracy(ValueModel& rm, const PairSet& pairs) {
   return double(right) / double(n);
 }
 
-RewardResult train_reward(ValueModel& rm, const PairSet& train, const PairSet& eval,
-                          const RewardConfig& cfg, const std::function<void(const json&)>& log) {
+RewardResult train_reward(ValueModel& rm, const std::vector<float>& params, const PairSet& train,
+                          const PairSet& eval, const RewardConfig& cfg,
+                          const std::function<void(const json&)>& log) {
   const int P = train.P, R = train.R, T = P + R;
   const int64_t n = train.size();
   STRATA_CHECK(n > 0, "reward model: no training pairs");
@@ -55,11 +58,13 @@ RewardResult train_reward(ValueModel& rm, const PairSet& train, const PairSet& e
                " pairs needs ", 2 * cfg.batch, " sequences, the model holds ", rm.gpt().max_batch());
   STRATA_CHECK(T <= rm.config().seq, "--prompt-len + --response-len = ", T,
                " is beyond the reward model's context of ", rm.config().seq);
-  AdamWGroup opt(cfg.optim);
-  model::GPT& g = rm.gpt();
-  opt.add("trunk", g.params(), g.grads(), g.num_params(),
-          model::decay_ranges(g.param_table(), 0, g.num_params()));
-  opt.add("head", rm.head().data(), rm.head_grad(), rm.config().dim + 1, {});
+  STRATA_CHECK(rm.gpt().params() == nullptr,
+               "reward model: build the value model with allocate_state = false (the engine owns "
+               "the trunk)");
+  const comm::GroupPtr solo = comm::make_thread_world(1).front();
+  const auto engine = make_trained_engine(rm.gpt(), *solo, /*stage=*/0, cfg.optim, params);
+  AdamWGroup head(cfg.optim);
+  head.add("head", rm.head().data(), rm.head_grad(), rm.config().dim + 1, {});
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
   Rng rng(cfg.seed, 0xBEEF);
@@ -68,6 +73,7 @@ RewardResult train_reward(ValueModel& rm, const PairSet& train, const PairSet& e
   std::vector<int32_t> tokens(size_t(2 * B) * T);
   std::vector<float> v(size_t(2 * B) * T), dv(size_t(2 * B) * T);
   RewardResult res;
+  res.eval_accuracy_before = eval.size() ? pair_accuracy(rm, eval) : 0.0;
   for (int step = 0; step < cfg.steps; ++step) {
     for (int i = 0; i < B; ++i) {
       if (cursor == n) {  // a new epoch: Fisher-Yates with the run's stream
@@ -79,7 +85,9 @@ RewardResult train_reward(ValueModel& rm, const PairSet& train, const PairSet& e
       join(&train.prompts[size_t(p * P)], &train.rejected[size_t(p * R)], 1, P, R,
            &tokens[size_t(B + i) * T]);
     }
-    opt.zero_grads();
+    engine->begin_step();
+    engine->begin_micro(0, 1);
+    rm.zero_head_grad();
     rm.forward(tokens.data(), 2 * B, T, v.data());
     std::fill(dv.begin(), dv.end(), 0.0f);
     double loss = 0;
@@ -91,12 +99,19 @@ RewardResult train_reward(ValueModel& rm, const PairSet& train, const PairSet& e
       dv[size_t(B + i) * T + T - 1] = float((1.0 - sig) / B);
     }
     rm.backward(dv.data());
-    const float norm = opt.step(cfg.lr);
+    engine->end_backward();
+    float clip = 1;
+    const float norm = engine->step(cfg.lr, head.sum_squares(), &clip);
+    head.apply(cfg.lr, clip);
     res.losses.push_back(loss / B);
     if (log) log({{"step", step + 1}, {"loss", loss / B}, {"grad_norm", norm}});
   }
   res.train_accuracy = pair_accuracy(rm, train);
   res.eval_accuracy = eval.size() ? pair_accuracy(rm, eval) : 0.0;
+  FullState trunk(*engine, *solo, rm.gpt().num_params(), "trunk");
+  trunk.gather();
+  const NamedTensor& p = trunk.tensors()[0];  // "trunk.params"
+  res.params.assign(p.data, p.data + p.n);
   return res;
 }
 

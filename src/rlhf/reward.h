@@ -29,7 +29,8 @@ struct RewardConfig {
 
 struct RewardResult {
   std::vector<double> losses;  // per step
-  double train_accuracy = 0, eval_accuracy = 0;
+  double eval_accuracy_before = 0, train_accuracy = 0, eval_accuracy = 0;
+  std::vector<float> params;  // the trained trunk (rm.gpt().num_params())
 };
 
 // Rewards (n) of the sequences prompt + response, scored in chunks of the model's batch.
@@ -37,9 +38,16 @@ std::vector<double> score_sequences(ValueModel& rm, const int32_t* prompts, cons
                                     int64_t n, int P, int R);
 double pair_accuracy(ValueModel& rm, const PairSet& pairs);
 
-// Trains rm in place; log(record) after every step (may be empty).
-RewardResult train_reward(ValueModel& rm, const PairSet& train, const PairSet& eval,
-                          const RewardConfig& cfg, const std::function<void(const nlohmann::json&)>& log);
+// Trains rm from the trunk parameters `params` and its head as it is: the trunk through the
+// data-parallel engine (parallel/data_parallel.h) over a group of one rank, the one
+// gradient-norm, clipping and AdamW path of every trained model, the head (C + 1 values,
+// outside the engine as the PPO critic's) clipped together with it. rm must be built
+// trainable with allocate_state = false (the engine owns the trunk's parameters; they stay
+// bound to rm after the call, and a copy is returned in RewardResult::params). log(record)
+// after every step (may be empty).
+RewardResult train_reward(ValueModel& rm, const std::vector<float>& params, const PairSet& train,
+                          const PairSet& eval, const RewardConfig& cfg,
+                          const std::function<void(const nlohmann::json&)>& log);
 
 // n synthetic pairs (gold.h): two responses per prompt sampled from the policy whose
 // parameters `policy` the decoder is bound to, ranked by the gold rule; pairs whose two

@@ -40,16 +40,16 @@ const Models& models() {
     dec.bind(out.actor.params.data());
     const GoldRule gold(1, out.actor.cfg.vocab);
     const PairSet pairs = synthetic_pairs(dec, out.actor.cfg, gold, 384, kP, kR, {1.0f, 0}, 3);
-    ValueModel rm(out.actor.cfg, 32);
-    std::copy(out.actor.params.begin(), out.actor.params.end(), rm.params());
+    ValueModel rm(out.actor.cfg, 32, /*trainable=*/true, /*allocate_state=*/false);
     RewardConfig rc;
     rc.steps = 150;
     rc.batch = 16;
     rc.lr = 2e-3f;
-    const RewardResult r = train_reward(rm, pairs.slice(0, 320), pairs.slice(320, 384), rc, {});
+    const RewardResult r =
+        train_reward(rm, out.actor.params, pairs.slice(0, 320), pairs.slice(320, 384), rc, {});
     out.eval_accuracy = r.eval_accuracy;
     out.reward.cfg = out.actor.cfg;
-    out.reward.params.assign(rm.params(), rm.params() + rm.gpt().num_params());
+    out.reward.params = r.params;
     out.reward.head = rm.head();
     return out;
   }();
