@@ -47,6 +47,9 @@ void add_record(RunData& run, const json& j) {
     r.comm_wait_ms = number(j, "comm_wait_ms");
     r.straggler_wait_ms = number(j, "straggler_wait_ms");
     run.steps.push_back(r);
+    if (j.value("skipped", false))  // the step guard skipped its update (train/spike_guard.h)
+      run.events.push_back({step, "skipped step",
+                            "update skipped: " + j.value("skip_reason", std::string("?")), 0});
     if (j.contains("stragglers") && j["stragglers"].is_array())
       for (const json& s : j["stragglers"]) {
         if (!s.is_object()) continue;

@@ -30,7 +30,8 @@ struct EvalRow {
 
 struct Event {
   int64_t step = 0;
-  std::string kind;  // "checkpoint", "checkpoint failed", "restart", "straggler", "fault"
+  std::string kind;  // "checkpoint", "checkpoint failed", "restart", "straggler", "fault",
+                     // "skipped step"
   std::string text;  // one line for people
   double value = 0;  // checkpoint: stall ms; restart: steps lost; straggler: % over median
 };

@@ -46,5 +46,21 @@ TEST(ReportEvents, ResumeAndDumpAreListedAndMarked) {
   EXPECT_EQ(marks, 2u);  // the restart and the fault
 }
 
+// A step the guard skipped (train/spike_guard.h) is an event of the page.
+TEST(ReportEvents, SkippedStepIsListed) {
+  TempDir dir("events_skip");
+  const std::string run = dir.file("run");
+  RunResult r = run_strata("train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --threads 1 "
+                           "--sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 "
+                           "--steps 4 --inject nan-grad --inject-step 2 --skip-nonfinite --run-dir " +
+                               run,
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> w;
+  const std::string html = report::build_report(report::load_runs({run}, w)).html;
+  EXPECT_NE(html.find("update skipped: gradient norm is nan (--skip-nonfinite)"), std::string::npos);
+  EXPECT_NE(html.find("Events: 1 skipped step."), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::test
