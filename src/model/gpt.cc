@@ -196,11 +196,8 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
 
 TokenIdsScope::TokenIdsScope(GPT::Impl& im, const SampleIds& ids, int B) : im(im) {
   if (!im.p.moe || !ids.sample) return;
-  im.token_positions.clear();
-  if (im.p.cp) {
-    const SeqLayout layout = im.p.cp->layout(im.T * im.p.cp->size());
-    for (int t = 0; t < im.T; ++t) im.token_positions.push_back(layout.position(im.p.cp->rank(), t));
-  }
+  im.token_positions =
+      im.p.cp ? im.p.cp->layout(im.T * im.p.cp->size()).positions(im.p.cp->rank()) : std::vector<int>{};
   im.token_ids = {ids.sample, im.p.cp ? im.token_positions.data() : nullptr, B, im.T, ids.epoch};
   im.p.ids = &im.token_ids;
 }

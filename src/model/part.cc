@@ -128,7 +128,7 @@ std::unique_ptr<MoEBlock> Part::moe_block(int layer, bool with_grads, float scal
   const int first = view0[size_t(layer)], E = cfg.moe.experts;
   auto b = std::make_unique<MoEBlock>();
   b->moe = moe.get();
-  b->index = (layer + 1) / cfg.moe.every - 1;
+  b->index = cfg.moe.moe_index(layer);
   b->unit = cfg.layers + 2 + b->index;
   const Pass pass = with_grads ? Pass::backward : Pass::forward;
   before(b->unit, pass);

@@ -45,7 +45,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
                  ", ", ch.end, ") is not a non-empty range of the ", L, " layers");
     for (int l = ch.begin; l < ch.end; ++l) {
       held[size_t(l + 1)] = true;
-      if (cfg_.moe.is_moe_layer(l)) held[size_t(L + 2 + (l + 1) / cfg_.moe.every - 1)] = true;
+      if (cfg_.moe.is_moe_layer(l)) held[size_t(L + 2 + cfg_.moe.moe_index(l))] = true;
     }
     if (ch.embed || ch.head) held[0] = true;
     if (ch.head) held[size_t(L + 1)] = true;
@@ -295,13 +295,8 @@ void StageModel::set_inputs(std::vector<MicroInput> micro, std::vector<SampleIds
   ids_.clear();
   if (part_->moe && !ids.empty()) {
     // Under cp a row's position is its global one (the cp layout's), as model::GPT keys it.
-    positions_.clear();
     const int T = inputs_.empty() ? 0 : inputs_[0].T;
-    if (cc_) {
-      const int Tl = T / cc_->size();
-      const SeqLayout layout = cc_->layout(T);
-      for (int t = 0; t < Tl; ++t) positions_.push_back(layout.position(cc_->rank(), t));
-    }
+    positions_ = cc_ ? cc_->layout(T).positions(cc_->rank()) : std::vector<int>{};
     for (size_t m = 0; m < inputs_.size(); ++m) {
       const MicroInput& in = inputs_[m];
       STRATA_CHECK(in.B == 0 || in.T == T, "stage: micro-batches of ", T, " and ", in.T, " tokens");

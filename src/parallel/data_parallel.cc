@@ -445,7 +445,6 @@ float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip,
   sum_sq += extra_sum_sq;
   const float norm = float(std::sqrt(sum_sq));
   if (accept && *accept && !(*accept)(norm)) {  // a skipped step: nothing changes
-    if (clip) *clip = 0.0f;
     ++steps_;
     return norm;
   }

@@ -116,8 +116,8 @@ class DataParallelEngine final : public StepEngine {
   }
   // step(lr) with `extra_sum_sq` (the squared gradient norm of parameters the caller keeps
   // and updates itself, the same on every rank) added to the global norm before clipping;
-  // *clip (if not null) receives the clip factor applied, for the caller's own update (0 when
-  // accept refused the step).
+  // *clip (if not null) receives the clip factor applied, for the caller's own update. accept
+  // (step_if's) is for callers without such parameters: a refused step leaves *clip unset.
   float step(float lr, double extra_sum_sq, float* clip,
              const std::function<bool(float norm)>* accept = nullptr);
   int64_t step_count() const override { return steps_; }

@@ -178,10 +178,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     sm.set_inputs(inputs_of(batch));
     pl::Executor eval(pl::make_forward_only(P, int(batch.micro.size()), V), stage, &mesh.pp(),
                       grad.get());
-    if (sm.moe()) sm.moe()->set_training(false);  // no router jitter
-    const double sum = eval.run(sm, 0);  // the last stage's rows; the trainer sums over the job
-    if (sm.moe()) sm.moe()->set_training(true);
-    return sum;
+    return eval.run(sm, 0);  // the last stage's rows; the trainer sums over the job
   };
   f.step_metrics = [&] { return step_rec; };
   f.summary_sections = [&](SummaryBuilder& summary) {

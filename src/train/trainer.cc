@@ -186,6 +186,12 @@ struct EvalResult {
   double loss = 0;
   int64_t sequences = 0, tokens = 0;  // the whole job's
 };
+// The MoE layer a run's steps and evals go through: a pipeline stage's, else the model's (null
+// for a dense model).
+static model::expert::MoE* run_moe(const EngineFactory& f, const model::GPT& m) {
+  return f.moe ? f.moe : m.moe();
+}
+
 EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg,
                     const Topology& topo, int b, int A, const EngineFactory& factory) {
   PhaseScope phase(PhaseKind::eval);
@@ -199,14 +205,15 @@ EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const Train
   data::Loader loader(val, sc, topo.dp_rank, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
+  model::expert::MoE* moe = run_moe(factory, model);
+  if (moe) moe->set_training(false);  // no router jitter
   if (factory.forward_sum) {
     sum = factory.forward_sum(batch);  // a pipeline: the stages run the batch together
   } else {
-    if (model.moe()) model.moe()->set_training(false);  // no router jitter
     for (const data::MicroBatch& mb : batch.micro)
       sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
-    if (model.moe()) model.moe()->set_training(true);
   }
+  if (moe) moe->set_training(true);
   if (!topo.counts_loss) sum = 0;  // a tp or cp peer (or an earlier stage): its group counts it
   sum = topo.sum_across_ranks(sum);
   STRATA_CHECK(batch.global_real_tokens > 0, "held-out split gave no tokens to evaluate");
@@ -283,7 +290,7 @@ struct Trainer::Run {
   std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
   int64_t ep_bytes_at_step_begin = 0;
   // The MoE layer whose load the step reports (null for a dense model).
-  model::expert::MoE* moe() const { return factory.moe ? factory.moe : model->moe(); }
+  model::expert::MoE* moe() const { return run_moe(factory, *model); }
   // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
   std::optional<nlohmann::json> moe_step_load(int64_t step, int64_t tokens);
   void train_step(int64_t step);

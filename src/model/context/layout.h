@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "model/gpt.h"
 
@@ -47,6 +48,12 @@ struct SeqLayout {
   int position(int r, int t) const {
     const int S = chunk_len();
     return chunk_id(r, t / S) * S + t % S;
+  }
+  // Global positions of rank r's local_len() rows, in local order.
+  std::vector<int> positions(int r) const {
+    std::vector<int> out(static_cast<size_t>(local_len()));
+    for (int t = 0; t < local_len(); ++t) out[size_t(t)] = position(r, t);
+    return out;
   }
   // local (B, Tl, width) <- rank r's rows of full (B, T, width).
   template <typename X>

@@ -29,6 +29,8 @@ struct MoEConfig {
   bool enabled() const { return experts > 0; }
   bool is_moe_layer(int layer) const { return experts > 0 && (layer + 1) % every == 0; }
   int moe_layers(int layers) const { return experts > 0 ? layers / every : 0; }
+  // Index among the MoE blocks of MoE block `layer` (its expert unit is L + 2 + index).
+  int moe_index(int layer) const { return (layer + 1) / every - 1; }
   // Slots per expert for a group of `tokens` tokens: ceil(F · tokens · K / E); dropless: all
   // tokens · K (an expert can never receive more).
   int64_t capacity(int64_t tokens) const;

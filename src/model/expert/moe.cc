@@ -53,6 +53,11 @@ MoE::MoE(const MoEConfig& cfg, int layers, int C, int slots)
 
 MoE::~MoE() = default;
 
+MoE::Layer& MoE::layer(int m, int slot) {
+  STRATA_CHECK(slot >= 0 && slot < slots_, "MoE block ", m, ": slot ", slot, " outside [0, ", slots_, ")");
+  return *layers_[size_t(m * slots_ + slot)];
+}
+
 void MoE::set_group(comm::ProcessGroup* group) {
   group_ = std::make_unique<ExpertGroup>(group, cfg_.experts);
 }
@@ -124,8 +129,7 @@ void MoE::draw_noise(int m, float* noise, int64_t N, const TokenIds* ids) {
 
 void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
                   const MoEWeights& w, bool bf16, const TokenIds* ids, int slot) {
-  STRATA_CHECK(slot >= 0 && slot < slots_, "MoE block ", m, ": slot ", slot, " outside [0, ", slots_, ")");
-  Layer& L = *layers_[size_t(m * slots_ + slot)];
+  Layer& L = layer(m, slot);
   const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
   ExpertGroup& g = *group_;
   if (m <= last_m_) last_aux_ = last_z_ = 0;  // a new forward
@@ -213,8 +217,7 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
 
 void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
                    const MoEWeights& gw, bool bf16, float scale, int slot) {
-  STRATA_CHECK(slot >= 0 && slot < slots_, "MoE block ", m, ": slot ", slot, " outside [0, ", slots_, ")");
-  Layer& L = *layers_[size_t(m * slots_ + slot)];
+  Layer& L = layer(m, slot);
   const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
   const int64_t N = L.N, S = L.off.back();
   ExpertGroup& g = *group_;

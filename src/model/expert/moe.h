@@ -145,6 +145,7 @@ class MoE {
   LoadStats load_;
   GrowBuf scratch_[4];  // dR (and the forward's O), dO, dA, dX
 
+  Layer& layer(int m, int slot);  // block m's routing state for activation slot `slot`
   // noise (N, C) of block m's router input for rows `ids` (null: anonymous rows).
   void draw_noise(int m, float* noise, int64_t N, const TokenIds* ids);
 };
