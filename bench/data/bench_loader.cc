@@ -5,8 +5,12 @@
 // default configuration) and synchronous, and a "paced" run in which the consumer spends a
 // fixed time per step as a training step would, to show how long next() waits.
 //
+// --doc-mask fills every micro-batch's document starts (document token 50256, as --doc-mask
+// does for GPT-2 data); --mixture writes two files of half the tokens each and reads them as
+// the mixture "A:0.7,B:0.3" (data/mixture.h), so the cost of both features shows.
+//
 //   bench_loader [--tokens N] [--seq T] [--micro-batch b] [--world W] [--prefetch D]
-//                [--paced-ms MS] [--dir DIR] [--json]
+//                [--paced-ms MS] [--dir DIR] [--doc-mask] [--mixture] [--json]
 // The file is removed at exit. Prints one JSON object with --json.
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -36,6 +40,7 @@ struct Args {
   double paced_ms = 2.0;
   std::string dir = "/tmp";
   bool json = false;
+  bool doc_mask = false, mixture = false;
 };
 
 double cpu_seconds() {
@@ -61,6 +66,7 @@ Measure run_epoch(const TokenSource& src, const Args& a, int prefetch, double pa
   cfg.micro_batch = a.micro_batch;
   cfg.world = a.world;
   cfg.seed = 1;
+  if (a.doc_mask) cfg.doc_token = int32_t(kGpt2Vocab - 1);
   Measure m;
   double cpu0 = cpu_seconds();
   Stopwatch sw;
@@ -70,6 +76,7 @@ Measure run_epoch(const TokenSource& src, const Args& a, int prefetch, double pa
     StepBatch sb = loader.next();
     for (const MicroBatch& mb : sb.micro) {
       for (int32_t t : mb.targets) *checksum += uint64_t(t);
+      for (int32_t d : mb.doc_start) *checksum += uint64_t(d);
       m.tokens += int64_t(mb.targets.size());
     }
     if (paced_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(int64_t(paced_ms * 1e3)));
@@ -96,6 +103,8 @@ void parse(int argc, char** argv, Args& a) {
     else if (k == "--paced-ms") a.paced_ms = std::stod(val());
     else if (k == "--dir") a.dir = val();
     else if (k == "--json") a.json = true;
+    else if (k == "--doc-mask") a.doc_mask = true;
+    else if (k == "--mixture") a.mixture = true;
     else fail("unknown flag ", k);
   }
 }
@@ -115,17 +124,21 @@ int main(int argc, char** argv) try {
     ~Cleanup() { std::filesystem::remove_all(p); }
   } cleanup{dir};
   const std::string path = (dir / "bench_tokens.bin").string();
+  const std::string path_b = (dir / "bench_tokens_b.bin").string();
 
   Stopwatch gen;
-  std::vector<uint16_t> tokens(size_t(a.tokens));
   Rng rng(7, 0);
-  for (auto& t : tokens) t = uint16_t(rng.next_u32() % kGpt2Vocab);
-  write_bin(path, tokens);
-  tokens = {};
+  auto write = [&](const std::string& p, int64_t n) {
+    std::vector<uint16_t> tokens(static_cast<size_t>(n));
+    for (auto& t : tokens) t = uint16_t(rng.next_u32() % kGpt2Vocab);
+    write_bin(p, tokens);
+  };
+  write(path, a.mixture ? a.tokens / 2 : a.tokens);
+  if (a.mixture) write(path_b, a.tokens - a.tokens / 2);
   const double gen_s = gen.seconds();
 
   Stopwatch open;
-  Split split = open_split(path, 0, 0.0);
+  Split split = open_split(a.mixture ? path + ":0.7," + path_b + ":0.3" : path, 0, 0.0);
   const double open_s = open.seconds();
 
   uint64_t checksum = 0;
@@ -146,16 +159,18 @@ int main(int argc, char** argv) try {
                  ",\"cpu_s\":", m.cpu, ",\"tokens_per_s\":", m.tokens_per_s(), ",\"cores\":",
                  m.cores(), ",\"wait_s\":", m.wait, "}");
     };
-    std::printf("{\"file_tokens\":%lld,\"seq\":%lld,\"micro_batch\":%d,\"world\":%d,"
+    std::printf("{\"doc_mask\":%s,\"mixture\":%s,\"file_tokens\":%lld,\"seq\":%lld,\"micro_batch\":%d,\"world\":%d,"
                 "\"prefetch\":%d,\"generate_s\":%.3f,\"open_validate_s\":%.3f,"
                 "\"prefetch_run\":%s,\"sync_run\":%s,\"paced_run\":%s,\"paced_ms\":%g,"
                 "\"checksum\":%llu}\n",
-                (long long)a.tokens, (long long)a.seq, a.micro_batch, a.world, a.prefetch, gen_s,
+                a.doc_mask ? "true" : "false", a.mixture ? "true" : "false", (long long)a.tokens,
+                (long long)a.seq, a.micro_batch, a.world, a.prefetch, gen_s,
                 open_s, obj(pre).c_str(), obj(sync).c_str(), obj(paced).c_str(), a.paced_ms,
                 (unsigned long long)checksum);
   } else {
-    std::printf("loader benchmark: %lld-token .bin file, seq %lld, micro-batch %d, rank 0 of %d\n",
-                (long long)a.tokens, (long long)a.seq, a.micro_batch, a.world);
+    std::printf("loader benchmark: %lld-token .bin %s, seq %lld, micro-batch %d, rank 0 of %d%s\n",
+                (long long)a.tokens, a.mixture ? "mixture 0.7/0.3 of two files" : "file",
+                (long long)a.seq, a.micro_batch, a.world, a.doc_mask ? ", document starts" : "");
     std::printf("  write file %.2f s; open + validate every token %.3f s (%.0f M tokens/s)\n",
                 gen_s, open_s, double(a.tokens) / open_s / 1e6);
     line("prefetch (epoch)", pre);

@@ -201,6 +201,13 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--tail", c.tail, "Incomplete last global batch of an epoch: drop, pad or uneven")
       ->capture_default_str();
+  app.add_flag("--doc-mask", c.doc_mask,
+               "Documents packed into a sequence: attention does not cross them and positions restart "
+               "at each (the document token comes from a prepared --data DIR, or --doc-token)");
+  app.add_option("--doc-token", c.doc_token,
+                 "With --doc-mask: the token id every document begins with (default: the prepared "
+                 "data's document token)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--steps", c.schedule.steps, "Optimizer steps (at most 2^40)")
       ->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of initialisation, data order and sampling")

@@ -33,7 +33,7 @@ const std::map<std::string, std::string>& section_table() {
         {"model",
          {"model", "layers", "dim", "heads", "max-seq", "vocab", "experts", "top-k", "moe-every", "capacity-factor",
           "dropless", "aux-loss-coef", "z-loss-coef", "router-jitter"}},
-        {"data", {"data", "tail", "val-fraction"}},
+        {"data", {"data", "tail", "val-fraction", "doc-mask", "doc-token"}},
         {"training",
          {"steps", "seed", "seq", "batch", "micro-batch", "eval-every", "eval-batches", "sample-every", "sample-tokens",
           "precision", "reduce-dtype"}},

@@ -41,6 +41,9 @@ class TokenSource {
   }
   // Text of token ids when the source knows its tokenizer (a prepared directory), else "".
   virtual bool can_decode() const { return false; }
+  // The token every document begins with, when the source knows it (a prepared directory's
+  // manifest; a mixture whose parts agree), else -1.
+  virtual int32_t document_token() const { return -1; }
   virtual std::string decode(const std::vector<int32_t>& /*ids*/) const { return ""; }
 };
 
@@ -75,6 +78,9 @@ struct SamplerConfig {
   uint64_t seed = 0;
   TailPolicy policy = TailPolicy::drop;
   bool shuffle = true;  // false: position p of every epoch holds sample p (a mixture orders itself)
+  // >= 0: documents begin with this token (a prepared directory's document token) and each
+  // micro-batch carries its rows' document starts (MicroBatch::doc_start, --doc-mask).
+  int32_t doc_token = -1;
 };
 
 struct MicroBatch {
@@ -84,7 +90,16 @@ struct MicroBatch {
   std::vector<float> weights;            // (B, T): 1 for real targets, 0 for padding
   std::vector<int64_t> sample_ids;       // (B): sample index, or -1 for a pad row
   int64_t real_tokens = 0;               // sum of weights
+  // (B, T) with SamplerConfig::doc_token: position t's document begins at doc_start[t], the
+  // last position at or before t whose input token is the document token (0 when none is);
+  // else empty.
+  std::vector<int32_t> doc_start;
 };
+
+// A micro-batch's document starts for the model (model/chunk.h MicroInput), or nullptr.
+inline const int32_t* doc_starts(const MicroBatch& mb) {
+  return mb.doc_start.empty() ? nullptr : mb.doc_start.data();
+}
 
 struct StepBatch {
   std::vector<MicroBatch> micro;   // A micro-batches for this rank

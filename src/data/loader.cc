@@ -109,6 +109,16 @@ StepBatch Loader::Impl::build(LoaderState& at) const {
       mb.sample_ids[size_t(i)] = s.pad ? -1 : s.sample;
       mb.real_tokens += s.pad ? 0 : T;
     }
+    if (cfg.doc_token >= 0) {
+      mb.doc_start.resize(size_t(mb.B) * T);
+      for (size_t r = 0; r < size_t(mb.B) * T; r += size_t(T)) {
+        int32_t start = 0;
+        for (int t = 0; t < T; ++t) {
+          if (mb.tokens[r + size_t(t)] == cfg.doc_token) start = t;
+          mb.doc_start[r + size_t(t)] = start;
+        }
+      }
+    }
     sb.micro.push_back(std::move(mb));
   }
   return sb;

@@ -39,6 +39,13 @@ void MixtureSource::read(int64_t pos, int64_t n, int32_t* out) const {
   STRATA_CHECK(n == 0, "read past the end of a mixture");
 }
 
+int32_t MixtureSource::document_token() const {
+  const int32_t t = parts_[0]->document_token();
+  for (const auto& p : parts_)
+    if (p->document_token() != t) return -1;
+  return t;
+}
+
 std::string MixtureSource::describe() const {
   std::ostringstream s;
   s << "mixture";

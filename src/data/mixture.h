@@ -39,6 +39,7 @@ class MixtureSource final : public TokenSource {
   void read_sample(int64_t epoch, int64_t sample, int64_t seq, int64_t stride, int32_t* out) const override;
   bool can_decode() const override { return parts_[0]->can_decode(); }
   std::string decode(const std::vector<int32_t>& ids) const override { return parts_[0]->decode(ids); }
+  int32_t document_token() const override;
 
  private:
   struct Schedule {

@@ -123,19 +123,22 @@ namespace {
 // A prepared directory's split as a token stream that can show its samples as text.
 class PreparedSource final : public TokenSource {
  public:
-  PreparedSource(std::unique_ptr<TokenSource> base, std::shared_ptr<const Tokenizer> tok, std::string what)
-      : base_(std::move(base)), tok_(std::move(tok)), what_(std::move(what)) {}
+  PreparedSource(std::unique_ptr<TokenSource> base, std::shared_ptr<const Tokenizer> tok, std::string what,
+                 int32_t doc_token)
+      : base_(std::move(base)), tok_(std::move(tok)), what_(std::move(what)), doc_token_(doc_token) {}
   int64_t size() const override { return base_->size(); }
   int vocab() const override { return base_->vocab(); }
   void read(int64_t pos, int64_t n, int32_t* out) const override { base_->read(pos, n, out); }
   std::string describe() const override { return what_ + " " + base_->describe(); }
   bool can_decode() const override { return true; }
   std::string decode(const std::vector<int32_t>& ids) const override { return tok_->decode(ids); }
+  int32_t document_token() const override { return doc_token_; }
 
  private:
   std::unique_ptr<TokenSource> base_;
   std::shared_ptr<const Tokenizer> tok_;
   std::string what_;
+  int32_t doc_token_;
 };
 
 }  // namespace
@@ -158,16 +161,17 @@ Split open_prepared(const std::string& dir, double val_fraction, int vocab) {
     (s["split"] == "val" ? val : train).push_back(dir + "/" + s["file"].get<std::string>());
   STRATA_CHECK(!train.empty(), dir, "/manifest.json: lists no \"train\" shard");
   const std::string what = "prepared " + m["tokenizer"].value("xxh64", "") + ":";
+  const int32_t doc_token = m["tokenizer"]["document_token"].get<int32_t>();
   Split out;
   if (!val.empty()) {
-    out.train = std::make_unique<PreparedSource>(std::make_unique<FileStream>(train, v), tok, what);
-    out.val = std::make_unique<PreparedSource>(std::make_unique<FileStream>(val, v), tok, what);
+    out.train = std::make_unique<PreparedSource>(std::make_unique<FileStream>(train, v), tok, what, doc_token);
+    out.val = std::make_unique<PreparedSource>(std::make_unique<FileStream>(val, v), tok, what, doc_token);
     return out;
   }
   auto whole = std::make_shared<const FileStream>(train, v);
   const int64_t total = whole->size(), held = int64_t(double(total) * val_fraction);
-  out.train = std::make_unique<PreparedSource>(std::make_unique<SliceSource>(whole, 0, total - held, "train"), tok, what);
-  out.val = std::make_unique<PreparedSource>(std::make_unique<SliceSource>(whole, total - held, total, "val"), tok, what);
+  out.train = std::make_unique<PreparedSource>(std::make_unique<SliceSource>(whole, 0, total - held, "train"), tok, what, doc_token);
+  out.val = std::make_unique<PreparedSource>(std::make_unique<SliceSource>(whole, total - held, total, "val"), tok, what, doc_token);
   return out;
 }
 

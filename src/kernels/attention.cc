@@ -34,11 +34,26 @@ void tile_gemm(bool bf16, Op opa, Op opb, int M, int N, int K, float alpha, cons
 inline void put(float* o, float v) { *o = v; }
 inline void put(uint16_t* o, float v) { *o = f32_to_bf16(v); }
 
-// One query block of one (b, h): rows [r0, r1) of q against keys [0, r1). E is the storage of
-// q, k, v and out: float, or uint16_t (bf16 bits; the tile products then run in bf16).
+// The first key a row of a tile may see: 0, or (documents) the lowest document start of rows
+// [r0, r1), rounded down to a key tile; tiles before it are hidden from every row.
+int first_key_tile(const int32_t* ds, int r0, int r1) {
+  if (!ds) return 0;
+  int lo = r1;
+  for (int t = r0; t < r1; ++t) lo = std::min(lo, int(ds[t]));
+  return lo / kK * kK;
+}
+
+// Keys [0, lo) of the tile at k0 are before query row t's document (ds: its document starts).
+inline int doc_lo(const int32_t* ds, int t, int k0, int nk) {
+  return ds ? std::clamp(int(ds[t]) - k0, 0, nk) : 0;
+}
+
+// One query block of one (b, h): rows [r0, r1) of q against keys [0, r1) (from each row's
+// document start when ds is set). E is the storage of q, k, v and out: float, or uint16_t
+// (bf16 bits; the tile products then run in bf16).
 template <typename E>
 void forward_block(E* out, float* lse, const E* q, const E* k, const E* v, int r0, int r1, int ld,
-                   int ldo, int hs, float scale, float* S, float* O, bool bf16) {
+                   int ldo, int hs, float scale, float* S, float* O, bool bf16, const int32_t* ds) {
   const int nr = r1 - r0;
   float m[kQ], l[kQ];
   for (int i = 0; i < nr; ++i) {
@@ -46,7 +61,7 @@ void forward_block(E* out, float* lse, const E* q, const E* k, const E* v, int r
     l[i] = 0.0f;
   }
   std::memset(O, 0, sizeof(float) * nr * hs);
-  for (int k0 = 0; k0 < r1; k0 += kK) {
+  for (int k0 = first_key_tile(ds, r0, r1); k0 < r1; k0 += kK) {
     const int nk = std::min(kK, r1 - k0);
     // S (nr, nk) = scale * Q_i (nr, hs) @ K_j^T (hs, nk)
     tile_gemm(bf16, Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld, 0.0f,
@@ -54,7 +69,12 @@ void forward_block(E* out, float* lse, const E* q, const E* k, const E* v, int r
     for (int i = 0; i < nr; ++i) {
       float* s = S + i * kK;
       const int valid = std::min(nk, r0 + i - k0 + 1);  // causal: key <= query
-      online_softmax_row(s, valid, nk, m[i], l[i], O + i * hs, hs);
+      const int lo = doc_lo(ds, r0 + i, k0, nk);
+      if (lo >= valid) {  // the row's document starts after this tile
+        std::fill(s, s + nk, 0.0f);
+        continue;
+      }
+      online_softmax_row(s, lo, valid, nk, m[i], l[i], O + i * hs, hs);
     }
     // O (nr, hs) += P (nr, nk) @ V_j (nk, hs)
     tile_gemm(bf16, Op::N, Op::N, nr, hs, nk, 1.0f, S, kK, v + int64_t(k0) * ld, ld, 1.0f, O, hs);
@@ -68,7 +88,8 @@ void forward_block(E* out, float* lse, const E* q, const E* k, const E* v, int r
 }
 
 template <typename E>
-void forward_impl(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, bool bf16) {
+void forward_impl(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, bool bf16,
+                  const int32_t* doc_start) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int blocks = (T + kQ - 1) / kQ;
@@ -85,7 +106,8 @@ void forward_impl(E* out, float* lse, const E* qkv, int B, int T, int C, int NH,
       const E* q = qkv + int64_t(b) * T * 3 * C + h * hs;
       const int r0 = blk * kQ, r1 = std::min(T, r0 + kQ);
       forward_block(out + int64_t(b) * T * C + h * hs, lse + (int64_t(b) * NH + h) * T, q, q + C,
-                    q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data(), bf16);
+                    q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data(), bf16,
+                    doc_start ? doc_start + int64_t(b) * T : nullptr);
     }
   }
 }
@@ -93,13 +115,13 @@ void forward_impl(E* out, float* lse, const E* qkv, int B, int T, int C, int NH,
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                       bool bf16) {
-  forward_impl(out, lse, qkv, B, T, C, NH, bf16);
+                       bool bf16, const int32_t* doc_start) {
+  forward_impl(out, lse, qkv, B, T, C, NH, bf16, doc_start);
 }
 
 void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C,
-                       int NH) {
-  forward_impl(out, lse, qkv, B, T, C, NH, true);
+                       int NH, const int32_t* doc_start) {
+  forward_impl(out, lse, qkv, B, T, C, NH, true, doc_start);
 }
 
 namespace {
@@ -119,7 +141,8 @@ inline float dot_row(const float* a, const uint16_t* b, int n, float* tmp) {
 template <typename E>
 void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* q, const E* k,
                    const E* v, const E* out, const float* lse, int T,
-                   int ld, int ldo, int hs, float scale, BackwardScratch& w, bool bf16) {
+                   int ld, int ldo, int hs, float scale, BackwardScratch& w, bool bf16,
+                   const int32_t* ds) {
   float* S = w.S.data();
   float* dP = w.dP.data();
   float* D = w.D.data();
@@ -132,14 +155,17 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* 
     bool first = true;
     for (int r0 = (k0 / kQ) * kQ; r0 < T; r0 += kQ) {
       const int nr = std::min(kQ, T - r0);
+      if (first_key_tile(ds, r0, r0 + nr) >= k0 + nk) continue;  // every row's document starts later
       // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
       tile_gemm(bf16, Op::N, Op::T, nr, nk, hs, scale, q + int64_t(r0) * ld, ld, k + int64_t(k0) * ld, ld,
            0.0f, S, kK);
       for (int i = 0; i < nr; ++i) {
         float* s = S + i * kK;
         const int valid = std::max(0, std::min(nk, r0 + i - k0 + 1));
+        const int lo = std::min(doc_lo(ds, r0 + i, k0, nk), valid);
         const float L = lse[r0 + i];
-        for (int j = 0; j < valid; ++j) s[j] = fast_exp(s[j] - L);
+        for (int j = 0; j < lo; ++j) s[j] = 0.0f;
+        for (int j = lo; j < valid; ++j) s[j] = fast_exp(s[j] - L);
         for (int j = valid; j < nk; ++j) s[j] = 0.0f;
       }
       // dV_j (nk, hs) (+)= P^T (nk, nr) @ dO_i (nr, hs)
@@ -163,12 +189,18 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* 
            dk + int64_t(k0) * ld, ld);
       first = false;
     }
+    if (first) {  // no row sees these keys (documents): their gradients are zero
+      for (int j = k0; j < k0 + nk; ++j) {
+        std::memset(dk + int64_t(j) * ld, 0, sizeof(float) * hs);
+        std::memset(dv + int64_t(j) * ld, 0, sizeof(float) * hs);
+      }
+    }
   }
 }
 
 template <typename E>
 void backward_impl(float* dqkv, const float* dout, const E* qkv, const E* out, const float* lse,
-                   int B, int T, int C, int NH, bool bf16) {
+                   int B, int T, int C, int NH, bool bf16, const int32_t* doc_start) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int64_t tasks = int64_t(B) * NH;
@@ -184,7 +216,8 @@ void backward_impl(float* dqkv, const float* dout, const E* qkv, const E* out, c
       float* dq = dqkv + qoff;
       const E* q = qkv + qoff;
       backward_head(dq, dq + C, dq + 2 * C, dout + ooff, q, q + C, q + 2 * C, out + ooff,
-                    lse + task * T, T, 3 * C, C, hs, scale, w, bf16);
+                    lse + task * T, T, 3 * C, C, hs, scale, w, bf16,
+                    doc_start ? doc_start + int64_t(b) * T : nullptr);
     }
   }
 }
@@ -192,13 +225,15 @@ void backward_impl(float* dqkv, const float* dout, const E* qkv, const E* out, c
 }  // namespace
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH, bool bf16) {
-  backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16);
+                        const float* lse, int B, int T, int C, int NH, bool bf16,
+                        const int32_t* doc_start) {
+  backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16, doc_start);
 }
 
 void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
-                        const float* lse, int B, int T, int C, int NH) {
-  backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH, true);
+                        const float* lse, int B, int T, int C, int NH,
+                        const int32_t* doc_start) {
+  backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH, true, doc_start);
 }
 
 }  // namespace strata::kernels

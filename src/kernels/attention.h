@@ -19,6 +19,14 @@
 // Tile products are small kernels::gemm calls on the calling thread; work is spread over
 // (b, h[, query block]) with OpenMP and every output element is produced by exactly one
 // task in a fixed order, so results do not depend on the thread count or the schedule.
+//
+// Documents packed into one sequence (--doc-mask, docs/data.md): doc_start (B, T) gives, for
+// every position t, the position where its document begins (non-decreasing in t, at most t);
+// query t then attends to keys [doc_start[t], t] only, so no attention crosses a document
+// boundary. Key tiles wholly before every row's document are skipped (the work falls with
+// the documents' lengths); the others hide the earlier keys row by row. doc_start = nullptr:
+// one document per sequence, plain causal attention, the same arithmetic as a doc_start of
+// zeros.
 #pragma once
 #include <cstdint>
 
@@ -30,19 +38,21 @@ inline constexpr int kAttentionTile = 64;
 // softmax statistics, lse and outputs stay fp32.
 // out (B,T,C); lse (B,NH,T); qkv (B,T,3C)
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                       bool bf16 = false);
+                       bool bf16 = false, const int32_t* doc_start = nullptr);
 // dqkv (B,T,3C) is written (every element has one producer; no need to clear it);
 // dout, out (B,T,C); qkv (B,T,3C); lse (B,NH,T)
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH, bool bf16 = false);
+                        const float* lse, int B, int T, int C, int NH, bool bf16 = false,
+                        const int32_t* doc_start = nullptr);
 
 // bf16 storage (raw bits): qkv and out are bf16 memory, the tile products run in bf16 as
 // above and out is rounded once from its fp32 value. Since the tile products round their
 // inputs to bf16 anyway, S, P and O are the same as with fp32-stored qkv; only the backward's
 // D = rowsum(dO * O) reads the rounded O. dqkv and dout stay fp32.
 void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C,
-                       int NH);
+                       int NH, const int32_t* doc_start = nullptr);
 void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
-                        const float* lse, int B, int T, int C, int NH);
+                        const float* lse, int B, int T, int C, int NH,
+                        const int32_t* doc_start = nullptr);
 
 }  // namespace strata::kernels

@@ -31,18 +31,32 @@ int visible(BlockMask mask, int t, int k0, int nk) {
   return std::max(0, std::min(nk, t - k0 + 1));
 }
 
+// Keys [0, lo) of the tile at k0 are before query row t's document (ds: the rows' document
+// starts, offset: the block's first key position).
+inline int doc_lo(const int32_t* ds, int64_t offset, int t, int k0, int nk) {
+  return ds ? int(std::clamp<int64_t>(ds[t] - offset - k0, 0, nk)) : 0;
+}
+
+// The first key tile some row of [r0, r1) may see (documents: the lowest start, rounded down).
+int first_key_tile(const int32_t* ds, int64_t offset, int r0, int r1) {
+  if (!ds) return 0;
+  int64_t lo = INT64_MAX;
+  for (int t = r0; t < r1; ++t) lo = std::min<int64_t>(lo, ds[t] - offset);
+  return int(std::max<int64_t>(0, lo) / kK * kK);
+}
+
 // Query rows [r0, r1) of one (b, h): the block's softmax, merged into out/lse.
 // q, k, v, out point at the head's first column of row 0; S (kQ, kK), O (kQ, hs) scratch.
 void forward_tile(float* out, int64_t ldo, float* lse, const float* q, int64_t ldq, const float* k,
                   const float* v, int64_t ldkv, int r0, int r1, int Sk, int hs, BlockMask mask,
-                  float scale, float* S, float* O, bool bf16) {
+                  float scale, float* S, float* O, bool bf16, const int32_t* ds, int64_t offset) {
   const int nr = r1 - r0;
   float m[kQ], l[kQ];
   std::fill(m, m + nr, -INFINITY);
   std::fill(l, l + nr, 0.0f);
   std::memset(O, 0, sizeof(float) * nr * hs);
   const int kend = mask == BlockMask::causal ? r1 : Sk;
-  for (int k0 = 0; k0 < kend; k0 += kK) {
+  for (int k0 = first_key_tile(ds, offset, r0, r1); k0 < kend; k0 += kK) {
     const int nk = std::min(kK, kend - k0);
     // S (nr, nk) = scale * Q_i (nr, hs) @ K_j^T (hs, nk)
     tile_gemm(bf16, Op::N, Op::T, nr, nk, hs, scale, q + r0 * ldq, ldq, k + k0 * ldkv, ldkv, 0.0f,
@@ -50,16 +64,18 @@ void forward_tile(float* out, int64_t ldo, float* lse, const float* q, int64_t l
     for (int i = 0; i < nr; ++i) {
       float* s = S + i * kK;
       const int valid = visible(mask, r0 + i, k0, nk);
-      if (valid == 0) {
+      const int lo = doc_lo(ds, offset, r0 + i, k0, nk);
+      if (lo >= valid) {
         std::fill(s, s + nk, 0.0f);
         continue;
       }
-      online_softmax_row(s, valid, nk, m[i], l[i], O + i * hs, hs);
+      online_softmax_row(s, lo, valid, nk, m[i], l[i], O + i * hs, hs);
     }
     // O (nr, hs) += P (nr, nk) @ V_j (nk, hs)
     tile_gemm(bf16, Op::N, Op::N, nr, hs, nk, 1.0f, S, kK, v + k0 * ldkv, ldkv, 1.0f, O, hs);
   }
   for (int i = 0; i < nr; ++i) {
+    if (l[i] == 0.0f) continue;  // no key of this block is in the row's document
     float* o = out + (r0 + i) * ldo;
     const float lb = m[i] + std::log(l[i]);  // this block's lse
     const float la = lse[r0 + i];            // what the earlier blocks gave
@@ -81,7 +97,7 @@ void forward_tile(float* out, int64_t ldo, float* lse, const float* q, int64_t l
 }  // namespace
 
 void attention_block_forward(RowsOut out, Stats lse, Rows q, Rows k, Rows v, BlockShape s,
-                             BlockMask mask, bool bf16) {
+                             BlockMask mask, bool bf16, DocBounds docs) {
   const float scale = 1.0f / std::sqrt(float(s.hs));
   const int tiles = (s.Sq + kQ - 1) / kQ;
   const int64_t tasks = int64_t(s.B) * s.NH * tiles;
@@ -96,7 +112,7 @@ void attention_block_forward(RowsOut out, Stats lse, Rows q, Rows k, Rows v, Blo
       const int64_t col = int64_t(h) * s.hs;
       forward_tile(out.at(b, 0) + col, out.ld, lse.at(b, h), q.at(b, 0) + col, q.ld,
                    k.at(b, 0) + col, v.at(b, 0) + col, k.ld, t * kQ, std::min(s.Sq, t * kQ + kQ),
-                   s.Sk, s.hs, mask, scale, S.data(), O.data(), bf16);
+                   s.Sk, s.hs, mask, scale, S.data(), O.data(), bf16, docs.rows(b), docs.offset);
     }
   }
 }
@@ -113,7 +129,7 @@ void attention_row_dot(Stats D, Rows dout, Rows out, BlockShape s) {
 
 void attention_block_backward(RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, Rows q, Rows k,
                               Rows v, Stats lse, Stats D, BlockShape s, BlockMask mask,
-                              bool bf16) {
+                              bool bf16, DocBounds docs) {
   const float scale = 1.0f / std::sqrt(float(s.hs));
   const int64_t tasks = int64_t(s.B) * s.NH;
 #pragma omp parallel
@@ -127,18 +143,22 @@ void attention_block_backward(RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, Row
       const float* dop = dout.at(b, 0) + col;
       float *dqp = dq.at(b, 0) + col, *dkp = dk.at(b, 0) + col, *dvp = dv.at(b, 0) + col;
       const float *L = lse.at(b, h), *Dh = D.at(b, h);
+      const int32_t* ds = docs.rows(b);
       for (int k0 = 0; k0 < s.Sk; k0 += kK) {
         const int nk = std::min(kK, s.Sk - k0);
         const int first = mask == BlockMask::causal ? k0 / kQ * kQ : 0;
         for (int r0 = first; r0 < s.Sq; r0 += kQ) {
           const int nr = std::min(kQ, s.Sq - r0);
+          if (first_key_tile(ds, docs.offset, r0, r0 + nr) >= k0 + nk) continue;  // no row sees them
           // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
           tile_gemm(bf16, Op::N, Op::T, nr, nk, s.hs, scale, qp + r0 * q.ld, q.ld, kp + k0 * k.ld,
                     k.ld, 0.0f, S.data(), kK);
           for (int i = 0; i < nr; ++i) {
             float* p = S.data() + i * kK;
             const int valid = visible(mask, r0 + i, k0, nk);
-            for (int j = 0; j < valid; ++j) p[j] = fast_exp(p[j] - L[r0 + i]);
+            const int lo = std::min(doc_lo(ds, docs.offset, r0 + i, k0, nk), valid);
+            for (int j = 0; j < lo; ++j) p[j] = 0.0f;
+            for (int j = lo; j < valid; ++j) p[j] = fast_exp(p[j] - L[r0 + i]);
             for (int j = valid; j < nk; ++j) p[j] = 0.0f;
           }
           // dV_j (nk, hs) += P^T (nk, nr) @ dO_i (nr, hs)

@@ -44,13 +44,24 @@ struct Stats {
 
 enum class BlockMask { full, causal };
 
+// Documents packed into the sequence (kernels/attention.h): key j of the block is hidden from
+// query row t of batch item b when offset + j < p[b * bstride + t], the document start of the
+// row (in the sequence's positions; offset: the key block's first position). p = nullptr: no
+// documents. A row may then see no key of a block; the merge leaves its out and lse as they
+// were.
+struct DocBounds {
+  const int32_t* p = nullptr;
+  int64_t bstride = 0, offset = 0;
+  const int32_t* rows(int b) const { return p ? p + b * bstride : nullptr; }
+};
+
 struct BlockShape {
   int B = 0, NH = 0, hs = 0, Sq = 0, Sk = 0;
 };
 
 // Merges softmax(q k^T / sqrt(hs)) v of this block into out (Sq rows) and lse.
 void attention_block_forward(RowsOut out, Stats lse, Rows q, Rows k, Rows v, BlockShape s,
-                             BlockMask mask, bool bf16 = false);
+                             BlockMask mask, bool bf16 = false, DocBounds docs = {});
 
 // D (b, h, t) = sum_d dout (b, t, h, d) * out (b, t, h, d), for Sq rows.
 void attention_row_dot(Stats D, Rows dout, Rows out, BlockShape s);
@@ -58,6 +69,6 @@ void attention_row_dot(Stats D, Rows dout, Rows out, BlockShape s);
 // Accumulates (+=) this block's share of dq (Sq rows), dk and dv (Sk rows).
 void attention_block_backward(RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, Rows q, Rows k,
                               Rows v, Stats lse, Stats D, BlockShape s, BlockMask mask,
-                              bool bf16 = false);
+                              bool bf16 = false, DocBounds docs = {});
 
 }  // namespace strata::kernels

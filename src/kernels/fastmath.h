@@ -87,15 +87,18 @@ inline float max16(const float* x, int64_t n) {
   return acc[0];
 }
 
-// One row of an online softmax (FlashAttention-2): the scores s[0, valid) of a key tile join
-// the row's running max m and sum l; s becomes exp(s - m_new) (0 past `valid`, up to nk) and
-// the row's partial output o (hs) is rescaled when the max grew.
-inline void online_softmax_row(float* s, int valid, int nk, float& m, float& l, float* o, int hs) {
-  const float m_new = std::max(m, max16(s, valid));
+// One row of an online softmax (FlashAttention-2): the scores s[lo, valid) of a key tile join
+// the row's running max m and sum l; s becomes exp(s - m_new) there and 0 elsewhere (up to
+// nk), and the row's partial output o (hs) is rescaled when the max grew. lo > 0 hides the
+// keys before the row's document (kernels/attention.h); lo < valid.
+inline void online_softmax_row(float* s, int lo, int valid, int nk, float& m, float& l, float* o,
+                               int hs) {
+  const float m_new = std::max(m, max16(s + lo, valid - lo));
   const float corr = m == -INFINITY ? 0.0f : fast_exp(m - m_new);
-  for (int j = 0; j < valid; ++j) s[j] = fast_exp(s[j] - m_new);
+  for (int j = 0; j < lo; ++j) s[j] = 0.0f;
+  for (int j = lo; j < valid; ++j) s[j] = fast_exp(s[j] - m_new);
   for (int j = valid; j < nk; ++j) s[j] = 0.0f;
-  l = l * corr + sum16(s, valid);
+  l = l * corr + sum16(s + lo, valid - lo);
   m = m_new;
   if (corr != 1.0f)
     for (int d = 0; d < hs; ++d) o[d] *= corr;

@@ -57,11 +57,12 @@ void store_qkv(LayerActs& a, const float* scratch, int64_t n) {
 void attention_fwd(const BlockCtx& c, LayerActs& a, bool h) {
   const TpDims& d = c.d;
   if (c.cp)
-    attention_forward(c.cp, c.key, a.atty, a.att_lse, a.qkv, d.B, d.T, d.Cl, d.NHl, h);
+    attention_forward(c.cp, c.key, a.atty, a.att_lse, a.qkv, d.B, d.T, d.Cl, d.NHl, h,
+                      c.doc_start);
   else if (a.qkv_h)
-    k::attention_forward(a.atty_h, a.att_lse, a.qkv_h, d.B, d.T, d.Cl, d.NHl);
+    k::attention_forward(a.atty_h, a.att_lse, a.qkv_h, d.B, d.T, d.Cl, d.NHl, c.doc_start);
   else
-    k::attention_forward(a.atty, a.att_lse, a.qkv, d.B, d.T, d.Cl, d.NHl);
+    k::attention_forward(a.atty, a.att_lse, a.qkv, d.B, d.T, d.Cl, d.NHl, false, c.doc_start);
 }
 
 // dqkv (N, 3Cl) written; datt (N, Cl).
@@ -70,11 +71,13 @@ void attention_bwd(const BlockCtx& c, float* dqkv, const float* datt, const Laye
   const TpDims& d = c.d;
   if (c.cp)
     attention_backward(c.cp, c.key, dqkv, datt, a.qkv, a.atty, a.att_lse, d.B, d.T, d.Cl, d.NHl,
-                       h);
+                       h, c.doc_start);
   else if (a.qkv_h)
-    k::attention_backward(dqkv, datt, a.qkv_h, a.atty_h, a.att_lse, d.B, d.T, d.Cl, d.NHl);
+    k::attention_backward(dqkv, datt, a.qkv_h, a.atty_h, a.att_lse, d.B, d.T, d.Cl, d.NHl,
+                          c.doc_start);
   else
-    k::attention_backward(dqkv, datt, a.qkv, a.atty, a.att_lse, d.B, d.T, d.Cl, d.NHl);
+    k::attention_backward(dqkv, datt, a.qkv, a.atty, a.att_lse, d.B, d.T, d.Cl, d.NHl, false,
+                          c.doc_start);
 }
 
 // GELU of fc (n values at gemm_out(a.fch, scratch)): fp32, or under bf16 compute its output

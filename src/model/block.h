@@ -129,7 +129,8 @@ void moe_block_backward(MoEBlock& b, const float* dout, float* dx, bool bf16);
 
 // What one block's pass runs over: the tp communicator (size 1: none), the micro-batch's
 // shapes, the scratch, the cp group of attention (null: the one-rank kernel) with the key
-// its saved state is kept under, and the experts instead of the MLP (null: dense).
+// its saved state is kept under, the experts instead of the MLP (null: dense), and the
+// documents attention must not cross (MicroInput::doc_start; null: none).
 struct BlockCtx {
   TensorComm& tc;
   const TpDims& d;
@@ -137,6 +138,7 @@ struct BlockCtx {
   ContextComm* cp = nullptr;
   int key = 0;
   MoEBlock* moe = nullptr;
+  const int32_t* doc_start = nullptr;
 };
 
 // The output gradients kept from the input pass to the weight pass of one block and slot.

@@ -16,12 +16,18 @@ struct StageChunk {
 };
 
 // One micro-batch's data, valid for the step: tokens, targets (B, T) int32 (targets null:
-// no loss, logits only); weights (B, T) per-token loss weight or nullptr (all ones).
+// no loss, logits only); weights (B, T) per-token loss weight or nullptr (all ones);
+// doc_start (B, T) the position where each position's document begins, for documents packed
+// into one sequence (--doc-mask: attention stays inside a document and the position embedding
+// restarts at its first token), or nullptr (one document per sequence). Under context
+// parallelism tokens, targets and weights are the rank's local rows and doc_start stays the
+// whole sequence's, (B, T·cp).
 struct MicroInput {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
   const float* weights = nullptr;
   int B = 0, T = 0;
+  const int32_t* doc_start = nullptr;
 };
 
 }  // namespace strata::model

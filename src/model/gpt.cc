@@ -83,7 +83,7 @@ void check_inputs(const GPTConfig& cfg, int max_batch, const int32_t* tokens,
 }
 
 double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* weights, int B,
-                    int T, SampleIds ids) {
+                    int T, SampleIds ids, const int32_t* doc_start) {
   Impl& im = *impl_;
   STRATA_CHECK(B == 0 || targets, "forward: targets are null (use logits() for inference)");
   check_inputs(cfg_, max_batch_, tokens, targets, B, T);
@@ -93,12 +93,18 @@ double GPT::forward(const int32_t* tokens, const int32_t* targets, const float* 
   im.T = T;
   im.has_weights = weights != nullptr;
   if (cc_) {
-    im.T = cp_take_inputs(*cc_, {tokens, targets, weights, B, T}, im.tokens, im.targets,
+    im.T = cp_take_inputs(*cc_, {tokens, targets, weights, B, T, nullptr}, im.tokens, im.targets,
                           im.weights);  // the local rows
   } else if (N > 0) {
     std::memcpy(im.tokens, tokens, sizeof(int32_t) * N);
     std::memcpy(im.targets, targets, sizeof(int32_t) * N);
     if (weights) std::memcpy(im.weights, weights, sizeof(float) * N);
+  }
+  if (doc_start) {
+    check_doc_starts(doc_start, B, T);
+    im.doc_start.assign(doc_start, doc_start + N);
+  } else {
+    im.doc_start.clear();
   }
   im.hidden_valid = false;
   const TokenIdsScope named(im, ids, B);  // after the cp rows: im.T holds the local rows
@@ -161,7 +167,7 @@ const float* GPT::logits(const int32_t* tokens, int B, int T) {
     im.T = t;
     const bool training = im.p.moe && im.p.moe->training();
     if (im.p.moe) im.p.moe->set_training(false);  // inference: no router jitter
-    im.p.forward(im.whole, im.slot, {im.tokens, nullptr, nullptr, B, t}, 0, Head::logits);
+    im.p.forward(im.whole, im.slot, {im.tokens, nullptr, nullptr, B, t, nullptr}, 0, Head::logits);
     if (im.p.moe) im.p.moe->set_training(training);
     return tc_ ? gather_vocab(im, *tc_, shard_, int64_t(B) * t) : im.slot.logits;
   };

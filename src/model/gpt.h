@@ -42,8 +42,10 @@ class GPT final : public StageModel {
   // (0 for padding), nullptr = all ones. Returns sum over tokens of weight * cross-entropy
   // (a sum, not a mean: the caller divides by the global token count). ids: who the B rows
   // are (every tp and cp rank of a group gets the same, as it gets the same tokens).
+  // doc_start (B, T): documents packed into the sequences (model/chunk.h MicroInput), or
+  // nullptr; checked (non-decreasing per row, at most the position, starting at 0).
   double forward(const int32_t* tokens, const int32_t* targets, const float* weights, int B, int T,
-                 SampleIds ids = {});
+                 SampleIds ids = {}, const int32_t* doc_start = nullptr);
   // Gradient of scale * (the sum returned by the last forward), accumulated (+=) into the
   // gradients. For a mean over the global batch use scale = 1 / global weighted tokens.
   void backward(float scale);

@@ -28,7 +28,7 @@ const float* GPT::hidden(const int32_t* tokens, int B, int T) {
   im.T = T;
   std::memcpy(im.tokens, tokens, sizeof(int32_t) * int64_t(B) * T);
   // The logits' place in the hook sequence is kept, without their work.
-  im.p.forward(im.whole, im.slot, {im.tokens, nullptr, nullptr, B, T}, 0, Head::hidden);
+  im.p.forward(im.whole, im.slot, {im.tokens, nullptr, nullptr, B, T, nullptr}, 0, Head::hidden);
   im.hidden_valid = true;
   return im.slot.lnf;
 }

@@ -20,6 +20,7 @@ struct GPT::Impl {
   int32_t *tokens = nullptr, *targets = nullptr;
   float* weights = nullptr;
   bool has_weights = false;
+  std::vector<int32_t> doc_start;  // (B, T) of the whole sequence; empty: no documents
   // The rows of the forward under way, when its caller named them (GPT::forward's ids): the
   // MoE blocks key their router jitter by them; positions (T) under context parallelism.
   expert::TokenIds token_ids;
@@ -30,7 +31,10 @@ struct GPT::Impl {
   bool logits_valid = false;
   bool hidden_valid = false;  // hidden() ran and backward_hidden may follow (gpt_heads.cc)
 
-  MicroInput input() const { return {tokens, targets, has_weights ? weights : nullptr, B, T}; }
+  MicroInput input() const {
+    return {tokens, targets, has_weights ? weights : nullptr, B, T,
+            doc_start.empty() ? nullptr : doc_start.data()};
+  }
 };
 
 // Names the rows of the forward under way (B items of im.T local rows; under context

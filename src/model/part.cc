@@ -152,10 +152,42 @@ void Part::moe_block_done(const MoEBlock* b, Pass pass) {
   if (b) after(b->unit, pass);
 }
 
+void check_doc_starts(const int32_t* doc_start, int B, int T) {
+  for (int b = 0; b < B; ++b) {
+    const int32_t* ds = doc_start + int64_t(b) * T;
+    for (int t = 0; t < T; ++t)
+      STRATA_CHECK(ds[t] >= (t ? ds[t - 1] : 0) && ds[t] <= t, "document starts of row ", b,
+                   ": position ", t, " starts its document at ", ds[t],
+                   " (starts must grow along the sequence and not pass the position)");
+  }
+}
+
+const int32_t* Part::doc_positions(const MicroInput& in, const TpDims& d) {
+  if (!in.doc_start) return nullptr;
+  const int C = cp ? cp->size() : 1, T = d.T * C;  // the whole sequence's length
+  const SeqLayout L = cp ? cp->layout(T) : SeqLayout{CpChunks::contiguous, 1, T};
+  doc_pos.resize(size_t(d.B) * d.T);
+  for (int b = 0; b < d.B; ++b)
+    for (int t = 0; t < d.T; ++t) {
+      const int g = cp ? L.position(cp->rank(), t) : t;
+      doc_pos[size_t(b) * d.T + t] = g - in.doc_start[int64_t(b) * T + g];
+    }
+  return doc_pos.data();
+}
+
 void Part::embed_forward(float* out, const MicroInput& in, const TpDims& d) {
   UnitSpan sp("forward", "embed");
   float* p0 = checked(unit_params[0], 0, "parameter");
   const float *wte = p0 + view_rel[0], *wpe = p0 + view_rel[1];
+  // Documents: each row's position in its document (also under cp: whatever the row's chunk).
+  if (const int32_t* pos = doc_positions(in, d)) {
+    if (tc->size() > 1)
+      tn::embedding_forward(*tc, out, in.tokens, wte, d.v0, d.Vr, wpe, s.full_a, d.B, d.T, d.C,
+                            pos);
+    else
+      k::encoder_forward(out, in.tokens, wte, wpe, d.B, d.T, d.C, pos);
+    return;
+  }
   if (tc->size() > 1) {
     if (cp) wpe = cp_local_wpe(s.rep, *cp, wpe, d.T, d.C);  // the local rows' positions
     tn::embedding_forward(*tc, out, in.tokens, wte, d.v0, d.Vr, wpe, s.full_a, d.B, d.T, d.C);
@@ -171,6 +203,21 @@ void Part::embed_backward(const MicroInput& in, const TpDims& d) {
   UnitSpan sp("backward", "embed");
   float* g0 = checked(unit_grads[0], 0, "gradient");
   float *dwte = g0 + view_rel[0], *dwpe = g0 + view_rel[1];
+  const int32_t* pos = doc_positions(in, d);
+  if (pos && tc->size() == 1) {
+    k::encoder_backward(dwte, dwpe, s.dres, in.tokens, d.B, d.T, d.C, pos);
+    return;
+  }
+  if (pos) {  // wpe rows by position in the document: a table of the whole sequence's rows
+    const int64_t TC = int64_t(d.T) * (cp ? cp->size() : 1) * d.C;
+    float* local = s.rep;  // (T·cp, C), partial under SP
+    std::memset(local, 0, sizeof(float) * size_t(TC));
+    tn::embedding_backward(*tc, dwte, local, s.dres, in.tokens, d.v0, d.Vr, s.full_a, d.B, d.T,
+                           d.C, pos);
+    if (tc->sequence_parallel()) tc->all_reduce_sum(local, TC);
+    for (int64_t e = 0; e < TC; ++e) dwpe[e] += local[e];
+    return;
+  }
   if (tc->size() == 1) {
     if (cp)
       cp_encoder_backward(*cp, dwte, dwpe, s.dres, in.tokens, d.B, d.T, d.C);
@@ -208,7 +255,7 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
     LayerActs& a = sl.layers[size_t(l - ch.begin)];
     if (any) {
       UnitSpan sp("forward", "L", l);
-      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get()};
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start};
       block_forward(c, views(unit_params[size_t(l + 1)], l), a, x);
     } else if (mb) {  // no tokens here, but this rank's experts may get some
       moe_block_forward(*mb, nullptr, nullptr, nullptr, 0, bf16);
@@ -291,7 +338,7 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
     const size_t i = size_t(l - ch.begin);
     if (any) {
       UnitSpan sp("backward", "L", l);
-      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get()};
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start};
       const Block w = views(unit_params[size_t(l + 1)], l);
       const Block g = views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l);
       const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
@@ -334,7 +381,7 @@ void Part::backward_weight(const StageChunk& ch, Slot& sl, const MicroInput& in,
     if (any && !(moe && cfg.moe.is_moe_layer(l))) {  // an MoE block's ran whole in backward
       UnitSpan sp("weight", "L", l);
       const size_t i = size_t(l - ch.begin);
-      const BlockCtx c{*tc, d, s, cp, l + L * slot, nullptr};
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, nullptr, in.doc_start};
       block_backward_weight(c, views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l),
                             sl.layers[i], sl.stash[i]);
     }

@@ -59,6 +59,10 @@ class UnitSpan {
   std::optional<TraceSpan> span_;
 };
 
+// Refuses document starts (MicroInput::doc_start, (B, T)) that are not a partition of each
+// sequence into documents: starting at 0, non-decreasing, never past the position.
+void check_doc_starts(const int32_t* doc_start, int B, int T);
+
 inline float* checked(float* p, int unit, const char* what) {
   STRATA_CHECK(p, "unit ", unit, " has no ", what, " memory bound");
   return p;
@@ -80,6 +84,7 @@ struct Part {
   const expert::TokenIds* ids = nullptr;  // who the rows of the forward under way are
   TpScratch s;
   float* ce_stats = nullptr;  // (2N) vocab-parallel cross-entropy statistics (T > 1)
+  std::vector<int32_t> doc_pos;  // (B, T) the rows' positions in their documents
 
   Part(const Part&) = delete;
   Part& operator=(const Part&) = delete;
@@ -117,6 +122,8 @@ struct Part {
   std::unique_ptr<MoEBlock> moe_block(int layer, bool with_grads, float scale, int slot);
   void moe_block_done(const MoEBlock* b, Pass pass);
   void embed_forward(float* out, const MicroInput& in, const TpDims& d);
+  // Documents: each local row's position in its document, (B, d.T) in doc_pos; else nullptr.
+  const int32_t* doc_positions(const MicroInput& in, const TpDims& d);
   void embed_backward(const MicroInput& in, const TpDims& d);
 };
 

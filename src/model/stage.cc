@@ -290,6 +290,8 @@ void StageModel::init(uint64_t seed) {
 
 void StageModel::set_inputs(std::vector<MicroInput> micro, std::vector<SampleIds> ids) {
   inputs_ = std::move(micro);
+  for (const MicroInput& in : inputs_)
+    if (in.doc_start) check_doc_starts(in.doc_start, in.B, in.T);
   STRATA_CHECK(ids.empty() || ids.size() == inputs_.size(), "stage: ", ids.size(),
                " sample-id lists for ", inputs_.size(), " micro-batches");
   ids_.clear();

@@ -30,7 +30,7 @@ std::vector<model::MicroInput> inputs_of(const data::StepBatch& batch) {
   std::vector<model::MicroInput> in;
   for (const data::MicroBatch& mb : batch.micro)
     in.push_back({mb.tokens.data(), mb.targets.data(),
-                  mb.weights.empty() ? nullptr : mb.weights.data(), mb.B, mb.T});
+                  mb.weights.empty() ? nullptr : mb.weights.data(), mb.B, mb.T, data::doc_starts(mb)});
   return in;
 }
 

@@ -84,6 +84,9 @@ void TrainConfig::validate(int world) const {
   STRATA_CHECK(val_fraction > 0 && val_fraction < 1, "validation fraction must be in (0, 1) (got ",
                val_fraction, ")");
   data::parse_tail_policy(tail);  // throws naming a policy that does not exist
+  STRATA_CHECK(doc_token < 0 || doc_mask, "--doc-token ", doc_token, " needs --doc-mask");
+  STRATA_CHECK(doc_token < model.vocab, "--doc-token ", doc_token, " is outside the vocabulary [0, ",
+               model.vocab, ")");
   STRATA_CHECK(straggler.every_steps >= 0, "--straggler-every must be >= 0 (got ",
                straggler.every_steps, ")");
   STRATA_CHECK(straggler.threshold_pct >= 0, "--straggler-pct must be >= 0 (got ",
@@ -94,6 +97,7 @@ void TrainConfig::validate(int world) const {
 
 json TrainConfig::to_json() const {
   nlohmann::json j = to_json_dense();
+  if (doc_mask) j["doc_mask"] = {{"doc_token", doc_token}};  // -1: the data's
   if (model.moe.enabled())  // docs/moe.md
     j["moe"] = {{"experts", model.moe.experts},
                 {"top_k", model.moe.top_k},
@@ -192,6 +196,16 @@ static model::expert::MoE* run_moe(const EngineFactory& f, const model::GPT& m) 
   return f.moe ? f.moe : m.moe();
 }
 
+// The token documents begin with under --doc-mask (-1 without it): --doc-token, else the
+// data's own (a prepared directory's manifest); refused in one line when neither names one.
+int32_t document_token(const TrainConfig& cfg, const data::TokenSource& src) {
+  if (!cfg.doc_mask) return -1;
+  const int32_t t = cfg.doc_token >= 0 ? cfg.doc_token : src.document_token();
+  STRATA_CHECK(t >= 0, "--doc-mask: ", src.describe(),
+               " names no document token (prepare it with `strata data prepare`, or give --doc-token)");
+  return t;
+}
+
 EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg,
                     const Topology& topo, int b, int A, const EngineFactory& factory) {
   PhaseScope phase(PhaseKind::eval);
@@ -202,6 +216,7 @@ EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const Train
   sc.world = topo.dp_world;
   sc.seed = cfg.seed;
   sc.policy = data::TailPolicy::uneven;  // a small held-out split gives what it has
+  sc.doc_token = document_token(cfg, val);
   data::Loader loader(val, sc, topo.dp_rank, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
@@ -211,7 +226,8 @@ EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const Train
     sum = factory.forward_sum(batch);  // a pipeline: the stages run the batch together
   } else {
     for (const data::MicroBatch& mb : batch.micro)
-      sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T);
+      sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T, {},
+                           doc_starts(mb));
   }
   if (moe) moe->set_training(true);
   if (!topo.counts_loss) sum = 0;  // a tp or cp peer (or an earlier stage): its group counts it
@@ -361,6 +377,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   sc.world = world;
   sc.seed = cfg.seed;
   sc.policy = data::parse_tail_policy(cfg.tail);
+  sc.doc_token = document_token(cfg, *split.train);
   loader = std::make_unique<data::Loader>(*split.train, sc, topo.dp_rank, from.loader,
                                           cfg.prefetch);
   result.entropy_floor = floor;
@@ -458,7 +475,7 @@ void Trainer::Run::train_step(int64_t step) {
       std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
     // The rows' sample ids and the epoch key the MoE router's jitter (docs/moe.md).
     loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T,
-                               {mb.sample_ids.data(), batch.epoch});
+                               {mb.sample_ids.data(), batch.epoch}, data::doc_starts(mb));
     if (model->moe()) {  // under cp a rank's aux and z sums cover its chunks only
       double aux_z = model->moe()->last_aux() + model->moe()->last_z();
       if (topo.cp) topo.cp->group().all_reduce(&aux_z, 1);

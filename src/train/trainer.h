@@ -55,6 +55,8 @@ struct TrainConfig {
   std::string data = "synthetic";
   double val_fraction = 0.05;
   std::string tail = "drop";   // the epoch's incomplete last global batch: drop | pad | uneven
+  bool doc_mask = false;       // attention within documents, positions restarting per document
+  int doc_token = -1;          // the token documents begin with; -1: the data's (its manifest)
   uint64_t seed = 1;
   int batch = 8;               // B: global batch in sequences
   int micro_batch = 0;         // b: sequences per rank per micro-step; 0 = B / world

@@ -54,14 +54,30 @@ std::string name_of(const CpCase& c) {
 
 class ContextAttention : public ::testing::TestWithParam<CpCase> {};
 
-TEST_P(ContextAttention, EqualsOneRankForwardAndBackward) {
-  const CpCase p = GetParam();
+// Documents of 1..longest tokens packed into each sequence: (B, T) document starts.
+std::vector<int32_t> doc_starts(int B, int T, int longest) {
+  std::vector<int32_t> ds(size_t(B) * T);
+  Rng r(78, uint64_t(T));
+  for (int b = 0; b < B; ++b)
+    for (int t = 0, start = 0, left = 0; t < T; ++t, --left) {
+      if (left == 0) {
+        left = 1 + int(r.next_u32() % uint32_t(longest));
+        start = t;
+      }
+      ds[size_t(b) * T + t] = start;
+    }
+  return ds;
+}
+
+// The cp group's attention against the one-rank kernel; with documents (doc_start set) both
+// mask by document, so ring blocks meet rows whose document starts after their keys.
+void expect_equals_one_rank(const CpCase& p, const int32_t* doc_start) {
   const int B = p.B, T = p.T, C = p.C, NH = p.NH;
   const auto qkv = randn(int64_t(B) * T * 3 * C, 1), dout = randn(int64_t(B) * T * C, 2);
   std::vector<float> out(size_t(B) * T * C), lse(size_t(B) * NH * T), dqkv(size_t(B) * T * 3 * C);
-  kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, false, doc_start);
   kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T,
-                              C, NH);
+                              C, NH, false, doc_start);
 
   std::vector<float> got_out(out.size()), got_dqkv(dqkv.size());
   std::vector<int64_t> sent(size_t(p.cp));
@@ -74,9 +90,9 @@ TEST_P(ContextAttention, EqualsOneRankForwardAndBackward) {
         l(size_t(N * NH)), dq(size_t(N * 3 * C), 99.0f);
     L.take(q.data(), qkv.data(), B, r, 3 * C);
     L.take(d.data(), dout.data(), B, r, C);
-    cc.forward(0, o.data(), l.data(), q.data(), B, Tl, C, NH, false);
+    cc.forward(0, o.data(), l.data(), q.data(), B, Tl, C, NH, false, doc_start);
     const int64_t fwd = cc.bytes();
-    cc.backward(0, dq.data(), d.data(), q.data(), o.data(), l.data(), B, Tl, C, NH, false);
+    cc.backward(0, dq.data(), d.data(), q.data(), o.data(), l.data(), B, Tl, C, NH, false, doc_start);
     EXPECT_EQ(fwd, cost::cp_attention_bytes(p.mode == CpMode::ring, p.cp, B, Tl, C, false));
     EXPECT_EQ(cc.bytes() - fwd, cost::cp_attention_bytes(p.mode == CpMode::ring, p.cp, B, Tl, C, true));
     L.put(got_out.data(), o.data(), B, r, C);  // each rank writes its own rows
@@ -84,6 +100,17 @@ TEST_P(ContextAttention, EqualsOneRankForwardAndBackward) {
   });
   EXPECT_LT(rel_err(got_out, out), 2e-6);
   EXPECT_LT(rel_err(got_dqkv, dqkv), 2e-5);
+}
+
+TEST_P(ContextAttention, EqualsOneRankForwardAndBackward) { expect_equals_one_rank(GetParam(), nullptr); }
+
+// Short documents (inside a chunk) and long ones (crossing chunks and ranks).
+TEST_P(ContextAttention, EqualsOneRankWithDocuments) {
+  const CpCase p = GetParam();
+  for (int longest : {4, p.T / 2 + 1}) {
+    const std::vector<int32_t> ds = doc_starts(p.B, p.T, longest);
+    expect_equals_one_rank(p, ds.data());
+  }
 }
 
 std::vector<CpCase> cases() {

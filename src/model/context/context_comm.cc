@@ -42,22 +42,22 @@ int64_t ContextComm::buffer_bytes() const {
 }
 
 void ContextComm::forward(int layer, float* out, float* lse, float* qkv, int B, int Tl, int Cl,
-                          int NH, bool bf16) {
+                          int NH, bool bf16, const int32_t* doc_start) {
   STRATA_CHECK(Cl % NH == 0, "context-parallel attention: width ", Cl, " not divisible by ", NH,
                " heads");
   if (opt_.mode == CpMode::ring)
-    ring_forward(out, lse, qkv, B, Tl, Cl, NH, bf16);
+    ring_forward(out, lse, qkv, B, Tl, Cl, NH, bf16, doc_start);
   else
-    ulysses_forward(layer, out, lse, qkv, B, Tl, Cl, NH, bf16);
+    ulysses_forward(layer, out, lse, qkv, B, Tl, Cl, NH, bf16, doc_start);
 }
 
 void ContextComm::backward(int layer, float* dqkv, const float* dout, const float* qkv,
                            const float* out, const float* lse, int B, int Tl, int Cl, int NH,
-                           bool bf16) {
+                           bool bf16, const int32_t* doc_start) {
   if (opt_.mode == CpMode::ring)
-    ring_backward(dqkv, dout, qkv, out, lse, B, Tl, Cl, NH, bf16);
+    ring_backward(dqkv, dout, qkv, out, lse, B, Tl, Cl, NH, bf16, doc_start);
   else
-    ulysses_backward(layer, dqkv, dout, qkv, lse, B, Tl, Cl, NH, bf16);
+    ulysses_backward(layer, dqkv, dout, qkv, lse, B, Tl, Cl, NH, bf16, doc_start);
 }
 
 }  // namespace strata::model

@@ -46,12 +46,14 @@ class ContextComm {
   // Attention of this rank's local rows, layer `layer` (its saved state is per layer).
   // qkv (B, Tl, 3Cl): q | k | v of NH heads, each Cl / NH wide. out (B, Tl, Cl); lse (B, NH, Tl).
   // Ulysses keeps its head-sharded copies in qkv and lse (same sizes): pass the same buffers,
-  // untouched, to backward.
+  // untouched, to backward. doc_start (B, T) of the whole sequence (kernels/attention.h), or
+  // nullptr: each position's document start, so no attention crosses a document.
   void forward(int layer, float* out, float* lse, float* qkv, int B, int Tl, int Cl, int NH,
-               bool bf16);
+               bool bf16, const int32_t* doc_start = nullptr);
   // dqkv (B, Tl, 3Cl) written; dout, out (B, Tl, Cl).
   void backward(int layer, float* dqkv, const float* dout, const float* qkv, const float* out,
-                const float* lse, int B, int Tl, int Cl, int NH, bool bf16);
+                const float* lse, int B, int Tl, int Cl, int NH, bool bf16,
+                const int32_t* doc_start = nullptr);
 
   int64_t bytes() const { return bytes_; }                 // sent by this rank so far
   // Attention arithmetic on this rank: wall time, and the calling thread's CPU time (the
@@ -62,13 +64,15 @@ class ContextComm {
 
  private:
   void ring_forward(float* out, float* lse, const float* qkv, int B, int Tl, int Cl, int NH,
-                    bool bf16);
+                    bool bf16, const int32_t* doc_start);
   void ring_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                     const float* lse, int B, int Tl, int Cl, int NH, bool bf16);
+                     const float* lse, int B, int Tl, int Cl, int NH, bool bf16,
+                     const int32_t* doc_start);
   void ulysses_forward(int layer, float* out, float* lse, float* qkv, int B, int Tl, int Cl,
-                       int NH, bool bf16);
+                       int NH, bool bf16, const int32_t* doc_start);
   void ulysses_backward(int layer, float* dqkv, const float* dout, const float* qkv,
-                        const float* lse, int B, int Tl, int Cl, int NH, bool bf16);
+                        const float* lse, int B, int Tl, int Cl, int NH, bool bf16,
+                        const int32_t* doc_start);
   // Scratch i holds at least n floats (grown on demand; counted as activations).
   float* scratch(int i, int64_t n);
 

@@ -29,6 +29,7 @@ constexpr int kTagKv = 1, kTagDkv = 2;
 struct RingGeom {
   SeqLayout L;
   int B, Tl, Cl, NH, S;
+  const int32_t* docs;  // (B, T) document starts of the whole sequence, or null
   k::BlockShape shape() const { return {B, NH, Cl / NH, S, S}; }
   // Rows of local chunk c in a (B, Tl, width) tensor whose head block starts at column col.
   template <typename X>
@@ -38,14 +39,24 @@ struct RingGeom {
   k::Stats stats(float* base, int c) const {
     return {base + int64_t(c) * S, int64_t(NH) * Tl, Tl};
   }
-  // fn(query chunk qc, key chunk kc, mask) for each pair of this rank's chunks and the
-  // owner's that has a visible key: key chunk id <= query chunk id (causal on the diagonal).
+  // fn(query chunk qc, key chunk kc, mask, documents) for each pair of this rank's chunks and
+  // the owner's that has a visible key: key chunk id <= query chunk id (causal on the
+  // diagonal), and with documents, some query row whose document starts before the key
+  // chunk ends (document starts grow along the sequence: the chunk's first row has the earliest).
   template <typename Fn>
   void for_each_pair(int r, int owner, Fn&& fn) const {
     for (int qc = 0; qc < L.chunks_per_rank(); ++qc)
       for (int kc = 0; kc < L.chunks_per_rank(); ++kc) {
         const int gq = L.chunk_id(r, qc), gk = L.chunk_id(owner, kc);
-        if (gk <= gq) fn(qc, kc, gk == gq ? k::BlockMask::causal : k::BlockMask::full);
+        if (gk > gq) continue;
+        k::DocBounds d;
+        if (docs) {
+          d = {docs + int64_t(gq) * S, L.T, int64_t(gk) * S};
+          bool seen = false;
+          for (int b = 0; b < B && !seen; ++b) seen = d.rows(b)[0] < (gk + 1) * S;
+          if (!seen) continue;
+        }
+        fn(qc, kc, gk == gq ? k::BlockMask::causal : k::BlockMask::full, d);
       }
   }
 };
@@ -80,8 +91,8 @@ void finish_transfer(comm::Work& sent, comm::Work& got, int64_t posted, const ch
 }  // namespace
 
 void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, int Tl, int Cl,
-                               int NH, bool bf16) {
-  const RingGeom g{layout(Tl * size_), B, Tl, Cl, NH, layout(Tl * size_).chunk_len()};
+                               int NH, bool bf16, const int32_t* doc_start) {
+  const RingGeom g{layout(Tl * size_), B, Tl, Cl, NH, layout(Tl * size_).chunk_len(), doc_start};
   const int C = size_, r = rank_;
   const int64_t N = int64_t(B) * Tl, kvn = N * 2 * Cl;
   float* kv[2] = {scratch(0, kvn), scratch(1, kvn)};
@@ -100,10 +111,10 @@ void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, 
       TraceSpan span(tracer(), tracer().enabled() ? cat("ring fwd step ", s) : "", "compute");
       const ComputeClock clock(*this);
       const float* blk = kv[s % 2];
-      g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m) {
+      g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m, k::DocBounds d) {
         k::attention_block_forward(g.rows(out, qc, Cl, 0), g.stats(lse, qc),
                                    g.rows(qkv, qc, 3 * Cl, 0), g.rows(blk, kc, 2 * Cl, 0),
-                                   g.rows(blk, kc, 2 * Cl, Cl), g.shape(), m, bf16);
+                                   g.rows(blk, kc, 2 * Cl, Cl), g.shape(), m, bf16, d);
       });
     }
     if (sent) finish_transfer(*sent, *got, posted, "fwd", s);
@@ -112,8 +123,8 @@ void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, 
 
 void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv,
                                 const float* out, const float* lse, int B, int Tl, int Cl, int NH,
-                                bool bf16) {
-  const RingGeom g{layout(Tl * size_), B, Tl, Cl, NH, layout(Tl * size_).chunk_len()};
+                                bool bf16, const int32_t* doc_start) {
+  const RingGeom g{layout(Tl * size_), B, Tl, Cl, NH, layout(Tl * size_).chunk_len(), doc_start};
   const int C = size_, r = rank_;
   const int64_t N = int64_t(B) * Tl, kvn = N * 2 * Cl;
   float* kv[2] = {scratch(0, kvn), scratch(1, kvn)};
@@ -151,12 +162,12 @@ void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv
       TraceSpan span(tracer(), tracer().enabled() ? cat("ring bwd step ", s) : "", "compute");
       const ComputeClock clock(*this);
       const float* blk = kv[s % 2];
-      g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m) {
+      g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m, k::DocBounds d) {
         k::attention_block_backward(
             g.rows(dqkv, qc, 3 * Cl, 0), g.rows(dk_base, kc, dk_ld, 0),
             g.rows(dk_base, kc, dk_ld, Cl), g.rows(dout, qc, Cl, 0), g.rows(qkv, qc, 3 * Cl, 0),
             g.rows(blk, kc, 2 * Cl, 0), g.rows(blk, kc, 2 * Cl, Cl),
-            g.stats(const_cast<float*>(lse), qc), g.stats(D, qc), g.shape(), m, bf16);
+            g.stats(const_cast<float*>(lse), qc), g.stats(D, qc), g.shape(), m, bf16, d);
       });
     }
     if (s > 0) {

@@ -8,7 +8,8 @@
 // kernels::attention_forward then runs on NH / C heads of the whole sequence, and a second
 // all-to-all returns each rank's rows of the output (B, Tl, Cl). The head-sharded output is
 // kept per layer for the backward, which moves dO the same way, runs
-// kernels::attention_backward and returns dq, dk, dv with one all-to-all.
+// kernels::attention_backward and returns dq, dk, dv with one all-to-all. The head-sharded
+// sequence is in global order, so documents mask it as they do one rank's.
 #include <cstring>
 
 #include "core/error.h"
@@ -75,7 +76,7 @@ void gather_rows(float* send, const float* full, const UlyssesGeom& g, int64_t w
 }  // namespace
 
 void ContextComm::ulysses_forward(int layer, float* out, float* lse, float* qkv, int B, int Tl,
-                                  int Cl, int NH, bool bf16) {
+                                  int Cl, int NH, bool bf16, const int32_t* doc_start) {
   const int C = size_;
   STRATA_CHECK(NH % C == 0, "--cp-mode ulysses: ", NH, " heads on this rank not divisible by --cp ",
                C);
@@ -95,7 +96,7 @@ void ContextComm::ulysses_forward(int layer, float* out, float* lse, float* qkv,
   {
     TraceSpan span(tracer(), "ulysses attention fwd", "compute");
     const ComputeClock clock(*this);
-    kernels::attention_forward(out_h, lse, qkv, B, Tl * C, g.cw, NH / C, bf16);
+    kernels::attention_forward(out_h, lse, qkv, B, Tl * C, g.cw, NH / C, bf16, doc_start);
   }
   gather_rows(send, out_h, g, g.cw);
   group_.all_to_all_async(send, recv, size_t(N * g.cw), DType::f32)->wait();
@@ -104,7 +105,8 @@ void ContextComm::ulysses_forward(int layer, float* out, float* lse, float* qkv,
 }
 
 void ContextComm::ulysses_backward(int layer, float* dqkv, const float* dout, const float* qkv,
-                                   const float* lse, int B, int Tl, int Cl, int NH, bool bf16) {
+                                   const float* lse, int B, int Tl, int Cl, int NH, bool bf16,
+                                   const int32_t* doc_start) {
   const int C = size_;
   const UlyssesGeom g{layout(Tl * C), B, Tl, C, Cl, Cl / C};
   const int64_t N = g.N();
@@ -122,7 +124,7 @@ void ContextComm::ulysses_backward(int layer, float* dqkv, const float* dout, co
     TraceSpan span(tracer(), "ulysses attention bwd", "compute");
     const ComputeClock clock(*this);
     kernels::attention_backward(dqkv_h, dout_h, qkv, saved_[size_t(layer)].as<float>(), lse, B,
-                                Tl * C, g.cw, NH / C, bf16);
+                                Tl * C, g.cw, NH / C, bf16, doc_start);
   }
   gather_rows(send, dqkv_h, g, 3 * g.cw);
   group_.all_to_all_async(send, recv, size_t(3 * N * g.cw), DType::f32)->wait();

@@ -13,7 +13,7 @@ namespace k = strata::kernels;
 
 void embedding_forward(TensorComm& tc, float* out, const int32_t* tokens, const float* wte,
                        int64_t v0, int64_t Vr, const float* wpe, float* partial, int B, int T,
-                       int C) {
+                       int C, const int32_t* pos) {
   const int64_t N = int64_t(B) * T;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -28,7 +28,7 @@ void embedding_forward(TensorComm& tc, float* out, const int32_t* tokens, const 
   const int64_t n0 = tc.row_offset(N), n = tc.local_rows(N);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float* p = wpe + ((n0 + i) % T) * C;
+    const float* p = wpe + (pos ? pos[n0 + i] : (n0 + i) % T) * C;
     float* o = out + i * C;
     for (int c = 0; c < C; ++c) o[c] += p[c];
   }
@@ -36,7 +36,7 @@ void embedding_forward(TensorComm& tc, float* out, const int32_t* tokens, const 
 
 void embedding_backward(TensorComm& tc, float* dwte, float* dwpe, const float* dout,
                         const int32_t* tokens, int64_t v0, int64_t Vr, float* full, int B, int T,
-                        int C) {
+                        int C, const int32_t* pos) {
   const int64_t N = int64_t(B) * T, n0 = tc.row_offset(N), n = tc.local_rows(N);
   const float* df = tc.gather_rows(dout, full, N, C);  // g backward
   // Channel ranges in parallel, rows in order: deterministic for any thread count.
@@ -47,7 +47,7 @@ void embedding_backward(TensorComm& tc, float* dwte, float* dwpe, const float* d
     const int c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
     for (int64_t i = 0; i < n; ++i) {
       const float* d = dout + i * C;
-      float* p = dwpe + ((n0 + i) % T) * C;
+      float* p = dwpe + (pos ? pos[n0 + i] : (n0 + i) % T) * C;
       for (int c = c0; c < c1; ++c) p[c] += d[c];
     }
     for (int64_t r = 0; r < N; ++r) {

@@ -21,14 +21,15 @@
 namespace strata::model::tensor {
 
 // out (n, C) written; tokens (B, T) all rows; wte (Vr, C) rows [v0, v0 + Vr); wpe (>= T, C);
-// partial (N, C) scratch.
+// partial (N, C) scratch. pos (B, T): the wpe row of each row (documents), or nullptr: row t
+// of each sequence takes wpe row t.
 void embedding_forward(TensorComm& tc, float* out, const int32_t* tokens, const float* wte,
                        int64_t v0, int64_t Vr, const float* wpe, float* partial, int B, int T,
-                       int C);
+                       int C, const int32_t* pos = nullptr);
 // dwte (Vr, C) +=; dwpe (>= T, C) += this rank's rows; dout (n, C); full (N, C) scratch.
 void embedding_backward(TensorComm& tc, float* dwte, float* dwpe, const float* dout,
                         const int32_t* tokens, int64_t v0, int64_t Vr, float* full, int B, int T,
-                        int C);
+                        int C, const int32_t* pos = nullptr);
 
 // losses (N) and lse (N) written (0 where w = 0); logits (N, Vr); targets (N) in [0, V);
 // weights (N) or nullptr; stats (2N) scratch. Returns sum of w·loss over all N rows (the
