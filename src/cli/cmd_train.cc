@@ -48,6 +48,8 @@ struct TrainArgs {
   model::expert::MoEConfig moe;  // --experts ... (docs/moe.md)
   std::string pp_schedule = "1f1b", pp_split;
   std::string spike_action = "skip";  // --spike-action
+  std::string recompute = "none";     // --recompute
+  int recompute_layers = 0;           // --recompute-layers
 };
 
 // --experts E --top-k K [--moe-every N] [--capacity-factor F | --dropless] ...
@@ -102,6 +104,7 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
     cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
   }
   cfg.model.moe = a.moe;
+  cfg.model.recompute = {model::parse_recompute_mode(a.recompute), a.recompute_layers};
   if (app.count("--seq")) STRATA_CHECK(cfg.seq > 0, "--seq must be positive (got ", cfg.seq, ")");
   // CLI11 clamps a number past int64 to its maximum; no run has 2^40 steps, and below that
   // every token count (steps x batch x seq) stays exact.
@@ -301,6 +304,13 @@ void setup(CLI::App& app) {
   app.add_option("--reduce-dtype", a->reduce_dtype,
                  "Gradient all-reduce / reduce-scatter dtype, fp32 or bf16 (FSDP's reduce_dtype; "
                  "default: the --precision)");
+  app.add_option("--recompute", a->recompute,
+                 "Activation recomputation: none, selective (norm and GELU outputs) or full (each "
+                 "block's forward again before its backward); docs/recompute.md")
+      ->capture_default_str();
+  app.add_option("--recompute-layers", a->recompute_layers,
+                 "With --recompute full: recompute only the first N blocks of every chunk (0: all)")
+      ->capture_default_str();
   app.add_option("--bucket-mb", p.dp.bucket_mb, "Gradient bucket cap in MiB")->capture_default_str();
   app.add_option("--prefetch", p.dp.prefetch, "ZeRO-3: layers gathered ahead of their use")
       ->capture_default_str();

@@ -27,6 +27,8 @@
 // each of the top-k experts a token visits.
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "cost/shapes.h"
 
@@ -38,22 +40,61 @@ namespace strata::cost {
 // (ln1, ln2, ln_f: n·C each), qkv (3·N·Cl), the attention output (N·Cl) and the GELU input
 // and output (4·N·Cl each) in bf16, half their fp32 bytes.
 // attn_fp32: qkv and the attention output stay fp32 under bf16 (context parallelism).
-inline int64_t tp_activation_bytes(const GptShape& m, int tp, bool sp, int rank,
-                                   int64_t micro_batch, bool bf16_compute = false,
-                                   bool attn_fp32 = false) {
+// Recomputation (m.recompute, docs/recompute.md): selective drops each layer's two norm
+// outputs and its fp32 GELU output into one shared copy; full keeps only the output (n·C) of
+// each of m.recomputed_layers layers plus one shared working layer (a layer but its output).
+// The breakdown by buffer: activation_buffers below.
+struct ActivationBuffers {
+  int64_t embedding = 0;     // the embedding output (the first block's input)
+  int64_t layers_kept = 0;   // every layer's kept activations
+  int64_t recompute = 0;     // recomputation's shared working copy
+  int64_t head = 0;          // final norm, logits, losses
+  int64_t scratch = 0;       // backward and tensor-parallel scratch
+  int64_t inputs = 0;        // tokens, targets, weights
+  int64_t total() const { return embedding + layers_kept + recompute + head + scratch + inputs; }
+  // (name, bytes) of each, as summary.json and `strata plan --local` report them.
+  std::vector<std::pair<const char*, int64_t>> named() const {
+    return {{"embedding", embedding}, {"layers_kept", layers_kept}, {"recompute_work", recompute},
+            {"head", head}, {"scratch", scratch}, {"inputs", inputs}};
+  }
+};
+
+inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, int rank,
+                                            int64_t micro_batch, bool bf16_compute = false,
+                                            bool attn_fp32 = false) {
   const int64_t N = micro_batch * m.max_seq, C = m.dim, L = m.layers, T = tp;
   const int64_t n = sp && T > 1 ? (N + T - 1) / T : N, Cl = C / T;
   const int64_t Vr = tp_vocab_rows(m.padded_vocab, tp, rank);
   // bf16-able activations in floats: whole under fp32, halves (rounded up) under bf16.
   auto out = [&](int64_t e) { return bf16_compute ? (e + 1) / 2 : e; };
   auto att = [&](int64_t e) { return attn_fp32 ? e : out(e); };
-  int64_t f = n * C;                                                   // embedding output
-  f += L * (2 * n * C + 2 * out(n * C) + 4 * n + att(3 * N * Cl) + att(N * Cl) +
-            2 * out(4 * N * Cl) + N * m.heads / T);                    // per layer
-  f += out(n * C) + 2 * n + N * Vr + 2 * N;                            // ln_f, logits, losses
-  f += 2 * n * C + 7 * N * Cl;                                         // gradient scratch
-  if (T > 1) f += 2 * N * C + m.max_seq * C + 6 * C + 2 * N;           // tp scratch
-  return 4 * f + 12 * N;
+  const int64_t layer = 2 * n * C + 2 * out(n * C) + 4 * n + att(3 * N * Cl) + att(N * Cl) +
+                        2 * out(4 * N * Cl) + N * m.heads / T;
+  // What selective recomputation drops from a layer: ln1, ln2 and (fp32) the GELU output.
+  const int64_t dropped = 2 * out(n * C) + (bf16_compute ? 0 : 4 * N * Cl);
+  ActivationBuffers b;
+  b.embedding = 4 * n * C;
+  if (m.recompute == 1) {
+    b.layers_kept = 4 * L * (layer - dropped);
+    b.recompute = 4 * dropped;
+  } else if (m.recompute == 2) {
+    const int64_t R = m.recomputed_layers;
+    b.layers_kept = 4 * (R * n * C + (L - R) * layer);
+    b.recompute = R > 0 ? 4 * (layer - n * C) : 0;
+  } else {
+    b.layers_kept = 4 * L * layer;
+  }
+  b.head = 4 * (out(n * C) + 2 * n + N * Vr + 2 * N);                 // ln_f, logits, losses
+  b.scratch = 4 * (2 * n * C + 7 * N * Cl);                           // gradient scratch
+  if (T > 1) b.scratch += 4 * (2 * N * C + m.max_seq * C + 6 * C + 2 * N);  // tp scratch
+  b.inputs = 12 * N;
+  return b;
+}
+
+inline int64_t tp_activation_bytes(const GptShape& m, int tp, bool sp, int rank,
+                                   int64_t micro_batch, bool bf16_compute = false,
+                                   bool attn_fp32 = false) {
+  return activation_buffers(m, tp, sp, rank, micro_batch, bf16_compute, attn_fp32).total();
 }
 
 // Bytes of the buffers a ContextComm holds for micro-batches of B sequences (Tl local rows,

@@ -16,28 +16,56 @@ namespace k = strata::kernels;
 namespace tn = strata::model::tensor;
 
 void carve_layer(Carver& c, LayerActs& l, int C_, int heads, const ActShape& a, bool bf16,
-                 bool attn_f32) {
+                 bool attn_f32, BlockKeep keep) {
   const int64_t C = C_, N = a.N, n = a.n, Cl = C / a.T;
   const bool f32 = !bf16;
-  l.ln1 = c.take_if(n * C, f32);
-  l.ln1_h = c.take_bf16(n * C, bf16);
-  l.ln1_mean = c.take(n);
-  l.ln1_rstd = c.take(n);
-  l.qkv = c.take_if(3 * N * Cl, attn_f32);
-  l.qkv_h = c.take_bf16(3 * N * Cl, !attn_f32);
-  l.atty = c.take_if(N * Cl, attn_f32);
-  l.atty_h = c.take_bf16(N * Cl, !attn_f32);
-  l.att_lse = c.take(N * heads / a.T);
-  l.res2 = c.take(n * C);
-  l.ln2 = c.take_if(n * C, f32);
-  l.ln2_h = c.take_bf16(n * C, bf16);
-  l.ln2_mean = c.take(n);
-  l.ln2_rstd = c.take(n);
-  l.fch = c.take_if(4 * N * Cl, f32);
-  l.fch_h = c.take_bf16(4 * N * Cl, bf16);
-  l.fch_gelu = c.take_if(4 * N * Cl, f32);
-  l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
-  l.res3 = c.take(n * C);
+  l = LayerActs{};
+  if (keep == BlockKeep::output) {
+    l.res3 = c.take(n * C);
+    return;
+  }
+  // Selective recomputation's buffers: the norms' outputs and the fp32 GELU output.
+  const bool norms = keep != BlockKeep::selective;
+  const bool rest = keep != BlockKeep::dropped;  // everything else
+  l.ln1 = c.take_if(n * C, f32 && norms);
+  l.ln1_h = c.take_bf16(n * C, bf16 && norms);
+  if (rest) {
+    l.ln1_mean = c.take(n);
+    l.ln1_rstd = c.take(n);
+    l.qkv = c.take_if(3 * N * Cl, attn_f32);
+    l.qkv_h = c.take_bf16(3 * N * Cl, !attn_f32);
+    l.atty = c.take_if(N * Cl, attn_f32);
+    l.atty_h = c.take_bf16(N * Cl, !attn_f32);
+    l.att_lse = c.take(N * heads / a.T);
+    l.res2 = c.take(n * C);
+  }
+  l.ln2 = c.take_if(n * C, f32 && norms);
+  l.ln2_h = c.take_bf16(n * C, bf16 && norms);
+  if (rest) {
+    l.ln2_mean = c.take(n);
+    l.ln2_rstd = c.take(n);
+    l.fch = c.take_if(4 * N * Cl, f32);
+    l.fch_h = c.take_bf16(4 * N * Cl, bf16);
+  }
+  l.fch_gelu = c.take_if(4 * N * Cl, f32 && norms);
+  if (rest) l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
+  if (keep == BlockKeep::all || keep == BlockKeep::selective) l.res3 = c.take(n * C);
+}
+
+LayerActs effective_acts(const LayerActs& kept, const LayerActs& work, BlockKeep keep) {
+  if (keep == BlockKeep::all) return kept;
+  LayerActs e = work;
+  if (keep == BlockKeep::output) {
+    e.res3 = kept.res3;
+    return e;
+  }
+  e = kept;
+  e.ln1 = work.ln1;
+  e.ln1_h = work.ln1_h;
+  e.ln2 = work.ln2;
+  e.ln2_h = work.ln2_h;
+  e.fch_gelu = work.fch_gelu;  // fp32 compute; bf16 keeps its gelu_h
+  return e;
 }
 
 namespace {
@@ -188,6 +216,15 @@ void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float*
   gelu_out(a, gemm_out(a.fch, out), N * 4 * Cl);
   tn::row_forward_residual(tc, h, a.res3, tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw,
                            w.fcprojb, a.res2, c.s.full_a, N, 4 * Cl, C);
+}
+
+void block_recompute(const BlockCtx& c, const Block& w, LayerActs& e, const float* x, BlockKeep keep) {
+  if (keep == BlockKeep::output) return block_forward(c, w, e, x);
+  if (keep != BlockKeep::selective) return;
+  const TpDims& d = c.d;
+  layernorm_out(e.ln1, e.ln1_h, e.ln1_mean, e.ln1_rstd, x, w.ln1w, w.ln1b, d.n, d.C);
+  layernorm_out(e.ln2, e.ln2_h, e.ln2_mean, e.ln2_rstd, e.res2, w.ln2w, w.ln2b, d.n, d.C);
+  if (!c.moe && e.fch_gelu) k::gelu_forward(e.fch_gelu, e.fch, d.N * 4 * d.Cl);
 }
 
 void block_backward(const BlockCtx& c, const Block& w, const Block& g, const LayerActs& a,

@@ -90,10 +90,20 @@ struct ActShape {
   int64_t Vr = 0;
 };
 
-// Carves one block's activations for a.N rows. attn_f32: qkv and the attention output in
-// fp32 even under bf16 (context parallelism).
+// What one block keeps for its backward (model_part.h RecomputePolicy): everything; all but
+// the norms' outputs and the fp32 GELU output (selective); its output only (output: full
+// recomputation). `work` carves the complement a part needs once: everything but the output
+// (full), or just what selective drops (dropped).
+enum class BlockKeep : uint8_t { all, selective, output, work, dropped };
+
+// Carves one block's activations for a.N rows (those `keep` names). attn_f32: qkv and the
+// attention output in fp32 even under bf16 (context parallelism).
 void carve_layer(Carver& c, LayerActs& l, int C, int heads, const ActShape& a, bool bf16,
-                 bool attn_f32);
+                 bool attn_f32, BlockKeep keep = BlockKeep::all);
+
+// The activations a block's passes run on: the ones it keeps, with what it does not keep
+// taken from the part's recompute scratch `work` (carved as BlockKeep::work or ::dropped).
+LayerActs effective_acts(const LayerActs& kept, const LayerActs& work, BlockKeep keep);
 
 // A micro-batch's shapes on this rank: rows, local rows, width, local width and heads,
 // local vocabulary rows [v0, v0 + Vr).
@@ -155,6 +165,12 @@ void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float*
 // c.s.dres (n, C): d loss / d res3 on entry, d loss / d x on exit; g += the block's gradients.
 void block_backward(const BlockCtx& c, const Block& w, const Block& g, const LayerActs& a,
                     const float* x);
+// Recomputes, before a backward pass, what the block did not keep (e from effective_acts):
+// selective: the norms' outputs from x and res2 (their statistics again, the same bits) and,
+// fp32 compute, the GELU output from its input; output: the whole forward from x. The
+// kernels are deterministic, so the backward sees the bits the forward saw.
+void block_recompute(const BlockCtx& c, const Block& w, LayerActs& e, const float* x, BlockKeep keep);
+
 // block_backward in two passes (zero-bubble): the input pass computes d loss / d x (and the
 // norms' gradients) and keeps the linear layers' output gradients in st; the weight pass
 // accumulates the linear layers' weight gradients from them (the same products, so the same

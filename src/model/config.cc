@@ -22,6 +22,17 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   return c;
 }
 
+Recompute parse_recompute_mode(const std::string& s) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  fail("--recompute ", s, ": must be none, selective or full");
+}
+
+const char* recompute_mode_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
+
 void GPTConfig::validate() const {
   auto positive = [](const char* what, int v) {
     STRATA_CHECK(v > 0, "model ", what, " must be positive (got ", v, ")");
@@ -36,6 +47,9 @@ void GPTConfig::validate() const {
                vocab);
   const double n = double(padded_vocab + seq) * dim + double(layers) * (12.0 * dim * dim);
   moe.validate();
+  STRATA_CHECK(recompute.layers >= 0, "--recompute-layers must not be negative (got ", recompute.layers, ")");
+  STRATA_CHECK(recompute.layers == 0 || recompute.mode == Recompute::full, "--recompute-layers ",
+               recompute.layers, " needs --recompute full");
   STRATA_CHECK(n < 4e9, "model has ~", n, " parameters: too many for one flat fp32 buffer");
   // Counted in double before any table or buffer is built: 2^31 - 1 experts once spent
   // minutes building before anything failed.

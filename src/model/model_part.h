@@ -57,6 +57,23 @@ namespace strata::model {
 class TensorComm;  // model/tensor/collectives.h
 class ContextComm;  // model/context/context_comm.h
 
+// Activation recomputation (docs/recompute.md), a policy of the trunk: which of a block's
+// activations its forward keeps for the backward and which the backward recomputes.
+//   none       every activation kept
+//   selective  the block drops its two LayerNorm outputs and (fp32 compute) its GELU output,
+//              the backward recomputes them from what it keeps (the block input, res2, the
+//              norms' statistics, the GELU input): elementwise work
+//   full       a block keeps only its output (the next block's input); its backward runs the
+//              forward again first. `layers` > 0: only the first `layers` blocks of every chunk
+//              (Megatron's block method); MoE blocks always keep everything (see docs)
+enum class Recompute : uint8_t { none, selective, full };
+struct RecomputePolicy {
+  Recompute mode = Recompute::none;
+  int layers = 0;  // full: blocks per chunk recomputed, 0 = all
+};
+Recompute parse_recompute_mode(const std::string& s);  // "none" | "selective" | "full"
+const char* recompute_mode_name(Recompute r);
+
 struct GPTConfig {
   int layers = 4;
   int dim = 256;
@@ -65,6 +82,13 @@ struct GPTConfig {
   int vocab = 256;         // real vocabulary
   int padded_vocab = 256;  // rows of wte; a multiple of 64 (50257 -> 50304)
   expert::MoEConfig moe;   // Mixture-of-Experts blocks (model/expert/config.h); off by default
+  RecomputePolicy recompute;
+
+  // Whether block l, the i-th of its chunk, keeps only its output (full recomputation).
+  bool recomputes_block(int l, int i) const {
+    return recompute.mode == Recompute::full && !moe.is_moe_layer(l) &&
+           (recompute.layers == 0 || i < recompute.layers);
+  }
 
   // "tiny", "small", "gpt2"; throws naming the known presets otherwise.
   static GPTConfig preset(const std::string& name);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/phase.h"
+#include "core/timer.h"
 #include "kernels/kernels.h"
 #include "model/context/gpt_cp.h"
 #include "model/shard.h"
@@ -25,7 +26,8 @@ void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, 
   const bool f32 = !bf16;
   s.x = c.take(n * C);
   s.layers.resize(size_t(ch.end - ch.begin));
-  for (LayerActs& l : s.layers) carve_layer(c, l, cfg.dim, cfg.heads, a, bf16, attn_f32);
+  for (int i = 0; i < ch.end - ch.begin; ++i)
+    carve_layer(c, s.layers[size_t(i)], cfg.dim, cfg.heads, a, bf16, attn_f32, block_keep(cfg, ch.begin + i, i));
   s.stash.resize(split ? s.layers.size() : 0);
   for (BlockStash& st : s.stash) {
     st.d3 = c.take(N * C);
@@ -60,8 +62,21 @@ void Part::set_table(const std::vector<ParamView>& global) {
   }
 }
 
-void Part::carve_scratch(Carver& c, const ActShape& a) {
+BlockKeep block_keep(const GPTConfig& cfg, int l, int i) {
+  if (cfg.recomputes_block(l, i)) return BlockKeep::output;
+  return cfg.recompute.mode == Recompute::selective ? BlockKeep::selective : BlockKeep::all;
+}
+
+void Part::carve_scratch(Carver& c, const ActShape& a, const std::vector<StageChunk>& chunks, bool attn_f32) {
   const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
+  // Recomputation's working layer: a whole one (but its output) when some block keeps only
+  // its output, else what selective recomputation drops.
+  bool full = false;
+  for (const StageChunk& ch : chunks)
+    for (int l = ch.begin; l < ch.end; ++l) full = full || cfg.recomputes_block(l, l - ch.begin);
+  work = LayerActs{};
+  if (full || cfg.recompute.mode == Recompute::selective)
+    carve_layer(c, work, cfg.dim, cfg.heads, a, bf16, attn_f32, full ? BlockKeep::work : BlockKeep::dropped);
   s.dres = c.take(n * C);
   s.dbuf_c = c.take(n * C);
   s.dbuf_4c = c.take(4 * N * Cl);
@@ -256,7 +271,8 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
     if (any) {
       UnitSpan sp("forward", "L", l);
       const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start};
-      block_forward(c, views(unit_params[size_t(l + 1)], l), a, x);
+      LayerActs e = effective_acts(a, work, block_keep(cfg, l, l - ch.begin));
+      block_forward(c, views(unit_params[size_t(l + 1)], l), e, x);
     } else if (mb) {  // no tokens here, but this rank's experts may get some
       moe_block_forward(*mb, nullptr, nullptr, nullptr, 0, bf16);
     }
@@ -342,10 +358,11 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
       const Block w = views(unit_params[size_t(l + 1)], l);
       const Block g = views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l);
       const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
+      const LayerActs e = recomputed(c, w, sl.layers[i], x, block_keep(cfg, l, int(i)));
       if (split && !mb)  // an MoE block's expert backward is not split: all of it runs here
-        block_backward_input(c, w, g, sl.layers[i], x, sl.stash[i]);
+        block_backward_input(c, w, g, e, x, sl.stash[i]);
       else
-        block_backward(c, w, g, sl.layers[i], x);
+        block_backward(c, w, g, e, x);
     } else if (mb) {  // this rank's experts may have received tokens
       moe_block_backward(*mb, nullptr, nullptr, bf16);
     }
@@ -360,6 +377,17 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
     std::memcpy(sl.gout, s.dres, sizeof(float) * size_t(d.n * C));
   }
   if (!split && (ch.embed || ch.head)) after(0, Pass::backward);
+}
+
+LayerActs Part::recomputed(const BlockCtx& c, const Block& w, const LayerActs& kept, const float* x,
+                           BlockKeep keep) {
+  LayerActs e = effective_acts(kept, work, keep);
+  if (keep == BlockKeep::all) return e;
+  UnitSpan sp("recompute", keep == BlockKeep::output ? "L" : "norms L", c.key % cfg.layers);
+  const int64_t t0 = now_ns();
+  block_recompute(c, w, e, x, keep);
+  recompute_ns += now_ns() - t0;
+  return e;
 }
 
 // Under the split backward the after hooks of a pass come here, once each unit's gradients
@@ -382,8 +410,12 @@ void Part::backward_weight(const StageChunk& ch, Slot& sl, const MicroInput& in,
       UnitSpan sp("weight", "L", l);
       const size_t i = size_t(l - ch.begin);
       const BlockCtx c{*tc, d, s, cp, l + L * slot, nullptr, in.doc_start};
+      // What the block did not keep is recomputed again: the input pass's copy is gone.
+      const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
+      const LayerActs e = recomputed(c, views(unit_params[size_t(l + 1)], l), sl.layers[i], x,
+                                     block_keep(cfg, l, int(i)));
       block_backward_weight(c, views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l),
-                            sl.layers[i], sl.stash[i]);
+                            e, sl.stash[i]);
     }
     after(l + 1, Pass::backward);
   }

@@ -41,6 +41,9 @@ struct Slot {
 void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, const ActShape& a,
                 bool bf16, bool split, bool attn_f32);
 
+// What block l, the i-th of its chunk, keeps under the config's recomputation policy.
+BlockKeep block_keep(const GPTConfig& cfg, int l, int i);
+
 // What the head of a forward produces: the loss (and logits), the logits only, or stops at
 // the final norm's output (custom heads, gpt.h's hidden()).
 enum class Head { loss, logits, hidden };
@@ -85,6 +88,8 @@ struct Part {
   TpScratch s;
   float* ce_stats = nullptr;  // (2N) vocab-parallel cross-entropy statistics (T > 1)
   std::vector<int32_t> doc_pos;  // (B, T) the rows' positions in their documents
+  LayerActs work{};             // recomputation's scratch (carve_scratch; block_keep)
+  int64_t recompute_ns = 0;     // wall time spent recomputing, all passes so far
 
   Part(const Part&) = delete;
   Part& operator=(const Part&) = delete;
@@ -93,8 +98,9 @@ struct Part {
   // Fills view_rel and view0 from the global table of this rank's shard (every unit, in
   // unit order, at its one-process offsets).
   void set_table(const std::vector<ParamView>& global);
-  // Carves the shared scratch (after the slots) for a (see ActShape).
-  void carve_scratch(Carver& c, const ActShape& a);
+  // Carves the shared scratch (after the slots) for a (see ActShape), with recomputation's
+  // working layer for the part's chunks.
+  void carve_scratch(Carver& c, const ActShape& a, const std::vector<StageChunk>& chunks, bool attn_f32);
   TpDims dims(int B, int T) const;
 
   // Forward of chunk ch for micro-batch `in` on slot s (slot: the index of s in its chunk,
@@ -122,6 +128,10 @@ struct Part {
   std::unique_ptr<MoEBlock> moe_block(int layer, bool with_grads, float scale, int slot);
   void moe_block_done(const MoEBlock* b, Pass pass);
   void embed_forward(float* out, const MicroInput& in, const TpDims& d);
+  // The activations of a block's backward pass: its kept ones, with what it did not keep
+  // recomputed into `work` (timed into recompute_ns).
+  LayerActs recomputed(const BlockCtx& c, const Block& w, const LayerActs& kept, const float* x,
+                       BlockKeep keep);
   // Documents: each local row's position in its document, (B, d.T) in doc_pos; else nullptr.
   const int32_t* doc_positions(const MicroInput& in, const TpDims& d);
   void embed_backward(const MicroInput& in, const TpDims& d);

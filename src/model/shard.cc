@@ -154,11 +154,14 @@ TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s, ExpertShard x) {
 }
 
 cost::GptShape gpt_shape(const GPTConfig& cfg) {
+  int64_t recomputed = 0;  // of the one-process model: the single chunk [0, L)
+  for (int l = 0; l < cfg.layers; ++l) recomputed += cfg.recomputes_block(l, l);
   return {cfg.layers,       cfg.dim,
           cfg.heads,        cfg.seq,
           cfg.vocab,        cfg.padded_vocab,
           cfg.moe.moe_layers(cfg.layers), cfg.moe.experts,
-          cfg.moe.top_k};
+          cfg.moe.top_k,    int(cfg.recompute.mode),
+          recomputed};
 }
 
 namespace {

@@ -117,7 +117,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
     Carver cv{base};
     for (size_t c = 0; c < chunks_.size(); ++c)
       for (Slot& s : state_[c]->slots) carve_slot(cv, s, chunks_[c], cfg_, a, p.bf16, split_, attn_f32);
-    p.carve_scratch(cv, a);
+    p.carve_scratch(cv, a, chunks_, attn_f32);
     return cv.used;
   };
   const int64_t floats = carve_all(nullptr);
@@ -394,6 +394,7 @@ void StageModel::backward_weight(int chunk, int micro) {
 }
 
 int64_t StageModel::activation_bytes() const { return int64_t(acts_.bytes()); }
+int64_t StageModel::recompute_ns() const { return part_->recompute_ns; }
 
 std::vector<StageChunk> split_layers(const GPTConfig& cfg, int seq, int stages, int virt,
                                      const std::vector<int>& split) {

@@ -141,6 +141,9 @@ class StageModel : public ModelPart {
 
   // Bytes of the activation slots and scratch.
   int64_t activation_bytes() const;
+  // Wall time its backward passes spent recomputing what the blocks did not keep (GPTConfig::
+  // recompute), since construction.
+  int64_t recompute_ns() const;
 
   struct Chunk;
 

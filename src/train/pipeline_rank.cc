@@ -153,6 +153,7 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     return std::unique_ptr<parallel::StepEngine>(std::move(e));
   };
   f.moe = sm.moe();
+  f.stage = &sm;
   f.run_step = [&](const data::StepBatch& batch, float scale) {
     sm.set_inputs(inputs_of(batch), ids_of(batch));
     engine->begin_micro(0, int(batch.micro.size()));  // each unit's gradients: after that many

@@ -21,11 +21,13 @@
 #include "core/stats.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "cost/activations.h"
 #include "cost/flops.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "kernels/gemm_bf16.h"
 #include "model/context/context_comm.h"
+#include "model/shard.h"
 #include "model/tensor/collectives.h"
 #include "parallel/data_parallel.h"
 #include "train/checkpointing.h"
@@ -315,6 +317,7 @@ struct Trainer::Run {
   void inject_at_step_start(int64_t step);
   void eval_and_sample(int64_t step);
   void finish(double wall_s);
+  nlohmann::json recompute_section(const model::StageModel& worker, int64_t steps) const;
 };
 
 Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory)
@@ -644,6 +647,37 @@ void Trainer::Run::eval_and_sample(int64_t step) {
   }
 }
 
+// Activation recomputation (docs/recompute.md): the policy, this rank's activation bytes (the
+// model's buffers; without pp and cp also the formula's, by buffer, as `strata plan --local
+// --recompute` gives them), and what recomputing cost: FLOPs per step (the recomputed blocks'
+// forward matmuls and attention under full; elementwise norm and GELU work under selective)
+// and this rank's measured time.
+json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t steps) const {
+  const model::GPTConfig& m = cfg.model;
+  const cost::GptShape shape = model::gpt_shape(m);
+  const int64_t tokens = int64_t(cfg.batch) * cfg.train_seq();  // one step, the whole job
+  const double C = m.dim;
+  const double flops_per_token =
+      m.recompute.mode == model::Recompute::full
+          ? double(shape.recomputed_layers) * cost::block_forward_flops_per_token(C, T)
+          : double(m.layers) * (2 * 8 * C + 20 * 4 * C);  // two norms and the GELU, per element
+  json j = {{"policy", model::recompute_mode_name(m.recompute.mode)},
+            {"layers", m.recompute.mode == model::Recompute::full ? json(shape.recomputed_layers) : json()},
+            {"activation_bytes", worker.activation_bytes()},
+            {"flops_per_step", flops_per_token * double(tokens)},
+            {"flops_kind", m.recompute.mode == model::Recompute::full ? "matmul and attention" : "elementwise"},
+            {"seconds_per_step", steps > 0 ? double(worker.recompute_ns()) * 1e-9 / double(steps) : 0.0}};
+  if (topo.pp == 1 && !topo.cp) {
+    const int tp = topo.tp ? topo.tp->size() : 1, tp_rank = topo.tp ? topo.tp->rank() : 0;
+    const bool sp = topo.tp && topo.tp->sequence_parallel();
+    const cost::ActivationBuffers plan = cost::activation_buffers(
+        shape, tp, sp, tp_rank, b, model->compute() == DType::bf16, false);
+    j["activation_bytes_plan"] = plan.total();
+    for (const auto& [name, bytes] : plan.named()) j["buffers_plan"][name] = bytes;
+  }
+  return j;
+}
+
 void Trainer::Run::finish(double wall_s) {
   result.median_tokens_per_s = median(tok_s);
   result.median_mfu = median(mfus);
@@ -692,6 +726,9 @@ void Trainer::Run::finish(double wall_s) {
                    {"skipped_steps", guard.skips()},
                    {"memory", memory_tracker().to_json()}});
   if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
+  if (cfg.model.recompute.mode != model::Recompute::none)
+    summary.set("recompute", recompute_section(factory.stage ? *factory.stage : *model,
+                                               cfg.schedule.steps - start_step));
   const json ck = ckpt->finish(median(step_ms) / 1e3, lead ? out.get() : nullptr);
   if (!ck.is_null()) summary.set("ckpt", ck);
   if (factory.summary_sections) factory.summary_sections(summary);

@@ -151,6 +151,9 @@ struct EngineFactory {
   // The MoE layer of the model run_step runs (a pipeline stage's, covering its blocks), for
   // the step's load statistics; null: the trainer's GPT's.
   model::expert::MoE* moe = nullptr;
+  // The model run_step runs (a pipeline stage), for its recomputation time; null: the
+  // trainer's GPT.
+  const model::StageModel* stage = nullptr;
 };
 EngineFactory local_engine_factory();
 

@@ -171,7 +171,7 @@ TEST(ContextLayout, RefusesWhatItCannotSplit) {
 
 // 2 layers, width 24, 6 heads (Ulysses over 2 and 3 ranks), seq 48, vocab 50; local rows
 // (2 x 48 / cp) are multiples of 16, so buffers carve without alignment padding.
-const GPTConfig kCfg{2, 24, 6, 48, 50, 64, {}};
+const GPTConfig kCfg{2, 24, 6, 48, 50, 64, {}, {}};
 
 struct GptCase {
   int cp;

@@ -71,7 +71,7 @@ const std::string kPath = std::string(STRATA_SOURCE_DIR) + "/tests/model/fixture
 
 GPTConfig config_of(const Fixture& f) {
   const auto& c = f.header["config"];
-  return GPTConfig{c["layers"], c["dim"], c["heads"], c["seq"], c["vocab"], c["padded_vocab"], {}};
+  return GPTConfig{c["layers"], c["dim"], c["heads"], c["seq"], c["vocab"], c["padded_vocab"], {}, {}};
 }
 
 void load_params(GPT& m, const Fixture& f) {

@@ -19,7 +19,7 @@ using strata::model::GPT;
 using strata::model::GPTConfig;
 
 static int run(int argc, char** argv) {
-  GPTConfig c{2, 64, 4, 32, 64, 64, {}};
+  GPTConfig c{2, 64, 4, 32, 64, 64, {}, {}};
   uint64_t seed = 1;
   std::string out;
   for (int i = 1; i < argc; ++i) {
