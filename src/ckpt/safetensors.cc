@@ -114,40 +114,48 @@ SafetensorsFile read_safetensors(const std::string& path) {
   return f;
 }
 
+DType export_dtype(const StateInfo& st, const std::string& dtype, const std::string& dir) {
+  DType out = st.dtype;
+  if (dtype == "F32" || dtype == "f32") out = DType::f32;
+  else if (dtype == "BF16" || dtype == "bf16") out = DType::bf16;
+  else if (!dtype.empty()) fail("--dtype ", dtype, ": expected F32 or BF16");
+  STRATA_CHECK(out == DType::f32 || out == DType::bf16, dir, ": state '", st.name, "' is ",
+               dtype_name(st.dtype), "; export writes F32 or BF16");
+  return out;
+}
+
+std::string safetensors_header(const std::vector<SafetensorsEntry>& tensors, const json& metadata) {
+  json header = json::object();
+  header["__metadata__"] = metadata;
+  int64_t at = 0;
+  for (const SafetensorsEntry& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, at + t.bytes}}};
+    at += t.bytes;
+  }
+  std::string hs = header.dump();
+  hs.append((8 - hs.size() % 8) % 8, ' ');
+  const uint64_t len = hs.size();
+  return std::string(reinterpret_cast<const char*>(&len), 8) + hs;
+}
+
 ExportResult export_safetensors(const std::string& dir, const std::string& out_path,
                                 const std::string& dtype) {
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
-  const StateInfo* st = m.find_state("master");
-  if (!st) st = m.find_state("params");
+  const StateInfo* st = model_state(m);
   if (!st) fail(dir, ": no 'master' or 'params' state to export");
-  DType out_type = st->dtype;
-  if (dtype == "F32" || dtype == "f32") out_type = DType::f32;
-  else if (dtype == "BF16" || dtype == "bf16") out_type = DType::bf16;
-  else if (!dtype.empty()) fail("--dtype ", dtype, ": expected F32 or BF16");
-  STRATA_CHECK(out_type == DType::f32 || out_type == DType::bf16, dir, ": state '", st->name,
-               "' is ", dtype_name(st->dtype), "; export writes F32 or BF16");
+  const DType out_type = export_dtype(*st, dtype, dir);
   STRATA_CHECK(!m.tensors.empty(), dir, ": the checkpoint has no tensor table to export");
 
   // The checkpoint's table names each tensor once (a tied weight under its first name).
   std::vector<const TensorInfo*> views;
   for (const TensorInfo& t : m.tensors) views.push_back(&t);
   const int64_t es = int64_t(dtype_size(out_type));
-  json header = json::object();
-  header["__metadata__"] = {{"format", "pt"},
-                            {"source", "strata"},
-                            {"step", std::to_string(m.step)},
-                            {"state", st->name}};
-  int64_t at = 0;
-  for (const TensorInfo* t : views) {
-    const int64_t n = numel(t->shape) * es;
-    header[t->name] = {{"dtype", out_type == DType::f32 ? "F32" : "BF16"},
-                       {"shape", t->shape},
-                       {"data_offsets", {at, at + n}}};
-    at += n;
-  }
-  std::string hs = header.dump();
-  hs.append((8 - hs.size() % 8) % 8, ' ');
+  std::vector<SafetensorsEntry> entries;
+  for (const TensorInfo* t : views)
+    entries.push_back({t->name, out_type == DType::f32 ? "F32" : "BF16", t->shape, numel(t->shape) * es});
+  const std::string hs = safetensors_header(
+      entries, {{"format", "pt"}, {"source", "strata"}, {"step", std::to_string(m.step)}, {"state", st->name}});
 
   const std::string tmp = out_path + ".tmp";
   require_replaceable_file(out_path, "--safetensors");
@@ -156,16 +164,11 @@ ExportResult export_safetensors(const std::string& dir, const std::string& out_p
   if (fd < 0) fail("cannot create ", tmp, ": ", errno_text(errno));
   int64_t written = 0;
   try {
-    const uint64_t len = hs.size();
-    write_all(fd, &len, 8, tmp, &written, nullptr);
     write_all(fd, hs.data(), hs.size(), tmp, &written, nullptr);
     std::vector<char> buf;
     for (const TensorInfo* t : views) {
-      // The whole tensor as one box, assembled from the chunks of whatever layout saved it.
-      const int64_t n = numel(t->shape);
-      buf.resize(size_t(n * es));
-      const TensorLayout whole = {{t->name, t->shape, std::vector<int64_t>(t->shape.size(), 0), t->shape, 0, true}};
-      reader.read({st->name, out_type, {0, n}, buf.data(), ""}, whole);
+      buf.resize(size_t(numel(t->shape) * es));
+      reader.read_tensor(st->name, *t, out_type, buf.data());
       write_all(fd, buf.data(), buf.size(), tmp, &written, nullptr);
     }
     if (::fsync(fd) != 0) fail("fsync ", tmp, ": ", errno_text(errno));
