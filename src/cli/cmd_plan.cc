@@ -17,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/pipeline/schedule.h"
 #include "plan/planner.h"
+#include "plan/request.h"
 #include "train/run_spec.h"
 
 namespace strata::cli {
@@ -26,31 +27,6 @@ void add_plan_calibrate(CLI::App& plan);  // cmd_plan_calibrate.cc
 namespace {
 
 using namespace strata::plan;
-
-// "2T", "300B", "15.6e12", "4M" -> a count.
-double parse_count(const std::string& flag, const std::string& s) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(s, &used);
-  } catch (const std::exception&) {
-    fail(flag, " '", s, "' is not a number (e.g. 300B, 2T, 1.5e12)");
-  }
-  std::string suffix = s.substr(used);
-  double mult = 1;
-  if (suffix == "K" || suffix == "k")
-    mult = 1e3;
-  else if (suffix == "M")
-    mult = 1e6;
-  else if (suffix == "B" || suffix == "G")
-    mult = 1e9;
-  else if (suffix == "T")
-    mult = 1e12;
-  else if (!suffix.empty())
-    fail(flag, " '", s, "': unknown suffix '", suffix, "' (K, M, B, T)");
-  STRATA_CHECK(x >= 0 && std::isfinite(x), flag, " must not be negative (got ", s, ")");
-  return x * mult;
-}
 
 struct Flags {
   std::string model, arch = "gpt", gpu = "h100-80g", intra_bench, inter_bench, critic;
@@ -70,74 +46,6 @@ struct Flags {
   int64_t rollout_batch = 8;
   int top = 10;
 };
-
-ModelSpec build_model(const Flags& f, const CLI::App& app) {
-  ModelSpec m;
-  const bool preset = !f.model.empty();
-  if (preset) {
-    m = model_preset(f.model);
-    if (app.count("--arch")) apply_arch(m, f.arch);
-  } else {
-    for (const char* k : {"--layers", "--hidden", "--heads", "--seq", "--vocab"})
-      STRATA_CHECK(
-          app.count(k), "give --model PRESET (",
-          [] {
-            std::string n;
-            for (const std::string& x : model_preset_names()) n += (n.empty() ? "" : ", ") + x;
-            return n;
-          }(),
-          ") or --layers, --hidden, --heads, --seq and --vocab (missing ", k, ")");
-    apply_arch(m, f.arch);
-    m.name = "custom";
-  }
-  auto set = [&](const char* flag, int64_t v, int64_t& field) {
-    if (app.count(flag)) field = v;
-  };
-  set("--layers", f.layers, m.layers);
-  set("--hidden", f.hidden, m.hidden);
-  set("--heads", f.heads, m.heads);
-  set("--seq", f.seq, m.seq);
-  set("--vocab", f.vocab, m.vocab);
-  set("--experts", f.experts, m.experts);
-  set("--top-k", f.top_k, m.top_k);
-  if (!preset) {
-    m.kv_heads = m.heads;
-    m.ffn = m.mlp == MlpKind::swiglu ? (8 * m.hidden / 3 + 255) / 256 * 256 : 4 * m.hidden;
-  }
-  set("--kv-heads", f.kv_heads, m.kv_heads);
-  set("--ffn", f.ffn, m.ffn);
-  if (m.experts > 0 && m.top_k == 0) m.top_k = std::min<int64_t>(2, m.experts);
-  if (preset && (app.count("--layers") || app.count("--hidden") || app.count("--heads") ||
-                 app.count("--ffn") || app.count("--experts")))
-    m.name += " (modified)";
-  m.validate();
-  return m;
-}
-
-GpuSpec build_gpu(const Flags& f, const CLI::App& app, std::vector<std::string>& notes) {
-  GpuSpec g = load_gpu(f.gpu);
-  if (app.count("--gpus-per-node")) {
-    STRATA_CHECK(f.gpus_per_node >= 1 && f.gpus_per_node <= (int64_t(1) << 24),
-                 "--gpus-per-node must be in [1, 2^24] (got ", f.gpus_per_node, ")");
-    g.gpus_per_node = int(f.gpus_per_node);
-  }
-  if (app.count("--efficiency")) {
-    STRATA_CHECK(f.efficiency > 0 && f.efficiency <= 1, "--efficiency must be in (0, 1]");
-    g.efficiency = f.efficiency;
-  }
-  auto fit = [&](const std::string& path, Link& link, const char* where) {
-    FittedLink fl = fit_link_from_bench(path);
-    link = fl.link;
-    char b[256];
-    std::snprintf(b, sizeof b, "%s link from %s: %d %s rows on %d ranks -> %.1f GB/s, %.2f us/step",
-                  where, path.c_str(), fl.rows, fl.op.c_str(), fl.ranks, link.gbps, link.alpha_us);
-    notes.push_back(b);
-  };
-  if (!f.intra_bench.empty()) fit(f.intra_bench, g.intra, "intra-node");
-  if (!f.inter_bench.empty()) fit(f.inter_bench, g.inter, "inter-node");
-  g.validate("--gpu " + f.gpu);
-  return g;
-}
 
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
 // --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
@@ -234,118 +142,53 @@ void run_local(const Flags& f, const CLI::App& app) {
     std::cout << text;
 }
 
+// The flags as the planner's arguments: a flag not given stays unset (plan/request.h).
+PlanArgs plan_args(const Flags& f, const CLI::App& app) {
+  PlanArgs a;
+  auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  auto take = [&](const char* flag, const auto& v, auto& field) {
+    if (given(flag)) field = v;
+  };
+  a.model = f.model;
+  take("--arch", f.arch, a.arch);
+  take("--layers", f.layers, a.layers);
+  take("--hidden", f.hidden, a.hidden);
+  take("--heads", f.heads, a.heads);
+  take("--kv-heads", f.kv_heads, a.kv_heads);
+  take("--ffn", f.ffn, a.ffn);
+  take("--seq", f.seq, a.seq);
+  take("--vocab", f.vocab, a.vocab);
+  take("--experts", f.experts, a.experts);
+  take("--top-k", f.top_k, a.top_k);
+  a.gpu = f.gpu, a.intra_bench = f.intra_bench, a.inter_bench = f.inter_bench;
+  take("--gpus", f.gpus, a.gpus);
+  take("--gpus-per-node", f.gpus_per_node, a.gpus_per_node);
+  take("--global-batch", f.global_batch, a.global_batch);
+  take("--micro-batches", f.micro_batches, a.micro_batches);
+  take("--efficiency", f.efficiency, a.efficiency);
+  take("--tp", f.tp, a.tp);
+  take("--pp", f.pp, a.pp);
+  take("--dp", f.dp, a.dp);
+  take("--cp", f.cp, a.cp);
+  take("--ep", f.ep, a.ep);
+  take("--zero", f.zero, a.zero);
+  take("--micro-batch", f.micro_batch, a.micro_batch);
+  take("--recompute", f.recompute, a.recompute);
+  take("--tokens", f.tokens, a.tokens);
+  take("--ckpt-stall-s", f.stall_s, a.stall_s);
+  take("--rollout-batch", f.rollout_batch, a.rollout_batch);
+  a.precision = f.precision, a.grad_precision = f.grad_precision, a.optimizer = f.optimizer;
+  a.cp_mode = f.cp_mode, a.schedule = f.schedule, a.virtual_stages = f.virtual_stages;
+  a.no_sp = f.no_sp, a.rlhf = f.rlhf;
+  a.headroom = f.headroom, a.bucket_mb = f.bucket_mb, a.overlap = f.overlap;
+  a.gpu_mtbf_h = f.gpu_mtbf_h, a.job_mtbf_h = f.job_mtbf_h, a.storage_gbps = f.storage_gbps;
+  a.restart_min = f.restart_min, a.critic = f.critic, a.top = f.top;
+  return a;
+}
+
 void run(const Flags& f, const CLI::App& app) {
   if (f.local) return run_local(f, app);
-  PlanRequest req;
-  TrainSetup& s = req.setup;
-  s.model = build_model(f, app);
-  s.gpu = build_gpu(f, app, req.notes);
-  s.gpus = app.count("--gpus") ? f.gpus : s.gpu.gpus_per_node;
-  STRATA_CHECK(s.gpus >= 1 && s.gpus <= (int64_t(1) << 24), "--gpus must be in [1, 2^24] (got ",
-               s.gpus, ")");
-  STRATA_CHECK(f.precision == "bf16" || f.precision == "fp32", "--precision '", f.precision,
-               "' is not known (bf16, fp32)");
-  s.precision = f.precision == "bf16" ? Precision::bf16 : Precision::fp32;
-  STRATA_CHECK(f.grad_precision.empty() || f.grad_precision == "bf16" || f.grad_precision == "fp32",
-               "--grad-precision '", f.grad_precision, "' is not known (bf16, fp32)");
-  STRATA_CHECK(!(s.precision == Precision::fp32 && f.grad_precision == "bf16"),
-               "--grad-precision bf16 needs --precision bf16");
-  s.fp32_grads = f.grad_precision == "fp32";
-  STRATA_CHECK(f.optimizer == "adamw" || f.optimizer == "sgd", "--optimizer '", f.optimizer,
-               "' is not known (adamw, sgd)");
-  s.optimizer = f.optimizer == "adamw" ? Optimizer::adamw : Optimizer::sgd;
-  s.seq_parallel = !f.no_sp;
-  STRATA_CHECK(f.cp_mode == "ring" || f.cp_mode == "ulysses", "--cp-mode '", f.cp_mode,
-               "' is not known (ring, ulysses)");
-  s.cp_mode = f.cp_mode == "ring" ? CpMode::ring : CpMode::ulysses;
-  STRATA_CHECK(f.headroom >= 0 && f.headroom < 1, "--headroom must be in [0, 1)");
-  s.headroom = f.headroom;
-  STRATA_CHECK(f.bucket_mb > 0, "--bucket-mb must be positive");
-  s.bucket_mib = f.bucket_mb;
-  STRATA_CHECK(f.overlap >= 0 && f.overlap <= 1, "--overlap must be in [0, 1] (got ", f.overlap,
-               ")");
-  s.overlap = f.overlap;
-  s.schedule = parallel::pipeline::parse_schedule(f.schedule);
-  s.virtual_stages = f.virtual_stages;
-  if (app.count("--micro-batches")) {
-    STRATA_CHECK(f.micro_batches >= 1 && f.micro_batches <= (int64_t(1) << 31),
-                 "--micro-batches must be in [1, 2^31] (got ", f.micro_batches, ")");
-    s.micro_batches = f.micro_batches;
-  }
-  if (app.count("--global-batch"))
-    // Below 2^31: the schedule's micro-batch count is an int (2^31 read as -2147483648).
-    STRATA_CHECK(f.global_batch > 0 && f.global_batch < (int64_t(1) << 31),
-                 "--global-batch must be in [1, 2^31) sequences (got ", f.global_batch, ")");
-  s.global_batch = app.count("--global-batch") ? f.global_batch : s.model.global_batch;
-  STRATA_CHECK(f.rlhf || s.global_batch > 0,
-               "--global-batch is needed (sequences per step; this model has no published one)");
-
-  FixedLayout& fx = req.fixed;
-  if (app.count("--tp")) fx.tp = f.tp;
-  if (app.count("--pp")) fx.pp = f.pp;
-  if (app.count("--dp")) fx.dp = f.dp;
-  if (app.count("--cp")) fx.cp = f.cp;
-  if (app.count("--ep")) fx.ep = f.ep;
-  if (app.count("--zero")) fx.zero = f.zero;
-  if (app.count("--micro-batch")) fx.micro_batch = f.micro_batch;
-  if (app.count("--recompute")) fx.recompute = parse_recompute(f.recompute);
-
-  req.train_tokens =
-      app.count("--tokens") ? parse_count("--tokens", f.tokens) : s.model.train_tokens;
-  STRATA_CHECK(f.top >= 1, "--top must be at least 1");
-  req.top = f.top;
-  // Reliability inputs: finite and within a century / a petabyte per second, so every
-  // interval and percentage printed is a number.
-  constexpr double kCenturyH = 100 * 365.25 * 24;
-  auto in_range = [](double v, double lo, double hi) {
-    return std::isfinite(v) && v >= lo && v <= hi;
-  };
-  STRATA_CHECK(in_range(f.gpu_mtbf_h, 1e-6, 1e9) && f.gpu_mtbf_h > 0,
-               "--gpu-mtbf-hours must be in (0, 1e9] (got ", f.gpu_mtbf_h, ")");
-  STRATA_CHECK(in_range(f.job_mtbf_h, 0, kCenturyH), "--job-mtbf-hours must be in [0, ", kCenturyH,
-               "] (got ", f.job_mtbf_h, ")");
-  STRATA_CHECK(in_range(f.storage_gbps, 1e-6, 1e6), "--storage-gbps must be in (0, 1e6] (got ",
-               f.storage_gbps, ")");
-  STRATA_CHECK(in_range(f.restart_min, 0, kCenturyH * 60), "--restart-min must be in [0, ",
-               kCenturyH * 60, "] (got ", f.restart_min, ")");
-  if (app.count("--ckpt-stall-s"))
-    STRATA_CHECK(in_range(f.stall_s, 0, kCenturyH * 3600), "--ckpt-stall-s must be in [0, ",
-                 kCenturyH * 3600, "] seconds (got ", f.stall_s, ")");
-  STRATA_CHECK(in_range(f.bucket_mb, 1e-6, 1 << 20), "--bucket-mb must be in (0, 2^20] (got ",
-               f.bucket_mb, ")");
-  STRATA_CHECK(!app.count("--rollout-batch") ||
-                   (f.rollout_batch >= 1 && f.rollout_batch <= (int64_t(1) << 31)),
-               "--rollout-batch must be in [1, 2^31] (got ", f.rollout_batch, ")");
-  STRATA_CHECK(req.train_tokens >= 0 && req.train_tokens <= 1e18,
-               "--tokens must be at most 1e18 (got ", req.train_tokens, ")");
-  req.gpu_mtbf_hours = f.gpu_mtbf_h;
-  req.job_mtbf_hours = f.job_mtbf_h;
-  req.storage_gbps = f.storage_gbps;
-  req.restart_minutes = f.restart_min;
-  req.ckpt_stall_s = f.stall_s;
-
-  if (f.rlhf) {
-    RlhfSetup r;
-    r.actor = s.model;
-    r.critic = f.critic.empty() ? s.model : model_preset(f.critic);
-    if (!f.critic.empty() && app.count("--seq")) r.critic.seq = s.model.seq;
-    r.gpu = s.gpu;
-    r.gpus = s.gpus;
-    r.tp = fx.tp.value_or(1);
-    r.zero = fx.zero.value_or(3);
-    r.precision = s.precision;
-    r.fp32_grads = s.fp32_grads;
-    r.optimizer = s.optimizer;
-    r.micro_batch = fx.micro_batch.value_or(1);
-    r.recompute = fx.recompute.value_or(Recompute::full);
-    r.rollout_batch = f.rollout_batch;
-    r.headroom = s.headroom;
-    r.seq_parallel = s.seq_parallel;
-    STRATA_CHECK(!fx.pp && !fx.cp && !fx.ep && !fx.dp,
-                 "--rlhf plans tp and ZeRO over the data ranks only (no --pp, --cp, --ep, --dp)");
-    req.rlhf = r;
-  }
-
+  const PlanRequest req = build_plan_request(plan_args(f, app));
   PlanResult res = run_plan(req);
   if (f.json)
     std::cout << plan_to_json(req, res).dump(2) << "\n";
