@@ -75,11 +75,7 @@ class Checkpoint {
   const std::string& dir() const { return reader_.dir(); }
   int64_t step() const { return reader_.manifest().step; }
   int64_t bytes_read() const { return reader_.bytes_read(); }
-  std::string model_state() const {
-    const ckpt::StateInfo* s = ckpt::model_state(reader_.manifest());
-    if (!s) fail(dir(), ": no 'master' or 'params' state");
-    return s->name;
-  }
+  std::string model_state() const { return ckpt::model_state(reader_.manifest(), dir()).name; }
   py::list tensors() const {
     py::list out;
     for (const ckpt::TensorInfo& t : reader_.manifest().tensors)

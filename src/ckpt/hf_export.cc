@@ -73,8 +73,7 @@ HfExportResult export_hf_gpt2(const std::string& dir, const std::string& out_dir
                               const std::string& what) {
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
-  const StateInfo* st = model_state(m);
-  if (!st) fail(dir, ": no 'master' or 'params' state to export");
+  const StateInfo* st = &model_state(m, dir);
   const DType out_type = export_dtype(*st, dtype, dir);
   for (const TensorInfo& t : m.tensors)
     STRATA_CHECK(t.name.find(".mlp.router.") == std::string::npos && t.name.find(".mlp.experts.") == std::string::npos,

@@ -108,9 +108,11 @@ void CheckpointReader::read_tensor(const std::string& state, const TensorInfo& t
   read({state, dtype, {0, n}, out, ""}, whole);
 }
 
-const StateInfo* model_state(const Manifest& m) {
+const StateInfo& model_state(const Manifest& m, const std::string& dir) {
   const StateInfo* st = m.find_state("master");
-  return st ? st : m.find_state("params");
+  if (!st) st = m.find_state("params");
+  if (!st) fail(dir, ": no 'master' or 'params' state (the model's weights) in it");
+  return *st;
 }
 
 // Executes the copies chunk by chunk in file order, so each block is read and hashed once.

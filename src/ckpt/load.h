@@ -62,9 +62,9 @@ class CheckpointReader {
   int64_t bytes_read_ = 0;
 };
 
-// The state a model's weights are read from: the fp32 master copy when saved, else "params";
-// null when neither was saved.
-const StateInfo* model_state(const Manifest& m);
+// The state a model's weights are read from: the fp32 master copy when saved, else "params".
+// Throws naming checkpoint `dir` when neither was saved.
+const StateInfo& model_state(const Manifest& m, const std::string& dir);
 
 struct LoadOptions {
   std::vector<TensorInfo> expected_tensors;  // this model's global table; empty: not checked

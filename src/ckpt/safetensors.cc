@@ -142,8 +142,7 @@ ExportResult export_safetensors(const std::string& dir, const std::string& out_p
                                 const std::string& dtype) {
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
-  const StateInfo* st = model_state(m);
-  if (!st) fail(dir, ": no 'master' or 'params' state to export");
+  const StateInfo* st = &model_state(m, dir);
   const DType out_type = export_dtype(*st, dtype, dir);
   STRATA_CHECK(!m.tensors.empty(), dir, ": the checkpoint has no tensor table to export");
 

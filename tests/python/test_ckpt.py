@@ -7,13 +7,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
 import numpy as np
 
 import strata
-from st_reader import read_safetensors
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt"))
+from check_safetensors import read_raw as read_safetensors  # noqa: E402 (the format's own reader)
 
 STRATA = os.environ["STRATA"]
 TINY = ["--layers", "2", "--dim", "32", "--heads", "2", "--seq", "16", "--vocab", "256", "--data", "synthetic",

@@ -11,6 +11,7 @@ import math
 import os
 import struct
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -18,7 +19,9 @@ import numpy as np
 import torch
 
 import strata
-from st_reader import read_safetensors
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt"))
+from check_safetensors import read_raw as read_safetensors  # noqa: E402 (the format's own reader)
 
 STRATA = os.environ["STRATA"]
 SEQ, VOCAB, LAYERS, DIM, HEADS = 16, 200, 2, 32, 2  # vocab 200: wte has 56 padding rows
