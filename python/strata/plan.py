@@ -11,7 +11,9 @@ figure equals the CLI's. Unknown keywords, presets and bad values raise ValueErr
 keyword.
 """
 import json
+import os
 import re
+import tempfile
 
 from . import _strata
 
@@ -24,7 +26,16 @@ def _keyword(match):
 
 def search(**kwargs):
     """The whole plan: model, hardware, cluster, search counts, best (an estimate, None when
-    nothing fits), ranking, explanation, compute, reliability, notes (and fits_nowhere)."""
+    nothing fits), ranking, explanation, compute, reliability, notes (and fits_nowhere).
+    gpu= is a preset name, a GPU JSON file, or a dict of that file's fields (docs/planner.md,
+    e.g. {"base": "h100-80g", "memory_gib": 70})."""
+    gpu = kwargs.get("gpu")
+    if isinstance(gpu, dict):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "gpu.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(gpu, f)
+            return search(**{**kwargs, "gpu": path})
     try:
         return json.loads(_strata.plan_json(kwargs))
     except ValueError as e:

@@ -105,6 +105,58 @@ GpuSpec build_gpu(const PlanArgs& a, std::vector<std::string>& notes) {
   return g;
 }
 
+// The reliability inputs, finite and within a century / a petabyte per second so that every
+// interval and percentage printed is a number, and the last ranges (in the CLI's order).
+void set_reliability(const PlanArgs& a, PlanRequest& req) {
+  constexpr double kCenturyH = 100 * 365.25 * 24;
+  auto in_range = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+  STRATA_CHECK(in_range(a.gpu_mtbf_h, 1e-6, 1e9) && a.gpu_mtbf_h > 0,
+               "--gpu-mtbf-hours must be in (0, 1e9] (got ", a.gpu_mtbf_h, ")");
+  STRATA_CHECK(in_range(a.job_mtbf_h, 0, kCenturyH), "--job-mtbf-hours must be in [0, ", kCenturyH,
+               "] (got ", a.job_mtbf_h, ")");
+  STRATA_CHECK(in_range(a.storage_gbps, 1e-6, 1e6), "--storage-gbps must be in (0, 1e6] (got ",
+               a.storage_gbps, ")");
+  STRATA_CHECK(in_range(a.restart_min, 0, kCenturyH * 60), "--restart-min must be in [0, ",
+               kCenturyH * 60, "] (got ", a.restart_min, ")");
+  if (a.stall_s)
+    STRATA_CHECK(in_range(*a.stall_s, 0, kCenturyH * 3600), "--ckpt-stall-s must be in [0, ",
+                 kCenturyH * 3600, "] seconds (got ", *a.stall_s, ")");
+  STRATA_CHECK(in_range(a.bucket_mb, 1e-6, 1 << 20), "--bucket-mb must be in (0, 2^20] (got ",
+               a.bucket_mb, ")");
+  STRATA_CHECK(!a.rollout_batch || (*a.rollout_batch >= 1 && *a.rollout_batch <= (int64_t(1) << 31)),
+               "--rollout-batch must be in [1, 2^31] (got ", a.rollout_batch.value_or(0), ")");
+  STRATA_CHECK(req.train_tokens >= 0 && req.train_tokens <= 1e18,
+               "--tokens must be at most 1e18 (got ", req.train_tokens, ")");
+  req.gpu_mtbf_hours = a.gpu_mtbf_h;
+  req.job_mtbf_hours = a.job_mtbf_h;
+  req.storage_gbps = a.storage_gbps;
+  req.restart_minutes = a.restart_min;
+  req.ckpt_stall_s = a.stall_s.value_or(-1);
+}
+
+// PPO's four models on the setup's GPUs: tp and ZeRO over the data ranks only.
+RlhfSetup rlhf_setup(const PlanArgs& a, const TrainSetup& s, const FixedLayout& fx) {
+  RlhfSetup r;
+  r.actor = s.model;
+  r.critic = a.critic.empty() ? s.model : model_preset(a.critic);
+  if (!a.critic.empty() && a.seq) r.critic.seq = s.model.seq;
+  r.gpu = s.gpu;
+  r.gpus = s.gpus;
+  r.tp = fx.tp.value_or(1);
+  r.zero = fx.zero.value_or(3);
+  r.precision = s.precision;
+  r.fp32_grads = s.fp32_grads;
+  r.optimizer = s.optimizer;
+  r.micro_batch = fx.micro_batch.value_or(1);
+  r.recompute = fx.recompute.value_or(Recompute::full);
+  r.rollout_batch = a.rollout_batch.value_or(8);
+  r.headroom = s.headroom;
+  r.seq_parallel = s.seq_parallel;
+  STRATA_CHECK(!fx.pp && !fx.cp && !fx.ep && !fx.dp,
+               "--rlhf plans tp and ZeRO over the data ranks only (no --pp, --cp, --ep, --dp)");
+  return r;
+}
+
 }  // namespace
 
 PlanRequest build_plan_request(const PlanArgs& a) {
@@ -159,54 +211,8 @@ PlanRequest build_plan_request(const PlanArgs& a) {
   req.train_tokens = a.tokens ? parse_count("--tokens", *a.tokens) : s.model.train_tokens;
   STRATA_CHECK(a.top >= 1, "--top must be at least 1");
   req.top = a.top;
-  // Reliability inputs: finite and within a century / a petabyte per second, so every
-  // interval and percentage printed is a number.
-  constexpr double kCenturyH = 100 * 365.25 * 24;
-  auto in_range = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
-  STRATA_CHECK(in_range(a.gpu_mtbf_h, 1e-6, 1e9) && a.gpu_mtbf_h > 0,
-               "--gpu-mtbf-hours must be in (0, 1e9] (got ", a.gpu_mtbf_h, ")");
-  STRATA_CHECK(in_range(a.job_mtbf_h, 0, kCenturyH), "--job-mtbf-hours must be in [0, ", kCenturyH,
-               "] (got ", a.job_mtbf_h, ")");
-  STRATA_CHECK(in_range(a.storage_gbps, 1e-6, 1e6), "--storage-gbps must be in (0, 1e6] (got ",
-               a.storage_gbps, ")");
-  STRATA_CHECK(in_range(a.restart_min, 0, kCenturyH * 60), "--restart-min must be in [0, ",
-               kCenturyH * 60, "] (got ", a.restart_min, ")");
-  if (a.stall_s)
-    STRATA_CHECK(in_range(*a.stall_s, 0, kCenturyH * 3600), "--ckpt-stall-s must be in [0, ",
-                 kCenturyH * 3600, "] seconds (got ", *a.stall_s, ")");
-  STRATA_CHECK(in_range(a.bucket_mb, 1e-6, 1 << 20), "--bucket-mb must be in (0, 2^20] (got ",
-               a.bucket_mb, ")");
-  STRATA_CHECK(!a.rollout_batch || (*a.rollout_batch >= 1 && *a.rollout_batch <= (int64_t(1) << 31)),
-               "--rollout-batch must be in [1, 2^31] (got ", a.rollout_batch.value_or(0), ")");
-  STRATA_CHECK(req.train_tokens >= 0 && req.train_tokens <= 1e18,
-               "--tokens must be at most 1e18 (got ", req.train_tokens, ")");
-  req.gpu_mtbf_hours = a.gpu_mtbf_h;
-  req.job_mtbf_hours = a.job_mtbf_h;
-  req.storage_gbps = a.storage_gbps;
-  req.restart_minutes = a.restart_min;
-  req.ckpt_stall_s = a.stall_s.value_or(-1);
-
-  if (a.rlhf) {
-    RlhfSetup r;
-    r.actor = s.model;
-    r.critic = a.critic.empty() ? s.model : model_preset(a.critic);
-    if (!a.critic.empty() && a.seq) r.critic.seq = s.model.seq;
-    r.gpu = s.gpu;
-    r.gpus = s.gpus;
-    r.tp = fx.tp.value_or(1);
-    r.zero = fx.zero.value_or(3);
-    r.precision = s.precision;
-    r.fp32_grads = s.fp32_grads;
-    r.optimizer = s.optimizer;
-    r.micro_batch = fx.micro_batch.value_or(1);
-    r.recompute = fx.recompute.value_or(Recompute::full);
-    r.rollout_batch = a.rollout_batch.value_or(8);
-    r.headroom = s.headroom;
-    r.seq_parallel = s.seq_parallel;
-    STRATA_CHECK(!fx.pp && !fx.cp && !fx.ep && !fx.dp,
-                 "--rlhf plans tp and ZeRO over the data ranks only (no --pp, --cp, --ep, --dp)");
-    req.rlhf = r;
-  }
+  set_reliability(a, req);
+  if (a.rlhf) req.rlhf = rlhf_setup(a, s, fx);
   return req;
 }
 

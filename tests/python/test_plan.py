@@ -5,6 +5,7 @@ STRATA=<build>/strata."""
 import json
 import os
 import subprocess
+import tempfile
 import unittest
 
 import strata
@@ -55,6 +56,22 @@ class PlanEqualsCli(unittest.TestCase):
         least = strata.plan.estimate(**CASES[-1])
         self.assertFalse(least["fits"])
         self.assertGreater(least["memory"]["total"], least["memory"]["usable"])
+
+    def test_hardware_as_a_dict_equals_the_file(self):
+        gpu = {"base": "h100-80g", "memory_gib": 40, "inter_node_gbps": 25}
+        ours = strata.plan.search(model="llama2-7b", gpus=16, gpu=gpu)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "gpu.json")
+            with open(path, "w") as f:
+                json.dump(gpu, f)
+            r = subprocess.run([STRATA, "plan", "--model", "llama2-7b", "--gpus", "16", "--gpu", path, "--json"],
+                               capture_output=True, text=True)
+        cli = json.loads(r.stdout)
+        self.assertEqual(ours["hardware"]["memory_gib"], 40)
+        for key in ("best", "ranking", "search", "compute", "reliability"):
+            self.assertEqual(ours[key], cli[key], key)
+        with self.assertRaisesRegex(ValueError, "memory_gib"):
+            strata.plan.search(model="gpt2", gpu={"base": "h100-80g", "memory_gib": -1})
 
     def test_bad_arguments(self):
         for kwargs, pattern in (({"model": "gpt5"}, "unknown model preset 'gpt5' .known: gpt2"),
