@@ -53,7 +53,8 @@ def list(path):  # noqa: A001 (the name the CLI uses: `strata ckpt ls`)
 
 
 class Checkpoint:
-    """One checkpoint opened once (its manifest parsed once), for several reads."""
+    """One checkpoint opened once (its manifest parsed once, its shard files kept open), for
+    several reads. Not for concurrent use: one per thread."""
 
     def __init__(self, path):
         self._c = _strata.Checkpoint(_path(path))
@@ -90,6 +91,8 @@ class Checkpoint:
         no bfloat16: a bf16 result is float32 (exact) unless dtype="bfloat16" is asked for,
         which returns the raw bit patterns as uint16; torch gets torch.bfloat16."""
         key = _dtype_key(dtype)
+        if not key and not as_torch:  # NumPy has no bfloat16: a bf16 state is read widened
+            key = "f32"
         raw = self._c.read(name, kind or "", key)
         if as_torch:
             import torch
@@ -97,8 +100,6 @@ class Checkpoint:
             if raw.dtype == np.uint16:  # torch reads no uint16 array; the bits are the same
                 return torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16)
             return torch.from_numpy(raw)
-        if raw.dtype == np.uint16 and key != "bf16":
-            return (raw.astype(np.uint32) << 16).view(np.float32)
         return raw
 
 
