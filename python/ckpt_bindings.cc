@@ -9,7 +9,7 @@
 
 #include "bindings.h"
 #include "ckpt/fsutil.h"
-#include "ckpt/hf_export.h"
+#include "ckpt/hf_gpt2.h"
 #include "ckpt/listing.h"
 #include "ckpt/load.h"
 

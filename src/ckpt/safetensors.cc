@@ -195,6 +195,25 @@ static float f16_to_f32(uint16_t h) {
   return sign ? -v : v;
 }
 
+std::vector<float> read_tensor_f32(const SafetensorsFile& f, const SafetensorsTensor& s) {
+  STRATA_CHECK(s.dtype == "F32" || s.dtype == "BF16" || s.dtype == "F16", f.path, ": tensor '", s.name, "' is ",
+               s.dtype, "; import accepts F32, BF16 or F16");
+  std::ifstream in(f.path, std::ios::binary);
+  std::vector<char> raw(size_t(s.end - s.begin));
+  in.seekg(f.data_start() + s.begin);
+  in.read(raw.data(), std::streamsize(raw.size()));
+  if (!in) fail(f.path, ": cannot read tensor '", s.name, "'");
+  const int64_t n = numel(s.shape);
+  std::vector<float> out(static_cast<size_t>(n));
+  if (s.dtype == "F32") {
+    std::memcpy(out.data(), raw.data(), raw.size());
+  } else {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(raw.data());
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = s.dtype == "BF16" ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+  }
+  return out;
+}
+
 int import_safetensors(const std::string& path, const std::vector<TensorInfo>& table,
                        float* params, int64_t numel_total) {
   SafetensorsFile f = read_safetensors(path);
@@ -206,8 +225,6 @@ int import_safetensors(const std::string& path, const std::vector<TensorInfo>& t
     if (!known.count(t.name))
       fail(path, ": tensor '", t.name, "' is not a parameter of this model (a different model?)");
 
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> raw;
   std::set<std::pair<int64_t, int64_t>> seen;
   int loaded = 0;
   for (const TensorInfo& t : table) {
@@ -223,19 +240,8 @@ int import_safetensors(const std::string& path, const std::vector<TensorInfo>& t
     const SafetensorsTensor& s = *it->second;
     if (s.shape != t.shape)
       fail(path, ": tensor '", t.name, "' is ", shape_str(s.shape), ", the model expects ", shape_str(t.shape));
-    raw.resize(size_t(s.end - s.begin));
-    in.seekg(f.data_start() + s.begin);
-    in.read(raw.data(), std::streamsize(raw.size()));
-    if (!in) fail(path, ": cannot read tensor '", t.name, "'");
-    float* dst = params + t.offset;
-    if (s.dtype == "F32") {
-      std::memcpy(dst, raw.data(), raw.size());
-    } else if (s.dtype == "BF16" || s.dtype == "F16") {
-      const uint16_t* src = reinterpret_cast<const uint16_t*>(raw.data());
-      for (int64_t i = 0; i < n; ++i) dst[i] = s.dtype == "BF16" ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
-    } else {
-      fail(path, ": tensor '", t.name, "' is ", s.dtype, "; import accepts F32, BF16 or F16");
-    }
+    const std::vector<float> v = read_tensor_f32(f, s);
+    std::memcpy(params + t.offset, v.data(), v.size() * sizeof(float));
     seen.insert({t.offset, n});
     ++loaded;
   }

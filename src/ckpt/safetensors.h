@@ -69,6 +69,10 @@ struct ExportResult {
 ExportResult export_safetensors(const std::string& dir, const std::string& out_path,
                                 const std::string& dtype = "");
 
+// The elements of tensor `s` of file `f` (read_safetensors) as fp32: F32, BF16 and F16 are
+// accepted; another dtype or a failed read throws naming the file and the tensor.
+std::vector<float> read_tensor_f32(const SafetensorsFile& f, const SafetensorsTensor& s);
+
 // Fills the flat fp32 parameter buffer (numel elements laid out by `table`) from a
 // safetensors file: every table tensor must be present with the same shape; F32, BF16 and F16
 // are accepted. A file tensor the table does not know is an error (a different model).

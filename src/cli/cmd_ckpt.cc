@@ -4,7 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "ckpt/fsutil.h"
-#include "ckpt/hf_export.h"
+#include "ckpt/hf_gpt2.h"
 #include "ckpt/interval.h"
 #include "ckpt/listing.h"
 #include "ckpt/load.h"

@@ -1,11 +1,13 @@
-// The Hugging Face GPT-2 export and the checkpoint listing, on checkpoints whose every element
+// The Hugging Face GPT-2 export and import, and the checkpoint listing, on checkpoints whose every element
 // is a known function of its flat position: each exported element is looked up by HF name and
 // coordinates and compared with the strata element it must come from (Conv1D's [in, out] is
 // strata's [out, in] transposed; wte loses its padding rows).
 #include <cstring>
 
-#include "ckpt/hf_export.h"
+#include "ckpt/hf_gpt2.h"
 #include "ckpt/listing.h"
+#include "ckpt/safetensors.h"
+#include "core/files.h"
 #include "helpers.h"
 
 using namespace ckpt_test;
@@ -142,6 +144,92 @@ TEST(CkptHfExport, ReplacesOnlyAnEarlierExportAndRefusesMixturesOfExperts) {
   }
   EXPECT_FALSE(fs::exists(dest));
   EXPECT_FALSE(fs::exists(dest + ".tmp-export"));
+}
+
+// A GPT-2 directory as transformers' own gpt2 weights name it: no "transformer." prefix, the
+// attention-mask buffers, a tied lm_head, BF16 data.
+void write_hf_style(const std::string& from, const std::string& to) {
+  const ParsedSafetensors p = parse_safetensors(from + "/model.safetensors");
+  std::vector<SafetensorsEntry> entries;
+  std::string data;
+  for (const auto& [name, e] : p.header.items()) {
+    if (name == "__metadata__") continue;
+    const size_t b = e.at("data_offsets").at(0), en = e.at("data_offsets").at(1);
+    std::string bf16;
+    for (size_t i = b; i < en; i += 4) {
+      float v;
+      std::memcpy(&v, p.data.data() + i, 4);
+      const uint16_t h = f32_to_bf16(v);
+      bf16.append(reinterpret_cast<const char*>(&h), 2);
+    }
+    entries.push_back({name.substr(12), "BF16", e.at("shape").get<Shape>(), int64_t(bf16.size())});
+    data += bf16;
+    if (name == "transformer.wte.weight") {
+      entries.push_back({"lm_head.weight", "BF16", e.at("shape").get<Shape>(), int64_t(bf16.size())});
+      data += bf16;
+    }
+  }
+  const std::string mask(size_t(T * T) * 2, '\0');
+  for (int l = 0; l < L; ++l) {
+    entries.push_back({"h." + std::to_string(l) + ".attn.bias", "BF16", {1, 1, T, T}, int64_t(mask.size())});
+    data += mask;
+  }
+  fs::create_directories(to);
+  fs::copy_file(from + "/config.json", to + "/config.json");
+  strata::atomic_write_file(to + "/model.safetensors", safetensors_header(entries, nlohmann::json::object()) + data);
+}
+
+TEST(CkptHfImport, RoundTripsTheExportAndReadsHuggingFacesOwnNaming) {
+  TempDir tmp;
+  const std::string dir = save_gpt2(tmp, 2, 1);
+  export_hf_gpt2(dir, tmp.str() + "/hf");
+  const std::vector<TensorInfo> table = gpt2_table();
+  const int64_t n = table_numel(table);
+  auto expected = [&](int64_t i, bool bf16) {
+    if (i >= V * C && i < Vp * C) return 0.0f;  // wte's padding rows come back zero
+    const float v = value(0, kStep, i);
+    return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+  };
+  std::vector<float> params(size_t(n), -1.0f);
+  const HfImportResult r = import_hf_gpt2(tmp.str() + "/hf", table, params.data(), n);
+  EXPECT_EQ(r.tensors, 4 + 12 * L);
+  EXPECT_EQ(r.vocab, V);
+  EXPECT_EQ(r.heads, 2);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(params[size_t(i)], expected(i, false)) << i;
+
+  write_hf_style(tmp.str() + "/hf", tmp.str() + "/hf-own");
+  std::fill(params.begin(), params.end(), -1.0f);
+  import_hf_gpt2(tmp.str() + "/hf-own", table, params.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(params[size_t(i)], expected(i, true)) << i;
+}
+
+TEST(CkptHfImport, AnotherShapeOrAMixtureOfExpertsIsRefusedNamingTheKey) {
+  TempDir tmp;
+  export_hf_gpt2(save_gpt2(tmp, 1, 0), tmp.str() + "/hf");
+  auto refusal = [&](const std::vector<TensorInfo>& table) {
+    std::vector<float> params(size_t(table_numel(table)));
+    try {
+      import_hf_gpt2(tmp.str() + "/hf", table, params.data(), table_numel(table), "--init-from");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  std::vector<TensorInfo> wider = gpt2_table();
+  for (TensorInfo& t : wider)
+    if (t.name == "wpe") t.shape = {T + 1, C};
+  EXPECT_NE(refusal(wider).find("--init-from " + tmp.str() + "/hf/config.json: n_positions 3, this model has 4"),
+            std::string::npos)
+      << refusal(wider);
+  std::vector<TensorInfo> small_vocab = gpt2_table();
+  small_vocab[0].shape = {V - 1, C};
+  EXPECT_NE(refusal(small_vocab).find("vocab_size 6 does not fit this model's 5 embedding rows"), std::string::npos)
+      << refusal(small_vocab);
+  EXPECT_NE(refusal(gpt2_table(true)).find("has MoE blocks ('h.1.mlp.router.weight')"), std::string::npos)
+      << refusal(gpt2_table(true));
+  std::ofstream(tmp.str() + "/hf/config.json") << R"({"model_type": "llama"})";
+  EXPECT_NE(refusal(gpt2_table()).find("model_type \"llama\", expected \"gpt2\""), std::string::npos)
+      << refusal(gpt2_table());
 }
 
 TEST(CkptListing, NewestFirstWithLayoutDamageLatestAndIncompleteSaves) {

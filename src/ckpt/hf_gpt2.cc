@@ -1,9 +1,10 @@
-#include "ckpt/hf_export.h"
+#include "ckpt/hf_gpt2.h"
 
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "ckpt/fsutil.h"
 #include "ckpt/load.h"
@@ -47,13 +48,10 @@ int64_t config_int(const json& config, const char* key, const std::string& dir) 
   return config[key].get<int64_t>();
 }
 
-// [rows, cols] -> [cols, rows], elements of `es` bytes.
-std::string transposed(const std::string& in, int64_t rows, int64_t cols, size_t es) {
-  std::string out(in.size(), '\0');
+// in [rows, cols] -> out [cols, rows], elements of `es` bytes.
+void transpose(const char* in, char* out, int64_t rows, int64_t cols, size_t es) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      std::memcpy(&out[size_t(c * rows + r) * es], &in[size_t(r * cols + c) * es], es);
-  return out;
+    for (int64_t c = 0; c < cols; ++c) std::memcpy(out + size_t(c * rows + r) * es, in + size_t(r * cols + c) * es, es);
 }
 
 // Checks that `out` may be replaced by an export: absent, an empty directory or an earlier one.
@@ -104,7 +102,9 @@ HfExportResult export_hf_gpt2(const std::string& dir, const std::string& out_dir
     }
     if (n.transpose) {
       STRATA_CHECK(shape.size() == 2, dir, ": '", n.strata, "' is ", shape_str(shape), ", not a matrix");
-      bytes = transposed(bytes, shape[0], shape[1], es);
+      std::string t(bytes.size(), '\0');
+      transpose(bytes.data(), t.data(), shape[0], shape[1], es);
+      bytes = std::move(t);
       shape = {shape[1], shape[0]};
     }
     entries.push_back({n.hf, out_type == DType::f32 ? "F32" : "BF16", shape, int64_t(bytes.size())});
@@ -151,6 +151,98 @@ HfExportResult export_hf_gpt2(const std::string& dir, const std::string& out_dir
     throw;
   }
   return {dir, st->name, int(entries.size()), total};
+}
+
+namespace {
+
+bool is_moe_tensor(const std::string& name) {
+  return name.find(".mlp.router.") != std::string::npos || name.find(".mlp.experts.") != std::string::npos;
+}
+
+}  // namespace
+
+HfImportResult import_hf_gpt2(const std::string& dir, const std::vector<TensorInfo>& table, float* params,
+                              int64_t numel_total, const std::string& what) {
+  const std::string config_path = dir + "/config.json", weights_path = dir + "/model.safetensors";
+  const json config = json::parse(read_regular_file(config_path, what + " config"), nullptr, false);
+  STRATA_CHECK(config.is_object(), what, " ", config_path, ": not a JSON object");
+  STRATA_CHECK(config.value("model_type", "") == "gpt2", what, " ", config_path, ": model_type ",
+               config.value("model_type", json("missing")).dump(), ", expected \"gpt2\"");
+  auto number = [&](const char* key) {
+    STRATA_CHECK(config.contains(key) && config[key].is_number_integer(), what, " ", config_path,
+                 ": no integer '", key, "'");
+    return config[key].get<int64_t>();
+  };
+  const std::vector<TensorInfo> views = unique_views(table);  // a tied view is filled with its first
+  std::map<std::string, const TensorInfo*> by_name;
+  for (const TensorInfo& t : views) {
+    STRATA_CHECK(!is_moe_tensor(t.name), what, " ", dir, ": this model has MoE blocks ('", t.name,
+                 "'); a Hugging Face GPT-2 has no experts to initialise them from");
+    by_name[t.name] = &t;
+  }
+  auto tensor = [&](const std::string& name) -> const TensorInfo& {
+    auto it = by_name.find(name);
+    STRATA_CHECK(it != by_name.end(), what, ": this model has no tensor '", name, "' (not a GPT-2)");
+    return *it->second;
+  };
+  const TensorInfo& wte = tensor("wte");
+  const TensorInfo& wpe = tensor("wpe");
+  STRATA_CHECK(wte.shape.size() == 2 && wpe.shape.size() == 2, what, ": wte or wpe of this model is not a matrix");
+  const int64_t C = wte.shape[1], layers = number("n_layer"), vocab = number("vocab_size");
+  const std::vector<HfName> names = gpt2_names(layers);
+  STRATA_CHECK(names.size() == by_name.size(), what, " ", config_path, ": n_layer ", layers, " gives ", names.size(),
+               " tensors, this model has ", by_name.size());
+  STRATA_CHECK(number("n_embd") == C, what, " ", config_path, ": n_embd ", number("n_embd"), ", this model's dim is ", C);
+  STRATA_CHECK(number("n_positions") == wpe.shape[0], what, " ", config_path, ": n_positions ", number("n_positions"),
+               ", this model has ", wpe.shape[0], " positions");
+  STRATA_CHECK(vocab >= 1 && vocab <= wte.shape[0], what, " ", config_path, ": vocab_size ", vocab,
+               " does not fit this model's ", wte.shape[0], " embedding rows");
+  const bool tied = config.value("tie_word_embeddings", true);
+
+  const SafetensorsFile f = read_safetensors(weights_path);
+  std::map<std::string, const SafetensorsTensor*> file;  // by HF name without "transformer."
+  for (const SafetensorsTensor& s : f.tensors) {
+    const std::string key = s.name.rfind("transformer.", 0) == 0 ? s.name.substr(12) : s.name;
+    auto ends = [&](const char* tail) {
+      const size_t n = std::strlen(tail);
+      return key.size() >= n && key.compare(key.size() - n, n, tail) == 0;
+    };
+    if (ends(".attn.bias") || ends(".attn.masked_bias")) continue;  // causal-mask buffers
+    if (key == "lm_head.weight") {
+      STRATA_CHECK(tied, what, " ", weights_path, ": an untied lm_head.weight; strata ties the head to wte");
+      continue;
+    }
+    file[key] = &s;
+  }
+  int filled = 0;
+  for (const HfName& n : names) {
+    const std::string key = n.hf.substr(12);  // every name gpt2_names makes starts "transformer."
+    auto it = file.find(key);
+    STRATA_CHECK(it != file.end(), what, " ", weights_path, ": no tensor '", key, "' (nor '", n.hf, "')");
+    const SafetensorsTensor& s = *it->second;
+    const TensorInfo& t = tensor(n.strata);
+    STRATA_CHECK(t.offset >= 0 && t.offset + numel(t.shape) <= numel_total, what, ": tensor '", t.name,
+                 "' lies outside the ", numel_total, "-element parameter buffer");
+    Shape want = t.shape;
+    if (n.strata == "wte") want[0] = vocab;
+    if (n.transpose) want = {t.shape[1], t.shape[0]};
+    STRATA_CHECK(s.shape == want, what, " ", weights_path, ": '", s.name, "' is ", shape_str(s.shape), ", expected ",
+                 shape_str(want), n.transpose ? " (Conv1D: [in, out])" : "");
+    const std::vector<float> v = read_tensor_f32(f, s);
+    float* dst = params + t.offset;
+    if (n.transpose) {
+      transpose(reinterpret_cast<const char*>(v.data()), reinterpret_cast<char*>(dst), want[0], want[1], sizeof(float));
+    } else {
+      std::memcpy(dst, v.data(), v.size() * sizeof(float));
+      if (n.strata == "wte")  // strata's padding rows
+        std::memset(dst + v.size(), 0, size_t(numel(t.shape) - int64_t(v.size())) * sizeof(float));
+    }
+    file.erase(it);
+    ++filled;
+  }
+  STRATA_CHECK(file.empty(), what, " ", weights_path, ": tensor '", file.empty() ? "" : file.begin()->second->name,
+               "' is not a GPT-2 tensor");
+  return {filled, vocab, number("n_head")};
 }
 
 }  // namespace strata::ckpt
