@@ -1,11 +1,15 @@
 // The C++ parts `import strata` stands on (pybind11): the sampler's epoch orders, so a
-// PyTorch script draws exactly the samples `strata train` would.
+// PyTorch script draws exactly the samples `strata train` would; the checkpoint reader and
+// the planner (ckpt_bindings.cc, plan_bindings.cc). strata's one-line errors arrive as
+// ValueError.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <optional>
 #include <stdexcept>
 
+#include "bindings.h"
+#include "core/error.h"
 #include "data/sampler.h"
 
 namespace py = pybind11;
@@ -41,4 +45,13 @@ PYBIND11_MODULE(_strata, m) {
   m.doc() = "strata's C++ library, under the Python package strata";
   m.def("rank_indices", &rank_indices, py::arg("n"), py::arg("world"), py::arg("rank"), py::arg("shuffle"),
         py::arg("seed"), py::arg("epoch"), py::arg("start"), py::arg("count"));
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const strata::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  strata::python::bind_ckpt(m);
+  strata::python::bind_plan(m);
 }

@@ -36,7 +36,10 @@ class Run:
             with open(summary, encoding="utf-8") as f:
                 self.summary = json.load(f)
         config = os.path.join(directory, "config.toml")
-        self.config = open(config, encoding="utf-8").read() if os.path.isfile(config) else None
+        self.config = None
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8") as f:
+                self.config = f.read()
 
     @property
     def steps(self):

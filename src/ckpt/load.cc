@@ -101,6 +101,20 @@ void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
   copy(std::move(ops), *st, t);
 }
 
+void CheckpointReader::read_tensor(const std::string& state, const TensorInfo& tensor, DType dtype, void* out) {
+  const int64_t n = numel(tensor.shape);
+  const TensorLayout whole = {
+      {tensor.name, tensor.shape, std::vector<int64_t>(tensor.shape.size(), 0), tensor.shape, 0, true}};
+  read({state, dtype, {0, n}, out, ""}, whole);
+}
+
+const StateInfo& model_state(const Manifest& m, const std::string& dir) {
+  const StateInfo* st = m.find_state("master");
+  if (!st) st = m.find_state("params");
+  if (!st) fail(dir, ": no 'master' or 'params' state (the model's weights) in it");
+  return *st;
+}
+
 // Executes the copies chunk by chunk in file order, so each block is read and hashed once.
 void CheckpointReader::copy(std::vector<CopyOp> ops, const StateInfo& st, const StateTarget& t) {
   auto file_order = [](const CopyOp& a, const CopyOp& b) {

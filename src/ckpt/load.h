@@ -43,6 +43,10 @@ class CheckpointReader {
   // for damaged data or a slice no chunk holds, ModelMismatch for a piece whose tensor the
   // checkpoint lacks or has with another shape, Error for a state that is not in it.
   void read(const StateTarget& t, const TensorLayout& layout);
+  // Fills `out` (numel(tensor.shape) elements of `dtype`) with the whole global tensor of
+  // `state`, assembled from whatever slices and shards the layout wrote: only the bytes that
+  // hold it are read (and the blocks they touch verified).
+  void read_tensor(const std::string& state, const TensorInfo& tensor, DType dtype, void* out);
   // Opens every shard and checks its header and size; with checksums also every block.
   // Returns the bytes checksummed.
   int64_t verify(bool checksums);
@@ -57,6 +61,10 @@ class CheckpointReader {
   std::vector<char> convert_;
   int64_t bytes_read_ = 0;
 };
+
+// The state a model's weights are read from: the fp32 master copy when saved, else "params".
+// Throws naming checkpoint `dir` when neither was saved.
+const StateInfo& model_state(const Manifest& m, const std::string& dir);
 
 struct LoadOptions {
   std::vector<TensorInfo> expected_tensors;  // this model's global table; empty: not checked

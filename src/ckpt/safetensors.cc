@@ -114,40 +114,47 @@ SafetensorsFile read_safetensors(const std::string& path) {
   return f;
 }
 
+DType export_dtype(const StateInfo& st, const std::string& dtype, const std::string& dir) {
+  DType out = st.dtype;
+  if (dtype == "F32" || dtype == "f32") out = DType::f32;
+  else if (dtype == "BF16" || dtype == "bf16") out = DType::bf16;
+  else if (!dtype.empty()) fail("--dtype ", dtype, ": expected F32 or BF16");
+  STRATA_CHECK(out == DType::f32 || out == DType::bf16, dir, ": state '", st.name, "' is ",
+               dtype_name(st.dtype), "; export writes F32 or BF16");
+  return out;
+}
+
+std::string safetensors_header(const std::vector<SafetensorsEntry>& tensors, const json& metadata) {
+  json header = json::object();
+  header["__metadata__"] = metadata;
+  int64_t at = 0;
+  for (const SafetensorsEntry& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, at + t.bytes}}};
+    at += t.bytes;
+  }
+  std::string hs = header.dump();
+  hs.append((8 - hs.size() % 8) % 8, ' ');
+  const uint64_t len = hs.size();
+  return std::string(reinterpret_cast<const char*>(&len), 8) + hs;
+}
+
 ExportResult export_safetensors(const std::string& dir, const std::string& out_path,
                                 const std::string& dtype) {
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
-  const StateInfo* st = m.find_state("master");
-  if (!st) st = m.find_state("params");
-  if (!st) fail(dir, ": no 'master' or 'params' state to export");
-  DType out_type = st->dtype;
-  if (dtype == "F32" || dtype == "f32") out_type = DType::f32;
-  else if (dtype == "BF16" || dtype == "bf16") out_type = DType::bf16;
-  else if (!dtype.empty()) fail("--dtype ", dtype, ": expected F32 or BF16");
-  STRATA_CHECK(out_type == DType::f32 || out_type == DType::bf16, dir, ": state '", st->name,
-               "' is ", dtype_name(st->dtype), "; export writes F32 or BF16");
+  const StateInfo* st = &model_state(m, dir);
+  const DType out_type = export_dtype(*st, dtype, dir);
   STRATA_CHECK(!m.tensors.empty(), dir, ": the checkpoint has no tensor table to export");
 
   // The checkpoint's table names each tensor once (a tied weight under its first name).
   std::vector<const TensorInfo*> views;
   for (const TensorInfo& t : m.tensors) views.push_back(&t);
   const int64_t es = int64_t(dtype_size(out_type));
-  json header = json::object();
-  header["__metadata__"] = {{"format", "pt"},
-                            {"source", "strata"},
-                            {"step", std::to_string(m.step)},
-                            {"state", st->name}};
-  int64_t at = 0;
-  for (const TensorInfo* t : views) {
-    const int64_t n = numel(t->shape) * es;
-    header[t->name] = {{"dtype", out_type == DType::f32 ? "F32" : "BF16"},
-                       {"shape", t->shape},
-                       {"data_offsets", {at, at + n}}};
-    at += n;
-  }
-  std::string hs = header.dump();
-  hs.append((8 - hs.size() % 8) % 8, ' ');
+  std::vector<SafetensorsEntry> entries;
+  for (const TensorInfo* t : views)
+    entries.push_back({t->name, out_type == DType::f32 ? "F32" : "BF16", t->shape, numel(t->shape) * es});
+  const std::string hs = safetensors_header(
+      entries, {{"format", "pt"}, {"source", "strata"}, {"step", std::to_string(m.step)}, {"state", st->name}});
 
   const std::string tmp = out_path + ".tmp";
   require_replaceable_file(out_path, "--safetensors");
@@ -156,16 +163,11 @@ ExportResult export_safetensors(const std::string& dir, const std::string& out_p
   if (fd < 0) fail("cannot create ", tmp, ": ", errno_text(errno));
   int64_t written = 0;
   try {
-    const uint64_t len = hs.size();
-    write_all(fd, &len, 8, tmp, &written, nullptr);
     write_all(fd, hs.data(), hs.size(), tmp, &written, nullptr);
     std::vector<char> buf;
     for (const TensorInfo* t : views) {
-      // The whole tensor as one box, assembled from the chunks of whatever layout saved it.
-      const int64_t n = numel(t->shape);
-      buf.resize(size_t(n * es));
-      const TensorLayout whole = {{t->name, t->shape, std::vector<int64_t>(t->shape.size(), 0), t->shape, 0, true}};
-      reader.read({st->name, out_type, {0, n}, buf.data(), ""}, whole);
+      buf.resize(size_t(numel(t->shape) * es));
+      reader.read_tensor(st->name, *t, out_type, buf.data());
       write_all(fd, buf.data(), buf.size(), tmp, &written, nullptr);
     }
     if (::fsync(fd) != 0) fail("fsync ", tmp, ": ", errno_text(errno));
@@ -193,6 +195,25 @@ static float f16_to_f32(uint16_t h) {
   return sign ? -v : v;
 }
 
+std::vector<float> read_tensor_f32(const SafetensorsFile& f, const SafetensorsTensor& s) {
+  STRATA_CHECK(s.dtype == "F32" || s.dtype == "BF16" || s.dtype == "F16", f.path, ": tensor '", s.name, "' is ",
+               s.dtype, "; import accepts F32, BF16 or F16");
+  std::ifstream in(f.path, std::ios::binary);
+  std::vector<char> raw(size_t(s.end - s.begin));
+  in.seekg(f.data_start() + s.begin);
+  in.read(raw.data(), std::streamsize(raw.size()));
+  if (!in) fail(f.path, ": cannot read tensor '", s.name, "'");
+  const int64_t n = numel(s.shape);
+  std::vector<float> out(static_cast<size_t>(n));
+  if (s.dtype == "F32") {
+    std::memcpy(out.data(), raw.data(), raw.size());
+  } else {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(raw.data());
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = s.dtype == "BF16" ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+  }
+  return out;
+}
+
 int import_safetensors(const std::string& path, const std::vector<TensorInfo>& table,
                        float* params, int64_t numel_total) {
   SafetensorsFile f = read_safetensors(path);
@@ -204,8 +225,6 @@ int import_safetensors(const std::string& path, const std::vector<TensorInfo>& t
     if (!known.count(t.name))
       fail(path, ": tensor '", t.name, "' is not a parameter of this model (a different model?)");
 
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> raw;
   std::set<std::pair<int64_t, int64_t>> seen;
   int loaded = 0;
   for (const TensorInfo& t : table) {
@@ -221,19 +240,8 @@ int import_safetensors(const std::string& path, const std::vector<TensorInfo>& t
     const SafetensorsTensor& s = *it->second;
     if (s.shape != t.shape)
       fail(path, ": tensor '", t.name, "' is ", shape_str(s.shape), ", the model expects ", shape_str(t.shape));
-    raw.resize(size_t(s.end - s.begin));
-    in.seekg(f.data_start() + s.begin);
-    in.read(raw.data(), std::streamsize(raw.size()));
-    if (!in) fail(path, ": cannot read tensor '", t.name, "'");
-    float* dst = params + t.offset;
-    if (s.dtype == "F32") {
-      std::memcpy(dst, raw.data(), raw.size());
-    } else if (s.dtype == "BF16" || s.dtype == "F16") {
-      const uint16_t* src = reinterpret_cast<const uint16_t*>(raw.data());
-      for (int64_t i = 0; i < n; ++i) dst[i] = s.dtype == "BF16" ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
-    } else {
-      fail(path, ": tensor '", t.name, "' is ", s.dtype, "; import accepts F32, BF16 or F16");
-    }
+    const std::vector<float> v = read_tensor_f32(f, s);
+    std::memcpy(params + t.offset, v.data(), v.size() * sizeof(float));
     seen.insert({t.offset, n});
     ++loaded;
   }

@@ -40,6 +40,22 @@ struct SafetensorsFile {
 // file and the problem.
 SafetensorsFile read_safetensors(const std::string& path);
 
+// A tensor of a file being written: its data follows the previous tensor's.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // "F32" or "BF16"
+  Shape shape;
+  int64_t bytes = 0;
+};
+
+// The dtype an export of state `st` of checkpoint `dir` writes: `dtype` "" keeps the saved
+// one, else "F32" or "BF16" (either case). Throws for another name or a state of another dtype.
+DType export_dtype(const StateInfo& st, const std::string& dtype, const std::string& dir);
+
+// The first bytes of a safetensors file holding `tensors` in this order: the 8-byte length
+// and the JSON header, padded with spaces so the data starts 8-byte aligned.
+std::string safetensors_header(const std::vector<SafetensorsEntry>& tensors, const nlohmann::json& metadata);
+
 struct ExportResult {
   std::string source_dir;  // the checkpoint exported
   std::string state;       // "master" or "params"
@@ -52,6 +68,10 @@ struct ExportResult {
 // or "F32" / "BF16".
 ExportResult export_safetensors(const std::string& dir, const std::string& out_path,
                                 const std::string& dtype = "");
+
+// The elements of tensor `s` of file `f` (read_safetensors) as fp32: F32, BF16 and F16 are
+// accepted; another dtype or a failed read throws naming the file and the tensor.
+std::vector<float> read_tensor_f32(const SafetensorsFile& f, const SafetensorsTensor& s);
 
 // Fills the flat fp32 parameter buffer (numel elements laid out by `table`) from a
 // safetensors file: every table tensor must be present with the same shape; F32, BF16 and F16

@@ -4,7 +4,9 @@
 
 #include "CLI/CLI.hpp"
 #include "ckpt/fsutil.h"
+#include "ckpt/hf_gpt2.h"
 #include "ckpt/interval.h"
+#include "ckpt/listing.h"
 #include "ckpt/load.h"
 #include "ckpt/safetensors.h"
 #include "cli/command.h"
@@ -24,80 +26,35 @@ std::string human_bytes(int64_t b) {
   return buf;
 }
 
-// The checkpoints a path names: one step directory, or every committed one of a run, newest
-// first, with the notes about the `latest` pointer.
-struct Listing {
-  std::string root;
-  std::string latest;  // directory name `latest` points to, or ""
-  std::string latest_error;  // why `latest` is unreadable or malformed, or ""
-  std::vector<std::string> dirs;
-};
-
-Listing list_checkpoints(const std::string& path) {
-  const ckpt::CkptLocation loc = ckpt::locate(path);
-  Listing l;
-  l.root = loc.root;
-  try {
-    l.latest = ckpt::read_latest(loc.root).value_or("");
-  } catch (const std::exception& e) {
-    l.latest_error = e.what();
-  }
-  if (!loc.step_dir.empty()) {
-    l.dirs.push_back(loc.step_dir);
-  } else {
-    auto steps = ckpt::list_steps(loc.root);
-    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
-      l.dirs.push_back(loc.root + "/" + ckpt::step_dir_name(*it));
-  }
-  return l;
-}
-
 void setup_ls(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")
       ->check(dir_path())
       ->required();
   app.callback([path] {
-    Listing l = list_checkpoints(*path);
+    const ckpt::CheckpointListing l = ckpt::list_checkpoints(*path);
     std::printf("%s (latest -> %s)\n", l.root.c_str(),
                 !l.latest_error.empty() ? "DAMAGED" : l.latest.empty() ? "none" : l.latest.c_str());
     if (!l.latest_error.empty()) std::printf("  %s\n", l.latest_error.c_str());
     std::printf("  %-8s %-14s %11s %6s %5s %3s %3s %3s %3s %3s %4s %-5s %-3s %s\n", "STEP", "DIR", "SIZE",
                 "SHARDS", "WORLD", "TP", "DP", "PP", "CP", "EP", "ZERO", "PREC", "FMT", "STATUS");
-    for (const std::string& dir : l.dirs) {
-      const std::string name = fs::path(dir).filename().string();
-      std::string status = "ok";
+    for (const ckpt::CheckpointEntry& e : l.entries) {
       char layout[96];
       std::snprintf(layout, sizeof layout, "%5s %3s %3s %3s %3s %3s %4s %-5s %-3s", "-", "-", "-", "-", "-",
                     "-", "-", "-", "-");
-      long long step = ckpt::parse_step_dir(name).value_or(-1);
-      int shards = 0;
-      int64_t bytes = ckpt::dir_bytes(dir);
-      try {
-        ckpt::CheckpointReader r(dir);
-        r.verify(false);
-        const ckpt::Manifest& m = r.manifest();
-        const ckpt::TrainState& t = m.train;
-        step = m.step;
-        shards = int(m.shards.size());
-        std::snprintf(layout, sizeof layout, "%5d %3d %3d %3d %3d %3d %4d %-5s v%-2d", t.world, t.tp,
-                      t.dp > 0 ? t.dp : t.world / std::max(1, t.tp), t.pp, t.cp, t.ep, t.zero_stage,
-                      t.precision.c_str(), m.version);
-      } catch (const std::exception& e) {
-        status = std::string("DAMAGED: ") + e.what();
-      }
-      if (name == l.latest) status += " (latest)";
-      std::printf("  %-8lld %-14s %11s %6d %s %s\n", step, name.c_str(), human_bytes(bytes).c_str(), shards,
-                  layout, status.c_str());
+      const ckpt::TrainState& t = e.train;
+      if (e.ok)
+        std::snprintf(layout, sizeof layout, "%5d %3d %3d %3d %3d %3d %4d %-5s v%-2d", t.world, t.tp, e.dp(),
+                      t.pp, t.cp, t.ep, t.zero_stage, t.precision.c_str(), e.version);
+      std::string status = e.ok ? "ok" : "DAMAGED: " + e.problem;
+      if (e.latest) status += " (latest)";
+      std::printf("  %-8lld %-14s %11s %6d %s %s\n", (long long)e.step, e.name.c_str(),
+                  human_bytes(e.bytes).c_str(), e.shards, layout, status.c_str());
     }
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(l.root, ec)) {
-      const std::string f = e.path().filename().string();
-      if (f.rfind(".tmp-", 0) == 0)
-        std::printf("  %-8s %-14s %11s  incomplete save (never committed; removed by the next save)\n",
-                    "-", f.c_str(), human_bytes(ckpt::dir_bytes(e.path().string())).c_str());
-    }
-    if (l.dirs.empty()) std::printf("  (no checkpoints)\n");
+    for (const ckpt::IncompleteSave& s : l.incomplete)
+      std::printf("  %-8s %-14s %11s  incomplete save (never committed; removed by the next save)\n", "-",
+                  s.name.c_str(), human_bytes(s.bytes).c_str());
+    if (l.entries.empty()) std::printf("  (no checkpoints)\n");
   });
 }
 
@@ -109,10 +66,11 @@ void setup_verify(CLI::App& app) {
       ->required();
   app.add_flag("--quick", *quick, "check manifests, sizes and headers only, not checksums");
   app.callback([path, quick] {
-    Listing l = list_checkpoints(*path);
-    STRATA_CHECK(!l.dirs.empty(), *path, ": no checkpoints to verify");
+    const ckpt::CheckpointListing l = ckpt::list_checkpoints(*path, false);
+    STRATA_CHECK(!l.entries.empty(), *path, ": no checkpoints to verify");
     int bad = 0;
-    for (const std::string& dir : l.dirs) {
+    for (const ckpt::CheckpointEntry& e : l.entries) {
+      const std::string& dir = e.dir;
       try {
         ckpt::CheckpointReader r(dir);
         const int64_t n = r.verify(!*quick);
@@ -131,22 +89,27 @@ void setup_verify(CLI::App& app) {
       std::printf("DAMAGED  %s\n", l.latest_error.c_str());
       ++bad;
     }
-    if (bad) fail(bad, " of ", l.dirs.size(), " checkpoints in ", l.root, " damaged");
+    if (bad) fail(bad, " of ", l.entries.size(), " checkpoints in ", l.root, " damaged");
   });
 }
 
 void setup_export(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
+  auto hf = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>();
   auto step = std::make_shared<int64_t>(-1);
   app.add_option("path", *path, "run directory, its ckpt/ directory, or one step-* directory")
       ->check(dir_path())
       ->required();
-  app.add_option("--safetensors", *out, "output file (Hugging Face safetensors)")->required();
+  // Exactly one output; none or both is a usage error, as a missing required flag is.
+  CLI::Option_group* output = app.add_option_group("output", "where to write (one of)");
+  output->add_option("--safetensors", *out, "output file (Hugging Face safetensors, strata's tensor names)");
+  output->add_option("--hf", *hf, "output directory: a Hugging Face GPT-2 (config.json, model.safetensors)");
+  output->require_option(1);
   app.add_option("--step", *step, "export this step instead of the newest good checkpoint");
   app.add_option("--dtype", *dtype, "F32 or BF16 (default: as saved)");
-  app.callback([path, out, dtype, step] {
+  app.callback([path, out, hf, dtype, step] {
     const ckpt::CkptLocation loc = ckpt::locate(*path);
     std::vector<std::string> dirs;
     if (!loc.step_dir.empty()) dirs = {loc.step_dir};
@@ -155,6 +118,12 @@ void setup_export(CLI::App& app) {
     STRATA_CHECK(!dirs.empty(), *path, ": no checkpoints to export");
     for (size_t i = 0; i < dirs.size(); ++i) {
       try {
+        if (!hf->empty()) {
+          ckpt::HfExportResult r = ckpt::export_hf_gpt2(dirs[i], *hf, *dtype, "--hf");
+          std::printf("wrote %s: Hugging Face GPT-2, %d tensors of '%s' from %s, %s\n", hf->c_str(), r.tensors,
+                      r.state.c_str(), r.source_dir.c_str(), human_bytes(r.bytes).c_str());
+          return;
+        }
         ckpt::ExportResult r = ckpt::export_safetensors(dirs[i], *out, *dtype);
         std::printf("wrote %s: %d tensors of '%s' from %s, %s\n", out->c_str(), r.tensors,
                     r.state.c_str(), r.source_dir.c_str(), human_bytes(r.bytes).c_str());
@@ -230,7 +199,7 @@ void setup_advise(CLI::App& app) {
 
 static Register ls_reg("ckpt ls", "List checkpoints: steps, sizes, valid or not", setup_ls);
 static Register verify_reg("ckpt verify", "Verify checkpoint checksums (exit 1 when damaged)", setup_verify);
-static Register export_reg("ckpt export", "Export model parameters as safetensors", setup_export);
+static Register export_reg("ckpt export", "Export model parameters as safetensors or a Hugging Face GPT-2", setup_export);
 static Register import_reg("ckpt import", "Validate and list a safetensors file", setup_import);
 static Register advise_reg("ckpt advise", "Optimal checkpoint interval (Young, Daly) for an MTBF", setup_advise);
 

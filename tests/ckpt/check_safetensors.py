@@ -11,34 +11,37 @@ import struct
 import sys
 
 
-def load_plain(path):
+def read_raw(path):
+    """{name: (dtype, shape, bytes)} and the metadata, by the format's definition: an 8-byte
+    little-endian header length, the JSON header, then each tensor's bytes at its
+    data_offsets (relative to the end of the header)."""
     with open(path, "rb") as f:
         blob = f.read()
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n])
     data = blob[8 + n:]
+    meta = header.pop("__metadata__", {})
+    return {name: (e["dtype"], tuple(e["shape"]), data[e["data_offsets"][0]:e["data_offsets"][1]])
+            for name, e in header.items()}, meta
+
+
+def load_plain(path):
+    raw, meta = read_raw(path)
     out = {}
     try:
         import torch
         dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
-        for name, e in header.items():
-            if name == "__metadata__":
-                continue
-            b, end = e["data_offsets"]
-            t = torch.frombuffer(bytearray(data[b:end]), dtype=dtypes[e["dtype"]])
-            out[name] = t.reshape(e["shape"]).float()
+        for name, (dtype, shape, data) in raw.items():
+            out[name] = torch.frombuffer(bytearray(data), dtype=dtypes[dtype]).reshape(shape).float()
     except ImportError:
         import numpy as np
-        for name, e in header.items():
-            if name == "__metadata__":
-                continue
-            b, end = e["data_offsets"]
-            if e["dtype"] == "F32":
-                a = np.frombuffer(data[b:end], dtype="<f4")
+        for name, (dtype, shape, data) in raw.items():
+            if dtype == "F32":
+                a = np.frombuffer(data, dtype="<f4")
             else:  # BF16: the high half of an fp32
-                a = (np.frombuffer(data[b:end], dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-            out[name] = a.reshape(e["shape"])
-    return out, header.get("__metadata__", {})
+                a = (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+            out[name] = a.reshape(shape)
+    return out, meta
 
 
 def main():

@@ -7,6 +7,7 @@
 #include <barrier>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -93,6 +94,25 @@ inline SaveRequest request(const FullStates& f, int64_t step, int rank, int n, i
   r.train.rng["init"] = {42, 0, uint64_t(step)};
   r.train.config = {{"model", "synthetic"}, {"psi", f.psi}};
   return r;
+}
+
+// A safetensors file split as the format defines it (8-byte length, JSON header, data), by a
+// parser written here, independent of the library's reader.
+struct ParsedSafetensors {
+  nlohmann::json header;
+  std::string data;
+  uint64_t header_len = 0;
+};
+
+inline ParsedSafetensors parse_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ParsedSafetensors p;
+  EXPECT_GE(all.size(), 8u);
+  for (int i = 0; i < 8; ++i) p.header_len |= uint64_t(uint8_t(all[size_t(i)])) << (8 * i);
+  p.header = nlohmann::json::parse(all.substr(8, p.header_len));
+  p.data = all.substr(8 + p.header_len);
+  return p;
 }
 
 // Ranks as threads: barrier and logical-AND agreement like a communicator would give.

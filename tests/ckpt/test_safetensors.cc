@@ -9,23 +9,6 @@ using namespace ckpt_test;
 
 namespace {
 
-struct Parsed {
-  nlohmann::json header;
-  std::string data;
-  uint64_t header_len = 0;
-};
-
-Parsed parse_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  Parsed p;
-  EXPECT_GE(all.size(), 8u);
-  for (int i = 0; i < 8; ++i) p.header_len |= uint64_t(uint8_t(all[size_t(i)])) << (8 * i);
-  p.header = nlohmann::json::parse(all.substr(8, p.header_len));
-  p.data = all.substr(8 + p.header_len);
-  return p;
-}
-
 // A GPT-like table with a tied output embedding that views the same elements as wte.
 std::vector<TensorInfo> tied_table() {
   return {{"wte", {8, 4}, 0}, {"wpe", {3, 4}, 32}, {"h.0.ln1.weight", {4}, 44},
@@ -53,7 +36,7 @@ TEST(CkptSafetensors, ExportFollowsTheFormat) {
   ExportResult r = export_safetensors(dir, out);
   EXPECT_EQ(r.tensors, 4);  // lm_head.weight aliases wte: exported once
   EXPECT_EQ(r.state, "params");
-  Parsed p = parse_file(out);
+  ParsedSafetensors p = parse_safetensors(out);
   EXPECT_EQ(p.header_len % 8, 0u);
   EXPECT_EQ(p.header.at("__metadata__").at("step"), "7");
   EXPECT_FALSE(p.header.contains("lm_head.weight"));
@@ -80,10 +63,10 @@ TEST(CkptSafetensors, ExportsTheMasterCopyUnderBf16AndConverts) {
   const std::string dir = save_run(tmp, true, 3, 1);
   ExportResult r = export_safetensors(dir, tmp.str() + "/m.safetensors");
   EXPECT_EQ(r.state, "master");
-  Parsed p = parse_file(tmp.str() + "/m.safetensors");
+  ParsedSafetensors p = parse_safetensors(tmp.str() + "/m.safetensors");
   EXPECT_EQ(p.header.at("wpe").at("dtype"), "F32");
   export_safetensors(dir, tmp.str() + "/b.safetensors", "BF16");
-  Parsed q = parse_file(tmp.str() + "/b.safetensors");
+  ParsedSafetensors q = parse_safetensors(tmp.str() + "/b.safetensors");
   EXPECT_EQ(q.header.at("wpe").at("dtype"), "BF16");
   const size_t b = q.header.at("wpe").at("data_offsets").at(0);
   uint16_t h;
