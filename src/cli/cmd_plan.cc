@@ -33,7 +33,7 @@ using namespace strata::plan;
 struct Flags {
   PlanArgs args;
   bool json = false, local = false;
-  int accum = 1, moe_every = 1;
+  int accum = 1, moe_every = 1, recompute_layers = 0;
   int64_t max_seq = 0;
 };
 
@@ -54,6 +54,9 @@ void run_local(const Flags& f, const CLI::App& app) {
     g.moe.top_k = a.top_k ? int(*a.top_k) : 2;
     g.moe.every = f.moe_every;
   }
+  // --recompute as `strata train --recompute` takes it (the search's default is full; a
+  // local run's is none).
+  g.recompute = {model::parse_recompute_mode(a.recompute.value_or("none")), f.recompute_layers};
   g.validate();
   const int tp = a.tp.value_or(1), dp = a.dp.value_or(1);
   const int ep = a.ep.value_or(1);
@@ -105,6 +108,10 @@ void run_local(const Flags& f, const CLI::App& app) {
                      {"gradients", st.gradients}, {"optimizer", st.optimizer},
                      {"model_states", st.total()}, {"activations", acts},
                      {"tp_bytes_per_step", bytes}, {"cp_bytes_per_step", cp_bytes}});
+    if (cp == 1)  // the model's buffers by kind, as summary.json's recompute section has them
+      for (const auto& [name, n] :
+           cost::activation_buffers(m, tp, !a.no_sp, r, b, p == Precision::bf16).named())
+        ranks.back()["activation_buffers"][name] = n;
     text += cat("tp rank ", r, ": ", psi, " params; model states ", st.total(), " B (parameters ",
                 st.parameters, ", gradients ", st.gradients, ", optimizer ", st.optimizer,
                 "); activations ", acts, " B; tp bytes per step ", bytes,
@@ -227,6 +234,8 @@ static Register reg(
       app.add_option("--max-seq", f->max_seq, "Position table rows of the model (--local)");
       app.add_option("--accum", f->accum, "Accumulation steps per optimizer step (--local)");
       app.add_option("--moe-every", f->moe_every, "Every N-th block is an MoE block (--local)");
+      app.add_option("--recompute-layers", f->recompute_layers,
+                     "With --recompute full: blocks recomputed, from the first (--local; 0: all)");
       add_plan_calibrate(app);
       RunConfigFlags& config = add_run_config(app, "plan");
       app.callback([f, &app, &config] {
