@@ -135,8 +135,10 @@ std::unique_ptr<MemSegment> MemSegment::create(const std::string& name, uint64_t
   h->version = kMemVersion;
   h->slots = kMemSlots;
   h->capacity = capacity;
-  return std::unique_ptr<MemSegment>(
+  auto seg = std::unique_ptr<MemSegment>(
       new MemSegment(name, static_cast<unsigned char*>(p), size, capacity));
+  for (int slot = 0; slot < kMemSlots; ++slot) seg->clear(slot);
+  return seg;
 }
 
 int MemSegment::remove_all(const std::string& prefix) {

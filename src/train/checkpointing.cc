@@ -387,6 +387,9 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   const std::vector<int64_t> mine = mem_->usable_steps(restart_ > 0);
   auto rank0 = [&](double value) { return int64_t(topo_.sum_across_ranks(lead ? value : 0.0)); };
   const int64_t without = int64_t(topo_.sum_across_ranks(mine.empty() ? 1.0 : 0.0));
+  const int64_t passed = int64_t(topo_.sum_across_ranks(double(mem_->passed_over())));
+  const std::string passed_text =
+      passed > 0 ? cat("; ", passed, " copy(ies) passed over, see the lines above") : "";
   int64_t chosen = -1;
   for (size_t i = 0; i < size_t(ckpt::kMemSlots) && chosen < 0; ++i) {
     const int64_t candidate = rank0(i < mine.size() ? double(mine[i]) : -1.0);
@@ -401,12 +404,12 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   if (chosen < 0) {
     note(cat(without > 0 ? cat("in-memory copies: ", without, " rank(s) hold no usable copy")
                          : std::string("in-memory copies: no step is held by every rank"),
-             "; resuming from disk (", disk_text, ")"));
+             passed_text, "; resuming from disk (", disk_text, ")"));
     return std::nullopt;
   }
   if (chosen <= disk) {
     note(cat("the in-memory copy of step ", chosen, " is not newer than the disk checkpoint of step ",
-             disk, "; resuming from disk"));
+             disk, passed_text, "; resuming from disk"));
     return std::nullopt;
   }
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
@@ -418,7 +421,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   p.from_memory = true;
   const std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat("resuming from the in-memory copy of step ", chosen, " (", disk_text, "; ",
-           fmt("%.3f", sw.seconds()), " s to load)", lost));
+           fmt("%.3f", sw.seconds()), " s to load", passed_text, ")", lost));
   return p;
 }
 

@@ -125,8 +125,10 @@ const std::string& MemCheckpoints::segment_name() const { return segment_->name(
 std::vector<int64_t> MemCheckpoints::usable_steps(bool same_job) {
   std::vector<int64_t> steps;
   const std::string run = run_key(o_.run_dir);
+  passed_over_ = 0;
   for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
     const ckpt::MemSlotView v = segment_->inspect(slot);
+    if (v.state != ckpt::MemSlotState::empty) ++passed_over_;  // until it proves usable
     const std::string what =
         cat("in-memory copy of step ", v.meta.step, " (slot ", slot, " of /dev/shm", segment_->name(), ")");
     switch (v.state) {
@@ -152,6 +154,7 @@ std::vector<int64_t> MemCheckpoints::usable_steps(bool same_job) {
     } else {
       slot_step_[slot] = v.meta.step;
       steps.push_back(v.meta.step);
+      --passed_over_;
     }
   }
   std::sort(steps.rbegin(), steps.rend());

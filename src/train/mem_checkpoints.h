@@ -72,6 +72,7 @@ class MemCheckpoints {
   // Complete copies usable by this run, newest step first; every slot passed over is logged
   // in one line. same_job: only copies of this supervised job (a restart).
   std::vector<int64_t> usable_steps(bool same_job);
+  int passed_over() const { return passed_over_; }  // slots the last usable_steps passed over
   // Copies the copy of `step` into the engine's state shards (the caller then calls
   // state_loaded) and clears the other slot, whose copy this run will not continue from.
   MemCopy load(int64_t step);
@@ -101,6 +102,7 @@ class MemCheckpoints {
   std::unique_ptr<ckpt::MemSegment> segment_;
   int64_t slot_step_[ckpt::kMemSlots] = {-1, -1};  // committed (or committing) copy per slot
   bool finished_ = false;
+  int passed_over_ = 0;
 
   // The writer thread: one pending commit at a time.
   std::thread writer_;
