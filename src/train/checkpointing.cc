@@ -224,6 +224,11 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     STRATA_CHECK(c.every > 0 && f.step % c.every == 0, "--inject kill-during-save at step ",
                  f.step, " needs a save after that step: the step must be a multiple of "
                  "--ckpt-every (", c.every, ")");
+  if (f.kind == diag::FaultKind::kill_during_mem_ckpt || f.kind == diag::FaultKind::corrupt_mem_ckpt)
+    STRATA_CHECK(c.mem_every > 0 && f.step % c.mem_every == 0, "--inject ",
+                 diag::fault_kind_name(f.kind), " at step ", f.step, " needs an in-memory copy "
+                 "after that step: the step must be a multiple of --mem-ckpt-every (",
+                 c.mem_every, ")");
   if (c.mem_every > 0) {
     STRATA_CHECK(!cfg.run_dir.empty(),
                  "--mem-ckpt-every needs --run-dir (the in-memory copies are named after it)");

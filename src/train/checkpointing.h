@@ -76,6 +76,10 @@ class RunCheckpoints {
   // together: the guard's verdict is the job's) and returns its step; -1 when there is no
   // copy yet (the step stays a plain skip).
   int64_t roll_back();
+  // Before the step's optimizer update: the in-memory copy in flight must have read the states.
+  void before_update() {
+    if (mem_) mem_->before_update();
+  }
   // Waits for the save in flight; returns summary.json's "ckpt" object (null when checkpoints
   // are off) and prints the interval advice of --mtbf. step_s: median seconds per step.
   nlohmann::json finish(double step_s, MetricsWriter* out);

@@ -230,12 +230,23 @@ void MemCheckpoints::writer_loop() {
     cv_.wait(lock, [this] { return stop_ || pending_slot_ >= 0; });
     if (pending_slot_ < 0) return;  // stopping with nothing left to commit
     const int slot = pending_slot_;
+    const int64_t step = pending_step_;
+    unsigned char* payload = pending_payload_;
+    lock.unlock();
+    Stopwatch copy_sw;
+    copy_shards(payload, step);
+    const double copy_s = copy_sw.seconds();
+    lock.lock();
+    copied_ = true;
+    copy_s_ += copy_s;
+    max_copy_s_ = std::max(max_copy_s_, copy_s);
+    cv_.notify_all();
     ckpt::MemSlotMeta meta;
     meta.job = o_.job;
     meta.run = run;
     meta.layout = fingerprint_;
     meta.layout_text = o_.layout_text;
-    meta.step = pending_step_;
+    meta.step = step;
     meta.bytes = payload_bytes_;
     lock.unlock();
     Stopwatch sw;
@@ -254,6 +265,32 @@ void MemCheckpoints::writer_loop() {
   }
 }
 
+// On the writer thread, while the next step's forward and backward only read the states.
+void MemCheckpoints::copy_shards(unsigned char* payload, int64_t step) {
+  unsigned char* p = payload + kJsonReserve;
+  const diag::FaultSpec& f = o_.fault;
+  const bool die_in_copy = f.kind == diag::FaultKind::kill_during_mem_ckpt && f.fires(o_.rank, step);
+  uint64_t offset = 0;
+  for (const parallel::StateShard& s : shards_) {
+    offset = align64(offset);
+    const uint64_t n = shard_bytes(s);
+    if (die_in_copy) {  // half of the first shard written, then the rank dies
+      std::memcpy(p + offset, s.data, n / 2);
+      raise(SIGKILL);
+    }
+    std::memcpy(p + offset, s.data, n);
+    offset += n;
+  }
+}
+
+void MemCheckpoints::before_update() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (pending_slot_ < 0 || copied_) return;
+  Stopwatch sw;
+  cv_.wait(lock, [this] { return pending_slot_ < 0 || copied_; });
+  stall_s_ += sw.seconds();
+}
+
 void MemCheckpoints::after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen) {
   if (done % o_.every != 0) return;
   Stopwatch sw;
@@ -262,7 +299,7 @@ void MemCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
   const int newest = newest_slot();
   const int slot = newest < 0 ? 0 : 1 - newest;
   slot_step_[slot] = -1;
-  unsigned char* p = segment_->begin_write(slot, done);
+  unsigned char* p = segment_->begin_write(slot, done);  // the writer copies the shards
   const std::string state = json{{"step", done},
                                  {"tokens_seen", tokens_seen},
                                  {"loader_epoch", loader.epoch},
@@ -275,30 +312,18 @@ void MemCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
                " bytes exceeds its ", kJsonReserve, "-byte reserve");
   std::memcpy(p, &len, sizeof len);
   std::memcpy(p + sizeof len, state.data(), len);
-  const diag::FaultSpec& f = o_.fault;
-  const bool die_in_copy = f.kind == diag::FaultKind::kill_during_mem_ckpt && f.fires(o_.rank, done);
-  uint64_t offset = kJsonReserve;
-  for (const parallel::StateShard& s : shards_) {
-    offset = align64(offset);
-    const uint64_t n = shard_bytes(s);
-    if (die_in_copy) {  // half of the first shard written, then the rank dies
-      std::memcpy(p + offset, s.data, n / 2);
-      raise(SIGKILL);
-    }
-    std::memcpy(p + offset, s.data, n);
-    offset += n;
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_slot_ = slot;
     pending_step_ = done;
+    pending_payload_ = p;
+    copied_ = false;
   }
   cv_.notify_all();
   slot_step_[slot] = done;
-  const double s = sw.seconds();
-  copy_s_ += s;
-  max_copy_s_ = std::max(max_copy_s_, s);
+  stall_s_ += sw.seconds();
   ++copies_;
+  const diag::FaultSpec& f = o_.fault;
   if (f.kind == diag::FaultKind::corrupt_mem_ckpt && f.fires(o_.rank, done)) {
     wait_commit();  // the complete copy of this step gets one byte flipped, then the rank dies
     segment_->flip_byte(slot, payload_bytes_ / 2);
@@ -328,6 +353,7 @@ json MemCheckpoints::summary_json() const {
             {"segment", "/dev/shm" + segment_->name()},
             {"copies", copies_}};
   if (copies_ > 0) {
+    j["stall_ms_mean"] = stall_s_ / double(copies_) * 1e3;
     j["copy_ms_mean"] = copy_s_ / double(copies_) * 1e3;
     j["copy_ms_max"] = max_copy_s_ * 1e3;
     j["commit_ms_mean"] = commit_s_ / double(copies_) * 1e3;

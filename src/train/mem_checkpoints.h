@@ -4,10 +4,12 @@
 // random state) into a shared-memory segment on its host that outlives the process
 // (ckpt/mem_slots.h), so a failure costs at most K steps instead of a disk interval.
 //
-//   copy     the training thread copies the shards into the slot not holding the newest
-//            complete copy (one memcpy of this rank's state); a writer thread hashes it and
-//            commits the slot, overlapped with the next step. The next copy first waits for
-//            that commit, so at most one slot is ever in writing.
+//   copy     after the step, the training thread records the training state into the slot
+//            not holding the newest complete copy; a writer thread copies the state shards
+//            into it while the next step's forward and backward run (they only read the
+//            states), then hashes and commits the slot. The next optimizer update first waits
+//            for the copy (before_update), the next copy for the commit, so at most one slot
+//            is ever in writing and the copy is always of the step it names.
 //   restart  a supervised restart (STRATA_RESTART > 0, also --elastic) or --resume auto
 //            reads both slots: copies that are incomplete, fail their checksum, or belong to
 //            another run, job or layout are passed over with one line each; the run resumes
@@ -17,8 +19,9 @@
 //   cleanup  the segment is removed when the run ends well, and when an unsupervised
 //            process fails; a supervised rank leaves it for its restart, and the launcher
 //            removes the job's segments when the job ends (train/distributed.cc).
-// Cost: per copy, one memcpy of the shards on the training thread (16 bytes per parameter
-// held at fp32 with AdamW) and one xxh64 pass on the writer thread; memory: two slots.
+// Cost: per copy, one memcpy of the shards (16 bytes per parameter held at fp32 with AdamW)
+// and one xxh64 pass, both on the writer thread; the step waits only when the copy outlasts
+// its forward and backward. Memory: two slots.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -80,6 +83,8 @@ class MemCheckpoints {
   void clear();
   // After `done` steps: copies when due. Fault hooks of the first attempt fire here.
   void after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen);
+  // Before the optimizer writes the states: waits until the copy in flight has read them.
+  void before_update();
   // The newest complete copy restored into the engine (after the copy in flight is
   // committed); step -1 when there is none yet.
   MemCopy restore_newest();
@@ -91,6 +96,7 @@ class MemCheckpoints {
   struct Layout;
   void wait_commit();
   void writer_loop();
+  void copy_shards(unsigned char* payload, int64_t step);
   int newest_slot() const;  // -1 when no slot holds a committed copy of this run
   MemCopy read_copy(int slot) const;
 
@@ -110,11 +116,15 @@ class MemCheckpoints {
   std::condition_variable cv_;
   int pending_slot_ = -1;
   int64_t pending_step_ = -1;
+  unsigned char* pending_payload_ = nullptr;
+  bool copied_ = true;  // the pending copy has read the states
   bool stop_ = false;
   std::string commit_error_;
 
   int64_t copies_ = 0;
-  double copy_s_ = 0, commit_s_ = 0, max_copy_s_ = 0;  // training-thread copy, writer commit
+  // What the training thread waited (after_step and before_update), and the writer's copy
+  // and commit.
+  double stall_s_ = 0, copy_s_ = 0, commit_s_ = 0, max_copy_s_ = 0;
 };
 
 // Removes every segment of the run directory's in-memory checkpoints on this host; returns

@@ -492,6 +492,7 @@ void Trainer::Run::train_step(int64_t step) {
     }
     loss = loss_total / double(batch.global_real_tokens);
   };
+  ckpt->before_update();  // the in-memory copy of the last step reads the states until now
   const int64_t opt_t0 = now_ns(), opt_blocked0 = comm::thread_blocked_ns();
   // The guard judges the job's loss before the update: it is reduced first (without a guard
   // after the step, as always).

@@ -243,6 +243,8 @@ TEST(MemCkpt, BadFlagsAreOneLine) {
        "--mem-ckpt-replicas 1 needs a second host to copy to"},
       {"--spike-zscore 3 --spike-action rollback" + run,
        "--spike-action rollback needs in-memory checkpoints to roll back to: add --mem-ckpt-every"},
+      {"--mem-ckpt-every 2 --inject corrupt-mem-ckpt --inject-step 3" + run,
+       "--inject corrupt-mem-ckpt at step 3 needs an in-memory copy after that step"},
       {"--mem-ckpt-every 2 --ckpt-every 3 --spike-action rollback" + run,
        "--spike-action rollback with --mem-ckpt-every 2 needs --ckpt-every a multiple of it (got 3)"},
   };
