@@ -159,6 +159,23 @@ TEST(MemCkpt, ResumeAutoAfterACrashAndAnotherLayout) {
   EXPECT_NE(wider.err.find("; ignored"), std::string::npos) << wider.err;
   EXPECT_EQ(memory_resume_step(wider.err), -1) << wider.err;
   for (int rk = 0; rk < 2; ++rk) EXPECT_FALSE(segment_exists(other, rk));
+
+  // A restart of a supervised job finds copies it did not write (this crashed run's, which
+  // no supervisor started): ignored in one line, never loaded.
+  const std::string foreign = dir.file("foreign");
+  ASSERT_NE(run_strata(args(foreign, "--mem-ckpt-every 1 --inject kill --inject-step 5"),
+                       env_for(dir), Streams::separate)
+                .status,
+            0);
+  RunResult restarted = run_strata(args(foreign, "--mem-ckpt-every 1"),
+                                   env_for(dir) + "STRATA_RESTART=1 STRATA_RUN_ID=job-b ",
+                                   Streams::separate);
+  ASSERT_EQ(restarted.status, 0) << restarted.err;
+  EXPECT_NE(restarted.err.find("belongs to another job (unsupervised; this job is job-b); ignored"),
+            std::string::npos)
+      << restarted.err;
+  EXPECT_EQ(memory_resume_step(restarted.err), -1) << restarted.err;
+  EXPECT_FALSE(segment_exists(foreign, 0));
 }
 
 TEST(MemCkpt, AFailedJobLeavesNoSegment) {
