@@ -24,27 +24,20 @@ namespace {
 
 using nlohmann::json;
 
-std::string args(const std::string& run_dir, const std::string& extra) {
-  return "train --layers 1 --dim 32 --heads 2 --max-seq 16 --seq 16 --vocab 256 --batch 4 "
-         "--steps 8 --warmup 2 --lr 1e-2 --threads 1 --sample-tokens 0 --eval-every 0 "
-         "--eval-batches 1 --peak-gflops 1 --timeout 20 --run-dir " +
-         run_dir + " " + extra;
-}
-
-std::string env_for(const TempDir& dir) { return "STRATA_DUMP_DIR=" + dir.str() + " "; }
-
-std::vector<double> losses(const std::string& run_dir) {
-  std::vector<double> out;
-  for (const json& j : json_lines(read_file(run_dir + "/metrics.jsonl")))
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  return out;
-}
 
 // Whether rank `rank`'s in-memory checkpoint segment of `run_dir` exists on this host.
 bool segment_exists(const std::string& run_dir, int rank) {
   const std::string key =
       std::filesystem::weakly_canonical(std::filesystem::absolute(run_dir)).string();
   return std::filesystem::exists("/dev/shm" + ckpt::MemSegment::name_for(key, rank));
+}
+
+// One process, no supervisor, SIGKILLed as step 5 starts: its copies stay in /dev/shm.
+void crash_unsupervised(const std::string& run_dir, const TempDir& dir) {
+  RunResult r = run_strata(small_fault_run(run_dir, "--mem-ckpt-every 1 --inject kill --inject-step 5"),
+                           dump_env(dir), Streams::separate);
+  ASSERT_NE(r.status, 0);
+  ASSERT_TRUE(segment_exists(run_dir, 0)) << r.err;
 }
 
 // The step of "resuming from the in-memory copy of step N" in `err`, -1 when absent.
@@ -60,24 +53,24 @@ TEST(MemCkpt, SupervisedKillResumesFromMemoryBitForBit) {
   std::mt19937 gen(seed);
   for (const std::string layout : {"--nproc 2 --zero 1", "--nproc 2 --tp 2"}) {
     TempDir dir("mem_kill");
-    RunResult ref = run_strata(args(dir.file("ref"), layout), env_for(dir), Streams::separate);
+    RunResult ref = run_strata(small_fault_run(dir.file("ref"), layout), dump_env(dir), Streams::separate);
     ASSERT_EQ(ref.status, 0) << ref.err;
     const int rank = std::uniform_int_distribution<int>(0, 1)(gen);
     const int step = std::uniform_int_distribution<int>(3, 7)(gen);  // killed as step `step` starts
     const std::string what = layout + ", kill on rank " + std::to_string(rank) + " at step " +
                              std::to_string(step) + " (seed " + std::to_string(seed) + ")";
     RunResult r = run_strata(
-        args(dir.file("run"), layout + " --mem-ckpt-every 1 --ckpt-every 100 --max-restarts 1 "
+        small_fault_run(dir.file("run"), layout + " --mem-ckpt-every 1 --ckpt-every 100 --max-restarts 1 "
                               "--inject kill --inject-rank " + std::to_string(rank) +
                               " --inject-step " + std::to_string(step)),
-        env_for(dir), Streams::separate);
+        dump_env(dir), Streams::separate);
     ASSERT_EQ(r.status, 0) << what << "\n" << r.err;
     // step - 1 steps were done; the newest copy may still have been in its commit.
     const int64_t from = memory_resume_step(r.err);
     EXPECT_TRUE(from == step - 1 || from == step - 2) << what << "\n" << r.err;
     EXPECT_NE(r.err.find("(disk: none;"), std::string::npos) << what << "\n" << r.err;
     EXPECT_NE(r.err.find("mem-ckpt: a copy every 1 step(s)"), std::string::npos) << r.err;
-    const std::vector<double> a = losses(dir.file("ref")), b = losses(dir.file("run"));
+    const std::vector<double> a = run_dir_losses(dir.file("ref")), b = run_dir_losses(dir.file("run"));
     ASSERT_EQ(a.size(), 8u) << what;
     ASSERT_EQ(b.size(), 8u) << what;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << what << ": step " << i + 1;
@@ -91,36 +84,36 @@ TEST(MemCkpt, SupervisedKillResumesFromMemoryBitForBit) {
 TEST(MemCkpt, CorruptAndHalfWrittenCopiesAreCaughtByTheChecksum) {
   TempDir dir("mem_corrupt");
   const std::string layout = "--nproc 2 --zero 1";
-  RunResult ref = run_strata(args(dir.file("ref"), layout), env_for(dir), Streams::separate);
+  RunResult ref = run_strata(small_fault_run(dir.file("ref"), layout), dump_env(dir), Streams::separate);
   ASSERT_EQ(ref.status, 0) << ref.err;
-  const std::vector<double> want = losses(dir.file("ref"));
+  const std::vector<double> want = run_dir_losses(dir.file("ref"));
 
   // The complete copy of step 5 on rank 1 gets a byte flipped: step 4, the other slot.
   RunResult flipped = run_strata(
-      args(dir.file("flip"), layout + " --mem-ckpt-every 1 --max-restarts 1 --inject "
+      small_fault_run(dir.file("flip"), layout + " --mem-ckpt-every 1 --max-restarts 1 --inject "
                                       "corrupt-mem-ckpt --inject-rank 1 --inject-step 5"),
-      env_for(dir), Streams::separate);
+      dump_env(dir), Streams::separate);
   ASSERT_EQ(flipped.status, 0) << flipped.err;
   EXPECT_NE(flipped.err.find("rank 1: ckpt: in-memory copy of step 5 (slot"), std::string::npos)
       << flipped.err;
   EXPECT_NE(flipped.err.find("failed its checksum"), std::string::npos) << flipped.err;
   EXPECT_EQ(memory_resume_step(flipped.err), 4) << flipped.err;
   EXPECT_NE(flipped.err.find("1 copy(ies) passed over"), std::string::npos) << flipped.err;
-  EXPECT_EQ(losses(dir.file("flip")), want);
+  EXPECT_EQ(run_dir_losses(dir.file("flip")), want);
 
   // Killed half-way through its only copy (step 4 of --mem-ckpt-every 4): rank 1 holds none,
   // so the disk checkpoint (step 2, or none yet) decides.
   RunResult half = run_strata(
-      args(dir.file("half"), layout + " --mem-ckpt-every 4 --ckpt-every 2 --max-restarts 1 "
+      small_fault_run(dir.file("half"), layout + " --mem-ckpt-every 4 --ckpt-every 2 --max-restarts 1 "
                                       "--inject kill-during-mem-ckpt --inject-rank 1 --inject-step 4"),
-      env_for(dir), Streams::separate);
+      dump_env(dir), Streams::separate);
   ASSERT_EQ(half.status, 0) << half.err;
   EXPECT_NE(half.err.find("in-memory copy of step 4 (slot"), std::string::npos) << half.err;
   EXPECT_NE(half.err.find("is incomplete"), std::string::npos) << half.err;
   EXPECT_NE(half.err.find("1 rank(s) hold no usable copy"), std::string::npos) << half.err;
   EXPECT_NE(half.err.find("resuming from disk"), std::string::npos) << half.err;
   EXPECT_EQ(memory_resume_step(half.err), -1) << half.err;
-  EXPECT_EQ(losses(dir.file("half")), want);
+  EXPECT_EQ(run_dir_losses(dir.file("half")), want);
   for (const char* run : {"flip", "half"})
     for (int rk = 0; rk < 2; ++rk) EXPECT_FALSE(segment_exists(dir.file(run), rk)) << run;
 }
@@ -129,30 +122,23 @@ TEST(MemCkpt, CorruptAndHalfWrittenCopiesAreCaughtByTheChecksum) {
 // them, and ignores (one line) a copy of another layout.
 TEST(MemCkpt, ResumeAutoAfterACrashAndAnotherLayout) {
   TempDir dir("mem_auto");
-  RunResult ref = run_strata(args(dir.file("ref"), ""), env_for(dir), Streams::separate);
+  RunResult ref = run_strata(small_fault_run(dir.file("ref"), ""), dump_env(dir), Streams::separate);
   ASSERT_EQ(ref.status, 0) << ref.err;
   const std::string run = dir.file("run");
-  RunResult crash =
-      run_strata(args(run, "--mem-ckpt-every 1 --inject kill --inject-step 5"), env_for(dir),
-                 Streams::separate);
-  ASSERT_NE(crash.status, 0);
-  ASSERT_TRUE(segment_exists(run, 0)) << crash.err;
+  crash_unsupervised(run, dir);
 
-  RunResult resumed = run_strata(args(run, "--mem-ckpt-every 1 --resume auto"), env_for(dir),
+  RunResult resumed = run_strata(small_fault_run(run, "--mem-ckpt-every 1 --resume auto"), dump_env(dir),
                                  Streams::separate);
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   const int64_t from = memory_resume_step(resumed.err);
   EXPECT_TRUE(from == 3 || from == 4) << resumed.err;
-  EXPECT_EQ(losses(run), losses(dir.file("ref")));
+  EXPECT_EQ(run_dir_losses(run), run_dir_losses(dir.file("ref")));
   EXPECT_FALSE(segment_exists(run, 0)) << "the run ended: its copies go with it";
 
   const std::string other = dir.file("other");
-  ASSERT_NE(run_strata(args(other, "--mem-ckpt-every 1 --inject kill --inject-step 5"),
-                       env_for(dir), Streams::separate)
-                .status,
-            0);
-  RunResult wider = run_strata(args(other, "--nproc 2 --mem-ckpt-every 1 --resume auto"),
-                               env_for(dir), Streams::separate);
+  crash_unsupervised(other, dir);
+  RunResult wider = run_strata(small_fault_run(other, "--nproc 2 --mem-ckpt-every 1 --resume auto"),
+                               dump_env(dir), Streams::separate);
   ASSERT_EQ(wider.status, 0) << wider.err;
   EXPECT_NE(wider.err.find("was written at world 1 dp 1"), std::string::npos) << wider.err;
   EXPECT_NE(wider.err.find(", this run is world 2 dp 2"), std::string::npos) << wider.err;
@@ -163,12 +149,9 @@ TEST(MemCkpt, ResumeAutoAfterACrashAndAnotherLayout) {
   // A restart of a supervised job finds copies it did not write (this crashed run's, which
   // no supervisor started): ignored in one line, never loaded.
   const std::string foreign = dir.file("foreign");
-  ASSERT_NE(run_strata(args(foreign, "--mem-ckpt-every 1 --inject kill --inject-step 5"),
-                       env_for(dir), Streams::separate)
-                .status,
-            0);
-  RunResult restarted = run_strata(args(foreign, "--mem-ckpt-every 1"),
-                                   env_for(dir) + "STRATA_RESTART=1 STRATA_RUN_ID=job-b ",
+  crash_unsupervised(foreign, dir);
+  RunResult restarted = run_strata(small_fault_run(foreign, "--mem-ckpt-every 1"),
+                                   dump_env(dir) + "STRATA_RESTART=1 STRATA_RUN_ID=job-b ",
                                    Streams::separate);
   ASSERT_EQ(restarted.status, 0) << restarted.err;
   EXPECT_NE(restarted.err.find("belongs to another job (unsupervised; this job is job-b); ignored"),
@@ -180,15 +163,15 @@ TEST(MemCkpt, ResumeAutoAfterACrashAndAnotherLayout) {
 
 TEST(MemCkpt, AFailedJobLeavesNoSegment) {
   TempDir dir("mem_fail");
-  RunResult r = run_strata(args(dir.file("run"), "--nproc 2 --mem-ckpt-every 1 --inject kill "
+  RunResult r = run_strata(small_fault_run(dir.file("run"), "--nproc 2 --mem-ckpt-every 1 --inject kill "
                                                  "--inject-rank 1 --inject-step 4"),
-                           env_for(dir), Streams::separate);
+                           dump_env(dir), Streams::separate);
   ASSERT_NE(r.status, 0);
   for (int rk = 0; rk < 2; ++rk) EXPECT_FALSE(segment_exists(dir.file("run"), rk)) << r.err;
   RunResult exhausted = run_strata(
-      args(dir.file("again"), "--nproc 2 --mem-ckpt-every 1 --max-restarts 1 --inject "
+      small_fault_run(dir.file("again"), "--nproc 2 --mem-ckpt-every 1 --max-restarts 1 --inject "
                               "wrong-count --inject-rank 0 --inject-step 3 --timeout 3"),
-      env_for(dir), Streams::separate);
+      dump_env(dir), Streams::separate);
   ASSERT_EQ(exhausted.status, 0) << exhausted.err;  // the fault fires in the first attempt only
   for (int rk = 0; rk < 2; ++rk) EXPECT_FALSE(segment_exists(dir.file("again"), rk));
 }
@@ -208,13 +191,13 @@ TEST(MemCkpt, RollbackEqualsARunThatNeverSawTheBatch) {
   RunResult r = run_strata(kSpikeRun + "--run-dir " + rb +
                                " --mem-ckpt-every 1 --spike-zscore 6 --spike-action rollback "
                                "--inject spike-grad --inject-rank 1 --inject-step 12",
-                           env_for(dir), Streams::separate);
+                           dump_env(dir), Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("step 12 rolled back to the in-memory copy of step 11"), std::string::npos)
       << r.out;
 
   const std::string ref = dir.file("ref");
-  RunResult first = run_strata(kSpikeRun + "--run-dir " + ref + " --ckpt-every 11", env_for(dir),
+  RunResult first = run_strata(kSpikeRun + "--run-dir " + ref + " --ckpt-every 11", dump_env(dir),
                                Streams::separate);
   ASSERT_EQ(first.status, 0) << first.err;
   const std::string manifest = ref + "/ckpt/step-000011/manifest.json";
@@ -222,7 +205,7 @@ TEST(MemCkpt, RollbackEqualsARunThatNeverSawTheBatch) {
   m["train"]["loader"]["consumed"] = m["train"]["loader"]["consumed"].get<int64_t>() + 8;
   std::ofstream(manifest) << m.dump(1);
   RunResult skipped = run_strata(kSpikeRun + "--run-dir " + ref + " --ckpt-every 11 --resume auto",
-                                 env_for(dir), Streams::separate);
+                                 dump_env(dir), Streams::separate);
   ASSERT_EQ(skipped.status, 0) << skipped.err;
 
   std::vector<json> rolled, steps;
@@ -265,12 +248,7 @@ TEST(MemCkpt, BadFlagsAreOneLine) {
       {"--mem-ckpt-every 2 --ckpt-every 3 --spike-action rollback" + run,
        "--spike-action rollback with --mem-ckpt-every 2 needs --ckpt-every a multiple of it (got 3)"},
   };
-  for (const auto& [flags, want] : cases) {
-    const RunResult r = run_strata(base + flags, "", Streams::separate);
-    EXPECT_NE(r.status, 0) << flags;
-    EXPECT_NE(r.err.find(want), std::string::npos) << flags << ": " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << flags << ": " << r.err;
-  }
+  expect_one_line_errors(base, {std::begin(cases), std::end(cases)});
 }
 
 }  // namespace
