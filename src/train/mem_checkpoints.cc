@@ -295,6 +295,8 @@ void MemCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
   if (done % o_.every != 0) return;
   Stopwatch sw;
   wait_commit();
+  // The engine's buffers, as now (their ranges are the fingerprint's; the writer is idle).
+  shards_ = engine_.state_shards();
   // The slot not holding the newest copy: that one stays complete while this is written.
   const int newest = newest_slot();
   const int slot = newest < 0 ? 0 : 1 - newest;

@@ -62,5 +62,23 @@ TEST(ReportEvents, SkippedStepIsListed) {
   EXPECT_NE(html.find("Events: 1 skipped step."), std::string::npos);
 }
 
+TEST(ReportEvents, RollbackIsListed) {
+  TempDir dir("events_rollback");
+  const std::string run = dir.file("run");
+  RunResult r = run_strata("train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --threads 1 "
+                           "--sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 "
+                           "--steps 4 --inject nan-grad --inject-step 2 --skip-nonfinite "
+                           "--mem-ckpt-every 1 --spike-action rollback --run-dir " +
+                               run,
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> w;
+  const std::string html = report::build_report(report::load_runs({run}, w)).html;
+  EXPECT_NE(html.find("rolled back to the in-memory copy of step 1, batch skipped: gradient norm "
+                      "is nan (--skip-nonfinite)"),
+            std::string::npos);
+  EXPECT_NE(html.find("Events: 1 rollback."), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::test
