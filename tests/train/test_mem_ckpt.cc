@@ -10,8 +10,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -181,53 +183,67 @@ const std::string kSpikeRun =
     "--steps 16 --lr 3e-3 --eval-every 0 --eval-batches 1 --sample-tokens 0 --peak-gflops 100 "
     "--threads 1 --nproc 2 --zero 1 ";
 
-// A 1000x gradient at step 12, rolled back to the copy of step 11: the run then trains steps
-// 12..16 on the batches after the spiked one. Expected: exactly the run that never saw that
-// batch, i.e. one resumed from its own step-11 checkpoint with the data position moved one
-// global batch on (bit for bit, every step).
-TEST(MemCkpt, RollbackEqualsARunThatNeverSawTheBatch) {
+// A 1000x gradient at step 12 (rank 1) rolled back to the newest copy, step `copy` (11 with
+// --mem-ckpt-every 1, 10 with --mem-ckpt-every 2): the run then trains steps copy + 1 .. 16
+// on the batches after the spiked one. Expected: exactly the run that never saw batches
+// copy + 1 .. 12, i.e. one resumed from its own step-`copy` disk checkpoint with the
+// checkpoint's data position moved on by those batches (bit for bit, every step; with
+// --mem-ckpt-every 2 the record of step 11 before the spike is superseded by the one after).
+void check_rollback(int every, int copy) {
+  const std::string what = "--mem-ckpt-every " + std::to_string(every);
   TempDir dir("mem_rollback");
   const std::string rb = dir.file("rb");
-  RunResult r = run_strata(kSpikeRun + "--run-dir " + rb +
-                               " --mem-ckpt-every 1 --spike-zscore 6 --spike-action rollback "
+  RunResult r = run_strata(kSpikeRun + "--run-dir " + rb + " " + what +
+                               " --spike-zscore 6 --spike-action rollback "
                                "--inject spike-grad --inject-rank 1 --inject-step 12",
                            dump_env(dir), Streams::separate);
-  ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("step 12 rolled back to the in-memory copy of step 11"), std::string::npos)
-      << r.out;
+  ASSERT_EQ(r.status, 0) << what << "\n" << r.err;
+  EXPECT_NE(r.out.find("step 12 rolled back to the in-memory copy of step " + std::to_string(copy)),
+            std::string::npos)
+      << what << "\n" << r.out;
 
   const std::string ref = dir.file("ref");
-  RunResult first = run_strata(kSpikeRun + "--run-dir " + ref + " --ckpt-every 11", dump_env(dir),
-                               Streams::separate);
+  const std::string save = " --ckpt-every " + std::to_string(copy);
+  RunResult first =
+      run_strata(kSpikeRun + "--run-dir " + ref + save, dump_env(dir), Streams::separate);
   ASSERT_EQ(first.status, 0) << first.err;
-  const std::string manifest = ref + "/ckpt/step-000011/manifest.json";
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/ckpt/step-%06d", copy);
+  const std::string manifest = ref + step_dir + "/manifest.json";
   json m = json::parse(read_file(manifest));
-  m["train"]["loader"]["consumed"] = m["train"]["loader"]["consumed"].get<int64_t>() + 8;
+  m["train"]["loader"]["consumed"] =
+      m["train"]["loader"]["consumed"].get<int64_t>() + 8 * (12 - copy);  // --batch 8
   std::ofstream(manifest) << m.dump(1);
-  RunResult skipped = run_strata(kSpikeRun + "--run-dir " + ref + " --ckpt-every 11 --resume auto",
+  RunResult skipped = run_strata(kSpikeRun + "--run-dir " + ref + save + " --resume auto",
                                  dump_env(dir), Streams::separate);
   ASSERT_EQ(skipped.status, 0) << skipped.err;
 
-  std::vector<json> rolled, steps;
+  std::vector<json> rolled;
+  std::map<int64_t, double> kept;  // the last record of each step: the run's curve
   for (const json& j : json_lines(read_file(rb + "/metrics.jsonl"))) {
     if (j.contains("rolled_back_to")) rolled.push_back(j);
-    if (j.contains("loss")) steps.push_back(j);
+    if (j.contains("loss")) kept[j["step"].get<int64_t>()] = j["loss"].get<double>();
   }
-  ASSERT_EQ(rolled.size(), 1u);
+  ASSERT_EQ(rolled.size(), 1u) << what;
   EXPECT_EQ(rolled[0]["step"], 12);
-  EXPECT_EQ(rolled[0]["rolled_back_to"], 11);
+  EXPECT_EQ(rolled[0]["rolled_back_to"], copy);
   EXPECT_EQ(rolled[0]["skipped"], true);
   EXPECT_NE(rolled[0]["skip_reason"].get<std::string>().find("gradient norm"), std::string::npos);
   const std::vector<json> want = step_records(ref + "/metrics.jsonl");
-  ASSERT_EQ(steps.size(), 16u);
+  ASSERT_EQ(kept.size(), 16u) << what;
   ASSERT_EQ(want.size(), 16u);
-  for (size_t i = 0; i < 16; ++i) {
-    EXPECT_EQ(steps[i]["step"], want[i]["step"]) << i;
-    EXPECT_EQ(steps[i]["loss"].get<double>(), want[i]["loss"].get<double>()) << "step " << i + 1;
+  for (const json& w : want) {
+    const int64_t step = w["step"].get<int64_t>();
+    EXPECT_EQ(kept[step], w["loss"].get<double>()) << what << ": step " << step;
   }
   const json summary = json::parse(read_file(rb + "/summary.json"));
   EXPECT_EQ(summary["rolled_back_steps"], 1);
   EXPECT_EQ(summary["skipped_steps"], 1);
+}
+
+TEST(MemCkpt, RollbackEqualsARunThatNeverSawTheBatch) {
+  check_rollback(1, 11);
+  check_rollback(2, 10);
 }
 
 TEST(MemCkpt, BadFlagsAreOneLine) {
