@@ -347,7 +347,7 @@ std::string RunCheckpoints::mem_layout_text() const {
   const json arch = cfg_.to_json();
   std::string text = cat("world ", t.world, " dp ", t.dp, " tp ", t.tp, " pp ", t.pp, " (", t.schedule,
                          " x", t.virtual_stages, ") cp ", t.cp, " ep ", t.ep, " zero ", t.zero_stage,
-                         " ", t.run_precision, ", rank ", topo_.rank);
+                         " ", t.run_precision, ";");
   for (const char* key : {"layers", "dim", "heads", "max_seq", "vocab", "seq", "seed"})
     text += cat(" ", key, " ", arch[key].dump());
   if (arch.contains("moe")) text += " moe " + arch["moe"].dump();

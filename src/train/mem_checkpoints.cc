@@ -85,11 +85,9 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
     } catch (const Error& e) {
       o_.log(cat(e.what(), "; replacing it"));
     }
-    if (segment_ && segment_->capacity() != payload_bytes_) {
-      o_.log(cat("in-memory copies in /dev/shm", name, " have slots of ", segment_->capacity(),
-                 " bytes, this layout needs ", payload_bytes_, ": another layout, ignored"));
-      segment_.reset();
-    }
+    // Slots of another size hold another layout's shards: kept mapped only to name that
+    // layout in usable_steps' lines, while a segment of this layout replaces it.
+    if (segment_ && segment_->capacity() != payload_bytes_) earlier_ = std::move(segment_);
   }
   if (!segment_) {
     const uint64_t need = ckpt::MemSegment::segment_bytes(payload_bytes_) * uint64_t(o_.local_world);
@@ -126,11 +124,12 @@ std::vector<int64_t> MemCheckpoints::usable_steps(bool same_job) {
   std::vector<int64_t> steps;
   const std::string run = run_key(o_.run_dir);
   passed_over_ = 0;
+  const ckpt::MemSegment& seg = earlier_ ? *earlier_ : *segment_;
   for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
-    const ckpt::MemSlotView v = segment_->inspect(slot);
+    const ckpt::MemSlotView v = seg.inspect(slot);
     if (v.state != ckpt::MemSlotState::empty) ++passed_over_;  // until it proves usable
     const std::string what =
-        cat("in-memory copy of step ", v.meta.step, " (slot ", slot, " of /dev/shm", segment_->name(), ")");
+        cat("in-memory copy of step ", v.meta.step, " (slot ", slot, " of /dev/shm", seg.name(), ")");
     switch (v.state) {
       case ckpt::MemSlotState::empty:
         continue;
@@ -148,7 +147,7 @@ std::vector<int64_t> MemCheckpoints::usable_steps(bool same_job) {
     } else if (same_job && v.meta.job != o_.job) {
       o_.log(cat(what, " belongs to another job (", v.meta.job.empty() ? "unsupervised" : v.meta.job,
                  "; this job is ", o_.job, "); ignored"));
-    } else if (v.meta.layout != fingerprint_) {
+    } else if (earlier_ || v.meta.layout != fingerprint_) {
       o_.log(cat(what, " was written at ", v.meta.layout_text, ", this run is ", o_.layout_text,
                  "; ignored"));
     } else {
@@ -204,6 +203,7 @@ MemCopy MemCheckpoints::load(int64_t step) {
 
 void MemCheckpoints::clear() {
   wait_commit();
+  earlier_.reset();
   for (int s = 0; s < ckpt::kMemSlots; ++s) {
     segment_->clear(s);
     slot_step_[s] = -1;

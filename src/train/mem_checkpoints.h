@@ -106,6 +106,7 @@ class MemCheckpoints {
   uint64_t fingerprint_ = 0;
   uint64_t payload_bytes_ = 0;  // json reserve + shards, per slot
   std::unique_ptr<ckpt::MemSegment> segment_;
+  std::unique_ptr<ckpt::MemSegment> earlier_;  // this name's segment of another layout, until clear()
   int64_t slot_step_[ckpt::kMemSlots] = {-1, -1};  // committed (or committing) copy per slot
   bool finished_ = false;
   int passed_over_ = 0;

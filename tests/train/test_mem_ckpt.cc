@@ -139,11 +139,12 @@ TEST(MemCkpt, ResumeAutoAfterACrashAndAnotherLayout) {
 
   const std::string other = dir.file("other");
   crash_unsupervised(other, dir);
-  RunResult wider = run_strata(small_fault_run(other, "--nproc 2 --mem-ckpt-every 1 --resume auto"),
+  RunResult wider = run_strata(small_fault_run(other, "--nproc 2 --zero 1 --mem-ckpt-every 1 --resume auto"),
                                dump_env(dir), Streams::separate);
   ASSERT_EQ(wider.status, 0) << wider.err;
   EXPECT_NE(wider.err.find("was written at world 1 dp 1"), std::string::npos) << wider.err;
   EXPECT_NE(wider.err.find(", this run is world 2 dp 2"), std::string::npos) << wider.err;
+  EXPECT_NE(wider.err.find("zero 1"), std::string::npos) << wider.err;  // and slots of another size
   EXPECT_NE(wider.err.find("; ignored"), std::string::npos) << wider.err;
   EXPECT_EQ(memory_resume_step(wider.err), -1) << wider.err;
   for (int rk = 0; rk < 2; ++rk) EXPECT_FALSE(segment_exists(other, rk));
