@@ -247,6 +247,24 @@ TEST(MemCkpt, RollbackEqualsARunThatNeverSawTheBatch) {
   check_rollback(2, 10);
 }
 
+// More ranks on the host than /dev/shm holds copies for (a rank started from the
+// environment, which names its host's rank count): refused before training, in one line.
+TEST(MemCkpt, RefusedWhenDevShmCannotHoldTheCopies) {
+  TempDir dir("mem_full");
+  const RunResult r = run_strata(
+      small_fault_run(dir.file("run"), "--mem-ckpt-every 1"),
+      "STRATA_RANK=0 STRATA_WORLD_SIZE=1 STRATA_LOCAL_RANK=0 STRATA_LOCAL_WORLD_SIZE=1000000 ",
+      Streams::separate);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("strata: error: --mem-ckpt-every 1: in-memory checkpoints need "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" per rank x 1000000 rank(s) on this host), but it has "), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "refused before training";
+  EXPECT_FALSE(segment_exists(dir.file("run"), 0));
+}
+
 TEST(MemCkpt, BadFlagsAreOneLine) {
   TempDir dir("mem_flags");
   const std::string base =
