@@ -50,6 +50,7 @@ struct TrainArgs {
   std::string spike_action = "skip";  // --spike-action
   std::string recompute = "none";     // --recompute
   int recompute_layers = 0;           // --recompute-layers
+  int mem_replicas = 0;               // --mem-ckpt-replicas
 };
 
 // --experts E --top-k K [--moe-every N] [--capacity-factor F | --dropless] ...
@@ -131,9 +132,24 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   cfg.schedule.min_lr = app.count("--min-lr") ? a.min_lr : cfg.schedule.lr / 10;
   STRATA_CHECK(a.spike_action == "skip" || a.spike_action == "rollback", "--spike-action ",
                a.spike_action, " is not skip or rollback");
-  STRATA_CHECK(a.spike_action == "skip",
-               "--spike-action rollback needs in-memory checkpoints to roll back to, which strata "
-               "does not keep yet; use --spike-action skip");
+  const int64_t mem_every = cfg.ckpt.mem_every;
+  STRATA_CHECK(mem_every >= 0, "--mem-ckpt-every must be >= 0 (got ", mem_every, ")");
+  STRATA_CHECK(a.mem_replicas >= 0, "--mem-ckpt-replicas must be >= 0 (got ", a.mem_replicas, ")");
+  STRATA_CHECK(a.mem_replicas == 0, "--mem-ckpt-replicas ", a.mem_replicas,
+               " needs a second host to copy to, and strata keeps in-memory copies on each "
+               "rank's own host only; use --mem-ckpt-replicas 0 (disk checkpoints stay the "
+               "copy that survives a host)");
+  STRATA_CHECK(mem_every == 0 || !cfg.run_dir.empty(),
+               "--mem-ckpt-every needs --run-dir (the in-memory copies are named after it)");
+  cfg.guard.rollback = a.spike_action == "rollback";
+  STRATA_CHECK(!cfg.guard.rollback || mem_every > 0,
+               "--spike-action rollback needs in-memory checkpoints to roll back to: add "
+               "--mem-ckpt-every K (1: the step before the spike)");
+  // A rollback retrains the steps after the copy: none of them may already be on disk
+  // (a committed step is never overwritten), which holds when disk saves fall on copies.
+  STRATA_CHECK(!cfg.guard.rollback || cfg.ckpt.every % mem_every == 0, "--spike-action rollback "
+               "with --mem-ckpt-every ", mem_every, " needs --ckpt-every a multiple of it (got ",
+               cfg.ckpt.every, "): a rollback must not train again a step saved to disk");
   cfg.schedule.warmup = app.count("--warmup") ? a.warmup : cfg.schedule.steps / 20;
   if (app.count("--micro-batch"))
     STRATA_CHECK(cfg.micro_batch > 0, "--micro-batch must be positive (got ", cfg.micro_batch,
@@ -237,7 +253,10 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--spike-window", c.guard.window, "Accepted steps the spike check compares with")
       ->capture_default_str();
-  app.add_option("--spike-action", a->spike_action, "What a spike does: skip (rollback: not yet)")
+  app.add_option("--spike-action", a->spike_action,
+                 "What a refused step does: skip, or rollback (restore the newest in-memory "
+                 "checkpoint, skip the batch, continue from the copy's step; needs "
+                 "--mem-ckpt-every)")
       ->capture_default_str();
   app.add_option("--max-skipped-steps", c.guard.max_skipped,
                  "Stop the run when more steps than this were skipped")
@@ -321,6 +340,13 @@ void setup(CLI::App& app) {
                  "Restart the job from the latest checkpoint after a failure, up to R times")
       ->capture_default_str();
   app.add_option("--ckpt-every", c.ckpt.every, "Checkpoint every N steps into <run-dir>/ckpt (0: off)")
+      ->capture_default_str();
+  app.add_option("--mem-ckpt-every", c.ckpt.mem_every,
+                 "Copy every rank's state into shared memory on its host every K steps, for a "
+                 "restart that loses at most K steps and for --spike-action rollback (0: off)")
+      ->capture_default_str();
+  app.add_option("--mem-ckpt-replicas", a->mem_replicas,
+                 "Peers on other hosts that also hold each in-memory copy (0 only, for now)")
       ->capture_default_str();
   app.add_option("--ckpt-keep", c.ckpt.keep, "Keep the newest K checkpoints (0: all)")
       ->capture_default_str();

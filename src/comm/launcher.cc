@@ -223,6 +223,12 @@ int restart_attempt() {
   return int(k);
 }
 
+static const EnvVar kRunId("STRATA_RUN_ID", "",
+                           "the supervised job's id, the same in every restart of it (STRATA_JOB_ID "
+                           "is fresh per attempt); set by the launcher for its ranks");
+
+std::string supervised_job_id() { return kRunId.get(); }
+
 static LaunchResult launch_once(const LaunchOptions& o);
 
 // STRATA_* variables of this process (env knobs) that mpirun should pass on, except the
@@ -253,8 +259,10 @@ LaunchResult launch(const LaunchOptions& o) {
     }
   };
   LaunchOptions attempt = o;
+  const std::string run_id = new_job_id();
   for (int k = 0;; ++k) {
     attempt.extra_env = o.extra_env;
+    attempt.extra_env.push_back({"STRATA_RUN_ID", run_id});
     if (o.max_restarts > 0) attempt.extra_env.push_back({"STRATA_RESTART", std::to_string(k)});
     if (k > 0) attempt.job_id.clear();  // a fresh job: no segments shared with the dead one
     LaunchResult r = launch_once(attempt);

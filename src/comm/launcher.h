@@ -25,7 +25,8 @@
 // collective timed out, which makes ranks exit non-zero), every rank is stopped as above and
 // the whole job is started again, up to max_restarts times, with STRATA_RESTART=<k> (k = 1,
 // 2, ...; 0 on the first attempt) in the ranks' environment and a fresh job id; each restart
-// is logged in one line. A job stopped by a signal to the launcher (Ctrl-C) is not restarted.
+// is logged in one line. STRATA_RUN_ID names the supervised job, the same in every attempt
+// (what survives an attempt, e.g. in-memory checkpoints, records it). A job stopped by a signal to the launcher (Ctrl-C) is not restarted.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -97,6 +98,9 @@ LaunchResult launch(const LaunchOptions& options);
 // This process's restart count from STRATA_RESTART (0 when unset): what a rank reads to
 // know it is a relaunch (a trainer then resumes from its latest checkpoint).
 int restart_attempt();
+// The supervised job this process belongs to (STRATA_RUN_ID, the same across its restarts);
+// empty when no launcher set it.
+std::string supervised_job_id();
 
 // A fresh job id: "<hostname-ish>-<pid>-<random>" (characters safe in shm names).
 std::string new_job_id();

@@ -11,6 +11,9 @@
 //   skip-collective   skip one gradient collective of the step (the others wait at it)
 //   wrong-count       call one gradient collective of the step with half the count
 //   sleep:SECONDS     sleep SECONDS in forward (a straggler; a hang if > --timeout)
+//   kill-during-mem-ckpt  SIGKILL itself half-way through copying the step's in-memory
+//                     checkpoint (train/mem_checkpoints.h)
+//   corrupt-mem-ckpt  flip one byte of the step's complete in-memory copy, then SIGKILL itself
 // --timeout SECONDS is the watchdog's limit for any communication wait (STRATA_TIMEOUT).
 // An injection fires in the job's first attempt only (STRATA_RESTART unset or 0), so a job
 // under the supervisor (--max-restarts) recovers from it instead of failing forever.
@@ -23,7 +26,8 @@ namespace strata::diag {
 // nan-grad and spike-grad scale the rank's loss gradient by NaN or by 1000 for the step (the
 // spike and non-finite guards' tests and demos, train/spike_guard.h).
 enum class FaultKind {
-  none, kill, exit, hang, kill_during_save, skip_collective, wrong_count, sleep, nan_grad, spike_grad
+  none, kill, exit, hang, kill_during_save, skip_collective, wrong_count, sleep, nan_grad, spike_grad,
+  kill_during_mem_ckpt, corrupt_mem_ckpt
 };
 
 const char* fault_kind_name(FaultKind k);  // "kill", "sleep", ...

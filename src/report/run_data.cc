@@ -59,6 +59,12 @@ void add_record(RunData& run, const json& j) {
                                   std::lround(pct), "% over the median"),
                               pct});
       }
+  } else if (j.contains("rolled_back_to")) {  // --spike-action rollback (train/trainer.cc)
+    run.events.push_back({step, "rollback",
+                          cat("rolled back to the in-memory copy of step ",
+                              j.value("rolled_back_to", int64_t(-1)), ", batch skipped: ",
+                              j.value("skip_reason", std::string("?"))),
+                          0});
   } else if (j.contains("eval_loss")) {
     run.evals.push_back({step, number(j, "eval_loss"), number(j, "floor")});
   } else if (j.contains("ckpt") && j["ckpt"].is_object()) {

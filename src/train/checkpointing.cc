@@ -11,6 +11,8 @@
 
 #include "ckpt/interval.h"
 #include "ckpt/load.h"
+#include "comm/bootstrap.h"
+#include "comm/launcher.h"
 #include "core/error.h"
 #include "core/phase.h"
 #include "core/timer.h"
@@ -222,6 +224,35 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     STRATA_CHECK(c.every > 0 && f.step % c.every == 0, "--inject kill-during-save at step ",
                  f.step, " needs a save after that step: the step must be a multiple of "
                  "--ckpt-every (", c.every, ")");
+  if (f.kind == diag::FaultKind::kill_during_mem_ckpt || f.kind == diag::FaultKind::corrupt_mem_ckpt)
+    STRATA_CHECK(c.mem_every > 0 && f.step % c.mem_every == 0, "--inject ",
+                 diag::fault_kind_name(f.kind), " at step ", f.step, " needs an in-memory copy "
+                 "after that step: the step must be a multiple of --mem-ckpt-every (",
+                 c.mem_every, ")");
+  if (c.mem_every > 0) {
+    STRATA_CHECK(!cfg.run_dir.empty(),
+                 "--mem-ckpt-every needs --run-dir (the in-memory copies are named after it)");
+    MemCheckpointOptions m;
+    m.every = c.mem_every;
+    m.run_dir = cfg.run_dir;
+    m.rank = topo.rank;
+    m.local_world = std::max(1, comm::detect_rank_env().local_world_size);
+    m.job = comm::supervised_job_id();
+    m.reuse = restart_ > 0 || c.resume == "auto";
+    m.supervised = comm::launched_as_rank() && !m.job.empty();
+    m.layout_text = mem_layout_text();
+    if (restart_ == 0) m.fault = f;
+    m.log = [this](const std::string& line) { log(line); };
+    mem_ = std::make_unique<MemCheckpoints>(std::move(m), engine_);
+    // The cost, in the start-up log: rank 0's slots, and the whole job's.
+    const double total = topo_.sum_across_ranks(double(mem_->bytes()));
+    if (topo_.rank == 0)
+      std::fprintf(stderr,
+                   "strata train: mem-ckpt: a copy every %lld step(s) in /dev/shm%s: 2 slots, "
+                   "%.1f MiB on rank 0, %.1f MiB over the job's %d rank(s)\n",
+                   (long long)c.mem_every, mem_->segment_name().c_str(),
+                   double(mem_->bytes()) / (1 << 20), total / (1 << 20), topo_.world);
+  }
   if (c.every == 0) return;
   if (c.resume.empty() && restart_ == 0) {
     // A fresh run would overwrite another run's checkpoints step by step: refuse.
@@ -310,7 +341,96 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
   return req;
 }
 
+std::string RunCheckpoints::mem_layout_text() const {
+  ckpt::TrainState t;
+  record_layout(t, rank_layout(model_, topo_).tp);
+  const json arch = cfg_.to_json();
+  std::string text = cat("world ", t.world, " dp ", t.dp, " tp ", t.tp, " pp ", t.pp, " (", t.schedule,
+                         " x", t.virtual_stages, ") cp ", t.cp, " ep ", t.ep, " zero ", t.zero_stage,
+                         " ", t.run_precision, ";");
+  for (const char* key : {"layers", "dim", "heads", "max_seq", "vocab", "seq", "seed"})
+    text += cat(" ", key, " ", arch[key].dump());
+  if (arch.contains("moe")) text += " moe " + arch["moe"].dump();
+  return text;
+}
+
+ResumePoint RunCheckpoints::resume_point(int64_t step, const data::LoaderState& loader,
+                                         int64_t tokens_seen, const std::string& dir) {
+  ResumePoint p;
+  p.step = step;
+  p.dir = dir;
+  p.tokens_seen = tokens_seen;
+  p.loader = loader;
+  tokens_seen_ = tokens_seen;
+  if (topo_.rank == 0 && !cfg_.run_dir.empty())
+    p.steps_lost = trim_metrics(cfg_.run_dir, step, &p.losses);
+  if (p.steps_lost >= 0) p.steps_lost = std::max<int64_t>(0, p.steps_lost - step);
+  return p;
+}
+
 ResumePoint RunCheckpoints::resume() {
+  const CheckpointConfig& c = cfg_.ckpt;
+  const std::string prefix = restart_ > 0 ? cat("restart ", restart_, ": ") : std::string();
+  if (mem_ && (restart_ > 0 || c.resume == "auto")) {
+    if (std::optional<ResumePoint> p = resume_from_memory(prefix)) {
+      resumed_ = *p;
+      return *p;
+    }
+  }
+  ResumePoint p = resume_from_disk();
+  if (mem_) mem_->clear();  // copies of steps this run does not continue from
+  return p;
+}
+
+std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string& prefix) {
+  const bool lead = topo_.rank == 0;
+  auto note = [&](const std::string& line) {
+    if (lead) std::fprintf(stderr, "strata train: %s%s\n", prefix.c_str(), line.c_str()), std::fflush(stderr);
+  };
+  // Every rank must restore the same step: rank 0's candidates, newest first, are tried in
+  // turn until one is held by every rank (sums are the collective every layout has).
+  const std::vector<int64_t> mine = mem_->usable_steps(restart_ > 0);
+  auto rank0 = [&](double value) { return int64_t(topo_.sum_across_ranks(lead ? value : 0.0)); };
+  const int64_t without = int64_t(topo_.sum_across_ranks(mine.empty() ? 1.0 : 0.0));
+  const int64_t passed = int64_t(topo_.sum_across_ranks(double(mem_->passed_over())));
+  const std::string passed_text =
+      passed > 0 ? cat("; ", passed, " copy(ies) passed over, see the lines above") : "";
+  int64_t chosen = -1;
+  for (size_t i = 0; i < size_t(ckpt::kMemSlots) && chosen < 0; ++i) {
+    const int64_t candidate = rank0(i < mine.size() ? double(mine[i]) : -1.0);
+    if (candidate < 0) break;
+    const bool have = std::find(mine.begin(), mine.end(), candidate) != mine.end();
+    if (topo_.sum_across_ranks(have ? 0.0 : 1.0) == 0.0) chosen = candidate;
+  }
+  std::vector<int64_t> disk_steps;
+  if (lead) disk_steps = ckpt::list_steps(ckpt::ckpt_root(cfg_.run_dir));
+  const int64_t disk = rank0(disk_steps.empty() ? -1.0 : double(disk_steps.back()));
+  const std::string disk_text = disk >= 0 ? cat("disk: step ", disk) : std::string("disk: none");
+  if (chosen < 0) {
+    note(cat(without > 0 ? cat("in-memory copies: ", without, " rank(s) hold no usable copy")
+                         : std::string("in-memory copies: no step is held by every rank"),
+             passed_text, "; resuming from disk (", disk_text, ")"));
+    return std::nullopt;
+  }
+  if (chosen <= disk) {
+    note(cat("the in-memory copy of step ", chosen, " is not newer than the disk checkpoint of step ",
+             disk, passed_text, "; resuming from disk"));
+    return std::nullopt;
+  }
+  STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
+               cfg_.schedule.steps);
+  Stopwatch sw;
+  const MemCopy m = mem_->load(chosen);
+  engine_.state_loaded(chosen);
+  ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
+  p.from_memory = true;
+  const std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
+  note(cat("resuming from the in-memory copy of step ", chosen, " (", disk_text, "; ",
+           fmt("%.3f", sw.seconds()), " s to load", passed_text, ")", lost));
+  return p;
+}
+
+ResumePoint RunCheckpoints::resume_from_disk() {
   const CheckpointConfig& c = cfg_.ckpt;
   const bool lead = topo_.rank == 0;
   auto note = [&](const std::string& line) {
@@ -373,17 +493,12 @@ ResumePoint RunCheckpoints::resume() {
                ", past --steps ", cfg_.schedule.steps);
   engine_.state_loaded(t.step);
 
-  ResumePoint p;
-  p.step = t.step;
-  p.dir = r->dir;
-  p.tokens_seen = t.tokens_seen;
-  p.loader.epoch = t.loader_epoch;
-  p.loader.consumed = t.loader_consumed;
-  p.loader.samples = t.extra.value("loader_samples", int64_t(-1));
-  p.loader.fingerprint = t.extra.value("loader_fingerprint", uint64_t(0));
-  tokens_seen_ = t.tokens_seen;
-  if (lead && !cfg_.run_dir.empty()) p.steps_lost = trim_metrics(cfg_.run_dir, t.step, &p.losses);
-  if (p.steps_lost >= 0) p.steps_lost = std::max<int64_t>(0, p.steps_lost - t.step);
+  data::LoaderState loader;
+  loader.epoch = t.loader_epoch;
+  loader.consumed = t.loader_consumed;
+  loader.samples = t.extra.value("loader_samples", int64_t(-1));
+  loader.fingerprint = t.extra.value("loader_fingerprint", uint64_t(0));
+  ResumePoint p = resume_point(t.step, loader, t.tokens_seen, r->dir);
 
   ckpt::TrainState now;  // this run's layout, as request() records it
   record_layout(now, layout.tp);
@@ -399,6 +514,8 @@ ResumePoint RunCheckpoints::resume() {
 void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, int64_t step_tokens,
                                 MetricsWriter* out) {
   tokens_seen_ += step_tokens;
+  // The in-memory copy first: a kill in it must not leave a disk save of the step half done.
+  if (mem_) mem_->after_step(done, loader, tokens_seen_);
   if (!saver_) return;
   // A save is reported once it is done, on the step it finishes, not when the next starts.
   if (saver_->poll()) record_finished(out);
@@ -421,6 +538,23 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
   fail("--ckpt-max-failures ", k, ": the last ", k, " checkpoint saves failed (step ",
        h.back().step, ": ", h.back().error, "); stopping at step ", done, ", ",
        good_checkpoint_text());
+}
+
+int64_t RunCheckpoints::roll_back() {
+  STRATA_CHECK(mem_ != nullptr, "--spike-action rollback needs --mem-ckpt-every");
+  const MemCopy m = mem_->restore_newest();
+  if (m.step < 0) return -1;
+  engine_.state_loaded(m.step);
+  tokens_seen_ = m.tokens_seen;
+  return m.step;
+}
+
+json RunCheckpoints::mem_summary() {
+  if (!mem_) return json();
+  mem_->finish();
+  json j = mem_->summary_json();
+  if (resumed_.from_memory) j["resumed_step"] = resumed_.step;
+  return j;
 }
 
 std::string RunCheckpoints::good_checkpoint_text() const {

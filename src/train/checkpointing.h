@@ -14,6 +14,10 @@
 //           load into M ranks at tp t' and stage s'. A damaged latest checkpoint is
 //           reported and the previous good one used; a checkpoint of another model is one
 //           line of error.
+//   memory  with `--mem-ckpt-every K`, a copy of every rank's state in shared memory every K
+//           steps (train/mem_checkpoints.h); a restart or --resume auto continues from it
+//           when every rank holds a complete copy of a step newer than the disk's newest
+//           (the newest such step; its line says so), else from disk as above.
 //   metrics rank 0 keeps metrics.jsonl of the resumed run continuous: records after the
 //           checkpoint's step (work lost by the failure) are dropped, and the steps lost are
 //           logged; each save adds {"step", "ckpt": {stall_ms, write_ms, ...}}.
@@ -24,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +37,7 @@
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
 #include "parallel/engine.h"
+#include "train/mem_checkpoints.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -43,6 +49,7 @@ struct ResumePoint {
   data::LoaderState loader;  // position after the last batch of those steps
   int64_t tokens_seen = 0;
   std::string dir;             // the checkpoint loaded, empty when fresh
+  bool from_memory = false;    // an in-memory copy (dir then says which step)
   int64_t steps_lost = -1;     // last step reached before the failure minus `step`; -1 unknown
   std::vector<double> losses;  // steps 1..step from metrics.jsonl (rank 0), when complete
 };
@@ -65,15 +72,36 @@ class RunCheckpoints {
   // last --ckpt-max-failures saves all failed (the run stops; the error names the last one).
   void after_step(int64_t done, const data::LoaderState& loader, int64_t step_tokens,
                   MetricsWriter* out);
+  // --spike-action rollback: restores the newest in-memory copy into the engine (every rank
+  // together: the guard's verdict is the job's) and returns its step; -1 when there is no
+  // copy yet (the step stays a plain skip).
+  int64_t roll_back();
+  // Before the step's optimizer update: the in-memory copy in flight must have read the states.
+  void before_update() {
+    if (mem_) mem_->before_update();
+  }
   // Waits for the save in flight; returns summary.json's "ckpt" object (null when checkpoints
   // are off) and prints the interval advice of --mtbf. step_s: median seconds per step.
   nlohmann::json finish(double step_s, MetricsWriter* out);
+  // Bytes of this rank's two in-memory slots (0 when --mem-ckpt-every is off).
+  uint64_t mem_bytes() const { return mem_ ? mem_->bytes() : 0; }
+  // summary.json's "mem_ckpt" object (null when off); waits for the copy in flight.
+  nlohmann::json mem_summary();
   // After finish(): throws when checkpoints were asked for and the run has no good one (every
   // save failed, none resumed from), so the run ends non-zero saying so.
   void require_good_checkpoint() const;
 
  private:
   ckpt::SaveRequest request(int64_t done, const data::LoaderState& loader) const;
+  ResumePoint resume_from_disk();
+  // The in-memory copy every rank holds, when newer than the disk's newest step (collective);
+  // nullopt: the disk decides. `prefix` starts the lines ("restart 1: ").
+  std::optional<ResumePoint> resume_from_memory(const std::string& prefix);
+  // The layout as the in-memory copies' fingerprint and messages name it.
+  std::string mem_layout_text() const;
+  // Fills a resume point (and trims metrics.jsonl on rank 0) for a load of `step`.
+  ResumePoint resume_point(int64_t step, const data::LoaderState& loader, int64_t tokens_seen,
+                           const std::string& dir);
   // This run's layout and precision into `t`'s fields, as checkpoints record them.
   void record_layout(ckpt::TrainState& t, int tp) const;
   void record_finished(MetricsWriter* out);
@@ -87,6 +115,7 @@ class RunCheckpoints {
   model::GPT& model_;
   parallel::StepEngine& engine_;
   std::unique_ptr<ckpt::Checkpointer> saver_;
+  std::unique_ptr<MemCheckpoints> mem_;
   std::shared_ptr<std::atomic<bool>> die_in_save_;  // kill-during-save armed for this save
   int64_t tokens_seen_ = 0;
   size_t recorded_ = 0;  // saves already written to metrics.jsonl

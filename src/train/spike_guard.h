@@ -26,6 +26,9 @@ struct GuardConfig {
   int window = 32;
   int min_history = 8;
   int max_skipped = 10;
+  // --spike-action rollback: a refused step also restores the newest in-memory checkpoint
+  // (train/mem_checkpoints.h) and the run continues from its step, past the batch.
+  bool rollback = false;
   bool active() const { return skip_nonfinite || zscore > 0; }
   // One line naming the flag, for a bad value.
   void validate() const;

@@ -290,6 +290,8 @@ struct Trainer::Run {
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<RunCheckpoints> ckpt;
   int64_t start_step = 0;   // > 0 when resumed from a checkpoint
+  int64_t rolled_back_to = -1;  // the last step rolled back to its in-memory copy (-1: none)
+  int64_t rollbacks = 0;
   int64_t step_tokens = 0;  // real tokens of the last step
   bool inject = false;      // cfg.fault fires in this attempt (the supervisor's first only)
   Peak peak;
@@ -440,6 +442,7 @@ void Trainer::Run::train_step(int64_t step) {
   current_phase().set(step + 1, -1, PhaseKind::data);
   inject_at_step_start(step);
   const bool hit = inject && cfg.fault.fires(topo.rank, step + 1);
+  if (hit) inject = false;  // once: a step trained again after a rollback runs clean
   Stopwatch sw;
   TraceSpan step_span(tracer(), tracer().enabled() ? cat("step ", step + 1) : "", "step");
   const int64_t blocked_step0 = comm::thread_blocked_ns();
@@ -509,6 +512,7 @@ void Trainer::Run::train_step(int64_t step) {
     }
     loss = loss_total / double(batch.global_real_tokens);
   };
+  ckpt->before_update();  // the in-memory copy of the last step reads the states until now
   const int64_t opt_t0 = now_ns(), opt_blocked0 = comm::thread_blocked_ns();
   // The guard judges the job's loss before the update: it is reduced first (without a guard
   // after the step, as always).
@@ -529,10 +533,20 @@ void Trainer::Run::train_step(int64_t step) {
   compute_window.add(double(compute_ns) * 1e-9);
   if (!guard.config().active()) reduce_loss();
   step_tokens = batch.global_real_tokens;
+  int64_t rolled_back = -1;
   if (!skip_why.empty()) {
     guard.skipped(step + 1, skip_why);  // throws past --max-skipped-steps
-    if (lead) out->note(fmt("step %lld skipped (parameters and optimizer state unchanged): %s",
-                            (long long)(step + 1), skip_why.c_str()));
+    if (cfg.guard.rollback) rolled_back = ckpt->roll_back();
+    if (lead && rolled_back >= 0)
+      out->note(fmt("step %lld rolled back to the in-memory copy of step %lld (its batch is "
+                    "skipped, the run continues at step %lld): %s",
+                    (long long)(step + 1), (long long)rolled_back, (long long)(rolled_back + 1),
+                    skip_why.c_str()));
+    else if (lead)
+      out->note(fmt("step %lld skipped (parameters and optimizer state unchanged%s): %s",
+                    (long long)(step + 1),
+                    cfg.guard.rollback ? "; no in-memory copy yet to roll back to" : "",
+                    skip_why.c_str()));
   } else {
     STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1, " (lr ", lr,
                  "); try a lower --lr, or --skip-nonfinite to skip such steps");
@@ -540,7 +554,15 @@ void Trainer::Run::train_step(int64_t step) {
                  step + 1, " (lr ", lr, "); try a lower --lr, or --skip-nonfinite to skip such steps");
     guard.accepted(loss, grad_norm);
   }
-  if (std::isfinite(loss)) result.losses.push_back(loss);
+  if (rolled_back >= 0) {
+    // The steps after the copy are trained again: their losses are no longer the run's.
+    const size_t redone = size_t(step - rolled_back);
+    result.losses.resize(result.losses.size() - std::min(redone, result.losses.size()));
+    rolled_back_to = rolled_back;
+    ++rollbacks;
+  } else if (std::isfinite(loss)) {
+    result.losses.push_back(loss);
+  }
 
   const double secs = sw.seconds();
   run_s += secs;
@@ -567,6 +589,12 @@ void Trainer::Run::train_step(int64_t step) {
   if (!skip_why.empty()) {
     rec["skipped"] = true;
     rec["skip_reason"] = skip_why;
+  }
+  if (rolled_back >= 0) {
+    // Not a step of the run's curve: the step is trained again after the copy's step.
+    rec["rolled_back_to"] = rolled_back;
+    rec["rolled_back_loss"] = loss;
+    rec.erase("loss");
   }
   rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
   if (moe) {
@@ -724,6 +752,8 @@ void Trainer::Run::finish(double wall_s) {
                    {"wall_s", wall_s},
                    {"data_wait_s", loader->wait_seconds()},
                    {"skipped_steps", guard.skips()},
+                   {"rolled_back_steps", rollbacks},
+                   {"mem_ckpt_bytes_per_rank", ckpt->mem_bytes()},
                    {"memory", memory_tracker().to_json()}});
   if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
   if (cfg.model.recompute.mode != model::Recompute::none)
@@ -731,6 +761,8 @@ void Trainer::Run::finish(double wall_s) {
                                                cfg.schedule.steps - start_step));
   const json ck = ckpt->finish(median(step_ms) / 1e3, lead ? out.get() : nullptr);
   if (!ck.is_null()) summary.set("ckpt", ck);
+  const json mem_ckpt = ckpt->mem_summary();
+  if (!mem_ckpt.is_null()) summary.set("mem_ckpt", mem_ckpt);
   if (factory.summary_sections) factory.summary_sections(summary);
   result.summary = summary.doc();
   if (!lead) return;
@@ -805,6 +837,11 @@ TrainResult Trainer::run() {
   if (run.lead) run.out->discard_summary();  // this attempt trains: the run has not ended
   for (int64_t step = run.start_step; step < steps; ++step) {
     run.train_step(step);
+    if (run.rolled_back_to >= 0) {  // the run continues after the copy's step
+      step = run.rolled_back_to - 1;
+      run.rolled_back_to = -1;
+      continue;
+    }
     run.ckpt->after_step(step + 1, run.loader->state(), run.step_tokens, run.out.get());
     run.eval_and_sample(step);
   }

@@ -43,6 +43,7 @@ struct CheckpointConfig {
   std::string resume;      // --resume: "" (fresh), "auto" (latest under <run-dir>/ckpt) or PATH
   double mtbf_s = 0;       // --mtbf: > 0 prints the Young/Daly checkpoint interval
   int max_failures = 3;    // --ckpt-max-failures: stop after K saves in a row fail (0: never)
+  int64_t mem_every = 0;   // --mem-ckpt-every: in-memory copy every K steps; 0 = off
 };
 
 // The longest sample --sample-tokens may ask for.

@@ -47,19 +47,35 @@ TEST(ReportEvents, ResumeAndDumpAreListedAndMarked) {
 }
 
 // A step the guard skipped (train/spike_guard.h) is an event of the page.
-TEST(ReportEvents, SkippedStepIsListed) {
-  TempDir dir("events_skip");
+// The report page of a 4-step run of one layer with `flags`, trained in a fresh directory.
+std::string report_of_guarded_run(const std::string& flags, const std::string& tag) {
+  TempDir dir(tag);
   const std::string run = dir.file("run");
   RunResult r = run_strata("train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --threads 1 "
                            "--sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 "
-                           "--steps 4 --inject nan-grad --inject-step 2 --skip-nonfinite --run-dir " +
-                               run,
+                           "--steps 4 --run-dir " + run + " " + flags,
                            "", Streams::separate);
-  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.status, 0) << r.err;
   std::vector<std::string> w;
-  const std::string html = report::build_report(report::load_runs({run}, w)).html;
+  return report::build_report(report::load_runs({run}, w)).html;
+}
+
+TEST(ReportEvents, SkippedStepIsListed) {
+  const std::string html =
+      report_of_guarded_run("--inject nan-grad --inject-step 2 --skip-nonfinite", "events_skip");
   EXPECT_NE(html.find("update skipped: gradient norm is nan (--skip-nonfinite)"), std::string::npos);
   EXPECT_NE(html.find("Events: 1 skipped step."), std::string::npos);
+}
+
+TEST(ReportEvents, RollbackIsListed) {
+  const std::string html = report_of_guarded_run(
+      "--inject nan-grad --inject-step 2 --skip-nonfinite --mem-ckpt-every 1 "
+      "--spike-action rollback",
+      "events_rollback");
+  EXPECT_NE(html.find("rolled back to the in-memory copy of step 1, batch skipped: gradient norm "
+                      "is nan (--skip-nonfinite)"),
+            std::string::npos);
+  EXPECT_NE(html.find("Events: 1 rollback."), std::string::npos);
 }
 
 }  // namespace

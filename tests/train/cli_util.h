@@ -100,6 +100,37 @@ inline std::vector<std::string> state_hashes(const std::string& step_dir) {
   return out;
 }
 
+// The step losses of a run directory's metrics.jsonl (the lines with a loss), in order.
+inline std::vector<double> run_dir_losses(const std::string& run_dir) {
+  std::vector<double> out;
+  for (const nlohmann::json& j : json_lines(read_file(run_dir + "/metrics.jsonl")))
+    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+  return out;
+}
+
+// Flight-recorder dumps of a killed job's survivors go to the test's directory.
+inline std::string dump_env(const TempDir& dir) { return "STRATA_DUMP_DIR=" + dir.str() + " "; }
+
+// The fault-tolerance tests' run: 8 steps of a 1-layer model (dim 32, seq 16, batch 4) into
+// run_dir, then `extra`.
+inline std::string small_fault_run(const std::string& run_dir, const std::string& extra) {
+  return "train --layers 1 --dim 32 --heads 2 --max-seq 16 --seq 16 --vocab 256 --batch 4 "
+         "--steps 8 --warmup 2 --lr 1e-2 --threads 1 --sample-tokens 0 --eval-every 0 "
+         "--eval-batches 1 --peak-gflops 1 --timeout 20 --run-dir " +
+         run_dir + " " + extra;
+}
+
+// Each `strata ARGS` of base + cases[i].first fails with cases[i].second in one line of stderr.
+inline void expect_one_line_errors(
+    const std::string& base, const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [flags, want] : cases) {
+    const RunResult r = run_strata(base + flags, "", Streams::separate);
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.err.find(want), std::string::npos) << flags << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << flags << ": " << r.err;
+  }
+}
+
 // One `strata train` run in a fresh run directory: its step records (those with a loss),
 // their losses and summary.json; cli holds the exit status and output.
 struct TrainRun {

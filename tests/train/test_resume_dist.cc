@@ -19,21 +19,9 @@ namespace {
 using nlohmann::json;
 
 std::string args(const std::string& run_dir, const std::string& extra) {
-  return "train --layers 1 --dim 32 --heads 2 --max-seq 16 --seq 16 --vocab 256 --batch 4 "
-         "--steps 8 --warmup 2 --lr 1e-2 --threads 1 --sample-tokens 0 --eval-every 0 "
-         "--eval-batches 1 --peak-gflops 1 --ckpt-every 2 --timeout 20 --run-dir " +
-         run_dir + " " + extra;
+  return small_fault_run(run_dir, "--ckpt-every 2 " + extra);
 }
 
-// Flight-recorder dumps of the killed job's survivors go to the test's directory.
-std::string env_for(const TempDir& dir) { return "STRATA_DUMP_DIR=" + dir.str() + " "; }
-
-std::vector<double> losses(const std::string& run_dir) {
-  std::vector<double> out;
-  for (const json& j : json_lines(read_file(run_dir + "/metrics.jsonl")))
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  return out;
-}
 
 TEST(ResumeDistributed, SupervisedKillIsBitExactAtEveryZeroStage) {
   std::random_device rd;
@@ -43,7 +31,7 @@ TEST(ResumeDistributed, SupervisedKillIsBitExactAtEveryZeroStage) {
   for (int stage = 0; stage <= 3; ++stage) {
     TempDir dir("dist_stage" + std::to_string(stage));
     const std::string zero = "--nproc 2 --zero " + std::to_string(stage);
-    RunResult ref = run_strata(args(dir.file("ref"), zero), env_for(dir), Streams::separate);
+    RunResult ref = run_strata(args(dir.file("ref"), zero), dump_env(dir), Streams::separate);
     ASSERT_EQ(ref.status, 0) << ref.err;
 
     const std::string kind = kinds[stage];
@@ -56,13 +44,13 @@ TEST(ResumeDistributed, SupervisedKillIsBitExactAtEveryZeroStage) {
     RunResult r = run_strata(
         args(dir.file("run"), zero + " --max-restarts 2 --inject " + kind + " --inject-rank " +
                               std::to_string(rank) + " --inject-step " + std::to_string(step + 1)),
-        env_for(dir), Streams::separate);
+        dump_env(dir), Streams::separate);
     ASSERT_EQ(r.status, 0) << what << "\n" << r.err;
     EXPECT_NE(r.err.find("restart 1/2 after rank " + std::to_string(rank)), std::string::npos)
         << what << "\n"
         << r.err;
     EXPECT_NE(r.err.find("restart 1: "), std::string::npos) << what << "\n" << r.err;
-    std::vector<double> a = losses(dir.file("ref")), b = losses(dir.file("run"));
+    std::vector<double> a = run_dir_losses(dir.file("ref")), b = run_dir_losses(dir.file("run"));
     ASSERT_EQ(a.size(), 8u) << what;
     ASSERT_EQ(b.size(), 8u) << what;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << what << ": step " << i + 1;
@@ -77,16 +65,16 @@ TEST(ResumeDistributed, SupervisedKillIsBitExactAtEveryZeroStage) {
 TEST(ResumeDistributed, CollectiveFailuresRestartAndMatch) {
   TempDir dir("dist_collective");
   const std::string zero = "--nproc 2 --zero 2 --timeout 2";
-  ASSERT_EQ(run_strata(args(dir.file("ref"), zero), env_for(dir), Streams::separate).status, 0);
+  ASSERT_EQ(run_strata(args(dir.file("ref"), zero), dump_env(dir), Streams::separate).status, 0);
   for (const std::string kind : {"hang", "skip-collective", "wrong-count"}) {
     const std::string run = dir.file("run-" + kind);
     RunResult r = run_strata(
         args(run, zero + " --max-restarts 1 --inject " + kind + " --inject-rank 1 --inject-step 4"),
-        env_for(dir), Streams::separate);
+        dump_env(dir), Streams::separate);
     ASSERT_EQ(r.status, 0) << kind << "\n" << r.err;
     EXPECT_NE(r.err.find("strata launch: restart 1/1 after rank"), std::string::npos)
         << kind << r.err;
-    EXPECT_EQ(losses(dir.file("ref")), losses(run)) << kind;
+    EXPECT_EQ(run_dir_losses(dir.file("ref")), run_dir_losses(run)) << kind;
     EXPECT_EQ(state_hashes(dir.file("ref/ckpt/step-000008")), state_hashes(run + "/ckpt/step-000008"))
         << kind;
   }
@@ -100,7 +88,7 @@ TEST(ResumeDistributed, MaxRestartsExhaustedFailsWithMessage) {
   ASSERT_EQ(run_strata(args(run, "--steps 2 --ckpt-every 2"), "", Streams::separate).status, 0);
   std::ofstream(run + "/ckpt/step-000002/manifest.json") << "{ not json";
   RunResult r =
-      run_strata(args(run, "--nproc 2 --zero 1 --max-restarts 2 --resume auto"), env_for(dir), Streams::separate);
+      run_strata(args(run, "--nproc 2 --zero 1 --max-restarts 2 --resume auto"), dump_env(dir), Streams::separate);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("restart 2/2 after rank"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("giving up after 2 restarts (--max-restarts 2)"), std::string::npos)
@@ -112,13 +100,13 @@ TEST(ResumeDistributed, MaxRestartsExhaustedFailsWithMessage) {
 // wrote the checkpoint.
 void expect_reshard_matches(const std::string& from_flags, const std::string& to_flags) {
   TempDir dir("dist_reshard");
-  RunResult ref = run_strata(args(dir.file("ref"), from_flags + " --ckpt-keep 0"), env_for(dir), Streams::separate);
+  RunResult ref = run_strata(args(dir.file("ref"), from_flags + " --ckpt-keep 0"), dump_env(dir), Streams::separate);
   ASSERT_EQ(ref.status, 0) << ref.err;
   RunResult r = run_strata(
-      args(dir.file("run"), to_flags + " --resume " + (dir.file("ref/ckpt/step-000004"))), env_for(dir), Streams::separate);
+      args(dir.file("run"), to_flags + " --resume " + (dir.file("ref/ckpt/step-000004"))), dump_env(dir), Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("resharded from"), std::string::npos) << r.err;
-  std::vector<double> a = losses(dir.file("ref")), b = losses(dir.file("run"));
+  std::vector<double> a = run_dir_losses(dir.file("ref")), b = run_dir_losses(dir.file("run"));
   ASSERT_EQ(a.size(), 8u);
   ASSERT_EQ(b.size(), 4u);
   for (size_t i = 0; i < 4; ++i)

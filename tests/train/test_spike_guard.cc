@@ -151,12 +151,7 @@ TEST(SpikeGuardTrain, BadFlagsAreOneLine) {
       {"--spike-action undo", "--spike-action undo is not skip or rollback"},
       {"--spike-action rollback", "--spike-action rollback needs in-memory checkpoints"},
   };
-  for (const auto& [flags, want] : cases) {
-    const RunResult r = run_strata(kRun + flags, "", Streams::separate);
-    EXPECT_NE(r.status, 0) << flags;
-    EXPECT_NE(r.err.find(want), std::string::npos) << flags << ": " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << flags << ": " << r.err;
-  }
+  expect_one_line_errors(kRun, {std::begin(cases), std::end(cases)});
 }
 
 }  // namespace

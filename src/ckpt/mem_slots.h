@@ -1,0 +1,91 @@
+// In-memory checkpoint copies of one rank: a POSIX shared-memory object on the rank's host
+// that outlives the rank's process (its supervised restart, or `--resume auto` after a crash,
+// maps it again), with two slots so that the copy being written never destroys the last
+// complete one.
+//
+// Layout (every part 4 KiB aligned):
+//   SegmentHeader   magic "STRAMEM1", version, slot capacity
+//   slot 0          SlotHeader (job, run, layout fingerprint and text, step, byte count,
+//                   payload xxh64, header xxh64), then `capacity` payload bytes
+//   slot 1          the same
+// Commit protocol: a writer clears the slot's header hash before it touches the payload,
+// hashes the payload once written, fills the header and stores the header hash last. So a
+// copy killed half-way reads as incomplete, and a byte flipped later fails the payload
+// checksum. Not thread-safe: one writer at a time per slot (train/mem_checkpoints.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace strata::ckpt {
+
+inline constexpr uint64_t kMemMagic = 0x314d454d41525453ull;  // "STRAMEM1"
+inline constexpr uint32_t kMemVersion = 1;
+inline constexpr int kMemSlots = 2;
+
+// What a slot says it holds, written by commit and read back by inspect.
+struct MemSlotMeta {
+  std::string job;     // the supervised job that wrote it (STRATA_RUN_ID), "" when unsupervised
+  std::string run;     // the run directory it belongs to (canonical path)
+  uint64_t layout = 0;        // fingerprint of the layout and state shards
+  std::string layout_text;    // the same, readable: "world 2 dp 2 tp 1 ... zero 1 fp32"
+  int64_t step = -1;
+  uint64_t bytes = 0;         // payload bytes covered by the checksum
+};
+
+enum class MemSlotState { empty, incomplete, corrupt, complete };
+
+struct MemSlotView {
+  MemSlotState state = MemSlotState::empty;
+  MemSlotMeta meta;       // valid for corrupt and complete; incomplete: step only
+  std::string problem;    // for corrupt: what failed ("payload checksum 0x... != 0x...")
+};
+
+class MemSegment {
+ public:
+  // "/strata-mem-<16 hex of the run key>-rank<R>": one object per rank and run.
+  static std::string name_for(const std::string& run_key, int rank);
+  // Bytes of a segment whose slots hold `capacity` payload bytes each.
+  static uint64_t segment_bytes(uint64_t capacity);
+  // Maps an existing segment; null when there is none. Throws one line for an object of that
+  // name that is not a segment of this format (the text says why).
+  static std::unique_ptr<MemSegment> open_existing(const std::string& name);
+  // Creates (replacing any object of that name) a segment with two empty slots of
+  // `capacity` bytes, its memory reserved up front, so a full /dev/shm is one line here
+  // rather than a SIGBUS in a later copy.
+  static std::unique_ptr<MemSegment> create(const std::string& name, uint64_t capacity);
+  // Removes every segment whose name starts with `prefix` (e.g. "strata-mem-<hex>-");
+  // returns how many.
+  static int remove_all(const std::string& prefix);
+  static void remove(const std::string& name);
+
+  ~MemSegment();
+  MemSegment(const MemSegment&) = delete;
+  MemSegment& operator=(const MemSegment&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint64_t capacity() const { return capacity_; }
+
+  // Reads a slot's header and, when it is committed, checks the payload's checksum (one
+  // pass over it).
+  MemSlotView inspect(int slot) const;
+  const unsigned char* payload(int slot) const;
+  // Marks the slot incomplete (as of `step`) and returns its payload for the writer.
+  unsigned char* begin_write(int slot, int64_t step);
+  // Hashes meta.bytes payload bytes and commits the slot under `meta` (hash stored last).
+  void commit(int slot, const MemSlotMeta& meta);
+  // Marks the slot empty (a copy of a step this run will not continue from).
+  void clear(int slot);
+  // Flips one payload byte of a committed slot (the corrupt-mem-ckpt fault).
+  void flip_byte(int slot, uint64_t at);
+
+ private:
+  MemSegment(std::string name, unsigned char* base, uint64_t bytes, uint64_t capacity);
+  unsigned char* slot_base(int slot) const;
+
+  std::string name_;
+  unsigned char* base_;
+  uint64_t bytes_, capacity_;
+};
+
+}  // namespace strata::ckpt

@@ -1,0 +1,135 @@
+// In-memory checkpoints of a training run (`--mem-ckpt-every K`): after every K steps each
+// rank copies what a disk checkpoint holds for it (its state shards: parameters, optimizer
+// moments, and the training state: step, data position, tokens seen; the seed is the whole
+// random state) into a shared-memory segment on its host that outlives the process
+// (ckpt/mem_slots.h), so a failure costs at most K steps instead of a disk interval.
+//
+//   copy     after the step, the training thread records the training state into the slot
+//            not holding the newest complete copy; a writer thread copies the state shards
+//            into it while the next step's forward and backward run (they only read the
+//            states), then hashes and commits the slot. The next optimizer update first waits
+//            for the copy (before_update), the next copy for the commit, so at most one slot
+//            is ever in writing and the copy is always of the step it names.
+//   restart  a supervised restart (STRATA_RESTART > 0, also --elastic) or --resume auto
+//            reads both slots: copies that are incomplete, fail their checksum, or belong to
+//            another run, job or layout are passed over with one line each; the run resumes
+//            from memory when every rank holds a complete copy of a common step newer than
+//            the disk checkpoint (train/checkpointing.h decides, collectively).
+//   rollback `--spike-action rollback` restores the newest complete copy.
+//   cleanup  the segment is removed when the run ends well, and when an unsupervised
+//            process fails; a supervised rank leaves it for its restart, and the launcher
+//            removes the job's segments when the job ends (train/distributed.cc).
+// Cost: per copy, one memcpy of the shards (16 bytes per parameter held at fp32 with AdamW)
+// and one xxh64 pass, both on the writer thread; the step waits only when the copy outlasts
+// its forward and backward. Memory: two slots.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/mem_slots.h"
+#include "data/dataset.h"
+#include "diag/fault_inject.h"
+#include "nlohmann/json.hpp"
+#include "parallel/engine.h"
+
+namespace strata::train {
+
+// What a copy restores besides the state shards.
+struct MemCopy {
+  int64_t step = 0;
+  data::LoaderState loader;
+  int64_t tokens_seen = 0;
+};
+
+struct MemCheckpointOptions {
+  int64_t every = 0;        // --mem-ckpt-every
+  std::string run_dir;      // names the segments (its canonical path)
+  int rank = 0;
+  int local_world = 1;      // ranks on this host (their segments share /dev/shm)
+  std::string job;          // the supervised job (STRATA_RUN_ID); "" when unsupervised
+  // Copies of an earlier attempt may be used: a supervised restart, or --resume auto.
+  bool reuse = false;
+  bool supervised = false;  // failures leave the segment for the restart and the launcher
+  std::string layout_text;  // this run's layout, as checkpoints describe it
+  diag::FaultSpec fault;    // kill-during-mem-ckpt / corrupt-mem-ckpt (first attempt only)
+  std::function<void(const std::string&)> log;
+};
+
+class MemCheckpoints {
+ public:
+  // Sizes the slots for the engine's shards, checks /dev/shm's free space for this host's
+  // ranks (one line when it cannot hold them), and maps (reuse) or creates the segment.
+  MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& engine);
+  ~MemCheckpoints();
+  MemCheckpoints(const MemCheckpoints&) = delete;
+  MemCheckpoints& operator=(const MemCheckpoints&) = delete;
+
+  uint64_t bytes() const;  // both slots' payload: the memory cost of this rank
+  const std::string& segment_name() const;
+  // Complete copies usable by this run, newest step first; every slot passed over is logged
+  // in one line. same_job: only copies of this supervised job (a restart).
+  std::vector<int64_t> usable_steps(bool same_job);
+  int passed_over() const { return passed_over_; }  // slots the last usable_steps passed over
+  // Copies the copy of `step` into the engine's state shards (the caller then calls
+  // state_loaded) and clears the other slot, whose copy this run will not continue from.
+  MemCopy load(int64_t step);
+  // After a resume from disk or a fresh start: no earlier copy stays a candidate.
+  void clear();
+  // After `done` steps: copies when due. Fault hooks of the first attempt fire here.
+  void after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen);
+  // Before the optimizer writes the states: waits until the copy in flight has read them.
+  void before_update();
+  // The newest complete copy restored into the engine (after the copy in flight is
+  // committed); step -1 when there is none yet.
+  MemCopy restore_newest();
+  // Waits for the copy in flight. The run ended well: the segment goes with this object.
+  void finish();
+  nlohmann::json summary_json() const;
+
+ private:
+  struct Layout;
+  void wait_commit();
+  void writer_loop();
+  void copy_shards(unsigned char* payload, int64_t step);
+  int newest_slot() const;  // -1 when no slot holds a committed copy of this run
+  MemCopy read_copy(int slot) const;
+
+  MemCheckpointOptions o_;
+  parallel::StepEngine& engine_;
+  std::vector<parallel::StateShard> shards_;
+  uint64_t fingerprint_ = 0;
+  uint64_t payload_bytes_ = 0;  // json reserve + shards, per slot
+  std::unique_ptr<ckpt::MemSegment> segment_;
+  std::unique_ptr<ckpt::MemSegment> earlier_;  // this name's segment of another layout, until clear()
+  int64_t slot_step_[ckpt::kMemSlots] = {-1, -1};  // committed (or committing) copy per slot
+  bool finished_ = false;
+  int passed_over_ = 0;
+
+  // The writer thread: one pending commit at a time.
+  std::thread writer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int pending_slot_ = -1;
+  int64_t pending_step_ = -1;
+  unsigned char* pending_payload_ = nullptr;
+  bool copied_ = true;  // the pending copy has read the states
+  bool stop_ = false;
+  std::string commit_error_;
+
+  int64_t copies_ = 0;
+  // What the training thread waited (after_step and before_update), and the writer's copy
+  // and commit.
+  double stall_s_ = 0, copy_s_ = 0, commit_s_ = 0, max_copy_s_ = 0;
+};
+
+// Removes every segment of the run directory's in-memory checkpoints on this host; returns
+// how many there were (the launcher's cleanup when a job ends).
+int remove_mem_segments(const std::string& run_dir);
+
+}  // namespace strata::train
