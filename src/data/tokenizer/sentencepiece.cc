@@ -1,24 +1,101 @@
 #include "data/tokenizer/sentencepiece.h"
 
 #include <sentencepiece_processor.h>
+#include <xxhash.h>
 
 #include <stdexcept>
+
+#include "data/tokenizer/sentencepiece_bpe.h"
+#include "data/tokenizer/sentencepiece_model.h"
+#include "data/tokenizer/sentencepiece_normalizer.h"
 
 namespace strata::data {
 namespace {
 
+// strata's encoder for a BPE model: immutable, shared by every clone.
+struct OwnEncoder {
+  OwnEncoder(const SentencePieceModel& model, const std::string& path) : normalizer(model, path), bpe(model) {}
+  SentencePieceNormalizer normalizer;
+  SentencePieceBpe bpe;
+};
+
+// Segment -> ids, open addressing with linear probing; keys and ids live in two arenas.
+// Emptied when it holds kMaxEntries, so memory stays bounded on any corpus.
+class SegmentCache {
+ public:
+  static constexpr size_t kMaxKey = 64;  // longer segments are rare and encoded each time
+  SegmentCache() : slots_(kFirstSlots) {}
+
+  bool find(std::string_view key, uint64_t hash, std::vector<int32_t>& out) const {
+    for (size_t i = hash & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      const Slot& s = slots_[i];
+      if (s.key_size == 0) return false;
+      if (s.hash == hash && s.key_size == key.size() && keys_.compare(s.key_at, s.key_size, key) == 0) {
+        out.insert(out.end(), ids_.begin() + s.ids_at, ids_.begin() + s.ids_at + s.ids_size);
+        return true;
+      }
+    }
+  }
+  void insert(std::string_view key, uint64_t hash, const int32_t* ids, size_t n) {
+    if (key.size() > kMaxKey || n > kMaxKey) return;
+    if (used_ >= kMaxEntries) clear();
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    place({hash, uint32_t(keys_.size()), uint32_t(ids_.size()), uint16_t(key.size()), uint16_t(n)});
+    keys_.append(key);
+    ids_.insert(ids_.end(), ids, ids + n);
+    ++used_;
+  }
+
+ private:
+  static constexpr size_t kFirstSlots = size_t{1} << 14, kMaxEntries = size_t{1} << 19;
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_at = 0, ids_at = 0;
+    uint16_t key_size = 0, ids_size = 0;  // key_size 0: an empty slot (segments are never empty)
+  };
+  void place(const Slot& slot) {
+    size_t i = slot.hash & (slots_.size() - 1);
+    while (slots_[i].key_size != 0) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = slot;
+  }
+  void grow() {
+    std::vector<Slot> old(2 * slots_.size());
+    old.swap(slots_);
+    for (const Slot& s : old)
+      if (s.key_size != 0) place(s);
+  }
+  void clear() {
+    slots_.assign(kFirstSlots, Slot{});
+    keys_.clear();
+    ids_.clear();
+    used_ = 0;
+  }
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t used_ = 0;
+};
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(std::shared_ptr<const sentencepiece::SentencePieceProcessor> sp,
-                                  const std::string& path)
-      : sp_(std::move(sp)) {
+  SentencePieceTokenizer(std::shared_ptr<const sentencepiece::SentencePieceProcessor> sp,
+                         std::shared_ptr<const OwnEncoder> own, const std::string& path)
+      : sp_(std::move(sp)), own_(std::move(own)) {
     files_ = {path};
   }
   void encode(std::string_view text, std::vector<int32_t>& out) override {
-    ids_.clear();
-    const auto status = sp_->Encode(text, &ids_);
-    if (!status.ok()) throw std::runtime_error("sentencepiece encode: " + status.ToString());
-    out.insert(out.end(), ids_.begin(), ids_.end());
+    if (!own_) {
+      ids_.clear();
+      const auto status = sp_->Encode(text, &ids_);
+      if (!status.ok()) throw std::runtime_error("sentencepiece encode: " + status.ToString());
+      out.insert(out.end(), ids_.begin(), ids_.end());
+      return;
+    }
+    own_->normalizer.normalize(text, normalized_);
+    if (own_->bpe.segments_are_independent())
+      encode_segments(out);
+    else
+      own_->bpe.encode(normalized_, out, scratch_);
   }
   std::string decode(const std::vector<int32_t>& ids) const override {
     const int n = sp_->GetPieceSize();
@@ -41,23 +118,62 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t document_token() const override { return sp_->bos_id(); }
   std::string kind() const override { return "sentencepiece"; }
   std::unique_ptr<Tokenizer> clone() const override {
-    return std::make_unique<SentencePieceTokenizer>(sp_, files_[0]);
+    return std::make_unique<SentencePieceTokenizer>(sp_, own_, files_[0]);
   }
 
  private:
-  // Encode and Decode are const on the processor: every clone shares it.
+  // Cuts the normalized text before every space that follows a non-space character (see
+  // sentencepiece_bpe.h) and encodes each segment through the cache.
+  void encode_segments(std::vector<int32_t>& out) {
+    const std::string_view text = normalized_;
+    const std::string& space = own_->bpe.space();
+    size_t start = 0;
+    for (size_t at = text.find(space, 1);; at = text.find(space, at + space.size())) {
+      if (at == std::string_view::npos) {
+        encode_segment(text.substr(start), out);
+        return;
+      }
+      if (at < space.size() || text.compare(at - space.size(), space.size(), space) != 0) {
+        encode_segment(text.substr(start, at - start), out);
+        start = at;
+      }
+    }
+  }
+  void encode_segment(std::string_view segment, std::vector<int32_t>& out) {
+    if (segment.size() > SegmentCache::kMaxKey) {
+      own_->bpe.encode(segment, out, scratch_);
+      return;
+    }
+    const uint64_t hash = XXH3_64bits(segment.data(), segment.size());
+    if (cache_.find(segment, hash, out)) return;
+    const size_t before = out.size();
+    own_->bpe.encode(segment, out, scratch_);
+    cache_.insert(segment, hash, out.data() + before, out.size() - before);
+  }
+
+  // Encode and Decode are const on the processor: every clone shares it, and the encoder.
   std::shared_ptr<const sentencepiece::SentencePieceProcessor> sp_;
+  std::shared_ptr<const OwnEncoder> own_;  // null: the library encodes
   std::vector<int> ids_;
+  std::string normalized_;
+  SentencePieceBpe::Scratch scratch_;
+  SegmentCache cache_;
 };
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path) {
+std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path, SentencePieceEncoder encoder) {
   auto sp = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const auto status = sp->Load(path);
   if (!status.ok())
     throw std::runtime_error(path + ": not a SentencePiece model (" + status.ToString() + ")");
-  return std::make_unique<SentencePieceTokenizer>(std::move(sp), path);
+  std::shared_ptr<const OwnEncoder> own;
+  if (encoder == SentencePieceEncoder::automatic) {
+    const SentencePieceModel model = parse_sentencepiece_model(sp->serialized_model_proto(), path);
+    // Unigram, word and char models keep the library's encoder.
+    if (model.model_type == SentencePieceModel::ModelType::bpe) own = std::make_shared<const OwnEncoder>(model, path);
+  }
+  return std::make_unique<SentencePieceTokenizer>(std::move(sp), std::move(own), path);
 }
 
 }  // namespace strata::data
