@@ -1,13 +1,12 @@
 #include "data/tokenizer/sentencepiece.h"
 
 #include <sentencepiece_processor.h>
-#include <xxhash.h>
-
 #include <stdexcept>
 
 #include "data/tokenizer/sentencepiece_bpe.h"
 #include "data/tokenizer/sentencepiece_model.h"
 #include "data/tokenizer/sentencepiece_normalizer.h"
+#include "data/tokenizer/string_map.h"
 
 namespace strata::data {
 namespace {
@@ -19,61 +18,34 @@ struct OwnEncoder {
   SentencePieceBpe bpe;
 };
 
-// Segment -> ids, open addressing with linear probing; keys and ids live in two arenas.
-// Emptied when it holds kMaxEntries, so memory stays bounded on any corpus.
+// Segment -> ids, the ids in one arena. Emptied when full, so memory stays bounded on any
+// corpus (a corpus with fewer repeats than that gains little from a cache anyway).
 class SegmentCache {
  public:
   static constexpr size_t kMaxKey = 64;  // longer segments are rare and encoded each time
-  SegmentCache() : slots_(kFirstSlots) {}
 
   bool find(std::string_view key, uint64_t hash, std::vector<int32_t>& out) const {
-    for (size_t i = hash & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
-      const Slot& s = slots_[i];
-      if (s.key_size == 0) return false;
-      if (s.hash == hash && s.key_size == key.size() && keys_.compare(s.key_at, s.key_size, key) == 0) {
-        out.insert(out.end(), ids_.begin() + s.ids_at, ids_.begin() + s.ids_at + s.ids_size);
-        return true;
-      }
-    }
+    const IdRange* r = ranges_.find(key, hash);
+    if (r == nullptr) return false;
+    out.insert(out.end(), ids_.begin() + r->at, ids_.begin() + r->at + r->size);
+    return true;
   }
   void insert(std::string_view key, uint64_t hash, const int32_t* ids, size_t n) {
-    if (key.size() > kMaxKey || n > kMaxKey) return;
-    if (used_ >= kMaxEntries) clear();
-    if (2 * (used_ + 1) > slots_.size()) grow();
-    place({hash, uint32_t(keys_.size()), uint32_t(ids_.size()), uint16_t(key.size()), uint16_t(n)});
-    keys_.append(key);
-    ids_.insert(ids_.end(), ids, ids + n);
-    ++used_;
+    if (ranges_.size() >= kMaxEntries) {
+      ranges_.clear();
+      ids_.clear();
+    }
+    if (ranges_.insert(key, hash, IdRange{static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(n)}))
+      ids_.insert(ids_.end(), ids, ids + n);
   }
 
  private:
-  static constexpr size_t kFirstSlots = size_t{1} << 14, kMaxEntries = size_t{1} << 19;
-  struct Slot {
-    uint64_t hash = 0;
-    uint32_t key_at = 0, ids_at = 0;
-    uint16_t key_size = 0, ids_size = 0;  // key_size 0: an empty slot (segments are never empty)
+  static constexpr size_t kMaxEntries = size_t{1} << 19;
+  struct IdRange {
+    uint32_t at, size;
   };
-  void place(const Slot& slot) {
-    size_t i = slot.hash & (slots_.size() - 1);
-    while (slots_[i].key_size != 0) i = (i + 1) & (slots_.size() - 1);
-    slots_[i] = slot;
-  }
-  void grow() {
-    std::vector<Slot> old(2 * slots_.size());
-    old.swap(slots_);
-    for (const Slot& s : old)
-      if (s.key_size != 0) place(s);
-  }
-  void clear() {
-    slots_.assign(kFirstSlots, Slot{});
-    keys_.clear();
-    ids_.clear();
-    used_ = 0;
-  }
-  std::vector<Slot> slots_;
-  std::string keys_;
+  StringMap<IdRange> ranges_;
   std::vector<int32_t> ids_;
-  size_t used_ = 0;
 };
 
 class SentencePieceTokenizer final : public Tokenizer {
@@ -144,7 +116,7 @@ class SentencePieceTokenizer final : public Tokenizer {
       own_->bpe.encode(segment, out, scratch_);
       return;
     }
-    const uint64_t hash = XXH3_64bits(segment.data(), segment.size());
+    const uint64_t hash = StringMap<int>::hash(segment);
     if (cache_.find(segment, hash, out)) return;
     const size_t before = out.size();
     own_->bpe.encode(segment, out, scratch_);

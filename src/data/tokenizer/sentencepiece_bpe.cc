@@ -31,16 +31,18 @@ std::vector<std::string> user_defined_pieces(const SentencePieceModel& model) {
 }  // namespace
 
 SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& model)
-    : pieces_(model.pieces),
-      user_defined_(user_defined_pieces(model)),
+    : user_defined_(user_defined_pieces(model)),
       byte_fallback_(model.byte_fallback),
       space_(model.escape_whitespaces ? "\xE2\x96\x81" : " ") {
   segments_are_independent_ = true;
-  for (size_t id = 0; id < pieces_.size(); ++id) {
-    const auto& p = pieces_[id];
+  for (size_t id = 0; id < model.pieces.size(); ++id) {
+    const auto& p = model.pieces[id];
+    scores_.push_back(p.score);
+    types_.push_back(p.type);
     const bool mergeable = p.type == PieceType::normal || p.type == PieceType::user_defined || p.type == PieceType::unused;
     // The library keeps the first of two equal pieces (and refuses to load such a model).
-    (mergeable ? mergeable_ : reserved_).emplace(p.text, static_cast<int32_t>(id));
+    (mergeable ? mergeable_ : reserved_).insert(p.text, static_cast<int32_t>(id));
+    if (!mergeable && !p.text.empty()) reserved_first_byte_[static_cast<uint8_t>(p.text[0])] = true;
     if (p.type == PieceType::unknown && unk_id_ < 0) unk_id_ = static_cast<int32_t>(id);
     if (p.type == PieceType::unused) has_unused_ = true;
     if (!mergeable) continue;
@@ -50,7 +52,7 @@ SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& model)
   }
   // Unused pieces split back by proposals made anywhere in the text; and a run of unknown
   // symbols, one unk, must not continue across a cut: a segment's first symbol ("▁...") is known.
-  if (has_unused_ || pieces_[size_t(piece_to_id(space_))].type == PieceType::unknown)
+  if (has_unused_ || types_[size_t(piece_to_id(space_))] == PieceType::unknown)
     segments_are_independent_ = false;
   for (int b = 0; b < 256; ++b) {
     char name[8];
@@ -60,8 +62,9 @@ SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& model)
 }
 
 int32_t SentencePieceBpe::piece_to_id(std::string_view piece) const {
-  if (const auto it = reserved_.find(piece); it != reserved_.end()) return it->second;
-  if (const auto it = mergeable_.find(piece); it != mergeable_.end()) return it->second;
+  if (!piece.empty() && reserved_first_byte_[static_cast<uint8_t>(piece[0])])
+    if (const int32_t* id = reserved_.find(piece)) return *id;
+  if (const int32_t* id = mergeable_.find(piece)) return *id;
   return unk_id_;
 }
 
@@ -71,20 +74,19 @@ void SentencePieceBpe::push_candidate(std::string_view text, int32_t left, int32
   const auto& r = s.symbols[size_t(right)];
   if (l.frozen || r.frozen) return;
   const std::string_view joined = text.substr(l.begin, l.size + r.size);
-  const auto it = mergeable_.find(joined);
-  if (it == mergeable_.end()) return;
-  const auto& piece = pieces_[size_t(it->second)];
-  s.heap.push_back({piece.score, left, right, static_cast<uint32_t>(joined.size())});
+  const int32_t* id = mergeable_.find(joined);
+  if (id == nullptr) return;
+  s.heap.push_back({scores_[size_t(*id)], left, right, static_cast<uint32_t>(joined.size())});
   std::push_heap(s.heap.begin(), s.heap.end(), lower_priority);
   // The last proposal of an unused piece is how it splits back (step 3).
-  if (piece.type == PieceType::unused)
+  if (types_[size_t(*id)] == PieceType::unused)
     s.proposed_from[joined] = {text.substr(l.begin, l.size), text.substr(r.begin, r.size)};
 }
 
 void SentencePieceBpe::emit(std::string_view symbol, std::vector<int32_t>& out, bool& after_unknown,
                             const Scratch& s) const {
   const int32_t id = piece_to_id(symbol);
-  const PieceType type = pieces_[size_t(id)].type;
+  const PieceType type = types_[size_t(id)];
   if (type == PieceType::unused)
     if (const auto it = s.proposed_from.find(symbol); it != s.proposed_from.end()) {
       emit(it->second.first, out, after_unknown, s);

@@ -32,6 +32,7 @@
 
 #include "data/tokenizer/sentencepiece_model.h"
 #include "data/tokenizer/sentencepiece_normalizer.h"
+#include "data/tokenizer/string_map.h"
 
 namespace strata::data {
 
@@ -56,9 +57,6 @@ class SentencePieceBpe {
 
   // `model` must be a BPE model; keeps its own copy of the pieces.
   explicit SentencePieceBpe(const SentencePieceModel& model);
-  // The lookup tables view the pieces' own strings: the object stays where it was built.
-  SentencePieceBpe(const SentencePieceBpe&) = delete;
-  SentencePieceBpe& operator=(const SentencePieceBpe&) = delete;
   // Appends the ids of normalized text.
   void encode(std::string_view normalized, std::vector<int32_t>& out, Scratch& scratch) const;
   bool segments_are_independent() const { return segments_are_independent_; }
@@ -71,8 +69,10 @@ class SentencePieceBpe {
   // Appends a final symbol's ids; `after_unknown`: the symbol before it was unknown.
   void emit(std::string_view symbol, std::vector<int32_t>& out, bool& after_unknown, const Scratch& scratch) const;
 
-  std::vector<SentencePieceModel::Piece> pieces_;
-  std::unordered_map<std::string_view, int32_t> mergeable_, reserved_;  // views into pieces_
+  std::vector<float> scores_;  // by id
+  std::vector<SentencePieceModel::PieceType> types_;
+  StringMap<int32_t> mergeable_, reserved_;
+  bool reserved_first_byte_[256] = {};  // skips the reserved lookup for most symbols
   PrefixMatcher user_defined_;
   int32_t unk_id_ = -1;
   int32_t byte_id_[256] = {};
