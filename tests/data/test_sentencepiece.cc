@@ -126,6 +126,7 @@ std::vector<std::string> edge_texts(const std::vector<std::string>& lines) {
                                     "\xE2\x96\x81", "\xE2\x96\x81\xE2\x96\x81x", "x\xE2\x96\x81", "\xE2\x80\x8B",
                                     "\xFF", " \xFF ", "\xEF\xBF\xBD", "\xE3\x80\x80x\xE3\x80\x80",
                                     "a<sep>b", "<sep><sep> <sep>", "the thing!", "ＡＢＡＢ"};
+  texts.push_back(std::string("a\0b \0", 5));  // NUL walks the trie like any byte
   for (size_t i = 0; i + 3 <= lines.size() && texts.size() < 400; i += 3)
     texts.push_back(lines[i] + "\n" + lines[i + 1] + "\n\n" + lines[i + 2]);
   return texts;
@@ -143,12 +144,13 @@ struct Trained {
   sentencepiece::SentencePieceProcessor library;
 };
 
-// Trains a BPE model on `corpus` with `flags`; false when spm_train fails.
+// Trains a model (BPE unless `type` says otherwise) on `corpus` with `flags`; false when
+// spm_train fails.
 bool train(const TempDir& dir, const std::string& name, const std::string& corpus, const std::string& flags,
-           Trained& out) {
+           Trained& out, const std::string& type = "bpe") {
   out.model = dir.file(name + ".model");
-  const std::string cmd = "spm_train --input=" + corpus + " --model_prefix=" + dir.file(name) +
-                          " --model_type=bpe --minloglevel=2 " + flags + " >" + dir.file(name + ".log") + " 2>&1";
+  const std::string cmd = "spm_train --input=" + corpus + " --model_prefix=" + dir.file(name) + " --model_type=" +
+                          type + " --minloglevel=2 " + flags + " >" + dir.file(name + ".log") + " 2>&1";
   if (std::system(cmd.c_str()) != 0) return false;
   return out.library.Load(out.model).ok();
 }
@@ -169,7 +171,7 @@ int64_t expect_equal_to_library(Trained& t, const std::vector<std::string>& text
   EXPECT_EQ(model.model_type, SentencePieceModel::ModelType::bpe);
   EXPECT_EQ(int(model.pieces.size()), t.library.GetPieceSize());
   const SentencePieceNormalizer normalizer(model, t.model);
-  const SentencePieceBpe bpe(model);
+  const SentencePieceBpe bpe(model, t.model);
   SentencePieceBpe::Scratch scratch;
   std::string normalized;
   int64_t tokens = 0, unknown = 0;
@@ -216,7 +218,7 @@ class SentencePieceBpeTest : public ::testing::Test {
     Trained t;
     ASSERT_TRUE(train(dir_, name, dir_.file("corpus.txt"), "--vocab_size=4000 " + flags, t))
         << test::read_file(dir_.file(name + ".log"));
-    EXPECT_EQ(SentencePieceBpe(parse_sentencepiece_model(t.library.serialized_model_proto(), t.model))
+    EXPECT_EQ(SentencePieceBpe(parse_sentencepiece_model(t.library.serialized_model_proto(), t.model), t.model)
                   .segments_are_independent(),
               cached);
     // The random text reaches the paths it is for: characters outside the vocabulary included.
@@ -334,7 +336,7 @@ TEST_F(SentencePieceBpeTest, UnusedPiecesSplitBackAsTheLibraryDoes) {
   int unused = 0;
   for (int id = 0; id < t.library.GetPieceSize(); ++id) unused += t.library.IsUnused(id);
   EXPECT_GT(unused, 1000);
-  EXPECT_FALSE(SentencePieceBpe(parse_sentencepiece_model(t.library.serialized_model_proto(), t.model))
+  EXPECT_FALSE(SentencePieceBpe(parse_sentencepiece_model(t.library.serialized_model_proto(), t.model), t.model)
                    .segments_are_independent());
   EXPECT_GT(expect_equal_to_library(t, texts_, "unused on random text"), 0);
   if (fs::exists(kText)) expect_equal_to_library(t, shakespeare_lines(), "unused on Tiny Shakespeare");
@@ -353,6 +355,51 @@ TEST_F(SentencePieceBpeTest, FrozenUserDefinedPiecesNeverMerge) {
       t);
   EXPECT_GT(expect_equal_to_library(t, texts_, "frozen on random text"), 0);
   if (fs::exists(kText)) expect_equal_to_library(t, shakespeare_lines(), "frozen on Tiny Shakespeare");
+}
+
+// A unigram model keeps the library's encoder (strata's is for BPE): the same ids.
+TEST_F(SentencePieceBpeTest, UnigramModelsKeepTheLibrarysEncoder) {
+  Trained t;
+  ASSERT_TRUE(train(dir_, "unigram", dir_.file("corpus.txt"), "--vocab_size=4000", t, "unigram"))
+      << test::read_file(dir_.file("unigram.log"));
+  EXPECT_EQ(parse_sentencepiece_model(t.library.serialized_model_proto(), t.model).model_type,
+            SentencePieceModel::ModelType::unigram);
+  auto tok = open_sentencepiece(t.model);
+  for (size_t i = 0; i < texts_.size(); i += 7) {
+    std::vector<int> want;
+    ASSERT_TRUE(t.library.Encode(texts_[i], &want).ok());
+    std::vector<int32_t> got;
+    tok->encode(texts_[i], got);
+    ASSERT_EQ(ids_text(got), ids_text(std::vector<int32_t>(want.begin(), want.end()))) << "text " << i;
+  }
+}
+
+// The library checks a file before strata reads it, so these defects reach strata's reader
+// only through a damaged copy in memory: each is one line naming the file.
+TEST(SentencePieceModelReader, DefectsNameTheFileAndTheByte) {
+  auto message = [](const std::string& proto) {
+    try {
+      parse_sentencepiece_model(proto, "m.model");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // A piece message whose length runs past the end.
+  EXPECT_EQ(message(std::string("\x0A\x09\x0A\x05<unk>", 9)),
+            "m.model: truncated SentencePiece model (9 bytes wanted at byte 2, 7 left)");
+  EXPECT_EQ(message(std::string("\x0D\x00\x00\x00\x00", 5)),
+            "m.model: not a SentencePiece model (field 1 has wire type 5 at byte 1, expected 2)");
+  EXPECT_EQ(message(std::string("\x0A\x02\x18\x09", 4)), "m.model: not a SentencePiece model (piece type 9 at byte 4)");
+  EXPECT_EQ(message(""), "m.model: not a SentencePiece model (no pieces)");
+  SentencePieceModel model;
+  model.precompiled_charsmap = std::string("\xFF\xFF\x00\x00" "abcdefgh", 12);
+  try {
+    SentencePieceNormalizer normalizer(model, "m.model");
+    ADD_FAILURE() << "a charsmap longer than its blob was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_STREQ(e.what(), "m.model: malformed normalizer charsmap (a trie of 65535 bytes in 8)");
+  }
 }
 
 }  // namespace

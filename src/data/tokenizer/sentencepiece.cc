@@ -13,7 +13,7 @@ namespace {
 
 // strata's encoder for a BPE model: immutable, shared by every clone.
 struct OwnEncoder {
-  OwnEncoder(const SentencePieceModel& model, const std::string& path) : normalizer(model, path), bpe(model) {}
+  OwnEncoder(const SentencePieceModel& model, const std::string& path) : normalizer(model, path), bpe(model, path) {}
   SentencePieceNormalizer normalizer;
   SentencePieceBpe bpe;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/error.h"
+
 namespace strata::data {
 namespace {
 
@@ -30,7 +32,7 @@ std::vector<std::string> user_defined_pieces(const SentencePieceModel& model) {
 
 }  // namespace
 
-SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& model)
+SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& model, const std::string& path)
     : user_defined_(user_defined_pieces(model)),
       byte_fallback_(model.byte_fallback),
       space_(model.escape_whitespaces ? "\xE2\x96\x81" : " ") {
@@ -50,6 +52,7 @@ SentencePieceBpe::SentencePieceBpe(const SentencePieceModel& model)
       if (at < space_.size() || p.text.compare(at - space_.size(), space_.size(), space_) != 0)
         segments_are_independent_ = false;
   }
+  STRATA_CHECK(unk_id_ >= 0, path, ": SentencePiece model without an unknown piece");
   // Unused pieces split back by proposals made anywhere in the text; and a run of unknown
   // symbols, one unk, must not continue across a cut: a segment's first symbol ("▁...") is known.
   if (has_unused_ || types_[size_t(piece_to_id(space_))] == PieceType::unknown)

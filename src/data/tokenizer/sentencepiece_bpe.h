@@ -55,8 +55,8 @@ class SentencePieceBpe {
     std::unordered_map<std::string_view, std::pair<std::string_view, std::string_view>> proposed_from;
   };
 
-  // `model` must be a BPE model; keeps its own copy of the pieces.
-  explicit SentencePieceBpe(const SentencePieceModel& model);
+  // `model` must be a BPE model (read from `path`, named when it has no unknown piece).
+  SentencePieceBpe(const SentencePieceModel& model, const std::string& path);
   // Appends the ids of normalized text.
   void encode(std::string_view normalized, std::vector<int32_t>& out, Scratch& scratch) const;
   bool segments_are_independent() const { return segments_are_independent_; }
