@@ -250,7 +250,7 @@ TEST_F(SentencePieceBpeTest, UserDefinedAndWhitespacePiecesEqualLibrary) {
 
 // Pieces that end in "▁" span segment cuts: the encoder must see the text whole.
 TEST_F(SentencePieceBpeTest, WhitespaceAsSuffixEqualsLibrary) {
-  check("suffix", "--treat_whitespace_as_suffix=true --normalization_rule_name=nfkc --add_dummy_prefix=false", false);
+  check("suffix", "--treat_whitespace_as_suffix=true --normalization_rule_name=nfkc", false);
 }
 
 // Protobuf's wire format, enough to rewrite piece types: a varint at `at`, advanced past it.
