@@ -134,17 +134,15 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path, SentencePieceEncoder encoder) {
+std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path) {
   auto sp = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const auto status = sp->Load(path);
   if (!status.ok())
     throw std::runtime_error(path + ": not a SentencePiece model (" + status.ToString() + ")");
   std::shared_ptr<const OwnEncoder> own;
-  if (encoder == SentencePieceEncoder::automatic) {
-    const SentencePieceModel model = parse_sentencepiece_model(sp->serialized_model_proto(), path);
-    // Unigram, word and char models keep the library's encoder.
-    if (model.model_type == SentencePieceModel::ModelType::bpe) own = std::make_shared<const OwnEncoder>(model, path);
-  }
+  const SentencePieceModel model = parse_sentencepiece_model(sp->serialized_model_proto(), path);
+  // Unigram, word and char models keep the library's encoder.
+  if (model.model_type == SentencePieceModel::ModelType::bpe) own = std::make_shared<const OwnEncoder>(model, path);
   return std::make_unique<SentencePieceTokenizer>(std::move(sp), std::move(own), path);
 }
 

@@ -13,12 +13,7 @@
 
 namespace strata::data {
 
-// Which encoder encode() uses: `automatic` is the above; `library` forces the library's
-// (the reference the differential tests compare against).
-enum class SentencePieceEncoder : uint8_t { automatic, library };
-
 // Throws naming the path when the file is not a SentencePiece model.
-std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path,
-                                              SentencePieceEncoder encoder = SentencePieceEncoder::automatic);
+std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path);
 
 }  // namespace strata::data
