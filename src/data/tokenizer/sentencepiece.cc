@@ -1,6 +1,7 @@
 #include "data/tokenizer/sentencepiece.h"
 
 #include <sentencepiece_processor.h>
+
 #include <stdexcept>
 
 #include "data/tokenizer/sentencepiece_bpe.h"
