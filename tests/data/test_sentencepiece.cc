@@ -374,6 +374,40 @@ TEST_F(SentencePieceBpeTest, UnigramModelsKeepTheLibrarysEncoder) {
   }
 }
 
+// The tables past many growths, and the cache emptied when full (shrunk to 5 entries).
+TEST(SegmentCache, KeepsEveryEntryUntilFullThenStartsAgain) {
+  StringMap<int32_t> map;
+  for (int32_t i = 0; i < 5000; ++i) EXPECT_TRUE(map.insert("k" + std::to_string(i), i));
+  EXPECT_FALSE(map.insert("k7", -1));  // the first value stays
+  EXPECT_FALSE(map.insert("", 1));      // keys are never empty
+  EXPECT_EQ(map.size(), 5000u);
+  for (int32_t i = 0; i < 5000; ++i) {
+    const int32_t* v = map.find("k" + std::to_string(i));
+    ASSERT_NE(v, nullptr) << i;
+    EXPECT_EQ(*v, i);
+  }
+  EXPECT_EQ(map.find("k5000"), nullptr);
+
+  SegmentCache cache(5);
+  auto key = [](int i) { return "\xE2\x96\x81segment" + std::to_string(i); };
+  for (int i = 0; i < 12; ++i) {
+    const std::vector<int32_t> ids(size_t(i % 3 + 1), i);
+    cache.insert(key(i), SegmentCache::hash(key(i)), ids.data(), ids.size());
+    EXPECT_EQ(cache.size(), size_t(i % 5 + 1)) << i;
+  }
+  // Entries 10 and 11 are those since the last emptying (at the 11th insert).
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> got = {-7};
+    const bool hit = cache.find(key(i), SegmentCache::hash(key(i)), got);
+    EXPECT_EQ(hit, i >= 10) << i;
+    if (hit) {
+      std::vector<int32_t> want(size_t(i % 3 + 1), i);
+      want.insert(want.begin(), -7);  // appended after what `out` held
+      EXPECT_EQ(got, want) << i;
+    }
+  }
+}
+
 // The library checks a file before strata reads it, so these defects reach strata's reader
 // only through a damaged copy in memory: each is one line naming the file.
 TEST(SentencePieceModelReader, DefectsNameTheFileAndTheByte) {

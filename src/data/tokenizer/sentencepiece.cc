@@ -7,7 +7,6 @@
 #include "data/tokenizer/sentencepiece_bpe.h"
 #include "data/tokenizer/sentencepiece_model.h"
 #include "data/tokenizer/sentencepiece_normalizer.h"
-#include "data/tokenizer/string_map.h"
 
 namespace strata::data {
 namespace {
@@ -17,36 +16,6 @@ struct OwnEncoder {
   OwnEncoder(const SentencePieceModel& model, const std::string& path) : normalizer(model, path), bpe(model, path) {}
   SentencePieceNormalizer normalizer;
   SentencePieceBpe bpe;
-};
-
-// Segment -> ids, the ids in one arena. Emptied when full, so memory stays bounded on any
-// corpus (a corpus with fewer repeats than that gains little from a cache anyway).
-class SegmentCache {
- public:
-  static constexpr size_t kMaxKey = 64;  // longer segments are rare and encoded each time
-
-  bool find(std::string_view key, uint64_t hash, std::vector<int32_t>& out) const {
-    const IdRange* r = ranges_.find(key, hash);
-    if (r == nullptr) return false;
-    out.insert(out.end(), ids_.begin() + r->at, ids_.begin() + r->at + r->size);
-    return true;
-  }
-  void insert(std::string_view key, uint64_t hash, const int32_t* ids, size_t n) {
-    if (ranges_.size() >= kMaxEntries) {
-      ranges_.clear();
-      ids_.clear();
-    }
-    if (ranges_.insert(key, hash, IdRange{static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(n)}))
-      ids_.insert(ids_.end(), ids, ids + n);
-  }
-
- private:
-  static constexpr size_t kMaxEntries = size_t{1} << 19;
-  struct IdRange {
-    uint32_t at, size;
-  };
-  StringMap<IdRange> ranges_;
-  std::vector<int32_t> ids_;
 };
 
 class SentencePieceTokenizer final : public Tokenizer {
@@ -117,7 +86,7 @@ class SentencePieceTokenizer final : public Tokenizer {
       own_->bpe.encode(segment, out, scratch_);
       return;
     }
-    const uint64_t hash = StringMap<int>::hash(segment);
+    const uint64_t hash = SegmentCache::hash(segment);
     if (cache_.find(segment, hash, out)) return;
     const size_t before = out.size();
     own_->bpe.encode(segment, out, scratch_);

@@ -82,4 +82,39 @@ class SentencePieceBpe {
   std::string space_;
 };
 
+// Segment -> ids for one tokenizer (one thread), the ids in one arena. Emptied when it holds
+// `max_entries`, so memory stays bounded on any corpus (one with fewer repeats than that
+// gains little from a cache anyway).
+class SegmentCache {
+ public:
+  static constexpr size_t kMaxKey = 64;  // longer segments are rare and encoded each time
+  explicit SegmentCache(size_t max_entries = size_t{1} << 19) : max_entries_(max_entries) {}
+  static uint64_t hash(std::string_view key) { return StringMap<IdRange>::hash(key); }
+
+  // Appends the ids cached for `key` (`hash` its hash()); false when it is not cached.
+  bool find(std::string_view key, uint64_t hash, std::vector<int32_t>& out) const {
+    const IdRange* r = ranges_.find(key, hash);
+    if (r == nullptr) return false;
+    out.insert(out.end(), ids_.begin() + r->at, ids_.begin() + r->at + r->size);
+    return true;
+  }
+  void insert(std::string_view key, uint64_t hash, const int32_t* ids, size_t n) {
+    if (ranges_.size() >= max_entries_) {
+      ranges_.clear();
+      ids_.clear();
+    }
+    if (ranges_.insert(key, hash, IdRange{static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(n)}))
+      ids_.insert(ids_.end(), ids, ids + n);
+  }
+  size_t size() const { return ranges_.size(); }
+
+ private:
+  struct IdRange {
+    uint32_t at, size;
+  };
+  size_t max_entries_;
+  StringMap<IdRange> ranges_;
+  std::vector<int32_t> ids_;
+};
+
 }  // namespace strata::data
