@@ -34,6 +34,7 @@ class SentencePieceTokenizer final : public Tokenizer {
       return;
     }
     own_->normalizer.normalize(text, normalized_);
+    if (normalized_.empty()) return;
     if (own_->bpe.segments_are_independent())
       encode_segments(out);
     else
