@@ -6,7 +6,8 @@
 #   SentencePiece  spm_encode (one process per thread, each on its share of the lines), with
 #                  a model trained by spm_train on the corpus (BPE, SP_VOCAB pieces)
 # Each measurement is the median of REPEATS runs, interleaved; output: MB/s and strata's ratio
-# to the fastest peer, with the CPU named.
+# to the fastest peer, with the CPU named. ENCODERS=sentencepiece runs only strata's
+# SentencePiece and spm_encode (no Node packages needed).
 #
 #   make tokenizer-tools && bash bench/data/tokenize.sh   # CORPUS=../shared/data/tinyshakespeare.txt
 set -euo pipefail
@@ -17,8 +18,12 @@ GPT2="${GPT2:-$ROOT/../shared/data/gpt2-bpe}"
 THREADS="${THREADS:-$(nproc)}"
 REPEATS="${REPEATS:-5}"
 SP_VOCAB="${SP_VOCAB:-8000}"
+ENCODERS="${ENCODERS:-all}"
 TOOLS="$ROOT/tools/tokenizer"
-[[ -d "$TOOLS/node_modules/js-tiktoken" ]] || { echo "bench/data/tokenize: run make tokenizer-tools first" >&2; exit 1; }
+[[ "$ENCODERS" == all || "$ENCODERS" == sentencepiece ]] ||
+  { echo "bench/data/tokenize: ENCODERS=$ENCODERS (expected all or sentencepiece)" >&2; exit 1; }
+[[ "$ENCODERS" == sentencepiece || -d "$TOOLS/node_modules/js-tiktoken" ]] ||
+  { echo "bench/data/tokenize: run make tokenizer-tools first (or ENCODERS=sentencepiece)" >&2; exit 1; }
 command -v spm_encode >/dev/null || { echo "bench/data/tokenize: spm_encode missing (apt install sentencepiece)" >&2; exit 1; }
 bench_scratch
 BYTES=$(stat -c %s "$CORPUS")
@@ -47,9 +52,11 @@ spm_train --input="$CORPUS" --model_prefix="$OUT/sp" --vocab_size="$SP_VOCAB" --
   --minloglevel=2 > /dev/null 2>&1
 split -n "l/$THREADS" "$CORPUS" "$OUT/part."
 for r in $(seq 1 "$REPEATS"); do
-  echo "strata_bpe $(strata_mbps "$GPT2")" >> "$OUT/runs"
-  echo "js-tiktoken $(node_mbps js-tiktoken)" >> "$OUT/runs"
-  echo "gpt-3-encoder $(node_mbps gpt-3-encoder)" >> "$OUT/runs"
+  if [[ "$ENCODERS" == all ]]; then
+    echo "strata_bpe $(strata_mbps "$GPT2")" >> "$OUT/runs"
+    echo "js-tiktoken $(node_mbps js-tiktoken)" >> "$OUT/runs"
+    echo "gpt-3-encoder $(node_mbps gpt-3-encoder)" >> "$OUT/runs"
+  fi
   echo "strata_sp $(strata_mbps "$OUT/sp.model")" >> "$OUT/runs"
   echo "spm_encode $(spm_mbps)" >> "$OUT/runs"
   echo "repeat $r/$REPEATS done" >&2
@@ -66,12 +73,14 @@ cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture
 flags = open('/proc/cpuinfo').read()
 feat = [f for f in ('avx2', 'avx512f', 'avx512_bf16', 'amx_tile') if ' ' + f + ' ' in flags]
 load = open('/proc/loadavg').read().split()[0]
-print(f"tokenization, {int(sys.argv[2]) / 1e6:.2f} MB corpus, {sys.argv[3]} thread(s), median of {len(runs['strata_bpe'])}; "
+print(f"tokenization, {int(sys.argv[2]) / 1e6:.2f} MB corpus, {sys.argv[3]} thread(s), median of {len(runs['strata_sp'])}; "
       f"{cpu} ({', '.join(feat)}), load {load}")
 print(f"{'encoder':<16}{'MB/s':>8}")
 for k in ('strata_bpe', 'js-tiktoken', 'gpt-3-encoder', 'strata_sp', 'spm_encode'):
-    print(f"{k:<16}{med[k]:>8.2f}")
-bpe_peer = max(med['js-tiktoken'], med['gpt-3-encoder'])
-print(f"GPT-2 BPE: strata / fastest peer = {med['strata_bpe'] / bpe_peer:.2f}x")
+    if k in med:
+        print(f"{k:<16}{med[k]:>8.2f}")
+if 'strata_bpe' in med:
+    bpe_peer = max(med['js-tiktoken'], med['gpt-3-encoder'])
+    print(f"GPT-2 BPE: strata / fastest peer = {med['strata_bpe'] / bpe_peer:.2f}x")
 print(f"SentencePiece: strata / spm_encode = {med['strata_sp'] / med['spm_encode']:.2f}x")
 PY

@@ -1,6 +1,10 @@
-// SentencePiece models (`.model` files: Llama 2, TinyLlama, or one trained by spm_train),
-// through Debian's libsentencepiece. Encoding is the library's own, so tokens equal
-// spm_encode's for the same model.
+// SentencePiece models (`.model` files: Llama 2, TinyLlama, or one trained by spm_train).
+// Debian's libsentencepiece reads and checks the file and decodes. Encoding:
+//   model_type BPE  strata's own encoder (sentencepiece_normalizer.h, sentencepiece_bpe.h),
+//                   the library's ids exactly, with a cache of encoded segments where the
+//                   vocabulary makes segments independent;
+//   anything else   (unigram, word, char) the library's own Encode.
+// Either way tokens equal spm_encode's for the same model.
 #pragma once
 #include <memory>
 #include <string>
