@@ -691,7 +691,8 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
           : double(m.layers) * (2 * 8 * C + 20 * 4 * C);  // two norms and the GELU, per element
   json j = {{"policy", model::recompute_mode_name(m.recompute.mode)},
             {"layers", m.recompute.mode == model::Recompute::full ? json(shape.recomputed_layers) : json()},
-            {"activation_bytes", worker.activation_bytes()},
+            // the model's buffers (a GPT's include its copy of the inputs)
+            {"activation_bytes", factory.stage ? worker.activation_bytes() : model->activation_bytes()},
             {"flops_per_step", flops_per_token * double(tokens)},
             {"flops_kind", m.recompute.mode == model::Recompute::full ? "matmul and attention" : "elementwise"},
             {"seconds_per_step", steps > 0 ? double(worker.recompute_ns()) * 1e-9 / double(steps) : 0.0}};

@@ -1,0 +1,130 @@
+// --recompute end to end: selective and full recomputation change no number (losses and
+// gradient norms bit-identical to the same layout without it) in every layout, keep exactly
+// the activation bytes the formula (and `strata plan --local --recompute`) gives, cost the
+// time summary.json reports, and resume from checkpoints as before.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+
+namespace strata::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kModel =
+    "train --layers 4 --dim 32 --heads 4 --max-seq 64 --seq 64 --batch 4 --steps 6 --lr 1e-2 "
+    "--seed 5 --eval-batches 1 --sample-tokens 0";
+
+std::vector<double> grad_norms(const TrainRun& r) {
+  std::vector<double> out;
+  for (const json& rec : r.records) out.push_back(rec["grad_norm"].get<double>());
+  return out;
+}
+
+const char* kPolicies[] = {"--recompute selective", "--recompute full",
+                           "--recompute full --recompute-layers 1"};
+
+// Each layout with each policy against the same layout without recomputation: the same bits.
+TEST(Recompute, ChangesNoNumberInAnyLayout) {
+  const TrainRun one = train_run(kModel, "rc-one");
+  ASSERT_EQ(one.cli.status, 0) << one.cli.err;
+  const char* layouts[] = {
+      "",
+      "--nproc 2 --zero 3",
+      "--nproc 2 --tp 2 --sp",
+      "--nproc 2 --cp 2",
+      "--nproc 2 --cp 2 --cp-mode ulysses",
+      "--nproc 2 --pp 2",
+      "--nproc 2 --pp 2 --schedule zb",
+      "--nproc 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4",
+      "--nproc 2 --experts 4 --top-k 2 --moe-every 2 --ep 2",
+      "--precision bf16",
+  };
+  for (const char* layout : layouts) {
+    const TrainRun plain = train_run(kModel + " " + layout, "rc-plain");
+    ASSERT_EQ(plain.cli.status, 0) << layout << "\n" << plain.cli.err;
+    if (std::string(layout).find("bf16") == std::string::npos &&
+        std::string(layout).find("experts") == std::string::npos) {
+      EXPECT_LT(max_abs_diff(plain.losses, one.losses), 1e-5) << layout;
+    }
+    for (const char* policy : kPolicies) {
+      const TrainRun r = train_run(kModel + " " + layout + " " + policy, "rc-policy");
+      ASSERT_EQ(r.cli.status, 0) << layout << " " << policy << "\n" << r.cli.err;
+      EXPECT_EQ(r.losses, plain.losses) << layout << " " << policy;
+      EXPECT_EQ(grad_norms(r), grad_norms(plain)) << layout << " " << policy;
+      ASSERT_TRUE(r.summary.contains("recompute")) << layout << " " << policy;
+      EXPECT_GT(r.summary["recompute"]["seconds_per_step"].get<double>(), 0.0) << layout << " " << policy;
+    }
+  }
+}
+
+// The bytes kept: the model's buffers equal the formula by buffer and `strata plan --local`,
+// and the memory tracker's activation peak falls by the planned amount.
+TEST(Recompute, ActivationBytesEqualThePlanAndFallByIt) {
+  for (const std::string layout : {"", " --nproc 2 --tp 2 --sp"}) {
+    int64_t plain_peak = 0, plain_plan = 0;
+    for (const std::string policy : {"none", "selective", "full"}) {
+      const TrainRun r = train_run(kModel + layout + " --micro-batch 2 --recompute " + policy, "rc-bytes");
+      ASSERT_EQ(r.cli.status, 0) << layout << " " << policy << "\n" << r.cli.err;
+      const int64_t peak = r.summary["memory"]["activations"]["peak"].get<int64_t>();
+      const std::string tp = layout.empty() ? "" : " --tp 2";
+      const RunResult plan = run_strata("plan --local --model tiny --layers 4 --hidden 32 --heads 4 --max-seq 64 "
+                                        "--seq 64 --micro-batch 2 --precision fp32 --json --recompute " + policy + tp);
+      ASSERT_EQ(plan.status, 0) << plan.out;
+      const json p = json::parse(plan.out);
+      const int64_t planned = p["ranks"][0]["activations"].get<int64_t>();
+      if (policy == "none") {
+        plain_peak = peak, plain_plan = planned;
+        EXPECT_FALSE(r.summary.contains("recompute"));
+        continue;
+      }
+      const json& rc = r.summary["recompute"];
+      EXPECT_EQ(rc["activation_bytes"].get<int64_t>(), rc["activation_bytes_plan"].get<int64_t>()) << layout << policy;
+      EXPECT_EQ(rc["activation_bytes_plan"].get<int64_t>(), planned) << layout << " " << policy;
+      for (const auto& [name, bytes] : p["ranks"][0]["activation_buffers"].items())
+        EXPECT_EQ(rc["buffers_plan"][name], bytes) << layout << " " << policy << " " << name;
+      EXPECT_EQ(plain_peak - peak, plain_plan - planned) << layout << " " << policy;
+      EXPECT_LT(planned, plain_plan) << layout << " " << policy;
+    }
+  }
+}
+
+// A recomputing run checkpoints and resumes as before: resumed from its step-3 checkpoint,
+// also under another policy, it ends with the uninterrupted run's losses.
+TEST(Recompute, ResumesFromCheckpoints) {
+  TempDir dir("rc-resume");
+  auto whole = run_strata(kModel + " --recompute full --ckpt-every 3 --run-dir " + dir.file("a"), "",
+                          Streams::separate);
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  auto resumed = run_strata(kModel + " --recompute selective --resume " + dir.file("a/ckpt/step-000003") +
+                                " --run-dir " + dir.file("b"),
+                            "", Streams::separate);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  auto losses = [&](const std::string& run) {
+    std::vector<double> out;
+    for (const json& rec : step_records(dir.file(run + "/metrics.jsonl"))) out.push_back(rec["loss"].get<double>());
+    return out;
+  };
+  const std::vector<double> a = losses("a"), b = losses("b");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b, std::vector<double>(a.begin() + 3, a.end()));
+}
+
+TEST(Recompute, BadFlagsAreOneLine) {
+  auto bogus = run_strata("train --steps 1 --recompute some", "", Streams::separate);
+  EXPECT_NE(bogus.status, 0);
+  EXPECT_NE(bogus.err.find("--recompute some: must be none, selective or full"), std::string::npos) << bogus.err;
+  auto layers = run_strata("train --steps 1 --recompute selective --recompute-layers 2", "", Streams::separate);
+  EXPECT_NE(layers.status, 0);
+  EXPECT_NE(layers.err.find("--recompute-layers 2 needs --recompute full"), std::string::npos) << layers.err;
+  auto negative = run_strata("train --steps 1 --recompute full --recompute-layers -1", "", Streams::separate);
+  EXPECT_NE(negative.status, 0);
+  EXPECT_NE(negative.err.find("--recompute-layers must not be negative"), std::string::npos) << negative.err;
+}
+
+}  // namespace
+}  // namespace strata::test
