@@ -87,7 +87,8 @@ void run_local(const Flags& f, const CLI::App& app) {
   // Context parallelism: 1/cp of each sequence per rank, ZeRO over dp x cp, ring or Ulysses
   // bytes (cost/comm.h).
   const bool ring = cpm == model::CpMode::ring;
-  const int64_t cp_bytes = f.accum * cost::cp_bytes_per_micro(ring, cp, g.layers, b, seq, g.dim / tp);
+  const int64_t cp_bytes =
+      f.accum * cost::cp_bytes_per_micro(ring, cp, g.layers, b, seq, g.dim / tp, m.recomputed_layers);
   // MoE: dense parameters over dp x cp, the rank's E/ep experts over the dp x cp / ep ranks
   // that hold them (parallel/region.h); gradient reductions move both once per step (ZeRO
   // 0-1) or per micro-batch (2-3).

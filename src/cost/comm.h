@@ -117,7 +117,10 @@ inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64
   const int64_t floats = sp ? (5 + 10 * L) * N * C + 3 * N + 2 * C + 6 * L * C + seq * C
                             : (2 + 4 * L) * N * C + 3 * N;
   const int64_t moe = m.moe_layers * (N * m.top_k - (sp ? N * C : 0));
-  return 4 * (floats + moe);
+  // Full recomputation runs a recomputed layer's forward again before its backward, its
+  // collectives with it: 2 all-gathers + 2 reduce-scatters (SP) or 2 all-reduces of N·C.
+  const int64_t again = (m.recompute == 2 ? m.recomputed_layers : 0) * (sp ? 4 : 2) * N * C;
+  return 4 * (floats + moe + again);
 }
 
 // Context parallelism, per rank, layer and micro-batch (model/context/context_comm.h).
@@ -137,12 +140,15 @@ inline int64_t cp_attention_bytes(bool ring, int C, int64_t B, int64_t Tl, int64
   return (C - 1) * 4 * B * Tl * (Cl / C) * 4;
 }
 
-// Forward plus backward of every layer, per micro-batch.
+// Forward plus backward of every layer, per micro-batch, plus the forward again of each layer
+// full recomputation recomputes (`recomputed`: the ring sends K/V again, Ulysses repeats its
+// forward all-to-alls).
 inline int64_t cp_bytes_per_micro(bool ring, int C, int layers, int64_t B, int64_t T,
-                                  int64_t Cl) {
+                                  int64_t Cl, int64_t recomputed = 0) {
   const int64_t Tl = T / C;
   return layers * (cp_attention_bytes(ring, C, B, Tl, Cl, false) +
-                   cp_attention_bytes(ring, C, B, Tl, Cl, true));
+                   cp_attention_bytes(ring, C, B, Tl, Cl, true)) +
+         recomputed * cp_attention_bytes(ring, C, B, Tl, Cl, false);
 }
 
 // Expert parallelism (model/expert/), per MoE block and micro-batch: every rank of an ep group

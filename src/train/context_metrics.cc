@@ -30,7 +30,8 @@ json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences
   const int C = cc->size();
   const int64_t Tl = T / C;
   return {{"cp_bytes", now.bytes - begin.bytes},
-          {"cp_bytes_formula", cost::cp_bytes_per_micro(ring, C, g.layers, sequences, T, Cl)},
+          {"cp_bytes_formula", cost::cp_bytes_per_micro(ring, C, g.layers, sequences, T, Cl,
+                                                        model::gpt_shape(g).recomputed_layers)},
           {"cp_bytes_per_layer_fwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, false)},
           {"cp_bytes_per_layer_bwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, true)},
           {"cp_attention_ms", double(now.compute_ns - begin.compute_ns) * 1e-6}};

@@ -126,14 +126,17 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
 
   // Context parallel: the attention bytes this rank sends per step, for its stage's layers
   // only (the trainer's record counts every layer of the model).
-  int stage_layers = 0;
-  for (const model::StageChunk& ch : mine) stage_layers += ch.end - ch.begin;
+  int stage_layers = 0, stage_recomputed = 0;
+  for (const model::StageChunk& ch : mine) {
+    stage_layers += ch.end - ch.begin;
+    for (int l = ch.begin; l < ch.end; ++l) stage_recomputed += cfg.model.recomputes_block(l, l - ch.begin);
+  }
   auto stage_cp_bytes = [&](const data::StepBatch& batch) {
     int64_t sequences = 0;
     for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
     return cost::cp_bytes_per_micro(topo.cp->options().mode == model::CpMode::ring, d.cp,
                                     stage_layers, sequences, cfg.train_seq(),
-                                    cfg.model.dim / d.tp);
+                                    cfg.model.dim / d.tp, stage_recomputed);
   };
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
   std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step

@@ -92,6 +92,27 @@ TEST(Recompute, ActivationBytesEqualThePlanAndFallByIt) {
   }
 }
 
+// What full recomputation sends again (the recomputed blocks' forward collectives: tp's
+// gathers and reduce-scatters, the ring's K/V, Ulysses' all-to-alls) is counted, equal to the
+// formula.
+TEST(Recompute, CommunicationAgainEqualsTheFormula) {
+  for (const std::string layout : {"--nproc 2 --tp 2 --sp", "--nproc 2 --tp 2"}) {
+    const TrainRun r = train_run(kModel + " --recompute full --recompute-layers 3 " + layout, "rc-tp");
+    const TrainRun plain = train_run(kModel + " " + layout, "rc-tp-plain");
+    ASSERT_EQ(r.cli.status, 0) << r.cli.err;
+    ASSERT_EQ(plain.cli.status, 0) << plain.cli.err;
+    for (const json& rank : r.summary["tensor_parallel"]["ranks"])
+      EXPECT_EQ(rank["tp_bytes_per_step"], rank["tp_bytes_per_step_plan"]) << layout;
+    EXPECT_GT(r.summary["tensor_parallel"]["ranks"][0]["tp_bytes_per_step"].get<int64_t>(),
+              plain.summary["tensor_parallel"]["ranks"][0]["tp_bytes_per_step"].get<int64_t>()) << layout;
+  }
+  for (const std::string layout : {"--nproc 2 --cp 2", "--nproc 2 --cp 2 --cp-mode ulysses"}) {
+    const TrainRun r = train_run(kModel + " --recompute full --recompute-layers 3 " + layout, "rc-cp");
+    ASSERT_EQ(r.cli.status, 0) << r.cli.err;
+    for (const json& rec : r.records) EXPECT_EQ(rec["cp_bytes"], rec["cp_bytes_formula"]) << layout;
+  }
+}
+
 // A recomputing run checkpoints and resumes as before: resumed from its step-3 checkpoint,
 // also under another policy, it ends with the uninterrupted run's losses.
 TEST(Recompute, ResumesFromCheckpoints) {
