@@ -129,6 +129,7 @@ void setup_reward(CLI::App& app) {
 struct PpoArgs {
   rlhf::PpoConfig cfg;
   std::string actor, reference, reward, critic;
+  std::string recompute = "none";  // --recompute
   int nproc = 1;
   bool json = false;
 };
@@ -156,6 +157,11 @@ bool launch_ranks(const PpoArgs& a) {
 }
 
 void run_ppo(PpoArgs& a) {
+  a.cfg.recompute.mode = model::parse_recompute_mode(a.recompute);
+  STRATA_CHECK(a.cfg.recompute.layers >= 0, "--recompute-layers must not be negative (got ",
+               a.cfg.recompute.layers, ")");
+  STRATA_CHECK(a.cfg.recompute.layers == 0 || a.cfg.recompute.mode == model::Recompute::full,
+               "--recompute-layers ", a.cfg.recompute.layers, " needs --recompute full");
   a.cfg.validate();  // flags first: nothing is loaded for a bad flag
   STRATA_CHECK(a.nproc >= 1, "--nproc must be at least 1 (got ", a.nproc, ")");
   rlhf::PpoModels m;
@@ -238,6 +244,12 @@ void setup_ppo(CLI::App& app) {
   app.add_option("--top-k", c.sample.top_k, "Sample from the k most likely tokens (0: all)")
       ->check(number_in(0, 1 << 30))->capture_default_str();
   app.add_flag("--kv-cache,!--no-kv-cache", c.kv_cache, "Generate through the KV cache (default) or not");
+  app.add_option("--recompute", a->recompute,
+                 "Activation recomputation of the actor and critic: none, selective or full (docs/recompute.md)")
+      ->capture_default_str();
+  app.add_option("--recompute-layers", c.recompute.layers,
+                 "With --recompute full: recompute only the first N blocks (0: all)")
+      ->capture_default_str();
   app.add_option("--kl-coef", c.kl_coef, "KL penalty coefficient beta (initial, when adaptive)")
       ->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--kl-target", c.kl_target, "Adaptive KL controller target per response (0: fixed beta)")

@@ -156,6 +156,14 @@ void record(json& rec, const Rollout& ro, const UpdateStats& st, double gen_s, d
               {"gen_tokens_per_s", double(G) * R / gen_s}});
 }
 
+// A trained trunk's config under the run's recomputation policy (the frozen reference and
+// reward models run forward only and keep nothing for a backward anyway).
+model::GPTConfig recomputing(model::GPTConfig c, model::RecomputePolicy p) {
+  c.recompute = p;
+  c.validate();
+  return c;
+}
+
 class PpoRun {
  public:
   PpoRun(const PpoConfig& cfg, PpoModels& m, comm::ProcessGroup* group)
@@ -167,11 +175,12 @@ class PpoRun {
         world_(group_ ? group_->size() : 1),
         acfg_(m.actor.cfg),
         mb_(cfg.minibatch),
-        actor_(acfg_, mb_, /*allocate_state=*/false),
+        actor_(recomputing(acfg_, cfg.recompute), mb_, /*allocate_state=*/false),
         reference_(acfg_, mb_, false),
         ref_params_(MemCategory::parameters, cfg.zero == 3 ? 0 : sizeof(float) * acfg_.num_params()),
         reward_(m.reward.cfg, mb_, false, /*allocate_state=*/cfg.zero != 3),
-        critic_(m.critic.params.empty() ? m.reward.cfg : m.critic.cfg, mb_, true, /*allocate_state=*/false),
+        critic_(recomputing(m.critic.params.empty() ? m.reward.cfg : m.critic.cfg, cfg.recompute), mb_, true,
+                /*allocate_state=*/false),
         decoder_(acfg_, cfg.rollout_batch / world_),
         gold_(cfg.gold_seed, acfg_.vocab),
         kl_(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon),

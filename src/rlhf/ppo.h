@@ -39,6 +39,7 @@
 namespace strata::rlhf {
 
 struct PpoConfig {
+  model::RecomputePolicy recompute;  // of the trained trunks, actor and critic (docs/recompute.md)
   int iterations = 20;
   int rollout_batch = 16;  // prompts per iteration
   int minibatch = 8;       // sequences per update

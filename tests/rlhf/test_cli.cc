@@ -56,6 +56,55 @@ TEST_F(RlhfCli, PpoLogThatIsAFifoIsRefused) {
   expect_one_line(r, f("run/metrics.jsonl") + ": is a FIFO");
 }
 
+// The actor's and critic's trunks under selective and full recomputation: every metric of
+// every iteration bit-identical to the run without it (timings aside), at ZeRO 0 and 3.
+TEST_F(RlhfCli, PpoRecomputationChangesNoNumber) {
+  auto r = run_strata("rlhf reward --init " + f("actor.safetensors") +
+                      " --pairs synthetic --num-pairs 16 --steps 1 --batch 4 --prompt-len 4 "
+                      "--response-len 8 -o " + f("rm.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto metrics = [&](const std::string& extra, const std::string& run) {
+    auto p = run_strata("rlhf ppo --actor " + f("actor.safetensors") + " --reward " + f("rm.safetensors") +
+                            " --run-dir " + f(run) + " --iterations 2 --rollout-batch 8 --minibatch 4 --epochs 2"
+                            " --prompt-len 4 --response-len 8 " + extra,
+                        "", strata::test::Streams::separate);
+    EXPECT_EQ(p.status, 0) << p.err;
+    std::vector<json> out;
+    std::ifstream in(f(run + "/metrics.jsonl"));
+    for (std::string l; std::getline(in, l);) {
+      json j = json::parse(l);
+      for (const char* timing : {"time", "share", "gen_tokens_per_s"}) j.erase(timing);
+      out.push_back(j);
+    }
+    return out;
+  };
+  // The trained trunks' activation buffers (summary.json's memory), which the policy shrinks.
+  auto activations = [&](const std::string& run, const char* role) {
+    std::ifstream in(f(run + "/summary.json"));
+    return json::parse(in)["memory"][role]["activations"].get<int64_t>();
+  };
+  for (const std::string zero : {"--zero 0", "--zero 3 --nproc 2"}) {
+    const std::string plain_run = "plain" + zero.substr(7, 1);
+    const std::vector<json> plain = metrics(zero, plain_run);
+    ASSERT_EQ(plain.size(), 2u) << zero;
+    for (const std::string policy : {"--recompute selective", "--recompute full", "--recompute full --recompute-layers 1"}) {
+      const std::string run = "rc" + zero.substr(7, 1) + std::to_string(policy.size());
+      EXPECT_EQ(metrics(zero + " " + policy, run), plain) << zero << " " << policy;
+      // One recomputed block saves nothing: the shared working layer holds what it drops.
+      const bool one = policy.find("layers 1") != std::string::npos;
+      for (const char* role : {"actor", "critic"})
+        if (one)
+          EXPECT_EQ(activations(run, role), activations(plain_run, role)) << zero << " " << role;
+        else
+          EXPECT_LT(activations(run, role), activations(plain_run, role)) << zero << " " << policy << " " << role;
+    }
+  }
+  expect_one_line(run_strata("rlhf ppo --actor " + f("actor.safetensors") + " --reward " + f("actor.safetensors") +
+                                 " --recompute partial",
+                             "", strata::test::Streams::separate),
+                  "--recompute partial: must be none, selective or full");
+}
+
 TEST_F(RlhfCli, RewardThenPpoEndToEnd) {
   auto r = run_strata("rlhf reward --init " + f("actor.safetensors") +
                       " --pairs synthetic --num-pairs 48 --steps 6 --batch 8 --prompt-len 4 "
