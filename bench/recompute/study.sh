@@ -44,7 +44,8 @@ for model in $MODELS; do
       if fits "$model" "$policy" "$SEQ" "$mid"; then mlo=$mid; else mhi=$mid; fi
     done
     # Train one step at each limit under the budget (it must fit), at one OpenMP thread per core.
-    for shape in "--max-seq $lo --seq $lo --batch 1" "--seq $SEQ --batch $mlo"; do
+    # The model's buffers are sized by --max-seq (the position table), so both runs set it.
+    for shape in "--max-seq $lo --seq $lo --batch 1" "--max-seq $SEQ --seq $SEQ --batch $mlo"; do
       if ((lo > 0 && mlo > 0)); then
         "$STRATA" train --model "$model" --recompute "$policy" $shape --steps 1 --eval-batches 1 \
           --sample-tokens 0 --max-activation-mb "$BUDGET_MB" > "$OUT/fit.log" 2>&1 ||
@@ -60,7 +61,7 @@ done
 for r in $(seq 1 "$REPEATS"); do
   for model in $MODELS; do
     mb=4; steps=8
-    [[ $model == gpt2 ]] && mb=1 steps=4
+    [[ $model == gpt2 ]] && mb=1 steps=3
     for policy in $POLICIES; do
       "$STRATA" train --model "$model" --recompute "$policy" --seq "$SEQ" --batch "$mb" --steps "$steps" \
         --eval-batches 1 --sample-tokens 0 --json | tail -n 1 > "$OUT/speed_${model}_${policy}_$r.json"
