@@ -110,9 +110,8 @@ void forward_impl(E* out, float* lse, const E* qkv, AttentionShape s, bool bf16,
       const E* k = row + s.k_col(h / group);
       const int r0 = blk * kQ, r1 = std::min(T, r0 + kQ);
       forward_block(out + int64_t(b) * T * ldo + h * hs, lse + (int64_t(b) * NH + h) * T,
-                    row + h * hs, k, k + int64_t(s.NKV) * hs, r0, r1, int(ld), int(ldo), hs,
-                    scale, S.data(), O.data(), bf16,
-                    doc_start ? doc_start + int64_t(b) * T : nullptr);
+                    row + h * hs, k, k + int64_t(s.NKV) * hs, r0, r1, int(ld), int(ldo), hs, scale,
+                    S.data(), O.data(), bf16, doc_start ? doc_start + int64_t(b) * T : nullptr);
     }
   }
 }
@@ -123,8 +122,8 @@ AttentionShape heads_of(int B, int T, int C, int NH) {
 }
 
 void check(AttentionShape s) {
-  STRATA_CHECK(s.NKV > 0 && s.NH % s.NKV == 0,
-               "attention: kv heads ", s.NKV, " do not divide heads ", s.NH);
+  STRATA_CHECK(s.NKV > 0 && s.NH % s.NKV == 0, "attention: kv heads ", s.NKV,
+               " do not divide heads ", s.NH);
 }
 
 }  // namespace
@@ -164,12 +163,12 @@ inline float dot_row(const float* a, const uint16_t* b, int n, float* tmp) {
 }
 
 // All of one (b, h). Pointers are at the head's first column; ld is the row stride of
-// q/k/v (3C) and ldo that of out/dout (C).
+// q/k/v ((NH + 2 NKV) hs) and ldo that of out/dout (NH hs). accumulate: dk/dv already hold
+// an earlier query head's share (GQA), so add to them instead of writing.
 template <typename E>
 void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* q, const E* k,
-                   const E* v, const E* out, const float* lse, int T,
-                   int ld, int ldo, int hs, float scale, BackwardScratch& w, bool bf16,
-                   const int32_t* ds, bool accumulate) {
+                   const E* v, const E* out, const float* lse, int T, int ld, int ldo, int hs,
+                   float scale, BackwardScratch& w, bool bf16, const int32_t* ds, bool accumulate) {
   float* S = w.S.data();
   float* dP = w.dP.data();
   float* D = w.D.data();
@@ -251,9 +250,9 @@ void backward_impl(float* dqkv, const float* dout, const E* qkv, const E* out, c
         const int64_t qoff = roff + int64_t(h) * hs;
         const int64_t ooff = int64_t(b) * T * ldo + int64_t(h) * hs;
         backward_head(dqkv + qoff, dqkv + koff, dqkv + voff, dout + ooff, qkv + qoff, qkv + koff,
-                      qkv + voff, out + ooff, lse + (int64_t(b) * NH + h) * T, T, int(ld),
-                      int(ldo), hs, scale, w, bf16,
-                      doc_start ? doc_start + int64_t(b) * T : nullptr, h != g * group);
+                      qkv + voff, out + ooff, lse + (int64_t(b) * NH + h) * T, T, int(ld), int(ldo),
+                      hs, scale, w, bf16, doc_start ? doc_start + int64_t(b) * T : nullptr,
+                      h != g * group);
       }
     }
   }
@@ -274,8 +273,7 @@ void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, con
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, AttentionShape s, bool bf16,
-                        const int32_t* doc_start) {
+                        const float* lse, AttentionShape s, bool bf16, const int32_t* doc_start) {
   check(s);
   backward_impl(dqkv, dout, qkv, out, lse, s, bf16, doc_start);
 }

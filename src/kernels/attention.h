@@ -43,7 +43,7 @@ inline constexpr int kAttentionTile = 64;
 
 struct AttentionShape {
   int B = 0, T = 0, NH = 0, NKV = 0, hs = 0;
-  int64_t row() const { return int64_t(NH + 2 * NKV) * hs; }  // qkv row stride
+  int64_t row() const { return int64_t(NH + 2 * NKV) * hs; }   // qkv row stride
   int64_t k_col(int g) const { return int64_t(NH + g) * hs; }  // KV head g's k in a qkv row
 };
 

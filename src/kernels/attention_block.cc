@@ -5,19 +5,19 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/fastmath.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
-#include "core/error.h"
 
 namespace strata::kernels {
 
 namespace {
 
 void check(const BlockShape& s) {
-  STRATA_CHECK(s.kv_heads() > 0 && s.NH % s.kv_heads() == 0,
-               "attention block: kv heads ", s.kv_heads(), " do not divide heads ", s.NH);
+  STRATA_CHECK(s.kv_heads() > 0 && s.NH % s.kv_heads() == 0, "attention block: kv heads ",
+               s.kv_heads(), " do not divide heads ", s.NH);
 }
 
 constexpr int kQ = kAttentionTile;
@@ -119,8 +119,9 @@ void attention_block_forward(RowsOut out, Stats lse, Rows q, Rows k, Rows v, Blo
       const int b = int(task / (int64_t(tiles) * s.NH));
       const int64_t col = int64_t(h) * s.hs, kv_col = int64_t(h / group) * s.hs;
       forward_tile(out.at(b, 0) + col, out.ld, lse.at(b, h), q.at(b, 0) + col, q.ld,
-                   k.at(b, 0) + kv_col, v.at(b, 0) + kv_col, k.ld, t * kQ, std::min(s.Sq, t * kQ + kQ),
-                   s.Sk, s.hs, mask, scale, S.data(), O.data(), bf16, docs.rows(b), docs.offset);
+                   k.at(b, 0) + kv_col, v.at(b, 0) + kv_col, k.ld, t * kQ,
+                   std::min(s.Sq, t * kQ + kQ), s.Sk, s.hs, mask, scale, S.data(), O.data(), bf16,
+                   docs.rows(b), docs.offset);
     }
   }
 }
@@ -161,7 +162,8 @@ void attention_block_backward(RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, Row
           const int first = mask == BlockMask::causal ? k0 / kQ * kQ : 0;
           for (int r0 = first; r0 < s.Sq; r0 += kQ) {
             const int nr = std::min(kQ, s.Sq - r0);
-            if (first_key_tile(ds, docs.offset, r0, r0 + nr) >= k0 + nk) continue;  // no row sees them
+            if (first_key_tile(ds, docs.offset, r0, r0 + nr) >= k0 + nk)
+              continue;  // no row sees them
             // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
             tile_gemm(bf16, Op::N, Op::T, nr, nk, s.hs, scale, qp + r0 * q.ld, q.ld, kp + k0 * k.ld,
                       k.ld, 0.0f, S.data(), kK);

@@ -34,8 +34,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
   forward_impl(out, rstd, inp, weight, N, C, eps);
 }
 
-void rmsnorm_forward(uint16_t* out, float* rstd, const float* inp, const float* weight,
-                     int64_t N, int C, float eps) {
+void rmsnorm_forward(uint16_t* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int C, float eps) {
   forward_impl(out, rstd, inp, weight, N, C, eps);
 }
 

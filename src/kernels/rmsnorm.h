@@ -13,8 +13,8 @@ namespace strata::kernels {
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                      int C, float eps);
 // The same with out stored in bf16 (statistics and arithmetic in fp32; out rounded once).
-void rmsnorm_forward(uint16_t* out, float* rstd, const float* inp, const float* weight,
-                     int64_t N, int C, float eps);
+void rmsnorm_forward(uint16_t* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int C, float eps);
 // dinp (N,C) +=; dweight (C) +=; dout, inp (N,C); weight (C); rstd (N)
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int64_t N, int C);

@@ -1,5 +1,6 @@
 // SwiGLU (Shazeer 2020; Llama's MLP): out = silu(gate) * up, silu(x) = x * sigmoid(x).
-//   d gate = dout * up * sigmoid(gate) * (1 + gate * (1 - sigmoid(gate))),  d up = dout * silu(gate)
+//   d gate = dout * up * sigmoid(gate) * (1 + gate * (1 - sigmoid(gate)))
+//   d up   = dout * silu(gate)
 // Elementwise on two inputs of n elements (the gate and up projections' outputs); ~10 flops
 // per element each way (fastmath.h exp). Blocks of elements run in parallel: every output
 // element has one producer, so results do not depend on the thread count.

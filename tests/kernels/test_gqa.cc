@@ -64,8 +64,8 @@ struct GqaCase {
 };
 
 static std::string name(const GqaCase& c) {
-  return "B" + std::to_string(c.B) + "T" + std::to_string(c.T) + "H" + std::to_string(c.NH) +
-         "KV" + std::to_string(c.NKV) + "hs" + std::to_string(c.hs);
+  return "B" + std::to_string(c.B) + "T" + std::to_string(c.T) + "H" + std::to_string(c.NH) + "KV" +
+         std::to_string(c.NKV) + "hs" + std::to_string(c.hs);
 }
 
 class Gqa : public ::testing::TestWithParam<GqaCase> {};
@@ -82,21 +82,24 @@ TEST_P(Gqa, ForwardAndGradients) {
     std::vector<float> out(s.B * s.T * C), lse(s.B * s.NH * s.T), dqkv(n, 99.0f);
     k::attention_forward(out.data(), lse.data(), qkv.data(), s, false, doc);
     EXPECT_LT(rel_err(out, gqa_ref(qd, s, doc)), 2e-6) << (doc ? "documents" : "causal");
-    k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s, false, doc);
+    k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s, false,
+                          doc);
     if (n > 4000) continue;  // the numeric gradient is quadratic in T: small shapes check it
-    auto g = numeric_grad([&](const std::vector<double>& v) { return dot(gqa_ref(v, s, doc), dd); }, qd);
+    auto g =
+        numeric_grad([&](const std::vector<double>& v) { return dot(gqa_ref(v, s, doc), dd); }, qd);
     EXPECT_LT(rel_err(dqkv, g), 2e-5) << (doc ? "documents" : "causal");
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, Gqa,
-    ::testing::Values(GqaCase{1, 1, 4, 4, 4}, GqaCase{1, 1, 4, 1, 4}, GqaCase{2, 5, 4, 4, 4},
-                      GqaCase{2, 5, 4, 2, 4}, GqaCase{2, 5, 4, 1, 4}, GqaCase{1, 64, 4, 2, 2},
-                      GqaCase{1, 64, 4, 1, 4}, GqaCase{1, 70, 4, 4, 4}, GqaCase{1, 70, 4, 2, 4},
-                      GqaCase{1, 70, 4, 1, 4}, GqaCase{1, 129, 4, 4, 4},
-                      GqaCase{1, 129, 4, 2, 4}, GqaCase{1, 129, 4, 1, 2}),
-    [](const auto& info) { return name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Shapes, Gqa,
+                         ::testing::Values(GqaCase{1, 1, 4, 4, 4}, GqaCase{1, 1, 4, 1, 4},
+                                           GqaCase{2, 5, 4, 4, 4}, GqaCase{2, 5, 4, 2, 4},
+                                           GqaCase{2, 5, 4, 1, 4}, GqaCase{1, 64, 4, 2, 2},
+                                           GqaCase{1, 64, 4, 1, 4}, GqaCase{1, 70, 4, 4, 4},
+                                           GqaCase{1, 70, 4, 2, 4}, GqaCase{1, 70, 4, 1, 4},
+                                           GqaCase{1, 129, 4, 4, 4}, GqaCase{1, 129, 4, 2, 4},
+                                           GqaCase{1, 129, 4, 1, 2}),
+                         [](const auto& info) { return name(info.param); });
 
 // NKV = NH through the shape is today's (C, NH) attention, bit for bit, fp32, bf16 tile
 // products and bf16 storage, with and without documents.
@@ -113,14 +116,16 @@ TEST(GqaShape, FullHeadsAreTheExistingKernel) {
       std::vector<float> d1(qkv.size()), d2(qkv.size());
       k::attention_forward(o1.data(), l1.data(), qkv.data(), B, T, C, NH, bf16, doc);
       k::attention_forward(o2.data(), l2.data(), qkv.data(), s, bf16, doc);
-      k::attention_backward(d1.data(), dout.data(), qkv.data(), o1.data(), l1.data(), B, T, C, NH, bf16, doc);
+      k::attention_backward(d1.data(), dout.data(), qkv.data(), o1.data(), l1.data(), B, T, C, NH,
+                            bf16, doc);
       k::attention_backward(d2.data(), dout.data(), qkv.data(), o2.data(), l2.data(), s, bf16, doc);
       EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4));
       EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), d1.size() * 4));
       std::vector<uint16_t> h1(B * T * C), h2(B * T * C);
       k::attention_forward(h1.data(), l1.data(), qkv_h.data(), B, T, C, NH, doc);
       k::attention_forward(h2.data(), l2.data(), qkv_h.data(), s, doc);
-      k::attention_backward(d1.data(), dout.data(), qkv_h.data(), h1.data(), l1.data(), B, T, C, NH, doc);
+      k::attention_backward(d1.data(), dout.data(), qkv_h.data(), h1.data(), l1.data(), B, T, C, NH,
+                            doc);
       k::attention_backward(d2.data(), dout.data(), qkv_h.data(), h2.data(), l2.data(), s, doc);
       EXPECT_EQ(0, std::memcmp(h1.data(), h2.data(), h1.size() * 2));
       EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), d1.size() * 4));
@@ -135,7 +140,8 @@ TEST(GqaShape, SameBitsForAnyThreadCountAndBf16WithinTolerance) {
   auto run = [&](bool bf16) {
     std::vector<float> out(s.B * s.T * C), lse(s.B * s.NH * s.T), d(n);
     k::attention_forward(out.data(), lse.data(), qkv.data(), s, bf16, ds.data());
-    k::attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), s, bf16, ds.data());
+    k::attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), s, bf16,
+                          ds.data());
     out.insert(out.end(), d.begin(), d.end());
     return out;
   };
@@ -147,7 +153,8 @@ TEST(GqaShape, SameBitsForAnyThreadCountAndBf16WithinTolerance) {
   k::f32_to_bf16(qkv_h.data(), qkv.data(), n);
   std::vector<float> lse(s.B * s.NH * s.T), d(n), out(out_h.size());
   k::attention_forward(out_h.data(), lse.data(), qkv_h.data(), s, ds.data());
-  k::attention_backward(d.data(), dout.data(), qkv_h.data(), out_h.data(), lse.data(), s, ds.data());
+  k::attention_backward(d.data(), dout.data(), qkv_h.data(), out_h.data(), lse.data(), s,
+                        ds.data());
   k::bf16_to_f32(out.data(), out_h.data(), int64_t(out.size()));
   out.insert(out.end(), d.begin(), d.end());
   EXPECT_LT(rel_err(out, to_double(runs[0])), 2e-2);
@@ -180,7 +187,10 @@ TEST(GqaBlock, TwoBlocksMergeToTheReference) {
       };
       const int64_t kc = s.k_col(0), vc = kc + int64_t(NKV) * s.hs;
       // (query block, key block, mask) in the order a ring meets them.
-      struct Step { int q0, nq, k0, nk; k::BlockMask mask; };
+      struct Step {
+        int q0, nq, k0, nk;
+        k::BlockMask mask;
+      };
       const Step steps[] = {{0, half, 0, half, k::BlockMask::causal},
                             {half, s.T - half, half, s.T - half, k::BlockMask::causal},
                             {half, s.T - half, 0, half, k::BlockMask::full}};
@@ -193,7 +203,8 @@ TEST(GqaBlock, TwoBlocksMergeToTheReference) {
                                    rows(qkv.data(), vc, ld, st.k0), bs, st.mask, false, db);
       }
       EXPECT_LT(rel_err(out, gqa_ref(qd, s, docs ? ds.data() : nullptr)), 5e-6);
-      k::attention_row_dot(stats(D.data(), 0), rows(dout.data(), 0, C, 0), rows(out.data(), 0, C, 0),
+      k::attention_row_dot(stats(D.data(), 0), rows(dout.data(), 0, C, 0),
+                           rows(out.data(), 0, C, 0),
                            k::BlockShape{s.B, s.NH, s.hs, s.T, s.T, NKV});
       for (const Step& st : steps) {
         const k::BlockShape bs{s.B, s.NH, s.hs, st.nq, st.nk, NKV};

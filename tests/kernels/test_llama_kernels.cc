@@ -37,8 +37,10 @@ TEST(RmsNorm, ForwardAndGradients) {
 
   std::vector<float> dx(N * C, 0.5f), dw(C, 0.25f);  // accumulated onto what is there
   k::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
-  auto gx = numeric_grad([&](const std::vector<double>& v) { return dot(rmsnorm_ref(v, wd, N, C, eps), dd); }, xd);
-  auto gw = numeric_grad([&](const std::vector<double>& v) { return dot(rmsnorm_ref(xd, v, N, C, eps), dd); }, wd);
+  auto gx = numeric_grad(
+      [&](const std::vector<double>& v) { return dot(rmsnorm_ref(v, wd, N, C, eps), dd); }, xd);
+  auto gw = numeric_grad(
+      [&](const std::vector<double>& v) { return dot(rmsnorm_ref(xd, v, N, C, eps), dd); }, wd);
   for (auto& g : gx) g += 0.5;
   for (auto& g : gw) g += 0.25;
   EXPECT_LT(rel_err(dx, gx), 1e-5);
@@ -89,7 +91,8 @@ TEST(SwiGlu, ForwardAndGradients) {
   k::swiglu_forward(out.data(), gate.data(), up.data(), n);
   EXPECT_LT(rel_err(out, swiglu_ref(gud, n)), 1e-6);
   k::swiglu_backward(dgate.data(), dup.data(), gate.data(), up.data(), dout.data(), n);
-  auto g = numeric_grad([&](const std::vector<double>& v) { return dot(swiglu_ref(v, n), dd); }, gud);
+  auto g =
+      numeric_grad([&](const std::vector<double>& v) { return dot(swiglu_ref(v, n), dd); }, gud);
   std::vector<float> got(dgate);
   got.insert(got.end(), dup.begin(), dup.end());
   EXPECT_LT(rel_err(got, g), 1e-5);
@@ -164,7 +167,8 @@ TEST(Rope, ForwardBackwardAndRoundTrip) {
   // Backward: the gradient of <rope(x), d> with respect to x.
   auto dx = d;
   k::rope_backward(dx.data(), pos.data(), s, theta);
-  auto g = numeric_grad([&](const std::vector<double>& v) { return dot(rope_ref(v, pos, s, theta), dd); }, xd);
+  auto g = numeric_grad(
+      [&](const std::vector<double>& v) { return dot(rope_ref(v, pos, s, theta), dd); }, xd);
   EXPECT_LT(rel_err(dx, g), 1e-6);
   // Rotating by p and back gives the input, at long positions as well.
   std::vector<int32_t> far(pos.size());
