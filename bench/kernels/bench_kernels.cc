@@ -90,6 +90,29 @@ void BM_attention_backward(benchmark::State& s) {
 }
 BENCHMARK(BM_attention_backward)->UseRealTime();
 
+// Grouped-query attention at 8 query heads of 32 columns (C = 256), KV heads = range(0):
+// 8 is multi-head attention, 2 is GQA with groups of 4. Same flops; fewer k/v bytes.
+constexpr int kGqaHeads = 8, kGqaHs = C / kGqaHeads;
+void BM_gqa_attention_forward(benchmark::State& s) {
+  const k::AttentionShape shape{B, T, kGqaHeads, int(s.range(0)), kGqaHs};
+  auto qkv = randn(N * shape.row(), 6);
+  std::vector<float> out(N * C), lse(B * kGqaHeads * T);
+  for (auto _ : s) k::attention_forward(out.data(), lse.data(), qkv.data(), shape);
+  flops(s, 2.0 * B * T * T * C);
+}
+BENCHMARK(BM_gqa_attention_forward)->Arg(kGqaHeads)->Arg(kGqaHeads / 4)->UseRealTime();
+
+void BM_gqa_attention_backward(benchmark::State& s) {
+  const k::AttentionShape shape{B, T, kGqaHeads, int(s.range(0)), kGqaHs};
+  auto qkv = randn(N * shape.row(), 6), d = randn(N * C, 7);
+  std::vector<float> out(N * C), lse(B * kGqaHeads * T), dqkv(N * shape.row());
+  k::attention_forward(out.data(), lse.data(), qkv.data(), shape);
+  for (auto _ : s)
+    k::attention_backward(dqkv.data(), d.data(), qkv.data(), out.data(), lse.data(), shape);
+  flops(s, 4.0 * B * T * T * C);
+}
+BENCHMARK(BM_gqa_attention_backward)->Arg(kGqaHeads)->Arg(kGqaHeads / 4)->UseRealTime();
+
 void BM_layernorm_forward(benchmark::State& s) {
   auto x = randn(N * C, 8), w = randn(C, 9), b = randn(C, 10);
   std::vector<float> out(N * C), mean(N), rstd(N);

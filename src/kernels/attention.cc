@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/fastmath.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
@@ -88,9 +89,11 @@ void forward_block(E* out, float* lse, const E* q, const E* k, const E* v, int r
 }
 
 template <typename E>
-void forward_impl(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, bool bf16,
+void forward_impl(E* out, float* lse, const E* qkv, AttentionShape s, bool bf16,
                   const int32_t* doc_start) {
-  const int hs = C / NH;
+  const int B = s.B, T = s.T, NH = s.NH, hs = s.hs;
+  const int group = NH / s.NKV;
+  const int64_t ld = s.row(), ldo = int64_t(NH) * hs;
   const float scale = 1.0f / std::sqrt(float(hs));
   const int blocks = (T + kQ - 1) / kQ;
   const int64_t tasks = int64_t(B) * NH * blocks;
@@ -103,25 +106,48 @@ void forward_impl(E* out, float* lse, const E* qkv, int B, int T, int C, int NH,
       const int blk = blocks - 1 - int(task % blocks);
       const int h = int((task / blocks) % NH);
       const int b = int(task / (int64_t(blocks) * NH));
-      const E* q = qkv + int64_t(b) * T * 3 * C + h * hs;
+      const E* row = qkv + int64_t(b) * T * ld;
+      const E* k = row + s.k_col(h / group);
       const int r0 = blk * kQ, r1 = std::min(T, r0 + kQ);
-      forward_block(out + int64_t(b) * T * C + h * hs, lse + (int64_t(b) * NH + h) * T, q, q + C,
-                    q + 2 * C, r0, r1, 3 * C, C, hs, scale, S.data(), O.data(), bf16,
-                    doc_start ? doc_start + int64_t(b) * T : nullptr);
+      forward_block(out + int64_t(b) * T * ldo + h * hs, lse + (int64_t(b) * NH + h) * T,
+                    row + h * hs, k, k + int64_t(s.NKV) * hs, r0, r1, int(ld), int(ldo), hs, scale,
+                    S.data(), O.data(), bf16, doc_start ? doc_start + int64_t(b) * T : nullptr);
     }
   }
+}
+
+AttentionShape heads_of(int B, int T, int C, int NH) {
+  STRATA_CHECK(NH > 0 && C % NH == 0, "attention: C ", C, " is not a multiple of NH ", NH);
+  return {B, T, NH, NH, C / NH};
+}
+
+void check(AttentionShape s) {
+  STRATA_CHECK(s.NKV > 0 && s.NH % s.NKV == 0, "attention: kv heads ", s.NKV,
+               " do not divide heads ", s.NH);
 }
 
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                        bool bf16, const int32_t* doc_start) {
-  forward_impl(out, lse, qkv, B, T, C, NH, bf16, doc_start);
+  forward_impl(out, lse, qkv, heads_of(B, T, C, NH), bf16, doc_start);
 }
 
 void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C,
                        int NH, const int32_t* doc_start) {
-  forward_impl(out, lse, qkv, B, T, C, NH, true, doc_start);
+  forward_impl(out, lse, qkv, heads_of(B, T, C, NH), true, doc_start);
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, AttentionShape s, bool bf16,
+                       const int32_t* doc_start) {
+  check(s);
+  forward_impl(out, lse, qkv, s, bf16, doc_start);
+}
+
+void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, AttentionShape s,
+                       const int32_t* doc_start) {
+  check(s);
+  forward_impl(out, lse, qkv, s, true, doc_start);
 }
 
 namespace {
@@ -137,12 +163,12 @@ inline float dot_row(const float* a, const uint16_t* b, int n, float* tmp) {
 }
 
 // All of one (b, h). Pointers are at the head's first column; ld is the row stride of
-// q/k/v (3C) and ldo that of out/dout (C).
+// q/k/v ((NH + 2 NKV) hs) and ldo that of out/dout (NH hs). accumulate: dk/dv already hold
+// an earlier query head's share (GQA), so add to them instead of writing.
 template <typename E>
 void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* q, const E* k,
-                   const E* v, const E* out, const float* lse, int T,
-                   int ld, int ldo, int hs, float scale, BackwardScratch& w, bool bf16,
-                   const int32_t* ds) {
+                   const E* v, const E* out, const float* lse, int T, int ld, int ldo, int hs,
+                   float scale, BackwardScratch& w, bool bf16, const int32_t* ds, bool accumulate) {
   float* S = w.S.data();
   float* dP = w.dP.data();
   float* D = w.D.data();
@@ -152,7 +178,9 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* 
   }
   for (int k0 = 0; k0 < T; k0 += kK) {
     const int nk = std::min(kK, T - k0);
-    bool first = true;
+    // accumulate: an earlier query head of the KV group already wrote dk/dv of these keys.
+    bool first = !accumulate;
+    bool seen = false;
     for (int r0 = (k0 / kQ) * kQ; r0 < T; r0 += kQ) {
       const int nr = std::min(kQ, T - r0);
       if (first_key_tile(ds, r0, r0 + nr) >= k0 + nk) continue;  // every row's document starts later
@@ -188,8 +216,9 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* 
       tile_gemm(bf16, Op::T, Op::N, nk, hs, nr, scale, dP, kK, q + int64_t(r0) * ld, ld, first ? 0.0f : 1.0f,
            dk + int64_t(k0) * ld, ld);
       first = false;
+      seen = true;
     }
-    if (first) {  // no row sees these keys (documents): their gradients are zero
+    if (!seen && !accumulate) {  // no row sees these keys (documents): their gradients are zero
       for (int j = k0; j < k0 + nk; ++j) {
         std::memset(dk + int64_t(j) * ld, 0, sizeof(float) * hs);
         std::memset(dv + int64_t(j) * ld, 0, sizeof(float) * hs);
@@ -200,24 +229,31 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const E* 
 
 template <typename E>
 void backward_impl(float* dqkv, const float* dout, const E* qkv, const E* out, const float* lse,
-                   int B, int T, int C, int NH, bool bf16, const int32_t* doc_start) {
-  const int hs = C / NH;
+                   AttentionShape s, bool bf16, const int32_t* doc_start) {
+  const int T = s.T, NH = s.NH, hs = s.hs;
+  const int group = NH / s.NKV;
+  const int64_t ld = s.row(), ldo = int64_t(NH) * hs;
   const float scale = 1.0f / std::sqrt(float(hs));
-  const int64_t tasks = int64_t(B) * NH;
+  // One task per (b, KV head): its query heads run in order, the first writing dk/dv and the
+  // others adding to them, so the group's sum has a fixed order for any thread count.
+  const int64_t tasks = int64_t(s.B) * s.NKV;
 #pragma omp parallel
   {
     BackwardScratch w{std::vector<float>(kQ * kK), std::vector<float>(kQ * kK),
                       std::vector<float>(T), std::vector<float>(hs)};
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int b = int(task / NH), h = int(task % NH);
-      const int64_t qoff = int64_t(b) * T * 3 * C + h * hs;
-      const int64_t ooff = int64_t(b) * T * C + h * hs;
-      float* dq = dqkv + qoff;
-      const E* q = qkv + qoff;
-      backward_head(dq, dq + C, dq + 2 * C, dout + ooff, q, q + C, q + 2 * C, out + ooff,
-                    lse + task * T, T, 3 * C, C, hs, scale, w, bf16,
-                    doc_start ? doc_start + int64_t(b) * T : nullptr);
+      const int b = int(task / s.NKV), g = int(task % s.NKV);
+      const int64_t roff = int64_t(b) * T * ld, koff = roff + s.k_col(g);
+      const int64_t voff = koff + int64_t(s.NKV) * hs;
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const int64_t qoff = roff + int64_t(h) * hs;
+        const int64_t ooff = int64_t(b) * T * ldo + int64_t(h) * hs;
+        backward_head(dqkv + qoff, dqkv + koff, dqkv + voff, dout + ooff, qkv + qoff, qkv + koff,
+                      qkv + voff, out + ooff, lse + (int64_t(b) * NH + h) * T, T, int(ld), int(ldo),
+                      hs, scale, w, bf16, doc_start ? doc_start + int64_t(b) * T : nullptr,
+                      h != g * group);
+      }
     }
   }
 }
@@ -227,13 +263,25 @@ void backward_impl(float* dqkv, const float* dout, const E* qkv, const E* out, c
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH, bool bf16,
                         const int32_t* doc_start) {
-  backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16, doc_start);
+  backward_impl(dqkv, dout, qkv, out, lse, heads_of(B, T, C, NH), bf16, doc_start);
 }
 
 void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
                         const float* lse, int B, int T, int C, int NH,
                         const int32_t* doc_start) {
-  backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH, true, doc_start);
+  backward_impl(dqkv, dout, qkv, out, lse, heads_of(B, T, C, NH), true, doc_start);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, AttentionShape s, bool bf16, const int32_t* doc_start) {
+  check(s);
+  backward_impl(dqkv, dout, qkv, out, lse, s, bf16, doc_start);
+}
+
+void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
+                        const float* lse, AttentionShape s, const int32_t* doc_start) {
+  check(s);
+  backward_impl(dqkv, dout, qkv, out, lse, s, true, doc_start);
 }
 
 }  // namespace strata::kernels

@@ -27,12 +27,25 @@
 // the documents' lengths); the others hide the earlier keys row by row. doc_start = nullptr:
 // one document per sequence, plain causal attention, the same arithmetic as a doc_start of
 // zeros.
+//
+// Grouped-query attention (Ainslie et al. 2023): NKV key/value heads, NKV dividing NH; query
+// head h reads KV head h / (NH / NKV). NKV = NH is multi-head attention, NKV = 1 multi-query.
+// The qkv row is then q (NH*hs) | k (NKV*hs) | v (NKV*hs) and out rows are NH*hs. The backward
+// runs one task per (b, KV head) and walks the group's query heads in order, the first
+// writing dk/dv and the rest adding to them: a fixed summation order for any thread count
+// (and, with NKV = NH, the same arithmetic as the (C, NH) entry points).
 #pragma once
 #include <cstdint>
 
 namespace strata::kernels {
 
 inline constexpr int kAttentionTile = 64;
+
+struct AttentionShape {
+  int B = 0, T = 0, NH = 0, NKV = 0, hs = 0;
+  int64_t row() const { return int64_t(NH + 2 * NKV) * hs; }   // qkv row stride
+  int64_t k_col(int g) const { return int64_t(NH + g) * hs; }  // KV head g's k in a qkv row
+};
 
 // bf16 = true: every tile product by gemm_bf16 (bf16-rounded inputs, fp32 accumulation);
 // softmax statistics, lse and outputs stay fp32.
@@ -54,5 +67,16 @@ void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, in
 void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
                         const float* lse, int B, int T, int C, int NH,
                         const int32_t* doc_start = nullptr);
+
+// Grouped-query forms: qkv (B,T,(NH+2NKV)hs); out, dout (B,T,NH*hs); lse (B,NH,T).
+void attention_forward(float* out, float* lse, const float* qkv, AttentionShape s,
+                       bool bf16 = false, const int32_t* doc_start = nullptr);
+void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, AttentionShape s,
+                       const int32_t* doc_start = nullptr);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, AttentionShape s, bool bf16 = false,
+                        const int32_t* doc_start = nullptr);
+void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
+                        const float* lse, AttentionShape s, const int32_t* doc_start = nullptr);
 
 }  // namespace strata::kernels

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/fastmath.h"
 #include "kernels/gemm.h"
@@ -13,6 +14,11 @@
 namespace strata::kernels {
 
 namespace {
+
+void check(const BlockShape& s) {
+  STRATA_CHECK(s.kv_heads() > 0 && s.NH % s.kv_heads() == 0, "attention block: kv heads ",
+               s.kv_heads(), " do not divide heads ", s.NH);
+}
 
 constexpr int kQ = kAttentionTile;
 constexpr int kK = kAttentionTile;
@@ -98,7 +104,9 @@ void forward_tile(float* out, int64_t ldo, float* lse, const float* q, int64_t l
 
 void attention_block_forward(RowsOut out, Stats lse, Rows q, Rows k, Rows v, BlockShape s,
                              BlockMask mask, bool bf16, DocBounds docs) {
+  check(s);
   const float scale = 1.0f / std::sqrt(float(s.hs));
+  const int group = s.NH / s.kv_heads();
   const int tiles = (s.Sq + kQ - 1) / kQ;
   const int64_t tasks = int64_t(s.B) * s.NH * tiles;
 #pragma omp parallel
@@ -109,10 +117,11 @@ void attention_block_forward(RowsOut out, Stats lse, Rows q, Rows k, Rows v, Blo
       const int t = tiles - 1 - int(task % tiles);
       const int h = int((task / tiles) % s.NH);
       const int b = int(task / (int64_t(tiles) * s.NH));
-      const int64_t col = int64_t(h) * s.hs;
+      const int64_t col = int64_t(h) * s.hs, kv_col = int64_t(h / group) * s.hs;
       forward_tile(out.at(b, 0) + col, out.ld, lse.at(b, h), q.at(b, 0) + col, q.ld,
-                   k.at(b, 0) + col, v.at(b, 0) + col, k.ld, t * kQ, std::min(s.Sq, t * kQ + kQ),
-                   s.Sk, s.hs, mask, scale, S.data(), O.data(), bf16, docs.rows(b), docs.offset);
+                   k.at(b, 0) + kv_col, v.at(b, 0) + kv_col, k.ld, t * kQ,
+                   std::min(s.Sq, t * kQ + kQ), s.Sk, s.hs, mask, scale, S.data(), O.data(), bf16,
+                   docs.rows(b), docs.offset);
     }
   }
 }
@@ -130,53 +139,59 @@ void attention_row_dot(Stats D, Rows dout, Rows out, BlockShape s) {
 void attention_block_backward(RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, Rows q, Rows k,
                               Rows v, Stats lse, Stats D, BlockShape s, BlockMask mask,
                               bool bf16, DocBounds docs) {
+  check(s);
   const float scale = 1.0f / std::sqrt(float(s.hs));
-  const int64_t tasks = int64_t(s.B) * s.NH;
+  const int NKV = s.kv_heads(), group = s.NH / NKV;
+  const int64_t tasks = int64_t(s.B) * NKV;
 #pragma omp parallel
   {
     std::vector<float> S(kQ * kK), dP(kQ * kK);
+    // Tasks are (b, KV head); the group's query heads add into dk/dv in head order.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int b = int(task / s.NH), h = int(task % s.NH);
-      const int64_t col = int64_t(h) * s.hs;
-      const float *qp = q.at(b, 0) + col, *kp = k.at(b, 0) + col, *vp = v.at(b, 0) + col;
-      const float* dop = dout.at(b, 0) + col;
-      float *dqp = dq.at(b, 0) + col, *dkp = dk.at(b, 0) + col, *dvp = dv.at(b, 0) + col;
-      const float *L = lse.at(b, h), *Dh = D.at(b, h);
-      const int32_t* ds = docs.rows(b);
-      for (int k0 = 0; k0 < s.Sk; k0 += kK) {
-        const int nk = std::min(kK, s.Sk - k0);
-        const int first = mask == BlockMask::causal ? k0 / kQ * kQ : 0;
-        for (int r0 = first; r0 < s.Sq; r0 += kQ) {
-          const int nr = std::min(kQ, s.Sq - r0);
-          if (first_key_tile(ds, docs.offset, r0, r0 + nr) >= k0 + nk) continue;  // no row sees them
-          // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
-          tile_gemm(bf16, Op::N, Op::T, nr, nk, s.hs, scale, qp + r0 * q.ld, q.ld, kp + k0 * k.ld,
-                    k.ld, 0.0f, S.data(), kK);
-          for (int i = 0; i < nr; ++i) {
-            float* p = S.data() + i * kK;
-            const int valid = visible(mask, r0 + i, k0, nk);
-            const int lo = std::min(doc_lo(ds, docs.offset, r0 + i, k0, nk), valid);
-            for (int j = 0; j < lo; ++j) p[j] = 0.0f;
-            for (int j = lo; j < valid; ++j) p[j] = fast_exp(p[j] - L[r0 + i]);
-            for (int j = valid; j < nk; ++j) p[j] = 0.0f;
+      const int b = int(task / NKV), g = int(task % NKV);
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const int64_t col = int64_t(h) * s.hs, kv_col = int64_t(h / group) * s.hs;
+        const float *qp = q.at(b, 0) + col, *kp = k.at(b, 0) + kv_col, *vp = v.at(b, 0) + kv_col;
+        const float* dop = dout.at(b, 0) + col;
+        float *dqp = dq.at(b, 0) + col, *dkp = dk.at(b, 0) + kv_col, *dvp = dv.at(b, 0) + kv_col;
+        const float *L = lse.at(b, h), *Dh = D.at(b, h);
+        const int32_t* ds = docs.rows(b);
+        for (int k0 = 0; k0 < s.Sk; k0 += kK) {
+          const int nk = std::min(kK, s.Sk - k0);
+          const int first = mask == BlockMask::causal ? k0 / kQ * kQ : 0;
+          for (int r0 = first; r0 < s.Sq; r0 += kQ) {
+            const int nr = std::min(kQ, s.Sq - r0);
+            if (first_key_tile(ds, docs.offset, r0, r0 + nr) >= k0 + nk)
+              continue;  // no row sees them
+            // S (nr, nk) = scale * Q_i K_j^T, then P = exp(S - lse) in place
+            tile_gemm(bf16, Op::N, Op::T, nr, nk, s.hs, scale, qp + r0 * q.ld, q.ld, kp + k0 * k.ld,
+                      k.ld, 0.0f, S.data(), kK);
+            for (int i = 0; i < nr; ++i) {
+              float* p = S.data() + i * kK;
+              const int valid = visible(mask, r0 + i, k0, nk);
+              const int lo = std::min(doc_lo(ds, docs.offset, r0 + i, k0, nk), valid);
+              for (int j = 0; j < lo; ++j) p[j] = 0.0f;
+              for (int j = lo; j < valid; ++j) p[j] = fast_exp(p[j] - L[r0 + i]);
+              for (int j = valid; j < nk; ++j) p[j] = 0.0f;
+            }
+            // dV_j (nk, hs) += P^T (nk, nr) @ dO_i (nr, hs)
+            tile_gemm(bf16, Op::T, Op::N, nk, s.hs, nr, 1.0f, S.data(), kK, dop + r0 * dout.ld,
+                      dout.ld, 1.0f, dvp + k0 * dv.ld, dv.ld);
+            // dP (nr, nk) = dO_i (nr, hs) @ V_j^T (hs, nk); dS = P * (dP - D) in place
+            tile_gemm(bf16, Op::N, Op::T, nr, nk, s.hs, 1.0f, dop + r0 * dout.ld, dout.ld,
+                      vp + k0 * v.ld, v.ld, 0.0f, dP.data(), kK);
+            for (int i = 0; i < nr; ++i) {
+              const float* p = S.data() + i * kK;
+              float* ds = dP.data() + i * kK;
+              for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - Dh[r0 + i]);
+            }
+            // dQ_i (nr, hs) += scale * dS @ K_j;  dK_j (nk, hs) += scale * dS^T @ Q_i
+            tile_gemm(bf16, Op::N, Op::N, nr, s.hs, nk, scale, dP.data(), kK, kp + k0 * k.ld, k.ld,
+                      1.0f, dqp + r0 * dq.ld, dq.ld);
+            tile_gemm(bf16, Op::T, Op::N, nk, s.hs, nr, scale, dP.data(), kK, qp + r0 * q.ld, q.ld,
+                      1.0f, dkp + k0 * dk.ld, dk.ld);
           }
-          // dV_j (nk, hs) += P^T (nk, nr) @ dO_i (nr, hs)
-          tile_gemm(bf16, Op::T, Op::N, nk, s.hs, nr, 1.0f, S.data(), kK, dop + r0 * dout.ld,
-                    dout.ld, 1.0f, dvp + k0 * dv.ld, dv.ld);
-          // dP (nr, nk) = dO_i (nr, hs) @ V_j^T (hs, nk); dS = P * (dP - D) in place
-          tile_gemm(bf16, Op::N, Op::T, nr, nk, s.hs, 1.0f, dop + r0 * dout.ld, dout.ld,
-                    vp + k0 * v.ld, v.ld, 0.0f, dP.data(), kK);
-          for (int i = 0; i < nr; ++i) {
-            const float* p = S.data() + i * kK;
-            float* ds = dP.data() + i * kK;
-            for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - Dh[r0 + i]);
-          }
-          // dQ_i (nr, hs) += scale * dS @ K_j;  dK_j (nk, hs) += scale * dS^T @ Q_i
-          tile_gemm(bf16, Op::N, Op::N, nr, s.hs, nk, scale, dP.data(), kK, kp + k0 * k.ld, k.ld,
-                    1.0f, dqp + r0 * dq.ld, dq.ld);
-          tile_gemm(bf16, Op::T, Op::N, nk, s.hs, nr, scale, dP.data(), kK, qp + r0 * q.ld, q.ld,
-                    1.0f, dkp + k0 * dk.ld, dk.ld);
         }
       }
     }

@@ -55,8 +55,11 @@ struct DocBounds {
   const int32_t* rows(int b) const { return p ? p + b * bstride : nullptr; }
 };
 
+// NKV: key/value heads (grouped-query attention, kernels/attention.h); 0 means NH. Query head
+// h reads KV head h / (NH / NKV) at column (h / (NH / NKV)) * hs of the k and v rows.
 struct BlockShape {
-  int B = 0, NH = 0, hs = 0, Sq = 0, Sk = 0;
+  int B = 0, NH = 0, hs = 0, Sq = 0, Sk = 0, NKV = 0;
+  int kv_heads() const { return NKV ? NKV : NH; }
 };
 
 // Merges softmax(q k^T / sqrt(hs)) v of this block into out (Sq rows) and lse.
@@ -66,7 +69,8 @@ void attention_block_forward(RowsOut out, Stats lse, Rows q, Rows k, Rows v, Blo
 // D (b, h, t) = sum_d dout (b, t, h, d) * out (b, t, h, d), for Sq rows.
 void attention_row_dot(Stats D, Rows dout, Rows out, BlockShape s);
 
-// Accumulates (+=) this block's share of dq (Sq rows), dk and dv (Sk rows).
+// Accumulates (+=) this block's share of dq (Sq rows), dk and dv (Sk rows). One task per
+// (b, KV head) adds its query heads' shares in head order: deterministic under GQA.
 void attention_block_backward(RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, Rows q, Rows k,
                               Rows v, Stats lse, Stats D, BlockShape s, BlockMask mask,
                               bool bf16 = false, DocBounds docs = {});
