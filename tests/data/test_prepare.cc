@@ -178,6 +178,50 @@ TEST(DataPrepare, TrainReadsAPreparedDirectoryAndDecodesSamples) {
       << small.out;
 }
 
+// FNV-1a-64 over bytes, for whole files.
+uint64_t fnv1a64_bytes(std::string_view bytes, uint64_t h = 0xcbf29ce484222325ull) {
+  for (const char c : bytes) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// A GPT-2 prepare writes the bytes it always has: every file of the directory (shards with
+// their headers, the manifest with this machine's paths replaced, the tokenizer's copies),
+// hashed by name and content, equals the hash of the output strata wrote before shards of
+// 32-bit tokens existed.
+TEST(DataPrepare, SixteenBitOutputIsByteIdenticalToEarlierReleases) {
+  if (!fs::exists(kGpt2)) GTEST_SKIP() << "no " << kGpt2;
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "Paragraph " + std::to_string(i * 7919 % 1000) + " of the corpus, 'quoted'.\n\n";
+  write_file(dir.file("c.txt"), text);
+  PrepareOptions o;
+  o.inputs = {dir.file("c.txt")};
+  o.tokenizer = kGpt2;
+  o.out = dir.file("p");
+  o.doc_split = DocSplit::blank_line;
+  o.val_docs = 10;
+  o.shard_tokens = 1000;
+  o.threads = 2;
+  prepare(o);
+  std::vector<std::string> names;
+  for (const auto& e : fs::recursive_directory_iterator(dir.file("p")))
+    if (e.is_regular_file()) names.push_back(fs::relative(e.path(), dir.file("p")).string());
+  std::sort(names.begin(), names.end());
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const std::string& name : names) {
+    std::string bytes = read_file(dir.file("p/" + name));
+    if (name == "manifest.json")
+      for (const std::string& local : {dir.str(), kGpt2})
+        for (size_t at; (at = bytes.find(local)) != std::string::npos;) bytes.replace(at, local.size(), "LOCAL");
+    h = fnv1a64_bytes(name + '\0' + bytes, h);
+  }
+  EXPECT_EQ(names.size(), 8u);  // manifest, 2 tokenizer files, 1 val and 4 train shards
+  EXPECT_EQ(h, 0xef0438b770874eb4ull) << std::hex << h;
+}
+
 // Every defect is one line naming the file (and line); a failed run leaves neither the output
 // nor a directory that looks prepared.
 TEST(DataPrepare, BadInputIsOneLineAndLeavesNothingPrepared) {
