@@ -179,10 +179,10 @@ void run_info(const InfoArgs& a) {
   if (out.contains("manifest")) {
     const auto& m = out["manifest"];
     const auto& t = m["tokenizer"];
-    std::printf("prepared %s: %lld documents, %lld tokens from %lld bytes of %s (doc split %s)\n",
+    std::printf("prepared %s: %lld documents, %lld tokens from %lld bytes of %s (doc split %s, %d-bit tokens)\n",
                 a.data.c_str(), (long long)stats.documents, (long long)stats.tokens,
                 (long long)m.value("bytes", int64_t(0)), m.value("inputs", nlohmann::json::array()).dump().c_str(),
-                m.value("doc_split", "?").c_str());
+                m.value("doc_split", "?").c_str(), 8 * data::manifest_token_bytes(m));
     std::printf("tokenizer %s (%s, xxh64 %s): vocab %lld, document token %d; %lld distinct tokens used\n",
                 t.value("source", "?").c_str(), t.value("kind", "?").c_str(), t.value("xxh64", "?").c_str(),
                 (long long)t["vocab"].get<int64_t>(), t["document_token"].get<int>(), (long long)stats.distinct_tokens);
@@ -242,11 +242,13 @@ void run_prepare(data::PrepareOptions o, const std::string& doc_split, bool json
   int64_t val = 0;
   for (const auto& s : m["shards"])
     if (s["split"] == "val") val += s["tokens"].get<int64_t>();
+  // GPT-2-sized vocabularies print as they always have; uint32 shards say so.
   std::printf("prepared %s: %lld documents, %lld tokens (train %lld, val %lld) in %zu shard(s); "
-              "tokenizer %s, vocab %lld\n",
+              "tokenizer %s, vocab %lld%s\n",
               o.out.c_str(), (long long)m["documents"].get<int64_t>(), (long long)m["tokens"].get<int64_t>(),
               (long long)(m["tokens"].get<int64_t>() - val), (long long)val, m["shards"].size(),
-              m["tokenizer"]["kind"].get<std::string>().c_str(), (long long)m["tokenizer"]["vocab"].get<int64_t>());
+              m["tokenizer"]["kind"].get<std::string>().c_str(), (long long)m["tokenizer"]["vocab"].get<int64_t>(),
+              data::manifest_token_bytes(m) == 4 ? " (32-bit tokens: llm.c's version 7)" : "");
 }
 
 Register prepare_reg("data prepare", "Tokenize text, folders or JSONL into prepared shards for --data",

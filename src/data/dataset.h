@@ -60,7 +60,8 @@ struct Split {
 // uses the "val" shards as the validation split instead. Throws naming the file and numbers.
 // vocab: the model's vocabulary; every token is checked against it when the data is opened
 // (an error names the file, token offset and value). 0 = the format's own: 256 for the
-// synthetic corpus and text, 50257 (GPT-2) for .bin. The sources' vocab() returns it.
+// synthetic corpus and text, 50257 (GPT-2) for uint16 .bin, 128256 (Llama 3) for uint32
+// .bin. The sources' vocab() returns it.
 // "synthetic:N" sets the size of the synthetic training stream to N tokens.
 // "A:0.7,B:0.3" (two or more specs, each with a weight) mixes them (data/mixture.h).
 Split open_split(const std::string& spec, uint64_t seed, double val_fraction = 0.05,

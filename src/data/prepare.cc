@@ -112,11 +112,13 @@ void split_documents(const std::string& path, const std::string& text, const std
 namespace {
 
 // One split's shards: tokens stream in, a shard closes at shard_tokens (header written,
-// fsync'd) and is recorded with its token and document counts and the xxh64 of its tokens.
+// fsync'd) and is recorded with its token and document counts and the xxh64 of its tokens as
+// stored. token_bytes 2 writes llm.c's uint16 format, 4 its uint32 one (token_file.h).
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, std::string split, int64_t shard_tokens, int32_t doc_token)
-      : dir_(std::move(dir)), split_(std::move(split)), shard_tokens_(shard_tokens), doc_token_(doc_token) {}
+  ShardWriter(std::string dir, std::string split, int64_t shard_tokens, int32_t doc_token, int token_bytes)
+      : dir_(std::move(dir)), split_(std::move(split)), shard_tokens_(shard_tokens), doc_token_(doc_token),
+        token_bytes_(token_bytes) {}
   ~ShardWriter() {
     if (fd_ >= 0) ::close(fd_);
     XXH64_freeState(hash_);
@@ -128,12 +130,20 @@ class ShardWriter {
     while (n > 0) {
       if (fd_ < 0) open_next();
       const int64_t take = std::min(n, shard_tokens_ - count_);
+      const size_t at = buf_.size();
+      buf_.resize(at + size_t(take * token_bytes_));
       for (int64_t i = 0; i < take; ++i) {
-        buf_.push_back(uint16_t(t[i]));
+        if (token_bytes_ == 2) {
+          const uint16_t v = uint16_t(t[i]);
+          std::memcpy(buf_.data() + at + 2 * i, &v, 2);
+        } else {
+          const uint32_t v = uint32_t(t[i]);
+          std::memcpy(buf_.data() + at + 4 * i, &v, 4);
+        }
         docs_ += t[i] == doc_token_;
       }
       count_ += take, t += take, n -= take;
-      if (buf_.size() >= (1u << 20)) flush();
+      if (buf_.size() >= (2u << 20)) flush();
       if (count_ == shard_tokens_) close_shard();
     }
   }
@@ -156,13 +166,14 @@ class ShardWriter {
   }
   void write_bytes(const void* p, size_t bytes) { write_fully(fd_, p, bytes, dir_ + "/" + name_); }
   void flush() {
-    XXH64_update(hash_, buf_.data(), buf_.size() * sizeof(uint16_t));
-    write_bytes(buf_.data(), buf_.size() * sizeof(uint16_t));
+    XXH64_update(hash_, buf_.data(), buf_.size());
+    write_bytes(buf_.data(), buf_.size());
     buf_.clear();
   }
   void close_shard() {
     flush();
-    int32_t head[3] = {kBinMagic, kBinVersion, int32_t(count_)};
+    const int32_t head[3] = {token_bytes_ == 2 ? kBinMagic : kBin32Magic,
+                             token_bytes_ == 2 ? kBinVersion : kBin32Version, int32_t(count_)};
     const std::string path = dir_ + "/" + name_;
     if (::pwrite(fd_, head, sizeof head, 0) != ssize_t(sizeof head)) fail(sys_error(path, "write"));
     if (::fsync(fd_) != 0) fail(sys_error(path, "fsync"));
@@ -175,9 +186,10 @@ class ShardWriter {
   std::string dir_, split_, name_;
   int64_t shard_tokens_;
   int32_t doc_token_;
+  int token_bytes_;
   int fd_ = -1, index_ = 0;
   int64_t count_ = 0, docs_ = 0;
-  std::vector<uint16_t> buf_;
+  std::vector<uint8_t> buf_;  // tokens as stored
   XXH64_state_t* hash_ = XXH64_createState();
   nlohmann::json shards_ = nlohmann::json::array();
 };
@@ -223,8 +235,9 @@ nlohmann::json prepare(const PrepareOptions& o) {
                o.shard_tokens, "; a .bin header counts tokens in 32 bits)");
   require_new_output_dir(o.out);
   std::unique_ptr<Tokenizer> tok = open_tokenizer(o.tokenizer);
-  STRATA_CHECK(tok->vocab_size() <= 65536, "tokenizer ", o.tokenizer, ": vocabulary of ", tok->vocab_size(),
-               " tokens does not fit the 16-bit tokens of llm.c .bin shards");
+  // llm.c's uint16 shards whenever the ids fit them (GPT-2's and every older set's bytes stay
+  // the same), its uint32 ones (Llama 3's 128,256 tokens) only when they do not.
+  const int token_bytes = tok->vocab_size() <= 65536 ? 2 : 4;
   const int32_t doc_token = tok->document_token();
   STRATA_CHECK(doc_token >= 0, "tokenizer ", o.tokenizer,
                ": has no document token (<|endoftext|> or a beginning-of-sentence piece)");
@@ -238,7 +251,8 @@ nlohmann::json prepare(const PrepareOptions& o) {
   const int threads = o.threads > 0 ? o.threads : std::max(1, int(std::thread::hardware_concurrency()));
   std::vector<std::unique_ptr<Tokenizer>> toks;
   for (int i = 0; i < threads; ++i) toks.push_back(tok->clone());
-  ShardWriter val(tmp, "val", o.shard_tokens, doc_token), train(tmp, "train", o.shard_tokens, doc_token);
+  ShardWriter val(tmp, "val", o.shard_tokens, doc_token, token_bytes),
+      train(tmp, "train", o.shard_tokens, doc_token, token_bytes);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> docs;
   std::vector<std::vector<int32_t>> encoded;
@@ -284,7 +298,7 @@ nlohmann::json prepare(const PrepareOptions& o) {
   nlohmann::json shards = val.shards();
   for (const auto& s : train.shards()) shards.push_back(s);
   std::vector<std::string> doc_split_names = {"file", "blank-line", "line"};
-  const nlohmann::json manifest = {
+  nlohmann::json manifest = {
       {"format", kPreparedFormat},
       {"tokenizer",
        {{"kind", tok->kind()},
@@ -301,6 +315,7 @@ nlohmann::json prepare(const PrepareOptions& o) {
       {"tokens", p.tokens},
       {"bytes", p.bytes_total},
       {"shards", shards}};
+  if (token_bytes == 4) manifest["token_bits"] = 32;  // absent: uint16 (prepared.h)
   write_manifest(tmp, manifest);
   commit_output_dir(tmp, o.out);
   p.last = true;

@@ -65,7 +65,8 @@ void split_documents(const std::string& path, const std::string& text, const std
 
 // Prepares the data set; returns its manifest. Throws one line naming the file (and line)
 // of the first defect: a missing input, a JSONL line that is not an object with the text
-// field, an empty corpus, a vocabulary past 16 bits, `out` already present.
+// field, an empty corpus, `out` already present. The shards hold uint16 tokens, or uint32
+// ones when the tokenizer's vocabulary is past 65,536 (token_file.h, prepared.h).
 nlohmann::json prepare(const PrepareOptions& o);
 
 }  // namespace strata::data

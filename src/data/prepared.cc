@@ -45,6 +45,9 @@ nlohmann::json read_manifest(const std::string& dir) {
   need(m, "tokenizer", false, "the manifest");
   need(m["tokenizer"], "vocab", true, "\"tokenizer\"");
   need(m["tokenizer"], "document_token", true, "\"tokenizer\"");
+  if (m.contains("token_bits"))
+    STRATA_CHECK(m["token_bits"] == 16 || m["token_bits"] == 32, path, ": \"token_bits\" is ",
+                 m["token_bits"].dump(), " (expected 16 or 32)");
   STRATA_CHECK(m.contains("shards") && m["shards"].is_array() && !m["shards"].empty(), path, ": lists no shards");
   for (const auto& s : m["shards"]) {
     STRATA_CHECK(s.is_object() && s.contains("file") && s["file"].is_string(), path, ": a shard without \"file\"");
@@ -58,9 +61,16 @@ nlohmann::json read_manifest(const std::string& dir) {
   return m;
 }
 
+int manifest_token_bytes(const nlohmann::json& m) {
+  return m.value("token_bits", 16) / 8;
+}
+
 void verify_prepared(const std::string& dir, const nlohmann::json& m, bool deep, PreparedStats* stats) {
   const int32_t doc_token = m["tokenizer"]["document_token"].get<int32_t>();
-  std::vector<uint8_t> seen(65536, 0);
+  const int width = manifest_token_bytes(m);
+  // Ids a shard may hold: every uint16, or the tokenizer's vocabulary for uint32 shards.
+  const int64_t ids = width == 2 ? 65536 : m["tokenizer"]["vocab"].get<int64_t>();
+  std::vector<uint8_t> seen(deep ? size_t(ids) : 0, 0);
   std::vector<int64_t> doc_lengths;
   int64_t run = -1, total = 0, docs = 0;
   for (const auto& s : m["shards"]) {
@@ -70,26 +80,39 @@ void verify_prepared(const std::string& dir, const nlohmann::json& m, bool deep,
                  kind == "missing" ? "is missing" : "is " + kind + ", not a file");
     MappedFile f(path);
     const int64_t want = s["tokens"].get<int64_t>();
-    STRATA_CHECK(f.size() >= kBinHeaderInts * 4, "shard ", path, ": ", f.size(),
-                 " bytes, shorter than the 1024-byte .bin header (truncated)");
+    STRATA_CHECK(f.size() >= kBinHeaderBytes, "shard ", path, ": ", f.size(), " bytes, shorter than the ",
+                 kBinHeaderBytes, "-byte .bin header (truncated)");
     int32_t head[3];
     std::memcpy(head, f.data(), sizeof head);
-    STRATA_CHECK(head[0] == kBinMagic && head[1] == kBinVersion, "shard ", path, ": not an llm.c version-1 .bin file");
+    const int head_width = bin_token_bytes(head[0], head[1]);
+    STRATA_CHECK(head_width > 0, "shard ", path, ": not an llm.c .bin file (magic ", head[0], ", version ", head[1],
+                 ")");
+    STRATA_CHECK(head_width == width, "shard ", path, ": its header declares ", 8 * head_width,
+                 "-bit tokens, the manifest ", 8 * width);
     STRATA_CHECK(head[2] == want, "shard ", path, ": its header counts ", head[2], " tokens, the manifest ", want);
-    STRATA_CHECK(f.size() == kBinHeaderInts * 4 + 2 * want, "shard ", path, ": ", f.size(), " bytes, expected ",
-                 kBinHeaderInts * 4 + 2 * want, " for ", want, " tokens (truncated or padded)");
+    STRATA_CHECK(f.size() == kBinHeaderBytes + width * want, "shard ", path, ": ", f.size(), " bytes, expected ",
+                 kBinHeaderBytes + width * want, " for ", want, " tokens of ", width,
+                 " bytes (truncated or padded)");
     total += want;
     if (!deep) continue;
-    const uint8_t* bytes = f.data() + kBinHeaderInts * 4;
-    const std::string hash = hex64(XXH64(bytes, size_t(2 * want), 0));
+    const uint8_t* bytes = f.data() + kBinHeaderBytes;
+    const std::string hash = hex64(XXH64(bytes, size_t(width * want), 0));
     STRATA_CHECK(hash == s.value("xxh64", ""), "shard ", path, ": its tokens hash to ", hash, ", the manifest says ",
                  s.value("xxh64", "(none)"), " (the shard was changed or damaged)");
     int64_t shard_docs = 0;
     for (int64_t i = 0; i < want; ++i) {
-      uint16_t t;
-      std::memcpy(&t, bytes + 2 * i, 2);
+      uint32_t t = 0;
+      if (width == 2) {
+        uint16_t t16;
+        std::memcpy(&t16, bytes + 2 * i, 2);
+        t = t16;
+      } else {
+        std::memcpy(&t, bytes + 4 * i, 4);
+      }
+      STRATA_CHECK(t < uint32_t(ids), "shard ", path, ": token id ", t, " at token offset ", i,
+                   " is >= the tokenizer's vocabulary of ", ids);
       seen[t] = 1;
-      if (t == doc_token) {
+      if (int64_t(t) == doc_token) {
         ++shard_docs;
         if (run > 0) doc_lengths.push_back(run);
         run = 0;

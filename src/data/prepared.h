@@ -6,12 +6,14 @@
 //                  "xxh64": "...", "vocab": 50257, "document_token": 50256},
 //    "inputs": [...], "doc_split": "blank-line", "text_field": "text",
 //    "split": {"val_tokens": 32768, "val_docs": 0},
-//    "documents": N, "tokens": N, "bytes": N,
+//    "documents": N, "tokens": N, "bytes": N, "token_bits": 32,
 //    "shards": [{"file": "val_000000.bin", "split": "val", "tokens": N, "documents": N,
 //                "xxh64": "<hash of the shard's token bytes, after the header>"}, ...]}
 //
 // `documents` of a shard counts the document tokens in it (a document cut by the split or a
-// shard boundary counts where it starts).
+// shard boundary counts where it starts). `token_bits` is written only for shards of uint32
+// tokens (llm.c's version 7, for a vocabulary past 65,536); without it the shards hold uint16
+// tokens (version 1), so a 16-bit set is written byte for byte as before the key existed.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -29,6 +31,8 @@ void write_manifest(const std::string& dir, const nlohmann::json& manifest);
 bool is_prepared(const std::string& dir);
 // Reads and checks dir/manifest.json's shape; throws naming the file and the key.
 nlohmann::json read_manifest(const std::string& dir);
+// The bytes per token of the manifest's shards: 2, or 4 with "token_bits": 32.
+int manifest_token_bytes(const nlohmann::json& manifest);
 
 // Token statistics of a prepared set, from one pass over its shards.
 struct PreparedStats {

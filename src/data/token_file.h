@@ -1,11 +1,13 @@
 // Token files, memory-mapped: byte-level text (one token per byte, vocab 256) and llm.c .bin
 // shards. Several files (a directory or a glob) form one stream, in name order.
 //
-// llm.c .bin format (version 1): a header of 256 little-endian int32 -- [0] magic 20240520,
-// [1] version 1, [2] token count, the rest 0 -- then `count` uint16 tokens. On open every file
-// is checked: header, file size = 1024 + 2 * count, and every token < vocab (one pass over
-// the mapped file at memory speed, so a bad token is reported before training starts, naming
-// the file, token offset and value).
+// llm.c .bin formats (its dev/data/data_common.py): a header of 256 little-endian int32 --
+// [0] magic, [1] version, [2] token count, the rest 0 -- then `count` tokens, whose width the
+// magic and version give: 20240520 version 1, uint16 (llm.c's "gpt-2"); 20240801 version 7,
+// uint32 (its "llama-3", for vocabularies past 65,536). On open every file is checked: header,
+// file size = 1024 + width * count, and every token < vocab (one pass over the mapped file at
+// memory speed, so a bad token is reported before training starts, naming the file, token
+// offset and value). Files of both widths may form one stream.
 //
 // Cost. Opening maps each file and scans it once; read() copies (and widens) tokens from the
 // mapping, touching only the pages it reads. No locks: reads are safe from any thread.
@@ -19,10 +21,18 @@
 
 namespace strata::data {
 
-constexpr int32_t kBinMagic = 20240520;
+constexpr int32_t kBinMagic = 20240520;  // uint16 tokens
 constexpr int32_t kBinVersion = 1;
+constexpr int32_t kBin32Magic = 20240801;  // uint32 tokens
+constexpr int32_t kBin32Version = 7;
 constexpr int64_t kBinHeaderInts = 256;
+constexpr int64_t kBinHeaderBytes = kBinHeaderInts * 4;
 constexpr int kGpt2Vocab = 50257;
+constexpr int kLlama3Vocab = 128256;
+
+// The bytes per token that a header's magic and version declare (2 or 4), or 0 when they are
+// not one of llm.c's formats.
+int bin_token_bytes(int32_t magic, int32_t version);
 
 // A read-only memory mapping of a whole file.
 class MappedFile {
@@ -46,7 +56,8 @@ enum class FileFormat : uint8_t { text, bin };
 // One or more token files of one format as a single stream.
 class FileStream : public TokenSource {
  public:
-  // vocab: tokens must be < vocab (0 = the format's own: 256 text, 50257 bin).
+  // vocab: tokens must be < vocab (0 = the format's own, by the first file: 256 text, 50257
+  // for uint16 .bin, 128256 for uint32 .bin).
   FileStream(const std::vector<std::string>& paths, int vocab);
   int64_t size() const override { return total_; }
   int vocab() const override { return vocab_; }
@@ -61,7 +72,9 @@ class FileStream : public TokenSource {
     std::unique_ptr<MappedFile> map;
     int64_t first = 0, count = 0;  // tokens [first, first + count) of the stream
     const uint8_t* tokens = nullptr;
+    int token_bytes = 1;  // 1 text, 2 or 4 .bin
   };
+  static File open_file(const std::string& path, FileFormat format);
   void validate_tokens(const File& f) const;
   FileFormat format_;
   int vocab_;
@@ -86,8 +99,10 @@ class SliceSource : public TokenSource {
   std::string role_;
 };
 
-// Writes an llm.c version-1 .bin file (tests, benchmarks, tools). Throws naming the path.
+// Writes an llm.c .bin file: uint16 tokens as version 1, uint32 tokens as version 7 (tests,
+// benchmarks, tools). Throws naming the path.
 void write_bin(const std::string& path, const std::vector<uint16_t>& tokens);
+void write_bin(const std::string& path, const std::vector<uint32_t>& tokens);
 
 // The files a spec names: a directory's *.bin files, a glob's matches (both sorted by name),
 // or the file itself. Throws when nothing matches.

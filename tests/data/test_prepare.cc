@@ -4,6 +4,8 @@
 // input refused in one line with nothing that looks prepared left behind.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,6 +15,7 @@
 #include "data/prepare.h"
 #include "data/prepared.h"
 #include "data/token_file.h"
+#include "data/tokenizer/bpe.h"
 #include "data/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "support/run.h"
@@ -176,6 +179,173 @@ TEST(DataPrepare, TrainReadsAPreparedDirectoryAndDecodesSamples) {
   EXPECT_NE(small.out.find("its tokenizer has 50257 tokens but the model's vocabulary is 1000 (set --vocab 50257)"),
             std::string::npos)
       << small.out;
+}
+
+// FNV-1a-64 over bytes, for whole files.
+uint64_t fnv1a64_bytes(std::string_view bytes, uint64_t h = 0xcbf29ce484222325ull) {
+  for (const char c : bytes) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// A GPT-2 prepare writes the bytes it always has: every file of the directory (shards with
+// their headers, the manifest with this machine's paths replaced, the tokenizer's copies),
+// hashed by name and content, equals the hash of the output strata wrote before shards of
+// 32-bit tokens existed.
+TEST(DataPrepare, SixteenBitOutputIsByteIdenticalToEarlierReleases) {
+  if (!fs::exists(kGpt2)) GTEST_SKIP() << "no " << kGpt2;
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "Paragraph " + std::to_string(i * 7919 % 1000) + " of the corpus, 'quoted'.\n\n";
+  write_file(dir.file("c.txt"), text);
+  PrepareOptions o;
+  o.inputs = {dir.file("c.txt")};
+  o.tokenizer = kGpt2;
+  o.out = dir.file("p");
+  o.doc_split = DocSplit::blank_line;
+  o.val_docs = 10;
+  o.shard_tokens = 1000;
+  o.threads = 2;
+  prepare(o);
+  std::vector<std::string> names;
+  for (const auto& e : fs::recursive_directory_iterator(dir.file("p")))
+    if (e.is_regular_file()) names.push_back(fs::relative(e.path(), dir.file("p")).string());
+  std::sort(names.begin(), names.end());
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const std::string& name : names) {
+    std::string bytes = read_file(dir.file("p/" + name));
+    if (name == "manifest.json")
+      for (const std::string& local : {dir.str(), kGpt2})
+        for (size_t at; (at = bytes.find(local)) != std::string::npos;) bytes.replace(at, local.size(), "LOCAL");
+    h = fnv1a64_bytes(name + '\0' + bytes, h);
+  }
+  EXPECT_EQ(names.size(), 8u);  // manifest, 2 tokenizer files, 1 val and 4 train shards
+  EXPECT_EQ(h, 0xef0438b770874eb4ull) << std::hex << h;
+}
+
+// A tokenizer.json of Llama 3's family (its Split pattern, ignore_merges) whose vocabulary
+// is Llama 3's size, 128,256 ids: the byte tokens, merges whose tokens have ids past 65,535,
+// and <|endoftext|> as the top id. Written into `dir`; returns its path.
+std::string write_wide_tokenizer(const TempDir& dir) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_to_unicode(uint8_t(b))] = b;
+  const std::string space = byte_to_unicode(uint8_t(' '));
+  vocab["at"] = 300;
+  vocab["th"] = 65536;
+  vocab["the"] = 100000;
+  vocab[space + "the"] = 128000;
+  vocab[space + "c"] = 70001;
+  vocab[space + "cat"] = 90000;
+  const nlohmann::json merges = {"a t", "t h", "th e", space + " the", space + " c", space + "c at"};
+  const std::string pre = R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated"},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
+  nlohmann::json j = {{"model", {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", merges}}},
+                      {"pre_tokenizer", nlohmann::json::parse(pre)},
+                      {"added_tokens", {{{"id", 128255}, {"content", "<|endoftext|>"}, {"special", true}}}}};
+  fs::create_directories(dir.file("tok"));
+  const std::string path = dir.file("tok/tokenizer.json");
+  write_file(path, j.dump());
+  return path;
+}
+
+// A vocabulary past 65,536 is prepared into llm.c's uint32 shards: read back through --data
+// (open_split), every id equals the tokenizer's own encoding, ids past 65,535 included;
+// `data info` is clean and names a changed or truncated shard; `strata train` runs on it.
+TEST(DataPrepare, VocabularyPast16BitsWritesUint32Shards) {
+  TempDir dir;
+  const std::string tok_path = write_wide_tokenizer(dir);
+  std::string text;
+  for (int i = 0; i < 60; ++i)
+    text += "Paragraph " + std::to_string(i * 37) + ": the cat sat on the mat with the other cat.\n\n";
+  write_file(dir.file("c.txt"), text);
+  auto ok = run_strata("data prepare " + dir.file("c.txt") + " --tokenizer " + tok_path +
+                       " --doc-split blank-line --val-docs 3 --shard-tokens 300 -o " + dir.file("p"));
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("vocab 128256 (32-bit tokens: llm.c's version 7)"), std::string::npos) << ok.out;
+  const nlohmann::json m = read_manifest(dir.file("p"));
+  EXPECT_EQ(m["token_bits"], 32);
+  EXPECT_EQ(m["tokenizer"]["vocab"], 128256);
+  EXPECT_EQ(m["tokenizer"]["document_token"], 128255);
+  ASSERT_GT(m["shards"].size(), 3u);
+  int32_t head[3];
+  const std::string first = read_file(dir.file("p/train_000000.bin"));
+  std::memcpy(head, first.data(), sizeof head);
+  EXPECT_EQ(head[0], 20240801);
+  EXPECT_EQ(head[1], 7);
+  EXPECT_EQ(first.size(), 1024u + 4 * size_t(head[2]));
+
+  // The tokenizer's own encoding of each document, after the document token.
+  auto tok = open_tokenizer(tok_path);
+  std::vector<std::string> docs;
+  split_documents(dir.file("c.txt"), text, "text", DocSplit::blank_line, docs);
+  ASSERT_EQ(docs.size(), 60u);
+  std::vector<int32_t> want;
+  for (const std::string& d : docs) {
+    want.push_back(128255);
+    tok->encode(d, want);
+  }
+  for (const int32_t id : {128000, 100000, 90000, 65536})
+    EXPECT_NE(std::count(want.begin(), want.end(), id), 0) << "the corpus never encodes to " << id;
+  Split split = open_split(dir.file("p"), 0, 0.05, 0);
+  EXPECT_EQ(split.train->vocab(), 128256);
+  std::vector<int32_t> got(size_t(split.val->size() + split.train->size()));
+  split.val->read(0, split.val->size(), got.data());
+  split.train->read(0, split.train->size(), got.data() + split.val->size());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(tok->decode(got).substr(0, 13 + 16), "<|endoftext|>Paragraph 0: the");
+
+  auto info = run_strata("data info --data " + dir.file("p") + " --seq 16");
+  ASSERT_EQ(info.status, 0) << info.out;
+  EXPECT_NE(info.out.find("60 documents, " + std::to_string(want.size()) + " tokens"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("32-bit tokens"), std::string::npos) << info.out;
+  auto train = run_strata("train --data " + dir.file("p") +
+                          " --vocab 128256 --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --steps 2 --run-dir " +
+                          dir.file("run"));
+  EXPECT_EQ(train.status, 0) << train.out;
+
+  // A token past the model's vocabulary, read from the shard itself, names it.
+  const std::string shard = dir.file("p/train_000001.bin");
+  auto range = run_strata("data info --data " + dir.file("p/train_000000.bin") + " --vocab 1000");
+  EXPECT_NE(range.status, 0);
+  EXPECT_NE(range.out.find("token file " + dir.file("p/train_000000.bin") + ": token id 128255 at token offset 0 "
+                           "(byte 1024) is >= vocab 1000"),
+            std::string::npos)
+      << range.out;
+  EXPECT_EQ(std::count(range.out.begin(), range.out.end(), '\n'), 1) << range.out;
+  // One changed byte (the high half of a token), then a truncated shard, named in one line.
+  std::string bytes = read_file(shard);
+  bytes[1024 + 4 * 10 + 2] ^= 1;
+  write_file(shard, bytes);
+  auto bad = run_strata("data info --data " + dir.file("p") + " --seq 16");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("shard " + shard + ": its tokens hash to"), std::string::npos) << bad.out;
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  bytes[1024 + 4 * 10 + 2] ^= 1;
+  write_file(shard, bytes.substr(0, 1023 + 4 * 50));
+  for (const std::string cmd : {"data info --data ", "train --steps 1 --layers 1 --dim 32 --vocab 128256 --data "}) {
+    auto t = run_strata(cmd + dir.file("p") + " --seq 16");
+    EXPECT_NE(t.status, 0);
+    EXPECT_NE(t.out.find("shard " + shard + ": " + std::to_string(1023 + 4 * 50) + " bytes, expected " +
+                         std::to_string(1024 + 4 * 300) + " for 300 tokens of 4 bytes"),
+              std::string::npos)
+        << t.out;
+    EXPECT_EQ(std::count(t.out.begin(), t.out.end(), '\n'), 1) << t.out;
+  }
+  write_file(shard, bytes);
+  // A manifest that does not say 32 bits (as one from before the key) does not match the shards.
+  nlohmann::json old = m;
+  old.erase("token_bits");
+  write_manifest(dir.file("p"), old);
+  auto narrow = run_strata("data info --data " + dir.file("p"));
+  EXPECT_NE(narrow.status, 0);
+  EXPECT_NE(narrow.out.find("its header declares 32-bit tokens, the manifest 16"), std::string::npos) << narrow.out;
+  old["token_bits"] = 24;
+  write_manifest(dir.file("p"), old);
+  auto odd = run_strata("data info --data " + dir.file("p"));
+  EXPECT_NE(odd.out.find("manifest.json: \"token_bits\" is 24 (expected 16 or 32)"), std::string::npos) << odd.out;
 }
 
 // Every defect is one line naming the file (and line); a failed run leaves neither the output

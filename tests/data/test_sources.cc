@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -141,6 +143,88 @@ TEST(TokenFiles, BinShardsInADirectoryOrGlobAreOneStream) {
     s.train->read(50, 250, mid.data());
     for (size_t i = 0; i < mid.size(); ++i) ASSERT_EQ(mid[i], all[50 + i]);
     EXPECT_NE(s.train->describe().find("3 files"), std::string::npos) << s.train->describe();
+  }
+}
+
+// Both of llm.c's widths written and read back id for id: uint16 as version 1, uint32 (ids
+// past 65,535, Llama 3's vocabulary by default) as version 7, and the two in one stream.
+TEST(TokenFiles, BothWidthsRoundTrip) {
+  TempDir dir;
+  std::vector<uint16_t> narrow;
+  std::vector<uint32_t> wide;
+  for (uint32_t i = 0; i < 1000; ++i) {
+    narrow.push_back(uint16_t((i * 7919) % 65536));
+    wide.push_back((i * 104729u) % 128256u);
+  }
+  wide.back() = 128255;  // the top id of a 128,256-token vocabulary
+  write_bin(dir.file("a_16.bin"), narrow);
+  write_bin(dir.file("b_32.bin"), wide);
+  const std::string bytes16 = test::read_file(dir.file("a_16.bin")), bytes32 = test::read_file(dir.file("b_32.bin"));
+  ASSERT_EQ(bytes16.size(), 1024u + 2 * 1000);
+  ASSERT_EQ(bytes32.size(), 1024u + 4 * 1000);
+  int32_t head[3];
+  std::memcpy(head, bytes32.data(), sizeof head);
+  EXPECT_EQ(head[0], 20240801);  // llm.c's dev/data/data_common.py, "llama-3"
+  EXPECT_EQ(head[1], 7);
+  EXPECT_EQ(head[2], 1000);
+  std::memcpy(head, bytes16.data(), sizeof head);
+  EXPECT_EQ(head[0], 20240520);
+  EXPECT_EQ(head[1], 1);
+
+  Split s32 = open_split(dir.file("b_32.bin"), 0, 0.0);
+  EXPECT_EQ(s32.train->vocab(), kLlama3Vocab);
+  const std::vector<int32_t> got32 = read_all(*s32.train);
+  ASSERT_EQ(got32.size(), wide.size());
+  for (size_t i = 0; i < wide.size(); ++i) ASSERT_EQ(uint32_t(got32[i]), wide[i]) << "token " << i;
+  Split s16 = open_split(dir.file("a_16.bin"), 0, 0.0, 65536);
+  const std::vector<int32_t> got16 = read_all(*s16.train);
+  for (size_t i = 0; i < narrow.size(); ++i) ASSERT_EQ(got16[i], narrow[i]) << "token " << i;
+
+  // A directory of both widths is one stream; a read crosses from one width to the other.
+  Split both = open_split(dir.str(), 0, 0.0, 128256);
+  ASSERT_EQ(both.train->size(), 2000);
+  std::vector<int32_t> mid(10);
+  both.train->read(995, 10, mid.data());
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(mid[size_t(i)], narrow[size_t(995 + i)]);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(uint32_t(mid[size_t(5 + i)]), wide[size_t(i)]);
+}
+
+// Bad uint32 files are named with their numbers as uint16 ones are.
+TEST(TokenFiles, BadWideFilesAreNamedWithTheirNumbers) {
+  TempDir dir;
+  std::vector<uint32_t> tokens(100, 70000);
+  tokens[42] = 128256;
+  write_bin(dir.file("big.bin"), tokens);
+  expect_error([&] { open_split(dir.file("big.bin"), 0, 0.0); },
+               {"big.bin", "token id 128256", "offset 42", "byte 1192", "vocab 128256"});
+  expect_error([&] { open_split(dir.file("big.bin"), 0, 0.0, 65536); }, {"big.bin", "token id 70000", "offset 0"});
+  tokens[42] = 5;
+  write_bin(dir.file("ok.bin"), tokens);
+  fs::copy_file(dir.file("ok.bin"), dir.file("trunc.bin"));
+  fs::resize_file(dir.file("trunc.bin"), 1024 + 4 * 100 - 2);  // half a token short
+  expect_error([&] { open_split(dir.file("trunc.bin"), 0); },
+               {"trunc.bin", "100 tokens", "1424 bytes", "1422 bytes", "truncated"});
+  fs::copy_file(dir.file("ok.bin"), dir.file("long.bin"));
+  fs::resize_file(dir.file("long.bin"), 1024 + 4 * 100 + 2);
+  expect_error([&] { open_split(dir.file("long.bin"), 0); }, {"long.bin", "trailing"});
+  // A uint16 count read as if it were uint32 (or the other way) does not match the size.
+  {
+    std::string bytes = test::read_file(dir.file("ok.bin"));
+    int32_t v1[2] = {kBinMagic, kBinVersion};
+    std::memcpy(bytes.data(), v1, sizeof v1);
+    test::write_file(dir.file("as16.bin"), bytes);
+  }
+  expect_error([&] { open_split(dir.file("as16.bin"), 0); }, {"as16.bin", "1224 bytes", "1424 bytes", "trailing"});
+  // Llama 3's magic with another version, and GPT-2's magic with Llama 3's version.
+  for (const auto& [name, magic, version, expect] :
+       {std::tuple{"v3.bin", kBin32Magic, 3, "expected 7: uint32 tokens"},
+        std::tuple{"v7.bin", kBinMagic, 7, "expected 1: uint16 tokens"}}) {
+    std::string bytes = test::read_file(dir.file("ok.bin"));
+    const int32_t mv[2] = {magic, version};
+    std::memcpy(bytes.data(), mv, sizeof mv);
+    test::write_file(dir.file(name), bytes);
+    expect_error([&] { open_split(dir.file(name), 0); },
+                 {name, "unsupported version " + std::to_string(version), "magic " + std::to_string(magic), expect});
   }
 }
 
