@@ -248,7 +248,7 @@ std::string ShmTransport::health(std::string& reason) {
   }
   if (same_process_) return "";
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+    if (p == rank_ || opt_.peer_may_die(p)) continue;  // its ops fail alone (types.h)
     RankCtrl& c = seg_.ctrl(p);
     if (c.state.load(std::memory_order_acquire) != kRankAttached) continue;
     int pid = c.pid.load();
