@@ -369,7 +369,9 @@ std::shared_ptr<ProcessGroup> GroupRuntime::split(int color, int key, std::strin
   std::unique_ptr<Transport> t = std::move(split_result_);
   std::vector<int> ranks = std::move(split_ranks_);
   if (!t) return nullptr;
-  auto rt = std::make_unique<GroupRuntime>(std::move(t), op.split_name, std::move(ranks), options_);
+  Options sub = options_;
+  sub.may_die.clear();  // numbered by this group's ranks (types.h)
+  auto rt = std::make_unique<GroupRuntime>(std::move(t), op.split_name, std::move(ranks), sub);
   return std::make_shared<ProcessGroup>(std::move(rt));
 }
 

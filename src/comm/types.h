@@ -73,6 +73,7 @@ struct Options {
   // with one of them fails alone with PeerDeadError when it dies, and the watchdog does not
   // abort the group for it. A federated server treats a dead client as a dropout
   // (fed/server.h); every other job keeps the default, where any death aborts the group.
+  // Groups split from this one do not inherit it (their ranks are numbered anew).
   std::vector<int> may_die;
   bool peer_may_die(int rank) const {
     return std::find(may_die.begin(), may_die.end(), rank) != may_die.end();

@@ -52,18 +52,25 @@ struct Server {
                  (long long)round_now + 1, cfg.rounds, client, why.c_str(), waited_s);
   }
   int alive() const { return int(std::count(dead.begin(), dead.end(), false)); }
+  // Runs f, an op with `client`; false when it found the client dead (now marked so).
+  template <typename F>
+  bool with_client(int client, F&& f) {
+    const int64_t t0 = now_ns();
+    try {
+      f();
+      return true;
+    } catch (const comm::detail::PeerDeadError& e) {
+      mark_dead(client, e.what(), double(now_ns() - t0) / 1e9);
+      return false;
+    }
+  }
 
   // Nothing goes to a dead client; a send that finds it dead marks it.
   void send(int client, Header h, const void* payload) {
     if (dead[size_t(client)]) return;
     h.client = client;
     const uint64_t before = traffic.sent;
-    const int64_t t0 = now_ns();
-    try {
-      send_message(g, client + 1, h, payload, traffic);
-    } catch (const comm::detail::PeerDeadError& e) {
-      mark_dead(client, e.what(), double(now_ns() - t0) / 1e9);
-    }
+    with_client(client, [&] { send_message(g, client + 1, h, payload, traffic); });
     client_bytes[size_t(client)] += traffic.sent - before;
   }
   void control(int client, int64_t round, uint32_t flags) {
@@ -93,17 +100,8 @@ struct Collected {
 Collected collect(Server& s, RoundRecord& rec, const std::vector<int>& from, Kind kind,
                   int64_t round, const std::function<bool(int, const Message&)>& accept,
                   uint64_t expect_bytes = 0) {
-  auto died = [&](int k, const comm::detail::PeerDeadError& e, int64_t since_ns) {
-    s.mark_dead(k, e.what(), double(now_ns() - since_ns) / 1e9);
-  };
-  for (int k : from) {
-    const int64_t t0 = now_ns();
-    try {
-      if (!s.dead[size_t(k)]) s.links[size_t(k)].post(s.traffic);
-    } catch (const comm::detail::PeerDeadError& e) {
-      died(k, e, t0);
-    }
-  }
+  for (int k : from)
+    if (!s.dead[size_t(k)]) s.with_client(k, [&] { s.links[size_t(k)].post(s.traffic); });
   const int64_t deadline_ns = s.cfg.deadline_s > 0 ? now_ns() + int64_t(s.cfg.deadline_s * 1e9) : 0;
   Collected c;
   for (int k : from) {
@@ -114,12 +112,8 @@ Collected collect(Server& s, RoundRecord& rec, const std::vector<int>& from, Kin
     }
     Message m;
     const uint64_t before = s.traffic.received;
-    const int64_t t0 = now_ns();
     bool arrived = false;
-    try {
-      arrived = s.links[size_t(k)].wait(deadline_ns, m, s.traffic);
-    } catch (const comm::detail::PeerDeadError& e) {
-      died(k, e, t0);
+    if (!s.with_client(k, [&] { arrived = s.links[size_t(k)].wait(deadline_ns, m, s.traffic); })) {
       ++rec.dropped, ++rec.died;
       continue;
     }
@@ -259,12 +253,7 @@ void apply_update(Server& s, const std::vector<float>& d) {
 // Every live client: its late message read, then told to stop.
 void stop_clients(Server& s, int64_t round) {
   for (int k = 0; k < s.cfg.clients; ++k) {
-    const int64_t t0 = now_ns();
-    try {
-      if (!s.dead[size_t(k)]) s.links[size_t(k)].drain(s.traffic);
-    } catch (const comm::detail::PeerDeadError& e) {
-      s.mark_dead(k, e.what(), double(now_ns() - t0) / 1e9);
-    }
+    if (!s.dead[size_t(k)]) s.with_client(k, [&] { s.links[size_t(k)].drain(s.traffic); });
     s.control(k, round, kStop);
   }
 }
