@@ -4,17 +4,16 @@
 // and for segments left in /dev/shm.
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "support/run.h"
+#include "support/temp_dir.h"
 
 namespace strata::fed {
 namespace {
@@ -26,26 +25,24 @@ struct JobRun {
   int launcher_pid = -1;
 };
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// The launcher is the shell that execs strata, so $$ is its pid: what names its job's
-// segments ("strata-j<pid>-...") and what its ranks carry in STRATA_LAUNCHER_PID.
+// `strata fed train ARGS` as a child of this test, so its pid is the launcher's: what names
+// its job's segments ("strata-j<pid>-...") and what its ranks carry in STRATA_LAUNCHER_PID.
+// A hang fails the test at the time limit instead of blocking it.
 JobRun fed_train(const std::string& args) {
-  const std::string base = (std::filesystem::temp_directory_path() /
-                            ("strata_fed_dead_" + std::to_string(::getpid()))).string();
-  const std::string cmd = "sh -c 'echo $$ >" + base + ".pid; exec " + STRATA_BINARY + " fed train " +
-                          args + " --summary " + base + ".json' >" + base + ".out 2>" + base + ".err";
-  const int rc = std::system(cmd.c_str());
+  test::TempDir dir("fed");
+  std::vector<std::string> argv = {STRATA_BINARY, "fed", "train"};
+  std::istringstream words(args);
+  for (std::string w; words >> w;) argv.push_back(w);
+  argv.insert(argv.end(), {"--summary", dir.file("summary.json")});
+  test::Proc p = test::start(argv, {}, test::Streams::separate);
+  const bool finished = test::wait_for(p, 120);
+  EXPECT_TRUE(finished) << args << ": still running after 120 s\n" << p.out << p.err;
   JobRun r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  r.launcher_pid = std::atoi(slurp(base + ".pid").c_str());
-  if (r.status == 0) r.summary = nlohmann::json::parse(slurp(base + ".json"));
-  for (const char* ext : {".out", ".err", ".pid", ".json"}) std::filesystem::remove(base + ext);
+  r.status = finished ? p.exit_code() : -1;
+  r.out = p.out;
+  r.err = p.err;
+  r.launcher_pid = int(p.pid);
+  if (r.status == 0) r.summary = nlohmann::json::parse(test::read_file(dir.file("summary.json")));
   return r;
 }
 
@@ -68,7 +65,7 @@ std::vector<int> orphans(int launcher_pid) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    std::string env = slurp(e.path().string() + "/environ");
+    std::string env = test::read_file(e.path().string() + "/environ");
     std::replace(env.begin(), env.end(), '\0', '\n');
     if (("\n" + env).find("\n" + mark + "\n") != std::string::npos) found.push_back(std::stoi(name));
   }
