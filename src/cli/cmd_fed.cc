@@ -30,6 +30,7 @@ struct FedArgs {
   double timeout_s = 0;
   CLI::Option *noise_opt = nullptr, *clip_opt = nullptr;  // given: 0 never silently means "no DP" or sigma = 1
   std::string bad_update, delay;  // CLIENT:ROUND, CLIENT:SECONDS
+  std::string kill, drop;         // CLIENT[,CLIENT...]:ROUND
   bool json = false;
 };
 
@@ -40,6 +41,28 @@ std::pair<int, double> client_pair(const std::string& flag, const std::string& v
     return {std::stoi(v.substr(0, colon)), std::stod(v.substr(colon + 1))};
   } catch (const std::exception&) {
     fail(flag, " takes CLIENT:NUMBER (got '", v, "')");
+  }
+}
+
+// "1,3:2" -> clients {1, 3}, round 2 (counted from 1, as on the command line).
+std::pair<std::vector<int>, int> clients_round(const std::string& flag, const std::string& v) {
+  const size_t colon = v.rfind(':');
+  STRATA_CHECK(colon != std::string::npos && colon > 0, flag, " takes CLIENT[,CLIENT...]:ROUND (got '", v, "')");
+  std::vector<int> ids;
+  try {
+    for (size_t at = 0; at < colon;) {
+      const size_t comma = std::min(v.find(',', at), colon);
+      size_t used = 0;
+      ids.push_back(std::stoi(v.substr(at, comma - at), &used));
+      STRATA_CHECK(used == comma - at, flag, " takes CLIENT[,CLIENT...]:ROUND (got '", v, "')");
+      at = comma + 1;
+    }
+    size_t used = 0;
+    const int round = std::stoi(v.substr(colon + 1), &used);
+    STRATA_CHECK(used == v.size() - colon - 1, flag, " takes CLIENT[,CLIENT...]:ROUND (got '", v, "')");
+    return {ids, round};
+  } catch (const std::logic_error&) {
+    fail(flag, " takes CLIENT[,CLIENT...]:ROUND (got '", v, "')");
   }
 }
 
@@ -54,6 +77,14 @@ fed::FedConfig resolve(FedArgs& a) {
   if (!a.bad_update.empty()) {
     auto [k, r] = client_pair("--inject-bad-update", a.bad_update);
     c.bad_client = k, c.bad_round = int(r) - 1;  // rounds count from 1 on the command line
+  }
+  if (!a.kill.empty()) {
+    std::tie(c.kill_clients, c.kill_round) = clients_round("--inject-kill", a.kill);
+    --c.kill_round;
+  }
+  if (!a.drop.empty()) {
+    std::tie(c.drop_clients, c.drop_round) = clients_round("--inject-drop", a.drop);
+    --c.drop_round;
   }
   if (!a.delay.empty()) std::tie(c.slow_client, c.slow_s) = client_pair("--inject-delay", a.delay);
   STRATA_CHECK(!a.noise_opt || a.noise_opt->count() == 0 || c.dp_noise > 0, "--noise-multiplier must be > 0 (got ",
@@ -120,6 +151,12 @@ void setup_train(CLI::App& app) {
   app.add_flag("--json", a->json, "JSON records instead of lines");
   app.add_option("--inject-bad-update", a->bad_update, "CLIENT:ROUND sends a wrong-sized update (tests)");
   app.add_option("--inject-delay", a->delay, "CLIENT:SECONDS sleeps before each update (tests)");
+  app.add_option("--inject-kill", a->kill,
+                 "CLIENT[,CLIENT...]:ROUND: those client processes SIGKILL themselves in that round, where a "
+                 "dropout would leave (tests)");
+  app.add_option("--inject-drop", a->drop,
+                 "CLIENT[,CLIENT...]:ROUND: those clients drop out of every round from that one on, "
+                 "announced (the simulated twin of --inject-kill; tests)");
   RunConfigFlags& config = add_run_config(app, "fed");
   app.callback([a, &app, &config] {
     if (config.print) {

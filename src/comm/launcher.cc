@@ -540,6 +540,14 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
       c.running = false;
       c.status = status;
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && c.rank >= 0 && std::count(o.may_fail.begin(), o.may_fail.end(), c.rank)) {
+        if (kill_deadline) continue;  // stopping everyone anyway
+        const std::string line = cat("strata launch: rank ", c.rank, " ", describe_wait_status(status),
+                                     "; the job goes on without it");
+        if (o.log) o.log(line);
+        else std::fprintf(stderr, "%s\n", line.c_str());
+        continue;
+      }
       if (!ok && res.exit_code == 0 && (!kill_deadline || abort_deadline)) {
         res.exit_code = exit_code_of(status);
         if (c.rank >= 0) {

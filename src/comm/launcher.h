@@ -62,6 +62,10 @@ struct LaunchOptions {
   // host, or launch throws naming the host and the interface. Empty: MPI's choice (OpenMPI
   // stripes over every interface that is up).
   std::vector<std::string> ifaces;
+  // shm: ranks whose death or non-zero exit does not stop the job (the others handle it:
+  // a federated client that dies is a dropout of its round, fed/server.h). Each such
+  // failure is reported through `log`; the job's result is that of the other ranks.
+  std::vector<int> may_fail;
   int max_restarts = 0;  // relaunch the whole job after a failure, up to this many times
   // With hosts and max_restarts: a restart leaves out the host of the rank that failed
   // (named by mpirun: "process rank R ... on node H exited on signal S", or "Remote daemon:

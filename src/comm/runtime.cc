@@ -208,6 +208,20 @@ void GroupRuntime::on_failure(std::exception_ptr err) {
   watchdog().notify_failure(this, reason, msg);
 }
 
+// A point-to-point op with a peer that may die (Options::may_die) and did fails alone: the
+// group stays usable for the other peers. Any other failure breaks the group.
+void GroupRuntime::fail_p2p(const OpDesc& op, std::exception_ptr err) {
+  if (options_.peer_may_die(op.peer)) {
+    try {
+      std::rethrow_exception(err);
+    } catch (const PeerDeadError&) {
+      return;
+    } catch (...) {
+    }
+  }
+  on_failure(err);
+}
+
 // Runs one collective on this thread; returns its error (after the failure handling).
 std::exception_ptr GroupRuntime::run_collective_op(OpDesc& op, uint64_t rec_id, int64_t start) {
   if (broken_) return broken_error();
@@ -303,7 +317,7 @@ void GroupRuntime::p2p_loop() {
       }
       if (err) {
         flight_recorder().update(it->rec_id, OpState::failed);
-        on_failure(err);
+        fail_p2p(it->op, err);
         finish(*it, err);
         it->st.finished = true;
         it.reset();
@@ -329,7 +343,7 @@ void GroupRuntime::p2p_loop() {
           } catch (...) {
             std::exception_ptr err = std::current_exception();
             flight_recorder().update(it->rec_id, OpState::failed);
-            on_failure(err);
+            fail_p2p(it->op, err);
             finish(*it, err);
             it.reset();
           }
@@ -355,7 +369,9 @@ std::shared_ptr<ProcessGroup> GroupRuntime::split(int color, int key, std::strin
   std::unique_ptr<Transport> t = std::move(split_result_);
   std::vector<int> ranks = std::move(split_ranks_);
   if (!t) return nullptr;
-  auto rt = std::make_unique<GroupRuntime>(std::move(t), op.split_name, std::move(ranks), options_);
+  Options sub = options_;
+  sub.may_die.clear();  // numbered by this group's ranks (types.h)
+  auto rt = std::make_unique<GroupRuntime>(std::move(t), op.split_name, std::move(ranks), sub);
   return std::make_shared<ProcessGroup>(std::move(rt));
 }
 

@@ -72,6 +72,7 @@ class GroupRuntime {
   void p2p_loop();
   void finish(Item& item, std::exception_ptr err);
   void on_failure(std::exception_ptr err);
+  void fail_p2p(const OpDesc& op, std::exception_ptr err);
   std::exception_ptr broken_error() const;
 
   std::unique_ptr<Transport> transport_;

@@ -1,10 +1,12 @@
 // Vocabulary shared by every communication backend: reduction operators, operation kinds,
 // backends, and the options a process group is created with.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -66,6 +68,16 @@ struct Options {
   // Several hosts (mpi backend): STRATA_HIER / STRATA_HIER_MIN_BYTES override these.
   HierAlgo hier_algo = HierAlgo::automatic;
   size_t hier_min_bytes = 0;  // 0: the default (comm/hier/hier_transport.h)
+
+  // Ranks of the group whose death is not the group's failure (shm): a point-to-point op
+  // with one of them fails alone with PeerDeadError when it dies, and the watchdog does not
+  // abort the group for it. A federated server treats a dead client as a dropout
+  // (fed/server.h); every other job keeps the default, where any death aborts the group.
+  // Groups split from this one do not inherit it (their ranks are numbered anew).
+  std::vector<int> may_die;
+  bool peer_may_die(int rank) const {
+    return std::find(may_die.begin(), may_die.end(), rank) != may_die.end();
+  }
 };
 
 const char* hier_algo_name(HierAlgo a);      // "automatic", "flat", "hierarchical"

@@ -1,4 +1,8 @@
 // The federated client loop: see server.h.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -59,7 +63,14 @@ struct Client {
                  kind_name(Kind(m.h.kind)), " for round ", m.h.round);
     return true;
   }
+  // Where a simulated dropout leaves the round, a client injected to die (--inject-kill)
+  // SIGKILLs itself: the server must tell the two apart by nothing but the closed channel.
   bool drops_out(int64_t round) const {
+    auto listed = [&](const std::vector<int>& ids) {
+      return std::find(ids.begin(), ids.end(), id) != ids.end();
+    };
+    if (round == cfg.kill_round && listed(cfg.kill_clients)) ::kill(::getpid(), SIGKILL);
+    if (cfg.drop_round >= 0 && round >= cfg.drop_round && listed(cfg.drop_clients)) return true;
     if (cfg.dropout <= 0) return false;
     Rng r(cfg.seed, kDropoutStream + (uint64_t(id) << 32) + uint64_t(round));
     return r.uniform_double() < cfg.dropout;

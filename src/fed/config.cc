@@ -2,6 +2,7 @@
 #include "fed/config.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -37,6 +38,13 @@ void FedConfig::validate() const {
     STRATA_CHECK(dp_clip > 0, "--clip-norm must be > 0 (got ", dp_clip, ")");
     STRATA_CHECK(dp_noise > 0, "--noise-multiplier must be > 0 (got ", dp_noise, ")");
     STRATA_CHECK(dp_delta > 0 && dp_delta < 1, "--delta must be in (0, 1) (got ", dp_delta, ")");
+  }
+  for (auto [flag, ids, round] : {std::tuple{"--inject-kill", &kill_clients, kill_round},
+                                   std::tuple{"--inject-drop", &drop_clients, drop_round}}) {
+    for (int k : *ids)
+      STRATA_CHECK(k >= 0 && k < clients, flag, ": client ", k, " is not in [0, --clients = ", clients, ")");
+    STRATA_CHECK(ids->empty() || (round >= 0 && round < rounds), flag, ": round ", round + 1,
+                 " is not in [1, --rounds = ", rounds, "]");
   }
   STRATA_CHECK(eval_windows >= 1, "--eval-windows must be positive (got ", eval_windows, ")");
 }

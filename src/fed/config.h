@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "fed/local.h"
 #include "fed/partition.h"
@@ -42,6 +43,12 @@ struct FedConfig {
   int bad_round = -1;
   int slow_client = -1;
   double slow_s = 0;
+  // --inject-kill CLIENTS:ROUND: those clients SIGKILL themselves in round ROUND, at the step
+  // where a simulated dropout leaves (after sharing their masks under secure aggregation);
+  // --inject-drop CLIENTS:ROUND: those clients drop out, announced, of every round from ROUND
+  // on: the simulated twin of the kill.
+  std::vector<int> kill_clients, drop_clients;
+  int kill_round = -1, drop_round = -1;
 
   int t() const { return threshold > 0 ? threshold : per_round / 2 + 1; }
   bool dp() const { return dp_clip > 0; }

@@ -39,8 +39,11 @@ std::optional<int> launch_if_needed(const FedConfig& cfg, comm::Backend backend,
   o.command = train::own_command_line();
   o.rank_exec = comm::self_executable();
   o.extra_env.emplace_back("OMP_NUM_THREADS", "1");
+  // A client that dies is the server's to handle (a dropout, server.h), not the job's end.
+  for (int k = 1; k <= cfg.clients; ++k) o.may_fail.push_back(k);
   comm::LaunchResult r = comm::launch(o);
-  if (r.exit_code != 0) std::fprintf(stderr, "strata fed: %s\n", r.message.c_str());
+  // The server says why it failed in its own line.
+  if (r.exit_code != 0 && r.failed_rank != 0) std::fprintf(stderr, "strata fed: %s\n", r.message.c_str());
   return r.exit_code;
 }
 
@@ -50,7 +53,7 @@ nlohmann::json summary_json(const FedConfig& cfg, const FedResult& r) {
   int applied = 0;
   for (const RoundRecord& x : r.rounds) {
     rounds.push_back({{"round", x.round},           {"selected", x.selected},
-                      {"survivors", x.survivors},   {"dropped", x.dropped},
+                      {"survivors", x.survivors},   {"dropped", x.dropped}, {"died", x.died},
                       {"late", x.late},             {"rejected", x.rejected},
                       {"applied", x.applied},       {"note", x.note},
                       {"train_loss", x.train_loss}, {"eval_loss", x.eval_loss},
@@ -78,7 +81,9 @@ nlohmann::json summary_json(const FedConfig& cfg, const FedResult& r) {
 }
 
 void run_as_rank(const FedConfig& cfg, bool json, const std::string& summary_path) {
-  comm::GroupPtr g = comm::init_from_env();
+  comm::Options opt;
+  for (int k = 1; k <= cfg.clients; ++k) opt.may_die.push_back(k);  // the server's ops with it fail alone
+  comm::GroupPtr g = comm::init_from_env(opt);
   STRATA_CHECK(g->size() == cfg.clients + 1, "fed: --clients ", cfg.clients, " needs ",
                cfg.clients + 1, " ranks but the launcher started ", g->size());
   if (g->rank() != 0) return run_client(*g, cfg);
@@ -88,9 +93,10 @@ void run_as_rank(const FedConfig& cfg, bool json, const std::string& summary_pat
                                           {"applied", x.applied}, {"eval_loss", x.eval_loss},
                                           {"wall_s", x.wall_s}}).dump().c_str());
     } else {
-      std::printf("round %lld/%d: %d of %d clients (%d dropped, %d late, %d rejected)%s%s",
-                  (long long)x.round + 1, cfg.rounds, x.survivors, x.selected, x.dropped, x.late,
-                  x.rejected, x.applied ? "" : ", NOT applied: ", x.applied ? "" : x.note.c_str());
+      std::printf("round %lld/%d: %d of %d clients (%d dropped%s, %d late, %d rejected)%s%s",
+                  (long long)x.round + 1, cfg.rounds, x.survivors, x.selected, x.dropped,
+                  x.died ? cat(" of which ", x.died, " died").c_str() : "", x.late, x.rejected,
+                  x.applied ? "" : ", NOT applied: ", x.applied ? "" : x.note.c_str());
       if (x.train_loss > 0) std::printf(", local loss %.4f", x.train_loss);
       if (x.eval_loss >= 0) std::printf(", held-out %.4f", x.eval_loss);
       std::printf(", %.3f s, %.1f KB down, %.1f KB up\n", x.wall_s, x.bytes_down / 1e3, x.bytes_up / 1e3);

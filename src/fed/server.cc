@@ -1,10 +1,12 @@
 // The federated server loop: see server.h.
 #include "fed/server.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
 
+#include "comm/transport.h"
 #include "core/error.h"
 #include "fed/accountant.h"
 #include "fed/dp.h"
@@ -25,6 +27,8 @@ struct Server {
   Traffic traffic;
   std::vector<uint64_t> client_bytes;
   std::vector<bool> took_part;  // sampled in at least one round
+  std::vector<bool> dead;       // its process died: a dropout of every round from then on
+  int64_t round_now = 0;
   std::vector<float> adam_m, adam_v;
   std::function<void(int, const Message&)> inspect;
 
@@ -32,15 +36,41 @@ struct Server {
       : g(group), cfg(c), model(c.model, int(std::min<int64_t>(64, c.eval_windows))),
         P(model.num_params()),
         data(open_fed_data(c.data, c.seed, c.partition, c.clients, -1, c.local.seq)),
-        client_bytes(size_t(c.clients), 0), took_part(size_t(c.clients), false) {
+        client_bytes(size_t(c.clients), 0), took_part(size_t(c.clients), false),
+        dead(size_t(c.clients), false) {
     for (int k = 0; k < c.clients; ++k) links.emplace_back(g, k + 1);
     model.init(c.seed);
   }
 
+  // The transport tells a dead client (comm::Options::may_die) by failing the op with it;
+  // `waited_s` is how long the server had been waiting on it when it learnt.
+  void mark_dead(int client, const std::string& why, double waited_s) {
+    dead[size_t(client)] = true;
+    std::fprintf(stderr,
+                 "strata fed: round %lld/%d: client %d died (%s), seen after %.3f s of waiting; a "
+                 "dropout of this round and of every later one\n",
+                 (long long)round_now + 1, cfg.rounds, client, why.c_str(), waited_s);
+  }
+  int alive() const { return int(std::count(dead.begin(), dead.end(), false)); }
+  // Runs f, an op with `client`; false when it found the client dead (now marked so).
+  template <typename F>
+  bool with_client(int client, F&& f) {
+    const int64_t t0 = now_ns();
+    try {
+      f();
+      return true;
+    } catch (const comm::detail::PeerDeadError& e) {
+      mark_dead(client, e.what(), double(now_ns() - t0) / 1e9);
+      return false;
+    }
+  }
+
+  // Nothing goes to a dead client; a send that finds it dead marks it.
   void send(int client, Header h, const void* payload) {
+    if (dead[size_t(client)]) return;
     h.client = client;
     const uint64_t before = traffic.sent;
-    send_message(g, client + 1, h, payload, traffic);
+    with_client(client, [&] { send_message(g, client + 1, h, payload, traffic); });
     client_bytes[size_t(client)] += traffic.sent - before;
   }
   void control(int client, int64_t round, uint32_t flags) {
@@ -70,13 +100,23 @@ struct Collected {
 Collected collect(Server& s, RoundRecord& rec, const std::vector<int>& from, Kind kind,
                   int64_t round, const std::function<bool(int, const Message&)>& accept,
                   uint64_t expect_bytes = 0) {
-  for (int k : from) s.links[size_t(k)].post(s.traffic);
+  for (int k : from)
+    if (!s.dead[size_t(k)]) s.with_client(k, [&] { s.links[size_t(k)].post(s.traffic); });
   const int64_t deadline_ns = s.cfg.deadline_s > 0 ? now_ns() + int64_t(s.cfg.deadline_s * 1e9) : 0;
   Collected c;
   for (int k : from) {
+    // A dead client counts as a dropout of the step it missed, as a `gone` would.
+    if (s.dead[size_t(k)]) {
+      ++rec.dropped, ++rec.died;
+      continue;
+    }
     Message m;
     const uint64_t before = s.traffic.received;
-    const bool arrived = s.links[size_t(k)].wait(deadline_ns, m, s.traffic);
+    bool arrived = false;
+    if (!s.with_client(k, [&] { arrived = s.links[size_t(k)].wait(deadline_ns, m, s.traffic); })) {
+      ++rec.dropped, ++rec.died;
+      continue;
+    }
     s.client_bytes[size_t(k)] += s.traffic.received - before;
     if (arrived && s.inspect) s.inspect(k, m);
     if (!arrived) {
@@ -210,12 +250,36 @@ void apply_update(Server& s, const std::vector<float>& d) {
   }
 }
 
+// Every live client: its late message read, then told to stop.
+void stop_clients(Server& s, int64_t round) {
+  for (int k = 0; k < s.cfg.clients; ++k) {
+    if (!s.dead[size_t(k)]) s.with_client(k, [&] { s.links[size_t(k)].drain(s.traffic); });
+    s.control(k, round, kStop);
+  }
+}
+
+// Waits (up to 10 s each) until the live clients told to stop have left the group, which
+// fails a receive posted on them: a job that fails next has the launcher stop whoever is
+// left with SIGTERM, and a client caught still exiting would write a flight dump for nothing.
+void await_exits(Server& s) {
+  for (int k = 0; k < s.cfg.clients; ++k) {
+    if (s.dead[size_t(k)]) continue;
+    try {
+      Message m;
+      s.links[size_t(k)].post(s.traffic);
+      s.links[size_t(k)].wait(now_ns() + int64_t(10e9), m, s.traffic);
+    } catch (const comm::detail::PeerDeadError&) {
+    }
+  }
+}
+
 RoundRecord run_round(Server& s, int64_t round) {
   const FedConfig& cfg = s.cfg;
   RoundRecord rec;
   rec.round = round;
   const Traffic before = s.traffic;
   const int64_t t0 = now_ns();
+  s.round_now = round;
   const std::vector<int> sel = sample_clients(cfg.seed, round, cfg.clients, cfg.per_round);
   rec.selected = int(sel.size());
   size_t next = 0;
@@ -262,12 +326,23 @@ FedResult run_server(comm::ProcessGroup& g, const FedConfig& cfg,
     r.rejected += rec.rejected;
     if (rec.eval_loss >= 0) r.eval_loss = rec.eval_loss;
     if (on_round) on_round(rec);
+    const bool applied = rec.applied;
     r.rounds.push_back(std::move(rec));
+    const int needed = cfg.secure_agg ? cfg.t() : 1;
+    if (applied || s.alive() >= needed) continue;
+    // The dead never come back: with fewer live clients than a round needs, no later round
+    // can complete. The live ones are told to stop, so that none is left waiting.
+    std::string gone;
+    for (int k = 0; k < cfg.clients; ++k)
+      if (s.dead[size_t(k)]) gone += cat(gone.empty() ? "" : ", ", k);
+    stop_clients(s, round);
+    await_exits(s);
+    fail("round ", round + 1, "/", cfg.rounds, ": ", r.rounds.back().note, "; client",
+         cfg.clients - s.alive() == 1 ? " " : "s ", gone, " died and ", s.alive(), " of ", cfg.clients,
+         " remain", cfg.secure_agg ? cat(", below the threshold ", needed) : std::string(),
+         ": no later round can complete");
   }
-  for (int k = 0; k < cfg.clients; ++k) {
-    s.links[size_t(k)].drain(s.traffic);
-    s.control(k, cfg.rounds, kStop);
-  }
+  stop_clients(s, cfg.rounds);
   r.wall_s = double(now_ns() - t0) / 1e9;
   r.bytes_total = s.traffic.sent + s.traffic.received;
   uint64_t active_bytes = 0;

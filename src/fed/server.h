@@ -16,6 +16,12 @@
 // ignored (the client counts as dropped; its late message is drained later). A message of
 // the wrong kind, round, client or size is rejected and counted, the round goes on. A secure
 // round with fewer than t survivors at any stage is aborted: nothing is applied.
+// A client whose process dies (the group is made with comm::Options::may_die = the clients)
+// fails the server's next op with it within ~0.25 s (the point-to-point engine checks the
+// awaited peer's pid every 200 ms); it is a dropout of that step, exactly as an announced
+// one, and of every later round. When an aborted round leaves fewer live clients than a
+// round needs (t, or 1 without secure aggregation), run_server stops the live clients and
+// throws one line naming the round, the dead, the live and the threshold.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -30,6 +36,7 @@ namespace strata::fed {
 struct RoundRecord {
   int64_t round = 0;
   int selected = 0, survivors = 0, dropped = 0, late = 0, rejected = 0;
+  int died = 0;                 // of the dropped: clients whose process had died
   bool applied = false;
   std::string note;             // why a round was not applied
   double train_loss = 0;        // mean local loss of the survivors (plain aggregation only)

@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "comm/transport.h"
 #include "core/error.h"
 
 namespace strata::fed {
@@ -49,16 +50,21 @@ void Link::post(Traffic& t) {
 
 bool Link::wait(int64_t deadline_ns, Message& out, Traffic& t) {
   STRATA_CHECK(pending_, "fed: wait on rank ", peer_, " with no receive posted (internal)");
-  if (deadline_ns > 0) {
-    const double left = double(deadline_ns - now_ns()) / 1e9;
-    if (left <= 0 && !pending_->test()) return false;
-    try {
-      if (!pending_->test()) pending_->wait(left);
-    } catch (const TimeoutError&) {
-      if (!pending_->test()) return false;
+  try {
+    if (deadline_ns > 0) {
+      const double left = double(deadline_ns - now_ns()) / 1e9;
+      if (left <= 0 && !pending_->test()) return false;
+      try {
+        if (!pending_->test()) pending_->wait(left);
+      } catch (const TimeoutError&) {
+        if (!pending_->test()) return false;
+      }
     }
+    pending_->wait();
+  } catch (const comm::detail::PeerDeadError&) {
+    pending_.reset();  // the peer is gone: nothing is owed on this channel any more
+    throw;
   }
-  pending_->wait();
   pending_.reset();
   out.h = pending_h_;
   read_payload(*g_, peer_, out, t);

@@ -68,7 +68,9 @@ class Link {
   void post(Traffic& t);
   // Waits until the posted header arrives or `deadline_ns` (steady clock; 0 = no deadline)
   // passes. On arrival reads the payload and returns true with the message in `out`;
-  // on a missed deadline returns false and leaves the receive posted for drain().
+  // on a missed deadline returns false and leaves the receive posted for drain(). A peer
+  // that died (a group with Options::may_die) throws comm::detail::PeerDeadError, with
+  // nothing left posted.
   bool wait(int64_t deadline_ns, Message& out, Traffic& t);
   // Reads and discards a late message, if one is owed; returns how many were discarded.
   int drain(Traffic& t);

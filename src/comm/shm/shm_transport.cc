@@ -248,7 +248,7 @@ std::string ShmTransport::health(std::string& reason) {
   }
   if (same_process_) return "";
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+    if (p == rank_ || opt_.peer_may_die(p)) continue;  // its ops fail alone (types.h)
     RankCtrl& c = seg_.ctrl(p);
     if (c.state.load(std::memory_order_acquire) != kRankAttached) continue;
     int pid = c.pid.load();
@@ -550,12 +550,14 @@ std::unique_ptr<detail::Transport> ShmTransport::split(OpDesc& op,
   std::snprintf(id, sizeof id, "%016llx",
                 (unsigned long long)fnv1a(cat(seg_.shm_name(), "/", op.seq, "/", op.color)));
   std::unique_ptr<ShmTransport> t;
+  Options sub = opt_;
+  sub.may_die.clear();  // numbered by this group's ranks
   if (new_rank == 0)
-    t = ShmTransport::open(job_, op.split_name, id, 0, int(members.size()), opt_, op.deadline_ns);
+    t = ShmTransport::open(job_, op.split_name, id, 0, int(members.size()), sub, op.deadline_ns);
   c.arrive();  // phase 2: every new group's segment exists
   c.wait_all(2);
   if (new_rank > 0)
-    t = ShmTransport::open(job_, op.split_name, id, new_rank, int(members.size()), opt_,
+    t = ShmTransport::open(job_, op.split_name, id, new_rank, int(members.size()), sub,
                            op.deadline_ns);
   if (!t) return nullptr;
   t->wait_attached(op.deadline_ns);
