@@ -218,34 +218,26 @@ void Part::embed_backward(const MicroInput& in, const TpDims& d) {
   UnitSpan sp("backward", "embed");
   float* g0 = checked(unit_grads[0], 0, "gradient");
   float *dwte = g0 + view_rel[0], *dwpe = g0 + view_rel[1];
-  const int32_t* pos = doc_positions(in, d);
-  if (pos && tc->size() == 1) {
-    k::encoder_backward(dwte, dwpe, s.dres, in.tokens, d.B, d.T, d.C, pos);
-    return;
-  }
-  if (pos) {  // wpe rows by position in the document: a table of the whole sequence's rows
-    const int64_t TC = int64_t(d.T) * (cp ? cp->size() : 1) * d.C;
-    float* local = s.rep;  // (T·cp, C), partial under SP
-    std::memset(local, 0, sizeof(float) * size_t(TC));
-    tn::embedding_backward(*tc, dwte, local, s.dres, in.tokens, d.v0, d.Vr, s.full_a, d.B, d.T,
-                           d.C, pos);
-    if (tc->sequence_parallel()) tc->all_reduce_sum(local, TC);
-    for (int64_t e = 0; e < TC; ++e) dwpe[e] += local[e];
-    return;
-  }
+  const int32_t* pos = doc_positions(in, d);  // documents: rows by position in their document
   if (tc->size() == 1) {
-    if (cp)
+    if (pos)
+      k::encoder_backward(dwte, dwpe, s.dres, in.tokens, d.B, d.T, d.C, pos);
+    else if (cp)
       cp_encoder_backward(*cp, dwte, dwpe, s.dres, in.tokens, d.B, d.T, d.C);
     else
       k::encoder_backward(dwte, dwpe, s.dres, in.tokens, d.B, d.T, d.C);
     return;
   }
-  float* local = s.rep;  // (T, C): this micro-batch's wpe gradient, partial under SP
-  const int64_t TC = int64_t(d.T) * d.C;
+  // This micro-batch's wpe gradient in a local table, partial under SP: rows of wpe itself
+  // when documents give the positions (the whole sequence's rows under cp), else one row per
+  // local row (scattered to this rank's cp positions).
+  float* local = s.rep;
+  const int64_t TC = int64_t(d.T) * (pos && cp ? cp->size() : 1) * d.C;
   std::memset(local, 0, sizeof(float) * size_t(TC));
-  tn::embedding_backward(*tc, dwte, local, s.dres, in.tokens, d.v0, d.Vr, s.full_a, d.B, d.T, d.C);
+  tn::embedding_backward(*tc, dwte, local, s.dres, in.tokens, d.v0, d.Vr, s.full_a, d.B, d.T, d.C,
+                         pos);
   if (tc->sequence_parallel()) tc->all_reduce_sum(local, TC);
-  if (cp)  // rows of this rank's positions
+  if (cp && !pos)  // rows of this rank's positions
     cp_add_wpe_grad(dwpe, *cp, local, d.T, d.C);
   else
     for (int64_t e = 0; e < TC; ++e) dwpe[e] += local[e];
