@@ -36,6 +36,10 @@ struct TrainArgs {
   train::TrainConfig cfg;
   std::string model = "tiny";
   int layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0;  // 0 = the preset's
+  std::string arch;  // --arch; empty: the preset's
+  int kv_heads = 0, ffn = 0;
+  float norm_eps = 0, rope_theta = 0;
+  bool tie = false, untie = false;
   int64_t warmup = -1;                                          // -1 = 5% of the steps
   double min_lr = -1;                                           // -1 = lr / 10
   train::ParallelConfig parallel;
@@ -89,6 +93,43 @@ void override_size(CLI::App& app, const char* flag, int value, int& field) {
   field = value;
 }
 
+// --arch llama [--kv-heads N --ffn F --norm-eps E --rope-theta T --tie-embeddings]: Llama blocks
+// (model/model_part.h Arch) from any preset's sizes; a Llama preset has them already.
+void add_arch_flags(CLI::App& app, TrainArgs& a) {
+  app.add_option("--arch", a.arch, "Block architecture: gpt2 or llama (default: the preset's)");
+  app.add_option("--kv-heads", a.kv_heads,
+                 "Llama: key/value heads (grouped-query attention; 1: multi-query; must divide "
+                 "--heads)");
+  app.add_option("--ffn", a.ffn, "Llama: MLP width (default 8 x dim / 3 rounded up to 256)");
+  app.add_option("--norm-eps", a.norm_eps, "Llama: RMSNorm epsilon (default 1e-5)");
+  app.add_option("--rope-theta", a.rope_theta, "Llama: rotary embedding base (default 10000)");
+  auto* tie = app.add_flag("--tie-embeddings", a.tie, "Llama: the output layer is the embedding");
+  app.add_flag("--no-tie-embeddings", a.untie, "Llama: an output layer of its own (lm_head)")
+      ->excludes(tie);
+}
+
+void apply_arch_flags(CLI::App& app, const TrainArgs& a, model::GPTConfig& m) {
+  if (app.count("--arch")) {
+    const model::Arch arch = model::parse_arch(a.arch);
+    if (arch == model::Arch::llama && !m.llama()) m.tie_embeddings = false;  // Llama's default
+    m.arch = arch;
+  }
+  const bool llama = m.llama();
+  for (const char* flag : {"--kv-heads", "--ffn", "--norm-eps", "--rope-theta", "--tie-embeddings",
+                           "--no-tie-embeddings"})
+    STRATA_CHECK(llama || app.count(flag) == 0, flag, " needs Llama blocks (--arch llama or a "
+                 "llama preset)");
+  override_size(app, "--kv-heads", a.kv_heads, m.kv_heads);
+  override_size(app, "--ffn", a.ffn, m.ffn);
+  if (app.count("--norm-eps")) m.norm_eps = a.norm_eps;
+  if (app.count("--rope-theta")) m.rope_theta = a.rope_theta;
+  if (a.tie) m.tie_embeddings = true;
+  if (a.untie) m.tie_embeddings = false;
+  // A preset's heads changed without --kv-heads: multi-head unless the preset's grouping fits.
+  if (llama && app.count("--heads") && !app.count("--kv-heads") && m.heads % m.kv() != 0)
+    m.kv_heads = 0;
+}
+
 train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   train::TrainConfig cfg = a.cfg;
   cfg.model_name = a.model;
@@ -97,6 +138,7 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   override_size(app, "--dim", a.dim, cfg.model.dim);
   override_size(app, "--heads", a.heads, cfg.model.heads);
   override_size(app, "--max-seq", a.max_seq, cfg.model.seq);
+  apply_arch_flags(app, a, cfg.model);
   if (app.count("--vocab")) {
     override_size(app, "--vocab", a.vocab, cfg.model.vocab);
     // Padding to 64 would overflow an int near 2^31; real vocabularies stay below 2^18.
@@ -208,11 +250,15 @@ void setup(CLI::App& app) {
   c.eval_every = 100;
   // A repeated flag takes its last value, so scripts can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--model", a->model, "Preset: tiny, small or gpt2")->capture_default_str();
+  app.add_option("--model", a->model,
+                 "Preset: tiny, small, gpt2, llama-tiny, llama-100m, tinyllama-1.1b, llama-3.2-1b "
+                 "or llama-3-8b")
+      ->capture_default_str();
   app.add_option("--layers", a->layers, "Transformer blocks (overrides the preset)");
   app.add_option("--dim", a->dim, "Model width (overrides the preset)");
   app.add_option("--heads", a->heads, "Attention heads; must divide --dim");
   app.add_option("--max-seq", a->max_seq, "Maximum sequence length (position table rows)");
+  add_arch_flags(app, *a);
   app.add_option("--seq", c.seq, "Training sequence length (default: the model's maximum)");
   app.add_option("--vocab", a->vocab, "Vocabulary size (padded to a multiple of 64)");
   app.add_option("--data", c.data, "synthetic | FILE.txt | FILE.bin | DIR (llm.c shards)")

@@ -16,6 +16,11 @@ namespace strata::cost {
 
 struct GptShape {
   int64_t layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0, padded_vocab = 0;
+  // Llama blocks (model/model_part.h Arch): RMSNorm, no biases, no position table, SwiGLU of
+  // ffn, kv_heads key/value heads, an untied lm_head unless tied. false: GPT-2 blocks.
+  bool llama = false;
+  int64_t kv_heads = 0, ffn = 0;
+  bool tied = true;
   int64_t moe_layers = 0, experts = 0, top_k = 0;  // MoE blocks (docs/moe.md); 0: dense
   // Activation recomputation (cost/activations.h, docs/recompute.md): 0 none, 1 selective,
   // 2 full; under full, the blocks that keep only their output.
@@ -35,8 +40,17 @@ inline int64_t mlp_params(int64_t dim, int tp) {
 }
 
 // Parameters of tp rank `rank` holding the experts of one of `ep` expert-parallel ranks.
+// Llama: the embedding's rows (and an untied lm_head's, split the same way) + per block
+// 2C + C·(NH + 2NKV)·hs/T + C²/T + 3FC/T + the final norm's C.
 inline int64_t local_params(const GptShape& m, int tp, int rank, int ep = 1) {
   const int64_t C = m.dim, T = tp;
+  if (m.llama) {
+    const int64_t hs = C / m.heads, vocab = tp_vocab_rows(m.padded_vocab, tp, rank) * C;
+    return vocab * (m.tied ? 1 : 2) +
+           m.layers * (2 * C + C * (m.heads + 2 * m.kv_heads) * hs / T + C * C / T +
+                       3 * m.ffn * C / T) +
+           C;
+  }
   return tp_vocab_rows(m.padded_vocab, tp, rank) * C + m.max_seq * C +
          m.layers * (12 * C * C / T + 7 * C / T + 6 * C) + 2 * C +
          m.moe_layers * (m.experts * C + (m.experts / ep - 1) * mlp_params(C, tp));

@@ -10,8 +10,12 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* e = wte + int64_t(tokens[n]) * C;
-    const float* p = wpe + int64_t(pos ? pos[n] : n % T) * C;
     float* o = out + n * C;
+    if (!wpe) {  // no learned positions (rotary models)
+      for (int c = 0; c < C; ++c) o[c] = e[c];
+      continue;
+    }
+    const float* p = wpe + int64_t(pos ? pos[n] : n % T) * C;
     for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
   }
 }
@@ -28,11 +32,10 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
         const int64_t n = int64_t(b) * T + t;
         const float* d = dout + n * C;
         float* e = dwte + int64_t(tokens[n]) * C;
+        for (int c = c0; c < c1; ++c) e[c] += d[c];
+        if (!dwpe) continue;
         float* p = dwpe + int64_t(pos ? pos[n] : t) * C;
-        for (int c = c0; c < c1; ++c) {
-          e[c] += d[c];
-          p[c] += d[c];
-        }
+        for (int c = c0; c < c1; ++c) p[c] += d[c];
       }
     }
   }

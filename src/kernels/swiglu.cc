@@ -54,7 +54,53 @@ void backward_impl(float* dgate, float* dup, const In* gate, const In* up, const
   }
 }
 
+// Rows of a fused (gate | up) matrix gu (N, 2F) -> out (N, F); gu_h, when not null, (N, 2F)
+// receives gu rounded to bf16. The same element arithmetic as forward_impl.
+template <typename Out>
+void forward_rows_impl(Out* out, uint16_t* gu_h, const float* gu, int64_t N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r) {
+    const float *gate = gu + r * 2 * F, *up = gate + F;
+    Out* o = out + r * F;
+    for (int j = 0; j < F; ++j) {
+      const float g = gate[j];
+      put(o + j, g * sigmoid(g) * up[j]);
+    }
+    if (gu_h)
+      for (int j = 0; j < 2 * F; ++j) gu_h[r * 2 * F + j] = f32_to_bf16(gate[j]);
+  }
+}
+
+template <typename In>
+void backward_rows_impl(float* dgu, const In* gu, const float* dout, int64_t N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r) {
+    const In *gate = gu + r * 2 * F, *up = gate + F;
+    float *dgate = dgu + r * 2 * F, *dup = dgate + F;
+    const float* d = dout + r * F;
+    for (int j = 0; j < F; ++j) {
+      const float g = get(gate + j), u = get(up + j);
+      const float s = sigmoid(g);
+      dgate[j] = d[j] * u * s * (1.0f + g * (1.0f - s));
+      dup[j] = d[j] * g * s;
+    }
+  }
+}
+
 }  // namespace
+
+void swiglu_forward_rows(float* out, const float* gu, int64_t N, int F) {
+  forward_rows_impl(out, nullptr, gu, N, F);
+}
+void swiglu_forward_rows(uint16_t* out, uint16_t* gu_h, const float* gu, int64_t N, int F) {
+  forward_rows_impl(out, gu_h, gu, N, F);
+}
+void swiglu_backward_rows(float* dgu, const float* gu, const float* dout, int64_t N, int F) {
+  backward_rows_impl(dgu, gu, dout, N, F);
+}
+void swiglu_backward_rows(float* dgu, const uint16_t* gu, const float* dout, int64_t N, int F) {
+  backward_rows_impl(dgu, gu, dout, N, F);
+}
 
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
   forward_impl(out, gate, up, n);

@@ -24,4 +24,13 @@ void swiglu_backward(float* dgate, float* dup, const float* gate, const float* u
 void swiglu_backward(float* dgate, float* dup, const uint16_t* gate, const uint16_t* up,
                      const float* dout, int64_t n);
 
+// The same on the rows of one fused matrix gu (N, 2F), each row gate (F) | up (F): the output
+// of a single (gate | up) projection. out (N, F); gu_h (N, 2F), when not null, receives gu
+// rounded to bf16 (the inputs kept for backward under bf16 compute). Rows run in parallel.
+void swiglu_forward_rows(float* out, const float* gu, int64_t N, int F);
+void swiglu_forward_rows(uint16_t* out, uint16_t* gu_h, const float* gu, int64_t N, int F);
+// dgu (N, 2F) written (d gate | d up per row) from dout (N, F) and the fp32 or bf16 gu.
+void swiglu_backward_rows(float* dgu, const float* gu, const float* dout, int64_t N, int F);
+void swiglu_backward_rows(float* dgu, const uint16_t* gu, const float* dout, int64_t N, int F);
+
 }  // namespace strata::kernels

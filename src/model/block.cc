@@ -15,40 +15,41 @@ namespace strata::model {
 namespace k = strata::kernels;
 namespace tn = strata::model::tensor;
 
-void carve_layer(Carver& c, LayerActs& l, int C_, int heads, const ActShape& a, bool bf16,
+void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a, bool bf16,
                  bool attn_f32, BlockKeep keep) {
-  const int64_t C = C_, N = a.N, n = a.n, Cl = C / a.T;
-  const bool f32 = !bf16;
+  const LocalWidths w(m, a.T);
+  const int64_t C = m.C, N = a.N, n = a.n, Cl = w.Cl;
+  const bool f32 = !bf16, ln = !m.llama;  // LayerNorm keeps its mean, RMSNorm none
   l = LayerActs{};
   if (keep == BlockKeep::output) {
     l.res3 = c.take(n * C);
     return;
   }
-  // Selective recomputation's buffers: the norms' outputs and the fp32 GELU output.
+  // Selective recomputation's buffers: the norms' outputs and the fp32 GELU/SwiGLU output.
   const bool norms = keep != BlockKeep::selective;
   const bool rest = keep != BlockKeep::dropped;  // everything else
   l.ln1 = c.take_if(n * C, f32 && norms);
   l.ln1_h = c.take_bf16(n * C, bf16 && norms);
   if (rest) {
-    l.ln1_mean = c.take(n);
+    l.ln1_mean = c.take_if(n, ln);
     l.ln1_rstd = c.take(n);
-    l.qkv = c.take_if(3 * N * Cl, attn_f32);
-    l.qkv_h = c.take_bf16(3 * N * Cl, !attn_f32);
+    l.qkv = c.take_if(N * w.qkv, attn_f32);
+    l.qkv_h = c.take_bf16(N * w.qkv, !attn_f32);
     l.atty = c.take_if(N * Cl, attn_f32);
     l.atty_h = c.take_bf16(N * Cl, !attn_f32);
-    l.att_lse = c.take(N * heads / a.T);
+    l.att_lse = c.take(N * w.heads);
     l.res2 = c.take(n * C);
   }
   l.ln2 = c.take_if(n * C, f32 && norms);
   l.ln2_h = c.take_bf16(n * C, bf16 && norms);
   if (rest) {
-    l.ln2_mean = c.take(n);
+    l.ln2_mean = c.take_if(n, ln);
     l.ln2_rstd = c.take(n);
-    l.fch = c.take_if(4 * N * Cl, f32);
-    l.fch_h = c.take_bf16(4 * N * Cl, bf16);
+    l.fch = c.take_if(N * w.fc, f32);
+    l.fch_h = c.take_bf16(N * w.fc, bf16);
   }
-  l.fch_gelu = c.take_if(4 * N * Cl, f32 && norms);
-  if (rest) l.gelu_h = c.take_bf16(4 * N * Cl, bf16);
+  l.fch_gelu = c.take_if(N * w.act, f32 && norms);
+  if (rest) l.gelu_h = c.take_bf16(N * w.act, bf16);
   if (keep == BlockKeep::all || keep == BlockKeep::selective) l.res3 = c.take(n * C);
 }
 
@@ -66,6 +67,27 @@ LayerActs effective_acts(const LayerActs& kept, const LayerActs& work, BlockKeep
   e.ln2_h = work.ln2_h;
   e.fch_gelu = work.fch_gelu;  // fp32 compute; bf16 keeps its gelu_h
   return e;
+}
+
+void norm_out(const BlockArch& m, float* f, uint16_t* h, float* mean, float* rstd, const float* x,
+              const float* w, const float* b, int64_t N) {
+  if (m.llama && h)
+    k::rmsnorm_forward(h, rstd, x, w, N, m.C, m.eps);
+  else if (m.llama)
+    k::rmsnorm_forward(f, rstd, x, w, N, m.C, m.eps);
+  else if (h)
+    k::layernorm_forward(h, mean, rstd, x, w, b, N, m.C);
+  else
+    k::layernorm_forward(f, mean, rstd, x, w, b, N, m.C);
+}
+
+void norm_backward(const BlockArch& m, float* dx, float* gw, float* gb, const float* dout,
+                   const float* x, const float* w, const float* mean, const float* rstd,
+                   int64_t N) {
+  if (m.llama)
+    k::rmsnorm_backward(dx, gw, dout, x, w, rstd, N, m.C);
+  else
+    k::layernorm_backward(dx, gw, gb, dout, x, w, mean, rstd, N, m.C);
 }
 
 namespace {
@@ -88,12 +110,12 @@ void attention_fwd(const BlockCtx& c, LayerActs& a, bool h) {
     attention_forward(c.cp, c.key, a.atty, a.att_lse, a.qkv, d.B, d.T, d.Cl, d.NHl, h,
                       c.doc_start);
   else if (a.qkv_h)
-    k::attention_forward(a.atty_h, a.att_lse, a.qkv_h, d.B, d.T, d.Cl, d.NHl, c.doc_start);
+    k::attention_forward(a.atty_h, a.att_lse, a.qkv_h, d.attention(), c.doc_start);
   else
-    k::attention_forward(a.atty, a.att_lse, a.qkv, d.B, d.T, d.Cl, d.NHl, false, c.doc_start);
+    k::attention_forward(a.atty, a.att_lse, a.qkv, d.attention(), false, c.doc_start);
 }
 
-// dqkv (N, 3Cl) written; datt (N, Cl).
+// dqkv (N, qkv) written; datt (N, Cl). A Llama block's dq and dk are turned back by RoPE.
 void attention_bwd(const BlockCtx& c, float* dqkv, const float* datt, const LayerActs& a,
                    bool h) {
   const TpDims& d = c.d;
@@ -101,58 +123,76 @@ void attention_bwd(const BlockCtx& c, float* dqkv, const float* datt, const Laye
     attention_backward(c.cp, c.key, dqkv, datt, a.qkv, a.atty, a.att_lse, d.B, d.T, d.Cl, d.NHl,
                        h, c.doc_start);
   else if (a.qkv_h)
-    k::attention_backward(dqkv, datt, a.qkv_h, a.atty_h, a.att_lse, d.B, d.T, d.Cl, d.NHl,
-                          c.doc_start);
+    k::attention_backward(dqkv, datt, a.qkv_h, a.atty_h, a.att_lse, d.attention(), c.doc_start);
   else
-    k::attention_backward(dqkv, datt, a.qkv, a.atty, a.att_lse, d.B, d.T, d.Cl, d.NHl, false,
+    k::attention_backward(dqkv, datt, a.qkv, a.atty, a.att_lse, d.attention(), false,
                           c.doc_start);
+  if (d.m.llama) k::rope_backward(dqkv, c.pos, d.attention(), d.m.theta);
 }
 
-// GELU of fc (n values at gemm_out(a.fch, scratch)): fp32, or under bf16 compute its output
-// and the pre-GELU input both stored in bf16, from the fp32 matmul output in one pass.
-void gelu_out(LayerActs& a, const float* fc, int64_t n) {
-  if (a.fch_h)
-    k::gelu_forward(a.gelu_h, a.fch_h, fc, n);
+// The MLP's activation of fc (N rows at gemm_out(a.fch, scratch)): GELU (fp32, or under bf16
+// compute its output and the input both stored in bf16, from the fp32 matmul output in one
+// pass), or for a Llama block SwiGLU of the (gate | up) rows, the same way.
+void mlp_act_out(const TpDims& d, LayerActs& a, const float* fc, int64_t N) {
+  const LocalWidths w = d.w();
+  if (d.m.llama && a.fch_h)
+    k::swiglu_forward_rows(a.gelu_h, a.fch_h, fc, N, int(w.act));
+  else if (d.m.llama)
+    k::swiglu_forward_rows(a.fch_gelu, fc, N, int(w.act));
+  else if (a.fch_h)
+    k::gelu_forward(a.gelu_h, a.fch_h, fc, N * w.fc);
   else
-    k::gelu_forward(a.fch_gelu, fc, n);
+    k::gelu_forward(a.fch_gelu, fc, N * w.fc);
 }
 
-// d (n) = d * gelu'(fc), fc read from whichever store the forward kept.
-void gelu_grad(float* d, const LayerActs& a, int64_t n) {
-  if (a.fch_h)
-    k::gelu_backward(d, a.fch_h, d, n);
+// Where d loss / d (the MLP's activation) (N, act) goes before mlp_act_grad: GELU's gradient
+// is taken in place in dfc; SwiGLU's needs the (N, act) after the (N, fc) of the scratch.
+float* act_grad_buf(const TpDims& d, const TpScratch& s, float* dfc) {
+  return d.m.llama ? s.dbuf_4c + d.N * d.w().fc : dfc;
+}
+
+// dfc (N, fc) = d loss / d fc from dact (act_grad_buf), fc read from whichever store the
+// forward kept.
+void mlp_act_grad(const TpDims& d, float* dfc, const float* dact, const LayerActs& a) {
+  const LocalWidths w = d.w();
+  if (d.m.llama && a.fch_h)
+    k::swiglu_backward_rows(dfc, a.fch_h, dact, d.N, int(w.act));
+  else if (d.m.llama)
+    k::swiglu_backward_rows(dfc, a.fch, dact, d.N, int(w.act));
+  else if (a.fch_h)
+    k::gelu_backward(dfc, a.fch_h, dact, d.N * w.fc);
   else
-    k::gelu_backward(d, a.fch, d, n);
+    k::gelu_backward(dfc, a.fch, dact, d.N * w.fc);
 }
 
 // Where one micro-batch's gradients of the replicated views go: at T > 1 the scratch rep
-// (6C: ln1 w, b | proj b | ln2 w, b | fc proj b), reduced and added by done(); at T = 1 the
-// block's gradients themselves.
+// (the views the block has of ln1 w, b | proj b | ln2 w, b | fc proj b, packed: 6C for GPT-2,
+// 2C for Llama's two norm weights), reduced and added by done(); at T = 1 the block's
+// gradients themselves.
 struct Replicated {
   float *ln1w, *ln1b, *projb, *ln2w, *ln2b, *fcprojb;
   TensorComm& tc;
   float* rep;
   const Block& g;
   int C;
+  int count = 0;  // views packed into rep
 
   Replicated(TensorComm& tc, float* rep, const Block& g, int C)
       : tc(tc), rep(tc.size() > 1 ? rep : nullptr), g(g), C(C) {
-    if (!this->rep) {
-      ln1w = g.ln1w, ln1b = g.ln1b, projb = g.projb, ln2w = g.ln2w, ln2b = g.ln2b,
-      fcprojb = g.fcprojb;
-      return;
-    }
-    std::memset(rep, 0, sizeof(float) * 6 * size_t(C));
-    ln1w = rep, ln1b = rep + C, projb = rep + 2 * C, ln2w = rep + 3 * C, ln2b = rep + 4 * C,
-    fcprojb = rep + 5 * C;
+    float** mine[6] = {&ln1w, &ln1b, &projb, &ln2w, &ln2b, &fcprojb};
+    float* const theirs[6] = {g.ln1w, g.ln1b, g.projb, g.ln2w, g.ln2b, g.fcprojb};
+    for (int i = 0; i < 6; ++i)
+      *mine[i] = !this->rep || !theirs[i] ? theirs[i] : this->rep + int64_t(count++) * C;
+    if (this->rep) std::memset(this->rep, 0, sizeof(float) * size_t(count) * size_t(C));
   }
   // mlp_bias: add fc proj's bias too (an MoE block's experts hold their own, whole on every
-  // tp rank, so rep + 5C stays 0 and is not added).
+  // tp rank, so its slot stays 0 and is not added).
   void done(bool mlp_bias) {
     if (!rep) return;
-    if (tc.sequence_parallel()) tc.all_reduce_sum(rep, 6 * C);  // each rank saw its own rows
+    if (tc.sequence_parallel()) tc.all_reduce_sum(rep, int64_t(count) * C);  // rows differ
     auto add = [&](float* dst, const float* src) {
-      for (int i = 0; i < C; ++i) dst[i] += src[i];
+      if (dst)
+        for (int i = 0; i < C; ++i) dst[i] += src[i];
     };
     add(g.ln1w, ln1w);
     add(g.ln1b, ln1b);
@@ -198,33 +238,37 @@ void moe_backward(const BlockCtx& c, bool h) {
 void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float* x) {
   TensorComm& tc = c.tc;
   const TpDims& d = c.d;
+  const LocalWidths lw = d.w();
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
-  float* out = c.s.dbuf_4c;           // (N, 4Cl) the fp32 matmul outputs bf16 stores rounded
-  layernorm_out(a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, n, C);
-  tn::column_forward(tc, h, gemm_out(a.qkv, out), tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb,
-                     c.s.full_a, c.s.full_b, N, C, 3 * Cl);
-  store_qkv(a, out, N * 3 * Cl);
+  float* out = c.s.dbuf_4c;           // (N, max(fc, qkv)) the fp32 matmul outputs bf16 stores round
+  norm_out(d.m, a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, n);
+  float* qkv = gemm_out(a.qkv, out);
+  tn::column_forward(tc, h, qkv, tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, c.s.full_a,
+                     c.s.full_b, N, C, int(lw.qkv));
+  if (d.m.llama) k::rope_forward(qkv, c.pos, d.attention(), d.m.theta);
+  store_qkv(a, out, N * lw.qkv);
   attention_fwd(c, a, h);
   tn::row_forward_residual(tc, h, a.res2, tn::act(a.atty, a.atty_h, Cl), w.projw, w.projb, x,
                            c.s.full_a, N, Cl, C);
-  layernorm_out(a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n, C);
+  norm_out(d.m, a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n);
   if (c.moe) return moe_forward(c, a, h);
   tn::column_forward(tc, h, gemm_out(a.fch, out), tn::act(a.ln2, a.ln2_h, C), w.fcw, w.fcb,
-                     c.s.full_a, c.s.full_b, N, C, 4 * Cl);
-  gelu_out(a, gemm_out(a.fch, out), N * 4 * Cl);
-  tn::row_forward_residual(tc, h, a.res3, tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw,
-                           w.fcprojb, a.res2, c.s.full_a, N, 4 * Cl, C);
+                     c.s.full_a, c.s.full_b, N, C, int(lw.fc));
+  mlp_act_out(d, a, gemm_out(a.fch, out), N);
+  tn::row_forward_residual(tc, h, a.res3, tn::act(a.fch_gelu, a.gelu_h, lw.act), w.fcprojw,
+                           w.fcprojb, a.res2, c.s.full_a, N, int(lw.act), C);
 }
 
-void block_recompute(const BlockCtx& c, const Block& w, LayerActs& e, const float* x, BlockKeep keep) {
+void block_recompute(const BlockCtx& c, const Block& w, LayerActs& e, const float* x,
+                     BlockKeep keep) {
   if (keep == BlockKeep::output) return block_forward(c, w, e, x);
   if (keep != BlockKeep::selective) return;
   const TpDims& d = c.d;
-  layernorm_out(e.ln1, e.ln1_h, e.ln1_mean, e.ln1_rstd, x, w.ln1w, w.ln1b, d.n, d.C);
-  layernorm_out(e.ln2, e.ln2_h, e.ln2_mean, e.ln2_rstd, e.res2, w.ln2w, w.ln2b, d.n, d.C);
-  if (!c.moe && e.fch_gelu) k::gelu_forward(e.fch_gelu, e.fch, d.N * 4 * d.Cl);
+  norm_out(d.m, e.ln1, e.ln1_h, e.ln1_mean, e.ln1_rstd, x, w.ln1w, w.ln1b, d.n);
+  norm_out(d.m, e.ln2, e.ln2_h, e.ln2_mean, e.ln2_rstd, e.res2, w.ln2w, w.ln2b, d.n);
+  if (!c.moe && e.fch_gelu) mlp_act_out(d, e, e.fch, d.N);
 }
 
 void block_backward(const BlockCtx& c, const Block& w, const Block& g, const LayerActs& a,
@@ -232,6 +276,7 @@ void block_backward(const BlockCtx& c, const Block& w, const Block& g, const Lay
   TensorComm& tc = c.tc;
   const TpDims& d = c.d;
   const TpScratch& s = c.s;
+  const LocalWidths lw = d.w();
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
@@ -239,22 +284,23 @@ void block_backward(const BlockCtx& c, const Block& w, const Block& g, const Lay
   if (c.moe) {
     moe_backward(c, h);
   } else {
-    float* dgelu = s.dbuf_4c;  // (N, 4Cl)
-    tn::row_backward(tc, h, dgelu, g.fcprojw, r.fcprojb, s.dres,
-                     tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), w.fcprojw, s.full_a, N, 4 * Cl, C);
-    gelu_grad(dgelu, a, N * 4 * Cl);
-    tn::column_backward(tc, h, s.dbuf_c, g.fcw, g.fcb, dgelu, tn::act(a.ln2, a.ln2_h, C), w.fcw,
-                        s.full_a, s.full_b, N, C, 4 * Cl);
+    float* dfc = s.dbuf_4c;  // (N, fc)
+    float* dact = act_grad_buf(d, s, dfc);
+    tn::row_backward(tc, h, dact, g.fcprojw, r.fcprojb, s.dres,
+                     tn::act(a.fch_gelu, a.gelu_h, lw.act), w.fcprojw, s.full_a, N, int(lw.act),
+                     C);
+    mlp_act_grad(d, dfc, dact, a);
+    tn::column_backward(tc, h, s.dbuf_c, g.fcw, g.fcb, dfc, tn::act(a.ln2, a.ln2_h, C), w.fcw,
+                        s.full_a, s.full_b, N, C, int(lw.fc));
   }
-  k::layernorm_backward(s.dres, r.ln2w, r.ln2b, s.dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd,
-                        n, C);
+  norm_backward(d.m, s.dres, r.ln2w, r.ln2b, s.dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, n);
   float* datty = s.dbuf_4c;  // (N, Cl)
   tn::row_backward(tc, h, datty, g.projw, r.projb, s.dres, tn::act(a.atty, a.atty_h, Cl), w.projw,
                    s.full_a, N, Cl, C);
   attention_bwd(c, s.dqkv, datty, a, h);
   tn::column_backward(tc, h, s.dbuf_c, g.qkvw, g.qkvb, s.dqkv, tn::act(a.ln1, a.ln1_h, C), w.qkvw,
-                      s.full_a, s.full_b, N, C, 3 * Cl);
-  k::layernorm_backward(s.dres, r.ln1w, r.ln1b, s.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
+                      s.full_a, s.full_b, N, C, int(lw.qkv));
+  norm_backward(d.m, s.dres, r.ln1w, r.ln1b, s.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n);
   r.done(/*mlp_bias=*/c.moe == nullptr);
 }
 
@@ -267,23 +313,24 @@ void block_backward_input(const BlockCtx& c, const Block& w, const Block& g, con
   TensorComm& tc = c.tc;
   const TpDims& d = c.d;
   const TpScratch& s = c.s;
+  const LocalWidths lw = d.w();
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;
   const bool bias_here = tc.size() > 1;
   Replicated r(tc, s.rep, g, C);
-  tn::row_backward_input(tc, h, st.dfch, bias_here ? r.fcprojb : nullptr, s.dres, w.fcprojw, st.d3,
-                         N, 4 * Cl, C);
-  gelu_grad(st.dfch, a, N * 4 * Cl);
-  tn::column_backward_input(tc, h, s.dbuf_c, st.dfch, w.fcw, s.full_b, N, C, 4 * Cl);
-  k::layernorm_backward(s.dres, r.ln2w, r.ln2b, s.dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd,
-                        n, C);
+  float* dact = act_grad_buf(d, s, st.dfch);
+  tn::row_backward_input(tc, h, dact, bias_here ? r.fcprojb : nullptr, s.dres, w.fcprojw, st.d3,
+                         N, int(lw.act), C);
+  mlp_act_grad(d, st.dfch, dact, a);
+  tn::column_backward_input(tc, h, s.dbuf_c, st.dfch, w.fcw, s.full_b, N, C, int(lw.fc));
+  norm_backward(d.m, s.dres, r.ln2w, r.ln2b, s.dbuf_c, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, n);
   float* datty = s.dbuf_4c;  // (N, Cl)
   tn::row_backward_input(tc, h, datty, bias_here ? r.projb : nullptr, s.dres, w.projw, st.d2, N,
                          Cl, C);
   attention_bwd(c, st.dqkv, datty, a, h);
-  tn::column_backward_input(tc, h, s.dbuf_c, st.dqkv, w.qkvw, s.full_b, N, C, 3 * Cl);
-  k::layernorm_backward(s.dres, r.ln1w, r.ln1b, s.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n, C);
+  tn::column_backward_input(tc, h, s.dbuf_c, st.dqkv, w.qkvw, s.full_b, N, C, int(lw.qkv));
+  norm_backward(d.m, s.dres, r.ln1w, r.ln1b, s.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n);
   r.done(/*mlp_bias=*/true);
 }
 
@@ -291,18 +338,19 @@ void block_backward_weight(const BlockCtx& c, const Block& g, const LayerActs& a
                            const BlockStash& st) {
   TensorComm& tc = c.tc;
   const TpDims& d = c.d;
+  const LocalWidths lw = d.w();
   const int64_t N = d.N;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;
   const bool bias_here = tc.size() == 1;
   tn::linear_backward_weight(h, g.fcprojw, bias_here ? g.fcprojb : nullptr, st.d3,
-                             tn::act(a.fch_gelu, a.gelu_h, 4 * Cl), N, 4 * Cl, C);
+                             tn::act(a.fch_gelu, a.gelu_h, lw.act), N, int(lw.act), C);
   tn::column_backward_weight(tc, h, g.fcw, g.fcb, st.dfch, tn::act(a.ln2, a.ln2_h, C), c.s.full_a,
-                             c.s.full_b, N, C, 4 * Cl);
+                             c.s.full_b, N, C, int(lw.fc));
   tn::linear_backward_weight(h, g.projw, bias_here ? g.projb : nullptr, st.d2,
                              tn::act(a.atty, a.atty_h, Cl), N, Cl, C);
   tn::column_backward_weight(tc, h, g.qkvw, g.qkvb, st.dqkv, tn::act(a.ln1, a.ln1_h, C),
-                             c.s.full_a, c.s.full_b, N, C, 3 * Cl);
+                             c.s.full_a, c.s.full_b, N, C, int(lw.qkv));
 }
 
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
@@ -320,15 +368,16 @@ void final_norm_backward(TensorComm& tc, const TpDims& d, const TpScratch& s, co
   const int C = d.C;
   std::memset(s.dres, 0, sizeof(float) * size_t(d.n * C));
   if (tc.size() == 1) {
-    k::layernorm_backward(s.dres, gw, gb, s.dbuf_c, x, w, mean, rstd, d.n, C);
+    norm_backward(d.m, s.dres, gw, gb, s.dbuf_c, x, w, mean, rstd, d.n);
     return;
   }
-  float* rep = s.rep;
-  std::memset(rep, 0, sizeof(float) * 2 * size_t(C));
-  k::layernorm_backward(s.dres, rep, rep + C, s.dbuf_c, x, w, mean, rstd, d.n, C);
-  if (tc.sequence_parallel()) tc.all_reduce_sum(rep, 2 * C);
+  float* rep = s.rep;  // w | b (GPT-2) or w (RMSNorm)
+  const int views = gb ? 2 : 1;
+  std::memset(rep, 0, sizeof(float) * size_t(views) * size_t(C));
+  norm_backward(d.m, s.dres, rep, gb ? rep + C : nullptr, s.dbuf_c, x, w, mean, rstd, d.n);
+  if (tc.sequence_parallel()) tc.all_reduce_sum(rep, int64_t(views) * C);
   for (int i = 0; i < C; ++i) gw[i] += rep[i];
-  for (int i = 0; i < C; ++i) gb[i] += rep[C + i];
+  for (int i = 0; gb && i < C; ++i) gb[i] += rep[C + i];
 }
 
 }  // namespace strata::model

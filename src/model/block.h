@@ -29,6 +29,14 @@
 // anyway); residuals, statistics and lse stay fp32. Under context parallelism qkv and the
 // attention output stay fp32 (the ring and Ulysses exchange fp32).
 //
+// Llama blocks (BlockArch::llama) run the same passes with RMSNorm for the norms (no bias,
+// no mean), no linear biases, rotary embeddings turning q and k after the qkv product (the
+// rows' positions in BlockCtx::pos) and before attention (turned back in the backward after
+// attention's), grouped-query attention on NHl query and NKVl key/value heads (qkv is
+// (N, (NHl + 2NKVl)·hs)) and a SwiGLU MLP: one column-parallel (gate | up) product of 2Fl
+// columns, silu(gate)·up (Fl) kept where GPT-2 keeps the GELU output, the down projection
+// row-parallel. At NKVl = NHl and F = 4C the activations have GPT-2's widths.
+//
 // An MoE block (docs/moe.md) replaces the MLP half: its input is the (gathered) ln2 output,
 // every tp rank routes alike and runs its 4C/T hidden units of each expert; the partial
 // outputs are reduce-scattered (SP) or all-reduced like the MLP's c_proj output.
@@ -40,6 +48,9 @@
 #include "kernels/convert.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "model/expert/moe.h"
 #include "model/tensor/collectives.h"
 
@@ -47,9 +58,18 @@ namespace strata::model {
 
 class ContextComm;  // model/context/context_comm.h
 
-inline constexpr int kViewsPerLayer = 12;
+// The block's architecture and widths on the whole model (model_part.h GPTConfig): width C,
+// NH query and NKV key/value heads, MLP width F; llama: RMSNorm eps and RoPE theta.
+struct BlockArch {
+  bool llama = false;
+  int C = 0, NH = 0, NKV = 0, F = 0;
+  float eps = 1e-5f, theta = 10000.0f;
+  int hs() const { return C / NH; }
+};
 
-// Pointers to one block's twelve views (parameters or gradients), in table order.
+// Pointers to one block's views (parameters or gradients), in table order; GPT-2 has all
+// twelve, a Llama block no biases (null) and its q|k|v and gate|up views adjacent, so qkvw
+// and fcw are the fused matrices.
 struct Block {
   float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
@@ -90,6 +110,15 @@ struct ActShape {
   int64_t Vr = 0;
 };
 
+// One tp rank's widths of a block: qkv columns (NH + 2NKV)·hs/T, the MLP's column-parallel
+// output (GPT-2 F/T, Llama's gate | up 2F/T) and its activation (F/T).
+struct LocalWidths {
+  int64_t C, Cl, heads, qkv, fc, act;
+  LocalWidths(const BlockArch& m, int T)
+      : C(m.C), Cl(m.C / T), heads(m.NH / T), qkv(int64_t(m.NH + 2 * m.NKV) / T * m.hs()),
+        fc((m.llama ? 2 : 1) * int64_t(m.F) / T), act(int64_t(m.F) / T) {}
+};
+
 // What one block keeps for its backward (model_part.h RecomputePolicy): everything; all but
 // the norms' outputs and the fp32 GELU output (selective); its output only (output: full
 // recomputation). `work` carves the complement a part needs once: everything but the output
@@ -98,7 +127,7 @@ enum class BlockKeep : uint8_t { all, selective, output, work, dropped };
 
 // Carves one block's activations for a.N rows (those `keep` names). attn_f32: qkv and the
 // attention output in fp32 even under bf16 (context parallelism).
-void carve_layer(Carver& c, LayerActs& l, int C, int heads, const ActShape& a, bool bf16,
+void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a, bool bf16,
                  bool attn_f32, BlockKeep keep = BlockKeep::all);
 
 // The activations a block's passes run on: the ones it keeps, with what it does not keep
@@ -111,10 +140,15 @@ struct TpDims {
   int B = 0, T = 0;  // batch, sequence (local rows under context parallelism)
   int64_t N = 0, n = 0;
   int C = 0, Cl = 0, NHl = 0;
+  int NKVl = 0, Fl = 0;  // local key/value heads and MLP width
+  BlockArch m;           // the whole model's
   int64_t v0 = 0, Vr = 0;
+  LocalWidths w() const { return LocalWidths(m, C / Cl); }
+  kernels::AttentionShape attention() const { return {B, T, NHl, NKVl, m.hs()}; }
 };
 
-// Backward (and forward) scratch: dres, dbuf_c (n, C); dbuf_4c (N, 4Cl); dqkv (N, 3Cl);
+// Backward (and forward) scratch: dres, dbuf_c (n, C); dbuf_4c (N, max(fc, qkv) columns);
+// dqkv (N, qkv columns);
 // full_a, full_b (N, C) for gathered rows (T > 1 only); rep (T·C + 6C) for the replicated
 // gradients of one micro-batch (T > 1 only).
 struct TpScratch {
@@ -149,6 +183,7 @@ struct BlockCtx {
   int key = 0;
   MoEBlock* moe = nullptr;
   const int32_t* doc_start = nullptr;
+  const int32_t* pos = nullptr;  // (B, T) rotary positions of the rows (Llama blocks)
 };
 
 // The output gradients kept from the input pass to the weight pass of one block and slot.
@@ -158,7 +193,9 @@ struct BlockStash {
   float* d2 = nullptr;    // (N, C) attn proj's (gathered)
   float* dqkv = nullptr;  // (N, 3Cl) qkv's
 };
-inline int64_t block_stash_floats(int64_t N, int64_t C, int64_t Cl) { return N * (2 * C + 7 * Cl); }
+inline int64_t block_stash_floats(int64_t N, const LocalWidths& w) {
+  return N * (2 * w.C + w.fc + w.qkv);
+}
 
 // x (n, C) -> a.res3 (n, C).
 void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float* x);
@@ -181,17 +218,18 @@ void block_backward_input(const BlockCtx& c, const Block& w, const Block& g, con
 void block_backward_weight(const BlockCtx& c, const Block& g, const LayerActs& a,
                            const BlockStash& st);
 
-// LayerNorm output into whichever of the fp32 (f) or bf16 (h) buffers exists.
-inline void layernorm_out(float* f, uint16_t* h, float* mean, float* rstd, const float* x,
-                          const float* w, const float* b, int64_t N, int C) {
-  if (h)
-    kernels::layernorm_forward(h, mean, rstd, x, w, b, N, C);
-  else
-    kernels::layernorm_forward(f, mean, rstd, x, w, b, N, C);
-}
+// The block's norm (LayerNorm, or RMSNorm for Llama: mean = null, b = null) into whichever of
+// the fp32 (f) or bf16 (h) buffers exists.
+void norm_out(const BlockArch& m, float* f, uint16_t* h, float* mean, float* rstd, const float* x,
+              const float* w, const float* b, int64_t N);
+// dx (N, C) += d loss / d x; gw, gb (C) += (gb null for RMSNorm); dout (N, C).
+void norm_backward(const BlockArch& m, float* dx, float* gw, float* gb, const float* dout,
+                   const float* x, const float* w, const float* mean, const float* rstd,
+                   int64_t N);
 
-// Final LayerNorm backward: s.dbuf_c (n, C) d loss / d its output -> s.dres (n, C) (written)
-// d loss / d x; gw, gb (C) += its weight and bias gradients (summed over tp under SP).
+// Final norm backward: s.dbuf_c (n, C) d loss / d its output -> s.dres (n, C) (written)
+// d loss / d x; gw, gb (C) += its weight and bias gradients (summed over tp under SP; gb null
+// for RMSNorm).
 void final_norm_backward(TensorComm& tc, const TpDims& d, const TpScratch& s, const float* w,
                          float* gw, float* gb, const float* x, const float* mean,
                          const float* rstd);

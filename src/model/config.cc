@@ -9,6 +9,15 @@ namespace strata::model {
 
 GPTConfig GPTConfig::preset(const std::string& name) {
   GPTConfig c;
+  // Llama shapes (published configs): a rotary model of L blocks, width C, NH query and NKV
+  // key/value heads, MLP width F, vocabulary V, RoPE theta, and whether the output layer is
+  // tied to the embedding.
+  auto llama = [&](int L, int C, int NH, int NKV, int F, int seq, int V, float theta, bool tied) {
+    c.arch = Arch::llama;
+    c.layers = L, c.dim = C, c.heads = NH, c.kv_heads = NKV, c.ffn = F, c.seq = seq;
+    c.vocab = V, c.padded_vocab = (V + 63) / 64 * 64;
+    c.rope_theta = theta, c.tie_embeddings = tied, c.norm_eps = 1e-5f;
+  };
   if (name == "tiny") {
     c.layers = 4, c.dim = 256, c.heads = 4, c.seq = 256, c.vocab = 256, c.padded_vocab = 256;
   } else if (name == "small") {
@@ -16,10 +25,35 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   } else if (name == "gpt2") {
     c.layers = 12, c.dim = 768, c.heads = 12, c.seq = 1024, c.vocab = 50257;
     c.padded_vocab = 50304;
+  } else if (name == "llama-tiny") {  // tests: GQA 4:2, SwiGLU of llama_ffn(256) = 768
+    llama(4, 256, 4, 2, 0, 256, 256, 10000.0f, false);
+  } else if (name == "llama-100m") {  // benchmarks: ~99.5M parameters
+    llama(8, 768, 12, 4, 2048, 1024, 32000, 10000.0f, false);
+  } else if (name == "tinyllama-1.1b") {
+    llama(22, 2048, 32, 4, 5632, 2048, 32000, 10000.0f, false);
+  } else if (name == "llama-3.2-1b") {
+    llama(16, 2048, 32, 8, 8192, 2048, 128256, 500000.0f, true);
+  } else if (name == "llama-3-8b") {
+    llama(32, 4096, 32, 8, 14336, 8192, 128256, 500000.0f, false);
   } else {
-    fail("unknown model '", name, "' (known: tiny, small, gpt2)");
+    fail("unknown model '", name,
+         "' (known: tiny, small, gpt2, llama-tiny, llama-100m, tinyllama-1.1b, llama-3.2-1b, "
+         "llama-3-8b)");
   }
   return c;
+}
+
+Arch parse_arch(const std::string& s) {
+  if (s == "gpt2" || s == "gpt") return Arch::gpt2;
+  if (s == "llama") return Arch::llama;
+  fail("--arch ", s, ": must be gpt2 or llama");
+}
+
+const char* arch_name(Arch a) { return a == Arch::llama ? "llama" : "gpt2"; }
+
+int llama_ffn(int dim) {
+  const int64_t h = 8 * int64_t(dim) / 3;
+  return int((h + 255) / 256 * 256);
 }
 
 Recompute parse_recompute_mode(const std::string& s) {
@@ -43,9 +77,29 @@ void GPTConfig::validate() const {
   positive("seq", seq);
   positive("vocab", vocab);
   STRATA_CHECK(dim % heads == 0, "model dim ", dim, " is not divisible by heads ", heads);
+  STRATA_CHECK(kv_heads >= 0, "--kv-heads must not be negative (got ", kv_heads, ")");
+  STRATA_CHECK(ffn >= 0, "--ffn must not be negative (got ", ffn, ")");
+  if (!llama()) {
+    STRATA_CHECK(kv_heads == 0 || kv_heads == heads, "--kv-heads ", kv_heads,
+                 ": grouped-query attention needs --arch llama (GPT-2 blocks are multi-head)");
+    STRATA_CHECK(ffn == 0 || ffn == 4 * dim, "--ffn ", ffn,
+                 ": GPT-2 blocks have an MLP of 4 x dim; another width needs --arch llama");
+    STRATA_CHECK(tie_embeddings, "GPT-2 blocks tie the output layer to the embedding");
+  } else {
+    STRATA_CHECK(heads % kv() == 0, "--kv-heads ", kv(), " does not divide the model's ", heads,
+                 " attention heads (each key/value head serves a whole group of query heads)");
+    STRATA_CHECK(head_dim() % 2 == 0, "rotary embeddings need an even head size (dim ", dim,
+                 " / heads ", heads, " = ", head_dim(), ")");
+    STRATA_CHECK(norm_eps > 0, "--norm-eps must be positive (got ", norm_eps, ")");
+    STRATA_CHECK(rope_theta > 0, "--rope-theta must be positive (got ", rope_theta, ")");
+    STRATA_CHECK(!moe.enabled(), "--experts with --arch llama: SwiGLU experts are not built yet "
+                 "(Mixture-of-Experts runs GPT-2 blocks)");
+  }
   STRATA_CHECK(padded_vocab >= vocab, "model padded vocab ", padded_vocab, " is below vocab ",
                vocab);
-  const double n = double(padded_vocab + seq) * dim + double(layers) * (12.0 * dim * dim);
+  GPTConfig dense = *this;  // the experts are counted below, in double
+  dense.moe = {};
+  const double n = double(dense.num_params());
   moe.validate();
   STRATA_CHECK(recompute.layers >= 0, "--recompute-layers must not be negative (got ", recompute.layers, ")");
   STRATA_CHECK(recompute.layers == 0 || recompute.mode == Recompute::full, "--recompute-layers ",
@@ -60,14 +114,13 @@ void GPTConfig::validate() const {
                moe.experts, " expert MLPs): too many for one flat fp32 buffer");
 }
 
-// Per block: ln_1 (2C) + c_attn (3C*C + 3C) + attn c_proj (C*C + C) + ln_2 (2C)
-//            + c_fc (4C*C + 4C) + mlp c_proj (4C*C + C)  = 12 C^2 + 13 C
+// GPT-2, per block: ln_1 (2C) + c_attn (3C*C + 3C) + attn c_proj (C*C + C) + ln_2 (2C)
+//                   + c_fc (4C*C + 4C) + mlp c_proj (4C*C + C)  = 12 C^2 + 13 C
+// Llama, per block: 2 norms (2C) + q, k, v (C*(NH + 2NKV)*hs) + o (C*C) + gate, up, down
+//                   (3*F*C); embeddings Vp*C, and as much again for an untied lm_head.
+// Counted in 64 bits (cost/shapes.h), so an oversized config is refused, not wrapped.
 int64_t GPTConfig::num_params() const {
-  const int64_t C = dim;
-  // An MoE block replaces the MLP (8 C^2 + 5 C) by a router (E C) and E MLPs.
-  const int64_t mlp = 8 * C * C + 5 * C, E = moe.experts;
-  return int64_t(padded_vocab) * C + int64_t(seq) * C + int64_t(layers) * (12 * C * C + 13 * C) +
-         2 * C + moe.moe_layers(layers) * (E * C + (E - 1) * mlp);
+  return cost::local_params(gpt_shape(*this), 1, 0);
 }
 
 std::vector<ParamView> build_param_table(const GPTConfig& cfg, TpShard shard,

@@ -74,15 +74,39 @@ struct RecomputePolicy {
 Recompute parse_recompute_mode(const std::string& s);  // "none" | "selective" | "full"
 const char* recompute_mode_name(Recompute r);
 
+// The block's architecture (model/block.h):
+//   gpt2   LayerNorm, learned positions (wpe), biases, GELU MLP of 4C, tied embeddings
+//   llama  RMSNorm (norm_eps), rotary positions (rope_theta, Hugging Face's rotate_half
+//          layout), no biases, SwiGLU MLP of `ffn`, grouped-query attention (kv_heads), an
+//          output layer of its own (lm_head) unless tie_embeddings
+enum class Arch : uint8_t { gpt2, llama };
+Arch parse_arch(const std::string& s);  // "gpt2" | "llama"
+const char* arch_name(Arch a);
+// Llama's MLP width for width C: 8C/3 rounded up to a multiple of 256 (Meta's multiple_of).
+int llama_ffn(int dim);
+
 struct GPTConfig {
+  Arch arch = Arch::gpt2;
   int layers = 4;
   int dim = 256;
   int heads = 4;
+  int kv_heads = 0;        // key/value heads (grouped-query attention); 0: heads
+  int ffn = 0;             // MLP hidden width; 0: 4·dim (gpt2), llama_ffn(dim) (llama)
   int seq = 256;           // maximum sequence length (wpe rows)
   int vocab = 256;         // real vocabulary
   int padded_vocab = 256;  // rows of wte; a multiple of 64 (50257 -> 50304)
+  float norm_eps = 1e-5f;  // RMSNorm's (llama; GPT-2's LayerNorm uses 1e-5)
+  float rope_theta = 10000.0f;
+  bool tie_embeddings = true;  // llama: the output layer is the input embedding
   expert::MoEConfig moe;   // Mixture-of-Experts blocks (model/expert/config.h); off by default
   RecomputePolicy recompute;
+
+  bool llama() const { return arch == Arch::llama; }
+  int kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int head_dim() const { return dim / heads; }
+  int hidden() const { return ffn > 0 ? ffn : llama() ? llama_ffn(dim) : 4 * dim; }
+  // The output layer is wte (unit 0 at both ends of a pass); else lm_head in unit L+1.
+  bool tied() const { return !llama() || tie_embeddings; }
 
   // Whether block l, the i-th of its chunk, keeps only its output (full recomputation).
   bool recomputes_block(int l, int i) const {
@@ -90,7 +114,8 @@ struct GPTConfig {
            (recompute.layers == 0 || i < recompute.layers);
   }
 
-  // "tiny", "small", "gpt2"; throws naming the known presets otherwise.
+  // "tiny", "small", "gpt2", "llama-tiny", "llama-100m", "tinyllama-1.1b", "llama-3.2-1b",
+  // "llama-3-8b"; throws naming the known presets otherwise.
   static GPTConfig preset(const std::string& name);
   // Throws a one-line Error for impossible configs (dim % heads, sizes <= 0, ...).
   void validate() const;

@@ -20,27 +20,33 @@ namespace strata::model {
 namespace k = strata::kernels;
 namespace tn = strata::model::tensor;
 
+BlockArch block_arch(const GPTConfig& cfg) {
+  return {cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope_theta};
+}
+
 void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, const ActShape& a,
                 bool bf16, bool split, bool attn_f32) {
-  const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
+  const BlockArch m = block_arch(cfg);
+  const LocalWidths w(m, a.T);
+  const int64_t C = cfg.dim, N = a.N, n = a.n;
   const bool f32 = !bf16;
   s.x = c.take(n * C);
   s.layers.resize(size_t(ch.end - ch.begin));
   for (int i = 0; i < ch.end - ch.begin; ++i)
-    carve_layer(c, s.layers[size_t(i)], cfg.dim, cfg.heads, a, bf16, attn_f32, block_keep(cfg, ch.begin + i, i));
+    carve_layer(c, s.layers[size_t(i)], m, a, bf16, attn_f32, block_keep(cfg, ch.begin + i, i));
   s.stash.resize(split ? s.layers.size() : 0);
   for (BlockStash& st : s.stash) {
     st.d3 = c.take(N * C);
-    st.dfch = c.take(4 * N * Cl);
+    st.dfch = c.take(N * w.fc);
     st.d2 = c.take(N * C);
-    st.dqkv = c.take(3 * N * Cl);
+    st.dqkv = c.take(N * w.qkv);
   }
   s.gin = c.take_if(n * C, !ch.head);
   s.gout = c.take_if(n * C, !ch.embed);
   if (!ch.head) return;
   s.lnf = c.take_if(n * C, f32);
   s.lnf_h = c.take_bf16(n * C, bf16);
-  s.lnf_mean = c.take(n);
+  s.lnf_mean = c.take_if(n, !cfg.llama());
   s.lnf_rstd = c.take(n);
   s.logits = c.take(N * a.Vr);
   s.losses = c.take(N);
@@ -68,7 +74,9 @@ BlockKeep block_keep(const GPTConfig& cfg, int l, int i) {
 }
 
 void Part::carve_scratch(Carver& c, const ActShape& a, const std::vector<StageChunk>& chunks, bool attn_f32) {
-  const int64_t C = cfg.dim, N = a.N, n = a.n, Cl = C / a.T;
+  const BlockArch m = block_arch(cfg);
+  const LocalWidths w(m, a.T);
+  const int64_t C = cfg.dim, N = a.N, n = a.n;
   // Recomputation's working layer: a whole one (but its output) when some block keeps only
   // its output, else what selective recomputation drops.
   bool full = false;
@@ -76,15 +84,19 @@ void Part::carve_scratch(Carver& c, const ActShape& a, const std::vector<StageCh
     for (int l = ch.begin; l < ch.end; ++l) full = full || cfg.recomputes_block(l, l - ch.begin);
   work = LayerActs{};
   if (full || cfg.recompute.mode == Recompute::selective)
-    carve_layer(c, work, cfg.dim, cfg.heads, a, bf16, attn_f32, full ? BlockKeep::work : BlockKeep::dropped);
+    carve_layer(c, work, m, a, bf16, attn_f32, full ? BlockKeep::work : BlockKeep::dropped);
   s.dres = c.take(n * C);
   s.dbuf_c = c.take(n * C);
-  s.dbuf_4c = c.take(4 * N * Cl);
-  s.dqkv = c.take(3 * N * Cl);
+  // The matmul outputs and MLP gradients: GPT-2 (N, 4Cl); Llama (N, fc + act) for SwiGLU's
+  // two gradients (model/block.cc act_grad_buf), or the qkv product if wider.
+  s.dbuf_4c = c.take(N * std::max(w.qkv, w.fc + (m.llama ? w.act : 0)));
+  s.dqkv = c.take(N * w.qkv);
   if (a.T > 1) {
     s.full_a = c.take(N * C);
     s.full_b = c.take(N * C);
-    s.rep = c.take(int64_t(cfg.seq) * C + 6 * C);
+    // The position table's gradient of a micro-batch (no table in a Llama) and the replicated
+    // views' (6C).
+    s.rep = c.take((cfg.llama() ? 0 : int64_t(cfg.seq) * C) + 6 * C);
     ce_stats = c.take(2 * N);
   }
 }
@@ -98,6 +110,9 @@ TpDims Part::dims(int B, int T) const {
   d.C = cfg.dim;
   d.Cl = cfg.dim / shard.size;
   d.NHl = cfg.heads / shard.size;
+  d.NKVl = cfg.kv() / shard.size;
+  d.Fl = cfg.hidden() / shard.size;
+  d.m = block_arch(cfg);
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, shard);
   d.v0 = vs.begin;
   d.Vr = vs.size();
@@ -110,6 +125,9 @@ TpDims Part::dims(int B, int T) const {
 Block Part::views(float* base, int layer) const {
   STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
   const int64_t* r = view_rel.data() + view0[size_t(layer)];
+  if (cfg.llama())  // norm | q k v | o | norm | gate up | down (model/shard.cc llama_table)
+    return Block{base + r[0], nullptr, base + r[1], nullptr, base + r[4], nullptr,
+                 base + r[5], nullptr, base + r[6], nullptr, base + r[8], nullptr};
   return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
                base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
 }
@@ -190,10 +208,28 @@ const int32_t* Part::doc_positions(const MicroInput& in, const TpDims& d) {
   return doc_pos.data();
 }
 
+const int32_t* Part::rope_positions(const MicroInput& in, const TpDims& d) {
+  if (!cfg.llama()) return nullptr;
+  if (const int32_t* pos = doc_positions(in, d)) return pos;  // restart in each document
+  rope_pos.resize(size_t(d.B) * d.T);
+  const SeqLayout L = cp ? cp->layout(d.T * cp->size()) : SeqLayout{CpChunks::contiguous, 1, d.T};
+  for (int b = 0; b < d.B; ++b)
+    for (int t = 0; t < d.T; ++t) rope_pos[size_t(b) * d.T + t] = cp ? L.position(cp->rank(), t) : t;
+  return rope_pos.data();
+}
+
 void Part::embed_forward(float* out, const MicroInput& in, const TpDims& d) {
   UnitSpan sp("forward", "embed");
   float* p0 = checked(unit_params[0], 0, "parameter");
-  const float *wte = p0 + view_rel[0], *wpe = p0 + view_rel[1];
+  const float* wte = p0 + view_rel[0];
+  if (cfg.llama()) {  // no position table: rotary positions turn q and k in every block
+    if (tc->size() > 1)
+      tn::embedding_forward(*tc, out, in.tokens, wte, d.v0, d.Vr, nullptr, s.full_a, d.B, d.T, d.C);
+    else
+      k::encoder_forward(out, in.tokens, wte, nullptr, d.B, d.T, d.C);
+    return;
+  }
+  const float* wpe = p0 + view_rel[1];
   // Documents: each row's position in its document (also under cp: whatever the row's chunk).
   if (const int32_t* pos = doc_positions(in, d)) {
     if (tc->size() > 1)
@@ -217,7 +253,16 @@ void Part::embed_forward(float* out, const MicroInput& in, const TpDims& d) {
 void Part::embed_backward(const MicroInput& in, const TpDims& d) {
   UnitSpan sp("backward", "embed");
   float* g0 = checked(unit_grads[0], 0, "gradient");
-  float *dwte = g0 + view_rel[0], *dwpe = g0 + view_rel[1];
+  float* dwte = g0 + view_rel[0];
+  if (cfg.llama()) {
+    if (tc->size() > 1)
+      tn::embedding_backward(*tc, dwte, nullptr, s.dres, in.tokens, d.v0, d.Vr, s.full_a, d.B,
+                             d.T, d.C);
+    else
+      k::encoder_backward(dwte, nullptr, s.dres, in.tokens, d.B, d.T, d.C);
+    return;
+  }
+  float* dwpe = g0 + view_rel[1];
   const int32_t* pos = doc_positions(in, d);  // documents: rows by position in their document
   if (tc->size() == 1) {
     if (pos)
@@ -255,6 +300,7 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
     after(0, Pass::forward);
   }
   const float* x = sl.x;
+  const int32_t* pos = any ? rope_positions(in, d) : nullptr;
   for (int l = ch.begin; l < ch.end; ++l) {
     phase.set_layer(l);
     before(l + 1, Pass::forward);
@@ -262,7 +308,7 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
     LayerActs& a = sl.layers[size_t(l - ch.begin)];
     if (any) {
       UnitSpan sp("forward", "L", l);
-      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start};
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start, pos};
       LayerActs e = effective_acts(a, work, block_keep(cfg, l, l - ch.begin));
       block_forward(c, views(unit_params[size_t(l + 1)], l), e, x);
     } else if (mb) {  // no tokens here, but this rank's experts may get some
@@ -274,19 +320,23 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
   }
   if (!ch.head) return 0;
   phase.set_layer(-1);
+  const bool tied = cfg.tied();
   before(L + 1, Pass::forward);
   if (any) {
     UnitSpan sp("forward", "ln_f");
     float* pf = checked(unit_params[size_t(L + 1)], L + 1, "parameter");
     const int64_t* r = view_rel.data() + view0[size_t(L)];
-    layernorm_out(sl.lnf, sl.lnf_h, sl.lnf_mean, sl.lnf_rstd, x, pf + r[0], pf + r[1], d.n, C);
+    norm_out(d.m, sl.lnf, sl.lnf_h, sl.lnf_mean, sl.lnf_rstd, x, pf + r[0],
+             cfg.llama() ? nullptr : pf + r[1], d.n);
   }
-  after(L + 1, Pass::forward);
+  if (tied) {
+    after(L + 1, Pass::forward);
+    before(0, Pass::forward);  // the tied wte again, for the logits
+  }
   double loss = 0.0;
-  before(0, Pass::forward);  // the tied wte again, for the logits
   if (any && head != Head::hidden) {
     UnitSpan sp("forward", "logits");
-    const float* wte = checked(unit_params[0], 0, "parameter") + view_rel[0];
+    const float* wte = output_layer(unit_params, "parameter");
     tn::column_forward(*tc, bf16, sl.logits, tn::act(sl.lnf, sl.lnf_h, C), wte, nullptr, s.full_a,
                        s.full_b, d.N, C, int(d.Vr));
     if (head == Head::loss && tc->size() > 1)
@@ -296,8 +346,14 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
       loss = k::crossentropy_forward(sl.losses, sl.lse, sl.logits, in.targets, in.weights, d.N,
                                      cfg.vocab, cfg.padded_vocab);
   }
-  after(0, Pass::forward);
+  after(tied ? 0 : L + 1, Pass::forward);
   return loss;
+}
+
+float* Part::output_layer(const std::vector<float*>& units, const char* what) const {
+  if (cfg.tied()) return checked(units[0], 0, what) + view_rel[0];
+  const int L = cfg.layers;  // lm_head: the view after the final norm's weight
+  return checked(units[size_t(L + 1)], L + 1, what) + view_rel[size_t(view0[size_t(L)] + 1)];
 }
 
 void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float scale, int slot,
@@ -305,11 +361,12 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
   const TpDims d = dims(in.B, in.T);
   const bool any = d.N > 0;
   const int L = cfg.layers, C = d.C;
+  const bool tied = cfg.tied();
   if (ch.head) {
-    before(0, Pass::backward);
+    before(tied ? 0 : L + 1, Pass::backward);  // the unit of the output layer
     if (any && from != Head::hidden) {
       UnitSpan sp("backward", "logits");
-      const float* wte = checked(unit_params[0], 0, "parameter") + view_rel[0];
+      const float* wte = output_layer(unit_params, "parameter");
       if (from == Head::loss && tc->size() > 1)
         tn::crossentropy_backward(sl.logits, sl.lse, in.targets, in.weights, scale, d.N, d.v0,
                                   d.Vr, cfg.vocab);
@@ -320,25 +377,25 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
         tn::column_backward_input(*tc, bf16, s.dbuf_c, sl.logits, wte, s.full_b, d.N, C,
                                   int(d.Vr));
       else
-        tn::column_backward(*tc, bf16, s.dbuf_c,
-                            checked(unit_grads[0], 0, "gradient") + view_rel[0], nullptr,
+        tn::column_backward(*tc, bf16, s.dbuf_c, output_layer(unit_grads, "gradient"), nullptr,
                             sl.logits, tn::act(sl.lnf, sl.lnf_h, C), wte, s.full_a, s.full_b, d.N,
                             C, int(d.Vr));
     }
-    before(L + 1, Pass::backward);
+    if (tied) before(L + 1, Pass::backward);
     if (any) {
       UnitSpan sp("backward", "ln_f");
       const float* pf = checked(unit_params[size_t(L + 1)], L + 1, "parameter");
       float* gf = checked(unit_grads[size_t(L + 1)], L + 1, "gradient");
       const int64_t* r = view_rel.data() + view0[size_t(L)];
-      final_norm_backward(*tc, d, s, pf + r[0], gf + r[0], gf + r[1], sl.out(), sl.lnf_mean,
-                          sl.lnf_rstd);
+      final_norm_backward(*tc, d, s, pf + r[0], gf + r[0], cfg.llama() ? nullptr : gf + r[1],
+                          sl.out(), sl.lnf_mean, sl.lnf_rstd);
     }
     if (!split) after(L + 1, Pass::backward);
   } else if (any) {
     std::memcpy(s.dres, sl.gin, sizeof(float) * size_t(d.n * C));
   }
   PhaseState& phase = current_phase();
+  const int32_t* pos = any ? rope_positions(in, d) : nullptr;
   for (int l = ch.end - 1; l >= ch.begin; --l) {
     phase.set_layer(l);
     before(l + 1, Pass::backward);
@@ -346,7 +403,7 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
     const size_t i = size_t(l - ch.begin);
     if (any) {
       UnitSpan sp("backward", "L", l);
-      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start};
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start, pos};
       const Block w = views(unit_params[size_t(l + 1)], l);
       const Block g = views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l);
       const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
@@ -363,12 +420,12 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
   }
   phase.set_layer(-1);
   if (ch.embed) {
-    if (!ch.head) before(0, Pass::backward);  // a first stage's: the embedding alone
+    if (!ch.head || !tied) before(0, Pass::backward);  // the embedding alone
     if (any) embed_backward(in, d);
   } else if (any) {
     std::memcpy(sl.gout, s.dres, sizeof(float) * size_t(d.n * C));
   }
-  if (!split && (ch.embed || ch.head)) after(0, Pass::backward);
+  if (!split && (ch.embed || (ch.head && tied))) after(0, Pass::backward);
 }
 
 LayerActs Part::recomputed(const BlockCtx& c, const Block& w, const LayerActs& kept, const float* x,
@@ -391,17 +448,17 @@ void Part::backward_weight(const StageChunk& ch, Slot& sl, const MicroInput& in,
   if (ch.head) {
     if (any) {  // dwte (Vr, C) += dlogits^T @ f(lnf): lnf all-gathered again under SP
       UnitSpan sp("weight", "head");
-      tn::column_backward_weight(*tc, bf16, checked(unit_grads[0], 0, "gradient") + view_rel[0],
-                                 nullptr, sl.logits, tn::act(sl.lnf, sl.lnf_h, d.C), s.full_a,
+      tn::column_backward_weight(*tc, bf16, output_layer(unit_grads, "gradient"), nullptr, sl.logits, tn::act(sl.lnf, sl.lnf_h, d.C), s.full_a,
                                  s.full_b, d.N, d.C, int(d.Vr));
     }
     after(L + 1, Pass::backward);
   }
+  const int32_t* pos = any ? rope_positions(in, d) : nullptr;
   for (int l = ch.end - 1; l >= ch.begin; --l) {
     if (any && !(moe && cfg.moe.is_moe_layer(l))) {  // an MoE block's ran whole in backward
       UnitSpan sp("weight", "L", l);
       const size_t i = size_t(l - ch.begin);
-      const BlockCtx c{*tc, d, s, cp, l + L * slot, nullptr, in.doc_start};
+      const BlockCtx c{*tc, d, s, cp, l + L * slot, nullptr, in.doc_start, pos};
       // What the block did not keep is recomputed again: the input pass's copy is gone.
       const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
       const LayerActs e = recomputed(c, views(unit_params[size_t(l + 1)], l), sl.layers[i], x,
@@ -411,7 +468,7 @@ void Part::backward_weight(const StageChunk& ch, Slot& sl, const MicroInput& in,
     }
     after(l + 1, Pass::backward);
   }
-  if (ch.embed || ch.head) after(0, Pass::backward);
+  if (ch.embed || (ch.head && cfg.tied())) after(0, Pass::backward);
 }
 
 }  // namespace strata::model

@@ -41,6 +41,9 @@ struct Slot {
 void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, const ActShape& a,
                 bool bf16, bool split, bool attn_f32);
 
+// The block's architecture from the config (model/block.h).
+BlockArch block_arch(const GPTConfig& cfg);
+
 // What block l, the i-th of its chunk, keeps under the config's recomputation policy.
 BlockKeep block_keep(const GPTConfig& cfg, int l, int i);
 
@@ -88,6 +91,7 @@ struct Part {
   TpScratch s;
   float* ce_stats = nullptr;  // (2N) vocab-parallel cross-entropy statistics (T > 1)
   std::vector<int32_t> doc_pos;  // (B, T) the rows' positions in their documents
+  std::vector<int32_t> rope_pos;  // (B, T) the rows' rotary positions (no documents)
   LayerActs work{};             // recomputation's scratch (carve_scratch; block_keep)
   int64_t recompute_ns = 0;     // wall time spent recomputing, all passes so far
 
@@ -135,6 +139,12 @@ struct Part {
   // Documents: each local row's position in its document, (B, d.T) in doc_pos; else nullptr.
   const int32_t* doc_positions(const MicroInput& in, const TpDims& d);
   void embed_backward(const MicroInput& in, const TpDims& d);
+  // Llama: the rows' rotary positions (B, d.T): in their document, else in the sequence
+  // (global under cp); GPT-2: nullptr.
+  const int32_t* rope_positions(const MicroInput& in, const TpDims& d);
+  // The output layer's weight (or gradient) among `units`: the tied wte of unit 0, or lm_head
+  // in unit L+1.
+  float* output_layer(const std::vector<float*>& units, const char* what) const;
 };
 
 }  // namespace strata::model

@@ -89,6 +89,40 @@ class TableBuilder {
 
 }  // namespace
 
+// Llama blocks: the names are Hugging Face's LlamaForCausalLM names without "model.". q, k
+// and v are three views but adjacent, so a rank's rows of them (its NH/T query and NKV/T
+// key/value heads) form one (q | k | v) matrix the block multiplies at once; gate and up
+// likewise form one (gate | up) matrix of 2F/T rows.
+std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s) {
+  STRATA_CHECK(cfg.kv() % s.size == 0, "--tp ", s.size, " does not divide the model's ", cfg.kv(),
+               " key/value heads (each tensor-parallel rank takes whole key/value heads)");
+  STRATA_CHECK(cfg.hidden() % s.size == 0, "--tp ", s.size, " does not divide the MLP width ",
+               cfg.hidden(), " (--ffn)");
+  TableBuilder t(s);
+  const int64_t C = cfg.dim, hs = cfg.head_dim(), F = cfg.hidden();
+  const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
+  auto vocab_rows = [&](const std::string& name, int unit) {
+    t.add(name, {cfg.padded_vocab, C}, unit, true, {{{vs.begin, 0}, {vs.size(), C}}}, false);
+  };
+  vocab_rows("embed_tokens.weight", 0);
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const int u = l + 1;
+    t.whole(p + "input_layernorm.weight", {C}, u, false, true);
+    t.column(p + "self_attn.q_proj.weight", {cfg.heads * hs, C}, u, true, 1);
+    t.column(p + "self_attn.k_proj.weight", {cfg.kv() * hs, C}, u, true, 1);
+    t.column(p + "self_attn.v_proj.weight", {cfg.kv() * hs, C}, u, true, 1);
+    t.row(p + "self_attn.o_proj.weight", {C, C}, u, true);
+    t.whole(p + "post_attention_layernorm.weight", {C}, u, false, true);
+    t.column(p + "mlp.gate_proj.weight", {F, C}, u, true, 1);
+    t.column(p + "mlp.up_proj.weight", {F, C}, u, true, 1);
+    t.row(p + "mlp.down_proj.weight", {C, F}, u, true);
+  }
+  t.whole("norm.weight", {C}, cfg.layers + 1, false, true);
+  if (!cfg.tied()) vocab_rows("lm_head.weight", cfg.layers + 1);
+  return std::move(t.out);
+}
+
 std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, ExpertShard x) {
   STRATA_CHECK(s.size >= 1 && s.rank >= 0 && s.rank < s.size, "tensor-parallel rank ", s.rank,
                " of ", s.size, " is not a valid position");
@@ -98,6 +132,7 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, Ex
   STRATA_CHECK(x.size >= 1 && x.rank >= 0 && x.rank < x.size && (E == 0 || E % x.size == 0),
                "expert-parallel rank ", x.rank, " of ", x.size, " cannot hold E/ep of ", E,
                " experts (--ep must divide --experts)");
+  if (cfg.llama()) return llama_table(cfg, s);
   TableBuilder t(s);
   const int64_t C = cfg.dim;
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
@@ -156,12 +191,15 @@ TensorLayout tensor_layout(const GPTConfig& cfg, TpShard s, ExpertShard x) {
 cost::GptShape gpt_shape(const GPTConfig& cfg) {
   int64_t recomputed = 0;  // of the one-process model: the single chunk [0, L)
   for (int l = 0; l < cfg.layers; ++l) recomputed += cfg.recomputes_block(l, l);
-  return {cfg.layers,       cfg.dim,
-          cfg.heads,        cfg.seq,
-          cfg.vocab,        cfg.padded_vocab,
-          cfg.moe.moe_layers(cfg.layers), cfg.moe.experts,
-          cfg.moe.top_k,    int(cfg.recompute.mode),
-          recomputed};
+  cost::GptShape m;
+  m.layers = cfg.layers, m.dim = cfg.dim, m.heads = cfg.heads, m.max_seq = cfg.seq;
+  m.vocab = cfg.vocab, m.padded_vocab = cfg.padded_vocab;
+  m.llama = cfg.llama(), m.kv_heads = cfg.kv(), m.ffn = cfg.hidden(), m.tied = cfg.tied();
+  m.moe_layers = cfg.moe.moe_layers(cfg.layers), m.experts = cfg.moe.experts;
+  m.top_k = cfg.moe.top_k;
+  m.recompute = int(cfg.recompute.mode);
+  m.recomputed_layers = recomputed;
+  return m;
 }
 
 namespace {

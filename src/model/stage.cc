@@ -47,7 +47,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
       held[size_t(l + 1)] = true;
       if (cfg_.moe.is_moe_layer(l)) held[size_t(L + 2 + cfg_.moe.moe_index(l))] = true;
     }
-    if (ch.embed || ch.head) held[0] = true;
+    if (ch.embed || (ch.head && cfg_.tied())) held[0] = true;  // untied: lm_head is in L+1
     if (ch.head) held[size_t(L + 1)] = true;
   }
   // Global units and views (the one-process layout), then the held units packed in order.
@@ -251,11 +251,15 @@ void StageModel::init(uint64_t seed) {
       const size_t k = std::strlen(s);
       return name.size() >= k && name.compare(name.size() - k, k, s) == 0;
     };
-    const bool ones = ends_with("ln_1.weight") || ends_with("ln_2.weight") || name == "ln_f.weight";
+    // Llama (Hugging Face's initialisation): norms 1, every matrix N(0, 0.02).
+    const bool ones = ends_with("ln_1.weight") || ends_with("ln_2.weight") ||
+                      name == "ln_f.weight" || ends_with("layernorm.weight") ||
+                      name == "norm.weight";
     const float stdv = float(ends_with("c_proj.weight") ? resid_std : 0.02);
-    // Rows of wte past the real vocabulary stay zero: no token selects them and their
-    // logits are ignored, so they never receive a gradient.
-    const int64_t live = name == "wte" ? int64_t(cfg_.vocab) * cfg_.dim : INT64_MAX;
+    // Rows of wte (and an untied lm_head) past the real vocabulary stay zero: no token
+    // selects them and their logits are ignored, so they never receive a gradient.
+    const bool vocab_rows = name == "wte" || name == "embed_tokens.weight" || name == "lm_head.weight";
+    const int64_t live = vocab_rows ? int64_t(cfg_.vocab) * cfg_.dim : INT64_MAX;
     for (const TensorPiece& piece : sharded[i].pieces) {
       float* p = base + piece.local_offset;
       const int64_t n = piece.numel();

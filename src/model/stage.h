@@ -85,7 +85,7 @@ class StageModel : public ModelPart {
   // order (local unit i is global unit units()[i]); hooks report those local numbers.
   int num_units() const override { return int(units_.size()); }
   int first_expert_unit() const override { return first_expert_; }
-  bool tied_unit0() const override { return holds(0); }
+  bool tied_unit0() const override { return holds(0) && cfg_.tied(); }
   std::vector<int> chunk_starts() const override;
   std::pair<int64_t, int64_t> unit_range(int local) const override;  // in the flat buffers
   int64_t num_params() const override { return num_params_; }

@@ -1,5 +1,7 @@
 #include "train/checkpointing.h"
 
+#include <algorithm>
+
 #include <signal.h>
 
 #include <cmath>
@@ -48,10 +50,15 @@ RankLayout rank_layout(const model::GPT& model, const Topology& topo) {
 // the run loading it (the tensor table catches most differences; heads does not show in it).
 void check_same_architecture(const json& saved, const TrainConfig& cfg, const std::string& dir) {
   const json now = cfg.to_json();
-  for (const char* key : {"layers", "dim", "heads", "max_seq", "vocab"}) {
-    if (!saved.contains(key) || saved[key] == now[key]) continue;
-    fail("checkpoint ", dir, " was written for a different model: --",
-         key == std::string("max_seq") ? "max-seq" : key, " ", saved[key].dump(),
+  const std::string arch = saved.value("arch", "gpt2"), want = now.value("arch", "gpt2");
+  STRATA_CHECK(arch == want, "checkpoint ", dir, " was written for ", arch, " blocks, this run has ",
+               want, " blocks (--arch)");
+  for (const char* key : {"layers", "dim", "heads", "max_seq", "vocab", "kv_heads", "ffn",
+                          "rope_theta", "norm_eps", "tie_embeddings"}) {
+    if (!saved.contains(key) || !now.contains(key) || saved[key] == now[key]) continue;
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    fail("checkpoint ", dir, " was written for a different model: --", flag, " ", saved[key].dump(),
          " in the checkpoint, ", now[key].dump(), " in this run");
   }
 }
@@ -351,6 +358,7 @@ std::string RunCheckpoints::mem_layout_text() const {
   for (const char* key : {"layers", "dim", "heads", "max_seq", "vocab", "seq", "seed"})
     text += cat(" ", key, " ", arch[key].dump());
   if (arch.contains("moe")) text += " moe " + arch["moe"].dump();
+  if (arch.contains("arch")) text += " arch " + arch["arch"].get<std::string>();
   return text;
 }
 

@@ -99,6 +99,13 @@ void TrainConfig::validate(int world) const {
 
 json TrainConfig::to_json() const {
   nlohmann::json j = to_json_dense();
+  if (model.llama())  // the architecture keys a Llama run adds (model/model_part.h)
+    j.update({{"arch", "llama"},
+              {"kv_heads", model.kv()},
+              {"ffn", model.hidden()},
+              {"norm_eps", model.norm_eps},
+              {"rope_theta", model.rope_theta},
+              {"tie_embeddings", model.tie_embeddings}});
   if (doc_mask) j["doc_mask"] = {{"doc_token", doc_token}};  // -1: the data's
   if (model.moe.enabled())  // docs/moe.md
     j["moe"] = {{"experts", model.moe.experts},

@@ -116,7 +116,10 @@ void add_residual_bias(float* out, const float* residual, const float* bias, int
   for (int64_t i = 0; i < n; ++i) {
     float* o = out + i * C;
     const float* r = residual + i * C;
-    for (int c = 0; c < C; ++c) o[c] += r[c] + bias[c];
+    if (bias)
+      for (int c = 0; c < C; ++c) o[c] += r[c] + bias[c];
+    else
+      for (int c = 0; c < C; ++c) o[c] += r[c];
   }
 }
 

@@ -26,6 +26,7 @@ void embedding_forward(TensorComm& tc, float* out, const int32_t* tokens, const 
   }
   tc.reduce_rows(partial, out, N, C);  // g forward
   const int64_t n0 = tc.row_offset(N), n = tc.local_rows(N);
+  if (!wpe) return;  // no learned positions (rotary models)
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float* p = wpe + (pos ? pos[n0 + i] : (n0 + i) % T) * C;
@@ -45,7 +46,7 @@ void embedding_backward(TensorComm& tc, float* dwte, float* dwpe, const float* d
 #pragma omp parallel for schedule(static)
   for (int ch = 0; ch < chunks; ++ch) {
     const int c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; dwpe && i < n; ++i) {
       const float* d = dout + i * C;
       float* p = dwpe + (pos ? pos[n0 + i] : (n0 + i) % T) * C;
       for (int c = c0; c < c1; ++c) p[c] += d[c];

@@ -8,7 +8,8 @@ std::unique_ptr<DataParallelEngine> make_stage_engine(model::StageModel& model, 
   opts.precision = Precision::fp32;
   StageGroups stage;
   stage.pp = mesh.has_pp() ? &mesh.pp() : nullptr;
-  stage.embed = mesh.has_embed() && model.holds(0) ? &mesh.embed() : nullptr;
+  // The tied embedding's two ends; an untied model (Llama's lm_head) has nothing to tie.
+  stage.embed = mesh.has_embed() && model.tied_unit0() ? &mesh.embed() : nullptr;
   stage.counts_unit0 = mesh.first_stage();
   // An MoE stage's expert units reduce over the ranks of this stage holding the same experts
   // (the mesh's ep groups are per stage and tp coordinate).
