@@ -47,6 +47,13 @@ void run_local(const Flags& f, const CLI::App& app) {
   if (a.layers) g.layers = int(*a.layers);
   if (a.hidden) g.dim = int(*a.hidden);
   if (a.heads) g.heads = int(*a.heads);
+  if (a.arch && model::parse_arch(*a.arch == "gpt" ? "gpt2" : *a.arch) == model::Arch::llama &&
+      !g.llama()) {
+    g.arch = model::Arch::llama;  // a GPT preset's sizes with Llama blocks, as train --arch
+    g.tie_embeddings = false;
+  }
+  if (a.kv_heads) g.kv_heads = int(*a.kv_heads);
+  if (a.ffn) g.ffn = int(*a.ffn);
   if (a.vocab) g.vocab = int(*a.vocab), g.padded_vocab = int((*a.vocab + 63) / 64 * 64);
   if (app.count("--max-seq")) g.seq = int(f.max_seq);
   if (a.experts) {  // docs/moe.md
@@ -88,7 +95,8 @@ void run_local(const Flags& f, const CLI::App& app) {
   // bytes (cost/comm.h).
   const bool ring = cpm == model::CpMode::ring;
   const int64_t cp_bytes =
-      f.accum * cost::cp_bytes_per_micro(ring, cp, g.layers, b, seq, g.dim / tp, m.recomputed_layers);
+      f.accum * cost::cp_bytes_per_micro(ring, cp, g.layers, b, seq, g.dim / tp, m.recomputed_layers,
+                                         cost::kv_columns(m, tp));
   // MoE: dense parameters over dp x cp, the rank's E/ep experts over the dp x cp / ep ranks
   // that hold them (parallel/region.h); gradient reductions move both once per step (ZeRO
   // 0-1) or per micro-batch (2-3).

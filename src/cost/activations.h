@@ -26,6 +26,7 @@
 // and models without dropout follow from the same terms; MoE layers store the MLP terms for
 // each of the top-k experts a token visits.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -59,19 +60,26 @@ struct ActivationBuffers {
   }
 };
 
+// Llama blocks (m.llama) keep the same buffers at their widths: qkv (NH + 2NKV)·hs/T columns,
+// the MLP's (gate | up) 2F/T and SwiGLU output F/T, RMSNorm's rstd only (no mean), and no
+// position-table gradient in the tp scratch; their backward scratch also holds SwiGLU's two
+// gradients (N·(2F + F)/T).
 inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, int rank,
                                             int64_t micro_batch, bool bf16_compute = false,
                                             bool attn_fp32 = false) {
   const int64_t N = micro_batch * m.max_seq, C = m.dim, L = m.layers, T = tp;
   const int64_t n = sp && T > 1 ? (N + T - 1) / T : N, Cl = C / T;
   const int64_t Vr = tp_vocab_rows(m.padded_vocab, tp, rank);
+  const int64_t kv = m.llama ? m.kv_heads : m.heads, F = m.llama ? m.ffn : 4 * C;
+  const int64_t qkv = (m.heads + 2 * kv) / T * (C / m.heads), act = F / T;
+  const int64_t fc = (m.llama ? 2 : 1) * act, stats = m.llama ? 1 : 2;  // per norm and row
   // bf16-able activations in floats: whole under fp32, halves (rounded up) under bf16.
   auto out = [&](int64_t e) { return bf16_compute ? (e + 1) / 2 : e; };
   auto att = [&](int64_t e) { return attn_fp32 ? e : out(e); };
-  const int64_t layer = 2 * n * C + 2 * out(n * C) + 4 * n + att(3 * N * Cl) + att(N * Cl) +
-                        2 * out(4 * N * Cl) + N * m.heads / T;
+  const int64_t layer = 2 * n * C + 2 * out(n * C) + 2 * stats * n + att(N * qkv) + att(N * Cl) +
+                        out(N * fc) + out(N * act) + N * m.heads / T;
   // What selective recomputation drops from a layer: ln1, ln2 and (fp32) the GELU output.
-  const int64_t dropped = 2 * out(n * C) + (bf16_compute ? 0 : 4 * N * Cl);
+  const int64_t dropped = 2 * out(n * C) + (bf16_compute ? 0 : N * act);
   ActivationBuffers b;
   b.embedding = 4 * n * C;
   if (m.recompute == 1) {
@@ -84,9 +92,11 @@ inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, 
   } else {
     b.layers_kept = 4 * L * layer;
   }
-  b.head = 4 * (out(n * C) + 2 * n + N * Vr + 2 * N);                 // ln_f, logits, losses
-  b.scratch = 4 * (2 * n * C + 7 * N * Cl);                           // gradient scratch
-  if (T > 1) b.scratch += 4 * (2 * N * C + m.max_seq * C + 6 * C + 2 * N);  // tp scratch
+  b.head = 4 * (out(n * C) + stats * n + N * Vr + 2 * N);             // ln_f, logits, losses
+  const int64_t mlp = std::max(qkv, fc + (m.llama ? act : 0));        // matmul outputs, MLP grads
+  b.scratch = 4 * (2 * n * C + N * mlp + N * qkv);                    // gradient scratch
+  const int64_t table = m.llama ? 0 : m.max_seq * C;                  // wpe's gradient
+  if (T > 1) b.scratch += 4 * (2 * N * C + table + 6 * C + 2 * N);    // tp scratch
   b.inputs = 12 * N;
   return b;
 }
@@ -97,16 +107,22 @@ inline int64_t tp_activation_bytes(const GptShape& m, int tp, bool sp, int rank,
   return activation_buffers(m, tp, sp, rank, micro_batch, bf16_compute, attn_fp32).total();
 }
 
+// Key (or value) columns of one tp rank: NKV·hs/T (Cl without grouped-query attention).
+inline int64_t kv_columns(const GptShape& m, int tp) {
+  return (m.llama ? m.kv_heads : m.heads) * (m.dim / m.heads) / tp;
+}
+
 // Bytes of the buffers a ContextComm holds for micro-batches of B sequences (Tl local rows,
-// Cl columns, NH heads on this rank): ring keeps two kv blocks, two travelling dkv blocks and
-// one received (each B·Tl·2Cl) plus D (B·NH·Tl); Ulysses keeps send, receive and two
-// head-sharded scratch tensors (3+3+1+3 B·Tl·Cl) plus every layer's head-sharded output.
+// Cl query columns, Kl key/value columns (0: Cl), NH heads on this rank): ring keeps two kv
+// blocks, two travelling dkv blocks and one received (each B·Tl·2Kl) plus D (B·NH·Tl);
+// Ulysses keeps send, receive and the head-sharded qkv gradient (3 x B·Tl·(Cl + 2Kl)), the
+// head-sharded dO (B·Tl·Cl) plus every layer's head-sharded output.
 inline int64_t cp_buffer_bytes(bool ring, int C, int layers, int64_t B, int64_t Tl, int64_t Cl,
-                               int64_t NH) {
+                               int64_t NH, int64_t Kl = 0) {
   if (C <= 1) return 0;
-  const int64_t N = B * Tl;
-  if (ring) return 4 * (5 * N * 2 * Cl + N * NH);
-  return 4 * (10 * N * Cl + layers * N * Cl);
+  const int64_t N = B * Tl, K = Kl > 0 ? Kl : Cl;
+  if (ring) return 4 * (5 * N * 2 * K + N * NH);
+  return 4 * (3 * N * (Cl + 2 * K) + N * Cl + layers * N * Cl);
 }
 
 // Activation bytes of a (tp rank of a) cp rank, as GPT allocates them plus the cp buffers for
@@ -117,8 +133,9 @@ inline int64_t cp_activation_bytes(const GptShape& m, int tp, bool sp, int rank,
   GptShape local = m;
   local.max_seq = (m.max_seq + C - 1) / C;
   int64_t bytes = tp_activation_bytes(local, tp, sp, rank, b, bf16, /*attn_fp32=*/C > 1);
-  if (tp > 1) bytes += 4 * (m.max_seq - local.max_seq) * m.dim;
-  return bytes + cp_buffer_bytes(ring, C, int(m.layers), b, seq / C, m.dim / tp, m.heads / tp);
+  if (tp > 1 && !m.llama) bytes += 4 * (m.max_seq - local.max_seq) * m.dim;
+  return bytes + cp_buffer_bytes(ring, C, int(m.layers), b, seq / C, m.dim / tp, m.heads / tp,
+                                 kv_columns(m, tp));
 }
 
 // Published models, one layer (the terms above).

@@ -102,7 +102,7 @@ inline double send_recv_s(double bytes, const Link& l) {
 // Tensor parallelism, payload per micro-batch (model/tensor/collectives.h counts an all-gather
 // or reduce-scatter as the whole (N, C) tensor, an all-reduce as its buffer). Terms: L layers,
 // C width, N = micro-batch · seq rows, seq the training sequence.
-//   with SP:    (5 + 10L)·N·C + 3N + 2C + 6L·C + seq·C floats
+//   with SP:    (5 + 10L)·N·C + 3N + 2C + 6L·C + seq·C floats (Llama: + C + 2L·C)
 //               forward 4 per layer + embedding + logits input, backward 6 per layer + 3,
 //               the CE statistics (3N) and the replicated gradients under SP
 //   without SP: (2 + 4L)·N·C + 3N floats (all-reduces: 2 per layer each way, embedding,
@@ -114,7 +114,10 @@ inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64
                                        int64_t seq) {
   if (tp <= 1 || micro_batch == 0) return 0;
   const int64_t N = micro_batch * seq, C = m.dim, L = m.layers;
-  const int64_t floats = sp ? (5 + 10 * L) * N * C + 3 * N + 2 * C + 6 * L * C + seq * C
+  // The replicated gradients all-reduced under SP: GPT-2's 6 views a block, ln_f's 2 and the
+  // position table; a Llama block's 2 norm weights, the final norm's 1, no table.
+  const int64_t replicated = m.llama ? C + 2 * L * C : 2 * C + 6 * L * C + seq * C;
+  const int64_t floats = sp ? (5 + 10 * L) * N * C + 3 * N + replicated
                             : (2 + 4 * L) * N * C + 3 * N;
   const int64_t moe = m.moe_layers * (N * m.top_k - (sp ? N * C : 0));
   // Full recomputation runs a recomputed layer's forward again before its backward, its
@@ -133,22 +136,25 @@ inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64
 // Ring sends (2C-2)/(4(C-1)/C) = C/2 times Ulysses' bytes; it hides them behind the block
 // computations, Ulysses' all-to-alls are exposed.
 // ring: the kv blocks travel a ring (CpMode::ring), else Ulysses' all-to-alls.
+// Grouped-query attention (Kl key/value columns per rank, 0: Cl): the ring's kv blocks are
+// 2·B·Tl·Kl, Ulysses moves q, k, v and the output as (2Cl + 2Kl) columns.
 inline int64_t cp_attention_bytes(bool ring, int C, int64_t B, int64_t Tl, int64_t Cl,
-                                  bool backward) {
+                                  bool backward, int64_t Kl = 0) {
   if (C <= 1) return 0;
-  if (ring) return (C - 1) * 2 * B * Tl * Cl * 4 * (backward ? 2 : 1);
-  return (C - 1) * 4 * B * Tl * (Cl / C) * 4;
+  const int64_t K = Kl > 0 ? Kl : Cl;
+  if (ring) return (C - 1) * 2 * B * Tl * K * 4 * (backward ? 2 : 1);
+  return (C - 1) * B * Tl * ((2 * Cl + 2 * K) / C) * 4;
 }
 
 // Forward plus backward of every layer, per micro-batch, plus the forward again of each layer
 // full recomputation recomputes (`recomputed`: the ring sends K/V again, Ulysses repeats its
 // forward all-to-alls).
 inline int64_t cp_bytes_per_micro(bool ring, int C, int layers, int64_t B, int64_t T,
-                                  int64_t Cl, int64_t recomputed = 0) {
+                                  int64_t Cl, int64_t recomputed = 0, int64_t Kl = 0) {
   const int64_t Tl = T / C;
-  return layers * (cp_attention_bytes(ring, C, B, Tl, Cl, false) +
-                   cp_attention_bytes(ring, C, B, Tl, Cl, true)) +
-         recomputed * cp_attention_bytes(ring, C, B, Tl, Cl, false);
+  return layers * (cp_attention_bytes(ring, C, B, Tl, Cl, false, Kl) +
+                   cp_attention_bytes(ring, C, B, Tl, Cl, true, Kl)) +
+         recomputed * cp_attention_bytes(ring, C, B, Tl, Cl, false, Kl);
 }
 
 // Expert parallelism (model/expert/), per MoE block and micro-batch: every rank of an ep group

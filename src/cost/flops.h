@@ -27,6 +27,13 @@ inline double train_flops_per_token(double n_params, int64_t layers, int64_t dim
 inline double block_forward_flops_per_token(double dim, double seq) {
   return 24.0 * dim * dim + 4.0 * seq * dim;
 }
+// The same for a block with kv_heads of heads' key/value heads and an MLP of `ffn` columns,
+// gated (SwiGLU: three matrices) or not: 2·(C·(C + 2·Ckv) + C² + (2 or 3)·C·ffn) + 4·T·C.
+inline double block_forward_flops_per_token(double dim, double seq, double heads, double kv_heads,
+                                            double ffn, bool gated) {
+  const double kv = dim * kv_heads / heads;
+  return 2.0 * (dim * (dim + 2 * kv) + dim * dim + (gated ? 3 : 2) * dim * ffn) + 4.0 * seq * dim;
+}
 
 // Model FLOPs utilisation: achieved model FLOP/s over the peak.
 inline double mfu(double tokens_per_s, double flops_per_token, double peak_flops) {

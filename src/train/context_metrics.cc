@@ -29,11 +29,13 @@ json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences
   const bool ring = cc->options().mode == model::CpMode::ring;
   const int C = cc->size();
   const int64_t Tl = T / C;
+  const cost::GptShape shape = model::gpt_shape(g);
+  const int64_t Kl = cost::kv_columns(shape, m.shard().size);
   return {{"cp_bytes", now.bytes - begin.bytes},
           {"cp_bytes_formula", cost::cp_bytes_per_micro(ring, C, g.layers, sequences, T, Cl,
-                                                        model::gpt_shape(g).recomputed_layers)},
-          {"cp_bytes_per_layer_fwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, false)},
-          {"cp_bytes_per_layer_bwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, true)},
+                                                        shape.recomputed_layers, Kl)},
+          {"cp_bytes_per_layer_fwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, false, Kl)},
+          {"cp_bytes_per_layer_bwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, true, Kl)},
           {"cp_attention_ms", double(now.compute_ns - begin.compute_ns) * 1e-6}};
 }
 
@@ -45,7 +47,7 @@ int64_t activation_bytes_per_rank(const model::GPT& m, int b, int T) {
     const int tp = m.shard().size;
     const bool ring = cc->options().mode == model::CpMode::ring;
     bytes += cost::cp_buffer_bytes(ring, cc->size(), g.layers, b, T / cc->size(), g.dim / tp,
-                                   g.heads / tp);
+                                   g.heads / tp, cost::kv_columns(model::gpt_shape(g), tp));
   }
   return bytes;
 }

@@ -9,6 +9,7 @@
 #include "core/trace.h"
 #include "cost/activations.h"
 #include "cost/comm.h"
+#include "model/shard.h"
 #include "data/dataset.h"
 #include "model/context/context_comm.h"
 #include "model/stage.h"
@@ -70,7 +71,8 @@ void check_stage_activations(double max_mb, const model::StageModel& sm, const s
     const model::ContextComm* cc = sm.context_comm();
     const bool ring = cc->options().mode == model::CpMode::ring;
     bytes += cost::cp_buffer_bytes(ring, d.cp, layer_slots, b, cfg.train_seq() / d.cp,
-                                   cfg.model.dim / d.tp, cfg.model.heads / d.tp);
+                                   cfg.model.dim / d.tp, cfg.model.heads / d.tp,
+                                   cost::kv_columns(model::gpt_shape(cfg.model), d.tp));
   }
   const double mine = double(bytes);
   std::vector<double> all(size_t(mesh.world().size()));
@@ -136,7 +138,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
     return cost::cp_bytes_per_micro(topo.cp->options().mode == model::CpMode::ring, d.cp,
                                     stage_layers, sequences, cfg.train_seq(),
-                                    cfg.model.dim / d.tp, stage_recomputed);
+                                    cfg.model.dim / d.tp, stage_recomputed,
+                                    cost::kv_columns(model::gpt_shape(cfg.model), d.tp));
   };
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
   std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step

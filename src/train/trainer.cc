@@ -694,8 +694,9 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
   const double C = m.dim;
   const double flops_per_token =
       m.recompute.mode == model::Recompute::full
-          ? double(shape.recomputed_layers) * cost::block_forward_flops_per_token(C, T)
-          : double(m.layers) * (2 * 8 * C + 20 * 4 * C);  // two norms and the GELU, per element
+          ? double(shape.recomputed_layers) *
+                cost::block_forward_flops_per_token(C, T, m.heads, m.kv(), m.hidden(), m.llama())
+          : double(m.layers) * (2 * 8 * C + 20 * m.hidden());  // two norms, GELU/SwiGLU
   json j = {{"policy", model::recompute_mode_name(m.recompute.mode)},
             {"layers", m.recompute.mode == model::Recompute::full ? json(shape.recomputed_layers) : json()},
             // the model's buffers (a GPT's include its copy of the inputs)
