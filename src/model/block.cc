@@ -108,7 +108,7 @@ void attention_fwd(const BlockCtx& c, LayerActs& a, bool h) {
   const TpDims& d = c.d;
   if (c.cp)
     attention_forward(c.cp, c.key, a.atty, a.att_lse, a.qkv, d.B, d.T, d.Cl, d.NHl, h,
-                      c.doc_start);
+                      c.doc_start, d.NKVl);
   else if (a.qkv_h)
     k::attention_forward(a.atty_h, a.att_lse, a.qkv_h, d.attention(), c.doc_start);
   else
@@ -121,7 +121,7 @@ void attention_bwd(const BlockCtx& c, float* dqkv, const float* datt, const Laye
   const TpDims& d = c.d;
   if (c.cp)
     attention_backward(c.cp, c.key, dqkv, datt, a.qkv, a.atty, a.att_lse, d.B, d.T, d.Cl, d.NHl,
-                       h, c.doc_start);
+                       h, c.doc_start, d.NKVl);
   else if (a.qkv_h)
     k::attention_backward(dqkv, datt, a.qkv_h, a.atty_h, a.att_lse, d.attention(), c.doc_start);
   else

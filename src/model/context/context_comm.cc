@@ -42,22 +42,26 @@ int64_t ContextComm::buffer_bytes() const {
 }
 
 void ContextComm::forward(int layer, float* out, float* lse, float* qkv, int B, int Tl, int Cl,
-                          int NH, bool bf16, const int32_t* doc_start) {
+                          int NH, bool bf16, const int32_t* doc_start, int NKV) {
   STRATA_CHECK(Cl % NH == 0, "context-parallel attention: width ", Cl, " not divisible by ", NH,
                " heads");
+  NKV = NKV ? NKV : NH;
+  STRATA_CHECK(NH % NKV == 0, "context-parallel attention: ", NKV, " key/value heads do not divide ",
+               NH, " heads");
   if (opt_.mode == CpMode::ring)
-    ring_forward(out, lse, qkv, B, Tl, Cl, NH, bf16, doc_start);
+    ring_forward(out, lse, qkv, B, Tl, Cl, NH, NKV, bf16, doc_start);
   else
-    ulysses_forward(layer, out, lse, qkv, B, Tl, Cl, NH, bf16, doc_start);
+    ulysses_forward(layer, out, lse, qkv, B, Tl, Cl, NH, NKV, bf16, doc_start);
 }
 
 void ContextComm::backward(int layer, float* dqkv, const float* dout, const float* qkv,
                            const float* out, const float* lse, int B, int Tl, int Cl, int NH,
-                           bool bf16, const int32_t* doc_start) {
+                           bool bf16, const int32_t* doc_start, int NKV) {
+  NKV = NKV ? NKV : NH;
   if (opt_.mode == CpMode::ring)
-    ring_backward(dqkv, dout, qkv, out, lse, B, Tl, Cl, NH, bf16, doc_start);
+    ring_backward(dqkv, dout, qkv, out, lse, B, Tl, Cl, NH, NKV, bf16, doc_start);
   else
-    ulysses_backward(layer, dqkv, dout, qkv, lse, B, Tl, Cl, NH, bf16, doc_start);
+    ulysses_backward(layer, dqkv, dout, qkv, lse, B, Tl, Cl, NH, NKV, bf16, doc_start);
 }
 
 }  // namespace strata::model

@@ -48,12 +48,15 @@ class ContextComm {
   // Ulysses keeps its head-sharded copies in qkv and lse (same sizes): pass the same buffers,
   // untouched, to backward. doc_start (B, T) of the whole sequence (kernels/attention.h), or
   // nullptr: each position's document start, so no attention crosses a document.
+  // NKV key/value heads (grouped-query attention; 0: NH): qkv is (B, Tl, Cl + 2Kl) with
+  // Kl = NKV·Cl/NH, the ring's kv blocks are (B, Tl, 2Kl) and Ulysses moves NH/C query and
+  // NKV/C key/value heads to each rank.
   void forward(int layer, float* out, float* lse, float* qkv, int B, int Tl, int Cl, int NH,
-               bool bf16, const int32_t* doc_start = nullptr);
-  // dqkv (B, Tl, 3Cl) written; dout, out (B, Tl, Cl).
+               bool bf16, const int32_t* doc_start = nullptr, int NKV = 0);
+  // dqkv (B, Tl, Cl + 2Kl) written; dout, out (B, Tl, Cl).
   void backward(int layer, float* dqkv, const float* dout, const float* qkv, const float* out,
                 const float* lse, int B, int Tl, int Cl, int NH, bool bf16,
-                const int32_t* doc_start = nullptr);
+                const int32_t* doc_start = nullptr, int NKV = 0);
 
   int64_t bytes() const { return bytes_; }                 // sent by this rank so far
   // Attention arithmetic on this rank: wall time, and the calling thread's CPU time (the
@@ -64,14 +67,14 @@ class ContextComm {
 
  private:
   void ring_forward(float* out, float* lse, const float* qkv, int B, int Tl, int Cl, int NH,
-                    bool bf16, const int32_t* doc_start);
+                    int NKV, bool bf16, const int32_t* doc_start);
   void ring_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                     const float* lse, int B, int Tl, int Cl, int NH, bool bf16,
+                     const float* lse, int B, int Tl, int Cl, int NH, int NKV, bool bf16,
                      const int32_t* doc_start);
   void ulysses_forward(int layer, float* out, float* lse, float* qkv, int B, int Tl, int Cl,
-                       int NH, bool bf16, const int32_t* doc_start);
+                       int NH, int NKV, bool bf16, const int32_t* doc_start);
   void ulysses_backward(int layer, float* dqkv, const float* dout, const float* qkv,
-                        const float* lse, int B, int Tl, int Cl, int NH, bool bf16,
+                        const float* lse, int B, int Tl, int Cl, int NH, int NKV, bool bf16,
                         const int32_t* doc_start);
   // Scratch i holds at least n floats (grown on demand; counted as activations).
   float* scratch(int i, int64_t n);

@@ -64,20 +64,21 @@ void cp_add_wpe_grad(float* dwpe, const ContextComm& cc, const float* local_grad
 }
 
 void attention_forward(ContextComm* cc, int layer, float* out, float* lse, float* qkv, int B,
-                       int T, int C, int NH, bool bf16, const int32_t* doc_start) {
+                       int T, int C, int NH, bool bf16, const int32_t* doc_start, int NKV) {
   if (cc)
-    cc->forward(layer, out, lse, qkv, B, T, C, NH, bf16, doc_start);
+    cc->forward(layer, out, lse, qkv, B, T, C, NH, bf16, doc_start, NKV);
   else
-    kernels::attention_forward(out, lse, qkv, B, T, C, NH, bf16, doc_start);
+    kernels::attention_forward(out, lse, qkv, {B, T, NH, NKV ? NKV : NH, C / NH}, bf16, doc_start);
 }
 
 void attention_backward(ContextComm* cc, int layer, float* dqkv, const float* dout,
                         const float* qkv, const float* out, const float* lse, int B, int T, int C,
-                        int NH, bool bf16, const int32_t* doc_start) {
+                        int NH, bool bf16, const int32_t* doc_start, int NKV) {
   if (cc)
-    cc->backward(layer, dqkv, dout, qkv, out, lse, B, T, C, NH, bf16, doc_start);
+    cc->backward(layer, dqkv, dout, qkv, out, lse, B, T, C, NH, bf16, doc_start, NKV);
   else
-    kernels::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16, doc_start);
+    kernels::attention_backward(dqkv, dout, qkv, out, lse, {B, T, NH, NKV ? NKV : NH, C / NH}, bf16,
+                                doc_start);
 }
 
 const float* cp_logits(ContextComm& cc, int max_seq, int64_t Vp, Buffer& scratch,

@@ -40,6 +40,10 @@ void check_context_parallel(const GPTConfig& cfg, int tp, int cp, const CpOption
             ? cat(" per tensor-parallel rank (", cfg.heads, " / --tp ", tp, " = ", local_heads, ")")
             : cat(" (", cfg.heads, ")"),
         " divisible by --cp ", cp, "; use --cp-mode ring or a --cp that divides them");
+    STRATA_CHECK(ulysses_splits_heads(cfg.kv(), std::max(1, tp), cp),
+                 "--cp-mode ulysses needs the key/value heads (", cfg.kv(),
+                 tp > 1 ? cat(" / --tp ", tp) : std::string(), ") divisible by --cp ", cp,
+                 "; use --cp-mode ring or a --cp that divides them");
   }
 }
 

@@ -1,7 +1,8 @@
 // Ring attention (model/context/context_comm.h): terms of layout.h, plus
-//   kv     a (B, Tl, 2Cl) block of one rank's keys | values, the unit that travels the ring
+//   kv     a (B, Tl, 2Kl) block of one rank's keys | values, the unit that travels the ring
+//          (Kl = Cl, or NKV·hs under grouped-query attention; q | k | v rows are W = Cl + 2Kl)
 //   owner  the rank whose tokens the kv block held at step s belongs to: (r - s) mod C
-//   dkv    the gradient of one kv block, (B, Tl, 2Cl), summed over the ranks it visited
+//   dkv    the gradient of one kv block, (B, Tl, 2Kl), summed over the ranks it visited
 // At step s every rank sends the block it holds to r+1 and receives the next one from r-1
 // while it computes on the one it holds; the pair of chunks (query chunk i, key chunk j) is
 // computed when j <= i (j == i with the causal mask, j < i in full).
@@ -28,9 +29,11 @@ constexpr int kTagKv = 1, kTagDkv = 2;
 // The views of one rank's rows, chunk by chunk.
 struct RingGeom {
   SeqLayout L;
-  int B, Tl, Cl, NH, S;
+  int B, Tl, Cl, NH, NKV, S;
   const int32_t* docs;  // (B, T) document starts of the whole sequence, or null
-  k::BlockShape shape() const { return {B, NH, Cl / NH, S, S}; }
+  k::BlockShape shape() const { return {B, NH, Cl / NH, S, S, NKV}; }
+  int Kl() const { return NKV * (Cl / NH); }  // key (or value) columns
+  int W() const { return Cl + 2 * Kl(); }     // a q | k | v row
   // Rows of local chunk c in a (B, Tl, width) tensor whose head block starts at column col.
   template <typename X>
   k::RowsOf<X> rows(X* base, int c, int64_t width, int64_t col) const {
@@ -61,18 +64,19 @@ struct RingGeom {
   }
 };
 
-// kv (N, 2Cl) <- the k | v columns of qkv (N, 3Cl).
-void pack_kv(float* kv, const float* qkv, int64_t N, int Cl) {
+// kv (N, 2Kl) <- the k | v columns of qkv (N, W).
+void pack_kv(float* kv, const float* qkv, int64_t N, const RingGeom& g) {
+  const int Kl = g.Kl(), W = g.W(), Cl = g.Cl;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)
-    std::memcpy(kv + n * 2 * Cl, qkv + n * 3 * Cl + Cl, sizeof(float) * 2 * Cl);
+    std::memcpy(kv + n * 2 * Kl, qkv + n * W + Cl, sizeof(float) * 2 * Kl);
 }
 
-// dst (N, 2Cl) at stride ld += src (N, 2Cl) contiguous.
-void add_kv(float* dst, int64_t ld, const float* src, int64_t N, int Cl) {
+// dst (N, 2Kl) at stride ld += src (N, 2Kl) contiguous.
+void add_kv(float* dst, int64_t ld, const float* src, int64_t N, int Kl) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)
-    for (int j = 0; j < 2 * Cl; ++j) dst[n * ld + j] += src[n * 2 * Cl + j];
+    for (int j = 0; j < 2 * Kl; ++j) dst[n * ld + j] += src[n * 2 * Kl + j];
 }
 
 // Waits for one step's kv transfer. Traced: a "wait" span for the exposed part and, around
@@ -91,12 +95,13 @@ void finish_transfer(comm::Work& sent, comm::Work& got, int64_t posted, const ch
 }  // namespace
 
 void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, int Tl, int Cl,
-                               int NH, bool bf16, const int32_t* doc_start) {
-  const RingGeom g{layout(Tl * size_), B, Tl, Cl, NH, layout(Tl * size_).chunk_len(), doc_start};
-  const int C = size_, r = rank_;
-  const int64_t N = int64_t(B) * Tl, kvn = N * 2 * Cl;
+                               int NH, int NKV, bool bf16, const int32_t* doc_start) {
+  const RingGeom g{layout(Tl * size_), B,   Tl, Cl, NH, NKV, layout(Tl * size_).chunk_len(),
+                   doc_start};
+  const int C = size_, r = rank_, Kl = g.Kl(), W = g.W();
+  const int64_t N = int64_t(B) * Tl, kvn = N * 2 * Kl;
   float* kv[2] = {scratch(0, kvn), scratch(1, kvn)};
-  pack_kv(kv[0], qkv, N, Cl);
+  pack_kv(kv[0], qkv, N, g);
   for (int64_t i = 0; i < N * NH; ++i) lse[i] = -INFINITY;  // (B, NH, Tl): no key seen yet
   for (int s = 0; s < C; ++s) {
     comm::WorkPtr sent, got;
@@ -113,8 +118,8 @@ void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, 
       const float* blk = kv[s % 2];
       g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m, k::DocBounds d) {
         k::attention_block_forward(g.rows(out, qc, Cl, 0), g.stats(lse, qc),
-                                   g.rows(qkv, qc, 3 * Cl, 0), g.rows(blk, kc, 2 * Cl, 0),
-                                   g.rows(blk, kc, 2 * Cl, Cl), g.shape(), m, bf16, d);
+                                   g.rows(qkv, qc, W, 0), g.rows(blk, kc, 2 * Kl, 0),
+                                   g.rows(blk, kc, 2 * Kl, Kl), g.shape(), m, bf16, d);
       });
     }
     if (sent) finish_transfer(*sent, *got, posted, "fwd", s);
@@ -123,17 +128,18 @@ void ContextComm::ring_forward(float* out, float* lse, const float* qkv, int B, 
 
 void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv,
                                 const float* out, const float* lse, int B, int Tl, int Cl, int NH,
-                                bool bf16, const int32_t* doc_start) {
-  const RingGeom g{layout(Tl * size_), B, Tl, Cl, NH, layout(Tl * size_).chunk_len(), doc_start};
-  const int C = size_, r = rank_;
-  const int64_t N = int64_t(B) * Tl, kvn = N * 2 * Cl;
+                                int NKV, bool bf16, const int32_t* doc_start) {
+  const RingGeom g{layout(Tl * size_), B,   Tl, Cl, NH, NKV, layout(Tl * size_).chunk_len(),
+                   doc_start};
+  const int C = size_, r = rank_, Kl = g.Kl(), W = g.W();
+  const int64_t N = int64_t(B) * Tl, kvn = N * 2 * Kl;
   float* kv[2] = {scratch(0, kvn), scratch(1, kvn)};
   float* dkv[2] = {scratch(2, kvn), scratch(3, kvn)};  // this step's share, sent on
   float* dkv_in = scratch(4, kvn);                      // the share of the ranks before
   float* D = scratch(5, N * NH);                        // (B, NH, Tl)
   const int next = (r + 1) % C, prev = (r + C - 1) % C;
-  pack_kv(kv[0], qkv, N, Cl);
-  std::memset(dqkv, 0, sizeof(float) * N * 3 * Cl);
+  pack_kv(kv[0], qkv, N, g);
+  std::memset(dqkv, 0, sizeof(float) * N * W);
   {
     const ComputeClock clock(*this);
     k::attention_row_dot({D, int64_t(NH) * Tl, Tl}, {dout, int64_t(Tl) * Cl, Cl},
@@ -153,7 +159,7 @@ void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv
     const int owner = (r + C - s) % C;
     // Step 0: this rank's own block; its gradient goes straight into dqkv's k | v columns.
     float* dk_base = s == 0 ? dqkv + Cl : dkv[s % 2];
-    const int64_t dk_ld = s == 0 ? 3 * Cl : 2 * Cl;
+    const int64_t dk_ld = s == 0 ? W : 2 * Kl;
     if (s > 0) {
       if (dsent[s % 2]) dsent[s % 2]->wait();  // the buffer of step s-2 has left
       std::memset(dk_base, 0, sizeof(float) * kvn);
@@ -164,16 +170,16 @@ void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv
       const float* blk = kv[s % 2];
       g.for_each_pair(r, owner, [&](int qc, int kc, k::BlockMask m, k::DocBounds d) {
         k::attention_block_backward(
-            g.rows(dqkv, qc, 3 * Cl, 0), g.rows(dk_base, kc, dk_ld, 0),
-            g.rows(dk_base, kc, dk_ld, Cl), g.rows(dout, qc, Cl, 0), g.rows(qkv, qc, 3 * Cl, 0),
-            g.rows(blk, kc, 2 * Cl, 0), g.rows(blk, kc, 2 * Cl, Cl),
+            g.rows(dqkv, qc, W, 0), g.rows(dk_base, kc, dk_ld, 0),
+            g.rows(dk_base, kc, dk_ld, Kl), g.rows(dout, qc, Cl, 0), g.rows(qkv, qc, W, 0),
+            g.rows(blk, kc, 2 * Kl, 0), g.rows(blk, kc, 2 * Kl, Kl),
             g.stats(const_cast<float*>(lse), qc), g.stats(D, qc), g.shape(), m, bf16, d);
       });
     }
     if (s > 0) {
       if (dgot) {
         dgot->wait();
-        add_kv(dk_base, 2 * Cl, dkv_in, N, Cl);
+        add_kv(dk_base, 2 * Kl, dkv_in, N, Kl);
       }
       dsent[s % 2] = group_.send_async(dk_base, size_t(kvn), DType::f32, next, kTagDkv);
       bytes_ += kvn * int64_t(sizeof(float));
@@ -182,7 +188,7 @@ void ContextComm::ring_backward(float* dqkv, const float* dout, const float* qkv
   }
   if (C > 1) {  // this rank's own block's gradient from the other C-1 ranks
     group_.recv_async(dkv_in, size_t(kvn), DType::f32, prev, kTagDkv)->wait();
-    add_kv(dqkv + Cl, 3 * Cl, dkv_in, N, Cl);
+    add_kv(dqkv + Cl, W, dkv_in, N, Kl);
   }
   for (comm::WorkPtr& w : dsent)
     if (w) w->wait();
