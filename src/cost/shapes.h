@@ -39,6 +39,12 @@ inline int64_t mlp_params(int64_t dim, int tp) {
   return 8 * C * C / T + 4 * C / T + C;
 }
 
+// One expert's MLP on one of T tp ranks: GPT-2's (mlp_params), or a Llama block's SwiGLU
+// (gate, up (F, C) and down (C, F), no biases).
+inline int64_t expert_mlp_params(const GptShape& m, int tp) {
+  return m.llama ? 3 * m.ffn * m.dim / tp : mlp_params(m.dim, tp);
+}
+
 // Parameters of tp rank `rank` holding the experts of one of `ep` expert-parallel ranks.
 // Llama: the embedding's rows (and an untied lm_head's, split the same way) + per block
 // 2C + C·(NH + 2NKV)·hs/T + C²/T + 3FC/T + the final norm's C.
@@ -49,7 +55,7 @@ inline int64_t local_params(const GptShape& m, int tp, int rank, int ep = 1) {
     return vocab * (m.tied ? 1 : 2) +
            m.layers * (2 * C + C * (m.heads + 2 * m.kv_heads) * hs / T + C * C / T +
                        3 * m.ffn * C / T) +
-           C;
+           C + m.moe_layers * (m.experts * C + (m.experts / ep - 1) * expert_mlp_params(m, tp));
   }
   return tp_vocab_rows(m.padded_vocab, tp, rank) * C + m.max_seq * C +
          m.layers * (12 * C * C / T + 7 * C / T + 6 * C) + 2 * C +

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "nlohmann/json.hpp"
 #include "model/gpt.h"
 #include "model/shard.h"
 
@@ -27,7 +28,7 @@ GPTConfig GPTConfig::preset(const std::string& name) {
     c.padded_vocab = 50304;
   } else if (name == "llama-tiny") {  // tests: GQA 4:2, SwiGLU of llama_ffn(256) = 768
     llama(4, 256, 4, 2, 0, 256, 256, 10000.0f, false);
-  } else if (name == "llama-100m") {  // benchmarks: ~99.5M parameters
+  } else if (name == "llama-100m") {  // benchmarks: 99,496,704 parameters
     llama(8, 768, 12, 4, 2048, 1024, 32000, 10000.0f, false);
   } else if (name == "tinyllama-1.1b") {
     llama(22, 2048, 32, 4, 5632, 2048, 32000, 10000.0f, false);
@@ -50,6 +51,22 @@ Arch parse_arch(const std::string& s) {
 }
 
 const char* arch_name(Arch a) { return a == Arch::llama ? "llama" : "gpt2"; }
+
+nlohmann::json GPTConfig::arch_json() const {
+  if (!llama()) return nlohmann::json::object();
+  return {{"arch", "llama"},          {"kv_heads", kv()},          {"ffn", hidden()},
+          {"norm_eps", norm_eps},     {"rope_theta", rope_theta},  {"tie_embeddings", tie_embeddings}};
+}
+
+void GPTConfig::read_arch(const nlohmann::json& j) {
+  arch = parse_arch(j.value("arch", "gpt2"));
+  if (!llama()) return;
+  kv_heads = j.at("kv_heads").get<int>();
+  ffn = j.at("ffn").get<int>();
+  norm_eps = j.at("norm_eps").get<float>();
+  rope_theta = j.at("rope_theta").get<float>();
+  tie_embeddings = j.at("tie_embeddings").get<bool>();
+}
 
 int llama_ffn(int dim) {
   const int64_t h = 8 * int64_t(dim) / 3;
@@ -92,8 +109,6 @@ void GPTConfig::validate() const {
                  " / heads ", heads, " = ", head_dim(), ")");
     STRATA_CHECK(norm_eps > 0, "--norm-eps must be positive (got ", norm_eps, ")");
     STRATA_CHECK(rope_theta > 0, "--rope-theta must be positive (got ", rope_theta, ")");
-    STRATA_CHECK(!moe.enabled(), "--experts with --arch llama: SwiGLU experts are not built yet "
-                 "(Mixture-of-Experts runs GPT-2 blocks)");
   }
   STRATA_CHECK(padded_vocab >= vocab, "model padded vocab ", padded_vocab, " is below vocab ",
                vocab);

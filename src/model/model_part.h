@@ -44,6 +44,7 @@
 #include "core/tensor.h"
 #include "core/tensor_layout.h"
 #include "model/expert/config.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace strata::comm {
 class ProcessGroup;
@@ -113,6 +114,12 @@ struct GPTConfig {
     return recompute.mode == Recompute::full && !moe.is_moe_layer(l) &&
            (recompute.layers == 0 || i < recompute.layers);
   }
+
+  // The architecture keys beyond GPT-2's sizes, as run configs and model files record them:
+  // {"arch": "llama", "kv_heads", "ffn", "norm_eps", "rope_theta", "tie_embeddings"}, or an
+  // empty object for GPT-2; read_arch sets them from such an object (absent: GPT-2).
+  nlohmann::json arch_json() const;
+  void read_arch(const nlohmann::json& j);
 
   // "tiny", "small", "gpt2", "llama-tiny", "llama-100m", "tinyllama-1.1b", "llama-3.2-1b",
   // "llama-3-8b"; throws naming the known presets otherwise.

@@ -134,20 +134,22 @@ Block Part::views(float* base, int layer) const {
 
 namespace {
 
-// An MoE block's router is view 8 of its block's unit (after ln_2, model/shard.cc); its
-// experts are the views of its expert unit, 4 per held expert. All E slots are returned
-// (global ids), the ones this rank does not hold empty.
+// An MoE block's router is view 8 of its block's unit (after ln_2, model/shard.cc; a Llama
+// block's view 6); its experts are the views of its expert unit, 4 per held expert (GPT-2:
+// c_fc w, b, c_proj w, b) or 3 (Llama: gate | up as one matrix, down). All E slots are
+// returned (global ids), the ones this rank does not hold empty.
 expert::MoEWeights moe_views(float* block, float* experts, const std::vector<int64_t>& rel,
-                             int first, int first_expert_view, int E, ExpertShard x) {
+                             int first, int first_expert_view, int E, ExpertShard x, bool llama) {
   expert::MoEWeights w;
   w.experts.assign(size_t(E), expert::ExpertViews{});
   if (!block) return w;
-  w.router = block + rel[size_t(first + 8)];
-  const int per = E / x.size;
+  w.router = block + rel[size_t(first + (llama ? 6 : 8))];
+  const int per = E / x.size, views = llama ? 3 : 4;
   for (int j = 0; j < per; ++j) {
-    const int64_t* r = rel.data() + first_expert_view + 4 * j;
-    w.experts[size_t(x.rank * per + j)] = {experts + r[0], experts + r[1], experts + r[2],
-                                           experts + r[3]};
+    const int64_t* r = rel.data() + first_expert_view + views * j;
+    w.experts[size_t(x.rank * per + j)] =
+        llama ? expert::ExpertViews{experts + r[0], nullptr, experts + r[2], nullptr}
+              : expert::ExpertViews{experts + r[0], experts + r[1], experts + r[2], experts + r[3]};
   }
   return w;
 }
@@ -168,13 +170,13 @@ std::unique_ptr<MoEBlock> Part::moe_block(int layer, bool with_grads, float scal
   const int xv = view0[size_t(b->unit - 1)];
   b->w = moe_views(checked(unit_params[size_t(layer + 1)], layer + 1, "parameter"),
                    checked(unit_params[size_t(b->unit)], b->unit, "parameter"), view_rel, first,
-                   xv, E, experts);
+                   xv, E, experts, cfg.llama());
   if (with_grads)
     b->g = moe_views(checked(unit_grads[size_t(layer + 1)], layer + 1, "gradient"),
                      checked(unit_grads[size_t(b->unit)], b->unit, "gradient"), view_rel, first,
-                     xv, E, experts);
+                     xv, E, experts, cfg.llama());
   else
-    b->g = moe_views(nullptr, nullptr, view_rel, first, xv, E, experts);
+    b->g = moe_views(nullptr, nullptr, view_rel, first, xv, E, experts, cfg.llama());
   b->scale = scale;
   b->ids = ids;
   b->slot = slot;

@@ -93,7 +93,7 @@ class TableBuilder {
 // and v are three views but adjacent, so a rank's rows of them (its NH/T query and NKV/T
 // key/value heads) form one (q | k | v) matrix the block multiplies at once; gate and up
 // likewise form one (gate | up) matrix of 2F/T rows.
-std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s) {
+static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, ExpertShard x) {
   STRATA_CHECK(cfg.kv() % s.size == 0, "--tp ", s.size, " does not divide the model's ", cfg.kv(),
                " key/value heads (each tensor-parallel rank takes whole key/value heads)");
   STRATA_CHECK(cfg.hidden() % s.size == 0, "--tp ", s.size, " does not divide the MLP width ",
@@ -105,6 +105,13 @@ std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s) {
     t.add(name, {cfg.padded_vocab, C}, unit, true, {{{vs.begin, 0}, {vs.size(), C}}}, false);
   };
   vocab_rows("embed_tokens.weight", 0);
+  // A SwiGLU MLP (the dense one, or an expert of a Mixtral-style MoE block): gate and up
+  // column-parallel, down row-parallel.
+  auto mlp = [&](const std::string& p, int unit) {
+    t.column(p + "gate_proj.weight", {F, C}, unit, true, 1);
+    t.column(p + "up_proj.weight", {F, C}, unit, true, 1);
+    t.row(p + "down_proj.weight", {C, F}, unit, true);
+  };
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const int u = l + 1;
@@ -114,12 +121,21 @@ std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s) {
     t.column(p + "self_attn.v_proj.weight", {cfg.kv() * hs, C}, u, true, 1);
     t.row(p + "self_attn.o_proj.weight", {C, C}, u, true);
     t.whole(p + "post_attention_layernorm.weight", {C}, u, false, true);
-    t.column(p + "mlp.gate_proj.weight", {F, C}, u, true, 1);
-    t.column(p + "mlp.up_proj.weight", {F, C}, u, true, 1);
-    t.row(p + "mlp.down_proj.weight", {C, F}, u, true);
+    if (cfg.moe.is_moe_layer(l))  // the router here, the experts in the expert units below
+      t.whole(p + "mlp.router.weight", {cfg.moe.experts, C}, u, true, true);
+    else
+      mlp(p + "mlp.", u);
   }
   t.whole("norm.weight", {C}, cfg.layers + 1, false, true);
   if (!cfg.tied()) vocab_rows("lm_head.weight", cfg.layers + 1);
+  int u = cfg.layers + 2;
+  for (int l = 0; l < cfg.layers; ++l) {
+    if (!cfg.moe.is_moe_layer(l)) continue;
+    const int per = cfg.moe.experts / x.size;
+    for (int e = x.rank * per; e < (x.rank + 1) * per; ++e)
+      mlp("layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".", u);
+    ++u;
+  }
   return std::move(t.out);
 }
 
@@ -132,7 +148,7 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, Ex
   STRATA_CHECK(x.size >= 1 && x.rank >= 0 && x.rank < x.size && (E == 0 || E % x.size == 0),
                "expert-parallel rank ", x.rank, " of ", x.size, " cannot hold E/ep of ", E,
                " experts (--ep must divide --experts)");
-  if (cfg.llama()) return llama_table(cfg, s);
+  if (cfg.llama()) return llama_table(cfg, s, x);
   TableBuilder t(s);
   const int64_t C = cfg.dim;
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
@@ -220,7 +236,7 @@ int64_t expert_params(const GPTConfig& cfg, int ep, int tp) {
   if (!cfg.moe.enabled()) return 0;
   check_expert_split(cfg, ep);
   return int64_t(cfg.moe.moe_layers(cfg.layers)) * (cfg.moe.experts / ep) *
-         cost::mlp_params(cfg.dim, tp);
+         cost::expert_mlp_params(gpt_shape(cfg), tp);
 }
 
 }  // namespace strata::model

@@ -92,7 +92,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
   p.unit_grads.assign(size_t(U), nullptr);
   if (cfg_.moe.enabled()) {  // routing state per block and slot: micro-batches in flight
     const int most = *std::max_element(slots.begin(), slots.end());
-    p.moe = std::make_shared<expert::MoE>(cfg_.moe, L, cfg_.dim, most);
+    p.moe = std::make_shared<expert::MoE>(cfg_.moe, L, cfg_.dim, most, cfg_.hidden(), cfg_.llama());
     p.moe->set_tensor(tc_);
     if (ep_) p.moe->set_group(ep_);
   }

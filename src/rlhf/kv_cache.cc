@@ -114,32 +114,45 @@ void linear(float* out, const float* x, const float* W, const float* b, int64_t 
     k::matmul_forward(out, x, W, b, N, C, OC, accumulate);
 }
 
-// Views of one block in table order (model/gpt.h): ln1 w/b, qkv w/b, proj w/b, ln2 w/b,
-// fc w/b, fc proj w/b.
-constexpr int kViews = 12;
-int block_view(int layer, int i) { return 2 + kViews * layer + i; }
 }  // namespace
 
+// The views of a block in table order (model/shard.cc): GPT-2 ln1 w/b, qkv w/b, proj w/b,
+// ln2 w/b, fc w/b, fc proj w/b after wte, wpe; Llama ln1, q, k, v, o, ln2, gate, up, down after
+// embed_tokens (q|k|v and gate|up adjacent: one matrix each). Index of block `layer`'s view
+// with the role of GPT-2's view i.
+int KvDecoder::block_view(int layer, int i) const {
+  if (!cfg_.llama()) return 2 + 12 * layer + i;
+  static constexpr int kLlama[12] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 8, -1};
+  return kLlama[i] < 0 ? -1 : 1 + 9 * layer + kLlama[i];
+}
+
+const float* KvDecoder::view(int index) const {
+  return index < 0 ? nullptr : params_ + table_[size_t(index)].offset;
+}
+
 KvDecoder::KvDecoder(const model::GPTConfig& cfg, int max_batch)
-    : cfg_(cfg), max_batch_(max_batch), table_(model::build_param_table(cfg)) {
+    : cfg_(cfg), max_batch_(max_batch), table_(model::build_param_table(cfg)),
+      arch_{cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope_theta} {
   cfg_.validate();
   STRATA_CHECK(max_batch >= 1, "KV cache: max batch must be >= 1 (got ", max_batch, ")");
-  const int64_t C = cfg.dim, S = cfg.seq, L = cfg.layers;
-  const int64_t rows = int64_t(max_batch) * S;
-  cache_ = Buffer(MemCategory::activations, sizeof(float) * 2 * L * max_batch * S * C);
+  STRATA_CHECK(!cfg.moe.enabled(), "KV cache: Mixture-of-Experts blocks are not decoded");
+  const int64_t C = cfg.dim, S = cfg.seq, L = cfg.layers, K = kv_width();
+  const int64_t rows = int64_t(max_batch) * S, F = cfg.hidden();
+  const int64_t qkv = C + 2 * K, fc = cfg.llama() ? 2 * F : F;
+  cache_ = Buffer(MemCategory::activations, sizeof(float) * 2 * L * max_batch * S * K);
   k_ = cache_.as<float>();
-  v_ = k_ + L * max_batch * S * C;
-  const int64_t floats = rows * (C + C + 3 * C + C + 4 * C + 4 * C + cfg.heads + 2) +
+  v_ = k_ + L * max_batch * S * K;
+  const int64_t floats = rows * (C + C + qkv + C + fc + F + cfg.heads + 2) +
                          int64_t(max_batch) * (C + cfg.padded_vocab);
   scratch_ = Buffer(MemCategory::activations, sizeof(float) * floats);
   float* p = scratch_.as<float>();
   auto take = [&p](int64_t n) { float* r = p; p += n; return r; };
   x_ = take(rows * C);
   ln_ = take(rows * C);
-  qkv_ = take(rows * 3 * C);
+  qkv_ = take(rows * qkv);
   att_ = take(rows * C);
-  fc_ = take(rows * 4 * C);
-  gelu_ = take(rows * 4 * C);
+  fc_ = take(rows * fc);
+  gelu_ = take(rows * F);
   lse_ = take(rows * cfg.heads);
   mean_ = take(rows);
   rstd_ = take(rows);
@@ -147,29 +160,45 @@ KvDecoder::KvDecoder(const model::GPTConfig& cfg, int max_batch)
   logits_ = take(int64_t(max_batch) * cfg.padded_vocab);
 }
 
-void KvDecoder::qkv_rows(int l, int64_t rows) {
+int64_t KvDecoder::kv_width() const { return int64_t(cfg_.kv()) * cfg_.head_dim(); }
+
+// Llama: q and k turned by RoPE at the rows' positions (B, T) (model/block.h).
+void KvDecoder::qkv_rows(int l, int B, int T, const int32_t* pos) {
   const int C = cfg_.dim;
-  k::layernorm_forward(ln_, mean_, rstd_, x_, view(block_view(l, 0)), view(block_view(l, 1)), rows,
-                       C);
-  linear(qkv_, ln_, view(block_view(l, 2)), view(block_view(l, 3)), rows, C, 3 * C);
+  const int64_t rows = int64_t(B) * T;
+  model::norm_out(arch_, ln_, nullptr, mean_, rstd_, x_, view(block_view(l, 0)),
+                  view(block_view(l, 1)), rows);
+  linear(qkv_, ln_, view(block_view(l, 2)), view(block_view(l, 3)), rows, C,
+         int(C + 2 * kv_width()));
+  if (cfg_.llama()) k::rope_forward(qkv_, pos, attention_shape(B, T), cfg_.rope_theta);
+}
+
+k::AttentionShape KvDecoder::attention_shape(int B, int T) const {
+  return {B, T, cfg_.heads, cfg_.kv(), cfg_.head_dim()};
 }
 
 void KvDecoder::block_tail(int l, int64_t rows) {
-  const int C = cfg_.dim;
+  const int C = cfg_.dim, F = cfg_.hidden();
   linear(x_, att_, view(block_view(l, 4)), view(block_view(l, 5)), rows, C, C, /*accumulate=*/true);
-  k::layernorm_forward(ln_, mean_, rstd_, x_, view(block_view(l, 6)), view(block_view(l, 7)), rows,
-                       C);
-  linear(fc_, ln_, view(block_view(l, 8)), view(block_view(l, 9)), rows, C, 4 * C);
-  k::gelu_forward(gelu_, fc_, rows * 4 * C);
-  linear(x_, gelu_, view(block_view(l, 10)), view(block_view(l, 11)), rows, 4 * C, C,
+  model::norm_out(arch_, ln_, nullptr, mean_, rstd_, x_, view(block_view(l, 6)),
+                  view(block_view(l, 7)), rows);
+  linear(fc_, ln_, view(block_view(l, 8)), view(block_view(l, 9)), rows, C,
+         cfg_.llama() ? 2 * F : F);
+  if (cfg_.llama())
+    k::swiglu_forward_rows(gelu_, fc_, rows, F);
+  else
+    k::gelu_forward(gelu_, fc_, rows * F);
+  linear(x_, gelu_, view(block_view(l, 10)), view(block_view(l, 11)), rows, F, C,
          /*accumulate=*/true);
 }
 
 const float* KvDecoder::head(const float* x) {
-  const int C = cfg_.dim, L = cfg_.layers;
-  const int lnf = 2 + kViews * L;
-  k::layernorm_forward(ln_, mean_, rstd_, x, view(lnf), view(lnf + 1), B_, C);
-  linear(logits_, ln_, view(0), nullptr, B_, C, cfg_.padded_vocab);
+  const int C = cfg_.dim;
+  const int lnf = block_view(cfg_.layers, 0);  // the view after the last block's
+  const float* out = cfg_.tied() ? view(0) : view(lnf + 1);  // wte, or lm_head
+  model::norm_out(arch_, ln_, nullptr, mean_, rstd_, x, view(lnf),
+                  cfg_.llama() ? nullptr : view(lnf + 1), B_);
+  linear(logits_, ln_, out, nullptr, B_, C, cfg_.padded_vocab);
   return logits_;
 }
 
@@ -184,19 +213,21 @@ const float* KvDecoder::prefill(const int32_t* tokens, int B, int P) {
   B_ = B;
   pos_ = P;
   const int C = cfg_.dim, S = cfg_.seq;
-  const int64_t N = int64_t(B) * P;
-  k::encoder_forward(x_, tokens, view(0), view(1), B, P, C);
+  const int64_t N = int64_t(B) * P, KW = kv_width(), W = C + 2 * KW;
+  k::encoder_forward(x_, tokens, view(0), cfg_.llama() ? nullptr : view(1), B, P, C);
+  std::vector<int32_t> pos(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) pos[size_t(i)] = int32_t(i % P);
   for (int l = 0; l < cfg_.layers; ++l) {
-    qkv_rows(l, N);
-    float* K = k_ + int64_t(l) * max_batch_ * S * C;
-    float* V = v_ + int64_t(l) * max_batch_ * S * C;
+    qkv_rows(l, B, P, pos.data());
+    float* K = k_ + int64_t(l) * max_batch_ * S * KW;
+    float* V = v_ + int64_t(l) * max_batch_ * S * KW;
     for (int b = 0; b < B; ++b)
       for (int t = 0; t < P; ++t) {
-        const float* row = qkv_ + (int64_t(b) * P + t) * 3 * C;
-        std::memcpy(K + (int64_t(b) * S + t) * C, row + C, sizeof(float) * C);
-        std::memcpy(V + (int64_t(b) * S + t) * C, row + 2 * C, sizeof(float) * C);
+        const float* row = qkv_ + (int64_t(b) * P + t) * W;
+        std::memcpy(K + (int64_t(b) * S + t) * KW, row + C, sizeof(float) * KW);
+        std::memcpy(V + (int64_t(b) * S + t) * KW, row + C + KW, sizeof(float) * KW);
       }
-    k::attention_forward(att_, lse_, qkv_, B, P, C, cfg_.heads);
+    k::attention_forward(att_, lse_, qkv_, attention_shape(B, P));
     block_tail(l, N);
   }
   for (int b = 0; b < B; ++b)
@@ -209,36 +240,41 @@ const float* KvDecoder::step(const int32_t* tokens) {
   STRATA_CHECK(pos_ < cfg_.seq, "KV cache: position ", pos_, " is past the model's context (",
                cfg_.seq, " positions)");
   const int C = cfg_.dim, S = cfg_.seq, NH = cfg_.heads, hs = C / NH, B = B_, pos = pos_;
+  const int64_t KW = kv_width(), W = C + 2 * KW;
+  const int group = NH / cfg_.kv();  // query heads per key/value head
   const float* wte = view(0);
-  const float* wpe = view(1);
+  const float* wpe = cfg_.llama() ? nullptr : view(1);
   for (int b = 0; b < B; ++b) {
     STRATA_CHECK(tokens[b] >= 0 && tokens[b] < cfg_.vocab, "KV cache: token ", tokens[b],
                  " of sequence ", b, " outside [0, ", cfg_.vocab, ")");
     for (int c = 0; c < C; ++c)
-      x_[int64_t(b) * C + c] = wte[int64_t(tokens[b]) * C + c] + wpe[int64_t(pos) * C + c];
+      x_[int64_t(b) * C + c] =
+          wte[int64_t(tokens[b]) * C + c] + (wpe ? wpe[int64_t(pos) * C + c] : 0.0f);
   }
+  const std::vector<int32_t> positions(size_t(B), pos);
   const float scale = 1.0f / std::sqrt(float(hs));
   for (int l = 0; l < cfg_.layers; ++l) {
-    qkv_rows(l, B);
-    float* K = k_ + int64_t(l) * max_batch_ * S * C;
-    float* V = v_ + int64_t(l) * max_batch_ * S * C;
+    qkv_rows(l, B, 1, positions.data());
+    float* K = k_ + int64_t(l) * max_batch_ * S * KW;
+    float* V = v_ + int64_t(l) * max_batch_ * S * KW;
     for (int b = 0; b < B; ++b) {
-      std::memcpy(K + (int64_t(b) * S + pos) * C, qkv_ + int64_t(b) * 3 * C + C, sizeof(float) * C);
-      std::memcpy(V + (int64_t(b) * S + pos) * C, qkv_ + int64_t(b) * 3 * C + 2 * C,
-                  sizeof(float) * C);
+      std::memcpy(K + (int64_t(b) * S + pos) * KW, qkv_ + int64_t(b) * W + C, sizeof(float) * KW);
+      std::memcpy(V + (int64_t(b) * S + pos) * KW, qkv_ + int64_t(b) * W + C + KW,
+                  sizeof(float) * KW);
     }
-    // One query per (sequence, head) over positions 0..pos: softmax(q·k / sqrt(hs)) · v.
+    // One query per (sequence, head) over positions 0..pos: softmax(q·k / sqrt(hs)) · v, the
+    // keys and values of the head's group.
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      const float* q = qkv_ + int64_t(b) * 3 * C + h * hs;
-      const float* Kb = K + int64_t(b) * S * C + h * hs;
-      const float* Vb = V + int64_t(b) * S * C + h * hs;
+      const int b = bh / NH, h = bh % NH, g = h / group;
+      const float* q = qkv_ + int64_t(b) * W + h * hs;
+      const float* Kb = K + int64_t(b) * S * KW + g * hs;
+      const float* Vb = V + int64_t(b) * S * KW + g * hs;
       float* out = att_ + int64_t(b) * C + h * hs;
       std::vector<float> s(size_t(pos) + 1);
       float mx = -INFINITY;
       for (int t = 0; t <= pos; ++t) {
-        const float* kt = Kb + int64_t(t) * C;
+        const float* kt = Kb + int64_t(t) * KW;
         float lanes[16] = {};
         int e = 0;
         for (; e + 16 <= hs; e += 16)
@@ -254,7 +290,7 @@ const float* KvDecoder::step(const int32_t* tokens) {
       std::fill(out, out + hs, 0.0f);
       for (int t = 0; t <= pos; ++t) {
         const float w = s[t] / z;
-        for (int e = 0; e < hs; ++e) out[e] += w * Vb[int64_t(t) * C + e];
+        for (int e = 0; e < hs; ++e) out[e] += w * Vb[int64_t(t) * KW + e];
       }
     }
     block_tail(l, B);

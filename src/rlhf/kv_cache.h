@@ -13,8 +13,11 @@
 // Same arithmetic as GPT::logits over the whole sequence up to fp32 rounding: prefill is
 // bit-identical (the same kernels on the same rows), a step sums the attention of one query
 // in another order than the tiled kernel does.
-// Cache: K and V of (L, B, S, C) floats each = 2·L·B·S·C·4 bytes (cache_bytes()), counted as
-// activations in the memory tracker. Cost of a step: 2·B·(12·L·C² + C·Vp) GEMM flops plus
+// Cache: K and V of (L, B, S, Ckv) floats each = 2·L·B·S·Ckv·4 bytes (cache_bytes()), counted
+// as activations in the memory tracker; Ckv = C, or NKV·hs for Llama blocks with grouped-query
+// attention (NKV/NH of multi-head attention's cache). Llama blocks (model/block.h): RMSNorm,
+// q and k turned by RoPE at each row's position, SwiGLU, lm_head unless tied; the same
+// kernels as the model's. Cost of a step: 2·B·(12·L·C² + C·Vp) GEMM flops plus
 // 4·B·L·pos·C for attention, against ~pos times the GEMM work without the cache.
 // Parameters are read from a flat fp32 buffer in the layout of build_param_table(cfg) (one
 // process, no tensor parallelism), bound with bind() and read, never written.
@@ -23,6 +26,8 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "kernels/attention.h"
+#include "model/block.h"
 #include "model/gpt.h"
 
 namespace strata::rlhf {
@@ -44,17 +49,22 @@ class KvDecoder {
   int64_t cache_bytes() const { return int64_t(cache_.bytes()); }
 
  private:
-  const float* view(int index) const { return params_ + table_[size_t(index)].offset; }
-  void qkv_rows(int l, int64_t rows);    // qkv_ (rows, 3C) = ln_1(x_) @ W^T + b
+  const float* view(int index) const;  // null for index -1 (a view Llama blocks lack)
+  int block_view(int layer, int i) const;
+  int64_t kv_width() const;  // key (or value) columns: NKV·hs
+  kernels::AttentionShape attention_shape(int B, int T) const;
+  // qkv_ (B·T, C + 2Ckv) = ln_1(x_) @ W^T + b, q and k turned at pos (B, T) (Llama)
+  void qkv_rows(int l, int B, int T, const int32_t* pos);
   void block_tail(int l, int64_t rows);  // x_ += attention projection of att_, then the MLP
   const float* head(const float* x);     // ln_f + logits of B rows (B, C) -> (B, Vp)
 
   model::GPTConfig cfg_;
   int max_batch_;
   std::vector<model::ParamView> table_;
+  model::BlockArch arch_;
   const float* params_ = nullptr;
   Buffer cache_, scratch_;
-  float *k_ = nullptr, *v_ = nullptr;                              // (L, B, S, C) each
+  float *k_ = nullptr, *v_ = nullptr;                              // (L, B, S, Ckv) each
   // Scratch for up to max_batch · S rows: x (C), ln (C), qkv (3C), att (C), fc and gelu (4C
   // each), attention lse (NH), norm statistics; logits (max_batch, Vp).
   float *x_, *ln_, *qkv_, *att_, *fc_, *gelu_, *lse_, *mean_, *rstd_, *last_, *logits_;

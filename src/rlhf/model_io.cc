@@ -19,8 +19,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 json config_json(const model::GPTConfig& c) {
-  return {{"layers", c.layers}, {"dim", c.dim},     {"heads", c.heads},
-          {"max_seq", c.seq},   {"vocab", c.vocab}, {"padded_vocab", c.padded_vocab}};
+  json j = {{"layers", c.layers}, {"dim", c.dim},     {"heads", c.heads},
+            {"max_seq", c.seq},   {"vocab", c.vocab}, {"padded_vocab", c.padded_vocab}};
+  j.update(c.arch_json());
+  return j;
 }
 
 std::string describe(const model::GPTConfig& c) {
@@ -38,6 +40,7 @@ static model::GPTConfig config_from(const json& j, const std::string& where) {
     c.seq = j.at("max_seq").get<int>();
     c.vocab = j.at("vocab").get<int>();
     c.padded_vocab = j.at("padded_vocab").get<int>();
+    c.read_arch(j);
   } catch (const std::exception& e) {
     fail(where, ": no model architecture recorded (", e.what(), ")");
   }

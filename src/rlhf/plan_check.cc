@@ -11,10 +11,12 @@ using nlohmann::json;
 
 static plan::ModelSpec spec_of(const model::GPTConfig& c, const char* name) {
   plan::ModelSpec m;
-  plan::apply_arch(m, "gpt");  // GELU, LayerNorm, biases, learned positions, tied
+  // gpt: GELU, LayerNorm, biases, learned positions, tied; llama: SwiGLU, RMSNorm, no biases,
+  // rotary, untied unless the model ties
+  plan::apply_arch(m, c.llama() ? "llama" : "gpt");
   m.name = name;
-  m.layers = c.layers, m.hidden = c.dim, m.heads = c.heads, m.kv_heads = c.heads;
-  m.ffn = 4 * int64_t(c.dim), m.seq = c.seq, m.vocab = c.vocab;
+  m.layers = c.layers, m.hidden = c.dim, m.heads = c.heads, m.kv_heads = c.kv();
+  m.ffn = c.hidden(), m.seq = c.seq, m.vocab = c.vocab, m.tied = c.tied();
   return m;
 }
 

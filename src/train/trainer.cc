@@ -99,13 +99,7 @@ void TrainConfig::validate(int world) const {
 
 json TrainConfig::to_json() const {
   nlohmann::json j = to_json_dense();
-  if (model.llama())  // the architecture keys a Llama run adds (model/model_part.h)
-    j.update({{"arch", "llama"},
-              {"kv_heads", model.kv()},
-              {"ffn", model.hidden()},
-              {"norm_eps", model.norm_eps},
-              {"rope_theta", model.rope_theta},
-              {"tie_embeddings", model.tie_embeddings}});
+  j.update(model.arch_json());  // a Llama run's architecture keys (model/model_part.h)
   if (doc_mask) j["doc_mask"] = {{"doc_token", doc_token}};  // -1: the data's
   if (model.moe.enabled())  // docs/moe.md
     j["moe"] = {{"experts", model.moe.experts},
@@ -380,7 +374,8 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   // The whole model's FLOPs, also on a tensor-parallel rank (which holds 1/T of them).
   flops_per_token =
       cost::train_flops_per_token(double(cfg.model.num_params() - cfg.model.moe.inactive_params(
-                                      cfg.model.layers, cfg.model.dim)),
+                                      cfg.model.layers,
+                                      cost::expert_mlp_params(model::gpt_shape(cfg.model), 1))),
                                   cfg.model.layers, cfg.model.dim, T);
   data::SamplerConfig sc;
   sc.seq = T;

@@ -12,9 +12,33 @@
 namespace strata::rlhf {
 namespace {
 
+// The cached logits of every decoding step against the whole-prefix forward of the model.
+void expect_cached_logits_match(const model::GPTConfig& cfg, float scale_params);
+
 TEST(KvCache, LogitsMatchTheFullForwardAtEveryStep) {
-  const model::GPTConfig cfg = test::tiny_config();
-  std::vector<float> params = test::tiny_params(cfg, 7, 6.0f);
+  expect_cached_logits_match(test::tiny_config(), 6.0f);
+}
+
+// Llama blocks (RoPE at each position, RMSNorm, SwiGLU, lm_head) with grouped-query attention at
+// kv-heads = heads, heads/2 and 1; the cache holds NKV/NH of multi-head attention's bytes.
+TEST(KvCache, LlamaBlocksMatchTheFullForwardAtEveryKvHeadCount) {
+  int64_t mha_bytes = 0;
+  for (int kv : {4, 2, 1}) {
+    model::GPTConfig cfg = test::tiny_config();
+    cfg.arch = model::Arch::llama;
+    cfg.kv_heads = kv;
+    cfg.ffn = 48;
+    cfg.tie_embeddings = false;
+    expect_cached_logits_match(cfg, 3.0f);
+    if (HasFailure()) return;
+    KvDecoder dec(cfg, 2);
+    if (kv == 4) mha_bytes = dec.cache_bytes();
+    EXPECT_EQ(dec.cache_bytes() * 4, mha_bytes * kv) << kv;
+  }
+}
+
+void expect_cached_logits_match(const model::GPTConfig& cfg, float scale_params) {
+  std::vector<float> params = test::tiny_params(cfg, 7, scale_params);
   const int B = 3, P = 5, R = 20, Vp = cfg.padded_vocab;
   model::GPT full(cfg, B);
   std::copy(params.begin(), params.end(), full.params());

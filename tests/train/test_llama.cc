@@ -75,6 +75,21 @@ TEST(Llama, RecomputationChangesNoBit) {
   }
 }
 
+// Mixtral-style MoE blocks (SwiGLU experts) under expert, tensor and pipeline parallelism:
+// dropless and without the per-rank aux loss the loss does not depend on the layout.
+TEST(Llama, SwiGluExpertsInEveryLayout) {
+  const std::string moe = kLlama + " --experts 4 --top-k 2 --moe-every 2 --dropless --aux-loss-coef 0";
+  const TrainRun one = train_run(moe, "llama-moe");
+  ASSERT_EQ(one.cli.status, 0) << one.cli.err;
+  EXPECT_LT(one.losses.back(), one.losses.front());
+  for (const std::string layout : {" --nproc 2 --ep 2", " --nproc 2 --ep 2 --zero 3", " --nproc 4 --ep 2 --tp 2",
+                                   " --nproc 4 --pp 2 --ep 2", " --nproc 2 --pp 2 --schedule zb"}) {
+    const TrainRun r = train_run(moe + layout, "llama-moe-layout");
+    ASSERT_EQ(r.cli.status, 0) << layout << "\n" << r.cli.err;
+    EXPECT_LT(max_abs_diff(r.losses, one.losses), 1e-5) << layout;
+  }
+}
+
 // bf16 compute against one process in bf16 (both round their matmul inputs alike).
 TEST(Llama, Bf16LayoutsEqualOneProcessBf16) {
   const TrainRun one = train_run(kLlama + " --precision bf16", "llama-bf16");
@@ -127,9 +142,10 @@ TEST(Llama, PlanLocalEqualsTheRun) {
     EXPECT_EQ(rc["activation_bytes"].get<int64_t>(), p["ranks"][0]["activations"].get<int64_t>()) << tp;
     for (const auto& [name, bytes] : p["ranks"][0]["activation_buffers"].items())
       EXPECT_EQ(rc["buffers_plan"][name], bytes) << tp << " " << name;
-    if (tp == "2")
+    if (tp == "2") {
       for (const json& rank : r.summary["tensor_parallel"]["ranks"])
         EXPECT_EQ(rank["tp_bytes_per_step"], rank["tp_bytes_per_step_plan"]);
+    }
   }
   const TrainRun cp = train_run(kLlama + " --steps 2 --nproc 2 --cp 2", "llama-cp-bytes");
   ASSERT_EQ(cp.cli.status, 0) << cp.cli.err;
@@ -162,7 +178,7 @@ TEST(Llama, BadArchitectureFlagsFailInOneLine) {
       {kLlama + " --kv-heads 3", "--kv-heads 3 does not divide"},
       {kLlama + " --kv-heads 1 --nproc 2 --tp 2", "key/value heads"},
       {kLlama + " --ffn 95 --nproc 2 --tp 2", "--ffn"},
-      {kLlama + " --experts 4", "SwiGLU experts"},
+      {kLlama + " --experts 4 --ep 3 --nproc 3", "--ep"},
       {"train --model tiny --kv-heads 2 --steps 1", "--kv-heads needs Llama blocks"},
       {"train --model tiny --arch mamba --steps 1", "--arch mamba"},
       {kLlama + " --dim 60 --heads 4 --kv-heads 2", "even head size"},

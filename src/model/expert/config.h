@@ -35,9 +35,10 @@ struct MoEConfig {
   // tokens · K (an expert can never receive more).
   int64_t capacity(int64_t tokens) const;
   // Parameters of the experts a token does not use, over every MoE block: (E - K) expert
-  // MLPs of 8 C^2 + 5 C each (for FLOPs per token: the active parameters are the others).
-  int64_t inactive_params(int layers, int dim) const {
-    return enabled() ? int64_t(moe_layers(layers)) * (experts - top_k) * cost::mlp_params(dim, 1) : 0;
+  // MLPs of `expert` parameters each (cost::expert_mlp_params; for FLOPs per token: the active
+  // parameters are the others).
+  int64_t inactive_params(int layers, int64_t expert) const {
+    return enabled() ? int64_t(moe_layers(layers)) * (experts - top_k) * expert : 0;
   }
   // Throws one line naming the flag and the numbers (--top-k above --experts, F <= 0, ...).
   void validate() const;

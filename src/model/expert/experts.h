@@ -8,6 +8,8 @@
 // rank's partial sum over its F units; c_proj's bias is added by one rank only (proj_bias),
 // so the sum of the T partials is the expert's output. One rank: F = 4C, proj_bias true.
 // Cost: 4·C·F·m flops forward and 8·C·F·m backward for m rows in all.
+// Gated experts (Mixtral's, for Llama blocks): fcw is the (gate | up) matrix (2F, C), H is
+// (m_e, 2F) and A = silu(gate)·up (m_e, F); no biases (fcb, projb null). 6·C·F·m flops forward.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -16,19 +18,20 @@ namespace strata::model::expert {
 
 // Pointers to one expert's four views (parameters or gradients).
 struct ExpertViews {
-  float *fcw, *fcb, *projw, *projb;  // (F, C), (F), (C, F), (C); F = 4C/T
+  float *fcw, *fcb, *projw, *projb;  // (F, C), (F), (C, F), (C); F = 4C/T (gated: 2F rows)
 };
 
 // rows[e] .. rows[e+1]: expert e's rows (e over the local experts, views[e] its weights).
-// X (M, C); H, A (M, F) written; O (M, C) written.
+// X (M, C); H (M, F or 2F gated), A (M, F) written; O (M, C) written.
 void experts_forward(const std::vector<ExpertViews>& views, const std::vector<int64_t>& rows,
                      const float* X, float* H, float* A, float* O, int C, int F, bool proj_bias,
-                     bool bf16);
+                     bool bf16, bool gated = false);
 // dO (M, C) in (the whole output's gradient); dX (M, C) written (this rank's partial sum);
-// dA (M, F) scratch; gradients += into grads (c_proj's bias: the whole, on every rank).
+// dA (M, F) scratch, dH (M, 2F) scratch when gated (else unused); gradients += into grads
+// (c_proj's bias: the whole, on every rank).
 void experts_backward(const std::vector<ExpertViews>& views,
                       const std::vector<ExpertViews>& grads, const std::vector<int64_t>& rows,
                       const float* X, const float* H, const float* A, const float* dO, float* dA,
-                      float* dX, int C, int F, bool bf16);
+                      float* dX, int C, int F, bool bf16, bool gated = false, float* dH = nullptr);
 
 }  // namespace strata::model::expert

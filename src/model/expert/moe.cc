@@ -40,8 +40,9 @@ struct MoE::Layer {
   GrowBuf X, H, A, R, stage;  // owner: (M, C), (M, 4C), (M, 4C); source: (S, C)
 };
 
-MoE::MoE(const MoEConfig& cfg, int layers, int C, int slots)
-    : cfg_(cfg), C_(C), F_(4 * C), slots_(slots) {
+MoE::MoE(const MoEConfig& cfg, int layers, int C, int slots, int hidden, bool gated)
+    : cfg_(cfg), C_(C), F_(hidden > 0 ? hidden : 4 * C), hidden_(F_), gated_(gated),
+      slots_(slots) {
   cfg_.validate();
   STRATA_CHECK(slots >= 1, "MoE: ", slots, " activation slots (at least 1)");
   for (int i = 0; i < cfg_.moe_layers(layers) * slots; ++i) layers_.push_back(std::make_unique<Layer>());
@@ -65,9 +66,9 @@ void MoE::set_group(comm::ProcessGroup* group) {
 void MoE::set_tensor(TensorComm* tc) {
   tp_ = tc && tc->size() > 1 ? tc : nullptr;
   const int T = tp_ ? tp_->size() : 1;
-  STRATA_CHECK((4 * C_) % T == 0, "--tp ", T, " does not divide the experts' hidden width ",
-               4 * C_, " (4 x --dim)");
-  F_ = 4 * C_ / T;
+  STRATA_CHECK(hidden_ % T == 0, "--tp ", T, " does not divide the experts' hidden width ",
+               hidden_, gated_ ? " (--ffn)" : " (4 x --dim)");
+  F_ = hidden_ / T;
 }
 
 double LoadStats::aux() const {
@@ -196,8 +197,8 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   float* O = grow(scratch_[1], M * C);
   {
     Span sp("experts", "forward", m, "compute");
-    experts_forward(mine, rows, L.X.data(), grow(L.H, M * F), grow(L.A, M * F), O, C, F,
-                    /*proj_bias=*/!tp_ || tp_->rank() == 0, bf16);
+    experts_forward(mine, rows, L.X.data(), grow(L.H, M * F * (gated_ ? 2 : 1)), grow(L.A, M * F),
+                    O, C, F, /*proj_bias=*/!tp_ || tp_->rank() == 0, bf16, gated_);
   }
   {
     Span sp("combine", "forward", m, "ep_comm");
@@ -258,7 +259,8 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
   {
     Span sp("experts", "backward", m, "compute");
     experts_backward(mine, grads, rows, L.X.data(), L.H.data(), L.A.data(), dO,
-                     grow(scratch_[2], M * F), dX, C, F, bf16);
+                     grow(scratch_[2], M * F), dX, C, F, bf16, gated_,
+                     gated_ ? grow(scratch_[4], 2 * M * F) : nullptr);
   }
   {
     Span sp("combine", "backward", m, "ep_comm");

@@ -91,7 +91,9 @@ class MoE {
  public:
   // slots: forwards of one block that may be in flight before their backward (a pipeline
   // stage's activation slots, model/stage.h); each keeps its own routing state.
-  MoE(const MoEConfig& cfg, int layers, int C, int slots = 1);
+  // hidden: each expert's MLP width (0: 4C); gated: SwiGLU experts (Llama blocks,
+  // model/expert/experts.h).
+  MoE(const MoEConfig& cfg, int layers, int C, int slots = 1, int hidden = 0, bool gated = false);
   ~MoE();
   const MoEConfig& config() const { return cfg_; }
   // Expert parallelism over `group` (null: every expert local). Throws naming --ep when E
@@ -132,7 +134,9 @@ class MoE {
  private:
   struct Layer;
   MoEConfig cfg_;
-  int C_, F_;                  // width; hidden units of each expert held here (4C/T)
+  int C_, F_;                  // width; hidden units of each expert held here (hidden/T)
+  int hidden_;                 // each expert's whole MLP width
+  bool gated_;
   TensorComm* tp_ = nullptr;  // tensor-parallel group, or null
   int slots_ = 1;
   std::vector<std::unique_ptr<Layer>> layers_;  // block m, slot s: m * slots_ + s
@@ -143,7 +147,7 @@ class MoE {
   int last_m_ = -1;
   int64_t owned_rows_ = 0;
   LoadStats load_;
-  GrowBuf scratch_[4];  // dR (and the forward's O), dO, dA, dX
+  GrowBuf scratch_[5];  // dR (and the forward's O), dO, dA, dX, dH (gated)
 
   Layer& layer(int m, int slot);  // block m's routing state for activation slot `slot`
   // noise (N, C) of block m's router input for rows `ids` (null: anonymous rows).
