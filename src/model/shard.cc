@@ -16,6 +16,11 @@ void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel,
                cfg.heads, " attention heads (each tensor-parallel rank takes whole heads)");
   STRATA_CHECK(cfg.padded_vocab >= tp, "--tp ", tp, " exceeds the padded vocabulary ",
                cfg.padded_vocab);
+  STRATA_CHECK(tp_splits_heads(cfg.kv(), tp), "--tp ", tp, " does not divide the model's ", cfg.kv(),
+               " key/value heads (each tensor-parallel rank takes whole key/value heads; "
+               "replicating them is not supported)");
+  STRATA_CHECK(cfg.hidden() % tp == 0, "--tp ", tp, " does not divide the MLP width ", cfg.hidden(),
+               cfg.llama() ? " (--ffn)" : " (4 x --dim)");
   // With context parallelism each cp rank's seq / cp tokens are what the tp ranks split.
   const int local = seq / cp;
   STRATA_CHECK(!sequence_parallel || tp == 1 || local % tp == 0, "--sp with --tp ", tp, ": ",

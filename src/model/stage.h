@@ -79,6 +79,7 @@ class StageModel : public ModelPart {
   const GPTConfig& config() const { return cfg_; }
   const std::vector<StageChunk>& chunks() const { return chunks_; }
   DType compute() const { return compute_; }
+  bool split_backward() const { return split_; }  // zero-bubble's two backward passes
   bool holds(int unit) const;  // a global unit (model/gpt.h)
   const std::vector<int>& units() const { return units_; }  // held units, in unit order
   // The ModelPart (model/gpt.h): the stage's units are its held units numbered in unit

@@ -5,7 +5,12 @@ namespace strata::parallel::pipeline {
 std::unique_ptr<DataParallelEngine> make_stage_engine(model::StageModel& model, Mesh& mesh,
                                                       DataParallelOptions opts,
                                                       const OptimConfig& optim, uint64_t seed) {
-  opts.precision = Precision::fp32;
+  // A tied embedding is summed between the first and the last stage in fp32 (the engine's
+  // tie works on fp32 working parameters), and zero-bubble's weight passes come after the
+  // unit's hooks have let its working copy go: those stages keep fp32 working parameters
+  // (bf16 compute rounds them in its matmuls). An untied model (Llama's lm_head) under the
+  // other schedules keeps bf16 working copies as one process does, so it computes the same.
+  if (model.config().tied() || model.split_backward()) opts.precision = Precision::fp32;
   StageGroups stage;
   stage.pp = mesh.has_pp() ? &mesh.pp() : nullptr;
   // The tied embedding's two ends; an untied model (Llama's lm_head) has nothing to tie.
