@@ -60,7 +60,8 @@ done
 if [[ "$GEN" == 1 ]]; then  # the KV cache: multi-head, grouped, multi-query
   for kv in 4 2 1; do
     OMP_NUM_THREADS="$THREADS" "$STRATA" train --model llama-tiny --kv-heads "$kv" --seq 256 \
-      --batch 8 --steps 2 --sample-tokens 0 --eval-batches 1 --run-dir "$OUT/gen$kv" > /dev/null
+      --batch 8 --steps 2 --ckpt-every 2 --sample-tokens 0 --eval-batches 1 --run-dir "$OUT/gen$kv" \
+      > /dev/null
     OMP_NUM_THREADS="$THREADS" "$STRATA" rlhf generate --actor "$OUT/gen$kv" --batch 8 \
       --prompt-len 16 --response-len 112 --repeats "$REPEATS" --json > "$OUT/gen_$kv.json"
   done

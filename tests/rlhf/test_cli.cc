@@ -153,6 +153,31 @@ TEST_F(RlhfCli, GenerateFromATrainingRunAgreesWithAndWithoutCache) {
   EXPECT_TRUE(j["same_tokens"].get<bool>());
 }
 
+// A Llama actor (grouped-query attention, untied lm_head): its reward model and critic are
+// Llama trunks with a value head, rollouts go through its KV cache, and the model states equal
+// the planner's Llama formula.
+TEST_F(RlhfCli, LlamaActorRewardAndPpo) {
+  auto r = run_strata("train --model llama-tiny --layers 2 --dim 32 --heads 4 --kv-heads 2 --ffn 48 "
+                      "--max-seq 32 --steps 2 --batch 2 --ckpt-every 2 --sample-tokens 0 --run-dir " +
+                      f("llama"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_strata("rlhf generate --actor " + f("llama") + " --batch 3 --prompt-len 4 --response-len 12 "
+                 "--temperature 0 --repeats 1 --json", "", strata::test::Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(json::parse(r.out)["same_tokens"].get<bool>());
+  r = run_strata("rlhf reward --init " + f("llama") + " --pairs synthetic --num-pairs 16 --steps 2 --batch 4 "
+                 "--prompt-len 4 --response-len 8 -o " + f("llama-rm.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_strata("rlhf ppo --actor " + f("llama") + " --reward " + f("llama-rm.safetensors") + " --run-dir " +
+                     f("llama-run") + " --iterations 2 --rollout-batch 4 --minibatch 4 --epochs 1"
+                     " --prompt-len 4 --response-len 8 --json",
+                 "", strata::test::Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  std::ifstream sin(f("llama-run/summary.json"));
+  const json s = json::parse(sin);
+  EXPECT_TRUE(s["memory"]["model_states_match_plan"].get<bool>()) << s["memory"].dump();
+}
+
 TEST_F(RlhfCli, PpoOverTwoProcessesIsTheOneProcessRun) {
   const model::GPTConfig cfg = test::tiny_config(16);
   std::vector<float> head(size_t(cfg.dim) + 1);

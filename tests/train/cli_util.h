@@ -153,4 +153,11 @@ inline TrainRun train_run(const std::string& args, const std::string& tag) {
   return r;
 }
 
+// The gradient norm of every step record of a run.
+inline std::vector<double> grad_norms(const TrainRun& r) {
+  std::vector<double> out;
+  for (const nlohmann::json& rec : r.records) out.push_back(rec["grad_norm"].get<double>());
+  return out;
+}
+
 }  // namespace strata::test

@@ -18,12 +18,6 @@ const std::string kLlama =
     "train --model llama-tiny --layers 4 --dim 64 --heads 4 --kv-heads 2 --ffn 96 --max-seq 64 "
     "--seq 64 --batch 4 --steps 8 --lr 1e-2 --seed 5 --eval-batches 1 --sample-tokens 0";
 
-std::vector<double> grad_norms(const TrainRun& r) {
-  std::vector<double> out;
-  for (const json& rec : r.records) out.push_back(rec["grad_norm"].get<double>());
-  return out;
-}
-
 TEST(Llama, EveryLayoutEqualsOneProcess) {
   const TrainRun one = train_run(kLlama, "llama-one");
   ASSERT_EQ(one.cli.status, 0) << one.cli.err;
@@ -58,6 +52,22 @@ TEST(Llama, EveryLayoutEqualsOneProcess) {
     const TrainRun r = train_run(args, "llama-layout");
     ASSERT_EQ(r.cli.status, 0) << layout << "\n" << r.cli.err;
     EXPECT_LT(max_abs_diff(r.losses, four ? mha.losses : one.losses), 1e-5) << layout;
+  }
+}
+
+// Documents packed into a sequence: attention stays inside each and the rotary positions
+// restart at its first token, the same under context parallelism (global positions) and tp.
+TEST(Llama, DocumentMaskInEveryLayout) {
+  const std::string docs = kLlama + " --doc-mask --doc-token 7";
+  const TrainRun one = train_run(docs, "llama-docs");
+  ASSERT_EQ(one.cli.status, 0) << one.cli.err;
+  const TrainRun plain = train_run(kLlama, "llama-nodocs");
+  EXPECT_NE(one.losses, plain.losses);
+  for (const std::string layout : {" --nproc 2 --cp 2", " --nproc 2 --cp 2 --cp-mode ulysses",
+                                   " --nproc 2 --tp 2 --sp", " --nproc 2 --pp 2"}) {
+    const TrainRun r = train_run(docs + layout, "llama-docs-layout");
+    ASSERT_EQ(r.cli.status, 0) << layout << "\n" << r.cli.err;
+    EXPECT_LT(max_abs_diff(r.losses, one.losses), 1e-5) << layout;
   }
 }
 

@@ -18,12 +18,6 @@ const std::string kModel =
     "train --layers 4 --dim 32 --heads 4 --max-seq 64 --seq 64 --batch 4 --steps 6 --lr 1e-2 "
     "--seed 5 --eval-batches 1 --sample-tokens 0";
 
-std::vector<double> grad_norms(const TrainRun& r) {
-  std::vector<double> out;
-  for (const json& rec : r.records) out.push_back(rec["grad_norm"].get<double>());
-  return out;
-}
-
 const char* kPolicies[] = {"--recompute selective", "--recompute full",
                            "--recompute full --recompute-layers 1"};
 
