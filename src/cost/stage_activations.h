@@ -24,7 +24,6 @@
 // its copy of the inputs.
 #pragma once
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "cost/activations.h"
@@ -40,27 +39,19 @@ struct ChunkSlots {
 
 struct StageActivationBuffers {
   int64_t input = 0, layers_kept = 0, messages = 0, stash = 0, head = 0;  // every slot's
-  int64_t recompute = 0, scratch = 0;                                      // once
+  int64_t recompute = 0, scratch = 0;                                     // once
   int64_t cp = 0;  // the ContextComm's buffers
   int64_t total() const {
     return input + layers_kept + messages + stash + head + recompute + scratch + cp;
-  }
-  std::vector<std::pair<const char*, int64_t>> named() const {
-    return {{"chunk_inputs", input}, {"layers_kept", layers_kept}, {"messages", messages},
-            {"stash", stash},        {"head", head},               {"recompute_work", recompute},
-            {"scratch", scratch},    {"cp", cp}};
   }
 };
 
 // One rank of a stage: tp rank `rank` of `tp` (sp: sequence parallelism), micro-batches of up
 // to `micro_batch` sequences; bf16 compute; context parallelism over cp ranks (ring or
 // Ulysses) training sequences of `seq` tokens.
-inline StageActivationBuffers stage_activation_buffers(const GptShape& m,
-                                                       const std::vector<ChunkSlots>& chunks,
-                                                       bool split_backward, int tp, bool sp,
-                                                       int rank, int64_t micro_batch, bool bf16,
-                                                       int cp = 1, bool ring = true,
-                                                       int64_t seq = 0) {
+inline StageActivationBuffers stage_activation_buffers(
+    const GptShape& m, const std::vector<ChunkSlots>& chunks, bool split_backward, int tp, bool sp,
+    int rank, int64_t micro_batch, bool bf16, int cp = 1, bool ring = true, int64_t seq = 0) {
   GptShape local = m;  // a cp rank's rows: ceil(max_seq / cp) per sequence
   local.max_seq = (m.max_seq + cp - 1) / cp;
   const bool attn_fp32 = cp > 1;
@@ -83,7 +74,8 @@ inline StageActivationBuffers stage_activation_buffers(const GptShape& m,
     stage.recomputed_layers += c.recomputed;
     block_slots += c.blocks * c.slots;
   }
-  const ActivationBuffers once = activation_buffers(stage, tp, sp, rank, micro_batch, bf16, attn_fp32);
+  const ActivationBuffers once =
+      activation_buffers(stage, tp, sp, rank, micro_batch, bf16, attn_fp32);
   s.recompute = once.recompute;
   // The tensor-parallel position-gradient scratch spans the whole table under cp too.
   s.scratch = once.scratch + (tp > 1 ? 4 * (m.max_seq - local.max_seq) * m.dim : 0);
