@@ -2,6 +2,7 @@
 #include "plan/estimate.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "cost/stage_activations.h"
 #include "parallel/pipeline/predict.h"
@@ -96,15 +97,28 @@ cost::GptShape engine_shape(const ModelSpec& m, Recompute r) {
 
 std::vector<int> chunk_slots_of(const TrainSetup& s, int pp, int64_t micro, int stage) {
   if (pp == 1) return {1};
-  return parallel::pipeline::predicted_slots(s.schedule, pp, int(micro), s.virtual_stages, stage);
+  const int M = int(std::min<int64_t>(micro, std::numeric_limits<int>::max()));
+  return parallel::pipeline::predicted_slots(s.schedule, pp, M, s.virtual_stages, stage);
 }
 
 namespace {
 
+// Whether the engine's formula, which counts in int64, stays exact for micro-batches of b
+// sequences of s tokens held `slots` times: a bound on every term (per token, at most
+// L·(30h + a) + V + 64h + 64 floats per slot) below 2^62 bytes, far past any GPU. Past it
+// (shapes no cluster holds) the floating-point Korthikanti terms report the size.
+bool engine_counts_exactly(const ModelSpec& m, const Layout& l, int slots) {
+  const double per_token = double(m.layers) * (30.0 * double(m.hidden) + double(m.heads)) +
+                           double(m.padded_vocab()) + 64.0 * double(m.hidden) + 64;
+  return 4 * double(slots) * double(l.micro_batch) * double(m.seq) * per_token < 0x1p62;
+}
+
 // Activation bytes of pipeline stage `stage` (P = 1: the only one) on one GPU, the chunks of
 // its virtual stages c·P + stage holding ⌈L/(P·V)⌉ blocks each and the schedule's slots;
-// sets *in_flight to the micro-batches its slots hold (summed over chunks).
-double stage_activations(const TrainSetup& s, const Layout& l, int stage, int* in_flight) {
+// sets *in_flight to the micro-batches its slots hold (summed over chunks) and *engine to
+// whether they are the engine's buffers.
+double stage_activations(const TrainSetup& s, const Layout& l, int stage, int* in_flight,
+                         bool* engine) {
   const ModelSpec& m = s.model;
   const Shape x = shape_of(s, l);
   const int P = l.pp;
@@ -114,7 +128,8 @@ double stage_activations(const TrainSetup& s, const Layout& l, int stage, int* i
   *in_flight = 0;
   for (int c = 0; c < V; ++c) *in_flight += slots[size_t(c)];
   const bool first = stage == 0, last = stage == P - 1;
-  if (engine_describes(m)) {  // strata's GPT: the engine's buffers on its largest tp rank
+  *engine = engine_describes(m) && engine_counts_exactly(m, l, *in_flight);
+  if (*engine) {  // strata's GPT: the engine's buffers on its largest tp rank
     const cost::GptShape g = engine_shape(m, l.recompute);
     const bool bf16 = s.precision == Precision::bf16, ring = s.cp_mode == CpMode::ring;
     if (P == 1)
@@ -152,7 +167,6 @@ MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
   const ModelSpec& m = s.model;
   const StateBytesPerParam per = s.state_bytes();
   const Shape x = shape_of(s, l);
-  const bool engine = engine_describes(m);
   const int64_t n_dense = int64_t(l.dp) * l.cp, n_expert = n_dense / l.ep;
 
   auto stage = [&](bool first, bool last) {
@@ -162,8 +176,9 @@ MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
     e.expert_params = p.expert;
     e.states = zero_model_state_bytes(p.dense, n_dense, l.zero, per);
     e.states += zero_model_state_bytes(p.expert, n_expert, l.zero, per);
-    e.activations = stage_activations(s, l, first ? 0 : l.pp - 1, &e.in_flight);
-    e.engine_activations = engine;
+    e.activations =
+        stage_activations(s, l, first ? 0 : l.pp - 1, &e.in_flight, &e.engine_activations);
+    const bool engine = e.engine_activations;
     // Communication buffers.
     double buf = 0;
     if (l.zero == 1 || l.zero == 2)

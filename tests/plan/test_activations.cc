@@ -208,3 +208,18 @@ TEST(PlanActivations, PlanAndPlanLocalAgree) {
       EXPECT_EQ(best["memory"]["activations_model"], "strata");
     }
 }
+
+// The engine's formula counts in int64: a shape whose buffers could pass 2^62 bytes (here 2^30
+// tokens of a 2^30-row vocabulary per sequence) is reported with the floating-point terms, not
+// an overflowed count.
+TEST(PlanActivations, ShapesPastInt64KeepTheFloatingPointTerms) {
+  TrainSetup s = gpt_setup();
+  s.model.seq = int64_t(1) << 30, s.model.vocab = int64_t(1) << 30;
+  s.gpus = 1;
+  s.global_batch = 8;
+  const MemoryEstimate e = estimate_memory(s, Layout{1, 1, 1, 1, 1, 0, 8, Recompute::full});
+  EXPECT_FALSE(e.engine_activations);
+  EXPECT_GT(e.activations, 4.0 * 8 * double(s.model.seq) * double(s.model.vocab));  // the logits
+  s.model.seq = 512, s.model.vocab = 1000;
+  EXPECT_TRUE(estimate_memory(s, Layout{1, 1, 1, 1, 1, 0, 8, Recompute::full}).engine_activations);
+}
