@@ -31,6 +31,8 @@ section "pipeline parallelism: bubble vs formula, 1F1B vs PyTorch (docs/pipeline
 bash "$ROOT/bench/pp/run.sh"
 section "pipeline x tensor parallel: pp 2 x tp 2 vs pp 2, tokens/s and memory (docs/pipeline.md)"
 bash "$ROOT/bench/pp/tp.sh"
+section "activation recomputation vs PyTorch's torch.utils.checkpoint (docs/recompute.md)"
+bash "$ROOT/bench/recompute/torch.sh"
 section "scaling study and the calibrated planner (docs/report.md)"
 bash "$ROOT/bench/scaling/run.sh"
 section "context parallelism: ring and Ulysses vs PyTorch ring attention (docs/context_parallel.md)"

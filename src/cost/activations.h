@@ -64,15 +64,25 @@ struct ActivationBuffers {
 // the MLP's (gate | up) 2F/T and SwiGLU output F/T, RMSNorm's rstd only (no mean), and no
 // position-table gradient in the tp scratch; their backward scratch also holds SwiGLU's two
 // gradients (N·(2F + F)/T).
+// One tp rank's columns of a block's activations (model/block.h LocalWidths): qkv, the MLP's
+// column-parallel output fc (GPT-2 F/T, Llama's gate | up 2F/T) and its activation F/T.
+struct BlockColumns {
+  int64_t qkv, fc, act;
+};
+inline BlockColumns block_columns(const GptShape& m, int tp) {
+  const int64_t kv = m.llama ? m.kv_heads : m.heads, F = m.llama ? m.ffn : 4 * m.dim;
+  const int64_t act = F / tp;
+  return {(m.heads + 2 * kv) / tp * (m.dim / m.heads), (m.llama ? 2 : 1) * act, act};
+}
+
 inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, int rank,
                                             int64_t micro_batch, bool bf16_compute = false,
                                             bool attn_fp32 = false) {
   const int64_t N = micro_batch * m.max_seq, C = m.dim, L = m.layers, T = tp;
   const int64_t n = sp && T > 1 ? (N + T - 1) / T : N, Cl = C / T;
   const int64_t Vr = tp_vocab_rows(m.padded_vocab, tp, rank);
-  const int64_t kv = m.llama ? m.kv_heads : m.heads, F = m.llama ? m.ffn : 4 * C;
-  const int64_t qkv = (m.heads + 2 * kv) / T * (C / m.heads), act = F / T;
-  const int64_t fc = (m.llama ? 2 : 1) * act, stats = m.llama ? 1 : 2;  // per norm and row
+  const auto [qkv, fc, act] = block_columns(m, tp);
+  const int64_t stats = m.llama ? 1 : 2;  // norm statistics per norm and row
   // bf16-able activations in floats: whole under fp32, halves (rounded up) under bf16.
   auto out = [&](int64_t e) { return bf16_compute ? (e + 1) / 2 : e; };
   auto att = [&](int64_t e) { return attn_fp32 ? e : out(e); };

@@ -2,7 +2,9 @@
 #include "plan/estimate.h"
 
 #include <algorithm>
+#include <limits>
 
+#include "cost/stage_activations.h"
 #include "parallel/pipeline/predict.h"
 
 namespace strata::plan {
@@ -75,14 +77,96 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool l
   return p;
 }
 
+bool engine_describes(const ModelSpec& m) {
+  return !m.moe() && m.mlp == MlpKind::gelu && m.ffn == 4 * m.hidden && m.kv_heads == m.heads &&
+         m.layernorm && m.biases && m.learned_pos && m.tied;
+}
+
+cost::GptShape engine_shape(const ModelSpec& m, Recompute r) {
+  cost::GptShape g;
+  g.layers = m.layers;
+  g.dim = m.hidden;
+  g.heads = m.heads;
+  g.max_seq = m.seq;
+  g.vocab = m.vocab;
+  g.padded_vocab = m.padded_vocab();
+  g.recompute = int(r);  // none 0, selective 1, full 2, as GptShape counts them
+  g.recomputed_layers = r == Recompute::full ? m.layers : 0;
+  return g;
+}
+
+std::vector<int> chunk_slots_of(const TrainSetup& s, int pp, int64_t micro, int stage) {
+  if (pp == 1) return {1};
+  const int M = int(std::min<int64_t>(micro, std::numeric_limits<int>::max()));
+  return parallel::pipeline::predicted_slots(s.schedule, pp, M, s.virtual_stages, stage);
+}
+
+namespace {
+
+// Whether the engine's formula, which counts in int64, stays exact for micro-batches of b
+// sequences of s tokens held `slots` times: a bound on every term (per token, at most
+// L·(30h + a) + V + 64h + 64 floats per slot) below 2^62 bytes, far past any GPU. Past it
+// (shapes no cluster holds) the floating-point Korthikanti terms report the size.
+bool engine_counts_exactly(const ModelSpec& m, const Layout& l, int slots) {
+  const double per_token = double(m.layers) * (30.0 * double(m.hidden) + double(m.heads)) +
+                           double(m.padded_vocab()) + 64.0 * double(m.hidden) + 64;
+  return 4 * double(slots) * double(l.micro_batch) * double(m.seq) * per_token < 0x1p62;
+}
+
+// Activation bytes of pipeline stage `stage` (P = 1: the only one) on one GPU, the chunks of
+// its virtual stages c·P + stage holding ⌈L/(P·V)⌉ blocks each and the schedule's slots;
+// sets *in_flight to the micro-batches its slots hold (summed over chunks) and *engine to
+// whether they are the engine's buffers.
+double stage_activations(const TrainSetup& s, const Layout& l, int stage, int* in_flight,
+                         bool* engine) {
+  const ModelSpec& m = s.model;
+  const Shape x = shape_of(s, l);
+  const int P = l.pp;
+  const std::vector<int> slots = chunk_slots_of(s, P, l.micro_batches(s.global_batch), stage);
+  const int V = int(slots.size());
+  const int64_t blocks = (m.layers + int64_t(P) * V - 1) / (int64_t(P) * V);
+  *in_flight = 0;
+  for (int c = 0; c < V; ++c) *in_flight += slots[size_t(c)];
+  const bool first = stage == 0, last = stage == P - 1;
+  *engine = engine_describes(m) && engine_counts_exactly(m, l, *in_flight);
+  if (*engine) {  // strata's GPT: the engine's buffers on its largest tp rank
+    const cost::GptShape g = engine_shape(m, l.recompute);
+    const bool bf16 = s.precision == Precision::bf16, ring = s.cp_mode == CpMode::ring;
+    if (P == 1)
+      return double(l.cp > 1 ? cost::cp_activation_bytes(g, l.tp, x.sp, l.tp - 1, l.micro_batch,
+                                                         bf16, ring, l.cp, m.seq)
+                             : cost::tp_activation_bytes(g, l.tp, x.sp, l.tp - 1, l.micro_batch,
+                                                         bf16));
+    std::vector<cost::ChunkSlots> chunks;
+    for (int c = 0; c < V; ++c) {
+      const int v = c * P + stage;
+      chunks.push_back({blocks, l.recompute == Recompute::full ? blocks : 0, v == 0,
+                        v == P * V - 1, slots[size_t(c)]});
+    }
+    const bool split = s.schedule == parallel::pipeline::ScheduleKind::zb;  // W keeps a stash
+    return double(cost::stage_activation_buffers(g, chunks, split, l.tp, x.sp, l.tp - 1,
+                                                 l.micro_batch, bf16, l.cp, ring, m.seq)
+                      .total());
+  }
+  // Korthikanti et al.'s terms (Llama blocks and MoE: not in the engine's formula yet).
+  const LayerShape ls = layer_shape(s, l);
+  double acts =
+      double(*in_flight) * double(blocks) * layer_activation_bytes(ls, l.tp, x.sp, l.recompute);
+  if (first && m.dropout) acts += slots[0] * x.sbh / x.act_div;  // embedding's 1-byte mask
+  if (last)
+    acts += 4 * x.sbh / x.act_div +                                    // final norm, head input
+            4 * x.s_loc * x.b * double(m.padded_vocab()) / l.tp;       // fp32 logits
+  if (l.recompute == Recompute::full)  // the backward's working layer
+    acts += layer_activation_bytes(ls, l.tp, x.sp, Recompute::none);
+  return acts;
+}
+
+}  // namespace
+
 MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
   const ModelSpec& m = s.model;
   const StateBytesPerParam per = s.state_bytes();
-  const int64_t micro = l.micro_batches(s.global_batch);
   const Shape x = shape_of(s, l);
-  const LayerShape ls = layer_shape(s, l);
-  const double per_layer = layer_activation_bytes(ls, l.tp, x.sp, l.recompute);
-  const int64_t layers = layers_on_stage(m, l.pp);
   const int64_t n_dense = int64_t(l.dp) * l.cp, n_expert = n_dense / l.ep;
 
   auto stage = [&](bool first, bool last) {
@@ -92,23 +176,18 @@ MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
     e.expert_params = p.expert;
     e.states = zero_model_state_bytes(p.dense, n_dense, l.zero, per);
     e.states += zero_model_state_bytes(p.expert, n_expert, l.zero, per);
-    e.in_flight = int(first ? std::min<int64_t>(l.pp, std::max<int64_t>(micro, 1)) : 1);
-    e.activations = e.in_flight * layers * per_layer;
-    if (first && m.dropout) e.activations += e.in_flight * x.sbh / x.act_div;  // 1-byte mask
-    if (last)
-      e.activations += 4 * x.sbh / x.act_div +  // final norm, head input
-                       4 * x.s_loc * x.b * double(m.padded_vocab()) / l.tp;  // fp32 logits
-    if (l.recompute == Recompute::full)
-      e.activations += layer_activation_bytes(ls, l.tp, x.sp, Recompute::none);
+    e.activations =
+        stage_activations(s, l, first ? 0 : l.pp - 1, &e.in_flight, &e.engine_activations);
+    const bool engine = e.engine_activations;
     // Communication buffers.
     double buf = 0;
     if (l.zero == 1 || l.zero == 2)
       buf += std::min(2 * s.bucket_mib * 1048576.0, double(e.states.gradients));
     if (l.zero == 3) buf += double(p.largest_layer) * (2 * per.parameter + per.gradient);
-    if (x.sp) buf += 2 * x.sbh;                                        // gathered layer input
+    if (x.sp && !engine) buf += 2 * x.sbh;  // gathered layer input (the engine's tp scratch)
     if (l.pp > 1) buf += 2 * 2 * x.sbh / x.act_div;                    // send and receive
     if (l.ep > 1) buf += 2 * 2 * x.sbh * double(m.top_k) / x.act_div;  // dispatch, combine
-    if (l.cp > 1 && s.cp_mode == CpMode::ring)
+    if (l.cp > 1 && s.cp_mode == CpMode::ring && !engine)  // (the engine's: cp_buffer_bytes)
       buf += 2 * 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;  // K and V, double-buffered
     e.comm_buffers = buf;
     return e;

@@ -3,13 +3,20 @@
 // Memory per GPU (the heavier of the first and last pipeline stage):
 //   model states   zero_model_state_bytes() on the stage's dense parameters (ZeRO group
 //                  dp·cp) plus its expert parameters (ZeRO group dp·cp/ep)
-//   activations    layer_activation_bytes() × layers on the stage × micro-batches in flight
-//                  (1F1B: stage i holds min(p − i, m)), + embedding dropout mask (first
-//                  stage), + final norm, head input and fp32 logits 4sbV/t (last stage),
-//                  + one un-recomputed layer as the working set under full recomputation
+//   activations    a model strata's GPT describes (engine_describes): the engine's buffers
+//                  on the largest tp rank, as `strata train` allocates them (pp = 1:
+//                  cost::activation_buffers, with cp cost::cp_activation_bytes; pp > 1:
+//                  cost::stage_activation_buffers with each chunk's slots from the
+//                  schedule); any other (Llama blocks, MoE): Korthikanti et al.'s
+//                  layer_activation_bytes() × the stage's blocks × their slots, + embedding
+//                  dropout mask (first stage), + final norm, head input and fp32 logits
+//                  4sbV/t (last stage), + one un-recomputed layer under full recomputation.
+//                  Slots per chunk: the schedule's (1F1B: stage i holds min(p − i, m);
+//                  GPipe m), ⌈L/(p·V)⌉ blocks per chunk
 //   comm buffers   ZeRO-1/2: two reduce-scatter buckets; ZeRO-3: two gathered layers
 //                  (current and prefetched) and one layer of gradients; SP all-gather of one
-//                  layer input; PP send/recv; EP dispatch/combine; CP ring K/V blocks
+//                  layer input; PP send/recv; EP dispatch/combine; CP ring K/V blocks (the
+//                  engine's activations already hold its SP gather and cp buffers)
 // Overlap: DP/ZeRO traffic and ring-attention K/V passing hide behind `overlap` × the compute
 // they run beside (1 = perfectly); tensor, Ulysses, expert and pipeline traffic is exposed.
 // Time per step: a micro-batch costs, on one stage,
@@ -30,6 +37,7 @@
 #include <vector>
 
 #include "cost/comm.h"
+#include "cost/shapes.h"
 #include "plan/layout.h"
 
 namespace strata::plan {
@@ -40,7 +48,8 @@ struct MemoryEstimate {
   ModelStateBytes states;  // after ZeRO sharding
   double activations = 0;
   double comm_buffers = 0;
-  int in_flight = 1;           // micro-batches whose activations the stage holds
+  int in_flight = 1;           // micro-batches whose activations the stage holds (its slots)
+  bool engine_activations = false;  // activations from strata's GPT buffers (else Korthikanti)
   const char* stage = "only";  // which stage is the heaviest: "first", "last" or "only"
   double total() const { return double(states.total()) + activations + comm_buffers; }
 };
@@ -83,6 +92,20 @@ struct Estimate {
   double pipeline_formula = 0;  // the schedule's formula (parallel/pipeline/schedule.h)
   double bubble_fraction() const { return pipeline_bubble; }
 };
+
+// Whether strata's own GPT runs this model's layer (multi-head attention, a GELU MLP of 4h,
+// LayerNorm, biases, learned positions, tied embedding, dense): then its activations are the
+// engine's buffers (strata's GPT has no dropout: no masks). Llama blocks (SwiGLU, RMSNorm,
+// grouped-query attention, rotary, untied) and MoE are not in the engine's formula yet
+// (cost/activations.h); they keep Korthikanti et al.'s per-layer terms.
+bool engine_describes(const ModelSpec& m);
+// The model as the engine's cost models see it (engine_describes(m)), every block
+// recomputed under full recomputation.
+cost::GptShape engine_shape(const ModelSpec& m, Recompute r);
+// Activation slots of each chunk of pipeline stage `stage` of pp under the setup's schedule
+// with `micro` micro-batches per step: what the engine sizes (parallel/pipeline/executor.h's
+// slots_for).
+std::vector<int> chunk_slots_of(const TrainSetup& setup, int pp, int64_t micro, int stage);
 
 // Assumes layout_problem(setup, l) is empty.
 Estimate evaluate(const TrainSetup& setup, const Layout& l);

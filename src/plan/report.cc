@@ -86,6 +86,7 @@ json estimate_to_json(const Estimate& e) {
             {"expert_params", e.mem.expert_params},
             {"model_states", states_json(e.mem.states)},
             {"activations", e.mem.activations},
+            {"activations_model", e.mem.engine_activations ? "strata" : "korthikanti"},
             {"comm_buffers", e.mem.comm_buffers},
             {"total", e.mem.total()},
             {"usable", e.usable_bytes}}},
@@ -256,7 +257,10 @@ void memory_table(std::ostream& o, const Estimate& e) {
           ? cat("(", human(double(m.dense_params)), " dense + ", human(double(m.expert_params)),
                 " expert params on this GPU before ZeRO)")
           : cat("(", human(double(m.dense_params)), " params on this GPU before ZeRO)"));
-  row("activations", m.activations, "");
+  row("activations", m.activations,
+      m.engine_activations ? "(strata's GPT buffers, as `strata train` allocates them)"
+                           : "(Korthikanti et al.'s per-layer terms: the engine's formula has "
+                             "no Llama or MoE blocks yet)");
   row("comm buffers", m.comm_buffers, "");
   row("total", m.total(),
       cat("of ", gib(e.usable_bytes), " GiB usable", e.fits ? "" : ": DOES NOT FIT"));

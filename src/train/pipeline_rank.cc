@@ -9,9 +9,10 @@
 #include "core/trace.h"
 #include "cost/activations.h"
 #include "cost/comm.h"
-#include "model/shard.h"
+#include "cost/stage_activations.h"
 #include "data/dataset.h"
 #include "model/context/context_comm.h"
+#include "model/shard.h"
 #include "model/stage.h"
 #include "model/tensor/collectives.h"
 #include "parallel/pipeline/engine.h"
@@ -93,6 +94,30 @@ void check_stage_activations(double max_mb, const model::StageModel& sm, const s
                stage_layers_text(chunks, sched, over), ") needs ", mib(most[size_t(over)]),
                " of activations per rank at --seq ", cfg.train_seq(), " (micro-batch ", b,
                ", its micro-batches in flight; ", each, ")");
+}
+
+// This rank's activation bytes by the formula (cost/stage_activations.h): its chunks' blocks
+// for the schedule's slots, its head or embedding, the scratch and, under cp, the
+// ContextComm's buffers; what the stage model allocates.
+int64_t planned_stage_activations(const TrainConfig& cfg, const model::StageModel& sm,
+                                  const std::vector<int>& slots, bool split, int b) {
+  std::vector<cost::ChunkSlots> chunks;
+  for (size_t c = 0; c < sm.chunks().size(); ++c) {
+    const model::StageChunk& ch = sm.chunks()[c];
+    int64_t recomputed = 0;
+    for (int l = ch.begin; l < ch.end; ++l)
+      recomputed += cfg.model.recomputes_block(l, l - ch.begin);
+    chunks.push_back({ch.end - ch.begin, recomputed, ch.embed, ch.head, slots[c]});
+  }
+  const model::TensorComm* tc = sm.tensor_comm();
+  const model::ContextComm* cc = sm.context_comm();
+  return cost::stage_activation_buffers(model::gpt_shape(cfg.model), chunks, split,
+                                        tc ? tc->size() : 1, tc && tc->sequence_parallel(),
+                                        tc ? tc->rank() : 0, b, sm.compute() == DType::bf16,
+                                        cc ? cc->size() : 1,
+                                        !cc || cc->options().mode == model::CpMode::ring,
+                                        cfg.train_seq())
+      .total();
 }
 
 }  // namespace
@@ -191,10 +216,11 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   f.summary_sections = [&](SummaryBuilder& summary) {
     // Under cp the activations include the cp attention's buffers (Ulysses: its saved outputs).
     const int64_t acts = sm.activation_bytes() + (topo.cp ? topo.cp->buffer_bytes() : 0);
-    const double mine_s[3] = {double(acts), double(sm.num_params()),
-                              double(pl::max_in_flight(sched, stage))};
-    std::vector<double> all(size_t(3 * P));
-    mesh.pp().all_gather(mine_s, all.data(), 3, DType::f64);
+    const int64_t planned = planned_stage_activations(cfg, sm, slots, sched.split_backward, b);
+    const double mine_s[4] = {double(acts), double(sm.num_params()),
+                              double(pl::max_in_flight(sched, stage)), double(planned)};
+    std::vector<double> all(size_t(4 * P));
+    mesh.pp().all_gather(mine_s, all.data(), 4, DType::f64);
     // Steady state: the first step pays for warm-up.
     std::vector<double> steady(bubbles.begin() + (bubbles.size() > 1 ? 1 : 0), bubbles.end());
     const double measured = median(steady), formula = pl::bubble_formula(sched);
@@ -220,12 +246,14 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                            "messages already sent ", fmt("%.3f", transfer_share), " of the schedule");
     for (int s = 0; s < P; ++s) {
       const std::string layers = stage_layers_text(chunks, sched, s);
-      stages.push_back({{"stage", s}, {"layers", layers}, {"params", int64_t(all[size_t(3 * s + 1)])},
-                        {"activation_bytes", int64_t(all[size_t(3 * s)])},
-                        {"in_flight", int(all[size_t(3 * s + 2)])}});
-      text += cat("\n  stage ", s, ": layers ", layers, ", ", int64_t(all[size_t(3 * s + 1)]),
-                  " params, activations ", int64_t(all[size_t(3 * s)]), " B for ",
-                  int(all[size_t(3 * s + 2)]), " micro-batches in flight");
+      const double* at = all.data() + 4 * s;
+      stages.push_back({{"stage", s}, {"layers", layers}, {"params", int64_t(at[1])},
+                        {"activation_bytes", int64_t(at[0])},
+                        {"activation_bytes_planned", int64_t(at[3])},
+                        {"in_flight", int(at[2])}});
+      text += cat("\n  stage ", s, ": layers ", layers, ", ", int64_t(at[1]),
+                  " params, activations ", int64_t(at[0]), " B (planned ", int64_t(at[3]),
+                  ") for ", int(at[2]), " micro-batches in flight");
     }
     json pipe = {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"cp", d.cp},
                  {"virtual_stages", V},

@@ -7,6 +7,7 @@
 #include "cost/flops.h"
 #include "cost/reliability.h"
 #include "cost/shapes.h"
+#include "cost/stage_activations.h"
 
 namespace strata::cost {
 namespace {
@@ -74,6 +75,42 @@ TEST(CostComm, ExpertAndGradientBytes) {
   EXPECT_EQ(grad_reduce_bytes_per_step(1000, 2, 1, 4, Precision::bf16), 2000);
   EXPECT_EQ(grad_reduce_bytes_per_step(1000, 2, 2, 4, Precision::fp32), 16000);
   EXPECT_EQ(grad_reduce_bytes_per_step(1000, 1, 2, 4, Precision::fp32), 0);
+}
+
+// A pipeline stage's formula (cost/stage_activations.h) and the one-process model's: one
+// chunk with the embedding and the head in one slot is the one-process model less its copy of
+// the inputs (with cp too); each further slot adds the per-slot pieces again, the working layer
+// and scratch once; a chunk between the ends keeps two messages per slot; the split backward's
+// stash is per block and slot.
+TEST(CostActivations, AStageOfOneChunkIsTheOneProcessModel) {
+  for (int policy : {0, 1, 2})
+    for (int tp : {1, 2})
+      for (bool bf16 : {false, true}) {
+        GptShape m{4, 32, 4, 64, 100, 128};
+        m.recompute = policy;
+        m.recomputed_layers = policy == 2 ? 3 : 0;
+        const ChunkSlots whole{4, m.recomputed_layers, true, true, 1};
+        const ActivationBuffers one = activation_buffers(m, tp, true, tp - 1, 2, bf16);
+        const StageActivationBuffers st = stage_activation_buffers(m, {whole}, false, tp, true, tp - 1, 2, bf16);
+        EXPECT_EQ(st.total() + one.inputs, one.total()) << policy << " " << tp << " " << bf16;
+        EXPECT_EQ(st.messages, 0);
+        for (bool ring : {true, false}) {
+          const int64_t cp = stage_activation_buffers(m, {whole}, false, tp, true, tp - 1, 2, bf16, 2, ring, 64).total();
+          EXPECT_EQ(cp + 12 * 2 * 32, cp_activation_bytes(m, tp, true, tp - 1, 2, bf16, ring, 2, 64))
+              << policy << " " << tp << " " << bf16 << " " << ring;
+        }
+        ChunkSlots three = whole;
+        three.slots = 3;
+        const StageActivationBuffers st3 = stage_activation_buffers(m, {three}, false, tp, true, tp - 1, 2, bf16);
+        EXPECT_EQ(st3.total() - st.total(), 2 * (st.input + st.layers_kept + st.head));
+        EXPECT_EQ(st3.recompute + st3.scratch, st.recompute + st.scratch);
+        const ChunkSlots middle{2, 0, false, false, 2};
+        const int64_t n = tp > 1 ? 128 / tp : 128;  // rows of 2 sequences of 64, SP
+        EXPECT_EQ(stage_activation_buffers(m, {middle}, false, tp, true, tp - 1, 2, bf16).messages,
+                  2 * 2 * 4 * n * 32);
+        EXPECT_EQ(stage_activation_buffers(m, {middle}, true, tp, true, tp - 1, 2, bf16).stash,
+                  2 * 2 * 4 * (2 * 128 * 32 + 7 * 128 * 32 / tp));
+      }
 }
 
 }  // namespace

@@ -73,4 +73,12 @@ Prediction predict(ScheduleKind kind, int P, int M, int V, const Costs& c, int e
   return p;
 }
 
+std::vector<int> predicted_slots(ScheduleKind kind, int P, int M, int V, int stage) {
+  if (kind == ScheduleKind::gpipe) return std::vector<int>(size_t(V), std::max(M, 1));
+  const std::shared_ptr<const Schedule> s = schedule_of(kind, P, M <= 4 * P ? M : 4 * P + M % P, V);
+  std::vector<int> slots;
+  for (int c = 0; c < V; ++c) slots.push_back(std::max(1, chunk_slots(*s, stage, c)));
+  return slots;
+}
+
 }  // namespace strata::parallel::pipeline

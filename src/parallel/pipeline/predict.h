@@ -38,4 +38,11 @@ struct Prediction {
 Prediction predict(ScheduleKind kind, int stages, int micro, int virt, const Costs& c,
                    int exact_up_to = 64);
 
+// Activation slots of each chunk of `stage` (chunk_slots, at least 1: what the executor sizes)
+// under (kind, P, M, V), for the planner's memory model. GPipe holds all M; the other
+// schedules' peak stops growing in the steady state, so beyond 4P micro-batches it is read off
+// the schedule of 4P + M mod P micro-batches (the one predict extrapolates from, generated
+// once; tests/plan check it against the whole schedule).
+std::vector<int> predicted_slots(ScheduleKind kind, int stages, int micro, int virt, int stage);
+
 }  // namespace strata::parallel::pipeline
