@@ -166,6 +166,22 @@ TEST(Llama, PlanLocalEqualsTheRun) {
   for (const json& rec : cp.records) EXPECT_EQ(rec["cp_bytes"], rec["cp_bytes_formula"]);
 }
 
+// A pipeline stage's activation bytes equal the stage formula with Llama widths (qkv of the
+// key/value heads, SwiGLU's gate | up, no position table), zero-bubble's stash and cp buffers
+// included.
+TEST(Llama, PipelineStageBytesEqualTheFormula) {
+  for (const std::string layout : {" --nproc 2 --pp 2", " --nproc 2 --pp 2 --schedule zb --recompute selective",
+                                   " --nproc 4 --pp 2 --tp 2 --sp --precision bf16",
+                                   " --nproc 4 --pp 2 --cp 2 --recompute full"}) {
+    const TrainRun r = train_run(kLlama + " --steps 1 --micro-batch 2" + layout, "llama-stage-bytes");
+    ASSERT_EQ(r.cli.status, 0) << layout << "\n" << r.cli.err;
+    const json& stages = r.summary["pipeline"]["stages"];
+    ASSERT_EQ(stages.size(), 2u) << layout;
+    for (const json& st : stages)
+      EXPECT_EQ(st["activation_bytes"].get<int64_t>(), st["activation_bytes_planned"].get<int64_t>()) << layout;
+  }
+}
+
 // A checkpoint of one layout resumes in another: the same losses as the uninterrupted run.
 TEST(Llama, CheckpointsReshardAcrossLayouts) {
   TempDir dir("llama-ckpt");
