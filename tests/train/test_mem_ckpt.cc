@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -177,6 +178,41 @@ TEST(MemCkpt, AFailedJobLeavesNoSegment) {
       dump_env(dir), Streams::separate);
   ASSERT_EQ(exhausted.status, 0) << exhausted.err;  // the fault fires in the first attempt only
   for (int rk = 0; rk < 2; ++rk) EXPECT_FALSE(segment_exists(dir.file("again"), rk));
+}
+
+// Every /dev/shm entry of the run directory's in-memory checkpoints: segments of any rank and
+// the job's markers beside them (comm/run_segments.h).
+std::vector<std::string> shm_entries_of(const std::string& run_dir) {
+  const std::string key =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(run_dir)).string();
+  const std::string seg = ckpt::MemSegment::name_for(key, 0);  // "/strata-mem-<hex>-rank0"
+  const std::string stem = seg.substr(1, seg.size() - 1 - std::strlen("rank0"));
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string n = e.path().filename().string();
+    if (n.find(stem) != std::string::npos) out.push_back(n);
+  }
+  return out;
+}
+
+// `strata launch -- strata train`: the launcher knows neither the run directory nor that the
+// ranks keep in-memory copies, and a supervised rank that fails leaves its copy for a restart.
+// The job owns the copies, so none outlives it: not after a final failure (rank 1 killed, no
+// restart left; rank 0 exits on its dead peer), not after a restart that then succeeded.
+TEST(MemCkpt, NoSegmentRemainsAfterTheJobUnderStrataLaunch) {
+  TempDir dir("mem_launch");
+  for (const int restarts : {0, 1}) {
+    const std::string run = dir.file("run" + std::to_string(restarts));
+    const RunResult r = run_strata(
+        "launch -n 2 --max-restarts " + std::to_string(restarts) + " -- " STRATA_BINARY " " +
+            small_fault_run(run, "--mem-ckpt-every 1 --inject kill --inject-rank 1 --inject-step 4"),
+        dump_env(dir), Streams::separate);
+    EXPECT_EQ(r.status == 0, restarts == 1) << r.err;
+    EXPECT_NE(r.err.find("mem-ckpt: a copy every 1 step(s) in /dev/shm"), std::string::npos) << r.err;
+    if (restarts == 1)
+      EXPECT_GE(memory_resume_step(r.err), 2) << "the restart used the copies: " << r.err;
+    EXPECT_EQ(shm_entries_of(run), std::vector<std::string>{}) << "--max-restarts " << restarts;
+  }
 }
 
 const std::string kSpikeRun =
