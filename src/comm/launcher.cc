@@ -467,9 +467,15 @@ class JobGuard {
   JobGuard& operator=(const JobGuard&) = delete;
 
   // Sends `sig` to every running child's process group (or the child, before its setsid()).
+  // SIGTERM comes with SIGCONT: a stopped rank (SIGSTOP, a debugger's stop) acts on SIGTERM
+  // only once continued, so it would otherwise hold the job for the whole grace period and
+  // die by SIGKILL without dumping its flight recorder.
   void signal_all(int sig) {
-    for (Child& c : children)
-      if (c.running && kill(-c.pid, sig) != 0) kill(c.pid, sig);
+    for (Child& c : children) {
+      if (!c.running) continue;
+      if (kill(-c.pid, sig) != 0) kill(c.pid, sig);
+      if (sig == SIGTERM && kill(-c.pid, SIGCONT) != 0) kill(c.pid, SIGCONT);
+    }
   }
 
   std::vector<Child> children;
