@@ -30,13 +30,15 @@ struct IntervalAdvice {
   // With in-memory copies every mem_every steps (0: none, or the step time is unknown): the
   // work a failure that leaves the host loses, K·t + R (cost/reliability.h).
   int64_t mem_every = 0;
+  double mem_restart_s = 0;  // R of a restart from memory
   double mem_loss_per_failure_s = 0;
   std::string text() const;       // a few lines for a person
   nlohmann::json to_json() const;
 };
 
-// Throws for a non-positive MTBF or a negative δ, R, step time or mem_every.
+// Throws for a non-positive MTBF or a negative δ, R, step time or mem_every. mem_restart_s
+// < 0: the same restart as from disk.
 IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s = 0,
-                               double step_s = 0, int64_t mem_every = 0);
+                               double step_s = 0, int64_t mem_every = 0, double mem_restart_s = -1);
 
 }  // namespace strata::ckpt

@@ -30,24 +30,27 @@ inline double daly_interval_s(double delta_s, double mtbf_s) {
 //           steps, K·t (the copy of the step before the failure may still be in its
 //           asynchronous commit when the failure lands, so a failure right after a copy still
 //           loses that step; measured: 1 step at K = 1, bench/resilience/recovery.sh)
-// Each plus the restart cost R (detection, new processes, loading, first step), which both
-// modes pay alike. A failure that takes the copies' host with it (host lost, no replicas)
-// falls back to disk.
+// Each plus the restart cost R (detection, new processes, loading, first step). A failure that
+// takes the copies' host with it (host lost, no replicas) falls back to disk.
 enum class Recovery { disk, memory };
-
-inline const char* recovery_name(Recovery m) { return m == Recovery::disk ? "disk" : "memory"; }
 
 // interval_s: τ for disk, K·t for memory.
 inline double lost_work_per_failure_s(Recovery mode, double interval_s, double restart_s) {
   return (mode == Recovery::disk ? interval_s / 2.0 : interval_s) + restart_s;
 }
 
-// A failure to the first completed step after the restart, detection included: rank 1 of 2
-// SIGKILLed, `--model tiny`-sized runs on one host (bench/resilience/recovery.sh,
-// docs/checkpoints.md "Measured recovery"). The default restart cost of the single-host
-// interval advice (`strata ckpt advise`, `strata train --mtbf`); a cluster's restart
-// (scheduler, many hosts) is an input (`strata plan --restart-min`).
-inline constexpr double kMeasuredRestartS = 1.5;
+// Measured R: a failure to the first completed step after the restart, detection and that
+// step included; rank 1 of 2 SIGKILLed, `--model tiny`, 2-core AMD EPYC VM at load 8-10,
+// median of 3 (bench/resilience/recovery.sh, docs/checkpoints.md "Measured recovery"). A
+// restart from memory verifies both slots of every rank before it loads, 0.35 s more here.
+// The default restart cost of the single-host advice (`strata ckpt advise`, `strata train
+// --mtbf`, the report); a cluster's restart (scheduler, many hosts) is an input
+// (`strata plan --restart-min`).
+inline constexpr double kMeasuredRestartDiskS = 1.43;
+inline constexpr double kMeasuredRestartMemoryS = 1.82;
+inline double measured_restart_s(Recovery m) {
+  return m == Recovery::disk ? kMeasuredRestartDiskS : kMeasuredRestartMemoryS;
+}
 
 // Expected work lost per failure with checkpoints every tau seconds: half an interval of
 // compute plus the restart cost (time to detect, restart and reload).

@@ -254,10 +254,9 @@ std::string recovery_table(const std::vector<RunData>& runs) {
       if (!std::isnan(e.value)) lost += cat(lost.empty() ? "" : ", ", int64_t(e.value));
     }
     if (!(step_s > 0) || (disk_every == 0 && mem_every == 0 && restarts == 0)) continue;
-    const double R = cost::kMeasuredRestartS;
     auto cell = [&](cost::Recovery m, int64_t every) {
       if (every == 0) return std::string("–");
-      const double s = cost::lost_work_per_failure_s(m, double(every) * step_s, R);
+      const double s = cost::lost_work_per_failure_s(m, double(every) * step_s, cost::measured_restart_s(m));
       return cat(fixed(s, 2), " s (every ", every, ")");
     };
     rows += "<tr><td>" + escape(r.label) + "</td><td>" + cell(cost::Recovery::disk, disk_every) +
@@ -273,8 +272,9 @@ std::string recovery_table(const std::vector<RunData>& runs) {
          rows + "</table>" +
          note(cat("Lost work per failure (cost/reliability.h): from disk every N steps of t, N·t/2 + R; "
                   "from in-memory copies every K steps, at most K·t + R; R = ",
-                  cost::kMeasuredRestartS, " s, the restart measured on one host "
-                  "(docs/checkpoints.md). A lost host falls back to disk."));
+                  cost::kMeasuredRestartDiskS, " s from disk, ", cost::kMeasuredRestartMemoryS,
+                  " s from memory, the restarts measured on one host (docs/checkpoints.md). "
+                  "A lost host falls back to disk."));
 }
 
 std::string events_section(const std::vector<RunData>& runs) {

@@ -621,7 +621,8 @@ json RunCheckpoints::finish(double step_s, MetricsWriter* out) {
   if (cfg_.ckpt.mtbf_s > 0 && saves > 0) {
     const ckpt::IntervalAdvice a =
         ckpt::advise_interval(j["stall_s"]["mean"].get<double>(), cfg_.ckpt.mtbf_s,
-                              cost::kMeasuredRestartS, step_s, cfg_.ckpt.mem_every);
+                              cost::measured_restart_s(cost::Recovery::disk), step_s, cfg_.ckpt.mem_every,
+                              cost::measured_restart_s(cost::Recovery::memory));
     j["advice"] = a.to_json();
     if (out) out->note(a.text());
   }

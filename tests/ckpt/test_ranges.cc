@@ -109,6 +109,8 @@ TEST(CkptInterval, YoungAndDalyFigures) {
   EXPECT_NE(m.text().find("with in-memory copies every 2 step(s): 4s lost per failure"), std::string::npos)
       << m.text();
   EXPECT_EQ(advise_interval(2, 14400, 3, 0, 2).mem_every, 0) << "no step time: no in-memory figure";
+  // A restart from memory of its own length.
+  EXPECT_NEAR(advise_interval(2, 14400, 3, 0.5, 2, 1.25).mem_loss_per_failure_s, 2 * 0.5 + 1.25, 1e-12);
   EXPECT_THROW(advise_interval(2, 14400, 3, 0.5, -1), Error);
   // A checkpoint slower than twice the MTBF: Daly says checkpoint every M.
   EXPECT_DOUBLE_EQ(advise_interval(100, 10).daly_s, 10);

@@ -98,11 +98,12 @@ TEST(ReportEvents, RecoveryTableFromTheRunsIntervals) {
       << R"({"step": 20, "restart": 2, "resumed_from": "/r/ckpt/step-000020", "steps_lost": 4})" << "\n";
   std::vector<std::string> w;
   const std::string html = report::build_report(report::load_runs({run.string(), plain.string()}, w)).html;
-  const double R = cost::kMeasuredRestartS;
+  const double Rd = cost::measured_restart_s(cost::Recovery::disk);
+  const double Rm = cost::measured_restart_s(cost::Recovery::memory);
   // disk every 10 steps of 20 ms: 10 x 0.02 / 2 + R; memory every 2: 2 x 0.02 + R.
   char want[200];
   std::snprintf(want, sizeof want, "<td>run</td><td>%.2f s (every 10)</td><td>%.2f s (every 2)</td>"
-                "<td>2 (1 from memory; steps redone: 1, 4)</td>", 0.1 + R, 0.04 + R);
+                "<td>2 (1 from memory; steps redone: 1, 4)</td>", 0.1 + Rd, 0.04 + Rm);
   EXPECT_NE(html.find(want), std::string::npos) << want << "\n" << html;
   const size_t table = html.find("<th>lost per failure, from disk</th>");
   ASSERT_NE(table, std::string::npos);
