@@ -250,8 +250,8 @@ static std::vector<std::string> forwarded_env(const std::vector<std::pair<std::s
 }
 
 // The attempts of one supervised job, all under `run_id`.
-static LaunchResult supervise(const LaunchOptions& o, const std::string& run_id,
-                              const std::function<void(const std::string&)>& log) {
+static LaunchResult run_attempts(const LaunchOptions& o, const std::string& run_id,
+                                 const std::function<void(const std::string&)>& log) {
   LaunchOptions attempt = o;
   for (int k = 0;; ++k) {
     attempt.extra_env = o.extra_env;
@@ -301,7 +301,7 @@ LaunchResult launch(const LaunchOptions& o) {
     const std::string& id;
     ~RunOwned() { remove_run_owned(id); }
   } owned{run_id};
-  LaunchResult r = supervise(o, run_id, log);
+  LaunchResult r = run_attempts(o, run_id, log);
   // On the other hosts: a rank that failed, or a host an --elastic restart left out, could
   // not remove its own.
   if (!o.hosts.empty() && (r.exit_code != 0 || r.restarts > 0))

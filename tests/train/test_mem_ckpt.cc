@@ -209,8 +209,9 @@ TEST(MemCkpt, NoSegmentRemainsAfterTheJobUnderStrataLaunch) {
         dump_env(dir), Streams::separate);
     EXPECT_EQ(r.status == 0, restarts == 1) << r.err;
     EXPECT_NE(r.err.find("mem-ckpt: a copy every 1 step(s) in /dev/shm"), std::string::npos) << r.err;
-    if (restarts == 1)
+    if (restarts == 1) {
       EXPECT_GE(memory_resume_step(r.err), 2) << "the restart used the copies: " << r.err;
+    }
     EXPECT_EQ(shm_entries_of(run), std::vector<std::string>{}) << "--max-restarts " << restarts;
   }
 }
