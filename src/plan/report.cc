@@ -442,8 +442,9 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     o << "; from in-memory copies every " << ck.mem_every << " step(s) (--mem-ckpt-every "
       << ck.mem_every << ") " << f("%.1f", ck.memory_lost_per_failure_s / 60) << " min (at most "
       << ck.mem_every << " step(s) of "
-      << f("%.2f", ck.step_s) << " s + the restart), " << f("%.2f", 100 * ck.memory_restart_fraction)
-      << "% of wall time; a lost host falls back to disk";
+      << f("%.2f", ck.step_s) << " s + the restart): restarts and redone work "
+      << f("%.2f", 100 * ck.memory_restart_fraction)
+      << "% of wall time (the copies' cost and the disk saves for lost hosts not counted)";
   o << "\n";
   return o.str();
 }
