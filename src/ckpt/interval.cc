@@ -63,7 +63,8 @@ std::string format_duration(double s) {
   return buf;
 }
 
-IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, double step_s) {
+IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, double step_s,
+                               int64_t mem_every, double mem_restart_s) {
   STRATA_CHECK(mtbf_s > 0, "--mtbf must be positive (got ", mtbf_s, " s)");
   STRATA_CHECK(delta_s >= 0 && restart_s >= 0 && step_s >= 0,
                "checkpoint stall, restart and step times must be >= 0");
@@ -81,6 +82,15 @@ IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, 
   if (step_s > 0) a.every_steps = std::max<int64_t>(1, std::llround(a.daly_s / step_s));
   a.loss_per_failure_s = cost::expected_loss_per_failure_s(a.daly_s, restart_s);
   a.waste_fraction = cost::checkpoint_overhead_fraction(a.daly_s, delta_s, mtbf_s, restart_s);
+  STRATA_CHECK(mem_every >= 0, "--mem-ckpt-every must be >= 0 (got ", mem_every, ")");
+  STRATA_CHECK(mem_restart_s <= kMaxDurationS, "a restart from memory must be at most 100 years (got ",
+               mem_restart_s, " s)");
+  if (mem_every > 0 && step_s > 0) {
+    a.mem_every = mem_every;
+    a.mem_restart_s = mem_restart_s < 0 ? restart_s : mem_restart_s;
+    a.mem_loss_per_failure_s =
+        cost::lost_work_per_failure_s(cost::Recovery::memory, double(mem_every) * step_s, a.mem_restart_s);
+  }
   return a;
 }
 
@@ -96,6 +106,10 @@ std::string IntervalAdvice::text() const {
   s += cat("  expected work lost per failure: ", format_duration(loss_per_failure_s),
            " (half an interval + restart ", format_duration(restart_s), "); time wasted overall ~",
            pct, "\n");
+  if (mem_every > 0)
+    s += cat("  with in-memory copies every ", mem_every, " step(s): ", format_duration(mem_loss_per_failure_s),
+             " lost per failure (at most ", mem_every, " step(s) + restart ", format_duration(mem_restart_s),
+             "); a lost host falls back to the disk figure\n");
   if (waste_fraction >= 1)
     s += "  warning: the stall is too long for this MTBF: no checkpoint interval makes progress "
          "(save faster, or make failures rarer)\n";
@@ -106,7 +120,8 @@ nlohmann::json IntervalAdvice::to_json() const {
   return {{"delta_s", delta_s},     {"mtbf_s", mtbf_s},       {"restart_s", restart_s},
           {"step_s", step_s},       {"young_s", young_s},     {"daly_s", daly_s},
           {"every_steps", every_steps}, {"loss_per_failure_s", loss_per_failure_s},
-          {"waste_fraction", waste_fraction}};
+          {"waste_fraction", waste_fraction}, {"mem_every", mem_every}, {"mem_restart_s", mem_restart_s},
+          {"mem_loss_per_failure_s", mem_every > 0 ? nlohmann::json(mem_loss_per_failure_s) : nlohmann::json(nullptr)}};
 }
 
 }  // namespace strata::ckpt

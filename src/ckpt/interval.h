@@ -1,7 +1,8 @@
 // How often to checkpoint, from the measured save stall δ and the mean time between failures
 // M, with the cost models of cost/reliability.h (Young's first-order τ = sqrt(2δM) and Daly's
 // higher-order correction). The expected work lost per failure is τ/2 of recomputation plus
-// the restart time R; the expected fraction of time wasted is δ/τ + (τ/2 + R)/M.
+// the restart time R; the expected fraction of time wasted is δ/τ + (τ/2 + R)/M. With
+// in-memory copies every K steps of t, a failure that leaves the host loses K·t + R instead.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,12 +27,18 @@ struct IntervalAdvice {
   int64_t every_steps = 0;   // Daly's interval in steps (0 when step_s is unknown)
   double loss_per_failure_s = 0;  // at Daly's interval
   double waste_fraction = 0;      // δ/τ + (τ/2 + R)/M at Daly's interval
+  // With in-memory copies every mem_every steps (0: none, or the step time is unknown): the
+  // work a failure that leaves the host loses, K·t + R (cost/reliability.h).
+  int64_t mem_every = 0;
+  double mem_restart_s = 0;  // R of a restart from memory
+  double mem_loss_per_failure_s = 0;
   std::string text() const;       // a few lines for a person
   nlohmann::json to_json() const;
 };
 
-// Throws for a non-positive MTBF or a negative δ, R or step time.
+// Throws for a non-positive MTBF or a negative δ, R, step time or mem_every. mem_restart_s
+// < 0: the same restart as from disk.
 IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s = 0,
-                               double step_s = 0);
+                               double step_s = 0, int64_t mem_every = 0, double mem_restart_s = -1);
 
 }  // namespace strata::ckpt

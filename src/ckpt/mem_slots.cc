@@ -1,6 +1,5 @@
 #include "ckpt/mem_slots.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -139,18 +138,6 @@ std::unique_ptr<MemSegment> MemSegment::create(const std::string& name, uint64_t
       new MemSegment(name, static_cast<unsigned char*>(p), size, capacity));
   for (int slot = 0; slot < kMemSlots; ++slot) seg->clear(slot);
   return seg;
-}
-
-int MemSegment::remove_all(const std::string& prefix) {
-  int removed = 0;
-  DIR* d = opendir("/dev/shm");
-  if (!d) return 0;
-  while (dirent* e = readdir(d)) {
-    const std::string n = e->d_name;
-    if (n.compare(0, prefix.size(), prefix) == 0 && shm_unlink(("/" + n).c_str()) == 0) ++removed;
-  }
-  closedir(d);
-  return removed;
 }
 
 void MemSegment::remove(const std::string& name) { shm_unlink(name.c_str()); }

@@ -54,9 +54,6 @@ class MemSegment {
   // `capacity` bytes, its memory reserved up front, so a full /dev/shm is one line here
   // rather than a SIGBUS in a later copy.
   static std::unique_ptr<MemSegment> create(const std::string& name, uint64_t capacity);
-  // Removes every segment whose name starts with `prefix` (e.g. "strata-mem-<hex>-");
-  // returns how many.
-  static int remove_all(const std::string& prefix);
   static void remove(const std::string& name);
 
   ~MemSegment();

@@ -11,6 +11,7 @@
 #include "ckpt/safetensors.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "cost/reliability.h"
 
 namespace fs = std::filesystem;
 
@@ -156,14 +157,20 @@ void setup_advise(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto mtbf = std::make_shared<std::string>();
   auto stall = std::make_shared<std::string>();
-  auto restart = std::make_shared<std::string>("0s");
+  // Unset: the restarts measured on one host, from disk and from memory (cost/reliability.h).
+  auto restart = std::make_shared<std::string>();
   auto step_time = std::make_shared<std::string>("0s");
+  auto mem_every = std::make_shared<int64_t>(0);
   app.add_option("path", *path, "run whose newest checkpoint's measured stall is used")->check(dir_path());
   app.add_option("--mtbf", *mtbf, "mean time between failures of the job, e.g. 4h, 30m")->required();
   app.add_option("--stall", *stall, "checkpoint stall δ, e.g. 40ms (instead of the measured one)");
-  app.add_option("--restart", *restart, "time from a failure to training again, e.g. 3s");
   app.add_option("--step-time", *step_time, "time per training step, to express the interval in steps");
-  app.callback([path, mtbf, stall, restart, step_time] {
+  app.add_option("--restart", *restart,
+                 cat("time from a failure to training again, e.g. 3s (default: measured on one host, ",
+                     cost::kMeasuredRestartDiskS, "s from disk, ", cost::kMeasuredRestartMemoryS, "s from memory)"));
+  app.add_option("--mem-ckpt-every", *mem_every,
+                 "also the work lost with in-memory copies every K steps (needs --step-time)");
+  app.callback([path, mtbf, stall, restart, step_time, mem_every] {
     // Each duration's error names its flag ("bad duration '-4'" alone did not say which).
     auto duration = [](const char* flag, const std::string& v) {
       try {
@@ -190,9 +197,11 @@ void setup_advise(CLI::App& app) {
       }
       STRATA_CHECK(delta >= 0, *path, ": no checkpoint with a measured stall; pass --stall");
     }
-    const ckpt::IntervalAdvice a = ckpt::advise_interval(delta, duration("--mtbf", *mtbf),
-                                                         duration("--restart", *restart),
-                                                         duration("--step-time", *step_time));
+    const bool measured = restart->empty();
+    const double r = measured ? cost::measured_restart_s(cost::Recovery::disk) : duration("--restart", *restart);
+    const ckpt::IntervalAdvice a =
+        ckpt::advise_interval(delta, duration("--mtbf", *mtbf), r, duration("--step-time", *step_time),
+                              *mem_every, measured ? cost::measured_restart_s(cost::Recovery::memory) : r);
     std::printf("%s", a.text().c_str());
   });
 }

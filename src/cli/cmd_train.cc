@@ -177,10 +177,19 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   const int64_t mem_every = cfg.ckpt.mem_every;
   STRATA_CHECK(mem_every >= 0, "--mem-ckpt-every must be >= 0 (got ", mem_every, ")");
   STRATA_CHECK(a.mem_replicas >= 0, "--mem-ckpt-replicas must be >= 0 (got ", a.mem_replicas, ")");
+  // R replicas need R hosts besides the rank's own; then the copy to peers, which is not
+  // built yet, is refused by name, so a lost host falls back to disk knowingly.
+  const int hosts = int(a.parallel.hosts.size());
+  STRATA_CHECK(a.mem_replicas == 0 || hosts > a.mem_replicas, "--mem-ckpt-replicas ", a.mem_replicas,
+               " needs ", a.mem_replicas == 1 ? "a second host" : cat(a.mem_replicas + 1, " hosts"),
+               " to copy to, and ",
+               hosts == 0 ? std::string("this job names none (no --hosts, --hostfile or --slurm)")
+                          : cat(a.parallel.hosts_source, " names ", hosts),
+               "; use --mem-ckpt-replicas 0 (disk checkpoints stay the copy that survives a host)");
   STRATA_CHECK(a.mem_replicas == 0, "--mem-ckpt-replicas ", a.mem_replicas,
-               " needs a second host to copy to, and strata keeps in-memory copies on each "
-               "rank's own host only; use --mem-ckpt-replicas 0 (disk checkpoints stay the "
-               "copy that survives a host)");
+               ": copies on peer hosts are not implemented yet; in-memory copies stay on each "
+               "rank's own host, and a lost host falls back to the disk checkpoint (--ckpt-every); "
+               "use --mem-ckpt-replicas 0");
   STRATA_CHECK(mem_every == 0 || !cfg.run_dir.empty(),
                "--mem-ckpt-every needs --run-dir (the in-memory copies are named after it)");
   cfg.guard.rollback = a.spike_action == "rollback";

@@ -102,28 +102,8 @@ static std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// Runs the interface probe on one host through the agent; empty `problem` when it answered.
-static std::vector<NetIface> probe_host(const std::string& host, const std::string& agent, double timeout_s,
-                                        std::string& problem) {
-  std::string me = host_name();
-  if (host == me || host == "localhost" || host == "127.0.0.1") return local_interfaces();
-  std::string agent_cmd = agent.empty() ? "ssh -o BatchMode=yes -o ConnectTimeout=5" : shell_quote(agent);
-  std::string cmd = cat("timeout ", timeout_s, " ", agent_cmd, " ", shell_quote(host), " ",
-                        shell_quote(kIfaceProbeScript), " 2>&1 </dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  STRATA_CHECK(p, "cannot run the remote shell to check host '", host, "'");
-  std::string said;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) said += buf;
-  int st = pclose(p);
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return parse_iface_probe(said);
-  std::string first = said.substr(0, said.find('\n'));
-  while (!first.empty() && first.back() == '\r') first.pop_back();
-  int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  problem = cat("host '", host, "' is unreachable: `", agent.empty() ? "ssh" : agent, " ", host, "` ",
-                code == 124 ? cat("timed out after ", timeout_s, " s") : cat("exited with code ", code),
-                first.empty() ? "" : ": ", first);
-  return {};
+bool is_this_host(const std::string& host) {
+  return host == host_name() || host == "localhost" || host == "127.0.0.1";
 }
 
 static std::string agent_of(const std::string& rsh_agent) {
@@ -131,12 +111,42 @@ static std::string agent_of(const std::string& rsh_agent) {
   return rsh_agent;
 }
 
+std::string run_on_host(const std::string& host, const std::string& rsh_agent, double timeout_s,
+                        const std::string& script, std::string& problem) {
+  const std::string agent = agent_of(rsh_agent);
+  std::string agent_cmd = agent.empty() ? "ssh -o BatchMode=yes -o ConnectTimeout=5" : shell_quote(agent);
+  std::string cmd = cat("timeout ", timeout_s, " ", agent_cmd, " ", shell_quote(host), " ",
+                        shell_quote(script), " 2>&1 </dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  STRATA_CHECK(p, "cannot run the remote shell to reach host '", host, "'");
+  std::string said;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) said += buf;
+  int st = pclose(p);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return said;
+  std::string first = said.substr(0, said.find('\n'));
+  while (!first.empty() && first.back() == '\r') first.pop_back();
+  int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  problem = cat("host '", host, "' is unreachable: `", agent.empty() ? "ssh" : agent, " ", host, "` ",
+                code == 124 ? cat("timed out after ", timeout_s, " s") : cat("exited with code ", code),
+                first.empty() ? "" : ": ", first);
+  return said;
+}
+
+// Runs the interface probe on one host through the agent; empty `problem` when it answered.
+static std::vector<NetIface> probe_host(const std::string& host, const std::string& rsh_agent, double timeout_s,
+                                        std::string& problem) {
+  if (is_this_host(host)) return local_interfaces();
+  const std::string said = run_on_host(host, rsh_agent, timeout_s, kIfaceProbeScript, problem);
+  return problem.empty() ? parse_iface_probe(said) : std::vector<NetIface>{};
+}
+
 std::vector<std::vector<NetIface>> check_reachable(const std::vector<HostSlots>& hosts,
                                                    const std::string& rsh_agent, double timeout_s) {
   std::vector<std::vector<NetIface>> out;
   for (const HostSlots& h : hosts) {
     std::string problem;
-    out.push_back(probe_host(h.host, agent_of(rsh_agent), timeout_s, problem));
+    out.push_back(probe_host(h.host, rsh_agent, timeout_s, problem));
     if (!problem.empty()) fail(problem);
   }
   return out;
@@ -149,7 +159,7 @@ std::vector<std::string> host_network_problems(const std::vector<HostSlots>& hos
   std::vector<std::vector<NetIface>> ifs;
   for (const HostSlots& h : hosts) {
     std::string problem;
-    std::vector<NetIface> f = probe_host(h.host, agent_of(rsh_agent), timeout_s, problem);
+    std::vector<NetIface> f = probe_host(h.host, rsh_agent, timeout_s, problem);
     if (!problem.empty()) {
       problems.push_back(problem);
       continue;

@@ -26,6 +26,13 @@ int total_slots(const std::vector<HostSlots>& hosts);
 // Throws Error when a host appears twice or nproc exceeds the slots; `what` names the source
 // ("--hosts" or "hostfile PATH").
 void check_hosts(const std::vector<HostSlots>& hosts, int nproc, const std::string& what);
+// This machine under one of its names (its host name, localhost, 127.0.0.1).
+bool is_this_host(const std::string& host);
+// Runs the sh `script` on `host` through the remote shell (AGENT: rsh_agent, else
+// $OMPI_MCA_plm_rsh_agent, else ssh in batch mode), at most timeout_s; returns what it printed.
+// When it does not exit 0, `problem` says so in one line ("host 'b' is unreachable: ...").
+std::string run_on_host(const std::string& host, const std::string& rsh_agent, double timeout_s,
+                        const std::string& script, std::string& problem);
 // Runs `AGENT HOST <interface probe>` (AGENT: rsh_agent, else $OMPI_MCA_plm_rsh_agent, else
 // ssh in batch mode; comm/netif.h) for every host that is not this machine, at most
 // timeout_s each; throws Error naming the first host that does not answer and what the

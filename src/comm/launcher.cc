@@ -26,6 +26,7 @@
 #include "comm/mpirun_failure.h"
 #include "comm/mpirun_output.h"
 #include "comm/rank_status.h"
+#include "comm/run_segments.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -248,18 +249,10 @@ static std::vector<std::string> forwarded_env(const std::vector<std::pair<std::s
   return out;
 }
 
-LaunchResult launch(const LaunchOptions& o) {
-  STRATA_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative, got ", o.max_restarts);
-  auto log = [&](const std::string& line) {
-    if (o.log) {
-      o.log(line);
-    } else {
-      std::fprintf(stderr, "%s\n", line.c_str());
-      std::fflush(stderr);
-    }
-  };
+// The attempts of one supervised job, all under `run_id`.
+static LaunchResult run_attempts(const LaunchOptions& o, const std::string& run_id,
+                                 const std::function<void(const std::string&)>& log) {
   LaunchOptions attempt = o;
-  const std::string run_id = new_job_id();
   for (int k = 0;; ++k) {
     attempt.extra_env = o.extra_env;
     attempt.extra_env.push_back({"STRATA_RUN_ID", run_id});
@@ -289,6 +282,32 @@ LaunchResult launch(const LaunchOptions& o) {
     }
     log(cat("strata launch: restart ", k + 1, "/", o.max_restarts, where, " after ", r.message));
   }
+}
+
+LaunchResult launch(const LaunchOptions& o) {
+  STRATA_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative, got ", o.max_restarts);
+  auto log = [&](const std::string& line) {
+    if (o.log) {
+      o.log(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::fflush(stderr);
+    }
+  };
+  const std::string run_id = new_job_id();
+  // What the ranks left for their restarts (comm/run_segments.h) goes when the job ends,
+  // however it ends (a throw included), on this host.
+  struct RunOwned {
+    const std::string& id;
+    ~RunOwned() { remove_run_owned(id); }
+  } owned{run_id};
+  LaunchResult r = run_attempts(o, run_id, log);
+  // On the other hosts: a rank that failed, or a host an --elastic restart left out, could
+  // not remove its own.
+  if (!o.hosts.empty() && (r.exit_code != 0 || r.restarts > 0))
+    for (const std::string& p : remove_run_owned_on_hosts(run_id, o.hosts, o.rsh_agent, o.reach_timeout_s))
+      log(cat("strata launch: the job's shared-memory objects on that host may remain: ", p));
+  return r;
 }
 
 namespace {
@@ -448,9 +467,15 @@ class JobGuard {
   JobGuard& operator=(const JobGuard&) = delete;
 
   // Sends `sig` to every running child's process group (or the child, before its setsid()).
+  // SIGTERM comes with SIGCONT: a stopped rank (SIGSTOP, a debugger's stop) acts on SIGTERM
+  // only once continued, so it would otherwise hold the job for the whole grace period and
+  // die by SIGKILL without dumping its flight recorder.
   void signal_all(int sig) {
-    for (Child& c : children)
-      if (c.running && kill(-c.pid, sig) != 0) kill(c.pid, sig);
+    for (Child& c : children) {
+      if (!c.running) continue;
+      if (kill(-c.pid, sig) != 0) kill(c.pid, sig);
+      if (sig == SIGTERM && kill(-c.pid, SIGCONT) != 0) kill(c.pid, SIGCONT);
+    }
   }
 
   std::vector<Child> children;

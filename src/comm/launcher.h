@@ -26,7 +26,10 @@
 // the whole job is started again, up to max_restarts times, with STRATA_RESTART=<k> (k = 1,
 // 2, ...; 0 on the first attempt) in the ranks' environment and a fresh job id; each restart
 // is logged in one line. STRATA_RUN_ID names the supervised job, the same in every attempt
-// (what survives an attempt, e.g. in-memory checkpoints, records it). A job stopped by a signal to the launcher (Ctrl-C) is not restarted.
+// (what survives an attempt, e.g. in-memory checkpoints, records it). Objects the job owns
+// across its attempts (comm/run_segments.h) are removed when launch returns or throws, on this
+// host, and after a failure also on every host of a multi-host job. A job stopped by a signal
+// to the launcher (Ctrl-C) is not restarted.
 #pragma once
 #include <cstdint>
 #include <functional>

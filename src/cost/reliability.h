@@ -23,10 +23,39 @@ inline double daly_interval_s(double delta_s, double mtbf_s) {
   return std::sqrt(2.0 * delta_s * mtbf_s) * (1.0 + std::sqrt(r) / 3.0 + r / 9.0) - delta_s;
 }
 
+// Where a restart resumes from, and so the work a failure loses (lost work per failure):
+//   disk    the newest disk checkpoint, written every τ: τ/2 of recomputation on average
+//           (uniform failure times), τ at worst
+//   memory  the newest in-memory copy (--mem-ckpt-every K, steps of t seconds): at most K
+//           steps, K·t (the copy of the step before the failure may still be in its
+//           asynchronous commit when the failure lands, so a failure right after a copy still
+//           loses that step; measured: 1 step at K = 1, bench/resilience/recovery.sh)
+// Each plus the restart cost R (detection, new processes, loading, first step). A failure that
+// takes the copies' host with it (host lost, no replicas) falls back to disk.
+enum class Recovery { disk, memory };
+
+// interval_s: τ for disk, K·t for memory.
+inline double lost_work_per_failure_s(Recovery mode, double interval_s, double restart_s) {
+  return (mode == Recovery::disk ? interval_s / 2.0 : interval_s) + restart_s;
+}
+
+// Measured R: a failure to the first completed step after the restart, detection and that
+// step included; rank 1 of 2 SIGKILLed, `--model tiny`, 2-core AMD EPYC VM at load 8-10,
+// median of 3 (bench/resilience/recovery.sh, docs/checkpoints.md "Measured recovery"). A
+// restart from memory verifies both slots of every rank before it loads, 0.35 s more here.
+// The default restart cost of the single-host advice (`strata ckpt advise`, `strata train
+// --mtbf`, the report); a cluster's restart (scheduler, many hosts) is an input
+// (`strata plan --restart-min`).
+inline constexpr double kMeasuredRestartDiskS = 1.43;
+inline constexpr double kMeasuredRestartMemoryS = 1.82;
+inline double measured_restart_s(Recovery m) {
+  return m == Recovery::disk ? kMeasuredRestartDiskS : kMeasuredRestartMemoryS;
+}
+
 // Expected work lost per failure with checkpoints every tau seconds: half an interval of
 // compute plus the restart cost (time to detect, restart and reload).
 inline double expected_loss_per_failure_s(double tau_s, double restart_s) {
-  return tau_s / 2.0 + restart_s;
+  return lost_work_per_failure_s(Recovery::disk, tau_s, restart_s);
 }
 
 inline double job_mtbf_s(double gpu_mtbf_s, double n_gpus) {
@@ -50,6 +79,8 @@ struct CheckpointPlanInput {
   double storage_gbps = 0;      // aggregate write bandwidth, GB/s
   double stall_s = -1;          // job stall per checkpoint when not the full write (async)
   double restart_s = 0;
+  double step_s = 0;            // time per step (0: unknown, no in-memory figures)
+  int mem_every = 1;            // in-memory copies every K steps
 };
 
 struct CheckpointPlan {
@@ -57,6 +88,12 @@ struct CheckpointPlan {
   double overhead_fraction = 0;  // at the Daly interval
   double failures_per_day = 0;
   double gpu_hours_lost_per_day = 0;
+  // Lost work per failure: restart from disk at Daly's interval, and from in-memory copies
+  // every mem_every steps (0 when the step time is unknown); restarts and redone work only.
+  double step_s = 0;
+  int mem_every = 1;
+  double disk_lost_per_failure_s = 0, memory_lost_per_failure_s = 0;
+  double memory_restart_fraction = 0;  // (K·t + R)/M: the memory mode's share of wall time
 };
 
 inline CheckpointPlan plan_checkpoints(const CheckpointPlanInput& in) {
@@ -70,6 +107,14 @@ inline CheckpointPlan plan_checkpoints(const CheckpointPlanInput& in) {
       std::min(1.0, checkpoint_overhead_fraction(p.daly_s, p.stall_s, p.job_mtbf_s, in.restart_s));
   p.failures_per_day = 86400.0 / p.job_mtbf_s;
   p.gpu_hours_lost_per_day = in.gpus * 24.0 * p.overhead_fraction;
+  p.disk_lost_per_failure_s = lost_work_per_failure_s(Recovery::disk, p.daly_s, in.restart_s);
+  p.step_s = in.step_s;
+  p.mem_every = in.mem_every;
+  if (in.step_s > 0) {
+    p.memory_lost_per_failure_s =
+        lost_work_per_failure_s(Recovery::memory, in.mem_every * in.step_s, in.restart_s);
+    p.memory_restart_fraction = std::min(1.0, p.memory_lost_per_failure_s / p.job_mtbf_s);
+  }
   return p;
 }
 

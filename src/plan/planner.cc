@@ -29,6 +29,8 @@ PlanResult run_plan(const PlanRequest& req) {
   ck.storage_gbps = req.storage_gbps;
   ck.stall_s = req.ckpt_stall_s;
   ck.restart_s = req.restart_minutes * 60;
+  // In-memory copies every step: lost work in steps of the best layout (none fits: unknown).
+  if (r.fits()) ck.step_s = r.search.ranked[0].time.step_s;
   r.checkpoint = plan_checkpoints(ck);
   return r;
 }

@@ -234,7 +234,12 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
                       {"failures_per_day", ck.failures_per_day},
                       {"overhead_fraction", ck.overhead_fraction},
                       {"gpu_hours_lost_per_day", ck.gpu_hours_lost_per_day},
-                      {"restart_s", req.restart_minutes * 60}};
+                      {"restart_s", req.restart_minutes * 60},
+                      {"lost_per_failure_s",
+                       {{"disk", ck.disk_lost_per_failure_s},
+                        {"memory", ck.step_s > 0 ? json(ck.memory_lost_per_failure_s) : json(nullptr)}}},
+                      {"memory_ckpt_every", ck.mem_every},
+                      {"step_s", ck.step_s}};
   j["notes"] = req.notes;
   return j;
 }
@@ -435,6 +440,16 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     << "% of wall time is lost to checkpoints, redone work and restarts ("
     << f("%.0f", req.restart_minutes) << " min each): " << f("%.1f", ck.gpu_hours_lost_per_day)
     << " GPU-hours per day\n";
+  o << "  lost work per failure: restart from disk " << f("%.1f", ck.disk_lost_per_failure_s / 60)
+    << " min (half of Daly's interval + the restart)";
+  if (ck.step_s > 0)
+    o << "; from in-memory copies every " << ck.mem_every << " step(s) (--mem-ckpt-every "
+      << ck.mem_every << ") " << f("%.1f", ck.memory_lost_per_failure_s / 60) << " min (at most "
+      << ck.mem_every << " step(s) of "
+      << f("%.2f", ck.step_s) << " s + the restart): restarts and redone work "
+      << f("%.2f", 100 * ck.memory_restart_fraction)
+      << "% of wall time (the copies' cost and the disk saves for lost hosts not counted)";
+  o << "\n";
   return o.str();
 }
 

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "cost/reliability.h"
 #include "report/svg.h"
 
 namespace strata::report {
@@ -235,6 +236,47 @@ std::string memory_section(const std::vector<RunData>& runs) {
   return section("memory", "Memory per rank", body);
 }
 
+// What a failure costs each run (cost/reliability.h's lost work per failure, from its median
+// step and checkpoint intervals), beside the restarts it measured.
+std::string recovery_table(const std::vector<RunData>& runs) {
+  std::string rows;
+  for (const RunData& r : runs) {
+    const double step_s = number(r.summary, "median_ms") / 1e3;
+    const int64_t disk_every = r.summary.contains("ckpt") ? r.summary["ckpt"].value("every", int64_t(0)) : 0;
+    const int64_t mem_every =
+        r.summary.contains("mem_ckpt") ? r.summary["mem_ckpt"].value("every", int64_t(0)) : 0;
+    int restarts = 0, from_memory = 0;
+    std::string lost;
+    for (const Event& e : r.events) {
+      if (e.kind != "restart") continue;
+      ++restarts;
+      from_memory += e.text.find("in-memory copy") != std::string::npos;
+      if (!std::isnan(e.value)) lost += cat(lost.empty() ? "" : ", ", int64_t(e.value));
+    }
+    if (!(step_s > 0) || (disk_every == 0 && mem_every == 0 && restarts == 0)) continue;
+    auto cell = [&](cost::Recovery m, int64_t every) {
+      if (every == 0) return std::string("–");
+      const double s = cost::lost_work_per_failure_s(m, double(every) * step_s, cost::measured_restart_s(m));
+      return cat(fixed(s, 2), " s (every ", every, ")");
+    };
+    rows += "<tr><td>" + escape(r.label) + "</td><td>" + cell(cost::Recovery::disk, disk_every) +
+            "</td><td>" + cell(cost::Recovery::memory, mem_every) + "</td><td>" +
+            std::to_string(restarts) + (restarts ? cat(" (", from_memory, " from memory; steps redone: ",
+                                                       lost.empty() ? "?" : lost, ")")
+                                                 : "") +
+            "</td></tr>";
+  }
+  if (rows.empty()) return "";
+  return "<table><tr><th>run</th><th>lost per failure, from disk</th><th>from memory</th>"
+         "<th>restarts measured</th></tr>" +
+         rows + "</table>" +
+         note(cat("Lost work per failure (cost/reliability.h): from disk every N steps of t, N·t/2 + R; "
+                  "from in-memory copies every K steps, at most K·t + R; R = ",
+                  cost::kMeasuredRestartDiskS, " s from disk, ", cost::kMeasuredRestartMemoryS,
+                  " s from memory, the restarts measured on one host (docs/checkpoints.md). "
+                  "A lost host falls back to disk."));
+}
+
 std::string events_section(const std::vector<RunData>& runs) {
   LineChart c{"Checkpoint stalls", "step", "stall ms", {}, true, event_marks(runs)};
   std::string rows;
@@ -256,13 +298,15 @@ std::string events_section(const std::vector<RunData>& runs) {
     if (!s.x.empty()) c.series.push_back(s);
   }
   if (total == 0) return section("events", "Checkpoints, restarts, stragglers and faults",
-                                 note("No checkpoint saves, restarts, stragglers or faults recorded."));
+                                 note("No checkpoint saves, restarts, stragglers or faults recorded.") +
+                                     recovery_table(runs));
   std::string summary;
   for (const auto& [k, n] : counts) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + k;
   std::string body = note("Events: " + summary + ".");
   if (!c.series.empty() || !c.vlines.empty()) body += render(c);
   body += "<table><tr><th>run</th><th>step</th><th>event</th><th>what</th></tr>" + rows + "</table>";
   if (total > shown) body += note(std::to_string(total - shown) + " more events not listed.");
+  body += recovery_table(runs);
   return section("events", "Checkpoints, restarts, stragglers and faults", body);
 }
 

@@ -77,7 +77,9 @@ void add_record(RunData& run, const json& j) {
                           stall});
   } else if (j.contains("restart")) {
     const double lost = number(j, "steps_lost");
-    std::string text = cat("restart ", j.value("restart", 0), ": resumed at step ", step);
+    const bool memory = j.value("resumed_from", std::string()).rfind("in-memory copy", 0) == 0;
+    std::string text = cat("restart ", j.value("restart", 0), ": resumed at step ", step,
+                           memory ? " from the in-memory copy" : "");
     if (!std::isnan(lost)) text += cat(", ", int64_t(lost), " step(s) redone");
     run.events.push_back({step, "restart", text, lost});
   }

@@ -16,6 +16,7 @@
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
 #include "core/error.h"
+#include "cost/reliability.h"
 #include "core/phase.h"
 #include "core/timer.h"
 #include "model/context/context_comm.h"
@@ -627,7 +628,9 @@ json RunCheckpoints::finish(double step_s, MetricsWriter* out) {
     j["stall_pct_of_step"] = 100 * j["stall_s"]["mean"].get<double>() / step_s;
   if (cfg_.ckpt.mtbf_s > 0 && saves > 0) {
     const ckpt::IntervalAdvice a =
-        ckpt::advise_interval(j["stall_s"]["mean"].get<double>(), cfg_.ckpt.mtbf_s, 0, step_s);
+        ckpt::advise_interval(j["stall_s"]["mean"].get<double>(), cfg_.ckpt.mtbf_s,
+                              cost::measured_restart_s(cost::Recovery::disk), step_s, cfg_.ckpt.mem_every,
+                              cost::measured_restart_s(cost::Recovery::memory));
     j["advice"] = a.to_json();
     if (out) out->note(a.text());
   }

@@ -223,15 +223,8 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
       return std::string();  // a world the mesh does not fit (an elastic restart): no role
     }
   };
-  // The job's in-memory checkpoints outlive its ranks for their restarts, not the job: they
-  // go when it ends, however it ends (a throw included).
-  struct MemSegmentsGuard {
-    const std::string& run_dir;
-    bool on;
-    ~MemSegmentsGuard() {
-      if (on) remove_mem_segments(run_dir);
-    }
-  } mem_segments{cfg.run_dir, cfg.ckpt.mem_every > 0};
+  // The job's in-memory checkpoints outlive its ranks for their restarts, not the job: the
+  // launcher removes them when it ends, however it ends (comm/run_segments.h).
   comm::LaunchResult r = comm::launch(o);
   if (r.exit_code != 0) std::fprintf(stderr, "strata train: %s\n", r.message.c_str());
   return r.exit_code;

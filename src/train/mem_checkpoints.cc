@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "comm/run_segments.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -60,11 +61,6 @@ uint64_t existing_bytes(const std::string& prefix) {
 
 }  // namespace
 
-int remove_mem_segments(const std::string& run_dir) {
-  if (run_dir.empty()) return 0;
-  return ckpt::MemSegment::remove_all(segment_prefix(run_dir));
-}
-
 MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& engine)
     : o_(std::move(o)), engine_(engine), shards_(engine.state_shards()) {
   // The fingerprint covers the layout text and every shard's name, type and range: a copy
@@ -101,6 +97,9 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
     }
     segment_ = ckpt::MemSegment::create(name, payload_bytes_);
   }
+  // Under a launcher the job owns the segment: the launcher removes it when the job ends
+  // (comm/run_segments.h), whatever becomes of this rank.
+  comm::own_for_run(name);
   writer_ = std::thread([this] { writer_loop(); });
 }
 
@@ -113,7 +112,10 @@ MemCheckpoints::~MemCheckpoints() {
   if (writer_.joinable()) writer_.join();
   // A supervised rank that failed leaves its copies to the restart (the launcher removes
   // them when the job ends); otherwise nothing may outlive the run.
-  if (segment_ && (finished_ || !o_.supervised)) ckpt::MemSegment::remove(segment_->name());
+  if (segment_ && (finished_ || !o_.supervised)) {
+    ckpt::MemSegment::remove(segment_->name());
+    comm::disown_for_run(segment_->name());
+  }
 }
 
 uint64_t MemCheckpoints::bytes() const { return uint64_t(ckpt::kMemSlots) * payload_bytes_; }

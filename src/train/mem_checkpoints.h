@@ -18,7 +18,8 @@
 //   rollback `--spike-action rollback` restores the newest complete copy.
 //   cleanup  the segment is removed when the run ends well, and when an unsupervised
 //            process fails; a supervised rank leaves it for its restart, and the launcher
-//            removes the job's segments when the job ends (train/distributed.cc).
+//            (`strata train --nproc/--hosts`, `strata launch`) removes it when the job ends:
+//            the job owns it (comm/run_segments.h).
 // Cost: per copy, one memcpy of the shards (16 bytes per parameter held at fp32 with AdamW)
 // and one xxh64 pass, both on the writer thread; the step waits only when the copy outlasts
 // its forward and backward. Memory: two slots.
@@ -127,9 +128,5 @@ class MemCheckpoints {
   // and commit.
   double stall_s_ = 0, copy_s_ = 0, commit_s_ = 0, max_copy_s_ = 0;
 };
-
-// Removes every segment of the run directory's in-memory checkpoints on this host; returns
-// how many there were (the launcher's cleanup when a job ends).
-int remove_mem_segments(const std::string& run_dir);
 
 }  // namespace strata::train

@@ -98,6 +98,20 @@ TEST(CkptInterval, YoungAndDalyFigures) {
   EXPECT_GT(a.waste_fraction, 0);
   EXPECT_LT(a.waste_fraction, 0.05);
   EXPECT_NE(a.text().find("Daly"), std::string::npos);
+  EXPECT_EQ(a.mem_every, 0);
+  EXPECT_EQ(a.text().find("in-memory"), std::string::npos);
+  EXPECT_TRUE(a.to_json()["mem_loss_per_failure_s"].is_null());
+  // In-memory copies every 2 steps of 0.5 s: at most 2 steps, plus the restart.
+  const IntervalAdvice m = advise_interval(2, 14400, 3, 0.5, 2);
+  EXPECT_NEAR(m.mem_loss_per_failure_s, 2 * 0.5 + 3, 1e-12);
+  EXPECT_EQ(m.to_json()["mem_every"], 2);
+  EXPECT_NEAR(m.to_json()["mem_loss_per_failure_s"].get<double>(), 4, 1e-12);
+  EXPECT_NE(m.text().find("with in-memory copies every 2 step(s): 4s lost per failure"), std::string::npos)
+      << m.text();
+  EXPECT_EQ(advise_interval(2, 14400, 3, 0, 2).mem_every, 0) << "no step time: no in-memory figure";
+  // A restart from memory of its own length.
+  EXPECT_NEAR(advise_interval(2, 14400, 3, 0.5, 2, 1.25).mem_loss_per_failure_s, 2 * 0.5 + 1.25, 1e-12);
+  EXPECT_THROW(advise_interval(2, 14400, 3, 0.5, -1), Error);
   // A checkpoint slower than twice the MTBF: Daly says checkpoint every M.
   EXPECT_DOUBLE_EQ(advise_interval(100, 10).daly_s, 10);
   EXPECT_THROW(advise_interval(1, 0), Error);

@@ -2,7 +2,8 @@
 // started ranks (a throw from the on_spawn hook; pipe2 failing for want of descriptors)
 // leaves no handler installed, no child running and no descriptor open. And a rank started
 // by hand with leftover STRATA_RANK/STRATA_WORLD_SIZE/STRATA_JOB_ID (no launcher) removes
-// the segment it created when it times out or is stopped by SIGTERM.
+// the segment it created when it times out or is stopped by SIGTERM. A stopped rank does not
+// hold a failed job for the grace period, and what the job owns across attempts goes with it.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -10,11 +11,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "comm/launcher.h"
 #include "comm/shm/segment.h"
 #include "core/error.h"
+#include "core/timer.h"
 #include "support/run.h"
 
 namespace strata::comm {
@@ -119,6 +122,49 @@ TEST(LauncherCleanup, LoneRankRemovesItsSegmentOnSigterm) {
   EXPECT_EQ(p.exit_code(), 128 + SIGTERM) << p.output();
   EXPECT_FALSE(segment_exists(job));
   remove_job_segments(job);
+}
+
+// A rank stopped (SIGSTOP) when another fails acts on the launcher's SIGTERM only once
+// continued: the launcher sends SIGCONT with it, so the job ends now, not after the grace
+// period (30 s here) and a SIGKILL.
+TEST(LauncherCleanup, StoppedRankIsContinuedToActOnSigterm) {
+  LaunchOptions o;
+  o.nproc = 2;
+  o.grace_s = 30;
+  o.command = {"sh", "-c", "if [ \"$STRATA_RANK\" = 1 ]; then kill -STOP $$; sleep 60; else sleep 0.3; exit 3; fi"};
+  o.log = [](const std::string&) {};
+  Stopwatch sw;
+  const LaunchResult r = launch(o);
+  EXPECT_EQ(r.exit_code, 3) << r.message;
+  EXPECT_EQ(r.failed_rank, 0) << r.message;
+  EXPECT_LT(sw.seconds(), 10) << "the stopped rank held the job for the grace period";
+}
+
+// Objects a supervised job owns across its attempts (comm/run_segments.h: a marker
+// /dev/shm/strata-<run id>-owns-NAME beside /dev/shm/NAME) go when the job ends, here after
+// its last restart failed too; an object without a marker of this job stays.
+TEST(LauncherCleanup, RunOwnedObjectsGoWhenTheJobEnds) {
+  const std::string tag = "strata-test-owned-" + new_job_id();
+  const std::string other = "/dev/shm/" + tag + "-other";
+  { std::ofstream(other) << "x"; }
+  LaunchOptions o;
+  o.nproc = 2;
+  o.max_restarts = 1;
+  o.command = {"sh", "-c",
+               "n=" + tag + "-$STRATA_RANK-$STRATA_RESTART; : > /dev/shm/strata-$STRATA_RUN_ID-owns-$n; "
+               ": > /dev/shm/$n; [ \"$STRATA_RANK\" = 0 ] || exit 5"};
+  o.log = [](const std::string&) {};
+  const LaunchResult r = launch(o);
+  EXPECT_EQ(r.exit_code, 5) << r.message;
+  EXPECT_EQ(r.restarts, 1);
+  std::string left;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string n = e.path().filename().string();
+    if (n.find(tag) != std::string::npos && "/dev/shm/" + n != other) left += n + " ";
+  }
+  EXPECT_EQ(left, "");
+  EXPECT_TRUE(std::filesystem::exists(other));
+  std::filesystem::remove(other);
 }
 
 }  // namespace

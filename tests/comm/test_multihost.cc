@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -308,6 +309,34 @@ TEST_F(MultiHost, KilledRankRestartsOnTheSameHostsWithTheSameLosses) {
   EXPECT_TRUE(std::regex_search(summary, std::regex(R"("steps":\s*40,)"))) << summary;
   ASSERT_EQ(want.size(), 40u);
   EXPECT_EQ(got, want) << "the losses and gradient norms of every step";  // metrics trimmed at the resume
+}
+
+// In-memory checkpoints across hosts, each host with a /dev/shm of its own (--private-shm):
+// rank 1 (host 1) is SIGKILLed and the job ends, so neither rank removes its copy (the dead
+// one cannot; rank 0 leaves its copy to a restart that never comes) and the launcher's own
+// /dev/shm holds neither. The job owns them (comm/run_segments.h): the launcher removes them
+// on their hosts through the remote shell, and nothing of strata's is left on any host.
+TEST_F(MultiHost, FinalFailureLeavesNoSharedMemoryOnAnyHost) {
+  up(2, {"--private-shm"});
+  const std::string dir = cat("/tmp/strata-mh-shm-", getpid());
+  std::system(("rm -rf " + dir).c_str());
+  auto p = test::run(launch({"--hosts", cat(h(0), ":1,", h(1), ":1"), "--", STRATA_BINARY, "train", "--layers",
+                             "1", "--dim", "32", "--heads", "2", "--seq", "16", "--batch", "4", "--steps", "8",
+                             "--eval-every", "0", "--sample-tokens", "0", "--mem-ckpt-every", "1", "--inject",
+                             "kill", "--inject-rank", "1", "--inject-step", "4", "--run-dir", dir}),
+                     {{"OMPI_MCA_mpi_yield_when_idle", "1"}, {"OMP_NUM_THREADS", "1"},
+                      {"STRATA_MPI_FINALIZE_TIMEOUT", "3"}},
+                     180);
+  std::system(("rm -rf " + dir).c_str());
+  const std::string out = p.output();
+  EXPECT_NE(p.exit_code(), 0) << out;
+  EXPECT_NE(out.find("mem-ckpt: a copy every 1 step(s) in /dev/shm/strata-mem-"), std::string::npos) << out;
+  for (int i = 0; i < 2; ++i) {
+    std::string left;
+    for (const auto& e : std::filesystem::directory_iterator(cat(state_, "/shm/", h(i))))
+      if (e.path().filename().string().rfind("strata-", 0) == 0) left += e.path().filename().string() + " ";
+    EXPECT_EQ(left, "") << "host " << h(i) << "'s /dev/shm\n" << out;
+  }
 }
 
 // The bandwidth doctor across hosts names each injected network fault (diag/host_net.h).

@@ -67,6 +67,27 @@ TEST(CostReliability, FreeCheckpointsLeaveOnlyTheRestarts) {
   EXPECT_DOUBLE_EQ(checkpoint_overhead_fraction(100, 10, M, R), 10.0 / 100 + (50 + R) / M);
 }
 
+TEST(CostReliability, LostWorkPerFailureByRecoveryMode) {
+  // From disk every τ: τ/2 on average; from in-memory copies every K steps of t: at most K·t.
+  EXPECT_DOUBLE_EQ(lost_work_per_failure_s(Recovery::disk, 600, 90), 300 + 90);
+  EXPECT_DOUBLE_EQ(lost_work_per_failure_s(Recovery::memory, 2 * 1.5, 90), 3 + 90);
+  EXPECT_DOUBLE_EQ(expected_loss_per_failure_s(600, 90), 390);
+  CheckpointPlanInput in;
+  in.gpus = 1;
+  in.gpu_mtbf_s = 86400;
+  in.stall_s = 30;
+  in.restart_s = 600;
+  CheckpointPlan p = plan_checkpoints(in);
+  EXPECT_DOUBLE_EQ(p.disk_lost_per_failure_s, p.daly_s / 2 + 600);
+  EXPECT_EQ(p.memory_lost_per_failure_s, 0) << "no step time: no in-memory figure";
+  in.step_s = 4;
+  in.mem_every = 3;
+  p = plan_checkpoints(in);
+  EXPECT_DOUBLE_EQ(p.memory_lost_per_failure_s, 12 + 600);
+  EXPECT_DOUBLE_EQ(p.memory_restart_fraction, 612.0 / 86400);
+  EXPECT_LT(p.memory_lost_per_failure_s, p.disk_lost_per_failure_s);
+}
+
 TEST(CostComm, ExpertAndGradientBytes) {
   const GptShape m = small_moe();
   // 2 ranks, 3 tokens each, top-2: 12 kept assignments, each travelling 4 times as 8 floats.

@@ -27,7 +27,9 @@ TEST(PlanCli, TableForAPreset) {
   CliRun r = run_strata("plan --model llama2-70b --gpus 256 --gpu h100-80g");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* s : {"Best layout", "Memory per GPU", "Communication per step", "MFU",
-                        "Why this layout", "runner-up", "Daly", "GPU-hours per day", "days"})
+                        "Why this layout", "runner-up", "Daly", "GPU-hours per day", "days",
+                        "lost work per failure: restart from disk ",
+                        "from in-memory copies every 1 step(s) (--mem-ckpt-every 1)"})
     EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
 }
 
@@ -45,6 +47,15 @@ TEST(PlanCli, JsonHasTheDocumentedKeys) {
   EXPECT_TRUE(j["compute"].contains("megatron_flops_per_step_full_recompute"));
   EXPECT_GT(j["compute"]["days_to_train"].get<double>(), 1);
   EXPECT_GT(j["reliability"]["daly_interval_s"].get<double>(), 0);
+  // Lost work per failure by recovery mode: disk at Daly's interval, in-memory copies every
+  // step of the best layout (cost/reliability.h).
+  const auto& rel = j["reliability"];
+  const double step = best["time"]["step_s"].get<double>(), R = rel["restart_s"].get<double>();
+  EXPECT_DOUBLE_EQ(rel["step_s"].get<double>(), step);
+  EXPECT_EQ(rel["memory_ckpt_every"], 1);
+  EXPECT_DOUBLE_EQ(rel["lost_per_failure_s"]["disk"].get<double>(),
+                   rel["daly_interval_s"].get<double>() / 2 + R);
+  EXPECT_DOUBLE_EQ(rel["lost_per_failure_s"]["memory"].get<double>(), step + R);
   EXPECT_GE(j["ranking"].size(), 2u);
   EXPECT_LE(best["layout"]["tp"].get<int>(), 8);
 }

@@ -2,7 +2,11 @@
 // (metrics.jsonl), a flight-recorder dump names a fault, and the page lists and marks both.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "../train/cli_util.h"
+#include "cost/reliability.h"
 #include "report/report.h"
 #include "report_util.h"
 
@@ -76,6 +80,35 @@ TEST(ReportEvents, RollbackIsListed) {
                       "is nan (--skip-nonfinite)"),
             std::string::npos);
   EXPECT_NE(html.find("Events: 1 rollback."), std::string::npos);
+}
+
+// The recovery table: each run's lost work per failure from its own median step and
+// checkpoint intervals (cost/reliability.h), beside the restarts it measured.
+TEST(ReportEvents, RecoveryTableFromTheRunsIntervals) {
+  TempDir dir("events_recovery");
+  const std::filesystem::path run = dir.file("run"), plain = dir.file("plain");
+  write_synthetic_run(run, 30);  // median step 20 ms
+  write_synthetic_run(plain, 30);
+  nlohmann::json sum = nlohmann::json::parse(read_file((run / "summary.json").string()));
+  sum["ckpt"] = {{"every", 10}};
+  sum["mem_ckpt"] = {{"every", 2}};
+  std::ofstream(run / "summary.json") << sum.dump();
+  std::ofstream(run / "metrics.jsonl", std::ios::app)
+      << R"({"step": 16, "restart": 1, "resumed_from": "in-memory copy of step 16", "steps_lost": 1})" << "\n"
+      << R"({"step": 20, "restart": 2, "resumed_from": "/r/ckpt/step-000020", "steps_lost": 4})" << "\n";
+  std::vector<std::string> w;
+  const std::string html = report::build_report(report::load_runs({run.string(), plain.string()}, w)).html;
+  const double Rd = cost::measured_restart_s(cost::Recovery::disk);
+  const double Rm = cost::measured_restart_s(cost::Recovery::memory);
+  // disk every 10 steps of 20 ms: 10 x 0.02 / 2 + R; memory every 2: 2 x 0.02 + R.
+  char want[200];
+  std::snprintf(want, sizeof want, "<td>run</td><td>%.2f s (every 10)</td><td>%.2f s (every 2)</td>"
+                "<td>2 (1 from memory; steps redone: 1, 4)</td>", 0.1 + Rd, 0.04 + Rm);
+  EXPECT_NE(html.find(want), std::string::npos) << want << "\n" << html;
+  const size_t table = html.find("<th>lost per failure, from disk</th>");
+  ASSERT_NE(table, std::string::npos);
+  const std::string rows = html.substr(table, html.find("</table>", table) - table);
+  EXPECT_EQ(rows.find("plain"), std::string::npos) << "no checkpoints, no restarts: no row\n" << rows;
 }
 
 }  // namespace

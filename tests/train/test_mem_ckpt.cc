@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -179,6 +180,42 @@ TEST(MemCkpt, AFailedJobLeavesNoSegment) {
   for (int rk = 0; rk < 2; ++rk) EXPECT_FALSE(segment_exists(dir.file("again"), rk));
 }
 
+// Every /dev/shm entry of the run directory's in-memory checkpoints: segments of any rank and
+// the job's markers beside them (comm/run_segments.h).
+std::vector<std::string> shm_entries_of(const std::string& run_dir) {
+  const std::string key =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(run_dir)).string();
+  const std::string seg = ckpt::MemSegment::name_for(key, 0);  // "/strata-mem-<hex>-rank0"
+  const std::string stem = seg.substr(1, seg.size() - 1 - std::strlen("rank0"));
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string n = e.path().filename().string();
+    if (n.find(stem) != std::string::npos) out.push_back(n);
+  }
+  return out;
+}
+
+// `strata launch -- strata train`: the launcher knows neither the run directory nor that the
+// ranks keep in-memory copies, and a supervised rank that fails leaves its copy for a restart.
+// The job owns the copies, so none outlives it: not after a final failure (rank 1 killed, no
+// restart left; rank 0 exits on its dead peer), not after a restart that then succeeded.
+TEST(MemCkpt, NoSegmentRemainsAfterTheJobUnderStrataLaunch) {
+  TempDir dir("mem_launch");
+  for (const int restarts : {0, 1}) {
+    const std::string run = dir.file("run" + std::to_string(restarts));
+    const RunResult r = run_strata(
+        "launch -n 2 --max-restarts " + std::to_string(restarts) + " -- " STRATA_BINARY " " +
+            small_fault_run(run, "--mem-ckpt-every 1 --inject kill --inject-rank 1 --inject-step 4"),
+        dump_env(dir), Streams::separate);
+    EXPECT_EQ(r.status == 0, restarts == 1) << r.err;
+    EXPECT_NE(r.err.find("mem-ckpt: a copy every 1 step(s) in /dev/shm"), std::string::npos) << r.err;
+    if (restarts == 1) {
+      EXPECT_GE(memory_resume_step(r.err), 2) << "the restart used the copies: " << r.err;
+    }
+    EXPECT_EQ(shm_entries_of(run), std::vector<std::string>{}) << "--max-restarts " << restarts;
+  }
+}
+
 const std::string kSpikeRun =
     "train --layers 2 --dim 32 --heads 2 --seq 16 --vocab 256 --data synthetic --batch 8 "
     "--steps 16 --lr 3e-3 --eval-every 0 --eval-batches 1 --sample-tokens 0 --peak-gflops 100 "
@@ -275,7 +312,11 @@ TEST(MemCkpt, BadFlagsAreOneLine) {
       {"--mem-ckpt-every -1" + run, "--mem-ckpt-every must be >= 0 (got -1)"},
       {"--mem-ckpt-every 1", "--mem-ckpt-every needs --run-dir"},
       {"--mem-ckpt-every 1 --mem-ckpt-replicas 1" + run,
-       "--mem-ckpt-replicas 1 needs a second host to copy to"},
+       "--mem-ckpt-replicas 1 needs a second host to copy to, and this job names none"},
+      {"--mem-ckpt-every 1 --mem-ckpt-replicas 2 --hosts x:1,y:1" + run,
+       "--mem-ckpt-replicas 2 needs 3 hosts to copy to, and --hosts names 2;"},
+      {"--mem-ckpt-every 1 --mem-ckpt-replicas 1 --hosts x:1,y:1" + run,
+       "--mem-ckpt-replicas 1: copies on peer hosts are not implemented yet"},
       {"--spike-zscore 3 --spike-action rollback" + run,
        "--spike-action rollback needs in-memory checkpoints to roll back to: add --mem-ckpt-every"},
       {"--mem-ckpt-every 2 --inject corrupt-mem-ckpt --inject-step 3" + run,
