@@ -161,7 +161,9 @@ TEST(Pipeline, TensorParallelStashIsCountedInActivationBytes) {
     };
     const int64_t N = int64_t(B) * cfg.seq;
     EXPECT_EQ(bytes(true) - bytes(false),
-              int64_t(sizeof(float)) * slots * 2 * model::block_stash_floats(N, cfg.dim, cfg.dim / 2))
+              int64_t(sizeof(float)) * slots * 2 *
+                  model::block_stash_floats(
+                      N, model::LocalWidths({false, cfg.dim, cfg.heads, cfg.heads, 4 * cfg.dim}, 2)))
         << "sp " << sp;
   }
 }
