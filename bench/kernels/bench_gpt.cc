@@ -69,7 +69,9 @@ void BM_train_step(benchmark::State& state, const char* preset, bool optimizer) 
 
 // "tiny", "small", or "L12": 12 layers, dim 768, 12 heads, seq 256, vocab 256.
 GPTConfig config(const char* name) {
-  if (std::string(name) == "L12") return GPTConfig{12, 768, 12, 256, 256, 256, {}, {}};
+  if (std::string(name) == "L12")
+    return GPTConfig{strata::model::Arch::gpt2, 12, 768, 12, 0, 0, 256, 256, 256, 1e-5f, 10000.0f,
+                     true, {}, {}};
   return GPTConfig::preset(name);
 }
 

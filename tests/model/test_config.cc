@@ -64,7 +64,7 @@ TEST(GPTConfig, ValidateNamesTheProblem) {
 }
 
 TEST(ParamTable, CoversBufferInUnitOrder) {
-  GPTConfig c{2, 16, 2, 8, 10, 16, {}, {}};
+  GPTConfig c{Arch::gpt2, 2, 16, 2, 0, 0, 8, 10, 16, 1e-5f, 10000.0f, true, {}, {}};
   GPT m(c, 1);
   const auto& t = m.param_table();
   ASSERT_EQ(t.size(), 2u + 12 * 2 + 2);
@@ -94,7 +94,7 @@ TEST(ParamTable, CoversBufferInUnitOrder) {
 }
 
 TEST(ParamTable, DecayRangesSplitAndMerge) {
-  GPTConfig c{1, 8, 2, 4, 8, 8, {}, {}};
+  GPTConfig c{Arch::gpt2, 1, 8, 2, 0, 0, 4, 8, 8, 1e-5f, 10000.0f, true, {}, {}};
   GPT m(c, 1);
   // The whole buffer alternates decay / no-decay pieces; adjacent equal pieces merge
   // (wte + wpe are one decaying piece).
@@ -147,7 +147,7 @@ TEST(Init, Gpt2Statistics) {
 }
 
 TEST(Init, IndependentOfLayoutAndSeeded) {
-  GPTConfig c{2, 32, 4, 16, 50, 64, {}, {}};
+  GPTConfig c{Arch::gpt2, 2, 32, 4, 0, 0, 16, 50, 64, 1e-5f, 10000.0f, true, {}, {}};
   GPT a(c, 1), b(c, 1, /*allocate_state=*/false), d(c, 1);
   // b's units live in separate allocations, in reverse order in one buffer.
   std::vector<float> pb(a.num_params()), gb(a.num_params());

@@ -171,7 +171,7 @@ TEST(ContextLayout, RefusesWhatItCannotSplit) {
 
 // 2 layers, width 24, 6 heads (Ulysses over 2 and 3 ranks), seq 48, vocab 50; local rows
 // (2 x 48 / cp) are multiples of 16, so buffers carve without alignment padding.
-const GPTConfig kCfg{2, 24, 6, 48, 50, 64, {}, {}};
+const GPTConfig kCfg{Arch::gpt2, 2, 24, 6, 0, 0, 48, 50, 64, 1e-5f, 10000.0f, true, {}, {}};
 
 struct GptCase {
   int cp;

@@ -16,7 +16,7 @@ namespace strata::model {
 
 namespace {
 
-const GPTConfig kSmall{2, 32, 4, 16, 50, 64, {}, {}};
+const GPTConfig kSmall{Arch::gpt2, 2, 32, 4, 0, 0, 16, 50, 64, 1e-5f, 10000.0f, true, {}, {}};
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
@@ -248,7 +248,8 @@ static std::vector<double> train_losses(int steps) {
 // Every kernel, GEMMs included, fixes its reduction order independently of the team size,
 // so the loss and gradients are the same bits at 1, 2 and 3 threads.
 TEST(GPT, SameBitsForAnyThreadCount) {
-  const GPTConfig c{1, 128, 2, 64, 128, 128, {}, {}};  // large enough for the threaded GEMM path
+  // large enough for the threaded GEMM path
+  const GPTConfig c{Arch::gpt2, 1, 128, 2, 0, 0, 64, 128, 128, 1e-5f, 10000.0f, true, {}, {}};
   for (DType compute : {DType::f32, DType::bf16}) {
     std::vector<std::vector<float>> grads;
     std::vector<double> losses;
@@ -277,7 +278,7 @@ TEST(GPT, SameBitsForAnyThreadCount) {
 // against fp32 on the same weights and batch: the loss within 1%, every gradient within a
 // few percent of its tensor's scale; and the activations take the expected bytes.
 TEST(GPT, Bf16ComputeTracksFp32) {
-  const GPTConfig c{2, 128, 4, 64, 128, 128, {}, {}};
+  const GPTConfig c{Arch::gpt2, 2, 128, 4, 0, 0, 64, 128, 128, 1e-5f, 10000.0f, true, {}, {}};
   const int B = 4, T = 64;
   const int64_t N = int64_t(B) * T;
   std::vector<double> loss;

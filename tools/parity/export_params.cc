@@ -19,7 +19,7 @@ using strata::model::GPT;
 using strata::model::GPTConfig;
 
 static int run(int argc, char** argv) {
-  GPTConfig c{2, 64, 4, 32, 64, 64, {}, {}};
+  GPTConfig c{strata::model::Arch::gpt2, 2, 64, 4, 0, 0, 32, 64, 64, 1e-5f, 10000.0f, true, {}, {}};
   uint64_t seed = 1;
   std::string out;
   for (int i = 1; i < argc; ++i) {
