@@ -78,14 +78,17 @@ def load_hf(out):
     return config, weights
 
 
-class HuggingFaceGPT2(unittest.TestCase):
+class TrainedRun(unittest.TestCase):
+    """A run of MODEL_ARGS trained 5 steps on held_out_data(SEED) and saved at its end."""
+    MODEL_ARGS, SEED = [], 0
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        data, cls.windows = held_out_data(cls.tmp.name, 7)
+        data, cls.windows = held_out_data(cls.tmp.name, cls.SEED)
         cls.run_dir = os.path.join(cls.tmp.name, "run")
-        subprocess.run([STRATA, "train", "--layers", str(LAYERS), "--dim", str(DIM), "--heads", str(HEADS),
-                        "--seq", str(SEQ), "--max-seq", "32", "--vocab", str(VOCAB), "--data", data,
+        subprocess.run([STRATA, "train"] + cls.MODEL_ARGS +
+                       ["--seq", str(SEQ), "--max-seq", "32", "--vocab", str(VOCAB), "--data", data,
                         "--batch", "4", "--steps", "5", "--lr", "3e-3", "--ckpt-every", "5", "--eval-every", "0",
                         "--eval-batches", "1", "--sample-tokens", "0", "--run-dir", cls.run_dir],
                        check=True, capture_output=True)
@@ -94,10 +97,19 @@ class HuggingFaceGPT2(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def test_cli_export_loads_by_hf_names_and_gives_strata_loss(self):
-        out = os.path.join(self.tmp.name, "hf-cli")
+    def export_cli(self, name):
+        """`strata ckpt export RUN --hf DIR`; returns DIR and its stdout."""
+        out = os.path.join(self.tmp.name, name)
         r = subprocess.run([STRATA, "ckpt", "export", self.run_dir, "--hf", out], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
+        return out, r.stdout
+
+
+class HuggingFaceGPT2(TrainedRun):
+    MODEL_ARGS, SEED = ["--layers", str(LAYERS), "--dim", str(DIM), "--heads", str(HEADS)], 7
+
+    def test_cli_export_loads_by_hf_names_and_gives_strata_loss(self):
+        out, _ = self.export_cli("hf-cli")
         config, weights = load_hf(out)
         self.assertEqual(sorted(os.listdir(out)), ["config.json", "model.safetensors"])
         for key, want in (("model_type", "gpt2"), ("architectures", ["GPT2LMHeadModel"]), ("n_embd", DIM),
@@ -172,33 +184,18 @@ class HuggingFaceGPT2(unittest.TestCase):
         self.assertFalse(os.path.exists(dest + ".tmp-export"))
 
 
-class HuggingFaceLlama(unittest.TestCase):
+class HuggingFaceLlama(TrainedRun):
     """The LlamaForCausalLM export, read by tools/parity/llama_reference.py (a PyTorch Llama
     written from the published architecture) with the shapes of the exported config.json: the
     held-out loss strata's final eval reported, within 1e-5, for a run of grouped-query heads
     trained on 2 tensor-parallel ranks."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        data, cls.windows = held_out_data(cls.tmp.name, 11)
-        cls.run_dir = os.path.join(cls.tmp.name, "run")
-        subprocess.run([STRATA, "train", "--arch", "llama", "--layers", "2", "--dim", "32", "--heads", "4",
-                        "--kv-heads", "2", "--ffn", "48", "--rope-theta", "500000", "--seq", str(SEQ),
-                        "--max-seq", "32", "--vocab", str(VOCAB), "--data", data, "--batch", "4", "--steps", "5",
-                        "--lr", "3e-3", "--ckpt-every", "5", "--eval-every", "0", "--eval-batches", "1",
-                        "--sample-tokens", "0", "--nproc", "2", "--tp", "2", "--run-dir", cls.run_dir],
-                       check=True, capture_output=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+    MODEL_ARGS = ["--arch", "llama", "--layers", "2", "--dim", "32", "--heads", "4", "--kv-heads", "2", "--ffn",
+                  "48", "--rope-theta", "500000", "--nproc", "2", "--tp", "2"]
+    SEED = 11
 
     def test_export_gives_strata_loss_in_the_reference_llama(self):
-        out = os.path.join(self.tmp.name, "hf")
-        r = subprocess.run([STRATA, "ckpt", "export", self.run_dir, "--hf", out], capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("LlamaForCausalLM", r.stdout)
+        out, stdout = self.export_cli("hf")
+        self.assertIn("LlamaForCausalLM", stdout)
         with open(os.path.join(out, "config.json")) as f:
             config = json.load(f)
         for key, want in (("model_type", "llama"), ("architectures", ["LlamaForCausalLM"]), ("hidden_size", 32),
