@@ -209,8 +209,8 @@ HfImport::HfImport(const std::string& dir, const std::vector<TensorInfo>& table,
     : dir_(dir), what_(what), model_(read_hf_config(dir, what)) {
   std::vector<std::string> problems;
   files_ = std::make_unique<Files>(dir, what, problems);
-  const std::vector<TensorInfo> views =
-      unique_views(table);  // a tied view is filled with its first
+  // A tied view (the same elements under a second name) is filled through its first.
+  const std::vector<TensorInfo> views = unique_views(table);
   std::map<std::string, const TensorInfo*> ours;
   for (const TensorInfo& t : views) ours[t.name] = &t;
   // By the name *_names spells, each file tensor once.
