@@ -1,6 +1,6 @@
 // strata.ckpt's C++ side: the listing `strata ckpt ls` prints, random access to one
 // checkpoint's global tensors (only the byte ranges that hold a tensor are read, the blocks
-// they touch verified), and the Hugging Face GPT-2 export. Errors are strata::Error, which the
+// they touch verified), and the Hugging Face (GPT-2, Llama) export. Errors are strata::Error, which the
 // module turns into ValueError.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -9,7 +9,7 @@
 
 #include "bindings.h"
 #include "ckpt/fsutil.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf.h"
 #include "ckpt/listing.h"
 #include "ckpt/load.h"
 
@@ -129,10 +129,11 @@ py::dict export_hf(const std::string& path, const std::string& out_dir, const st
   ckpt::HfExportResult r;
   {
     py::gil_scoped_release unlocked;
-    r = ckpt::export_hf_gpt2(dir, out_dir, dtype, "out_dir");
+    r = ckpt::export_hf(dir, out_dir, dtype, "out_dir");
   }
   py::dict d;
   d["source_dir"] = r.source_dir, d["state"] = r.state, d["tensors"] = r.tensors, d["bytes"] = r.bytes;
+  d["arch"] = r.arch;
   d["out_dir"] = out_dir;
   return d;
 }

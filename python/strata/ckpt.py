@@ -116,10 +116,11 @@ def read_torch(path, name, dtype=None, kind=None):
 
 
 def export_hf(path, out_dir, dtype=None):
-    """Writes a Hugging Face GPT-2 directory (config.json, model.safetensors) that
-    transformers.GPT2LMHeadModel.from_pretrained(out_dir) loads; the twin of
-    `strata ckpt export --hf DIR`. MoE checkpoints have no GPT-2 equivalent (ValueError).
-    Returns {source_dir, state, tensors, bytes, out_dir}."""
+    """Writes a Hugging Face directory (config.json, model.safetensors) that
+    transformers' GPT2LMHeadModel or LlamaForCausalLM (as the checkpoint's architecture)
+    .from_pretrained(out_dir) loads; the twin of `strata ckpt export --hf DIR`. MoE checkpoints
+    have no such equivalent (ValueError). Returns {source_dir, state, arch, tensors, bytes,
+    out_dir}."""
     key = _dtype_key(dtype)
     return _strata.ckpt_export_hf(_path(path), os.fspath(out_dir), key.upper())
 

@@ -53,6 +53,34 @@ void check_layout_fits(const Manifest& m, const TensorLayout& layout, const std:
   }
 }
 
+// Zero-fills the part of target `t` past the layout's elements (ZeRO padding: nothing is saved
+// there) and calls fn(piece, global, count, dst_pos) for every run of global positions of a
+// piece inside the rest: `count` elements of tensor piece.name from row-major position
+// `global` go to element dst_pos of t.data. A load from saved chunks and one from whole
+// tensors in memory place elements the same way through it.
+template <typename Fn>
+static void for_each_target_run(const StateTarget& t, const TensorLayout& layout, Fn&& fn) {
+  STRATA_CHECK(t.want.begin >= 0 && t.want.end >= t.want.begin && (t.data || t.want.empty()),
+               "load: bad target range [", t.want.begin, ",", t.want.end, ") for '", t.name, "'");
+  const size_t dst_es = dtype_size(t.dtype);
+  char* dst = static_cast<char*>(t.data);
+  const Range inside = intersect(t.want, {0, layout_numel(layout)});
+  const int64_t pad_from = std::max(inside.end, t.want.begin);
+  if (t.want.end > pad_from)
+    std::memset(dst + (pad_from - t.want.begin) * int64_t(dst_es), 0,
+                size_t(t.want.end - pad_from) * dst_es);
+  if (inside.empty()) return;
+  for (const TensorPiece& p : layout) {
+    const Range local = intersect(inside, {p.local_offset, p.local_offset + p.numel()});
+    if (local.empty()) continue;
+    const Range flat{local.begin - p.local_offset, local.end - p.local_offset};
+    for_each_run(p.global_shape, p.offsets, p.extents, flat,
+                 [&](int64_t box_pos, int64_t global, int64_t n) {
+                   fn(p, global, n, p.local_offset + box_pos - t.want.begin);
+                 });
+  }
+}
+
 void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
   const StateInfo* st = manifest_.find_state(t.name);
   if (!st && !t.fallback.empty()) st = manifest_.find_state(t.fallback);
@@ -65,40 +93,34 @@ void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
                            (st->dtype == DType::bf16 && t.dtype == DType::f32);
   STRATA_CHECK(st->dtype == t.dtype || convertible, dir_, ": state '", st->name, "' is ",
                dtype_name(st->dtype), ", cannot load as ", dtype_name(t.dtype));
-  STRATA_CHECK(t.want.begin >= 0 && t.want.end >= t.want.begin && (t.data || t.want.empty()),
-               "load: bad target range [", t.want.begin, ",", t.want.end, ") for '", t.name, "'");
   check_layout_fits(manifest_, layout, dir_);
-  const size_t dst_es = dtype_size(t.dtype);
-  char* dst = static_cast<char*>(t.data);
-
-  // Padding past Ψ_local has no saved data.
-  const Range inside = intersect(t.want, {0, layout_numel(layout)});
-  const int64_t pad_from = std::max(inside.end, t.want.begin);
-  if (t.want.end > pad_from)
-    std::memset(dst + (pad_from - t.want.begin) * int64_t(dst_es), 0,
-                size_t(t.want.end - pad_from) * dst_es);
-  if (inside.empty()) return;
-
   static const TensorRuns none;
   std::vector<CopyOp> ops;
-  for (const TensorPiece& p : layout) {
-    const Range local = intersect(inside, {p.local_offset, p.local_offset + p.numel()});
-    if (local.empty()) continue;
+  for_each_target_run(t, layout, [&](const TensorPiece& p, int64_t global, int64_t n,
+                                     int64_t dst_pos) {
     const int tensor = manifest_.find_tensor(p.name);
     auto it = manifest_.runs.find({st->name, tensor});
     const TensorRuns& saved = it == manifest_.runs.end() ? none : it->second;
-    const Range flat{local.begin - p.local_offset, local.end - p.local_offset};
-    for_each_run(p.global_shape, p.offsets, p.extents, flat,
-                 [&](int64_t box_pos, int64_t global, int64_t n) {
-                   const int64_t missing =
-                       map_run(saved, global, n, p.local_offset + box_pos - t.want.begin, &ops);
-                   if (missing >= 0)
-                     throw CorruptCheckpoint(cat(dir_, ": no saved chunk of '", st->name, "' holds ",
-                                                 p.name, box_str(p.offsets, p.extents), " (first missing element ",
-                                                 coord_str(p.global_shape, missing), ")"));
-                 });
-  }
+    const int64_t missing = map_run(saved, global, n, dst_pos, &ops);
+    if (missing >= 0)
+      throw CorruptCheckpoint(cat(dir_, ": no saved chunk of '", st->name, "' holds ", p.name,
+                                  box_str(p.offsets, p.extents), " (first missing element ",
+                                  coord_str(p.global_shape, missing), ")"));
+  });
   copy(std::move(ops), *st, t);
+}
+
+void fill_from_global(const StateTarget& t, const TensorLayout& layout,
+                      const std::function<const float*(const TensorPiece&)>& global) {
+  STRATA_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16, "load: state '", t.name, "' is ",
+               dtype_name(t.dtype), "; whole tensors fill f32 or bf16 states");
+  const TensorPiece* current = nullptr;
+  const float* src = nullptr;
+  const int64_t es = int64_t(dtype_size(t.dtype));
+  for_each_target_run(t, layout, [&](const TensorPiece& p, int64_t at, int64_t n, int64_t dst_pos) {
+    if (current != &p) current = &p, src = global(p);
+    convert(src + at, DType::f32, static_cast<char*>(t.data) + dst_pos * es, t.dtype, n);
+  });
 }
 
 void CheckpointReader::read_tensor(const std::string& state, const TensorInfo& tensor, DType dtype, void* out) {

@@ -88,6 +88,13 @@ struct LoadResult {
 // with another global shape.
 void check_layout_fits(const Manifest& m, const TensorLayout& layout, const std::string& dir);
 
+// Fills target `t`, whose index space `layout` describes, from whole global tensors instead of
+// a checkpoint (an import, ckpt/hf.h), placing every element as a load does: global(piece)
+// returns the row-major fp32 elements of the whole tensor piece.name, valid until the next
+// call (pieces come in layout order, so one tensor at a time is enough).
+void fill_from_global(const StateTarget& t, const TensorLayout& layout,
+                      const std::function<const float*(const TensorPiece&)>& global);
+
 // Loads one checkpoint directory into `targets`.
 LoadResult load_checkpoint(const std::string& dir, const std::vector<StateTarget>& targets,
                            const LoadOptions& opts = {});

@@ -4,7 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "ckpt/fsutil.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf.h"
 #include "ckpt/interval.h"
 #include "ckpt/listing.h"
 #include "ckpt/load.h"
@@ -106,7 +106,9 @@ void setup_export(CLI::App& app) {
   // Exactly one output; none or both is a usage error, as a missing required flag is.
   CLI::Option_group* output = app.add_option_group("output", "where to write (one of)");
   output->add_option("--safetensors", *out, "output file (Hugging Face safetensors, strata's tensor names)");
-  output->add_option("--hf", *hf, "output directory: a Hugging Face GPT-2 (config.json, model.safetensors)");
+  output->add_option("--hf", *hf,
+                     "output directory: a Hugging Face GPT2LMHeadModel or LlamaForCausalLM "
+                     "(config.json, model.safetensors)");
   output->require_option(1);
   app.add_option("--step", *step, "export this step instead of the newest good checkpoint");
   app.add_option("--dtype", *dtype, "F32 or BF16 (default: as saved)");
@@ -120,9 +122,10 @@ void setup_export(CLI::App& app) {
     for (size_t i = 0; i < dirs.size(); ++i) {
       try {
         if (!hf->empty()) {
-          ckpt::HfExportResult r = ckpt::export_hf_gpt2(dirs[i], *hf, *dtype, "--hf");
-          std::printf("wrote %s: Hugging Face GPT-2, %d tensors of '%s' from %s, %s\n", hf->c_str(), r.tensors,
-                      r.state.c_str(), r.source_dir.c_str(), human_bytes(r.bytes).c_str());
+          ckpt::HfExportResult r = ckpt::export_hf(dirs[i], *hf, *dtype, "--hf");
+          std::printf("wrote %s: Hugging Face %s, %d tensors of '%s' from %s, %s\n", hf->c_str(),
+                      r.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel", r.tensors, r.state.c_str(),
+                      r.source_dir.c_str(), human_bytes(r.bytes).c_str());
           return;
         }
         ckpt::ExportResult r = ckpt::export_safetensors(dirs[i], *out, *dtype);
@@ -208,7 +211,9 @@ void setup_advise(CLI::App& app) {
 
 static Register ls_reg("ckpt ls", "List checkpoints: steps, sizes, valid or not", setup_ls);
 static Register verify_reg("ckpt verify", "Verify checkpoint checksums (exit 1 when damaged)", setup_verify);
-static Register export_reg("ckpt export", "Export model parameters as safetensors or a Hugging Face GPT-2", setup_export);
+static Register export_reg("ckpt export",
+                           "Export model parameters as safetensors or a Hugging Face GPT-2 / Llama",
+                           setup_export);
 static Register import_reg("ckpt import", "Validate and list a safetensors file", setup_import);
 static Register advise_reg("ckpt advise", "Optimal checkpoint interval (Young, Daly) for an MTBF", setup_advise);
 

@@ -5,6 +5,7 @@
 //   strata train --nproc 4 --zero 3 --precision bf16 --trace --run-dir runs/z3
 //   strata train --nproc 4 --tp 2 --dp 2 --zero 1 --run-dir runs/tp2   (docs/tensor_parallel.md)
 //   strata train --nproc 2 --cp 2 --cp-mode ring --seq 1024 ...        (docs/context_parallel.md)
+//   strata train --init-from hf/TinyLlama --seq 512 --data DIR ...      (docs/checkpoints.md)
 //
 // The model is a preset (--model) with optional overrides of its architecture; --seq is the
 // training sequence length and may not exceed the model's position table (--max-seq).
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "ckpt/fsutil.h"
+#include "ckpt/hf.h"
 #include "ckpt/interval.h"
 #include "cli/command.h"
 #include "cli/fault_flags.h"
@@ -26,6 +28,7 @@
 #include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
+#include "train/init_from.h"
 #include "train/run_spec.h"
 #include "train/trainer.h"
 
@@ -130,16 +133,64 @@ void apply_arch_flags(CLI::App& app, const TrainArgs& a, model::GPTConfig& m) {
     m.kv_heads = 0;
 }
 
+// --init-from DIR: the model is the one DIR/config.json describes (train/init_from.h). A shape
+// flag may repeat a value of it, never contradict it; --max-seq may shorten a Llama's context
+// (RoPE has no table to match), not GPT-2's (wpe's rows are in the file).
+model::GPTConfig model_from_hf(CLI::App& app, const TrainArgs& a, const std::string& dir) {
+  const ckpt::HfModel hf = ckpt::read_hf_config(dir, "--init-from");
+  model::GPTConfig m = train::hf_model_config(hf);
+  const std::string src = dir + "/config.json";
+  const bool llama = m.llama();
+  STRATA_CHECK(!app.count("--model"), "--model ", a.model,
+               ": with --init-from the model is the one ", src, " describes; drop --model");
+  auto same = [&](const char* flag, double given, double theirs, const char* llama_key,
+                  const char* gpt2_key) {
+    if (!app.count(flag)) return;
+    STRATA_CHECK(float(given) == float(theirs), flag, " ", given, " contradicts ", src, "'s ",
+                 llama ? llama_key : gpt2_key, " ", theirs);
+  };
+  if (app.count("--arch"))
+    STRATA_CHECK(model::parse_arch(a.arch) == m.arch, "--arch ", a.arch, " contradicts ", src,
+                 "'s model_type ", hf.arch);
+  same("--layers", a.layers, m.layers, "num_hidden_layers", "n_layer");
+  same("--dim", a.dim, m.dim, "hidden_size", "n_embd");
+  same("--heads", a.heads, m.heads, "num_attention_heads", "n_head");
+  same("--vocab", a.vocab, m.vocab, "vocab_size", "vocab_size");
+  for (const char* flag : {"--kv-heads", "--ffn", "--norm-eps", "--rope-theta", "--tie-embeddings",
+                           "--no-tie-embeddings"})
+    STRATA_CHECK(llama || app.count(flag) == 0, flag, " needs Llama blocks; ", src, " is a GPT-2");
+  same("--kv-heads", a.kv_heads, m.kv(), "num_key_value_heads", nullptr);
+  same("--ffn", a.ffn, m.hidden(), "intermediate_size", nullptr);
+  same("--norm-eps", a.norm_eps, m.norm_eps, "rms_norm_eps", nullptr);
+  same("--rope-theta", a.rope_theta, m.rope_theta, "rope_theta", nullptr);
+  if (a.tie || a.untie)
+    STRATA_CHECK(a.tie == m.tie_embeddings, a.tie ? "--tie-embeddings" : "--no-tie-embeddings",
+                 " contradicts ", src, "'s tie_word_embeddings ",
+                 m.tie_embeddings ? "true" : "false");
+  if (app.count("--max-seq")) {
+    if (!llama) same("--max-seq", a.max_seq, m.seq, nullptr, "n_positions");
+    STRATA_CHECK(a.max_seq > 0 && a.max_seq <= m.seq, "--max-seq ", a.max_seq, " must be in [1, ",
+                 m.seq, "], ", src, "'s max_position_embeddings");
+    m.seq = a.max_seq;
+  }
+  return m;
+}
+
 train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   train::TrainConfig cfg = a.cfg;
   cfg.model_name = a.model;
-  cfg.model = model::GPTConfig::preset(a.model);
-  override_size(app, "--layers", a.layers, cfg.model.layers);
-  override_size(app, "--dim", a.dim, cfg.model.dim);
-  override_size(app, "--heads", a.heads, cfg.model.heads);
-  override_size(app, "--max-seq", a.max_seq, cfg.model.seq);
-  apply_arch_flags(app, a, cfg.model);
-  if (app.count("--vocab")) {
+  if (app.count("--init-from")) {
+    cfg.model = model_from_hf(app, a, cfg.init_from);
+    cfg.model_name = cat(cfg.model.llama() ? "llama" : "gpt2", " from ", cfg.init_from);
+  } else {
+    cfg.model = model::GPTConfig::preset(a.model);
+    override_size(app, "--layers", a.layers, cfg.model.layers);
+    override_size(app, "--dim", a.dim, cfg.model.dim);
+    override_size(app, "--heads", a.heads, cfg.model.heads);
+    override_size(app, "--max-seq", a.max_seq, cfg.model.seq);
+    apply_arch_flags(app, a, cfg.model);
+  }
+  if (app.count("--vocab") && !app.count("--init-from")) {
     override_size(app, "--vocab", a.vocab, cfg.model.vocab);
     // Padding to 64 would overflow an int near 2^31; real vocabularies stay below 2^18.
     STRATA_CHECK(a.vocab <= kMaxVocab, "--vocab must be in [1, ", kMaxVocab, "] (got ", a.vocab,
@@ -268,6 +319,11 @@ void setup(CLI::App& app) {
   app.add_option("--heads", a->heads, "Attention heads; must divide --dim");
   app.add_option("--max-seq", a->max_seq, "Maximum sequence length (position table rows)");
   add_arch_flags(app, *a);
+  app.add_option("--init-from", c.init_from,
+                 "Start from a Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM: "
+                 "config.json and model.safetensors or its shards); the model's shape comes from "
+                 "its config.json")
+      ->check(dir_path());
   app.add_option("--seq", c.seq, "Training sequence length (default: the model's maximum)");
   app.add_option("--vocab", a->vocab, "Vocabulary size (padded to a multiple of 64)");
   app.add_option("--data", c.data, "synthetic | FILE.txt | FILE.bin | DIR (llm.c shards)")

@@ -10,6 +10,7 @@
 #include "model/stage.h"
 #include "parallel/options.h"
 #include "train/context_metrics.h"
+#include "train/init_from.h"
 
 namespace strata::train {
 
@@ -160,6 +161,8 @@ void RunSpec::validate() const {
     if (!cfg.model.moe.enabled()) throw;
     throw Error(cat("--experts ", cfg.model.moe.experts, ": ", e.what()));
   }
+  // Last, as it reads files: every tensor of --init-from against the model (headers only).
+  if (!cfg.init_from.empty()) check_init_from(cfg.init_from, cfg.model);
 }
 
 }  // namespace strata::train

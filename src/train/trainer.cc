@@ -33,6 +33,7 @@
 #include "train/checkpointing.h"
 #include "train/context_metrics.h"
 #include "train/generate.h"
+#include "train/init_from.h"
 #include "train/metrics.h"
 #include "train/moe_load.h"
 #include "train/peak.h"
@@ -101,6 +102,7 @@ json TrainConfig::to_json() const {
   nlohmann::json j = to_json_dense();
   j.update(model.arch_json());  // a Llama run's architecture keys (model/model_part.h)
   if (doc_mask) j["doc_mask"] = {{"doc_token", doc_token}};  // -1: the data's
+  if (!init_from.empty()) j["init_from"] = init_from;
   if (model.moe.enabled())  // docs/moe.md
     j["moe"] = {{"experts", model.moe.experts},
                 {"top_k", model.moe.top_k},
@@ -340,6 +342,11 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   check_activation_budget(cfg.max_activation_mb, *model, b, T);  // train/context_metrics.h
   if (factory.model_owns_state) model->init(cfg.seed);
   engine = factory.make(*model, cfg.optim, cfg.seed);
+  if (!cfg.init_from.empty()) {  // before the resume, which replaces it when a checkpoint loads
+    const std::string line = init_from_hf(
+        cfg.init_from, cfg.model, topo.layout ? topo.layout() : model->tensor_layout(), *engine);
+    if (lead) std::fprintf(stderr, "strata train: %s\n", line.c_str());
+  }
 
   // Checkpoints and resume (train/checkpointing.h); metrics.jsonl is opened after the resume
   // so that a resumed run appends to its own history.

@@ -68,6 +68,7 @@ struct TrainConfig {
   int sample_every = 0;        // steps between samples; 0 = only after the last step
   int sample_tokens = 64;      // 0 disables sampling; at most kMaxSampleTokens
   int log_every = 1;           // progress lines every k steps (metrics.jsonl gets every step)
+  std::string init_from;       // --init-from: a Hugging Face directory to start from (train/init_from.h)
   std::string run_dir;         // empty: no files
   bool json = false;           // JSON records on stdout instead of human lines
   int threads = 0;             // OpenMP/BLAS threads; 0 = leave as set

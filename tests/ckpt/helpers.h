@@ -6,6 +6,7 @@
 #include <atomic>
 #include <barrier>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -176,6 +177,35 @@ inline void save_step(const std::string& run, const FullStates& f, int64_t step,
     Checkpointer c(options(run, r, n, &g));
     c.save(request(f, step, r, n, stage));
   });
+}
+
+// Elements of a table laid out back to back (its last tensor's end).
+inline int64_t table_numel(const std::vector<TensorInfo>& t) {
+  return t.back().offset + numel(t.back().shape);
+}
+
+// Saves `step` of a model with tensor table `table` (values as FullStates gives them) and run
+// configuration `config` on n rank threads at ZeRO `stage`; returns the step directory.
+inline std::string save_model(const std::string& run, const std::vector<TensorInfo>& table,
+                              const nlohmann::json& config, int n, int stage, int64_t step) {
+  FullStates f(table_numel(table), step, false);
+  Group g(n);
+  g.run([&](int r) {
+    Checkpointer c(options(run, r, n, &g));
+    SaveRequest req = request(f, step, r, n, stage);
+    req.tensors = table;
+    req.train.config = config;
+    c.save(req);
+  });
+  return run + "/ckpt/" + step_dir_name(step);
+}
+
+// Element i of F32 tensor `name` of a parsed safetensors file.
+inline float element(const ParsedSafetensors& p, const std::string& name, int64_t i) {
+  const size_t b = p.header.at(name).at("data_offsets").at(0);
+  float v;
+  std::memcpy(&v, p.data.data() + b + size_t(i) * 4, 4);
+  return v;
 }
 
 // Loads every state whole on one rank and checks each element against `step`'s values.

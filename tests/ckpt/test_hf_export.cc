@@ -4,7 +4,7 @@
 // strata's [out, in] transposed; wte loses its padding rows).
 #include <cstring>
 
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf.h"
 #include "ckpt/listing.h"
 #include "ckpt/safetensors.h"
 #include "core/files.h"
@@ -49,28 +49,11 @@ std::vector<TensorInfo> gpt2_table(bool moe = false) {
   return t;
 }
 
-int64_t table_numel(const std::vector<TensorInfo>& t) { return t.back().offset + numel(t.back().shape); }
-
-// Saves step kStep of a GPT-2 table on n ranks at ZeRO stage `stage`; returns the step dir.
+// Saves step `step` of a GPT-2 table on n ranks at ZeRO stage `stage`; returns the step dir.
 std::string save_gpt2(const TempDir& tmp, int n, int stage, bool moe = false, int64_t step = kStep) {
-  const std::vector<TensorInfo> table = gpt2_table(moe);
-  FullStates f(table_numel(table), step, false);
-  Group g(n);
-  g.run([&](int r) {
-    Checkpointer c(options(tmp.str(), r, n, &g));
-    SaveRequest req = request(f, step, r, n, stage);
-    req.tensors = table;
-    req.train.config = {{"layers", L}, {"dim", C}, {"heads", 2}, {"max_seq", T}, {"vocab", V}, {"padded_vocab", Vp}};
-    c.save(req);
-  });
-  return tmp.str() + "/ckpt/" + step_dir_name(step);
-}
-
-float element(const ParsedSafetensors& p, const std::string& name, int64_t i) {
-  const size_t b = p.header.at(name).at("data_offsets").at(0);
-  float v;
-  std::memcpy(&v, p.data.data() + b + size_t(i) * 4, 4);
-  return v;
+  return save_model(tmp.str(), gpt2_table(moe),
+                    {{"layers", L}, {"dim", C}, {"heads", 2}, {"max_seq", T}, {"vocab", V}, {"padded_vocab", Vp}},
+                    n, stage, step);
 }
 
 }  // namespace
@@ -79,7 +62,7 @@ TEST(CkptHfExport, NamesShapesTransposesAndTheRealVocabulary) {
   TempDir tmp;
   const std::string dir = save_gpt2(tmp, 3, 3);  // ZeRO-3 shards cut tensors anywhere
   const std::string out = tmp.str() + "/hf";
-  const HfExportResult r = export_hf_gpt2(dir, out);
+  const HfExportResult r = export_hf(dir, out);
   EXPECT_EQ(r.tensors, 4 + 12 * L);
   EXPECT_EQ(r.state, "params");
   const nlohmann::json config = nlohmann::json::parse(test::read_file(out + "/config.json"));
@@ -119,13 +102,13 @@ TEST(CkptHfExport, ReplacesOnlyAnEarlierExportAndRefusesMixturesOfExperts) {
   TempDir tmp;
   const std::string dir = save_gpt2(tmp, 1, 0);
   const std::string out = tmp.str() + "/hf";
-  export_hf_gpt2(dir, out, "BF16");
+  export_hf(dir, out, "BF16");
   EXPECT_EQ(parse_safetensors(out + "/model.safetensors").header.at("transformer.wpe.weight").at("dtype"), "BF16");
-  export_hf_gpt2(dir, out);  // replaces the earlier export
+  export_hf(dir, out);  // replaces the earlier export
   EXPECT_EQ(parse_safetensors(out + "/model.safetensors").header.at("transformer.wpe.weight").at("dtype"), "F32");
   std::ofstream(out + "/notes.txt") << "mine";
   try {
-    export_hf_gpt2(dir, out, "", "--hf");
+    export_hf(dir, out, "", "--hf");
     FAIL() << "exported over a directory holding another file";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--hf " + out + ": holds 'notes.txt'"), std::string::npos) << e.what();
@@ -137,7 +120,7 @@ TEST(CkptHfExport, ReplacesOnlyAnEarlierExportAndRefusesMixturesOfExperts) {
   const std::string moe = save_gpt2(moe_tmp, 2, 1, true);
   const std::string dest = moe_tmp.str() + "/hf";
   try {
-    export_hf_gpt2(moe, dest);
+    export_hf(moe, dest);
     FAIL() << "exported a mixture of experts as GPT-2";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("has MoE blocks ('h.1.mlp.router.weight')"), std::string::npos) << e.what();
@@ -182,7 +165,7 @@ void write_hf_style(const std::string& from, const std::string& to) {
 TEST(CkptHfImport, RoundTripsTheExportAndReadsHuggingFacesOwnNaming) {
   TempDir tmp;
   const std::string dir = save_gpt2(tmp, 2, 1);
-  export_hf_gpt2(dir, tmp.str() + "/hf");
+  export_hf(dir, tmp.str() + "/hf");
   const std::vector<TensorInfo> table = gpt2_table();
   const int64_t n = table_numel(table);
   auto expected = [&](int64_t i, bool bf16) {
@@ -191,25 +174,26 @@ TEST(CkptHfImport, RoundTripsTheExportAndReadsHuggingFacesOwnNaming) {
     return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
   };
   std::vector<float> params(size_t(n), -1.0f);
-  const HfImportResult r = import_hf_gpt2(tmp.str() + "/hf", table, params.data(), n);
+  const HfImportResult r = import_hf(tmp.str() + "/hf", table, params.data(), n);
   EXPECT_EQ(r.tensors, 4 + 12 * L);
-  EXPECT_EQ(r.vocab, V);
-  EXPECT_EQ(r.heads, 2);
+  EXPECT_EQ(r.model.vocab, V);
+  EXPECT_EQ(r.model.heads, 2);
+  EXPECT_EQ(r.model.arch, "gpt2");
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(params[size_t(i)], expected(i, false)) << i;
 
   write_hf_style(tmp.str() + "/hf", tmp.str() + "/hf-own");
   std::fill(params.begin(), params.end(), -1.0f);
-  import_hf_gpt2(tmp.str() + "/hf-own", table, params.data(), n);
+  import_hf(tmp.str() + "/hf-own", table, params.data(), n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(params[size_t(i)], expected(i, true)) << i;
 }
 
 TEST(CkptHfImport, AnotherShapeOrAMixtureOfExpertsIsRefusedNamingTheKey) {
   TempDir tmp;
-  export_hf_gpt2(save_gpt2(tmp, 1, 0), tmp.str() + "/hf");
+  export_hf(save_gpt2(tmp, 1, 0), tmp.str() + "/hf");
   auto refusal = [&](const std::vector<TensorInfo>& table) {
     std::vector<float> params(size_t(table_numel(table)));
     try {
-      import_hf_gpt2(tmp.str() + "/hf", table, params.data(), table_numel(table), "--init-from");
+      import_hf(tmp.str() + "/hf", table, params.data(), table_numel(table), "--init-from");
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -218,17 +202,22 @@ TEST(CkptHfImport, AnotherShapeOrAMixtureOfExpertsIsRefusedNamingTheKey) {
   std::vector<TensorInfo> wider = gpt2_table();
   for (TensorInfo& t : wider)
     if (t.name == "wpe") t.shape = {T + 1, C};
-  EXPECT_NE(refusal(wider).find("--init-from " + tmp.str() + "/hf/config.json: n_positions 3, this model has 4"),
+  EXPECT_NE(refusal(wider).find("--init-from " + tmp.str() +
+                                 "/hf/model.safetensors: 'transformer.wpe.weight' is (3,4), expected (4,4)"),
             std::string::npos)
       << refusal(wider);
   std::vector<TensorInfo> small_vocab = gpt2_table();
   small_vocab[0].shape = {V - 1, C};
-  EXPECT_NE(refusal(small_vocab).find("vocab_size 6 does not fit this model's 5 embedding rows"), std::string::npos)
+  EXPECT_NE(refusal(small_vocab).find("config.json's vocab_size 6 does not fit this model's 5 rows of 'wte'"),
+            std::string::npos)
       << refusal(small_vocab);
-  EXPECT_NE(refusal(gpt2_table(true)).find("has MoE blocks ('h.1.mlp.router.weight')"), std::string::npos)
+  EXPECT_NE(refusal(gpt2_table(true)).find("this model's 'h.1.mlp.router.weight' has no Hugging Face gpt2 tensor "
+                                           "(MoE blocks have none)"),
+            std::string::npos)
       << refusal(gpt2_table(true));
-  std::ofstream(tmp.str() + "/hf/config.json") << R"({"model_type": "llama"})";
-  EXPECT_NE(refusal(gpt2_table()).find("model_type \"llama\", expected \"gpt2\""), std::string::npos)
+  std::ofstream(tmp.str() + "/hf/config.json") << R"({"model_type": "bert"})";
+  EXPECT_NE(refusal(gpt2_table()).find("model_type \"bert\"; strata reads \"gpt2\" (GPT2LMHeadModel) and \"llama\""),
+            std::string::npos)
       << refusal(gpt2_table());
 }
 

@@ -1,5 +1,6 @@
-"""The Hugging Face GPT-2 export (`strata ckpt export --hf` and strata.ckpt.export_hf) against
-strata itself: a GPT-2 forward written here from the published architecture (pre-LN blocks,
+"""The Hugging Face GPT-2 and Llama exports (`strata ckpt export --hf` and strata.ckpt.export_hf)
+against strata itself (the Llama: tools/parity/llama_reference.py reads it, class
+HuggingFaceLlama below). GPT-2: a GPT-2 forward written here from the published architecture (pre-LN blocks,
 Conv1D x @ W + b, tanh GELU, causal attention with 1/sqrt(head dim), tied head) reads the
 exported files by Hugging Face's names and must give the held-out loss strata's final eval
 reported for the same tokens, within 1e-5. The held-out split is one file of known windows
@@ -22,6 +23,9 @@ import strata
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt"))
 from check_safetensors import read_raw as read_safetensors  # noqa: E402 (the format's own reader)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "parity"))
+from gen_hf_fixtures import gpt2_forward  # noqa: E402 (the PyTorch references of tools/parity)
+from llama_reference import llama_forward, read_safetensors as read_llama  # noqa: E402
 
 STRATA = os.environ["STRATA"]
 SEQ, VOCAB, LAYERS, DIM, HEADS = 16, 200, 2, 32, 2  # vocab 200: wte has 56 padding rows
@@ -36,35 +40,31 @@ def write_tokens(path, tokens):
 
 
 def gpt2_loss(weights, config, windows):
-    """Mean next-token cross-entropy of a GPT-2 built from HF-named tensors."""
-    C, H = config["n_embd"], config["n_head"]
-    eps = config["layer_norm_epsilon"]
+    """Mean next-token cross-entropy of GPT2LMHeadModel (tools/parity/gen_hf_fixtures.py's
+    PyTorch GPT-2, written from the published architecture) built from HF-named tensors."""
+    assert config["layer_norm_epsilon"] == 1e-5  # the reference's
     W = {k: torch.from_numpy(v).double() for k, v in weights.items()}
-    x_ids = torch.tensor([w[:-1] for w in windows])
-    y = torch.tensor([w[1:] for w in windows])
-    B, T = x_ids.shape
-
-    def ln(x, p):
-        return torch.nn.functional.layer_norm(x, (C,), W[p + ".weight"], W[p + ".bias"], eps)
-
-    def conv1d(x, p):  # Hugging Face's Conv1D: weight [in, out]
-        return x @ W[p + ".weight"] + W[p + ".bias"]
-
-    def gelu_new(x):
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-
-    h = W["transformer.wte.weight"][x_ids] + W["transformer.wpe.weight"][:T]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for i in range(config["n_layer"]):
-        p = f"transformer.h.{i}."
-        q, k, v = conv1d(ln(h, p + "ln_1"), p + "attn.c_attn").split(C, dim=2)
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        h = h + conv1d((att @ v).transpose(1, 2).reshape(B, T, C), p + "attn.c_proj")
-        h = h + conv1d(gelu_new(conv1d(ln(h, p + "ln_2"), p + "mlp.c_fc")), p + "mlp.c_proj")
-    logits = ln(h, "transformer.ln_f") @ W["transformer.wte.weight"].T  # tied head
+    cfg = {"dim": config["n_embd"], "heads": config["n_head"], "layers": config["n_layer"]}
+    x, y = windows_xy(windows)
+    logits = gpt2_forward(W, cfg, x)
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+
+
+def windows_xy(windows):
+    """Inputs and next-token targets (B, T) of held-out windows of T + 1 tokens."""
+    return torch.tensor([w[:-1] for w in windows]), torch.tensor([w[1:] for w in windows])
+
+
+def held_out_data(root, seed):
+    """A data directory of llm.c shards whose val_ shard holds exactly two windows; returns it
+    and the windows."""
+    data = os.path.join(root, "data")
+    os.makedirs(data)
+    rng = np.random.default_rng(seed)
+    write_tokens(os.path.join(data, "shard_train_000.bin"), rng.integers(0, VOCAB, 4000))
+    val = rng.integers(0, VOCAB, 2 * SEQ + 1).tolist()
+    write_tokens(os.path.join(data, "shard_val_000.bin"), val)
+    return data, [val[0:SEQ + 1], val[SEQ:2 * SEQ + 1]]
 
 
 def load_hf(out):
@@ -78,32 +78,38 @@ def load_hf(out):
     return config, weights
 
 
-class HuggingFaceGPT2(unittest.TestCase):
+class TrainedRun(unittest.TestCase):
+    """A run of MODEL_ARGS trained 5 steps on held_out_data(SEED) and saved at its end."""
+    MODEL_ARGS, SEED = [], 0
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        data = os.path.join(cls.tmp.name, "data")
-        os.makedirs(data)
-        rng = np.random.default_rng(7)
-        write_tokens(os.path.join(data, "shard_train_000.bin"), rng.integers(0, VOCAB, 4000))
-        cls.val = rng.integers(0, VOCAB, 2 * SEQ + 1).tolist()
-        write_tokens(os.path.join(data, "shard_val_000.bin"), cls.val)
+        data, cls.windows = held_out_data(cls.tmp.name, cls.SEED)
         cls.run_dir = os.path.join(cls.tmp.name, "run")
-        subprocess.run([STRATA, "train", "--layers", str(LAYERS), "--dim", str(DIM), "--heads", str(HEADS),
-                        "--seq", str(SEQ), "--max-seq", "32", "--vocab", str(VOCAB), "--data", data,
+        subprocess.run([STRATA, "train"] + cls.MODEL_ARGS +
+                       ["--seq", str(SEQ), "--max-seq", "32", "--vocab", str(VOCAB), "--data", data,
                         "--batch", "4", "--steps", "5", "--lr", "3e-3", "--ckpt-every", "5", "--eval-every", "0",
                         "--eval-batches", "1", "--sample-tokens", "0", "--run-dir", cls.run_dir],
                        check=True, capture_output=True)
-        cls.windows = [cls.val[0:SEQ + 1], cls.val[SEQ:2 * SEQ + 1]]
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def test_cli_export_loads_by_hf_names_and_gives_strata_loss(self):
-        out = os.path.join(self.tmp.name, "hf-cli")
+    def export_cli(self, name):
+        """`strata ckpt export RUN --hf DIR`; returns DIR and its stdout."""
+        out = os.path.join(self.tmp.name, name)
         r = subprocess.run([STRATA, "ckpt", "export", self.run_dir, "--hf", out], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
+        return out, r.stdout
+
+
+class HuggingFaceGPT2(TrainedRun):
+    MODEL_ARGS, SEED = ["--layers", str(LAYERS), "--dim", str(DIM), "--heads", str(HEADS)], 7
+
+    def test_cli_export_loads_by_hf_names_and_gives_strata_loss(self):
+        out, _ = self.export_cli("hf-cli")
         config, weights = load_hf(out)
         self.assertEqual(sorted(os.listdir(out)), ["config.json", "model.safetensors"])
         for key, want in (("model_type", "gpt2"), ("architectures", ["GPT2LMHeadModel"]), ("n_embd", DIM),
@@ -176,6 +182,45 @@ class HuggingFaceGPT2(unittest.TestCase):
         self.assertIn("MoE blocks", r.stderr)
         self.assertFalse(os.path.exists(dest))
         self.assertFalse(os.path.exists(dest + ".tmp-export"))
+
+
+class HuggingFaceLlama(TrainedRun):
+    """The LlamaForCausalLM export, read by tools/parity/llama_reference.py (a PyTorch Llama
+    written from the published architecture) with the shapes of the exported config.json: the
+    held-out loss strata's final eval reported, within 1e-5, for a run of grouped-query heads
+    trained on 2 tensor-parallel ranks."""
+    MODEL_ARGS = ["--arch", "llama", "--layers", "2", "--dim", "32", "--heads", "4", "--kv-heads", "2", "--ffn",
+                  "48", "--rope-theta", "500000", "--nproc", "2", "--tp", "2"]
+    SEED = 11
+
+    def test_export_gives_strata_loss_in_the_reference_llama(self):
+        out, stdout = self.export_cli("hf")
+        self.assertIn("LlamaForCausalLM", stdout)
+        with open(os.path.join(out, "config.json")) as f:
+            config = json.load(f)
+        for key, want in (("model_type", "llama"), ("architectures", ["LlamaForCausalLM"]), ("hidden_size", 32),
+                          ("num_hidden_layers", 2), ("num_attention_heads", 4), ("num_key_value_heads", 2),
+                          ("intermediate_size", 48), ("vocab_size", VOCAB), ("max_position_embeddings", 32),
+                          ("rope_theta", 500000.0), ("rms_norm_eps", 1e-5), ("tie_word_embeddings", False),
+                          ("hidden_act", "silu"), ("rope_scaling", None), ("torch_dtype", "float32")):
+            self.assertEqual(config[key], want, key)
+        weights = read_llama(os.path.join(out, "model.safetensors"))
+        self.assertEqual(weights["model.embed_tokens.weight"].shape, (VOCAB, 32))
+        self.assertEqual(weights["lm_head.weight"].shape, (VOCAB, 32))
+        self.assertEqual(weights["model.layers.1.self_attn.k_proj.weight"].shape, (16, 32))
+        cfg = {"dim": config["hidden_size"], "layers": config["num_hidden_layers"],
+               "heads": config["num_attention_heads"], "kv_heads": config["num_key_value_heads"],
+               "rms_eps": config["rms_norm_eps"], "rope_theta": config["rope_theta"],
+               "tie_embeddings": config["tie_word_embeddings"]}
+        params = {k: v.double() for k, v in weights.items()}
+        x, y = windows_xy(self.windows)
+        logits = llama_forward(params, cfg, x)
+        ours = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1)).item()
+        summary = strata.run(self.run_dir).summary
+        self.assertEqual(summary["eval_sequences"], 2)
+        self.assertLess(abs(ours - summary["eval_loss"]), 1e-5, (ours, summary["eval_loss"]))
+        print(f"held-out loss: strata {summary['eval_loss']:.9f}, reference Llama from the export {ours:.9f}")
+        self.assertGreater(abs(ours - math.log(VOCAB)), 1e-3)
 
 
 if __name__ == "__main__":
