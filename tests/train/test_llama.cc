@@ -24,8 +24,10 @@ TEST(Llama, EveryLayoutEqualsOneProcess) {
   ASSERT_EQ(one.losses.size(), 8u);
   EXPECT_LT(one.losses.back(), one.losses.front());  // it learns
   const char* layouts[] = {
+      "--nproc 2 --zero 0",
       "--nproc 2 --zero 1",
       "--nproc 2 --zero 3",
+      "--nproc 2 --pp 2 --schedule gpipe",
       "--nproc 2 --tp 2 --sp",
       "--nproc 2 --tp 2 --no-sp",
       "--nproc 2 --cp 2",
