@@ -1,4 +1,5 @@
-// GPT-2 style decoder: pre-LayerNorm blocks, GELU MLP, tied input/output embedding. The
+// GPT-2 style decoder: pre-LayerNorm blocks, GELU MLP, tied input/output embedding; or Llama
+// blocks (GPTConfig::arch: RMSNorm, RoPE, SwiGLU, grouped-query attention, untied lm_head). The
 // one-process model is the model part (model/stage.h) of one chunk [0, L) holding the
 // embedding and the head, with one activation slot; its units, views and hooks are those of
 // model/model_part.h. This class adds the one-process entry points: forward and backward of a

@@ -30,7 +30,11 @@
 //   backward: before(0,B) logits backward; before(L+1,B) after(L+1,B);
 //             before(l,B) after(l,B) for l = L..1; embedding backward after(0,B)
 // so in backward unit 0 has one before (its parameters are needed from the start) and one
-// after (its gradients are complete only at the very end). logits() uses the forward
+// after (its gradients are complete only at the very end). An untied output layer (Llama's
+// lm_head, GPTConfig::tied() false) lives in unit L+1 with the final norm: the logits run
+// inside L+1's pair (forward: before(L+1,F) ln_f logits+loss after(L+1,F); backward:
+// before(L+1,B) logits ln_f after(L+1,B)), and unit 0 is used only by the embedding, once
+// each way (tied_unit0() false). logits() uses the forward
 // sequence. B = 0 runs the same hook sequence with no compute (ranks without samples still
 // take part in collectives).
 #pragma once
