@@ -16,16 +16,17 @@ namespace strata::cost {
 
 struct GptShape {
   int64_t layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0, padded_vocab = 0;
-  // Llama blocks (model/model_part.h Arch): RMSNorm, no biases, no position table, SwiGLU of
-  // ffn, kv_heads key/value heads, an untied lm_head unless tied. false: GPT-2 blocks.
-  bool llama = false;
-  int64_t kv_heads = 0, ffn = 0;
-  bool tied = true;
   int64_t moe_layers = 0, experts = 0, top_k = 0;  // MoE blocks (docs/moe.md); 0: dense
   // Activation recomputation (cost/activations.h, docs/recompute.md): 0 none, 1 selective,
   // 2 full; under full, the blocks that keep only their output.
   int recompute = 0;
   int64_t recomputed_layers = 0;
+  // Llama blocks (model/model_part.h Arch): RMSNorm, no biases, no position table, SwiGLU of
+  // ffn, kv_heads key/value heads, an untied lm_head unless tied. false: GPT-2 blocks. (Last,
+  // so the positional initialisers of GPT-2 shapes keep their meaning.)
+  bool llama = false;
+  int64_t kv_heads = 0, ffn = 0;
+  bool tied = true;
 };
 
 inline int64_t tp_vocab_rows(int64_t padded_vocab, int tp, int rank) {

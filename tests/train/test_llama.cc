@@ -60,7 +60,7 @@ TEST(Llama, EveryLayoutEqualsOneProcess) {
 // Documents packed into a sequence: attention stays inside each and the rotary positions
 // restart at its first token, the same under context parallelism (global positions) and tp.
 TEST(Llama, DocumentMaskInEveryLayout) {
-  const std::string docs = kLlama + " --doc-mask --doc-token 7";
+  const std::string docs = kLlama + " --doc-mask --doc-token 32";  // a frequent token: documents
   const TrainRun one = train_run(docs, "llama-docs");
   ASSERT_EQ(one.cli.status, 0) << one.cli.err;
   const TrainRun plain = train_run(kLlama, "llama-nodocs");
