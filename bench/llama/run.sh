@@ -67,15 +67,12 @@ if [[ "$GEN" == 1 ]]; then  # the KV cache: multi-head, grouped, multi-query
   done
 fi
 
-"$PYTHON" - "$OUT" "$REPEATS" "$THREADS" "$MODELS" "$GEN" <<'PY'
+BENCH_DIR="$ROOT/bench" "$PYTHON" - "$OUT" "$REPEATS" "$THREADS" "$MODELS" "$GEN" <<'PY'
 import json, statistics, sys, datetime, os
 out, repeats, threads, models, gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5]
-info = open("/proc/cpuinfo").read()
-cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "?")
-flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
-bf = [f for f in flags if f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")]
-print(f"machine: {cpu}, flags {' '.join(bf) or 'none of avx512f/avx512_bf16/amx'}; "
-      f"{threads} thread(s); load average {os.getloadavg()[0]:.1f}; {datetime.date.today()}")
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from machine import machine_line
+print(machine_line(threads))
 def tps(path):
     j = json.load(open(path))
     return j.get("median_tokens_per_s", j.get("tokens_per_s")), j

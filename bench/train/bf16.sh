@@ -49,15 +49,12 @@ for m in $MODELS; do
   done
 done
 
-"$PYTHON" - "$OUT" "$REPEATS" "$THREADS" "$MODELS" <<'PY'
+BENCH_DIR="$ROOT/bench" "$PYTHON" - "$OUT" "$REPEATS" "$THREADS" "$MODELS" <<'PY'
 import json, statistics, sys, datetime, os
 out, repeats, threads, models = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split()
-info = open("/proc/cpuinfo").read()
-cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "?")
-flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
-bf = [f for f in flags if f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")]
-print(f"machine: {cpu}, flags {' '.join(bf) or 'none of avx512f/avx512_bf16/amx'}; "
-      f"{threads} thread(s); load average {os.getloadavg()[0]:.1f}; {datetime.date.today()}")
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from machine import machine_line
+print(machine_line(threads))
 for m in models:
     load = lambda kind, r: json.load(open(f"{out}/{m}_{kind}_{r}.json"))
     sf = [load("strata_fp32", r) for r in range(1, repeats + 1)]
