@@ -8,6 +8,7 @@
 # median of each run's median step.
 #
 #   bash bench/recompute/study.sh      # BUDGET_MB=256 MODELS="small gpt2" SEQ=256 REPEATS=3
+#   MODELS="small/llama" bash bench/recompute/study.sh   # PRESET/llama: its sizes, Llama blocks
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 bench_need_strata recompute
@@ -18,9 +19,14 @@ REPEATS="${REPEATS:-3}"
 POLICIES="none selective full"
 bench_scratch
 
+# model_flags MODEL: a preset, or PRESET/ARCH (`--arch llama`: the preset's sizes, Llama blocks).
+model_flags() {
+  if [[ $1 == */* ]]; then echo "--model ${1%/*} --arch ${1#*/}"; else echo "--model $1"; fi
+}
+
 # acts MODEL POLICY SEQ MICRO: the planned activation bytes of rank 0 (fp32, one process).
 acts() {
-  "$STRATA" plan --local --model "$1" --recompute "$2" --max-seq "$3" --seq "$3" --micro-batch "$4" \
+  "$STRATA" plan --local $(model_flags "$1") --recompute "$2" --max-seq "$3" --seq "$3" --micro-batch "$4" \
     --precision fp32 --json | "$PYTHON" -c "import json,sys; print(json.load(sys.stdin)['ranks'][0]['activations'])"
 }
 budget=$((BUDGET_MB * 1024 * 1024))
@@ -47,7 +53,7 @@ for model in $MODELS; do
     # The model's buffers are sized by --max-seq (the position table), so both runs set it.
     for shape in "--max-seq $lo --seq $lo --batch 1" "--max-seq $SEQ --seq $SEQ --batch $mlo"; do
       if ((lo > 0 && mlo > 0)); then
-        "$STRATA" train --model "$model" --recompute "$policy" $shape --steps 1 --eval-batches 1 \
+        "$STRATA" train $(model_flags "$model") --recompute "$policy" $shape --steps 1 --eval-batches 1 \
           --sample-tokens 0 --max-activation-mb "$BUDGET_MB" > "$OUT/fit.log" 2>&1 ||
           { echo "bench/recompute: $model $policy $shape does not train under $BUDGET_MB MiB:" >&2; tail -n 3 "$OUT/fit.log" >&2; exit 1; }
       fi
@@ -63,8 +69,8 @@ for r in $(seq 1 "$REPEATS"); do
     mb=4; steps=8
     [[ $model == gpt2 ]] && mb=1 steps=3
     for policy in $POLICIES; do
-      "$STRATA" train --model "$model" --recompute "$policy" --seq "$SEQ" --batch "$mb" --steps "$steps" \
-        --eval-batches 1 --sample-tokens 0 --json | tail -n 1 > "$OUT/speed_${model}_${policy}_$r.json"
+      "$STRATA" train $(model_flags "$model") --recompute "$policy" --seq "$SEQ" --batch "$mb" --steps "$steps" \
+        --eval-batches 1 --sample-tokens 0 --json | tail -n 1 > "$OUT/speed_${model//\//_}_${policy}_$r.json"
     done
   done
   echo "repeat $r/$REPEATS done" >&2
@@ -87,7 +93,7 @@ print("|---|---|---|---|---|---|")
 for m in models:
     base = None
     for p in ["none", "selective", "full"]:
-        tps = statistics.median(json.load(open(f"{out}/speed_{m}_{p}_{r}.json"))["median_tokens_per_s"]
+        tps = statistics.median(json.load(open(f"{out}/speed_{m.replace('/', '_')}_{p}_{r}.json"))["median_tokens_per_s"]
                                 for r in range(1, repeats + 1))
         base = base or tps
         s, b = limits[(m, p)]

@@ -35,6 +35,32 @@ inline double block_forward_flops_per_token(double dim, double seq, double heads
   return 2.0 * (dim * (dim + 2 * kv) + dim * dim + (gated ? 3 : 2) * dim * ffn) + 4.0 * seq * dim;
 }
 
+// Selective recomputation's work per token and block (docs/recompute.md): both norms again
+// (statistics and outputs, C elements each) and, under fp32 compute only (bf16 keeps it), the
+// MLP's activation from its kept input (F elements). Operations per element, a transcendental
+// (tanh, exp) counted as kernels/fastmath.h's ~12: LayerNorm 8 (mean 1, variance 3,
+// normalise 2, scale and shift 2), RMSNorm 4 (square and sum 2, scale 1, weight 1), GELU 20
+// (the cubic and its scales 5, tanh, 1 + and x/2 3), SwiGLU's silu(gate)·up 17 (negate, exp,
+// 1 +, divide, x gate, x up): GPT-2 96·C, Llama 8·C + 17·F. Bytes: a norm reads its fp32
+// input and writes its output (fp32, or bf16 under bf16 compute); GELU reads fc and writes its
+// output (8·F), SwiGLU reads gate and up and writes one (12·F); per-row statistics and the
+// weights are not counted.
+struct ElementwiseWork {
+  double norm_ops = 0, norm_bytes = 0;  // the two norms (rows of C)
+  double act_ops = 0, act_bytes = 0;    // the MLP's activation (rows of F)
+};
+inline ElementwiseWork selective_recompute_per_token(double dim, double ffn, bool llama,
+                                                     bool bf16) {
+  ElementwiseWork w;
+  w.norm_ops = 2 * (llama ? 4 : 8) * dim;
+  w.norm_bytes = 2 * (4 + (bf16 ? 2 : 4)) * dim;
+  if (!bf16) {
+    w.act_ops = (llama ? 17 : 20) * ffn;
+    w.act_bytes = (llama ? 12 : 8) * ffn;
+  }
+  return w;
+}
+
 // Model FLOPs utilisation: achieved model FLOP/s over the peak.
 inline double mfu(double tokens_per_s, double flops_per_token, double peak_flops) {
   return peak_flops > 0 ? tokens_per_s * flops_per_token / peak_flops : 0.0;

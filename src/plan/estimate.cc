@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/error.h"
+#include "cost/flops.h"
 #include "cost/stage_activations.h"
 #include "parallel/pipeline/predict.h"
 
@@ -78,8 +80,24 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool l
 }
 
 bool engine_describes(const ModelSpec& m) {
-  return !m.moe() && m.mlp == MlpKind::gelu && m.ffn == 4 * m.hidden && m.kv_heads == m.heads &&
-         m.layernorm && m.biases && m.learned_pos && m.tied;
+  if (m.moe()) return false;
+  const bool gpt = m.mlp == MlpKind::gelu && m.ffn == 4 * m.hidden && m.kv_heads == m.heads &&
+                   m.layernorm && m.biases && m.learned_pos && m.tied;
+  const bool llama = m.mlp == MlpKind::swiglu && !m.layernorm && !m.biases && !m.learned_pos;
+  return gpt || llama;
+}
+
+bool engine_runs(const ModelSpec& m, const Layout& l) {
+  // strata's tp ranks take whole key/value heads (model/shard.cc): no replicated KV heads.
+  return engine_describes(m) && m.kv_heads % l.tp == 0;
+}
+
+std::string korthikanti_reason(const ModelSpec& m, const Layout& l) {
+  if (m.moe()) return "MoE blocks are not in the engine's formula";
+  if (!engine_describes(m)) return "a layer neither strata's GPT-2 nor its Llama block";
+  if (!engine_runs(m, l))
+    return cat("tp ", l.tp, " above the ", m.kv_heads, " KV heads: strata does not replicate them");
+  return "a shape past the engine formula's int64 counts";
 }
 
 cost::GptShape engine_shape(const ModelSpec& m, Recompute r) {
@@ -92,6 +110,10 @@ cost::GptShape engine_shape(const ModelSpec& m, Recompute r) {
   g.padded_vocab = m.padded_vocab();
   g.recompute = int(r);  // none 0, selective 1, full 2, as GptShape counts them
   g.recomputed_layers = r == Recompute::full ? m.layers : 0;
+  g.llama = m.mlp == MlpKind::swiglu;
+  g.kv_heads = m.kv_heads;
+  g.ffn = m.ffn;
+  g.tied = m.tied;
   return g;
 }
 
@@ -105,11 +127,12 @@ namespace {
 
 // Whether the engine's formula, which counts in int64, stays exact for micro-batches of b
 // sequences of s tokens held `slots` times: a bound on every term (per token, at most
-// L·(30h + a) + V + 64h + 64 floats per slot) below 2^62 bytes, far past any GPU. Past it
-// (shapes no cluster holds) the floating-point Korthikanti terms report the size.
+// L·(30h + 6f + a) + V + 64h + 6f + 64 floats per slot) below 2^62 bytes, far past any GPU.
+// Past it (shapes no cluster holds) the floating-point Korthikanti terms report the size.
 bool engine_counts_exactly(const ModelSpec& m, const Layout& l, int slots) {
-  const double per_token = double(m.layers) * (30.0 * double(m.hidden) + double(m.heads)) +
-                           double(m.padded_vocab()) + 64.0 * double(m.hidden) + 64;
+  const double h = double(m.hidden), f = double(m.ffn);
+  const double per_token = double(m.layers) * (30.0 * h + 6.0 * f + double(m.heads)) +
+                           double(m.padded_vocab()) + 64.0 * h + 6.0 * f + 64;
   return 4 * double(slots) * double(l.micro_batch) * double(m.seq) * per_token < 0x1p62;
 }
 
@@ -128,8 +151,8 @@ double stage_activations(const TrainSetup& s, const Layout& l, int stage, int* i
   *in_flight = 0;
   for (int c = 0; c < V; ++c) *in_flight += slots[size_t(c)];
   const bool first = stage == 0, last = stage == P - 1;
-  *engine = engine_describes(m) && engine_counts_exactly(m, l, *in_flight);
-  if (*engine) {  // strata's GPT: the engine's buffers on its largest tp rank
+  *engine = engine_runs(m, l) && engine_counts_exactly(m, l, *in_flight);
+  if (*engine) {  // strata's GPT-2 or Llama: the engine's buffers on its largest tp rank
     const cost::GptShape g = engine_shape(m, l.recompute);
     const bool bf16 = s.precision == Precision::bf16, ring = s.cp_mode == CpMode::ring;
     if (P == 1)
@@ -148,7 +171,7 @@ double stage_activations(const TrainSetup& s, const Layout& l, int stage, int* i
                                                  l.micro_batch, bf16, l.cp, ring, m.seq)
                       .total());
   }
-  // Korthikanti et al.'s terms (Llama blocks and MoE: not in the engine's formula yet).
+  // Korthikanti et al.'s terms (MoE, layers or layouts strata does not run: korthikanti_reason).
   const LayerShape ls = layer_shape(s, l);
   double acts =
       double(*in_flight) * double(blocks) * layer_activation_bytes(ls, l.tp, x.sp, l.recompute);
@@ -238,13 +261,31 @@ struct MicroBatch {
   double F = 0;                 // sustained FLOP/s
   double layers = 0;            // layers on the stage
   double t_fwd = 0, t_bwd = 0;  // seconds
-  double recompute = 0;         // seconds
+  double recompute = 0;         // seconds, every recomputation pass
+  int passes = 0;               // recomputation passes per backward (zero-bubble's W: 2)
   double attn_flops_tok = 0;    // attention-core forward FLOPs per token
   double layer_flops_tok = 0;   // one layer's forward FLOPs per token
+  double recompute_tok = 0;     // one pass's recomputation per token and layer (FLOPs or ops)
   bool full = false;
 };
 
-MicroBatch micro_batch_compute(const TrainSetup& s, const Layout& l, int64_t micro) {
+// Selective recomputation's seconds per micro-batch on the stage, for a model whose buffers
+// are the engine's: its elementwise work (cost::selective_recompute_per_token; norms on the
+// rows of the residual region, n = N/t under sequence parallelism, the MLP's activation on
+// F/t columns), timed as the slower of its operations at the sustained FLOP rate and its bytes
+// at HBM bandwidth (the optimizer step's rate): memory-bound on every GPU preset.
+double elementwise_recompute_s(const TrainSetup& s, const Layout& l, const MicroBatch& c,
+                               const cost::ElementwiseWork& w) {
+  const Shape x = shape_of(s, l);
+  const double rows = x.s_loc * x.b, norm_rows = rows / x.act_div;
+  const double ops = norm_rows * w.norm_ops + rows * w.act_ops / l.tp;
+  const double bytes = norm_rows * w.norm_bytes + rows * w.act_bytes / l.tp;
+  return c.layers * std::max(ops / c.F, bytes / (s.gpu.hbm_gbps * 1e9));
+}
+
+// engine: the activations are the engine's buffers, so selective recomputation is strata's
+// (elementwise); else Korthikanti et al.'s (the attention core again), as their bytes assume.
+MicroBatch micro_batch_compute(const TrainSetup& s, const Layout& l, int64_t micro, bool engine) {
   const ModelSpec& m = s.model;
   MicroBatch c;
   c.M = double(micro);
@@ -259,9 +300,24 @@ MicroBatch micro_batch_compute(const TrainSetup& s, const Layout& l, int64_t mic
   const double fwd = fwd_layers + tokens * logits_forward_flops_per_token(m) / shard;
   c.t_fwd = fwd / c.F;
   c.t_bwd = 2 * fwd / c.F;
-  if (c.full) c.recompute = fwd_layers / c.F;
-  if (l.recompute == Recompute::selective)
-    c.recompute = tokens * c.layers * c.attn_flops_tok / shard / c.F;
+  if (l.recompute == Recompute::none) return c;
+  // Zero-bubble's weight pass recomputes again after other micro-batches used the working
+  // layer (docs/recompute.md); Korthikanti's accounting assumes one pass.
+  c.passes = engine && s.schedule == parallel::pipeline::ScheduleKind::zb && l.pp > 1 ? 2 : 1;
+  double once = 0;
+  if (c.full) {  // one more forward of every block
+    c.recompute_tok = c.layer_flops_tok;
+    once = fwd_layers / c.F;
+  } else if (engine) {
+    const cost::ElementwiseWork w = cost::selective_recompute_per_token(
+        double(m.hidden), double(m.ffn), m.mlp == MlpKind::swiglu, s.precision == Precision::bf16);
+    c.recompute_tok = w.norm_ops + w.act_ops;
+    once = elementwise_recompute_s(s, l, c, w);
+  } else {
+    c.recompute_tok = c.attn_flops_tok;
+    once = tokens * c.layers * c.attn_flops_tok / shard / c.F;
+  }
+  c.recompute = c.passes * once;
   return c;
 }
 
@@ -278,7 +334,7 @@ ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l, con
   const double M = c.M, L = c.layers;
   ModelParallelTimes t;
   if (l.tp > 1) {
-    const double calls = L * (4 + (c.full ? 2 : 0));
+    const double calls = L * (4 + (c.full ? 2 * c.passes : 0));
     t.tp = calls * allreduce_s(act_bytes, l.tp, k.tp);
     e.comm.push_back(item("tp",
                           x.sp ? "all-gather + reduce-scatter pairs, 2 per layer fwd, 2 bwd"
@@ -290,7 +346,7 @@ ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l, con
     const double block = 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;  // K and V of one rank
     const double comm_f = (l.cp - 1) * send_recv_s(block, k.cp);
     const double attn_f = s.overlap * x.s_loc * x.b * c.attn_flops_tok / l.tp / c.F;
-    const double passes = c.full ? 2 : 1;  // forward passes (recomputation repeats it)
+    const double passes = c.full ? 1 + c.passes : 1;  // forward passes (recomputation repeats it)
     t.cp = L * (passes * std::max(0.0, comm_f - attn_f) + std::max(0.0, 2 * (comm_f - attn_f)));
     e.comm.push_back(item("cp",
                           "ring attention: K/V blocks pass cp-1 hops per layer, hidden "
@@ -300,14 +356,15 @@ ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l, con
                           t.cp * M));
   } else if (l.cp > 1) {
     const double bytes = x.s_loc * x.b * (2 * x.h / l.tp + 2 * kv_local(m, l.tp)) * 2;
-    t.cp = L * (c.full ? 3 : 2) * 4 * all_to_all_s(bytes / 4, l.cp, k.cp);
+    const double fwds = c.full ? 1 + c.passes : 1;  // forward passes
+    t.cp = L * (fwds + 1) * 4 * all_to_all_s(bytes / 4, l.cp, k.cp);
     e.comm.push_back(item("cp", "Ulysses: 4 all-to-alls per layer fwd (q, k, v, out), 4 bwd",
                           Collective::all_to_all, l.cp, k.cp_inter, bytes / 4,
-                          L * (c.full ? 12 : 8) * M, t.cp * M, t.cp * M));
+                          L * (fwds + 1) * 4 * M, t.cp * M, t.cp * M));
   }
   if (l.ep > 1) {
     const double bytes = x.sbh * double(m.top_k) * 2 / x.act_div;
-    const double calls = L * (4 + (c.full ? 2 : 0));
+    const double calls = L * (4 + (c.full ? 2 * c.passes : 0));
     t.ep = calls * all_to_all_s(bytes, l.ep, k.ep);
     e.comm.push_back(item("ep", "token dispatch + combine all-to-alls per MoE layer, fwd and bwd",
                           Collective::all_to_all, l.ep, k.ep_inter, bytes, calls * M, t.ep * M,
@@ -397,8 +454,9 @@ void pipeline_time(const TrainSetup& s, const Layout& l, const MicroBatch& c, do
   pl::Costs k;
   k.f = (c.t_fwd + comm / 3) / V;
   if (s.schedule == pl::ScheduleKind::zb) {
-    k.b = (c.t_bwd / 2 + c.recompute + 2 * comm / 3) / V;
-    k.w = c.t_bwd / 2 / V;
+    const double again = c.passes > 1 ? c.recompute / c.passes : 0;  // W's recomputation
+    k.b = (c.t_bwd / 2 + c.recompute - again + 2 * comm / 3) / V;
+    k.w = (c.t_bwd / 2 + again) / V;
   } else {
     k.b = (c.t_bwd + c.recompute + 2 * comm / 3) / V;
   }
@@ -425,7 +483,7 @@ Estimate evaluate(const TrainSetup& s, const Layout& l) {
   e.usable_bytes = s.gpu.memory_bytes() * (1.0 - s.headroom);
   e.fits = e.mem.total() <= e.usable_bytes;
 
-  const MicroBatch c = micro_batch_compute(s, l, e.micro_batches);
+  const MicroBatch c = micro_batch_compute(s, l, e.micro_batches, e.mem.engine_activations);
   const Links k = links_of(s, l);
   const ModelParallelTimes mp = model_parallel_comm(s, l, c, k, e);
   double dp_final = 0;
@@ -448,9 +506,7 @@ Estimate evaluate(const TrainSetup& s, const Layout& l) {
 
   const double tokens = double(s.global_batch) * double(m.seq);
   const double L = double(m.layers);
-  double recompute_tok = 0;
-  if (l.recompute == Recompute::full) recompute_tok = L * c.layer_flops_tok;
-  if (l.recompute == Recompute::selective) recompute_tok = L * c.attn_flops_tok;
+  const double recompute_tok = L * c.passes * c.recompute_tok;
   e.model_flops_per_step = tokens * model_flops_per_token(m);
   e.hardware_flops_per_step =
       tokens * (3 * (L * c.layer_flops_tok + logits_forward_flops_per_token(m)) + recompute_tok);

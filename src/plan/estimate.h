@@ -3,11 +3,11 @@
 // Memory per GPU (the heavier of the first and last pipeline stage):
 //   model states   zero_model_state_bytes() on the stage's dense parameters (ZeRO group
 //                  dp·cp) plus its expert parameters (ZeRO group dp·cp/ep)
-//   activations    a model strata's GPT describes (engine_describes): the engine's buffers
+//   activations    a model and layout strata runs (engine_runs): the engine's buffers
 //                  on the largest tp rank, as `strata train` allocates them (pp = 1:
 //                  cost::activation_buffers, with cp cost::cp_activation_bytes; pp > 1:
 //                  cost::stage_activation_buffers with each chunk's slots from the
-//                  schedule); any other (Llama blocks, MoE): Korthikanti et al.'s
+//                  schedule); any other (MoE, tp above the KV heads): Korthikanti et al.'s
 //                  layer_activation_bytes() × the stage's blocks × their slots, + embedding
 //                  dropout mask (first stage), + final norm, head input and fp32 logits
 //                  4sbV/t (last stage), + one un-recomputed layer under full recomputation.
@@ -23,7 +23,12 @@
 //   t_mb = compute (forward + backward = 3 forward) + recomputation + exposed TP, CP, EP
 //          and per-micro-batch ZeRO-2/3 communication
 // (a third of the communication in the forward, recomputation in the backward; zero-bubble
-// splits the backward's compute evenly into B and W), and the pipeline runs the setup's
+// splits the backward's compute evenly into B and W). Recomputation: full, one more forward of
+// every block (with its tp, cp and ep collectives); selective, strata's elementwise work (the
+// two norms and, under fp32, the GELU/SwiGLU output: cost::selective_recompute_per_token),
+// the slower of its operations at the sustained FLOP rate and its bytes at HBM bandwidth, or
+// for a model on Korthikanti's terms the attention core again; under zero-bubble strata's W
+// recomputes a second time. The pipeline runs the setup's
 // schedule over the p stages with those F, B, W times and one send_recv of the stage's
 // activation per stage-to-stage message (parallel/pipeline/predict.h, the model the training
 // summary's planned bubble uses): its makespan without the transfers less m·t_mb is the
@@ -49,7 +54,7 @@ struct MemoryEstimate {
   double activations = 0;
   double comm_buffers = 0;
   int in_flight = 1;           // micro-batches whose activations the stage holds (its slots)
-  bool engine_activations = false;  // activations from strata's GPT buffers (else Korthikanti)
+  bool engine_activations = false;  // activations from strata's buffers (else Korthikanti)
   const char* stage = "only";  // which stage is the heaviest: "first", "last" or "only"
   double total() const { return double(states.total()) + activations + comm_buffers; }
 };
@@ -93,12 +98,17 @@ struct Estimate {
   double bubble_fraction() const { return pipeline_bubble; }
 };
 
-// Whether strata's own GPT runs this model's layer (multi-head attention, a GELU MLP of 4h,
-// LayerNorm, biases, learned positions, tied embedding, dense): then its activations are the
-// engine's buffers (strata's GPT has no dropout: no masks). Llama blocks (SwiGLU, RMSNorm,
-// grouped-query attention, rotary, untied) and MoE are not in the engine's formula yet
-// (cost/activations.h); they keep Korthikanti et al.'s per-layer terms.
+// Whether strata's engine runs this model's layer, so that its activations are the engine's
+// buffers (cost/activations.h): GPT-2 blocks (multi-head attention, a GELU MLP of 4h,
+// LayerNorm, biases, learned positions, tied embedding; strata's GPT has no dropout: no masks)
+// or Llama blocks (SwiGLU of any width, RMSNorm, no biases, rotary, grouped-query attention,
+// tied or not), dense. MoE keeps Korthikanti et al.'s per-layer terms.
 bool engine_describes(const ModelSpec& m);
+// ... and whether `strata train` runs it in this layout: its tp ranks take whole KV heads
+// (tp dividing the KV heads), where the planner would replicate them.
+bool engine_runs(const ModelSpec& m, const Layout& l);
+// Why a layout's activations are Korthikanti et al.'s terms (the memory table's note).
+std::string korthikanti_reason(const ModelSpec& m, const Layout& l);
 // The model as the engine's cost models see it (engine_describes(m)), every block
 // recomputed under full recomputation.
 cost::GptShape engine_shape(const ModelSpec& m, Recompute r);

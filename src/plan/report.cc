@@ -246,7 +246,7 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
 
 namespace {
 
-void memory_table(std::ostream& o, const Estimate& e) {
+void memory_table(std::ostream& o, const Estimate& e, const ModelSpec& model) {
   const MemoryEstimate& m = e.mem;
   o << "Memory per GPU (" << m.stage << " pipeline stage, " << m.in_flight
     << " micro-batch(es) of activations in flight)\n";
@@ -263,9 +263,10 @@ void memory_table(std::ostream& o, const Estimate& e) {
                 " expert params on this GPU before ZeRO)")
           : cat("(", human(double(m.dense_params)), " params on this GPU before ZeRO)"));
   row("activations", m.activations,
-      m.engine_activations ? "(strata's GPT buffers, as `strata train` allocates them)"
-                           : "(Korthikanti et al.'s per-layer terms: the engine's formula has "
-                             "no Llama or MoE blocks yet)");
+      m.engine_activations
+          ? "(strata's buffers, as `strata train` allocates them)"
+          : cat("(Korthikanti et al.'s per-layer terms: ", korthikanti_reason(model, e.layout),
+                ")"));
   row("comm buffers", m.comm_buffers, "");
   row("total", m.total(),
       cat("of ", gib(e.usable_bytes), " GiB usable", e.fits ? "" : ": DOES NOT FIT"));
@@ -382,7 +383,7 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
         << f("%.3f", b.pipeline_bubble) << " of the schedule (" << f("%.3f", b.pipeline_bubble_ideal)
         << " without transfers; formula " << f("%.3f", b.pipeline_formula) << "), "
         << f("%.3g", b.pp_transfer_s * 1e3) << " ms per stage-to-stage message\n";
-    memory_table(o, b);
+    memory_table(o, b, s.model);
     o << "\n";
     comm_table(o, b);
     o << "\nCompute\n";
@@ -425,7 +426,7 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
       o << "No cluster up to 2^20 GPUs fits with these fixed settings and global batch.\n";
     if (sr.least_memory) {
       o << "\n";
-      memory_table(o, *sr.least_memory);
+      memory_table(o, *sr.least_memory, s.model);
     }
   }
   const CheckpointPlan& ck = res.checkpoint;

@@ -92,10 +92,10 @@ TEST(Layout, CheckFixedRejectsBeforeSearching) {
 
 // Under 1F1B the first stage holds min(p, m) micro-batches; with L/p layers each, its
 // activation memory for the layers is that of the whole model for one micro-batch
-// (Korthikanti et al.'s terms, which Llama models keep: independent of p; no dropout mask).
-// GPT models: tests/plan/test_activations.cc.
+// (Korthikanti et al.'s terms, which MoE models keep: independent of p; no dropout mask).
+// GPT-2 and Llama models (the engine's buffers): tests/plan/test_activations.cc.
 TEST(Memory, FirstStageHoldsPMicroBatches) {
-  TrainSetup s = setup("llama2-70b", "a100-80g", 64);
+  TrainSetup s = setup("mixtral-8x7b", "a100-80g", 64);
   s.global_batch = 64;
   Layout l{8, 8, 1, 1, 1, 1, 1, Recompute::selective};
   MemoryEstimate m = estimate_memory(s, l);
@@ -105,7 +105,8 @@ TEST(Memory, FirstStageHoldsPMicroBatches) {
   l4.pp = 4, l4.dp = 2;
   MemoryEstimate m4 = estimate_memory(s, l4);
   EXPECT_EQ(m4.in_flight, 4);
-  // 80 layers × one micro-batch either way.
+  EXPECT_FALSE(m.engine_activations);
+  // 32 layers × one micro-batch either way.
   EXPECT_NEAR(m.activations / m4.activations, 1.0, 1e-9);
   // Fewer micro-batches than stages: only m are in flight.
   s.global_batch = 2;
