@@ -55,6 +55,18 @@ strata::cost::GptShape llama_shape(Recompute r) {
   return g;
 }
 
+// A preset on 8 H100s at tp 8 (SP, bf16), micro-batch 1, selective recomputation.
+MemoryEstimate tp8_selective(const char* preset) {
+  TrainSetup s;
+  s.model = model_preset(preset);
+  s.gpu = gpu_preset("h100-80g");
+  s.gpus = 8;
+  s.global_batch = 8;
+  const Layout l{8, 1, 1, 1, 1, 0, 1, Recompute::selective};
+  EXPECT_EQ(layout_problem(s, l), "");
+  return estimate_memory(s, l);
+}
+
 }  // namespace
 
 TEST(PlanActivations, GptAndLlamaModelsUseTheEngineFormula) {
@@ -213,14 +225,7 @@ TEST(PlanActivations, CappedScheduleGivesTheSameSlots) {
 // the engine's Llama buffers, written out here: 32 blocks of width 4096, 32 heads and KV heads,
 // SwiGLU of 11008, sequences of 4096, 32000 rows, untied.
 TEST(PlanActivations, LlamaPresetIsTheEngineFormula) {
-  TrainSetup s;
-  s.model = model_preset("llama2-7b");
-  s.gpu = gpu_preset("h100-80g");
-  s.gpus = 8;
-  s.global_batch = 8;
-  const Layout l{8, 1, 1, 1, 1, 0, 1, Recompute::selective};
-  ASSERT_EQ(layout_problem(s, l), "");
-  const MemoryEstimate e = estimate_memory(s, l);
+  const MemoryEstimate e = tp8_selective("llama2-7b");
   EXPECT_TRUE(e.engine_activations);
   strata::cost::GptShape g;
   g.layers = 32, g.dim = 4096, g.heads = 32, g.max_seq = 4096, g.vocab = 32000;
@@ -244,14 +249,7 @@ TEST(PlanActivations, LlamaPresetIsTheEngineFormula) {
 // MoE models keep Korthikanti et al.'s terms: the layers' bytes for the slots in flight, the
 // final norm and head input, the fp32 logits.
 TEST(PlanActivations, MoeKeepsKorthikanti) {
-  TrainSetup s;
-  s.model = model_preset("mixtral-8x7b");
-  s.gpu = gpu_preset("h100-80g");
-  s.gpus = 8;
-  s.global_batch = 8;
-  const Layout l{8, 1, 1, 1, 1, 0, 1, Recompute::selective};
-  ASSERT_EQ(layout_problem(s, l), "");
-  const MemoryEstimate e = estimate_memory(s, l);
+  const MemoryEstimate e = tp8_selective("mixtral-8x7b");
   EXPECT_FALSE(e.engine_activations);
   LayerShape x;
   x.s = 32768, x.s_kv = 32768, x.b = 1, x.h = 4096, x.a = 32, x.kv_hidden = 1024, x.ffn = 14336;
