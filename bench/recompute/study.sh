@@ -63,11 +63,12 @@ for model in $MODELS; do
   done
 done
 
-# Throughput at one shape per model (micro-batch 4 for small, 1 for gpt2), policies interleaved.
+# Throughput at one shape per model (micro-batch 4 for small, 1 for gpt2 and llama-100m), policies
+# interleaved.
 for r in $(seq 1 "$REPEATS"); do
   for model in $MODELS; do
     mb=4; steps=8
-    [[ $model == gpt2 ]] && mb=1 steps=3
+    [[ $model == gpt2 || $model == llama-100m ]] && mb=1 steps=3
     for policy in $POLICIES; do
       "$STRATA" train $(model_flags "$model") --recompute "$policy" --seq "$SEQ" --batch "$mb" --steps "$steps" \
         --eval-batches 1 --sample-tokens 0 --json | tail -n 1 > "$OUT/speed_${model//\//_}_${policy}_$r.json"
