@@ -57,6 +57,7 @@ struct TrainArgs {
   std::string spike_action = "skip";  // --spike-action
   std::string recompute = "none";     // --recompute
   int recompute_layers = 0;           // --recompute-layers
+  std::string recompute_inputs = "fp32";  // --recompute-inputs
   int mem_replicas = 0;               // --mem-ckpt-replicas
 };
 
@@ -198,7 +199,8 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
     cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
   }
   cfg.model.moe = a.moe;
-  cfg.model.recompute = {model::parse_recompute_mode(a.recompute), a.recompute_layers};
+  cfg.model.recompute = {model::parse_recompute_mode(a.recompute), a.recompute_layers,
+                         model::parse_recompute_inputs(a.recompute_inputs)};
   if (app.count("--seq")) STRATA_CHECK(cfg.seq > 0, "--seq must be positive (got ", cfg.seq, ")");
   // CLI11 clamps a number past int64 to its maximum; no run has 2^40 steps, and below that
   // every token count (steps x batch x seq) stays exact.
@@ -280,6 +282,8 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
   train::ParallelConfig pc = a.parallel;
   pc.dp.stage = parallel::parse_zero_stage(a.zero);
   pc.dp.precision = parallel::parse_precision(a.precision);
+  STRATA_CHECK(!cfg.model.recompute.bf16_inputs || pc.dp.precision == parallel::Precision::bf16,
+               "--recompute-inputs bf16 needs --precision bf16 (under fp32 every activation is fp32)");
   if (app.count("--reduce-dtype")) {
     STRATA_CHECK(a.reduce_dtype == "fp32" || a.reduce_dtype == "bf16", "--reduce-dtype ",
                  a.reduce_dtype.empty() ? "''" : a.reduce_dtype, ": expected fp32 or bf16");
@@ -440,6 +444,11 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--recompute-layers", a->recompute_layers,
                  "With --recompute full: recompute only the first N blocks of every chunk (0: all)")
+      ->capture_default_str();
+  app.add_option("--recompute-inputs", a->recompute_inputs,
+                 "With --recompute full and --precision bf16: keep the block inputs recomputation "
+                 "starts from in fp32 or bf16 (half their bytes; the forward goes on from the "
+                 "rounded value)")
       ->capture_default_str();
   app.add_option("--bucket-mb", p.dp.bucket_mb, "Gradient bucket cap in MiB")->capture_default_str();
   app.add_option("--prefetch", p.dp.prefetch, "ZeRO-3: layers gathered ahead of their use")

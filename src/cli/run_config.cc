@@ -37,7 +37,7 @@ const std::map<std::string, std::string>& section_table() {
         {"data", {"data", "tail", "val-fraction", "doc-mask", "doc-token"}},
         {"training",
          {"steps", "seed", "seq", "batch", "micro-batch", "eval-every", "eval-batches", "sample-every", "sample-tokens",
-          "precision", "reduce-dtype", "recompute", "recompute-layers"}},
+          "precision", "reduce-dtype", "recompute", "recompute-layers", "recompute-inputs"}},
         {"optimizer", {"lr", "min-lr", "warmup", "weight-decay", "grad-clip", "beta2"}},
         {"parallelism",
          {"nproc", "tp", "dp", "cp", "cp-mode", "cp-chunks", "pp", "schedule", "micro-batches", "virtual-stages",

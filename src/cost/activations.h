@@ -43,7 +43,8 @@ namespace strata::cost {
 // attn_fp32: qkv and the attention output stay fp32 under bf16 (context parallelism).
 // Recomputation (m.recompute, docs/recompute.md): selective drops each layer's two norm
 // outputs and its fp32 GELU output into one shared copy; full keeps only the output (n·C) of
-// each of m.recomputed_layers layers plus one shared working layer (a layer but its output).
+// each of m.recomputed_layers layers plus one shared working layer (a layer but its output);
+// with m.recompute_bf16_inputs the outputs a next recomputed layer reads are bf16.
 // The breakdown by buffer: activation_buffers below.
 struct ActivationBuffers {
   int64_t embedding = 0;     // the embedding output (the first block's input)
@@ -97,8 +98,12 @@ inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, 
     b.recompute = 4 * dropped;
   } else if (m.recompute == 2) {
     const int64_t R = m.recomputed_layers;
-    b.layers_kept = 4 * (R * n * C + (L - R) * layer);
-    b.recompute = R > 0 ? 4 * (layer - n * C) : 0;
+    // --recompute-inputs bf16: the first R - 1 recomputed blocks keep their outputs (the next
+    // recomputed block's input) in bf16, and one fp32 copy of such an input is widened in the
+    // working set (model/part.h rounded_in).
+    const int64_t H = m.recompute_bf16_inputs && R > 1 ? R - 1 : 0;
+    b.layers_kept = 4 * ((R - H) * n * C + H * ((n * C + 1) / 2) + (L - R) * layer);
+    b.recompute = R > 0 ? 4 * (layer - n * C + (m.recompute_bf16_inputs ? n * C : 0)) : 0;
   } else {
     b.layers_kept = 4 * L * layer;
   }

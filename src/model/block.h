@@ -83,6 +83,7 @@ struct LayerActs {
   uint16_t *ln1_h = nullptr, *ln2_h = nullptr, *gelu_h = nullptr;  // bf16 compute: instead of
                                                                    // ln1, ln2, fch_gelu
   uint16_t *qkv_h = nullptr, *atty_h = nullptr, *fch_h = nullptr;  // and of qkv, atty, fch
+  uint16_t* res3_h = nullptr;  // BlockKeep::output_bf16: instead of res3
 };
 
 // Hands out consecutive pieces of one buffer (base = nullptr counts the floats).
@@ -121,9 +122,10 @@ struct LocalWidths {
 
 // What one block keeps for its backward (model_part.h RecomputePolicy): everything; all but
 // the norms' outputs and the fp32 GELU output (selective); its output only (output: full
-// recomputation). `work` carves the complement a part needs once: everything but the output
-// (full), or just what selective drops (dropped).
-enum class BlockKeep : uint8_t { all, selective, output, work, dropped };
+// recomputation), in bf16 (output_bf16: --recompute-inputs bf16, for a block the next of its
+// chunk recomputes from). `work` carves the complement a part needs once: everything but the
+// output (full), or just what selective drops (dropped).
+enum class BlockKeep : uint8_t { all, selective, output, output_bf16, work, dropped };
 
 // Carves one block's activations for a.N rows (those `keep` names). attn_f32: qkv and the
 // attention output in fp32 even under bf16 (context parallelism).
@@ -131,7 +133,8 @@ void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a,
                  bool attn_f32, BlockKeep keep = BlockKeep::all);
 
 // The activations a block's passes run on: the ones it keeps, with what it does not keep
-// taken from the part's recompute scratch `work` (carved as BlockKeep::work or ::dropped).
+// taken from the part's recompute scratch `work` (carved as BlockKeep::work or ::dropped);
+// under output_bf16 the fp32 output is the caller's to place (res3 null).
 LayerActs effective_acts(const LayerActs& kept, const LayerActs& work, BlockKeep keep);
 
 // A micro-batch's shapes on this rank: rows, local rows, width, local width and heads,

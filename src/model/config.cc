@@ -80,6 +80,12 @@ Recompute parse_recompute_mode(const std::string& s) {
   fail("--recompute ", s, ": must be none, selective or full");
 }
 
+bool parse_recompute_inputs(const std::string& s) {
+  if (s == "fp32") return false;
+  if (s == "bf16") return true;
+  fail("--recompute-inputs ", s.empty() ? "''" : s, ": must be fp32 or bf16");
+}
+
 const char* recompute_mode_name(Recompute r) {
   return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
 }
@@ -119,6 +125,12 @@ void GPTConfig::validate() const {
   STRATA_CHECK(recompute.layers >= 0, "--recompute-layers must not be negative (got ", recompute.layers, ")");
   STRATA_CHECK(recompute.layers == 0 || recompute.mode == Recompute::full, "--recompute-layers ",
                recompute.layers, " needs --recompute full");
+  STRATA_CHECK(!recompute.bf16_inputs || recompute.mode == Recompute::full,
+               "--recompute-inputs bf16 needs --recompute full (it rounds the block inputs full "
+               "recomputation keeps)");
+  STRATA_CHECK(!recompute.bf16_inputs || !moe.enabled(),
+               "--recompute-inputs bf16 is for dense models: MoE blocks keep every activation "
+               "(--experts)");
   STRATA_CHECK(n < 4e9, "model has ~", n, " parameters: too many for one flat fp32 buffer");
   // Counted in double before any table or buffer is built: 2^31 - 1 experts once spent
   // minutes building before anything failed.

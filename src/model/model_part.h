@@ -70,13 +70,19 @@ class ContextComm;  // model/context/context_comm.h
 //              norms' statistics, the GELU input): elementwise work
 //   full       a block keeps only its output (the next block's input); its backward runs the
 //              forward again first. `layers` > 0: only the first `layers` blocks of every chunk
-//              (Megatron's block method); MoE blocks always keep everything (see docs)
+//              (Megatron's block method); MoE blocks always keep everything (see docs);
+//              bf16_inputs: the outputs kept for a next recomputed block in bf16
 enum class Recompute : uint8_t { none, selective, full };
 struct RecomputePolicy {
   Recompute mode = Recompute::none;
   int layers = 0;  // full: blocks per chunk recomputed, 0 = all
+  // full under bf16 compute (--recompute-inputs bf16): a recomputed block followed by another
+  // of its chunk keeps its output (the next block's input) in bf16, and the forward goes on
+  // from the rounded value, so both passes of the next block read the same input
+  bool bf16_inputs = false;
 };
 Recompute parse_recompute_mode(const std::string& s);  // "none" | "selective" | "full"
+bool parse_recompute_inputs(const std::string& s);      // "fp32" (false) | "bf16" (true)
 const char* recompute_mode_name(Recompute r);
 
 // The block's architecture (model/block.h):
