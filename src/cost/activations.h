@@ -70,10 +70,14 @@ struct ActivationBuffers {
 struct BlockColumns {
   int64_t qkv, fc, act;
 };
-inline BlockColumns block_columns(const GptShape& m, int tp) {
-  const int64_t kv = m.llama ? m.kv_heads : m.heads, F = m.llama ? m.ffn : 4 * m.dim;
+// Width C, NH query and NKV key/value heads, MLP width F (SwiGLU's gate | up when llama).
+inline BlockColumns block_columns(int64_t C, int64_t NH, int64_t NKV, int64_t F, bool llama, int tp) {
   const int64_t act = F / tp;
-  return {(m.heads + 2 * kv) / tp * (m.dim / m.heads), (m.llama ? 2 : 1) * act, act};
+  return {(NH + 2 * NKV) / tp * (C / NH), (llama ? 2 : 1) * act, act};
+}
+inline BlockColumns block_columns(const GptShape& m, int tp) {
+  return block_columns(m.dim, m.heads, m.llama ? m.kv_heads : m.heads,
+                       m.llama ? m.ffn : 4 * m.dim, m.llama, tp);
 }
 
 inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, int rank,

@@ -15,6 +15,11 @@ namespace strata::model {
 namespace k = strata::kernels;
 namespace tn = strata::model::tensor;
 
+int block_view_index(bool llama, int i) {
+  static constexpr int kLlama[12] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 8, -1};
+  return llama ? kLlama[i] : i;
+}
+
 void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a, bool bf16,
                  bool attn_f32, BlockKeep keep) {
   const LocalWidths w(m, a.T);

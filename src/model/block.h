@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "cost/activations.h"
 #include "kernels/attention.h"
 #include "kernels/convert.h"
 #include "kernels/gelu.h"
@@ -73,6 +74,10 @@ struct BlockArch {
 struct Block {
   float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
+// Which of a block's views (in its unit's table order, model/shard.cc) Block's i-th pointer
+// is: i for GPT-2; for a Llama block (norm | q k v | o | norm | gate up | down) the first view
+// of each fused matrix, and -1 for the biases it lacks.
+int block_view_index(bool llama, int i);
 
 // One block's activations. Under tensor parallelism with T ranks, rows of the residual
 // region (ln1, res2, ln2, res3 and norm statistics) are the local rows n, and the
@@ -113,11 +118,14 @@ struct ActShape {
 
 // One tp rank's widths of a block: qkv columns (NH + 2NKV)·hs/T, the MLP's column-parallel
 // output (GPT-2 F/T, Llama's gate | up 2F/T) and its activation (F/T).
+// (cost::block_columns, the formula's, is the one source of the three column counts.)
 struct LocalWidths {
   int64_t C, Cl, heads, qkv, fc, act;
-  LocalWidths(const BlockArch& m, int T)
-      : C(m.C), Cl(m.C / T), heads(m.NH / T), qkv(int64_t(m.NH + 2 * m.NKV) / T * m.hs()),
-        fc((m.llama ? 2 : 1) * int64_t(m.F) / T), act(int64_t(m.F) / T) {}
+  LocalWidths(const BlockArch& m, int T) : LocalWidths(m, T, cost::block_columns(m.C, m.NH, m.NKV, m.F, m.llama, T)) {}
+
+ private:
+  LocalWidths(const BlockArch& m, int T, cost::BlockColumns c)
+      : C(m.C), Cl(m.C / T), heads(m.NH / T), qkv(c.qkv), fc(c.fc), act(c.act) {}
 };
 
 // What one block keeps for its backward (model_part.h RecomputePolicy): everything; all but

@@ -130,11 +130,12 @@ TpDims Part::dims(int B, int T) const {
 Block Part::views(float* base, int layer) const {
   STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
   const int64_t* r = view_rel.data() + view0[size_t(layer)];
-  if (cfg.llama())  // norm | q k v | o | norm | gate up | down (model/shard.cc llama_table)
-    return Block{base + r[0], nullptr, base + r[1], nullptr, base + r[4], nullptr,
-                 base + r[5], nullptr, base + r[6], nullptr, base + r[8], nullptr};
-  return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
-               base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
+  float* p[12];
+  for (int i = 0; i < 12; ++i) {
+    const int v = block_view_index(cfg.llama(), i);
+    p[i] = v < 0 ? nullptr : base + r[v];
+  }
+  return Block{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
 }
 
 namespace {

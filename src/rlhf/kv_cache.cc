@@ -121,9 +121,9 @@ void linear(float* out, const float* x, const float* W, const float* b, int64_t 
 // embed_tokens (q|k|v and gate|up adjacent: one matrix each). Index of block `layer`'s view
 // with the role of GPT-2's view i.
 int KvDecoder::block_view(int layer, int i) const {
-  if (!cfg_.llama()) return 2 + 12 * layer + i;
-  static constexpr int kLlama[12] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 8, -1};
-  return kLlama[i] < 0 ? -1 : 1 + 9 * layer + kLlama[i];
+  // The global table: wte (and GPT-2's wpe) first, then 12 (GPT-2) or 9 (Llama) views a block.
+  const int v = model::block_view_index(cfg_.llama(), i);
+  return v < 0 ? -1 : (cfg_.llama() ? 1 + 9 * layer : 2 + 12 * layer) + v;
 }
 
 const float* KvDecoder::view(int index) const {
