@@ -32,7 +32,7 @@ const std::map<std::string, std::string>& section_table() {
     const std::pair<const char*, std::vector<const char*>> groups[] = {
         {"model",
          {"model", "init-from", "layers", "dim", "heads", "max-seq", "vocab", "arch", "kv-heads", "ffn", "norm-eps",
-          "rope-theta", "tie-embeddings", "no-tie-embeddings", "experts", "top-k", "moe-every", "capacity-factor",
+          "rope-theta", "rope-scaling", "tie-embeddings", "no-tie-embeddings", "experts", "top-k", "moe-every", "capacity-factor",
           "dropless", "aux-loss-coef", "z-loss-coef", "router-jitter"}},
         {"data", {"data", "tail", "val-fraction", "doc-mask", "doc-token"}},
         {"training",

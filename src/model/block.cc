@@ -133,7 +133,7 @@ void attention_bwd(const BlockCtx& c, float* dqkv, const float* datt, const Laye
   else
     k::attention_backward(dqkv, datt, a.qkv, a.atty, a.att_lse, d.attention(), false,
                           c.doc_start);
-  if (d.m.llama) k::rope_backward(dqkv, c.pos, d.attention(), d.m.theta);
+  if (d.m.llama) k::rope_backward(dqkv, c.pos, d.attention(), d.m.rope);
 }
 
 // The MLP's activation of fc (N rows at gemm_out(a.fch, scratch)): GELU (fp32, or under bf16
@@ -253,7 +253,7 @@ void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float*
   float* qkv = gemm_out(a.qkv, out);
   tn::column_forward(tc, h, qkv, tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, c.s.full_a,
                      c.s.full_b, N, C, int(lw.qkv));
-  if (d.m.llama) k::rope_forward(qkv, c.pos, d.attention(), d.m.theta);
+  if (d.m.llama) k::rope_forward(qkv, c.pos, d.attention(), d.m.rope);
   store_qkv(a, out, N * lw.qkv);
   attention_fwd(c, a, h);
   tn::row_forward_residual(tc, h, a.res2, tn::act(a.atty, a.atty_h, Cl), w.projw, w.projb, x,

@@ -60,11 +60,12 @@ namespace strata::model {
 class ContextComm;  // model/context/context_comm.h
 
 // The block's architecture and widths on the whole model (model_part.h GPTConfig): width C,
-// NH query and NKV key/value heads, MLP width F; llama: RMSNorm eps and RoPE theta.
+// NH query and NKV key/value heads, MLP width F; llama: RMSNorm eps and RoPE (theta, scaling).
 struct BlockArch {
   bool llama = false;
   int C = 0, NH = 0, NKV = 0, F = 0;
-  float eps = 1e-5f, theta = 10000.0f;
+  float eps = 1e-5f;
+  kernels::Rope rope;  // base theta and Llama 3.1's frequency scaling
   int hs() const { return C / NH; }
 };
 

@@ -21,7 +21,7 @@ namespace k = strata::kernels;
 namespace tn = strata::model::tensor;
 
 BlockArch block_arch(const GPTConfig& cfg) {
-  return {cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope_theta};
+  return {cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope()};
 }
 
 void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, const ActShape& a,

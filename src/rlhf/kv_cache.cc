@@ -132,7 +132,7 @@ const float* KvDecoder::view(int index) const {
 
 KvDecoder::KvDecoder(const model::GPTConfig& cfg, int max_batch)
     : cfg_(cfg), max_batch_(max_batch), table_(model::build_param_table(cfg)),
-      arch_{cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope_theta} {
+      arch_{cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope()} {
   cfg_.validate();
   STRATA_CHECK(max_batch >= 1, "KV cache: max batch must be >= 1 (got ", max_batch, ")");
   STRATA_CHECK(!cfg.moe.enabled(), "KV cache: Mixture-of-Experts blocks are not decoded");
@@ -170,7 +170,7 @@ void KvDecoder::qkv_rows(int l, int B, int T, const int32_t* pos) {
                   view(block_view(l, 1)), rows);
   linear(qkv_, ln_, view(block_view(l, 2)), view(block_view(l, 3)), rows, C,
          int(C + 2 * kv_width()));
-  if (cfg_.llama()) k::rope_forward(qkv_, pos, attention_shape(B, T), cfg_.rope_theta);
+  if (cfg_.llama()) k::rope_forward(qkv_, pos, attention_shape(B, T), cfg_.rope());
 }
 
 k::AttentionShape KvDecoder::attention_shape(int B, int T) const {
