@@ -65,7 +65,7 @@ struct BlockArch {
   bool llama = false;
   int C = 0, NH = 0, NKV = 0, F = 0;
   float eps = 1e-5f;
-  kernels::Rope rope;  // base theta and Llama 3.1's frequency scaling
+  kernels::Rope rope{};  // base theta and Llama 3.1's frequency scaling
   int hs() const { return C / NH; }
 };
 

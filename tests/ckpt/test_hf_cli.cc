@@ -1,6 +1,6 @@
 // `strata train --init-from DIR` and `strata ckpt export --hf` as a user runs them: a Hugging
 // Face Llama directory (the parity fixture of 2 key/value heads for 4 query heads, F16,
-// sharded) loaded into one process, tp 2, pp 2, ZeRO 3 and bf16, and exported again, element
+// sharded) loaded into one process, tp 2, pp 2, ZeRO 3, cp 2 and bf16, and exported again, element
 // for element; bad directories and contradicting flags refused in one line before any step,
 // with nothing saved touched.
 //
@@ -68,7 +68,8 @@ TEST(CkptHfCli, InitFromThenExportIsExactInEveryLayout) {
   const std::map<std::string, std::vector<float>> want = tensors_of(kFixture);
   ASSERT_EQ(want.size(), 2u + 9 * 2 + 1);
   for (const char* layout :
-       {"", "--nproc 2 --tp 2", "--nproc 2 --pp 2", "--nproc 2 --zero 3", "--precision bf16"}) {
+       {"", "--nproc 2 --tp 2", "--nproc 2 --pp 2", "--nproc 2 --zero 3", "--nproc 2 --cp 2",
+        "--precision bf16"}) {
     TempDir tmp;
     token_file(tmp);
     const std::string run = tmp.str() + "/run", out = tmp.str() + "/hf";
