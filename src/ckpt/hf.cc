@@ -329,6 +329,13 @@ HfModel model_of_checkpoint(const json& c, const std::string& dir) {
     m.ffn = config_int(c, "ffn", dir);
     m.norm_eps = c.at("norm_eps").get<double>();
     m.rope_theta = c.at("rope_theta").get<double>();
+    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {  // model::GPTConfig::arch_json
+      const json& r = c["rope_scaling"];
+      m.rope_factor = r.at("factor").get<double>();
+      m.rope_low = r.at("low_freq_factor").get<double>();
+      m.rope_high = r.at("high_freq_factor").get<double>();
+      m.rope_original = r.at("original_max_position_embeddings").get<double>();
+    }
     m.tie = c.at("tie_embeddings").get<bool>();
   }
   return m;

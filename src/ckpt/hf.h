@@ -38,6 +38,8 @@ struct HfModel {
   std::string arch;  // "gpt2" or "llama"
   int64_t layers = 0, dim = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, max_seq = 0;
   double norm_eps = 1e-5, rope_theta = 10000;
+  // Llama 3.1's rope_scaling "llama3" (kernels/rope.h); rope_factor 0: none.
+  double rope_factor = 0, rope_low = 1, rope_high = 4, rope_original = 8192;
   bool tie = true;          // the output layer is the input embedding
   std::string torch_dtype;  // as config.json states it ("" when absent)
 };

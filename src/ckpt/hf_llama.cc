@@ -3,9 +3,11 @@
 //                num_attention_heads, num_key_value_heads (absent: = heads), head_dim (absent
 //                or hidden/heads), max_position_embeddings, rms_norm_eps (absent: HF's 1e-6),
 //                rope_theta (absent: 10000), vocab_size, tie_word_embeddings (absent: false),
-//                hidden_act silu. Refused: rope_scaling (Llama 3.1's "llama3" frequencies,
-//                linear, dynamic, YaRN: strata's RoPE is the plain one), attention_bias and
-//                mlp_bias (strata's Llama has no biases), another head_dim or activation.
+//                hidden_act silu, rope_scaling null or Llama 3.1's rope_type "llama3"
+//                (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings;
+//                kernels/rope.h). Refused: other rope_scaling types (linear, dynamic, YaRN),
+//                attention_bias and mlp_bias (strata's Llama has no biases), another head_dim
+//                or activation.
 //   tensors      strata's names are HF's without "model."; q and k need no permutation (strata
 //                rotates pairs (i, i + hs/2) as rotate_half does); rotary_emb.inv_freq buffers
 //                of older files are read past.
@@ -17,6 +19,44 @@
 namespace strata::ckpt::hf {
 
 using nlohmann::json;
+
+namespace {
+
+// rope_scaling as Llama 3.1 writes it: {"rope_type": "llama3", "factor": 8.0,
+// "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+// (older files say "type").
+void read_rope_scaling(const json& r, HfModel& m, Problems& p) {
+  const std::string type = !r.is_object()             ? ""
+                           : r.contains("rope_type") ? p.text(r, "rope_type", "")
+                                                     : p.text(r, "type", "");
+  if (type != "llama3") {
+    p.add("rope_scaling ", r.dump(), ": strata's RoPE scales frequencies only as Llama 3.1's "
+          "rope_type \"llama3\"");
+    return;
+  }
+  double* fields[] = {&m.rope_factor, &m.rope_low, &m.rope_high, &m.rope_original};
+  const char* keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                        "original_max_position_embeddings"};
+  bool complete = true;
+  for (int i = 0; i < 4; ++i) {
+    if (!r.contains(keys[i])) p.add("rope_scaling lacks ", keys[i]), complete = false;
+    *fields[i] = p.number(r, keys[i], 0);
+  }
+  if (complete && !(m.rope_factor >= 1 && m.rope_low > 0 && m.rope_high > m.rope_low && m.rope_original > 0))
+    p.add("rope_scaling ", r.dump(), ": needs factor >= 1, low_freq_factor > 0, high_freq_factor "
+          "> low_freq_factor and original_max_position_embeddings > 0");
+}
+
+json rope_scaling_json(const HfModel& m) {
+  if (m.rope_factor <= 0) return nullptr;
+  return {{"rope_type", "llama3"},
+          {"factor", float_decimal(m.rope_factor)},
+          {"low_freq_factor", float_decimal(m.rope_low)},
+          {"high_freq_factor", float_decimal(m.rope_high)},
+          {"original_max_position_embeddings", int64_t(m.rope_original)}};
+}
+
+}  // namespace
 
 HfModel llama_model(const json& c, Problems& p) {
   HfModel m = p.sizes(c, "llama",
@@ -47,9 +87,7 @@ HfModel llama_model(const json& c, Problems& p) {
       c["head_dim"] != json(m.dim / m.heads))
     p.add("head_dim ", c["head_dim"].dump(),
           ": strata's heads are hidden_size / num_attention_heads = ", m.dim / m.heads, " wide");
-  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
-    p.add("rope_scaling ", c["rope_scaling"].dump(),
-          ": strata's RoPE has no frequency scaling (only rope_theta)");
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) read_rope_scaling(c["rope_scaling"], m, p);
   p.must_be(c, "attention_bias", false, "strata's Llama attention has no biases");
   p.must_be(c, "mlp_bias", false, "strata's Llama MLP has no biases");
   return m;
@@ -68,7 +106,7 @@ json llama_config(const HfModel& m) {
           {"max_position_embeddings", m.max_seq},
           {"rms_norm_eps", float_decimal(m.norm_eps)},
           {"rope_theta", float_decimal(m.rope_theta)},
-          {"rope_scaling", nullptr},
+          {"rope_scaling", rope_scaling_json(m)},
           {"attention_bias", false},
           {"attention_dropout", 0.0},
           {"mlp_bias", false},

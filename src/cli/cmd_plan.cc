@@ -35,6 +35,7 @@ struct Flags {
   bool json = false, local = false;
   int accum = 1, moe_every = 1, recompute_layers = 0;
   int64_t max_seq = 0;
+  std::string recompute_inputs = "fp32";
 };
 
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
@@ -63,7 +64,10 @@ void run_local(const Flags& f, const CLI::App& app) {
   }
   // --recompute as `strata train --recompute` takes it (the search's default is full; a
   // local run's is none).
-  g.recompute = {model::parse_recompute_mode(a.recompute.value_or("none")), f.recompute_layers};
+  g.recompute = {model::parse_recompute_mode(a.recompute.value_or("none")), f.recompute_layers,
+                 model::parse_recompute_inputs(f.recompute_inputs)};
+  STRATA_CHECK(!g.recompute.bf16_inputs || a.precision == "bf16",
+               "--recompute-inputs bf16 needs --precision bf16 (under fp32 every activation is fp32)");
   g.validate();
   const int tp = a.tp.value_or(1), dp = a.dp.value_or(1);
   const int ep = a.ep.value_or(1);
@@ -245,6 +249,9 @@ static Register reg(
       app.add_option("--moe-every", f->moe_every, "Every N-th block is an MoE block (--local)");
       app.add_option("--recompute-layers", f->recompute_layers,
                      "With --recompute full: blocks recomputed, from the first (--local; 0: all)");
+      app.add_option("--recompute-inputs", f->recompute_inputs,
+                     "With --recompute full and --precision bf16: the kept block inputs in fp32 or "
+                     "bf16 (--local)");
       add_plan_calibrate(app);
       RunConfigFlags& config = add_run_config(app, "plan");
       app.callback([f, &app, &config] {

@@ -42,6 +42,7 @@ struct TrainArgs {
   std::string arch;  // --arch; empty: the preset's
   int kv_heads = 0, ffn = 0;
   float norm_eps = 0, rope_theta = 0;
+  std::string rope_scaling;  // --rope-scaling
   bool tie = false, untie = false;
   int64_t warmup = -1;                                          // -1 = 5% of the steps
   double min_lr = -1;                                           // -1 = lr / 10
@@ -57,6 +58,7 @@ struct TrainArgs {
   std::string spike_action = "skip";  // --spike-action
   std::string recompute = "none";     // --recompute
   int recompute_layers = 0;           // --recompute-layers
+  std::string recompute_inputs = "fp32";  // --recompute-inputs
   int mem_replicas = 0;               // --mem-ckpt-replicas
 };
 
@@ -106,6 +108,9 @@ void add_arch_flags(CLI::App& app, TrainArgs& a) {
   app.add_option("--ffn", a.ffn, "Llama: MLP width (default 8 x dim / 3 rounded up to 256)");
   app.add_option("--norm-eps", a.norm_eps, "Llama: RMSNorm epsilon (default 1e-5)");
   app.add_option("--rope-theta", a.rope_theta, "Llama: rotary embedding base (default 10000)");
+  app.add_option("--rope-scaling", a.rope_scaling,
+                 "Llama: Llama 3.1's rope_scaling (llama3): none, FACTOR or "
+                 "FACTOR,LOW,HIGH,ORIGINAL (e.g. 32,1,4,8192); default: the preset's");
   auto* tie = app.add_flag("--tie-embeddings", a.tie, "Llama: the output layer is the embedding");
   app.add_flag("--no-tie-embeddings", a.untie, "Llama: an output layer of its own (lm_head)")
       ->excludes(tie);
@@ -118,14 +123,15 @@ void apply_arch_flags(CLI::App& app, const TrainArgs& a, model::GPTConfig& m) {
     m.arch = arch;
   }
   const bool llama = m.llama();
-  for (const char* flag : {"--kv-heads", "--ffn", "--norm-eps", "--rope-theta", "--tie-embeddings",
-                           "--no-tie-embeddings"})
+  for (const char* flag : {"--kv-heads", "--ffn", "--norm-eps", "--rope-theta", "--rope-scaling",
+                           "--tie-embeddings", "--no-tie-embeddings"})
     STRATA_CHECK(llama || app.count(flag) == 0, flag, " needs Llama blocks (--arch llama or a "
                  "llama preset)");
   override_size(app, "--kv-heads", a.kv_heads, m.kv_heads);
   override_size(app, "--ffn", a.ffn, m.ffn);
   if (app.count("--norm-eps")) m.norm_eps = a.norm_eps;
   if (app.count("--rope-theta")) m.rope_theta = a.rope_theta;
+  if (app.count("--rope-scaling")) model::parse_rope_scaling(a.rope_scaling, m);
   if (a.tie) m.tie_embeddings = true;
   if (a.untie) m.tie_embeddings = false;
   // A preset's heads changed without --kv-heads: multi-head unless the preset's grouping fits.
@@ -156,13 +162,20 @@ model::GPTConfig model_from_hf(CLI::App& app, const TrainArgs& a, const std::str
   same("--dim", a.dim, m.dim, "hidden_size", "n_embd");
   same("--heads", a.heads, m.heads, "num_attention_heads", "n_head");
   same("--vocab", a.vocab, m.vocab, "vocab_size", "vocab_size");
-  for (const char* flag : {"--kv-heads", "--ffn", "--norm-eps", "--rope-theta", "--tie-embeddings",
-                           "--no-tie-embeddings"})
+  for (const char* flag : {"--kv-heads", "--ffn", "--norm-eps", "--rope-theta", "--rope-scaling",
+                           "--tie-embeddings", "--no-tie-embeddings"})
     STRATA_CHECK(llama || app.count(flag) == 0, flag, " needs Llama blocks; ", src, " is a GPT-2");
   same("--kv-heads", a.kv_heads, m.kv(), "num_key_value_heads", nullptr);
   same("--ffn", a.ffn, m.hidden(), "intermediate_size", nullptr);
   same("--norm-eps", a.norm_eps, m.norm_eps, "rms_norm_eps", nullptr);
   same("--rope-theta", a.rope_theta, m.rope_theta, "rope_theta", nullptr);
+  if (app.count("--rope-scaling")) {
+    model::GPTConfig given = m;
+    model::parse_rope_scaling(a.rope_scaling, given);
+    STRATA_CHECK(given.arch_json()["rope_scaling"] == m.arch_json()["rope_scaling"],
+                 "--rope-scaling ", a.rope_scaling, " contradicts ", src, "'s rope_scaling ",
+                 m.arch_json()["rope_scaling"].dump());
+  }
   if (a.tie || a.untie)
     STRATA_CHECK(a.tie == m.tie_embeddings, a.tie ? "--tie-embeddings" : "--no-tie-embeddings",
                  " contradicts ", src, "'s tie_word_embeddings ",
@@ -198,7 +211,8 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
     cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
   }
   cfg.model.moe = a.moe;
-  cfg.model.recompute = {model::parse_recompute_mode(a.recompute), a.recompute_layers};
+  cfg.model.recompute = {model::parse_recompute_mode(a.recompute), a.recompute_layers,
+                         model::parse_recompute_inputs(a.recompute_inputs)};
   if (app.count("--seq")) STRATA_CHECK(cfg.seq > 0, "--seq must be positive (got ", cfg.seq, ")");
   // CLI11 clamps a number past int64 to its maximum; no run has 2^40 steps, and below that
   // every token count (steps x batch x seq) stays exact.
@@ -280,6 +294,8 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
   train::ParallelConfig pc = a.parallel;
   pc.dp.stage = parallel::parse_zero_stage(a.zero);
   pc.dp.precision = parallel::parse_precision(a.precision);
+  STRATA_CHECK(!cfg.model.recompute.bf16_inputs || pc.dp.precision == parallel::Precision::bf16,
+               "--recompute-inputs bf16 needs --precision bf16 (under fp32 every activation is fp32)");
   if (app.count("--reduce-dtype")) {
     STRATA_CHECK(a.reduce_dtype == "fp32" || a.reduce_dtype == "bf16", "--reduce-dtype ",
                  a.reduce_dtype.empty() ? "''" : a.reduce_dtype, ": expected fp32 or bf16");
@@ -440,6 +456,11 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--recompute-layers", a->recompute_layers,
                  "With --recompute full: recompute only the first N blocks of every chunk (0: all)")
+      ->capture_default_str();
+  app.add_option("--recompute-inputs", a->recompute_inputs,
+                 "With --recompute full and --precision bf16: keep the block inputs recomputation "
+                 "starts from in fp32 or bf16 (half their bytes; the forward goes on from the "
+                 "rounded value)")
       ->capture_default_str();
   app.add_option("--bucket-mb", p.dp.bucket_mb, "Gradient bucket cap in MiB")->capture_default_str();
   app.add_option("--prefetch", p.dp.prefetch, "ZeRO-3: layers gathered ahead of their use")

@@ -43,7 +43,8 @@ namespace strata::cost {
 // attn_fp32: qkv and the attention output stay fp32 under bf16 (context parallelism).
 // Recomputation (m.recompute, docs/recompute.md): selective drops each layer's two norm
 // outputs and its fp32 GELU output into one shared copy; full keeps only the output (n·C) of
-// each of m.recomputed_layers layers plus one shared working layer (a layer but its output).
+// each of m.recomputed_layers layers plus one shared working layer (a layer but its output);
+// with m.recompute_bf16_inputs the outputs a next recomputed layer reads are bf16.
 // The breakdown by buffer: activation_buffers below.
 struct ActivationBuffers {
   int64_t embedding = 0;     // the embedding output (the first block's input)
@@ -69,10 +70,14 @@ struct ActivationBuffers {
 struct BlockColumns {
   int64_t qkv, fc, act;
 };
-inline BlockColumns block_columns(const GptShape& m, int tp) {
-  const int64_t kv = m.llama ? m.kv_heads : m.heads, F = m.llama ? m.ffn : 4 * m.dim;
+// Width C, NH query and NKV key/value heads, MLP width F (SwiGLU's gate | up when llama).
+inline BlockColumns block_columns(int64_t C, int64_t NH, int64_t NKV, int64_t F, bool llama, int tp) {
   const int64_t act = F / tp;
-  return {(m.heads + 2 * kv) / tp * (m.dim / m.heads), (m.llama ? 2 : 1) * act, act};
+  return {(NH + 2 * NKV) / tp * (C / NH), (llama ? 2 : 1) * act, act};
+}
+inline BlockColumns block_columns(const GptShape& m, int tp) {
+  return block_columns(m.dim, m.heads, m.llama ? m.kv_heads : m.heads,
+                       m.llama ? m.ffn : 4 * m.dim, m.llama, tp);
 }
 
 inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, int rank,
@@ -97,8 +102,12 @@ inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, 
     b.recompute = 4 * dropped;
   } else if (m.recompute == 2) {
     const int64_t R = m.recomputed_layers;
-    b.layers_kept = 4 * (R * n * C + (L - R) * layer);
-    b.recompute = R > 0 ? 4 * (layer - n * C) : 0;
+    // --recompute-inputs bf16: the first R - 1 recomputed blocks keep their outputs (the next
+    // recomputed block's input) in bf16, and one fp32 copy of such an input is widened in the
+    // working set (model/part.h rounded_in).
+    const int64_t H = m.recompute_bf16_inputs && R > 1 ? R - 1 : 0;
+    b.layers_kept = 4 * ((R - H) * n * C + H * ((n * C + 1) / 2) + (L - R) * layer);
+    b.recompute = R > 0 ? 4 * (layer - n * C + (m.recompute_bf16_inputs ? n * C : 0)) : 0;
   } else {
     b.layers_kept = 4 * L * layer;
   }

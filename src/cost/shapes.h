@@ -27,6 +27,9 @@ struct GptShape {
   bool llama = false;
   int64_t kv_heads = 0, ffn = 0;
   bool tied = true;
+  // Full recomputation under bf16 compute with --recompute-inputs bf16: each recomputed block
+  // followed by another keeps its output in bf16.
+  bool recompute_bf16_inputs = false;
 };
 
 inline int64_t tp_vocab_rows(int64_t padded_vocab, int tp, int rank) {

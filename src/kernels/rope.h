@@ -18,18 +18,41 @@
 // Backward is the rotation by -angle (the transpose of an orthogonal map), applied in place to
 // dq and dk. Cost: ~6 flops per q/k element plus hs/2 cos/sin per row; rows run in parallel
 // and each element has one producer, so results do not depend on the thread count.
+//
+// Frequency scaling: Llama 3.1's "llama3" rope_scaling (factor > 0) stretches the long
+// wavelengths for a context `factor` times the one the model was first trained on
+// (`original` positions): with the wavelength w = 2π / f of each frequency f,
+//   w < original / high_freq_factor   f                     (short wavelengths kept)
+//   w > original / low_freq_factor    f / factor            (long ones stretched)
+//   otherwise                         (1 - a) f / factor + a f,
+//                                     a = (original / w - low) / (high - low)
+// as Hugging Face's rope_type "llama3" computes its inverse frequencies.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/attention.h"
 
 namespace strata::kernels {
 
+struct Rope {
+  float theta = 10000.0f;
+  float factor = 0.0f;  // llama3 scaling; 0: none
+  float low_freq_factor = 1.0f, high_freq_factor = 4.0f;
+  float original = 8192.0f;  // original_max_position_embeddings
+  Rope() = default;
+  Rope(float t) : theta(t) {}  // NOLINT: plain RoPE from its base
+  bool scaled() const { return factor > 0; }
+};
+
+// The hs/2 frequencies f_i = theta^(-2i/hs), scaled as above; in double.
+std::vector<double> rope_inv_freq(const Rope& r, int hs);
+
 // qkv (B,T,(NH+2NKV)hs) rotated in place (q and k heads; v untouched); pos (B,T); hs even.
-void rope_forward(float* qkv, const int32_t* pos, AttentionShape s, float theta);
+void rope_forward(float* qkv, const int32_t* pos, AttentionShape s, const Rope& r);
 // The same on bf16 storage: each rotated element is widened, turned in fp32, rounded once.
-void rope_forward(uint16_t* qkv, const int32_t* pos, AttentionShape s, float theta);
+void rope_forward(uint16_t* qkv, const int32_t* pos, AttentionShape s, const Rope& r);
 // dqkv (B,T,(NH+2NKV)hs): its dq and dk heads rotated back in place by -angle.
-void rope_backward(float* dqkv, const int32_t* pos, AttentionShape s, float theta);
+void rope_backward(float* dqkv, const int32_t* pos, AttentionShape s, const Rope& r);
 
 }  // namespace strata::kernels

@@ -15,14 +15,20 @@ namespace strata::model {
 namespace k = strata::kernels;
 namespace tn = strata::model::tensor;
 
+int block_view_index(bool llama, int i) {
+  static constexpr int kLlama[12] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 8, -1};
+  return llama ? kLlama[i] : i;
+}
+
 void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a, bool bf16,
                  bool attn_f32, BlockKeep keep) {
   const LocalWidths w(m, a.T);
   const int64_t C = m.C, N = a.N, n = a.n, Cl = w.Cl;
   const bool f32 = !bf16, ln = !m.llama;  // LayerNorm keeps its mean, RMSNorm none
   l = LayerActs{};
-  if (keep == BlockKeep::output) {
-    l.res3 = c.take(n * C);
+  if (keep == BlockKeep::output || keep == BlockKeep::output_bf16) {
+    l.res3 = c.take_if(n * C, keep == BlockKeep::output);
+    l.res3_h = c.take_bf16(n * C, keep == BlockKeep::output_bf16);
     return;
   }
   // Selective recomputation's buffers: the norms' outputs and the fp32 GELU/SwiGLU output.
@@ -56,7 +62,7 @@ void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a,
 LayerActs effective_acts(const LayerActs& kept, const LayerActs& work, BlockKeep keep) {
   if (keep == BlockKeep::all) return kept;
   LayerActs e = work;
-  if (keep == BlockKeep::output) {
+  if (keep == BlockKeep::output || keep == BlockKeep::output_bf16) {
     e.res3 = kept.res3;
     return e;
   }
@@ -127,7 +133,7 @@ void attention_bwd(const BlockCtx& c, float* dqkv, const float* datt, const Laye
   else
     k::attention_backward(dqkv, datt, a.qkv, a.atty, a.att_lse, d.attention(), false,
                           c.doc_start);
-  if (d.m.llama) k::rope_backward(dqkv, c.pos, d.attention(), d.m.theta);
+  if (d.m.llama) k::rope_backward(dqkv, c.pos, d.attention(), d.m.rope);
 }
 
 // The MLP's activation of fc (N rows at gemm_out(a.fch, scratch)): GELU (fp32, or under bf16
@@ -247,7 +253,7 @@ void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float*
   float* qkv = gemm_out(a.qkv, out);
   tn::column_forward(tc, h, qkv, tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, c.s.full_a,
                      c.s.full_b, N, C, int(lw.qkv));
-  if (d.m.llama) k::rope_forward(qkv, c.pos, d.attention(), d.m.theta);
+  if (d.m.llama) k::rope_forward(qkv, c.pos, d.attention(), d.m.rope);
   store_qkv(a, out, N * lw.qkv);
   attention_fwd(c, a, h);
   tn::row_forward_residual(tc, h, a.res2, tn::act(a.atty, a.atty_h, Cl), w.projw, w.projb, x,
@@ -263,7 +269,7 @@ void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float*
 
 void block_recompute(const BlockCtx& c, const Block& w, LayerActs& e, const float* x,
                      BlockKeep keep) {
-  if (keep == BlockKeep::output) return block_forward(c, w, e, x);
+  if (keep == BlockKeep::output || keep == BlockKeep::output_bf16) return block_forward(c, w, e, x);
   if (keep != BlockKeep::selective) return;
   const TpDims& d = c.d;
   norm_out(d.m, e.ln1, e.ln1_h, e.ln1_mean, e.ln1_rstd, x, w.ln1w, w.ln1b, d.n);

@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "cost/activations.h"
 #include "kernels/attention.h"
 #include "kernels/convert.h"
 #include "kernels/gelu.h"
@@ -59,11 +60,12 @@ namespace strata::model {
 class ContextComm;  // model/context/context_comm.h
 
 // The block's architecture and widths on the whole model (model_part.h GPTConfig): width C,
-// NH query and NKV key/value heads, MLP width F; llama: RMSNorm eps and RoPE theta.
+// NH query and NKV key/value heads, MLP width F; llama: RMSNorm eps and RoPE (theta, scaling).
 struct BlockArch {
   bool llama = false;
   int C = 0, NH = 0, NKV = 0, F = 0;
-  float eps = 1e-5f, theta = 10000.0f;
+  float eps = 1e-5f;
+  kernels::Rope rope{};  // base theta and Llama 3.1's frequency scaling
   int hs() const { return C / NH; }
 };
 
@@ -73,6 +75,10 @@ struct BlockArch {
 struct Block {
   float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
+// Which of a block's views (in its unit's table order, model/shard.cc) Block's i-th pointer
+// is: i for GPT-2; for a Llama block (norm | q k v | o | norm | gate up | down) the first view
+// of each fused matrix, and -1 for the biases it lacks.
+int block_view_index(bool llama, int i);
 
 // One block's activations. Under tensor parallelism with T ranks, rows of the residual
 // region (ln1, res2, ln2, res3 and norm statistics) are the local rows n, and the
@@ -83,6 +89,7 @@ struct LayerActs {
   uint16_t *ln1_h = nullptr, *ln2_h = nullptr, *gelu_h = nullptr;  // bf16 compute: instead of
                                                                    // ln1, ln2, fch_gelu
   uint16_t *qkv_h = nullptr, *atty_h = nullptr, *fch_h = nullptr;  // and of qkv, atty, fch
+  uint16_t* res3_h = nullptr;  // BlockKeep::output_bf16: instead of res3
 };
 
 // Hands out consecutive pieces of one buffer (base = nullptr counts the floats).
@@ -112,18 +119,22 @@ struct ActShape {
 
 // One tp rank's widths of a block: qkv columns (NH + 2NKV)·hs/T, the MLP's column-parallel
 // output (GPT-2 F/T, Llama's gate | up 2F/T) and its activation (F/T).
+// (cost::block_columns, the formula's, is the one source of the three column counts.)
 struct LocalWidths {
   int64_t C, Cl, heads, qkv, fc, act;
-  LocalWidths(const BlockArch& m, int T)
-      : C(m.C), Cl(m.C / T), heads(m.NH / T), qkv(int64_t(m.NH + 2 * m.NKV) / T * m.hs()),
-        fc((m.llama ? 2 : 1) * int64_t(m.F) / T), act(int64_t(m.F) / T) {}
+  LocalWidths(const BlockArch& m, int T) : LocalWidths(m, T, cost::block_columns(m.C, m.NH, m.NKV, m.F, m.llama, T)) {}
+
+ private:
+  LocalWidths(const BlockArch& m, int T, cost::BlockColumns c)
+      : C(m.C), Cl(m.C / T), heads(m.NH / T), qkv(c.qkv), fc(c.fc), act(c.act) {}
 };
 
 // What one block keeps for its backward (model_part.h RecomputePolicy): everything; all but
 // the norms' outputs and the fp32 GELU output (selective); its output only (output: full
-// recomputation). `work` carves the complement a part needs once: everything but the output
-// (full), or just what selective drops (dropped).
-enum class BlockKeep : uint8_t { all, selective, output, work, dropped };
+// recomputation), in bf16 (output_bf16: --recompute-inputs bf16, for a block the next of its
+// chunk recomputes from). `work` carves the complement a part needs once: everything but the
+// output (full), or just what selective drops (dropped).
+enum class BlockKeep : uint8_t { all, selective, output, output_bf16, work, dropped };
 
 // Carves one block's activations for a.N rows (those `keep` names). attn_f32: qkv and the
 // attention output in fp32 even under bf16 (context parallelism).
@@ -131,7 +142,8 @@ void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a,
                  bool attn_f32, BlockKeep keep = BlockKeep::all);
 
 // The activations a block's passes run on: the ones it keeps, with what it does not keep
-// taken from the part's recompute scratch `work` (carved as BlockKeep::work or ::dropped).
+// taken from the part's recompute scratch `work` (carved as BlockKeep::work or ::dropped);
+// under output_bf16 the fp32 output is the caller's to place (res3 null).
 LayerActs effective_acts(const LayerActs& kept, const LayerActs& work, BlockKeep keep);
 
 // A micro-batch's shapes on this rank: rows, local rows, width, local width and heads,

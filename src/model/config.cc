@@ -1,5 +1,8 @@
 // GPT configurations and the flat parameter layout (the table of named views).
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <vector>
 
 #include "core/error.h"
 #include "nlohmann/json.hpp"
@@ -32,8 +35,9 @@ GPTConfig GPTConfig::preset(const std::string& name) {
     llama(8, 768, 12, 4, 2048, 1024, 32000, 10000.0f, false);
   } else if (name == "tinyllama-1.1b") {
     llama(22, 2048, 32, 4, 5632, 2048, 32000, 10000.0f, false);
-  } else if (name == "llama-3.2-1b") {
+  } else if (name == "llama-3.2-1b") {  // rope_scaling llama3: factor 32, 1, 4, 8192
     llama(16, 2048, 32, 8, 8192, 2048, 128256, 500000.0f, true);
+    c.rope_factor = 32.0f;
   } else if (name == "llama-3-8b") {
     llama(32, 4096, 32, 8, 14336, 8192, 128256, 500000.0f, false);
   } else {
@@ -52,10 +56,50 @@ Arch parse_arch(const std::string& s) {
 
 const char* arch_name(Arch a) { return a == Arch::llama ? "llama" : "gpt2"; }
 
+kernels::Rope GPTConfig::rope() const {
+  kernels::Rope r(rope_theta);
+  r.factor = rope_factor, r.low_freq_factor = rope_low_freq_factor;
+  r.high_freq_factor = rope_high_freq_factor, r.original = rope_original_max_pos;
+  return r;
+}
+
+void parse_rope_scaling(const std::string& s, GPTConfig& c) {
+  c.rope_factor = 0, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4;
+  c.rope_original_max_pos = 8192;
+  if (s == "none") return;
+  std::vector<double> v;
+  size_t at = 0;
+  bool ok = !s.empty();
+  while (ok && at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const std::string part = s.substr(at, comma - at);
+    char* end = nullptr;
+    const double x = std::strtod(part.c_str(), &end);
+    ok = !part.empty() && end == part.c_str() + part.size() && std::isfinite(x);
+    v.push_back(x);
+    at = comma + 1;
+  }
+  STRATA_CHECK(ok && (v.size() == 1 || v.size() == 4), "--rope-scaling ", s.empty() ? "''" : s,
+               ": expected none, FACTOR or FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's llama3 "
+               "scaling, e.g. 32,1,4,8192)");
+  c.rope_factor = float(v[0]);
+  if (v.size() == 4)
+    c.rope_low_freq_factor = float(v[1]), c.rope_high_freq_factor = float(v[2]),
+    c.rope_original_max_pos = float(v[3]);
+}
+
 nlohmann::json GPTConfig::arch_json() const {
   if (!llama()) return nlohmann::json::object();
+  nlohmann::json scaling = nullptr;
+  if (rope_factor > 0)
+    scaling = {{"rope_type", "llama3"},
+               {"factor", rope_factor},
+               {"low_freq_factor", rope_low_freq_factor},
+               {"high_freq_factor", rope_high_freq_factor},
+               {"original_max_position_embeddings", rope_original_max_pos}};
   return {{"arch", "llama"},          {"kv_heads", kv()},          {"ffn", hidden()},
-          {"norm_eps", norm_eps},     {"rope_theta", rope_theta},  {"tie_embeddings", tie_embeddings}};
+          {"norm_eps", norm_eps},     {"rope_theta", rope_theta},  {"rope_scaling", scaling},
+          {"tie_embeddings", tie_embeddings}};
 }
 
 void GPTConfig::read_arch(const nlohmann::json& j) {
@@ -66,6 +110,14 @@ void GPTConfig::read_arch(const nlohmann::json& j) {
   norm_eps = j.at("norm_eps").get<float>();
   rope_theta = j.at("rope_theta").get<float>();
   tie_embeddings = j.at("tie_embeddings").get<bool>();
+  rope_factor = 0;
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const nlohmann::json& r = j["rope_scaling"];
+    rope_factor = r.at("factor").get<float>();
+    rope_low_freq_factor = r.at("low_freq_factor").get<float>();
+    rope_high_freq_factor = r.at("high_freq_factor").get<float>();
+    rope_original_max_pos = r.at("original_max_position_embeddings").get<float>();
+  }
 }
 
 int llama_ffn(int dim) {
@@ -78,6 +130,12 @@ Recompute parse_recompute_mode(const std::string& s) {
   if (s == "selective") return Recompute::selective;
   if (s == "full") return Recompute::full;
   fail("--recompute ", s, ": must be none, selective or full");
+}
+
+bool parse_recompute_inputs(const std::string& s) {
+  if (s == "fp32") return false;
+  if (s == "bf16") return true;
+  fail("--recompute-inputs ", s.empty() ? "''" : s, ": must be fp32 or bf16");
 }
 
 const char* recompute_mode_name(Recompute r) {
@@ -109,6 +167,12 @@ void GPTConfig::validate() const {
                  " / heads ", heads, " = ", head_dim(), ")");
     STRATA_CHECK(norm_eps > 0, "--norm-eps must be positive (got ", norm_eps, ")");
     STRATA_CHECK(rope_theta > 0, "--rope-theta must be positive (got ", rope_theta, ")");
+    STRATA_CHECK(rope_factor == 0 || (rope_factor >= 1 && rope_low_freq_factor > 0 &&
+                                      rope_high_freq_factor > rope_low_freq_factor &&
+                                      rope_original_max_pos > 0),
+                 "--rope-scaling ", rope_factor, ",", rope_low_freq_factor, ",",
+                 rope_high_freq_factor, ",", rope_original_max_pos,
+                 ": needs FACTOR >= 1, LOW > 0, HIGH > LOW and ORIGINAL > 0");
   }
   STRATA_CHECK(padded_vocab >= vocab, "model padded vocab ", padded_vocab, " is below vocab ",
                vocab);
@@ -119,6 +183,12 @@ void GPTConfig::validate() const {
   STRATA_CHECK(recompute.layers >= 0, "--recompute-layers must not be negative (got ", recompute.layers, ")");
   STRATA_CHECK(recompute.layers == 0 || recompute.mode == Recompute::full, "--recompute-layers ",
                recompute.layers, " needs --recompute full");
+  STRATA_CHECK(!recompute.bf16_inputs || recompute.mode == Recompute::full,
+               "--recompute-inputs bf16 needs --recompute full (it rounds the block inputs full "
+               "recomputation keeps)");
+  STRATA_CHECK(!recompute.bf16_inputs || !moe.enabled(),
+               "--recompute-inputs bf16 is for dense models: MoE blocks keep every activation "
+               "(--experts)");
   STRATA_CHECK(n < 4e9, "model has ~", n, " parameters: too many for one flat fp32 buffer");
   // Counted in double before any table or buffer is built: 2^31 - 1 experts once spent
   // minutes building before anything failed.

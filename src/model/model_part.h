@@ -47,6 +47,7 @@
 #include "core/memory.h"
 #include "core/tensor.h"
 #include "core/tensor_layout.h"
+#include "kernels/rope.h"
 #include "model/expert/config.h"
 #include "nlohmann/json_fwd.hpp"
 
@@ -70,13 +71,23 @@ class ContextComm;  // model/context/context_comm.h
 //              norms' statistics, the GELU input): elementwise work
 //   full       a block keeps only its output (the next block's input); its backward runs the
 //              forward again first. `layers` > 0: only the first `layers` blocks of every chunk
-//              (Megatron's block method); MoE blocks always keep everything (see docs)
+//              (Megatron's block method); MoE blocks always keep everything (see docs);
+//              bf16_inputs: the outputs kept for a next recomputed block in bf16
 enum class Recompute : uint8_t { none, selective, full };
 struct RecomputePolicy {
   Recompute mode = Recompute::none;
   int layers = 0;  // full: blocks per chunk recomputed, 0 = all
+  // full under bf16 compute (--recompute-inputs bf16): a recomputed block followed by another
+  // of its chunk keeps its output (the next block's input) in bf16, and the forward goes on
+  // from the rounded value, so both passes of the next block read the same input
+  bool bf16_inputs = false;
 };
 Recompute parse_recompute_mode(const std::string& s);  // "none" | "selective" | "full"
+struct GPTConfig;
+// --rope-scaling: "none", "FACTOR" or "FACTOR,LOW,HIGH,ORIGINAL" (Llama 3.1's llama3 scaling;
+// LOW 1, HIGH 4, ORIGINAL 8192 by default) into c's rope_* fields; one line otherwise.
+void parse_rope_scaling(const std::string& s, GPTConfig& c);
+bool parse_recompute_inputs(const std::string& s);      // "fp32" (false) | "bf16" (true)
 const char* recompute_mode_name(Recompute r);
 
 // The block's architecture (model/block.h):
@@ -105,6 +116,9 @@ struct GPTConfig {
   bool tie_embeddings = true;  // llama: the output layer is the input embedding
   expert::MoEConfig moe;   // Mixture-of-Experts blocks (model/expert/config.h); off by default
   RecomputePolicy recompute;
+  // llama: Llama 3.1's rope_scaling "llama3" (kernels/rope.h); rope_factor 0: none.
+  float rope_factor = 0.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
+  float rope_original_max_pos = 8192.0f;
 
   bool llama() const { return arch == Arch::llama; }
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -112,6 +126,7 @@ struct GPTConfig {
   int hidden() const { return ffn > 0 ? ffn : llama() ? llama_ffn(dim) : 4 * dim; }
   // The output layer is wte (unit 0 at both ends of a pass); else lm_head in unit L+1.
   bool tied() const { return !llama() || tie_embeddings; }
+  kernels::Rope rope() const;  // theta and scaling
 
   // Whether block l, the i-th of its chunk, keeps only its output (full recomputation).
   bool recomputes_block(int l, int i) const {
@@ -120,8 +135,11 @@ struct GPTConfig {
   }
 
   // The architecture keys beyond GPT-2's sizes, as run configs and model files record them:
-  // {"arch": "llama", "kv_heads", "ffn", "norm_eps", "rope_theta", "tie_embeddings"}, or an
-  // empty object for GPT-2; read_arch sets them from such an object (absent: GPT-2).
+  // {"arch": "llama", "kv_heads", "ffn", "norm_eps", "rope_theta", "rope_scaling",
+  // "tie_embeddings"}, or an empty object for GPT-2; read_arch sets them from such an object
+  // (absent: GPT-2; rope_scaling absent or null: none). rope_scaling is Hugging Face's object:
+  // {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+  // "original_max_position_embeddings"}.
   nlohmann::json arch_json() const;
   void read_arch(const nlohmann::json& j);
 

@@ -21,7 +21,7 @@ namespace k = strata::kernels;
 namespace tn = strata::model::tensor;
 
 BlockArch block_arch(const GPTConfig& cfg) {
-  return {cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope_theta};
+  return {cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope()};
 }
 
 void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, const ActShape& a,
@@ -33,7 +33,7 @@ void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, 
   s.x = c.take(n * C);
   s.layers.resize(size_t(ch.end - ch.begin));
   for (int i = 0; i < ch.end - ch.begin; ++i)
-    carve_layer(c, s.layers[size_t(i)], m, a, bf16, attn_f32, block_keep(cfg, ch.begin + i, i));
+    carve_layer(c, s.layers[size_t(i)], m, a, bf16, attn_f32, block_keep(cfg, ch, ch.begin + i));
   s.stash.resize(split ? s.layers.size() : 0);
   for (BlockStash& st : s.stash) {
     st.d3 = c.take(N * C);
@@ -68,8 +68,12 @@ void Part::set_table(const std::vector<ParamView>& global) {
   }
 }
 
-BlockKeep block_keep(const GPTConfig& cfg, int l, int i) {
-  if (cfg.recomputes_block(l, i)) return BlockKeep::output;
+BlockKeep block_keep(const GPTConfig& cfg, const StageChunk& ch, int l) {
+  const int i = l - ch.begin;
+  if (cfg.recomputes_block(l, i)) {
+    const bool next = l + 1 < ch.end && cfg.recomputes_block(l + 1, i + 1);
+    return cfg.recompute.bf16_inputs && next ? BlockKeep::output_bf16 : BlockKeep::output;
+  }
   return cfg.recompute.mode == Recompute::selective ? BlockKeep::selective : BlockKeep::all;
 }
 
@@ -85,6 +89,7 @@ void Part::carve_scratch(Carver& c, const ActShape& a, const std::vector<StageCh
   work = LayerActs{};
   if (full || cfg.recompute.mode == Recompute::selective)
     carve_layer(c, work, m, a, bf16, attn_f32, full ? BlockKeep::work : BlockKeep::dropped);
+  rounded_in = c.take_if(n * C, full && cfg.recompute.bf16_inputs);
   s.dres = c.take(n * C);
   s.dbuf_c = c.take(n * C);
   // The matmul outputs and MLP gradients: GPT-2 (N, 4Cl); Llama (N, fc + act) for SwiGLU's
@@ -125,11 +130,12 @@ TpDims Part::dims(int B, int T) const {
 Block Part::views(float* base, int layer) const {
   STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
   const int64_t* r = view_rel.data() + view0[size_t(layer)];
-  if (cfg.llama())  // norm | q k v | o | norm | gate up | down (model/shard.cc llama_table)
-    return Block{base + r[0], nullptr, base + r[1], nullptr, base + r[4], nullptr,
-                 base + r[5], nullptr, base + r[6], nullptr, base + r[8], nullptr};
-  return Block{base + r[0], base + r[1], base + r[2], base + r[3], base + r[4],  base + r[5],
-               base + r[6], base + r[7], base + r[8], base + r[9], base + r[10], base + r[11]};
+  float* p[12];
+  for (int i = 0; i < 12; ++i) {
+    const int v = block_view_index(cfg.llama(), i);
+    p[i] = v < 0 ? nullptr : base + r[v];
+  }
+  return Block{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
 }
 
 namespace {
@@ -308,17 +314,20 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
     before(l + 1, Pass::forward);
     std::unique_ptr<MoEBlock> mb = moe_block(l, false, 0.0f, slot);
     LayerActs& a = sl.layers[size_t(l - ch.begin)];
+    const BlockKeep keep = block_keep(cfg, ch, l);
     if (any) {
       UnitSpan sp("forward", "L", l);
       const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start, pos};
-      LayerActs e = effective_acts(a, work, block_keep(cfg, l, l - ch.begin));
+      LayerActs e = block_acts(a, keep);
       block_forward(c, views(unit_params[size_t(l + 1)], l), e, x);
+      if (keep == BlockKeep::output_bf16) k::f32_to_bf16(a.res3_h, e.res3, d.n * C);
     } else if (mb) {  // no tokens here, but this rank's experts may get some
       moe_block_forward(*mb, nullptr, nullptr, nullptr, 0, bf16);
     }
     moe_block_done(mb.get(), Pass::forward);
     after(l + 1, Pass::forward);
-    x = a.res3;
+    // The next block reads the kept value, rounded under --recompute-inputs bf16.
+    x = keep == BlockKeep::output_bf16 ? block_input(sl, size_t(l - ch.begin + 1), d) : a.res3;
   }
   if (!ch.head) return 0;
   phase.set_layer(-1);
@@ -408,8 +417,8 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
       const BlockCtx c{*tc, d, s, cp, l + L * slot, mb.get(), in.doc_start, pos};
       const Block w = views(unit_params[size_t(l + 1)], l);
       const Block g = views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l);
-      const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
-      const LayerActs e = recomputed(c, w, sl.layers[i], x, block_keep(cfg, l, int(i)));
+      const float* x = block_input(sl, i, d);
+      const LayerActs e = recomputed(c, w, sl.layers[i], x, block_keep(cfg, ch, l));
       if (split && !mb)  // an MoE block's expert backward is not split: all of it runs here
         block_backward_input(c, w, g, e, x, sl.stash[i]);
       else
@@ -430,11 +439,25 @@ void Part::backward(const StageChunk& ch, Slot& sl, const MicroInput& in, float 
   if (!split && (ch.embed || (ch.head && tied))) after(0, Pass::backward);
 }
 
+LayerActs Part::block_acts(const LayerActs& kept, BlockKeep keep) const {
+  LayerActs e = effective_acts(kept, work, keep);
+  if (keep == BlockKeep::output_bf16) e.res3 = s.dbuf_c;
+  return e;
+}
+
+const float* Part::block_input(const Slot& sl, size_t i, const TpDims& d) {
+  if (i == 0) return sl.x;
+  const LayerActs& prev = sl.layers[i - 1];
+  if (!prev.res3_h) return prev.res3;
+  k::bf16_to_f32(rounded_in, prev.res3_h, d.n * d.C);
+  return rounded_in;
+}
+
 LayerActs Part::recomputed(const BlockCtx& c, const Block& w, const LayerActs& kept, const float* x,
                            BlockKeep keep) {
-  LayerActs e = effective_acts(kept, work, keep);
+  LayerActs e = block_acts(kept, keep);
   if (keep == BlockKeep::all) return e;
-  UnitSpan sp("recompute", keep == BlockKeep::output ? "L" : "norms L", c.key % cfg.layers);
+  UnitSpan sp("recompute", keep == BlockKeep::selective ? "norms L" : "L", c.key % cfg.layers);
   const int64_t t0 = now_ns();
   block_recompute(c, w, e, x, keep);
   recompute_ns += now_ns() - t0;
@@ -462,9 +485,9 @@ void Part::backward_weight(const StageChunk& ch, Slot& sl, const MicroInput& in,
       const size_t i = size_t(l - ch.begin);
       const BlockCtx c{*tc, d, s, cp, l + L * slot, nullptr, in.doc_start, pos};
       // What the block did not keep is recomputed again: the input pass's copy is gone.
-      const float* x = i == 0 ? sl.x : sl.layers[i - 1].res3;
+      const float* x = block_input(sl, i, d);
       const LayerActs e = recomputed(c, views(unit_params[size_t(l + 1)], l), sl.layers[i], x,
-                                     block_keep(cfg, l, int(i)));
+                                     block_keep(cfg, ch, l));
       block_backward_weight(c, views(checked(unit_grads[size_t(l + 1)], l + 1, "gradient"), l),
                             e, sl.stash[i]);
     }

@@ -44,8 +44,8 @@ void carve_slot(Carver& c, Slot& s, const StageChunk& ch, const GPTConfig& cfg, 
 // The block's architecture from the config (model/block.h).
 BlockArch block_arch(const GPTConfig& cfg);
 
-// What block l, the i-th of its chunk, keeps under the config's recomputation policy.
-BlockKeep block_keep(const GPTConfig& cfg, int l, int i);
+// What block l of chunk ch keeps under the config's recomputation policy.
+BlockKeep block_keep(const GPTConfig& cfg, const StageChunk& ch, int l);
 
 // What the head of a forward produces: the loss (and logits), the logits only, or stops at
 // the final norm's output (custom heads, gpt.h's hidden()).
@@ -93,6 +93,7 @@ struct Part {
   std::vector<int32_t> doc_pos;  // (B, T) the rows' positions in their documents
   std::vector<int32_t> rope_pos;  // (B, T) the rows' rotary positions (no documents)
   LayerActs work{};             // recomputation's scratch (carve_scratch; block_keep)
+  float* rounded_in = nullptr;  // (n, C) --recompute-inputs bf16: a block's input, widened
   int64_t recompute_ns = 0;     // wall time spent recomputing, all passes so far
 
   Part(const Part&) = delete;
@@ -145,6 +146,11 @@ struct Part {
   // The output layer's weight (or gradient) among `units`: the tied wte of unit 0, or lm_head
   // in unit L+1.
   float* output_layer(const std::vector<float*>& units, const char* what) const;
+  // The activations block i of a slot runs on (effective_acts; an output_bf16 block writes
+  // its fp32 output to s.dbuf_c, free outside a block's backward), and its input: the slot's
+  // x, the previous block's res3, or its bf16 output widened into rounded_in.
+  LayerActs block_acts(const LayerActs& kept, BlockKeep keep) const;
+  const float* block_input(const Slot& sl, size_t i, const TpDims& d);
 };
 
 }  // namespace strata::model

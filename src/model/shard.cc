@@ -220,6 +220,7 @@ cost::GptShape gpt_shape(const GPTConfig& cfg) {
   m.top_k = cfg.moe.top_k;
   m.recompute = int(cfg.recompute.mode);
   m.recomputed_layers = recomputed;
+  m.recompute_bf16_inputs = cfg.recompute.bf16_inputs;
   return m;
 }
 

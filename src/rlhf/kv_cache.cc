@@ -121,9 +121,9 @@ void linear(float* out, const float* x, const float* W, const float* b, int64_t 
 // embed_tokens (q|k|v and gate|up adjacent: one matrix each). Index of block `layer`'s view
 // with the role of GPT-2's view i.
 int KvDecoder::block_view(int layer, int i) const {
-  if (!cfg_.llama()) return 2 + 12 * layer + i;
-  static constexpr int kLlama[12] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 8, -1};
-  return kLlama[i] < 0 ? -1 : 1 + 9 * layer + kLlama[i];
+  // The global table: wte (and GPT-2's wpe) first, then 12 (GPT-2) or 9 (Llama) views a block.
+  const int v = model::block_view_index(cfg_.llama(), i);
+  return v < 0 ? -1 : (cfg_.llama() ? 1 + 9 * layer : 2 + 12 * layer) + v;
 }
 
 const float* KvDecoder::view(int index) const {
@@ -132,7 +132,7 @@ const float* KvDecoder::view(int index) const {
 
 KvDecoder::KvDecoder(const model::GPTConfig& cfg, int max_batch)
     : cfg_(cfg), max_batch_(max_batch), table_(model::build_param_table(cfg)),
-      arch_{cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope_theta} {
+      arch_{cfg.llama(), cfg.dim, cfg.heads, cfg.kv(), cfg.hidden(), cfg.norm_eps, cfg.rope()} {
   cfg_.validate();
   STRATA_CHECK(max_batch >= 1, "KV cache: max batch must be >= 1 (got ", max_batch, ")");
   STRATA_CHECK(!cfg.moe.enabled(), "KV cache: Mixture-of-Experts blocks are not decoded");
@@ -170,7 +170,7 @@ void KvDecoder::qkv_rows(int l, int B, int T, const int32_t* pos) {
                   view(block_view(l, 1)), rows);
   linear(qkv_, ln_, view(block_view(l, 2)), view(block_view(l, 3)), rows, C,
          int(C + 2 * kv_width()));
-  if (cfg_.llama()) k::rope_forward(qkv_, pos, attention_shape(B, T), cfg_.rope_theta);
+  if (cfg_.llama()) k::rope_forward(qkv_, pos, attention_shape(B, T), cfg_.rope());
 }
 
 k::AttentionShape KvDecoder::attention_shape(int B, int T) const {

@@ -55,7 +55,7 @@ void check_same_architecture(const json& saved, const TrainConfig& cfg, const st
   STRATA_CHECK(arch == want, "checkpoint ", dir, " was written for ", arch, " blocks, this run has ",
                want, " blocks (--arch)");
   for (const char* key : {"layers", "dim", "heads", "max_seq", "vocab", "kv_heads", "ffn",
-                          "rope_theta", "norm_eps", "tie_embeddings"}) {
+                          "rope_theta", "rope_scaling", "norm_eps", "tie_embeddings"}) {
     if (!saved.contains(key) || !now.contains(key) || saved[key] == now[key]) continue;
     std::string flag = key;
     std::replace(flag.begin(), flag.end(), '_', '-');

@@ -18,6 +18,8 @@ model::GPTConfig hf_model_config(const ckpt::HfModel& m) {
   c.padded_vocab = (c.vocab + 63) / 64 * 64;
   c.norm_eps = c.llama() ? float(m.norm_eps) : 1e-5f;
   c.rope_theta = float(m.rope_theta);
+  c.rope_factor = float(m.rope_factor), c.rope_low_freq_factor = float(m.rope_low);
+  c.rope_high_freq_factor = float(m.rope_high), c.rope_original_max_pos = float(m.rope_original);
   c.tie_embeddings = m.tie;
   return c;
 }

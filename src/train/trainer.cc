@@ -701,6 +701,7 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
           : double(m.layers) * (2 * 8 * C + 20 * m.hidden());  // two norms, GELU/SwiGLU
   json j = {{"policy", model::recompute_mode_name(m.recompute.mode)},
             {"layers", m.recompute.mode == model::Recompute::full ? json(shape.recomputed_layers) : json()},
+            {"inputs", m.recompute.bf16_inputs ? "bf16" : "fp32"},
             // the model's buffers (a GPT's include its copy of the inputs)
             {"activation_bytes", factory.stage ? worker.activation_bytes() : model->activation_bytes()},
             {"flops_per_step", flops_per_token * double(tokens)},

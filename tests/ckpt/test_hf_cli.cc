@@ -1,6 +1,6 @@
 // `strata train --init-from DIR` and `strata ckpt export --hf` as a user runs them: a Hugging
 // Face Llama directory (the parity fixture of 2 key/value heads for 4 query heads, F16,
-// sharded) loaded into one process, tp 2, pp 2, ZeRO 3 and bf16, and exported again, element
+// sharded) loaded into one process, tp 2, pp 2, ZeRO 3, cp 2 and bf16, and exported again, element
 // for element; bad directories and contradicting flags refused in one line before any step,
 // with nothing saved touched.
 //
@@ -68,7 +68,8 @@ TEST(CkptHfCli, InitFromThenExportIsExactInEveryLayout) {
   const std::map<std::string, std::vector<float>> want = tensors_of(kFixture);
   ASSERT_EQ(want.size(), 2u + 9 * 2 + 1);
   for (const char* layout :
-       {"", "--nproc 2 --tp 2", "--nproc 2 --pp 2", "--nproc 2 --zero 3", "--precision bf16"}) {
+       {"", "--nproc 2 --tp 2", "--nproc 2 --pp 2", "--nproc 2 --zero 3", "--nproc 2 --cp 2",
+        "--precision bf16"}) {
     TempDir tmp;
     token_file(tmp);
     const std::string run = tmp.str() + "/run", out = tmp.str() + "/hf";
@@ -113,6 +114,40 @@ TEST(CkptHfCli, ExportThenImportGivesTheSameFile) {
   ASSERT_EQ(run_strata("ckpt export " + again + " --hf " + second).status, 0);
   for (const char* f : {"config.json", "model.safetensors"})
     EXPECT_EQ(test::read_file(first + "/" + f), test::read_file(second + "/" + f)) << f;
+}
+
+// Llama 3.1's rope_scaling in and out: imported with the model (under tp 2 as in one process),
+// written back as Hugging Face writes it, and the export imported again gives the same files;
+// a flag contradicting it, and bad values, are one line.
+TEST(CkptHfCli, RopeScalingRoundTrips) {
+  const std::string fixture = std::string(STRATA_SOURCE_DIR) + "/tests/model/fixtures/hf/llama-rope3";
+  TempDir tmp;
+  token_file(tmp);
+  const std::string run = tmp.str() + "/run", first = tmp.str() + "/hf1";
+  const auto t = run_strata(train_args(run, fixture) + " --nproc 2 --tp 2");
+  ASSERT_EQ(t.status, 0) << t.out;
+  ASSERT_EQ(run_strata("ckpt export " + run + " --hf " + first).status, 0);
+  const nlohmann::json c = nlohmann::json::parse(test::read_file(first + "/config.json"));
+  const nlohmann::json want = nlohmann::json::parse(test::read_file(fixture + "/config.json"));
+  EXPECT_EQ(c.at("rope_scaling"), want.at("rope_scaling")) << c.dump();
+  const std::string again = tmp.str() + "/run2", second = tmp.str() + "/hf2";
+  ASSERT_EQ(run_strata(train_args(again, first)).status, 0);
+  ASSERT_EQ(run_strata("ckpt export " + again + " --hf " + second).status, 0);
+  for (const char* f : {"config.json", "model.safetensors"})
+    EXPECT_EQ(test::read_file(first + "/" + f), test::read_file(second + "/" + f)) << f;
+  const std::pair<std::string, std::string> bad[] = {
+      {train_args(tmp.str() + "/r3", fixture) + " --rope-scaling none",
+       "--rope-scaling none contradicts " + fixture + "/config.json's rope_scaling"},
+      {"train --model llama-tiny --steps 1 --rope-scaling 0.5", "--rope-scaling 0.5,1,4,8192: needs FACTOR >= 1"},
+      {"train --model llama-tiny --steps 1 --rope-scaling 8,x", "--rope-scaling 8,x: expected none, FACTOR or"},
+      {"train --model tiny --steps 1 --rope-scaling 8", "--rope-scaling needs Llama blocks"},
+  };
+  for (const auto& [args, line] : bad) {
+    const auto r = run_strata(args, "", test::Streams::separate);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_TRUE(has(r.err, line)) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
+  }
 }
 
 TEST(CkptHfCli, BadDirectoriesAndContradictingFlagsStopBeforeAnyStep) {
@@ -161,7 +196,8 @@ TEST(CkptHfCli, BadDirectoriesAndContradictingFlagsStopBeforeAnyStep) {
   });
   refused(
       "train --init-from " + scaled + " --data " + data + " --seq 16 --batch 4 --run-dir " + run,
-      "rope_scaling {\"factor\":2.0,\"type\":\"linear\"}: strata's RoPE has no frequency scaling");
+      "rope_scaling {\"factor\":2.0,\"type\":\"linear\"}: strata's RoPE scales frequencies only as "
+      "Llama 3.1's rope_type \"llama3\"");
   const std::string mqa =
       variant("mqa", [&](const std::string& d) { set_config(d, "num_key_value_heads", 1); });
   refused("train --init-from " + mqa + " --data " + data + " --seq 16 --batch 4 --run-dir " + run,

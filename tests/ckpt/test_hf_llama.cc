@@ -196,7 +196,7 @@ TEST(CkptHfLlama, UnsupportedConfigIsRefusedOneLineEach) {
   const std::vector<TensorInfo> table = llama_table(false);
   ASSERT_EQ(refusal(hf, table), "(accepted)");
   edit_config(hf, [](nlohmann::json& c) {
-    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}};
+    c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32.0}};
     c["attention_bias"] = true;
     c["mlp_bias"] = true;
     c["hidden_act"] = "gelu";
@@ -204,8 +204,8 @@ TEST(CkptHfLlama, UnsupportedConfigIsRefusedOneLineEach) {
   });
   const std::string e = refusal(hf, table);
   const std::string at = "--init-from " + hf + "/config.json: ";
-  EXPECT_TRUE(has(e, at + "rope_scaling {\"factor\":32.0,\"rope_type\":\"llama3\"}: strata's RoPE "
-                          "has no frequency scaling"))
+  EXPECT_TRUE(has(e, at + "rope_scaling {\"factor\":32.0,\"rope_type\":\"yarn\"}: strata's RoPE "
+                          "scales frequencies only as Llama 3.1's rope_type \"llama3\""))
       << e;
   EXPECT_TRUE(has(e, at + "attention_bias true: strata's Llama attention has no biases")) << e;
   EXPECT_TRUE(has(e, at + "mlp_bias true: strata's Llama MLP has no biases")) << e;
@@ -214,6 +214,15 @@ TEST(CkptHfLlama, UnsupportedConfigIsRefusedOneLineEach) {
       has(e, at + "head_dim 4: strata's heads are hidden_size / num_attention_heads = 2 wide"))
       << e;
   EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 4) << e;  // five problems, one line each
+  // Llama 3.1's scaling is read, whole: a key it lacks is named.
+  edit_config(hf, [](nlohmann::json& c) {
+    c = nlohmann::json::parse(c.dump());
+    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}};
+    c.erase("attention_bias"), c.erase("mlp_bias"), c.erase("hidden_act"), c.erase("head_dim");
+  });
+  EXPECT_EQ(refusal(hf, table),
+            "--init-from " + hf + "/config.json: rope_scaling lacks original_max_position_embeddings");
 }
 
 TEST(CkptHfLlama, ConfigThatDoesNotMatchItsTensorsNamesEachTensor) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "check.h"
 #include "kernels/attention_block.h"
@@ -177,6 +178,33 @@ TEST(Rope, ForwardBackwardAndRoundTrip) {
   k::rope_forward(z.data(), far.data(), s, 500000.0f);
   k::rope_backward(z.data(), far.data(), s, 500000.0f);
   for (size_t i = 0; i < z.size(); ++i) ASSERT_NEAR(z[i], x[i], 1e-6) << "element " << i;
+}
+
+// Llama 3.1's "llama3" frequency scaling, checked against its three regimes by hand: head size
+// 8 at theta 10000 gives wavelengths 2 pi x 1, 10, 100, 1000; an original context of 400 with
+// low 1 / high 4 keeps those under 100, divides those over 400 by the factor, and blends the
+// one between (2 pi x 100 = 628 > 400: divided; 62.8 < 100: kept) -- original 1000 puts 628 in
+// the blend: a = (1000 / 628.3 - 1) / 3 = 0.197.
+TEST(Rope, Llama3FrequencyScaling) {
+  k::Rope r(10000.0f);
+  const std::vector<double> plain = k::rope_inv_freq(r, 8);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(plain[size_t(i)], std::pow(10.0, -i), 1e-15);
+  r.factor = 8, r.low_freq_factor = 1, r.high_freq_factor = 4, r.original = 400;
+  std::vector<double> f = k::rope_inv_freq(r, 8);
+  EXPECT_EQ(f[0], plain[0]);
+  EXPECT_EQ(f[1], plain[1]);
+  EXPECT_EQ(f[2], plain[2] / 8);
+  EXPECT_EQ(f[3], plain[3] / 8);
+  r.original = 1000;
+  f = k::rope_inv_freq(r, 8);
+  const double a = (1000 / (2 * M_PI / plain[2]) - 1) / 3;
+  EXPECT_GT(a, 0.19);  // 0.197: a blend, neither end
+  EXPECT_LT(a, 0.2);
+  EXPECT_EQ(f[1], plain[1]);
+  EXPECT_NEAR(f[2], (1 - a) * plain[2] / 8 + a * plain[2], 1e-15);
+  EXPECT_EQ(f[3], plain[3] / 8);
+  r.high_freq_factor = 0.5;  // not above low_freq_factor
+  EXPECT_THROW(k::rope_inv_freq(r, 8), strata::Error);
 }
 
 TEST(Rope, PositionZeroIsTheIdentity) {

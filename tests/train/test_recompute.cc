@@ -4,7 +4,9 @@
 // time summary.json reports, and resume from checkpoints as before.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_util.h"
@@ -129,6 +131,57 @@ TEST(Recompute, ResumesFromCheckpoints) {
   EXPECT_EQ(b, std::vector<double>(a.begin() + 3, a.end()));
 }
 
+// --recompute-inputs bf16: a recomputed block followed by another of its chunk keeps its
+// output in bf16 (half its bytes), one fp32 copy is widened for the block reading it; the
+// bytes equal the formula and `strata plan --local`, the tracker's peak falls by what the
+// test computes from the shape, every layout keeps running, and the numbers move only by the
+// rounding of those inputs.
+TEST(Recompute, Bf16InputsKeepHalfTheirBytes) {
+  const std::string model =
+      "train --layers 6 --dim 32 --heads 4 --max-seq 64 --seq 64 --batch 4 --micro-batch 2 --steps 6 "
+      "--lr 1e-2 --seed 5 --eval-batches 1 --sample-tokens 0 --precision bf16 --recompute full";
+  const TrainRun one = train_run(model + " --recompute-inputs bf16", "rc-bf16-one");
+  ASSERT_EQ(one.cli.status, 0) << one.cli.err;
+  for (const std::string layout : {"", " --nproc 2 --tp 2 --sp"}) {
+    const TrainRun fp = train_run(model + layout, "rc-fp32in");
+    const TrainRun bf = train_run(model + layout + " --recompute-inputs bf16", "rc-bf16in");
+    ASSERT_EQ(fp.cli.status, 0) << layout << "\n" << fp.cli.err;
+    ASSERT_EQ(bf.cli.status, 0) << layout << "\n" << bf.cli.err;
+    const json& rc = bf.summary["recompute"];
+    EXPECT_EQ(rc["inputs"], "bf16");
+    EXPECT_EQ(fp.summary["recompute"]["inputs"], "fp32");
+    EXPECT_EQ(rc["activation_bytes"].get<int64_t>(), rc["activation_bytes_plan"].get<int64_t>()) << layout;
+    const std::string tp = layout.empty() ? "" : " --tp 2";
+    const RunResult plan = run_strata("plan --local --model tiny --layers 6 --hidden 32 --heads 4 --max-seq 64 "
+                                      "--seq 64 --micro-batch 2 --precision bf16 --json --recompute full "
+                                      "--recompute-inputs bf16" + tp);
+    ASSERT_EQ(plan.status, 0) << plan.out;
+    EXPECT_EQ(json::parse(plan.out)["ranks"][0]["activations"].get<int64_t>(),
+              rc["activation_bytes_plan"].get<int64_t>()) << layout;
+    // Five of the six blocks keep n x C bf16 values instead of fp32 (2 bytes each saved), one
+    // fp32 input of n x C is widened: 6 n C bytes fewer (n = 128 rows, 64 under tp 2 + SP).
+    const int64_t n = layout.empty() ? 128 : 64, C = 32;
+    const int64_t saved = 5 * 2 * n * C - 4 * n * C;
+    EXPECT_EQ(fp.summary["recompute"]["activation_bytes"].get<int64_t>() - rc["activation_bytes"].get<int64_t>(),
+              saved) << layout;
+    EXPECT_EQ(fp.summary["memory"]["activations"]["peak"].get<int64_t>() -
+                  bf.summary["memory"]["activations"]["peak"].get<int64_t>(),
+              saved) << layout;
+    // The rounding moves the numbers (the option acts), by bf16's measure only.
+    EXPECT_NE(bf.losses, fp.losses) << layout;
+    EXPECT_LT(max_abs_diff(bf.losses, fp.losses), 5e-3) << layout;
+    EXPECT_LT(max_abs_diff(bf.losses, one.losses), 5e-3) << layout;
+  }
+  for (const char* layout : {" --nproc 2 --zero 2", " --nproc 2 --pp 2", " --nproc 2 --pp 2 --schedule zb"}) {
+    const TrainRun r = train_run(model + layout + " --recompute-inputs bf16", "rc-bf16in-layout");
+    ASSERT_EQ(r.cli.status, 0) << layout << "\n" << r.cli.err;
+    EXPECT_LT(max_abs_diff(r.losses, one.losses), 5e-3) << layout;
+    if (!r.summary.contains("pipeline")) continue;
+    for (const json& stage : r.summary["pipeline"]["stages"])
+      EXPECT_EQ(stage["activation_bytes"], stage["activation_bytes_planned"]) << layout;
+  }
+}
+
 TEST(Recompute, BadFlagsAreOneLine) {
   auto bogus = run_strata("train --steps 1 --recompute some", "", Streams::separate);
   EXPECT_NE(bogus.status, 0);
@@ -139,6 +192,20 @@ TEST(Recompute, BadFlagsAreOneLine) {
   auto negative = run_strata("train --steps 1 --recompute full --recompute-layers -1", "", Streams::separate);
   EXPECT_NE(negative.status, 0);
   EXPECT_NE(negative.err.find("--recompute-layers must not be negative"), std::string::npos) << negative.err;
+  const std::pair<const char*, const char*> inputs[] = {
+      {"--recompute full --recompute-inputs half", "--recompute-inputs half: must be fp32 or bf16"},
+      {"--recompute full --recompute-inputs bf16", "--recompute-inputs bf16 needs --precision bf16"},
+      {"--precision bf16 --recompute selective --recompute-inputs bf16",
+       "--recompute-inputs bf16 needs --recompute full"},
+      {"--precision bf16 --recompute full --recompute-inputs bf16 --experts 4",
+       "--recompute-inputs bf16 is for dense models"},
+  };
+  for (const auto& [flags, line] : inputs) {
+    auto r = run_strata(std::string("train --steps 1 ") + flags, "", Streams::separate);
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.err.find(line), std::string::npos) << flags << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << flags << "\n" << r.err;
+  }
 }
 
 }  // namespace

@@ -10,7 +10,8 @@ GPT2LMHeadModel: pre-LN blocks, Conv1D x @ W + b, tanh GELU, causal attention sc
 `train --init-from` runs) and must match within 1e-5 (logits) and 1e-4 (every gradient,
 relative to the tensor's largest entry).
 
-The fixtures cover kv-heads = heads, heads/2 and 1, untied and tied heads, the three dtypes
+The fixtures cover kv-heads = heads, heads/2 and 1, untied and tied heads, Llama 3.1's
+rope_scaling ("llama3", llama-rope3), the three dtypes
 strata reads (the weights are rounded to the file's dtype first and the reference reads the
 file back, so they are exact), one file and two shards with an index, and GPT-2 names
 without "transformer." plus the attention-mask buffers of older files.
@@ -40,10 +41,15 @@ DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 TORCH_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 B, T = 2, 16
 
-# name, kv heads, tied, file dtype, shards
+# name, kv heads, tied, file dtype, shards (seeds 3, 4, 5; GPT-2 6; the scaled Llama 7)
 LLAMA = [("llama-kv4", 4, False, "BF16", 1), ("llama-kv2", 2, False, "F16", 2), ("llama-kv1", 1, True, "F32", 1)]
 LLAMA_SHAPE = {"layers": 2, "dim": 24, "heads": 4, "ffn": 40, "vocab": 50, "max_seq": 32,
                "rope_theta": 500000.0, "rms_eps": 1e-5}
+# Llama 3.1's rope_scaling with an original context short enough that the fixture's head size
+# (hs 6, theta 500000: wavelengths 6.3, 498 and 39,500 against 1024/4 and 1024) meets all three
+# regimes: kept, blended and divided by the factor.
+ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 1024}
 GPT2_SHAPE = {"layers": 2, "dim": 16, "heads": 2, "vocab": 50, "max_seq": 32}
 
 
@@ -150,13 +156,13 @@ def reference(out, forward, weights, vocab, header):
     return loss.item()
 
 
-def llama_fixture(root, name, kv, tied, dtype, shards, seed):
+def llama_fixture(root, name, kv, tied, dtype, shards, seed, rope_scaling=None):
     s = LLAMA_SHAPE
-    cfg = dict(s, kv_heads=kv, tie_embeddings=tied)
+    cfg = dict(s, kv_heads=kv, tie_embeddings=tied, rope_scaling=rope_scaling)
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": s["dim"],
               "intermediate_size": s["ffn"], "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
               "num_key_value_heads": kv, "hidden_act": "silu", "max_position_embeddings": s["max_seq"],
-              "rms_norm_eps": s["rms_eps"], "rope_theta": s["rope_theta"], "rope_scaling": None,
+              "rms_norm_eps": s["rms_eps"], "rope_theta": s["rope_theta"], "rope_scaling": rope_scaling,
               "attention_bias": False, "mlp_bias": False, "vocab_size": s["vocab"], "tie_word_embeddings": tied,
               "torch_dtype": TORCH_DTYPE[dtype], "bos_token_id": 1, "eos_token_id": 2, "use_cache": True}
     out = os.path.join(root, name)
@@ -201,6 +207,8 @@ def main():
               f"{shards} file(s); loss {loss:.6f}")
     loss = gpt2_fixture(a.out, a.seed + len(LLAMA))
     print(f"wrote {a.out}/gpt2: BF16, HF's own naming; loss {loss:.6f}")
+    loss = llama_fixture(a.out, "llama-rope3", 2, False, "F32", 1, a.seed + len(LLAMA) + 1, ROPE_SCALING)
+    print(f"wrote {a.out}/llama-rope3: kv heads 2, rope_scaling llama3, F32; loss {loss:.6f}")
 
 
 if __name__ == "__main__":

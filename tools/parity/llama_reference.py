@@ -122,10 +122,27 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def rope_cos_sin(positions, hs, theta, dtype):
-    """cos, sin (B, T, hs) for positions (B, T): angle pos * theta^(-2i/hs), repeated over
-    the two halves of a head (rotate_half's layout). Computed in float64."""
+def llama3_scaled(inv_freq, scaling):
+    """Llama 3.1's rope_scaling (rope_type "llama3"), as its published config describes it:
+    wavelengths 2 pi / f shorter than original / high_freq_factor are kept, those longer than
+    original / low_freq_factor divided by factor, and those between interpolated by
+    a = (original / wavelength - low) / (high - low): (1 - a) f / factor + a f."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / inv_freq
+    a = (original / wavelength - low) / (high - low)
+    mid = (1 - a) * inv_freq / factor + a * inv_freq
+    out = torch.where(wavelength > original / low, inv_freq / factor, mid)
+    return torch.where(wavelength < original / high, inv_freq, out)
+
+
+def rope_cos_sin(positions, hs, theta, dtype, scaling=None):
+    """cos, sin (B, T, hs) for positions (B, T): angle pos * theta^(-2i/hs) (llama3-scaled when
+    `scaling` is given), repeated over the two halves of a head (rotate_half's layout).
+    Computed in float64."""
     inv_freq = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    if scaling:
+        inv_freq = llama3_scaled(inv_freq, scaling)
     angle = positions.to(torch.float64)[..., None] * inv_freq
     angle = torch.cat([angle, angle], dim=-1)
     return angle.cos().to(dtype), angle.sin().to(dtype)
@@ -161,7 +178,7 @@ def llama_forward(p, cfg, tokens, positions=None, attend=attention):
     if positions is None:
         positions = torch.arange(T).expand(B, T)
     x = p["model.embed_tokens.weight"][tokens]
-    cos, sin = rope_cos_sin(positions, hs, cfg["rope_theta"], x.dtype)
+    cos, sin = rope_cos_sin(positions, hs, cfg["rope_theta"], x.dtype, cfg.get("rope_scaling"))
     for l in range(cfg["layers"]):
         w = lambda n: p[f"model.layers.{l}.{n}.weight"]
         y = rms_norm(x, w("input_layernorm"), eps)
