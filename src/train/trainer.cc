@@ -694,11 +694,19 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
   const cost::GptShape shape = model::gpt_shape(m);
   const int64_t tokens = int64_t(cfg.batch) * cfg.train_seq();  // one step, the whole job
   const double C = m.dim;
+  // Selective: the two norms and, under fp32, a dense block's GELU/SwiGLU output (bf16 keeps
+  // it; an MoE block's experts keep theirs), as the planner counts them; zero-bubble's weight
+  // pass recomputes a second time.
+  const cost::ElementwiseWork sel =
+      cost::selective_recompute_per_token(C, m.hidden(), m.llama(), topo.precision == "bf16");
+  const double passes = topo.pp > 1 && topo.schedule == "zb" ? 2 : 1;
   const double flops_per_token =
-      m.recompute.mode == model::Recompute::full
-          ? double(shape.recomputed_layers) *
-                cost::block_forward_flops_per_token(C, T, m.heads, m.kv(), m.hidden(), m.llama())
-          : double(m.layers) * (2 * 8 * C + 20 * m.hidden());  // two norms, GELU/SwiGLU
+      passes * (m.recompute.mode == model::Recompute::full
+                    ? double(shape.recomputed_layers) *
+                          cost::block_forward_flops_per_token(C, T, m.heads, m.kv(), m.hidden(),
+                                                              m.llama())
+                    : double(m.layers) * sel.norm_ops +
+                          double(m.layers - m.moe.moe_layers(m.layers)) * sel.act_ops);
   json j = {{"policy", model::recompute_mode_name(m.recompute.mode)},
             {"layers", m.recompute.mode == model::Recompute::full ? json(shape.recomputed_layers) : json()},
             {"inputs", m.recompute.bf16_inputs ? "bf16" : "fp32"},

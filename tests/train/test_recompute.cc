@@ -53,6 +53,16 @@ TEST(Recompute, ChangesNoNumberInAnyLayout) {
       EXPECT_EQ(grad_norms(r), grad_norms(plain)) << layout << " " << policy;
       ASSERT_TRUE(r.summary.contains("recompute")) << layout << " " << policy;
       EXPECT_GT(r.summary["recompute"]["seconds_per_step"].get<double>(), 0.0) << layout << " " << policy;
+      if (std::string(policy) != "--recompute selective") continue;
+      // The elementwise work the summary counts (cost::selective_recompute_per_token): per
+      // token, two LayerNorms (16·C) and, under fp32, a dense block's GELU (20·4C); twice
+      // under zero-bubble. 4 blocks, C 32, 4 x 64 tokens a step.
+      const std::string l = layout;
+      const bool bf16 = l.find("bf16") != std::string::npos, moe = l.find("experts") != std::string::npos;
+      const double C = 32, dense = moe ? 2 : 4, passes = l.find("zb") != std::string::npos ? 2 : 1;
+      EXPECT_DOUBLE_EQ(r.summary["recompute"]["flops_per_step"].get<double>(),
+                       passes * (4 * 16 * C + dense * (bf16 ? 0 : 20 * 4 * C)) * 4 * 64)
+          << layout;
     }
   }
 }
