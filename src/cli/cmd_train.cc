@@ -58,6 +58,7 @@ struct TrainArgs {
   std::string recompute = "none";     // --recompute
   int recompute_layers = 0;           // --recompute-layers
   int mem_replicas = 0;               // --mem-ckpt-replicas
+  std::string recovery = "restart";   // --recovery
 };
 
 // --experts E --top-k K [--moe-every N] [--capacity-factor F | --dropless] ...
@@ -286,6 +287,7 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
     pc.dp.reduce_precision = parallel::parse_precision(a.reduce_dtype);
   }
   pc.backend = comm::parse_backend(a.backend);
+  pc.recovery = train::parse_recovery(a.recovery);
   if (!pc.hosts.empty()) {
     STRATA_CHECK(!app.count("--backend") || pc.backend == comm::Backend::mpi,
                  "--backend ", a.backend, " runs on one host; several hosts need --backend mpi");
@@ -479,6 +481,12 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   a->faults.add_to(app);
   a->host_flags.add_to(app);
+  app.add_option("--recovery", a->recovery,
+                 "When a rank dies: restart the whole job (restart, with --max-restarts); continue on "
+                 "the surviving data-parallel ranks from the in-memory copies (shrink); or continue "
+                 "on them while a replacement starts and joins at a step boundary (live). shrink "
+                 "and live: one host, --nproc, --mem-ckpt-every, dp and ZeRO 0-2 only")
+      ->capture_default_str();
   app.add_flag("--elastic", p.elastic,
                "With --max-restarts across hosts: restart on the remaining hosts when one fails, resharding "
                "the checkpoint and the data position onto the smaller world");

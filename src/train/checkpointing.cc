@@ -246,10 +246,13 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.rank = topo.rank;
     m.local_world = std::max(1, comm::detect_rank_env().local_world_size);
     m.job = comm::supervised_job_id();
-    m.reuse = restart_ > 0 || c.resume == "auto";
+    const bool live = topo.live.generation > 0;
+    // Live recovery reads every old rank's segment before this world replaces them.
+    if (live) live_ = resume_live();
+    m.reuse = !live && (restart_ > 0 || c.resume == "auto");
     m.supervised = comm::launched_as_rank() && !m.job.empty();
     m.layout_text = mem_layout_text();
-    if (restart_ == 0) m.fault = f;
+    if (restart_ == 0 && !live) m.fault = f;
     m.log = [this](const std::string& line) { log(line); };
     mem_ = std::make_unique<MemCheckpoints>(std::move(m), engine_);
     // The cost, in the start-up log: rank 0's slots, and the whole job's.
@@ -262,7 +265,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
                    double(mem_->bytes()) / (1 << 20), total / (1 << 20), topo_.world);
   }
   if (c.every == 0) return;
-  if (c.resume.empty() && restart_ == 0) {
+  if (c.resume.empty() && restart_ == 0 && topo.live.generation == 0) {
     // A fresh run would overwrite another run's checkpoints step by step: refuse.
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(cfg.run_dir + "/ckpt", ec))
@@ -378,6 +381,10 @@ ResumePoint RunCheckpoints::resume_point(int64_t step, const data::LoaderState& 
 }
 
 ResumePoint RunCheckpoints::resume() {
+  if (live_) {
+    resumed_ = *live_;
+    return *live_;
+  }
   const CheckpointConfig& c = cfg_.ckpt;
   const std::string prefix = restart_ > 0 ? cat("restart ", restart_, ": ") : std::string();
   if (mem_ && (restart_ > 0 || c.resume == "auto")) {
@@ -436,6 +443,49 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   const std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat("resuming from the in-memory copy of step ", chosen, " (", disk_text, "; ",
            fmt("%.3f", sw.seconds()), " s to load", passed_text, ")", lost));
+  return p;
+}
+
+ResumePoint RunCheckpoints::resume_live() {
+  const LiveRecovery& live = topo_.live;
+  const bool lead = topo_.rank == 0;
+  Stopwatch sw;
+  EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world,
+                   [this](const std::string& line) { log(line); });
+  // Every rank reads the same segments; rank 0's newest step is checked against the others'.
+  const std::vector<int64_t> steps = old.common_steps();
+  const double newest = steps.empty() ? -1.0 : double(steps.front());
+  const int64_t chosen = int64_t(topo_.sum_across_ranks(lead ? newest : 0.0));
+  const bool have = std::find(steps.begin(), steps.end(), chosen) != steps.end();
+  STRATA_CHECK(topo_.sum_across_ranks(have ? 0.0 : 1.0) == 0.0, "live recovery: no step has a "
+               "complete in-memory copy on every one of the ", live.old_world, " rank(s) of the "
+               "world that failed (", live.failure, "; see the lines above); it cannot continue");
+  STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
+               cfg_.schedule.steps);
+  const double read_s = sw.seconds();
+  const MemCopy m = old.load(chosen, engine_.state_shards());
+  engine_.state_loaded(chosen);
+  // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it.
+  topo_.sum_across_ranks(0.0);
+  ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
+  p.from_memory = true;
+  const double since = double(now_ns() - live.failed_ns) * 1e-9;
+  if (lead) {
+    live.records->push_back({{"failure", live.failure},
+                             {"failed_step", live.failed_step},
+                             {"resumed_step", chosen},
+                             {"world_before", live.old_world},
+                             {"world_after", topo_.world},
+                             {"steps_lost", p.steps_lost},
+                             {"seconds_to_load", sw.seconds()},
+                             {"seconds_since_failure", since}});
+    std::fprintf(stderr, "strata train: live recovery: %s at step %lld; continuing on %d rank(s) "
+                 "from the in-memory copy of step %lld (%.2f s since the failure; %.3f s to read "
+                 "the %d rank(s)' copies, %.3f s to load)\n", live.failure.c_str(),
+                 (long long)live.failed_step, topo_.world, (long long)chosen, since, read_s,
+                 live.old_world, sw.seconds() - read_s);
+    std::fflush(stderr);
+  }
   return p;
 }
 
@@ -530,7 +580,8 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
   if (saver_->poll()) record_finished(out);
   if (done % cfg_.ckpt.every != 0) return;
   const diag::FaultSpec& f = cfg_.fault;
-  if (restart_ == 0 && f.kind == diag::FaultKind::kill_during_save && f.fires(topo_.rank, done)) {
+  if (restart_ == 0 && topo_.live.generation == 0 && f.kind == diag::FaultKind::kill_during_save &&
+      f.fires(topo_.rank, done)) {
     saver_->wait();  // the previous save must not be the one that dies
     die_in_save_->store(true);
   }

@@ -97,6 +97,9 @@ class RunCheckpoints {
   // The in-memory copy every rank holds, when newer than the disk's newest step (collective);
   // nullopt: the disk decides. `prefix` starts the lines ("restart 1: ").
   std::optional<ResumePoint> resume_from_memory(const std::string& prefix);
+  // Live recovery (topo.live): loads the newest step every rank of the world that failed
+  // holds a copy of, resharded onto this world (collective); throws when there is none.
+  ResumePoint resume_live();
   // The layout as the in-memory copies' fingerprint and messages name it.
   std::string mem_layout_text() const;
   // Fills a resume point (and trims metrics.jsonl on rank 0) for a load of `step`.
@@ -120,6 +123,7 @@ class RunCheckpoints {
   int64_t tokens_seen_ = 0;
   size_t recorded_ = 0;  // saves already written to metrics.jsonl
   ResumePoint resumed_;
+  std::optional<ResumePoint> live_;  // what resume_live loaded, before the segments were replaced
 };
 
 // metrics.jsonl of a resumed run: keeps the records of steps <= `step`, drops the rest.

@@ -356,16 +356,18 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                               fk != diag::FaultKind::wrong_count),
                "--inject ", diag::fault_kind_name(fk), " needs a collective to break: run on 2 or "
                "more ranks (--nproc)");
-  inject = cfg.fault.active() && restart == 0;
+  inject = cfg.fault.active() && restart == 0 && topo.live.generation == 0;
   ckpt = std::make_unique<RunCheckpoints>(cfg, topo, restart, *model, *engine);
   const ResumePoint from = ckpt->resume();
   start_step = from.step;
   if (lead) {
     out = std::make_unique<MetricsWriter>(cfg.run_dir, cfg.json, stdout, from.step > 0);
     result.losses = from.losses;
-    if (from.step > 0 || restart > 0) {  // a resume or a supervised restart, for the report
+    if (from.step > 0 || restart > 0 || topo.live.generation > 0) {  // a resume or a supervised restart, for the report
       json rec = {{"step", from.step}, {"restart", restart}, {"resumed_from", from.dir}};
       if (from.steps_lost >= 0) rec["steps_lost"] = from.steps_lost;
+      if (topo.live.generation > 0 && !topo.live.records->empty())
+        rec["live_recovery"] = topo.live.records->back();
       out->record(rec, "");
     }
   }
@@ -767,6 +769,7 @@ void Trainer::Run::finish(double wall_s) {
                    {"mem_ckpt_bytes_per_rank", ckpt->mem_bytes()},
                    {"memory", memory_tracker().to_json()}});
   if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
+  if (!topo.live.records->empty()) summary.set("live_recovery", *topo.live.records);
   if (cfg.model.recompute.mode != model::Recompute::none)
     summary.set("recompute", recompute_section(factory.stage ? *factory.stage : *model,
                                                cfg.schedule.steps - start_step));
@@ -855,6 +858,11 @@ TrainResult Trainer::run() {
     }
     run.ckpt->after_step(step + 1, run.loader->state(), run.step_tokens, run.out.get());
     run.eval_and_sample(step);
+    // Live recovery's rejoin, at a step whose in-memory copy is what the larger world loads.
+    const int64_t every = cfg_.ckpt.mem_every;
+    if (topo_.world_changes && every > 0 && (step + 1) % every == 0 && step + 1 < steps &&
+        topo_.world_changes())
+      throw WorldChange(step + 1);
   }
   current_phase().set(cfg_.schedule.steps, -1, PhaseKind::idle);
   run.finish(wall.seconds());
