@@ -707,7 +707,8 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
       if (g.joiner > 0 && live_members(g).empty()) {  // the job is done without it
         if (kill(-g.joiner, SIGKILL) != 0) kill(g.joiner, SIGKILL);
         g.joiner = -1;
-      } else if (g.joiner > 0 && access(live_ready_file(g.live_file, g.joiner).c_str(), F_OK) == 0) {
+      } else if (g.joiner > 0 && access(live_ready_file(g.live_file, g.joiner).c_str(), F_OK) == 0 &&
+                 access(live_formed_file(g.live_file, int(g.live_jobs.size())).c_str(), F_OK) == 0) {
         join_replacement(g, o);
       }
     }

@@ -38,6 +38,15 @@ void announce_live_join() {
   atomic_write_file(live_ready_file(path, getpid()), "ready\n");
 }
 
+std::string live_formed_file(const std::string& path, int generation) {
+  return cat(path, ".formed-", generation);
+}
+
+void announce_live_world_formed(int generation) {
+  const std::string path = live_world_file();
+  if (!path.empty()) atomic_write_file(live_formed_file(path, generation), "formed\n");
+}
+
 void write_live_world(const std::string& path, int generation, const std::string& job, int from,
                       const std::string& failure, const std::vector<int64_t>& pids) {
   std::string text = cat("generation ", generation, "\nworld ", pids.size(), "\njob ", job,

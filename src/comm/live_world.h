@@ -17,6 +17,7 @@
 //
 // Rejoin: the launcher then starts a replacement with STRATA_LIVE_JOIN=<generation>. Once it
 // has built what it can alone it announces itself (a file <STRATA_LIVE_FILE>.ready-<pid>);
+// once the survivors' world has formed too (rank 0's <STRATA_LIVE_FILE>.formed-<generation>),
 // the launcher writes the next generation, the survivors and the replacement, last; the
 // survivors see it at a step boundary (rank 0 reads the file, one all-reduce tells the rest)
 // and re-form with it, and the replacement reads the survivors' copies.
@@ -52,6 +53,11 @@ int live_join_generation();
 
 // In a replacement: says the launcher it is ready (creates its live_ready_file).
 void announce_live_join();
+
+// The file rank 0 of generation `generation` creates once that world formed and loaded its
+// state: a replacement joins only a world that formed (its copies are the ones to load).
+std::string live_formed_file(const std::string& path, int generation);
+void announce_live_world_formed(int generation);
 
 // Reads the file as it stands; nullopt when it is absent or malformed.
 std::optional<LiveWorld> read_live_world(const std::string& path);

@@ -15,6 +15,7 @@
 #include "ckpt/load.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
+#include "comm/live_world.h"
 #include "core/error.h"
 #include "cost/reliability.h"
 #include "core/phase.h"
@@ -451,7 +452,9 @@ ResumePoint RunCheckpoints::resume_live() {
   const bool lead = topo_.rank == 0;
   Stopwatch sw;
   EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world,
-                   [this](const std::string& line) { log(line); });
+                   [this, lead](const std::string& line) {
+                     if (lead) log(line);  // every rank reads the same segments
+                   });
   // Every rank reads the same segments; rank 0's newest step is checked against the others'.
   const std::vector<int64_t> steps = old.common_steps();
   const double newest = steps.empty() ? -1.0 : double(steps.front());
@@ -463,10 +466,12 @@ ResumePoint RunCheckpoints::resume_live() {
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
                cfg_.schedule.steps);
   const double read_s = sw.seconds();
-  const MemCopy m = old.load(chosen, engine_.state_shards());
+  const MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_, topo_).pieces),
+                             engine_.state_shards());
   engine_.state_loaded(chosen);
   // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it.
   topo_.sum_across_ranks(0.0);
+  if (lead) comm::announce_live_world_formed(live.generation);  // a replacement may join it now
   ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
   p.from_memory = true;
   const double since = double(now_ns() - live.failed_ns) * 1e-9;

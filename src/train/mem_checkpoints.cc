@@ -244,9 +244,10 @@ std::vector<int64_t> EarlierWorld::common_steps() const {
   return out;
 }
 
-MemCopy EarlierWorld::load(int64_t step, const std::vector<parallel::StateShard>& shards) const {
-  // Elements of each target shard filled so far, to find any that no old rank held.
-  std::vector<int64_t> filled(shards.size(), 0), held_end(shards.size(), 0);
+MemCopy EarlierWorld::load(int64_t step, int64_t psi,
+                           const std::vector<parallel::StateShard>& shards) const {
+  // The ranges of each target shard filled, to find any element of [0, psi) no old rank held.
+  std::vector<std::vector<ckpt::Range>> got(shards.size());
   MemCopy m;
   for (size_t q = 0; q < segments_.size(); ++q) {
     const std::vector<int64_t>& s = slot_steps_[q];
@@ -268,27 +269,29 @@ MemCopy EarlierWorld::load(int64_t step, const std::vector<parallel::StateShard>
         if (to.name != name) continue;
         STRATA_CHECK(dtype == dtype_name(to.dtype), "live recovery: state ", name, " was copied as ",
                      dtype, ", this rank holds it as ", dtype_name(to.dtype));
-        held_end[t] = std::max(held_end[t], from.end);
-        const ckpt::Range both = ckpt::intersect(from, {to.begin, to.end});
+        const ckpt::Range both = ckpt::intersect(from, {to.begin, std::min(to.end, psi)});
         if (both.empty()) continue;
         const size_t e = dtype_size(to.dtype);
         std::memcpy(static_cast<unsigned char*>(to.data) + size_t(both.begin - to.begin) * e,
                     src + size_t(both.begin - from.begin) * e, size_t(both.size()) * e);
-        filled[t] += both.size();  // old ranks' ranges of one state do not overlap ...
+        got[t].push_back(both);
       }
       offset += uint64_t(from.size()) * dtype_size(parse_dtype(dtype));
     }
   }
   for (size_t t = 0; t < shards.size(); ++t) {
     const parallel::StateShard& to = shards[t];
-    // ... unless the state is replicated (ZeRO 0 parameters): then every rank holds all of it.
-    const int64_t want = std::min(to.end, held_end[t]) - to.begin;
-    STRATA_CHECK(filled[t] >= want, "live recovery: elements [", to.begin, ", ", to.end, ") of ",
-                 to.name, " are not all held by the ", segments_.size(),
-                 " rank(s) of the world that failed (", filled[t], " of ", want, " found)");
-    // Past every old rank's range lies ZeRO padding of the smaller world: zeros.
-    if (held_end[t] < to.end) {
-      const int64_t from = std::max(to.begin, held_end[t]);
+    // Every element below psi from some old rank (replicated states from several).
+    std::sort(got[t].begin(), got[t].end(), [](ckpt::Range a, ckpt::Range b) { return a.begin < b.begin; });
+    int64_t covered = to.begin;
+    for (const ckpt::Range& r : got[t])
+      if (r.begin <= covered) covered = std::max(covered, r.end);
+    const int64_t want = std::min(to.end, psi);
+    STRATA_CHECK(covered >= want, "live recovery: elements [", covered, ", ", want, ") of ", to.name,
+                 " are held by none of the ", segments_.size(), " rank(s) of the world before");
+    // Past psi lies ZeRO padding of this world: zeros.
+    if (psi < to.end) {
+      const int64_t from = std::max(to.begin, psi);
       const size_t e = dtype_size(to.dtype);
       std::memset(static_cast<unsigned char*>(to.data) + size_t(from - to.begin) * e, 0,
                   size_t(to.end - from) * e);

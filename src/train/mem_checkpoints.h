@@ -78,9 +78,10 @@ class EarlierWorld {
   // Steps whose copy is complete (checksummed), of this run and job, in every old rank's
   // segment; newest first.
   std::vector<int64_t> common_steps() const;
-  // Fills `shards` with the copies of `step` and returns its training state. Throws when an
-  // element within the old ranks' states is held by none of them.
-  MemCopy load(int64_t step, const std::vector<parallel::StateShard>& shards) const;
+  // Fills `shards` (flat ranges of states of `psi` elements; past psi: ZeRO padding, zeroed)
+  // with the copies of `step` and returns its training state. Throws when an element below
+  // psi is held by none of the old ranks.
+  MemCopy load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) const;
 
  private:
   std::vector<std::unique_ptr<ckpt::MemSegment>> segments_;

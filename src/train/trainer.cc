@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -268,6 +269,19 @@ std::string sample_text(model::GPT& model, const data::TokenSource& val, const T
   std::vector<int32_t> gen = generate(model, prompt, cfg.sample_tokens, cfg.train_seq(),
                                       cfg.model.vocab, cfg.seed, kSampleStream + uint64_t(step));
   return render_sample(val, prompt) + " | " + render_sample(val, gen);
+}
+
+// Every live re-formation of the run (train/distributed.cc), as rank 0 of each world recorded
+// it in metrics.jsonl: the rank 0 of a later world need not have lived through the earlier ones.
+json live_recoveries(const std::string& run_dir) {
+  json out = json::array();
+  std::ifstream f(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(f, line)) {
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("live_recovery")) out.push_back(j["live_recovery"]);
+  }
+  return out;
 }
 
 std::string floor_text(double loss, double floor) {
@@ -769,7 +783,7 @@ void Trainer::Run::finish(double wall_s) {
                    {"mem_ckpt_bytes_per_rank", ckpt->mem_bytes()},
                    {"memory", memory_tracker().to_json()}});
   if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
-  if (!topo.live.records->empty()) summary.set("live_recovery", *topo.live.records);
+  if (topo.live.generation > 0 && lead) summary.set("live_recovery", live_recoveries(cfg.run_dir));
   if (cfg.model.recompute.mode != model::Recompute::none)
     summary.set("recompute", recompute_section(factory.stage ? *factory.stage : *model,
                                                cfg.schedule.steps - start_step));

@@ -101,7 +101,8 @@ struct LiveRecovery {
   std::string failure;      // the launcher's words: "rank 1 was killed by signal 9 (Killed)"
   int64_t failed_step = 0;  // the step this rank was in when its group broke (1-based)
   int64_t failed_ns = 0;    // when this rank saw its group break (now_ns)
-  // One object per recovery so far, for summary.json's "live_recovery" (rank 0 adds each).
+  // This process's re-formations (rank 0 adds each): the newest goes into metrics.jsonl,
+  // whose records make summary.json's "live_recovery".
   std::shared_ptr<nlohmann::json> records = std::make_shared<nlohmann::json>(nlohmann::json::array());
 };
 

@@ -196,7 +196,7 @@ TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
                            dump_env(dir), Streams::separate, 120);
   ASSERT_EQ(a.status, 0) << a.err;
   RunResult b = run_strata(live_run(ref2, "--nproc 2 --zero 1 --ckpt-every " + std::to_string(joined) +
-                                              " --resume " + step_dir(ref3, k), steps),
+                                              " --ckpt-keep 0 --resume " + step_dir(ref3, k), steps),
                            dump_env(dir), Streams::separate, 120);
   ASSERT_EQ(b.status, 0) << b.err;
   RunResult c = run_strata(live_run(ref3b, "--nproc 3 --zero 1 --resume " + step_dir(ref2, joined), steps),
