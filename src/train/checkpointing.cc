@@ -450,19 +450,26 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
 ResumePoint RunCheckpoints::resume_live() {
   const LiveRecovery& live = topo_.live;
   const bool lead = topo_.rank == 0;
+  const double regroup_s = double(live.formed_ns - live.failed_ns) * 1e-9;
+  const double rebuild_s = double(now_ns() - live.formed_ns) * 1e-9;
   Stopwatch sw;
-  EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world,
-                   [this, lead](const std::string& line) {
-                     if (lead) log(line);  // every rank reads the same segments
-                   });
-  // Every rank reads the same segments; rank 0's newest step is checked against the others'.
-  const std::vector<int64_t> steps = old.common_steps();
-  const double newest = steps.empty() ? -1.0 : double(steps.front());
-  const int64_t chosen = int64_t(topo_.sum_across_ranks(lead ? newest : 0.0));
-  const bool have = std::find(steps.begin(), steps.end(), chosen) != steps.end();
-  STRATA_CHECK(topo_.sum_across_ranks(have ? 0.0 : 1.0) == 0.0, "live recovery: no step has a "
-               "complete in-memory copy on every one of the ", live.old_world, " rank(s) of the "
-               "world that failed (", live.failure, "; see the lines above); it cannot continue");
+  EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world, topo_.rank,
+                   [this](const std::string& line) { log(line); });
+  // Every rank reads the same headers; rank 0's newest step is checked against the others',
+  // and its copies' checksums verified, each rank a share of the old ranks' segments.
+  std::vector<int64_t> steps = old.common_steps();
+  int64_t chosen = -1;
+  while (chosen < 0) {
+    const double newest = steps.empty() ? -1.0 : double(steps.front());
+    const int64_t step = int64_t(topo_.sum_across_ranks(lead ? newest : 0.0));
+    const bool have = std::find(steps.begin(), steps.end(), step) != steps.end();
+    STRATA_CHECK(topo_.sum_across_ranks(have ? 0.0 : 1.0) == 0.0, "live recovery: no step has a "
+                 "complete in-memory copy on every one of the ", live.old_world, " rank(s) of the "
+                 "world before (", live.failure, "; see the lines above); it cannot continue");
+    const bool ok = old.verify(step, topo_.rank, topo_.world);
+    if (topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0) chosen = step;
+    steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
+  }
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
                cfg_.schedule.steps);
   const double read_s = sw.seconds();
@@ -482,13 +489,17 @@ ResumePoint RunCheckpoints::resume_live() {
                              {"world_before", live.old_world},
                              {"world_after", topo_.world},
                              {"steps_lost", p.steps_lost},
-                             {"seconds_to_load", sw.seconds()},
-                             {"seconds_since_failure", since}});
+                             {"seconds_since_failure", since},
+                             {"seconds_to_regroup", regroup_s},
+                             {"seconds_to_rebuild", rebuild_s},
+                             {"seconds_to_read", read_s},
+                             {"seconds_to_load", sw.seconds() - read_s}});
     std::fprintf(stderr, "strata train: live recovery: %s at step %lld; continuing on %d rank(s) "
-                 "from the in-memory copy of step %lld (%.2f s since the failure; %.3f s to read "
-                 "the %d rank(s)' copies, %.3f s to load)\n", live.failure.c_str(),
-                 (long long)live.failed_step, topo_.world, (long long)chosen, since, read_s,
-                 live.old_world, sw.seconds() - read_s);
+                 "from the in-memory copy of step %lld (%.2f s since the failure: %.3f s to re-form "
+                 "the groups, %.3f s to rebuild data, model and engine, %.3f s to read the %d "
+                 "rank(s)' copies, %.3f s to load)\n", live.failure.c_str(),
+                 (long long)live.failed_step, topo_.world, (long long)chosen, since, regroup_s,
+                 rebuild_s, read_s, live.old_world, sw.seconds() - read_s);
     std::fflush(stderr);
   }
   return p;

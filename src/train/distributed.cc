@@ -27,6 +27,7 @@
 #include "core/trace.h"
 #include "cost/activations.h"
 #include "cost/comm.h"
+#include "data/dataset.h"
 #include "diag/net_check.h"
 #include "model/context/context_comm.h"
 #include "model/shard.h"
@@ -292,6 +293,12 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   const double wait_s = pc.timeout_s > 0 ? pc.timeout_s : 60;
   LiveRecovery live;
   int world_size = env.world_size;
+  ParallelConfig now = pc;
+  now.mesh.dp = 0;  // every rank is a data-parallel replica, however many remain
+  // Opened once (by a replacement before it announces itself): a re-formed world's trainer
+  // reads the same sources.
+  live.data = std::make_shared<data::Split>(
+      data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab));
   if (const int after = comm::live_join_generation(); after > 0) {  // this process is a replacement
     comm::announce_live_join();
     const std::optional<comm::LiveWorld> w = comm::wait_for_live_world(after, wait_s);
@@ -304,12 +311,11 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
     live.failed_ns = now_ns();
     world_size = w->world;
   }
-  ParallelConfig now = pc;
-  now.mesh.dp = 0;  // every rank is a data-parallel replica, however many remain
   for (;;) {
     comm::GroupPtr world;
     try {
       world = join_world(world_size, co);
+      live.formed_ns = now_ns();
       TrainResult r = train_in_world(cfg, now, world, live);
       write_trace();
       return r;

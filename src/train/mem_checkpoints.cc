@@ -201,8 +201,12 @@ MemCopy MemCheckpoints::read_copy(int slot) const {
   return m;
 }
 
-EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, int world,
-                           const std::function<void(const std::string&)>& log) {
+EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, int world, int rank,
+                           const std::function<void(const std::string&)>& log_all)
+    : log_(log_all) {
+  auto log = [&](const std::string& line) {
+    if (rank == 0) log_all(line);
+  };
   const std::string run = run_key(run_dir);
   for (int q = 0; q < world; ++q) {
     const std::string name = ckpt::MemSegment::name_for(run, q);
@@ -211,7 +215,7 @@ EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, i
                  "in-memory copies (/dev/shm", name, " is missing)");
     std::vector<int64_t> steps(ckpt::kMemSlots, -1);
     for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
-      const ckpt::MemSlotView v = seg->inspect(slot);
+      const ckpt::MemSlotView v = seg->inspect(slot, false);  // headers only; verify() hashes
       const std::string what = cat("rank ", q, "'s in-memory copy of step ", v.meta.step,
                                    " (slot ", slot, " of /dev/shm", name, ")");
       if (v.state == ckpt::MemSlotState::incomplete)
@@ -242,6 +246,21 @@ std::vector<int64_t> EarlierWorld::common_steps() const {
   std::sort(out.rbegin(), out.rend());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+bool EarlierWorld::verify(int64_t step, int rank, int world) const {
+  bool ok = true;
+  for (size_t q = size_t(rank); q < segments_.size(); q += size_t(world)) {
+    const std::vector<int64_t>& s = slot_steps_[q];
+    const int slot = int(std::find(s.begin(), s.end(), step) - s.begin());
+    if (slot >= ckpt::kMemSlots) return false;
+    const ckpt::MemSlotView v = segments_[q]->inspect(slot);
+    if (v.state == ckpt::MemSlotState::complete) continue;
+    log_(cat("rank ", q, "'s in-memory copy of step ", step, " (slot ", slot, " of /dev/shm",
+             segments_[q]->name(), ") failed its checksum (", v.problem, "); not used"));
+    ok = false;
+  }
+  return ok;
 }
 
 MemCopy EarlierWorld::load(int64_t step, int64_t psi,

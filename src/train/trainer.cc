@@ -301,7 +301,7 @@ struct Trainer::Run {
   int world, A, T, b, threads;  // world: data-parallel ranks (topo.dp_world)
   bool lead;
   std::unique_ptr<MetricsWriter> out;
-  data::Split split;
+  std::shared_ptr<data::Split> split;  // topo.live.data when a live world keeps it
   std::unique_ptr<model::GPT> model;
   std::unique_ptr<parallel::StepEngine> engine;
   std::unique_ptr<data::Loader> loader;
@@ -343,11 +343,13 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
     : cfg(c), topo(t), factory(factory), world(t.dp_world), A(c.accum(t.dp_world)), T(c.train_seq()),
       b(c.batch / (A * world)), threads(omp_get_max_threads()), lead(t.rank == 0) {
   current_phase().set(-1, -1, PhaseKind::data);
-  split = data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab);
-  STRATA_CHECK(split.train->vocab() <= cfg.model.vocab, "data ", split.train->describe(),
-               " has token ids up to ", split.train->vocab() - 1, " but the model's vocabulary is ",
-               cfg.model.vocab, " (set --vocab ", split.train->vocab(), ")");
-  floor = split.val->entropy_floor();
+  split = topo.live.data ? topo.live.data
+                         : std::make_shared<data::Split>(
+                               data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab));
+  STRATA_CHECK(split->train->vocab() <= cfg.model.vocab, "data ", split->train->describe(),
+               " has token ids up to ", split->train->vocab() - 1, " but the model's vocabulary is ",
+               cfg.model.vocab, " (set --vocab ", split->train->vocab(), ")");
+  floor = split->val->entropy_floor();
 
   model = std::make_unique<model::GPT>(cfg.model,
                                         factory.model_max_batch >= 0 ? factory.model_max_batch : b,
@@ -407,15 +409,15 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   sc.world = world;
   sc.seed = cfg.seed;
   sc.policy = data::parse_tail_policy(cfg.tail);
-  sc.doc_token = document_token(cfg, *split.train);
-  loader = std::make_unique<data::Loader>(*split.train, sc, topo.dp_rank, from.loader,
+  sc.doc_token = document_token(cfg, *split->train);
+  loader = std::make_unique<data::Loader>(*split->train, sc, topo.dp_rank, from.loader,
                                           cfg.prefetch);
   result.entropy_floor = floor;
   if (lead)
     out->note(fmt("strata train: %s, %lld params, data %s, batch %d = %d x %d accum x %d rank(s), "
                   "seq %d, %d threads, gemm %s, %s peak %s",
                   cfg.model_name.c_str(), (long long)cfg.model.num_params(),
-                  split.train->describe().c_str(), cfg.batch, b, A, world, T, threads,
+                  split->train->describe().c_str(), cfg.batch, b, A, world, T, threads,
                   gemm.c_str(), peak.kind.c_str(), peak.label().c_str()));
 }
 
@@ -682,7 +684,7 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
 void Trainer::Run::eval_and_sample(int64_t step) {
   const bool last = step + 1 == cfg.schedule.steps;
   if (last || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0)) {
-    const EvalResult e = evaluate(*model, *split.val, cfg, topo, b, A, factory);
+    const EvalResult e = evaluate(*model, *split->val, cfg, topo, b, A, factory);
     result.eval_loss = e.loss;
     result.eval_sequences = e.sequences;
     json rec = {{"step", step + 1}, {"eval_loss", e.loss}, {"eval_sequences", e.sequences},
@@ -695,7 +697,7 @@ void Trainer::Run::eval_and_sample(int64_t step) {
   }
   if (cfg.sample_tokens > 0 && factory.samples &&
       (last || (cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0))) {
-    std::string text = sample_text(*model, *split.val, cfg, step);
+    std::string text = sample_text(*model, *split->val, cfg, step);
     if (lead) out->record({{"step", step + 1}, {"sample", text}}, "sample: " + text);
   }
 }
@@ -754,7 +756,7 @@ void Trainer::Run::finish(double wall_s) {
   SummaryBuilder summary;
   summary.set_all({{"config", cfg.to_json()},
                    {"seed", cfg.seed},
-                   {"data", split.train->describe()},
+                   {"data", split->train->describe()},
                    {"params", cfg.model.num_params()},        // the whole model
                    {"params_per_rank", model->num_params()},  // a tp rank's share
                    {"steps", cfg.schedule.steps},

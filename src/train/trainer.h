@@ -32,6 +32,7 @@
 
 namespace strata::data {
 struct StepBatch;
+struct Split;
 }
 
 namespace strata::train {
@@ -101,9 +102,12 @@ struct LiveRecovery {
   std::string failure;      // the launcher's words: "rank 1 was killed by signal 9 (Killed)"
   int64_t failed_step = 0;  // the step this rank was in when its group broke (1-based)
   int64_t failed_ns = 0;    // when this rank saw its group break (now_ns)
+  int64_t formed_ns = 0;    // when the new world's group formed (now_ns)
   // This process's re-formations (rank 0 adds each): the newest goes into metrics.jsonl,
   // whose records make summary.json's "live_recovery".
   std::shared_ptr<nlohmann::json> records = std::make_shared<nlohmann::json>(nlohmann::json::array());
+  // The data sources, opened once for every world of the job (null: the trainer opens them).
+  std::shared_ptr<data::Split> data;
 };
 
 // Where this process sits: rank 0 of 1 for a single process. sum_across_ranks adds a value
