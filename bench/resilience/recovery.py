@@ -12,8 +12,8 @@ Modes, side by side in the same invocation (alternated, REPEATS times):
   disk    --ckpt-every CKPT
   memory  --ckpt-every CKPT --mem-ckpt-every 1
   shrink  --ckpt-every CKPT --mem-ckpt-every 1 --recovery shrink: the survivor continues in
-          its own process on one rank fewer (kill only: a stopped rank does not die, so the
-          launcher has no death to re-form the world after, and the job restarts as before)
+          its own process on one rank fewer (kill and stop: a stopped rank is killed by the
+          launcher once a survivor's watchdog fired; not host: one host only)
   live    the same with --recovery live: a replacement then starts and joins at a step
           boundary, back at 2 ranks
 Figures, all from the run's own output, each line time-stamped as it arrives:
@@ -194,7 +194,7 @@ def main():
         for sc in scenarios:
             for r in range(a.repeats):
                 for mode, extra in modes.items():
-                    if mode in ("shrink", "live") and sc != "kill":
+                    if mode in ("shrink", "live") and sc == "host":
                         continue
                     run_dir = os.path.join(a.out, f"{sc}_{mode}_{r}")
                     if sc == "host":

@@ -169,6 +169,7 @@ struct Child {
   bool running = false;
   int status = 0;
   int live_rank = -1;  // its rank in the world live recovery re-formed last (the launch's first)
+  bool killed_stopped = false;  // live recovery killed it: stopped while its peers waited
 };
 
 volatile sig_atomic_t g_stop_signal = 0;  // the launcher itself was asked to stop
@@ -573,9 +574,37 @@ bool reform_without(JobGuard& g, const Child& dead, int status, const LaunchOpti
   const std::vector<Child*> members = live_members(g);
   if (members.empty() || g.live_file.empty() || dead.live_rank < 0) return false;
   write_generation(g, members, int(members.size()) + 1,
-                   cat("rank ", dead.live_rank, " ", describe_wait_status(status)), o);
+                   dead.killed_stopped
+                       ? cat("rank ", dead.live_rank, " was stopped while its peers waited on it (killed)")
+                       : cat("rank ", dead.live_rank, " ", describe_wait_status(status)),
+                   o);
   if (o.live_rejoin) g.replacements_due.push_back(dead.rank);
   return true;
+}
+
+// A member's state letter from /proc (R, S, T for stopped, ...); '?' when unreadable.
+char process_state(pid_t pid) {
+  FILE* f = std::fopen(cat("/proc/", pid, "/stat").c_str(), "r");
+  if (!f) return '?';
+  char buf[512] = {0};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* close = std::strrchr(buf, ')');
+  return close && close + 2 < buf + n ? close[2] : '?';
+}
+
+// Live recovery: a member said its world broke, but nobody died: a member that is stopped
+// (SIGSTOP, a debugger) holds the world and is killed, so the others re-form without it.
+void kill_stopped_member(JobGuard& g) {
+  const int generation = int(g.live_jobs.size());
+  bool broken = false;
+  for (Child* c : live_members(g))
+    broken |= access(live_broken_file(g.live_file, generation, c->pid).c_str(), F_OK) == 0;
+  if (!broken) return;
+  for (Child* c : live_members(g)) {
+    const char state = process_state(c->pid);
+    if ((state == 'T' || state == 't') && kill(c->pid, SIGKILL) == 0) c->killed_stopped = true;
+  }
 }
 
 // Rejoin: starts a replacement (the launch's command) that waits to be named in the world file
@@ -697,6 +726,7 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
         g.signal_all(SIGTERM);
       }
     }
+    if (o.live && !kill_deadline && !g_stop_signal) kill_stopped_member(g);
     if (o.live) {
       // Rejoin: one replacement at a time; it joins once ready, and goes if the job is done.
       if (g.joiner < 0 && !g.replacements_due.empty() && !kill_deadline && !g_stop_signal &&

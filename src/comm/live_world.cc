@@ -47,6 +47,15 @@ void announce_live_world_formed(int generation) {
   if (!path.empty()) atomic_write_file(live_formed_file(path, generation), "formed\n");
 }
 
+std::string live_broken_file(const std::string& path, int generation, int64_t pid) {
+  return cat(path, ".broken-", generation, "-", pid);
+}
+
+void announce_live_world_broken(int generation) {
+  const std::string path = live_world_file();
+  if (!path.empty()) atomic_write_file(live_broken_file(path, generation, getpid()), "broken\n");
+}
+
 void write_live_world(const std::string& path, int generation, const std::string& job, int from,
                       const std::string& failure, const std::vector<int64_t>& pids) {
   std::string text = cat("generation ", generation, "\nworld ", pids.size(), "\njob ", job,

@@ -59,6 +59,12 @@ void announce_live_join();
 std::string live_formed_file(const std::string& path, int generation);
 void announce_live_world_formed(int generation);
 
+// The file a rank creates when its world of generation `generation` broke: a peer that did
+// not die (stopped, SIGSTOP or a debugger) is then stopped for good by the launcher, which
+// re-forms the world without it.
+std::string live_broken_file(const std::string& path, int generation, int64_t pid);
+void announce_live_world_broken(int generation);
+
 // Reads the file as it stands; nullopt when it is absent or malformed.
 std::optional<LiveWorld> read_live_world(const std::string& path);
 

@@ -324,6 +324,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
       // A re-formed world that did not form (a peer died before joining) waits for the next.
       const auto* change = dynamic_cast<const WorldChange*>(&e);
       if (!change && (world ? !world->runtime().broken() : live.generation == 0)) throw;
+      if (!change) comm::announce_live_world_broken(live.generation);  // a stopped peer goes
       const bool formed = world != nullptr;
       const int64_t failed_ns = now_ns();
       const int64_t failed_step = change ? change->step : current_phase().get().step;

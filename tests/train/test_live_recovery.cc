@@ -313,6 +313,42 @@ TEST(LiveRecovery, SeededKillsEachFollowedByAJoin) {
   EXPECT_EQ(processes_naming(run), std::vector<std::string>{}) << why;
 }
 
+// A rank stopped (SIGSTOP) does not die: once a survivor's watchdog fires (--timeout), the
+// launcher finds it stopped, kills it, and the others continue without it.
+TEST(LiveRecovery, AStoppedRankIsKilledAndTheOthersContinue) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  const int steps = 1000;
+  TempDir dir("live_stop");
+  const std::string run = dir.file("run");
+  std::string cmd = live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery shrink", steps);
+  cmd.replace(cmd.find("--timeout 20"), std::strlen("--timeout 20"), "--timeout 2");
+  Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " + cmd},
+                 {{"STRATA_DUMP_DIR", dir.str()}}, Streams::separate);
+  const std::string why = cat("seed ", seed);
+  const int64_t at = std::uniform_int_distribution<int>(3, 8)(gen);
+  for (int i = 0; i < 6000 && newest_step(run + "/metrics.jsonl") < at; ++i) usleep(10000);
+  const std::vector<pid_t> ranks = children_of(p.pid);
+  ASSERT_EQ(ranks.size(), 3u) << why;
+  const size_t victim = size_t(std::uniform_int_distribution<int>(0, 2)(gen));
+  ASSERT_EQ(kill(ranks[victim], SIGSTOP), 0) << why;
+  ASSERT_TRUE(wait_for(p, 120)) << why << "\n" << p.err;
+  ASSERT_EQ(p.exit_code(), 0) << why << "\n" << p.err;
+  EXPECT_NE(p.err.find("was stopped while its peers waited on it (killed); live recovery: the job "
+                       "goes on with 2 rank(s)"),
+            std::string::npos)
+      << why << "\n" << p.err;
+  const std::vector<json> records = step_records(run + "/metrics.jsonl");
+  ASSERT_EQ(records.size(), size_t(steps)) << why;
+  for (int s = 0; s < steps; ++s) EXPECT_EQ(records[size_t(s)]["step"], s + 1) << why;
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 1u) << why << "\n" << p.err;
+  EXPECT_EQ(summary["live_recovery"][0]["world_after"], 2) << why;
+  EXPECT_EQ(shm_objects(segment_key(run)), std::vector<std::string>{}) << why;
+  EXPECT_EQ(processes_naming(run), std::vector<std::string>{}) << why;
+}
+
 TEST(LiveRecovery, BadFlagsAreOneLineBeforeAnyRankStarts) {
   TempDir dir("live_bad");
   const std::string base = live_run(dir.file("run"), "");
