@@ -82,6 +82,19 @@ std::vector<std::string> processes_naming(const std::string& part) {
   return out;
 }
 
+// After the job: no in-memory segment of `run` and no process naming it.
+void expect_nothing_left(const std::string& run, const std::string& why) {
+  EXPECT_EQ(shm_objects(segment_key(run)), std::vector<std::string>{}) << why;
+  EXPECT_EQ(processes_naming(run), std::vector<std::string>{}) << why;
+}
+
+// metrics.jsonl of `run` records each of its `steps` steps once, in order.
+void expect_every_step_once(const std::string& run, int steps, const std::string& why) {
+  const std::vector<json> records = step_records(run + "/metrics.jsonl");
+  ASSERT_EQ(records.size(), size_t(steps)) << why;
+  for (int s = 0; s < steps; ++s) EXPECT_EQ(records[size_t(s)]["step"], s + 1) << why;
+}
+
 // The losses (and tokens) of the run's step records, by step.
 std::vector<std::pair<double, int64_t>> steps_of(const std::string& run_dir) {
   std::vector<std::pair<double, int64_t>> out;
@@ -139,8 +152,7 @@ void kill_one_of_three(const std::string& zero, int rank, int step, const std::s
   EXPECT_EQ(rec["failed_step"], step);
   EXPECT_EQ(summary["world"], 2);
 
-  EXPECT_EQ(shm_objects(segment_key(run)), std::vector<std::string>{}) << why;
-  EXPECT_EQ(processes_naming(run), std::vector<std::string>{}) << why;
+  expect_nothing_left(run, why);
 }
 
 TEST(LiveRecovery, SurvivorsContinueAsTheSmallerWorldResumedFromDisk) {
@@ -210,8 +222,7 @@ TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
     const auto& want = s < k ? first[size_t(s)] : s < joined ? second[size_t(s - k)] : third[size_t(s - joined)];
     EXPECT_EQ(live[size_t(s)], want) << "step " << s + 1 << " (loaded " << k << ", joined " << joined << ")";
   }
-  EXPECT_EQ(shm_objects(segment_key(run)), std::vector<std::string>{});
-  EXPECT_EQ(processes_naming(run), std::vector<std::string>{});
+  expect_nothing_left(run, "");
 }
 
 // Process ids of `parent`'s children.
@@ -303,14 +314,11 @@ TEST(LiveRecovery, SeededKillsEachFollowedByAJoin) {
   }
   ASSERT_TRUE(wait_for(p, 120)) << why << "\n" << p.err;
   ASSERT_EQ(p.exit_code(), 0) << why << "\n" << p.err;
-  const std::vector<json> records = step_records(run + "/metrics.jsonl");
-  ASSERT_EQ(records.size(), size_t(steps)) << why;
-  for (int s = 0; s < steps; ++s) EXPECT_EQ(records[size_t(s)]["step"], s + 1) << why;
+  expect_every_step_once(run, steps, why);
   const json summary = json::parse(read_file(run + "/summary.json"));
   EXPECT_EQ(summary["live_recovery"].size(), size_t(2 * kills)) << why << "\n" << p.err;
   EXPECT_EQ(summary["world"], 3) << why;
-  EXPECT_EQ(shm_objects(segment_key(run)), std::vector<std::string>{}) << why;
-  EXPECT_EQ(processes_naming(run), std::vector<std::string>{}) << why;
+  expect_nothing_left(run, why);
 }
 
 // A rank stopped (SIGSTOP) does not die: once a survivor's watchdog fires (--timeout), the
@@ -339,14 +347,11 @@ TEST(LiveRecovery, AStoppedRankIsKilledAndTheOthersContinue) {
                        "goes on with 2 rank(s)"),
             std::string::npos)
       << why << "\n" << p.err;
-  const std::vector<json> records = step_records(run + "/metrics.jsonl");
-  ASSERT_EQ(records.size(), size_t(steps)) << why;
-  for (int s = 0; s < steps; ++s) EXPECT_EQ(records[size_t(s)]["step"], s + 1) << why;
+  expect_every_step_once(run, steps, why);
   const json summary = json::parse(read_file(run + "/summary.json"));
   ASSERT_EQ(summary["live_recovery"].size(), 1u) << why << "\n" << p.err;
   EXPECT_EQ(summary["live_recovery"][0]["world_after"], 2) << why;
-  EXPECT_EQ(shm_objects(segment_key(run)), std::vector<std::string>{}) << why;
-  EXPECT_EQ(processes_naming(run), std::vector<std::string>{}) << why;
+  expect_nothing_left(run, why);
 }
 
 TEST(LiveRecovery, BadFlagsAreOneLineBeforeAnyRankStarts) {
