@@ -459,13 +459,13 @@ ResumePoint RunCheckpoints::resume_live() {
   // and its copies' checksums verified, each rank a share of the old ranks' segments.
   std::vector<int64_t> steps = old.common_steps();
   int64_t chosen = -1;
-  while (chosen < 0) {
+  bool none = false;  // no step every old rank holds a good copy of
+  while (chosen < 0 && !none) {
     const double newest = steps.empty() ? -1.0 : double(steps.front());
     const int64_t step = int64_t(topo_.sum_across_ranks(lead ? newest : 0.0));
     const bool have = std::find(steps.begin(), steps.end(), step) != steps.end();
-    STRATA_CHECK(topo_.sum_across_ranks(have ? 0.0 : 1.0) == 0.0, "live recovery: no step has a "
-                 "complete in-memory copy on every one of the ", live.old_world, " rank(s) of the "
-                 "world before (", live.failure, "; see the lines above); it cannot continue");
+    none = topo_.sum_across_ranks(have ? 0.0 : 1.0) > 0.0;
+    if (none) break;
     const bool ok = old.verify(step, topo_.rank, topo_.world);
     if (topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0) chosen = step;
     steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
@@ -473,19 +473,33 @@ ResumePoint RunCheckpoints::resume_live() {
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
                cfg_.schedule.steps);
   const double read_s = sw.seconds();
-  const MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_, topo_).pieces),
-                             engine_.state_shards());
-  engine_.state_loaded(chosen);
+  ResumePoint p;
+  std::string from;
+  if (none) {
+    // A rank died before its first copy was committed: the run's disk checkpoint, else the
+    // start (the engine holds the seed's initial state): no more is lost than the copies'.
+    p = resume_from_disk(true);
+    if (p.dir.empty()) p = resume_point(0, {}, 0, "");
+    from = p.dir.empty() ? std::string("step 0 (no step has a complete in-memory copy on every rank)")
+                         : cat("the disk checkpoint of step ", p.step, " (no step has a complete "
+                               "in-memory copy on every rank)");
+  } else {
+    const MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_, topo_).pieces),
+                               engine_.state_shards());
+    engine_.state_loaded(chosen);
+    p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
+    p.from_memory = true;
+    from = cat("the in-memory copy of step ", chosen);
+  }
   // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it.
   topo_.sum_across_ranks(0.0);
   if (lead) comm::announce_live_world_formed(live.generation);  // a replacement may join it now
-  ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
-  p.from_memory = true;
   const double since = double(now_ns() - live.failed_ns) * 1e-9;
   if (lead) {
     live.records->push_back({{"failure", live.failure},
                              {"failed_step", live.failed_step},
-                             {"resumed_step", chosen},
+                             {"resumed_step", p.step},
+                             {"resumed_from", none ? (p.dir.empty() ? "start" : "disk") : "memory"},
                              {"world_before", live.old_world},
                              {"world_after", topo_.world},
                              {"steps_lost", p.steps_lost},
@@ -495,17 +509,17 @@ ResumePoint RunCheckpoints::resume_live() {
                              {"seconds_to_read", read_s},
                              {"seconds_to_load", sw.seconds() - read_s}});
     std::fprintf(stderr, "strata train: live recovery: %s at step %lld; continuing on %d rank(s) "
-                 "from the in-memory copy of step %lld (%.2f s since the failure: %.3f s to re-form "
-                 "the groups, %.3f s to rebuild data, model and engine, %.3f s to read the %d "
-                 "rank(s)' copies, %.3f s to load)\n", live.failure.c_str(),
-                 (long long)live.failed_step, topo_.world, (long long)chosen, since, regroup_s,
-                 rebuild_s, read_s, live.old_world, sw.seconds() - read_s);
+                 "from %s (%.2f s since the failure: %.3f s to re-form the groups, %.3f s to "
+                 "rebuild data, model and engine, %.3f s to read the %d rank(s)' copies, %.3f s "
+                 "to load)\n", live.failure.c_str(), (long long)live.failed_step, topo_.world,
+                 from.c_str(), since, regroup_s, rebuild_s, read_s, live.old_world,
+                 sw.seconds() - read_s);
     std::fflush(stderr);
   }
   return p;
 }
 
-ResumePoint RunCheckpoints::resume_from_disk() {
+ResumePoint RunCheckpoints::resume_from_disk(bool after_failure) {
   const CheckpointConfig& c = cfg_.ckpt;
   const bool lead = topo_.rank == 0;
   auto note = [&](const std::string& line) {
@@ -514,7 +528,7 @@ ResumePoint RunCheckpoints::resume_from_disk() {
   // A supervised restart continues this run from its own checkpoints when there are any;
   // otherwise whatever --resume names.
   std::string mode = c.resume;
-  if (restart_ > 0 && c.every > 0) {
+  if ((restart_ > 0 || after_failure) && c.every > 0) {
     if (!ckpt::list_steps(ckpt::ckpt_root(cfg_.run_dir)).empty() || mode.empty()) mode = "auto";
   }
   if (mode.empty()) {

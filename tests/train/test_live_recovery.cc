@@ -173,14 +173,18 @@ TEST(LiveRecovery, SurvivorsContinueAsTheSmallerWorldResumedFromDisk) {
 // that one's step S, bit for bit.
 TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
   TempDir dir("live_join");
-  const int steps = 300;  // long enough for the replacement to start while the survivors train
+  // Long enough for the replacement to start while the survivors train (a tiny step takes
+  // 1-2 ms, a replacement's start some 0.3-1 s); the kill late enough that the reference runs
+  // below save few checkpoints (every k steps).
+  const int steps = 1500, kill_at = 40;
   const std::string run = dir.file("run");
   RunResult r = run_strata(live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery live "
-                                         "--inject kill --inject-rank 1 --inject-step 4", steps),
+                                         "--inject kill --inject-rank 1 --inject-step " +
+                                             std::to_string(kill_at), steps),
                            dump_env(dir), Streams::separate, 120);
   ASSERT_EQ(r.status, 0) << r.err;
   const int64_t k = live_resume_step(r.err, 0), joined = live_resume_step(r.err, 1);
-  ASSERT_TRUE(k == 3 || k == 2) << r.err;
+  ASSERT_TRUE(k == kill_at - 1 || k == kill_at - 2) << r.err;
   ASSERT_GT(joined, k) << "the replacement did not join before the run ended\n" << r.err;
   EXPECT_NE(r.err.find("strata launch: a replacement for rank 1 joins; live recovery: the job goes "
                        "on with 3 rank(s) (world 2)"),
@@ -225,6 +229,31 @@ TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
   expect_nothing_left(run, "");
 }
 
+// A rank killed as step 1 starts, before any copy is committed: the survivors start again
+// from step 0 on the smaller world (no disk checkpoint either), and equal a run that was
+// always that world, bit for bit.
+TEST(LiveRecovery, ADeathBeforeTheFirstCopyStartsTheSmallerWorldAtStepZero) {
+  TempDir dir("live_first");
+  const std::string run = dir.file("run"), ref = dir.file("ref");
+  RunResult r = run_strata(live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery shrink "
+                                         "--inject kill --inject-rank 2 --inject-step 1"),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("live recovery: rank 2 was killed by signal 9 (Killed) at step 1; continuing "
+                       "on 2 rank(s) from step 0 (no step has a complete in-memory copy on every rank)"),
+            std::string::npos)
+      << r.err;
+  RunResult b = run_strata(live_run(ref, "--nproc 2 --zero 1"), dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(b.status, 0) << b.err;
+  const auto live = steps_of(run), want = steps_of(ref);
+  ASSERT_EQ(live.size(), 8u) << r.err;
+  EXPECT_EQ(live, want);
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["live_recovery"][0]["resumed_from"], "start");
+  expect_nothing_left(run, "");
+}
+
 // Process ids of `parent`'s children.
 std::vector<pid_t> children_of(pid_t parent) {
   std::vector<pid_t> out;
@@ -253,9 +282,13 @@ int occurrences(const std::string& path, const std::string& text) {
   return n;
 }
 
-// The newest step record of a metrics.jsonl being written (0: none yet).
+// The newest step record of a metrics.jsonl being written (0: none yet); its last 8 KiB are
+// enough (polled often, the file grows by a record a step).
 int64_t newest_step(const std::string& metrics) {
-  std::ifstream f(metrics);
+  std::ifstream f(metrics, std::ios::ate);
+  if (!f) return 0;
+  const std::streamoff size = f.tellg();
+  f.seekg(std::max<std::streamoff>(0, size - 8192));
   std::string line;
   int64_t step = 0;
   while (std::getline(f, line)) {
@@ -273,7 +306,7 @@ TEST(LiveRecovery, SeededKillsEachFollowedByAJoin) {
   const unsigned seed = rd();
   std::mt19937 gen(seed);
   const int kills = 4;
-  const int steps = 3000;
+  const int steps = 8000;  // 1-2 ms a step: time for 4 kills, each followed by a join
   TempDir dir("live_kills");
   const std::string run = dir.file("run");
   Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " +
@@ -284,7 +317,8 @@ TEST(LiveRecovery, SeededKillsEachFollowedByAJoin) {
   auto wait_until = [&](const std::function<bool()>& done, const std::string& what) {
     for (int i = 0; i < 6000 && !done(); ++i) {
       if (waitpid(p.pid, &p.status, WNOHANG) != 0) {
-        ADD_FAILURE() << "the job ended while waiting for " << what << "; " << why;
+        ADD_FAILURE() << "the job ended (status " << p.status << ") while waiting for " << what << "; "
+                      << why << "\n" << read_file(p.err_path);
         return false;
       }
       usleep(10000);
