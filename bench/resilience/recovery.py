@@ -11,13 +11,21 @@ driver once rank 0 has recorded step FAULT - 1, so its time is known):
 Modes, side by side in the same invocation (alternated, REPEATS times):
   disk    --ckpt-every CKPT
   memory  --ckpt-every CKPT --mem-ckpt-every 1
+  shrink  --ckpt-every CKPT --mem-ckpt-every 1 --recovery shrink: the survivor continues in
+          its own process on one rank fewer (kill and stop: a stopped rank is killed by the
+          launcher once a survivor's watchdog fired; not host: one host only)
+  live    the same with --recovery live: a replacement then starts and joins at a step
+          boundary, back at 2 ranks
 Figures, all from the run's own output, each line time-stamped as it arrives:
-  detect      the fault -> the supervisor's "restart 1/1" line
+  detect      the fault -> the supervisor's "restart 1/1" line (live: the launcher's "live
+              recovery" line)
   first step  the fault -> the first step record after the restart
   steps lost  the last step recorded before the restart - the step the restart resumed at
   back        the fault -> the first step record at or past the step reached before it
   full speed  the fault -> the first step after the restart from which 3 steps in a row take
               at most 1.25x the median step time before the fault ("-" when never in the run)
+  rejoined    live: the fault -> the first step record after the replacement joined (the
+              world back at its size; "-" when it did not join before the run ended)
 Prints the machine, the flags and the load average, then one table per scenario; writes
 every figure to OUT/recovery.json.
 """
@@ -100,11 +108,13 @@ def run_one(cmd, env, fault, fault_step, log_path, limit_s):
 
 def figures(lines, t_fault):
     steps = []
-    t_restart = resumed = None
+    t_restart = resumed = t_join = None
     for t, l in lines:
-        if "strata launch: restart 1/1" in l and t_restart is None:
+        if "live recovery: a replacement for rank" in l and "strata train:" in l and t_join is None:
+            t_join = t
+        if ("strata launch: restart 1/1" in l or "; live recovery: the job goes on" in l) and t_restart is None:
             t_restart = t
-        m = re.search(r"resuming from (?:the in-memory copy of )?step (\d+)", l)
+        m = re.search(r"(?:resuming|rank\(s\)) from (?:the in-memory copy of )?step (\d+)", l)
         if m and resumed is None:
             resumed = int(m.group(1))
             source = "memory" if "in-memory copy" in l else "disk"
@@ -129,6 +139,7 @@ def figures(lines, t_fault):
             full = after[i][0] - t_fault
             break
     back = next((t for t, st, _ in after if st >= reached), None)
+    joined = next((t for t, _, _ in after if t_join is not None and t > t_join), None)
     return {
         "detect_s": t_restart - t_fault,
         "first_step_s": after[0][0] - t_fault,
@@ -136,6 +147,7 @@ def figures(lines, t_fault):
         "resumed_from": f"{source} step {resumed}",
         "back_s": back - t_fault if back else None,
         "full_speed_s": full,
+        "rejoined_s": joined - t_fault if joined else None,
         "median_ms_before": med,
         "median_ms_after": statistics.median(s[2] for s in after),
     }
@@ -158,6 +170,7 @@ def main():
     ap.add_argument("--ckpt-every", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=3, help="the watchdog of the stop scenario")
     ap.add_argument("--model", default="--model tiny --seq 64 --batch 8")
+    ap.add_argument("--modes", default="disk,memory,shrink,live")
     a = ap.parse_args()
 
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
@@ -165,7 +178,10 @@ def main():
     base = [a.strata, "train", *a.model.split(), "--steps", str(a.steps), "--threads", "1",
             "--sample-tokens", "0", "--eval-every", "0", "--eval-batches", "1", "--peak-gflops", "100",
             "--json", "--max-restarts", "1", "--zero", "1", "--ckpt-every", str(a.ckpt_every)]
-    modes = {"disk": [], "memory": ["--mem-ckpt-every", "1"]}
+    modes = {"disk": [], "memory": ["--mem-ckpt-every", "1"],
+             "shrink": ["--mem-ckpt-every", "1", "--recovery", "shrink"],
+             "live": ["--mem-ckpt-every", "1", "--recovery", "live"]}
+    modes = {m: modes[m] for m in a.modes.split(",")}
     tool = os.path.join(a.root, "tools", "netns-cluster")
     name = f"rcv{os.getpid() % 100000}"
     state = f"/tmp/netns-cluster-{name}"
@@ -178,6 +194,8 @@ def main():
         for sc in scenarios:
             for r in range(a.repeats):
                 for mode, extra in modes.items():
+                    if mode in ("shrink", "live") and sc == "host":
+                        continue
                     run_dir = os.path.join(a.out, f"{sc}_{mode}_{r}")
                     if sc == "host":
                         cmd = base + ["--hostfile", f"{state}/hostfile", "--rsh-agent", f"{state}/rsh-agent",
@@ -219,7 +237,7 @@ def main():
     for sc in scenarios:
         print(f"\n{what[sc]}: median over {a.repeats} run(s)")
         print(f"  {'restart from':12} {'detect s':>9} {'first step s':>13} {'steps lost':>11} {'back s':>8} "
-              f"{'full speed s':>13}  resumed from")
+              f"{'full speed s':>13} {'rejoined s':>11}  resumed from")
         for mode in modes:
             rows = results.get(sc, {}).get(mode, [])
             if not rows:
@@ -227,7 +245,7 @@ def main():
                 continue
             med = lambda k: statistics.median(x[k] for x in rows) if all(x[k] is not None for x in rows) else None
             print(f"  {mode:12} {cell(med('detect_s')):>9} {cell(med('first_step_s')):>13} "
-                  f"{cell(med('steps_lost'), '{:.0f}'):>11} {cell(med('back_s')):>8} {cell(med('full_speed_s')):>13}  "
+                  f"{cell(med('steps_lost'), '{:.0f}'):>11} {cell(med('back_s')):>8} {cell(med('full_speed_s')):>13} {cell(med('rejoined_s')):>11}  "
                   f"{', '.join(x['resumed_from'] for x in rows)}")
     with open(os.path.join(a.out, "recovery.json"), "w") as f:
         json.dump({"machine": machine_line(), "args": vars(a), "results": results}, f, indent=1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Measured recovery, one scenario per fault, restart from disk (--ckpt-every) and from
-# in-memory copies (--mem-ckpt-every 1) side by side: detection, first step after the fault,
+# Measured recovery, one scenario per fault, restart from disk (--ckpt-every), from
+# in-memory copies (--mem-ckpt-every 1), and live recovery (--recovery shrink|live; kill
+# scenario only) side by side: detection, first step after the fault,
 # steps of work lost, back at the step reached, back to full speed (recovery.py says how each
 # is read from the run's own time-stamped output).
 #   kill   one rank of 2 SIGKILLed
@@ -8,7 +9,7 @@
 #   host   a whole namespace host lost: 2 hosts x 2 ranks over MPI (needs root, `ip netns`,
 #          mpirun: tools/netns-cluster; left out with a note when they are missing)
 #
-#   bash bench/resilience/recovery.sh   # BUILD=build SCENARIOS=kill,stop,host REPEATS=3 STEPS=30 FAULT=18 CKPT=10
+#   bash bench/resilience/recovery.sh   # BUILD=build SCENARIOS=kill,stop,host MODES=disk,memory,shrink,live REPEATS=3 STEPS=30 FAULT=18 CKPT=10
 #   KEEP=DIR keeps the run directories and logs in DIR
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -21,6 +22,6 @@ fi
 if [[ -n "${KEEP:-}" ]]; then OUT="$KEEP"; mkdir -p "$OUT"; else bench_scratch; fi
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 "$PYTHON" "$(dirname "$0")/recovery.py" --strata "$STRATA" --root "$ROOT" --out "$OUT" \
-  --scenarios "$SCENARIOS" --repeats "${REPEATS:-3}" --steps "${STEPS:-30}" \
+  --scenarios "$SCENARIOS" --modes "${MODES:-disk,memory,shrink,live}" --repeats "${REPEATS:-3}" --steps "${STEPS:-30}" \
   --fault-step "${FAULT:-18}" --ckpt-every "${CKPT:-10}" --timeout "${TIMEOUT:-3}" \
   ${MODEL:+--model "$MODEL"}

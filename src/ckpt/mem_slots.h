@@ -64,8 +64,8 @@ class MemSegment {
   uint64_t capacity() const { return capacity_; }
 
   // Reads a slot's header and, when it is committed, checks the payload's checksum (one
-  // pass over it).
-  MemSlotView inspect(int slot) const;
+  // pass over it; check_payload = false: the header's own checksum only, no pass).
+  MemSlotView inspect(int slot, bool check_payload = true) const;
   const unsigned char* payload(int slot) const;
   // Marks the slot incomplete (as of `step`) and returns its payload for the writer.
   unsigned char* begin_write(int slot, int64_t step);

@@ -60,6 +60,7 @@ struct TrainArgs {
   int recompute_layers = 0;           // --recompute-layers
   std::string recompute_inputs = "fp32";  // --recompute-inputs
   int mem_replicas = 0;               // --mem-ckpt-replicas
+  std::string recovery = "restart";   // --recovery
 };
 
 // --experts E --top-k K [--moe-every N] [--capacity-factor F | --dropless] ...
@@ -302,6 +303,7 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
     pc.dp.reduce_precision = parallel::parse_precision(a.reduce_dtype);
   }
   pc.backend = comm::parse_backend(a.backend);
+  pc.recovery = train::parse_recovery(a.recovery);
   if (!pc.hosts.empty()) {
     STRATA_CHECK(!app.count("--backend") || pc.backend == comm::Backend::mpi,
                  "--backend ", a.backend, " runs on one host; several hosts need --backend mpi");
@@ -500,6 +502,12 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   a->faults.add_to(app);
   a->host_flags.add_to(app);
+  app.add_option("--recovery", a->recovery,
+                 "When a rank dies: restart the whole job (restart, with --max-restarts); continue on "
+                 "the surviving data-parallel ranks from the in-memory copies (shrink); or continue "
+                 "on them while a replacement starts and joins at a step boundary (live). shrink "
+                 "and live: one host, --nproc, --mem-ckpt-every, dp and ZeRO 0-2 only")
+      ->capture_default_str();
   app.add_flag("--elastic", p.elastic,
                "With --max-restarts across hosts: restart on the remaining hosts when one fails, resharding "
                "the checkpoint and the data position onto the smaller world");

@@ -49,7 +49,7 @@ const std::map<std::string, std::string>& section_table() {
         {"metrics",
          {"log-every", "run-dir", "json", "trace", "peak-gflops", "straggler-every", "straggler-pct", "collapse-pct",
           "collapse-steps"}},
-        {"fault", {"max-restarts", "inject", "inject-rank", "inject-step", "timeout", "elastic", "preflight"}},
+        {"fault", {"max-restarts", "inject", "inject-rank", "inject-step", "timeout", "elastic", "preflight", "recovery"}},
     };
     for (const auto& [section, flags] : groups)
       for (const char* f : flags) m[f] = section;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "comm/hier/topology.h"
+#include "comm/live_world.h"
 #include "comm/mpirun_failure.h"
 #include "comm/mpirun_output.h"
 #include "comm/rank_status.h"
@@ -167,6 +168,8 @@ struct Child {
   int rank = -1;
   bool running = false;
   int status = 0;
+  int live_rank = -1;  // its rank in the world live recovery re-formed last (the launch's first)
+  bool killed_stopped = false;  // live recovery killed it: stopped while its peers waited
 };
 
 volatile sig_atomic_t g_stop_signal = 0;  // the launcher itself was asked to stop
@@ -357,6 +360,10 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   common.push_back({"STRATA_LAUNCHER_PID", std::to_string(getpid())});
   common.push_back({"STRATA_BACKEND", backend_name(o.backend)});
   if (o.timeout_s > 0) common.push_back({"STRATA_TIMEOUT", cat(o.timeout_s)});
+  STRATA_CHECK(!o.live || (o.backend == Backend::shm && o.hosts.empty()),
+               "live recovery (--recovery live) runs on one host with the shm backend");
+  // Named like the job's shm objects, so it goes with them (remove_job_segments).
+  if (o.live) common.push_back({"STRATA_LIVE_FILE", cat("/dev/shm/strata-", plan.job_id, "-live")});
   STRATA_CHECK(o.hosts.empty() || o.backend == Backend::mpi,
                "hosts are given, but only the mpi backend runs across hosts (use --backend mpi)");
   STRATA_CHECK(o.ifaces.empty() || o.backend == Backend::mpi,
@@ -458,6 +465,7 @@ class JobGuard {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
     remove_job_segments(job_id_);
+    for (const std::string& job : live_jobs) remove_job_segments(job);
     if (!status_dir_.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(status_dir_, ec);
@@ -480,6 +488,12 @@ class JobGuard {
 
   std::vector<Child> children;
   std::vector<int> fds;  // open pipe ends; -1 once closed
+  std::vector<std::string> live_jobs;  // the worlds live recovery re-formed (their shm objects)
+  std::string live_file;               // STRATA_LIVE_FILE of a live job; "" otherwise
+  const LaunchPlan* plan = nullptr;  // what was started (a replacement starts the same)
+  std::vector<int> replacements_due;   // rejoin: ranks (as launched) to start a replacement for
+  pid_t joiner = -1;                   // a replacement started, not yet in the world
+  int joiner_for = -1;
 
  private:
   std::string job_id_, status_dir_;
@@ -500,10 +514,13 @@ std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions
     read_ends.push_back(p[0]);
   }
   std::vector<LineSink> sinks;
+  for (const auto& [k, v] : plan.procs.front().env)
+    if (k == "STRATA_LIVE_FILE") g.live_file = v;
   for (size_t i = 0; i < plan.procs.size(); ++i) {
     const Proc& l = plan.procs[i];
     Child c;
     c.rank = l.rank;
+    c.live_rank = l.rank;
     c.pid = spawn(l.path, l.argv, l.env, pipes[2 * i].second, pipes[2 * i + 1].second,
                   read_ends.data(), int(read_ends.size()));
     c.running = true;
@@ -524,6 +541,117 @@ std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions
     g.fds[2 * i + 1] = -1;
   }
   return sinks;
+}
+
+// The members of the current live world (a replacement not yet joined is none), in rank order.
+std::vector<Child*> live_members(JobGuard& g) {
+  std::vector<Child*> out;
+  for (Child& c : g.children)
+    if (c.running && c.live_rank >= 0) out.push_back(&c);
+  std::sort(out.begin(), out.end(), [](const Child* a, const Child* b) { return a->live_rank < b->live_rank; });
+  return out;
+}
+
+// Writes the next generation of the live world: `members` renumbered 0..n-1 in this order.
+void write_generation(JobGuard& g, const std::vector<Child*>& members, int from,
+                      const std::string& what, const LaunchOptions& o) {
+  std::vector<int64_t> pids;
+  for (const Child* c : members) pids.push_back(c->pid);
+  const std::string job = new_job_id();
+  g.live_jobs.push_back(job);
+  const int generation = int(g.live_jobs.size());
+  write_live_world(g.live_file, generation, job, from, what, pids);
+  for (size_t r = 0; r < members.size(); ++r) members[r]->live_rank = int(r);
+  const std::string line = cat("strata launch: ", what, "; live recovery: the job goes on with ",
+                               members.size(), " rank(s) (world ", generation, ")");
+  if (o.log) o.log(line);
+  else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
+}
+
+// Live recovery (LaunchOptions::live): `dead` was killed by `status`; the ranks still running
+// re-form a world without it (comm/live_world.h). False when none is left to.
+bool reform_without(JobGuard& g, const Child& dead, int status, const LaunchOptions& o) {
+  const std::vector<Child*> members = live_members(g);
+  if (members.empty() || g.live_file.empty() || dead.live_rank < 0) return false;
+  write_generation(g, members, int(members.size()) + 1,
+                   dead.killed_stopped
+                       ? cat("rank ", dead.live_rank, " was stopped while its peers waited on it (killed)")
+                       : cat("rank ", dead.live_rank, " ", describe_wait_status(status)),
+                   o);
+  if (o.live_rejoin) g.replacements_due.push_back(dead.rank);
+  return true;
+}
+
+// A member's state letter from /proc (R, S, T for stopped, ...); '?' when unreadable.
+char process_state(pid_t pid) {
+  FILE* f = std::fopen(cat("/proc/", pid, "/stat").c_str(), "r");
+  if (!f) return '?';
+  char buf[512] = {0};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* close = std::strrchr(buf, ')');
+  return close && close + 2 < buf + n ? close[2] : '?';
+}
+
+// Live recovery: a member said its world broke, but nobody died: a member that is stopped
+// (SIGSTOP, a debugger) holds the world and is killed, so the others re-form without it.
+void kill_stopped_member(JobGuard& g) {
+  const int generation = int(g.live_jobs.size());
+  bool broken = false;
+  for (Child* c : live_members(g))
+    broken |= access(live_broken_file(g.live_file, generation, c->pid).c_str(), F_OK) == 0;
+  if (!broken) return;
+  for (Child* c : live_members(g)) {
+    const char state = process_state(c->pid);
+    if ((state == 'T' || state == 't') && kill(c->pid, SIGKILL) == 0) c->killed_stopped = true;
+  }
+}
+
+// Rejoin: starts a replacement (the launch's command) that waits to be named in the world file
+// after the current generation.
+void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, const LaunchOptions& o) {
+  // The launch's last rank until the world file names its place (its start-up checks see the
+  // launch's world; rank 0 would take the run directory's lock).
+  const Proc& l = g.plan->procs.back();
+  std::vector<std::pair<std::string, std::string>> env = l.env;
+  env.push_back({"STRATA_LIVE_JOIN", std::to_string(g.live_jobs.size())});
+  int pipes[2][2];
+  for (auto& p : pipes) {
+    STRATA_CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
+    g.fds.push_back(p[0]);
+    g.fds.push_back(p[1]);
+  }
+  int read_ends[2] = {pipes[0][0], pipes[1][0]};
+  Child c;
+  c.rank = for_rank;
+  c.pid = spawn(l.path, l.argv, env, pipes[0][1], pipes[1][1], read_ends, 2);
+  c.running = true;
+  g.children.push_back(c);
+  g.joiner = c.pid;
+  g.joiner_for = for_rank;
+  for (int s = 0; s < 2; ++s) {
+    std::replace(g.fds.begin(), g.fds.end(), pipes[s][1], -1);
+    close(pipes[s][1]);
+    LineSink sink;
+    sink.fd_in = pipes[s][0];
+    sink.fd_out = s == 0 ? 1 : 2;
+    sink.rank = for_rank;
+    sink.prefix = o.prefix_output;
+    sink.tagged = MpirunOutput(!o.prefix_output);
+    sink.timeouts = sinks.empty() ? nullptr : sinks.front().timeouts;
+    sinks.push_back(sink);
+  }
+}
+
+// Rejoin: the replacement said it is ready; the world grows by it at the survivors' next step
+// boundary.
+void join_replacement(JobGuard& g, const LaunchOptions& o) {
+  std::vector<Child*> members = live_members(g);
+  const int from = int(members.size());
+  for (Child& c : g.children)
+    if (c.pid == g.joiner) members.push_back(&c);
+  write_generation(g, members, from, cat("a replacement for rank ", g.joiner_for, " joins"), o);
+  g.joiner = -1;
 }
 
 // Forwards output and reaps children until all exited and all streams closed. The first
@@ -573,6 +701,21 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
         else std::fprintf(stderr, "%s\n", line.c_str());
         continue;
       }
+      if (c.pid == g.joiner || (c.live_rank < 0 && o.live)) {
+        // A replacement that ended before it joined (or was stopped, the job done): the
+        // world goes on as it was.
+        if (c.pid == g.joiner && !kill_deadline && !g_stop_signal) {
+          const std::string line = cat("strata launch: the replacement for rank ", g.joiner_for, " ",
+                                       describe_wait_status(status), " before it joined; the job goes on");
+          if (o.log) o.log(line);
+          else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
+        }
+        if (c.pid == g.joiner) g.joiner = -1;
+        continue;
+      }
+      if (!ok && o.live && WIFSIGNALED(status) && !kill_deadline && !g_stop_signal &&
+          reform_without(g, c, status, o))
+        continue;
       if (!ok && res.exit_code == 0 && (!kill_deadline || abort_deadline)) {
         res.exit_code = exit_code_of(status);
         if (c.rank >= 0) {
@@ -581,6 +724,22 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
         }
         kill_deadline = now_ns() + int64_t(o.grace_s * 1e9);
         g.signal_all(SIGTERM);
+      }
+    }
+    if (o.live && !kill_deadline && !g_stop_signal) kill_stopped_member(g);
+    if (o.live) {
+      // Rejoin: one replacement at a time; it joins once ready, and goes if the job is done.
+      if (g.joiner < 0 && !g.replacements_due.empty() && !kill_deadline && !g_stop_signal &&
+          !live_members(g).empty()) {
+        start_replacement(g, sinks, g.replacements_due.front(), o);
+        g.replacements_due.erase(g.replacements_due.begin());
+      }
+      if (g.joiner > 0 && live_members(g).empty()) {  // the job is done without it
+        if (kill(-g.joiner, SIGKILL) != 0) kill(g.joiner, SIGKILL);
+        g.joiner = -1;
+      } else if (g.joiner > 0 && access(live_ready_file(g.live_file, g.joiner).c_str(), F_OK) == 0 &&
+                 access(live_formed_file(g.live_file, int(g.live_jobs.size())).c_str(), F_OK) == 0) {
+        join_replacement(g, o);
       }
     }
     // mpirun that reports a failed rank but cannot reach a host's daemon to stop it (a link
@@ -634,6 +793,7 @@ static LaunchResult launch_once(const LaunchOptions& o) {
   LaunchResult res;
   res.job_id = plan.job_id;
   JobGuard guard(plan.job_id, plan.status_dir);
+  guard.plan = &plan;
   std::vector<LineSink> sinks = start_children(plan, o, guard);
   std::vector<std::string> mpirun_lines;
   std::vector<std::pair<int, std::string>> timeouts;

@@ -15,6 +15,7 @@
 #include "ckpt/load.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
+#include "comm/live_world.h"
 #include "core/error.h"
 #include "cost/reliability.h"
 #include "core/phase.h"
@@ -246,10 +247,13 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.rank = topo.rank;
     m.local_world = std::max(1, comm::detect_rank_env().local_world_size);
     m.job = comm::supervised_job_id();
-    m.reuse = restart_ > 0 || c.resume == "auto";
+    const bool live = topo.live.generation > 0;
+    // Live recovery reads every old rank's segment before this world replaces them.
+    if (live) live_ = resume_live();
+    m.reuse = !live && (restart_ > 0 || c.resume == "auto");
     m.supervised = comm::launched_as_rank() && !m.job.empty();
     m.layout_text = mem_layout_text();
-    if (restart_ == 0) m.fault = f;
+    if (restart_ == 0 && !live) m.fault = f;
     m.log = [this](const std::string& line) { log(line); };
     mem_ = std::make_unique<MemCheckpoints>(std::move(m), engine_);
     // The cost, in the start-up log: rank 0's slots, and the whole job's.
@@ -262,7 +266,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
                    double(mem_->bytes()) / (1 << 20), total / (1 << 20), topo_.world);
   }
   if (c.every == 0) return;
-  if (c.resume.empty() && restart_ == 0) {
+  if (c.resume.empty() && restart_ == 0 && topo.live.generation == 0) {
     // A fresh run would overwrite another run's checkpoints step by step: refuse.
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(cfg.run_dir + "/ckpt", ec))
@@ -378,6 +382,10 @@ ResumePoint RunCheckpoints::resume_point(int64_t step, const data::LoaderState& 
 }
 
 ResumePoint RunCheckpoints::resume() {
+  if (live_) {
+    resumed_ = *live_;
+    return *live_;
+  }
   const CheckpointConfig& c = cfg_.ckpt;
   const std::string prefix = restart_ > 0 ? cat("restart ", restart_, ": ") : std::string();
   if (mem_ && (restart_ > 0 || c.resume == "auto")) {
@@ -439,7 +447,79 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   return p;
 }
 
-ResumePoint RunCheckpoints::resume_from_disk() {
+ResumePoint RunCheckpoints::resume_live() {
+  const LiveRecovery& live = topo_.live;
+  const bool lead = topo_.rank == 0;
+  const double regroup_s = double(live.formed_ns - live.failed_ns) * 1e-9;
+  const double rebuild_s = double(now_ns() - live.formed_ns) * 1e-9;
+  Stopwatch sw;
+  EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world, topo_.rank,
+                   [this](const std::string& line) { log(line); });
+  // Every rank reads the same headers; rank 0's newest step is checked against the others',
+  // and its copies' checksums verified, each rank a share of the old ranks' segments.
+  std::vector<int64_t> steps = old.common_steps();
+  int64_t chosen = -1;
+  bool none = false;  // no step every old rank holds a good copy of
+  while (chosen < 0 && !none) {
+    const double newest = steps.empty() ? -1.0 : double(steps.front());
+    const int64_t step = int64_t(topo_.sum_across_ranks(lead ? newest : 0.0));
+    const bool have = std::find(steps.begin(), steps.end(), step) != steps.end();
+    none = topo_.sum_across_ranks(have ? 0.0 : 1.0) > 0.0;
+    if (none) break;
+    const bool ok = old.verify(step, topo_.rank, topo_.world);
+    if (topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0) chosen = step;
+    steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
+  }
+  STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
+               cfg_.schedule.steps);
+  const double read_s = sw.seconds();
+  ResumePoint p;
+  std::string from;
+  if (none) {
+    // A rank died before its first copy was committed: the run's disk checkpoint, else the
+    // start (the engine holds the seed's initial state): no more is lost than the copies'.
+    p = resume_from_disk(true);
+    if (p.dir.empty()) p = resume_point(0, {}, 0, "");
+    from = p.dir.empty() ? std::string("step 0 (no step has a complete in-memory copy on every rank)")
+                         : cat("the disk checkpoint of step ", p.step, " (no step has a complete "
+                               "in-memory copy on every rank)");
+  } else {
+    const MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_, topo_).pieces),
+                               engine_.state_shards());
+    engine_.state_loaded(chosen);
+    p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
+    p.from_memory = true;
+    from = cat("the in-memory copy of step ", chosen);
+  }
+  // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it.
+  topo_.sum_across_ranks(0.0);
+  if (lead) comm::announce_live_world_formed(live.generation);  // a replacement may join it now
+  const double since = double(now_ns() - live.failed_ns) * 1e-9;
+  if (lead) {
+    live.records->push_back({{"failure", live.failure},
+                             {"failed_step", live.failed_step},
+                             {"resumed_step", p.step},
+                             {"resumed_from", none ? (p.dir.empty() ? "start" : "disk") : "memory"},
+                             {"world_before", live.old_world},
+                             {"world_after", topo_.world},
+                             {"steps_lost", p.steps_lost},
+                             {"seconds_since_failure", since},
+                             {"seconds_to_regroup", regroup_s},
+                             {"seconds_to_rebuild", rebuild_s},
+                             {"seconds_to_read", read_s},
+                             {"seconds_to_load", sw.seconds() - read_s}});
+    std::fprintf(stderr, "strata train: live recovery: %s at step %lld; continuing on %d rank(s) "
+                 "from %s (%.2f s since the failure: %.3f s to re-form the groups, %.3f s to "
+                 "rebuild data, model and engine, %.3f s to read the %d rank(s)' copies, %.3f s "
+                 "to load)\n", live.failure.c_str(), (long long)live.failed_step, topo_.world,
+                 from.c_str(), since, regroup_s, rebuild_s, read_s, live.old_world,
+                 sw.seconds() - read_s);
+    std::fflush(stderr);
+  }
+  return p;
+}
+
+ResumePoint RunCheckpoints::resume_from_disk(bool after_failure) {
   const CheckpointConfig& c = cfg_.ckpt;
   const bool lead = topo_.rank == 0;
   auto note = [&](const std::string& line) {
@@ -448,7 +528,7 @@ ResumePoint RunCheckpoints::resume_from_disk() {
   // A supervised restart continues this run from its own checkpoints when there are any;
   // otherwise whatever --resume names.
   std::string mode = c.resume;
-  if (restart_ > 0 && c.every > 0) {
+  if ((restart_ > 0 || after_failure) && c.every > 0) {
     if (!ckpt::list_steps(ckpt::ckpt_root(cfg_.run_dir)).empty() || mode.empty()) mode = "auto";
   }
   if (mode.empty()) {
@@ -530,7 +610,8 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
   if (saver_->poll()) record_finished(out);
   if (done % cfg_.ckpt.every != 0) return;
   const diag::FaultSpec& f = cfg_.fault;
-  if (restart_ == 0 && f.kind == diag::FaultKind::kill_during_save && f.fires(topo_.rank, done)) {
+  if (restart_ == 0 && topo_.live.generation == 0 && f.kind == diag::FaultKind::kill_during_save &&
+      f.fires(topo_.rank, done)) {
     saver_->wait();  // the previous save must not be the one that dies
     die_in_save_->store(true);
   }

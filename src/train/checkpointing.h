@@ -93,10 +93,16 @@ class RunCheckpoints {
 
  private:
   ckpt::SaveRequest request(int64_t done, const data::LoaderState& loader) const;
-  ResumePoint resume_from_disk();
+  // after_failure: as after a supervised restart (a live world whose old ranks hold no common
+  // in-memory copy): the run's own checkpoints when it has any.
+  ResumePoint resume_from_disk(bool after_failure = false);
   // The in-memory copy every rank holds, when newer than the disk's newest step (collective);
   // nullopt: the disk decides. `prefix` starts the lines ("restart 1: ").
   std::optional<ResumePoint> resume_from_memory(const std::string& prefix);
+  // Live recovery (topo.live): loads the newest step every rank of the world that failed
+  // holds a copy of, resharded onto this world (collective); when there is none (a rank died
+  // before its first copy was committed), the run's disk checkpoint, else step 0.
+  ResumePoint resume_live();
   // The layout as the in-memory copies' fingerprint and messages name it.
   std::string mem_layout_text() const;
   // Fills a resume point (and trims metrics.jsonl on rank 0) for a load of `step`.
@@ -120,6 +126,7 @@ class RunCheckpoints {
   int64_t tokens_seen_ = 0;
   size_t recorded_ = 0;  // saves already written to metrics.jsonl
   ResumePoint resumed_;
+  std::optional<ResumePoint> live_;  // what resume_live loaded, before the segments were replaced
 };
 
 // metrics.jsonl of a resumed run: keeps the records of steps <= `step`, drops the rest.

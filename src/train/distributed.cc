@@ -16,13 +16,18 @@
 #include "comm/bootstrap.h"
 #include "comm/hier/topology.h"
 #include "comm/launcher.h"
+#include "comm/live_world.h"
 #include "comm/process_group.h"
 #include "comm/rank_status.h"
+#include "comm/runtime.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/phase.h"
+#include "core/timer.h"
 #include "core/trace.h"
 #include "cost/activations.h"
 #include "cost/comm.h"
+#include "data/dataset.h"
 #include "diag/net_check.h"
 #include "model/context/context_comm.h"
 #include "model/shard.h"
@@ -171,6 +176,23 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
+Recovery parse_recovery(const std::string& name) {
+  for (Recovery r : {Recovery::restart, Recovery::shrink, Recovery::live})
+    if (name == recovery_name(r)) return r;
+  fail("--recovery ", name.empty() ? "''" : name, ": expected restart (the whole job restarts, "
+       "with --max-restarts), shrink (the surviving data-parallel ranks continue) or live (they "
+       "continue, and a replacement joins them)");
+}
+
+const char* recovery_name(Recovery r) {
+  switch (r) {
+    case Recovery::restart: return "restart";
+    case Recovery::shrink: return "shrink";
+    case Recovery::live: return "live";
+  }
+  return "?";
+}
+
 int ParallelConfig::world() const {
   return comm::launched_as_rank() ? comm::detect_rank_env().world_size : nproc;
 }
@@ -201,6 +223,8 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   o.rsh_agent = pc.rsh_agent;
   o.ifaces = pc.ifaces;
   o.elastic = pc.elastic;
+  o.live = pc.recovery != Recovery::restart;
+  o.live_rejoin = pc.recovery == Recovery::live;
   o.command = own_command_line();
   o.rank_exec = comm::self_executable();
   // On a terminal, rank 0 draws the live progress line through the launcher's pipe.
@@ -230,6 +254,10 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   return r.exit_code;
 }
 
+static comm::GroupPtr join_world(int world_size, const comm::Options& co);
+static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& pc,
+                                  comm::GroupPtr world, const LiveRecovery& live);
+
 TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   const comm::RankEnv env = comm::detect_rank_env();
   dump_into_run_dir(cfg);
@@ -254,8 +282,75 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   comm::Options co;
   co.backend = pc.backend;
   co.timeout_s = pc.timeout_s;
-  comm::GroupPtr world =
-      env.world_size > 1 ? comm::init_from_env(co) : comm::make_thread_world(1, co).front();
+  if (pc.recovery == Recovery::restart) {
+    TrainResult r = train_in_world(cfg, pc, join_world(env.world_size, co), {});
+    write_trace();
+    return r;
+  }
+  // --recovery shrink|live: a world that loses a rank is re-formed by its survivors, in this
+  // process, as the launcher names it (comm/live_world.h), and the run continues there; under
+  // live a replacement joins them at a step boundary, in a world re-formed the same way.
+  const double wait_s = pc.timeout_s > 0 ? pc.timeout_s : 60;
+  LiveRecovery live;
+  int world_size = env.world_size;
+  ParallelConfig now = pc;
+  now.mesh.dp = 0;  // every rank is a data-parallel replica, however many remain
+  // Opened once (by a replacement before it announces itself): a re-formed world's trainer
+  // reads the same sources.
+  live.data = std::make_shared<data::Split>(
+      data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab));
+  if (const int after = comm::live_join_generation(); after > 0) {  // this process is a replacement
+    comm::announce_live_join();
+    const std::optional<comm::LiveWorld> w = comm::wait_for_live_world(after, wait_s);
+    STRATA_CHECK(w.has_value(), "live recovery: this replacement was not asked to join within ",
+                 wait_s, " s");
+    comm::adopt_live_world(*w);
+    live.generation = w->generation;
+    live.old_world = w->from;
+    live.failure = w->failure;
+    live.failed_ns = now_ns();
+    world_size = w->world;
+  }
+  for (;;) {
+    comm::GroupPtr world;
+    try {
+      world = join_world(world_size, co);
+      live.formed_ns = now_ns();
+      TrainResult r = train_in_world(cfg, now, world, live);
+      write_trace();
+      return r;
+    } catch (const std::exception& e) {
+      // Not a peer's failure: an error of this rank, or the job's first world not forming.
+      // A re-formed world that did not form (a peer died before joining) waits for the next.
+      const auto* change = dynamic_cast<const WorldChange*>(&e);
+      if (!change && (world ? !world->runtime().broken() : live.generation == 0)) throw;
+      if (!change) comm::announce_live_world_broken(live.generation);  // a stopped peer goes
+      const bool formed = world != nullptr;
+      const int64_t failed_ns = now_ns();
+      const int64_t failed_step = change ? change->step : current_phase().get().step;
+      world.reset();
+      const std::optional<comm::LiveWorld> next = comm::wait_for_live_world(live.generation, wait_s);
+      if (!next) throw;  // the launcher stops the job instead
+      comm::adopt_live_world(*next);
+      live.generation = next->generation;
+      live.failure = next->failure;
+      live.failed_ns = failed_ns;
+      if (formed) {  // else the copies to continue from are still those of the world before
+        live.old_world = world_size;
+        live.failed_step = failed_step;
+      }
+      world_size = next->world;
+    }
+  }
+}
+
+static comm::GroupPtr join_world(int world_size, const comm::Options& co) {
+  return world_size > 1 ? comm::init_from_env(co) : comm::make_thread_world(1, co).front();
+}
+
+// One world's training: its mesh and groups, the engine, the trainer.
+static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& pc,
+                                  comm::GroupPtr world, const LiveRecovery& live) {
   // The checkpoint writer thread synchronises on a group of its own (ckpt/checkpointer.h).
   comm::GroupPtr ckpt_group = world->split(0, world->rank(), "ckpt");
 
@@ -288,9 +383,21 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   };
   topo.ckpt_barrier = [g = ckpt_group.get()] { g->barrier(); };
   topo.restart = comm::restart_attempt();
+  topo.live = live;
+  if (pc.recovery == Recovery::live) {
+    // Rank 0 reads the world file after each copy; one all-reduce tells the others.
+    topo.world_changes = [g = world.get(), generation = live.generation] {
+      double newer = 0;
+      if (g->rank() == 0) {
+        const std::optional<comm::LiveWorld> w = comm::read_live_world(comm::live_world_file());
+        newer = w && w->generation > generation ? 1 : 0;
+      }
+      g->all_reduce(&newer, 1);
+      return newer > 0.5;
+    };
+  }
   if (dims.pp > 1) {
     TrainResult r = train_pipeline_rank(cfg, pc, mesh, topo);
-    write_trace();
     world->barrier();
     return r;
   }
@@ -367,7 +474,6 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   };
 
   TrainResult r = Trainer(cfg, topo, factory).run();
-  write_trace();
   world->barrier();  // nobody tears the segment down while a peer still reads it
   return r;
 }

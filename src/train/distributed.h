@@ -23,6 +23,14 @@
 
 namespace strata::train {
 
+// What the job does when a rank dies (--recovery): restart every rank (the supervisor,
+// --max-restarts); continue on the survivors (shrink); or continue on the survivors while a
+// replacement starts, which joins them at a step boundary (live). Data-parallel layouts on
+// one host (docs/checkpoints.md, "Live recovery").
+enum class Recovery { restart, shrink, live };
+Recovery parse_recovery(const std::string& name);  // throws one line naming --recovery
+const char* recovery_name(Recovery r);
+
 struct ParallelConfig {
   int nproc = 1;                             // ranks to start on this host
   parallel::MeshDims mesh;                   // --tp, --dp, --pp (parallel/mesh.h)
@@ -42,6 +50,7 @@ struct ParallelConfig {
   std::vector<std::string> ifaces;           // --iface
   bool preflight = false;                    // --preflight: the bandwidth doctor before step 1
   bool elastic = false;                      // --elastic: restarts leave out the failed host
+  Recovery recovery = Recovery::restart;     // --recovery
 
   // Ranks of the job: the launcher's world when this process is already a rank (started by
   // `strata launch`, mpirun, torchrun or SLURM), else nproc.

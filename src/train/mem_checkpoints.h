@@ -62,6 +62,38 @@ struct MemCheckpointOptions {
   std::function<void(const std::string&)> log;
 };
 
+// Live recovery (--recovery live, train/distributed.cc): the copies the `world` ranks of a
+// world that lost a rank left in /dev/shm, the dead rank's included (its segment outlives
+// it), read where they lie by every rank of the smaller world that continues. Each copy
+// records its shards' flat ranges (its state record's "shards"), so a rank of the new world
+// takes each element of its own shards from whichever old rank held it: at ZeRO 1-2 the
+// optimizer shards of N ranks are resharded onto N-1. Data-parallel layouts only (tp = 1:
+// every rank's flat ranges index the same states, as ckpt/ranges.h defines them).
+class EarlierWorld {
+ public:
+  // Maps every old rank's segment; a rank without one is one line (Error). Slots passed over
+  // are one line each on rank 0 (every rank reads the same headers).
+  EarlierWorld(const std::string& run_dir, const std::string& job, int world, int rank,
+               const std::function<void(const std::string&)>& log);
+  ~EarlierWorld();
+  // Steps whose copy is committed (its header checksummed), of this run and job, in every
+  // old rank's segment; newest first.
+  std::vector<int64_t> common_steps() const;
+  // Checks the payload checksum of the copies of `step` in the old ranks' segments q with
+  // q % world == rank (the ranks of the new world share the passes); false, with one line
+  // each, when one fails.
+  bool verify(int64_t step, int rank, int world) const;
+  // Fills `shards` (flat ranges of states of `psi` elements; past psi: ZeRO padding, zeroed)
+  // with the copies of `step` and returns its training state. Throws when an element below
+  // psi is held by none of the old ranks.
+  MemCopy load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) const;
+
+ private:
+  std::vector<std::unique_ptr<ckpt::MemSegment>> segments_;
+  std::vector<std::vector<int64_t>> slot_steps_;  // per old rank, per slot: its step or -1
+  std::function<void(const std::string&)> log_;
+};
+
 class MemCheckpoints {
  public:
   // Sizes the slots for the engine's shards, checks /dev/shm's free space for this host's

@@ -110,6 +110,32 @@ parallel::ParallelLayout RunSpec::layout() const {
   return l;
 }
 
+// --recovery live: the survivors of a rank's death continue on one rank fewer, from their
+// in-memory copies, in groups re-formed on this host (docs/checkpoints.md, "Live recovery").
+void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
+  const TrainConfig& cfg = train;
+  const ParallelConfig& pc = parallel;
+  const int stage = pc.dp.stage;
+  const std::string flag = cat("--recovery ", recovery_name(pc.recovery));
+  std::string other;
+  for (const auto& [name, n] : {std::pair{"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"ep", l.ep}})
+    if (n > 1) other += cat(other.empty() ? "" : ", ", name, " ", n);
+  if (stage > 2) other += cat(other.empty() ? "" : ", ", "ZeRO ", stage);
+  STRATA_CHECK(other.empty(), flag, " needs a data-parallel layout (tp, pp, cp, ep 1 and "
+               "ZeRO 0-2), this run has ", other, "; use --recovery restart");
+  STRATA_CHECK(cfg.ckpt.mem_every > 0, flag, " continues from the in-memory copies: it "
+               "needs --mem-ckpt-every K (1: lose at most one step)");
+  STRATA_CHECK(pc.nproc >= 2 && pc.hosts.empty() && pc.backend == comm::Backend::shm,
+               flag, " needs ranks started by strata on one host with the shm backend "
+               "(--nproc 2 or more, no --hosts, --backend shm)");
+  try {
+    cfg.accum(pc.nproc - 1);
+  } catch (const Error& e) {
+    fail(flag, " continues on ", pc.nproc - 1, " rank(s) after a rank's death, and ",
+         e.what());
+  }
+}
+
 void RunSpec::validate() const {
   const TrainConfig& cfg = train;
   const ParallelConfig& pc = parallel;
@@ -138,6 +164,7 @@ void RunSpec::validate() const {
                  " needs --cp 2 or more (got --cp ", m.cp, ")");
   // The model and the optimizer, then the layout they run on.
   const parallel::ParallelLayout l = layout();
+  if (pc.recovery != Recovery::restart) check_live_recovery(l);
   cfg.validate(l.dp);
   parallel::check_batch_split(cfg.batch, cfg.micro_batch, l.dp);
   check_layout(cfg.model, cfg.train_seq(), cfg.batch, l,

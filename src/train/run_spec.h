@@ -35,6 +35,9 @@ struct RunSpec {
   parallel::ParallelLayout layout() const;
   // Every check of the run, before any rank starts; throws one line naming the flags.
   void validate() const;
+
+ private:
+  void check_live_recovery(const parallel::ParallelLayout& l) const;
 };
 
 // The layout checks `strata train` and `strata plan --local` share: throws one line naming the

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -270,6 +271,19 @@ std::string sample_text(model::GPT& model, const data::TokenSource& val, const T
   return render_sample(val, prompt) + " | " + render_sample(val, gen);
 }
 
+// Every live re-formation of the run (train/distributed.cc), as rank 0 of each world recorded
+// it in metrics.jsonl: the rank 0 of a later world need not have lived through the earlier ones.
+json live_recoveries(const std::string& run_dir) {
+  json out = json::array();
+  std::ifstream f(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(f, line)) {
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("live_recovery")) out.push_back(j["live_recovery"]);
+  }
+  return out;
+}
+
 std::string floor_text(double loss, double floor) {
   if (floor < 0) return fmt("%.4f", loss);
   return fmt("%.4f vs floor %.4f (%+.4f)", loss, floor, loss - floor);
@@ -287,7 +301,7 @@ struct Trainer::Run {
   int world, A, T, b, threads;  // world: data-parallel ranks (topo.dp_world)
   bool lead;
   std::unique_ptr<MetricsWriter> out;
-  data::Split split;
+  std::shared_ptr<data::Split> split;  // topo.live.data when a live world keeps it
   std::unique_ptr<model::GPT> model;
   std::unique_ptr<parallel::StepEngine> engine;
   std::unique_ptr<data::Loader> loader;
@@ -329,11 +343,13 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
     : cfg(c), topo(t), factory(factory), world(t.dp_world), A(c.accum(t.dp_world)), T(c.train_seq()),
       b(c.batch / (A * world)), threads(omp_get_max_threads()), lead(t.rank == 0) {
   current_phase().set(-1, -1, PhaseKind::data);
-  split = data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab);
-  STRATA_CHECK(split.train->vocab() <= cfg.model.vocab, "data ", split.train->describe(),
-               " has token ids up to ", split.train->vocab() - 1, " but the model's vocabulary is ",
-               cfg.model.vocab, " (set --vocab ", split.train->vocab(), ")");
-  floor = split.val->entropy_floor();
+  split = topo.live.data ? topo.live.data
+                         : std::make_shared<data::Split>(
+                               data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab));
+  STRATA_CHECK(split->train->vocab() <= cfg.model.vocab, "data ", split->train->describe(),
+               " has token ids up to ", split->train->vocab() - 1, " but the model's vocabulary is ",
+               cfg.model.vocab, " (set --vocab ", split->train->vocab(), ")");
+  floor = split->val->entropy_floor();
 
   model = std::make_unique<model::GPT>(cfg.model,
                                         factory.model_max_batch >= 0 ? factory.model_max_batch : b,
@@ -356,16 +372,18 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                               fk != diag::FaultKind::wrong_count),
                "--inject ", diag::fault_kind_name(fk), " needs a collective to break: run on 2 or "
                "more ranks (--nproc)");
-  inject = cfg.fault.active() && restart == 0;
+  inject = cfg.fault.active() && restart == 0 && topo.live.generation == 0;
   ckpt = std::make_unique<RunCheckpoints>(cfg, topo, restart, *model, *engine);
   const ResumePoint from = ckpt->resume();
   start_step = from.step;
   if (lead) {
     out = std::make_unique<MetricsWriter>(cfg.run_dir, cfg.json, stdout, from.step > 0);
     result.losses = from.losses;
-    if (from.step > 0 || restart > 0) {  // a resume or a supervised restart, for the report
+    if (from.step > 0 || restart > 0 || topo.live.generation > 0) {  // a resume or a supervised restart, for the report
       json rec = {{"step", from.step}, {"restart", restart}, {"resumed_from", from.dir}};
       if (from.steps_lost >= 0) rec["steps_lost"] = from.steps_lost;
+      if (topo.live.generation > 0 && !topo.live.records->empty())
+        rec["live_recovery"] = topo.live.records->back();
       out->record(rec, "");
     }
   }
@@ -391,15 +409,15 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   sc.world = world;
   sc.seed = cfg.seed;
   sc.policy = data::parse_tail_policy(cfg.tail);
-  sc.doc_token = document_token(cfg, *split.train);
-  loader = std::make_unique<data::Loader>(*split.train, sc, topo.dp_rank, from.loader,
+  sc.doc_token = document_token(cfg, *split->train);
+  loader = std::make_unique<data::Loader>(*split->train, sc, topo.dp_rank, from.loader,
                                           cfg.prefetch);
   result.entropy_floor = floor;
   if (lead)
     out->note(fmt("strata train: %s, %lld params, data %s, batch %d = %d x %d accum x %d rank(s), "
                   "seq %d, %d threads, gemm %s, %s peak %s",
                   cfg.model_name.c_str(), (long long)cfg.model.num_params(),
-                  split.train->describe().c_str(), cfg.batch, b, A, world, T, threads,
+                  split->train->describe().c_str(), cfg.batch, b, A, world, T, threads,
                   gemm.c_str(), peak.kind.c_str(), peak.label().c_str()));
 }
 
@@ -666,7 +684,7 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
 void Trainer::Run::eval_and_sample(int64_t step) {
   const bool last = step + 1 == cfg.schedule.steps;
   if (last || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0)) {
-    const EvalResult e = evaluate(*model, *split.val, cfg, topo, b, A, factory);
+    const EvalResult e = evaluate(*model, *split->val, cfg, topo, b, A, factory);
     result.eval_loss = e.loss;
     result.eval_sequences = e.sequences;
     json rec = {{"step", step + 1}, {"eval_loss", e.loss}, {"eval_sequences", e.sequences},
@@ -679,7 +697,7 @@ void Trainer::Run::eval_and_sample(int64_t step) {
   }
   if (cfg.sample_tokens > 0 && factory.samples &&
       (last || (cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0))) {
-    std::string text = sample_text(*model, *split.val, cfg, step);
+    std::string text = sample_text(*model, *split->val, cfg, step);
     if (lead) out->record({{"step", step + 1}, {"sample", text}}, "sample: " + text);
   }
 }
@@ -747,7 +765,7 @@ void Trainer::Run::finish(double wall_s) {
   SummaryBuilder summary;
   summary.set_all({{"config", cfg.to_json()},
                    {"seed", cfg.seed},
-                   {"data", split.train->describe()},
+                   {"data", split->train->describe()},
                    {"params", cfg.model.num_params()},        // the whole model
                    {"params_per_rank", model->num_params()},  // a tp rank's share
                    {"steps", cfg.schedule.steps},
@@ -776,6 +794,7 @@ void Trainer::Run::finish(double wall_s) {
                    {"mem_ckpt_bytes_per_rank", ckpt->mem_bytes()},
                    {"memory", memory_tracker().to_json()}});
   if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
+  if (topo.live.generation > 0 && lead) summary.set("live_recovery", live_recoveries(cfg.run_dir));
   if (cfg.model.recompute.mode != model::Recompute::none)
     summary.set("recompute", recompute_section(factory.stage ? *factory.stage : *model,
                                                cfg.schedule.steps - start_step));
@@ -864,6 +883,11 @@ TrainResult Trainer::run() {
     }
     run.ckpt->after_step(step + 1, run.loader->state(), run.step_tokens, run.out.get());
     run.eval_and_sample(step);
+    // Live recovery's rejoin, at a step whose in-memory copy is what the larger world loads.
+    const int64_t every = cfg_.ckpt.mem_every;
+    if (topo_.world_changes && every > 0 && (step + 1) % every == 0 && step + 1 < steps &&
+        topo_.world_changes())
+      throw WorldChange(step + 1);
   }
   current_phase().set(cfg_.schedule.steps, -1, PhaseKind::idle);
   run.finish(wall.seconds());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/process_group.h"
+#include "core/error.h"
 #include "diag/fault_inject.h"
 #include "diag/straggler.h"
 #include "model/gpt.h"
@@ -31,6 +32,7 @@
 
 namespace strata::data {
 struct StepBatch;
+struct Split;
 }
 
 namespace strata::train {
@@ -91,6 +93,23 @@ struct TrainConfig {
   nlohmann::json to_json_dense() const;  // to_json without the MoE settings
 };
 
+// Live recovery (--recovery live, train/distributed.cc): the world this trainer runs in
+// replaces one that lost a rank; the run continues from the in-memory copies every rank of
+// that world left (train/mem_checkpoints.h, EarlierWorld).
+struct LiveRecovery {
+  int generation = 0;       // worlds re-formed so far; 0: the job's first world
+  int old_world = 0;        // ranks of the world that failed
+  std::string failure;      // the launcher's words: "rank 1 was killed by signal 9 (Killed)"
+  int64_t failed_step = 0;  // the step this rank was in when its group broke (1-based)
+  int64_t failed_ns = 0;    // when this rank saw its group break (now_ns)
+  int64_t formed_ns = 0;    // when the new world's group formed (now_ns)
+  // This process's re-formations (rank 0 adds each): the newest goes into metrics.jsonl,
+  // whose records make summary.json's "live_recovery".
+  std::shared_ptr<nlohmann::json> records = std::make_shared<nlohmann::json>(nlohmann::json::array());
+  // The data sources, opened once for every world of the job (null: the trainer opens them).
+  std::shared_ptr<data::Split> data;
+};
+
 // Where this process sits: rank 0 of 1 for a single process. sum_across_ranks adds a value
 // over all ranks (identity when alone); the trainer uses it for the reported step loss.
 struct Topology {
@@ -123,6 +142,18 @@ struct Topology {
   // Where this rank's flat states lie in the global tensors when the model is not the
   // trainer's GPT (a pipeline stage, model/stage.h); empty: the GPT's tensor_layout().
   std::function<TensorLayout()> layout;
+  LiveRecovery live;  // generation 0 unless this world replaces one that lost a rank
+  // Live recovery's rejoin: asked after each step with an in-memory copy (collective); true
+  // when the job's world changes there (a replacement joins), and the trainer then throws
+  // WorldChange once the step's copy is on its way. Empty: never.
+  std::function<bool()> world_changes;
+};
+
+// Thrown by Trainer::run at a step boundary where Topology::world_changes said so.
+class WorldChange : public Error {
+ public:
+  explicit WorldChange(int64_t step) : Error(cat("the job's world changes after step ", step)), step(step) {}
+  int64_t step;  // steps done
 };
 
 // Builds the step engine once the model exists. model_owns_state = false asks for a model

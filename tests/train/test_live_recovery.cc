@@ -1,0 +1,412 @@
+// Live recovery (`strata train --recovery shrink|live`, train/distributed.cc): a rank
+// SIGKILLed mid-run does not stop the job; the survivors re-form a world of one rank fewer in
+// their own processes, load the newest step every old rank's in-memory copy holds (the dead
+// rank's included, resharded at ZeRO 1), and continue. Their later losses equal, bit for bit,
+// a run that never failed, resumed from disk on the smaller world at the step the recovery
+// loaded. Under live a replacement then joins at a step boundary, and the steps after it equal
+// a run resumed from disk on the original world at that step. No process, segment or marker of
+// the job remains; bad flags are one line before any rank starts.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ckpt/mem_slots.h"
+#include "cli_util.h"
+#include "core/error.h"
+
+namespace strata::test {
+namespace {
+
+using nlohmann::json;
+
+// `steps` steps of a 1-layer model; --batch 12 splits over 4, 3 and 2 ranks alike.
+std::string live_run(const std::string& run_dir, const std::string& extra, int steps = 8) {
+  return "train --layers 1 --dim 32 --heads 2 --max-seq 16 --seq 16 --vocab 256 --batch 12 --steps " +
+         std::to_string(steps) + " --warmup 2 --lr 1e-2 --threads 1 --sample-tokens 0 --eval-every 0 "
+         "--eval-batches 1 --peak-gflops 1 --timeout 20 --run-dir " + run_dir + " " + extra;
+}
+
+// The step of "from the in-memory copy of step N" in the `nth` live recovery line; -1 when
+// absent.
+int64_t live_resume_step(const std::string& err, int nth = 0) {
+  const std::string key = "strata train: live recovery: ";
+  size_t at = err.find(key);
+  for (int i = 0; i < nth && at != std::string::npos; ++i) at = err.find(key, at + 1);
+  if (at == std::string::npos) return -1;
+  const std::string from = "from the in-memory copy of step ";
+  const size_t s = err.find(from, at);
+  return s == std::string::npos ? -1 : std::stoll(err.substr(s + from.size()));
+}
+
+// Objects in /dev/shm whose name contains `part`.
+std::vector<std::string> shm_objects(const std::string& part) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().find(part) != std::string::npos) out.push_back(e.path().string());
+  return out;
+}
+
+// The 16 hex digits that name `run_dir`'s in-memory segments.
+std::string segment_key(const std::string& run_dir) {
+  const std::string key =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(run_dir)).string();
+  const std::string name = ckpt::MemSegment::name_for(key, 0);  // "/strata-mem-<hex>-rank0"
+  return name.substr(std::strlen("/strata-mem-"), 16);
+}
+
+// Processes whose command line mentions `part` (a run directory), other than this one.
+std::vector<std::string> processes_naming(const std::string& part) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/proc");
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cmd.find(part) != std::string::npos && std::stoi(e->d_name) != getpid())
+      out.push_back(std::string(e->d_name) + ": " + cmd);
+  }
+  if (d) closedir(d);
+  return out;
+}
+
+// After the job: no in-memory segment of `run` and no process naming it.
+void expect_nothing_left(const std::string& run, const std::string& why) {
+  EXPECT_EQ(shm_objects(segment_key(run)), std::vector<std::string>{}) << why;
+  EXPECT_EQ(processes_naming(run), std::vector<std::string>{}) << why;
+}
+
+// metrics.jsonl of `run` records each of its `steps` steps once, in order.
+void expect_every_step_once(const std::string& run, int steps, const std::string& why) {
+  const std::vector<json> records = step_records(run + "/metrics.jsonl");
+  ASSERT_EQ(records.size(), size_t(steps)) << why;
+  for (int s = 0; s < steps; ++s) EXPECT_EQ(records[size_t(s)]["step"], s + 1) << why;
+}
+
+// The losses (and tokens) of the run's step records, by step.
+std::vector<std::pair<double, int64_t>> steps_of(const std::string& run_dir) {
+  std::vector<std::pair<double, int64_t>> out;
+  for (const json& j : step_records(run_dir + "/metrics.jsonl"))
+    out.push_back({j["loss"].get<double>(), j["tokens"].get<int64_t>()});
+  return out;
+}
+
+// Kills rank `rank` of 3 as step `step` starts under --recovery live at `zero`; the two
+// survivors must continue and end as a 2-rank run resumed from disk at the step they loaded.
+void kill_one_of_three(const std::string& zero, int rank, int step, const std::string& why) {
+  TempDir dir("live_kill");
+  const std::string run = dir.file("run");
+  RunResult r = run_strata(live_run(run, "--nproc 3 " + zero + " --mem-ckpt-every 1 --recovery shrink "
+                                         "--inject kill --inject-rank " + std::to_string(rank) +
+                                         " --inject-step " + std::to_string(step)),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
+  const int64_t from = live_resume_step(r.err);
+  // step - 1 steps were done; the dead rank's newest copy may still have been in its commit.
+  ASSERT_TRUE(from == step - 1 || from == step - 2) << why << "\n" << r.err;
+  EXPECT_NE(r.err.find(cat("strata launch: rank ", rank, " was killed by signal 9")), std::string::npos)
+      << why << "\n" << r.err;
+  EXPECT_NE(r.err.find(cat("live recovery: rank ", rank, " was killed by signal 9 (Killed) at step ", step,
+                           "; continuing on 2 rank(s)")),
+            std::string::npos)
+      << why << "\n" << r.err;
+
+  // The run that never failed, on 3 ranks with a checkpoint after every step; then from the
+  // step the recovery loaded, on 2 ranks.
+  const std::string ref3 = dir.file("ref3"), ref2 = dir.file("ref2");
+  RunResult a = run_strata(live_run(ref3, "--nproc 3 " + zero + " --ckpt-every 1 --ckpt-keep 0"),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(a.status, 0) << a.err;
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/ckpt/step-%06lld", (long long)from);
+  RunResult b = run_strata(live_run(ref2, "--nproc 2 " + zero + " --resume " + ref3 + step_dir),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(b.status, 0) << b.err;
+
+  const auto live = steps_of(run), before = steps_of(ref3), after = steps_of(ref2);
+  ASSERT_EQ(live.size(), 8u) << why << "\n" << r.err;
+  ASSERT_EQ(after.size(), size_t(8 - from)) << b.err;
+  for (int64_t s = 0; s < 8; ++s) {
+    const auto& want = s < from ? before[size_t(s)] : after[size_t(s - from)];
+    EXPECT_EQ(live[size_t(s)].first, want.first) << why << ": step " << s + 1;
+    EXPECT_EQ(live[size_t(s)].second, want.second) << why << ": tokens of step " << s + 1;
+  }
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 1u) << summary.dump();
+  const json& rec = summary["live_recovery"][0];
+  EXPECT_EQ(rec["world_before"], 3);
+  EXPECT_EQ(rec["world_after"], 2);
+  EXPECT_EQ(rec["resumed_step"], from);
+  EXPECT_EQ(rec["failed_step"], step);
+  EXPECT_EQ(summary["world"], 2);
+
+  expect_nothing_left(run, why);
+}
+
+TEST(LiveRecovery, SurvivorsContinueAsTheSmallerWorldResumedFromDisk) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  for (const std::string zero : {"--zero 1", "--zero 0"}) {
+    const int rank = std::uniform_int_distribution<int>(0, 2)(gen);
+    const int step = std::uniform_int_distribution<int>(3, 6)(gen);
+    kill_one_of_three(zero, rank, step,
+                      cat(zero, ", rank ", rank, " killed at step ", step, " (seed ", seed, ")"));
+  }
+}
+
+// Under --recovery live the replacement joins: 3 ranks -> 2 at the kill -> 3 at a later step
+// boundary S. Steps up to the loaded step k equal the 3-rank run that never failed, steps
+// k+1..S a 2-rank run resumed from its step k, and steps after S a 3-rank run resumed from
+// that one's step S, bit for bit.
+TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
+  TempDir dir("live_join");
+  // Long enough for the replacement to start while the survivors train (a tiny step takes
+  // 1-2 ms, a replacement's start some 0.3-1 s); the kill late enough that the reference runs
+  // below save few checkpoints (every k steps).
+  const int steps = 1500, kill_at = 40;
+  const std::string run = dir.file("run");
+  RunResult r = run_strata(live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery live "
+                                         "--inject kill --inject-rank 1 --inject-step " +
+                                             std::to_string(kill_at), steps),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const int64_t k = live_resume_step(r.err, 0), joined = live_resume_step(r.err, 1);
+  ASSERT_TRUE(k == kill_at - 1 || k == kill_at - 2) << r.err;
+  ASSERT_GT(joined, k) << "the replacement did not join before the run ended\n" << r.err;
+  EXPECT_NE(r.err.find("strata launch: a replacement for rank 1 joins; live recovery: the job goes "
+                       "on with 3 rank(s) (world 2)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(cat("live recovery: a replacement for rank 1 joins at step ", joined,
+                           "; continuing on 3 rank(s) from the in-memory copy of step ", joined)),
+            std::string::npos)
+      << r.err;
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 2u) << summary.dump();
+  EXPECT_EQ(summary["live_recovery"][1]["world_before"], 2);
+  EXPECT_EQ(summary["live_recovery"][1]["world_after"], 3);
+  EXPECT_EQ(summary["live_recovery"][1]["steps_lost"], 0);
+  EXPECT_EQ(summary["world"], 3);
+
+  const std::string ref3 = dir.file("ref3"), ref2 = dir.file("ref2"), ref3b = dir.file("ref3b");
+  auto step_dir = [](const std::string& run_dir, int64_t step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/ckpt/step-%06lld", (long long)step);
+    return run_dir + name;
+  };
+  RunResult a = run_strata(live_run(ref3, "--nproc 3 --zero 1 --ckpt-every " + std::to_string(k) +
+                                              " --ckpt-keep 0", steps),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(a.status, 0) << a.err;
+  RunResult b = run_strata(live_run(ref2, "--nproc 2 --zero 1 --ckpt-every " + std::to_string(joined) +
+                                              " --ckpt-keep 0 --resume " + step_dir(ref3, k), steps),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(b.status, 0) << b.err;
+  RunResult c = run_strata(live_run(ref3b, "--nproc 3 --zero 1 --resume " + step_dir(ref2, joined), steps),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(c.status, 0) << c.err;
+  const auto live = steps_of(run), first = steps_of(ref3), second = steps_of(ref2), third = steps_of(ref3b);
+  ASSERT_EQ(live.size(), size_t(steps)) << r.err;
+  ASSERT_EQ(second.size(), size_t(steps - k));
+  ASSERT_EQ(third.size(), size_t(steps - joined));
+  for (int64_t s = 0; s < steps; ++s) {
+    const auto& want = s < k ? first[size_t(s)] : s < joined ? second[size_t(s - k)] : third[size_t(s - joined)];
+    EXPECT_EQ(live[size_t(s)], want) << "step " << s + 1 << " (loaded " << k << ", joined " << joined << ")";
+  }
+  expect_nothing_left(run, "");
+}
+
+// A rank killed as step 1 starts, before any copy is committed: the survivors start again
+// from step 0 on the smaller world (no disk checkpoint either), and equal a run that was
+// always that world, bit for bit.
+TEST(LiveRecovery, ADeathBeforeTheFirstCopyStartsTheSmallerWorldAtStepZero) {
+  TempDir dir("live_first");
+  const std::string run = dir.file("run"), ref = dir.file("ref");
+  RunResult r = run_strata(live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery shrink "
+                                         "--inject kill --inject-rank 2 --inject-step 1"),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("live recovery: rank 2 was killed by signal 9 (Killed) at step 1; continuing "
+                       "on 2 rank(s) from step 0 (no step has a complete in-memory copy on every rank)"),
+            std::string::npos)
+      << r.err;
+  RunResult b = run_strata(live_run(ref, "--nproc 2 --zero 1"), dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(b.status, 0) << b.err;
+  const auto live = steps_of(run), want = steps_of(ref);
+  ASSERT_EQ(live.size(), 8u) << r.err;
+  EXPECT_EQ(live, want);
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["live_recovery"][0]["resumed_from"], "start");
+  expect_nothing_left(run, "");
+}
+
+// Process ids of `parent`'s children.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == parent && state != 'Z')
+      out.push_back(pid_t(std::stoi(e->d_name)));
+  }
+  if (d) closedir(d);
+  return out;
+}
+
+// How often `text` occurs in the file at `path` (read as it is being written).
+int occurrences(const std::string& path, const std::string& text) {
+  std::ifstream f(path);
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  int n = 0;
+  for (size_t at = all.find(text); at != std::string::npos; at = all.find(text, at + 1)) ++n;
+  return n;
+}
+
+// The newest step record of a metrics.jsonl being written (0: none yet); its last 8 KiB are
+// enough (polled often, the file grows by a record a step).
+int64_t newest_step(const std::string& metrics) {
+  std::ifstream f(metrics, std::ios::ate);
+  if (!f) return 0;
+  const std::streamoff size = f.tellg();
+  f.seekg(std::max<std::streamoff>(0, size - 8192));
+  std::string line;
+  int64_t step = 0;
+  while (std::getline(f, line)) {
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("loss")) step = j["step"].get<int64_t>();
+  }
+  return step;
+}
+
+// A seeded schedule of kills under --recovery live: each time the world is whole again, a
+// random rank is SIGKILLed a random 1-3 steps later. The job ends well, every step is
+// recorded once, and every death and join is in summary.json; nothing of the job remains.
+TEST(LiveRecovery, SeededKillsEachFollowedByAJoin) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  const int kills = 4;
+  const int steps = 8000;  // 1-2 ms a step: time for 4 kills, each followed by a join
+  TempDir dir("live_kills");
+  const std::string run = dir.file("run");
+  Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " +
+                  live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery live", steps)},
+                 {{"STRATA_DUMP_DIR", dir.str()}}, Streams::separate);
+  const std::string why = cat("seed ", seed);
+  // False (with the test failed) when the job ended first or 60 s passed.
+  auto wait_until = [&](const std::function<bool()>& done, const std::string& what) {
+    for (int i = 0; i < 6000 && !done(); ++i) {
+      if (waitpid(p.pid, &p.status, WNOHANG) != 0) {
+        ADD_FAILURE() << "the job ended (status " << p.status << ") while waiting for " << what << "; "
+                      << why << "\n" << read_file(p.err_path);
+        return false;
+      }
+      usleep(10000);
+    }
+    if (done()) return true;
+    ADD_FAILURE() << "no " << what << " within 60 s; " << why;
+    kill(p.pid, SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
+    wait_for(p, 10);
+    return false;
+  };
+  for (int k = 0; k < kills; ++k) {
+    // The world is whole: the k-th join is done (rank 0 loaded it).
+    if (!wait_until([&] { return occurrences(p.err_path, "strata train: live recovery: a replacement") >= k; },
+                    cat("join ", k)))
+      return;
+    const int64_t at = newest_step(run + "/metrics.jsonl") + std::uniform_int_distribution<int>(1, 3)(gen);
+    if (!wait_until([&] { return newest_step(run + "/metrics.jsonl") >= at; }, cat("step ", at))) return;
+    const std::vector<pid_t> ranks = children_of(p.pid);
+    if (ranks.size() != 3u) {
+      ADD_FAILURE() << ranks.size() << " ranks running when the world should be whole; " << why;
+      kill(p.pid, SIGKILL);
+      wait_for(p, 10);
+      return;
+    }
+    const pid_t victim = ranks[size_t(std::uniform_int_distribution<int>(0, 2)(gen))];
+    ASSERT_EQ(kill(victim, SIGKILL), 0) << why;
+  }
+  ASSERT_TRUE(wait_for(p, 120)) << why << "\n" << p.err;
+  ASSERT_EQ(p.exit_code(), 0) << why << "\n" << p.err;
+  expect_every_step_once(run, steps, why);
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  EXPECT_EQ(summary["live_recovery"].size(), size_t(2 * kills)) << why << "\n" << p.err;
+  EXPECT_EQ(summary["world"], 3) << why;
+  expect_nothing_left(run, why);
+}
+
+// A rank stopped (SIGSTOP) does not die: once a survivor's watchdog fires (--timeout), the
+// launcher finds it stopped, kills it, and the others continue without it.
+TEST(LiveRecovery, AStoppedRankIsKilledAndTheOthersContinue) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  const int steps = 1000;
+  TempDir dir("live_stop");
+  const std::string run = dir.file("run");
+  std::string cmd = live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery shrink", steps);
+  cmd.replace(cmd.find("--timeout 20"), std::strlen("--timeout 20"), "--timeout 2");
+  Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " + cmd},
+                 {{"STRATA_DUMP_DIR", dir.str()}}, Streams::separate);
+  const std::string why = cat("seed ", seed);
+  const int64_t at = std::uniform_int_distribution<int>(3, 8)(gen);
+  for (int i = 0; i < 6000 && newest_step(run + "/metrics.jsonl") < at; ++i) usleep(10000);
+  const std::vector<pid_t> ranks = children_of(p.pid);
+  ASSERT_EQ(ranks.size(), 3u) << why;
+  const size_t victim = size_t(std::uniform_int_distribution<int>(0, 2)(gen));
+  ASSERT_EQ(kill(ranks[victim], SIGSTOP), 0) << why;
+  ASSERT_TRUE(wait_for(p, 120)) << why << "\n" << p.err;
+  ASSERT_EQ(p.exit_code(), 0) << why << "\n" << p.err;
+  EXPECT_NE(p.err.find("was stopped while its peers waited on it (killed); live recovery: the job "
+                       "goes on with 2 rank(s)"),
+            std::string::npos)
+      << why << "\n" << p.err;
+  expect_every_step_once(run, steps, why);
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 1u) << why << "\n" << p.err;
+  EXPECT_EQ(summary["live_recovery"][0]["world_after"], 2) << why;
+  expect_nothing_left(run, why);
+}
+
+TEST(LiveRecovery, BadFlagsAreOneLineBeforeAnyRankStarts) {
+  TempDir dir("live_bad");
+  const std::string base = live_run(dir.file("run"), "");
+  expect_one_line_errors(
+      base, {{"--nproc 2 --recovery sometimes --mem-ckpt-every 1",
+              "--recovery sometimes: expected restart"},
+             {"--nproc 2 --recovery live", "--recovery live continues from the in-memory copies: it "
+                                            "needs --mem-ckpt-every K"},
+             {"--nproc 2 --tp 2 --recovery live --mem-ckpt-every 1",
+              "--recovery live needs a data-parallel layout (tp, pp, cp, ep 1 and ZeRO 0-2), this "
+              "run has tp 2"},
+             {"--nproc 2 --zero 3 --recovery shrink --mem-ckpt-every 1",
+              "--recovery shrink needs a data-parallel layout (tp, pp, cp, ep 1 and ZeRO 0-2), this "
+              "run has ZeRO 3"},
+             {"--recovery live --mem-ckpt-every 1", "--recovery live needs ranks started by strata"},
+             {"--nproc 4 --batch 4 --recovery live --mem-ckpt-every 1",
+              "--recovery live continues on 3 rank(s) after a rank's death, and --batch 4"}});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run/metrics.jsonl")));
+}
+
+}  // namespace
+}  // namespace strata::test
