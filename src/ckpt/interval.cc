@@ -64,7 +64,7 @@ std::string format_duration(double s) {
 }
 
 IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, double step_s,
-                               int64_t mem_every, double mem_restart_s) {
+                               int64_t mem_every, double mem_restart_s, double live_restart_s) {
   STRATA_CHECK(mtbf_s > 0, "--mtbf must be positive (got ", mtbf_s, " s)");
   STRATA_CHECK(delta_s >= 0 && restart_s >= 0 && step_s >= 0,
                "checkpoint stall, restart and step times must be >= 0");
@@ -90,6 +90,13 @@ IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, 
     a.mem_restart_s = mem_restart_s < 0 ? restart_s : mem_restart_s;
     a.mem_loss_per_failure_s =
         cost::lost_work_per_failure_s(cost::Recovery::memory, double(mem_every) * step_s, a.mem_restart_s);
+    if (live_restart_s >= 0) {
+      STRATA_CHECK(live_restart_s <= kMaxDurationS, "a live recovery must be at most 100 years (got ",
+                   live_restart_s, " s)");
+      a.live_restart_s = live_restart_s;
+      a.live_loss_per_failure_s =
+          cost::lost_work_per_failure_s(cost::Recovery::live, double(mem_every) * step_s, live_restart_s);
+    }
   }
   return a;
 }
@@ -110,6 +117,11 @@ std::string IntervalAdvice::text() const {
     s += cat("  with in-memory copies every ", mem_every, " step(s): ", format_duration(mem_loss_per_failure_s),
              " lost per failure (at most ", mem_every, " step(s) + restart ", format_duration(mem_restart_s),
              "); a lost host falls back to the disk figure\n");
+  if (mem_every > 0 && live_loss_per_failure_s > 0)
+    s += cat("  the same copies with --recovery live: ", format_duration(live_loss_per_failure_s),
+             " lost per failure (at most ", mem_every, " step(s) + re-forming in process ",
+             format_duration(live_restart_s), "), then one data-parallel replica short until the "
+             "replacement joins\n");
   if (waste_fraction >= 1)
     s += "  warning: the stall is too long for this MTBF: no checkpoint interval makes progress "
          "(save faster, or make failures rarer)\n";
@@ -121,7 +133,10 @@ nlohmann::json IntervalAdvice::to_json() const {
           {"step_s", step_s},       {"young_s", young_s},     {"daly_s", daly_s},
           {"every_steps", every_steps}, {"loss_per_failure_s", loss_per_failure_s},
           {"waste_fraction", waste_fraction}, {"mem_every", mem_every}, {"mem_restart_s", mem_restart_s},
-          {"mem_loss_per_failure_s", mem_every > 0 ? nlohmann::json(mem_loss_per_failure_s) : nlohmann::json(nullptr)}};
+          {"mem_loss_per_failure_s", mem_every > 0 ? nlohmann::json(mem_loss_per_failure_s) : nlohmann::json(nullptr)},
+          {"live_restart_s", live_loss_per_failure_s > 0 ? nlohmann::json(live_restart_s) : nlohmann::json(nullptr)},
+          {"live_loss_per_failure_s",
+           live_loss_per_failure_s > 0 ? nlohmann::json(live_loss_per_failure_s) : nlohmann::json(nullptr)}};
 }
 
 }  // namespace strata::ckpt

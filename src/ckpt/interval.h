@@ -32,13 +32,17 @@ struct IntervalAdvice {
   int64_t mem_every = 0;
   double mem_restart_s = 0;  // R of a restart from memory
   double mem_loss_per_failure_s = 0;
+  // The same copies under live recovery (--recovery live): K·t + R_live; 0 when not given.
+  double live_restart_s = 0;
+  double live_loss_per_failure_s = 0;
   std::string text() const;       // a few lines for a person
   nlohmann::json to_json() const;
 };
 
 // Throws for a non-positive MTBF or a negative δ, R, step time or mem_every. mem_restart_s
-// < 0: the same restart as from disk.
+// < 0: the same restart as from disk; live_restart_s < 0: no live-recovery figure.
 IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s = 0,
-                               double step_s = 0, int64_t mem_every = 0, double mem_restart_s = -1);
+                               double step_s = 0, int64_t mem_every = 0, double mem_restart_s = -1,
+                               double live_restart_s = -1);
 
 }  // namespace strata::ckpt

@@ -204,7 +204,8 @@ void setup_advise(CLI::App& app) {
     const double r = measured ? cost::measured_restart_s(cost::Recovery::disk) : duration("--restart", *restart);
     const ckpt::IntervalAdvice a =
         ckpt::advise_interval(delta, duration("--mtbf", *mtbf), r, duration("--step-time", *step_time),
-                              *mem_every, measured ? cost::measured_restart_s(cost::Recovery::memory) : r);
+                              *mem_every, measured ? cost::measured_restart_s(cost::Recovery::memory) : r,
+                              measured ? cost::measured_restart_s(cost::Recovery::live) : -1);
     std::printf("%s", a.text().c_str());
   });
 }

@@ -30,26 +30,35 @@ inline double daly_interval_s(double delta_s, double mtbf_s) {
 //           steps, K·t (the copy of the step before the failure may still be in its
 //           asynchronous commit when the failure lands, so a failure right after a copy still
 //           loses that step; measured: 1 step at K = 1, bench/resilience/recovery.sh)
-// Each plus the restart cost R (detection, new processes, loading, first step). A failure that
-// takes the copies' host with it (host lost, no replicas) falls back to disk.
-enum class Recovery { disk, memory };
+//   live    the newest in-memory copy, as memory, but the survivors re-form in process
+//           (`--recovery live`, docs/checkpoints.md "Live recovery"): no new processes, so a
+//           smaller R; the job runs one data-parallel replica short until the replacement
+//           joins (not counted here: at N replicas it costs 1/N of that time)
+// Each plus the restart cost R (detection, new processes or the re-formation, loading, first
+// step). A failure that takes the copies' host with it (host lost, no replicas) falls back to
+// disk.
+enum class Recovery { disk, memory, live };
 
-// interval_s: τ for disk, K·t for memory.
+// interval_s: τ for disk, K·t for memory and live.
 inline double lost_work_per_failure_s(Recovery mode, double interval_s, double restart_s) {
   return (mode == Recovery::disk ? interval_s / 2.0 : interval_s) + restart_s;
 }
 
-// Measured R: a failure to the first completed step after the restart, detection and that
-// step included; rank 1 of 2 SIGKILLed, `--model tiny`, 2-core AMD EPYC VM at load 8-10,
-// median of 3 (bench/resilience/recovery.sh, docs/checkpoints.md "Measured recovery"). A
-// restart from memory verifies both slots of every rank before it loads, 0.35 s more here.
-// The default restart cost of the single-host advice (`strata ckpt advise`, `strata train
-// --mtbf`, the report); a cluster's restart (scheduler, many hosts) is an input
-// (`strata plan --restart-min`).
-inline constexpr double kMeasuredRestartDiskS = 1.43;
-inline constexpr double kMeasuredRestartMemoryS = 1.82;
+// Measured R: a failure to the first completed step after it, detection and that step
+// included; rank 1 of 2 SIGKILLed, `--model tiny`, 2-core AMD EPYC VM at load 5-6, medians of
+// 3, the three modes alternated in one invocation (bench/resilience/recovery.sh,
+// docs/checkpoints.md "Measured recovery", 2026-12-05 19:38). A restart from memory verifies
+// both slots of every rank before it loads, 0.3 s more here; live recovery rebuilds the model
+// in the surviving processes. The default restart cost of the single-host advice (`strata
+// ckpt advise`, `strata train --mtbf`, the report); a cluster's restart (scheduler, many
+// hosts) is an input (`strata plan --restart-min`).
+inline constexpr double kMeasuredRestartDiskS = 1.27;
+inline constexpr double kMeasuredRestartMemoryS = 1.60;
+inline constexpr double kMeasuredRestartLiveS = 0.84;
 inline double measured_restart_s(Recovery m) {
-  return m == Recovery::disk ? kMeasuredRestartDiskS : kMeasuredRestartMemoryS;
+  return m == Recovery::disk     ? kMeasuredRestartDiskS
+         : m == Recovery::memory ? kMeasuredRestartMemoryS
+                                 : kMeasuredRestartLiveS;
 }
 
 // Expected work lost per failure with checkpoints every tau seconds: half an interval of

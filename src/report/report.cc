@@ -259,22 +259,24 @@ std::string recovery_table(const std::vector<RunData>& runs) {
       const double s = cost::lost_work_per_failure_s(m, double(every) * step_s, cost::measured_restart_s(m));
       return cat(fixed(s, 2), " s (every ", every, ")");
     };
+    const size_t live = r.summary.contains("live_recovery") ? r.summary["live_recovery"].size() : 0;
     rows += "<tr><td>" + escape(r.label) + "</td><td>" + cell(cost::Recovery::disk, disk_every) +
             "</td><td>" + cell(cost::Recovery::memory, mem_every) + "</td><td>" +
-            std::to_string(restarts) + (restarts ? cat(" (", from_memory, " from memory; steps redone: ",
-                                                       lost.empty() ? "?" : lost, ")")
-                                                 : "") +
-            "</td></tr>";
+            cell(cost::Recovery::live, mem_every) + "</td><td>" + std::to_string(restarts) +
+            (restarts ? cat(" (", from_memory, " from memory; steps redone: ", lost.empty() ? "?" : lost, ")")
+                      : "") +
+            (live ? cat("; ", live, " live re-formation(s)") : "") + "</td></tr>";
   }
   if (rows.empty()) return "";
   return "<table><tr><th>run</th><th>lost per failure, from disk</th><th>from memory</th>"
-         "<th>restarts measured</th></tr>" +
+         "<th>live recovery</th><th>restarts measured</th></tr>" +
          rows + "</table>" +
          note(cat("Lost work per failure (cost/reliability.h): from disk every N steps of t, N·t/2 + R; "
                   "from in-memory copies every K steps, at most K·t + R; R = ",
                   cost::kMeasuredRestartDiskS, " s from disk, ", cost::kMeasuredRestartMemoryS,
-                  " s from memory, the restarts measured on one host (docs/checkpoints.md). "
-                  "A lost host falls back to disk."));
+                  " s from memory, ", cost::kMeasuredRestartLiveS,
+                  " s re-forming in process (--recovery live, the same copies), measured on one host "
+                  "(docs/checkpoints.md). A lost host falls back to disk."));
 }
 
 std::string events_section(const std::vector<RunData>& runs) {

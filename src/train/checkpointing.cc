@@ -711,7 +711,8 @@ json RunCheckpoints::finish(double step_s, MetricsWriter* out) {
     const ckpt::IntervalAdvice a =
         ckpt::advise_interval(j["stall_s"]["mean"].get<double>(), cfg_.ckpt.mtbf_s,
                               cost::measured_restart_s(cost::Recovery::disk), step_s, cfg_.ckpt.mem_every,
-                              cost::measured_restart_s(cost::Recovery::memory));
+                              cost::measured_restart_s(cost::Recovery::memory),
+                              cost::measured_restart_s(cost::Recovery::live));
     j["advice"] = a.to_json();
     if (out) out->note(a.text());
   }

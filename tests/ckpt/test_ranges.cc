@@ -111,6 +111,12 @@ TEST(CkptInterval, YoungAndDalyFigures) {
   EXPECT_EQ(advise_interval(2, 14400, 3, 0, 2).mem_every, 0) << "no step time: no in-memory figure";
   // A restart from memory of its own length.
   EXPECT_NEAR(advise_interval(2, 14400, 3, 0.5, 2, 1.25).mem_loss_per_failure_s, 2 * 0.5 + 1.25, 1e-12);
+  // Live recovery: the same K·t, its own R; absent unless given.
+  const IntervalAdvice live = advise_interval(2, 14400, 3, 0.5, 2, 1.25, 0.75);
+  EXPECT_NEAR(live.live_loss_per_failure_s, 2 * 0.5 + 0.75, 1e-12);
+  EXPECT_NE(live.text().find("with --recovery live: "), std::string::npos) << live.text();
+  EXPECT_EQ(advise_interval(2, 14400, 3, 0.5, 2, 1.25).live_loss_per_failure_s, 0);
+  EXPECT_TRUE(advise_interval(2, 14400, 3, 0.5, 2, 1.25).to_json()["live_loss_per_failure_s"].is_null());
   EXPECT_THROW(advise_interval(2, 14400, 3, 0.5, -1), Error);
   // A checkpoint slower than twice the MTBF: Daly says checkpoint every M.
   EXPECT_DOUBLE_EQ(advise_interval(100, 10).daly_s, 10);

@@ -100,10 +100,12 @@ TEST(ReportEvents, RecoveryTableFromTheRunsIntervals) {
   const std::string html = report::build_report(report::load_runs({run.string(), plain.string()}, w)).html;
   const double Rd = cost::measured_restart_s(cost::Recovery::disk);
   const double Rm = cost::measured_restart_s(cost::Recovery::memory);
-  // disk every 10 steps of 20 ms: 10 x 0.02 / 2 + R; memory every 2: 2 x 0.02 + R.
-  char want[200];
+  const double Rl = cost::measured_restart_s(cost::Recovery::live);
+  // disk every 10 steps of 20 ms: 10 x 0.02 / 2 + R; memory (and live) every 2: 2 x 0.02 + R.
+  char want[300];
   std::snprintf(want, sizeof want, "<td>run</td><td>%.2f s (every 10)</td><td>%.2f s (every 2)</td>"
-                "<td>2 (1 from memory; steps redone: 1, 4)</td>", 0.1 + Rd, 0.04 + Rm);
+                "<td>%.2f s (every 2)</td><td>2 (1 from memory; steps redone: 1, 4)</td>",
+                0.1 + Rd, 0.04 + Rm, 0.04 + Rl);
   EXPECT_NE(html.find(want), std::string::npos) << want << "\n" << html;
   const size_t table = html.find("<th>lost per failure, from disk</th>");
   ASSERT_NE(table, std::string::npos);
