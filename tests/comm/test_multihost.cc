@@ -339,6 +339,75 @@ TEST_F(MultiHost, FinalFailureLeavesNoSharedMemoryOnAnyHost) {
   }
 }
 
+// --mem-ckpt-replicas 1 across hosts, each with a /dev/shm of its own: 2 hosts x 1 rank, a
+// copy every step, each also on the other host's rank. Every process of host 1 is SIGKILLed
+// after step 5 (the machine dies, its copies with it); the --elastic restart on host 0's one
+// rank finds rank 0's copies and the replicas of rank 1's in its /dev/shm and resumes from
+// memory (at most one step lost: the copy in flight) rather than from disk (--ckpt-every
+// 100: none). Its losses equal, bit for bit, an uninterrupted 2-rank run up to the resumed
+// step K and a 1-rank run resumed from that run's disk checkpoint of step K after it; no
+// segment or marker of the job is left on either host.
+TEST_F(MultiHost, LostHostResumesFromReplicasOnTheSurvivingHost) {
+  up(2, {"--link", "1gbit", "--private-shm"});
+  const std::string base = cat("/tmp/strata-mh-repl-", getpid());
+  std::system(cat("rm -rf ", base, "-ref ", base, "-ref1 ", base, "-killed").c_str());
+  const int steps = 16;
+  auto args = [&](const std::string& dir, std::vector<std::string> extra) {
+    std::vector<std::string> a = {STRATA_BINARY, "train", "--zero", "1", "--steps", std::to_string(steps), "--seq",
+                                  "16", "--layers", "1", "--dim", "32", "--heads", "2", "--batch", "8",
+                                  "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--timeout", "20",
+                                  "--run-dir", dir};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::vector<std::string> hosts = {"--hosts", cat(h(0), ":1,", h(1), ":1"), "--rsh-agent",
+                                          state_ + "/rsh-agent"};
+  const test::Env env = {{"OMPI_MCA_mpi_yield_when_idle", "1"}, {"OMP_NUM_THREADS", "1"},
+                         {"STRATA_MPI_FINALIZE_TIMEOUT", "3"}};
+  std::vector<std::string> killed_args = hosts;
+  for (const char* a : {"--ckpt-every", "100", "--mem-ckpt-every", "1", "--mem-ckpt-replicas", "1",
+                        "--max-restarts", "1", "--elastic"})
+    killed_args.push_back(a);
+  const std::string dir = base + "-killed";
+  test::Proc p = test::start(args(dir, killed_args), env);
+  const bool killed = run_after_step_5(dir, cat("kill -9 $(ip netns pids ", h(1), ")"));
+  ASSERT_TRUE(test::wait_for(p, 180)) << p.output();
+  const std::string out = p.output(), summary = test::read_file(dir + "/summary.json");
+  ASSERT_TRUE(killed) << out;
+  EXPECT_EQ(p.exit_code(), 0) << out;
+  EXPECT_NE(out.find("2 replica slots of rank 1's copies"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(restart 1: resuming from the in-memory copies of step (\d+) of the 2-rank world .*resharded onto 1 rank\(s\) \(disk: none; .*\), (\d+) step\(s\) lost)")))
+      << out;
+  const int k = std::stoi(m[1].str()), lost = std::stoi(m[2].str());
+  EXPECT_GE(k, 4) << out;
+  EXPECT_LE(lost, 1) << out;
+  EXPECT_TRUE(std::regex_search(summary, std::regex(R"("world":\s*1\s)"))) << summary;
+  for (int i = 0; i < 2; ++i) {
+    std::string left;
+    for (const auto& e : std::filesystem::directory_iterator(cat(state_, "/shm/", h(i))))
+      if (e.path().filename().string().rfind("strata-", 0) == 0) left += e.path().filename().string() + " ";
+    EXPECT_EQ(left, "") << "host " << h(i) << "'s /dev/shm\n" << out;
+  }
+  // The references: the same 2 ranks uninterrupted, saving every step; one rank resumed from
+  // its step K (resharded from 2 ranks on load, as the restart resharded the copies).
+  std::vector<std::string> ref_args = hosts;
+  for (const char* a : {"--ckpt-every", "1", "--ckpt-keep", "0"}) ref_args.push_back(a);
+  auto ref = test::run(args(base + "-ref", ref_args), env, 180);
+  ASSERT_EQ(ref.exit_code(), 0) << ref.output();
+  auto ref1 = test::run(args(base + "-ref1", {"--resume", cat(base, "-ref/ckpt/step-", std::string(6 - std::to_string(k).size(), '0'), k)}),
+                        env, 180);
+  ASSERT_EQ(ref1.exit_code(), 0) << ref1.output();
+  const auto got = losses(dir), two = losses(base + "-ref"), one = losses(base + "-ref1");
+  std::system(cat("rm -rf ", base, "-ref ", base, "-ref1 ", base, "-killed").c_str());
+  ASSERT_EQ(got.size(), size_t(steps)) << out;
+  ASSERT_EQ(two.size(), size_t(steps));
+  ASSERT_GE(one.size(), size_t(steps - k));
+  for (int i = 0; i < k; ++i) EXPECT_EQ(got[size_t(i)], two[size_t(i)]) << "step " << i + 1;
+  for (int i = k; i < steps; ++i)
+    EXPECT_EQ(got[size_t(i)], one[one.size() - size_t(steps - i)]) << "step " << i + 1 << " (resumed at " << k << ")";
+}
+
 // The bandwidth doctor across hosts names each injected network fault (diag/host_net.h).
 
 // Hosts with a fast eth0 (1 Gbit/s) and a slow eth1 (100 Mbit/s): OpenMPI stripes its TCP
