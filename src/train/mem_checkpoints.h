@@ -20,6 +20,13 @@
 //            process fails; a supervised rank leaves it for its restart, and the launcher
 //            (`strata train --nproc/--hosts`, `strata launch`) removes it when the job ends:
 //            the job owns it (comm/run_segments.h).
+//   replicas `--mem-ckpt-replicas 1` across hosts: after the commit the writer thread sends the
+//            copy to the same local rank on the next host and receives the previous host's
+//            into a segment named as that rank's own (so a restart on this host finds every old
+//            rank's copy under one naming), on a process group of its own; the receiver keeps
+//            it only when its checksum equals the sender's. The next copy waits for the
+//            exchange. An --elastic restart of another world size reads them through
+//            EarlierWorld (train/checkpointing.h).
 // Cost: per copy, one memcpy of the shards (16 bytes per parameter held at fp32 with AdamW)
 // and one xxh64 pass, both on the writer thread; the step waits only when the copy outlasts
 // its forward and backward. Memory: two slots.
