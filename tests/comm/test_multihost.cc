@@ -391,12 +391,24 @@ TEST_F(MultiHost, LostHostResumesFromReplicasOnTheSurvivingHost) {
       if (e.path().filename().string().rfind("strata-", 0) == 0) left += e.path().filename().string() + " ";
     EXPECT_EQ(left, "") << "host " << h(i) << "'s /dev/shm\n" << out;
   }
-  // The references: the same 4 ranks uninterrupted, saving every step; 2 ranks resumed from
-  // its step K (resharded from 4 ranks on load, as the restart resharded the copies).
+  // The references: the same 4 ranks uninterrupted, saving every step (and exchanging
+  // replicas: they change no number, every copy arrives checksummed, and the segments go
+  // with the run); 2 ranks resumed from its step K (resharded from 4 ranks on load, as the
+  // restart resharded the copies).
   std::vector<std::string> ref_args = hosts;
-  for (const char* a : {"--ckpt-every", "1", "--ckpt-keep", "0"}) ref_args.push_back(a);
+  for (const char* a : {"--ckpt-every", "1", "--ckpt-keep", "0", "--mem-ckpt-every", "1", "--mem-ckpt-replicas", "1"})
+    ref_args.push_back(a);
   auto ref = test::run(args(base + "-ref", ref_args), env, 180);
   ASSERT_EQ(ref.exit_code(), 0) << ref.output();
+  const std::string ref_summary = test::read_file(base + "-ref/summary.json");
+  EXPECT_TRUE(std::regex_search(ref_summary, std::regex(cat(R"("replicas_kept":\s*)", steps, R"(\s*,)"))))
+      << ref_summary;
+  EXPECT_TRUE(std::regex_search(ref_summary, std::regex(R"("replicas_failed_checksum":\s*0\s*,)"))) << ref_summary;
+  EXPECT_TRUE(std::regex_search(ref_summary, std::regex(R"("replica_bytes_per_rank":\s*[1-9])"))) << ref_summary;
+  for (int i = 0; i < 2; ++i)
+    for (const auto& e : std::filesystem::directory_iterator(cat(state_, "/shm/", h(i))))
+      EXPECT_NE(e.path().filename().string().rfind("strata-", 0), 0u)
+          << "left after the uninterrupted run on " << h(i) << ": " << e.path();
   auto ref1 = test::run(args(base + "-ref1", {"--hosts", cat(h(0), ":2"), "--rsh-agent", state_ + "/rsh-agent", "--resume", cat(base, "-ref/ckpt/step-", std::string(6 - std::to_string(k).size(), '0'), k)}),
                         env, 180);
   ASSERT_EQ(ref1.exit_code(), 0) << ref1.output();
