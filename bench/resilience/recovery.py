@@ -11,6 +11,8 @@ driver once rank 0 has recorded step FAULT - 1, so its time is known):
 Modes, side by side in the same invocation (alternated, REPEATS times):
   disk    --ckpt-every CKPT
   memory  --ckpt-every CKPT --mem-ckpt-every 1
+  replicas --ckpt-every CKPT --mem-ckpt-every 1 --mem-ckpt-replicas 1 (host only: each copy
+          also on the next host, so the --elastic restart resumes from memory)
   shrink  --ckpt-every CKPT --mem-ckpt-every 1 --recovery shrink: the survivor continues in
           its own process on one rank fewer (kill and stop: a stopped rank is killed by the
           launcher once a survivor's watchdog fired; not host: one host only)
@@ -114,10 +116,10 @@ def figures(lines, t_fault):
             t_join = t
         if ("strata launch: restart 1/1" in l or "; live recovery: the job goes on" in l) and t_restart is None:
             t_restart = t
-        m = re.search(r"(?:resuming|rank\(s\)) from (?:the in-memory copy of )?step (\d+)", l)
+        m = re.search(r"(?:resuming|rank\(s\)) from (?:the in-memory cop(?:y|ies) of )?step (\d+)", l)
         if m and resumed is None:
             resumed = int(m.group(1))
-            source = "memory" if "in-memory copy" in l else "disk"
+            source = "memory" if "in-memory cop" in l else "disk"
         if l.startswith("{"):
             try:
                 j = json.loads(l)
@@ -180,7 +182,8 @@ def main():
             "--json", "--max-restarts", "1", "--zero", "1", "--ckpt-every", str(a.ckpt_every)]
     modes = {"disk": [], "memory": ["--mem-ckpt-every", "1"],
              "shrink": ["--mem-ckpt-every", "1", "--recovery", "shrink"],
-             "live": ["--mem-ckpt-every", "1", "--recovery", "live"]}
+             "live": ["--mem-ckpt-every", "1", "--recovery", "live"],
+             "replicas": ["--mem-ckpt-every", "1", "--mem-ckpt-replicas", "1"]}
     modes = {m: modes[m] for m in a.modes.split(",")}
     tool = os.path.join(a.root, "tools", "netns-cluster")
     name = f"rcv{os.getpid() % 100000}"
@@ -195,6 +198,8 @@ def main():
             for r in range(a.repeats):
                 for mode, extra in modes.items():
                     if mode in ("shrink", "live") and sc == "host":
+                        continue
+                    if mode == "replicas" and sc != "host":  # a copy on another host: host only
                         continue
                     run_dir = os.path.join(a.out, f"{sc}_{mode}_{r}")
                     if sc == "host":
@@ -237,7 +242,7 @@ def main():
     for sc in scenarios:
         print(f"\n{what[sc]}: median over {a.repeats} run(s)")
         print(f"  {'restart from':12} {'detect s':>9} {'first step s':>13} {'steps lost':>11} {'back s':>8} "
-              f"{'full speed s':>13} {'rejoined s':>11}  resumed from")
+              f"{'full speed s':>13} {'rejoined s':>11} {'step ms':>8}  resumed from")
         for mode in modes:
             rows = results.get(sc, {}).get(mode, [])
             if not rows:
@@ -245,7 +250,7 @@ def main():
                 continue
             med = lambda k: statistics.median(x[k] for x in rows) if all(x[k] is not None for x in rows) else None
             print(f"  {mode:12} {cell(med('detect_s')):>9} {cell(med('first_step_s')):>13} "
-                  f"{cell(med('steps_lost'), '{:.0f}'):>11} {cell(med('back_s')):>8} {cell(med('full_speed_s')):>13} {cell(med('rejoined_s')):>11}  "
+                  f"{cell(med('steps_lost'), '{:.0f}'):>11} {cell(med('back_s')):>8} {cell(med('full_speed_s')):>13} {cell(med('rejoined_s')):>11} {cell(med('median_ms_before'), '{:.0f}'):>8}  "
                   f"{', '.join(x['resumed_from'] for x in rows)}")
     with open(os.path.join(a.out, "recovery.json"), "w") as f:
         json.dump({"machine": machine_line(), "args": vars(a), "results": results}, f, indent=1)

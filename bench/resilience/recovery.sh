@@ -7,7 +7,8 @@
 #   kill   one rank of 2 SIGKILLed
 #   stop   one rank of 2 SIGSTOPped until the communication watchdog (--timeout) fires
 #   host   a whole namespace host lost: 2 hosts x 2 ranks over MPI (needs root, `ip netns`,
-#          mpirun: tools/netns-cluster; left out with a note when they are missing)
+#          mpirun: tools/netns-cluster; left out with a note when they are missing); mode
+#          `replicas` (--mem-ckpt-replicas 1) runs in this scenario only
 #
 #   bash bench/resilience/recovery.sh   # BUILD=build SCENARIOS=kill,stop,host MODES=disk,memory,shrink,live REPEATS=3 STEPS=30 FAULT=18 CKPT=10
 #   KEEP=DIR keeps the run directories and logs in DIR

@@ -221,4 +221,18 @@ void MemSegment::flip_byte(int slot, uint64_t at) {
   slot_base(slot)[kPage + at % h->bytes] ^= 0x5a;
 }
 
+uint64_t MemSegment::payload_hash(int slot) const {
+  const auto* h = reinterpret_cast<const SlotHeader*>(slot_base(slot));
+  return h->commit.load(std::memory_order_acquire) == 0 ? 0 : h->payload_hash;
+}
+
+unsigned char* MemSegment::mutable_payload(int slot) { return slot_base(slot) + kPage; }
+
+bool MemSegment::commit_received(int slot, const MemSlotMeta& meta, uint64_t sent_hash) {
+  commit(slot, meta);
+  if (payload_hash(slot) == sent_hash) return true;
+  clear(slot);
+  return false;
+}
+
 }  // namespace strata::ckpt

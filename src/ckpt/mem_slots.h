@@ -75,6 +75,15 @@ class MemSegment {
   void clear(int slot);
   // Flips one payload byte of a committed slot (the corrupt-mem-ckpt fault).
   void flip_byte(int slot, uint64_t at);
+  // The payload checksum a committed slot's header records (0 when not committed).
+  uint64_t payload_hash(int slot) const;
+  // Writable payload of a slot marked incomplete by begin_write (a replica being received).
+  unsigned char* mutable_payload(int slot);
+  // A copy received from a peer host (--mem-ckpt-replicas, train/mem_checkpoints.h): commits
+  // the slot as commit() does, then checks the payload checksum it computed against the
+  // sender's (`sent_hash`, of the sender's own commit). On a mismatch the slot is cleared and
+  // false returned: the bytes were damaged in transit or in this slot.
+  bool commit_received(int slot, const MemSlotMeta& meta, uint64_t sent_hash);
 
  private:
   MemSegment(std::string name, unsigned char* base, uint64_t bytes, uint64_t capacity);

@@ -243,8 +243,8 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   const int64_t mem_every = cfg.ckpt.mem_every;
   STRATA_CHECK(mem_every >= 0, "--mem-ckpt-every must be >= 0 (got ", mem_every, ")");
   STRATA_CHECK(a.mem_replicas >= 0, "--mem-ckpt-replicas must be >= 0 (got ", a.mem_replicas, ")");
-  // R replicas need R hosts besides the rank's own; then the copy to peers, which is not
-  // built yet, is refused by name, so a lost host falls back to disk knowingly.
+  // R replicas need R hosts besides the rank's own; one replica (the next host's peer) is
+  // what is built.
   const int hosts = int(a.parallel.hosts.size());
   STRATA_CHECK(a.mem_replicas == 0 || hosts > a.mem_replicas, "--mem-ckpt-replicas ", a.mem_replicas,
                " needs ", a.mem_replicas == 1 ? "a second host" : cat(a.mem_replicas + 1, " hosts"),
@@ -252,10 +252,12 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
                hosts == 0 ? std::string("this job names none (no --hosts, --hostfile or --slurm)")
                           : cat(a.parallel.hosts_source, " names ", hosts),
                "; use --mem-ckpt-replicas 0 (disk checkpoints stay the copy that survives a host)");
-  STRATA_CHECK(a.mem_replicas == 0, "--mem-ckpt-replicas ", a.mem_replicas,
-               ": copies on peer hosts are not implemented yet; in-memory copies stay on each "
-               "rank's own host, and a lost host falls back to the disk checkpoint (--ckpt-every); "
-               "use --mem-ckpt-replicas 0");
+  STRATA_CHECK(a.mem_replicas <= 1, "--mem-ckpt-replicas ", a.mem_replicas,
+               ": one replica per copy (on the next host) is supported, not more; use "
+               "--mem-ckpt-replicas 1");
+  STRATA_CHECK(a.mem_replicas == 0 || mem_every > 0, "--mem-ckpt-replicas ", a.mem_replicas,
+               " needs --mem-ckpt-every (it replicates the in-memory copies)");
+  cfg.ckpt.mem_replicas = a.mem_replicas;
   STRATA_CHECK(mem_every == 0 || !cfg.run_dir.empty(),
                "--mem-ckpt-every needs --run-dir (the in-memory copies are named after it)");
   cfg.guard.rollback = a.spike_action == "rollback";
@@ -480,7 +482,8 @@ void setup(CLI::App& app) {
                  "restart that loses at most K steps and for --spike-action rollback (0: off)")
       ->capture_default_str();
   app.add_option("--mem-ckpt-replicas", a->mem_replicas,
-                 "Peers on other hosts that also hold each in-memory copy (0 only, for now)")
+                 "Peers on other hosts that also hold each in-memory copy, so a lost host's ranks "
+                 "resume from memory under --elastic (0 or 1; 1 needs a second host)")
       ->capture_default_str();
   app.add_option("--ckpt-keep", c.ckpt.keep, "Keep the newest K checkpoints (0: all)")
       ->capture_default_str();

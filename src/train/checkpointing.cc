@@ -250,20 +250,33 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     const bool live = topo.live.generation > 0;
     // Live recovery reads every old rank's segment before this world replaces them.
     if (live) live_ = resume_live();
-    m.reuse = !live && (restart_ > 0 || c.resume == "auto");
+    // An --elastic restart on fewer ranks after a lost host: the old world's copies (the
+    // survivors' own and the replicas of the lost host's) are read before this world
+    // replaces any of them.
+    if (!live && c.mem_replicas > 0 && restart_ > 0) live_ = resume_other_world();
+    m.reuse = !live_ && (restart_ > 0 || c.resume == "auto");
     m.supervised = comm::launched_as_rank() && !m.job.empty();
     m.layout_text = mem_layout_text();
     if (restart_ == 0 && !live) m.fault = f;
     m.log = [this](const std::string& line) { log(line); };
+    m.replica_group = topo.replica_group;
+    m.replica_to = topo.replica_to;
+    m.replica_from = topo.replica_from;
     mem_ = std::make_unique<MemCheckpoints>(std::move(m), engine_);
     // The cost, in the start-up log: rank 0's slots, and the whole job's.
-    const double total = topo_.sum_across_ranks(double(mem_->bytes()));
+    const double total = topo_.sum_across_ranks(double(mem_->bytes() + mem_->replica_bytes()));
+    const std::string replicas =
+        mem_->replica_bytes() > 0
+            ? fmt(", and 2 replica slots of rank %d's copies, %.1f MiB (--mem-ckpt-replicas 1: "
+                  "each copy also goes to rank %d on the next host)", topo.replica_from,
+                  double(mem_->replica_bytes()) / (1 << 20), topo.replica_to)
+            : std::string();
     if (topo_.rank == 0)
       std::fprintf(stderr,
                    "strata train: mem-ckpt: a copy every %lld step(s) in /dev/shm%s: 2 slots, "
-                   "%.1f MiB on rank 0, %.1f MiB over the job's %d rank(s)\n",
+                   "%.1f MiB on rank 0%s; %.1f MiB over the job's %d rank(s)\n",
                    (long long)c.mem_every, mem_->segment_name().c_str(),
-                   double(mem_->bytes()) / (1 << 20), total / (1 << 20), topo_.world);
+                   double(mem_->bytes()) / (1 << 20), replicas.c_str(), total / (1 << 20), topo_.world);
   }
   if (c.every == 0) return;
   if (c.resume.empty() && restart_ == 0 && topo.live.generation == 0) {
@@ -447,6 +460,82 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   return p;
 }
 
+int64_t RunCheckpoints::common_step(const EarlierWorld& old) const {
+  // Every rank reads the same headers; rank 0's newest step is checked against the others',
+  // and its copies' checksums verified, each rank a share of the old ranks' segments.
+  std::vector<int64_t> steps = old.common_steps();
+  while (true) {
+    const double newest = steps.empty() ? -1.0 : double(steps.front());
+    const int64_t step = int64_t(topo_.sum_across_ranks(topo_.rank == 0 ? newest : 0.0));
+    const bool have = std::find(steps.begin(), steps.end(), step) != steps.end();
+    if (topo_.sum_across_ranks(have ? 0.0 : 1.0) > 0.0) return -1;
+    const bool ok = old.verify(step, topo_.rank, topo_.world);
+    if (topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0) return step;
+    steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
+  }
+}
+
+std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
+  const bool lead = topo_.rank == 0;
+  const std::string prefix = cat("restart ", restart_, ": ");
+  auto note = [&](const std::string& line) {
+    if (lead) std::fprintf(stderr, "strata train: %s%s\n", prefix.c_str(), line.c_str()), std::fflush(stderr);
+  };
+  // The world that failed: as many ranks as rank 0's host holds segments of (its own ranks'
+  // and, with replicas, the peer host's).
+  const int old_world = int(topo_.sum_across_ranks(lead ? double(mem_segment_ranks(cfg_.run_dir)) : 0.0));
+  if (old_world <= 0 || old_world == topo_.world) return std::nullopt;  // the own segments decide
+  const RankLayout layout = rank_layout(model_, topo_);
+  const int cp = topo_.cp ? topo_.cp->size() : 1, ep = topo_.ep ? topo_.ep->size() : 1;
+  if (layout.tp != 1 || topo_.pp != 1 || cp != 1 || ep != 1 || engine_.zero_stage() > 2) {
+    note(cat("the in-memory copies of the ", old_world, "-rank world are not loaded into this world of ",
+             topo_.world, ": resharding them needs a data-parallel layout (tp, pp, cp, ep 1, ZeRO 0-2); "
+             "resuming from disk"));
+    return std::nullopt;
+  }
+  Stopwatch sw;
+  std::unique_ptr<EarlierWorld> old;
+  try {
+    old = std::make_unique<EarlierWorld>(cfg_.run_dir, comm::supervised_job_id(), old_world, topo_.rank,
+                                         [this](const std::string& line) { log(line); });
+  } catch (const Error& e) {
+    log(e.what());
+  }
+  if (topo_.sum_across_ranks(old ? 0.0 : 1.0) > 0.0) {
+    note(cat("the ", old_world, "-rank world's in-memory copies are not all on this world's hosts "
+             "(see the line above; --mem-ckpt-replicas 1 keeps each on a second host); resuming from disk"));
+    return std::nullopt;
+  }
+  const int64_t chosen = common_step(*old);
+  std::vector<int64_t> disk_steps;
+  if (lead) disk_steps = ckpt::list_steps(ckpt::ckpt_root(cfg_.run_dir));
+  const int64_t disk = int64_t(topo_.sum_across_ranks(lead && !disk_steps.empty() ? double(disk_steps.back()) : (lead ? -1.0 : 0.0)));
+  const std::string disk_text = disk >= 0 ? cat("disk: step ", disk) : std::string("disk: none");
+  if (chosen < 0 || chosen <= disk) {
+    note(chosen < 0 ? cat("no step has a complete in-memory copy of every rank of the ", old_world,
+                          "-rank world; resuming from disk (", disk_text, ")")
+                    : cat("the in-memory copy of step ", chosen, " is not newer than the disk "
+                          "checkpoint of step ", disk, "; resuming from disk"));
+    topo_.sum_across_ranks(0.0);
+    return std::nullopt;
+  }
+  STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
+               cfg_.schedule.steps);
+  const double read_s = sw.seconds();
+  const MemCopy m = old->load(chosen, ckpt::layout_numel(layout.pieces), engine_.state_shards());
+  engine_.state_loaded(chosen);
+  ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
+  p.from_memory = true;
+  // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it.
+  topo_.sum_across_ranks(0.0);
+  const std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
+  note(cat("resuming from the in-memory copies of step ", chosen, " of the ", old_world,
+           "-rank world (its ranks' own and their replicas on this world's hosts), resharded onto ",
+           topo_.world, " rank(s) (", disk_text, "; ", fmt("%.3f", read_s), " s to read, ",
+           fmt("%.3f", sw.seconds() - read_s), " s to load)", lost));
+  return p;
+}
+
 ResumePoint RunCheckpoints::resume_live() {
   const LiveRecovery& live = topo_.live;
   const bool lead = topo_.rank == 0;
@@ -455,21 +544,8 @@ ResumePoint RunCheckpoints::resume_live() {
   Stopwatch sw;
   EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world, topo_.rank,
                    [this](const std::string& line) { log(line); });
-  // Every rank reads the same headers; rank 0's newest step is checked against the others',
-  // and its copies' checksums verified, each rank a share of the old ranks' segments.
-  std::vector<int64_t> steps = old.common_steps();
-  int64_t chosen = -1;
-  bool none = false;  // no step every old rank holds a good copy of
-  while (chosen < 0 && !none) {
-    const double newest = steps.empty() ? -1.0 : double(steps.front());
-    const int64_t step = int64_t(topo_.sum_across_ranks(lead ? newest : 0.0));
-    const bool have = std::find(steps.begin(), steps.end(), step) != steps.end();
-    none = topo_.sum_across_ranks(have ? 0.0 : 1.0) > 0.0;
-    if (none) break;
-    const bool ok = old.verify(step, topo_.rank, topo_.world);
-    if (topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0) chosen = step;
-    steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
-  }
+  const int64_t chosen = common_step(old);
+  const bool none = chosen < 0;  // no step every old rank holds a good copy of
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
                cfg_.schedule.steps);
   const double read_s = sw.seconds();

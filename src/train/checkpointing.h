@@ -103,6 +103,14 @@ class RunCheckpoints {
   // holds a copy of, resharded onto this world (collective); when there is none (a rank died
   // before its first copy was committed), the run's disk checkpoint, else step 0.
   ResumePoint resume_live();
+  // The newest step every old rank of `old` holds a good copy of, agreed by all ranks
+  // (collective); -1 when there is none.
+  int64_t common_step(const EarlierWorld& old) const;
+  // An --elastic restart with --mem-ckpt-replicas on another world size (a host lost): the
+  // newest step every rank of the world that failed holds a copy of on this world's hosts,
+  // resharded onto this world (collective), when newer than the disk checkpoint; nullopt:
+  // the disk decides (one line says why).
+  std::optional<ResumePoint> resume_other_world();
   // The layout as the in-memory copies' fingerprint and messages name it.
   std::string mem_layout_text() const;
   // Fills a resume point (and trims metrics.jsonl on rank 0) for a load of `step`.

@@ -353,6 +353,31 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
                                   comm::GroupPtr world, const LiveRecovery& live) {
   // The checkpoint writer thread synchronises on a group of its own (ckpt/checkpointer.h).
   comm::GroupPtr ckpt_group = world->split(0, world->rank(), "ckpt");
+  // --mem-ckpt-replicas: the in-memory writer thread's exchange of copies with the peers on
+  // the neighbouring hosts, on a group of its own as well.
+  comm::GroupPtr replica_group;
+  int replica_to = -1, replica_from = -1;
+  if (cfg.ckpt.mem_replicas > 0 && world->size() > 1) {
+    replica_group = world->split(0, world->rank(), "mem-replica");
+    const comm::HostLayout hl = comm::discover_hosts(*world);
+    const int h = hl.host_of[size_t(world->rank())], n = hl.num_hosts();
+    if (n > 1) {
+      STRATA_CHECK(hl.uniform(), "--mem-ckpt-replicas ", cfg.ckpt.mem_replicas, " needs the same "
+                   "number of ranks on every host (each rank's peer is the same local rank on the "
+                   "next host), this job has ", hl.describe());
+      const int local = hl.local_rank[size_t(world->rank())];
+      auto rank_on = [&](int host) {
+        for (int r = 0; r < world->size(); ++r)
+          if (hl.host_of[size_t(r)] == host && hl.local_rank[size_t(r)] == local) return r;
+        return -1;
+      };
+      replica_to = rank_on((h + 1) % n);
+      replica_from = rank_on((h + n - 1) % n);
+    } else if (world->rank() == 0) {
+      std::fprintf(stderr, "strata train: mem-ckpt: replicas off: all %d ranks run on one host "
+                   "(%s)\n", world->size(), hl.hosts.front().c_str());
+    }
+  }
 
   parallel::Mesh mesh(*world, pc.mesh_dims());
   const parallel::MeshDims dims = mesh.dims();
@@ -382,6 +407,11 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
     return x;
   };
   topo.ckpt_barrier = [g = ckpt_group.get()] { g->barrier(); };
+  if (replica_to >= 0) {
+    topo.replica_group = replica_group.get();
+    topo.replica_to = replica_to;
+    topo.replica_from = replica_from;
+  }
   topo.restart = comm::restart_attempt();
   topo.live = live;
   if (pc.recovery == Recovery::live) {

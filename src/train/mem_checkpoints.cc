@@ -76,6 +76,14 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
   fingerprint_ = XXH64(layout.data(), layout.size(), 0);
 
   const std::string name = ckpt::MemSegment::name_for(run_key(o_.run_dir), o_.rank);
+  // Replicas: each rank learns the slot size of the peer whose copies it keeps.
+  if (o_.replica_group) {
+    uint64_t theirs = 0;
+    comm::WorkPtr sent = o_.replica_group->send_async(&payload_bytes_, 1, DType::i64, o_.replica_to, 1);
+    o_.replica_group->recv_async(&theirs, 1, DType::i64, o_.replica_from, 1)->wait();
+    sent->wait();
+    replica_payload_bytes_ = theirs;
+  }
   if (o_.reuse) {
     try {
       segment_ = ckpt::MemSegment::open_existing(name);
@@ -87,16 +95,27 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
     if (segment_ && segment_->capacity() != payload_bytes_) earlier_ = std::move(segment_);
   }
   if (!segment_) {
-    const uint64_t need = ckpt::MemSegment::segment_bytes(payload_bytes_) * uint64_t(o_.local_world);
+    const uint64_t replica = replica_payload_bytes_ > 0 ? ckpt::MemSegment::segment_bytes(replica_payload_bytes_) : 0;
+    const uint64_t need = (ckpt::MemSegment::segment_bytes(payload_bytes_) + replica) * uint64_t(o_.local_world);
     struct statvfs v {};
     if (statvfs("/dev/shm", &v) == 0) {
       const uint64_t free = uint64_t(v.f_bavail) * v.f_frsize + existing_bytes(segment_prefix(o_.run_dir));
+      const std::string replicas =
+          replica > 0 ? cat(" and 2 replica slots of ", mib_text(replica_payload_bytes_), " (--mem-ckpt-replicas 1)") : "";
       STRATA_CHECK(need <= free, "--mem-ckpt-every ", o_.every, ": in-memory checkpoints need ",
-                   mib_text(need), " in /dev/shm (2 slots of ", mib_text(payload_bytes_),
+                   mib_text(need), " in /dev/shm (2 slots of ", mib_text(payload_bytes_), replicas,
                    " per rank x ", o_.local_world, " rank(s) on this host), but it has ",
-                   mib_text(free), " free; use fewer ranks per host or --mem-ckpt-every 0");
+                   mib_text(free), " free; use fewer ranks per host",
+                   replica > 0 ? ", --mem-ckpt-replicas 0" : "", " or --mem-ckpt-every 0");
     }
     segment_ = ckpt::MemSegment::create(name, payload_bytes_);
+  }
+  if (o_.replica_group) {
+    // Named as replica_from's own segment (that rank runs on another host: no collision here),
+    // so a restart on this host finds every old rank's copy under one naming.
+    const std::string rname = ckpt::MemSegment::name_for(run_key(o_.run_dir), o_.replica_from);
+    comm::own_for_run(rname);
+    replica_ = ckpt::MemSegment::create(rname, replica_payload_bytes_);
   }
   // Under a launcher the job owns the segment: the launcher removes it when the job ends
   // (comm/run_segments.h), whatever becomes of this rank.
@@ -117,6 +136,28 @@ MemCheckpoints::~MemCheckpoints() {
     ckpt::MemSegment::remove(segment_->name());
     comm::disown_for_run(segment_->name());
   }
+  if (replica_ && (finished_ || !o_.supervised)) {
+    ckpt::MemSegment::remove(replica_->name());
+    comm::disown_for_run(replica_->name());
+  }
+}
+
+uint64_t MemCheckpoints::replica_bytes() const {
+  return replica_ ? uint64_t(ckpt::kMemSlots) * replica_payload_bytes_ : 0;
+}
+
+int mem_segment_ranks(const std::string& run_dir) {
+  const std::string prefix = segment_prefix(run_dir) + "rank";
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    const std::string f = e.path().filename().string();
+    if (f.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = f.substr(prefix.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    n = std::max(n, std::stoi(digits) + 1);
+  }
+  return n;
 }
 
 uint64_t MemCheckpoints::bytes() const { return uint64_t(ckpt::kMemSlots) * payload_bytes_; }
@@ -392,12 +433,80 @@ void MemCheckpoints::writer_loop() {
       error = e.what();
     }
     const double s = sw.seconds();
+    // The copy goes to the peer host before the slot may be written again (the next copy
+    // waits for pending_slot_), so a replica is always of the step its header names.
+    if (o_.replica_group && error.empty()) {
+      Stopwatch rsw;
+      try {
+        exchange_replicas(slot, step, true);
+      } catch (const std::exception& e) {
+        error = cat("replica exchange: ", e.what());
+      }
+      const double r = rsw.seconds();
+      replica_s_ += r;
+      max_replica_s_ = std::max(max_replica_s_, r);
+    } else if (o_.replica_group) {
+      try {
+        exchange_replicas(slot, step, false);  // the peer still waits for this rank's header
+      } catch (const std::exception&) {
+      }
+    }
     lock.lock();
     commit_s_ += s;
     commit_error_ = error;
     pending_slot_ = -1;
     cv_.notify_all();
   }
+}
+
+namespace {
+
+// What precedes a copy's bytes on the replica group.
+struct ReplicaHeader {
+  int64_t step;
+  int64_t slot;
+  uint64_t bytes;  // 0: the sender has no committed copy of this step (its commit failed)
+  uint64_t payload_hash;
+  uint64_t layout;
+};
+
+}  // namespace
+
+void MemCheckpoints::exchange_replicas(int slot, int64_t step, bool committed) {
+  comm::ProcessGroup& g = *o_.replica_group;
+  ReplicaHeader out{step, slot, committed ? payload_bytes_ : 0,
+                    committed ? segment_->payload_hash(slot) : 0, fingerprint_};
+  ReplicaHeader in{};
+  comm::WorkPtr sent = g.send_async(&out, sizeof out, DType::u8, o_.replica_to, 2);
+  g.recv_async(&in, sizeof in, DType::u8, o_.replica_from, 2)->wait();
+  sent->wait();
+  comm::WorkPtr payload;
+  if (out.bytes > 0) payload = g.send_async(segment_->payload(slot), size_t(out.bytes), DType::u8, o_.replica_to, 3);
+  if (in.bytes > 0) {
+    STRATA_CHECK(in.slot >= 0 && in.slot < ckpt::kMemSlots && in.bytes <= replica_->capacity(),
+                 "replica of rank ", o_.replica_from, "'s copy of step ", in.step, " claims slot ",
+                 in.slot, " and ", in.bytes, " bytes; its segment has ", ckpt::kMemSlots,
+                 " slots of ", replica_->capacity());
+    const int rslot = int(in.slot);
+    unsigned char* to = replica_->begin_write(rslot, in.step);
+    g.recv_async(to, size_t(in.bytes), DType::u8, o_.replica_from, 3)->wait();
+    ckpt::MemSlotMeta meta;
+    meta.job = o_.job;
+    meta.run = run_key(o_.run_dir);
+    meta.layout = in.layout;
+    meta.layout_text = o_.layout_text;
+    meta.step = in.step;
+    meta.bytes = in.bytes;
+    if (replica_->commit_received(rslot, meta, in.payload_hash)) {
+      ++replicas_kept_;
+    } else {
+      ++replicas_bad_;
+      o_.log(cat("replica of rank ", o_.replica_from, "'s in-memory copy of step ", in.step,
+                 " failed its checksum on arrival (slot ", rslot, " of /dev/shm", replica_->name(),
+                 "); not kept"));
+    }
+  }
+  if (payload) payload->wait();
 }
 
 // On the writer thread, while the next step's forward and backward only read the states.
@@ -493,6 +602,18 @@ json MemCheckpoints::summary_json() const {
             {"bytes_per_rank", bytes()},
             {"segment", "/dev/shm" + segment_->name()},
             {"copies", copies_}};
+  if (replica_) {
+    j["replicas"] = 1;
+    j["replica_bytes_per_rank"] = replica_bytes();
+    j["replica_segment"] = "/dev/shm" + replica_->name();
+    j["replica_to_rank"] = o_.replica_to;
+    j["replicas_kept"] = replicas_kept_;
+    j["replicas_failed_checksum"] = replicas_bad_;
+    if (replicas_kept_ + replicas_bad_ > 0) {
+      j["replica_ms_mean"] = replica_s_ / double(replicas_kept_ + replicas_bad_) * 1e3;
+      j["replica_ms_max"] = max_replica_s_ * 1e3;
+    }
+  }
   if (copies_ > 0) {
     j["stall_ms_mean"] = stall_s_ / double(copies_) * 1e3;
     j["copy_ms_mean"] = copy_s_ / double(copies_) * 1e3;

@@ -20,6 +20,13 @@
 //            process fails; a supervised rank leaves it for its restart, and the launcher
 //            (`strata train --nproc/--hosts`, `strata launch`) removes it when the job ends:
 //            the job owns it (comm/run_segments.h).
+//   replicas `--mem-ckpt-replicas 1` across hosts: after the commit the writer thread sends the
+//            copy to the same local rank on the next host and receives the previous host's
+//            into a segment named as that rank's own (so a restart on this host finds every old
+//            rank's copy under one naming), on a process group of its own; the receiver keeps
+//            it only when its checksum equals the sender's. The next copy waits for the
+//            exchange. An --elastic restart of another world size reads them through
+//            EarlierWorld (train/checkpointing.h).
 // Cost: per copy, one memcpy of the shards (16 bytes per parameter held at fp32 with AdamW)
 // and one xxh64 pass, both on the writer thread; the step waits only when the copy outlasts
 // its forward and backward. Memory: two slots.
@@ -34,6 +41,7 @@
 #include <vector>
 
 #include "ckpt/mem_slots.h"
+#include "comm/process_group.h"
 #include "data/dataset.h"
 #include "diag/fault_inject.h"
 #include "nlohmann/json.hpp"
@@ -60,7 +68,16 @@ struct MemCheckpointOptions {
   std::string layout_text;  // this run's layout, as checkpoints describe it
   diag::FaultSpec fault;    // kill-during-mem-ckpt / corrupt-mem-ckpt (first attempt only)
   std::function<void(const std::string&)> log;
+  // --mem-ckpt-replicas 1 (Topology's replica fields): after each commit the writer thread
+  // sends the copy to `replica_to` and receives `replica_from`'s into a segment on this host
+  // named as that rank's own; null: no replicas.
+  comm::ProcessGroup* replica_group = nullptr;
+  int replica_to = -1, replica_from = -1;
 };
+
+// The run's segments in this host's /dev/shm: one past the highest rank named (a rank's own
+// segment or a replica of a peer's); 0 when there is none.
+int mem_segment_ranks(const std::string& run_dir);
 
 // Live recovery (--recovery live, train/distributed.cc): the copies the `world` ranks of a
 // world that lost a rank left in /dev/shm, the dead rank's included (its segment outlives
@@ -104,6 +121,7 @@ class MemCheckpoints {
   MemCheckpoints& operator=(const MemCheckpoints&) = delete;
 
   uint64_t bytes() const;  // both slots' payload: the memory cost of this rank
+  uint64_t replica_bytes() const;  // both replica slots' payload (0 without replicas)
   const std::string& segment_name() const;
   // Complete copies usable by this run, newest step first; every slot passed over is logged
   // in one line. same_job: only copies of this supervised job (a restart).
@@ -130,6 +148,9 @@ class MemCheckpoints {
   void wait_commit();
   void writer_loop();
   void copy_shards(unsigned char* payload, int64_t step);
+  // On the writer thread, after a commit (or a failed one: bytes 0): this rank's copy in
+  // `slot` to replica_to, replica_from's into the replica segment.
+  void exchange_replicas(int slot, int64_t step, bool committed);
   int newest_slot() const;  // -1 when no slot holds a committed copy of this run
   MemCopy read_copy(int slot) const;
 
@@ -159,6 +180,12 @@ class MemCheckpoints {
   // What the training thread waited (after_step and before_update), and the writer's copy
   // and commit.
   double stall_s_ = 0, copy_s_ = 0, commit_s_ = 0, max_copy_s_ = 0;
+
+  // --mem-ckpt-replicas: the segment holding replica_from's copies, and the exchange's cost.
+  std::unique_ptr<ckpt::MemSegment> replica_;
+  uint64_t replica_payload_bytes_ = 0;
+  int64_t replicas_kept_ = 0, replicas_bad_ = 0;
+  double replica_s_ = 0, max_replica_s_ = 0;
 };
 
 }  // namespace strata::train

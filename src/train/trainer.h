@@ -46,6 +46,7 @@ struct CheckpointConfig {
   double mtbf_s = 0;       // --mtbf: > 0 prints the Young/Daly checkpoint interval
   int max_failures = 3;    // --ckpt-max-failures: stop after K saves in a row fail (0: never)
   int64_t mem_every = 0;   // --mem-ckpt-every: in-memory copy every K steps; 0 = off
+  int mem_replicas = 0;    // --mem-ckpt-replicas: 1 = each copy also on the next host's peer
 };
 
 // The longest sample --sample-tokens may ask for.
@@ -147,6 +148,13 @@ struct Topology {
   // when the job's world changes there (a replacement joins), and the trainer then throws
   // WorldChange once the step's copy is on its way. Empty: never.
   std::function<bool()> world_changes;
+  // --mem-ckpt-replicas 1 across hosts: the group the in-memory writer thread exchanges
+  // copies on (its own, so it never interleaves with training collectives), the rank it sends
+  // its copies to (same local rank on the next host) and the rank it keeps copies of (same
+  // local rank on the previous host); null / -1 when replicas are off or all ranks share one
+  // host (an --elastic restart on the surviving host).
+  comm::ProcessGroup* replica_group = nullptr;
+  int replica_to = -1, replica_from = -1;
 };
 
 // Thrown by Trainer::run at a step boundary where Topology::world_changes said so.

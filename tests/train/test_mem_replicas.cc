@@ -1,0 +1,102 @@
+// --mem-ckpt-replicas 1, the parts that need no second host: a copy received from a peer is
+// committed into a segment of this host under the sender's name and read back checksummed; a
+// byte damaged in transit (the sender's checksum disagrees) is not kept, and one flipped
+// later fails the checksum like a local copy's; a restart finds the old world's size from
+// the segments its host holds (its own and the replicas). The exchange itself across
+// namespace hosts: MultiHost.LostHostResumesFromReplicasOnTheSurvivingHost (tests/comm).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckpt/mem_slots.h"
+#include "support/temp_dir.h"
+#include "train/mem_checkpoints.h"
+
+namespace strata::test {
+namespace {
+
+std::string run_key(const std::string& run_dir) {
+  return std::filesystem::weakly_canonical(std::filesystem::absolute(run_dir)).string();
+}
+
+ckpt::MemSlotMeta meta_of(const std::string& run, int64_t step, uint64_t bytes) {
+  ckpt::MemSlotMeta m;
+  m.job = "job-1";
+  m.run = run;
+  m.layout = 0x1234;
+  m.layout_text = "world 2 dp 2 tp 1";
+  m.step = step;
+  m.bytes = bytes;
+  return m;
+}
+
+// The sender's committed copy, the bytes "sent" into the receiver's segment named as the
+// sender's rank, committed there against the sender's checksum.
+TEST(MemReplicas, AReceivedCopyIsCommittedAndReadBackChecksummed) {
+  TempDir dir("mem_repl");
+  const std::string run = run_key(dir.file("run"));
+  const uint64_t n = 64 << 10;
+  std::unique_ptr<ckpt::MemSegment> sender = ckpt::MemSegment::create(ckpt::MemSegment::name_for(run, 0), n);
+  std::unique_ptr<ckpt::MemSegment> replica = ckpt::MemSegment::create(ckpt::MemSegment::name_for(run, 1), n);
+  unsigned char* p = sender->begin_write(1, 7);
+  for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(i * 131 + 7);
+  sender->commit(1, meta_of(run, 7, n));
+  const uint64_t sent = sender->payload_hash(1);
+  ASSERT_NE(sent, 0u);
+
+  unsigned char* to = replica->begin_write(1, 7);
+  EXPECT_EQ(replica->inspect(1).state, ckpt::MemSlotState::incomplete) << "in transit: not a copy yet";
+  std::memcpy(to, sender->payload(1), n);
+  ASSERT_TRUE(replica->commit_received(1, meta_of(run, 7, n), sent));
+  const ckpt::MemSlotView v = replica->inspect(1);
+  EXPECT_EQ(v.state, ckpt::MemSlotState::complete) << v.problem;
+  EXPECT_EQ(v.meta.step, 7);
+  EXPECT_EQ(v.meta.job, "job-1");
+  EXPECT_EQ(v.meta.run, run);
+  EXPECT_EQ(std::memcmp(replica->payload(1), sender->payload(1), n), 0);
+  EXPECT_EQ(replica->payload_hash(1), sent);
+
+  // A byte flipped later, in the replica's slot: its checksum fails, as a local copy's does.
+  replica->flip_byte(1, n / 3);
+  const ckpt::MemSlotView bad = replica->inspect(1);
+  EXPECT_EQ(bad.state, ckpt::MemSlotState::corrupt);
+  EXPECT_NE(bad.problem.find("payload checksum"), std::string::npos) << bad.problem;
+
+  // A byte damaged in transit: the received bytes disagree with the sender's checksum, so the
+  // slot is not kept (cleared, not left complete under a wrong checksum).
+  to = replica->begin_write(0, 8);
+  std::memcpy(to, sender->payload(1), n);
+  to[n / 2] ^= 0x01;
+  EXPECT_FALSE(replica->commit_received(0, meta_of(run, 8, n), sent));
+  EXPECT_EQ(replica->inspect(0).state, ckpt::MemSlotState::empty);
+  EXPECT_EQ(replica->payload_hash(0), 0u);
+  ckpt::MemSegment::remove(sender->name());
+  ckpt::MemSegment::remove(replica->name());
+}
+
+// The world that failed, as a restart on the surviving host sees it: one past the highest
+// rank whose segment (own or replica) this host holds for the run; other names do not count.
+TEST(MemReplicas, TheOldWorldIsFoundFromTheSegmentsOnThisHost) {
+  TempDir dir("mem_repl_world");
+  const std::string run_dir = dir.file("run");
+  const std::string run = run_key(run_dir);
+  EXPECT_EQ(train::mem_segment_ranks(run_dir), 0);
+  const std::string r0 = ckpt::MemSegment::name_for(run, 0), r3 = ckpt::MemSegment::name_for(run, 3);
+  std::unique_ptr<ckpt::MemSegment> a = ckpt::MemSegment::create(r0, 4096);
+  EXPECT_EQ(train::mem_segment_ranks(run_dir), 1);
+  std::unique_ptr<ckpt::MemSegment> b = ckpt::MemSegment::create(r3, 4096);
+  std::unique_ptr<ckpt::MemSegment> other =
+      ckpt::MemSegment::create(ckpt::MemSegment::name_for(run + "-other", 9), 4096);
+  EXPECT_EQ(train::mem_segment_ranks(run_dir), 4);
+  ckpt::MemSegment::remove(r3);
+  EXPECT_EQ(train::mem_segment_ranks(run_dir), 1);
+  ckpt::MemSegment::remove(r0);
+  ckpt::MemSegment::remove(other->name());
+  EXPECT_EQ(train::mem_segment_ranks(run_dir), 0);
+}
+
+}  // namespace
+}  // namespace strata::test
