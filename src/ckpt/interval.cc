@@ -116,7 +116,7 @@ std::string IntervalAdvice::text() const {
   if (mem_every > 0)
     s += cat("  with in-memory copies every ", mem_every, " step(s): ", format_duration(mem_loss_per_failure_s),
              " lost per failure (at most ", mem_every, " step(s) + restart ", format_duration(mem_restart_s),
-             "); a lost host falls back to the disk figure\n");
+             "); a lost host falls back to the disk figure (unless --mem-ckpt-replicas)\n");
   if (mem_every > 0 && live_loss_per_failure_s > 0)
     s += cat("  the same copies with --recovery live: ", format_duration(live_loss_per_failure_s),
              " lost per failure (at most ", mem_every, " step(s) + re-forming in process ",
