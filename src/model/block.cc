@@ -26,7 +26,7 @@ void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a,
   const int64_t C = m.C, N = a.N, n = a.n, Cl = w.Cl;
   const bool f32 = !bf16, ln = !m.llama;  // LayerNorm keeps its mean, RMSNorm none
   l = LayerActs{};
-  if (keep == BlockKeep::output || keep == BlockKeep::output_bf16) {
+  if (keeps_output_only(keep)) {
     l.res3 = c.take_if(n * C, keep == BlockKeep::output);
     l.res3_h = c.take_bf16(n * C, keep == BlockKeep::output_bf16);
     return;
@@ -62,7 +62,7 @@ void carve_layer(Carver& c, LayerActs& l, const BlockArch& m, const ActShape& a,
 LayerActs effective_acts(const LayerActs& kept, const LayerActs& work, BlockKeep keep) {
   if (keep == BlockKeep::all) return kept;
   LayerActs e = work;
-  if (keep == BlockKeep::output || keep == BlockKeep::output_bf16) {
+  if (keeps_output_only(keep)) {
     e.res3 = kept.res3;
     return e;
   }
@@ -269,7 +269,7 @@ void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float*
 
 void block_recompute(const BlockCtx& c, const Block& w, LayerActs& e, const float* x,
                      BlockKeep keep) {
-  if (keep == BlockKeep::output || keep == BlockKeep::output_bf16) return block_forward(c, w, e, x);
+  if (keeps_output_only(keep)) return block_forward(c, w, e, x);
   if (keep != BlockKeep::selective) return;
   const TpDims& d = c.d;
   norm_out(d.m, e.ln1, e.ln1_h, e.ln1_mean, e.ln1_rstd, x, w.ln1w, w.ln1b, d.n);

@@ -135,6 +135,10 @@ struct LocalWidths {
 // chunk recomputes from). `work` carves the complement a part needs once: everything but the
 // output (full), or just what selective drops (dropped).
 enum class BlockKeep : uint8_t { all, selective, output, output_bf16, work, dropped };
+// Full recomputation: the block keeps its output only (in fp32 or bf16).
+inline bool keeps_output_only(BlockKeep k) {
+  return k == BlockKeep::output || k == BlockKeep::output_bf16;
+}
 
 // Carves one block's activations for a.N rows (those `keep` names). attn_f32: qkv and the
 // attention output in fp32 even under bf16 (context parallelism).

@@ -326,8 +326,8 @@ double Part::forward(const StageChunk& ch, Slot& sl, const MicroInput& in, int s
     }
     moe_block_done(mb.get(), Pass::forward);
     after(l + 1, Pass::forward);
-    // The next block reads the kept value, rounded under --recompute-inputs bf16.
-    x = keep == BlockKeep::output_bf16 ? block_input(sl, size_t(l - ch.begin + 1), d) : a.res3;
+    // The next block reads the kept value (widened from bf16 under --recompute-inputs bf16).
+    x = block_input(sl, size_t(l - ch.begin + 1), d);
   }
   if (!ch.head) return 0;
   phase.set_layer(-1);
