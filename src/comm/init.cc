@@ -11,6 +11,8 @@
 #include "comm/process_group.h"
 #include "comm/runtime.h"
 #include "comm/shm/shm_transport.h"
+#include "comm/tcp/store.h"
+#include "comm/tcp/tcp_transport.h"
 #include "comm/watchdog.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -19,7 +21,7 @@
 namespace strata::comm {
 
 static const EnvVar kBackend("STRATA_BACKEND", "shm",
-                             "communication backend of init_from_env: shm or mpi (set by strata launch)");
+                             "communication backend of init_from_env: shm, mpi or tcp (set by strata launch)");
 
 static double resolve_timeout(const Options& opt) {
   return opt.timeout_s > 0 ? opt.timeout_s : detail::default_timeout_s();
@@ -56,6 +58,19 @@ GroupPtr connect_shm(const std::string& job_id, int rank, int size, const Option
   return wrap(std::move(t), size, opt);
 }
 
+GroupPtr connect_tcp(const std::string& store_addr, const std::string& job, int rank, int size,
+                     const Options& options) {
+  STRATA_CHECK(size >= 1, "world size must be at least 1, got ", size);
+  STRATA_CHECK(rank >= 0 && rank < size, "rank ", rank, " is outside a world of ", size);
+  STRATA_CHECK(!job.empty(), "the tcp backend needs a job id (STRATA_JOB_ID)");
+  Options opt = options;
+  opt.backend = Backend::tcp;
+  int64_t deadline = now_ns() + int64_t(resolve_timeout(opt) * 1e9);
+  auto t = tcp::make_tcp_world(store_addr, job, rank, size, opt, deadline);
+  flight_recorder().set_identity(rank, size);
+  return wrap(std::move(t), size, opt);
+}
+
 GroupPtr init_from_env(const Options& options) {
   Options opt = options;
   if (kBackend.is_set()) opt.backend = parse_backend(kBackend.get());
@@ -66,6 +81,14 @@ GroupPtr init_from_env(const Options& options) {
     return wrap(std::move(t), size, opt);
   }
   RankEnv env = detect_rank_env();
+  if (opt.backend == Backend::tcp) {
+    std::string job = !opt.job_id.empty() ? opt.job_id : env.job_id;
+    if (job.empty() && env.world_size == 1) job = new_job_id();
+    STRATA_CHECK(env.world_size == 1 || !tcp::store_address().empty(), "rank ", env.rank, " of ",
+                 env.world_size, ": the tcp backend needs a rendezvous store, but STRATA_STORE is "
+                 "unset (start the ranks with `strata launch --backend tcp`)");
+    return connect_tcp(tcp::store_address(), job, env.rank, env.world_size, opt);
+  }
   STRATA_CHECK(env.local_world_size == env.world_size,
                "the shm backend runs on one host, but the environment (", env.source,
                ") places ", env.local_world_size, " of ", env.world_size,

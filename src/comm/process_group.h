@@ -144,6 +144,14 @@ GroupPtr init_from_env(const Options& options = {});
 // size; rank 0 creates the segment, the others attach). Collective over the world.
 GroupPtr connect_shm(const std::string& job_id, int rank, int size, const Options& options = {});
 
+// One rank of a tcp world (comm/tcp/): finds its peers through the rendezvous store at
+// store_addr ("host:port", comm/tcp/store.h) under keys namespaced by `job`, so a world
+// formed again in the same processes under a new job id never sees the old one's keys.
+// Collective over the world; a world of 1 needs no store. Throws TimeoutError naming the
+// ranks that never published or connected within the timeout.
+GroupPtr connect_tcp(const std::string& store_addr, const std::string& job, int rank, int size,
+                     const Options& options = {});
+
 // All ranks of a world as threads of this process (gloo's base_test style), shm backend:
 // element r is rank r. Each rank's operations must be called from its own thread, e.g.:
 //

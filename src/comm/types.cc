@@ -32,7 +32,14 @@ const char* op_name(OpType op) {
   return "?";
 }
 
-const char* backend_name(Backend b) { return b == Backend::shm ? "shm" : "mpi"; }
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::shm: return "shm";
+    case Backend::mpi: return "mpi";
+    case Backend::tcp: return "tcp";
+  }
+  return "?";
+}
 
 ReduceOp parse_reduce_op(std::string_view s) {
   if (s == "sum") return ReduceOp::sum;
@@ -45,7 +52,8 @@ ReduceOp parse_reduce_op(std::string_view s) {
 Backend parse_backend(std::string_view s) {
   if (s == "shm") return Backend::shm;
   if (s == "mpi") return Backend::mpi;
-  fail("unknown communication backend '", std::string(s), "' (expected shm or mpi)");
+  if (s == "tcp") return Backend::tcp;
+  fail("unknown communication backend '", std::string(s), "' (expected shm, mpi or tcp)");
 }
 
 const char* hier_algo_name(HierAlgo a) {

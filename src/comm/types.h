@@ -31,11 +31,11 @@ enum class OpType : uint8_t {
   split,  // the collective exchange inside ProcessGroup::split
 };
 
-enum class Backend : uint8_t { shm, mpi };
+enum class Backend : uint8_t { shm, mpi, tcp };
 
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max", "min"
 const char* op_name(OpType op);           // "allreduce", "reducescatter", "allgather", ...
-const char* backend_name(Backend b);      // "shm", "mpi"
+const char* backend_name(Backend b);      // "shm", "mpi", "tcp"
 ReduceOp parse_reduce_op(std::string_view s);  // throws Error naming the bad value
 Backend parse_backend(std::string_view s);     // throws Error naming the bad value
 
