@@ -13,11 +13,13 @@ Modes, side by side in the same invocation (alternated, REPEATS times):
   memory  --ckpt-every CKPT --mem-ckpt-every 1
   replicas --ckpt-every CKPT --mem-ckpt-every 1 --mem-ckpt-replicas 1 (host only: each copy
           also on the next host, so the --elastic restart resumes from memory)
-  shrink  --ckpt-every CKPT --mem-ckpt-every 1 --recovery shrink: the survivor continues in
-          its own process on one rank fewer (kill and stop: a stopped rank is killed by the
-          launcher once a survivor's watchdog fired; not host: one host only)
-  live    the same with --recovery live: a replacement then starts and joins at a step
-          boundary, back at 2 ranks
+  shrink  --ckpt-every CKPT --mem-ckpt-every 1 --recovery shrink: the survivors continue in
+          their own processes on fewer ranks (kill and stop: a stopped rank is killed by the
+          launcher once a survivor's watchdog fired; host: over the tcp backend, OpenMPI
+          cannot shrink a communicator, with --mem-ckpt-replicas 1 so that the lost host's
+          copies are on the surviving one)
+  live    the same with --recovery live: a replacement then starts (on the dead rank's host)
+          and joins at a step boundary, back at the world's size
 Figures, all from the run's own output, each line time-stamped as it arrives:
   detect      the fault -> the supervisor's "restart 1/1" line (live: the launcher's "live
               recovery" line)
@@ -197,14 +199,14 @@ def main():
         for sc in scenarios:
             for r in range(a.repeats):
                 for mode, extra in modes.items():
-                    if mode in ("shrink", "live") and sc == "host":
-                        continue
                     if mode == "replicas" and sc != "host":  # a copy on another host: host only
                         continue
                     run_dir = os.path.join(a.out, f"{sc}_{mode}_{r}")
                     if sc == "host":
                         cmd = base + ["--hostfile", f"{state}/hostfile", "--rsh-agent", f"{state}/rsh-agent",
                                       "--elastic", "--timeout", "20"]
+                        if mode in ("shrink", "live"):  # OpenMPI cannot shrink: strata's tcp backend
+                            cmd += ["--backend", "tcp", "--mem-ckpt-replicas", "1"]
                         def fault(_launcher):
                             pids = subprocess.run(["ip", "netns", "pids", f"{name}-h1"], capture_output=True,
                                                   text=True).stdout.split()
@@ -236,7 +238,8 @@ def main():
           f"{a.ckpt_every}, --max-restarts 1, --zero 1; stop: --timeout {a.timeout}")
     what = {"kill": "one rank of 2 SIGKILLed (one host)",
             "stop": f"one rank of 2 SIGSTOPped until the watchdog (--timeout {a.timeout}) fires",
-            "host": "a whole namespace host of 2 lost (2 x 2 ranks over MPI, --elastic)"}
+            "host": "a whole namespace host of 2 lost (2 x 2 ranks; disk, memory, replicas: MPI and "
+                    "--elastic; shrink, live: tcp with replicas)"}
     def cell(v, fmt="{:.2f}"):
         return "-" if v is None else fmt.format(v)
     for sc in scenarios:

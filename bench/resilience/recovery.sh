@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Measured recovery, one scenario per fault, restart from disk (--ckpt-every), from
-# in-memory copies (--mem-ckpt-every 1), and live recovery (--recovery shrink|live; kill
-# scenario only) side by side: detection, first step after the fault,
-# steps of work lost, back at the step reached, back to full speed (recovery.py says how each
-# is read from the run's own time-stamped output).
+# in-memory copies (--mem-ckpt-every 1), and live recovery (--recovery shrink|live) side by
+# side: detection, first step after the fault, steps of work lost, back at the step
+# reached, back to full speed (recovery.py says how each is read from the run's own
+# time-stamped output).
 #   kill   one rank of 2 SIGKILLed
 #   stop   one rank of 2 SIGSTOPped until the communication watchdog (--timeout) fires
-#   host   a whole namespace host lost: 2 hosts x 2 ranks over MPI (needs root, `ip netns`,
-#          mpirun: tools/netns-cluster; left out with a note when they are missing); mode
-#          `replicas` (--mem-ckpt-replicas 1) runs in this scenario only
+#   host   a whole namespace host lost: 2 hosts x 2 ranks, over MPI, and over strata's tcp
+#          backend for shrink and live (needs root, `ip netns`, mpirun: tools/netns-cluster;
+#          left out with a note when they are missing); mode `replicas`
+#          (--mem-ckpt-replicas 1) runs in this scenario only
 #
 #   bash bench/resilience/recovery.sh   # BUILD=build SCENARIOS=kill,stop,host MODES=disk,memory,shrink,live REPEATS=3 STEPS=30 FAULT=18 CKPT=10
 #   KEEP=DIR keeps the run directories and logs in DIR

@@ -307,9 +307,9 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
   pc.backend = comm::parse_backend(a.backend);
   pc.recovery = train::parse_recovery(a.recovery);
   if (!pc.hosts.empty()) {
-    STRATA_CHECK(!app.count("--backend") || pc.backend == comm::Backend::mpi,
-                 "--backend ", a.backend, " runs on one host; several hosts need --backend mpi");
-    pc.backend = comm::Backend::mpi;
+    STRATA_CHECK(!app.count("--backend") || pc.backend != comm::Backend::shm,
+                 "--backend ", a.backend, " runs on one host; several hosts need --backend mpi or tcp");
+    if (!app.count("--backend")) pc.backend = comm::Backend::mpi;
   }
   STRATA_CHECK(!pc.preflight || pc.world() > 1, "--preflight measures links between ranks; it needs 2 or more");
   pc.cp = {model::parse_cp_mode(a.cp_mode), model::parse_cp_chunks(a.cp_chunks)};

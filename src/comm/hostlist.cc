@@ -96,7 +96,7 @@ void check_hosts(const std::vector<HostSlots>& hosts, int nproc, const std::stri
                " slots (", format_hosts(hosts), ")");
 }
 
-static std::string shell_quote(const std::string& s) {
+std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
@@ -109,6 +109,13 @@ bool is_this_host(const std::string& host) {
 static std::string agent_of(const std::string& rsh_agent) {
   if (rsh_agent.empty() && std::getenv("OMPI_MCA_plm_rsh_agent")) return std::getenv("OMPI_MCA_plm_rsh_agent");
   return rsh_agent;
+}
+
+std::vector<std::string> remote_shell_argv(const std::string& host, const std::string& rsh_agent,
+                                           const std::string& script) {
+  const std::string agent = agent_of(rsh_agent);
+  if (agent.empty()) return {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host, script};
+  return {agent, host, script};
 }
 
 std::string run_on_host(const std::string& host, const std::string& rsh_agent, double timeout_s,

@@ -33,6 +33,12 @@ bool is_this_host(const std::string& host);
 // When it does not exit 0, `problem` says so in one line ("host 'b' is unreachable: ...").
 std::string run_on_host(const std::string& host, const std::string& rsh_agent, double timeout_s,
                         const std::string& script, std::string& problem);
+// The command that runs the sh `script` on `host` through the remote shell (as run_on_host
+// does), for exec: AGENT HOST SCRIPT.
+std::vector<std::string> remote_shell_argv(const std::string& host, const std::string& rsh_agent,
+                                           const std::string& script);
+// `s` as one word of sh: 'it'\''s'.
+std::string shell_quote(const std::string& s);
 // Runs `AGENT HOST <interface probe>` (AGENT: rsh_agent, else $OMPI_MCA_plm_rsh_agent, else
 // ssh in batch mode; comm/netif.h) for every host that is not this machine, at most
 // timeout_s each; throws Error naming the first host that does not answer and what the

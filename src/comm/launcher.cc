@@ -15,9 +15,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "comm/mpirun_output.h"
 #include "comm/rank_status.h"
 #include "comm/run_segments.h"
+#include "comm/tcp/store.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -170,6 +173,8 @@ struct Child {
   int status = 0;
   int live_rank = -1;  // its rank in the world live recovery re-formed last (the launch's first)
   bool killed_stopped = false;  // live recovery killed it: stopped while its peers waited
+  int64_t live_id = 0;  // how live worlds name it (STRATA_LIVE_ID; its pid when none was set)
+  int host = -1;        // index into LaunchOptions::hosts of where it runs; -1: this host
 };
 
 volatile sig_atomic_t g_stop_signal = 0;  // the launcher itself was asked to stop
@@ -252,6 +257,19 @@ static std::vector<std::string> forwarded_env(const std::vector<std::pair<std::s
   return out;
 }
 
+// Across hosts (tcp): this host's address the hosts reach the job's store at: the first of its
+// interfaces (sorted by name) on a subnet of one of theirs.
+static std::string store_host_for(const std::vector<std::vector<NetIface>>& ifs, const std::vector<HostSlots>& hosts) {
+  for (const NetIface& mine : local_interfaces()) {
+    if (mine.loopback() || mine.ipv4.empty() || !mine.up) continue;
+    for (const auto& host : ifs)
+      for (const NetIface& f : host)
+        if (f.subnet == mine.subnet && !f.loopback()) return mine.ipv4;
+  }
+  fail("the tcp backend's ranks reach the launcher's store, but no interface of this host shares a "
+       "subnet with the hosts (", format_hosts(hosts), ")");
+}
+
 // The attempts of one supervised job, all under `run_id`.
 static LaunchResult run_attempts(const LaunchOptions& o, const std::string& run_id,
                                  const std::function<void(const std::string&)>& log) {
@@ -304,10 +322,23 @@ LaunchResult launch(const LaunchOptions& o) {
     const std::string& id;
     ~RunOwned() { remove_run_owned(id); }
   } owned{run_id};
-  LaunchResult r = run_attempts(o, run_id, log);
+  // The tcp backend's ranks find each other through a rendezvous store that lives as long as
+  // the job, restarts included (each attempt's keys are under its own job id); across hosts
+  // it listens on every interface and the ranks get this host's address on the hosts' subnet.
+  LaunchOptions with_store = o;
+  std::unique_ptr<tcp::StoreServer> store;
+  if (o.backend == Backend::tcp) {
+    const std::string host =
+        o.hosts.empty() ? std::string("127.0.0.1")
+                        : store_host_for(check_reachable(o.hosts, o.rsh_agent, o.reach_timeout_s), o.hosts);
+    store = std::make_unique<tcp::StoreServer>(o.hosts.empty() ? "127.0.0.1" : "0.0.0.0", 0);
+    with_store.extra_env.push_back({"STRATA_STORE", cat(host, ":", store->port())});
+    with_store.store = store.get();
+  }
+  LaunchResult r = run_attempts(with_store, run_id, log);
   // On the other hosts: a rank that failed, or a host an --elastic restart left out, could
-  // not remove its own.
-  if (!o.hosts.empty() && (r.exit_code != 0 || r.restarts > 0))
+  // not remove its own; nor could a rank a live job went on without.
+  if (!o.hosts.empty() && (r.exit_code != 0 || r.restarts > 0 || o.live))
     for (const std::string& p : remove_run_owned_on_hosts(run_id, o.hosts, o.rsh_agent, o.reach_timeout_s))
       log(cat("strata launch: the job's shared-memory objects on that host may remain: ", p));
   return r;
@@ -321,10 +352,31 @@ struct Proc {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
   int rank;  // -1: mpirun
+  int host = -1;  // index into LaunchOptions::hosts of where the rank runs; -1: this host
 };
+
+// One rank's process: the program itself, or on another host (the tcp backend across hosts)
+// the remote shell running it there with `env` on its command line.
+Proc rank_proc(const LaunchOptions& o, const std::string& prog,
+               std::vector<std::pair<std::string, std::string>> env, int rank, int host) {
+  std::vector<std::string> argv = o.command;
+  argv[0] = prog;
+  if (host < 0) return {prog, argv, env, rank, -1};
+  std::string script = "exec env";
+  for (const auto& [k, v] : env) script += " " + shell_quote(k + "=" + v);
+  for (const std::string& k : forwarded_env(env))
+    if (const char* v = std::getenv(k.c_str())) script += " " + shell_quote(k + "=" + v);
+  for (const std::string& a : argv) script += " " + shell_quote(a);
+  std::vector<std::string> remote = remote_shell_argv(o.hosts[size_t(host)].host, o.rsh_agent, script);
+  const std::string agent = find_program(remote.front());
+  STRATA_CHECK(!agent.empty(), "the remote shell '", remote.front(), "' to start rank ", rank, " on host '",
+               o.hosts[size_t(host)].host, "' was not found");
+  return {agent, remote, env, rank, host};
+}
 
 struct LaunchPlan {
   std::string job_id;
+  std::string prog;  // the program each rank runs (found in PATH)
   std::vector<Proc> procs;
   std::string status_dir;  // mpi with rank_exec: where ranks record how they ended
 };
@@ -360,12 +412,16 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   common.push_back({"STRATA_LAUNCHER_PID", std::to_string(getpid())});
   common.push_back({"STRATA_BACKEND", backend_name(o.backend)});
   if (o.timeout_s > 0) common.push_back({"STRATA_TIMEOUT", cat(o.timeout_s)});
-  STRATA_CHECK(!o.live || (o.backend == Backend::shm && o.hosts.empty()),
-               "live recovery (--recovery live) runs on one host with the shm backend");
-  // Named like the job's shm objects, so it goes with them (remove_job_segments).
-  if (o.live) common.push_back({"STRATA_LIVE_FILE", cat("/dev/shm/strata-", plan.job_id, "-live")});
-  STRATA_CHECK(o.hosts.empty() || o.backend == Backend::mpi,
-               "hosts are given, but only the mpi backend runs across hosts (use --backend mpi)");
+  STRATA_CHECK(!o.live || o.backend != Backend::mpi,
+               "live recovery (--recovery live) needs the shm backend (one host) or the tcp backend: "
+               "OpenMPI cannot shrink a communicator");
+  // Named like the job's shm objects, so it goes with them (remove_job_segments); across hosts
+  // keys of the job's store.
+  if (o.live && o.backend == Backend::shm)
+    common.push_back({"STRATA_LIVE_FILE", cat("/dev/shm/strata-", plan.job_id, "-live")});
+  if (o.live && o.backend == Backend::tcp) common.push_back({"STRATA_LIVE_KEY", cat(plan.job_id, "/live/")});
+  STRATA_CHECK(o.hosts.empty() || o.backend != Backend::shm,
+               "hosts are given, but the shm backend runs on one host (use --backend mpi or tcp)");
   STRATA_CHECK(o.ifaces.empty() || o.backend == Backend::mpi,
                "--iface ", o.ifaces.front(), " is given, but only the mpi backend uses network interfaces (use --backend mpi)");
   std::vector<std::vector<NetIface>> ifs;  // of each host, when there are hosts
@@ -424,15 +480,27 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
     for (size_t i = 1; i < o.command.size(); ++i) argv.push_back(o.command[i]);
     plan.procs.push_back({mpirun, argv, common, -1});
   } else {
+    // One process per rank; across hosts (tcp) the ranks fill the hosts' slots in order, as
+    // mpirun's do.
+    std::vector<int> host_of(size_t(o.nproc), -1), local(size_t(o.nproc), 0);
+    std::vector<int> on_host(std::max<size_t>(1, o.hosts.size()), 0);
+    for (int r = 0, h = 0; r < o.nproc; ++r) {
+      if (!o.hosts.empty()) {
+        while (on_host[size_t(h)] == o.hosts[size_t(h)].slots) ++h;
+        host_of[size_t(r)] = h;
+      }
+      local[size_t(r)] = on_host[size_t(h)]++;
+    }
+    plan.prog = prog;
     for (int r = 0; r < o.nproc; ++r) {
       auto env = common;
+      const int h = host_of[size_t(r)];
       env.push_back({"STRATA_RANK", std::to_string(r)});
       env.push_back({"STRATA_WORLD_SIZE", std::to_string(o.nproc)});
-      env.push_back({"STRATA_LOCAL_RANK", std::to_string(r)});
-      env.push_back({"STRATA_LOCAL_WORLD_SIZE", std::to_string(o.nproc)});
-      std::vector<std::string> argv = o.command;
-      argv[0] = prog;
-      plan.procs.push_back({prog, argv, env, r});
+      env.push_back({"STRATA_LOCAL_RANK", std::to_string(local[size_t(r)])});
+      env.push_back({"STRATA_LOCAL_WORLD_SIZE", std::to_string(on_host[size_t(std::max(h, 0))])});
+      if (o.live) env.push_back({"STRATA_LIVE_ID", std::to_string(r + 1)});
+      plan.procs.push_back(rank_proc(o, prog, env, r, h));
     }
   }
   return plan;
@@ -489,7 +557,8 @@ class JobGuard {
   std::vector<Child> children;
   std::vector<int> fds;  // open pipe ends; -1 once closed
   std::vector<std::string> live_jobs;  // the worlds live recovery re-formed (their shm objects)
-  std::string live_file;               // STRATA_LIVE_FILE of a live job; "" otherwise
+  std::optional<LiveBoard> board;      // where a live job's worlds are posted; none otherwise
+  int64_t last_live_id = 0;            // STRATA_LIVE_ID given last
   const LaunchPlan* plan = nullptr;  // what was started (a replacement starts the same)
   std::vector<int> replacements_due;   // rejoin: ranks (as launched) to start a replacement for
   pid_t joiner = -1;                   // a replacement started, not yet in the world
@@ -514,8 +583,6 @@ std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions
     read_ends.push_back(p[0]);
   }
   std::vector<LineSink> sinks;
-  for (const auto& [k, v] : plan.procs.front().env)
-    if (k == "STRATA_LIVE_FILE") g.live_file = v;
   for (size_t i = 0; i < plan.procs.size(); ++i) {
     const Proc& l = plan.procs[i];
     Child c;
@@ -524,6 +591,10 @@ std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions
     c.pid = spawn(l.path, l.argv, l.env, pipes[2 * i].second, pipes[2 * i + 1].second,
                   read_ends.data(), int(read_ends.size()));
     c.running = true;
+    c.host = l.host;
+    c.live_id = c.pid;
+    for (const auto& [k, v] : l.env)
+      if (k == "STRATA_LIVE_ID") c.live_id = std::stoll(v), g.last_live_id = std::max(g.last_live_id, c.live_id);
     g.children.push_back(c);
     if (o.on_spawn) o.on_spawn(l.rank, int64_t(c.pid));
     for (int s = 0; s < 2; ++s) {
@@ -555,12 +626,20 @@ std::vector<Child*> live_members(JobGuard& g) {
 // Writes the next generation of the live world: `members` renumbered 0..n-1 in this order.
 void write_generation(JobGuard& g, const std::vector<Child*>& members, int from,
                       const std::string& what, const LaunchOptions& o) {
-  std::vector<int64_t> pids;
-  for (const Child* c : members) pids.push_back(c->pid);
+  std::vector<LiveMember> ms(members.size());  // local rank: the members before it on its host
+  for (size_t r = 0; r < members.size(); ++r) {
+    ms[r].id = members[r]->live_id;
+    ms[r].local_rank = ms[r].local_world = 0;
+    for (size_t q = 0; q < members.size(); ++q)
+      if (members[q]->host == members[r]->host) ++ms[r].local_world, ms[r].local_rank += q < r ? 1 : 0;
+  }
+  // The world before, if it is still forming, stops waiting for its members (the tcp backend).
+  if (g.board->give_up)
+    g.board->give_up(g.live_jobs.empty() ? g.plan->job_id : g.live_jobs.back(), what);
   const std::string job = new_job_id();
   g.live_jobs.push_back(job);
   const int generation = int(g.live_jobs.size());
-  write_live_world(g.live_file, generation, job, from, what, pids);
+  write_live_world(*g.board, generation, job, from, what, ms);
   for (size_t r = 0; r < members.size(); ++r) members[r]->live_rank = int(r);
   const std::string line = cat("strata launch: ", what, "; live recovery: the job goes on with ",
                                members.size(), " rank(s) (world ", generation, ")");
@@ -572,7 +651,7 @@ void write_generation(JobGuard& g, const std::vector<Child*>& members, int from,
 // re-form a world without it (comm/live_world.h). False when none is left to.
 bool reform_without(JobGuard& g, const Child& dead, int status, const LaunchOptions& o) {
   const std::vector<Child*> members = live_members(g);
-  if (members.empty() || g.live_file.empty() || dead.live_rank < 0) return false;
+  if (members.empty() || !g.board || dead.live_rank < 0) return false;
   write_generation(g, members, int(members.size()) + 1,
                    dead.killed_stopped
                        ? cat("rank ", dead.live_rank, " was stopped while its peers waited on it (killed)")
@@ -599,7 +678,7 @@ void kill_stopped_member(JobGuard& g) {
   const int generation = int(g.live_jobs.size());
   bool broken = false;
   for (Child* c : live_members(g))
-    broken |= access(live_broken_file(g.live_file, generation, c->pid).c_str(), F_OK) == 0;
+    broken |= g.board->has(live_broken_mark(generation, c->live_id));
   if (!broken) return;
   for (Child* c : live_members(g)) {
     const char state = process_state(c->pid);
@@ -612,9 +691,16 @@ void kill_stopped_member(JobGuard& g) {
 void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, const LaunchOptions& o) {
   // The launch's last rank until the world file names its place (its start-up checks see the
   // launch's world; rank 0 would take the run directory's lock).
-  const Proc& l = g.plan->procs.back();
-  std::vector<std::pair<std::string, std::string>> env = l.env;
+  const Proc& last = g.plan->procs.back();
+  int host = -1;  // the dead rank's host
+  for (const Child& c : g.children)
+    if (c.rank == for_rank) host = c.host;
+  std::vector<std::pair<std::string, std::string>> env;
+  for (const auto& [k, v] : last.env)
+    if (k != "STRATA_LIVE_ID") env.push_back({k, v});
   env.push_back({"STRATA_LIVE_JOIN", std::to_string(g.live_jobs.size())});
+  env.push_back({"STRATA_LIVE_ID", std::to_string(++g.last_live_id)});
+  const Proc l = rank_proc(o, g.plan->prog, env, last.rank, host);
   int pipes[2][2];
   for (auto& p : pipes) {
     STRATA_CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
@@ -626,6 +712,8 @@ void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, 
   c.rank = for_rank;
   c.pid = spawn(l.path, l.argv, env, pipes[0][1], pipes[1][1], read_ends, 2);
   c.running = true;
+  c.host = host;
+  c.live_id = g.last_live_id;
   g.children.push_back(c);
   g.joiner = c.pid;
   g.joiner_for = for_rank;
@@ -641,6 +729,12 @@ void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, 
     sink.timeouts = sinks.empty() ? nullptr : sinks.front().timeouts;
     sinks.push_back(sink);
   }
+}
+
+int64_t joiner_id(const JobGuard& g) {
+  for (const Child& c : g.children)
+    if (c.pid == g.joiner) return c.live_id;
+  return 0;
 }
 
 // Rejoin: the replacement said it is ready; the world grows by it at the survivors' next step
@@ -737,8 +831,8 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
       if (g.joiner > 0 && live_members(g).empty()) {  // the job is done without it
         if (kill(-g.joiner, SIGKILL) != 0) kill(g.joiner, SIGKILL);
         g.joiner = -1;
-      } else if (g.joiner > 0 && access(live_ready_file(g.live_file, g.joiner).c_str(), F_OK) == 0 &&
-                 access(live_formed_file(g.live_file, int(g.live_jobs.size())).c_str(), F_OK) == 0) {
+      } else if (g.joiner > 0 && g.board->has(live_ready_mark(joiner_id(g))) &&
+                 g.board->has(live_formed_mark(int(g.live_jobs.size())))) {
         join_replacement(g, o);
       }
     }
@@ -794,6 +888,10 @@ static LaunchResult launch_once(const LaunchOptions& o) {
   res.job_id = plan.job_id;
   JobGuard guard(plan.job_id, plan.status_dir);
   guard.plan = &plan;
+  for (const auto& [k, v] : plan.procs.front().env) {
+    if (k == "STRATA_LIVE_FILE") guard.board = live_board_of_files(v);
+    if (k == "STRATA_LIVE_KEY" && o.store) guard.board = live_board_of_store(*o.store, v);
+  }
   std::vector<LineSink> sinks = start_children(plan, o, guard);
   std::vector<std::string> mpirun_lines;
   std::vector<std::pair<int, std::string>> timeouts;

@@ -41,6 +41,10 @@
 
 namespace strata::comm {
 
+namespace tcp {
+class StoreServer;
+}
+
 struct LaunchOptions {
   int nproc = 1;
   Backend backend = Backend::shm;
@@ -85,15 +89,20 @@ struct LaunchOptions {
   // What a rank is in the job (e.g. "pipeline stage 1, dp 1") for a world of `world` ranks;
   // added after the failed rank in messages: "rank 3 (pipeline stage 1, dp 1) was killed".
   std::function<std::string(int rank, int world)> rank_role;
-  // shm (`strata train --recovery live`): a rank killed by a signal does not stop the others.
-  // The launcher writes the world they re-form without it (comm/live_world.h: a new
-  // generation, the survivors renumbered 0..n-1 in rank order, a fresh job id), logs one
-  // line, and supervises them on; a rank that exits non-zero, or the death of the last rank,
-  // ends the job as before.
+  // shm on one host, or tcp on one host or across hosts (`strata train --recovery live`): a
+  // rank killed by a signal does not stop the others. The launcher posts the world they
+  // re-form without it (comm/live_world.h: a new generation, the survivors renumbered 0..n-1
+  // in rank order, a fresh job id) on the job's live board, logs one line, and supervises them
+  // on; a rank that exits non-zero, or the death of the last rank, ends the job as before.
+  // (mpi: refused; OpenMPI cannot shrink a communicator.)
   bool live = false;
-  // With live: after each death, start a replacement (the same command, STRATA_LIVE_JOIN set)
-  // that joins the survivors at a step boundary once it is ready, restoring the world's size.
+  // With live: after each death, start a replacement (the same command, STRATA_LIVE_JOIN set;
+  // on the dead rank's host) that joins the survivors at a step boundary once it is ready,
+  // restoring the world's size.
   bool live_rejoin = false;
+  // tcp: the job's rendezvous store, hosted by launch() for the job's lifetime (set by it;
+  // a live job's board is under its keys).
+  tcp::StoreServer* store = nullptr;
 };
 
 struct LaunchResult {

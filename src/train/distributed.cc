@@ -361,7 +361,13 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
     replica_group = world->split(0, world->rank(), "mem-replica");
     const comm::HostLayout hl = comm::discover_hosts(*world);
     const int h = hl.host_of[size_t(world->rank())], n = hl.num_hosts();
-    if (n > 1) {
+    if (n > 1 && !hl.uniform() && live.generation > 0) {
+      // A world live recovery re-formed after a death: its hosts hold unequal numbers of ranks
+      // until the replacements join.
+      if (world->rank() == 0)
+        std::fprintf(stderr, "strata train: mem-ckpt: replicas off in this world (%s) until its hosts "
+                     "hold equal numbers of ranks again\n", hl.describe().c_str());
+    } else if (n > 1) {
       STRATA_CHECK(hl.uniform(), "--mem-ckpt-replicas ", cfg.ckpt.mem_replicas, " needs the same "
                    "number of ranks on every host (each rank's peer is the same local rank on the "
                    "next host), this job has ", hl.describe());
@@ -419,7 +425,7 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
     topo.world_changes = [g = world.get(), generation = live.generation] {
       double newer = 0;
       if (g->rank() == 0) {
-        const std::optional<comm::LiveWorld> w = comm::read_live_world(comm::live_world_file());
+        const std::optional<comm::LiveWorld> w = comm::read_live_world();
         newer = w && w->generation > generation ? 1 : 0;
       }
       g->all_reduce(&newer, 1);

@@ -125,14 +125,15 @@ void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
                "ZeRO 0-2), this run has ", other, "; use --recovery restart");
   STRATA_CHECK(cfg.ckpt.mem_every > 0, flag, " continues from the in-memory copies: it "
                "needs --mem-ckpt-every K (1: lose at most one step)");
-  STRATA_CHECK(pc.nproc >= 2 && pc.hosts.empty() && pc.backend == comm::Backend::shm,
-               flag, " needs ranks started by strata on one host with the shm backend "
-               "(--nproc 2 or more, no --hosts, --backend shm)");
+  const int n = pc.world();
+  STRATA_CHECK(n >= 2 && ((pc.hosts.empty() && pc.backend == comm::Backend::shm) ||
+                          pc.backend == comm::Backend::tcp),
+               flag, " needs 2 or more ranks started by strata with the shm backend on one host "
+               "or the tcp backend (across hosts: OpenMPI cannot shrink a communicator)");
   try {
-    cfg.accum(pc.nproc - 1);
+    cfg.accum(n - 1);
   } catch (const Error& e) {
-    fail(flag, " continues on ", pc.nproc - 1, " rank(s) after a rank's death, and ",
-         e.what());
+    fail(flag, " continues on ", n - 1, " rank(s) after a rank's death, and ", e.what());
   }
 }
 

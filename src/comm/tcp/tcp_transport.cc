@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "comm/tcp/store.h"
 #include "core/error.h"
@@ -346,7 +347,25 @@ std::unique_ptr<TcpTransport> make_tcp_world(const std::string& store_addr, cons
   std::vector<std::string> addrs(static_cast<size_t>(size));
   for (int q = 0; q < size; ++q) {
     try {
-      addrs[size_t(q)] = store.wait_get(prefix + std::to_string(q), left_s());
+      // In short waits: a launcher that gives this world up (a member died before it formed:
+      // live recovery, comm/live_world.h) says so under <job>/abort.
+      for (;;) {
+        if (std::optional<std::string> why = store.try_get(job + "/abort"))
+          throw detail::PeerDeadError(cat("tcp backend, job ", job, ": the world was given up before it "
+                                          "formed: ", *why));
+        const double wait_s = std::min(0.2, left_s());
+        if (std::optional<std::string> a = store.try_get(prefix + std::to_string(q))) {
+          addrs[size_t(q)] = *a;
+          break;
+        }
+        if (wait_s <= 0) throw TimeoutError("");
+        try {
+          addrs[size_t(q)] = store.wait_get(prefix + std::to_string(q), wait_s);
+          break;
+        } catch (const TimeoutError&) {
+          if (left_s() <= 0) throw;
+        }
+      }
     } catch (const TimeoutError&) {
       std::vector<int> missing;
       for (int m = q; m < size; ++m)

@@ -1,0 +1,170 @@
+// Live recovery across hosts (`strata train --hosts ... --backend tcp --recovery shrink|live`):
+// 2 namespace hosts x 2 ranks (tools/netns-cluster, each host with a /dev/shm of its own). The
+// ranks run over strata's tcp backend, since OpenMPI cannot shrink a communicator; the
+// launcher starts each through the remote shell and posts the worlds in the job's store. A
+// rank SIGKILLed mid-run does not stop the job: the survivors on both hosts re-form a world of
+// 3 in process, load the newest step every old rank's copy holds wherever it lies (the dead
+// rank's copy is on its host only), and continue; their losses equal a run that never failed,
+// resumed from disk on 3 ranks at that step, bit for bit. Under live a replacement starts on
+// the dead rank's host and joins. Nothing of the job remains on any host.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "live_util.h"
+
+namespace strata::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kCluster = std::string(STRATA_SOURCE_DIR) + "/tools/netns-cluster";
+
+class LiveAcrossHosts : public ::testing::Test {
+ public:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces (tools/netns-cluster)";
+    if (std::system("ip netns list >/dev/null 2>&1") != 0) GTEST_SKIP() << "`ip netns` is unavailable";
+    name_ = cat("slh", getpid() % 100000);
+    state_ = "/tmp/netns-cluster-" + name_;
+    Proc r = run({kCluster, "up", "--name", name_, "--hosts", "2", "--ranks-per-host", "2", "--private-shm"}, {}, 60);
+    ASSERT_EQ(r.exit_code(), 0) << r.output();
+    up_ = true;
+  }
+  void TearDown() override {
+    if (up_) run({kCluster, "down", "--name", name_}, {}, 60);
+  }
+  std::string h(int i) const { return cat(name_, "-h", i); }
+  // The launch across the two hosts.
+  std::string hosts() const {
+    return cat("--hosts ", h(0), ":2,", h(1), ":2 --backend tcp --rsh-agent ", state_, "/rsh-agent ");
+  }
+  // After the job: nothing of `run` in any host's /dev/shm, this machine's, or its processes.
+  void expect_nothing_left(const std::string& run, const std::string& why) {
+    test::expect_nothing_left(run, why);
+    for (int i = 0; i < 2; ++i)
+      for (const auto& e : std::filesystem::directory_iterator(cat(state_, "/shm/", h(i))))
+        EXPECT_NE(e.path().filename().string().rfind("strata-", 0), 0u)
+            << "left on " << h(i) << ": " << e.path() << "; " << why;
+  }
+  std::string name_, state_;
+  bool up_ = false;
+};
+
+// Rank `rank` of 4 (2 on each host) kills itself as step `step` starts under --recovery shrink
+// at ZeRO 1: the 3 survivors continue, and equal an uninterrupted 4-rank run up to the step
+// they loaded and a 3-rank run resumed from its disk checkpoint there after it, bit for bit
+// (the references run on one host over the same tcp backend: the placement changes no number).
+TEST_F(LiveAcrossHosts, SurvivorsOnBothHostsEqualTheSmallerWorld) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  const int rank = std::uniform_int_distribution<int>(0, 3)(gen);
+  const int step = std::uniform_int_distribution<int>(3, 6)(gen);
+  const std::string why = cat("rank ", rank, " killed at step ", step, " (seed ", seed, ")");
+  TempDir dir("live_hosts");
+  const std::string run = dir.file("run");
+  RunResult r = run_strata(live_run(run, hosts() + "--zero 1 --mem-ckpt-every 1 --recovery shrink --inject kill "
+                                    "--inject-rank " + std::to_string(rank) + " --inject-step " + std::to_string(step)),
+                           dump_env(dir), Streams::separate, 180);
+  ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
+  const int64_t from = live_resume_step(r.err);
+  ASSERT_TRUE(from == step - 1 || from == step - 2) << why << "\n" << r.err;
+  EXPECT_NE(r.err.find(cat("live recovery: rank ", rank, " was killed by signal 9 (Killed) at step ", step,
+                           "; continuing on 3 rank(s)")),
+            std::string::npos)
+      << why << "\n" << r.err;
+
+  const std::string ref4 = dir.file("ref4"), ref3 = dir.file("ref3");
+  RunResult a = run_strata(live_run(ref4, "--nproc 4 --backend tcp --zero 1 --ckpt-every 1 --ckpt-keep 0"),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(a.status, 0) << a.err;
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/ckpt/step-%06lld", (long long)from);
+  RunResult b = run_strata(live_run(ref3, "--nproc 3 --backend tcp --zero 1 --resume " + ref4 + step_dir),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(b.status, 0) << b.err;
+  const auto live = steps_of(run), before = steps_of(ref4), after = steps_of(ref3);
+  ASSERT_EQ(live.size(), 8u) << why << "\n" << r.err;
+  ASSERT_EQ(after.size(), size_t(8 - from)) << b.err;
+  for (int64_t s = 0; s < 8; ++s) {
+    const auto& want = s < from ? before[size_t(s)] : after[size_t(s - from)];
+    EXPECT_EQ(live[size_t(s)], want) << why << ": step " << s + 1;
+  }
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["live_recovery"][0]["world_before"], 4);
+  EXPECT_EQ(summary["live_recovery"][0]["world_after"], 3);
+  EXPECT_EQ(summary["live_recovery"][0]["resumed_from"], "memory");
+  expect_nothing_left(run, why);
+}
+
+// A seeded schedule of 20 kills under --recovery live across the two hosts: each time the
+// world is whole again, a random rank (on either host) is SIGKILLed 1-3 steps later, and a
+// replacement starts on its host and joins. The job ends well, every step is recorded once,
+// every death and join is in summary.json, and nothing of the job remains on any host.
+TEST_F(LiveAcrossHosts, SeededKillsEachFollowedByAJoin) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  const int kills = 20;
+  const int steps = 12000;
+  TempDir dir("live_hosts_kills");
+  const std::string run = dir.file("run");
+  Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " +
+                  live_run(run, hosts() + "--zero 1 --mem-ckpt-every 1 --recovery live", steps)},
+                 {{"STRATA_DUMP_DIR", dir.str()}}, Streams::separate);
+  const std::string why = cat("seed ", seed);
+  auto wait_until = [&](const std::function<bool()>& done, const std::string& what) {
+    for (int i = 0; i < 6000 && !done(); ++i) {
+      if (waitpid(p.pid, &p.status, WNOHANG) != 0) {
+        ADD_FAILURE() << "the job ended (status " << p.status << ") while waiting for " << what << "; "
+                      << why << "\n" << read_file(p.err_path);
+        return false;
+      }
+      usleep(10000);
+    }
+    if (done()) return true;
+    ADD_FAILURE() << "no " << what << " within 60 s; " << why << "\n" << read_file(p.err_path);
+    kill(p.pid, SIGKILL);
+    wait_for(p, 10);
+    return false;
+  };
+  for (int k = 0; k < kills; ++k) {
+    if (!wait_until([&] { return occurrences(p.err_path, "strata train: live recovery: a replacement") >= k; },
+                    cat("join ", k)))
+      return;
+    const int64_t at = newest_step(run + "/metrics.jsonl") + std::uniform_int_distribution<int>(1, 3)(gen);
+    if (!wait_until([&] { return newest_step(run + "/metrics.jsonl") >= at; }, cat("step ", at))) return;
+    const std::vector<pid_t> ranks = children_of(p.pid);
+    if (ranks.size() != 4u) {
+      ADD_FAILURE() << ranks.size() << " ranks running when the world should be whole; " << why;
+      kill(p.pid, SIGKILL);
+      wait_for(p, 10);
+      return;
+    }
+    ASSERT_EQ(kill(ranks[size_t(std::uniform_int_distribution<int>(0, 3)(gen))], SIGKILL), 0) << why;
+  }
+  ASSERT_TRUE(wait_for(p, 300)) << why << "\n" << p.err;
+  ASSERT_EQ(p.exit_code(), 0) << why << "\n" << p.err;
+  expect_every_step_once(run, steps, why);
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  EXPECT_EQ(summary["live_recovery"].size(), size_t(2 * kills)) << why << "\n" << p.err;
+  if (!summary["live_recovery"].empty())
+    std::printf("%d kills across 2 hosts (%s): the last re-formation at step %lld of %d\n", kills, why.c_str(),
+                (long long)summary["live_recovery"].back().value("resumed_step", int64_t(-1)), steps);
+  EXPECT_EQ(summary["world"], 4) << why;
+  expect_nothing_left(run, why);
+}
+
+}  // namespace
+}  // namespace strata::test
