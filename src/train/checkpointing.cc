@@ -460,19 +460,12 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   return p;
 }
 
-int64_t RunCheckpoints::common_step(const EarlierWorld& old) const {
-  // Every rank reads the same headers; rank 0's newest step is checked against the others',
-  // and its copies' checksums verified, each rank a share of the old ranks' segments.
-  std::vector<int64_t> steps = old.common_steps();
-  while (true) {
-    const double newest = steps.empty() ? -1.0 : double(steps.front());
-    const int64_t step = int64_t(topo_.sum_across_ranks(topo_.rank == 0 ? newest : 0.0));
-    const bool have = std::find(steps.begin(), steps.end(), step) != steps.end();
-    if (topo_.sum_across_ranks(have ? 0.0 : 1.0) > 0.0) return -1;
-    const bool ok = old.verify(step, topo_.rank, topo_.world);
-    if (topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0) return step;
-    steps.erase(std::remove(steps.begin(), steps.end(), step), steps.end());
-  }
+int64_t RunCheckpoints::common_step(EarlierWorld& old) {
+  // Every rank computes the same steps (EarlierWorld agreed on where each copy lies); the
+  // holders verify their copies' checksums, each a share.
+  for (int64_t step : old.common_steps())
+    if (old.verify(step)) return step;
+  return -1;
 }
 
 std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
@@ -481,9 +474,11 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   auto note = [&](const std::string& line) {
     if (lead) std::fprintf(stderr, "strata train: %s%s\n", prefix.c_str(), line.c_str()), std::fflush(stderr);
   };
-  // The world that failed: as many ranks as rank 0's host holds segments of (its own ranks'
-  // and, with replicas, the peer host's).
-  const int old_world = int(topo_.sum_across_ranks(lead ? double(mem_segment_ranks(cfg_.run_dir)) : 0.0));
+  // The world that failed: one past the highest rank any host holds a segment of (its own
+  // ranks' and, with replicas, the previous host's).
+  double segment_ranks = mem_segment_ranks(cfg_.run_dir);
+  if (topo_.group) topo_.group->all_reduce(&segment_ranks, 1, comm::ReduceOp::max);
+  const int old_world = int(segment_ranks);
   if (old_world <= 0 || old_world == topo_.world) return std::nullopt;  // the own segments decide
   const RankLayout layout = rank_layout(model_, topo_);
   const int cp = topo_.cp ? topo_.cp->size() : 1, ep = topo_.ep ? topo_.ep->size() : 1;
@@ -496,14 +491,11 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   Stopwatch sw;
   std::unique_ptr<EarlierWorld> old;
   try {
-    old = std::make_unique<EarlierWorld>(cfg_.run_dir, comm::supervised_job_id(), old_world, topo_.rank,
+    old = std::make_unique<EarlierWorld>(cfg_.run_dir, comm::supervised_job_id(), old_world, topo_.group,
                                          [this](const std::string& line) { log(line); });
-  } catch (const Error& e) {
-    log(e.what());
-  }
-  if (topo_.sum_across_ranks(old ? 0.0 : 1.0) > 0.0) {
-    note(cat("the ", old_world, "-rank world's in-memory copies are not all on this world's hosts "
-             "(see the line above; --mem-ckpt-replicas 1 keeps each on a second host); resuming from disk"));
+  } catch (const Error& e) {  // the same on every rank: an old rank's copies are on no host
+    note(cat("the ", old_world, "-rank world's in-memory copies are not all on this world's hosts: ",
+             e.what(), " (--mem-ckpt-replicas 1 keeps each on a second host); resuming from disk"));
     return std::nullopt;
   }
   const int64_t chosen = common_step(*old);
@@ -526,13 +518,15 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   engine_.state_loaded(chosen);
   ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
   p.from_memory = true;
-  // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it.
-  topo_.sum_across_ranks(0.0);
+  // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it;
+  // the same all-reduce adds the bytes that came from other hosts.
+  const double moved = topo_.sum_across_ranks(double(old->received_bytes()));
   const std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat("resuming from the in-memory copies of step ", chosen, " of the ", old_world,
            "-rank world (its ranks' own and their replicas on this world's hosts), resharded onto ",
            topo_.world, " rank(s) (", disk_text, "; ", fmt("%.3f", read_s), " s to read, ",
-           fmt("%.3f", sw.seconds() - read_s), " s to load)", lost));
+           fmt("%.3f", sw.seconds() - read_s), " s to load, ", fmt("%.2f", moved / (1 << 20)),
+           " MiB sent between hosts)", lost));
   return p;
 }
 
@@ -542,7 +536,7 @@ ResumePoint RunCheckpoints::resume_live() {
   const double regroup_s = double(live.formed_ns - live.failed_ns) * 1e-9;
   const double rebuild_s = double(now_ns() - live.formed_ns) * 1e-9;
   Stopwatch sw;
-  EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world, topo_.rank,
+  EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world, topo_.group,
                    [this](const std::string& line) { log(line); });
   const int64_t chosen = common_step(old);
   const bool none = chosen < 0;  // no step every old rank holds a good copy of

@@ -37,6 +37,7 @@
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
 #include "parallel/engine.h"
+#include "train/earlier_world.h"
 #include "train/mem_checkpoints.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
@@ -103,9 +104,9 @@ class RunCheckpoints {
   // holds a copy of, resharded onto this world (collective); when there is none (a rank died
   // before its first copy was committed), the run's disk checkpoint, else step 0.
   ResumePoint resume_live();
-  // The newest step every old rank of `old` holds a good copy of, agreed by all ranks
+  // The newest step every old rank of `old` left a good copy of on this world's hosts
   // (collective); -1 when there is none.
-  int64_t common_step(const EarlierWorld& old) const;
+  static int64_t common_step(EarlierWorld& old);
   // An --elastic restart with --mem-ckpt-replicas on another world size (a host lost): the
   // newest step every rank of the world that failed holds a copy of on this world's hosts,
   // resharded onto this world (collective), when newer than the disk checkpoint; nullopt:

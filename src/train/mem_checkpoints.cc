@@ -205,10 +205,9 @@ std::vector<int64_t> MemCheckpoints::usable_steps(bool same_job) {
   return steps;
 }
 
-namespace {
+std::string mem_run_key(const std::string& run_dir) { return run_key(run_dir); }
 
-// A slot's state record (the JSON at the start of its payload).
-json state_record(const ckpt::MemSegment& seg, int slot) {
+json mem_state_record(const ckpt::MemSegment& seg, int slot) {
   const unsigned char* p = seg.payload(slot);
   uint64_t len = 0;
   std::memcpy(&len, p, sizeof len);
@@ -217,7 +216,7 @@ json state_record(const ckpt::MemSegment& seg, int slot) {
   return json::parse(std::string(reinterpret_cast<const char*>(p) + sizeof len, len));
 }
 
-MemCopy copy_state(const json& j) {
+MemCopy mem_copy_state(const json& j) {
   MemCopy m;
   m.step = j.at("step").get<int64_t>();
   m.tokens_seen = j.at("tokens_seen").get<int64_t>();
@@ -228,134 +227,31 @@ MemCopy copy_state(const json& j) {
   return m;
 }
 
-}  // namespace
+std::vector<MemShardRecord> mem_shard_records(const json& j, const std::string& where) {
+  STRATA_CHECK(j.contains("shards"), "live recovery: ", where, " records no shard ranges");
+  std::vector<MemShardRecord> out;
+  uint64_t offset = kJsonReserve;
+  for (const json& r : j["shards"]) {
+    MemShardRecord s;
+    s.name = r[0].get<std::string>();
+    s.dtype = parse_dtype(r[1].get<std::string>());
+    s.begin = r[2].get<int64_t>();
+    s.end = r[3].get<int64_t>();
+    s.offset = offset = align64(offset);
+    offset += uint64_t(s.end - s.begin) * dtype_size(s.dtype);
+    out.push_back(s);
+  }
+  return out;
+}
 
 MemCopy MemCheckpoints::read_copy(int slot) const {
   const unsigned char* p = segment_->payload(slot);
-  const MemCopy m = copy_state(state_record(*segment_, slot));
+  const MemCopy m = mem_copy_state(mem_state_record(*segment_, slot));
   uint64_t offset = kJsonReserve;
   for (const parallel::StateShard& s : shards_) {
     offset = align64(offset);
     std::memcpy(s.data, p + offset, shard_bytes(s));
     offset += shard_bytes(s);
-  }
-  return m;
-}
-
-EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, int world, int rank,
-                           const std::function<void(const std::string&)>& log_all)
-    : log_(log_all) {
-  auto log = [&](const std::string& line) {
-    if (rank == 0) log_all(line);
-  };
-  const std::string run = run_key(run_dir);
-  for (int q = 0; q < world; ++q) {
-    const std::string name = ckpt::MemSegment::name_for(run, q);
-    std::unique_ptr<ckpt::MemSegment> seg = ckpt::MemSegment::open_existing(name);
-    STRATA_CHECK(seg != nullptr, "live recovery: rank ", q, " of the world that failed left no "
-                 "in-memory copies (/dev/shm", name, " is missing)");
-    std::vector<int64_t> steps(ckpt::kMemSlots, -1);
-    for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
-      const ckpt::MemSlotView v = seg->inspect(slot, false);  // headers only; verify() hashes
-      const std::string what = cat("rank ", q, "'s in-memory copy of step ", v.meta.step,
-                                   " (slot ", slot, " of /dev/shm", name, ")");
-      if (v.state == ckpt::MemSlotState::incomplete)
-        log(cat(what, " is incomplete: its writer stopped before the checksum; not used"));
-      else if (v.state == ckpt::MemSlotState::corrupt)
-        log(cat(what, " failed its checksum (", v.problem, "); not used"));
-      else if (v.state == ckpt::MemSlotState::complete && (v.meta.run != run || v.meta.job != job))
-        log(cat(what, " belongs to another run or job; ignored"));
-      else if (v.state == ckpt::MemSlotState::complete)
-        steps[size_t(slot)] = v.meta.step;
-    }
-    segments_.push_back(std::move(seg));
-    slot_steps_.push_back(steps);
-  }
-}
-
-EarlierWorld::~EarlierWorld() = default;
-
-std::vector<int64_t> EarlierWorld::common_steps() const {
-  std::vector<int64_t> out;
-  for (int64_t step : slot_steps_.front()) {
-    if (step < 0) continue;
-    bool everywhere = true;
-    for (const std::vector<int64_t>& s : slot_steps_)
-      everywhere &= std::find(s.begin(), s.end(), step) != s.end();
-    if (everywhere) out.push_back(step);
-  }
-  std::sort(out.rbegin(), out.rend());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-bool EarlierWorld::verify(int64_t step, int rank, int world) const {
-  bool ok = true;
-  for (size_t q = size_t(rank); q < segments_.size(); q += size_t(world)) {
-    const std::vector<int64_t>& s = slot_steps_[q];
-    const int slot = int(std::find(s.begin(), s.end(), step) - s.begin());
-    if (slot >= ckpt::kMemSlots) return false;
-    const ckpt::MemSlotView v = segments_[q]->inspect(slot);
-    if (v.state == ckpt::MemSlotState::complete) continue;
-    log_(cat("rank ", q, "'s in-memory copy of step ", step, " (slot ", slot, " of /dev/shm",
-             segments_[q]->name(), ") failed its checksum (", v.problem, "); not used"));
-    ok = false;
-  }
-  return ok;
-}
-
-MemCopy EarlierWorld::load(int64_t step, int64_t psi,
-                           const std::vector<parallel::StateShard>& shards) const {
-  // The ranges of each target shard filled, to find any element of [0, psi) no old rank held.
-  std::vector<std::vector<ckpt::Range>> got(shards.size());
-  MemCopy m;
-  for (size_t q = 0; q < segments_.size(); ++q) {
-    const std::vector<int64_t>& s = slot_steps_[q];
-    const int slot = int(std::find(s.begin(), s.end(), step) - s.begin());
-    STRATA_CHECK(slot < ckpt::kMemSlots, "live recovery: rank ", q, " holds no copy of step ", step);
-    const ckpt::MemSegment& seg = *segments_[q];
-    const json j = state_record(seg, slot);
-    m = copy_state(j);  // the same on every old rank: the data position is the job's
-    STRATA_CHECK(j.contains("shards"), "live recovery: the copy of step ", step, " in /dev/shm",
-                 seg.name(), " records no shard ranges");
-    uint64_t offset = kJsonReserve;
-    for (const json& r : j["shards"]) {
-      const std::string name = r[0].get<std::string>(), dtype = r[1].get<std::string>();
-      const ckpt::Range from{r[2].get<int64_t>(), r[3].get<int64_t>()};
-      offset = align64(offset);
-      const unsigned char* src = seg.payload(slot) + offset;
-      for (size_t t = 0; t < shards.size(); ++t) {
-        const parallel::StateShard& to = shards[t];
-        if (to.name != name) continue;
-        STRATA_CHECK(dtype == dtype_name(to.dtype), "live recovery: state ", name, " was copied as ",
-                     dtype, ", this rank holds it as ", dtype_name(to.dtype));
-        const ckpt::Range both = ckpt::intersect(from, {to.begin, std::min(to.end, psi)});
-        if (both.empty()) continue;
-        const size_t e = dtype_size(to.dtype);
-        std::memcpy(static_cast<unsigned char*>(to.data) + size_t(both.begin - to.begin) * e,
-                    src + size_t(both.begin - from.begin) * e, size_t(both.size()) * e);
-        got[t].push_back(both);
-      }
-      offset += uint64_t(from.size()) * dtype_size(parse_dtype(dtype));
-    }
-  }
-  for (size_t t = 0; t < shards.size(); ++t) {
-    const parallel::StateShard& to = shards[t];
-    // Every element below psi from some old rank (replicated states from several).
-    std::sort(got[t].begin(), got[t].end(), [](ckpt::Range a, ckpt::Range b) { return a.begin < b.begin; });
-    int64_t covered = to.begin;
-    for (const ckpt::Range& r : got[t])
-      if (r.begin <= covered) covered = std::max(covered, r.end);
-    const int64_t want = std::min(to.end, psi);
-    STRATA_CHECK(covered >= want, "live recovery: elements [", covered, ", ", want, ") of ", to.name,
-                 " are held by none of the ", segments_.size(), " rank(s) of the world before");
-    // Past psi lies ZeRO padding of this world: zeros.
-    if (psi < to.end) {
-      const int64_t from = std::max(to.begin, psi);
-      const size_t e = dtype_size(to.dtype);
-      std::memset(static_cast<unsigned char*>(to.data) + size_t(from - to.begin) * e, 0,
-                  size_t(to.end - from) * e);
-    }
   }
   return m;
 }

@@ -26,7 +26,7 @@
 //            rank's copy under one naming), on a process group of its own; the receiver keeps
 //            it only when its checksum equals the sender's. The next copy waits for the
 //            exchange. An --elastic restart of another world size reads them through
-//            EarlierWorld (train/checkpointing.h).
+//            EarlierWorld (train/earlier_world.h).
 // Cost: per copy, one memcpy of the shards (16 bytes per parameter held at fp32 with AdamW)
 // and one xxh64 pass, both on the writer thread; the step waits only when the copy outlasts
 // its forward and backward. Memory: two slots.
@@ -79,37 +79,20 @@ struct MemCheckpointOptions {
 // segment or a replica of a peer's); 0 when there is none.
 int mem_segment_ranks(const std::string& run_dir);
 
-// Live recovery (--recovery live, train/distributed.cc): the copies the `world` ranks of a
-// world that lost a rank left in /dev/shm, the dead rank's included (its segment outlives
-// it), read where they lie by every rank of the smaller world that continues. Each copy
-// records its shards' flat ranges (its state record's "shards"), so a rank of the new world
-// takes each element of its own shards from whichever old rank held it: at ZeRO 1-2 the
-// optimizer shards of N ranks are resharded onto N-1. Data-parallel layouts only (tp = 1:
-// every rank's flat ranges index the same states, as ckpt/ranges.h defines them).
-class EarlierWorld {
- public:
-  // Maps every old rank's segment; a rank without one is one line (Error). Slots passed over
-  // are one line each on rank 0 (every rank reads the same headers).
-  EarlierWorld(const std::string& run_dir, const std::string& job, int world, int rank,
-               const std::function<void(const std::string&)>& log);
-  ~EarlierWorld();
-  // Steps whose copy is committed (its header checksummed), of this run and job, in every
-  // old rank's segment; newest first.
-  std::vector<int64_t> common_steps() const;
-  // Checks the payload checksum of the copies of `step` in the old ranks' segments q with
-  // q % world == rank (the ranks of the new world share the passes); false, with one line
-  // each, when one fails.
-  bool verify(int64_t step, int rank, int world) const;
-  // Fills `shards` (flat ranges of states of `psi` elements; past psi: ZeRO padding, zeroed)
-  // with the copies of `step` and returns its training state. Throws when an element below
-  // psi is held by none of the old ranks.
-  MemCopy load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) const;
-
- private:
-  std::vector<std::unique_ptr<ckpt::MemSegment>> segments_;
-  std::vector<std::vector<int64_t>> slot_steps_;  // per old rank, per slot: its step or -1
-  std::function<void(const std::string&)> log_;
+// A copy's payload as EarlierWorld reads it (train/earlier_world.h): the run key that names
+// the segments, the state record at the start of a slot and the training state it holds, and
+// where each state shard's elements lie in the payload.
+std::string mem_run_key(const std::string& run_dir);
+nlohmann::json mem_state_record(const ckpt::MemSegment& seg, int slot);
+MemCopy mem_copy_state(const nlohmann::json& record);
+struct MemShardRecord {
+  std::string name;
+  DType dtype = DType::f32;
+  int64_t begin = 0, end = 0;  // the flat range of the state the copy holds
+  uint64_t offset = 0;         // of element `begin` in the payload
 };
+// The record's "shards" (one line when it has none), in payload order.
+std::vector<MemShardRecord> mem_shard_records(const nlohmann::json& record, const std::string& where);
 
 class MemCheckpoints {
  public:

@@ -96,7 +96,7 @@ struct TrainConfig {
 
 // Live recovery (--recovery live, train/distributed.cc): the world this trainer runs in
 // replaces one that lost a rank; the run continues from the in-memory copies every rank of
-// that world left (train/mem_checkpoints.h, EarlierWorld).
+// that world left (train/earlier_world.h).
 struct LiveRecovery {
   int generation = 0;       // worlds re-formed so far; 0: the job's first world
   int old_world = 0;        // ranks of the world that failed

@@ -1,0 +1,320 @@
+#include "train/earlier_world.h"
+
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include "ckpt/ranges.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace strata::train {
+
+using nlohmann::json;
+
+namespace {
+
+// The same file on every new rank that maps it, and only that one: the host's boot id (one
+// per machine, shared by its network namespaces) with the /dev/shm object's device and inode
+// (a private /dev/shm is a tmpfs of its own). Never 0.
+int64_t file_identity(const std::string& name) {
+  static const std::string boot = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string id;
+    std::getline(in, id);
+    return id;
+  }();
+  struct stat st {};
+  if (stat(("/dev/shm" + name).c_str(), &st) != 0) return 0;
+  const std::string key = cat(boot, ":", uint64_t(st.st_dev), ":", uint64_t(st.st_ino));
+  return int64_t(XXH64(key.data(), key.size(), 0) | 1);
+}
+
+// [begin, end) pieces of `want` not yet covered, less `taken`; what `taken` covered is added
+// to `got`.
+void take(std::vector<ckpt::Range>& want, ckpt::Range taken, std::vector<ckpt::Range>& got) {
+  std::vector<ckpt::Range> rest;
+  for (const ckpt::Range& u : want) {
+    const ckpt::Range both = ckpt::intersect(u, taken);
+    if (both.empty()) {
+      rest.push_back(u);
+      continue;
+    }
+    got.push_back(both);
+    if (u.begin < both.begin) rest.push_back({u.begin, both.begin});
+    if (both.end < u.end) rest.push_back({both.end, u.end});
+  }
+  want = std::move(rest);
+}
+
+}  // namespace
+
+EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, int old_world,
+                           comm::ProcessGroup* group, const std::function<void(const std::string&)>& log,
+                           const std::function<bool(int)>& on_this_host)
+    : old_world_(old_world), group_(group), log_(log) {
+  if (group_) rank_ = group_->rank(), world_ = group_->size();
+  const std::string run = mem_run_key(run_dir);
+  std::vector<int64_t> mine(size_t(old_world) * kCols, -1);
+  std::vector<std::vector<std::string>> lines(static_cast<size_t>(old_world));  // slots passed over
+  for (int q = 0; q < old_world; ++q) {
+    const std::string name = ckpt::MemSegment::name_for(run, q);
+    int64_t* row = &mine[size_t(q) * kCols];
+    row[0] = 0;
+    std::unique_ptr<ckpt::MemSegment> seg;
+    try {
+      if (!on_this_host || on_this_host(q)) seg = ckpt::MemSegment::open_existing(name);
+    } catch (const Error& e) {  // not a segment: as if absent here (the others may hold one)
+      lines[size_t(q)].push_back(cat(e.what(), "; not used"));
+    }
+    if (!seg) {
+      segments_.push_back(nullptr);
+      continue;
+    }
+    row[0] = file_identity(name);
+    for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
+      const ckpt::MemSlotView v = seg->inspect(slot, false);  // headers only; verify() hashes
+      const std::string what = cat("rank ", q, "'s in-memory copy of step ", v.meta.step,
+                                   " (slot ", slot, " of /dev/shm", name, ")");
+      if (v.state == ckpt::MemSlotState::incomplete)
+        lines[size_t(q)].push_back(cat(what, " is incomplete: its writer stopped before the checksum; not used"));
+      else if (v.state == ckpt::MemSlotState::corrupt)
+        lines[size_t(q)].push_back(cat(what, " failed its checksum (", v.problem, "); not used"));
+      else if (v.state == ckpt::MemSlotState::complete && (v.meta.run != run || v.meta.job != job))
+        lines[size_t(q)].push_back(cat(what, " belongs to another run or job; ignored"));
+      else if (v.state == ckpt::MemSlotState::complete)
+        row[1 + slot] = v.meta.step;
+    }
+    segments_.push_back(std::move(seg));
+  }
+  table_ = gather(mine);
+  for (int q = 0; q < old_world; ++q) {
+    // One line per file: from the lowest new rank that maps it.
+    bool first = true;
+    for (int r = 0; r < rank_; ++r) first &= ident(r, q) != ident(rank_, q) || ident(r, q) == 0;
+    if (first)
+      for (const std::string& line : lines[size_t(q)]) log_(line);
+  }
+  for (int q = 0; q < old_world; ++q) {
+    bool somewhere = false;
+    for (int r = 0; r < world_; ++r) somewhere |= ident(r, q) != 0;
+    STRATA_CHECK(somewhere, "rank ", q, " of the ", old_world, "-rank world that failed left no in-memory "
+                 "copies on this world's hosts (/dev/shm", ckpt::MemSegment::name_for(run, q),
+                 " is on none of them)");
+  }
+}
+
+EarlierWorld::~EarlierWorld() = default;
+
+std::vector<int64_t> EarlierWorld::gather(const std::vector<int64_t>& mine) const {
+  if (!group_) return mine;
+  std::vector<int64_t> all(mine.size() * size_t(world_));
+  group_->all_gather(mine.data(), all.data(), mine.size(), DType::i64);
+  return all;
+}
+
+int EarlierWorld::slot_of(int r, int q, int64_t step) const {
+  const int64_t* row = &table_[(size_t(r) * size_t(old_world_) + size_t(q)) * kCols];
+  for (int slot = 0; slot < ckpt::kMemSlots; ++slot)
+    if (row[1 + slot] == step) return slot;
+  return -1;
+}
+
+int EarlierWorld::holder(int q, int64_t step) const {
+  std::vector<int> candidates;
+  for (int r = 0; r < world_; ++r)
+    if (slot_of(r, q, step) >= 0) candidates.push_back(r);
+  return candidates.empty() ? -1 : candidates[size_t(q) % candidates.size()];
+}
+
+std::vector<int64_t> EarlierWorld::common_steps() const {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < table_.size(); i += kCols)
+    for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
+      const int64_t step = table_[i + 1 + size_t(slot)];
+      bool everywhere = step >= 0;
+      for (int q = 0; q < old_world_ && everywhere; ++q) everywhere = holder(q, step) >= 0;
+      if (everywhere) out.push_back(step);
+    }
+  std::sort(out.rbegin(), out.rend());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+bool EarlierWorld::verify(int64_t step) {
+  std::vector<bool> good(size_t(old_world_), false);
+  for (;;) {
+    std::vector<int64_t> failed(size_t(old_world_), 0);
+    for (int q = 0; q < old_world_; ++q) {
+      const int h = holder(q, step);
+      if (h < 0) return false;  // the same on every rank: the table is
+      if (h != rank_ || good[size_t(q)]) continue;
+      const int slot = slot_of(h, q, step);
+      const ckpt::MemSlotView v = segments_[size_t(q)]->inspect(slot);
+      if (v.state == ckpt::MemSlotState::complete) continue;
+      log_(cat("rank ", q, "'s in-memory copy of step ", step, " (slot ", slot, " of /dev/shm",
+               segments_[size_t(q)]->name(), ") failed its checksum (", v.problem, "); not used"));
+      failed[size_t(q)] = 1;
+    }
+    if (group_) group_->all_reduce(failed.data(), failed.size());
+    bool again = false;
+    for (int q = 0; q < old_world_; ++q) {
+      const int h = holder(q, step);
+      if (failed[size_t(q)] == 0) {
+        good[size_t(q)] = true;
+        continue;
+      }
+      // That file is bad for every new rank that maps it.
+      const int64_t bad = ident(h, q);
+      const int slot = slot_of(h, q, step);
+      for (int r = 0; r < world_; ++r)
+        if (ident(r, q) == bad) step_at(r, q, slot) = -1;
+      again = true;
+    }
+    if (!again) return true;
+  }
+}
+
+MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) {
+  // The holders' state records, to every rank.
+  std::vector<int64_t> holders(static_cast<size_t>(old_world_)), lens(static_cast<size_t>(old_world_), 0);
+  std::string records;
+  for (int q = 0; q < old_world_; ++q) {
+    holders[size_t(q)] = holder(q, step);
+    STRATA_CHECK(holders[size_t(q)] >= 0, "live recovery: rank ", q, " left no copy of step ", step);
+    if (holders[size_t(q)] != rank_) continue;
+    const std::string rec = mem_state_record(*segments_[size_t(q)], slot_of(rank_, q, step)).dump();
+    lens[size_t(q)] = int64_t(rec.size());
+    records += rec;
+  }
+  std::vector<int64_t> all_lens = gather(lens);
+  std::string all_records = records;
+  if (group_) {
+    std::vector<size_t> counts(size_t(world_), 0);
+    for (int r = 0; r < world_; ++r)
+      for (int q = 0; q < old_world_; ++q) counts[size_t(r)] += size_t(all_lens[size_t(r * old_world_ + q)]);
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    all_records.assign(total, '\0');
+    group_->all_gather_v(records.data(), all_records.data(), counts, DType::u8);
+  }
+  std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
+  std::vector<uint64_t> bytes(size_t(old_world_), 0);  // of each copy's payload up to its last shard
+  MemCopy m;
+  size_t at = 0;
+  for (int r = 0; r < world_; ++r)
+    for (int q = 0; q < old_world_; ++q) {
+      const size_t len = size_t(all_lens[size_t(r * old_world_ + q)]);
+      if (len == 0) continue;
+      const json j = json::parse(all_records.substr(at, len));
+      at += len;
+      m = mem_copy_state(j);  // the same in every copy: the data position is the job's
+      recs[size_t(q)] = mem_shard_records(j, cat("rank ", q, "'s copy of step ", step));
+      for (const MemShardRecord& s : recs[size_t(q)])
+        bytes[size_t(q)] = std::max(bytes[size_t(q)], s.offset + uint64_t(s.end - s.begin) * dtype_size(s.dtype));
+    }
+
+  // This rank's plan: each target element from a copy on its own host if one holds it (the
+  // holder's file, or another copy of that old rank, checksummed here on first use), else from
+  // the lowest old rank that does, received from its holder.
+  struct Piece {
+    int q;
+    size_t t;                 // the target shard
+    const MemShardRecord* from;
+    ckpt::Range range;
+  };
+  std::vector<Piece> pieces;
+  std::vector<int64_t> need(size_t(old_world_) + 1, 0);  // per old rank; last: this rank failed
+  std::vector<int> readable(size_t(old_world_), -1);     // -1: not yet known
+  auto here = [&](int q) {
+    int& known = readable[size_t(q)];
+    if (known >= 0) return known == 1;
+    const int slot = slot_of(rank_, q, step);
+    known = slot >= 0 && ident(rank_, q) == ident(int(holders[size_t(q)]), q) ? 1 : 0;
+    if (known == 0 && slot >= 0) {  // a copy the holder did not check: this rank does
+      const ckpt::MemSlotView v = segments_[size_t(q)]->inspect(slot);
+      known = v.state == ckpt::MemSlotState::complete ? 1 : 0;
+      if (known == 0)
+        log_(cat("rank ", q, "'s in-memory copy of step ", step, " (slot ", slot, " of /dev/shm",
+                 segments_[size_t(q)]->name(), ") failed its checksum (", v.problem, "); its holder's is used"));
+    }
+    return known == 1;
+  };
+  std::string problem;
+  for (size_t t = 0; t < shards.size() && problem.empty(); ++t) {
+    const parallel::StateShard& to = shards[t];
+    std::vector<ckpt::Range> want;
+    if (std::min(to.end, psi) > to.begin) want.push_back({to.begin, std::min(to.end, psi)});
+    for (int pass = 0; pass < 2; ++pass)
+      for (int q = 0; q < old_world_; ++q)
+        for (const MemShardRecord& s : recs[size_t(q)]) {
+          if (s.name != to.name || want.empty() || !problem.empty()) continue;
+          if (s.dtype != to.dtype)
+            problem = cat("live recovery: state ", s.name, " was copied as ", dtype_name(s.dtype),
+                          ", this rank holds it as ", dtype_name(to.dtype));
+          bool overlaps = false;
+          for (const ckpt::Range& w : want) overlaps |= !ckpt::intersect(w, {s.begin, s.end}).empty();
+          if (!overlaps || !problem.empty() || here(q) != (pass == 0)) continue;
+          std::vector<ckpt::Range> got;
+          take(want, {s.begin, s.end}, got);
+          for (const ckpt::Range& g : got) pieces.push_back({q, t, &s, g});
+          if (pass == 1) need[size_t(q)] = 1;
+        }
+    if (!want.empty() && problem.empty())
+      problem = cat("live recovery: elements [", want.front().begin, ", ", want.front().end, ") of ", to.name,
+                    " are held by none of the ", old_world_, " rank(s) of the world before");
+  }
+  need.back() = problem.empty() ? 0 : 1;
+  const std::vector<int64_t> needs = gather(need);  // per new rank, per old rank
+  const size_t cols = size_t(old_world_) + 1;
+  for (int r = 0; r < world_; ++r)
+    if (needs[size_t(r) * cols + size_t(old_world_)] != 0) {
+      STRATA_CHECK(r != rank_, problem);
+      fail("live recovery: rank ", r, " of this world cannot load the copies of the ", old_world_,
+           "-rank world (see its line)");
+    }
+
+  // Each old rank's copy, read where it lies or received from its holder, then its pieces.
+  received_ = 0;
+  for (int q = 0; q < old_world_; ++q) {
+    const int h = int(holders[size_t(q)]);
+    std::vector<comm::WorkPtr> sent;
+    if (h == rank_) {
+      const unsigned char* mine = segments_[size_t(q)]->payload(slot_of(rank_, q, step));
+      for (int r = 0; r < world_; ++r)
+        if (needs[size_t(r) * cols + size_t(q)] != 0)
+          sent.push_back(group_->send_async(mine, size_t(bytes[size_t(q)]), DType::u8, r, 4));
+    }
+    std::vector<unsigned char> buf;
+    const unsigned char* src = nullptr;
+    if (need[size_t(q)] != 0) {
+      buf.resize(size_t(bytes[size_t(q)]));
+      group_->recv_async(buf.data(), buf.size(), DType::u8, h, 4)->wait();
+      received_ += buf.size();
+      src = buf.data();
+    } else if (readable[size_t(q)] == 1) {
+      src = segments_[size_t(q)]->payload(slot_of(rank_, q, step));
+    }
+    for (const Piece& p : pieces) {
+      if (p.q != q) continue;
+      const parallel::StateShard& to = shards[p.t];
+      const size_t e = dtype_size(to.dtype);
+      std::memcpy(static_cast<unsigned char*>(to.data) + size_t(p.range.begin - to.begin) * e,
+                  src + p.from->offset + size_t(p.range.begin - p.from->begin) * e, size_t(p.range.size()) * e);
+    }
+    for (const comm::WorkPtr& w : sent) w->wait();
+  }
+  // Past psi lies ZeRO padding of this world: zeros.
+  for (const parallel::StateShard& to : shards)
+    if (psi < to.end) {
+      const int64_t from = std::max(to.begin, psi);
+      const size_t e = dtype_size(to.dtype);
+      std::memset(static_cast<unsigned char*>(to.data) + size_t(from - to.begin) * e, 0, size_t(to.end - from) * e);
+    }
+  return m;
+}
+
+}  // namespace strata::train

@@ -1,0 +1,100 @@
+// The in-memory copies an earlier world left (train/mem_checkpoints.h), loaded into a new
+// world of another size: an --elastic restart on fewer hosts (RunCheckpoints::
+// resume_other_world) and live recovery's re-formed world (resume_live).
+//
+// Terms. Old rank q: a rank of the world that failed; its copies lie in segments named
+// ckpt::MemSegment::name_for(run, q): its own on its host, and with --mem-ckpt-replicas 1 a
+// replica on the next host. New rank r: a rank of this world, which maps the old segments
+// present in ITS host's /dev/shm only (hosts need not share /dev/shm). Holder of q at a step:
+// the new rank whose copy of q is read (checksummed there, sent from there): among the new
+// ranks that map a committed copy of q at that step, the (q mod their count)-th, so on one
+// host the checksum passes are shared as before.
+//
+//   agree    (constructor) every new rank all-gathers, per old rank, the steps of its two
+//            slots and the identity of the file (boot id, device, inode): so every rank
+//            computes the same common steps and holders, and knows who reads whose file.
+//   verify   each holder hashes its copies of the step; a copy that fails is passed over for
+//            another new rank's copy of the same old rank (the next holder), one line each.
+//   load     the holders' state records (small: the shards' flat ranges) are all-gathered;
+//            each new rank covers its own shards' ranges from copies on its own host first
+//            (the holder's file, or another copy of that old rank, which it then checksums
+//            itself), then from the others in old-rank order; each
+//            old rank's holder sends its payload to the new ranks that need it and cannot read
+//            it (point to point), so at ZeRO 0 (every copy covers everything) nothing moves.
+// Cost: three all-gathers of O(new world x old world) words and one of the state records;
+// the bytes of each remote copy, once per new rank that needs it; one hash pass per copy.
+// On one host (or a shared /dev/shm): no bulk traffic at all.
+// Data-parallel layouts only (tp = 1: every rank's flat ranges index the same states, as
+// ckpt/ranges.h defines them), ZeRO 0-2.
+//
+// Collective contract: the constructor, verify and load are collective over `group` (every
+// new rank calls them in the same order with the same step), and their results and errors are
+// the same on every rank; common_steps and holder are local and agree everywhere.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/mem_slots.h"
+#include "comm/process_group.h"
+#include "parallel/engine.h"
+#include "train/mem_checkpoints.h"
+
+namespace strata::train {
+
+class EarlierWorld {
+ public:
+  // Maps the segments of the `old_world` ranks found in this host's /dev/shm and agrees over
+  // `group` (the new world; null: this process alone) on where each lies. Throws the same one
+  // line on every rank when an old rank left a copy on none of the new world's hosts. Slots
+  // passed over are one line each, on the lowest new rank that maps them. `on_this_host`:
+  // the old ranks whose segments this rank may map (empty: every one in /dev/shm); tests give
+  // each thread rank a host of its own with it.
+  EarlierWorld(const std::string& run_dir, const std::string& job, int old_world,
+               comm::ProcessGroup* group, const std::function<void(const std::string&)>& log,
+               const std::function<bool(int)>& on_this_host = {});
+  ~EarlierWorld();
+  EarlierWorld(const EarlierWorld&) = delete;
+  EarlierWorld& operator=(const EarlierWorld&) = delete;
+
+  int old_world() const { return old_world_; }
+  // Steps with a committed copy (header checksummed, of this run and job) of every old rank
+  // on some new rank's host; newest first.
+  std::vector<int64_t> common_steps() const;
+  // The new rank whose copy of old rank q's `step` is read; -1 when no new rank maps one.
+  int holder(int q, int64_t step) const;
+  // Collective: checks the payload checksums of `step`'s copies at their holders, passing
+  // over (one line each) a copy that fails for another new rank's copy of that old rank;
+  // false when an old rank has no good copy of `step` left.
+  bool verify(int64_t step);
+  // Collective, after verify(step): fills `shards` (flat ranges of states of `psi` elements;
+  // past psi: ZeRO padding, zeroed) with the copies of `step` and returns its training state.
+  // Throws on every rank when some rank's element below psi is held by none of the old ranks.
+  MemCopy load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards);
+  // Payload bytes this rank received from other new ranks' hosts in load.
+  uint64_t received_bytes() const { return received_; }
+
+ private:
+  // The slot of q's copy of `step` in new rank r's file; -1 when it has none.
+  int slot_of(int r, int q, int64_t step) const;
+  int64_t ident(int r, int q) const { return table_[(size_t(r) * size_t(old_world_) + size_t(q)) * kCols]; }
+  int64_t& step_at(int r, int q, int slot) {
+    return table_[(size_t(r) * size_t(old_world_) + size_t(q)) * kCols + 1 + size_t(slot)];
+  }
+  // An all-gather of `n` int64 per rank over the group (a copy when alone).
+  std::vector<int64_t> gather(const std::vector<int64_t>& mine) const;
+
+  static constexpr size_t kCols = 1 + ckpt::kMemSlots;  // per (new rank, old rank): file, steps
+  int old_world_ = 0;
+  comm::ProcessGroup* group_ = nullptr;
+  int rank_ = 0, world_ = 1;
+  std::vector<std::unique_ptr<ckpt::MemSegment>> segments_;  // per old rank; null: not on this host
+  // Per (new rank, old rank): the file's identity (0: none), then each slot's usable step or -1.
+  std::vector<int64_t> table_;
+  std::function<void(const std::string&)> log_;
+  uint64_t received_ = 0;
+};
+
+}  // namespace strata::train
