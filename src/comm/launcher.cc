@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "comm/mpirun_output.h"
 #include "comm/rank_status.h"
 #include "comm/run_segments.h"
+#include "comm/tcp/store.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -304,7 +306,15 @@ LaunchResult launch(const LaunchOptions& o) {
     const std::string& id;
     ~RunOwned() { remove_run_owned(id); }
   } owned{run_id};
-  LaunchResult r = run_attempts(o, run_id, log);
+  // The tcp backend's ranks find each other through a rendezvous store that lives as long
+  // as the job, restarts included (each attempt's keys are under its own job id).
+  LaunchOptions with_store = o;
+  std::unique_ptr<tcp::StoreServer> store;
+  if (o.backend == Backend::tcp) {
+    store = std::make_unique<tcp::StoreServer>("127.0.0.1", 0);
+    with_store.extra_env.push_back({"STRATA_STORE", cat("127.0.0.1:", store->port())});
+  }
+  LaunchResult r = run_attempts(with_store, run_id, log);
   // On the other hosts: a rank that failed, or a host an --elastic restart left out, could
   // not remove its own.
   if (!o.hosts.empty() && (r.exit_code != 0 || r.restarts > 0))
@@ -364,6 +374,8 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
                "live recovery (--recovery live) runs on one host with the shm backend");
   // Named like the job's shm objects, so it goes with them (remove_job_segments).
   if (o.live) common.push_back({"STRATA_LIVE_FILE", cat("/dev/shm/strata-", plan.job_id, "-live")});
+  STRATA_CHECK(o.hosts.empty() || o.backend != Backend::tcp,
+               "hosts are given, but the tcp backend runs on one host for now (use --backend mpi across hosts)");
   STRATA_CHECK(o.hosts.empty() || o.backend == Backend::mpi,
                "hosts are given, but only the mpi backend runs across hosts (use --backend mpi)");
   STRATA_CHECK(o.ifaces.empty() || o.backend == Backend::mpi,
