@@ -219,6 +219,45 @@ TEST(Tcp, HostsAreRefusedInOneLine) {
   EXPECT_NE(out.find("the tcp backend runs on one host for now"), std::string::npos) << out;
 }
 
+// Two ranks on two namespace hosts (tools/netns-cluster); the store in this process, on the
+// cluster's bridge. Host 1's interface goes down while rank 0 waits on rank 1: no FIN ever
+// arrives, so the control connection's keepalive must name rank 1 dead within seconds,
+// long before the 60 s timeout. Skipped without root or `ip netns`.
+TEST(Tcp, VanishedHostIsNamedDeadByKeepalive) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces (tools/netns-cluster)";
+  if (std::system("ip netns list >/dev/null 2>&1") != 0) GTEST_SKIP() << "`ip netns` is unavailable";
+  const std::string cluster = std::string(STRATA_SOURCE_DIR) + "/tools/netns-cluster";
+  const std::string name = cat("tcp", getpid() % 100000), state = "/tmp/netns-cluster-" + name;
+  auto up = test::run({cluster, "up", "--name", name, "--hosts", "2", "--ranks-per-host", "1"}, {}, 60);
+  ASSERT_EQ(up.exit_code(), 0) << up.output();
+  struct Down {
+    std::string cluster, name;
+    ~Down() { test::run({cluster, "down", "--name", name}, {}, 60); }
+  } down{cluster, name};
+  StoreServer store("0.0.0.0", 0);
+  std::string subnet = test::read_file(state + "/subnet");  // 10.77.K.0/24
+  std::string bridge = subnet.substr(0, subnet.rfind('.')) + ".1";
+  std::string job = new_job_id();
+  std::vector<test::Proc> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(test::start({state + "/rsh-agent", cat(name, "-h", r), "env", cat("STRATA_RANK=", r),
+                                 "STRATA_WORLD_SIZE=2", "STRATA_JOB_ID=" + job, "STRATA_BACKEND=tcp",
+                                 cat("STRATA_STORE=", bridge, ":", store.port()), "STRATA_TIMEOUT=60",
+                                 "STRATA_TCP_KEEPALIVE_S=3", COMM_WORKER, "hang"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // both in the world; rank 1 "computes"
+  int64_t t0 = now_ns();
+  auto ifdown = test::run({cluster, "ifdown", "--host", "1", "--name", name}, {}, 60);
+  ASSERT_EQ(ifdown.exit_code(), 0) << ifdown.output();
+  ASSERT_TRUE(test::wait_for(ranks[0], 40));
+  double took = double(now_ns() - t0) * 1e-9;
+  kill(ranks[1].pid, SIGKILL);
+  test::wait_for(ranks[1], 10);
+  std::string out = ranks[0].output();
+  EXPECT_NE(ranks[0].exit_code(), 0) << out;
+  EXPECT_NE(out.find("rank 1 (world rank 1) died"), std::string::npos) << out;
+  EXPECT_LT(took, 20.0) << out;
+}
+
 std::vector<double> losses(const std::string& out) {
   std::vector<double> l;
   std::istringstream in(out);

@@ -115,8 +115,15 @@ void TcpTransport::exchange(std::vector<Xfer>& xs, const OpDesc& op) {
     for (size_t i = 0; i < pfds.size(); ++i) {
       if (!pfds[i].revents || owner[i] >= 0) continue;
       if (owner[i] == -1) continue;  // the abort flag is checked above
-      std::lock_guard lk(ctrl_mu_);
-      read_control_locked();
+      const Xfer* lost = nullptr;
+      {
+        std::lock_guard lk(ctrl_mu_);
+        read_control_locked();
+        // A peer this op needs whose control connection failed (its host vanished: keepalive).
+        for (auto& x : xs)
+          if ((x.sent < x.slen || x.rcvd < x.rlen) && peer_state_[size_t(x.peer)] == kDead) lost = &x;
+      }
+      if (lost) peer_lost(op, lost->peer, lost->rcvd < lost->rlen ? "receiving from" : "sending to");
       break;
     }
   }
