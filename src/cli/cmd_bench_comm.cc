@@ -64,7 +64,7 @@ void run_rank(const BenchArgs& a, const std::vector<comm::BenchOp>& ops,
 
 static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests format)", [](CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("--backend", a->backend, "shm or mpi");
+  app.add_option("--backend", a->backend, "shm, mpi or tcp");
   app.add_option("--nproc", a->nproc, "ranks to launch");
   app.add_option("--op", a->op,
                  "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, sendrecv or all");

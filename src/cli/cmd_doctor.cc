@@ -187,7 +187,7 @@ Register net("doctor net", "Bandwidth and latency of every pair of ranks and bus
                CLI::Option* tp_opt = app.add_option("--tp", a->tp, "check that tensor-parallel groups of this size stay within a host");
                app.add_option("--expect-link-gbps", a->expect_link,
                               "expected bandwidth of each host link, GB/s (default: the fastest link measured)");
-               app.add_option("--backend", a->backend, "shm or mpi");
+               app.add_option("--backend", a->backend, "shm, mpi or tcp");
                app.add_option("--expect-busbw", a->expect_busbw, "expected bus bandwidth, GB/s (flags below threshold x it)");
                app.add_option("--threshold", a->threshold, "flag below this fraction of the median or expected (default 0.5)");
                app.add_option("--bytes", a->bytes, "point-to-point message size (default 4M)");

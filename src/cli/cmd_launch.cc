@@ -1,4 +1,4 @@
-// strata launch -n N [--backend shm|mpi] [--timeout S] [--max-restarts R] -- PROGRAM ARGS
+// strata launch -n N [--backend shm|mpi|tcp] [--timeout S] [--max-restarts R] -- PROGRAM ARGS
 // strata launch --backend mpi --hosts a:2,b:2 | --hostfile F | --slurm [-n N] [--rsh-agent A] [--iface IF] -- ...
 // Starts N local ranks (or mpirun for mpi, across hosts with --hosts / --hostfile; -n
 // defaults to all their slots), prefixes their output with "[rank R] ", and
@@ -49,7 +49,7 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
   CLI::Option* nproc_opt =
       app.add_option("-n,--nproc", a->nproc, "number of ranks (default with --hosts: all slots)");
   a->host_flags.add_to(app);
-  app.add_option("--backend", a->backend, "communication backend: shm (this host) or mpi (mpirun)");
+  app.add_option("--backend", a->backend, "communication backend: shm (this host), mpi (mpirun) or tcp (sockets, a rendezvous store in the launcher; this host for now)");
   // Bounded so that inf, 1e400 or 2^63 never become a wait that cannot end or a wrapped count.
   app.add_option("--timeout", a->timeout,
                  "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)")

@@ -46,7 +46,7 @@ TEST(Launcher, BadInputGivesOneLine) {
   std::vector<Case> cases = {
       {{"launch", "-n", "0", "--", "true"}, "at least 1, got 0"},
       {{"launch", "-n", "2", "--", "no-such-program-xyz"}, "program 'no-such-program-xyz' not found in PATH"},
-      {{"launch", "-n", "2", "--backend", "tcp", "--", "true"}, "unknown communication backend 'tcp'"},
+      {{"launch", "-n", "2", "--backend", "gloo", "--", "true"}, "unknown communication backend 'gloo' (expected shm, mpi or tcp)"},
       {{"launch", "-n", "2", "--timeout", "-1", "--", "true"}, "--timeout must not be negative"},
   };
   for (auto& c : cases) {

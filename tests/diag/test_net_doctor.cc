@@ -125,7 +125,7 @@ TEST(NetDoctorCli, BadFlagsAreOneLine) {
   } cases[] = {{"--nproc 1", "", "--nproc must be at least 2"},
                {"--threshold 0", "", "--threshold must be in (0, 1]"},
                {"--threshold 2", "", "--threshold must be in (0, 1]"},
-               {"--backend tcp", "", "tcp"},
+               {"--backend gloo", "", "gloo"},
                {"--bytes 12X", "", "unknown unit"},
                {"--nproc 3", "STRATA_THROTTLE_LINK=0-5:0.5", "outside 0-2"},
                {"--nproc 3", "STRATA_THROTTLE_LINK=0-1:3", "factor must be in (0, 1]"},

@@ -152,7 +152,7 @@ TEST(TrainDistributed, BadParallelSettingsFailBeforeAnyWork) {
       {"--nproc 0", "--nproc"},
       {"--nproc 5", "5"},  // batch 12 does not split over 5 ranks
       {"--trace", "--run-dir"},
-      {"--backend tcp", "tcp"},
+      {"--backend gloo", "gloo"},
   };
   for (const Case& c : cases) {
     RunResult r = run_strata(kModel + "--steps 2 " + c.flags, "", Streams::separate);

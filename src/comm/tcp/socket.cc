@@ -102,6 +102,15 @@ void tune_socket(int fd, bool nonblocking) {
   set_nonblocking(fd, nonblocking);
 }
 
+void set_keepalive(int fd, int seconds) {
+  if (seconds <= 0) return;
+  int one = 1, idle = std::max(1, seconds / 3), intvl = std::max(1, seconds / 6), cnt = 4;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
 Fd connect_until(const std::string& host, int port, int64_t deadline_ns, std::string& last_error) {
   sockaddr_in sa = resolve(host, port);
   int64_t backoff_ms = 5;

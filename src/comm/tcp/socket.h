@@ -35,7 +35,7 @@ class Fd {
 std::pair<std::string, int> split_address(const std::string& address);
 
 // A listening socket on bind_host:port (port 0: any free port), CLOEXEC.
-Fd listen_on(const std::string& bind_host, int port, int backlog = 128);
+Fd listen_on(const std::string& bind_host, int port, int backlog = 1024);
 int local_port(int fd);
 std::string local_ip(int fd);  // the address of this end of a connected socket
 
@@ -46,6 +46,10 @@ Fd connect_until(const std::string& host, int port, int64_t deadline_ns, std::st
 // TCP_NODELAY, large buffers, non-blocking as asked.
 void tune_socket(int fd, bool nonblocking);
 void set_nonblocking(int fd, bool on);
+// Kernel keepalive probes: a peer host that vanished (powered off, cut off) without closing
+// the connection makes it fail after about `seconds`. A stopped process's kernel still
+// answers the probes, so a stopped rank is not mistaken for a dead one.
+void set_keepalive(int fd, int seconds);
 
 // Whole-buffer transfers on a (blocking or not) socket, polling until the deadline.
 // Return values: 1 done, 0 deadline passed, -1 the peer closed / reset (errno kept).

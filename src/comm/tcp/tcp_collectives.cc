@@ -5,9 +5,10 @@
 // pair waits on another pair and a slow link slows only what crosses it.
 //
 //   all-reduce   reduce-scatter then all-gather, per segment of p chunks (chunk: opt.chunk_bytes,
-//                default 1 MiB): rank r receives chunk r of every peer and reduces the p inputs
-//                at once, in rank order (reduce_kernels.h), so results are bit-identical to the
-//                shm backend's (bf16 summed in f32 and rounded once, avg divided once).
+//                else STRATA_TCP_CHUNK_BYTES, default 256 KiB): rank r receives chunk r of every
+//                peer and reduces the p inputs at once, in rank order (reduce_kernels.h), so
+//                results are bit-identical to the shm backend's (bf16 summed in f32 and rounded
+//                once, avg divided once).
 //                Each rank sends and receives 2(p-1)/p·n·E bytes.
 //   reduce-scatter  the first half of that, over the blocks (equal or uneven counts).
 //   all-gather(v)   each rank sends its block to every peer: (p-1)·block bytes out and in.
@@ -26,6 +27,7 @@
 
 #include "comm/reduce_kernels.h"
 #include "comm/tcp/tcp_transport.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -33,10 +35,12 @@ namespace strata::comm::tcp {
 
 using detail::OpDesc;
 
-constexpr size_t kDefaultChunkBytes = 1 << 20;
+static const EnvVar kChunk("STRATA_TCP_CHUNK_BYTES", "262144",
+                           "tcp backend: bytes per rank and step of all-reduce, reduce-scatter and reduce "
+                           "(Options::chunk_bytes wins when set)");
 
 size_t TcpTransport::chunk_elems(DType dtype) const {
-  size_t bytes = opt_.chunk_bytes ? opt_.chunk_bytes : kDefaultChunkBytes;
+  size_t bytes = opt_.chunk_bytes ? opt_.chunk_bytes : size_t(std::max<int64_t>(1, kChunk.get_int()));
   return std::max<size_t>(1, bytes / dtype_size(dtype));
 }
 
@@ -111,8 +115,15 @@ void TcpTransport::exchange(std::vector<Xfer>& xs, const OpDesc& op) {
     for (size_t i = 0; i < pfds.size(); ++i) {
       if (!pfds[i].revents || owner[i] >= 0) continue;
       if (owner[i] == -1) continue;  // the abort flag is checked above
-      std::lock_guard lk(ctrl_mu_);
-      read_control_locked();
+      const Xfer* lost = nullptr;
+      {
+        std::lock_guard lk(ctrl_mu_);
+        read_control_locked();
+        // A peer this op needs whose control connection failed (its host vanished: keepalive).
+        for (auto& x : xs)
+          if ((x.sent < x.slen || x.rcvd < x.rlen) && peer_state_[size_t(x.peer)] == kDead) lost = &x;
+      }
+      if (lost) peer_lost(op, lost->peer, lost->rcvd < lost->rlen ? "receiving from" : "sending to");
       break;
     }
   }

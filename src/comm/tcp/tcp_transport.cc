@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "comm/tcp/store.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -27,6 +28,10 @@ constexpr char kMagic[4] = {'S', 'T', 'C', 'P'};
 constexpr uint8_t kVersion = 1;
 constexpr int kKinds = 3;  // coll, p2p, ctrl
 constexpr char kAck = 'K';
+
+const EnvVar kKeepalive("STRATA_TCP_KEEPALIVE_S", "10",
+                        "tcp backend: seconds after which a peer host that vanished without closing its "
+                        "connections counts as dead (kernel keepalive on the control connections; 0: off)");
 
 // Handshake: magic, version, kind, rank, job, group (lengths as u32).
 std::string handshake(const std::string& job, const std::string& group, int rank, int kind) {
@@ -121,6 +126,8 @@ std::vector<PeerLinks> form_links(int listener, const std::vector<std::string>& 
   for (auto& l : links)
     for (int kind = 0; kind < kKinds; ++kind)
       if (link_of(l, kind).valid()) tune_socket(link_of(l, kind).get(), true);
+  for (auto& l : links)
+    if (l.ctrl.valid()) set_keepalive(l.ctrl.get(), int(kKeepalive.get_int()));
   return links;
 }
 
