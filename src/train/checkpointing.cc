@@ -397,6 +397,9 @@ ResumePoint RunCheckpoints::resume_point(int64_t step, const data::LoaderState& 
 ResumePoint RunCheckpoints::resume() {
   if (live_) {
     resumed_ = *live_;
+    // What a re-formed world loaded is its first copy: a death before the copy of its first
+    // step is committed resumes from it, not from disk or the start.
+    if (mem_ && live_->step > 0) mem_->copy(live_->step, live_->loader, live_->tokens_seen);
     return *live_;
   }
   const CheckpointConfig& c = cfg_.ckpt;

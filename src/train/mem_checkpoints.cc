@@ -432,7 +432,10 @@ void MemCheckpoints::before_update() {
 }
 
 void MemCheckpoints::after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen) {
-  if (done % o_.every != 0) return;
+  if (done % o_.every == 0) copy(done, loader, tokens_seen);
+}
+
+void MemCheckpoints::copy(int64_t done, const data::LoaderState& loader, int64_t tokens_seen) {
   Stopwatch sw;
   wait_commit();
   // The engine's buffers, as now (their ranges are the fingerprint's; the writer is idle).

@@ -117,6 +117,9 @@ class MemCheckpoints {
   void clear();
   // After `done` steps: copies when due. Fault hooks of the first attempt fire here.
   void after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen);
+  // Copies the states as they stand after `done` steps, due or not (a re-formed world's
+  // first copy: the step it loaded).
+  void copy(int64_t done, const data::LoaderState& loader, int64_t tokens_seen);
   // Before the optimizer writes the states: waits until the copy in flight has read them.
   void before_update();
   // The newest complete copy restored into the engine (after the copy in flight is

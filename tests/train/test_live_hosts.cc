@@ -117,7 +117,7 @@ TEST_F(LiveAcrossHosts, SeededKillsEachFollowedByAJoin) {
   const unsigned seed = rd();
   std::mt19937 gen(seed);
   const int kills = 20;
-  const int steps = 12000;
+  const int steps = 16000;  // 20 kills, each followed by a join, came by step 7,670 here
   TempDir dir("live_hosts_kills");
   const std::string run = dir.file("run");
   Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " +
