@@ -203,8 +203,11 @@ def main():
                         continue
                     run_dir = os.path.join(a.out, f"{sc}_{mode}_{r}")
                     if sc == "host":
-                        cmd = base + ["--hostfile", f"{state}/hostfile", "--rsh-agent", f"{state}/rsh-agent",
-                                      "--elastic", "--timeout", "20"]
+                        # 4 ranks; a batch that splits over 3 and 2 as well (a live world shrinks).
+                        cmd = [re.sub(r"^\d+$", "12", x) if i > 0 and base[i - 1] == "--batch" else x
+                               for i, x in enumerate(base)]
+                        cmd += ["--hostfile", f"{state}/hostfile", "--rsh-agent", f"{state}/rsh-agent",
+                                "--elastic", "--timeout", "20"]
                         if mode in ("shrink", "live"):  # OpenMPI cannot shrink: strata's tcp backend
                             cmd += ["--backend", "tcp", "--mem-ckpt-replicas", "1"]
                         def fault(_launcher):
@@ -238,8 +241,8 @@ def main():
           f"{a.ckpt_every}, --max-restarts 1, --zero 1; stop: --timeout {a.timeout}")
     what = {"kill": "one rank of 2 SIGKILLed (one host)",
             "stop": f"one rank of 2 SIGSTOPped until the watchdog (--timeout {a.timeout}) fires",
-            "host": "a whole namespace host of 2 lost (2 x 2 ranks; disk, memory, replicas: MPI and "
-                    "--elastic; shrink, live: tcp with replicas)"}
+            "host": "a whole namespace host of 2 lost (2 x 2 ranks, --batch 12; disk, memory, replicas: MPI "
+                    "and --elastic; shrink, live: tcp with replicas)"}
     def cell(v, fmt="{:.2f}"):
         return "-" if v is None else fmt.format(v)
     for sc in scenarios:

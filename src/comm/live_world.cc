@@ -160,13 +160,13 @@ std::optional<LiveWorld> read_live_world() {
   return b ? read_live_world(*b) : std::nullopt;
 }
 
-std::optional<LiveWorld> wait_for_live_world(int after, double timeout_s) {
+std::optional<LiveWorld> wait_for_live_world(int after, double timeout_s, bool joining) {
   LiveBoard* b = rank_live_board();
   if (!b) return std::nullopt;
   const int64_t deadline = now_ns() + int64_t(timeout_s * 1e9);
   for (;;) {
     std::optional<LiveWorld> w = read_live_world(*b);
-    if (w && w->generation > after) return w->rank >= 0 ? w : std::nullopt;
+    if (w && w->generation > after && (w->rank >= 0 || !joining)) return w->rank >= 0 ? w : std::nullopt;
     if (now_ns() > deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }

@@ -108,8 +108,10 @@ std::optional<LiveWorld> read_live_world(const LiveBoard& board);
 std::optional<LiveWorld> read_live_world();
 
 // Waits up to timeout_s for a generation newer than `after` that names this process.
-// nullopt when none came (the launcher stops the job instead) or this process is not in it.
-std::optional<LiveWorld> wait_for_live_world(int after, double timeout_s);
+// nullopt when none came (the launcher stops the job instead) or, for a survivor, when the
+// next one leaves it out. A replacement (`joining`) waits on past generations that do not name
+// it yet (further deaths re-form the world before it joins).
+std::optional<LiveWorld> wait_for_live_world(int after, double timeout_s, bool joining = false);
 
 // Takes `w`'s coordinates into this process's environment, for init_from_env.
 void adopt_live_world(const LiveWorld& w);

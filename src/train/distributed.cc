@@ -301,7 +301,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
       data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab));
   if (const int after = comm::live_join_generation(); after > 0) {  // this process is a replacement
     comm::announce_live_join();
-    const std::optional<comm::LiveWorld> w = comm::wait_for_live_world(after, wait_s);
+    const std::optional<comm::LiveWorld> w = comm::wait_for_live_world(after, wait_s, true);
     STRATA_CHECK(w.has_value(), "live recovery: this replacement was not asked to join within ",
                  wait_s, " s");
     comm::adopt_live_world(*w);

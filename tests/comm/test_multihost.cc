@@ -140,6 +140,22 @@ TEST_F(MultiHost, SweepOnThreeHostsMatchesOneHost) {
   sweep_on_hosts(*this, 3);
 }
 
+// The tcp backend across hosts: strata's launcher starts every rank through the remote shell
+// and hosts the store they form from; the sweep (every op, dtype and size against its
+// single-host reference) passes on each of the 4 ranks of 2 hosts.
+TEST_F(MultiHost, TcpSweepOnTwoHostsMatchesOneHost) {
+  up(2);
+  auto p = test::run({STRATA_BINARY, "launch", "--backend", "tcp", "--hostfile", state_ + "/hostfile",
+                      "--rsh-agent", state_ + "/rsh-agent", "--timeout", "60", "--", COMM_WORKER, "sweep"},
+                     {}, 180);
+  const std::string out = p.output();
+  ASSERT_EQ(p.exit_code(), 0) << out;
+  EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
+  for (int r = 0; r < 4; ++r)
+    EXPECT_TRUE(std::regex_search(out, std::regex(cat(R"(\[rank )", r, R"(\] checked [1-9]\d*, failures 0)"))))
+        << "rank " << r << ":\n" << out;
+}
+
 TEST_F(MultiHost, BadHostListsFailBeforeAnyRankStarts) {
   up(2);
   std::string marker = cat("/tmp/strata-multihost-marker-", getpid());
