@@ -55,26 +55,8 @@ void TcpTransport::exchange(std::vector<Xfer>& xs, const OpDesc& op) {
     for (auto& x : xs) {
       int fd = links_[size_t(x.peer)].coll.get();
       size_t can_send = x.send_limit ? std::min(x.slen, *x.send_limit) : x.slen;
-      while (x.sent < can_send) {
-        ssize_t k = ::send(fd, x.sbuf + x.sent, can_send - x.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k > 0) {
-          x.sent += size_t(k);
-          continue;
-        }
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        peer_lost(op, x.peer, "sending to");
-      }
-      while (x.rcvd < x.rlen) {
-        ssize_t k = ::recv(fd, x.rbuf + x.rcvd, x.rlen - x.rcvd, MSG_DONTWAIT);
-        if (k > 0) {
-          x.rcvd += size_t(k);
-          continue;
-        }
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        peer_lost(op, x.peer, "receiving from");
-      }
+      if (!send_some(fd, x.sbuf, can_send, x.sent)) peer_lost(op, x.peer, "sending to");
+      if (!recv_some(fd, x.rbuf, x.rlen, x.rcvd)) peer_lost(op, x.peer, "receiving from");
       if (x.sent < x.slen || x.rcvd < x.rlen) all_done = false;
     }
     if (all_done) return;
