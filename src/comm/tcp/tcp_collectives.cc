@@ -318,6 +318,7 @@ void TcpTransport::barrier(const OpDesc& op) {
 
 void TcpTransport::run_collective(OpDesc& op) {
   throw_if_failed(op, -1);
+  if (check_ops_ && size_ > 1) check_op(op);
   switch (op.op) {
     case OpType::allreduce: return allreduce(op);
     case OpType::reduce_scatter: return reduce_scatter(op);

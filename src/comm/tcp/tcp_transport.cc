@@ -146,6 +146,7 @@ TcpTransport::TcpTransport(std::vector<PeerLinks> links, std::string job, std::s
   p2p_efd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   STRATA_CHECK(abort_efd_.valid() && p2p_efd_.valid(), "eventfd() failed: ", std::strerror(errno));
   init_p2p();
+  check_ops_ = tcp_check_ops_enabled();
 }
 
 TcpTransport::~TcpTransport() = default;
