@@ -85,6 +85,7 @@ class TcpTransport final : public detail::Transport {
  private:
   // Collectives (tcp_collectives.cc).
   void allreduce(const detail::OpDesc& op);
+  void allreduce_small(const detail::OpDesc& op);
   void reduce_blocks(const detail::OpDesc& op, const char* send, const std::vector<size_t>& offs,
                      const std::vector<size_t>& counts, char* out);
   void reduce_scatter(const detail::OpDesc& op);
