@@ -199,6 +199,44 @@ TEST(Tcp, WorldFormsAgainUnderANewJobInProcess) {
   EXPECT_FALSE(store.get("job-b/w/addr/2").has_value());
 }
 
+// With STRATA_TCP_CHECK_OPS=1, ranks calling different collectives or counts at one sequence
+// number fail at once naming both, as under shm.
+TEST(Tcp, CheckedOpsNameMismatchedRanks) {
+  StoreServer store("127.0.0.1", 0);
+  const std::string addr = cat("127.0.0.1:", store.port());
+  setenv("STRATA_TCP_CHECK_OPS", "1", 1);
+  Options o;
+  o.timeout_s = 10;
+  for (int variant = 0; variant < 2; ++variant) {
+    std::vector<std::string> msgs(2);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 2; ++r)
+      ts.emplace_back([&, r] {
+        std::vector<float> x(64);
+        try {
+          GroupPtr pg = connect_tcp(addr, cat("check-", variant), r, 2, o);
+          float v = 1;
+          pg->all_reduce(&v, &v, 1, DType::f32, ReduceOp::sum);  // agreeing ops pass the check
+          if (variant == 0)
+            pg->all_reduce(x.data(), x.data(), r == 0 ? 10 : 11, DType::f32, ReduceOp::sum);
+          else if (r == 0)
+            pg->all_reduce(x.data(), x.data(), 8, DType::f32, ReduceOp::sum);
+          else
+            pg->broadcast(x.data(), 8, DType::f32, 0);
+        } catch (const Error& e) {
+          msgs[size_t(r)] = e.what();
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (const std::string& m : msgs) {
+      EXPECT_NE(m.find("mismatched collectives"), std::string::npos) << m;
+      EXPECT_NE(m.find(variant == 0 ? "rank 0: allreduce #1 float sum count 10" : "rank 1: broadcast #1"),
+                std::string::npos) << m;
+    }
+  }
+  unsetenv("STRATA_TCP_CHECK_OPS");
+}
+
 // A restart (--max-restarts) forms its world under the fresh job id with the same store.
 TEST(Tcp, LauncherRestartFormsANewWorld) {
   auto p = test::run({STRATA_BINARY, "launch", "-n", "2", "--backend", "tcp", "--timeout", "30",

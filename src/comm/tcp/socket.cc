@@ -140,6 +140,32 @@ Fd connect_until(const std::string& host, int port, int64_t deadline_ns, std::st
   }
 }
 
+bool send_some(int fd, const char* buf, size_t len, size_t& done) {
+  while (done < len) {
+    ssize_t k = ::send(fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      done += size_t(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  return true;
+}
+
+bool recv_some(int fd, char* buf, size_t len, size_t& done) {
+  while (done < len) {
+    ssize_t k = ::recv(fd, buf + done, len - done, MSG_DONTWAIT);
+    if (k > 0) {
+      done += size_t(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  return true;
+}
+
 int poll_ms(int64_t deadline_ns, int cap_ms) {
   int64_t left = deadline_ns - now_ns();
   if (left <= 0) return 0;

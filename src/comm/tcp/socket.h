@@ -56,6 +56,11 @@ void set_keepalive(int fd, int seconds);
 int send_all(int fd, const void* data, size_t n, int64_t deadline_ns);
 int recv_all(int fd, void* data, size_t n, int64_t deadline_ns);
 
+// Non-blocking: moves what the socket takes (gives) now, advancing `done` towards `len`.
+// Returns false when the peer closed or reset the connection.
+bool send_some(int fd, const char* buf, size_t len, size_t& done);
+bool recv_some(int fd, char* buf, size_t len, size_t& done);
+
 // Milliseconds to pass to poll() for an absolute deadline (>= 0, capped at `cap_ms`).
 int poll_ms(int64_t deadline_ns, int cap_ms);
 

@@ -10,6 +10,8 @@
 //                results are bit-identical to the shm backend's (bf16 summed in f32 and rounded
 //                once, avg divided once).
 //                Each rank sends and receives 2(p-1)/p·n·E bytes.
+//                Up to 16 KiB (opt.small_max_bytes): one round trip instead, each rank gets
+//                every peer's whole vector and reduces the p inputs itself, in the same order.
 //   reduce-scatter  the first half of that, over the blocks (equal or uneven counts).
 //   all-gather(v)   each rank sends its block to every peer: (p-1)·block bytes out and in.
 //   broadcast    a chain root → root+1 → ...; each rank forwards bytes as they arrive, so a
@@ -39,6 +41,9 @@ static const EnvVar kChunk("STRATA_TCP_CHUNK_BYTES", "262144",
                            "tcp backend: bytes per rank and step of all-reduce, reduce-scatter and reduce "
                            "(Options::chunk_bytes wins when set)");
 
+// All-reduces up to this size take the one-round-trip path (Options::small_max_bytes wins).
+constexpr size_t kSmallBytes = 16 << 10;
+
 size_t TcpTransport::chunk_elems(DType dtype) const {
   size_t bytes = opt_.chunk_bytes ? opt_.chunk_bytes : size_t(std::max<int64_t>(1, kChunk.get_int()));
   return std::max<size_t>(1, bytes / dtype_size(dtype));
@@ -55,26 +60,8 @@ void TcpTransport::exchange(std::vector<Xfer>& xs, const OpDesc& op) {
     for (auto& x : xs) {
       int fd = links_[size_t(x.peer)].coll.get();
       size_t can_send = x.send_limit ? std::min(x.slen, *x.send_limit) : x.slen;
-      while (x.sent < can_send) {
-        ssize_t k = ::send(fd, x.sbuf + x.sent, can_send - x.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k > 0) {
-          x.sent += size_t(k);
-          continue;
-        }
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        peer_lost(op, x.peer, "sending to");
-      }
-      while (x.rcvd < x.rlen) {
-        ssize_t k = ::recv(fd, x.rbuf + x.rcvd, x.rlen - x.rcvd, MSG_DONTWAIT);
-        if (k > 0) {
-          x.rcvd += size_t(k);
-          continue;
-        }
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        peer_lost(op, x.peer, "receiving from");
-      }
+      if (!send_some(fd, x.sbuf, can_send, x.sent)) peer_lost(op, x.peer, "sending to");
+      if (!recv_some(fd, x.rbuf, x.rlen, x.rcvd)) peer_lost(op, x.peer, "receiving from");
       if (x.sent < x.slen || x.rcvd < x.rlen) all_done = false;
     }
     if (all_done) return;
@@ -180,8 +167,32 @@ static std::vector<size_t> even_parts(size_t n, int p) {
   return c;
 }
 
+// Small all-reduce in one round trip: every rank sends its whole vector to every peer and
+// reduces the p vectors itself, in rank order (the same sums as the two-phase path).
+void TcpTransport::allreduce_small(const OpDesc& op) {
+  const size_t bytes = op.count * dtype_size(op.dtype);
+  tmp_.resize(size_t(size_) * bytes);
+  std::vector<Xfer> xs;
+  std::vector<const void*> in(static_cast<size_t>(size_));
+  for (int q = 0; q < size_; ++q) {
+    in[size_t(q)] = q == rank_ ? op.send : tmp_.data() + size_t(q) * bytes;
+    if (q == rank_) continue;
+    Xfer x;
+    x.peer = q;
+    x.sbuf = static_cast<const char*>(op.send);
+    x.slen = bytes;
+    x.rbuf = tmp_.data() + size_t(q) * bytes;
+    x.rlen = bytes;
+    xs.push_back(x);
+  }
+  exchange(xs, op);
+  reduce_inputs(op.recv, nullptr, in.data(), size_, op.count, op.dtype, op.redop, size_);
+}
+
 void TcpTransport::allreduce(const OpDesc& op) {
   const size_t es = dtype_size(op.dtype);
+  const size_t small = opt_.small_max_bytes ? opt_.small_max_bytes : kSmallBytes;
+  if (op.count * es <= small) return allreduce_small(op);
   auto* send = static_cast<const char*>(op.send);
   auto* recv = static_cast<char*>(op.recv);
   const size_t seg = chunk_elems(op.dtype) * size_t(size_);
@@ -336,6 +347,7 @@ void TcpTransport::barrier(const OpDesc& op) {
 
 void TcpTransport::run_collective(OpDesc& op) {
   throw_if_failed(op, -1);
+  if (check_ops_ && size_ > 1) check_op(op);
   switch (op.op) {
     case OpType::allreduce: return allreduce(op);
     case OpType::reduce_scatter: return reduce_scatter(op);

@@ -145,18 +145,12 @@ bool TcpTransport::p2p_read(int peer, OpDesc* op, P2PState* st) {
         pp.dest_owner = nullptr;
       }
     }
-    while (pp.got < pp.len) {
-      ssize_t k = ::recv(fd, pp.dest + pp.got, pp.len - pp.got, MSG_DONTWAIT);
-      if (k > 0) {
-        pp.got += uint64_t(k);
-        if (pp.dest_owner) pp.dest_owner->done_bytes = pp.got;
-        continue;
-      }
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-      lost();
-      return false;
-    }
+    size_t got = pp.got;
+    bool open = recv_some(fd, pp.dest, pp.len, got);
+    pp.got = got;
+    if (pp.dest_owner) pp.dest_owner->done_bytes = pp.got;
+    if (!open) lost();
+    if (pp.got < pp.len) return false;
     pp.in_msg = false;
     P2PState* owner = std::exchange(pp.dest_owner, nullptr);
     if (owner) {

@@ -147,6 +147,7 @@ TcpTransport::TcpTransport(std::vector<PeerLinks> links, std::string job, std::s
   p2p_efd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   STRATA_CHECK(abort_efd_.valid() && p2p_efd_.valid(), "eventfd() failed: ", std::strerror(errno));
   init_p2p();
+  check_ops_ = tcp_check_ops_enabled();
 }
 
 TcpTransport::~TcpTransport() = default;
@@ -230,13 +231,14 @@ void TcpTransport::throw_if_failed(const OpDesc& op, int peer) {
 }
 
 void TcpTransport::peer_lost(const OpDesc& op, int peer, const char* doing) {
+  bool left;
   {
     std::lock_guard lk(ctrl_mu_);
     read_control_locked();
     if (peer_state_[size_t(peer)] == kAlive) peer_state_[size_t(peer)] = kDead;
+    left = peer_state_[size_t(peer)] == kLeft;
   }
   throw_if_failed(op, -1);  // an abort explains it better
-  bool left = peer_state_[size_t(peer)] == kLeft;
   throw detail::PeerDeadError(cat(op_label(op), ": peer ", peer_name(peer),
                                   left ? " left the group (its process exited)" : " died",
                                   " while this rank was ", doing, " it (tcp connection closed)"));

@@ -41,6 +41,7 @@ std::vector<PeerLinks> form_links(int listener, const std::vector<std::string>& 
                                   int64_t deadline_ns);
 
 class TcpTransport;
+bool tcp_check_ops_enabled();  // STRATA_TCP_CHECK_OPS
 // The world of a job: publishes this rank's listener under "<job>/w/addr/<rank>" in the store
 // at store_addr, reads every peer's, forms the links. A world of 1 needs no store.
 std::unique_ptr<TcpTransport> make_tcp_world(const std::string& store_addr, const std::string& job,
@@ -84,6 +85,7 @@ class TcpTransport final : public detail::Transport {
  private:
   // Collectives (tcp_collectives.cc).
   void allreduce(const detail::OpDesc& op);
+  void allreduce_small(const detail::OpDesc& op);
   void reduce_blocks(const detail::OpDesc& op, const char* send, const std::vector<size_t>& offs,
                      const std::vector<size_t>& counts, char* out);
   void reduce_scatter(const detail::OpDesc& op);
@@ -93,6 +95,8 @@ class TcpTransport final : public detail::Transport {
   void alltoall(const detail::OpDesc& op);
   void barrier(const detail::OpDesc& op);
   size_t chunk_elems(DType dtype) const;
+  void check_op(const detail::OpDesc& op);  // tcp_op_check.cc (STRATA_TCP_CHECK_OPS)
+  bool check_ops_ = false;
 
   // Control connections (tcp_transport.cc).
   enum PeerState : int { kAlive = 0, kLeft = 1, kDead = 2 };
