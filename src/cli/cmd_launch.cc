@@ -49,7 +49,7 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
   CLI::Option* nproc_opt =
       app.add_option("-n,--nproc", a->nproc, "number of ranks (default with --hosts: all slots)");
   a->host_flags.add_to(app);
-  app.add_option("--backend", a->backend, "communication backend: shm (this host), mpi (mpirun) or tcp (sockets, a rendezvous store in the launcher; this host for now)");
+  app.add_option("--backend", a->backend, "communication backend: shm (this host), mpi (mpirun) or tcp (sockets, a rendezvous store in the launcher; across hosts each rank started through the remote shell)");
   // Bounded so that inf, 1e400 or 2^63 never become a wait that cannot end or a wrapped count.
   app.add_option("--timeout", a->timeout,
                  "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)")

@@ -443,7 +443,7 @@ void setup(CLI::App& app) {
   app.add_flag("--sp,!--no-sp", p.sequence_parallel,
                "Sequence parallelism with --tp > 1 (default on): norms and residuals hold seq/tp "
                "tokens per rank");
-  app.add_option("--backend", a->backend, "Communication backend: shm (this host), mpi or tcp (this host for now)")
+  app.add_option("--backend", a->backend, "Communication backend: shm (this host), mpi (mpirun) or tcp (strata's sockets; one host or --hosts, through the remote shell)")
       ->capture_default_str();
   app.add_option("--zero", a->zero, "ZeRO stage: 0 (DDP), 1 (optimizer), 2 (+gradients), 3 (+parameters)")
       ->capture_default_str();
