@@ -178,44 +178,68 @@ bool EarlierWorld::verify(int64_t step) {
   }
 }
 
-MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) {
-  // The holders' state records, to every rank.
-  std::vector<int64_t> holders(static_cast<size_t>(old_world_)), lens(static_cast<size_t>(old_world_), 0);
-  std::string records;
+std::vector<json> EarlierWorld::share_records(int64_t step) const {
+  // Each holder's records, concatenated; their lengths first (-1: the holder could not read it).
+  std::vector<int64_t> lens(static_cast<size_t>(old_world_), 0);
+  std::string records, problem;
   for (int q = 0; q < old_world_; ++q) {
-    holders[size_t(q)] = holder(q, step);
-    STRATA_CHECK(holders[size_t(q)] >= 0, "live recovery: rank ", q, " left no copy of step ", step);
-    if (holders[size_t(q)] != rank_) continue;
-    const std::string rec = mem_state_record(*segments_[size_t(q)], slot_of(rank_, q, step)).dump();
-    lens[size_t(q)] = int64_t(rec.size());
-    records += rec;
+    if (holder(q, step) != rank_) continue;
+    try {
+      const std::string rec = mem_state_record(*segments_[size_t(q)], slot_of(rank_, q, step)).dump();
+      lens[size_t(q)] = int64_t(rec.size());
+      records += rec;
+    } catch (const Error& e) {
+      lens[size_t(q)] = -1;
+      if (problem.empty()) problem = e.what();
+    }
   }
-  std::vector<int64_t> all_lens = gather(lens);
+  const std::vector<int64_t> all_lens = gather(lens);
+  std::vector<size_t> counts(size_t(world_), 0);
+  for (int r = 0; r < world_; ++r)
+    for (int q = 0; q < old_world_; ++q) {
+      const int64_t len = all_lens[size_t(r * old_world_ + q)];
+      if (len < 0) {
+        STRATA_CHECK(r != rank_, problem);
+        fail("live recovery: rank ", q, "'s in-memory copy of step ", step, " has a malformed state "
+             "record (rank ", r, " of this world, which holds it, says why)");
+      }
+      counts[size_t(r)] += size_t(len);
+    }
   std::string all_records = records;
   if (group_) {
-    std::vector<size_t> counts(size_t(world_), 0);
-    for (int r = 0; r < world_; ++r)
-      for (int q = 0; q < old_world_; ++q) counts[size_t(r)] += size_t(all_lens[size_t(r * old_world_ + q)]);
     size_t total = 0;
     for (size_t c : counts) total += c;
     all_records.assign(total, '\0');
     group_->all_gather_v(records.data(), all_records.data(), counts, DType::u8);
   }
-  std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
-  std::vector<uint64_t> bytes(size_t(old_world_), 0);  // of each copy's payload up to its last shard
-  MemCopy m;
+  std::vector<json> out(static_cast<size_t>(old_world_));
   size_t at = 0;
   for (int r = 0; r < world_; ++r)
     for (int q = 0; q < old_world_; ++q) {
       const size_t len = size_t(all_lens[size_t(r * old_world_ + q)]);
       if (len == 0) continue;
-      const json j = json::parse(all_records.substr(at, len));
+      out[size_t(q)] = json::parse(all_records.substr(at, len));
       at += len;
-      m = mem_copy_state(j);  // the same in every copy: the data position is the job's
-      recs[size_t(q)] = mem_shard_records(j, cat("rank ", q, "'s copy of step ", step));
-      for (const MemShardRecord& s : recs[size_t(q)])
-        bytes[size_t(q)] = std::max(bytes[size_t(q)], s.offset + uint64_t(s.end - s.begin) * dtype_size(s.dtype));
     }
+  return out;
+}
+
+MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) {
+  std::vector<int64_t> holders(static_cast<size_t>(old_world_));
+  for (int q = 0; q < old_world_; ++q) {
+    holders[size_t(q)] = holder(q, step);
+    STRATA_CHECK(holders[size_t(q)] >= 0, "live recovery: rank ", q, " left no copy of step ", step);
+  }
+  const std::vector<json> records = share_records(step);
+  std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
+  std::vector<uint64_t> bytes(size_t(old_world_), 0);  // of each copy's payload up to its last shard
+  for (int q = 0; q < old_world_; ++q) {
+    recs[size_t(q)] = mem_shard_records(records[size_t(q)], cat("rank ", q, "'s copy of step ", step));
+    for (const MemShardRecord& s : recs[size_t(q)])
+      bytes[size_t(q)] = std::max(bytes[size_t(q)], s.offset + uint64_t(s.end - s.begin) * dtype_size(s.dtype));
+  }
+  // The same in every copy: the data position is the job's.
+  const MemCopy m = mem_copy_state(records.front());
 
   // This rank's plan: each target element from a copy on its own host if one holds it (the
   // holder's file, or another copy of that old rank, checksummed here on first use), else from

@@ -83,6 +83,8 @@ class EarlierWorld {
   int64_t& step_at(int r, int q, int slot) {
     return table_[(size_t(r) * size_t(old_world_) + size_t(q)) * kCols + 1 + size_t(slot)];
   }
+  // Every old rank's state record of `step` (its holder's), on every rank (collective).
+  std::vector<nlohmann::json> share_records(int64_t step) const;
   // An all-gather of `n` int64 per rank over the group (a copy when alone).
   std::vector<int64_t> gather(const std::vector<int64_t>& mine) const;
 
