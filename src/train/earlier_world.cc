@@ -232,12 +232,8 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
   }
   const std::vector<json> records = share_records(step);
   std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
-  std::vector<uint64_t> bytes(size_t(old_world_), 0);  // of each copy's payload up to its last shard
-  for (int q = 0; q < old_world_; ++q) {
+  for (int q = 0; q < old_world_; ++q)
     recs[size_t(q)] = mem_shard_records(records[size_t(q)], cat("rank ", q, "'s copy of step ", step));
-    for (const MemShardRecord& s : recs[size_t(q)])
-      bytes[size_t(q)] = std::max(bytes[size_t(q)], s.offset + uint64_t(s.end - s.begin) * dtype_size(s.dtype));
-  }
   // The same in every copy: the data position is the job's.
   const MemCopy m = mem_copy_state(records.front());
 
@@ -251,7 +247,9 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
     ckpt::Range range;
   };
   std::vector<Piece> pieces;
-  std::vector<int64_t> need(size_t(old_world_) + 1, 0);  // per old rank; last: this rank failed
+  // Per old rank, the payload bytes [lo, hi) this rank needs from its holder (hi 0: none);
+  // last: this rank cannot load.
+  std::vector<int64_t> need(2 * size_t(old_world_) + 1, 0);
   std::vector<int> readable(size_t(old_world_), -1);     // -1: not yet known
   auto here = [&](int q) {
     int& known = readable[size_t(q)];
@@ -284,8 +282,15 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
           if (!overlaps || !problem.empty() || here(q) != (pass == 0)) continue;
           std::vector<ckpt::Range> got;
           take(want, {s.begin, s.end}, got);
-          for (const ckpt::Range& g : got) pieces.push_back({q, t, &s, g});
-          if (pass == 1) need[size_t(q)] = 1;
+          for (const ckpt::Range& g : got) {
+            pieces.push_back({q, t, &s, g});
+            if (pass == 0) continue;
+            const int64_t lo = int64_t(s.offset) + (g.begin - s.begin) * int64_t(dtype_size(s.dtype));
+            const int64_t hi = lo + g.size() * int64_t(dtype_size(s.dtype));
+            int64_t* span = &need[2 * size_t(q)];
+            span[0] = span[1] == 0 ? lo : std::min(span[0], lo);
+            span[1] = std::max(span[1], hi);
+          }
         }
     if (!want.empty() && problem.empty())
       problem = cat("live recovery: elements [", want.front().begin, ", ", want.front().end, ") of ", to.name,
@@ -293,29 +298,33 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
   }
   need.back() = problem.empty() ? 0 : 1;
   const std::vector<int64_t> needs = gather(need);  // per new rank, per old rank
-  const size_t cols = size_t(old_world_) + 1;
+  const size_t cols = 2 * size_t(old_world_) + 1;
   for (int r = 0; r < world_; ++r)
-    if (needs[size_t(r) * cols + size_t(old_world_)] != 0) {
+    if (needs[size_t(r) * cols + cols - 1] != 0) {
       STRATA_CHECK(r != rank_, problem);
       fail("live recovery: rank ", r, " of this world cannot load the copies of the ", old_world_,
            "-rank world (see its line)");
     }
 
-  // Each old rank's copy, read where it lies or received from its holder, then its pieces.
+  // Each old rank's copy, read where it lies or its needed bytes received from its holder,
+  // then its pieces. `src` holds the payload's bytes from offset `base` on.
   received_ = 0;
   for (int q = 0; q < old_world_; ++q) {
     const int h = int(holders[size_t(q)]);
     std::vector<comm::WorkPtr> sent;
     if (h == rank_) {
       const unsigned char* mine = segments_[size_t(q)]->payload(slot_of(rank_, q, step));
-      for (int r = 0; r < world_; ++r)
-        if (needs[size_t(r) * cols + size_t(q)] != 0)
-          sent.push_back(group_->send_async(mine, size_t(bytes[size_t(q)]), DType::u8, r, 4));
+      for (int r = 0; r < world_; ++r) {
+        const int64_t* span = &needs[size_t(r) * cols + 2 * size_t(q)];
+        if (span[1] > 0) sent.push_back(group_->send_async(mine + span[0], size_t(span[1] - span[0]), DType::u8, r, 4));
+      }
     }
     std::vector<unsigned char> buf;
     const unsigned char* src = nullptr;
-    if (need[size_t(q)] != 0) {
-      buf.resize(size_t(bytes[size_t(q)]));
+    uint64_t base = 0;
+    if (need[2 * size_t(q) + 1] > 0) {
+      base = uint64_t(need[2 * size_t(q)]);
+      buf.resize(size_t(need[2 * size_t(q) + 1]) - base);
       group_->recv_async(buf.data(), buf.size(), DType::u8, h, 4)->wait();
       received_ += buf.size();
       src = buf.data();
@@ -327,7 +336,7 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
       const parallel::StateShard& to = shards[p.t];
       const size_t e = dtype_size(to.dtype);
       std::memcpy(static_cast<unsigned char*>(to.data) + size_t(p.range.begin - to.begin) * e,
-                  src + p.from->offset + size_t(p.range.begin - p.from->begin) * e, size_t(p.range.size()) * e);
+                  src + (p.from->offset - base) + size_t(p.range.begin - p.from->begin) * e, size_t(p.range.size()) * e);
     }
     for (const comm::WorkPtr& w : sent) w->wait();
   }

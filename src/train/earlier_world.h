@@ -19,10 +19,11 @@
 //            each new rank covers its own shards' ranges from copies on its own host first
 //            (the holder's file, or another copy of that old rank, which it then checksums
 //            itself), then from the others in old-rank order; each
-//            old rank's holder sends its payload to the new ranks that need it and cannot read
-//            it (point to point), so at ZeRO 0 (every copy covers everything) nothing moves.
+//            old rank's holder sends each new rank that needs some of it and cannot read it
+//            the span of payload bytes its pieces lie in (point to point), so at ZeRO 0 (every
+//            copy covers everything) nothing moves.
 // Cost: three all-gathers of O(new world x old world) words and one of the state records;
-// the bytes of each remote copy, once per new rank that needs it; one hash pass per copy.
+// the span of each remote copy a new rank needs, once per such rank; one hash pass per copy.
 // On one host (or a shared /dev/shm): no bulk traffic at all.
 // Data-parallel layouts only (tp = 1: every rank's flat ranges index the same states, as
 // ckpt/ranges.h defines them), ZeRO 0-2.
@@ -73,7 +74,7 @@ class EarlierWorld {
   // past psi: ZeRO padding, zeroed) with the copies of `step` and returns its training state.
   // Throws on every rank when some rank's element below psi is held by none of the old ranks.
   MemCopy load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards);
-  // Payload bytes this rank received from other new ranks' hosts in load.
+  // Payload bytes this rank received from other new ranks in load.
   uint64_t received_bytes() const { return received_; }
 
  private:
