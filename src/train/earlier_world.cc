@@ -224,38 +224,22 @@ std::vector<json> EarlierWorld::share_records(int64_t step) const {
   return out;
 }
 
-MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) {
-  std::vector<int64_t> holders(static_cast<size_t>(old_world_));
-  for (int q = 0; q < old_world_; ++q) {
-    holders[size_t(q)] = holder(q, step);
-    STRATA_CHECK(holders[size_t(q)] >= 0, "live recovery: rank ", q, " left no copy of step ", step);
-  }
-  const std::vector<json> records = share_records(step);
-  std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
-  for (int q = 0; q < old_world_; ++q)
-    recs[size_t(q)] = mem_shard_records(records[size_t(q)], cat("rank ", q, "'s copy of step ", step));
-  // The same in every copy: the data position is the job's.
-  const MemCopy m = mem_copy_state(records.front());
-
-  // This rank's plan: each target element from a copy on its own host if one holds it (the
-  // holder's file, or another copy of that old rank, checksummed here on first use), else from
-  // the lowest old rank that does, received from its holder.
-  struct Piece {
-    int q;
-    size_t t;                 // the target shard
-    const MemShardRecord* from;
-    ckpt::Range range;
-  };
-  std::vector<Piece> pieces;
-  // Per old rank, the payload bytes [lo, hi) this rank needs from its holder (hi 0: none);
-  // last: this rank cannot load.
-  std::vector<int64_t> need(2 * size_t(old_world_) + 1, 0);
-  std::vector<int> readable(size_t(old_world_), -1);     // -1: not yet known
+// Each target element from a copy on this rank's host if one holds it (the holder's file, or
+// another copy of that old rank, checksummed here on first use), else from the lowest old
+// rank that does, received from its holder.
+EarlierWorld::Plan EarlierWorld::plan(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
+                                      const std::vector<std::vector<MemShardRecord>>& recs) const {
+  Plan p;
+  std::vector<Piece>& pieces = p.pieces;
+  std::vector<int64_t>& need = p.need;
+  need.assign(2 * size_t(old_world_) + 1, 0);
+  std::vector<int>& readable = p.readable;
+  readable.assign(size_t(old_world_), -1);  // -1: not yet known
   auto here = [&](int q) {
     int& known = readable[size_t(q)];
     if (known >= 0) return known == 1;
     const int slot = slot_of(rank_, q, step);
-    known = slot >= 0 && ident(rank_, q) == ident(int(holders[size_t(q)]), q) ? 1 : 0;
+    known = slot >= 0 && ident(rank_, q) == ident(holder(q, step), q) ? 1 : 0;
     if (known == 0 && slot >= 0) {  // a copy the holder did not check: this rank does
       const ckpt::MemSlotView v = segments_[size_t(q)]->inspect(slot);
       known = v.state == ckpt::MemSlotState::complete ? 1 : 0;
@@ -265,7 +249,7 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
     }
     return known == 1;
   };
-  std::string problem;
+  std::string& problem = p.problem;
   for (size_t t = 0; t < shards.size() && problem.empty(); ++t) {
     const parallel::StateShard& to = shards[t];
     std::vector<ckpt::Range> want;
@@ -297,11 +281,29 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
                     " are held by none of the ", old_world_, " rank(s) of the world before");
   }
   need.back() = problem.empty() ? 0 : 1;
+  return p;
+}
+
+MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) {
+  std::vector<int64_t> holders(static_cast<size_t>(old_world_));
+  for (int q = 0; q < old_world_; ++q) {
+    holders[size_t(q)] = holder(q, step);
+    STRATA_CHECK(holders[size_t(q)] >= 0, "live recovery: rank ", q, " left no copy of step ", step);
+  }
+  const std::vector<json> records = share_records(step);
+  std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
+  for (int q = 0; q < old_world_; ++q)
+    recs[size_t(q)] = mem_shard_records(records[size_t(q)], cat("rank ", q, "'s copy of step ", step));
+  // The same in every copy: the data position is the job's.
+  const MemCopy m = mem_copy_state(records.front());
+
+  const Plan todo = plan(step, psi, shards, recs);
+  const std::vector<int64_t>& need = todo.need;
   const std::vector<int64_t> needs = gather(need);  // per new rank, per old rank
   const size_t cols = 2 * size_t(old_world_) + 1;
   for (int r = 0; r < world_; ++r)
     if (needs[size_t(r) * cols + cols - 1] != 0) {
-      STRATA_CHECK(r != rank_, problem);
+      STRATA_CHECK(r != rank_, todo.problem);
       fail("live recovery: rank ", r, " of this world cannot load the copies of the ", old_world_,
            "-rank world (see its line)");
     }
@@ -328,10 +330,10 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
       group_->recv_async(buf.data(), buf.size(), DType::u8, h, 4)->wait();
       received_ += buf.size();
       src = buf.data();
-    } else if (readable[size_t(q)] == 1) {
+    } else if (todo.readable[size_t(q)] == 1) {
       src = segments_[size_t(q)]->payload(slot_of(rank_, q, step));
     }
-    for (const Piece& p : pieces) {
+    for (const Piece& p : todo.pieces) {
       if (p.q != q) continue;
       const parallel::StateShard& to = shards[p.t];
       const size_t e = dtype_size(to.dtype);

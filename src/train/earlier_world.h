@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "ckpt/mem_slots.h"
+#include "ckpt/ranges.h"
 #include "comm/process_group.h"
 #include "parallel/engine.h"
 #include "train/mem_checkpoints.h"
@@ -84,6 +85,23 @@ class EarlierWorld {
   int64_t& step_at(int r, int q, int slot) {
     return table_[(size_t(r) * size_t(old_world_) + size_t(q)) * kCols + 1 + size_t(slot)];
   }
+  // What this rank takes from the old ranks' copies of a step (load's first half).
+  struct Piece {
+    int q = 0;
+    size_t t = 0;                          // the target shard
+    const MemShardRecord* from = nullptr;  // the copy's shard it comes from
+    ckpt::Range range;
+  };
+  struct Plan {
+    std::vector<Piece> pieces;
+    // Per old rank, the payload bytes [lo, hi) this rank needs from its holder (hi 0: none);
+    // last: 1 when this rank cannot load (`problem` says why).
+    std::vector<int64_t> need;
+    std::vector<int> readable;  // per old rank: 1 when read on this host
+    std::string problem;
+  };
+  Plan plan(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
+            const std::vector<std::vector<MemShardRecord>>& recs) const;
   // Every old rank's state record of `step` (its holder's), on every rank (collective).
   std::vector<nlohmann::json> share_records(int64_t step) const;
   // An all-gather of `n` int64 per rank over the group (a copy when alone).
