@@ -178,62 +178,68 @@ bool EarlierWorld::verify(int64_t step) {
   }
 }
 
-MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) {
-  // The holders' state records, to every rank.
-  std::vector<int64_t> holders(static_cast<size_t>(old_world_)), lens(static_cast<size_t>(old_world_), 0);
-  std::string records;
+std::vector<json> EarlierWorld::share_records(int64_t step) const {
+  // Each holder's records, concatenated; their lengths first (-1: the holder could not read it).
+  std::vector<int64_t> lens(static_cast<size_t>(old_world_), 0);
+  std::string records, problem;
   for (int q = 0; q < old_world_; ++q) {
-    holders[size_t(q)] = holder(q, step);
-    STRATA_CHECK(holders[size_t(q)] >= 0, "live recovery: rank ", q, " left no copy of step ", step);
-    if (holders[size_t(q)] != rank_) continue;
-    const std::string rec = mem_state_record(*segments_[size_t(q)], slot_of(rank_, q, step)).dump();
-    lens[size_t(q)] = int64_t(rec.size());
-    records += rec;
+    if (holder(q, step) != rank_) continue;
+    try {
+      const std::string rec = mem_state_record(*segments_[size_t(q)], slot_of(rank_, q, step)).dump();
+      lens[size_t(q)] = int64_t(rec.size());
+      records += rec;
+    } catch (const Error& e) {
+      lens[size_t(q)] = -1;
+      if (problem.empty()) problem = e.what();
+    }
   }
-  std::vector<int64_t> all_lens = gather(lens);
+  const std::vector<int64_t> all_lens = gather(lens);
+  std::vector<size_t> counts(size_t(world_), 0);
+  for (int r = 0; r < world_; ++r)
+    for (int q = 0; q < old_world_; ++q) {
+      const int64_t len = all_lens[size_t(r * old_world_ + q)];
+      if (len < 0) {
+        STRATA_CHECK(r != rank_, problem);
+        fail("live recovery: rank ", q, "'s in-memory copy of step ", step, " has a malformed state "
+             "record (rank ", r, " of this world, which holds it, says why)");
+      }
+      counts[size_t(r)] += size_t(len);
+    }
   std::string all_records = records;
   if (group_) {
-    std::vector<size_t> counts(size_t(world_), 0);
-    for (int r = 0; r < world_; ++r)
-      for (int q = 0; q < old_world_; ++q) counts[size_t(r)] += size_t(all_lens[size_t(r * old_world_ + q)]);
     size_t total = 0;
     for (size_t c : counts) total += c;
     all_records.assign(total, '\0');
     group_->all_gather_v(records.data(), all_records.data(), counts, DType::u8);
   }
-  std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
-  std::vector<uint64_t> bytes(size_t(old_world_), 0);  // of each copy's payload up to its last shard
-  MemCopy m;
+  std::vector<json> out(static_cast<size_t>(old_world_));
   size_t at = 0;
   for (int r = 0; r < world_; ++r)
     for (int q = 0; q < old_world_; ++q) {
       const size_t len = size_t(all_lens[size_t(r * old_world_ + q)]);
       if (len == 0) continue;
-      const json j = json::parse(all_records.substr(at, len));
+      out[size_t(q)] = json::parse(all_records.substr(at, len));
       at += len;
-      m = mem_copy_state(j);  // the same in every copy: the data position is the job's
-      recs[size_t(q)] = mem_shard_records(j, cat("rank ", q, "'s copy of step ", step));
-      for (const MemShardRecord& s : recs[size_t(q)])
-        bytes[size_t(q)] = std::max(bytes[size_t(q)], s.offset + uint64_t(s.end - s.begin) * dtype_size(s.dtype));
     }
+  return out;
+}
 
-  // This rank's plan: each target element from a copy on its own host if one holds it (the
-  // holder's file, or another copy of that old rank, checksummed here on first use), else from
-  // the lowest old rank that does, received from its holder.
-  struct Piece {
-    int q;
-    size_t t;                 // the target shard
-    const MemShardRecord* from;
-    ckpt::Range range;
-  };
-  std::vector<Piece> pieces;
-  std::vector<int64_t> need(size_t(old_world_) + 1, 0);  // per old rank; last: this rank failed
-  std::vector<int> readable(size_t(old_world_), -1);     // -1: not yet known
+// Each target element from a copy on this rank's host if one holds it (the holder's file, or
+// another copy of that old rank, checksummed here on first use), else from the lowest old
+// rank that does, received from its holder.
+EarlierWorld::Plan EarlierWorld::plan(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
+                                      const std::vector<std::vector<MemShardRecord>>& recs) const {
+  Plan p;
+  std::vector<Piece>& pieces = p.pieces;
+  std::vector<int64_t>& need = p.need;
+  need.assign(2 * size_t(old_world_) + 1, 0);
+  std::vector<int>& readable = p.readable;
+  readable.assign(size_t(old_world_), -1);  // -1: not yet known
   auto here = [&](int q) {
     int& known = readable[size_t(q)];
     if (known >= 0) return known == 1;
     const int slot = slot_of(rank_, q, step);
-    known = slot >= 0 && ident(rank_, q) == ident(int(holders[size_t(q)]), q) ? 1 : 0;
+    known = slot >= 0 && ident(rank_, q) == ident(holder(q, step), q) ? 1 : 0;
     if (known == 0 && slot >= 0) {  // a copy the holder did not check: this rank does
       const ckpt::MemSlotView v = segments_[size_t(q)]->inspect(slot);
       known = v.state == ckpt::MemSlotState::complete ? 1 : 0;
@@ -243,7 +249,7 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
     }
     return known == 1;
   };
-  std::string problem;
+  std::string& problem = p.problem;
   for (size_t t = 0; t < shards.size() && problem.empty(); ++t) {
     const parallel::StateShard& to = shards[t];
     std::vector<ckpt::Range> want;
@@ -260,50 +266,79 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
           if (!overlaps || !problem.empty() || here(q) != (pass == 0)) continue;
           std::vector<ckpt::Range> got;
           take(want, {s.begin, s.end}, got);
-          for (const ckpt::Range& g : got) pieces.push_back({q, t, &s, g});
-          if (pass == 1) need[size_t(q)] = 1;
+          for (const ckpt::Range& g : got) {
+            pieces.push_back({q, t, &s, g});
+            if (pass == 0) continue;
+            const int64_t lo = int64_t(s.offset) + (g.begin - s.begin) * int64_t(dtype_size(s.dtype));
+            const int64_t hi = lo + g.size() * int64_t(dtype_size(s.dtype));
+            int64_t* span = &need[2 * size_t(q)];
+            span[0] = span[1] == 0 ? lo : std::min(span[0], lo);
+            span[1] = std::max(span[1], hi);
+          }
         }
     if (!want.empty() && problem.empty())
       problem = cat("live recovery: elements [", want.front().begin, ", ", want.front().end, ") of ", to.name,
                     " are held by none of the ", old_world_, " rank(s) of the world before");
   }
   need.back() = problem.empty() ? 0 : 1;
+  return p;
+}
+
+MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) {
+  std::vector<int64_t> holders(static_cast<size_t>(old_world_));
+  for (int q = 0; q < old_world_; ++q) {
+    holders[size_t(q)] = holder(q, step);
+    STRATA_CHECK(holders[size_t(q)] >= 0, "live recovery: rank ", q, " left no copy of step ", step);
+  }
+  const std::vector<json> records = share_records(step);
+  std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
+  for (int q = 0; q < old_world_; ++q)
+    recs[size_t(q)] = mem_shard_records(records[size_t(q)], cat("rank ", q, "'s copy of step ", step));
+  // The same in every copy: the data position is the job's.
+  const MemCopy m = mem_copy_state(records.front());
+
+  const Plan todo = plan(step, psi, shards, recs);
+  const std::vector<int64_t>& need = todo.need;
   const std::vector<int64_t> needs = gather(need);  // per new rank, per old rank
-  const size_t cols = size_t(old_world_) + 1;
+  const size_t cols = 2 * size_t(old_world_) + 1;
   for (int r = 0; r < world_; ++r)
-    if (needs[size_t(r) * cols + size_t(old_world_)] != 0) {
-      STRATA_CHECK(r != rank_, problem);
+    if (needs[size_t(r) * cols + cols - 1] != 0) {
+      STRATA_CHECK(r != rank_, todo.problem);
       fail("live recovery: rank ", r, " of this world cannot load the copies of the ", old_world_,
            "-rank world (see its line)");
     }
 
-  // Each old rank's copy, read where it lies or received from its holder, then its pieces.
+  // Each old rank's copy, read where it lies or its needed bytes received from its holder,
+  // then its pieces. `src` holds the payload's bytes from offset `base` on.
   received_ = 0;
   for (int q = 0; q < old_world_; ++q) {
     const int h = int(holders[size_t(q)]);
     std::vector<comm::WorkPtr> sent;
     if (h == rank_) {
       const unsigned char* mine = segments_[size_t(q)]->payload(slot_of(rank_, q, step));
-      for (int r = 0; r < world_; ++r)
-        if (needs[size_t(r) * cols + size_t(q)] != 0)
-          sent.push_back(group_->send_async(mine, size_t(bytes[size_t(q)]), DType::u8, r, 4));
+      for (int r = 0; r < world_; ++r) {
+        const int64_t* span = &needs[size_t(r) * cols + 2 * size_t(q)];
+        if (span[1] > 0) sent.push_back(group_->send_async(mine + span[0], size_t(span[1] - span[0]), DType::u8, r, 4));
+      }
     }
     std::vector<unsigned char> buf;
     const unsigned char* src = nullptr;
-    if (need[size_t(q)] != 0) {
-      buf.resize(size_t(bytes[size_t(q)]));
+    uint64_t base = 0;
+    if (need[2 * size_t(q) + 1] > 0) {
+      base = uint64_t(need[2 * size_t(q)]);
+      buf.resize(size_t(need[2 * size_t(q) + 1]) - base);
       group_->recv_async(buf.data(), buf.size(), DType::u8, h, 4)->wait();
       received_ += buf.size();
       src = buf.data();
-    } else if (readable[size_t(q)] == 1) {
+    } else if (todo.readable[size_t(q)] == 1) {
       src = segments_[size_t(q)]->payload(slot_of(rank_, q, step));
     }
-    for (const Piece& p : pieces) {
+    for (const Piece& p : todo.pieces) {
       if (p.q != q) continue;
       const parallel::StateShard& to = shards[p.t];
       const size_t e = dtype_size(to.dtype);
       std::memcpy(static_cast<unsigned char*>(to.data) + size_t(p.range.begin - to.begin) * e,
-                  src + p.from->offset + size_t(p.range.begin - p.from->begin) * e, size_t(p.range.size()) * e);
+                  src + (p.from->offset - base) + size_t(p.range.begin - p.from->begin) * e, size_t(p.range.size()) * e);
     }
     for (const comm::WorkPtr& w : sent) w->wait();
   }

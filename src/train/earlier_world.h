@@ -19,10 +19,11 @@
 //            each new rank covers its own shards' ranges from copies on its own host first
 //            (the holder's file, or another copy of that old rank, which it then checksums
 //            itself), then from the others in old-rank order; each
-//            old rank's holder sends its payload to the new ranks that need it and cannot read
-//            it (point to point), so at ZeRO 0 (every copy covers everything) nothing moves.
+//            old rank's holder sends each new rank that needs some of it and cannot read it
+//            the span of payload bytes its pieces lie in (point to point), so at ZeRO 0 (every
+//            copy covers everything) nothing moves.
 // Cost: three all-gathers of O(new world x old world) words and one of the state records;
-// the bytes of each remote copy, once per new rank that needs it; one hash pass per copy.
+// the span of each remote copy a new rank needs, once per such rank; one hash pass per copy.
 // On one host (or a shared /dev/shm): no bulk traffic at all.
 // Data-parallel layouts only (tp = 1: every rank's flat ranges index the same states, as
 // ckpt/ranges.h defines them), ZeRO 0-2.
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "ckpt/mem_slots.h"
+#include "ckpt/ranges.h"
 #include "comm/process_group.h"
 #include "parallel/engine.h"
 #include "train/mem_checkpoints.h"
@@ -73,7 +75,7 @@ class EarlierWorld {
   // past psi: ZeRO padding, zeroed) with the copies of `step` and returns its training state.
   // Throws on every rank when some rank's element below psi is held by none of the old ranks.
   MemCopy load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards);
-  // Payload bytes this rank received from other new ranks' hosts in load.
+  // Payload bytes this rank received from other new ranks in load.
   uint64_t received_bytes() const { return received_; }
 
  private:
@@ -83,6 +85,25 @@ class EarlierWorld {
   int64_t& step_at(int r, int q, int slot) {
     return table_[(size_t(r) * size_t(old_world_) + size_t(q)) * kCols + 1 + size_t(slot)];
   }
+  // What this rank takes from the old ranks' copies of a step (load's first half).
+  struct Piece {
+    int q = 0;
+    size_t t = 0;                          // the target shard
+    const MemShardRecord* from = nullptr;  // the copy's shard it comes from
+    ckpt::Range range;
+  };
+  struct Plan {
+    std::vector<Piece> pieces;
+    // Per old rank, the payload bytes [lo, hi) this rank needs from its holder (hi 0: none);
+    // last: 1 when this rank cannot load (`problem` says why).
+    std::vector<int64_t> need;
+    std::vector<int> readable;  // per old rank: 1 when read on this host
+    std::string problem;
+  };
+  Plan plan(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
+            const std::vector<std::vector<MemShardRecord>>& recs) const;
+  // Every old rank's state record of `step` (its holder's), on every rank (collective).
+  std::vector<nlohmann::json> share_records(int64_t step) const;
   // An all-gather of `n` int64 per rank over the group (a copy when alone).
   std::vector<int64_t> gather(const std::vector<int64_t>& mine) const;
 

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 
-#include "ckpt/ranges.h"
 #include "comm/run_segments.h"
 #include "core/dtype.h"
 #include "core/error.h"

@@ -402,6 +402,7 @@ std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_hos
       R"(-rank world .*resharded onto )", new_world, R"( rank\(s\) \(disk: none; .*\), (\d+) step\(s\) lost)")));
   EXPECT_TRUE(resumed) << out;
   if (!resumed) return "";
+  std::printf("  %s\n", m[0].str().c_str());  // the read and load times, for the docs
   const int k = std::stoi(m[1].str()), lost = std::stoi(m[2].str());
   EXPECT_GE(k, 4) << out;
   EXPECT_LE(lost, 1) << out;
