@@ -3,6 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 #include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -10,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -132,6 +136,48 @@ inline int64_t newest_step(const std::string& metrics) {
     if (!j.is_discarded() && j.contains("loss")) step = j["step"].get<int64_t>();
   }
   return step;
+}
+
+// Deals a seeded schedule of `kills` SIGKILLs to the job `p` (a `strata train --recovery live`
+// launcher whose children are its `world` ranks, metrics in `run`): each time the world is
+// whole again (the k-th join loaded), a random rank is killed a random 1-3 steps later. False,
+// with the test failed and the job killed, when it ended first or a wait passed 60 s.
+inline bool deal_seeded_kills(Proc& p, const std::string& run, int world, int kills, std::mt19937& gen,
+                              const std::string& why) {
+  auto wait_until = [&](const std::function<bool()>& done, const std::string& what) {
+    for (int i = 0; i < 6000 && !done(); ++i) {
+      if (waitpid(p.pid, &p.status, WNOHANG) != 0) {
+        ADD_FAILURE() << "the job ended (status " << p.status << ") while waiting for " << what << "; "
+                      << why << "\n" << read_file(p.err_path);
+        return false;
+      }
+      usleep(10000);
+    }
+    if (done()) return true;
+    ADD_FAILURE() << "no " << what << " within 60 s; " << why << "\n" << read_file(p.err_path);
+    kill(p.pid, SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
+    wait_for(p, 10);
+    return false;
+  };
+  for (int k = 0; k < kills; ++k) {
+    if (!wait_until([&] { return occurrences(p.err_path, "strata train: live recovery: a replacement") >= k; },
+                    cat("join ", k)))
+      return false;
+    const int64_t at = newest_step(run + "/metrics.jsonl") + std::uniform_int_distribution<int>(1, 3)(gen);
+    if (!wait_until([&] { return newest_step(run + "/metrics.jsonl") >= at; }, cat("step ", at))) return false;
+    const std::vector<pid_t> ranks = children_of(p.pid);
+    if (ranks.size() != size_t(world)) {
+      ADD_FAILURE() << ranks.size() << " ranks running when the world should be whole; " << why;
+      kill(p.pid, SIGKILL);
+      wait_for(p, 10);
+      return false;
+    }
+    if (kill(ranks[size_t(std::uniform_int_distribution<int>(0, world - 1)(gen))], SIGKILL) != 0) {
+      ADD_FAILURE() << "kill failed; " << why;
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace strata::test

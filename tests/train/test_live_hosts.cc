@@ -124,36 +124,7 @@ TEST_F(LiveAcrossHosts, SeededKillsEachFollowedByAJoin) {
                   live_run(run, hosts() + "--zero 1 --mem-ckpt-every 1 --recovery live", steps)},
                  {{"STRATA_DUMP_DIR", dir.str()}}, Streams::separate);
   const std::string why = cat("seed ", seed);
-  auto wait_until = [&](const std::function<bool()>& done, const std::string& what) {
-    for (int i = 0; i < 6000 && !done(); ++i) {
-      if (waitpid(p.pid, &p.status, WNOHANG) != 0) {
-        ADD_FAILURE() << "the job ended (status " << p.status << ") while waiting for " << what << "; "
-                      << why << "\n" << read_file(p.err_path);
-        return false;
-      }
-      usleep(10000);
-    }
-    if (done()) return true;
-    ADD_FAILURE() << "no " << what << " within 60 s; " << why << "\n" << read_file(p.err_path);
-    kill(p.pid, SIGKILL);
-    wait_for(p, 10);
-    return false;
-  };
-  for (int k = 0; k < kills; ++k) {
-    if (!wait_until([&] { return occurrences(p.err_path, "strata train: live recovery: a replacement") >= k; },
-                    cat("join ", k)))
-      return;
-    const int64_t at = newest_step(run + "/metrics.jsonl") + std::uniform_int_distribution<int>(1, 3)(gen);
-    if (!wait_until([&] { return newest_step(run + "/metrics.jsonl") >= at; }, cat("step ", at))) return;
-    const std::vector<pid_t> ranks = children_of(p.pid);
-    if (ranks.size() != 4u) {
-      ADD_FAILURE() << ranks.size() << " ranks running when the world should be whole; " << why;
-      kill(p.pid, SIGKILL);
-      wait_for(p, 10);
-      return;
-    }
-    ASSERT_EQ(kill(ranks[size_t(std::uniform_int_distribution<int>(0, 3)(gen))], SIGKILL), 0) << why;
-  }
+  if (!deal_seeded_kills(p, run, 4, kills, gen, why)) return;
   ASSERT_TRUE(wait_for(p, 300)) << why << "\n" << p.err;
   ASSERT_EQ(p.exit_code(), 0) << why << "\n" << p.err;
   expect_every_step_once(run, steps, why);
