@@ -345,7 +345,12 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
 }
 
 static comm::GroupPtr join_world(int world_size, const comm::Options& co) {
-  return world_size > 1 ? comm::init_from_env(co) : comm::make_thread_world(1, co).front();
+  if (world_size > 1) return comm::init_from_env(co);
+  // A world of one moves no bytes: the one-rank thread world serves every backend (a tcp live
+  // world or an mpi --elastic restart down to one rank).
+  comm::Options alone = co;
+  alone.backend = comm::Backend::shm;
+  return comm::make_thread_world(1, alone).front();
 }
 
 // One world's training: its mesh and groups, the engine, the trainer.

@@ -449,8 +449,7 @@ std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_hos
 }
 
 // 2 hosts x 2 ranks: the survivors on host 0 find ranks 0-1's copies and the replicas of ranks
-// 2-3's in their own /dev/shm; nothing moves between hosts. (2 x 1 ranks would restart on one
-// rank, which an MPI launch refuses today: "thread worlds use the shm backend".)
+// 2-3's in their own /dev/shm; nothing moves between hosts.
 TEST_F(MultiHost, LostHostResumesFromReplicasOnTheSurvivingHost) {
   const std::string line = lost_host_resumes_from_replicas(*this, 2, 2, 16);
   EXPECT_NE(line.find(" 0.00 MiB sent between hosts"), std::string::npos) << line;

@@ -247,6 +247,25 @@ TEST(LiveRecovery, AStoppedRankIsKilledAndTheOthersContinue) {
   expect_nothing_left(run, why);
 }
 
+// Over the tcp backend down to one rank: the survivor of 2 goes on alone (a world of one
+// needs no transport), every step recorded once, nothing left.
+TEST(LiveRecovery, TwoRanksOverTcpShrinkToOne) {
+  TempDir dir("live_tcp_one");
+  const std::string run = dir.file("run");
+  RunResult r = run_strata(live_run(run, "--nproc 2 --backend tcp --zero 1 --mem-ckpt-every 1 --recovery shrink "
+                                         "--inject kill --inject-rank 1 --inject-step 5"),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("live recovery: rank 1 was killed by signal 9 (Killed) at step 5; continuing on 1 rank(s) "
+                       "from the in-memory copy of step "),
+            std::string::npos)
+      << r.err;
+  expect_every_step_once(run, 8, "");
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  EXPECT_EQ(summary["world"], 1);
+  expect_nothing_left(run, "");
+}
+
 TEST(LiveRecovery, BadFlagsAreOneLineBeforeAnyRankStarts) {
   TempDir dir("live_bad");
   const std::string base = live_run(dir.file("run"), "");
