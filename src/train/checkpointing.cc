@@ -254,6 +254,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     // survivors' own and the replicas of the lost host's) are read before this world
     // replaces any of them.
     if (!live && c.mem_replicas > 0 && restart_ > 0) live_ = resume_other_world();
+    if (live && topo.group) drop_segments_no_rank_keeps(cfg.run_dir, topo.replica_from, *topo.group);
     m.reuse = !live_ && (restart_ > 0 || c.resume == "auto");
     m.supervised = comm::launched_as_rank() && !m.job.empty();
     m.layout_text = mem_layout_text();

@@ -352,4 +352,25 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
   return m;
 }
 
+void drop_segments_no_rank_keeps(const std::string& run_dir, int replica_from, comm::ProcessGroup& group) {
+  struct Keep {
+    int64_t shm;  // which /dev/shm the rank sees
+    int32_t own, replica;
+  };
+  const Keep mine{file_identity(""), group.rank(), replica_from};
+  std::vector<Keep> all(size_t(group.size()));
+  group.all_gather(&mine, all.data(), sizeof mine, DType::u8);
+  for (int r = 0; r < group.rank(); ++r)
+    if (all[size_t(r)].shm == mine.shm) return;  // a lower rank sees this /dev/shm
+  std::vector<bool> keep(size_t(std::max(group.size(), mem_segment_ranks(run_dir))), false);
+  for (const Keep& k : all)
+    if (k.shm == mine.shm) {
+      keep[size_t(k.own)] = true;
+      if (k.replica >= 0) keep[size_t(k.replica)] = true;
+    }
+  const std::string run = mem_run_key(run_dir);
+  for (size_t q = 0; q < keep.size(); ++q)
+    if (!keep[q]) ckpt::MemSegment::remove(ckpt::MemSegment::name_for(run, int(q)));
+}
+
 }  // namespace strata::train

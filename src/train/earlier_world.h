@@ -118,4 +118,11 @@ class EarlierWorld {
   uint64_t received_ = 0;
 };
 
+// After a re-formed world read the old world's copies (live recovery): its ranks need not sit
+// where the old ranks of their names did, and a segment of the old world left on a host where
+// no rank of this world keeps that name (its own, or the replica it receives from
+// `replica_from`, -1: none) would later read as a copy of this world's rank of that name, of
+// the same step. The lowest rank on each /dev/shm removes such segments. Collective over `group`.
+void drop_segments_no_rank_keeps(const std::string& run_dir, int replica_from, comm::ProcessGroup& group);
+
 }  // namespace strata::train

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -106,6 +107,43 @@ TEST_F(LiveAcrossHosts, SurvivorsOnBothHostsEqualTheSmallerWorld) {
   EXPECT_EQ(summary["live_recovery"][0]["world_after"], 3);
   EXPECT_EQ(summary["live_recovery"][0]["resumed_from"], "memory");
   expect_nothing_left(run, why);
+}
+
+// The survivors of a death sit on other hosts than the old ranks of their new names: rank 1
+// (host 0) dies, and the new ranks 1 and 2 are the old 2 and 3 (host 1). Once re-formed, each
+// host's /dev/shm holds the segments of its own ranks only: host 0 no longer the dead rank's
+// "rank1" (which would read as a copy of the new rank 1), host 1 no longer "rank3".
+TEST_F(LiveAcrossHosts, EachHostKeepsOnlyItsRanksSegmentsAfterAReFormation) {
+  TempDir dir("live_hosts_names");
+  const std::string run = dir.file("run");
+  Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " +
+                  live_run(run, hosts() + "--zero 1 --mem-ckpt-every 1 --recovery shrink --inject kill "
+                           "--inject-rank 1 --inject-step 10", 3000)},
+                 {{"STRATA_DUMP_DIR", dir.str()}}, Streams::separate);
+  const std::string key = segment_key(run);
+  auto names_on = [&](int host) {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(cat(state_, "/shm/", h(host)))) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind("strata-mem-" + key, 0) == 0) out.push_back(f.substr(f.rfind('-') + 1));  // not the job's markers
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // Once the 3-rank world has trained some steps past its re-formation.
+  bool seen = false;
+  for (int i = 0; i < 6000 && !seen; ++i) {
+    seen = occurrences(p.err_path, "strata train: live recovery: rank 1") > 0 &&
+           newest_step(run + "/metrics.jsonl") > 30;
+    if (!seen) usleep(10000);
+  }
+  const std::vector<std::string> h0 = names_on(0), h1 = names_on(1);
+  ASSERT_TRUE(wait_for(p, 120)) << p.err;
+  ASSERT_TRUE(seen) << read_file(p.err_path);
+  EXPECT_EQ(p.exit_code(), 0) << p.err;
+  EXPECT_EQ(h0, std::vector<std::string>{"rank0"}) << p.err;
+  EXPECT_EQ(h1, (std::vector<std::string>{"rank1", "rank2"})) << p.err;
+  expect_nothing_left(run, "");
 }
 
 // A seeded schedule of 20 kills under --recovery live across the two hosts: each time the
