@@ -20,6 +20,7 @@ Modes, side by side in the same invocation (alternated, REPEATS times):
           copies are on the surviving one)
   live    the same with --recovery live: a replacement then starts (on the dead rank's host)
           and joins at a step boundary, back at the world's size
+  shrink-tcp, live-tcp  shrink and live over the tcp backend (kill and stop, one host)
 Figures, all from the run's own output, each line time-stamped as it arrives:
   detect      the fault -> the supervisor's "restart 1/1" line (live: the launcher's "live
               recovery" line)
@@ -185,7 +186,10 @@ def main():
     modes = {"disk": [], "memory": ["--mem-ckpt-every", "1"],
              "shrink": ["--mem-ckpt-every", "1", "--recovery", "shrink"],
              "live": ["--mem-ckpt-every", "1", "--recovery", "live"],
-             "replicas": ["--mem-ckpt-every", "1", "--mem-ckpt-replicas", "1"]}
+             "replicas": ["--mem-ckpt-every", "1", "--mem-ckpt-replicas", "1"],
+             # Live recovery over the tcp backend on one host (kill and stop): beside shm's.
+             "shrink-tcp": ["--mem-ckpt-every", "1", "--recovery", "shrink", "--backend", "tcp"],
+             "live-tcp": ["--mem-ckpt-every", "1", "--recovery", "live", "--backend", "tcp"]}
     modes = {m: modes[m] for m in a.modes.split(",")}
     tool = os.path.join(a.root, "tools", "netns-cluster")
     name = f"rcv{os.getpid() % 100000}"
@@ -200,6 +204,8 @@ def main():
             for r in range(a.repeats):
                 for mode, extra in modes.items():
                     if mode == "replicas" and sc != "host":  # a copy on another host: host only
+                        continue
+                    if mode.endswith("-tcp") and sc == "host":  # shrink and live run over tcp there
                         continue
                     run_dir = os.path.join(a.out, f"{sc}_{mode}_{r}")
                     if sc == "host":
