@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "comm/live_world.h"
 #include "comm/run_segments.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -423,6 +424,15 @@ void MemCheckpoints::copy_shards(unsigned char* payload, int64_t step) {
 }
 
 void MemCheckpoints::before_update() {
+  if (comm::rank_live_board()) {
+    // Live recovery: the copy of the last step is committed before this rank's update, so a
+    // peer that finished this step (its ZeRO all-gather after every rank's update) and starts
+    // the next copy over its older slot leaves a step every rank holds complete.
+    Stopwatch sw;
+    wait_commit();
+    stall_s_ += sw.seconds();
+    return;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (pending_slot_ < 0 || copied_) return;
   Stopwatch sw;
