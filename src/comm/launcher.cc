@@ -324,15 +324,11 @@ LaunchResult launch(const LaunchOptions& o) {
   } owned{run_id};
   // The tcp backend's ranks find each other through a rendezvous store that lives as long as
   // the job, restarts included (each attempt's keys are under its own job id); across hosts
-  // it listens on every interface and the ranks get this host's address on the hosts' subnet.
+  // it listens on every interface (plan_launch gives the ranks its address).
   LaunchOptions with_store = o;
   std::unique_ptr<tcp::StoreServer> store;
   if (o.backend == Backend::tcp) {
-    const std::string host =
-        o.hosts.empty() ? std::string("127.0.0.1")
-                        : store_host_for(check_reachable(o.hosts, o.rsh_agent, o.reach_timeout_s), o.hosts);
     store = std::make_unique<tcp::StoreServer>(o.hosts.empty() ? "127.0.0.1" : "0.0.0.0", 0);
-    with_store.extra_env.push_back({"STRATA_STORE", cat(host, ":", store->port())});
     with_store.store = store.get();
   }
   LaunchResult r = run_attempts(with_store, run_id, log);
@@ -436,6 +432,10 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
     std::vector<std::string> problems = interface_problems({host_name()}, {local_interfaces()}, o.ifaces);
     if (!problems.empty()) fail(problems.front());
   }
+  // tcp: the job's store, at this host's address on the hosts' subnet (the interfaces just read).
+  if (o.backend == Backend::tcp && o.store)
+    common.push_back({"STRATA_STORE", cat(o.hosts.empty() ? std::string("127.0.0.1") : store_host_for(ifs, o.hosts),
+                                          ":", o.store->port())});
   if (o.backend == Backend::mpi) {
     std::string mpirun = find_program(o.mpirun);
     STRATA_CHECK(!mpirun.empty(), "'", o.mpirun,
