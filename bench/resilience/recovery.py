@@ -5,6 +5,9 @@ driver once rank 0 has recorded step FAULT - 1, so its time is known):
   kill   rank 1 of 2 (one host) SIGKILLed
   stop   rank 1 of 2 (one host) SIGSTOPped: nothing fails until rank 0's communication
          watchdog (--timeout) fires and rank 0 exits; the supervisor then stops the job
+  replica  rank 1 of a tp 2 x dp 2 job (4 ranks, one host) SIGKILLed: under shrink and live
+         its whole data-parallel replica (ranks 0 and 1) goes, and live brings back a replica
+         of 2 replacements
   host   a whole namespace host lost: 2 hosts x 2 ranks over MPI (tools/netns-cluster, each
          host with its own /dev/shm), every process of host 1 SIGKILLed (mpirun's daemon too);
          `--elastic` restarts on host 0
@@ -115,7 +118,8 @@ def figures(lines, t_fault):
     steps = []
     t_restart = resumed = t_join = None
     for t, l in lines:
-        if "live recovery: a replacement for rank" in l and "strata train:" in l and t_join is None:
+        joins = "live recovery: a replacement for rank" in l or "live recovery: replacements for ranks" in l
+        if joins and "strata train:" in l and t_join is None:
             t_join = t
         if ("strata launch: restart 1/1" in l or "; live recovery: the job goes on" in l) and t_restart is None:
             t_restart = t
@@ -224,6 +228,10 @@ def main():
                                     os.kill(int(pid), signal.SIGKILL)
                                 except ProcessLookupError:
                                     pass
+                    elif sc == "replica":
+                        cmd = base + ["--nproc", "4", "--tp", "2", "--timeout", "30"]
+                        def fault(launcher):
+                            os.kill(rank_pid(launcher, 1), signal.SIGKILL)
                     else:
                         cmd = base + ["--nproc", "2", "--timeout", str(a.timeout if sc == "stop" else 30)]
                         sig = signal.SIGSTOP if sc == "stop" else signal.SIGKILL
@@ -246,6 +254,7 @@ def main():
     print(f"model: {a.model}; --steps {a.steps}, fault after step {a.fault_step - 1}, --ckpt-every "
           f"{a.ckpt_every}, --max-restarts 1, --zero 1; stop: --timeout {a.timeout}")
     what = {"kill": "one rank of 2 SIGKILLed (one host)",
+            "replica": "rank 1 of tp 2 x dp 2 SIGKILLed (one host; shrink and live: its replica of 2 goes)",
             "stop": f"one rank of 2 SIGSTOPped until the watchdog (--timeout {a.timeout}) fires",
             "host": "a whole namespace host of 2 lost (2 x 2 ranks, --batch 12; disk, memory, replicas: MPI "
                     "and --elastic; shrink, live: tcp with replicas)"}

@@ -172,9 +172,12 @@ struct Child {
   bool running = false;
   int status = 0;
   int live_rank = -1;  // its rank in the world live recovery re-formed last (the launch's first)
-  bool killed_stopped = false;  // live recovery killed it: stopped while its peers waited
+  // Live recovery killed it while its peers waited on it: why ("was stopped while ..."); "":
+  // it was not.
+  std::string killed_why;
   int64_t live_id = 0;  // how live worlds name it (STRATA_LIVE_ID; its pid when none was set)
   int host = -1;        // index into LaunchOptions::hosts of where it runs; -1: this host
+  int slot = -1;        // a replacement: its place in the replica it joins (replicas_of)
 };
 
 volatile sig_atomic_t g_stop_signal = 0;  // the launcher itself was asked to stop
@@ -560,9 +563,15 @@ class JobGuard {
   std::optional<LiveBoard> board;      // where a live job's worlds are posted; none otherwise
   int64_t last_live_id = 0;            // STRATA_LIVE_ID given last
   const LaunchPlan* plan = nullptr;  // what was started (a replacement starts the same)
-  std::vector<int> replacements_due;   // rejoin: ranks (as launched) to start a replacement for
-  pid_t joiner = -1;                   // a replacement started, not yet in the world
-  int joiner_for = -1;
+  // Rejoin: the replicas to start replacements for, each as the ranks (as launched) of its
+  // members by slot; one replica at a time joins.
+  std::vector<std::vector<int>> replacements_due;
+  std::vector<pid_t> joiners;  // the replacements started, not yet in the world (by slot)
+  // The generation a member first said broke, and when (kill_members_holding_the_world).
+  int broken_generation = -1;
+  int64_t broken_since_ns = 0;
+  std::vector<int> joiners_for;
+  bool joining(pid_t pid) const { return std::count(joiners.begin(), joiners.end(), pid) > 0; }
 
  private:
   std::string job_id_, status_dir_;
@@ -647,17 +656,62 @@ void write_generation(JobGuard& g, const std::vector<Child*>& members, int from,
   else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
 }
 
-// Live recovery (LaunchOptions::live): `dead` was killed by `status`; the ranks still running
-// re-form a world without it (comm/live_world.h). False when none is left to.
-bool reform_without(JobGuard& g, const Child& dead, int status, const LaunchOptions& o) {
-  const std::vector<Child*> members = live_members(g);
-  if (members.empty() || !g.board || dead.live_rank < 0) return false;
-  write_generation(g, members, int(members.size()) + 1,
-                   dead.killed_stopped
-                       ? cat("rank ", dead.live_rank, " was stopped while its peers waited on it (killed)")
-                       : cat("rank ", dead.live_rank, " ", describe_wait_status(status)),
-                   o);
-  if (o.live_rejoin) g.replacements_due.push_back(dead.rank);
+// A live world's members as data-parallel replicas: replica d holds, at slot p · inner + i,
+// the member of world rank (p · dp + d) · inner + i (LaunchOptions::live_inner). `world`: every
+// member, in rank order.
+std::vector<std::vector<Child*>> replicas_of(const std::vector<Child*>& world, const LaunchOptions& o) {
+  const int inner = o.live_inner, per = inner * o.live_stages, n = int(world.size());
+  const int dp = n / per;
+  std::vector<std::vector<Child*>> out(static_cast<size_t>(dp), std::vector<Child*>(static_cast<size_t>(per)));
+  for (int r = 0; r < n; ++r) {
+    const int d = (r / inner) % dp, slot = (r / (inner * dp)) * inner + r % inner;
+    out[size_t(d)][size_t(slot)] = world[size_t(r)];
+  }
+  return out;
+}
+
+// The members of `replicas` in world-rank order, replica d at data-parallel index d.
+std::vector<Child*> in_rank_order(const std::vector<std::vector<Child*>>& replicas, const LaunchOptions& o) {
+  std::vector<Child*> out;
+  for (int p = 0; p < o.live_stages; ++p)
+    for (const std::vector<Child*>& rep : replicas)
+      for (int i = 0; i < o.live_inner; ++i) out.push_back(rep[size_t(p * o.live_inner + i)]);
+  return out;
+}
+
+// Live recovery (LaunchOptions::live): `dead` was killed by `status`; the rest of its
+// data-parallel replica is killed with it and the ranks still running re-form a world without
+// them (comm/live_world.h). False when none is left to.
+bool reform_without(JobGuard& g, Child& dead, int status, const LaunchOptions& o) {
+  std::vector<Child*> world = live_members(g);
+  if (world.empty() || !g.board || dead.live_rank < 0) return false;
+  world.insert(std::upper_bound(world.begin(), world.end(), &dead,
+                                [](const Child* a, const Child* b) { return a->live_rank < b->live_rank; }),
+               &dead);
+  const int per = o.live_inner * o.live_stages;
+  if (int(world.size()) % per != 0) return false;  // not a whole number of replicas: not re-formed
+  std::vector<std::vector<Child*>> replicas = replicas_of(world, o);
+  const size_t d = size_t((dead.live_rank / o.live_inner) % int(replicas.size()));
+  const std::vector<Child*> gone = replicas[d];
+  replicas.erase(replicas.begin() + std::ptrdiff_t(d));
+  if (replicas.empty()) return false;
+  const std::string what = cat("rank ", dead.live_rank, " ",
+                               dead.killed_why.empty() ? describe_wait_status(status) : dead.killed_why);
+  std::vector<int> due;
+  for (Child* c : gone) {
+    due.push_back(c->rank);
+    if (c == &dead) continue;
+    // The rest of the replica cannot go on without it: killed, and no longer a member (its
+    // exit ends nothing).
+    if (c->running && kill(-c->pid, SIGKILL) != 0) kill(c->pid, SIGKILL);
+    const std::string line = cat("strata launch: rank ", c->live_rank, " goes with rank ", dead.live_rank,
+                                 "'s data-parallel replica (killed)");
+    if (o.log) o.log(line);
+    else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
+    c->live_rank = -1;
+  }
+  write_generation(g, in_rank_order(replicas, o), int(world.size()), what, o);
+  if (o.live_rejoin) g.replacements_due.push_back(due);
   return true;
 }
 
@@ -672,23 +726,37 @@ char process_state(pid_t pid) {
   return close && close + 2 < buf + n ? close[2] : '?';
 }
 
-// Live recovery: a member said its world broke, but nobody died: a member that is stopped
-// (SIGSTOP, a debugger) holds the world and is killed, so the others re-form without it.
-void kill_stopped_member(JobGuard& g) {
+// Live recovery: a member said its world broke, but nobody died: a member that holds the
+// world without dying is killed, so the others re-form without it. One that is stopped (state
+// T in /proc: SIGSTOP, a debugger; seen for ranks on this machine) at once; any other that has
+// not said its world broke `grace` after the first that did (hung: busy, or blocked outside
+// the job's collectives, on any host; the others' groups all failed once one timed out, so
+// each reaches a failed collective within a step) then. grace is half the --timeout the
+// others wait for the next world, so they see it.
+void kill_members_holding_the_world(JobGuard& g, const LaunchOptions& o) {
   const int generation = int(g.live_jobs.size());
-  bool broken = false;
+  std::vector<Child*> silent;
   for (Child* c : live_members(g))
-    broken |= g.board->has(live_broken_mark(generation, c->live_id));
-  if (!broken) return;
-  for (Child* c : live_members(g)) {
+    if (!g.board->has(live_broken_mark(generation, c->live_id))) silent.push_back(c);
+  if (silent.size() == live_members(g).size()) return;  // none broke
+  if (g.broken_generation != generation) g.broken_generation = generation, g.broken_since_ns = now_ns();
+  const double grace_s = std::max(1.0, (o.timeout_s > 0 ? o.timeout_s : 60) / 2);
+  const bool late = double(now_ns() - g.broken_since_ns) * 1e-9 > grace_s;
+  for (Child* c : silent) {
     const char state = process_state(c->pid);
-    if ((state == 'T' || state == 't') && kill(c->pid, SIGKILL) == 0) c->killed_stopped = true;
+    std::string why;
+    if (state == 'T' || state == 't') why = "was stopped while its peers waited on it (killed)";
+    else if (late)
+      why = cat("did not answer its peers (hung: its world broke ", grace_s,
+                " s ago and it did not say so; killed)");
+    if (!why.empty() && kill(c->pid, SIGKILL) == 0) c->killed_why = why;
   }
 }
 
 // Rejoin: starts a replacement (the launch's command) that waits to be named in the world file
-// after the current generation.
-void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, const LaunchOptions& o) {
+// after the current generation, on the host of the launched rank `for_rank`, for `slot` of
+// the replica it joins.
+void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, int slot, const LaunchOptions& o) {
   // The launch's last rank until the world file names its place (its start-up checks see the
   // launch's world; rank 0 would take the run directory's lock).
   const Proc& last = g.plan->procs.back();
@@ -714,9 +782,10 @@ void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, 
   c.running = true;
   c.host = host;
   c.live_id = g.last_live_id;
+  c.slot = slot;
   g.children.push_back(c);
-  g.joiner = c.pid;
-  g.joiner_for = for_rank;
+  g.joiners.push_back(c.pid);
+  g.joiners_for.push_back(for_rank);
   for (int s = 0; s < 2; ++s) {
     std::replace(g.fds.begin(), g.fds.end(), pipes[s][1], -1);
     close(pipes[s][1]);
@@ -731,21 +800,44 @@ void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, 
   }
 }
 
-int64_t joiner_id(const JobGuard& g) {
-  for (const Child& c : g.children)
-    if (c.pid == g.joiner) return c.live_id;
-  return 0;
+// "rank 1", or "ranks 0, 1" for a replica of several.
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += cat(i ? ", " : "", ranks[i]);
+  return out;
 }
 
-// Rejoin: the replacement said it is ready; the world grows by it at the survivors' next step
-// boundary.
+// Rejoin: every replacement of the replica said it is ready, and the world formed.
+bool joiners_ready(const JobGuard& g) {
+  if (g.joiners.empty() || !g.board->has(live_formed_mark(int(g.live_jobs.size())))) return false;
+  for (const Child& c : g.children)
+    if (g.joining(c.pid) && !g.board->has(live_ready_mark(c.live_id))) return false;
+  return true;
+}
+
+// Rejoin: the replacements are ready; the world grows by their replica, as the last
+// data-parallel index, at the survivors' next step boundary.
 void join_replacement(JobGuard& g, const LaunchOptions& o) {
-  std::vector<Child*> members = live_members(g);
-  const int from = int(members.size());
+  const std::vector<Child*> members = live_members(g);
+  std::vector<std::vector<Child*>> replicas = replicas_of(members, o);
+  std::vector<Child*> joining(g.joiners.size());
   for (Child& c : g.children)
-    if (c.pid == g.joiner) members.push_back(&c);
-  write_generation(g, members, from, cat("a replacement for rank ", g.joiner_for, " joins"), o);
-  g.joiner = -1;
+    if (g.joining(c.pid)) joining[size_t(c.slot)] = &c;
+  replicas.push_back(joining);
+  write_generation(g, in_rank_order(replicas, o), int(members.size()),
+                   cat(g.joiners.size() == 1 ? "a replacement for " : "replacements for ",
+                       ranks_text(g.joiners_for), g.joiners.size() == 1 ? " joins" : " join"),
+                   o);
+  g.joiners.clear();
+  g.joiners_for.clear();
+}
+
+// Rejoin: the replacements not yet joined are stopped (one of them ended, or the job is done).
+void drop_joiners(JobGuard& g) {
+  for (Child& c : g.children)
+    if (g.joining(c.pid) && c.running && kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
+  g.joiners.clear();
+  g.joiners_for.clear();
 }
 
 // Forwards output and reaps children until all exited and all streams closed. The first
@@ -795,16 +887,17 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
         else std::fprintf(stderr, "%s\n", line.c_str());
         continue;
       }
-      if (c.pid == g.joiner || (c.live_rank < 0 && o.live)) {
-        // A replacement that ended before it joined (or was stopped, the job done): the
-        // world goes on as it was.
-        if (c.pid == g.joiner && !kill_deadline && !g_stop_signal) {
-          const std::string line = cat("strata launch: the replacement for rank ", g.joiner_for, " ",
+      if (g.joining(c.pid) || (c.live_rank < 0 && o.live)) {
+        // A replacement that ended before it joined (or was stopped, the job done), or a
+        // rank that went with its replica: the world goes on as it was, without the rest of
+        // that replacement's replica.
+        if (g.joining(c.pid) && !kill_deadline && !g_stop_signal) {
+          const std::string line = cat("strata launch: the replacement for rank ", c.rank, " ",
                                        describe_wait_status(status), " before it joined; the job goes on");
           if (o.log) o.log(line);
           else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
         }
-        if (c.pid == g.joiner) g.joiner = -1;
+        if (g.joining(c.pid)) drop_joiners(g);
         continue;
       }
       if (!ok && o.live && WIFSIGNALED(status) && !kill_deadline && !g_stop_signal &&
@@ -820,19 +913,18 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
         g.signal_all(SIGTERM);
       }
     }
-    if (o.live && !kill_deadline && !g_stop_signal) kill_stopped_member(g);
+    if (o.live && !kill_deadline && !g_stop_signal) kill_members_holding_the_world(g, o);
     if (o.live) {
       // Rejoin: one replacement at a time; it joins once ready, and goes if the job is done.
-      if (g.joiner < 0 && !g.replacements_due.empty() && !kill_deadline && !g_stop_signal &&
+      if (g.joiners.empty() && !g.replacements_due.empty() && !kill_deadline && !g_stop_signal &&
           !live_members(g).empty()) {
-        start_replacement(g, sinks, g.replacements_due.front(), o);
+        const std::vector<int> due = g.replacements_due.front();
         g.replacements_due.erase(g.replacements_due.begin());
+        for (size_t slot = 0; slot < due.size(); ++slot) start_replacement(g, sinks, due[slot], int(slot), o);
       }
-      if (g.joiner > 0 && live_members(g).empty()) {  // the job is done without it
-        if (kill(-g.joiner, SIGKILL) != 0) kill(g.joiner, SIGKILL);
-        g.joiner = -1;
-      } else if (g.joiner > 0 && g.board->has(live_ready_mark(joiner_id(g))) &&
-                 g.board->has(live_formed_mark(int(g.live_jobs.size())))) {
+      if (!g.joiners.empty() && live_members(g).empty()) {  // the job is done without them
+        drop_joiners(g);
+      } else if (joiners_ready(g)) {
         join_replacement(g, o);
       }
     }

@@ -92,7 +92,7 @@ struct LaunchOptions {
   // shm on one host, or tcp on one host or across hosts (`strata train --recovery live`): a
   // rank killed by a signal does not stop the others. The launcher posts the world they
   // re-form without it (comm/live_world.h: a new generation, the survivors renumbered 0..n-1
-  // in rank order, a fresh job id) on the job's live board, logs one line, and supervises them
+  // in rank order, a fresh job id; under tp or pp without its whole replica, live_inner) on the job's live board, logs one line, and supervises them
   // on; a rank that exits non-zero, or the death of the last rank, ends the job as before.
   // (mpi: refused; OpenMPI cannot shrink a communicator.)
   bool live = false;
@@ -103,6 +103,13 @@ struct LaunchOptions {
   // tcp: the job's rendezvous store, hosted by launch() for the job's lifetime (set by it;
   // a live job's board is under its keys).
   tcp::StoreServer* store = nullptr;
+  // With live, a model-parallel job: the ranks of one data-parallel index form a replica that
+  // goes and comes back whole. World rank = (stage · dp + d) · live_inner + i (parallel/
+  // mesh.h: tp and cp fastest, then dp, then pp): live_inner = tp · cp, live_stages = pp. A
+  // rank's death kills the rest of its replica, the others re-form in the same order on one
+  // replica fewer (each keeps its tp rank and stage), and a replica of replacements joins as
+  // the last data-parallel index. 1 and 1: each rank is a replica.
+  int live_inner = 1, live_stages = 1;
 };
 
 struct LaunchResult {

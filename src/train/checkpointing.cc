@@ -558,8 +558,10 @@ ResumePoint RunCheckpoints::resume_live() {
                          : cat("the disk checkpoint of step ", p.step, " (no step has a complete "
                                "in-memory copy on every rank)");
   } else {
+    std::function<bool(int)> same;
+    if (topo_.same_states) same = [&](int q) { return topo_.same_states(q, live.old_world); };
     const MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_, topo_).pieces),
-                               engine_.state_shards());
+                               engine_.state_shards(), same);
     engine_.state_loaded(chosen);
     p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
     p.from_memory = true;

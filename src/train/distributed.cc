@@ -240,6 +240,9 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
     o.extra_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cores / per_host)));
   }
   const parallel::MeshDims dims = pc.mesh_dims();
+  // Live recovery re-forms whole data-parallel replicas: the tp x pp ranks of a dp index.
+  o.live_inner = dims.tp * dims.cp;
+  o.live_stages = dims.pp;
   o.rank_role = [dims](int rank, int world) {
     try {
       return parallel::Mesh::describe_rank(dims.resolved(world), rank);
@@ -425,6 +428,16 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   }
   topo.restart = comm::restart_attempt();
   topo.live = live;
+  if (dims.tp * dims.cp * dims.pp > 1) {
+    // A re-formed world keeps its tp and pp degrees: the old ranks of this rank's tp rank and
+    // stage hold its states (live recovery re-forms whole data-parallel replicas).
+    topo.same_states = [dims, me = mesh.coord()](int q, int old_world) {
+      parallel::MeshDims before = dims;
+      before.dp = 0;
+      const parallel::MeshCoord c = parallel::Mesh::coord_of(before.resolved(old_world), q);
+      return c.tp == me.tp && c.pp == me.pp;
+    };
+  }
   if (pc.recovery == Recovery::live) {
     // Rank 0 reads the world file after each copy; one all-reduce tells the others.
     topo.world_changes = [g = world.get(), generation = live.generation] {

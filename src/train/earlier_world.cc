@@ -228,7 +228,8 @@ std::vector<json> EarlierWorld::share_records(int64_t step) const {
 // another copy of that old rank, checksummed here on first use), else from the lowest old
 // rank that does, received from its holder.
 EarlierWorld::Plan EarlierWorld::plan(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
-                                      const std::vector<std::vector<MemShardRecord>>& recs) const {
+                                      const std::vector<std::vector<MemShardRecord>>& recs,
+                                      const std::function<bool(int)>& same_states) const {
   Plan p;
   std::vector<Piece>& pieces = p.pieces;
   std::vector<int64_t>& need = p.need;
@@ -257,7 +258,8 @@ EarlierWorld::Plan EarlierWorld::plan(int64_t step, int64_t psi, const std::vect
     for (int pass = 0; pass < 2; ++pass)
       for (int q = 0; q < old_world_; ++q)
         for (const MemShardRecord& s : recs[size_t(q)]) {
-          if (s.name != to.name || want.empty() || !problem.empty()) continue;
+          if (s.name != to.name || want.empty() || !problem.empty() || (same_states && !same_states(q)))
+            continue;
           if (s.dtype != to.dtype)
             problem = cat("live recovery: state ", s.name, " was copied as ", dtype_name(s.dtype),
                           ", this rank holds it as ", dtype_name(to.dtype));
@@ -278,13 +280,15 @@ EarlierWorld::Plan EarlierWorld::plan(int64_t step, int64_t psi, const std::vect
         }
     if (!want.empty() && problem.empty())
       problem = cat("live recovery: elements [", want.front().begin, ", ", want.front().end, ") of ", to.name,
-                    " are held by none of the ", old_world_, " rank(s) of the world before");
+                    " are held by none of the ", old_world_, " rank(s) of the world before",
+                    same_states ? " that hold this rank's tensor slice and stage" : "");
   }
   need.back() = problem.empty() ? 0 : 1;
   return p;
 }
 
-MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards) {
+MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
+                           const std::function<bool(int)>& same_states) {
   std::vector<int64_t> holders(static_cast<size_t>(old_world_));
   for (int q = 0; q < old_world_; ++q) {
     holders[size_t(q)] = holder(q, step);
@@ -297,7 +301,7 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
   // The same in every copy: the data position is the job's.
   const MemCopy m = mem_copy_state(records.front());
 
-  const Plan todo = plan(step, psi, shards, recs);
+  const Plan todo = plan(step, psi, shards, recs, same_states);
   const std::vector<int64_t>& need = todo.need;
   const std::vector<int64_t> needs = gather(need);  // per new rank, per old rank
   const size_t cols = 2 * size_t(old_world_) + 1;

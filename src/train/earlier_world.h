@@ -25,8 +25,10 @@
 // Cost: three all-gathers of O(new world x old world) words and one of the state records;
 // the span of each remote copy a new rank needs, once per such rank; one hash pass per copy.
 // On one host (or a shared /dev/shm): no bulk traffic at all.
-// Data-parallel layouts only (tp = 1: every rank's flat ranges index the same states, as
-// ckpt/ranges.h defines them), ZeRO 0-2.
+// Layouts whose old and new worlds differ in the data-parallel degree only, ZeRO 0-2: the
+// ranks of one tp rank and pipeline stage hold the same states in the same flat coordinates
+// (ckpt/ranges.h), so a new rank takes its ranges from the old ranks of its own tp rank and
+// stage (load's `same_states`).
 //
 // Collective contract: the constructor, verify and load are collective over `group` (every
 // new rank calls them in the same order with the same step), and their results and errors are
@@ -74,7 +76,11 @@ class EarlierWorld {
   // Collective, after verify(step): fills `shards` (flat ranges of states of `psi` elements;
   // past psi: ZeRO padding, zeroed) with the copies of `step` and returns its training state.
   // Throws on every rank when some rank's element below psi is held by none of the old ranks.
-  MemCopy load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards);
+  // `same_states`: the old ranks whose flat ranges index this rank's states (under tp or pp a
+  // rank's states are its tensor slice's and stage's: only old ranks of the same tp rank and
+  // stage hold them); empty: every old rank (a data-parallel world).
+  MemCopy load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
+               const std::function<bool(int)>& same_states = {});
   // Payload bytes this rank received from other new ranks in load.
   uint64_t received_bytes() const { return received_; }
 
@@ -101,7 +107,8 @@ class EarlierWorld {
     std::string problem;
   };
   Plan plan(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
-            const std::vector<std::vector<MemShardRecord>>& recs) const;
+            const std::vector<std::vector<MemShardRecord>>& recs,
+            const std::function<bool(int)>& same_states) const;
   // Every old rank's state record of `step` (its holder's), on every rank (collective).
   std::vector<nlohmann::json> share_records(int64_t step) const;
   // An all-gather of `n` int64 per rank over the group (a copy when alone).

@@ -110,19 +110,20 @@ parallel::ParallelLayout RunSpec::layout() const {
   return l;
 }
 
-// --recovery live: the survivors of a rank's death continue on one rank fewer, from their
-// in-memory copies, in groups re-formed on this host (docs/checkpoints.md, "Live recovery").
+// --recovery shrink|live: the survivors of a data-parallel replica's death (one rank, or the
+// tp x pp ranks of one data-parallel index) continue on one replica fewer, from their
+// in-memory copies, in groups re-formed by the launcher (docs/checkpoints.md, "Live recovery").
 void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
   const TrainConfig& cfg = train;
   const ParallelConfig& pc = parallel;
   const int stage = pc.dp.stage;
   const std::string flag = cat("--recovery ", recovery_name(pc.recovery));
   std::string other;
-  for (const auto& [name, n] : {std::pair{"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"ep", l.ep}})
+  for (const auto& [name, n] : {std::pair{"cp", l.cp}, {"ep", l.ep}})
     if (n > 1) other += cat(other.empty() ? "" : ", ", name, " ", n);
   if (stage > 2) other += cat(other.empty() ? "" : ", ", "ZeRO ", stage);
-  STRATA_CHECK(other.empty(), flag, " needs a data-parallel layout (tp, pp, cp, ep 1 and "
-               "ZeRO 0-2), this run has ", other, "; use --recovery restart");
+  STRATA_CHECK(other.empty(), flag, " re-forms data-parallel replicas (tp x pp groups) at ZeRO 0-2 "
+               "with cp and ep 1, this run has ", other, "; use --recovery restart");
   STRATA_CHECK(cfg.ckpt.mem_every > 0, flag, " continues from the in-memory copies: it "
                "needs --mem-ckpt-every K (1: lose at most one step)");
   const int n = pc.world();
@@ -130,10 +131,21 @@ void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
                           pc.backend == comm::Backend::tcp),
                flag, " needs 2 or more ranks started by strata with the shm backend on one host "
                "or the tcp backend (across hosts: OpenMPI cannot shrink a communicator)");
+  const int group = l.tp * l.pp;
+  STRATA_CHECK(l.dp >= 2, flag, " continues on the data-parallel replicas left after one dies: it "
+               "needs --dp 2 or more, this run has ", n, " rank(s) = ", group, " per replica (tp ",
+               l.tp, " x pp ", l.pp, ") x dp ", l.dp);
+  // The smaller world must be a layout this run could start with.
+  parallel::ParallelLayout less = l;
+  less.dp = l.dp - 1;
+  less.micro_batch = cfg.micro_batch > 0 ? cfg.micro_batch : std::max(1, cfg.batch / less.dp);
+  const std::string after = group > 1 ? cat(less.dp, " data-parallel replica(s) of ", group, " rank(s)")
+                                      : cat(less.dp, " rank(s)");
   try {
-    cfg.accum(n - 1);
+    cfg.accum(less.dp);
+    check_layout(cfg.model, cfg.train_seq(), cfg.batch, less, given.micro_batches || pc.pipeline.micro > 0);
   } catch (const Error& e) {
-    fail(flag, " continues on ", n - 1, " rank(s) after a rank's death, and ", e.what());
+    fail(flag, " continues on ", after, " after a replica's death, and ", e.what());
   }
 }
 

@@ -160,6 +160,87 @@ TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
   expect_nothing_left(run, "");
 }
 
+// A whole data-parallel replica of a model-parallel job (`layout`: tp 2 or pp 2, 2 replicas
+// of 2 ranks): a random rank is killed, the launcher kills the rest of its replica, and the
+// other replica goes on alone from the in-memory copies (each survivor keeps its tp rank or
+// stage and reads only its own kind's copies); then a replica of replacements joins as data-
+// parallel index 1. Steps up to the loaded step k equal the 4-rank run that never failed,
+// steps k+1..S the 2-rank replica resumed from its step k, and steps after S the 4-rank run
+// resumed from that one's step S, bit for bit.
+void replica_dies_and_a_replica_joins(const std::string& layout, int rank, const std::string& why) {
+  TempDir dir("live_replica");
+  const int steps = 600, kill_at = 20;
+  auto model = [&](const std::string& run_dir, const std::string& extra) {
+    std::string cmd = live_run(run_dir, "--nproc 4 " + layout + " --zero 1 " + extra, steps);
+    cmd.replace(cmd.find("--layers 1"), std::strlen("--layers 1"), "--layers 2");
+    return cmd;
+  };
+  const std::string run = dir.file("run");
+  RunResult r = run_strata(model(run, "--mem-ckpt-every 1 --recovery live --inject kill --inject-rank " +
+                                          std::to_string(rank) + " --inject-step " + std::to_string(kill_at)),
+                           dump_env(dir), Streams::separate, 180);
+  ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
+  const int64_t k = live_resume_step(r.err, 0), joined = live_resume_step(r.err, 1);
+  ASSERT_TRUE(k == kill_at - 1 || k == kill_at - 2) << why << "\n" << r.err;
+  ASSERT_GT(joined, k) << why << ": the replacements did not join before the run ended\n" << r.err;
+  // Ranks (p, d, t) = (p * 2 + d) * tp + t under tp 2, p * 2 + d under pp 2: the dead rank's
+  // replica mate, and the members of the replacement replica by the ranks they replace.
+  const bool tp = layout.find("--tp") != std::string::npos;
+  const int mate = tp ? (rank ^ 1) : (rank ^ 2);
+  const int first = std::min(rank, mate), second = std::max(rank, mate);
+  EXPECT_NE(r.err.find(cat("strata launch: rank ", mate, " goes with rank ", rank,
+                           "'s data-parallel replica (killed)")),
+            std::string::npos)
+      << why << "\n" << r.err;
+  EXPECT_NE(r.err.find(cat("strata launch: replacements for ranks ", first, ", ", second,
+                           " join; live recovery: the job goes on with 4 rank(s) (world 2)")),
+            std::string::npos)
+      << why << "\n" << r.err;
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 2u) << why << "\n" << summary.dump();
+  EXPECT_EQ(summary["live_recovery"][0]["world_before"], 4) << why;
+  EXPECT_EQ(summary["live_recovery"][0]["world_after"], 2) << why;
+  EXPECT_EQ(summary["live_recovery"][1]["world_after"], 4) << why;
+  EXPECT_EQ(summary["world"], 4) << why;
+
+  auto step_dir = [](const std::string& run_dir, int64_t step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/ckpt/step-%06lld", (long long)step);
+    return run_dir + name;
+  };
+  const std::string ref4 = dir.file("ref4"), ref2 = dir.file("ref2"), ref4b = dir.file("ref4b");
+  RunResult a = run_strata(model(ref4, "--ckpt-every " + std::to_string(k) + " --ckpt-keep 0"),
+                           dump_env(dir), Streams::separate, 180);
+  ASSERT_EQ(a.status, 0) << a.err;
+  std::string two = model(ref2, "--ckpt-every " + std::to_string(joined) + " --ckpt-keep 0 --resume " +
+                                    step_dir(ref4, k));
+  two.replace(two.find("--nproc 4"), std::strlen("--nproc 4"), "--nproc 2");
+  RunResult b = run_strata(two, dump_env(dir), Streams::separate, 180);
+  ASSERT_EQ(b.status, 0) << b.err;
+  RunResult c = run_strata(model(ref4b, "--resume " + step_dir(ref2, joined)), dump_env(dir),
+                           Streams::separate, 180);
+  ASSERT_EQ(c.status, 0) << c.err;
+  const auto live = steps_of(run), one = steps_of(ref4), mid = steps_of(ref2), last = steps_of(ref4b);
+  ASSERT_EQ(live.size(), size_t(steps)) << why << "\n" << r.err;
+  ASSERT_EQ(mid.size(), size_t(steps - k));
+  ASSERT_EQ(last.size(), size_t(steps - joined));
+  for (int64_t s = 0; s < steps; ++s) {
+    const auto& want = s < k ? one[size_t(s)] : s < joined ? mid[size_t(s - k)] : last[size_t(s - joined)];
+    ASSERT_EQ(live[size_t(s)], want) << why << ": step " << s + 1 << " (loaded " << k << ", joined " << joined << ")";
+  }
+  expect_nothing_left(run, why);
+}
+
+TEST(LiveRecovery, AWholeTensorOrPipelineReplicaGoesAndAReplicaOfReplacementsJoins) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  for (const std::string layout : {"--tp 2", "--pp 2"}) {
+    const int rank = std::uniform_int_distribution<int>(0, 3)(gen);
+    replica_dies_and_a_replica_joins(layout, rank, cat(layout, ", rank ", rank, " killed (seed ", seed, ")"));
+  }
+}
+
 // A rank killed as step 1 starts, before any copy is committed: the survivors start again
 // from step 0 on the smaller world (no disk checkpoint either), and equal a run that was
 // always that world, bit for bit.
@@ -247,6 +328,35 @@ TEST(LiveRecovery, AStoppedRankIsKilledAndTheOthersContinue) {
   expect_nothing_left(run, why);
 }
 
+// A rank that hangs without dying or stopping (--inject hang: it sleeps in pause(), outside
+// any collective) at a random step: its peers' watchdogs fire (--timeout 2) and they say their
+// world broke; the hung rank never does, and the launcher kills it half a timeout later. The
+// others go on without it, every step recorded once.
+TEST(LiveRecovery, AHungRankIsKilledAndTheOthersContinue) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  const int rank = std::uniform_int_distribution<int>(0, 2)(gen);
+  const int at = std::uniform_int_distribution<int>(3, 8)(gen);
+  TempDir dir("live_hang");
+  const std::string run = dir.file("run");
+  std::string cmd = live_run(run, cat("--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery shrink --inject hang "
+                                      "--inject-rank ", rank, " --inject-step ", at), 200);
+  cmd.replace(cmd.find("--timeout 20"), std::strlen("--timeout 20"), "--timeout 2");
+  const std::string why = cat("rank ", rank, " hung at step ", at, " (seed ", seed, ")");
+  RunResult r = run_strata(cmd, dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
+  EXPECT_NE(r.err.find(cat("strata launch: rank ", rank, " did not answer its peers (hung: its world broke 1 s "
+                           "ago and it did not say so; killed); live recovery: the job goes on with 2 rank(s)")),
+            std::string::npos)
+      << why << "\n" << r.err;
+  expect_every_step_once(run, 200, why);
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 1u) << why << "\n" << r.err;
+  EXPECT_EQ(summary["live_recovery"][0]["world_after"], 2) << why;
+  expect_nothing_left(run, why);
+}
+
 // Over the tcp backend down to one rank: the survivor of 2 goes on alone (a world of one
 // needs no transport), every step recorded once, nothing left.
 TEST(LiveRecovery, TwoRanksOverTcpShrinkToOne) {
@@ -275,16 +385,22 @@ TEST(LiveRecovery, BadFlagsAreOneLineBeforeAnyRankStarts) {
              {"--nproc 2 --recovery live", "--recovery live continues from the in-memory copies: it "
                                             "needs --mem-ckpt-every K"},
              {"--nproc 2 --tp 2 --recovery live --mem-ckpt-every 1",
-              "--recovery live needs a data-parallel layout (tp, pp, cp, ep 1 and ZeRO 0-2), this "
-              "run has tp 2"},
+              "--recovery live continues on the data-parallel replicas left after one dies: it needs "
+              "--dp 2 or more, this run has 2 rank(s) = 2 per replica (tp 2 x pp 1) x dp 1"},
+             {"--nproc 4 --cp 2 --recovery live --mem-ckpt-every 1",
+              "--recovery live re-forms data-parallel replicas (tp x pp groups) at ZeRO 0-2 with cp "
+              "and ep 1, this run has cp 2"},
              {"--nproc 2 --zero 3 --recovery shrink --mem-ckpt-every 1",
-              "--recovery shrink needs a data-parallel layout (tp, pp, cp, ep 1 and ZeRO 0-2), this "
-              "run has ZeRO 3"},
+              "--recovery shrink re-forms data-parallel replicas (tp x pp groups) at ZeRO 0-2 with cp "
+              "and ep 1, this run has ZeRO 3"},
              {"--recovery live --mem-ckpt-every 1", "--recovery live needs 2 or more ranks started by strata"},
              {"--hosts a:2,b:2 --backend mpi --recovery live --mem-ckpt-every 1",
               "(across hosts: OpenMPI cannot shrink a communicator)"},
              {"--nproc 4 --batch 4 --recovery live --mem-ckpt-every 1",
-              "--recovery live continues on 3 rank(s) after a rank's death, and --batch 4"}});
+              "--recovery live continues on 3 rank(s) after a replica's death, and --batch 4"},
+             {"--nproc 6 --tp 2 --batch 3 --recovery live --mem-ckpt-every 1",
+              "--recovery live continues on 2 data-parallel replica(s) of 2 rank(s) after a replica's "
+              "death, and --batch 3"}});
   EXPECT_FALSE(std::filesystem::exists(dir.file("run/metrics.jsonl")));
 }
 
