@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -144,6 +145,46 @@ TEST_F(LiveAcrossHosts, EachHostKeepsOnlyItsRanksSegmentsAfterAReFormation) {
   EXPECT_EQ(h0, std::vector<std::string>{"rank0"}) << p.err;
   EXPECT_EQ(h1, (std::vector<std::string>{"rank1", "rank2"})) << p.err;
   expect_nothing_left(run, "");
+}
+
+// Under --tp 2 each host holds one data-parallel replica (tp peers are neighbours). A random
+// rank is killed: the launcher kills its tp peer on the same host, the other host's replica
+// goes on alone from the copies, and a replica of 2 replacements starts on the lost replica's
+// host and joins (with --mem-ckpt-replicas 1, off while one host holds the world). Every step
+// is recorded once; nothing is left on either host. (The numbers equal the one-host runs':
+// LiveRecovery.AWholeTensorOrPipelineReplicaGoesAndAReplicaOfReplacementsJoins.)
+TEST_F(LiveAcrossHosts, AHostsTensorParallelReplicaGoesAndAReplicaOfReplacementsJoinsThere) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 gen(seed);
+  const int rank = std::uniform_int_distribution<int>(0, 3)(gen);
+  const std::string why = cat("rank ", rank, " killed (seed ", seed, ")");
+  TempDir dir("live_hosts_tp");
+  const std::string run = dir.file("run");
+  const int steps = 1500;
+  std::string cmd = live_run(run, hosts() + cat("--tp 2 --zero 1 --mem-ckpt-every 1 --mem-ckpt-replicas 1 "
+                                               "--recovery live --inject kill --inject-rank ", rank,
+                                               " --inject-step 20"), steps);
+  cmd.replace(cmd.find("--layers 1"), std::strlen("--layers 1"), "--layers 2");
+  RunResult r = run_strata(cmd, dump_env(dir), Streams::separate, 180);
+  ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
+  const int mate = rank ^ 1, host = rank / 2;
+  EXPECT_NE(r.err.find(cat("strata launch: rank ", mate, " goes with rank ", rank, "'s data-parallel replica (killed)")),
+            std::string::npos) << why << "\n" << r.err;
+  EXPECT_NE(r.err.find(cat("strata launch: replacements for ranks ", 2 * host, ", ", 2 * host + 1,
+                           " join; live recovery: the job goes on with 4 rank(s) (world 2)")),
+            std::string::npos) << why << "\n" << r.err;
+  EXPECT_NE(r.err.find(cat("mem-ckpt: replicas off: all 2 ranks run on one host (", h(1 - host), ")")),
+            std::string::npos) << why << "\n" << r.err;
+  const int64_t k = live_resume_step(r.err, 0);
+  EXPECT_TRUE(k == 19 || k == 18) << why << "\n" << r.err;
+  EXPECT_GT(live_resume_step(r.err, 1), k) << why << "\n" << r.err;
+  expect_every_step_once(run, steps, why);
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 2u) << why << "\n" << r.err;
+  EXPECT_EQ(summary["live_recovery"][0]["world_after"], 2) << why;
+  EXPECT_EQ(summary["world"], 4) << why;
+  expect_nothing_left(run, why);
 }
 
 // A seeded schedule of 20 kills under --recovery live across the two hosts: each time the
