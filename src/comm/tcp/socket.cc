@@ -140,9 +140,13 @@ Fd connect_until(const std::string& host, int port, int64_t deadline_ns, std::st
   }
 }
 
-bool send_some(int fd, const char* buf, size_t len, size_t& done) {
+namespace {
+// Repeats `io(done)` (one non-blocking send or recv of the bytes from `done` on) until `len`
+// bytes are done; what send_some and recv_some return.
+template <class Io>
+bool move_some(const Io& io, size_t len, size_t& done) {
   while (done < len) {
-    ssize_t k = ::send(fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t k = io(done);
     if (k > 0) {
       done += size_t(k);
       continue;
@@ -152,18 +156,14 @@ bool send_some(int fd, const char* buf, size_t len, size_t& done) {
   }
   return true;
 }
+}  // namespace
+
+bool send_some(int fd, const char* buf, size_t len, size_t& done) {
+  return move_some([&](size_t at) { return ::send(fd, buf + at, len - at, MSG_NOSIGNAL | MSG_DONTWAIT); }, len, done);
+}
 
 bool recv_some(int fd, char* buf, size_t len, size_t& done) {
-  while (done < len) {
-    ssize_t k = ::recv(fd, buf + done, len - done, MSG_DONTWAIT);
-    if (k > 0) {
-      done += size_t(k);
-      continue;
-    }
-    if (k < 0 && errno == EINTR) continue;
-    return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  }
-  return true;
+  return move_some([&](size_t at) { return ::recv(fd, buf + at, len - at, MSG_DONTWAIT); }, len, done);
 }
 
 int poll_ms(int64_t deadline_ns, int cap_ms) {
