@@ -5,6 +5,10 @@ driver once rank 0 has recorded step FAULT - 1, so its time is known):
   kill   rank 1 of 2 (one host) SIGKILLed
   stop   rank 1 of 2 (one host) SIGSTOPped: nothing fails until rank 0's communication
          watchdog (--timeout) fires and rank 0 exits; the supervisor then stops the job
+  hang   rank 1 of 2 (one host) hangs as step FAULT starts (`--inject hang`: asleep in pause(),
+         neither dead nor stopped; the fault's time is rank 0's record of step FAULT - 1):
+         rank 0's watchdog (--timeout) fires; restarts stop the job and start it again, live
+         recovery kills the rank that did not say its world broke half a --timeout later
   replica  rank 1 of a tp 2 x dp 2 job (4 ranks, one host) SIGKILLed: under shrink and live
          its whole data-parallel replica (ranks 0 and 1) goes, and live brings back a replica
          of 2 replacements
@@ -228,6 +232,11 @@ def main():
                                     os.kill(int(pid), signal.SIGKILL)
                                 except ProcessLookupError:
                                     pass
+                    elif sc == "hang":
+                        cmd = base + ["--nproc", "2", "--timeout", str(a.timeout), "--inject", "hang",
+                                      "--inject-rank", "1", "--inject-step", str(a.fault_step)]
+                        def fault(_launcher):
+                            pass
                     elif sc == "replica":
                         cmd = base + ["--nproc", "4", "--tp", "2", "--timeout", "30"]
                         def fault(launcher):
@@ -254,6 +263,7 @@ def main():
     print(f"model: {a.model}; --steps {a.steps}, fault after step {a.fault_step - 1}, --ckpt-every "
           f"{a.ckpt_every}, --max-restarts 1, --zero 1; stop: --timeout {a.timeout}")
     what = {"kill": "one rank of 2 SIGKILLed (one host)",
+            "hang": f"one rank of 2 hung (--inject hang) until the watchdog (--timeout {a.timeout}) fires",
             "replica": "rank 1 of tp 2 x dp 2 SIGKILLed (one host; shrink and live: its replica of 2 goes)",
             "stop": f"one rank of 2 SIGSTOPped until the watchdog (--timeout {a.timeout}) fires",
             "host": "a whole namespace host of 2 lost (2 x 2 ranks, --batch 12; disk, memory, replicas: MPI "

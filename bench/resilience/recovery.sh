@@ -6,6 +6,7 @@
 # time-stamped output).
 #   kill   one rank of 2 SIGKILLed
 #   stop   one rank of 2 SIGSTOPped until the communication watchdog (--timeout) fires
+#   hang   one rank of 2 hangs (--inject hang) until the watchdog fires
 #   replica  rank 1 of tp 2 x dp 2 SIGKILLed (one host): shrink and live lose its whole
 #          data-parallel replica, and live brings a replica of replacements back
 #   host   a whole namespace host lost: 2 hosts x 2 ranks, over MPI, and over strata's tcp
