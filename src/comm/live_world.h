@@ -13,6 +13,10 @@
 //   id 3 rank 1 local 1 2         launcher set none): its new rank, and its local rank and the
 //   id 4 rank 2 local 0 1         ranks of the new world on its host
 //
+// Under tp or pp the unit is a data-parallel replica (the tp x pp ranks of one dp index): the
+// launcher kills the rest of a dead rank's replica and lists the survivors in mesh rank order,
+// so each keeps its tp rank and stage; a replica of replacements joins as the last dp index.
+//
 // A survivor whose group broke waits for a generation newer than its own that names it, takes
 // its new coordinates into its environment (STRATA_RANK, STRATA_WORLD_SIZE, STRATA_LOCAL_*,
 // STRATA_JOB_ID) and joins the new world with init_from_env. A file board replaces the file
@@ -25,7 +29,8 @@
 // the survivors and the replacement, last; the survivors see it at a step boundary (rank 0
 // reads the board, one all-reduce tells the rest) and re-form with it, and the replacement
 // reads the survivors' copies. A rank whose world broke while nobody died posts
-// broken-<generation>-<id>: a stopped peer is then killed by the launcher.
+// broken-<generation>-<id>: a member that is stopped, or that has not posted its own mark
+// half a --timeout after the first, is then killed by the launcher.
 #pragma once
 #include <cstdint>
 #include <functional>
