@@ -13,7 +13,7 @@
 //   id 3 rank 1 local 1 2         launcher set none): its new rank, and its local rank and the
 //   id 4 rank 2 local 0 1         ranks of the new world on its host
 //
-// Under tp or pp the unit is a data-parallel replica (the tp x pp ranks of one dp index): the
+// Under tp, cp or pp the unit is a data-parallel replica (the ranks of one dp index): the
 // launcher kills the rest of a dead rank's replica and lists the survivors in mesh rank order,
 // so each keeps its tp rank and stage; a replica of replacements joins as the last dp index.
 //

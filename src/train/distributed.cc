@@ -429,8 +429,9 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   topo.restart = comm::restart_attempt();
   topo.live = live;
   if (dims.tp * dims.cp * dims.pp > 1) {
-    // A re-formed world keeps its tp and pp degrees: the old ranks of this rank's tp rank and
-    // stage hold its states (live recovery re-forms whole data-parallel replicas).
+    // A re-formed world keeps its tp, cp and pp degrees: the old ranks of this rank's tp rank
+    // and stage hold its states (live recovery re-forms whole data-parallel replicas; the cp
+    // ranks of a tp rank and stage hold the same parameters).
     topo.same_states = [dims, me = mesh.coord()](int q, int old_world) {
       parallel::MeshDims before = dims;
       before.dp = 0;

@@ -111,7 +111,7 @@ parallel::ParallelLayout RunSpec::layout() const {
 }
 
 // --recovery shrink|live: the survivors of a data-parallel replica's death (one rank, or the
-// tp x pp ranks of one data-parallel index) continue on one replica fewer, from their
+// tp x cp x pp ranks of one data-parallel index) continue on one replica fewer, from their
 // in-memory copies, in groups re-formed by the launcher (docs/checkpoints.md, "Live recovery").
 void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
   const TrainConfig& cfg = train;
@@ -119,11 +119,10 @@ void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
   const int stage = pc.dp.stage;
   const std::string flag = cat("--recovery ", recovery_name(pc.recovery));
   std::string other;
-  for (const auto& [name, n] : {std::pair{"cp", l.cp}, {"ep", l.ep}})
-    if (n > 1) other += cat(other.empty() ? "" : ", ", name, " ", n);
+  if (l.ep > 1) other = cat("ep ", l.ep);
   if (stage > 2) other += cat(other.empty() ? "" : ", ", "ZeRO ", stage);
-  STRATA_CHECK(other.empty(), flag, " re-forms data-parallel replicas (tp x pp groups) at ZeRO 0-2 "
-               "with cp and ep 1, this run has ", other, "; use --recovery restart");
+  STRATA_CHECK(other.empty(), flag, " re-forms data-parallel replicas (tp x cp x pp groups) at ZeRO "
+               "0-2 with ep 1, this run has ", other, "; use --recovery restart");
   STRATA_CHECK(cfg.ckpt.mem_every > 0, flag, " continues from the in-memory copies: it "
                "needs --mem-ckpt-every K (1: lose at most one step)");
   const int n = pc.world();
@@ -131,10 +130,10 @@ void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
                           pc.backend == comm::Backend::tcp),
                flag, " needs 2 or more ranks started by strata with the shm backend on one host "
                "or the tcp backend (across hosts: OpenMPI cannot shrink a communicator)");
-  const int group = l.tp * l.pp;
+  const int group = l.tp * l.cp * l.pp;
   STRATA_CHECK(l.dp >= 2, flag, " continues on the data-parallel replicas left after one dies: it "
                "needs --dp 2 or more, this run has ", n, " rank(s) = ", group, " per replica (tp ",
-               l.tp, " x pp ", l.pp, ") x dp ", l.dp);
+               l.tp, " x cp ", l.cp, " x pp ", l.pp, ") x dp ", l.dp);
   // The smaller world must be a layout this run could start with.
   parallel::ParallelLayout less = l;
   less.dp = l.dp - 1;

@@ -155,9 +155,10 @@ struct Topology {
   // host (an --elastic restart on the surviving host).
   comm::ProcessGroup* replica_group = nullptr;
   int replica_to = -1, replica_from = -1;
-  // Live recovery under tp or pp: whether rank q of the `old_world`-rank world before held
-  // the states this rank holds (the same tp rank and pipeline stage: a re-formed world
-  // differs in its data-parallel degree only). Empty: every old rank did (data parallelism).
+  // Live recovery under tp, cp or pp: whether rank q of the `old_world`-rank world before
+  // held the states this rank holds (the same tp rank and pipeline stage, any cp rank: a
+  // re-formed world differs in its data-parallel degree only, and ZeRO shards span dp x cp).
+  // Empty: every old rank did (data parallelism).
   std::function<bool(int q, int old_world)> same_states;
 };
 

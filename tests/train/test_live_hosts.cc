@@ -152,7 +152,7 @@ TEST_F(LiveAcrossHosts, EachHostKeepsOnlyItsRanksSegmentsAfterAReFormation) {
 // goes on alone from the copies, and a replica of 2 replacements starts on the lost replica's
 // host and joins (with --mem-ckpt-replicas 1, off while one host holds the world). Every step
 // is recorded once; nothing is left on either host. (The numbers equal the one-host runs':
-// LiveRecovery.AWholeTensorOrPipelineReplicaGoesAndAReplicaOfReplacementsJoins.)
+// LiveRecovery.AWholeModelParallelReplicaGoesAndAReplicaOfReplacementsJoins.)
 TEST_F(LiveAcrossHosts, AHostsTensorParallelReplicaGoesAndAReplicaOfReplacementsJoinsThere) {
   std::random_device rd;
   const unsigned seed = rd();

@@ -160,10 +160,10 @@ TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
   expect_nothing_left(run, "");
 }
 
-// A whole data-parallel replica of a model-parallel job (`layout`: tp 2 or pp 2, 2 replicas
-// of 2 ranks): a random rank is killed, the launcher kills the rest of its replica, and the
-// other replica goes on alone from the in-memory copies (each survivor keeps its tp rank or
-// stage and reads only its own kind's copies); then a replica of replacements joins as data-
+// A whole data-parallel replica of a model-parallel job (`layout`: tp 2, pp 2 or cp 2, 2
+// replicas of 2 ranks): a random rank is killed, the launcher kills the rest of its replica, and the
+// other replica goes on alone from the in-memory copies (each survivor keeps its tp rank, cp
+// rank or stage and reads only the copies of its tp rank and stage); then a replica of replacements joins as data-
 // parallel index 1. Steps up to the loaded step k equal the 4-rank run that never failed,
 // steps k+1..S the 2-rank replica resumed from its step k, and steps after S the 4-rank run
 // resumed from that one's step S, bit for bit.
@@ -183,10 +183,11 @@ void replica_dies_and_a_replica_joins(const std::string& layout, int rank, const
   const int64_t k = live_resume_step(r.err, 0), joined = live_resume_step(r.err, 1);
   ASSERT_TRUE(k == kill_at - 1 || k == kill_at - 2) << why << "\n" << r.err;
   ASSERT_GT(joined, k) << why << ": the replacements did not join before the run ended\n" << r.err;
-  // Ranks (p, d, t) = (p * 2 + d) * tp + t under tp 2, p * 2 + d under pp 2: the dead rank's
-  // replica mate, and the members of the replacement replica by the ranks they replace.
-  const bool tp = layout.find("--tp") != std::string::npos;
-  const int mate = tp ? (rank ^ 1) : (rank ^ 2);
+  // Ranks (p, d, i) = (p * 2 + d) * 2 + i under tp 2 or cp 2 (i: the tp or cp rank), p * 2 + d
+  // under pp 2: the dead rank's replica mate, and the members of the replacement replica by
+  // the ranks they replace.
+  const bool stages = layout.find("--pp") != std::string::npos;
+  const int mate = stages ? (rank ^ 2) : (rank ^ 1);
   const int first = std::min(rank, mate), second = std::max(rank, mate);
   EXPECT_NE(r.err.find(cat("strata launch: rank ", mate, " goes with rank ", rank,
                            "'s data-parallel replica (killed)")),
@@ -231,11 +232,11 @@ void replica_dies_and_a_replica_joins(const std::string& layout, int rank, const
   expect_nothing_left(run, why);
 }
 
-TEST(LiveRecovery, AWholeTensorOrPipelineReplicaGoesAndAReplicaOfReplacementsJoins) {
+TEST(LiveRecovery, AWholeModelParallelReplicaGoesAndAReplicaOfReplacementsJoins) {
   std::random_device rd;
   const unsigned seed = rd();
   std::mt19937 gen(seed);
-  for (const std::string layout : {"--tp 2", "--pp 2"}) {
+  for (const std::string layout : {"--tp 2", "--pp 2", "--cp 2"}) {
     const int rank = std::uniform_int_distribution<int>(0, 3)(gen);
     replica_dies_and_a_replica_joins(layout, rank, cat(layout, ", rank ", rank, " killed (seed ", seed, ")"));
   }
@@ -386,13 +387,13 @@ TEST(LiveRecovery, BadFlagsAreOneLineBeforeAnyRankStarts) {
                                             "needs --mem-ckpt-every K"},
              {"--nproc 2 --tp 2 --recovery live --mem-ckpt-every 1",
               "--recovery live continues on the data-parallel replicas left after one dies: it needs "
-              "--dp 2 or more, this run has 2 rank(s) = 2 per replica (tp 2 x pp 1) x dp 1"},
-             {"--nproc 4 --cp 2 --recovery live --mem-ckpt-every 1",
-              "--recovery live re-forms data-parallel replicas (tp x pp groups) at ZeRO 0-2 with cp "
-              "and ep 1, this run has cp 2"},
+              "--dp 2 or more, this run has 2 rank(s) = 2 per replica (tp 2 x cp 1 x pp 1) x dp 1"},
+             {"--nproc 4 --ep 2 --experts 4 --recovery live --mem-ckpt-every 1",
+              "--recovery live re-forms data-parallel replicas (tp x cp x pp groups) at ZeRO 0-2 with "
+              "ep 1, this run has ep 2"},
              {"--nproc 2 --zero 3 --recovery shrink --mem-ckpt-every 1",
-              "--recovery shrink re-forms data-parallel replicas (tp x pp groups) at ZeRO 0-2 with cp "
-              "and ep 1, this run has ZeRO 3"},
+              "--recovery shrink re-forms data-parallel replicas (tp x cp x pp groups) at ZeRO 0-2 "
+              "with ep 1, this run has ZeRO 3"},
              {"--recovery live --mem-ckpt-every 1", "--recovery live needs 2 or more ranks started by strata"},
              {"--hosts a:2,b:2 --backend mpi --recovery live --mem-ckpt-every 1",
               "(across hosts: OpenMPI cannot shrink a communicator)"},
