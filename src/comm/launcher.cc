@@ -1,7 +1,5 @@
 #include "comm/launcher.h"
 
-#include "comm/hier/topology.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -25,6 +23,7 @@
 #include <vector>
 
 #include "comm/hier/topology.h"
+#include "comm/launcher_internal.h"
 #include "comm/live_world.h"
 #include "comm/mpirun_failure.h"
 #include "comm/mpirun_output.h"
@@ -36,6 +35,22 @@
 #include "core/timer.h"
 
 namespace strata::comm {
+
+// The launcher's internals (comm/launcher_internal.h); live recovery's are in launcher_live.cc.
+using detail::Child;
+using detail::JobGuard;
+using detail::LaunchPlan;
+using detail::LineSink;
+using detail::Proc;
+using detail::rank_proc;
+using detail::spawn;
+using detail::drop_joiners;
+using detail::join_replacement;
+using detail::joiners_ready;
+using detail::kill_members_holding_the_world;
+using detail::live_members;
+using detail::reform_without;
+using detail::start_replacement;
 
 std::string new_job_id() {
   std::random_device rd;
@@ -88,100 +103,71 @@ static int exit_code_of(int status) {
   return 1;
 }
 
-namespace {
+namespace detail {
 
-// Splits a stream into lines and writes each with a prefix, whole (one write per line).
-struct LineSink {
-  int fd_in = -1;
-  int fd_out = 1;
-  int rank = -1;  // -1: mpirun's own stream (tags decide the rank)
-  bool prefix = true;
-  std::string buf;
-  std::vector<std::string>* captured = nullptr;  // untagged lines kept for parsing
-  MpirunOutput tagged{false};  // rank -1: splits mpirun's stream by rank
-  std::vector<std::pair<int, std::string>>* timeouts = nullptr;  // ranks' lines saying "timed out"
-  std::vector<int>* stopped = nullptr;  // ranks that said mpirun's SIGTERM reached them
+void LineSink::write_all(const std::string& out) {
+  const char* p = out.data();
+  size_t left = out.size();
+  while (left) {
+    ssize_t n = write(fd_out, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    p += n;
+    left -= size_t(n);
+  }
+}
 
-  void write_all(const std::string& out) {
-    const char* p = out.data();
-    size_t left = out.size();
-    while (left) {
-      ssize_t n = write(fd_out, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      p += n;
-      left -= size_t(n);
-    }
+void LineSink::emit(int line_rank, const std::string& line) {
+  std::string out = line;
+  if (line_rank >= 0 && prefix) out = cat("[rank ", line_rank, "] ", line);
+  if (line_rank < 0 && captured) captured->push_back(line);
+  if (line_rank >= 0 && timeouts && line.find("timed out") != std::string::npos)
+    timeouts->push_back({line_rank, line});
+  if (line_rank >= 0 && stopped && line.find("received signal 15") != std::string::npos)
+    stopped->push_back(line_rank);
+  out += '\n';
+  write_all(out);
+}
+
+void LineSink::demux(const char* data, size_t n) {
+  auto sink = [&](int r, const std::string& text, bool complete) {
+    if (complete) emit(r, text);
+    else write_all(text);  // a progress line, as it comes
+  };
+  if (n) tagged.feed(data, n, sink);
+  else tagged.finish(sink);
+}
+
+bool LineSink::drain() {
+  char tmp[65536];
+  ssize_t n = read(fd_in, tmp, sizeof tmp);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) {
+    if (rank < 0) demux(nullptr, 0);
+    if (!buf.empty()) emit(rank, buf);
+    buf.clear();
+    close(fd_in);
+    fd_in = -1;
+    return false;
   }
-  void emit(int line_rank, const std::string& line) {
-    std::string out = line;
-    if (line_rank >= 0 && prefix) out = cat("[rank ", line_rank, "] ", line);
-    if (line_rank < 0 && captured) captured->push_back(line);
-    if (line_rank >= 0 && timeouts && line.find("timed out") != std::string::npos)
-      timeouts->push_back({line_rank, line});
-    if (line_rank >= 0 && stopped && line.find("received signal 15") != std::string::npos)
-      stopped->push_back(line_rank);
-    out += '\n';
-    write_all(out);
-  }
-  // mpirun's stream: tags decide the rank, also in the middle of a line (comm/mpirun_output.h).
-  void demux(const char* data, size_t n) {
-    auto sink = [&](int r, const std::string& text, bool complete) {
-      if (complete) emit(r, text);
-      else write_all(text);  // a progress line, as it comes
-    };
-    if (n) tagged.feed(data, n, sink);
-    else tagged.finish(sink);
-  }
-  // Returns false at end of stream.
-  bool drain() {
-    char tmp[65536];
-    ssize_t n = read(fd_in, tmp, sizeof tmp);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-    if (n <= 0) {
-      if (rank < 0) demux(nullptr, 0);
-      if (!buf.empty()) emit(rank, buf);
-      buf.clear();
-      close(fd_in);
-      fd_in = -1;
-      return false;
-    }
-    if (rank < 0) {
-      demux(tmp, size_t(n));
-      return true;
-    }
-    buf.append(tmp, size_t(n));
-    size_t pos;
-    while ((pos = buf.find('\n')) != std::string::npos) {
-      emit(rank, buf.substr(0, pos));
-      buf.erase(0, pos + 1);
-    }
-    // A progress line redrawn in place ("\r..." without a newline, see train/metrics.h)
-    // passes as it comes when output is not prefixed, instead of waiting for a newline.
-    if (!prefix && buf.find('\r') != std::string::npos) {
-      write_all(buf);
-      buf.clear();
-    }
+  if (rank < 0) {
+    demux(tmp, size_t(n));
     return true;
   }
-};
-
-struct Child {
-  pid_t pid = -1;
-  int rank = -1;
-  bool running = false;
-  int status = 0;
-  int live_rank = -1;  // its rank in the world live recovery re-formed last (the launch's first)
-  // Live recovery killed it while its peers waited on it: why ("was stopped while ..."); "":
-  // it was not.
-  std::string killed_why;
-  int64_t live_id = 0;  // how live worlds name it (STRATA_LIVE_ID; its pid when none was set)
-  int host = -1;        // index into LaunchOptions::hosts of where it runs; -1: this host
-  int slot = -1;        // a replacement: its place in the replica it joins (replicas_of)
-};
-
-volatile sig_atomic_t g_stop_signal = 0;  // the launcher itself was asked to stop
-extern "C" void on_launcher_signal(int sig) { g_stop_signal = sig; }
+  buf.append(tmp, size_t(n));
+  size_t pos;
+  while ((pos = buf.find('\n')) != std::string::npos) {
+    emit(rank, buf.substr(0, pos));
+    buf.erase(0, pos + 1);
+  }
+  // A progress line redrawn in place ("\r..." without a newline, see train/metrics.h)
+  // passes as it comes when output is not prefixed, instead of waiting for a newline.
+  if (!prefix && buf.find('\r') != std::string::npos) {
+    write_all(buf);
+    buf.clear();
+  }
+  return true;
+}
 
 pid_t spawn(const std::string& path, const std::vector<std::string>& argv,
             const std::vector<std::pair<std::string, std::string>>& env, int out_fd, int err_fd,
@@ -208,6 +194,13 @@ pid_t spawn(const std::string& path, const std::vector<std::string>& argv,
   std::fprintf(stderr, "strata launch: cannot execute %s: %s\n", path.c_str(), std::strerror(errno));
   _exit(127);
 }
+
+}  // namespace detail
+
+namespace {
+
+volatile sig_atomic_t g_stop_signal = 0;  // the launcher itself was asked to stop
+extern "C" void on_launcher_signal(int sig) { g_stop_signal = sig; }
 
 // "rank R" in r.message -> "rank R (ROLE)", ROLE from o.rank_role.
 void name_failed_rank_role(LaunchResult& r, const LaunchOptions& o) {
@@ -343,16 +336,7 @@ LaunchResult launch(const LaunchOptions& o) {
   return r;
 }
 
-namespace {
-
-// What launch_once starts: one process per rank (shm), or one mpirun for all (mpi).
-struct Proc {
-  std::string path;
-  std::vector<std::string> argv;
-  std::vector<std::pair<std::string, std::string>> env;
-  int rank;  // -1: mpirun
-  int host = -1;  // index into LaunchOptions::hosts of where the rank runs; -1: this host
-};
+namespace detail {
 
 // One rank's process: the program itself, or on another host (the tcp backend across hosts)
 // the remote shell running it there with `env` on its command line.
@@ -373,12 +357,9 @@ Proc rank_proc(const LaunchOptions& o, const std::string& prog,
   return {agent, remote, env, rank, host};
 }
 
-struct LaunchPlan {
-  std::string job_id;
-  std::string prog;  // the program each rank runs (found in PATH)
-  std::vector<Proc> procs;
-  std::string status_dir;  // mpi with rank_exec: where ranks record how they ended
-};
+}  // namespace detail
+
+namespace {
 
 // The subnets (CIDR) of the named interfaces on the hosts, comma-separated, when this host
 // has an address in one of them; else empty.
@@ -504,79 +485,56 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
       env.push_back({"STRATA_LOCAL_WORLD_SIZE", std::to_string(on_host[size_t(std::max(h, 0))])});
       if (o.live) env.push_back({"STRATA_LIVE_ID", std::to_string(r + 1)});
       plan.procs.push_back(rank_proc(o, prog, env, r, h));
+      if (o.live) plan.procs.back().live_id = r + 1;
     }
   }
   return plan;
 }
 
-// Everything one attempt holds, released on every exit, a throw included: the launcher's
-// SIGINT/SIGTERM handlers are restored, children still running are killed (with their
-// process groups) and reaped, pipes closed, the job's segments and the status directory
-// removed.
-class JobGuard {
- public:
-  JobGuard(std::string job_id, std::string status_dir)
-      : job_id_(std::move(job_id)), status_dir_(std::move(status_dir)) {
-    struct sigaction sa {};
-    sa.sa_handler = on_launcher_signal;
-    sigemptyset(&sa.sa_mask);
-    g_stop_signal = 0;
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~JobGuard() {
-    for (Child& c : children)
-      if (c.running) {
-        if (kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
-        while (waitpid(c.pid, &c.status, 0) < 0 && errno == EINTR) {}
-        c.running = false;
-      }
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    remove_job_segments(job_id_);
-    for (const std::string& job : live_jobs) remove_job_segments(job);
-    if (!status_dir_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(status_dir_, ec);
+}  // namespace
+
+namespace detail {
+
+JobGuard::JobGuard(std::string job_id, std::string status_dir)
+    : job_id_(std::move(job_id)), status_dir_(std::move(status_dir)) {
+  struct sigaction sa {};
+  sa.sa_handler = on_launcher_signal;
+  sigemptyset(&sa.sa_mask);
+  g_stop_signal = 0;
+  sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGTERM, &sa, &old_term_);
+}
+
+JobGuard::~JobGuard() {
+  for (Child& c : children)
+    if (c.running) {
+      if (kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
+      while (waitpid(c.pid, &c.status, 0) < 0 && errno == EINTR) {}
+      c.running = false;
     }
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+  remove_job_segments(job_id_);
+  for (const std::string& job : live_jobs) remove_job_segments(job);
+  if (!status_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(status_dir_, ec);
   }
-  JobGuard(const JobGuard&) = delete;
-  JobGuard& operator=(const JobGuard&) = delete;
+}
 
-  // Sends `sig` to every running child's process group (or the child, before its setsid()).
-  // SIGTERM comes with SIGCONT: a stopped rank (SIGSTOP, a debugger's stop) acts on SIGTERM
-  // only once continued, so it would otherwise hold the job for the whole grace period and
-  // die by SIGKILL without dumping its flight recorder.
-  void signal_all(int sig) {
-    for (Child& c : children) {
-      if (!c.running) continue;
-      if (kill(-c.pid, sig) != 0) kill(c.pid, sig);
-      if (sig == SIGTERM && kill(-c.pid, SIGCONT) != 0) kill(c.pid, SIGCONT);
-    }
+void JobGuard::signal_all(int sig) {
+  for (Child& c : children) {
+    if (!c.running) continue;
+    if (kill(-c.pid, sig) != 0) kill(c.pid, sig);
+    if (sig == SIGTERM && kill(-c.pid, SIGCONT) != 0) kill(c.pid, SIGCONT);
   }
+}
 
-  std::vector<Child> children;
-  std::vector<int> fds;  // open pipe ends; -1 once closed
-  std::vector<std::string> live_jobs;  // the worlds live recovery re-formed (their shm objects)
-  std::optional<LiveBoard> board;      // where a live job's worlds are posted; none otherwise
-  int64_t last_live_id = 0;            // STRATA_LIVE_ID given last
-  const LaunchPlan* plan = nullptr;  // what was started (a replacement starts the same)
-  // Rejoin: the replicas to start replacements for, each as the ranks (as launched) of its
-  // members by slot; one replica at a time joins.
-  std::vector<std::vector<int>> replacements_due;
-  std::vector<pid_t> joiners;  // the replacements started, not yet in the world (by slot)
-  // The generation a member first said broke, and when (kill_members_holding_the_world).
-  int broken_generation = -1;
-  int64_t broken_since_ns = 0;
-  std::vector<int> joiners_for;
-  bool joining(pid_t pid) const { return std::count(joiners.begin(), joiners.end(), pid) > 0; }
+}  // namespace detail
 
- private:
-  std::string job_id_, status_dir_;
-  struct sigaction old_int_ {}, old_term_ {};
-};
+namespace {
 
 // Creates the pipes and starts every process of the plan; the guard owns each pid and fd
 // as soon as it exists. Returns one sink per stdout/stderr stream.
@@ -601,9 +559,8 @@ std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions
                   read_ends.data(), int(read_ends.size()));
     c.running = true;
     c.host = l.host;
-    c.live_id = c.pid;
-    for (const auto& [k, v] : l.env)
-      if (k == "STRATA_LIVE_ID") c.live_id = std::stoll(v), g.last_live_id = std::max(g.last_live_id, c.live_id);
+    c.live_id = l.live_id > 0 ? l.live_id : c.pid;
+    g.last_live_id = std::max(g.last_live_id, l.live_id);
     g.children.push_back(c);
     if (o.on_spawn) o.on_spawn(l.rank, int64_t(c.pid));
     for (int s = 0; s < 2; ++s) {
@@ -621,223 +578,6 @@ std::vector<LineSink> start_children(const LaunchPlan& plan, const LaunchOptions
     g.fds[2 * i + 1] = -1;
   }
   return sinks;
-}
-
-// The members of the current live world (a replacement not yet joined is none), in rank order.
-std::vector<Child*> live_members(JobGuard& g) {
-  std::vector<Child*> out;
-  for (Child& c : g.children)
-    if (c.running && c.live_rank >= 0) out.push_back(&c);
-  std::sort(out.begin(), out.end(), [](const Child* a, const Child* b) { return a->live_rank < b->live_rank; });
-  return out;
-}
-
-// Writes the next generation of the live world: `members` renumbered 0..n-1 in this order.
-void write_generation(JobGuard& g, const std::vector<Child*>& members, int from,
-                      const std::string& what, const LaunchOptions& o) {
-  std::vector<LiveMember> ms(members.size());  // local rank: the members before it on its host
-  for (size_t r = 0; r < members.size(); ++r) {
-    ms[r].id = members[r]->live_id;
-    ms[r].local_rank = ms[r].local_world = 0;
-    for (size_t q = 0; q < members.size(); ++q)
-      if (members[q]->host == members[r]->host) ++ms[r].local_world, ms[r].local_rank += q < r ? 1 : 0;
-  }
-  // The world before, if it is still forming, stops waiting for its members (the tcp backend).
-  if (g.board->give_up)
-    g.board->give_up(g.live_jobs.empty() ? g.plan->job_id : g.live_jobs.back(), what);
-  const std::string job = new_job_id();
-  g.live_jobs.push_back(job);
-  const int generation = int(g.live_jobs.size());
-  write_live_world(*g.board, generation, job, from, what, ms);
-  for (size_t r = 0; r < members.size(); ++r) members[r]->live_rank = int(r);
-  const std::string line = cat("strata launch: ", what, "; live recovery: the job goes on with ",
-                               members.size(), " rank(s) (world ", generation, ")");
-  if (o.log) o.log(line);
-  else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
-}
-
-// A live world's members as data-parallel replicas: replica d holds, at slot p · inner + i,
-// the member of world rank (p · dp + d) · inner + i (LaunchOptions::live_inner). `world`: every
-// member, in rank order.
-std::vector<std::vector<Child*>> replicas_of(const std::vector<Child*>& world, const LaunchOptions& o) {
-  const int inner = o.live_inner, per = inner * o.live_stages, n = int(world.size());
-  const int dp = n / per;
-  std::vector<std::vector<Child*>> out(static_cast<size_t>(dp), std::vector<Child*>(static_cast<size_t>(per)));
-  for (int r = 0; r < n; ++r) {
-    const int d = (r / inner) % dp, slot = (r / (inner * dp)) * inner + r % inner;
-    out[size_t(d)][size_t(slot)] = world[size_t(r)];
-  }
-  return out;
-}
-
-// The members of `replicas` in world-rank order, replica d at data-parallel index d.
-std::vector<Child*> in_rank_order(const std::vector<std::vector<Child*>>& replicas, const LaunchOptions& o) {
-  std::vector<Child*> out;
-  for (int p = 0; p < o.live_stages; ++p)
-    for (const std::vector<Child*>& rep : replicas)
-      for (int i = 0; i < o.live_inner; ++i) out.push_back(rep[size_t(p * o.live_inner + i)]);
-  return out;
-}
-
-// Live recovery (LaunchOptions::live): `dead` was killed by `status`; the rest of its
-// data-parallel replica is killed with it and the ranks still running re-form a world without
-// them (comm/live_world.h). False when none is left to.
-bool reform_without(JobGuard& g, Child& dead, int status, const LaunchOptions& o) {
-  std::vector<Child*> world = live_members(g);
-  if (world.empty() || !g.board || dead.live_rank < 0) return false;
-  world.insert(std::upper_bound(world.begin(), world.end(), &dead,
-                                [](const Child* a, const Child* b) { return a->live_rank < b->live_rank; }),
-               &dead);
-  const int per = o.live_inner * o.live_stages;
-  if (int(world.size()) % per != 0) return false;  // not a whole number of replicas: not re-formed
-  std::vector<std::vector<Child*>> replicas = replicas_of(world, o);
-  const size_t d = size_t((dead.live_rank / o.live_inner) % int(replicas.size()));
-  const std::vector<Child*> gone = replicas[d];
-  replicas.erase(replicas.begin() + std::ptrdiff_t(d));
-  if (replicas.empty()) return false;
-  const std::string what = cat("rank ", dead.live_rank, " ",
-                               dead.killed_why.empty() ? describe_wait_status(status) : dead.killed_why);
-  std::vector<int> due;
-  for (Child* c : gone) {
-    due.push_back(c->rank);
-    if (c == &dead) continue;
-    // The rest of the replica cannot go on without it: killed, and no longer a member (its
-    // exit ends nothing).
-    if (c->running && kill(-c->pid, SIGKILL) != 0) kill(c->pid, SIGKILL);
-    const std::string line = cat("strata launch: rank ", c->live_rank, " goes with rank ", dead.live_rank,
-                                 "'s data-parallel replica (killed)");
-    if (o.log) o.log(line);
-    else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
-    c->live_rank = -1;
-  }
-  write_generation(g, in_rank_order(replicas, o), int(world.size()), what, o);
-  if (o.live_rejoin) g.replacements_due.push_back(due);
-  return true;
-}
-
-// A member's state letter from /proc (R, S, T for stopped, ...); '?' when unreadable.
-char process_state(pid_t pid) {
-  FILE* f = std::fopen(cat("/proc/", pid, "/stat").c_str(), "r");
-  if (!f) return '?';
-  char buf[512] = {0};
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const char* close = std::strrchr(buf, ')');
-  return close && close + 2 < buf + n ? close[2] : '?';
-}
-
-// Live recovery: a member said its world broke, but nobody died: a member that holds the
-// world without dying is killed, so the others re-form without it. One that is stopped (state
-// T in /proc: SIGSTOP, a debugger; seen for ranks on this machine) at once; any other that has
-// not said its world broke `grace` after the first that did (hung: busy, or blocked outside
-// the job's collectives, on any host; the others' groups all failed once one timed out, so
-// each reaches a failed collective within a step) then. grace is half the --timeout the
-// others wait for the next world, so they see it.
-void kill_members_holding_the_world(JobGuard& g, const LaunchOptions& o) {
-  const int generation = int(g.live_jobs.size());
-  std::vector<Child*> silent;
-  for (Child* c : live_members(g))
-    if (!g.board->has(live_broken_mark(generation, c->live_id))) silent.push_back(c);
-  if (silent.size() == live_members(g).size()) return;  // none broke
-  if (g.broken_generation != generation) g.broken_generation = generation, g.broken_since_ns = now_ns();
-  const double grace_s = std::max(1.0, (o.timeout_s > 0 ? o.timeout_s : 60) / 2);
-  const bool late = double(now_ns() - g.broken_since_ns) * 1e-9 > grace_s;
-  for (Child* c : silent) {
-    const char state = process_state(c->pid);
-    std::string why;
-    if (state == 'T' || state == 't') why = "was stopped while its peers waited on it (killed)";
-    else if (late)
-      why = cat("did not answer its peers (hung: its world broke ", grace_s,
-                " s ago and it did not say so; killed)");
-    if (!why.empty() && kill(c->pid, SIGKILL) == 0) c->killed_why = why;
-  }
-}
-
-// Rejoin: starts a replacement (the launch's command) that waits to be named in the world file
-// after the current generation, on the host of the launched rank `for_rank`, for `slot` of
-// the replica it joins.
-void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, int slot, const LaunchOptions& o) {
-  // The launch's last rank until the world file names its place (its start-up checks see the
-  // launch's world; rank 0 would take the run directory's lock).
-  const Proc& last = g.plan->procs.back();
-  int host = -1;  // the dead rank's host
-  for (const Child& c : g.children)
-    if (c.rank == for_rank) host = c.host;
-  std::vector<std::pair<std::string, std::string>> env;
-  for (const auto& [k, v] : last.env)
-    if (k != "STRATA_LIVE_ID") env.push_back({k, v});
-  env.push_back({"STRATA_LIVE_JOIN", std::to_string(g.live_jobs.size())});
-  env.push_back({"STRATA_LIVE_ID", std::to_string(++g.last_live_id)});
-  const Proc l = rank_proc(o, g.plan->prog, env, last.rank, host);
-  int pipes[2][2];
-  for (auto& p : pipes) {
-    STRATA_CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
-    g.fds.push_back(p[0]);
-    g.fds.push_back(p[1]);
-  }
-  int read_ends[2] = {pipes[0][0], pipes[1][0]};
-  Child c;
-  c.rank = for_rank;
-  c.pid = spawn(l.path, l.argv, env, pipes[0][1], pipes[1][1], read_ends, 2);
-  c.running = true;
-  c.host = host;
-  c.live_id = g.last_live_id;
-  c.slot = slot;
-  g.children.push_back(c);
-  g.joiners.push_back(c.pid);
-  g.joiners_for.push_back(for_rank);
-  for (int s = 0; s < 2; ++s) {
-    std::replace(g.fds.begin(), g.fds.end(), pipes[s][1], -1);
-    close(pipes[s][1]);
-    LineSink sink;
-    sink.fd_in = pipes[s][0];
-    sink.fd_out = s == 0 ? 1 : 2;
-    sink.rank = for_rank;
-    sink.prefix = o.prefix_output;
-    sink.tagged = MpirunOutput(!o.prefix_output);
-    sink.timeouts = sinks.empty() ? nullptr : sinks.front().timeouts;
-    sinks.push_back(sink);
-  }
-}
-
-// "rank 1", or "ranks 0, 1" for a replica of several.
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += cat(i ? ", " : "", ranks[i]);
-  return out;
-}
-
-// Rejoin: every replacement of the replica said it is ready, and the world formed.
-bool joiners_ready(const JobGuard& g) {
-  if (g.joiners.empty() || !g.board->has(live_formed_mark(int(g.live_jobs.size())))) return false;
-  for (const Child& c : g.children)
-    if (g.joining(c.pid) && !g.board->has(live_ready_mark(c.live_id))) return false;
-  return true;
-}
-
-// Rejoin: the replacements are ready; the world grows by their replica, as the last
-// data-parallel index, at the survivors' next step boundary.
-void join_replacement(JobGuard& g, const LaunchOptions& o) {
-  const std::vector<Child*> members = live_members(g);
-  std::vector<std::vector<Child*>> replicas = replicas_of(members, o);
-  std::vector<Child*> joining(g.joiners.size());
-  for (Child& c : g.children)
-    if (g.joining(c.pid)) joining[size_t(c.slot)] = &c;
-  replicas.push_back(joining);
-  write_generation(g, in_rank_order(replicas, o), int(members.size()),
-                   cat(g.joiners.size() == 1 ? "a replacement for " : "replacements for ",
-                       ranks_text(g.joiners_for), g.joiners.size() == 1 ? " joins" : " join"),
-                   o);
-  g.joiners.clear();
-  g.joiners_for.clear();
-}
-
-// Rejoin: the replacements not yet joined are stopped (one of them ended, or the job is done).
-void drop_joiners(JobGuard& g) {
-  for (Child& c : g.children)
-    if (g.joining(c.pid) && c.running && kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
-  g.joiners.clear();
-  g.joiners_for.clear();
 }
 
 // Forwards output and reaps children until all exited and all streams closed. The first
