@@ -517,7 +517,7 @@ unsigned char* MemCheckpoints::replica_slot_for(const ReplicaHeader& in) {
   // The older of the two replica slots: the newest replica stays complete meanwhile.
   int64_t steps[kReplicaSlots];
   for (int s = 0; s < kReplicaSlots; ++s) steps[s] = replica_->payload_hash(s) == 0 ? -1 : replica_->inspect(s, false).meta.step;
-  replica_writing_ = mem_slot_to_write(steps, kReplicaSlots, -1);
+  replica_writing_ = mem_slot_to_write(steps, kReplicaSlots, 0);
   return replica_->begin_write(replica_writing_, in.step);
 }
 
