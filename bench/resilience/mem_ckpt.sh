@@ -137,7 +137,7 @@ print(f"  overhead {100 * (statistics.median(on) / statistics.median(off) - 1):+
       f"(the step waited {statistics.median(m['stall_ms_mean'] for m in mem):.3f} ms per copy; "
       f"the writer thread copied for {statistics.median(m['copy_ms_mean'] for m in mem):.3f} ms "
       f"and hashed + committed for {statistics.median(m['commit_ms_mean'] for m in mem):.3f} ms; "
-      f"{mem[0]['bytes_per_rank'] / 2**20:.1f} MiB per rank in 2 slots)")
+      f"{mem[0]['bytes_per_rank'] / 2**20:.1f} MiB per rank in {mem[0].get('slots', 2)} slots)")
 print(f"\nrecovery from one rank SIGKILLed at step {kill} (--max-restarts 1, --ckpt-every {ckpt})")
 print(f"  {'restart from':12} {'detect s':>9} {'first step s':>13} {'back at step s':>15} {'steps lost':>11}")
 for mode in ("disk", "memory"):
