@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <thread>
 
 #include "core/error.h"
@@ -13,7 +12,6 @@ namespace strata::train {
 namespace {
 
 constexpr int kHeaderTag = 2, kChunkTag = 3;
-constexpr size_t kRecvWindow = 4;     // chunk receives posted ahead of the sender
 constexpr double kPollS = 0.002;      // how often a wait looks at `abandon`
 
 }  // namespace
@@ -53,51 +51,39 @@ ReplicaHeader ReplicaLink::round(const ReplicaHeader& out, const unsigned char* 
   wait(sent_header);
   wait(got_header);
 
-  // The receives run a few chunks ahead of the peer's sender; the sends are paced here.
+  // Chunk i of each direction moves at once (a send waits for its receive to be posted), and
+  // both sides wait after it until the bytes so far took bytes / pace: the same schedule on
+  // both, so between chunks no operation is pending (the group's progress thread sleeps
+  // instead of polling a receive for the whole round, which cost the ranks' cores their
+  // compute).
   unsigned char* to = nullptr;
-  const uint64_t rbytes = in_.bytes;
+  const uint64_t rbytes = in_.bytes, sbytes = out_.bytes;
   if (rbytes > 0) {
     STRATA_CHECK(in_.chunk > 0 && in_.chunk <= rbytes, "replica of rank ", from_, "'s copy of step ", in_.step,
                  " announces chunks of ", in_.chunk, " bytes for ", rbytes, " bytes");
     to = where(in_);
   }
-  std::deque<comm::WorkPtr> pending;
-  uint64_t posted = 0;
-  auto top_up = [&] {
-    while (!pending.empty() && pending.front()->test()) {
-      pending.front()->wait();
-      pending.pop_front();
-    }
-    while (pending.size() < kRecvWindow && posted < rbytes) {
-      const uint64_t n = std::min(in_.chunk, rbytes - posted);
-      pending.push_back(g_.recv_async(to + posted, size_t(n), DType::u8, from_, kChunkTag));
-      posted += n;
-    }
-  };
-  top_up();
-  const uint64_t sbytes = out_.bytes;
+  const uint64_t nsend = sbytes == 0 ? 0 : (sbytes + out_.chunk - 1) / out_.chunk;
+  const uint64_t nrecv = rbytes == 0 ? 0 : (rbytes + in_.chunk - 1) / in_.chunk;
   Stopwatch since;
-  for (uint64_t done = 0; done < sbytes;) {
-    const uint64_t n = std::min(out_.chunk, sbytes - done);
-    comm::WorkPtr w = g_.send_async(payload + done, size_t(n), DType::u8, to_, kChunkTag);
-    while (!w->test()) {  // the receives stay topped up meanwhile
-      top_up();
-      std::this_thread::sleep_for(std::chrono::duration<double>(kPollS / 4));
+  for (uint64_t i = 0; i < std::max(nsend, nrecv); ++i) {
+    comm::WorkPtr sent, got;
+    if (i < nsend) {
+      const uint64_t at = i * out_.chunk;
+      sent = g_.send_async(payload + at, size_t(std::min(out_.chunk, sbytes - at)), DType::u8, to_, kChunkTag);
+    }
+    if (i < nrecv) {
+      const uint64_t at = i * in_.chunk;
+      got = g_.recv_async(to + at, size_t(std::min(in_.chunk, rbytes - at)), DType::u8, from_, kChunkTag);
+    }
+    if (sent) wait(sent);
+    if (got) wait(got);
+    if (rate <= 0 || i + 1 >= nsend) continue;
+    const double due = double((i + 1) * out_.chunk) / rate;
+    for (double left = due - since.seconds(); left > 0 && !(hurry_ && hurry_()); left = due - since.seconds()) {
       if (abandon_ && abandon_()) fail("replica exchange abandoned: this rank is stopping");
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, kPollS * 5)));
     }
-    w->wait();
-    done += n;
-    if (rate <= 0 || (hurry_ && hurry_())) continue;
-    // Paced: the bytes sent so far may not have taken less than bytes / rate.
-    for (double left = double(done) / rate - since.seconds(); left > 0; left = double(done) / rate - since.seconds()) {
-      top_up();
-      if (hurry_ && hurry_()) break;
-      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, kPollS)));
-    }
-  }
-  while (posted < rbytes || !pending.empty()) {
-    top_up();
-    if (!pending.empty()) wait(pending.front());
   }
   return in_;
 }

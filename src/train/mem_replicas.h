@@ -11,7 +11,9 @@
 // Pace: with mbps > 0 the sender cuts the payload into kChunk-byte chunks and sleeps after each
 // until the bytes sent so far took at least bytes / (mbps * 10^6) seconds, so the training's
 // own collectives find the link free between chunks; mbps 0 sends the payload as one message,
-// at whatever rate the link gives.
+// at whatever rate the link gives. The receiver posts chunk i when it sends its own chunk i
+// (both sides keep the same schedule), so no receive waits posted between chunks: a pending
+// operation keeps the group's progress thread polling, which took the ranks' cores.
 // Cost: per round, one header each way and the payload each way; nothing is copied (chunks are
 // sent from and received into the segments' slots).
 // Threading: one thread per link calls round(); the group is used by no other thread.
