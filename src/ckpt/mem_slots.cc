@@ -68,12 +68,12 @@ std::string MemSegment::name_for(const std::string& run_key, int rank) {
   return buf;
 }
 
-uint64_t MemSegment::segment_bytes(uint64_t capacity) {
-  return kPage + uint64_t(kMemSlots) * slot_stride(capacity);
+uint64_t MemSegment::segment_bytes(uint64_t capacity, int slots) {
+  return kPage + uint64_t(slots) * slot_stride(capacity);
 }
 
-MemSegment::MemSegment(std::string name, unsigned char* base, uint64_t bytes, uint64_t capacity)
-    : name_(std::move(name)), base_(base), bytes_(bytes), capacity_(capacity) {}
+MemSegment::MemSegment(std::string name, unsigned char* base, uint64_t bytes, uint64_t capacity, int slots)
+    : name_(std::move(name)), base_(base), bytes_(bytes), capacity_(capacity), slots_(slots) {}
 
 MemSegment::~MemSegment() { munmap(base_, bytes_); }
 
@@ -97,22 +97,29 @@ std::unique_ptr<MemSegment> MemSegment::open_existing(const std::string& name) {
                std::strerror(errno));
   const auto* h = static_cast<const SegmentHeader*>(p);
   const uint64_t capacity = h->capacity;
-  if (h->magic != kMemMagic || h->version != kMemVersion || h->slots != uint32_t(kMemSlots) ||
-      segment_bytes(capacity) != size) {
+  const uint32_t slots = h->slots;
+  if (h->magic != kMemMagic || h->version != kMemVersion) {
     munmap(p, size);
     fail("/dev/shm", name, " is not an in-memory checkpoint of this version (", size,
-         " bytes; magic, version or size do not match)");
+         " bytes; its magic or version does not match)");
+  }
+  if (slots < 2 || slots > uint32_t(kMaxMemSlots) || segment_bytes(capacity, int(slots)) != size) {
+    munmap(p, size);
+    fail("/dev/shm", name, " is an in-memory checkpoint of ", slots, " slot(s) of ", capacity,
+         " bytes in ", size, " bytes; expected 2 or ", kMaxMemSlots, " slots filling it");
   }
   return std::unique_ptr<MemSegment>(
-      new MemSegment(name, static_cast<unsigned char*>(p), size, capacity));
+      new MemSegment(name, static_cast<unsigned char*>(p), size, capacity, int(slots)));
 }
 
-std::unique_ptr<MemSegment> MemSegment::create(const std::string& name, uint64_t capacity) {
+std::unique_ptr<MemSegment> MemSegment::create(const std::string& name, uint64_t capacity, int slots) {
+  STRATA_CHECK(slots >= 2 && slots <= kMaxMemSlots, "in-memory checkpoint /dev/shm", name, ": ", slots,
+               " slots asked, 2 or ", kMaxMemSlots, " supported");
   shm_unlink(name.c_str());
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   STRATA_CHECK(fd >= 0, "in-memory checkpoint /dev/shm", name, ": cannot create: ",
                std::strerror(errno));
-  const uint64_t size = segment_bytes(capacity);
+  const uint64_t size = segment_bytes(capacity, slots);
   // Reserve every page now: tmpfs pages are otherwise allocated on first touch, and a full
   // /dev/shm would kill the rank with SIGBUS in the middle of a copy.
   const int err = posix_fallocate(fd, 0, off_t(size));
@@ -132,18 +139,18 @@ std::unique_ptr<MemSegment> MemSegment::create(const std::string& name, uint64_t
   auto* h = static_cast<SegmentHeader*>(p);
   h->magic = kMemMagic;
   h->version = kMemVersion;
-  h->slots = kMemSlots;
+  h->slots = uint32_t(slots);
   h->capacity = capacity;
   auto seg = std::unique_ptr<MemSegment>(
-      new MemSegment(name, static_cast<unsigned char*>(p), size, capacity));
-  for (int slot = 0; slot < kMemSlots; ++slot) seg->clear(slot);
+      new MemSegment(name, static_cast<unsigned char*>(p), size, capacity, slots));
+  for (int slot = 0; slot < slots; ++slot) seg->clear(slot);
   return seg;
 }
 
 void MemSegment::remove(const std::string& name) { shm_unlink(name.c_str()); }
 
 unsigned char* MemSegment::slot_base(int slot) const {
-  STRATA_CHECK(slot >= 0 && slot < kMemSlots, "in-memory checkpoint slot ", slot, " of ", kMemSlots);
+  STRATA_CHECK(slot >= 0 && slot < slots_, "in-memory checkpoint slot ", slot, " of ", slots_, " in /dev/shm", name_);
   return base_ + kPage + uint64_t(slot) * slot_stride(capacity_);
 }
 

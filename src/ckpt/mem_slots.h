@@ -1,13 +1,18 @@
 // In-memory checkpoint copies of one rank: a POSIX shared-memory object on the rank's host
 // that outlives the rank's process (its supervised restart, or `--resume auto` after a crash,
-// maps it again), with two slots so that the copy being written never destroys the last
-// complete one.
+// maps it again), with two or three slots so that the copy being written never destroys the
+// last complete one. Two suffice for one rank alone; a third keeps the step before the newest
+// while the next is written (live recovery: a rank killed in its commit of step s leaves s-1,
+// which its peers then still hold while they write s+1) and lets a replica sender hold a slot
+// for as long as its paced send takes (train/mem_checkpoints.h).
 //
 // Layout (every part 4 KiB aligned):
-//   SegmentHeader   magic "STRAMEM1", version, slot capacity
+//   SegmentHeader   magic "STRAMEM1", version, slot count, slot capacity
 //   slot 0          SlotHeader (job, run, layout fingerprint and text, step, byte count,
 //                   payload xxh64, header xxh64), then `capacity` payload bytes
-//   slot 1          the same
+//   slot 1, [2]     the same
+// The slot count is the creator's; every reader takes it from the header (a 2-slot segment of
+// an older binary reads as before: the layout did not change, only the count may).
 // Commit protocol: a writer clears the slot's header hash before it touches the payload,
 // hashes the payload once written, fills the header and stores the header hash last. So a
 // copy killed half-way reads as incomplete, and a byte flipped later fails the payload
@@ -21,7 +26,7 @@ namespace strata::ckpt {
 
 inline constexpr uint64_t kMemMagic = 0x314d454d41525453ull;  // "STRAMEM1"
 inline constexpr uint32_t kMemVersion = 1;
-inline constexpr int kMemSlots = 2;
+inline constexpr int kMaxMemSlots = 3;  // slot tables are sized by it; absent slots: -1
 
 // What a slot says it holds, written by commit and read back by inspect.
 struct MemSlotMeta {
@@ -45,15 +50,15 @@ class MemSegment {
  public:
   // "/strata-mem-<16 hex of the run key>-rank<R>": one object per rank and run.
   static std::string name_for(const std::string& run_key, int rank);
-  // Bytes of a segment whose slots hold `capacity` payload bytes each.
-  static uint64_t segment_bytes(uint64_t capacity);
-  // Maps an existing segment; null when there is none. Throws one line for an object of that
-  // name that is not a segment of this format (the text says why).
+  // Bytes of a segment of `slots` slots holding `capacity` payload bytes each.
+  static uint64_t segment_bytes(uint64_t capacity, int slots);
+  // Maps an existing segment of 2 or 3 slots; null when there is none. Throws one line for an
+  // object of that name that is not a segment of this format (the text says why).
   static std::unique_ptr<MemSegment> open_existing(const std::string& name);
-  // Creates (replacing any object of that name) a segment with two empty slots of
-  // `capacity` bytes, its memory reserved up front, so a full /dev/shm is one line here
+  // Creates (replacing any object of that name) a segment with `slots` (2 or 3) empty slots
+  // of `capacity` bytes, its memory reserved up front, so a full /dev/shm is one line here
   // rather than a SIGBUS in a later copy.
-  static std::unique_ptr<MemSegment> create(const std::string& name, uint64_t capacity);
+  static std::unique_ptr<MemSegment> create(const std::string& name, uint64_t capacity, int slots = 2);
   static void remove(const std::string& name);
 
   ~MemSegment();
@@ -62,6 +67,7 @@ class MemSegment {
 
   const std::string& name() const { return name_; }
   uint64_t capacity() const { return capacity_; }
+  int slots() const { return slots_; }
 
   // Reads a slot's header and, when it is committed, checks the payload's checksum (one
   // pass over it; check_payload = false: the header's own checksum only, no pass).
@@ -86,12 +92,13 @@ class MemSegment {
   bool commit_received(int slot, const MemSlotMeta& meta, uint64_t sent_hash);
 
  private:
-  MemSegment(std::string name, unsigned char* base, uint64_t bytes, uint64_t capacity);
+  MemSegment(std::string name, unsigned char* base, uint64_t bytes, uint64_t capacity, int slots);
   unsigned char* slot_base(int slot) const;
 
   std::string name_;
   unsigned char* base_;
   uint64_t bytes_, capacity_;
+  int slots_;
 };
 
 }  // namespace strata::ckpt

@@ -258,6 +258,11 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   STRATA_CHECK(a.mem_replicas == 0 || mem_every > 0, "--mem-ckpt-replicas ", a.mem_replicas,
                " needs --mem-ckpt-every (it replicates the in-memory copies)");
   cfg.ckpt.mem_replicas = a.mem_replicas;
+  const double mbps = cfg.ckpt.mem_replica_mbps;
+  STRATA_CHECK(std::isfinite(mbps) && mbps >= 0, "--mem-ckpt-replica-mbps must be a number of MB/s >= 0 "
+               "(0: unpaced), got ", mbps);
+  STRATA_CHECK(!app.count("--mem-ckpt-replica-mbps") || a.mem_replicas > 0, "--mem-ckpt-replica-mbps ", mbps,
+               " paces the replicas of --mem-ckpt-replicas 1, which this run does not make");
   STRATA_CHECK(mem_every == 0 || !cfg.run_dir.empty(),
                "--mem-ckpt-every needs --run-dir (the in-memory copies are named after it)");
   cfg.guard.rollback = a.spike_action == "rollback";
@@ -306,6 +311,7 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
   }
   pc.backend = comm::parse_backend(a.backend);
   pc.recovery = train::parse_recovery(a.recovery);
+  cfg.ckpt.mem_live_recovery = pc.recovery != train::Recovery::restart;
   if (!pc.hosts.empty()) {
     STRATA_CHECK(!app.count("--backend") || pc.backend != comm::Backend::shm,
                  "--backend ", a.backend, " runs on one host; several hosts need --backend mpi or tcp");
@@ -484,6 +490,10 @@ void setup(CLI::App& app) {
   app.add_option("--mem-ckpt-replicas", a->mem_replicas,
                  "Peers on other hosts that also hold each in-memory copy, so a lost host's ranks "
                  "resume from memory under --elastic (0 or 1; 1 needs a second host)")
+      ->capture_default_str();
+  app.add_option("--mem-ckpt-replica-mbps", c.ckpt.mem_replica_mbps,
+                 "Pace of each rank's replica sends in MB/s, so training's collectives keep the link "
+                 "(0: unpaced); replicas are then as fresh as this pace allows")
       ->capture_default_str();
   app.add_option("--ckpt-keep", c.ckpt.keep, "Keep the newest K checkpoints (0: all)")
       ->capture_default_str();

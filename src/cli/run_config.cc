@@ -45,7 +45,7 @@ const std::map<std::string, std::string>& section_table() {
           "max-activation-mb", "hosts", "hostfile", "slurm", "rsh-agent", "iface"}},
         {"checkpoint",
          {"ckpt-every", "ckpt-keep", "ckpt-max-failures", "ckpt-keep-every", "resume", "mtbf", "mem-ckpt-every",
-          "mem-ckpt-replicas"}},
+          "mem-ckpt-replicas", "mem-ckpt-replica-mbps"}},
         {"metrics",
          {"log-every", "run-dir", "json", "trace", "peak-gflops", "straggler-every", "straggler-pct", "collapse-pct",
           "collapse-steps"}},

@@ -20,6 +20,7 @@ const char* fault_kind_name(FaultKind k) {
     case FaultKind::nan_grad: return "nan-grad";
     case FaultKind::spike_grad: return "spike-grad";
     case FaultKind::kill_during_mem_ckpt: return "kill-during-mem-ckpt";
+    case FaultKind::kill_during_mem_commit: return "kill-during-mem-commit";
     case FaultKind::corrupt_mem_ckpt: return "corrupt-mem-ckpt";
   }
   return "?";
@@ -27,7 +28,7 @@ const char* fault_kind_name(FaultKind k) {
 
 const char* fault_kinds_help() {
   return "kill, exit, hang, kill-during-save, skip-collective, wrong-count, nan-grad, spike-grad, "
-         "kill-during-mem-ckpt, corrupt-mem-ckpt, sleep:SECONDS";
+         "kill-during-mem-ckpt, kill-during-mem-commit, corrupt-mem-ckpt, sleep:SECONDS";
 }
 
 std::string FaultSpec::describe() const {
@@ -43,7 +44,8 @@ FaultSpec parse_fault(const std::string& text, int rank, int64_t step) {
   static const FaultKind plain[] = {FaultKind::kill, FaultKind::exit, FaultKind::hang, FaultKind::kill_during_save,
                                     FaultKind::skip_collective, FaultKind::wrong_count,
                                     FaultKind::nan_grad, FaultKind::spike_grad,
-                                    FaultKind::kill_during_mem_ckpt, FaultKind::corrupt_mem_ckpt};
+                                    FaultKind::kill_during_mem_ckpt, FaultKind::kill_during_mem_commit,
+                                    FaultKind::corrupt_mem_ckpt};
   for (FaultKind k : plain)
     if (text == fault_kind_name(k)) {
       f.kind = k;

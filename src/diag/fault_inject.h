@@ -13,6 +13,9 @@
 //   sleep:SECONDS     sleep SECONDS in forward (a straggler; a hang if > --timeout)
 //   kill-during-mem-ckpt  SIGKILL itself half-way through copying the step's in-memory
 //                     checkpoint (train/mem_checkpoints.h)
+//   kill-during-mem-commit  SIGKILL itself in the commit of the step's in-memory copy, 1.5 s
+//                     after the copy read the states (the next step runs on meanwhile: its
+//                     peers finish it and start their next copy while this one is open)
 //   corrupt-mem-ckpt  flip one byte of the step's complete in-memory copy, then SIGKILL itself
 // --timeout SECONDS is the watchdog's limit for any communication wait (STRATA_TIMEOUT).
 // An injection fires in the job's first attempt only (STRATA_RESTART unset or 0), so a job
@@ -27,7 +30,7 @@ namespace strata::diag {
 // spike and non-finite guards' tests and demos, train/spike_guard.h).
 enum class FaultKind {
   none, kill, exit, hang, kill_during_save, skip_collective, wrong_count, sleep, nan_grad, spike_grad,
-  kill_during_mem_ckpt, corrupt_mem_ckpt
+  kill_during_mem_ckpt, kill_during_mem_commit, corrupt_mem_ckpt
 };
 
 const char* fault_kind_name(FaultKind k);  // "kill", "sleep", ...

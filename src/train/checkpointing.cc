@@ -233,7 +233,8 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     STRATA_CHECK(c.every > 0 && f.step % c.every == 0, "--inject kill-during-save at step ",
                  f.step, " needs a save after that step: the step must be a multiple of "
                  "--ckpt-every (", c.every, ")");
-  if (f.kind == diag::FaultKind::kill_during_mem_ckpt || f.kind == diag::FaultKind::corrupt_mem_ckpt)
+  if (f.kind == diag::FaultKind::kill_during_mem_ckpt || f.kind == diag::FaultKind::kill_during_mem_commit ||
+      f.kind == diag::FaultKind::corrupt_mem_ckpt)
     STRATA_CHECK(c.mem_every > 0 && f.step % c.mem_every == 0, "--inject ",
                  diag::fault_kind_name(f.kind), " at step ", f.step, " needs an in-memory copy "
                  "after that step: the step must be a multiple of --mem-ckpt-every (",
@@ -263,20 +264,23 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.replica_group = topo.replica_group;
     m.replica_to = topo.replica_to;
     m.replica_from = topo.replica_from;
+    m.replica_mbps = c.mem_replica_mbps;
+    m.live_recovery = c.mem_live_recovery || live;
     mem_ = std::make_unique<MemCheckpoints>(std::move(m), engine_);
     // The cost, in the start-up log: rank 0's slots, and the whole job's.
     const double total = topo_.sum_across_ranks(double(mem_->bytes() + mem_->replica_bytes()));
     const std::string replicas =
         mem_->replica_bytes() > 0
-            ? fmt(", and 2 replica slots of rank %d's copies, %.1f MiB (--mem-ckpt-replicas 1: "
-                  "each copy also goes to rank %d on the next host)", topo.replica_from,
-                  double(mem_->replica_bytes()) / (1 << 20), topo.replica_to)
+            ? fmt(", and %d replica slots of rank %d's copies, %.1f MiB (--mem-ckpt-replicas 1: "
+                  "the newest copy also goes to rank %d on the next host, %s)", MemCheckpoints::kReplicaSlots,
+                  topo.replica_from, double(mem_->replica_bytes()) / (1 << 20), topo.replica_to,
+                  c.mem_replica_mbps > 0 ? fmt("paced at %g MB/s", c.mem_replica_mbps).c_str() : "unpaced")
             : std::string();
     if (topo_.rank == 0)
       std::fprintf(stderr,
-                   "strata train: mem-ckpt: a copy every %lld step(s) in /dev/shm%s: 2 slots, "
+                   "strata train: mem-ckpt: a copy every %lld step(s) in /dev/shm%s: %d slots, "
                    "%.1f MiB on rank 0%s; %.1f MiB over the job's %d rank(s)\n",
-                   (long long)c.mem_every, mem_->segment_name().c_str(),
+                   (long long)c.mem_every, mem_->segment_name().c_str(), mem_->slots(),
                    double(mem_->bytes()) / (1 << 20), replicas.c_str(), total / (1 << 20), topo_.world);
   }
   if (c.every == 0) return;
@@ -430,7 +434,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   const std::string passed_text =
       passed > 0 ? cat("; ", passed, " copy(ies) passed over, see the lines above") : "";
   int64_t chosen = -1;
-  for (size_t i = 0; i < size_t(ckpt::kMemSlots) && chosen < 0; ++i) {
+  for (size_t i = 0; i < size_t(ckpt::kMaxMemSlots) && chosen < 0; ++i) {
     const int64_t candidate = rank0(i < mine.size() ? double(mine[i]) : -1.0);
     if (candidate < 0) break;
     const bool have = std::find(mine.begin(), mine.end(), candidate) != mine.end();

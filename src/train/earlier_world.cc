@@ -75,7 +75,7 @@ EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, i
       continue;
     }
     row[0] = file_identity(name);
-    for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
+    for (int slot = 0; slot < seg->slots(); ++slot) {
       const ckpt::MemSlotView v = seg->inspect(slot, false);  // headers only; verify() hashes
       const std::string what = cat("rank ", q, "'s in-memory copy of step ", v.meta.step,
                                    " (slot ", slot, " of /dev/shm", name, ")");
@@ -118,7 +118,7 @@ std::vector<int64_t> EarlierWorld::gather(const std::vector<int64_t>& mine) cons
 
 int EarlierWorld::slot_of(int r, int q, int64_t step) const {
   const int64_t* row = &table_[(size_t(r) * size_t(old_world_) + size_t(q)) * kCols];
-  for (int slot = 0; slot < ckpt::kMemSlots; ++slot)
+  for (int slot = 0; slot < ckpt::kMaxMemSlots; ++slot)
     if (row[1 + slot] == step) return slot;
   return -1;
 }
@@ -133,7 +133,7 @@ int EarlierWorld::holder(int q, int64_t step) const {
 std::vector<int64_t> EarlierWorld::common_steps() const {
   std::vector<int64_t> out;
   for (size_t i = 0; i < table_.size(); i += kCols)
-    for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
+    for (int slot = 0; slot < ckpt::kMaxMemSlots; ++slot) {
       const int64_t step = table_[i + 1 + size_t(slot)];
       bool everywhere = step >= 0;
       for (int q = 0; q < old_world_ && everywhere; ++q) everywhere = holder(q, step) >= 0;

@@ -10,8 +10,8 @@
 // ranks that map a committed copy of q at that step, the (q mod their count)-th, so on one
 // host the checksum passes are shared as before.
 //
-//   agree    (constructor) every new rank all-gathers, per old rank, the steps of its two
-//            slots and the identity of the file (boot id, device, inode): so every rank
+//   agree    (constructor) every new rank all-gathers, per old rank, the steps of its slots
+//            (2 or 3, whichever the segment has; -1 for the absent third) and the identity of the file (boot id, device, inode): so every rank
 //            computes the same common steps and holders, and knows who reads whose file.
 //   verify   each holder hashes its copies of the step; a copy that fails is passed over for
 //            another new rank's copy of the same old rank (the next holder), one line each.
@@ -114,7 +114,7 @@ class EarlierWorld {
   // An all-gather of `n` int64 per rank over the group (a copy when alone).
   std::vector<int64_t> gather(const std::vector<int64_t>& mine) const;
 
-  static constexpr size_t kCols = 1 + ckpt::kMemSlots;  // per (new rank, old rank): file, steps
+  static constexpr size_t kCols = 1 + ckpt::kMaxMemSlots;  // per (new rank, old rank): file, steps
   int old_world_ = 0;
   comm::ProcessGroup* group_ = nullptr;
   int rank_ = 0, world_ = 1;

@@ -6,10 +6,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
-#include "comm/live_world.h"
 #include "comm/run_segments.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -76,6 +76,7 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
   fingerprint_ = XXH64(layout.data(), layout.size(), 0);
 
   const std::string name = ckpt::MemSegment::name_for(run_key(o_.run_dir), o_.rank);
+  slots_ = o_.live_recovery || o_.replica_group ? 3 : 2;
   // Replicas: each rank learns the slot size of the peer whose copies it keeps.
   if (o_.replica_group) {
     uint64_t theirs = 0;
@@ -92,44 +93,77 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
     }
     // Slots of another size hold another layout's shards: kept mapped only to name that
     // layout in usable_steps' lines, while a segment of this layout replaces it.
+    // A segment of another slot count (another --recovery) is read the same way.
     if (segment_ && segment_->capacity() != payload_bytes_) earlier_ = std::move(segment_);
+    if (segment_ && segment_->slots() != slots_) earlier_ = std::move(segment_);
   }
   if (!segment_) {
-    const uint64_t replica = replica_payload_bytes_ > 0 ? ckpt::MemSegment::segment_bytes(replica_payload_bytes_) : 0;
-    const uint64_t need = (ckpt::MemSegment::segment_bytes(payload_bytes_) + replica) * uint64_t(o_.local_world);
+    const uint64_t replica =
+        replica_payload_bytes_ > 0 ? ckpt::MemSegment::segment_bytes(replica_payload_bytes_, kReplicaSlots) : 0;
+    const uint64_t need = (ckpt::MemSegment::segment_bytes(payload_bytes_, slots_) + replica) * uint64_t(o_.local_world);
     struct statvfs v {};
     if (statvfs("/dev/shm", &v) == 0) {
       const uint64_t free = uint64_t(v.f_bavail) * v.f_frsize + existing_bytes(segment_prefix(o_.run_dir));
       const std::string replicas =
-          replica > 0 ? cat(" and 2 replica slots of ", mib_text(replica_payload_bytes_), " (--mem-ckpt-replicas 1)") : "";
+          replica > 0 ? cat(" and ", kReplicaSlots, " replica slots of ", mib_text(replica_payload_bytes_),
+                            " (--mem-ckpt-replicas 1)") : "";
       STRATA_CHECK(need <= free, "--mem-ckpt-every ", o_.every, ": in-memory checkpoints need ",
-                   mib_text(need), " in /dev/shm (2 slots of ", mib_text(payload_bytes_), replicas,
+                   mib_text(need), " in /dev/shm (", slots_, " slots of ", mib_text(payload_bytes_), replicas,
                    " per rank x ", o_.local_world, " rank(s) on this host), but it has ",
                    mib_text(free), " free; use fewer ranks per host",
                    replica > 0 ? ", --mem-ckpt-replicas 0" : "", " or --mem-ckpt-every 0");
     }
-    segment_ = ckpt::MemSegment::create(name, payload_bytes_);
+    segment_ = ckpt::MemSegment::create(name, payload_bytes_, slots_);
   }
   if (o_.replica_group) {
     // Named as replica_from's own segment (that rank runs on another host: no collision here),
     // so a restart on this host finds every old rank's copy under one naming.
     const std::string rname = ckpt::MemSegment::name_for(run_key(o_.run_dir), o_.replica_from);
     comm::own_for_run(rname);
-    replica_ = ckpt::MemSegment::create(rname, replica_payload_bytes_);
+    replica_ = ckpt::MemSegment::create(rname, replica_payload_bytes_, kReplicaSlots);
   }
   // Under a launcher the job owns the segment: the launcher removes it when the job ends
   // (comm/run_segments.h), whatever becomes of this rank.
   comm::own_for_run(name);
   writer_ = std::thread([this] { writer_loop(); });
+  if (o_.replica_group) {
+    // Ending (finish, or a stop without it: a failure, a world change) sends the rest at once;
+    // a stop without finish waits on a peer that does not answer for kReplicaGraceS at most.
+    auto ending = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return stop_ || finishing_;
+    };
+    auto give_up = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return stop_ && !finishing_ && stop_watch_.seconds() > kReplicaGraceS;
+    };
+    link_ = std::make_unique<ReplicaLink>(*o_.replica_group, o_.replica_to, o_.replica_from, o_.replica_mbps,
+                                          ending, give_up);
+    replicator_ = std::thread([this] { replica_loop(); });
+  }
 }
 
 MemCheckpoints::~MemCheckpoints() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    stop_watch_ = Stopwatch();
   }
   cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  if (replicator_.joinable()) replicator_.join();
+  if (abandoned_) {
+    // The replica group may still read or write these mappings (the process is failing): the
+    // names go, the memory stays mapped until the process ends.
+    if (!o_.supervised) {
+      ckpt::MemSegment::remove(segment_->name());
+      ckpt::MemSegment::remove(replica_->name());
+    }
+    segment_.release();
+    replica_.release();
+    link_.release();
+    return;
+  }
   // A supervised rank that failed leaves its copies to the restart (the launcher removes
   // them when the job ends); otherwise nothing may outlive the run.
   if (segment_ && (finished_ || !o_.supervised)) {
@@ -143,7 +177,7 @@ MemCheckpoints::~MemCheckpoints() {
 }
 
 uint64_t MemCheckpoints::replica_bytes() const {
-  return replica_ ? uint64_t(ckpt::kMemSlots) * replica_payload_bytes_ : 0;
+  return replica_ ? uint64_t(kReplicaSlots) * replica_payload_bytes_ : 0;
 }
 
 int mem_segment_ranks(const std::string& run_dir) {
@@ -160,7 +194,7 @@ int mem_segment_ranks(const std::string& run_dir) {
   return n;
 }
 
-uint64_t MemCheckpoints::bytes() const { return uint64_t(ckpt::kMemSlots) * payload_bytes_; }
+uint64_t MemCheckpoints::bytes() const { return uint64_t(slots_) * payload_bytes_; }
 
 const std::string& MemCheckpoints::segment_name() const { return segment_->name(); }
 
@@ -169,7 +203,7 @@ std::vector<int64_t> MemCheckpoints::usable_steps(bool same_job) {
   const std::string run = run_key(o_.run_dir);
   passed_over_ = 0;
   const ckpt::MemSegment& seg = earlier_ ? *earlier_ : *segment_;
-  for (int slot = 0; slot < ckpt::kMemSlots; ++slot) {
+  for (int slot = 0; slot < seg.slots(); ++slot) {
     const ckpt::MemSlotView v = seg.inspect(slot);
     if (v.state != ckpt::MemSlotState::empty) ++passed_over_;  // until it proves usable
     const std::string what =
@@ -191,11 +225,18 @@ std::vector<int64_t> MemCheckpoints::usable_steps(bool same_job) {
     } else if (same_job && v.meta.job != o_.job) {
       o_.log(cat(what, " belongs to another job (", v.meta.job.empty() ? "unsupervised" : v.meta.job,
                  "; this job is ", o_.job, "); ignored"));
+    } else if (earlier_ && earlier_->capacity() == payload_bytes_ && v.meta.layout == fingerprint_) {
+      o_.log(cat(what, " lies in a segment of ", seg.slots(), " slots, this run uses ", slots_,
+                 " (another --recovery or --mem-ckpt-replicas); ignored"));
     } else if (earlier_ || v.meta.layout != fingerprint_) {
       o_.log(cat(what, " was written at ", v.meta.layout_text, ", this run is ", o_.layout_text,
                  "; ignored"));
     } else {
       slot_step_[slot] = v.meta.step;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        committed_[slot] = v.meta.step;
+      }
       steps.push_back(v.meta.step);
       --passed_over_;
     }
@@ -259,16 +300,17 @@ MemCopy MemCheckpoints::read_copy(int slot) const {
 MemCopy MemCheckpoints::load(int64_t step) {
   wait_commit();
   int slot = -1;
-  for (int s = 0; s < ckpt::kMemSlots; ++s)
+  for (int s = 0; s < slots_; ++s)
     if (slot_step_[s] == step) slot = s;
   STRATA_CHECK(slot >= 0, "no in-memory copy of step ", step, " in /dev/shm", segment_->name());
   const MemCopy m = read_copy(slot);
   STRATA_CHECK(m.step == step, "in-memory copy in slot ", slot, " records step ", m.step,
                ", its header step ", step);
-  for (int s = 0; s < ckpt::kMemSlots; ++s)
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int s = 0; s < slots_; ++s)
     if (s != slot) {
       segment_->clear(s);
-      slot_step_[s] = -1;
+      slot_step_[s] = committed_[s] = -1;
     }
   return m;
 }
@@ -276,18 +318,36 @@ MemCopy MemCheckpoints::load(int64_t step) {
 void MemCheckpoints::clear() {
   wait_commit();
   earlier_.reset();
-  for (int s = 0; s < ckpt::kMemSlots; ++s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int s = 0; s < slots_; ++s) {
     segment_->clear(s);
-    slot_step_[s] = -1;
+    slot_step_[s] = committed_[s] = -1;
   }
 }
 
-int MemCheckpoints::newest_slot() const {
+namespace {
+
+int newest_of(const int64_t* steps, int slots) {
   int best = -1;
-  for (int s = 0; s < ckpt::kMemSlots; ++s)
-    if (slot_step_[s] >= 0 && (best < 0 || slot_step_[s] > slot_step_[best])) best = s;
+  for (int s = 0; s < slots; ++s)
+    if (steps[s] >= 0 && (best < 0 || steps[s] > steps[best])) best = s;
   return best;
 }
+
+}  // namespace
+
+int mem_slot_to_write(const int64_t* steps, int slots, unsigned held) {
+  const int newest = newest_of(steps, slots);
+  int best = -1;
+  for (int s = 0; s < slots; ++s)
+    if (s != newest && !(held >> s & 1u) && (best < 0 || steps[s] < steps[best])) best = s;
+  if (best < 0 && newest >= 0 && !(held >> newest & 1u)) best = newest;
+  return best;
+}
+
+int MemCheckpoints::newest_slot() const { return newest_of(slot_step_, slots_); }
+
+int MemCheckpoints::newest_committed() const { return newest_of(committed_, slots_); }
 
 void MemCheckpoints::wait_commit() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -313,6 +373,14 @@ void MemCheckpoints::writer_loop() {
     copy_s_ += copy_s;
     max_copy_s_ = std::max(max_copy_s_, copy_s);
     cv_.notify_all();
+    const diag::FaultSpec& f = o_.fault;
+    if (f.kind == diag::FaultKind::kill_during_mem_commit && f.fires(o_.rank, step)) {
+      // The commit outlasts the next step: the peers finish it (at ZeRO 0 they need nothing
+      // of this rank after its gradients) and start their next copy while this one is open.
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      raise(SIGKILL);
+    }
     ckpt::MemSlotMeta meta;
     meta.job = o_.job;
     meta.run = run;
@@ -329,80 +397,147 @@ void MemCheckpoints::writer_loop() {
       error = e.what();
     }
     const double s = sw.seconds();
-    // The copy goes to the peer host before the slot may be written again (the next copy
-    // waits for pending_slot_), so a replica is always of the step its header names.
-    if (o_.replica_group && error.empty()) {
-      Stopwatch rsw;
-      try {
-        exchange_replicas(slot, step, true);
-      } catch (const std::exception& e) {
-        error = cat("replica exchange: ", e.what());
-      }
-      const double r = rsw.seconds();
-      replica_s_ += r;
-      max_replica_s_ = std::max(max_replica_s_, r);
-    } else if (o_.replica_group) {
-      try {
-        exchange_replicas(slot, step, false);  // the peer still waits for this rank's header
-      } catch (const std::exception&) {
-      }
-    }
     lock.lock();
     commit_s_ += s;
     commit_error_ = error;
+    if (error.empty()) committed_[slot] = step;  // the replica thread may take it now
     pending_slot_ = -1;
     cv_.notify_all();
   }
 }
 
-namespace {
+int64_t MemCheckpoints::newest_step() const {
+  const int slot = newest_committed();
+  return slot < 0 ? -1 : committed_[slot];
+}
 
-// What precedes a copy's bytes on the replica group.
-struct ReplicaHeader {
-  int64_t step;
-  int64_t slot;
-  uint64_t bytes;  // 0: the sender has no committed copy of this step (its commit failed)
-  uint64_t payload_hash;
-  uint64_t layout;
-};
+int MemCheckpoints::first_after(int64_t after) const {
+  int best = -1;
+  for (int s = 0; s < slots_; ++s)
+    if (committed_[s] > after && (best < 0 || committed_[s] < committed_[best])) best = s;
+  return best;
+}
 
-}  // namespace
-
-void MemCheckpoints::exchange_replicas(int slot, int64_t step, bool committed) {
-  comm::ProcessGroup& g = *o_.replica_group;
-  ReplicaHeader out{step, slot, committed ? payload_bytes_ : 0,
-                    committed ? segment_->payload_hash(slot) : 0, fingerprint_};
-  ReplicaHeader in{};
-  comm::WorkPtr sent = g.send_async(&out, sizeof out, DType::u8, o_.replica_to, 2);
-  g.recv_async(&in, sizeof in, DType::u8, o_.replica_from, 2)->wait();
-  sent->wait();
-  comm::WorkPtr payload;
-  if (out.bytes > 0) payload = g.send_async(segment_->payload(slot), size_t(out.bytes), DType::u8, o_.replica_to, 3);
-  if (in.bytes > 0) {
-    STRATA_CHECK(in.slot >= 0 && in.slot < ckpt::kMemSlots && in.bytes <= replica_->capacity(),
-                 "replica of rank ", o_.replica_from, "'s copy of step ", in.step, " claims slot ",
-                 in.slot, " and ", in.bytes, " bytes; its segment has ", ckpt::kMemSlots,
-                 " slots of ", replica_->capacity());
-    const int rslot = int(in.slot);
-    unsigned char* to = replica_->begin_write(rslot, in.step);
-    g.recv_async(to, size_t(in.bytes), DType::u8, o_.replica_from, 3)->wait();
-    ckpt::MemSlotMeta meta;
-    meta.job = o_.job;
-    meta.run = run_key(o_.run_dir);
-    meta.layout = in.layout;
-    meta.layout_text = o_.layout_text;
-    meta.step = in.step;
-    meta.bytes = in.bytes;
-    if (replica_->commit_received(rslot, meta, in.payload_hash)) {
-      ++replicas_kept_;
-    } else {
-      ++replicas_bad_;
-      o_.log(cat("replica of rank ", o_.replica_from, "'s in-memory copy of step ", in.step,
-                 " failed its checksum on arrival (slot ", rslot, " of /dev/shm", replica_->name(),
-                 "); not kept"));
-    }
+unsigned MemCheckpoints::held_slots() const {
+  unsigned held = 0;
+  if (kept_ >= 0) held |= 1u << kept_;
+  if (pinned_ >= 0) held |= 1u << pinned_;
+  if (awaited_ >= -1) {
+    const int next = first_after(awaited_);
+    if (next >= 0) held |= 1u << next;
   }
-  if (payload) payload->wait();
+  return held;
+}
+
+void MemCheckpoints::replica_loop() {
+  // Every rank sends the same steps: between rounds the whole replica group agrees (one
+  // all-reduce) on the newest step any rank holds, M; each rank then sends its first copy
+  // after M, a step every rank copies, kept from the writer until sent (held_slots). So the
+  // step a replica holds is one every rank also keeps in its own slots (`kept_`, until the
+  // next replica is complete at every peer: the next agreement), and a lost host resumes
+  // there. The agreement also ends the rounds on every rank at once (any rank ending).
+  int64_t last_sent = -1;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    int64_t agreed[2] = {newest_step(), stop_ || finishing_ ? 1 : 0};
+    lock.unlock();
+    std::string error;
+    try {
+      link_->agree_max(agreed, 2);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    lock.lock();
+    if (!error.empty() || agreed[1] > 0) {
+      if (!error.empty()) replica_failed(lock, error);
+      return;
+    }
+    // Every rank finished the last round: every peer holds the step sent complete, so the one
+    // before it is free.
+    if (pinned_ >= 0) kept_ = pinned_, pinned_ = -1;
+    // The writer's commits are final once it is idle and the rank is ending (finish, or a stop
+    // after the step's copy): then every rank sees the same copies and decides alike.
+    awaited_ = agreed[0];
+    cv_.wait(lock, [&] { return first_after(awaited_) >= 0 || ((stop_ || finishing_) && pending_slot_ < 0); });
+    const int slot = first_after(awaited_);
+    awaited_ = -2;
+    if (slot < 0) continue;  // ending before the copy: the next agreement ends the rounds
+    pinned_ = slot;
+    ReplicaHeader out;
+    out.step = committed_[slot];
+    out.bytes = payload_bytes_;
+    out.payload_hash = segment_->payload_hash(slot);
+    out.layout = fingerprint_;
+    if (last_sent >= 0) {
+      const int64_t age = newest_step() - last_sent;
+      age_sum_ += age;
+      age_max_ = std::max(age_max_, age);
+      ++replica_ages_;
+    }
+    lock.unlock();
+    Stopwatch sw;
+    ReplicaHeader in;
+    try {
+      in = link_->round(out, segment_->payload(slot), [this](const ReplicaHeader& h) { return replica_slot_for(h); });
+      if (in.bytes > 0) keep_replica(in);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const double r = sw.seconds();
+    lock.lock();
+    if (!error.empty()) {
+      replica_failed(lock, error);
+      return;
+    }
+    // The slot stays held (pinned, then kept): its peer holds this step, so must this rank.
+    last_sent = out.step;
+    ++replicas_sent_;
+    replica_s_ += r;
+    max_replica_s_ = std::max(max_replica_s_, r);
+  }
+}
+
+void MemCheckpoints::replica_failed(std::unique_lock<std::mutex>& lock, const std::string& error) {
+  // Replicas end here; training goes on (a dead peer host breaks its groups anyway). A rank
+  // that gave up on a peer while stopping may leave operations that still use the segments.
+  kept_ = pinned_ = -1;
+  awaited_ = -2;
+  abandoned_ = stop_ && !finishing_;
+  replica_error_ = error;
+  cv_.notify_all();
+  if (abandoned_) return;
+  lock.unlock();
+  o_.log(cat("replicas to rank ", o_.replica_to, " and from rank ", o_.replica_from, " stop: ", error));
+  lock.lock();
+}
+
+unsigned char* MemCheckpoints::replica_slot_for(const ReplicaHeader& in) {
+  STRATA_CHECK(in.bytes <= replica_->capacity(), "replica of rank ", o_.replica_from, "'s copy of step ",
+               in.step, " claims ", in.bytes, " bytes; its slots hold ", replica_->capacity());
+  // The older of the two replica slots: the newest replica stays complete meanwhile.
+  int64_t steps[kReplicaSlots];
+  for (int s = 0; s < kReplicaSlots; ++s) steps[s] = replica_->payload_hash(s) == 0 ? -1 : replica_->inspect(s, false).meta.step;
+  replica_writing_ = mem_slot_to_write(steps, kReplicaSlots, 0);
+  return replica_->begin_write(replica_writing_, in.step);
+}
+
+void MemCheckpoints::keep_replica(const ReplicaHeader& in) {
+  ckpt::MemSlotMeta meta;
+  meta.job = o_.job;
+  meta.run = run_key(o_.run_dir);
+  meta.layout = in.layout;
+  meta.layout_text = o_.layout_text;
+  meta.step = in.step;
+  meta.bytes = in.bytes;
+  const bool kept = replica_->commit_received(replica_writing_, meta, in.payload_hash);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(kept ? replicas_kept_ : replicas_bad_);
+  }
+  if (!kept)
+    o_.log(cat("replica of rank ", o_.replica_from, "'s in-memory copy of step ", in.step,
+               " failed its checksum on arrival (slot ", replica_writing_, " of /dev/shm", replica_->name(),
+               "); not kept"));
 }
 
 // On the writer thread, while the next step's forward and backward only read the states.
@@ -424,15 +559,8 @@ void MemCheckpoints::copy_shards(unsigned char* payload, int64_t step) {
 }
 
 void MemCheckpoints::before_update() {
-  if (comm::rank_live_board()) {
-    // Live recovery: the copy of the last step is committed before this rank's update, so a
-    // peer that finished this step (its ZeRO all-gather after every rank's update) and starts
-    // the next copy over its older slot leaves a step every rank holds complete.
-    Stopwatch sw;
-    wait_commit();
-    stall_s_ += sw.seconds();
-    return;
-  }
+  // Only the read: with a third slot under live recovery, a peer that finished this step and
+  // writes its next copy still keeps the step before the one this rank may be committing.
   std::unique_lock<std::mutex> lock(mu_);
   if (pending_slot_ < 0 || copied_) return;
   Stopwatch sw;
@@ -449,9 +577,15 @@ void MemCheckpoints::copy(int64_t done, const data::LoaderState& loader, int64_t
   wait_commit();
   // The engine's buffers, as now (their ranges are the fingerprint's; the writer is idle).
   shards_ = engine_.state_shards();
-  // The slot not holding the newest copy: that one stays complete while this is written.
-  const int newest = newest_slot();
-  const int slot = newest < 0 ? 0 : 1 - newest;
+  // Not the newest copy's slot (it stays complete while this is written), nor one the
+  // replica thread holds (mem_slot_to_write).
+  int slot = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slot = mem_slot_to_write(committed_, slots_, held_slots());
+    STRATA_CHECK(slot >= 0, "in-memory checkpoint: no slot of ", slots_, " is free to write step ", done);
+    committed_[slot] = -1;
+  }
   slot_step_[slot] = -1;
   unsigned char* p = segment_->begin_write(slot, done);  // the writer copies the shards
   json ranges = json::array();  // where each shard lies in the states (EarlierWorld reads them)
@@ -502,6 +636,13 @@ MemCopy MemCheckpoints::restore_newest() {
 
 void MemCheckpoints::finish() {
   wait_commit();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finishing_ = true;
+  }
+  cv_.notify_all();
+  // Every rank finishes at the same point of the run, so the peers' end marks come.
+  if (replicator_.joinable()) replicator_.join();
   finished_ = true;
 }
 
@@ -510,17 +651,26 @@ json MemCheckpoints::summary_json() const {
             {"bytes_per_rank", bytes()},
             {"segment", "/dev/shm" + segment_->name()},
             {"copies", copies_}};
+  j["slots"] = slots_;
   if (replica_) {
+    std::lock_guard<std::mutex> lock(mu_);
     j["replicas"] = 1;
     j["replica_bytes_per_rank"] = replica_bytes();
     j["replica_segment"] = "/dev/shm" + replica_->name();
     j["replica_to_rank"] = o_.replica_to;
+    j["replica_mbps"] = o_.replica_mbps;  // the pace; 0: unpaced
+    j["replicas_sent"] = replicas_sent_;
     j["replicas_kept"] = replicas_kept_;
     j["replicas_failed_checksum"] = replicas_bad_;
-    if (replicas_kept_ + replicas_bad_ > 0) {
-      j["replica_ms_mean"] = replica_s_ / double(replicas_kept_ + replicas_bad_) * 1e3;
+    if (replicas_sent_ > 0) {
+      j["replica_ms_mean"] = replica_s_ / double(replicas_sent_) * 1e3;  // a round: send and receive
       j["replica_ms_max"] = max_replica_s_ * 1e3;
     }
+    if (replica_ages_ > 0) {
+      j["replica_age_steps_mean"] = double(age_sum_) / double(replica_ages_);
+      j["replica_age_steps_max"] = age_max_;
+    }
+    if (!replica_error_.empty()) j["replica_error"] = replica_error_;
   }
   if (copies_ > 0) {
     j["stall_ms_mean"] = stall_s_ / double(copies_) * 1e3;

@@ -4,14 +4,21 @@
 // random state) into a shared-memory segment on its host that outlives the process
 // (ckpt/mem_slots.h), so a failure costs at most K steps instead of a disk interval.
 //
-//   copy     after the step, the training thread records the training state into the slot
-//            not holding the newest complete copy; a writer thread copies the state shards
-//            into it while the next step's forward and backward run (they only read the
-//            states), then hashes and commits the slot. The next optimizer update first waits
-//            for the copy (before_update), the next copy for the commit, so at most one slot
-//            is ever in writing and the copy is always of the step it names.
+//   slots    2, or 3 under live recovery (--recovery shrink|live) or with replicas. The copy
+//            goes into the oldest slot that neither holds the newest committed copy nor is
+//            held by the replica thread (mem_slot_to_write). With 3 slots a rank keeps the
+//            step before its newest while it writes the next: a rank killed in its commit of
+//            step s still holds s-1, and its peers, already writing s+1, hold s-1 and s, at
+//            every ZeRO stage (no wait for the commit is needed for that). While the replica
+//            thread holds two slots (below) the third is rewritten copy after copy.
+//   copy     after the step, the training thread records the training state into that slot;
+//            a writer thread copies the state shards into it while the next step's forward
+//            and backward run (they only read the states), then hashes and commits the slot.
+//            The next optimizer update first waits for the copy to have read the states
+//            (before_update), the next copy for the commit, so at most one slot is ever in
+//            writing and the copy is always of the step it names.
 //   restart  a supervised restart (STRATA_RESTART > 0, also --elastic) or --resume auto
-//            reads both slots: copies that are incomplete, fail their checksum, or belong to
+//            reads every slot: copies that are incomplete, fail their checksum, or belong to
 //            another run, job or layout are passed over with one line each; the run resumes
 //            from memory when every rank holds a complete copy of a common step newer than
 //            the disk checkpoint (train/checkpointing.h decides, collectively).
@@ -20,16 +27,25 @@
 //            process fails; a supervised rank leaves it for its restart, and the launcher
 //            (`strata train --nproc/--hosts`, `strata launch`) removes it when the job ends:
 //            the job owns it (comm/run_segments.h).
-//   replicas `--mem-ckpt-replicas 1` across hosts: after the commit the writer thread sends the
-//            copy to the same local rank on the next host and receives the previous host's
-//            into a segment named as that rank's own (so a restart on this host finds every old
-//            rank's copy under one naming), on a process group of its own; the receiver keeps
-//            it only when its checksum equals the sender's. The next copy waits for the
-//            exchange. An --elastic restart of another world size reads them through
-//            EarlierWorld (train/earlier_world.h).
+//   replicas `--mem-ckpt-replicas 1` across hosts: a replica thread of its own, on a process
+//            group of its own, sends copies to the same local rank on the next host while it
+//            receives the previous host's into a 2-slot segment named as that rank's own (so a
+//            restart on this host finds every old rank's copy under one naming). Rounds: the
+//            whole group agrees (one all-reduce) on the newest step any rank holds, M; each
+//            rank holds its first copy after M from the writer, pins it, sends it (paced,
+//            --mem-ckpt-replica-mbps, MB/s per rank; train/mem_replicas.h) and keeps it held
+//            once its peer has it complete, until the next one is. Copies committed meanwhile
+//            are skipped (a replica is as fresh as the link allows) and the writer never
+//            waits: the third slot is always its own. Every rank sends the same steps, and
+//            keeps the step its peer holds, so when a host is lost the survivors' own copies
+//            and the lost ranks' replicas share a step, which an --elastic restart or a live
+//            re-formation reads through EarlierWorld (train/earlier_world.h). The receiver
+//            keeps a copy only when its checksum equals the sender's. finish() or a stop ends
+//            the rounds on every rank at the next agreement (a round in flight goes on
+//            unpaced; a stop gives up after kReplicaGraceS on a peer that does not answer).
 // Cost: per copy, one memcpy of the shards (16 bytes per parameter held at fp32 with AdamW)
 // and one xxh64 pass, both on the writer thread; the step waits only when the copy outlasts
-// its forward and backward. Memory: two slots.
+// its forward and backward. Memory: 2 or 3 slots, and 2 replica slots with replicas.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -45,7 +61,9 @@
 #include "data/dataset.h"
 #include "diag/fault_inject.h"
 #include "nlohmann/json.hpp"
+#include "core/timer.h"
 #include "parallel/engine.h"
+#include "train/mem_replicas.h"
 
 namespace strata::train {
 
@@ -66,14 +84,24 @@ struct MemCheckpointOptions {
   bool reuse = false;
   bool supervised = false;  // failures leave the segment for the restart and the launcher
   std::string layout_text;  // this run's layout, as checkpoints describe it
-  diag::FaultSpec fault;    // kill-during-mem-ckpt / corrupt-mem-ckpt (first attempt only)
+  diag::FaultSpec fault;    // kill-during-mem-ckpt/-commit, corrupt-mem-ckpt (first attempt only)
+  // --recovery shrink|live (or a world it re-formed): a third slot, so a rank killed in its
+  // commit leaves a step every rank still holds (see "slots" above).
+  bool live_recovery = false;
   std::function<void(const std::string&)> log;
-  // --mem-ckpt-replicas 1 (Topology's replica fields): after each commit the writer thread
-  // sends the copy to `replica_to` and receives `replica_from`'s into a segment on this host
-  // named as that rank's own; null: no replicas.
+  // --mem-ckpt-replicas 1 (Topology's replica fields): the replica thread sends the newest
+  // copy to `replica_to` and receives `replica_from`'s into a segment on this host named as
+  // that rank's own; null: no replicas. replica_mbps: --mem-ckpt-replica-mbps (0: unpaced).
   comm::ProcessGroup* replica_group = nullptr;
   int replica_to = -1, replica_from = -1;
+  double replica_mbps = 0;
 };
+
+// The slot a copy goes into: never one `held` (bit s: slot s) by the replica thread; the
+// oldest (an empty one first) that does not hold the newest committed step (`steps`: per
+// slot, -1 when empty or in writing), else the newest's own slot (every other slot held);
+// -1 when every slot is held.
+int mem_slot_to_write(const int64_t* steps, int slots, unsigned held);
 
 // The run's segments in this host's /dev/shm: one past the highest rank named (a rank's own
 // segment or a replica of a peer's); 0 when there is none.
@@ -103,7 +131,10 @@ class MemCheckpoints {
   MemCheckpoints(const MemCheckpoints&) = delete;
   MemCheckpoints& operator=(const MemCheckpoints&) = delete;
 
-  uint64_t bytes() const;  // both slots' payload: the memory cost of this rank
+  // Replicas of replica_from's copies: the newest kept while the next one arrives.
+  static constexpr int kReplicaSlots = 2;
+  int slots() const { return slots_; }
+  uint64_t bytes() const;  // every slot's payload: the memory cost of this rank
   uint64_t replica_bytes() const;  // both replica slots' payload (0 without replicas)
   const std::string& segment_name() const;
   // Complete copies usable by this run, newest step first; every slot passed over is logged
@@ -125,7 +156,8 @@ class MemCheckpoints {
   // The newest complete copy restored into the engine (after the copy in flight is
   // committed); step -1 when there is none yet.
   MemCopy restore_newest();
-  // Waits for the copy in flight. The run ended well: the segment goes with this object.
+  // Waits for the copy in flight and ends the replica rounds (an end mark each way). The run
+  // ended well: the segment goes with this object.
   void finish();
   nlohmann::json summary_json() const;
 
@@ -134,10 +166,20 @@ class MemCheckpoints {
   void wait_commit();
   void writer_loop();
   void copy_shards(unsigned char* payload, int64_t step);
-  // On the writer thread, after a commit (or a failed one: bytes 0): this rank's copy in
-  // `slot` to replica_to, replica_from's into the replica segment.
-  void exchange_replicas(int slot, int64_t step, bool committed);
+  // The replica thread: rounds of sending an agreed copy and receiving replica_from's, until
+  // finish() or a stop ends them on every rank, or one fails.
+  void replica_loop();
+  void replica_failed(std::unique_lock<std::mutex>& lock, const std::string& error);
+  // With mu_ held: the committed slot of the lowest step after `after` (-1: none), and the
+  // slots the writer may not write (kept, pinned, awaited), as a mask.
+  int first_after(int64_t after) const;
+  unsigned held_slots() const;
+  // Where replica_from's copy described by `in` is received (its older replica slot).
+  unsigned char* replica_slot_for(const ReplicaHeader& in);
+  void keep_replica(const ReplicaHeader& in);
   int newest_slot() const;  // -1 when no slot holds a committed copy of this run
+  int newest_committed() const;  // the same among committed slots (mu_ held)
+  int64_t newest_step() const;   // its step, -1 when none (mu_ held)
   MemCopy read_copy(int slot) const;
 
   MemCheckpointOptions o_;
@@ -147,13 +189,21 @@ class MemCheckpoints {
   uint64_t payload_bytes_ = 0;  // json reserve + shards, per slot
   std::unique_ptr<ckpt::MemSegment> segment_;
   std::unique_ptr<ckpt::MemSegment> earlier_;  // this name's segment of another layout, until clear()
-  int64_t slot_step_[ckpt::kMemSlots] = {-1, -1};  // committed (or committing) copy per slot
+  int slots_ = 2;
+  int64_t slot_step_[ckpt::kMaxMemSlots] = {-1, -1, -1};  // committed (or committing) copy per slot
+  // Under mu_: the step each slot holds committed (-1: empty or in writing), for the replica
+  // thread; the slot it sends from (-1: none), the slot of the step its peer holds complete
+  // (kept until the next replica is), and the step after which the next copy is awaited (its
+  // first commit after it is held for the next round; -2: none).
+  int64_t committed_[ckpt::kMaxMemSlots] = {-1, -1, -1};
+  int pinned_ = -1, kept_ = -1;
+  int64_t awaited_ = -2;
   bool finished_ = false;
   int passed_over_ = 0;
 
   // The writer thread: one pending commit at a time.
   std::thread writer_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   int pending_slot_ = -1;
   int64_t pending_step_ = -1;
@@ -167,10 +217,21 @@ class MemCheckpoints {
   // and commit.
   double stall_s_ = 0, copy_s_ = 0, commit_s_ = 0, max_copy_s_ = 0;
 
-  // --mem-ckpt-replicas: the segment holding replica_from's copies, and the exchange's cost.
+  // --mem-ckpt-replicas: the segment holding replica_from's copies, the thread that sends and
+  // receives them (finishing_: finish() asked for the end marks; abandoned_: it gave up waiting
+  // on a peer while stopping, and its operations may still use the segments), its link and
+  // its figures (under mu_ once the thread runs).
   std::unique_ptr<ckpt::MemSegment> replica_;
   uint64_t replica_payload_bytes_ = 0;
-  int64_t replicas_kept_ = 0, replicas_bad_ = 0;
+  std::unique_ptr<ReplicaLink> link_;
+  int replica_writing_ = -1;  // the replica slot being received (replica thread only)
+  std::thread replicator_;
+  bool finishing_ = false, abandoned_ = false;
+  Stopwatch stop_watch_;  // since stop_ (under mu_)
+  static constexpr double kReplicaGraceS = 5;
+  std::string replica_error_;
+  int64_t replicas_sent_ = 0, replicas_kept_ = 0, replicas_bad_ = 0, replica_ages_ = 0;
+  int64_t age_sum_ = 0, age_max_ = 0;
   double replica_s_ = 0, max_replica_s_ = 0;
 };
 

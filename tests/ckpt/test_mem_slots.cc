@@ -2,6 +2,7 @@
 // with its metadata; a slot whose writer stopped before the commit reads incomplete; a byte
 // flipped after the commit fails the payload checksum; the other slot is untouched by all of
 // it; a foreign object of the same name is refused in one line; remove_all takes a prefix.
+// Segments of 2 and 3 slots read back with their own count; another count is one line.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -42,7 +43,8 @@ TEST(MemSlots, CommitIncompleteAndFlippedByte) {
   auto seg = MemSegment::create(name, 10000);  // not a multiple of a page
   ASSERT_TRUE(seg);
   EXPECT_EQ(seg->capacity(), 10000u);
-  for (int s = 0; s < ckpt::kMemSlots; ++s) EXPECT_EQ(seg->inspect(s).state, MemSlotState::empty);
+  EXPECT_EQ(seg->slots(), 2);
+  for (int s = 0; s < seg->slots(); ++s) EXPECT_EQ(seg->inspect(s).state, MemSlotState::empty);
 
   fill(*seg, 0, 7, 0xab, 10000);
   ckpt::MemSlotView v = seg->inspect(0);
@@ -118,6 +120,66 @@ TEST(MemSlots, OversizedCommitAndForeignObjectsAreOneLine) {
   EXPECT_EQ(MemSegment::create(name, 4096)->inspect(0).state, MemSlotState::empty);
   MemSegment::remove(name);
   EXPECT_EQ(MemSegment::open_existing(name), nullptr);
+}
+
+// Three slots (live recovery, replicas): each holds its own step, a reader maps it with its
+// count; a 2-slot segment beside it still reads as 2 slots; a slot past the count and a count
+// other than 2 or 3 are one line each.
+TEST(MemSlots, TwoAndThreeSlotSegmentsReadBackWithTheirCount) {
+  const std::string three = MemSegment::name_for(unique_key("three"), 0);
+  const std::string two = MemSegment::name_for(unique_key("three"), 1);
+  auto a = MemSegment::create(three, 5000, 3);
+  auto b = MemSegment::create(two, 5000);
+  EXPECT_EQ(MemSegment::segment_bytes(5000, 3) - MemSegment::segment_bytes(5000, 2), 4096u + 8192u);
+  for (int s = 0; s < 3; ++s) fill(*a, s, 10 + s, static_cast<unsigned char>(s + 1), 5000);
+  fill(*b, 1, 4, 0x77, 5000);
+  a.reset();
+  b.reset();
+  auto ra = MemSegment::open_existing(three);
+  auto rb = MemSegment::open_existing(two);
+  ASSERT_TRUE(ra && rb);
+  EXPECT_EQ(ra->slots(), 3);
+  EXPECT_EQ(rb->slots(), 2);
+  for (int s = 0; s < 3; ++s) {
+    const ckpt::MemSlotView v = ra->inspect(s);
+    ASSERT_EQ(v.state, MemSlotState::complete) << v.problem;
+    EXPECT_EQ(v.meta.step, 10 + s);
+    EXPECT_EQ(ra->payload(s)[4999], s + 1);
+  }
+  EXPECT_EQ(rb->inspect(0).state, MemSlotState::empty);
+  EXPECT_EQ(rb->inspect(1).meta.step, 4);
+  try {
+    rb->inspect(2);
+    FAIL() << "slot 2 of a 2-slot segment must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slot 2 of 2 in /dev/shm" + two), std::string::npos) << e.what();
+  }
+  try {
+    MemSegment::create(MemSegment::name_for(unique_key("four"), 0), 4096, 4);
+    FAIL() << "4 slots must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 slots asked, 2 or 3 supported"), std::string::npos) << e.what();
+  }
+  ra.reset();
+  // A header claiming 4 slots (a newer format, or damage): one line naming the count.
+  {
+    const int fd = shm_open(three.c_str(), O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    static_cast<uint32_t*>(p)[3] = 4;  // after the 8-byte magic and the version
+    munmap(p, 4096);
+  }
+  try {
+    MemSegment::open_existing(three);
+    FAIL() << "a 4-slot header must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is an in-memory checkpoint of 4 slot(s) of 5000 bytes"), std::string::npos)
+        << e.what();
+  }
+  MemSegment::remove(three);
+  MemSegment::remove(two);
 }
 
 }  // namespace

@@ -68,13 +68,17 @@ struct OldWorld {
   TempDir dir{"earlier_world"};
   std::string run_dir = dir.file("run");
   std::vector<std::unique_ptr<ckpt::MemSegment>> segments;
-  explicit OldWorld(bool zero1) {
+  // slots[q]: old rank q's segment has 2 slots (steps 5 and 6) or 3 (steps 7, 5, 6: the third
+  // copy written into slot 0).
+  explicit OldWorld(bool zero1, std::vector<int> slots = {2, 2, 2}) {
     std::filesystem::create_directories(run_dir);
     const std::string run = train::mem_run_key(run_dir);
     for (int q = 0; q < kOld; ++q) {
-      segments.push_back(ckpt::MemSegment::create(ckpt::MemSegment::name_for(run, q), 64 << 10));
-      write_copy(*segments.back(), run, q, 0, 5, zero1);
-      write_copy(*segments.back(), run, q, 1, 6, zero1);
+      const int n = slots[size_t(q)];
+      segments.push_back(ckpt::MemSegment::create(ckpt::MemSegment::name_for(run, q), 64 << 10, n));
+      write_copy(*segments.back(), run, q, n - 2, 5, zero1);
+      write_copy(*segments.back(), run, q, n - 1, 6, zero1);
+      if (n == 3) write_copy(*segments.back(), run, q, 0, 7, zero1);
     }
   }
   ~OldWorld() {
@@ -162,6 +166,26 @@ TEST(EarlierWorld, ACorruptCopyWithoutASecondOneDropsItsStep) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("rank 1's in-memory copy of step 6"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("failed its checksum"), std::string::npos) << lines[0];
+}
+
+// Old ranks with 3-slot segments (live recovery) beside one with 2 (an older binary's, or
+// another setting): the common steps are those every old rank holds in any of its slots.
+TEST(EarlierWorld, TwoAndThreeSlotSegmentsAgreeOnTheirCommonSteps) {
+  {
+    OldWorld w(true, {3, 2, 3});
+    const std::vector<Loaded> got = load_in_new_world(w);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(got[size_t(r)].step, 6) << "new rank " << r << ": step 7 lies in ranks 0 and 2's third slot only";
+      EXPECT_EQ(got[size_t(r)].params.back(), value("params", 6, kPsi - 1));
+    }
+  }
+  OldWorld w(true, {3, 3, 3});
+  const std::vector<Loaded> got = load_in_new_world(w);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(got[size_t(r)].step, 7) << "new rank " << r;
+    const ckpt::Range m = ckpt::zero_shard(kPsi, r, 2);
+    for (int64_t i = m.begin; i < m.end; ++i) EXPECT_EQ(got[size_t(r)].m[size_t(i - m.begin)], value("m", 7, i)) << r;
+  }
 }
 
 TEST(EarlierWorld, AnOldRankOnNoHostIsTheSameLineOnEveryRank) {

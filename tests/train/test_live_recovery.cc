@@ -98,6 +98,30 @@ TEST(LiveRecovery, SurvivorsContinueAsTheSmallerWorldResumedFromDisk) {
   }
 }
 
+// The race three slots close, at ZeRO 0 (where nothing after its gradients holds the peers
+// back): rank 1's commit of its copy of step 4 outlasts step 5, which its peers finish and copy
+// before it dies. It holds step 3 and an incomplete 4; its peers hold 3, 4 and 5 (with two
+// slots they would have written 5 over 3, and no step would be common: a restart from step 0).
+TEST(LiveRecovery, AKillDuringTheCommitAtZeroZeroStillFindsACommonStep) {
+  TempDir dir("live_commit");
+  const std::string run = dir.file("run");
+  RunResult r = run_strata(live_run(run, "--nproc 3 --zero 0 --mem-ckpt-every 1 --recovery shrink "
+                                         "--inject kill-during-mem-commit --inject-rank 1 --inject-step 4"),
+                           dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("mem-ckpt: a copy every 1 step(s) in /dev/shm"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(": 3 slots, "), std::string::npos) << r.err;
+  EXPECT_EQ(live_resume_step(r.err), 3) << r.err;
+  EXPECT_NE(r.err.find("live recovery: rank 1 was killed by signal 9 (Killed)"), std::string::npos) << r.err;
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["live_recovery"][0]["resumed_step"], 3);
+  EXPECT_EQ(summary["live_recovery"][0]["resumed_from"], "memory");
+  EXPECT_EQ(summary["mem_ckpt"]["slots"], 3);
+  EXPECT_EQ(steps_of(run).size(), 8u);
+  expect_nothing_left(run, "kill during the commit");
+}
+
 // Under --recovery live the replacement joins: 3 ranks -> 2 at the kill -> 3 at a later step
 // boundary S. Steps up to the loaded step k equal the 3-rank run that never failed, steps
 // k+1..S a 2-rank run resumed from its step k, and steps after S a 3-rank run resumed from

@@ -2,7 +2,9 @@
 // committed into a segment of this host under the sender's name and read back checksummed; a
 // byte damaged in transit (the sender's checksum disagrees) is not kept, and one flipped
 // later fails the checksum like a local copy's; a restart finds the old world's size from
-// the segments its host holds (its own and the replicas). The exchange itself across
+// the segments its host holds (its own and the replicas). The writer's slot never is one the
+// replica thread holds; a paced exchange (ranks as threads) takes at least bytes / pace and
+// delivers every byte both ways. The exchange itself across
 // namespace hosts: MultiHost.LostHostResumesFromReplicasOnTheSurvivingHost (tests/comm).
 #include <gtest/gtest.h>
 
@@ -12,8 +14,12 @@
 #include <vector>
 
 #include "ckpt/mem_slots.h"
+#include "comm/process_group.h"
+#include "core/error.h"
+#include "core/timer.h"
 #include "support/temp_dir.h"
 #include "train/mem_checkpoints.h"
+#include "train/mem_replicas.h"
 
 namespace strata::test {
 namespace {
@@ -96,6 +102,90 @@ TEST(MemReplicas, TheOldWorldIsFoundFromTheSegmentsOnThisHost) {
   ckpt::MemSegment::remove(r0);
   ckpt::MemSegment::remove(other->name());
   EXPECT_EQ(train::mem_segment_ranks(run_dir), 0);
+}
+
+// Every state of 2 and 3 slots (steps -1 = empty or in writing, 1..3) and every set of slots
+// the replica thread holds: the slot chosen is never a held one; it is the oldest of those that
+// do not hold the newest step, and the newest's own only when every other slot is held.
+TEST(MemReplicas, TheWriterNeverWritesAHeldSlot) {
+  int cases = 0;
+  for (int slots = 2; slots <= ckpt::kMaxMemSlots; ++slots)
+    for (int code = 0; code < 64; ++code) {
+      int64_t steps[ckpt::kMaxMemSlots] = {-1, -1, -1};
+      int c = code;
+      for (int s = 0; s < slots; ++s, c /= 4) steps[s] = c % 4 == 0 ? -1 : c % 4;
+      int newest = -1;
+      for (int s = 0; s < slots; ++s)
+        if (steps[s] >= 0 && (newest < 0 || steps[s] > steps[newest])) newest = s;
+      for (unsigned held = 0; held < (1u << slots); ++held) {
+        const int w = train::mem_slot_to_write(steps, slots, held);
+        ++cases;
+        const std::string what = cat(slots, " slots, steps ", steps[0], " ", steps[1], " ", steps[2], ", held mask ", held);
+        int free = 0;
+        for (int s = 0; s < slots; ++s) free += !(held >> s & 1u);
+        if (free == 0) {
+          EXPECT_EQ(w, -1) << what;
+          continue;
+        }
+        ASSERT_GE(w, 0) << what << ": a slot is free";
+        EXPECT_FALSE(held >> w & 1u) << what << ": wrote a held slot";
+        if (w == newest) {
+          for (int s = 0; s < slots; ++s) {
+            if (s != newest) {
+              EXPECT_TRUE(held >> s & 1u) << what << ": overwrote the newest with slot " << s << " free";
+            }
+          }
+        } else {
+          for (int s = 0; s < slots; ++s) {
+            if (s != newest && !(held >> s & 1u)) {
+              EXPECT_LE(steps[w], steps[s]) << what << ": not the oldest";
+            }
+          }
+        }
+      }
+    }
+  EXPECT_GT(cases, 300);
+}
+
+// Two ranks as threads exchange 3 MiB each way at 6 MB/s: no faster than bytes / pace (loosely:
+// the pace only ever waits), and every byte arrives; then an unpaced round (one message each)
+// and an agreement on the maximum.
+TEST(MemReplicas, APacedExchangeTakesAtLeastBytesOverThePace) {
+  const uint64_t n = 3 << 20;
+  for (const double mbps : {6.0, 0.0}) {
+    std::vector<std::vector<unsigned char>> sent(2, std::vector<unsigned char>(n)), got(2, std::vector<unsigned char>(n));
+    std::vector<double> seconds(2);
+    std::vector<train::ReplicaHeader> heads(2);
+    std::vector<int64_t> agreed(2);
+    comm::run_threads(2, [&](comm::ProcessGroup& g) {
+      const int r = g.rank();
+      for (uint64_t i = 0; i < n; ++i) sent[size_t(r)][i] = static_cast<unsigned char>(i * 7 + uint64_t(r) * 13);
+      train::ReplicaLink link(g, 1 - r, 1 - r, mbps, nullptr, nullptr);
+      train::ReplicaHeader out;
+      out.step = 10 + r;
+      out.bytes = n;
+      out.payload_hash = 99;
+      Stopwatch sw;
+      heads[size_t(r)] = link.round(out, sent[size_t(r)].data(), [&](const train::ReplicaHeader& h) {
+        EXPECT_EQ(h.bytes, n);
+        return got[size_t(r)].data();
+      });
+      seconds[size_t(r)] = sw.seconds();
+      int64_t v[2] = {r == 0 ? 5 : 3, r};
+      link.agree_max(v, 2);
+      agreed[size_t(r)] = v[0] * 10 + v[1];
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(heads[size_t(r)].step, 10 + (1 - r)) << mbps;
+      EXPECT_EQ(heads[size_t(r)].payload_hash, 99u);
+      EXPECT_EQ(heads[size_t(r)].chunk, mbps > 0 ? train::ReplicaLink::kChunk : n) << mbps;
+      EXPECT_TRUE(got[size_t(r)] == sent[size_t(1 - r)]) << "rank " << r << " at " << mbps << " MB/s";
+      EXPECT_EQ(agreed[size_t(r)], 51);
+      if (mbps > 0) {
+        EXPECT_GE(seconds[size_t(r)], 0.9 * double(n) / (mbps * 1e6)) << "rank " << r;
+      }
+    }
+  }
 }
 
 }  // namespace
