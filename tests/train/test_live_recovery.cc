@@ -131,7 +131,7 @@ TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
   // Long enough for the replacement to start while the survivors train (a tiny step takes
   // 1-2 ms, a replacement's start some 0.3-1 s); the kill late enough that the reference runs
   // below save few checkpoints (every k steps).
-  const int steps = 1500, kill_at = 40;
+  const int steps = 4000, kill_at = 40;
   const std::string run = dir.file("run");
   RunResult r = run_strata(live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery live "
                                          "--inject kill --inject-rank 1 --inject-step " +
@@ -193,7 +193,7 @@ TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
 // resumed from that one's step S, bit for bit.
 void replica_dies_and_a_replica_joins(const std::string& layout, int rank, const std::string& why) {
   TempDir dir("live_replica");
-  const int steps = 600, kill_at = 20;
+  const int steps = 1200, kill_at = 20;
   auto model = [&](const std::string& run_dir, const std::string& extra) {
     std::string cmd = live_run(run_dir, "--nproc 4 " + layout + " --zero 1 " + extra, steps);
     cmd.replace(cmd.find("--layers 1"), std::strlen("--layers 1"), "--layers 2");
