@@ -375,7 +375,7 @@ std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_hos
   }
   const std::string base = cat("/tmp/strata-mh-repl-", getpid());
   std::system(cat("rm -rf ", base, "-ref ", base, "-ref1 ", base, "-killed").c_str());
-  const int steps = 60;  // long enough that the kill lands mid-run
+  const int steps = 200;  // long enough that the kill (metrics polled every 100 ms) lands mid-run
   auto args = [&](const std::string& dir, std::vector<std::string> extra) {
     std::vector<std::string> a = {STRATA_BINARY, "train", "--zero", "1", "--steps", std::to_string(steps), "--seq",
                                   "32", "--layers", "1", "--dim", "64", "--heads", "2", "--batch", std::to_string(batch),
