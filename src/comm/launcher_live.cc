@@ -150,9 +150,10 @@ static char process_state(pid_t pid) {
 void kill_members_holding_the_world(JobGuard& g, const LaunchOptions& o) {
   const int generation = int(g.live_jobs.size());
   std::vector<Child*> silent;
-  for (Child* c : live_members(g))
+  const std::vector<Child*> members = live_members(g);
+  for (Child* c : members)
     if (!g.board->has(live_broken_mark(generation, c->live_id))) silent.push_back(c);
-  if (silent.size() == live_members(g).size()) return;  // none broke
+  if (silent.size() == members.size()) return;  // none broke
   if (g.broken_generation != generation) g.broken_generation = generation, g.broken_since_ns = now_ns();
   const double grace_s = std::max(1.0, (o.timeout_s > 0 ? o.timeout_s : 60) / 2);
   const bool late = double(now_ns() - g.broken_since_ns) * 1e-9 > grace_s;

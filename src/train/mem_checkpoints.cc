@@ -94,8 +94,8 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
     // Slots of another size hold another layout's shards: kept mapped only to name that
     // layout in usable_steps' lines, while a segment of this layout replaces it.
     // A segment of another slot count (another --recovery) is read the same way.
-    if (segment_ && segment_->capacity() != payload_bytes_) earlier_ = std::move(segment_);
-    if (segment_ && segment_->slots() != slots_) earlier_ = std::move(segment_);
+    if (segment_ && (segment_->capacity() != payload_bytes_ || segment_->slots() != slots_))
+      earlier_ = std::move(segment_);
   }
   if (!segment_) {
     const uint64_t replica =
