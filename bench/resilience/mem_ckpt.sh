@@ -93,9 +93,32 @@ for m in modes:
             extra += (f"; replicas sent {sum(x['replicas_sent'] for x in mem)}, kept {sum(x['replicas_kept'] for x in mem)}"
                       f", age mean {statistics.mean(ages) if ages else float('nan'):.1f} "
                       f"max {max(x.get('replica_age_steps_max', 0) for x in mem)} steps, round "
-                      f"{statistics.median(x.get('replica_ms_mean', 0) for x in mem):.0f} ms, pace "
+                      f"{statistics.median(x.get('replica_ms_mean', 0) for x in mem):.0f} ms (waiting for gaps "
+                      f"{statistics.median(x.get('replica_gap_wait_ms_mean', 0) for x in mem):.0f} ms, "
+                      f"{sum(x.get('replica_chunks_sent_without_gap', 0) for x in mem)} chunks without one), pace "
                       f"{k.get('replica_mbps')} MB/s")
     print(f"  {m:22} {med:10.1f} {mean:9.1f} {med / base[0]:9.3f} {mean / base[1]:7.3f} {n:6}  {extra}")
+# Where rank 0's CPU went, per trained step (summary.json's cpu_s, by thread; the medians of
+# the runs): the compute thread, the copy writer, the replica thread, the process groups'
+# progress threads (comm and p2p), and the rest (watchdog, loader, ended threads).
+def cpu_of(d):
+    s = json.load(open(f"{d}/summary.json"))
+    c, n = s.get("cpu_s", {}), max(1, s.get("steps_trained", 1))
+    part = {"main": c.get("main", 0), "copy": c.get("mem-ckpt copy", 0), "replica": c.get("mem-ckpt repl", 0),
+            "comm": sum(v for k, v in c.items() if k.startswith("comm ")),
+            "p2p": sum(v for k, v in c.items() if k.startswith("p2p "))}
+    part["other"] = sum(c.values()) - sum(part.values())
+    return {k: 1e3 * v / n for k, v in part.items()}
+print(f"\n  rank 0's CPU per step (ms)   {'compute':>8} {'copy':>6} {'replica':>8} {'comm':>6} {'p2p':>6} {'other':>6} {'total':>6}")
+for m in modes:
+    runs = [cpu_of(d) for d in sorted(glob.glob(f"{out}/{prefix}_{m}_*[0-9]"))]
+    if not runs or not any(r["main"] for r in runs):
+        continue
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(f"  {m:28} {med['main']:8.1f} {med['copy']:6.1f} {med['replica']:8.1f} {med['comm']:6.1f} "
+          f"{med['p2p']:6.1f} {med['other']:6.1f} {sum(med.values()):6.1f}")
+    if "RAW" in __import__("os").environ:
+        print("   ", json.load(open(sorted(glob.glob(f"{out}/{prefix}_{m}_*[0-9]"))[0] + "/summary.json"))["cpu_s"])
 PY
 }
 
@@ -166,8 +189,8 @@ if has_part replicas; then
   "$tools" up --name "$CLUSTER" --hosts 2 --ranks-per-host 2 --private-shm --link 1gbit > /dev/null
   trap '"$tools" down --name "$CLUSTER" > /dev/null 2>&1; rm -rf "$OUT"' EXIT
   state="/tmp/netns-cluster-$CLUSTER"
-  rargs="train --model tiny --seq 64 --batch 8 --zero 1 --steps $STEPS --threads 1 --sample-tokens 0 \
-    --eval-every 0 --eval-batches 1 --peak-gflops 100 --timeout 60 --hostfile $state/hostfile \
+  rargs="train ${RMODEL:---model tiny --seq 64 --batch 8} --zero 1 --steps $STEPS --threads 1 --sample-tokens 0 \
+    --eval-every 0 --eval-batches 1 --peak-gflops 100 --timeout 60 --backend ${BACKEND:-mpi} --hostfile $state/hostfile \
     --rsh-agent $state/rsh-agent"
   declare -A rmode=([none]="" [mem]="--mem-ckpt-every 1"
                     [mem+replicas-unpaced]="--mem-ckpt-every 1 --mem-ckpt-replicas 1 --mem-ckpt-replica-mbps 0"
@@ -182,7 +205,7 @@ if has_part replicas; then
     echo "replicas: round $r/$REPEATS done" >&2
   done
   machine_line
-  echo "replicas: --model tiny --zero 1, 2 namespace hosts x 2 ranks, 1 Gbit/s, $STEPS steps, $REPEATS alternated rounds${PACE:+, paced at $PACE MB/s}"
+  echo "replicas: ${RMODEL:---model tiny --seq 64 --batch 8} --zero 1, --backend ${BACKEND:-mpi}, 2 namespace hosts x 2 ranks, 1 Gbit/s, $STEPS steps, $REPEATS alternated rounds${PACE:+, paced at $PACE MB/s}"
   steps_table "$OUT" repl none mem mem+replicas-unpaced mem+replicas-paced
 fi
 

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/timer.h"
+#include "core/trace.h"
 
 namespace fs = std::filesystem;
 
@@ -209,6 +210,7 @@ void Checkpointer::save_async(const SaveRequest& req) {
   const std::string tmp_dir = root_ + "/.tmp-" + step_dir_name(req.step);
   writer_done_.store(false);
   writer_ = std::thread([this, tmp_dir, step = req.step] {
+    tracer().name_thread("ckpt write");
     write_and_commit(tmp_dir, step);
     writer_done_.store(true);
   });

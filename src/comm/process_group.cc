@@ -21,6 +21,7 @@ Backend ProcessGroup::backend() const { return rt_->backend(); }
 double ProcessGroup::timeout_s() const { return rt_->timeout_s(); }
 uint64_t ProcessGroup::next_seq() const { return rt_->next_seq(); }
 const Options& ProcessGroup::options() const { return rt_->options(); }
+void ProcessGroup::set_background() { rt_->set_background(); }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::string name) {
   return rt_->split(color, key, std::move(name));

@@ -60,6 +60,10 @@ class ProcessGroup {
   uint64_t next_seq() const;  // the sequence number the next collective will get
   const Options& options() const;
 
+  // Marks this group's traffic as background (replicas of in-memory checkpoints): its
+  // operations do not count in foreground_ops_in_flight(). Before its first operation.
+  void set_background();
+
   // Collective over this group: members with the same color form a new group, ordered by
   // (key, rank in this group). color < 0: this rank joins no group and gets nullptr.
   // Default name: "<this name>.<color>".
@@ -162,5 +166,12 @@ std::vector<GroupPtr> make_thread_world(int world_size, const Options& options =
 // the first exception with its rank ("rank 2: ...").
 void run_threads(int world_size, const std::function<void(ProcessGroup&)>& fn,
                  const Options& options = {});
+
+// Operations scheduled and not yet finished on this process's foreground groups (every
+// group but background ones): 0 when the training's collectives and sends leave the links
+// and cores to background traffic, which waits for such a moment (train/mem_replicas.h).
+int foreground_ops_in_flight();
+// Sleeps until foreground_ops_in_flight() is 0, `timeout_s` at most: true when it is.
+bool wait_foreground_idle(double timeout_s);
 
 }  // namespace strata::comm

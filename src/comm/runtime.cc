@@ -97,6 +97,25 @@ uint64_t GroupRuntime::record(const OpDesc& op, const PhaseSnapshot& phase, int6
 
 // Sync collective: when the group is idle it runs right here, with no Work, no queue and
 // no thread hand-off (the latency path); otherwise it queues behind the others and waits.
+namespace {
+// Foreground operations in flight; a waiter for none sleeps on the condition variable, which
+// the operation that brings the count to 0 notifies when someone waits.
+std::atomic<int> g_foreground_ops{0}, g_idle_waiters{0};
+std::mutex g_idle_mu;
+std::condition_variable g_idle_cv;
+}  // namespace
+
+GroupRuntime::InFlight::InFlight(bool counted) : counted_(counted) {
+  if (counted_) g_foreground_ops.fetch_add(1);
+}
+
+GroupRuntime::InFlight::~InFlight() {
+  if (counted_ && g_foreground_ops.fetch_sub(1) == 1 && g_idle_waiters.load() > 0) {
+    std::lock_guard lk(g_idle_mu);  // a waiter is either before its check or asleep
+    g_idle_cv.notify_all();
+  }
+}
+
 void GroupRuntime::run_sync(OpDesc op) {
   PhaseSnapshot phase = current_phase().get();
   std::unique_lock lk(coll_mu_);
@@ -108,6 +127,7 @@ void GroupRuntime::run_sync(OpDesc op) {
   op.seq = next_seq_++;
   coll_busy_ = true;
   lk.unlock();
+  const InFlight in_flight(!background_);
   int64_t t0 = now_ns();  // scheduled and started at once
   uint64_t rec = record(op, phase, t0);
   std::exception_ptr err = run_collective_op(op, rec, t0);
@@ -133,7 +153,7 @@ WorkPtr GroupRuntime::submit(OpDesc op, bool sync) {
 }
 
 WorkPtr GroupRuntime::submit_locked_out(OpDesc op, const PhaseSnapshot& phase) {
-  auto item = std::make_unique<Item>();
+  auto item = std::make_unique<Item>(!background_);
   std::mutex& mu = op.p2p ? p2p_mu_ : coll_mu_;
   std::unique_lock lk(mu);  // orders sequence numbers with queue positions
   op.seq = op.p2p ? next_p2p_seq_++ : next_seq_++;
@@ -276,6 +296,7 @@ void GroupRuntime::collective_loop() {
 // Point-to-point engine: advances every pending op without blocking; ops to (or from) the
 // same peer progress in order. Sleeps on the transport's doorbell when nothing moved.
 void GroupRuntime::p2p_loop() {
+  tracer().name_thread("p2p " + name_);
   std::vector<std::unique_ptr<Item>> active;
   int64_t last_peer_check = now_ns();
   for (;;) {
@@ -399,3 +420,23 @@ void GroupRuntime::fail_from_watchdog(const std::string& reason, const std::stri
 }
 
 }  // namespace strata::comm::detail
+
+namespace strata::comm {
+
+int foreground_ops_in_flight() { return detail::g_foreground_ops.load(); }
+
+bool wait_foreground_idle(double timeout_s) {
+  using namespace detail;
+  if (g_foreground_ops.load() == 0) return true;
+  g_idle_waiters.fetch_add(1);
+  bool idle;
+  {
+    std::unique_lock lk(g_idle_mu);
+    idle = g_idle_cv.wait_for(lk, std::chrono::duration<double>(timeout_s),
+                              [] { return g_foreground_ops.load() == 0; });
+  }
+  g_idle_waiters.fetch_sub(1);
+  return idle;
+}
+
+}  // namespace strata::comm

@@ -57,12 +57,30 @@ class GroupRuntime {
   bool broken() const { return broken_.load(); }
   std::string inflight_description() const;
 
+  // A background group's operations (replicas of in-memory checkpoints) do not count in
+  // foreground_ops_in_flight(). Set before its first operation.
+  void set_background() { background_ = true; }
+
  private:
+  // Counts in foreground_ops_in_flight() from its construction to its destruction, unless
+  // its group is in the background.
+  class InFlight {
+   public:
+    explicit InFlight(bool counted);
+    ~InFlight();
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    bool counted_;
+  };
   struct Item {
+    explicit Item(bool counted) : in_flight(counted) {}
     OpDesc op;
     WorkPtr work;
     uint64_t rec_id = 0;
     P2PState st;
+    InFlight in_flight;
   };
   uint64_t record(const OpDesc& op, const PhaseSnapshot& phase, int64_t t_ns = 0);
   void run_sync(OpDesc op);
@@ -100,6 +118,7 @@ class GroupRuntime {
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> broken_{false};
+  bool background_ = false;
   mutable std::mutex err_mu_;
   std::exception_ptr first_error_;
   std::string first_error_msg_;

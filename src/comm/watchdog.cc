@@ -13,6 +13,7 @@
 #include "comm/runtime.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 namespace strata::comm {
 
@@ -119,6 +120,7 @@ void Watchdog::check_groups() {
 }
 
 void Watchdog::loop() {
+  tracer().name_thread("watchdog");
   while (!stop_) {
     struct pollfd pfd {g_signal_pipe[0], POLLIN, 0};
     int n = poll(&pfd, g_signal_pipe[0] >= 0 ? 1 : 0, poll_interval_ms());

@@ -19,17 +19,22 @@ void Work::finish(std::exception_ptr err) {
 void Work::wait(double timeout_s) {
   // Default: the op fails on its own at the group's timeout; the margin covers queueing.
   double limit = timeout_s >= 0 ? timeout_s : 2 * default_timeout_s_ + 10;
+  if (!wait_for(limit))
+    throw TimeoutError(cat(op_name(op_), " #", seq_, ": wait timed out after ", limit,
+                           " s (the operation is still running)"));
+}
+
+bool Work::wait_for(double timeout_s) {
   std::unique_lock lk(mu_);
   if (!done_) {
     const int64_t t0 = now_ns();
-    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     const bool finished = cv_.wait_until(lk, until, [&] { return done_; });
     add_thread_blocked_ns(now_ns() - t0);
-    if (!finished)
-      throw TimeoutError(cat(op_name(op_), " #", seq_, ": wait timed out after ", limit,
-                             " s (the operation is still running)"));
+    if (!finished) return false;
   }
   if (err_) std::rethrow_exception(err_);
+  return true;
 }
 
 static thread_local int64_t t_blocked_ns = 0;

@@ -29,6 +29,8 @@ class Work {
   // up to the group's timeout (plus a margin: the operation fails on its own first). If the
   // wait itself runs out, throws TimeoutError; the operation keeps running.
   void wait(double timeout_s = -1);
+  // wait() for at most `timeout_s`: false (no exception) while the operation still runs.
+  bool wait_for(double timeout_s);
   // True once the operation finished, successfully or not. Never blocks, never throws.
   bool test() const;
   // True once finished without error.

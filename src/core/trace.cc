@@ -1,5 +1,8 @@
 #include "core/trace.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <thread>
@@ -22,6 +25,9 @@ int Tracer::thread_id() {
 }
 
 void Tracer::name_thread(const std::string& name) {
+  // The OS keeps 15 bytes: what top -H, ps -L, perf and gdb show. Not the main thread's:
+  // that is the process's name (ps, pgrep).
+  if (::gettid() != ::getpid()) pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
   int id = thread_id();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [tid, n] : thread_names_)

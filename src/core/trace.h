@@ -26,7 +26,8 @@ class Tracer {
   void enable(int rank) { enabled_ = true; rank_ = rank; }
   bool enabled() const { return enabled_; }
   int rank() const { return rank_; }
-  // Names the calling thread's track (e.g. "compute", "comm").
+  // Names the calling thread's track (e.g. "compute", "comm") and the thread itself (its
+  // first 15 bytes: what top -H, ps -L and perf show), enabled or not.
   void name_thread(const std::string& name);
   void add(std::string name, std::string cat, int64_t start_ns, int64_t dur_ns,
            std::string args_json = {});

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 
@@ -125,6 +126,7 @@ StepBatch Loader::Impl::build(LoaderState& at) const {
 }
 
 void Loader::Impl::run() {
+  tracer().name_thread("data loader");
   LoaderState at = produce_at;
   for (;;) {
     Item item;

@@ -361,12 +361,14 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
                                   comm::GroupPtr world, const LiveRecovery& live) {
   // The checkpoint writer thread synchronises on a group of its own (ckpt/checkpointer.h).
   comm::GroupPtr ckpt_group = world->split(0, world->rank(), "ckpt");
+  ckpt_group->set_background();  // a checkpoint's barriers are no gradient traffic
   // --mem-ckpt-replicas: the in-memory writer thread's exchange of copies with the peers on
   // the neighbouring hosts, on a group of its own as well.
   comm::GroupPtr replica_group;
   int replica_to = -1, replica_from = -1;
   if (cfg.ckpt.mem_replicas > 0 && world->size() > 1) {
     replica_group = world->split(0, world->rank(), "mem-replica");
+    replica_group->set_background();  // its chunks wait for gaps in the foreground's traffic
     const comm::HostLayout hl = comm::discover_hosts(*world);
     const int h = hl.host_of[size_t(world->rank())], n = hl.num_hosts();
     if (n > 1 && !hl.uniform() && live.generation > 0) {

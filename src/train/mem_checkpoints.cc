@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "train/metrics.h"
 
 namespace strata::train {
@@ -137,8 +138,9 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
       std::lock_guard<std::mutex> lock(mu_);
       return stop_ && !finishing_ && stop_watch_.seconds() > kReplicaGraceS;
     };
+    // The training's own collectives and sends in flight: a chunk waits for a gap.
     link_ = std::make_unique<ReplicaLink>(*o_.replica_group, o_.replica_to, o_.replica_from, o_.replica_mbps,
-                                          ending, give_up);
+                                          ending, give_up, comm::wait_foreground_idle);
     replicator_ = std::thread([this] { replica_loop(); });
   }
 }
@@ -356,6 +358,7 @@ void MemCheckpoints::wait_commit() {
 }
 
 void MemCheckpoints::writer_loop() {
+  tracer().name_thread("mem-ckpt copy");
   const std::string run = run_key(o_.run_dir);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -430,6 +433,7 @@ unsigned MemCheckpoints::held_slots() const {
 }
 
 void MemCheckpoints::replica_loop() {
+  tracer().name_thread("mem-ckpt repl");
   // Every rank sends the same steps: between rounds the whole replica group agrees (one
   // all-reduce) on the newest step any rank holds, M; each rank then sends its first copy
   // after M, a step every rank copies, kept from the writer until sent (held_slots). So the
@@ -492,6 +496,8 @@ void MemCheckpoints::replica_loop() {
     // The slot stays held (pinned, then kept): its peer holds this step, so must this rank.
     last_sent = out.step;
     ++replicas_sent_;
+    gap_wait_s_ = link_->deferred_s();
+    gap_waits_out_ = link_->deferred_out();
     replica_s_ += r;
     max_replica_s_ = std::max(max_replica_s_, r);
   }
@@ -665,6 +671,10 @@ json MemCheckpoints::summary_json() const {
     if (replicas_sent_ > 0) {
       j["replica_ms_mean"] = replica_s_ / double(replicas_sent_) * 1e3;  // a round: send and receive
       j["replica_ms_max"] = max_replica_s_ * 1e3;
+      // Of a round: waiting for gaps in the training's communication (mem_replicas.h), and
+      // the chunks that waited ReplicaLink::kMaxDeferS and went anyway.
+      j["replica_gap_wait_ms_mean"] = gap_wait_s_ / double(replicas_sent_) * 1e3;
+      j["replica_chunks_sent_without_gap"] = gap_waits_out_;
     }
     if (replica_ages_ > 0) {
       j["replica_age_steps_mean"] = double(age_sum_) / double(replica_ages_);

@@ -232,7 +232,8 @@ class MemCheckpoints {
   std::string replica_error_;
   int64_t replicas_sent_ = 0, replicas_kept_ = 0, replicas_bad_ = 0, replica_ages_ = 0;
   int64_t age_sum_ = 0, age_max_ = 0;
-  double replica_s_ = 0, max_replica_s_ = 0;
+  double replica_s_ = 0, max_replica_s_ = 0, gap_wait_s_ = 0;
+  int64_t gap_waits_out_ = 0;
 };
 
 }  // namespace strata::train

@@ -12,25 +12,38 @@ namespace strata::train {
 namespace {
 
 constexpr int kHeaderTag = 2, kChunkTag = 3;
-constexpr double kPollS = 0.002;      // how often a wait looks at `abandon`
+constexpr double kPollS = 0.01;        // how often a wait looks at `abandon`
 
 }  // namespace
 
 ReplicaLink::ReplicaLink(comm::ProcessGroup& group, int to, int from, double mbps, std::function<bool()> hurry,
-                         std::function<bool()> abandon)
-    : g_(group), to_(to), from_(from), mbps_(mbps), hurry_(std::move(hurry)), abandon_(std::move(abandon)) {}
+                         std::function<bool()> abandon, std::function<bool(double)> gap)
+    : g_(group),
+      to_(to),
+      from_(from),
+      mbps_(mbps),
+      hurry_(std::move(hurry)),
+      abandon_(std::move(abandon)),
+      gap_(std::move(gap)) {}
 
 void ReplicaLink::wait(const comm::WorkPtr& w) {
+  while (!w->wait_for(kPollS))
+    if (abandon_ && abandon_()) fail("replica exchange abandoned: this rank is stopping");
+}
+
+void ReplicaLink::wait_for_gap() {
+  if (!gap_ || gap_(0)) return;
+  Stopwatch sw;
   for (;;) {
-    try {
-      w->wait(kPollS);
-      return;
-    } catch (const TimeoutError&) {
-      // This wait ran out, or the operation failed with its own timeout: the latter rethrows.
-      if (w->test()) return w->wait();
+    const double left = kMaxDeferS - sw.seconds();
+    if (left <= 0) {
+      ++deferred_out_;
+      break;
     }
+    if (gap_(std::min(left, kPollS)) || (hurry_ && hurry_())) break;
     if (abandon_ && abandon_()) fail("replica exchange abandoned: this rank is stopping");
   }
+  deferred_s_ += sw.seconds();
 }
 
 void ReplicaLink::agree_max(int64_t* v, size_t n) {
@@ -67,6 +80,7 @@ ReplicaHeader ReplicaLink::round(const ReplicaHeader& out, const unsigned char* 
   const uint64_t nrecv = rbytes == 0 ? 0 : (rbytes + in_.chunk - 1) / in_.chunk;
   Stopwatch since;
   for (uint64_t i = 0; i < std::max(nsend, nrecv); ++i) {
+    wait_for_gap();
     comm::WorkPtr sent, got;
     if (i < nsend) {
       const uint64_t at = i * out_.chunk;

@@ -14,6 +14,11 @@
 // at whatever rate the link gives. The receiver posts chunk i when it sends its own chunk i
 // (both sides keep the same schedule), so no receive waits posted between chunks: a pending
 // operation keeps the group's progress thread polling, which took the ranks' cores.
+// Gaps: with `gap` (waits for a moment when none of the training's collectives or sends is in
+// flight on this rank: comm/process_group.h's wait_foreground_idle), each chunk also waits for
+// one, kMaxDeferS at most: the replicas take the link while the training computes (its forward,
+// its optimizer step) rather than while it reduces gradients, which they slowed as much as
+// their share of the link.
 // Cost: per round, one header each way and the payload each way; nothing is copied (chunks are
 // sent from and received into the segments' slots).
 // Threading: one thread per link calls round(); the group is used by no other thread.
@@ -36,13 +41,16 @@ struct ReplicaHeader {
 class ReplicaLink {
  public:
   static constexpr uint64_t kChunk = 256 << 10;  // paced sends: small enough to interleave
+  static constexpr double kMaxDeferS = 0.25;      // the longest a chunk waits for a gap
 
   // Polled while sending and waiting: `hurry` true ends the pacing (the rest goes at once: the
   // run is ending); `abandon` true makes round() throw at once (the rank is failing and stops
   // waiting for a peer that may never answer); its operations may then still run, so the
   // buffers they use (this object, the payloads) must outlive them.
+  // `gap(s)` (may be null) sleeps until the training does not communicate, s seconds at most,
+  // and says whether it found that moment: each chunk waits for one.
   ReplicaLink(comm::ProcessGroup& group, int to, int from, double mbps, std::function<bool()> hurry,
-              std::function<bool()> abandon);
+              std::function<bool()> abandon, std::function<bool(double)> gap = nullptr);
 
   // One round: sends `out` (with `payload` when out.bytes > 0) and receives one message, its
   // payload into where(header) (which throws when the header cannot be taken). Returns the
@@ -53,15 +61,24 @@ class ReplicaLink {
   void agree_max(int64_t* v, size_t n);
 
   double mbps() const { return mbps_; }
+  // Seconds the chunks so far waited for a gap in the training's communication, and how many
+  // waited the whole kMaxDeferS.
+  double deferred_s() const { return deferred_s_; }
+  int64_t deferred_out() const { return deferred_out_; }
 
  private:
   // Waits for `w`: throws its error, or one line when `abandon` says so first.
   void wait(const comm::WorkPtr& w);
+  // Waits for a gap, kMaxDeferS at most (none when hurried).
+  void wait_for_gap();
 
   comm::ProcessGroup& g_;
   int to_, from_;
   double mbps_;
   std::function<bool()> hurry_, abandon_;
+  std::function<bool(double)> gap_;
+  double deferred_s_ = 0;
+  int64_t deferred_out_ = 0;
   ReplicaHeader out_, in_;  // the headers in flight (members: they may outlive an abandoned round)
   int64_t agreed_[4] = {};
 };

@@ -20,6 +20,7 @@
 #include "core/memory.h"
 #include "core/phase.h"
 #include "core/stats.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "cost/activations.h"
@@ -792,6 +793,7 @@ void Trainer::Run::finish(double wall_s) {
                    {"skipped_steps", guard.skips()},
                    {"rolled_back_steps", rollbacks},
                    {"mem_ckpt_bytes_per_rank", ckpt->mem_bytes()},
+                   {"cpu_s", cpu_seconds_by_thread()},  // this rank's, by thread
                    {"memory", memory_tracker().to_json()}});
   if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
   if (topo.live.generation > 0 && lead) summary.set("live_recovery", live_recoveries(cfg.run_dir));

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "comm/process_group.h"
+#include "core/timer.h"
 #include "sweep.h"
 
 namespace strata::comm {
@@ -137,6 +138,50 @@ TEST(Groups, RecvOfTheWrongSizeFailsNamingBoth) {
       }
     }
   }, o), Error);
+}
+
+
+// The training's operations count from submission to completion, a background group's do not
+// (replicas of in-memory checkpoints wait for a moment when none is in flight), and a waiter
+// for that moment wakes when the last one ends.
+TEST(Groups, ForegroundOpsCountAndAWaiterWakesWhenTheyEnd) {
+  ASSERT_EQ(foreground_ops_in_flight(), 0);
+  ASSERT_TRUE(wait_foreground_idle(0));
+  std::atomic<int> posted{0};
+  std::atomic<bool> checked{false};
+  run_threads(2, [&](ProcessGroup& pg) {
+    std::shared_ptr<ProcessGroup> background = pg.split(0, pg.rank(), "background");
+    background->set_background();
+    float x = 1, y = 0;
+    if (pg.rank() == 0) {
+      EXPECT_TRUE(wait_foreground_idle(10));  // rank 1's split may end a moment later
+      // Rank 1 holds back: the background all-reduce stays in flight and counts for nothing.
+      WorkPtr b = background->all_reduce_async(&x, &y, 1, DType::f32, ReduceOp::sum);
+      EXPECT_EQ(foreground_ops_in_flight(), 0);
+      EXPECT_TRUE(wait_foreground_idle(0.01));
+      posted = 1;
+      while (posted.load() != 2) std::this_thread::yield();
+      b->wait();
+      // Now a foreground one, which rank 1 joins late.
+      WorkPtr f = pg.all_reduce_async(&x, &y, 1, DType::f32, ReduceOp::sum);
+      EXPECT_GE(foreground_ops_in_flight(), 1);
+      EXPECT_FALSE(wait_foreground_idle(0.05));
+      checked = true;
+      Stopwatch sw;
+      EXPECT_TRUE(wait_foreground_idle(30));  // wakes when both ranks' all-reduces end
+      EXPECT_LT(sw.seconds(), 10);
+      f->wait();
+      EXPECT_EQ(y, 2);
+    } else {
+      while (posted.load() != 1) std::this_thread::yield();
+      background->all_reduce(&x, &y, 1, DType::f32, ReduceOp::sum);
+      posted = 2;
+      while (!checked.load()) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      pg.all_reduce(&x, &y, 1, DType::f32, ReduceOp::sum);
+    }
+  });
+  EXPECT_EQ(foreground_ops_in_flight(), 0);
 }
 
 }  // namespace

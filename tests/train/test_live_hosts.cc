@@ -177,8 +177,9 @@ TEST_F(LiveAcrossHosts, AHostsTensorParallelReplicaGoesAndAReplicaOfReplacements
   EXPECT_NE(r.err.find(cat("mem-ckpt: replicas off: all 2 ranks run on one host (", h(1 - host), ")")),
             std::string::npos) << why << "\n" << r.err;
   // The lost replica's copies are read from their replicas on the surviving host (each host
-  // has its own /dev/shm), which trail by the replica thread's age: paced at 20 MB/s, one or
-  // two steps on a quiet machine, five under CI's load. No disk checkpoint was taken.
+  // has its own /dev/shm), which trail by the replica thread's age (paced at 20 MB/s, each
+  // chunk waiting for a gap in the training's traffic: a few steps, more under load). No
+  // disk checkpoint was taken.
   const int64_t k = live_resume_step(r.err, 0);
   EXPECT_TRUE(k >= 1 && k <= 19) << why << "\n" << r.err;
   EXPECT_GT(live_resume_step(r.err, 1), k) << why << "\n" << r.err;

@@ -13,6 +13,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 namespace strata::comm::tcp {
 
@@ -102,6 +103,7 @@ void StoreServer::erase_prefix(const std::string& prefix) {
 }
 
 void StoreServer::serve() {
+  tracer().name_thread("tcp store");
   Impl& s = *impl_;
   // Answers parked waits whose key exists or whose time is up.
   auto release_waiters = [&] {
