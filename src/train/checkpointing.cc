@@ -490,12 +490,17 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   if (old_world <= 0 || old_world == topo_.world) return std::nullopt;  // the own segments decide
   const RankLayout layout = rank_layout(model_, topo_);
   const int cp = topo_.cp ? topo_.cp->size() : 1, ep = topo_.ep ? topo_.ep->size() : 1;
-  if (layout.tp != 1 || topo_.pp != 1 || cp != 1 || ep != 1 || engine_.zero_stage() > 2) {
+  // Under tp, cp or pp the world that failed had the same degrees (the restart keeps the flags)
+  // and a larger dp: each rank reads the old ranks of its tp rank and stage (same_states).
+  const int inner = layout.tp * cp * topo_.pp;
+  if (ep != 1 || engine_.zero_stage() > 2 || (inner > 1 && (!topo_.same_states || old_world % inner != 0))) {
     note(cat("the in-memory copies of the ", old_world, "-rank world are not loaded into this world of ",
-             topo_.world, ": resharding them needs a data-parallel layout (tp, pp, cp, ep 1, ZeRO 0-2); "
-             "resuming from disk"));
+             topo_.world, ": resharding them needs ep 1, ZeRO 0-2 and, under tp, cp or pp, an old world "
+             "of whole tp x cp x pp replicas (", inner, " ranks each); resuming from disk"));
     return std::nullopt;
   }
+  std::function<bool(int)> same;
+  if (inner > 1) same = [&](int q) { return topo_.same_states(q, old_world); };
   Stopwatch sw;
   std::unique_ptr<EarlierWorld> old;
   try {
@@ -522,7 +527,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
                cfg_.schedule.steps);
   const double read_s = sw.seconds();
-  const MemCopy m = old->load(chosen, ckpt::layout_numel(layout.pieces), engine_.state_shards());
+  const MemCopy m = old->load(chosen, ckpt::layout_numel(layout.pieces), engine_.state_shards(), same);
   engine_.state_loaded(chosen);
   ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
   p.from_memory = true;

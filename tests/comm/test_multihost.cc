@@ -241,8 +241,8 @@ TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
 // Runs the shell command `kill` once the run in `dir` has recorded step 5 (within 60 s);
 // whether it succeeded.
 bool run_after_step_5(const std::string& dir, const std::string& kill) {
-  for (int i = 0; i < 600; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 3000; ++i) {  // every 20 ms: a millisecond step runs on only a few dozen
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (test::read_file(dir + "/metrics.jsonl").find("\"step\":5") == std::string::npos) continue;
     if (std::system(kill.c_str()) == 0) return true;
   }
@@ -360,12 +360,13 @@ TEST_F(MultiHost, FinalFailureLeavesNoSharedMemoryOnAnyHost) {
 // process of host 1 is SIGKILLed after step 5 (the machine dies, its copies with it); the
 // --elastic restart on the other hosts finds each old rank's copy on some surviving host (its
 // own, or the replica on the next host) and resumes from memory (at most one step lost: the
-// copy in flight) rather than from disk (--ckpt-every 100: none), resharded onto the
+// copy in flight) rather than from disk (--ckpt-every 1000: none), resharded onto the
 // survivors. Its losses equal, bit for bit, an uninterrupted run of the old world up to the
 // resumed step K and a run of the new world on the surviving hosts resumed from that run's
 // disk checkpoint of step K after it; no segment or marker of the job is left on any host.
-// Returns the restart's line.
-std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_host, int batch) {
+// `layout`: more flags of every run (e.g. --tp 2). Returns the restart's line.
+std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_host, int batch,
+                                            const std::vector<std::string>& layout = {}) {
   t.up(hosts, {"--link", "1gbit", "--private-shm"});
   const int old_world = hosts * per_host, new_world = old_world - per_host;
   std::string all, survivors;
@@ -375,19 +376,20 @@ std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_hos
   }
   const std::string base = cat("/tmp/strata-mh-repl-", getpid());
   std::system(cat("rm -rf ", base, "-ref ", base, "-ref1 ", base, "-killed").c_str());
-  const int steps = 200;  // long enough that the kill (metrics polled every 100 ms) lands mid-run
+  const int steps = 200;  // long enough that the kill (metrics polled every 20 ms) lands mid-run
   auto args = [&](const std::string& dir, std::vector<std::string> extra) {
     std::vector<std::string> a = {STRATA_BINARY, "train", "--zero", "1", "--steps", std::to_string(steps), "--seq",
                                   "32", "--layers", "1", "--dim", "64", "--heads", "2", "--batch", std::to_string(batch),
                                   "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--timeout", "20",
                                   "--rsh-agent", t.state_ + "/rsh-agent", "--run-dir", dir};
+    a.insert(a.end(), layout.begin(), layout.end());
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
   const test::Env env = {{"OMPI_MCA_mpi_yield_when_idle", "1"}, {"OMP_NUM_THREADS", "1"},
                          {"STRATA_MPI_FINALIZE_TIMEOUT", "3"}};
   const std::string dir = base + "-killed";
-  test::Proc p = test::start(args(dir, {"--hosts", all, "--ckpt-every", "100", "--mem-ckpt-every", "1",
+  test::Proc p = test::start(args(dir, {"--hosts", all, "--ckpt-every", "1000", "--mem-ckpt-every", "1",
                                         "--mem-ckpt-replicas", "1", "--max-restarts", "1", "--elastic"}),
                              env);
   const bool killed = run_after_step_5(dir, cat("kill -9 $(ip netns pids ", t.h(1), ")"));
@@ -464,6 +466,14 @@ TEST_F(MultiHost, LostHostResumesFromCopiesSpreadOverTheSurvivingHosts) {
   const std::string line = lost_host_resumes_from_replicas(*this, 3, 1, 12);
   EXPECT_EQ(line.find(" 0.00 MiB sent between hosts"), std::string::npos) << line;
   EXPECT_NE(line.find(" MiB sent between hosts"), std::string::npos) << line;
+}
+
+// --tp 2 on 2 hosts x 2 ranks: each host holds one tp replica; the restart on host 0 (tp 2 x
+// dp 1) reads, for each tp rank, the old ranks of that tp rank: its own copy and the replica
+// of host 1's rank of the same tp rank (the same local rank), which lies beside it.
+TEST_F(MultiHost, LostHostUnderTensorParallelResumesFromTheReplicasOfItsTpRank) {
+  const std::string line = lost_host_resumes_from_replicas(*this, 2, 2, 16, {"--tp", "2"});
+  EXPECT_NE(line.find(" 0.00 MiB sent between hosts"), std::string::npos) << line;
 }
 
 // The bandwidth doctor across hosts names each injected network fault (diag/host_net.h).
