@@ -41,6 +41,7 @@ using detail::Child;
 using detail::JobGuard;
 using detail::LaunchPlan;
 using detail::LineSink;
+using detail::log_line;
 using detail::Proc;
 using detail::rank_proc;
 using detail::spawn;
@@ -104,6 +105,15 @@ static int exit_code_of(int status) {
 }
 
 namespace detail {
+
+void log_line(const LaunchOptions& o, const std::string& line) {
+  if (o.log) {
+    o.log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  }
+}
 
 void LineSink::write_all(const std::string& out) {
   const char* p = out.data();
@@ -303,14 +313,7 @@ static LaunchResult run_attempts(const LaunchOptions& o, const std::string& run_
 
 LaunchResult launch(const LaunchOptions& o) {
   STRATA_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative, got ", o.max_restarts);
-  auto log = [&](const std::string& line) {
-    if (o.log) {
-      o.log(line);
-    } else {
-      std::fprintf(stderr, "%s\n", line.c_str());
-      std::fflush(stderr);
-    }
-  };
+  auto log = [&](const std::string& line) { log_line(o, line); };
   const std::string run_id = new_job_id();
   // What the ranks left for their restarts (comm/run_segments.h) goes when the job ends,
   // however it ends (a throw included), on this host.
@@ -623,8 +626,7 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
         if (kill_deadline) continue;  // stopping everyone anyway
         const std::string line = cat("strata launch: rank ", c.rank, " ", describe_wait_status(status),
                                      "; the job goes on without it");
-        if (o.log) o.log(line);
-        else std::fprintf(stderr, "%s\n", line.c_str());
+        log_line(o, line);
         continue;
       }
       if (g.joining(c.pid) || (c.live_rank < 0 && o.live)) {
@@ -634,8 +636,7 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
         if (g.joining(c.pid) && !kill_deadline && !g_stop_signal) {
           const std::string line = cat("strata launch: the replacement for rank ", c.rank, " ",
                                        describe_wait_status(status), " before it joined; the job goes on");
-          if (o.log) o.log(line);
-          else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
+          log_line(o, line);
         }
         if (g.joining(c.pid)) drop_joiners(g);
         continue;

@@ -92,8 +92,9 @@ struct LaunchOptions {
   // shm on one host, or tcp on one host or across hosts (`strata train --recovery live`): a
   // rank killed by a signal does not stop the others. The launcher posts the world they
   // re-form without it (comm/live_world.h: a new generation, the survivors renumbered 0..n-1
-  // in rank order, a fresh job id; under tp or pp without its whole replica, live_inner) on the job's live board, logs one line, and supervises them
-  // on; a rank that exits non-zero, or the death of the last rank, ends the job as before.
+  // in rank order, a fresh job id; under tp, cp or pp without its whole replica: live_inner)
+  // on the job's live board, logs one line, and supervises them on; a rank that exits
+  // non-zero, or the death of the last rank, ends the job as before.
   // (mpi: refused; OpenMPI cannot shrink a communicator.)
   bool live = false;
   // With live: after each death, start a replacement (the same command, STRATA_LIVE_JOIN set;

@@ -100,13 +100,15 @@ class JobGuard {
   // The generation a member first said broke, and when (kill_members_holding_the_world).
   int broken_generation = -1;
   int64_t broken_since_ns = 0;
-  std::vector<int> joiners_for;
   bool joining(pid_t pid) const { return std::count(joiners.begin(), joiners.end(), pid) > 0; }
 
  private:
   std::string job_id_, status_dir_;
   struct sigaction old_int_ {}, old_term_ {};
 };
+
+// One line of the launcher's own: to LaunchOptions::log, else to stderr (flushed).
+void log_line(const LaunchOptions& o, const std::string& line);
 
 // Forks `path` with `argv` and `env` set, its stdout and stderr into out_fd and err_fd, in its
 // own session, dying with the launcher; the child closes close_from_fds first.

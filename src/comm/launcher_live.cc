@@ -64,10 +64,8 @@ static void write_generation(JobGuard& g, const std::vector<Child*>& members, in
   const int generation = int(g.live_jobs.size());
   write_live_world(*g.board, generation, job, from, what, ms);
   for (size_t r = 0; r < members.size(); ++r) members[r]->live_rank = int(r);
-  const std::string line = cat("strata launch: ", what, "; live recovery: the job goes on with ",
-                               members.size(), " rank(s) (world ", generation, ")");
-  if (o.log) o.log(line);
-  else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
+  log_line(o, cat("strata launch: ", what, "; live recovery: the job goes on with ", members.size(),
+                  " rank(s) (world ", generation, ")"));
 }
 
 // A live world's members as data-parallel replicas: replica d holds, at slot p · inner + i,
@@ -118,10 +116,8 @@ bool reform_without(JobGuard& g, Child& dead, int status, const LaunchOptions& o
     // The rest of the replica cannot go on without it: killed, and no longer a member (its
     // exit ends nothing).
     if (c->running && kill(-c->pid, SIGKILL) != 0) kill(c->pid, SIGKILL);
-    const std::string line = cat("strata launch: rank ", c->live_rank, " goes with rank ", dead.live_rank,
-                                 "'s data-parallel replica (killed)");
-    if (o.log) o.log(line);
-    else std::fprintf(stderr, "%s\n", line.c_str()), std::fflush(stderr);
+    log_line(o, cat("strata launch: rank ", c->live_rank, " goes with rank ", dead.live_rank,
+                    "'s data-parallel replica (killed)"));
     c->live_rank = -1;
   }
   write_generation(g, in_rank_order(replicas, o), int(world.size()), what, o);
@@ -200,7 +196,6 @@ void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, 
   c.slot = slot;
   g.children.push_back(c);
   g.joiners.push_back(c.pid);
-  g.joiners_for.push_back(for_rank);
   for (int s = 0; s < 2; ++s) {
     std::replace(g.fds.begin(), g.fds.end(), pipes[s][1], -1);
     close(pipes[s][1]);
@@ -238,13 +233,14 @@ void join_replacement(JobGuard& g, const LaunchOptions& o) {
   std::vector<Child*> joining(g.joiners.size());
   for (Child& c : g.children)
     if (g.joining(c.pid)) joining[size_t(c.slot)] = &c;
+  std::vector<int> replaced;  // the launched ranks they stand for, by slot
+  for (const Child* c : joining) replaced.push_back(c->rank);
   replicas.push_back(joining);
   write_generation(g, in_rank_order(replicas, o), int(members.size()),
-                   cat(g.joiners.size() == 1 ? "a replacement for " : "replacements for ",
-                       ranks_text(g.joiners_for), g.joiners.size() == 1 ? " joins" : " join"),
+                   cat(joining.size() == 1 ? "a replacement for " : "replacements for ", ranks_text(replaced),
+                       joining.size() == 1 ? " joins" : " join"),
                    o);
   g.joiners.clear();
-  g.joiners_for.clear();
 }
 
 // Rejoin: the replacements not yet joined are stopped (one of them ended, or the job is done).
@@ -252,7 +248,6 @@ void drop_joiners(JobGuard& g) {
   for (Child& c : g.children)
     if (g.joining(c.pid) && c.running && kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
   g.joiners.clear();
-  g.joiners_for.clear();
 }
 
 }  // namespace strata::comm::detail
