@@ -95,8 +95,6 @@ uint64_t GroupRuntime::record(const OpDesc& op, const PhaseSnapshot& phase, int6
   return flight_recorder().record(e);
 }
 
-// Sync collective: when the group is idle it runs right here, with no Work, no queue and
-// no thread hand-off (the latency path); otherwise it queues behind the others and waits.
 namespace {
 // Foreground operations in flight; a waiter for none sleeps on the condition variable, which
 // the operation that brings the count to 0 notifies when someone waits.
@@ -116,6 +114,8 @@ GroupRuntime::InFlight::~InFlight() {
   }
 }
 
+// Sync collective: when the group is idle it runs right here, with no Work, no queue and
+// no thread hand-off (the latency path); otherwise it queues behind the others and waits.
 void GroupRuntime::run_sync(OpDesc op) {
   PhaseSnapshot phase = current_phase().get();
   std::unique_lock lk(coll_mu_);

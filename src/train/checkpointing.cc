@@ -476,6 +476,11 @@ int64_t RunCheckpoints::common_step(EarlierWorld& old) {
   return -1;
 }
 
+std::function<bool(int)> RunCheckpoints::same_states_in(int old_world) const {
+  if (!topo_.same_states) return {};
+  return [same = topo_.same_states, old_world](int q) { return same(q, old_world); };
+}
+
 std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   const bool lead = topo_.rank == 0;
   const std::string prefix = cat("restart ", restart_, ": ");
@@ -499,8 +504,6 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
              "of whole tp x cp x pp replicas (", inner, " ranks each); resuming from disk"));
     return std::nullopt;
   }
-  std::function<bool(int)> same;
-  if (inner > 1) same = [&](int q) { return topo_.same_states(q, old_world); };
   Stopwatch sw;
   std::unique_ptr<EarlierWorld> old;
   try {
@@ -527,7 +530,8 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
                cfg_.schedule.steps);
   const double read_s = sw.seconds();
-  const MemCopy m = old->load(chosen, ckpt::layout_numel(layout.pieces), engine_.state_shards(), same);
+  const MemCopy m = old->load(chosen, ckpt::layout_numel(layout.pieces), engine_.state_shards(),
+                              same_states_in(old_world));
   engine_.state_loaded(chosen);
   ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
   p.from_memory = true;
@@ -567,10 +571,8 @@ ResumePoint RunCheckpoints::resume_live() {
                          : cat("the disk checkpoint of step ", p.step, " (no step has a complete "
                                "in-memory copy on every rank)");
   } else {
-    std::function<bool(int)> same;
-    if (topo_.same_states) same = [&](int q) { return topo_.same_states(q, live.old_world); };
     const MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_, topo_).pieces),
-                               engine_.state_shards(), same);
+                               engine_.state_shards(), same_states_in(live.old_world));
     engine_.state_loaded(chosen);
     p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
     p.from_memory = true;

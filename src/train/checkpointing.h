@@ -107,6 +107,9 @@ class RunCheckpoints {
   // The newest step every old rank of `old` left a good copy of on this world's hosts
   // (collective); -1 when there is none.
   static int64_t common_step(EarlierWorld& old);
+  // EarlierWorld::load's `same_states` for a world of `old_world` ranks before this one
+  // (Topology::same_states; empty in a data-parallel layout).
+  std::function<bool(int)> same_states_in(int old_world) const;
   // An --elastic restart with --mem-ckpt-replicas on another world size (a host lost): the
   // newest step every rank of the world that failed holds a copy of on this world's hosts,
   // resharded onto this world (collective), when newer than the disk checkpoint; nullopt:
