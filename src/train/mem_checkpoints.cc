@@ -580,6 +580,9 @@ void MemCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
 
 void MemCheckpoints::copy(int64_t done, const data::LoaderState& loader, int64_t tokens_seen) {
   Stopwatch sw;
+  // The step time since the last copy bounds how long a replica chunk waits for a gap.
+  if (link_ && copies_ > 0) link_->set_step_s(since_copy_.seconds() / double(o_.every));
+  since_copy_ = Stopwatch();
   wait_commit();
   // The engine's buffers, as now (their ranges are the fingerprint's; the writer is idle).
   shards_ = engine_.state_shards();
@@ -672,7 +675,7 @@ json MemCheckpoints::summary_json() const {
       j["replica_ms_mean"] = replica_s_ / double(replicas_sent_) * 1e3;  // a round: send and receive
       j["replica_ms_max"] = max_replica_s_ * 1e3;
       // Of a round: waiting for gaps in the training's communication (mem_replicas.h), and
-      // the chunks that waited ReplicaLink::kMaxDeferS and went anyway.
+      // the chunks that waited as long as they may (half a step) and went anyway.
       j["replica_gap_wait_ms_mean"] = gap_wait_s_ / double(replicas_sent_) * 1e3;
       j["replica_chunks_sent_without_gap"] = gap_waits_out_;
     }

@@ -228,6 +228,7 @@ class MemCheckpoints {
   std::thread replicator_;
   bool finishing_ = false, abandoned_ = false;
   Stopwatch stop_watch_;  // since stop_ (under mu_)
+  Stopwatch since_copy_;  // since the last copy (the training thread's)
   static constexpr double kReplicaGraceS = 5;
   std::string replica_error_;
   int64_t replicas_sent_ = 0, replicas_kept_ = 0, replicas_bad_ = 0, replica_ages_ = 0;

@@ -35,7 +35,7 @@ void ReplicaLink::wait_for_gap() {
   if (!gap_ || gap_(0)) return;
   Stopwatch sw;
   for (;;) {
-    const double left = kMaxDeferS - sw.seconds();
+    const double left = max_defer_s_.load() - sw.seconds();
     if (left <= 0) {
       ++deferred_out_;
       break;

@@ -16,13 +16,16 @@
 // operation keeps the group's progress thread polling, which took the ranks' cores.
 // Gaps: with `gap` (waits for a moment when none of the training's collectives or sends is in
 // flight on this rank: comm/process_group.h's wait_foreground_idle), each chunk also waits for
-// one, kMaxDeferS at most: the replicas take the link while the training computes (its forward,
-// its optimizer step) rather than while it reduces gradients, which they slowed as much as
-// their share of the link.
+// one, at most half a training step (set_step_s) and never more than kMaxDeferS: the replicas
+// take the link while the training computes (its forward, its optimizer step) rather than
+// while it reduces gradients, which they slowed as much as their share of the link; and a
+// replica of millisecond steps stays a few steps old.
 // Cost: per round, one header each way and the payload each way; nothing is copied (chunks are
 // sent from and received into the segments' slots).
 // Threading: one thread per link calls round(); the group is used by no other thread.
 #pragma once
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -61,15 +64,17 @@ class ReplicaLink {
   void agree_max(int64_t* v, size_t n);
 
   double mbps() const { return mbps_; }
+  // The training's step time (any thread): a chunk waits for a gap half of it at most.
+  void set_step_s(double s) { max_defer_s_.store(std::min(kMaxDeferS, s / 2)); }
   // Seconds the chunks so far waited for a gap in the training's communication, and how many
-  // waited the whole kMaxDeferS.
+  // waited as long as they may.
   double deferred_s() const { return deferred_s_; }
   int64_t deferred_out() const { return deferred_out_; }
 
  private:
   // Waits for `w`: throws its error, or one line when `abandon` says so first.
   void wait(const comm::WorkPtr& w);
-  // Waits for a gap, kMaxDeferS at most (none when hurried).
+  // Waits for a gap, max_defer_s_ at most (none when hurried).
   void wait_for_gap();
 
   comm::ProcessGroup& g_;
@@ -77,6 +82,7 @@ class ReplicaLink {
   double mbps_;
   std::function<bool()> hurry_, abandon_;
   std::function<bool(double)> gap_;
+  std::atomic<double> max_defer_s_{kMaxDeferS};  // until set_step_s
   double deferred_s_ = 0;
   int64_t deferred_out_ = 0;
   ReplicaHeader out_, in_;  // the headers in flight (members: they may outlive an abandoned round)
