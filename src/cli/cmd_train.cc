@@ -29,6 +29,7 @@
 #include "parallel/options.h"
 #include "train/distributed.h"
 #include "train/init_from.h"
+#include "train/kernel_paths.h"
 #include "train/run_spec.h"
 #include "train/trainer.h"
 
@@ -555,6 +556,11 @@ void setup(CLI::App& app) {
       ckpt::make_dirs(cfg.run_dir);
       ckpt::atomic_write_file(cfg.run_dir + "/config.toml", resolved_config(app, "training"));
     }
+    // The kernel paths (STRATA_ISA, STRATA_KERNELS) are settled before any rank starts on
+    // this host: a bad value, or a forced path that the CPU lacks or that fails its
+    // self-check, is one line here. Ranks on other hosts choose (and refuse) on their own.
+    if (!comm::launched_as_rank() && pc.hosts.empty())
+      train::chosen_kernel_paths(pc.dp.precision == parallel::Precision::bf16);
     if (std::optional<int> code = train::launch_ranks_if_needed(cfg, pc)) {
       if (*code != 0) throw ExitCode{*code};
       return;

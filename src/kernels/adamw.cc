@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, bool decay,
                   const AdamWStep& s) {
@@ -57,4 +57,4 @@ void scale_inplace(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -12,7 +12,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 namespace {
 
@@ -284,4 +284,4 @@ void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, con
   backward_impl(dqkv, dout, qkv, out, lse, s, true, doc_start);
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

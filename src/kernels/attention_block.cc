@@ -11,7 +11,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 namespace {
 
@@ -198,4 +198,4 @@ void attention_block_backward(RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, Row
   }
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -2,7 +2,7 @@
 
 #include <bit>
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 void f32_to_bf16(uint16_t* out, const float* in, int64_t n) {
 #pragma omp parallel for schedule(static)
@@ -19,4 +19,4 @@ void bf16_to_f32(float* out, const uint16_t* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t(in[i]) << 16);
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

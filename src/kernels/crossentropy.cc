@@ -4,7 +4,7 @@
 
 #include "kernels/fastmath.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 double crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                             const float* weights, int64_t N, int V, int Vp) {
@@ -47,4 +47,4 @@ void crossentropy_backward(float* logits, const float* lse, const int32_t* targe
   }
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

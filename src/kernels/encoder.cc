@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C, const int32_t* pos) {
@@ -41,4 +41,4 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   }
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -3,7 +3,7 @@
 #include "core/dtype.h"
 #include "kernels/fastmath.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -64,4 +64,4 @@ void gelu_backward(float* dinp, const uint16_t* inp, const float* dout, int64_t 
   backward_impl(dinp, inp, dout, n);
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

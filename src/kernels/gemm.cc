@@ -5,17 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <string>
 
-#include "core/env.h"
-#include "core/error.h"
 #include "core/memory.h"
 
-namespace strata::kernels {
-
-static const EnvVar kGemmImpl("STRATA_GEMM", "strata",
-                              "GEMM used by the kernels: strata (own, thread-count independent "
-                              "bits) or openblas (cblas_sgemm)");
+namespace strata::kernels::STRATA_ISA {
 
 namespace {
 
@@ -207,24 +200,12 @@ void scale_c(const Args& g) {
   }
 }
 
-bool use_openblas() {
-  static const bool v = [] {
-    const std::string s = kGemmImpl.get();
-    STRATA_CHECK(s == "strata" || s == "openblas", "STRATA_GEMM must be strata or openblas (got '",
-                 s, "')");
-    return s == "openblas";
-  }();
-  return v;
-}
-
 }  // namespace
-
-bool gemm_uses_openblas() { return use_openblas(); }
 
 void gemm(Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc, const float* bias) {
   if (M <= 0 || N <= 0) return;
-  if (use_openblas()) {
+  if (gemm_uses_openblas()) {
     if (bias) {  // C = beta C + bias first, then the product with beta 1
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
       for (int i = 0; i < M; ++i) {
@@ -248,4 +229,4 @@ void gemm(Op opa, Op opb, int M, int N, int K, float alpha, const float* A, int 
   run_all(g, !(omp_in_parallel() || omp_get_max_threads() == 1 || flops < 4e6));
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -1,4 +1,5 @@
-// gemm_bf16: run-time choice of the path (cpuid + STRATA_KERNELS) and the emulated path.
+// gemm_bf16: run-time choice of the path (cpuid, the path's self-check, STRATA_KERNELS) and
+// the emulated path.
 // This unit is compiled for the build's baseline; the bf16 paths live in gemm_avx512bf16.cc
 // and gemm_amx.cc, compiled with their own target flags and entered only after cpuid, and in
 // gemm_onednn.cc (libdnnl's matmul, which picks its own kernels from cpuid).
@@ -11,63 +12,17 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "kernels/cpu.h"
 #include "kernels/gemm_bf16_impl.h"
+#include "kernels/selfcheck.h"
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 namespace strata::kernels {
 
 static const EnvVar kKernels("STRATA_KERNELS", "auto",
-                             "bf16 GEMM path under --precision bf16: auto (oneDNN for large products where "
-                             "it measured faster, else the best the CPU has), onednn, amx, avx512bf16, "
-                             "or fp32 (emulated: the fp32 GEMM on the stored values)");
-
-namespace {
-
-#if defined(__x86_64__)
-uint64_t xcr0() {
-  uint32_t lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (uint64_t(hi) << 32) | lo;
-}
-
-bool osxsave() {
-  unsigned a, b, c, d;
-  return __get_cpuid_count(1, 0, &a, &b, &c, &d) && (c & (1u << 27));
-}
-#endif
-
-}  // namespace
-
-bool cpu_has_avx512bf16() {
-#if defined(__x86_64__)
-  unsigned a, b, c, d;
-  // XCR0: SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state enabled by the OS.
-  if (!osxsave() || (xcr0() & 0xe6) != 0xe6) return false;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
-  if (!(f && dq && bw && vl) || a < 1) return false;
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-  return a & (1u << 5);  // AVX512_BF16
-#else
-  return false;
-#endif
-}
-
-bool cpu_has_amx_bf16() {
-#if defined(__x86_64__)
-  unsigned a, b, c, d;
-  if (!cpu_has_avx512bf16()) return false;  // the packing code uses AVX-512 BF16
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
-  // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS manages tile state.
-  return amx_bf16 && amx_tile && (xcr0() & (3ull << 17)) == (3ull << 17);
-#else
-  return false;
-#endif
-}
+                             "bf16 GEMM path under --precision bf16: auto (the best of amx, "
+                             "avx512bf16 the CPU has whose self-check passes, else fp32), onednn, "
+                             "amx, avx512bf16, or fp32 (emulated: the fp32 GEMM on the stored values)");
 
 const char* gemm_path_name(GemmPath p) {
   switch (p) {
@@ -91,34 +46,96 @@ bool gemm_path_available(GemmPath p) {
 
 namespace {
 
+void run_path(GemmPath path, const detail::Bf16Args& g, bool par);
+
+// The known-answer check of a bf16 path (selfcheck.h), run in the forked child on its one
+// thread: products of small integers (exact in bf16, and every partial sum exact in fp32,
+// so any order gives the same bits) in the three operand layouts the packing code has, at
+// sizes that leave partial tiles and panels, against the exact answer.
+bool bf16_known_answer(GemmPath path) {
+  constexpr int M = 40, N = 70, K = 50;
+  std::vector<uint16_t> a(M * K), at(K * M), b(K * N), bt(N * K);
+  std::vector<float> want(M * N, 0.0f), c(M * N);
+  auto ia = [](int i, int k) { return float((i * 7 + k * 3) % 9 - 4); };
+  auto ib = [](int k, int j) { return float((k * 5 + j * 11) % 7 - 3); };
+  for (int i = 0; i < M; ++i)
+    for (int k = 0; k < K; ++k) a[i * K + k] = at[k * M + i] = f32_to_bf16(ia(i, k));
+  for (int k = 0; k < K; ++k)
+    for (int j = 0; j < N; ++j) b[k * N + j] = bt[j * K + k] = f32_to_bf16(ib(k, j));
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j)
+      for (int k = 0; k < K; ++k) want[i * N + j] += ia(i, k) * ib(k, j);
+  const struct {
+    Op opa, opb;
+    const uint16_t *A, *B;
+    int lda, ldb;
+  } cases[] = {{Op::N, Op::N, a.data(), b.data(), K, N},
+               {Op::T, Op::N, at.data(), b.data(), M, N},
+               {Op::N, Op::T, a.data(), bt.data(), K, K}};
+  for (const auto& t : cases) {
+    std::fill(c.begin(), c.end(), -1.0f);
+    run_path(path,
+             {t.opa, t.opb, M, N, K, 1.0f, Mat(t.A, t.lda), Mat(t.B, t.ldb), 0.0f, c.data(), N,
+              nullptr},
+             false);
+    if (c != want) return false;
+  }
+  return true;
+}
+
 struct Choice {
   GemmPath large, small;  // products of >= kOnednnMinFlops; the rest
 };
 
-const Choice& choice() {
-  static const Choice c = [] {
-    const std::string s = kKernels.get();
-    if (s == "auto") {
-      if (gemm_path_available(GemmPath::amx)) return Choice{GemmPath::amx, GemmPath::amx};
-      // oneDNN measured faster than strata's AVX-512 BF16 kernel on every training shape.
-      if (gemm_path_available(GemmPath::avx512bf16))
-        return Choice{GemmPath::onednn, GemmPath::avx512bf16};
-      return Choice{GemmPath::fp32, GemmPath::fp32};
+// The check of a path, run once per process in a child (selfcheck.h).
+const PathCheck& proven(GemmPath p) {
+  return prove_path(gemm_path_name(p), [p] { return bf16_known_answer(p); });
+}
+
+// auto takes strata's own kernels only: each element of C has one producer and a fixed
+// order, so the bits are the same for any thread count. oneDNN sizes its work split (and
+// with it the reduction order) by the thread count; it runs only when forced.
+Choice choose() {
+  const std::string s = kKernels.get();
+  if (s == "auto") {
+    GemmPath best = GemmPath::fp32;
+    std::vector<GemmPath> failed;
+    for (GemmPath p : {GemmPath::amx, GemmPath::avx512bf16}) {
+      if (!gemm_path_available(p)) continue;
+      if (proven(p).ok) {
+        best = p;
+        break;
+      }
+      failed.push_back(p);
     }
-    GemmPath p = GemmPath::fp32;
-    if (s == "amx")
-      p = GemmPath::amx;
-    else if (s == "avx512bf16")
-      p = GemmPath::avx512bf16;
-    else if (s == "onednn")
-      p = GemmPath::onednn;
-    else
-      STRATA_CHECK(s == "fp32", "STRATA_KERNELS must be auto, onednn, amx, avx512bf16 or fp32 (got '",
-                   s, "')");
-    STRATA_CHECK(gemm_path_available(p), "STRATA_KERNELS=", s, ": this CPU (or its kernel) offers no ",
-                 p == GemmPath::amx ? "AMX-BF16 tiles" : "AVX-512 BF16", "; use auto or fp32");
-    return Choice{p, p};
-  }();
+    for (GemmPath p : failed)
+      add_path_note(std::string(gemm_path_name(p)) + " failed its self-check (" + proven(p).why +
+                    "); using " + gemm_path_name(best));
+    return Choice{best, best};
+  }
+  GemmPath p = GemmPath::fp32;
+  if (s == "amx")
+    p = GemmPath::amx;
+  else if (s == "avx512bf16")
+    p = GemmPath::avx512bf16;
+  else if (s == "onednn")
+    p = GemmPath::onednn;
+  else
+    STRATA_CHECK(s == "fp32", "STRATA_KERNELS must be auto, onednn, amx, avx512bf16 or fp32 (got '",
+                 s, "')");
+  STRATA_CHECK(gemm_path_available(p), "STRATA_KERNELS=", s, ": this CPU (or its kernel) offers no ",
+               p == GemmPath::amx ? "AMX-BF16 tiles" : "AVX-512 BF16", " (it has: ",
+               cpu_info().flags_line(), "); use auto or fp32");
+  if (p != GemmPath::fp32) {
+    const PathCheck& c = proven(p);
+    STRATA_CHECK(c.ok, "STRATA_KERNELS=", s, ": ", s, " failed its self-check on this CPU (", c.why,
+                 "); use auto or fp32");
+  }
+  return Choice{p, p};
+}
+
+const Choice& choice() {
+  static const Choice c = choose();
   return c;
 }
 
@@ -189,6 +206,15 @@ void gemm_emulated(const detail::Bf16Args& g, bool par) {
   gemm(g.opa, g.opb, g.M, g.N, g.K, g.alpha, a, lda, b, ldb, g.beta, g.C, g.ldc, g.bias);
 }
 
+void run_path(GemmPath path, const detail::Bf16Args& g, bool par) {
+  switch (path) {
+    case GemmPath::amx: detail::gemm_amx(g, par); return;
+    case GemmPath::avx512bf16: detail::gemm_avx512bf16(g, par); return;
+    case GemmPath::fp32: gemm_emulated(g, par); return;
+    case GemmPath::onednn: detail::gemm_onednn(g, par); return;
+  }
+}
+
 }  // namespace
 
 void gemm_bf16_on(GemmPath path, Op opa, Op opb, int M, int N, int K, float alpha, Mat A, Mat B,
@@ -202,16 +228,9 @@ void gemm_bf16_on(GemmPath path, Op opa, Op opb, int M, int N, int K, float alph
   // Small products and calls from inside a parallel region run on this thread.
   const double flops = 2.0 * M * N * K;
   const bool par = !(omp_in_parallel() || omp_get_max_threads() == 1 || flops < 4e6);
-  static const bool has_avx512bf16 = gemm_path_available(GemmPath::avx512bf16);
-  static const bool has_amx = gemm_path_available(GemmPath::amx);
-  STRATA_CHECK(path == GemmPath::fp32 || (path == GemmPath::amx ? has_amx : has_avx512bf16),
-               "gemm_bf16: the ", gemm_path_name(path), " path is not available on this CPU");
-  switch (path) {
-    case GemmPath::amx: detail::gemm_amx(g, par); return;
-    case GemmPath::avx512bf16: detail::gemm_avx512bf16(g, par); return;
-    case GemmPath::fp32: gemm_emulated(g, par); return;
-    case GemmPath::onednn: detail::gemm_onednn(g, par); return;
-  }
+  STRATA_CHECK(gemm_path_available(path), "gemm_bf16: the ", gemm_path_name(path),
+               " path is not available on this CPU");
+  run_path(path, g, par);
 }
 
 void gemm_bf16(Op opa, Op opb, int M, int N, int K, float alpha, Mat A, Mat B, float beta, float* C,

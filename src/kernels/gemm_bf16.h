@@ -7,7 +7,7 @@
 // fp32 rounding of the running sum).
 //
 // Terms: the *path* is which code computes it, chosen once at run time from cpuid (never
-// at compile time only) and STRATA_KERNELS:
+// at compile time only), the path's self-check (selfcheck.h) and STRATA_KERNELS:
 //   amx         Intel AMX tiles (tdpbf16ps, 16x32 bf16 tiles into 16x16 fp32), after asking
 //               Linux for the tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM)
 //   avx512bf16  AVX-512 BF16 (vdpbf16ps: 16 fp32 lanes += pairs of bf16 products)
@@ -22,12 +22,13 @@
 // Determinism: like kernels::gemm, every element of C is produced by one task in a fixed
 // order: bit-identical run to run and for any thread count (per path; different paths
 // round differently). The onednn path is bit-identical run to run at a fixed thread count
-// only: libdnnl sizes its work split by the thread count. Called from inside an OpenMP parallel region it runs on the calling
-// thread only.
+// only (libdnnl sizes its work split by the thread count), so auto never picks it. Called
+// from inside an OpenMP parallel region it runs on the calling thread only.
 #pragma once
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu.h"
 #include "kernels/gemm.h"
 
 namespace strata::kernels {
@@ -48,23 +49,21 @@ void gemm_bf16(Op opa, Op opb, int M, int N, int K, float alpha, Mat A, Mat B, f
                int ldc, const float* bias = nullptr);
 
 // The path gemm_bf16 takes in this process for large products: STRATA_KERNELS=auto (default)
-// takes onednn where it measured faster (an AVX-512 BF16 CPU without AMX), else strata's
-// best kernel (amx, else avx512bf16, else fp32); onednn|fp32|avx512bf16|amx forces one and is
-// refused with one line when the CPU (or the kernel's permission) lacks it.
+// takes strata's best kernel that the CPU has and that passed its self-check (amx, else
+// avx512bf16, else fp32; a failed one is passed over with a note, path_notes()); onednn|fp32|
+// avx512bf16|amx forces one and is refused with one line when the CPU (or the kernel's
+// permission) lacks it or it fails its self-check.
 GemmPath bf16_gemm_path();
-// strata's own kernel under the same setting (amx, avx512bf16 or fp32; onednn when forced):
-// under auto, what products below kOnednnMinFlops and calls from inside a parallel region run.
+// strata's own kernel under the same setting (amx, avx512bf16 or fp32; onednn when forced).
 GemmPath bf16_kernel_path();
-// Under auto, products of at least this many flops (2MNK) go to oneDNN when it is chosen.
+// Products of at least this many flops (2MNK) go to the large-product path when it differs.
 constexpr double kOnednnMinFlops = 1e8;
 // The path one call of gemm_bf16 takes.
 GemmPath bf16_path_for(int M, int N, int K);
 const char* gemm_path_name(GemmPath p);  // "amx", "avx512bf16", "fp32", "onednn"
-// Whether a path can run here (amx: also asks Linux for the tile permission, once).
+// Whether a path can run here (amx: also asks Linux for the tile permission, once); the
+// CPU's claim, before the path's self-check.
 bool gemm_path_available(GemmPath p);
-// What this CPU offers, whatever STRATA_KERNELS says.
-bool cpu_has_avx512bf16();
-bool cpu_has_amx_bf16();  // the instructions and the OS tile state (before the permission)
 
 // What the model's matmuls run, for logs and summaries: "strata fp32" or "openblas fp32"
 // (fp32 compute), "avx512bf16", "amx", "onednn", "onednn+avx512bf16" (auto: oneDNN for the

@@ -7,7 +7,7 @@
 #include "core/dtype.h"
 #include "kernels/fastmath.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 namespace {
 
@@ -97,4 +97,4 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -6,7 +6,7 @@
 #include "kernels/convert.h"
 #include "kernels/gemm.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int C, int OC, bool accumulate) {
@@ -82,4 +82,4 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -7,7 +7,7 @@
 #include "core/dtype.h"
 #include "kernels/fastmath.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 namespace {
 
@@ -79,4 +79,4 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   }
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -6,7 +6,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 namespace {
 
@@ -83,4 +83,4 @@ void rope_backward(float* dqkv, const int32_t* pos, AttentionShape s, const Rope
   rotate(dqkv, pos, s, r, -1.0f);
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -5,7 +5,7 @@
 #include "core/dtype.h"
 #include "kernels/fastmath.h"
 
-namespace strata::kernels {
+namespace strata::kernels::STRATA_ISA {
 
 namespace {
 constexpr int64_t kBlock = 4096;  // elements per parallel task
@@ -122,4 +122,4 @@ void swiglu_backward(float* dgate, float* dup, const uint16_t* gate, const uint1
   backward_impl(dgate, dup, gate, up, dout, n);
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::kernels::STRATA_ISA

@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/isa.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::train {
@@ -139,7 +140,8 @@ std::string peak_cache_path() {
 }
 
 std::string peak_cache_key(int threads, const std::string& bf16_path) {
-  return cpu_model() + "|threads=" + std::to_string(threads) + "|probe=3" +
+  return cpu_model() + "|threads=" + std::to_string(threads) + "|probe=3" + "|isa=" +
+         kernels::isa_name(kernels::isa()) +
          (bf16_path.empty() ? "" : "|bf16=" + bf16_path);
 }
 

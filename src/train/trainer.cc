@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <xxhash.h>
 
 #include <signal.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/selfcheck.h"
 #include "model/context/context_comm.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
@@ -36,6 +38,7 @@
 #include "train/context_metrics.h"
 #include "train/generate.h"
 #include "train/init_from.h"
+#include "train/kernel_paths.h"
 #include "train/metrics.h"
 #include "train/moe_load.h"
 #include "train/peak.h"
@@ -315,6 +318,7 @@ struct Trainer::Run {
   Peak peak;
   double recorded_peak = 0;  // the last peak written back to the cache by track_peak
   std::string gemm;  // which GEMM the model's matmuls run (kernels::matmul_gemm_name)
+  KernelPaths kernel_paths;  // this rank's instruction-set level and bf16 path, and why
   double flops_per_token = 0, floor = -1;
   TrainResult result;
   std::vector<double> tok_s, mfus, step_ms;
@@ -391,6 +395,10 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
 
   const bool bf16 = model->compute() == DType::bf16;  // what the model's passes run
   gemm = kernels::matmul_gemm_name(bf16);
+  kernel_paths = chosen_kernel_paths(bf16);
+  const std::string kernel_words = kernel_paths_of_group(kernel_paths, topo.group);
+  if (lead)
+    for (const std::string& n : kernels::path_notes()) out->note("note: " + n);
   if (lead) peak = machine_peak(threads, cfg.peak_gflops, 1.0, bf16);
   if (lead && bf16 && kernels::bf16_gemm_path() == kernels::GemmPath::fp32)
     out->note("note: --precision bf16 runs emulated: no bf16 matrix unit (AMX or AVX-512 BF16) " +
@@ -416,10 +424,10 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   result.entropy_floor = floor;
   if (lead)
     out->note(fmt("strata train: %s, %lld params, data %s, batch %d = %d x %d accum x %d rank(s), "
-                  "seq %d, %d threads, gemm %s, %s peak %s",
+                  "seq %d, %d threads, kernels %s, gemm %s, %s peak %s",
                   cfg.model_name.c_str(), (long long)cfg.model.num_params(),
                   split->train->describe().c_str(), cfg.batch, b, A, world, T, threads,
-                  gemm.c_str(), peak.kind.c_str(), peak.label().c_str()));
+                  kernel_words.c_str(), gemm.c_str(), peak.kind.c_str(), peak.label().c_str()));
 }
 
 // kill, exit and hang hit at the start of the step; the others inside it (train_step).
@@ -745,6 +753,26 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
   return j;
 }
 
+// Under pure data parallelism at ZeRO 0 every rank holds the whole model and optimizer
+// state, and they must be the same bits (each rank updates its copy from the same averaged
+// gradients, with an update that rounds alike on every kernel path, kernels/isa.h): whether
+// they are, by one 52-bit digest of every state per rank (one all-gather). nullopt where the
+// ranks hold different shards (ZeRO 1-3, tp, cp, pp, ep) or run alone.
+static std::optional<bool> replicas_identical(const Topology& topo, parallel::StepEngine& engine) {
+  if (!topo.group || topo.group->size() <= 1 || engine.zero_stage() != 0 || topo.tp || topo.cp ||
+      topo.ep || topo.pp != 1 || (topo.dp_world != 0 && topo.dp_world != topo.world))
+    return std::nullopt;
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const parallel::StateShard& sh : engine.state_shards())
+    XXH3_64bits_update(st, sh.data, size_t(sh.end - sh.begin) * dtype_size(sh.dtype));
+  const double mine = double(XXH3_64bits_digest(st) >> 12);  // exact in a double
+  XXH3_freeState(st);
+  std::vector<double> all(size_t(topo.group->size()));
+  topo.group->all_gather(&mine, all.data(), 1, DType::f64);
+  return std::all_of(all.begin(), all.end(), [&](double d) { return d == all[0]; });
+}
+
 void Trainer::Run::finish(double wall_s) {
   result.median_tokens_per_s = median(tok_s);
   result.median_mfu = median(mfus);
@@ -788,6 +816,7 @@ void Trainer::Run::finish(double wall_s) {
                    {"peak_raised_at", peak.raised_at},
                    {"peak_kind", peak.kind},
                    {"gemm", gemm},
+                   {"kernels", kernel_paths.to_json()},
                    {"wall_s", wall_s},
                    {"data_wait_s", loader->wait_seconds()},
                    {"skipped_steps", guard.skips()},
@@ -796,6 +825,8 @@ void Trainer::Run::finish(double wall_s) {
                    {"cpu_s", cpu_seconds_by_thread()},  // this rank's, by thread
                    {"memory", memory_tracker().to_json()}});
   if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
+  if (const std::optional<bool> same = replicas_identical(topo, *engine))
+    summary.set("dp_replicas_identical", *same);
   if (topo.live.generation > 0 && lead) summary.set("live_recovery", live_recoveries(cfg.run_dir));
   if (cfg.model.recompute.mode != model::Recompute::none)
     summary.set("recompute", recompute_section(factory.stage ? *factory.stage : *model,

@@ -406,11 +406,14 @@ std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_hos
   if (!resumed) return "";
   std::printf("  %s\n", m[0].str().c_str());  // the read and load times, for the docs
   const int k = std::stoi(m[1].str()), lost = std::stoi(m[2].str());
-  EXPECT_GE(k, 4) << out;
-  // Replicas are as fresh as the link allows (train/mem_checkpoints.h): a round (the
-  // agreement, the header, the paced copy) spans a few of this model's ~10 ms steps, and the
-  // restart resumes at the last round every rank completed.
-  EXPECT_LE(lost, 15) << out;
+  // What the run guarantees, whatever the load: it resumes from memory (disk: none) at the
+  // newest step every old rank's copy or replica holds, and says how many steps that loses.
+  // How old the replicas were when the host died depends on the load (they move in the
+  // training's idle gaps, train/mem_replicas.h), so neither k nor the loss is bounded here
+  // beyond that; the losses below check the continuation from k bit for bit.
+  EXPECT_GE(k, 1) << out;
+  EXPECT_GE(lost, 0) << out;
+  EXPECT_LE(k + lost, steps) << out;
   EXPECT_TRUE(std::regex_search(summary, std::regex(cat(R"("world":\s*)", new_world, R"(\s)")))) << summary;
   for (int i = 0; i < hosts; ++i) {
     std::string left;

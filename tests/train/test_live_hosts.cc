@@ -10,18 +10,21 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cli_util.h"
+#include "kernels/isa.h"
 #include "live_util.h"
 
 namespace strata::test {
@@ -218,6 +221,54 @@ TEST_F(LiveAcrossHosts, SeededKillsEachFollowedByAJoin) {
                 (long long)summary["live_recovery"].back().value("resumed_step", int64_t(-1)), steps);
   EXPECT_EQ(summary["world"], 4) << why;
   expect_nothing_left(run, why);
+}
+
+}  // namespace
+}  // namespace strata::test
+
+namespace strata::test {
+namespace {
+
+// Hosts of different CPU kinds, on one machine: host 1's ranks are made to choose as a CPU
+// without x86-64-v3 would (an rsh agent that adds STRATA_ISA=x86-64-v2 to their command
+// line), host 0's choose the best this CPU has. Each rank picks its own kernels and the start
+// line names both choices with their ranks; the ZeRO 0 replicas end with the same states, bit
+// for bit (the update rounds alike on every level), and the losses follow a run on one kind
+// within the layout tolerance (the levels' products differ by fused multiply-adds only).
+TEST_F(LiveAcrossHosts, HostsOfDifferentCpuKindsEachPickTheirOwnKernels) {
+  if (!strata::kernels::isa_available(strata::kernels::Isa::v3))
+    GTEST_SKIP() << "this CPU has only the baseline level: no second kind to force";
+  TempDir dir("mixed_cpus");
+  const std::string agent = dir.file("agent");
+  {
+    std::ofstream a(agent);
+    a << "#!/bin/sh\nwhile [ $# -gt 0 ] && [ \"${1#-}\" != \"$1\" ]; do shift; done\n"
+      << "host=$1; shift\n"
+      << "if [ \"$host\" = " << h(1) << " ]; then\n"
+      << "  exec " << state_ << "/rsh-agent \"$host\" \"$(printf '%s' \"$*\" | "
+      << "sed 's/^exec env /exec env STRATA_ISA=x86-64-v2 /')\"\nfi\n"
+      << "exec " << state_ << "/rsh-agent \"$host\" \"$@\"\n";
+  }
+  ASSERT_EQ(::chmod(agent.c_str(), 0755), 0);
+  const std::string run = dir.file("run"), ref = dir.file("ref");
+  RunResult r = run_strata(live_run(run, cat("--hosts ", h(0), ":2,", h(1), ":2 --backend tcp --rsh-agent ",
+                                             agent, " --zero 0")),
+                           "", Streams::separate, 180);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string best = strata::kernels::isa_name(strata::kernels::isa());
+  EXPECT_NE(r.out.find(cat("kernels x86-64-v2 on ranks 2-3, ", best, " on ranks 0-1,")), std::string::npos)
+      << r.out;
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  EXPECT_EQ(summary["dp_replicas_identical"], true) << summary.dump();
+  EXPECT_EQ(summary["kernels"]["isa"], best);
+  RunResult a = run_strata(live_run(ref, "--nproc 4 --backend tcp --zero 0"), "", Streams::separate, 120);
+  ASSERT_EQ(a.status, 0) << a.err;
+  const json ref_summary = json::parse(read_file(ref + "/summary.json"));
+  EXPECT_EQ(ref_summary["dp_replicas_identical"], true);
+  const auto mixed = steps_of(run), one_kind = steps_of(ref);
+  ASSERT_EQ(mixed.size(), one_kind.size());
+  for (size_t s = 0; s < mixed.size(); ++s)
+    EXPECT_NEAR(mixed[s].first, one_kind[s].first, 1e-5 * std::fabs(one_kind[s].first)) << "step " << s + 1;
 }
 
 }  // namespace
