@@ -9,6 +9,12 @@
 # to the fastest peer, with the CPU named. ENCODERS=sentencepiece runs only strata's
 # SentencePiece and spm_encode (no Node packages needed).
 #
+# Long pre-tokens (ENCODERS=all or long): a file of LONG_BYTES (8 MiB) of one byte ('a', '=',
+# newline) is one pre-token; strata prepares it (one run each, the whole job), and its ids are
+# compared with OpenAI's encoder.py bpe() run by tools/tokenizer/long_runs.js. js-tiktoken and
+# gpt-3-encoder take time quadratic in a run, so they encode PEER_BYTES (4 KiB) of it, timed
+# and compared with strata's ids of the same PEER_BYTES.
+#
 #   make tokenizer-tools && bash bench/data/tokenize.sh   # CORPUS=../shared/data/tinyshakespeare.txt
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -19,12 +25,14 @@ THREADS="${THREADS:-$(nproc)}"
 REPEATS="${REPEATS:-5}"
 SP_VOCAB="${SP_VOCAB:-8000}"
 ENCODERS="${ENCODERS:-all}"
+LONG_BYTES="${LONG_BYTES:-8388608}"
+PEER_BYTES="${PEER_BYTES:-4096}"
 TOOLS="$ROOT/tools/tokenizer"
-[[ "$ENCODERS" == all || "$ENCODERS" == sentencepiece ]] ||
-  { echo "bench/data/tokenize: ENCODERS=$ENCODERS (expected all or sentencepiece)" >&2; exit 1; }
+[[ "$ENCODERS" == all || "$ENCODERS" == sentencepiece || "$ENCODERS" == long ]] ||
+  { echo "bench/data/tokenize: ENCODERS=$ENCODERS (expected all, sentencepiece or long)" >&2; exit 1; }
 [[ "$ENCODERS" == sentencepiece || -d "$TOOLS/node_modules/js-tiktoken" ]] ||
   { echo "bench/data/tokenize: run make tokenizer-tools first (or ENCODERS=sentencepiece)" >&2; exit 1; }
-command -v spm_encode >/dev/null || { echo "bench/data/tokenize: spm_encode missing (apt install sentencepiece)" >&2; exit 1; }
+[[ "$ENCODERS" == long ]] || command -v spm_encode >/dev/null || { echo "bench/data/tokenize: spm_encode missing (apt install sentencepiece)" >&2; exit 1; }
 bench_scratch
 BYTES=$(stat -c %s "$CORPUS")
 
@@ -47,6 +55,40 @@ spm_mbps() {
   t1=$(date +%s.%N)
   python3 -c "print($BYTES / 1e6 / ($t1 - $t0))"
 }
+
+# long_run NAME CHAR: one row of the long pre-token table.
+long_run() {
+  local name=$1 char=$2 n s
+  for n in "$LONG_BYTES" "$PEER_BYTES"; do
+    head -c "$n" /dev/zero | tr '\0' "$char" > "$OUT/run_$n.txt"
+    rm -rf "$OUT/run_$n"
+    s=$("$STRATA" data prepare "$OUT/run_$n.txt" --tokenizer "$GPT2" -o "$OUT/run_$n" 2>&1 >/dev/null |
+          sed -n 's/.*done in \([0-9.]*\) s.*/\1/p')
+    echo "$s" > "$OUT/run_$n.s"
+  done
+  node "$TOOLS/long_runs.js" "$OUT/run_$LONG_BYTES.txt" "$OUT/run_$LONG_BYTES/train_000000.bin" "$GPT2" \
+    > "$OUT/long.json"
+  node "$TOOLS/long_runs.js" "$OUT/run_$PEER_BYTES.txt" "$OUT/run_$PEER_BYTES/train_000000.bin" "$GPT2" --peers \
+    > "$OUT/peer.json"
+  python3 - "$name" "$(cat "$OUT/run_$LONG_BYTES.s")" "$(cat "$OUT/run_$PEER_BYTES.s")" "$OUT/long.json" "$OUT/peer.json" <<'PY'
+import json, sys
+name, long_s, peer_s = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+L, P = json.load(open(sys.argv[4])), json.load(open(sys.argv[5]))
+yes = lambda r: "equal" if r["equal"] else "DIFFERENT"
+print(f"{name:<8}{L['bytes']:>9} B  strata {long_s:7.2f} s ({L['bytes'] / 1e6 / long_s:5.2f} MB/s) {L['tokens']:>8} ids, "
+      f"encoder.py bpe() {L['reference']['seconds']:6.2f} s: {yes(L['reference'])} | {P['bytes']} B: strata {peer_s:.3f} s, "
+      f"js-tiktoken {P['js-tiktoken']['seconds']:.2f} s {yes(P['js-tiktoken'])}, "
+      f"gpt-3-encoder {P['gpt-3-encoder']['seconds']:.2f} s {yes(P['gpt-3-encoder'])}")
+PY
+}
+
+if [[ "$ENCODERS" != sentencepiece ]]; then
+  echo "long pre-tokens: $((LONG_BYTES / 1048576)) MiB of one byte (peers: $PEER_BYTES B of it); $(lscpu | sed -n 's/^Model name: *//p')"
+  long_run a a
+  long_run '=' '='
+  long_run newline '\n'
+fi
+[[ "$ENCODERS" == long ]] && exit 0
 
 spm_train --input="$CORPUS" --model_prefix="$OUT/sp" --vocab_size="$SP_VOCAB" --model_type=bpe \
   --minloglevel=2 > /dev/null 2>&1

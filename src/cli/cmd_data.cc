@@ -289,6 +289,7 @@ struct TokenizerTrainArgs {
 
 void run_tokenizer_train(const TokenizerTrainArgs& a) {
   data::require_new_output_dir(a.out);
+  data::check_options(a.train);  // before the corpus is read
   const data::DocSplit split = data::parse_doc_split(a.doc_split);
   const auto t0 = std::chrono::steady_clock::now();
   data::WordCounts counts;

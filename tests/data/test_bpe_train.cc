@@ -115,5 +115,42 @@ TEST(BpeTrain, BadInputIsOneLine) {
   }
 }
 
+// A special token is written into vocab.json as its text, the other tokens in GPT-2's byte
+// alphabet: a special spelled as a byte's or a learned token's key, or given twice, would
+// share a key with it and an id would vanish from the file (2000 ids, 1999 keys). Each is
+// one line naming the token and what it collides with, and nothing is written.
+TEST(BpeTrain, SpecialTokensThatCollideAreRefusedBeforeWriting) {
+  test::TempDir dir;
+  std::string corpus;
+  for (int i = 0; i < 50; ++i) corpus += "the theme of the thesis then the other\n";
+  test::write_file(dir.file("c.txt"), corpus);
+  const std::string train = "data tokenizer-train " + dir.file("c.txt") + " --vocab-size 400 -o " + dir.file("o");
+  const std::pair<std::string, std::string> cases[] = {
+      {" --special a", "--special 'a' collides with byte 97's token (vocab.json key 'a')"},
+      {" --special '<|endoftext|>' --special $(printf '\\304\\240')",  // "Ġ", the space byte's key
+       "--special '\\xc4\\xa0' collides with byte 32's token"},
+      {" --special the", "--special 'the' collides with the token of merge "},
+      {" --special '<|x|>' --special '<|endoftext|>' --special '<|x|>'", "--special '<|x|>' is given twice"},
+      {" --special ''", "--special \"\" is empty"},
+  };
+  for (const auto& [flags, msg] : cases) {
+    auto r = test::run_strata(train + flags);
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.out.find(msg), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("o"))) << flags;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("o.partial"))) << flags;
+  }
+  // The merge that "the" collides with is named by its parts.
+  auto r = test::run_strata(train + " --special the");
+  EXPECT_NE(r.out.find("('t' + 'he') learned from the corpus"), std::string::npos) << r.out;
+  // Specials that collide with nothing still train.
+  r = test::run_strata(train + " --special '<|endoftext|>' --special '<|pad|>'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto t = BpeTokenizer::from_vocab_merges(dir.file("o/vocab.json"), dir.file("o/merges.txt"));
+  EXPECT_EQ(t.special_id("<|endoftext|>"), t.vocab_size() - 2);
+  EXPECT_EQ(t.special_id("<|pad|>"), t.vocab_size() - 1);
+}
+
 }  // namespace
 }  // namespace strata::data

@@ -4,8 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 
 #include <unistd.h>
 
@@ -65,6 +67,101 @@ TEST(BpeTokenizer, MergeNotInVocabularyNamesFileAndLine) {
   EXPECT_THROW(BpeTokenizer::from_vocab_merges((dir / "vocab.json").string(), (dir / "merges.txt").string()),
                std::runtime_error);
   std::filesystem::remove_all(dir);
+}
+
+// OpenAI's encoder.py bpe(), which gpt-3-encoder ports: find the adjacent pair of lowest
+// rank, merge every occurrence of it left to right, repeat. Straightforward and independent of
+// bpe.cc (it reads the files itself); O(n) a round, and a run of one byte takes few rounds.
+// For a merge table that makes each merge's parts before using them (GPT-2's), it equals
+// the lowest-rank-leftmost-first rule bpe.h states.
+class ReferenceBpe {
+ public:
+  ReferenceBpe(const std::string& vocab_json, const std::string& merges_txt) {
+    const nlohmann::json vocab = nlohmann::json::parse(test::read_file(vocab_json));
+    for (const auto& [key, id] : vocab.items()) vocab_[key] = id;
+    std::istringstream in(test::read_file(merges_txt));
+    std::string line;
+    for (int32_t rank = 0; std::getline(in, line);)
+      if (!line.empty() && line.rfind("#version", 0) != 0) {
+        const size_t sp = line.find(' ');
+        const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
+        merges_.emplace(key(vocab_.at(a), vocab_.at(b)), std::make_pair(rank++, vocab_.at(a + b)));
+      }
+  }
+  std::vector<int32_t> encode_word(const std::string& word) const {
+    std::vector<int32_t> w;
+    for (const char c : word) w.push_back(vocab_.at(byte_to_unicode(static_cast<uint8_t>(c))));
+    for (;;) {
+      const std::pair<int32_t, int32_t>* best = nullptr;
+      uint64_t best_key = 0;
+      for (size_t i = 0; i + 1 < w.size(); ++i)
+        if (const auto m = merges_.find(key(w[i], w[i + 1])); m != merges_.end() && (!best || m->second < *best))
+          best = &m->second, best_key = m->first;
+      if (!best) return w;
+      std::vector<int32_t> merged;
+      for (size_t i = 0; i < w.size(); ++i)
+        if (i + 1 < w.size() && key(w[i], w[i + 1]) == best_key) {
+          merged.push_back(best->second);
+          ++i;
+        } else {
+          merged.push_back(w[i]);
+        }
+      w.swap(merged);
+    }
+  }
+
+ private:
+  static uint64_t key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  std::unordered_map<std::string, int32_t> vocab_;
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // -> (rank, merged id)
+};
+
+// A pre-token of megabytes (one repeated byte: letters, punctuation, newlines, spaces) is
+// merged in O(n log n), not O(n^2): 1 MiB of one byte took hours before; the ctest timeout
+// guards the time, the reference the tokens. Words of every length around the switch from
+// the short words' rescan to the long words' queue (random letters, random punctuation)
+// encode as the reference does too.
+TEST(BpeTokenizer, LongPreTokensEqualTheReferenceMerge) {
+  const std::string vocab = kShared + "gpt2-bpe/vocab.json", merges = kShared + "gpt2-bpe/merges.txt";
+  if (!std::filesystem::exists(vocab)) GTEST_SKIP() << "no " << vocab;
+  auto t = BpeTokenizer::from_vocab_merges(vocab, merges);
+  const ReferenceBpe ref(vocab, merges);
+  for (const char c : {'a', '=', '\n', ' '})
+    for (const size_t n : {size_t{4096}, size_t{1} << 20}) {
+      const std::string word(n, c);
+      ASSERT_EQ(BpeTokenizer::pretokenize(word).size(), 1u);
+      const auto ids = t.encode(word);
+      EXPECT_EQ(ids, ref.encode_word(word)) << n << " x byte " << int(c);
+      EXPECT_EQ(t.decode(ids), word);
+    }
+  std::mt19937 rng(7);
+  for (const std::string alphabet : {"abcdefghijklmnopqrstuvwxyz", "eeeeeettaaoinshr", "=-*#/.,!", "=-"})
+    for (size_t n = 1; n <= 300; n += n < 80 ? 1 : 37) {
+      std::string word;
+      for (size_t i = 0; i < n; ++i) word += alphabet[rng() % alphabet.size()];
+      EXPECT_EQ(t.encode(word), ref.encode_word(word)) << word;
+    }
+}
+
+// A merge can make a pair of lower rank than its own when the table uses a token before the
+// merge that makes it: that pair goes first (the rule is the lowest rank at every step), in
+// long words as in short ones. Here "a b" (rank 1) makes "ab", and "ab a" (rank 0) then
+// takes the next "a" before the next "a b" can: "abab..." is "aba", "b", "aba", "b"...
+TEST(BpeTokenizer, AMergeThatMakesALowerRankPairLetsItGoFirst) {
+  test::TempDir dir;
+  std::string vocab = "{";
+  for (int b = 0; b < 256; ++b) vocab += (b ? "," : "") + nlohmann::json(byte_to_unicode(static_cast<uint8_t>(b))).dump() + ":" + std::to_string(b);
+  test::write_file(dir.file("vocab.json"), vocab + ",\"ab\":256,\"aba\":257}");
+  test::write_file(dir.file("merges.txt"), "#version: 0.2\nab a\na b\n");
+  auto t = BpeTokenizer::from_vocab_merges(dir.file("vocab.json"), dir.file("merges.txt"));
+  for (int k = 1; k <= 300; ++k) {
+    std::string word;
+    std::vector<int32_t> want;
+    for (int i = 0; i < k; ++i) word += "ab";
+    for (int i = 0; i < k / 2; ++i) want.insert(want.end(), {257, 'b'});
+    if (k % 2) want.push_back(256);
+    EXPECT_EQ(t.encode(word), want) << k;
+  }
 }
 
 std::vector<uint32_t> word_lengths(const std::string& text, BpeTokenizer::Pattern p) {

@@ -98,7 +98,7 @@ class Resume(unittest.TestCase):
         s = Sampler(Range(50), 2, 0, seed=1)
         state = s.state_dict()
         for key, value, message in [("n", 51, "n=51"), ("seed", 2, "seed=2"), ("version", 9, "version"),
-                                    ("position", -1, "bad position")]:
+                                    ("position", -1, "position must be in")]:
             bad = dict(state, **{key: value})
             with self.assertRaisesRegex(ValueError, message):
                 Sampler(Range(50), 2, 0, seed=1).load_state_dict(bad)
@@ -106,6 +106,93 @@ class Resume(unittest.TestCase):
             Sampler(Range(5), 2, 2)
         with self.assertRaisesRegex(ValueError, "consumed must be in"):
             s.state_dict(consumed=26)
+
+
+class Checks(unittest.TestCase):
+    """Every argument and state field is checked where it comes in, by name: nothing fails
+    later while iterating, and a refused state changes nothing."""
+
+    def refused(self, sampler, state, error, message):
+        before = (list(sampler), len(sampler), sampler.state_dict())
+        with self.assertRaisesRegex(error, message):
+            sampler.load_state_dict(state)
+        self.assertEqual((list(sampler), len(sampler), sampler.state_dict()), before)
+
+    def test_state_fields_are_checked_on_load(self):
+        state = Sampler(Range(10), 2, 0, seed=1).state_dict()
+        cases = [("end", 40, ValueError, "end=40 is not where an epoch of n=10 ends on 2 replicas"),
+                 ("end", 10**18, ValueError, "end=1000000000000000000 is not where"),
+                 ("end", 2**64, ValueError, "field end must be in"),
+                 ("end", "10", TypeError, "field end must be an integer, got str"),
+                 ("epoch", -5, ValueError, "field epoch must be in \\[0, "),
+                 ("epoch", 2**63, ValueError, "field epoch must be in"),
+                 ("epoch", "x", TypeError, "field epoch must be an integer, got str 'x'"),
+                 ("epoch", 1.5, TypeError, "field epoch must be an integer, got float 1.5"),
+                 ("epoch", True, TypeError, "field epoch must be an integer, got bool"),
+                 ("position", 11, ValueError, "field position must be in \\[0, 10\\]"),
+                 ("position", 2.0, TypeError, "field position must be an integer"),
+                 ("num_replicas", 0, ValueError, "field num_replicas must be in"),
+                 ("num_replicas", 3, ValueError, "end=10 is not where an epoch of n=10 ends on 3 replicas"),
+                 ("num_replicas", None, TypeError, "field num_replicas must be an integer"),
+                 ("drop_last", True, ValueError, "state is for drop_last=True, this sampler has drop_last=False"),
+                 ("shuffle", 1, ValueError, "state is for shuffle=1")]
+        for key, value, error, message in cases:
+            with self.subTest(key=key, value=value):
+                self.refused(Sampler(Range(10), 2, 0, seed=1), dict(state, **{key: value}), error, message)
+        for key in ("epoch", "position", "end", "num_replicas", "drop_last"):
+            self.refused(Sampler(Range(10), 2, 0, seed=1), {k: v for k, v in state.items() if k != key},
+                         ValueError, f"has no '{key}'")
+
+    def test_a_state_of_more_replicas_than_samples_resumes(self):
+        # 40 replicas over 10 samples: DistributedSampler pads to 40 positions, each sample 4 times.
+        big = Sampler(Range(10), 40, 0, shuffle=False)
+        state = big.state_dict(consumed=0)
+        self.assertEqual((state["end"], state["num_replicas"]), (40, 40))
+        seen = []
+        for r in range(2):
+            s = Sampler(Range(10), 2, r, shuffle=False)
+            s.load_state_dict(state)
+            seen += list(s)
+        self.assertEqual(sorted(seen), sorted(list(range(10)) * 4))
+
+    def test_version_1_states_still_load(self):
+        # Saved before num_replicas was recorded: 3 replicas over 100 samples end at 102.
+        old = {"version": 1, "n": 100, "seed": 4, "shuffle": True, "drop_last": False, "epoch": 2,
+               "position": 30, "end": 102}
+        s = Sampler(Range(100), 2, 1, seed=4)
+        s.load_state_dict(old)
+        self.assertEqual(len(s), 36)
+        again = Sampler(Range(100), 2, 1, seed=4)
+        again.load_state_dict(s.state_dict(consumed=0))  # saved as version 2: a world ending at 102
+        self.assertEqual(list(again), list(s))
+        for end in (40 * 100, 2 * 100, 99):
+            self.refused(Sampler(Range(100), 2, 1, seed=4), dict(old, end=end), ValueError,
+                         f"end={end} is not where an epoch of n=100 ends on any number of replicas up to n")
+        d = Sampler(Range(100), 2, 1, seed=4, drop_last=True)
+        d.load_state_dict(dict(old, drop_last=True, end=99))  # 3 or 33 replicas
+        self.refused(d, dict(old, drop_last=True, end=49), ValueError, "end=49 is not where")
+
+    def test_arguments_are_checked_by_name(self):
+        for kwargs, error, message in [
+                (dict(shuffle="no"), TypeError, "shuffle must be True or False, got str 'no'"),
+                (dict(drop_last=1), TypeError, "drop_last must be True or False, got int 1"),
+                (dict(num_replicas=2**63), ValueError, "num_replicas must be in \\[1, 2147483647\\]"),
+                (dict(num_replicas="2"), TypeError, "num_replicas must be an integer, got str"),
+                (dict(num_replicas=2.0), TypeError, "num_replicas must be an integer, got float"),
+                (dict(rank=-1), ValueError, "rank must be in"),
+                (dict(seed=2**64), ValueError, "seed must be in"),
+                (dict(seed="0"), TypeError, "seed must be an integer")]:
+            with self.subTest(kwargs=kwargs), self.assertRaisesRegex(error, message):
+                Sampler(Range(10), **dict(dict(num_replicas=2, rank=0), **kwargs))
+        s = Sampler(Range(10), 2, 0)
+        with self.assertRaisesRegex(ValueError, "epoch must be in \\[0, 9223372036854775807\\], got 18446744073709551616"):
+            s.set_epoch(2**64)
+        with self.assertRaisesRegex(TypeError, "epoch must be an integer, got float"):
+            s.set_epoch(1.5)
+        with self.assertRaisesRegex(TypeError, "consumed must be an integer"):
+            s.state_dict(consumed="3")
+        s.set_epoch(2**63 - 1)  # the largest epoch iterates
+        self.assertEqual(len(list(s)), 5)
 
 
 if __name__ == "__main__":

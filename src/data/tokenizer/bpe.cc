@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -321,6 +322,98 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   return t;
 }
 
+// A short word: rescan every adjacent pair, merge the lowest rank (the leftmost of equals),
+// repeat. O(n^2), and the fastest for the few bytes of most words.
+std::vector<int32_t> BpeTokenizer::merge_short(std::string_view word) const {
+  std::vector<int32_t> parts(word.size());
+  for (size_t i = 0; i < word.size(); ++i) parts[i] = byte_id_[static_cast<uint8_t>(word[i])];
+  while (parts.size() > 1) {
+    uint64_t best = std::numeric_limits<uint64_t>::max();
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      const auto m = merges_.find((static_cast<uint64_t>(parts[i]) << 32) | static_cast<uint32_t>(parts[i + 1]));
+      if (m != merges_.end() && m->second < best) best = m->second, at = i;
+    }
+    if (best == std::numeric_limits<uint64_t>::max()) break;
+    parts[at] = static_cast<int32_t>(best & 0xFFFFFFFFu);
+    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  return parts;
+}
+
+// A long word, in O(n log n): the same merges in the same order as merge_short. Symbols are a
+// doubly linked list over the word's bytes (a symbol keeps the position of its first byte).
+// Candidates (adjacent pairs that have a merge) wait in a priority queue keyed by (merge rank,
+// left position): a min-heap of the ranks present, each rank with its candidates sorted by
+// position when the rank comes up, so the long runs of one rank are scanned in order rather
+// than popped one by one from a heap of n entries (which misses the cache at every level).
+// A merge of rank r makes candidates with both neighbours, never of rank r itself (the
+// merged token is longer than either part); one of a lower rank (a merge table whose parts
+// are not made before they are used) comes first, so the scan of rank r stops and the rest
+// of it goes back to the queue. Candidates of pairs that are gone are skipped when they come
+// up: a pair is recorded by where it ends, and since symbols only grow, a live left symbol
+// whose right neighbour still ends there is that same pair. Memory: 24 bytes a byte at most.
+std::vector<int32_t> BpeTokenizer::merge_long(std::string_view word) const {
+  if (word.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    throw std::length_error("BPE: a pre-token of " + std::to_string(word.size()) + " bytes is over 2 GiB");
+  const auto n = static_cast<int32_t>(word.size());
+  std::vector<int32_t> id(word.size()), next(word.size()), prev(word.size());
+  for (int32_t i = 0; i < n; ++i) {
+    id[i] = byte_id_[static_cast<uint8_t>(word[i])];
+    next[i] = i + 1;  // n: none
+    prev[i] = i - 1;
+  }
+  struct Candidate {
+    int32_t left, end, merged;  // end: where the right symbol ends
+  };
+  std::unordered_map<uint32_t, std::vector<Candidate>> waiting;  // by rank
+  std::vector<uint32_t> ranks;                                    // min-heap of waiting's keys
+  // Queues the pair at `left` if it has a merge; returns its rank (or the largest rank).
+  const auto queue = [&](int32_t left) {
+    const int32_t right = next[left];
+    const auto m = merges_.find((static_cast<uint64_t>(id[left]) << 32) | static_cast<uint32_t>(id[right]));
+    if (m == merges_.end()) return std::numeric_limits<uint32_t>::max();
+    const auto rank = static_cast<uint32_t>(m->second >> 32);
+    auto& list = waiting[rank];
+    if (list.empty()) {
+      ranks.push_back(rank);
+      std::push_heap(ranks.begin(), ranks.end(), std::greater<>());
+    }
+    list.push_back({left, next[right], static_cast<int32_t>(m->second & 0xFFFFFFFFu)});
+    return rank;
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) queue(i);
+  while (!ranks.empty()) {
+    std::pop_heap(ranks.begin(), ranks.end(), std::greater<>());
+    const uint32_t rank = ranks.back();
+    ranks.pop_back();
+    std::vector<Candidate> run;
+    run.swap(waiting[rank]);
+    std::sort(run.begin(), run.end(), [](const Candidate& x, const Candidate& y) { return x.left < y.left; });
+    for (size_t k = 0; k < run.size(); ++k) {
+      const Candidate c = run[k];
+      if (id[c.left] < 0 || next[c.left] == n || next[next[c.left]] != c.end) continue;  // gone
+      id[c.left] = c.merged;
+      id[next[c.left]] = -1;
+      next[c.left] = c.end;
+      if (c.end < n) prev[c.end] = c.left;
+      uint32_t lowest = std::numeric_limits<uint32_t>::max();
+      if (prev[c.left] >= 0) lowest = std::min(lowest, queue(prev[c.left]));
+      if (c.end < n) lowest = std::min(lowest, queue(c.left));
+      if (lowest < rank && k + 1 < run.size()) {  // the lower rank goes first
+        auto& rest = waiting[rank];
+        rest.assign(run.begin() + static_cast<std::ptrdiff_t>(k) + 1, run.end());
+        ranks.push_back(rank);
+        std::push_heap(ranks.begin(), ranks.end(), std::greater<>());
+        break;
+      }
+    }
+  }
+  std::vector<int32_t> parts;
+  for (int32_t i = 0; i < n; i = next[i]) parts.push_back(id[i]);
+  return parts;
+}
+
 void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) {
   if (auto hit = cache_.find(std::string(word)); hit != cache_.end()) {
     out.insert(out.end(), hit->second.begin(), hit->second.end());
@@ -331,22 +424,10 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
       out.push_back(whole->second);
       return;
     }
-  std::vector<int32_t> parts(word.size());
-  for (size_t i = 0; i < word.size(); ++i) parts[i] = byte_id_[static_cast<uint8_t>(word[i])];
-  while (parts.size() > 1) {
-    uint64_t best = std::numeric_limits<uint64_t>::max();
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      const uint64_t key = (static_cast<uint64_t>(parts[i]) << 32) | static_cast<uint32_t>(parts[i + 1]);
-      const auto m = merges_.find(key);
-      if (m != merges_.end() && m->second < best) best = m->second, at = i;
-    }
-    if (best == std::numeric_limits<uint64_t>::max()) break;
-    parts[at] = static_cast<int32_t>(best & 0xFFFFFFFFu);
-    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
-  }
+  std::vector<int32_t> parts = word.size() <= kShortWord ? merge_short(word) : merge_long(word);
   out.insert(out.end(), parts.begin(), parts.end());
-  if (cache_.size() < (1u << 20)) cache_.emplace(std::string(word), std::move(parts));
+  // Long words are rare in text and would each hold their whole length in the cache.
+  if (cache_.size() < (1u << 20) && word.size() <= kMaxCachedWord) cache_.emplace(std::string(word), std::move(parts));
 }
 
 void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) {

@@ -12,9 +12,12 @@
 // one-byte code point of the "other" class (neither letter, number nor space) and encodes
 // to its byte token; decode() gives the same bytes back.
 //
-// Cost. A word is merged in O(n^2) for n bytes (words are short); a cache of word -> tokens
-// makes repeated words one hash lookup. encode() is not thread-safe (the cache); use one
-// tokenizer per thread.
+// Cost. A word of n bytes is merged in O(n log n) (bpe.cc, merge_long: a priority queue of
+// candidate pairs by rank and position over a linked list of symbols), so a pre-token of
+// megabytes (a run of one byte, a line of '=') costs what its length says; words of up to
+// kShortWord bytes, most of them, take the plain O(n^2) rescan, faster at that size. A cache
+// of word -> tokens makes repeated words (up to kMaxCachedWord bytes) one hash lookup.
+// encode() is not thread-safe (the cache); use one tokenizer per thread.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -56,6 +59,8 @@ class BpeTokenizer final : public Tokenizer {
   void add_token(const std::string& bytes, int32_t id, const std::string& file);
   void add_merge(const std::string& a, const std::string& b, int32_t rank, const std::string& where);
   void encode_word(std::string_view word, std::vector<int32_t>& out);
+  std::vector<int32_t> merge_short(std::string_view word) const;
+  std::vector<int32_t> merge_long(std::string_view word) const;
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out);
 
   std::vector<std::string> id_to_bytes_;
@@ -64,6 +69,8 @@ class BpeTokenizer final : public Tokenizer {
   // (left id << 32 | right id) -> (rank << 32 | merged id)
   std::unordered_map<uint64_t, uint64_t> merges_;
   std::vector<std::pair<std::string, int32_t>> specials_;
+  static constexpr size_t kShortWord = 32;  // bytes: merge_short up to here, faster there (measured)
+  static constexpr size_t kMaxCachedWord = 256;
   std::unordered_map<std::string, std::vector<int32_t>> cache_;
   Pattern pattern_ = Pattern::gpt2;
   bool ignore_merges_ = false;  // a word that is itself a token is taken whole (Llama 3)

@@ -39,7 +39,13 @@ using WordCounts = std::unordered_map<std::string, int64_t>;
 // Adds the pre-tokenizer's words of `text` to `counts`.
 void count_words(const std::string& text, WordCounts& counts);
 
-// Throws when vocab_size cannot hold the 256 bytes and the specials.
+// Throws, naming the flag, when vocab_size cannot hold the 256 bytes and the specials, or a
+// special token is empty, given twice or spelled as a byte's token in vocab.json (where a
+// special is written as its text and every other token in GPT-2's byte alphabet).
+void check_options(const BpeTrainOptions& o);
+
+// check_options(o), then trains; throws when a special equals a learned token (before any
+// file is written: the two would share one vocab.json key and an id would be lost).
 BpeVocabulary train_bpe(const WordCounts& counts, const BpeTrainOptions& o);
 
 // Writes DIR/vocab.json and DIR/merges.txt ("#version: 0.2" first, as GPT-2's).
