@@ -4,7 +4,8 @@
 # run time, src/kernels/isa.h) and of a -DSTRATA_NATIVE=ON build (-march=native everywhere),
 # side by side in interleaved rounds, as the median of each and their ratio. Also the
 # portable binary forced down to each lower level it has (STRATA_ISA), which is what a CPU
-# without the level gets.
+# without the level gets. Each cell is the median over the rounds and, in brackets, the best
+# round (the least disturbed one on a shared machine); the ratios are to native's.
 #
 #   bash bench/kernels/portable.sh        # builds $BUILD-native unless NATIVE=path/to/strata
 #   ROUNDS=7 STEPS=30 MODELS="tiny small" bash bench/kernels/portable.sh
@@ -14,7 +15,7 @@ bench_need_strata kernels/portable
 ROUNDS="${ROUNDS:-5}"
 STEPS="${STEPS:-20}"
 MODELS="${MODELS:-tiny small}"
-THREADS="${THREADS:-2}"
+THREADS="${THREADS:-1}"
 if [[ -z "${NATIVE:-}" ]]; then
   cmake -S "$ROOT" -B "$BUILD-native" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_NATIVE=ON \
     -DSTRATA_BENCH=OFF >/dev/null
@@ -51,11 +52,12 @@ model, native, portable = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 rest = sys.argv[4:]
 lv, vals = rest[:len(rest) // 2], rest[len(rest) // 2:]
 med = lambda xs: st.median(float(x) for x in xs if x)
-n = med(native)
-print(f"{model:6s} native {n:9.0f} tok/s | portable (auto) {med(portable):9.0f} = {med(portable) / n:.3f}x", end="")
+best = lambda xs: max(float(x) for x in xs if x)
+n, nb = med(native), best(native)
+cell = lambda xs: f"{med(xs):7.0f} = {med(xs) / n:.3f}x [best {best(xs):7.0f} = {best(xs) / nb:.3f}x]"
+print(f"{model:6s} native {n:7.0f} [best {nb:7.0f}] tok/s | portable (auto) {cell(portable)}", end="")
 for l, v in zip(lv, vals):
-    m = med(v.split(","))
-    print(f" | forced {l} {m:8.0f} = {m / n:.3f}x", end="")
+    print(f" | forced {l} {cell(v.split(','))}", end="")
 print()
 PY
   unset got
