@@ -57,13 +57,13 @@ py::dict list_checkpoints(const std::string& path) {
   return out;
 }
 
-// The step directory a path names: itself, or the newest checkpoint `latest` (then older
-// committed ones) leads to in a run or ckpt directory.
+// The step directory a path names: itself, or the newest committed checkpoint of a run or
+// ckpt directory (also one newer than the step `latest` names, as a resume takes it).
 std::string step_dir(const std::string& path) {
   const ckpt::CkptLocation loc = ckpt::locate(path);
   if (!loc.step_dir.empty()) return loc.step_dir;
   for (const std::string& d : ckpt::candidate_dirs(loc.root, nullptr))
-    if (std::filesystem::is_directory(d)) return d;
+    if (std::error_code ec; std::filesystem::is_directory(d, ec)) return d;
   fail(path, ": no checkpoints in ", loc.root);
 }
 

@@ -7,7 +7,8 @@
     strata.ckpt.export_hf("runs/demo", "gpt2-hf")  # GPT2LMHeadModel.from_pretrained("gpt2-hf")
 
 A path is a run directory, its ckpt/ directory or one step-* directory; a run or ckpt
-directory means its newest checkpoint (the one `latest` names, else the newest committed).
+directory means its newest committed checkpoint (also one newer than the step `latest`
+names, as `train --resume auto` takes it).
 Tensors are the model's global tensors, whatever layout saved them (tensor-parallel slices,
 ZeRO 1-3 flat shards, pipeline stages, expert-parallel experts): a read opens only the
 shards that hold the tensor and reads only its byte ranges, verifying the checksummed blocks

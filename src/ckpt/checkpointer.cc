@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "ckpt/load.h"
 #include "core/timer.h"
 #include "core/trace.h"
 
@@ -349,7 +350,18 @@ void Checkpointer::commit(const std::string& tmp_dir, int64_t step) {
   if (fs::exists(final_dir)) {
     if (latest && *latest == name)
       fail(final_dir, " already exists and is the latest checkpoint; not overwriting it");
-    log(cat("replacing uncommitted ", final_dir));
+    // A committed directory is complete by construction: one that verifies is a good
+    // checkpoint (newer than `latest` when this run resumed from an older step) and is kept.
+    std::string damage;
+    try {
+      CheckpointReader(final_dir).verify(true);
+    } catch (const std::exception& e) {
+      damage = e.what();
+    }
+    if (damage.empty())
+      fail(final_dir, " already exists and verifies (this run resumed from an older step); not replacing a good "
+           "checkpoint: resume from it (--resume auto) or save into another --run-dir");
+    log(cat("replacing damaged ", final_dir, " (", damage, ")"));
     remove_dir_safely(final_dir);
   }
   rename_path(tmp_dir, final_dir);

@@ -43,7 +43,10 @@ std::vector<int64_t> list_steps(const std::string& root) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     auto s = parse_step_dir(e.path().filename().string());
-    if (s && e.is_directory()) steps.push_back(*s);
+    // One that cannot be resolved (a symbolic link loop) is listed too: reading it then says
+    // why, naming it, and the newest good one is found past it.
+    std::error_code bad;
+    if (s && (e.is_directory(bad) || bad)) steps.push_back(*s);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -72,7 +75,8 @@ std::string repair_latest(const std::string& root, const std::string& name) {
   std::string problem;
   try {
     const auto latest = read_latest(root);
-    if (!latest || fs::is_directory(root + "/" + *latest)) return "";
+    std::error_code ec;
+    if (!latest || fs::is_directory(root + "/" + *latest, ec)) return "";
     problem = cat(root, "/latest names ", *latest, ", which does not exist");
   } catch (const std::exception& e) {
     problem = e.what();
@@ -81,6 +85,12 @@ std::string repair_latest(const std::string& root, const std::string& name) {
   if (!fs::is_regular_file(root + "/latest")) fs::remove_all(root + "/latest", ec);  // a FIFO, a directory
   atomic_write_file(root + "/latest", name + "\n");
   return problem;
+}
+
+std::string unresolvable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 || errno == ENOENT || errno == ENOTDIR) return "";
+  return cat(path, ": ", errno_text(errno));
 }
 
 void make_dirs(const std::string& dir) {
@@ -157,7 +167,7 @@ int64_t dir_bytes(const std::string& dir) {
   int64_t total = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file()) total += int64_t(e.file_size());
+    if (e.is_regular_file(ec)) total += int64_t(e.file_size(ec));
   return total;
 }
 

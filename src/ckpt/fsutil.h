@@ -47,6 +47,10 @@ std::optional<std::string> read_latest(const std::string& root);
 // Returns what was wrong with it, or "" when it was sound or absent (then nothing is written).
 std::string repair_latest(const std::string& root, const std::string& name);
 
+// "<path>: Too many levels of symbolic links" when stat(2) fails on `path` for a reason other
+// than its absence (a symbolic link loop, a directory that cannot be searched), else "".
+std::string unresolvable(const std::string& path);
+
 // Creates `dir` and its parents; throws naming the path and errno text (read-only disk, a file
 // where a directory should be, ...).
 void make_dirs(const std::string& dir);

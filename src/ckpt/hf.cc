@@ -11,6 +11,7 @@
 #include "ckpt/hf_arch.h"
 #include "ckpt/load.h"
 #include "core/files.h"
+#include "core/staged_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -352,32 +353,32 @@ void check_replaceable(const std::string& out, const std::string& what) {
   }
 }
 
-// Writes config.json and model.safetensors into <out>.tmp-export, then renames it to <out>.
+// Writes config.json and model.safetensors into a staging directory of this process, then
+// moves it to <out> in one rename (core/staged_dir.h): concurrent exports to one directory
+// leave one of them whole.
 void write_hf_dir(const std::string& out_dir, const std::string& what, const json& config,
                   const std::vector<std::string_view>& weights) {
   std::string out = out_dir;
   while (out.size() > 1 && out.back() == '/') out.pop_back();
   check_replaceable(out, what);
-  const std::string staged = out + ".tmp-export";
-  std::error_code ec;
-  fs::remove_all(staged, ec);  // an export that died before its rename
+  const std::string staged = make_staging_dir(out, "tmp-export", what);
   try {
-    make_dirs(staged);
     strata::atomic_write_file(staged + "/config.json", config.dump(2) + "\n");
     strata::atomic_write_file(staged + "/model.safetensors", weights);
-    if (fs::exists(out)) fs::remove_all(out);
-    rename_path(staged, out);
-    fsync_dir(fs::path(out).parent_path().empty() ? "." : fs::path(out).parent_path().string());
   } catch (...) {
+    std::error_code ec;
     fs::remove_all(staged, ec);
     throw;
   }
+  commit_staging_dir(staged, out, true, what);
+  fsync_dir(fs::path(out).parent_path().empty() ? "." : fs::path(out).parent_path().string());
 }
 
 }  // namespace
 
 HfExportResult export_hf(const std::string& dir, const std::string& out_dir,
                          const std::string& dtype, const std::string& what) {
+  STRATA_CHECK(!out_dir.empty(), what, ": empty path; name the output directory");
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
   const StateInfo* st = &model_state(m, dir);

@@ -198,26 +198,57 @@ LoadResult load_checkpoint(const std::string& dir, const std::vector<StateTarget
 }
 
 std::vector<std::string> candidate_dirs(const std::string& root, std::vector<std::string>* notes) {
-  std::vector<int64_t> steps = list_steps(root);
+  const std::vector<int64_t> steps = list_steps(root);
   std::optional<std::string> latest;
   try {
     latest = read_latest(root);
   } catch (const std::exception& e) {
     if (notes) notes->push_back(e.what());
   }
-  int64_t below = INT64_MAX;
-  std::vector<std::string> out;
-  if (latest) {
-    below = *parse_step_dir(*latest);
-    out.push_back(root + "/" + *latest);
-    if (!fs::is_directory(out.back()) && notes)
-      notes->push_back(cat(out.back(), ": missing (named by ", root, "/latest)"));
-  } else if (!steps.empty() && notes) {
+  std::error_code ec;
+  if (latest && !fs::is_directory(root + "/" + *latest, ec) && notes)
+    notes->push_back(cat(root, "/", *latest, ": missing (named by ", root, "/latest)"));
+  else if (!latest && !steps.empty() && notes)
     notes->push_back(cat(root, "/latest: missing; trying every checkpoint, newest first"));
-  }
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it)
-    if (*it < below) out.push_back(root + "/" + step_dir_name(*it));
+  // Every committed directory is complete by construction (it is renamed into place after its
+  // manifest), so one newer than `latest` (a crash between the rename and the pointer's
+  // update, or a pointer moved back by hand) is as good a candidate as the one it names.
+  std::vector<std::string> out;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) out.push_back(root + "/" + step_dir_name(*it));
   return out;
+}
+
+std::string newer_than_latest(const std::string& dir) {
+  const std::string root = fs::path(dir).parent_path().string();
+  const auto step = parse_step_dir(fs::path(dir).filename().string());
+  std::optional<std::string> latest;
+  try {
+    latest = read_latest(root);
+  } catch (const std::exception&) {
+    return "";  // a malformed pointer has its own note
+  }
+  if (!step || !latest || *parse_step_dir(*latest) >= *step) return "";
+  return cat(root, "/latest names ", *latest, ", but ", fs::path(dir).filename().string(),
+             " is newer and verifies: using it");
+}
+
+std::optional<std::string> newest_good(const std::string& root,
+                                       const std::function<void(const std::string&)>& log) {
+  std::vector<std::string> notes;
+  const std::vector<std::string> dirs = candidate_dirs(root, &notes);
+  for (const std::string& n : notes) log(n);
+  for (const std::string& dir : dirs) {
+    try {
+      CheckpointReader(dir).verify(true);
+    } catch (const CorruptCheckpoint& e) {
+      log(cat(e.what(), "; trying an older checkpoint"));
+      continue;
+    }
+    const std::string newer = newer_than_latest(dir);
+    if (!newer.empty()) log(newer);
+    return dir;
+  }
+  return std::nullopt;
 }
 
 std::optional<LoadResult> load_latest(const std::string& run_dir,
@@ -233,7 +264,8 @@ std::optional<LoadResult> load_latest(const std::string& run_dir,
     std::optional<LoadResult> r;
     std::string problem;
     try {
-      if (!fs::is_directory(dir)) throw CorruptCheckpoint(cat(dir, ": missing"));
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec) && !ec) throw CorruptCheckpoint(cat(dir, ": missing"));
       r = load_checkpoint(dir, targets, opts);
     } catch (const CorruptCheckpoint& e) {
       problem = e.what();
@@ -241,6 +273,8 @@ std::optional<LoadResult> load_latest(const std::string& run_dir,
     const bool ok = opts.all_ok ? opts.all_ok(r.has_value()) : r.has_value();
     if (ok) {
       r->skipped = skipped;
+      const std::string newer = newer_than_latest(dir);
+      if (!newer.empty()) emit(opts, newer);
       return r;
     }
     if (problem.empty()) problem = cat(dir, ": damaged on another rank");
@@ -254,14 +288,19 @@ std::optional<LoadResult> load_latest(const std::string& run_dir,
 CkptLocation locate(const std::string& given) {
   std::string path = given;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
+  for (const std::string& p : {path, path + "/ckpt"}) {  // a symbolic link loop: one line naming it
+    const std::string unreachable = unresolvable(p);
+    STRATA_CHECK(unreachable.empty(), unreachable);
+  }
   STRATA_CHECK(fs::exists(path), path, ": no such file or directory");
   STRATA_CHECK(fs::is_directory(path), path, ": not a directory");
-  if (fs::exists(path + "/manifest.json") || parse_step_dir(fs::path(path).filename().string())) {
+  std::error_code ec;
+  if (fs::exists(path + "/manifest.json", ec) || parse_step_dir(fs::path(path).filename().string())) {
     std::string root = fs::path(path).parent_path().string();
     return {root.empty() ? "." : root, path};
   }
-  if (fs::is_directory(path + "/ckpt")) return {path + "/ckpt", ""};
-  if (fs::exists(path + "/latest") || !list_steps(path).empty()) return {path, ""};
+  if (fs::is_directory(path + "/ckpt", ec)) return {path + "/ckpt", ""};
+  if (fs::exists(path + "/latest", ec) || !list_steps(path).empty()) return {path, ""};
   fail(path, ": no checkpoints here (expected a run directory, its ckpt/ directory, or a step-* directory)");
 }
 

@@ -4,12 +4,13 @@
 // the layout's pieces onto the saved chunks (chunks.h), copying contiguous runs and reading
 // and verifying only the blocks involved. Elements past Ψ_local (ZeRO padding) are zeros.
 //
-// Fallback: load_latest tries the checkpoint `latest` names, then older committed ones, newest
-// first. A damaged one (CorruptCheckpoint: missing or truncated shard, wrong magic, checksum
-// mismatch, manifest that does not match its files) is reported in one line and skipped; a
-// checkpoint of a different model (ModelMismatch) stops the load. With several ranks, the
-// all_ok callback (a logical AND over ranks) makes every rank settle on the same checkpoint
-// even when only one of them read the damaged block.
+// Fallback: load_latest tries every committed checkpoint, newest first (`latest` is a hint:
+// a crash between a commit's rename and the pointer's update leaves a newer, complete one,
+// and one line says when such a one is used). A damaged one (CorruptCheckpoint: missing or
+// truncated shard, wrong magic, checksum mismatch, manifest that does not match its files) is
+// reported in one line and skipped; a checkpoint of a different model (ModelMismatch) stops
+// the load. With several ranks, the all_ok callback (a logical AND over ranks) makes every
+// rank settle on the same checkpoint even when only one of them read the damaged block.
 #pragma once
 #include <functional>
 #include <map>
@@ -105,9 +106,20 @@ std::optional<LoadResult> load_latest(const std::string& run_dir,
                                       const std::vector<StateTarget>& targets,
                                       const LoadOptions& opts = {});
 
-// The directories load_latest would try, in order: `latest`, then older committed ones.
-// Notes about a missing or dangling pointer are appended to *notes.
+// The directories load_latest would try, in order: every committed one, newest first, also
+// those newer than the step `latest` names (a committed directory is complete by
+// construction). Notes about a missing, dangling or malformed pointer are appended to *notes.
 std::vector<std::string> candidate_dirs(const std::string& root, std::vector<std::string>* notes);
+
+// One line when step directory `dir` is newer than the one its root's `latest` names
+// ("<root>/latest names step-000002, but step-000006 is newer and verifies: using it"), else "".
+std::string newer_than_latest(const std::string& dir);
+
+// The newest checkpoint of `root` whose every block verifies: the one load_latest resumes from
+// (both pass over damaged ones, newest first). Each note and damaged checkpoint passed over is
+// one line to `log`. nullopt when none verifies.
+std::optional<std::string> newest_good(const std::string& root,
+                                       const std::function<void(const std::string&)>& log);
 
 // Resolves what a user names on the command line: a run directory, its ckpt/ directory, or
 // one step directory. Returns the ckpt root and, for a step directory, that directory.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "ckpt/fsutil.h"
 #include "core/files.h"
 
 namespace strata::ckpt {
@@ -305,6 +306,8 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
 
 Manifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
+  const std::string unreachable = unresolvable(dir);  // a symbolic link loop
+  if (!unreachable.empty()) throw CorruptCheckpoint(unreachable);
   const std::string kind = file_kind(path);
   if (kind == "missing") throw CorruptCheckpoint(cat(path, ": missing manifest"));
   // Checked before opening: a FIFO here would block the open forever.

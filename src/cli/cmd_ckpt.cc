@@ -82,15 +82,18 @@ void setup_verify(CLI::App& app) {
         ++bad;
       }
     }
-    if (!l.latest.empty() && !fs::is_directory(l.root + "/" + l.latest)) {
-      std::printf("DAMAGED  %s/latest names %s, which does not exist\n", l.root.c_str(), l.latest.c_str());
-      ++bad;
-    }
-    if (!l.latest_error.empty()) {
-      std::printf("DAMAGED  %s\n", l.latest_error.c_str());
-      ++bad;
-    }
-    if (bad) fail(bad, " of ", l.entries.size(), " checkpoints in ", l.root, " damaged");
+    // The pointer is not a checkpoint: its damage is told apart from theirs.
+    std::error_code ec;
+    const bool dangling = !l.latest.empty() && !fs::is_directory(l.root + "/" + l.latest, ec);
+    if (dangling) std::printf("DAMAGED  %s/latest names %s, which does not exist\n", l.root.c_str(), l.latest.c_str());
+    if (!l.latest_error.empty()) std::printf("DAMAGED  %s\n", l.latest_error.c_str());
+    const bool latest_bad = dangling || !l.latest_error.empty();
+    if (bad)
+      fail(bad, " of ", l.entries.size(), " checkpoints in ", l.root, " damaged",
+           latest_bad ? cat(", and ", l.root, "/latest too") : "");
+    if (latest_bad)
+      fail(l.root, "/latest is damaged; the ", l.entries.size(), " checkpoint(s) are ok (the next "
+           "`train --resume auto` rewrites it)");
   });
 }
 
@@ -106,38 +109,38 @@ void setup_export(CLI::App& app) {
   // Exactly one output; none or both is a usage error, as a missing required flag is.
   CLI::Option_group* output = app.add_option_group("output", "where to write (one of)");
   output->add_option("--safetensors", *out, "output file (Hugging Face safetensors, strata's tensor names)");
-  output->add_option("--hf", *hf,
+  CLI::Option* hf_opt = output->add_option("--hf", *hf,
                      "output directory: a Hugging Face GPT2LMHeadModel or LlamaForCausalLM "
                      "(config.json, model.safetensors)");
   output->require_option(1);
-  app.add_option("--step", *step, "export this step instead of the newest good checkpoint");
+  CLI::Option* step_opt = app.add_option("--step", *step, "export this step instead of the newest good checkpoint");
   app.add_option("--dtype", *dtype, "F32 or BF16 (default: as saved)");
-  app.callback([path, out, hf, dtype, step] {
+  app.callback([path, out, hf, dtype, step, step_opt, hf_opt] {
+    const bool to_hf = hf_opt->count() > 0;  // by the flag given: `--hf ""` is not --safetensors
+    STRATA_CHECK(!(to_hf ? hf : out)->empty(), to_hf ? "--hf" : "--safetensors", ": empty path; name the output ",
+                 to_hf ? "directory" : "file");
+    STRATA_CHECK(step_opt->count() == 0 || *step >= 0, "--step ", *step,
+                 ": a checkpoint's step is the number of steps done, 0 or more");
     const ckpt::CkptLocation loc = ckpt::locate(*path);
-    std::vector<std::string> dirs;
-    if (!loc.step_dir.empty()) dirs = {loc.step_dir};
-    else if (*step >= 0) dirs = {loc.root + "/" + ckpt::step_dir_name(*step)};
-    else dirs = ckpt::candidate_dirs(loc.root, nullptr);
-    STRATA_CHECK(!dirs.empty(), *path, ": no checkpoints to export");
-    for (size_t i = 0; i < dirs.size(); ++i) {
-      try {
-        if (!hf->empty()) {
-          ckpt::HfExportResult r = ckpt::export_hf(dirs[i], *hf, *dtype, "--hf");
-          std::printf("wrote %s: Hugging Face %s, %d tensors of '%s' from %s, %s\n", hf->c_str(),
-                      r.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel", r.tensors, r.state.c_str(),
-                      r.source_dir.c_str(), human_bytes(r.bytes).c_str());
-          return;
-        }
-        ckpt::ExportResult r = ckpt::export_safetensors(dirs[i], *out, *dtype);
-        std::printf("wrote %s: %d tensors of '%s' from %s, %s\n", out->c_str(), r.tensors,
-                    r.state.c_str(), r.source_dir.c_str(), human_bytes(r.bytes).c_str());
-        return;
-      } catch (const ckpt::CorruptCheckpoint& e) {
-        if (dirs.size() == 1) throw;
-        std::fprintf(stderr, "strata: ckpt: %s; trying an older checkpoint\n", e.what());
-      }
+    std::string dir = loc.step_dir;
+    if (dir.empty() && step_opt->count() > 0) dir = loc.root + "/" + ckpt::step_dir_name(*step);
+    // The one `train --resume auto` continues from: the newest that verifies.
+    if (dir.empty()) {
+      dir = ckpt::newest_good(loc.root, [](const std::string& line) {
+              std::fprintf(stderr, "strata: ckpt: %s\n", line.c_str());
+            }).value_or("");
+      STRATA_CHECK(!dir.empty(), *path, ": no undamaged checkpoint to export in ", loc.root);
     }
-    fail("no undamaged checkpoint to export in ", loc.root);
+    if (to_hf) {
+      ckpt::HfExportResult r = ckpt::export_hf(dir, *hf, *dtype, "--hf");
+      std::printf("wrote %s: Hugging Face %s, %d tensors of '%s' from %s, %s\n", hf->c_str(),
+                  r.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel", r.tensors, r.state.c_str(),
+                  r.source_dir.c_str(), human_bytes(r.bytes).c_str());
+      return;
+    }
+    ckpt::ExportResult r = ckpt::export_safetensors(dir, *out, *dtype);
+    std::printf("wrote %s: %d tensors of '%s' from %s, %s\n", out->c_str(), r.tensors, r.state.c_str(),
+                r.source_dir.c_str(), human_bytes(r.bytes).c_str());
   });
 }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/version.h"  // generated (src/cli/CMakeLists.txt)
 #include "core/env.h"
 #include "core/error.h"
 #include "core/wait_policy.h"
@@ -81,6 +82,8 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   bool help_env = false;
   app.add_flag("--help-env", help_env, "List the environment variables strata reads");
+  app.set_version_flag("--version,-V", "strata " STRATA_VERSION " (commit " STRATA_GIT_COMMIT ")",
+                       "Print the version and the git commit strata was built from");
   for (const Command& c : commands()) c.setup(*subcommand_for(app, c.path, c.summary));
   try {
     app.parse(argc, argv);
@@ -95,6 +98,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "strata: error: %s (see --help)\n", strata::cap_long_words(e.what()).c_str());

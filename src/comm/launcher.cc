@@ -316,7 +316,10 @@ LaunchResult launch(const LaunchOptions& o) {
   auto log = [&](const std::string& line) { log_line(o, line); };
   const std::string run_id = new_job_id();
   // What the ranks left for their restarts (comm/run_segments.h) goes when the job ends,
-  // however it ends (a throw included), on this host.
+  // however it ends (a throw included), on this host; what a killed launcher's job left goes
+  // now.
+  for (const std::string& line : remove_orphaned_runs()) log(cat("strata launch: ", line));
+  record_run_owner(run_id);
   struct RunOwned {
     const std::string& id;
     ~RunOwned() { remove_run_owned(id); }

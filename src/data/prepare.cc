@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/staged_dir.h"
 #include "data/prepared.h"
 #include "data/token_file.h"
 #include "data/tokenizer/tokenizer.h"
@@ -55,24 +56,18 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
 }
 
 void require_new_output_dir(const std::string& out) {
+  STRATA_CHECK(!out.empty(), "output: empty path (-o \"\"); name a new directory");
   STRATA_CHECK(file_kind(out) == "missing", "output ", out, " already exists (", file_kind(out),
                "): choose a new directory");
 }
 
 std::string stage_output_dir(const std::string& out) {
   require_new_output_dir(out);
-  const std::string tmp = out + ".partial";
-  std::error_code ec;
-  if (file_kind(tmp) == "a directory") fs::remove_all(tmp, ec);  // a killed run's
-  fs::create_directories(tmp, ec);
-  if (ec) fail(cat("output ", tmp, ": cannot create: ", ec.message()));
-  return tmp;
+  return make_staging_dir(out, "partial", "output");
 }
 
 void commit_output_dir(const std::string& staged, const std::string& out) {
-  std::error_code ec;
-  fs::rename(staged, out, ec);
-  if (ec) fail(cat("output ", out, ": cannot rename ", staged, " to it: ", ec.message()));
+  commit_staging_dir(staged, out, false, "output");
 }
 
 void split_documents(const std::string& path, const std::string& text, const std::string& text_field,

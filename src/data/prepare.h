@@ -54,8 +54,10 @@ struct PrepareOptions {
 std::vector<std::string> corpus_files(const std::vector<std::string>& inputs);
 // The staging of an output directory that must appear whole or not at all:
 // require_new_output_dir throws unless `out` is absent (call it before any work);
-// stage_output_dir checks again, replaces a stale `<out>.partial` of a killed run and creates
-// it empty (returned); commit_output_dir renames it to `out` once everything in it is written.
+// stage_output_dir checks again and creates this process's staging directory beside it
+// (core/staged_dir.h: `<out>.partial-<host>-<pid>`; a killed run's is removed); commit_output_dir
+// renames it to `out` once everything in it is written, and fails when another process
+// created `out` meanwhile (of two concurrent runs to one output, the second is refused).
 void require_new_output_dir(const std::string& out);
 std::string stage_output_dir(const std::string& out);
 void commit_output_dir(const std::string& staged, const std::string& out);

@@ -180,6 +180,10 @@ void GPTConfig::validate() const {
   dense.moe = {};
   const double n = double(dense.num_params());
   moe.validate();
+  // Every part of an MoE run (expert regions, expert parallelism, the per-step expert metrics)
+  // assumes at least one MoE block.
+  STRATA_CHECK(!moe.enabled() || moe.every <= layers, "--moe-every ", moe.every, " is greater than --layers ",
+               layers, ": no block would be MoE; drop --experts or lower --moe-every");
   STRATA_CHECK(recompute.layers >= 0, "--recompute-layers must not be negative (got ", recompute.layers, ")");
   STRATA_CHECK(recompute.layers == 0 || recompute.mode == Recompute::full, "--recompute-layers ",
                recompute.layers, " needs --recompute full");

@@ -124,7 +124,16 @@ PairSet synthetic_pairs(KvDecoder& dec, const model::GPTConfig& cfg, const GoldR
   STRATA_CHECK(half >= 1, "synthetic pairs need a decoder batch of at least 2");
   std::vector<int32_t> prompts(size_t(2 * half) * P), resp(size_t(2 * half) * R);
   std::vector<uint64_t> streams(size_t(2 * half));
+  // A prompt yields a pair only when its two responses differ in gold score; near-greedy
+  // sampling (a tiny temperature) makes them alike, so the yield, not the loop, would go to
+  // zero. Below one pair per kMinYield prompts (judged after kJudgeAfter) the set would take
+  // over kMinYield·n prompts: stop instead. At most max(kJudgeAfter, kMinYield·n) + 2·half.
+  constexpr int64_t kMinYield = 16, kJudgeAfter = 256;
   for (int64_t first = 0; out.size() < n; first += half) {
+    if (first >= kJudgeAfter && out.size() * kMinYield < first)
+      fail("synthetic pairs: ", out.size(), " of ", n, " after ", first, " prompts: the two responses to ",
+           first - out.size(), " of them tied on the gold rule (sampling at --temperature ", s.temperature,
+           " makes them alike); raise --temperature or give --pairs FILE");
     for (int i = 0; i < 2 * half; ++i) {
       synthetic_prompt(seed, first + i % half, P, cfg.vocab, &prompts[size_t(i) * P]);
       streams[size_t(i)] = (uint64_t(first + i % half) << 1) | uint64_t(i / half);

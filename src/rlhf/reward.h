@@ -51,7 +51,9 @@ RewardResult train_reward(ValueModel& rm, const std::vector<float>& params, cons
 
 // n synthetic pairs (gold.h): two responses per prompt sampled from the policy whose
 // parameters `policy` the decoder is bound to, ranked by the gold rule; pairs whose two
-// responses tie in gold are skipped (the next prompt is drawn).
+// responses tie in gold are skipped (the next prompt is drawn). Throws one line when under
+// one prompt in 16 yields a pair (near-greedy sampling: both responses alike), so the prompts
+// drawn stay below max(256, 16 n) plus one round whatever the temperature.
 PairSet synthetic_pairs(KvDecoder& dec, const model::GPTConfig& cfg, const GoldRule& gold, int64_t n,
                         int P, int R, const SampleConfig& s, uint64_t seed);
 

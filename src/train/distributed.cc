@@ -482,8 +482,8 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   };
   if (cfg.model.moe.enabled())
     factory.step_metrics = [&] {
-      const parallel::Region* x = engine->expert_region();
-      const int64_t rx = engine->grad_reduce_bytes_last_step(*x);
+      const parallel::Region* x = engine->expert_region();  // null: no expert unit here
+      const int64_t rx = x ? engine->grad_reduce_bytes_last_step(*x) : 0;
       return json{{"grad_reduce_bytes", engine->grad_reduce_bytes_last_step()},
                   {"grad_reduce_bytes_experts", rx}};
     };

@@ -94,6 +94,88 @@ TEST(CkptCli, BadInputExitsNonZeroWithOneLine) {
   EXPECT_EQ(r.status, 2) << r.out;
 }
 
+// `latest` names step 2 while complete steps 4 and 6 exist: `train --resume auto` resumed from
+// step 2 ("4 step(s) lost") and deleted 4 and 6 as "uncommitted". It resumes from step 6,
+// saying so in one line, and every checkpoint that verifies is still there.
+TEST(CkptCli, ResumeTakesCheckpointsNewerThanLatestAndDeletesNone) {
+  TempDir tmp;
+  const std::string run = tmp.str() + "/run", root = run + "/ckpt";
+  auto train = [&](int steps, const std::string& extra) {
+    return run_strata("train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --peak-gflops 10 --sample-tokens 0 "
+                      "--eval-batches 1 --data synthetic:20000 --ckpt-every 2 --ckpt-keep 0 --steps " +
+                      std::to_string(steps) + " --run-dir " + run + " " + extra);
+  };
+  CmdResult t = train(6, "");
+  ASSERT_EQ(t.status, 0) << t.out;
+  atomic_write_file(root + "/latest", "step-000002\n");
+  t = train(8, "--resume auto");
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_TRUE(has(t.out, root + "/latest names step-000002, but step-000006 is newer and verifies: using it"))
+      << t.out;
+  EXPECT_TRUE(has(t.out, "resuming from step 6")) << t.out;
+  EXPECT_FALSE(has(t.out, "uncommitted")) << t.out;
+  EXPECT_EQ(list_steps(root), (std::vector<int64_t>{2, 4, 6, 8}));
+  for (int64_t s : list_steps(root)) EXPECT_NO_THROW(CheckpointReader(root + "/" + step_dir_name(s)).verify(true));
+  EXPECT_EQ(read_latest(root).value_or(""), "step-000008");
+}
+
+// What `ckpt verify`, `ls` and `export` say about a damaged `latest`, a symbolic link loop in
+// place of a checkpoint or of ckpt/, checkpoints newer than `latest`, and bad flags.
+TEST(CkptCli, DamagedPointerLoopsNewerCheckpointsAndBadFlags) {
+  TempDir tmp;
+  const std::string root = tmp.str() + "/ckpt";
+  save_step(tmp.str(), FullStates(3000, 10, false), 10, 2, 1);
+  save_step(tmp.str(), FullStates(3000, 20, false), 20, 2, 1);
+  // A `latest` of garbage: the pointer is damaged, the checkpoints are not.
+  std::ofstream(root + "/latest", std::ios::trunc) << "garbage\n";
+  const auto separate = strata::test::Streams::separate;
+  CmdResult v = run_strata("ckpt verify " + tmp.str(), "", separate);
+  EXPECT_EQ(v.status, 1) << v.out;
+  EXPECT_EQ(v.err, "strata: error: " + root + "/latest is damaged; the 2 checkpoint(s) are ok (the "
+                   "next `train --resume auto` rewrites it)\n") << v.out;
+  EXPECT_TRUE(has(v.out, "DAMAGED  " + root + "/latest: malformed pointer 'garbage'")) << v.out;
+
+  // `latest` names step 10: export takes step 20, the newest that verifies, as a resume does.
+  atomic_write_file(root + "/latest", "step-000010\n");
+  CmdResult e = run_strata("ckpt export " + tmp.str() + " --safetensors " + tmp.str() + "/m.safetensors");
+  EXPECT_EQ(e.status, 0) << e.out;
+  EXPECT_TRUE(has(e.out, "from " + root + "/step-000020")) << e.out;
+  EXPECT_TRUE(has(e.out, root + "/latest names step-000010, but step-000020 is newer and verifies: using it"))
+      << e.out;
+
+  // A loop named like a checkpoint is one damaged entry, named; the others are still found.
+  fs::create_symlink("step-000030", root + "/step-000030");
+  const std::string loop = root + "/step-000030: Too many levels of symbolic links";
+  CmdResult ls = run_strata("ckpt ls " + tmp.str());
+  EXPECT_EQ(ls.status, 0) << ls.out;
+  EXPECT_TRUE(has(ls.out, "DAMAGED: " + loop)) << ls.out;
+  v = run_strata("ckpt verify " + tmp.str(), "", separate);
+  EXPECT_EQ(v.status, 1) << v.out;
+  EXPECT_TRUE(has(v.out, "DAMAGED  " + loop)) << v.out;
+  EXPECT_EQ(v.err, "strata: error: 1 of 3 checkpoints in " + root + " damaged\n");
+  e = run_strata("ckpt export " + tmp.str() + " --safetensors " + tmp.str() + "/m.safetensors");
+  EXPECT_EQ(e.status, 0) << e.out;
+  EXPECT_TRUE(has(e.out, "from " + root + "/step-000020")) << e.out;
+  std::vector<std::string> log;
+  load_and_check_full(tmp.str(), 20, false, 3000, &log);
+  for (const std::string& arg : {root + "/step-000030", root + "/step-000030/"}) {
+    CmdResult r = run_strata("ckpt ls " + arg);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_EQ(r.out, "strata: error: " + loop + "\n");
+  }
+  // ckpt/ itself a loop.
+  TempDir other;
+  fs::create_symlink("ckpt", other.str() + "/ckpt");
+  CmdResult r = run_strata("ckpt verify " + other.str());
+  EXPECT_EQ(r.out, "strata: error: " + other.str() + "/ckpt: Too many levels of symbolic links\n");
+
+  // A negative step is refused before anything is read or written.
+  r = run_strata("ckpt export " + tmp.str() + " --step -1 --safetensors " + tmp.str() + "/n.safetensors");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out, "strata: error: --step -1: a checkpoint's step is the number of steps done, 0 or more\n");
+  EXPECT_FALSE(fs::exists(tmp.str() + "/n.safetensors"));
+}
+
 // A pipeline run's checkpoints as a user meets them: `ls` shows the whole layout (pp, cp, ep),
 // a `latest` of random bytes is reported by `verify` and rewritten by the next resume, and a
 // FIFO in place of a shard is named as damaged within seconds (never opened: open(2) of a FIFO

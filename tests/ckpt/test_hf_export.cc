@@ -2,6 +2,7 @@
 // is a known function of its flat position: each exported element is looked up by HF name and
 // coordinates and compared with the strata element it must come from (Conv1D's [in, out] is
 // strata's [out, in] transposed; wte loses its padding rows).
+#include <algorithm>
 #include <cstring>
 
 #include "ckpt/hf.h"
@@ -9,6 +10,7 @@
 #include "ckpt/safetensors.h"
 #include "core/files.h"
 #include "helpers.h"
+#include "support/run.h"
 
 using namespace ckpt_test;
 
@@ -16,7 +18,7 @@ namespace {
 
 constexpr int64_t C = 4, L = 2, T = 3, V = 6, Vp = 8, kStep = 7;
 
-std::vector<TensorInfo> gpt2_table(bool moe = false) {
+std::vector<TensorInfo> gpt2_table(bool moe = false, int64_t C = ::C) {
   std::vector<TensorInfo> t;
   int64_t at = 0;
   auto add = [&](const std::string& name, Shape shape) {
@@ -49,9 +51,11 @@ std::vector<TensorInfo> gpt2_table(bool moe = false) {
   return t;
 }
 
-// Saves step `step` of a GPT-2 table on n ranks at ZeRO stage `stage`; returns the step dir.
-std::string save_gpt2(const TempDir& tmp, int n, int stage, bool moe = false, int64_t step = kStep) {
-  return save_model(tmp.str(), gpt2_table(moe),
+// Saves step `step` of a GPT-2 table of width C on n ranks at ZeRO stage `stage`; returns the
+// step dir.
+std::string save_gpt2(const TempDir& tmp, int n, int stage, bool moe = false, int64_t step = kStep,
+                      int64_t C = ::C) {
+  return save_model(tmp.str(), gpt2_table(moe, C),
                     {{"layers", L}, {"dim", C}, {"heads", 2}, {"max_seq", T}, {"vocab", V}, {"padded_vocab", Vp}},
                     n, stage, step);
 }
@@ -126,7 +130,50 @@ TEST(CkptHfExport, ReplacesOnlyAnEarlierExportAndRefusesMixturesOfExperts) {
     EXPECT_NE(std::string(e.what()).find("has MoE blocks ('h.1.mlp.router.weight')"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dest));
-  EXPECT_FALSE(fs::exists(dest + ".tmp-export"));
+  for (const auto& e : fs::directory_iterator(moe_tmp.path()))
+    EXPECT_EQ(e.path().filename().string().find("hf.tmp-export"), std::string::npos) << e.path();
+}
+
+// Two `strata ckpt export --hf` processes into one directory (absent, then an earlier export),
+// one F32 and one BF16: each writes a directory of its own that one rename moves into place,
+// so the directory holds one export whole: both files, and config.json's dtype that of
+// model.safetensors (before, 4 of 8 pairs left config.json.tmp + model.safetensors, or one
+// file, or nothing, and both exited 0). `--hf ""` is refused before anything is written.
+TEST(CkptHfExport, ConcurrentExportsToOneDirectoryLeaveOneWhole) {
+  TempDir tmp;
+  const std::string dir = save_gpt2(tmp, 1, 0, false, kStep, 256);  // 6 MB to write: the two overlap
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::string out = tmp.str() + "/hf" + std::to_string(round / 2);
+    std::vector<strata::test::Proc> runs;
+    for (const char* dtype : {"F32", "BF16"})
+      runs.push_back(strata::test::start({STRATA_BINARY, "ckpt", "export", dir, "--hf", out, "--dtype", dtype}, {},
+                                         strata::test::Streams::separate));
+    int ok = 0;
+    for (strata::test::Proc& p : runs) {
+      ASSERT_TRUE(strata::test::wait_for(p, 120)) << p.err;
+      ok += p.exit_code() == 0;
+      if (p.exit_code() != 0) {
+        EXPECT_EQ(std::count(p.err.begin(), p.err.end(), '\n'), 1) << p.err;
+      }
+    }
+    EXPECT_GE(ok, 1);
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(out)) files.push_back(e.path().filename().string());
+    std::sort(files.begin(), files.end());
+    ASSERT_EQ(files, (std::vector<std::string>{"config.json", "model.safetensors"}));
+    const SafetensorsFile f = read_safetensors(out + "/model.safetensors");
+    ASSERT_FALSE(f.tensors.empty());
+    const nlohmann::json config = nlohmann::json::parse(std::ifstream(out + "/config.json"));
+    EXPECT_EQ(config.at("torch_dtype"), f.tensors[0].dtype == "F32" ? "float32" : "bfloat16");
+    for (const auto& e : fs::directory_iterator(tmp.path()))
+      EXPECT_EQ(e.path().filename().string().find("tmp-export"), std::string::npos) << e.path();
+  }
+  const strata::test::RunResult r = strata::test::run_strata("ckpt export " + dir + " --hf ''", "cd " + tmp.str() + " &&");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out, "strata: error: --hf: empty path; name the output directory\n");
+  for (const auto& e : fs::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().filename().string().rfind(".tmp-export", 0), std::string::npos) << e.path();
 }
 
 // A GPT-2 directory as transformers' own gpt2 weights name it: no "transformer." prefix, the

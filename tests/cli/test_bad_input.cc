@@ -81,6 +81,19 @@ TEST(BadInput, MoEFlags) {
       // ep is carved out of dp x cp, never out of tp: 4 ranks at tp 2 leave 2 for it.
       {"moe_tp_ep", kTrain + "--nproc 4 --tp 2 --ep 4 --experts 4", {"--ep 4", "--dp 2"}},
   });
+  // --moe-every past --layers leaves no MoE block: the per-step metrics read the expert region
+  // that does not exist (signal 11 on a rank, or in one process at ZeRO 1-3).
+  const std::vector<std::string> none = {"--moe-every 5", "--layers 4", "no block would be MoE"};
+  const std::string moe = kTrain + "--layers 4 --dim 64 --heads 4 --experts 4 --top-k 2 --dropless --moe-every 5 ";
+  run_cases({
+      {"moe_every_ep", moe + "--nproc 2 --ep 2", none},
+      {"moe_every_dp", moe + "--nproc 2", none},
+      {"moe_every_tp", moe + "--nproc 2 --tp 2", none},
+      {"moe_every_zero1", moe + "--zero 1", none},
+      {"moe_every_zero3", moe + "--zero 3", none},
+      {"moe_every_one", moe, none},
+      {"moe_every_plan", "plan --local --layers 4 --hidden 64 --heads 4 --experts 4 --moe-every 5", none},
+  });
 }
 
 TEST(BadInput, DataSizesAndFiles) {

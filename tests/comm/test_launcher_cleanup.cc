@@ -15,10 +15,12 @@
 #include <stdexcept>
 
 #include "comm/launcher.h"
+#include "comm/run_segments.h"
 #include "comm/shm/segment.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "support/run.h"
+#include "support/temp_dir.h"
 
 namespace strata::comm {
 namespace {
@@ -165,6 +167,53 @@ TEST(LauncherCleanup, RunOwnedObjectsGoWhenTheJobEnds) {
   EXPECT_EQ(left, "");
   EXPECT_TRUE(std::filesystem::exists(other));
   std::filesystem::remove(other);
+}
+
+// A launcher killed by SIGKILL removes nothing; the next launcher on the host removes what
+// that job owned (its record /dev/shm/strata-<run id>-owner names the launcher's pid, which is
+// gone), and leaves alone what a job whose launcher lives owns.
+TEST(LauncherCleanup, ObjectsOfAKilledLaunchersJobGoWithTheNextLauncher) {
+  const std::string tag = "strata-test-orphan-" + new_job_id();
+  const std::string obj = "/dev/shm/" + tag;
+  test::Proc killed = test::start(
+      {STRATA_BINARY, "launch", "-n", "1", "--", "sh", "-c",
+       ": > /dev/shm/strata-$STRATA_RUN_ID-owns-" + tag + "; echo $$ > " + obj + ".pid; mv " + obj +
+           ".pid " + obj + "; exec sleep 60"},
+      {}, test::Streams::separate);
+  for (int i = 0; i < 600 && !std::filesystem::exists(obj); ++i) usleep(50000);
+  ASSERT_TRUE(std::filesystem::exists(obj)) << "the rank never made its object";
+  const long rank_pid = std::stol(test::read_file(obj));
+  ::kill(killed.pid, SIGKILL);  // the launcher alone, as `kill -9` of it
+  test::wait_for(killed, 30);
+  ::kill(pid_t(rank_pid), SIGKILL);  // its rank, which may outlive it
+  std::string marker;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().find("-owns-" + tag) != std::string::npos) marker = e.path().string();
+  ASSERT_FALSE(marker.empty()) << "no marker left by the killed job";
+  const std::string run_id = marker.substr(16, marker.find("-owns-") - 16);  // /dev/shm/strata-<id>-owns-
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm/strata-" + run_id + "-owner"));
+  // A live launcher's job (this process stands for it) keeps its objects.
+  const std::string live_id = "j" + std::to_string(getpid()) + "-livejob" + std::to_string(getpid());
+  const std::string live_obj = "/dev/shm/" + tag + "-live";
+  for (const std::string& f : {live_obj, "/dev/shm/strata-" + live_id + "-owns-" + tag + "-live",
+                               "/dev/shm/strata-" + live_id + "-owner"})
+    std::ofstream(f) << "";
+
+  LaunchOptions o;
+  o.nproc = 1;
+  o.command = {"true"};
+  std::vector<std::string> lines;
+  o.log = [&](const std::string& l) { lines.push_back(l); };
+  EXPECT_EQ(launch(o).exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(obj));
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/strata-" + run_id + "-owner"));
+  bool said = false;
+  for (const std::string& l : lines) said |= l.find("job " + run_id + ": launcher pid ") != std::string::npos;
+  EXPECT_TRUE(said) << ::testing::PrintToString(lines);
+  EXPECT_TRUE(std::filesystem::exists(live_obj));
+  EXPECT_EQ(remove_run_owned(live_id), 1);
+  EXPECT_FALSE(std::filesystem::exists(live_obj));
 }
 
 }  // namespace

@@ -64,7 +64,8 @@ TEST(DataPrepare, LlmcTinyShakespeareRecipeEqualsTwoEncoders) {
   EXPECT_EQ(train.size(), 305260u);
   EXPECT_EQ(fnv1a64(val), 0x459d9aa774e65dc2ull);
   EXPECT_EQ(fnv1a64(train), 0x0f7df3ae1a26281eull);
-  EXPECT_FALSE(fs::exists(dir.file("ts.partial")));
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find("ts.partial"), std::string::npos) << e.path();
   // The tokenizer beside the shards decodes them back to the text, byte for byte.
   auto tok = open_tokenizer(dir.file("ts/tokenizer"));
   std::vector<int32_t> all = val;
@@ -416,6 +417,45 @@ TEST(DataPrepare, InfoNamesTheShardThatDoesNotMatch) {
   fs::remove(shard);
   auto gone = run_strata("data info --data " + dir.file("p"));
   EXPECT_NE(gone.out.find("shard " + shard + " listed in the manifest is missing"), std::string::npos) << gone.out;
+}
+
+// Two `data prepare -o DIR` at once: each stages in a directory of its own and one rename
+// decides, so one of them prepares DIR whole and the other is refused in one line (before, the
+// second deleted the first's DIR.partial under it). `-o ""` is refused before any work.
+TEST(DataPrepare, TwoRunsToOneOutputLeaveOneWholeAndRefuseTheOther) {
+  if (!fs::exists(kGpt2) || !fs::exists(kText)) GTEST_SKIP() << "no " << kGpt2 << " or " << kText;
+  TempDir dir;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::string out = dir.file("p" + std::to_string(round));
+    const std::vector<std::string> argv = {STRATA_BINARY, "data", "prepare", kText, "--tokenizer", kGpt2,
+                                           "--threads", "1", "--shard-tokens", "65536", "-o", out};
+    std::vector<test::Proc> runs = {test::start(argv, {}, test::Streams::separate),
+                                    test::start(argv, {}, test::Streams::separate)};
+    int ok = 0;
+    for (test::Proc& p : runs) {
+      ASSERT_TRUE(test::wait_for(p, 300)) << p.err;
+      if (p.exit_code() == 0) {
+        ++ok;
+        continue;
+      }
+      EXPECT_EQ(p.exit_code(), 1) << p.err;
+      EXPECT_TRUE(p.err.find("output " + out + " already exists") != std::string::npos ||
+                  p.err.find("output " + out + ": was created by another process meanwhile") != std::string::npos)
+          << p.err;
+    }
+    EXPECT_GE(ok, 1);
+    auto info = run_strata("data info --data " + out + " --seq 16");  // every shard against the manifest
+    EXPECT_EQ(info.status, 0) << info.out;
+    EXPECT_NE(info.out.find("prepared " + out + ": 1 documents"), std::string::npos) << info.out;
+    for (const auto& e : fs::directory_iterator(dir.path()))
+      EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path();
+  }
+  auto empty = run_strata("data prepare " + kText + " --tokenizer " + kGpt2 + " -o ''", "cd " + dir.str() + " &&");
+  EXPECT_EQ(empty.status, 1) << empty.out;
+  EXPECT_NE(empty.out.find("output: empty path"), std::string::npos) << empty.out;
+  EXPECT_EQ(std::count(empty.out.begin(), empty.out.end(), '\n'), 1) << empty.out;
+  EXPECT_FALSE(fs::exists(dir.file(".partial")));
 }
 
 }  // namespace

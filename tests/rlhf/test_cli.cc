@@ -142,6 +142,20 @@ TEST_F(RlhfCli, RewardThenPpoEndToEnd) {
   EXPECT_EQ(r.status, 0) << r.out;
 }
 
+// A tiny --temperature makes a prompt's two responses alike, so nearly every pair ties on the
+// gold rule: the search for pairs looped for a time growing as 1/T; it is bounded by the yield.
+TEST_F(RlhfCli, RewardPairsAtATinyTemperatureStopInOneLine) {
+  for (const char* t : {"1e-6", "1e-30"}) {
+    auto r = run_strata("rlhf reward --init " + f("actor.safetensors") +
+                            " --pairs synthetic --num-pairs 48 --steps 2 --batch 8 --prompt-len 4 "
+                            "--response-len 8 --temperature " + t + " -o " + f("rm.safetensors"),
+                        "", strata::test::Streams::separate, 120);
+    expect_one_line(r, "synthetic pairs: ");
+    EXPECT_NE(r.err.find("raise --temperature"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(f("rm.safetensors")));
+  }
+}
+
 TEST_F(RlhfCli, GenerateFromATrainingRunAgreesWithAndWithoutCache) {
   auto r = run_strata("train --layers 1 --dim 32 --heads 2 --max-seq 32 --steps 2 --batch 2 --ckpt-every 2"
                       " --sample-tokens 0 --run-dir " + f("sft"));
