@@ -292,11 +292,16 @@ void apply_micro_batches(CLI::App& app, const train::ParallelConfig& pc, train::
   const int M = pc.pipeline.micro;
   if (!app.count("--micro-batches")) return;
   STRATA_CHECK(M >= 1, "--micro-batches must be at least 1 (got ", M, ")");
-  STRATA_CHECK(!app.count("--micro-batch"), "give --micro-batches or --micro-batch, not both");
   const int dp = pc.mesh_dims().dp;
   STRATA_CHECK(cfg.batch % (int64_t(dp) * M) == 0, "--batch ", cfg.batch,
                " does not split into --micro-batches ", M, " x ", dp, " data-parallel rank(s)");
-  cfg.micro_batch = cfg.batch / (dp * M);
+  const int64_t micro = cfg.batch / (int64_t(dp) * M);
+  // Both given: they must say the same thing.
+  STRATA_CHECK(!app.count("--micro-batch") || cfg.micro_batch == micro, "--micro-batch ",
+               cfg.micro_batch, " and --micro-batches ", M, " disagree: --batch ", cfg.batch, " over ", dp,
+               " data-parallel rank(s) in ", M, " micro-batches is --micro-batch ", micro,
+               "; give one of them");
+  cfg.micro_batch = int(micro);
 }
 
 train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::TrainConfig& cfg) {
@@ -551,6 +556,15 @@ void setup(CLI::App& app) {
     spec.validate();
     const train::TrainConfig& cfg = spec.train;
     const train::ParallelConfig& pc = spec.parallel;
+    // Flags that act only in another layout: accepted, and said once (not per rank).
+    if (!comm::launched_as_rank()) {
+      if (app.count("--no-sp") && pc.mesh_dims().tp == 1)
+        std::cerr << "note: --no-sp does nothing without --tp (sequence parallelism splits the "
+                     "tensor-parallel ranks' activations)\n";
+      if (app.count("--prefetch") && pc.dp.stage < 3)
+        std::cerr << "note: --prefetch does nothing below --zero 3 (it gathers ZeRO-3's sharded "
+                     "layers ahead of their use)\n";
+    }
     // The run dir keeps the resolved config: --config RUN/config.toml runs it again.
     if (!cfg.run_dir.empty() && !comm::launched_as_rank()) {
       ckpt::make_dirs(cfg.run_dir);

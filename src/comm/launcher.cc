@@ -754,11 +754,16 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     if (res.message.empty())
       res.message = cat("mpirun ", describe_wait_status(guard.children[0].status), timed_out_ranks(timeouts, o.hosts));
     if (res.failed_host.empty() && !o.hosts.empty()) {
-      const std::string host = silent_host(stopped, o.hosts);
+      // A rank answered when it said mpirun's stop reached it, or when its rank-exec parent
+      // recorded how it ended; a host that died whole did neither (mpirun does not always
+      // name the node of a daemon it lost: "unable to reliably start one or more daemons").
+      std::vector<int> answered = stopped;
+      for (int r : recorded_ranks(plan.status_dir)) answered.push_back(r);
+      const std::string host = silent_host(answered, o.hosts);
       if (!host.empty()) {
         res.failed_host = host;
-        res.message = cat("host ", host, " was lost (none of its ranks answered mpirun's stop; ",
-                          res.message, ")");
+        res.message = cat("host ", host, " was lost (none of its ranks answered mpirun's stop or "
+                          "recorded how it ended; ", res.message, ")");
       }
     }
   }

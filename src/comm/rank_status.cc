@@ -1,11 +1,14 @@
 #include "comm/rank_status.h"
 
+#include <algorithm>
+
 #include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -78,6 +81,19 @@ std::string first_recorded_failure(const std::string& dir, int& rank) {
   }
   closedir(d);
   return rank < 0 ? "" : cat("rank ", rank, " ", describe_wait_status(first_status));
+}
+
+std::vector<int> recorded_ranks(const std::string& dir) {
+  std::vector<int> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    int r = -1;
+    if (std::sscanf(e->d_name, "rank-%d", &r) == 1 && r >= 0) out.push_back(r);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string describe_wait_status(int status) {

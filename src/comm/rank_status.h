@@ -20,6 +20,10 @@ int exec_and_record_status(const std::string& dir, const std::vector<std::string
 // killed by signal S (name)", and its rank; "" and -1 when no rank recorded a failure.
 std::string first_recorded_failure(const std::string& dir, int& rank);
 
+// The ranks that recorded how they ended in `dir` (their rank-exec parent lived to write it:
+// a rank whose whole host died records nothing), in rank order.
+std::vector<int> recorded_ranks(const std::string& dir);
+
 // "exited with code C", "was killed by signal S (name)" for a waitpid() status.
 std::string describe_wait_status(int status);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
 namespace strata::kernels::STRATA_ISA {
 

@@ -1,6 +1,7 @@
 #include "kernels/convert.h"
 
 #include <bit>
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
 namespace strata::kernels::STRATA_ISA {
 

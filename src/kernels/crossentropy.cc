@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/fastmath.h"
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
 namespace strata::kernels::STRATA_ISA {
 

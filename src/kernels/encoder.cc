@@ -1,6 +1,7 @@
 #include "kernels/encoder.h"
 
 #include <algorithm>
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
 namespace strata::kernels::STRATA_ISA {
 

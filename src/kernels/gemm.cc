@@ -7,15 +7,18 @@
 #include <cstring>
 
 #include "core/memory.h"
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
 namespace strata::kernels::STRATA_ISA {
 
 namespace {
 
-#if defined(__AVX512F__)
+// The level's vector width (isa_target.h; the pragma there sets no __AVX*__ macro in C++,
+// so the level's own macro decides, or the build's -march).
+#if defined(STRATA_ISA_V4) || defined(__AVX512F__)
 constexpr int kW = 16;  // floats per vector register
 constexpr int kNV = 4;  // vectors per micro-tile row: 6 x 64 tile, 24 accumulators
-#elif defined(__AVX__)
+#elif defined(STRATA_ISA_V3) || defined(__AVX__)
 constexpr int kW = 8;
 constexpr int kNV = 2;  // 6 x 16 tile, 12 accumulators (16 ymm registers)
 #else

@@ -171,39 +171,37 @@ void scale_c_only(const Bf16Args& g) {
 
 namespace {
 
-// The stored matrix behind a bf16 operand (rows x cols elements), widened exactly into dst
-// (dense, row stride cols).
-void widen_copy(std::vector<float>& dst, const Mat& X, int rows, int cols, bool par) {
+// The operand as a bf16 unit reads it (rows x cols elements), in fp32 into dst (dense, row
+// stride cols): bf16 memory widened exactly, fp32 memory rounded to bf16 (nearest even) first.
+void bf16_copy(std::vector<float>& dst, const Mat& X, int rows, int cols, bool par) {
   dst.resize(size_t(rows) * cols);
   float* d = dst.data();
-  const uint16_t* x = static_cast<const uint16_t*>(X.p);
+  const bool half = X.t == DType::bf16;
+  const uint16_t* h = static_cast<const uint16_t*>(X.p);
+  const float* f = static_cast<const float*>(X.p);
 #pragma omp parallel for schedule(static) if (par)
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) d[int64_t(r) * cols + c] = bf16_to_f32(x[int64_t(r) * X.ld + c]);
+    for (int c = 0; c < cols; ++c) {
+      const int64_t i = int64_t(r) * X.ld + c;
+      d[int64_t(r) * cols + c] = bf16_to_f32(half ? h[i] : f32_to_bf16(f[i]));
+    }
 }
 
 thread_local std::vector<float> tl_a, tl_b;
 
-// Emulated bf16 (no bf16 unit): the fp32 GEMM on the operands as stored, bf16 ones widened
-// exactly. fp32 operands are not rounded first: that would only cost time, and the result
-// stays within the bf16 bound (it is at least as accurate).
+// Emulated bf16 (no bf16 unit): the fp32 GEMM on the operands as a bf16 unit reads them,
+// fp32 ones rounded to bf16 like every other path rounds them (one pass over each operand,
+// against 2MNK flops). Without the rounding, a layout that keeps an operand in fp32 where
+// another keeps it in bf16 (context parallelism's chunks, ZeRO-3's gathered weights) got
+// other products, and the bf16 layouts drifted apart from one process on CPUs without a
+// bf16 unit (2e-2 in 8 Llama steps at cp 2) while they agreed on every CPU with one.
 void gemm_emulated(const detail::Bf16Args& g, bool par) {
   const int ar = g.opa == Op::N ? g.M : g.K, ac = g.opa == Op::N ? g.K : g.M;
   const int br = g.opb == Op::N ? g.K : g.N, bc = g.opb == Op::N ? g.N : g.K;
-  const float* a = static_cast<const float*>(g.A.p);
-  const float* b = static_cast<const float*>(g.B.p);
-  int lda = g.A.ld, ldb = g.B.ld;
-  if (g.A.t == DType::bf16) {
-    widen_copy(tl_a, g.A, ar, ac, par);
-    a = tl_a.data();
-    lda = ac;
-  }
-  if (g.B.t == DType::bf16) {
-    widen_copy(tl_b, g.B, br, bc, par);
-    b = tl_b.data();
-    ldb = bc;
-  }
-  gemm(g.opa, g.opb, g.M, g.N, g.K, g.alpha, a, lda, b, ldb, g.beta, g.C, g.ldc, g.bias);
+  bf16_copy(tl_a, g.A, ar, ac, par);
+  bf16_copy(tl_b, g.B, br, bc, par);
+  gemm(g.opa, g.opb, g.M, g.N, g.K, g.alpha, tl_a.data(), ac, tl_b.data(), bc, g.beta, g.C, g.ldc,
+       g.bias);
 }
 
 void run_path(GemmPath path, const detail::Bf16Args& g, bool par) {

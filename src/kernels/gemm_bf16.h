@@ -13,9 +13,9 @@
 //   avx512bf16  AVX-512 BF16 (vdpbf16ps: 16 fp32 lanes += pairs of bf16 products)
 //   onednn      libdnnl's matmul primitive (bf16 x bf16 -> fp32; fp32 operands rounded into
 //               a reused scratch buffer), one primitive created per shape and cached
-//   fp32        no bf16 unit, emulated: kernels::gemm (fp32) on the operands as stored,
-//               bf16 ones widened exactly (fp32 ones are not rounded: as fast as fp32, and
-//               at least as accurate as the bound above)
+//   fp32        no bf16 unit, emulated: kernels::gemm (fp32) on the operands as a bf16
+//               unit reads them (fp32 ones rounded to bf16, bf16 ones widened exactly), so
+//               every layout rounds alike, as on the other paths
 // Each bf16 path is compiled in its own translation unit with its own target flags, so a
 // binary built for any x86-64 runs everywhere and picks the best path the CPU has.
 //

@@ -8,6 +8,7 @@
 
 #include "kernels/gelu.h"
 #include "kernels/gemm.h"
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
 // The calls below name the level: unqualified, argument-dependent lookup would also find the
 // dispatching strata::kernels::gemm of the same signature.

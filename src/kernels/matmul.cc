@@ -5,6 +5,7 @@
 #include "core/memory.h"
 #include "kernels/convert.h"
 #include "kernels/gemm.h"
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
 namespace strata::kernels::STRATA_ISA {
 

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "kernels/fastmath.h"
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
 namespace strata::kernels::STRATA_ISA {
 

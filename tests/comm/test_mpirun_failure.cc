@@ -1,11 +1,15 @@
 // What the launcher reads out of a failed mpirun job (comm/mpirun_failure.h): the failing
 // rank or lost host from mpirun's report, the ranks' timeout lines, the host that went silent.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "comm/mpirun_failure.h"
+#include "comm/rank_status.h"
 
 namespace strata::comm {
 namespace {
@@ -164,6 +168,19 @@ TEST(MpirunFailure, SilentHostIsTheOneWhoseRanksNeverAnswered) {
   EXPECT_EQ(silent_host({}, kHosts), "");       // nobody answered: no picture
   EXPECT_EQ(silent_host({0}, {{"a", 1}, {"b", 1}, {"c", 1}}), "");  // two hosts silent
   EXPECT_EQ(silent_host({0, 2}, kHosts), "");   // every host answered
+}
+
+// The ranks whose rank-exec parent recorded how they ended also answered: a host that died
+// whole leaves no record (what the launcher adds to the ranks that answered mpirun's stop).
+TEST(MpirunFailure, RecordedRanksAreThoseWithARecord) {
+  char tmpl[] = "/tmp/strata-recorded-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  for (const char* f : {"rank-3", "rank-0", "other"}) std::ofstream(dir + "/" + f) << "256 1\n";
+  EXPECT_EQ(recorded_ranks(dir), (std::vector<int>{0, 3}));
+  EXPECT_EQ(silent_host(recorded_ranks(dir), {{"a", 1}, {"b", 1}, {"c", 2}}), "b");
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(recorded_ranks(dir).empty());
 }
 
 }  // namespace

@@ -160,6 +160,9 @@ TEST(ContextLayout, RefusesWhatItCannotSplit) {
     return std::string();
   };
   EXPECT_NE(msg(1, 2, {}, 30).find("--seq 30 must be divisible by 2 x --cp = 4"), std::string::npos);
+  // When --cp alone divides the sequence, the refusal names the layout that runs it.
+  EXPECT_NE(msg(1, 2, {}, 30).find("--cp-chunks contiguous runs it"), std::string::npos);
+  EXPECT_EQ(msg(1, 4, {}, 30).find("--cp-chunks contiguous"), std::string::npos);
   EXPECT_NE(msg(1, 4, {CpMode::ulysses, CpChunks::contiguous}, 32).find("heads (6) divisible by --cp 4"),
             std::string::npos);
   EXPECT_NE(msg(2, 2, {CpMode::ulysses, CpChunks::zigzag}, 32).find("6 / --tp 2 = 3"),

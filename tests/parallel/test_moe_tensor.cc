@@ -91,6 +91,11 @@ void check_case(const Case& c) {
   for (size_t i = 0; i < ref.grad_norms.size(); ++i)
     dg = std::max(dg, double(std::fabs(got.grad_norms[i] - ref.grad_norms[i]) / ref.grad_norms[i]));
   if (getenv("STRATA_TEST_VERBOSE"))
+    for (size_t i = 0; i < ref.losses.size(); ++i)
+      printf("  step %zu: loss diff %.3g, grad norm rel. diff %.3g\n", i + 1,
+             std::fabs(got.losses[i] - ref.losses[i]),
+             std::fabs(got.grad_norms[i] - ref.grad_norms[i]) / ref.grad_norms[i]);
+  if (getenv("STRATA_TEST_VERBOSE"))
     printf("%s: loss diff %.3g (first step %.3g), weight diff %.3g, grad norm rel. diff %.3g "
            "(first step %.3g)\n",
            name(c).c_str(), dl, std::fabs(got.losses[0] - ref.losses[0]), dw, dg,
@@ -116,9 +121,23 @@ void check_case(const Case& c) {
     EXPECT_LT(got.losses.back(), got.losses.front() - 0.1) << name(c);
     return;
   }
-  EXPECT_LE(dl, 1e-5) << name(c);
-  EXPECT_LE(dw, 1e-4) << name(c);  // the data-parallel tests' bound (AdamW amplifies rounding)
-  EXPECT_LE(dg, 1e-5) << name(c);
+  // fp32: the passes and updates equal one process's up to rounding until, for some token, two
+  // experts' router scores fall within that rounding and its top-k choice flips: a discrete
+  // jump, not a drift (tp4_dp2_ep2_dropless on an AVX2 CPU once the update rounded without
+  // fused multiply-adds: loss diff 3.6e-8 at step 11, 1.8e-4 at step 12). So the first
+  // kTight steps are held to the rounding bounds, and the whole run to the bound of a flip.
+  constexpr size_t kTight = 10;
+  double dl_tight = 0, dg_tight = 0;
+  for (size_t i = 0; i < std::min(kTight, ref.losses.size()); ++i) {
+    dl_tight = std::max(dl_tight, std::fabs(got.losses[i] - ref.losses[i]));
+    dg_tight = std::max(dg_tight, double(std::fabs(got.grad_norms[i] - ref.grad_norms[i]) / ref.grad_norms[i]));
+  }
+  EXPECT_LE(dl_tight, 1e-5) << name(c);
+  EXPECT_LE(dg_tight, 1e-5) << name(c);
+  EXPECT_LE(dl, 5e-3) << name(c);
+  EXPECT_LE(dw, 2e-2) << name(c);
+  EXPECT_LE(dg, 2e-2) << name(c);
+  EXPECT_LT(got.losses.back(), got.losses.front() - 0.1) << name(c);
 }
 
 class MoETensorParallel : public ::testing::TestWithParam<Case> {};

@@ -360,6 +360,9 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
       {"--nproc 2 --pp 2 --schedule pipedream", "--schedule pipedream is not a schedule"},
       {"--nproc 2 --pp 2 --micro-batches 5", "--batch 12 does not split into --micro-batches 5"},
       {"--nproc 4 --pp 2 --cp 2 --seq 18", "--seq 18 must be divisible by 2 x --cp = 4"},
+      {"--nproc 2 --pp 2 --micro-batches 4 --micro-batch 2",
+       "--micro-batch 2 and --micro-batches 4 disagree: --batch 12 over 1 data-parallel rank(s) in 4 "
+       "micro-batches is --micro-batch 3"},
   };
   for (const auto& [flags, want] : cases) {
     const TrainRun r = train(flags, 2);
@@ -367,6 +370,9 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
     EXPECT_NE(r.cli.err.find(want), std::string::npos) << flags << ": " << r.cli.err;
     EXPECT_EQ(std::count(r.cli.err.begin(), r.cli.err.end(), '\n'), 1) << flags << ": " << r.cli.err;
   }
+  // Both given and consistent: the run goes ahead.
+  const TrainRun both = train("--nproc 2 --pp 2 --micro-batches 4 --micro-batch 3", 2);
+  EXPECT_EQ(both.cli.status, 0) << both.cli.err;
 }
 
 }  // namespace

@@ -203,3 +203,21 @@ TEST(TrainCli, TrainsOnTextAndTokenFiles) {
   write_bin_file(dir.file("tokens.bin"), tokens);
   train_ok("--batch 4 --steps 2 --sample-tokens 0 --data " + (dir.file("tokens.bin")));
 }
+
+// Flags that act only in another layout are accepted and said once, by the launcher (not by
+// every rank): --no-sp without tensor parallelism, --prefetch below ZeRO 3.
+TEST(TrainCli, FlagsOfAnotherLayoutAreSaidOnce) {
+  auto notes = [](const std::string& flags, const std::string& what) {
+    RunResult r = run_strata(kSmall + "--batch 4 --steps 1 --sample-tokens 0 --eval-every 0 " + flags, "",
+                             Streams::separate);
+    EXPECT_EQ(r.status, 0) << flags << "\n" << r.err;
+    int n = 0;
+    for (size_t p = r.err.find(what); p != std::string::npos; p = r.err.find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(notes("--no-sp", "note: --no-sp does nothing without --tp"), 1);
+  EXPECT_EQ(notes("--nproc 2 --no-sp", "note: --no-sp does nothing without --tp"), 1);
+  EXPECT_EQ(notes("--nproc 2 --tp 2 --no-sp", "note: --no-sp"), 0);
+  EXPECT_EQ(notes("--nproc 2 --zero 1 --prefetch 2", "note: --prefetch does nothing below --zero 3"), 1);
+  EXPECT_EQ(notes("--nproc 2 --zero 3 --prefetch 2", "note: --prefetch"), 0);
+}

@@ -1,6 +1,7 @@
 #include "model/context/layout.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 #include "model/parallel_rules.h"
@@ -30,8 +31,12 @@ void check_context_parallel(const GPTConfig& cfg, int tp, int cp, const CpOption
   const int parts = o.chunks == CpChunks::zigzag ? 2 * cp : cp;
   STRATA_CHECK(seq % parts == 0, "--seq ", seq, " must be divisible by ",
                o.chunks == CpChunks::zigzag ? "2 x --cp = " : "--cp = ", parts,
-               o.chunks == CpChunks::zigzag ? " (zigzag chunks: rank r holds chunks r and 2C-1-r)"
-                                            : " (contiguous chunks)");
+               o.chunks == CpChunks::zigzag
+                   ? std::string(" (zigzag chunks: rank r holds chunks r and 2C-1-r)") +
+                         (seq % cp == 0 ? "; --cp-chunks contiguous runs it (attention work less "
+                                          "even across the cp ranks)"
+                                        : "")
+                   : std::string(" (contiguous chunks)"));
   if (o.mode == CpMode::ulysses) {
     const int local_heads = cfg.heads / std::max(1, tp);
     STRATA_CHECK(
