@@ -103,8 +103,10 @@ Isa choose(std::vector<Isa>& failed) {
   }
   Isa want = Isa::baseline;
   bool known = false;
-  for (Isa i : {Isa::baseline, Isa::v3, Isa::v4})
-    if (s == isa_name(i) || s == std::string(isa_name(i)).substr(7)) want = i, known = true;
+  for (Isa i : {Isa::baseline, Isa::v3, Isa::v4}) {
+    const std::string name = isa_name(i);  // also "v2", "v3", "v4" for "x86-64-v2", ...
+    if (s == name || (name.rfind("x86-64-", 0) == 0 && s == name.substr(7))) want = i, known = true;
+  }
   STRATA_CHECK(known, "STRATA_ISA must be auto, x86-64-v4, x86-64-v3 or x86-64-v2 (got '", s,
                "')");
   STRATA_CHECK(isa_available(want), "STRATA_ISA=", s, ": this CPU lacks ", isa_name(want),
