@@ -317,7 +317,6 @@ train::ParallelConfig resolve_parallel(CLI::App& app, TrainArgs& a, train::Train
   }
   pc.backend = comm::parse_backend(a.backend);
   pc.recovery = train::parse_recovery(a.recovery);
-  cfg.ckpt.mem_live_recovery = pc.recovery != train::Recovery::restart;
   if (!pc.hosts.empty()) {
     STRATA_CHECK(!app.count("--backend") || pc.backend != comm::Backend::shm,
                  "--backend ", a.backend, " runs on one host; several hosts need --backend mpi or tcp");

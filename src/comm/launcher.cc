@@ -45,6 +45,7 @@ using detail::log_line;
 using detail::Proc;
 using detail::rank_proc;
 using detail::spawn;
+using detail::dismiss_late_replacements;
 using detail::drop_joiners;
 using detail::join_replacement;
 using detail::joiners_ready;
@@ -647,6 +648,7 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
       if (!ok && o.live && WIFSIGNALED(status) && !kill_deadline && !g_stop_signal &&
           reform_without(g, c, status, o))
         continue;
+      if (ok && o.live && c.live_rank >= 0 && !g.training_ended) dismiss_late_replacements(g, o);
       if (!ok && res.exit_code == 0 && (!kill_deadline || abort_deadline)) {
         res.exit_code = exit_code_of(status);
         if (c.rank >= 0) {
@@ -661,7 +663,7 @@ void supervise(JobGuard& g, std::vector<LineSink>& sinks, const LaunchOptions& o
     if (o.live) {
       // Rejoin: one replacement at a time; it joins once ready, and goes if the job is done.
       if (g.joiners.empty() && !g.replacements_due.empty() && !kill_deadline && !g_stop_signal &&
-          !live_members(g).empty()) {
+          !g.training_ended && !live_members(g).empty()) {
         const std::vector<int> due = g.replacements_due.front();
         g.replacements_due.erase(g.replacements_due.begin());
         for (size_t slot = 0; slot < due.size(); ++slot) start_replacement(g, sinks, due[slot], int(slot), o);

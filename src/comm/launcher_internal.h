@@ -51,6 +51,7 @@ struct Child {
   int64_t live_id = 0;  // how live worlds name it (STRATA_LIVE_ID; its pid when none was set)
   int host = -1;        // index into LaunchOptions::hosts of where it runs; -1: this host
   int slot = -1;        // a replacement: its place in the replica it joins (replicas_of)
+  int joined_generation = 0;  // a replacement: the live world it was named in (0: not yet)
 };
 
 // What launch_once starts: one process per rank (shm), or one mpirun for all (mpi).
@@ -97,6 +98,7 @@ class JobGuard {
   // members by slot; one replica at a time joins.
   std::vector<std::vector<int>> replacements_due;
   std::vector<pid_t> joiners;  // the replacements started, not yet in the world (by slot)
+  bool training_ended = false;  // a member finished training: no replacement joins any more
   // The generation a member first said broke, and when (kill_members_holding_the_world).
   int broken_generation = -1;
   int64_t broken_since_ns = 0;
@@ -144,5 +146,9 @@ void join_replacement(JobGuard& g, const LaunchOptions& o);
 
 // Rejoin: the replacements not yet joined are stopped.
 void drop_joiners(JobGuard& g);
+
+// Rejoin: a member finished training: the replacements named in a world that never formed
+// (its survivors ended first) are told the job is done and stopped; the job ends as it was.
+void dismiss_late_replacements(JobGuard& g, const LaunchOptions& o);
 
 }  // namespace strata::comm::detail

@@ -240,6 +240,7 @@ void join_replacement(JobGuard& g, const LaunchOptions& o) {
                    cat(joining.size() == 1 ? "a replacement for " : "replacements for ", ranks_text(replaced),
                        joining.size() == 1 ? " joins" : " join"),
                    o);
+  for (Child* c : joining) c->joined_generation = int(g.live_jobs.size());
   g.joiners.clear();
 }
 
@@ -248,6 +249,26 @@ void drop_joiners(JobGuard& g) {
   for (Child& c : g.children)
     if (g.joining(c.pid) && c.running && kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
   g.joiners.clear();
+}
+
+// Rejoin: a member ended training (exit 0) at a step boundary where its world did not grow: a
+// replacement named in a world that has not formed would wait there for survivors that are
+// gone, and one still starting would join none. Both are stopped; no longer members, their
+// exits end nothing, and no replacement starts or joins after this.
+void dismiss_late_replacements(JobGuard& g, const LaunchOptions& o) {
+  g.training_ended = true;
+  drop_joiners(g);
+  g.replacements_due.clear();
+  if (!g.board) return;
+  for (Child& c : g.children) {
+    if (!c.running || c.joined_generation == 0 || g.board->has(live_formed_mark(c.joined_generation)))
+      continue;
+    log_line(o, cat("strata launch: the replacement for rank ", c.rank, " was named in world ",
+                    c.joined_generation, " after the job's training ended; stopped"));
+    c.live_rank = -1;
+    c.joined_generation = 0;
+    if (kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
+  }
 }
 
 }  // namespace strata::comm::detail

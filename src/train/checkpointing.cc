@@ -265,7 +265,6 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.replica_to = topo.replica_to;
     m.replica_from = topo.replica_from;
     m.replica_mbps = c.mem_replica_mbps;
-    m.live_recovery = c.mem_live_recovery || live;
     mem_ = std::make_unique<MemCheckpoints>(std::move(m), engine_);
     // The cost, in the start-up log: rank 0's slots, and the whole job's.
     const double total = topo_.sum_across_ranks(double(mem_->bytes() + mem_->replica_bytes()));

@@ -77,7 +77,6 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
   fingerprint_ = XXH64(layout.data(), layout.size(), 0);
 
   const std::string name = ckpt::MemSegment::name_for(run_key(o_.run_dir), o_.rank);
-  slots_ = o_.live_recovery || o_.replica_group ? 3 : 2;
   // Replicas: each rank learns the slot size of the peer whose copies it keeps.
   if (o_.replica_group) {
     uint64_t theirs = 0;

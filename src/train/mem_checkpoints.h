@@ -4,8 +4,8 @@
 // random state) into a shared-memory segment on its host that outlives the process
 // (ckpt/mem_slots.h), so a failure costs at most K steps instead of a disk interval.
 //
-//   slots    2, or 3 under live recovery (--recovery shrink|live) or with replicas. The copy
-//            goes into the oldest slot that neither holds the newest committed copy nor is
+//   slots    3, under every recovery (a supervised restart, --recovery shrink|live) and with
+//            replicas. The copy goes into the oldest slot that neither holds the newest committed copy nor is
 //            held by the replica thread (mem_slot_to_write). With 3 slots a rank keeps the
 //            step before its newest while it writes the next: a rank killed in its commit of
 //            step s still holds s-1, and its peers, already writing s+1, hold s-1 and s, at
@@ -85,9 +85,6 @@ struct MemCheckpointOptions {
   bool supervised = false;  // failures leave the segment for the restart and the launcher
   std::string layout_text;  // this run's layout, as checkpoints describe it
   diag::FaultSpec fault;    // kill-during-mem-ckpt/-commit, corrupt-mem-ckpt (first attempt only)
-  // --recovery shrink|live (or a world it re-formed): a third slot, so a rank killed in its
-  // commit leaves a step every rank still holds (see "slots" above).
-  bool live_recovery = false;
   std::function<void(const std::string&)> log;
   // --mem-ckpt-replicas 1 (Topology's replica fields): the replica thread sends the newest
   // copy to `replica_to` and receives `replica_from`'s into a segment on this host named as
@@ -189,7 +186,8 @@ class MemCheckpoints {
   uint64_t payload_bytes_ = 0;  // json reserve + shards, per slot
   std::unique_ptr<ckpt::MemSegment> segment_;
   std::unique_ptr<ckpt::MemSegment> earlier_;  // this name's segment of another layout, until clear()
-  int slots_ = 2;
+  // Three: a rank killed in its commit leaves a step every rank still holds ("slots" above).
+  int slots_ = 3;
   int64_t slot_step_[ckpt::kMaxMemSlots] = {-1, -1, -1};  // committed (or committing) copy per slot
   // Under mu_: the step each slot holds committed (-1: empty or in writing), for the replica
   // thread; the slot it sends from (-1: none), the slot of the step its peer holds complete

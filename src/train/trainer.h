@@ -48,8 +48,6 @@ struct CheckpointConfig {
   int64_t mem_every = 0;   // --mem-ckpt-every: in-memory copy every K steps; 0 = off
   int mem_replicas = 0;    // --mem-ckpt-replicas: 1 = each copy also on the next host's peer
   double mem_replica_mbps = kDefaultReplicaMbps;  // --mem-ckpt-replica-mbps: pace, MB/s per rank; 0: unpaced
-  // --recovery shrink|live: in-memory copies keep a third slot (train/mem_checkpoints.h).
-  bool mem_live_recovery = false;
   static constexpr double kDefaultReplicaMbps = 20;
 };
 

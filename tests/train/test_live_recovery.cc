@@ -401,6 +401,30 @@ TEST(LiveRecovery, TwoRanksOverTcpShrinkToOne) {
   expect_nothing_left(run, "");
 }
 
+// The survivors end training while their replacement is being named: a rank dies one step
+// before the end, and the survivors' final evaluation outlasts the replacement's start, so the
+// launcher names it in a world the survivors never form. It is stopped with one line, and the
+// job ends as the survivors' world of 1 (it waited forever before).
+TEST(LiveRecovery, AReplacementNamedAfterTrainingEndedIsStoppedAndTheJobExitsZero) {
+  TempDir dir("live_late");
+  const std::string run = dir.file("run");
+  std::string flags = live_run(run, "--nproc 2 --zero 1 --mem-ckpt-every 1 --recovery live --inject kill "
+                                    "--inject-rank 1 --inject-step 7");
+  flags.replace(flags.find("--eval-batches 1 "), 17, "--eval-batches 1500 ");
+  RunResult r = run_strata(flags, dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const bool named = r.err.find("strata launch: a replacement for rank 1 joins") != std::string::npos;
+  ASSERT_TRUE(named) << "the replacement was not named before the survivors ended\n" << r.err;
+  EXPECT_NE(r.err.find("strata launch: the replacement for rank 1 was named in world 2 after the job's "
+                       "training ended; stopped"),
+            std::string::npos)
+      << r.err;
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  EXPECT_EQ(summary["world"], 1) << summary.dump();
+  EXPECT_EQ(steps_of(run).size(), 8u);
+  expect_nothing_left(run, "late replacement");
+}
+
 TEST(LiveRecovery, BadFlagsAreOneLineBeforeAnyRankStarts) {
   TempDir dir("live_bad");
   const std::string base = live_run(dir.file("run"), "");
