@@ -20,6 +20,7 @@
 #include "comm/process_group.h"
 #include "comm/rank_status.h"
 #include "comm/runtime.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/phase.h"
@@ -257,6 +258,10 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   return r.exit_code;
 }
 
+static const EnvVar kAwaitJoin("STRATA_LIVE_AWAIT_JOIN", "0",
+                                "testing: under --recovery live, a world smaller than the launch's "
+                                "waits at its next step boundary until its replacements join (1)");
+
 static comm::GroupPtr join_world(int world_size, const comm::Options& co);
 static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& pc,
                                   comm::GroupPtr world, const LiveRecovery& live);
@@ -295,6 +300,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   // live a replacement joins them at a step boundary, in a world re-formed the same way.
   const double wait_s = pc.timeout_s > 0 ? pc.timeout_s : 60;
   LiveRecovery live;
+  live.launched_world = env.world_size;
   int world_size = env.world_size;
   ParallelConfig now = pc;
   now.mesh.dp = 0;  // every rank is a data-parallel replica, however many remain
@@ -442,12 +448,21 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
     };
   }
   if (pc.recovery == Recovery::live) {
-    // Rank 0 reads the world file after each copy; one all-reduce tells the others.
-    topo.world_changes = [g = world.get(), generation = live.generation] {
+    // Rank 0 reads the world file after each copy; one all-reduce tells the others. A world
+    // smaller than the launch's waits there for its replacements under the test knob (up to
+    // half the --timeout the others wait in the all-reduce).
+    const bool await = kAwaitJoin.get_int() > 0 && world->size() < live.launched_world;
+    const double await_s = (pc.timeout_s > 0 ? pc.timeout_s : 60) / 2;
+    topo.world_changes = [g = world.get(), generation = live.generation, await, await_s] {
       double newer = 0;
       if (g->rank() == 0) {
-        const std::optional<comm::LiveWorld> w = comm::read_live_world();
-        newer = w && w->generation > generation ? 1 : 0;
+        Stopwatch waited;
+        for (;;) {
+          const std::optional<comm::LiveWorld> w = comm::read_live_world();
+          newer = w && w->generation > generation ? 1 : 0;
+          if (newer > 0 || !await || waited.seconds() > await_s) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
       }
       g->all_reduce(&newer, 1);
       return newer > 0.5;

@@ -102,6 +102,7 @@ struct TrainConfig {
 struct LiveRecovery {
   int generation = 0;       // worlds re-formed so far; 0: the job's first world
   int old_world = 0;        // ranks of the world that failed
+  int launched_world = 0;   // ranks the job was launched with
   std::string failure;      // the launcher's words: "rank 1 was killed by signal 9 (Killed)"
   int64_t failed_step = 0;  // the step this rank was in when its group broke (1-based)
   int64_t failed_ns = 0;    // when this rank saw its group break (now_ns)

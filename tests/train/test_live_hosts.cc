@@ -203,12 +203,14 @@ TEST_F(LiveAcrossHosts, SeededKillsEachFollowedByAJoin) {
   const unsigned seed = rd();
   std::mt19937 gen(seed);
   const int kills = 20;
-  const int steps = 16000;  // 20 kills, each followed by a join, came by step 7,670 here
+  // The survivors of each death wait at the next step boundary for the replacement (the test
+  // knob): 20 kills, each 1-3 steps after a join, fit well in 1500 steps.
+  const int steps = 1500;
   TempDir dir("live_hosts_kills");
   const std::string run = dir.file("run");
   Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " +
                   live_run(run, hosts() + "--zero 1 --mem-ckpt-every 1 --recovery live", steps)},
-                 {{"STRATA_DUMP_DIR", dir.str()}}, Streams::separate);
+                 {{"STRATA_DUMP_DIR", dir.str()}, {"STRATA_LIVE_AWAIT_JOIN", "1"}}, Streams::separate);
   const std::string why = cat("seed ", seed);
   if (!deal_seeded_kills(p, run, 4, kills, gen, why)) return;
   ASSERT_TRUE(wait_for(p, 300)) << why << "\n" << p.err;

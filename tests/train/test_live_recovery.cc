@@ -193,7 +193,9 @@ TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
 // resumed from that one's step S, bit for bit.
 void replica_dies_and_a_replica_joins(const std::string& layout, int rank, const std::string& why) {
   TempDir dir("live_replica");
-  const int steps = 1200, kill_at = 20;
+  // The survivors wait at a step boundary for the replacements (the test knob), so the join
+  // comes before the end however slow their start.
+  const int steps = 60, kill_at = 20;
   auto model = [&](const std::string& run_dir, const std::string& extra) {
     std::string cmd = live_run(run_dir, "--nproc 4 " + layout + " --zero 1 " + extra, steps);
     cmd.replace(cmd.find("--layers 1"), std::strlen("--layers 1"), "--layers 2");
@@ -202,7 +204,7 @@ void replica_dies_and_a_replica_joins(const std::string& layout, int rank, const
   const std::string run = dir.file("run");
   RunResult r = run_strata(model(run, "--mem-ckpt-every 1 --recovery live --inject kill --inject-rank " +
                                           std::to_string(rank) + " --inject-step " + std::to_string(kill_at)),
-                           dump_env(dir), Streams::separate, 180);
+                           dump_env(dir) + "STRATA_LIVE_AWAIT_JOIN=1 ", Streams::separate, 180);
   ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
   const int64_t k = live_resume_step(r.err, 0), joined = live_resume_step(r.err, 1);
   ASSERT_TRUE(k == kill_at - 1 || k == kill_at - 2) << why << "\n" << r.err;
@@ -300,12 +302,14 @@ TEST(LiveRecovery, SeededKillsEachFollowedByAJoin) {
   const unsigned seed = rd();
   std::mt19937 gen(seed);
   const int kills = 20;
-  const int steps = 30000;  // 1-2 ms a step: time for 20 kills, each followed by a join
+  // Each death costs up to 2 steps and its survivors wait at the next step boundary for the
+  // replacement (the test knob): 20 kills, each 1-3 steps after a join, fit well in 1500.
+  const int steps = 1500;
   TempDir dir("live_kills");
   const std::string run = dir.file("run");
   Proc p = start({"/bin/sh", "-c", "exec " + std::string(STRATA_BINARY) + " " +
                   live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery live", steps)},
-                 {{"STRATA_DUMP_DIR", dir.str()}}, Streams::separate);
+                 {{"STRATA_DUMP_DIR", dir.str()}, {"STRATA_LIVE_AWAIT_JOIN", "1"}}, Streams::separate);
   const std::string why = cat("seed ", seed);
   if (!deal_seeded_kills(p, run, 3, kills, gen, why)) return;
   ASSERT_TRUE(wait_for(p, 120)) << why << "\n" << p.err;
