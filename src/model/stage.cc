@@ -94,6 +94,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
     const int most = *std::max_element(slots.begin(), slots.end());
     p.moe = std::make_shared<expert::MoE>(cfg_.moe, L, cfg_.dim, most, cfg_.hidden(), cfg_.llama());
     p.moe->set_tensor(tc_);
+    if (cc_) p.moe->set_context(&cc_->group());
     if (ep_) p.moe->set_group(ep_);
   }
   for (int i = 0; allocate_state && i < num_units(); ++i)

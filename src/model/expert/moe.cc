@@ -63,6 +63,8 @@ void MoE::set_group(comm::ProcessGroup* group) {
   group_ = std::make_unique<ExpertGroup>(group, cfg_.experts);
 }
 
+void MoE::set_context(comm::ProcessGroup* group) { cp_ = group && group->size() > 1 ? group : nullptr; }
+
 void MoE::set_tensor(TensorComm* tc) {
   tp_ = tc && tc->size() > 1 ? tc : nullptr;
   const int T = tp_ ? tp_->size() : 1;
@@ -153,7 +155,20 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   }
   float* logits = grow(L.logits, N * E);
   if (N > 0) kernels::matmul_forward(logits, xr, w.router, nullptr, N, C, E);
-  route(L.r, logits, N, cfg_);
+  // Under cp a token's place in the group: b · (T · cp) + its global position, as one
+  // process numbers the micro-batch's rows (rows without ids: this rank's after the lower ranks').
+  std::vector<int64_t> order;
+  RouteGroup group;
+  if (cp_) {
+    order.resize(size_t(N));
+    for (int64_t i = 0; i < N; ++i)
+      order[size_t(i)] = ids && ids->T > 0
+                             ? (i / ids->T) * int64_t(ids->T) * cp_->size() +
+                                   (ids->position ? ids->position[i % ids->T] : i % ids->T)
+                             : int64_t(cp_->rank()) * N + i;
+    group = {cp_, order.data()};
+  }
+  route(L.r, logits, N, cfg_, cp_ ? &group : nullptr);
   last_aux_ += L.r.aux;
   last_z_ += L.r.zsum;
   double* st = load_.layer(m);

@@ -102,6 +102,9 @@ class MoE {
   const ExpertGroup& group() const { return *group_; }
   // Tensor parallelism over `tc` (null or one rank: whole experts); see above.
   void set_tensor(TensorComm* tc);
+  // Context parallelism over `group` (null or one rank: none): each rank holds chunks of every
+  // sequence, and the routing group is still the whole micro-batch (router.h, RouteGroup).
+  void set_context(comm::ProcessGroup* group);
   void set_seed(uint64_t seed) { seed_ = seed; }
   void set_training(bool training) { training_ = training; }  // router jitter on or off
   bool training() const { return training_; }
@@ -138,6 +141,7 @@ class MoE {
   int hidden_;                 // each expert's whole MLP width
   bool gated_;
   TensorComm* tp_ = nullptr;  // tensor-parallel group, or null
+  comm::ProcessGroup* cp_ = nullptr;  // context-parallel group, or null
   int slots_ = 1;
   std::vector<std::unique_ptr<Layer>> layers_;  // block m, slot s: m * slots_ + s
   std::unique_ptr<ExpertGroup> group_;

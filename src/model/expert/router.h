@@ -16,13 +16,32 @@
 //          drops), P_e = mean over tokens of p[t][e]  (Switch Transformer; 1 at balance)
 //   zsum = z · sum_t (logsumexp_e z[t][e])^2       (ST-MoE router z-loss)
 // Cost: 2·N·C·E flops for the logits, O(N·E·K) for the rest.
+//
+// A group split over ranks (context parallelism: each rank holds chunks of every sequence of
+// the micro-batch; RouteGroup): the group is still the whole micro-batch, as in one process.
+// The ranks sum wanted, the mean probabilities and N (one all-reduce of 2E + 1), so f_e, P_e
+// and the capacity are the group's; each rank's aux is its tokens' share N_local / N of the
+// group's, so the ranks' sum is the group's aux and each token's gradient is one process's.
+// When capacity can drop, the ranks gather every assignment's (token order, expert) and each
+// serves its own in the group's k-major, token order (a prefix count per expert), so the same
+// assignments are dropped as in one process. slot numbers stay local (0.. kept on this rank).
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "model/expert/config.h"
 
+namespace strata::comm {
+class ProcessGroup;
+}
+
 namespace strata::model::expert {
+
+// The ranks that hold the other tokens of this group, and where this rank's lie in it.
+struct RouteGroup {
+  comm::ProcessGroup* ranks = nullptr;  // every rank routes the same N at the same time
+  const int64_t* order = nullptr;       // (N) each local token's index in the group's order
+};
 
 struct Routing {
   int64_t N = 0;
@@ -36,11 +55,15 @@ struct Routing {
   std::vector<int64_t> kept;     // (E) assignments served (<= capacity)
   int64_t dropped = 0;
   double aux = 0, zsum = 0;      // the two loss sums above (coefficients included)
+  int64_t group_N = 0;                // tokens of the whole group (N unless split over ranks)
+  std::vector<int64_t> group_wanted;  // (E) wanted over the whole group
   double entropy_sum = 0;        // sum over tokens of the entropy of p[t] (nats)
 };
 
-// Fills r from logits (N, E) (overwritten with nothing: read only).
-void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg);
+// Fills r from logits (N, E) (overwritten with nothing: read only). group: null when the
+// N tokens are the whole group.
+void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg,
+           const RouteGroup* group = nullptr);
 
 // dlogits (N, E) written: the gradient of scale · (sum_t sum_k dgate-weighted gates + aux +
 // zsum) given dgate (N, K) = d loss / d g (already including the caller's scale).
