@@ -1,0 +1,137 @@
+// Values a person types wrong, refused before anything trains or is written, in one line that
+// names the flag (or file and key) and shows the value as it was typed:
+//   - every floating-point flag of every command, found from each command's --help, against
+//     nan, inf, overflow, underflow and garbage (one parser, core/finite.h), and the same
+//     values as TOML config keys;
+//   - data mixtures, --init-from weights, preset/architecture conflicts, --inject kinds that
+//     need a setting, --print-config, prepared-data manifests and `plan --config` of a train
+//     config.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/bad_input.h"
+#include "nlohmann/json.hpp"
+
+using nlohmann::json;
+using namespace strata::bad_input;
+
+namespace {
+
+// Every command that has flags of its own (the registry's paths).
+const std::vector<std::string> kCommands = {
+    "train",       "plan",         "plan calibrate", "rlhf reward",  "rlhf ppo",    "rlhf generate",
+    "fed train",   "fed compare",  "data prepare",   "data plan",    "data info",   "data tokenizer-train",
+    "ckpt advise", "ckpt export",  "bench comm",     "bench scaling", "doctor net", "launch",
+    "privacy",     "pp schedule",  "trace merge",    "report"};
+
+// The floating-point flags of `strata CMD`, as its --help lists them ("--lr FLOAT ...").
+std::vector<std::string> float_flags(const std::string& cmd) {
+  TempDir dir("help");
+  const Outcome r = run(dir.str(), cmd + " --help");
+  EXPECT_EQ(r.status, 0) << cmd << ": " << r.err;
+  std::vector<std::string> flags;
+  const std::regex option(R"(^\s+(?:-\w,)?(--[\w-]+)(?:,--[\w-]+)*\s+FLOAT)");
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, option)) flags.push_back(m[1]);
+  }
+  return flags;
+}
+
+bool has_files(const std::string& dir) {
+  if (!fs::exists(dir)) return false;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) return true;
+  return false;
+}
+
+}  // namespace
+
+// One parser for every floating-point flag: each value below is refused by every one of them,
+// in one line naming the flag and the value as typed (1e-300 was "must be positive (got 0)",
+// inf trained at ln V every step).
+TEST(BadValues, EveryFloatFlagRefusesNonFiniteAndUnderflowByItsText) {
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"nan", "is not a number"}, {"inf", "is not finite"},         {"-inf", "is not finite"},
+      {"1e400", "is not finite"}, {"1e39", "past 3.4e38"},          {"1e-300", "too close to 0"},
+      {"-1e-45", "too close to 0"}, {"abc", "is not a number"},     {"1.5x", "is not a number"}};
+  TempDir dir("floats");
+  size_t checked = 0;
+  std::set<std::string> seen;
+  for (const std::string& cmd : kCommands)
+    for (const std::string& flag : float_flags(cmd)) {
+      seen.insert(flag);
+      for (const auto& [v, why] : values) {
+        SCOPED_TRACE(cmd + " " + flag + " " + v);
+        // --flag=VALUE: a value that starts with '-' is read as the flag's.
+        const Outcome r = run(dir.str(), cmd + " " + flag + "=" + v);
+        expect_clean_failure(r, {flag, v});
+        // number_in / finite_at_most keep their range wording; the reason is the parser's.
+        EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+        EXPECT_TRUE(r.out.empty()) << "it ran:\n" << r.out;
+        ++checked;
+      }
+    }
+  // The sweep reaches the flags of the defects and of several commands.
+  for (const char* f : {"--norm-eps", "--rope-theta", "--lr", "--capacity-factor", "--temperature",
+                        "--val-fraction", "--efficiency", "--noise-multiplier", "--prox-mu"})
+    EXPECT_TRUE(seen.count(f)) << f << " was not found among the FLOAT flags";
+  EXPECT_GT(checked, 300u);
+}
+
+// A range is judged on the value and reported with the text typed: "1e-300" never becomes "0".
+TEST(BadValues, RangesShowTheValueAsTyped) {
+  run_cases({
+      {"norm_eps_zero", kTrain + "--arch llama --norm-eps 0.0e0", {"--norm-eps", "0.0e0", "positive"}},
+      {"rope_theta_neg", kTrain + "--arch llama --rope-theta -1e4", {"--rope-theta", "-1e4", "positive"}},
+      {"min_lr_neg", kTrain + "--min-lr -0.0001", {"--min-lr", "-0.0001", ">= 0"}},
+      {"capacity_zero", kTrain + "--experts 4 --capacity-factor 0.000", {"--capacity-factor", "0.000"}},
+      // 0 is refused like 0.5: "none" is the one spelling of no scaling.
+      {"rope_scaling_zero", kTrain + "--arch llama --rope-scaling 0", {"--rope-scaling 0", "FACTOR 0", "none"}},
+      {"rope_scaling_half", kTrain + "--arch llama --rope-scaling 0.5", {"--rope-scaling 0.5", "FACTOR 0.5"}},
+      {"rope_scaling_inf", kTrain + "--arch llama --rope-scaling 8,1,inf,8192", {"--rope-scaling", "HIGH inf"}},
+      {"rope_scaling_tiny", kTrain + "--arch llama --rope-scaling 8,1e-300,4,8192",
+       {"--rope-scaling", "LOW 1e-300", "too close to 0"}},
+      {"inject_sleep_nan", kTrain + "--inject sleep:nan", {"--inject sleep:nan", "SECONDS nan"}},
+      {"partition_tiny", "fed train --clients 4 --partition dirichlet:1e-300", {"--partition", "1e-300"}},
+  });
+}
+
+// Config keys reach the same parser with the text as written in the file.
+TEST(BadValues, ConfigKeysRefuseNonFiniteByTheirText) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"[model]\narch = \"llama\"\nnorm-eps = 1e-300\n", {"line 3: key 'norm-eps'", "1e-300", "too close to 0"}},
+      {"[model]\narch = \"llama\"\nrope-theta = inf\n", {"line 3: key 'rope-theta'", "inf is not finite"}},
+      {"[optimizer]\nlr = nan\n", {"line 2: key 'lr'", "nan is not a number"}},
+      {"[optimizer]\nlr = 1e39\n", {"line 2: key 'lr'", "1e39"}},
+      {"[optimizer]\nlr = 1e400\n", {"line 2", "1e400"}},  // toml++ refuses it itself
+  };
+  for (const auto& [text, needles] : cases) {
+    SCOPED_TRACE(text);
+    TempDir dir("toml");
+    std::ofstream(dir.str() + "/c.toml") << text;
+    std::vector<std::string> all = needles;
+    all.push_back(dir.str() + "/c.toml");
+    const Outcome r = run(dir.str(), kTrain + "--config $D/c.toml --run-dir $D/run");
+    expect_clean_failure(r, all);
+    EXPECT_FALSE(has_files(dir.str() + "/run"));
+  }
+  // A value typed in range reads back the same.
+  TempDir dir("toml_ok");
+  std::ofstream(dir.str() + "/c.toml") << "[model]\narch = \"llama\"\nnorm-eps = 1_0e-6\n";
+  const Outcome ok = run(dir.str(), kTrain + "--config $D/c.toml --print-config");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("norm-eps = 1e-05\n"), std::string::npos) << ok.out;
+}
