@@ -4,6 +4,8 @@
 
 #include "comm/bootstrap.h"
 #include "core/error.h"
+#include "data/mixture.h"
+#include "data/prepared.h"
 #include "model/context/layout.h"
 #include "model/parallel_rules.h"
 #include "model/shard.h"
@@ -162,6 +164,12 @@ void RunSpec::validate() const {
       "(--hosts, --hostfile or --slurm)");
   STRATA_CHECK(pc.timeout_s >= 0, "--timeout must not be negative (got ", pc.timeout_s, ")");
   STRATA_CHECK(!pc.trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
+  // The --data text (a mixture's parts and weights) and a prepared directory's manifest, read
+  // here so that a bad one is refused before the run dir is written.
+  const auto mixture = data::parse_mixture(cfg.data);
+  if (mixture.empty() && data::is_prepared(cfg.data)) data::read_manifest(cfg.data);
+  for (const auto& part : mixture)
+    if (data::is_prepared(part.first)) data::read_manifest(part.first);
   pc.dp.validate();
   const parallel::MeshDims& m = pc.mesh;
   if (given.dp) STRATA_CHECK(m.dp >= 1, "--dp must be at least 1 (got ", m.dp, ")");

@@ -135,3 +135,39 @@ TEST(BadValues, ConfigKeysRefuseNonFiniteByTheirText) {
   EXPECT_EQ(ok.status, 0) << ok.err;
   EXPECT_NE(ok.out.find("norm-eps = 1e-05\n"), std::string::npos) << ok.out;
 }
+
+// Mixture specs: weights through the same parser, parts and commas checked as a whole; no
+// bad_alloc or vector::_M_default_append.
+TEST(BadValues, DataMixtures) {
+  const auto files = [](const std::string& d) {
+    for (const char* f : {"/a.txt", "/b.txt"}) {
+      std::ofstream o(d + f);
+      for (int i = 0; i < 400; ++i) o << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    }
+  };
+  const std::vector<std::pair<std::string, std::vector<std::string>>> specs = {
+      {"$D/a.txt:1e308,$D/b.txt:1e308", {"weight '1e308'", "past 3.4e38"}},
+      {"$D/a.txt:1e-320,$D/b.txt:1", {"weight '1e-320'", "too close to 0"}},
+      {"$D/a.txt:inf,$D/b.txt:1", {"weight 'inf'", "not finite"}},
+      {"synthetic,$D/a.txt:1", {"synthetic", "mixture cannot hold"}},
+      {"synthetic:5000:1,$D/a.txt:1", {"mixture cannot hold"}},
+      {"$D/a.txt:1,$D/b.txt:1,", {"entry 3 of 3 is empty"}},
+      {",$D/a.txt:1,$D/b.txt:1", {"entry 1 of 3 is empty"}},
+      {"$D/a.txt:1,,$D/b.txt:1", {"entry 2 of 3 is empty"}},
+  };
+  for (const auto& [spec, needles] : specs)
+    for (const std::string& cmd : {std::string("data info"), kTrain + "--run-dir $D/run"}) {
+      SCOPED_TRACE(cmd + " --data " + spec);
+      TempDir dir("mixture");
+      files(dir.str());
+      std::vector<std::string> all = needles;
+      all.push_back("--data");
+      expect_clean_failure(run(dir.str(), cmd + " --data " + spec), all);
+      EXPECT_FALSE(fs::exists(dir.str() + "/run")) << "the run dir was written";
+    }
+  // Weights 1e-30 and 1e30 are finite: the mixture is built (the small part's share is tiny).
+  TempDir dir("mix_ratio");
+  files(dir.str());
+  const Outcome r = run(dir.str(), "data info --data $D/a.txt:1e-30,$D/b.txt:1e30");
+  EXPECT_EQ(r.status, 0) << r.err;
+}
