@@ -208,8 +208,9 @@ void RunSpec::validate() const {
     if (!cfg.model.moe.enabled()) throw;
     throw Error(cat("--experts ", cfg.model.moe.experts, ": ", e.what()));
   }
-  // Last, as it reads files: every tensor of --init-from against the model (headers only).
-  if (!cfg.init_from.empty()) check_init_from(cfg.init_from, cfg.model);
+  // Last, as it reads files: every tensor of --init-from against the model, and its values
+  // once, by the launcher (a rank reads them again to load them).
+  if (!cfg.init_from.empty()) check_init_from(cfg.init_from, cfg.model, !comm::launched_as_rank());
 }
 
 }  // namespace strata::train

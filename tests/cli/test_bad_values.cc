@@ -171,3 +171,43 @@ TEST(BadValues, DataMixtures) {
   const Outcome r = run(dir.str(), "data info --data $D/a.txt:1e-30,$D/b.txt:1e30");
   EXPECT_EQ(r.status, 0) << r.err;
 }
+
+// --init-from weights holding a NaN or an infinity are refused at load, by tensor and element,
+// before any rank starts or anything is written.
+TEST(BadValues, InitFromNonFiniteWeights) {
+  const std::string& run_dir = checkpointed_run();
+  TempDir dir("nan_init");
+  const std::string hf = dir.str() + "/hf";
+  const Outcome ex = run(dir.str(), "ckpt export " + run_dir + " --hf " + hf);
+  ASSERT_EQ(ex.status, 0) << ex.err;
+  const std::string file = hf + "/model.safetensors";
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), std::streamsize(n));
+  // The tensor whose data comes first.
+  const json h = json::parse(header);
+  std::string first;
+  int64_t begin = -1;
+  for (const auto& [name, t] : h.items())
+    if (name != "__metadata__" && (begin < 0 || t["data_offsets"][0].get<int64_t>() < begin))
+      first = name, begin = t["data_offsets"][0].get<int64_t>();
+  ASSERT_EQ(h[first]["dtype"], "F32");
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    SCOPED_TRACE(bad);
+    f.seekp(std::streamoff(8 + n + begin + 17 * 4));
+    f.write(reinterpret_cast<const char*>(&bad), 4);
+    f.flush();
+    for (const char* extra : {"", "--nproc 2 "}) {
+      SCOPED_TRACE(extra);
+      const std::string train = "train --init-from " + hf + " --seq 16 --batch 2 --steps 2 --peak-gflops 10 "
+                                "--sample-tokens 0 --eval-batches 1 --data synthetic:20000 --run-dir $D/run " + extra;
+      const Outcome r = run(dir.str(), train);
+      expect_clean_failure(r, {"--init-from", "tensor " + first, std::isnan(bad) ? "a NaN" : "an infinity",
+                               "element 17"});
+      EXPECT_FALSE(has_files(dir.str() + "/run/ckpt"));
+      EXPECT_FALSE(fs::exists(dir.str() + "/run/metrics.jsonl"));
+    }
+  }
+}
