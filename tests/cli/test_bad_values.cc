@@ -211,3 +211,42 @@ TEST(BadValues, InitFromNonFiniteWeights) {
     }
   }
 }
+
+// A prepared directory's manifest with a field out of range is refused by `data info` and
+// `train` alike, naming the field.
+TEST(BadValues, PreparedManifestFields) {
+  TempDir base("prepared");
+  {
+    std::ofstream o(base.str() + "/docs.txt");
+    for (int i = 0; i < 300; ++i) o << "a line of words number " << i << " for the tokenizer\n";
+  }
+  ASSERT_EQ(run(base.str(), "data tokenizer-train $D/docs.txt -o $D/tok --vocab-size 300").status, 0);
+  const Outcome prep =
+      run(base.str(), "data prepare $D/docs.txt --tokenizer $D/tok -o $D/good --doc-split line --val-docs 20");
+  ASSERT_EQ(prep.status, 0) << prep.err;
+  const json good = json::parse(read_file(base.str() + "/good/manifest.json"));
+  struct Bad {
+    std::string name;
+    std::function<void(json&)> edit;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Bad> bad = {
+      {"split_test", [](json& m) { m["shards"][0]["split"] = "test"; }, {"\"split\" \"test\"", "train", "val"}},
+      {"vocab_neg", [](json& m) { m["tokenizer"]["vocab"] = -1; }, {"\"vocab\" is -1"}},
+      {"doc_token_big", [](json& m) { m["tokenizer"]["document_token"] = 300; }, {"\"document_token\" is 300"}},
+      {"tokens_neg", [](json& m) { m["shards"][0]["tokens"] = -5; }, {"\"tokens\" -5"}},
+  };
+  for (const Bad& b : bad)
+    for (const std::string& cmd : {std::string("data info --data $D/p"), kTrain + "--data $D/p --run-dir $D/run"}) {
+      SCOPED_TRACE(b.name + ": " + cmd);
+      TempDir dir(b.name);
+      fs::copy(base.str() + "/good", dir.str() + "/p", fs::copy_options::recursive);
+      json m = good;
+      b.edit(m);
+      std::ofstream(dir.str() + "/p/manifest.json") << m.dump(2);
+      std::vector<std::string> needles = b.needles;
+      needles.push_back("manifest.json");
+      expect_clean_failure(run(dir.str(), cmd), needles);
+      EXPECT_FALSE(fs::exists(dir.str() + "/run")) << "the run dir was written";
+    }
+}
