@@ -1,5 +1,6 @@
 // `strata plan`: will a model fit on a cluster, how to lay it out, how fast, how often to
 // checkpoint. Flags build a plan::PlanRequest; the planner library does the rest.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -153,9 +154,33 @@ void run_local(const Flags& f, const CLI::App& app) {
     std::cout << text;
 }
 
+// A preset of `strata train` (tiny, llama-tiny, ...) that the planner has no entry of its own
+// for: its shape as explicit flags (the flags given win), so a train run config plans the model
+// it trains. An unknown name is left to the planner, which lists both.
+PlanArgs with_train_preset(PlanArgs a) {
+  const std::vector<std::string>& own = model_preset_names();
+  if (a.model.empty() || std::count(own.begin(), own.end(), a.model)) return a;
+  model::GPTConfig g;
+  try {
+    g = model::GPTConfig::preset(a.model);
+  } catch (const Error&) {
+    return a;
+  }
+  a.model.clear();
+  if (!a.arch) a.arch = g.llama() ? "llama" : "gpt";
+  if (!a.layers) a.layers = g.layers;
+  if (!a.hidden) a.hidden = g.dim;
+  if (!a.heads) a.heads = g.heads;
+  if (!a.seq) a.seq = g.seq;
+  if (!a.vocab) a.vocab = g.vocab;
+  if (!a.kv_heads && g.llama()) a.kv_heads = g.kv();
+  if (!a.ffn && g.llama() && g.ffn > 0) a.ffn = g.ffn;  // 0: from the width, as the planner's default
+  return a;
+}
+
 void run(const Flags& f, const CLI::App& app) {
   if (f.local) return run_local(f, app);
-  const PlanRequest req = build_plan_request(f.args);
+  const PlanRequest req = build_plan_request(with_train_preset(f.args));
   PlanResult res = run_plan(req);
   if (f.json)
     std::cout << plan_to_json(req, res).dump(2) << "\n";
@@ -169,12 +194,12 @@ static Register reg(
       auto f = std::make_shared<Flags>();
       app.add_option("--model", f->args.model,
                      "Model preset: gpt2, gpt3-175b, llama2-7b, llama2-70b, "
-                     "llama3-405b, mixtral-8x7b");
+                     "llama3-405b, mixtral-8x7b, or one of strata train's (tiny, llama-tiny, ...)");
       app.add_option("--arch", f->args.arch,
-                     "Layer style for explicit shapes: gpt (GELU, LayerNorm, "
+                     "Layer style for explicit shapes: gpt or gpt2 (GELU, LayerNorm, "
                      "biases, tied) or llama (SwiGLU, RMSNorm, untied)");
       app.add_option("--layers", f->args.layers, "Transformer layers");
-      app.add_option("--hidden", f->args.hidden, "Hidden size");
+      app.add_option("--hidden,--dim", f->args.hidden, "Hidden size (--dim: strata train's name)");
       app.add_option("--heads", f->args.heads, "Attention heads");
       app.add_option("--kv-heads", f->args.kv_heads,
                      "KV heads (grouped-query attention; default: heads)");
@@ -193,7 +218,8 @@ static Register reg(
       app.add_option("--inter-bench", f->args.inter_bench,
                      "Fit the inter-node link from `strata bench comm --json` output")
           ->check(plain_path(false));
-      app.add_option("--global-batch", f->args.global_batch, "Sequences per optimizer step");
+      app.add_option("--global-batch,--batch", f->args.global_batch,
+                     "Sequences per optimizer step (--batch: strata train's name)");
       app.add_option("--micro-batch", f->args.micro_batch, "Fix the micro-batch (sequences)");
       app.add_option("--precision", f->args.precision, "bf16 (fp32 master weights) or fp32");
       app.add_option("--grad-precision", f->args.grad_precision, "Gradients in bf16 (default) or fp32");

@@ -250,3 +250,29 @@ TEST(BadValues, PreparedManifestFields) {
       EXPECT_FALSE(fs::exists(dir.str() + "/run")) << "the run dir was written";
     }
 }
+
+// `plan --config` of a config `strata train --print-config` wrote plans the model it trains;
+// --dim and --arch gpt2 are train's names for --hidden and --arch gpt.
+TEST(BadValues, PlanReadsATrainConfig) {
+  TempDir dir("plan_config");
+  const Outcome cfg = run(dir.str(), "train --model llama-tiny --layers 3 --dim 128 --heads 4 --batch 8 --print-config");
+  ASSERT_EQ(cfg.status, 0) << cfg.err;
+  std::ofstream(dir.str() + "/run.toml") << cfg.out;
+  const Outcome from_config = run(dir.str(), "plan --config $D/run.toml --json");
+  ASSERT_EQ(from_config.status == 0 || from_config.status == 3, true) << from_config.err;
+  const json p = json::parse(from_config.out);
+  const std::string text = p.dump();
+  EXPECT_NE(text.find("\"layers\":3"), std::string::npos) << text.substr(0, 2000);
+  EXPECT_NE(text.find("\"hidden\":128"), std::string::npos) << text.substr(0, 2000);
+  // The old and the new spellings plan the same model.
+  const std::string shape = "--layers 2 --heads 4 --seq 64 --vocab 512 --global-batch 8 --json ";
+  const Outcome a = run(dir.str(), "plan " + shape + "--hidden 64 --arch gpt");
+  const Outcome b = run(dir.str(), "plan " + shape + "--dim 64 --arch gpt2");
+  ASSERT_TRUE(a.status == 0 || a.status == 3) << a.err;
+  EXPECT_EQ(a.status, b.status) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  std::ofstream(dir.str() + "/dim.toml") << "[model]\nlayers = 2\ndim = 64\nheads = 4\nvocab = 512\narch = \"gpt2\"\n"
+                                            "[training]\nseq = 64\nbatch = 8\n";
+  const Outcome c = run(dir.str(), "plan --config $D/dim.toml --json");
+  EXPECT_EQ(c.out, a.out) << c.err;
+}
