@@ -162,11 +162,11 @@ void setup_train(CLI::App& app) {
                  "announced (the simulated twin of --inject-kill; tests)");
   RunConfigFlags& config = add_run_config(app, "fed");
   app.callback([a, &app, &config] {
+    const fed::FedConfig cfg = resolve(*a);  // a printed config is one that runs
     if (config.print) {
       std::cout << resolved_config(app, "fed");
       return;
     }
-    const fed::FedConfig cfg = resolve(*a);
     if (auto code = fed::launch_if_needed(cfg, comm::parse_backend(a->backend), a->timeout_s)) {
       if (*code != 0) throw ExitCode{*code};
       return;

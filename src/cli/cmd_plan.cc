@@ -282,7 +282,9 @@ static Register reg(
       RunConfigFlags& config = add_run_config(app, "plan");
       app.callback([f, &app, &config] {
         if (app.got_subcommand("calibrate")) return;
-            if (config.print) {
+        if (config.print) {
+          // A printed config is one that plans: its model and request are checked first.
+          if (!f->local) build_plan_request(with_train_preset(f->args));
           std::cout << resolved_config(app, "plan");
           return;
         }

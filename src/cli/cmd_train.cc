@@ -124,6 +124,11 @@ void add_arch_flags(CLI::App& app, TrainArgs& a) {
 void apply_arch_flags(CLI::App& app, const TrainArgs& a, model::GPTConfig& m) {
   if (app.count("--arch")) {
     const model::Arch arch = model::parse_arch(a.arch);
+    // Llama blocks are built from any preset's sizes, but a Llama preset's grouped heads, MLP
+    // width and untied output have no GPT-2 form: say so by the flags typed, not by a field.
+    STRATA_CHECK(arch == model::Arch::llama || !m.llama(), "--arch ", a.arch, " conflicts with --model ", a.model,
+                 ", a llama model (grouped key/value heads, its own MLP width and output layer); use a gpt2 "
+                 "preset (tiny, small, gpt2) or drop --arch");
     if (arch == model::Arch::llama && !m.llama()) m.tie_embeddings = false;  // Llama's default
     m.arch = arch;
   }
@@ -533,10 +538,6 @@ void setup(CLI::App& app) {
   add_moe_flags(app, *a);
   RunConfigFlags& config = add_run_config(app, "training");
   app.callback([&app, a, &config] {
-    if (config.print) {
-      std::cout << resolved_config(app, "training");
-      return;
-    }
     // Several hosts: their slots give the rank count unless --nproc says otherwise.
     const HostFlags::Resolved h = a->host_flags.resolve();
     train::ParallelConfig& pcfg = a->parallel;
@@ -552,6 +553,11 @@ void setup(CLI::App& app) {
     spec.given = {app.count("--dp") > 0, app.count("--schedule") > 0, app.count("--cp-mode") > 0,
                   app.count("--cp-chunks") > 0, app.count("--micro-batches") > 0};
     spec.validate();
+    // A printed config is one that runs: it is checked as the run would be, then printed.
+    if (config.print) {
+      std::cout << resolved_config(app, "training");
+      return;
+    }
     const train::TrainConfig& cfg = spec.train;
     const train::ParallelConfig& pc = spec.parallel;
     // Flags that act only in another layout: accepted, and said once (not per rank).

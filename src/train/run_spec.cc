@@ -11,6 +11,7 @@
 #include "model/shard.h"
 #include "model/stage.h"
 #include "parallel/options.h"
+#include "train/checkpointing.h"
 #include "train/context_metrics.h"
 #include "train/init_from.h"
 
@@ -164,6 +165,7 @@ void RunSpec::validate() const {
       "(--hosts, --hostfile or --slurm)");
   STRATA_CHECK(pc.timeout_s >= 0, "--timeout must not be negative (got ", pc.timeout_s, ")");
   STRATA_CHECK(!pc.trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
+  check_checkpoint_flags(cfg);
   // The --data text (a mixture's parts and weights) and a prepared directory's manifest, read
   // here so that a bad one is refused before the run dir is written.
   const auto mixture = data::parse_mixture(cfg.data);

@@ -212,6 +212,35 @@ TEST(BadValues, InitFromNonFiniteWeights) {
   }
 }
 
+// Conflicts named by what was typed; --inject kinds that need a setting refused before any
+// rank starts (no per-rank lines, no flight dumps); --print-config validates before printing.
+TEST(BadValues, ConflictsInjectAndPrintConfig) {
+  run_cases({
+      {"llama_preset_gpt2", "train --model llama-tiny --arch gpt2 --steps 1",
+       {"--arch gpt2", "--model llama-tiny", "llama model"}},
+      {"kill_save_no_ckpt", kTrain + "--nproc 2 --inject kill-during-save --run-dir $D/run",
+       {"--inject kill-during-save", "--ckpt-every"}},
+      {"kill_mem_commit", kTrain + "--nproc 2 --inject kill-during-mem-commit --run-dir $D/run",
+       {"--inject kill-during-mem-commit", "--mem-ckpt-every"}},
+      {"corrupt_mem", kTrain + "--inject corrupt-mem-ckpt --run-dir $D/run", {"--inject corrupt-mem-ckpt",
+                                                                           "--mem-ckpt-every"}},
+      {"print_bad_ckpt", kTrain + "--ckpt-every 2 --print-config", {"--ckpt-every", "--run-dir"}},
+      {"print_bad_kv", "train --model llama-tiny --kv-heads 3 --print-config", {"--kv-heads 3"}},
+      {"print_bad_plan", "plan --layers 2 --dim 64 --heads 4 --print-config", {"--seq"}},
+      {"print_bad_fed", "fed train --clients 2 --per-round 3 --print-config", {"--per-round"}},
+  });
+  const Outcome llama = run("/tmp", "train --model llama-tiny --arch gpt2 --steps 1");
+  EXPECT_EQ(llama.err.find("--kv-heads"), std::string::npos) << llama.err;
+  TempDir dir("inject_dumps");
+  const Outcome r = run(dir.str(), kTrain + "--nproc 2 --inject kill-during-save --run-dir $D/run");
+  EXPECT_GT(r.status, 0);
+  if (fs::exists(dir.str() + "/run")) {
+    for (const auto& e : fs::directory_iterator(dir.str() + "/run"))
+      EXPECT_EQ(e.path().filename().string().find("flight"), std::string::npos) << e.path();
+  }
+  EXPECT_FALSE(fs::exists(dir.str() + "/run/metrics.jsonl"));
+}
+
 // A prepared directory's manifest with a field out of range is refused by `data info` and
 // `train` alike, naming the field.
 TEST(BadValues, PreparedManifestFields) {
