@@ -106,6 +106,8 @@ TEST(BadValues, RangesShowTheValueAsTyped) {
        {"--rope-scaling", "LOW 1e-300", "too close to 0"}},
       {"inject_sleep_nan", kTrain + "--inject sleep:nan", {"--inject sleep:nan", "SECONDS nan"}},
       {"partition_tiny", "fed train --clients 4 --partition dirichlet:1e-300", {"--partition", "1e-300"}},
+      // Environment knobs read their numbers the same way.
+      {"env_timeout_tiny", kTrain, {"STRATA_TIMEOUT", "1e-300", "too close to 0"}, nullptr, "STRATA_TIMEOUT=1e-300"},
   });
 }
 
