@@ -42,8 +42,8 @@ struct Flags {
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
 // --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
 // activation buffers and the tensor-parallel bytes per step, from the cost models the
-// training summary prints its prediction with (cost/).
-void run_local(const Flags& f, const CLI::App& app) {
+// training summary prints its prediction with (cost/). Returns the report (text or JSON).
+std::string local_report(const Flags& f, const CLI::App& app) {
   const PlanArgs& a = f.args;
   model::GPTConfig g = model::GPTConfig::preset(a.model.empty() ? "tiny" : a.model);
   if (a.layers) g.layers = int(*a.layers);
@@ -144,14 +144,12 @@ void run_local(const Flags& f, const CLI::App& app) {
     text += cat("MoE: ", g.moe.experts, " experts, top-", g.moe.top_k, ", every ", g.moe.every,
                 " block(s), ep ", ep, ": all-to-all bytes per step per ep group (dropless; at "
                 "most this with a capacity factor) ", ep_bytes, "\n");
-  if (f.json)
-    std::cout << nlohmann::json{{"tp", tp},     {"cp", cp},       {"dp", dp},
-                                {"zero", stage}, {"ranks", ranks}, {"ep", ep},
-                                {"ep_bytes_per_step_per_group", ep_bytes}}
-                     .dump(2)
-              << "\n";
-  else
-    std::cout << text;
+  if (!f.json) return text;
+  return nlohmann::json{{"tp", tp},     {"cp", cp},       {"dp", dp},
+                        {"zero", stage}, {"ranks", ranks}, {"ep", ep},
+                        {"ep_bytes_per_step_per_group", ep_bytes}}
+             .dump(2) +
+         "\n";
 }
 
 // A preset of `strata train` (tiny, llama-tiny, ...) that the planner has no entry of its own
@@ -179,7 +177,10 @@ PlanArgs with_train_preset(PlanArgs a) {
 }
 
 void run(const Flags& f, const CLI::App& app) {
-  if (f.local) return run_local(f, app);
+  if (f.local) {
+    std::cout << local_report(f, app);
+    return;
+  }
   const PlanRequest req = build_plan_request(with_train_preset(f.args));
   PlanResult res = run_plan(req);
   if (f.json)
@@ -284,7 +285,10 @@ static Register reg(
         if (app.got_subcommand("calibrate")) return;
         if (config.print) {
           // A printed config is one that plans: its model and request are checked first.
-          if (!f->local) build_plan_request(with_train_preset(f->args));
+          if (f->local)
+            local_report(*f, app);
+          else
+            build_plan_request(with_train_preset(f->args));
           std::cout << resolved_config(app, "plan");
           return;
         }
