@@ -7,7 +7,7 @@
 //   - anything that is not a number whole ("abc", "1.5x", ""),
 //   - nan, inf, and a value past 3.4e38 (1e400 parses as inf),
 //   - a nonzero value below the smallest normal float, 1.2e-38, which would round to 0 or
-//     lose its digits (1e-300 was "must be positive (got 0)").
+//     lose its digits (1e-300 would reach a float field as 0, and then be judged as 0).
 // A range (positive, in [0, 1), ...) is judged on the value and reported with the text too.
 #pragma once
 #include <limits>
