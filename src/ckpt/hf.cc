@@ -284,6 +284,12 @@ void HfImport::read(const TensorInfo& t, float* out) const {
                "'");
   const Source& s = *it->second;
   const std::vector<float> v = read_tensor_f32(*s.file, *s.tensor);
+  // A NaN or an infinity in the weights only shows later as a NaN loss: refuse it here, by the
+  // file's tensor name and the element in the file's order.
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      fail(what_, " ", dir_, ": tensor ", s.tensor->name, " holds ", std::isnan(v[i]) ? "a NaN" : "an infinity",
+           " at element ", i);
   if (s.name.transpose) {
     hf::transpose(reinterpret_cast<const char*>(v.data()), reinterpret_cast<char*>(out),
                   s.tensor->shape[0], s.tensor->shape[1], sizeof(float));

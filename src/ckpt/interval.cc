@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "cost/reliability.h"
 #include "nlohmann/json.hpp"
 
@@ -26,6 +27,9 @@ double parse_duration(const std::string& text) {
     }
     if (used == 0 || !std::isfinite(v) || v < 0 || text[i] == '+' || text[i] == '-')
       fail("bad duration '", text, "' (expected a non-negative number with a unit)");
+    // The number read as every typed number is (core/finite.h): 1e-300s is not 0 s.
+    const std::string problem = number_problem(text.substr(i, used));
+    if (!problem.empty()) fail("bad duration '", text, "': ", problem);
     i += used;
     size_t j = i;
     while (j < text.size() && std::isalpha(static_cast<unsigned char>(text[j]))) ++j;

@@ -37,8 +37,11 @@ struct FedArgs {
 std::pair<int, double> client_pair(const std::string& flag, const std::string& v) {
   const size_t colon = v.find(':');
   STRATA_CHECK(colon != std::string::npos, flag, " takes CLIENT:NUMBER (got '", v, "')");
+  const std::string number = v.substr(colon + 1);
+  const std::string problem = number_problem(number, NumberRange::non_negative());
+  STRATA_CHECK(problem.empty(), flag, " ", v, ": ", problem, " (it takes CLIENT:NUMBER)");
   try {
-    return {std::stoi(v.substr(0, colon)), std::stod(v.substr(colon + 1))};
+    return {std::stoi(v.substr(0, colon)), std::strtod(number.c_str(), nullptr)};
   } catch (const std::exception&) {
     fail(flag, " takes CLIENT:NUMBER (got '", v, "')");
   }
@@ -159,11 +162,11 @@ void setup_train(CLI::App& app) {
                  "announced (the simulated twin of --inject-kill; tests)");
   RunConfigFlags& config = add_run_config(app, "fed");
   app.callback([a, &app, &config] {
+    const fed::FedConfig cfg = resolve(*a);  // a printed config is one that runs
     if (config.print) {
       std::cout << resolved_config(app, "fed");
       return;
     }
-    const fed::FedConfig cfg = resolve(*a);
     if (auto code = fed::launch_if_needed(cfg, comm::parse_backend(a->backend), a->timeout_s)) {
       if (*code != 0) throw ExitCode{*code};
       return;

@@ -1,5 +1,6 @@
 // `strata plan`: will a model fit on a cluster, how to lay it out, how fast, how often to
 // checkpoint. Flags build a plan::PlanRequest; the planner library does the rest.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -41,8 +42,8 @@ struct Flags {
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
 // --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
 // activation buffers and the tensor-parallel bytes per step, from the cost models the
-// training summary prints its prediction with (cost/).
-void run_local(const Flags& f, const CLI::App& app) {
+// training summary prints its prediction with (cost/). Returns the report (text or JSON).
+std::string local_report(const Flags& f, const CLI::App& app) {
   const PlanArgs& a = f.args;
   model::GPTConfig g = model::GPTConfig::preset(a.model.empty() ? "tiny" : a.model);
   if (a.layers) g.layers = int(*a.layers);
@@ -143,19 +144,44 @@ void run_local(const Flags& f, const CLI::App& app) {
     text += cat("MoE: ", g.moe.experts, " experts, top-", g.moe.top_k, ", every ", g.moe.every,
                 " block(s), ep ", ep, ": all-to-all bytes per step per ep group (dropless; at "
                 "most this with a capacity factor) ", ep_bytes, "\n");
-  if (f.json)
-    std::cout << nlohmann::json{{"tp", tp},     {"cp", cp},       {"dp", dp},
-                                {"zero", stage}, {"ranks", ranks}, {"ep", ep},
-                                {"ep_bytes_per_step_per_group", ep_bytes}}
-                     .dump(2)
-              << "\n";
-  else
-    std::cout << text;
+  if (!f.json) return text;
+  return nlohmann::json{{"tp", tp},     {"cp", cp},       {"dp", dp},
+                        {"zero", stage}, {"ranks", ranks}, {"ep", ep},
+                        {"ep_bytes_per_step_per_group", ep_bytes}}
+             .dump(2) +
+         "\n";
+}
+
+// A preset of `strata train` (tiny, llama-tiny, ...) that the planner has no entry of its own
+// for: its shape as explicit flags (the flags given win), so a train run config plans the model
+// it trains. An unknown name is left to the planner, which lists both.
+PlanArgs with_train_preset(PlanArgs a) {
+  const std::vector<std::string>& own = model_preset_names();
+  if (a.model.empty() || std::count(own.begin(), own.end(), a.model)) return a;
+  model::GPTConfig g;
+  try {
+    g = model::GPTConfig::preset(a.model);
+  } catch (const Error&) {
+    return a;
+  }
+  a.model.clear();
+  if (!a.arch) a.arch = g.llama() ? "llama" : "gpt";
+  if (!a.layers) a.layers = g.layers;
+  if (!a.hidden) a.hidden = g.dim;
+  if (!a.heads) a.heads = g.heads;
+  if (!a.seq) a.seq = g.seq;
+  if (!a.vocab) a.vocab = g.vocab;
+  if (!a.kv_heads && g.llama()) a.kv_heads = g.kv();
+  if (!a.ffn && g.llama() && g.ffn > 0) a.ffn = g.ffn;  // 0: from the width, as the planner's default
+  return a;
 }
 
 void run(const Flags& f, const CLI::App& app) {
-  if (f.local) return run_local(f, app);
-  const PlanRequest req = build_plan_request(f.args);
+  if (f.local) {
+    std::cout << local_report(f, app);
+    return;
+  }
+  const PlanRequest req = build_plan_request(with_train_preset(f.args));
   PlanResult res = run_plan(req);
   if (f.json)
     std::cout << plan_to_json(req, res).dump(2) << "\n";
@@ -169,12 +195,12 @@ static Register reg(
       auto f = std::make_shared<Flags>();
       app.add_option("--model", f->args.model,
                      "Model preset: gpt2, gpt3-175b, llama2-7b, llama2-70b, "
-                     "llama3-405b, mixtral-8x7b");
+                     "llama3-405b, mixtral-8x7b, or one of strata train's (tiny, llama-tiny, ...)");
       app.add_option("--arch", f->args.arch,
-                     "Layer style for explicit shapes: gpt (GELU, LayerNorm, "
+                     "Layer style for explicit shapes: gpt or gpt2 (GELU, LayerNorm, "
                      "biases, tied) or llama (SwiGLU, RMSNorm, untied)");
       app.add_option("--layers", f->args.layers, "Transformer layers");
-      app.add_option("--hidden", f->args.hidden, "Hidden size");
+      app.add_option("--hidden,--dim", f->args.hidden, "Hidden size (--dim: strata train's name)");
       app.add_option("--heads", f->args.heads, "Attention heads");
       app.add_option("--kv-heads", f->args.kv_heads,
                      "KV heads (grouped-query attention; default: heads)");
@@ -193,7 +219,8 @@ static Register reg(
       app.add_option("--inter-bench", f->args.inter_bench,
                      "Fit the inter-node link from `strata bench comm --json` output")
           ->check(plain_path(false));
-      app.add_option("--global-batch", f->args.global_batch, "Sequences per optimizer step");
+      app.add_option("--global-batch,--batch", f->args.global_batch,
+                     "Sequences per optimizer step (--batch: strata train's name)");
       app.add_option("--micro-batch", f->args.micro_batch, "Fix the micro-batch (sequences)");
       app.add_option("--precision", f->args.precision, "bf16 (fp32 master weights) or fp32");
       app.add_option("--grad-precision", f->args.grad_precision, "Gradients in bf16 (default) or fp32");
@@ -256,7 +283,12 @@ static Register reg(
       RunConfigFlags& config = add_run_config(app, "plan");
       app.callback([f, &app, &config] {
         if (app.got_subcommand("calibrate")) return;
-            if (config.print) {
+        if (config.print) {
+          // A printed config is one that plans: its model and request are checked first.
+          if (f->local)
+            local_report(*f, app);
+          else
+            build_plan_request(with_train_preset(f->args));
           std::cout << resolved_config(app, "plan");
           return;
         }

@@ -156,7 +156,9 @@ bool launch_ranks(const PpoArgs& a) {
   return true;
 }
 
-void run_ppo(PpoArgs& a) {
+// `printout` (--print-config): printed instead of running, once the flags are checked as the
+// run checks them.
+void run_ppo(PpoArgs& a, const std::string& printout) {
   a.cfg.recompute.mode = model::parse_recompute_mode(a.recompute);
   STRATA_CHECK(a.cfg.recompute.layers >= 0, "--recompute-layers must not be negative (got ",
                a.cfg.recompute.layers, ")");
@@ -164,6 +166,10 @@ void run_ppo(PpoArgs& a) {
                "--recompute-layers ", a.cfg.recompute.layers, " needs --recompute full");
   a.cfg.validate();  // flags first: nothing is loaded for a bad flag
   STRATA_CHECK(a.nproc >= 1, "--nproc must be at least 1 (got ", a.nproc, ")");
+  if (!printout.empty()) {  // the flags are checked; the models are files a config only names
+    std::cout << printout;
+    return;
+  }
   rlhf::PpoModels m;
   m.actor_path = a.actor;
   m.reference_path = a.reference.empty() ? a.actor : a.reference;
@@ -275,11 +281,7 @@ void setup_ppo(CLI::App& app) {
   app.add_flag("--json", a->json, "JSON records on stdout");
   RunConfigFlags& config = add_run_config(app, "ppo");
   app.callback([a, &app, &config] {
-    if (config.print) {
-      std::cout << resolved_config(app, "ppo");
-      return;
-    }
-    run_ppo(*a);
+    run_ppo(*a, config.print ? resolved_config(app, "ppo") : "");
   });
 }
 

@@ -74,7 +74,8 @@ void add_moe_flags(CLI::App& app, TrainArgs& a) {
   app.add_option("--moe-every", m.every, "Every N-th block is an MoE block")->capture_default_str();
   auto* cf = app.add_option("--capacity-factor", m.capacity_factor,
                             "Slots per expert = ceil(F x tokens x K / E) per micro-batch")
-                 ->capture_default_str();
+                 ->capture_default_str()
+                 ->check(finite(NumberRange::positive()));
   app.add_flag("--dropless", m.dropless, "No capacity limit: every token reaches its experts")
       ->excludes(cf);
   app.add_option("--aux-loss-coef", m.aux_coef, "Load-balancing loss coefficient")
@@ -108,8 +109,10 @@ void add_arch_flags(CLI::App& app, TrainArgs& a) {
                  "Llama: key/value heads (grouped-query attention; 1: multi-query; must divide "
                  "--heads)");
   app.add_option("--ffn", a.ffn, "Llama: MLP width (default 8 x dim / 3 rounded up to 256)");
-  app.add_option("--norm-eps", a.norm_eps, "Llama: RMSNorm epsilon (default 1e-5)");
-  app.add_option("--rope-theta", a.rope_theta, "Llama: rotary embedding base (default 10000)");
+  app.add_option("--norm-eps", a.norm_eps, "Llama: RMSNorm epsilon (default 1e-5)")
+      ->check(finite(NumberRange::positive()));
+  app.add_option("--rope-theta", a.rope_theta, "Llama: rotary embedding base (default 10000)")
+      ->check(finite(NumberRange::positive()));
   app.add_option("--rope-scaling", a.rope_scaling,
                  "Llama: Llama 3.1's rope_scaling (llama3): none, FACTOR or "
                  "FACTOR,LOW,HIGH,ORIGINAL (e.g. 32,1,4,8192); default: the preset's");
@@ -121,6 +124,11 @@ void add_arch_flags(CLI::App& app, TrainArgs& a) {
 void apply_arch_flags(CLI::App& app, const TrainArgs& a, model::GPTConfig& m) {
   if (app.count("--arch")) {
     const model::Arch arch = model::parse_arch(a.arch);
+    // Llama blocks are built from any preset's sizes, but a Llama preset's grouped heads, MLP
+    // width and untied output have no GPT-2 form: say so by the flags typed, not by a field.
+    STRATA_CHECK(arch == model::Arch::llama || !m.llama(), "--arch ", a.arch, " conflicts with --model ", a.model,
+                 ", a llama model (grouped key/value heads, its own MLP width and output layer); use a gpt2 "
+                 "preset (tiny, small, gpt2) or drop --arch");
     if (arch == model::Arch::llama && !m.llama()) m.tie_embeddings = false;  // Llama's default
     m.arch = arch;
   }
@@ -220,24 +228,15 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
   // every token count (steps x batch x seq) stays exact.
   STRATA_CHECK(cfg.schedule.steps > 0 && cfg.schedule.steps <= (int64_t(1) << 40),
                "--steps must be in [1, 2^40] (got ", cfg.schedule.steps, ")");
-  // Flags whose "unset" is a sentinel: a given value must be a real one, never the sentinel.
-  if (app.count("--min-lr"))
-    STRATA_CHECK(std::isfinite(a.min_lr) && a.min_lr >= 0, "--min-lr must be a number >= 0 (got ",
-                 a.min_lr, ")");
+  // Flags whose "unset" is a sentinel: a given value must be a real one, never the sentinel
+  // (--min-lr's is refused by its check, finite(>= 0)).
   if (app.count("--warmup"))
     STRATA_CHECK(a.warmup >= 0, "--warmup must be >= 0 steps (got ", a.warmup, ")");
   if (app.count("--threads"))
     STRATA_CHECK(cfg.threads >= 1, "--threads must be at least 1 (got ", cfg.threads, ")");
-  if (app.count("--peak-gflops"))
-    STRATA_CHECK(std::isfinite(cfg.peak_gflops) && cfg.peak_gflops > 0,
-                 "--peak-gflops must be a positive number (got ", cfg.peak_gflops, ")");
   if (app.count("--resume"))
     STRATA_CHECK(!cfg.ckpt.resume.empty(), "--resume needs a value: auto, or a run directory, its "
                  "ckpt/ directory or a step-* directory");
-  if (app.count("--max-activation-mb"))
-    STRATA_CHECK(std::isfinite(cfg.max_activation_mb) && cfg.max_activation_mb > 0,
-                 "--max-activation-mb must be a positive number of MiB (got ",
-                 cfg.max_activation_mb, ")");
   cfg.schedule.min_lr = app.count("--min-lr") ? a.min_lr : cfg.schedule.lr / 10;
   STRATA_CHECK(a.spike_action == "skip" || a.spike_action == "rollback", "--spike-action ",
                a.spike_action, " is not skip or rollback");
@@ -379,7 +378,8 @@ void setup(CLI::App& app) {
                  "Sequences per rank per micro-step (default: --batch / ranks); "
                  "accumulation = batch / (micro-batch x ranks)");
   app.add_option("--lr", c.schedule.lr, "Peak learning rate")->capture_default_str();
-  app.add_option("--min-lr", a->min_lr, "Final learning rate of the cosine (default: lr / 10)");
+  app.add_option("--min-lr", a->min_lr, "Final learning rate of the cosine (default: lr / 10)")
+      ->check(finite(NumberRange::non_negative()));
   app.add_option("--warmup", a->warmup, "Linear warmup steps (default: 5% of --steps)");
   app.add_option("--weight-decay", c.optim.weight_decay, "AdamW decoupled weight decay")
       ->capture_default_str();
@@ -419,7 +419,8 @@ void setup(CLI::App& app) {
   app.add_flag("--json", c.json, "Print JSON records on stdout instead of progress lines");
   app.add_option("--threads", c.threads, "OpenMP and BLAS threads (default: OMP_NUM_THREADS)");
   app.add_option("--peak-gflops", c.peak_gflops,
-                 "Peak GFLOP/s for MFU (default: measured by an sgemm probe, cached)");
+                 "Peak GFLOP/s for MFU (default: measured by an sgemm probe, cached)")
+      ->check(finite(NumberRange::positive()));
   train::ParallelConfig& p = a->parallel;
   app.add_option("--nproc", p.nproc, "Ranks to start on this host (tp x dp)")
       ->capture_default_str();
@@ -437,7 +438,8 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--max-activation-mb", c.max_activation_mb,
                  "Refuse a run whose activations per rank (model buffers and context-parallel "
-                 "buffers) exceed this many MiB, before training");
+                 "buffers) exceed this many MiB, before training")
+      ->check(finite(NumberRange::positive()));
   app.add_option("--cp-chunks", a->cp_chunks,
                  "Ring chunking: zigzag (rank r holds chunks r and 2cp-1-r: balanced causal work) "
                  "or contiguous")
@@ -499,7 +501,8 @@ void setup(CLI::App& app) {
   app.add_option("--mem-ckpt-replica-mbps", c.ckpt.mem_replica_mbps,
                  "Pace of each rank's replica sends in MB/s, so training's collectives keep the link "
                  "(0: unpaced); replicas are then as fresh as this pace allows")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite(NumberRange::non_negative()));
   app.add_option("--ckpt-keep", c.ckpt.keep, "Keep the newest K checkpoints (0: all)")
       ->capture_default_str();
   app.add_option("--ckpt-max-failures", c.ckpt.max_failures,
@@ -534,10 +537,6 @@ void setup(CLI::App& app) {
   add_moe_flags(app, *a);
   RunConfigFlags& config = add_run_config(app, "training");
   app.callback([&app, a, &config] {
-    if (config.print) {
-      std::cout << resolved_config(app, "training");
-      return;
-    }
     // Several hosts: their slots give the rank count unless --nproc says otherwise.
     const HostFlags::Resolved h = a->host_flags.resolve();
     train::ParallelConfig& pcfg = a->parallel;
@@ -553,6 +552,11 @@ void setup(CLI::App& app) {
     spec.given = {app.count("--dp") > 0, app.count("--schedule") > 0, app.count("--cp-mode") > 0,
                   app.count("--cp-chunks") > 0, app.count("--micro-batches") > 0};
     spec.validate();
+    // A printed config is one that runs: it is checked as the run would be, then printed.
+    if (config.print) {
+      std::cout << resolved_config(app, "training");
+      return;
+    }
     const train::TrainConfig& cfg = spec.train;
     const train::ParallelConfig& pc = spec.parallel;
     // Flags that act only in another layout: accepted, and said once (not per rank).

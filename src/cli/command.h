@@ -15,6 +15,7 @@
 
 #include "CLI/CLI.hpp"
 #include "core/files.h"
+#include "core/finite.h"
 
 namespace strata::cli {
 
@@ -56,40 +57,53 @@ inline const CLI::Validator& non_negative_integer() {
 // The longest wait a seconds flag takes (a year): past it a value is a typo or an overflow.
 inline constexpr double kMaxSeconds = 365.0 * 24 * 3600;
 
+// Every floating-point flag's check, by its text as typed (core/finite.h): a finite number in
+// `range`, else "--rope-theta: 1e-300 is too close to 0 to hold (...)". main gives it to every
+// FLOAT option that has no check of this name, so a new flag cannot miss it; a flag with a
+// range passes finite(range) itself. Config keys reach it too: run_config.cc feeds their text
+// to the same option.
+inline CLI::Validator finite(NumberRange range = {}) {
+  CLI::Validator v([range](std::string& s) { return number_problem(s, range); }, "");
+  v.name("finite");
+  return v;
+}
+
 // A numeric flag checked by its text before any work: finite, within [lo, hi] (lo excluded when
 // lo_open), so NaN, inf, 2^31 or 2^63 never reach an int cast or a loop bound:
 // "--log-every: must be a number in [1, 1000000] (got 0)".
 inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
-  return CLI::Validator(
+  CLI::Validator v(
       [lo, hi, lo_open](std::string& s) {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        const bool ok = end != s.c_str() && *end == '\0' && std::isfinite(v) && (lo_open ? v > lo : v >= lo) &&
-                        v <= hi;
-        if (ok) return std::string();
+        const std::string problem = number_problem(s);
+        const NumberRange range{lo, hi, lo_open, false};
+        if (problem.empty() && range.contains(std::strtod(s.c_str(), nullptr))) return std::string();
         std::ostringstream m;
         m.precision(12);
-        m << "must be a number in " << (lo_open ? "(" : "[") << lo << ", " << hi << "] (got " << s << ")";
+        m << "must be a number in " << (lo_open ? "(" : "[") << lo << ", " << hi << "] ("
+          << (problem.empty() ? "got " + s : problem) << ")";
         return m.str();
       },
       "NUMBER");
+  v.name("finite");
+  return v;
 }
 
 // A seconds or size flag whose sign the command checks itself: only non-numbers, inf and values
 // past `hi` are refused here (1e400 parses as inf: a wait that never ends):
 // "--timeout: must be a finite number of at most 31536000 (got 1e400)".
 inline CLI::Validator finite_at_most(double hi) {
-  return CLI::Validator(
+  CLI::Validator v(
       [hi](std::string& s) {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        if (end != s.c_str() && *end == '\0' && std::isfinite(v) && v <= hi) return std::string();
+        const std::string problem = number_problem(s);
+        if (problem.empty() && std::strtod(s.c_str(), nullptr) <= hi) return std::string();
         std::ostringstream m;
         m.precision(12);
-        m << "must be a finite number of at most " << hi << " (got " << s << ")";
+        m << "must be a finite number of at most " << hi << " (" << (problem.empty() ? "got " + s : problem) << ")";
         return m.str();
       },
       "NUMBER");
+  v.name("finite");
+  return v;
 }
 
 // A path flag: an existing path that is not a regular file (or, with dir_ok, a directory) is

@@ -63,6 +63,20 @@ static void print_env_help() {
                 *v->default_value() ? v->default_value() : "unset");
 }
 
+// Every floating-point option of `app` and its subcommands reads its text through finite()
+// (command.h) unless it was declared with a check of that name (a range of its own).
+static void check_every_float(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) {
+    if (o->get_type_name().rfind("FLOAT", 0) != 0) continue;
+    try {
+      o->get_validator("finite");
+    } catch (const CLI::OptionNotFound&) {
+      o->check(finite());
+    }
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) check_every_float(*sub);
+}
+
 }  // namespace strata::cli
 
 // Before libgomp's constructor reads the environment (the loader runs an executable's
@@ -85,6 +99,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version,-V", "strata " STRATA_VERSION " (commit " STRATA_GIT_COMMIT ")",
                        "Print the version and the git commit strata was built from");
   for (const Command& c : commands()) c.setup(*subcommand_for(app, c.path, c.summary));
+  check_every_float(app);
   try {
     app.parse(argc, argv);
     if (help_env) {

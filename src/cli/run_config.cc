@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <deque>
@@ -141,6 +142,9 @@ class TomlReader {
     } catch (const toml::parse_error& e) {
       fail(path, " line ", e.source().begin.line, ": not TOML: ", std::string(e.description()));
     }
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
     std::vector<Item> items;
     for (auto&& [key, node] : root) {
       const std::string section(key.str());
@@ -154,14 +158,15 @@ class TomlReader {
         if (is_command_section(section)) continue;  // another command's keys
         fail(path, " line ", line, ": unknown section [", section, "]");
       }
-      for (auto&& [k, v] : *node.as_table()) read_key(path, section, std::string(k.str()), k.source().begin.line, v, items);
+      for (auto&& [k, v] : *node.as_table())
+        read_key(path, lines, section, std::string(k.str()), k.source().begin.line, v, items);
     }
     return items;
   }
 
  private:
-  void read_key(const std::string& path, const std::string& section, const std::string& key, uint32_t line,
-                const toml::node& v, std::vector<Item>& items) const {
+  void read_key(const std::string& path, const std::vector<std::string>& lines, const std::string& section,
+                const std::string& key, uint32_t line, const toml::node& v, std::vector<Item>& items) const {
     const CLI::Option* o = app_->get_option_no_throw("--" + key);
     const std::string where = cat(path, " line ", line, ": key '", key, "'");
     if (!o || key == "config" || key == "print-config" || key == "help") {
@@ -181,14 +186,15 @@ class TomlReader {
     item.where = where;
     if (const toml::array* arr = v.as_array()) {
       if (!takes_many(o)) fail(where, " takes one value, not an array");
-      for (const toml::node& e : *arr) item.inputs.push_back(scalar(where, o, e));
+      for (const toml::node& e : *arr) item.inputs.push_back(scalar(where, lines, o, e));
     } else {
-      item.inputs.push_back(scalar(where, o, v));
+      item.inputs.push_back(scalar(where, lines, o, v));
     }
     items.push_back(std::move(item));
   }
 
-  static std::string scalar(const std::string& where, const CLI::Option* o, const toml::node& v) {
+  static std::string scalar(const std::string& where, const std::vector<std::string>& lines, const CLI::Option* o,
+                            const toml::node& v) {
     if (is_flag(o)) {
       if (!v.is_boolean()) fail(where, " is a switch: true or false (got ", kind(v), ")");
       return *v.value<bool>() ? "true" : "false";
@@ -200,14 +206,29 @@ class TomlReader {
     if (wants_number(o)) {
       if (v.is_integer()) return std::to_string(*v.value<int64_t>());
       if (!v.is_floating_point()) fail(where, " must be a number (got ", kind(v), ")");
-      return shortest(*v.value<double>());
+      // The text as typed, for the flag's own check (core/finite.h): toml++ reads 1e-400 as 0.
+      return as_typed(lines, v);
     }
     // Text flags take any scalar as its text ("zero = 1", "mtbf = \"4h\""); the flag's own
     // check then judges it.
     if (v.is_string()) return *v.value<std::string>();
     if (v.is_integer()) return std::to_string(*v.value<int64_t>());
-    if (v.is_floating_point()) return shortest(*v.value<double>());
+    if (v.is_floating_point()) return as_typed(lines, v);
     fail(where, " must be a value (got ", kind(v), ")");
+  }
+
+  // A float's text in the file, without TOML's digit separators (1_000.5), or its value's
+  // shortest text where the source does not locate it.
+  static std::string as_typed(const std::vector<std::string>& lines, const toml::node& v) {
+    const toml::source_region& r = v.source();
+    const std::string fallback = shortest(*v.value<double>());
+    if (r.begin.line != r.end.line || r.begin.line == 0 || r.begin.line > lines.size() || r.end.column <= r.begin.column)
+      return fallback;
+    const std::string& line = lines[r.begin.line - 1];
+    if (r.end.column - 1 > line.size()) return fallback;
+    std::string text = line.substr(r.begin.column - 1, r.end.column - r.begin.column);
+    text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
+    return text;
   }
 
   static std::string kind(const toml::node& v) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/finite.h"
 
 namespace strata {
 
@@ -46,12 +47,10 @@ int64_t EnvVar::get_int() const {
 }
 
 double EnvVar::get_double() const {
-  std::string s = get();
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  STRATA_CHECK(!s.empty() && end && *end == '\0', "environment variable ", name_, "='", s,
-               "' is not a number");
-  return v;
+  const std::string s = get();
+  const std::string problem = number_problem(s);  // as a flag's text (core/finite.h)
+  STRATA_CHECK(problem.empty(), "environment variable ", name_, "='", s, "': ", problem);
+  return std::strtod(s.c_str(), nullptr);
 }
 
 bool EnvVar::get_bool() const {

@@ -51,10 +51,12 @@ Split open_split(const std::string& spec, uint64_t seed, double val_fraction, in
   STRATA_CHECK(val_fraction >= 0 && val_fraction < 1, "validation fraction must be in [0, 1) "
                "(got ", val_fraction, ")");
   STRATA_CHECK(vocab >= 0, "vocabulary must be positive (got ", vocab, ")");
-  if (spec == "synthetic" || spec.rfind("synthetic:", 0) == 0)
+  // A ',' makes a mixture, whatever its first part ("synthetic,a.txt" is refused as one).
+  const auto mix = parse_mixture(spec);
+  if (mix.empty() && (spec == "synthetic" || spec.rfind("synthetic:", 0) == 0))
     return open_synthetic(spec, seed, vocab);
-  if (is_prepared(spec)) return open_prepared(spec, val_fraction, vocab);
-  if (const auto mix = parse_mixture(spec); !mix.empty()) {
+  if (mix.empty() && is_prepared(spec)) return open_prepared(spec, val_fraction, vocab);
+  if (!mix.empty()) {
     std::vector<std::unique_ptr<TokenSource>> train, val;
     std::vector<double> weights;
     for (const auto& [part, w] : mix) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "data/sampler.h"
 
 namespace strata::data {
@@ -63,7 +64,11 @@ const MixtureSource::Schedule& MixtureSource::schedule(int64_t seq, int64_t stri
   int64_t n = INT64_MAX;
   for (size_t d = 0; d < D; ++d) {
     s->samples.push_back(parts_[d]->num_samples(seq, stride));
-    if (weights_[d] > 0) n = std::min(n, int64_t(std::floor(double(s->samples[d]) / weights_[d])));
+    // A part's share can be 1e-40 of the whole: compare in double, then cast what fits.
+    if (weights_[d] > 0) {
+      const double fit = std::floor(double(s->samples[d]) / weights_[d]);
+      if (fit < double(n)) n = int64_t(fit);
+    }
   }
   s->positions = n;
   s->part.resize(size_t(n));
@@ -100,21 +105,35 @@ void MixtureSource::read_sample(int64_t epoch, int64_t sample, int64_t seq, int6
 std::vector<std::pair<std::string, double>> parse_mixture(const std::string& spec) {
   std::vector<std::pair<std::string, double>> out;
   if (spec.find(',') == std::string::npos) return out;
-  double sum = 0;
-  std::stringstream in(spec);
-  for (std::string entry; std::getline(in, entry, ',');) {
+  std::vector<std::string> entries;
+  for (size_t at = 0; at <= spec.size();) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    entries.push_back(spec.substr(at, comma - at));
+    at = comma + 1;
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string& entry = entries[i];
+    STRATA_CHECK(!entry.empty(), "--data ", spec, ": entry ", i + 1, " of ", entries.size(),
+                 " is empty (a leading, trailing or doubled comma)");
     const size_t colon = entry.rfind(':');
+    const std::string name = entry.substr(0, colon);
+    STRATA_CHECK(name != "synthetic" && name.rfind("synthetic:", 0) != 0, "--data ", spec,
+                 ": a mixture cannot hold the synthetic corpus (its tokens are no tokenizer's); mix files or "
+                 "prepared directories");
     STRATA_CHECK(colon != std::string::npos && colon > 0, "--data ", spec, ": mixture entry '", entry,
                  "' has no weight (expected SPEC:WEIGHT, e.g. data/a:0.7,data/b:0.3)");
+    // A weight of 0 leaves the part out; the weights of a mixture are read as typed (core/finite.h),
+    // each at most 3.4e38, so their sum over at most 255 parts stays finite.
     const std::string w = entry.substr(colon + 1);
-    char* end = nullptr;
-    const double v = std::strtod(w.c_str(), &end);
-    STRATA_CHECK(!w.empty() && *end == '\0' && std::isfinite(v) && v >= 0, "--data ", spec, ": weight '", w,
-                 "' of '", entry.substr(0, colon), "' must be a finite number >= 0");
-    out.emplace_back(entry.substr(0, colon), v);
-    sum += v;
+    const std::string problem = number_problem(w, NumberRange::non_negative());
+    STRATA_CHECK(problem.empty(), "--data ", spec, ": weight '", w, "' of '", name,
+                 "' must be a finite number >= 0 (", problem, ")");
+    out.emplace_back(name, std::strtod(w.c_str(), nullptr));
   }
   STRATA_CHECK(out.size() >= 2, "--data ", spec, ": a mixture needs two or more entries");
+  STRATA_CHECK(out.size() <= 255, "--data ", spec, ": a mixture holds at most 255 parts (got ", out.size(), ")");
+  double sum = 0;
+  for (const auto& part : out) sum += part.second;
   STRATA_CHECK(sum > 0, "--data ", spec, ": the weights sum to 0");
   return out;
 }

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -45,6 +46,17 @@ nlohmann::json read_manifest(const std::string& dir) {
   need(m, "tokenizer", false, "the manifest");
   need(m["tokenizer"], "vocab", true, "\"tokenizer\"");
   need(m["tokenizer"], "document_token", true, "\"tokenizer\"");
+  // Values in range, by the field: a vocabulary of -1, a document token outside it or a split
+  // other than train and val would be read as something else (a "test" shard trained on).
+  const int64_t vocab = m["tokenizer"]["vocab"].get<int64_t>();
+  STRATA_CHECK(vocab >= 1 && vocab <= INT32_MAX, path, ": \"tokenizer\" \"vocab\" is ", vocab,
+               " (expected a count of tokens in [1, 2^31))");
+  const int64_t doc_token = m["tokenizer"]["document_token"].get<int64_t>();
+  STRATA_CHECK(doc_token >= -1 && doc_token < vocab, path, ": \"tokenizer\" \"document_token\" is ", doc_token,
+               " (expected a token id below the vocabulary of ", vocab, ", or -1 for none)");
+  for (const char* key : {"tokens", "documents"})
+    STRATA_CHECK(m[key].get<int64_t>() >= 0, path, ": \"", key, "\" is ", m[key].get<int64_t>(),
+                 " (expected a count >= 0)");
   if (m.contains("token_bits"))
     STRATA_CHECK(m["token_bits"] == 16 || m["token_bits"] == 32, path, ": \"token_bits\" is ",
                  m["token_bits"].dump(), " (expected 16 or 32)");
@@ -57,6 +69,11 @@ nlohmann::json read_manifest(const std::string& dir) {
     need(s, "tokens", true, "shard " + f);
     need(s, "documents", true, "shard " + f);
     need(s, "split", false, "shard " + f);
+    STRATA_CHECK(s["split"] == "train" || s["split"] == "val", path, ": shard ", f, " has \"split\" ",
+                 s["split"].dump(), " (expected \"train\" or \"val\")");
+    for (const char* key : {"tokens", "documents"})
+      STRATA_CHECK(s[key].get<int64_t>() >= 0, path, ": shard ", f, " has \"", key, "\" ", s[key].get<int64_t>(),
+                   " (expected a count >= 0)");
   }
   return m;
 }

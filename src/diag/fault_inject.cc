@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/finite.h"
 
 namespace strata::diag {
 
@@ -52,15 +53,13 @@ FaultSpec parse_fault(const std::string& text, int rank, int64_t step) {
       return f;
     }
   if (text.rfind("sleep:", 0) == 0) {
-    std::string num = text.substr(6);
-    char* end = nullptr;
-    double s = std::strtod(num.c_str(), &end);
-    STRATA_CHECK(!num.empty() && end && *end == '\0' && std::isfinite(s) && s > 0,
-                 "--inject ", text, ": SECONDS must be a positive number (e.g. sleep:2.5)");
     // sleep_for converts to nanoseconds in 64 bits: past ~292 years it wraps and never sleeps.
     constexpr double kMaxSleepS = 7 * 86400.0;
-    STRATA_CHECK(s <= kMaxSleepS, "--inject ", text, ": SECONDS must be at most ", kMaxSleepS,
-                 " (a week), got ", s);
+    const std::string num = text.substr(6);
+    const std::string problem = number_problem(num, NumberRange{0, kMaxSleepS, true});
+    STRATA_CHECK(problem.empty(), "--inject ", text, ": SECONDS ", problem,
+                 " (a positive number of seconds, at most a week, e.g. sleep:2.5)");
+    const double s = std::strtod(num.c_str(), nullptr);
     f.kind = FaultKind::sleep;
     f.sleep_s = s;
     return f;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "core/rng.h"
 #include "data/sampler.h"
 #include "data/synthetic.h"
@@ -81,11 +82,10 @@ PartitionSpec PartitionSpec::parse(const std::string& s) {
     return p;
   }
   if (s.rfind("dirichlet:", 0) == 0) {
-    char* end = nullptr;
     const std::string a = s.substr(10);
-    p.alpha = std::strtod(a.c_str(), &end);
-    STRATA_CHECK(!a.empty() && *end == '\0' && p.alpha > 0 && std::isfinite(p.alpha),
-                 "--partition dirichlet:A needs A > 0 (got '", a, "')");
+    const std::string problem = number_problem(a, NumberRange::positive());
+    STRATA_CHECK(problem.empty(), "--partition dirichlet:A needs A > 0 (", problem, ")");
+    p.alpha = std::strtod(a.c_str(), nullptr);
     p.kind = dirichlet;
     return p;
   }

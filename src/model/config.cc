@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "nlohmann/json.hpp"
 #include "model/gpt.h"
 #include "model/shard.h"
@@ -63,29 +64,36 @@ kernels::Rope GPTConfig::rope() const {
   return r;
 }
 
+// --rope-scaling FACTOR[,LOW,HIGH,ORIGINAL], each number read as typed (core/finite.h). A FACTOR
+// below 1 is refused, 0 included: "none" is the one spelling of no scaling, so a typo never
+// turns it off silently.
 void parse_rope_scaling(const std::string& s, GPTConfig& c) {
   c.rope_factor = 0, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4;
   c.rope_original_max_pos = 8192;
   if (s == "none") return;
-  std::vector<double> v;
-  size_t at = 0;
-  bool ok = !s.empty();
-  while (ok && at <= s.size()) {
+  const char* usage = "expected none, FACTOR or FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's llama3 scaling, e.g. "
+                      "32,1,4,8192)";
+  std::vector<std::string> parts;
+  for (size_t at = 0; at <= s.size();) {
     const size_t comma = std::min(s.find(',', at), s.size());
-    const std::string part = s.substr(at, comma - at);
-    char* end = nullptr;
-    const double x = std::strtod(part.c_str(), &end);
-    ok = !part.empty() && end == part.c_str() + part.size() && std::isfinite(x);
-    v.push_back(x);
+    parts.push_back(s.substr(at, comma - at));
     at = comma + 1;
   }
-  STRATA_CHECK(ok && (v.size() == 1 || v.size() == 4), "--rope-scaling ", s.empty() ? "''" : s,
-               ": expected none, FACTOR or FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's llama3 "
-               "scaling, e.g. 32,1,4,8192)");
-  c.rope_factor = float(v[0]);
-  if (v.size() == 4)
-    c.rope_low_freq_factor = float(v[1]), c.rope_high_freq_factor = float(v[2]),
-    c.rope_original_max_pos = float(v[3]);
+  STRATA_CHECK(parts.size() == 1 || parts.size() == 4, "--rope-scaling ", s.empty() ? "''" : s, ": ", usage);
+  const char* names[] = {"FACTOR", "LOW", "HIGH", "ORIGINAL"};
+  const NumberRange ranges[] = {{1, std::numeric_limits<float>::max()}, NumberRange::positive(),
+                                NumberRange::positive(), NumberRange::positive()};
+  std::vector<float> v;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string problem = number_problem(parts[i], ranges[i]);
+    STRATA_CHECK(problem.empty(), "--rope-scaling ", s, ": ", names[i], " ", problem, " (", usage, ")");
+    v.push_back(std::strtof(parts[i].c_str(), nullptr));
+  }
+  c.rope_factor = v[0];
+  if (v.size() == 4) {
+    STRATA_CHECK(v[2] > v[1], "--rope-scaling ", s, ": HIGH ", parts[2], " must be above LOW ", parts[1]);
+    c.rope_low_freq_factor = v[1], c.rope_high_freq_factor = v[2], c.rope_original_max_pos = v[3];
+  }
 }
 
 nlohmann::json GPTConfig::arch_json() const {

@@ -9,14 +9,14 @@
 namespace strata::plan {
 
 void apply_arch(ModelSpec& m, const std::string& arch) {
-  if (arch == "gpt") {
+  if (arch == "gpt" || arch == "gpt2") {  // gpt2: strata train's spelling
     m.mlp = MlpKind::gelu;
     m.biases = m.layernorm = m.learned_pos = m.tied = m.dropout = true;
   } else if (arch == "llama") {
     m.mlp = MlpKind::swiglu;
     m.biases = m.layernorm = m.learned_pos = m.tied = m.dropout = false;
   } else {
-    fail("--arch '", arch, "' is not known (known: gpt, llama)");
+    fail("--arch '", arch, "' is not known (known: gpt or gpt2, llama)");
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace strata::plan {
@@ -16,6 +17,8 @@ double parse_count(const std::string& flag, const std::string& s) {
   } catch (const std::exception&) {
     fail(flag, " '", s, "' is not a number (e.g. 300B, 2T, 1.5e12)");
   }
+  const std::string problem = number_problem(s.substr(0, used), NumberRange::non_negative());
+  STRATA_CHECK(problem.empty(), flag, " '", s, "': ", problem);
   std::string suffix = s.substr(used);
   double mult = 1;
   if (suffix == "K" || suffix == "k")

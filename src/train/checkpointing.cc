@@ -208,14 +208,7 @@ int64_t trim_metrics(const std::string& run_dir, int64_t step, std::vector<doubl
   return reached;
 }
 
-RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int restart,
-                               model::GPT& model, parallel::StepEngine& engine)
-    : cfg_(cfg),
-      topo_(topo),
-      restart_(restart),
-      model_(model),
-      engine_(engine),
-      die_in_save_(std::make_shared<std::atomic<bool>>(false)) {
+void check_checkpoint_flags(const TrainConfig& cfg) {
   const CheckpointConfig& c = cfg.ckpt;
   STRATA_CHECK(c.every >= 0, "--ckpt-every must be >= 0 (got ", c.every, ")");
   STRATA_CHECK(c.keep >= 0, "--ckpt-keep must be >= 0 (got ", c.keep, ")");
@@ -229,16 +222,34 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
   STRATA_CHECK(c.mtbf_s == 0 || c.every > 0,
                "--mtbf needs --ckpt-every: the interval advice comes from the measured save stall");
   const diag::FaultSpec& f = cfg.fault;
-  if (f.kind == diag::FaultKind::kill_during_save)
-    STRATA_CHECK(c.every > 0 && f.step % c.every == 0, "--inject kill-during-save at step ",
+  if (f.kind == diag::FaultKind::kill_during_save) {
+    STRATA_CHECK(c.every > 0, "--inject kill-during-save needs checkpoint saves to kill: add --ckpt-every N "
+                 "(and --run-dir)");
+    STRATA_CHECK(f.step % c.every == 0, "--inject kill-during-save at step ",
                  f.step, " needs a save after that step: the step must be a multiple of "
                  "--ckpt-every (", c.every, ")");
+  }
   if (f.kind == diag::FaultKind::kill_during_mem_ckpt || f.kind == diag::FaultKind::kill_during_mem_commit ||
-      f.kind == diag::FaultKind::corrupt_mem_ckpt)
-    STRATA_CHECK(c.mem_every > 0 && f.step % c.mem_every == 0, "--inject ",
+      f.kind == diag::FaultKind::corrupt_mem_ckpt) {
+    STRATA_CHECK(c.mem_every > 0, "--inject ", diag::fault_kind_name(f.kind), " needs in-memory copies: add "
+                 "--mem-ckpt-every K (and --run-dir)");
+    STRATA_CHECK(f.step % c.mem_every == 0, "--inject ",
                  diag::fault_kind_name(f.kind), " at step ", f.step, " needs an in-memory copy "
                  "after that step: the step must be a multiple of --mem-ckpt-every (",
                  c.mem_every, ")");
+  }
+}
+
+RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int restart,
+                               model::GPT& model, parallel::StepEngine& engine)
+    : cfg_(cfg),
+      topo_(topo),
+      restart_(restart),
+      model_(model),
+      engine_(engine),
+      die_in_save_(std::make_shared<std::atomic<bool>>(false)) {
+  const CheckpointConfig& c = cfg.ckpt;
+  check_checkpoint_flags(cfg);
   if (c.mem_every > 0) {
     STRATA_CHECK(!cfg.run_dir.empty(),
                  "--mem-ckpt-every needs --run-dir (the in-memory copies are named after it)");
@@ -259,7 +270,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.reuse = !live_ && (restart_ > 0 || c.resume == "auto");
     m.supervised = comm::launched_as_rank() && !m.job.empty();
     m.layout_text = mem_layout_text();
-    if (restart_ == 0 && !live) m.fault = f;
+    if (restart_ == 0 && !live) m.fault = cfg.fault;
     m.log = [this](const std::string& line) { log(line); };
     m.replica_group = topo.replica_group;
     m.replica_to = topo.replica_to;

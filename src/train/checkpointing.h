@@ -141,6 +141,11 @@ class RunCheckpoints {
   std::optional<ResumePoint> live_;  // what resume_live loaded, before the segments were replaced
 };
 
+// The checkpoint flags of a run and the faults that need them (--inject kill-during-save needs
+// --ckpt-every, the in-memory kinds --mem-ckpt-every): RunSpec::validate checks them before any
+// rank starts, one line for the job.
+void check_checkpoint_flags(const TrainConfig& cfg);
+
 // metrics.jsonl of a resumed run: keeps the records of steps <= `step`, drops the rest.
 // Returns the largest step that had a loss record before (-1 when none or no file) and, when
 // steps 1..step all have one, their losses in *losses.

@@ -1,5 +1,6 @@
 #include "train/init_from.h"
 
+#include "ckpt/chunks.h"
 #include "ckpt/load.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -31,8 +32,18 @@ std::vector<ckpt::TensorInfo> global_tensor_table(const model::GPTConfig& cfg) {
   return out;
 }
 
-void check_init_from(const std::string& dir, const model::GPTConfig& cfg) {
-  const ckpt::HfImport in(dir, global_tensor_table(cfg), "--init-from");
+// Every tensor is read once here, before any rank starts, so that a tensor HfImport::read refuses
+// (a NaN, an infinity) is one line and not one per rank; the ranks' own reads then come from
+// the page cache.
+void check_init_from(const std::string& dir, const model::GPTConfig& cfg, bool values) {
+  const std::vector<ckpt::TensorInfo> table = global_tensor_table(cfg);
+  const ckpt::HfImport in(dir, table, "--init-from");
+  if (!values) return;
+  std::vector<float> tensor;
+  for (const ckpt::TensorInfo& t : ckpt::unique_views(table)) {
+    tensor.resize(size_t(numel(t.shape)));
+    in.read(t, tensor.data());
+  }
 }
 
 std::string init_from_hf(const std::string& dir, const model::GPTConfig& cfg,

@@ -31,8 +31,10 @@ model::GPTConfig hf_model_config(const ckpt::HfModel& m);
 std::vector<ckpt::TensorInfo> global_tensor_table(const model::GPTConfig& cfg);
 
 // Checks DIR against the model before any rank starts: config, files, every tensor's name,
-// shape and dtype (headers only). Throws one Error listing every problem.
-void check_init_from(const std::string& dir, const model::GPTConfig& cfg);
+// shape and dtype. Throws one Error listing every problem. With `values`, also reads every
+// tensor, refusing one that holds a NaN or an infinity (the launcher's check; a rank's own
+// read refuses them too).
+void check_init_from(const std::string& dir, const model::GPTConfig& cfg, bool values);
 
 // Fills this rank's share of `engine`'s parameters (the "params" state: the fp32 weights, or
 // the bf16 run's fp32 master) from DIR, `layout` placing its flat space in the global tensors,

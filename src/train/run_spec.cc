@@ -4,11 +4,14 @@
 
 #include "comm/bootstrap.h"
 #include "core/error.h"
+#include "data/mixture.h"
+#include "data/prepared.h"
 #include "model/context/layout.h"
 #include "model/parallel_rules.h"
 #include "model/shard.h"
 #include "model/stage.h"
 #include "parallel/options.h"
+#include "train/checkpointing.h"
 #include "train/context_metrics.h"
 #include "train/init_from.h"
 
@@ -162,6 +165,13 @@ void RunSpec::validate() const {
       "(--hosts, --hostfile or --slurm)");
   STRATA_CHECK(pc.timeout_s >= 0, "--timeout must not be negative (got ", pc.timeout_s, ")");
   STRATA_CHECK(!pc.trace || !cfg.run_dir.empty(), "--trace needs --run-dir (the traces go there)");
+  check_checkpoint_flags(cfg);
+  // The --data text (a mixture's parts and weights) and a prepared directory's manifest, read
+  // here so that a bad one is refused before the run dir is written.
+  const auto mixture = data::parse_mixture(cfg.data);
+  if (mixture.empty() && data::is_prepared(cfg.data)) data::read_manifest(cfg.data);
+  for (const auto& part : mixture)
+    if (data::is_prepared(part.first)) data::read_manifest(part.first);
   pc.dp.validate();
   const parallel::MeshDims& m = pc.mesh;
   if (given.dp) STRATA_CHECK(m.dp >= 1, "--dp must be at least 1 (got ", m.dp, ")");
@@ -200,8 +210,9 @@ void RunSpec::validate() const {
     if (!cfg.model.moe.enabled()) throw;
     throw Error(cat("--experts ", cfg.model.moe.experts, ": ", e.what()));
   }
-  // Last, as it reads files: every tensor of --init-from against the model (headers only).
-  if (!cfg.init_from.empty()) check_init_from(cfg.init_from, cfg.model);
+  // Last, as it reads files: every tensor of --init-from against the model, and its values
+  // once, by the launcher (a rank reads them again to load them).
+  if (!cfg.init_from.empty()) check_init_from(cfg.init_from, cfg.model, !comm::launched_as_rank());
 }
 
 }  // namespace strata::train

@@ -138,7 +138,7 @@ TEST(CkptHfCli, RopeScalingRoundTrips) {
   const std::pair<std::string, std::string> bad[] = {
       {train_args(tmp.str() + "/r3", fixture) + " --rope-scaling none",
        "--rope-scaling none contradicts " + fixture + "/config.json's rope_scaling"},
-      {"train --model llama-tiny --steps 1 --rope-scaling 0.5", "--rope-scaling 0.5,1,4,8192: needs FACTOR >= 1"},
+      {"train --model llama-tiny --steps 1 --rope-scaling 0.5", "--rope-scaling 0.5: FACTOR 0.5 is not >= 1"},
       {"train --model llama-tiny --steps 1 --rope-scaling 8,x", "--rope-scaling 8,x: expected none, FACTOR or"},
       {"train --model tiny --steps 1 --rope-scaling 8", "--rope-scaling needs Llama blocks"},
   };

@@ -84,16 +84,22 @@ TEST(RunConfig, PrintConfigReadsBackToItselfAndTheCommandLineWins) {
 
 // One file for several commands: each reads the sections and keys that apply to it, and keys
 // that mean something else to it (PPO's --top-k samples tokens; train's routes to experts)
-// come only from its own section.
+// come only from its own section. Each printout is checked first, so the file describes a run
+// of every command (plan reads train's dim and batch as its hidden and global batch).
 TEST(RunConfig, OneFileFeedsTrainPlanPpoAndFed) {
   TempDir dir;
   write_file(dir.file("all.toml"), R"([model]
 layers = 2
+dim = 64
 heads = 4
+vocab = 512
 top-k = 1
 [training]
 seq = 32
+batch = 8
 seed = 5
+[metrics]
+run-dir = "run"
 [optimizer]
 grad-clip = 0.5
 [parallelism]
@@ -108,6 +114,7 @@ reward = "r"
 top-k = 8
 [fed]
 clients = 3
+per-round = 2
 )");
   auto print = [&](const std::string& cmd) {
     auto r = run_strata(cmd + " --config " + dir.file("all.toml") + " --print-config", "", test::Streams::separate);

@@ -344,7 +344,7 @@ TEST(MemCkpt, BadFlagsAreOneLine) {
        "--mem-ckpt-replicas 1 needs --mem-ckpt-every (it replicates the in-memory copies)"},
       {"--mem-ckpt-every 1 --mem-ckpt-replicas -1" + run, "--mem-ckpt-replicas must be >= 0 (got -1)"},
       {"--mem-ckpt-every 1 --mem-ckpt-replicas 1 --mem-ckpt-replica-mbps -5 --hosts x:1,y:1" + run,
-       "--mem-ckpt-replica-mbps must be a number of MB/s >= 0 (0: unpaced), got -5"},
+       "--mem-ckpt-replica-mbps: -5 is not >= 0"},
       {"--mem-ckpt-every 1 --mem-ckpt-replica-mbps 50" + run,
        "--mem-ckpt-replica-mbps 50 paces the replicas of --mem-ckpt-replicas 1, which this run does not make"},
       {"--spike-zscore 3 --spike-action rollback" + run,
