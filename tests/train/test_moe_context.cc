@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_util.h"
+#include "core/error.h"
 
 namespace strata::test {
 namespace {
@@ -58,7 +59,9 @@ TEST(MoEContextParallel, EveryRoutingModeEqualsOneProcess) {
     int64_t drops = 0;
     for (const auto& step : ref.dropped)
       for (int64_t d : step) drops += d;
-    if (m.drops) EXPECT_GT(drops, 0) << m.name << ": no token was dropped; the test would not see the order";
+    if (m.drops) {
+      EXPECT_GT(drops, 0) << m.name << ": no token was dropped; the test would not see the order";
+    }
     for (const char* layout :
          {"--nproc 2 --cp 2", "--nproc 2 --cp 2 --cp-mode ulysses", "--nproc 2 --cp 2 --cp-chunks contiguous",
           "--nproc 4 --cp 2 --ep 2", "--nproc 4 --tp 2 --cp 2", "--nproc 4 --pp 2 --cp 2"}) {
