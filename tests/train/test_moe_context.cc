@@ -3,7 +3,9 @@
 // ranks sum the per-expert counts for the load-balancing loss and serve capacity in the
 // group's token order, so every mode (capacity drops, router jitter, dropless with the aux
 // loss) equals one process: the same losses within the bound the MoE layout tests use, and
-// the same tokens dropped in every block at every step.
+// the same tokens dropped in every block at every step. Every mode trains micro-batches of one
+// sequence: under data parallelism (ep is carved out of it) a group is a rank's micro-batch,
+// so one process's micro-batch must be the same sequences for the groups to match.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -50,7 +52,7 @@ TEST(MoEContextParallel, EveryRoutingModeEqualsOneProcess) {
   const Mode modes[] = {
       {"capacity", "--top-k 1 --capacity-factor 1.0 --micro-batch 1", true},
       {"capacity+jitter", "--top-k 1 --capacity-factor 1.0 --micro-batch 1 --router-jitter 0.05", true},
-      {"dropless+aux", "--top-k 2 --dropless", false},
+      {"dropless+aux", "--top-k 2 --dropless --micro-batch 1", false},
   };
   int k = 0;
   for (const Mode& m : modes) {
