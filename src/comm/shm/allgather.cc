@@ -22,12 +22,6 @@
 
 namespace strata::comm::shm {
 
-static uint64_t counts_hash(const std::vector<size_t>& v) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t x : v) h = (h ^ uint64_t(x)) * 1099511628211ull;
-  return h;
-}
-
 void allgather_flat(OpCtx& c) {
   const detail::OpDesc& op = c.op;
   size_t es = dtype_size(op.dtype);

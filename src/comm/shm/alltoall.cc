@@ -22,12 +22,6 @@
 
 namespace strata::comm::shm {
 
-static std::vector<size_t> offsets_of(const std::vector<size_t>& counts) {
-  std::vector<size_t> off(counts.size() + 1, 0);
-  for (size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
-  return off;
-}
-
 static void alltoall_flat(OpCtx& c, const std::vector<size_t>& so, const std::vector<size_t>& ro) {
   const detail::OpDesc& op = c.op;
   size_t es = dtype_size(op.dtype);

@@ -18,18 +18,6 @@
 
 namespace strata::comm::shm {
 
-static uint64_t counts_hash(const std::vector<size_t>& v) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t x : v) h = (h ^ uint64_t(x)) * 1099511628211ull;
-  return h;
-}
-
-static std::vector<size_t> offsets_of(const std::vector<size_t>& counts) {
-  std::vector<size_t> off(counts.size() + 1, 0);
-  for (size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
-  return off;
-}
-
 void reduce_scatter_flat(OpCtx& c) {
   const detail::OpDesc& op = c.op;
   size_t es = dtype_size(op.dtype);

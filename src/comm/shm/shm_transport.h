@@ -9,6 +9,7 @@
 // record and the liveness of the awaited peer (kill(pid, 0) + zombie check) every ~100 ms.
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -149,5 +150,20 @@ struct Range {
   size_t size() const { return end - begin; }
 };
 Range part_range(size_t n, int parts, int p, size_t elem_size);
+
+// The v-ops' helpers. counts_hash: FNV-1a of the per-rank counts, which every rank of the op
+// must pass alike (the op's descriptor carries it). offsets_of: their prefix sums, counts.size()
+// + 1 of them.
+inline uint64_t counts_hash(const std::vector<size_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t x : v) h = (h ^ uint64_t(x)) * 1099511628211ull;
+  return h;
+}
+
+inline std::vector<size_t> offsets_of(const std::vector<size_t>& counts) {
+  std::vector<size_t> off(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
+  return off;
+}
 
 }  // namespace strata::comm::shm
