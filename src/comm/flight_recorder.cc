@@ -18,9 +18,11 @@ static const EnvVar kRecorderSize("STRATA_FLIGHT_RECORDER_SIZE", "2000",
 static const EnvVar kDumpDir("STRATA_DUMP_DIR", "",
                              "directory for flight-recorder dumps (default: current directory)");
 
+// Never destroyed, like the tracer (core/trace.cc): the watchdog's thread may dump it while
+// the process exits.
 FlightRecorder& flight_recorder() {
-  static FlightRecorder r(size_t(std::max<int64_t>(1, kRecorderSize.get_int())));
-  return r;
+  static FlightRecorder* r = new FlightRecorder(size_t(std::max<int64_t>(1, kRecorderSize.get_int())));
+  return *r;
 }
 
 FlightRecorder::FlightRecorder(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}

@@ -48,9 +48,11 @@ nlohmann::json MemoryTracker::to_json() const {
   return j;
 }
 
+// Never destroyed, like the tracer (core/trace.cc): buffers of threads and statics that
+// outlive main's other static objects still count themselves out here.
 MemoryTracker& memory_tracker() {
-  static MemoryTracker tracker;
-  return tracker;
+  static MemoryTracker* tracker = new MemoryTracker;
+  return *tracker;
 }
 
 // Large buffers come straight from the kernel: its pages are already zero (no memset pass

@@ -13,9 +13,12 @@
 
 namespace strata {
 
+// Never destroyed: threads that outlive main's static objects name themselves here (the
+// comm watchdog's thread, joined only by its own static's destructor, may start as late as
+// that; a destroyed tracer's vector was then freed twice, "double free or corruption").
 Tracer& tracer() {
-  static Tracer t;
-  return t;
+  static Tracer* t = new Tracer;
+  return *t;
 }
 
 int Tracer::thread_id() {
