@@ -1,7 +1,5 @@
 #include "comm/rank_status.h"
 
-#include <algorithm>
-
 #include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -63,12 +61,8 @@ std::string first_recorded_failure(const std::string& dir, int& rank) {
   rank = -1;
   int64_t first_t = INT64_MAX;
   int first_status = 0;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return "";
-  while (dirent* e = readdir(d)) {
-    int r = -1;
-    if (std::sscanf(e->d_name, "rank-%d", &r) != 1) continue;
-    std::ifstream in(dir + "/" + e->d_name);
+  for (int r : recorded_ranks(dir)) {
+    std::ifstream in(dir + "/rank-" + std::to_string(r));
     int status = 0;
     int64_t t = 0;
     if (!(in >> status >> t)) continue;
@@ -79,7 +73,6 @@ std::string first_recorded_failure(const std::string& dir, int& rank) {
       rank = r;
     }
   }
-  closedir(d);
   return rank < 0 ? "" : cat("rank ", rank, " ", describe_wait_status(first_status));
 }
 
