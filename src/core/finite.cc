@@ -1,5 +1,6 @@
 #include "core/finite.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -49,6 +50,16 @@ std::string number_problem(const std::string& text, NumberRange range) {
     return t + " is too close to 0 to hold (a nonzero number must be at least 1.2e-38)";
   if (!range.contains(v)) return t + " is not " + range.describe();
   return "";
+}
+
+std::vector<std::string> split_fields(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= text.size();) {
+    const size_t end = std::min(text.find(sep, at), text.size());
+    out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
 }
 
 }  // namespace strata

@@ -12,6 +12,7 @@
 #pragma once
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace strata {
 
@@ -31,5 +32,10 @@ struct NumberRange {
 // the flag or key ("--rope-theta: 1e-300 is too close to 0 to hold (...)"), or "" when it is
 // one; its value is then std::strtod(text).
 std::string number_problem(const std::string& text, NumberRange range = {});
+
+// The fields of a list typed as A,B,... (a mixture, a --rope-scaling tuple): every one, empty
+// ones included, so a leading, trailing or doubled separator reaches its reader as an empty
+// field to refuse.
+std::vector<std::string> split_fields(const std::string& text, char sep = ',');
 
 }  // namespace strata

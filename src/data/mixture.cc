@@ -105,12 +105,7 @@ void MixtureSource::read_sample(int64_t epoch, int64_t sample, int64_t seq, int6
 std::vector<std::pair<std::string, double>> parse_mixture(const std::string& spec) {
   std::vector<std::pair<std::string, double>> out;
   if (spec.find(',') == std::string::npos) return out;
-  std::vector<std::string> entries;
-  for (size_t at = 0; at <= spec.size();) {
-    const size_t comma = std::min(spec.find(',', at), spec.size());
-    entries.push_back(spec.substr(at, comma - at));
-    at = comma + 1;
-  }
+  const std::vector<std::string> entries = split_fields(spec);
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string& entry = entries[i];
     STRATA_CHECK(!entry.empty(), "--data ", spec, ": entry ", i + 1, " of ", entries.size(),

@@ -73,12 +73,7 @@ void parse_rope_scaling(const std::string& s, GPTConfig& c) {
   if (s == "none") return;
   const char* usage = "expected none, FACTOR or FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's llama3 scaling, e.g. "
                       "32,1,4,8192)";
-  std::vector<std::string> parts;
-  for (size_t at = 0; at <= s.size();) {
-    const size_t comma = std::min(s.find(',', at), s.size());
-    parts.push_back(s.substr(at, comma - at));
-    at = comma + 1;
-  }
+  const std::vector<std::string> parts = split_fields(s);
   STRATA_CHECK(parts.size() == 1 || parts.size() == 4, "--rope-scaling ", s.empty() ? "''" : s, ": ", usage);
   const char* names[] = {"FACTOR", "LOW", "HIGH", "ORIGINAL"};
   const NumberRange ranges[] = {{1, std::numeric_limits<float>::max()}, NumberRange::positive(),
