@@ -101,7 +101,7 @@ std::string local_report(const Flags& f, const CLI::App& app) {
   const bool ring = cpm == model::CpMode::ring;
   const int64_t cp_bytes =
       f.accum * cost::cp_bytes_per_micro(ring, cp, g.layers, b, seq, g.dim / tp, m.recomputed_layers,
-                                         cost::kv_columns(m, tp));
+                                         cost::kv_columns(m, tp), g.head_dim());
   // MoE: dense parameters over dp x cp, the rank's E/ep experts over the dp x cp / ep ranks
   // that hold them (parallel/region.h); gradient reductions move both once per step (ZeRO
   // 0-1) or per micro-batch (2-3).

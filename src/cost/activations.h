@@ -61,7 +61,7 @@ struct ActivationBuffers {
   }
 };
 
-// Llama blocks (m.llama) keep the same buffers at their widths: qkv (NH + 2NKV)·hs/T columns,
+// Llama blocks (m.llama) keep the same buffers at their widths: qkv (NH/T + 2NKVl)·hs columns,
 // the MLP's (gate | up) 2F/T and SwiGLU output F/T, RMSNorm's rstd only (no mean), and no
 // position-table gradient in the tp scratch; their backward scratch also holds SwiGLU's two
 // gradients (N·(2F + F)/T).
@@ -73,7 +73,7 @@ struct BlockColumns {
 // Width C, NH query and NKV key/value heads, MLP width F (SwiGLU's gate | up when llama).
 inline BlockColumns block_columns(int64_t C, int64_t NH, int64_t NKV, int64_t F, bool llama, int tp) {
   const int64_t act = F / tp;
-  return {(NH + 2 * NKV) / tp * (C / NH), (llama ? 2 : 1) * act, act};
+  return {(NH / tp + 2 * tp_kv_heads(NKV, tp)) * (C / NH), (llama ? 2 : 1) * act, act};
 }
 inline BlockColumns block_columns(const GptShape& m, int tp) {
   return block_columns(m.dim, m.heads, m.llama ? m.kv_heads : m.heads,
@@ -126,22 +126,26 @@ inline int64_t tp_activation_bytes(const GptShape& m, int tp, bool sp, int rank,
   return activation_buffers(m, tp, sp, rank, micro_batch, bf16_compute, attn_fp32).total();
 }
 
-// Key (or value) columns of one tp rank: NKV·hs/T (Cl without grouped-query attention).
+// Key (or value) columns of one tp rank: NKVl·hs (Cl without grouped-query attention).
 inline int64_t kv_columns(const GptShape& m, int tp) {
-  return (m.llama ? m.kv_heads : m.heads) * (m.dim / m.heads) / tp;
+  return tp_kv_heads(m.llama ? m.kv_heads : m.heads, tp) * (m.dim / m.heads);
 }
 
 // Bytes of the buffers a ContextComm holds for micro-batches of B sequences (Tl local rows,
 // Cl query columns, Kl key/value columns (0: Cl), NH heads on this rank): ring keeps two kv
 // blocks, two travelling dkv blocks and one received (each B·Tl·2Kl) plus D (B·NH·Tl);
-// Ulysses keeps send, receive and the head-sharded qkv gradient (3 x B·Tl·(Cl + 2Kl)), the
-// head-sharded dO (B·Tl·Cl) plus every layer's head-sharded output.
+// Ulysses keeps send, receive and the head-sharded qkv gradient (3 x B·Tl·(Cl + 2C·kw), kw =
+// ulysses_kv_columns: Cl + 2Kl with whole heads), the head-sharded dO (B·Tl·Cl) plus every
+// layer's head-sharded output, and with key/value heads shared by cp ranks every layer's
+// head-sharded qkv too.
 inline int64_t cp_buffer_bytes(bool ring, int C, int layers, int64_t B, int64_t Tl, int64_t Cl,
                                int64_t NH, int64_t Kl = 0) {
   if (C <= 1) return 0;
   const int64_t N = B * Tl, K = Kl > 0 ? Kl : Cl;
   if (ring) return 4 * (5 * N * 2 * K + N * NH);
-  return 4 * (3 * N * (Cl + 2 * K) + N * Cl + layers * N * Cl);
+  const int64_t kw = ulysses_kv_columns(K, C, Cl / NH), sharded = N * (Cl + 2 * C * kw);
+  const int64_t kept = C * kw > K ? layers * sharded : 0;
+  return 4 * (3 * sharded + N * Cl + layers * N * Cl + kept);
 }
 
 // Activation bytes of a (tp rank of a) cp rank, as GPT allocates them plus the cp buffers for

@@ -108,7 +108,9 @@ inline double send_recv_s(double bytes, const Link& l) {
 //   without SP: (2 + 4L)·N·C + 3N floats (all-reduces: 2 per layer each way, embedding,
 //               logits input gradient, CE statistics)
 //   an MoE block (K experts per token) adds N·K (the gates' gradients, all-reduced), and with
-//   SP moves one N·C gather less: its backward keeps its input instead of re-gathering it.
+//   SP moves one N·C gather less: its backward keeps its input instead of re-gathering it;
+//   key/value heads replicated over tp (NKV < T) add 2L·N·hs (each block's k and v input
+//   gradients, all-reduced over the T/NKV ranks sharing a head).
 // Bytes (fp32) of one micro-batch's tensor-parallel collectives, forward and backward.
 inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64_t micro_batch,
                                        int64_t seq) {
@@ -123,7 +125,10 @@ inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64
   // Full recomputation runs a recomputed layer's forward again before its backward, its
   // collectives with it: 2 all-gathers + 2 reduce-scatters (SP) or 2 all-reduces of N·C.
   const int64_t again = (m.recompute == 2 ? m.recomputed_layers : 0) * (sp ? 4 : 2) * N * C;
-  return 4 * (floats + moe + again);
+  // Key/value heads replicated over tp (fewer than T): each block's backward sums the k and v
+  // gradients (N, 2hs) over the ranks that share the head.
+  const int64_t kv = m.llama && tp_kv_share(m.kv_heads, tp) > 1 ? L * N * 2 * (C / m.heads) : 0;
+  return 4 * (floats + moe + again + kv);
 }
 
 // Context parallelism, per rank, layer and micro-batch (model/context/context_comm.h).
@@ -137,24 +142,27 @@ inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64
 // computations, Ulysses' all-to-alls are exposed.
 // ring: the kv blocks travel a ring (CpMode::ring), else Ulysses' all-to-alls.
 // Grouped-query attention (Kl key/value columns per rank, 0: Cl): the ring's kv blocks are
-// 2·B·Tl·Kl, Ulysses moves q, k, v and the output as (2Cl + 2Kl) columns.
+// 2·B·Tl·Kl, Ulysses moves q, k, v and the output as (2Cl + 2Kl) columns, or, when the cp
+// ranks outnumber the key/value heads (hs the head size), each rank's one shared head:
+// 2Cl/C + 2hs columns a block (ulysses_kv_columns).
 inline int64_t cp_attention_bytes(bool ring, int C, int64_t B, int64_t Tl, int64_t Cl,
-                                  bool backward, int64_t Kl = 0) {
+                                  bool backward, int64_t Kl = 0, int64_t hs = 0) {
   if (C <= 1) return 0;
   const int64_t K = Kl > 0 ? Kl : Cl;
   if (ring) return (C - 1) * 2 * B * Tl * K * 4 * (backward ? 2 : 1);
-  return (C - 1) * B * Tl * ((2 * Cl + 2 * K) / C) * 4;
+  return (C - 1) * B * Tl * (2 * (Cl / C) + 2 * ulysses_kv_columns(K, C, hs)) * 4;
 }
 
 // Forward plus backward of every layer, per micro-batch, plus the forward again of each layer
 // full recomputation recomputes (`recomputed`: the ring sends K/V again, Ulysses repeats its
 // forward all-to-alls).
 inline int64_t cp_bytes_per_micro(bool ring, int C, int layers, int64_t B, int64_t T,
-                                  int64_t Cl, int64_t recomputed = 0, int64_t Kl = 0) {
+                                  int64_t Cl, int64_t recomputed = 0, int64_t Kl = 0,
+                                  int64_t hs = 0) {
   const int64_t Tl = T / C;
-  return layers * (cp_attention_bytes(ring, C, B, Tl, Cl, false, Kl) +
-                   cp_attention_bytes(ring, C, B, Tl, Cl, true, Kl)) +
-         recomputed * cp_attention_bytes(ring, C, B, Tl, Cl, false, Kl);
+  return layers * (cp_attention_bytes(ring, C, B, Tl, Cl, false, Kl, hs) +
+                   cp_attention_bytes(ring, C, B, Tl, Cl, true, Kl, hs)) +
+         recomputed * cp_attention_bytes(ring, C, B, Tl, Cl, false, Kl, hs);
 }
 
 // Expert parallelism (model/expert/), per MoE block and micro-batch: every rank of an ep group

@@ -32,6 +32,24 @@ struct GptShape {
   bool recompute_bf16_inputs = false;
 };
 
+// Key/value heads one of T tp ranks holds: NKV/T when T divides NKV; when NKV divides T, the
+// one head its query heads share, replicated on the T/NKV ranks that share it (Megatron-Core's
+// layout for multi-query and small-group models; model/shard.h).
+inline int64_t tp_kv_heads(int64_t kv_heads, int64_t tp) {
+  return kv_heads >= tp ? kv_heads / tp : 1;
+}
+// How many tp ranks hold each key/value head: 1, or T/NKV when they are replicated.
+inline int64_t tp_kv_share(int64_t kv_heads, int64_t tp) {
+  return kv_heads >= tp ? 1 : tp / kv_heads;
+}
+
+// Ulysses' key (or value) columns for one of C cp ranks, of a tp rank's Kl (NKVl heads of hs
+// columns): Kl / C, or with fewer heads than cp ranks one head (hs), sent to each of the C/NKVl
+// ranks sharing it (model/context/ulysses.cc). hs 0: whole heads split.
+inline int64_t ulysses_kv_columns(int64_t Kl, int64_t C, int64_t hs) {
+  return hs > 0 && Kl < C * hs ? hs : Kl / C;
+}
+
 inline int64_t tp_vocab_rows(int64_t padded_vocab, int tp, int rank) {
   return padded_vocab * (rank + 1) / tp - padded_vocab * rank / tp;
 }
@@ -51,13 +69,13 @@ inline int64_t expert_mlp_params(const GptShape& m, int tp) {
 
 // Parameters of tp rank `rank` holding the experts of one of `ep` expert-parallel ranks.
 // Llama: the embedding's rows (and an untied lm_head's, split the same way) + per block
-// 2C + C·(NH + 2NKV)·hs/T + C²/T + 3FC/T + the final norm's C.
+// 2C + C·(NH/T + 2·NKVl)·hs + C²/T + 3FC/T + the final norm's C, NKVl = tp_kv_heads.
 inline int64_t local_params(const GptShape& m, int tp, int rank, int ep = 1) {
   const int64_t C = m.dim, T = tp;
   if (m.llama) {
     const int64_t hs = C / m.heads, vocab = tp_vocab_rows(m.padded_vocab, tp, rank) * C;
     return vocab * (m.tied ? 1 : 2) +
-           m.layers * (2 * C + C * (m.heads + 2 * m.kv_heads) * hs / T + C * C / T +
+           m.layers * (2 * C + C * (m.heads / T + 2 * tp_kv_heads(m.kv_heads, T)) * hs + C * C / T +
                        3 * m.ffn * C / T) +
            C + m.moe_layers * (m.experts * C + (m.experts / ep - 1) * expert_mlp_params(m, tp));
   }

@@ -136,6 +136,43 @@ void attention_bwd(const BlockCtx& c, float* dqkv, const float* datt, const Laye
   if (d.m.llama) k::rope_backward(dqkv, c.pos, d.attention(), d.m.rope);
 }
 
+// Key/value heads replicated over tp (TensorComm::kv_share > 1). This rank's dk and dv in dqkv
+// (N, qkv) hold what its own query heads contributed; summed over the ranks sharing the head
+// (into `summed`, N·2hs floats) they are the head's whole gradient. The input pass must see
+// each head's gradient once: share_kv_grads leaves it on the head's first rank and zeros it on
+// the others (so dx rounds it once under bf16, as one process does); restore_kv_grads then
+// gives every sharing rank the whole gradient for the weight pass, so the replicated k and v
+// rows get equal gradients.
+struct KvColumns {
+  int64_t N, q, kv, width;  // rows; q columns before k | v; k | v columns; a row's columns
+  explicit KvColumns(const TpDims& d)
+      : N(d.N), q(int64_t(d.NHl) * d.m.hs()), kv(2 * int64_t(d.NKVl) * d.m.hs()),
+        width(d.w().qkv) {}
+  void copy(float* dqkv, const float* packed, bool zero) const {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      float* row = dqkv + i * width + q;
+      if (zero)
+        std::memset(row, 0, sizeof(float) * size_t(kv));
+      else
+        std::memcpy(row, packed + i * kv, sizeof(float) * size_t(kv));
+    }
+  }
+};
+
+void share_kv_grads(const BlockCtx& c, float* dqkv, float* summed) {
+  const KvColumns k(c.d);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < k.N; ++i)
+    std::memcpy(summed + i * k.kv, dqkv + i * k.width + k.q, sizeof(float) * size_t(k.kv));
+  c.tc.sum_shared_kv(summed, k.N * k.kv);
+  k.copy(dqkv, summed, /*zero=*/c.tc.rank() % c.tc.kv_share() != 0);
+}
+
+void restore_kv_grads(const BlockCtx& c, float* dqkv, const float* summed) {
+  if (c.tc.rank() % c.tc.kv_share() != 0) KvColumns(c.d).copy(dqkv, summed, false);
+}
+
 // The MLP's activation of fc (N rows at gemm_out(a.fch, scratch)): GELU (fp32, or under bf16
 // compute its output and the input both stored in bf16, from the fp32 matmul output in one
 // pass), or for a Llama block SwiGLU of the (gate | up) rows, the same way.
@@ -304,8 +341,16 @@ void block_backward(const BlockCtx& c, const Block& w, const Block& g, const Lay
   tn::row_backward(tc, h, datty, g.projw, r.projb, s.dres, tn::act(a.atty, a.atty_h, Cl), w.projw,
                    s.full_a, N, Cl, C);
   attention_bwd(c, s.dqkv, datty, a, h);
-  tn::column_backward(tc, h, s.dbuf_c, g.qkvw, g.qkvb, s.dqkv, tn::act(a.ln1, a.ln1_h, C), w.qkvw,
-                      s.full_a, s.full_b, N, C, int(lw.qkv));
+  if (tc.kv_share() > 1) {  // shared key/value heads: the two passes see different dk, dv
+    share_kv_grads(c, s.dqkv, datty);
+    tn::column_backward_input(tc, h, s.dbuf_c, s.dqkv, w.qkvw, s.full_b, N, C, int(lw.qkv));
+    restore_kv_grads(c, s.dqkv, datty);
+    tn::column_backward_weight(tc, h, g.qkvw, g.qkvb, s.dqkv, tn::act(a.ln1, a.ln1_h, C),
+                               s.full_a, s.full_b, N, C, int(lw.qkv));
+  } else {
+    tn::column_backward(tc, h, s.dbuf_c, g.qkvw, g.qkvb, s.dqkv, tn::act(a.ln1, a.ln1_h, C),
+                        w.qkvw, s.full_a, s.full_b, N, C, int(lw.qkv));
+  }
   norm_backward(d.m, s.dres, r.ln1w, r.ln1b, s.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n);
   r.done(/*mlp_bias=*/c.moe == nullptr);
 }
@@ -335,7 +380,10 @@ void block_backward_input(const BlockCtx& c, const Block& w, const Block& g, con
   tn::row_backward_input(tc, h, datty, bias_here ? r.projb : nullptr, s.dres, w.projw, st.d2, N,
                          Cl, C);
   attention_bwd(c, st.dqkv, datty, a, h);
+  const bool shared_kv = tc.kv_share() > 1;
+  if (shared_kv) share_kv_grads(c, st.dqkv, datty);
   tn::column_backward_input(tc, h, s.dbuf_c, st.dqkv, w.qkvw, s.full_b, N, C, int(lw.qkv));
+  if (shared_kv) restore_kv_grads(c, st.dqkv, datty);  // the weight pass's dk, dv
   norm_backward(d.m, s.dres, r.ln1w, r.ln1b, s.dbuf_c, x, w.ln1w, a.ln1_mean, a.ln1_rstd, n);
   r.done(/*mlp_bias=*/true);
 }

@@ -157,8 +157,11 @@ struct ParamView {
   int64_t offset;    // element offset in the flat buffer
   int unit;          // which unit it belongs to
   bool decay;        // AdamW weight decay applies (matrices and embeddings)
-  bool replicated = false;  // every tensor-parallel rank holds the whole tensor (norms, wpe,
-                            // row-parallel biases); false without tensor parallelism
+  bool replicated = false;  // other tensor-parallel ranks hold the same elements: every tp
+                            // rank (norms, wpe, row-parallel biases) or the ranks sharing a
+                            // key/value head (model/shard.h); false without tensor parallelism
+  bool primary = true;      // this rank counts them (norm squares, checkpoint pieces): one
+                            // rank of those holding a replicated view
 };
 
 // This rank's place in a tensor-parallel group (model/shard.h): size 1 = the whole model.

@@ -10,6 +10,13 @@ namespace strata::model {
 // Tensor parallelism gives each rank whole attention heads.
 inline bool tp_splits_heads(int64_t heads, int64_t tp) { return tp >= 1 && heads % tp == 0; }
 
+// Key/value heads split whole over `ranks` ranks, or, when fewer, each is replicated on the
+// ranks/NKV ranks whose query heads share it (tensor parallelism over the model's heads;
+// Ulysses over one tp rank's). The query heads must split whole too.
+inline bool splits_kv_heads(int64_t kv_heads, int64_t ranks) {
+  return ranks >= 1 && kv_heads >= 1 && (kv_heads % ranks == 0 || ranks % kv_heads == 0);
+}
+
 // Ulysses' all-to-all splits each tensor-parallel rank's heads over the cp ranks.
 inline bool ulysses_splits_heads(int64_t heads, int64_t tp, int64_t cp) {
   return heads % (tp * cp) == 0;

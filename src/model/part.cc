@@ -115,7 +115,7 @@ TpDims Part::dims(int B, int T) const {
   d.C = cfg.dim;
   d.Cl = cfg.dim / shard.size;
   d.NHl = cfg.heads / shard.size;
-  d.NKVl = cfg.kv() / shard.size;
+  d.NKVl = int(cost::tp_kv_heads(cfg.kv(), shard.size));
   d.Fl = cfg.hidden() / shard.size;
   d.m = block_arch(cfg);
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, shard);

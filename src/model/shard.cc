@@ -16,9 +16,9 @@ void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel,
                cfg.heads, " attention heads (each tensor-parallel rank takes whole heads)");
   STRATA_CHECK(cfg.padded_vocab >= tp, "--tp ", tp, " exceeds the padded vocabulary ",
                cfg.padded_vocab);
-  STRATA_CHECK(tp_splits_heads(cfg.kv(), tp), "--tp ", tp, " does not divide the model's ", cfg.kv(),
-               " key/value heads (each tensor-parallel rank takes whole key/value heads; "
-               "replicating them is not supported)");
+  STRATA_CHECK(splits_kv_heads(cfg.kv(), tp), "--tp ", tp, " and the model's ", cfg.kv(),
+               " key/value heads: one must divide the other (each tensor-parallel rank takes "
+               "whole key/value heads, or one head replicated on the ranks sharing it)");
   STRATA_CHECK(cfg.hidden() % tp == 0, "--tp ", tp, " does not divide the MLP width ", cfg.hidden(),
                cfg.llama() ? " (--ffn)" : " (4 x --dim)");
   // With context parallelism each cp rank's seq / cp tokens are what the tp ranks split.
@@ -40,8 +40,12 @@ class TableBuilder {
   std::vector<ShardedView> out;
 
   // A view that holds `boxes` (offsets, extents) of global tensor `name` of `global`.
+  // replicated: other tp ranks hold the same boxes; primary: this rank counts them (a
+  // replicated view's first holder; tp rank 0 unless given).
   void add(const std::string& name, const Shape& global, int unit, bool decay,
-           const std::vector<std::pair<std::vector<int64_t>, Shape>>& boxes, bool replicated) {
+           const std::vector<std::pair<std::vector<int64_t>, Shape>>& boxes, bool replicated,
+           int primary_rank = 0) {
+    const bool primary = !replicated || s_.rank == primary_rank;
     ShardedView v;
     int64_t n = 0;
     for (const auto& [offsets, extents] : boxes) {
@@ -51,7 +55,7 @@ class TableBuilder {
       p.offsets = offsets;
       p.extents = extents;
       p.local_offset = off_ + n;
-      p.primary = !replicated || s_.rank == 0;
+      p.primary = primary;
       n += p.numel();
       v.pieces.push_back(std::move(p));
     }
@@ -59,7 +63,7 @@ class TableBuilder {
     Shape local = boxes.front().second;
     local[0] = 0;
     for (const auto& b : boxes) local[0] += b.second[0];
-    v.view = ParamView{name, local, off_, unit, decay, replicated};
+    v.view = ParamView{name, local, off_, unit, decay, replicated, primary};
     off_ += n;
     out.push_back(std::move(v));
   }
@@ -81,6 +85,16 @@ class TableBuilder {
     }
     add(name, global, unit, decay, boxes, false);
   }
+  // The rows of whole key/value heads (NKV heads of hs rows, global (NKV·hs, C)): NKV/T heads
+  // per rank like column(), or with fewer heads than ranks the one head rank r's query heads
+  // share, replicated on the T/NKV ranks sharing it (the first of them primary).
+  void kv_heads(const std::string& name, int64_t NKV, int64_t hs, int64_t C, int unit) {
+    const int64_t share = cost::tp_kv_share(NKV, s_.size);
+    if (share == 1) return column(name, {NKV * hs, C}, unit, true, 1);
+    const int64_t head = s_.rank / share;
+    add(name, {NKV * hs, C}, unit, true, {{{head * hs, 0}, {hs, C}}}, true,
+        int(head * share));
+  }
   // Columns [r·K/T, (r+1)·K/T) of an (OC, K) matrix.
   void row(const std::string& name, const Shape& global, int unit, bool decay) {
     const int64_t part = global[1] / s_.size;
@@ -95,12 +109,12 @@ class TableBuilder {
 }  // namespace
 
 // Llama blocks: the names are Hugging Face's LlamaForCausalLM names without "model.". q, k
-// and v are three views but adjacent, so a rank's rows of them (its NH/T query and NKV/T
-// key/value heads) form one (q | k | v) matrix the block multiplies at once; gate and up
-// likewise form one (gate | up) matrix of 2F/T rows.
+// and v are three views but adjacent, so a rank's rows of them (its NH/T query and NKVl
+// key/value heads, cost::tp_kv_heads) form one (q | k | v) matrix the block multiplies at
+// once; gate and up likewise form one (gate | up) matrix of 2F/T rows.
 static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, ExpertShard x) {
-  STRATA_CHECK(cfg.kv() % s.size == 0, "--tp ", s.size, " does not divide the model's ", cfg.kv(),
-               " key/value heads (each tensor-parallel rank takes whole key/value heads)");
+  STRATA_CHECK(splits_kv_heads(cfg.kv(), s.size), "--tp ", s.size, " and the model's ",
+               cfg.kv(), " key/value heads: one must divide the other");
   STRATA_CHECK(cfg.hidden() % s.size == 0, "--tp ", s.size, " does not divide the MLP width ",
                cfg.hidden(), " (--ffn)");
   TableBuilder t(s);
@@ -122,8 +136,8 @@ static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, Exp
     const int u = l + 1;
     t.whole(p + "input_layernorm.weight", {C}, u, false, true);
     t.column(p + "self_attn.q_proj.weight", {cfg.heads * hs, C}, u, true, 1);
-    t.column(p + "self_attn.k_proj.weight", {cfg.kv() * hs, C}, u, true, 1);
-    t.column(p + "self_attn.v_proj.weight", {cfg.kv() * hs, C}, u, true, 1);
+    t.kv_heads(p + "self_attn.k_proj.weight", cfg.kv(), hs, C, u);
+    t.kv_heads(p + "self_attn.v_proj.weight", cfg.kv(), hs, C, u);
     t.row(p + "self_attn.o_proj.weight", {C, C}, u, true);
     t.whole(p + "post_attention_layernorm.weight", {C}, u, false, true);
     if (cfg.moe.is_moe_layer(l))  // the router here, the experts in the expert units below

@@ -14,6 +14,10 @@
 //                                        depends on T)
 //   replicated (primary on tp rank 0)    wpe, ln_1, ln_2, ln_f, attn.c_proj.bias,
 //                                        mlp.c_proj.bias
+// Llama blocks split q_proj like c_attn's q and k_proj, v_proj by whole key/value heads; with
+// fewer key/value heads NKV than T, rank r holds head r / (T/NKV), the same rows as the other
+// ranks sharing it (replicated, primary on the first of them; TensorComm::sum_shared_kv sums
+// their gradients).
 // An MoE block (docs/moe.md) splits each expert's MLP like the dense one (c_fc
 // column-parallel, c_proj.weight row-parallel, c_proj.bias replicated) and replicates the
 // router (E, C).

@@ -34,6 +34,10 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
                dtype_name(compute), " is neither float nor bfloat16");
   STRATA_CHECK(max_batch >= 0, "max batch must be >= 0 (got ", max_batch, ")");
   if (tc_) shard_ = {tc_->size(), tc_->rank()};
+  STRATA_CHECK(!tc_ || tc_->kv_share() == cost::tp_kv_share(cfg_.kv(), tc_->size()),
+               "internal: the tp communicator shares key/value heads over ",
+               tc_ ? tc_->kv_share() : 1, " ranks, the model over ",
+               tc_ ? cost::tp_kv_share(cfg_.kv(), tc_->size()) : 1);
   STRATA_CHECK(!ep_ || cfg_.moe.enabled(), "expert parallelism needs --experts");
   if (ep_) experts_ = {ep_->size(), ep_->rank()};
   const int L = cfg_.layers, U = L + 2 + cfg_.moe.moe_layers(L);  // global units

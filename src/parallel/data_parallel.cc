@@ -103,9 +103,9 @@ void DataParallelEngine::add_region(comm::ProcessGroup& group, int first_unit, i
   for (const model::DecayRange& d : model::decay_ranges(
            model_.param_table(), base + r->opt_range.begin, base + r->opt_range.end))
     r->decay.push_back({d.begin - base, d.end - base, d.decay});
-  if (model_.tensor_comm() && model_.tensor_comm()->rank() != 0)
+  if (model_.tensor_comm())
     for (const model::ParamView& v : model_.param_table())
-      if (v.replicated && v.offset >= base && v.offset < base + psi)
+      if (!v.primary && v.offset >= base && v.offset < base + psi)
         r->replicated.push_back({v.offset - base, v.offset - base + numel(v.shape)});
   allocate_state(*r);
   r->reducer = std::make_unique<GradReducer>(*r);
@@ -327,8 +327,8 @@ int64_t DataParallelEngine::num_buckets() const {
   return n;
 }
 
-// Sum of squares of g (the gradients of [b, e)) without the replicated views, whose squares
-// tp rank 0 counts (replicated is sorted and empty on rank 0).
+// Sum of squares of g (the gradients of [b, e)) without the replicated views another tp rank
+// counts (`replicated` is sorted; empty on tp rank 0).
 static double sum_squares_counted(const float* g, int64_t b, int64_t e,
                                   const std::vector<Range>& replicated) {
   double sum = 0;

@@ -50,9 +50,10 @@
 //
 // Tensor parallelism: with a model built on a tp group (model::GPT's TensorComm), `group`
 // is the data-parallel group of the mesh (parallel/mesh.h) and everything above applies to
-// the rank's local flat buffer. Replicated views (norms, wpe, row-parallel biases) get the
-// same gradients and updates on every tp rank; the global gradient norm adds the squares
-// over the tp group, counting replicated views on tp rank 0 only.
+// the rank's local flat buffer. Replicated views (norms, wpe, row-parallel biases; key/value
+// heads shared by several tp ranks) get the same gradients and updates on every rank holding
+// them; the global gradient norm adds the squares over the tp group, counting each replicated
+// view on its primary rank only (tp rank 0, or the first rank sharing the head).
 #pragma once
 #include <cstdint>
 #include <memory>

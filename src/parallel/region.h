@@ -46,7 +46,8 @@ struct Region {
   std::vector<Bucket> buckets;
   Range opt_range;             // what the optimizer updates here: [0, Ψ) at stage 0, else own
   std::vector<model::DecayRange> decay;  // decay runs of opt_range (region coordinates)
-  std::vector<Range> replicated;  // tp ranks != 0: views whose squares tp rank 0 counts
+  std::vector<Range> replicated;  // replicated views whose squares another tp rank counts
+                                  // (ParamView::primary false here)
   // Model states (categories parameters, gradients, optimizer), as in data_parallel.h.
   Buffer params, grads, master, exp_avg, exp_avg_sq;
   std::unique_ptr<GradReducer> reducer;

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "cost/flops.h"
 #include "cost/stage_activations.h"
+#include "model/parallel_rules.h"
 #include "parallel/pipeline/predict.h"
 
 namespace strata::plan {
@@ -88,15 +89,15 @@ bool engine_describes(const ModelSpec& m) {
 }
 
 bool engine_runs(const ModelSpec& m, const Layout& l) {
-  // strata's tp ranks take whole key/value heads (model/shard.cc): no replicated KV heads.
-  return engine_describes(m) && m.kv_heads % l.tp == 0;
+  // strata's tp ranks take whole key/value heads or share one (model/shard.cc).
+  return engine_describes(m) && model::splits_kv_heads(m.kv_heads, l.tp);
 }
 
 std::string korthikanti_reason(const ModelSpec& m, const Layout& l) {
   if (m.moe()) return "MoE blocks are not in the engine's formula";
   if (!engine_describes(m)) return "a layer neither strata's GPT-2 nor its Llama block";
   if (!engine_runs(m, l))
-    return cat("tp ", l.tp, " above the ", m.kv_heads, " KV heads: strata does not replicate them");
+    return cat(m.kv_heads, " KV heads neither divide nor are divisible by tp ", l.tp);
   return "a shape past the engine formula's int64 counts";
 }
 
@@ -341,6 +342,15 @@ ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l, con
                                : "2 all-reduces per layer fwd, 2 bwd",
                           Collective::allreduce, l.tp, false, act_bytes, calls * M, t.tp * M,
                           t.tp * M));
+    if (m.kv_heads < l.tp) {  // shared key/value heads (model/block.cc share_kv_grads)
+      const int share = int(l.tp / m.kv_heads);
+      const double bytes = x.s_loc * x.b * 2 * double(m.head_dim()) * 2;  // dk | dv, bf16
+      const double kv = L * allreduce_s(bytes, share, k.tp);
+      t.tp += kv;
+      e.comm.push_back(item("tp",
+                            "dk, dv of each shared KV head summed over its tp ranks, 1 per layer bwd",
+                            Collective::allreduce, share, false, bytes, L * M, kv * M, kv * M));
+    }
   }
   if (l.cp > 1 && s.cp_mode == CpMode::ring) {
     const double block = 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;  // K and V of one rank

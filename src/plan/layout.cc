@@ -2,6 +2,7 @@
 #include "plan/layout.h"
 
 #include "core/error.h"
+#include "cost/shapes.h"
 #include "model/parallel_rules.h"
 #include "parallel/parallel_layout.h"
 
@@ -72,7 +73,7 @@ std::string layout_problem(const TrainSetup& s, const Layout& l) {
                " GPUs (tensor parallelism stays on the intra-node links)");
   if (!model::tp_splits_heads(m.heads, l.tp))
     return cat(m.heads, " attention heads are not divisible by tp ", l.tp);
-  if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
+  if (!model::splits_kv_heads(m.kv_heads, l.tp))
     return cat(m.kv_heads, " KV heads neither divide nor are divisible by tp ", l.tp);
   if (m.ffn % l.tp != 0) return cat("MLP width ", m.ffn, " is not divisible by tp ", l.tp);
   if (!parallel::stages_fit_layers(l.pp, m.layers))
@@ -81,6 +82,10 @@ std::string layout_problem(const TrainSetup& s, const Layout& l) {
   if (s.cp_mode == CpMode::ulysses && l.cp > 1 && !model::ulysses_splits_heads(m.heads, l.tp, l.cp))
     return cat(m.heads, " heads are not divisible by tp ", l.tp, " × cp ", l.cp,
                " (Ulysses splits heads over context-parallel ranks)");
+  if (s.cp_mode == CpMode::ulysses && l.cp > 1 &&
+      !model::splits_kv_heads(cost::tp_kv_heads(m.kv_heads, l.tp), l.cp))
+    return cat(cost::tp_kv_heads(m.kv_heads, l.tp), " KV heads per tp rank neither divide nor are "
+               "divisible by cp ", l.cp, " (Ulysses splits or replicates them over cp ranks)");
   if (!model::ep_has_experts(m.experts, l.ep))
     return cat("ep ", l.ep, " needs a mixture-of-experts model");
   if (m.moe() && !model::ep_splits_experts(m.experts, l.ep))

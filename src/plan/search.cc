@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/parallel_rules.h"
 
 namespace strata::plan {
 
@@ -123,7 +124,7 @@ void check_fixed(const TrainSetup& s, const FixedLayout& f) {
                  " GPUs (tensor parallelism stays on the intra-node links)");
     STRATA_CHECK(m.heads % *f.tp == 0, "--tp ", *f.tp, ": the model's ", m.heads,
                  " attention heads are not divisible by ", *f.tp);
-    STRATA_CHECK(m.kv_heads % *f.tp == 0 || *f.tp % m.kv_heads == 0, "--tp ", *f.tp, ": ",
+    STRATA_CHECK(model::splits_kv_heads(m.kv_heads, *f.tp), "--tp ", *f.tp, ": ",
                  m.kv_heads, " KV heads neither divide nor are divisible by it");
     STRATA_CHECK(m.ffn % *f.tp == 0, "--tp ", *f.tp, ": MLP width ", m.ffn, " is not divisible");
   }

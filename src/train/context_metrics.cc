@@ -30,12 +30,14 @@ json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences
   const int C = cc->size();
   const int64_t Tl = T / C;
   const cost::GptShape shape = model::gpt_shape(g);
-  const int64_t Kl = cost::kv_columns(shape, m.shard().size);
+  const int64_t Kl = cost::kv_columns(shape, m.shard().size), hs = g.head_dim();
   return {{"cp_bytes", now.bytes - begin.bytes},
           {"cp_bytes_formula", cost::cp_bytes_per_micro(ring, C, g.layers, sequences, T, Cl,
-                                                        shape.recomputed_layers, Kl)},
-          {"cp_bytes_per_layer_fwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, false, Kl)},
-          {"cp_bytes_per_layer_bwd", cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, true, Kl)},
+                                                        shape.recomputed_layers, Kl, hs)},
+          {"cp_bytes_per_layer_fwd",
+           cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, false, Kl, hs)},
+          {"cp_bytes_per_layer_bwd",
+           cost::cp_attention_bytes(ring, C, sequences, Tl, Cl, true, Kl, hs)},
           {"cp_attention_ms", double(now.compute_ns - begin.compute_ns) * 1e-6}};
 }
 

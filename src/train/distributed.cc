@@ -406,7 +406,8 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   if (pc.backend == comm::Backend::mpi) check_hosts_before_training(cfg, pc, *world, dims);
   std::unique_ptr<model::TensorComm> tensor_comm;
   if (mesh.has_tp())
-    tensor_comm = std::make_unique<model::TensorComm>(mesh.tp(), pc.sequence_parallel);
+    tensor_comm = std::make_unique<model::TensorComm>(
+        mesh.tp(), pc.sequence_parallel, int(cost::tp_kv_share(cfg.model.kv(), dims.tp)));
   std::unique_ptr<model::ContextComm> context_comm;
   if (mesh.has_cp()) context_comm = std::make_unique<model::ContextComm>(mesh.cp(), pc.cp);
 

@@ -164,7 +164,8 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
     return cost::cp_bytes_per_micro(topo.cp->options().mode == model::CpMode::ring, d.cp,
                                     stage_layers, sequences, cfg.train_seq(),
                                     cfg.model.dim / d.tp, stage_recomputed,
-                                    cost::kv_columns(model::gpt_shape(cfg.model), d.tp));
+                                    cost::kv_columns(model::gpt_shape(cfg.model), d.tp),
+                                    cfg.model.head_dim());
   };
   std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
   std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step

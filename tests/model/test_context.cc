@@ -132,6 +132,53 @@ std::vector<CpCase> cases() {
 INSTANTIATE_TEST_SUITE_P(Modes, ContextAttention, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return name_of(info.param); });
 
+// Grouped-query attention (NKV key/value heads) over cp ranks: ring and Ulysses equal the
+// one-rank kernel, including Ulysses with fewer key/value heads than cp ranks (each head sent
+// to the ranks whose query heads share it, its gradients summed back), and each rank's bytes
+// are cost/comm.h's.
+TEST(ContextAttentionGqa, SplitAndSharedKeyValueHeadsEqualOneRank) {
+  const int B = 2, NH = 4, hs = 6, C = NH * hs;
+  for (CpMode mode : {CpMode::ulysses, CpMode::ring})
+    for (int cp : {2, 4})
+      for (int NKV : {1, 2, 4}) {
+        const int T = 2 * cp * 5, K = NKV * hs, W = C + 2 * K;
+        const kernels::AttentionShape shape{B, T, NH, NKV, hs};
+        const auto qkv = randn(int64_t(B) * T * W, 3), dout = randn(int64_t(B) * T * C, 4);
+        std::vector<float> out(size_t(B) * T * C), lse(size_t(B) * NH * T),
+            dqkv(size_t(B) * T * W);
+        kernels::attention_forward(out.data(), lse.data(), qkv.data(), shape);
+        kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                                    shape);
+        std::vector<float> got_out(out.size()), got_dqkv(dqkv.size());
+        const std::string what = std::string(cp_mode_name(mode)) + " cp " +
+                                 std::to_string(cp) + " kv " + std::to_string(NKV);
+        comm::run_threads(cp, [&](comm::ProcessGroup& pg) {
+          ContextComm cc(pg, {mode, CpChunks::zigzag});
+          const SeqLayout L = cc.layout(T);
+          const int Tl = L.local_len(), r = pg.rank();
+          const int64_t N = int64_t(B) * Tl;
+          std::vector<float> q(size_t(N * W)), d(size_t(N * C)), o(size_t(N * C)),
+              l(size_t(N * NH)), dq(size_t(N * W), 99.0f);
+          L.take(q.data(), qkv.data(), B, r, W);
+          L.take(d.data(), dout.data(), B, r, C);
+          cc.forward(0, o.data(), l.data(), q.data(), B, Tl, C, NH, false, nullptr, NKV);
+          const int64_t fwd = cc.bytes();
+          cc.backward(0, dq.data(), d.data(), q.data(), o.data(), l.data(), B, Tl, C, NH, false,
+                      nullptr, NKV);
+          const bool ring = mode == CpMode::ring;
+          EXPECT_EQ(fwd, cost::cp_attention_bytes(ring, cp, B, Tl, C, false, K, hs)) << what;
+          EXPECT_EQ(cc.bytes() - fwd, cost::cp_attention_bytes(ring, cp, B, Tl, C, true, K, hs))
+              << what;
+          EXPECT_EQ(cc.buffer_bytes(), cost::cp_buffer_bytes(ring, cp, 1, B, Tl, C, NH, K))
+              << what;
+          L.put(got_out.data(), o.data(), B, r, C);
+          L.put(got_dqkv.data(), dq.data(), B, r, W);
+        });
+        EXPECT_LT(rel_err(got_out, out), 2e-6) << what;
+        EXPECT_LT(rel_err(got_dqkv, dqkv), 2e-5) << what;
+      }
+}
+
 TEST(ContextLayout, ZigzagPositionsCoverTheSequenceOnce) {
   for (int C : {1, 2, 3, 4})
     for (CpChunks k : {CpChunks::zigzag, CpChunks::contiguous}) {

@@ -9,6 +9,7 @@
 #include "comm/process_group.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "cost/shapes.h"
 #include "gtest/gtest.h"
 #include "kernels/adamw.h"
 #include "parallel/zero_comm.h"
@@ -150,7 +151,8 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
     omp_set_num_threads(1);
     parallel::Mesh mesh(pg, {run.tp, run.dp, run.cp, 1, run.ep});
     std::unique_ptr<model::TensorComm> tc;
-    if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
+    if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(
+          mesh.tp(), run.sp, int(cost::tp_kv_share(s.model.kv(), run.tp)));
     std::unique_ptr<model::ContextComm> cc;
     if (mesh.has_cp()) cc = std::make_unique<model::ContextComm>(mesh.cp(), run.cp_opt);
     model::GPT gpt(s.model, micro, parallel::model_owns_state(run.opts), tc.get(), s.compute,
@@ -223,7 +225,8 @@ RunResult run_pipeline(const RunSpec& s, const PpRun& run, int64_t* tp_bytes) {
     dims.cp = run.cp;
     parallel::Mesh mesh(pg, dims);
     std::unique_ptr<model::TensorComm> tc;
-    if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(mesh.tp(), run.sp);
+    if (mesh.has_tp()) tc = std::make_unique<model::TensorComm>(
+          mesh.tp(), run.sp, int(cost::tp_kv_share(s.model.kv(), run.tp)));
     std::unique_ptr<model::ContextComm> cc;
     if (mesh.has_cp()) cc = std::make_unique<model::ContextComm>(mesh.cp(), run.cp_opt);
     const int stage = mesh.pp_rank();

@@ -222,37 +222,81 @@ TEST(VocabParallel, CrossEntropyEqualsFullSoftmax) {
 
 // Every rank's pieces tile its flat buffer without gaps, and the primary pieces of the tp
 // ranks cover every global tensor exactly once.
-TEST(TensorLayoutTest, PiecesTileLocalAndCoverGlobalOnce) {
-  model::GPTConfig c = config_for(3);
+// Every rank's pieces tile its local buffer, and the primary ones cover each global element
+// exactly once: GPT-2 at tp 1-3, and Llama blocks whose key/value heads the tp ranks split
+// (kv 4 at tp 2, 4) or share (kv 1 at tp 2, 4; kv 2 at tp 4: each head on tp/kv ranks, its
+// first holder primary).
+void expect_pieces_tile_and_cover(const model::GPTConfig& c, int T) {
   const std::vector<model::ParamView> table = model::build_param_table(c);
-  for (int T : {1, 2, 3}) {
-    std::vector<int> covered(size_t(c.num_params()), 0);
-    for (int r = 0; r < T; ++r) {
-      const TensorLayout layout = model::tensor_layout(c, {T, r});
-      int64_t at = 0;
-      for (const TensorPiece& p : layout) {
-        ASSERT_EQ(p.local_offset, at) << p.name;
-        at += p.numel();
-        if (!p.primary) continue;
-        std::vector<float> ones(size_t(p.numel()), 1.0f);
-        for (const model::ParamView& v : table) {
-          if (v.name != p.name) continue;
-          for (int64_t q = 0; q < p.numel(); ++q) {
-            int64_t e = p.offsets[0] + q;
-            if (p.extents.size() == 2)
-              e = (p.offsets[0] + q / p.extents[1]) * p.global_shape[1] + p.offsets[1] +
-                  q % p.extents[1];
-            ++covered[size_t(v.offset + e)];
-          }
+  std::vector<int> covered(size_t(c.num_params()), 0);
+  for (int r = 0; r < T; ++r) {
+    const TensorLayout layout = model::tensor_layout(c, {T, r});
+    int64_t at = 0;
+    for (const TensorPiece& p : layout) {
+      ASSERT_EQ(p.local_offset, at) << p.name;
+      at += p.numel();
+      if (!p.primary) continue;
+      for (const model::ParamView& v : table) {
+        if (v.name != p.name) continue;
+        for (int64_t q = 0; q < p.numel(); ++q) {
+          int64_t e = p.offsets[0] + q;
+          if (p.extents.size() == 2)
+            e = (p.offsets[0] + q / p.extents[1]) * p.global_shape[1] + p.offsets[1] +
+                q % p.extents[1];
+          ++covered[size_t(v.offset + e)];
         }
       }
-      EXPECT_EQ(at, model::local_num_params(c, {T, r})) << "tp " << T << " rank " << r;
     }
-    for (size_t i = 0; i < covered.size(); ++i) ASSERT_EQ(covered[i], 1) << "element " << i;
+    EXPECT_EQ(at, model::local_num_params(c, {T, r})) << "tp " << T << " rank " << r;
   }
+  for (size_t i = 0; i < covered.size(); ++i)
+    ASSERT_EQ(covered[i], 1) << "element " << i << " at tp " << T << ", kv " << c.kv();
 }
 
+model::GPTConfig llama_config(int kv_heads, int heads = 4) {
+  model::GPTConfig c = small_config();
+  c.arch = model::Arch::llama;
+  c.heads = heads;
+  c.dim = 16 * heads;
+  c.kv_heads = kv_heads;
+  c.ffn = 96;
+  c.validate();
+  return c;
+}
 
+TEST(TensorLayoutTest, PiecesTileLocalAndCoverGlobalOnce) {
+  for (int T : {1, 2, 3}) expect_pieces_tile_and_cover(config_for(3), T);
+  for (int kv : {1, 2, 4})
+    for (int T : {1, 2, 4}) expect_pieces_tile_and_cover(llama_config(kv), T);
+}
+
+// Shared key/value heads: tp rank r of T holds head r / (T/NKV) of k_proj and v_proj, the
+// same rows as the other ranks sharing it, replicated and primary on the first of them only
+// (so the gradient norm and checkpoints count it once).
+TEST(TensorLayoutTest, SharedKeyValueHeadsAreReplicatedOnTheRanksSharingThem) {
+  const model::GPTConfig c = llama_config(2);
+  const int T = 4, hs = c.head_dim();
+  for (int r = 0; r < T; ++r) {
+    int seen = 0;
+    for (const model::ShardedView& v : model::build_sharded_table(c, {T, r})) {
+      const bool kv = v.view.name.find("k_proj") != std::string::npos ||
+                      v.view.name.find("v_proj") != std::string::npos;
+      if (!kv) continue;
+      ++seen;
+      ASSERT_EQ(v.pieces.size(), 1u);
+      EXPECT_EQ(v.pieces[0].offsets[0], (r / 2) * hs) << v.view.name << " rank " << r;
+      EXPECT_EQ(v.view.shape, (Shape{hs, c.dim}));
+      EXPECT_TRUE(v.view.replicated);
+      EXPECT_EQ(v.view.primary, r % 2 == 0) << v.view.name << " rank " << r;
+      EXPECT_EQ(v.pieces[0].primary, v.view.primary);
+    }
+    EXPECT_EQ(seen, 2 * c.layers);
+  }
+  EXPECT_EQ(cost::tp_kv_share(2, 4), 2);
+  EXPECT_EQ(cost::tp_kv_heads(2, 4), 1);
+  EXPECT_EQ(cost::tp_kv_share(4, 2), 1);
+  EXPECT_EQ(cost::tp_kv_heads(4, 2), 2);
+}
 
 // The planner's tensor-parallel cost model (cost/comm.h) predicts what the engine holds
 // and what the model sends: model-state bytes and tp payload bytes per step, to the byte.
@@ -280,6 +324,9 @@ TEST(TensorParallelChecks, HeadsAndSequenceMustDivide) {
   EXPECT_THROW(model::check_tensor_parallel(c, 3, true, 16), Error);  // 4 heads
   EXPECT_THROW(model::check_tensor_parallel(c, 2, true, 15), Error);  // seq 15 with --sp
   EXPECT_NO_THROW(model::check_tensor_parallel(c, 2, false, 15));
+  // Key/value heads: split (4 over 2), shared (1 or 2 over 4), but not 3 over 2.
+  for (int kv : {1, 2, 4}) EXPECT_NO_THROW(model::check_tensor_parallel(llama_config(kv), 4, true, 16));
+  EXPECT_THROW(model::check_tensor_parallel(llama_config(3, 6), 2, true, 16), Error);
 }
 
 }  // namespace

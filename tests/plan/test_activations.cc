@@ -1,8 +1,8 @@
 // The large-cluster estimate's activations: for a model strata runs (GPT-2 or Llama blocks)
 // they are the engine's buffers (cost/activations.h, cost/stage_activations.h), so `strata
 // plan` and `strata plan --local` agree; the pipeline's slots per chunk are the schedule's;
-// MoE models, and Llama layouts whose tp exceeds the KV heads, keep Korthikanti et al.'s
-// terms.
+// MoE models keep Korthikanti et al.'s terms; a Llama whose tp exceeds its KV heads is
+// strata's (the heads replicated on the tp ranks sharing them).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,12 +82,15 @@ TEST(PlanActivations, GptAndLlamaModelsUseTheEngineFormula) {
   TrainSetup odd = gpt_setup();
   odd.model.layernorm = false;
   EXPECT_FALSE(engine_describes(odd.model));
-  // strata's tp ranks take whole KV heads: tp 4 over 2 KV heads is not a layout it runs.
-  const TrainSetup l = llama_setup();
+  // strata's tp ranks take whole KV heads or share one: tp 2 and tp 4 over 2 KV heads both
+  // run, 3 KV heads at tp 2 do not.
+  TrainSetup l = llama_setup();
   EXPECT_TRUE(engine_runs(l.model, Layout{2, 1, 1, 1, 1, 0, 1, Recompute::none}));
-  EXPECT_FALSE(engine_runs(l.model, Layout{4, 1, 1, 1, 1, 0, 1, Recompute::none}));
-  EXPECT_NE(korthikanti_reason(l.model, Layout{4, 1, 1, 1, 1, 0, 1, Recompute::none})
-                .find("tp 4 above the 2 KV heads"),
+  EXPECT_TRUE(engine_runs(l.model, Layout{4, 1, 1, 1, 1, 0, 1, Recompute::none}));
+  l.model.heads = 6, l.model.kv_heads = 3;
+  EXPECT_FALSE(engine_runs(l.model, Layout{2, 1, 1, 1, 1, 0, 1, Recompute::none}));
+  EXPECT_NE(korthikanti_reason(l.model, Layout{2, 1, 1, 1, 1, 0, 1, Recompute::none})
+                .find("3 KV heads neither divide nor are divisible by tp 2"),
             std::string::npos);
   EXPECT_NE(korthikanti_reason(model_preset("mixtral-8x7b"), Layout{}).find("MoE"),
             std::string::npos);
@@ -95,7 +98,8 @@ TEST(PlanActivations, GptAndLlamaModelsUseTheEngineFormula) {
 
 // One stage (pp 1): the estimate's activations per GPU are cost::activation_buffers' total on
 // the largest tp rank (with cp, cost::cp_activation_bytes), for tp 1/2/4 (the Llama's 2 KV
-// heads: 1/2), SP on and off, every policy, both precisions, GPT-2 and Llama blocks.
+// heads: split at tp 2, shared at tp 4), SP on and off, every policy, both precisions, GPT-2
+// and Llama blocks.
 TEST(PlanActivations, OneStageEqualsActivationBuffers) {
   for (const bool llama : {false, true}) {
     TrainSetup s = llama ? llama_setup() : gpt_setup();
@@ -114,10 +118,6 @@ TEST(PlanActivations, OneStageEqualsActivationBuffers) {
             const std::string what = std::string(llama ? "llama" : "gpt") + " tp " +
                                      std::to_string(tp) + " sp " + std::to_string(sp) + " rc " +
                                      recompute_name(r) + (p == Precision::bf16 ? " bf16" : " fp32");
-            if (llama && tp == 4) {  // KV heads replicated: not a layout strata runs
-              EXPECT_FALSE(e.engine_activations) << what;
-              continue;
-            }
             const bool bf16 = p == Precision::bf16;
             const int64_t want =
                 strata::cost::activation_buffers(shape(r), tp, sp, tp - 1, 2, bf16).total();
@@ -300,8 +300,8 @@ TEST(PlanActivations, PlanAndPlanLocalAgree) {
         }
 }
 
-// The memory table and the JSON name the formula: a Llama at tp 2 is strata's, at tp 4 over
-// its 2 KV heads (which strata would not replicate) Korthikanti's, with the reason.
+// The memory table and the JSON name the formula: a Llama at tp 2 and at tp 4 over its 2 KV
+// heads (shared) is strata's, an MoE model Korthikanti's, with the reason.
 TEST(PlanActivations, TheReportNamesTheFormula) {
   using nlohmann::json;
   const std::string llama =
@@ -314,9 +314,12 @@ TEST(PlanActivations, TheReportNamesTheFormula) {
   const strata::test::RunResult four = strata::test::run_strata(
       llama + " --gpus 4 --tp 4 --json", "", strata::test::Streams::separate);
   ASSERT_EQ(four.status, 0) << four.err;
-  EXPECT_EQ(json::parse(four.out)["best"]["memory"]["activations_model"], "korthikanti");
-  const strata::test::RunResult text = strata::test::run_strata(llama + " --gpus 4 --tp 4");
-  EXPECT_NE(text.out.find("Korthikanti et al.'s per-layer terms: tp 4 above the 2 KV heads"),
+  EXPECT_EQ(json::parse(four.out)["best"]["memory"]["activations_model"], "strata");
+  const strata::test::RunResult text = strata::test::run_strata(
+      "plan --model mixtral-8x7b --gpus 8 --tp 4 --pp 1 --cp 1 --zero 1 --global-batch 8 "
+      "--micro-batch 1");
+  EXPECT_NE(text.out.find("Korthikanti et al.'s per-layer terms: MoE blocks are not in the "
+                          "engine's formula"),
             std::string::npos)
       << text.out;
 }

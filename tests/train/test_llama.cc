@@ -57,6 +57,60 @@ TEST(Llama, EveryLayoutEqualsOneProcess) {
   }
 }
 
+// Fewer key/value heads than tp or cp ranks: each head is replicated on the tp ranks (or the
+// Ulysses cp ranks) whose query heads share it, its gradient summed over them. Multi-query
+// (kv 1) and 2-group models equal one process in every such layout, the gradient norm too
+// (a replicated head counted once), a checkpoint resumes in another layout, and the planner's
+// tp bytes equal the run's.
+TEST(Llama, SharedKeyValueHeadsEqualOneProcess) {
+  const std::vector<std::pair<int, std::vector<std::string>>> cases = {
+      {1,
+       {"--nproc 2 --tp 2 --sp", "--nproc 4 --tp 4 --no-sp", "--nproc 2 --cp 2 --cp-mode ulysses",
+        "--nproc 4 --tp 2 --cp 2 --cp-mode ulysses",
+        "--nproc 4 --pp 2 --tp 2 --schedule zb --micro-batches 2"}},
+      {2, {"--nproc 4 --tp 4 --sp", "--nproc 4 --cp 4 --cp-mode ulysses"}},
+  };
+  for (const auto& [kv, layouts] : cases) {
+    const std::string model = kLlama + " --kv-heads " + std::to_string(kv);
+    const TrainRun one = train_run(model, "llama-kv-one");
+    ASSERT_EQ(one.cli.status, 0) << one.cli.err;
+    for (const std::string& layout : layouts) {
+      const TrainRun r = train_run(model + " " + layout, "llama-kv");
+      ASSERT_EQ(r.cli.status, 0) << layout << "\n" << r.cli.err;
+      EXPECT_LT(max_abs_diff(r.losses, one.losses), 1e-5) << "kv " << kv << " " << layout;
+      EXPECT_LT(max_abs_diff(grad_norms(r), grad_norms(one)), 1e-4) << "kv " << kv << " " << layout;
+      if (layout.find("--tp") != std::string::npos && layout.find("--pp") == std::string::npos) {
+        for (const json& rank : r.summary["tensor_parallel"]["ranks"])
+          for (const char* key : {"tp_bytes_per_step", "model_states", "activations"})
+            EXPECT_EQ(rank[key], rank[std::string(key) + "_plan"]) << layout << " " << key;
+      }
+      if (layout.find("--cp") != std::string::npos) {
+        for (const json& rec : r.records) EXPECT_EQ(rec["cp_bytes"], rec["cp_bytes_formula"]);
+      }
+    }
+  }
+  // bf16: the shared head's gradient is rounded once, as in one process.
+  const std::string mqa = kLlama + " --kv-heads 1 --precision bf16";
+  const TrainRun one = train_run(mqa, "llama-mqa-bf16");
+  const TrainRun tp = train_run(mqa + " --nproc 2 --tp 2", "llama-mqa-bf16-tp");
+  ASSERT_EQ(tp.cli.status, 0) << tp.cli.err;
+  EXPECT_LT(max_abs_diff(tp.losses, one.losses), 1e-2);
+  // A tp 4 checkpoint of a multi-query model resumes at tp 2 and in one process.
+  TempDir dir("llama-kv-ckpt");
+  const std::string fp32 = kLlama + " --kv-heads 1";
+  const TrainRun whole = train_run(fp32, "llama-kv-whole");
+  const RunResult first =
+      run_strata(fp32 + " --nproc 4 --tp 4 --ckpt-every 4 --run-dir " + dir.file("a"));
+  ASSERT_EQ(first.status, 0) << first.out;
+  for (const std::string layout : {"", " --nproc 2 --tp 2"}) {
+    const TrainRun r =
+        train_run(fp32 + layout + " --resume " + dir.file("a") + "/ckpt/step-000004", "llama-kv-resume");
+    ASSERT_EQ(r.cli.status, 0) << layout << "\n" << r.cli.err;
+    ASSERT_EQ(r.losses.size(), 4u) << layout;
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(r.losses[i], whole.losses[i + 4], 1e-5) << layout;
+  }
+}
+
 // Documents packed into a sequence: attention stays inside each and the rotary positions
 // restart at its first token, the same under context parallelism (global positions) and tp.
 TEST(Llama, DocumentMaskInEveryLayout) {
@@ -209,7 +263,9 @@ TEST(Llama, CheckpointsReshardAcrossLayouts) {
 TEST(Llama, BadArchitectureFlagsFailInOneLine) {
   const std::pair<std::string, std::string> cases[] = {
       {kLlama + " --kv-heads 3", "--kv-heads 3 does not divide"},
-      {kLlama + " --kv-heads 1 --nproc 2 --tp 2", "key/value heads"},
+      {kLlama + " --dim 96 --heads 6 --kv-heads 3 --nproc 2 --tp 2", "key/value heads"},
+      {kLlama + " --dim 96 --heads 6 --kv-heads 3 --nproc 2 --cp 2 --cp-mode ulysses",
+       "key/value heads"},
       {kLlama + " --ffn 95 --nproc 2 --tp 2", "--ffn"},
       {kLlama + " --experts 6 --ep 4 --nproc 4", "--ep 4"},
       {"train --model tiny --kv-heads 2 --steps 1", "--kv-heads needs Llama blocks"},

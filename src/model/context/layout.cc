@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "cost/shapes.h"
 #include "model/parallel_rules.h"
 
 namespace strata::model {
@@ -45,10 +46,13 @@ void check_context_parallel(const GPTConfig& cfg, int tp, int cp, const CpOption
             ? cat(" per tensor-parallel rank (", cfg.heads, " / --tp ", tp, " = ", local_heads, ")")
             : cat(" (", cfg.heads, ")"),
         " divisible by --cp ", cp, "; use --cp-mode ring or a --cp that divides them");
-    STRATA_CHECK(ulysses_splits_heads(cfg.kv(), std::max(1, tp), cp),
-                 "--cp-mode ulysses needs the key/value heads (", cfg.kv(),
-                 tp > 1 ? cat(" / --tp ", tp) : std::string(), ") divisible by --cp ", cp,
-                 "; use --cp-mode ring or a --cp that divides them");
+    // Key/value heads per tp rank (one replicated head when fewer than tp), split over cp or
+    // each replicated on the cp ranks whose query heads share it.
+    const int64_t kv = cost::tp_kv_heads(cfg.kv(), std::max(1, tp));
+    STRATA_CHECK(splits_kv_heads(kv, cp), "--cp-mode ulysses needs --cp ", cp,
+                 " to divide the key/value heads",
+                 tp > 1 ? cat(" per tensor-parallel rank (", kv, ")") : cat(" (", kv, ")"),
+                 " or be a multiple of them; use --cp-mode ring or another --cp");
   }
 }
 

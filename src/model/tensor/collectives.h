@@ -25,6 +25,7 @@
 // twice that for an all-reduce.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "comm/process_group.h"
 
@@ -32,8 +33,11 @@ namespace strata::model {
 
 class TensorComm {
  public:
-  // group: the tensor-parallel group (outlives this object); sp: sequence parallelism.
-  TensorComm(comm::ProcessGroup& group, bool sequence_parallel);
+  // group: the tensor-parallel group (outlives this object); sp: sequence parallelism;
+  // kv_share: how many consecutive tp ranks hold each key/value head (cost::tp_kv_share; 1:
+  // whole heads split). Above 1 the constructor splits `group` into those sets (a collective
+  // over it) for sum_shared_kv.
+  TensorComm(comm::ProcessGroup& group, bool sequence_parallel, int kv_share = 1);
   // One rank, no group: every call is local (gather_rows returns its input, reduce_rows
   // copies), so a model without tensor parallelism runs the same passes at T = 1.
   TensorComm() = default;
@@ -55,13 +59,18 @@ class TensorComm {
   void reduce_rows(const float* partial, float* local, int64_t N, int64_t C);
   void all_reduce_sum(float* x, int64_t n);
   void all_reduce_max(float* x, int64_t n);
+  // Replicated key/value heads: x (n floats) summed over the tp ranks that share this rank's
+  // head (each holds the part its own query heads contributed). A no-op at kv_share 1.
+  int kv_share() const { return kv_share_; }
+  void sum_shared_kv(float* x, int64_t n);
 
   int64_t bytes() const { return bytes_; }
 
  private:
   void count(int64_t elems);
   comm::ProcessGroup* group_ = nullptr;
-  int size_ = 1, rank_ = 0;
+  std::shared_ptr<comm::ProcessGroup> kv_group_;  // the ranks sharing a key/value head
+  int size_ = 1, rank_ = 0, kv_share_ = 1;
   bool sp_ = false;
   int64_t bytes_ = 0;
 };
