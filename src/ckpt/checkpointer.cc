@@ -11,6 +11,7 @@
 #include <set>
 
 #include "ckpt/load.h"
+#include "core/memory.h"
 #include "core/timer.h"
 #include "core/trace.h"
 
@@ -139,8 +140,6 @@ std::vector<WriteChunk> chunks_to_write(const SaveRequest& req, const TensorLayo
   }
   return out;
 }
-
-int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 }  // namespace
 

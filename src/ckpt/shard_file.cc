@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/files.h"
+#include "core/memory.h"
 
 namespace strata::ckpt {
 
@@ -29,8 +30,6 @@ struct RawHeader {
 };
 static_assert(sizeof(RawHeader) == kShardHeaderBytes);
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "shard files are little-endian");
-
-int64_t align64(int64_t x) { return (x + 63) / 64 * 64; }
 
 }  // namespace
 

@@ -56,7 +56,7 @@ std::string local_report(const Flags& f, const CLI::App& app) {
   }
   if (a.kv_heads) g.kv_heads = int(*a.kv_heads);
   if (a.ffn) g.ffn = int(*a.ffn);
-  if (a.vocab) g.vocab = int(*a.vocab), g.padded_vocab = int((*a.vocab + 63) / 64 * 64);
+  if (a.vocab) g.vocab = int(*a.vocab), g.padded_vocab = int(model::padded_vocab(*a.vocab));
   if (app.count("--max-seq")) g.seq = int(f.max_seq);
   if (a.experts) {  // docs/moe.md
     g.moe.experts = int(*a.experts);
@@ -152,36 +152,12 @@ std::string local_report(const Flags& f, const CLI::App& app) {
          "\n";
 }
 
-// A preset of `strata train` (tiny, llama-tiny, ...) that the planner has no entry of its own
-// for: its shape as explicit flags (the flags given win), so a train run config plans the model
-// it trains. An unknown name is left to the planner, which lists both.
-PlanArgs with_train_preset(PlanArgs a) {
-  const std::vector<std::string>& own = model_preset_names();
-  if (a.model.empty() || std::count(own.begin(), own.end(), a.model)) return a;
-  model::GPTConfig g;
-  try {
-    g = model::GPTConfig::preset(a.model);
-  } catch (const Error&) {
-    return a;
-  }
-  a.model.clear();
-  if (!a.arch) a.arch = g.llama() ? "llama" : "gpt";
-  if (!a.layers) a.layers = g.layers;
-  if (!a.hidden) a.hidden = g.dim;
-  if (!a.heads) a.heads = g.heads;
-  if (!a.seq) a.seq = g.seq;
-  if (!a.vocab) a.vocab = g.vocab;
-  if (!a.kv_heads && g.llama()) a.kv_heads = g.kv();
-  if (!a.ffn && g.llama() && g.ffn > 0) a.ffn = g.ffn;  // 0: from the width, as the planner's default
-  return a;
-}
-
 void run(const Flags& f, const CLI::App& app) {
   if (f.local) {
     std::cout << local_report(f, app);
     return;
   }
-  const PlanRequest req = build_plan_request(with_train_preset(f.args));
+  const PlanRequest req = build_plan_request(f.args);
   PlanResult res = run_plan(req);
   if (f.json)
     std::cout << plan_to_json(req, res).dump(2) << "\n";
@@ -194,8 +170,8 @@ static Register reg(
     "plan", "Plan memory, layout, speed and checkpoints for a cluster", [](CLI::App& app) {
       auto f = std::make_shared<Flags>();
       app.add_option("--model", f->args.model,
-                     "Model preset: gpt2, gpt3-175b, llama2-7b, llama2-70b, "
-                     "llama3-405b, mixtral-8x7b, or one of strata train's (tiny, llama-tiny, ...)");
+                     "Model preset (the same table as strata train's): " +
+                         model::model_preset_list(/*published_first=*/true));
       app.add_option("--arch", f->args.arch,
                      "Layer style for explicit shapes: gpt or gpt2 (GELU, LayerNorm, "
                      "biases, tied) or llama (SwiGLU, RMSNorm, untied)");
@@ -288,7 +264,7 @@ static Register reg(
           if (f->local)
             local_report(*f, app);
           else
-            build_plan_request(with_train_preset(f->args));
+            build_plan_request(f->args);
           std::cout << resolved_config(app, "plan");
           return;
         }

@@ -218,8 +218,11 @@ train::TrainConfig resolve(CLI::App& app, TrainArgs& a) {
     // Padding to 64 would overflow an int near 2^31; real vocabularies stay below 2^18.
     STRATA_CHECK(a.vocab <= kMaxVocab, "--vocab must be in [1, ", kMaxVocab, "] (got ", a.vocab,
                  ")");
-    cfg.model.padded_vocab = (cfg.model.vocab + 63) / 64 * 64;
+    cfg.model.padded_vocab = int(model::padded_vocab(cfg.model.vocab));
   }
+  // A preset's experts (Mixtral) unless the flags say otherwise.
+  if (!app.count("--experts")) a.moe.experts = cfg.model.moe.experts;
+  if (!app.count("--top-k") && cfg.model.moe.enabled()) a.moe.top_k = cfg.model.moe.top_k;
   cfg.model.moe = a.moe;
   cfg.model.recompute = {model::parse_recompute_mode(a.recompute), a.recompute_layers,
                          model::parse_recompute_inputs(a.recompute_inputs)};
@@ -340,9 +343,8 @@ void setup(CLI::App& app) {
   c.eval_every = 100;
   // A repeated flag takes its last value, so scripts can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--model", a->model,
-                 "Preset: tiny, small, gpt2, llama-tiny, llama-100m, tinyllama-1.1b, llama-3.2-1b "
-                 "or llama-3-8b")
+  app.add_option("--model", a->model, "Preset: " + model::model_preset_list() +
+                                          " (one that does not fit this machine is refused)")
       ->capture_default_str();
   app.add_option("--layers", a->layers, "Transformer blocks (overrides the preset)");
   app.add_option("--dim", a->dim, "Model width (overrides the preset)");

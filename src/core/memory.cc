@@ -83,7 +83,7 @@ Buffer::Buffer(MemCategory c, size_t bytes) : bytes_(bytes), cat_(c) {
   if (bytes >= kHugePage) {
     ptr_ = map_zeroed(bytes);
   } else {
-    size_t rounded = (bytes + 63) / 64 * 64;
+    size_t rounded = align64(bytes);
     ptr_ = std::aligned_alloc(64, rounded);
     if (ptr_) std::memset(ptr_, 0, rounded);
   }

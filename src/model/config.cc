@@ -13,39 +13,17 @@
 namespace strata::model {
 
 GPTConfig GPTConfig::preset(const std::string& name) {
+  const ModelPreset& p = find_model_preset(name);
   GPTConfig c;
-  // Llama shapes (published configs): a rotary model of L blocks, width C, NH query and NKV
-  // key/value heads, MLP width F, vocabulary V, RoPE theta, and whether the output layer is
-  // tied to the embedding.
-  auto llama = [&](int L, int C, int NH, int NKV, int F, int seq, int V, float theta, bool tied) {
-    c.arch = Arch::llama;
-    c.layers = L, c.dim = C, c.heads = NH, c.kv_heads = NKV, c.ffn = F, c.seq = seq;
-    c.vocab = V, c.padded_vocab = (V + 63) / 64 * 64;
-    c.rope_theta = theta, c.tie_embeddings = tied, c.norm_eps = 1e-5f;
-  };
-  if (name == "tiny") {
-    c.layers = 4, c.dim = 256, c.heads = 4, c.seq = 256, c.vocab = 256, c.padded_vocab = 256;
-  } else if (name == "small") {
-    c.layers = 6, c.dim = 384, c.heads = 6, c.seq = 256, c.vocab = 256, c.padded_vocab = 256;
-  } else if (name == "gpt2") {
-    c.layers = 12, c.dim = 768, c.heads = 12, c.seq = 1024, c.vocab = 50257;
-    c.padded_vocab = 50304;
-  } else if (name == "llama-tiny") {  // tests: GQA 4:2, SwiGLU of llama_ffn(256) = 768
-    llama(4, 256, 4, 2, 0, 256, 256, 10000.0f, false);
-  } else if (name == "llama-100m") {  // benchmarks: 99,496,704 parameters
-    llama(8, 768, 12, 4, 2048, 1024, 32000, 10000.0f, false);
-  } else if (name == "tinyllama-1.1b") {
-    llama(22, 2048, 32, 4, 5632, 2048, 32000, 10000.0f, false);
-  } else if (name == "llama-3.2-1b") {  // rope_scaling llama3: factor 32, 1, 4, 8192
-    llama(16, 2048, 32, 8, 8192, 2048, 128256, 500000.0f, true);
-    c.rope_factor = 32.0f;
-  } else if (name == "llama-3-8b") {
-    llama(32, 4096, 32, 8, 14336, 8192, 128256, 500000.0f, false);
-  } else {
-    fail("unknown model '", name,
-         "' (known: tiny, small, gpt2, llama-tiny, llama-100m, tinyllama-1.1b, llama-3.2-1b, "
-         "llama-3-8b)");
-  }
+  c.arch = p.llama ? Arch::llama : Arch::gpt2;
+  c.layers = int(p.layers), c.dim = int(p.dim), c.heads = int(p.heads);
+  c.kv_heads = p.llama ? int(p.kv_heads) : 0;
+  c.ffn = p.llama ? int(p.ffn) : 0;  // 0: the width rule (default_ffn)
+  c.seq = int(p.seq);
+  c.vocab = int(p.vocab), c.padded_vocab = int(model::padded_vocab(p.vocab));
+  c.rope_theta = p.rope_theta, c.rope_factor = p.rope_factor;
+  c.tie_embeddings = p.tied;
+  if (p.experts > 0) c.moe.experts = int(p.experts), c.moe.top_k = int(p.top_k);
   return c;
 }
 
@@ -121,11 +99,6 @@ void GPTConfig::read_arch(const nlohmann::json& j) {
     rope_high_freq_factor = r.at("high_freq_factor").get<float>();
     rope_original_max_pos = r.at("original_max_position_embeddings").get<float>();
   }
-}
-
-int llama_ffn(int dim) {
-  const int64_t h = 8 * int64_t(dim) / 3;
-  return int((h + 255) / 256 * 256);
 }
 
 Recompute parse_recompute_mode(const std::string& s) {

@@ -49,6 +49,7 @@
 #include "core/tensor_layout.h"
 #include "kernels/rope.h"
 #include "model/expert/config.h"
+#include "model/presets.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace strata::comm {
@@ -98,8 +99,6 @@ const char* recompute_mode_name(Recompute r);
 enum class Arch : uint8_t { gpt2, llama };
 Arch parse_arch(const std::string& s);  // "gpt2" | "llama"
 const char* arch_name(Arch a);
-// Llama's MLP width for width C: 8C/3 rounded up to a multiple of 256 (Meta's multiple_of).
-int llama_ffn(int dim);
 
 struct GPTConfig {
   Arch arch = Arch::gpt2;
@@ -123,7 +122,7 @@ struct GPTConfig {
   bool llama() const { return arch == Arch::llama; }
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int head_dim() const { return dim / heads; }
-  int hidden() const { return ffn > 0 ? ffn : llama() ? llama_ffn(dim) : 4 * dim; }
+  int hidden() const { return ffn > 0 ? ffn : int(default_ffn(llama(), dim)); }
   // The output layer is wte (unit 0 at both ends of a pass); else lm_head in unit L+1.
   bool tied() const { return !llama() || tie_embeddings; }
   kernels::Rope rope() const;  // theta and scaling
@@ -143,8 +142,8 @@ struct GPTConfig {
   nlohmann::json arch_json() const;
   void read_arch(const nlohmann::json& j);
 
-  // "tiny", "small", "gpt2", "llama-tiny", "llama-100m", "tinyllama-1.1b", "llama-3.2-1b",
-  // "llama-3-8b"; throws naming the known presets otherwise.
+  // A model of the preset table (model/presets.h: "tiny", "small", "gpt2", "llama-tiny", ...,
+  // the published shapes too); throws naming the known presets otherwise.
   static GPTConfig preset(const std::string& name);
   // Throws a one-line Error for impossible configs (dim % heads, sizes <= 0, ...).
   void validate() const;

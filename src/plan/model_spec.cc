@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cost/flops.h"
+#include "model/presets.h"
 
 namespace strata::plan {
 
@@ -20,60 +21,30 @@ void apply_arch(ModelSpec& m, const std::string& arch) {
   }
 }
 
-namespace {
-
-ModelSpec make(std::string name, const char* arch, int64_t L, int64_t h, int64_t a, int64_t kv,
-               int64_t f, int64_t s, int64_t V, int64_t batch, double tokens, std::string src) {
+ModelSpec model_preset(const std::string& name) {
+  const model::ModelPreset& p = model::find_model_preset(name, /*published_first=*/true);
   ModelSpec m;
-  apply_arch(m, arch);
-  m.name = std::move(name);
-  m.layers = L, m.hidden = h, m.heads = a, m.kv_heads = kv, m.ffn = f, m.seq = s, m.vocab = V;
-  m.global_batch = batch;
-  m.train_tokens = tokens;
-  m.source = std::move(src);
+  apply_arch(m, p.llama ? "llama" : "gpt");
+  m.name = p.name;
+  m.layers = p.layers, m.hidden = p.dim, m.heads = p.heads;
+  m.kv_heads = p.kv_heads > 0 ? p.kv_heads : p.heads;
+  m.ffn = p.ffn > 0 ? p.ffn : model::default_ffn(p.llama, p.dim);
+  m.seq = p.seq, m.vocab = p.vocab;
+  if (p.llama) m.tied = p.tied;
+  m.experts = p.experts, m.top_k = p.top_k;
+  m.global_batch = p.global_batch;
+  m.train_tokens = p.train_tokens;
+  m.source = p.source;
   return m;
 }
-
-std::vector<ModelSpec> presets() {
-  std::vector<ModelSpec> p;
-  p.push_back(make("gpt2", "gpt", 12, 768, 12, 12, 3072, 1024, 50257, 512, 0,
-                   "Radford et al. 2019 (GPT-2 small, 124M; batch 512)"));
-  p.push_back(make("gpt3-175b", "gpt", 96, 12288, 96, 96, 49152, 2048, 50257, 1536, 300e9,
-                   "Brown et al. 2020 Table 2.1 (batch 3.2M tokens, 300B tokens)"));
-  p.push_back(
-      make("llama2-7b", "llama", 32, 4096, 32, 32, 11008, 4096, 32000, 1024, 2e12,
-           "Touvron et al. 2023 Table 1 and the released config (4M-token batches, 2T tokens)"));
-  p.push_back(make("llama2-70b", "llama", 80, 8192, 64, 8, 28672, 4096, 32000, 1024, 2e12,
-                   "Touvron et al. 2023 Table 1 and the released config (GQA, 8 KV heads)"));
-  p.push_back(
-      make("llama3-405b", "llama", 126, 16384, 128, 8, 53248, 8192, 128256, 2048, 15.6e12,
-           "Llama 3 herd paper (Dubey et al. 2024) Table 3; 16M-token batches, 15.6T tokens"));
-  ModelSpec mx = make("mixtral-8x7b", "llama", 32, 4096, 32, 8, 14336, 32768, 32000, 128, 0,
-                      "Jiang et al. 2024 Table 1 (8 experts, top-2, 32k context; batch not "
-                      "published, 4M tokens assumed)");
-  mx.experts = 8;
-  mx.top_k = 2;
-  p.push_back(mx);
-  return p;
-}
-
-}  // namespace
 
 const std::vector<std::string>& model_preset_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const ModelSpec& m : presets()) n.push_back(m.name);
+    for (const model::ModelPreset& p : model::model_presets()) n.push_back(p.name);
     return n;
   }();
   return names;
-}
-
-ModelSpec model_preset(const std::string& name) {
-  for (const ModelSpec& m : presets())
-    if (m.name == name) return m;
-  std::string known;
-  for (const std::string& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;
-  fail("unknown model preset '", name, "' (known: ", known, ")");
 }
 
 void ModelSpec::validate() const {

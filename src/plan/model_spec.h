@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "model/presets.h"
+
 namespace strata::plan {
 
 enum class MlpKind : uint8_t { gelu, swiglu };
@@ -38,7 +40,7 @@ struct ModelSpec {
   static constexpr double kMaxPlanParams = 1e15;
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_hidden() const { return kv_heads * head_dim(); }
-  int64_t padded_vocab() const { return (vocab + 63) / 64 * 64; }
+  int64_t padded_vocab() const { return model::padded_vocab(vocab); }
   bool moe() const { return experts > 0; }
   // Throws a one-line Error naming the flag for impossible shapes.
   void validate() const;
@@ -48,7 +50,9 @@ struct ModelSpec {
 // (SwiGLU, RMSNorm, no biases, rotary, untied, no dropout) conventions.
 void apply_arch(ModelSpec& m, const std::string& arch);
 
-ModelSpec model_preset(const std::string& name);  // throws listing the known presets
+// The preset of model/presets.h's table (strata's and the published shapes); throws listing
+// the known presets, the published first.
+ModelSpec model_preset(const std::string& name);
 const std::vector<std::string>& model_preset_names();
 
 struct ParamCounts {

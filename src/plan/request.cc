@@ -53,9 +53,7 @@ ModelSpec build_model(const PlanArgs& a) {
       STRATA_CHECK(
           given, "give --model PRESET (",
           [] {
-            std::string n;
-            for (const std::string& x : model_preset_names()) n += (n.empty() ? "" : ", ") + x;
-            return n;
+            return model::model_preset_list(/*published_first=*/true);
           }(),
           ") or --layers, --hidden, --heads, --seq and --vocab (missing ", k, ")");
     apply_arch(m, a.arch.value_or("gpt"));
@@ -73,7 +71,7 @@ ModelSpec build_model(const PlanArgs& a) {
   set(a.top_k, m.top_k);
   if (!preset) {
     m.kv_heads = m.heads;
-    m.ffn = m.mlp == MlpKind::swiglu ? (8 * m.hidden / 3 + 255) / 256 * 256 : 4 * m.hidden;
+    m.ffn = model::default_ffn(m.mlp == MlpKind::swiglu, m.hidden);
   }
   set(a.kv_heads, m.kv_heads);
   set(a.ffn, m.ffn);

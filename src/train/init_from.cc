@@ -16,7 +16,7 @@ model::GPTConfig hf_model_config(const ckpt::HfModel& m) {
   c.ffn = c.llama() ? int(m.ffn) : 0;
   c.seq = int(m.max_seq);
   c.vocab = int(m.vocab);
-  c.padded_vocab = (c.vocab + 63) / 64 * 64;
+  c.padded_vocab = int(model::padded_vocab(c.vocab));
   c.norm_eps = c.llama() ? float(m.norm_eps) : 1e-5f;
   c.rope_theta = float(m.rope_theta);
   c.rope_factor = float(m.rope_factor), c.rope_low_freq_factor = float(m.rope_low);

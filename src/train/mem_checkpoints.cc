@@ -13,6 +13,7 @@
 #include "comm/run_segments.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "train/metrics.h"
@@ -27,7 +28,6 @@ namespace {
 // A slot's payload: the training state as JSON (length-prefixed) in the first kJsonReserve
 // bytes, then each state shard's held elements, each at a 64-byte boundary.
 constexpr uint64_t kJsonReserve = 16 << 10;
-uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
 
 uint64_t shard_bytes(const parallel::StateShard& s) {
   return uint64_t(s.end - s.begin) * dtype_size(s.dtype);

@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
+#include "core/error.h"
 #include "cost/activations.h"
 #include "cost/flops.h"
 #include "cost/memory.h"
 #include "cost/reliability.h"
+#include "model/gpt.h"
+#include "model/presets.h"
 #include "plan/estimate.h"
 #include "plan/model_spec.h"
 
@@ -244,4 +248,25 @@ TEST(Calibration, Megatron175BModelFlopsUtilisation) {
   Estimate full = evaluate(s, {8, 8, 1, 1, 1, 0, 1, Recompute::full});
   EXPECT_LT(full.mem.total(), e.mem.total());
   EXPECT_GT(full.time.step_s, 1.25 * e.time.step_s);  // a fourth forward pass of every layer
+}
+
+// One preset table (model/presets.h): every name is a model `strata train` can describe and
+// the planner can plan, and both count the same parameters (the engine's flat buffer, the
+// planner's formula), Mixtral's experts and Llama 3.2's tied embedding included.
+TEST(PresetTable, TrainAndPlanCountTheSameParameters) {
+  for (const strata::model::ModelPreset& p : strata::model::model_presets()) {
+    const strata::model::GPTConfig g = strata::model::GPTConfig::preset(p.name);
+    try {  // valid, or refused only for not fitting one flat buffer (the 7B+ models)
+      g.validate();
+    } catch (const strata::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("too many for one flat fp32 buffer"), std::string::npos)
+          << p.name << ": " << e.what();
+    }
+    const ModelSpec m = model_preset(p.name);
+    EXPECT_EQ(count_params(m).total(), g.num_params()) << p.name;
+    EXPECT_EQ(m.ffn, g.hidden()) << p.name;
+    EXPECT_EQ(m.padded_vocab(), g.padded_vocab) << p.name;
+    EXPECT_EQ(m.moe(), g.moe.enabled()) << p.name;
+  }
+  EXPECT_EQ(model_preset_names().size(), strata::model::model_presets().size());
 }
