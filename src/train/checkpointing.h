@@ -39,8 +39,8 @@
 #include "parallel/engine.h"
 #include "train/earlier_world.h"
 #include "train/mem_checkpoints.h"
+#include "train/config.h"
 #include "train/metrics.h"
-#include "train/trainer.h"
 
 namespace strata::train {
 

@@ -177,27 +177,6 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
-Recovery parse_recovery(const std::string& name) {
-  for (Recovery r : {Recovery::restart, Recovery::shrink, Recovery::live})
-    if (name == recovery_name(r)) return r;
-  fail("--recovery ", name.empty() ? "''" : name, ": expected restart (the whole job restarts, "
-       "with --max-restarts), shrink (the surviving data-parallel ranks continue) or live (they "
-       "continue, and a replacement joins them)");
-}
-
-const char* recovery_name(Recovery r) {
-  switch (r) {
-    case Recovery::restart: return "restart";
-    case Recovery::shrink: return "shrink";
-    case Recovery::live: return "live";
-  }
-  return "?";
-}
-
-int ParallelConfig::world() const {
-  return comm::launched_as_rank() ? comm::detect_rank_env().world_size : nproc;
-}
-
 std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const ParallelConfig& pc) {
   dump_into_run_dir(cfg);
   if (comm::launched_as_rank()) {

@@ -13,52 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/hostlist.h"
-#include "comm/types.h"
-#include "model/context/layout.h"
-#include "parallel/mesh.h"
-#include "parallel/options.h"
-#include "parallel/pipeline/options.h"
+#include "train/config.h"
 #include "train/trainer.h"
 
 namespace strata::train {
-
-// What the job does when a rank dies (--recovery): restart every rank (the supervisor,
-// --max-restarts); continue on the survivors (shrink); or continue on the survivors while a
-// replacement starts, which joins them at a step boundary (live). Data-parallel layouts on
-// one host (docs/checkpoints.md, "Live recovery").
-enum class Recovery { restart, shrink, live };
-Recovery parse_recovery(const std::string& name);  // throws one line naming --recovery
-const char* recovery_name(Recovery r);
-
-struct ParallelConfig {
-  int nproc = 1;                             // ranks to start on this host
-  parallel::MeshDims mesh;                   // --tp, --dp, --pp (parallel/mesh.h)
-  parallel::pipeline::PipelineOptions pipeline;  // --schedule, --virtual-stages, --pp-split
-  bool sequence_parallel = true;             // --sp / --no-sp, with --tp > 1
-  model::CpOptions cp;                       // --cp-mode, --cp-chunks, with --cp > 1
-  comm::Backend backend = comm::Backend::shm;
-  parallel::DataParallelOptions dp;          // --zero, --precision, --bucket-mb, --prefetch
-  bool data_parallel = false;                // use the ZeRO engine even on one rank
-  bool trace = false;                        // Chrome trace per rank in the run dir
-  int max_restarts = 0;                      // supervisor: restarts from the latest checkpoint
-  double timeout_s = 0;                      // communication timeout (0: STRATA_TIMEOUT/default)
-  // Several hosts (mpi; --hosts, --hostfile, --slurm): ranks fill each host in order, so tp
-  // peers (adjacent ranks) share a host; comm/launcher.h checks hosts and interfaces.
-  std::vector<comm::HostSlots> hosts;
-  std::string hosts_source = "--hosts", rsh_agent;
-  std::vector<std::string> ifaces;           // --iface
-  bool preflight = false;                    // --preflight: the bandwidth doctor before step 1
-  bool elastic = false;                      // --elastic: restarts leave out the failed host
-  Recovery recovery = Recovery::restart;     // --recovery
-
-  // Ranks of the job: the launcher's world when this process is already a rank (started by
-  // `strata launch`, mpirun, torchrun or SLURM), else nproc.
-  int world() const;
-  // Its checks are the run specification's (train/run_spec.h), with the rest of the run.
-  // The mesh degrees for world() ranks (throws naming --tp, --dp and the numbers).
-  parallel::MeshDims mesh_dims() const { return mesh.resolved(world()); }
-};
 
 // When this process is not yet a rank and the job needs ranks (nproc > 1, or a supervisor
 // for restarts), starts them with this process's own command line and returns the exit code

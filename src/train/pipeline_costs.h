@@ -21,8 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/pipeline/predict.h"
 #include "parallel/pipeline/executor.h"
-#include "train/distributed.h"
-#include "train/trainer.h"
+#include "train/config.h"
 
 namespace strata::train {
 

@@ -13,7 +13,7 @@
 #pragma once
 #include "comm/process_group.h"
 #include "parallel/mesh.h"
-#include "train/distributed.h"
+#include "train/config.h"
 #include "train/trainer.h"
 
 namespace strata::train {

@@ -15,8 +15,7 @@
 // parallel::ParallelLayout, and the planner's search the same rules (parallel/parallel_layout.h).
 #pragma once
 #include "parallel/parallel_layout.h"
-#include "train/distributed.h"
-#include "train/trainer.h"
+#include "train/config.h"
 
 namespace strata::train {
 
