@@ -7,8 +7,11 @@ DEB_PKGS  := cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-
              libpng-dev chromium iproute2 libdnnl-dev libicu-dev \
              libsentencepiece-dev sentencepiece libtomlplusplus-dev python3-dev pybind11-dev python3-numpy
 STRATA    := $(BUILD)/strata
+# `make install`: the strata binary to $(PREFIX)/bin, the Python package to Debian's python3
+# path for the prefix (docs/building.md).
+PREFIX    ?= /usr/local
 
-.PHONY: all deps test-deps bench-deps install build demo test bench clean
+.PHONY: all deps test-deps bench-deps pip-deps apt-packages build demo test bench clean install uninstall
 
 all: build
 
@@ -18,15 +21,23 @@ TEST_PKGS  := python3-torch
 BENCH_PKGS := $(TEST_PKGS)
 
 deps:
-	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS)"
+	@$(MAKE) --no-print-directory apt-packages PKGS="$(DEB_PKGS)"
 
 test-deps:
-	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS) $(TEST_PKGS)"
+	@$(MAKE) --no-print-directory apt-packages PKGS="$(DEB_PKGS) $(TEST_PKGS)"
 
 bench-deps:
-	@$(MAKE) --no-print-directory install PKGS="$(DEB_PKGS) $(BENCH_PKGS)"
+	@$(MAKE) --no-print-directory apt-packages PKGS="$(DEB_PKGS) $(BENCH_PKGS)"
 
-install:
+# `pip install --no-build-isolation .` builds with Debian's setuptools and wheel (pyproject.toml,
+# setup.py), offline; pip itself and venv for a virtual environment.
+PIP_PKGS := python3-pip python3-setuptools python3-wheel python3-venv
+
+pip-deps:
+	@$(MAKE) --no-print-directory apt-packages PKGS="$(DEB_PKGS) $(PIP_PKGS)"
+
+# apt-packages PKGS="...": installs those of PKGS that are missing (as root).
+apt-packages:
 	@missing=""; for p in $(PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
@@ -62,6 +73,18 @@ bench: bench-deps $(BUILD)/build.ninja
 	cmake -S . -B $(BUILD) -DSTRATA_BENCH=ON >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 	bash bench/run_all.sh
+
+# The binary and the Python package (install rules: CMakeLists.txt, python/CMakeLists.txt);
+# `cmake --install` lists what it wrote in $(BUILD)/install_manifest.txt, which uninstall reads.
+install: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target strata _strata
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+uninstall:
+	@test -f $(BUILD)/install_manifest.txt || { echo "no $(BUILD)/install_manifest.txt: nothing installed from $(BUILD)"; exit 1; }
+	@pkg=$$(dirname "$$(grep '/_strata[^/]*$$' $(BUILD)/install_manifest.txt)"); \
+	xargs -d '\n' rm -fv < $(BUILD)/install_manifest.txt && rm -rf "$$pkg/__pycache__" && \
+	{ rmdir "$$pkg" 2>/dev/null; rm -f $(BUILD)/install_manifest.txt; }
 
 clean:
 	rm -rf $(BUILD)

@@ -15,11 +15,12 @@
 #include <fstream>
 #include <string>
 
-#include "comm/launcher.h"
+#include "comm/bootstrap.h"
 #include "comm/process_group.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "cost/memory.h"
+#include "launcher/launcher.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"

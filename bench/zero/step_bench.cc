@@ -17,12 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "comm/launcher.h"
+#include "comm/bootstrap.h"
 #include "comm/process_group.h"
 #include "core/rng.h"
 #include "core/stats.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "launcher/launcher.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"

@@ -11,10 +11,10 @@
 #include "cli/command.h"
 #include "comm/benchmark.h"
 #include "comm/bootstrap.h"
-#include "comm/launcher.h"
-#include "comm/rank_status.h"
 #include "comm/process_group.h"
 #include "core/error.h"
+#include "launcher/launcher.h"
+#include "launcher/rank_status.h"
 
 namespace strata::cli {
 
@@ -110,13 +110,13 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
       return run_rank(*a, ops, sizes, cfg);
     }
 
-    comm::LaunchOptions o;
+    launcher::LaunchOptions o;
     o.nproc = a->nproc;
     o.backend = backend;
     o.prefix_output = false;
     o.timeout_s = a->timeout;
-    o.rank_exec = comm::self_executable();
-    o.command = {comm::self_executable(), "bench", "comm", "--backend", a->backend, "--op", a->op,
+    o.rank_exec = launcher::self_executable();
+    o.command = {launcher::self_executable(), "bench", "comm", "--backend", a->backend, "--op", a->op,
                  "-b", a->min_bytes, "-e", a->max_bytes, "-f", std::to_string(a->factor),
                  "--iters", std::to_string(a->iters), "--warmup", std::to_string(a->warmup),
                  "--dtype", a->dtype, "--redop", a->redop};
@@ -127,7 +127,7 @@ static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests 
       o.command.push_back("--timeout");
       o.command.push_back(std::to_string(a->timeout));
     }
-    comm::LaunchResult r = comm::launch(o);
+    launcher::LaunchResult r = launcher::launch(o);
     if (r.exit_code != 0) {
       std::fprintf(stderr, "strata bench comm: %s\n", r.message.c_str());
       throw ExitCode{r.exit_code};

@@ -16,16 +16,16 @@
 #include "cli/host_flags.h"
 #include "comm/benchmark.h"
 #include "comm/bootstrap.h"
-#include "comm/launcher.h"
-#include "comm/rank_status.h"
 #include "comm/process_group.h"
-#include "core/files.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "diag/flight_dump.h"
 #include "diag/hang_doctor.h"
 #include "diag/json_salvage.h"
 #include "diag/net_check.h"
 #include "diag/net_doctor.h"
+#include "launcher/launcher.h"
+#include "launcher/rank_status.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::cli {
@@ -118,7 +118,7 @@ void run_net_rank(const NetArgs& a) {
   o.host.bytes = o.net.p2p_bytes;
   o.host.reps = std::min(a.reps, 3);
   o.host.tp = a.tp;
-  if (!a.host_flags.iface.empty()) o.host.wanted_ifaces = comm::parse_iface_list(a.host_flags.iface);
+  if (!a.host_flags.iface.empty()) o.host.wanted_ifaces = launcher::parse_iface_list(a.host_flags.iface);
   o.threshold = a.threshold;
   o.expect_busbw = a.expect_busbw;
   o.expect_link_gbps = a.expect_link;
@@ -138,7 +138,7 @@ void run_doctor_net(const NetArgs& a) {
     comm::refuse_stale_rank_env("strata doctor net");
     return run_net_rank(a);
   }
-  comm::LaunchOptions o;
+  launcher::LaunchOptions o;
   HostFlags::Resolved h = a.host_flags.resolve();
   o.hosts = h.hosts;
   o.hosts_source = h.source;
@@ -148,7 +148,7 @@ void run_doctor_net(const NetArgs& a) {
   o.rsh_agent = h.rsh_agent;
   STRATA_CHECK(!a.nproc_given || a.nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", a.nproc);
   STRATA_CHECK(!a.tp_given || a.tp >= 1, "--tp must be at least 1, got ", a.tp);
-  const int nproc = a.nproc_given ? a.nproc : o.hosts.empty() ? 4 : comm::total_slots(o.hosts);
+  const int nproc = a.nproc_given ? a.nproc : o.hosts.empty() ? 4 : launcher::total_slots(o.hosts);
   STRATA_CHECK(nproc >= 2, "--nproc must be at least 2 (pairs of ranks), got ", nproc);
   STRATA_CHECK(a.tp <= 1 || nproc % a.tp == 0, "--tp ", a.tp, " does not divide the ", nproc, " ranks");
   STRATA_CHECK(o.hosts.empty() || backend == comm::Backend::mpi,
@@ -160,14 +160,14 @@ void run_doctor_net(const NetArgs& a) {
   o.nproc = nproc;
   o.backend = backend;
   o.timeout_s = a.timeout;
-  o.rank_exec = comm::self_executable();
-  o.command = {comm::self_executable(), "doctor", "net", "--backend", a.backend, "--threshold", cat(a.threshold),
+  o.rank_exec = launcher::self_executable();
+  o.command = {launcher::self_executable(), "doctor", "net", "--backend", a.backend, "--threshold", cat(a.threshold),
                "--expect-busbw", cat(a.expect_busbw), "--bytes", a.bytes, "--coll-bytes", a.coll_bytes,
                "--reps", cat(a.reps), "--iters", cat(a.iters), "--result-file", result, "--tp", cat(a.tp),
                "--expect-link-gbps", cat(a.expect_link)};
   if (!a.host_flags.iface.empty()) o.command.insert(o.command.end(), {"--iface", a.host_flags.iface});
   if (const char* t = std::getenv("STRATA_THROTTLE_LINK")) o.extra_env.emplace_back("STRATA_THROTTLE_LINK", t);
-  comm::LaunchResult lr = comm::launch(o);
+  launcher::LaunchResult lr = launcher::launch(o);
   std::string text, error;
   diag::ParsedJson parsed;
   bool ok = lr.exit_code == 0 && diag::read_text_file(result, text, error) && diag::parse_json_salvaging(text, parsed, error);

@@ -16,9 +16,9 @@
 
 #include "cli/command.h"
 #include "cli/run_config.h"
-#include "comm/rank_status.h"
 #include "core/error.h"
 #include "fed/run.h"
+#include "launcher/rank_status.h"
 
 namespace strata::cli {
 namespace {
@@ -177,7 +177,7 @@ void setup_train(CLI::App& app) {
 
 // Runs `strata fed train ARGS --summary FILE` as a child job and reads the summary.
 nlohmann::json run_child(const std::vector<std::string>& args, const std::string& file) {
-  std::vector<std::string> argv = {comm::self_executable(), "fed", "train"};
+  std::vector<std::string> argv = {launcher::self_executable(), "fed", "train"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"--summary", file});
   std::string cmd;

@@ -11,9 +11,9 @@
 
 #include "cli/command.h"
 #include "cli/host_flags.h"
-#include "comm/launcher.h"
-#include "comm/rank_status.h"
 #include "core/error.h"
+#include "launcher/launcher.h"
+#include "launcher/rank_status.h"
 
 namespace strata::cli {
 
@@ -61,7 +61,7 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
   app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with the rank");
   app.add_option("command", a->command, "program and arguments (after --)")->required();
   app.callback([a, nproc_opt] {
-    comm::LaunchOptions o;
+    launcher::LaunchOptions o;
     HostFlags::Resolved h = a->host_flags.resolve();
     o.hosts = h.hosts;
     o.hosts_source = h.source;
@@ -71,7 +71,7 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
     STRATA_CHECK(nproc_given || !o.hosts.empty(),
                  "-n/--nproc is required (the number of ranks) unless --hosts or --hostfile gives the slots");
     STRATA_CHECK(!nproc_given || a->nproc >= 1, "-n/--nproc must be at least 1, got ", a->nproc);
-    o.nproc = nproc_given ? a->nproc : comm::total_slots(o.hosts);
+    o.nproc = nproc_given ? a->nproc : launcher::total_slots(o.hosts);
     o.backend = comm::parse_backend(a->backend);
     if (o.backend == comm::Backend::shm) check_local_limits(o.nproc);
     STRATA_CHECK(std::isfinite(a->grace) && a->grace >= 0,
@@ -83,8 +83,8 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
     o.max_restarts = a->max_restarts;
     o.prefix_output = !a->no_prefix;
     o.command = a->command;
-    o.rank_exec = comm::self_executable();
-    comm::LaunchResult r = comm::launch(o);
+    o.rank_exec = launcher::self_executable();
+    launcher::LaunchResult r = launcher::launch(o);
     if (r.exit_code != 0) {
       std::fprintf(stderr, "strata launch: %s\n", r.message.c_str());
       throw ExitCode{r.exit_code};

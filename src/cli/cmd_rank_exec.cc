@@ -1,7 +1,7 @@
 // strata rank-exec DIR -- PROGRAM ARGS   (internal: how `strata launch --backend mpi` starts
-// each rank, so the first failing rank is named even when mpirun does not; comm/rank_status.h)
+// each rank, so the first failing rank is named even when mpirun does not; launcher/rank_status.h)
 #include "cli/command.h"
-#include "comm/rank_status.h"
+#include "launcher/rank_status.h"
 
 namespace strata::cli {
 
@@ -16,7 +16,7 @@ static Register reg("rank-exec", "Run one rank of an mpirun job and record how i
   app.add_option("dir", a->dir, "directory for the rank's exit record")->required();
   app.add_option("command", a->command, "program and arguments (after --)")->required();
   app.callback([a] {
-    int code = comm::exec_and_record_status(a->dir, a->command);
+    int code = launcher::exec_and_record_status(a->dir, a->command);
     if (code != 0) throw ExitCode{code};
   });
 });

@@ -15,15 +15,15 @@
 #include "cli/command.h"
 #include "cli/run_config.h"
 #include "comm/bootstrap.h"
-#include "comm/launcher.h"
 #include "comm/process_group.h"
-#include "comm/rank_status.h"
 #include "core/error.h"
-#include "train/distributed.h"
+#include "launcher/launcher.h"
+#include "launcher/rank_status.h"
 #include "rlhf/kv_cache.h"
 #include "rlhf/model_io.h"
 #include "rlhf/ppo.h"
 #include "rlhf/reward.h"
+#include "train/distributed.h"
 
 namespace strata::cli {
 namespace {
@@ -139,16 +139,16 @@ bool launch_ranks(const PpoArgs& a) {
   if (a.nproc <= 1 || comm::launched_as_rank()) return false;
   STRATA_CHECK(a.cfg.rollout_batch % a.nproc == 0 && a.cfg.minibatch % a.nproc == 0, "--rollout-batch ",
                a.cfg.rollout_batch, " and --minibatch ", a.cfg.minibatch, " must divide over --nproc ", a.nproc);
-  comm::LaunchOptions o;
+  launcher::LaunchOptions o;
   o.nproc = a.nproc;
   o.prefix_output = false;  // rank 0 alone reports
   o.command = train::own_command_line();
-  o.rank_exec = comm::self_executable();
+  o.rank_exec = launcher::self_executable();
   if (!std::getenv("OMP_NUM_THREADS")) {  // ranks split the host's cores
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     o.extra_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cores / a.nproc)));
   }
-  const comm::LaunchResult r = comm::launch(o);
+  const launcher::LaunchResult r = launcher::launch(o);
   if (r.exit_code != 0) {
     std::fprintf(stderr, "strata rlhf ppo: %s\n", r.message.c_str());
     throw ExitCode{r.exit_code};

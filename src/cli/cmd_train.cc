@@ -546,7 +546,7 @@ void setup(CLI::App& app) {
     // A rank (started by the launcher) takes its world from the launcher, not the hosts,
     // which an --elastic restart may have left out.
     if (!h.hosts.empty() && !app.count("--nproc") && !comm::launched_as_rank())
-      pcfg.nproc = comm::total_slots(h.hosts);
+      pcfg.nproc = launcher::total_slots(h.hosts);
     // One run specification, checked once before any rank starts (train/run_spec.h).
     train::RunSpec spec;
     spec.train = resolve(app, *a);

@@ -2,9 +2,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "comm/slurm_hosts.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "launcher/slurm_hosts.h"
 
 namespace strata::cli {
 
@@ -25,18 +25,18 @@ HostFlags::Resolved HostFlags::resolve() const {
   Resolved r;
   STRATA_CHECK(int(!hosts.empty()) + int(!hostfile.empty()) + int(slurm) <= 1,
                "give one of --hosts, --hostfile and --slurm");
-  if (!hosts.empty()) r.hosts = comm::parse_hosts(hosts);
+  if (!hosts.empty()) r.hosts = launcher::parse_hosts(hosts);
   if (!hostfile.empty()) {
     require_regular_file(hostfile, "--hostfile");  // a FIFO would block the read forever
-    r.hosts = comm::parse_hostfile(hostfile);
+    r.hosts = launcher::parse_hostfile(hostfile);
     r.source = "hostfile " + hostfile;
   }
   if (slurm) {
-    r.hosts = comm::hosts_from_slurm_env();
+    r.hosts = launcher::hosts_from_slurm_env();
     r.source = "Slurm (SLURM_JOB_NODELIST)";
   }
   r.rsh_agent = rsh_agent;
-  if (!iface.empty()) r.ifaces = comm::parse_iface_list(iface);
+  if (!iface.empty()) r.ifaces = launcher::parse_iface_list(iface);
   return r;
 }
 

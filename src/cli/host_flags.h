@@ -1,11 +1,11 @@
 // The multi-host flag family, for `strata launch`, `strata train` and `strata doctor net`:
 //   --hosts a:2,b:2 | --hostfile FILE | --slurm   [--rsh-agent AGENT] [--iface IF[,IF]]
-// (comm/hostlist.h, comm/slurm_hosts.h, comm/netif.h).
+// (launcher/hostlist.h, launcher/slurm_hosts.h, launcher/netif.h).
 #pragma once
 #include <string>
 #include <vector>
 
-#include "comm/hostlist.h"
+#include "launcher/hostlist.h"
 
 namespace CLI {
 class App;
@@ -21,7 +21,7 @@ struct HostFlags {
   // After parsing: the hosts (empty: this host only) and where they came from ("--hosts",
   // "hostfile F", "Slurm"), the interfaces. Throws one line for bad or conflicting flags.
   struct Resolved {
-    std::vector<comm::HostSlots> hosts;
+    std::vector<launcher::HostSlots> hosts;
     std::string source = "--hosts";
     std::string rsh_agent;
     std::vector<std::string> ifaces;

@@ -1,14 +1,20 @@
 #include "comm/bootstrap.h"
 
+#include <dirent.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace strata::comm {
 
@@ -148,6 +154,45 @@ RankEnv detect_rank_env() {
   }
   if (const char* j = env("STRATA_JOB_ID")) r.job_id = j;
   return r;
+}
+
+static const EnvVar kRestart("STRATA_RESTART", "0",
+                             "how many times the supervisor (--max-restarts) has restarted this "
+                             "job; set by the launcher for its ranks");
+
+int restart_attempt() {
+  const int64_t k = kRestart.get_int();
+  STRATA_CHECK(k >= 0, "STRATA_RESTART must be >= 0, got ", k);
+  return int(k);
+}
+
+static const EnvVar kRunId("STRATA_RUN_ID", "",
+                           "the supervised job's id, the same in every restart of it (STRATA_JOB_ID "
+                           "is fresh per attempt); set by the launcher for its ranks");
+
+std::string supervised_job_id() { return kRunId.get(); }
+
+std::string new_job_id() {
+  std::random_device rd;
+  uint64_t r = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(now_ns());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "j%d-%012llx", int(getpid()),
+                (unsigned long long)(r & 0xffffffffffffull));
+  return buf;
+}
+
+int remove_job_segments(const std::string& job_id) {
+  if (job_id.empty()) return 0;
+  std::string prefix = "strata-" + job_id + "-";
+  int removed = 0;
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) == 0 && shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
 }
 
 }  // namespace strata::comm

@@ -39,4 +39,17 @@ std::string strata_rank_env_text();
 // one of its ranks and waiting out the timeout.
 void refuse_stale_rank_env(const std::string& request);
 
+// This process's restart count from STRATA_RESTART (0 when unset): what a rank reads to
+// know it is a relaunch (a trainer then resumes from its latest checkpoint).
+int restart_attempt();
+// The supervised job this process belongs to (STRATA_RUN_ID, the same across its restarts);
+// empty when no launcher set it.
+std::string supervised_job_id();
+
+// A fresh job id: "<hostname-ish>-<pid>-<random>" (characters safe in shm names).
+std::string new_job_id();
+
+// Removes /dev/shm segments that belong to job_id; returns how many were removed.
+int remove_job_segments(const std::string& job_id);
+
 }  // namespace strata::comm

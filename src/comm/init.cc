@@ -6,7 +6,6 @@
 #include "comm/bootstrap.h"
 #include "comm/flight_recorder.h"
 #include "comm/hier/hier_transport.h"
-#include "comm/launcher.h"
 #include "comm/mpi/mpi_transport.h"
 #include "comm/process_group.h"
 #include "comm/runtime.h"

@@ -138,7 +138,7 @@ std::vector<HostFinding> judge_hosts(const HostNetResult& r, const std::vector<C
                                      double threshold, double expect_link_gbps) {
   STRATA_CHECK(threshold > 0 && threshold <= 1, "--threshold must be in (0, 1], got ", threshold);
   std::vector<HostFinding> out;
-  for (std::string& p : comm::interface_problems(r.hosts, r.ifaces, r.wanted_ifaces))
+  for (std::string& p : launcher::interface_problems(r.hosts, r.ifaces, r.wanted_ifaces))
     out.push_back({"down", "interface down: " + p});
   wrong_interface(r, threshold, out);
   double ref = expect_link_gbps;
@@ -160,7 +160,7 @@ std::string format_host_report(const HostNetResult& r) {
   out += ")\n";
   for (size_t h = 0; h < r.ifaces.size(); ++h) {
     out += cat("  ", r.hosts[h], " interfaces:");
-    for (const comm::NetIface& f : r.ifaces[h])
+    for (const launcher::NetIface& f : r.ifaces[h])
       if (!f.loopback()) out += cat(" ", f.name, " ", f.state, f.ipv4.empty() ? "" : " " + f.ipv4, ";");
     out += "\n";
   }
@@ -181,7 +181,7 @@ nlohmann::json host_report_json(const HostNetResult& r) {
   nlohmann::json ifaces = nlohmann::json::array(), links = nlohmann::json::array();
   for (const auto& host : r.ifaces) {
     nlohmann::json h = nlohmann::json::array();
-    for (const comm::NetIface& f : host) h.push_back({{"name", f.name}, {"state", f.state}, {"up", f.up}, {"ipv4", f.ipv4}});
+    for (const launcher::NetIface& f : host) h.push_back({{"name", f.name}, {"state", f.state}, {"up", f.up}, {"ipv4", f.ipv4}});
     ifaces.push_back(h);
   }
   for (const HostLink& l : r.links) {
@@ -202,9 +202,9 @@ HostNetResult host_result_from_json(const nlohmann::json& j) {
   r.host_of = j.at("host_of").get<std::vector<int>>();
   r.wanted_ifaces = j.at("wanted_ifaces").get<std::vector<std::string>>();
   for (const auto& host : j.at("ifaces")) {
-    std::vector<comm::NetIface> h;
+    std::vector<launcher::NetIface> h;
     for (const auto& f : host) {
-      comm::NetIface x;
+      launcher::NetIface x;
       x.name = f.at("name"), x.state = f.at("state"), x.up = f.at("up"), x.ipv4 = f.at("ipv4");
       h.push_back(x);
     }

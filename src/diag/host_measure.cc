@@ -22,7 +22,7 @@
 namespace strata::diag {
 namespace {
 
-using comm::NetIface;
+using launcher::NetIface;
 using comm::ProcessGroup;
 
 constexpr size_t kIfaceText = 2048;  // bytes per rank for its interface list
@@ -139,7 +139,7 @@ RawProbe raw_send(ProcessGroup& pg, int receiver, const std::string& iface, cons
 
 std::vector<std::pair<std::string, uint64_t>> tx_counters() {
   std::vector<std::pair<std::string, uint64_t>> out;
-  for (const NetIface& f : comm::local_interfaces())
+  for (const NetIface& f : launcher::local_interfaces())
     if (!f.loopback()) out.emplace_back(f.name, f.tx_bytes);
   return out;
 }
@@ -268,7 +268,7 @@ HostNetResult measure_hosts(ProcessGroup& pg, const HostNetConfig& cfg) {
   r.wanted_ifaces = cfg.wanted_ifaces;
   const int H = layout.num_hosts(), n = pg.size();
   // Every rank's interfaces; a host's are those its first rank sees.
-  std::string mine = encode_ifaces(comm::local_interfaces());
+  std::string mine = encode_ifaces(launcher::local_interfaces());
   std::vector<char> send(kIfaceText, 0), all(kIfaceText * size_t(n), 0);
   std::memcpy(send.data(), mine.data(), mine.size());
   pg.all_gather(send.data(), all.data(), kIfaceText, DType::u8);

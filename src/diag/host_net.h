@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/netif.h"
+#include "launcher/netif.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace strata::comm {
@@ -72,7 +72,7 @@ struct TpPlacement {
 struct HostNetResult {
   std::vector<std::string> hosts;                   // by host index
   std::vector<int> host_of;                         // world rank -> host index
-  std::vector<std::vector<comm::NetIface>> ifaces;  // per host
+  std::vector<std::vector<launcher::NetIface>> ifaces;  // per host
   std::vector<HostLink> links;                      // every ordered pair of hosts
   TpPlacement tp;
   std::vector<std::string> wanted_ifaces;

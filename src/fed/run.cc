@@ -9,14 +9,14 @@
 
 #include "ckpt/fsutil.h"
 #include "comm/bootstrap.h"
-#include "comm/launcher.h"
 #include "comm/process_group.h"
-#include "comm/rank_status.h"
 #include "core/error.h"
 #include "data/sampler.h"
 #include "fed/accountant.h"
 #include "fed/dp.h"
 #include "fed/wire.h"
+#include "launcher/launcher.h"
+#include "launcher/rank_status.h"
 #include "train/distributed.h"
 
 namespace strata::fed {
@@ -31,17 +31,17 @@ std::optional<int> launch_if_needed(const FedConfig& cfg, comm::Backend backend,
                cores, " cores) can run: at most ", max_clients);
   // Data errors (more clients than samples, ...) once, here, before any rank starts.
   open_fed_data(cfg.data, cfg.seed, cfg.partition, cfg.clients, -1, cfg.local.seq);
-  comm::LaunchOptions o;
+  launcher::LaunchOptions o;
   o.nproc = cfg.clients + 1;
   o.backend = backend;
   o.timeout_s = timeout_s;
   o.prefix_output = false;  // the server alone prints
   o.command = train::own_command_line();
-  o.rank_exec = comm::self_executable();
+  o.rank_exec = launcher::self_executable();
   o.extra_env.emplace_back("OMP_NUM_THREADS", "1");
   // A client that dies is the server's to handle (a dropout, server.h), not the job's end.
   for (int k = 1; k <= cfg.clients; ++k) o.may_fail.push_back(k);
-  comm::LaunchResult r = comm::launch(o);
+  launcher::LaunchResult r = launcher::launch(o);
   // The server says why it failed in its own line.
   if (r.exit_code != 0 && r.failed_rank != 0) std::fprintf(stderr, "strata fed: %s\n", r.message.c_str());
   return r.exit_code;

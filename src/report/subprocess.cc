@@ -9,15 +9,15 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "comm/rank_status.h"
 #include "core/error.h"
+#include "launcher/rank_status.h"
 
 namespace strata::report {
 
 ChildResult run_strata(const std::vector<std::string>& args,
                        const std::vector<std::pair<std::string, std::string>>& env,
                        const std::string& out_path, const std::string& err_path) {
-  const std::string exe = comm::self_executable();
+  const std::string exe = launcher::self_executable();
   std::vector<std::string> argv_s = {exe};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;

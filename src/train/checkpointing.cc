@@ -14,12 +14,12 @@
 #include "ckpt/interval.h"
 #include "ckpt/load.h"
 #include "comm/bootstrap.h"
-#include "comm/launcher.h"
-#include "comm/live_world.h"
 #include "core/error.h"
-#include "cost/reliability.h"
 #include "core/phase.h"
 #include "core/timer.h"
+#include "cost/reliability.h"
+#include "launcher/launcher.h"
+#include "launcher/live_world.h"
 #include "model/context/context_comm.h"
 
 namespace strata::train {
@@ -590,7 +590,7 @@ ResumePoint RunCheckpoints::resume_live() {
   }
   // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it.
   topo_.sum_across_ranks(0.0);
-  if (lead) comm::announce_live_world_formed(live.generation);  // a replacement may join it now
+  if (lead) launcher::announce_live_world_formed(live.generation);  // a replacement may join it now
   const double since = double(now_ns() - live.failed_ns) * 1e-9;
   if (lead) {
     live.records->push_back({{"failure", live.failure},

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "comm/hostlist.h"
 #include "comm/process_group.h"
 #include "comm/types.h"
 #include "core/tensor_layout.h"
 #include "diag/fault_inject.h"
 #include "diag/straggler.h"
+#include "launcher/hostlist.h"
 #include "model/context/layout.h"
 #include "model/model_part.h"
 #include "nlohmann/json.hpp"
@@ -182,8 +182,8 @@ struct ParallelConfig {
   int max_restarts = 0;                      // supervisor: restarts from the latest checkpoint
   double timeout_s = 0;                      // communication timeout (0: STRATA_TIMEOUT/default)
   // Several hosts (mpi; --hosts, --hostfile, --slurm): ranks fill each host in order, so tp
-  // peers (adjacent ranks) share a host; comm/launcher.h checks hosts and interfaces.
-  std::vector<comm::HostSlots> hosts;
+  // peers (adjacent ranks) share a host; launcher/launcher.h checks hosts and interfaces.
+  std::vector<launcher::HostSlots> hosts;
   std::string hosts_source = "--hosts", rsh_agent;
   std::vector<std::string> ifaces;           // --iface
   bool preflight = false;                    // --preflight: the bandwidth doctor before step 1

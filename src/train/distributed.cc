@@ -15,10 +15,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/hier/topology.h"
-#include "comm/launcher.h"
-#include "comm/live_world.h"
 #include "comm/process_group.h"
-#include "comm/rank_status.h"
 #include "comm/runtime.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -30,6 +27,9 @@
 #include "cost/comm.h"
 #include "data/dataset.h"
 #include "diag/net_check.h"
+#include "launcher/launcher.h"
+#include "launcher/live_world.h"
+#include "launcher/rank_status.h"
 #include "model/context/context_comm.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
@@ -173,7 +173,7 @@ std::vector<std::string> own_command_line() {
     at = end + 1;
   }
   STRATA_CHECK(!args.empty(), "cannot read this process's command line from /proc/self/cmdline");
-  args[0] = comm::self_executable();  // the same binary, wherever PATH points
+  args[0] = launcher::self_executable();  // the same binary, wherever PATH points
   return args;
 }
 
@@ -192,7 +192,7 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   }
   if (pc.nproc <= 1 && pc.max_restarts == 0 && pc.hosts.empty()) return std::nullopt;
   RunDirLock lock(cfg.run_dir);  // held across the ranks' lives and restarts
-  comm::LaunchOptions o;
+  launcher::LaunchOptions o;
   o.nproc = pc.nproc;
   o.backend = pc.backend;
   o.timeout_s = pc.timeout_s;
@@ -206,7 +206,7 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   o.live = pc.recovery != Recovery::restart;
   o.live_rejoin = pc.recovery == Recovery::live;
   o.command = own_command_line();
-  o.rank_exec = comm::self_executable();
+  o.rank_exec = launcher::self_executable();
   // On a terminal, rank 0 draws the live progress line through the launcher's pipe.
   if (isatty(STDOUT_FILENO)) o.extra_env.emplace_back("STRATA_PROGRESS_TTY", "1");
   // Like torchrun: ranks sharing a host split its cores instead of each taking all of them.
@@ -215,7 +215,7 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
     int per_host = pc.nproc;  // across hosts: the most ranks any host runs
     if (!pc.hosts.empty()) {
       per_host = 1;
-      for (const comm::HostSlots& h : pc.hosts) per_host = std::max(per_host, h.slots);
+      for (const launcher::HostSlots& h : pc.hosts) per_host = std::max(per_host, h.slots);
     }
     o.extra_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cores / per_host)));
   }
@@ -231,8 +231,8 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
     }
   };
   // The job's in-memory checkpoints outlive its ranks for their restarts, not the job: the
-  // launcher removes them when it ends, however it ends (comm/run_segments.h).
-  comm::LaunchResult r = comm::launch(o);
+  // launcher removes them when it ends, however it ends (launcher/run_segments.h).
+  launcher::LaunchResult r = launcher::launch(o);
   if (r.exit_code != 0) std::fprintf(stderr, "strata train: %s\n", r.message.c_str());
   return r.exit_code;
 }
@@ -275,7 +275,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
     return r;
   }
   // --recovery shrink|live: a world that loses a rank is re-formed by its survivors, in this
-  // process, as the launcher names it (comm/live_world.h), and the run continues there; under
+  // process, as the launcher names it (launcher/live_world.h), and the run continues there; under
   // live a replacement joins them at a step boundary, in a world re-formed the same way.
   const double wait_s = pc.timeout_s > 0 ? pc.timeout_s : 60;
   LiveRecovery live;
@@ -287,12 +287,12 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   // reads the same sources.
   live.data = std::make_shared<data::Split>(
       data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab));
-  if (const int after = comm::live_join_generation(); after > 0) {  // this process is a replacement
-    comm::announce_live_join();
-    const std::optional<comm::LiveWorld> w = comm::wait_for_live_world(after, wait_s, true);
+  if (const int after = launcher::live_join_generation(); after > 0) {  // this process is a replacement
+    launcher::announce_live_join();
+    const std::optional<launcher::LiveWorld> w = launcher::wait_for_live_world(after, wait_s, true);
     STRATA_CHECK(w.has_value(), "live recovery: this replacement was not asked to join within ",
                  wait_s, " s");
-    comm::adopt_live_world(*w);
+    launcher::adopt_live_world(*w);
     live.generation = w->generation;
     live.old_world = w->from;
     live.failure = w->failure;
@@ -312,14 +312,14 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
       // A re-formed world that did not form (a peer died before joining) waits for the next.
       const auto* change = dynamic_cast<const WorldChange*>(&e);
       if (!change && (world ? !world->runtime().broken() : live.generation == 0)) throw;
-      if (!change) comm::announce_live_world_broken(live.generation);  // a stopped peer goes
+      if (!change) launcher::announce_live_world_broken(live.generation);  // a stopped peer goes
       const bool formed = world != nullptr;
       const int64_t failed_ns = now_ns();
       const int64_t failed_step = change ? change->step : current_phase().get().step;
       world.reset();
-      const std::optional<comm::LiveWorld> next = comm::wait_for_live_world(live.generation, wait_s);
+      const std::optional<launcher::LiveWorld> next = launcher::wait_for_live_world(live.generation, wait_s);
       if (!next) throw;  // the launcher stops the job instead
-      comm::adopt_live_world(*next);
+      launcher::adopt_live_world(*next);
       live.generation = next->generation;
       live.failure = next->failure;
       live.failed_ns = failed_ns;
@@ -438,7 +438,7 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
       if (g->rank() == 0) {
         Stopwatch waited;
         for (;;) {
-          const std::optional<comm::LiveWorld> w = comm::read_live_world();
+          const std::optional<launcher::LiveWorld> w = launcher::read_live_world();
           newer = w && w->generation > generation ? 1 : 0;
           if (newer > 0 || !await || waited.seconds() > await_s) break;
           std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -1,7 +1,7 @@
 // `strata train` on N ranks. The command is the same on every rank:
 //
 //   strata train --nproc 4 --zero 2 ...      (not yet a rank: start 4 ranks of this very
-//        |                                    command line under comm::launch, wait, exit)
+//        |                                    command line under launcher::launch, wait, exit)
 //        +-- rank r: strata train ... with STRATA_RANK=r, STRATA_WORLD_SIZE=4 in the env
 //              join the world group, build the data-parallel engine, train
 //

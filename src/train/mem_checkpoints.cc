@@ -10,12 +10,12 @@
 #include <cstring>
 #include <filesystem>
 
-#include "comm/run_segments.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "launcher/run_segments.h"
 #include "train/metrics.h"
 
 namespace strata::train {
@@ -119,12 +119,12 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
     // Named as replica_from's own segment (that rank runs on another host: no collision here),
     // so a restart on this host finds every old rank's copy under one naming.
     const std::string rname = ckpt::MemSegment::name_for(run_key(o_.run_dir), o_.replica_from);
-    comm::own_for_run(rname);
+    launcher::own_for_run(rname);
     replica_ = ckpt::MemSegment::create(rname, replica_payload_bytes_, kReplicaSlots);
   }
   // Under a launcher the job owns the segment: the launcher removes it when the job ends
-  // (comm/run_segments.h), whatever becomes of this rank.
-  comm::own_for_run(name);
+  // (launcher/run_segments.h), whatever becomes of this rank.
+  launcher::own_for_run(name);
   writer_ = std::thread([this] { writer_loop(); });
   if (o_.replica_group) {
     // Ending (finish, or a stop without it: a failure, a world change) sends the rest at once;
@@ -169,11 +169,11 @@ MemCheckpoints::~MemCheckpoints() {
   // them when the job ends); otherwise nothing may outlive the run.
   if (segment_ && (finished_ || !o_.supervised)) {
     ckpt::MemSegment::remove(segment_->name());
-    comm::disown_for_run(segment_->name());
+    launcher::disown_for_run(segment_->name());
   }
   if (replica_ && (finished_ || !o_.supervised)) {
     ckpt::MemSegment::remove(replica_->name());
-    comm::disown_for_run(replica_->name());
+    launcher::disown_for_run(replica_->name());
   }
 }
 

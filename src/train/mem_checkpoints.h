@@ -26,7 +26,7 @@
 //   cleanup  the segment is removed when the run ends well, and when an unsupervised
 //            process fails; a supervised rank leaves it for its restart, and the launcher
 //            (`strata train --nproc/--hosts`, `strata launch`) removes it when the job ends:
-//            the job owns it (comm/run_segments.h).
+//            the job owns it (launcher/run_segments.h).
 //   replicas `--mem-ckpt-replicas 1` across hosts: a replica thread of its own, on a process
 //            group of its own, sends copies to the same local rank on the next host while it
 //            receives the previous host's into a 2-slot segment named as that rank's own (so a

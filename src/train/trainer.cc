@@ -14,7 +14,7 @@
 #include <optional>
 #include <thread>
 
-#include "comm/launcher.h"
+#include "comm/bootstrap.h"
 #include "comm/process_group.h"
 #include "comm/work.h"
 #include "core/error.h"
@@ -30,6 +30,7 @@
 #include "data/sampler.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/selfcheck.h"
+#include "launcher/launcher.h"
 #include "model/context/context_comm.h"
 #include "model/shard.h"
 #include "model/tensor/collectives.h"

@@ -10,18 +10,21 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/bootstrap.h"
 #include "comm/flight_recorder.h"
-#include "comm/launcher.h"
 #include "comm/process_group.h"
 #include "comm/shm/segment.h"
 #include "comm/shm/shm_transport.h"
 #include "core/timer.h"
+#include "launcher/launcher.h"
 #include "multiproc_checks.h"
 #include "nlohmann/json.hpp"
 #include "support/run.h"
 #include "support/temp_dir.h"
 
 namespace strata::comm {
+
+using namespace strata::launcher;  // the launcher starts these tests' ranks
 namespace {
 
 namespace fs = std::filesystem;

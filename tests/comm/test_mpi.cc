@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "comm/launcher.h"
 #include "comm/mpi/mpi_transport.h"
+#include "launcher/launcher.h"
 #include "multiproc_checks.h"
 #include "support/run.h"
 
 namespace strata::comm {
+
+using namespace strata::launcher;  // the launcher starts these tests' ranks
 namespace {
 
 bool have_mpirun() { return access("/usr/bin/mpirun", X_OK) == 0 && detail::mpi_available(); }

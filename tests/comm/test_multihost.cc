@@ -14,14 +14,16 @@
 #include <thread>
 
 #include "comm/hier/topology.h"
-#include "comm/hostlist.h"
-#include "comm/slurm_hosts.h"
 #include "comm/mpi/mpi_transport.h"
 #include "core/timer.h"
-#include "support/temp_dir.h"
+#include "launcher/hostlist.h"
+#include "launcher/slurm_hosts.h"
 #include "support/run.h"
+#include "support/temp_dir.h"
 
 namespace strata::comm {
+
+using namespace strata::launcher;  // the launcher starts these tests' ranks
 namespace {
 
 TEST(HostList, ParsesAndRejects) {
@@ -330,7 +332,7 @@ TEST_F(MultiHost, KilledRankRestartsOnTheSameHostsWithTheSameLosses) {
 // In-memory checkpoints across hosts, each host with a /dev/shm of its own (--private-shm):
 // rank 1 (host 1) is SIGKILLed and the job ends, so neither rank removes its copy (the dead
 // one cannot; rank 0 leaves its copy to a restart that never comes) and the launcher's own
-// /dev/shm holds neither. The job owns them (comm/run_segments.h): the launcher removes them
+// /dev/shm holds neither. The job owns them (launcher/run_segments.h): the launcher removes them
 // on their hosts through the remote shell, and nothing of strata's is left on any host.
 TEST_F(MultiHost, FinalFailureLeavesNoSharedMemoryOnAnyHost) {
   up(2, {"--private-shm"});

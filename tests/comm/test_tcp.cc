@@ -7,17 +7,20 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/launcher.h"
+#include "comm/bootstrap.h"
 #include "comm/process_group.h"
 #include "comm/tcp/store.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "launcher/launcher.h"
 #include "multiproc_checks.h"
 #include "nlohmann/json.hpp"
 #include "support/run.h"
 #include "support/temp_dir.h"
 
 namespace strata::comm {
+
+using namespace strata::launcher;  // the launcher starts these tests' ranks
 namespace {
 
 using tcp::StoreClient;

@@ -1,5 +1,6 @@
 // The source tree keeps its layering (core <- kernels <- model <- parallel <- train <- cli,
-// comm beside kernels, cost on core alone, ckpt/data/diag/plan as rooms of their own): an
+// comm beside kernels, launcher on comm, cost on core alone, ckpt/data/diag/plan as rooms of
+// their own): an
 // area includes headers only of the areas it builds on, CLI11 stays in cli/, and every
 // STRATA_* variable read with getenv is declared in the environment registry (listed by
 // `strata --help-env`).
@@ -41,18 +42,19 @@ TEST(Layering, AreasIncludeOnlyTheAreasTheyBuildOn) {
       {"cost", {"core", "cost"}},
       {"kernels", {"core", "kernels"}},
       {"comm", {"core", "comm"}},
+      {"launcher", {"core", "comm", "launcher"}},
       {"model", {"core", "cost", "kernels", "comm", "model"}},
       {"data", {"core", "data"}},
       {"parallel", {"core", "cost", "kernels", "comm", "model", "parallel"}},
       {"ckpt", {"core", "cost", "ckpt"}},
-      {"diag", {"core", "comm", "diag"}},
+      {"diag", {"core", "comm", "launcher", "diag"}},
       {"plan", {"core", "cost", "model", "plan", "parallel"}},
-      {"train", {"core", "cost", "kernels", "comm", "model", "data", "parallel", "ckpt", "diag",
-                 "train"}},
-      {"fed", {"core", "comm", "model", "data", "ckpt", "train", "fed"}},
+      {"train", {"core", "cost", "kernels", "comm", "launcher", "model", "data", "parallel", "ckpt",
+                 "diag", "train"}},
+      {"fed", {"core", "comm", "launcher", "model", "data", "ckpt", "train", "fed"}},
       {"rlhf", {"core", "cost", "kernels", "comm", "model", "parallel", "ckpt", "train", "plan",
                 "rlhf"}},
-      {"report", {"core", "cost", "comm", "plan", "train", "report"}},
+      {"report", {"core", "cost", "comm", "launcher", "plan", "train", "report"}},
   };
   const std::regex include(R"re(#include "([A-Za-z0-9_]+)/)re");
   const auto areas = sources_by_area();

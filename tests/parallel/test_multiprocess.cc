@@ -7,7 +7,7 @@
 
 #include <fstream>
 
-#include "comm/launcher.h"
+#include "comm/bootstrap.h"
 #include "comm/process_group.h"
 #include "core/memory.h"
 #include "core/rng.h"
@@ -15,12 +15,15 @@
 #include "cost/memory.h"
 #include "gtest/gtest.h"
 #include "harness.h"
+#include "launcher/launcher.h"
 #include "nlohmann/json.hpp"
 #include "parallel/overlap.h"
 #include "parallel/zero_comm.h"
 #include "support/temp_dir.h"
 
 namespace strata::ptest {
+
+using namespace strata::launcher;  // the launcher starts these tests' ranks
 namespace {
 
 using nlohmann::json;

@@ -219,3 +219,25 @@ TEST(PlanCli, PipelineScheduleAndMicroBatches) {
     EXPECT_NE(b.err.find(want), std::string::npos) << flags << ": " << b.err;
   }
 }
+
+// A run config `strata train --print-config` writes plans the model it trains: one preset
+// table, the train names (--dim) and the preset's sizing rules (MHA's key/value heads follow
+// --heads, the MLP width follows --dim) as train applies them.
+TEST(PlanCli, PlansTheModelOfATrainRunConfig) {
+  strata::test::TempDir dir("plan-train-config");
+  const CliRun printed = run_strata(
+      "train --model tiny --dim 128 --heads 2 --steps 2 --print-config", "", Streams::separate);
+  ASSERT_EQ(printed.status, 0) << printed.err;
+  std::ofstream(dir.file("run.toml")) << printed.out;
+  const CliRun plan = run_strata("plan --config " + dir.file("run.toml") +
+                                     " --gpus 8 --global-batch 16 --json",
+                                 "", Streams::separate);
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const nlohmann::json m = nlohmann::json::parse(plan.out)["model"];
+  EXPECT_EQ(m["name"], "tiny (modified)");
+  EXPECT_EQ(m["hidden"], 128);
+  EXPECT_EQ(m["heads"], 2);
+  EXPECT_EQ(m["kv_heads"], 2);
+  EXPECT_EQ(m["ffn"], 512);
+  EXPECT_EQ(m["layers"], 4);
+}

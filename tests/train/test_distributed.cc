@@ -54,7 +54,7 @@ TEST(TrainDistributed, MpiBackendMatchesOneProcess) {
 
 // Under mpirun, rank 0's --json records stay pure JSON: mpirun's --tag-output tags each
 // forwarded chunk, also mid-line where stdio's 4 KiB buffer cut a record, and the launcher
-// takes those tags out (comm/mpirun_output.h). 30 records pass several buffer boundaries.
+// takes those tags out (launcher/mpirun_output.h). 30 records pass several buffer boundaries.
 TEST(TrainDistributed, MpiBackendJsonOutputParses) {
   if (!comm::detail::mpi_available() || std::system("command -v mpirun >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "no MPI (this build lacks the mpi backend, or mpirun is not in PATH)";

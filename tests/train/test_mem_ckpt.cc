@@ -203,7 +203,7 @@ TEST(MemCkpt, AFailedJobLeavesNoSegment) {
 }
 
 // Every /dev/shm entry of the run directory's in-memory checkpoints: segments of any rank and
-// the job's markers beside them (comm/run_segments.h).
+// the job's markers beside them (launcher/run_segments.h).
 std::vector<std::string> shm_entries_of(const std::string& run_dir) {
   const std::string key =
       std::filesystem::weakly_canonical(std::filesystem::absolute(run_dir)).string();

@@ -4,7 +4,6 @@
 #include <cctype>
 
 #include "comm/bootstrap.h"
-#include "comm/launcher.h"
 #include "comm/mpi/mpi_transport.h"
 #include "comm/runtime.h"
 #include "comm/shm/shm_transport.h"

@@ -357,7 +357,7 @@ std::unique_ptr<TcpTransport> make_tcp_world(const std::string& store_addr, cons
   for (int q = 0; q < size; ++q) {
     try {
       // In short waits: a launcher that gives this world up (a member died before it formed:
-      // live recovery, comm/live_world.h) says so under <job>/abort.
+      // live recovery, launcher/live_world.h) says so under <job>/abort.
       for (;;) {
         if (std::optional<std::string> why = store.try_get(job + "/abort"))
           throw detail::PeerDeadError(cat("tcp backend, job ", job, ": the world was given up before it "

@@ -14,7 +14,7 @@
 #include <map>
 #include <string>
 
-namespace strata::comm {
+namespace strata::launcher {
 
 class MpirunOutput {
  public:
@@ -42,4 +42,4 @@ class MpirunOutput {
 // Whether `s` is the start of a tag ("[1,0]<std" ...) that more bytes could complete.
 bool mpirun_tag_prefix(const std::string& s);
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -1,4 +1,4 @@
-#include "comm/rank_status.h"
+#include "launcher/rank_status.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -16,7 +16,9 @@
 #include "core/error.h"
 #include "core/timer.h"
 
-namespace strata::comm {
+namespace strata::launcher {
+
+using namespace strata::comm;  // the communication layer this launcher starts ranks of
 
 static volatile sig_atomic_t g_child = 0;
 
@@ -103,4 +105,4 @@ std::string self_executable() {
   return std::string(exe, size_t(n));
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -1,6 +1,6 @@
 // What a failed job's output says about its failure: mpirun's own report of the first
 // failing rank or lost host, the ranks' timeout lines, and which host went silent. Pure
-// functions of the lines the launcher collected (comm/launcher.cc), so each is tested alone.
+// functions of the lines the launcher collected (launcher/launcher.cc), so each is tested alone.
 //
 // Ranks fill the hosts in order: hosts {a:2, b:2} put ranks 0-1 on a and 2-3 on b.
 #pragma once
@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "comm/hostlist.h"
+#include "launcher/hostlist.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 
 // mpirun's report of the first failing rank in its untagged lines: "rank R was killed by
 // signal S (NAME)" or "rank R exited with code C" (rank, and host when mpirun names it, set),
@@ -51,4 +51,4 @@ std::string unanswering_rank(const std::vector<std::pair<int, std::string>>& tim
 // host. "" when that is not the picture (no rank answered, or several hosts stayed silent).
 std::string silent_host(const std::vector<int>& stopped, const std::vector<HostSlots>& hosts);
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

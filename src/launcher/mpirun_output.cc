@@ -1,8 +1,8 @@
-#include "comm/mpirun_output.h"
+#include "launcher/mpirun_output.h"
 
 #include <regex>
 
-namespace strata::comm {
+namespace strata::launcher {
 
 bool mpirun_tag_prefix(const std::string& s) {
   static const std::regex head(R"(\[\d*|\[\d+,\d*|\[\d+,\d+\](.*))");
@@ -84,4 +84,4 @@ void MpirunOutput::take(int rank, const std::string& text, const Sink& sink) {
   }
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

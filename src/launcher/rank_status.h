@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace strata::comm {
+namespace strata::launcher {
 
 // Runs `command` as this rank (rank from the environment, comm/bootstrap.h) and records how
 // it ended in `dir`. Returns the exit code to end with; re-raises a terminating signal.
@@ -30,4 +30,4 @@ std::string describe_wait_status(int status);
 // The running program's absolute path (/proc/self/exe).
 std::string self_executable();
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

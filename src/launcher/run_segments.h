@@ -2,7 +2,7 @@
 // in-memory checkpoints, train/mem_checkpoints.h): they must outlive the rank that made them,
 // for the job's restarts, but not the job, however it ends.
 //
-//   owner    the supervised job, named by STRATA_RUN_ID (comm/launcher.h: the same in every
+//   owner    the supervised job, named by STRATA_RUN_ID (launcher/launcher.h: the same in every
 //            attempt; an attempt's own segments, named by STRATA_JOB_ID, go with the attempt)
 //   marker   an empty object /dev/shm/strata-<run id>-owns-<name> beside each owned object
 //            `/<name>`, made by the rank before the object itself, so no owned object exists
@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/hostlist.h"
+#include "launcher/hostlist.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 
 // Rank side: records that the supervised job owns the shared-memory object `name` ("/x").
 // No-op outside a supervised job (no STRATA_RUN_ID). Throws one line when the marker cannot
@@ -46,4 +46,4 @@ std::vector<std::string> remove_run_owned_on_hosts(const std::string& run_id,
                                                    const std::vector<HostSlots>& hosts,
                                                    const std::string& rsh_agent, double timeout_s);
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

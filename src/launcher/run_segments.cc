@@ -1,4 +1,4 @@
-#include "comm/run_segments.h"
+#include "launcher/run_segments.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,11 +10,14 @@
 #include <cerrno>
 #include <cstring>
 
-#include "comm/launcher.h"
+#include "comm/bootstrap.h"
 #include "core/error.h"
 #include "core/process.h"
+#include "launcher/launcher.h"
 
-namespace strata::comm {
+namespace strata::launcher {
+
+using namespace strata::comm;  // the communication layer this launcher starts ranks of
 
 namespace {
 
@@ -131,4 +134,4 @@ std::vector<std::string> remove_run_owned_on_hosts(const std::string& run_id,
   return problems;
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

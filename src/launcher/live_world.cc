@@ -1,4 +1,4 @@
-#include "comm/live_world.h"
+#include "launcher/live_world.h"
 
 #include <unistd.h>
 
@@ -17,7 +17,9 @@
 #include "core/files.h"
 #include "core/timer.h"
 
-namespace strata::comm {
+namespace strata::launcher {
+
+using namespace strata::comm;  // the communication layer this launcher starts ranks of
 
 static const EnvVar kLiveFile("STRATA_LIVE_FILE", "",
                               "where the launcher of a --recovery live job on one host posts the "
@@ -50,7 +52,7 @@ LiveBoard live_board_of_files(const std::string& path) {
   return b;
 }
 
-LiveBoard live_board_of_store(tcp::StoreServer& store, const std::string& prefix) {
+LiveBoard live_board_of_store(comm::tcp::StoreServer& store, const std::string& prefix) {
   LiveBoard b;
   b.put = [&store, prefix](const std::string& name, const std::string& text) { store.set(prefix + name, text); };
   b.get = [&store, prefix](const std::string& name) { return store.get(prefix + name); };
@@ -65,10 +67,10 @@ LiveBoard* rank_live_board() {
     if (!kLiveFile.get().empty()) {
       board = std::make_unique<LiveBoard>(live_board_of_files(kLiveFile.get()));
     } else if (!kLiveKey.get().empty()) {
-      const std::string address = tcp::store_address();
+      const std::string address = comm::tcp::store_address();
       STRATA_CHECK(!address.empty(), "STRATA_LIVE_KEY is set, but no STRATA_STORE names the job's store");
       // One connection, used by one thread at a time (the training thread).
-      auto client = std::make_shared<tcp::StoreClient>(address, 30.0);
+      auto client = std::make_shared<comm::tcp::StoreClient>(address, 30.0);
       auto mu = std::make_shared<std::mutex>();
       const std::string prefix = kLiveKey.get();
       board = std::make_unique<LiveBoard>();
@@ -180,4 +182,4 @@ void adopt_live_world(const LiveWorld& w) {
   setenv("STRATA_JOB_ID", w.job.c_str(), 1);
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

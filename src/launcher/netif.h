@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace strata::comm {
+namespace strata::launcher {
 
 struct NetIface {
   std::string name;
@@ -47,4 +47,4 @@ std::vector<std::string> interface_problems(const std::vector<std::string>& host
                                             const std::vector<std::vector<NetIface>>& ifs,
                                             const std::vector<std::string>& wanted);
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -1,4 +1,4 @@
-// What the launcher reads out of a failed mpirun job (comm/mpirun_failure.h): the failing
+// What the launcher reads out of a failed mpirun job (launcher/mpirun_failure.h): the failing
 // rank or lost host from mpirun's report, the ranks' timeout lines, the host that went silent.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/mpirun_failure.h"
-#include "comm/rank_status.h"
+#include "launcher/mpirun_failure.h"
+#include "launcher/rank_status.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 namespace {
 
 const std::vector<HostSlots> kHosts = {{"a", 2}, {"b", 2}};
@@ -184,4 +184,4 @@ TEST(MpirunFailure, RecordedRanksAreThoseWithARecord) {
 }
 
 }  // namespace
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -1,5 +1,5 @@
 // Live recovery's side of the launcher (LaunchOptions::live; the ranks' side is
-// comm/live_world.h): what supervise (launcher.cc) does for a live job.
+// launcher/live_world.h): what supervise (launcher.cc) does for a live job.
 //
 // A member dies (killed by a signal): reform_without kills the rest of its data-parallel
 // replica (a tp x pp replica cannot go on with a hole in it) and posts the next generation on
@@ -29,13 +29,16 @@
 #include <string>
 #include <vector>
 
-#include "comm/launcher_internal.h"
-#include "comm/live_world.h"
-#include "comm/rank_status.h"
+#include "comm/bootstrap.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "launcher/launcher_internal.h"
+#include "launcher/live_world.h"
+#include "launcher/rank_status.h"
 
-namespace strata::comm::detail {
+namespace strata::launcher::detail {
+
+using namespace strata::comm;  // the communication layer this launcher starts ranks of
 
 // The members of the current live world (a replacement not yet joined is none), in rank order.
 std::vector<Child*> live_members(JobGuard& g) {
@@ -93,7 +96,7 @@ static std::vector<Child*> in_rank_order(const std::vector<std::vector<Child*>>&
 
 // Live recovery (LaunchOptions::live): `dead` was killed by `status`; the rest of its
 // data-parallel replica is killed with it and the ranks still running re-form a world without
-// them (comm/live_world.h). False when none is left to.
+// them (launcher/live_world.h). False when none is left to.
 bool reform_without(JobGuard& g, Child& dead, int status, const LaunchOptions& o) {
   std::vector<Child*> world = live_members(g);
   if (world.empty() || !g.board || dead.live_rank < 0) return false;
@@ -271,4 +274,4 @@ void dismiss_late_replacements(JobGuard& g, const LaunchOptions& o) {
   }
 }
 
-}  // namespace strata::comm::detail
+}  // namespace strata::launcher::detail

@@ -8,14 +8,14 @@
 //   passes the same STRATA_* variables with -x, and every other STRATA_* variable of the
 //   launcher's environment (the env knobs); ranks find their place from OMPI_COMM_WORLD_*.
 //   With hosts: `mpirun --host a:2,b:2` (ranks fill the hosts in order), through rsh_agent
-//   when given; the hosts are checked first (comm/hostlist.h): a host named twice, more
+//   when given; the hosts are checked first (launcher/hostlist.h): a host named twice, more
 //   ranks than slots, an unreachable host, an --iface a host lacks or has down, or an
 //   interface down on one host but up on the others is an Error before any rank starts.
 //   When a multi-host job fails, the hosts are probed again and what broke (a host that no
 //   longer answers, an interface gone down mid-run) is added to the result's message; when
 //   mpirun itself had to be killed, so are the ranks whose output said they timed out, with
 //   their hosts and the peer each waited on. mpirun's --tag-output tags are taken out
-//   wherever they stand, mid-line too (comm/mpirun_output.h).
+//   wherever they stand, mid-line too (launcher/mpirun_output.h).
 // Each output line is prefixed "[rank R] ". When a rank dies or exits non-zero, the others
 // get SIGTERM (they dump their flight recorders), then SIGKILL after a grace period, and the
 // result names the first rank that failed and its exit code or signal. Shared-memory
@@ -27,7 +27,7 @@
 // 2, ...; 0 on the first attempt) in the ranks' environment and a fresh job id; each restart
 // is logged in one line. STRATA_RUN_ID names the supervised job, the same in every attempt
 // (what survives an attempt, e.g. in-memory checkpoints, records it). Objects the job owns
-// across its attempts (comm/run_segments.h) are removed when launch returns or throws, on this
+// across its attempts (launcher/run_segments.h) are removed when launch returns or throws, on this
 // host, and after a failure also on every host of a multi-host job. A job stopped by a signal
 // to the launcher (Ctrl-C) is not restarted.
 #pragma once
@@ -36,18 +36,18 @@
 #include <string>
 #include <vector>
 
-#include "comm/hostlist.h"
 #include "comm/types.h"
+#include "launcher/hostlist.h"
 
-namespace strata::comm {
-
-namespace tcp {
+namespace strata::comm::tcp {
 class StoreServer;
 }
 
+namespace strata::launcher {
+
 struct LaunchOptions {
   int nproc = 1;
-  Backend backend = Backend::shm;
+  comm::Backend backend = comm::Backend::shm;
   std::vector<std::string> command;  // program and arguments; the program is looked up in PATH
   double timeout_s = 0;       // > 0: sets STRATA_TIMEOUT for the ranks
   double grace_s = 5;         // SIGTERM -> SIGKILL delay when stopping survivors
@@ -57,7 +57,7 @@ struct LaunchOptions {
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_args;  // extra arguments placed before the program
   // mpi: a strata executable to start each rank through (`strata rank-exec`, see
-  // comm/rank_status.h) so the first failing rank is named even when mpirun does not say;
+  // launcher/rank_status.h) so the first failing rank is named even when mpirun does not say;
   // empty: rely on mpirun's messages.
   std::string rank_exec;
   std::vector<HostSlots> hosts;  // mpi across hosts; empty: this host only
@@ -91,7 +91,7 @@ struct LaunchOptions {
   std::function<std::string(int rank, int world)> rank_role;
   // shm on one host, or tcp on one host or across hosts (`strata train --recovery live`): a
   // rank killed by a signal does not stop the others. The launcher posts the world they
-  // re-form without it (comm/live_world.h: a new generation, the survivors renumbered 0..n-1
+  // re-form without it (launcher/live_world.h: a new generation, the survivors renumbered 0..n-1
   // in rank order, a fresh job id; under tp, cp or pp without its whole replica: live_inner)
   // on the job's live board, logs one line, and supervises them on; a rank that exits
   // non-zero, or the death of the last rank, ends the job as before.
@@ -103,7 +103,7 @@ struct LaunchOptions {
   bool live_rejoin = false;
   // tcp: the job's rendezvous store, hosted by launch() for the job's lifetime (set by it;
   // a live job's board is under its keys).
-  tcp::StoreServer* store = nullptr;
+  comm::tcp::StoreServer* store = nullptr;
   // With live, a model-parallel job: the ranks of one data-parallel index form a replica that
   // goes and comes back whole. World rank = (stage · dp + d) · live_inner + i (parallel/
   // mesh.h: tp and cp fastest, then dp, then pp): live_inner = tp · cp, live_stages = pp. A
@@ -128,17 +128,4 @@ struct LaunchResult {
 // kills and reaps what it started and restores its signal handlers before throwing.
 LaunchResult launch(const LaunchOptions& options);
 
-// This process's restart count from STRATA_RESTART (0 when unset): what a rank reads to
-// know it is a relaunch (a trainer then resumes from its latest checkpoint).
-int restart_attempt();
-// The supervised job this process belongs to (STRATA_RUN_ID, the same across its restarts);
-// empty when no launcher set it.
-std::string supervised_job_id();
-
-// A fresh job id: "<hostname-ish>-<pid>-<random>" (characters safe in shm names).
-std::string new_job_id();
-
-// Removes /dev/shm segments that belong to job_id; returns how many were removed.
-int remove_job_segments(const std::string& job_id);
-
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/mpirun_output.h"
+#include "launcher/mpirun_output.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 namespace {
 
 struct Got {
@@ -62,4 +62,4 @@ TEST(MpirunOutput, TextThatOnlyLooksLikeATagStays) {
 }
 
 }  // namespace
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -1,11 +1,12 @@
-#include "comm/slurm_hosts.h"
+#include "launcher/slurm_hosts.h"
 
 #include <cctype>
 #include <cstdlib>
 
 #include "core/error.h"
 
-namespace strata::comm {
+namespace strata::launcher {
+
 namespace {
 
 // Splits at commas outside brackets.
@@ -118,4 +119,4 @@ std::vector<HostSlots> hosts_from_slurm_env() {
   return hosts_from_slurm(nodelist, get("SLURM_TASKS_PER_NODE"), get("SLURM_NTASKS_PER_NODE"));
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

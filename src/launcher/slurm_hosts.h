@@ -1,4 +1,4 @@
-// Hosts of a Slurm allocation as a host list (comm/hostlist.h), for `--slurm`:
+// Hosts of a Slurm allocation as a host list (launcher/hostlist.h), for `--slurm`:
 //   SLURM_JOB_NODELIST     "node[01-03,07],gpu-a[1-2],login"  (ranges keep their zero
 //                          padding; several bracket groups in one name multiply out)
 //   SLURM_TASKS_PER_NODE   "2(x3),1"  (2 on each of the first three nodes, 1 on the next)
@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/hostlist.h"
+#include "launcher/hostlist.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 
 // Throws Error naming SLURM_JOB_NODELIST and the bad part.
 std::vector<std::string> expand_nodelist(std::string_view list);
@@ -25,4 +25,4 @@ std::vector<HostSlots> hosts_from_slurm(const std::string& nodelist, const std::
 // allocation).
 std::vector<HostSlots> hosts_from_slurm_env();
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

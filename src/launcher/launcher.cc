@@ -1,4 +1,4 @@
-#include "comm/launcher.h"
+#include "launcher/launcher.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,21 +22,24 @@
 #include <string>
 #include <vector>
 
+#include "comm/bootstrap.h"
 #include "comm/hier/topology.h"
-#include "comm/launcher_internal.h"
-#include "comm/live_world.h"
-#include "comm/mpirun_failure.h"
-#include "comm/mpirun_output.h"
-#include "comm/rank_status.h"
-#include "comm/run_segments.h"
 #include "comm/tcp/store.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "launcher/launcher_internal.h"
+#include "launcher/live_world.h"
+#include "launcher/mpirun_failure.h"
+#include "launcher/mpirun_output.h"
+#include "launcher/rank_status.h"
+#include "launcher/run_segments.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 
-// The launcher's internals (comm/launcher_internal.h); live recovery's are in launcher_live.cc.
+using namespace strata::comm;  // the communication layer this launcher starts ranks of
+
+// The launcher's internals (launcher/launcher_internal.h); live recovery's are in launcher_live.cc.
 using detail::Child;
 using detail::JobGuard;
 using detail::LaunchPlan;
@@ -54,28 +57,7 @@ using detail::live_members;
 using detail::reform_without;
 using detail::start_replacement;
 
-std::string new_job_id() {
-  std::random_device rd;
-  uint64_t r = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(now_ns());
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "j%d-%012llx", int(getpid()),
-                (unsigned long long)(r & 0xffffffffffffull));
-  return buf;
-}
 
-int remove_job_segments(const std::string& job_id) {
-  if (job_id.empty()) return 0;
-  std::string prefix = "strata-" + job_id + "-";
-  int removed = 0;
-  DIR* d = opendir("/dev/shm");
-  if (!d) return 0;
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (name.compare(0, prefix.size(), prefix) == 0 && shm_unlink(("/" + name).c_str()) == 0) ++removed;
-  }
-  closedir(d);
-  return removed;
-}
 
 // The program's path as execv will run it, or "" when it cannot be found.
 static std::string find_program(const std::string& prog) {
@@ -229,21 +211,6 @@ void name_failed_rank_role(LaunchResult& r, const LaunchOptions& o) {
 
 }  // namespace
 
-static const EnvVar kRestart("STRATA_RESTART", "0",
-                             "how many times the supervisor (--max-restarts) has restarted this "
-                             "job; set by the launcher for its ranks");
-
-int restart_attempt() {
-  const int64_t k = kRestart.get_int();
-  STRATA_CHECK(k >= 0, "STRATA_RESTART must be >= 0, got ", k);
-  return int(k);
-}
-
-static const EnvVar kRunId("STRATA_RUN_ID", "",
-                           "the supervised job's id, the same in every restart of it (STRATA_JOB_ID "
-                           "is fresh per attempt); set by the launcher for its ranks");
-
-std::string supervised_job_id() { return kRunId.get(); }
 
 static LaunchResult launch_once(const LaunchOptions& o);
 
@@ -316,7 +283,7 @@ LaunchResult launch(const LaunchOptions& o) {
   STRATA_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative, got ", o.max_restarts);
   auto log = [&](const std::string& line) { log_line(o, line); };
   const std::string run_id = new_job_id();
-  // What the ranks left for their restarts (comm/run_segments.h) goes when the job ends,
+  // What the ranks left for their restarts (launcher/run_segments.h) goes when the job ends,
   // however it ends (a throw included), on this host; what a killed launcher's job left goes
   // now.
   for (const std::string& line : remove_orphaned_runs()) log(cat("strata launch: ", line));
@@ -329,9 +296,9 @@ LaunchResult launch(const LaunchOptions& o) {
   // the job, restarts included (each attempt's keys are under its own job id); across hosts
   // it listens on every interface (plan_launch gives the ranks its address).
   LaunchOptions with_store = o;
-  std::unique_ptr<tcp::StoreServer> store;
+  std::unique_ptr<comm::tcp::StoreServer> store;
   if (o.backend == Backend::tcp) {
-    store = std::make_unique<tcp::StoreServer>(o.hosts.empty() ? "127.0.0.1" : "0.0.0.0", 0);
+    store = std::make_unique<comm::tcp::StoreServer>(o.hosts.empty() ? "127.0.0.1" : "0.0.0.0", 0);
     with_store.store = store.get();
   }
   LaunchResult r = run_attempts(with_store, run_id, log);
@@ -778,4 +745,4 @@ static LaunchResult launch_once(const LaunchOptions& o) {
   return res;
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

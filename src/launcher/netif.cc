@@ -1,4 +1,4 @@
-#include "comm/netif.h"
+#include "launcher/netif.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 
 std::vector<NetIface> local_interfaces() {
   std::map<std::string, NetIface> by_name;
@@ -152,4 +152,4 @@ std::vector<std::string> interface_problems(const std::vector<std::string>& host
   return out;
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -1,11 +1,11 @@
-#include "comm/mpirun_failure.h"
+#include "launcher/mpirun_failure.h"
 
 #include <algorithm>
 #include <regex>
 
 #include "core/error.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 
 // mpirun's report of the first failing rank, when it printed one.
 std::string parse_mpirun_failure(const std::vector<std::string>& lines, bool across_hosts, int& rank,
@@ -164,4 +164,4 @@ std::string silent_host(const std::vector<int>& stopped, const std::vector<HostS
   return silent;
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -1,4 +1,4 @@
-#include "comm/hostlist.h"
+#include "launcher/hostlist.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +13,9 @@
 #include "core/error.h"
 #include "core/files.h"
 
-namespace strata::comm {
+namespace strata::launcher {
+
+using namespace strata::comm;  // the communication layer this launcher starts ranks of
 
 static bool valid_host(const std::string& h) {
   if (h.empty() || h.size() > 253) return false;
@@ -178,4 +180,4 @@ std::vector<std::string> host_network_problems(const std::vector<HostSlots>& hos
   return problems;
 }
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

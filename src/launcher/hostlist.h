@@ -7,9 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/netif.h"
+#include "launcher/netif.h"
 
-namespace strata::comm {
+namespace strata::launcher {
 
 struct HostSlots {
   std::string host;
@@ -40,15 +40,15 @@ std::vector<std::string> remote_shell_argv(const std::string& host, const std::s
 // `s` as one word of sh: 'it'\''s'.
 std::string shell_quote(const std::string& s);
 // Runs `AGENT HOST <interface probe>` (AGENT: rsh_agent, else $OMPI_MCA_plm_rsh_agent, else
-// ssh in batch mode; comm/netif.h) for every host that is not this machine, at most
+// ssh in batch mode; launcher/netif.h) for every host that is not this machine, at most
 // timeout_s each; throws Error naming the first host that does not answer and what the
 // agent said. Returns each host's interfaces (this machine's read locally).
 std::vector<std::vector<NetIface>> check_reachable(const std::vector<HostSlots>& hosts,
                                                    const std::string& rsh_agent, double timeout_s);
 // The same, but a host that does not answer gives a problem line instead of an Error; the
-// lines of comm/netif.h's interface_problems follow (after a job failed: what broke).
+// lines of launcher/netif.h's interface_problems follow (after a job failed: what broke).
 std::vector<std::string> host_network_problems(const std::vector<HostSlots>& hosts,
                                                const std::string& rsh_agent, double timeout_s,
                                                const std::vector<std::string>& wanted_ifaces);
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

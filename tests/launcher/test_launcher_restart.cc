@@ -2,10 +2,13 @@
 // STRATA_RESTART set, one log line per restart, and a clear failure once R is exhausted.
 #include <gtest/gtest.h>
 
-#include "comm/launcher.h"
+#include "comm/bootstrap.h"
+#include "launcher/launcher.h"
 #include "support/run.h"
 
-namespace strata::comm {
+namespace strata::launcher {
+
+using namespace strata::comm;
 namespace {
 
 using test::run;
@@ -76,4 +79,4 @@ TEST(LauncherRestart, RestartAttemptReadsTheEnvironment) {
 }
 
 }  // namespace
-}  // namespace strata::comm
+}  // namespace strata::launcher

@@ -14,15 +14,18 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "comm/launcher.h"
-#include "comm/run_segments.h"
+#include "comm/bootstrap.h"
 #include "comm/shm/segment.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "launcher/launcher.h"
+#include "launcher/run_segments.h"
 #include "support/run.h"
 #include "support/temp_dir.h"
 
-namespace strata::comm {
+namespace strata::launcher {
+
+using namespace strata::comm;
 namespace {
 
 void* handler_of(int sig) {
@@ -142,7 +145,7 @@ TEST(LauncherCleanup, StoppedRankIsContinuedToActOnSigterm) {
   EXPECT_LT(sw.seconds(), 10) << "the stopped rank held the job for the grace period";
 }
 
-// Objects a supervised job owns across its attempts (comm/run_segments.h: a marker
+// Objects a supervised job owns across its attempts (launcher/run_segments.h: a marker
 // /dev/shm/strata-<run id>-owns-NAME beside /dev/shm/NAME) go when the job ends, here after
 // its last restart failed too; an object without a marker of this job stays.
 TEST(LauncherCleanup, RunOwnedObjectsGoWhenTheJobEnds) {
@@ -217,4 +220,4 @@ TEST(LauncherCleanup, ObjectsOfAKilledLaunchersJobGoWithTheNextLauncher) {
 }
 
 }  // namespace
-}  // namespace strata::comm
+}  // namespace strata::launcher

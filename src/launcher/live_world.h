@@ -38,11 +38,11 @@
 #include <string>
 #include <vector>
 
-namespace strata::comm {
-
-namespace tcp {
+namespace strata::comm::tcp {
 class StoreServer;
 }
+
+namespace strata::launcher {
 
 struct LiveWorld {
   int generation = 0;
@@ -68,7 +68,7 @@ struct LiveBoard {
 LiveBoard live_board_of_files(const std::string& path);
 // Keys <prefix><name> of the store the launcher hosts; give_up(job, why) sets <job>/abort,
 // which fails a tcp world of that job still forming.
-LiveBoard live_board_of_store(tcp::StoreServer& store, const std::string& prefix);
+LiveBoard live_board_of_store(comm::tcp::StoreServer& store, const std::string& prefix);
 
 // This process's board, from STRATA_LIVE_FILE or STRATA_LIVE_KEY (+ STRATA_STORE); null when
 // its launcher runs no live recovery.
@@ -121,4 +121,4 @@ std::optional<LiveWorld> wait_for_live_world(int after, double timeout_s, bool j
 // Takes `w`'s coordinates into this process's environment, for init_from_env.
 void adopt_live_world(const LiveWorld& w);
 
-}  // namespace strata::comm
+}  // namespace strata::launcher

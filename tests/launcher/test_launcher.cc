@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include "comm/bootstrap.h"
-#include "comm/launcher.h"
+#include "launcher/launcher.h"
 #include "support/run.h"
 
-namespace strata::comm {
+namespace strata::launcher {
+
+using namespace strata::comm;
 namespace {
 
 using test::run;
@@ -106,4 +108,4 @@ TEST(Bootstrap, RecognisesOtherLaunchers) {
 }
 
 }  // namespace
-}  // namespace strata::comm
+}  // namespace strata::launcher

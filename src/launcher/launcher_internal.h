@@ -1,4 +1,4 @@
-// Internals of the launcher (comm/launcher.h), shared by launcher.cc (plan the launch, start the
+// Internals of the launcher (launcher/launcher.h), shared by launcher.cc (plan the launch, start the
 // ranks, forward their output, supervise them) and launcher_live.cc (live recovery's side:
 // re-form the world without a dead replica, start and join its replacement). Not an API: only
 // those two files include it.
@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "comm/launcher.h"
-#include "comm/live_world.h"
-#include "comm/mpirun_output.h"
+#include "launcher/launcher.h"
+#include "launcher/live_world.h"
+#include "launcher/mpirun_output.h"
 
-namespace strata::comm::detail {
+namespace strata::launcher::detail {
 
 // Splits a stream into lines and writes each with a prefix, whole (one write per line).
 struct LineSink {
@@ -33,7 +33,7 @@ struct LineSink {
 
   void write_all(const std::string& out);
   void emit(int line_rank, const std::string& line);
-  // mpirun's stream: tags decide the rank, also in the middle of a line (comm/mpirun_output.h).
+  // mpirun's stream: tags decide the rank, also in the middle of a line (launcher/mpirun_output.h).
   void demux(const char* data, size_t n);
   // Returns false at end of stream.
   bool drain();
@@ -151,4 +151,4 @@ void drop_joiners(JobGuard& g);
 // (its survivors ended first) are told the job is done and stopped; the job ends as it was.
 void dismiss_late_replacements(JobGuard& g, const LaunchOptions& o);
 
-}  // namespace strata::comm::detail
+}  // namespace strata::launcher::detail
