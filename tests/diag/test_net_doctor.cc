@@ -2,6 +2,10 @@
 // with one link throttled, which it must name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "core/error.h"
 #include "diag/net_doctor.h"
 #include "test_util.h"
@@ -89,7 +93,10 @@ TEST(NetDoctor, ReportRoundTripsThroughJson) {
   EXPECT_NE(text.find("No slow link or collective found."), std::string::npos) << text;
 }
 
-// End to end: 3 ranks, link 0<->2 ten times slower in the doctor's measurements.
+// End to end: 3 ranks, link 0<->2 ten times slower in the doctor's measurements. The other
+// links run at whatever a loaded machine gives them: one of them may measure slow too, and is
+// then flagged only if its own measurement is below the threshold (the verdict follows the
+// measurements; the test does not assume the machine's speed).
 TEST(NetDoctorCli, FindsTheThrottledLink) {
   auto r = strata::test::run_strata("doctor net --nproc 3 --bytes 256K --coll-bytes 1M --reps 3 --iters 3 --json",
                                 "STRATA_THROTTLE_LINK=0-2:0.1");
@@ -97,14 +104,21 @@ TEST(NetDoctorCli, FindsTheThrottledLink) {
   nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   auto bw = j["bw_gbps"];
   EXPECT_LT(bw[0][2].get<double>(), 0.5 * std::min(bw[0][1].get<double>(), bw[1][2].get<double>())) << bw.dump();
-  bool slow_02 = false, slow_other = false;
+  std::vector<double> pairs = {bw[0][1].get<double>(), bw[0][2].get<double>(), bw[1][2].get<double>()};
+  std::sort(pairs.begin(), pairs.end());
+  const double median = pairs[1];
+  bool slow_02 = false;
   for (auto& f : j["flags"]) {
-    std::string text = f["text"];
-    if (text.find("bandwidth") == std::string::npos) continue;
-    (f["what"] == "pair 0-2" ? slow_02 : slow_other) |= f["what"].get<std::string>().rfind("pair", 0) == 0;
+    const std::string text = f["text"], what = f["what"];
+    if (text.find("bandwidth") == std::string::npos || what.rfind("pair ", 0) != 0) continue;
+    if (what == "pair 0-2") {
+      slow_02 = true;
+      continue;
+    }
+    const int a = what[5] - '0', b = what[7] - '0';  // "pair a-b"
+    EXPECT_LT(bw[a][b].get<double>(), 0.5 * median) << what << " flagged: " << bw.dump();
   }
   EXPECT_TRUE(slow_02) << j["flags"].dump();
-  EXPECT_FALSE(slow_other) << j["flags"].dump();
   EXPECT_EQ(j["world"], 3);
   EXPECT_EQ(j["collectives"].size(), 4u);
 }
