@@ -97,10 +97,10 @@ inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, 
   const int64_t dropped = 2 * out(n * C) + (bf16_compute ? 0 : N * act);
   ActivationBuffers b;
   b.embedding = 4 * n * C;
-  if (m.recompute == 1) {
+  if (m.recompute == Recompute::selective) {
     b.layers_kept = 4 * L * (layer - dropped);
     b.recompute = 4 * dropped;
-  } else if (m.recompute == 2) {
+  } else if (m.recompute == Recompute::full) {
     const int64_t R = m.recomputed_layers;
     // --recompute-inputs bf16: the first R - 1 recomputed blocks keep their outputs (the next
     // recomputed block's input) in bf16, and one fp32 copy of such an input is widened in the
@@ -162,7 +162,6 @@ inline int64_t cp_activation_bytes(const GptShape& m, int tp, bool sp, int rank,
 }
 
 // Published models, one layer (the terms above).
-enum class Recompute : uint8_t { none, selective, full };
 
 struct LayerShape {
   double s = 0;          // tokens of one sequence on this rank (sequence / context parallel)

@@ -124,7 +124,7 @@ inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64
   const int64_t moe = m.moe_layers * (N * m.top_k - (sp ? N * C : 0));
   // Full recomputation runs a recomputed layer's forward again before its backward, its
   // collectives with it: 2 all-gathers + 2 reduce-scatters (SP) or 2 all-reduces of N·C.
-  const int64_t again = (m.recompute == 2 ? m.recomputed_layers : 0) * (sp ? 4 : 2) * N * C;
+  const int64_t again = (m.recompute == Recompute::full ? m.recomputed_layers : 0) * (sp ? 4 : 2) * N * C;
   // Key/value heads replicated over tp (fewer than T): each block's backward sums the k and v
   // gradients (N, 2hs) over the ranks that share the head.
   const int64_t kv = m.llama && tp_kv_share(m.kv_heads, tp) > 1 ? L * N * 2 * (C / m.heads) : 0;

@@ -11,15 +11,31 @@
 // one; docs/moe.md).
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace strata::cost {
+
+// Activation recomputation (docs/recompute.md): none; selective (each block's norms and
+// activation function again in the backward); full (each block again from its input). The
+// engine's policy (model/model_part.h), the planner's layouts and the cost models share it.
+enum class Recompute : uint8_t { none, selective, full };
+inline const char* recompute_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
+// The recomputation named `name`; nullopt for any other name.
+inline std::optional<Recompute> recompute_from_name(const std::string& name) {
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+    if (name == recompute_name(r)) return r;
+  return std::nullopt;
+}
 
 struct GptShape {
   int64_t layers = 0, dim = 0, heads = 0, max_seq = 0, vocab = 0, padded_vocab = 0;
   int64_t moe_layers = 0, experts = 0, top_k = 0;  // MoE blocks (docs/moe.md); 0: dense
-  // Activation recomputation (cost/activations.h, docs/recompute.md): 0 none, 1 selective,
-  // 2 full; under full, the blocks that keep only their output.
-  int recompute = 0;
+  // Activation recomputation (cost/activations.h); under full, the blocks that keep only
+  // their output.
+  Recompute recompute = Recompute::none;
   int64_t recomputed_layers = 0;
   // Llama blocks (model/model_part.h Arch): RMSNorm, no biases, no position table, SwiGLU of
   // ffn, kv_heads key/value heads, an untied lm_head unless tied. false: GPT-2 blocks. (Last,

@@ -101,21 +101,10 @@ void GPTConfig::read_arch(const nlohmann::json& j) {
   }
 }
 
-Recompute parse_recompute_mode(const std::string& s) {
-  if (s == "none") return Recompute::none;
-  if (s == "selective") return Recompute::selective;
-  if (s == "full") return Recompute::full;
-  fail("--recompute ", s, ": must be none, selective or full");
-}
-
 bool parse_recompute_inputs(const std::string& s) {
   if (s == "fp32") return false;
   if (s == "bf16") return true;
   fail("--recompute-inputs ", s.empty() ? "''" : s, ": must be fp32 or bf16");
-}
-
-const char* recompute_mode_name(Recompute r) {
-  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
 }
 
 void GPTConfig::validate() const {

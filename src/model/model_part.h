@@ -40,13 +40,16 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "core/tensor.h"
 #include "core/tensor_layout.h"
+#include "cost/shapes.h"
 #include "kernels/rope.h"
 #include "model/expert/config.h"
 #include "model/presets.h"
@@ -74,7 +77,7 @@ class ContextComm;  // model/context/context_comm.h
 //              forward again first. `layers` > 0: only the first `layers` blocks of every chunk
 //              (Megatron's block method); MoE blocks always keep everything (see docs);
 //              bf16_inputs: the outputs kept for a next recomputed block in bf16
-enum class Recompute : uint8_t { none, selective, full };
+using Recompute = cost::Recompute;  // cost/shapes.h: one enum for the engine and the planner
 struct RecomputePolicy {
   Recompute mode = Recompute::none;
   int layers = 0;  // full: blocks per chunk recomputed, 0 = all
@@ -83,13 +86,17 @@ struct RecomputePolicy {
   // from the rounded value, so both passes of the next block read the same input
   bool bf16_inputs = false;
 };
-Recompute parse_recompute_mode(const std::string& s);  // "none" | "selective" | "full"
+// "none" | "selective" | "full" (cost::recompute_from_name); else throws naming --recompute.
+inline Recompute parse_recompute_mode(const std::string& s) {
+  const std::optional<Recompute> r = cost::recompute_from_name(s);
+  if (!r) fail("--recompute ", s, ": must be none, selective or full");
+  return *r;
+}
 struct GPTConfig;
 // --rope-scaling: "none", "FACTOR" or "FACTOR,LOW,HIGH,ORIGINAL" (Llama 3.1's llama3 scaling;
 // LOW 1, HIGH 4, ORIGINAL 8192 by default) into c's rope_* fields; one line otherwise.
 void parse_rope_scaling(const std::string& s, GPTConfig& c);
 bool parse_recompute_inputs(const std::string& s);      // "fp32" (false) | "bf16" (true)
-const char* recompute_mode_name(Recompute r);
 
 // The block's architecture (model/block.h):
 //   gpt2   LayerNorm, learned positions (wpe), biases, GELU MLP of 4C, tied embeddings

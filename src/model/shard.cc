@@ -232,7 +232,7 @@ cost::GptShape gpt_shape(const GPTConfig& cfg) {
   m.llama = cfg.llama(), m.kv_heads = cfg.kv(), m.ffn = cfg.hidden(), m.tied = cfg.tied();
   m.moe_layers = cfg.moe.moe_layers(cfg.layers), m.experts = cfg.moe.experts;
   m.top_k = cfg.moe.top_k;
-  m.recompute = int(cfg.recompute.mode);
+  m.recompute = cfg.recompute.mode;
   m.recomputed_layers = recomputed;
   m.recompute_bf16_inputs = cfg.recompute.bf16_inputs;
   return m;

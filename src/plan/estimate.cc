@@ -109,7 +109,7 @@ cost::GptShape engine_shape(const ModelSpec& m, Recompute r) {
   g.max_seq = m.seq;
   g.vocab = m.vocab;
   g.padded_vocab = m.padded_vocab();
-  g.recompute = int(r);  // none 0, selective 1, full 2, as GptShape counts them
+  g.recompute = r;
   g.recomputed_layers = r == Recompute::full ? m.layers : 0;
   g.llama = m.mlp == MlpKind::swiglu;
   g.kv_heads = m.kv_heads;

@@ -8,25 +8,6 @@
 
 namespace strata::plan {
 
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::none:
-      return "none";
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-  }
-  return "?";
-}
-
-Recompute parse_recompute(const std::string& s) {
-  if (s == "none") return Recompute::none;
-  if (s == "selective") return Recompute::selective;
-  if (s == "full") return Recompute::full;
-  fail("--recompute '", s, "' is not known (none, selective, full)");
-}
-
 std::string Layout::str() const {
   return cat("tp ", tp, " · pp ", pp, " · dp ", dp, " · cp ", cp, " · ep ", ep, " · zero ", zero,
              " · mb ", micro_batch, " · rc ", recompute_name(recompute));

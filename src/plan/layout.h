@@ -59,8 +59,6 @@ struct Layout {
   bool operator==(const Layout&) const = default;
 };
 
-const char* recompute_name(Recompute r);
-Recompute parse_recompute(const std::string& s);  // none | selective | full, else throws
 
 // Empty when the layout can run this setup, else one line naming the numbers at fault.
 std::string layout_problem(const TrainSetup& setup, const Layout& l);

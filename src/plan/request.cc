@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/finite.h"
+#include "model/model_part.h"
 #include "model/presets.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -215,7 +216,7 @@ PlanRequest build_plan_request(const PlanArgs& a) {
   FixedLayout& fx = req.fixed;
   fx.tp = a.tp, fx.pp = a.pp, fx.dp = a.dp, fx.cp = a.cp, fx.ep = a.ep, fx.zero = a.zero;
   fx.micro_batch = a.micro_batch;
-  if (a.recompute) fx.recompute = parse_recompute(*a.recompute);
+  if (a.recompute) fx.recompute = model::parse_recompute_mode(*a.recompute);
 
   req.train_tokens = a.tokens ? parse_count("--tokens", *a.tokens) : s.model.train_tokens;
   STRATA_CHECK(a.top >= 1, "--top must be at least 1");

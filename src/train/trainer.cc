@@ -632,7 +632,7 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
                                                               m.llama())
                     : double(m.layers) * sel.norm_ops +
                           double(m.layers - m.moe.moe_layers(m.layers)) * sel.act_ops);
-  json j = {{"policy", model::recompute_mode_name(m.recompute.mode)},
+  json j = {{"policy", cost::recompute_name(m.recompute.mode)},
             {"layers", m.recompute.mode == model::Recompute::full ? json(shape.recomputed_layers) : json()},
             {"inputs", m.recompute.bf16_inputs ? "bf16" : "fp32"},
             // the model's buffers (a GPT's include its copy of the inputs)

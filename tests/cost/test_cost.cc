@@ -108,7 +108,7 @@ TEST(CostActivations, AStageOfOneChunkIsTheOneProcessModel) {
     for (int tp : {1, 2})
       for (bool bf16 : {false, true}) {
         GptShape m{4, 32, 4, 64, 100, 128};
-        m.recompute = policy;
+        m.recompute = Recompute(policy);
         m.recomputed_layers = policy == 2 ? 3 : 0;
         const ChunkSlots whole{4, m.recomputed_layers, true, true, 1};
         const ActivationBuffers one = activation_buffers(m, tp, true, tp - 1, 2, bf16);

@@ -34,7 +34,7 @@ TrainSetup gpt_setup() {
 strata::cost::GptShape gpt_shape(Recompute r) {
   strata::cost::GptShape g;
   g.layers = 8, g.dim = 256, g.heads = 4, g.max_seq = 512, g.vocab = 1000, g.padded_vocab = 1024;
-  g.recompute = int(r);
+  g.recompute = r;
   g.recomputed_layers = r == Recompute::full ? 8 : 0;
   return g;
 }
@@ -229,7 +229,7 @@ TEST(PlanActivations, LlamaPresetIsTheEngineFormula) {
   EXPECT_TRUE(e.engine_activations);
   strata::cost::GptShape g;
   g.layers = 32, g.dim = 4096, g.heads = 32, g.max_seq = 4096, g.vocab = 32000;
-  g.padded_vocab = 32000, g.recompute = 1;
+  g.padded_vocab = 32000, g.recompute = strata::cost::Recompute::selective;
   g.llama = true, g.kv_heads = 32, g.ffn = 11008, g.tied = false;
   const strata::cost::ActivationBuffers b =
       strata::cost::activation_buffers(g, 8, true, 7, 1, /*bf16=*/true);

@@ -78,7 +78,7 @@ TEST(StageActivations, EachStageEqualsItsFormula) {
     const pl::Schedule sched = pl::make_schedule(c.kind, 2, 4, c.virt);
     strata::cost::GptShape m;
     m.layers = 4, m.dim = 64, m.heads = 2, m.max_seq = 64, m.vocab = 4096, m.padded_vocab = 4096;
-    m.recompute = c.policy;
+    m.recompute = cost::Recompute(c.policy);
     std::vector<int64_t> bytes;
     for (int s = 0; s < 2; ++s) {
       std::vector<strata::cost::ChunkSlots> chunks;
