@@ -4,8 +4,22 @@
 // split, pipeline shape) are parallel/parallel_layout.h.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace strata::model {
+
+// Context-parallel attention (model/context/): K/V blocks travel a ring of the cp ranks, or
+// Ulysses' all-to-all gives each cp rank whole heads of the whole sequence. The engine's
+// option and the planner's layouts share it.
+enum class CpMode : uint8_t { ring, ulysses };
+inline const char* cp_mode_name(CpMode m) { return m == CpMode::ring ? "ring" : "ulysses"; }
+// The mode named `name`; nullopt for any other name.
+inline std::optional<CpMode> cp_mode_from_name(const std::string& name) {
+  for (CpMode m : {CpMode::ring, CpMode::ulysses})
+    if (name == cp_mode_name(m)) return m;
+  return std::nullopt;
+}
 
 // Tensor parallelism gives each rank whole attention heads.
 inline bool tp_splits_heads(int64_t heads, int64_t tp) { return tp >= 1 && heads % tp == 0; }

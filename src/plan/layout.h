@@ -12,13 +12,14 @@
 
 #include "cost/activations.h"
 #include "cost/memory.h"
+#include "model/parallel_rules.h"
 #include "parallel/pipeline/schedule.h"
 #include "plan/hardware.h"
 #include "plan/model_spec.h"
 
 namespace strata::plan {
 
-enum class CpMode : uint8_t { ring, ulysses };
+using model::CpMode;  // model/parallel_rules.h: the engine's and the planner's
 
 // Everything the planner holds fixed while it searches layouts.
 struct TrainSetup {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "core/error.h"
 #include "core/finite.h"
@@ -189,9 +190,9 @@ PlanRequest build_plan_request(const PlanArgs& a) {
                "' is not known (adamw, sgd)");
   s.optimizer = a.optimizer == "adamw" ? Optimizer::adamw : Optimizer::sgd;
   s.seq_parallel = !a.no_sp;
-  STRATA_CHECK(a.cp_mode == "ring" || a.cp_mode == "ulysses", "--cp-mode '", a.cp_mode,
-               "' is not known (ring, ulysses)");
-  s.cp_mode = a.cp_mode == "ring" ? CpMode::ring : CpMode::ulysses;
+  const std::optional<CpMode> cp_mode = model::cp_mode_from_name(a.cp_mode);
+  STRATA_CHECK(cp_mode, "--cp-mode '", a.cp_mode, "' is not known (ring, ulysses)");
+  s.cp_mode = *cp_mode;
   STRATA_CHECK(a.headroom >= 0 && a.headroom < 1, "--headroom must be in [0, 1)");
   s.headroom = a.headroom;
   STRATA_CHECK(a.bucket_mb > 0, "--bucket-mb must be positive");

@@ -10,9 +10,9 @@
 namespace strata::model {
 
 CpMode parse_cp_mode(const std::string& s) {
-  if (s == "ring") return CpMode::ring;
-  if (s == "ulysses") return CpMode::ulysses;
-  fail("--cp-mode ", s, ": must be ring or ulysses");
+  const std::optional<CpMode> m = cp_mode_from_name(s);
+  if (!m) fail("--cp-mode ", s, ": must be ring or ulysses");
+  return *m;
 }
 
 CpChunks parse_cp_chunks(const std::string& s) {
@@ -21,7 +21,6 @@ CpChunks parse_cp_chunks(const std::string& s) {
   fail("--cp-chunks ", s, ": must be zigzag or contiguous");
 }
 
-const char* cp_mode_name(CpMode m) { return m == CpMode::ring ? "ring" : "ulysses"; }
 const char* cp_chunks_name(CpChunks c) { return c == CpChunks::zigzag ? "zigzag" : "contiguous"; }
 
 void check_context_parallel(const GPTConfig& cfg, int tp, int cp, const CpOptions& o, int seq) {

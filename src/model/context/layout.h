@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/parallel_rules.h"
 
 namespace strata::model {
 
-enum class CpMode : uint8_t { ring, ulysses };
 enum class CpChunks : uint8_t { zigzag, contiguous };
 
 struct CpOptions {
@@ -32,7 +32,6 @@ struct CpOptions {
 
 CpMode parse_cp_mode(const std::string& s);      // "ring" | "ulysses"; throws naming the value
 CpChunks parse_cp_chunks(const std::string& s);  // "zigzag" | "contiguous"
-const char* cp_mode_name(CpMode m);
 const char* cp_chunks_name(CpChunks c);
 
 struct SeqLayout {
