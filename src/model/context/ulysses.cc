@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "cost/shapes.h"
 #include "kernels/attention.h"
 #include "model/context/context_comm.h"
 #include "model/parallel_rules.h"
@@ -47,9 +48,11 @@ struct UlyssesGeom {
   int kv_heads() const { return kw / hs; }  // a rank's key/value heads in its attention
 };
 
+// rep and kw are the cost model's (cost/shapes.h), so its bytes and buffers are these.
 UlyssesGeom geometry(const SeqLayout& L, int B, int Tl, int C, int Cl, int NH, int NKV) {
-  const int hs = Cl / NH, Kl = NKV * hs, rep = NKV >= C ? 1 : C / NKV;
-  return {L, B, Tl, C, Cl, Cl / C, Kl, rep == 1 ? Kl / C : hs, rep, hs};
+  const int hs = Cl / NH, Kl = NKV * hs;
+  return {L, B, Tl, C, Cl, Cl / C, Kl, int(cost::ulysses_kv_columns(Kl, C, hs)),
+          int(cost::tp_kv_share(NKV, C)), hs};
 }
 
 // Block j (N, block(k)) of `blocks` <-> rank j's heads of x (N, width(k)): of q (columns
