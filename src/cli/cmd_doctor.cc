@@ -13,7 +13,7 @@
 #include <iostream>
 
 #include "cli/command.h"
-#include "cli/host_flags.h"
+#include "cli/flags/hosts.h"
 #include "comm/benchmark.h"
 #include "comm/bootstrap.h"
 #include "comm/process_group.h"

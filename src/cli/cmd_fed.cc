@@ -15,6 +15,11 @@
 #include <iomanip>
 
 #include "cli/command.h"
+#include "cli/flags/data.h"
+#include "cli/flags/metrics.h"
+#include "cli/flags/model.h"
+#include "cli/flags/parallel.h"
+#include "cli/flags/training.h"
 #include "cli/run_config.h"
 #include "core/error.h"
 #include "fed/run.h"
@@ -25,13 +30,18 @@ namespace {
 
 struct FedArgs {
   fed::FedConfig cfg;
-  std::string partition = "iid", server_opt = "avg", backend = "shm", summary;
-  int layers = 1, dim = 32, heads = 2;
+  std::string partition = "iid", server_opt = "avg", summary;
+  // The families shared with `strata train`: the model's size, the data, the sequence
+  // length, the backend and --json.
+  ModelFlags model;
+  DataFlags data;
+  TrainingFlags training;
+  ParallelFlags parallel;
+  MetricsFlags metrics;
   double timeout_s = 0;
   CLI::Option *noise_opt = nullptr, *clip_opt = nullptr;  // given: 0 never silently means "no DP" or sigma = 1
   std::string bad_update, delay;  // CLIENT:ROUND, CLIENT:SECONDS
   std::string kill, drop;         // CLIENT[,CLIENT...]:ROUND
-  bool json = false;
 };
 
 std::pair<int, double> client_pair(const std::string& flag, const std::string& v) {
@@ -71,7 +81,9 @@ std::pair<std::vector<int>, int> clients_round(const std::string& flag, const st
 
 fed::FedConfig resolve(FedArgs& a) {
   fed::FedConfig c = a.cfg;
-  c.model.layers = a.layers, c.model.dim = a.dim, c.model.heads = a.heads;
+  c.model.layers = a.model.layers, c.model.dim = a.model.dim, c.model.heads = a.model.heads;
+  c.data = a.data.data;
+  c.local.seq = a.training.seq;
   c.model.seq = c.local.seq, c.model.vocab = 256, c.model.padded_vocab = 256;
   c.partition = fed::PartitionSpec::parse(a.partition);
   STRATA_CHECK(a.server_opt == "avg" || a.server_opt == "adam",
@@ -98,9 +110,25 @@ fed::FedConfig resolve(FedArgs& a) {
   return c;
 }
 
+// A family's setting with this command's default and range.
+void limit(CLI::App& app, const char* flag, const CLI::Validator& range) {
+  app.get_option(flag)->check(range)->capture_default_str();
+}
+
 void add_common(CLI::App& app, FedArgs& a) {
   fed::FedConfig& c = a.cfg;
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  a.model.layers = 1, a.model.dim = 32, a.model.heads = 2;
+  a.model.add_to(app, {"--layers", "--dim", "--heads"});
+  limit(app, "--layers", number_in(1, 1024));
+  limit(app, "--dim", number_in(1, 1 << 16));
+  limit(app, "--heads", number_in(1, 1024));
+  a.data.data = c.data;
+  a.data.add_to(app, {"--data"});
+  a.training.seq = c.local.seq;
+  a.training.add_to(app, {"--seq"});
+  limit(app, "--seq", number_in(1, 1 << 20));
+  a.parallel.add_to(app, {"--backend"});
   app.add_option("--clients", c.clients, "K: client processes")->check(number_in(1, 1 << 20))->capture_default_str();
   app.add_option("--per-round", c.per_round, "C: clients sampled per round")->check(number_in(1, 1 << 20))->capture_default_str();
   app.add_option("--rounds", c.rounds, "R: rounds")->check(number_in(1, 1e9))->capture_default_str();
@@ -115,16 +143,9 @@ void add_common(CLI::App& app, FedArgs& a) {
       ->capture_default_str();
   app.add_option("--server-opt", a.server_opt, "avg (FedAvg) or adam (FedAdam)")->capture_default_str();
   app.add_option("--server-lr", c.server_lr, "Server learning rate")->check(number_in(0, 1e6, true))->capture_default_str();
-  app.add_option("--data", c.data, "synthetic[:TOKENS] | FILE.txt | FILE.bin | DIR")
-      ->check(plain_path(true))
-      ->capture_default_str();
   app.add_option("--partition", a.partition, "iid | dirichlet:ALPHA | natural")->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of data, partition, sampling, dropout and noise")
       ->capture_default_str();
-  app.add_option("--seq", c.local.seq, "Sequence length")->check(number_in(1, 1 << 20))->capture_default_str();
-  app.add_option("--layers", a.layers, "Model blocks")->check(number_in(1, 1024))->capture_default_str();
-  app.add_option("--dim", a.dim, "Model width")->check(number_in(1, 1 << 16))->capture_default_str();
-  app.add_option("--heads", a.heads, "Attention heads")->check(number_in(1, 1024))->capture_default_str();
   app.add_option("--dropout", c.dropout, "Probability a sampled client drops out of a round")
       ->check(number_in(0, 1))
       ->capture_default_str();
@@ -142,7 +163,6 @@ void add_common(CLI::App& app, FedArgs& a) {
   app.add_option("--eval-every", c.eval_every, "Rounds between held-out evals (0: at the end)")
       ->check(number_in(0, 1e9));
   app.add_option("--eval-windows", c.eval_windows, "Held-out windows per eval")->check(number_in(1, 1 << 20))->capture_default_str();
-  app.add_option("--backend", a.backend, "shm or mpi")->capture_default_str();
   app.add_option("--timeout", a.timeout_s, "Communication timeout in seconds")->check(number_in(0, 1e9));
 }
 
@@ -151,7 +171,7 @@ void setup_train(CLI::App& app) {
   add_common(app, *a);
   app.add_flag("--secure-agg", a->cfg.secure_agg, "Secure aggregation (Bonawitz et al. 2017)");
   app.add_option("--summary", a->summary, "Write the run's summary JSON here")->check(plain_path(false));
-  app.add_flag("--json", a->json, "JSON records instead of lines");
+  a->metrics.add_to(app, {"--json"});
   app.add_option("--inject-bad-update", a->bad_update, "CLIENT:ROUND sends a wrong-sized update (tests)");
   app.add_option("--inject-delay", a->delay, "CLIENT:SECONDS sleeps before each update (tests)");
   app.add_option("--inject-kill", a->kill,
@@ -167,11 +187,11 @@ void setup_train(CLI::App& app) {
       std::cout << resolved_config(app, "fed");
       return;
     }
-    if (auto code = fed::launch_if_needed(cfg, comm::parse_backend(a->backend), a->timeout_s)) {
+    if (auto code = fed::launch_if_needed(cfg, comm::parse_backend(a->parallel.backend), a->timeout_s)) {
       if (*code != 0) throw ExitCode{*code};
       return;
     }
-    fed::run_as_rank(cfg, a->json, a->summary);
+    fed::run_as_rank(cfg, a->metrics.json, a->summary);
   });
 }
 

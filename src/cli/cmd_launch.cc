@@ -10,7 +10,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
-#include "cli/host_flags.h"
+#include "cli/flags/hosts.h"
 #include "core/error.h"
 #include "launcher/launcher.h"
 #include "launcher/rank_status.h"

@@ -7,6 +7,10 @@
 #include <limits>
 
 #include "cli/command.h"
+#include "cli/flags/metrics.h"
+#include "cli/flags/model.h"
+#include "cli/flags/parallel.h"
+#include "cli/flags/training.h"
 #include "cli/run_config.h"
 #include "core/error.h"
 #include "cost/activations.h"
@@ -29,15 +33,86 @@ namespace {
 
 using namespace strata::plan;
 
-// strata plan's flags: the planner's arguments (plan/request.h: a flag not given stays
-// unset) and what only the command line has, --json and --local's run on this machine.
+// strata plan's flags: the families it shares with `strata train` (a flag not given stays
+// unset: the preset, the GPU or the search supplies it), the planner's own arguments
+// (plan/request.h), and what only the command line has, --json and --local's run on this
+// machine.
 struct Flags {
-  PlanArgs args;
-  bool json = false, local = false;
-  int accum = 1, moe_every = 1, recompute_layers = 0;
-  int64_t max_seq = 0;
-  std::string recompute_inputs = "fp32";
+  ModelFlags model;
+  TrainingFlags training;
+  ParallelFlags parallel;
+  MetricsFlags metrics;
+  PlanArgs args;  // filled from the families after parsing, and by the planner's own flags
+  bool local = false;
+  int accum = 1;
+  // The spellings of an earlier release: --hidden (--dim), --global-batch (--batch), --arch gpt.
+  int64_t hidden = 0, global_batch = 0;
+  bool json() const { return metrics.json; }
 };
+
+// The model, batch and layout the family flags give, as the planner's arguments: set where
+// a flag (or a config key) was given, unset otherwise.
+void fill_args(const CLI::App& app, Flags& f) {
+  PlanArgs& a = f.args;
+  auto given = [&app](const char* flag) { return app.count(flag) > 0; };
+  const ModelFlags& m = f.model;
+  if (given("--model")) a.model = m.model;
+  if (given("--arch")) a.arch = m.arch;
+  if (given("--layers")) a.layers = m.layers;
+  if (given("--dim")) a.hidden = m.dim;
+  if (given("--hidden")) a.hidden = f.hidden;
+  if (given("--heads")) a.heads = m.heads;
+  if (given("--kv-heads")) a.kv_heads = m.kv_heads;
+  if (given("--ffn")) a.ffn = m.ffn;
+  if (given("--vocab")) a.vocab = m.vocab;
+  if (given("--experts")) a.experts = m.moe.experts;
+  if (given("--top-k")) a.top_k = m.moe.top_k;
+  const TrainingFlags& t = f.training;
+  if (given("--seq")) a.seq = t.seq;
+  if (given("--batch")) a.global_batch = t.batch;
+  if (given("--global-batch")) a.global_batch = f.global_batch;
+  if (given("--micro-batch")) a.micro_batch = t.micro_batch;
+  if (given("--precision")) a.precision = t.precision;
+  if (given("--recompute")) a.recompute = t.recompute;
+  const ParallelFlags& p = f.parallel;
+  const parallel::MeshDims& mesh = p.parallel.mesh;
+  if (given("--tp")) a.tp = mesh.tp;
+  if (given("--pp")) a.pp = mesh.pp;
+  if (given("--dp")) a.dp = mesh.dp;
+  if (given("--cp")) a.cp = mesh.cp;
+  if (given("--ep")) a.ep = mesh.ep;
+  if (given("--zero")) a.zero = parallel::parse_zero_stage(p.zero);
+  if (given("--schedule")) a.schedule = p.schedule;
+  if (given("--virtual-stages")) a.virtual_stages = p.parallel.pipeline.virt;
+  if (given("--micro-batches")) a.micro_batches = p.parallel.pipeline.micro;
+  if (given("--cp-mode")) a.cp_mode = p.cp_mode;
+  if (given("--bucket-mb")) a.bucket_mb = p.parallel.dp.bucket_mb;
+  a.no_sp = !p.parallel.sequence_parallel;
+}
+
+// The planner names the width --hidden and the batch --global-batch; a user who typed train's
+// names reads them (and the old spellings, one release on, a note).
+struct Spelling {
+  const char* typed;
+  const char* planner;
+};
+constexpr Spelling kNewNames[] = {{"--dim", "--hidden"}, {"--batch", "--global-batch"}};
+
+std::string as_typed(const CLI::App& app, std::string message) {
+  for (const Spelling& s : kNewNames) {
+    if (!app.count(s.typed)) continue;
+    const std::string from = s.planner, to = s.typed;
+    for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size()))
+      message.replace(at, from.size(), to);
+  }
+  return message;
+}
+
+void deprecation_notes(const CLI::App& app, const Flags& f) {
+  if (app.count("--hidden")) std::cerr << "note: --hidden is now --dim, as strata train names it\n";
+  if (app.count("--global-batch")) std::cerr << "note: --global-batch is now --batch, as strata train names it\n";
+  if (app.count("--arch") && f.model.arch == "gpt") std::cerr << "note: --arch gpt is now --arch gpt2\n";
+}
 
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
 // --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
@@ -57,16 +132,16 @@ std::string local_report(const Flags& f, const CLI::App& app) {
   if (a.kv_heads) g.kv_heads = int(*a.kv_heads);
   if (a.ffn) g.ffn = int(*a.ffn);
   if (a.vocab) g.vocab = int(*a.vocab), g.padded_vocab = int(model::padded_vocab(*a.vocab));
-  if (app.count("--max-seq")) g.seq = int(f.max_seq);
+  if (app.count("--max-seq")) g.seq = f.model.max_seq;
   if (a.experts) {  // docs/moe.md
     g.moe.experts = int(*a.experts);
     g.moe.top_k = a.top_k ? int(*a.top_k) : 2;
-    g.moe.every = f.moe_every;
+    g.moe.every = f.model.moe.every;
   }
   // --recompute as `strata train --recompute` takes it (the search's default is full; a
   // local run's is none).
-  g.recompute = {model::parse_recompute_mode(a.recompute.value_or("none")), f.recompute_layers,
-                 model::parse_recompute_inputs(f.recompute_inputs)};
+  g.recompute = {model::parse_recompute_mode(a.recompute.value_or("none")), f.training.recompute_layers,
+                 model::parse_recompute_inputs(f.training.recompute_inputs)};
   STRATA_CHECK(!g.recompute.bf16_inputs || a.precision == "bf16",
                "--recompute-inputs bf16 needs --precision bf16 (under fp32 every activation is fp32)");
   g.validate();
@@ -144,7 +219,7 @@ std::string local_report(const Flags& f, const CLI::App& app) {
     text += cat("MoE: ", g.moe.experts, " experts, top-", g.moe.top_k, ", every ", g.moe.every,
                 " block(s), ep ", ep, ": all-to-all bytes per step per ep group (dropless; at "
                 "most this with a capacity factor) ", ep_bytes, "\n");
-  if (!f.json) return text;
+  if (!f.json()) return text;
   return nlohmann::json{{"tp", tp},     {"cp", cp},       {"dp", dp},
                         {"zero", stage}, {"ranks", ranks}, {"ep", ep},
                         {"ep_bytes_per_step_per_group", ep_bytes}}
@@ -154,12 +229,15 @@ std::string local_report(const Flags& f, const CLI::App& app) {
 
 void run(const Flags& f, const CLI::App& app) {
   if (f.local) {
-    std::cout << local_report(f, app);
+    const std::string report = local_report(f, app);
+    deprecation_notes(app, f);
+    std::cout << report;
     return;
   }
   const PlanRequest req = build_plan_request(f.args);
   PlanResult res = run_plan(req);
-  if (f.json)
+  deprecation_notes(app, f);
+  if (f.json())
     std::cout << plan_to_json(req, res).dump(2) << "\n";
   else
     std::cout << plan_to_text(req, res);
@@ -169,22 +247,18 @@ void run(const Flags& f, const CLI::App& app) {
 static Register reg(
     "plan", "Plan memory, layout, speed and checkpoints for a cluster", [](CLI::App& app) {
       auto f = std::make_shared<Flags>();
-      app.add_option("--model", f->args.model,
-                     "Model preset (the same table as strata train's): " +
-                         model::model_preset_list(/*published_first=*/true));
-      app.add_option("--arch", f->args.arch,
-                     "Layer style for explicit shapes: gpt or gpt2 (GELU, LayerNorm, "
-                     "biases, tied) or llama (SwiGLU, RMSNorm, untied)");
-      app.add_option("--layers", f->args.layers, "Transformer layers");
-      app.add_option("--hidden,--dim", f->args.hidden, "Hidden size (--dim: strata train's name)");
-      app.add_option("--heads", f->args.heads, "Attention heads");
-      app.add_option("--kv-heads", f->args.kv_heads,
-                     "KV heads (grouped-query attention; default: heads)");
-      app.add_option("--ffn", f->args.ffn, "MLP width (default 4h for gpt, ~8h/3 for llama)");
-      app.add_option("--seq", f->args.seq, "Sequence length");
-      app.add_option("--vocab", f->args.vocab, "Vocabulary (padded to a multiple of 64)");
-      app.add_option("--experts", f->args.experts, "MoE experts per layer (0: dense)");
-      app.add_option("--top-k", f->args.top_k, "Experts per token (default 2)");
+      f->model.add_to(app, {"--model", "--arch", "--layers", "--dim", "--heads", "--kv-heads", "--ffn", "--vocab",
+                            "--experts", "--top-k", "--max-seq", "--moe-every"});
+      f->training.add_to(app, {"--seq", "--batch", "--micro-batch", "--precision", "--recompute",
+                               "--recompute-layers", "--recompute-inputs"});
+      f->parallel.add_to(app, {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--schedule", "--virtual-stages",
+                               "--micro-batches", "--sp", "--cp-mode", "--bucket-mb"});
+      f->metrics.add_to(app, {"--json"});
+      // A flag not given is the preset's, the GPU's or the search's: no train default shows.
+      for (CLI::Option* o : app.get_options())
+        if (!section_of(*o, "").empty()) o->default_str("");
+      app.add_option("--hidden", f->hidden, "Now --dim")->group(kOldSpellings);
+      app.add_option("--global-batch", f->global_batch, "Now --batch")->group(kOldSpellings);
       app.add_option("--gpu", f->args.gpu,
                      "GPU preset (a100-40g, a100-80g, h100-80g, h200) or FILE.json");
       app.add_option("--gpus", f->args.gpus, "GPUs in the cluster (default: one node)");
@@ -195,36 +269,15 @@ static Register reg(
       app.add_option("--inter-bench", f->args.inter_bench,
                      "Fit the inter-node link from `strata bench comm --json` output")
           ->check(plain_path(false));
-      app.add_option("--global-batch,--batch", f->args.global_batch,
-                     "Sequences per optimizer step (--batch: strata train's name)");
-      app.add_option("--micro-batch", f->args.micro_batch, "Fix the micro-batch (sequences)");
-      app.add_option("--precision", f->args.precision, "bf16 (fp32 master weights) or fp32");
       app.add_option("--grad-precision", f->args.grad_precision, "Gradients in bf16 (default) or fp32");
       app.add_option("--optimizer", f->args.optimizer, "adamw or sgd (momentum)");
       app.add_option("--tokens", f->args.tokens, "Training tokens for days-to-train (e.g. 2T, 300B)");
-      app.add_option("--tp", f->args.tp, "Fix tensor parallelism");
-      app.add_option("--pp", f->args.pp, "Fix pipeline parallelism");
-      app.add_option("--dp", f->args.dp, "Fix data parallelism");
-      app.add_option("--cp", f->args.cp, "Fix context parallelism");
-      app.add_option("--ep", f->args.ep, "Fix expert parallelism");
-      app.add_option("--zero", f->args.zero, "Fix the ZeRO stage (0-3)");
-      app.add_option("--recompute", f->args.recompute, "Fix recomputation: none, selective, full");
-      app.add_option("--schedule", f->args.schedule,
-                     "Pipeline schedule: gpipe, 1f1b (default), interleaved, zb");
-      app.add_option("--virtual-stages", f->args.virtual_stages,
-                     "Model chunks per pipeline stage (--schedule interleaved)");
-      app.add_option("--micro-batches", f->args.micro_batches,
-                     "Fix the micro-batches per step (global batch / (dp x micro-batch))");
-      app.add_flag("--no-sp", f->args.no_sp, "No sequence parallelism with tensor parallelism");
-      app.add_option("--cp-mode", f->args.cp_mode, "Context parallelism: ring or ulysses");
       app.add_option("--headroom", f->args.headroom,
                      "Fraction of device memory kept free (default 0.10)");
       app.add_option("--efficiency", f->args.efficiency, "Sustained fraction of peak FLOP/s on matmuls");
       app.add_option("--overlap", f->args.overlap,
                      "Fraction of compute that data-parallel, ZeRO and "
                      "ring-attention traffic hides behind (default 1)");
-      app.add_option("--bucket-mb", f->args.bucket_mb,
-                     "ZeRO-1/2 reduce-scatter bucket, MiB (default 25)");
       app.add_option("--gpu-mtbf-hours", f->args.gpu_mtbf_h,
                      "Mean time between failures of one GPU "
                      "(default 50000 h)");
@@ -242,33 +295,31 @@ static Register reg(
                      "Critic/reward model preset for --rlhf (default: actor)");
       app.add_option("--rollout-batch", f->args.rollout_batch, "Sequences each GPU generates (--rlhf)");
       app.add_option("--top", f->args.top, "Layouts shown in the ranking (default 10)");
-      app.add_flag("--json", f->json, "Print JSON instead of tables");
       app.add_flag("--local", f->local,
                    "Plan a strata run on this machine (--model tiny|small|gpt2, --tp, --dp, "
                    "--zero, --precision, --micro-batch, --seq, --accum, --no-sp): per-rank "
                    "memory and tensor-parallel bytes, as the run's summary.json reports them");
-      app.add_option("--max-seq", f->max_seq, "Position table rows of the model (--local)");
       app.add_option("--accum", f->accum, "Accumulation steps per optimizer step (--local)");
-      app.add_option("--moe-every", f->moe_every, "Every N-th block is an MoE block (--local)");
-      app.add_option("--recompute-layers", f->recompute_layers,
-                     "With --recompute full: blocks recomputed, from the first (--local; 0: all)");
-      app.add_option("--recompute-inputs", f->recompute_inputs,
-                     "With --recompute full and --precision bf16: the kept block inputs in fp32 or "
-                     "bf16 (--local)");
       add_plan_calibrate(app);
       RunConfigFlags& config = add_run_config(app, "plan");
       app.callback([f, &app, &config] {
         if (app.got_subcommand("calibrate")) return;
-        if (config.print) {
-          // A printed config is one that plans: its model and request are checked first.
-          if (f->local)
-            local_report(*f, app);
-          else
-            build_plan_request(f->args);
-          std::cout << resolved_config(app, "plan");
-          return;
+        try {
+          fill_args(app, *f);
+          if (config.print) {
+            // A printed config is one that plans: its model and request are checked first.
+            if (f->local)
+              local_report(*f, app);
+            else
+              build_plan_request(f->args);
+            deprecation_notes(app, *f);
+            std::cout << resolved_config(app, "plan");
+            return;
+          }
+          run(*f, app);
+        } catch (const Error& e) {
+          throw Error(as_typed(app, e.what()));
         }
-        run(*f, app);
       });
     });
 

@@ -13,6 +13,10 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/flags/metrics.h"
+#include "cli/flags/optimizer.h"
+#include "cli/flags/parallel.h"
+#include "cli/flags/training.h"
 #include "cli/run_config.h"
 #include "comm/bootstrap.h"
 #include "comm/process_group.h"
@@ -129,9 +133,27 @@ void setup_reward(CLI::App& app) {
 struct PpoArgs {
   rlhf::PpoConfig cfg;
   std::string actor, reference, reward, critic;
-  std::string recompute = "none";  // --recompute
   int nproc = 1;
   bool json = false;
+  // The families shared with `strata train`: recomputation, the optimizer's clip and decay,
+  // ranks and ZeRO, the run dir, trace and --json.
+  TrainingFlags training;
+  OptimizerFlags optimizer;
+  ParallelFlags parallel;
+  MetricsFlags metrics;
+
+  // After parsing: the family settings into the run's config.
+  void resolve() {
+    cfg.recompute.mode = model::parse_recompute_mode(training.recompute);
+    cfg.recompute.layers = training.recompute_layers;
+    cfg.optim.grad_clip = optimizer.optim.grad_clip;
+    cfg.optim.weight_decay = optimizer.optim.weight_decay;
+    cfg.zero = parallel::parse_zero_stage(parallel.zero);
+    nproc = parallel.parallel.nproc;
+    cfg.run_dir = metrics.run_dir;
+    cfg.trace = metrics.trace;
+    json = metrics.json;
+  }
 };
 
 // --nproc N > 1 from the command line: starts N ranks of this same command (shm) and waits.
@@ -159,13 +181,15 @@ bool launch_ranks(const PpoArgs& a) {
 // `printout` (--print-config): printed instead of running, once the flags are checked as the
 // run checks them.
 void run_ppo(PpoArgs& a, const std::string& printout) {
-  a.cfg.recompute.mode = model::parse_recompute_mode(a.recompute);
+  a.resolve();
   STRATA_CHECK(a.cfg.recompute.layers >= 0, "--recompute-layers must not be negative (got ",
                a.cfg.recompute.layers, ")");
   STRATA_CHECK(a.cfg.recompute.layers == 0 || a.cfg.recompute.mode == model::Recompute::full,
                "--recompute-layers ", a.cfg.recompute.layers, " needs --recompute full");
   a.cfg.validate();  // flags first: nothing is loaded for a bad flag
-  STRATA_CHECK(a.nproc >= 1, "--nproc must be at least 1 (got ", a.nproc, ")");
+  STRATA_CHECK(a.nproc >= 1 && a.nproc <= 1024, "--nproc must be in [1, 1024] (got ", a.nproc, ")");
+  STRATA_CHECK(a.cfg.optim.grad_clip >= 0, "--grad-clip must be >= 0 (got ", a.cfg.optim.grad_clip, ")");
+  STRATA_CHECK(a.cfg.optim.weight_decay >= 0, "--weight-decay must be >= 0 (got ", a.cfg.optim.weight_decay, ")");
   if (!printout.empty()) {  // the flags are checked; the models are files a config only names
     std::cout << printout;
     return;
@@ -227,19 +251,18 @@ void run_ppo(PpoArgs& a, const std::string& printout) {
 void setup_ppo(CLI::App& app) {
   auto a = std::make_shared<PpoArgs>();
   rlhf::PpoConfig& c = a->cfg;
+  a->training.recompute_layers = c.recompute.layers;
+  a->training.add_to(app, {"--recompute", "--recompute-layers"});
+  a->optimizer.optim = c.optim;
+  a->optimizer.add_to(app, {"--grad-clip", "--weight-decay"});
+  a->parallel.add_to(app, {"--nproc", "--zero"});
+  a->metrics.add_to(app, {"--run-dir", "--trace", "--json"});
   app.add_option("--actor", a->actor, "Policy: a strata train run directory or a safetensors file")
       ->check(plain_path(true))->required();
   app.add_option("--reference", a->reference, "Frozen reference (default: the initial --actor)")->check(plain_path(true));
   app.add_option("--reward", a->reward, "Reward model (strata rlhf reward)")->check(plain_path(true))->required();
   app.add_option("--critic", a->critic, "Critic with a value head (default: the reward model)")
       ->check(plain_path(true));
-  app.add_option("--run-dir", c.run_dir, "metrics.jsonl, summary.json, checkpoints, final models")
-      ->check(plain_path(true));
-  app.add_option("--nproc", a->nproc, "Data-parallel ranks on this host (rollouts split, gradients summed)")
-      ->check(number_in(1, 1024))
-      ->capture_default_str();
-  app.add_option("--zero", c.zero, "ZeRO stage (0-3) of the actor's and critic's data-parallel engines")
-      ->capture_default_str();
   app.add_option("--iterations", c.iterations, "Rollout + update iterations")->check(number_in(1, 1e9))->capture_default_str();
   app.add_option("--rollout-batch", c.rollout_batch, "Prompts per iteration")->check(number_in(1, 1 << 20))->capture_default_str();
   app.add_option("--minibatch", c.minibatch, "Sequences per update")->check(number_in(1, 1 << 20))->capture_default_str();
@@ -250,12 +273,6 @@ void setup_ppo(CLI::App& app) {
   app.add_option("--top-k", c.sample.top_k, "Sample from the k most likely tokens (0: all)")
       ->check(number_in(0, 1 << 30))->capture_default_str();
   app.add_flag("--kv-cache,!--no-kv-cache", c.kv_cache, "Generate through the KV cache (default) or not");
-  app.add_option("--recompute", a->recompute,
-                 "Activation recomputation of the actor and critic: none, selective or full (docs/recompute.md)")
-      ->capture_default_str();
-  app.add_option("--recompute-layers", c.recompute.layers,
-                 "With --recompute full: recompute only the first N blocks (0: all)")
-      ->capture_default_str();
   app.add_option("--kl-coef", c.kl_coef, "KL penalty coefficient beta (initial, when adaptive)")
       ->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--kl-target", c.kl_target, "Adaptive KL controller target per response (0: fixed beta)")
@@ -269,16 +286,12 @@ void setup_ppo(CLI::App& app) {
   app.add_option("--ent-coef", c.ent_coef, "Entropy bonus")->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--actor-lr", c.actor_lr, "Actor learning rate")->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--critic-lr", c.critic_lr, "Critic learning rate")->check(number_in(0, 1e6))->capture_default_str();
-  app.add_option("--grad-clip", c.optim.grad_clip, "Global gradient-norm clip per model")->check(number_in(0, 1e30))->capture_default_str();
-  app.add_option("--weight-decay", c.optim.weight_decay, "AdamW weight decay")->check(number_in(0, 1e6))->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of prompts, sampling, minibatches")
       ->check(non_negative_integer())->capture_default_str();
   app.add_option("--gold-seed", c.gold_seed, "Seed of the gold rule used for evaluation")
       ->check(non_negative_integer())->capture_default_str();
   app.add_option("--ckpt-every", c.ckpt_every, "Save the run state every N iterations")->check(number_in(0, 1e9))->capture_default_str();
   app.add_flag("--resume", c.resume, "Continue from <run-dir>/ppo-state.safetensors");
-  app.add_flag("--trace", c.trace, "Chrome trace of generate/score/train and the kernels in <run-dir>");
-  app.add_flag("--json", a->json, "JSON records on stdout");
   RunConfigFlags& config = add_run_config(app, "ppo");
   app.callback([a, &app, &config] {
     run_ppo(*a, config.print ? resolved_config(app, "ppo") : "");

@@ -10,69 +10,20 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/flags/family.h"
 #include "core/error.h"
 #include "core/files.h"
 
 namespace strata::cli {
 namespace {
 
-// Sections shared by the commands that read run configs, in the order --print-config writes.
-const std::vector<std::string>& shared_sections() {
-  static const std::vector<std::string> s = {"model",      "data",    "training",    "optimizer",
-                                             "parallelism", "checkpoint", "metrics", "fault"};
-  return s;
-}
-
 // Commands' own sections: a config may hold them for another command.
 bool is_command_section(const std::string& s) { return s == "plan" || s == "ppo" || s == "fed"; }
 
-// The shared section of every flag that has one; the rest go to the command's own section.
-const std::map<std::string, std::string>& section_table() {
-  static const std::map<std::string, std::string> t = [] {
-    std::map<std::string, std::string> m;
-    const std::pair<const char*, std::vector<const char*>> groups[] = {
-        {"model",
-         {"model", "init-from", "layers", "dim", "heads", "max-seq", "vocab", "arch", "kv-heads", "ffn", "norm-eps",
-          "rope-theta", "rope-scaling", "tie-embeddings", "no-tie-embeddings", "experts", "top-k", "moe-every", "capacity-factor",
-          "dropless", "aux-loss-coef", "z-loss-coef", "router-jitter"}},
-        {"data", {"data", "tail", "val-fraction", "doc-mask", "doc-token"}},
-        {"training",
-         {"steps", "seed", "seq", "batch", "micro-batch", "eval-every", "eval-batches", "sample-every", "sample-tokens",
-          "precision", "reduce-dtype", "recompute", "recompute-layers", "recompute-inputs"}},
-        {"optimizer", {"lr", "min-lr", "warmup", "weight-decay", "grad-clip", "beta2"}},
-        {"parallelism",
-         {"nproc", "tp", "dp", "cp", "cp-mode", "cp-chunks", "pp", "schedule", "micro-batches", "virtual-stages",
-          "pp-split", "sp", "ep", "backend", "zero", "bucket-mb", "prefetch", "no-reshard-after-forward", "threads",
-          "max-activation-mb", "hosts", "hostfile", "slurm", "rsh-agent", "iface"}},
-        {"checkpoint",
-         {"ckpt-every", "ckpt-keep", "ckpt-max-failures", "ckpt-keep-every", "resume", "mtbf", "mem-ckpt-every",
-          "mem-ckpt-replicas", "mem-ckpt-replica-mbps"}},
-        {"metrics",
-         {"log-every", "run-dir", "json", "trace", "peak-gflops", "straggler-every", "straggler-pct", "collapse-pct",
-          "collapse-steps"}},
-        {"fault", {"max-restarts", "inject", "inject-rank", "inject-step", "timeout", "elastic", "preflight", "recovery"}},
-    };
-    for (const auto& [section, flags] : groups)
-      for (const char* f : flags) m[f] = section;
-    return m;
-  }();
-  return t;
-}
-
-// Flags of a command whose meaning differs from train's flag of the same name: they live in
-// the command's own section (PPO's --top-k samples tokens, train's routes to experts).
-bool differs_from_train(const std::string& flag, const std::string& own) {
-  static const std::map<std::string, std::vector<std::string>> own_meaning = {
-      {"ppo", {"top-k", "resume", "ckpt-every", "seed"}},
-      {"fed", {"lr", "eval-every", "timeout", "seed"}},
-  };
-  const auto it = own_meaning.find(own);
-  return it != own_meaning.end() && std::count(it->second.begin(), it->second.end(), flag) > 0;
-}
-
-std::string section_of(const std::string& flag, const std::string& own) {
-  const auto it = section_table().find(flag);
-  return it == section_table().end() || differs_from_train(flag, own) ? own : it->second;
+// The family section of a key some command's family declares, else the command's own.
+std::string section_of_key(const std::string& key, const std::string& own) {
+  const auto it = family_keys().find(key);
+  return it == family_keys().end() ? own : it->second;
 }
 
 bool is_flag(const CLI::Option* o) { return o->get_expected_min() == 0; }
@@ -150,10 +101,10 @@ class TomlReader {
       const std::string section(key.str());
       const auto line = key.source().begin.line;
       if (!node.is_table()) {
-        const std::string want = section_of(section, own_);
+        const std::string want = section_of_key(section, own_);
         fail(path, " line ", line, ": key '", section, "' is outside a section (put it under [", want, "])");
       }
-      const bool shared = std::count(shared_sections().begin(), shared_sections().end(), section) > 0;
+      const bool shared = std::count(family_sections().begin(), family_sections().end(), section) > 0;
       if (!shared && section != own_) {
         if (is_command_section(section)) continue;  // another command's keys
         fail(path, " line ", line, ": unknown section [", section, "]");
@@ -171,14 +122,14 @@ class TomlReader {
     const std::string where = cat(path, " line ", line, ": key '", key, "'");
     if (!o || key == "config" || key == "print-config" || key == "help") {
       // Another command's flag in a shared section applies there; a name no command has is a typo.
-      if (section != own_ && section_table().count(key)) return;
+      if (section != own_ && family_keys().count(key)) return;
       fail(where, " in [", section, "] is not a flag of this command");
     }
-    const std::string want = section_of(key, own_);
+    const std::string want = section_of(*o, own_);
     if (want != section) {
-      // train's flag of that name, in its section: this command's flag means something else.
-      const auto shared = section_table().find(key);
-      if (shared != section_table().end() && shared->second == section) return;
+      // A family's flag of that name, in its section: this command's own flag of the name means
+      // something else (PPO's --top-k samples tokens; the model family's routes to experts).
+      if (section_of_key(key, "") == section) return;
       fail(where, " belongs in [", want, "], not [", section, "]");
     }
     Item item;
@@ -285,14 +236,15 @@ void apply_run_config(CLI::App& app, const RunConfigFlags& f, const std::string&
 }
 
 std::string resolved_config(const CLI::App& app, const std::string& own_section) {
-  std::vector<std::string> order = shared_sections();
+  std::vector<std::string> order = family_sections();
   if (std::count(order.begin(), order.end(), own_section) == 0) order.push_back(own_section);
   std::map<std::string, std::string> body;
   for (const CLI::Option* o : app.get_options()) {
     if (o->get_lnames().empty()) continue;  // positional
     const std::string name = o->get_lnames()[0];
     if (name == "help" || name == "config" || name == "print-config") continue;  // not part of the run
-    std::string& out = body[section_of(name, own_section)];
+    if (o->get_group() == kOldSpellings) continue;  // the new name carries the value
+    std::string& out = body[section_of(*o, own_section)];
     if (o->count() > 0) {
       const std::vector<std::string>& r = o->results();
       if (takes_many(o)) {

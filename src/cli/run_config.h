@@ -1,7 +1,8 @@
 // TOML run configs (`--config run.toml`, `--print-config`), in the spirit of torchtitan's:
-// every flag of a command is a key, in the section the table in run_config.cc gives it
-// ([model], [data], [training], [optimizer], [parallelism], [checkpoint], [metrics], [fault],
-// and a command's own, e.g. [plan]), spelled as the flag without its dashes:
+// every flag of a command is a key, in the section of its flag family (cli/flags/family.h:
+// [model], [data], [training], [optimizer], [parallelism], [checkpoint], [metrics], [fault]),
+// or in the command's own ([plan], [ppo], [fed]) for a flag of its own, spelled as the flag
+// without its dashes:
 //
 //   [model]
 //   model = "tiny"

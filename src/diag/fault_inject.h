@@ -1,5 +1,5 @@
 // Fault injection for tests and demos, shared by the trainer and the supervisor. The flags
-// (cli/fault_flags.h) are
+// (cli/flags/fault.h) are
 //
 //   --inject KIND --inject-rank R --inject-step S [--timeout SECONDS]
 //

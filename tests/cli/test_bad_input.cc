@@ -92,7 +92,7 @@ TEST(BadInput, MoEFlags) {
       {"moe_every_zero1", moe + "--zero 1", none},
       {"moe_every_zero3", moe + "--zero 3", none},
       {"moe_every_one", moe, none},
-      {"moe_every_plan", "plan --local --layers 4 --hidden 64 --heads 4 --experts 4 --moe-every 5", none},
+      {"moe_every_plan", "plan --local --layers 4 --dim 64 --heads 4 --experts 4 --moe-every 5", none},
   });
 }
 
@@ -557,13 +557,15 @@ TEST(BadInput, RlhfFedPrivacyPaths) {
       {"rlhf ppo --actor $D/none --reward $D/none", "--reference"},
       {"rlhf ppo --actor $D/none", "--reward"},
       {"rlhf ppo --actor $D/none --reward $D/none", "--critic"},
-      {"rlhf ppo --actor $D/none --reward $D/none", "--run-dir"},
       {"rlhf generate", "--actor"},
       {kFed, "--summary"},
   };
   for (const auto& [base, flag] : paths)
     cases.push_back({"fifo" + flag, base + " " + flag + " $D/fifo", {flag, "$D/fifo", "not a regular file"},
                      make_fifo});
+  // PPO's run dir is the metrics family's --run-dir, checked as train's: a directory.
+  cases.push_back({"fifo--run-dir", "rlhf ppo --actor $D/none --reward $D/none --run-dir $D/fifo",
+                   {"--run-dir", "$D/fifo", "not a directory"}, make_fifo});
   // Outputs that would replace a device node or fail on a directory after the work.
   cases.push_back({"out_device", "rlhf reward --init $D/none -o /dev/full", {"-o", "/dev/full"}});
   cases.push_back({"out_dir", "rlhf reward --init $D/none -o $D", {"-o", "not a regular file"}});

@@ -229,7 +229,7 @@ TEST(BadValues, ConflictsInjectAndPrintConfig) {
       {"print_bad_ckpt", kTrain + "--ckpt-every 2 --print-config", {"--ckpt-every", "--run-dir"}},
       {"print_bad_kv", "train --model llama-tiny --kv-heads 3 --print-config", {"--kv-heads 3"}},
       {"print_bad_plan", "plan --layers 2 --dim 64 --heads 4 --print-config", {"--seq"}},
-      {"print_bad_local", "plan --local --layers 4 --hidden 64 --heads 4 --experts 4 --moe-every 5 --print-config",
+      {"print_bad_local", "plan --local --layers 4 --dim 64 --heads 4 --experts 4 --moe-every 5 --print-config",
        {"--moe-every 5"}},
       {"print_bad_fed", "fed train --clients 2 --per-round 3 --print-config", {"--per-round"}},
   });

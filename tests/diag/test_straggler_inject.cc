@@ -5,7 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "core/error.h"
-#include "cli/fault_flags.h"
+#include "cli/flags/fault.h"
 #include "diag/fault_inject.h"
 #include "diag/straggler.h"
 #include "nlohmann/json.hpp"

@@ -272,9 +272,9 @@ TEST(PlanActivations, PlanAndPlanLocalAgree) {
   const Model models[] = {
       {"--model gpt2", "--model gpt2"},
       {"--model llama-tiny",
-       "--arch llama --layers 4 --hidden 256 --heads 4 --kv-heads 2 --seq 256 --vocab 256"},
+       "--arch llama --layers 4 --dim 256 --heads 4 --kv-heads 2 --seq 256 --vocab 256"},
       {"--model llama-100m",
-       "--arch llama --layers 8 --hidden 768 --heads 12 --kv-heads 4 "
+       "--arch llama --layers 8 --dim 768 --heads 12 --kv-heads 4 "
        "--ffn 2048 --seq 1024 --vocab 32000"}};
   for (const Model& m : models)
     for (const std::string policy : {"none", "selective", "full"})
@@ -285,7 +285,7 @@ TEST(PlanActivations, PlanAndPlanLocalAgree) {
           const std::string what = m.local + " tp " + tp + " " + policy + " " + precision;
           const strata::test::RunResult plan =
               strata::test::run_strata("plan " + m.plan + " --gpus " + tp +
-                                           " --pp 1 --dp 1 --cp 1 --zero 0 --global-batch 2" + run,
+                                           " --pp 1 --dp 1 --cp 1 --zero 0 --batch 2" + run,
                                        "", strata::test::Streams::separate);
           ASSERT_EQ(plan.status, 0) << what << ": " << plan.err;
           const strata::test::RunResult local = strata::test::run_strata(
@@ -305,8 +305,8 @@ TEST(PlanActivations, PlanAndPlanLocalAgree) {
 TEST(PlanActivations, TheReportNamesTheFormula) {
   using nlohmann::json;
   const std::string llama =
-      "plan --arch llama --layers 4 --hidden 256 --heads 4 --kv-heads 2 --seq 256 --vocab 256 "
-      "--pp 1 --dp 1 --cp 1 --zero 0 --global-batch 2 --micro-batch 2";
+      "plan --arch llama --layers 4 --dim 256 --heads 4 --kv-heads 2 --seq 256 --vocab 256 "
+      "--pp 1 --dp 1 --cp 1 --zero 0 --batch 2 --micro-batch 2";
   const strata::test::RunResult two = strata::test::run_strata(llama + " --gpus 2 --tp 2");
   ASSERT_EQ(two.status, 0) << two.out;
   EXPECT_NE(two.out.find("(strata's buffers, as `strata train` allocates them)"), std::string::npos)
@@ -316,7 +316,7 @@ TEST(PlanActivations, TheReportNamesTheFormula) {
   ASSERT_EQ(four.status, 0) << four.err;
   EXPECT_EQ(json::parse(four.out)["best"]["memory"]["activations_model"], "strata");
   const strata::test::RunResult text = strata::test::run_strata(
-      "plan --model mixtral-8x7b --gpus 8 --tp 4 --pp 1 --cp 1 --zero 1 --global-batch 8 "
+      "plan --model mixtral-8x7b --gpus 8 --tp 4 --pp 1 --cp 1 --zero 1 --batch 8 "
       "--micro-batch 1");
   EXPECT_NE(text.out.find("Korthikanti et al.'s per-layer terms: MoE blocks are not in the "
                           "engine's formula"),

@@ -71,9 +71,9 @@ TEST(PlanCli, ModelStatesForAZeroRunComeFromTheSharedFormula) {
   const int64_t psi = count_params(m).total();
   for (int n : {1, 3, 4}) {
     for (int stage = 0; stage <= 3; ++stage) {
-      CliRun r = run_strata("plan --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 100 --gpus " +
+      CliRun r = run_strata("plan --layers 2 --dim 64 --heads 4 --seq 32 --vocab 100 --gpus " +
                                 std::to_string(n) + " --tp 1 --pp 1 --cp 1 --zero " +
-                                std::to_string(stage) + " --global-batch " + std::to_string(n) +
+                                std::to_string(stage) + " --batch " + std::to_string(n) +
                                 " --precision bf16 --json", "", Streams::separate);
       ASSERT_EQ(r.status, 0) << r.out;
       auto j = nlohmann::json::parse(r.out);
@@ -178,8 +178,8 @@ TEST(PlanCli, ModelStatesEqualAMeasuredZeroRun) {
   EXPECT_EQ(tracked["gradients"]["current"], want.gradients);
   EXPECT_EQ(tracked["optimizer"]["current"], want.optimizer);
   // bf16 gradients by default in both (DeepSpeed's convention; the engine's too).
-  CliRun p = run_strata("plan --arch gpt " + shape + "--hidden 32 --gpus 3 --dp 3 --tp 1 --pp 1 "
-                        "--cp 1 --zero 2 --precision bf16 --global-batch 12 --json", "", Streams::separate);
+  CliRun p = run_strata("plan --arch gpt2 " + shape + "--dim 32 --gpus 3 --dp 3 --tp 1 --pp 1 "
+                        "--cp 1 --zero 2 --precision bf16 --batch 12 --json", "", Streams::separate);
   ASSERT_EQ(p.status, 0) << p.out << p.err;
   nlohmann::json planned = nlohmann::json::parse(p.out)["best"]["memory"]["model_states"];
   EXPECT_EQ(planned["parameters"], want.parameters);
@@ -230,7 +230,7 @@ TEST(PlanCli, PlansTheModelOfATrainRunConfig) {
   ASSERT_EQ(printed.status, 0) << printed.err;
   std::ofstream(dir.file("run.toml")) << printed.out;
   const CliRun plan = run_strata("plan --config " + dir.file("run.toml") +
-                                     " --gpus 8 --global-batch 16 --json",
+                                     " --gpus 8 --batch 16 --json",
                                  "", Streams::separate);
   ASSERT_EQ(plan.status, 0) << plan.err;
   const nlohmann::json m = nlohmann::json::parse(plan.out)["model"];

@@ -100,8 +100,8 @@ TEST(PlanCalibrate, WritesAFileThatPlanGpuLocalReads) {
                         "compute_efficiency", "gpus_per_node", "memory_gib"})
     EXPECT_GT(g[k].get<double>(), 0) << k;
   EXPECT_LE(g["compute_efficiency"].get<double>(), 1.0);
-  RunResult p = run_strata("plan --gpu local --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256 "
-                           "--global-batch 4 --gpus 2 --tp 1 --pp 1 --cp 1 --precision fp32 --json",
+  RunResult p = run_strata("plan --gpu local --layers 2 --dim 64 --heads 4 --seq 32 --vocab 256 "
+                           "--batch 4 --gpus 2 --tp 1 --pp 1 --cp 1 --precision fp32 --json",
                            "STRATA_CALIBRATION=" + file + " ", Streams::separate);
   ASSERT_EQ(p.status, 0) << p.err;
   const json plan = json::parse(p.out);

@@ -92,7 +92,7 @@ TEST(Bf16Cli, TensorParallelComputesInBf16) {
     EXPECT_NEAR(one[i]["loss"].get<double>(), tp[i]["loss"].get<double>(), 1e-2)
         << "step " << i + 1;
   RunResult plan = run_strata(
-      "plan --local --layers 2 --hidden 64 --heads 4 --vocab 256 --model tiny --max-seq 32 "
+      "plan --local --layers 2 --dim 64 --heads 4 --vocab 256 --model tiny --max-seq 32 "
       "--seq 32 --tp 2 --dp 1 --zero 1 --precision bf16 --micro-batch 4 --json", "", Streams::separate);
   ASSERT_EQ(plan.status, 0) << plan.err;
   const json p = json::parse(plan.out);

@@ -344,7 +344,7 @@ TEST(TensorParallelCli, LossesMatchAndSummaryAgreesWithPlan) {
   const nlohmann::json& tp = s.at("tensor_parallel");
   ASSERT_EQ(tp.at("ranks").size(), 2u);
   RunResult plan = run_strata(
-      "plan --local --layers 2 --hidden 64 --heads 4 --model tiny --max-seq 32 --seq 32 --tp 2 "
+      "plan --local --layers 2 --dim 64 --heads 4 --model tiny --max-seq 32 --seq 32 --tp 2 "
       "--dp 1 --zero 1 --precision fp32 --micro-batch 4 --json", "", Streams::separate);
   ASSERT_EQ(plan.status, 0) << plan.err;
   const nlohmann::json p = nlohmann::json::parse(plan.out);

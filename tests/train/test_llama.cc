@@ -203,7 +203,7 @@ TEST(Llama, PlanLocalEqualsTheRun) {
                                  "llama-plan");
     ASSERT_EQ(r.cli.status, 0) << r.cli.err;
     const RunResult plan = run_strata(
-        "plan --local --model llama-tiny --layers 4 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 "
+        "plan --local --model llama-tiny --layers 4 --dim 64 --heads 4 --kv-heads 2 --ffn 96 "
         "--max-seq 64 --seq 64 --micro-batch 2 --precision fp32 --json --recompute selective --tp " +
         tp);
     ASSERT_EQ(plan.status, 0) << plan.out;

@@ -50,7 +50,7 @@ TEST(MoETensorParallelTrain, Tp2Ep2RunsAndResumesOnOtherLayouts) {
     EXPECT_EQ(r["model_states"], r["model_states_plan"]) << r.dump();
     EXPECT_EQ(r["tp_bytes_per_step"], r["tp_bytes_per_step_plan"]) << r.dump();
   }
-  RunResult plan = run_strata("plan --local --layers 2 --hidden 32 --heads 2 --seq 16 --max-seq 16 "
+  RunResult plan = run_strata("plan --local --layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 "
                               "--experts 4 --top-k 2 --tp 2 --dp 2 --ep 2 --micro-batch 2 --json",
                               "", Streams::separate);
   ASSERT_EQ(plan.status, 0) << plan.err;

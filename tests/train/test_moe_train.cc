@@ -129,7 +129,7 @@ TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
                            "--nproc 4 --ep 2 --run-dir " + dir.file("d"),
                            "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
-  RunResult plan = run_strata("plan --local --layers 2 --hidden 32 --heads 2 --seq 16 --max-seq 16 "
+  RunResult plan = run_strata("plan --local --layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 "
                               "--experts 4 --top-k 2 --dp 4 --ep 2 --micro-batch 1 --json "
                               "--precision fp32",
                               "", Streams::separate);

@@ -77,7 +77,7 @@ TEST(Recompute, ActivationBytesEqualThePlanAndFallByIt) {
       ASSERT_EQ(r.cli.status, 0) << layout << " " << policy << "\n" << r.cli.err;
       const int64_t peak = r.summary["memory"]["activations"]["peak"].get<int64_t>();
       const std::string tp = layout.empty() ? "" : " --tp 2";
-      const RunResult plan = run_strata("plan --local --model tiny --layers 4 --hidden 32 --heads 4 --max-seq 64 "
+      const RunResult plan = run_strata("plan --local --model tiny --layers 4 --dim 32 --heads 4 --max-seq 64 "
                                         "--seq 64 --micro-batch 2 --precision fp32 --json --recompute " + policy + tp);
       ASSERT_EQ(plan.status, 0) << plan.out;
       const json p = json::parse(plan.out);
@@ -162,7 +162,7 @@ TEST(Recompute, Bf16InputsKeepHalfTheirBytes) {
     EXPECT_EQ(fp.summary["recompute"]["inputs"], "fp32");
     EXPECT_EQ(rc["activation_bytes"].get<int64_t>(), rc["activation_bytes_plan"].get<int64_t>()) << layout;
     const std::string tp = layout.empty() ? "" : " --tp 2";
-    const RunResult plan = run_strata("plan --local --model tiny --layers 6 --hidden 32 --heads 4 --max-seq 64 "
+    const RunResult plan = run_strata("plan --local --model tiny --layers 6 --dim 32 --heads 4 --max-seq 64 "
                                       "--seq 64 --micro-batch 2 --precision bf16 --json --recompute full "
                                       "--recompute-inputs bf16" + tp);
     ASSERT_EQ(plan.status, 0) << plan.out;

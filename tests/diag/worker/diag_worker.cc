@@ -1,6 +1,6 @@
 // A stand-in for the trainer in the hang doctor's end-to-end tests: a data-parallel loop
 // over the real communicator that sets the training phase as the trainer does (core/phase.h)
-// and takes the fault-injection flags (cli/fault_flags.h). Per step: data loading, forward
+// and takes the fault-injection flags (cli/flags/fault.h). Per step: data loading, forward
 // over the layers, backward from the last layer down with one all-reduce of 256*(layer+1)
 // floats per layer, an all-reduce of the gradient norm in the optimizer, and a checkpoint
 // save. skip-collective and wrong-count hit the all-reduce of layer 1.
@@ -19,7 +19,7 @@
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/phase.h"
-#include "cli/fault_flags.h"
+#include "cli/flags/fault.h"
 
 using namespace strata;
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/flags/family.h"
 #include "launcher/hostlist.h"
 
 namespace CLI {
@@ -17,7 +18,7 @@ struct HostFlags {
   std::string hosts, hostfile, rsh_agent, iface;
   bool slurm = false;
 
-  void add_to(CLI::App& app);
+  void add_to(CLI::App& app, const Only& only = {});
   // After parsing: the hosts (empty: this host only) and where they came from ("--hosts",
   // "hostfile F", "Slurm"), the interfaces. Throws one line for bad or conflicting flags.
   struct Resolved {

@@ -1,4 +1,4 @@
-#include "cli/host_flags.h"
+#include "cli/flags/hosts.h"
 
 #include <CLI/CLI.hpp>
 
@@ -8,7 +8,8 @@
 
 namespace strata::cli {
 
-void HostFlags::add_to(CLI::App& app) {
+void HostFlags::add_to(CLI::App& app, const Only& only) {
+  FamilyScope family(app, "Hosts", "parallelism", only);
   // An empty value would read as "not given" below and silently run on this host alone.
   const auto not_empty = [](const std::string& v) { return v.empty() ? std::string("needs a value, got ''") : std::string(); };
   app.add_option("--hosts", hosts, "mpi across hosts: host:slots,... (e.g. a:2,b:2); ranks fill each host in order")
