@@ -13,6 +13,7 @@ void OptimizerFlags::add_to(CLI::App& app, const Only& only) {
   app.add_option("--warmup", warmup, "Linear warmup steps (default: 5% of --steps)");
   app.add_option("--weight-decay", optim.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   app.add_option("--grad-clip", optim.grad_clip, "Global gradient-norm clip (<= 0: off)")->capture_default_str();
+  app.add_option("--beta1", optim.beta1, "AdamW beta1 (first-moment decay)")->capture_default_str();
   app.add_option("--beta2", optim.beta2, "AdamW beta2")->capture_default_str();
 }
 
