@@ -114,11 +114,8 @@ void deprecation_notes(const CLI::App& app, const Flags& f) {
   if (app.count("--arch") && f.model.arch == "gpt") std::cerr << "note: --arch gpt is now --arch gpt2\n";
 }
 
-// `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
-// --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
-// activation buffers and the tensor-parallel bytes per step, from the cost models the
-// training summary prints its prediction with (cost/). Returns the report (text or JSON).
-std::string local_report(const Flags& f, const CLI::App& app) {
+// The model of a --local plan, as `strata train` builds it from the same flags.
+model::GPTConfig local_model(const Flags& f, const CLI::App& app) {
   const PlanArgs& a = f.args;
   model::GPTConfig g = model::GPTConfig::preset(a.model.empty() ? "tiny" : a.model);
   if (a.layers) g.layers = int(*a.layers);
@@ -145,6 +142,17 @@ std::string local_report(const Flags& f, const CLI::App& app) {
   STRATA_CHECK(!g.recompute.bf16_inputs || a.precision == "bf16",
                "--recompute-inputs bf16 needs --precision bf16 (under fp32 every activation is fp32)");
   g.validate();
+  return g;
+}
+
+// The layout of a --local plan, checked as `strata train` checks it (train/run_spec.h).
+struct LocalRun {
+  parallel::ParallelLayout layout;
+  int64_t seq = 0;
+};
+
+LocalRun local_run(const Flags& f, const model::GPTConfig& g) {
+  const PlanArgs& a = f.args;
   const int tp = a.tp.value_or(1), dp = a.dp.value_or(1);
   const int ep = a.ep.value_or(1);
   const int stage = a.zero.value_or(0);
@@ -164,6 +172,21 @@ std::string local_report(const Flags& f, const CLI::App& app) {
   layout.sequence_parallel = !a.no_sp;
   layout.cp_options = {cpm, model::CpChunks::zigzag};
   train::check_layout(g, int(seq), b * f.accum * dp, layout);
+  return {layout, seq};
+}
+
+// `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
+// --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
+// activation buffers and the tensor-parallel bytes per step, from the cost models the
+// training summary prints its prediction with (cost/). Returns the report (text or JSON).
+std::string local_report(const Flags& f, const CLI::App& app) {
+  const PlanArgs& a = f.args;
+  const model::GPTConfig g = local_model(f, app);
+  const LocalRun run = local_run(f, g);
+  const parallel::ParallelLayout& layout = run.layout;
+  const int tp = layout.tp, dp = layout.dp, ep = layout.ep, stage = layout.zero, cp = layout.cp;
+  const int64_t seq = run.seq, b = layout.micro_batch;
+  const model::CpMode cpm = layout.cp_options.mode;
   const Precision p = a.precision == "fp32" ? Precision::fp32 : Precision::bf16;
   const cost::GptShape m = model::gpt_shape(g);
   nlohmann::json ranks = nlohmann::json::array();

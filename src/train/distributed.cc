@@ -159,6 +159,90 @@ void check_hosts_before_training(const TrainConfig& cfg, const ParallelConfig& p
   }
 }
 
+
+// Data, tensor, context and expert parallelism: the trainer's model on this rank, its dense
+// gradients reduced over dp x cp (each cp rank's are its tokens' share) and its expert
+// gradients over edp (the model was built for the ep group, topo.ep).
+class MeshRunner final : public ModelRunner {
+ public:
+  MeshRunner(const TrainConfig& cfg, const ParallelConfig& pc, parallel::Mesh& mesh, comm::ProcessGroup& world,
+             model::ContextComm* cp)
+      : ModelRunner(pc.dp.precision == cost::Precision::bf16 ? DType::bf16 : DType::f32, cp),
+        cfg_(cfg), pc_(pc), mesh_(mesh), world_(world), dims_(mesh.dims()) {}
+
+  // With MoE: the last step's gradient-reduce bytes, in all and of the expert region.
+  json step_metrics() override {
+    if (!cfg_.model.moe.enabled()) return nullptr;
+    const parallel::Region* x = dp_engine_->expert_region();  // null: no expert unit here
+    const int64_t rx = x ? dp_engine_->grad_reduce_bytes_last_step(*x) : 0;
+    return json{{"grad_reduce_bytes", dp_engine_->grad_reduce_bytes_last_step()}, {"grad_reduce_bytes_experts", rx}};
+  }
+
+  void summary_sections(SummaryBuilder& summary) override;
+
+ private:
+  std::unique_ptr<parallel::StepEngine> build_engine(model::GPT& m, const parallel::OptimConfig& optim,
+                                                     uint64_t seed) override {
+    parallel::ExpertGroups xg;
+    if (mesh_.has_ep()) xg = {&mesh_.edp(), &mesh_.ep()};
+    auto e = parallel::make_data_parallel_engine(m, mesh_.dp_cp(), pc_.dp, optim, seed, xg);
+    dp_engine_ = e.get();
+    return e;
+  }
+  // Model states and reduce bytes by region against the formulas (train/expert_state.h).
+  RankStateFormula formula() const {
+    return rank_state_formula(model_->num_params(), model::expert_params(cfg_.model, dims_.ep, dims_.tp), dims_,
+                              pc_.dp, cfg_.accum(dims_.dp));
+  }
+
+  const TrainConfig& cfg_;
+  const ParallelConfig& pc_;
+  parallel::Mesh& mesh_;
+  comm::ProcessGroup& world_;
+  const parallel::MeshDims dims_;
+  parallel::DataParallelEngine* dp_engine_ = nullptr;  // the engine build_engine made (the trainer owns it)
+};
+
+// The engine's memory and reduce bytes against the formulas, and the tp, cp and overlap
+// sections of the layouts that have them.
+void MeshRunner::summary_sections(SummaryBuilder& summary) {
+  const parallel::MemoryReport mem = dp_engine_->memory_report();
+  const RankStateFormula f = formula();
+  const cost::ModelStateBytes want = f.states;
+  const json by_region = rank_state_summary(f, *dp_engine_);
+  summary.set("parallel", {{"zero", pc_.dp.stage},
+                           {"precision", parallel::precision_name(pc_.dp.precision)},
+                           {"bucket_mb", pc_.dp.bucket_mb},
+                           {"prefetch", pc_.dp.prefetch},
+                           {"buckets", dp_engine_->num_buckets()},
+                           {"reduce_dtype", parallel::precision_name(pc_.dp.reduce())},
+                           {"grad_reduce_bytes_per_step", dp_engine_->grad_reduce_bytes_last_step()},
+                           {"describe", pc_.dp.describe()}});
+  summary.set("engine_memory", mem.to_json());
+  summary.set_all(by_region);
+  std::string text = cat("model states per rank: ", mem.model_states(), " B (formula ", want.total(),
+                         " B for ZeRO ", pc_.dp.stage, " over ", dims_.dp * dims_.cp, " data-parallel rank(s)",
+                         f.expert_params > 0 ? cat(", experts over ", f.edp_ranks, " edp rank(s)") : "",
+                         "); buffers: comm ", mem.comm, " B, scratch ", mem.activations, " B");
+  if (by_region.contains("experts")) {
+    const json& x = by_region["experts"];
+    text += cat("\nexperts: ", f.expert_params, " of this rank's ", model_->num_params(),
+                " parameters; model states dense ", x["dense_model_states"].get<int64_t>(), " B + experts ",
+                x["expert_model_states"].get<int64_t>(), " B; gradient reduce bytes per step dense ",
+                x["grad_reduce_bytes_dense"].get<int64_t>(), " (formula ", f.reduce_bytes_dense, ") + experts ",
+                x["grad_reduce_bytes_experts"].get<int64_t>(), " (", f.reduce_bytes_experts, ")");
+  }
+  summary.line(text);
+  if (dims_.tp > 1) add_tensor_parallel_section(summary, cfg_, pc_, *dp_engine_, *model_, mesh_);
+  if (dims_.cp > 1) add_cp_section(summary, *model_, world_);
+  if (pc_.trace) {
+    const json ov = overlap_summary(world_);
+    summary.set("overlap", ov);
+    summary.line(cat("gradient communication hidden behind compute: ", int(100 * ov["hidden_share"].get<double>() + 0.5),
+                     "% of ", ov["gradient_comm_ms"].get<double>(), " ms (all ranks)"));
+  }
+}
+
 }  // namespace
 
 // This process's program and arguments, to start the same command once per rank.
@@ -245,6 +329,9 @@ static comm::GroupPtr join_world(int world_size, const comm::Options& co);
 static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& pc,
                                   comm::GroupPtr world, const LiveRecovery& live);
 
+static TrainResult train_with_live_recovery(const TrainConfig& cfg, const ParallelConfig& pc, int launched_world,
+                                            const comm::Options& co);
+
 TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   const comm::RankEnv env = comm::detect_rank_env();
   dump_into_run_dir(cfg);
@@ -274,13 +361,29 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
     write_trace();
     return r;
   }
-  // --recovery shrink|live: a world that loses a rank is re-formed by its survivors, in this
-  // process, as the launcher names it (launcher/live_world.h), and the run continues there; under
-  // live a replacement joins them at a step boundary, in a world re-formed the same way.
+  TrainResult r = train_with_live_recovery(cfg, pc, env.world_size, co);
+  write_trace();
+  return r;
+}
+
+static comm::GroupPtr join_world(int world_size, const comm::Options& co) {
+  if (world_size > 1) return comm::init_from_env(co);
+  // A world of one moves no bytes: the one-rank thread world serves every backend (a tcp live
+  // world or an mpi --elastic restart down to one rank).
+  comm::Options alone = co;
+  alone.backend = comm::Backend::shm;
+  return comm::make_thread_world(1, alone).front();
+}
+
+// --recovery shrink|live: a world that loses a rank is re-formed by its survivors, in this
+// process, as the launcher names it (launcher/live_world.h), and the run continues there; under
+// live a replacement joins them at a step boundary, in a world re-formed the same way.
+static TrainResult train_with_live_recovery(const TrainConfig& cfg, const ParallelConfig& pc, int launched_world,
+                                            const comm::Options& co) {
   const double wait_s = pc.timeout_s > 0 ? pc.timeout_s : 60;
   LiveRecovery live;
-  live.launched_world = env.world_size;
-  int world_size = env.world_size;
+  live.launched_world = launched_world;
+  int world_size = launched_world;
   ParallelConfig now = pc;
   now.mesh.dp = 0;  // every rank is a data-parallel replica, however many remain
   // Opened once (by a replacement before it announces itself): a re-formed world's trainer
@@ -304,9 +407,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
     try {
       world = join_world(world_size, co);
       live.formed_ns = now_ns();
-      TrainResult r = train_in_world(cfg, now, world, live);
-      write_trace();
-      return r;
+      return train_in_world(cfg, now, world, live);
     } catch (const std::exception& e) {
       // Not a peer's failure: an error of this rank, or the job's first world not forming.
       // A re-formed world that did not form (a peer died before joining) waits for the next.
@@ -332,13 +433,67 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
   }
 }
 
-static comm::GroupPtr join_world(int world_size, const comm::Options& co) {
-  if (world_size > 1) return comm::init_from_env(co);
-  // A world of one moves no bytes: the one-rank thread world serves every backend (a tcp live
-  // world or an mpi --elastic restart down to one rank).
-  comm::Options alone = co;
-  alone.backend = comm::Backend::shm;
-  return comm::make_thread_world(1, alone).front();
+// --mem-ckpt-replicas: the in-memory writer thread's exchange of copies with the peers on
+// the neighbouring hosts (the same local rank on the next and the previous host), on a group
+// of its own. to = from = -1 when replicas are off in this world.
+struct ReplicaPeers {
+  comm::GroupPtr group;
+  int to = -1, from = -1;
+};
+
+static ReplicaPeers replica_peers(const TrainConfig& cfg, comm::ProcessGroup& world, const LiveRecovery& live) {
+  ReplicaPeers p;
+  if (cfg.ckpt.mem_replicas == 0 || world.size() <= 1) return p;
+  p.group = world.split(0, world.rank(), "mem-replica");
+  p.group->set_background();  // its chunks wait for gaps in the foreground's traffic
+  const comm::HostLayout hl = comm::discover_hosts(world);
+  const int h = hl.host_of[size_t(world.rank())], n = hl.num_hosts();
+  if (n > 1 && !hl.uniform() && live.generation > 0) {
+    // A world live recovery re-formed after a death: its hosts hold unequal numbers of ranks
+    // until the replacements join.
+    if (world.rank() == 0)
+      std::fprintf(stderr, "strata train: mem-ckpt: replicas off in this world (%s) until its hosts "
+                   "hold equal numbers of ranks again\n", hl.describe().c_str());
+  } else if (n > 1) {
+    STRATA_CHECK(hl.uniform(), "--mem-ckpt-replicas ", cfg.ckpt.mem_replicas, " needs the same "
+                 "number of ranks on every host (each rank's peer is the same local rank on the "
+                 "next host), this job has ", hl.describe());
+    const int local = hl.local_rank[size_t(world.rank())];
+    auto rank_on = [&](int host) {
+      for (int r = 0; r < world.size(); ++r)
+        if (hl.host_of[size_t(r)] == host && hl.local_rank[size_t(r)] == local) return r;
+      return -1;
+    };
+    p.to = rank_on((h + 1) % n);
+    p.from = rank_on((h + n - 1) % n);
+  } else if (world.rank() == 0) {
+    std::fprintf(stderr, "strata train: mem-ckpt: replicas off: all %d ranks run on one host "
+                 "(%s)\n", world.size(), hl.hosts.front().c_str());
+  }
+  return p;
+}
+
+// Live recovery's rejoin (Topology::world_changes): rank 0 reads the world file after each
+// copy; one all-reduce tells the others. A world smaller than the launch's waits there for its
+// replacements under the test knob (up to half the --timeout the others wait in the all-reduce).
+static std::function<bool()> world_change_probe(const ParallelConfig& pc, comm::ProcessGroup& world,
+                                                const LiveRecovery& live) {
+  const bool await = kAwaitJoin.get_int() > 0 && world.size() < live.launched_world;
+  const double await_s = (pc.timeout_s > 0 ? pc.timeout_s : 60) / 2;
+  return [g = &world, generation = live.generation, await, await_s] {
+    double newer = 0;
+    if (g->rank() == 0) {
+      Stopwatch waited;
+      for (;;) {
+        const std::optional<launcher::LiveWorld> w = launcher::read_live_world();
+        newer = w && w->generation > generation ? 1 : 0;
+        if (newer > 0 || !await || waited.seconds() > await_s) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    g->all_reduce(&newer, 1);
+    return newer > 0.5;
+  };
 }
 
 // One world's training: its mesh and groups, the engine, the trainer.
@@ -347,39 +502,7 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   // The checkpoint writer thread synchronises on a group of its own (ckpt/checkpointer.h).
   comm::GroupPtr ckpt_group = world->split(0, world->rank(), "ckpt");
   ckpt_group->set_background();  // a checkpoint's barriers are no gradient traffic
-  // --mem-ckpt-replicas: the in-memory writer thread's exchange of copies with the peers on
-  // the neighbouring hosts, on a group of its own as well.
-  comm::GroupPtr replica_group;
-  int replica_to = -1, replica_from = -1;
-  if (cfg.ckpt.mem_replicas > 0 && world->size() > 1) {
-    replica_group = world->split(0, world->rank(), "mem-replica");
-    replica_group->set_background();  // its chunks wait for gaps in the foreground's traffic
-    const comm::HostLayout hl = comm::discover_hosts(*world);
-    const int h = hl.host_of[size_t(world->rank())], n = hl.num_hosts();
-    if (n > 1 && !hl.uniform() && live.generation > 0) {
-      // A world live recovery re-formed after a death: its hosts hold unequal numbers of ranks
-      // until the replacements join.
-      if (world->rank() == 0)
-        std::fprintf(stderr, "strata train: mem-ckpt: replicas off in this world (%s) until its hosts "
-                     "hold equal numbers of ranks again\n", hl.describe().c_str());
-    } else if (n > 1) {
-      STRATA_CHECK(hl.uniform(), "--mem-ckpt-replicas ", cfg.ckpt.mem_replicas, " needs the same "
-                   "number of ranks on every host (each rank's peer is the same local rank on the "
-                   "next host), this job has ", hl.describe());
-      const int local = hl.local_rank[size_t(world->rank())];
-      auto rank_on = [&](int host) {
-        for (int r = 0; r < world->size(); ++r)
-          if (hl.host_of[size_t(r)] == host && hl.local_rank[size_t(r)] == local) return r;
-        return -1;
-      };
-      replica_to = rank_on((h + 1) % n);
-      replica_from = rank_on((h + n - 1) % n);
-    } else if (world->rank() == 0) {
-      std::fprintf(stderr, "strata train: mem-ckpt: replicas off: all %d ranks run on one host "
-                   "(%s)\n", world->size(), hl.hosts.front().c_str());
-    }
-  }
-
+  const ReplicaPeers replicas = replica_peers(cfg, *world, live);
   parallel::Mesh mesh(*world, pc.mesh_dims());
   const parallel::MeshDims dims = mesh.dims();
   if (pc.backend == comm::Backend::mpi) check_hosts_before_training(cfg, pc, *world, dims);
@@ -409,10 +532,10 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
     return x;
   };
   topo.ckpt_barrier = [g = ckpt_group.get()] { g->barrier(); };
-  if (replica_to >= 0) {
-    topo.replica_group = replica_group.get();
-    topo.replica_to = replica_to;
-    topo.replica_from = replica_from;
+  if (replicas.to >= 0) {
+    topo.replica_group = replicas.group.get();
+    topo.replica_to = replicas.to;
+    topo.replica_from = replicas.from;
   }
   topo.restart = comm::restart_attempt();
   topo.live = live;
@@ -427,105 +550,14 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
       return c.tp == me.tp && c.pp == me.pp;
     };
   }
-  if (pc.recovery == Recovery::live) {
-    // Rank 0 reads the world file after each copy; one all-reduce tells the others. A world
-    // smaller than the launch's waits there for its replacements under the test knob (up to
-    // half the --timeout the others wait in the all-reduce).
-    const bool await = kAwaitJoin.get_int() > 0 && world->size() < live.launched_world;
-    const double await_s = (pc.timeout_s > 0 ? pc.timeout_s : 60) / 2;
-    topo.world_changes = [g = world.get(), generation = live.generation, await, await_s] {
-      double newer = 0;
-      if (g->rank() == 0) {
-        Stopwatch waited;
-        for (;;) {
-          const std::optional<launcher::LiveWorld> w = launcher::read_live_world();
-          newer = w && w->generation > generation ? 1 : 0;
-          if (newer > 0 || !await || waited.seconds() > await_s) break;
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-      }
-      g->all_reduce(&newer, 1);
-      return newer > 0.5;
-    };
-  }
+  if (pc.recovery == Recovery::live) topo.world_changes = world_change_probe(pc, *world, live);
   if (dims.pp > 1) {
     TrainResult r = train_pipeline_rank(cfg, pc, mesh, topo);
     world->barrier();
     return r;
   }
 
-  parallel::DataParallelEngine* engine = nullptr;  // owned by the trainer's run
-  EngineFactory factory;
-  factory.model_owns_state = false;
-  const model::GPT* built_model = nullptr;
-  factory.compute = pc.dp.precision == cost::Precision::bf16 ? DType::bf16 : DType::f32;
-  factory.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
-    built_model = &m;
-    // Dense gradients reduce over dp x cp (each cp rank's are its tokens' share), expert
-    // gradients over edp (the model was built for the ep group: topo.ep).
-    parallel::ExpertGroups xg;
-    if (mesh.has_ep()) xg = {&mesh.edp(), &mesh.ep()};
-    auto e = parallel::make_data_parallel_engine(m, mesh.dp_cp(), pc.dp, optim, seed, xg);
-    engine = e.get();
-    return std::unique_ptr<parallel::StepEngine>(std::move(e));
-  };
-  // Model states and reduce bytes by region against the formulas (train/expert_state.h).
-  auto formula = [&] {
-    return rank_state_formula(built_model->num_params(),
-                              model::expert_params(cfg.model, dims.ep, dims.tp), dims, pc.dp,
-                              cfg.accum(dims.dp));
-  };
-  if (cfg.model.moe.enabled())
-    factory.step_metrics = [&] {
-      const parallel::Region* x = engine->expert_region();  // null: no expert unit here
-      const int64_t rx = x ? engine->grad_reduce_bytes_last_step(*x) : 0;
-      return json{{"grad_reduce_bytes", engine->grad_reduce_bytes_last_step()},
-                  {"grad_reduce_bytes_experts", rx}};
-    };
-  factory.summary_sections = [&](SummaryBuilder& summary) {
-    const parallel::MemoryReport mem = engine->memory_report();
-    const RankStateFormula f = formula();
-    const cost::ModelStateBytes want = f.states;
-    const json by_region = rank_state_summary(f, *engine);
-    summary.set("parallel", {{"zero", pc.dp.stage},
-                             {"precision", parallel::precision_name(pc.dp.precision)},
-                             {"bucket_mb", pc.dp.bucket_mb},
-                             {"prefetch", pc.dp.prefetch},
-                             {"buckets", engine->num_buckets()},
-                             {"reduce_dtype", parallel::precision_name(pc.dp.reduce())},
-                             {"grad_reduce_bytes_per_step", engine->grad_reduce_bytes_last_step()},
-                             {"describe", pc.dp.describe()}});
-    summary.set("engine_memory", mem.to_json());
-    summary.set_all(by_region);
-    std::string text = cat("model states per rank: ", mem.model_states(), " B (formula ",
-                           want.total(), " B for ZeRO ", pc.dp.stage, " over ", dims.dp * dims.cp,
-                           " data-parallel rank(s)", f.expert_params > 0
-                               ? cat(", experts over ", f.edp_ranks, " edp rank(s)") : "",
-                           "); buffers: comm ", mem.comm, " B, scratch ", mem.activations, " B");
-    if (by_region.contains("experts")) {
-      const json& x = by_region["experts"];
-      text += cat("\nexperts: ", f.expert_params, " of this rank's ", built_model->num_params(),
-                  " parameters; model states dense ", x["dense_model_states"].get<int64_t>(),
-                  " B + experts ", x["expert_model_states"].get<int64_t>(),
-                  " B; gradient reduce bytes per step dense ",
-                  x["grad_reduce_bytes_dense"].get<int64_t>(), " (formula ",
-                  f.reduce_bytes_dense, ") + experts ",
-                  x["grad_reduce_bytes_experts"].get<int64_t>(), " (", f.reduce_bytes_experts,
-                  ")");
-    }
-    summary.line(text);
-    if (dims.tp > 1) add_tensor_parallel_section(summary, cfg, pc, *engine, *built_model, mesh);
-    if (dims.cp > 1) add_cp_section(summary, *built_model, *world);
-    if (pc.trace) {
-      const json ov = overlap_summary(*world);
-      summary.set("overlap", ov);
-      summary.line(cat("gradient communication hidden behind compute: ",
-                       int(100 * ov["hidden_share"].get<double>() + 0.5), "% of ",
-                       ov["gradient_comm_ms"].get<double>(), " ms (all ranks)"));
-    }
-  };
-
-  TrainResult r = Trainer(cfg, topo, factory).run();
+  TrainResult r = Trainer(cfg, topo, std::make_unique<MeshRunner>(cfg, pc, mesh, *world, context_comm.get())).run();
   world->barrier();  // nobody tears the segment down while a peer still reads it
   return r;
 }

@@ -120,157 +120,202 @@ int64_t planned_stage_activations(const TrainConfig& cfg, const model::StageMode
       .total();
 }
 
+
+// A pipeline stage (docs/pipeline.md): this rank's chunks of the model as a stage model,
+// every micro-batch's forward and backward in the schedule's order by the executor, the
+// stage engine reducing gradients over dp x cp; each step's bubble and transfer accounting,
+// and the pipeline's summary section. The trainer's GPT holds no activations (model_batch 0)
+// and samples nothing (the whole model is on no rank).
+class PipelineRunner final : public StepRunner {
+ public:
+  PipelineRunner(const TrainConfig& cfg, const ParallelConfig& pc, parallel::Mesh& mesh, const Topology& topo);
+
+  const model::StageModel& stage_model() const { return sm_; }
+  DType compute() const override { return compute_; }
+  int model_batch(int) const override { return 0; }
+  bool samples() const override { return false; }
+  model::expert::MoE* moe() const override { return sm_.moe(); }
+  const model::StageModel* stage() const override { return &sm_; }
+
+  std::unique_ptr<parallel::StepEngine> make_engine(model::GPT& m, const parallel::OptimConfig& optim,
+                                                    uint64_t seed) override {
+    trainer_model_ = &m;
+    auto e = pl::make_stage_engine(sm_, mesh_, pc_.dp, optim, seed);
+    engine_ = e.get();
+    return e;
+  }
+  double forward_backward(const data::StepBatch& batch, float scale) override;
+  double forward_sum(const data::StepBatch& batch) override {
+    sm_.set_inputs(inputs_of(batch));
+    pl::Executor eval(pl::make_forward_only(P_, int(batch.micro.size()), V_), stage_, &mesh_.pp(), grad_.get());
+    return eval.run(sm_, 0);  // the last stage's rows; the trainer sums over the job
+  }
+  json step_metrics() override { return step_rec_; }
+  void summary_sections(SummaryBuilder& summary) override;
+
+ private:
+  // Context parallel: the attention bytes this rank sends per step, for its stage's layers
+  // only (the trainer's record counts every layer of the model).
+  int64_t stage_cp_bytes(const data::StepBatch& batch) const;
+
+  const TrainConfig& cfg_;
+  const ParallelConfig& pc_;
+  parallel::Mesh& mesh_;
+  const Topology& topo_;
+  const parallel::MeshDims d_;
+  const int P_, V_, stage_, A_, b_;
+  const pl::Schedule sched_;
+  const DType compute_;
+  const PipelineCosts pcost_;
+  const std::vector<int> slots_;
+  model::StageModel sm_;
+  comm::GroupPtr grad_;
+  pl::Executor ex_;
+  int stage_layers_ = 0, stage_recomputed_ = 0;
+  const model::GPT* trainer_model_ = nullptr;  // carries topo.cp for the cp summary
+  parallel::DataParallelEngine* engine_ = nullptr;
+  std::vector<double> bubbles_, steps_ms_;  // this stage's, per step (rank 0: every stage's mean)
+  std::vector<double> transfer_shares_;     // per step: mean over stages of transfer wait / step
+  std::vector<double> replayed_bubbles_;    // per step: the model fed the stages' measured compute
+  std::vector<double> own_window_bubbles_;  // per step: each stage's bubble over its own time
+  json step_rec_;
+};
+
+// This rank's chunks of the model, by the split that balances the layer types' measured
+// costs (train/pipeline_costs.h).
+std::vector<model::StageChunk> chunks_of_rank(const PipelineCosts& pcost, const pl::Schedule& sched, int stage) {
+  std::vector<model::StageChunk> mine;
+  for (int c = 0; c < sched.virt; ++c) mine.push_back(pcost.chunks[size_t(sched.virtual_stage(stage, c))]);
+  return mine;
+}
+
+PipelineCosts costs_of(const TrainConfig& cfg, const ParallelConfig& pc, const pl::Schedule& sched, int b, DType compute,
+                       parallel::Mesh& mesh, const Topology& topo) {
+  const int64_t rows = int64_t(b) * cfg.train_seq() / mesh.dims().cp;  // a cp rank's chunks
+  PipelineCosts pcost = pipeline_costs(cfg, pc, sched, b, compute,
+                                       (topo.tp ? topo.tp->local_rows(rows) : rows) * cfg.model.dim, *topo.group,
+                                       &mesh.pp());
+  if (topo.rank == 0) std::fprintf(stderr, "strata train: %s\n", pipeline_costs_line(pcost).c_str());
+  return pcost;
+}
+
+PipelineRunner::PipelineRunner(const TrainConfig& cfg, const ParallelConfig& pc, parallel::Mesh& mesh,
+                               const Topology& topo)
+    : cfg_(cfg), pc_(pc), mesh_(mesh), topo_(topo), d_(mesh.dims()), P_(d_.pp), V_(pc.pipeline.virt),
+      stage_(mesh.pp_rank()), A_(cfg.accum(d_.dp)), b_(cfg.batch / (A_ * d_.dp)),
+      sched_(pl::make_schedule(pc.pipeline.schedule, P_, A_, V_)),
+      compute_(pc.dp.precision == cost::Precision::bf16 ? DType::bf16 : DType::f32),
+      pcost_(costs_of(cfg, pc, sched_, b_, compute_, mesh, topo)), slots_(pl::slots_for(sched_, stage_)),
+      sm_(cfg.model, chunks_of_rank(pcost_, sched_, stage_), slots_, b_, compute_, sched_.split_backward, topo.tp,
+          topo.cp, /*allocate_state=*/false, mesh.has_ep() ? &mesh.ep() : nullptr),
+      grad_(mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad")),
+      ex_(sched_, stage_, &mesh.pp(), grad_.get()) {
+  check_stage_activations(cfg.max_activation_mb, sm_, slots_, cfg, mesh, b_, pcost_.chunks, sched_);
+  // Each stage's F/B/W spans on a track named by its stage: merged, the schedule's diagonal.
+  if (tracer().enabled()) tracer().name_thread(cat("compute (pp stage ", stage_, ")"));
+  for (const model::StageChunk& ch : sm_.chunks()) {
+    stage_layers_ += ch.end - ch.begin;
+    for (int l = ch.begin; l < ch.end; ++l) stage_recomputed_ += cfg.model.recomputes_block(l, l - ch.begin);
+  }
+}
+
+int64_t PipelineRunner::stage_cp_bytes(const data::StepBatch& batch) const {
+  int64_t sequences = 0;
+  for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
+  return cost::cp_bytes_per_micro(topo_.cp->options().mode == model::CpMode::ring, d_.cp, stage_layers_, sequences,
+                                  cfg_.train_seq(), cfg_.model.dim / d_.tp, stage_recomputed_,
+                                  cost::kv_columns(model::gpt_shape(cfg_.model), d_.tp), cfg_.model.head_dim());
+}
+
+double PipelineRunner::forward_backward(const data::StepBatch& batch, float scale) {
+  sm_.set_inputs(inputs_of(batch), ids_of(batch));
+  engine_->begin_micro(0, int(batch.micro.size()));  // each unit's gradients: after that many
+  double loss = ex_.run(sm_, scale);
+  if (sm_.moe()) {
+    // The aux and z losses of every stage's MoE blocks join the last stage's sum (counted
+    // where it is, topo.counts_loss; each cp rank's cover its chunks, as without a pipeline).
+    double aux_z = sm_.moe()->load_aux_z();
+    mesh_.pp().all_reduce(&aux_z, 1);
+    if (mesh_.last_stage()) loss += aux_z;
+  }
+  const PipelineStep acc = account_step(ex_, pcost_, mesh_.pp());
+  bubbles_.push_back(acc.bubble_mean);
+  own_window_bubbles_.push_back(acc.bubble_own_window);
+  transfer_shares_.push_back(acc.transfer_share);
+  replayed_bubbles_.push_back(acc.replayed);
+  steps_ms_.push_back(acc.record["pp_schedule_ms"].get<double>());
+  step_rec_ = acc.record;
+  if (topo_.cp) step_rec_["cp_bytes_formula"] = stage_cp_bytes(batch);
+  return loss;
+}
+
+void PipelineRunner::summary_sections(SummaryBuilder& summary) {
+  // Under cp the activations include the cp attention's buffers (Ulysses: its saved outputs).
+  const int64_t acts = sm_.activation_bytes() + (topo_.cp ? topo_.cp->buffer_bytes() : 0);
+  const int64_t planned = planned_stage_activations(cfg_, sm_, slots_, sched_.split_backward, b_);
+  const double mine_s[4] = {double(acts), double(sm_.num_params()),
+                            double(pl::max_in_flight(sched_, stage_)), double(planned)};
+  std::vector<double> all(size_t(4 * P_));
+  mesh_.pp().all_gather(mine_s, all.data(), 4, DType::f64);
+  // Steady state: the first step pays for warm-up.
+  std::vector<double> steady(bubbles_.begin() + (bubbles_.size() > 1 ? 1 : 0), bubbles_.end());
+  const double measured = median(steady), formula = pl::bubble_formula(sched_);
+  auto steady_median = [](const std::vector<double>& v) {
+    return median(std::vector<double>(v.begin() + (v.size() > 1 ? 1 : 0), v.end()));
+  };
+  const double transfer_share = steady_median(transfer_shares_);
+  const double replayed = steady_median(replayed_bubbles_);
+  json stages = json::array();
+  std::string text = cat("pipeline: ", pl::schedule_name(pc_.pipeline.schedule), ", ", P_, " stages",
+                         V_ > 1 ? cat(" x ", V_, " chunks") : "",
+                         d_.cp > 1 ? cat(" of cp ", d_.cp, " (each stage message: B x seq/", d_.cp,
+                                        " rows)")
+                                  : "",
+                         ", ", A_,
+                         " micro-batches: bubble ", fmt("%.3f", measured),
+                         " measured (median over steps, mean over stages) vs formula ",
+                         fmt("%.3f", formula), " vs planned ", fmt("%.3f", pcost_.planned.bubble),
+                         " (", pcost_.costs.measured ? "measured" : "estimated",
+                         " layer costs, ", fmt("%.3f", pcost_.transfer_s * 1e3),
+                         " ms per message) vs ", fmt("%.3f", replayed),
+                         " replayed with each step's measured stage compute; waiting on "
+                         "messages already sent ", fmt("%.3f", transfer_share), " of the schedule");
+  for (int s = 0; s < P_; ++s) {
+    const std::string layers = stage_layers_text(pcost_.chunks, sched_, s);
+    const double* at = all.data() + 4 * s;
+    stages.push_back({{"stage", s}, {"layers", layers}, {"params", int64_t(at[1])},
+                      {"activation_bytes", int64_t(at[0])},
+                      {"activation_bytes_planned", int64_t(at[3])},
+                      {"in_flight", int(at[2])}});
+    text += cat("\n  stage ", s, ": layers ", layers, ", ", int64_t(at[1]),
+                " params, activations ", int64_t(at[0]), " B (planned ", int64_t(at[3]),
+                ") for ", int(at[2]), " micro-batches in flight");
+  }
+  json pipe = {{"schedule", pl::schedule_name(pc_.pipeline.schedule)}, {"pp", P_}, {"cp", d_.cp},
+               {"virtual_stages", V_},
+               {"micro_batches", A_}, {"bubble_measured", measured},
+               {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms_)},
+               {"transfer_wait_share", transfer_share},
+               {"bubble_replayed", replayed},
+               {"bubble_measured_own_windows", steady_median(own_window_bubbles_)},
+               {"stages", stages}};
+  pipe.update(pipeline_costs_json(pcost_));
+  summary.set("pipeline", pipe);
+  summary.line(text);
+  // The attention's balance within this stage's cp group.
+  if (topo_.cp) add_cp_section(summary, *trainer_model_, mesh_.cp());
+}
+
 }  // namespace
 
 TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc,
                                 parallel::Mesh& mesh, Topology topo) {
-  const parallel::MeshDims d = mesh.dims();
-  const pl::PipelineOptions& o = pc.pipeline;
-  const int P = d.pp, V = o.virt, stage = mesh.pp_rank();
-  const int A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
-  const pl::Schedule sched = pl::make_schedule(o.schedule, P, A, V);
-  const DType compute = pc.dp.precision == cost::Precision::bf16 ? DType::bf16 : DType::f32;
-  // The split balances the layer types' measured costs (train/pipeline_costs.h).
-  const int64_t rows = int64_t(b) * cfg.train_seq() / d.cp;  // a cp rank's chunks
-  const PipelineCosts pcost =
-      pipeline_costs(cfg, pc, sched, b, compute, (topo.tp ? topo.tp->local_rows(rows) : rows) * cfg.model.dim,
-                     *topo.group, &mesh.pp());
-  if (topo.rank == 0) std::fprintf(stderr, "strata train: %s\n", pipeline_costs_line(pcost).c_str());
-  const std::vector<model::StageChunk>& chunks = pcost.chunks;
-  std::vector<model::StageChunk> mine;
-  for (int c = 0; c < V; ++c) mine.push_back(chunks[size_t(sched.virtual_stage(stage, c))]);
-  const std::vector<int> slots = pl::slots_for(sched, stage);
-  model::StageModel sm(cfg.model, mine, slots, b, compute, sched.split_backward, topo.tp, topo.cp,
-                       /*allocate_state=*/false, mesh.has_ep() ? &mesh.ep() : nullptr);
-  check_stage_activations(cfg.max_activation_mb, sm, slots, cfg, mesh, b, chunks, sched);
-  comm::GroupPtr grad = mesh.pp().split(0, mesh.pp().rank(), mesh.pp().name() + ".grad");
-  pl::Executor ex(sched, stage, &mesh.pp(), grad.get());
-  // Each stage's F/B/W spans on a track named by its stage: merged, the schedule's diagonal.
-  if (tracer().enabled()) tracer().name_thread(cat("compute (pp stage ", stage, ")"));
+  auto runner = std::make_unique<PipelineRunner>(cfg, pc, mesh, topo);
+  const PipelineRunner& r = *runner;
   // Under cp each cp rank of the last stage sums its own rows' losses: all of them count.
   topo.counts_loss = mesh.last_stage() && mesh.tp_rank() == 0;
-  topo.layout = [&sm] { return sm.tensor_layout(); };
-
-  // Context parallel: the attention bytes this rank sends per step, for its stage's layers
-  // only (the trainer's record counts every layer of the model).
-  int stage_layers = 0, stage_recomputed = 0;
-  for (const model::StageChunk& ch : mine) {
-    stage_layers += ch.end - ch.begin;
-    for (int l = ch.begin; l < ch.end; ++l) stage_recomputed += cfg.model.recomputes_block(l, l - ch.begin);
-  }
-  auto stage_cp_bytes = [&](const data::StepBatch& batch) {
-    int64_t sequences = 0;
-    for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
-    return cost::cp_bytes_per_micro(topo.cp->options().mode == model::CpMode::ring, d.cp,
-                                    stage_layers, sequences, cfg.train_seq(),
-                                    cfg.model.dim / d.tp, stage_recomputed,
-                                    cost::kv_columns(model::gpt_shape(cfg.model), d.tp),
-                                    cfg.model.head_dim());
-  };
-  std::vector<double> bubbles, steps_ms;  // this stage's, per step (rank 0: every stage's mean)
-  std::vector<double> transfer_shares;    // per step: mean over stages of transfer wait / step
-  std::vector<double> replayed_bubbles;   // per step: the model fed the stages' measured compute
-  std::vector<double> own_window_bubbles; // per step: each stage's bubble over its own time
-  json step_rec;
-  EngineFactory f;
-  f.model_owns_state = false;
-  f.model_max_batch = 0;
-  f.samples = false;
-  const model::GPT* trainer_model = nullptr;  // carries topo.cp for the cp summary
-  parallel::DataParallelEngine* engine = nullptr;
-  f.make = [&](model::GPT& m, const parallel::OptimConfig& optim, uint64_t seed) {
-    trainer_model = &m;
-    auto e = pl::make_stage_engine(sm, mesh, pc.dp, optim, seed);
-    engine = e.get();
-    return std::unique_ptr<parallel::StepEngine>(std::move(e));
-  };
-  f.moe = sm.moe();
-  f.stage = &sm;
-  f.run_step = [&](const data::StepBatch& batch, float scale) {
-    sm.set_inputs(inputs_of(batch), ids_of(batch));
-    engine->begin_micro(0, int(batch.micro.size()));  // each unit's gradients: after that many
-    double loss = ex.run(sm, scale);
-    if (sm.moe()) {
-      // The aux and z losses of every stage's MoE blocks join the last stage's sum (counted
-      // where it is, topo.counts_loss; each cp rank's cover its chunks, as without a pipeline).
-      double aux_z = sm.moe()->load_aux_z();
-      mesh.pp().all_reduce(&aux_z, 1);
-      if (mesh.last_stage()) loss += aux_z;
-    }
-    const PipelineStep acc = account_step(ex, pcost, mesh.pp());
-    bubbles.push_back(acc.bubble_mean);
-    own_window_bubbles.push_back(acc.bubble_own_window);
-    transfer_shares.push_back(acc.transfer_share);
-    replayed_bubbles.push_back(acc.replayed);
-    steps_ms.push_back(acc.record["pp_schedule_ms"].get<double>());
-    step_rec = acc.record;
-    if (topo.cp) step_rec["cp_bytes_formula"] = stage_cp_bytes(batch);
-    return loss;
-  };
-  f.forward_sum = [&](const data::StepBatch& batch) {
-    sm.set_inputs(inputs_of(batch));
-    pl::Executor eval(pl::make_forward_only(P, int(batch.micro.size()), V), stage, &mesh.pp(),
-                      grad.get());
-    return eval.run(sm, 0);  // the last stage's rows; the trainer sums over the job
-  };
-  f.step_metrics = [&] { return step_rec; };
-  f.summary_sections = [&](SummaryBuilder& summary) {
-    // Under cp the activations include the cp attention's buffers (Ulysses: its saved outputs).
-    const int64_t acts = sm.activation_bytes() + (topo.cp ? topo.cp->buffer_bytes() : 0);
-    const int64_t planned = planned_stage_activations(cfg, sm, slots, sched.split_backward, b);
-    const double mine_s[4] = {double(acts), double(sm.num_params()),
-                              double(pl::max_in_flight(sched, stage)), double(planned)};
-    std::vector<double> all(size_t(4 * P));
-    mesh.pp().all_gather(mine_s, all.data(), 4, DType::f64);
-    // Steady state: the first step pays for warm-up.
-    std::vector<double> steady(bubbles.begin() + (bubbles.size() > 1 ? 1 : 0), bubbles.end());
-    const double measured = median(steady), formula = pl::bubble_formula(sched);
-    auto steady_median = [](const std::vector<double>& v) {
-      return median(std::vector<double>(v.begin() + (v.size() > 1 ? 1 : 0), v.end()));
-    };
-    const double transfer_share = steady_median(transfer_shares);
-    const double replayed = steady_median(replayed_bubbles);
-    json stages = json::array();
-    std::string text = cat("pipeline: ", pl::schedule_name(o.schedule), ", ", P, " stages",
-                           V > 1 ? cat(" x ", V, " chunks") : "",
-                           d.cp > 1 ? cat(" of cp ", d.cp, " (each stage message: B x seq/", d.cp,
-                                          " rows)")
-                                    : "",
-                           ", ", A,
-                           " micro-batches: bubble ", fmt("%.3f", measured),
-                           " measured (median over steps, mean over stages) vs formula ",
-                           fmt("%.3f", formula), " vs planned ", fmt("%.3f", pcost.planned.bubble),
-                           " (", pcost.costs.measured ? "measured" : "estimated",
-                           " layer costs, ", fmt("%.3f", pcost.transfer_s * 1e3),
-                           " ms per message) vs ", fmt("%.3f", replayed),
-                           " replayed with each step's measured stage compute; waiting on "
-                           "messages already sent ", fmt("%.3f", transfer_share), " of the schedule");
-    for (int s = 0; s < P; ++s) {
-      const std::string layers = stage_layers_text(chunks, sched, s);
-      const double* at = all.data() + 4 * s;
-      stages.push_back({{"stage", s}, {"layers", layers}, {"params", int64_t(at[1])},
-                        {"activation_bytes", int64_t(at[0])},
-                        {"activation_bytes_planned", int64_t(at[3])},
-                        {"in_flight", int(at[2])}});
-      text += cat("\n  stage ", s, ": layers ", layers, ", ", int64_t(at[1]),
-                  " params, activations ", int64_t(at[0]), " B (planned ", int64_t(at[3]),
-                  ") for ", int(at[2]), " micro-batches in flight");
-    }
-    json pipe = {{"schedule", pl::schedule_name(o.schedule)}, {"pp", P}, {"cp", d.cp},
-                 {"virtual_stages", V},
-                 {"micro_batches", A}, {"bubble_measured", measured},
-                 {"bubble_formula", formula}, {"median_schedule_ms", median(steps_ms)},
-                 {"transfer_wait_share", transfer_share},
-                 {"bubble_replayed", replayed},
-                 {"bubble_measured_own_windows", steady_median(own_window_bubbles)},
-                 {"stages", stages}};
-    pipe.update(pipeline_costs_json(pcost));
-    summary.set("pipeline", pipe);
-    summary.line(text);
-    // The attention's balance within this stage's cp group.
-    if (topo.cp) add_cp_section(summary, *trainer_model, mesh.cp());
-  };
-  return Trainer(cfg, topo, f).run();
+  topo.layout = [&r] { return r.stage_model().tensor_layout(); };
+  return Trainer(cfg, topo, std::move(runner)).run();
 }
 
 }  // namespace strata::train

@@ -1,6 +1,6 @@
 // summary.json, built in one place: the trainer sets the run's own keys (configuration,
 // losses, speed, memory, checkpoints) and each parallel dimension adds its section through
-// the engine factory's summary_sections hook, after the last step:
+// the step runner's summary_sections (train/step_runner.h), after the last step:
 //   data parallel     "parallel", "engine_memory", "model_states_formula", "experts"
 //                     (train/distributed.cc, train/expert_state.h)
 //   tensor parallel   "tensor_parallel" (train/distributed.cc)

@@ -49,21 +49,6 @@ namespace strata::train {
 using nlohmann::json;
 
 
-// One process is the data-parallel engine over a group of one rank (ZeRO 0, fp32 working
-// parameters): its reductions are no-ops, so a step is accumulate -> clip -> AdamW, the one
-// optimizer path every layout takes.
-EngineFactory local_engine_factory() {
-  EngineFactory f;
-  f.model_owns_state = false;
-  f.make = [solo = comm::GroupPtr()](model::GPT& m, const parallel::OptimConfig& o,
-                                     uint64_t seed) mutable {
-    if (!solo) solo = comm::make_thread_world(1, comm::Options{}).front();
-    return std::unique_ptr<parallel::StepEngine>(
-        parallel::make_data_parallel_engine(m, *solo, parallel::DataParallelOptions{}, o, seed));
-  };
-  return f;
-}
-
 // ---- pieces of a run -----------------------------------------------------------------------
 
 namespace {
@@ -100,8 +85,8 @@ struct EvalResult {
 };
 // The MoE layer a run's steps and evals go through: a pipeline stage's, else the model's (null
 // for a dense model).
-static model::expert::MoE* run_moe(const EngineFactory& f, const model::GPT& m) {
-  return f.moe ? f.moe : m.moe();
+static model::expert::MoE* run_moe(const StepRunner& r, const model::GPT& m) {
+  return r.moe() ? r.moe() : m.moe();
 }
 
 // The token documents begin with under --doc-mask (-1 without it): --doc-token, else the
@@ -115,7 +100,7 @@ int32_t document_token(const TrainConfig& cfg, const data::TokenSource& src) {
 }
 
 EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg,
-                    const Topology& topo, int b, int A, const EngineFactory& factory) {
+                    const Topology& topo, int b, int A, StepRunner& runner) {
   PhaseScope phase(PhaseKind::eval);
   data::SamplerConfig sc;
   sc.seq = cfg.train_seq();
@@ -128,15 +113,9 @@ EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const Train
   data::Loader loader(val, sc, topo.dp_rank, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
-  model::expert::MoE* moe = run_moe(factory, model);
+  model::expert::MoE* moe = run_moe(runner, model);
   if (moe) moe->set_training(false);  // no router jitter
-  if (factory.forward_sum) {
-    sum = factory.forward_sum(batch);  // a pipeline: the stages run the batch together
-  } else {
-    for (const data::MicroBatch& mb : batch.micro)
-      sum += model.forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T, {},
-                           doc_starts(mb));
-  }
+  sum = runner.forward_sum(batch);  // a pipeline: the stages run the batch together
   if (moe) moe->set_training(true);
   if (!topo.counts_loss) sum = 0;  // a tp or cp peer (or an earlier stage): its group counts it
   sum = topo.sum_across_ranks(sum);
@@ -199,7 +178,7 @@ std::string floor_text(double loss, double floor) {
 struct Trainer::Run {
   const TrainConfig& cfg;
   const Topology& topo;
-  const EngineFactory& factory;
+  StepRunner& runner;
   int world, A, T, b, threads;  // world: data-parallel ranks (topo.dp_world)
   bool lead;
   std::unique_ptr<MetricsWriter> out;
@@ -217,33 +196,59 @@ struct Trainer::Run {
   double recorded_peak = 0;  // the last peak written back to the cache by track_peak
   std::string gemm;  // which GEMM the model's matmuls run (kernels::matmul_gemm_name)
   KernelPaths kernel_paths;  // this rank's instruction-set level and bf16 path, and why
+  std::string kernel_words;  // the job's paths in words (every rank's, when they differ)
   double flops_per_token = 0, floor = -1;
   TrainResult result;
   std::vector<double> tok_s, mfus, step_ms;
   double straggler_wait_s = -1;  // this window's wait for the slowest rank (last check)
   double run_s = 0;              // time in training steps so far (the progress line's ETA)
 
-  Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory);
+  Run(const TrainConfig& c, const Topology& t, StepRunner& runner);
   diag::ComputeWindow compute_window;
   CollapseWatch collapse{cfg.moe_collapse_pct, cfg.moe_collapse_steps};
   SpikeGuard guard{cfg.guard};
   std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
   int64_t ep_bytes_at_step_begin = 0;
   // The MoE layer whose load the step reports (null for a dense model).
-  model::expert::MoE* moe() const { return run_moe(factory, *model); }
+  model::expert::MoE* moe() const { return run_moe(runner, *model); }
   // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
   std::optional<nlohmann::json> moe_step_load(int64_t step, int64_t tokens);
+  // A step's named parts (train/trainer.h), in the order train_step calls them.
+  struct Update {
+    double lr = 0, loss = 0;
+    float grad_norm = 0;
+    std::string skip_why;      // non-empty: the guard refused the step
+    int64_t rolled_back = -1;  // the in-memory copy's step the run went back to (-1: none)
+    int64_t optimizer_ns = 0;
+  };
+  struct StepTimes {
+    Stopwatch sw;
+    int64_t blocked_step0 = 0, compute_ns = 0;
+    double data_s = 0;
+  };
   void train_step(int64_t step);
+  diag::FaultKind fault_of(int64_t step);
+  double passes(const data::StepBatch& batch, float scale, diag::FaultKind fault);
+  double job_loss(double loss_sum, int64_t tokens, diag::FaultKind fault);
+  Update update(int64_t step, double loss_sum, int64_t tokens, diag::FaultKind fault);
+  void settle(int64_t step, Update& u);
+  void record_step(int64_t step, const Update& u, const StepTimes& times, int64_t tokens, const nlohmann::json& cp_rec);
+  void add_moe_record(const nlohmann::json& moe, double loss, nlohmann::json& rec);
+  void print_step(int64_t step, const nlohmann::json& rec, const Update& u, double tps, double mfu, double secs);
   void track_peak(double tokens_per_s, int64_t step);
   std::optional<diag::StragglerCheck> check_stragglers(int64_t step);
   void inject_at_step_start(int64_t step);
   void eval_and_sample(int64_t step);
   void finish(double wall_s);
+  void choose_kernels();
+  void open_loader(const data::LoaderState& from);
+  void note_peak_raised();
+  SummaryBuilder summary_of_run(double wall_s);
   nlohmann::json recompute_section(const model::StageModel& worker, int64_t steps) const;
 };
 
-Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& factory)
-    : cfg(c), topo(t), factory(factory), world(t.dp_world), A(c.accum(t.dp_world)), T(c.train_seq()),
+Trainer::Run::Run(const TrainConfig& c, const Topology& t, StepRunner& runner)
+    : cfg(c), topo(t), runner(runner), world(t.dp_world), A(c.accum(t.dp_world)), T(c.train_seq()),
       b(c.batch / (A * world)), threads(omp_get_max_threads()), lead(t.rank == 0) {
   current_phase().set(-1, -1, PhaseKind::data);
   split = topo.live.data ? topo.live.data
@@ -254,13 +259,11 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                cfg.model.vocab, " (set --vocab ", split->train->vocab(), ")");
   floor = split->val->entropy_floor();
 
-  model = std::make_unique<model::GPT>(cfg.model,
-                                        factory.model_max_batch >= 0 ? factory.model_max_batch : b,
-                                        factory.model_owns_state, topo.tp, factory.compute, topo.cp,
-                                        topo.ep);
+  model = std::make_unique<model::GPT>(cfg.model, runner.model_batch(b), runner.model_owns_state(), topo.tp,
+                                        runner.compute(), topo.cp, topo.ep);
   check_activation_budget(cfg.max_activation_mb, *model, b, T);  // train/context_metrics.h
-  if (factory.model_owns_state) model->init(cfg.seed);
-  engine = factory.make(*model, cfg.optim, cfg.seed);
+  if (runner.model_owns_state()) model->init(cfg.seed);
+  engine = runner.make_engine(*model, cfg.optim, cfg.seed);
   if (!cfg.init_from.empty()) {  // before the resume, which replaces it when a checkpoint loads
     const std::string line = init_from_hf(
         cfg.init_from, cfg.model, topo.layout ? topo.layout() : model->tensor_layout(), *engine);
@@ -290,11 +293,16 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
       out->record(rec, "");
     }
   }
+  choose_kernels();
+  open_loader(from.loader);
+}
 
+// The kernel paths and GEMM the model's passes run, and the machine's peak for MFU.
+void Trainer::Run::choose_kernels() {
   const bool bf16 = model->compute() == DType::bf16;  // what the model's passes run
   gemm = kernels::matmul_gemm_name(bf16);
   kernel_paths = chosen_kernel_paths(bf16);
-  const std::string kernel_words = kernel_paths_of_group(kernel_paths, topo.group);
+  kernel_words = kernel_paths_of_group(kernel_paths, topo.group);
   if (lead)
     for (const std::string& n : kernels::path_notes()) out->note("note: " + n);
   if (lead) peak = machine_peak(threads, cfg.peak_gflops, 1.0, bf16);
@@ -309,6 +317,10 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
                                       cfg.model.layers,
                                       cost::expert_mlp_params(model::gpt_shape(cfg.model), 1))),
                                   cfg.model.layers, cfg.model.dim, T);
+}
+
+// This rank's loader over the training split, from the resumed position; and the run's line.
+void Trainer::Run::open_loader(const data::LoaderState& from) {
   data::SamplerConfig sc;
   sc.seq = T;
   sc.micro_batch = b;
@@ -317,7 +329,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, const EngineFactory& 
   sc.seed = cfg.seed;
   sc.policy = data::parse_tail_policy(cfg.tail);
   sc.doc_token = document_token(cfg, *split->train);
-  loader = std::make_unique<data::Loader>(*split->train, sc, topo.dp_rank, from.loader,
+  loader = std::make_unique<data::Loader>(*split->train, sc, topo.dp_rank, from,
                                           cfg.prefetch);
   result.entropy_floor = floor;
   if (lead)
@@ -370,138 +382,145 @@ void Trainer::Run::track_peak(double tokens_per_s, int64_t step) {
   }
 }
 
-void Trainer::Run::train_step(int64_t step) {
-  // Steps count from 1, as printed; set before a fault at the step's start, so that a rank
-  // hung there dumps as in this step, not in the last phase of the one before.
-  current_phase().set(step + 1, -1, PhaseKind::data);
+// The fault --inject asks of this step, if it hits this rank (once: a step trained again
+// after a rollback runs clean). kill, exit and hang fire at the step's start.
+diag::FaultKind Trainer::Run::fault_of(int64_t step) {
   inject_at_step_start(step);
-  const bool hit = inject && cfg.fault.fires(topo.rank, step + 1);
-  if (hit) inject = false;  // once: a step trained again after a rollback runs clean
-  Stopwatch sw;
-  TraceSpan step_span(tracer(), tracer().enabled() ? cat("step ", step + 1) : "", "step");
-  const int64_t blocked_step0 = comm::thread_blocked_ns();
-  data::StepBatch batch = [&] {
-    TraceSpan span(tracer(), "data", "data");
-    return loader->next();
-  }();
-  const double data_s = sw.seconds();
-  STRATA_CHECK(batch.global_real_tokens > 0, "step ", step + 1, " has no real tokens");
-  float scale = float(1.0 / double(batch.global_real_tokens));
-  if (hit && cfg.fault.kind == diag::FaultKind::nan_grad) scale = std::nanf("");
-  if (hit && cfg.fault.kind == diag::FaultKind::spike_grad) scale *= 1000.0f;
-  const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
+  if (!inject || !cfg.fault.fires(topo.rank, step + 1)) return diag::FaultKind::none;
+  inject = false;
+  return cfg.fault.kind;
+}
+
+// passes: the step's forward and backward passes through the runner, gradients scaled by
+// `scale`, reduced by the engine; returns this rank's sum of token losses.
+double Trainer::Run::passes(const data::StepBatch& batch, float scale, diag::FaultKind fault) {
   engine->begin_step();
-  const CpMark cp0 = cp_mark(*model);
   if (moe()) {  // what evals and samples routed is not this step's
     moe()->take_load();
     moe()->take_owned_rows();
     ep_bytes_at_step_begin = moe()->group().bytes_sent();
   }
-  // A pipeline runs every micro-batch's forward and backward in its schedule's order (its
-  // executor marks each action's pass for the flight recorder).
-  if (factory.run_step) {
-    current_phase().set_kind(PhaseKind::forward);
-    if (hit && cfg.fault.kind == diag::FaultKind::sleep)
-      std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
-  }
-  double loss_sum = factory.run_step ? factory.run_step(batch, scale) : 0.0;
-  for (int m = 0; m < int(factory.run_step ? 0 : batch.micro.size()); ++m) {
-    const data::MicroBatch& mb = batch.micro[m];
-    engine->begin_micro(m, int(batch.micro.size()));
-    // B = 0 (a rank without samples at an uneven epoch end) still runs: the model then only
-    // calls its hooks, so the rank takes part in the engine's collectives.
-    current_phase().set_kind(PhaseKind::forward);
-    if (hit && m == 0 && cfg.fault.kind == diag::FaultKind::sleep)
-      std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
-    // The rows' sample ids and the epoch key the MoE router's jitter (docs/moe.md).
-    loss_sum += model->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T,
-                               {mb.sample_ids.data(), batch.epoch}, data::doc_starts(mb));
-    if (model->moe()) {  // under cp a rank's aux and z sums cover its chunks only
-      double aux_z = model->moe()->last_aux() + model->moe()->last_z();
-      if (topo.cp) topo.cp->group().all_reduce(&aux_z, 1);
-      loss_sum += aux_z;
-    }
-    current_phase().set_kind(PhaseKind::backward);
-    model->backward(scale);
-  }
+  current_phase().set_kind(PhaseKind::forward);
+  if (fault == diag::FaultKind::sleep)
+    std::this_thread::sleep_for(std::chrono::duration<double>(cfg.fault.sleep_s));
+  const double loss_sum = runner.forward_backward(batch, scale);
   current_phase().set_kind(PhaseKind::backward);  // the gradients' last reductions
   engine->end_backward();
+  return loss_sum;
+}
+
+// The job's mean token loss of the step (collective). skip_collective and wrong_count break
+// the reduction on purpose.
+double Trainer::Run::job_loss(double loss_sum, int64_t tokens, diag::FaultKind fault) {
+  if (!topo.counts_loss) loss_sum = 0;  // a tp or cp peer: rank 0 of its group counts it
+  double total = loss_sum;
+  if (fault == diag::FaultKind::skip_collective) {
+    // this rank skips the loss all-reduce: its peers wait there until they time out
+  } else if (fault == diag::FaultKind::wrong_count) {
+    double pair[2] = {loss_sum, 0};  // two elements where the peers reduce one
+    topo.group->all_reduce(pair, 2);
+    total = pair[0];
+  } else {
+    total = topo.sum_across_ranks(loss_sum);
+  }
+  return total / double(tokens);
+}
+
+// update: the optimizer step at the step's learning rate. The guard judges the job's loss
+// before the update, so the loss is reduced first under a guard (without one, train_step
+// reduces it after the step's compute time is taken).
+Trainer::Run::Update Trainer::Run::update(int64_t step, double loss_sum, int64_t tokens, diag::FaultKind fault) {
+  Update u;
+  u.lr = cfg.schedule.lr_at(step);
+  ckpt->before_update();  // the in-memory copy of the last step reads the states until now
+  const int64_t t0 = now_ns(), blocked0 = comm::thread_blocked_ns();
+  if (guard.config().active()) {
+    u.loss = job_loss(loss_sum, tokens, fault);
+    u.grad_norm = engine->step_if(float(u.lr), [&](float norm) {
+      u.skip_why = guard.verdict(u.loss, norm);
+      return u.skip_why.empty();
+    });
+  } else {
+    u.grad_norm = engine->step(float(u.lr));
+  }
+  u.optimizer_ns = (now_ns() - t0) - (comm::thread_blocked_ns() - blocked0);
+  return u;
+}
+
+// settle: a refused step is skipped or rolled back to the newest in-memory copy; an accepted
+// one must be finite, and its loss joins the run's curve.
+void Trainer::Run::settle(int64_t step, Update& u) {
+  if (!u.skip_why.empty()) {
+    guard.skipped(step + 1, u.skip_why);  // throws past --max-skipped-steps
+    if (cfg.guard.rollback) u.rolled_back = ckpt->roll_back();
+    if (lead && u.rolled_back >= 0)
+      out->note(fmt("step %lld rolled back to the in-memory copy of step %lld (its batch is "
+                    "skipped, the run continues at step %lld): %s",
+                    (long long)(step + 1), (long long)u.rolled_back, (long long)(u.rolled_back + 1),
+                    u.skip_why.c_str()));
+    else if (lead)
+      out->note(fmt("step %lld skipped (parameters and optimizer state unchanged%s): %s", (long long)(step + 1),
+                    cfg.guard.rollback ? "; no in-memory copy yet to roll back to" : "", u.skip_why.c_str()));
+  } else {
+    STRATA_CHECK(std::isfinite(u.loss), "loss became ", u.loss, " at step ", step + 1, " (lr ", u.lr,
+                 "); try a lower --lr, or --skip-nonfinite to skip such steps");
+    STRATA_CHECK(std::isfinite(u.grad_norm), "the gradient norm became ", u.grad_norm, " at step ", step + 1,
+                 " (lr ", u.lr, "); try a lower --lr, or --skip-nonfinite to skip such steps");
+    guard.accepted(u.loss, u.grad_norm);
+  }
+  if (u.rolled_back >= 0) {
+    // The steps after the copy are trained again: their losses are no longer the run's.
+    const size_t redone = size_t(step - u.rolled_back);
+    result.losses.resize(result.losses.size() - std::min(redone, result.losses.size()));
+    rolled_back_to = u.rolled_back;
+    ++rollbacks;
+  } else if (std::isfinite(u.loss)) {
+    result.losses.push_back(u.loss);
+  }
+}
+
+void Trainer::Run::train_step(int64_t step) {
+  // Steps count from 1, as printed; set before a fault at the step's start, so that a rank
+  // hung there dumps as in this step, not in the last phase of the one before.
+  current_phase().set(step + 1, -1, PhaseKind::data);
+  const diag::FaultKind fault = fault_of(step);
+  StepTimes times;
+  TraceSpan step_span(tracer(), tracer().enabled() ? cat("step ", step + 1) : "", "step");
+  times.blocked_step0 = comm::thread_blocked_ns();
+  data::StepBatch batch = [&] {
+    TraceSpan span(tracer(), "data", "data");
+    return loader->next();
+  }();
+  times.data_s = times.sw.seconds();
+  STRATA_CHECK(batch.global_real_tokens > 0, "step ", step + 1, " has no real tokens");
+  float scale = float(1.0 / double(batch.global_real_tokens));
+  if (fault == diag::FaultKind::nan_grad) scale = std::nanf("");
+  if (fault == diag::FaultKind::spike_grad) scale *= 1000.0f;
+  const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
+  const CpMark cp0 = cp_mark(*model);
+  const double loss_sum = passes(batch, scale, fault);
   int64_t sequences = 0;
   for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
   const json cp_rec = cp_step_metrics(*model, cp0, sequences, T);
   current_phase().set_kind(PhaseKind::optimizer);
-  const double lr = cfg.schedule.lr_at(step);
-  if (!topo.counts_loss) loss_sum = 0;  // a tp or cp peer: rank 0 of its group counts it
-  double loss = 0;
-  auto reduce_loss = [&] {
-    double loss_total = loss_sum;
-    if (hit && cfg.fault.kind == diag::FaultKind::skip_collective) {
-      // this rank skips the loss all-reduce: its peers wait there until they time out
-    } else if (hit && cfg.fault.kind == diag::FaultKind::wrong_count) {
-      double pair[2] = {loss_sum, 0};  // two elements where the peers reduce one
-      topo.group->all_reduce(pair, 2);
-      loss_total = pair[0];
-    } else {
-      loss_total = topo.sum_across_ranks(loss_sum);
-    }
-    loss = loss_total / double(batch.global_real_tokens);
-  };
-  ckpt->before_update();  // the in-memory copy of the last step reads the states until now
-  const int64_t opt_t0 = now_ns(), opt_blocked0 = comm::thread_blocked_ns();
-  // The guard judges the job's loss before the update: it is reduced first (without a guard
-  // after the step, as always).
-  std::string skip_why;
-  float grad_norm = 0;
-  if (guard.config().active()) {
-    reduce_loss();
-    grad_norm = engine->step_if(float(lr), [&](float norm) {
-      skip_why = guard.verdict(loss, norm);
-      return skip_why.empty();
-    });
-  } else {
-    grad_norm = engine->step(float(lr));
-  }
-  const int64_t opt_ns = (now_ns() - opt_t0) - (comm::thread_blocked_ns() - opt_blocked0);
+  Update u = update(step, loss_sum, batch.global_real_tokens, fault);
   // Compute time: forward, backward and optimizer, less the time blocked in communication.
-  const int64_t compute_ns = (now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0);
-  compute_window.add(double(compute_ns) * 1e-9);
-  if (!guard.config().active()) reduce_loss();
+  times.compute_ns = (now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0);
+  compute_window.add(double(times.compute_ns) * 1e-9);
+  if (!guard.config().active()) u.loss = job_loss(loss_sum, batch.global_real_tokens, fault);
   step_tokens = batch.global_real_tokens;
-  int64_t rolled_back = -1;
-  if (!skip_why.empty()) {
-    guard.skipped(step + 1, skip_why);  // throws past --max-skipped-steps
-    if (cfg.guard.rollback) rolled_back = ckpt->roll_back();
-    if (lead && rolled_back >= 0)
-      out->note(fmt("step %lld rolled back to the in-memory copy of step %lld (its batch is "
-                    "skipped, the run continues at step %lld): %s",
-                    (long long)(step + 1), (long long)rolled_back, (long long)(rolled_back + 1),
-                    skip_why.c_str()));
-    else if (lead)
-      out->note(fmt("step %lld skipped (parameters and optimizer state unchanged%s): %s",
-                    (long long)(step + 1),
-                    cfg.guard.rollback ? "; no in-memory copy yet to roll back to" : "",
-                    skip_why.c_str()));
-  } else {
-    STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1, " (lr ", lr,
-                 "); try a lower --lr, or --skip-nonfinite to skip such steps");
-    STRATA_CHECK(std::isfinite(grad_norm), "the gradient norm became ", grad_norm, " at step ",
-                 step + 1, " (lr ", lr, "); try a lower --lr, or --skip-nonfinite to skip such steps");
-    guard.accepted(loss, grad_norm);
-  }
-  if (rolled_back >= 0) {
-    // The steps after the copy are trained again: their losses are no longer the run's.
-    const size_t redone = size_t(step - rolled_back);
-    result.losses.resize(result.losses.size() - std::min(redone, result.losses.size()));
-    rolled_back_to = rolled_back;
-    ++rollbacks;
-  } else if (std::isfinite(loss)) {
-    result.losses.push_back(loss);
-  }
+  settle(step, u);
+  record_step(step, u, times, batch.global_real_tokens, cp_rec);
+}
 
-  const double secs = sw.seconds();
+// record: the step's throughput, MFU, MoE load and stragglers (collective where they are),
+// then rank 0's metrics record and progress line.
+void Trainer::Run::record_step(int64_t step, const Update& u, const StepTimes& times, int64_t tokens,
+                               const json& cp_rec) {
+  const double secs = times.sw.seconds();
   run_s += secs;
-  const double comm_wait_s = double(comm::thread_blocked_ns() - blocked_step0) * 1e-9;
-  const double tps = double(batch.global_real_tokens) / secs;
+  const double comm_wait_s = double(comm::thread_blocked_ns() - times.blocked_step0) * 1e-9;
+  const double tps = double(tokens) / secs;
   // The peak is one process's (its threads); the job has `world` of them.
   if (lead) track_peak(tps, step);
   const double mfu = cost::mfu(tps, flops_per_token, peak.gflops * 1e9 * topo.world);
@@ -512,35 +531,28 @@ void Trainer::Run::train_step(int64_t step) {
     step_ms.push_back(secs * 1e3);
   }
   std::optional<diag::StragglerCheck> stragglers = check_stragglers(step);
-  std::optional<json> moe = moe_step_load(step, batch.global_real_tokens);
+  std::optional<json> moe = moe_step_load(step, tokens);
   if (!lead) return;
-  json rec = {{"step", step + 1},         {"loss", loss},         {"lr", lr},
-              {"grad_norm", grad_norm},   {"tokens_per_s", tps},  {"mfu", mfu},
-              {"ms", secs * 1e3},         {"tokens", batch.global_real_tokens},
+  json rec = {{"step", step + 1},         {"loss", u.loss},       {"lr", u.lr},
+              {"grad_norm", u.grad_norm}, {"tokens_per_s", tps},  {"mfu", mfu},
+              {"ms", secs * 1e3},         {"tokens", tokens},
               // where the step went (rank 0): docs/report.md
-              {"data_ms", data_s * 1e3},  {"compute_ms", double(compute_ns - opt_ns) * 1e-6},
-              {"optimizer_ms", double(opt_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
-  if (!skip_why.empty()) {
+              {"data_ms", times.data_s * 1e3},  {"compute_ms", double(times.compute_ns - u.optimizer_ns) * 1e-6},
+              {"optimizer_ms", double(u.optimizer_ns) * 1e-6}, {"comm_wait_ms", comm_wait_s * 1e3}};
+  if (!u.skip_why.empty()) {
     rec["skipped"] = true;
-    rec["skip_reason"] = skip_why;
+    rec["skip_reason"] = u.skip_why;
   }
-  if (rolled_back >= 0) {
+  if (u.rolled_back >= 0) {
     // Not a step of the run's curve: the step is trained again after the copy's step.
-    rec["rolled_back_to"] = rolled_back;
-    rec["rolled_back_loss"] = loss;
+    rec["rolled_back_to"] = u.rolled_back;
+    rec["rolled_back_loss"] = u.loss;
     rec.erase("loss");
   }
   rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
-  if (moe) {
-    rec["ce_loss"] = loss - (*moe)["aux_loss"].get<double>() - (*moe)["z_loss"].get<double>();
-    rec["aux_loss"] = (*moe)["aux_loss"];
-    rec["z_loss"] = (*moe)["z_loss"];
-    rec["moe"] = (*moe)["blocks"];
-    rec["expert_rows_per_rank"] = (*moe)["expert_rows_per_rank"];
-    rec["ep_bytes"] = (*moe)["ep_bytes"];  // all-to-all payload of every rank this step
-    if (moe->contains("warning")) out->note((*moe)["warning"].get<std::string>());
-  }
-  if (factory.step_metrics) rec.update(factory.step_metrics());
+  if (moe) add_moe_record(*moe, u.loss, rec);
+  const json layout = runner.step_metrics();
+  if (!layout.is_null()) rec.update(layout);
   if (stragglers) {
     rec["straggler_wait_ms"] = std::min(straggler_wait_s, comm_wait_s) * 1e3;
     diag::add_straggler_metrics(*stragglers, rec);
@@ -549,18 +561,35 @@ void Trainer::Run::train_step(int64_t step) {
     if (!line.empty()) out->note(line);
     std::fill(expert_rows_window.begin(), expert_rows_window.end(), 0.0);
   }
-  bool show = (step + 1) % cfg.log_every == 0 || step + 1 == steps || step == 0;
-  if (out->live()) {  // a terminal: one line updated in place, every step
+  print_step(step, rec, u, tps, mfu, secs);
+}
+
+void Trainer::Run::add_moe_record(const json& moe, double loss, json& rec) {
+  rec["ce_loss"] = loss - moe["aux_loss"].get<double>() - moe["z_loss"].get<double>();
+  rec["aux_loss"] = moe["aux_loss"];
+  rec["z_loss"] = moe["z_loss"];
+  rec["moe"] = moe["blocks"];
+  rec["expert_rows_per_rank"] = moe["expert_rows_per_rank"];
+  rec["ep_bytes"] = moe["ep_bytes"];  // all-to-all payload of every rank this step
+  if (moe.contains("warning")) out->note(moe["warning"].get<std::string>());
+}
+
+// Rank 0: the record into metrics.jsonl, with a progress line every --log-every steps (on a
+// terminal, one line updated in place every step).
+void Trainer::Run::print_step(int64_t step, const json& rec, const Update& u, double tps, double mfu, double secs) {
+  const int64_t steps = cfg.schedule.steps;
+  const bool show = (step + 1) % cfg.log_every == 0 || step + 1 == steps || step == 0;
+  if (out->live()) {
     const double eta = run_s / double(step + 1 - start_step) * double(steps - step - 1);
     out->progress(rec, fmt("step %5lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s",
-                           (long long)(step + 1), (long long)steps, loss, tps, 100 * mfu,
+                           (long long)(step + 1), (long long)steps, u.loss, tps, 100 * mfu,
                            duration_text(eta).c_str()),
                   step + 1 == steps);
     return;
   }
   out->record(rec, show ? fmt("step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | "
                               "%.0f tok/s | MFU %.1f%% of %s | %.1f ms",
-                              (long long)(step + 1), (long long)steps, loss, lr, grad_norm, tps,
+                              (long long)(step + 1), (long long)steps, u.loss, u.lr, u.grad_norm, tps,
                               100 * mfu, peak.label().c_str(), secs * 1e3)
                         : std::string());
 }
@@ -591,7 +620,7 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
 void Trainer::Run::eval_and_sample(int64_t step) {
   const bool last = step + 1 == cfg.schedule.steps;
   if (last || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0)) {
-    const EvalResult e = evaluate(*model, *split->val, cfg, topo, b, A, factory);
+    const EvalResult e = evaluate(*model, *split->val, cfg, topo, b, A, runner);
     result.eval_loss = e.loss;
     result.eval_sequences = e.sequences;
     json rec = {{"step", step + 1}, {"eval_loss", e.loss}, {"eval_sequences", e.sequences},
@@ -602,7 +631,7 @@ void Trainer::Run::eval_and_sample(int64_t step) {
                            (long long)(step + 1), floor_text(e.loss, floor).c_str(),
                            (long long)e.sequences, (long long)e.tokens));
   }
-  if (cfg.sample_tokens > 0 && factory.samples &&
+  if (cfg.sample_tokens > 0 && runner.samples() &&
       (last || (cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0))) {
     std::string text = sample_text(*model, *split->val, cfg, step);
     if (lead) out->record({{"step", step + 1}, {"sample", text}}, "sample: " + text);
@@ -636,7 +665,7 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
             {"layers", m.recompute.mode == model::Recompute::full ? json(shape.recomputed_layers) : json()},
             {"inputs", m.recompute.bf16_inputs ? "bf16" : "fp32"},
             // the model's buffers (a GPT's include its copy of the inputs)
-            {"activation_bytes", factory.stage ? worker.activation_bytes() : model->activation_bytes()},
+            {"activation_bytes", runner.stage() ? worker.activation_bytes() : model->activation_bytes()},
             {"flops_per_step", flops_per_token * double(tokens)},
             {"flops_kind", m.recompute.mode == model::Recompute::full ? "matmul and attention" : "elementwise"},
             {"seconds_per_step", steps > 0 ? double(worker.recompute_ns()) * 1e-9 / double(steps) : 0.0}};
@@ -671,24 +700,26 @@ static std::optional<bool> replicas_identical(const Topology& topo, parallel::St
   return std::all_of(all.begin(), all.end(), [&](double d) { return d == all[0]; });
 }
 
-void Trainer::Run::finish(double wall_s) {
-  result.median_tokens_per_s = median(tok_s);
-  result.median_mfu = median(mfus);
-  if (lead && peak.raised_at > 0) {
-    std::string cached;
-    if (peak.origin != "flag") {
-      // The old figure was probed under load: probe again now (about a second, only in a run
-      // that proved the cache low) and keep the better of that and the run's own rate.
-      const double fresh = peak.bf16_path.empty() ? measure_sgemm_gflops() : measure_bf16_gflops();
-      record_peak(threads, std::max(fresh, peak.gflops), peak.bf16_path);
-      cached = fmt("; a fresh probe reads %.1f GFLOP/s, and the cache now holds %.1f", fresh,
-                   std::max(fresh, peak.gflops));
-    }
-    out->note(fmt("note: the run's own model FLOP/s beat the %s %s peak of %.1f GFLOP/s (a "
-                  "probe taken under load reads low): MFU is measured against %.1f GFLOP/s%s",
-                  peak.origin.c_str(), peak.kind.c_str(), peak.initial, peak.gflops, cached.c_str()));
+// A run whose own model FLOP/s beat the peak says so, and re-measures a cached peak.
+void Trainer::Run::note_peak_raised() {
+  if (!lead || peak.raised_at <= 0) return;
+  std::string cached;
+  if (peak.origin != "flag") {
+    // The old figure was probed under load: probe again now (about a second, only in a run
+    // that proved the cache low) and keep the better of that and the run's own rate.
+    const double fresh = peak.bf16_path.empty() ? measure_sgemm_gflops() : measure_bf16_gflops();
+    record_peak(threads, std::max(fresh, peak.gflops), peak.bf16_path);
+    cached = fmt("; a fresh probe reads %.1f GFLOP/s, and the cache now holds %.1f", fresh,
+                 std::max(fresh, peak.gflops));
   }
-  result.wall_s = wall_s;
+  out->note(fmt("note: the run's own model FLOP/s beat the %s %s peak of %.1f GFLOP/s (a "
+                "probe taken under load reads low): MFU is measured against %.1f GFLOP/s%s",
+                peak.origin.c_str(), peak.kind.c_str(), peak.initial, peak.gflops, cached.c_str()));
+}
+
+// summary.json: the run's figures, then each part's section (collective: the runner's may
+// communicate, and so may the replica check).
+SummaryBuilder Trainer::Run::summary_of_run(double wall_s) {
   SummaryBuilder summary;
   summary.set_all({{"config", cfg.to_json()},
                    {"seed", cfg.seed},
@@ -727,13 +758,22 @@ void Trainer::Run::finish(double wall_s) {
     summary.set("dp_replicas_identical", *same);
   if (topo.live.generation > 0 && lead) summary.set("live_recovery", live_recoveries(cfg.run_dir));
   if (cfg.model.recompute.mode != model::Recompute::none)
-    summary.set("recompute", recompute_section(factory.stage ? *factory.stage : *model,
+    summary.set("recompute", recompute_section(runner.stage() ? *runner.stage() : *model,
                                                cfg.schedule.steps - start_step));
   const json ck = ckpt->finish(median(step_ms) / 1e3, lead ? out.get() : nullptr);
   if (!ck.is_null()) summary.set("ckpt", ck);
   const json mem_ckpt = ckpt->mem_summary();
   if (!mem_ckpt.is_null()) summary.set("mem_ckpt", mem_ckpt);
-  if (factory.summary_sections) factory.summary_sections(summary);
+  runner.summary_sections(summary);
+  return summary;
+}
+
+void Trainer::Run::finish(double wall_s) {
+  result.median_tokens_per_s = median(tok_s);
+  result.median_mfu = median(mfus);
+  note_peak_raised();
+  result.wall_s = wall_s;
+  SummaryBuilder summary = summary_of_run(wall_s);
   result.summary = summary.doc();
   if (!lead) return;
   const MemoryTracker& mt = memory_tracker();
@@ -759,8 +799,8 @@ void Trainer::Run::finish(double wall_s) {
 
 // ---- the loop ------------------------------------------------------------------------------
 
-Trainer::Trainer(TrainConfig cfg, Topology topo, EngineFactory engine)
-    : cfg_(std::move(cfg)), topo_(std::move(topo)), engine_factory_(std::move(engine)) {
+Trainer::Trainer(TrainConfig cfg, Topology topo, std::unique_ptr<StepRunner> runner)
+    : cfg_(std::move(cfg)), topo_(std::move(topo)), runner_(std::move(runner)) {
   if (!topo_.sum_across_ranks) topo_.sum_across_ranks = [](double x) { return x; };
   if (topo_.dp_world == 0) {
     topo_.dp_world = topo_.world;
@@ -768,7 +808,7 @@ Trainer::Trainer(TrainConfig cfg, Topology topo, EngineFactory engine)
   }
   STRATA_CHECK(topo_.world > 0 && topo_.rank >= 0 && topo_.rank < topo_.world, "rank ",
                topo_.rank, " outside a world of ", topo_.world);
-  STRATA_CHECK(bool(engine_factory_.make), "trainer needs a step-engine factory");
+  STRATA_CHECK(runner_ != nullptr, "trainer needs a step runner");
 }
 
 Trainer::~Trainer() = default;
@@ -777,7 +817,7 @@ TrainResult Trainer::run() {
   Stopwatch wall;
   set_threads(cfg_.threads);
   cfg_.validate(topo_.dp_world);
-  Run run(cfg_, topo_, engine_factory_);
+  Run run(cfg_, topo_, *runner_);
   const int64_t steps = cfg_.schedule.steps;
   if (run.start_step >= steps) {
     // Resumed at the last step. If the attempt that trained it ended (summary.json written),

@@ -1,13 +1,14 @@
-// The training loop. One Trainer runs on every rank; the step engine decides how gradients
-// become updated parameters (single process here, data parallel / ZeRO elsewhere), so the
-// loop itself never changes with the parallel layout:
+// The training loop. One Trainer runs on every rank; its step runner (train/step_runner.h)
+// decides how this rank's passes run and the step engine how gradients become updated
+// parameters (single process here, data parallel / ZeRO / a pipeline stage elsewhere), so
+// the loop itself never changes with the parallel layout. A step is named parts:
 //
-//   per step:  batch = loader.next()                      (this rank's A micro-batches)
-//              engine.begin_step()
-//              for each micro-batch m: engine.begin_micro(m, A)
-//                                      loss += model.forward(m)         (sum of token losses)
-//                                      model.backward(1 / global_real_tokens)
-//              engine.end_backward(); grad_norm = engine.step(lr_at(step))
+//   begin:     faults due at the step's start; batch = loader.next() (this rank's micro-batches)
+//   passes:    engine.begin_step(); loss = runner.forward_backward(batch, 1 / global_real_tokens)
+//              engine.end_backward()
+//   update:    the guard judges loss and gradient norm; grad_norm = engine.step(lr_at(step))
+//   settle:    a skipped or rolled-back step, or the loss joins the run's curve
+//   record:    throughput, MFU, MoE load, stragglers: metrics.jsonl and the progress line
 //
 // Dividing by the *global* real-token count makes the accumulated gradient the mean over
 // every real token of the global batch, whatever the split into ranks and micro-batches.
@@ -27,6 +28,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/engine.h"
 #include "train/config.h"
+#include "train/step_runner.h"
 #include "train/summary.h"
 
 namespace strata::data {
@@ -42,40 +44,6 @@ class WorldChange : public Error {
   int64_t step;  // steps done
 };
 
-// Builds the step engine once the model exists. model_owns_state = false asks for a model
-// without flat parameter/gradient buffers (the engine binds every unit, e.g. ZeRO-3) and
-// makes the engine responsible for initialising parameters from `seed`.
-struct EngineFactory {
-  bool model_owns_state = true;
-  std::function<std::unique_ptr<parallel::StepEngine>(model::GPT&, const parallel::OptimConfig&,
-                                                      uint64_t seed)>
-      make;
-  // Adds the parallel dimensions' sections to summary.json (train/summary.h), after the
-  // last step, on every rank together (it may run collectives), e.g. the engine's memory
-  // report and the traced overlap; rank 0's sections are written. Empty: none.
-  std::function<void(SummaryBuilder&)> summary_sections;
-  DType compute = DType::f32;  // the model's matmul precision (bf16 under --precision bf16)
-  // Pipeline parallelism (train/pipeline_rank.h): the stage keeps its own model, so the
-  // trainer's GPT holds activations for model_max_batch sequences (>= 0; -1: the
-  // micro-batch); run_step runs every micro-batch's forward and backward of a step and
-  // returns this rank's sum of token losses; forward_sum returns this rank's sum of an eval
-  // batch's token losses (counted as run_step's are: topo.counts_loss); step_metrics adds
-  // keys to each step's metrics record (rank 0); samples = false skips sampling (it needs
-  // the whole model on one rank).
-  int model_max_batch = -1;
-  std::function<double(const data::StepBatch&, float scale)> run_step;
-  std::function<double(const data::StepBatch&)> forward_sum;
-  std::function<nlohmann::json()> step_metrics;
-  bool samples = true;
-  // The MoE layer of the model run_step runs (a pipeline stage's, covering its blocks), for
-  // the step's load statistics; null: the trainer's GPT's.
-  model::expert::MoE* moe = nullptr;
-  // The model run_step runs (a pipeline stage), for its recomputation time; null: the
-  // trainer's GPT.
-  const model::StageModel* stage = nullptr;
-};
-EngineFactory local_engine_factory();
-
 struct TrainResult {
   std::vector<double> losses;    // per step, mean over the global batch's real tokens
   double eval_loss = -1;         // last eval; < 0 when none ran
@@ -89,7 +57,7 @@ struct TrainResult {
 
 class Trainer {
  public:
-  Trainer(TrainConfig cfg, Topology topo = {}, EngineFactory engine = local_engine_factory());
+  Trainer(TrainConfig cfg, Topology topo = {}, std::unique_ptr<StepRunner> runner = one_process_runner());
   ~Trainer();
   // Validates the configuration, opens the data, builds model and engine, trains, evaluates
   // and writes the summary. Throws Error on bad input; never exits.
@@ -99,7 +67,7 @@ class Trainer {
   struct Run;
   TrainConfig cfg_;
   Topology topo_;
-  EngineFactory engine_factory_;
+  std::unique_ptr<StepRunner> runner_;
 };
 
 }  // namespace strata::train

@@ -1,0 +1,65 @@
+#include "train/step_runner.h"
+
+#include "comm/process_group.h"
+#include "core/phase.h"
+#include "data/sampler.h"
+#include "model/context/context_comm.h"
+#include "parallel/data_parallel.h"
+
+namespace strata::train {
+
+std::unique_ptr<parallel::StepEngine> ModelRunner::make_engine(model::GPT& model, const parallel::OptimConfig& optim,
+                                                               uint64_t seed) {
+  model_ = &model;
+  std::unique_ptr<parallel::StepEngine> e = build_engine(model, optim, seed);
+  engine_ = e.get();
+  return e;
+}
+
+double ModelRunner::forward_backward(const data::StepBatch& batch, float scale) {
+  double loss_sum = 0;
+  const int micro = int(batch.micro.size());
+  for (int m = 0; m < micro; ++m) {
+    const data::MicroBatch& mb = batch.micro[m];
+    engine_->begin_micro(m, micro);
+    // B = 0 (a rank without samples at an uneven epoch end) still runs: the model then only
+    // calls its hooks, so the rank takes part in the engine's collectives.
+    current_phase().set_kind(PhaseKind::forward);
+    // The rows' sample ids and the epoch key the MoE router's jitter (docs/moe.md).
+    loss_sum += model_->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T,
+                                {mb.sample_ids.data(), batch.epoch}, data::doc_starts(mb));
+    if (model_->moe()) {  // under cp a rank's aux and z sums cover its chunks only
+      double aux_z = model_->moe()->last_aux() + model_->moe()->last_z();
+      if (cp_) cp_->group().all_reduce(&aux_z, 1);
+      loss_sum += aux_z;
+    }
+    current_phase().set_kind(PhaseKind::backward);
+    model_->backward(scale);
+  }
+  return loss_sum;
+}
+
+double ModelRunner::forward_sum(const data::StepBatch& batch) {
+  double sum = 0;
+  for (const data::MicroBatch& mb : batch.micro)
+    sum += model_->forward(mb.tokens.data(), mb.targets.data(), mb.weights.data(), mb.B, mb.T, {},
+                           data::doc_starts(mb));
+  return sum;
+}
+
+namespace {
+
+class OneProcessRunner final : public ModelRunner {
+  std::unique_ptr<parallel::StepEngine> build_engine(model::GPT& m, const parallel::OptimConfig& o,
+                                                     uint64_t seed) override {
+    if (!solo_) solo_ = comm::make_thread_world(1, comm::Options{}).front();
+    return parallel::make_data_parallel_engine(m, *solo_, parallel::DataParallelOptions{}, o, seed);
+  }
+  comm::GroupPtr solo_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> one_process_runner() { return std::make_unique<OneProcessRunner>(); }
+
+}  // namespace strata::train

@@ -1,0 +1,96 @@
+// How a layout computes a training step, as named parts the trainer (train/trainer.h) calls
+// in order. The trainer owns the loop, the data, the guard, the metrics and the checkpoints;
+// a runner owns how this rank's passes run and what its layout adds to the record:
+//
+//   once:      engine = runner.make_engine(model, optim, seed)
+//   per step:  engine.begin_step()
+//              loss = runner.forward_backward(batch, scale)    every micro-batch's passes
+//              engine.end_backward(); engine.step(lr)            (the trainer)
+//              record += runner.step_metrics()
+//   evals:     loss = runner.forward_sum(batch)
+//   at the end (every rank, collective): runner.summary_sections(summary)
+//
+// ModelRunner runs the trainer's model on this rank: one process, and data, tensor, context
+// and expert parallelism, where the engine (parallel/engine.h) decides how gradients meet.
+// A pipeline stage runs its own stage model under its schedule (train/pipeline_rank.cc).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+#include "model/gpt.h"
+#include "nlohmann/json.hpp"
+#include "parallel/engine.h"
+#include "train/summary.h"
+
+namespace strata::data {
+struct StepBatch;
+}
+
+namespace strata::train {
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+
+  // What the trainer's GPT is built with: whether it holds flat parameter and gradient
+  // buffers (false: the engine binds every unit, e.g. ZeRO-3, and initialises the parameters
+  // from the seed), its matmul precision, and the sequences its activations hold for a
+  // micro-batch of `micro_batch` (a pipeline stage keeps its own model: 0).
+  virtual bool model_owns_state() const { return false; }
+  virtual DType compute() const { return DType::f32; }
+  virtual int model_batch(int micro_batch) const { return micro_batch; }
+  // Whether the trainer can sample text (it needs the whole model on this rank).
+  virtual bool samples() const { return true; }
+
+  // Builds the step engine once the model exists.
+  virtual std::unique_ptr<parallel::StepEngine> make_engine(model::GPT& model, const parallel::OptimConfig& optim,
+                                                            uint64_t seed) = 0;
+  // Every micro-batch's forward and backward of one step, gradients scaled by `scale`, into
+  // the engine begun by the trainer; returns this rank's sum of token losses (MoE's aux and z
+  // losses included where its rows are counted).
+  virtual double forward_backward(const data::StepBatch& batch, float scale) = 0;
+  // This rank's sum of an eval batch's token losses (no gradients).
+  virtual double forward_sum(const data::StepBatch& batch) = 0;
+  // Keys this layout adds to each step's metrics record (rank 0 writes them); null: none.
+  virtual nlohmann::json step_metrics() { return nullptr; }
+  // The layout's sections of summary.json, after the last step, on every rank together (they
+  // may run collectives); rank 0's are written.
+  virtual void summary_sections(SummaryBuilder&) {}
+  // The MoE layer the steps run (null: the trainer's model's), and the model whose
+  // recomputation time the summary reports (null: the trainer's model).
+  virtual model::expert::MoE* moe() const { return nullptr; }
+  virtual const model::StageModel* stage() const { return nullptr; }
+};
+
+// Runs the trainer's model on this rank, micro-batch by micro-batch. Subclasses build the
+// engine (build_engine) and may add metrics and summary sections. `cp`: under context
+// parallelism, the group whose ranks each hold a chunk of every sequence (their MoE aux and
+// z sums are added over it).
+class ModelRunner : public StepRunner {
+ public:
+  explicit ModelRunner(DType compute = DType::f32, model::ContextComm* cp = nullptr)
+      : compute_(compute), cp_(cp) {}
+  DType compute() const override { return compute_; }
+  std::unique_ptr<parallel::StepEngine> make_engine(model::GPT& model, const parallel::OptimConfig& optim,
+                                                    uint64_t seed) final;
+  double forward_backward(const data::StepBatch& batch, float scale) override;
+  double forward_sum(const data::StepBatch& batch) override;
+
+ protected:
+  virtual std::unique_ptr<parallel::StepEngine> build_engine(model::GPT& model, const parallel::OptimConfig& optim,
+                                                             uint64_t seed) = 0;
+  model::GPT* model_ = nullptr;             // set by make_engine
+  parallel::StepEngine* engine_ = nullptr;  // owned by the trainer's run
+
+ private:
+  DType compute_;
+  model::ContextComm* cp_;
+};
+
+// One process: the data-parallel engine over a group of one rank (ZeRO 0, fp32 working
+// parameters), whose reductions are no-ops, so a step is accumulate -> clip -> AdamW, the one
+// optimizer path every layout takes.
+std::unique_ptr<StepRunner> one_process_runner();
+
+}  // namespace strata::train
