@@ -110,24 +110,19 @@ fed::FedConfig resolve(FedArgs& a) {
   return c;
 }
 
-// A family's setting with this command's default and range.
-void limit(CLI::App& app, const char* flag, const CLI::Validator& range) {
-  app.get_option(flag)->check(range)->capture_default_str();
-}
-
 void add_common(CLI::App& app, FedArgs& a) {
   fed::FedConfig& c = a.cfg;
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   a.model.layers = 1, a.model.dim = 32, a.model.heads = 2;
   a.model.add_to(app, {"--layers", "--dim", "--heads"});
-  limit(app, "--layers", number_in(1, 1024));
-  limit(app, "--dim", number_in(1, 1 << 16));
-  limit(app, "--heads", number_in(1, 1024));
+  narrow(app, "--layers", number_in(1, 1024));
+  narrow(app, "--dim", number_in(1, 1 << 16));
+  narrow(app, "--heads", number_in(1, 1024));
   a.data.data = c.data;
   a.data.add_to(app, {"--data"});
   a.training.seq = c.local.seq;
   a.training.add_to(app, {"--seq"});
-  limit(app, "--seq", number_in(1, 1 << 20));
+  narrow(app, "--seq", number_in(1, 1 << 20));
   a.parallel.add_to(app, {"--backend"});
   app.add_option("--clients", c.clients, "K: client processes")->check(number_in(1, 1 << 20))->capture_default_str();
   app.add_option("--per-round", c.per_round, "C: clients sampled per round")->check(number_in(1, 1 << 20))->capture_default_str();

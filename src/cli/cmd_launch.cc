@@ -10,7 +10,9 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "cli/flags/fault.h"
 #include "cli/flags/hosts.h"
+#include "cli/flags/parallel.h"
 #include "core/error.h"
 #include "launcher/launcher.h"
 #include "launcher/rank_status.h"
@@ -36,28 +38,25 @@ static void check_local_limits(int nproc) {
 static Register reg("launch", "Start N ranks of a program on this host (or through mpirun)", [](CLI::App& app) {
   struct Args {
     int nproc = 1;
-    std::string backend = "shm";
-    double timeout = 0;
     double grace = 5;
-    int max_restarts = 0;
     bool no_prefix = false;
     std::vector<std::string> command;
+    // The families shared with `strata train`: the backend, the timeout, restarts, hosts.
+    ParallelFlags parallel;
+    FaultFlags faults;
+    RecoveryFlags recovery;
     HostFlags host_flags;
   };
   auto a = std::make_shared<Args>();
   a->nproc = -1;  // unset
+  a->parallel.add_to(app, {"--backend"});
+  a->faults.add_to(app, {"--timeout"});
+  a->recovery.add_to(app, {"--max-restarts"});
   CLI::Option* nproc_opt =
       app.add_option("-n,--nproc", a->nproc, "number of ranks (default with --hosts: all slots)");
   a->host_flags.add_to(app);
-  app.add_option("--backend", a->backend, "communication backend: shm (this host), mpi (mpirun) or tcp (sockets, a rendezvous store in the launcher; across hosts each rank started through the remote shell)");
-  // Bounded so that inf, 1e400 or 2^63 never become a wait that cannot end or a wrapped count.
-  app.add_option("--timeout", a->timeout,
-                 "seconds a communication operation may wait for its peers (sets STRATA_TIMEOUT)")
-      ->check(finite_at_most(kMaxSeconds));
   app.add_option("--grace", a->grace, "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->check(finite_at_most(kMaxSeconds));
-  app.add_option("--max-restarts", a->max_restarts,
-                 "restart the whole job after a failure, up to R times (sets STRATA_RESTART)");
   app.add_flag("--no-prefix", a->no_prefix, "do not prefix output lines with the rank");
   app.add_option("command", a->command, "program and arguments (after --)")->required();
   app.callback([a, nproc_opt] {
@@ -72,15 +71,16 @@ static Register reg("launch", "Start N ranks of a program on this host (or throu
                  "-n/--nproc is required (the number of ranks) unless --hosts or --hostfile gives the slots");
     STRATA_CHECK(!nproc_given || a->nproc >= 1, "-n/--nproc must be at least 1, got ", a->nproc);
     o.nproc = nproc_given ? a->nproc : launcher::total_slots(o.hosts);
-    o.backend = comm::parse_backend(a->backend);
+    o.backend = comm::parse_backend(a->parallel.backend);
     if (o.backend == comm::Backend::shm) check_local_limits(o.nproc);
     STRATA_CHECK(std::isfinite(a->grace) && a->grace >= 0,
                  "--grace must be a non-negative number of seconds, got ", a->grace);
-    STRATA_CHECK(a->timeout >= 0, "--timeout must not be negative, got ", a->timeout);
-    o.timeout_s = a->timeout;
+    STRATA_CHECK(a->faults.timeout_s >= 0, "--timeout must not be negative, got ", a->faults.timeout_s);
+    o.timeout_s = a->faults.timeout_s;
     o.grace_s = a->grace;
-    STRATA_CHECK(a->max_restarts >= 0, "--max-restarts must not be negative, got ", a->max_restarts);
-    o.max_restarts = a->max_restarts;
+    STRATA_CHECK(a->recovery.max_restarts >= 0, "--max-restarts must not be negative, got ",
+                 a->recovery.max_restarts);
+    o.max_restarts = a->recovery.max_restarts;
     o.prefix_output = !a->no_prefix;
     o.command = a->command;
     o.rank_exec = launcher::self_executable();

@@ -44,6 +44,21 @@ struct RewardArgs {
   rlhf::RewardConfig cfg;
   int log_every = 20;
   bool json = false;
+  // The families shared with `strata train`: steps, batch, seed, lr, weight decay, logging.
+  TrainingFlags training;
+  OptimizerFlags optimizer;
+  MetricsFlags metrics;
+
+  // After parsing: the family settings into the run's config.
+  void resolve() {
+    cfg.steps = int(training.steps);
+    cfg.batch = training.batch;
+    cfg.seed = training.seed;
+    cfg.lr = float(optimizer.lr);
+    cfg.optim.weight_decay = optimizer.optim.weight_decay;
+    log_every = metrics.log_every;
+    json = metrics.json;
+  }
 };
 
 void run_reward(const RewardArgs& a) {
@@ -103,6 +118,21 @@ void run_reward(const RewardArgs& a) {
 
 void setup_reward(CLI::App& app) {
   auto a = std::make_shared<RewardArgs>();
+  // The families shared with `strata train`, with this command's defaults and ranges (--batch
+  // counts preference pairs).
+  TrainingFlags& t = a->training;
+  t.steps = a->cfg.steps, t.batch = a->cfg.batch, t.seed = a->cfg.seed;
+  t.add_to(app, {"--steps", "--batch", "--seed"});
+  narrow(app, "--steps", number_in(1, 1e9));
+  narrow(app, "--batch", number_in(1, 1 << 20));
+  a->optimizer.lr = a->cfg.lr;
+  a->optimizer.optim = a->cfg.optim;
+  a->optimizer.add_to(app, {"--lr", "--weight-decay"});
+  narrow(app, "--lr", number_in(0, 1e6));
+  narrow(app, "--weight-decay", number_in(0, 1e6));
+  a->metrics.log_every = a->log_every;
+  a->metrics.add_to(app, {"--log-every", "--json"});
+  narrow(app, "--log-every", number_in(1, 1e9));
   app.add_option("--init", a->init, "Trunk: a strata train run directory or a safetensors file")
       ->check(plain_path(true))->required();
   app.add_option("--pairs", a->pairs, "Preference pairs: FILE (PROMPT | CHOSEN | REJECTED per line) or synthetic")
@@ -119,15 +149,10 @@ void setup_reward(CLI::App& app) {
       ->check(non_negative_integer())->capture_default_str();
   app.add_option("--save-pairs", a->save_pairs, "Also write the pairs used to FILE")->check(plain_path(false));
   app.add_option("--eval-fraction", a->eval_fraction, "Pairs held out for accuracy")->check(number_in(0, 1))->capture_default_str();
-  app.add_option("--steps", a->cfg.steps, "Optimizer steps")->check(number_in(1, 1e9))->capture_default_str();
-  app.add_option("--batch", a->cfg.batch, "Pairs per step")->check(number_in(1, 1 << 20))->capture_default_str();
-  app.add_option("--lr", a->cfg.lr, "Learning rate")->check(number_in(0, 1e6))->capture_default_str();
-  app.add_option("--weight-decay", a->cfg.optim.weight_decay, "AdamW weight decay")->check(number_in(0, 1e6))->capture_default_str();
-  app.add_option("--seed", a->cfg.seed, "Seed of prompts, sampling and pair order")
-      ->check(non_negative_integer())->capture_default_str();
-  app.add_option("--log-every", a->log_every, "Progress line every K steps")->check(number_in(1, 1e9))->capture_default_str();
-  app.add_flag("--json", a->json, "JSON records on stdout");
-  app.callback([a] { run_reward(*a); });
+  app.callback([a] {
+    a->resolve();
+    run_reward(*a);
+  });
 }
 
 struct PpoArgs {

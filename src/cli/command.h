@@ -138,4 +138,10 @@ inline CLI::Validator dir_path(std::vector<std::string> keywords = {}) {
       "DIR");
 }
 
+// A family's setting (cli/flags/family.h) narrowed for one command: its range there, and the
+// command's own default (the field's value when this is called) shown in --help.
+inline void narrow(CLI::App& app, const char* flag, const CLI::Validator& range) {
+  app.get_option(flag)->check(range)->capture_default_str();
+}
+
 }  // namespace strata::cli

@@ -89,7 +89,7 @@ TEST(FlagFamilies, HelpGroupsOptionsByFamily) {
   size_t at = 0;
   for (const char* group : {"Model [model]:", "Data [data]:", "Training [training]:", "Optimizer [optimizer]:",
                             "Parallelism [parallelism]:", "Hosts [parallelism]:", "Checkpoints [checkpoint]:",
-                            "Metrics [metrics]:", "Fault injection [fault]:", "Recovery [fault]:"}) {
+                            "Metrics [metrics]:", "Faults and timeouts [fault]:", "Recovery [fault]:"}) {
     const size_t found = r.out.find(group, at);
     ASSERT_NE(found, std::string::npos) << group << " after offset " << at << " in\n" << r.out;
     at = found;

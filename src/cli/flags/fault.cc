@@ -3,19 +3,22 @@
 #include <cmath>
 
 #include "CLI/CLI.hpp"
+#include "cli/command.h"
 #include "core/error.h"
 
 namespace strata::cli {
 
 void FaultFlags::add_to(CLI::App& app, const Only& only) {
-  FamilyScope family(app, "Fault injection", "fault", only);
+  FamilyScope family(app, "Faults and timeouts", "fault", only);
   app_ = &app;
   app.add_option("--inject", inject,
                  cat("inject a fault for tests and demos: ", diag::fault_kinds_help()));
   app.add_option("--inject-rank", rank, "rank that the injected fault hits (default 0)");
   app.add_option("--inject-step", step, "step at which the injected fault fires (default 1)");
+  // Bounded so that inf, 1e400 or 2^63 never become a wait that cannot end.
   app.add_option("--timeout", timeout_s,
-                 "seconds any communication wait may take before the watchdog fires");
+                 "seconds any communication wait may take before the watchdog fires (sets STRATA_TIMEOUT)")
+      ->check(finite_at_most(kMaxSeconds));
 }
 
 diag::FaultSpec FaultFlags::resolve(int world, int64_t total_steps) const {
@@ -33,7 +36,8 @@ diag::FaultSpec FaultFlags::resolve(int world, int64_t total_steps) const {
 void RecoveryFlags::add_to(CLI::App& app, const Only& only) {
   FamilyScope family(app, "Recovery", "fault", only);
   app.add_option("--max-restarts", max_restarts,
-                 "Restart the job from the latest checkpoint after a failure, up to R times")
+                 "Restart the whole job after a failure, up to R times (a training job resumes from its "
+                 "latest checkpoint; sets STRATA_RESTART)")
       ->capture_default_str();
   app.add_option("--recovery", recovery,
                  "When a rank dies: restart the whole job (restart, with --max-restarts); continue on "
