@@ -323,6 +323,8 @@ static Register reg(
                    "--zero, --precision, --micro-batch, --seq, --accum, --no-sp): per-rank "
                    "memory and tensor-parallel bytes, as the run's summary.json reports them");
       app.add_option("--accum", f->accum, "Accumulation steps per optimizer step (--local)");
+      app.footer("Model, Training and Parallelism options are strata train's, with its names; one not "
+                 "given is the preset's, the GPU's or the search's choice.");
       add_plan_calibrate(app);
       RunConfigFlags& config = add_run_config(app, "plan");
       app.callback([f, &app, &config] {
