@@ -17,7 +17,7 @@ bench_scratch
 export OMP_NUM_THREADS=1
 
 predict() {  # cp seq -> MiB of activations per rank
-  "$STRATA" plan --local "${arch[@]}" --hidden 64 --vocab 256 --max-seq "$2" --seq "$2" --cp "$1" \
+  "$STRATA" plan --local "${arch[@]}" --dim 64 --vocab 256 --max-seq "$2" --seq "$2" --cp "$1" \
     --cp-mode "$MODE" --micro-batch 1 --precision fp32 --json |
     "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["ranks"][0]["activations"] / 2**20)'
 }
