@@ -9,13 +9,10 @@
 //
 // The model is a preset (--model) with optional overrides of its architecture; --seq is the
 // training sequence length and may not exceed the model's position table (--max-seq).
-#include <cmath>
 #include <iostream>
 #include <string>
 
 #include "ckpt/fsutil.h"
-#include "ckpt/hf.h"
-#include "ckpt/interval.h"
 #include "cli/command.h"
 #include "cli/flags/checkpoint.h"
 #include "cli/flags/data.h"
@@ -31,14 +28,10 @@
 #include "comm/runtime.h"
 #include "comm/types.h"
 #include "core/error.h"
-#include "model/context/layout.h"
-#include "model/gpt.h"
 #include "parallel/options.h"
 #include "train/distributed.h"
-#include "train/init_from.h"
 #include "train/kernel_paths.h"
 #include "train/run_spec.h"
-#include "train/trainer.h"
 
 namespace strata::cli {
 namespace {
@@ -184,19 +177,9 @@ void setup(CLI::App& app) {
   a->recovery.add_to(app);
   RunConfigFlags& config = add_run_config(app, "training");
   app.callback([&app, a, &config] {
-    // Several hosts: their slots give the rank count unless --nproc says otherwise.
-    const HostFlags::Resolved h = a->hosts.resolve();
-    train::ParallelConfig pcfg = a->parallel.parallel;
-    pcfg.hosts = h.hosts, pcfg.hosts_source = h.source, pcfg.rsh_agent = h.rsh_agent, pcfg.ifaces = h.ifaces;
-    // A rank (started by the launcher) takes its world from the launcher, not the hosts,
-    // which an --elastic restart may have left out.
-    if (!h.hosts.empty() && !app.count("--nproc") && !comm::launched_as_rank())
-      pcfg.nproc = launcher::total_slots(h.hosts);
-    ParallelFlags layout = a->parallel;
-    layout.parallel = pcfg;
     // One run specification, checked once before any rank starts (train/run_spec.h).
     train::RunSpec spec;
-    spec.parallel = layout.resolve(app);
+    spec.parallel = a->parallel.resolve(app, a->hosts.resolve());
     spec.train = resolve(app, *a, spec.parallel);
     finish_parallel(app, *a, spec.parallel);
     apply_micro_batches(app, spec.parallel, spec.train);

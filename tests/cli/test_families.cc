@@ -74,7 +74,7 @@ TEST(FlagFamilies, ParsedValuesReachTheLayout) {
   cli::ParallelFlags parallel;
   parallel.add_to(app);
   app.parse("--no-sp --zero 3 --cp-mode ulysses --pp-split 2,3 --schedule gpipe --tp 2", false);
-  const train::ParallelConfig pc = parallel.resolve(app);
+  const train::ParallelConfig pc = parallel.resolve(app, {});
   EXPECT_EQ(pc.dp.stage, 3);
   EXPECT_FALSE(pc.sequence_parallel);
   EXPECT_EQ(pc.mesh.tp, 2);

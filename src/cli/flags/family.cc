@@ -18,7 +18,6 @@ FamilyScope::FamilyScope(CLI::App& app, const std::string& title, const std::str
   STRATA_CHECK(std::count(family_sections().begin(), family_sections().end(), section) == 1,
                "flag family ", title, ": unknown section [", section, "]");
   previous_ = app.option_defaults()->get_group();
-  first_ = app.get_options().size();
   app.option_defaults()->group(group_);
 }
 
@@ -37,9 +36,9 @@ FamilyScope::~FamilyScope() {
 
 std::string section_of(const CLI::Option& o, const std::string& own) {
   const std::string& g = o.get_group();
-  const size_t open = g.rfind(" ["), close = g.size() - 1;
-  if (open == std::string::npos || g.empty() || g[close] != ']') return own;
-  return g.substr(open + 2, close - open - 2);
+  const size_t open = g.rfind(" [");  // found: g is not empty
+  if (open == std::string::npos || g.back() != ']') return own;
+  return g.substr(open + 2, g.size() - open - 3);
 }
 
 }  // namespace strata::cli

@@ -52,7 +52,6 @@ class FamilyScope {
  private:
   CLI::App& app_;
   std::string group_, previous_;
-  size_t first_;  // options the app had before the scope
   Only only_;
 };
 

@@ -1,6 +1,7 @@
 #include "cli/flags/parallel.h"
 
 #include "cli/command.h"
+#include "comm/bootstrap.h"
 #include "core/error.h"
 
 namespace strata::cli {
@@ -50,8 +51,13 @@ void ParallelFlags::add_to(CLI::App& app, const Only& only) {
   app.add_option("--ep", p.mesh.ep, "Expert-parallel ranks, carved out of dp")->capture_default_str();
 }
 
-train::ParallelConfig ParallelFlags::resolve(const CLI::App& app) const {
+train::ParallelConfig ParallelFlags::resolve(const CLI::App& app, const HostFlags::Resolved& hosts) const {
   train::ParallelConfig pc = parallel;
+  pc.hosts = hosts.hosts, pc.hosts_source = hosts.source, pc.rsh_agent = hosts.rsh_agent, pc.ifaces = hosts.ifaces;
+  // A rank (started by the launcher) takes its world from the launcher, not the hosts,
+  // which an --elastic restart may have left out.
+  if (!pc.hosts.empty() && !app.count("--nproc") && !comm::launched_as_rank())
+    pc.nproc = launcher::total_slots(pc.hosts);
   pc.dp.stage = parallel::parse_zero_stage(zero);
   pc.backend = comm::parse_backend(backend);
   if (!pc.hosts.empty()) {

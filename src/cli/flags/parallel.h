@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/flags/family.h"
+#include "cli/flags/hosts.h"
 #include "train/config.h"
 
 namespace strata::cli {
@@ -22,8 +23,10 @@ struct ParallelFlags {
 
   void add_to(CLI::App& app, const Only& only = {});
   // After parsing: the layout with its names parsed (--zero, --backend, --cp-mode,
-  // --cp-chunks, --schedule, --pp-split); throws one line naming the flag.
-  train::ParallelConfig resolve(const CLI::App& app) const;
+  // --cp-chunks, --schedule, --pp-split) on `hosts` (HostFlags::resolve; none: this host
+  // alone), whose slots give the rank count unless --nproc says otherwise; throws one line
+  // naming the flag.
+  train::ParallelConfig resolve(const CLI::App& app, const HostFlags::Resolved& hosts) const;
 };
 
 }  // namespace strata::cli
