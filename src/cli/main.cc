@@ -90,6 +90,9 @@ __attribute__((section(".preinit_array"), used)) static void (*const preinit_wai
 
 int main(int argc, char** argv) {
   using namespace strata::cli;
+  // A line at a time even into a pipe (a rank under mpirun, the launcher's capture): step
+  // lines arrive as they happen, and a rank that is killed leaves every line it printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"strata: a distributed-training engine"};
   app.name("strata");
   app.require_subcommand(0, 1);

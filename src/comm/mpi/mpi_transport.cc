@@ -19,9 +19,12 @@ std::unique_ptr<Transport> make_mpi_world(const Options&) {
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "comm/mpi/mpi_internal.h"
@@ -58,21 +61,38 @@ static const EnvVar kFinalizeTimeout("STRATA_MPI_FINALIZE_TIMEOUT", "10",
                                      "seconds MPI_Finalize may take at exit before the rank exits "
                                      "without it (a peer host cut off mid-run makes it wait forever)");
 
+static const EnvVar kInitTimeout("STRATA_MPI_INIT_TIMEOUT", "300",
+                                 "seconds MPI_Init may take before the rank exits with an error (mpirun's "
+                                 "daemons that cannot reach each other make it wait forever)");
+
+// Runs `call` (an MPI call that waits on every peer through mpirun's daemons and cannot time
+// out by itself); if it has not returned within the variable's seconds, the rank says so and
+// exits with status 1, so that mpirun ends the job and the launcher reports (or restarts) it.
+template <class Call>
+static void exit_unless_done_within(const EnvVar& limit_var, const char* what, const char* suspect, Call call) {
+  const double limit = limit_var.get_double();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([limit, done, what, suspect, name = limit_var.name()] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+    while (!done->load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (done->load()) return;
+    std::fprintf(stderr, "strata: %s did not return within %g s (%s; %s); exiting\n", what, limit,
+                 name, suspect);
+    std::fflush(stderr);
+    _exit(1);
+  }).detach();
+  call();
+  done->store(true);
+}
+
 // MPI_Finalize synchronises with every peer through mpirun's daemons; with a host cut off
 // (its link down) it never returns. A rank that gets here after a failure must still exit.
 static void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  const double limit = kFinalizeTimeout.get_double();
-  std::thread([limit] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(int64_t(limit * 1000)));
-    std::fprintf(stderr, "strata: MPI_Finalize did not return within %g s (STRATA_MPI_FINALIZE_TIMEOUT; a peer "
-                 "host unreachable?); exiting without it\n", limit);
-    std::fflush(stderr);
-    _exit(1);
-  }).detach();
-  MPI_Finalize();
+  exit_unless_done_within(kFinalizeTimeout, "MPI_Finalize", "a peer host unreachable?", [] { MPI_Finalize(); });
 }
 
 static void init_mpi() {
@@ -83,7 +103,9 @@ static void init_mpi() {
   MPI_Initialized(&inited);
   int provided = 0;
   if (!inited) {
-    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    int rc = MPI_SUCCESS;
+    exit_unless_done_within(kInitTimeout, "MPI_Init", "mpirun's daemons or a peer host unreachable?",
+                            [&] { rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided); });
     STRATA_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed (is this process started by mpirun?)");
     std::atexit(finalize_at_exit);
   } else {
