@@ -21,6 +21,7 @@
 #include "cli/flags/metrics.h"
 #include "cli/flags/model.h"
 #include "cli/flags/optimizer.h"
+#include "cli/flags/outer.h"
 #include "cli/flags/parallel.h"
 #include "cli/flags/training.h"
 #include "cli/run_config.h"
@@ -44,6 +45,7 @@ struct TrainArgs {
   OptimizerFlags optimizer;
   ParallelFlags parallel;
   HostFlags hosts;
+  OuterFlags outer;
   CheckpointFlags checkpoint;
   MetricsFlags metrics;
   FaultFlags faults;
@@ -135,7 +137,7 @@ void apply_micro_batches(const CLI::App& app, const train::ParallelConfig& pc, t
   const int M = pc.pipeline.micro;
   if (!app.count("--micro-batches")) return;
   STRATA_CHECK(M >= 1, "--micro-batches must be at least 1 (got ", M, ")");
-  const int dp = pc.mesh_dims().dp;
+  const int dp = pc.data_ranks();
   STRATA_CHECK(cfg.batch % (int64_t(dp) * M) == 0, "--batch ", cfg.batch,
                " does not split into --micro-batches ", M, " x ", dp, " data-parallel rank(s)");
   const int64_t micro = cfg.batch / (int64_t(dp) * M);
@@ -155,6 +157,7 @@ void finish_parallel(const CLI::App& app, const TrainArgs& a, train::ParallelCon
   pc.elastic = a.recovery.elastic;
   pc.preflight = a.recovery.preflight;
   pc.trace = a.metrics.trace;
+  pc.outer = a.outer.outer;
   STRATA_CHECK(!pc.preflight || pc.world() > 1, "--preflight measures links between ranks; it needs 2 or more");
   pc.data_parallel = app.count("--zero") || app.count("--precision") || app.count("--reduce-dtype") || pc.world() > 1;
   pc.timeout_s = a.faults.timeout_s;
@@ -171,6 +174,7 @@ void setup(CLI::App& app) {
   a->optimizer.add_to(app);
   a->parallel.add_to(app);
   a->hosts.add_to(app);
+  a->outer.add_to(app);
   a->checkpoint.add_to(app);
   a->metrics.add_to(app);
   a->faults.add_to(app);
@@ -184,7 +188,8 @@ void setup(CLI::App& app) {
     finish_parallel(app, *a, spec.parallel);
     apply_micro_batches(app, spec.parallel, spec.train);
     spec.given = {app.count("--dp") > 0, app.count("--schedule") > 0, app.count("--cp-mode") > 0,
-                  app.count("--cp-chunks") > 0, app.count("--micro-batches") > 0};
+                  app.count("--cp-chunks") > 0, app.count("--micro-batches") > 0,
+                  app.count("--inner-steps") > 0};
     spec.validate();
     // A printed config is one that runs: it is checked as the run would be, then printed.
     if (config.print) {

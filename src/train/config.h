@@ -23,6 +23,7 @@
 #include "parallel/engine.h"
 #include "parallel/mesh.h"
 #include "parallel/options.h"
+#include "parallel/outer.h"
 #include "parallel/pipeline/options.h"
 #include "train/schedule.h"
 #include "train/spike_guard.h"
@@ -131,6 +132,7 @@ struct Topology {
   // The expert-parallel group the model is built for (null: every expert on this rank).
   comm::ProcessGroup* ep = nullptr;
   bool counts_loss = true;
+  bool counts_loss_of_group = true;  // false: a replica group whose losses group 0 counts
   std::function<double(double)> sum_across_ranks;
   // The data-parallel group (null when alone): the trainer's own collectives, e.g. the
   // injected faults of diag/fault_inject.h.
@@ -159,6 +161,13 @@ struct Topology {
   // re-formed world differs in its data-parallel degree only, and ZeRO shards span dp x cp).
   // Empty: every old rank did (data parallelism).
   std::function<bool(int q, int old_world)> same_states;
+  // --replica-groups (parallel/outer.h): the outer sync's settings, the group joining the
+  // ranks of this rank's position in every group, and this rank's group. Inactive: none.
+  struct Outer {
+    parallel::OuterOptions options;
+    comm::ProcessGroup* across = nullptr;
+    int group = 0;
+  } outer;
 };
 
 // What the job does when a rank dies (--recovery): restart every rank (the supervisor,
@@ -189,13 +198,20 @@ struct ParallelConfig {
   bool preflight = false;                    // --preflight: the bandwidth doctor before step 1
   bool elastic = false;                      // --elastic: restarts leave out the failed host
   Recovery recovery = Recovery::restart;     // --recovery
+  parallel::OuterOptions outer;              // --replica-groups, --inner-steps, ... (DiLoCo)
 
   // Ranks of the job: the launcher's world when this process is already a rank (started by
   // `strata launch`, mpirun, torchrun or SLURM), else nproc.
   int world() const;
   // Its checks are the run specification's (train/run_spec.h), with the rest of the run.
   // The mesh degrees for world() ranks (throws naming --tp, --dp and the numbers).
-  parallel::MeshDims mesh_dims() const { return mesh.resolved(world()); }
+  // Under --replica-groups R they are each group's, over world() / R ranks.
+  parallel::MeshDims mesh_dims() const { return mesh.resolved(group_world()); }
+  int group_world() const { return world() / (outer.groups >= 1 ? outer.groups : 1); }
+  // The ranks that share each global batch: dp, times the replica groups that split it.
+  int data_ranks() const {
+    return mesh_dims().dp * (outer.groups > 1 && outer.data == parallel::GroupData::split ? outer.groups : 1);
+  }
 };
 
 }  // namespace strata::train

@@ -307,9 +307,12 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   // Live recovery re-forms whole data-parallel replicas: the tp x pp ranks of a dp index.
   o.live_inner = dims.tp * dims.cp;
   o.live_stages = dims.pp;
-  o.rank_role = [dims](int rank, int world) {
+  o.rank_role = [dims, groups = pc.outer.groups](int rank, int world) {
     try {
-      return parallel::Mesh::describe_rank(dims.resolved(world), rank);
+      if (groups <= 1) return parallel::Mesh::describe_rank(dims.resolved(world), rank);
+      const int n = world / groups;  // under --replica-groups: the group, then the rank in it
+      const std::string in_group = parallel::Mesh::describe_rank(dims.resolved(n), rank % n);
+      return cat("group ", rank / n, in_group.empty() ? "" : " ", in_group);
     } catch (const Error&) {
       return std::string();  // a world the mesh does not fit (an elastic restart): no role
     }
@@ -496,6 +499,26 @@ static std::function<bool()> world_change_probe(const ParallelConfig& pc, comm::
   };
 }
 
+// --replica-groups: this rank's group (a world of its own for the mesh) and the group across
+// the groups at its position in them; one group: the world, and no group across.
+struct ReplicaGroups {
+  comm::GroupPtr inner, across;
+  int index = 0;
+};
+
+static ReplicaGroups replica_groups(const ParallelConfig& pc, comm::ProcessGroup& world) {
+  ReplicaGroups g;
+  if (!pc.outer.active()) {
+    g.inner = std::shared_ptr<comm::ProcessGroup>(&world, [](comm::ProcessGroup*) {});
+    return g;
+  }
+  const int n = world.size() / pc.outer.groups;
+  g.index = world.rank() / n;
+  g.inner = world.split(g.index, world.rank() % n, cat("group", g.index));
+  g.across = world.split(world.rank() % n, g.index, "across");
+  return g;
+}
+
 // One world's training: its mesh and groups, the engine, the trainer.
 static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& pc,
                                   comm::GroupPtr world, const LiveRecovery& live) {
@@ -503,7 +526,10 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   comm::GroupPtr ckpt_group = world->split(0, world->rank(), "ckpt");
   ckpt_group->set_background();  // a checkpoint's barriers are no gradient traffic
   const ReplicaPeers replicas = replica_peers(cfg, *world, live);
-  parallel::Mesh mesh(*world, pc.mesh_dims());
+  // Under --replica-groups R: each group of world / R consecutive ranks is a mesh of its own,
+  // and `across` joins the ranks of one position in every group (parallel/outer.h).
+  const ReplicaGroups groups = replica_groups(pc, *world);
+  parallel::Mesh mesh(*groups.inner, pc.mesh_dims());
   const parallel::MeshDims dims = mesh.dims();
   if (pc.backend == comm::Backend::mpi) check_hosts_before_training(cfg, pc, *world, dims);
   std::unique_ptr<model::TensorComm> tensor_comm;
@@ -518,6 +544,13 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   topo.world = world->size();
   topo.dp_rank = mesh.dp_rank();
   topo.dp_world = dims.dp;
+  if (groups.across) {
+    topo.outer = {pc.outer, groups.across.get(), groups.index};
+    if (pc.outer.data == parallel::GroupData::split) {  // the groups share each global batch
+      topo.dp_rank += groups.index * dims.dp;
+      topo.dp_world *= pc.outer.groups;
+    }
+  }
   topo.pp = dims.pp;
   topo.schedule = parallel::pipeline::schedule_name(pc.pipeline.schedule);
   topo.virtual_stages = pc.pipeline.virt;
@@ -525,7 +558,9 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   topo.tp = tensor_comm.get();
   topo.cp = context_comm.get();
   if (mesh.has_ep()) topo.ep = &mesh.ep();
-  topo.counts_loss = mesh.tp_rank() == 0 && mesh.cp_rank() == 0;
+  // Groups that read the same data compute the same losses: group 0 counts them.
+  topo.counts_loss_of_group = groups.index == 0 || pc.outer.data == parallel::GroupData::split;
+  topo.counts_loss = topo.counts_loss_of_group && mesh.tp_rank() == 0 && mesh.cp_rank() == 0;
   topo.group = world.get();
   topo.sum_across_ranks = [g = world.get()](double x) {
     g->all_reduce(&x, 1);

@@ -312,8 +312,9 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
                                 parallel::Mesh& mesh, Topology topo) {
   auto runner = std::make_unique<PipelineRunner>(cfg, pc, mesh, topo);
   const PipelineRunner& r = *runner;
-  // Under cp each cp rank of the last stage sums its own rows' losses: all of them count.
-  topo.counts_loss = mesh.last_stage() && mesh.tp_rank() == 0;
+  // Under cp each cp rank of the last stage sums its own rows' losses: all of them count
+  // (replica groups that read the same data: group 0's, as train_in_world decided).
+  topo.counts_loss = topo.counts_loss_of_group && mesh.last_stage() && mesh.tp_rank() == 0;
   topo.layout = [&r] { return r.stage_model().tensor_layout(); };
   return Trainer(cfg, topo, std::move(runner)).run();
 }

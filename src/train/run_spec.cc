@@ -107,10 +107,53 @@ parallel::ParallelLayout RunSpec::layout() const {
   l.schedule = parallel.pipeline.schedule;
   l.virtual_stages = parallel.pipeline.virt;
   l.pp_split = parallel.pipeline.split;
-  l.micro_batch = train.micro_batch > 0 ? train.micro_batch : std::max(1, train.batch / d.dp);
+  l.micro_batch = train.micro_batch > 0 ? train.micro_batch : std::max(1, int(group_batch() / d.dp));
   l.sequence_parallel = parallel.sequence_parallel;
   l.cp_options = parallel.cp;
   return l;
+}
+
+int64_t RunSpec::group_batch() const {
+  const parallel::OuterOptions& o = parallel.outer;
+  return o.groups > 1 && o.data == parallel::GroupData::split ? train.batch / o.groups : train.batch;
+}
+
+// --replica-groups R (parallel/outer.h): R groups of world / R consecutive ranks, each its own
+// layout, meeting every --inner-steps steps. Across hosts a group is one host, whole hosts, or
+// part of one host, never parts of two.
+void RunSpec::check_replica_groups() const {
+  const parallel::OuterOptions& o = parallel.outer;
+  const int R = o.groups, n = parallel.world();
+  STRATA_CHECK(R >= 1, "--replica-groups must be at least 1 (got ", R, ")");
+  if (given.inner_steps) STRATA_CHECK(o.inner_steps >= 1, "--inner-steps must be at least 1 (got ", o.inner_steps, ")");
+  STRATA_CHECK(std::isfinite(o.lr) && o.lr > 0, "--outer-lr must be positive and finite (got ", o.lr, ")");
+  STRATA_CHECK(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1,
+               "--outer-momentum must be in [0, 1) (got ", o.momentum, ")");
+  if (!o.active()) return;
+  STRATA_CHECK(n % R == 0, "--replica-groups ", R, " does not divide the job's ", n, " rank(s)");
+  STRATA_CHECK(o.data == parallel::GroupData::same || train.batch % R == 0, "--batch ", train.batch,
+               " does not split over --replica-groups ", R, " (each group trains its share; or --group-data same)");
+  STRATA_CHECK(parallel.recovery == Recovery::restart, "--recovery ", recovery_name(parallel.recovery),
+               " with --replica-groups: a group lost mid-round is not left out of the sync yet; use "
+               "--recovery restart (the supervisor restarts every group from the latest checkpoint)");
+  STRATA_CHECK(train.ckpt.mem_every == 0, "--mem-ckpt-every with --replica-groups is not supported yet: the "
+               "in-memory copies hold one group's states; use disk checkpoints (--ckpt-every)");
+  if (parallel.hosts.empty()) return;
+  std::vector<int> host_of;  // ranks fill the hosts' slots in order
+  for (size_t h = 0; h < parallel.hosts.size(); ++h) host_of.insert(host_of.end(), size_t(parallel.hosts[h].slots), int(h));
+  if (int(host_of.size()) < n) return;  // too few slots: the hosts' own check says so
+  const int size = n / R;
+  for (int g = 0; g < R; ++g) {
+    const int first = g * size, last = first + size - 1;
+    const int h0 = host_of[size_t(first)], h1 = host_of[size_t(last)];
+    const bool starts_a_host = first == 0 || host_of[size_t(first - 1)] != h0;
+    const bool ends_a_host = last + 1 == n || host_of[size_t(last + 1)] != h1;
+    const int cut = starts_a_host ? h1 : h0;  // a host the group holds part of
+    STRATA_CHECK(h0 == h1 || (starts_a_host && ends_a_host), "--replica-groups ", R, ": group ", g, " (ranks ",
+                 first, "-", last, ") holds part of ", parallel.hosts_source, " host ",
+                 parallel.hosts[size_t(cut)].host, " and ranks of another; a group must be one host, whole hosts or "
+                 "part of one host");
+  }
 }
 
 // --recovery shrink|live: the survivors of a data-parallel replica's death (one rank, or the
@@ -173,6 +216,7 @@ void RunSpec::validate() const {
   for (const auto& part : mixture)
     if (data::is_prepared(part.first)) data::read_manifest(part.first);
   pc.dp.validate();
+  check_replica_groups();
   const parallel::MeshDims& m = pc.mesh;
   if (given.dp) STRATA_CHECK(m.dp >= 1, "--dp must be at least 1 (got ", m.dp, ")");
   if (given.schedule)
@@ -187,10 +231,11 @@ void RunSpec::validate() const {
   // The model and the optimizer, then the layout they run on.
   const parallel::ParallelLayout l = layout();
   if (pc.recovery != Recovery::restart) check_live_recovery(l);
-  cfg.validate(l.dp);
-  parallel::check_batch_split(cfg.batch, cfg.micro_batch, l.dp);
-  check_layout(cfg.model, cfg.train_seq(), cfg.batch, l,
-               given.micro_batches || pc.pipeline.micro > 0);
+  // The layout is each replica group's, and so is the batch it trains.
+  const int64_t batch = group_batch();
+  cfg.validate(l.dp * int(cfg.batch / batch));
+  parallel::check_batch_split(batch, cfg.micro_batch, l.dp);
+  check_layout(cfg.model, cfg.train_seq(), batch, l, given.micro_batches || pc.pipeline.micro > 0);
   // What the layout needs of this host. Under --pp each stage checks its own activations once
   // built (train/pipeline_rank.cc): the whole model's figure is no stage's.
   if (l.pp == 1)

@@ -27,6 +27,7 @@ struct RunSpec {
   // than the one asked for.
   struct Given {
     bool dp = false, schedule = false, cp_mode = false, cp_chunks = false, micro_batches = false;
+    bool inner_steps = false;
   } given;
 
   // The layout on parallel.world() ranks: dp resolved from the world, b = --micro-batch or
@@ -37,6 +38,9 @@ struct RunSpec {
 
  private:
   void check_live_recovery(const parallel::ParallelLayout& l) const;
+  void check_replica_groups() const;
+  // The sequences each replica group trains per step: --batch, or its share of it.
+  int64_t group_batch() const;
 };
 
 // The layout checks `strata train` and `strata plan --local` share: throws one line naming the

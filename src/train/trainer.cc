@@ -35,6 +35,7 @@
 #include "model/shard.h"
 #include "model/tensor/collectives.h"
 #include "parallel/data_parallel.h"
+#include "parallel/outer.h"
 #include "train/checkpointing.h"
 #include "train/context_metrics.h"
 #include "train/generate.h"
@@ -185,6 +186,7 @@ struct Trainer::Run {
   std::shared_ptr<data::Split> split;  // topo.live.data when a live world keeps it
   std::unique_ptr<model::GPT> model;
   std::unique_ptr<parallel::StepEngine> engine;
+  parallel::OuterSyncEngine* outer = nullptr;  // --replica-groups: the engine, as its outer syncs
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<RunCheckpoints> ckpt;
   int64_t start_step = 0;   // > 0 when resumed from a checkpoint
@@ -244,6 +246,7 @@ struct Trainer::Run {
   void open_loader(const data::LoaderState& from);
   void note_peak_raised();
   SummaryBuilder summary_of_run(double wall_s);
+  nlohmann::json outer_section();
   nlohmann::json recompute_section(const model::StageModel& worker, int64_t steps) const;
 };
 
@@ -268,6 +271,15 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, StepRunner& runner)
     const std::string line = init_from_hf(
         cfg.init_from, cfg.model, topo.layout ? topo.layout() : model->tensor_layout(), *engine);
     if (lead) std::fprintf(stderr, "strata train: %s\n", line.c_str());
+  }
+  // Replica groups: the groups' engines meet every H steps (parallel/outer.h); the global
+  // parameters start as the ones just made (the same seed, or --init-from, in every group).
+  if (topo.outer.options.active()) {
+    auto o = std::make_unique<parallel::OuterSyncEngine>(std::move(engine), topo.outer.options, topo.outer.across,
+                                                         topo.outer.group, cfg.schedule.steps);
+    outer = o.get();
+    engine = std::move(o);
+    if (lead) std::fprintf(stderr, "strata train: %s\n", topo.outer.options.describe().c_str());
   }
 
   // Checkpoints and resume (train/checkpointing.h); metrics.jsonl is opened after the resume
@@ -532,6 +544,10 @@ void Trainer::Run::record_step(int64_t step, const Update& u, const StepTimes& t
   }
   std::optional<diag::StragglerCheck> stragglers = check_stragglers(step);
   std::optional<json> moe = moe_step_load(step, tokens);
+  // Replica groups: what every rank put into the sync across groups, summed (collective on
+  // the sync steps, which every rank shares).
+  const int64_t outer_bytes =
+      outer && outer->stats().bytes_last > 0 ? int64_t(topo.sum_across_ranks(double(outer->stats().bytes_last))) : 0;
   if (!lead) return;
   json rec = {{"step", step + 1},         {"loss", u.loss},       {"lr", u.lr},
               {"grad_norm", u.grad_norm}, {"tokens_per_s", tps},  {"mfu", mfu},
@@ -550,6 +566,7 @@ void Trainer::Run::record_step(int64_t step, const Update& u, const StepTimes& t
     rec.erase("loss");
   }
   rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
+  if (outer_bytes > 0) rec["outer_bytes"] = outer_bytes;  // the step ended with an outer sync
   if (moe) add_moe_record(*moe, u.loss, rec);
   const json layout = runner.step_metrics();
   if (!layout.is_null()) rec.update(layout);
@@ -687,6 +704,7 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
 // ranks hold different shards (ZeRO 1-3, tp, cp, pp, ep) or run alone.
 static std::optional<bool> replicas_identical(const Topology& topo, parallel::StepEngine& engine) {
   if (!topo.group || topo.group->size() <= 1 || engine.zero_stage() != 0 || topo.tp || topo.cp ||
+      topo.outer.options.groups > 1 ||
       topo.ep || topo.pp != 1 || (topo.dp_world != 0 && topo.dp_world != topo.world))
     return std::nullopt;
   XXH3_state_t* st = XXH3_createState();
@@ -754,6 +772,7 @@ SummaryBuilder Trainer::Run::summary_of_run(double wall_s) {
                    {"cpu_s", cpu_seconds_by_thread()},  // this rank's, by thread
                    {"memory", memory_tracker().to_json()}});
   if (floor >= 0) summary.set("eval_gap", result.eval_loss - floor);
+  if (outer) summary.set("outer", outer_section());
   if (const std::optional<bool> same = replicas_identical(topo, *engine))
     summary.set("dp_replicas_identical", *same);
   if (topo.live.generation > 0 && lead) summary.set("live_recovery", live_recoveries(cfg.run_dir));
@@ -766,6 +785,23 @@ SummaryBuilder Trainer::Run::summary_of_run(double wall_s) {
   if (!mem_ckpt.is_null()) summary.set("mem_ckpt", mem_ckpt);
   runner.summary_sections(summary);
   return summary;
+}
+
+// --replica-groups: the groups, their syncs and what crossed between them (every rank's
+// payload summed; collective), and the global state each rank holds.
+json Trainer::Run::outer_section() {
+  const parallel::OuterOptions& o = topo.outer.options;
+  const parallel::OuterSyncStats& s = outer->stats();
+  const double bytes = topo.sum_across_ranks(double(s.bytes_sent));
+  return {{"groups", o.groups},
+          {"inner_steps", o.steps_per_sync()},
+          {"outer_lr", o.lr},
+          {"outer_momentum", o.momentum},
+          {"group_data", parallel::group_data_name(o.data)},
+          {"syncs", s.syncs},
+          {"bytes", int64_t(bytes)},
+          {"bytes_per_step", (cfg.schedule.steps - start_step) > 0 ? bytes / double(cfg.schedule.steps - start_step) : 0.0},
+          {"state_bytes_per_rank", outer->state_bytes()}};
 }
 
 void Trainer::Run::finish(double wall_s) {

@@ -10,6 +10,7 @@
 #include "cli/flags/metrics.h"
 #include "cli/flags/model.h"
 #include "cli/flags/optimizer.h"
+#include "cli/flags/outer.h"
 #include "cli/flags/parallel.h"
 #include "cli/flags/training.h"
 
@@ -25,6 +26,7 @@ const std::map<std::string, std::string>& family_keys() {
     static OptimizerFlags optimizer;
     static ParallelFlags parallel;
     static HostFlags hosts;
+    static OuterFlags outer;
     static CheckpointFlags checkpoint;
     static MetricsFlags metrics;
     static FaultFlags fault;
@@ -35,6 +37,7 @@ const std::map<std::string, std::string>& family_keys() {
     optimizer.add_to(app);
     parallel.add_to(app);
     hosts.add_to(app);
+    outer.add_to(app);
     checkpoint.add_to(app);
     metrics.add_to(app);
     fault.add_to(app);

@@ -8,8 +8,8 @@
 namespace strata::cli {
 
 const std::vector<std::string>& family_sections() {
-  static const std::vector<std::string> s = {"model",       "data",       "training", "optimizer",
-                                             "parallelism", "checkpoint", "metrics",  "fault"};
+  static const std::vector<std::string> s = {"model",       "data",  "training",   "optimizer", "parallelism",
+                                             "outer",       "checkpoint", "metrics", "fault"};
   return s;
 }
 

@@ -1,0 +1,173 @@
+// Replica groups (DiLoCo, parallel/outer.h) through `strata train`: where the arithmetic says a
+// run must equal another, it does bit for bit; a run killed mid-round resumes bit for bit; the
+// bytes across groups and the global state are counted; bad settings are one line each.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "core/error.h"
+
+namespace strata::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kRun =
+    "train --layers 2 --dim 32 --heads 2 --max-seq 16 --seq 16 --vocab 256 --batch 8 --steps 6 --lr 1e-2 "
+    "--threads 1 --sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 ";
+
+// (step, loss, grad_norm) of every step record, and the final eval's loss.
+std::vector<std::vector<double>> records(const std::string& run_dir) {
+  std::vector<std::vector<double>> out;
+  for (const json& j : json_lines(read_file(run_dir + "/metrics.jsonl"))) {
+    if (j.contains("loss") && j.contains("grad_norm"))
+      out.push_back({j["step"].get<double>(), j["loss"].get<double>(), j["grad_norm"].get<double>()});
+    if (j.contains("eval_loss")) out.push_back({-1, j["eval_loss"].get<double>(), 0});
+  }
+  return out;
+}
+
+std::vector<std::vector<double>> train(const std::string& args, const std::string& run_dir) {
+  RunResult r = run_strata(args + " --run-dir " + run_dir, "", Streams::separate);
+  EXPECT_EQ(r.status, 0) << args << "\n" << r.err;
+  return records(run_dir);
+}
+
+// One group at outer lr 1 without momentum averages one group's parameters: the plain run's
+// bits, whatever H (the update is computed as mean + (1 - lr)·Δ - lr·μ·m, exactly the mean).
+TEST(Diloco, OneGroupAtOuterLrOneIsPlainTraining) {
+  TempDir dir("diloco_one");
+  for (const char* zero : {"0", "1"}) {
+    const std::string layout = std::string("--nproc 2 --zero ") + zero;
+    const auto plain = train(kRun + layout, dir.file(cat("plain", zero)));
+    const auto outer = train(kRun + layout + " --inner-steps 1 --outer-lr 1 --outer-momentum 0", dir.file(cat("outer", zero)));
+    ASSERT_EQ(plain.size(), 7u) << zero;
+    EXPECT_EQ(outer, plain) << "ZeRO " << zero;
+  }
+  // With an outer step that does something, the curve differs (the test above can fail).
+  EXPECT_NE(train(kRun + "--nproc 2 --inner-steps 2", dir.file("moved")), records(dir.file("plain0")));
+}
+
+// Two groups that read the same batches hold the same parameters at every sync, and their mean
+// is exact: every layout inside a group gives the one-group run's bits.
+class DilocoSameData : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DilocoSameData, TwoGroupsEqualOneGroup) {
+  TempDir dir("diloco_same");
+  const std::string outer = "--inner-steps 2 --outer-lr 0.8 --outer-momentum 0.5 ";
+  const std::string layout = GetParam();
+  const auto one = train(kRun + outer + layout + " --nproc 2", dir.file("one"));
+  const auto two = train(kRun + outer + layout + " --nproc 4 --replica-groups 2 --group-data same", dir.file("two"));
+  ASSERT_EQ(one.size(), 7u);
+  EXPECT_EQ(two, one) << layout;
+  const json s = json::parse(read_file(dir.file("two") + "/summary.json"));
+  EXPECT_EQ(s["outer"]["groups"], 2);
+  EXPECT_EQ(s["outer"]["syncs"], 3);  // after steps 2, 4 and 6
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DilocoSameData,
+                         ::testing::Values("--zero 1", "--zero 3", "--tp 2", "--pp 2", "--cp 2", "--experts 4 --ep 2"),
+                         [](const auto& info) {  // "--experts 4 --ep 2" -> experts_4_ep_2
+                           std::string n;
+                           for (const char* c = info.param; *c; ++c)
+                             if (std::isalnum(static_cast<unsigned char>(*c))) n += *c;
+                             else if (!n.empty() && n.back() != '_') n += '_';
+                           return n;
+                         });
+
+// The hashes of a checkpoint's state, by tensor, for each state name.
+std::map<std::string, std::map<std::string, std::string>> hashes_by_state(const std::string& step_dir) {
+  std::map<std::string, std::map<std::string, std::string>> out;
+  const json m = json::parse(read_file(step_dir + "/manifest.json"));
+  for (const json& shard : m["shards"])
+    for (const json& p : shard["pieces"])
+      out[p["state"].get<std::string>()][cat(p["tensor"].get<std::string>(), "@", p["flat"].dump())] = p["xxh64"].dump();
+  return out;
+}
+
+// Killed mid-round (between syncs), resumed: the curve and every state of the uninterrupted
+// run, the groups' own states (which differ between syncs) and the global ones alike. After
+// the last step's sync every group holds the global parameters.
+TEST(Diloco, KilledRunResumesMidRoundBitExact) {
+  TempDir dir("diloco_resume");
+  const std::string args =
+      "train --layers 1 --dim 32 --heads 2 --max-seq 16 --seq 16 --vocab 256 --batch 4 --steps 8 --warmup 2 "
+      "--lr 1e-2 --threads 1 --sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 --ckpt-every 2 "
+      "--ckpt-keep 0 --nproc 2 --replica-groups 2 --inner-steps 3 --run-dir ";
+  const std::string ref = dir.file("ref"), run = dir.file("run");
+  ASSERT_EQ(run_strata(args + ref, "", Streams::separate).status, 0);
+  RunResult killed = run_strata(args + run + " --inject kill --inject-step 6", "", Streams::separate);
+  EXPECT_NE(killed.status, 0);
+  const std::string at = read_file(run + "/ckpt/latest");
+  ASSERT_TRUE(at.rfind("step-000002", 0) == 0 || at.rfind("step-000004", 0) == 0) << at;  // mid-round
+  RunResult resumed = run_strata(args + run + " --resume auto", "", Streams::separate);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resuming from step "), std::string::npos) << resumed.err;
+  EXPECT_EQ(records(run), records(ref));
+  const auto want = hashes_by_state(ref + "/ckpt/step-000008"), got = hashes_by_state(run + "/ckpt/step-000008");
+  EXPECT_EQ(got, want);
+  ASSERT_TRUE(got.count("group0.params") && got.count("group1.params") && got.count("outer.params"));
+  EXPECT_EQ(got.at("group0.params"), got.at("outer.params"));
+  EXPECT_EQ(got.at("group1.params"), got.at("outer.params"));
+  // Between syncs the groups' parameters differ (they read different data).
+  const auto mid = hashes_by_state(ref + "/ckpt/step-000004");
+  EXPECT_NE(mid.at("group0.params"), mid.at("group1.params"));
+}
+
+// What crosses the groups: each rank's shard of the parameters at each sync (fp32), counted per
+// sync step in metrics.jsonl and in all in summary.json, beside the global state every rank
+// holds (8 bytes per parameter of its shard).
+TEST(Diloco, BytesAcrossGroupsAndGlobalStateAreCounted) {
+  TempDir dir("diloco_bytes");
+  const std::string run = dir.file("run");
+  train(kRun + "--nproc 4 --replica-groups 2 --zero 1 --inner-steps 4", run);
+  const json s = json::parse(read_file(run + "/summary.json"));
+  const int64_t params = s["params"].get<int64_t>();
+  std::vector<int64_t> synced;
+  for (const json& j : step_records(run + "/metrics.jsonl"))
+    if (j.contains("outer_bytes")) {
+      synced.push_back(j["step"].get<int64_t>());
+      EXPECT_EQ(j["outer_bytes"].get<int64_t>(), 2 * 4 * params) << j.dump();  // 2 groups x every parameter x fp32
+    }
+  EXPECT_EQ(synced, (std::vector<int64_t>{4, 6}));  // every 4 steps, and the last
+  const json& o = s["outer"];
+  EXPECT_EQ(o["syncs"], 2);
+  EXPECT_EQ(o["bytes"].get<int64_t>(), 2 * 2 * 4 * params);
+  // ZeRO 1 over the group's 2 ranks: each holds θ and m for half the parameters (padding aside).
+  EXPECT_NEAR(double(o["state_bytes_per_rank"].get<int64_t>()), 8.0 * double(params) / 2, 8.0 * 64);
+}
+
+TEST(Diloco, BadSettingsAreOneLineBeforeAnyRankStarts) {
+  TempDir dir("diloco_bad");
+  struct Case {
+    std::string args, needle;
+  };
+  const std::vector<Case> cases = {
+      {"--nproc 2 --inner-steps 0", "--inner-steps must be at least 1 (got 0)"},
+      {"--nproc 2 --replica-groups 2 --outer-lr 0", "--outer-lr must be positive and finite (got 0)"},
+      {"--nproc 2 --replica-groups 2 --outer-lr nan", "--outer-lr"},
+      {"--nproc 2 --replica-groups 2 --outer-momentum 1", "--outer-momentum must be in [0, 1) (got 1)"},
+      {"--nproc 3 --replica-groups 2", "--replica-groups 2 does not divide the job's 3 rank(s)"},
+      {"--nproc 2 --replica-groups 0", "--replica-groups must be at least 1 (got 0)"},
+      {"--nproc 2 --replica-groups 2 --batch 7 --micro-batch 1", "--batch 7 does not split over --replica-groups 2"},
+      {"--nproc 2 --replica-groups 2 --group-data both", "--group-data"},
+      {"--nproc 6 --batch 6 --hosts a:3,b:3 --backend tcp --replica-groups 3",
+       "--replica-groups 3: group 1 (ranks 2-3) holds part of --hosts host a and ranks of another"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = run_strata(kRun + c.args + " --run-dir " + dir.file("run"), "", Streams::separate);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << "\n" << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("run") + "/metrics.jsonl")) << c.args;
+  }
+}
+
+}  // namespace
+}  // namespace strata::test
