@@ -5,6 +5,8 @@
 # adds a delay where the kernel has sch_netem), the tcp backend, the same model, data and steps:
 #   ddp        every step's gradients all-reduced across the link
 #   diloco-H   --replica-groups 2 (one group per host) --inner-steps H, for each H in HS
+#   stream-H   the same in 2 fragments, merged 1 step later, int4 outer gradients (Streaming
+#              DiLoCo), for each H in STREAM_HS
 # For each: wall time of the run, final held-out loss, bytes every rank put across the groups
 # (DDP: 4 bytes per parameter per rank per step; DiLoCo: summary.json's outer.bytes), and the
 # ratios to DDP. Prints the CPU model and flags first.
@@ -15,6 +17,7 @@ source "$(dirname "$0")/../lib.sh"
 LINK="${LINK:-100mbit}"
 STEPS="${STEPS:-60}"
 HS="${HS:-10 30}"
+STREAM_HS="${STREAM_HS:-10 30}"
 MODEL="${MODEL:---layers 2 --dim 128 --heads 4 --seq 64 --max-seq 64 --vocab 256 --batch 16}"
 bench_need_strata diloco
 bench_scratch
@@ -42,7 +45,10 @@ run() {  # run NAME EXTRA...
 }
 run ddp
 for h in $HS; do run "diloco-$h" --replica-groups 2 --inner-steps "$h"; done
-"$PYTHON" - "$OUT" "$STEPS" ddp $(for h in $HS; do echo "diloco-$h"; done) <<'PY'
+for h in $STREAM_HS; do
+  run "stream-$h" --replica-groups 2 --inner-steps "$h" --fragments 2 --outer-overlap 1 --outer-dtype int4
+done
+"$PYTHON" - "$OUT" "$STEPS" ddp $(for h in $HS; do echo "diloco-$h"; done) $(for h in $STREAM_HS; do echo "stream-$h"; done) <<'PY'
 import json, sys
 out, steps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = []

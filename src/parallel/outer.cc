@@ -1,9 +1,12 @@
 #include "parallel/outer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "comm/process_group.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/trace.h"
 
 namespace strata::parallel {
@@ -17,15 +20,52 @@ GroupData parse_group_data(const std::string& s) {
 const char* group_data_name(GroupData d) { return d == GroupData::same ? "same" : "split"; }
 
 std::string OuterOptions::describe() const {
-  return cat(groups, " replica group", groups == 1 ? "" : "s", ", sync every ", steps_per_sync(), " steps, outer lr ",
-             lr, ", momentum ", momentum, " (Nesterov)", data == GroupData::same ? ", every group the same data" : "");
+  return cat(groups, " replica group", groups == 1 ? "" : "s", ", sync every ", steps_per_sync(), " steps",
+             fragments > 1 ? cat(" in ", fragments, " staggered fragments") : "",
+             overlap > 0 ? cat(", merged ", overlap, " steps later (mix ", mix, ")") : "", ", outer lr ", lr,
+             ", momentum ", momentum, " (Nesterov)", dtype != OuterDType::fp32 ? cat(", sent as ", outer_dtype_name(dtype)) : "",
+             data == GroupData::same ? ", every group the same data" : "");
+}
+
+std::vector<FlatRanges> fragment_ranges(const TensorLayout& layout, int fragments) {
+  STRATA_CHECK(fragments >= 1, "fragment_ranges: ", fragments, " fragments");
+  std::vector<FlatRanges> out(static_cast<size_t>(fragments));
+  for (const TensorPiece& p : layout) {
+    int f = 0;
+    if (p.name.rfind("h.", 0) == 0) f = std::atoi(p.name.c_str() + 2) % fragments;
+    FlatRanges& r = out[size_t(f)];
+    const int64_t b = p.local_offset, e = b + p.numel();
+    if (!r.empty() && r.back().second == b) {
+      r.back().second = e;
+    } else {
+      r.push_back({b, e});
+    }
+  }
+  return out;
 }
 
 // The k-th "params" state of the inner engine, over the range this rank's optimizer updates.
 struct OuterSyncEngine::Slice {
   int64_t begin = 0, end = 0;              // flat indices (the state's index space)
   int64_t write_begin = 0, write_end = 0;  // what this rank writes of the params (checkpoints)
-  std::vector<float> global, momentum, mean;
+  std::vector<float> global, momentum;
+  std::vector<float> sent;  // --outer-overlap: what this rank sent in exchanges in flight
+};
+
+// One fragment's exchange: the elements of the fragment in this rank's slices, what was sent
+// and what came back.
+struct OuterSyncEngine::Exchange {
+  int fragment = 0;
+  int64_t started = 0;  // the step after which it started
+  struct Span {
+    size_t slice;
+    int64_t begin, end;
+  };
+  std::vector<Span> spans;
+  int64_t n = 0;
+  std::vector<float> values;        // fp32: the parameters, summed over groups in place
+  std::vector<uint8_t> send, recv;  // otherwise: this group's encoded Δ, and every group's
+  comm::WorkPtr work;
 };
 
 namespace {
@@ -49,16 +89,27 @@ float* at(const StateShard& s, int64_t i) { return static_cast<float*>(s.data) +
 }  // namespace
 
 OuterSyncEngine::OuterSyncEngine(std::unique_ptr<StepEngine> inner, const OuterOptions& o,
-                                 comm::ProcessGroup* across, int group, int64_t last_step)
-    : inner_(std::move(inner)), opts_(o), across_(across), group_(group), last_step_(last_step) {
+                                 comm::ProcessGroup* across, int group, int64_t last_step,
+                                 std::vector<FlatRanges> fragments)
+    : inner_(std::move(inner)), opts_(o), across_(across), group_(group), last_step_(last_step),
+      fragments_(std::move(fragments)) {
   STRATA_CHECK(inner_, "outer sync: no inner engine");
-  STRATA_CHECK(o.groups >= 1 && o.steps_per_sync() >= 1, "outer sync: groups ", o.groups, " and steps per sync ",
-               o.steps_per_sync(), " must be at least 1");
+  const int H = o.steps_per_sync();
+  STRATA_CHECK(o.groups >= 1 && H >= 1, "outer sync: groups ", o.groups, " and steps per sync ", H,
+               " must be at least 1");
   STRATA_CHECK(std::isfinite(o.lr) && o.lr > 0, "outer sync: learning rate ", o.lr, " must be positive");
   STRATA_CHECK(o.momentum >= 0 && o.momentum < 1, "outer sync: momentum ", o.momentum, " must be in [0, 1)");
   STRATA_CHECK(o.groups == 1 || (across_ && across_->size() == o.groups), "outer sync: ", o.groups,
                " groups need a group across them of that size");
   STRATA_CHECK(group >= 0 && group < o.groups, "outer sync: group ", group, " of ", o.groups);
+  STRATA_CHECK(o.fragments >= 1 && o.fragments <= H, "outer sync: ", o.fragments, " fragments in rounds of ", H,
+               " steps");
+  STRATA_CHECK(o.overlap >= 0 && o.overlap < H, "outer sync: an overlap of ", o.overlap,
+               " steps must be below the round's ", H);
+  STRATA_CHECK(o.mix >= 0 && o.mix <= 1, "outer sync: mix ", o.mix, " must be in [0, 1]");
+  if (fragments_.empty()) fragments_.assign(1, FlatRanges{{0, INT64_MAX}});
+  STRATA_CHECK(int(fragments_.size()) == o.fragments, "outer sync: ", fragments_.size(), " fragment range lists for ",
+               o.fragments, " fragments");
   for (const StateShard& s : params_states(*inner_)) {
     STRATA_CHECK(s.dtype == DType::f32, "outer sync: the inner engine's parameters must be fp32");
     Slice sl;
@@ -67,15 +118,16 @@ OuterSyncEngine::OuterSyncEngine(std::unique_ptr<StepEngine> inner, const OuterO
     sl.write_end = s.write_end;
     sl.global.assign(at(s, sl.begin), at(s, sl.end));  // every group starts from the same seed
     sl.momentum.assign(sl.global.size(), 0.0f);
-    sl.mean.resize(sl.global.size());
+    if (o.overlap > 0) sl.sent.assign(sl.global.size(), 0.0f);
     slices_.push_back(std::move(sl));
   }
+  memory_tracker().add(MemCategory::optimizer, state_bytes());  // the outer optimizer's states
 }
 
-OuterSyncEngine::~OuterSyncEngine() = default;
-
-bool OuterSyncEngine::syncs_after(int64_t step) const {
-  return step > 0 && (step % opts_.steps_per_sync() == 0 || step == last_step_);
+OuterSyncEngine::~OuterSyncEngine() {
+  for (auto& x : pending_)
+    if (x->work) x->work->wait();  // buffers must outlive the collective
+  memory_tracker().sub(MemCategory::optimizer, state_bytes());
 }
 
 float OuterSyncEngine::step(float lr) {
@@ -91,47 +143,155 @@ float OuterSyncEngine::step_if(float lr, const std::function<bool(float norm)>& 
   return norm;
 }
 
-void OuterSyncEngine::after_step() {
-  stats_.bytes_last = 0;
-  if (syncs_after(inner_->step_count())) sync();
+int64_t OuterSyncEngine::start_step_before(int fragment, int64_t step) const {
+  const int64_t H = opts_.steps_per_sync(), o = opts_.offset_of(fragment);
+  if (step < std::max<int64_t>(o, 1)) return 0;
+  const int64_t t = o + (step - o) / H * H;
+  return t > 0 ? t : (t + H <= step ? t + H : 0);
 }
 
-void OuterSyncEngine::sync() {
-  TraceSpan span(tracer(), "outer sync", "comm");
-  const std::vector<StateShard> params = params_states(*inner_);
-  STRATA_CHECK(params.size() == slices_.size(), "outer sync: the inner engine's parameter states changed");
-  const float lr = float(opts_.lr), mu = float(opts_.momentum), keep = float(1.0 - opts_.lr);
-  const float inv = 1.0f / float(opts_.groups);
-  for (size_t k = 0; k < slices_.size(); ++k) {
-    Slice& sl = slices_[k];
-    const int64_t n = sl.end - sl.begin;
-    float* x = at(params[k], sl.begin);
-    std::copy(x, x + n, sl.mean.begin());
-    if (across_ && opts_.groups > 1) {
-      across_->all_reduce(sl.mean.data(), size_t(n));
-      stats_.bytes_last += n * int64_t(sizeof(float));
-      for (int64_t i = 0; i < n; ++i) sl.mean[size_t(i)] *= inv;
+void OuterSyncEngine::after_step() {
+  const int64_t step = inner_->step_count();
+  stats_.bytes_last = 0;
+  bool changed = false;
+  // Exchanges whose τ steps have passed are merged.
+  for (size_t i = 0; i < pending_.size();) {
+    if (pending_[i]->started + opts_.overlap <= step || step == last_step_) {
+      finish(*pending_[i], step == last_step_);
+      pending_.erase(pending_.begin() + long(i));
+      changed = true;
+    } else {
+      ++i;
     }
-    float* g = sl.global.data();
-    float* m = sl.momentum.data();
-    const float* avg = sl.mean.data();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float delta = g[i] - avg[i];
-      m[i] = mu * m[i] + delta;
-      g[i] = avg[i] + keep * delta - lr * mu * m[i];
-      x[i] = g[i];
+  }
+  // The last step: every fragment, at once, merged in full (the run ends on θ).
+  for (int f = 0; f < opts_.fragments; ++f) {
+    if (step != last_step_ && start_step_before(f, step) != step) continue;
+    start(f, step);
+    if (opts_.overlap == 0 || step == last_step_) {
+      finish(*pending_.back(), true);
+      pending_.pop_back();
+      changed = true;
     }
   }
   // The working copies (bf16, gathered shards) follow the new weights.
-  inner_->state_loaded(inner_->step_count());
+  if (changed) inner_->state_loaded(step);
   stats_.bytes_sent += stats_.bytes_last;
+}
+
+void OuterSyncEngine::start(int fragment, int64_t step, bool again) {
+  TraceSpan span(tracer(), "outer sync start", "comm");
+  auto x = std::make_unique<Exchange>();
+  x->fragment = fragment;
+  x->started = step;
+  const std::vector<StateShard> params = params_states(*inner_);
+  STRATA_CHECK(params.size() == slices_.size(), "outer sync: the inner engine's parameter states changed");
+  for (size_t k = 0; k < slices_.size(); ++k)
+    for (const auto& [b, e] : fragments_[size_t(fragment)]) {
+      const int64_t lo = std::max(b, slices_[k].begin), hi = std::min(e, slices_[k].end);
+      if (lo < hi) x->spans.push_back({k, lo, hi}), x->n += hi - lo;
+    }
+  // What this group sends: its parameters (fp32) or its outer gradient θ - x (encoded). With
+  // an overlap the parameters sent are kept: a resume starts the exchange again from them.
+  std::vector<float> values;
+  values.reserve(size_t(x->n));
+  for (const auto& sp : x->spans) {
+    Slice& sl = slices_[sp.slice];
+    const int64_t len = sp.end - sp.begin, off = sp.begin - sl.begin;
+    const float* src = at(params[sp.slice], sp.begin);
+    if (!sl.sent.empty()) {
+      if (!again) std::copy(src, src + len, sl.sent.begin() + off);
+      src = sl.sent.data() + off;
+    }
+    const float* g = sl.global.data() + off;
+    for (int64_t i = 0; i < len; ++i) values.push_back(opts_.dtype == OuterDType::fp32 ? src[i] : g[i] - src[i]);
+  }
+  const bool across = across_ && opts_.groups > 1;
+  if (opts_.dtype == OuterDType::fp32) {
+    x->values = std::move(values);
+    if (across) x->work = across_->all_reduce_async(x->values.data(), x->values.data(), size_t(x->n), DType::f32,
+                                                    comm::ReduceOp::sum);
+    stats_.bytes_last += across ? x->n * int64_t(sizeof(float)) : 0;
+  } else {
+    const int64_t bytes = encoded_bytes(x->n, opts_.dtype);
+    x->send.resize(size_t(bytes));
+    encode(values.data(), x->n, opts_.dtype, x->send.data());
+    x->recv.resize(size_t(bytes) * size_t(opts_.groups));
+    if (across) {
+      x->work = across_->all_gather_async(x->send.data(), x->recv.data(), size_t(bytes), DType::u8);
+    } else {
+      std::copy(x->send.begin(), x->send.end(), x->recv.begin());
+    }
+    stats_.bytes_last += across ? bytes : 0;
+  }
+  pending_.push_back(std::move(x));
+}
+
+void OuterSyncEngine::finish(Exchange& x, bool replace) {
+  TraceSpan span(tracer(), "outer sync", "comm");
+  if (x.work) x.work->wait();
+  const std::vector<StateShard> params = params_states(*inner_);
+  const float lr = float(opts_.lr), mu = float(opts_.momentum), keep = float(1.0 - opts_.lr);
+  const float alpha = replace || opts_.overlap == 0 ? 0.0f : float(opts_.mix);
+  const float inv = 1.0f / float(opts_.groups);
+  // fp32: the groups' mean parameters; otherwise the mean outer gradient, decoded in group order.
+  std::vector<float> mean(size_t(x.n), 0.0f);
+  if (opts_.dtype == OuterDType::fp32) {
+    for (int64_t i = 0; i < x.n; ++i) mean[size_t(i)] = opts_.groups > 1 ? x.values[size_t(i)] * inv : x.values[size_t(i)];
+  } else {
+    const int64_t bytes = int64_t(x.send.size());
+    for (int g = 0; g < opts_.groups; ++g) decode_add(x.recv.data() + g * bytes, x.n, opts_.dtype, inv, mean.data());
+  }
+  int64_t j = 0;
+  for (const auto& sp : x.spans) {
+    Slice& sl = slices_[sp.slice];
+    float* p = at(params[sp.slice], sp.begin);
+    float* g = sl.global.data() + (sp.begin - sl.begin);
+    float* m = sl.momentum.data() + (sp.begin - sl.begin);
+    const float* avg = mean.data() + j;
+    const int64_t len = sp.end - sp.begin;
+    if (opts_.dtype == OuterDType::fp32) {
+      for (int64_t i = 0; i < len; ++i) {
+        const float delta = g[i] - avg[i];
+        m[i] = mu * m[i] + delta;
+        g[i] = avg[i] + keep * delta - lr * mu * m[i];
+      }
+    } else {
+      for (int64_t i = 0; i < len; ++i) {  // avg holds the mean Δ
+        m[i] = mu * m[i] + avg[i];
+        g[i] = g[i] - lr * (avg[i] + mu * m[i]);
+      }
+    }
+    for (int64_t i = 0; i < len; ++i) p[i] = alpha == 0.0f ? g[i] : alpha * p[i] + (1.0f - alpha) * g[i];
+    j += len;
+  }
   ++stats_.syncs;
 }
 
+void OuterSyncEngine::state_loaded(int64_t step_count) {
+  inner_->state_loaded(step_count);
+  for (auto& x : pending_)
+    if (x->work) x->work->wait();
+  pending_.clear();
+  if (opts_.overlap == 0 || step_count >= last_step_) return;
+  // Exchanges in flight at the saved step start again from what their groups sent (kept in
+  // "outer.sent"); θ of their fragments has not moved since.
+  for (int f = 0; f < opts_.fragments; ++f) {
+    const int64_t t = start_step_before(f, step_count);
+    if (t > 0 && step_count < t + opts_.overlap) {
+      start(f, t, true);
+      stats_.bytes_sent += stats_.bytes_last;  // sent again: traffic of this attempt, in no step's record
+      stats_.bytes_last = 0;
+    }
+  }
+}
+
 std::vector<StateShard> OuterSyncEngine::state_shards() {
+  std::vector<StateShard> own = inner_->state_shards();
+  for (Slice& sl : slices_)
+    if (!sl.sent.empty()) own.push_back({"outer.sent", DType::f32, sl.begin, sl.end, sl.write_begin, sl.write_end, sl.sent.data()});
   std::vector<StateShard> out;
-  for (const StateShard& s : inner_->state_shards()) {
+  for (const StateShard& s : own) {
     if (opts_.groups == 1) {
       out.push_back(s);
       continue;
@@ -159,7 +319,8 @@ std::vector<StateShard> OuterSyncEngine::state_shards() {
 
 int64_t OuterSyncEngine::state_bytes() const {
   int64_t b = 0;
-  for (const Slice& sl : slices_) b += int64_t(sizeof(float)) * int64_t(sl.global.size() + sl.momentum.size());
+  for (const Slice& sl : slices_)
+    b += int64_t(sizeof(float)) * int64_t(sl.global.size() + sl.momentum.size() + sl.sent.size());
   return b;
 }
 

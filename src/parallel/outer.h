@@ -13,6 +13,9 @@
 // ranks exchange disjoint shards and hold 8 bytes per parameter between them). The update is
 // computed as avg + (1 - lr)·Δ - lr·μ·m, the same number in exact arithmetic, so that lr 1 and
 // μ 0 give the groups' mean bit for bit (a single group then trains exactly as without groups).
+// With --outer-dtype bf16, int8 or int4 each group sends its Δ encoded (parallel/outer_codec.h)
+// instead of its parameters; every rank decodes all of them and averages them in fp32, in group
+// order, and steps θ ← θ - lr·(Δ̄ + μ·m).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -20,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor_layout.h"
 #include "parallel/engine.h"
+#include "parallel/outer_codec.h"
 
 namespace strata::comm {
 class ProcessGroup;
@@ -41,30 +46,47 @@ struct OuterOptions {
   double lr = 0.7;       // the outer learning rate (the paper's 0.7)
   double momentum = 0.9; // μ, Nesterov
   GroupData data = GroupData::split;
+  // Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512):
+  int fragments = 1;     // F: the layers in F strided fragments (layer l in fragment l % F), the
+                         // fragment p meeting at steps t with t % H == p·H/F (embeddings: fragment 0)
+  int overlap = 0;       // τ: an exchange started after step t is merged after step t + τ
+  double mix = 0.5;      // α: with τ > 0 the merge is x ← α·x + (1 - α)·θ
+  OuterDType dtype = OuterDType::fp32;  // what crosses the groups (parallel/outer_codec.h)
   static constexpr int kDefaultInnerSteps = 100;
 
   bool active() const { return groups > 1 || inner_steps > 0; }
   int steps_per_sync() const { return inner_steps > 0 ? inner_steps : kDefaultInnerSteps; }
+  // The step offset of fragment p within each round of H steps.
+  int offset_of(int fragment) const { return int(int64_t(fragment) * steps_per_sync() / fragments); }
   std::string describe() const;  // "2 replica groups, sync every 50 steps, outer lr 0.7, momentum 0.9 (Nesterov)"
 };
 
+// Flat ranges [begin, end) of each of `fragments` fragments of a rank's flat space, from the
+// global tensor names of its layout ("h.<l>." is layer l, in fragment l % fragments; every
+// other tensor is in fragment 0).
+using FlatRanges = std::vector<std::pair<int64_t, int64_t>>;
+std::vector<FlatRanges> fragment_ranges(const TensorLayout& layout, int fragments);
+
 // What an outer sync did, for the step's record.
 struct OuterSyncStats {
-  int64_t syncs = 0;          // outer steps so far
+  int64_t syncs = 0;          // fragment exchanges merged so far (one per fragment per round)
   int64_t bytes_sent = 0;     // this rank's payload across groups, over the run
-  int64_t bytes_last = 0;     // ... of the last step (0: it did not sync)
+  int64_t bytes_last = 0;     // ... of the last step (0: it started no exchange)
 };
 
-// A step engine whose parameters meet the other groups' every steps_per_sync() steps and at
-// `last_step` (the run's last, so that it ends on the global parameters). `across` joins the
-// ranks of the same position in every group (null with one group). Its checkpoint states are
-// the inner engine's (named "group<g>.<name>" with several groups, whose inner states differ;
-// every rank names every group's, holding its own group's only)
-// and "outer.params" and "outer.momentum" (written by group 0).
+// A step engine whose parameters meet the other groups' (see the top of this file), fragment
+// by fragment, and all of them at `last_step` (the run's last, so that it ends on the global
+// parameters). `across` joins the ranks of the same position in every group (null with one
+// group); `fragments` are fragment_ranges() of this rank's flat space (empty: one fragment).
+// Its checkpoint states are the inner engine's (named "group<g>.<name>" with several groups,
+// whose inner states differ; every rank names every group's, holding its own group's only),
+// "outer.params" and "outer.momentum" (written by group 0), and with --outer-overlap the
+// parameters each group sent in exchanges still in flight ("outer.sent", per group), from
+// which a resume starts them again.
 class OuterSyncEngine final : public StepEngine {
  public:
   OuterSyncEngine(std::unique_ptr<StepEngine> inner, const OuterOptions& o, comm::ProcessGroup* across,
-                  int group, int64_t last_step);
+                  int group, int64_t last_step, std::vector<FlatRanges> fragments = {});
   ~OuterSyncEngine() override;
 
   void begin_step() override { inner_->begin_step(); }
@@ -74,28 +96,31 @@ class OuterSyncEngine final : public StepEngine {
   float step_if(float lr, const std::function<bool(float norm)>& accept) override;
   int64_t step_count() const override { return inner_->step_count(); }
   std::vector<StateShard> state_shards() override;
-  void state_loaded(int64_t step_count) override { inner_->state_loaded(step_count); }
+  void state_loaded(int64_t step_count) override;
   int zero_stage() const override { return inner_->zero_stage(); }
   const char* precision() const override { return inner_->precision(); }
 
   StepEngine& inner() { return *inner_; }
   const OuterSyncStats& stats() const { return stats_; }
-  // Whether the step that brought the count to `step` ends with an outer sync.
-  bool syncs_after(int64_t step) const;
-  // Bytes of global parameters and outer momentum this rank holds.
+  // Bytes of global parameters, outer momentum (and in-flight copies) this rank holds.
   int64_t state_bytes() const;
 
  private:
-  struct Slice;  // one "params" state of the inner engine: the range this rank updates
+  struct Slice;     // one "params" state of the inner engine: the range this rank updates
+  struct Exchange;  // one fragment's exchange in flight
   void after_step();
-  void sync();
+  void start(int fragment, int64_t step, bool again = false);  // again: from the kept copy (a resume)
+  void finish(Exchange& x, bool replace);
+  int64_t start_step_before(int fragment, int64_t step) const;  // the last t <= step it starts at (0: none)
 
   std::unique_ptr<StepEngine> inner_;
   OuterOptions opts_;
   comm::ProcessGroup* across_;
   int group_;
   int64_t last_step_;
+  std::vector<FlatRanges> fragments_;
   std::vector<Slice> slices_;
+  std::vector<std::unique_ptr<Exchange>> pending_;
   OuterSyncStats stats_;
 };
 

@@ -81,7 +81,9 @@ void add_tensor_parallel_section(SummaryBuilder& summary, const TrainConfig& cfg
                                  const ParallelConfig& pc, parallel::DataParallelEngine& engine,
                                  const model::GPT& gpt, parallel::Mesh& mesh) {
   const parallel::MeshDims d = mesh.dims();
-  const int W = mesh.world().size(), A = cfg.accum(d.dp), b = cfg.batch / (A * d.dp);
+  // The ranks sharing each global batch: dp, times the replica groups that split it.
+  const int data_ranks = pc.data_ranks(), W = mesh.world().size(), A = cfg.accum(data_ranks),
+            b = cfg.batch / (A * data_ranks);
   // Under cp the activations include the cp attention's buffers (cost/activations.h).
   const int64_t cp_buffers = gpt.context_comm() ? gpt.context_comm()->buffer_bytes() : 0;
   const double mine[3] = {double(engine.memory_report().model_states()),
@@ -189,10 +191,15 @@ class MeshRunner final : public ModelRunner {
     dp_engine_ = e.get();
     return e;
   }
+  int64_t outer_state_formula(bool overlap) const override {
+    const RankStateFormula f = formula();
+    return cost::outer_state_bytes(f.dense_params, f.dense_ranks, pc_.dp.stage, overlap) +
+           (f.expert_params > 0 ? cost::outer_state_bytes(f.expert_params, f.edp_ranks, pc_.dp.stage, overlap) : 0);
+  }
   // Model states and reduce bytes by region against the formulas (train/expert_state.h).
   RankStateFormula formula() const {
     return rank_state_formula(model_->num_params(), model::expert_params(cfg_.model, dims_.ep, dims_.tp), dims_,
-                              pc_.dp, cfg_.accum(dims_.dp));
+                              pc_.dp, cfg_.accum(pc_.data_ranks()));
   }
 
   const TrainConfig& cfg_;

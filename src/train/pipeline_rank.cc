@@ -202,7 +202,7 @@ PipelineCosts costs_of(const TrainConfig& cfg, const ParallelConfig& pc, const p
 PipelineRunner::PipelineRunner(const TrainConfig& cfg, const ParallelConfig& pc, parallel::Mesh& mesh,
                                const Topology& topo)
     : cfg_(cfg), pc_(pc), mesh_(mesh), topo_(topo), d_(mesh.dims()), P_(d_.pp), V_(pc.pipeline.virt),
-      stage_(mesh.pp_rank()), A_(cfg.accum(d_.dp)), b_(cfg.batch / (A_ * d_.dp)),
+      stage_(mesh.pp_rank()), A_(cfg.accum(topo.dp_world)), b_(cfg.batch / (A_ * topo.dp_world)),
       sched_(pl::make_schedule(pc.pipeline.schedule, P_, A_, V_)),
       compute_(pc.dp.precision == cost::Precision::bf16 ? DType::bf16 : DType::f32),
       pcost_(costs_of(cfg, pc, sched_, b_, compute_, mesh, topo)), slots_(pl::slots_for(sched_, stage_)),

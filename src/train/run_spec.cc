@@ -129,7 +129,22 @@ void RunSpec::check_replica_groups() const {
   STRATA_CHECK(std::isfinite(o.lr) && o.lr > 0, "--outer-lr must be positive and finite (got ", o.lr, ")");
   STRATA_CHECK(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1,
                "--outer-momentum must be in [0, 1) (got ", o.momentum, ")");
-  if (!o.active()) return;
+  STRATA_CHECK(o.mix >= 0 && o.mix <= 1, "--outer-mix must be in [0, 1] (got ", o.mix, ")");
+  const bool streaming = o.fragments != 1 || o.overlap != 0 || o.dtype != parallel::OuterDType::fp32;
+  if (!o.active()) {
+    STRATA_CHECK(!streaming, "--fragments, --outer-overlap and --outer-dtype shape the outer syncs of "
+                 "--replica-groups R (or --inner-steps H); this run has none");
+    return;
+  }
+  const int H = o.steps_per_sync();
+  STRATA_CHECK(o.fragments >= 1 && o.fragments <= train.model.layers, "--fragments must be in [1, ", train.model.layers,
+               "] (the model's layers; got ", o.fragments, ")");
+  STRATA_CHECK(o.fragments <= H, "--fragments ", o.fragments, " cannot be staggered over --inner-steps ", H,
+               " (at most one fragment per step)");
+  STRATA_CHECK(o.overlap >= 0 && o.overlap < H, "--outer-overlap must be in [0, --inner-steps ", H, ") (got ",
+               o.overlap, ")");
+  STRATA_CHECK(o.dtype == parallel::OuterDType::fp32 || R >= 2, "--outer-dtype ", parallel::outer_dtype_name(o.dtype),
+               " encodes what crosses the groups: it needs --replica-groups 2 or more (got ", R, ")");
   STRATA_CHECK(n % R == 0, "--replica-groups ", R, " does not divide the job's ", n, " rank(s)");
   STRATA_CHECK(o.data == parallel::GroupData::same || train.batch % R == 0, "--batch ", train.batch,
                " does not split over --replica-groups ", R, " (each group trains its share; or --group-data same)");

@@ -60,6 +60,9 @@ class StepRunner {
   // The MoE layer the steps run (null: the trainer's model's), and the model whose
   // recomputation time the summary reports (null: the trainer's model).
   virtual model::expert::MoE* moe() const { return nullptr; }
+  // Replica groups: the bytes of global state this rank holds by the formula
+  // (cost::outer_state_bytes over the layout's regions); -1 where the layout has none.
+  virtual int64_t outer_state_formula(bool overlap) const { return -1; }
   virtual const model::StageModel* stage() const { return nullptr; }
 };
 

@@ -275,8 +275,10 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, StepRunner& runner)
   // Replica groups: the groups' engines meet every H steps (parallel/outer.h); the global
   // parameters start as the ones just made (the same seed, or --init-from, in every group).
   if (topo.outer.options.active()) {
-    auto o = std::make_unique<parallel::OuterSyncEngine>(std::move(engine), topo.outer.options, topo.outer.across,
-                                                         topo.outer.group, cfg.schedule.steps);
+    const int F = topo.outer.options.fragments;
+    auto o = std::make_unique<parallel::OuterSyncEngine>(
+        std::move(engine), topo.outer.options, topo.outer.across, topo.outer.group, cfg.schedule.steps,
+        parallel::fragment_ranges(topo.layout ? topo.layout() : model->tensor_layout(), F));
     outer = o.get();
     engine = std::move(o);
     if (lead) std::fprintf(stderr, "strata train: %s\n", topo.outer.options.describe().c_str());
@@ -801,7 +803,8 @@ json Trainer::Run::outer_section() {
           {"syncs", s.syncs},
           {"bytes", int64_t(bytes)},
           {"bytes_per_step", (cfg.schedule.steps - start_step) > 0 ? bytes / double(cfg.schedule.steps - start_step) : 0.0},
-          {"state_bytes_per_rank", outer->state_bytes()}};
+          {"state_bytes_per_rank", outer->state_bytes()},
+          {"state_bytes_per_rank_plan", runner.outer_state_formula(o.overlap > 0)}};
 }
 
 void Trainer::Run::finish(double wall_s) {

@@ -4,6 +4,7 @@
 // reference's global parameters, Nesterov momentum included, and every group must hold the same.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "comm/process_group.h"
 #include "core/error.h"
 #include "parallel/outer.h"
+#include "parallel/outer_codec.h"
 
 namespace strata::parallel {
 namespace {
@@ -22,11 +24,12 @@ class ShiftEngine final : public StepEngine {
     for (int i = 0; i < n; ++i) params_[size_t(i)] = 0.5f - 0.01f * float(i);
   }
   static float shift(int group, int64_t step, int i) { return 0.001f * float((group + 1) * (i % 5 + 1)) * float(step % 3 + 1); }
+  bool same_shift = false;  // every group moves alike
   void begin_step() override {}
   void end_backward() override {}
   float step(float) override {
     ++steps_;
-    for (size_t i = 0; i < params_.size(); ++i) params_[i] -= shift(group_, steps_, int(i));
+    for (size_t i = 0; i < params_.size(); ++i) params_[i] -= shift(same_shift ? 0 : group_, steps_, int(i));
     return 0;
   }
   float step_if(float lr, const std::function<bool(float)>&) override { return step(lr); }
@@ -134,6 +137,147 @@ TEST(OuterSync, RefusesImpossibleSettings) {
   EXPECT_THROW(make(bad), Error);
   EXPECT_EQ(parse_group_data("same"), GroupData::same);
   EXPECT_THROW(parse_group_data("shared"), Error);
+}
+
+// Streaming: two fragments at staggered steps, each exchange merged τ = 1 step after it
+// started with mix α = 0.5, against the same schedule written out in double.
+TEST(OuterSync, StaggeredFragmentsMergedOneStepLaterEqualTheReference) {
+  constexpr int R = 2, n = 37, H = 4, steps = 10, split = 20;
+  OuterOptions o;
+  o.groups = R;
+  o.inner_steps = H;
+  o.fragments = 2;
+  o.overlap = 1;
+  o.mix = 0.5;
+  const std::vector<FlatRanges> frags = {{{0, split}}, {{split, n}}};
+  std::vector<double> theta(n), m(n, 0.0);
+  std::vector<std::vector<double>> x(R, std::vector<double>(n)), sent(R, std::vector<double>(n));
+  for (int i = 0; i < n; ++i) theta[size_t(i)] = double(0.5f - 0.01f * float(i));
+  for (auto& g : x) g = theta;
+  auto lo = [&](int f) { return f == 0 ? 0 : split; };
+  auto hi = [&](int f) { return f == 0 ? split : n; };
+  auto merge = [&](int f, bool replace) {  // the outer step of fragment f from what was sent
+    for (int i = lo(f); i < hi(f); ++i) {
+      double mean = 0;
+      for (int g = 0; g < R; ++g) mean += sent[size_t(g)][size_t(i)] / R;
+      const double delta = theta[size_t(i)] - mean;
+      m[size_t(i)] = o.momentum * m[size_t(i)] + delta;
+      theta[size_t(i)] -= o.lr * (delta + o.momentum * m[size_t(i)]);
+      for (int g = 0; g < R; ++g)
+        x[size_t(g)][size_t(i)] = replace ? theta[size_t(i)] : 0.5 * x[size_t(g)][size_t(i)] + 0.5 * theta[size_t(i)];
+    }
+  };
+  auto send = [&](int f) {
+    for (int g = 0; g < R; ++g)
+      for (int i = lo(f); i < hi(f); ++i) sent[size_t(g)][size_t(i)] = x[size_t(g)][size_t(i)];
+  };
+  std::vector<int> pending_since(2, -1);
+  for (int s = 1; s <= steps; ++s) {
+    for (int g = 0; g < R; ++g)
+      for (int i = 0; i < n; ++i) x[size_t(g)][size_t(i)] -= ShiftEngine::shift(g, s, i);
+    for (int f = 0; f < 2; ++f)
+      if (pending_since[size_t(f)] >= 0 && (pending_since[size_t(f)] + 1 <= s || s == steps)) {
+        merge(f, s == steps);
+        pending_since[size_t(f)] = -1;
+      }
+    for (int f = 0; f < 2; ++f) {
+      const int offset = f * H / 2;  // fragment 1 meets at steps 2, 6, 10
+      if (s != steps && s % H != offset) continue;
+      send(f);
+      if (s == steps) merge(f, true);
+      else pending_since[size_t(f)] = s;
+    }
+  }
+  std::mutex mu;
+  std::vector<std::vector<float>> got(R);
+  std::vector<int64_t> syncs(R);
+  comm::run_threads(R, [&](comm::ProcessGroup& pg) {
+    auto inner = std::make_unique<ShiftEngine>(n, pg.rank());
+    ShiftEngine* e = inner.get();
+    OuterSyncEngine outer(std::move(inner), o, &pg, pg.rank(), steps, frags);
+    for (int s = 1; s <= steps; ++s) outer.step(1e-3f);
+    std::lock_guard lk(mu);
+    got[size_t(pg.rank())] = e->params_;
+    syncs[size_t(pg.rank())] = outer.stats().syncs;
+  });
+  for (int g = 0; g < R; ++g) {
+    EXPECT_EQ(syncs[size_t(g)], 2 + 2 + 2);  // fragment 0 at 4, 8; fragment 1 at 2, 6; both at 10
+    for (int i = 0; i < n; ++i)
+      EXPECT_NEAR(got[size_t(g)][size_t(i)], theta[size_t(i)], 1e-6) << "group " << g << ", parameter " << i;
+  }
+}
+
+// Quantized exchanges: each group sends its outer gradient encoded; the mean of the decoded
+// ones drives the same Nesterov step. Groups that move alike send the same codes.
+TEST(OuterSync, QuantizedOuterGradientsDriveTheSameStep) {
+  constexpr int R = 2, n = 150, H = 3, steps = 6;
+  for (OuterDType t : {OuterDType::bf16, OuterDType::int8, OuterDType::int4}) {
+    OuterOptions o;
+    o.groups = R;
+    o.inner_steps = H;
+    o.dtype = t;
+    std::vector<float> theta(n), m(n, 0.0f), x(n);
+    for (int i = 0; i < n; ++i) theta[size_t(i)] = x[size_t(i)] = 0.5f - 0.01f * float(i);
+    for (int s = 1; s <= steps; ++s) {
+      for (int i = 0; i < n; ++i) x[size_t(i)] -= ShiftEngine::shift(0, s, i);
+      if (s % H != 0) continue;
+      std::vector<float> delta(n), dq(n, 0.0f);
+      for (int i = 0; i < n; ++i) delta[size_t(i)] = theta[size_t(i)] - x[size_t(i)];
+      std::vector<uint8_t> code(size_t(encoded_bytes(n, t)));
+      encode(delta.data(), n, t, code.data());
+      for (int g = 0; g < R; ++g) decode_add(code.data(), n, t, 1.0f / R, dq.data());
+      for (int i = 0; i < n; ++i) {
+        m[size_t(i)] = float(o.momentum) * m[size_t(i)] + dq[size_t(i)];
+        theta[size_t(i)] -= float(o.lr) * (dq[size_t(i)] + float(o.momentum) * m[size_t(i)]);
+        x[size_t(i)] = theta[size_t(i)];
+      }
+    }
+    std::mutex mu;
+    std::vector<std::vector<float>> got(R);
+    std::vector<int64_t> bytes(R);
+    comm::run_threads(R, [&](comm::ProcessGroup& pg) {
+      auto inner = std::make_unique<ShiftEngine>(n, pg.rank());
+      inner->same_shift = true;
+      ShiftEngine* e = inner.get();
+      OuterSyncEngine outer(std::move(inner), o, &pg, pg.rank(), steps);
+      for (int s = 1; s <= steps; ++s) outer.step(0);
+      std::lock_guard lk(mu);
+      got[size_t(pg.rank())] = e->params_;
+      bytes[size_t(pg.rank())] = outer.stats().bytes_sent;
+    });
+    for (int g = 0; g < R; ++g) {
+      EXPECT_EQ(bytes[size_t(g)], 2 * encoded_bytes(n, t)) << outer_dtype_name(t);
+      for (int i = 0; i < n; ++i) EXPECT_NEAR(got[size_t(g)][size_t(i)], theta[size_t(i)], 1e-6) << outer_dtype_name(t);
+    }
+  }
+}
+
+// The codes: sizes, and each value within half a step of its block's scale.
+TEST(OuterCodec, BlocksRoundWithinHalfAStep) {
+  const int64_t n = 200;  // 3 full blocks and one of 8
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = std::sin(0.37f * float(i)) * (i < 64 ? 1e-3f : 2.0f);
+  EXPECT_EQ(encoded_bytes(n, OuterDType::fp32), 800);
+  EXPECT_EQ(encoded_bytes(n, OuterDType::bf16), 400);
+  EXPECT_EQ(encoded_bytes(n, OuterDType::int8), 3 * (4 + 64) + (4 + 8));
+  EXPECT_EQ(encoded_bytes(n, OuterDType::int4), 3 * (4 + 32) + (4 + 4));
+  for (OuterDType t : {OuterDType::bf16, OuterDType::int8, OuterDType::int4}) {
+    std::vector<uint8_t> code(size_t(encoded_bytes(n, t)));
+    encode(v.data(), n, t, code.data());
+    std::vector<float> back(n, 0.0f);
+    decode_add(code.data(), n, t, 1.0f, back.data());
+    for (int64_t b = 0; b < n; b += kOuterBlock) {
+      float absmax = 0;
+      for (int64_t i = b; i < std::min(n, b + kOuterBlock); ++i) absmax = std::max(absmax, std::fabs(v[size_t(i)]));
+      for (int64_t i = b; i < std::min(n, b + kOuterBlock); ++i) {
+        const double bound = t == OuterDType::bf16 ? std::fabs(v[size_t(i)]) / 256.0
+                                                   : absmax / (t == OuterDType::int8 ? 127.0 : 7.0) / 2 * 1.0001;
+        EXPECT_LE(std::fabs(back[size_t(i)] - v[size_t(i)]), bound) << outer_dtype_name(t) << " value " << i;
+      }
+    }
+  }
+  EXPECT_EQ(parse_outer_dtype("int4"), OuterDType::int4);
+  EXPECT_THROW(parse_outer_dtype("fp8"), Error);
 }
 
 }  // namespace

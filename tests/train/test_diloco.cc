@@ -120,6 +120,50 @@ TEST(Diloco, KilledRunResumesMidRoundBitExact) {
   EXPECT_NE(mid.at("group0.params"), mid.at("group1.params"));
 }
 
+// Streaming: two fragments at staggered steps, each exchange merged one step after it started,
+// int4 outer gradients. Killed while an exchange is in flight (the checkpoint of step 4 holds
+// fragment 0's, started after step 4 and merged after step 5), resumed: the uninterrupted run
+// bit for bit, its curve and every state.
+TEST(Diloco, StreamingRunKilledWithAnExchangeInFlightResumesBitExact) {
+  TempDir dir("diloco_stream");
+  const std::string args =
+      "train --layers 2 --dim 32 --heads 2 --max-seq 16 --seq 16 --vocab 256 --batch 4 --steps 10 --warmup 2 "
+      "--lr 1e-2 --threads 1 --sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 --ckpt-every 2 "
+      "--ckpt-keep 0 --nproc 2 --replica-groups 2 --inner-steps 4 --fragments 2 --outer-overlap 1 --outer-dtype int4 "
+      "--run-dir ";
+  const std::string ref = dir.file("ref"), run = dir.file("run");
+  RunResult once = run_strata(args + ref, "", Streams::separate);
+  ASSERT_EQ(once.status, 0) << once.err;
+  EXPECT_NE(once.err.find("in 2 staggered fragments, merged 1 steps later (mix 0.5)"), std::string::npos) << once.err;
+  EXPECT_NE(once.err.find("sent as int4"), std::string::npos) << once.err;
+  RunResult killed = run_strata(args + run + " --inject kill --inject-step 7", "", Streams::separate);
+  EXPECT_NE(killed.status, 0);
+  const std::string at = read_file(run + "/ckpt/latest");
+  ASSERT_TRUE(at.rfind("step-000004", 0) == 0 || at.rfind("step-000002", 0) == 0) << at;  // both with one in flight
+  RunResult resumed = run_strata(args + run + " --resume auto", "", Streams::separate);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_EQ(records(run), records(ref));
+  EXPECT_EQ(hashes_by_state(run + "/ckpt/step-000010"), hashes_by_state(ref + "/ckpt/step-000010"));
+  // Fragment 1 (layer 1) meets at steps 2 and 6, fragment 0 (layer 0, the embeddings) at 4 and
+  // 8, both at the last step.
+  std::vector<int64_t> synced;
+  for (const json& j : step_records(ref + "/metrics.jsonl"))
+    if (j.contains("outer_bytes")) synced.push_back(j["step"].get<int64_t>());
+  EXPECT_EQ(synced, (std::vector<int64_t>{2, 4, 6, 8, 10}));
+}
+
+// int4 sends 4.5 bits per value (a 4-byte scale per 64), fp32 32: about 1/7 of the bytes.
+TEST(Diloco, Int4SendsAboutASeventhOfFp32) {
+  TempDir dir("diloco_int4");
+  auto bytes = [&](const std::string& dtype) {
+    train(kRun + "--nproc 2 --replica-groups 2 --inner-steps 3 --outer-dtype " + dtype, dir.file(dtype));
+    return json::parse(read_file(dir.file(dtype) + "/summary.json"))["outer"]["bytes"].get<double>();
+  };
+  const double fp32 = bytes("fp32"), int4 = bytes("int4"), bf16 = bytes("bf16");
+  EXPECT_EQ(bf16 * 2, fp32);
+  EXPECT_NEAR(fp32 / int4, 32.0 / 4.5, 0.05);
+}
+
 // What crosses the groups: each rank's shard of the parameters at each sync (fp32), counted per
 // sync step in metrics.jsonl and in all in summary.json, beside the global state every rank
 // holds (8 bytes per parameter of its shard).
@@ -139,8 +183,29 @@ TEST(Diloco, BytesAcrossGroupsAndGlobalStateAreCounted) {
   const json& o = s["outer"];
   EXPECT_EQ(o["syncs"], 2);
   EXPECT_EQ(o["bytes"].get<int64_t>(), 2 * 2 * 4 * params);
-  // ZeRO 1 over the group's 2 ranks: each holds θ and m for half the parameters (padding aside).
-  EXPECT_NEAR(double(o["state_bytes_per_rank"].get<int64_t>()), 8.0 * double(params) / 2, 8.0 * 64);
+  // ZeRO 1 over the group's 2 ranks: each holds θ and m for its shard, as the formula says.
+  EXPECT_EQ(o["state_bytes_per_rank"].get<int64_t>(), o["state_bytes_per_rank_plan"].get<int64_t>());
+  EXPECT_EQ(o["state_bytes_per_rank_plan"].get<int64_t>(), 8 * ((params + 1) / 2));
+}
+
+// Groups that split the data each train their share of every batch in any layout: two groups
+// of a 2-stage pipeline follow two groups of one process each (to float rounding: the
+// pipeline's sums run in another order).
+TEST(Diloco, SplitDataPipelineGroupsTrainTheirShare) {
+  TempDir dir("diloco_split_pp");
+  const std::string groups = "--replica-groups 2 --inner-steps 2 ";
+  const auto flat = train(kRun + groups + "--nproc 2", dir.file("flat"));
+  const auto piped = train(kRun + groups + "--nproc 4 --pp 2", dir.file("pp"));
+  ASSERT_EQ(piped.size(), flat.size());
+  for (size_t i = 0; i < flat.size(); ++i)
+    EXPECT_NEAR(piped[i][1], flat[i][1], 1e-6 * flat[i][1]) << "record " << i;
+  // Each stage holds the activations of its group's share (4 sequences), as a one-group
+  // pipeline of --batch 4 does.
+  train(kRun + "--nproc 2 --pp 2 --batch 4", dir.file("pp_half"));
+  auto stage0 = [&](const std::string& run) {
+    return json::parse(read_file(dir.file(run) + "/summary.json"))["pipeline"]["stages"][0]["activation_bytes"];
+  };
+  EXPECT_EQ(stage0("pp"), stage0("pp_half"));
 }
 
 TEST(Diloco, BadSettingsAreOneLineBeforeAnyRankStarts) {
@@ -157,6 +222,11 @@ TEST(Diloco, BadSettingsAreOneLineBeforeAnyRankStarts) {
       {"--nproc 2 --replica-groups 0", "--replica-groups must be at least 1 (got 0)"},
       {"--nproc 2 --replica-groups 2 --batch 7 --micro-batch 1", "--batch 7 does not split over --replica-groups 2"},
       {"--nproc 2 --replica-groups 2 --group-data both", "--group-data"},
+      {"--nproc 2 --replica-groups 2 --fragments 3", "--fragments must be in [1, 2] (the model's layers; got 3)"},
+      {"--nproc 2 --replica-groups 2 --inner-steps 4 --outer-overlap 4", "--outer-overlap must be in [0, --inner-steps 4) (got 4)"},
+      {"--nproc 2 --inner-steps 4 --outer-dtype int4", "--outer-dtype int4 encodes what crosses the groups: it needs --replica-groups 2 or more (got 1)"},
+      {"--nproc 2 --replica-groups 2 --outer-overlap 1 --outer-mix 1.5", "--outer-mix must be in [0, 1] (got 1.5)"},
+      {"--nproc 2 --fragments 2", "this run has none"},
       {"--nproc 6 --batch 6 --hosts a:3,b:3 --backend tcp --replica-groups 3",
        "--replica-groups 3: group 1 (ranks 2-3) holds part of --hosts host a and ranks of another"},
   };

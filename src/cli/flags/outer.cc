@@ -25,6 +25,23 @@ void OuterFlags::add_to(CLI::App& app, const Only& only) {
       ->check(CLI::IsMember({"split", "same"}))
       ->type_name("split|same")
       ->default_str("split");
+  app.add_option("--fragments", outer.fragments,
+                 "Streaming: the layers in F strided fragments, each meeting every --inner-steps at its own "
+                 "offset (peak traffic / F)")
+      ->capture_default_str();
+  app.add_option("--outer-overlap", outer.overlap,
+                 "Streaming: steps an exchange runs behind training before it is merged (0: training waits)")
+      ->capture_default_str();
+  app.add_option("--outer-mix", outer.mix,
+                 "With --outer-overlap: the merge keeps this share of the local parameters, in [0, 1]")
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--outer-dtype", [this](const std::string& v) { outer.dtype = parallel::parse_outer_dtype(v); },
+         "What crosses the groups: fp32 parameters, or the outer gradient in bf16, int8 or int4 (blocks of 64 with "
+         "an fp32 scale; summed in fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8", "int4"}))
+      ->type_name("fp32|bf16|int8|int4")
+      ->default_str("fp32");
 }
 
 }  // namespace strata::cli
