@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "cli/flags/metrics.h"
 #include "cli/flags/model.h"
+#include "cli/flags/outer.h"
 #include "cli/flags/parallel.h"
 #include "cli/flags/training.h"
 #include "cli/run_config.h"
@@ -42,6 +43,8 @@ struct Flags {
   TrainingFlags training;
   ParallelFlags parallel;
   MetricsFlags metrics;
+  OuterFlags outer;
+  double link_share = 0.1;
   PlanArgs args;  // filled from the families after parsing, and by the planner's own flags
   bool local = false;
   int accum = 1;
@@ -250,6 +253,32 @@ std::string local_report(const Flags& f, const CLI::App& app) {
          "\n";
 }
 
+// --replica-groups and the streaming settings as the planner takes them (plan/outer.h).
+OuterRequest outer_request(const Flags& f, const CLI::App& app) {
+  const parallel::OuterOptions& o = f.outer.outer;
+  OuterRequest q;
+  q.asked = app.count("--replica-groups") > 0;
+  STRATA_CHECK(!q.asked || o.groups >= 2, "--replica-groups must be at least 2 to plan groups (got ", o.groups, ")");
+  if (!q.asked)
+    for (const char* flag : {"--inner-steps", "--fragments", "--outer-overlap", "--outer-dtype"})
+      STRATA_CHECK(!app.count(flag), flag, " shapes the groups of --replica-groups R, which this plan has none of");
+  q.groups = q.asked ? o.groups : 0;
+  if (app.count("--inner-steps")) {
+    STRATA_CHECK(o.inner_steps >= 1, "--inner-steps must be at least 1 (got ", o.inner_steps, ")");
+    q.inner_steps = o.inner_steps;
+  }
+  STRATA_CHECK(o.fragments >= 1 && o.fragments <= 4096, "--fragments must be in [1, 4096] (got ", o.fragments, ")");
+  STRATA_CHECK(o.overlap >= 0, "--outer-overlap must not be negative (got ", o.overlap, ")");
+  STRATA_CHECK(q.inner_steps == 0 || (o.overlap < q.inner_steps && o.fragments <= q.inner_steps),
+               "--outer-overlap ", o.overlap, " and --fragments ", o.fragments, " must fit in --inner-steps ",
+               q.inner_steps);
+  q.fragments = o.fragments;
+  q.overlap = o.overlap;
+  q.dtype = o.dtype;
+  q.link_share = f.link_share;
+  return q;
+}
+
 void run(const Flags& f, const CLI::App& app) {
   if (f.local) {
     const std::string report = local_report(f, app);
@@ -257,7 +286,8 @@ void run(const Flags& f, const CLI::App& app) {
     std::cout << report;
     return;
   }
-  const PlanRequest req = build_plan_request(f.args);
+  PlanRequest req = build_plan_request(f.args);
+  req.outer = outer_request(f, app);
   PlanResult res = run_plan(req);
   deprecation_notes(app, f);
   if (f.json())
@@ -277,6 +307,7 @@ static Register reg(
       f->parallel.add_to(app, {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--schedule", "--virtual-stages",
                                "--micro-batches", "--sp", "--cp-mode", "--bucket-mb"});
       f->metrics.add_to(app, {"--json"});
+      f->outer.add_to(app, {"--replica-groups", "--inner-steps", "--fragments", "--outer-overlap", "--outer-dtype"});
       // A flag not given is the preset's, the GPU's or the search's: no train default shows.
       for (CLI::Option* o : app.get_options())
         if (!section_of(*o, "").empty()) o->default_str("");
@@ -318,6 +349,10 @@ static Register reg(
                      "Critic/reward model preset for --rlhf (default: actor)");
       app.add_option("--rollout-batch", f->args.rollout_batch, "Sequences each GPU generates (--rlhf)");
       app.add_option("--top", f->args.top, "Layouts shown in the ranking (default 10)");
+      app.add_option("--outer-link-share", f->link_share,
+                     "Replica groups: the share of training time their exchange may take, for the smallest "
+                     "--inner-steps (default 0.1)")
+          ->check(number_in(0.0, 1.0, true));
       app.add_flag("--local", f->local,
                    "Plan a strata run on this machine (--model tiny|small|gpt2, --tp, --dp, "
                    "--zero, --precision, --micro-batch, --seq, --accum, --no-sp): per-rank "

@@ -32,6 +32,13 @@ PlanResult run_plan(const PlanRequest& req) {
   // In-memory copies every step: lost work in steps of the best layout (none fits: unknown).
   if (r.fits()) ck.step_s = r.search.ranked[0].time.step_s;
   r.checkpoint = plan_checkpoints(ck);
+  // Replica groups: computed when asked, or on several nodes; shown when asked or recommended.
+  if (req.outer.asked || s.gpus > s.gpu.gpus_per_node) {
+    std::string problem;
+    r.outer = plan_outer(s, r.search, req.outer, &problem);
+    if (r.outer && !req.outer.asked && !r.outer->recommended) r.outer.reset();
+    if (req.outer.asked) r.outer_problem = problem;
+  }
   return r;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cost/reliability.h"
 #include "nlohmann/json_fwd.hpp"
+#include "plan/outer.h"
 #include "plan/rlhf.h"
 #include "plan/search.h"
 
@@ -26,6 +27,8 @@ struct PlanRequest {
   // RLHF: when set, the plan is the PPO memory of rlhf and nothing else.
   std::optional<RlhfSetup> rlhf;
   std::vector<std::string> notes;  // e.g. where measured link figures came from
+  // Replica groups (DiLoCo): asked for, or considered on several nodes (plan/outer.h).
+  OuterRequest outer;
 };
 
 struct PlanResult {
@@ -36,6 +39,9 @@ struct PlanResult {
   double checkpoint_bytes = 0;
   std::optional<RlhfEstimate> rlhf;
   int64_t rlhf_smallest_cluster = 0;  // when RLHF does not fit (0: none found)
+  // Replica groups: when asked for, or when they are recommended; else why not (asked only).
+  std::optional<OuterEstimate> outer;
+  std::string outer_problem;
   bool fits() const { return rlhf ? rlhf->fits() : !search.ranked.empty(); }
 };
 

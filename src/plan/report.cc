@@ -240,6 +240,35 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
                         {"memory", ck.step_s > 0 ? json(ck.memory_lost_per_failure_s) : json(nullptr)}}},
                       {"memory_ckpt_every", ck.mem_every},
                       {"step_s", ck.step_s}};
+  if (res.outer) {
+    const OuterEstimate& x = *res.outer;
+    j["outer"] = {{"groups", x.groups},
+                  {"inner_steps", x.inner_steps},
+                  {"min_inner_steps", x.min_inner_steps},
+                  {"link_share", req.outer.link_share},
+                  {"fragments", req.outer.fragments},
+                  {"overlap", req.outer.overlap},
+                  {"dtype", parallel::outer_dtype_name(req.outer.dtype)},
+                  {"group_layout", layout_json(x.group.layout)},
+                  {"inter_node", x.inter_node},
+                  {"sync_bytes_per_gpu", x.sync_bytes},
+                  {"sync_s", x.sync_s},
+                  {"bytes_per_step_per_gpu", x.bytes_per_step},
+                  {"ddp_bytes_per_step_per_gpu", x.ddp_bytes_per_step},
+                  {"ddp_inter_node_share", x.ddp_inter_share},
+                  {"exposed_per_step_s", x.exposed_per_step_s},
+                  {"step_s", x.step_s},
+                  {"group_step_s", x.group.time.step_s},
+                  {"tokens_per_s", x.tokens_per_s},
+                  {"ddp_step_s", x.ddp.time.step_s},
+                  {"ddp_tokens_per_s", x.ddp.tokens_per_s},
+                  {"state_bytes_per_gpu", x.state_bytes},
+                  {"memory_bytes", x.group.mem.total() + double(x.state_bytes)},
+                  {"fits", x.fits},
+                  {"recommended", x.recommended}};
+  } else if (req.outer.asked) {
+    j["outer"] = {{"problem", res.outer_problem}};
+  }
   j["notes"] = req.notes;
   return j;
 }
@@ -333,6 +362,36 @@ void rlhf_section(std::ostream& o, const PlanRequest& req, const PlanResult& res
               ? cat("; smallest cluster that fits: ", res.rlhf_smallest_cluster, " GPUs")
               : std::string("; no cluster up to 2^20 GPUs fits"));
   o << "\n";
+}
+
+// Replica groups (plan/outer.h): asked for, or recommended.
+void outer_section(std::ostream& o, const PlanRequest& req, const PlanResult& res) {
+  if (!res.outer) {
+    if (req.outer.asked) o << "\nReplica groups (DiLoCo): not planned: " << res.outer_problem << "\n";
+    return;
+  }
+  const OuterEstimate& x = *res.outer;
+  const OuterRequest& q = req.outer;
+  o << "\nReplica groups (DiLoCo)" << (q.asked ? "" : ", recommended: inter-node data-parallel traffic is ")
+    << (q.asked ? "" : f("%.0f%% of the best layout's step", 100 * x.ddp_inter_share)) << "\n";
+  o << "  " << x.groups << " groups of " << x.group.layout.gpus() << " GPUs (" << x.group.layout.str()
+    << "), each " << req.setup.global_batch / x.groups << " sequences per step, meeting every " << x.inner_steps
+    << " steps" << (q.fragments > 1 ? cat(" in ", q.fragments, " fragments") : "")
+    << (q.overlap > 0 ? cat(", ", q.overlap, " step(s) of overlap") : "") << ", "
+    << parallel::outer_dtype_name(q.dtype) << (x.inter_node ? " across nodes" : " inside a node") << "\n";
+  o << "  per GPU: " << bytes_h(x.sync_bytes) << " per sync (" << f("%.3g", x.sync_s) << " s), "
+    << bytes_h(x.bytes_per_step) << " per step vs " << bytes_h(x.ddp_bytes_per_step)
+    << " of data-parallel gradients per step in the best layout ("
+    << (x.bytes_per_step > 0 ? cat("1/", f("%.0f", x.ddp_bytes_per_step / x.bytes_per_step)) : std::string("-"))
+    << ")\n";
+  o << "  step " << f("%.3f", x.step_s) << " s (" << f("%.3f", x.exposed_per_step_s) << " s of it the exchange), "
+    << human(x.tokens_per_s) << " tokens/s vs " << f("%.3f", x.ddp.time.step_s) << " s and "
+    << human(x.ddp.tokens_per_s) << " tokens/s: " << f("%.2f", x.tokens_per_s / x.ddp.tokens_per_s) << "x\n";
+  o << "  the exchange stays within " << f("%.0f", 100 * q.link_share) << "% of the training time from --inner-steps "
+    << x.min_inner_steps << "\n";
+  o << "  memory: + " << gib(double(x.state_bytes)) << " GiB per GPU of outer state (global parameters and "
+    << "momentum, fp32" << (q.overlap > 0 ? ", and what was sent" : "") << "): " << gib(x.group.mem.total() + double(x.state_bytes))
+    << " GiB of " << gib(x.group.usable_bytes) << " (" << (x.fits ? "fits" : "DOES NOT FIT") << ")\n";
 }
 
 }  // namespace
@@ -429,6 +488,7 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
       memory_table(o, *sr.least_memory, s.model);
     }
   }
+  outer_section(o, req, res);
   const CheckpointPlan& ck = res.checkpoint;
   o << "\nReliability (" << s.gpus << " GPUs, job MTBF " << f("%.1f", ck.job_mtbf_s / 3600)
     << " h, " << f("%.2f", ck.failures_per_day) << " failures/day)\n";
