@@ -5,8 +5,10 @@
 #include <cstdlib>
 
 #include "comm/process_group.h"
+#include "comm/work.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/timer.h"
 #include "core/trace.h"
 
 namespace strata::parallel {
@@ -152,6 +154,7 @@ int64_t OuterSyncEngine::start_step_before(int fragment, int64_t step) const {
 
 void OuterSyncEngine::after_step() {
   const int64_t step = inner_->step_count();
+  const int64_t t0 = now_ns(), blocked0 = comm::thread_blocked_ns();
   stats_.bytes_last = 0;
   bool changed = false;
   // Exchanges whose τ steps have passed are merged.
@@ -177,6 +180,9 @@ void OuterSyncEngine::after_step() {
   // The working copies (bf16, gathered shards) follow the new weights.
   if (changed) inner_->state_loaded(step);
   stats_.bytes_sent += stats_.bytes_last;
+  const bool worked = changed || stats_.bytes_last > 0;
+  stats_.ns_last = worked ? now_ns() - t0 : 0;
+  stats_.wait_ns_last = worked ? comm::thread_blocked_ns() - blocked0 : 0;
 }
 
 void OuterSyncEngine::start(int fragment, int64_t step, bool again) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -32,7 +33,9 @@ struct Part {
 const Part kParts[] = {{"compute", "#4c78a8"},          {"optimizer", "#72b7b2"},
                        {"data wait", "#eeca3b"},        {"exposed comm (dp)", "#e45756"},
                        {"pipeline bubble", "#b279a2"},  {"straggler wait", "#ff9da6"},
-                       {"checkpoint stall", "#9d755d"}, {"other", "#bab0ac"}};
+                       {"checkpoint stall", "#9d755d"}, {"outer sync (replica groups)", "#f58518"},
+                       {"other", "#bab0ac"}};
+constexpr int kNumParts = int(std::size(kParts));
 
 std::string fixed(double v, int digits) {
   if (!std::isfinite(v)) return "–";
@@ -147,18 +150,23 @@ std::string split_chart(const RunData& r) {
   for (size_t b = 0; b < buckets; ++b) {
     const size_t lo = b * rows.size() / buckets, hi = (b + 1) * rows.size() / buckets;
     c.categories.push_back(std::to_string(rows[lo]->step));
-    double sum[8] = {};
+    double sum[kNumParts] = {};
     for (size_t k = lo; k < hi; ++k) {
       const StepRow& s = *rows[k];
       const double strag = std::isfinite(s.straggler_wait_ms) ? s.straggler_wait_ms : 0;
-      const double comm = std::max(0.0, s.comm_wait_ms - strag);
+      // The outer sync's wait is in comm_wait_ms and the rest of it in optimizer_ms: both move
+      // to its own part.
+      const double outer = std::isfinite(s.outer_ms) ? s.outer_ms : 0;
+      const double outer_wait = std::isfinite(s.outer_wait_ms) ? std::min(s.outer_wait_ms, outer) : 0;
+      const double comm = std::max(0.0, s.comm_wait_ms - strag - outer_wait);
+      const double optimizer = std::max(0.0, s.optimizer_ms - (outer - outer_wait));
       const double ck = stall.count(s.step) ? stall[s.step] : 0;
-      const double parts[8] = {s.compute_ms, s.optimizer_ms, s.data_ms, comm, 0, strag, ck, 0};
+      const double parts[kNumParts] = {s.compute_ms, optimizer, s.data_ms, comm, 0, strag, ck, outer, 0};
       double known = 0;
-      for (int p = 0; p < 7; ++p) sum[p] += parts[p], known += p == 6 ? 0 : parts[p];
-      sum[7] += std::max(0.0, s.ms - known);
+      for (int p = 0; p < kNumParts - 1; ++p) sum[p] += parts[p], known += p == 6 ? 0 : parts[p];
+      sum[kNumParts - 1] += std::max(0.0, s.ms - known);
     }
-    for (int p = 0; p < 8; ++p) c.parts[size_t(p)].values[b] = sum[p] / double(hi - lo);
+    for (int p = 0; p < kNumParts; ++p) c.parts[size_t(p)].values[b] = sum[p] / double(hi - lo);
   }
   return render(c);
 }
@@ -174,7 +182,8 @@ std::string split_section(const std::vector<RunData>& runs) {
   body += note("Rank 0's view. compute = forward + backward; exposed comm = time blocked in "
                "communication less the straggler wait; straggler wait = how much longer the "
                "slowest rank computed (measured on steps that run a straggler check); checkpoint "
-               "stall = time the save held training; other = the step's remaining time.");
+               "stall = time the save held training; outer sync = replica groups' exchanges and merges "
+               "(docs/diloco.md); other = the step's remaining time.");
   return section("split", "Where each step's time goes", body);
 }
 

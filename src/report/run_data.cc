@@ -46,6 +46,8 @@ void add_record(RunData& run, const json& j) {
     r.optimizer_ms = number(j, "optimizer_ms");
     r.comm_wait_ms = number(j, "comm_wait_ms");
     r.straggler_wait_ms = number(j, "straggler_wait_ms");
+    r.outer_ms = j.contains("outer_ms") ? number(j, "outer_ms") : 0;  // absent: no sync that step
+    r.outer_wait_ms = j.contains("outer_wait_ms") ? number(j, "outer_wait_ms") : 0;
     run.steps.push_back(r);
     if (j.value("skipped", false))  // the step guard skipped its update (train/spike_guard.h)
       run.events.push_back({step, "skipped step",

@@ -21,6 +21,7 @@ struct StepRow {
   // Where the step went (rank 0; NaN when the run predates these fields).
   double data_ms = 0, compute_ms = 0, optimizer_ms = 0, comm_wait_ms = 0;
   double straggler_wait_ms = 0;  // only on steps that ran a straggler check
+  double outer_ms = 0, outer_wait_ms = 0;  // replica groups: the step's outer sync, and its wait
 };
 
 struct EvalRow {

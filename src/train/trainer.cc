@@ -569,6 +569,10 @@ void Trainer::Run::record_step(int64_t step, const Update& u, const StepTimes& t
   }
   rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
   if (outer_bytes > 0) rec["outer_bytes"] = outer_bytes;  // the step ended with an outer sync
+  if (outer && outer->stats().ns_last > 0) {  // starts and merges (docs/report.md's split)
+    rec["outer_ms"] = double(outer->stats().ns_last) * 1e-6;
+    rec["outer_wait_ms"] = double(outer->stats().wait_ns_last) * 1e-6;
+  }
   if (moe) add_moe_record(*moe, u.loss, rec);
   const json layout = runner.step_metrics();
   if (!layout.is_null()) rec.update(layout);

@@ -95,6 +95,38 @@ TEST(ReportSvg, BarsCarryTheirValues) {
   EXPECT_NE(html.find("Events: 2 checkpoint."), std::string::npos) << "2 saves, at steps 20 and 40";
 }
 
+// Replica groups: a step's outer sync (outer_ms, of it outer_wait_ms blocked) leaves the
+// optimizer and the exposed communication for its own part of the split.
+TEST(ReportSvg, OuterSyncsHaveTheirPartOfTheSplit) {
+  TempDir dir("svg_outer");
+  write_synthetic_run(dir.file("run"), 10);
+  std::string lines, line;
+  {
+    std::ifstream in(dir.file("run") + "/metrics.jsonl");
+    while (std::getline(in, line)) {
+      nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("step", 0) == 5 && j.contains("loss")) {
+        j["outer_ms"] = 2.0;
+        j["outer_wait_ms"] = 1.5;
+      }
+      lines += j.dump() + "\n";
+    }
+  }
+  std::ofstream(dir.file("run") + "/metrics.jsonl") << lines;
+  const std::vector<Chart> cs = charts(build({dir.file("run")}));
+  const Chart* split = find_chart(cs, "Step time split");
+  ASSERT_NE(split, nullptr);
+  auto has = [&](const std::string& name, int step, const std::string& value) {
+    return split->svg.find("data-name=\"" + name + "\" data-category=\"" + std::to_string(step) +
+                           "\" data-value=\"" + value + "\"") != std::string::npos;
+  };
+  EXPECT_TRUE(has("outer sync (replica groups)", 5, "2")) << split->svg;
+  EXPECT_TRUE(has("exposed comm (dp)", 5, "1.5"));  // 3 - 1.5 of the sync's wait
+  EXPECT_TRUE(has("optimizer", 5, "2.5"));          // 3 - the sync's 0.5 of work
+  EXPECT_TRUE(has("other", 5, "1"));                // unchanged: the parts still add up
+  EXPECT_FALSE(has("outer sync (replica groups)", 3, "2"));  // a step without a sync
+}
+
 TEST(ReportSvg, SeveralRunsAreOverlaid) {
   TempDir dir("svg_overlay");
   write_synthetic_run(dir.file("a"), 30);
