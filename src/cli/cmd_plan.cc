@@ -260,7 +260,7 @@ OuterRequest outer_request(const Flags& f, const CLI::App& app) {
   q.asked = app.count("--replica-groups") > 0;
   STRATA_CHECK(!q.asked || o.groups >= 2, "--replica-groups must be at least 2 to plan groups (got ", o.groups, ")");
   if (!q.asked)
-    for (const char* flag : {"--inner-steps", "--fragments", "--outer-overlap", "--outer-dtype"})
+    for (const char* flag : {"--inner-steps", "--fragments", "--outer-overlap", "--outer-dtype", "--outer-error-feedback"})
       STRATA_CHECK(!app.count(flag), flag, " shapes the groups of --replica-groups R, which this plan has none of");
   q.groups = q.asked ? o.groups : 0;
   if (app.count("--inner-steps")) {
@@ -275,6 +275,7 @@ OuterRequest outer_request(const Flags& f, const CLI::App& app) {
   q.fragments = o.fragments;
   q.overlap = o.overlap;
   q.dtype = o.dtype;
+  q.error_feedback = o.error_feedback;
   q.link_share = f.link_share;
   return q;
 }
@@ -307,7 +308,8 @@ static Register reg(
       f->parallel.add_to(app, {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--schedule", "--virtual-stages",
                                "--micro-batches", "--sp", "--cp-mode", "--bucket-mb"});
       f->metrics.add_to(app, {"--json"});
-      f->outer.add_to(app, {"--replica-groups", "--inner-steps", "--fragments", "--outer-overlap", "--outer-dtype"});
+      f->outer.add_to(app, {"--replica-groups", "--inner-steps", "--fragments", "--outer-overlap", "--outer-dtype",
+                            "--outer-error-feedback"});
       // A flag not given is the preset's, the GPU's or the search's: no train default shows.
       for (CLI::Option* o : app.get_options())
         if (!section_of(*o, "").empty()) o->default_str("");

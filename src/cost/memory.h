@@ -81,12 +81,13 @@ inline ModelStateBytes moe_model_state_bytes(int64_t psi_dense, int64_t n_dense,
 }
 
 // Replica groups (DiLoCo, parallel/outer.h): each rank keeps the global parameters and the
-// outer momentum in fp32 (8 bytes per parameter; 12 with an overlap, which keeps what it sent)
-// for the part its optimizer updates: Ψ at ZeRO 0, its shard of the n ranks under ZeRO 1-3.
-// So a group's ranks hold 8Ψ between them when sharded, 8Ψ each when not.
-inline int64_t outer_state_bytes(int64_t psi, int64_t n, int stage, bool overlap) {
+// outer momentum in fp32 (8 bytes per parameter; 4 more with an overlap, which keeps what it
+// sent, and 4 more with error feedback, which keeps the residual) for the part its optimizer
+// updates: Ψ at ZeRO 0, its shard of the n ranks under ZeRO 1-3. So a group's ranks hold 8Ψ
+// between them when sharded, 8Ψ each when not.
+inline int64_t outer_state_bytes(int64_t psi, int64_t n, int stage, bool overlap, bool error_feedback = false) {
   STRATA_CHECK(n >= 1 && psi >= 0, "outer state of ", psi, " parameters over ", n, " ranks");
-  return (stage >= 1 ? shard_elems(psi, n) : psi) * (overlap ? 12 : 8);
+  return (stage >= 1 ? shard_elems(psi, n) : psi) * (8 + (overlap ? 4 : 0) + (error_feedback ? 4 : 0));
 }
 
 }  // namespace strata::cost

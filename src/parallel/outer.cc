@@ -25,7 +25,9 @@ std::string OuterOptions::describe() const {
   return cat(groups, " replica group", groups == 1 ? "" : "s", ", sync every ", steps_per_sync(), " steps",
              fragments > 1 ? cat(" in ", fragments, " staggered fragments") : "",
              overlap > 0 ? cat(", merged ", overlap, " steps later (mix ", mix, ")") : "", ", outer lr ", lr,
-             ", momentum ", momentum, " (Nesterov)", dtype != OuterDType::fp32 ? cat(", sent as ", outer_dtype_name(dtype)) : "",
+             ", momentum ", momentum, " (Nesterov)",
+             dtype != OuterDType::fp32 ? cat(", sent as ", outer_dtype_name(dtype), error_feedback ? " with error feedback" : "")
+                                       : "",
              data == GroupData::same ? ", every group the same data" : "");
 }
 
@@ -51,7 +53,8 @@ struct OuterSyncEngine::Slice {
   int64_t begin = 0, end = 0;              // flat indices (the state's index space)
   int64_t write_begin = 0, write_end = 0;  // what this rank writes of the params (checkpoints)
   std::vector<float> global, momentum;
-  std::vector<float> sent;  // --outer-overlap: what this rank sent in exchanges in flight
+  std::vector<float> sent;      // --outer-overlap: what this rank sent in exchanges in flight
+  std::vector<float> residual;  // --outer-error-feedback: what the encoding rounded away
 };
 
 // One fragment's exchange: the elements of the fragment in this rank's slices, what was sent
@@ -121,6 +124,7 @@ OuterSyncEngine::OuterSyncEngine(std::unique_ptr<StepEngine> inner, const OuterO
     sl.global.assign(at(s, sl.begin), at(s, sl.end));  // every group starts from the same seed
     sl.momentum.assign(sl.global.size(), 0.0f);
     if (o.overlap > 0) sl.sent.assign(sl.global.size(), 0.0f);
+    if (o.error_feedback && o.dtype != OuterDType::fp32) sl.residual.assign(sl.global.size(), 0.0f);
     slices_.push_back(std::move(sl));
   }
   memory_tracker().add(MemCategory::optimizer, state_bytes());  // the outer optimizer's states
@@ -197,20 +201,31 @@ void OuterSyncEngine::start(int fragment, int64_t step, bool again) {
       const int64_t lo = std::max(b, slices_[k].begin), hi = std::min(e, slices_[k].end);
       if (lo < hi) x->spans.push_back({k, lo, hi}), x->n += hi - lo;
     }
-  // What this group sends: its parameters (fp32) or its outer gradient θ - x (encoded). With
-  // an overlap the parameters sent are kept: a resume starts the exchange again from them.
-  std::vector<float> values;
-  values.reserve(size_t(x->n));
+  // What this group sends: its parameters (fp32), or its outer gradient θ - x (encoded), plus
+  // with error feedback what the last encoding of these values rounded away. With an overlap
+  // what is sent is kept ("outer.sent"): a resume starts the exchange again from it.
+  const bool fp32 = opts_.dtype == OuterDType::fp32;
+  std::vector<float> values(size_t(x->n));
+  int64_t j = 0;
   for (const auto& sp : x->spans) {
     Slice& sl = slices_[sp.slice];
     const int64_t len = sp.end - sp.begin, off = sp.begin - sl.begin;
-    const float* src = at(params[sp.slice], sp.begin);
-    if (!sl.sent.empty()) {
-      if (!again) std::copy(src, src + len, sl.sent.begin() + off);
-      src = sl.sent.data() + off;
+    float* v = values.data() + j;
+    if (again) {
+      std::copy(sl.sent.begin() + off, sl.sent.begin() + off + len, v);
+    } else {
+      const float* p = at(params[sp.slice], sp.begin);
+      const float* g = sl.global.data() + off;
+      if (fp32) {
+        std::copy(p, p + len, v);
+      } else if (sl.residual.empty()) {
+        for (int64_t i = 0; i < len; ++i) v[i] = g[i] - p[i];
+      } else {
+        for (int64_t i = 0; i < len; ++i) v[i] = g[i] - p[i] + sl.residual[size_t(off + i)];
+      }
+      if (!sl.sent.empty()) std::copy(v, v + len, sl.sent.begin() + off);
     }
-    const float* g = sl.global.data() + off;
-    for (int64_t i = 0; i < len; ++i) values.push_back(opts_.dtype == OuterDType::fp32 ? src[i] : g[i] - src[i]);
+    j += len;
   }
   const bool across = across_ && opts_.groups > 1;
   if (opts_.dtype == OuterDType::fp32) {
@@ -222,6 +237,15 @@ void OuterSyncEngine::start(int fragment, int64_t step, bool again) {
     const int64_t bytes = encoded_bytes(x->n, opts_.dtype);
     x->send.resize(size_t(bytes));
     encode(values.data(), x->n, opts_.dtype, x->send.data());
+    if (opts_.error_feedback && !again) {  // the residual: what the codes leave out
+      std::vector<float> back(size_t(x->n), 0.0f);
+      decode_add(x->send.data(), x->n, opts_.dtype, 1.0f, back.data());
+      int64_t k = 0;
+      for (const auto& sp : x->spans) {
+        Slice& sl = slices_[sp.slice];
+        for (int64_t i = sp.begin; i < sp.end; ++i, ++k) sl.residual[size_t(i - sl.begin)] = values[size_t(k)] - back[size_t(k)];
+      }
+    }
     x->recv.resize(size_t(bytes) * size_t(opts_.groups));
     if (across) {
       x->work = across_->all_gather_async(x->send.data(), x->recv.data(), size_t(bytes), DType::u8);
@@ -281,7 +305,7 @@ void OuterSyncEngine::state_loaded(int64_t step_count) {
   pending_.clear();
   if (opts_.overlap == 0 || step_count >= last_step_) return;
   // Exchanges in flight at the saved step start again from what their groups sent (kept in
-  // "outer.sent"); θ of their fragments has not moved since.
+  // "outer.sent").
   for (int f = 0; f < opts_.fragments; ++f) {
     const int64_t t = start_step_before(f, step_count);
     if (t > 0 && step_count < t + opts_.overlap) {
@@ -294,8 +318,11 @@ void OuterSyncEngine::state_loaded(int64_t step_count) {
 
 std::vector<StateShard> OuterSyncEngine::state_shards() {
   std::vector<StateShard> own = inner_->state_shards();
-  for (Slice& sl : slices_)
+  for (Slice& sl : slices_) {
     if (!sl.sent.empty()) own.push_back({"outer.sent", DType::f32, sl.begin, sl.end, sl.write_begin, sl.write_end, sl.sent.data()});
+    if (!sl.residual.empty())
+      own.push_back({"outer.residual", DType::f32, sl.begin, sl.end, sl.write_begin, sl.write_end, sl.residual.data()});
+  }
   std::vector<StateShard> out;
   for (const StateShard& s : own) {
     if (opts_.groups == 1) {
@@ -326,7 +353,7 @@ std::vector<StateShard> OuterSyncEngine::state_shards() {
 int64_t OuterSyncEngine::state_bytes() const {
   int64_t b = 0;
   for (const Slice& sl : slices_)
-    b += int64_t(sizeof(float)) * int64_t(sl.global.size() + sl.momentum.size() + sl.sent.size());
+    b += int64_t(sizeof(float)) * int64_t(sl.global.size() + sl.momentum.size() + sl.sent.size() + sl.residual.size());
   return b;
 }
 

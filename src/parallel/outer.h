@@ -52,6 +52,7 @@ struct OuterOptions {
   int overlap = 0;       // τ: an exchange started after step t is merged after step t + τ
   double mix = 0.5;      // α: with τ > 0 the merge is x ← α·x + (1 - α)·θ
   OuterDType dtype = OuterDType::fp32;  // what crosses the groups (parallel/outer_codec.h)
+  bool error_feedback = false;  // add what the last encoding rounded away to the next values sent
   static constexpr int kDefaultInnerSteps = 100;
 
   bool active() const { return groups > 1 || inner_steps > 0; }
@@ -82,9 +83,9 @@ struct OuterSyncStats {
 // group); `fragments` are fragment_ranges() of this rank's flat space (empty: one fragment).
 // Its checkpoint states are the inner engine's (named "group<g>.<name>" with several groups,
 // whose inner states differ; every rank names every group's, holding its own group's only),
-// "outer.params" and "outer.momentum" (written by group 0), and with --outer-overlap the
-// parameters each group sent in exchanges still in flight ("outer.sent", per group), from
-// which a resume starts them again.
+// "outer.params" and "outer.momentum" (written by group 0), with --outer-overlap what each
+// group sent in exchanges still in flight ("outer.sent", per group), from which a resume starts
+// them again, and with error feedback each group's residual ("outer.residual").
 class OuterSyncEngine final : public StepEngine {
  public:
   OuterSyncEngine(std::unique_ptr<StepEngine> inner, const OuterOptions& o, comm::ProcessGroup* across,

@@ -104,10 +104,11 @@ std::optional<OuterEstimate> plan_outer(const TrainSetup& s, const SearchResult&
   ddp_traffic(x.ddp, &x.ddp_bytes_per_step, &x.ddp_inter_share);
   const Layout& l = x.group.layout;
   const int64_t n = int64_t(l.dp) * l.cp;
-  x.state_bytes = cost::outer_state_bytes(x.group.mem.dense_params, n, l.zero, o.overlap > 0) +
+  const bool ef = o.error_feedback && o.dtype != parallel::OuterDType::fp32;
+  x.state_bytes = cost::outer_state_bytes(x.group.mem.dense_params, n, l.zero, o.overlap > 0, ef) +
                   (x.group.mem.expert_params > 0
                        ? cost::outer_state_bytes(x.group.mem.expert_params, std::max<int64_t>(1, n / l.ep), l.zero,
-                                                 o.overlap > 0)
+                                                 o.overlap > 0, ef)
                        : 0);
   x.fits = x.group.mem.total() + double(x.state_bytes) <= x.group.usable_bytes;
   // Worth it when the inter-node data-parallel traffic is a real part of DDP's step and the

@@ -21,6 +21,7 @@ struct OuterRequest {
   int inner_steps = 0;  // H; 0: the smallest H within link_share
   int fragments = 1, overlap = 0;
   parallel::OuterDType dtype = parallel::OuterDType::fp32;
+  bool error_feedback = false;
   double link_share = 0.1;  // the share of training time the exchange may take
 };
 

@@ -390,7 +390,8 @@ void outer_section(std::ostream& o, const PlanRequest& req, const PlanResult& re
   o << "  the exchange stays within " << f("%.0f", 100 * q.link_share) << "% of the training time from --inner-steps "
     << x.min_inner_steps << "\n";
   o << "  memory: + " << gib(double(x.state_bytes)) << " GiB per GPU of outer state (global parameters and "
-    << "momentum, fp32" << (q.overlap > 0 ? ", and what was sent" : "") << "): " << gib(x.group.mem.total() + double(x.state_bytes))
+    << "momentum, fp32" << (q.overlap > 0 ? ", what was sent" : "")
+    << (q.error_feedback && q.dtype != parallel::OuterDType::fp32 ? ", the residual" : "") << "): " << gib(x.group.mem.total() + double(x.state_bytes))
     << " GiB of " << gib(x.group.usable_bytes) << " (" << (x.fits ? "fits" : "DOES NOT FIT") << ")\n";
 }
 

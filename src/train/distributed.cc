@@ -191,10 +191,12 @@ class MeshRunner final : public ModelRunner {
     dp_engine_ = e.get();
     return e;
   }
-  int64_t outer_state_formula(bool overlap) const override {
+  int64_t outer_state_formula(bool overlap, bool error_feedback) const override {
     const RankStateFormula f = formula();
-    return cost::outer_state_bytes(f.dense_params, f.dense_ranks, pc_.dp.stage, overlap) +
-           (f.expert_params > 0 ? cost::outer_state_bytes(f.expert_params, f.edp_ranks, pc_.dp.stage, overlap) : 0);
+    const int stage = pc_.dp.stage;
+    return cost::outer_state_bytes(f.dense_params, f.dense_ranks, stage, overlap, error_feedback) +
+           (f.expert_params > 0 ? cost::outer_state_bytes(f.expert_params, f.edp_ranks, stage, overlap, error_feedback)
+                                : 0);
   }
   // Model states and reduce bytes by region against the formulas (train/expert_state.h).
   RankStateFormula formula() const {

@@ -130,7 +130,7 @@ void RunSpec::check_replica_groups() const {
   STRATA_CHECK(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1,
                "--outer-momentum must be in [0, 1) (got ", o.momentum, ")");
   STRATA_CHECK(o.mix >= 0 && o.mix <= 1, "--outer-mix must be in [0, 1] (got ", o.mix, ")");
-  const bool streaming = o.fragments != 1 || o.overlap != 0 || o.dtype != parallel::OuterDType::fp32;
+  const bool streaming = o.fragments != 1 || o.overlap != 0 || o.dtype != parallel::OuterDType::fp32 || o.error_feedback;
   if (!o.active()) {
     STRATA_CHECK(!streaming, "--fragments, --outer-overlap and --outer-dtype shape the outer syncs of "
                  "--replica-groups R (or --inner-steps H); this run has none");
@@ -143,6 +143,8 @@ void RunSpec::check_replica_groups() const {
                " (at most one fragment per step)");
   STRATA_CHECK(o.overlap >= 0 && o.overlap < H, "--outer-overlap must be in [0, --inner-steps ", H, ") (got ",
                o.overlap, ")");
+  STRATA_CHECK(!o.error_feedback || o.dtype != parallel::OuterDType::fp32, "--outer-error-feedback corrects the "
+               "rounding of --outer-dtype bf16, int8 or int4; fp32 sends the parameters as they are");
   STRATA_CHECK(o.dtype == parallel::OuterDType::fp32 || R >= 2, "--outer-dtype ", parallel::outer_dtype_name(o.dtype),
                " encodes what crosses the groups: it needs --replica-groups 2 or more (got ", R, ")");
   STRATA_CHECK(n % R == 0, "--replica-groups ", R, " does not divide the job's ", n, " rank(s)");

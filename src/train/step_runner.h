@@ -62,7 +62,7 @@ class StepRunner {
   virtual model::expert::MoE* moe() const { return nullptr; }
   // Replica groups: the bytes of global state this rank holds by the formula
   // (cost::outer_state_bytes over the layout's regions); -1 where the layout has none.
-  virtual int64_t outer_state_formula(bool overlap) const { return -1; }
+  virtual int64_t outer_state_formula(bool overlap, bool error_feedback) const { return -1; }
   virtual const model::StageModel* stage() const { return nullptr; }
 };
 

@@ -808,7 +808,8 @@ json Trainer::Run::outer_section() {
           {"bytes", int64_t(bytes)},
           {"bytes_per_step", (cfg.schedule.steps - start_step) > 0 ? bytes / double(cfg.schedule.steps - start_step) : 0.0},
           {"state_bytes_per_rank", outer->state_bytes()},
-          {"state_bytes_per_rank_plan", runner.outer_state_formula(o.overlap > 0)}};
+          {"state_bytes_per_rank_plan",
+           runner.outer_state_formula(o.overlap > 0, o.error_feedback && o.dtype != parallel::OuterDType::fp32)}};
 }
 
 void Trainer::Run::finish(double wall_s) {

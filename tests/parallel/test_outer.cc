@@ -207,24 +207,29 @@ TEST(OuterSync, StaggeredFragmentsMergedOneStepLaterEqualTheReference) {
   }
 }
 
-// Quantized exchanges: each group sends its outer gradient encoded; the mean of the decoded
-// ones drives the same Nesterov step. Groups that move alike send the same codes.
+// Quantized exchanges: each group sends its outer gradient encoded (with error feedback, plus
+// what its last encoding rounded away); the mean of the decoded ones drives the same Nesterov
+// step. Groups that move alike send the same codes.
 TEST(OuterSync, QuantizedOuterGradientsDriveTheSameStep) {
-  constexpr int R = 2, n = 150, H = 3, steps = 6;
+  constexpr int R = 2, n = 150, H = 3, steps = 9;
+  for (bool ef : {false, true})
   for (OuterDType t : {OuterDType::bf16, OuterDType::int8, OuterDType::int4}) {
     OuterOptions o;
     o.groups = R;
     o.inner_steps = H;
     o.dtype = t;
-    std::vector<float> theta(n), m(n, 0.0f), x(n);
+    o.error_feedback = ef;
+    std::vector<float> theta(n), m(n, 0.0f), x(n), residual(n, 0.0f);
     for (int i = 0; i < n; ++i) theta[size_t(i)] = x[size_t(i)] = 0.5f - 0.01f * float(i);
     for (int s = 1; s <= steps; ++s) {
       for (int i = 0; i < n; ++i) x[size_t(i)] -= ShiftEngine::shift(0, s, i);
       if (s % H != 0) continue;
-      std::vector<float> delta(n), dq(n, 0.0f);
-      for (int i = 0; i < n; ++i) delta[size_t(i)] = theta[size_t(i)] - x[size_t(i)];
+      std::vector<float> delta(n), dq(n, 0.0f), own(n, 0.0f);
+      for (int i = 0; i < n; ++i) delta[size_t(i)] = theta[size_t(i)] - x[size_t(i)] + (ef ? residual[size_t(i)] : 0.0f);
       std::vector<uint8_t> code(size_t(encoded_bytes(n, t)));
       encode(delta.data(), n, t, code.data());
+      decode_add(code.data(), n, t, 1.0f, own.data());
+      for (int i = 0; i < n; ++i) residual[size_t(i)] = delta[size_t(i)] - own[size_t(i)];
       for (int g = 0; g < R; ++g) decode_add(code.data(), n, t, 1.0f / R, dq.data());
       for (int i = 0; i < n; ++i) {
         m[size_t(i)] = float(o.momentum) * m[size_t(i)] + dq[size_t(i)];
@@ -246,8 +251,9 @@ TEST(OuterSync, QuantizedOuterGradientsDriveTheSameStep) {
       bytes[size_t(pg.rank())] = outer.stats().bytes_sent;
     });
     for (int g = 0; g < R; ++g) {
-      EXPECT_EQ(bytes[size_t(g)], 2 * encoded_bytes(n, t)) << outer_dtype_name(t);
-      for (int i = 0; i < n; ++i) EXPECT_NEAR(got[size_t(g)][size_t(i)], theta[size_t(i)], 1e-6) << outer_dtype_name(t);
+      EXPECT_EQ(bytes[size_t(g)], 3 * encoded_bytes(n, t)) << outer_dtype_name(t);
+      for (int i = 0; i < n; ++i)
+        EXPECT_NEAR(got[size_t(g)][size_t(i)], theta[size_t(i)], 1e-6) << outer_dtype_name(t) << (ef ? " with error feedback" : "");
     }
   }
 }

@@ -121,16 +121,17 @@ TEST(Diloco, KilledRunResumesMidRoundBitExact) {
 }
 
 // Streaming: two fragments at staggered steps, each exchange merged one step after it started,
-// int4 outer gradients. Killed while an exchange is in flight (the checkpoint of step 4 holds
-// fragment 0's, started after step 4 and merged after step 5), resumed: the uninterrupted run
-// bit for bit, its curve and every state.
+// int4 outer gradients with error feedback (its residuals are checkpoint states too). Killed
+// while an exchange is in flight (the checkpoint of step 4 holds fragment 0's, started after
+// step 4 and merged after step 5), resumed: the uninterrupted run bit for bit, its curve and
+// every state.
 TEST(Diloco, StreamingRunKilledWithAnExchangeInFlightResumesBitExact) {
   TempDir dir("diloco_stream");
   const std::string args =
       "train --layers 2 --dim 32 --heads 2 --max-seq 16 --seq 16 --vocab 256 --batch 4 --steps 10 --warmup 2 "
       "--lr 1e-2 --threads 1 --sample-tokens 0 --eval-every 0 --eval-batches 1 --peak-gflops 1 --ckpt-every 2 "
       "--ckpt-keep 0 --nproc 2 --replica-groups 2 --inner-steps 4 --fragments 2 --outer-overlap 1 --outer-dtype int4 "
-      "--run-dir ";
+      "--outer-error-feedback --run-dir ";
   const std::string ref = dir.file("ref"), run = dir.file("run");
   RunResult once = run_strata(args + ref, "", Streams::separate);
   ASSERT_EQ(once.status, 0) << once.err;
@@ -227,6 +228,7 @@ TEST(Diloco, BadSettingsAreOneLineBeforeAnyRankStarts) {
       {"--nproc 2 --inner-steps 4 --outer-dtype int4", "--outer-dtype int4 encodes what crosses the groups: it needs --replica-groups 2 or more (got 1)"},
       {"--nproc 2 --replica-groups 2 --outer-overlap 1 --outer-mix 1.5", "--outer-mix must be in [0, 1] (got 1.5)"},
       {"--nproc 2 --fragments 2", "this run has none"},
+      {"--nproc 2 --replica-groups 2 --outer-error-feedback", "--outer-error-feedback corrects the rounding of"},
       {"--nproc 6 --batch 6 --hosts a:3,b:3 --backend tcp --replica-groups 3",
        "--replica-groups 3: group 1 (ranks 2-3) holds part of --hosts host a and ranks of another"},
   };

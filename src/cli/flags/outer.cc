@@ -42,6 +42,9 @@ void OuterFlags::add_to(CLI::App& app, const Only& only) {
       ->check(CLI::IsMember({"fp32", "bf16", "int8", "int4"}))
       ->type_name("fp32|bf16|int8|int4")
       ->default_str("fp32");
+  app.add_flag("--outer-error-feedback", outer.error_feedback,
+               "With --outer-dtype bf16|int8|int4: each group adds what its last encoding rounded away to the "
+               "next values it sends");
 }
 
 }  // namespace strata::cli
