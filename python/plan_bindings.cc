@@ -62,7 +62,8 @@ const std::map<std::string, Setter>& setters() {
     str("model", &PlanArgs::model);
     opt_str("arch", &PlanArgs::arch);
     opt_int("layers", &PlanArgs::layers);
-    opt_int("hidden", &PlanArgs::hidden);
+    opt_int("dim", &PlanArgs::hidden);
+    opt_int("hidden", &PlanArgs::hidden);  // the spelling of an earlier release (strata/plan.py warns)
     opt_int("heads", &PlanArgs::heads);
     opt_int("kv_heads", &PlanArgs::kv_heads);
     opt_int("ffn", &PlanArgs::ffn);
@@ -75,7 +76,8 @@ const std::map<std::string, Setter>& setters() {
     str("inter_bench", &PlanArgs::inter_bench);
     opt_int("gpus", &PlanArgs::gpus);
     opt_int("gpus_per_node", &PlanArgs::gpus_per_node);
-    opt_int("global_batch", &PlanArgs::global_batch);
+    opt_int("batch", &PlanArgs::global_batch);
+    opt_int("global_batch", &PlanArgs::global_batch);  // the spelling of an earlier release
     opt_int("micro_batches", &PlanArgs::micro_batches);
     opt_num("efficiency", &PlanArgs::efficiency);
     opt_int("tp", &PlanArgs::tp);

@@ -24,7 +24,8 @@ const char* group_data_name(GroupData d) { return d == GroupData::same ? "same" 
 std::string OuterOptions::describe() const {
   return cat(groups, " replica group", groups == 1 ? "" : "s", ", sync every ", steps_per_sync(), " steps",
              fragments > 1 ? cat(" in ", fragments, " staggered fragments") : "",
-             overlap > 0 ? cat(", merged ", overlap, " steps later (mix ", mix, ")") : "", ", outer lr ", lr,
+             overlap > 0 ? cat(", merged ", overlap, overlap == 1 ? " step" : " steps", " later (mix ", mix, ")") : "",
+             ", outer lr ", lr,
              ", momentum ", momentum, " (Nesterov)",
              dtype != OuterDType::fp32 ? cat(", sent as ", outer_dtype_name(dtype), error_feedback ? " with error feedback" : "")
                                        : "",

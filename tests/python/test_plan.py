@@ -91,5 +91,28 @@ class PlanEqualsCli(unittest.TestCase):
         self.assertIn("global_batch", strata.plan.KEYWORDS)
 
 
+class TrainNames(unittest.TestCase):
+    """dim= and batch=, as strata train names them; hidden= and global_batch= still work, warned."""
+
+    def test_new_names_give_the_same_plan_as_the_old_ones_and_the_cli(self):
+        new = {"layers": 24, "dim": 2048, "heads": 16, "seq": 2048, "vocab": 50257, "batch": 256, "gpus": 32}
+        old = {"layers": 24, "hidden": 2048, "heads": 16, "seq": 2048, "vocab": 50257, "global_batch": 256, "gpus": 32}
+        ours = strata.plan.search(**new)
+        with self.assertWarnsRegex(DeprecationWarning, "hidden= is now dim="):
+            self.assertEqual(strata.plan.search(**old), ours)
+        r = subprocess.run([STRATA, "plan", *cli_args(new), "--json"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), ours)
+        self.assertIn("dim", strata.plan.KEYWORDS)
+        self.assertIn("batch", strata.plan.KEYWORDS)
+
+    def test_errors_name_the_keyword_as_typed(self):
+        with self.assertRaisesRegex(ValueError, r"\bbatch\b") as caught:
+            strata.plan.search(model="gpt2", gpus=8, batch=0)
+        self.assertNotIn("global_batch", str(caught.exception))
+        with self.assertRaisesRegex(ValueError, "give dim= or hidden=, not both"):
+            strata.plan.search(model="gpt2", dim=512, hidden=512)
+
+
 if __name__ == "__main__":
     unittest.main()

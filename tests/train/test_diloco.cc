@@ -135,7 +135,7 @@ TEST(Diloco, StreamingRunKilledWithAnExchangeInFlightResumesBitExact) {
   const std::string ref = dir.file("ref"), run = dir.file("run");
   RunResult once = run_strata(args + ref, "", Streams::separate);
   ASSERT_EQ(once.status, 0) << once.err;
-  EXPECT_NE(once.err.find("in 2 staggered fragments, merged 1 steps later (mix 0.5)"), std::string::npos) << once.err;
+  EXPECT_NE(once.err.find("in 2 staggered fragments, merged 1 step later (mix 0.5)"), std::string::npos) << once.err;
   EXPECT_NE(once.err.find("sent as int4"), std::string::npos) << once.err;
   RunResult killed = run_strata(args + run + " --inject kill --inject-step 7", "", Streams::separate);
   EXPECT_NE(killed.status, 0);
