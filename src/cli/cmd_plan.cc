@@ -298,6 +298,51 @@ void run(const Flags& f, const CLI::App& app) {
   if (!res.fits()) throw ExitCode{3};
 }
 
+// The planner's own arguments (plan/request.h): the cluster, its hardware and links, the
+// reliability inputs, RLHF, and the replica groups' link share.
+void add_planner_flags(CLI::App& app, Flags& f) {
+  app.add_option("--gpu", f.args.gpu,
+                 "GPU preset (a100-40g, a100-80g, h100-80g, h200) or FILE.json");
+  app.add_option("--gpus", f.args.gpus, "GPUs in the cluster (default: one node)");
+  app.add_option("--gpus-per-node", f.args.gpus_per_node, "GPUs per node (default: the GPU's)");
+  app.add_option("--intra-bench", f.args.intra_bench,
+                 "Fit the intra-node link from `strata bench comm --json` output")
+      ->check(plain_path(false));
+  app.add_option("--inter-bench", f.args.inter_bench,
+                 "Fit the inter-node link from `strata bench comm --json` output")
+      ->check(plain_path(false));
+  app.add_option("--grad-precision", f.args.grad_precision, "Gradients in bf16 (default) or fp32");
+  app.add_option("--optimizer", f.args.optimizer, "adamw or sgd (momentum)");
+  app.add_option("--tokens", f.args.tokens, "Training tokens for days-to-train (e.g. 2T, 300B)");
+  app.add_option("--headroom", f.args.headroom,
+                 "Fraction of device memory kept free (default 0.10)");
+  app.add_option("--efficiency", f.args.efficiency, "Sustained fraction of peak FLOP/s on matmuls");
+  app.add_option("--overlap", f.args.overlap,
+                 "Fraction of compute that data-parallel, ZeRO and "
+                 "ring-attention traffic hides behind (default 1)");
+  app.add_option("--gpu-mtbf-hours", f.args.gpu_mtbf_h,
+                 "Mean time between failures of one GPU "
+                 "(default 50000 h)");
+  app.add_option("--job-mtbf-hours", f.args.job_mtbf_h,
+                 "Mean time between failures of the job "
+                 "(overrides --gpu-mtbf-hours)");
+  app.add_option("--storage-gbps", f.args.storage_gbps,
+                 "Aggregate checkpoint write bandwidth, GB/s");
+  app.add_option("--restart-min", f.args.restart_min, "Minutes to detect, restart and reload");
+  app.add_option("--ckpt-stall-s", f.args.stall_s, "Stall per checkpoint if not the whole write");
+  app.add_flag("--rlhf", f.args.rlhf,
+               "PPO memory per GPU: actor + critic trained, reference + "
+               "reward frozen, generation KV cache");
+  app.add_option("--critic", f.args.critic,
+                 "Critic/reward model preset for --rlhf (default: actor)");
+  app.add_option("--rollout-batch", f.args.rollout_batch, "Sequences each GPU generates (--rlhf)");
+  app.add_option("--top", f.args.top, "Layouts shown in the ranking (default 10)");
+  app.add_option("--outer-link-share", f.link_share,
+                 "Replica groups: the share of training time their exchange may take, for the smallest "
+                 "--inner-steps (default 0.1)")
+      ->check(number_in(0.0, 1.0, true));
+}
+
 static Register reg(
     "plan", "Plan memory, layout, speed and checkpoints for a cluster", [](CLI::App& app) {
       auto f = std::make_shared<Flags>();
@@ -315,46 +360,7 @@ static Register reg(
         if (!section_of(*o, "").empty()) o->default_str("");
       app.add_option("--hidden", f->hidden, "Now --dim")->group(kOldSpellings);
       app.add_option("--global-batch", f->global_batch, "Now --batch")->group(kOldSpellings);
-      app.add_option("--gpu", f->args.gpu,
-                     "GPU preset (a100-40g, a100-80g, h100-80g, h200) or FILE.json");
-      app.add_option("--gpus", f->args.gpus, "GPUs in the cluster (default: one node)");
-      app.add_option("--gpus-per-node", f->args.gpus_per_node, "GPUs per node (default: the GPU's)");
-      app.add_option("--intra-bench", f->args.intra_bench,
-                     "Fit the intra-node link from `strata bench comm --json` output")
-          ->check(plain_path(false));
-      app.add_option("--inter-bench", f->args.inter_bench,
-                     "Fit the inter-node link from `strata bench comm --json` output")
-          ->check(plain_path(false));
-      app.add_option("--grad-precision", f->args.grad_precision, "Gradients in bf16 (default) or fp32");
-      app.add_option("--optimizer", f->args.optimizer, "adamw or sgd (momentum)");
-      app.add_option("--tokens", f->args.tokens, "Training tokens for days-to-train (e.g. 2T, 300B)");
-      app.add_option("--headroom", f->args.headroom,
-                     "Fraction of device memory kept free (default 0.10)");
-      app.add_option("--efficiency", f->args.efficiency, "Sustained fraction of peak FLOP/s on matmuls");
-      app.add_option("--overlap", f->args.overlap,
-                     "Fraction of compute that data-parallel, ZeRO and "
-                     "ring-attention traffic hides behind (default 1)");
-      app.add_option("--gpu-mtbf-hours", f->args.gpu_mtbf_h,
-                     "Mean time between failures of one GPU "
-                     "(default 50000 h)");
-      app.add_option("--job-mtbf-hours", f->args.job_mtbf_h,
-                     "Mean time between failures of the job "
-                     "(overrides --gpu-mtbf-hours)");
-      app.add_option("--storage-gbps", f->args.storage_gbps,
-                     "Aggregate checkpoint write bandwidth, GB/s");
-      app.add_option("--restart-min", f->args.restart_min, "Minutes to detect, restart and reload");
-      app.add_option("--ckpt-stall-s", f->args.stall_s, "Stall per checkpoint if not the whole write");
-      app.add_flag("--rlhf", f->args.rlhf,
-                   "PPO memory per GPU: actor + critic trained, reference + "
-                   "reward frozen, generation KV cache");
-      app.add_option("--critic", f->args.critic,
-                     "Critic/reward model preset for --rlhf (default: actor)");
-      app.add_option("--rollout-batch", f->args.rollout_batch, "Sequences each GPU generates (--rlhf)");
-      app.add_option("--top", f->args.top, "Layouts shown in the ranking (default 10)");
-      app.add_option("--outer-link-share", f->link_share,
-                     "Replica groups: the share of training time their exchange may take, for the smallest "
-                     "--inner-steps (default 0.1)")
-          ->check(number_in(0.0, 1.0, true));
+      add_planner_flags(app, *f);
       app.add_flag("--local", f->local,
                    "Plan a strata run on this machine (--model tiny|small|gpt2, --tp, --dp, "
                    "--zero, --precision, --micro-batch, --seq, --accum, --no-sp): per-rank "

@@ -54,8 +54,8 @@ struct OuterSyncEngine::Slice {
   int64_t begin = 0, end = 0;              // flat indices (the state's index space)
   int64_t write_begin = 0, write_end = 0;  // what this rank writes of the params (checkpoints)
   std::vector<float> global, momentum;
-  std::vector<float> sent;      // --outer-overlap: what this rank sent in exchanges in flight
-  std::vector<float> residual;  // --outer-error-feedback: what the encoding rounded away
+  std::vector<float> sent;      // with an overlap: what this rank sent in exchanges in flight
+  std::vector<float> residual;  // with error feedback: what the encoding rounded away
 };
 
 // One fragment's exchange: the elements of the fragment in this rank's slices, what was sent

@@ -13,7 +13,7 @@
 // ranks exchange disjoint shards and hold 8 bytes per parameter between them). The update is
 // computed as avg + (1 - lr)·Δ - lr·μ·m, the same number in exact arithmetic, so that lr 1 and
 // μ 0 give the groups' mean bit for bit (a single group then trains exactly as without groups).
-// With --outer-dtype bf16, int8 or int4 each group sends its Δ encoded (parallel/outer_codec.h)
+// With an encoded dtype (bf16, int8 or int4) each group sends its Δ encoded (parallel/outer_codec.h)
 // instead of its parameters; every rank decodes all of them and averages them in fp32, in group
 // order, and steps θ ← θ - lr·(Δ̄ + μ·m).
 #pragma once
@@ -83,7 +83,7 @@ struct OuterSyncStats {
 // group); `fragments` are fragment_ranges() of this rank's flat space (empty: one fragment).
 // Its checkpoint states are the inner engine's (named "group<g>.<name>" with several groups,
 // whose inner states differ; every rank names every group's, holding its own group's only),
-// "outer.params" and "outer.momentum" (written by group 0), with --outer-overlap what each
+// "outer.params" and "outer.momentum" (written by group 0), with an overlap what each
 // group sent in exchanges still in flight ("outer.sent", per group), from which a resume starts
 // them again, and with error feedback each group's residual ("outer.residual").
 class OuterSyncEngine final : public StepEngine {

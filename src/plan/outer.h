@@ -16,7 +16,7 @@
 namespace strata::plan {
 
 struct OuterRequest {
-  bool asked = false;   // --replica-groups given: the section is printed whatever it finds
+  bool asked = false;   // groups asked for: the section is printed whatever it finds
   int groups = 0;       // R; 0: one group per node
   int inner_steps = 0;  // H; 0: the smallest H within link_share
   int fragments = 1, overlap = 0;

@@ -287,7 +287,15 @@ TEST(Tcp, VanishedHostIsNamedDeadByKeepalive) {
                                  "STRATA_WORLD_SIZE=2", "STRATA_JOB_ID=" + job, "STRATA_BACKEND=tcp",
                                  cat("STRATA_STORE=", bridge, ":", store.port()), "STRATA_TIMEOUT=60",
                                  "STRATA_TCP_KEEPALIVE_S=3", COMM_WORKER, "hang"}));
-  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // both in the world; rank 1 "computes"
+  // Both in the world (however long a loaded machine takes to start them); rank 1 "computes".
+  for (int waited_ms = 0; waited_ms < 60000; waited_ms += 20) {
+    if (test::read_file(ranks[0].out_path).find("in the world") != std::string::npos &&
+        test::read_file(ranks[1].out_path).find("in the world") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(test::read_file(ranks[1].out_path).find("in the world"), std::string::npos)
+      << "the ranks did not form their world within 60 s";
   int64_t t0 = now_ns();
   auto ifdown = test::run({cluster, "ifdown", "--host", "1", "--name", name}, {}, 60);
   ASSERT_EQ(ifdown.exit_code(), 0) << ifdown.output();
