@@ -161,6 +161,7 @@ void OuterSyncEngine::after_step() {
   const int64_t step = inner_->step_count();
   const int64_t t0 = now_ns(), blocked0 = comm::thread_blocked_ns();
   stats_.bytes_last = 0;
+  stats_.started_last = 0;
   bool changed = false;
   // Exchanges whose τ steps have passed are merged.
   for (size_t i = 0; i < pending_.size();) {
@@ -176,6 +177,7 @@ void OuterSyncEngine::after_step() {
   for (int f = 0; f < opts_.fragments; ++f) {
     if (step != last_step_ && start_step_before(f, step) != step) continue;
     start(f, step);
+    ++stats_.started_last;
     if (opts_.overlap == 0 || step == last_step_) {
       finish(*pending_.back(), true);
       pending_.pop_back();
@@ -185,7 +187,7 @@ void OuterSyncEngine::after_step() {
   // The working copies (bf16, gathered shards) follow the new weights.
   if (changed) inner_->state_loaded(step);
   stats_.bytes_sent += stats_.bytes_last;
-  const bool worked = changed || stats_.bytes_last > 0;
+  const bool worked = changed || stats_.started_last > 0;
   stats_.ns_last = worked ? now_ns() - t0 : 0;
   stats_.wait_ns_last = worked ? comm::thread_blocked_ns() - blocked0 : 0;
 }

@@ -72,7 +72,9 @@ std::vector<FlatRanges> fragment_ranges(const TensorLayout& layout, int fragment
 struct OuterSyncStats {
   int64_t syncs = 0;          // fragment exchanges merged so far (one per fragment per round)
   int64_t bytes_sent = 0;     // this rank's payload across groups, over the run
-  int64_t bytes_last = 0;     // ... of the last step (0: it started no exchange)
+  int64_t bytes_last = 0;     // ... of the last step (0 also where this rank holds none of a
+                              // fragment: its shard under ZeRO)
+  int started_last = 0;       // exchanges the last step started: the same on every rank
   int64_t ns_last = 0;        // the last step's time in the outer sync (starts and merges)
   int64_t wait_ns_last = 0;   // ... of it blocked in communication
 };

@@ -546,10 +546,11 @@ void Trainer::Run::record_step(int64_t step, const Update& u, const StepTimes& t
   }
   std::optional<diag::StragglerCheck> stragglers = check_stragglers(step);
   std::optional<json> moe = moe_step_load(step, tokens);
-  // Replica groups: what every rank put into the sync across groups, summed (collective on
-  // the sync steps, which every rank shares).
+  // Replica groups: what every rank put into the step's exchanges across groups, summed
+  // (collective on the steps that start one, which every rank shares; a rank whose ZeRO shard
+  // holds none of a fragment puts in nothing but still takes part).
   const int64_t outer_bytes =
-      outer && outer->stats().bytes_last > 0 ? int64_t(topo.sum_across_ranks(double(outer->stats().bytes_last))) : 0;
+      outer && outer->stats().started_last > 0 ? int64_t(topo.sum_across_ranks(double(outer->stats().bytes_last))) : 0;
   if (!lead) return;
   json rec = {{"step", step + 1},         {"loss", u.loss},       {"lr", u.lr},
               {"grad_norm", u.grad_norm}, {"tokens_per_s", tps},  {"mfu", mfu},

@@ -153,6 +153,28 @@ TEST(Diloco, StreamingRunKilledWithAnExchangeInFlightResumesBitExact) {
   EXPECT_EQ(synced, (std::vector<int64_t>{2, 4, 6, 8, 10}));
 }
 
+// Fragments under ZeRO: a rank's shard may hold none of a fragment (here rank 0 of each group
+// holds the embeddings and layer 0, fragment 1 is layer 1), and the job still meets at every
+// fragment's steps, without waiting on a rank that had nothing to send; killed and resumed
+// mid-round, it is the uninterrupted run bit for bit.
+TEST(Diloco, FragmentsOverZeroShardsThatHoldNoneOfOneMeetAndResume) {
+  TempDir dir("diloco_zero_frag");
+  const std::string args = kRun + "--nproc 4 --replica-groups 2 --zero 1 --inner-steps 4 --fragments 2 --outer-overlap 1 "
+                                  "--timeout 30 --ckpt-every 2 --ckpt-keep 0 --run-dir ";
+  const std::string ref = dir.file("ref"), run = dir.file("run");
+  RunResult once = run_strata(args + ref, "", Streams::separate);
+  ASSERT_EQ(once.status, 0) << once.err;
+  std::vector<int64_t> synced;
+  for (const json& j : step_records(ref + "/metrics.jsonl"))
+    if (j.contains("outer_bytes")) synced.push_back(j["step"].get<int64_t>());
+  EXPECT_EQ(synced, (std::vector<int64_t>{2, 4, 6}));
+  RunResult killed = run_strata(args + run + " --inject kill --inject-step 5", "", Streams::separate);
+  EXPECT_NE(killed.status, 0);
+  RunResult resumed = run_strata(args + run + " --resume auto", "", Streams::separate);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_EQ(records(run), records(ref));
+}
+
 // int4 sends 4.5 bits per value (a 4-byte scale per 64), fp32 32: about 1/7 of the bytes.
 TEST(Diloco, Int4SendsAboutASeventhOfFp32) {
   TempDir dir("diloco_int4");
