@@ -152,9 +152,9 @@ float OuterSyncEngine::step_if(float lr, const std::function<bool(float norm)>& 
 
 int64_t OuterSyncEngine::start_step_before(int fragment, int64_t step) const {
   const int64_t H = opts_.steps_per_sync(), o = opts_.offset_of(fragment);
-  if (step < std::max<int64_t>(o, 1)) return 0;
-  const int64_t t = o + (step - o) / H * H;
-  return t > 0 ? t : (t + H <= step ? t + H : 0);
+  if (step < o) return 0;
+  const int64_t t = o + (step - o) / H * H;  // the last t <= step with t % H == o
+  return t > 0 ? t : 0;                      // step 0 starts nothing
 }
 
 void OuterSyncEngine::after_step() {
@@ -173,7 +173,9 @@ void OuterSyncEngine::after_step() {
       ++i;
     }
   }
-  // The last step: every fragment, at once, merged in full (the run ends on θ).
+  // Fragments whose offset in the round this step is start their exchange (merged at once
+  // without an overlap); the last step starts every fragment and merges it in full (the run
+  // ends on θ).
   for (int f = 0; f < opts_.fragments; ++f) {
     if (step != last_step_ && start_step_before(f, step) != step) continue;
     start(f, step);
