@@ -178,7 +178,7 @@ void Checkpointer::save_async(const SaveRequest& req) {
   for (const StateSlice& s : req.states) {
     bool seen = false;
     for (const StateInfo& p : pending_states_) seen = seen || p.name == s.name;
-    if (!seen) pending_states_.push_back({s.name, s.dtype, total});
+    if (!seen) pending_states_.push_back({s.name, s.dtype, total, s.partial});
   }
   char* dst = host_.as<char>();
   for (const WriteChunk& c : chunks) {

@@ -55,6 +55,7 @@ struct StateSlice {
   // engine's StateShard write range); unset: this rank's shard of a replicated state, else
   // all it holds. Across ranks the write ranges must tile [0, Ψ).
   std::optional<Range> write;
+  bool partial = false;   // StateInfo::partial
 };
 
 struct SaveRequest {

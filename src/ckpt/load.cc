@@ -183,6 +183,7 @@ LoadResult load_checkpoint(const std::string& dir, const std::vector<StateTarget
   Stopwatch clock;
   CheckpointReader reader(dir);
   check_same_model(reader.manifest(), opts.expected_tensors, dir);
+  if (opts.check) opts.check(reader.manifest().train, dir);
   const TensorLayout layout =
       !opts.layout.empty() ? opts.layout
                            : contiguous_layout(opts.expected_tensors.empty() ? reader.manifest().tensors

@@ -74,6 +74,9 @@ struct LoadOptions {
   // This rank's layout (the index space of every target); empty: the tp=1 layout of
   // expected_tensors, or of the checkpoint's table when that is empty too.
   TensorLayout layout;
+  // Called with a checkpoint's training state before any of its states is read: throws
+  // (not CorruptCheckpoint) to refuse it, e.g. moments of another optimizer.
+  std::function<void(const TrainState&, const std::string& dir)> check;
 };
 
 struct LoadResult {

@@ -170,8 +170,10 @@ json to_json(const Manifest& m) {
   json tensors = json::array(), states = json::array(), shards = json::array();
   for (const TensorInfo& t : m.tensors)
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
-  for (const StateInfo& s : m.states)
+  for (const StateInfo& s : m.states) {
     states.push_back({{"name", s.name}, {"dtype", dtype_name(s.dtype)}, {"numel", s.numel}});
+    if (s.partial) states.back()["partial"] = true;
+  }
   for (const ShardInfo& s : m.shards) shards.push_back(to_json(s));
   return {{"format", "strata-checkpoint"},
           {"version", m.version},
@@ -240,13 +242,15 @@ static void resolve_chunks(Manifest& m) {
   for (auto& [key, runs] : m.runs) runs.sort();
 }
 
-// Every tensor of every state is held exactly once by the chunks.
+// Every tensor of every state (of a partial state: every tensor it has any of) is held
+// exactly once by the chunks.
 static void check_tensor_coverage(const Manifest& m, const std::string& where) {
   static const TensorRuns none;
   for (const StateInfo& st : m.states)
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       auto it = m.runs.find({st.name, int(t)});
       const TensorRuns& runs = it == m.runs.end() ? none : it->second;
+      if (st.partial && runs.runs.empty()) continue;  // a tensor the state does not have
       const std::string problem = runs.tiling_problem(
           m.tensors[t].shape, [&](int c) { return m.chunk_name(c); });
       if (!problem.empty())
@@ -278,7 +282,8 @@ Manifest manifest_from_json(const json& j, const std::string& where) {
         throw CorruptCheckpoint(cat(where, ": tensor '", m.tensors[i].name, "' listed twice"));
     for (const json& s : j.at("states"))
       m.states.push_back({s.at("name").get<std::string>(),
-                          parse_dtype(s.at("dtype").get<std::string>()), s.at("numel").get<int64_t>()});
+                          parse_dtype(s.at("dtype").get<std::string>()), s.at("numel").get<int64_t>(),
+                          s.value("partial", false)});
     for (const json& s : j.at("shards")) m.shards.push_back(shard_from_json(s, where));
     m.train = train_state_from_json(j.at("train"));
     m.save = j.value("save", json::object());

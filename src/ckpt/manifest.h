@@ -75,6 +75,9 @@ struct StateInfo {
   std::string name;  // "params", "exp_avg", "exp_avg_sq", "master"
   DType dtype = DType::f32;
   int64_t numel = 0;  // elements of all tensors (version 1: Ψ of the flat state)
+  // Holds some tensors, each whole, and none of the others (Muon's "exp_avg_sq": AdamW's
+  // tensors only). Recorded as "partial": true.
+  bool partial = false;
 };
 
 // A stretch of one shard file: a chunk (version 2) or a flat range (version 1).

@@ -312,7 +312,8 @@ void add_planner_flags(CLI::App& app, Flags& f) {
                  "Fit the inter-node link from `strata bench comm --json` output")
       ->check(plain_path(false));
   app.add_option("--grad-precision", f.args.grad_precision, "Gradients in bf16 (default) or fp32");
-  app.add_option("--optimizer", f.args.optimizer, "adamw or sgd (momentum)");
+  app.add_option("--optimizer", f.args.optimizer,
+                 "adamw, sgd (momentum) or muon (the blocks' matrices keep one momentum; layouts at tp 1)");
   app.add_option("--tokens", f.args.tokens, "Training tokens for days-to-train (e.g. 2T, 300B)");
   app.add_option("--headroom", f.args.headroom,
                  "Fraction of device memory kept free (default 0.10)");

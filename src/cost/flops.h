@@ -81,4 +81,11 @@ inline double megatron_training_time_s(double tokens, double params, double n_gp
   return 8.0 * tokens * params / (n_gpus * flops_per_gpu);
 }
 
+// Muon's Newton-Schulz iteration (kernels/muon.h) on a rows x cols matrix, `steps` times: with
+// m = min and n = max of the two, X Xᵀ (2 m² n), A A (2 m³) and B X (2 m² n) per step.
+inline double newton_schulz_flops(int64_t rows, int64_t cols, int steps) {
+  const double m = double(rows < cols ? rows : cols), n = double(rows < cols ? cols : rows);
+  return double(steps) * (4 * m * m * n + 2 * m * m * m);
+}
+
 }  // namespace strata::cost

@@ -16,7 +16,10 @@
 namespace strata::cost {
 
 enum class Precision : uint8_t { fp32, bf16 };
-enum class Optimizer : uint8_t { adamw, sgd };
+// Muon (parallel/muon.h): the blocks' matrices keep one momentum (4 bytes), the rest AdamW's
+// two; state_bytes_per_param gives AdamW's, and the planner takes 4 bytes off per matrix
+// element a GPU updates (muon_saving_bytes).
+enum class Optimizer : uint8_t { adamw, sgd, muon };
 
 struct ModelStateBytes {
   int64_t parameters = 0;  // working parameters (bf16 or fp32)
@@ -45,7 +48,7 @@ struct StateBytesPerParam {
 inline StateBytesPerParam state_bytes_per_param(Precision p, bool fp32_grads = false,
                                                 Optimizer opt = Optimizer::adamw) {
   StateBytesPerParam b;
-  const int64_t moments = opt == Optimizer::adamw ? 8 : 4;
+  const int64_t moments = opt == Optimizer::sgd ? 4 : 8;
   b.parameter = p == Precision::bf16 ? 2 : 4;
   b.gradient = (p == Precision::bf16 && !fp32_grads) ? 2 : 4;
   b.optimizer = moments + (p == Precision::bf16 ? 4 : 0);
@@ -78,6 +81,12 @@ inline ModelStateBytes moe_model_state_bytes(int64_t psi_dense, int64_t n_dense,
   ModelStateBytes b = zero_model_state_bytes(psi_dense, n_dense, stage, p);
   if (psi_experts > 0) b += zero_model_state_bytes(psi_experts, n_edp, stage, p);
   return b;
+}
+
+// The optimizer bytes Muon saves on a rank that updates Ψ_muon matrix elements spread over n
+// ranks (their shard under ZeRO 1-3, the average; all of them at ZeRO 0): 4 each.
+inline int64_t muon_saving_bytes(int64_t psi_muon, int64_t n, int stage) {
+  return 4 * (stage >= 1 ? shard_elems(psi_muon, n) : psi_muon);
 }
 
 // Replica groups (DiLoCo, parallel/outer.h): each rank keeps the global parameters and the

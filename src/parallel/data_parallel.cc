@@ -54,6 +54,8 @@ DataParallelEngine::DataParallelEngine(model::ModelPart& model, comm::ProcessGro
                "the model holds the experts of an expert-parallel group of ",
                model.expert_shard().size, " but the engine was given one of ", P);
   STRATA_CHECK(P == 1 || experts.edp, "expert parallelism needs the expert-data-parallel group");
+  STRATA_CHECK(optim.kind != OptimizerKind::muon || !model.tensor_comm(),
+               "--optimizer muon: tensor-parallel matrices are not orthogonalised yet (run Muon at --tp 1)");
   const int x = model.first_expert_unit(), U = model.num_units(), dense = std::min(x, U);
   const bool tied = model.tied_unit0();
   STRATA_CHECK(!stage.embed || (tied && !bf16_), "internal: the tied embedding of a pipeline ",
@@ -66,6 +68,7 @@ DataParallelEngine::DataParallelEngine(model::ModelPart& model, comm::ProcessGro
   }
   if (U > x) add_region(experts.edp ? *experts.edp : group, x, U, false, "expert ", true);
   allocate_scratch();
+  allocate_muon();
   init_params(seed);
   model_.set_hooks(
       {[this](int u, Pass p) { before_unit(u, p); }, [this](int u, Pass p) { after_unit(u, p); }});
@@ -103,6 +106,7 @@ void DataParallelEngine::add_region(comm::ProcessGroup& group, int first_unit, i
   for (const model::DecayRange& d : model::decay_ranges(
            model_.param_table(), base + r->opt_range.begin, base + r->opt_range.end))
     r->decay.push_back({d.begin - base, d.end - base, d.decay});
+  plan_optimizer(*r);
   if (model_.tensor_comm())
     for (const model::ParamView& v : model_.param_table())
       if (!v.primary && v.offset >= base && v.offset < base + psi)
@@ -134,7 +138,43 @@ void DataParallelEngine::allocate_state(Region& r) {
   r.grads = Buffer(MemCategory::gradients, size_t(full_or_shard_g) * wbytes_);
   if (bf16_) r.master = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
   r.exp_avg = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
-  r.exp_avg_sq = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
+  // Muon's matrices have no second moment: AdamW's runs only.
+  int64_t v = opt;
+  if (optim_.kind == OptimizerKind::muon) v = r.adam.empty() ? 0 : r.adam.back().v_at + r.adam.back().end - r.adam.back().begin;
+  r.exp_avg_sq = Buffer(MemCategory::optimizer, size_t(v) * sizeof(float));
+}
+
+// Which elements of opt_range AdamW updates and where their second moments live, and the
+// Muon matrices of the region with their owners.
+void DataParallelEngine::plan_optimizer(Region& r) {
+  const int64_t lo = r.opt_range.begin;
+  if (optim_.kind == OptimizerKind::adamw) {
+    for (const model::DecayRange& d : r.decay) r.adam.push_back({d.begin, d.end, d.decay, d.begin - lo});
+    return;
+  }
+  const int64_t psi = r.layout.psi();
+  for (const MuonMatrix& m : muon_matrices(model_.param_table()))
+    if (m.begin >= r.base && m.end() <= r.base + psi) {
+      MuonMatrix x = m;
+      x.begin -= r.base;
+      r.muon.push_back(x);
+    }
+  r.muon_owner = muon_owners(r.muon, opts_.stage == 0 ? 1 : r.pg.size(), optim_.muon.ns_steps);
+  int64_t v = 0;
+  size_t k = 0;  // the first matrix that may still cut a decay run
+  for (const model::DecayRange& d : r.decay) {
+    for (int64_t at = d.begin; at < d.end;) {
+      while (k < r.muon.size() && r.muon[k].end() <= at) ++k;
+      const int64_t stop = k < r.muon.size() ? std::min(d.end, std::max(at, r.muon[k].begin)) : d.end;
+      if (stop > at) {
+        r.adam.push_back({at, stop, d.decay, v});
+        v += stop - at;
+        at = stop;
+      } else {
+        at = std::min(d.end, r.muon[k].end());  // inside a matrix
+      }
+    }
+  }
 }
 
 // bf16: fp32 compute scratch, slot 0 for dense unit 0, slot 1 for any other dense unit,
@@ -154,6 +194,20 @@ void DataParallelEngine::allocate_scratch() {
     scratch_grads_[s] = p + n[s];
     p += 2 * n[s];
   }
+}
+
+// Muon's buffers: stage 0 one matrix (its momentum, orthogonalised in place), stages 1-3
+// two units (one gathering while the other is orthogonalised); and Newton-Schulz scratch.
+void DataParallelEngine::allocate_muon() {
+  int64_t buffer = 0, scratch = 0;
+  for (const auto& r : regions_)
+    for (const MuonMatrix& m : r->muon) {
+      buffer = std::max(buffer, opts_.stage == 0 ? m.size() : 2 * r->units[size_t(m.unit - r->first_unit)].size());
+      scratch = std::max(scratch, kernels::ns5_scratch_elems(m.rows, m.cols));
+    }
+  if (buffer == 0) return;
+  muon_buffer_ = Buffer(opts_.stage == 0 ? MemCategory::activations : MemCategory::comm, size_t(buffer) * sizeof(float));
+  muon_scratch_ = Buffer(MemCategory::activations, size_t(scratch) * sizeof(float));
 }
 
 // GPT-2 initialisation is defined on the full flat buffer; a region that keeps less computes
@@ -375,19 +429,110 @@ double DataParallelEngine::local_grad_sum_squares(Region& r) {
   return sum;
 }
 
+float* DataParallelEngine::optimizer_weights(Region& r) {
+  // Indexed by region coordinates of opt_range.
+  return bf16_ ? r.master.as<float>() - r.opt_range.begin
+               : r.params.as<float>() - (opts_.stage >= 3 ? r.layout.own().begin : 0);
+}
+
 void DataParallelEngine::apply_adamw(Region& r, float lr, float grad_scale) {
   const kernels::AdamWStep s = adamw_step(optim_, lr, steps_ + 1, grad_scale);
-  const int64_t lo = r.opt_range.begin, own_begin = r.layout.own().begin;
-  float* weights = bf16_ ? r.master.as<float>() - lo
-                         : r.params.as<float>() - (opts_.stage >= 3 ? own_begin : 0);
+  const int64_t lo = r.opt_range.begin;
+  float* weights = optimizer_weights(r);
   float* m = r.exp_avg.as<float>() - lo;
-  float* v = r.exp_avg_sq.as<float>() - lo;
+  float* v = r.exp_avg_sq.as<float>();
   const int64_t chunk = bf16_ ? regions_[0]->units[0].size() : 0;
-  for (const model::DecayRange& d : r.decay) {
-    for_grad_chunks(r, {d.begin, d.end}, scratch_grads_[0], chunk,
+  for (const Region::AdamRun& a : r.adam) {
+    for_grad_chunks(r, {a.begin, a.end}, scratch_grads_[0], chunk,
                     [&](int64_t b, int64_t e, const float* g) {
-                      kernels::adamw_update(weights + b, g, m + b, v + b, e - b, d.decay, s);
+                      kernels::adamw_update(weights + b, g, m + b, v + a.v_at + (b - a.begin), e - b, a.decay, s);
                     });
+  }
+}
+
+// Muon on the region's matrices. Stage 0: every rank holds every gradient, and orthogonalises
+// every matrix itself (DDP's duplicated optimizer step; no bytes move). Stages 1-3, unit by
+// unit: each rank writes the Nesterov momentum of its shard's part of the unit's matrices
+// into a unit-sized buffer, an all-gather assembles them, each matrix's owner orthogonalises
+// it in place (every other element zeroed), and a reduce-scatter (sum: one rank contributes
+// each element, so the sum is exact) hands each rank its part of the result. The gather of
+// the next unit is in flight while this one's matrices are orthogonalised.
+void DataParallelEngine::apply_muon(Region& r, float lr, float grad_scale) {
+  const kernels::MuonStep s = muon_step(optim_, lr, grad_scale);
+  const int64_t lo = r.opt_range.begin;
+  float* weights = optimizer_weights(r);
+  float* mom = r.exp_avg.as<float>() - lo;
+  const int64_t chunk = bf16_ ? regions_[0]->units[0].size() : 0;
+  float* ns = muon_scratch_.as<float>();
+  // u of [b, e) (opt_range) into dst (dst[0] is element b).
+  auto momentum = [&](Range x, float* dst) {
+    for_grad_chunks(r, x, scratch_grads_[0], chunk, [&](int64_t b, int64_t e, const float* g) {
+      kernels::muon_momentum(g, mom + b, dst + (b - x.begin), e - b, s);
+    });
+  };
+  if (opts_.stage == 0) {
+    float* u = muon_buffer_.as<float>();
+    for (const MuonMatrix& m : r.muon) {
+      momentum({m.begin, m.end()}, u);
+      kernels::orthogonalise_ns5(u, m.rows, m.cols, s.ns_steps, ns);
+      kernels::muon_apply(weights + m.begin, u, m.size(), m.rows, m.cols, m.decay, s);
+    }
+    return;
+  }
+  // The units holding matrices, each with its matrices [first, last).
+  struct UnitWork {
+    Range range;
+    size_t first, last;
+  };
+  std::vector<UnitWork> units;
+  for (size_t i = 0; i < r.muon.size(); ++i) {
+    const int local = r.muon[i].unit - r.first_unit;
+    if (units.empty() || units.back().range.begin != r.units[size_t(local)].begin)
+      units.push_back({r.units[size_t(local)], i, i + 1});
+    else
+      units.back().last = i + 1;
+  }
+  const int me = r.pg.rank();
+  const Range own = r.layout.own();
+  const int64_t half = int64_t(muon_buffer_.bytes() / sizeof(float) / 2);
+  auto buffer = [&](size_t k) { return muon_buffer_.as<float>() + int64_t(k % 2) * half; };
+  auto gather = [&](size_t k) {
+    const UnitWork& w = units[k];
+    float* G = buffer(k);
+    const Range part = intersect(w.range, own);
+    float* mine = G + r.layout.own_offset_in(w.range);
+    std::memset(mine, 0, sizeof(float) * size_t(part.size()));
+    for (size_t i = w.first; i < w.last; ++i) {
+      const Range x = intersect({r.muon[i].begin, r.muon[i].end()}, part);
+      if (!x.empty()) momentum(x, G + (x.begin - w.range.begin));
+    }
+    muon_bytes_last_step_ += w.range.size() * int64_t(sizeof(float));
+    return gather_range_async(r.pg, r.layout, mine, G, w.range, DType::f32, cat(r.tag, "muon gather"));
+  };
+  comm::WorkPtr next = units.empty() ? nullptr : gather(0);
+  for (size_t k = 0; k < units.size(); ++k) {
+    const UnitWork& w = units[k];
+    float* G = buffer(k);
+    next->wait();
+    if (k + 1 < units.size()) next = gather(k + 1);
+    int64_t at = w.range.begin;  // zero what this rank does not orthogonalise
+    for (size_t i = w.first; i < w.last; ++i) {
+      const MuonMatrix& m = r.muon[i];
+      if (r.muon_owner[i] != me) continue;
+      std::memset(G + (at - w.range.begin), 0, sizeof(float) * size_t(m.begin - at));
+      kernels::orthogonalise_ns5(G + (m.begin - w.range.begin), m.rows, m.cols, s.ns_steps, ns);
+      at = m.end();
+    }
+    std::memset(G + (at - w.range.begin), 0, sizeof(float) * size_t(w.range.end - at));
+    muon_bytes_last_step_ += w.range.size() * int64_t(sizeof(float));
+    reduce_range_async(r.pg, r.layout, G, w.range, DType::f32, true, cat(r.tag, "muon scatter"))->wait();
+    const Range part = intersect(w.range, own);
+    for (size_t i = w.first; i < w.last; ++i) {
+      const MuonMatrix& m = r.muon[i];
+      const Range x = intersect({m.begin, m.end()}, part);
+      if (!x.empty())
+        kernels::muon_apply(weights + x.begin, G + (x.begin - w.range.begin), x.size(), m.rows, m.cols, m.decay, s);
+    }
   }
 }
 
@@ -454,6 +599,9 @@ float DataParallelEngine::step(float lr, double extra_sum_sq, float* clip,
     TraceSpan span(tracer(), "optimizer", "compute");
     for (auto& r : regions_) apply_adamw(*r, lr, scale);
   }
+  muon_bytes_last_step_ = 0;
+  for (auto& r : regions_)
+    if (!r->muon.empty()) apply_muon(*r, lr, scale);
   ++steps_;
   ++params_version_;
   for (auto& r : regions_) refresh_working_params(*r);
@@ -480,7 +628,8 @@ MemoryReport DataParallelEngine::memory_report() const {
     m.optimizer += x.optimizer;
     m.comm += x.comm;
   }
-  m.activations = int64_t(scratch_.bytes());
+  m.activations = int64_t(scratch_.bytes() + muon_scratch_.bytes());
+  (opts_.stage == 0 ? m.activations : m.comm) += int64_t(muon_buffer_.bytes());
   return m;
 }
 
@@ -502,8 +651,18 @@ std::vector<StateShard> DataParallelEngine::state_shards() {
     }
     out.push_back({"exp_avg", DType::f32, b + opt.begin, b + opt.end, b + own.begin, b + own.end,
                    r.exp_avg.data()});
-    out.push_back({"exp_avg_sq", DType::f32, b + opt.begin, b + opt.end, b + own.begin,
-                   b + own.end, r.exp_avg_sq.data()});
+    if (r.muon.empty() && optim_.kind == OptimizerKind::adamw) {
+      out.push_back({"exp_avg_sq", DType::f32, b + opt.begin, b + opt.end, b + own.begin,
+                     b + own.end, r.exp_avg_sq.data()});
+      continue;
+    }
+    for (const Region::AdamRun& a : r.adam) {  // Muon: AdamW's tensors only
+      const Range w = intersect({a.begin, a.end}, own);
+      StateShard sh{"exp_avg_sq", DType::f32, b + a.begin, b + a.end, b + (w.empty() ? a.begin : w.begin),
+                    b + (w.empty() ? a.begin : w.end), r.exp_avg_sq.as<float>() + a.v_at};
+      sh.partial = true;
+      out.push_back(sh);
+    }
   }
   return out;
 }

@@ -139,6 +139,9 @@ class DataParallelEngine final : public StepEngine {
   // the reduce dtype, DataParallelOptions::reduce()); valid from end_backward() on.
   int64_t grad_reduce_bytes_last_step() const;
   int64_t grad_reduce_bytes_last_step(const Region& r) const;
+  // Payload bytes of Muon's gathers and scatters of matrices in the last step (stages 1-3;
+  // 0 at stage 0 and under AdamW).
+  int64_t muon_bytes_last_step() const { return muon_bytes_last_step_; }
 
   // Checkpoint access (see StateShard). After writing into the shards, call
   // state_loaded(step_count): it restores the step count and re-derives the working
@@ -172,7 +175,11 @@ class DataParallelEngine final : public StepEngine {
   float* fp32_params_for(Region& r, int local);  // compute pointer for a unit's parameters
   float* fp32_grads_for(Region& r, int local);   // compute pointer for a unit's gradients
   double local_grad_sum_squares(Region& r);
+  void plan_optimizer(Region& r);
+  void allocate_muon();
+  float* optimizer_weights(Region& r);
   void apply_adamw(Region& r, float lr, float grad_scale);
+  void apply_muon(Region& r, float lr, float grad_scale);
 
   model::ModelPart& model_;
   DataParallelOptions opts_;
@@ -190,6 +197,8 @@ class DataParallelEngine final : public StepEngine {
   float* scratch_grads_[3] = {nullptr, nullptr, nullptr};
   int64_t scratch_version_[3] = {-1, -1, -1};  // params_version_ converted into the slot
   int scratch_unit_[3] = {-1, -1, -1};           // model unit
+  Buffer muon_buffer_, muon_scratch_;  // Muon (apply_muon)
+  int64_t muon_bytes_last_step_ = 0;
   int64_t steps_ = 0;
   int64_t tp_bytes_at_step_begin_ = 0, tp_bytes_last_step_ = 0;
   int64_t params_version_ = 0;  // bumped whenever the working parameters change

@@ -17,10 +17,26 @@
 
 #include "core/dtype.h"
 #include "kernels/adamw.h"
+#include "kernels/muon.h"
 
 namespace strata::parallel {
 
+enum class OptimizerKind : uint8_t { adamw, muon };
+const char* optimizer_name(OptimizerKind k);
+OptimizerKind parse_optimizer(const std::string& name);  // throws naming the choices
+
+// Muon's settings (kernels/muon.h, parallel/muon.h); AdamW's betas and eps serve the
+// parameters Muon does not take.
+struct MuonConfig {
+  float momentum = 0.95f;
+  int ns_steps = 5;
+  float lr_scale = 0.2f;  // the update's RMS relative to lr (Moonshot's matching to AdamW)
+  bool nesterov = true;
+};
+
 struct OptimConfig {
+  OptimizerKind kind = OptimizerKind::adamw;
+  MuonConfig muon;
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
@@ -42,11 +58,25 @@ inline kernels::AdamWStep adamw_step(const OptimConfig& c, float lr, int64_t t, 
   return s;
 }
 
+inline kernels::MuonStep muon_step(const OptimConfig& c, float lr, float grad_scale) {
+  kernels::MuonStep s;
+  s.lr = lr;
+  s.momentum = c.muon.momentum;
+  s.weight_decay = c.weight_decay;
+  s.grad_scale = grad_scale;
+  s.lr_scale = c.muon.lr_scale;
+  s.ns_steps = c.muon.ns_steps;
+  s.nesterov = c.muon.nesterov;
+  return s;
+}
+
 // One optimizer-state tensor as this rank holds it, for checkpoints, which save and load by
 // range of the rank's flat parameter index space [0, Ψ) (Ψ: the elements this rank's model
 // holds; its TensorLayout, core/tensor_layout.h, says which global tensors they belong to).
 //   name  "params": the fp32 weights the optimizer updates (the fp32 master under bf16; a
-//         bf16 working copy is derived from it), "exp_avg", "exp_avg_sq" (AdamW m, v).
+//         bf16 working copy is derived from it), "exp_avg", "exp_avg_sq" (AdamW m, v;
+//         Muon's momentum is "exp_avg" of its matrices, which have no "exp_avg_sq").
+//   partial  the state holds only some tensors, each whole (Muon's "exp_avg_sq").
 //   held  [begin, end): the elements this rank keeps (may reach into ZeRO padding past Ψ);
 //         data points at element `begin`. A load must fill all of them.
 //   write [write_begin, write_end) within held: what this rank writes on save; the write
@@ -58,6 +88,7 @@ struct StateShard {
   int64_t begin = 0, end = 0;
   int64_t write_begin = 0, write_end = 0;
   void* data = nullptr;
+  bool partial = false;
 };
 
 class StepEngine {

@@ -19,6 +19,7 @@
 #include "core/memory.h"
 #include "model/gpt.h"
 #include "parallel/layout.h"
+#include "parallel/muon.h"
 #include "parallel/options.h"
 
 namespace strata::parallel {
@@ -46,6 +47,16 @@ struct Region {
   std::vector<Bucket> buckets;
   Range opt_range;             // what the optimizer updates here: [0, Ψ) at stage 0, else own
   std::vector<model::DecayRange> decay;  // decay runs of opt_range (region coordinates)
+  // AdamW's runs of opt_range (region coordinates; all of it without Muon), each with the
+  // offset of its second moment in exp_avg_sq (Muon's matrices have none).
+  struct AdamRun {
+    int64_t begin, end;
+    bool decay;
+    int64_t v_at;
+  };
+  std::vector<AdamRun> adam;
+  std::vector<MuonMatrix> muon;  // region coordinates, whole matrices of this region
+  std::vector<int> muon_owner;   // the rank of pg that orthogonalises each (stages 1-3)
   std::vector<Range> replicated;  // replicated views whose squares another tp rank counts
                                   // (ParamView::primary false here)
   // Model states (categories parameters, gradients, optimizer), as in data_parallel.h.

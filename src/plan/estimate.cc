@@ -71,6 +71,15 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool l
   StageParams p;
   p.dense = layers * dense_layer;
   p.expert = layers * expert_layer;
+  p.layers = layers;
+  p.dense_blocks = layers * dense_layer;
+  // Muon's matrices: q, k, v, o and the MLP's (each expert's), as parallel/muon.h cuts them.
+  const int64_t mlp_mats = (m.mlp == MlpKind::swiglu ? 3 : 2) * h * f / tp;
+  p.muon_dense = layers * (2 * h * h / tp + 2 * h * kv + (m.moe() ? 0 : mlp_mats));
+  p.muon_expert = layers * (m.moe() ? (m.experts / l.ep) * mlp_mats : 0);
+  const double mlp_ns = (m.mlp == MlpKind::swiglu ? 2 : 1) * cost::newton_schulz_flops(f / tp, h, 5) + cost::newton_schulz_flops(h, f / tp, 5);
+  p.ns_flops = double(layers) * (2 * cost::newton_schulz_flops(h / tp, h, 5) + 2 * cost::newton_schulz_flops(kv, h, 5) +
+                                 (m.moe() ? double(m.experts / l.ep) : 1.0) * mlp_ns);
   p.largest_layer = dense_layer + expert_layer;
   if (first) p.dense += V * h / tp + c.position;
   if (last) {
@@ -200,6 +209,12 @@ MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
     e.expert_params = p.expert;
     e.states = zero_model_state_bytes(p.dense, n_dense, l.zero, per);
     e.states += zero_model_state_bytes(p.expert, n_expert, l.zero, per);
+    if (s.optimizer == Optimizer::muon) {
+      e.muon_params = p.muon_dense + p.muon_expert;
+      e.ns_flops = p.ns_flops;
+      e.states.optimizer -= muon_saving_bytes(p.muon_dense, n_dense, l.zero) +
+                            (p.muon_expert > 0 ? muon_saving_bytes(p.muon_expert, n_expert, l.zero) : 0);
+    }
     e.activations =
         stage_activations(s, l, first ? 0 : l.pp - 1, &e.in_flight, &e.engine_activations);
     const bool engine = e.engine_activations;
@@ -213,6 +228,9 @@ MemoryEstimate estimate_memory(const TrainSetup& s, const Layout& l) {
     if (l.ep > 1) buf += 2 * 2 * x.sbh * double(m.top_k) / x.act_div;  // dispatch, combine
     if (l.cp > 1 && s.cp_mode == CpMode::ring && !engine)  // (the engine's: cp_buffer_bytes)
       buf += 2 * 2 * x.s_loc * x.b * kv_local(m, l.tp) * 2;  // K and V, double-buffered
+    // Muon at stages 1-3: two blocks gathered in fp32 at once (one in flight while the other
+    // is orthogonalised).
+    if (s.optimizer == Optimizer::muon && l.zero >= 1) buf += 2.0 * 4 * double(p.largest_layer);
     e.comm_buffers = buf;
     return e;
   };
@@ -482,6 +500,26 @@ void pipeline_time(const TrainSetup& s, const Layout& l, const MicroBatch& c, do
     if (it.dim == "pp") it.exposed_s = t.pp;
 }
 
+// Muon's step on the busiest stage: under ZeRO 1-3 each block's momentum all-gathered and its
+// orthogonalised matrices reduce-scattered, in fp32, over the dense (and expert) group, after
+// the backward; and the Newton-Schulz FLOPs, each matrix on one GPU of the group (every GPU
+// at ZeRO 0). Adds the comm items; returns the seconds (on the critical path).
+double muon_step_s(const TrainSetup& s, const Layout& l, const MicroBatch& c, const Links& k, Estimate& e) {
+  const StageParams p = stage_params(s.model, l, true, l.pp == 1);
+  const int n_dense = l.dp * l.cp, n_expert = n_dense / l.ep;
+  double t = p.ns_flops / (l.zero >= 1 ? n_dense : 1) / c.F;
+  auto move = [&](const char* dim, double params, int n, bool inter, const Link& link) {
+    if (l.zero == 0 || n <= 1 || params <= 0) return;
+    const double bytes = 4 * params, time = all_gather_s(bytes, n, link) + reduce_scatter_s(bytes, n, link);
+    t += time;
+    e.comm.push_back(item(dim, "Muon: all-gather momentum, reduce-scatter orthogonalised matrices (fp32, per block)",
+                          Collective::all_gather, n, inter, bytes, 2, time, time));
+  };
+  move("muon", double(p.dense_blocks), n_dense, k.dp_inter, k.dp);
+  move("muon-expert", double(p.expert), n_expert, k.dpe_inter, k.dp_expert);
+  return t;
+}
+
 }  // namespace
 
 Estimate evaluate(const TrainSetup& s, const Layout& l) {
@@ -511,6 +549,7 @@ Estimate evaluate(const TrainSetup& s, const Layout& l) {
   pipeline_time(s, l, c, mp.tp + mp.cp + mp.ep + zero_mb, mp.pp / 2, e);
   t.dp_final = dp_final;
   t.optimizer = 2.0 * double(e.mem.states.total()) / (s.gpu.hbm_gbps * 1e9);
+  if (s.optimizer == Optimizer::muon) t.optimizer += muon_step_s(s, l, c, k, e);
   t.step_s = t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_micro + t.bubble +
              t.dp_final + t.optimizer;
 

@@ -50,6 +50,8 @@ namespace strata::plan {
 struct MemoryEstimate {
   int64_t dense_params = 0;  // parameters on this GPU before ZeRO sharding
   int64_t expert_params = 0;
+  int64_t muon_params = 0;  // --optimizer muon: the matrix elements among them
+  double ns_flops = 0;      // and their Newton-Schulz FLOPs per step, all matrices once
   ModelStateBytes states;  // after ZeRO sharding
   double activations = 0;
   double comm_buffers = 0;
@@ -127,6 +129,10 @@ struct StageParams {
   int64_t dense = 0;
   int64_t expert = 0;
   int64_t largest_layer = 0;  // one layer's parameters on this GPU (ZeRO-3 gather unit)
+  int64_t muon_dense = 0, muon_expert = 0;  // the blocks' matrix elements (Muon's)
+  int64_t layers = 0;                       // blocks on the stage
+  int64_t dense_blocks = 0;                 // the dense parameters of those blocks
+  double ns_flops = 0;  // Newton-Schulz FLOPs of one Muon step over the stage's matrices (5 iterations)
 };
 StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool last);
 

@@ -21,6 +21,10 @@ PlanResult run_plan(const PlanRequest& req) {
   const StateBytesPerParam per = s.state_bytes();
   r.checkpoint_bytes =
       double(count_params(s.model).total()) * double(per.parameter + per.optimizer);
+  if (s.optimizer == Optimizer::muon) {  // one moment for the blocks' matrices
+    const StageParams whole = stage_params(s.model, Layout{1, 1, 1, 1, 1, 0, 1, Recompute::none}, true, true);
+    r.checkpoint_bytes -= 4.0 * double(whole.muon_dense + whole.muon_expert);
+  }
   CheckpointPlanInput ck;
   ck.gpus = double(s.gpus);
   ck.gpu_mtbf_s = req.gpu_mtbf_hours * 3600;

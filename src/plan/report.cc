@@ -15,7 +15,9 @@ namespace {
 using json = nlohmann::json;
 
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
-const char* optimizer_name(Optimizer o) { return o == Optimizer::adamw ? "adamw" : "sgd"; }
+const char* optimizer_name(Optimizer o) {
+  return o == Optimizer::adamw ? "adamw" : o == Optimizer::sgd ? "sgd" : "muon";
+}
 
 json states_json(const ModelStateBytes& b) {
   return {{"parameters", b.parameters},
@@ -84,6 +86,8 @@ json estimate_to_json(const Estimate& e) {
             {"in_flight_micro_batches", e.mem.in_flight},
             {"dense_params", e.mem.dense_params},
             {"expert_params", e.mem.expert_params},
+            {"muon_params", e.mem.muon_params},
+            {"ns_flops_per_step", e.mem.ns_flops},
             {"model_states", states_json(e.mem.states)},
             {"activations", e.mem.activations},
             {"activations_model", e.mem.engine_activations ? "strata" : "korthikanti"},
@@ -290,7 +294,9 @@ void memory_table(std::ostream& o, const Estimate& e, const ModelSpec& model) {
       m.expert_params > 0
           ? cat("(", human(double(m.dense_params)), " dense + ", human(double(m.expert_params)),
                 " expert params on this GPU before ZeRO)")
-          : cat("(", human(double(m.dense_params)), " params on this GPU before ZeRO)"));
+          : cat("(", human(double(m.dense_params)), " params on this GPU before ZeRO)") +
+                (m.muon_params > 0 ? cat("; Muon's matrices ", human(double(m.muon_params)), ", one momentum each")
+                                   : std::string()));
   row("activations", m.activations,
       m.engine_activations
           ? "(strata's buffers, as `strata train` allocates them)"
@@ -423,7 +429,8 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
       << human(double(s.global_batch) * double(m.seq)) << " tokens/step; ";
   o << precision_name(s.precision) << " (grads " << (per.gradient == 4 ? "fp32" : "bf16") << "), "
     << optimizer_name(s.optimizer) << ": " << per.parameter << " + " << per.gradient << " + "
-    << per.optimizer << " = " << per.total() << " B/param\n";
+    << per.optimizer << " = " << per.total() << " B/param"
+    << (s.optimizer == Optimizer::muon ? "; the blocks' matrices 4 fewer (one momentum, not two)" : "") << "\n";
   for (const std::string& n : req.notes) o << "Note      " << n << "\n";
   if (res.rlhf) {
     rlhf_section(o, req, res);

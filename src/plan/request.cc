@@ -186,9 +186,9 @@ PlanRequest build_plan_request(const PlanArgs& a) {
   STRATA_CHECK(!(s.precision == Precision::fp32 && a.grad_precision == "bf16"),
                "--grad-precision bf16 needs --precision bf16");
   s.fp32_grads = a.grad_precision == "fp32";
-  STRATA_CHECK(a.optimizer == "adamw" || a.optimizer == "sgd", "--optimizer '", a.optimizer,
-               "' is not known (adamw, sgd)");
-  s.optimizer = a.optimizer == "adamw" ? Optimizer::adamw : Optimizer::sgd;
+  STRATA_CHECK(a.optimizer == "adamw" || a.optimizer == "sgd" || a.optimizer == "muon", "--optimizer '",
+               a.optimizer, "' is not known (adamw, sgd, muon)");
+  s.optimizer = a.optimizer == "adamw" ? Optimizer::adamw : a.optimizer == "sgd" ? Optimizer::sgd : Optimizer::muon;
   s.seq_parallel = !a.no_sp;
   const std::optional<CpMode> cp_mode = model::cp_mode_from_name(a.cp_mode);
   STRATA_CHECK(cp_mode, "--cp-mode '", a.cp_mode, "' is not known (ring, ulysses)");
@@ -217,6 +217,9 @@ PlanRequest build_plan_request(const PlanArgs& a) {
   FixedLayout& fx = req.fixed;
   fx.tp = a.tp, fx.pp = a.pp, fx.dp = a.dp, fx.cp = a.cp, fx.ep = a.ep, fx.zero = a.zero;
   fx.micro_batch = a.micro_batch;
+  STRATA_CHECK(s.optimizer != Optimizer::muon || fx.tp.value_or(1) == 1, "--optimizer muon with --tp ",
+               fx.tp.value_or(1), ": strata runs Muon at tp 1 (each matrix orthogonalised whole; gathering "
+               "tensor-parallel shards is not built yet)");
   if (a.recompute) fx.recompute = model::parse_recompute_mode(*a.recompute);
 
   req.train_tokens = a.tokens ? parse_count("--tokens", *a.tokens) : s.model.train_tokens;

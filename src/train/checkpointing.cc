@@ -65,6 +65,14 @@ void check_same_architecture(const json& saved, const TrainConfig& cfg, const st
   }
 }
 
+// The optimizer a checkpoint's moments belong to (checkpoints before it was saved: AdamW).
+void check_same_optimizer(const json& saved, const TrainConfig& cfg, const std::string& dir) {
+  const std::string then = saved.value("optimizer", "adamw"), now = parallel::optimizer_name(cfg.optim.kind);
+  STRATA_CHECK(then == now, "--optimizer ", now, ": checkpoint ", dir, " was trained with ", then,
+               ", whose moments ", now, " cannot continue; resume with --optimizer ", then,
+               " or start a fresh run in another --run-dir");
+}
+
 // The settings a checkpoint's data position depends on: the loader position counts samples
 // of seq + 1 tokens in the seed's order (data/sampler.h), so under another --seq or --seed it
 // names other samples. Refused in one line before anything is printed or trained.
@@ -376,6 +384,7 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
     sl.held = {s.begin, s.end};
     sl.data = s.data;
     sl.write = ckpt::Range{s.write_begin, s.write_end};
+    sl.partial = s.partial;
     req.states.push_back(sl);
   }
   return req;
@@ -643,6 +652,7 @@ ResumePoint RunCheckpoints::resume_from_disk(bool after_failure) {
   const RankLayout layout = rank_layout(model_, topo_);
   lo.layout = layout.pieces;
   lo.log = [&](const std::string& line) { note("ckpt: " + line); };
+  lo.check = [&](const ckpt::TrainState& t, const std::string& dir) { check_same_optimizer(t.config, cfg_, dir); };
   if (topo_.world > 1)
     lo.all_ok = [this](bool ok) { return topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0; };
 

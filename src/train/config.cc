@@ -37,6 +37,12 @@ void TrainConfig::validate(int world) const {
   STRATA_CHECK(optim.beta1 >= 0 && optim.beta1 < 1 && optim.beta2 >= 0 && optim.beta2 < 1,
                "AdamW betas must be in [0, 1) (got ", optim.beta1, ", ", optim.beta2, ")");
   STRATA_CHECK(std::isfinite(optim.grad_clip), "--grad-clip must be a number");
+  STRATA_CHECK(optim.muon.momentum >= 0 && optim.muon.momentum < 1,
+               "--muon-momentum must be in [0, 1) (got ", optim.muon.momentum, ")");
+  STRATA_CHECK(optim.muon.ns_steps >= 1 && optim.muon.ns_steps <= 100,
+               "--ns-steps must be in [1, 100] Newton-Schulz iterations (got ", optim.muon.ns_steps, ")");
+  STRATA_CHECK(std::isfinite(optim.muon.lr_scale) && optim.muon.lr_scale > 0,
+               "--muon-lr-scale must be a positive number (got ", optim.muon.lr_scale, ")");
   STRATA_CHECK(eval_every >= 0, "--eval-every must be >= 0 (got ", eval_every, ")");
   STRATA_CHECK(eval_batches > 0, "--eval-batches must be positive (got ", eval_batches, ")");
   // An eval is one plan of eval_batches x batch samples (data/sampler.h): bounded here, so a
@@ -71,6 +77,12 @@ json TrainConfig::to_json() const {
   j.update(model.arch_json());  // a Llama run's architecture keys (model/model_part.h)
   if (doc_mask) j["doc_mask"] = {{"doc_token", doc_token}};  // -1: the data's
   if (!init_from.empty()) j["init_from"] = init_from;
+  j["optimizer"] = parallel::optimizer_name(optim.kind);
+  if (optim.kind == parallel::OptimizerKind::muon)  // docs/muon.md
+    j["muon"] = {{"momentum", optim.muon.momentum},
+                 {"ns_steps", optim.muon.ns_steps},
+                 {"lr_scale", optim.muon.lr_scale},
+                 {"nesterov", optim.muon.nesterov}};
   if (model.moe.enabled())  // docs/moe.md
     j["moe"] = {{"experts", model.moe.experts},
                 {"top_k", model.moe.top_k},

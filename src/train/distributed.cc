@@ -39,6 +39,7 @@
 #include "parallel/placement.h"
 #include "train/context_metrics.h"
 #include "train/expert_state.h"
+#include "train/metrics.h"
 #include "train/mem_checkpoints.h"
 #include "train/pipeline_rank.h"
 #include "train/run_dir_lock.h"
@@ -200,8 +201,21 @@ class MeshRunner final : public ModelRunner {
   }
   // Model states and reduce bytes by region against the formulas (train/expert_state.h).
   RankStateFormula formula() const {
-    return rank_state_formula(model_->num_params(), model::expert_params(cfg_.model, dims_.ep, dims_.tp), dims_,
-                              pc_.dp, cfg_.accum(pc_.data_ranks()));
+    RankStateFormula f = rank_state_formula(model_->num_params(), model::expert_params(cfg_.model, dims_.ep, dims_.tp),
+                                            dims_, pc_.dp, cfg_.accum(pc_.data_ranks()));
+    if (muon()) {
+      const MuonFormula m = muon_plan();
+      f.states.optimizer -= 4 * (m.dense_updated + m.expert_updated);  // one moment, not two
+    }
+    return f;
+  }
+  bool muon() const { return cfg_.optim.kind == parallel::OptimizerKind::muon; }
+  MuonFormula muon_plan() const {
+    const RankStateFormula f = rank_state_formula(model_->num_params(),
+                                                  model::expert_params(cfg_.model, dims_.ep, dims_.tp), dims_, pc_.dp,
+                                                  cfg_.accum(pc_.data_ranks()));
+    const int dense_rank = mesh_.dp_cp().rank(), edp_rank = mesh_.has_ep() ? mesh_.edp().rank() : dense_rank;
+    return muon_formula(*model_, f, pc_.dp.stage, dense_rank, edp_rank, cfg_.optim.muon.ns_steps);
   }
 
   const TrainConfig& cfg_;
@@ -242,6 +256,7 @@ void MeshRunner::summary_sections(SummaryBuilder& summary) {
                 x["grad_reduce_bytes_experts"].get<int64_t>(), " (", f.reduce_bytes_experts, ")");
   }
   summary.line(text);
+  if (muon()) add_muon_section(summary, cfg_.optim.muon, *model_, *dp_engine_, muon_plan());
   if (dims_.tp > 1) add_tensor_parallel_section(summary, cfg_, pc_, *dp_engine_, *model_, mesh_);
   if (dims_.cp > 1) add_cp_section(summary, *model_, world_);
   if (pc_.trace) {

@@ -1,5 +1,9 @@
 #include "train/expert_state.h"
 
+#include "train/metrics.h"
+
+using nlohmann::json;
+
 namespace strata::train {
 
 RankStateFormula rank_state_formula(int64_t local_params, int64_t expert_params,
@@ -19,6 +23,42 @@ RankStateFormula rank_state_formula(int64_t local_params, int64_t expert_params,
       cost::grad_reduce_bytes_per_step(f.expert_params, f.edp_ranks, o.stage, accum,
                                            o.reduce());
   return f;
+}
+
+MuonFormula muon_formula(const model::ModelPart& model, const RankStateFormula& f, int stage,
+                         int dense_rank, int edp_rank, int ns_steps) {
+  const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(model.param_table());
+  auto updated = [&](int64_t base, int64_t psi, int64_t n, int rank) {
+    const parallel::Range r = stage == 0 ? parallel::Range{0, psi} : parallel::ShardLayout(psi, int(n), rank).own();
+    return parallel::muon_elems_in(ms, base + r.begin, base + std::min(r.end, psi));
+  };
+  MuonFormula m;
+  m.dense_updated = updated(0, f.dense_params, f.dense_ranks, dense_rank);
+  if (f.expert_params > 0) m.expert_updated = updated(f.dense_params, f.expert_params, f.edp_ranks, edp_rank);
+  std::vector<std::pair<int64_t, int64_t>> units;
+  for (int u = 0; u < model.num_units(); ++u) units.push_back(model.unit_range(u));
+  m.bytes_per_step = parallel::muon_bytes_per_step(ms, units, stage);
+  m.ns_flops = parallel::muon_ns_flops(ms, ns_steps);
+  return m;
+}
+
+void add_muon_section(SummaryBuilder& summary, const parallel::MuonConfig& c, const model::ModelPart& model,
+                      const parallel::DataParallelEngine& engine, const MuonFormula& m) {
+  const int64_t muon_params = parallel::muon_numel(model.param_table());
+  summary.set("muon", {{"momentum", c.momentum},
+                       {"ns_steps", c.ns_steps},
+                       {"lr_scale", c.lr_scale},
+                       {"nesterov", c.nesterov},
+                       {"muon_params", muon_params},
+                       {"adamw_params", model.num_params() - muon_params},
+                       {"muon_elems_updated", m.dense_updated < 0 ? json() : json(m.dense_updated + m.expert_updated)},
+                       {"bytes_per_step", engine.muon_bytes_last_step()},
+                       {"bytes_per_step_formula", m.bytes_per_step},
+                       {"ns_flops_per_step", m.ns_flops}});
+  summary.line(cat("muon: ", muon_params, " of this rank's ", model.num_params(),
+                   " parameters (the blocks' matrices; AdamW for the rest); gather/scatter bytes per step ",
+                   engine.muon_bytes_last_step(), " (formula ", m.bytes_per_step, "); Newton-Schulz ",
+                   fmt("%.3g", m.ns_flops), " FLOP per step"));
 }
 
 nlohmann::json rank_state_summary(const RankStateFormula& f,

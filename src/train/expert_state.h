@@ -8,6 +8,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
+#include "train/summary.h"
 
 namespace strata::train {
 
@@ -18,6 +19,22 @@ struct RankStateFormula {
   cost::ModelStateBytes states;              // moe_model_state_bytes of the above
   int64_t reduce_bytes_dense = 0, reduce_bytes_experts = 0;  // per step
 };
+
+// Muon's part of a rank's formula (parallel/muon.h): Muon elements of the ranges its
+// optimizer updates, which keep 4 bytes fewer than AdamW's two moments, and the bytes its
+// step moves. `dense_rank`, `edp_rank`: the rank's place in the dense and expert groups.
+struct MuonFormula {
+  int64_t dense_updated = 0, expert_updated = 0;  // dense_updated -1: not given (a pipeline stage)
+  int64_t bytes_per_step = 0;
+  double ns_flops = 0;  // every matrix of the rank's model, once
+};
+MuonFormula muon_formula(const model::ModelPart& model, const RankStateFormula& f, int stage,
+                         int dense_rank, int edp_rank, int ns_steps);
+
+// summary.json's "muon" section and its line: what Muon updates on this rank and what its
+// step moves, next to the formulas.
+void add_muon_section(SummaryBuilder& summary, const parallel::MuonConfig& c, const model::ModelPart& model,
+                      const parallel::DataParallelEngine& engine, const MuonFormula& m);
 
 // `local_params`: the rank's whole flat Ψ (dense + its experts); `expert_params`: its experts'.
 RankStateFormula rank_state_formula(int64_t local_params, int64_t expert_params,

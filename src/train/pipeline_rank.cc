@@ -1,3 +1,4 @@
+#include "train/expert_state.h"
 #include "train/pipeline_rank.h"
 
 #include <algorithm>
@@ -250,6 +251,16 @@ double PipelineRunner::forward_backward(const data::StepBatch& batch, float scal
 }
 
 void PipelineRunner::summary_sections(SummaryBuilder& summary) {
+  if (cfg_.optim.kind == parallel::OptimizerKind::muon) {  // this stage's matrices
+    const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(sm_.param_table());
+    std::vector<std::pair<int64_t, int64_t>> units;
+    for (int u = 0; u < sm_.num_units(); ++u) units.push_back(sm_.unit_range(u));
+    MuonFormula m;
+    m.dense_updated = -1;
+    m.bytes_per_step = parallel::muon_bytes_per_step(ms, units, pc_.dp.stage);
+    m.ns_flops = parallel::muon_ns_flops(ms, cfg_.optim.muon.ns_steps);
+    add_muon_section(summary, cfg_.optim.muon, sm_, *engine_, m);
+  }
   // Under cp the activations include the cp attention's buffers (Ulysses: its saved outputs).
   const int64_t acts = sm_.activation_bytes() + (topo_.cp ? topo_.cp->buffer_bytes() : 0);
   const int64_t planned = planned_stage_activations(cfg_, sm_, slots_, sched_.split_backward, b_);

@@ -248,6 +248,9 @@ void RunSpec::validate() const {
   // The model and the optimizer, then the layout they run on.
   const parallel::ParallelLayout l = layout();
   if (pc.recovery != Recovery::restart) check_live_recovery(l);
+  STRATA_CHECK(cfg.optim.kind != parallel::OptimizerKind::muon || l.tp == 1,
+               "--optimizer muon with --tp ", l.tp, ": Muon orthogonalises each matrix whole, and gathering a "
+               "tensor-parallel matrix's shards is not built yet; run Muon at --tp 1 (dp, ZeRO, pp, ep) or AdamW");
   // The layout is each replica group's, and so is the batch it trains.
   const int64_t batch = group_batch();
   cfg.validate(l.dp * int(cfg.batch / batch));

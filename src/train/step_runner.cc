@@ -5,6 +5,7 @@
 #include "data/sampler.h"
 #include "model/context/context_comm.h"
 #include "parallel/data_parallel.h"
+#include "train/expert_state.h"
 
 namespace strata::train {
 
@@ -53,9 +54,22 @@ class OneProcessRunner final : public ModelRunner {
   std::unique_ptr<parallel::StepEngine> build_engine(model::GPT& m, const parallel::OptimConfig& o,
                                                      uint64_t seed) override {
     if (!solo_) solo_ = comm::make_thread_world(1, comm::Options{}).front();
-    return parallel::make_data_parallel_engine(m, *solo_, parallel::DataParallelOptions{}, o, seed);
+    optim_ = o;
+    auto e = parallel::make_data_parallel_engine(m, *solo_, parallel::DataParallelOptions{}, o, seed);
+    engine_ = e.get();
+    return e;
+  }
+  void summary_sections(SummaryBuilder& summary) override {
+    if (optim_.kind != parallel::OptimizerKind::muon) return;
+    const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(model_->param_table());
+    MuonFormula m;  // one rank: every matrix, nothing moved
+    m.dense_updated = parallel::muon_numel(model_->param_table());
+    m.ns_flops = parallel::muon_ns_flops(ms, optim_.muon.ns_steps);
+    add_muon_section(summary, optim_.muon, *model_, *engine_, m);
   }
   comm::GroupPtr solo_;
+  parallel::OptimConfig optim_;
+  parallel::DataParallelEngine* engine_ = nullptr;
 };
 
 }  // namespace

@@ -331,6 +331,12 @@ void Trainer::Run::choose_kernels() {
                                       cfg.model.layers,
                                       cost::expert_mlp_params(model::gpt_shape(cfg.model), 1))),
                                   cfg.model.layers, cfg.model.dim, T);
+  // Muon's Newton-Schulz iterations are work of the step too: every matrix once per step,
+  // spread over the step's tokens (docs/muon.md).
+  if (cfg.optim.kind == parallel::OptimizerKind::muon)
+    flops_per_token += parallel::muon_ns_flops(parallel::muon_matrices(model::build_param_table(cfg.model)),
+                                               cfg.optim.muon.ns_steps) /
+                       double(cfg.batch * cfg.train_seq());
 }
 
 // This rank's loader over the training split, from the resumed position; and the run's line.

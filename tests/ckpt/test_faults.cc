@@ -231,7 +231,7 @@ TEST(CkptFaults, EveryCheckpointDamagedIsAnError) {
   for (int64_t s : {10, 20}) fs::remove(step_dir(tmp.str(), s) + "/manifest.json");
   std::vector<float> p(kPsi);
   try {
-    load_latest(tmp.str(), {{"params", DType::f32, {0, kPsi}, p.data(), ""}}, {{}, nullptr, [](auto&) {}, {}});
+    load_latest(tmp.str(), {{"params", DType::f32, {0, kPsi}, p.data(), ""}}, {{}, nullptr, [](auto&) {}, {}, nullptr});
     FAIL() << "loaded from damaged checkpoints";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no usable checkpoint"), std::string::npos) << e.what();
@@ -449,7 +449,7 @@ TEST(CkptFaults, SigkillAtRandomInstants) {
     ::waitpid(pid, &status, 0);
     std::vector<float> p(static_cast<size_t>(psi));
     auto r = load_latest(tmp.str(), {{"params", DType::f32, {0, psi}, p.data(), ""}},
-                         {{}, nullptr, [](auto&) {}, {}});
+                         {{}, nullptr, [](auto&) {}, {}, nullptr});
     ASSERT_TRUE(r.has_value());
     EXPECT_TRUE(r->skipped.empty());
     const int64_t step = r->train.step;

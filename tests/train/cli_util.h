@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -121,13 +122,20 @@ inline std::string small_fault_run(const std::string& run_dir, const std::string
 }
 
 // Each `strata ARGS` of base + cases[i].first fails with cases[i].second in one line of stderr.
-inline void expect_one_line_errors(
-    const std::string& base, const std::vector<std::pair<std::string, std::string>>& cases) {
+// With a run_dir (passed as --run-dir), the refusal came before any rank trained: it holds no
+// metrics.jsonl.
+inline void expect_one_line_errors(const std::string& base,
+                                   const std::vector<std::pair<std::string, std::string>>& cases,
+                                   const std::string& run_dir = "") {
   for (const auto& [flags, want] : cases) {
-    const RunResult r = run_strata(base + flags, "", Streams::separate);
+    const RunResult r = run_strata(base + flags + (run_dir.empty() ? "" : " --run-dir " + run_dir), "",
+                                   Streams::separate);
     EXPECT_NE(r.status, 0) << flags;
     EXPECT_NE(r.err.find(want), std::string::npos) << flags << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << flags << ": " << r.err;
+    if (!run_dir.empty()) {
+      EXPECT_FALSE(std::filesystem::exists(run_dir + "/metrics.jsonl")) << flags;
+    }
   }
 }
 

@@ -233,10 +233,7 @@ TEST(Diloco, SplitDataPipelineGroupsTrainTheirShare) {
 
 TEST(Diloco, BadSettingsAreOneLineBeforeAnyRankStarts) {
   TempDir dir("diloco_bad");
-  struct Case {
-    std::string args, needle;
-  };
-  const std::vector<Case> cases = {
+  expect_one_line_errors(kRun, {
       {"--nproc 2 --inner-steps 0", "--inner-steps must be at least 1 (got 0)"},
       {"--nproc 2 --replica-groups 2 --outer-lr 0", "--outer-lr must be positive and finite (got 0)"},
       {"--nproc 2 --replica-groups 2 --outer-lr nan", "--outer-lr"},
@@ -253,14 +250,7 @@ TEST(Diloco, BadSettingsAreOneLineBeforeAnyRankStarts) {
       {"--nproc 2 --replica-groups 2 --outer-error-feedback", "--outer-error-feedback corrects the rounding of"},
       {"--nproc 6 --batch 6 --hosts a:3,b:3 --backend tcp --replica-groups 3",
        "--replica-groups 3: group 1 (ranks 2-3) holds part of --hosts host a and ranks of another"},
-  };
-  for (const Case& c : cases) {
-    RunResult r = run_strata(kRun + c.args + " --run-dir " + dir.file("run"), "", Streams::separate);
-    EXPECT_NE(r.status, 0) << c.args;
-    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << "\n" << r.err;
-    EXPECT_FALSE(std::filesystem::exists(dir.file("run") + "/metrics.jsonl")) << c.args;
-  }
+  }, dir.file("run"));
 }
 
 }  // namespace

@@ -15,6 +15,21 @@ void OptimizerFlags::add_to(CLI::App& app, const Only& only) {
   app.add_option("--grad-clip", optim.grad_clip, "Global gradient-norm clip (<= 0: off)")->capture_default_str();
   app.add_option("--beta1", optim.beta1, "AdamW beta1 (first-moment decay)")->capture_default_str();
   app.add_option("--beta2", optim.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option_function<std::string>(
+         "--optimizer", [this](const std::string& v) { optim.kind = parallel::parse_optimizer(v); },
+         "adamw, or muon: orthogonalised momentum for the blocks' matrices, AdamW for the rest "
+         "(docs/muon.md)")
+      ->check(CLI::IsMember({"adamw", "muon"}))
+      ->type_name("adamw|muon")
+      ->default_str("adamw");
+  app.add_option("--muon-momentum", optim.muon.momentum, "Muon's (Nesterov) momentum, in [0, 1)")
+      ->capture_default_str();
+  app.add_option("--ns-steps", optim.muon.ns_steps, "Muon's Newton-Schulz iterations (quintic, Jordan's coefficients)")
+      ->capture_default_str();
+  app.add_option("--muon-lr-scale", optim.muon.lr_scale,
+                 "RMS of Muon's update relative to --lr (0.2 matches AdamW's, as Moonshot does: the "
+                 "orthogonalised update is scaled by this x sqrt(max(rows, cols)))")
+      ->capture_default_str();
 }
 
 double OptimizerFlags::resolved_min_lr(const CLI::App& app) const {

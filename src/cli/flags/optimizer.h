@@ -1,6 +1,7 @@
-// The optimizer family, TOML section [optimizer]: AdamW and its learning-rate schedule
+// The optimizer family, TOML section [optimizer]: AdamW or Muon and the learning-rate schedule
 // (train/schedule.h, parallel/engine.h OptimConfig):
 //   --lr 6e-4 --min-lr 6e-5 --warmup 100 --weight-decay 0.1 --grad-clip 1 --beta2 0.95
+//   --optimizer muon --muon-momentum 0.95 --ns-steps 5 --muon-lr-scale 0.2
 #pragma once
 #include <cstdint>
 

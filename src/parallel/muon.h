@@ -1,0 +1,56 @@
+// Which parameters Muon updates, and which rank of a ZeRO group orthogonalises each.
+//
+// Muon takes the matrices of the blocks: attention q, k, v (GPT-2's fused c_attn is cut into
+// its three (C, C) row blocks and each is orthogonalised alone, as Moonshot's Megatron
+// implementation splits QKV: the three projections have their own spectra), the attention
+// output, the MLP's (or SwiGLU's gate, up, down) matrices and each expert's matrices, one
+// matrix per expert. AdamW keeps the rest: embeddings, an untied head, norms, biases and
+// the routers (a router's rows are per-expert scores, not a linear map to orthogonalise).
+//
+// Under ZeRO 1-3 each matrix is orthogonalised whole by one rank of the data-parallel group,
+// its owner: matrices go, largest Newton-Schulz cost first, to the rank with the least cost
+// so far (ties: the lowest rank), so the owners are the same on every rank and the flops
+// balance. Data_parallel.cc moves the matrices (docs/muon.md has the bytes).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_part.h"
+
+namespace strata::parallel {
+
+struct MuonMatrix {
+  int64_t begin = 0;  // flat offset of element (0, 0)
+  int rows = 0, cols = 0;
+  int unit = 0;
+  bool decay = true;
+  int64_t size() const { return int64_t(rows) * cols; }
+  int64_t end() const { return begin + size(); }
+};
+
+// Whether a view of the parameter table is (made of) Muon matrices.
+bool is_muon_view(const model::ParamView& v);
+
+// The Muon matrices of a parameter table, in flat order.
+std::vector<MuonMatrix> muon_matrices(const std::vector<model::ParamView>& table);
+
+// Owner of each matrix among `ranks` ranks (see above).
+std::vector<int> muon_owners(const std::vector<MuonMatrix>& matrices, int ranks, int ns_steps);
+
+// Elements of the table that Muon updates.
+int64_t muon_numel(const std::vector<model::ParamView>& table);
+
+// Elements of `matrices` inside [begin, end) of the flat space.
+int64_t muon_elems_in(const std::vector<MuonMatrix>& matrices, int64_t begin, int64_t end);
+
+// Bytes a rank's Muon step moves under ZeRO 1-3: each unit holding matrices is all-gathered
+// and reduce-scattered whole, in fp32 (payload: 8 bytes per element of those units); 0 at
+// stage 0, where every rank orthogonalises every matrix itself.
+int64_t muon_bytes_per_step(const std::vector<MuonMatrix>& matrices,
+                            const std::vector<std::pair<int64_t, int64_t>>& unit_ranges, int stage);
+
+// Newton-Schulz FLOPs of one step over `matrices` (cost::newton_schulz_flops each).
+double muon_ns_flops(const std::vector<MuonMatrix>& matrices, int ns_steps);
+
+}  // namespace strata::parallel
