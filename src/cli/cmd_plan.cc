@@ -267,11 +267,7 @@ OuterRequest outer_request(const Flags& f, const CLI::App& app) {
     STRATA_CHECK(o.inner_steps >= 1, "--inner-steps must be at least 1 (got ", o.inner_steps, ")");
     q.inner_steps = o.inner_steps;
   }
-  STRATA_CHECK(o.fragments >= 1 && o.fragments <= 4096, "--fragments must be in [1, 4096] (got ", o.fragments, ")");
-  STRATA_CHECK(o.overlap >= 0, "--outer-overlap must not be negative (got ", o.overlap, ")");
-  STRATA_CHECK(q.inner_steps == 0 || (o.overlap < q.inner_steps && o.fragments <= q.inner_steps),
-               "--outer-overlap ", o.overlap, " and --fragments ", o.fragments, " must fit in --inner-steps ",
-               q.inner_steps);
+  o.check(4096, "a bound on the planner's search", q.inner_steps);
   q.fragments = o.fragments;
   q.overlap = o.overlap;
   q.dtype = o.dtype;
@@ -313,7 +309,7 @@ void add_planner_flags(CLI::App& app, Flags& f) {
       ->check(plain_path(false));
   app.add_option("--grad-precision", f.args.grad_precision, "Gradients in bf16 (default) or fp32");
   app.add_option("--optimizer", f.args.optimizer,
-                 "adamw, sgd (momentum) or muon (the blocks' matrices keep one momentum; layouts at tp 1)");
+                 "adamw, sgd (momentum) or muon (the blocks' matrices keep one momentum)");
   app.add_option("--tokens", f.args.tokens, "Training tokens for days-to-train (e.g. 2T, 300B)");
   app.add_option("--headroom", f.args.headroom,
                  "Fraction of device memory kept free (default 0.10)");

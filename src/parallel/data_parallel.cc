@@ -54,8 +54,11 @@ DataParallelEngine::DataParallelEngine(model::ModelPart& model, comm::ProcessGro
                "the model holds the experts of an expert-parallel group of ",
                model.expert_shard().size, " but the engine was given one of ", P);
   STRATA_CHECK(P == 1 || experts.edp, "expert parallelism needs the expert-data-parallel group");
-  STRATA_CHECK(optim.kind != OptimizerKind::muon || !model.tensor_comm(),
-               "--optimizer muon: tensor-parallel matrices are not orthogonalised yet (run Muon at --tp 1)");
+  if (optim.kind == OptimizerKind::muon && model.tensor_comm())
+    for (const model::ParamView& v : model.param_table())
+      STRATA_CHECK(!is_muon_view(v) || !v.replicated, "--optimizer muon: ", v.name,
+                   " is replicated over tensor-parallel ranks (key/value heads shared by several ranks): Muon "
+                   "gathers a matrix from equal slices; use --tp at most --kv-heads, or AdamW");
   const int x = model.first_expert_unit(), U = model.num_units(), dense = std::min(x, U);
   const bool tied = model.tied_unit0();
   STRATA_CHECK(!stage.embed || (tied && !bf16_), "internal: the tied embedding of a pipeline ",
@@ -153,7 +156,7 @@ void DataParallelEngine::plan_optimizer(Region& r) {
     return;
   }
   const int64_t psi = r.layout.psi();
-  for (const MuonMatrix& m : muon_matrices(model_.param_table()))
+  for (const MuonMatrix& m : muon_matrices(model_))
     if (m.begin >= r.base && m.end() <= r.base + psi) {
       MuonMatrix x = m;
       x.begin -= r.base;
@@ -199,13 +202,15 @@ void DataParallelEngine::allocate_scratch() {
 // Muon's buffers: stage 0 one matrix (its momentum, orthogonalised in place), stages 1-3
 // two units (one gathering while the other is orthogonalised); and Newton-Schulz scratch.
 void DataParallelEngine::allocate_muon() {
-  int64_t buffer = 0, scratch = 0;
+  int64_t buffer = 0, scratch = 0, whole = 0;
   for (const auto& r : regions_)
     for (const MuonMatrix& m : r->muon) {
       buffer = std::max(buffer, opts_.stage == 0 ? m.size() : 2 * r->units[size_t(m.unit - r->first_unit)].size());
-      scratch = std::max(scratch, kernels::ns5_scratch_elems(m.rows, m.cols));
+      scratch = std::max(scratch, kernels::ns5_scratch_elems(m.full_rows(), m.full_cols()));
+      if (m.tp_axis >= 0) whole = std::max(whole, 2 * m.size() * m.tp);  // gathered slices, assembled
     }
   if (buffer == 0) return;
+  scratch += whole;
   muon_buffer_ = Buffer(opts_.stage == 0 ? MemCategory::activations : MemCategory::comm, size_t(buffer) * sizeof(float));
   muon_scratch_ = Buffer(MemCategory::activations, size_t(scratch) * sizeof(float));
 }
@@ -463,7 +468,6 @@ void DataParallelEngine::apply_muon(Region& r, float lr, float grad_scale) {
   float* weights = optimizer_weights(r);
   float* mom = r.exp_avg.as<float>() - lo;
   const int64_t chunk = bf16_ ? regions_[0]->units[0].size() : 0;
-  float* ns = muon_scratch_.as<float>();
   // u of [b, e) (opt_range) into dst (dst[0] is element b).
   auto momentum = [&](Range x, float* dst) {
     for_grad_chunks(r, x, scratch_grads_[0], chunk, [&](int64_t b, int64_t e, const float* g) {
@@ -474,8 +478,8 @@ void DataParallelEngine::apply_muon(Region& r, float lr, float grad_scale) {
     float* u = muon_buffer_.as<float>();
     for (const MuonMatrix& m : r.muon) {
       momentum({m.begin, m.end()}, u);
-      kernels::orthogonalise_ns5(u, m.rows, m.cols, s.ns_steps, ns);
-      kernels::muon_apply(weights + m.begin, u, m.size(), m.rows, m.cols, m.decay, s);
+      orthogonalise(m, u, s.ns_steps);
+      kernels::muon_apply(weights + m.begin, u, m.size(), m.full_rows(), m.full_cols(), m.decay, s);
     }
     return;
   }
@@ -520,7 +524,7 @@ void DataParallelEngine::apply_muon(Region& r, float lr, float grad_scale) {
       const MuonMatrix& m = r.muon[i];
       if (r.muon_owner[i] != me) continue;
       std::memset(G + (at - w.range.begin), 0, sizeof(float) * size_t(m.begin - at));
-      kernels::orthogonalise_ns5(G + (m.begin - w.range.begin), m.rows, m.cols, s.ns_steps, ns);
+      orthogonalise(m, G + (m.begin - w.range.begin), s.ns_steps);
       at = m.end();
     }
     std::memset(G + (at - w.range.begin), 0, sizeof(float) * size_t(w.range.end - at));
@@ -531,8 +535,43 @@ void DataParallelEngine::apply_muon(Region& r, float lr, float grad_scale) {
       const MuonMatrix& m = r.muon[i];
       const Range x = intersect({m.begin, m.end()}, part);
       if (!x.empty())
-        kernels::muon_apply(weights + x.begin, G + (x.begin - w.range.begin), x.size(), m.rows, m.cols, m.decay, s);
+        kernels::muon_apply(weights + x.begin, G + (x.begin - w.range.begin), x.size(), m.full_rows(), m.full_cols(),
+                            m.decay, s);
     }
+  }
+}
+
+// u (this rank's slice of matrix m) orthogonalised in place. A matrix split over the tp group
+// is gathered whole from its slices (every tp rank of the group owns the same matrices, as the
+// ranks' shapes are equal), orthogonalised whole by each of them, and each keeps its slice.
+void DataParallelEngine::orthogonalise(const MuonMatrix& m, float* u, int ns_steps) {
+  float* ns = muon_scratch_.as<float>();
+  if (m.tp_axis < 0) {
+    kernels::orthogonalise_ns5(u, m.rows, m.cols, ns_steps, ns);
+    return;
+  }
+  comm::ProcessGroup& tp = model_.tensor_comm()->group();
+  const int T = m.tp, t = tp.rank();
+  const int64_t n = m.size();
+  float* gathered = ns + kernels::ns5_scratch_elems(m.full_rows(), m.full_cols());
+  float* whole = gathered + n * T;
+  tp.all_gather_async(u, gathered, size_t(n), DType::f32)->wait();
+  muon_bytes_last_step_ += n * T * int64_t(sizeof(float));
+  const int R = m.full_rows(), C = m.full_cols();
+  if (m.tp_axis == 0) {  // row slices in rank order: already the whole matrix
+    std::memcpy(whole, gathered, sizeof(float) * size_t(n * T));
+  } else {  // column slices: rank r's (rows x cols) goes to columns [r cols, (r + 1) cols)
+    for (int r = 0; r < T; ++r)
+      for (int i = 0; i < m.rows; ++i)
+        std::memcpy(whole + int64_t(i) * C + int64_t(r) * m.cols, gathered + r * n + int64_t(i) * m.cols,
+                    sizeof(float) * size_t(m.cols));
+  }
+  kernels::orthogonalise_ns5(whole, R, C, ns_steps, ns);
+  if (m.tp_axis == 0) {
+    std::memcpy(u, whole + int64_t(t) * n, sizeof(float) * size_t(n));
+  } else {
+    for (int i = 0; i < m.rows; ++i)
+      std::memcpy(u + int64_t(i) * m.cols, whole + int64_t(i) * C + int64_t(t) * m.cols, sizeof(float) * size_t(m.cols));
   }
 }
 

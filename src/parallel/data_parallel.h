@@ -180,6 +180,7 @@ class DataParallelEngine final : public StepEngine {
   float* optimizer_weights(Region& r);
   void apply_adamw(Region& r, float lr, float grad_scale);
   void apply_muon(Region& r, float lr, float grad_scale);
+  void orthogonalise(const MuonMatrix& m, float* u, int ns_steps);
 
   model::ModelPart& model_;
   DataParallelOptions opts_;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cost/flops.h"
+#include "model/tensor/collectives.h"
 #include "parallel/engine.h"
 
 namespace strata::parallel {
@@ -37,10 +38,29 @@ std::vector<MuonMatrix> muon_matrices(const std::vector<model::ParamView>& table
   return out;
 }
 
+std::vector<MuonMatrix> muon_matrices(const model::ModelPart& model) {
+  std::vector<MuonMatrix> out = muon_matrices(model.param_table());
+  const int T = model.tensor_comm() ? model.tensor_comm()->group().size() : 1;
+  if (T == 1) return out;
+  const TensorLayout layout = model.tensor_layout();
+  for (MuonMatrix& m : out) {
+    const auto piece = std::find_if(layout.begin(), layout.end(), [&](const TensorPiece& p) {
+      return p.local_offset <= m.begin && m.begin < p.local_offset + p.numel();
+    });
+    STRATA_CHECK(piece != layout.end() && piece->global_shape.size() == 2,
+                 "internal: Muon matrix at ", m.begin, " is in no 2-D piece of the rank's layout");
+    m.tp = T;
+    m.tp_axis = piece->extents[1] < piece->global_shape[1] ? 1 : piece->extents[0] < piece->global_shape[0] ? 0 : -1;
+  }
+  return out;
+}
+
 std::vector<int> muon_owners(const std::vector<MuonMatrix>& matrices, int ranks, int ns_steps) {
   std::vector<size_t> order(matrices.size());
   std::iota(order.begin(), order.end(), size_t(0));
-  auto cost = [&](size_t i) { return cost::newton_schulz_flops(matrices[i].rows, matrices[i].cols, ns_steps); };
+  auto cost = [&](size_t i) {
+    return cost::newton_schulz_flops(matrices[i].full_rows(), matrices[i].full_cols(), ns_steps);
+  };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost(a) > cost(b); });
   std::vector<double> load(size_t(std::max(ranks, 1)), 0.0);
   std::vector<int> owner(matrices.size(), 0);
@@ -67,9 +87,17 @@ int64_t muon_bytes_per_step(const std::vector<MuonMatrix>& matrices,
   return bytes;
 }
 
+int64_t muon_tp_bytes(const std::vector<MuonMatrix>& matrices, int ns_steps, int ranks, int rank) {
+  const std::vector<int> owner = muon_owners(matrices, ranks, ns_steps);
+  int64_t bytes = 0;
+  for (size_t i = 0; i < matrices.size(); ++i)
+    if (matrices[i].tp_axis >= 0 && owner[i] == rank) bytes += 4 * matrices[i].size() * matrices[i].tp;
+  return bytes;
+}
+
 double muon_ns_flops(const std::vector<MuonMatrix>& matrices, int ns_steps) {
   double f = 0;
-  for (const MuonMatrix& m : matrices) f += cost::newton_schulz_flops(m.rows, m.cols, ns_steps);
+  for (const MuonMatrix& m : matrices) f += cost::newton_schulz_flops(m.full_rows(), m.full_cols(), ns_steps);
   return f;
 }
 

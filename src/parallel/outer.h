@@ -60,6 +60,11 @@ struct OuterOptions {
   // The step offset of fragment p within each round of H steps.
   int offset_of(int fragment) const { return int(int64_t(fragment) * steps_per_sync() / fragments); }
   std::string describe() const;  // "2 replica groups, sync every 50 steps, outer lr 0.7, momentum 0.9 (Nesterov)"
+  // The checks every command makes of these settings (strata train and strata plan), one line
+  // naming the flag each: the outer step's numbers, and how the fragments (at most
+  // `max_fragments`, `fragments_bound` saying what bounds them) and the overlap fit a round of
+  // `H` steps (0: not known yet). The job's own checks (ranks, batch, hosts) stay with it.
+  void check(int max_fragments, const std::string& fragments_bound, int H) const;
 };
 
 // Flat ranges [begin, end) of each of `fragments` fragments of a rank's flat space, from the

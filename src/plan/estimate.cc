@@ -77,8 +77,9 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool l
   const int64_t mlp_mats = (m.mlp == MlpKind::swiglu ? 3 : 2) * h * f / tp;
   p.muon_dense = layers * (2 * h * h / tp + 2 * h * kv + (m.moe() ? 0 : mlp_mats));
   p.muon_expert = layers * (m.moe() ? (m.experts / l.ep) * mlp_mats : 0);
-  const double mlp_ns = (m.mlp == MlpKind::swiglu ? 2 : 1) * cost::newton_schulz_flops(f / tp, h, 5) + cost::newton_schulz_flops(h, f / tp, 5);
-  p.ns_flops = double(layers) * (2 * cost::newton_schulz_flops(h / tp, h, 5) + 2 * cost::newton_schulz_flops(kv, h, 5) +
+  // Each matrix is orthogonalised whole (a tp rank gathers its slices first).
+  const double mlp_ns = (m.mlp == MlpKind::swiglu ? 2 : 1) * cost::newton_schulz_flops(f, h, 5) + cost::newton_schulz_flops(h, f, 5);
+  p.ns_flops = double(layers) * (2 * cost::newton_schulz_flops(h, h, 5) + 2 * cost::newton_schulz_flops(m.kv_hidden(), h, 5) +
                                  (m.moe() ? double(m.experts / l.ep) : 1.0) * mlp_ns);
   p.largest_layer = dense_layer + expert_layer;
   if (first) p.dense += V * h / tp + c.position;
@@ -517,6 +518,13 @@ double muon_step_s(const TrainSetup& s, const Layout& l, const MicroBatch& c, co
   };
   move("muon", double(p.dense_blocks), n_dense, k.dp_inter, k.dp);
   move("muon-expert", double(p.expert), n_expert, k.dpe_inter, k.dp_expert);
+  if (l.tp > 1) {  // the owned matrices' slices gathered whole over the tp group, in fp32
+    const double bytes = 4.0 * double(p.muon_dense + p.muon_expert) * l.tp / (l.zero >= 1 ? n_dense : 1);
+    const double time = all_gather_s(bytes, l.tp, k.tp);
+    t += time;
+    e.comm.push_back(item("muon-tp", "Muon: all-gather the tp slices of each owned matrix (fp32)", Collective::all_gather,
+                          l.tp, false, bytes, 1, time, time));
+  }
   return t;
 }
 

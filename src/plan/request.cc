@@ -217,9 +217,9 @@ PlanRequest build_plan_request(const PlanArgs& a) {
   FixedLayout& fx = req.fixed;
   fx.tp = a.tp, fx.pp = a.pp, fx.dp = a.dp, fx.cp = a.cp, fx.ep = a.ep, fx.zero = a.zero;
   fx.micro_batch = a.micro_batch;
-  STRATA_CHECK(s.optimizer != Optimizer::muon || fx.tp.value_or(1) == 1, "--optimizer muon with --tp ",
-               fx.tp.value_or(1), ": strata runs Muon at tp 1 (each matrix orthogonalised whole; gathering "
-               "tensor-parallel shards is not built yet)");
+  STRATA_CHECK(s.optimizer != Optimizer::muon || fx.tp.value_or(1) <= s.model.kv_heads, "--optimizer muon with --tp ",
+               fx.tp.value_or(1), " and ", s.model.kv_heads, " key/value heads: ranks sharing a key/value head hold the "
+               "same k and v rows, and Muon gathers each matrix from equal slices");
   if (a.recompute) fx.recompute = model::parse_recompute_mode(*a.recompute);
 
   req.train_tokens = a.tokens ? parse_count("--tokens", *a.tokens) : s.model.train_tokens;

@@ -54,7 +54,8 @@ void for_each_layout(const TrainSetup& s, const FixedLayout& f, const std::vecto
   const int64_t N = s.gpus, G = s.gpu.gpus_per_node;
   for (int tp : one_or(f.tp, divisors(G, G))) {
     if (N % tp) continue;
-    if (s.optimizer == Optimizer::muon && tp > 1) continue;  // strata runs Muon at tp 1
+    // strata's Muon gathers a tp-split matrix from equal slices: no key/value head shared by ranks.
+    if (s.optimizer == Optimizer::muon && tp > 1 && m.kv_heads < tp) continue;
     for (int pp : one_or(f.pp, divisors(N / tp, m.layers))) {
       if ((N / tp) % pp) continue;
       for (int cp : one_or(f.cp, divisors(N / tp / pp, 64))) {

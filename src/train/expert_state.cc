@@ -27,7 +27,7 @@ RankStateFormula rank_state_formula(int64_t local_params, int64_t expert_params,
 
 MuonFormula muon_formula(const model::ModelPart& model, const RankStateFormula& f, int stage,
                          int dense_rank, int edp_rank, int ns_steps) {
-  const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(model.param_table());
+  const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(model);
   auto updated = [&](int64_t base, int64_t psi, int64_t n, int rank) {
     const parallel::Range r = stage == 0 ? parallel::Range{0, psi} : parallel::ShardLayout(psi, int(n), rank).own();
     return parallel::muon_elems_in(ms, base + r.begin, base + std::min(r.end, psi));
@@ -38,6 +38,11 @@ MuonFormula muon_formula(const model::ModelPart& model, const RankStateFormula& 
   std::vector<std::pair<int64_t, int64_t>> units;
   for (int u = 0; u < model.num_units(); ++u) units.push_back(model.unit_range(u));
   m.bytes_per_step = parallel::muon_bytes_per_step(ms, units, stage);
+  // Each region's owners (its tp-split matrices are gathered over the tp group by them).
+  std::vector<parallel::MuonMatrix> dense, experts;
+  for (const parallel::MuonMatrix& x : ms) (x.begin < f.dense_params ? dense : experts).push_back(x);
+  m.bytes_per_step += parallel::muon_tp_bytes(dense, ns_steps, stage ? int(f.dense_ranks) : 1, stage ? dense_rank : 0) +
+                      parallel::muon_tp_bytes(experts, ns_steps, stage ? int(f.edp_ranks) : 1, stage ? edp_rank : 0);
   m.ns_flops = parallel::muon_ns_flops(ms, ns_steps);
   return m;
 }

@@ -252,12 +252,15 @@ double PipelineRunner::forward_backward(const data::StepBatch& batch, float scal
 
 void PipelineRunner::summary_sections(SummaryBuilder& summary) {
   if (cfg_.optim.kind == parallel::OptimizerKind::muon) {  // this stage's matrices
-    const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(sm_.param_table());
+    const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(sm_);
     std::vector<std::pair<int64_t, int64_t>> units;
     for (int u = 0; u < sm_.num_units(); ++u) units.push_back(sm_.unit_range(u));
     MuonFormula m;
     m.dense_updated = -1;
-    m.bytes_per_step = parallel::muon_bytes_per_step(ms, units, pc_.dp.stage);
+    const int stage = pc_.dp.stage;
+    m.bytes_per_step = parallel::muon_bytes_per_step(ms, units, stage) +
+                       parallel::muon_tp_bytes(ms, cfg_.optim.muon.ns_steps, stage ? mesh_.dp_cp().size() : 1,
+                                               stage ? mesh_.dp_cp().rank() : 0);
     m.ns_flops = parallel::muon_ns_flops(ms, cfg_.optim.muon.ns_steps);
     add_muon_section(summary, cfg_.optim.muon, sm_, *engine_, m);
   }

@@ -126,25 +126,13 @@ void RunSpec::check_replica_groups() const {
   const int R = o.groups, n = parallel.world();
   STRATA_CHECK(R >= 1, "--replica-groups must be at least 1 (got ", R, ")");
   if (given.inner_steps) STRATA_CHECK(o.inner_steps >= 1, "--inner-steps must be at least 1 (got ", o.inner_steps, ")");
-  STRATA_CHECK(std::isfinite(o.lr) && o.lr > 0, "--outer-lr must be positive and finite (got ", o.lr, ")");
-  STRATA_CHECK(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1,
-               "--outer-momentum must be in [0, 1) (got ", o.momentum, ")");
-  STRATA_CHECK(o.mix >= 0 && o.mix <= 1, "--outer-mix must be in [0, 1] (got ", o.mix, ")");
   const bool streaming = o.fragments != 1 || o.overlap != 0 || o.dtype != parallel::OuterDType::fp32 || o.error_feedback;
   if (!o.active()) {
     STRATA_CHECK(!streaming, "--fragments, --outer-overlap and --outer-dtype shape the outer syncs of "
                  "--replica-groups R (or --inner-steps H); this run has none");
     return;
   }
-  const int H = o.steps_per_sync();
-  STRATA_CHECK(o.fragments >= 1 && o.fragments <= train.model.layers, "--fragments must be in [1, ", train.model.layers,
-               "] (the model's layers; got ", o.fragments, ")");
-  STRATA_CHECK(o.fragments <= H, "--fragments ", o.fragments, " cannot be staggered over --inner-steps ", H,
-               " (at most one fragment per step)");
-  STRATA_CHECK(o.overlap >= 0 && o.overlap < H, "--outer-overlap must be in [0, --inner-steps ", H, ") (got ",
-               o.overlap, ")");
-  STRATA_CHECK(!o.error_feedback || o.dtype != parallel::OuterDType::fp32, "--outer-error-feedback corrects the "
-               "rounding of --outer-dtype bf16, int8 or int4; fp32 sends the parameters as they are");
+  o.check(train.model.layers, "the model's layers", o.steps_per_sync());
   STRATA_CHECK(o.dtype == parallel::OuterDType::fp32 || R >= 2, "--outer-dtype ", parallel::outer_dtype_name(o.dtype),
                " encodes what crosses the groups: it needs --replica-groups 2 or more (got ", R, ")");
   STRATA_CHECK(n % R == 0, "--replica-groups ", R, " does not divide the job's ", n, " rank(s)");
@@ -248,9 +236,10 @@ void RunSpec::validate() const {
   // The model and the optimizer, then the layout they run on.
   const parallel::ParallelLayout l = layout();
   if (pc.recovery != Recovery::restart) check_live_recovery(l);
-  STRATA_CHECK(cfg.optim.kind != parallel::OptimizerKind::muon || l.tp == 1,
-               "--optimizer muon with --tp ", l.tp, ": Muon orthogonalises each matrix whole, and gathering a "
-               "tensor-parallel matrix's shards is not built yet; run Muon at --tp 1 (dp, ZeRO, pp, ep) or AdamW");
+  STRATA_CHECK(cfg.optim.kind != parallel::OptimizerKind::muon || l.tp == 1 || cfg.model.kv() >= l.tp,
+               "--optimizer muon with --tp ", l.tp, " and ", cfg.model.kv(), " key/value heads: ranks sharing a key/value "
+               "head hold the same k and v rows, and Muon gathers each matrix from equal slices; use --tp at most "
+               "--kv-heads, or AdamW");
   // The layout is each replica group's, and so is the batch it trains.
   const int64_t batch = group_batch();
   cfg.validate(l.dp * int(cfg.batch / batch));

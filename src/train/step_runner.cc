@@ -61,7 +61,7 @@ class OneProcessRunner final : public ModelRunner {
   }
   void summary_sections(SummaryBuilder& summary) override {
     if (optim_.kind != parallel::OptimizerKind::muon) return;
-    const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(model_->param_table());
+    const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(*model_);
     MuonFormula m;  // one rank: every matrix, nothing moved
     m.dense_updated = parallel::muon_numel(model_->param_table());
     m.ns_flops = parallel::muon_ns_flops(ms, optim_.muon.ns_steps);

@@ -45,13 +45,23 @@ TEST(PlanMuon, MatricesKeepOneMomentum) {
   }
 }
 
-TEST(PlanMuon, LayoutsStayAtTpOne) {
+// Under tp each owned matrix's slices are gathered whole (4 bytes per element of the whole
+// matrix); no layout shares a key/value head between tp ranks.
+TEST(PlanMuon, TensorParallelGathersEachOwnedMatrixWhole) {
+  const json m = best("--model gpt2 --gpus 16 --batch 64 --tp 2 --dp 8 --zero 1 --optimizer muon");
+  bool row = false;
+  for (const json& c : m["communication"])
+    if (c["dim"] == "muon-tp") {
+      row = true;
+      EXPECT_DOUBLE_EQ(c["bytes_per_call"].get<double>(), 4.0 * 12 * 12 * 768 * 768 / 8);
+    }
+  EXPECT_TRUE(row) << m["communication"].dump();
   auto r = run_strata("plan --model llama-3-8b --gpus 64 --batch 512 --optimizer muon --json", "", Streams::separate);
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const json& l : json::parse(r.out)["ranking"]) EXPECT_EQ(l["layout"]["tp"], 1) << l.dump();
-  auto tp = run_strata("plan --model gpt2 --gpus 16 --batch 64 --optimizer muon --tp 2", "", Streams::separate);
+  for (const json& l : json::parse(r.out)["ranking"]) EXPECT_LE(l["layout"]["tp"].get<int>(), 8) << l.dump();
+  auto tp = run_strata("plan --model llama-3-8b --gpus 64 --batch 512 --optimizer muon --tp 16", "", Streams::separate);
   EXPECT_NE(tp.status, 0);
-  EXPECT_NE(tp.err.find("--optimizer muon with --tp 2: strata runs Muon at tp 1"), std::string::npos) << tp.err;
+  EXPECT_NE(tp.err.find("--optimizer muon with --tp 16 and 8 key/value heads"), std::string::npos) << tp.err;
 }
 
 }  // namespace

@@ -89,7 +89,8 @@ TEST(PlanOuter, BadSettingsAreOneLine) {
   for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
            {"--replica-groups 1", "--replica-groups must be at least 2 to plan groups (got 1)"},
            {"--inner-steps 10", "--inner-steps shapes the groups of --replica-groups R"},
-           {"--replica-groups 2 --inner-steps 4 --outer-overlap 4", "must fit in --inner-steps 4"},
+           {"--replica-groups 2 --inner-steps 4 --outer-overlap 4", "--outer-overlap must be in [0, --inner-steps 4) (got 4)"},
+           {"--replica-groups 2 --outer-error-feedback", "--outer-error-feedback corrects the rounding of"},
            {"--replica-groups 2 --outer-link-share 0", "--outer-link-share"},
        }) {
     auto r = run_strata("plan --model gpt2 --gpus 16 " + args, "", Streams::separate);

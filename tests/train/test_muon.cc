@@ -44,8 +44,8 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
 class MuonLayouts : public ::testing::TestWithParam<const char*> {};
 
 // dp 2 at ZeRO 0-3 (each matrix orthogonalised whole by its owner under 1-3), pp 2 (each stage
-// its own matrices) and ep 2 (each expert's matrices on the rank holding the expert): the
-// one-process run's losses within 1e-5.
+// its own matrices), ep 2 (each expert's matrices on the rank holding the expert) and tp 2
+// (each matrix gathered whole from its slices): the one-process run's losses within 1e-5.
 TEST_P(MuonLayouts, EqualOneProcess) {
   TempDir dir("muon_layouts");
   const std::string layout = GetParam();
@@ -67,7 +67,8 @@ TEST_P(MuonLayouts, EqualOneProcess) {
 INSTANTIATE_TEST_SUITE_P(Layouts, MuonLayouts,
                          ::testing::Values("--nproc 2 --zero 0", "--nproc 2 --zero 1", "--nproc 2 --zero 2",
                                            "--nproc 2 --zero 3", "--nproc 2 --pp 2",
-                                           "--nproc 2 --ep 2 --zero 1", "--nproc 4 --ep 2 --pp 2"),
+                                           "--nproc 2 --ep 2 --zero 1", "--nproc 4 --ep 2 --pp 2",
+                                           "--nproc 2 --tp 2", "--nproc 4 --tp 2 --zero 1"),
                          [](const auto& info) {  // "--nproc 2 --zero 1" -> nproc_2_zero_1
                            std::string n;
                            for (const char* c = info.param; *c; ++c)
@@ -143,7 +144,7 @@ TEST(Muon, BadSettingsAreOneLineBeforeAnyRankStarts) {
       {"--muon-momentum -0.1", "--muon-momentum must be in [0, 1) (got -0.1)"},
       {"--muon-lr-scale 0", "--muon-lr-scale must be a positive number (got 0)"},
       {"--optimizer sgd", "--optimizer"},
-      {"--nproc 2 --tp 2", "--optimizer muon with --tp 2: Muon orthogonalises each matrix whole"},
+      {"--arch llama --kv-heads 1 --nproc 2 --tp 2", "--optimizer muon with --tp 2 and 1 key/value heads"},
   }, dir.file("run"));
 }
 
