@@ -8,7 +8,7 @@
 #      alternating the two optimizers over ROUNDS rounds, median of each run's median ms/step.
 #
 #   bash bench/muon/vs_adamw.sh      # STEPS=200 EVAL_EVERY=20 LRS="3e-4 1e-3 3e-3 1e-2 3e-2" ROUNDS=3
-#   DATASETS=none ROUNDS=5 bash bench/muon/vs_adamw.sh   # the step times alone
+#   DATASETS= ROUNDS=5 bash bench/muon/vs_adamw.sh   # the step times alone
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 STEPS="${STEPS:-200}"
@@ -16,7 +16,7 @@ EVAL_EVERY="${EVAL_EVERY:-20}"
 LRS="${LRS:-3e-4 1e-3 3e-3 1e-2 3e-2}"
 ROUNDS="${ROUNDS:-3}"
 THREADS="${THREADS:-$(nproc)}"  # the loss runs; the timing runs use 1 thread per rank
-DATASETS="${DATASETS:-text synthetic}"
+DATASETS="${DATASETS-text synthetic}"  # empty: the step times alone
 bench_need_strata muon
 bench_scratch
 "$PYTHON" -c "import sys; sys.path.insert(0, '$ROOT/bench'); from machine import machine_line; print(machine_line(1))"
