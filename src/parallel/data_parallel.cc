@@ -160,6 +160,11 @@ void DataParallelEngine::plan_optimizer(Region& r) {
     if (m.begin >= r.base && m.end() <= r.base + psi) {
       MuonMatrix x = m;
       x.begin -= r.base;
+      // The part's unit holding it: a pipeline stage's table keeps the one-process unit numbers.
+      const auto in = std::find_if(r.units.begin(), r.units.end(),
+                                   [&](const Range& u) { return u.begin <= x.begin && x.end() <= u.end; });
+      STRATA_CHECK(in != r.units.end(), "internal: Muon matrix at ", m.begin, " lies in no unit of its region");
+      x.unit = r.first_unit + int(in - r.units.begin());
       r.muon.push_back(x);
     }
   r.muon_owner = muon_owners(r.muon, opts_.stage == 0 ? 1 : r.pg.size(), optim_.muon.ns_steps);

@@ -23,7 +23,7 @@ namespace strata::parallel {
 struct MuonMatrix {
   int64_t begin = 0;  // flat offset of element (0, 0)
   int rows = 0, cols = 0;  // this rank's
-  int unit = 0;
+  int unit = 0;  // the table's unit (a pipeline stage's table keeps the one-process numbers)
   bool decay = true;
   // Under tensor parallelism: the axis along which the tp ranks' slices make the whole matrix
   // (0: rows, column-parallel; 1: columns, row-parallel; -1: this rank holds it whole), and

@@ -68,7 +68,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MuonLayouts,
                          ::testing::Values("--nproc 2 --zero 0", "--nproc 2 --zero 1", "--nproc 2 --zero 2",
                                            "--nproc 2 --zero 3", "--nproc 2 --pp 2",
                                            "--nproc 2 --ep 2 --zero 1", "--nproc 4 --ep 2 --pp 2",
-                                           "--nproc 2 --tp 2", "--nproc 4 --tp 2 --zero 1"),
+                                           "--nproc 2 --tp 2", "--nproc 4 --tp 2 --zero 1",
+                                           "--nproc 4 --pp 2 --dp 2 --zero 1", "--nproc 4 --pp 2 --tp 2 --zero 3"),
                          [](const auto& info) {  // "--nproc 2 --zero 1" -> nproc_2_zero_1
                            std::string n;
                            for (const char* c = info.param; *c; ++c)
