@@ -142,8 +142,9 @@ void DataParallelEngine::allocate_state(Region& r) {
   if (bf16_) r.master = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
   r.exp_avg = Buffer(MemCategory::optimizer, size_t(opt) * sizeof(float));
   // Muon's matrices have no second moment: AdamW's runs only.
-  int64_t v = opt;
-  if (optim_.kind == OptimizerKind::muon) v = r.adam.empty() ? 0 : r.adam.back().v_at + r.adam.back().end - r.adam.back().begin;
+  int64_t v = optim_.kind == OptimizerKind::adamw ? opt : 0;
+  if (optim_.kind == OptimizerKind::muon)
+    for (const Region::AdamRun& a : r.adam) v += a.end - a.begin;
   r.exp_avg_sq = Buffer(MemCategory::optimizer, size_t(v) * sizeof(float));
 }
 
@@ -695,7 +696,7 @@ std::vector<StateShard> DataParallelEngine::state_shards() {
     }
     out.push_back({"exp_avg", DType::f32, b + opt.begin, b + opt.end, b + own.begin, b + own.end,
                    r.exp_avg.data()});
-    if (r.muon.empty() && optim_.kind == OptimizerKind::adamw) {
+    if (optim_.kind == OptimizerKind::adamw) {
       out.push_back({"exp_avg_sq", DType::f32, b + opt.begin, b + opt.end, b + own.begin,
                      b + own.end, r.exp_avg_sq.data()});
       continue;

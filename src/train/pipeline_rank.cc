@@ -251,17 +251,12 @@ double PipelineRunner::forward_backward(const data::StepBatch& batch, float scal
 }
 
 void PipelineRunner::summary_sections(SummaryBuilder& summary) {
-  if (cfg_.optim.kind == parallel::OptimizerKind::muon) {  // this stage's matrices
-    const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(sm_);
-    std::vector<std::pair<int64_t, int64_t>> units;
-    for (int u = 0; u < sm_.num_units(); ++u) units.push_back(sm_.unit_range(u));
-    MuonFormula m;
-    m.dense_updated = -1;
-    const int stage = pc_.dp.stage;
-    m.bytes_per_step = parallel::muon_bytes_per_step(ms, units, stage) +
-                       parallel::muon_tp_bytes(ms, cfg_.optim.muon.ns_steps, stage ? mesh_.dp_cp().size() : 1,
-                                               stage ? mesh_.dp_cp().rank() : 0);
-    m.ns_flops = parallel::muon_ns_flops(ms, cfg_.optim.muon.ns_steps);
+  if (cfg_.optim.kind == parallel::OptimizerKind::muon) {  // this stage's matrices, over its dp x cp group
+    RankStateFormula f;
+    f.dense_params = sm_.num_params();
+    f.dense_ranks = mesh_.dp_cp().size();
+    MuonFormula m = muon_formula(sm_, f, pc_.dp.stage, mesh_.dp_cp().rank(), 0, cfg_.optim.muon.ns_steps);
+    m.dense_updated = -1;  // the stage engine keeps unit 0 in a region of its own: not this shard formula's
     add_muon_section(summary, cfg_.optim.muon, sm_, *engine_, m);
   }
   // Under cp the activations include the cp attention's buffers (Ulysses: its saved outputs).

@@ -61,11 +61,9 @@ class OneProcessRunner final : public ModelRunner {
   }
   void summary_sections(SummaryBuilder& summary) override {
     if (optim_.kind != parallel::OptimizerKind::muon) return;
-    const std::vector<parallel::MuonMatrix> ms = parallel::muon_matrices(*model_);
-    MuonFormula m;  // one rank: every matrix, nothing moved
-    m.dense_updated = parallel::muon_numel(model_->param_table());
-    m.ns_flops = parallel::muon_ns_flops(ms, optim_.muon.ns_steps);
-    add_muon_section(summary, optim_.muon, *model_, *engine_, m);
+    RankStateFormula f;  // one rank, ZeRO 0: every matrix updated here, nothing moved
+    f.dense_params = model_->num_params();
+    add_muon_section(summary, optim_.muon, *model_, *engine_, muon_formula(*model_, f, 0, 0, 0, optim_.muon.ns_steps));
   }
   comm::GroupPtr solo_;
   parallel::OptimConfig optim_;

@@ -6,19 +6,17 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "plan_json.h"
 #include "support/run.h"
 
 namespace {
 
 using nlohmann::json;
+using strata::test::plan_json;
 using strata::test::run_strata;
 using strata::test::Streams;
 
-json best(const std::string& args) {
-  auto r = run_strata("plan " + args + " --json", "", Streams::separate);
-  EXPECT_EQ(r.status, 0) << args << "\n" << r.err;
-  return json::parse(r.out)["best"];
-}
+json best(const std::string& args) { return plan_json(args)["best"]; }
 
 // GPT-2 small: 12 blocks of q, k, v, o (768²) and c_fc, c_proj (4·768²) are Muon's; each GPU of
 // 16 keeps 4 bytes fewer for its shard of them (ceil(Ψ_muon / 16)), at ZeRO 0 for all of them.
@@ -56,9 +54,7 @@ TEST(PlanMuon, TensorParallelGathersEachOwnedMatrixWhole) {
       EXPECT_DOUBLE_EQ(c["bytes_per_call"].get<double>(), 4.0 * 12 * 12 * 768 * 768 / 8);
     }
   EXPECT_TRUE(row) << m["communication"].dump();
-  auto r = run_strata("plan --model llama-3-8b --gpus 64 --batch 512 --optimizer muon --json", "", Streams::separate);
-  ASSERT_EQ(r.status, 0) << r.err;
-  for (const json& l : json::parse(r.out)["ranking"]) EXPECT_LE(l["layout"]["tp"].get<int>(), 8) << l.dump();
+  for (const json& l : plan_json("--model llama-3-8b --gpus 64 --batch 512 --optimizer muon")["ranking"]) EXPECT_LE(l["layout"]["tp"].get<int>(), 8) << l.dump();
   auto tp = run_strata("plan --model llama-3-8b --gpus 64 --batch 512 --optimizer muon --tp 16", "", Streams::separate);
   EXPECT_NE(tp.status, 0);
   EXPECT_NE(tp.err.find("--optimizer muon with --tp 16 and 8 key/value heads"), std::string::npos) << tp.err;

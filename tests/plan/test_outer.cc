@@ -11,20 +11,16 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "plan_json.h"
 #include "support/run.h"
 #include "support/temp_dir.h"
 
 namespace {
 
 using nlohmann::json;
+using strata::test::plan_json;
 using strata::test::run_strata;
 using strata::test::Streams;
-
-json plan_json(const std::string& args) {
-  auto r = run_strata("plan " + args + " --json", "", Streams::separate);
-  EXPECT_EQ(r.status, 0) << args << "\n" << r.err;
-  return json::parse(r.out);
-}
 
 TEST(PlanOuter, GroupsSendOneHthOfTheirShardPerStep) {
   const json j = plan_json("--model gpt2 --gpus 16 --batch 64 --replica-groups 2 --inner-steps 50");
