@@ -74,6 +74,31 @@ function(strata_library area)
   set_property(GLOBAL APPEND PROPERTY STRATA_LIBS strata_${area})
 endfunction()
 
+# strata_isa_levels(AREA SOURCES src... DEPS dep...): SOURCES of strata_AREA compiled twice
+# more on x86-64, for x86-64-v3 and x86-64-v4, each copy in its own namespace (STRATA_ISA:
+# isa_v3, isa_v4; kernels/isa_target.h, included last by each such unit, sets the level),
+# beside the library's own copy for the build's baseline (isa_baseline). DEPS give the copies
+# their include paths. The callers dispatch on the level chosen once per process (kernels/isa.h).
+function(strata_isa_levels area)
+  cmake_parse_arguments(arg "" "" "SOURCES;DEPS" ${ARGN})
+  target_compile_definitions(strata_${area} PRIVATE STRATA_ISA=isa_baseline)
+  if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    return()
+  endif()
+  get_target_property(options strata_${area} COMPILE_OPTIONS)
+  foreach(level v3 v4)
+    add_library(strata_${area}_${level} OBJECT ${arg_SOURCES})
+    string(TOUPPER ${level} LEVEL)
+    # The level comes from kernels/isa_target.h's pragma, not -march (why: that header).
+    target_compile_definitions(strata_${area}_${level} PRIVATE STRATA_ISA=isa_${level} STRATA_ISA_${LEVEL})
+    if(options)
+      target_compile_options(strata_${area}_${level} PRIVATE ${options})
+    endif()
+    target_link_libraries(strata_${area}_${level} PRIVATE ${arg_DEPS})
+    target_sources(strata_${area} PRIVATE $<TARGET_OBJECTS:strata_${area}_${level}>)
+  endforeach()
+endfunction()
+
 # strata_test(AREA [DEPS...]): tests/AREA/*.cc into one GoogleTest binary, each test its own ctest.
 function(strata_test area)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)

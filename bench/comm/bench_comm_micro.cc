@@ -1,17 +1,21 @@
 // Building blocks of the communicator, one process:
-//   BM_Reduce/<dtype>/<bytes>     reduce_inputs over 2 inputs (GB/s of output)
+//   BM_Reduce/<dtype>/<bytes>/<level>
+//                                 reduce_inputs over 2 inputs (GB/s of output) on each
+//                                 instruction-set level the CPU has (0 x86-64-v2, 1 v3, 2 v4)
 //   BM_Memcpy/<bytes>             the memcpy the staging copies use, for reference
 //   BM_FlightRecorder             cost of recording one op (record + started + completed)
 //   BM_ThreadAllReduce/<bytes>    all_reduce between 2 ranks as threads of this process
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/flight_recorder.h"
 #include "comm/process_group.h"
 #include "comm/reduce_kernels.h"
+#include "kernels/isa.h"
 
 using namespace strata;
 using namespace strata::comm;
@@ -21,15 +25,23 @@ static void BM_Reduce(benchmark::State& st) {
   size_t bytes = size_t(st.range(1)), n = bytes / dtype_size(t);
   std::vector<char> a(bytes, 1), b(bytes, 2), out(bytes);
   const void* in[2] = {a.data(), b.data()};
+  const auto level = kernels::Isa(st.range(2));
+  if (!kernels::isa_available(level)) {
+    st.SkipWithError("this CPU lacks the level");
+    return;
+  }
+  kernels::ScopedIsa on(level);
   for (auto _ : st) {
     reduce_inputs(out.data(), nullptr, in, 2, n, t, ReduceOp::sum, 2);
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(bytes));
-  st.SetLabel(dtype_name(t));
+  st.SetLabel(std::string(dtype_name(t)) + " " + kernels::isa_name(level));
 }
 BENCHMARK(BM_Reduce)->ArgsProduct({{int(DType::f32), int(DType::bf16), int(DType::f64)},
-                                   {64 << 10, 64 << 20}});
+                                   {64 << 10, 64 << 20},
+                                   {int(kernels::Isa::baseline), int(kernels::Isa::v3),
+                                    int(kernels::Isa::v4)}});
 
 static void BM_Memcpy(benchmark::State& st) {
   size_t bytes = size_t(st.range(0));

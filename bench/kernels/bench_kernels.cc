@@ -5,10 +5,12 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "kernels/gemm.h"
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -71,6 +73,27 @@ void BM_matmul_backward(benchmark::State& s) {
   ->Args({C, 3 * C})->Args({C, C})->Args({C, 4 * C})->Args({4 * C, C})->Args({C, V})->UseRealTime()
 BENCHMARK(BM_matmul_forward) MATMUL_SHAPES;
 BENCHMARK(BM_matmul_backward) MATMUL_SHAPES;
+
+// A decoding step's product (the KV cache's, rlhf/kv_cache.cc): N = 8 rows through GPT-2
+// small's MLP weight (768 -> 3072), the few-rows kernel on each instruction-set level the
+// CPU has (arg 2: 0 x86-64-v2, 1 v3, 2 v4) and, with arg 1 = 1, the GEMM path instead.
+void BM_decode_rows(benchmark::State& s) {
+  constexpr int rows = 8, IC = 768, OC = 3072;
+  const auto level = k::Isa(s.range(1));
+  if (!k::isa_available(level)) return s.SkipWithError("this CPU lacks the level");
+  k::ScopedIsa on(level);
+  auto x = randn(rows * IC, 3), w = randn(int64_t(OC) * IC, 4), b = randn(OC, 5);
+  std::vector<float> out(rows * OC);
+  for (auto _ : s) {
+    if (s.range(0))
+      k::matmul_forward(out.data(), x.data(), w.data(), b.data(), rows, IC, OC);
+    else
+      k::matmul_forward_rows(out.data(), x.data(), w.data(), b.data(), rows, IC, OC);
+  }
+  flops(s, 2.0 * rows * IC * OC);
+  s.SetLabel(std::string(s.range(0) ? "gemm " : "rows ") + k::isa_name(level));
+}
+BENCHMARK(BM_decode_rows)->ArgsProduct({{0, 1}, {0, 1, 2}})->UseRealTime();
 
 void BM_attention_forward(benchmark::State& s) {
   auto qkv = randn(N * 3 * C, 6);

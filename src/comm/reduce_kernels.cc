@@ -1,13 +1,14 @@
-#include "comm/reduce_kernels.h"
-
+// The reduction loops of reduce_kernels.h, compiled once per instruction-set level
+// (src/comm/CMakeLists.txt, kernels/isa_target.h); reduce_dispatch.cc calls the level's copy.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
-#include "core/error.h"
+#include "comm/reduce_kernels.h"
+#include "kernels/isa_target.h"  // last: what follows is compiled for the level
 
-namespace strata::comm {
+namespace strata::comm::STRATA_ISA {
 
 namespace {
 
@@ -109,7 +110,6 @@ void reduce_op(void* out, void* out2, const void* const* in, int nin, size_t n, 
 
 void reduce_inputs(void* out, void* out2, const void* const* in, int nin, size_t n, DType dtype,
                    ReduceOp op, int divisor) {
-  STRATA_CHECK(nin >= 1, "reduce_inputs: no inputs");
   switch (dtype) {
     case DType::f32: return reduce_op<Plain<float>>(out, out2, in, nin, n, op, divisor);
     case DType::bf16: return reduce_op<BF16>(out, out2, in, nin, n, op, divisor);
@@ -120,9 +120,4 @@ void reduce_inputs(void* out, void* out2, const void* const* in, int nin, size_t
   }
 }
 
-void divide_in_place(void* data, size_t n, DType dtype, int divisor) {
-  const void* in[1] = {data};
-  reduce_inputs(data, nullptr, in, 1, n, dtype, ReduceOp::avg, divisor);
-}
-
-}  // namespace strata::comm
+}  // namespace strata::comm::STRATA_ISA

@@ -2,8 +2,8 @@
 // (in rank order), so bf16 is summed in fp32 and rounded once, and avg divides once.
 //
 // Cost: reads nin*n elements, writes n (or 2n with a second destination); memory-bound, the
-// loops are blocked so the accumulator stays in L1 and are vectorised (AVX2/AVX-512 with
-// -march=native).
+// loops are blocked so the accumulator stays in L1 and are vectorised for the instruction-set
+// level the kernels run (kernels/isa.h: SSE4.2, AVX2 or AVX-512), with the same bits on each.
 #pragma once
 #include <cstddef>
 

@@ -1,5 +1,6 @@
-// gemm_bf16 on Intel AMX (tdpbf16ps). Compiled with -mamx-tile -mamx-bf16 and AVX-512 BF16
-// (src/kernels/CMakeLists.txt); entered only when cpuid reports AMX-BF16, the OS enables
+// gemm_bf16 on Intel AMX (tdpbf16ps). Compiled for AMX-TILE/BF16 and AVX-512 BF16 by the
+// pragma below (after the headers: their inline functions stay baseline, isa_target.h says
+// why); entered only when cpuid reports AMX-BF16, the OS enables
 // tile state (XCR0 bits 17-18) and Linux granted this process the tile-data permission
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once).
 //
@@ -20,6 +21,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/memory.h"
+#include "kernels/gemm_bf16_impl.h"
+
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,amx-tile,amx-bf16")
 #include "kernels/gemm_bf16_pack.h"
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own placeholder operands.
@@ -38,6 +47,9 @@ bool amx_permission() {
   return granted;
 }
 
+// The internals of the path, named apart so that tools/isa/baseline_check.py can tell
+// them from baseline code.
+namespace bf16_isa {
 namespace {
 
 constexpr int TR = 32;       // rows per task (two A tiles)
@@ -122,8 +134,10 @@ thread_local PackScratch tl_pack;
 thread_local std::vector<uint16_t> tl_rows;
 
 }  // namespace
+}  // namespace bf16_isa
 
 void gemm_amx(const Bf16Args& g, bool parallel) {
+  using namespace bf16_isa;
   const int kp16 = ((g.K + 1) / 2 + 15) / 16 * 16;  // pairs, padded for whole tiles
   const int lda_p = kp16;
   const int64_t row_bytes = int64_t(lda_p) * 4;

@@ -1,5 +1,6 @@
-// gemm_bf16 on AVX-512 BF16 (vdpbf16ps). Compiled with -mavx512f -mavx512bw -mavx512vl
-// -mavx512dq -mavx512bf16 (src/kernels/CMakeLists.txt), called only when cpuid says so.
+// gemm_bf16 on AVX-512 BF16 (vdpbf16ps). Compiled for AVX-512 F/BW/VL/DQ/BF16 by the pragma
+// below (after the headers: their inline functions stay baseline, isa_target.h says why),
+// called only when cpuid says so and the path's self-check passed (selfcheck.h).
 //
 // Terms: K is taken in pairs (kp = k / 2; an odd K gets a zero partner). vdpbf16ps adds,
 // in each of 16 fp32 lanes, the two products of a pair: acc[j] += a[2j] b[2j] + a[2j+1]
@@ -23,6 +24,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/memory.h"
+#include "kernels/gemm_bf16_impl.h"
+
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
 #include "kernels/gemm_bf16_pack.h"
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own placeholder operands.
@@ -30,6 +35,9 @@
 
 namespace strata::kernels::detail {
 
+// The internals of the path, named apart so that tools/isa/baseline_check.py can tell
+// them from baseline code.
+namespace bf16_isa {
 namespace {
 
 constexpr int MR = 6;
@@ -122,8 +130,10 @@ thread_local PackScratch tl_pack;
 thread_local std::vector<uint16_t> tl_rows;  // op(B) = B^T: one panel's rows in bf16
 
 }  // namespace
+}  // namespace bf16_isa
 
 void gemm_avx512bf16(const Bf16Args& g, bool parallel) {
+  using namespace bf16_isa;
   const Layout L = layout(g);
   uint32_t* ap = PackScratch::get(tl_pack.a, size_t(L.mc) * L.lda_p);
   uint32_t* bpack = PackScratch::get(tl_pack.b, size_t(L.ncb) * L.kp);

@@ -1,6 +1,7 @@
 // Internal to kernels: packing of gemm_bf16 operands into bf16 *pairs*, shared by the
-// AVX-512 BF16 and AMX translation units (both compiled with AVX-512 BF16 enabled; the
-// functions have internal linkage, so each unit keeps its own copy).
+// AVX-512 BF16 and AMX translation units, included after their target pragma (AVX-512 BF16
+// and more): the functions below have internal linkage, so each unit keeps its own copy, and
+// the headers included here come first in those units, so theirs stay baseline.
 //
 // Terms: K is taken in pairs (kp = k / 2; an odd K gets a zero partner); a pair is two bf16
 // values of consecutive k in one 32-bit word, the unit both vdpbf16ps and tdpbf16ps read.
@@ -20,7 +21,7 @@
 #include "core/memory.h"
 #include "kernels/gemm_bf16_impl.h"
 
-namespace strata::kernels::detail {
+namespace strata::kernels::detail::bf16_isa {
 namespace {
 
 constexpr int kNR = 64;  // columns per B panel
@@ -173,4 +174,4 @@ void drive(const Bf16Args& g, int mc, int ncb, int aitems, bool parallel, PackA 
 }
 
 }  // namespace
-}  // namespace strata::kernels::detail
+}  // namespace strata::kernels::detail::bf16_isa

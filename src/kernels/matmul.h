@@ -31,6 +31,13 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                           const float* weight, int64_t N, int C, int OC,
                           bool accumulate_dinp = true);
 
+// The forward product for a few rows (a decoding step's batch, N up to ~32): one pass over
+// the weight, each row of it read once for all N rows, where matmul_forward's GEMM would pack
+// the weight first on every call (as much memory traffic as the product at small N). Each
+// output is one row's dot product in a fixed order: independent of the thread count, not
+// bit-equal to matmul_forward (another summation order).
+void matmul_forward_rows(float* out, const float* inp, const float* weight, const float* bias,
+                         int N, int C, int OC, bool accumulate = false);
 // dbias (OC) += sum over rows of dout (N,OC), deterministic.
 void bias_backward(float* dbias, const float* dout, int64_t N, int OC);
 

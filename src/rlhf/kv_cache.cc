@@ -8,108 +8,18 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 namespace strata::rlhf {
 
 namespace k = strata::kernels;
 
 namespace {
 
-// out (N, OC) (+)= x (N, C) @ W^T + b for the few rows of a decoding step: one pass over W,
-// each weight row read once for all rows. Tiles of kRows rows x NO outputs keep kRows·NO
-// accumulators of 16 independent lanes in registers (the products vectorise without
-// reassociating a sum): per 16 columns, kRows + NO loads feed kRows·NO FMAs. A general GEMM
-// would pack W first on every call, as much memory traffic as the product itself at N = B.
-constexpr int kLanes = 16, kRows = 4;
-
-#if defined(__AVX512F__)
-// The sum of v's 16 lanes, halving: lane i += lane i + s for s = 8, 4, 2, 1 (the order of
-// _mm512_reduce_add_ps, whose GCC 12 expansion warns of an uninitialised register).
-inline float lane_sum(__m512 v) {
-  alignas(64) float t[kLanes];
-  _mm512_store_ps(t, v);
-  for (int s = kLanes / 2; s >= 1; s /= 2)
-    for (int i = 0; i < s; ++i) t[i] += t[i + s];
-  return t[0];
-}
-#endif
-
-template <int NR, int NO>
-void rows_tile(float* out, const float* x, const float* W, const float* b, int n0, int o0, int C,
-               int OC, bool accumulate) {
-  float sums[NR][NO];
-  int c = 0;
-#if defined(__AVX512F__)
-  // The same tile with the accumulators held in zmm registers (the generic loop below
-  // keeps them on the stack).
-  __m512 acc[NR][NO];
-  for (int r = 0; r < NR; ++r)
-    for (int j = 0; j < NO; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (; c + kLanes <= C; c += kLanes) {
-    __m512 w[NO];
-    for (int j = 0; j < NO; ++j) w[j] = _mm512_loadu_ps(W + int64_t(o0 + j) * C + c);
-    for (int r = 0; r < NR; ++r) {
-      const __m512 xv = _mm512_loadu_ps(x + int64_t(n0 + r) * C + c);
-      for (int j = 0; j < NO; ++j) acc[r][j] = _mm512_fmadd_ps(xv, w[j], acc[r][j]);
-    }
-  }
-  for (int r = 0; r < NR; ++r)
-    for (int j = 0; j < NO; ++j) sums[r][j] = lane_sum(acc[r][j]);
-#else
-  float acc[NR][NO][kLanes] = {};
-  for (; c + kLanes <= C; c += kLanes)
-    for (int r = 0; r < NR; ++r) {
-      const float* xr = x + int64_t(n0 + r) * C + c;
-      for (int j = 0; j < NO; ++j) {
-        const float* w = W + int64_t(o0 + j) * C + c;
-        for (int l = 0; l < kLanes; ++l) acc[r][j][l] += xr[l] * w[l];
-      }
-    }
-  for (int r = 0; r < NR; ++r)
-    for (int j = 0; j < NO; ++j) {
-      sums[r][j] = 0;
-      for (int l = 0; l < kLanes; ++l) sums[r][j] += acc[r][j][l];
-    }
-#endif
-  for (int r = 0; r < NR; ++r)
-    for (int j = 0; j < NO; ++j) {
-      float s = sums[r][j];
-      const float* w = W + int64_t(o0 + j) * C;
-      for (int cc = c; cc < C; ++cc) s += x[int64_t(n0 + r) * C + cc] * w[cc];
-      float& y = out[int64_t(n0 + r) * OC + o0 + j];
-      y = (accumulate ? y : 0.0f) + s + (b ? b[o0 + j] : 0.0f);
-    }
-}
-
-void rows_matmul(float* out, const float* x, const float* W, const float* b, int N, int C, int OC,
-                 bool accumulate) {
-  constexpr int kOut = 4;
-  const int tiles = (OC + kOut - 1) / kOut;
-#pragma omp parallel for schedule(static)
-  for (int t = 0; t < tiles; ++t) {
-    const int o0 = t * kOut;
-    const int no = std::min(kOut, OC - o0);
-    int n0 = 0;
-    for (; n0 + kRows <= N; n0 += kRows) {
-      if (no == kOut)
-        rows_tile<kRows, kOut>(out, x, W, b, n0, o0, C, OC, accumulate);
-      else
-        for (int o = o0; o < o0 + no; ++o) rows_tile<kRows, 1>(out, x, W, b, n0, o, C, OC, accumulate);
-    }
-    for (; n0 < N; ++n0)  // the last rows one at a time
-      for (int o = o0; o < o0 + no; ++o) rows_tile<1, 1>(out, x, W, b, n0, o, C, OC, accumulate);
-  }
-}
-
 // The GEMM of the model for a prefill's many rows, the row pass for a step's few.
 constexpr int64_t kFewRows = 32;
 void linear(float* out, const float* x, const float* W, const float* b, int64_t N, int C, int OC,
             bool accumulate = false) {
   if (N <= kFewRows)
-    rows_matmul(out, x, W, b, int(N), C, OC, accumulate);
+    k::matmul_forward_rows(out, x, W, b, int(N), C, OC, accumulate);
   else
     k::matmul_forward(out, x, W, b, N, C, OC, accumulate);
 }

@@ -1,5 +1,5 @@
 // The source tree keeps its layering (core <- kernels <- model <- parallel <- train <- cli,
-// comm beside kernels, launcher on comm, cost on core alone, ckpt/data/diag/plan as rooms of
+// comm on kernels (its reduction loops run at the kernels' instruction-set level), launcher on comm, cost on core alone, ckpt/data/diag/plan as rooms of
 // their own): an
 // area includes headers only of the areas it builds on, CLI11 stays in cli/, and every
 // STRATA_* variable read with getenv is declared in the environment registry (listed by
@@ -41,7 +41,8 @@ TEST(Layering, AreasIncludeOnlyTheAreasTheyBuildOn) {
       {"core", {"core"}},
       {"cost", {"core", "cost"}},
       {"kernels", {"core", "kernels"}},
-      {"comm", {"core", "comm"}},
+      // comm takes the instruction-set level of its reduction loops from kernels/isa.h.
+      {"comm", {"core", "kernels", "comm"}},
       {"launcher", {"core", "comm", "launcher"}},
       {"model", {"core", "cost", "kernels", "comm", "model"}},
       {"data", {"core", "data"}},

@@ -26,7 +26,7 @@ std::vector<k::Isa> levels_here() {
 
 // A small forward and backward through the kernels a step runs, on the level in force.
 struct Outputs {
-  std::vector<float> gemm_nn, gemm_tn, ln, dln, gelu, attn, lse, dqkv, ce;
+  std::vector<float> gemm_nn, gemm_tn, ln, dln, gelu, attn, lse, dqkv, ce, rows, rows_gemm;
   double loss = 0;
 };
 
@@ -64,6 +64,13 @@ Outputs run_kernels() {
                                    weights.data(), R, V, Vp);
   k::crossentropy_backward(logits.data(), lse.data(), tgt.data(), weights.data(), 1.0f / R, R, V, Vp);
   o.ce = logits;
+  // A decoding step's few-rows product (partial row tiles, output tiles and lanes) beside
+  // the GEMM's, both accumulating onto the same values.
+  const int RN = 6, RC = 70, ROC = 13;
+  const auto rx = randn(RN * RC, 15), rw = randn(ROC * RC, 16), rb = randn(ROC, 17);
+  o.rows.assign(RN * ROC, 0.25f), o.rows_gemm.assign(RN * ROC, 0.25f);
+  k::matmul_forward_rows(o.rows.data(), rx.data(), rw.data(), rb.data(), RN, RC, ROC, true);
+  k::matmul_forward(o.rows_gemm.data(), rx.data(), rw.data(), rb.data(), RN, RC, ROC, true);
   return o;
 }
 
@@ -136,6 +143,8 @@ TEST(Isa, EveryLevelAgreesWithTheBaseline) {
     EXPECT_LT(rel_err(a.attn, base.attn), 1e-5) << name;
     EXPECT_LT(rel_err(a.dqkv, base.dqkv), 1e-5) << name;
     EXPECT_LT(rel_err(a.ce, base.ce), 1e-5) << name;
+    EXPECT_LT(rel_err(a.rows, base.rows), 1e-5) << name;
+    EXPECT_LT(rel_err(a.rows, a.rows_gemm), 1e-5) << name;
     EXPECT_NEAR(a.loss, base.loss, 1e-5 * std::fabs(base.loss)) << name;
   }
 }
