@@ -95,6 +95,23 @@ void BM_decode_rows(benchmark::State& s) {
 }
 BENCHMARK(BM_decode_rows)->ArgsProduct({{0, 1}, {0, 1, 2}})->UseRealTime();
 
+// A decoding step's attention (kernels::attention_decode): 8 sequences, GPT-2 small's 12
+// heads of 64, one query each over a cache of 512 positions, on each level (arg 0).
+void BM_decode_attention(benchmark::State& s) {
+  constexpr int seqs = 8, heads = 12, hs = 64, len = 512;
+  const auto level = k::Isa(s.range(0));
+  if (!k::isa_available(level)) return s.SkipWithError("this CPU lacks the level");
+  k::ScopedIsa on(level);
+  const k::AttentionShape shape{seqs, len, heads, heads, hs};
+  const int64_t row = shape.row(), cache = int64_t(seqs) * len * heads * hs;
+  auto q = randn(seqs * row, 6), K = randn(cache, 7), V = randn(cache, 8);
+  std::vector<float> out(seqs * heads * hs);
+  for (auto _ : s) k::attention_decode(out.data(), q.data(), row, K.data(), V.data(), shape, len);
+  flops(s, 4.0 * seqs * heads * hs * len);  // q·k and the weighted sum of v
+  s.SetLabel(k::isa_name(level));
+}
+BENCHMARK(BM_decode_attention)->DenseRange(0, 2)->UseRealTime();
+
 void BM_attention_forward(benchmark::State& s) {
   auto qkv = randn(N * 3 * C, 6);
   std::vector<float> out(N * C), lse(B * NH * T);

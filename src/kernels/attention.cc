@@ -285,4 +285,43 @@ void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, con
   backward_impl(dqkv, dout, qkv, out, lse, s, true, doc_start);
 }
 
+void attention_decode(float* out, const float* q, int64_t q_stride, const float* K, const float* V,
+                      AttentionShape s, int S) {
+  const int NH = s.NH, hs = s.hs, len = s.T, group = s.NH / s.NKV;
+  const int64_t KW = int64_t(s.NKV) * hs;
+  const float scale = 1.0f / std::sqrt(float(hs));
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < s.B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH, g = h / group;
+    const float* qh = q + int64_t(b) * q_stride + int64_t(h) * hs;
+    const float* Kb = K + int64_t(b) * S * KW + int64_t(g) * hs;
+    const float* Vb = V + int64_t(b) * S * KW + int64_t(g) * hs;
+    float* o = out + (int64_t(b) * NH + h) * hs;
+    thread_local std::vector<float> scores;
+    scores.resize(size_t(len));
+    float mx = -INFINITY;
+    for (int t = 0; t < len; ++t) {
+      // 16 independent partial sums (they vectorise without reassociating a sum), then theirs.
+      const float* kt = Kb + int64_t(t) * KW;
+      float lanes[16] = {};
+      int e = 0;
+      for (; e + 16 <= hs; e += 16)
+        for (int l = 0; l < 16; ++l) lanes[l] += qh[e + l] * kt[e + l];
+      float d = 0;
+      for (int l = 0; l < 16; ++l) d += lanes[l];
+      for (; e < hs; ++e) d += qh[e] * kt[e];
+      scores[size_t(t)] = d * scale;
+      mx = std::max(mx, scores[size_t(t)]);
+    }
+    float z = 0;
+    for (int t = 0; t < len; ++t) z += (scores[size_t(t)] = std::exp(scores[size_t(t)] - mx));
+    std::fill(o, o + hs, 0.0f);
+    for (int t = 0; t < len; ++t) {
+      const float w = scores[size_t(t)] / z;
+      const float* vt = Vb + int64_t(t) * KW;
+      for (int e = 0; e < hs; ++e) o[e] += w * vt[e];
+    }
+  }
+}
+
 }  // namespace strata::kernels::STRATA_ISA

@@ -79,4 +79,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_backward(float* dqkv, const float* dout, const uint16_t* qkv, const uint16_t* out,
                         const float* lse, AttentionShape s, const int32_t* doc_start = nullptr);
 
+// One decoding step over a KV cache: for sequence b < s.B and query head h < s.NH, the one
+// query at q + b·q_stride + h·hs attends over the s.T positions cached for its key/value head
+// g = h / (NH / NKV): keys at K + (b·S + t)·NKV·hs + g·hs for t < s.T (S positions of cache per
+// sequence), values likewise in V. out (B, NH·hs) = softmax(q·k / sqrt(hs)) · v. Each
+// (sequence, head) is one task with a fixed order: independent of the thread count.
+void attention_decode(float* out, const float* q, int64_t q_stride, const float* K, const float* V,
+                      AttentionShape s, int S);
+
 }  // namespace strata::kernels

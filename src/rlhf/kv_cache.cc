@@ -1,9 +1,8 @@
 // KV-cache decoding (terms and cost in kv_cache.h).
 #include "rlhf/kv_cache.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/kernels.h"
@@ -149,20 +148,16 @@ const float* KvDecoder::step(const int32_t* tokens) {
   STRATA_CHECK(B_ > 0, "KV cache: step before prefill");
   STRATA_CHECK(pos_ < cfg_.seq, "KV cache: position ", pos_, " is past the model's context (",
                cfg_.seq, " positions)");
-  const int C = cfg_.dim, S = cfg_.seq, NH = cfg_.heads, hs = C / NH, B = B_, pos = pos_;
+  const int C = cfg_.dim, S = cfg_.seq, B = B_, pos = pos_;
   const int64_t KW = kv_width(), W = C + 2 * KW;
-  const int group = NH / cfg_.kv();  // query heads per key/value head
-  const float* wte = view(0);
-  const float* wpe = cfg_.llama() ? nullptr : view(1);
-  for (int b = 0; b < B; ++b) {
+  for (int b = 0; b < B; ++b)
     STRATA_CHECK(tokens[b] >= 0 && tokens[b] < cfg_.vocab, "KV cache: token ", tokens[b],
                  " of sequence ", b, " outside [0, ", cfg_.vocab, ")");
-    for (int c = 0; c < C; ++c)
-      x_[int64_t(b) * C + c] =
-          wte[int64_t(tokens[b]) * C + c] + (wpe ? wpe[int64_t(pos) * C + c] : 0.0f);
-  }
   const std::vector<int32_t> positions(size_t(B), pos);
-  const float scale = 1.0f / std::sqrt(float(hs));
+  k::encoder_forward(x_, tokens, view(0), cfg_.llama() ? nullptr : view(1), B, 1, C,
+                     positions.data());
+  // The step's queries attend over positions 0..pos of the cache (this one's keys included).
+  const k::AttentionShape over_cache = attention_shape(B, pos + 1);
   for (int l = 0; l < cfg_.layers; ++l) {
     qkv_rows(l, B, 1, positions.data());
     float* K = k_ + int64_t(l) * max_batch_ * S * KW;
@@ -172,37 +167,7 @@ const float* KvDecoder::step(const int32_t* tokens) {
       std::memcpy(V + (int64_t(b) * S + pos) * KW, qkv_ + int64_t(b) * W + C + KW,
                   sizeof(float) * KW);
     }
-    // One query per (sequence, head) over positions 0..pos: softmax(q·k / sqrt(hs)) · v, the
-    // keys and values of the head's group.
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH, g = h / group;
-      const float* q = qkv_ + int64_t(b) * W + h * hs;
-      const float* Kb = K + int64_t(b) * S * KW + g * hs;
-      const float* Vb = V + int64_t(b) * S * KW + g * hs;
-      float* out = att_ + int64_t(b) * C + h * hs;
-      std::vector<float> s(size_t(pos) + 1);
-      float mx = -INFINITY;
-      for (int t = 0; t <= pos; ++t) {
-        const float* kt = Kb + int64_t(t) * KW;
-        float lanes[16] = {};
-        int e = 0;
-        for (; e + 16 <= hs; e += 16)
-          for (int l = 0; l < 16; ++l) lanes[l] += q[e + l] * kt[e + l];
-        float d = 0;
-        for (int l = 0; l < 16; ++l) d += lanes[l];
-        for (; e < hs; ++e) d += q[e] * kt[e];
-        s[t] = d * scale;
-        mx = std::max(mx, s[t]);
-      }
-      float z = 0;
-      for (int t = 0; t <= pos; ++t) z += (s[t] = std::exp(s[t] - mx));
-      std::fill(out, out + hs, 0.0f);
-      for (int t = 0; t <= pos; ++t) {
-        const float w = s[t] / z;
-        for (int e = 0; e < hs; ++e) out[e] += w * Vb[int64_t(t) * KW + e];
-      }
-    }
+    k::attention_decode(att_, qkv_, W, K, V, over_cache, S);
     block_tail(l, B);
   }
   ++pos_;

@@ -9,7 +9,8 @@
 //                           k and v rows; returns the logits of position P-1: (B, Vp)
 //   step(tokens (B))        one position more: x = wte[tok] + wpe[pos], per layer ln_1, qkv
 //                           (B, 3C), k and v appended to the cache, attention of the one
-//                           query over positions 0..pos, projections, MLP; ln_f; logits (B, Vp)
+//                           query over positions 0..pos (kernels::attention_decode),
+//                           projections, MLP; ln_f; logits (B, Vp)
 // Same arithmetic as GPT::logits over the whole sequence up to fp32 rounding: prefill is
 // bit-identical (the same kernels on the same rows), a step sums the attention of one query
 // in another order than the tiled kernel does.

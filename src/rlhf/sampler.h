@@ -2,8 +2,7 @@
 // each, through the KV cache (kv_cache.h), or without it (the whole prefix again for every
 // new token, GPT::logits: what the cache saves, and the reference of the equality tests).
 //
-// A token is drawn from softmax(z / temperature) over the first `vocab` logits z of its row,
-// restricted to the top_k largest (0: all); temperature 0 is greedy (the first maximum).
+// Each token is drawn by model::sample_token (model/sample.h: temperature, top-k, greedy).
 // Sequence b draws from Rng(seed, streams[b]): its tokens do not depend on the batch it is
 // generated in, or on the rank that generates it.
 #pragma once
@@ -11,17 +10,13 @@
 
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model/sample.h"
 #include "rlhf/kv_cache.h"
 
 namespace strata::rlhf {
 
-struct SampleConfig {
-  float temperature = 1.0f;
-  int top_k = 0;
-};
-
-// One token from a logits row (first vocab entries).
-int32_t sample_token(const float* z, int vocab, const SampleConfig& s, Rng& rng);
+using model::SampleConfig;
+using model::sample_token;
 
 // responses (B, R) after prompts (B, P); decoder bound to the policy's parameters.
 // Throws naming --response-len when P + R exceeds the model's context.

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/sample.h"
 
 namespace strata::train {
 
@@ -17,22 +18,13 @@ std::vector<int32_t> generate(model::GPT& model, const std::vector<int32_t>& pro
                " outside [1, ", model.config().seq, "]");
   const int vp = model.config().padded_vocab;
   std::vector<int32_t> ctx = prompt, out;
-  std::vector<double> p(vocab);
+  const model::SampleConfig how{temperature, 0};
   Rng rng(seed, stream);
   for (int i = 0; i < n; ++i) {
     int t = std::min<int>(int(ctx.size()), window);
     const int32_t* tokens = ctx.data() + ctx.size() - t;
     const float* last = model.logits(tokens, 1, t) + int64_t(t - 1) * vp;  // (1, t, Vp) row t-1
-    double mx = *std::max_element(last, last + vocab);
-    double z = 0;
-    for (int v = 0; v < vocab; ++v) z += (p[v] = std::exp((last[v] - mx) / temperature));
-    double u = rng.uniform_double() * z, acc = 0;
-    int pick = vocab - 1;
-    for (int v = 0; v < vocab; ++v)
-      if ((acc += p[v]) > u) {
-        pick = v;
-        break;
-      }
+    const int32_t pick = model::sample_token(last, vocab, how, rng);
     ctx.push_back(pick);
     out.push_back(pick);
   }

@@ -10,8 +10,9 @@
 
 namespace strata::train {
 
-// Appends n tokens to `prompt`, drawn from softmax(logits / temperature) over the first
-// `vocab` logits, with Rng(seed, stream). Returns only the new tokens. Deterministic.
+// Appends n tokens to `prompt`, drawn by model::sample_token (model/sample.h) from
+// softmax(logits / temperature) over the first `vocab` logits, with Rng(seed, stream).
+// Returns only the new tokens. Deterministic.
 std::vector<int32_t> generate(model::GPT& model, const std::vector<int32_t>& prompt, int n,
                               int window, int vocab, uint64_t seed, uint64_t stream,
                               float temperature = 1.0f);

@@ -225,4 +225,41 @@ TEST(GqaBlock, TwoBlocksMergeToTheReference) {
     }
 }
 
+// A decoding step (kernels::attention_decode): the last query of each sequence over a cache
+// of the T positions' keys and values (S > T rows per sequence, the rest garbage), against
+// the reference's last row, for multi-head, grouped and multi-query attention and a head
+// size with a partial lane group; the same bits for any thread count.
+TEST(GqaDecode, TheLastQueryOverACacheIsTheReferencesLastRow) {
+  const int B = 3, T = 11, NH = 4, S = 16;
+  for (int hs : {16, 20})
+    for (int NKV : {4, 2, 1}) {
+      const k::AttentionShape s{B, T, NH, NKV, hs};
+      const auto qkv = randn(int64_t(B) * T * s.row(), 40 + NKV + hs);
+      const int64_t KW = int64_t(NKV) * hs;
+      std::vector<float> K = randn(int64_t(B) * S * KW, 50), V = randn(int64_t(B) * S * KW, 51);
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+          const float* row = &qkv[size_t((int64_t(b) * T + t) * s.row())];
+          std::memcpy(&K[size_t((int64_t(b) * S + t) * KW)], row + s.k_col(0), sizeof(float) * KW);
+          std::memcpy(&V[size_t((int64_t(b) * S + t) * KW)], row + s.k_col(0) + KW,
+                      sizeof(float) * KW);
+        }
+      const auto ref = gqa_ref(to_double(qkv), s);
+      const int64_t C = int64_t(NH) * hs;
+      std::vector<double> want(size_t(B * C));
+      for (int b = 0; b < B; ++b)
+        for (int64_t c = 0; c < C; ++c)
+          want[size_t(b * C + c)] = ref[size_t((int64_t(b) * T + T - 1) * C + c)];
+      const float* last_q = &qkv[size_t(int64_t(T - 1) * s.row())];
+      std::vector<float> out1(size_t(B * C)), out3(size_t(B * C));
+      omp_set_num_threads(1);
+      k::attention_decode(out1.data(), last_q, int64_t(T) * s.row(), K.data(), V.data(), s, S);
+      omp_set_num_threads(3);
+      k::attention_decode(out3.data(), last_q, int64_t(T) * s.row(), K.data(), V.data(), s, S);
+      omp_set_num_threads(1);
+      EXPECT_LT(rel_err(out1, want), 1e-5) << "NKV " << NKV << " hs " << hs;
+      EXPECT_EQ(std::memcmp(out1.data(), out3.data(), out1.size() * sizeof(float)), 0);
+    }
+}
+
 }  // namespace strata::test
