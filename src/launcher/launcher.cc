@@ -116,8 +116,8 @@ void LineSink::emit(int line_rank, const std::string& line) {
   if (line_rank < 0 && captured) captured->push_back(line);
   if (line_rank >= 0 && timeouts && line.find("timed out") != std::string::npos)
     timeouts->push_back({line_rank, line});
-  if (line_rank >= 0 && stopped && line.find("received signal 15") != std::string::npos)
-    stopped->push_back(line_rank);
+  if (line_rank >= 0 && answered && answers_after_failure(line_rank, line))
+    answered->push_back(line_rank);
   out += '\n';
   write_all(out);
 }
@@ -700,12 +700,12 @@ static LaunchResult launch_once(const LaunchOptions& o) {
   std::vector<LineSink> sinks = start_children(plan, o, guard);
   std::vector<std::string> mpirun_lines;
   std::vector<std::pair<int, std::string>> timeouts;
-  std::vector<int> stopped;
+  std::vector<int> answered;
   for (LineSink& s : sinks) {
     s.timeouts = &timeouts;  // a rank's own stream, or mpirun's split by its tags
     if (s.rank < 0) {
       s.captured = &mpirun_lines;
-      s.stopped = &stopped;
+      s.answered = &answered;
     }
   }
   supervise(guard, sinks, o, res);
@@ -723,10 +723,10 @@ static LaunchResult launch_once(const LaunchOptions& o) {
     if (res.message.empty())
       res.message = cat("mpirun ", describe_wait_status(guard.children[0].status), timed_out_ranks(timeouts, o.hosts));
     if (res.failed_host.empty() && !o.hosts.empty()) {
-      // A rank answered when it said mpirun's stop reached it, or when its rank-exec parent
-      // recorded how it ended; a host that died whole did neither (mpirun does not always
-      // name the node of a daemon it lost: "unable to reliably start one or more daemons").
-      std::vector<int> answered = stopped;
+      // A rank answered when its output said so (answers_after_failure) or its rank-exec
+      // parent recorded how it ended; a host that died whole did neither (mpirun does not
+      // always name the node of a daemon it lost: "unable to reliably start one or more
+      // daemons").
       for (int r : recorded_ranks(plan.status_dir)) answered.push_back(r);
       const std::string host = silent_host(answered, o.hosts);
       if (!host.empty()) {

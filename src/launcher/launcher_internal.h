@@ -29,7 +29,7 @@ struct LineSink {
   std::vector<std::string>* captured = nullptr;  // untagged lines kept for parsing
   MpirunOutput tagged{false};  // rank -1: splits mpirun's stream by rank
   std::vector<std::pair<int, std::string>>* timeouts = nullptr;  // ranks' lines saying "timed out"
-  std::vector<int>* stopped = nullptr;  // ranks that said mpirun's SIGTERM reached them
+  std::vector<int>* answered = nullptr;  // ranks whose lines show they outlived a failure
 
   void write_all(const std::string& out);
   void emit(int line_rank, const std::string& line);

@@ -151,13 +151,18 @@ std::string unanswering_rank(const std::vector<std::pair<int, std::string>>& tim
 // The one host none of whose ranks said that mpirun's stop (SIGTERM) reached them, while
 // ranks elsewhere did: its ranks died without a word, with the host. "" when that is not
 // the picture (no rank answered, or several hosts stayed silent).
-std::string silent_host(const std::vector<int>& stopped, const std::vector<HostSlots>& hosts) {
-  if (stopped.empty()) return "";
+bool answers_after_failure(int rank, const std::string& line) {
+  return line.find("received signal 15") != std::string::npos ||
+         line.find(cat("strata: rank ", rank, ": peer-dead: ")) != std::string::npos;
+}
+
+std::string silent_host(const std::vector<int>& answered, const std::vector<HostSlots>& hosts) {
+  if (answered.empty()) return "";
   std::string silent;
   for (const HostSlots& h : hosts) {
-    bool answered = false;
-    for (int r : stopped) answered |= host_of_rank(hosts, r) == h.host;
-    if (answered) continue;
+    bool spoke = false;
+    for (int r : answered) spoke |= host_of_rank(hosts, r) == h.host;
+    if (spoke) continue;
     if (!silent.empty()) return "";
     silent = h.host;
   }

@@ -46,9 +46,16 @@ std::string timed_out_ranks(const std::vector<std::pair<int, std::string>>& time
 // and sets `rank`; "" when no line names a peer other than its own rank.
 std::string unanswering_rank(const std::vector<std::pair<int, std::string>>& timeouts, int& rank);
 
-// The one host none of whose ranks said that mpirun's stop (SIGTERM) reached them (`stopped`:
-// the ranks that did), while ranks elsewhere did: its ranks died without a word, with the
-// host. "" when that is not the picture (no rank answered, or several hosts stayed silent).
-std::string silent_host(const std::vector<int>& stopped, const std::vector<HostSlots>& hosts);
+// Whether rank `rank`'s output line shows that it outlived a failure: mpirun's stop (SIGTERM)
+// reached it, or it reported a dead peer (its flight recorder's "peer-dead" line). Under load
+// mpirun's cleanup may SIGKILL a survivor's rank-exec parent before it records anything, so
+// such a line may be the only word from a host that did not die.
+bool answers_after_failure(int rank, const std::string& line);
+
+// The one host none of whose ranks answered after the failure (`answered`: the ranks that said
+// mpirun's stop reached them, reported a dead peer or recorded how they ended), while ranks
+// elsewhere did: its ranks died without a word, with the host. "" when that is not the
+// picture (no rank answered, or several hosts stayed silent).
+std::string silent_host(const std::vector<int>& answered, const std::vector<HostSlots>& hosts);
 
 }  // namespace strata::launcher

@@ -242,6 +242,14 @@ TEST_F(MultiHost, TrainingOnTwoHostsEqualsOneHost) {
 
 // Runs the shell command `kill` once the run in `dir` has recorded step 5 (within 60 s);
 // whether it succeeded.
+// The shell command that ends every process of namespace host `host` at once, as when the
+// machine dies: all are stopped first, then killed, so that none of them (a rank-exec parent
+// seeing its rank die, mpirun's daemon) acts between the kills and is taken for a host that
+// answered.
+std::string host_dies(const std::string& host) {
+  return cat("p=$(ip netns pids ", host, ") && kill -STOP $p && kill -9 $p");
+}
+
 bool run_after_step_5(const std::string& dir, const std::string& kill) {
   for (int i = 0; i < 3000; ++i) {  // every 20 ms: a millisecond step runs on only a few dozen
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -270,7 +278,7 @@ void kill_host_mid_run(MultiHost& t, bool ranks_only) {
   const std::string kill =
       ranks_only ? cat("for p in $(ip netns pids ", t.h(1), "); do tr '\\0' ' ' </proc/$p/cmdline | grep -q '",
                        STRATA_BINARY, " train' && kill -9 $p; done")
-                 : cat("kill -9 $(ip netns pids ", t.h(1), ")");
+                 : host_dies(t.h(1));
   const bool killed = run_after_step_5(dir, kill);
   ASSERT_TRUE(test::wait_for(p, 180)) << p.output();
   std::string out = p.output(), summary = test::read_file(dir + "/summary.json");
@@ -398,7 +406,7 @@ std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_hos
   test::Proc p = test::start(args(dir, {"--hosts", all, "--ckpt-every", "1000", "--mem-ckpt-every", "1",
                                         "--mem-ckpt-replicas", "1", "--max-restarts", "1", "--elastic"}),
                              env);
-  const bool killed = run_after_step_5(dir, cat("kill -9 $(ip netns pids ", t.h(1), ")"));
+  const bool killed = run_after_step_5(dir, host_dies(t.h(1)));
   EXPECT_TRUE(test::wait_for(p, 180)) << p.output();
   const std::string out = p.output(), summary = test::read_file(dir + "/summary.json");
   EXPECT_TRUE(killed) << out;

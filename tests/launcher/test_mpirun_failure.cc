@@ -170,6 +170,17 @@ TEST(MpirunFailure, SilentHostIsTheOneWhoseRanksNeverAnswered) {
   EXPECT_EQ(silent_host({0, 2}, kHosts), "");   // every host answered
 }
 
+// A rank's line answers when mpirun's stop reached it or it reported a dead peer; another
+// rank's report quoted, or an unrelated line, does not.
+TEST(MpirunFailure, LinesThatShowARankOutlivedTheFailure) {
+  EXPECT_TRUE(answers_after_failure(1, "strata: rank 1: peer-dead: group host: rank 0 (pid 7815) "
+                                       "died; rank 0 last finished reducescatter #123; flight "
+                                       "recorder written to /tmp/x/flight-rank1.json"));
+  EXPECT_TRUE(answers_after_failure(2, "[h0:01234] *** Process received signal 15 ***"));
+  EXPECT_FALSE(answers_after_failure(2, "strata: rank 1: peer-dead: group world: rank 3 died"));
+  EXPECT_FALSE(answers_after_failure(0, "step    12/200 | loss 4.9464"));
+}
+
 // The ranks whose rank-exec parent recorded how they ended also answered: a host that died
 // whole leaves no record (what the launcher adds to the ranks that answered mpirun's stop).
 TEST(MpirunFailure, RecordedRanksAreThoseWithARecord) {
