@@ -135,9 +135,22 @@ std::string unanswering_rank(const std::vector<std::pair<int, std::string>>& tim
   };
   std::vector<End> ends;
   for (const auto& [r, w] : waits) ends.push_back(follow(r));
+  // A chain can also end at a rank that was itself waiting in an operation when a relayed
+  // abort reached it (its line names the operation: "timeout: group pp(...).grad recv #2:
+  // aborted because ..."): that rank is not hung, only its own wait timed out later than the
+  // report. A hung rank is in no operation (its watchdog relays "timeout: group world: rank 4
+  // reported: ..."). Such chains count only when no other chain remains.
+  std::vector<int> busy;
+  for (const auto& [r, line] : timeouts) {
+    std::smatch m;
+    if (std::regex_search(line, m, op)) busy.push_back(r);
+  }
+  auto idle_end = [&](const End& e) { return std::count(busy.begin(), busy.end(), e.hung) == 0; };
+  const bool any_idle = std::any_of(ends.begin(), ends.end(), idle_end);
   size_t best = 0;
   int best_count = 0;
   for (size_t i = 0; i < ends.size(); ++i) {
+    if (any_idle && !idle_end(ends[i])) continue;
     const int n = int(std::count_if(ends.begin(), ends.end(), [&](const End& e) { return e.hung == ends[i].hung; }));
     if (n > best_count) best = i, best_count = n;
   }

@@ -152,6 +152,31 @@ TEST(MpirunFailure, UnansweringRankIsThePeerOfTheFirstOwnTimeout) {
                 rank),
             "rank 5 stopped answering (rank 1 timed out waiting on it in group pp(dp=0,tp=1).grad recv #2)");
   EXPECT_EQ(rank, 5);
+  // Another cascade under load (rank 5 hung): rank 2's own wait on rank 0 came first and
+  // rank 3's on rank 1, but ranks 0 and 1 were themselves waiting in a receive when the abort
+  // reached them (their lines name the operation), so they are not hung; the hung rank's
+  // watchdog relays a report from no operation. Rank 4's chain names rank 5.
+  rank = -1;
+  EXPECT_EQ(unanswering_rank(
+                {{2, "strata: rank 2: timeout: group dp(pp=0,tp=0) allreduce #4: timed out waiting for rank 0 (rank 0 "
+                     "last finished allreduce #3; waited 2.00224 s) (peer: world rank 0); flight recorder written to x"},
+                 {4, "strata: rank 4: timeout: group tp(pp=1,dp=0) allgather #36: timed out waiting for rank 1 (rank 1 "
+                     "last finished allreduce #35; waited 2.00007 s) (peer: world rank 5); flight recorder written to x"},
+                 {6, "strata: rank 6: timeout: group dp(pp=1,tp=0) allreduce #6: aborted because rank 0 reported: group "
+                     "tp(pp=1,dp=0) failed: ... (peer: world rank 5); flight recorder written to x"},
+                 {5, "strata: rank 5: timeout: group world: rank 4 reported: group tp(pp=1,dp=0) failed: ... (peer: "
+                     "world rank 5); flight recorder written to x"},
+                 {3, "strata: rank 3: timeout: group dp(pp=0,tp=1) allreduce #4: timed out waiting for rank 0 (rank 0 "
+                     "last finished allreduce #3; waited 2.00851 s) (peer: world rank 1); flight recorder written to x"},
+                 {0, "strata: rank 0: timeout: group pp(dp=0,tp=0).grad recv #2: aborted because rank 1 reported: group "
+                     "tp(pp=1,dp=0) failed: ... (peer: world rank 5); flight recorder written to x"},
+                 {1, "strata: rank 1: timeout: group pp(dp=0,tp=1).grad recv #2: aborted because rank 1 reported: group "
+                     "world: ... (peer: world rank 5); flight recorder written to x"},
+                 {7, "strata: rank 7: timeout: group world: rank 4 reported: group tp(pp=1,dp=0) failed: ... (peer: "
+                     "world rank 5); flight recorder written to x"}},
+                rank),
+            "rank 5 stopped answering (rank 4 timed out waiting on it in group tp(pp=1,dp=0) allgather #36)");
+  EXPECT_EQ(rank, 5);
   // Only relayed reports, or no peer named (the mpi backend): nothing to say.
   rank = -1;
   EXPECT_EQ(unanswering_rank({{1, "strata: rank 1: timeout: group world: rank 0 reported: ... (peer: world rank 1)"},
