@@ -301,16 +301,7 @@ void attention_decode(float* out, const float* q, int64_t q_stride, const float*
     scores.resize(size_t(len));
     float mx = -INFINITY;
     for (int t = 0; t < len; ++t) {
-      // 16 independent partial sums (they vectorise without reassociating a sum), then theirs.
-      const float* kt = Kb + int64_t(t) * KW;
-      float lanes[16] = {};
-      int e = 0;
-      for (; e + 16 <= hs; e += 16)
-        for (int l = 0; l < 16; ++l) lanes[l] += qh[e + l] * kt[e + l];
-      float d = 0;
-      for (int l = 0; l < 16; ++l) d += lanes[l];
-      for (; e < hs; ++e) d += qh[e] * kt[e];
-      scores[size_t(t)] = d * scale;
+      scores[size_t(t)] = dot16(qh, Kb + int64_t(t) * KW, hs) * scale;
       mx = std::max(mx, scores[size_t(t)]);
     }
     float z = 0;
