@@ -4,7 +4,7 @@
 // last complete one. Two suffice for one rank alone; a third keeps the step before the newest
 // while the next is written (live recovery: a rank killed in its commit of step s leaves s-1,
 // which its peers then still hold while they write s+1) and lets a replica sender hold a slot
-// for as long as its paced send takes (train/mem_checkpoints.h).
+// for as long as its paced send takes (recovery/mem_checkpoints.h).
 //
 // Layout (every part 4 KiB aligned):
 //   SegmentHeader   magic "STRAMEM1", version, slot count, slot capacity
@@ -16,7 +16,7 @@
 // Commit protocol: a writer clears the slot's header hash before it touches the payload,
 // hashes the payload once written, fills the header and stores the header hash last. So a
 // copy killed half-way reads as incomplete, and a byte flipped later fails the payload
-// checksum. Not thread-safe: one writer at a time per slot (train/mem_checkpoints.h).
+// checksum. Not thread-safe: one writer at a time per slot (recovery/mem_checkpoints.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -85,7 +85,7 @@ class MemSegment {
   uint64_t payload_hash(int slot) const;
   // Writable payload of a slot marked incomplete by begin_write (a replica being received).
   unsigned char* mutable_payload(int slot);
-  // A copy received from a peer host (--mem-ckpt-replicas, train/mem_checkpoints.h): commits
+  // A copy received from a peer host (--mem-ckpt-replicas, recovery/mem_checkpoints.h): commits
   // the slot as commit() does, then checks the payload checksum it computed against the
   // sender's (`sent_hash`, of the sender's own commit). On a mismatch the slot is cleared and
   // false returned: the bytes were damaged in transit or in this slot.

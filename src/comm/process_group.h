@@ -169,7 +169,7 @@ void run_threads(int world_size, const std::function<void(ProcessGroup&)>& fn,
 
 // Operations scheduled and not yet finished on this process's foreground groups (every
 // group but background ones): 0 when the training's collectives and sends leave the links
-// and cores to background traffic, which waits for such a moment (train/mem_replicas.h).
+// and cores to background traffic, which waits for such a moment (recovery/mem_replicas.h).
 int foreground_ops_in_flight();
 // Sleeps until foreground_ops_in_flight() is 0, `timeout_s` at most: true when it is.
 bool wait_foreground_idle(double timeout_s);

@@ -27,6 +27,9 @@ std::string cat(Args&&... args) {
   return os.str();
 }
 
+// printf formatting into a string of up to 1023 characters: fmt("%.1f MiB", mib).
+std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
 template <typename... Args>
 [[noreturn]] void fail(Args&&... args) {
   throw Error(cat(std::forward<Args>(args)...));

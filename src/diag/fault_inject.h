@@ -12,7 +12,7 @@
 //   wrong-count       call one gradient collective of the step with half the count
 //   sleep:SECONDS     sleep SECONDS in forward (a straggler; a hang if > --timeout)
 //   kill-during-mem-ckpt  SIGKILL itself half-way through copying the step's in-memory
-//                     checkpoint (train/mem_checkpoints.h)
+//                     checkpoint (recovery/mem_checkpoints.h)
 //   kill-during-mem-commit  SIGKILL itself in the commit of the step's in-memory copy, 1.5 s
 //                     after the copy read the states (the next step runs on meanwhile: its
 //                     peers finish it and start their next copy while this one is open)

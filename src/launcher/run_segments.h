@@ -1,5 +1,5 @@
 // Shared-memory objects that a supervised job owns across its attempts (e.g. a rank's
-// in-memory checkpoints, train/mem_checkpoints.h): they must outlive the rank that made them,
+// in-memory checkpoints, recovery/mem_checkpoints.h): they must outlive the rank that made them,
 // for the job's restarts, but not the job, however it ends.
 //
 //   owner    the supervised job, named by STRATA_RUN_ID (launcher/launcher.h: the same in every

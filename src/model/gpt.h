@@ -75,7 +75,7 @@ class GPT final : public StageModel {
   void set_expert_group(comm::ProcessGroup* ep);
   // Bytes of the activation buffers allocated for (max_batch, seq) and the inputs' copy
   // (cost/activations.h predicts them under tensor parallelism).
-  int64_t activation_bytes() const;
+  int64_t activation_bytes() const override;
 
   struct Impl;  // the one-process state between calls (gpt_impl.h)
 

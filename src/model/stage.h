@@ -140,8 +140,8 @@ class StageModel : public ModelPart {
   void backward_input(int chunk, int micro, float scale);
   void backward_weight(int chunk, int micro);
 
-  // Bytes of the activation slots and scratch.
-  int64_t activation_bytes() const;
+  // Bytes of the activation slots and scratch (a GPT adds its copy of the inputs).
+  virtual int64_t activation_bytes() const;
   // Wall time its backward passes spent recomputing what the blocks did not keep (GPTConfig::
   // recompute), since construction.
   int64_t recompute_ns() const;

@@ -30,7 +30,7 @@ using nlohmann::json;
 namespace {
 
 // Every global tensor of the model, whatever part of it this rank holds.
-std::vector<ckpt::TensorInfo> tensor_table(const model::GPT& model) {
+std::vector<ckpt::TensorInfo> tensor_table(const model::StageModel& model) {
   std::vector<ckpt::TensorInfo> out;
   for (const model::ParamView& v : model::build_param_table(model.config()))
     out.push_back({v.name, v.shape, v.offset});
@@ -43,10 +43,7 @@ struct RankLayout {
   TensorLayout pieces;
   int tp = 1;
 };
-RankLayout rank_layout(const model::GPT& model, const Topology& topo) {
-  if (topo.layout) return {topo.layout(), model.shard().size};
-  return {model.tensor_layout(), model.shard().size};
-}
+RankLayout rank_layout(const model::StageModel& model) { return {model.tensor_layout(), model.shard().size}; }
 
 // The architecture keys of TrainConfig::to_json that must match between a checkpoint and
 // the run loading it (the tensor table catches most differences; heads does not show in it).
@@ -249,7 +246,7 @@ void check_checkpoint_flags(const TrainConfig& cfg) {
 }
 
 RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int restart,
-                               model::GPT& model, parallel::StepEngine& engine)
+                               const model::StageModel& model, parallel::StepEngine& engine)
     : cfg_(cfg),
       topo_(topo),
       restart_(restart),
@@ -261,7 +258,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
   if (c.mem_every > 0) {
     STRATA_CHECK(!cfg.run_dir.empty(),
                  "--mem-ckpt-every needs --run-dir (the in-memory copies are named after it)");
-    MemCheckpointOptions m;
+    recovery::MemCheckpointOptions m;
     m.every = c.mem_every;
     m.run_dir = cfg.run_dir;
     m.rank = topo.rank;
@@ -274,7 +271,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     // survivors' own and the replicas of the lost host's) are read before this world
     // replaces any of them.
     if (!live && c.mem_replicas > 0 && restart_ > 0) live_ = resume_other_world();
-    if (live && topo.group) drop_segments_no_rank_keeps(cfg.run_dir, topo.replica_from, *topo.group);
+    if (live && topo.group) recovery::drop_segments_no_rank_keeps(cfg.run_dir, topo.replica_from, *topo.group);
     m.reuse = !live_ && (restart_ > 0 || c.resume == "auto");
     m.supervised = comm::launched_as_rank() && !m.job.empty();
     m.layout_text = mem_layout_text();
@@ -284,13 +281,13 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.replica_to = topo.replica_to;
     m.replica_from = topo.replica_from;
     m.replica_mbps = c.mem_replica_mbps;
-    mem_ = std::make_unique<MemCheckpoints>(std::move(m), engine_);
+    mem_ = std::make_unique<recovery::MemCheckpoints>(std::move(m), engine_);
     // The cost, in the start-up log: rank 0's slots, and the whole job's.
     const double total = topo_.sum_across_ranks(double(mem_->bytes() + mem_->replica_bytes()));
     const std::string replicas =
         mem_->replica_bytes() > 0
             ? fmt(", and %d replica slots of rank %d's copies, %.1f MiB (--mem-ckpt-replicas 1: "
-                  "the newest copy also goes to rank %d on the next host, %s)", MemCheckpoints::kReplicaSlots,
+                  "the newest copy also goes to rank %d on the next host, %s)", recovery::MemCheckpoints::kReplicaSlots,
                   topo.replica_from, double(mem_->replica_bytes()) / (1 << 20), topo.replica_to,
                   c.mem_replica_mbps > 0 ? fmt("paced at %g MB/s", c.mem_replica_mbps).c_str() : "unpaced")
             : std::string();
@@ -371,7 +368,7 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
   t.rng["init"] = {cfg_.seed, 0, 0};
   t.rng["sample"] = {cfg_.seed, 0x5A3D1E00, 0};
   t.config = cfg_.to_json();
-  const RankLayout layout = rank_layout(model_, topo_);
+  const RankLayout layout = rank_layout(model_);
   record_layout(t, layout.tp);
   req.tensors = tensor_table(model_);
   req.layout = layout.pieces;
@@ -392,7 +389,7 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
 
 std::string RunCheckpoints::mem_layout_text() const {
   ckpt::TrainState t;
-  record_layout(t, rank_layout(model_, topo_).tp);
+  record_layout(t, rank_layout(model_).tp);
   const json arch = cfg_.to_json();
   std::string text = cat("world ", t.world, " dp ", t.dp, " tp ", t.tp, " pp ", t.pp, " (", t.schedule,
                          " x", t.virtual_stages, ") cp ", t.cp, " ep ", t.ep, " zero ", t.zero_stage,
@@ -477,7 +474,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
                cfg_.schedule.steps);
   Stopwatch sw;
-  const MemCopy m = mem_->load(chosen);
+  const recovery::MemCopy m = mem_->load(chosen);
   engine_.state_loaded(chosen);
   ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
   p.from_memory = true;
@@ -487,7 +484,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   return p;
 }
 
-int64_t RunCheckpoints::common_step(EarlierWorld& old) {
+int64_t RunCheckpoints::common_step(recovery::EarlierWorld& old) {
   // Every rank computes the same steps (EarlierWorld agreed on where each copy lies); the
   // holders verify their copies' checksums, each a share.
   for (int64_t step : old.common_steps())
@@ -508,11 +505,11 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   };
   // The world that failed: one past the highest rank any host holds a segment of (its own
   // ranks' and, with replicas, the previous host's).
-  double segment_ranks = mem_segment_ranks(cfg_.run_dir);
+  double segment_ranks = recovery::mem_segment_ranks(cfg_.run_dir);
   if (topo_.group) topo_.group->all_reduce(&segment_ranks, 1, comm::ReduceOp::max);
   const int old_world = int(segment_ranks);
   if (old_world <= 0 || old_world == topo_.world) return std::nullopt;  // the own segments decide
-  const RankLayout layout = rank_layout(model_, topo_);
+  const RankLayout layout = rank_layout(model_);
   const int cp = topo_.cp ? topo_.cp->size() : 1, ep = topo_.ep ? topo_.ep->size() : 1;
   // Under tp, cp or pp the world that failed had the same degrees (the restart keeps the flags)
   // and a larger dp: each rank reads the old ranks of its tp rank and stage (same_states).
@@ -524,9 +521,9 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
     return std::nullopt;
   }
   Stopwatch sw;
-  std::unique_ptr<EarlierWorld> old;
+  std::unique_ptr<recovery::EarlierWorld> old;
   try {
-    old = std::make_unique<EarlierWorld>(cfg_.run_dir, comm::supervised_job_id(), old_world, topo_.group,
+    old = std::make_unique<recovery::EarlierWorld>(cfg_.run_dir, comm::supervised_job_id(), old_world, topo_.group,
                                          [this](const std::string& line) { log(line); });
   } catch (const Error& e) {  // the same on every rank: an old rank's copies are on no host
     note(cat("the ", old_world, "-rank world's in-memory copies are not all on this world's hosts: ",
@@ -549,7 +546,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
                cfg_.schedule.steps);
   const double read_s = sw.seconds();
-  const MemCopy m = old->load(chosen, ckpt::layout_numel(layout.pieces), engine_.state_shards(),
+  const recovery::MemCopy m = old->load(chosen, ckpt::layout_numel(layout.pieces), engine_.state_shards(),
                               same_states_in(old_world));
   engine_.state_loaded(chosen);
   ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
@@ -572,7 +569,7 @@ ResumePoint RunCheckpoints::resume_live() {
   const double regroup_s = double(live.formed_ns - live.failed_ns) * 1e-9;
   const double rebuild_s = double(now_ns() - live.formed_ns) * 1e-9;
   Stopwatch sw;
-  EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world, topo_.group,
+  recovery::EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world, topo_.group,
                    [this](const std::string& line) { log(line); });
   const int64_t chosen = common_step(old);
   const bool none = chosen < 0;  // no step every old rank holds a good copy of
@@ -590,7 +587,7 @@ ResumePoint RunCheckpoints::resume_live() {
                          : cat("the disk checkpoint of step ", p.step, " (no step has a complete "
                                "in-memory copy on every rank)");
   } else {
-    const MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_, topo_).pieces),
+    const recovery::MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_).pieces),
                                engine_.state_shards(), same_states_in(live.old_world));
     engine_.state_loaded(chosen);
     p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
@@ -625,6 +622,26 @@ ResumePoint RunCheckpoints::resume_live() {
   return p;
 }
 
+namespace {
+
+// Loads the checkpoint `mode` names: auto, the run's newest good one (nullopt when it has
+// none); else a run directory, its ckpt/ directory or a step-* directory (refused in one line
+// when none is there).
+std::optional<ckpt::LoadResult> load_resume(const std::string& mode, const std::string& run_dir,
+                                            const std::vector<ckpt::StateTarget>& targets,
+                                            const ckpt::LoadOptions& lo) {
+  if (mode == "auto") return ckpt::load_latest(run_dir, targets, lo);
+  const ckpt::CkptLocation where = ckpt::locate(mode);
+  if (!where.step_dir.empty()) return ckpt::load_checkpoint(where.step_dir, targets, lo);
+  STRATA_CHECK(fs::path(where.root).filename() == "ckpt", "--resume ", mode,
+               ": name a run directory, its ckpt/ directory or a step-* directory");
+  std::optional<ckpt::LoadResult> r = ckpt::load_latest(fs::path(where.root).parent_path().string(), targets, lo);
+  STRATA_CHECK(r.has_value(), "--resume ", mode, ": no checkpoint there");
+  return r;
+}
+
+}  // namespace
+
 ResumePoint RunCheckpoints::resume_from_disk(bool after_failure) {
   const CheckpointConfig& c = cfg_.ckpt;
   const bool lead = topo_.rank == 0;
@@ -649,31 +666,18 @@ ResumePoint RunCheckpoints::resume_from_disk(bool after_failure) {
     targets.push_back({s.name, s.dtype, {s.begin, s.end}, s.data, ""});
   ckpt::LoadOptions lo;
   lo.expected_tensors = tensor_table(model_);
-  const RankLayout layout = rank_layout(model_, topo_);
+  const RankLayout layout = rank_layout(model_);
   lo.layout = layout.pieces;
   lo.log = [&](const std::string& line) { note("ckpt: " + line); };
   lo.check = [&](const ckpt::TrainState& t, const std::string& dir) { check_same_optimizer(t.config, cfg_, dir); };
   if (topo_.world > 1)
     lo.all_ok = [this](bool ok) { return topo_.sum_across_ranks(ok ? 0.0 : 1.0) == 0.0; };
 
-  std::optional<ckpt::LoadResult> r;
-  if (mode == "auto") {
-    r = ckpt::load_latest(cfg_.run_dir, targets, lo);
-    if (!r) {
-      note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "no checkpoint in ",
-               ckpt::ckpt_root(cfg_.run_dir), "; starting fresh"));
-      return {};
-    }
-  } else {
-    const ckpt::CkptLocation where = ckpt::locate(mode);
-    if (!where.step_dir.empty()) {
-      r = ckpt::load_checkpoint(where.step_dir, targets, lo);
-    } else {
-      STRATA_CHECK(fs::path(where.root).filename() == "ckpt", "--resume ", mode,
-                   ": name a run directory, its ckpt/ directory or a step-* directory");
-      r = ckpt::load_latest(fs::path(where.root).parent_path().string(), targets, lo);
-      STRATA_CHECK(r.has_value(), "--resume ", mode, ": no checkpoint there");
-    }
+  const std::optional<ckpt::LoadResult> r = load_resume(mode, cfg_.run_dir, targets, lo);
+  if (!r) {
+    note(cat(restart_ > 0 ? cat("restart ", restart_, ": ") : std::string(), "no checkpoint in ",
+             ckpt::ckpt_root(cfg_.run_dir), "; starting fresh"));
+    return {};
   }
   check_same_architecture(r->train.config, cfg_, r->dir);
   check_same_data_position(r->train, cfg_, r->dir);
@@ -739,7 +743,7 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
 
 int64_t RunCheckpoints::roll_back() {
   STRATA_CHECK(mem_ != nullptr, "--spike-action rollback needs --mem-ckpt-every");
-  const MemCopy m = mem_->restore_newest();
+  const recovery::MemCopy m = mem_->restore_newest();
   if (m.step < 0) return -1;
   engine_.state_loaded(m.step);
   tokens_seen_ = m.tokens_seen;

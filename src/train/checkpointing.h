@@ -15,7 +15,7 @@
 //           reported and the previous good one used; a checkpoint of another model is one
 //           line of error.
 //   memory  with `--mem-ckpt-every K`, a copy of every rank's state in shared memory every K
-//           steps (train/mem_checkpoints.h); a restart or --resume auto continues from it
+//           steps (recovery/mem_checkpoints.h); a restart or --resume auto continues from it
 //           when every rank holds a complete copy of a step newer than the disk's newest
 //           (the newest such step; its line says so), else from disk as above.
 //   metrics rank 0 keeps metrics.jsonl of the resumed run continuous: records after the
@@ -34,11 +34,11 @@
 
 #include "ckpt/checkpointer.h"
 #include "data/dataset.h"
-#include "model/gpt.h"
+#include "model/stage.h"
 #include "nlohmann/json.hpp"
 #include "parallel/engine.h"
-#include "train/earlier_world.h"
-#include "train/mem_checkpoints.h"
+#include "recovery/earlier_world.h"
+#include "recovery/mem_checkpoints.h"
 #include "train/config.h"
 #include "train/metrics.h"
 
@@ -59,7 +59,7 @@ class RunCheckpoints {
  public:
   // `restart` is the supervisor's attempt number (0: first run). Throws one line for an
   // impossible setting (checkpoints without a run directory, a fault that cannot fire).
-  RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int restart, model::GPT& model,
+  RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int restart, const model::StageModel& model,
                  parallel::StepEngine& engine);
   ~RunCheckpoints();
 
@@ -106,7 +106,7 @@ class RunCheckpoints {
   ResumePoint resume_live();
   // The newest step every old rank of `old` left a good copy of on this world's hosts
   // (collective); -1 when there is none.
-  static int64_t common_step(EarlierWorld& old);
+  static int64_t common_step(recovery::EarlierWorld& old);
   // EarlierWorld::load's `same_states` for a world of `old_world` ranks before this one
   // (Topology::same_states; empty in a data-parallel layout).
   std::function<bool(int)> same_states_in(int old_world) const;
@@ -130,10 +130,10 @@ class RunCheckpoints {
   const TrainConfig& cfg_;
   const Topology& topo_;
   int restart_;
-  model::GPT& model_;
+  const model::StageModel& model_;
   parallel::StepEngine& engine_;
   std::unique_ptr<ckpt::Checkpointer> saver_;
-  std::unique_ptr<MemCheckpoints> mem_;
+  std::unique_ptr<recovery::MemCheckpoints> mem_;
   std::shared_ptr<std::atomic<bool>> die_in_save_;  // kill-during-save armed for this save
   int64_t tokens_seen_ = 0;
   size_t recorded_ = 0;  // saves already written to metrics.jsonl

@@ -95,7 +95,7 @@ struct TrainConfig {
 
 // Live recovery (--recovery live, train/distributed.cc): the world this trainer runs in
 // replaces one that lost a rank; the run continues from the in-memory copies every rank of
-// that world left (train/earlier_world.h).
+// that world left (recovery/earlier_world.h).
 struct LiveRecovery {
   int generation = 0;       // worlds re-formed so far; 0: the job's first world
   int old_world = 0;        // ranks of the world that failed
@@ -141,9 +141,6 @@ struct Topology {
   // ckpt/checkpointer.h); empty when alone.
   std::function<void()> ckpt_barrier;
   int restart = 0;  // how many times the supervisor restarted this job (STRATA_RESTART)
-  // Where this rank's flat states lie in the global tensors when the model is not the
-  // trainer's GPT (a pipeline stage, model/stage.h); empty: the GPT's tensor_layout().
-  std::function<TensorLayout()> layout;
   LiveRecovery live;  // generation 0 unless this world replaces one that lost a rank
   // Live recovery's rejoin: asked after each step with an in-memory copy (collective); true
   // when the job's world changes there (a replacement joins), and the trainer then throws

@@ -14,13 +14,13 @@ namespace strata::train {
 
 using nlohmann::json;
 
-CpMark cp_mark(const model::GPT& m) {
+CpMark cp_mark(const model::StageModel& m) {
   const model::ContextComm* cc = m.context_comm();
   if (!cc) return {};
   return {cc->bytes(), cc->compute_ns()};
 }
 
-json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences, int T) {
+json cp_step_metrics(const model::StageModel& m, const CpMark& begin, int64_t sequences, int T) {
   const model::ContextComm* cc = m.context_comm();
   if (!cc) return json::object();
   const CpMark now = cp_mark(m);
@@ -41,7 +41,7 @@ json cp_step_metrics(const model::GPT& m, const CpMark& begin, int64_t sequences
           {"cp_attention_ms", double(now.compute_ns - begin.compute_ns) * 1e-6}};
 }
 
-int64_t activation_bytes_per_rank(const model::GPT& m, int b, int T) {
+int64_t activation_bytes_per_rank(const model::StageModel& m, int b, int T) {
   const model::ContextComm* cc = m.context_comm();
   int64_t bytes = m.activation_bytes();
   if (cc) {
@@ -63,7 +63,7 @@ void refuse_over_budget(double max_mb, int64_t bytes, int T, int C, int b) {
 }
 }  // namespace
 
-void check_activation_budget(double max_mb, const model::GPT& m, int b, int T) {
+void check_activation_budget(double max_mb, const model::StageModel& m, int b, int T) {
   if (max_mb <= 0) return;
   const int C = m.context_comm() ? m.context_comm()->size() : 1;
   refuse_over_budget(max_mb, activation_bytes_per_rank(m, b, T), T, C, b);
@@ -80,7 +80,7 @@ void check_activation_budget(double max_mb, const model::GPTConfig& g, int tp, b
   refuse_over_budget(max_mb, most, T, cp, b);
 }
 
-void add_cp_section(SummaryBuilder& summary, const model::GPT& m, comm::ProcessGroup& group) {
+void add_cp_section(SummaryBuilder& summary, const model::StageModel& m, comm::ProcessGroup& group) {
   const model::ContextComm* cc = m.context_comm();
   const double mine[2] = {cc ? double(cc->compute_ns()) * 1e-6 : 0.0,
                           cc ? double(cc->compute_cpu_ns()) * 1e-6 : 0.0};

@@ -40,9 +40,9 @@
 #include "train/context_metrics.h"
 #include "train/expert_state.h"
 #include "train/metrics.h"
-#include "train/mem_checkpoints.h"
+#include "recovery/mem_checkpoints.h"
 #include "train/pipeline_rank.h"
-#include "train/run_dir_lock.h"
+#include "recovery/run_dir_lock.h"
 
 namespace strata::train {
 namespace {
@@ -299,7 +299,7 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
     return std::nullopt;
   }
   if (pc.nproc <= 1 && pc.max_restarts == 0 && pc.hosts.empty()) return std::nullopt;
-  RunDirLock lock(cfg.run_dir);  // held across the ranks' lives and restarts
+  recovery::RunDirLock lock(cfg.run_dir);  // held across the ranks' lives and restarts
   launcher::LaunchOptions o;
   o.nproc = pc.nproc;
   o.backend = pc.backend;
@@ -369,7 +369,7 @@ TrainResult train_as_rank(const TrainConfig& cfg, const ParallelConfig& pc) {
     tracer().name_thread("compute");
   }
   // Rank 0 takes the run dir unless its launcher holds it; another job's rank 0 stops here.
-  std::optional<RunDirLock> lock;
+  std::optional<recovery::RunDirLock> lock;
   if (env.rank == 0) lock.emplace(cfg.run_dir);
   auto write_trace = [&] {
     if (pc.trace) tracer().write(trace_path(cfg, env.rank));

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdarg>
 #include <filesystem>
 
 #include "core/env.h"
@@ -101,15 +100,6 @@ void MetricsWriter::note(const std::string& human) {
   if (json_) return;
   write_line(human);
   std::fflush(out_);
-}
-
-std::string fmt(const char* format, ...) {
-  char buf[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buf, sizeof buf, format, args);
-  va_end(args);
-  return buf;
 }
 
 }  // namespace strata::train

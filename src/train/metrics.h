@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/error.h"
 #include "core/files.h"
 #include "nlohmann/json_fwd.hpp"
 
@@ -55,8 +56,5 @@ class MetricsWriter {
   std::string progress_;        // the live line shown now ("" when none)
   int64_t progress_drawn_ns_ = 0;
 };
-
-// Human formatting helpers shared by the progress lines.
-std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 }  // namespace strata::train

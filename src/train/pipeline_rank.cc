@@ -125,22 +125,14 @@ int64_t planned_stage_activations(const TrainConfig& cfg, const model::StageMode
 // A pipeline stage (docs/pipeline.md): this rank's chunks of the model as a stage model,
 // every micro-batch's forward and backward in the schedule's order by the executor, the
 // stage engine reducing gradients over dp x cp; each step's bubble and transfer accounting,
-// and the pipeline's summary section. The trainer's GPT holds no activations (model_batch 0)
-// and samples nothing (the whole model is on no rank).
+// and the pipeline's summary section. The trainer runs the stage model as this rank's model;
+// it samples nothing (the whole model is on no rank).
 class PipelineRunner final : public StepRunner {
  public:
   PipelineRunner(const TrainConfig& cfg, const ParallelConfig& pc, parallel::Mesh& mesh, const Topology& topo);
 
-  const model::StageModel& stage_model() const { return sm_; }
-  DType compute() const override { return compute_; }
-  int model_batch(int) const override { return 0; }
-  bool samples() const override { return false; }
-  model::expert::MoE* moe() const override { return sm_.moe(); }
-  const model::StageModel* stage() const override { return &sm_; }
-
-  std::unique_ptr<parallel::StepEngine> make_engine(model::GPT& m, const parallel::OptimConfig& optim,
-                                                    uint64_t seed) override {
-    trainer_model_ = &m;
+  model::StageModel& build_model(const TrainConfig&, const Topology&, int) override { return sm_; }
+  std::unique_ptr<parallel::StepEngine> make_engine(const parallel::OptimConfig& optim, uint64_t seed) override {
     auto e = pl::make_stage_engine(sm_, mesh_, pc_.dp, optim, seed);
     engine_ = e.get();
     return e;
@@ -173,7 +165,6 @@ class PipelineRunner final : public StepRunner {
   comm::GroupPtr grad_;
   pl::Executor ex_;
   int stage_layers_ = 0, stage_recomputed_ = 0;
-  const model::GPT* trainer_model_ = nullptr;  // carries topo.cp for the cp summary
   parallel::DataParallelEngine* engine_ = nullptr;
   std::vector<double> bubbles_, steps_ms_;  // this stage's, per step (rank 0: every stage's mean)
   std::vector<double> transfer_shares_;     // per step: mean over stages of transfer wait / step
@@ -312,7 +303,7 @@ void PipelineRunner::summary_sections(SummaryBuilder& summary) {
   summary.set("pipeline", pipe);
   summary.line(text);
   // The attention's balance within this stage's cp group.
-  if (topo_.cp) add_cp_section(summary, *trainer_model_, mesh_.cp());
+  if (topo_.cp) add_cp_section(summary, sm_, mesh_.cp());
 }
 
 }  // namespace
@@ -320,11 +311,9 @@ void PipelineRunner::summary_sections(SummaryBuilder& summary) {
 TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc,
                                 parallel::Mesh& mesh, Topology topo) {
   auto runner = std::make_unique<PipelineRunner>(cfg, pc, mesh, topo);
-  const PipelineRunner& r = *runner;
   // Under cp each cp rank of the last stage sums its own rows' losses: all of them count
   // (replica groups that read the same data: group 0's, as train_in_world decided).
   topo.counts_loss = topo.counts_loss_of_group && mesh.last_stage() && mesh.tp_rank() == 0;
-  topo.layout = [&r] { return r.stage_model().tensor_layout(); };
   return Trainer(cfg, topo, std::move(runner)).run();
 }
 

@@ -27,7 +27,7 @@ struct GuardConfig {
   int min_history = 8;
   int max_skipped = 10;
   // --spike-action rollback: a refused step also restores the newest in-memory checkpoint
-  // (train/mem_checkpoints.h) and the run continues from its step, past the batch.
+  // (recovery/mem_checkpoints.h) and the run continues from its step, past the batch.
   bool rollback = false;
   bool active() const { return skip_nonfinite || zscore > 0; }
   // One line naming the flag, for a bad value.

@@ -5,14 +5,20 @@
 #include "data/sampler.h"
 #include "model/context/context_comm.h"
 #include "parallel/data_parallel.h"
+#include "train/context_metrics.h"
 #include "train/expert_state.h"
 
 namespace strata::train {
 
-std::unique_ptr<parallel::StepEngine> ModelRunner::make_engine(model::GPT& model, const parallel::OptimConfig& optim,
-                                                               uint64_t seed) {
-  model_ = &model;
-  std::unique_ptr<parallel::StepEngine> e = build_engine(model, optim, seed);
+model::StageModel& ModelRunner::build_model(const TrainConfig& cfg, const Topology& topo, int micro_batch) {
+  model_ = std::make_unique<model::GPT>(cfg.model, micro_batch, /*allocate_state=*/false, topo.tp, compute_,
+                                        topo.cp, topo.ep);
+  check_activation_budget(cfg.max_activation_mb, *model_, micro_batch, cfg.train_seq());  // train/context_metrics.h
+  return *model_;
+}
+
+std::unique_ptr<parallel::StepEngine> ModelRunner::make_engine(const parallel::OptimConfig& optim, uint64_t seed) {
+  std::unique_ptr<parallel::StepEngine> e = build_engine(*model_, optim, seed);
   engine_ = e.get();
   return e;
 }

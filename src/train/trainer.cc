@@ -84,12 +84,6 @@ struct EvalResult {
   double loss = 0;
   int64_t sequences = 0, tokens = 0;  // the whole job's
 };
-// The MoE layer a run's steps and evals go through: a pipeline stage's, else the model's (null
-// for a dense model).
-static model::expert::MoE* run_moe(const StepRunner& r, const model::GPT& m) {
-  return r.moe() ? r.moe() : m.moe();
-}
-
 // The token documents begin with under --doc-mask (-1 without it): --doc-token, else the
 // data's own (a prepared directory's manifest); refused in one line when neither names one.
 int32_t document_token(const TrainConfig& cfg, const data::TokenSource& src) {
@@ -100,7 +94,7 @@ int32_t document_token(const TrainConfig& cfg, const data::TokenSource& src) {
   return t;
 }
 
-EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const TrainConfig& cfg,
+EvalResult evaluate(const model::StageModel& part, const data::TokenSource& val, const TrainConfig& cfg,
                     const Topology& topo, int b, int A, StepRunner& runner) {
   PhaseScope phase(PhaseKind::eval);
   data::SamplerConfig sc;
@@ -114,7 +108,7 @@ EvalResult evaluate(model::GPT& model, const data::TokenSource& val, const Train
   data::Loader loader(val, sc, topo.dp_rank, {}, /*prefetch=*/0);
   data::StepBatch batch = loader.next();
   double sum = 0;
-  model::expert::MoE* moe = run_moe(runner, model);
+  model::expert::MoE* moe = part.moe();
   if (moe) moe->set_training(false);  // no router jitter
   sum = runner.forward_sum(batch);  // a pipeline: the stages run the batch together
   if (moe) moe->set_training(true);
@@ -184,7 +178,7 @@ struct Trainer::Run {
   bool lead;
   std::unique_ptr<MetricsWriter> out;
   std::shared_ptr<data::Split> split;  // topo.live.data when a live world keeps it
-  std::unique_ptr<model::GPT> model;
+  model::StageModel* part = nullptr;  // the model this rank runs (the runner's: a GPT or a stage's chunks)
   std::unique_ptr<parallel::StepEngine> engine;
   parallel::OuterSyncEngine* outer = nullptr;  // --replica-groups: the engine, as its outer syncs
   std::unique_ptr<data::Loader> loader;
@@ -212,7 +206,7 @@ struct Trainer::Run {
   std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
   int64_t ep_bytes_at_step_begin = 0;
   // The MoE layer whose load the step reports (null for a dense model).
-  model::expert::MoE* moe() const { return run_moe(runner, *model); }
+  model::expert::MoE* moe() const { return part->moe(); }
   // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
   std::optional<nlohmann::json> moe_step_load(int64_t step, int64_t tokens);
   // A step's named parts (train/trainer.h), in the order train_step calls them.
@@ -262,14 +256,11 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, StepRunner& runner)
                cfg.model.vocab, " (set --vocab ", split->train->vocab(), ")");
   floor = split->val->entropy_floor();
 
-  model = std::make_unique<model::GPT>(cfg.model, runner.model_batch(b), runner.model_owns_state(), topo.tp,
-                                        runner.compute(), topo.cp, topo.ep);
-  check_activation_budget(cfg.max_activation_mb, *model, b, T);  // train/context_metrics.h
-  if (runner.model_owns_state()) model->init(cfg.seed);
-  engine = runner.make_engine(*model, cfg.optim, cfg.seed);
+  part = &runner.build_model(cfg, topo, b);
+  engine = runner.make_engine(cfg.optim, cfg.seed);
   if (!cfg.init_from.empty()) {  // before the resume, which replaces it when a checkpoint loads
     const std::string line = init_from_hf(
-        cfg.init_from, cfg.model, topo.layout ? topo.layout() : model->tensor_layout(), *engine);
+        cfg.init_from, cfg.model, part->tensor_layout(), *engine);
     if (lead) std::fprintf(stderr, "strata train: %s\n", line.c_str());
   }
   // Replica groups: the groups' engines meet every H steps (parallel/outer.h); the global
@@ -278,7 +269,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, StepRunner& runner)
     const int F = topo.outer.options.fragments;
     auto o = std::make_unique<parallel::OuterSyncEngine>(
         std::move(engine), topo.outer.options, topo.outer.across, topo.outer.group, cfg.schedule.steps,
-        parallel::fragment_ranges(topo.layout ? topo.layout() : model->tensor_layout(), F));
+        parallel::fragment_ranges(part->tensor_layout(), F));
     outer = o.get();
     engine = std::move(o);
     if (lead) std::fprintf(stderr, "strata train: %s\n", topo.outer.options.describe().c_str());
@@ -293,7 +284,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, StepRunner& runner)
                "--inject ", diag::fault_kind_name(fk), " needs a collective to break: run on 2 or "
                "more ranks (--nproc)");
   inject = cfg.fault.active() && restart == 0 && topo.live.generation == 0;
-  ckpt = std::make_unique<RunCheckpoints>(cfg, topo, restart, *model, *engine);
+  ckpt = std::make_unique<RunCheckpoints>(cfg, topo, restart, *part, *engine);
   const ResumePoint from = ckpt->resume();
   start_step = from.step;
   if (lead) {
@@ -313,7 +304,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, StepRunner& runner)
 
 // The kernel paths and GEMM the model's passes run, and the machine's peak for MFU.
 void Trainer::Run::choose_kernels() {
-  const bool bf16 = model->compute() == DType::bf16;  // what the model's passes run
+  const bool bf16 = part->compute() == DType::bf16;  // what the model's passes run
   gemm = kernels::matmul_gemm_name(bf16);
   kernel_paths = chosen_kernel_paths(bf16);
   kernel_words = kernel_paths_of_group(kernel_paths, topo.group);
@@ -517,11 +508,11 @@ void Trainer::Run::train_step(int64_t step) {
   if (fault == diag::FaultKind::nan_grad) scale = std::nanf("");
   if (fault == diag::FaultKind::spike_grad) scale *= 1000.0f;
   const int64_t compute_t0 = now_ns(), blocked_t0 = comm::thread_blocked_ns();
-  const CpMark cp0 = cp_mark(*model);
+  const CpMark cp0 = cp_mark(*part);
   const double loss_sum = passes(batch, scale, fault);
   int64_t sequences = 0;
   for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
-  const json cp_rec = cp_step_metrics(*model, cp0, sequences, T);
+  const json cp_rec = cp_step_metrics(*part, cp0, sequences, T);
   current_phase().set_kind(PhaseKind::optimizer);
   Update u = update(step, loss_sum, batch.global_real_tokens, fault);
   // Compute time: forward, backward and optimizer, less the time blocked in communication.
@@ -650,7 +641,7 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
 void Trainer::Run::eval_and_sample(int64_t step) {
   const bool last = step + 1 == cfg.schedule.steps;
   if (last || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0)) {
-    const EvalResult e = evaluate(*model, *split->val, cfg, topo, b, A, runner);
+    const EvalResult e = evaluate(*part, *split->val, cfg, topo, b, A, runner);
     result.eval_loss = e.loss;
     result.eval_sequences = e.sequences;
     json rec = {{"step", step + 1}, {"eval_loss", e.loss}, {"eval_sequences", e.sequences},
@@ -661,9 +652,10 @@ void Trainer::Run::eval_and_sample(int64_t step) {
                            (long long)(step + 1), floor_text(e.loss, floor).c_str(),
                            (long long)e.sequences, (long long)e.tokens));
   }
-  if (cfg.sample_tokens > 0 && runner.samples() &&
+  model::GPT* whole = runner.whole_model();  // a pipeline stage has no whole model to sample
+  if (cfg.sample_tokens > 0 && whole &&
       (last || (cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0))) {
-    std::string text = sample_text(*model, *split->val, cfg, step);
+    std::string text = sample_text(*whole, *split->val, cfg, step);
     if (lead) out->record({{"step", step + 1}, {"sample", text}}, "sample: " + text);
   }
 }
@@ -695,7 +687,7 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
             {"layers", m.recompute.mode == model::Recompute::full ? json(shape.recomputed_layers) : json()},
             {"inputs", m.recompute.bf16_inputs ? "bf16" : "fp32"},
             // the model's buffers (a GPT's include its copy of the inputs)
-            {"activation_bytes", runner.stage() ? worker.activation_bytes() : model->activation_bytes()},
+            {"activation_bytes", worker.activation_bytes()},
             {"flops_per_step", flops_per_token * double(tokens)},
             {"flops_kind", m.recompute.mode == model::Recompute::full ? "matmul and attention" : "elementwise"},
             {"seconds_per_step", steps > 0 ? double(worker.recompute_ns()) * 1e-9 / double(steps) : 0.0}};
@@ -703,7 +695,7 @@ json Trainer::Run::recompute_section(const model::StageModel& worker, int64_t st
     const int tp = topo.tp ? topo.tp->size() : 1, tp_rank = topo.tp ? topo.tp->rank() : 0;
     const bool sp = topo.tp && topo.tp->sequence_parallel();
     const cost::ActivationBuffers plan = cost::activation_buffers(
-        shape, tp, sp, tp_rank, b, model->compute() == DType::bf16, false);
+        shape, tp, sp, tp_rank, b, worker.compute() == DType::bf16, false);
     j["activation_bytes_plan"] = plan.total();
     for (const auto& [name, bytes] : plan.named()) j["buffers_plan"][name] = bytes;
   }
@@ -756,7 +748,7 @@ SummaryBuilder Trainer::Run::summary_of_run(double wall_s) {
                    {"seed", cfg.seed},
                    {"data", split->train->describe()},
                    {"params", cfg.model.num_params()},        // the whole model
-                   {"params_per_rank", model->num_params()},  // a tp rank's share
+                   {"params_per_rank", part->num_params()},  // this rank's share (its tp slice of its stage)
                    {"steps", cfg.schedule.steps},
                    {"steps_trained", cfg.schedule.steps - start_step},  // by this attempt (0: resumed at the end)
                    {"accum", A},
@@ -790,7 +782,7 @@ SummaryBuilder Trainer::Run::summary_of_run(double wall_s) {
     summary.set("dp_replicas_identical", *same);
   if (topo.live.generation > 0 && lead) summary.set("live_recovery", live_recoveries(cfg.run_dir));
   if (cfg.model.recompute.mode != model::Recompute::none)
-    summary.set("recompute", recompute_section(runner.stage() ? *runner.stage() : *model,
+    summary.set("recompute", recompute_section(*part,
                                                cfg.schedule.steps - start_step));
   const json ck = ckpt->finish(median(step_ms) / 1e3, lead ? out.get() : nullptr);
   if (!ck.is_null()) summary.set("ckpt", ck);

@@ -423,7 +423,7 @@ std::string lost_host_resumes_from_replicas(MultiHost& t, int hosts, int per_hos
   // What the run guarantees, whatever the load: it resumes from memory (disk: none) at the
   // newest step every old rank's copy or replica holds, and says how many steps that loses.
   // How old the replicas were when the host died depends on the load (they move in the
-  // training's idle gaps, train/mem_replicas.h), so neither k nor the loss is bounded here
+  // training's idle gaps, recovery/mem_replicas.h), so neither k nor the loss is bounded here
   // beyond that; the losses below check the continuation from k bit for bit.
   EXPECT_GE(k, 1) << out;
   EXPECT_GE(lost, 0) << out;

@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/env.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -65,6 +66,10 @@ TEST(Rng, DistributionsLookRight) {
     ASSERT_GE(u, 0.0f);
     ASSERT_LT(u, 1.0f);
   }
+}
+
+TEST(Error, FmtFormats) {
+  EXPECT_EQ(strata::fmt("%d|%.2f|%s", 3, 1.5, "x"), "3|1.50|x");
 }
 
 TEST(Memory, TracksCurrentAndPeakPerCategory) {

@@ -50,8 +50,10 @@ TEST(Layering, AreasIncludeOnlyTheAreasTheyBuildOn) {
       {"ckpt", {"core", "cost", "ckpt"}},
       {"diag", {"core", "comm", "launcher", "diag"}},
       {"plan", {"core", "cost", "model", "plan", "parallel"}},
+      // recovery: the training state's in-memory copies and what a re-formed world resumes from.
+      {"recovery", {"core", "comm", "launcher", "data", "parallel", "ckpt", "diag", "recovery"}},
       {"train", {"core", "cost", "kernels", "comm", "launcher", "model", "data", "parallel", "ckpt",
-                 "diag", "train"}},
+                 "diag", "recovery", "train"}},
       {"fed", {"core", "comm", "launcher", "model", "data", "ckpt", "train", "fed"}},
       {"rlhf", {"core", "cost", "kernels", "comm", "model", "parallel", "ckpt", "train", "plan",
                 "rlhf"}},

@@ -1,4 +1,4 @@
-// In-memory checkpoints (`--mem-ckpt-every`, train/mem_checkpoints.h) end to end: a rank
+// In-memory checkpoints (`--mem-ckpt-every`, recovery/mem_checkpoints.h) end to end: a rank
 // killed under the supervisor resumes from memory, losing at most one step, and the run ends
 // bit-identical to one that never failed (dp 2 at ZeRO 1, and tp 2); a flipped byte or a copy
 // killed half-way is caught by its checksum and the previous copy or the disk is used, said

@@ -89,7 +89,3 @@ TEST(Metrics, UnwritableRunDirThrowsNamingIt) {
     EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
   }
 }
-
-TEST(Metrics, FmtFormats) {
-  EXPECT_EQ(strata::train::fmt("%d|%.2f|%s", 3, 1.5, "x"), "3|1.50|x");
-}

@@ -1,4 +1,4 @@
-#include "train/mem_replicas.h"
+#include "recovery/mem_replicas.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 
-namespace strata::train {
+namespace strata::recovery {
 
 namespace {
 
@@ -102,4 +102,4 @@ ReplicaHeader ReplicaLink::round(const ReplicaHeader& out, const unsigned char* 
   return in_;
 }
 
-}  // namespace strata::train
+}  // namespace strata::recovery

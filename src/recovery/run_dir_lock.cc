@@ -1,4 +1,4 @@
-#include "train/run_dir_lock.h"
+#include "recovery/run_dir_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-namespace strata::train {
+namespace strata::recovery {
 
 std::string run_dir_lock_path(const std::string& run_dir) { return run_dir + "/.strata-lock"; }
 
@@ -75,4 +75,4 @@ RunDirLock::~RunDirLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (removing it would race)
 }
 
-}  // namespace strata::train
+}  // namespace strata::recovery

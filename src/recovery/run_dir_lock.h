@@ -11,7 +11,7 @@
 #pragma once
 #include <string>
 
-namespace strata::train {
+namespace strata::recovery {
 
 class RunDirLock {
  public:
@@ -29,4 +29,4 @@ class RunDirLock {
 
 std::string run_dir_lock_path(const std::string& run_dir);  // <run-dir>/.strata-lock
 
-}  // namespace strata::train
+}  // namespace strata::recovery

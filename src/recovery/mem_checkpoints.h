@@ -33,13 +33,13 @@
 //            restart on this host finds every old rank's copy under one naming). Rounds: the
 //            whole group agrees (one all-reduce) on the newest step any rank holds, M; each
 //            rank holds its first copy after M from the writer, pins it, sends it (paced,
-//            --mem-ckpt-replica-mbps, MB/s per rank; train/mem_replicas.h) and keeps it held
+//            --mem-ckpt-replica-mbps, MB/s per rank; recovery/mem_replicas.h) and keeps it held
 //            once its peer has it complete, until the next one is. Copies committed meanwhile
 //            are skipped (a replica is as fresh as the link allows) and the writer never
 //            waits: the third slot is always its own. Every rank sends the same steps, and
 //            keeps the step its peer holds, so when a host is lost the survivors' own copies
 //            and the lost ranks' replicas share a step, which an --elastic restart or a live
-//            re-formation reads through EarlierWorld (train/earlier_world.h). The receiver
+//            re-formation reads through EarlierWorld (recovery/earlier_world.h). The receiver
 //            keeps a copy only when its checksum equals the sender's. finish() or a stop ends
 //            the rounds on every rank at the next agreement (a round in flight goes on
 //            unpaced; a stop gives up after kReplicaGraceS on a peer that does not answer).
@@ -63,9 +63,9 @@
 #include "nlohmann/json.hpp"
 #include "core/timer.h"
 #include "parallel/engine.h"
-#include "train/mem_replicas.h"
+#include "recovery/mem_replicas.h"
 
-namespace strata::train {
+namespace strata::recovery {
 
 // What a copy restores besides the state shards.
 struct MemCopy {
@@ -104,7 +104,7 @@ int mem_slot_to_write(const int64_t* steps, int slots, unsigned held);
 // segment or a replica of a peer's); 0 when there is none.
 int mem_segment_ranks(const std::string& run_dir);
 
-// A copy's payload as EarlierWorld reads it (train/earlier_world.h): the run key that names
+// A copy's payload as EarlierWorld reads it (recovery/earlier_world.h): the run key that names
 // the segments, the state record at the start of a slot and the training state it holds, and
 // where each state shard's elements lie in the payload.
 std::string mem_run_key(const std::string& run_dir);
@@ -235,4 +235,4 @@ class MemCheckpoints {
   int64_t gap_waits_out_ = 0;
 };
 
-}  // namespace strata::train
+}  // namespace strata::recovery

@@ -18,8 +18,8 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "support/temp_dir.h"
-#include "train/mem_checkpoints.h"
-#include "train/mem_replicas.h"
+#include "recovery/mem_checkpoints.h"
+#include "recovery/mem_replicas.h"
 
 namespace strata::test {
 namespace {
@@ -89,19 +89,19 @@ TEST(MemReplicas, TheOldWorldIsFoundFromTheSegmentsOnThisHost) {
   TempDir dir("mem_repl_world");
   const std::string run_dir = dir.file("run");
   const std::string run = run_key(run_dir);
-  EXPECT_EQ(train::mem_segment_ranks(run_dir), 0);
+  EXPECT_EQ(recovery::mem_segment_ranks(run_dir), 0);
   const std::string r0 = ckpt::MemSegment::name_for(run, 0), r3 = ckpt::MemSegment::name_for(run, 3);
   std::unique_ptr<ckpt::MemSegment> a = ckpt::MemSegment::create(r0, 4096);
-  EXPECT_EQ(train::mem_segment_ranks(run_dir), 1);
+  EXPECT_EQ(recovery::mem_segment_ranks(run_dir), 1);
   std::unique_ptr<ckpt::MemSegment> b = ckpt::MemSegment::create(r3, 4096);
   std::unique_ptr<ckpt::MemSegment> other =
       ckpt::MemSegment::create(ckpt::MemSegment::name_for(run + "-other", 9), 4096);
-  EXPECT_EQ(train::mem_segment_ranks(run_dir), 4);
+  EXPECT_EQ(recovery::mem_segment_ranks(run_dir), 4);
   ckpt::MemSegment::remove(r3);
-  EXPECT_EQ(train::mem_segment_ranks(run_dir), 1);
+  EXPECT_EQ(recovery::mem_segment_ranks(run_dir), 1);
   ckpt::MemSegment::remove(r0);
   ckpt::MemSegment::remove(other->name());
-  EXPECT_EQ(train::mem_segment_ranks(run_dir), 0);
+  EXPECT_EQ(recovery::mem_segment_ranks(run_dir), 0);
 }
 
 // Every state of 2 and 3 slots (steps -1 = empty or in writing, 1..3) and every set of slots
@@ -118,7 +118,7 @@ TEST(MemReplicas, TheWriterNeverWritesAHeldSlot) {
       for (int s = 0; s < slots; ++s)
         if (steps[s] >= 0 && (newest < 0 || steps[s] > steps[newest])) newest = s;
       for (unsigned held = 0; held < (1u << slots); ++held) {
-        const int w = train::mem_slot_to_write(steps, slots, held);
+        const int w = recovery::mem_slot_to_write(steps, slots, held);
         ++cases;
         const std::string what = cat(slots, " slots, steps ", steps[0], " ", steps[1], " ", steps[2], ", held mask ", held);
         int free = 0;
@@ -155,18 +155,18 @@ TEST(MemReplicas, APacedExchangeTakesAtLeastBytesOverThePace) {
   for (const double mbps : {6.0, 0.0}) {
     std::vector<std::vector<unsigned char>> sent(2, std::vector<unsigned char>(n)), got(2, std::vector<unsigned char>(n));
     std::vector<double> seconds(2);
-    std::vector<train::ReplicaHeader> heads(2);
+    std::vector<recovery::ReplicaHeader> heads(2);
     std::vector<int64_t> agreed(2);
     comm::run_threads(2, [&](comm::ProcessGroup& g) {
       const int r = g.rank();
       for (uint64_t i = 0; i < n; ++i) sent[size_t(r)][i] = static_cast<unsigned char>(i * 7 + uint64_t(r) * 13);
-      train::ReplicaLink link(g, 1 - r, 1 - r, mbps, nullptr, nullptr);
-      train::ReplicaHeader out;
+      recovery::ReplicaLink link(g, 1 - r, 1 - r, mbps, nullptr, nullptr);
+      recovery::ReplicaHeader out;
       out.step = 10 + r;
       out.bytes = n;
       out.payload_hash = 99;
       Stopwatch sw;
-      heads[size_t(r)] = link.round(out, sent[size_t(r)].data(), [&](const train::ReplicaHeader& h) {
+      heads[size_t(r)] = link.round(out, sent[size_t(r)].data(), [&](const recovery::ReplicaHeader& h) {
         EXPECT_EQ(h.bytes, n);
         return got[size_t(r)].data();
       });
@@ -178,7 +178,7 @@ TEST(MemReplicas, APacedExchangeTakesAtLeastBytesOverThePace) {
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(heads[size_t(r)].step, 10 + (1 - r)) << mbps;
       EXPECT_EQ(heads[size_t(r)].payload_hash, 99u);
-      EXPECT_EQ(heads[size_t(r)].chunk, mbps > 0 ? train::ReplicaLink::kChunk : n) << mbps;
+      EXPECT_EQ(heads[size_t(r)].chunk, mbps > 0 ? recovery::ReplicaLink::kChunk : n) << mbps;
       EXPECT_TRUE(got[size_t(r)] == sent[size_t(1 - r)]) << "rank " << r << " at " << mbps << " MB/s";
       EXPECT_EQ(agreed[size_t(r)], 51);
       if (mbps > 0) {

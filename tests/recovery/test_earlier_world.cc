@@ -1,4 +1,4 @@
-// EarlierWorld (train/earlier_world.h) with ranks as threads, each given a host of its own
+// EarlierWorld (recovery/earlier_world.h) with ranks as threads, each given a host of its own
 // (on_this_host): a 3-rank world on hosts 0-2, with replicas (old rank q's copy also on host
 // q+1), loses host 1; the new world of 2 ranks on hosts 0 and 2 sees rank 0's copy and rank
 // 2's replica on host 0, rank 2's own and rank 1's replica on host 2. The ranks agree on the
@@ -18,7 +18,7 @@
 #include "ckpt/ranges.h"
 #include "comm/process_group.h"
 #include "support/temp_dir.h"
-#include "train/earlier_world.h"
+#include "recovery/earlier_world.h"
 
 namespace strata::test {
 namespace {
@@ -31,7 +31,7 @@ float value(const std::string& state, int64_t step, int64_t i) {
   return float(step * 1000 + (state == "m" ? 500 : 0) + i);
 }
 
-// Old rank q's copy of `step` in `slot`, in the payload format of train/mem_checkpoints.cc:
+// Old rank q's copy of `step` in `slot`, in the payload format of recovery/mem_checkpoints.cc:
 // the length-prefixed state record, then the shards where mem_shard_records places them.
 // zero1: "m" sharded over the old ranks; else every copy holds all of it (ZeRO 0).
 void write_copy(ckpt::MemSegment& seg, const std::string& run, int q, int slot, int64_t step, bool zero1) {
@@ -49,7 +49,7 @@ void write_copy(ckpt::MemSegment& seg, const std::string& run, int q, int slot, 
   std::memcpy(p, &len, sizeof len);
   std::memcpy(p + sizeof len, text.data(), len);
   uint64_t end = 0;
-  for (const train::MemShardRecord& s : train::mem_shard_records(record, "test")) {
+  for (const recovery::MemShardRecord& s : recovery::mem_shard_records(record, "test")) {
     for (int64_t i = s.begin; i < s.end; ++i) {
       const float v = value(s.name, step, i);
       std::memcpy(p + s.offset + uint64_t(i - s.begin) * 4, &v, 4);
@@ -72,7 +72,7 @@ struct OldWorld {
   // copy written into slot 0).
   explicit OldWorld(bool zero1, std::vector<int> slots = {2, 2, 2}) {
     std::filesystem::create_directories(run_dir);
-    const std::string run = train::mem_run_key(run_dir);
+    const std::string run = recovery::mem_run_key(run_dir);
     for (int q = 0; q < kOld; ++q) {
       const int n = slots[size_t(q)];
       segments.push_back(ckpt::MemSegment::create(ckpt::MemSegment::name_for(run, q), 64 << 10, n));
@@ -102,7 +102,7 @@ std::vector<Loaded> load_in_new_world(const OldWorld& w, std::vector<std::string
   std::mutex mu;
   comm::run_threads(2, [&](comm::ProcessGroup& g) {
     const int r = g.rank();
-    train::EarlierWorld old(w.run_dir, "job-1", kOld, &g, [&](const std::string& line) {
+    recovery::EarlierWorld old(w.run_dir, "job-1", kOld, &g, [&](const std::string& line) {
       std::lock_guard<std::mutex> lock(mu);
       if (lines) lines->push_back(line);
     }, [r](int q) { return on_host(r, q); });
@@ -120,7 +120,7 @@ std::vector<Loaded> load_in_new_world(const OldWorld& w, std::vector<std::string
     std::vector<parallel::StateShard> shards(2);
     shards[0].name = "params", shards[0].begin = 0, shards[0].end = kPsi, shards[0].data = l.params.data();
     shards[1].name = "m", shards[1].begin = m.begin, shards[1].end = m.end, shards[1].data = l.m.data();
-    const train::MemCopy c = old.load(l.step, kPsi, shards);
+    const recovery::MemCopy c = old.load(l.step, kPsi, shards);
     l.tokens = c.tokens_seen;
     l.received = old.received_bytes();
   });
@@ -194,7 +194,7 @@ TEST(EarlierWorld, AnOldRankOnNoHostIsTheSameLineOnEveryRank) {
   comm::run_threads(2, [&](comm::ProcessGroup& g) {
     const int r = g.rank();
     try {
-      train::EarlierWorld old(w.run_dir, "job-1", kOld, &g, [](const std::string&) {},
+      recovery::EarlierWorld old(w.run_dir, "job-1", kOld, &g, [](const std::string&) {},
                               [](int q) { return q != 1; });  // old rank 1's host and replica lost
     } catch (const Error& e) {
       errors[size_t(r)] = e.what();

@@ -1,5 +1,5 @@
 // The exchange of in-memory copies between hosts (--mem-ckpt-replicas 1,
-// train/mem_checkpoints.h), on a process group of its own: each rank sends its copies to
+// recovery/mem_checkpoints.h), on a process group of its own: each rank sends its copies to
 // `to` (the same local rank on the next host) and receives `from`'s (the previous host's).
 //
 // Terms. Message: one header (step, bytes, payload checksum, layout fingerprint, chunk size),
@@ -7,7 +7,7 @@
 // one point-to-point message each. Round: this rank sends one message and receives one; the
 // messages of each direction are a stream the two sides read in the same order. Agreement: an
 // all-reduce (max) over the whole group between rounds, so every rank does the same rounds
-// (train/mem_checkpoints.cc decides what they carry).
+// (recovery/mem_checkpoints.cc decides what they carry).
 // Pace: with mbps > 0 the sender cuts the payload into kChunk-byte chunks and sleeps after each
 // until the bytes sent so far took at least bytes / (mbps * 10^6) seconds, so the training's
 // own collectives find the link free between chunks; mbps 0 sends the payload as one message,
@@ -31,7 +31,7 @@
 
 #include "comm/process_group.h"
 
-namespace strata::train {
+namespace strata::recovery {
 
 struct ReplicaHeader {
   int64_t step = -1;
@@ -89,4 +89,4 @@ class ReplicaLink {
   int64_t agreed_[4] = {};
 };
 
-}  // namespace strata::train
+}  // namespace strata::recovery

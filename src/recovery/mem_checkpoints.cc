@@ -1,4 +1,4 @@
-#include "train/mem_checkpoints.h"
+#include "recovery/mem_checkpoints.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -16,9 +16,8 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "launcher/run_segments.h"
-#include "train/metrics.h"
 
-namespace strata::train {
+namespace strata::recovery {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -693,4 +692,4 @@ json MemCheckpoints::summary_json() const {
   return j;
 }
 
-}  // namespace strata::train
+}  // namespace strata::recovery

@@ -1,4 +1,4 @@
-// The in-memory copies an earlier world left (train/mem_checkpoints.h), loaded into a new
+// The in-memory copies an earlier world left (recovery/mem_checkpoints.h), loaded into a new
 // world of another size: an --elastic restart on fewer hosts (RunCheckpoints::
 // resume_other_world) and live recovery's re-formed world (resume_live).
 //
@@ -44,9 +44,9 @@
 #include "ckpt/ranges.h"
 #include "comm/process_group.h"
 #include "parallel/engine.h"
-#include "train/mem_checkpoints.h"
+#include "recovery/mem_checkpoints.h"
 
-namespace strata::train {
+namespace strata::recovery {
 
 class EarlierWorld {
  public:
@@ -132,4 +132,4 @@ class EarlierWorld {
 // the same step. The lowest rank on each /dev/shm removes such segments. Collective over `group`.
 void drop_segments_no_rank_keeps(const std::string& run_dir, int replica_from, comm::ProcessGroup& group);
 
-}  // namespace strata::train
+}  // namespace strata::recovery

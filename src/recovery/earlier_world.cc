@@ -1,4 +1,4 @@
-#include "train/earlier_world.h"
+#include "recovery/earlier_world.h"
 
 #include <sys/stat.h>
 #include <xxhash.h>
@@ -11,7 +11,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 
-namespace strata::train {
+namespace strata::recovery {
 
 using nlohmann::json;
 
@@ -377,4 +377,4 @@ void drop_segments_no_rank_keeps(const std::string& run_dir, int replica_from, c
     if (!keep[q]) ckpt::MemSegment::remove(ckpt::MemSegment::name_for(run, int(q)));
 }
 
-}  // namespace strata::train
+}  // namespace strata::recovery
