@@ -278,30 +278,41 @@ void moe_backward(const BlockCtx& c, bool h) {
 
 }  // namespace
 
-void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float* x) {
+void block_forward_qkv(const BlockCtx& c, const Block& w, LayerActs& a, const float* x) {
+  const TpDims& d = c.d;
+  const bool h = a.ln1_h != nullptr;  // bf16 compute
+  float* out = c.s.dbuf_4c;           // (N, max(fc, qkv)) the fp32 matmul outputs bf16 stores round
+  norm_out(d.m, a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, d.n);
+  float* qkv = gemm_out(a.qkv, out);
+  tn::column_forward(c.tc, h, qkv, tn::act(a.ln1, a.ln1_h, d.C), w.qkvw, w.qkvb, c.s.full_a,
+                     c.s.full_b, d.N, d.C, int(d.w().qkv), c.few_rows);
+  if (d.m.llama) k::rope_forward(qkv, c.pos, d.attention(), d.m.rope);
+  store_qkv(a, out, d.N * d.w().qkv);
+}
+
+void block_forward_rest(const BlockCtx& c, const Block& w, LayerActs& a, const float* x) {
   TensorComm& tc = c.tc;
   const TpDims& d = c.d;
   const LocalWidths lw = d.w();
   const int64_t N = d.N, n = d.n;
   const int C = d.C, Cl = d.Cl;
   const bool h = a.ln1_h != nullptr;  // bf16 compute
-  float* out = c.s.dbuf_4c;           // (N, max(fc, qkv)) the fp32 matmul outputs bf16 stores round
-  norm_out(d.m, a.ln1, a.ln1_h, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, n);
-  float* qkv = gemm_out(a.qkv, out);
-  tn::column_forward(tc, h, qkv, tn::act(a.ln1, a.ln1_h, C), w.qkvw, w.qkvb, c.s.full_a,
-                     c.s.full_b, N, C, int(lw.qkv));
-  if (d.m.llama) k::rope_forward(qkv, c.pos, d.attention(), d.m.rope);
-  store_qkv(a, out, N * lw.qkv);
-  attention_fwd(c, a, h);
+  float* out = c.s.dbuf_4c;
   tn::row_forward_residual(tc, h, a.res2, tn::act(a.atty, a.atty_h, Cl), w.projw, w.projb, x,
-                           c.s.full_a, N, Cl, C);
+                           c.s.full_a, N, Cl, C, c.few_rows);
   norm_out(d.m, a.ln2, a.ln2_h, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, n);
   if (c.moe) return moe_forward(c, a, h);
   tn::column_forward(tc, h, gemm_out(a.fch, out), tn::act(a.ln2, a.ln2_h, C), w.fcw, w.fcb,
-                     c.s.full_a, c.s.full_b, N, C, int(lw.fc));
+                     c.s.full_a, c.s.full_b, N, C, int(lw.fc), c.few_rows);
   mlp_act_out(d, a, gemm_out(a.fch, out), N);
   tn::row_forward_residual(tc, h, a.res3, tn::act(a.fch_gelu, a.gelu_h, lw.act), w.fcprojw,
-                           w.fcprojb, a.res2, c.s.full_a, N, int(lw.act), C);
+                           w.fcprojb, a.res2, c.s.full_a, N, int(lw.act), C, c.few_rows);
+}
+
+void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float* x) {
+  block_forward_qkv(c, w, a, x);
+  attention_fwd(c, a, a.ln1_h != nullptr);
+  block_forward_rest(c, w, a, x);
 }
 
 void block_recompute(const BlockCtx& c, const Block& w, LayerActs& e, const float* x,

@@ -200,6 +200,8 @@ struct BlockCtx {
   MoEBlock* moe = nullptr;
   const int32_t* doc_start = nullptr;
   const int32_t* pos = nullptr;  // (B, T) rotary positions of the rows (Llama blocks)
+  bool few_rows = false;  // a decoding step's few rows: the forward's fp32 products by the row
+                          // pass (model/tensor/linear.h linear_forward)
 };
 
 // The output gradients kept from the input pass to the weight pass of one block and slot.
@@ -215,6 +217,13 @@ inline int64_t block_stash_floats(int64_t N, const LocalWidths& w) {
 
 // x (n, C) -> a.res3 (n, C).
 void block_forward(const BlockCtx& c, const Block& w, LayerActs& a, const float* x);
+// block_forward in its three parts, for a caller whose attention reads keys and values kept
+// elsewhere (the KV-cache decoder, rlhf/kv_cache.h): the attention's input (x -> a.ln1 ->
+// a.qkv, q and k turned by RoPE at c.pos for Llama), the attention itself (a.qkv -> a.atty,
+// a.att_lse) and the rest (a.atty -> a.res2 -> a.res3: output projection and residual, norm,
+// MLP and residual; at tp 1 a.res2 and a.res3 may both be x, updated in place).
+void block_forward_qkv(const BlockCtx& c, const Block& w, LayerActs& a, const float* x);
+void block_forward_rest(const BlockCtx& c, const Block& w, LayerActs& a, const float* x);
 // c.s.dres (n, C): d loss / d res3 on entry, d loss / d x on exit; g += the block's gradients.
 void block_backward(const BlockCtx& c, const Block& w, const Block& g, const LayerActs& a,
                     const float* x);

@@ -6,22 +6,18 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "model/tensor/linear.h"
 
 namespace strata::rlhf {
 
 namespace k = strata::kernels;
 
+namespace tn = strata::model::tensor;
+
 namespace {
 
-// The GEMM of the model for a prefill's many rows, the row pass for a step's few.
+// The products of at most this many rows take the row pass (a step's batch, a short prompt).
 constexpr int64_t kFewRows = 32;
-void linear(float* out, const float* x, const float* W, const float* b, int64_t N, int C, int OC,
-            bool accumulate = false) {
-  if (N <= kFewRows)
-    k::matmul_forward_rows(out, x, W, b, int(N), C, OC, accumulate);
-  else
-    k::matmul_forward(out, x, W, b, N, C, OC, accumulate);
-}
 
 }  // namespace
 
@@ -67,38 +63,39 @@ KvDecoder::KvDecoder(const model::GPTConfig& cfg, int max_batch)
   rstd_ = take(rows);
   last_ = take(int64_t(max_batch) * C);
   logits_ = take(int64_t(max_batch) * cfg.padded_vocab);
+  // The block's activations (model/block.h) over this scratch: both norms share ln_ and its
+  // statistics, and the residual stream stays in x_ (res2 and res3 are x_ itself).
+  acts_.ln1 = acts_.ln2 = ln_;
+  acts_.ln1_mean = acts_.ln2_mean = mean_;
+  acts_.ln1_rstd = acts_.ln2_rstd = rstd_;
+  acts_.qkv = qkv_;
+  acts_.atty = att_;
+  acts_.att_lse = lse_;
+  acts_.res2 = acts_.res3 = x_;
+  acts_.fch = fc_;
+  acts_.fch_gelu = gelu_;
 }
 
 int64_t KvDecoder::kv_width() const { return int64_t(cfg_.kv()) * cfg_.head_dim(); }
 
-// Llama: q and k turned by RoPE at the rows' positions (B, T) (model/block.h).
-void KvDecoder::qkv_rows(int l, int B, int T, const int32_t* pos) {
-  const int C = cfg_.dim;
-  const int64_t rows = int64_t(B) * T;
-  model::norm_out(arch_, ln_, nullptr, mean_, rstd_, x_, view(block_view(l, 0)),
-                  view(block_view(l, 1)), rows);
-  linear(qkv_, ln_, view(block_view(l, 2)), view(block_view(l, 3)), rows, C,
-         int(C + 2 * kv_width()));
-  if (cfg_.llama()) k::rope_forward(qkv_, pos, attention_shape(B, T), cfg_.rope());
+model::Block KvDecoder::weights(int l) const {
+  // The block's passes take mutable views (they also serve gradients); its forward only reads.
+  auto w = [&](int i) { return const_cast<float*>(view(block_view(l, i))); };
+  return model::Block{w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7), w(8), w(9), w(10), w(11)};
 }
 
-k::AttentionShape KvDecoder::attention_shape(int B, int T) const {
-  return {B, T, cfg_.heads, cfg_.kv(), cfg_.head_dim()};
-}
-
-void KvDecoder::block_tail(int l, int64_t rows) {
-  const int C = cfg_.dim, F = cfg_.hidden();
-  linear(x_, att_, view(block_view(l, 4)), view(block_view(l, 5)), rows, C, C, /*accumulate=*/true);
-  model::norm_out(arch_, ln_, nullptr, mean_, rstd_, x_, view(block_view(l, 6)),
-                  view(block_view(l, 7)), rows);
-  linear(fc_, ln_, view(block_view(l, 8)), view(block_view(l, 9)), rows, C,
-         cfg_.llama() ? 2 * F : F);
-  if (cfg_.llama())
-    k::swiglu_forward_rows(gelu_, fc_, rows, F);
-  else
-    k::gelu_forward(gelu_, fc_, rows * F);
-  linear(x_, gelu_, view(block_view(l, 10)), view(block_view(l, 11)), rows, F, C,
-         /*accumulate=*/true);
+model::TpDims KvDecoder::dims(int B, int T) const {
+  model::TpDims d;
+  d.B = B;
+  d.T = T;
+  d.N = d.n = int64_t(B) * T;
+  d.C = d.Cl = cfg_.dim;
+  d.NHl = cfg_.heads;
+  d.NKVl = cfg_.kv();
+  d.Fl = cfg_.hidden();
+  d.m = arch_;
+  d.Vr = cfg_.padded_vocab;
+  return d;
 }
 
 const float* KvDecoder::head(const float* x) {
@@ -107,7 +104,8 @@ const float* KvDecoder::head(const float* x) {
   const float* out = cfg_.tied() ? view(0) : view(lnf + 1);  // wte, or lm_head
   model::norm_out(arch_, ln_, nullptr, mean_, rstd_, x, view(lnf),
                   cfg_.llama() ? nullptr : view(lnf + 1), B_);
-  linear(logits_, ln_, out, nullptr, B_, C, cfg_.padded_vocab);
+  tn::linear_forward(false, logits_, kernels::Mat(ln_, C), out, nullptr, B_, C, cfg_.padded_vocab,
+                     /*accumulate=*/false, B_ <= kFewRows);
   return logits_;
 }
 
@@ -126,8 +124,10 @@ const float* KvDecoder::prefill(const int32_t* tokens, int B, int P) {
   k::encoder_forward(x_, tokens, view(0), cfg_.llama() ? nullptr : view(1), B, P, C);
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) pos[size_t(i)] = int32_t(i % P);
+  const model::TpDims d = dims(B, P);
+  const model::BlockCtx ctx{one_, d, nothing_, nullptr, 0, nullptr, nullptr, pos.data(), N <= kFewRows};
   for (int l = 0; l < cfg_.layers; ++l) {
-    qkv_rows(l, B, P, pos.data());
+    block_forward_qkv(ctx, weights(l), acts_, x_);
     float* K = k_ + int64_t(l) * max_batch_ * S * KW;
     float* V = v_ + int64_t(l) * max_batch_ * S * KW;
     for (int b = 0; b < B; ++b)
@@ -136,8 +136,8 @@ const float* KvDecoder::prefill(const int32_t* tokens, int B, int P) {
         std::memcpy(K + (int64_t(b) * S + t) * KW, row + C, sizeof(float) * KW);
         std::memcpy(V + (int64_t(b) * S + t) * KW, row + C + KW, sizeof(float) * KW);
       }
-    k::attention_forward(att_, lse_, qkv_, attention_shape(B, P));
-    block_tail(l, N);
+    k::attention_forward(att_, lse_, qkv_, d.attention());
+    block_forward_rest(ctx, weights(l), acts_, x_);
   }
   for (int b = 0; b < B; ++b)
     std::memcpy(last_ + int64_t(b) * C, x_ + (int64_t(b) * P + P - 1) * C, sizeof(float) * C);
@@ -157,9 +157,11 @@ const float* KvDecoder::step(const int32_t* tokens) {
   k::encoder_forward(x_, tokens, view(0), cfg_.llama() ? nullptr : view(1), B, 1, C,
                      positions.data());
   // The step's queries attend over positions 0..pos of the cache (this one's keys included).
-  const k::AttentionShape over_cache = attention_shape(B, pos + 1);
+  const model::TpDims d = dims(B, 1);
+  const model::BlockCtx ctx{one_, d, nothing_, nullptr, 0, nullptr, nullptr, positions.data(), B <= kFewRows};
+  const k::AttentionShape over_cache = dims(B, pos + 1).attention();
   for (int l = 0; l < cfg_.layers; ++l) {
-    qkv_rows(l, B, 1, positions.data());
+    block_forward_qkv(ctx, weights(l), acts_, x_);
     float* K = k_ + int64_t(l) * max_batch_ * S * KW;
     float* V = v_ + int64_t(l) * max_batch_ * S * KW;
     for (int b = 0; b < B; ++b) {
@@ -168,7 +170,7 @@ const float* KvDecoder::step(const int32_t* tokens) {
                   sizeof(float) * KW);
     }
     k::attention_decode(att_, qkv_, W, K, V, over_cache, S);
-    block_tail(l, B);
+    block_forward_rest(ctx, weights(l), acts_, x_);
   }
   ++pos_;
   return head(x_);

@@ -7,10 +7,13 @@
 //   prefill(tokens (B, P))  the prompt through every layer as one (B·P)-row pass (the model's
 //                           own kernels, flash attention included), keeping each layer's
 //                           k and v rows; returns the logits of position P-1: (B, Vp)
-//   step(tokens (B))        one position more: x = wte[tok] + wpe[pos], per layer ln_1, qkv
-//                           (B, 3C), k and v appended to the cache, attention of the one
-//                           query over positions 0..pos (kernels::attention_decode),
-//                           projections, MLP; ln_f; logits (B, Vp)
+//   step(tokens (B))        one position more: x = wte[tok] + wpe[pos], per layer the block's
+//                           attention input (ln_1, qkv (B, 3C)), k and v appended to the
+//                           cache, attention of the one query over positions 0..pos
+//                           (kernels::attention_decode), the rest of the block (projection,
+//                           MLP); ln_f; logits (B, Vp)
+// Both run model/block.h's passes (prefill the whole block_forward; a step its parts around
+// the cached attention) on one rank, with the row pass for the products of a few rows.
 // Same arithmetic as GPT::logits over the whole sequence up to fp32 rounding: prefill is
 // bit-identical (the same kernels on the same rows), a step sums the attention of one query
 // in another order than the tiled kernel does.
@@ -27,9 +30,9 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "kernels/attention.h"
 #include "model/block.h"
 #include "model/gpt.h"
+#include "model/tensor/collectives.h"
 
 namespace strata::rlhf {
 
@@ -53,11 +56,11 @@ class KvDecoder {
   const float* view(int index) const;  // null for index -1 (a view Llama blocks lack)
   int block_view(int layer, int i) const;
   int64_t kv_width() const;  // key (or value) columns: NKV·hs
-  kernels::AttentionShape attention_shape(int B, int T) const;
-  // qkv_ (B·T, C + 2Ckv) = ln_1(x_) @ W^T + b, q and k turned at pos (B, T) (Llama)
-  void qkv_rows(int l, int B, int T, const int32_t* pos);
-  void block_tail(int l, int64_t rows);  // x_ += attention projection of att_, then the MLP
-  const float* head(const float* x);     // ln_f + logits of B rows (B, C) -> (B, Vp)
+  // What block l's passes (model/block.h) run over for B sequences of T rows in the scratch:
+  // its weights, the rows' shapes on one rank, and the activations, x_ updated in place.
+  model::Block weights(int l) const;
+  model::TpDims dims(int B, int T) const;
+  const float* head(const float* x);  // ln_f + logits of B rows (B, C) -> (B, Vp)
 
   model::GPTConfig cfg_;
   int max_batch_;
@@ -69,6 +72,9 @@ class KvDecoder {
   // Scratch for up to max_batch · S rows: x (C), ln (C), qkv (3C), att (C), fc and gelu (4C
   // each), attention lse (NH), norm statistics; logits (max_batch, Vp).
   float *x_, *ln_, *qkv_, *att_, *fc_, *gelu_, *lse_, *mean_, *rstd_, *last_, *logits_;
+  model::LayerActs acts_{};   // a block's activations in that scratch (every block's in turn)
+  model::TensorComm one_;     // one rank: the block's collectives do nothing
+  model::TpScratch nothing_;  // fp32 at tp 1 needs no scratch
   int B_ = 0, pos_ = 0;
 };
 

@@ -11,8 +11,10 @@ namespace strata::model::tensor {
 namespace k = strata::kernels;
 
 void linear_forward(bool bf16, float* out, Mat inp, const float* w, const float* b, int64_t N,
-                    int C, int OC, bool accumulate) {
-  if (bf16)
+                    int C, int OC, bool accumulate, bool few_rows) {
+  if (few_rows && !bf16)
+    k::matmul_forward_rows(out, static_cast<const float*>(inp.p), w, b, int(N), C, OC, accumulate);
+  else if (bf16)
     k::matmul_forward_bf16(out, inp, w, b, N, C, OC, accumulate);
   else
     k::matmul_forward(out, static_cast<const float*>(inp.p), w, b, N, C, OC, accumulate);
@@ -52,8 +54,9 @@ Mat gather_input(TensorComm& tc, Mat x, float* full, float* stage, int64_t N, in
 }
 
 void column_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, const float* b,
-                    float* full, float* stage, int64_t N, int C, int OCl) {
-  linear_forward(bf16, out, gather_input(tc, x, full, stage, N, C), w, b, N, C, OCl);  // f fwd
+                    float* full, float* stage, int64_t N, int C, int OCl, bool few_rows) {
+  linear_forward(bf16, out, gather_input(tc, x, full, stage, N, C), w, b, N, C, OCl,  // f fwd
+                 /*accumulate=*/false, few_rows);
 }
 
 void column_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* db,
@@ -85,10 +88,10 @@ void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, f
 
 void row_forward_residual(TensorComm& tc, bool bf16, float* out, Mat x, const float* w,
                           const float* bias, const float* residual, float* partial, int64_t N,
-                          int Cl, int OC) {
+                          int Cl, int OC, bool few_rows) {
   if (tc.size() == 1) {  // fused: out = residual + x @ w^T + bias
     if (out != residual) std::memcpy(out, residual, sizeof(float) * size_t(N * OC));
-    return linear_forward(bf16, out, x, w, bias, N, Cl, OC, /*accumulate=*/true);
+    return linear_forward(bf16, out, x, w, bias, N, Cl, OC, /*accumulate=*/true, few_rows);
   }
   row_forward(tc, bf16, out, x, w, partial, N, Cl, OC);
   add_residual_bias(out, residual, bias, tc.local_rows(N), OC);

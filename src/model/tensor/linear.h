@@ -37,9 +37,11 @@ inline Mat act(const float* f, const uint16_t* h, int64_t ld) {
 }
 
 // One rank's linear layer in the model's compute precision: out (N, OC) (+)= inp @ w^T + b;
-// inp (N, C) (fp32 memory when bf16 is false); w (OC, C); b (OC) or nullptr.
+// inp (N, C) (fp32 memory when bf16 is false); w (OC, C); b (OC) or nullptr. few_rows: the
+// fp32 product of a decoding step's few rows (N up to ~32) by kernels::matmul_forward_rows,
+// one pass over w (its own summation order: the KV-cache decoder's, rlhf/kv_cache.h).
 void linear_forward(bool bf16, float* out, Mat inp, const float* w, const float* b, int64_t N,
-                    int C, int OC, bool accumulate = false);
+                    int C, int OC, bool accumulate = false, bool few_rows = false);
 // dinp (N, C) written; dw (OC, C) +=; db (OC) += (or nullptr); dout (N, OC).
 void linear_backward(bool bf16, float* dinp, float* dw, float* db, const float* dout, Mat inp,
                      const float* w, int64_t N, int C, int OC);
@@ -59,7 +61,7 @@ Mat gather_input(TensorComm& tc, Mat x, float* full, float* stage, int64_t N, in
 // out (N, OCl) = f(x) @ w^T + b; x (n, C); w (OCl, C); b (OCl) or nullptr; full (N, C)
 // scratch for the gathered input; stage (n, C) scratch (used only for a bf16 x under SP).
 void column_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, const float* b,
-                    float* full, float* stage, int64_t N, int C, int OCl);
+                    float* full, float* stage, int64_t N, int C, int OCl, bool few_rows = false);
 // dx (n, C) written; dw (OCl, C) +=; db (OCl) += (or nullptr); dout (N, OCl); x (n, C) is
 // re-gathered into `full` (N, C); `partial` (N, C) scratch (also the stage of the gather).
 void column_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* db,
@@ -83,7 +85,7 @@ void row_forward(TensorComm& tc, bool bf16, float* out, Mat x, const float* w, f
 // residual itself); partial (N, OC) scratch at T > 1.
 void row_forward_residual(TensorComm& tc, bool bf16, float* out, Mat x, const float* w,
                           const float* bias, const float* residual, float* partial, int64_t N,
-                          int Cl, int OC);
+                          int Cl, int OC, bool few_rows = false);
 // dx (N, Cl) written; dw (OC, Cl) +=; dbias (OC) += sum of this rank's rows of dout (or
 // nullptr); dout (n, OC); x (N, Cl); full (N, OC) scratch for the gathered dout.
 void row_backward(TensorComm& tc, bool bf16, float* dx, float* dw, float* dbias,
