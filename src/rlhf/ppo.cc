@@ -15,6 +15,7 @@
 #include "core/files.h"
 #include "core/rng.h"
 #include "core/trace.h"
+#include "kernels/crossentropy.h"
 #include "rlhf/frozen_shards.h"
 #include "rlhf/gold.h"
 #include "rlhf/kv_cache.h"
@@ -288,15 +289,16 @@ void PpoRun::bind_decoder() {
 void PpoRun::policy_logps(model::GPT& m, const Rollout& ro, std::vector<double>& out) {
   const int P = ro.P, R = ro.R, T = ro.T, Vp = acfg_.padded_vocab;
   out.assign(size_t(ro.G) * R, 0.0);
+  std::vector<float> lse(static_cast<size_t>(R)), logp(static_cast<size_t>(R));
   for (int at = 0; at < ro.G; at += mb_) {
     const int b = std::min(mb_, ro.G - at);
     const float* z = m.logits(&ro.tokens[size_t(at) * T], b, T);
-    for (int i = 0; i < b; ++i)
-      for (int t = 0; t < R; ++t) {
-        const float* row = z + (int64_t(i) * T + P - 1 + t) * Vp;
-        const int a = ro.tokens[size_t(at + i) * T + P + t];
-        out[size_t(at + i) * R + t] = row_stats(row, acfg_.vocab, cfg_.sample.temperature, a).logp;
-      }
+    for (int i = 0; i < b; ++i) {  // the rows before each response token, and those tokens
+      kernels::log_softmax_forward(lse.data(), logp.data(), nullptr, z + (int64_t(i) * T + P - 1) * Vp,
+                                   &ro.tokens[size_t(at + i) * T + P], R, acfg_.vocab, Vp,
+                                   float(cfg_.sample.temperature));
+      for (int t = 0; t < R; ++t) out[size_t(at + i) * R + t] = logp[size_t(t)];
+    }
   }
 }
 
@@ -355,7 +357,8 @@ void PpoRun::advantages(Rollout& ro) {
 
 UpdateStats PpoRun::update(int iter, const Rollout& ro) {
   const int P = ro.P, R = ro.R, T = ro.T, Vp = acfg_.padded_vocab, V = acfg_.vocab;
-  const double tau = cfg_.sample.temperature, scale = 1.0 / (double(mb_) * R);
+  const float tau = float(cfg_.sample.temperature);
+  const double scale = 1.0 / (double(mb_) * R);
   // Each global minibatch of mb_ sequences is split over the ranks (mbl each); gradients are
   // summed over ranks before every step, so every rank takes the same step.
   const int mbl = mb_ / world_;
@@ -364,6 +367,7 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
   Rng rng(cfg_.seed, 0x0DE5'0000'0000ULL + uint64_t(iter));
   std::vector<int32_t> tokens(size_t(mb_) * T);
   std::vector<float> v(size_t(mb_) * T), dv(size_t(mb_) * T);
+  std::vector<float> lse(static_cast<size_t>(R)), logp(lse), entropy(lse), g(lse);  // a response's rows
   for (int epoch = 0; epoch < cfg_.epochs; ++epoch) {
     for (int i = 0; i < ro.G; ++i) order[size_t(i)] = i;
     for (int k = ro.G - 1; k > 0; --k) std::swap(order[size_t(k)], order[rng.below(uint64_t(k + 1))]);
@@ -376,21 +380,24 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
       actor_eng_->begin_micro(0, 1);
       const float* z = actor_.logits(tokens.data(), mbl, T);
       std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
-      for (int i = 0; i < mbl; ++i)
+      for (int i = 0; i < mbl; ++i) {  // sequence i's response rows (R) and their tokens
+        const int64_t row = int64_t(i) * T + P - 1;
+        const int32_t* actions = &tokens[size_t(i) * T + P];
+        kernels::log_softmax_forward(lse.data(), logp.data(), entropy.data(), z + row * Vp, actions, R, V,
+                                     Vp, tau);
         for (int t = 0; t < R; ++t) {
-          const int64_t row = int64_t(i) * T + P - 1 + t;
           const size_t k = size_t(idx[i]) * R + t;
-          const int a = tokens[size_t(i) * T + P + t];
-          const RowStats s = row_stats(z + row * Vp, V, tau, a);
-          const PolicyTerm pt = policy_term(s.logp, ro.old_logp[k], ro.adv[k], cfg_.clip);
-          row_grad(dlogits_.data() + row * Vp, z + row * Vp, V, Vp, tau, a, pt.dlogp * scale,
-                   cfg_.ent_coef * scale, s);
+          const PolicyTerm pt = policy_term(logp[size_t(t)], ro.old_logp[k], ro.adv[k], cfg_.clip);
+          g[size_t(t)] = float(pt.dlogp * scale);
           st.policy_loss += pt.loss;
-          st.entropy += s.entropy;
-          st.approx_kl += 0.5 * (s.logp - ro.old_logp[k]) * (s.logp - ro.old_logp[k]);
+          st.entropy += entropy[size_t(t)];
+          st.approx_kl += 0.5 * (logp[size_t(t)] - ro.old_logp[k]) * (logp[size_t(t)] - ro.old_logp[k]);
           st.clipped += pt.clipped;
           ++st.tokens;
         }
+        kernels::log_softmax_backward(dlogits_.data() + row * Vp, z + row * Vp, lse.data(), entropy.data(),
+                                      actions, g.data(), float(cfg_.ent_coef * scale), R, V, Vp, tau);
+      }
       actor_.backward_logits(dlogits_.data());
       actor_eng_->end_backward();  // gradients summed over the ranks (all-reduce or reduce-scatter)
       st.actor_norm += actor_eng_->step(cfg_.actor_lr);

@@ -3,7 +3,9 @@
 //
 // Terms, for one response of R tokens a_0..a_{R-1}:
 //   logp_t     log π(a_t | prefix) of the current policy, with temperature τ:
-//              log softmax(z / τ)[a_t] over the first V logits z of the row
+//              log softmax(z / τ)[a_t] over the first V logits z of the row (with the entropy
+//              and the logits' gradient: kernels/crossentropy.h log_softmax_forward/backward,
+//              the language-modelling loss's row statistics)
 //   old_t      logp_t of the policy that generated the rollout (fixed during the update)
 //   ref_t      logp_t of the frozen reference model
 //   r_t        per-token reward: -β·(old_t - ref_t), plus the reward model's score at t = R-1
@@ -25,42 +27,6 @@
 #include <vector>
 
 namespace strata::rlhf {
-
-// Softmax statistics of one logits row z (first V entries) at temperature tau: the log
-// normaliser lse of z / tau, the log-probability of `action`, and the entropy.
-struct RowStats {
-  double lse = 0, logp = 0, entropy = 0;
-};
-template <class Real>
-RowStats row_stats(const Real* z, int V, double tau, int action) {
-  double mx = -INFINITY;
-  for (int v = 0; v < V; ++v) mx = std::max(mx, double(z[v]) / tau);
-  double sum = 0, wsum = 0;
-  for (int v = 0; v < V; ++v) {
-    const double e = std::exp(double(z[v]) / tau - mx);
-    sum += e;
-    wsum += e * (double(z[v]) / tau - mx);
-  }
-  RowStats s;
-  s.lse = mx + std::log(sum);
-  s.logp = double(z[action]) / tau - s.lse;
-  s.entropy = std::log(sum) - wsum / sum;  // -Σ p (z/τ - lse)
-  return s;
-}
-
-// d loss / d z for loss = g_logp · logp(action) - c_ent · H over the row (first V entries;
-// the padded ones get 0): (g_logp (δ - p) + c_ent p (log p + H)) / τ.
-template <class Real>
-void row_grad(Real* dz, const Real* z, int V, int Vp, double tau, int action, double g_logp,
-              double c_ent, const RowStats& s) {
-  for (int v = 0; v < V; ++v) {
-    const double lp = double(z[v]) / tau - s.lse;
-    const double p = std::exp(lp);
-    double d = g_logp * ((v == action ? 1.0 : 0.0) - p) + c_ent * p * (lp + s.entropy);
-    dz[v] = Real(d / tau);
-  }
-  for (int v = V; v < Vp; ++v) dz[v] = Real(0);
-}
 
 // Advantages and returns of one response (GAE, v_R = 0).
 void gae(const double* rewards, const double* values, int R, double gamma, double lambda,

@@ -1,13 +1,56 @@
-// PPO arithmetic against a hand-computed example and double-precision finite differences.
+// PPO arithmetic against a hand-computed example and double-precision finite differences,
+// and the policy's log-softmax kernel against the same arithmetic in double.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "core/rng.h"
+#include "kernels/crossentropy.h"
 #include "rlhf/ppo_math.h"
 
 namespace strata::rlhf {
 namespace {
+
+// The policy's softmax arithmetic in double, as the formulas read (ppo_math.h's terms): the
+// reference for kernels/crossentropy.h's log_softmax_forward and log_softmax_backward, which
+// PPO runs. Statistics of one logits row z (first V entries) at temperature tau: the log
+// normaliser lse of z / tau, the log-probability of `action`, and the entropy.
+struct RowStats {
+  double lse = 0, logp = 0, entropy = 0;
+};
+template <class Real>
+RowStats row_stats(const Real* z, int V, double tau, int action) {
+  double mx = -INFINITY;
+  for (int v = 0; v < V; ++v) mx = std::max(mx, double(z[v]) / tau);
+  double sum = 0, wsum = 0;
+  for (int v = 0; v < V; ++v) {
+    const double e = std::exp(double(z[v]) / tau - mx);
+    sum += e;
+    wsum += e * (double(z[v]) / tau - mx);
+  }
+  RowStats s;
+  s.lse = mx + std::log(sum);
+  s.logp = double(z[action]) / tau - s.lse;
+  s.entropy = std::log(sum) - wsum / sum;  // -Σ p (z/τ - lse)
+  return s;
+}
+
+// d loss / d z for loss = g_logp · logp(action) - c_ent · H over the row (first V entries;
+// the padded ones get 0): (g_logp (δ - p) + c_ent p (log p + H)) / τ.
+template <class Real>
+void row_grad(Real* dz, const Real* z, int V, int Vp, double tau, int action, double g_logp,
+              double c_ent, const RowStats& s) {
+  for (int v = 0; v < V; ++v) {
+    const double lp = double(z[v]) / tau - s.lse;
+    const double p = std::exp(lp);
+    double d = g_logp * ((v == action ? 1.0 : 0.0) - p) + c_ent * p * (lp + s.entropy);
+    dz[v] = Real(d / tau);
+  }
+  for (int v = V; v < Vp; ++v) dz[v] = Real(0);
+}
+
 
 TEST(PpoMath, GaeMatchesAHandComputedExample) {
   // R = 3, γ = 0.9, λ = 0.8; rewards (0, 0, 1), values (0.5, 0.4, 0.2):
@@ -136,6 +179,49 @@ TEST(PpoMath, LogitGradientsMatchFiniteDifferences) {
         EXPECT_NEAR(dz[size_t(v)], fd, 1e-7) << "adv " << adv << " shift " << old_shift << " v " << v;
       }
       EXPECT_EQ(dz[size_t(V)], 0.0);  // padded logits take no gradient
+    }
+  }
+}
+
+// What PPO runs: the kernel's log-probabilities, entropies and logit gradients (fp32, 16 lanes)
+// equal the double arithmetic above to fp32 rounding, at τ = 1 and below it, with and without
+// the entropy bonus, for rows wider and narrower than the lanes and padded columns; and at
+// τ = 1 the log-probability is minus the cross-entropy kernel's loss, bit for bit (one row
+// statistic for both).
+TEST(PpoMath, LogSoftmaxKernelEqualsTheDoubleArithmetic) {
+  for (const int V : {7, 50, 300}) {
+    const int Vp = V + 5, N = 6;
+    std::vector<float> z(static_cast<size_t>(N * Vp));
+    Rng rng(17, uint64_t(V));
+    for (float& x : z) x = float(3.0 * (rng.uniform() - 0.5));
+    std::vector<int32_t> a(static_cast<size_t>(N));
+    for (int n = 0; n < N; ++n) a[size_t(n)] = int32_t((n * 37 + 3) % V);
+    for (const float tau : {1.0f, 0.7f}) {
+      for (const float c : {0.0f, 0.05f}) {
+        std::vector<float> lse(static_cast<size_t>(N)), logp(lse), ent(lse), g(lse), dz(z.size(), 9.0f);
+        for (int n = 0; n < N; ++n) g[size_t(n)] = 0.3f * float(n) - 0.8f;
+        kernels::log_softmax_forward(lse.data(), logp.data(), ent.data(), z.data(), a.data(), N, V, Vp, tau);
+        kernels::log_softmax_backward(dz.data(), z.data(), lse.data(), ent.data(), a.data(), g.data(), c, N, V,
+                                      Vp, tau);
+        for (int n = 0; n < N; ++n) {
+          const float* row = z.data() + int64_t(n) * Vp;
+          const RowStats s = row_stats(row, V, tau, a[size_t(n)]);
+          EXPECT_NEAR(logp[size_t(n)], s.logp, 2e-6 * std::max(1.0, std::abs(s.logp))) << V << " " << tau;
+          EXPECT_NEAR(ent[size_t(n)], s.entropy, 2e-6 * std::max(1.0, s.entropy)) << V << " " << tau;
+          std::vector<double> want(static_cast<size_t>(Vp));
+          const std::vector<double> zd(row, row + Vp);
+          row_grad(want.data(), zd.data(), V, Vp, tau, a[size_t(n)], g[size_t(n)], c, s);
+          for (int v = 0; v < Vp; ++v)
+            ASSERT_NEAR(dz[size_t(n) * Vp + v], want[size_t(v)], 1e-6) << V << " " << tau << " " << c << " v " << v;
+        }
+      }
+    }
+    std::vector<float> lse(static_cast<size_t>(N)), logp(lse), losses(lse), ce_lse(lse);
+    kernels::log_softmax_forward(lse.data(), logp.data(), nullptr, z.data(), a.data(), N, V, Vp, 1.0f);
+    kernels::crossentropy_forward(losses.data(), ce_lse.data(), z.data(), a.data(), nullptr, N, V, Vp);
+    for (int n = 0; n < N; ++n) {
+      EXPECT_EQ(lse[size_t(n)], ce_lse[size_t(n)]);
+      EXPECT_EQ(-logp[size_t(n)], losses[size_t(n)]);
     }
   }
 }
