@@ -72,6 +72,13 @@ bool isa_available(Isa i) {
   return false;
 }
 
+std::vector<Isa> available_isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::baseline, Isa::v3, Isa::v4})
+    if (isa_available(i)) out.push_back(i);
+  return out;
+}
+
 namespace {
 
 bool level_check(Isa i) {

@@ -15,6 +15,7 @@
 // level: data-parallel replicas on hosts of different CPU kinds keep equal parameters.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace strata::kernels {
 
@@ -23,6 +24,7 @@ enum class Isa : uint8_t { baseline, v3, v4 };
 Isa isa();                    // the level this process's kernels run
 const char* isa_name(Isa i);  // "x86-64-v2" (on other architectures "baseline"), "x86-64-v3", ...
 bool isa_available(Isa i);    // the CPU has it (before its self-check)
+std::vector<Isa> available_isas();  // every level the CPU has, lowest (baseline) first
 
 // Tests and benchmarks: run the kernels of a given level on this thread's calls until the
 // scope ends (the level must be available).

@@ -83,17 +83,10 @@ std::vector<uint8_t> expected(DType t, const std::vector<std::vector<uint8_t>>& 
   }
 }
 
-std::vector<k::Isa> levels_here() {
-  std::vector<k::Isa> v;
-  for (k::Isa i : {k::Isa::baseline, k::Isa::v3, k::Isa::v4})
-    if (k::isa_available(i)) v.push_back(i);
-  return v;
-}
-
 }  // namespace
 
 TEST(ReduceLevels, EveryLevelGivesTheBitsOfAPlainLoopInRankOrder) {
-  for (k::Isa level : levels_here()) {
+  for (k::Isa level : k::available_isas()) {
     k::ScopedIsa on(level);
     for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i32}) {
       for (comm::ReduceOp op : {comm::ReduceOp::sum, comm::ReduceOp::avg, comm::ReduceOp::max,
@@ -119,7 +112,7 @@ TEST(ReduceLevels, EveryLevelGivesTheBitsOfAPlainLoopInRankOrder) {
 
 // In place (the mpi backend's avg after a plain sum), on every level.
 TEST(ReduceLevels, DivideInPlaceRoundsAlikeOnEveryLevel) {
-  for (k::Isa level : levels_here()) {
+  for (k::Isa level : k::available_isas()) {
     k::ScopedIsa on(level);
     auto v = input(DType::f32, 3);
     const auto want = expected(DType::f32, {v, v, v}, comm::ReduceOp::sum);

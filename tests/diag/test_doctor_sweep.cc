@@ -1,15 +1,19 @@
 // End to end over `strata train`: each fault the injector has (diag/fault_inject.h) fired in
 // a real job of each layout, then `strata doctor hang` on the run dir must give the cause
 // the fault table of docs/diagnostics.md promises, naming the injected rank first and no
-// other rank. Tiny shapes and a 2 s watchdog keep a case to a few seconds; two cases run at
-// once (they mostly wait for the watchdog). The sample run by default covers every fault
+// other rank. Tiny shapes and a 2 s watchdog keep a case to a few seconds (a case whose run
+// stopped before its fault could fire runs again with a longer one); two cases run at once
+// (they mostly wait for the watchdog). The sample run by default covers every fault
 // kind and every layout at least once, and skip-collective under every layout;
 // STRATA_DOCTOR_SWEEP=full runs the whole product (70 cases).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "test_util.h"
@@ -22,8 +26,12 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kTiny =
-    "train --layers 2 --dim 32 --seq 16 --batch 4 --steps 6 --eval-every 0 --sample-tokens 0 --timeout 2 ";
+// A tiny job whose watchdog fires after `timeout` seconds.
+std::string tiny(int timeout) {
+  return "train --layers 2 --dim 32 --seq 16 --batch 4 --steps 6 --eval-every 0 --sample-tokens 0 --timeout " +
+         std::to_string(timeout) + " ";
+}
+constexpr int kInjectStep = 3;
 
 struct Layout {
   const char* name;
@@ -78,19 +86,40 @@ struct Case {
   std::string text;  // the doctor's report in words
 };
 
+// The steps a run finished before it stopped (its step records in metrics.jsonl).
+int64_t steps_done(const TempDir& dir) {
+  int64_t last = 0;
+  std::istringstream in(strata::test::read_file(dir.file("metrics.jsonl")));
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j.contains("loss")) last = std::max(last, j["step"].get<int64_t>());
+  }
+  return last;
+}
+
 void run_case(Case& c) {
-  TempDir dir("sweep");
-  c.train = run_strata(kTiny + c.layout->flags + " " + c.kind->extra + " --inject " + c.kind->inject +
-                           " --inject-rank " + std::to_string(c.layout->rank) + " --inject-step 3 --run-dir " +
-                           dir.str(),
-                       "", Streams::merged, 120);
-  c.doctor = run_strata("doctor hang --json " + dir.str(), "", Streams::separate, 60);
+  // Every fault fires in step 3. A run whose watchdog fired before step 2 was done (its start
+  // took longer than the watchdog: a loaded machine, 8 ranks on 2 cores) never met its fault,
+  // and the doctor rightly names the slow rank: such a case runs again with twice the watchdog.
+  std::unique_ptr<TempDir> dir;
+  for (int timeout = 2;; timeout *= 2) {
+    dir = std::make_unique<TempDir>("sweep");
+    // A sleep outlasts the watchdog by the same share at any watchdog (3.5 s at 2 s).
+    std::string inject = c.kind->inject;
+    if (inject.rfind("sleep:", 0) == 0) inject = "sleep:" + std::to_string(1.75 * timeout);
+    c.train = run_strata(tiny(timeout) + c.layout->flags + " " + c.kind->extra + " --inject " + inject +
+                             " --inject-rank " + std::to_string(c.layout->rank) + " --inject-step " +
+                             std::to_string(kInjectStep) + " --run-dir " + dir->str(),
+                         "", Streams::merged, 120);
+    if (steps_done(*dir) >= kInjectStep - 1 || timeout >= 16) break;
+  }
+  c.doctor = run_strata("doctor hang --json " + dir->str(), "", Streams::separate, 60);
   try {
     c.report = json::parse(c.doctor.out);
   } catch (const std::exception&) {
     c.report = nullptr;
   }
-  c.text = run_strata("doctor hang " + dir.str(), "", Streams::merged, 60).out;
+  c.text = run_strata("doctor hang " + dir->str(), "", Streams::merged, 60).out;
 }
 
 std::vector<Case> cases_to_run() {
@@ -157,7 +186,7 @@ TEST(DoctorSweep, EveryFaultEveryLayoutNamesTheInjectedRank) {
 // first rank's as if every member had made it.
 TEST(DoctorSweep, StuckHeaderNamesEachCallWhenTheyDiffer) {
   TempDir dir("header");
-  const RunResult t = run_strata(kTiny + "--nproc 2 --inject skip-collective --inject-rank 1 --inject-step 3 "
+  const RunResult t = run_strata(tiny(2) + "--nproc 2 --inject skip-collective --inject-rank 1 --inject-step 3 "
                                          "--run-dir " + dir.str());
   EXPECT_NE(t.status, 0) << t.out;
   const RunResult d = run_strata("doctor hang " + dir.str());
@@ -190,7 +219,7 @@ TEST(DoctorSweep, RestartLineNamesTheHungRank) {
   };
   for (const auto& [layout, rank, line] : runs) {
     TempDir dir("restart");
-    const RunResult r = run_strata(kTiny + layout + " --inject hang --inject-rank " + std::to_string(rank) +
+    const RunResult r = run_strata(tiny(2) + layout + " --inject hang --inject-rank " + std::to_string(rank) +
                                        " --inject-step 3 --max-restarts 1 --run-dir " + dir.str(),
                                    "", Streams::separate);
     EXPECT_EQ(r.status, 0) << layout << "\n" << r.err;

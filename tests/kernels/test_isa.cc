@@ -17,13 +17,6 @@ namespace k = strata::kernels;
 
 namespace {
 
-std::vector<k::Isa> levels_here() {
-  std::vector<k::Isa> v;
-  for (k::Isa i : {k::Isa::baseline, k::Isa::v3, k::Isa::v4})
-    if (k::isa_available(i)) v.push_back(i);
-  return v;
-}
-
 // A small forward and backward through the kernels a step runs, on the level in force.
 struct Outputs {
   std::vector<float> gemm_nn, gemm_tn, ln, dln, gelu, attn, lse, dqkv, ce, rows, rows_gemm;
@@ -106,7 +99,7 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 // Every level the CPU has passes its own known-answer check, and a process's choice under
 // auto is the highest of them (unless a check failed, which a note then says).
 TEST(Isa, EveryLevelTheCpuHasIsChosenOnlyAfterItsCheck) {
-  const auto here = levels_here();
+  const auto here = k::available_isas();
   ASSERT_FALSE(here.empty());
   EXPECT_EQ(here.front(), k::Isa::baseline);
   EXPECT_TRUE(k::isa_available(k::isa()));
@@ -130,7 +123,7 @@ TEST(Isa, EveryLevelAgreesWithTheBaseline) {
     k::ScopedIsa on(k::Isa::baseline);
     base = run_kernels();
   }
-  for (k::Isa i : levels_here()) {
+  for (k::Isa i : k::available_isas()) {
     k::ScopedIsa on(i);
     const Outputs a = run_kernels(), again = run_kernels();
     const char* name = k::isa_name(i);
@@ -157,7 +150,7 @@ TEST(Isa, UpdatesAreBitIdenticalOnEveryLevel) {
     k::ScopedIsa on(k::Isa::baseline);
     base = run_update();
   }
-  for (k::Isa i : levels_here()) {
+  for (k::Isa i : k::available_isas()) {
     k::ScopedIsa on(i);
     const Update u = run_update();
     EXPECT_EQ(u.norm2, base.norm2) << k::isa_name(i);

@@ -30,10 +30,9 @@ int count(const std::string& text, const std::string& what) {
 
 // The levels above the baseline that this CPU has, best first.
 std::vector<k::Isa> upper_levels() {
-  std::vector<k::Isa> v;
-  for (k::Isa i : {k::Isa::v4, k::Isa::v3})
-    if (k::isa_available(i)) v.push_back(i);
-  return v;
+  std::vector<k::Isa> v = k::available_isas();
+  v.erase(v.begin());  // the baseline
+  return {v.rbegin(), v.rend()};
 }
 
 }  // namespace
