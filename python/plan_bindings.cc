@@ -107,6 +107,10 @@ const std::map<std::string, Setter>& setters() {
     num("restart_min", &PlanArgs::restart_min);
     opt_num("ckpt_stall_s", &PlanArgs::stall_s);
     opt_int("rollout_batch", &PlanArgs::rollout_batch);
+    opt_str("algo", &PlanArgs::algo);
+    opt_int("prompt_len", &PlanArgs::prompt_len);
+    opt_int("response_len", &PlanArgs::response_len);
+    opt_int("epochs", &PlanArgs::epochs);
     str("critic", &PlanArgs::critic);
     return m;
   }();

@@ -328,11 +328,23 @@ void add_planner_flags(CLI::App& app, Flags& f) {
   app.add_option("--restart-min", f.args.restart_min, "Minutes to detect, restart and reload");
   app.add_option("--ckpt-stall-s", f.args.stall_s, "Stall per checkpoint if not the whole write");
   app.add_flag("--rlhf", f.args.rlhf,
-               "PPO memory per GPU: actor + critic trained, reference + "
-               "reward frozen, generation KV cache");
+               "RLHF memory per GPU (PPO: actor + critic trained, reference + reward frozen, "
+               "generation KV cache) and the generate/score/train split of an iteration");
+  app.add_option("--algo", f.args.algo,
+                 "RL algorithm of --rlhf: " + rl_algo_choices() +
+                     " (default ppo; grpo and rloo have no critic, dpo neither reward model nor "
+                     "generation)");
   app.add_option("--critic", f.args.critic,
                  "Critic/reward model preset for --rlhf (default: actor)");
-  app.add_option("--rollout-batch", f.args.rollout_batch, "Sequences each GPU generates (--rlhf)");
+  app.add_option("--rollout-batch", f.args.rollout_batch,
+                 "Sequences each GPU generates (--rlhf; grpo/rloo: prompts x group size; dpo: "
+                 "preference pairs per GPU)");
+  app.add_option("--prompt-len", f.args.prompt_len,
+                 "Prompt tokens per sequence (--rlhf time split; default 256)");
+  app.add_option("--response-len", f.args.response_len,
+                 "Generated tokens per sequence (--rlhf time split; default 256)");
+  app.add_option("--epochs", f.args.epochs,
+                 "Passes of the trained models over each batch (--rlhf time split; default 1)");
   app.add_option("--top", f.args.top, "Layouts shown in the ranking (default 10)");
   app.add_option("--outer-link-share", f.link_share,
                  "Replica groups: the share of training time their exchange may take, for the smallest "

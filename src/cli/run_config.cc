@@ -18,7 +18,9 @@ namespace strata::cli {
 namespace {
 
 // Commands' own sections: a config may hold them for another command.
-bool is_command_section(const std::string& s) { return s == "plan" || s == "ppo" || s == "fed"; }
+bool is_command_section(const std::string& s) {
+  return s == "plan" || s == "ppo" || s == "grpo" || s == "rloo" || s == "dpo" || s == "fed";
+}
 
 // The family section of a key some command's family declares, else the command's own.
 std::string section_of_key(const std::string& key, const std::string& own) {

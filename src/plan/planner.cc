@@ -8,7 +8,7 @@ PlanResult run_plan(const PlanRequest& req) {
   s.model.validate();
   s.gpu.validate("--gpu");
   PlanResult r;
-  if (req.rlhf) {  // a mode of its own: PPO memory, no pre-training layout search
+  if (req.rlhf) {  // a mode of its own: RLHF memory and time, no pre-training layout search
     r.rlhf = estimate_rlhf(*req.rlhf);
     if (!r.rlhf->fits()) r.rlhf_smallest_cluster = smallest_rlhf_cluster(*req.rlhf);
     return r;

@@ -24,7 +24,7 @@ struct PlanRequest {
   double storage_gbps = 50;
   double restart_minutes = 10;
   double ckpt_stall_s = -1;  // async checkpointing: stall per checkpoint
-  // RLHF: when set, the plan is the PPO memory of rlhf and nothing else.
+  // RLHF: when set, the plan is the memory and time split of rlhf and nothing else.
   std::optional<RlhfSetup> rlhf;
   std::vector<std::string> notes;  // e.g. where measured link figures came from
   // Replica groups (DiLoCo): asked for, or considered on several nodes (plan/outer.h).

@@ -1,5 +1,7 @@
 // Rendering of a plan: JSON for scripts (keys documented in docs/planner.md) and a table for
 // people.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <sstream>
 
@@ -168,7 +170,9 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
                         {"params", r.params},
                         {"trained", r.trained},
                         {"states", states_json(r.states)}});
-    j["rlhf"] = {{"models", models},
+    const RlhfEstimate& e = *res.rlhf;
+    j["rlhf"] = {{"algo", rl_algo_name(req.rlhf->algo)},
+                 {"models", models},
                  {"kv_cache", res.rlhf->kv_cache},
                  {"activations", res.rlhf->activations},
                  {"total", res.rlhf->total()},
@@ -177,6 +181,16 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
                  {"tp", req.rlhf->tp},
                  {"zero", req.rlhf->zero},
                  {"rollout_batch", req.rlhf->rollout_batch},
+                 {"prompt_len", req.rlhf->prompt_len},
+                 {"response_len", req.rlhf->response_len},
+                 {"epochs", req.rlhf->epochs},
+                 {"time_split",
+                  {{"generate_s", e.generate_s},
+                   {"score_s", e.score_s},
+                   {"train_s", e.train_s},
+                   {"generate", e.share(e.generate_s)},
+                   {"score", e.share(e.score_s)},
+                   {"train", e.share(e.train_s)}}},
                  {"smallest_cluster_gpus", res.rlhf->fits() || !res.rlhf_smallest_cluster
                                                ? json(nullptr)
                                                : json(res.rlhf_smallest_cluster)}};
@@ -345,9 +359,13 @@ void ranking_table(std::ostream& o, const PlanRequest& req, const SearchResult& 
 
 void rlhf_section(std::ostream& o, const PlanRequest& req, const PlanResult& res) {
   const RlhfEstimate& r = *res.rlhf;
-  o << "\nRLHF (PPO) memory per GPU: tp " << req.rlhf->tp << ", ZeRO-" << req.rlhf->zero << " over "
-    << req.setup.gpus / req.rlhf->tp << " data ranks, rollout batch " << req.rlhf->rollout_batch
-    << " per GPU\n";
+  const RlhfSetup& s = *req.rlhf;
+  const bool dpo = s.algo == RlAlgo::dpo;
+  std::string algo = rl_algo_name(s.algo);
+  std::transform(algo.begin(), algo.end(), algo.begin(), [](unsigned char c) { return std::toupper(c); });
+  o << "\nRLHF (" << algo << ") memory per GPU: tp " << s.tp << ", ZeRO-" << s.zero << " over "
+    << req.setup.gpus / s.tp << " data ranks, " << (dpo ? "batch " : "rollout batch ")
+    << s.rollout_batch << (dpo ? " preference pairs" : "") << " per GPU\n";
   char b[200];
   for (const RlhfModelMemory& m : r.models) {
     std::snprintf(b, sizeof b, "  %-10s %8s params  %-9s %10s GiB\n", m.role.c_str(),
@@ -357,7 +375,7 @@ void rlhf_section(std::ostream& o, const PlanRequest& req, const PlanResult& res
   }
   std::snprintf(b, sizeof b, "  %-10s %8s %18s %10s GiB\n", "KV cache", "", "",
                 gib(r.kv_cache).c_str());
-  o << b;
+  if (!dpo) o << b;  // DPO does not generate
   std::snprintf(b, sizeof b, "  %-10s %8s %18s %10s GiB\n", "activations", "", "",
                 gib(r.activations).c_str());
   o << b;
@@ -368,6 +386,13 @@ void rlhf_section(std::ostream& o, const PlanRequest& req, const PlanResult& res
               ? cat("; smallest cluster that fits: ", res.rlhf_smallest_cluster, " GPUs")
               : std::string("; no cluster up to 2^20 GPUs fits"));
   o << "\n";
+  o << "Time per iteration per GPU (first-order: FLOPs at " << f("%.2f", s.gpu.efficiency)
+    << " of peak, decode at HBM bandwidth), " << s.prompt_len << " prompt + " << s.response_len
+    << " response tokens, " << s.epochs << " epoch(s)\n";
+  o << "  generate " << f("%.3g", r.generate_s) << " s, score " << f("%.3g", r.score_s)
+    << " s, train " << f("%.3g", r.train_s) << " s = " << f("%.3g", r.iteration_s()) << " s: generate "
+    << f("%.0f", 100 * r.share(r.generate_s)) << "%, score " << f("%.0f", 100 * r.share(r.score_s))
+    << "%, train " << f("%.0f", 100 * r.share(r.train_s)) << "%\n";
 }
 
 // Replica groups (plan/outer.h): asked for, or recommended.

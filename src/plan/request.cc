@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include "core/error.h"
 #include "core/finite.h"
@@ -145,9 +146,12 @@ void set_reliability(const PlanArgs& a, PlanRequest& req) {
   req.ckpt_stall_s = a.stall_s.value_or(-1);
 }
 
-// PPO's four models on the setup's GPUs: tp and ZeRO over the data ranks only.
+// The RL algorithm's models on the setup's GPUs: tp and ZeRO over the data ranks only.
 RlhfSetup rlhf_setup(const PlanArgs& a, const TrainSetup& s, const FixedLayout& fx) {
   RlhfSetup r;
+  r.algo = parse_rl_algo(a.algo.value_or("ppo"));
+  STRATA_CHECK(a.critic.empty() || r.algo != RlAlgo::dpo,
+               "--critic names the reward model (and PPO's critic); --algo dpo has neither");
   r.actor = s.model;
   r.critic = a.critic.empty() ? s.model : model_preset(a.critic);
   if (!a.critic.empty() && a.seq) r.critic.seq = s.model.seq;
@@ -161,11 +165,34 @@ RlhfSetup rlhf_setup(const PlanArgs& a, const TrainSetup& s, const FixedLayout& 
   r.micro_batch = fx.micro_batch.value_or(1);
   r.recompute = fx.recompute.value_or(Recompute::full);
   r.rollout_batch = a.rollout_batch.value_or(8);
+  // Prompt and response: as given, else 256 tokens each, halves of a shorter context.
+  const int64_t seq = s.model.seq;
+  r.prompt_len = a.prompt_len.value_or(std::max<int64_t>(1, std::min(r.prompt_len, seq / 2)));
+  r.response_len =
+      a.response_len.value_or(std::max<int64_t>(1, std::min(r.response_len, seq - r.prompt_len)));
+  const bool within =  // each bounded first: the sum of two int64 may not overflow
+      r.prompt_len <= seq && r.response_len <= seq && r.prompt_len + r.response_len <= seq;
+  STRATA_CHECK(!(a.prompt_len || a.response_len) || within, "--prompt-len ", r.prompt_len,
+               " + --response-len ", r.response_len, " is beyond the model's context of ", seq,
+               " tokens");
+  r.epochs = a.epochs.value_or(1);
+  STRATA_CHECK(r.epochs >= 1 && r.epochs <= 1000000, "--epochs must be in [1, 1e6] (got ",
+               r.epochs, ")");
   r.headroom = s.headroom;
   r.seq_parallel = s.seq_parallel;
   STRATA_CHECK(!fx.pp && !fx.cp && !fx.ep && !fx.dp,
                "--rlhf plans tp and ZeRO over the data ranks only (no --pp, --cp, --ep, --dp)");
   return r;
+}
+
+// The flags that shape an RLHF plan, refused without --rlhf.
+void check_rlhf_only(const PlanArgs& a) {
+  const std::pair<const char*, bool> given[] = {{"--algo", a.algo.has_value()},
+                                                {"--prompt-len", a.prompt_len.has_value()},
+                                                {"--response-len", a.response_len.has_value()},
+                                                {"--epochs", a.epochs.has_value()}};
+  for (const auto& [flag, set] : given)
+    STRATA_CHECK(a.rlhf || !set, flag, " shapes an RLHF plan: add --rlhf");
 }
 
 }  // namespace
@@ -226,6 +253,7 @@ PlanRequest build_plan_request(const PlanArgs& a) {
   STRATA_CHECK(a.top >= 1, "--top must be at least 1");
   req.top = a.top;
   set_reliability(a, req);
+  check_rlhf_only(a);
   if (a.rlhf) req.rlhf = rlhf_setup(a, s, fx);
   return req;
 }

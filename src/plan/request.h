@@ -26,7 +26,9 @@ struct PlanArgs {
   double headroom = 0.10, bucket_mb = 25, overlap = 1.0;
   double gpu_mtbf_h = 50000, job_mtbf_h = 0, storage_gbps = 50, restart_min = 10;
   std::optional<double> stall_s;
-  std::optional<int64_t> rollout_batch;
+  std::optional<int64_t> rollout_batch, prompt_len, response_len;
+  std::optional<std::string> algo;  // --rlhf's RL algorithm: ppo (default), grpo, rloo, dpo
+  std::optional<int> epochs;
   std::string critic;
   int top = 10;
 };

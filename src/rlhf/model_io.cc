@@ -18,6 +18,27 @@ namespace strata::rlhf {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+LineLog open_run_log(const std::string& run_dir, const char* key, int64_t done, const std::string& what) {
+  std::filesystem::create_directories(run_dir);
+  const std::string path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+  require_replaceable_file(path, what);  // before reading it: a FIFO would block
+  std::vector<std::string> keep;
+  std::ifstream old;
+  if (done > 0) old.open(path);
+  for (std::string line; done > 0 && std::getline(old, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.value(key, int64_t(0)) <= done) keep.push_back(line);
+  }
+  LineLog log(path, false, what);
+  for (const std::string& l : keep) log.write_line(l);
+  return log;
+}
+
+bool same_shape(const model::GPTConfig& a, const model::GPTConfig& b) {
+  return a.layers == b.layers && a.dim == b.dim && a.heads == b.heads && a.seq == b.seq &&
+         a.vocab == b.vocab && a.padded_vocab == b.padded_vocab;
+}
+
 json config_json(const model::GPTConfig& c) {
   json j = {{"layers", c.layers}, {"dim", c.dim},     {"heads", c.heads},
             {"max_seq", c.seq},   {"vocab", c.vocab}, {"padded_vocab", c.padded_vocab}};

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/files.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
 
@@ -44,7 +45,13 @@ void save_tensors(const std::string& path, const std::vector<NamedTensor>& tenso
 // Reads them back into `tensors` (data written through; sizes must match). Returns metadata.
 nlohmann::json load_tensors(const std::string& path, const std::vector<NamedTensor>& tensors);
 
+// <run-dir>/metrics.jsonl of an RLHF run, opened for writing: a resumed run (done > 0) keeps
+// the records whose `key` ("iteration", "step") is at most done, the rest are dropped.
+LineLog open_run_log(const std::string& run_dir, const char* key, int64_t done, const std::string& what);
+
 nlohmann::json config_json(const model::GPTConfig& cfg);
+// The same layers, width, heads, context and vocabulary: one can stand in for the other.
+bool same_shape(const model::GPTConfig& a, const model::GPTConfig& b);
 std::string describe(const model::GPTConfig& cfg);  // "layers 2, dim 64, heads 2, ..."
 
 }  // namespace strata::rlhf

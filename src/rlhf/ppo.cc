@@ -30,11 +30,33 @@ namespace strata::rlhf {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+KlIn parse_kl_in(const std::string& s) {
+  if (s == "reward") return KlIn::reward;
+  if (s == "loss") return KlIn::loss;
+  throw Error(cat("--kl-in '", s, "': expected reward or loss"));
+}
+
+const char* kl_in_name(KlIn k) { return k == KlIn::loss ? "loss" : "reward"; }
+
 void PpoConfig::validate() const {
+  const bool grpo = algo == plan::RlAlgo::grpo, rloo = algo == plan::RlAlgo::rloo;
+  STRATA_CHECK(algo == plan::RlAlgo::ppo || grpo || rloo, "the policy-gradient loop runs ppo, grpo or rloo, not ",
+               plan::rl_algo_name(algo));
   STRATA_CHECK(iterations >= 1, "--iterations must be >= 1 (got ", iterations, ")");
   STRATA_CHECK(rollout_batch >= 1, "--rollout-batch must be >= 1 (got ", rollout_batch, ")");
-  STRATA_CHECK(minibatch >= 1 && rollout_batch % minibatch == 0, "--minibatch ", minibatch,
-               " must be >= 1 and divide --rollout-batch ", rollout_batch);
+  if (grpo || rloo)
+    STRATA_CHECK(group_size >= 2, "--group-size must be >= 2 for ", grpo ? "GRPO" : "RLOO", " (got ", group_size,
+                 "): the advantages compare the responses to one prompt");
+  else
+    STRATA_CHECK(group_size == 1, "--group-size ", group_size, ": PPO answers each prompt once");
+  STRATA_CHECK(kl_in == KlIn::reward || grpo, "--kl-in loss is GRPO's; ", plan::rl_algo_name(algo),
+               " puts the KL in the reward");
+  STRATA_CHECK(!dr_grpo || grpo, "--dr-grpo is a variant of GRPO");
+  const int sequences = rollout_sequences(*this);
+  STRATA_CHECK(minibatch >= 1 && sequences % minibatch == 0, "--minibatch ", minibatch,
+               " must be >= 1 and divide the ", group_size > 1 ? "responses per iteration " : "--rollout-batch ",
+               sequences, group_size > 1 ? cat(" (--rollout-batch ", rollout_batch, " x --group-size ", group_size, ")")
+                                         : std::string());
   STRATA_CHECK(epochs >= 1, "--epochs must be >= 1 (got ", epochs, ")");
   STRATA_CHECK(prompt_len >= 1, "--prompt-len must be >= 1 (got ", prompt_len, ")");
   STRATA_CHECK(response_len >= 1, "--response-len must be >= 1 (got ", response_len, ")");
@@ -54,7 +76,8 @@ void PpoConfig::validate() const {
 }
 
 json PpoConfig::to_json() const {
-  return {{"iterations", iterations},   {"rollout_batch", rollout_batch},
+  json j = {{"algo", plan::rl_algo_name(algo)},
+          {"iterations", iterations},   {"rollout_batch", rollout_batch},
           {"minibatch", minibatch},     {"epochs", epochs},
           {"prompt_len", prompt_len},   {"response_len", response_len},
           {"temperature", sample.temperature}, {"top_k", sample.top_k},
@@ -66,11 +89,13 @@ json PpoConfig::to_json() const {
           {"actor_lr", actor_lr},       {"critic_lr", critic_lr},
           {"seed", seed},               {"gold_seed", gold_seed},
           {"zero", zero}};
-}
-
-static bool same_shape(const model::GPTConfig& a, const model::GPTConfig& b) {
-  return a.layers == b.layers && a.dim == b.dim && a.heads == b.heads && a.seq == b.seq &&
-         a.vocab == b.vocab && a.padded_vocab == b.padded_vocab;
+  if (algo != plan::RlAlgo::ppo) {
+    j["group_size"] = group_size;
+    j["kl_in"] = kl_in_name(kl_in);
+    for (const char* k : {"gamma", "lambda", "value_clip", "critic_lr"}) j.erase(k);
+  }
+  if (algo == plan::RlAlgo::grpo) j["dr_grpo"] = dr_grpo;
+  return j;
 }
 
 void check_models(const PpoModels& m, const PpoConfig& cfg) {
@@ -81,6 +106,8 @@ void check_models(const PpoModels& m, const PpoConfig& cfg) {
                ": no value head (v_head.weight); train one with strata rlhf reward");
   STRATA_CHECK(m.reward.cfg.vocab == m.actor.cfg.vocab, "--reward ", m.reward_path, " has vocab ",
                m.reward.cfg.vocab, ", --actor ", m.actor_path, " has ", m.actor.cfg.vocab);
+  STRATA_CHECK(m.critic.params.empty() || has_critic(cfg), "--critic: ", plan::rl_algo_name(cfg.algo),
+               " trains no critic");
   if (!m.critic.params.empty()) {
     STRATA_CHECK(!m.critic.head.empty(), "--critic ", m.critic_path, ": no value head (v_head.weight)");
     STRATA_CHECK(m.critic.cfg.vocab == m.actor.cfg.vocab, "--critic ", m.critic_path,
@@ -90,6 +117,7 @@ void check_models(const PpoModels& m, const PpoConfig& cfg) {
   for (const auto& [flag, f] : {std::pair<const char*, const ModelFile*>{"--actor", &m.actor},
                                 {"--reward", &m.reward},
                                 {"--critic", m.critic.params.empty() ? &m.reward : &m.critic}})
+    if (f != &m.critic || has_critic(cfg))
     STRATA_CHECK(T <= f->cfg.seq, "--response-len ", cfg.response_len, " + --prompt-len ",
                  cfg.prompt_len, " = ", T, " positions, beyond the context of ", flag, " (",
                  f->cfg.seq, ")");
@@ -118,13 +146,14 @@ struct Rollout {
 // Sums for the iteration's record.
 struct UpdateStats {
   double policy_loss = 0, value_loss = 0, entropy = 0, approx_kl = 0, clipped = 0, vclipped = 0;
+  double kl_loss = 0;  // GRPO's β·k3 in the loss
   double actor_norm = 0, critic_norm = 0;
   int64_t tokens = 0, updates = 0;
 };
 
 // The iteration's metrics: the rollout's proxy reward, gold score and KL of the rollout
 // policy from the reference (per response), the update's means, times and shares.
-void record(json& rec, const Rollout& ro, const UpdateStats& st, double gen_s, double score_s,
+void record(json& rec, const Rollout& ro, const UpdateStats& st, bool critic, double gen_s, double score_s,
             double train_s) {
   const int G = ro.G, R = ro.R;
   double kl1 = 0, kl3 = 0, proxy = 0, gold = 0;
@@ -147,14 +176,17 @@ void record(json& rec, const Rollout& ro, const UpdateStats& st, double gen_s, d
               {"approx_kl", st.approx_kl / n},
               {"entropy", st.entropy / n},
               {"policy_loss", st.policy_loss / n},
-              {"value_loss", st.value_loss / n},
-              {"value_clip_frac", st.vclipped / n},
-              {"explained_variance", explained_variance(ro.values, ro.ret)},
               {"actor_grad_norm", st.actor_norm / u},
-              {"critic_grad_norm", st.critic_norm / u},
               {"time", {{"generate_s", gen_s}, {"score_s", score_s}, {"train_s", train_s}}},
               {"share", {{"generate", gen_s / total}, {"score", score_s / total}, {"train", train_s / total}}},
               {"gen_tokens_per_s", double(G) * R / gen_s}});
+  if (critic)
+    rec.update({{"value_loss", st.value_loss / n},
+                {"value_clip_frac", st.vclipped / n},
+                {"explained_variance", explained_variance(ro.values, ro.ret)},
+                {"critic_grad_norm", st.critic_norm / u}});
+  else
+    rec["kl_loss"] = st.kl_loss / n;  // β·k3 per token (GRPO --kl-in loss; else 0)
 }
 
 // A trained trunk's config under the run's recomputation policy (the frozen reference and
@@ -180,9 +212,7 @@ class PpoRun {
         reference_(acfg_, mb_, false),
         ref_params_(MemCategory::parameters, cfg.zero == 3 ? 0 : sizeof(float) * acfg_.num_params()),
         reward_(m.reward.cfg, mb_, false, /*allocate_state=*/cfg.zero != 3),
-        critic_(recomputing(m.critic.params.empty() ? m.reward.cfg : m.critic.cfg, cfg.recompute), mb_, true,
-                /*allocate_state=*/false),
-        decoder_(acfg_, cfg.rollout_batch / world_),
+        decoder_(acfg_, rollout_sequences(cfg) / world_),
         gold_(cfg.gold_seed, acfg_.vocab),
         kl_(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon),
         head_opt_(cfg.optim) {
@@ -196,12 +226,15 @@ class PpoRun {
       std::memcpy(reward_.params(), m.reward.params.data(), sizeof(float) * m.reward.params.size());
     }
     reward_.head() = m.reward.head;
-    const ModelFile& c = m.critic.params.empty() ? m.reward : m.critic;
-    critic_eng_ = make_trained_engine(critic_.gpt(), dp_, cfg.zero, cfg.optim, c.params);
-    critic_.head() = c.head;
-    // The value head (C + 1 parameters) stays replicated, outside the engine: its gradient
-    // is summed over the ranks by hand and clipped together with the trunk's.
-    head_opt_.add("head", critic_.head().data(), critic_.head_grad(), critic_.config().dim + 1, {});
+    if (has_critic(cfg)) {
+      const ModelFile& c = m.critic.params.empty() ? m.reward : m.critic;
+      critic_ = std::make_unique<ValueModel>(recomputing(c.cfg, cfg.recompute), mb_, true, /*allocate_state=*/false);
+      critic_eng_ = make_trained_engine(critic_->gpt(), dp_, cfg.zero, cfg.optim, c.params);
+      critic_->head() = c.head;
+      // The value head (C + 1 parameters) stays replicated, outside the engine: its gradient
+      // is summed over the ranks by hand and clipped together with the trunk's.
+      head_opt_.add("head", critic_->head().data(), critic_->head_grad(), critic_->config().dim + 1, {});
+    }
     dlogits_.resize(size_t(mb_) * (cfg.prompt_len + cfg.response_len) * acfg_.padded_vocab);
   }
 
@@ -217,7 +250,11 @@ class PpoRun {
   }
   void bind_decoder();
   UpdateStats update(int iter, const Rollout& ro);
+  void update_critic(const Rollout& ro, const std::vector<int32_t>& tokens, const int* idx, int mbl,
+                     UpdateStats& st);
   void policy_logps(model::GPT& m, const Rollout& ro, std::vector<double>& out);
+  struct State;
+  std::string state_file() const;
   void save_state(int iter);
   int load_state();
   json memory_report() const;
@@ -232,26 +269,30 @@ class PpoRun {
   int mb_;
   model::GPT actor_, reference_;
   Buffer ref_params_;
-  ValueModel reward_, critic_;
+  ValueModel reward_;
+  std::unique_ptr<ValueModel> critic_;  // PPO only
   KvDecoder decoder_;
   GoldRule gold_;
   KlController kl_;
   std::unique_ptr<parallel::DataParallelEngine> actor_eng_, critic_eng_;
   std::unique_ptr<FrozenShards> ref_shards_, reward_shards_;  // ZeRO-3 only
-  AdamWGroup head_opt_;            // the critic's value head
+  AdamWGroup head_opt_;            // the critic's value head (PPO)
   std::vector<float> gen_params_;  // ZeRO-3: the actor gathered whole for generation
   std::vector<float> dlogits_;
+  std::vector<float> values_, dvalues_;  // the critic's minibatch (PPO)
 };
 
 void PpoRun::generate(int iter, Rollout& ro, json& rec) {
-  // This rank's share of the rollout: sequences [rank·G, (rank+1)·G) of the iteration.
-  const int G = cfg_.rollout_batch / world_, P = cfg_.prompt_len, R = cfg_.response_len, T = P + R;
+  // This rank's share of the rollout: the k = group_size responses to each of prompts
+  // [rank·B/N, (rank+1)·B/N) of the iteration, sequences [rank·G, (rank+1)·G) of it.
+  const int k = cfg_.group_size, G = rollout_sequences(cfg_) / world_, P = cfg_.prompt_len, R = cfg_.response_len,
+            T = P + R;
   ro.G = G, ro.P = P, ro.R = R, ro.T = T;
   std::vector<int32_t> prompts(size_t(G) * P), resp(size_t(G) * R);
   std::vector<uint64_t> streams(static_cast<size_t>(G));
   for (int i = 0; i < G; ++i) {
-    const int64_t global = int64_t(iter) * cfg_.rollout_batch + int64_t(rank_) * G + i;
-    synthetic_prompt(cfg_.seed, global, P, acfg_.vocab, &prompts[size_t(i) * P]);
+    const int64_t global = int64_t(iter) * rollout_sequences(cfg_) + int64_t(rank_) * G + i;
+    synthetic_prompt(cfg_.seed, global / k, P, acfg_.vocab, &prompts[size_t(i) * P]);
     streams[size_t(i)] = uint64_t(global);
   }
   if (cfg_.kv_cache) {
@@ -306,15 +347,17 @@ void PpoRun::score(Rollout& ro) {
   const int G = ro.G, P = ro.P, R = ro.R, T = ro.T;
   policy_logps(actor_, ro, ro.old_logp);
   policy_logps(reference_, ro, ro.ref_logp);
-  ro.values.assign(size_t(G) * R, 0.0);
+  ro.values.assign(critic_ ? size_t(G) * R : 0, 0.0);
   ro.score.assign(size_t(G), 0.0);
   ro.gold.assign(size_t(G), 0.0);
   std::vector<float> v(size_t(mb_) * T);
   for (int at = 0; at < G; at += mb_) {
     const int b = std::min(mb_, G - at);
-    critic_.forward(&ro.tokens[size_t(at) * T], b, T, v.data());
-    for (int i = 0; i < b; ++i)
-      for (int t = 0; t < R; ++t) ro.values[size_t(at + i) * R + t] = v[size_t(i) * T + P - 1 + t];
+    if (critic_) {
+      critic_->forward(&ro.tokens[size_t(at) * T], b, T, v.data());
+      for (int i = 0; i < b; ++i)
+        for (int t = 0; t < R; ++t) ro.values[size_t(at + i) * R + t] = v[size_t(i) * T + P - 1 + t];
+    }
     reward_.forward(&ro.tokens[size_t(at) * T], b, T, v.data());
     for (int i = 0; i < b; ++i) ro.score[size_t(at + i)] = v[size_t(i) * T + T - 1];
   }
@@ -332,17 +375,34 @@ void PpoRun::gather(Rollout& ro) {
   all(ro.tokens);
   all(ro.old_logp);
   all(ro.ref_logp);
-  all(ro.values);
+  if (critic_) all(ro.values);
   all(ro.score);
   all(ro.gold);
   ro.G *= world_;
 }
 
-// Per-token rewards, GAE and whitened advantages of the whole rollout (every rank alike).
+// The advantages of the whole rollout (every rank alike). PPO: per-token rewards, GAE and
+// whitened advantages; GRPO and RLOO: each response's reward against its group's, on every
+// token of the response.
 void PpoRun::advantages(Rollout& ro) {
   const int G = ro.G, R = ro.R;
   ro.rewards.assign(size_t(G) * R, 0.0);
   ro.adv.assign(size_t(G) * R, 0.0);
+  if (!critic_) {
+    std::vector<double> r(ro.score), a(static_cast<size_t>(G));
+    if (cfg_.kl_in == KlIn::reward)
+      for (int i = 0; i < G; ++i)
+        for (int t = 0; t < R; ++t)
+          r[size_t(i)] -= kl_.beta() * kl_k1(ro.old_logp[size_t(i) * R + t], ro.ref_logp[size_t(i) * R + t]);
+    const int k = cfg_.group_size;
+    if (cfg_.algo == plan::RlAlgo::rloo) rloo_advantages(r.data(), G / k, k, a.data());
+    else group_advantages(r.data(), G / k, k, /*scale_by_std=*/!cfg_.dr_grpo, a.data());
+    for (int i = 0; i < G; ++i) {
+      ro.rewards[size_t(i) * R + R - 1] = r[size_t(i)];
+      std::fill_n(&ro.adv[size_t(i) * R], R, a[size_t(i)]);
+    }
+    return;
+  }
   ro.ret.assign(size_t(G) * R, 0.0);
   for (int i = 0; i < G; ++i) {
     double* r = &ro.rewards[size_t(i) * R];
@@ -358,7 +418,11 @@ void PpoRun::advantages(Rollout& ro) {
 UpdateStats PpoRun::update(int iter, const Rollout& ro) {
   const int P = ro.P, R = ro.R, T = ro.T, Vp = acfg_.padded_vocab, V = acfg_.vocab;
   const float tau = float(cfg_.sample.temperature);
+  // Each response's token mean, averaged over the minibatch (PPO, GRPO, RLOO); Dr. GRPO's
+  // constant normaliser (the longest response, R) is the same number while every response
+  // has R tokens.
   const double scale = 1.0 / (double(mb_) * R);
+  const bool kl_loss = cfg_.kl_in == KlIn::loss;
   // Each global minibatch of mb_ sequences is split over the ranks (mbl each); gradients are
   // summed over ranks before every step, so every rank takes the same step.
   const int mbl = mb_ / world_;
@@ -366,7 +430,6 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
   std::vector<int> order(size_t(ro.G));
   Rng rng(cfg_.seed, 0x0DE5'0000'0000ULL + uint64_t(iter));
   std::vector<int32_t> tokens(size_t(mb_) * T);
-  std::vector<float> v(size_t(mb_) * T), dv(size_t(mb_) * T);
   std::vector<float> lse(static_cast<size_t>(R)), logp(lse), entropy(lse), g(lse);  // a response's rows
   for (int epoch = 0; epoch < cfg_.epochs; ++epoch) {
     for (int i = 0; i < ro.G; ++i) order[size_t(i)] = i;
@@ -388,8 +451,10 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
         for (int t = 0; t < R; ++t) {
           const size_t k = size_t(idx[i]) * R + t;
           const PolicyTerm pt = policy_term(logp[size_t(t)], ro.old_logp[k], ro.adv[k], cfg_.clip);
-          g[size_t(t)] = float(pt.dlogp * scale);
+          const KlTerm kt = kl_loss ? kl_k3_term(logp[size_t(t)], ro.ref_logp[k], kl_.beta()) : KlTerm{};
+          g[size_t(t)] = float((pt.dlogp + kt.dlogp) * scale);
           st.policy_loss += pt.loss;
+          st.kl_loss += kt.loss;
           st.entropy += entropy[size_t(t)];
           st.approx_kl += 0.5 * (logp[size_t(t)] - ro.old_logp[k]) * (logp[size_t(t)] - ro.old_logp[k]);
           st.clipped += pt.clipped;
@@ -401,79 +466,111 @@ UpdateStats PpoRun::update(int iter, const Rollout& ro) {
       actor_.backward_logits(dlogits_.data());
       actor_eng_->end_backward();  // gradients summed over the ranks (all-reduce or reduce-scatter)
       st.actor_norm += actor_eng_->step(cfg_.actor_lr);
-      // Critic: clipped value loss.
-      critic_eng_->begin_step();
-      critic_eng_->begin_micro(0, 1);
-      critic_.zero_head_grad();
-      critic_.forward(tokens.data(), mbl, T, v.data());
-      std::fill(dv.begin(), dv.end(), 0.0f);
-      for (int i = 0; i < mbl; ++i)
-        for (int t = 0; t < R; ++t) {
-          const size_t k = size_t(idx[i]) * R + t;
-          const size_t row = size_t(i) * T + P - 1 + t;
-          const ValueTerm vt = value_term(v[row], ro.values[k], ro.ret[k], cfg_.value_clip);
-          dv[row] = float(vt.dvalue * scale);
-          st.value_loss += vt.loss;
-          st.vclipped += vt.clipped;
-        }
-      critic_.backward(dv.data());
-      critic_eng_->end_backward();
-      all_reduce(critic_.head_grad(), critic_.config().dim + 1);
-      float clip = 1;
-      st.critic_norm += critic_eng_->step(cfg_.critic_lr, head_opt_.sum_squares(), &clip);
-      head_opt_.apply(cfg_.critic_lr, clip);
+      if (critic_) update_critic(ro, tokens, idx, mbl, st);
       ++st.updates;
     }
   }
   if (group_) {  // the update's sums over every rank's share (norms are the same everywhere)
     double sums[] = {st.policy_loss, st.value_loss, st.entropy, st.approx_kl, st.clipped, st.vclipped,
-                     double(st.tokens)};
-    group_->all_reduce(sums, 7);
+                     double(st.tokens), st.kl_loss};
+    group_->all_reduce(sums, 8);
     st.policy_loss = sums[0], st.value_loss = sums[1], st.entropy = sums[2], st.approx_kl = sums[3];
-    st.clipped = sums[4], st.vclipped = sums[5], st.tokens = int64_t(sums[6]);
+    st.clipped = sums[4], st.vclipped = sums[5], st.tokens = int64_t(sums[6]), st.kl_loss = sums[7];
   }
   return st;
 }
 
+// The critic's clipped value loss on the minibatch's share `tokens` (sequences idx[0..mbl)
+// of the rollout), one AdamW step of its trunk and value head.
+void PpoRun::update_critic(const Rollout& ro, const std::vector<int32_t>& tokens, const int* idx, int mbl,
+                           UpdateStats& st) {
+  const int P = ro.P, R = ro.R, T = ro.T;
+  const double scale = 1.0 / (double(mb_) * R);
+  values_.resize(size_t(mb_) * T);
+  dvalues_.assign(size_t(mb_) * T, 0.0f);
+  critic_eng_->begin_step();
+  critic_eng_->begin_micro(0, 1);
+  critic_->zero_head_grad();
+  critic_->forward(tokens.data(), mbl, T, values_.data());
+  for (int i = 0; i < mbl; ++i)
+    for (int t = 0; t < R; ++t) {
+      const size_t k = size_t(idx[i]) * R + t;
+      const size_t row = size_t(i) * T + P - 1 + t;
+      const ValueTerm vt = value_term(values_[row], ro.values[k], ro.ret[k], cfg_.value_clip);
+      dvalues_[row] = float(vt.dvalue * scale);
+      st.value_loss += vt.loss;
+      st.vclipped += vt.clipped;
+    }
+  critic_->backward(dvalues_.data());
+  critic_eng_->end_backward();
+  all_reduce(critic_->head_grad(), critic_->config().dim + 1);
+  float clip = 1;
+  st.critic_norm += critic_eng_->step(cfg_.critic_lr, head_opt_.sum_squares(), &clip);
+  head_opt_.apply(cfg_.critic_lr, clip);
+}
+
+// The run state's whole tensors over this rank's shards: the actor's, and under PPO the
+// critic's trunk and value head.
+struct PpoRun::State {
+  FullState actor;
+  std::unique_ptr<FullState> critic;
+  std::vector<NamedTensor> tensors;
+  explicit State(PpoRun& r) : actor(*r.actor_eng_, r.dp_, r.actor_.num_params(), "actor.params") {
+    if (r.critic_) critic = std::make_unique<FullState>(*r.critic_eng_, r.dp_, r.critic_->gpt().num_params(), "critic.trunk");
+  }
+  // After gather() (saving) or before the load: the tensors to write or fill.
+  void collect(const AdamWGroup& head) {
+    tensors = actor.tensors();
+    if (!critic) return;
+    for (const NamedTensor& t : critic->tensors()) tensors.push_back(t);
+    for (const NamedTensor& t : head.tensors("critic.")) tensors.push_back(t);
+  }
+};
+
+std::string PpoRun::state_file() const {
+  return path(cat(plan::rl_algo_name(cfg_.algo), "-state.safetensors").c_str());
+}
+
 // Collective: every rank assembles the whole states from the shards; rank 0 writes.
 void PpoRun::save_state(int iter) {
-  FullState actor(*actor_eng_, dp_, actor_.num_params(), "actor.params");
-  FullState critic(*critic_eng_, dp_, critic_.gpt().num_params(), "critic.trunk");
-  actor.gather();
-  critic.gather();
+  State st(*this);
+  st.actor.gather();
+  if (st.critic) st.critic->gather();
   if (rank_ != 0) return;
-  std::vector<NamedTensor> ts = actor.tensors();
-  for (const NamedTensor& t : critic.tensors()) ts.push_back(t);
-  for (const NamedTensor& t : head_opt_.tensors("critic.")) ts.push_back(t);
-  save_tensors(path("ppo-state.safetensors"), ts,
-               {{"iteration", iter},
-                {"beta", kl_.beta()},
-                {"actor_steps", actor_eng_->step_count()},
-                {"critic_steps", critic_eng_->step_count()},
-                {"config", cfg_.to_json()},
-                {"actor", config_json(acfg_)},
-                {"critic", config_json(critic_.config())}});
+  st.collect(head_opt_);
+  json meta = {{"iteration", iter},
+               {"beta", kl_.beta()},
+               {"algo", plan::rl_algo_name(cfg_.algo)},
+               {"actor_steps", actor_eng_->step_count()},
+               {"config", cfg_.to_json()},
+               {"actor", config_json(acfg_)}};
+  if (critic_) {
+    meta["critic_steps"] = critic_eng_->step_count();
+    meta["critic"] = config_json(critic_->config());
+  }
+  save_tensors(state_file(), st.tensors, meta);
 }
 
 // Returns the iterations already done (0: a fresh start). The file holds whole tensors, so
 // any rank count and ZeRO stage resumes it.
 int PpoRun::load_state() {
-  const std::string f = path("ppo-state.safetensors");
+  const std::string f = state_file();
   if (!cfg_.resume) return 0;
   STRATA_CHECK(fs::exists(f), "--resume: ", f, " does not exist (no checkpoint saved yet)");
-  FullState actor(*actor_eng_, dp_, actor_.num_params(), "actor.params");
-  FullState critic(*critic_eng_, dp_, critic_.gpt().num_params(), "critic.trunk");
-  std::vector<NamedTensor> ts = actor.tensors();
-  for (const NamedTensor& t : critic.tensors()) ts.push_back(t);
-  for (const NamedTensor& t : head_opt_.tensors("critic.")) ts.push_back(t);
-  const json meta = load_tensors(f, ts);
-  STRATA_CHECK(meta.at("actor") == config_json(acfg_) && meta.at("critic") == config_json(critic_.config()),
-               "--resume: ", f, " was written for other models (actor ", meta.at("actor").dump(),
-               ")");
+  State st(*this);
+  st.collect(head_opt_);
+  const json meta = load_tensors(f, st.tensors);
+  STRATA_CHECK(meta.value("algo", "ppo") == plan::rl_algo_name(cfg_.algo), "--resume: ", f, " is a ",
+               meta.value("algo", "ppo"), " run's state, not ", plan::rl_algo_name(cfg_.algo), "'s");
+  STRATA_CHECK(meta.at("actor") == config_json(acfg_) &&
+                   (!critic_ || meta.at("critic") == config_json(critic_->config())),
+               "--resume: ", f, " was written for other models (actor ", meta.at("actor").dump(), ")");
   kl_.set_beta(meta.at("beta").get<double>());
-  actor.scatter(meta.at("actor_steps").get<int64_t>());
-  critic.scatter(meta.at("critic_steps").get<int64_t>());
-  head_opt_.set_steps(meta.at("critic_steps").get<int64_t>());
+  st.actor.scatter(meta.at("actor_steps").get<int64_t>());
+  if (critic_) {
+    st.critic->scatter(meta.at("critic_steps").get<int64_t>());
+    head_opt_.set_steps(meta.at("critic_steps").get<int64_t>());
+  }
   return meta.at("iteration").get<int>();
 }
 
@@ -482,11 +579,11 @@ int PpoRun::load_state() {
 // gather slots (comm).
 json PpoRun::memory_report() const {
   auto bytes = [](int64_t floats) { return 4 * floats; };
-  const int64_t head = critic_.config().dim + 1;
+  const int64_t head = reward_.config().dim + 1;
   const int64_t pa = actor_.num_params(), pr = reward_.config().num_params() + head;
   const int64_t act_a = actor_.activation_bytes() + bytes(int64_t(dlogits_.size()));
-  const parallel::MemoryReport a = actor_eng_->memory_report(), c = critic_eng_->memory_report();
-  return {
+  const parallel::MemoryReport a = actor_eng_->memory_report();
+  json out = {
       {"actor", {{"parameters", a.parameters}, {"gradients", a.gradients}, {"optimizer", a.optimizer},
                  {"activations", act_a}, {"comm", a.comm}, {"kv_cache", decoder_.cache_bytes()},
                  {"generation_gather", actor_eng_->full_params() ? 0 : bytes(pa)}}},
@@ -497,34 +594,25 @@ json PpoRun::memory_report() const {
                   {"gradients", 0}, {"optimizer", 0},
                   {"comm", reward_shards_ ? reward_shards_->gather_bytes() : 0},
                   {"activations", const_cast<ValueModel&>(reward_).gpt().activation_bytes()}}},
-      {"critic", {{"parameters", c.parameters + bytes(head)}, {"gradients", c.gradients + bytes(head)},
-                  {"optimizer", c.optimizer + 2 * bytes(head)}, {"comm", c.comm},
-                  {"activations", const_cast<ValueModel&>(critic_).gpt().activation_bytes()}}},
       {"zero", cfg_.zero},
       {"tracker", memory_tracker().to_json()}};
+  if (critic_) {
+    const parallel::MemoryReport c = critic_eng_->memory_report();
+    const int64_t ch = critic_->config().dim + 1;
+    out["critic"] = {{"parameters", c.parameters + bytes(ch)}, {"gradients", c.gradients + bytes(ch)},
+                     {"optimizer", c.optimizer + 2 * bytes(ch)}, {"comm", c.comm},
+                     {"activations", critic_->gpt().activation_bytes()}};
+  }
+  add_model_states_total(out);
+  return out;
 }
 
 PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
   PpoResult res;
   const int start = load_state();
   // metrics.jsonl streams (a record per iteration survives a crash), each write checked.
-  LineLog metrics;
   const bool writer = rank_ == 0;  // rank 0 alone writes files and reports
-  if (writer && !cfg_.run_dir.empty()) {
-    fs::create_directories(cfg_.run_dir);
-    const std::string log_path = path("metrics.jsonl");
-    require_replaceable_file(log_path, "PPO log");  // before reading it: a FIFO would block
-    // A resumed run keeps the records of the iterations its checkpoint holds.
-    std::vector<std::string> keep;
-    std::ifstream old;
-    if (start > 0) old.open(log_path);
-    for (std::string line; start > 0 && std::getline(old, line);) {
-      const json j = json::parse(line, nullptr, false);
-      if (j.is_object() && j.value("iteration", 0) <= start) keep.push_back(line);
-    }
-    metrics = LineLog(log_path, false, "PPO log");
-    for (const std::string& l : keep) metrics.write_line(l);
-  }
+  LineLog metrics = writer && !cfg_.run_dir.empty() ? open_run_log(cfg_.run_dir, "iteration", start, "PPO log") : LineLog();
   double t_gen = 0, t_score = 0, t_train = 0;
   for (int iter = start; iter < cfg_.iterations; ++iter) {
     json rec = {{"iteration", iter + 1}};
@@ -553,7 +641,7 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     const double train_s = seconds_since(t0);
     t_gen += gen_s, t_score += score_s, t_train += train_s;
     const double beta = kl_.beta();
-    record(rec, ro, st, gen_s, score_s, train_s);
+    record(rec, ro, st, critic_ != nullptr, gen_s, score_s, train_s);
     kl_.update(rec["kl"].get<double>(), ro.G);
     rec["beta"] = beta;
     rec["time"]["cpu_s"] = cpu_seconds() - cpu0;
@@ -569,14 +657,16 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
                  {"resumed_from", start},
                  {"config", cfg_.to_json()},
                  {"actor", config_json(acfg_)},
-                 {"critic", config_json(critic_.config())},
+                 {"algo", plan::rl_algo_name(cfg_.algo)},
                  {"reward_model", config_json(reward_.config())},
                  {"time", {{"generate_s", t_gen}, {"score_s", t_score}, {"train_s", t_train}}},
                  {"share", total > 0 ? json{{"generate", t_gen / total}, {"score", t_score / total},
                                             {"train", t_train / total}}
                                      : json(nullptr)},
                  {"memory", memory_report()}};
-  compare_with_plan(res.summary["memory"], acfg_, critic_.config(), cfg_.rollout_batch / world_,
+  if (critic_) res.summary["critic"] = config_json(critic_->config());
+  compare_with_plan(res.summary["memory"], cfg_.algo, acfg_, critic_ ? critic_->config() : reward_.config(),
+                    rollout_sequences(cfg_) / world_,
                     mb_ / world_, world_, cfg_.zero);
   res.summary["ranks"] = world_;
   if (!res.iterations.empty()) {
@@ -584,11 +674,11 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     res.summary["last"] = res.iterations.back();
   }
   const std::vector<float> actor_w = actor_eng_->gather_full_params();  // collectives
-  const std::vector<float> critic_w = critic_eng_->gather_full_params();
+  const std::vector<float> critic_w = critic_ ? critic_eng_->gather_full_params() : std::vector<float>();
   if (writer && !cfg_.run_dir.empty()) {
     save_model(path("actor.safetensors"), acfg_, actor_w.data(), {}, {{"role", "actor"}});
-    save_model(path("critic.safetensors"), critic_.config(), critic_w.data(), critic_.head(),
-               {{"role", "critic"}});
+    if (critic_)
+      save_model(path("critic.safetensors"), critic_->config(), critic_w.data(), critic_->head(), {{"role", "critic"}});
     ckpt::atomic_write_file(path("summary.json"), res.summary.dump(2) + "\n");
   }
   return res;

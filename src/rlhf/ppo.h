@@ -1,22 +1,28 @@
-// RLHF with PPO, one process: four models in the loop (Ouyang et al. 2022; Ziegler et al.
-// 2019; arithmetic in ppo_math.h).
+// RLHF with PPO, GRPO or RLOO: four models in the loop under PPO (Ouyang et al. 2022;
+// Ziegler et al. 2019), three under the critic-free GRPO and RLOO (Shao et al. 2024;
+// Ahmadian et al. 2024); arithmetic in ppo_math.h.
 //
 //   actor      the policy, trained; generates rollouts through the KV cache (kv_cache.h)
 //   reference  a frozen copy of the initial actor: the per-token KL penalty's anchor
 //   reward     a frozen value model (value_model.h): its value at the last position scores a
 //              whole response
-//   critic     a value model, trained (initialised from the reward model unless given)
+//   critic     a value model, trained (initialised from the reward model unless given);
+//              PPO only
 //
 // One iteration:
 //   generate  rollout_batch prompts (gold.h's synthetic prompts), response_len tokens each,
 //             sampled with temperature / top-k (sampler.h); sequence i of iteration k draws
 //             from its own Philox stream, so rollouts do not depend on batching
 //   score     forwards of actor (old log-probs), reference, critic (values) and reward model
-//             over the rollout; r_t = -β (old_t - ref_t), plus the score at the last token;
-//             GAE (γ, λ); advantages whitened over the rollout
+//             over the rollout; PPO: r_t = -β (old_t - ref_t), plus the score at the last
+//             token; GAE (γ, λ); advantages whitened over the rollout. GRPO and RLOO: each
+//             prompt is answered group_size times (sequence j of prompt p draws from stream
+//             p·k + j); a response's reward is its score (minus β Σ_t k1 unless GRPO puts the
+//             KL in the loss), its advantage the group's (ppo_math.h), on every token
 //   train     `epochs` passes over the rollout in seeded random minibatches: clipped policy
-//             loss with entropy bonus (actor), clipped value loss (critic), each clipped by
-//             its global gradient norm and updated by AdamW; then the KL controller
+//             loss with entropy bonus (actor; GRPO with --kl-in loss adds β·k3 per token),
+//             clipped value loss (critic, PPO), each clipped by its global gradient norm and
+//             updated by AdamW; then the KL controller
 // Metrics per iteration (metrics.jsonl): proxy reward, gold score, KL (k1 and k3 summed over
 // a response, the mean over responses), β, clip fraction, approx-KL, entropy, policy and
 // value loss, value clip fraction, explained variance, gradient norms, and the seconds and
@@ -33,15 +39,26 @@
 #include "comm/process_group.h"
 #include "nlohmann/json.hpp"
 #include "parallel/engine.h"
+#include "plan/rlhf.h"
 #include "rlhf/model_io.h"
 #include "rlhf/sampler.h"
 
 namespace strata::rlhf {
 
+// Where GRPO's KL to the reference goes: β·k3 per token in the loss (the paper's), or
+// -β Σ k1 in each response's reward before the group's advantages (PPO and RLOO always).
+enum class KlIn { reward, loss };
+KlIn parse_kl_in(const std::string& s);  // "reward" | "loss"
+const char* kl_in_name(KlIn k);
+
 struct PpoConfig {
+  plan::RlAlgo algo = plan::RlAlgo::ppo;  // ppo, grpo or rloo
   model::RecomputePolicy recompute;  // of the trained trunks, actor and critic (docs/recompute.md)
   int iterations = 20;
   int rollout_batch = 16;  // prompts per iteration
+  int group_size = 1;      // responses per prompt (GRPO, RLOO: >= 2)
+  KlIn kl_in = KlIn::reward;
+  bool dr_grpo = false;    // GRPO: no division by the group's std, a constant token normaliser
   int minibatch = 8;       // sequences per update
   int epochs = 4;          // passes over a rollout
   int prompt_len = 8;
@@ -68,8 +85,12 @@ struct PpoConfig {
   nlohmann::json to_json() const;
 };
 
+// Responses per iteration: rollout_batch prompts × group_size.
+inline int rollout_sequences(const PpoConfig& c) { return c.rollout_batch * c.group_size; }
+inline bool has_critic(const PpoConfig& c) { return c.algo == plan::RlAlgo::ppo; }
+
 struct PpoModels {
-  ModelFile actor, reference, reward, critic;  // critic.params empty: from the reward model
+  ModelFile actor, reference, reward, critic;  // critic.params empty: from the reward model (PPO)
   std::string actor_path, reference_path, reward_path, critic_path;  // for messages
 };
 
@@ -83,7 +104,8 @@ struct PpoResult {
 
 // Runs the loop; log(record) after every iteration (may be empty). With a group of N > 1
 // ranks (every rank calls it with the same arguments) the rollouts are data parallel: rank r
-// generates and scores sequences [r·G/N, (r+1)·G/N) of each iteration, the shares are
+// generates and scores the responses to prompts [r·B/N, (r+1)·B/N) of each iteration (whole
+// groups), the shares are
 // all-gathered, every global minibatch is split N ways. Actor and critic trunk are trained
 // by parallel::DataParallelEngine at ZeRO cfg.zero (also on one process, over a one-rank
 // group); the critic's value head is replicated and its gradient summed by hand; the frozen

@@ -51,6 +51,31 @@ ValueTerm value_term(double value, double old_value, double ret, double clip) {
   return t;
 }
 
+void group_advantages(const double* rewards, int64_t groups, int k, bool scale_by_std, double* adv) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const double* r = rewards + g * k;
+    double mean = 0;
+    for (int j = 0; j < k; ++j) mean += r[j];
+    mean /= double(k);
+    double scale = 1;
+    if (scale_by_std) {
+      double var = 0;
+      for (int j = 0; j < k; ++j) var += (r[j] - mean) * (r[j] - mean);
+      scale = 1.0 / (std::sqrt(var / double(k - 1)) + 1e-4);
+    }
+    for (int j = 0; j < k; ++j) adv[g * k + j] = (r[j] - mean) * scale;
+  }
+}
+
+void rloo_advantages(const double* rewards, int64_t groups, int k, double* adv) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const double* r = rewards + g * k;
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += r[j];
+    for (int j = 0; j < k; ++j) adv[g * k + j] = r[j] - (sum - r[j]) / double(k - 1);
+  }
+}
+
 double explained_variance(const std::vector<double>& values, const std::vector<double>& returns) {
   const size_t n = returns.size();
   if (n == 0) return 0;

@@ -1,5 +1,6 @@
-// The arithmetic of PPO for language models (Schulman et al. 2017; Ziegler et al. 2019;
-// the InstructGPT recipe as in TRL and DeepSpeed-Chat), per token, independent of models.
+// The arithmetic of policy-gradient RLHF for language models, per token, independent of
+// models: PPO (Schulman et al. 2017; Ziegler et al. 2019; the InstructGPT recipe as in TRL
+// and DeepSpeed-Chat) and the critic-free estimators GRPO, Dr. GRPO and RLOO (below).
 //
 // Terms, for one response of R tokens a_0..a_{R-1}:
 //   logp_t     log π(a_t | prefix) of the current policy, with temperature τ:
@@ -20,6 +21,17 @@
 //              k3 = (e^{ref - logp} - 1) - (ref - logp) (unbiased, >= 0) (Schulman 2020);
 //              approx-KL of an update: mean ½ (logp - old)²
 //   controller β ← β (1 + clip(KL / target - 1, -0.2, 0.2) · n / horizon) (Ziegler et al.)
+//   k3 in the loss (GRPO) β·k3(logp, ref) per token; d/dlogp = β (1 - e^{ref - logp})
+// Critic-free advantages, one scalar per response broadcast over its tokens, from the k
+// responses to one prompt with rewards r_1..r_k (score, minus β Σ_t k1 when the KL is in the
+// reward):
+//   GRPO       A_i = (r_i - mean) / (std + 1e-4), std with Bessel's correction (Shao et al.
+//              2024, as TRL computes it); equal rewards give A = 0
+//   Dr. GRPO   A_i = r_i - mean (Liu et al. 2025: no division by the group's std), and the
+//              token losses summed and divided by a constant (the longest response allowed)
+//              instead of each response's own length
+//   RLOO       A_i = r_i - (Σ_j r_j - r_i) / (k - 1), the leave-one-out baseline (Ahmadian
+//              et al. 2024; Kool et al. 2019)
 // Everything is O(R) per response, or O(V) per token for the softmax statistics.
 #pragma once
 #include <cmath>
@@ -55,6 +67,19 @@ inline double kl_k3(double logp, double ref) {
   const double d = ref - logp;
   return std::expm1(d) - d;
 }
+
+// β·k3 of one token and its derivative by logp (GRPO's KL in the loss).
+struct KlTerm {
+  double loss = 0, dlogp = 0;
+};
+inline KlTerm kl_k3_term(double logp, double ref, double beta) {
+  return {beta * kl_k3(logp, ref), beta * -std::expm1(ref - logp)};
+}
+
+// Advantages of `groups` groups of k consecutive responses (rewards[g·k + j]), one per
+// response. scale_by_std: GRPO; without: Dr. GRPO.
+void group_advantages(const double* rewards, int64_t groups, int k, bool scale_by_std, double* adv);
+void rloo_advantages(const double* rewards, int64_t groups, int k, double* adv);
 
 // 1 - Var(returns - values) / Var(returns); 0 when the returns do not vary.
 double explained_variance(const std::vector<double>& values, const std::vector<double>& returns);

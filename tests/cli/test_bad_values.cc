@@ -31,6 +31,7 @@ namespace {
 // Every command that has flags of its own (the registry's paths).
 const std::vector<std::string> kCommands = {
     "train",       "plan",         "plan calibrate", "rlhf reward",  "rlhf ppo",    "rlhf generate",
+    "rlhf grpo",   "rlhf rloo",    "rlhf dpo",
     "fed train",   "fed compare",  "data prepare",   "data plan",    "data info",   "data tokenizer-train",
     "ckpt advise", "ckpt export",  "bench comm",     "bench scaling", "doctor net", "launch",
     "privacy",     "pp schedule",  "trace merge",    "report"};
@@ -86,7 +87,7 @@ TEST(BadValues, EveryFloatFlagRefusesNonFiniteAndUnderflowByItsText) {
     }
   // The sweep reaches the flags of the defects and of several commands.
   for (const char* f : {"--norm-eps", "--rope-theta", "--lr", "--capacity-factor", "--temperature",
-                        "--val-fraction", "--efficiency", "--noise-multiplier", "--prox-mu"})
+                        "--val-fraction", "--efficiency", "--noise-multiplier", "--prox-mu", "--beta"})
     EXPECT_TRUE(seen.count(f)) << f << " was not found among the FLOAT flags";
   EXPECT_GT(checked, 300u);
 }

@@ -20,6 +20,7 @@ CASES = [
      "precision": "fp32", "zero": 3, "no_sp": True, "gpu_mtbf_hours": 20000.0, "storage_gbps": 12.5},
     {"model": "mixtral-8x7b", "gpus": 64, "ep": 8, "schedule": "interleaved", "virtual_stages": 2},
     {"model": "gpt2", "gpus": 8, "rlhf": True, "rollout_batch": 4},
+    {"model": "gpt2", "gpus": 8, "rlhf": True, "algo": "grpo", "response_len": 128, "epochs": 2},
     {"model": "llama3-405b", "gpus": 8, "tp": 8, "dp": 1},  # fits nowhere: exit 3, the same JSON
 ]
 

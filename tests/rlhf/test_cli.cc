@@ -217,7 +217,7 @@ TEST_F(RlhfCli, PpoOverTwoProcessesIsTheOneProcessRun) {
   EXPECT_EQ(two["ranks"], 2);
   EXPECT_EQ(two["memory"]["zero"], 3);
   EXPECT_TRUE(two["memory"]["model_states_match_plan"].get<bool>()) << two["memory"].dump(1);
-  EXPECT_NE(r.out.find("at ZeRO 3 (parameters / gradients / optimizer bytes; strata plan --rlhf predicts the same)"),
+  EXPECT_NE(r.out.find("at ZeRO 3 (parameters / gradients / optimizer bytes; strata plan --rlhf --algo ppo predicts the same)"),
             std::string::npos)
       << r.out;
 }
@@ -251,6 +251,53 @@ TEST_F(RlhfCli, BadInputIsOneLineBeforeAnyRollout) {
   r = run_strata(reward + f("long.txt"), "", S);
   expect_one_line(r, "beyond the context of --init");
   EXPECT_FALSE(fs::exists(f("out.safetensors")));
+}
+
+// GRPO, RLOO and DPO from the command line: bad settings are one line before any model is
+// loaded (a missing model file is not even opened); a pairs line without its rejected answer
+// is one line naming the file and line; each runs end to end on 2 processes at ZeRO 3 and
+// reports its models' states equal to the plan's.
+TEST_F(RlhfCli, GrpoRlooAndDpoBadInputAndTwoProcessRuns) {
+  const auto S = strata::test::Streams::separate;
+  const std::string missing = " --actor " + f("missing.safetensors") + " --reward " + f("missing.safetensors");
+  expect_one_line(run_strata("rlhf grpo --group-size 1" + missing, "", S),
+                  "--group-size must be >= 2 for GRPO (got 1): the advantages compare the responses to one prompt");
+  expect_one_line(run_strata("rlhf rloo --group-size 1" + missing, "", S), "--group-size must be >= 2 for RLOO (got 1)");
+  expect_one_line(run_strata("rlhf rloo --minibatch 6" + missing, "", S),
+                  "--minibatch 6 must be >= 1 and divide the responses per iteration 64 (--rollout-batch 16 x --group-size 4)");
+  expect_one_line(run_strata("rlhf grpo --kl-in both" + missing, "", S), "--kl-in");
+  expect_one_line(run_strata("rlhf dpo --beta 0 --policy " + f("missing.safetensors"), "", S), "--beta must be > 0 (got 0)");
+  expect_one_line(run_strata("rlhf dpo --beta -0.5 --policy " + f("missing.safetensors"), "", S),
+                  "--beta must be > 0 (got -0.5)");
+  std::ofstream(f("half.txt")) << "1 2 3 | 4 5 | 6 7\n1 2 3 | 4 5 |\n";
+  expect_one_line(run_strata("rlhf dpo --policy " + f("actor.safetensors") + " --pairs " + f("half.txt"), "", S),
+                  "--pairs " + f("half.txt") + ":2:");
+
+  const model::GPTConfig cfg = test::tiny_config(16);
+  std::vector<float> head(size_t(cfg.dim) + 1, 0.05f);
+  save_model(f("rm.safetensors"), cfg, test::tiny_params(cfg, 3).data(), head);
+  for (const char* algo : {"grpo", "rloo"}) {
+    auto r = run_strata(std::string("rlhf ") + algo + " --actor " + f("actor.safetensors") + " --reward " +
+                            f("rm.safetensors") + " --iterations 2 --rollout-batch 2 --group-size 4 --minibatch 4 " +
+                            "--prompt-len 4 --response-len 8 --nproc 2 --zero 3 --run-dir " + f(algo),
+                        "OMP_NUM_THREADS=1");
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(std::string("strata plan --rlhf --algo ") + algo + " predicts the same"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("critic"), std::string::npos) << r.out;
+    std::ifstream sin(f(std::string(algo) + "/summary.json"));
+    const json s = json::parse(sin);
+    EXPECT_EQ(s["algo"], algo);
+    EXPECT_TRUE(s["memory"]["model_states_match_plan"].get<bool>()) << s["memory"].dump(1);
+  }
+  auto r = run_strata("rlhf dpo --policy " + f("actor.safetensors") + " --num-pairs 24 --prompt-len 4 " +
+                          "--response-len 8 --steps 4 --batch 4 --eval-every 2 --eval-prompts 8 --nproc 2 --zero 3 " +
+                          "--run-dir " + f("dpo"),
+                      "OMP_NUM_THREADS=1");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("strata plan --rlhf --algo dpo predicts the same"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DPO: gold "), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(f("dpo/policy.safetensors")));
 }
 
 }  // namespace

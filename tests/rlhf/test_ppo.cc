@@ -14,70 +14,13 @@
 #include "rlhf/ppo.h"
 #include "rlhf/reward.h"
 #include "support/temp_dir.h"
-#include "tiny.h"
+#include "ppo_fixture.h"
 
 namespace strata::rlhf {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-constexpr int kP = 4, kR = 8;
-
-// Actor (GPT-2 initialised: a near-uniform policy) and a reward model trained on pairs
-// sampled from it, shared by the tests of this file.
-struct Models {
-  ModelFile actor, reward;
-  double eval_accuracy = 0;
-};
-
-const Models& models() {
-  static const Models m = [] {
-    Models out;
-    out.actor.cfg = test::tiny_config(16);
-    out.actor.params = test::tiny_params(out.actor.cfg, 21);
-    KvDecoder dec(out.actor.cfg, 32);
-    dec.bind(out.actor.params.data());
-    const GoldRule gold(1, out.actor.cfg.vocab);
-    const PairSet pairs = synthetic_pairs(dec, out.actor.cfg, gold, 384, kP, kR, {1.0f, 0}, 3);
-    ValueModel rm(out.actor.cfg, 32, /*trainable=*/true, /*allocate_state=*/false);
-    RewardConfig rc;
-    rc.steps = 150;
-    rc.batch = 16;
-    rc.lr = 2e-3f;
-    const RewardResult r =
-        train_reward(rm, out.actor.params, pairs.slice(0, 320), pairs.slice(320, 384), rc, {});
-    out.eval_accuracy = r.eval_accuracy;
-    out.reward.cfg = out.actor.cfg;
-    out.reward.params = r.params;
-    out.reward.head = rm.head();
-    return out;
-  }();
-  return m;
-}
-
-PpoModels ppo_models() {
-  PpoModels m;
-  m.actor = m.reference = models().actor;
-  m.reward = models().reward;
-  m.actor_path = m.reference_path = "actor", m.reward_path = "rm";
-  return m;
-}
-
-PpoConfig small_config() {
-  PpoConfig c;
-  c.iterations = 12;
-  c.rollout_batch = 16;
-  c.minibatch = 8;
-  c.epochs = 2;
-  c.prompt_len = kP;
-  c.response_len = kR;
-  c.kl_coef = 0.02;
-  c.actor_lr = 3e-3f;
-  c.critic_lr = 2e-3f;
-  c.seed = 5;
-  return c;
-}
 
 TEST(Reward, LearnsTheGoldPreference) {
   // Held-out pairs the model never saw, ranked by the gold rule: well above chance.

@@ -30,16 +30,19 @@ inline std::string live_run(const std::string& run_dir, const std::string& extra
          "--eval-batches 1 --peak-gflops 1 --timeout 20 --run-dir " + run_dir + " " + extra;
 }
 
-// The step of "from the in-memory copy of step N" in the `nth` live recovery line; -1 when
-// absent.
+// The step the `nth` live recovery line continues from: N of "from the in-memory copy of
+// step N", 0 of "from step 0 (no step has a complete in-memory copy ...)"; -1 when there is no
+// such line or it says neither (only that line is read).
 inline int64_t live_resume_step(const std::string& err, int nth = 0) {
   const std::string key = "strata train: live recovery: ";
   size_t at = err.find(key);
   for (int i = 0; i < nth && at != std::string::npos; ++i) at = err.find(key, at + 1);
   if (at == std::string::npos) return -1;
+  const std::string line = err.substr(at, err.find('\n', at) - at);
+  if (line.find("from step 0 (no step has a complete in-memory copy") != std::string::npos) return 0;
   const std::string from = "from the in-memory copy of step ";
-  const size_t s = err.find(from, at);
-  return s == std::string::npos ? -1 : std::stoll(err.substr(s + from.size()));
+  const size_t s = line.find(from);
+  return s == std::string::npos ? -1 : std::stoll(line.substr(s + from.size()));
 }
 
 // Objects in /dev/shm whose name contains `part`.

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <array>
 #include <random>
 #include <string>
 #include <vector>
@@ -165,12 +166,30 @@ TEST_F(LiveAcrossHosts, AHostsTensorParallelReplicaGoesAndAReplicaOfReplacements
   TempDir dir("live_hosts_tp");
   const std::string run = dir.file("run");
   const int steps = 1500;
-  std::string cmd = live_run(run, hosts() + cat("--tp 2 --zero 1 --mem-ckpt-every 1 --mem-ckpt-replicas 1 "
-                                               "--recovery live --inject kill --inject-rank ", rank,
-                                               " --inject-step 20"), steps);
-  cmd.replace(cmd.find("--layers 1"), std::strlen("--layers 1"), "--layers 2");
-  RunResult r = run_strata(cmd, dump_env(dir), Streams::separate, 180);
-  ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
+  // The lost replica's copies are read from their replicas on the surviving host (each host
+  // has its own /dev/shm), which trail by the replica thread's age (paced at 20 MB/s, each
+  // chunk waiting for a gap in the training's traffic: a few steps, many under load). When no
+  // replica had landed by the kill, the survivors rightly continue from step 0 and say so;
+  // that depends on the load, not on the program, so the case runs again with a later kill
+  // (up to 3 times) until the replicas are what it resumes from. No disk checkpoint is taken.
+  // (With STRATA_LIVE_AWAIT_JOIN=1, which would make the join's step certain, the replacements
+  // join one step after the re-formation and the loss turns NaN two steps later: a defect
+  // being investigated, docs/fault_tolerance.md.)
+  RunResult r;
+  int kill_at = 0;
+  int64_t k = 0;
+  for (int attempt = 0; attempt < 3 && k == 0; ++attempt) {
+    kill_at = std::array<int, 3>{20, 100, 300}[size_t(attempt)];  // the join still comes well before 1500
+    std::filesystem::remove_all(run);
+    std::string cmd = live_run(run, hosts() + cat("--tp 2 --zero 1 --mem-ckpt-every 1 --mem-ckpt-replicas 1 "
+                                                 "--recovery live --inject kill --inject-rank ", rank,
+                                                 " --inject-step ", kill_at), steps);
+    cmd.replace(cmd.find("--layers 1"), std::strlen("--layers 1"), "--layers 2");
+    r = run_strata(cmd, dump_env(dir), Streams::separate, 180);
+    ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
+    k = live_resume_step(r.err, 0);
+    ASSERT_GE(k, 0) << why << "\n" << r.err;
+  }
   const int mate = rank ^ 1, host = rank / 2;
   EXPECT_NE(r.err.find(cat("strata launch: rank ", mate, " goes with rank ", rank, "'s data-parallel replica (killed)")),
             std::string::npos) << why << "\n" << r.err;
@@ -179,12 +198,7 @@ TEST_F(LiveAcrossHosts, AHostsTensorParallelReplicaGoesAndAReplicaOfReplacements
             std::string::npos) << why << "\n" << r.err;
   EXPECT_NE(r.err.find(cat("mem-ckpt: replicas off: all 2 ranks run on one host (", h(1 - host), ")")),
             std::string::npos) << why << "\n" << r.err;
-  // The lost replica's copies are read from their replicas on the surviving host (each host
-  // has its own /dev/shm), which trail by the replica thread's age (paced at 20 MB/s, each
-  // chunk waiting for a gap in the training's traffic: a few steps, more under load). No
-  // disk checkpoint was taken.
-  const int64_t k = live_resume_step(r.err, 0);
-  EXPECT_TRUE(k >= 1 && k <= 19) << why << "\n" << r.err;
+  EXPECT_TRUE(k >= 1 && k < kill_at) << why << "\n" << r.err;
   EXPECT_GT(live_resume_step(r.err, 1), k) << why << "\n" << r.err;
   expect_every_step_once(run, steps, why);
   const json summary = json::parse(read_file(run + "/summary.json"));

@@ -1,0 +1,423 @@
+// The DPO loop (dpo.h): reference log-probs once, then steps over the pairs, evaluations,
+// checkpoints.
+#include "rlhf/dpo.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "ckpt/fsutil.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/crossentropy.h"
+#include "rlhf/frozen_shards.h"
+#include "rlhf/kv_cache.h"
+#include "rlhf/plan_check.h"
+#include "rlhf/trained_state.h"
+#include "rlhf/value_model.h"
+
+namespace strata::rlhf {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+DpoTerm dpo_term(double pc, double pr, double rc, double rr, double beta, bool ipo) {
+  DpoTerm t;
+  t.h = (pc - rc) - (pr - rr);
+  double dh;
+  if (ipo) {
+    const double e = t.h - 1.0 / (2.0 * beta);
+    t.loss = e * e;
+    dh = 2.0 * e;
+  } else {
+    const double x = beta * t.h;  // -log σ(x) = log(1 + e^{-x}), computed without overflow
+    t.loss = x > 0 ? std::log1p(std::exp(-x)) : -x + std::log1p(std::exp(x));
+    dh = -beta / (1.0 + std::exp(x));  // -β σ(-x)
+  }
+  t.dchosen = dh;
+  t.drejected = -dh;
+  return t;
+}
+
+void DpoConfig::validate() const {
+  STRATA_CHECK(beta > 0 && std::isfinite(beta), "--beta must be > 0 (got ", beta, ")");
+  STRATA_CHECK(steps >= 1, "--steps must be >= 1 (got ", steps, ")");
+  STRATA_CHECK(batch >= 1, "--batch must be >= 1 (got ", batch, ")");
+  STRATA_CHECK(lr > 0, "--lr must be > 0 (got ", lr, ")");
+  STRATA_CHECK(eval_every >= 0, "--eval-every must be >= 0 (got ", eval_every, ")");
+  STRATA_CHECK(eval_prompts >= 1, "--eval-prompts must be >= 1 (got ", eval_prompts, ")");
+  STRATA_CHECK(sample.temperature >= 0, "--temperature must be >= 0 (got ", sample.temperature, ")");
+  STRATA_CHECK(!resume || !run_dir.empty(), "--resume needs --run-dir");
+  STRATA_CHECK(ckpt_every == 0 || !run_dir.empty(), "--ckpt-every needs --run-dir");
+  STRATA_CHECK(zero >= 0 && zero <= 3, "--zero ", zero, ": ZeRO stage must be 0, 1, 2 or 3");
+}
+
+json DpoConfig::to_json() const {
+  return {{"algo", ipo ? "ipo" : "dpo"}, {"beta", beta},       {"steps", steps},
+          {"batch", batch},              {"lr", lr},           {"seed", seed},
+          {"gold_seed", gold_seed},      {"eval_every", eval_every}, {"eval_prompts", eval_prompts},
+          {"temperature", sample.temperature}, {"top_k", sample.top_k}, {"zero", zero}};
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+model::GPTConfig recomputing(model::GPTConfig c, model::RecomputePolicy p) {
+  c.recompute = p;
+  c.validate();
+  return c;
+}
+
+// The sequences of pairs idx[0..b): chosen ones first, then the rejected, each P + R tokens.
+void pair_tokens(const PairSet& s, const int64_t* idx, int b, int32_t* out) {
+  const int P = s.P, R = s.R, T = P + R;
+  for (int side = 0; side < 2; ++side)
+    for (int i = 0; i < b; ++i) {
+      int32_t* row = out + (int64_t(side) * b + i) * T;
+      const int64_t p = idx[i];
+      std::copy_n(&s.prompts[size_t(p * P)], P, row);
+      std::copy_n(&(side == 0 ? s.chosen : s.rejected)[size_t(p * R)], R, row + P);
+    }
+}
+
+// Sums over a pair set's minibatches, for a record.
+struct PairStats {
+  double loss = 0, right = 0, chosen = 0, rejected = 0;
+  int64_t n = 0;
+  void add(const DpoTerm& t, double beta, double dc, double dr) {
+    loss += t.loss, right += t.h > 0, chosen += beta * dc, rejected += beta * dr, ++n;
+  }
+  void reduce(comm::ProcessGroup* g) {
+    if (!g) return;
+    double v[] = {loss, right, chosen, rejected, double(n)};
+    g->all_reduce(v, 5);
+    loss = v[0], right = v[1], chosen = v[2], rejected = v[3], n = int64_t(v[4]);
+  }
+  void into(json& rec, const std::string& prefix) const {
+    const double d = double(std::max<int64_t>(n, 1));
+    rec[prefix + "loss"] = loss / d;
+    rec[prefix + "accuracy"] = right / d;
+    rec[prefix + "chosen_reward"] = chosen / d;
+    rec[prefix + "rejected_reward"] = rejected / d;
+    rec[prefix + "margin"] = (chosen - rejected) / d;
+  }
+};
+
+class DpoRun {
+ public:
+  DpoRun(const DpoConfig& cfg, const ModelFile& policy, const ModelFile& reference, const PairSet& train,
+         const PairSet& eval, comm::ProcessGroup* group)
+      : cfg_(cfg),
+        train_(train),
+        eval_(eval),
+        solo_(group && group->size() > 1 ? nullptr : comm::make_thread_world(1)[0]),
+        group_(group && group->size() > 1 ? group : nullptr),
+        dp_(group_ ? *group_ : *solo_),
+        rank_(group_ ? group_->rank() : 0),
+        world_(group_ ? group_->size() : 1),
+        pcfg_(policy.cfg),
+        b_(cfg.batch / world_),
+        policy_(recomputing(pcfg_, cfg.recompute), 2 * b_, /*allocate_state=*/false),
+        reference_(pcfg_, 2 * b_, false),
+        ref_params_(MemCategory::parameters, cfg.zero == 3 ? 0 : sizeof(float) * pcfg_.num_params()),
+        decoder_(pcfg_, (cfg.eval_prompts + world_ - 1) / world_),
+        gold_(cfg.gold_seed, pcfg_.vocab) {
+    engine_ = make_trained_engine(policy_, dp_, cfg.zero, cfg.optim, policy.params);
+    if (cfg.zero == 3) {
+      ref_shards_ = std::make_unique<FrozenShards>(reference_, dp_, reference.params);
+    } else {
+      std::memcpy(ref_params_.data(), reference.params.data(), sizeof(float) * reference.params.size());
+      bind_frozen(reference_, ref_params_.as<float>());
+    }
+    dlogits_.resize(size_t(2 * b_) * (train.P + train.R) * pcfg_.padded_vocab);
+  }
+
+  DpoResult run(const std::function<void(const json&)>& log);
+
+ private:
+  const float* logps(model::GPT& m, const PairSet& s, const int64_t* idx, int b, double* out);
+  std::vector<double> reference_logps(const PairSet& s);
+  void step(int64_t step, json& rec);
+  void evaluate(json& rec);
+  double gold_score();
+  void batch_of(int64_t step, std::vector<int64_t>& idx) const;
+  std::string path(const char* name) const { return (fs::path(cfg_.run_dir) / name).string(); }
+  void save_state(int64_t step);
+  int64_t load_state();
+  json memory_report() const;
+
+  const DpoConfig& cfg_;
+  const PairSet &train_, &eval_;
+  comm::GroupPtr solo_;
+  comm::ProcessGroup* group_;
+  comm::ProcessGroup& dp_;
+  int rank_, world_;
+  model::GPTConfig pcfg_;
+  int b_;  // pairs per rank and step
+  model::GPT policy_, reference_;
+  Buffer ref_params_;
+  KvDecoder decoder_;
+  GoldRule gold_;
+  std::unique_ptr<parallel::DataParallelEngine> engine_;
+  std::unique_ptr<FrozenShards> ref_shards_;
+  std::vector<double> ref_train_, ref_eval_;  // the reference's log-probs: chosen, rejected per pair
+  std::vector<int32_t> tokens_;
+  std::vector<float> dlogits_, lse_, logp_;
+  std::vector<float> gen_params_;
+};
+
+// The log-probs of pairs idx[0..b) under m (sums over the response, means under IPO) into
+// out[2i] (chosen) and out[2i + 1] (rejected). Returns the logits; they, tokens_ and the rows'
+// lse_ stay for a backward.
+const float* DpoRun::logps(model::GPT& m, const PairSet& s, const int64_t* idx, int b, double* out) {
+  const int P = s.P, R = s.R, T = P + R, Vp = pcfg_.padded_vocab;
+  tokens_.resize(size_t(2 * b) * T);
+  pair_tokens(s, idx, b, tokens_.data());
+  lse_.resize(size_t(2 * b) * R);
+  logp_.resize(size_t(2 * b) * R);
+  const float* z = m.logits(tokens_.data(), 2 * b, T);
+  for (int q = 0; q < 2 * b; ++q) {
+    float* logp = &logp_[size_t(q) * R];
+    kernels::log_softmax_forward(&lse_[size_t(q) * R], logp, nullptr, z + (int64_t(q) * T + P - 1) * Vp,
+                                 &tokens_[size_t(q) * T + P], R, pcfg_.vocab, Vp, 1.0f);
+    double sum = 0;
+    for (int t = 0; t < R; ++t) sum += logp[t];
+    out[2 * (q % b) + q / b] = cfg_.ipo ? sum / R : sum;
+  }
+  return z;
+}
+
+// Every pair's reference log-probs, computed once: rank r takes the chunks r, r + N, ... and
+// the results are summed over the ranks (every rank runs as many forwards: the ZeRO-3
+// reference gathers its units in each).
+std::vector<double> DpoRun::reference_logps(const PairSet& s) {
+  const int64_t n = s.size(), chunks = (n + b_ - 1) / b_;  // b pairs (2b sequences) a forward
+  std::vector<double> out(size_t(2 * n), 0.0), part(size_t(2 * b_));
+  std::vector<int64_t> idx(static_cast<size_t>(b_));
+  for (int64_t c = rank_; c < (chunks + world_ - 1) / world_ * world_; c += world_) {
+    for (int i = 0; i < b_; ++i) idx[size_t(i)] = std::min(c * b_ + i, n - 1);
+    logps(reference_, s, idx.data(), b_, part.data());
+    if (c >= chunks) continue;  // a padding forward
+    for (int i = 0; i < b_ && c * b_ + i < n; ++i)
+      for (int side = 0; side < 2; ++side) out[size_t(2 * (c * b_ + i) + side)] = part[size_t(2 * i + side)];
+  }
+  if (group_) group_->all_reduce(out.data(), out.size());
+  return out;
+}
+
+// The global pairs of `step` (0-based): batch `step % per_epoch` of its epoch's seeded order.
+void DpoRun::batch_of(int64_t step, std::vector<int64_t>& idx) const {
+  const int64_t n = train_.size(), per_epoch = n / cfg_.batch, epoch = step / per_epoch;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
+  Rng rng(cfg_.seed, 0xD90'0000'0000ULL + uint64_t(epoch));
+  for (int64_t k = n - 1; k > 0; --k) std::swap(order[size_t(k)], order[rng.below(uint64_t(k + 1))]);
+  const int64_t at = (step % per_epoch) * cfg_.batch + int64_t(rank_) * b_;
+  idx.assign(order.begin() + at, order.begin() + at + b_);
+}
+
+void DpoRun::step(int64_t step, json& rec) {
+  const int P = train_.P, R = train_.R, T = P + R, Vp = pcfg_.padded_vocab, V = pcfg_.vocab;
+  std::vector<int64_t> idx;
+  batch_of(step, idx);
+  std::vector<double> pi(size_t(2 * b_));
+  engine_->begin_step();
+  engine_->begin_micro(0, 1);
+  const float* z = logps(policy_, train_, idx.data(), b_, pi.data());
+  std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
+  PairStats st;
+  std::vector<float> g(static_cast<size_t>(R));
+  const double per_token = (cfg_.ipo ? 1.0 / R : 1.0) / double(cfg_.batch);  // a mean over the global batch
+  for (int i = 0; i < b_; ++i) {
+    const double rc = ref_train_[size_t(2 * idx[size_t(i)])], rr = ref_train_[size_t(2 * idx[size_t(i)] + 1)];
+    const DpoTerm t = dpo_term(pi[size_t(2 * i)], pi[size_t(2 * i + 1)], rc, rr, cfg_.beta, cfg_.ipo);
+    st.add(t, cfg_.beta, pi[size_t(2 * i)] - rc, pi[size_t(2 * i + 1)] - rr);
+    for (int side = 0; side < 2; ++side) {
+      const int q = side * b_ + i;
+      const int64_t row = int64_t(q) * T + P - 1;
+      std::fill(g.begin(), g.end(), float((side == 0 ? t.dchosen : t.drejected) * per_token));
+      kernels::log_softmax_backward(dlogits_.data() + row * Vp, z + row * Vp, &lse_[size_t(q) * R], nullptr,
+                                    &tokens_[size_t(q) * T + P], g.data(), 0.0f, R, V, Vp, 1.0f);
+    }
+  }
+  policy_.backward_logits(dlogits_.data());
+  engine_->end_backward();
+  rec["grad_norm"] = engine_->step(cfg_.lr);
+  st.reduce(group_);
+  st.into(rec, "");
+}
+
+// Held-out pairs (loss, accuracy, margins) and the gold score of sampled responses.
+void DpoRun::evaluate(json& rec) {
+  PairStats st;
+  std::vector<double> pi(size_t(2 * b_));
+  std::vector<int64_t> idx(static_cast<size_t>(b_));
+  const int64_t n = eval_.size(), chunks = (n + b_ - 1) / b_;
+  for (int64_t c = rank_; c < (chunks + world_ - 1) / world_ * world_; c += world_) {
+    for (int i = 0; i < b_; ++i) idx[size_t(i)] = std::min(c * b_ + i, n - 1);
+    logps(policy_, eval_, idx.data(), b_, pi.data());
+    if (c >= chunks) continue;
+    for (int i = 0; i < b_ && c * b_ + i < n; ++i) {
+      const double rc = ref_eval_[size_t(2 * idx[size_t(i)])], rr = ref_eval_[size_t(2 * idx[size_t(i)] + 1)];
+      st.add(dpo_term(pi[size_t(2 * i)], pi[size_t(2 * i + 1)], rc, rr, cfg_.beta, cfg_.ipo), cfg_.beta,
+             pi[size_t(2 * i)] - rc, pi[size_t(2 * i + 1)] - rr);
+    }
+  }
+  st.reduce(group_);
+  if (n > 0) st.into(rec, "eval_");
+  rec["gold"] = gold_score();
+}
+
+// The mean gold score of responses sampled from the policy to the held-out prompts (the same
+// prompts and random streams at every evaluation); rank r answers prompts r, r + N, ...
+double DpoRun::gold_score() {
+  const int P = train_.P, R = train_.R;
+  std::vector<int32_t> prompts, resp;
+  std::vector<uint64_t> streams;
+  for (int i = rank_; i < cfg_.eval_prompts; i += world_) {
+    prompts.resize(prompts.size() + size_t(P));
+    synthetic_prompt(cfg_.seed ^ 0xE7A1'5EED, i, P, pcfg_.vocab, &prompts[prompts.size() - size_t(P)]);
+    streams.push_back(uint64_t(i));
+  }
+  const int B = int(streams.size());
+  double sum = 0;
+  if (const float* p = engine_->full_params()) {
+    decoder_.bind(p);
+  } else {  // ZeRO-3: the policy gathered whole for the evaluation's generation, then freed
+    gen_params_ = engine_->gather_full_params();
+    decoder_.bind(gen_params_.data());
+  }
+  if (B > 0) {
+    resp.resize(size_t(B) * R);
+    generate_cached(decoder_, pcfg_, prompts.data(), B, P, R, cfg_.sample, cfg_.seed ^ 0xE7A1, streams.data(),
+                    resp.data());
+    for (int i = 0; i < B; ++i) sum += gold_.score(&resp[size_t(i) * R], R);
+  }
+  std::vector<float>().swap(gen_params_);
+  if (group_) group_->all_reduce(&sum, 1);
+  return sum / cfg_.eval_prompts;
+}
+
+void DpoRun::save_state(int64_t step) {
+  FullState st(*engine_, dp_, policy_.num_params(), "policy.params");
+  st.gather();
+  if (rank_ != 0) return;
+  save_tensors(path("dpo-state.safetensors"), st.tensors(),
+               {{"step", step}, {"algo", "dpo"}, {"policy_steps", engine_->step_count()},
+                {"config", cfg_.to_json()}, {"policy", config_json(pcfg_)}});
+}
+
+int64_t DpoRun::load_state() {
+  if (!cfg_.resume) return 0;
+  const std::string f = path("dpo-state.safetensors");
+  STRATA_CHECK(fs::exists(f), "--resume: ", f, " does not exist (no checkpoint saved yet)");
+  FullState st(*engine_, dp_, policy_.num_params(), "policy.params");
+  const json meta = load_tensors(f, st.tensors());
+  STRATA_CHECK(meta.at("policy") == config_json(pcfg_), "--resume: ", f, " was written for another policy (",
+               meta.at("policy").dump(), ")");
+  st.scatter(meta.at("policy_steps").get<int64_t>());
+  return meta.at("step").get<int64_t>();
+}
+
+json DpoRun::memory_report() const {
+  const parallel::MemoryReport a = engine_->memory_report();
+  json out = {{"actor", {{"parameters", a.parameters}, {"gradients", a.gradients}, {"optimizer", a.optimizer},
+                         {"activations", policy_.activation_bytes() + int64_t(sizeof(float) * dlogits_.size())},
+                         {"comm", a.comm}, {"generation_gather", engine_->full_params() ? 0 : 4 * policy_.num_params()}}},
+              {"reference", {{"parameters", ref_shards_ ? ref_shards_->shard_bytes() : 4 * policy_.num_params()},
+                             {"gradients", 0}, {"optimizer", 0},
+                             {"comm", ref_shards_ ? ref_shards_->gather_bytes() : 0},
+                             {"activations", reference_.activation_bytes()}}},
+              {"zero", cfg_.zero},
+              {"tracker", memory_tracker().to_json()}};
+  add_model_states_total(out);
+  return out;
+}
+
+DpoResult DpoRun::run(const std::function<void(const json&)>& log) {
+  DpoResult res;
+  const int64_t start = load_state();
+  const bool writer = rank_ == 0;
+  LineLog metrics = writer && !cfg_.run_dir.empty() ? open_run_log(cfg_.run_dir, "step", start, "DPO log") : LineLog();
+  auto emit = [&](const json& rec) {
+    if (metrics.is_open()) metrics.write_line(rec.dump());
+    if (log && writer) log(rec);
+    res.records.push_back(rec);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  ref_train_ = reference_logps(train_);
+  ref_eval_ = reference_logps(eval_);
+  const double ref_s = seconds_since(t0);
+  double train_s = 0, eval_s = 0;
+  json first_eval;
+  auto eval_record = [&](int64_t done) {
+    json rec = {{"step", done}, {"eval", true}};
+    const auto e0 = std::chrono::steady_clock::now();
+    evaluate(rec);
+    eval_s += seconds_since(e0);
+    if (first_eval.is_null()) first_eval = rec;
+    emit(rec);
+    return rec;
+  };
+  json last_eval = start == 0 ? eval_record(0) : json();
+  for (int64_t s = start; s < cfg_.steps; ++s) {
+    json rec = {{"step", s + 1}};
+    const auto s0 = std::chrono::steady_clock::now();
+    step(s, rec);
+    const double dt = seconds_since(s0);
+    train_s += dt;
+    rec["time_s"] = dt;
+    emit(rec);
+    const bool last = s + 1 == cfg_.steps;
+    if (last || (cfg_.eval_every > 0 && (s + 1) % cfg_.eval_every == 0)) last_eval = eval_record(s + 1);
+    if (cfg_.ckpt_every > 0 && ((s + 1) % cfg_.ckpt_every == 0 || last)) save_state(s + 1);
+    if (group_) group_->barrier();
+  }
+  if (last_eval.is_null()) last_eval = eval_record(cfg_.steps);  // resumed at the end
+  const double total = ref_s + train_s;
+  res.summary = {{"steps", cfg_.steps},
+                 {"resumed_from", start},
+                 {"config", cfg_.to_json()},
+                 {"algo", cfg_.ipo ? "ipo" : "dpo"},
+                 {"actor", config_json(pcfg_)},
+                 {"pairs", {{"train", train_.size()}, {"eval", eval_.size()}}},
+                 {"time", {{"generate_s", 0.0}, {"score_s", ref_s}, {"train_s", train_s}, {"eval_s", eval_s}}},
+                 {"share", total > 0 ? json{{"generate", 0.0}, {"score", ref_s / total}, {"train", train_s / total}}
+                                     : json(nullptr)},
+                 {"first_eval", first_eval},
+                 {"last_eval", last_eval},
+                 {"ranks", world_},
+                 {"memory", memory_report()}};
+  compare_with_plan(res.summary["memory"], plan::RlAlgo::dpo, pcfg_, pcfg_, /*rollout_per_rank=*/1, 2 * b_, world_,
+                    cfg_.zero);  // DPO generates nothing: no KV cache whatever the rollout
+  const std::vector<float> w = engine_->gather_full_params();  // a collective
+  if (writer && !cfg_.run_dir.empty()) {
+    save_model(path("policy.safetensors"), pcfg_, w.data(), {}, {{"role", "actor"}});
+    ckpt::atomic_write_file(path("summary.json"), res.summary.dump(2) + "\n");
+  }
+  return res;
+}
+
+}  // namespace
+
+DpoResult run_dpo(const DpoConfig& cfg, const ModelFile& policy, const ModelFile& reference, const PairSet& train,
+                  const PairSet& eval, const std::function<void(const json&)>& log, comm::ProcessGroup* group) {
+  cfg.validate();
+  const int world = group ? group->size() : 1;
+  STRATA_CHECK(cfg.batch % world == 0, "--batch ", cfg.batch, " must divide over ", world, " ranks");
+  STRATA_CHECK(train.size() >= cfg.batch, "--pairs: ", train.size(), " training pairs, fewer than --batch ",
+               cfg.batch);
+  STRATA_CHECK(train.P + train.R <= policy.cfg.seq, "--pairs: ", train.P, " + ", train.R,
+               " tokens per sequence, beyond the policy's context (", policy.cfg.seq, ")");
+  STRATA_CHECK(same_shape(reference.cfg, policy.cfg), "--reference (", describe(reference.cfg),
+               ") does not match --policy (", describe(policy.cfg), ")");
+  DpoRun run(cfg, policy, reference, train, eval, group);
+  return run.run(log);
+}
+
+}  // namespace strata::rlhf
