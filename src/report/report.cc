@@ -187,6 +187,54 @@ std::string split_section(const std::vector<RunData>& runs) {
   return section("split", "Where each step's time goes", body);
 }
 
+// RLHF runs: the gold score against iterations (DPO: against steps, at its evaluations), and
+// where each iteration of the generating algorithms went (at most 60 bars per run).
+std::string rlhf_section(const std::vector<RunData>& runs) {
+  LineChart gold{"Gold score (RLHF)", "iteration (DPO: step)", "gold score", {}, false, {}};
+  std::string bars, rows;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = runs[i];
+    if (r.rl.empty()) continue;
+    Series s{r.label, color(i), {}, {}, false, r.rl.size() < 30};
+    for (const RlRow& row : r.rl) s.x.push_back(double(row.iteration)), s.y.push_back(row.gold);
+    gold.series.push_back(s);
+    double t[3] = {0, 0, 0};
+    std::vector<const RlRow*> timed;
+    for (const RlRow& row : r.rl)
+      if (std::isfinite(row.generate_s)) timed.push_back(&row), t[0] += row.generate_s, t[1] += row.score_s, t[2] += row.train_s;
+    const double total = t[0] + t[1] + t[2];
+    rows += "<tr><td>" + escape(r.label) + "</td><td>" + escape(r.summary.value("algo", std::string("?"))) + "</td><td>" +
+            fixed(r.rl.front().gold, 3) + "</td><td>" + fixed(r.rl.back().gold, 3) + "</td><td>" +
+            (total > 0 ? fixed(100 * t[0] / total, 0) + " / " + fixed(100 * t[1] / total, 0) + " / " +
+                             fixed(100 * t[2] / total, 0)
+                       : std::string("–")) + "</td></tr>";
+    if (timed.empty()) continue;
+    const size_t buckets = std::min<size_t>(60, timed.size());
+    BarChart c{"Iteration time split: " + r.label, "iterations (bucket start)", "seconds per iteration", {}, {}, true};
+    const char* names[3] = {"generate", "score", "train"};
+    const char* colors[3] = {"#f58518", "#72b7b2", "#4c78a8"};
+    for (int p = 0; p < 3; ++p) c.parts.push_back({names[p], colors[p], std::vector<double>(buckets, 0)});
+    for (size_t b = 0; b < buckets; ++b) {
+      const size_t lo = b * timed.size() / buckets, hi = (b + 1) * timed.size() / buckets;
+      c.categories.push_back(std::to_string(timed[lo]->iteration));
+      for (size_t k = lo; k < hi; ++k) {
+        c.parts[0].values[b] += timed[k]->generate_s / double(hi - lo);
+        c.parts[1].values[b] += timed[k]->score_s / double(hi - lo);
+        c.parts[2].values[b] += timed[k]->train_s / double(hi - lo);
+      }
+    }
+    bars += render(c);
+  }
+  if (gold.series.empty()) return "";
+  return section("rlhf", "RLHF: gold score and the iteration's split",
+                 render(gold) + bars +
+                     "<table><tr><th>run</th><th>algorithm</th><th>first gold</th><th>last gold</th><th>generate / "
+                     "score / train %</th></tr>" + rows + "</table>" +
+                     note("generate = sampling the rollout; score = the log-probabilities, values and rewards "
+                          "of the scoring models; train = the updates (docs/rlhf.md). DPO generates nothing "
+                          "to train on: its gold score is measured at its evaluations."));
+}
+
 std::string comm_section(const std::vector<RunData>& runs) {
   LineChart w{"Communication wait (rank 0)", "step", "ms per step", {}, true, {}};
   BarChart o{"Gradient communication hidden behind compute (all ranks, traced)", "run", "ms", {}, {}, true};
@@ -452,6 +500,7 @@ Report build_report(const std::vector<RunData>& all) {
     h += loss_section(runs);
     h += throughput_section(runs);
     h += split_section(runs);
+    h += rlhf_section(runs);
     h += comm_section(runs);
     h += memory_section(runs);
     h += events_section(runs);

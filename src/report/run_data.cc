@@ -30,9 +30,28 @@ std::string line_list(const std::vector<int64_t>& lines) {
   return s;
 }
 
+// An RLHF record: an iteration of rlhf ppo|grpo|rloo, or an evaluation of rlhf dpo.
+void add_rl_record(RunData& run, const json& j, int64_t at) {
+  RlRow r;
+  r.iteration = at;
+  r.gold = number(j, "gold");
+  r.reward = number(j, "reward");
+  r.kl = number(j, "kl");
+  const json& t = j.contains("time") && j["time"].is_object() ? j["time"] : json::object();
+  r.generate_s = number(t, "generate_s");
+  r.score_s = number(t, "score_s");
+  r.train_s = number(t, "train_s");
+  run.rl.push_back(r);
+}
+
 void add_record(RunData& run, const json& j) {
+  if (!j.contains("step")) {
+    if (j.contains("iteration") && j["iteration"].is_number_integer()) add_rl_record(run, j, j["iteration"].get<int64_t>());
+    return;
+  }
   const int64_t step = j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
   if (step < 0) return;
+  if (j.contains("gold")) add_rl_record(run, j, step);
   if (j.contains("loss")) {
     StepRow r;
     r.step = step;
@@ -101,7 +120,7 @@ void read_metrics(RunData& run, const fs::path& path) {
     pos = nl + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step")) {
+    if (j.is_discarded() || !j.is_object() || !(j.contains("step") || j.contains("iteration"))) {
       if (last)
         run.problems.push_back(cat("metrics.jsonl: the last line (", line_no, ", ", line.size(),
                                    " bytes) is cut off or not JSON: not shown"));
@@ -126,7 +145,15 @@ void read_metrics(RunData& run, const fs::path& path) {
       unique.push_back(r);
   }
   run.steps = std::move(unique);
-  if (run.steps.empty() && run.evals.empty())
+  // The same for a resumed RLHF run's iterations.
+  std::stable_sort(run.rl.begin(), run.rl.end(), [](const RlRow& a, const RlRow& b) { return a.iteration < b.iteration; });
+  std::vector<RlRow> rl;
+  for (const RlRow& r : run.rl) {
+    if (!rl.empty() && rl.back().iteration == r.iteration) rl.back() = r;
+    else rl.push_back(r);
+  }
+  run.rl = std::move(rl);
+  if (run.steps.empty() && run.evals.empty() && run.rl.empty())
     run.problems.push_back("metrics.jsonl holds no step records");
 }
 

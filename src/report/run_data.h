@@ -1,5 +1,5 @@
 // One run directory as the report reads it: metrics.jsonl (step, eval, sample, checkpoint,
-// restart records; see docs/training.md), summary.json, scaling.json (a scaling study, see
+// restart records; see docs/training.md; RLHF iteration records, docs/rlhf.md), summary.json, scaling.json (a scaling study, see
 // scaling.h) and flight-recorder dumps (flight-rank<R>.json: faults and hangs).
 //
 // Reading never throws for damaged content: what cannot be read is listed in `problems`
@@ -29,6 +29,15 @@ struct EvalRow {
   double loss = 0, floor = 0;  // floor NaN when the data's entropy is unknown
 };
 
+// An RLHF run's iteration (rlhf ppo|grpo|rloo) or evaluation (rlhf dpo: `iteration` is the
+// step): the gold score, the proxy reward and KL where there are any, and where the
+// iteration's time went (NaN for DPO, which generates nothing to train on).
+struct RlRow {
+  int64_t iteration = 0;
+  double gold = 0, reward = 0, kl = 0;
+  double generate_s = 0, score_s = 0, train_s = 0;
+};
+
 struct Event {
   int64_t step = 0;
   std::string kind;  // "checkpoint", "checkpoint failed", "restart", "straggler", "fault",
@@ -42,6 +51,7 @@ struct RunData {
   std::string label;  // short name for legends (the directory's last component)
   std::vector<StepRow> steps;
   std::vector<EvalRow> evals;
+  std::vector<RlRow> rl;
   std::vector<Event> events;
   nlohmann::json summary;   // null when absent
   nlohmann::json scaling;   // null unless the directory holds a scaling study
