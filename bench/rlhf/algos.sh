@@ -13,17 +13,13 @@
 #   bash bench/rlhf/algos.sh      # BUILD=build ITERS=30 ROLLOUT=32 GROUP=4 THREADS=1 NPROC=1
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/common.sh"
 bench_need_strata rlhf
 ITERS="${ITERS:-30}" ROLLOUT="${ROLLOUT:-32}" GROUP="${GROUP:-4}" NPROC="${NPROC:-1}"
 bench_scratch
 export OMP_NUM_THREADS="${THREADS:-1}"
-lscpu | grep -E "Model name|^CPU\(s\)" | sed 's/  */ /g'
-echo "flags: $(grep -o 'avx[0-9a-z_]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg); threads $OMP_NUM_THREADS, ranks $NPROC"
-"$STRATA" train --layers 2 --dim 64 --heads 2 --max-seq 64 --steps 150 --batch 8 --lr 3e-3 \
-  --ckpt-every 150 --sample-tokens 0 --log-every 150 --run-dir "$OUT/sft" > /dev/null
-"$STRATA" rlhf reward --init "$OUT/sft" --pairs synthetic --num-pairs 512 --steps 200 \
-  --save-pairs "$OUT/pairs.txt" -o "$OUT/rm.safetensors" | tail -n 1
+rlhf_machine "$NPROC"
+rlhf_start "$OUT" --save-pairs "$OUT/pairs.txt"
 COMMON=(--actor "$OUT/sft" --reward "$OUT/rm.safetensors" --iterations "$ITERS" --minibatch 8 --epochs 2
         --actor-lr 3e-4 --kl-coef 0.02 --nproc "$NPROC")
 "$STRATA" rlhf ppo "${COMMON[@]}" --rollout-batch "$ROLLOUT" --critic-lr 1e-3 --run-dir "$OUT/ppo" > /dev/null

@@ -222,8 +222,16 @@ void launch_ranks(int nproc, const std::string& command) {
 
 bool launch_ranks(const PpoArgs& a) {
   if (a.nproc <= 1 || comm::launched_as_rank()) return false;
-  STRATA_CHECK(a.cfg.rollout_batch % a.nproc == 0 && a.cfg.minibatch % a.nproc == 0, "--rollout-batch ",
-               a.cfg.rollout_batch, " and --minibatch ", a.cfg.minibatch, " must divide over --nproc ", a.nproc);
+  const int trainers = rlhf::trainer_ranks(a.cfg, a.nproc);
+  if (a.cfg.rollout_ranks == 0)
+    STRATA_CHECK(a.cfg.rollout_batch % a.nproc == 0 && a.cfg.minibatch % a.nproc == 0, "--rollout-batch ",
+                 a.cfg.rollout_batch, " and --minibatch ", a.cfg.minibatch, " must divide over --nproc ", a.nproc);
+  else
+    STRATA_CHECK(a.cfg.rollout_batch % a.cfg.rollout_ranks == 0 && rlhf::rollout_sequences(a.cfg) % trainers == 0 &&
+                     a.cfg.minibatch % trainers == 0,
+                 "--rollout-batch ", a.cfg.rollout_batch, " must divide over --rollout-ranks ", a.cfg.rollout_ranks,
+                 ", and the responses per iteration and --minibatch ", a.cfg.minibatch, " over the ", trainers,
+                 " trainer ranks");
   launch_ranks(a.nproc, a.command);
   return true;
 }
@@ -261,6 +269,8 @@ void run_ppo(PpoArgs& a, const std::string& printout) {
                "--recompute-layers ", a.cfg.recompute.layers, " needs --recompute full");
   a.cfg.validate();  // flags first: nothing is loaded for a bad flag
   STRATA_CHECK(a.nproc >= 1 && a.nproc <= 1024, "--nproc must be in [1, 1024] (got ", a.nproc, ")");
+  STRATA_CHECK(rlhf::trainer_ranks(a.cfg, a.nproc) >= 1, "--rollout-ranks ", a.cfg.rollout_ranks,
+               " leaves no trainer of --nproc ", a.nproc);
   STRATA_CHECK(a.cfg.optim.grad_clip >= 0, "--grad-clip must be >= 0 (got ", a.cfg.optim.grad_clip, ")");
   STRATA_CHECK(a.cfg.optim.weight_decay >= 0, "--weight-decay must be >= 0 (got ", a.cfg.optim.weight_decay, ")");
   if (!printout.empty()) {  // the flags are checked; the models are files a config only names
@@ -348,6 +358,13 @@ void setup_policy(CLI::App& app, plan::RlAlgo algo) {
   app.add_option("--top-k", c.sample.top_k, "Sample from the k most likely tokens (0: all)")
       ->check(number_in(0, 1 << 30))->capture_default_str();
   app.add_flag("--kv-cache,!--no-kv-cache", c.kv_cache, "Generate through the KV cache (default) or not");
+  app.add_flag("--off-policy", c.off_policy,
+               "Sample each rollout with the weights before the last update (as --rollout-ranks does), the ratio "
+               "against that behaviour policy");
+  app.add_option("--rollout-ranks", c.rollout_ranks,
+                 "Of --nproc, ranks that only sample rollouts (one update behind) while the others train; 0: "
+                 "colocated")
+      ->capture_default_str();
   app.add_option("--kl-coef", c.kl_coef, "KL penalty coefficient beta (initial, when adaptive)")
       ->check(number_in(0, 1e6))->capture_default_str();
   if (grpo) {

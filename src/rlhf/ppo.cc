@@ -70,6 +70,12 @@ void PpoConfig::validate() const {
   STRATA_CHECK(clip > 0 && value_clip > 0, "--clip and --value-clip must be > 0");
   STRATA_CHECK(actor_lr > 0 && critic_lr > 0, "--actor-lr and --critic-lr must be > 0");
   STRATA_CHECK(!resume || !run_dir.empty(), "--resume needs --run-dir");
+  STRATA_CHECK(rollout_ranks >= 0, "--rollout-ranks must be >= 0 (got ", rollout_ranks, ")");
+  if (off_policy || rollout_ranks > 0) {
+    const char* what = rollout_ranks > 0 ? "--rollout-ranks" : "--off-policy";
+    STRATA_CHECK(kv_cache, what, " samples through the KV cache: drop --no-kv-cache");
+    STRATA_CHECK(!resume, what, ": --resume is not supported (the behaviour weights are not in the checkpoint)");
+  }
   STRATA_CHECK(ckpt_every == 0 || !run_dir.empty(), "--ckpt-every needs --run-dir");
   STRATA_CHECK(!trace || !run_dir.empty(), "--trace needs --run-dir");
   STRATA_CHECK(zero >= 0 && zero <= 3, "--zero ", zero, ": ZeRO stage must be 0, 1, 2 or 3");
@@ -95,6 +101,8 @@ json PpoConfig::to_json() const {
     for (const char* k : {"gamma", "lambda", "value_clip", "critic_lr"}) j.erase(k);
   }
   if (algo == plan::RlAlgo::grpo) j["dr_grpo"] = dr_grpo;
+  if (off_policy || rollout_ranks > 0) j["off_policy"] = true;
+  if (rollout_ranks > 0) j["rollout_ranks"] = rollout_ranks;
   return j;
 }
 
@@ -197,10 +205,40 @@ model::GPTConfig recomputing(model::GPTConfig c, model::RecomputePolicy p) {
   return c;
 }
 
+// The rollout ranks of a run with --rollout-ranks, as the trainers and the rollout ranks
+// see them: world ranks [first, first + n) sample, [0, first) train. Messages in the world
+// group, in order per peer: tokens (tag 1) and behaviour log-probabilities (tag 2) of each
+// rollout from every rollout rank to every trainer; weights (tag 3) from trainer 0 to every
+// rollout rank after each update whose weights a later rollout samples with.
+struct RolloutLink {
+  comm::ProcessGroup* world = nullptr;
+  int first = 0, n = 0;
+};
+constexpr int kTokensTag = 1, kLogpTag = 2, kWeightsTag = 3;
+
+// Rollout k samples with the weights after update k - 2 (the initial ones for k < 2): those
+// trainers send after their iteration k - 2 when rollout k exists.
+bool weights_wanted(int iter_done, int iterations) { return iter_done + 2 < iterations; }
+
+// The responses [first, first + G) of iteration `iter` (global sequence numbers: k responses
+// per prompt), their prompts, and their sampling streams.
+void rollout_prompts(const PpoConfig& cfg, int vocab, int iter, int64_t first, int G, std::vector<int32_t>& prompts,
+                     std::vector<uint64_t>& streams) {
+  const int P = cfg.prompt_len;
+  prompts.resize(size_t(G) * P);
+  streams.resize(static_cast<size_t>(G));
+  for (int i = 0; i < G; ++i) {
+    const int64_t global = int64_t(iter) * rollout_sequences(cfg) + first + i;
+    synthetic_prompt(cfg.seed, global / cfg.group_size, P, vocab, &prompts[size_t(i) * P]);
+    streams[size_t(i)] = uint64_t(global);
+  }
+}
+
 class PpoRun {
  public:
-  PpoRun(const PpoConfig& cfg, PpoModels& m, comm::ProcessGroup* group)
+  PpoRun(const PpoConfig& cfg, PpoModels& m, comm::ProcessGroup* group, RolloutLink link = {})
       : cfg_(cfg),
+        link_(link),
         solo_(group && group->size() > 1 ? nullptr : comm::make_thread_world(1)[0]),
         group_(group && group->size() > 1 ? group : nullptr),
         dp_(group_ ? *group_ : *solo_),
@@ -212,7 +250,7 @@ class PpoRun {
         reference_(acfg_, mb_, false),
         ref_params_(MemCategory::parameters, cfg.zero == 3 ? 0 : sizeof(float) * acfg_.num_params()),
         reward_(m.reward.cfg, mb_, false, /*allocate_state=*/cfg.zero != 3),
-        decoder_(acfg_, rollout_sequences(cfg) / world_),
+        decoder_(acfg_, link.n > 0 ? 1 : rollout_sequences(cfg) / world_),
         gold_(cfg.gold_seed, acfg_.vocab),
         kl_(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon),
         head_opt_(cfg.optim) {
@@ -242,6 +280,8 @@ class PpoRun {
 
  private:
   void generate(int iter, Rollout& ro, json& rec);
+  void receive(int iter, Rollout& ro);
+  void send_weights(int iter_done);
   void score(Rollout& ro);
   void gather(Rollout& ro);
   void advantages(Rollout& ro);
@@ -261,6 +301,7 @@ class PpoRun {
   std::string path(const char* name) const { return (fs::path(cfg_.run_dir) / name).string(); }
 
   const PpoConfig& cfg_;
+  RolloutLink link_;           // n > 0: the rollouts come from rollout ranks
   comm::GroupPtr solo_;        // a one-rank group for the engines of a one-process run
   comm::ProcessGroup* group_;  // data-parallel ranks (null: one process)
   comm::ProcessGroup& dp_;     // the engines' group: group_ or solo_
@@ -278,6 +319,7 @@ class PpoRun {
   std::unique_ptr<FrozenShards> ref_shards_, reward_shards_;  // ZeRO-3 only
   AdamWGroup head_opt_;            // the critic's value head (PPO)
   std::vector<float> gen_params_;  // ZeRO-3: the actor gathered whole for generation
+  std::vector<float> behaviour_;   // --off-policy: the weights the next rollout samples with
   std::vector<float> dlogits_;
   std::vector<float> values_, dvalues_;  // the critic's minibatch (PPO)
 };
@@ -285,17 +327,24 @@ class PpoRun {
 void PpoRun::generate(int iter, Rollout& ro, json& rec) {
   // This rank's share of the rollout: the k = group_size responses to each of prompts
   // [rank·B/N, (rank+1)·B/N) of the iteration, sequences [rank·G, (rank+1)·G) of it.
-  const int k = cfg_.group_size, G = rollout_sequences(cfg_) / world_, P = cfg_.prompt_len, R = cfg_.response_len,
-            T = P + R;
+  if (link_.n > 0) return receive(iter, ro);
+  const int G = rollout_sequences(cfg_) / world_, P = cfg_.prompt_len, R = cfg_.response_len, T = P + R;
   ro.G = G, ro.P = P, ro.R = R, ro.T = T;
-  std::vector<int32_t> prompts(size_t(G) * P), resp(size_t(G) * R);
-  std::vector<uint64_t> streams(static_cast<size_t>(G));
-  for (int i = 0; i < G; ++i) {
-    const int64_t global = int64_t(iter) * rollout_sequences(cfg_) + int64_t(rank_) * G + i;
-    synthetic_prompt(cfg_.seed, global / k, P, acfg_.vocab, &prompts[size_t(i) * P]);
-    streams[size_t(i)] = uint64_t(global);
-  }
-  if (cfg_.kv_cache) {
+  std::vector<int32_t> prompts, resp(size_t(G) * R);
+  std::vector<uint64_t> streams;
+  rollout_prompts(cfg_, acfg_.vocab, iter, int64_t(rank_) * G, G, prompts, streams);
+  if (cfg_.off_policy) {  // sampled with the weights before the last update, which it records
+    std::vector<float> now = actor_eng_->full_params()
+                                 ? std::vector<float>(actor_eng_->full_params(), actor_eng_->full_params() + actor_.num_params())
+                                 : actor_eng_->gather_full_params();
+    if (behaviour_.empty()) behaviour_ = now;
+    decoder_.bind(behaviour_.data());
+    std::vector<float> logp(size_t(G) * R);
+    generate_cached(decoder_, acfg_, prompts.data(), G, P, R, cfg_.sample, cfg_.seed ^ 0x9E0117, streams.data(),
+                    resp.data(), logp.data());
+    ro.old_logp.assign(logp.begin(), logp.end());
+    behaviour_.swap(now);
+  } else if (cfg_.kv_cache) {
     bind_decoder();
     generate_cached(decoder_, acfg_, prompts.data(), G, P, R, cfg_.sample, cfg_.seed ^ 0x9E0117,
                     streams.data(), resp.data());
@@ -312,6 +361,36 @@ void PpoRun::generate(int iter, Rollout& ro, json& rec) {
   rec["kv_cache_bytes"] = decoder_.cache_bytes();
   rec["gen_gather_bytes"] = int64_t(sizeof(float) * gen_params_.size());
   std::vector<float>().swap(gen_params_);
+}
+
+// A trainer's share of rollout `iter` from the rollout ranks: every rollout rank sends every
+// trainer its part of the whole rollout; the trainer keeps sequences [rank·G, (rank+1)·G).
+void PpoRun::receive(int iter, Rollout& ro) {
+  const int S = rollout_sequences(cfg_), per = S / link_.n, G = S / world_, P = cfg_.prompt_len,
+            R = cfg_.response_len, T = P + R;
+  std::vector<int32_t> tokens(size_t(S) * T);
+  std::vector<float> logp(size_t(S) * R);
+  for (int j = 0; j < link_.n; ++j) {
+    link_.world->recv(&tokens[size_t(j) * per * T], size_t(per) * T, comm::dtype_of<int32_t>(), link_.first + j,
+                      kTokensTag);
+    link_.world->recv(&logp[size_t(j) * per * R], size_t(per) * R, comm::dtype_of<float>(), link_.first + j, kLogpTag);
+  }
+  (void)iter;
+  ro.G = G, ro.P = P, ro.R = R, ro.T = T;
+  ro.tokens.assign(tokens.begin() + int64_t(rank_) * G * T, tokens.begin() + int64_t(rank_ + 1) * G * T);
+  ro.old_logp.assign(logp.begin() + int64_t(rank_) * G * R, logp.begin() + int64_t(rank_ + 1) * G * R);
+}
+
+// After update `iter_done`: the new weights to every rollout rank when a later rollout samples
+// with them (a collective of the trainers at ZeRO-3, which gather them).
+void PpoRun::send_weights(int iter_done) {
+  if (link_.n == 0 || !weights_wanted(iter_done, cfg_.iterations)) return;
+  const float* w = actor_eng_->full_params();
+  std::vector<float> gathered;
+  if (!w) gathered = actor_eng_->gather_full_params(), w = gathered.data();
+  if (rank_ != 0) return;
+  for (int j = 0; j < link_.n; ++j)
+    link_.world->send(w, size_t(actor_.num_params()), comm::dtype_of<float>(), link_.first + j, kWeightsTag);
 }
 
 // The KV decoder reads whole fp32 parameters: in place below ZeRO-3; at ZeRO-3 the actor is
@@ -345,7 +424,7 @@ void PpoRun::policy_logps(model::GPT& m, const Rollout& ro, std::vector<double>&
 
 void PpoRun::score(Rollout& ro) {
   const int G = ro.G, P = ro.P, R = ro.R, T = ro.T;
-  policy_logps(actor_, ro, ro.old_logp);
+  if (!cfg_.off_policy && link_.n == 0) policy_logps(actor_, ro, ro.old_logp);  // else the behaviour's
   policy_logps(reference_, ro, ro.ref_logp);
   ro.values.assign(critic_ ? size_t(G) * R : 0, 0.0);
   ro.score.assign(size_t(G), 0.0);
@@ -637,6 +716,7 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
     {
       TraceSpan span(tracer(), "rlhf train", "compute");
       st = update(iter, ro);
+      send_weights(iter);
     }
     const double train_s = seconds_since(t0);
     t_gen += gen_s, t_score += score_s, t_train += train_s;
@@ -666,9 +746,9 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
                  {"memory", memory_report()}};
   if (critic_) res.summary["critic"] = config_json(critic_->config());
   compare_with_plan(res.summary["memory"], cfg_.algo, acfg_, critic_ ? critic_->config() : reward_.config(),
-                    rollout_sequences(cfg_) / world_,
-                    mb_ / world_, world_, cfg_.zero);
+                    link_.n > 0 ? 1 : rollout_sequences(cfg_) / world_, mb_ / world_, world_, cfg_.zero);
   res.summary["ranks"] = world_;
+  if (link_.n > 0) res.summary["rollout_ranks"] = link_.n;  // "ranks": the trainers
   if (!res.iterations.empty()) {
     res.summary["first"] = res.iterations.front();
     res.summary["last"] = res.iterations.back();
@@ -684,6 +764,43 @@ PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
   return res;
 }
 
+// A rollout rank (index j of link.n): samples its share of every rollout, responses
+// [j·S/n, (j+1)·S/n), with the weights of the update before the last, and sends it to every
+// trainer; its summary says what it did.
+PpoResult run_rollout_rank(const PpoConfig& cfg, const ModelFile& actor, const RolloutLink& link, int j) {
+  const int S = rollout_sequences(cfg), G = S / link.n, P = cfg.prompt_len, R = cfg.response_len, T = P + R;
+  std::vector<float> w = actor.params;
+  KvDecoder dec(actor.cfg, G);
+  dec.bind(w.data());
+  std::vector<int32_t> prompts, resp(size_t(G) * R), tokens(size_t(G) * T);
+  std::vector<uint64_t> streams;
+  std::vector<float> logp(size_t(G) * R);
+  double gen_s = 0, wait_s = 0;
+  for (int iter = 0; iter < cfg.iterations; ++iter) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (iter >= 2)  // the weights after update iter - 2
+      link.world->recv(w.data(), w.size(), comm::dtype_of<float>(), 0, kWeightsTag);
+    wait_s += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    rollout_prompts(cfg, actor.cfg.vocab, iter, int64_t(j) * G, G, prompts, streams);
+    generate_cached(dec, actor.cfg, prompts.data(), G, P, R, cfg.sample, cfg.seed ^ 0x9E0117, streams.data(),
+                    resp.data(), logp.data());
+    for (int i = 0; i < G; ++i) {
+      std::copy_n(&prompts[size_t(i) * P], P, &tokens[size_t(i) * T]);
+      std::copy_n(&resp[size_t(i) * R], R, &tokens[size_t(i) * T + P]);
+    }
+    gen_s += seconds_since(t0);
+    for (int t = 0; t < link.first; ++t) {
+      link.world->send(tokens.data(), tokens.size(), comm::dtype_of<int32_t>(), t, kTokensTag);
+      link.world->send(logp.data(), logp.size(), comm::dtype_of<float>(), t, kLogpTag);
+    }
+  }
+  PpoResult r;
+  r.summary = {{"role", "rollout"}, {"generate_s", gen_s}, {"weights_wait_s", wait_s},
+               {"kv_cache_bytes", dec.cache_bytes()}};
+  return r;
+}
+
 }  // namespace
 
 PpoResult run_ppo(const PpoConfig& cfg, PpoModels models, const std::function<void(const json&)>& log,
@@ -691,14 +808,27 @@ PpoResult run_ppo(const PpoConfig& cfg, PpoModels models, const std::function<vo
   cfg.validate();
   check_models(models, cfg);
   const int world = group ? group->size() : 1;
-  STRATA_CHECK(cfg.rollout_batch % world == 0 && cfg.minibatch % world == 0, "--rollout-batch ",
-               cfg.rollout_batch, " and --minibatch ", cfg.minibatch, " must divide over ", world,
-               " ranks");
+  const int trainers = trainer_ranks(cfg, world);
+  STRATA_CHECK(trainers >= 1, "--rollout-ranks ", cfg.rollout_ranks, " leaves no trainer of ", world, " ranks");
+  STRATA_CHECK(rollout_sequences(cfg) % trainers == 0 && cfg.minibatch % trainers == 0 &&
+                   (cfg.rollout_ranks > 0 || cfg.rollout_batch % world == 0),
+               "--rollout-batch ", cfg.rollout_batch, " and --minibatch ", cfg.minibatch, " must divide over ",
+               trainers, cfg.rollout_ranks > 0 ? " trainer" : "", " ranks");
+  STRATA_CHECK(cfg.rollout_ranks == 0 || cfg.rollout_batch % cfg.rollout_ranks == 0, "--rollout-batch ",
+               cfg.rollout_batch, " must divide over --rollout-ranks ", cfg.rollout_ranks);
   if (cfg.trace) {
     tracer().enable(0);
     tracer().name_thread("compute");
   }
-  PpoRun run(cfg, models, group);
+  RolloutLink link;
+  comm::GroupPtr trainer_group;
+  if (cfg.rollout_ranks > 0) {
+    link = {group, trainers, cfg.rollout_ranks};
+    const bool rollout = group->rank() >= trainers;
+    trainer_group = group->split(rollout ? 1 : 0, group->rank(), rollout ? "rollout" : "trainers");
+    if (rollout) return run_rollout_rank(cfg, models.actor, link, group->rank() - trainers);
+  }
+  PpoRun run(cfg, models, trainer_group ? trainer_group.get() : group, link);
   PpoResult r = run.run(log);
   if (cfg.trace) tracer().write((fs::path(cfg.run_dir) / "trace-rank0.json").string());
   return r;

@@ -65,6 +65,17 @@ struct PpoConfig {
   int response_len = 16;
   SampleConfig sample;
   bool kv_cache = true;       // false: every new token recomputes the whole prefix
+  // One update off-policy, the asynchronous systems' schedule: iteration k's rollout is
+  // sampled with the weights before update k - 1 (iterations 1 and 2 both with the initial
+  // ones), and the importance ratio divides by that behaviour policy's log-probabilities,
+  // taken from the sampler's logits (sampler.h).
+  bool off_policy = false;
+  // Rollouts on their own ranks (off_policy implied): the last rollout_ranks ranks of the
+  // group only sample (each its share of the prompts) and send every trainer the tokens and
+  // behaviour log-probabilities, while the other ranks, the trainers, score and train on the
+  // rollout before; after each update trainer 0 sends them the new weights (whole, fp32: the
+  // trainers' shards gathered). 0: colocated, every rank samples and trains.
+  int rollout_ranks = 0;
   double kl_coef = 0.05;      // β (initial β when adaptive)
   double kl_target = 0;       // > 0: adaptive controller toward this KL per response
   double kl_horizon = 10000;  // of the adaptive controller
@@ -93,6 +104,9 @@ struct PpoModels {
   ModelFile actor, reference, reward, critic;  // critic.params empty: from the reward model (PPO)
   std::string actor_path, reference_path, reward_path, critic_path;  // for messages
 };
+
+// Ranks that train: the group's size less the rollout ranks.
+inline int trainer_ranks(const PpoConfig& c, int world) { return world - c.rollout_ranks; }
 
 // Checks shapes and heads before anything runs (one line naming the flag and file).
 void check_models(const PpoModels& m, const PpoConfig& cfg);

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/stats.h"
+#include "kernels/crossentropy.h"
 
 namespace strata::rlhf {
 
@@ -21,17 +22,23 @@ static void check_lengths(const model::GPTConfig& cfg, int P, int R) {
 
 void generate_cached(KvDecoder& dec, const model::GPTConfig& cfg, const int32_t* prompts, int B,
                      int P, int R, const SampleConfig& s, uint64_t seed, const uint64_t* streams,
-                     int32_t* responses) {
+                     int32_t* responses, float* logps) {
   check_lengths(cfg, P, R);
+  STRATA_CHECK(!logps || s.temperature > 0, "behaviour log-probabilities need a temperature > 0");
   std::vector<Rng> rngs;
   for (int b = 0; b < B; ++b) rngs.emplace_back(seed, streams[b]);
   std::vector<int32_t> next(static_cast<size_t>(B));
   const int64_t Vp = cfg.padded_vocab;
   const float* z = dec.prefill(prompts, B, P);
+  std::vector<float> lse(static_cast<size_t>(B)), lp(static_cast<size_t>(B));
   for (int i = 0; i < R; ++i) {
     for (int b = 0; b < B; ++b) {
       next[size_t(b)] = sample_token(z + b * Vp, cfg.vocab, s, rngs[size_t(b)]);
       responses[int64_t(b) * R + i] = next[size_t(b)];
+    }
+    if (logps) {
+      kernels::log_softmax_forward(lse.data(), lp.data(), nullptr, z, next.data(), B, cfg.vocab, Vp, s.temperature);
+      for (int b = 0; b < B; ++b) logps[int64_t(b) * R + i] = lp[size_t(b)];
     }
     if (i + 1 < R) z = dec.step(next.data());
   }

@@ -19,10 +19,13 @@ using model::SampleConfig;
 using model::sample_token;
 
 // responses (B, R) after prompts (B, P); decoder bound to the policy's parameters.
+// logps (B, R), when not null: the behaviour policy's log-probability of each sampled token,
+// log softmax(z / temperature) over the whole vocabulary (top-k does not truncate it), from
+// the decoder's logits: what an off-policy update's importance ratio divides by.
 // Throws naming --response-len when P + R exceeds the model's context.
 void generate_cached(KvDecoder& dec, const model::GPTConfig& cfg, const int32_t* prompts, int B,
                      int P, int R, const SampleConfig& s, uint64_t seed, const uint64_t* streams,
-                     int32_t* responses);
+                     int32_t* responses, float* logps = nullptr);
 // The same without a cache: model.logits over (B, P + i) for the i-th new token.
 void generate_uncached(model::GPT& model, const int32_t* prompts, int B, int P, int R,
                        const SampleConfig& s, uint64_t seed, const uint64_t* streams,

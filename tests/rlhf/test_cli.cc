@@ -266,6 +266,8 @@ TEST_F(RlhfCli, GrpoRlooAndDpoBadInputAndTwoProcessRuns) {
   expect_one_line(run_strata("rlhf rloo --minibatch 6" + missing, "", S),
                   "--minibatch 6 must be >= 1 and divide the responses per iteration 64 (--rollout-batch 16 x --group-size 4)");
   expect_one_line(run_strata("rlhf grpo --kl-in both" + missing, "", S), "--kl-in");
+  expect_one_line(run_strata("rlhf ppo --nproc 2 --rollout-ranks 2" + missing, "", S),
+                  "--rollout-ranks 2 leaves no trainer of --nproc 2");
   expect_one_line(run_strata("rlhf dpo --beta 0 --policy " + f("missing.safetensors"), "", S), "--beta must be > 0 (got 0)");
   expect_one_line(run_strata("rlhf dpo --beta -0.5 --policy " + f("missing.safetensors"), "", S),
                   "--beta must be > 0 (got -0.5)");

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <thread>
+#include <tuple>
 
 #include "comm/process_group.h"
 #include "core/error.h"
@@ -169,6 +170,55 @@ TEST(RlAlgos, ImpossibleSettingsAreOneLine) {
   c = algo_config(plan::RlAlgo::rloo);
   c.kl_in = KlIn::loss;
   EXPECT_NE(error_of(c).find("--kl-in loss is GRPO's"), std::string::npos) << error_of(c);
+}
+
+// Rollouts on their own ranks are one update off-policy: they equal a colocated run that
+// samples with the same one-update-old weights (--off-policy), on 1 + 1 and 2 + 1 ranks
+// (trainers + rollout ranks), at ZeRO 0 and 3, for PPO and GRPO. The off-policy run samples
+// its second rollout with the initial weights again, so it leaves the on-policy run there.
+TEST(RlAlgos, RolloutRanksEqualTheColocatedOffPolicyRun) {
+  for (plan::RlAlgo algo : {plan::RlAlgo::ppo, plan::RlAlgo::grpo}) {
+    PpoConfig c = algo == plan::RlAlgo::ppo ? small_config() : algo_config(algo);
+    c.iterations = 4;
+    const PpoResult on = run_ppo(c, ppo_models(), {});
+    c.off_policy = true;
+    const PpoResult off = run_ppo(c, ppo_models(), {});
+    EXPECT_EQ(off.iterations[0]["gold"], on.iterations[0]["gold"]);
+    EXPECT_NE(off.iterations[1]["gold"], on.iterations[1]["gold"]);  // sampled with the initial weights again
+    c.off_policy = false;
+    for (auto [n, rollout, zero] : {std::tuple{2, 1, 0}, std::tuple{3, 1, 3}}) {
+      c.rollout_ranks = rollout, c.zero = zero;
+      const std::vector<PpoResult> res =
+          on_ranks<PpoResult>(n, [&](comm::ProcessGroup* g) { return run_ppo(c, ppo_models(), {}, g); });
+      EXPECT_EQ(res[size_t(n - 1)].summary["role"], "rollout");
+      for (int r = 0; r < n - rollout; ++r)
+        for (int i = 0; i < 4; ++i)
+          for (const char* k : {"reward", "gold", "kl", "policy_loss", "entropy", "approx_kl", "clip_frac"}) {
+            const double a = off.iterations[size_t(i)][k].get<double>();
+            const double b = res[size_t(r)].iterations[size_t(i)][k].get<double>();
+            EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a)))
+                << plan::rl_algo_name(algo) << " " << n << " ranks, trainer " << r << ", iteration " << i + 1 << " " << k;
+          }
+      EXPECT_TRUE(res[0].summary["memory"]["model_states_match_plan"].get<bool>()) << res[0].summary["memory"].dump(1);
+      EXPECT_EQ(res[0].summary["rollout_ranks"], rollout);
+    }
+  }
+}
+
+TEST(RlAlgos, RolloutRanksThatLeaveNoTrainerAreOneLine) {
+  PpoConfig c = small_config();
+  c.rollout_ranks = 2;
+  std::vector<std::string> errors = on_ranks<std::string>(2, [&](comm::ProcessGroup* g) {
+    try {
+      run_ppo(c, ppo_models(), {}, g);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  });
+  EXPECT_NE(errors[0].find("--rollout-ranks 2 leaves no trainer of 2 ranks"), std::string::npos) << errors[0];
+  c.rollout_ranks = 1, c.resume = true, c.run_dir = "/nonexistent";
+  EXPECT_NE(error_of(c).find("--rollout-ranks: --resume is not supported"), std::string::npos) << error_of(c);
 }
 
 // DPO on the fixture's gold-ranked pairs (320 to train, 64 held out) from the same start.
