@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 
 #include <thread>
@@ -442,6 +443,9 @@ void run_dpo(DpoArgs& a, const std::string& printout) {
     std::cout << printout;
     return;
   }
+  // A pairs file's form before any model is loaded (its token ids against the policy's
+  // vocabulary once it is).
+  if (a.pairs.pairs != "synthetic") rlhf::read_pairs(a.pairs.pairs, std::numeric_limits<int32_t>::max());
   const rlhf::ModelFile policy = rlhf::load_model(a.policy, "--policy");
   const rlhf::ModelFile reference = a.reference.empty() ? policy : rlhf::load_model(a.reference, "--reference");
   // Every rank reads or samples the same pairs (seeded), before any rank starts: a bad file
@@ -458,9 +462,10 @@ void run_dpo(DpoArgs& a, const std::string& printout) {
     if (js) {
       std::printf("%s\n", r.dump().c_str());
     } else if (r.contains("eval")) {
-      std::printf("step %5lld  held-out: loss %.4f  accuracy %.3f  margin %+.4f  gold %+.4f\n",
+      std::printf("step %5lld  held-out: loss %.4f  accuracy %.3f  margin %+.4f  gold %+.4f  kl %.4f  entropy %.3f\n",
                   (long long)r["step"].get<int64_t>(), r.value("eval_loss", 0.0), r.value("eval_accuracy", 0.0),
-                  r.value("eval_margin", 0.0), r["gold"].get<double>());
+                  r.value("eval_margin", 0.0), r["gold"].get<double>(), r["kl"].get<double>(),
+                  r["entropy"].get<double>());
     } else {
       std::printf("step %5lld  loss %.4f  accuracy %.3f  margin %+.4f  grad norm %.3f\n",
                   (long long)r["step"].get<int64_t>(), r["loss"].get<double>(), r["accuracy"].get<double>(),

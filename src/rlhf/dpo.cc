@@ -15,6 +15,7 @@
 #include "rlhf/frozen_shards.h"
 #include "rlhf/kv_cache.h"
 #include "rlhf/plan_check.h"
+#include "rlhf/ppo_math.h"
 #include "rlhf/trained_state.h"
 #include "rlhf/value_model.h"
 
@@ -144,7 +145,7 @@ class DpoRun {
   std::vector<double> reference_logps(const PairSet& s);
   void step(int64_t step, json& rec);
   void evaluate(json& rec);
-  double gold_score();
+  void sampled_metrics(json& rec);
   void batch_of(int64_t step, std::vector<int64_t>& idx) const;
   std::string path(const char* name) const { return (fs::path(cfg_.run_dir) / name).string(); }
   void save_state(int64_t step);
@@ -270,12 +271,14 @@ void DpoRun::evaluate(json& rec) {
   }
   st.reduce(group_);
   if (n > 0) st.into(rec, "eval_");
-  rec["gold"] = gold_score();
+  sampled_metrics(rec);
 }
 
-// The mean gold score of responses sampled from the policy to the held-out prompts (the same
-// prompts and random streams at every evaluation); rank r answers prompts r, r + N, ...
-double DpoRun::gold_score() {
+// On responses sampled from the policy to the held-out prompts (the same prompts and random
+// streams at every evaluation; rank r answers prompts r, r + N, ...): the mean gold score,
+// the KL of the policy from the reference per response (k1 and k3 summed over its tokens, as
+// PPO reports them) and the policy's mean entropy per token, at the sampling temperature.
+void DpoRun::sampled_metrics(json& rec) {
   const int P = train_.P, R = train_.R;
   std::vector<int32_t> prompts, resp;
   std::vector<uint64_t> streams;
@@ -284,23 +287,58 @@ double DpoRun::gold_score() {
     synthetic_prompt(cfg_.seed ^ 0xE7A1'5EED, i, P, pcfg_.vocab, &prompts[prompts.size() - size_t(P)]);
     streams.push_back(uint64_t(i));
   }
-  const int B = int(streams.size());
-  double sum = 0;
+  const int B = int(streams.size()), T = P + R, Vp = pcfg_.padded_vocab;
+  double sums[4] = {0, 0, 0, 0};  // gold, k1, k3, entropy
   if (const float* p = engine_->full_params()) {
     decoder_.bind(p);
   } else {  // ZeRO-3: the policy gathered whole for the evaluation's generation, then freed
     gen_params_ = engine_->gather_full_params();
     decoder_.bind(gen_params_.data());
   }
+  resp.resize(size_t(B) * R);
   if (B > 0) {
-    resp.resize(size_t(B) * R);
     generate_cached(decoder_, pcfg_, prompts.data(), B, P, R, cfg_.sample, cfg_.seed ^ 0xE7A1, streams.data(),
                     resp.data());
-    for (int i = 0; i < B; ++i) sum += gold_.score(&resp[size_t(i) * R], R);
+    for (int i = 0; i < B; ++i) sums[0] += gold_.score(&resp[size_t(i) * R], R);
   }
   std::vector<float>().swap(gen_params_);
-  if (group_) group_->all_reduce(&sum, 1);
-  return sum / cfg_.eval_prompts;
+  // Log-probabilities of the sampled responses under policy and reference, in forwards of
+  // b_ sequences (as many on every rank: the ZeRO-3 models gather their units in each).
+  const float tau = cfg_.sample.temperature > 0 ? cfg_.sample.temperature : 1.0f;
+  const int per_rank = (cfg_.eval_prompts + world_ - 1) / world_;
+  std::vector<int32_t> seqs(size_t(b_) * T);
+  std::vector<float> lse(static_cast<size_t>(R)), lp(lse), ent(lse), lr(lse);
+  for (int at = 0; at < per_rank; at += b_) {
+    const int b = std::max(0, std::min(b_, B - at));
+    std::fill(seqs.begin(), seqs.end(), 0);
+    for (int i = 0; i < b; ++i) {
+      std::copy_n(&prompts[size_t(at + i) * P], P, &seqs[size_t(i) * T]);
+      std::copy_n(&resp[size_t(at + i) * R], R, &seqs[size_t(i) * T + P]);
+    }
+    const float* zp = policy_.logits(seqs.data(), b_, T);
+    std::vector<float> pol(size_t(b_) * R), entropy(size_t(b_) * R);
+    for (int i = 0; i < b; ++i) {
+      kernels::log_softmax_forward(lse.data(), lp.data(), ent.data(), zp + (int64_t(i) * T + P - 1) * Vp,
+                                   &seqs[size_t(i) * T + P], R, pcfg_.vocab, Vp, tau);
+      std::copy(lp.begin(), lp.end(), &pol[size_t(i) * R]);
+      std::copy(ent.begin(), ent.end(), &entropy[size_t(i) * R]);
+    }
+    const float* zr = reference_.logits(seqs.data(), b_, T);
+    for (int i = 0; i < b; ++i) {
+      kernels::log_softmax_forward(lse.data(), lr.data(), nullptr, zr + (int64_t(i) * T + P - 1) * Vp,
+                                   &seqs[size_t(i) * T + P], R, pcfg_.vocab, Vp, tau);
+      for (int t = 0; t < R; ++t) {
+        sums[1] += kl_k1(pol[size_t(i) * R + t], lr[size_t(t)]);
+        sums[2] += kl_k3(pol[size_t(i) * R + t], lr[size_t(t)]);
+        sums[3] += entropy[size_t(i) * R + t];
+      }
+    }
+  }
+  if (group_) group_->all_reduce(sums, 4);
+  rec["gold"] = sums[0] / cfg_.eval_prompts;
+  rec["kl"] = sums[1] / cfg_.eval_prompts;
+  rec["kl_k3"] = sums[2] / cfg_.eval_prompts;
+  rec["entropy"] = sums[3] / (double(cfg_.eval_prompts) * R);
 }
 
 void DpoRun::save_state(int64_t step) {

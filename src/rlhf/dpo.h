@@ -13,9 +13,10 @@
 // A step takes `batch` pairs (2·batch sequences through the policy), in a seeded order,
 // epoch after epoch (the last incomplete batch of an epoch is left out). The reference's
 // log-probs are computed once, before the first step. Held-out pairs give the preference
-// accuracy and margins; the gold score (gold.h) of responses sampled from the policy to a
-// fixed set of held-out prompts measures what the preferences taught, before training and at
-// every evaluation (generation for evaluation only).
+// accuracy and margins; on responses sampled from the policy to a fixed set of held-out
+// prompts, the gold score (gold.h) measures what the preferences taught, and the KL from the
+// reference (k1, k3 per response) and the entropy per token how far the policy moved, before
+// training and at every evaluation (generation for evaluation only).
 // Checkpoints (<run-dir>/dpo-state.safetensors every ckpt_every steps): the policy's
 // parameters and AdamW moments and the step; a resumed run continues bit for bit. At the end
 // <run-dir>/policy.safetensors (an actor for `strata rlhf ppo` or generation).

@@ -249,6 +249,9 @@ TEST(RlAlgos, DpoRaisesHeldOutAccuracyAndTheGoldScoreWithoutGeneration) {
                 f["eval_accuracy"].get<double>(), l["eval_accuracy"].get<double>(), f["eval_margin"].get<double>(),
                 l["eval_margin"].get<double>(), f["gold"].get<double>(), l["gold"].get<double>());
     EXPECT_EQ(f["eval_margin"].get<double>(), 0.0);  // policy == reference at the start
+    EXPECT_EQ(f["kl"].get<double>(), 0.0);
+    EXPECT_GT(l["kl_k3"].get<double>(), 0.0);
+    EXPECT_GT(l["entropy"].get<double>(), 0.0);
     EXPECT_GT(l["eval_accuracy"].get<double>(), 0.7);
     EXPECT_GT(l["eval_margin"].get<double>(), 0.0);
     EXPECT_GT(l["gold"].get<double>() - f["gold"].get<double>(), 0.1);
