@@ -74,7 +74,6 @@ void PpoConfig::validate() const {
   if (off_policy || rollout_ranks > 0) {
     const char* what = rollout_ranks > 0 ? "--rollout-ranks" : "--off-policy";
     STRATA_CHECK(kv_cache, what, " samples through the KV cache: drop --no-kv-cache");
-    STRATA_CHECK(!resume, what, ": --resume is not supported (the behaviour weights are not in the checkpoint)");
   }
   STRATA_CHECK(ckpt_every == 0 || !run_dir.empty(), "--ckpt-every needs --run-dir");
   STRATA_CHECK(!trace || !run_dir.empty(), "--trace needs --run-dir");
@@ -209,12 +208,13 @@ model::GPTConfig recomputing(model::GPTConfig c, model::RecomputePolicy p) {
 // see them: world ranks [first, first + n) sample, [0, first) train. Messages in the world
 // group, in order per peer: tokens (tag 1) and behaviour log-probabilities (tag 2) of each
 // rollout from every rollout rank to every trainer; weights (tag 3) from trainer 0 to every
-// rollout rank after each update whose weights a later rollout samples with.
+// rollout rank after each update whose weights a later rollout samples with; first, the
+// iteration the run starts at (tag 4, and on a resume the weights it needs, tag 3).
 struct RolloutLink {
   comm::ProcessGroup* world = nullptr;
   int first = 0, n = 0;
 };
-constexpr int kTokensTag = 1, kLogpTag = 2, kWeightsTag = 3;
+constexpr int kTokensTag = 1, kLogpTag = 2, kWeightsTag = 3, kStartTag = 4;
 
 // Rollout k samples with the weights after update k - 2 (the initial ones for k < 2): those
 // trainers send after their iteration k - 2 when rollout k exists.
@@ -282,6 +282,8 @@ class PpoRun {
   void generate(int iter, Rollout& ro, json& rec);
   void receive(int iter, Rollout& ro);
   void send_weights(int iter_done);
+  void send_to_rollout_ranks(const void* data, size_t n, int tag);
+  void start_rollout_ranks(int start);
   void score(Rollout& ro);
   void gather(Rollout& ro);
   void advantages(Rollout& ro);
@@ -319,7 +321,14 @@ class PpoRun {
   std::unique_ptr<FrozenShards> ref_shards_, reward_shards_;  // ZeRO-3 only
   AdamWGroup head_opt_;            // the critic's value head (PPO)
   std::vector<float> gen_params_;  // ZeRO-3: the actor gathered whole for generation
-  std::vector<float> behaviour_;   // --off-policy: the weights the next rollout samples with
+  // Off-policy (--off-policy, --rollout-ranks): the weights the next rollout samples with
+  // (those at the start of the last iteration), whole; in the checkpoint.
+  std::vector<float> behaviour_;
+  bool off_policy() const { return cfg_.off_policy || link_.n > 0; }
+  std::vector<float> full_weights() {  // a collective at ZeRO-3
+    const float* w = actor_eng_->full_params();
+    return w ? std::vector<float>(w, w + actor_.num_params()) : actor_eng_->gather_full_params();
+  }
   std::vector<float> dlogits_;
   std::vector<float> values_, dvalues_;  // the critic's minibatch (PPO)
 };
@@ -334,9 +343,7 @@ void PpoRun::generate(int iter, Rollout& ro, json& rec) {
   std::vector<uint64_t> streams;
   rollout_prompts(cfg_, acfg_.vocab, iter, int64_t(rank_) * G, G, prompts, streams);
   if (cfg_.off_policy) {  // sampled with the weights before the last update, which it records
-    std::vector<float> now = actor_eng_->full_params()
-                                 ? std::vector<float>(actor_eng_->full_params(), actor_eng_->full_params() + actor_.num_params())
-                                 : actor_eng_->gather_full_params();
+    std::vector<float> now = full_weights();
     if (behaviour_.empty()) behaviour_ = now;
     decoder_.bind(behaviour_.data());
     std::vector<float> logp(size_t(G) * R);
@@ -376,6 +383,7 @@ void PpoRun::receive(int iter, Rollout& ro) {
     link_.world->recv(&logp[size_t(j) * per * R], size_t(per) * R, comm::dtype_of<float>(), link_.first + j, kLogpTag);
   }
   (void)iter;
+  if (cfg_.ckpt_every > 0) behaviour_ = full_weights();  // what the next rollout samples with
   ro.G = G, ro.P = P, ro.R = R, ro.T = T;
   ro.tokens.assign(tokens.begin() + int64_t(rank_) * G * T, tokens.begin() + int64_t(rank_ + 1) * G * T);
   ro.old_logp.assign(logp.begin() + int64_t(rank_) * G * R, logp.begin() + int64_t(rank_ + 1) * G * R);
@@ -385,12 +393,28 @@ void PpoRun::receive(int iter, Rollout& ro) {
 // with them (a collective of the trainers at ZeRO-3, which gather them).
 void PpoRun::send_weights(int iter_done) {
   if (link_.n == 0 || !weights_wanted(iter_done, cfg_.iterations)) return;
-  const float* w = actor_eng_->full_params();
-  std::vector<float> gathered;
-  if (!w) gathered = actor_eng_->gather_full_params(), w = gathered.data();
+  const std::vector<float> w = full_weights();
+  send_to_rollout_ranks(w.data(), w.size(), kWeightsTag);
+}
+
+void PpoRun::send_to_rollout_ranks(const void* data, size_t n, int tag) {
   if (rank_ != 0) return;
   for (int j = 0; j < link_.n; ++j)
-    link_.world->send(w, size_t(actor_.num_params()), comm::dtype_of<float>(), link_.first + j, kWeightsTag);
+    link_.world->send(data, n, tag == kStartTag ? DType::i64 : comm::dtype_of<float>(), link_.first + j, tag);
+}
+
+// At the start: the first iteration to the rollout ranks, and on a resume at s the weights
+// rollouts s and s + 1 sample with, when they are not the initial ones: w_(s-1) (the
+// checkpoint's behaviour weights) and w_s (the weights now).
+void PpoRun::start_rollout_ranks(int start) {
+  if (link_.n == 0) return;
+  const int64_t s = start;
+  send_to_rollout_ranks(&s, 1, kStartTag);
+  if (start >= 2 && start < cfg_.iterations) send_to_rollout_ranks(behaviour_.data(), behaviour_.size(), kWeightsTag);
+  if (start >= 1 && start + 1 < cfg_.iterations) {
+    const std::vector<float> w = full_weights();
+    send_to_rollout_ranks(w.data(), w.size(), kWeightsTag);
+  }
 }
 
 // The KV decoder reads whole fp32 parameters: in place below ZeRO-3; at ZeRO-3 the actor is
@@ -424,7 +448,7 @@ void PpoRun::policy_logps(model::GPT& m, const Rollout& ro, std::vector<double>&
 
 void PpoRun::score(Rollout& ro) {
   const int G = ro.G, P = ro.P, R = ro.R, T = ro.T;
-  if (!cfg_.off_policy && link_.n == 0) policy_logps(actor_, ro, ro.old_logp);  // else the behaviour's
+  if (!off_policy()) policy_logps(actor_, ro, ro.old_logp);  // else the behaviour's, from the sampler
   policy_logps(reference_, ro, ro.ref_logp);
   ro.values.assign(critic_ ? size_t(G) * R : 0, 0.0);
   ro.score.assign(size_t(G), 0.0);
@@ -597,9 +621,11 @@ struct PpoRun::State {
   explicit State(PpoRun& r) : actor(*r.actor_eng_, r.dp_, r.actor_.num_params(), "actor.params") {
     if (r.critic_) critic = std::make_unique<FullState>(*r.critic_eng_, r.dp_, r.critic_->gpt().num_params(), "critic.trunk");
   }
-  // After gather() (saving) or before the load: the tensors to write or fill.
-  void collect(const AdamWGroup& head) {
+  // After gather() (saving) or before the load: the tensors to write or fill; off-policy, the
+  // weights the next rollout samples with (whole).
+  void collect(const AdamWGroup& head, std::vector<float>* behaviour) {
     tensors = actor.tensors();
+    if (behaviour) tensors.push_back({"behaviour.params", behaviour->data(), int64_t(behaviour->size())});
     if (!critic) return;
     for (const NamedTensor& t : critic->tensors()) tensors.push_back(t);
     for (const NamedTensor& t : head.tensors("critic.")) tensors.push_back(t);
@@ -616,7 +642,7 @@ void PpoRun::save_state(int iter) {
   st.actor.gather();
   if (st.critic) st.critic->gather();
   if (rank_ != 0) return;
-  st.collect(head_opt_);
+  st.collect(head_opt_, off_policy() ? &behaviour_ : nullptr);
   json meta = {{"iteration", iter},
                {"beta", kl_.beta()},
                {"algo", plan::rl_algo_name(cfg_.algo)},
@@ -637,7 +663,8 @@ int PpoRun::load_state() {
   if (!cfg_.resume) return 0;
   STRATA_CHECK(fs::exists(f), "--resume: ", f, " does not exist (no checkpoint saved yet)");
   State st(*this);
-  st.collect(head_opt_);
+  if (off_policy()) behaviour_.assign(size_t(actor_.num_params()), 0.0f);
+  st.collect(head_opt_, off_policy() ? &behaviour_ : nullptr);
   const json meta = load_tensors(f, st.tensors);
   STRATA_CHECK(meta.value("algo", "ppo") == plan::rl_algo_name(cfg_.algo), "--resume: ", f, " is a ",
                meta.value("algo", "ppo"), " run's state, not ", plan::rl_algo_name(cfg_.algo), "'s");
@@ -689,6 +716,7 @@ json PpoRun::memory_report() const {
 PpoResult PpoRun::run(const std::function<void(const json&)>& log) {
   PpoResult res;
   const int start = load_state();
+  start_rollout_ranks(start);
   // metrics.jsonl streams (a record per iteration survives a crash), each write checked.
   const bool writer = rank_ == 0;  // rank 0 alone writes files and reports
   LineLog metrics = writer && !cfg_.run_dir.empty() ? open_run_log(cfg_.run_dir, "iteration", start, "PPO log") : LineLog();
@@ -776,7 +804,9 @@ PpoResult run_rollout_rank(const PpoConfig& cfg, const ModelFile& actor, const R
   std::vector<uint64_t> streams;
   std::vector<float> logp(size_t(G) * R);
   double gen_s = 0, wait_s = 0;
-  for (int iter = 0; iter < cfg.iterations; ++iter) {
+  int64_t start = 0;
+  link.world->recv(&start, 1, DType::i64, 0, kStartTag);
+  for (int iter = int(start); iter < cfg.iterations; ++iter) {
     auto t0 = std::chrono::steady_clock::now();
     if (iter >= 2)  // the weights after update iter - 2
       link.world->recv(w.data(), w.size(), comm::dtype_of<float>(), 0, kWeightsTag);

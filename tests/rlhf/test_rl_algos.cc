@@ -217,8 +217,43 @@ TEST(RlAlgos, RolloutRanksThatLeaveNoTrainerAreOneLine) {
     return std::string("no error");
   });
   EXPECT_NE(errors[0].find("--rollout-ranks 2 leaves no trainer of 2 ranks"), std::string::npos) << errors[0];
-  c.rollout_ranks = 1, c.resume = true, c.run_dir = "/nonexistent";
-  EXPECT_NE(error_of(c).find("--rollout-ranks: --resume is not supported"), std::string::npos) << error_of(c);
+  c.rollout_ranks = 1, c.kv_cache = false;
+  EXPECT_NE(error_of(c).find("--rollout-ranks samples through the KV cache"), std::string::npos) << error_of(c);
+}
+
+// An off-policy run's checkpoint holds the weights its next rollout samples with: resumed
+// after 2 of 5 iterations it continues bit for bit (colocated), and 1 trainer + 1 rollout
+// rank resumed after 3 equals it (the rollout rank gets the weights of rollouts 3 and 4 at the
+// start).
+TEST(RlAlgos, OffPolicyRunsResume) {
+  strata::test::TempDir dir("rl_offpolicy_resume");
+  PpoConfig c = algo_config(plan::RlAlgo::grpo);
+  c.iterations = 5, c.off_policy = true;
+  c.run_dir = dir.str() + "/straight";
+  const PpoResult straight = run_ppo(c, ppo_models(), {});
+  c.run_dir = dir.str() + "/resumed";
+  c.iterations = 2, c.ckpt_every = 2;
+  run_ppo(c, ppo_models(), {});
+  c.iterations = 5, c.resume = true;
+  const PpoResult resumed = run_ppo(c, ppo_models(), {});
+  ASSERT_EQ(resumed.iterations.size(), 3u);
+  for (int i = 0; i < 3; ++i)
+    for (const char* k : {"reward", "gold", "kl", "policy_loss", "kl_loss"})
+      EXPECT_EQ(resumed.iterations[size_t(i)][k], straight.iterations[size_t(i + 2)][k]) << k;
+  PpoConfig r = c;
+  r.off_policy = false, r.rollout_ranks = 1, r.resume = false;
+  r.run_dir = dir.str() + "/ranks";
+  r.iterations = 3, r.ckpt_every = 3;
+  on_ranks<PpoResult>(2, [&](comm::ProcessGroup* g) { return run_ppo(r, ppo_models(), {}, g); });
+  r.iterations = 5, r.resume = true;
+  const std::vector<PpoResult> two =
+      on_ranks<PpoResult>(2, [&](comm::ProcessGroup* g) { return run_ppo(r, ppo_models(), {}, g); });
+  ASSERT_EQ(two[0].iterations.size(), 2u);
+  for (int i = 0; i < 2; ++i)
+    for (const char* k : {"reward", "gold", "kl", "policy_loss"}) {
+      const double a = straight.iterations[size_t(i + 3)][k].get<double>(), b = two[0].iterations[size_t(i)][k].get<double>();
+      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "iteration " << i + 4 << " " << k;
+    }
 }
 
 // DPO on the fixture's gold-ranked pairs (320 to train, 64 held out) from the same start.
