@@ -50,14 +50,27 @@ void take(std::vector<ckpt::Range>& want, ckpt::Range taken, std::vector<ckpt::R
   want = std::move(rest);
 }
 
+// A world id as a word (0: none).
+uint64_t world_hash(const std::string& world) { return world.empty() ? 0 : XXH64(world.data(), world.size(), 0) | 1; }
+
 }  // namespace
 
-EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, int old_world,
-                           comm::ProcessGroup* group, const std::function<void(const std::string&)>& log,
+EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, const std::string& world,
+                           int old_world, comm::ProcessGroup* group,
+                           const std::function<void(const std::string&)>& log,
                            const std::function<bool(int)>& on_this_host)
     : old_world_(old_world), group_(group), log_(log) {
   if (group_) rank_ = group_->rank(), world_ = group_->size();
   const std::string run = mem_run_key(run_dir);
+  const uint64_t failed = agree_on_world(world);
+  // The world a complete copy's state record names; "?" when unreadable (passed over).
+  auto written_by = [&](const ckpt::MemSegment& seg, int slot) {
+    try {
+      return mem_state_record(seg, slot).value("world", std::string());
+    } catch (const std::exception&) {
+      return std::string("?");
+    }
+  };
   std::vector<int64_t> mine(size_t(old_world) * kCols, -1);
   std::vector<std::vector<std::string>> lines(static_cast<size_t>(old_world));  // slots passed over
   for (int q = 0; q < old_world; ++q) {
@@ -85,7 +98,12 @@ EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, i
         lines[size_t(q)].push_back(cat(what, " failed its checksum (", v.problem, "); not used"));
       else if (v.state == ckpt::MemSlotState::complete && (v.meta.run != run || v.meta.job != job))
         lines[size_t(q)].push_back(cat(what, " belongs to another run or job; ignored"));
-      else if (v.state == ckpt::MemSlotState::complete)
+      else if (v.state != ckpt::MemSlotState::complete)
+        continue;
+      else if (const std::string by = failed ? written_by(*seg, slot) : std::string(); world_hash(by) != failed)
+        lines[size_t(q)].push_back(cat(what, " was written by another world of this job (", by.empty() ? "unnamed" : by,
+                                       "), not the ", old_world, "-rank world that failed; ignored"));
+      else
         row[1 + slot] = v.meta.step;
     }
     segments_.push_back(std::move(seg));
@@ -114,6 +132,18 @@ std::vector<int64_t> EarlierWorld::gather(const std::vector<int64_t>& mine) cons
   std::vector<int64_t> all(mine.size() * size_t(world_));
   group_->all_gather(mine.data(), all.data(), mine.size(), DType::i64);
   return all;
+}
+
+uint64_t EarlierWorld::agree_on_world(const std::string& world) const {
+  const std::vector<int64_t> all = gather({int64_t(world_hash(world))});
+  uint64_t out = 0;
+  for (int r = 0; r < world_; ++r) {
+    const uint64_t h = uint64_t(all[size_t(r)]);
+    STRATA_CHECK(h == 0 || out == 0 || h == out, "live recovery: the ranks name different worlds as the one "
+                 "that failed (rank ", r, " of this world names another than a lower rank does)");
+    if (h != 0) out = h;
+  }
+  return out;
 }
 
 int EarlierWorld::slot_of(int r, int q, int64_t step) const {

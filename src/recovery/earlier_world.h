@@ -55,8 +55,13 @@ class EarlierWorld {
   // line on every rank when an old rank left a copy on none of the new world's hosts. Slots
   // passed over are one line each, on the lowest new rank that maps them. `on_this_host`:
   // the old ranks whose segments this rank may map (empty: every one in /dev/shm); tests give
-  // each thread rank a host of its own with it.
-  EarlierWorld(const std::string& run_dir, const std::string& job, int old_world,
+  // each thread rank a host of its own with it. `world`: the id of the world that failed
+  // (MemCheckpointOptions::world), as the ranks that were in it know it ("" on a replacement,
+  // and on every rank when any world's copies will do); the ranks agree on it, and a copy
+  // another world wrote is passed over with one line: a host where none of the failed world's
+  // ranks ran (the one its replacements start on) can still hold an earlier world's segments
+  // of the same names and steps, in that world's layout.
+  EarlierWorld(const std::string& run_dir, const std::string& job, const std::string& world, int old_world,
                comm::ProcessGroup* group, const std::function<void(const std::string&)>& log,
                const std::function<bool(int)>& on_this_host = {});
   ~EarlierWorld();
@@ -113,6 +118,8 @@ class EarlierWorld {
   std::vector<nlohmann::json> share_records(int64_t step) const;
   // An all-gather of `n` int64 per rank over the group (a copy when alone).
   std::vector<int64_t> gather(const std::vector<int64_t>& mine) const;
+  // The world id the ranks that know one name (hashed; 0: none does).
+  uint64_t agree_on_world(const std::string& world) const;
 
   static constexpr size_t kCols = 1 + ckpt::kMaxMemSlots;  // per (new rank, old rank): file, steps
   int old_world_ = 0;

@@ -599,6 +599,7 @@ void MemCheckpoints::copy(int64_t done, const data::LoaderState& loader, int64_t
   for (const parallel::StateShard& sh : shards_)
     ranges.push_back({sh.name, dtype_name(sh.dtype), sh.begin, sh.end});
   const std::string state = json{{"step", done},
+                                 {"world", o_.world},
                                  {"shards", ranges},
                                  {"tokens_seen", tokens_seen},
                                  {"loader_epoch", loader.epoch},

@@ -80,6 +80,10 @@ struct MemCheckpointOptions {
   int rank = 0;
   int local_world = 1;      // ranks on this host (their segments share /dev/shm)
   std::string job;          // the supervised job (STRATA_RUN_ID); "" when unsupervised
+  // The world that writes the copies (its STRATA_JOB_ID, new with each live re-formation): in
+  // each copy's state record, so a later world reads only the copies of the world that failed
+  // (EarlierWorld), never a copy an earlier world left on a host of the same name and step.
+  std::string world;
   // Copies of an earlier attempt may be used: a supervised restart, or --resume auto.
   bool reuse = false;
   bool supervised = false;  // failures leave the segment for the restart and the launcher

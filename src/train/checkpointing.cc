@@ -264,6 +264,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.rank = topo.rank;
     m.local_world = std::max(1, comm::detect_rank_env().local_world_size);
     m.job = comm::supervised_job_id();
+    m.world = comm::detect_rank_env().job_id;
     const bool live = topo.live.generation > 0;
     // Live recovery reads every old rank's segment before this world replaces them.
     if (live) live_ = resume_live();
@@ -523,7 +524,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   Stopwatch sw;
   std::unique_ptr<recovery::EarlierWorld> old;
   try {
-    old = std::make_unique<recovery::EarlierWorld>(cfg_.run_dir, comm::supervised_job_id(), old_world, topo_.group,
+    old = std::make_unique<recovery::EarlierWorld>(cfg_.run_dir, comm::supervised_job_id(), "", old_world, topo_.group,
                                          [this](const std::string& line) { log(line); });
   } catch (const Error& e) {  // the same on every rank: an old rank's copies are on no host
     note(cat("the ", old_world, "-rank world's in-memory copies are not all on this world's hosts: ",
@@ -569,7 +570,7 @@ ResumePoint RunCheckpoints::resume_live() {
   const double regroup_s = double(live.formed_ns - live.failed_ns) * 1e-9;
   const double rebuild_s = double(now_ns() - live.formed_ns) * 1e-9;
   Stopwatch sw;
-  recovery::EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world, topo_.group,
+  recovery::EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world_id, live.old_world, topo_.group,
                    [this](const std::string& line) { log(line); });
   const int64_t chosen = common_step(old);
   const bool none = chosen < 0;  // no step every old rank holds a good copy of

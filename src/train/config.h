@@ -99,6 +99,9 @@ struct TrainConfig {
 struct LiveRecovery {
   int generation = 0;       // worlds re-formed so far; 0: the job's first world
   int old_world = 0;        // ranks of the world that failed
+  // Its id (STRATA_JOB_ID), which its in-memory copies carry (recovery/mem_checkpoints.h); ""
+  // on a replacement, which learns it from the survivors (recovery/earlier_world.h).
+  std::string old_world_id;
   int launched_world = 0;   // ranks the job was launched with
   std::string failure;      // the launcher's words: "rank 1 was killed by signal 9 (Killed)"
   int64_t failed_step = 0;  // the step this rank was in when its group broke (1-based)

@@ -447,12 +447,14 @@ static TrainResult train_with_live_recovery(const TrainConfig& cfg, const Parall
       world.reset();
       const std::optional<launcher::LiveWorld> next = launcher::wait_for_live_world(live.generation, wait_s);
       if (!next) throw;  // the launcher stops the job instead
+      const std::string broken_id = comm::detect_rank_env().job_id;  // until adopt_live_world
       launcher::adopt_live_world(*next);
       live.generation = next->generation;
       live.failure = next->failure;
       live.failed_ns = failed_ns;
       if (formed) {  // else the copies to continue from are still those of the world before
         live.old_world = world_size;
+        live.old_world_id = broken_id;
         live.failed_step = failed_step;
       }
       world_size = next->world;

@@ -5,7 +5,8 @@
 // steps and holders, load each element from the right old rank (ZeRO-1-like optimizer shards
 // of psi = 10, which 3 and 2 ranks do not divide), and only bytes a rank cannot read on its
 // own host move; a corrupt copy with no second copy drops its step; an old rank on no host is
-// the same one line on every rank.
+// the same one line on every rank; a copy another world of the job wrote, of a step the
+// failed world also holds, is passed over.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -33,10 +34,13 @@ float value(const std::string& state, int64_t step, int64_t i) {
 
 // Old rank q's copy of `step` in `slot`, in the payload format of recovery/mem_checkpoints.cc:
 // the length-prefixed state record, then the shards where mem_shard_records places them.
-// zero1: "m" sharded over the old ranks; else every copy holds all of it (ZeRO 0).
-void write_copy(ckpt::MemSegment& seg, const std::string& run, int q, int slot, int64_t step, bool zero1) {
+// zero1: "m" sharded over the old ranks; else every copy holds all of it (ZeRO 0). `world`:
+// the world that wrote it (w1 is the one that failed).
+void write_copy(ckpt::MemSegment& seg, const std::string& run, int q, int slot, int64_t step, bool zero1,
+                const std::string& world = "w1") {
   const ckpt::Range m = zero1 ? ckpt::zero_shard(kPsi, q, kOld) : ckpt::Range{0, kPsi};
   const nlohmann::json record = {{"step", step},
+                                 {"world", world},
                                  {"shards", {{"params", "f32", 0, kPsi}, {"m", "f32", m.begin, m.end}}},
                                  {"tokens_seen", step * 64},
                                  {"loader_epoch", 0},
@@ -97,12 +101,15 @@ struct Loaded {
   int64_t tokens = 0;
 };
 
-std::vector<Loaded> load_in_new_world(const OldWorld& w, std::vector<std::string>* lines = nullptr) {
+// worlds[r]: the id of the world that failed as new rank r knows it ("": none; any world's
+// copies will do when no rank knows one).
+std::vector<Loaded> load_in_new_world(const OldWorld& w, std::vector<std::string>* lines = nullptr,
+                                      const std::vector<std::string>& worlds = {"", ""}) {
   std::vector<Loaded> out(2);
   std::mutex mu;
   comm::run_threads(2, [&](comm::ProcessGroup& g) {
     const int r = g.rank();
-    recovery::EarlierWorld old(w.run_dir, "job-1", kOld, &g, [&](const std::string& line) {
+    recovery::EarlierWorld old(w.run_dir, "job-1", worlds[size_t(r)], kOld, &g, [&](const std::string& line) {
       std::lock_guard<std::mutex> lock(mu);
       if (lines) lines->push_back(line);
     }, [r](int q) { return on_host(r, q); });
@@ -188,13 +195,36 @@ TEST(EarlierWorld, TwoAndThreeSlotSegmentsAgreeOnTheirCommonSteps) {
   }
 }
 
+// Live recovery's join on a host where no rank of the smaller world ran: that host still
+// holds the segments of the world before it, of the same names and, one step after the
+// re-formation, of the same step (in its own layout). Only the failed world's copies count,
+// though only the survivors (new rank 0 here) know which world that was.
+TEST(EarlierWorld, ACopyAnotherWorldWroteIsPassedOver) {
+  OldWorld w(true, {3, 3, 3});
+  for (int q = 0; q < kOld; ++q) write_copy(*w.segments[size_t(q)], recovery::mem_run_key(w.run_dir), q, 0, 7, true, "w0");
+  std::vector<std::string> lines;
+  const std::vector<Loaded> got = load_in_new_world(w, &lines, {"w1", ""});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(got[size_t(r)].step, 6) << "new rank " << r << ": step 7 is another world's";
+    EXPECT_EQ(got[size_t(r)].m.front(), value("m", 6, ckpt::zero_shard(kPsi, r, 2).begin));
+  }
+  ASSERT_EQ(lines.size(), 3u);  // one per old rank's file (old rank 2's is on both hosts here)
+  for (const std::string& line : lines) {
+    EXPECT_NE(line.find("'s in-memory copy of step 7 (slot 0 of /dev/shm"), std::string::npos) << line;
+    EXPECT_NE(line.find("was written by another world of this job (w0), not the 3-rank world that failed; "
+                        "ignored"), std::string::npos) << line;
+  }
+  // No rank knows the world that failed (an --elastic restart): every copy counts.
+  EXPECT_EQ(load_in_new_world(w).front().step, 7);
+}
+
 TEST(EarlierWorld, AnOldRankOnNoHostIsTheSameLineOnEveryRank) {
   OldWorld w(true);
   std::vector<std::string> errors(2);
   comm::run_threads(2, [&](comm::ProcessGroup& g) {
     const int r = g.rank();
     try {
-      recovery::EarlierWorld old(w.run_dir, "job-1", kOld, &g, [](const std::string&) {},
+      recovery::EarlierWorld old(w.run_dir, "job-1", "", kOld, &g, [](const std::string&) {},
                               [](int q) { return q != 1; });  // old rank 1's host and replica lost
     } catch (const Error& e) {
       errors[size_t(r)] = e.what();
