@@ -79,6 +79,18 @@ struct Block {
 // is: i for GPT-2; for a Llama block (norm | q k v | o | norm | gate up | down) the first view
 // of each fused matrix, and -1 for the biases it lacks.
 int block_view_index(bool llama, int i);
+// The Block of one block's views, view(v) the pointer of its v-th view in its unit's table
+// order (the training parts' units and the KV decoder's whole-model table alike); the roles
+// a Llama block lacks stay null.
+template <class View>
+Block block_of(bool llama, View&& view) {
+  float* p[12];
+  for (int i = 0; i < 12; ++i) {
+    const int v = block_view_index(llama, i);
+    p[i] = v < 0 ? nullptr : view(v);
+  }
+  return Block{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+}
 
 // One block's activations. Under tensor parallelism with T ranks, rows of the residual
 // region (ln1, res2, ln2, res3 and norm statistics) are the local rows n, and the

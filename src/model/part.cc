@@ -130,12 +130,7 @@ TpDims Part::dims(int B, int T) const {
 Block Part::views(float* base, int layer) const {
   STRATA_CHECK(base, "unit ", layer + 1, " has no memory bound");
   const int64_t* r = view_rel.data() + view0[size_t(layer)];
-  float* p[12];
-  for (int i = 0; i < 12; ++i) {
-    const int v = block_view_index(cfg.llama(), i);
-    p[i] = v < 0 ? nullptr : base + r[v];
-  }
-  return Block{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+  return block_of(cfg.llama(), [&](int v) { return base + r[v]; });
 }
 
 namespace {

@@ -80,8 +80,8 @@ int64_t KvDecoder::kv_width() const { return int64_t(cfg_.kv()) * cfg_.head_dim(
 
 model::Block KvDecoder::weights(int l) const {
   // The block's passes take mutable views (they also serve gradients); its forward only reads.
-  auto w = [&](int i) { return const_cast<float*>(view(block_view(l, i))); };
-  return model::Block{w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7), w(8), w(9), w(10), w(11)};
+  const int first = block_view(l, 0);
+  return model::block_of(cfg_.llama(), [&](int v) { return const_cast<float*>(view(first + v)); });
 }
 
 model::TpDims KvDecoder::dims(int B, int T) const {
