@@ -265,6 +265,7 @@ MemCopy mem_copy_state(const json& j) {
   m.loader.consumed = j.at("loader_consumed").get<int64_t>();
   m.loader.samples = j.at("loader_samples").get<int64_t>();
   m.loader.fingerprint = j.at("loader_fingerprint").get<uint64_t>();
+  if (j.contains("extra")) m.extra = j["extra"];
   return m;
 }
 
@@ -572,11 +573,12 @@ void MemCheckpoints::before_update() {
   stall_s_ += sw.seconds();
 }
 
-void MemCheckpoints::after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen) {
-  if (done % o_.every == 0) copy(done, loader, tokens_seen);
+void MemCheckpoints::after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen,
+                                const json& extra) {
+  if (done % o_.every == 0) copy(done, loader, tokens_seen, extra);
 }
 
-void MemCheckpoints::copy(int64_t done, const data::LoaderState& loader, int64_t tokens_seen) {
+void MemCheckpoints::copy(int64_t done, const data::LoaderState& loader, int64_t tokens_seen, const json& extra) {
   Stopwatch sw;
   // The step time since the last copy bounds how long a replica chunk waits for a gap.
   if (link_ && copies_ > 0) link_->set_step_s(since_copy_.seconds() / double(o_.every));
@@ -605,7 +607,8 @@ void MemCheckpoints::copy(int64_t done, const data::LoaderState& loader, int64_t
                                  {"loader_epoch", loader.epoch},
                                  {"loader_consumed", loader.consumed},
                                  {"loader_samples", loader.samples},
-                                 {"loader_fingerprint", loader.fingerprint}}
+                                 {"loader_fingerprint", loader.fingerprint},
+                                 {"extra", extra}}
                                 .dump();
   const uint64_t len = state.size();
   STRATA_CHECK(len + sizeof len <= kJsonReserve, "in-memory checkpoint state record of ", len,

@@ -72,6 +72,7 @@ struct MemCopy {
   int64_t step = 0;
   data::LoaderState loader;
   int64_t tokens_seen = 0;
+  nlohmann::json extra = nlohmann::json::object();  // the run's other state (the trainer's)
 };
 
 struct MemCheckpointOptions {
@@ -148,10 +149,13 @@ class MemCheckpoints {
   // After a resume from disk or a fresh start: no earlier copy stays a candidate.
   void clear();
   // After `done` steps: copies when due. Fault hooks of the first attempt fire here.
-  void after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen);
+  // extra: the run's other state, kept with the copy (MemCopy::extra).
+  void after_step(int64_t done, const data::LoaderState& loader, int64_t tokens_seen,
+                  const nlohmann::json& extra = nlohmann::json::object());
   // Copies the states as they stand after `done` steps, due or not (a re-formed world's
   // first copy: the step it loaded).
-  void copy(int64_t done, const data::LoaderState& loader, int64_t tokens_seen);
+  void copy(int64_t done, const data::LoaderState& loader, int64_t tokens_seen,
+            const nlohmann::json& extra = nlohmann::json::object());
   // Before the optimizer writes the states: waits until the copy in flight has read them.
   void before_update();
   // The newest complete copy restored into the engine (after the copy in flight is

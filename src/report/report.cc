@@ -235,6 +235,42 @@ std::string rlhf_section(const std::vector<RunData>& runs) {
                           "to train on: its gold score is measured at its evaluations."));
 }
 
+// MoE runs: each block's max/mean expert load over the steps, and the spread of its balancing
+// bias when the run balances without an auxiliary loss.
+std::string moe_section(const std::vector<RunData>& runs) {
+  LineChart load{"MoE load: max/mean tokens per expert", "step", "max / mean", {}, false, event_marks(runs)};
+  LineChart bias{"MoE balancing bias: max - min per block", "step", "bias spread", {}, true, {}};
+  std::string rows;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = runs[i];
+    size_t blocks = 0;
+    for (const StepRow& s : r.steps) blocks = std::max(blocks, s.moe_max_over_mean.size());
+    if (blocks == 0) continue;
+    double last = 0;
+    for (size_t m = 0; m < blocks; ++m) {
+      Series l{cat(r.label, " block ", m), color(i), {}, {}, m > 0, false};
+      Series b = l;
+      for (const StepRow& s : r.steps) {
+        if (m >= s.moe_max_over_mean.size()) continue;
+        l.x.push_back(double(s.step)), l.y.push_back(s.moe_max_over_mean[m]);
+        b.x.push_back(double(s.step)), b.y.push_back(s.moe_bias_spread[m]);
+      }
+      if (!l.y.empty()) last += l.y.back() / double(blocks);
+      load.series.push_back(l);
+      if (!b.y.empty() && std::isfinite(b.y.back())) bias.series.push_back(b);
+    }
+    rows += "<tr><td>" + escape(r.label) + "</td><td>" + std::to_string(blocks) + "</td><td>" + fixed(last, 2) +
+            "</td></tr>";
+  }
+  if (load.series.empty()) return "";
+  return section("moe", "MoE load",
+                 render(load) + (bias.series.empty() ? std::string() : render(bias)) +
+                     "<table><tr><th>run</th><th>MoE blocks</th><th>last max/mean (mean of the blocks)</th></tr>" +
+                     rows + "</table>" +
+                     note("1.00 is a perfect balance. Balancing: --aux-loss-coef (Switch) or "
+                          "--router-bias-update-rate (a bias on the top-k choice, docs/moe.md)."));
+}
+
 std::string comm_section(const std::vector<RunData>& runs) {
   LineChart w{"Communication wait (rank 0)", "step", "ms per step", {}, true, {}};
   BarChart o{"Gradient communication hidden behind compute (all ranks, traced)", "run", "ms", {}, {}, true};
@@ -501,6 +537,7 @@ Report build_report(const std::vector<RunData>& all) {
     h += throughput_section(runs);
     h += split_section(runs);
     h += rlhf_section(runs);
+    h += moe_section(runs);
     h += comm_section(runs);
     h += memory_section(runs);
     h += events_section(runs);

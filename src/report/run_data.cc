@@ -67,6 +67,19 @@ void add_record(RunData& run, const json& j) {
     r.straggler_wait_ms = number(j, "straggler_wait_ms");
     r.outer_ms = j.contains("outer_ms") ? number(j, "outer_ms") : 0;  // absent: no sync that step
     r.outer_wait_ms = j.contains("outer_wait_ms") ? number(j, "outer_wait_ms") : 0;
+    if (j.contains("moe") && j["moe"].is_array())
+      for (const json& b : j["moe"]) {
+        if (!b.is_object()) continue;
+        r.moe_max_over_mean.push_back(number(b, "max_over_mean"));
+        double spread = kNaN;
+        if (b.contains("router_bias") && b["router_bias"].is_array() && !b["router_bias"].empty()) {
+          double lo = INFINITY, hi = -INFINITY;
+          for (const json& v : b["router_bias"])
+            if (v.is_number()) lo = std::min(lo, v.get<double>()), hi = std::max(hi, v.get<double>());
+          spread = hi - lo;
+        }
+        r.moe_bias_spread.push_back(spread);
+      }
     run.steps.push_back(r);
     if (j.value("skipped", false))  // the step guard skipped its update (train/spike_guard.h)
       run.events.push_back({step, "skipped step",

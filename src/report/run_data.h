@@ -22,6 +22,9 @@ struct StepRow {
   double data_ms = 0, compute_ms = 0, optimizer_ms = 0, comm_wait_ms = 0;
   double straggler_wait_ms = 0;  // only on steps that ran a straggler check
   double outer_ms = 0, outer_wait_ms = 0;  // replica groups: the step's outer sync, and its wait
+  // MoE blocks (empty for a dense model): each block's max/mean of the tokens its experts
+  // served, and the spread (max - min) of its balancing bias (NaN without one).
+  std::vector<double> moe_max_over_mean, moe_bias_spread;
 };
 
 struct EvalRow {

@@ -364,6 +364,7 @@ ckpt::SaveRequest RunCheckpoints::request(int64_t done, const data::LoaderState&
   t.loader_epoch = loader.epoch;
   t.loader_consumed = loader.consumed;
   t.extra = {{"loader_samples", loader.samples}, {"loader_fingerprint", loader.fingerprint}};
+  t.extra.update(run_state());
   // Initialisation and data order derive from the seed alone; samples use counter-based
   // streams keyed by the step, so the seed is the whole random state.
   t.rng["init"] = {cfg_.seed, 0, 0};
@@ -402,8 +403,27 @@ std::string RunCheckpoints::mem_layout_text() const {
   return text;
 }
 
+// The run's state beyond model, optimizer and data position that a copy or checkpoint keeps:
+// the MoE blocks' balancing bias (model/expert/config.h bias_rate).
+json RunCheckpoints::run_state() const {
+  json j = json::object();
+  if (model_.moe() && cfg_.model.moe.bias_rate > 0) j["router_bias"] = model_.moe()->router_bias();
+  return j;
+}
+
+void RunCheckpoints::set_run_state(const json& j, const std::string& where) const {
+  if (!model_.moe() || cfg_.model.moe.bias_rate <= 0) return;
+  // A checkpoint of a run without the bias starts it at zero, as a fresh run would.
+  if (!j.contains("router_bias")) return;
+  const std::vector<float> b = j["router_bias"].get<std::vector<float>>();
+  STRATA_CHECK(b.size() == model_.moe()->router_bias().size(), where, " holds a balancing bias of ", b.size(),
+               " values; this model's MoE blocks have ", model_.moe()->router_bias().size());
+  model_.moe()->set_router_bias(b);
+}
+
 ResumePoint RunCheckpoints::resume_point(int64_t step, const data::LoaderState& loader,
-                                         int64_t tokens_seen, const std::string& dir) {
+                                         int64_t tokens_seen, const std::string& dir, const json& extra) {
+  set_run_state(extra, dir);
   ResumePoint p;
   p.step = step;
   p.dir = dir;
@@ -421,7 +441,7 @@ ResumePoint RunCheckpoints::resume() {
     resumed_ = *live_;
     // What a re-formed world loaded is its first copy: a death before the copy of its first
     // step is committed resumes from it, not from disk or the start.
-    if (mem_ && live_->step > 0) mem_->copy(live_->step, live_->loader, live_->tokens_seen);
+    if (mem_ && live_->step > 0) mem_->copy(live_->step, live_->loader, live_->tokens_seen, run_state());
     return *live_;
   }
   const CheckpointConfig& c = cfg_.ckpt;
@@ -477,7 +497,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_from_memory(const std::string&
   Stopwatch sw;
   const recovery::MemCopy m = mem_->load(chosen);
   engine_.state_loaded(chosen);
-  ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
+  ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen), m.extra);
   p.from_memory = true;
   const std::string lost = p.steps_lost >= 0 ? cat(", ", p.steps_lost, " step(s) lost") : "";
   note(cat("resuming from the in-memory copy of step ", chosen, " (", disk_text, "; ",
@@ -550,7 +570,7 @@ std::optional<ResumePoint> RunCheckpoints::resume_other_world() {
   const recovery::MemCopy m = old->load(chosen, ckpt::layout_numel(layout.pieces), engine_.state_shards(),
                               same_states_in(old_world));
   engine_.state_loaded(chosen);
-  ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
+  ResumePoint p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen), m.extra);
   p.from_memory = true;
   // Nobody replaces an old rank's segment (this world's MemCheckpoints) while a peer reads it;
   // the same all-reduce adds the bytes that came from other hosts.
@@ -591,7 +611,7 @@ ResumePoint RunCheckpoints::resume_live() {
     const recovery::MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_).pieces),
                                engine_.state_shards(), same_states_in(live.old_world));
     engine_.state_loaded(chosen);
-    p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen));
+    p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen), m.extra);
     p.from_memory = true;
     from = cat("the in-memory copy of step ", chosen);
   }
@@ -699,7 +719,7 @@ ResumePoint RunCheckpoints::resume_from_disk(bool after_failure) {
   loader.consumed = t.loader_consumed;
   loader.samples = t.extra.value("loader_samples", int64_t(-1));
   loader.fingerprint = t.extra.value("loader_fingerprint", uint64_t(0));
-  ResumePoint p = resume_point(t.step, loader, t.tokens_seen, r->dir);
+  ResumePoint p = resume_point(t.step, loader, t.tokens_seen, r->dir, t.extra);
 
   ckpt::TrainState now;  // this run's layout, as request() records it
   record_layout(now, layout.tp);
@@ -716,7 +736,7 @@ void RunCheckpoints::after_step(int64_t done, const data::LoaderState& loader, i
                                 MetricsWriter* out) {
   tokens_seen_ += step_tokens;
   // The in-memory copy first: a kill in it must not leave a disk save of the step half done.
-  if (mem_) mem_->after_step(done, loader, tokens_seen_);
+  if (mem_) mem_->after_step(done, loader, tokens_seen_, run_state());
   if (!saver_) return;
   // A save is reported once it is done, on the step it finishes, not when the next starts.
   if (saver_->poll()) record_finished(out);
@@ -748,6 +768,7 @@ int64_t RunCheckpoints::roll_back() {
   if (m.step < 0) return -1;
   engine_.state_loaded(m.step);
   tokens_seen_ = m.tokens_seen;
+  set_run_state(m.extra, cat("in-memory copy of step ", m.step));
   return m.step;
 }
 

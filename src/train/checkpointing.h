@@ -119,7 +119,9 @@ class RunCheckpoints {
   std::string mem_layout_text() const;
   // Fills a resume point (and trims metrics.jsonl on rank 0) for a load of `step`.
   ResumePoint resume_point(int64_t step, const data::LoaderState& loader, int64_t tokens_seen,
-                           const std::string& dir);
+                           const std::string& dir, const nlohmann::json& extra = nlohmann::json::object());
+  nlohmann::json run_state() const;
+  void set_run_state(const nlohmann::json& j, const std::string& where) const;
   // This run's layout and precision into `t`'s fields, as checkpoints record them.
   void record_layout(ckpt::TrainState& t, int tp) const;
   void record_finished(MetricsWriter* out);

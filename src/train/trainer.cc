@@ -631,6 +631,13 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
   expert_rows_window.resize(rows.size(), 0.0);
   for (size_t r = 0; r < rows.size(); ++r) expert_rows_window[r] += rows[r];
   json j = moe_load_json(s, cfg.model.moe.top_k, double(tokens));
+  if (cfg.model.moe.bias_rate > 0) {  // every rank from the same sums: the same bias
+    moe()->update_router_bias(s);
+    const std::vector<float>& b = moe()->router_bias();
+    const size_t E = size_t(cfg.model.moe.experts);
+    for (size_t m = 0; m < j["blocks"].size(); ++m)
+      j["blocks"][m]["router_bias"] = std::vector<float>(b.begin() + long(m * E), b.begin() + long((m + 1) * E));
+  }
   j["expert_rows_per_rank"] = rows;
   j["ep_bytes"] = int64_t(ep_bytes);
   const std::string warning = collapse.update(s, step + 1);

@@ -320,6 +320,42 @@ TEST(MoERouting, CapacityDropsInTokenOrderFirstChoicesFirst) {
   EXPECT_FLOAT_EQ(r.gate[0], 0.5f);
 }
 
+// The balancing bias decides which experts a token reaches, never its gates: with expert 2
+// biased above expert 1, the choice is {0, 2} and the gates are p0 and p2 renormalised; the
+// aux loss's load counts the biased choice; update_router_bias moves each expert's bias by
+// ±rate toward the mean load (0 at the mean).
+TEST(MoERouting, BiasSteersTheChoiceNotTheGates) {
+  MoEConfig cfg;
+  cfg.experts = 4;
+  cfg.top_k = 2;
+  cfg.dropless = true;
+  const std::vector<float> logits = {3.0f, 2.0f, 1.0f, 0.0f};
+  Routing plain, biased;
+  route(plain, logits.data(), 1, cfg);
+  const std::vector<float> bias = {0.0f, 0.0f, 0.5f, 0.0f};
+  route(biased, logits.data(), 1, cfg, nullptr, bias.data());
+  EXPECT_EQ(plain.choice, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(biased.choice, (std::vector<int32_t>{0, 2}));
+  const float p0 = biased.probs[0], p2 = biased.probs[2];
+  EXPECT_FLOAT_EQ(biased.gate[0], p0 / (p0 + p2));
+  EXPECT_FLOAT_EQ(biased.gate[1], p2 / (p0 + p2));
+  EXPECT_EQ(biased.probs, plain.probs);
+  EXPECT_EQ(biased.wanted, (std::vector<int64_t>{1, 0, 1, 0}));
+
+  cfg.bias_rate = 0.25;
+  MoE moe(cfg, 2, 8);
+  LoadStats s;
+  s.layers = 2, s.E = 4;
+  s.v.assign(size_t(2) * (2 * 4 + LoadStats::kExtra), 0.0);
+  const double wanted[2][4] = {{10, 2, 4, 0}, {4, 4, 4, 4}};  // means 4 and 4
+  for (int m = 0; m < 2; ++m)
+    for (int e = 0; e < 4; ++e) s.layer(m)[e] = wanted[m][e];
+  moe.update_router_bias(s);
+  moe.update_router_bias(s);
+  EXPECT_EQ(moe.router_bias(), (std::vector<float>{-0.5f, 0.5f, 0.0f, 0.5f, 0, 0, 0, 0}));
+  EXPECT_THROW(moe.set_router_bias(std::vector<float>(3)), Error);
+}
+
 TEST(MoEConfig, RejectsBadSettingsInOneLine) {
   MoEConfig c = base_config();
   c.top_k = 5;
@@ -331,6 +367,9 @@ TEST(MoEConfig, RejectsBadSettingsInOneLine) {
   EXPECT_NO_THROW(c.validate());
   c = base_config();
   c.every = 0;
+  EXPECT_THROW(c.validate(), Error);
+  c = base_config();
+  c.bias_rate = -0.1;
   EXPECT_THROW(c.validate(), Error);
 }
 

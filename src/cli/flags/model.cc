@@ -69,6 +69,10 @@ void ModelFlags::add_to(CLI::App& app, const Only& only) {
   app.add_option("--z-loss-coef", moe.z_coef, "Router z-loss coefficient")->capture_default_str();
   app.add_option("--router-jitter", moe.jitter, "Router input noise U(1-j, 1+j) in training")
       ->capture_default_str();
+  app.add_option("--router-bias-update-rate", moe.bias_rate,
+                 "Balancing without an auxiliary loss (DeepSeek-V3): a per-expert bias on the top-k choice, moved "
+                 "by this much toward the mean load after every step (0: off; with --aux-loss-coef 0)")
+      ->capture_default_str();
 }
 
 void ModelFlags::apply_arch(const CLI::App& app, model::GPTConfig& m) const {

@@ -26,6 +26,8 @@ void MoEConfig::validate() const {
                ")");
   STRATA_CHECK(std::isfinite(jitter) && jitter >= 0 && jitter < 1,
                "--router-jitter must be in [0, 1) (got ", jitter, ")");
+  STRATA_CHECK(std::isfinite(bias_rate) && bias_rate >= 0, "--router-bias-update-rate must be >= 0 (got ", bias_rate,
+               ")");
 }
 
 }  // namespace strata::model::expert

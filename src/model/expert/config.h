@@ -25,6 +25,12 @@ struct MoEConfig {
   float aux_coef = 1e-2f;   // Switch/GShard load-balancing loss coefficient
   float z_coef = 1e-3f;     // router z-loss coefficient (ST-MoE)
   float jitter = 0.0f;      // router input multiplied by U(1 - j, 1 + j) in training
+  // Balancing without an auxiliary loss (DeepSeek-V3; Wang et al. 2024): a bias per expert
+  // and block, added to the routing probabilities for the top-k choice only (the gates stay
+  // the probabilities), moved after every step by rate toward balance: b_e += rate ·
+  // sign(mean load - load_e), the loads the step's chosen assignments summed over every rank.
+  // 0: off.
+  double bias_rate = 0;
 
   bool enabled() const { return experts > 0; }
   bool is_moe_layer(int layer) const { return experts > 0 && (layer + 1) % every == 0; }

@@ -49,7 +49,31 @@ MoE::MoE(const MoEConfig& cfg, int layers, int C, int slots, int hidden, bool ga
   load_.layers = cfg_.moe_layers(layers);
   load_.E = cfg_.experts;
   load_.v.assign(size_t(load_.layers) * (2 * cfg_.experts + LoadStats::kExtra), 0.0);
+  bias_.assign(size_t(load_.layers) * size_t(cfg_.experts), 0.0f);
   set_group(nullptr);
+}
+
+void MoE::set_router_bias(const std::vector<float>& bias) {
+  STRATA_CHECK(bias.size() == bias_.size(), "MoE: a balancing bias of ", bias.size(), " values for ", load_.layers,
+               " blocks of ", cfg_.experts, " experts");
+  bias_ = bias;
+}
+
+void MoE::update_router_bias(const LoadStats& global) {
+  const int E = cfg_.experts;
+  STRATA_CHECK(global.layers == load_.layers && global.E == E, "MoE: load of ", global.layers, " blocks of ", global.E,
+               " experts for ", load_.layers, " of ", E);
+  for (int m = 0; m < load_.layers; ++m) {
+    const double* wanted = global.layer(m);
+    double total = 0;
+    for (int e = 0; e < E; ++e) total += wanted[e];
+    if (total == 0) continue;  // a block no token reached (an evaluation-only stage)
+    const double mean = total / E;
+    for (int e = 0; e < E; ++e) {
+      const double gap = mean - wanted[e];
+      bias_[size_t(m) * E + e] += float(cfg_.bias_rate) * float((gap > 0) - (gap < 0));
+    }
+  }
 }
 
 MoE::~MoE() = default;
@@ -168,7 +192,7 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
                              : int64_t(cp_->rank()) * N + i;
     group = {cp_, order.data()};
   }
-  route(L.r, logits, N, cfg_, cp_ ? &group : nullptr);
+  route(L.r, logits, N, cfg_, cp_ ? &group : nullptr, cfg_.bias_rate > 0 ? &bias_[size_t(m) * E] : nullptr);
   last_aux_ += L.r.aux;
   last_z_ += L.r.zsum;
   double* st = load_.layer(m);

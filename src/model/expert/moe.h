@@ -130,6 +130,12 @@ class MoE {
   // The aux and z losses (coefficients included) of every forward since the last take: a
   // pipeline stage's share of a step's loss, whatever order its micro-batches ran in.
   double load_aux_z() const { return load_.aux() + load_.z(); }
+  // The balancing bias of every block (MoE blocks x E, zeros at first; MoEConfig::bias_rate),
+  // set back from a checkpoint, and moved by a step's load summed over every rank: the same
+  // sums give every rank the same bias, so every rank routes alike.
+  const std::vector<float>& router_bias() const { return bias_; }
+  void set_router_bias(const std::vector<float>& bias);
+  void update_router_bias(const LoadStats& global);
   // Rows this rank's experts processed in forward since the last take (and resets it): the
   // expert-parallel load of this rank, which the straggler check compares across ranks.
   int64_t take_owned_rows() { return std::exchange(owned_rows_, 0); }
@@ -151,6 +157,7 @@ class MoE {
   int last_m_ = -1;
   int64_t owned_rows_ = 0;
   LoadStats load_;
+  std::vector<float> bias_;  // (MoE blocks, E)
   GrowBuf scratch_[5];  // dR (and the forward's O), dO, dA, dX, dH (gated)
 
   Layer& layer(int m, int slot);  // block m's routing state for activation slot `slot`

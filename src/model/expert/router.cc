@@ -55,7 +55,8 @@ void serve(Routing& r, int64_t cap, const RouteGroup* group) {
 
 }  // namespace
 
-void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg, const RouteGroup* group) {
+void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg, const RouteGroup* group,
+           const float* bias) {
   const int E = cfg.experts, K = cfg.top_k;
   r.N = N;
   r.E = E;
@@ -84,14 +85,16 @@ void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg, con
       mean_p[size_t(e)] += p[e];
       if (p[e] > 0) entropy -= double(p[e]) * std::log(double(p[e]));
     }
-    // Top-k by decreasing probability, ties to the lower id (a stable selection).
+    // Top-k by decreasing probability (plus the balancing bias), ties to the lower id (a
+    // stable selection).
     int32_t* c = r.choice.data() + t * K;
     double denom = 0;
+    auto score = [&](int e) { return bias ? p[e] + bias[e] : p[e]; };
     for (int k = 0; k < K; ++k) {
       int best = -1;
       for (int e = 0; e < E; ++e) {
         if (std::find(c, c + k, e) != c + k) continue;
-        if (best < 0 || p[e] > p[best]) best = e;
+        if (best < 0 || score(e) > score(best)) best = e;
       }
       c[k] = best;
       denom += p[best];

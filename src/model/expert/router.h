@@ -4,7 +4,9 @@
 // Terms. x (N, C) router input, W (E, C) router weight, z = x W^T (N, E) logits,
 // p = softmax(z) (N, E). Each token t chooses its K most probable experts
 // (choice[t][k], by decreasing p; ties to the lower expert id) with gates
-// g[t][k] = p[t][choice] / sum over its K choices (renormalised over the chosen k).
+// g[t][k] = p[t][choice] / sum over its K choices (renormalised over the chosen k). With a
+// balancing bias b (E; MoEConfig::bias_rate) the choice is by decreasing p + b, the gates
+// still p's: the bias steers which experts a token reaches, never how much of each it takes.
 // Drop order: assignments (t, k) are served k-major, then in token order (every token's
 // first choice before any second choice, GShard), each expert taking them until it holds
 // `capacity` of them; the rest are dropped (their term is missing from the block output:
@@ -62,8 +64,9 @@ struct Routing {
 
 // Fills r from logits (N, E) (overwritten with nothing: read only). group: null when the
 // N tokens are the whole group.
+// bias: the block's balancing bias (E), or null.
 void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg,
-           const RouteGroup* group = nullptr);
+           const RouteGroup* group = nullptr, const float* bias = nullptr);
 
 // dlogits (N, E) written: the gradient of scale · (sum_t sum_k dgate-weighted gates + aux +
 // zsum) given dgate (N, K) = d loss / d g (already including the caller's scale).

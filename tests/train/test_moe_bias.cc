@@ -1,0 +1,96 @@
+// Balancing without an auxiliary loss (`--router-bias-update-rate`, docs/moe.md): the bias
+// moves after every step from the step's load summed over every rank, so every layout routes
+// with the one process's bias: the same tokens per expert and the same bias at every step,
+// the losses within the MoE layout tests' bound; a run resumed from a checkpoint continues
+// with the saved bias bit for bit.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cli_util.h"
+
+using namespace strata::test;
+using nlohmann::json;
+
+namespace {
+
+const std::string kBias =
+    "train --layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --batch 4 --steps 6 "
+    "--peak-gflops 1000 --data synthetic:300 --sample-tokens 0 --eval-every 0 --experts 4 "
+    "--top-k 2 --dropless --aux-loss-coef 0 --router-bias-update-rate 0.01 ";
+
+struct BiasRun {
+  std::vector<double> losses;
+  std::vector<json> blocks;  // per step: the "moe" array of its record
+};
+
+BiasRun run(const std::string& args, const std::string& run_dir) {
+  RunResult r = run_strata(args + " --run-dir " + run_dir, "OMP_NUM_THREADS=1 ", Streams::separate);
+  EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+  BiasRun out;
+  if (r.status != 0) return out;
+  for (const json& rec : step_records(run_dir + "/metrics.jsonl")) {
+    out.losses.push_back(rec["loss"].get<double>());
+    out.blocks.push_back(rec["moe"]);
+  }
+  return out;
+}
+
+std::vector<float> bias_of(const json& blocks, size_t m) { return blocks[m]["router_bias"].get<std::vector<float>>(); }
+
+TEST(MoEBiasTrain, EveryLayoutRoutesWithTheOneProcessBias) {
+  TempDir dir("moe_bias");
+  const BiasRun ref = run(kBias, dir.file("ref"));
+  ASSERT_EQ(ref.losses.size(), 6u);
+  // The bias moves by ±rate per step toward the mean load, from zero.
+  for (size_t m = 0; m < 2; ++m) {
+    const std::vector<float> b1 = bias_of(ref.blocks[0], m), b6 = bias_of(ref.blocks[5], m);
+    ASSERT_EQ(b1.size(), 4u);
+    for (float v : b1) EXPECT_TRUE(v == 0.01f || v == -0.01f || v == 0.0f) << v;
+    EXPECT_NE(b6, std::vector<float>(4, 0.0f));
+  }
+  // Without it, no bias is recorded and the routing differs.
+  const BiasRun plain = run(kBias + "--router-bias-update-rate 0", dir.file("plain"));
+  ASSERT_EQ(plain.blocks.size(), 6u);
+  EXPECT_FALSE(plain.blocks[5][0].contains("router_bias"));
+  EXPECT_GT(max_abs_diff(plain.losses, ref.losses), 0.0);
+  EXPECT_NE(plain.blocks[5][0]["wanted_per_expert"], ref.blocks[5][0]["wanted_per_expert"]);
+  int k = 0;
+  for (const char* layout : {"--nproc 2 --dp 2", "--nproc 2 --ep 2", "--nproc 2 --tp 2 --micro-batch 1",
+                             "--nproc 2 --pp 2", "--nproc 4 --tp 2 --dp 2 --ep 2 --micro-batch 1"}) {
+    const BiasRun got = run(kBias + layout, dir.file("l" + std::to_string(k++)));
+    ASSERT_EQ(got.losses.size(), ref.losses.size()) << layout;
+    EXPECT_LE(max_abs_diff(got.losses, ref.losses), 1e-5) << layout;
+    for (size_t s = 0; s < 6; ++s)
+      for (size_t m = 0; m < 2; ++m) {
+        EXPECT_EQ(got.blocks[s][m]["wanted_per_expert"], ref.blocks[s][m]["wanted_per_expert"])
+            << layout << " step " << s + 1 << " block " << m;
+        EXPECT_EQ(bias_of(got.blocks[s], m), bias_of(ref.blocks[s], m)) << layout << " step " << s + 1;
+      }
+  }
+}
+
+// Resumed from the checkpoint of step 3, on one process and on ep 2 (and across them), a
+// run continues with the saved bias: the uninterrupted run's losses and bias bit for bit.
+TEST(MoEBiasTrain, ResumedRunContinuesWithTheSavedBias) {
+  TempDir dir("moe_bias_resume");
+  for (const std::string layout : {"", "--nproc 2 --ep 2 --micro-batch 1"}) {
+    const std::string full = dir.file("full");
+    std::filesystem::remove_all(full);
+    const BiasRun want = run(kBias + layout + " --ckpt-every 1 --ckpt-keep 0", full);
+    ASSERT_EQ(want.losses.size(), 6u) << layout;
+    const json m = json::parse(read_file(full + "/ckpt/step-000003/manifest.json"));
+    ASSERT_EQ(m["train"]["extra"]["router_bias"].size(), 8u) << "2 blocks x 4 experts";
+    const std::string resumed = dir.file("resumed");
+    std::filesystem::remove_all(resumed);
+    std::filesystem::create_directories(resumed);
+    const BiasRun got = run(kBias + layout + " --resume " + full + "/ckpt/step-000003", resumed);
+    ASSERT_EQ(got.losses.size(), 3u) << layout;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(got.losses[i], want.losses[3 + i]) << layout << " step " << 4 + i;
+      EXPECT_EQ(bias_of(got.blocks[i], 1), bias_of(want.blocks[3 + i], 1)) << layout << " step " << 4 + i;
+    }
+  }
+}
+
+}  // namespace
