@@ -5,6 +5,7 @@
 // with the saved bias bit for bit.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "cli_util.h"
@@ -67,6 +68,33 @@ TEST(MoEBiasTrain, EveryLayoutRoutesWithTheOneProcessBias) {
             << layout << " step " << s + 1 << " block " << m;
         EXPECT_EQ(bias_of(got.blocks[s], m), bias_of(ref.blocks[s], m)) << layout << " step " << s + 1;
       }
+  }
+}
+
+// A bias rate far above the probabilities sends every token of a step to the experts the
+// step before left underloaded: whole experts, and under ep 2 whole ranks' experts, receive
+// no token at some steps. Every layout (capacity and dropless, ep, ep x tp, pp with a stage
+// that holds no MoE block) still trains as one process does.
+TEST(MoEBiasTrain, ExpertsThatReceiveNoTokensInEveryLayout) {
+  TempDir dir("moe_bias_empty");
+  for (const std::string mode : {"--dropless", "--capacity-factor 1.0 --micro-batch 1"}) {
+    std::string base = kBias + "--top-k 1 --router-bias-update-rate 10 --moe-every 2 " + mode + " ";
+    if (mode != "--dropless") base.replace(base.find("--dropless "), std::strlen("--dropless "), "");
+    const BiasRun ref = run(base, dir.file("ref"));
+    ASSERT_EQ(ref.losses.size(), 6u) << mode;
+    bool empty = false;
+    for (const json& b : ref.blocks)
+      for (int64_t n : b[0]["wanted_per_expert"].get<std::vector<int64_t>>()) empty = empty || n == 0;
+    EXPECT_TRUE(empty) << mode << ": no expert went without tokens";
+    int k = 0;
+    for (const char* layout : {"--nproc 2 --ep 2", "--nproc 4 --tp 2 --ep 2", "--nproc 2 --pp 2"}) {
+      const BiasRun got = run(base + layout, dir.file("e" + std::to_string(k++)));
+      ASSERT_EQ(got.losses.size(), 6u) << mode << " " << layout;
+      EXPECT_LE(max_abs_diff(got.losses, ref.losses), 1e-5) << mode << " " << layout;
+      for (size_t s = 0; s < 6; ++s)
+        EXPECT_EQ(got.blocks[s][0]["tokens_per_expert"], ref.blocks[s][0]["tokens_per_expert"])
+            << mode << " " << layout << " step " << s + 1;
+    }
   }
 }
 
