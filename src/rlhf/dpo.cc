@@ -3,14 +3,15 @@
 #include "rlhf/dpo.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "ckpt/fsutil.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timer.h"
 #include "kernels/crossentropy.h"
 #include "rlhf/frozen_shards.h"
 #include "rlhf/kv_cache.h"
@@ -63,16 +64,6 @@ json DpoConfig::to_json() const {
 }
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-model::GPTConfig recomputing(model::GPTConfig c, model::RecomputePolicy p) {
-  c.recompute = p;
-  c.validate();
-  return c;
-}
 
 // The sequences of pairs idx[0..b): chosen ones first, then the rejected, each P + R tokens.
 void pair_tokens(const PairSet& s, const int64_t* idx, int b, int32_t* out) {
@@ -142,6 +133,9 @@ class DpoRun {
 
  private:
   const float* logps(model::GPT& m, const PairSet& s, const int64_t* idx, int b, double* out);
+  void for_pair_chunks(model::GPT& m, const PairSet& s,
+                       const std::function<void(int64_t first, int b, const double* lp)>& each);
+  DpoTerm pair_term(const double* pi, const std::vector<double>& ref, int64_t pair, PairStats& st) const;
   std::vector<double> reference_logps(const PairSet& s);
   void step(int64_t step, json& rec);
   void evaluate(json& rec);
@@ -193,20 +187,37 @@ const float* DpoRun::logps(model::GPT& m, const PairSet& s, const int64_t* idx, 
   return z;
 }
 
-// Every pair's reference log-probs, computed once: rank r takes the chunks r, r + N, ... and
-// the results are summed over the ranks (every rank runs as many forwards: the ZeRO-3
-// reference gathers its units in each).
-std::vector<double> DpoRun::reference_logps(const PairSet& s) {
-  const int64_t n = s.size(), chunks = (n + b_ - 1) / b_;  // b pairs (2b sequences) a forward
-  std::vector<double> out(size_t(2 * n), 0.0), part(size_t(2 * b_));
+// The log-probs of every pair of s under m, b_ pairs (2b_ sequences) a forward: rank r takes
+// the chunks r, r + N, ... and gets each(first pair, pairs, log-probs as logps gives them).
+// Every rank runs as many forwards (a ZeRO-3 model gathers its units in each): the ranks
+// short of a chunk run a padding forward that `each` does not see.
+void DpoRun::for_pair_chunks(model::GPT& m, const PairSet& s,
+                             const std::function<void(int64_t first, int b, const double* lp)>& each) {
+  const int64_t n = s.size(), chunks = (n + b_ - 1) / b_;
+  std::vector<double> lp(size_t(2 * b_));
   std::vector<int64_t> idx(static_cast<size_t>(b_));
   for (int64_t c = rank_; c < (chunks + world_ - 1) / world_ * world_; c += world_) {
     for (int i = 0; i < b_; ++i) idx[size_t(i)] = std::min(c * b_ + i, n - 1);
-    logps(reference_, s, idx.data(), b_, part.data());
-    if (c >= chunks) continue;  // a padding forward
-    for (int i = 0; i < b_ && c * b_ + i < n; ++i)
-      for (int side = 0; side < 2; ++side) out[size_t(2 * (c * b_ + i) + side)] = part[size_t(2 * i + side)];
+    logps(m, s, idx.data(), b_, lp.data());
+    if (c < chunks) each(c * b_, int(std::min<int64_t>(b_, n - c * b_)), lp.data());
   }
+}
+
+// The pair's DPO term from the policy's log-probs pi (chosen, rejected) and the reference's
+// (ref[2·pair], ref[2·pair + 1]), added to st.
+DpoTerm DpoRun::pair_term(const double* pi, const std::vector<double>& ref, int64_t pair, PairStats& st) const {
+  const double rc = ref[size_t(2 * pair)], rr = ref[size_t(2 * pair + 1)];
+  const DpoTerm t = dpo_term(pi[0], pi[1], rc, rr, cfg_.beta, cfg_.ipo);
+  st.add(t, cfg_.beta, pi[0] - rc, pi[1] - rr);
+  return t;
+}
+
+// Every pair's reference log-probs, computed once, summed over the ranks' chunks.
+std::vector<double> DpoRun::reference_logps(const PairSet& s) {
+  std::vector<double> out(size_t(2 * s.size()), 0.0);
+  for_pair_chunks(reference_, s, [&](int64_t first, int b, const double* lp) {
+    std::copy_n(lp, 2 * b, &out[size_t(2 * first)]);
+  });
   if (group_) group_->all_reduce(out.data(), out.size());
   return out;
 }
@@ -235,9 +246,7 @@ void DpoRun::step(int64_t step, json& rec) {
   std::vector<float> g(static_cast<size_t>(R));
   const double per_token = (cfg_.ipo ? 1.0 / R : 1.0) / double(cfg_.batch);  // a mean over the global batch
   for (int i = 0; i < b_; ++i) {
-    const double rc = ref_train_[size_t(2 * idx[size_t(i)])], rr = ref_train_[size_t(2 * idx[size_t(i)] + 1)];
-    const DpoTerm t = dpo_term(pi[size_t(2 * i)], pi[size_t(2 * i + 1)], rc, rr, cfg_.beta, cfg_.ipo);
-    st.add(t, cfg_.beta, pi[size_t(2 * i)] - rc, pi[size_t(2 * i + 1)] - rr);
+    const DpoTerm t = pair_term(&pi[size_t(2 * i)], ref_train_, idx[size_t(i)], st);
     for (int side = 0; side < 2; ++side) {
       const int q = side * b_ + i;
       const int64_t row = int64_t(q) * T + P - 1;
@@ -256,21 +265,11 @@ void DpoRun::step(int64_t step, json& rec) {
 // Held-out pairs (loss, accuracy, margins) and the gold score of sampled responses.
 void DpoRun::evaluate(json& rec) {
   PairStats st;
-  std::vector<double> pi(size_t(2 * b_));
-  std::vector<int64_t> idx(static_cast<size_t>(b_));
-  const int64_t n = eval_.size(), chunks = (n + b_ - 1) / b_;
-  for (int64_t c = rank_; c < (chunks + world_ - 1) / world_ * world_; c += world_) {
-    for (int i = 0; i < b_; ++i) idx[size_t(i)] = std::min(c * b_ + i, n - 1);
-    logps(policy_, eval_, idx.data(), b_, pi.data());
-    if (c >= chunks) continue;
-    for (int i = 0; i < b_ && c * b_ + i < n; ++i) {
-      const double rc = ref_eval_[size_t(2 * idx[size_t(i)])], rr = ref_eval_[size_t(2 * idx[size_t(i)] + 1)];
-      st.add(dpo_term(pi[size_t(2 * i)], pi[size_t(2 * i + 1)], rc, rr, cfg_.beta, cfg_.ipo), cfg_.beta,
-             pi[size_t(2 * i)] - rc, pi[size_t(2 * i + 1)] - rr);
-    }
-  }
+  for_pair_chunks(policy_, eval_, [&](int64_t first, int b, const double* lp) {
+    for (int i = 0; i < b; ++i) pair_term(lp + 2 * i, ref_eval_, first + i, st);
+  });
   st.reduce(group_);
-  if (n > 0) st.into(rec, "eval_");
+  if (eval_.size() > 0) st.into(rec, "eval_");
   sampled_metrics(rec);
 }
 
@@ -367,10 +366,7 @@ json DpoRun::memory_report() const {
   json out = {{"actor", {{"parameters", a.parameters}, {"gradients", a.gradients}, {"optimizer", a.optimizer},
                          {"activations", policy_.activation_bytes() + int64_t(sizeof(float) * dlogits_.size())},
                          {"comm", a.comm}, {"generation_gather", engine_->full_params() ? 0 : 4 * policy_.num_params()}}},
-              {"reference", {{"parameters", ref_shards_ ? ref_shards_->shard_bytes() : 4 * policy_.num_params()},
-                             {"gradients", 0}, {"optimizer", 0},
-                             {"comm", ref_shards_ ? ref_shards_->gather_bytes() : 0},
-                             {"activations", reference_.activation_bytes()}}},
+              {"reference", frozen_memory(ref_shards_.get(), 4 * policy_.num_params(), 0, reference_.activation_bytes())},
               {"zero", cfg_.zero},
               {"tracker", memory_tracker().to_json()}};
   add_model_states_total(out);
@@ -387,17 +383,17 @@ DpoResult DpoRun::run(const std::function<void(const json&)>& log) {
     if (log && writer) log(rec);
     res.records.push_back(rec);
   };
-  auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch ref_sw;
   ref_train_ = reference_logps(train_);
   ref_eval_ = reference_logps(eval_);
-  const double ref_s = seconds_since(t0);
+  const double ref_s = ref_sw.seconds();
   double train_s = 0, eval_s = 0;
   json first_eval;
   auto eval_record = [&](int64_t done) {
     json rec = {{"step", done}, {"eval", true}};
-    const auto e0 = std::chrono::steady_clock::now();
+    const Stopwatch sw;
     evaluate(rec);
-    eval_s += seconds_since(e0);
+    eval_s += sw.seconds();
     if (first_eval.is_null()) first_eval = rec;
     emit(rec);
     return rec;
@@ -405,9 +401,9 @@ DpoResult DpoRun::run(const std::function<void(const json&)>& log) {
   json last_eval = start == 0 ? eval_record(0) : json();
   for (int64_t s = start; s < cfg_.steps; ++s) {
     json rec = {{"step", s + 1}};
-    const auto s0 = std::chrono::steady_clock::now();
+    const Stopwatch sw;
     step(s, rec);
-    const double dt = seconds_since(s0);
+    const double dt = sw.seconds();
     train_s += dt;
     rec["time_s"] = dt;
     emit(rec);

@@ -46,4 +46,12 @@ void FrozenShards::gather(int unit) {
   gpt_.bind_unit(unit, dst, nullptr);
 }
 
+nlohmann::json frozen_memory(const FrozenShards* shards, int64_t whole, int64_t replicated, int64_t activations) {
+  return {{"parameters", shards ? shards->shard_bytes() + replicated : whole},
+          {"gradients", 0},
+          {"optimizer", 0},
+          {"comm", shards ? shards->gather_bytes() : 0},
+          {"activations", activations}};
+}
+
 }  // namespace strata::rlhf

@@ -13,6 +13,7 @@
 #include "comm/process_group.h"
 #include "core/memory.h"
 #include "model/gpt.h"
+#include "nlohmann/json.hpp"
 #include "parallel/layout.h"
 
 namespace strata::rlhf {
@@ -35,5 +36,11 @@ class FrozenShards {
   Buffer slots_;  // unit 0, then the largest other unit (category comm)
   int64_t other_offset_ = 0;
 };
+
+// A frozen model's memory per rank as the RLHF summaries report it: parameters (the shard
+// plus `replicated` bytes kept whole, such as a value head, under ZeRO-3, when `shards` is
+// not null; else `whole` bytes), no gradients or optimizer state, the gather slots (comm),
+// and `activations`.
+nlohmann::json frozen_memory(const FrozenShards* shards, int64_t whole, int64_t replicated, int64_t activations);
 
 }  // namespace strata::rlhf

@@ -196,14 +196,6 @@ void record(json& rec, const Rollout& ro, const UpdateStats& st, bool critic, do
     rec["kl_loss"] = st.kl_loss / n;  // β·k3 per token (GRPO --kl-in loss; else 0)
 }
 
-// A trained trunk's config under the run's recomputation policy (the frozen reference and
-// reward models run forward only and keep nothing for a backward anyway).
-model::GPTConfig recomputing(model::GPTConfig c, model::RecomputePolicy p) {
-  c.recompute = p;
-  c.validate();
-  return c;
-}
-
 // The rollout ranks of a run with --rollout-ranks, as the trainers and the rollout ranks
 // see them: world ranks [first, first + n) sample, [0, first) train. Messages in the world
 // group, in order per peer: tokens (tag 1) and behaviour log-probabilities (tag 2) of each
@@ -280,9 +272,9 @@ class PpoRun {
 
  private:
   void generate(int iter, Rollout& ro, json& rec);
-  void receive(int iter, Rollout& ro);
+  void receive(Rollout& ro);
   void send_weights(int iter_done);
-  void send_to_rollout_ranks(const void* data, size_t n, int tag);
+  void send_to_rollout_ranks(const void* data, size_t n, DType dtype, int tag);
   void start_rollout_ranks(int start);
   void score(Rollout& ro);
   void gather(Rollout& ro);
@@ -324,6 +316,10 @@ class PpoRun {
   // Off-policy (--off-policy, --rollout-ranks): the weights the next rollout samples with
   // (those at the start of the last iteration), whole; in the checkpoint.
   std::vector<float> behaviour_;
+  struct {
+    std::vector<int32_t> tokens;
+    std::vector<double> old_logp;
+  } received_;  // --rollout-ranks: the whole rollout, which gather() takes
   bool off_policy() const { return cfg_.off_policy || link_.n > 0; }
   std::vector<float> full_weights() {  // a collective at ZeRO-3
     const float* w = actor_eng_->full_params();
@@ -336,7 +332,7 @@ class PpoRun {
 void PpoRun::generate(int iter, Rollout& ro, json& rec) {
   // This rank's share of the rollout: the k = group_size responses to each of prompts
   // [rank·B/N, (rank+1)·B/N) of the iteration, sequences [rank·G, (rank+1)·G) of it.
-  if (link_.n > 0) return receive(iter, ro);
+  if (link_.n > 0) return receive(ro);
   const int G = rollout_sequences(cfg_) / world_, P = cfg_.prompt_len, R = cfg_.response_len, T = P + R;
   ro.G = G, ro.P = P, ro.R = R, ro.T = T;
   std::vector<int32_t> prompts, resp(size_t(G) * R);
@@ -370,20 +366,22 @@ void PpoRun::generate(int iter, Rollout& ro, json& rec) {
   std::vector<float>().swap(gen_params_);
 }
 
-// A trainer's share of rollout `iter` from the rollout ranks: every rollout rank sends every
-// trainer its part of the whole rollout; the trainer keeps sequences [rank·G, (rank+1)·G).
-void PpoRun::receive(int iter, Rollout& ro) {
+// A trainer's share of the next rollout from the rollout ranks: every rollout rank sends every
+// trainer its part, so each trainer holds the whole rollout (gather() then has no tokens or
+// behaviour log-probabilities to exchange) and scores sequences [rank·G, (rank+1)·G).
+void PpoRun::receive(Rollout& ro) {
   const int S = rollout_sequences(cfg_), per = S / link_.n, G = S / world_, P = cfg_.prompt_len,
             R = cfg_.response_len, T = P + R;
-  std::vector<int32_t> tokens(size_t(S) * T);
+  std::vector<int32_t>& tokens = received_.tokens;
   std::vector<float> logp(size_t(S) * R);
+  tokens.resize(size_t(S) * T);
   for (int j = 0; j < link_.n; ++j) {
     link_.world->recv(&tokens[size_t(j) * per * T], size_t(per) * T, comm::dtype_of<int32_t>(), link_.first + j,
                       kTokensTag);
     link_.world->recv(&logp[size_t(j) * per * R], size_t(per) * R, comm::dtype_of<float>(), link_.first + j, kLogpTag);
   }
-  (void)iter;
   if (cfg_.ckpt_every > 0) behaviour_ = full_weights();  // what the next rollout samples with
+  received_.old_logp.assign(logp.begin(), logp.end());
   ro.G = G, ro.P = P, ro.R = R, ro.T = T;
   ro.tokens.assign(tokens.begin() + int64_t(rank_) * G * T, tokens.begin() + int64_t(rank_ + 1) * G * T);
   ro.old_logp.assign(logp.begin() + int64_t(rank_) * G * R, logp.begin() + int64_t(rank_ + 1) * G * R);
@@ -394,13 +392,12 @@ void PpoRun::receive(int iter, Rollout& ro) {
 void PpoRun::send_weights(int iter_done) {
   if (link_.n == 0 || !weights_wanted(iter_done, cfg_.iterations)) return;
   const std::vector<float> w = full_weights();
-  send_to_rollout_ranks(w.data(), w.size(), kWeightsTag);
+  send_to_rollout_ranks(w.data(), w.size(), DType::f32, kWeightsTag);
 }
 
-void PpoRun::send_to_rollout_ranks(const void* data, size_t n, int tag) {
+void PpoRun::send_to_rollout_ranks(const void* data, size_t n, DType dtype, int tag) {
   if (rank_ != 0) return;
-  for (int j = 0; j < link_.n; ++j)
-    link_.world->send(data, n, tag == kStartTag ? DType::i64 : comm::dtype_of<float>(), link_.first + j, tag);
+  for (int j = 0; j < link_.n; ++j) link_.world->send(data, n, dtype, link_.first + j, tag);
 }
 
 // At the start: the first iteration to the rollout ranks, and on a resume at s the weights
@@ -409,11 +406,12 @@ void PpoRun::send_to_rollout_ranks(const void* data, size_t n, int tag) {
 void PpoRun::start_rollout_ranks(int start) {
   if (link_.n == 0) return;
   const int64_t s = start;
-  send_to_rollout_ranks(&s, 1, kStartTag);
-  if (start >= 2 && start < cfg_.iterations) send_to_rollout_ranks(behaviour_.data(), behaviour_.size(), kWeightsTag);
+  send_to_rollout_ranks(&s, 1, DType::i64, kStartTag);
+  if (start >= 2 && start < cfg_.iterations)
+    send_to_rollout_ranks(behaviour_.data(), behaviour_.size(), DType::f32, kWeightsTag);
   if (start >= 1 && start + 1 < cfg_.iterations) {
     const std::vector<float> w = full_weights();
-    send_to_rollout_ranks(w.data(), w.size(), kWeightsTag);
+    send_to_rollout_ranks(w.data(), w.size(), DType::f32, kWeightsTag);
   }
 }
 
@@ -475,8 +473,13 @@ void PpoRun::gather(Rollout& ro) {
     group_->all_gather(v.data(), out.data(), v.size(), comm::dtype_of<typename std::remove_reference_t<decltype(v)>::value_type>());
     v.swap(out);
   };
-  all(ro.tokens);
-  all(ro.old_logp);
+  if (link_.n > 0) {  // the whole rollout came from the rollout ranks
+    ro.tokens.swap(received_.tokens);
+    ro.old_logp.swap(received_.old_logp);
+  } else {
+    all(ro.tokens);
+    all(ro.old_logp);
+  }
   all(ro.ref_logp);
   if (critic_) all(ro.values);
   all(ro.score);
@@ -693,13 +696,9 @@ json PpoRun::memory_report() const {
       {"actor", {{"parameters", a.parameters}, {"gradients", a.gradients}, {"optimizer", a.optimizer},
                  {"activations", act_a}, {"comm", a.comm}, {"kv_cache", decoder_.cache_bytes()},
                  {"generation_gather", actor_eng_->full_params() ? 0 : bytes(pa)}}},
-      {"reference", {{"parameters", ref_shards_ ? ref_shards_->shard_bytes() : bytes(pa)}, {"gradients", 0},
-                     {"optimizer", 0}, {"comm", ref_shards_ ? ref_shards_->gather_bytes() : 0},
-                     {"activations", reference_.activation_bytes()}}},
-      {"reward", {{"parameters", reward_shards_ ? reward_shards_->shard_bytes() + bytes(head) : bytes(pr)},
-                  {"gradients", 0}, {"optimizer", 0},
-                  {"comm", reward_shards_ ? reward_shards_->gather_bytes() : 0},
-                  {"activations", const_cast<ValueModel&>(reward_).gpt().activation_bytes()}}},
+      {"reference", frozen_memory(ref_shards_.get(), bytes(pa), 0, reference_.activation_bytes())},
+      {"reward", frozen_memory(reward_shards_.get(), bytes(pr), bytes(head),
+                               const_cast<ValueModel&>(reward_).gpt().activation_bytes())},
       {"zero", cfg_.zero},
       {"tracker", memory_tracker().to_json()}};
   if (critic_) {

@@ -8,6 +8,12 @@
 
 namespace strata::rlhf {
 
+model::GPTConfig recomputing(model::GPTConfig c, model::RecomputePolicy p) {
+  c.recompute = p;
+  c.validate();
+  return c;
+}
+
 std::unique_ptr<parallel::DataParallelEngine> make_trained_engine(model::GPT& gpt, comm::ProcessGroup& group,
                                                                   int stage,
                                                                   const parallel::OptimConfig& optim,

@@ -15,6 +15,10 @@
 
 namespace strata::rlhf {
 
+// A trained trunk's config under the run's recomputation policy (frozen models run forward
+// only and keep nothing for a backward anyway).
+model::GPTConfig recomputing(model::GPTConfig c, model::RecomputePolicy p);
+
 // The engine for `gpt` (built with allocate_state = false) at ZeRO `stage`, fp32, over
 // `group`, its parameters set to `params` (gpt.num_params() floats, alike on every rank).
 std::unique_ptr<parallel::DataParallelEngine> make_trained_engine(model::GPT& gpt, comm::ProcessGroup& group,
