@@ -6,9 +6,10 @@
 // Terms: L layers, C width, NH heads, Vp padded vocabulary, maxT position rows, T tp ranks,
 // E experts, P ep ranks.
 // Local parameters of tp rank r: Vr·C (vocab rows floor((r+1)Vp/T) - floor(rVp/T)) + maxT·C
-// + L·(12C²/T + 7C/T + 6C) + 2C, plus per MoE block E·C + (E/P - 1)·(8C²/T + 4C/T + C) (the
-// router whole, the rank's E/P expert MLPs, each split over tp as the dense one, instead of
-// one; docs/moe.md).
+// + L·(12C²/T + 7C/T + 6C) + 2C, plus per MoE block E·C + (E/P)·(2·C·H/T + H/T + C) + the
+// shared experts' (2·C·Hs/T + Hs/T + C, Hs = S·H; none when S = 0) - (8C²/T + 4C/T + C) (the
+// router whole, the rank's E/P expert MLPs of H hidden units and the shared ones, each split
+// over tp as the dense one, instead of the dense MLP; docs/moe.md). H = 4C unless fine-grained.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -46,6 +47,9 @@ struct GptShape {
   // Full recomputation under bf16 compute with --recompute-inputs bf16: each recomputed block
   // followed by another keeps its output in bf16.
   bool recompute_bf16_inputs = false;
+  // Fine-grained experts: each routed expert's hidden width (0: the dense MLP's); the shared
+  // experts' hidden units together (S · that width; 0: none).
+  int64_t expert_ffn = 0, shared_ffn = 0;
 };
 
 // Key/value heads one of T tp ranks holds: NKV/T when T divides NKV; when NKV divides T, the
@@ -70,17 +74,27 @@ inline int64_t tp_vocab_rows(int64_t padded_vocab, int tp, int rank) {
   return padded_vocab * (rank + 1) / tp - padded_vocab * rank / tp;
 }
 
-// One MLP (fc 4C x C and its bias, proj C x 4C and its bias) on one of T tp ranks: the dense
-// block's and each expert's.
-inline int64_t mlp_params(int64_t dim, int tp) {
-  const int64_t C = dim, T = tp;
-  return 8 * C * C / T + 4 * C / T + C;
+// One GPT-2 MLP of H hidden units (fc H x C and its bias, proj C x H and its bias; H = 4C: the
+// dense block's) on one of T tp ranks.
+inline int64_t mlp_params(int64_t dim, int tp, int64_t hidden = 0) {
+  const int64_t C = dim, T = tp, H = hidden > 0 ? hidden : 4 * dim;
+  return 2 * C * H / T + H / T + C;
 }
 
-// One expert's MLP on one of T tp ranks: GPT-2's (mlp_params), or a Llama block's SwiGLU
-// (gate, up (F, C) and down (C, F), no biases).
+// An MLP of H hidden units on one of T tp ranks: GPT-2's (mlp_params), or a Llama block's
+// SwiGLU (gate, up (H, C) and down (C, H), no biases).
+inline int64_t mlp_params_of(const GptShape& m, int tp, int64_t hidden) {
+  return m.llama ? 3 * hidden * m.dim / tp : mlp_params(m.dim, tp, hidden);
+}
+// The dense MLP's hidden width.
+inline int64_t dense_ffn(const GptShape& m) { return m.llama ? m.ffn : 4 * m.dim; }
+// One routed expert's MLP on one of T tp ranks.
 inline int64_t expert_mlp_params(const GptShape& m, int tp) {
-  return m.llama ? 3 * m.ffn * m.dim / tp : mlp_params(m.dim, tp);
+  return mlp_params_of(m, tp, m.expert_ffn > 0 ? m.expert_ffn : dense_ffn(m));
+}
+// One MoE block's shared experts on one of T tp ranks (0: none).
+inline int64_t shared_mlp_params(const GptShape& m, int tp) {
+  return m.shared_ffn > 0 ? mlp_params_of(m, tp, m.shared_ffn) : 0;
 }
 
 // Parameters of tp rank `rank` holding the experts of one of `ep` expert-parallel ranks.
@@ -88,16 +102,19 @@ inline int64_t expert_mlp_params(const GptShape& m, int tp) {
 // 2C + C·(NH/T + 2·NKVl)·hs + C²/T + 3FC/T + the final norm's C, NKVl = tp_kv_heads.
 inline int64_t local_params(const GptShape& m, int tp, int rank, int ep = 1) {
   const int64_t C = m.dim, T = tp;
+  // Each MoE block: the router, E/P experts and the shared ones instead of the dense MLP.
+  const int64_t moe_extra =
+      m.moe_layers * (m.experts * C + (m.experts / ep) * expert_mlp_params(m, tp) + shared_mlp_params(m, tp) -
+                      mlp_params_of(m, tp, dense_ffn(m)));
   if (m.llama) {
     const int64_t hs = C / m.heads, vocab = tp_vocab_rows(m.padded_vocab, tp, rank) * C;
     return vocab * (m.tied ? 1 : 2) +
            m.layers * (2 * C + C * (m.heads / T + 2 * tp_kv_heads(m.kv_heads, T)) * hs + C * C / T +
                        3 * m.ffn * C / T) +
-           C + m.moe_layers * (m.experts * C + (m.experts / ep - 1) * expert_mlp_params(m, tp));
+           C + moe_extra;
   }
   return tp_vocab_rows(m.padded_vocab, tp, rank) * C + m.max_seq * C +
-         m.layers * (12 * C * C / T + 7 * C / T + 6 * C) + 2 * C +
-         m.moe_layers * (m.experts * C + (m.experts / ep - 1) * mlp_params(C, tp));
+         m.layers * (12 * C * C / T + 7 * C / T + 6 * C) + 2 * C + moe_extra;
 }
 
 }  // namespace strata::cost

@@ -251,6 +251,7 @@ void moe_forward(const BlockCtx& c, LayerActs& a, bool h) {
   const TpDims& d = c.d;
   const int64_t N = d.N, n = d.n;
   const int C = d.C;
+  c.moe->seq_rows = d.T;
   if (c.tc.size() == 1) {
     std::memcpy(a.res3, a.res2, sizeof(float) * size_t(N * C));
     moe_block_forward(*c.moe, a.ln2, a.ln2_h, a.res3, N, h);
@@ -420,7 +421,7 @@ void block_backward_weight(const BlockCtx& c, const Block& g, const LayerActs& a
 
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,
                        bool bf16) {
-  b.moe->forward(b.index, x, xh, out, N, b.w, bf16, b.ids, b.slot);
+  b.moe->forward(b.index, x, xh, out, N, b.w, bf16, b.ids, b.slot, b.seq_rows);
 }
 
 void moe_block_backward(MoEBlock& b, const float* dout, float* dx, bool bf16) {

@@ -193,6 +193,7 @@ struct MoEBlock {
   float scale;  // backward: the loss scale (aux and z gradients)
   const expert::TokenIds* ids = nullptr;  // forward: who its rows are (null: anonymous)
   int slot = 0;  // the activation slot of the micro-batch (its routing state in the MoE)
+  int64_t seq_rows = 0;  // forward: the local rows of each sequence (0: one sequence)
 };
 // The MoE half of a block: out (N, C) += experts(x); backward: dx (N, C) written from dout.
 void moe_block_forward(MoEBlock& b, const float* x, const uint16_t* xh, float* out, int64_t N,

@@ -161,8 +161,9 @@ void GPTConfig::validate() const {
   STRATA_CHECK(n < 4e9, "model has ~", n, " parameters: too many for one flat fp32 buffer");
   // Counted in double before any table or buffer is built: 2^31 - 1 experts once spent
   // minutes building before anything failed.
-  const double experts = double(moe.moe_layers(layers)) * double(moe.experts) *
-                         (8.0 * dim * dim + 6.0 * dim);
+  const double width = moe.expert_width(hidden()), mats = llama() ? 3.0 : 2.0;
+  const double experts = double(moe.moe_layers(layers)) * (double(moe.experts) + moe.shared_experts) *
+                         (mats * dim * width + width + dim);
   STRATA_CHECK(n + experts < 4e9, "--experts ", moe.experts, ": the model would have ~",
                n + experts, " parameters (", moe.moe_layers(layers), " MoE blocks x ",
                moe.experts, " expert MLPs): too many for one flat fp32 buffer");

@@ -135,23 +135,29 @@ Block Part::views(float* base, int layer) const {
 
 namespace {
 
+// One MLP's views from its first one's relative offsets r (GPT-2: c_fc w, b, c_proj w, b;
+// Llama: gate | up as one matrix, down).
+expert::ExpertViews mlp_views(float* base, const int64_t* r, bool llama) {
+  return llama ? expert::ExpertViews{base + r[0], nullptr, base + r[2], nullptr}
+               : expert::ExpertViews{base + r[0], base + r[1], base + r[2], base + r[3]};
+}
+
 // An MoE block's router is view 8 of its block's unit (after ln_2, model/shard.cc; a Llama
-// block's view 6); its experts are the views of its expert unit, 4 per held expert (GPT-2:
-// c_fc w, b, c_proj w, b) or 3 (Llama: gate | up as one matrix, down). All E slots are
-// returned (global ids), the ones this rank does not hold empty.
+// block's view 6), its shared experts (if any) the MLP views right after it; its routed
+// experts are the views of its expert unit, 4 per held expert (GPT-2) or 3 (Llama). All E
+// slots are returned (global ids), the ones this rank does not hold empty.
 expert::MoEWeights moe_views(float* block, float* experts, const std::vector<int64_t>& rel,
-                             int first, int first_expert_view, int E, ExpertShard x, bool llama) {
+                             int first, int first_expert_view, int E, ExpertShard x, bool llama,
+                             bool shared) {
   expert::MoEWeights w;
   w.experts.assign(size_t(E), expert::ExpertViews{});
   if (!block) return w;
-  w.router = block + rel[size_t(first + (llama ? 6 : 8))];
+  const int router = first + (llama ? 6 : 8);
+  w.router = block + rel[size_t(router)];
+  if (shared) w.shared = mlp_views(block, rel.data() + router + 1, llama);
   const int per = E / x.size, views = llama ? 3 : 4;
-  for (int j = 0; j < per; ++j) {
-    const int64_t* r = rel.data() + first_expert_view + views * j;
-    w.experts[size_t(x.rank * per + j)] =
-        llama ? expert::ExpertViews{experts + r[0], nullptr, experts + r[2], nullptr}
-              : expert::ExpertViews{experts + r[0], experts + r[1], experts + r[2], experts + r[3]};
-  }
+  for (int j = 0; j < per; ++j)
+    w.experts[size_t(x.rank * per + j)] = mlp_views(experts, rel.data() + first_expert_view + views * j, llama);
   return w;
 }
 
@@ -162,6 +168,7 @@ expert::MoEWeights moe_views(float* block, float* experts, const std::vector<int
 std::unique_ptr<MoEBlock> Part::moe_block(int layer, bool with_grads, float scale, int slot) {
   if (!moe || !cfg.moe.is_moe_layer(layer)) return nullptr;
   const int first = view0[size_t(layer)], E = cfg.moe.experts;
+  const bool shared = cfg.moe.shared_experts > 0;
   auto b = std::make_unique<MoEBlock>();
   b->moe = moe.get();
   b->index = cfg.moe.moe_index(layer);
@@ -171,13 +178,13 @@ std::unique_ptr<MoEBlock> Part::moe_block(int layer, bool with_grads, float scal
   const int xv = view0[size_t(b->unit - 1)];
   b->w = moe_views(checked(unit_params[size_t(layer + 1)], layer + 1, "parameter"),
                    checked(unit_params[size_t(b->unit)], b->unit, "parameter"), view_rel, first,
-                   xv, E, experts, cfg.llama());
+                   xv, E, experts, cfg.llama(), shared);
   if (with_grads)
     b->g = moe_views(checked(unit_grads[size_t(layer + 1)], layer + 1, "gradient"),
                      checked(unit_grads[size_t(b->unit)], b->unit, "gradient"), view_rel, first,
-                     xv, E, experts, cfg.llama());
+                     xv, E, experts, cfg.llama(), shared);
   else
-    b->g = moe_views(nullptr, nullptr, view_rel, first, xv, E, experts, cfg.llama());
+    b->g = moe_views(nullptr, nullptr, view_rel, first, xv, E, experts, cfg.llama(), shared);
   b->scale = scale;
   b->ids = ids;
   b->slot = slot;

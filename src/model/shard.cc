@@ -21,6 +21,11 @@ void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel,
                "whole key/value heads, or one head replicated on the ranks sharing it)");
   STRATA_CHECK(cfg.hidden() % tp == 0, "--tp ", tp, " does not divide the MLP width ", cfg.hidden(),
                cfg.llama() ? " (--ffn)" : " (4 x --dim)");
+  if (cfg.moe.enabled()) {
+    const int He = cfg.moe.expert_width(cfg.hidden()), Hs = cfg.moe.shared_width(cfg.hidden());
+    STRATA_CHECK(He % tp == 0 && Hs % tp == 0, "--tp ", tp, " does not divide the experts' hidden width ", He,
+                 Hs > 0 ? cat(" and the shared experts' ", Hs) : "", " (--expert-ffn)");
+  }
   // With context parallelism each cp rank's seq / cp tokens are what the tp ranks split.
   const int local = seq / cp;
   STRATA_CHECK(!sequence_parallel || tp == 1 || local % tp == 0, "--sp with --tp ", tp, ": ",
@@ -124,13 +129,17 @@ static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, Exp
     t.add(name, {cfg.padded_vocab, C}, unit, true, {{{vs.begin, 0}, {vs.size(), C}}}, false);
   };
   vocab_rows("embed_tokens.weight", 0);
-  // A SwiGLU MLP (the dense one, or an expert of a Mixtral-style MoE block): gate and up
-  // column-parallel, down row-parallel.
-  auto mlp = [&](const std::string& p, int unit) {
-    t.column(p + "gate_proj.weight", {F, C}, unit, true, 1);
-    t.column(p + "up_proj.weight", {F, C}, unit, true, 1);
-    t.row(p + "down_proj.weight", {C, F}, unit, true);
+  // A SwiGLU MLP of H hidden units (the dense one, a shared expert or a routed expert of an
+  // MoE block): gate and up column-parallel, down row-parallel.
+  auto mlp = [&](const std::string& p, int unit, int64_t H) {
+    t.column(p + "gate_proj.weight", {H, C}, unit, true, 1);
+    t.column(p + "up_proj.weight", {H, C}, unit, true, 1);
+    t.row(p + "down_proj.weight", {C, H}, unit, true);
   };
+  const int64_t He = cfg.moe.expert_width(int(F)), Hs = cfg.moe.shared_width(int(F));
+  STRATA_CHECK(!cfg.moe.enabled() || (He % s.size == 0 && Hs % s.size == 0), "--tp ", s.size,
+               " does not divide the experts' hidden width ", He, Hs > 0 ? cat(" and the shared experts' ", Hs) : "",
+               " (--expert-ffn)");
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const int u = l + 1;
@@ -140,10 +149,13 @@ static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, Exp
     t.kv_heads(p + "self_attn.v_proj.weight", cfg.kv(), hs, C, u);
     t.row(p + "self_attn.o_proj.weight", {C, C}, u, true);
     t.whole(p + "post_attention_layernorm.weight", {C}, u, false, true);
-    if (cfg.moe.is_moe_layer(l))  // the router here, the experts in the expert units below
+    if (cfg.moe.is_moe_layer(l)) {  // the router and shared experts here, the routed
+                                    // experts in the expert units below
       t.whole(p + "mlp.router.weight", {cfg.moe.experts, C}, u, true, true);
-    else
-      mlp(p + "mlp.", u);
+      if (Hs > 0) mlp(p + "mlp.shared_experts.", u, Hs);
+    } else {
+      mlp(p + "mlp.", u, F);
+    }
   }
   t.whole("norm.weight", {C}, cfg.layers + 1, false, true);
   if (!cfg.tied()) vocab_rows("lm_head.weight", cfg.layers + 1);
@@ -152,7 +164,7 @@ static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, Exp
     if (!cfg.moe.is_moe_layer(l)) continue;
     const int per = cfg.moe.experts / x.size;
     for (int e = x.rank * per; e < (x.rank + 1) * per; ++e)
-      mlp("layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".", u);
+      mlp("layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".", u, He);
     ++u;
   }
   return std::move(t.out);
@@ -173,14 +185,18 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, Ex
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
   t.add("wte", {cfg.padded_vocab, C}, 0, true, {{{vs.begin, 0}, {vs.size(), C}}}, false);
   t.whole("wpe", {cfg.seq, C}, 0, true, true);
-  // An MLP (the dense one, or an expert) in unit `unit`: c_fc column-parallel, c_proj
-  // row-parallel, its bias replicated over tp.
-  auto mlp = [&](const std::string& x, int unit) {
-    t.column(x + "c_fc.weight", {4 * C, C}, unit, true, 1);
-    t.column(x + "c_fc.bias", {4 * C}, unit, false, 1);
-    t.row(x + "c_proj.weight", {C, 4 * C}, unit, true);
+  // An MLP of H hidden units (the dense one, the shared experts or a routed expert) in unit
+  // `unit`: c_fc column-parallel, c_proj row-parallel, its bias replicated over tp.
+  auto mlp = [&](const std::string& x, int unit, int64_t H) {
+    t.column(x + "c_fc.weight", {H, C}, unit, true, 1);
+    t.column(x + "c_fc.bias", {H}, unit, false, 1);
+    t.row(x + "c_proj.weight", {C, H}, unit, true);
     t.whole(x + "c_proj.bias", {C}, unit, false, true);
   };
+  const int64_t He = cfg.moe.expert_width(int(4 * C)), Hs = cfg.moe.shared_width(int(4 * C));
+  STRATA_CHECK(!cfg.moe.enabled() || (He % s.size == 0 && Hs % s.size == 0), "--tp ", s.size,
+               " does not divide the experts' hidden width ", He, Hs > 0 ? cat(" and the shared experts' ", Hs) : "",
+               " (--expert-ffn)");
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const int u = l + 1;
@@ -192,12 +208,13 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, Ex
     t.whole(p + "attn.c_proj.bias", {C}, u, false, true);
     t.whole(p + "ln_2.weight", {C}, u, false, true);
     t.whole(p + "ln_2.bias", {C}, u, false, true);
-    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: the router here (replicated over tp),
-                                    // experts in the expert units below
+    if (cfg.moe.is_moe_layer(l)) {  // model/expert/moe.h: the router here (replicated over tp)
+                                    // and the shared experts, routed experts in the expert units
       t.whole(p + "mlp.router.weight", {E, C}, u, true, true);
+      if (Hs > 0) mlp(p + "mlp.shared_experts.", u, Hs);
       continue;
     }
-    mlp(p + "mlp.", u);
+    mlp(p + "mlp.", u, 4 * C);
   }
   t.whole("ln_f.weight", {C}, cfg.layers + 1, false, true);
   t.whole("ln_f.bias", {C}, cfg.layers + 1, false, true);
@@ -209,7 +226,7 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, Ex
     const std::string p = "h." + std::to_string(l) + ".mlp.experts.";
     const int per = E / x.size;
     for (int e = x.rank * per; e < (x.rank + 1) * per; ++e) {
-      mlp(p + std::to_string(e) + ".", u);
+      mlp(p + std::to_string(e) + ".", u, He);
     }
     ++u;
   }
@@ -232,6 +249,10 @@ cost::GptShape gpt_shape(const GPTConfig& cfg) {
   m.llama = cfg.llama(), m.kv_heads = cfg.kv(), m.ffn = cfg.hidden(), m.tied = cfg.tied();
   m.moe_layers = cfg.moe.moe_layers(cfg.layers), m.experts = cfg.moe.experts;
   m.top_k = cfg.moe.top_k;
+  if (cfg.moe.enabled()) {
+    m.expert_ffn = cfg.moe.expert_ffn;
+    m.shared_ffn = cfg.moe.shared_width(cfg.hidden());
+  }
   m.recompute = cfg.recompute.mode;
   m.recomputed_layers = recomputed;
   m.recompute_bf16_inputs = cfg.recompute.bf16_inputs;

@@ -93,6 +93,16 @@ json TrainConfig::to_json() const {
                 {"aux_loss_coef", model.moe.aux_coef},
                 {"z_loss_coef", model.moe.z_coef},
                 {"router_jitter", model.moe.jitter}};
+  if (model.moe.enabled()) {  // DeepSeek-style settings, when set (older runs' keys unchanged)
+    const auto& x = model.moe;
+    nlohmann::json& moe = j["moe"];
+    if (x.bias_rate > 0) moe["router_bias_update_rate"] = x.bias_rate;
+    if (x.expert_ffn > 0) moe["expert_ffn"] = x.expert_ffn;
+    if (x.shared_experts > 0) moe["shared_experts"] = x.shared_experts;
+    if (x.score == model::expert::RouterScore::sigmoid) moe["router_score"] = "sigmoid";
+    if (x.aux_scope == model::expert::AuxScope::sequence) moe["aux_loss_scope"] = "sequence";
+    if (x.route_max_groups > 0) moe["route_groups"] = {x.route_groups, x.route_max_groups};
+  }
   return j;
 }
 

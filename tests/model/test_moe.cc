@@ -18,14 +18,16 @@ namespace {
 constexpr int C = 8, E = 4;
 constexpr int64_t N = 12;
 
-// Parameters of one MoE block in double: router (E, C), then per expert W1 (4C, C), b1 (4C),
-// W2 (C, 4C), b2 (C); plus the input x (N, C) and the output weights c (N, C).
+// Parameters of one MoE block in double: router (E, C), then per expert W1 (H, C), b1 (H),
+// W2 (C, H), b2 (C) (H = 4C unless fine-grained), the shared experts' MLP of Hs units (empty:
+// none); plus the input x (N, C) and the output weights c (N, C).
 struct Params {
   std::vector<double> router, x, c;
   std::vector<std::vector<double>> w1, b1, w2, b2;
+  std::vector<double> s1, sb1, s2, sb2;
 };
 
-Params random_params(uint64_t seed) {
+Params random_params(uint64_t seed, int H = 4 * C, int Hs = 0) {
   Rng rng(seed, 0);
   auto fill = [&](size_t n, double s) {
     std::vector<double> v(n);
@@ -37,10 +39,16 @@ Params random_params(uint64_t seed) {
   p.x = fill(N * C, 1.0);
   p.c = fill(N * C, 1.0);
   for (int e = 0; e < E; ++e) {
-    p.w1.push_back(fill(4 * C * C, 0.5));
-    p.b1.push_back(fill(4 * C, 0.1));
-    p.w2.push_back(fill(4 * C * C, 0.5));
+    p.w1.push_back(fill(size_t(H) * C, 0.5));
+    p.b1.push_back(fill(size_t(H), 0.1));
+    p.w2.push_back(fill(size_t(H) * C, 0.5));
     p.b2.push_back(fill(C, 0.1));
+  }
+  if (Hs > 0) {
+    p.s1 = fill(size_t(Hs) * C, 0.5);
+    p.sb1 = fill(size_t(Hs), 0.1);
+    p.s2 = fill(size_t(Hs) * C, 0.5);
+    p.sb2 = fill(C, 0.1);
   }
   return p;
 }
@@ -50,16 +58,36 @@ double gelu(double x) {
   return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
 }
 
+// One GELU MLP of H = b1.size() units on row x: its output's dot with c.
+double mlp_dot(const double* x, const double* c, const std::vector<double>& w1, const std::vector<double>& b1,
+               const std::vector<double>& w2, const std::vector<double>& b2) {
+  const size_t H = b1.size();
+  std::vector<double> a(H);
+  for (size_t j = 0; j < H; ++j) {
+    double h = b1[j];
+    for (int q = 0; q < C; ++q) h += w1[j * C + q] * x[q];
+    a[j] = gelu(h);
+  }
+  double out = 0;
+  for (int q = 0; q < C; ++q) {
+    double o = b2[q];
+    for (size_t j = 0; j < H; ++j) o += w2[q * H + j] * a[j];
+    out += c[q] * o;
+  }
+  return out;
+}
+
 // The loss sum_t <c_t, out_t> + aux + z of one group, written from the definitions in
-// router.h and moe.h, in double.
-double reference_loss(const Params& p, const MoEConfig& cfg) {
+// router.h, config.h and moe.h, in double: softmax or sigmoid scores, routing limited to the
+// best groups, the balance loss per group or per sequence of seq_rows rows, shared experts.
+double reference_loss(const Params& p, const MoEConfig& cfg, int64_t seq_rows = 0) {
   const int K = cfg.top_k;
-  std::vector<double> probs(N * E);
+  const bool sigmoid = cfg.score == RouterScore::sigmoid;
+  const int64_t seg = cfg.aux_scope == AuxScope::sequence && seq_rows > 0 ? seq_rows : N;
+  std::vector<double> probs(N * E), source(N * E);
   double zsum = 0;
-  std::vector<double> mean_p(E, 0.0);
   std::vector<std::vector<int>> choice(N);
   std::vector<std::vector<double>> gate(N);
-  std::vector<int64_t> wanted(E, 0);
   for (int64_t t = 0; t < N; ++t) {
     std::vector<double> z(E);
     for (int e = 0; e < E; ++e) {
@@ -71,8 +99,32 @@ double reference_loss(const Params& p, const MoEConfig& cfg) {
     for (double v : z) s += std::exp(v - mx);
     const double lse = mx + std::log(s);
     zsum += lse * lse;
-    std::vector<int> order(E);
-    for (int e = 0; e < E; ++e) order[e] = e, probs[t * E + e] = std::exp(z[e] - lse);
+    double total = 0;
+    for (int e = 0; e < E; ++e) {
+      probs[t * E + e] = sigmoid ? 1.0 / (1.0 + std::exp(-z[e])) : std::exp(z[e] - lse);
+      total += probs[t * E + e];
+    }
+    for (int e = 0; e < E; ++e) source[t * E + e] = sigmoid ? probs[t * E + e] / total : probs[t * E + e];
+    std::vector<bool> allowed(E, true);
+    if (cfg.limits_groups()) {
+      const int G = cfg.route_groups, M = cfg.route_max_groups, per = E / G;
+      const int best = std::min(per, (K + M - 1) / M);
+      std::vector<std::pair<double, int>> sums;
+      for (int q = 0; q < G; ++q) {
+        std::vector<double> v(probs.begin() + t * E + q * per, probs.begin() + t * E + (q + 1) * per);
+        std::sort(v.rbegin(), v.rend());
+        double sum = 0;
+        for (int i = 0; i < best; ++i) sum += v[i];
+        sums.push_back({-sum, q});
+      }
+      std::sort(sums.begin(), sums.end());
+      allowed.assign(E, false);
+      for (int i = 0; i < M; ++i)
+        for (int e = 0; e < per; ++e) allowed[sums[i].second * per + e] = true;
+    }
+    std::vector<int> order;
+    for (int e = 0; e < E; ++e)
+      if (allowed[e]) order.push_back(e);
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return probs[t * E + a] > probs[t * E + b]; });
     double denom = 0;
@@ -80,9 +132,7 @@ double reference_loss(const Params& p, const MoEConfig& cfg) {
     for (int k = 0; k < K; ++k) {
       choice[t].push_back(order[k]);
       gate[t].push_back(probs[t * E + order[k]] / denom);
-      ++wanted[order[k]];
     }
-    for (int e = 0; e < E; ++e) mean_p[e] += probs[t * E + e] / N;
   }
   std::vector<std::vector<bool>> kept(N, std::vector<bool>(K, false));
   std::vector<int64_t> load(E, 0);
@@ -91,25 +141,26 @@ double reference_loss(const Params& p, const MoEConfig& cfg) {
     for (int64_t t = 0; t < N; ++t)
       if (load[choice[t][k]] < cap) ++load[choice[t][k]], kept[t][k] = true;
   double loss = 0;
-  for (int64_t t = 0; t < N; ++t)
+  for (int64_t t = 0; t < N; ++t) {
     for (int k = 0; k < K; ++k) {
       if (!kept[t][k]) continue;
       const int e = choice[t][k];
-      std::vector<double> a(4 * C);
-      for (int j = 0; j < 4 * C; ++j) {
-        double h = p.b1[e][j];
-        for (int c = 0; c < C; ++c) h += p.w1[e][j * C + c] * p.x[t * C + c];
-        a[j] = gelu(h);
-      }
-      for (int c = 0; c < C; ++c) {
-        double o = p.b2[e][c];
-        for (int j = 0; j < 4 * C; ++j) o += p.w2[e][c * 4 * C + j] * a[j];
-        loss += p.c[t * C + c] * gate[t][k] * o;
-      }
+      loss += gate[t][k] * mlp_dot(&p.x[t * C], &p.c[t * C], p.w1[e], p.b1[e], p.w2[e], p.b2[e]);
     }
-  double balance = 0;
-  for (int e = 0; e < E; ++e) balance += double(wanted[e]) / double(N * K) * mean_p[e];
-  return loss + cfg.aux_coef * N * E * balance + cfg.z_coef * zsum;
+    if (!p.s1.empty()) loss += mlp_dot(&p.x[t * C], &p.c[t * C], p.s1, p.sb1, p.s2, p.sb2);
+  }
+  double aux = 0;
+  for (int64_t b = 0; b < N; b += seg) {
+    std::vector<double> wanted(E, 0.0), mean(E, 0.0);
+    for (int64_t t = b; t < b + seg; ++t) {
+      for (int k = 0; k < K; ++k) wanted[choice[t][k]] += 1;
+      for (int e = 0; e < E; ++e) mean[e] += source[t * E + e] / double(seg);
+    }
+    double balance = 0;
+    for (int e = 0; e < E; ++e) balance += wanted[e] / double(seg * K) * mean[e];
+    aux += cfg.aux_coef * double(seg) * E * balance;
+  }
+  return loss + aux + cfg.z_coef * zsum;
 }
 
 std::vector<float> to_f32(const std::vector<double>& v) { return {v.begin(), v.end()}; }
@@ -118,11 +169,12 @@ std::vector<float> to_f32(const std::vector<double>& v) { return {v.begin(), v.e
 struct Grads {
   std::vector<float> router, x;
   std::vector<std::vector<float>> w1, b1, w2, b2;
+  std::vector<float> s[4];  // the shared experts' (empty: none)
   double loss = 0;
   int64_t dropped = 0;
 };
 
-Grads strata_grads(const Params& p, const MoEConfig& cfg) {
+Grads strata_grads(const Params& p, const MoEConfig& cfg, int64_t seq_rows = 0) {
   MoE moe(cfg, 1, C);
   std::vector<float> router = to_f32(p.router), x = to_f32(p.x), c = to_f32(p.c);
   std::vector<std::vector<float>> w[4], g[4];
@@ -142,8 +194,14 @@ Grads strata_grads(const Params& p, const MoEConfig& cfg) {
     W.experts.push_back({w[0][e].data(), w[1][e].data(), w[2][e].data(), w[3][e].data()});
     G.experts.push_back({g[0][e].data(), g[1][e].data(), g[2][e].data(), g[3][e].data()});
   }
+  std::vector<float> sw[4] = {to_f32(p.s1), to_f32(p.sb1), to_f32(p.s2), to_f32(p.sb2)};
+  if (!p.s1.empty()) {
+    for (int j = 0; j < 4; ++j) out.s[j].assign(sw[j].size(), 0.0f);
+    W.shared = {sw[0].data(), sw[1].data(), sw[2].data(), sw[3].data()};
+    G.shared = {out.s[0].data(), out.s[1].data(), out.s[2].data(), out.s[3].data()};
+  }
   std::vector<float> y(N * C, 0.0f);
-  moe.forward(0, x.data(), nullptr, y.data(), N, W, false);
+  moe.forward(0, x.data(), nullptr, y.data(), N, W, false, nullptr, 0, seq_rows);
   for (int64_t i = 0; i < N * C; ++i) out.loss += double(c[i]) * y[i];
   out.loss += moe.last_aux() + moe.last_z();
   out.x.assign(N * C, 0.0f);
@@ -157,37 +215,44 @@ Grads strata_grads(const Params& p, const MoEConfig& cfg) {
 // spread elements, against strata's gradient `got`.
 template <typename Pick>
 void check(Params p, Pick pick, const std::vector<float>& got, const MoEConfig& cfg,
-           const std::string& what, size_t samples = 24) {
+           const std::string& what, size_t samples = 24, int64_t seq_rows = 0) {
   std::vector<double>& v = pick(p);
   ASSERT_EQ(v.size(), got.size()) << what;
   for (size_t i = 0; i < v.size(); i += std::max<size_t>(1, v.size() / samples)) {
     const double keep = v[i], h = 1e-5;
     v[i] = keep + h;
-    const double up = reference_loss(p, cfg);
+    const double up = reference_loss(p, cfg, seq_rows);
     v[i] = keep - h;
-    const double down = reference_loss(p, cfg);
+    const double down = reference_loss(p, cfg, seq_rows);
     v[i] = keep;
     const double fd = (up - down) / (2 * h);
     EXPECT_NEAR(got[i], fd, 2e-3 * std::max(1.0, std::abs(fd))) << what << "[" << i << "]";
   }
 }
 
-void check_all(const MoEConfig& cfg, uint64_t seed, bool expect_drops) {
-  const Params p = random_params(seed);
-  const Grads g = strata_grads(p, cfg);
-  EXPECT_NEAR(g.loss, reference_loss(p, cfg), 1e-4 * std::max(1.0, std::abs(g.loss)));
+void check_all(const MoEConfig& cfg, uint64_t seed, bool expect_drops, int64_t seq_rows = 0) {
+  const Params p = random_params(seed, cfg.expert_width(4 * C), cfg.shared_width(4 * C));
+  const Grads g = strata_grads(p, cfg, seq_rows);
+  EXPECT_NEAR(g.loss, reference_loss(p, cfg, seq_rows), 1e-4 * std::max(1.0, std::abs(g.loss)));
   if (expect_drops) {
     EXPECT_GT(g.dropped, 0) << "the capacity should drop assignments";
   }
-  check(p, [](Params& q) -> std::vector<double>& { return q.router; }, g.router, cfg, "router");
-  check(p, [](Params& q) -> std::vector<double>& { return q.x; }, g.x, cfg, "x");
+  using V = std::vector<double>;
+  const int64_t sr = seq_rows;
+  check(p, [](Params& q) -> V& { return q.router; }, g.router, cfg, "router", 24, sr);
+  check(p, [](Params& q) -> V& { return q.x; }, g.x, cfg, "x", 24, sr);
   for (int e = 0; e < E; ++e) {
     const std::string x = "expert " + std::to_string(e) + " ";
-    check(p, [e](Params& q) -> std::vector<double>& { return q.w1[e]; }, g.w1[e], cfg, x + "c_fc.weight", 12);
-    check(p, [e](Params& q) -> std::vector<double>& { return q.b1[e]; }, g.b1[e], cfg, x + "c_fc.bias", 12);
-    check(p, [e](Params& q) -> std::vector<double>& { return q.w2[e]; }, g.w2[e], cfg, x + "c_proj.weight", 12);
-    check(p, [e](Params& q) -> std::vector<double>& { return q.b2[e]; }, g.b2[e], cfg, x + "c_proj.bias", 12);
+    check(p, [e](Params& q) -> V& { return q.w1[e]; }, g.w1[e], cfg, x + "c_fc.weight", 12, sr);
+    check(p, [e](Params& q) -> V& { return q.b1[e]; }, g.b1[e], cfg, x + "c_fc.bias", 12, sr);
+    check(p, [e](Params& q) -> V& { return q.w2[e]; }, g.w2[e], cfg, x + "c_proj.weight", 12, sr);
+    check(p, [e](Params& q) -> V& { return q.b2[e]; }, g.b2[e], cfg, x + "c_proj.bias", 12, sr);
   }
+  if (p.s1.empty()) return;
+  check(p, [](Params& q) -> V& { return q.s1; }, g.s[0], cfg, "shared c_fc.weight", 12, sr);
+  check(p, [](Params& q) -> V& { return q.sb1; }, g.s[1], cfg, "shared c_fc.bias", 12, sr);
+  check(p, [](Params& q) -> V& { return q.s2; }, g.s[2], cfg, "shared c_proj.weight", 12, sr);
+  check(p, [](Params& q) -> V& { return q.sb2; }, g.s[3], cfg, "shared c_proj.bias", 12, sr);
 }
 
 MoEConfig base_config() {
@@ -213,6 +278,48 @@ TEST(MoEGradients, AuxAndZLossGradientsAloneMatch) {
   cfg.z_coef = 0.2f;
   cfg.top_k = 1;  // gates renormalised over one choice are 1: only aux and z move the router
   check_all(cfg, 5, false);
+}
+
+// DeepSeekMoE's layer: fine-grained experts (H = C, a quarter of the dense MLP's 4C), two
+// shared experts beside them, sigmoid scores with the gates normalised over the k.
+TEST(MoEGradients, FineGrainedSharedSigmoidMatchFiniteDifferences) {
+  MoEConfig cfg = base_config();
+  cfg.expert_ffn = C;
+  cfg.shared_experts = 2;
+  cfg.score = RouterScore::sigmoid;
+  cfg.aux_coef = 0.1f;
+  check_all(cfg, 11, true);
+  cfg.dropless = true;
+  check_all(cfg, 12, false);
+}
+
+// The balance loss per sequence (3 sequences of 4 rows): large coefficients and k = 1, so the
+// router's gradient is the two losses'; softmax and sigmoid scores.
+TEST(MoEGradients, SequenceWiseBalanceLossMatchesFiniteDifferences) {
+  MoEConfig cfg = base_config();
+  cfg.aux_scope = AuxScope::sequence;
+  cfg.aux_coef = 0.5f;
+  cfg.top_k = 1;
+  cfg.dropless = true;
+  check_all(cfg, 13, false, 4);
+  cfg.score = RouterScore::sigmoid;
+  check_all(cfg, 14, false, 4);
+  // Per sequence is not per group: the same block's aux differs from the group-wise one.
+  const Params p = random_params(13);
+  MoEConfig group = cfg;
+  group.aux_scope = AuxScope::group;
+  EXPECT_GT(std::abs(strata_grads(p, cfg, 4).loss - strata_grads(p, group, 4).loss), 1e-6);
+}
+
+// Node-limited routing: 2 groups of 2 experts, each token's top-2 within its best group.
+TEST(MoEGradients, GroupLimitedRoutingMatchesFiniteDifferences) {
+  MoEConfig cfg = base_config();
+  cfg.route_groups = 2;
+  cfg.route_max_groups = 1;
+  cfg.dropless = true;
+  check_all(cfg, 15, false);
+  cfg.score = RouterScore::sigmoid;
+  check_all(cfg, 16, false);
 }
 
 // Router jitter: training forwards draw new noise, eval forwards none; the gradient through
@@ -356,6 +463,30 @@ TEST(MoERouting, BiasSteersTheChoiceNotTheGates) {
   EXPECT_THROW(moe.set_router_bias(std::vector<float>(3)), Error);
 }
 
+// Node-limited routing, 3 groups of 2 experts, M = 1, K = 2: group scores are the sum of each
+// group's best ceil(K / M) = 2 scores. Token 0's single best expert (4) sits in a group whose
+// sum loses to group 0's, so its top-2 are 0 and 1; ties between groups go to the lower id.
+// With M = 3 (every group) the choice is the plain top-k.
+TEST(MoERouting, GroupLimitKeepsEachTokensChoiceInItsBestGroups) {
+  MoEConfig cfg;
+  cfg.experts = 6;
+  cfg.top_k = 2;
+  cfg.dropless = true;
+  cfg.score = RouterScore::sigmoid;
+  cfg.route_groups = 3;
+  cfg.route_max_groups = 1;
+  const std::vector<float> logits = {2.0f, 1.9f, -3.0f, -3.0f, 3.0f, -4.0f,   // group 0 wins
+                                     0.0f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f};     // tie: group 1
+  Routing r;
+  route(r, logits.data(), 2, cfg);
+  EXPECT_EQ(r.choice, (std::vector<int32_t>{0, 1, 2, 3}));
+  const double s0 = 1 / (1 + std::exp(-2.0)), s1 = 1 / (1 + std::exp(-1.9));
+  EXPECT_NEAR(r.gate[0], s0 / (s0 + s1), 1e-6);
+  cfg.route_max_groups = 3;
+  route(r, logits.data(), 2, cfg);
+  EXPECT_EQ(r.choice, (std::vector<int32_t>{4, 0, 2, 3}));
+}
+
 TEST(MoEConfig, RejectsBadSettingsInOneLine) {
   MoEConfig c = base_config();
   c.top_k = 5;
@@ -370,6 +501,20 @@ TEST(MoEConfig, RejectsBadSettingsInOneLine) {
   EXPECT_THROW(c.validate(), Error);
   c = base_config();
   c.bias_rate = -0.1;
+  EXPECT_THROW(c.validate(), Error);
+  c = MoEConfig{};  // shared experts without routed ones
+  c.shared_experts = 1;
+  EXPECT_THROW(c.validate(), Error);
+  c = base_config();
+  c.route_groups = 3;  // 4 experts do not divide into 3 groups
+  c.route_max_groups = 1;
+  EXPECT_THROW(c.validate(), Error);
+  c.route_groups = 2;
+  c.route_max_groups = 3;  // more than the groups
+  EXPECT_THROW(c.validate(), Error);
+  c.route_max_groups = 1;
+  EXPECT_NO_THROW(c.validate());
+  c.route_groups = 4;  // 1 group of 1 expert cannot hold top-2
   EXPECT_THROW(c.validate(), Error);
 }
 

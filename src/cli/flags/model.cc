@@ -73,6 +73,25 @@ void ModelFlags::add_to(CLI::App& app, const Only& only) {
                  "Balancing without an auxiliary loss (DeepSeek-V3): a per-expert bias on the top-k choice, moved "
                  "by this much toward the mean load after every step (0: off; with --aux-loss-coef 0)")
       ->capture_default_str();
+  // DeepSeekMoE / DeepSeek-V3 (model/expert/config.h): fine-grained and shared experts, sigmoid
+  // scores, the balance loss per sequence, routing limited to M of G expert groups.
+  app.add_option("--expert-ffn", moe.expert_ffn,
+                 "Each routed expert's hidden width (fine-grained experts; default: the dense MLP's)");
+  app.add_option("--shared-experts", moe.shared_experts,
+                 "Always-on experts of --expert-ffn units beside the routed ones, computed where the token is")
+      ->capture_default_str();
+  app.add_option("--router-score", router_score,
+                 "softmax, or sigmoid (DeepSeek-V3: gates are the chosen scores normalised over the k)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"softmax", "sigmoid"}));
+  app.add_option("--aux-loss-scope", aux_scope,
+                 "The balance loss's fractions per micro-batch (group: Switch) or per sequence (DeepSeek-V3)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"group", "sequence"}));
+  app.add_option("--route-groups", moe.route_groups,
+                 "Node-limited routing: the experts in G equal groups (one per host of the ep ranks)");
+  app.add_option("--route-max-groups", moe.route_max_groups,
+                 "Node-limited routing: each token chooses its top-k within its M best groups");
 }
 
 void ModelFlags::apply_arch(const CLI::App& app, model::GPTConfig& m) const {
@@ -172,6 +191,8 @@ ModelFlags::Resolved ModelFlags::resolve(const CLI::App& app) const {
   model::expert::MoEConfig experts = moe;
   if (!app.count("--experts")) experts.experts = m.moe.experts;
   if (!app.count("--top-k") && m.moe.enabled()) experts.top_k = m.moe.top_k;
+  experts.score = router_score == "sigmoid" ? model::expert::RouterScore::sigmoid : model::expert::RouterScore::softmax;
+  experts.aux_scope = aux_scope == "sequence" ? model::expert::AuxScope::sequence : model::expert::AuxScope::group;
   m.moe = experts;
   return r;
 }

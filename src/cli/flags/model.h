@@ -3,6 +3,8 @@
 //   --model tiny --layers 2 --dim 64 --heads 4 --max-seq 128 --vocab 512
 //   --arch llama --kv-heads 2 --ffn 256 --norm-eps 1e-5 --rope-theta 1e4 --rope-scaling 8
 //   --experts 8 --top-k 2 --moe-every 2 --capacity-factor 1.25 | --dropless ...
+//   --expert-ffn 64 --shared-experts 1 --router-score sigmoid --aux-loss-scope sequence
+//   --route-groups 2 --route-max-groups 1
 #pragma once
 #include <string>
 
@@ -21,6 +23,7 @@ struct ModelFlags {
   std::string rope_scaling;
   bool tie = false, untie = false;
   model::expert::MoEConfig moe;
+  std::string router_score = "softmax", aux_scope = "group";  // into moe by resolve()
 
   void add_to(CLI::App& app, const Only& only = {});
 

@@ -9,12 +9,28 @@
 // drop order and the load-balancing loss are defined per group, so two layouts give the
 // same losses when they group the same tokens together (e.g. one sequence per micro-batch).
 // Capacity per expert and group: ceil(F · tokens · K / E) slots; dropless has no limit.
+//
+// DeepSeekMoE and DeepSeek-V3 (Dai et al. 2024; DeepSeek-AI 2024): fine-grained experts
+// (expert_ffn narrower than the dense MLP, so more of them at the same cost), S shared experts
+// every token passes through beside its K routed ones (computed once on the rank that holds
+// the token, never dispatched; as one MLP of S · expert_ffn hidden units, as Hugging Face's
+// DeepseekV3MLP holds them), sigmoid scores with the gates normalised over the chosen k, the
+// balance loss per sequence instead of per group, and routing limited to M of G expert groups
+// (node-limited routing: a group is the experts of the ep ranks of one host, so a token's
+// all-to-all crosses at most M hosts).
 #pragma once
 #include <cstdint>
 
 #include "cost/shapes.h"
 
 namespace strata::model::expert {
+
+// How the router scores an expert: softmax over the E logits (Switch, Mixtral), or each
+// logit's sigmoid (DeepSeek-V3; the gates are the chosen scores normalised to sum 1).
+enum class RouterScore : uint8_t { softmax, sigmoid };
+// Over which tokens the balance loss counts its fractions: each group (the micro-batch, the
+// Switch loss), or each sequence (DeepSeek-V3's sequence-wise balance loss).
+enum class AuxScope : uint8_t { group, sequence };
 
 struct MoEConfig {
   int experts = 0;  // E; 0: a dense model
@@ -31,6 +47,14 @@ struct MoEConfig {
   // sign(mean load - load_e), the loads the step's chosen assignments summed over every rank.
   // 0: off.
   double bias_rate = 0;
+  int expert_ffn = 0;       // each routed expert's hidden width; 0: the dense MLP's
+  int shared_experts = 0;   // S always-on experts of expert_ffn hidden units each
+  RouterScore score = RouterScore::softmax;
+  AuxScope aux_scope = AuxScope::group;
+  // Node-limited routing: the E experts in route_groups groups of E / G consecutive experts;
+  // each token keeps the route_max_groups groups whose best ceil(K / M) scores sum highest and
+  // chooses its K experts among theirs. 0: no limit.
+  int route_groups = 0, route_max_groups = 0;
 
   bool enabled() const { return experts > 0; }
   bool is_moe_layer(int layer) const { return experts > 0 && (layer + 1) % every == 0; }
@@ -40,6 +64,11 @@ struct MoEConfig {
   // Slots per expert for a group of `tokens` tokens: ceil(F · tokens · K / E); dropless: all
   // tokens · K (an expert can never receive more).
   int64_t capacity(int64_t tokens) const;
+  // Each routed expert's hidden width, given the dense MLP's (`dense`).
+  int expert_width(int dense) const { return expert_ffn > 0 ? expert_ffn : dense; }
+  // The shared experts' hidden units together (0: none).
+  int shared_width(int dense) const { return shared_experts * expert_width(dense); }
+  bool limits_groups() const { return route_max_groups > 0 && route_max_groups < route_groups; }
   // Parameters of the experts a token does not use, over every MoE block: (E - K) expert
   // MLPs of `expert` parameters each (cost::expert_mlp_params; for FLOPs per token: the active
   // parameters are the others).

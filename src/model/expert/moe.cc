@@ -38,11 +38,12 @@ struct MoE::Layer {
   std::vector<int64_t> recv;   // (P, El) rows received per source and local expert
   std::unique_ptr<OwnerLayout> owner;
   GrowBuf X, H, A, R, stage;  // owner: (M, C), (M, 4C), (M, 4C); source: (S, C)
+  GrowBuf Hs, As;             // the shared experts': (N, Fs or 2Fs gated), (N, Fs)
 };
 
 MoE::MoE(const MoEConfig& cfg, int layers, int C, int slots, int hidden, bool gated)
-    : cfg_(cfg), C_(C), F_(hidden > 0 ? hidden : 4 * C), hidden_(F_), gated_(gated),
-      slots_(slots) {
+    : cfg_(cfg), C_(C), F_(cfg.expert_width(hidden > 0 ? hidden : 4 * C)), hidden_(F_),
+      shared_(cfg.shared_width(hidden > 0 ? hidden : 4 * C)), Fs_(shared_), gated_(gated), slots_(slots) {
   cfg_.validate();
   STRATA_CHECK(slots >= 1, "MoE: ", slots, " activation slots (at least 1)");
   for (int i = 0; i < cfg_.moe_layers(layers) * slots; ++i) layers_.push_back(std::make_unique<Layer>());
@@ -92,9 +93,11 @@ void MoE::set_context(comm::ProcessGroup* group) { cp_ = group && group->size() 
 void MoE::set_tensor(TensorComm* tc) {
   tp_ = tc && tc->size() > 1 ? tc : nullptr;
   const int T = tp_ ? tp_->size() : 1;
-  STRATA_CHECK(hidden_ % T == 0, "--tp ", T, " does not divide the experts' hidden width ",
-               hidden_, gated_ ? " (--ffn)" : " (4 x --dim)");
+  STRATA_CHECK(hidden_ % T == 0 && shared_ % T == 0, "--tp ", T, " does not divide the experts' hidden width ",
+               hidden_, shared_ > 0 ? cat(" and the shared experts' ", shared_) : "",
+               cfg_.expert_ffn > 0 ? " (--expert-ffn)" : gated_ ? " (--ffn)" : " (4 x --dim)");
   F_ = hidden_ / T;
+  Fs_ = shared_ / T;
 }
 
 double LoadStats::aux() const {
@@ -155,7 +158,7 @@ void MoE::draw_noise(int m, float* noise, int64_t N, const TokenIds* ids) {
 }
 
 void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
-                  const MoEWeights& w, bool bf16, const TokenIds* ids, int slot) {
+                  const MoEWeights& w, bool bf16, const TokenIds* ids, int slot, int64_t seq_rows) {
   Layer& L = layer(m, slot);
   const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
   ExpertGroup& g = *group_;
@@ -192,7 +195,8 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
                              : int64_t(cp_->rank()) * N + i;
     group = {cp_, order.data()};
   }
-  route(L.r, logits, N, cfg_, cp_ ? &group : nullptr, cfg_.bias_rate > 0 ? &bias_[size_t(m) * E] : nullptr);
+  route(L.r, logits, N, cfg_, cp_ ? &group : nullptr, cfg_.bias_rate > 0 ? &bias_[size_t(m) * E] : nullptr,
+        seq_rows);
   last_aux_ += L.r.aux;
   last_z_ += L.r.zsum;
   double* st = load_.layer(m);
@@ -253,6 +257,12 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
       float* y = out + t * C;
       for (int c = 0; c < C; ++c) y[c] += gk * o[c];
     }
+  if (Fs_ == 0 || N == 0) return;
+  Span sp("shared", "forward", m, "compute");
+  float* Os = grow(scratch_[1], N * C);
+  experts_forward({w.shared}, {0, N}, xin, grow(L.Hs, N * Fs_ * (gated_ ? 2 : 1)), grow(L.As, N * Fs_), Os, C, Fs_,
+                  /*proj_bias=*/!tp_ || tp_->rank() == 0, bf16, gated_);
+  for (int64_t i = 0; i < N * C; ++i) out[i] += Os[i];
 }
 
 void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
@@ -316,8 +326,16 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
       for (int c = 0; c < C; ++c) o[c] += d[c];
     }
   if (N == 0) return;
+  if (Fs_ > 0) {  // the shared experts: their dO is dout itself
+    Span sp("shared", "backward", m, "compute");
+    float* dXs = grow(scratch_[3], N * C);
+    experts_backward({w.shared}, {gw.shared}, {0, N}, L.xin.data(), L.Hs.data(), L.As.data(), dout,
+                     grow(scratch_[2], N * Fs_), dXs, C, Fs_, bf16, gated_,
+                     gated_ ? grow(scratch_[4], 2 * N * Fs_) : nullptr);
+    for (int64_t i = 0; i < N * C; ++i) dx[i] += dXs[i];
+  }
   std::vector<float> dlogits(size_t(N * E));
-  route_backward(L.r, dgate.data(), scale, cfg_, dlogits.data());
+  route_backward(L.r, L.logits.data(), dgate.data(), scale, cfg_, dlogits.data());
   // The router's term of dx is whole on every tp rank: one of them adds it to its partial.
   const bool router_dx = !tp_ || tp_->rank() == 0;
   if (!L.jittered) {

@@ -9,10 +9,15 @@
 //   backward: dO(t, k) = g[t][k] · dout[t] and dg[t][k] = <dout[t], O(t, k)> go to the
 //             owners; experts backward; dX rows come back and add into dx; the router's
 //             gradient (gates, aux and z terms) adds dlogits W_r into dx.
-// Parameters of a block: mlp.router.weight (E, C) in the block's unit (after ln_2), and in
-// the block's expert unit (model/gpt.h), for each expert e this rank holds:
-// mlp.experts.e.c_fc.weight (4C, C), .c_fc.bias (4C), .c_proj.weight (C, 4C), .c_proj.bias
-// (C). Under expert parallelism a rank holds, computes and accumulates gradients for its own
+// Shared experts (MoEConfig::shared_experts): out[t] += S(x[t]), one MLP of Hs hidden units
+// every token passes through on the rank that holds it (no dispatch), split over tp like the
+// routed experts; its backward adds its dx rows.
+// Parameters of a block: mlp.router.weight (E, C) in the block's unit (after ln_2), then the
+// shared experts' mlp.shared_experts.c_fc.weight (Hs, C), .c_fc.bias, .c_proj.weight (C, Hs),
+// .c_proj.bias (C) (Llama: gate_proj, up_proj, down_proj), replicated over ep like the router;
+// in the block's expert unit (model/gpt.h), for each expert e this rank holds:
+// mlp.experts.e.c_fc.weight (H, C), .c_fc.bias (H), .c_proj.weight (C, H), .c_proj.bias
+// (C), H = MoEConfig::expert_width (4C, or Llama's --ffn, unless fine-grained). Under expert parallelism a rank holds, computes and accumulates gradients for its own
 // experts only (MoEWeights has all E slots; the others are empty), and the data-parallel
 // engine reduces them over the ranks holding the same experts (parallel/region.h).
 // Under tensor parallelism (set_tensor; docs/moe.md) every tp rank holds the router whole
@@ -61,6 +66,7 @@ class GrowBuf {
 struct MoEWeights {
   float* router = nullptr;  // (E, C)
   std::vector<ExpertViews> experts;
+  ExpertViews shared{};  // the shared experts as one MLP (fcw null: none)
 };
 
 // Load of one step, summed over its micro-batches (and, once the trainer has reduced
@@ -91,8 +97,8 @@ class MoE {
  public:
   // slots: forwards of one block that may be in flight before their backward (a pipeline
   // stage's activation slots, model/stage.h); each keeps its own routing state.
-  // hidden: each expert's MLP width (0: 4C); gated: SwiGLU experts (Llama blocks,
-  // model/expert/experts.h).
+  // hidden: the dense MLP's width (0: 4C), each routed expert's unless cfg.expert_ffn says
+  // otherwise; gated: SwiGLU experts (Llama blocks, model/expert/experts.h).
   MoE(const MoEConfig& cfg, int layers, int C, int slots = 1, int hidden = 0, bool gated = false);
   ~MoE();
   const MoEConfig& config() const { return cfg_; }
@@ -115,8 +121,10 @@ class MoE {
   // that knows no sample identity, such as the block's own tests) the rows are anonymous and
   // each training forward draws fresh noise from a per-process count of forwards.
   // slot: which of the block's in-flight forwards this is (its backward names the same).
+  // seq_rows: the local rows of each sequence (sequence-wise balance; 0: one sequence).
   void forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
-               const MoEWeights& w, bool bf16, const TokenIds* ids = nullptr, int slot = 0);
+               const MoEWeights& w, bool bf16, const TokenIds* ids = nullptr, int slot = 0,
+               int64_t seq_rows = 0);
   // dout (N, C); dx (N, C) written (the gradient of the block's input x); scale multiplies
   // the aux and z losses' gradient (the same scale as the cross-entropy's).
   void backward(int m, const float* dout, float* dx, const MoEWeights& w, const MoEWeights& g,
@@ -145,6 +153,7 @@ class MoE {
   MoEConfig cfg_;
   int C_, F_;                  // width; hidden units of each expert held here (hidden/T)
   int hidden_;                 // each expert's whole MLP width
+  int shared_, Fs_;            // the shared experts' whole width, and held here (shared/T)
   bool gated_;
   TensorComm* tp_ = nullptr;  // tensor-parallel group, or null
   comm::ProcessGroup* cp_ = nullptr;  // context-parallel group, or null

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "comm/process_group.h"
 #include "core/error.h"
@@ -55,9 +56,39 @@ void serve(Routing& r, int64_t cap, const RouteGroup* group) {
 
 }  // namespace
 
+namespace {
+
+// Which experts token t may choose: all, or under node-limited routing those of the M groups
+// whose best ceil(K / M) scores sum highest (ties to the lower group id).
+void allowed_experts(const MoEConfig& cfg, const float* score, std::vector<char>& allowed) {
+  const int E = cfg.experts;
+  allowed.assign(size_t(E), 1);
+  if (!cfg.limits_groups()) return;
+  const int G = cfg.route_groups, M = cfg.route_max_groups, per = E / G;
+  const int best = std::min(per, (cfg.top_k + M - 1) / M);
+  std::vector<float> top(static_cast<size_t>(per));
+  std::vector<std::pair<double, int>> groups(static_cast<size_t>(G));
+  for (int q = 0; q < G; ++q) {
+    std::copy(score + q * per, score + (q + 1) * per, top.begin());
+    std::partial_sort(top.begin(), top.begin() + best, top.end(), std::greater<float>());
+    double sum = 0;
+    for (int i = 0; i < best; ++i) sum += top[size_t(i)];
+    groups[size_t(q)] = {-sum, q};  // ascending: the highest sums, then the lower ids, first
+  }
+  std::sort(groups.begin(), groups.end());
+  std::fill(allowed.begin(), allowed.end(), 0);
+  for (int i = 0; i < M; ++i) {
+    const int q = groups[size_t(i)].second;
+    std::fill(allowed.begin() + q * per, allowed.begin() + (q + 1) * per, 1);
+  }
+}
+
+}  // namespace
+
 void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg, const RouteGroup* group,
-           const float* bias) {
+           const float* bias, int64_t seq_rows) {
   const int E = cfg.experts, K = cfg.top_k;
+  const bool sigmoid = cfg.score == RouterScore::sigmoid;
   r.N = N;
   r.E = E;
   r.K = K;
@@ -69,76 +100,108 @@ void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg, con
   r.wanted.assign(size_t(E), 0);
   r.kept.assign(size_t(E), 0);
   r.dropped = 0;
+  // Balance segments: the whole group, or each sequence (seq_rows local rows each).
+  const bool per_seq = cfg.aux_scope == AuxScope::sequence && seq_rows > 0;
+  STRATA_CHECK(!per_seq || N % seq_rows == 0, "router: ", N, " rows are not whole sequences of ", seq_rows);
+  const int64_t segs = per_seq ? N / seq_rows : 1, seg_rows = per_seq ? seq_rows : N;
+  r.seg_rows = seg_rows;
+  // sums: per segment wanted (E), the balance source's sums (E) and rows (1).
+  const int64_t W = 2 * E + 1;
+  std::vector<double> sums(size_t(segs * W), 0.0);
   double zsum = 0, entropy = 0;
-  std::vector<double> mean_p(size_t(E), 0.0);
+  std::vector<char> allowed;
+  std::vector<float> score(static_cast<size_t>(E));
   for (int64_t t = 0; t < N; ++t) {
     const float* z = logits + t * E;
     float* p = r.probs.data() + t * E;
+    double* seg = sums.data() + (t / seg_rows) * W;
     const float mx = *std::max_element(z, z + E);
     double s = 0;
     for (int e = 0; e < E; ++e) s += std::exp(double(z[e]) - mx);
     const double lse = mx + std::log(s);
     r.lse[size_t(t)] = float(lse);
     zsum += lse * lse;
+    double total = 0;  // sigmoid: the scores' sum, which normalises the balance source
     for (int e = 0; e < E; ++e) {
-      p[e] = float(std::exp(double(z[e]) - lse));
-      mean_p[size_t(e)] += p[e];
-      if (p[e] > 0) entropy -= double(p[e]) * std::log(double(p[e]));
+      p[e] = sigmoid ? float(1.0 / (1.0 + std::exp(-double(z[e])))) : float(std::exp(double(z[e]) - lse));
+      total += p[e];
     }
-    // Top-k by decreasing probability (plus the balancing bias), ties to the lower id (a
-    // stable selection).
+    for (int e = 0; e < E; ++e) {
+      const double q = sigmoid ? p[e] / total : p[e];  // the balance source: p, or s / sum s
+      seg[E + e] += q;
+      if (q > 0) entropy -= q * std::log(q);
+    }
+    seg[2 * E] += 1;
+    // Top-k by decreasing score (plus the balancing bias) among the allowed experts, ties to
+    // the lower id (a stable selection).
+    for (int e = 0; e < E; ++e) score[size_t(e)] = bias ? p[e] + bias[e] : p[e];
+    allowed_experts(cfg, score.data(), allowed);
     int32_t* c = r.choice.data() + t * K;
     double denom = 0;
-    auto score = [&](int e) { return bias ? p[e] + bias[e] : p[e]; };
     for (int k = 0; k < K; ++k) {
       int best = -1;
       for (int e = 0; e < E; ++e) {
-        if (std::find(c, c + k, e) != c + k) continue;
-        if (best < 0 || score(e) > score(best)) best = e;
+        if (!allowed[size_t(e)] || std::find(c, c + k, e) != c + k) continue;
+        if (best < 0 || score[size_t(e)] > score[size_t(best)]) best = e;
       }
       c[k] = best;
       denom += p[best];
       ++r.wanted[size_t(best)];
+      seg[best] += 1;
     }
     for (int k = 0; k < K; ++k) r.gate[size_t(t * K + k)] = float(p[c[k]] / denom);
   }
-  // The group's sums: wanted, the probabilities' sums and N.
-  std::vector<double> sums(size_t(2 * E + 1));
-  for (int e = 0; e < E; ++e) sums[size_t(e)] = double(r.wanted[size_t(e)]), sums[size_t(E + e)] = mean_p[size_t(e)];
-  sums[size_t(2 * E)] = double(N);
+  // The group's sums (each segment's over the ranks holding parts of it).
   if (group) group->ranks->all_reduce(sums.data(), sums.size());
-  const int64_t G = int64_t(sums[size_t(2 * E)]);
-  r.group_N = G;
-  r.group_wanted.resize(size_t(E));
-  for (int e = 0; e < E; ++e) r.group_wanted[size_t(e)] = int64_t(sums[size_t(e)]);
+  r.group_N = 0;
+  r.group_wanted.assign(size_t(E), 0);
+  r.seg_daux.assign(size_t(segs * E), 0.0);
+  double aux = 0;
+  for (int64_t q = 0; q < segs; ++q) {
+    const double* seg = sums.data() + q * W;
+    const double G = seg[2 * E];
+    r.group_N += int64_t(G);
+    for (int e = 0; e < E; ++e) r.group_wanted[size_t(e)] += int64_t(seg[e]);
+    if (G == 0) continue;
+    // This rank's share of the segment's aux, a · G · E · sum_e f_e P_e: n / G of it for its n
+    // rows; d aux / d (balance source of a row) = a · E · f_e.
+    const double n = double(std::min<int64_t>(seg_rows, N - q * seg_rows));
+    double balance = 0;
+    for (int e = 0; e < E; ++e) {
+      const double f = seg[e] / (G * K);
+      balance += f * (seg[E + e] / G);
+      r.seg_daux[size_t(q * E + e)] = double(cfg.aux_coef) * E * f;
+    }
+    aux += double(cfg.aux_coef) * n * E * balance;
+  }
   // k-major, then token order: every first choice is served before any second choice. A
   // capacity no expert can reach (dropless) needs no group order.
+  const int64_t G = r.group_N;
   const int64_t cap = cfg.capacity(G);
   serve(r, cap, group && cap < G * K ? group : nullptr);
-  double balance = 0;
-  for (int e = 0; e < E; ++e)
-    balance += sums[size_t(e)] / double(G * K) * (sums[size_t(E + e)] / double(G));
-  // This rank's share N / G of the group's aux, a · G · E · balance.
-  r.aux = G > 0 ? double(cfg.aux_coef) * double(N) * E * balance : 0.0;
+  r.aux = aux;
   r.zsum = double(cfg.z_coef) * zsum;
   r.entropy_sum = entropy;
 }
 
-void route_backward(const Routing& r, const float* dgate, float scale, const MoEConfig& cfg,
+void route_backward(const Routing& r, const float* logits, const float* dgate, float scale, const MoEConfig& cfg,
                     float* dlogits) {
   const int E = r.E, K = r.K;
   const int64_t N = r.N;
-  // d aux / d p[t][e] = a · E · f_e (the N of the sum cancels the mean's 1/N), the group's f.
-  std::vector<double> daux(static_cast<size_t>(E));
-  for (int e = 0; e < E; ++e)
-    daux[size_t(e)] = double(cfg.aux_coef) * E * double(r.group_wanted[size_t(e)]) / double(r.group_N * K);
+  const bool sigmoid = cfg.score == RouterScore::sigmoid;
   std::vector<double> dp(static_cast<size_t>(E));
   for (int64_t t = 0; t < N; ++t) {
     const float* p = r.probs.data() + t * E;
     const int32_t* c = r.choice.data() + t * K;
     const float* g = r.gate.data() + t * K;
     const float* dg = dgate + t * K;
-    for (int e = 0; e < E; ++e) dp[size_t(e)] = scale * daux[size_t(e)];
+    const double* daux = r.seg_daux.data() + (t / r.seg_rows) * E;
+    // The balance loss's: on p (softmax), or on s / sum s (sigmoid), through the normalisation.
+    double total = 0, sdq = 0;
+    for (int e = 0; e < E; ++e) total += p[e];
+    for (int e = 0; e < E; ++e) sdq += double(p[e]) / total * scale * daux[e];
+    for (int e = 0; e < E; ++e)
+      dp[size_t(e)] = sigmoid ? (scale * daux[e] - sdq) / total : scale * daux[e];
     // g_k = p_{c_k} / S: d p_{c_j} = dg_j / S - sum_k dg_k g_k / S.
     double S = 0, dot = 0;
     for (int k = 0; k < K; ++k) {
@@ -146,10 +209,17 @@ void route_backward(const Routing& r, const float* dgate, float scale, const MoE
       dot += double(dg[k]) * g[k];
     }
     for (int k = 0; k < K; ++k) dp[size_t(c[k])] += (double(dg[k]) - dot) / S;
+    // z-loss: d (z · lse^2) / d logit_e = 2 z · lse · softmax_e.
+    const double dz = 2.0 * cfg.z_coef * scale * r.lse[size_t(t)];
+    if (sigmoid) {  // s_e = sigmoid(z_e): d s_e / d z_e = s_e (1 - s_e)
+      for (int e = 0; e < E; ++e) {
+        const double soft = std::exp(double(logits[t * E + e]) - r.lse[size_t(t)]);
+        dlogits[t * E + e] = float(dp[size_t(e)] * p[e] * (1.0 - p[e]) + dz * soft);
+      }
+      continue;
+    }
     double pdp = 0;
     for (int e = 0; e < E; ++e) pdp += double(p[e]) * dp[size_t(e)];
-    // z-loss: d (z · lse^2) / d logit_e = 2 z · lse · p_e.
-    const double dz = 2.0 * cfg.z_coef * scale * r.lse[size_t(t)];
     for (int e = 0; e < E; ++e)
       dlogits[t * E + e] = float(double(p[e]) * (dp[size_t(e)] - pdp) + dz * p[e]);
   }

@@ -19,6 +19,17 @@
 //   zsum = z · sum_t (logsumexp_e z[t][e])^2       (ST-MoE router z-loss)
 // Cost: 2·N·C·E flops for the logits, O(N·E·K) for the rest.
 //
+// Sigmoid scores (MoEConfig::score, DeepSeek-V3): s = sigmoid(z) takes p's place for the
+// choice and the gates (so the gates are the chosen s normalised over the k), and the balance
+// loss's P_e is the mean of s_e / sum_e' s_e'. The z-loss is on the logits either way.
+// Sequence-wise balance (MoEConfig::aux_scope): f_e and P_e are counted per sequence (the
+// caller's seq_rows rows each, under cp the sequence's rows on every cp rank), and aux is the
+// sum over sequences of a · T · E · sum_e f_e P_e (DeepSeek-V3's loss times the sequence's T
+// tokens, so the trainer's division by tokens averages it). Each sequence is complete in one
+// forward, so no pipeline schedule can split its sums. Capacity stays per group.
+// Node-limited routing (MoEConfig::route_max_groups): before the top-k, a token keeps the M
+// groups of E / G experts whose best ceil(K / M) scores (bias included) sum highest.
+//
 // A group split over ranks (context parallelism: each rank holds chunks of every sequence of
 // the micro-batch; RouteGroup): the group is still the whole micro-batch, as in one process.
 // The ranks sum wanted, the mean probabilities and N (one all-reduce of 2E + 1), so f_e, P_e
@@ -59,18 +70,22 @@ struct Routing {
   double aux = 0, zsum = 0;      // the two loss sums above (coefficients included)
   int64_t group_N = 0;                // tokens of the whole group (N unless split over ranks)
   std::vector<int64_t> group_wanted;  // (E) wanted over the whole group
+  int64_t seg_rows = 0;               // local rows of each balance segment (group or sequence)
+  std::vector<double> seg_daux;       // (segments, E) d aux / d P-source: a · E · f_e
   double entropy_sum = 0;        // sum over tokens of the entropy of p[t] (nats)
 };
 
 // Fills r from logits (N, E) (overwritten with nothing: read only). group: null when the
 // N tokens are the whole group.
-// bias: the block's balancing bias (E), or null.
+// bias: the block's balancing bias (E), or null. seq_rows: the local rows of each sequence
+// for sequence-wise balance (0: the whole forward is one sequence).
 void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg,
-           const RouteGroup* group = nullptr, const float* bias = nullptr);
+           const RouteGroup* group = nullptr, const float* bias = nullptr, int64_t seq_rows = 0);
 
 // dlogits (N, E) written: the gradient of scale · (sum_t sum_k dgate-weighted gates + aux +
-// zsum) given dgate (N, K) = d loss / d g (already including the caller's scale).
-void route_backward(const Routing& r, const float* dgate, float scale, const MoEConfig& cfg,
-                    float* dlogits);
+// zsum) given dgate (N, K) = d loss / d g (already including the caller's scale); logits (N,
+// E) the forward's.
+void route_backward(const Routing& r, const float* logits, const float* dgate, float scale,
+                    const MoEConfig& cfg, float* dlogits);
 
 }  // namespace strata::model::expert
