@@ -7,6 +7,7 @@
 # quarter of the run, and at the end.
 #
 #   bash bench/moe/balance.sh      # BUILD=build DATA=text STEPS=300 RATE=1e-3 AUX=1e-2 REPEATS=1
+#   EXTRA="--router-score sigmoid" bash bench/moe/balance.sh   # flags added to all three runs
 # DATA=text prepares ../shared/data/tinyshakespeare.txt with GPT-2's BPE (the product never
 # needs it); DATA=synthetic uses the generated corpus.
 set -euo pipefail
@@ -29,7 +30,7 @@ if [[ $DATA == text ]]; then
 fi
 MODEL=(--layers 4 --dim 64 --heads 4 --seq 64 --max-seq 64 --vocab "$vocab" --batch 16 --experts 8 --top-k 2
        --moe-every 2 --dropless --steps "$STEPS" --lr 3e-3 --eval-every "$((STEPS / 4))" --eval-batches 8
-       --sample-tokens 0 --log-every "$STEPS" --data "$data")
+       --sample-tokens 0 --log-every "$STEPS" --data "$data" ${EXTRA:-})
 for r in $(seq 1 "$REPEATS"); do
   "$STRATA" train "${MODEL[@]}" --aux-loss-coef "$AUX" --run-dir "$OUT/aux_$r" > /dev/null
   "$STRATA" train "${MODEL[@]}" --aux-loss-coef 0 --router-bias-update-rate "$RATE" --run-dir "$OUT/bias_$r" > /dev/null

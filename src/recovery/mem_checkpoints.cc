@@ -24,8 +24,10 @@ using nlohmann::json;
 
 namespace {
 
-// A slot's payload: the training state as JSON (length-prefixed) in the first kJsonReserve
-// bytes, then each state shard's held elements, each at a 64-byte boundary.
+// A slot's payload: the training state as JSON (length-prefixed) in the first `reserve`
+// bytes (MemCheckpointOptions::state_reserve, 64-aligned, recorded in the state as "reserve";
+// a record without it is an older copy's, which reserved kJsonReserve), then each state
+// shard's held elements, each at a 64-byte boundary.
 constexpr uint64_t kJsonReserve = 16 << 10;
 
 uint64_t shard_bytes(const parallel::StateShard& s) {
@@ -67,7 +69,9 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
   // The fingerprint covers the layout text and every shard's name, type and range: a copy
   // restores byte for byte only into the same shards.
   std::string layout = o_.layout_text;
-  uint64_t offset = kJsonReserve;
+  reserve_ = align64(std::max<uint64_t>(o_.state_reserve, kJsonReserve));
+  if (reserve_ != kJsonReserve) layout += cat("|reserve:", reserve_);
+  uint64_t offset = reserve_;
   for (const parallel::StateShard& s : shards_) {
     layout += cat("|", s.name, ":", dtype_name(s.dtype), ":", s.begin, "-", s.end);
     offset = align64(offset) + shard_bytes(s);
@@ -252,7 +256,7 @@ json mem_state_record(const ckpt::MemSegment& seg, int slot) {
   const unsigned char* p = seg.payload(slot);
   uint64_t len = 0;
   std::memcpy(&len, p, sizeof len);
-  STRATA_CHECK(len > 0 && len <= kJsonReserve - sizeof len, "in-memory copy in slot ", slot,
+  STRATA_CHECK(len > 0 && len <= seg.capacity() - sizeof len, "in-memory copy in slot ", slot,
                " of /dev/shm", seg.name(), " has a malformed state record");
   return json::parse(std::string(reinterpret_cast<const char*>(p) + sizeof len, len));
 }
@@ -272,7 +276,7 @@ MemCopy mem_copy_state(const json& j) {
 std::vector<MemShardRecord> mem_shard_records(const json& j, const std::string& where) {
   STRATA_CHECK(j.contains("shards"), "live recovery: ", where, " records no shard ranges");
   std::vector<MemShardRecord> out;
-  uint64_t offset = kJsonReserve;
+  uint64_t offset = j.value("reserve", kJsonReserve);
   for (const json& r : j["shards"]) {
     MemShardRecord s;
     s.name = r[0].get<std::string>();
@@ -289,7 +293,7 @@ std::vector<MemShardRecord> mem_shard_records(const json& j, const std::string& 
 MemCopy MemCheckpoints::read_copy(int slot) const {
   const unsigned char* p = segment_->payload(slot);
   const MemCopy m = mem_copy_state(mem_state_record(*segment_, slot));
-  uint64_t offset = kJsonReserve;
+  uint64_t offset = reserve_;
   for (const parallel::StateShard& s : shards_) {
     offset = align64(offset);
     std::memcpy(s.data, p + offset, shard_bytes(s));
@@ -547,7 +551,7 @@ void MemCheckpoints::keep_replica(const ReplicaHeader& in) {
 
 // On the writer thread, while the next step's forward and backward only read the states.
 void MemCheckpoints::copy_shards(unsigned char* payload, int64_t step) {
-  unsigned char* p = payload + kJsonReserve;
+  unsigned char* p = payload + reserve_;
   const diag::FaultSpec& f = o_.fault;
   const bool die_in_copy = f.kind == diag::FaultKind::kill_during_mem_ckpt && f.fires(o_.rank, step);
   uint64_t offset = 0;
@@ -608,11 +612,12 @@ void MemCheckpoints::copy(int64_t done, const data::LoaderState& loader, int64_t
                                  {"loader_consumed", loader.consumed},
                                  {"loader_samples", loader.samples},
                                  {"loader_fingerprint", loader.fingerprint},
-                                 {"extra", extra}}
+                                 {"extra", extra},
+                                 {"reserve", reserve_}}
                                 .dump();
   const uint64_t len = state.size();
-  STRATA_CHECK(len + sizeof len <= kJsonReserve, "in-memory checkpoint state record of ", len,
-               " bytes exceeds its ", kJsonReserve, "-byte reserve");
+  STRATA_CHECK(len + sizeof len <= reserve_, "in-memory checkpoint state record of ", len,
+               " bytes exceeds its ", reserve_, "-byte reserve");
   std::memcpy(p, &len, sizeof len);
   std::memcpy(p + sizeof len, state.data(), len);
   {

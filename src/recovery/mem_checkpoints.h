@@ -97,6 +97,9 @@ struct MemCheckpointOptions {
   comm::ProcessGroup* replica_group = nullptr;
   int replica_to = -1, replica_from = -1;
   double replica_mbps = 0;
+  // Bytes before the shards for the state record (at least 16 KiB): room for the run's own
+  // state (`extra`, such as the MoE blocks' balancing bias), sized by the caller.
+  uint64_t state_reserve = 16 << 10;
 };
 
 // The slot a copy goes into: never one `held` (bit s: slot s) by the replica thread; the
@@ -192,6 +195,7 @@ class MemCheckpoints {
   std::vector<parallel::StateShard> shards_;
   uint64_t fingerprint_ = 0;
   uint64_t payload_bytes_ = 0;  // json reserve + shards, per slot
+  uint64_t reserve_ = 0;        // the state record's bytes before the shards
   std::unique_ptr<ckpt::MemSegment> segment_;
   std::unique_ptr<ckpt::MemSegment> earlier_;  // this name's segment of another layout, until clear()
   // Three: a rank killed in its commit leaves a step every rank still holds ("slots" above).

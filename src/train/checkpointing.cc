@@ -265,6 +265,11 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.local_world = std::max(1, comm::detect_rank_env().local_world_size);
     m.job = comm::supervised_job_id();
     m.world = comm::detect_rank_env().job_id;
+    // The state record carries the MoE blocks' balancing bias (run_state()): up to 32 bytes
+    // of JSON per value beside the fixed fields.
+    const model::expert::MoEConfig& moe = cfg.model.moe;
+    if (moe.bias_rate > 0)
+      m.state_reserve += uint64_t(32) * uint64_t(moe.moe_layers(cfg.model.layers)) * uint64_t(moe.experts);
     const bool live = topo.live.generation > 0;
     // Live recovery reads every old rank's segment before this world replaces them.
     if (live) live_ = resume_live();

@@ -121,4 +121,28 @@ TEST(MoEBiasTrain, ResumedRunContinuesWithTheSavedBias) {
   }
 }
 
+// 2 MoE blocks of 512 experts: 1,024 bias values, some 22 KB of JSON, more than the 16 KiB
+// an in-memory copy's state record once had. A rank killed under the supervisor resumes from
+// memory with the bias it had: the uninterrupted run's losses, bit for bit.
+TEST(MoEBiasTrain, ManyExpertsBiasSurvivesAKillFromMemory) {
+  TempDir dir("moe_bias_mem");
+  const std::string model = "--experts 512 --top-k 2 --dropless --aux-loss-coef 0 --router-bias-update-rate 0.01 "
+                            "--layers 2 --nproc 2 --ep 2 ";
+  RunResult ref = run_strata(small_fault_run(dir.file("ref"), model), dump_env(dir), Streams::separate);
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  RunResult r = run_strata(small_fault_run(dir.file("run"), model + "--mem-ckpt-every 1 --ckpt-every 100 "
+                                           "--max-restarts 1 --inject kill --inject-rank 1 --inject-step 5"),
+                           dump_env(dir), Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("resuming from the in-memory copy of step "), std::string::npos) << r.err;
+  const std::vector<json> want = step_records(dir.file("ref/metrics.jsonl"));
+  const std::vector<json> got = step_records(dir.file("run/metrics.jsonl"));
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(got[i]["loss"], want[i]["loss"]) << "step " << i + 1;
+    EXPECT_EQ(got[i]["moe"][1]["router_bias"], want[i]["moe"][1]["router_bias"]) << "step " << i + 1;
+  }
+}
+
 }  // namespace
