@@ -70,6 +70,8 @@ void fill_args(const CLI::App& app, Flags& f) {
   if (given("--vocab")) a.vocab = m.vocab;
   if (given("--experts")) a.experts = m.moe.experts;
   if (given("--top-k")) a.top_k = m.moe.top_k;
+  if (given("--expert-ffn")) a.expert_ffn = m.moe.expert_ffn;
+  if (given("--shared-experts")) a.shared_experts = m.moe.shared_experts;
   const TrainingFlags& t = f.training;
   if (given("--seq")) a.seq = t.seq;
   if (given("--batch")) a.global_batch = t.batch;
@@ -138,6 +140,11 @@ model::GPTConfig local_model(const Flags& f, const CLI::App& app) {
     g.moe.top_k = a.top_k ? int(*a.top_k) : 2;
     g.moe.every = f.model.moe.every;
   }
+  // Fine-grained and shared experts; without --experts MoEConfig::validate refuses them.
+  STRATA_CHECK(!a.expert_ffn || *a.expert_ffn > 0, "--expert-ffn must be positive (got ",
+               a.expert_ffn.value_or(0), ")");
+  if (a.expert_ffn) g.moe.expert_ffn = int(*a.expert_ffn);
+  if (a.shared_experts) g.moe.shared_experts = int(*a.shared_experts);
   // --recompute as `strata train --recompute` takes it (the search's default is full; a
   // local run's is none).
   g.recompute = {model::parse_recompute_mode(a.recompute.value_or("none")), f.training.recompute_layers,
@@ -176,6 +183,35 @@ LocalRun local_run(const Flags& f, const model::GPTConfig& g) {
   layout.cp_options = {cpm, model::CpChunks::zigzag};
   train::check_layout(g, int(seq), b * f.accum * dp, layout);
   return {layout, seq};
+}
+
+// An MoE model's whole and active parameters: a token uses every block's dense parts, the
+// router and shared experts of each MoE block, and K of its E routed experts.
+nlohmann::json moe_json(const model::GPTConfig& g) {
+  const cost::GptShape m = model::gpt_shape(g);
+  const int64_t total = model::local_num_params(g, {1, 0}, {1, 0});
+  const int64_t routed = cost::expert_mlp_params(m, 1);
+  return {{"experts", g.moe.experts},
+          {"top_k", g.moe.top_k},
+          {"every", g.moe.every},
+          {"expert_ffn", g.moe.expert_width(g.hidden())},
+          {"shared_experts", g.moe.shared_experts},
+          {"params", total},
+          {"active_params", total - g.moe.inactive_params(g.layers, routed)},
+          {"routed_expert_params", m.moe_layers * g.moe.experts * routed},
+          {"shared_expert_params", m.moe_layers * cost::shared_mlp_params(m, 1)}};
+}
+
+std::string moe_line(const model::GPTConfig& g) {
+  const nlohmann::json j = moe_json(g);
+  return cat(g.moe.experts, " experts of ffn ", j["expert_ffn"].get<int64_t>(), ", top-", g.moe.top_k,
+             g.moe.shared_experts > 0
+                 ? cat(", ", g.moe.shared_experts, " shared (ffn ", g.moe.shared_width(g.hidden()), ")")
+                 : "",
+             ", every ", g.moe.every, " block(s): ", j["params"].get<int64_t>(), " params (",
+             j["active_params"].get<int64_t>(), " active per token; routed experts ",
+             j["routed_expert_params"].get<int64_t>(), ", shared experts ",
+             j["shared_expert_params"].get<int64_t>(), ")");
 }
 
 // `strata plan --local`: a strata run on this machine (`strata train --tp T --dp D --zero S
@@ -242,15 +278,14 @@ std::string local_report(const Flags& f, const CLI::App& app) {
   // Dropless routing: every assignment crosses the ep group (cost/comm.h).
   const int64_t ep_bytes = f.accum * cost::ep_group_bytes_per_micro(m, ep, b * seq);
   if (g.moe.enabled())
-    text += cat("MoE: ", g.moe.experts, " experts, top-", g.moe.top_k, ", every ", g.moe.every,
-                " block(s), ep ", ep, ": all-to-all bytes per step per ep group (dropless; at "
-                "most this with a capacity factor) ", ep_bytes, "\n");
+    text += cat("MoE: ", moe_line(g), "; ep ", ep, ": all-to-all bytes per step per ep group "
+                "(dropless; at most this with a capacity factor) ", ep_bytes, "\n");
   if (!f.json()) return text;
-  return nlohmann::json{{"tp", tp},     {"cp", cp},       {"dp", dp},
-                        {"zero", stage}, {"ranks", ranks}, {"ep", ep},
-                        {"ep_bytes_per_step_per_group", ep_bytes}}
-             .dump(2) +
-         "\n";
+  nlohmann::json j{{"tp", tp},     {"cp", cp},       {"dp", dp},
+                   {"zero", stage}, {"ranks", ranks}, {"ep", ep},
+                   {"ep_bytes_per_step_per_group", ep_bytes}};
+  if (g.moe.enabled()) j["moe"] = moe_json(g);
+  return j.dump(2) + "\n";
 }
 
 // --replica-groups and the streaming settings as the planner takes them (plan/outer.h).
@@ -356,7 +391,8 @@ static Register reg(
     "plan", "Plan memory, layout, speed and checkpoints for a cluster", [](CLI::App& app) {
       auto f = std::make_shared<Flags>();
       f->model.add_to(app, {"--model", "--arch", "--layers", "--dim", "--heads", "--kv-heads", "--ffn", "--vocab",
-                            "--experts", "--top-k", "--max-seq", "--moe-every"});
+                            "--experts", "--top-k", "--max-seq", "--moe-every", "--expert-ffn",
+                            "--shared-experts"});
       f->training.add_to(app, {"--seq", "--batch", "--micro-batch", "--precision", "--recompute",
                                "--recompute-layers", "--recompute-inputs"});
       f->parallel.add_to(app, {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--schedule", "--virtual-stages",

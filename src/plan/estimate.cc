@@ -53,6 +53,13 @@ LayerShape layer_shape(const TrainSetup& s, const Layout& l) {
   x.gated = m.mlp == MlpKind::swiglu;
   x.dropout = m.dropout;
   x.experts_per_token = m.moe() ? double(m.top_k) : 1.0;
+  if (m.moe()) {
+    // Each token's MLP input and hidden units: K routed copies of fe units, and the shared
+    // experts' input and S·fe units, counted as one more MLP of the mean width.
+    const double mlps = double(m.top_k) + (m.shared_experts > 0 ? 1 : 0);
+    x.ffn = (double(m.top_k) * double(m.expert_width()) + double(m.shared_width())) / mlps;
+    x.experts_per_token = mlps;
+  }
   return x;
 }
 
@@ -64,9 +71,16 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool l
   const int64_t kv = m.kv_heads >= tp ? m.kv_hidden() / tp : m.head_dim();
   // Column-parallel weights and biases split by tp; row-parallel biases and norms replicated.
   int64_t attention = 2 * h * h / tp + 2 * h * kv + (m.biases ? h / tp + 2 * kv + h : 0);
-  int64_t mlp = (m.mlp == MlpKind::swiglu ? 3 : 2) * h * f / tp + (m.biases ? f / tp + h : 0);
-  int64_t dense_layer = attention + c.norms + (m.moe() ? c.router : mlp);
-  int64_t expert_layer = m.moe() ? (m.experts / l.ep) * mlp : 0;
+  const int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
+  // One MLP of w hidden units on a tp rank, and its matrices' elements.
+  auto mlp_of = [&](int64_t w) { return mats * h * w / tp + (m.biases ? w / tp + h : 0); };
+  auto mats_of = [&](int64_t w) { return mats * h * w / tp; };
+  // MoE: the router and the shared experts are dense (replicated over ep, split over tp as the
+  // dense MLP); the rank's E/ep routed experts of fe units each are the expert parameters.
+  const int64_t fe = m.expert_width(), fs = m.moe() ? m.shared_width() : 0;
+  const int64_t shared = fs > 0 ? mlp_of(fs) : 0;
+  int64_t dense_layer = attention + c.norms + (m.moe() ? c.router + shared : mlp_of(f));
+  int64_t expert_layer = m.moe() ? (m.experts / l.ep) * mlp_of(fe) : 0;
   const int64_t layers = layers_on_stage(m, l.pp);
   StageParams p;
   p.dense = layers * dense_layer;
@@ -74,13 +88,17 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool l
   p.layers = layers;
   p.dense_blocks = layers * dense_layer;
   // Muon's matrices: q, k, v, o and the MLP's (each expert's), as parallel/muon.h cuts them.
-  const int64_t mlp_mats = (m.mlp == MlpKind::swiglu ? 3 : 2) * h * f / tp;
-  p.muon_dense = layers * (2 * h * h / tp + 2 * h * kv + (m.moe() ? 0 : mlp_mats));
-  p.muon_expert = layers * (m.moe() ? (m.experts / l.ep) * mlp_mats : 0);
+  p.muon_dense = layers * (2 * h * h / tp + 2 * h * kv + (m.moe() ? mats_of(fs) : mats_of(f)));
+  p.muon_expert = layers * (m.moe() ? (m.experts / l.ep) * mats_of(fe) : 0);
   // Each matrix is orthogonalised whole (a tp rank gathers its slices first).
-  const double mlp_ns = (m.mlp == MlpKind::swiglu ? 2 : 1) * cost::newton_schulz_flops(f, h, 5) + cost::newton_schulz_flops(h, f, 5);
-  p.ns_flops = double(layers) * (2 * cost::newton_schulz_flops(h, h, 5) + 2 * cost::newton_schulz_flops(m.kv_hidden(), h, 5) +
-                                 (m.moe() ? double(m.experts / l.ep) : 1.0) * mlp_ns);
+  auto mlp_ns = [&](int64_t w) {
+    return (mats - 1) * cost::newton_schulz_flops(w, h, 5) +
+           cost::newton_schulz_flops(h, w, 5);
+  };
+  const double mlps_ns = m.moe() ? double(m.experts / l.ep) * mlp_ns(fe) + (fs > 0 ? mlp_ns(fs) : 0.0)
+                                 : mlp_ns(f);
+  p.ns_flops = double(layers) * (2 * cost::newton_schulz_flops(h, h, 5) +
+                                 2 * cost::newton_schulz_flops(m.kv_hidden(), h, 5) + mlps_ns);
   p.largest_layer = dense_layer + expert_layer;
   if (first) p.dense += V * h / tp + c.position;
   if (last) {

@@ -57,6 +57,10 @@ std::string layout_problem(const TrainSetup& s, const Layout& l) {
   if (!model::splits_kv_heads(m.kv_heads, l.tp))
     return cat(m.kv_heads, " KV heads neither divide nor are divisible by tp ", l.tp);
   if (m.ffn % l.tp != 0) return cat("MLP width ", m.ffn, " is not divisible by tp ", l.tp);
+  if (m.moe() && (m.expert_width() % l.tp != 0 || m.shared_width() % l.tp != 0))
+    return cat("expert width ", m.expert_width(),
+               m.shared_width() > 0 ? cat(" or shared experts' width ", m.shared_width()) : "",
+               " is not divisible by tp ", l.tp);
   if (!parallel::stages_fit_layers(l.pp, m.layers))
     return cat("pp ", l.pp, " exceeds the model's ", m.layers, " layers");
   if (m.seq % l.cp != 0) return cat("sequence ", m.seq, " is not divisible by cp ", l.cp);

@@ -61,18 +61,31 @@ void ModelSpec::validate() const {
   if (experts > 0)
     STRATA_CHECK(top_k >= 1 && top_k <= experts, "--top-k ", top_k, " must be in 1..--experts ",
                  experts);
+  // Fine-grained and shared experts (model/expert/config.h; the same words as MoEConfig's).
+  STRATA_CHECK(experts > 0 || shared_experts == 0, "--shared-experts ", shared_experts,
+               " needs routed experts (--experts E): shared experts sit beside them in an MoE block");
+  STRATA_CHECK(experts > 0 || expert_ffn == 0, "--expert-ffn ", expert_ffn,
+               " needs routed experts (--experts E)");
+  STRATA_CHECK(expert_ffn >= 0, "--expert-ffn must be positive (got ", expert_ffn, ")");
+  STRATA_CHECK(shared_experts >= 0, "--shared-experts must not be negative (got ", shared_experts,
+               ")");
   // Sizes a person typed, bounded so that every count, byte and FLOP figure of the planner
   // (int64 parameter counts times bytes per parameter) stays exact and positive.
   constexpr int64_t kMaxDim = int64_t(1) << 31;
   for (auto [flag, v] : {std::pair{"--layers", layers}, {"--hidden", hidden}, {"--heads", heads},
                          {"--ffn", ffn}, {"--seq", seq}, {"--vocab", vocab},
-                         {"--experts", experts}})
+                         {"--experts", experts}, {"--expert-ffn", expert_ffn},
+                         {"--shared-experts", shared_experts}})
     STRATA_CHECK(v <= kMaxDim, flag, " ", v, " is above the planner's limit of ", kMaxDim);
-  const double h = double(hidden), mlps = double(std::max<int64_t>(experts, 1));
-  const double approx = double(layers) * (4 * h * h + 3 * h * double(ffn) * mlps) +
-                        2 * double(vocab) * h + double(seq) * h;
+  const double h = double(hidden);
+  const double mlp_units = moe() ? double(expert_width()) * (double(experts) + double(shared_experts))
+                                 : double(ffn);
+  const double approx = double(layers) * (4 * h * h + 3 * h * mlp_units) + 2 * double(vocab) * h +
+                        double(seq) * h;
   STRATA_CHECK(approx <= kMaxPlanParams, "the model has about ", approx, " parameters (--layers ",
                layers, ", --hidden ", hidden, ", --ffn ", ffn, ", --experts ", experts,
+               moe() ? cat(", --expert-ffn ", expert_width(), ", --shared-experts ", shared_experts)
+                     : std::string(),
                "): above the planner's limit of ", kMaxPlanParams);
 }
 
@@ -87,11 +100,17 @@ ParamCounts count_params(const ModelSpec& m) {
   c.final_norm = m.layernorm ? 2 * h : h;
   c.attention = 2 * h * h + 2 * h * kv + (m.biases ? 2 * h + 2 * kv : 0);
   c.norms = m.layernorm ? 4 * h : 2 * h;
-  c.expert_mlp = (m.mlp == MlpKind::swiglu ? 3 : 2) * h * f + (m.biases ? f + h : 0);
+  // One MLP of w hidden units: two or three matrices, and GPT's biases.
+  auto mlp = [&](int64_t w) {
+    return (m.mlp == MlpKind::swiglu ? 3 : 2) * h * w + (m.biases ? w + h : 0);
+  };
+  c.expert_mlp = mlp(f);
   if (m.moe()) {
     c.experts = m.experts;
     c.top_k = m.top_k;
     c.router = h * m.experts;
+    c.expert_mlp = mlp(m.expert_width());
+    c.shared = m.shared_width() > 0 ? mlp(m.shared_width()) : 0;
   }
   return c;
 }

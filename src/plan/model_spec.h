@@ -3,10 +3,14 @@
 //
 // Terms: L layers, h hidden, a heads (head dim h/a), kv-heads (grouped-query attention when
 // fewer than a), f MLP width, s sequence, V vocabulary rows (padded to a multiple of 64, as
-// strata's GPT and Megatron do), E experts with top-k routing (E = 0: dense).
+// strata's GPT and Megatron do), E experts with top-k routing (E = 0: dense), each of fe hidden
+// units (fine-grained experts, DeepSeekMoE; fe = f unless --expert-ffn), and S shared experts
+// every token passes through, held as one MLP of S·fe units (model/expert/config.h).
 // Per layer: attention 2h² + 2h·kv (Q, O; K, V of width kv = kv-heads·h/a); MLP 2hf (GELU) or
-// 3hf (SwiGLU), times E for MoE plus an h·E router; norms 2h (RMSNorm) or 4h (LayerNorm).
-// GPT-style layers also carry biases: 2h + 2kv + f + h (+ f·(E-1) experts).
+// 3hf (SwiGLU); for MoE instead E routed MLPs of width fe, an h·E router and the shared MLP of
+// width S·fe; norms 2h (RMSNorm) or 4h (LayerNorm). GPT-style layers also carry biases:
+// 2h + 2kv + f + h (each MLP of width w: w + h). A token uses the router, the shared MLP and K
+// routed ones: active = total - L·(E - K)·(one routed MLP).
 // Megatron-LM (Narayanan et al. 2021) counts a GPT as P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)):
 // the same sum without the final norm.
 #pragma once
@@ -25,6 +29,8 @@ struct ModelSpec {
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, seq = 0, vocab = 0;
   int64_t experts = 0;  // 0: dense
   int64_t top_k = 0;
+  int64_t expert_ffn = 0;      // each routed expert's hidden width (0: ffn)
+  int64_t shared_experts = 0;  // S always-on experts of expert_width() units each
   MlpKind mlp = MlpKind::gelu;
   bool biases = true;        // GPT: biases on every linear layer
   bool layernorm = true;     // LayerNorm (weight and bias) vs RMSNorm (weight)
@@ -42,6 +48,9 @@ struct ModelSpec {
   int64_t kv_hidden() const { return kv_heads * head_dim(); }
   int64_t padded_vocab() const { return model::padded_vocab(vocab); }
   bool moe() const { return experts > 0; }
+  // A routed expert's hidden width, and the shared experts' together (0: none).
+  int64_t expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn; }
+  int64_t shared_width() const { return shared_experts * expert_width(); }
   // Throws a one-line Error naming the flag for impossible shapes.
   void validate() const;
 };
@@ -62,18 +71,21 @@ struct ParamCounts {
   int64_t final_norm = 0;
   int64_t attention = 0;   // one layer: Q, K, V, O (+ biases)
   int64_t norms = 0;       // one layer: both norms
-  int64_t expert_mlp = 0;  // one MLP (one expert for MoE; the dense MLP otherwise)
+  int64_t expert_mlp = 0;  // one MLP (one routed expert for MoE; the dense MLP otherwise)
   int64_t router = 0;      // one layer's router (MoE)
+  int64_t shared = 0;      // one layer's shared experts, one MLP of S·fe units (MoE; 0: none)
   int64_t experts = 1;     // MLPs per layer
   int64_t top_k = 1;       // MLPs a token visits
   int64_t layers = 0;
 
-  int64_t per_layer() const { return attention + norms + expert_mlp * experts + router; }
-  int64_t per_layer_active() const { return attention + norms + expert_mlp * top_k + router; }
+  int64_t per_layer() const { return attention + norms + expert_mlp * experts + router + shared; }
+  int64_t per_layer_active() const { return attention + norms + expert_mlp * top_k + router + shared; }
   int64_t non_layer() const { return embedding + position + output_head + final_norm; }
   int64_t total() const { return layers * per_layer() + non_layer(); }
   int64_t active() const { return layers * per_layer_active() + non_layer(); }
+  // The routed experts' parameters (the shared ones are dense: every token uses them).
   int64_t expert_total() const { return experts > 1 ? layers * expert_mlp * experts : 0; }
+  int64_t shared_total() const { return layers * shared; }
   // Weights a token multiplies by: active layers and the output head (the tied embedding when
   // tied). Input lookups and position tables cost no matmul FLOPs.
   int64_t matmul_active() const {

@@ -140,9 +140,13 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
       {"padded_vocab", m.padded_vocab()},
       {"experts", m.experts},
       {"top_k", m.top_k},
+      {"expert_ffn", m.moe() ? m.expert_width() : 0},
+      {"shared_experts", m.shared_experts},
       {"mlp", m.mlp == MlpKind::swiglu ? "swiglu" : "gelu"},
       {"params", pc.total()},
       {"active_params", pc.active()},
+      {"routed_expert_params", pc.expert_total()},
+      {"shared_expert_params", pc.shared_total()},
       {"megatron_param_formula", megatron_param_count(double(m.layers), double(m.hidden),
                                                       double(m.padded_vocab()), double(m.seq))},
       {"source", m.source}};
@@ -306,8 +310,9 @@ void memory_table(std::ostream& o, const Estimate& e, const ModelSpec& model) {
   row("gradients", double(m.states.gradients), "");
   row("optimizer states", double(m.states.optimizer),
       m.expert_params > 0
-          ? cat("(", human(double(m.dense_params)), " dense + ", human(double(m.expert_params)),
-                " expert params on this GPU before ZeRO)")
+          ? cat("(", human(double(m.dense_params)), " dense",
+                model.shared_experts > 0 ? " (shared experts included)" : "", " + ",
+                human(double(m.expert_params)), " routed expert params on this GPU before ZeRO)")
           : cat("(", human(double(m.dense_params)), " params on this GPU before ZeRO)") +
                 (m.muon_params > 0 ? cat("; Muon's matrices ", human(double(m.muon_params)), ", one momentum each")
                                    : std::string()));
@@ -437,9 +442,14 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
   o << "strata plan: " << m.name << " on " << s.gpus << " x " << s.gpu.name << " ("
     << s.gpu.gpus_per_node << " per node)\n\n";
   o << "Model     " << human(double(pc.total())) << " parameters";
-  if (m.moe())
-    o << " (" << human(double(pc.active())) << " active, " << m.experts << " experts, top-"
-      << m.top_k << ")";
+  if (m.moe()) {
+    o << " (" << human(double(pc.active())) << " active per token; " << m.experts
+      << " experts of ffn " << m.expert_width() << ", top-" << m.top_k;
+    if (m.shared_experts > 0) o << ", " << m.shared_experts << " shared";
+    o << ": routed " << human(double(pc.expert_total()));
+    if (m.shared_experts > 0) o << ", shared " << human(double(pc.shared_total()));
+    o << ")";
+  }
   o << "; " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads << " heads ("
     << m.kv_heads << " KV), ffn " << m.ffn << (m.mlp == MlpKind::swiglu ? " SwiGLU" : " GELU")
     << ", seq " << m.seq << ", vocab " << m.vocab << "\n";

@@ -86,8 +86,15 @@ ModelSpec build_model(const PlanArgs& a) {
   }
   set(a.kv_heads, m.kv_heads);
   set(a.ffn, m.ffn);
+  // Given, a width is a width: 0 (the dense MLP's) is what leaving the flag out means.
+  STRATA_CHECK(!a.expert_ffn || *a.expert_ffn > 0, "--expert-ffn must be positive (got ",
+               a.expert_ffn.value_or(0), ")");
+  set(a.expert_ffn, m.expert_ffn);
+  set(a.shared_experts, m.shared_experts);
   if (m.experts > 0 && m.top_k == 0) m.top_k = std::min<int64_t>(2, m.experts);
-  if (preset && (a.layers || a.hidden || a.heads || a.ffn || a.experts)) m.name += " (modified)";
+  if (preset && (a.layers || a.hidden || a.heads || a.ffn || a.experts || a.expert_ffn ||
+                 a.shared_experts))
+    m.name += " (modified)";
   m.validate();
   return m;
 }

@@ -129,6 +129,10 @@ void check_fixed(const TrainSetup& s, const FixedLayout& f) {
     STRATA_CHECK(model::splits_kv_heads(m.kv_heads, *f.tp), "--tp ", *f.tp, ": ",
                  m.kv_heads, " KV heads neither divide nor are divisible by it");
     STRATA_CHECK(m.ffn % *f.tp == 0, "--tp ", *f.tp, ": MLP width ", m.ffn, " is not divisible");
+    STRATA_CHECK(!m.moe() || (m.expert_width() % *f.tp == 0 && m.shared_width() % *f.tp == 0),
+                 "--tp ", *f.tp, ": the experts' hidden width ", m.expert_width(),
+                 m.shared_width() > 0 ? cat(" or the shared experts' ", m.shared_width()) : "",
+                 " is not divisible (--expert-ffn)");
   }
   if (f.pp) STRATA_CHECK(*f.pp <= m.layers, "--pp ", *f.pp, " exceeds the ", m.layers, " layers");
   namespace pl = parallel::pipeline;

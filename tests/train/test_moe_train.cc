@@ -165,4 +165,34 @@ TEST(MoETrain, StragglerLineNamesTheExpertLoad) {
   EXPECT_NE(all.find("expert load: rank "), std::string::npos) << all;
 }
 
+// Fine-grained and shared experts at tp 2 x ep 2: rank 0's parameters, model states and the
+// all-to-all bytes equal strata plan's for the layout (the rows stay C wide).
+TEST(MoETrain, FineGrainedAndSharedExpertsEqualThePlan) {
+  TempDir dir("moe_deepseek_plan");
+  const std::string model = "--layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --experts 4 --top-k 2 "
+                            "--expert-ffn 32 --shared-experts 1 ";
+  RunResult r = run_strata("train " + model + "--batch 2 --steps 2 --peak-gflops 1000 "
+                           "--data synthetic:50000 --sample-tokens 0 --eval-batches 1 --dropless "
+                           "--nproc 4 --ep 2 --tp 2 --run-dir " + dir.file("d"),
+                           "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult plan = run_strata("plan --local " + model + "--tp 2 --dp 2 --ep 2 --micro-batch 1 --json "
+                              "--precision fp32",
+                              "", Streams::separate);
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const json p = json::parse(plan.out);
+  const json s = json::parse(read_file(dir.file("d/summary.json")));
+  const json& rank = p["ranks"][0];
+  EXPECT_EQ(s["params"], p["moe"]["params"]);
+  EXPECT_EQ(s["experts"]["dense_params"].get<int64_t>() + s["experts"]["expert_params"].get<int64_t>(),
+            rank["params"].get<int64_t>());
+  EXPECT_EQ(s["experts"]["expert_params"], rank["expert_params"]);
+  EXPECT_EQ(s["engine_memory"]["model_states"], rank["model_states"]);
+  EXPECT_EQ(s["model_states_formula"]["total"], rank["model_states"]);
+  const std::vector<json> recs = step_records(dir.file("d/metrics.jsonl"));
+  ASSERT_EQ(recs.size(), 2u);
+  for (const json& rec : recs)  // an ep group of 2 ranks per tp rank
+    EXPECT_EQ(rec["ep_bytes"].get<int64_t>(), 2 * p["ep_bytes_per_step_per_group"].get<int64_t>());
+}
+
 }  // namespace

@@ -189,6 +189,8 @@ ModelFlags::Resolved ModelFlags::resolve(const CLI::App& app) const {
   }
   // A preset's experts (Mixtral) unless the flags say otherwise.
   model::expert::MoEConfig experts = moe;
+  STRATA_CHECK(!app.count("--expert-ffn") || moe.expert_ffn > 0, "--expert-ffn must be positive (got ",
+               moe.expert_ffn, ")");
   if (!app.count("--experts")) experts.experts = m.moe.experts;
   if (!app.count("--top-k") && m.moe.enabled()) experts.top_k = m.moe.top_k;
   experts.score = router_score == "sigmoid" ? model::expert::RouterScore::sigmoid : model::expert::RouterScore::softmax;

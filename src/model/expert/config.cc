@@ -31,7 +31,7 @@ void MoEConfig::validate() const {
                "--router-jitter must be in [0, 1) (got ", jitter, ")");
   STRATA_CHECK(std::isfinite(bias_rate) && bias_rate >= 0, "--router-bias-update-rate must be >= 0 (got ", bias_rate,
                ")");
-  STRATA_CHECK(expert_ffn >= 0, "--expert-ffn must be positive (got ", expert_ffn, ")");
+  STRATA_CHECK(expert_ffn >= 0, "--expert-ffn must not be negative (got ", expert_ffn, "; 0: the dense MLP's width)");
   STRATA_CHECK(shared_experts >= 0, "--shared-experts must not be negative (got ", shared_experts, ")");
   STRATA_CHECK(route_groups >= 0 && route_max_groups >= 0, "--route-groups and --route-max-groups must not be "
                "negative (got ", route_groups, " and ", route_max_groups, ")");
