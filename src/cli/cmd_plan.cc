@@ -275,15 +275,19 @@ std::string local_report(const Flags& f, const CLI::App& app) {
                             : "",
                 cp > 1 ? cat("; cp bytes per step ", cp_bytes) : "", "\n");
   }
-  // Dropless routing: every assignment crosses the ep group (cost/comm.h).
+  // At most one row per token and owner rank crosses the ep group (cost/comm.h): the bytes
+  // of that bound, and the two terms a run's bytes are made of (the counts of each pass, the
+  // bytes of each row it counted: metrics.jsonl's ep_rows).
   const int64_t ep_bytes = f.accum * cost::ep_group_bytes_per_micro(m, ep, b * seq);
   if (g.moe.enabled())
     text += cat("MoE: ", moe_line(g), "; ep ", ep, ": all-to-all bytes per step per ep group "
-                "(dropless; at most this with a capacity factor) ", ep_bytes, "\n");
+                "(at most; fewer when a token's experts share a rank, or with a capacity factor) ", ep_bytes, "\n");
   if (!f.json()) return text;
   nlohmann::json j{{"tp", tp},     {"cp", cp},       {"dp", dp},
                    {"zero", stage}, {"ranks", ranks}, {"ep", ep},
-                   {"ep_bytes_per_step_per_group", ep_bytes}};
+                   {"ep_bytes_per_step_per_group", ep_bytes},
+                   {"ep_count_bytes_per_step_per_group", cost::ep_group_bytes(m, ep, f.accum, 0)},
+                   {"ep_bytes_per_row", cost::ep_group_bytes(m, ep, 0, 1)}};
   if (g.moe.enabled()) j["moe"] = moe_json(g);
   return j.dump(2) + "\n";
 }

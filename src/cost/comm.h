@@ -14,6 +14,7 @@
 //   send/recv              α +          B/β
 // The factor in front of B/β is nccl-tests' bus-bandwidth factor: busbw = algbw · factor.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "cost/memory.h"
@@ -166,18 +167,31 @@ inline int64_t cp_bytes_per_micro(bool ring, int C, int layers, int64_t B, int64
 }
 
 // Expert parallelism (model/expert/), per MoE block and micro-batch: every rank of an ep group
-// of P ranks sends E/P counts (int64) to each rank, then its kept assignments' rows (C floats
-// each) to their owners;
-// owners send the results back, and backward repeats both row exchanges with gradients:
-// every kept assignment travels 4 times. Summed over the P ranks of the group (sends to
-// oneself included, as all_to_all_v moves them too):
-//   bytes = blocks · (P · E · 8 + 4 · kept · C · 4),  kept = P · b · T · K when dropless
-// (with a capacity factor kept is at most that, and depends on the routing). Nothing is
-// exchanged when P = 1.
-inline int64_t ep_group_bytes_per_micro(const GptShape& m, int P, int64_t tokens_per_rank) {
+// of P ranks sends E/P assignment counts and one row count (int64) to each rank, then one row
+// per (token, owner rank) holding kept assignments (C floats) with K entries of (expert, slot)
+// (int64) and K gates (fp32); owners send back one row per received row (the gate-weighted
+// sum of its experts' outputs); backward sends the output gradient's rows again and receives
+// the rows' input gradients and the K gates' gradients (fp32). Each row travels 4 times.
+// Summed over the P ranks of the group (sends to oneself included, as all_to_all_v moves them):
+//   bytes = blocks · (P · E · 8 + P · P · 8 + rows · (4 · C · 4 + K · 16))
+// rows depends on the routing: at most P · b · T · min(K, P) when dropless, equal to it when
+// every token's kept assignments lie on distinct ranks (always at K = 1); fewer with a
+// capacity factor or when a token's experts share a rank (--route-max-groups makes them
+// share). Nothing is exchanged when P = 1.
+// The bytes of `passes` micro-batch passes over every MoE block whose rows, summed over the
+// group's ranks, blocks and passes, were `rows` (exact, for a run that counts its rows).
+inline int64_t ep_group_bytes(const GptShape& m, int P, int64_t passes, int64_t rows) {
   if (P <= 1 || m.moe_layers == 0) return 0;
-  const int64_t kept = int64_t(P) * tokens_per_rank * m.top_k;
-  return m.moe_layers * (int64_t(P) * m.experts * 8 + 4 * kept * m.dim * 4);
+  return passes * m.moe_layers * (int64_t(P) * m.experts * 8 + int64_t(P) * P * 8) +
+         rows * (16 * m.dim + 16 * m.top_k);
+}
+// The rows of one micro-batch pass over every MoE block at most (dropless, every token's kept
+// assignments on distinct ranks), and its bytes then.
+inline int64_t ep_group_rows_per_micro(const GptShape& m, int P, int64_t tokens_per_rank) {
+  return P <= 1 ? 0 : m.moe_layers * int64_t(P) * tokens_per_rank * std::min<int64_t>(m.top_k, P);
+}
+inline int64_t ep_group_bytes_per_micro(const GptShape& m, int P, int64_t tokens_per_rank) {
+  return ep_group_bytes(m, P, 1, ep_group_rows_per_micro(m, P, tokens_per_rank));
 }
 
 // Payload bytes of one rank's gradient reductions in a step of `accum` micro-batches over a

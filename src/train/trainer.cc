@@ -204,7 +204,7 @@ struct Trainer::Run {
   CollapseWatch collapse{cfg.moe_collapse_pct, cfg.moe_collapse_steps};
   SpikeGuard guard{cfg.guard};
   std::vector<double> expert_rows_window;  // rows each rank's experts processed, this window
-  int64_t ep_bytes_at_step_begin = 0;
+  int64_t ep_bytes_at_step_begin = 0, ep_off_host_at_step_begin = 0, ep_rows_at_step_begin = 0;
   // The MoE layer whose load the step reports (null for a dense model).
   model::expert::MoE* moe() const { return part->moe(); }
   // The step's MoE load summed over the ranks (docs/moe.md); null for a dense model.
@@ -410,6 +410,8 @@ double Trainer::Run::passes(const data::StepBatch& batch, float scale, diag::Fau
     moe()->take_load();
     moe()->take_owned_rows();
     ep_bytes_at_step_begin = moe()->group().bytes_sent();
+    ep_off_host_at_step_begin = moe()->group().bytes_sent_off_host();
+    ep_rows_at_step_begin = moe()->group().rows_sent();
   }
   current_phase().set_kind(PhaseKind::forward);
   if (fault == diag::FaultKind::sleep)
@@ -592,6 +594,8 @@ void Trainer::Run::add_moe_record(const json& moe, double loss, json& rec) {
   rec["moe"] = moe["blocks"];
   rec["expert_rows_per_rank"] = moe["expert_rows_per_rank"];
   rec["ep_bytes"] = moe["ep_bytes"];  // all-to-all payload of every rank this step
+  rec["ep_bytes_off_host"] = moe["ep_bytes_off_host"];  // the part sent to other hosts
+  rec["ep_rows"] = moe["ep_rows"];  // token rows dispatched (cost/comm.h ep_group_bytes)
   if (moe.contains("warning")) out->note(moe["warning"].get<std::string>());
 }
 
@@ -620,11 +624,13 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
   model::expert::LoadStats s = moe()->take_load();
   double mine = double(moe()->take_owned_rows());
   std::vector<double> rows(size_t(topo.world), mine);
-  double ep_bytes = double(moe()->group().bytes_sent() - ep_bytes_at_step_begin);
+  double ep_bytes[3] = {double(moe()->group().bytes_sent() - ep_bytes_at_step_begin),
+                        double(moe()->group().bytes_sent_off_host() - ep_off_host_at_step_begin),
+                        double(moe()->group().rows_sent() - ep_rows_at_step_begin)};
   // tp peers route the same tokens alike: tp rank 0 counts the load (docs/moe.md).
   if (topo.tp && topo.tp->rank() != 0) std::fill(s.v.begin(), s.v.end(), 0.0);
   if (topo.group && topo.world > 1) {
-    topo.group->all_reduce(&ep_bytes, 1);
+    topo.group->all_reduce(ep_bytes, 3);
     topo.group->all_reduce(s.v.data(), s.v.size());
     topo.group->all_gather(&mine, rows.data(), 1, DType::f64);
   }
@@ -639,7 +645,9 @@ std::optional<json> Trainer::Run::moe_step_load(int64_t step, int64_t tokens) {
       j["blocks"][m]["router_bias"] = std::vector<float>(b.begin() + long(m * E), b.begin() + long((m + 1) * E));
   }
   j["expert_rows_per_rank"] = rows;
-  j["ep_bytes"] = int64_t(ep_bytes);
+  j["ep_bytes"] = int64_t(ep_bytes[0]);
+  j["ep_bytes_off_host"] = int64_t(ep_bytes[1]);
+  j["ep_rows"] = int64_t(ep_bytes[2]);
   const std::string warning = collapse.update(s, step + 1);
   if (!warning.empty()) j["warning"] = warning;
   return j;

@@ -90,8 +90,9 @@ TEST(CostReliability, LostWorkPerFailureByRecoveryMode) {
 
 TEST(CostComm, ExpertAndGradientBytes) {
   const GptShape m = small_moe();
-  // 2 ranks, 3 tokens each, top-2: 12 kept assignments, each travelling 4 times as 8 floats.
-  EXPECT_EQ(ep_group_bytes_per_micro(m, 2, 3), 2 * 4 * 8 + 4 * 12 * 8 * 4);
+  // 2 ranks, 3 tokens each, top-2: at most 12 rows (one per token and owner), each travelling
+  // 4 times as 8 floats with 2 entries of (expert, slot) and gate both ways; the counts.
+  EXPECT_EQ(ep_group_bytes_per_micro(m, 2, 3), 2 * 4 * 8 + 2 * 2 * 8 + 12 * (4 * 8 * 4 + 2 * 16));
   EXPECT_EQ(ep_group_bytes_per_micro(m, 1, 3), 0);
   EXPECT_EQ(grad_reduce_bytes_per_step(1000, 2, 1, 4, Precision::bf16), 2000);
   EXPECT_EQ(grad_reduce_bytes_per_step(1000, 2, 2, 4, Precision::fp32), 16000);

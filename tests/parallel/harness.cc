@@ -184,7 +184,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
     out.grad_reduce_bytes = engine.grad_reduce_bytes_last_step();
     if (const parallel::Region* x = engine.expert_region())
       out.expert_grad_reduce_bytes = engine.grad_reduce_bytes_last_step(*x);
-    if (gpt.moe()) out.ep_bytes = gpt.moe()->group().bytes_sent();
+    if (gpt.moe()) out.ep_bytes = gpt.moe()->group().bytes_sent(), out.ep_rows = gpt.moe()->group().rows_sent();
     bytes[rank] = engine.tp_bytes_last_step();
   });
   // Ranks with the same tp rank and expert-parallel rank hold the same weights; the first
@@ -201,7 +201,7 @@ RunResult run_tensor_parallel(const RunSpec& s, const TpRun& run, int64_t* tp_by
     for (const TensorPiece& p : layouts[t]) place_piece(global, table, p, &local[t][p.local_offset]);
   for (float v : global) STRATA_CHECK(!std::isnan(v), "a weight is held by no rank");
   results[0].params = std::move(global);
-  for (int r = 1; r < world; ++r) results[0].ep_bytes += results[r].ep_bytes;
+  for (int r = 1; r < world; ++r) results[0].ep_bytes += results[r].ep_bytes, results[0].ep_rows += results[r].ep_rows;
   if (tp_bytes) *tp_bytes = bytes[0];
   return results[0];
 }

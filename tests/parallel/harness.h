@@ -32,6 +32,7 @@ struct RunResult {
   std::vector<float> params;      // fp32 weights after the last step
   parallel::MemoryReport memory;  // rank 0's engine buffers
   int64_t ep_bytes = 0;           // MoE: all-to-all payload of every rank over the run
+  int64_t ep_rows = 0;            // MoE: token rows every rank dispatched over the run
   int64_t grad_reduce_bytes = 0;  // rank 0's gradient reductions in the last step
   int64_t expert_grad_reduce_bytes = 0;  // of which the expert region's (MoE)
 };

@@ -118,9 +118,22 @@ TEST(MoETrain, CheckpointAtEp2ResumesAtEp1AndEp4) {
   }
 }
 
-// The all-to-all bytes of a dropless ep step equal strata plan's figure for the layout, so
-// do rank 0's model states and gradient reduce bytes (experts over edp), and summary.json's
-// config records the MoE settings.
+// Each step's all-to-all bytes of `groups` ep groups are the plan's: its counts per pass and
+// its bytes per token row for the rows the step dispatched, which are at most the plan's bound
+// (one row per token and owner rank) and more than half of it.
+void expect_ep_bytes_of_the_plan(const std::vector<json>& recs, const json& plan, int64_t groups) {
+  for (const json& rec : recs) {
+    const int64_t rows = rec["ep_rows"].get<int64_t>(), bytes = rec["ep_bytes"].get<int64_t>();
+    EXPECT_EQ(bytes, groups * plan["ep_count_bytes_per_step_per_group"].get<int64_t>() +
+                         rows * plan["ep_bytes_per_row"].get<int64_t>());
+    EXPECT_LE(bytes, groups * plan["ep_bytes_per_step_per_group"].get<int64_t>());
+    EXPECT_GT(2 * bytes, groups * plan["ep_bytes_per_step_per_group"].get<int64_t>());
+  }
+}
+
+// The all-to-all bytes of a dropless ep step are strata plan's for the layout (exactly the
+// bound at top-1, where every row carries one assignment), so are rank 0's model states and
+// gradient reduce bytes (experts over edp), and summary.json's config records the MoE settings.
 TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
   TempDir dir("moe_bytes");
   const std::string model = "--layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --experts 4 --top-k 2 ";
@@ -137,8 +150,20 @@ TEST(MoETrain, AllToAllBytesPerStepEqualThePlan) {
   const json p = json::parse(plan.out);
   const std::vector<json> recs = step_records(dir.file("d/metrics.jsonl"));
   ASSERT_EQ(recs.size(), 2u);
-  for (const json& rec : recs)  // two ep groups of 2 ranks
-    EXPECT_EQ(rec["ep_bytes"].get<int64_t>(), 2 * p["ep_bytes_per_step_per_group"].get<int64_t>());
+  expect_ep_bytes_of_the_plan(recs, p, 2);  // two ep groups of 2 ranks
+  // Top-1: one row per kept assignment, the bound itself.
+  std::string model1 = model;
+  model1.replace(model1.find("--top-k 2"), 9, "--top-k 1");
+  r = run_strata("train " + model1 + "--batch 4 --steps 2 --peak-gflops 1000 --data synthetic:50000 "
+                 "--sample-tokens 0 --eval-batches 1 --dropless --nproc 4 --ep 2 --run-dir " + dir.file("k1"),
+                 "", Streams::separate);
+  ASSERT_EQ(r.status, 0) << r.err;
+  RunResult plan1 = run_strata("plan --local --layers 2 --dim 32 --heads 2 --seq 16 --max-seq 16 --experts 4 --top-k 1 "
+                               "--dp 4 --ep 2 --micro-batch 1 --json --precision fp32",
+                               "", Streams::separate);
+  ASSERT_EQ(plan1.status, 0) << plan1.err;
+  for (const json& rec : step_records(dir.file("k1/metrics.jsonl")))
+    EXPECT_EQ(rec["ep_bytes"].get<int64_t>(), 2 * json::parse(plan1.out)["ep_bytes_per_step_per_group"].get<int64_t>());
   const json s = json::parse(read_file(dir.file("d/summary.json")));
   EXPECT_EQ(s["config"]["moe"]["experts"], 4);
   EXPECT_EQ(s["config"]["moe"]["dropless"], true);
@@ -191,8 +216,7 @@ TEST(MoETrain, FineGrainedAndSharedExpertsEqualThePlan) {
   EXPECT_EQ(s["model_states_formula"]["total"], rank["model_states"]);
   const std::vector<json> recs = step_records(dir.file("d/metrics.jsonl"));
   ASSERT_EQ(recs.size(), 2u);
-  for (const json& rec : recs)  // an ep group of 2 ranks per tp rank
-    EXPECT_EQ(rec["ep_bytes"].get<int64_t>(), 2 * p["ep_bytes_per_step_per_group"].get<int64_t>());
+  expect_ep_bytes_of_the_plan(recs, p, 2);  // an ep group of 2 ranks per tp rank
 }
 
 }  // namespace

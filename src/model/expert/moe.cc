@@ -34,11 +34,23 @@ struct MoE::Layer {
   bool jittered = false;
   GrowBuf xin, noise, xr, logits;  // (N, C), (N, C), (N, C), (N, E)
   Routing r;
-  std::vector<int64_t> off;    // (E + 1) send offsets by expert
-  std::vector<int64_t> recv;   // (P, El) rows received per source and local expert
-  std::unique_ptr<OwnerLayout> owner;
-  GrowBuf X, H, A, R, stage;  // owner: (M, C), (M, 4C), (M, 4C); source: (S, C)
+  // As a source: the rows it sends, one per (token, owner rank) with a kept assignment there,
+  // owner-major and in token order (one rank: row t is token t). tok[j] is row j's token and
+  // ks[j·K + i] the k of its i-th assignment at that owner (in k order; -1 after the last).
+  std::vector<int64_t> sent;  // (P) rows to each owner
+  std::vector<int64_t> tok;   // (U)
+  std::vector<int32_t> ks;    // (U, K)
+  // As an owner: the rows received from each source and where each one's assignments lie in
+  // the expert-major batch X / O (-1 after the last), with their gates.
+  std::vector<int64_t> recv;  // (P, El) assignments received per source and local expert
+  std::vector<int64_t> got;   // (P) rows received per source
+  std::vector<int64_t> pos;   // (R, K)
+  std::vector<float> gate;    // (R, K)
+  std::vector<int64_t> rows;  // (El + 1) expert-major offsets of each local expert
+  GrowBuf X, H, A, O;         // owner, expert-major: (M, C), (M, F or 2F), (M, F), (M, C)
   GrowBuf Hs, As;             // the shared experts': (N, Fs or 2Fs gated), (N, Fs)
+  int64_t M() const { return rows.back(); }
+  int64_t R() const { return int64_t(pos.size()) / std::max<int64_t>(1, r.K); }
 };
 
 MoE::MoE(const MoEConfig& cfg, int layers, int C, int slots, int hidden, bool gated)
@@ -210,53 +222,39 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   st[2 * E + 3] += L.r.aux;
   st[2 * E + 4] += L.r.zsum;
 
-  L.off.assign(size_t(E + 1), 0);
-  for (int e = 0; e < E; ++e) L.off[size_t(e + 1)] = L.off[size_t(e)] + L.r.kept[size_t(e)];
-  const int64_t S = L.off.back();
-  float* send = grow(L.R, S * C);
-  for (int64_t t = 0; t < N; ++t)
-    for (int k = 0; k < K; ++k) {
-      const int64_t s = L.r.slot[size_t(t * K + k)];
-      if (s < 0) continue;
-      const int e = L.r.choice[size_t(t * K + k)];
-      std::memcpy(send + (L.off[size_t(e)] + s) * C, xin + t * C, sizeof(float) * C);
-    }
-  {
-    Span sp("dispatch", "forward", m, "ep_comm");
-    L.recv = g.exchange_counts(L.r.kept);
-    L.owner = std::make_unique<OwnerLayout>(L.recv, g.size(), g.local_experts());
-    const int64_t M = L.owner->rows;
-    float* stage = grow(L.stage, M * C);
-    g.rows(send, stage, L.r.kept, L.recv, C, false);
-    L.owner->to_expert_major(stage, grow(L.X, M * C), C);
-  }
-  const OwnerLayout& ol = *L.owner;
-  const int64_t M = ol.rows;
+  dispatch(m, L, xin, C);
+  const int64_t M = L.M(), R = L.R();
   owned_rows_ += M;
-  std::vector<int64_t> rows(size_t(g.local_experts() + 1));
-  for (int e = 0; e <= g.local_experts(); ++e) rows[size_t(e)] = ol.exp[size_t(e * g.size())];
   std::vector<ExpertViews> mine(w.experts.begin() + g.first_expert(),
                                 w.experts.begin() + g.first_expert() + g.local_experts());
-  float* O = grow(scratch_[1], M * C);
+  float* O = grow(L.O, M * C);
   {
     Span sp("experts", "forward", m, "compute");
-    experts_forward(mine, rows, L.X.data(), grow(L.H, M * F * (gated_ ? 2 : 1)), grow(L.A, M * F),
-                    O, C, F, /*proj_bias=*/!tp_ || tp_->rank() == 0, bf16, gated_);
+    experts_forward(mine, L.rows, L.X.data(), grow(L.H, M * F * (gated_ ? 2 : 1)), grow(L.A, M * F), O, C, F,
+                    /*proj_bias=*/!tp_ || tp_->rank() == 0, bf16, gated_);
   }
-  {
-    Span sp("combine", "forward", m, "ep_comm");
-    ol.to_source_major(O, L.stage.data(), C);
-    g.rows(L.stage.data(), send, L.r.kept, L.recv, C, true);  // send now holds the results
-  }
-  for (int64_t t = 0; t < N; ++t)
-    for (int k = 0; k < K; ++k) {
-      const int64_t s = L.r.slot[size_t(t * K + k)];
-      if (s < 0) continue;
-      const float gk = L.r.gate[size_t(t * K + k)];
-      const float* o = send + (L.off[size_t(L.r.choice[size_t(t * K + k)])] + s) * C;
-      float* y = out + t * C;
+  // Each received row's gate-weighted sum of its experts' outputs (one rank: into out itself).
+  const bool local = g.size() == 1;
+  float* Y = local ? out : grow(scratch_[2], R * C);
+  if (!local && R > 0) std::memset(Y, 0, sizeof(float) * size_t(R * C));
+  for (int64_t j = 0; j < R; ++j)
+    for (int i = 0; i < K && L.pos[size_t(j * K + i)] >= 0; ++i) {
+      const float gk = L.gate[size_t(j * K + i)];
+      const float* o = O + L.pos[size_t(j * K + i)] * C;
+      float* y = Y + j * C;
       for (int c = 0; c < C; ++c) y[c] += gk * o[c];
     }
+  if (!local) {
+    Span sp("combine", "forward", m, "ep_comm");
+    const int64_t U = int64_t(L.tok.size());
+    float* back = grow(scratch_[3], U * C);
+    group_->to_peers(Y, L.got, back, L.sent, C, DType::f32);
+    for (int64_t j = 0; j < U; ++j) {
+      float* y = out + L.tok[size_t(j)] * C;
+      const float* b = back + j * C;
+      for (int c = 0; c < C; ++c) y[c] += b[c];
+    }
+  }
   if (Fs_ == 0 || N == 0) return;
   Span sp("shared", "forward", m, "compute");
   float* Os = grow(scratch_[1], N * C);
@@ -265,66 +263,174 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   for (int64_t i = 0; i < N * C; ++i) out[i] += Os[i];
 }
 
+// The source's rows to the owners and, as an owner, the received rows placed into the
+// expert-major batch X (one rank: straight from xin).
+void MoE::dispatch(int m, Layer& L, const float* xin, int C) {
+  const int K = cfg_.top_k;
+  ExpertGroup& g = *group_;
+  const int P = g.size(), El = g.local_experts();
+  const Routing& r = L.r;
+  const int64_t N = L.N;
+  L.sent.assign(size_t(P), 0);
+  std::vector<int64_t> first(static_cast<size_t>(P) + 1, 0);  // each owner's first row
+  if (P == 1) {
+    L.sent[0] = N;
+  } else {
+    std::vector<int64_t> last(static_cast<size_t>(P), -1);  // the token of each owner's newest row
+    for (int64_t t = 0; t < N; ++t)
+      for (int k = 0; k < K; ++k) {
+        if (r.slot[size_t(t * K + k)] < 0) continue;
+        const int q = r.choice[size_t(t * K + k)] / El;
+        if (last[size_t(q)] != t) last[size_t(q)] = t, ++L.sent[size_t(q)];
+      }
+  }
+  for (int q = 0; q < P; ++q) first[size_t(q + 1)] = first[size_t(q)] + L.sent[size_t(q)];
+  const int64_t U = first.back();
+  L.tok.assign(size_t(U), -1);
+  L.ks.assign(size_t(U * K), -1);
+  {
+    std::vector<int64_t> at(first.begin(), first.end() - 1), row(static_cast<size_t>(P), -1);
+    std::vector<int> n(static_cast<size_t>(U), 0);
+    for (int64_t t = 0; t < N; ++t)
+      for (int k = 0; k < K; ++k) {
+        if (r.slot[size_t(t * K + k)] < 0) continue;
+        const int q = r.choice[size_t(t * K + k)] / El;
+        int64_t& j = row[size_t(q)];
+        if (P == 1) j = t;
+        else if (j < 0 || L.tok[size_t(j)] != t) j = at[size_t(q)]++;
+        L.tok[size_t(j)] = t;
+        L.ks[size_t(j * K + n[size_t(j)]++)] = k;
+      }
+    if (P == 1)
+      for (int64_t t = 0; t < N; ++t) L.tok[size_t(t)] = t;
+  }
+  Span sp("dispatch", "forward", m, "ep_comm");
+  L.recv = g.exchange_counts(r.kept);
+  const OwnerLayout ol(L.recv, P, El);
+  L.rows.resize(size_t(El + 1));
+  for (int e = 0; e <= El; ++e) L.rows[size_t(e)] = ol.exp[size_t(e * P)];
+  L.got = P == 1 ? L.sent : g.exchange_peer_counts(L.sent);
+  int64_t R = 0;
+  for (int64_t c : L.got) R += c;
+  L.pos.assign(size_t(R * K), -1);
+  L.gate.assign(size_t(R * K), 0.0f);
+  const float* xrow = xin;  // the received rows (one rank: the tokens)
+  if (P == 1) {
+    for (int64_t t = 0; t < N; ++t)
+      for (int i = 0; i < K && L.ks[size_t(t * K + i)] >= 0; ++i) {
+        const int64_t a = t * K + L.ks[size_t(t * K + i)];
+        L.pos[size_t(t * K + i)] = ol.exp[size_t(r.choice[size_t(a)])] + r.slot[size_t(a)];
+        L.gate[size_t(t * K + i)] = r.gate[size_t(a)];
+      }
+  } else {
+    // Each row's assignments as (local expert << 40 | slot) with their gates, and the rows.
+    std::vector<int64_t> code(static_cast<size_t>(U * K), -1), code_in(size_t(R * K));
+    std::vector<float> gates(static_cast<size_t>(U * K), 0.0f);
+    float* send = grow(scratch_[0], U * C);
+    for (int64_t j = 0; j < U; ++j) {
+      const int64_t t = L.tok[size_t(j)];
+      std::memcpy(send + j * C, xin + t * C, sizeof(float) * size_t(C));
+      for (int i = 0; i < K && L.ks[size_t(j * K + i)] >= 0; ++i) {
+        const int64_t a = t * K + L.ks[size_t(j * K + i)];
+        code[size_t(j * K + i)] = (int64_t(r.choice[size_t(a)] % El) << 40) | r.slot[size_t(a)];
+        gates[size_t(j * K + i)] = r.gate[size_t(a)];
+      }
+    }
+    float* in = grow(scratch_[1], R * C);
+    g.to_peers(code.data(), L.sent, code_in.data(), L.got, K, DType::i64);
+    g.to_peers(gates.data(), L.sent, L.gate.data(), L.got, K, DType::f32);
+    g.to_peers(send, L.sent, in, L.got, C, DType::f32);
+    int64_t j = 0;
+    for (int s = 0; s < P; ++s)
+      for (int64_t end = j + L.got[size_t(s)]; j < end; ++j)
+        for (int i = 0; i < K && code_in[size_t(j * K + i)] >= 0; ++i) {
+          const int64_t c = code_in[size_t(j * K + i)];
+          L.pos[size_t(j * K + i)] = ol.exp[size_t((c >> 40) * P + s)] + (c & ((int64_t(1) << 40) - 1));
+        }
+    xrow = in;
+    g.add_rows(U);
+  }
+  float* X = grow(L.X, ol.rows * C);
+  for (int64_t j = 0; j < R; ++j)
+    for (int i = 0; i < K && L.pos[size_t(j * K + i)] >= 0; ++i)
+      std::memcpy(X + L.pos[size_t(j * K + i)] * C, xrow + j * C, sizeof(float) * size_t(C));
+}
+
 void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
                    const MoEWeights& gw, bool bf16, float scale, int slot) {
   Layer& L = layer(m, slot);
   const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
-  const int64_t N = L.N, S = L.off.back();
+  const int64_t N = L.N, M = L.M(), R = L.R(), U = int64_t(L.tok.size());
   ExpertGroup& g = *group_;
-  const OwnerLayout& ol = *L.owner;
-  const int64_t M = ol.rows;
-  // d loss / d O(t, k) = g · dout[t] (source rows); d loss / d g = <dout[t], O(t, k)>.
-  float* dR = grow(scratch_[0], S * C);
-  std::vector<float> dgate(size_t(N * K), 0.0f);
-  for (int64_t t = 0; t < N; ++t)
-    for (int k = 0; k < K; ++k) {
-      const int64_t s = L.r.slot[size_t(t * K + k)];
-      if (s < 0) continue;
-      const int64_t row = L.off[size_t(L.r.choice[size_t(t * K + k)])] + s;
-      const float gk = L.r.gate[size_t(t * K + k)];
-      const float *o = L.R.data() + row * C, *d = dout + t * C;
-      float* dr = dR + row * C;
+  const bool local = g.size() == 1;
+  // The owners' rows of d loss / d out (one rank: dout itself).
+  const float* d = dout;
+  if (!local) {
+    Span sp("dispatch", "backward", m, "ep_comm");
+    float* send = grow(scratch_[0], U * C);
+    for (int64_t j = 0; j < U; ++j)
+      std::memcpy(send + j * C, dout + L.tok[size_t(j)] * C, sizeof(float) * size_t(C));
+    float* in = grow(scratch_[1], R * C);
+    g.to_peers(send, L.sent, in, L.got, C, DType::f32);
+    d = in;
+  }
+  // d loss / d O(a) = g · d[row]; d loss / d g = <d[row], O(a)> (each tp rank's O is its partial
+  // sum over its hidden units: so is the dot, summed over tp below).
+  float* dO = grow(scratch_[5], M * C);
+  std::vector<float> dg(static_cast<size_t>(R * K), 0.0f);
+  for (int64_t j = 0; j < R; ++j)
+    for (int i = 0; i < K && L.pos[size_t(j * K + i)] >= 0; ++i) {
+      const int64_t p = L.pos[size_t(j * K + i)];
+      const float gk = L.gate[size_t(j * K + i)];
+      const float *o = L.O.data() + p * C, *dj = d + j * C;
+      float* dr = dO + p * C;
       double dot = 0;
       for (int c = 0; c < C; ++c) {
-        dr[c] = gk * d[c];
-        dot += double(d[c]) * o[c];
+        dr[c] = gk * dj[c];
+        dot += double(dj[c]) * o[c];
       }
-      dgate[size_t(t * K + k)] = float(dot);
+      dg[size_t(j * K + i)] = float(dot);
     }
-  // Each tp rank's O is its partial sum over its hidden units: so is <dout, O>.
-  if (tp_ && N > 0) tp_->all_reduce_sum(dgate.data(), N * K);
-  float* dO = grow(scratch_[1], M * C);
-  {
-    Span sp("dispatch", "backward", m, "ep_comm");
-    g.rows(dR, L.stage.data(), L.r.kept, L.recv, C, false);
-    ol.to_expert_major(L.stage.data(), dO, C);
-  }
-  std::vector<int64_t> rows(size_t(g.local_experts() + 1));
-  for (int e = 0; e <= g.local_experts(); ++e) rows[size_t(e)] = ol.exp[size_t(e * g.size())];
   const auto first = size_t(g.first_expert()), n = size_t(g.local_experts());
   std::vector<ExpertViews> mine(w.experts.begin() + first, w.experts.begin() + first + n);
   std::vector<ExpertViews> grads(gw.experts.begin() + first, gw.experts.begin() + first + n);
   float* dX = grow(scratch_[3], M * C);
   {
     Span sp("experts", "backward", m, "compute");
-    experts_backward(mine, grads, rows, L.X.data(), L.H.data(), L.A.data(), dO,
-                     grow(scratch_[2], M * F), dX, C, F, bf16, gated_,
-                     gated_ ? grow(scratch_[4], 2 * M * F) : nullptr);
+    experts_backward(mine, grads, L.rows, L.X.data(), L.H.data(), L.A.data(), dO, grow(scratch_[2], M * F), dX, C, F,
+                     bf16, gated_, gated_ ? grow(scratch_[4], 2 * M * F) : nullptr);
   }
-  {
-    Span sp("combine", "backward", m, "ep_comm");
-    ol.to_source_major(dX, L.stage.data(), C);
-    g.rows(L.stage.data(), dR, L.r.kept, L.recv, C, true);  // dR now holds d x rows
-  }
-  if (N > 0) std::memset(dx, 0, sizeof(float) * N * C);
-  for (int64_t t = 0; t < N; ++t)
-    for (int k = 0; k < K; ++k) {
-      const int64_t s = L.r.slot[size_t(t * K + k)];
-      if (s < 0) continue;
-      const float* d = dR + (L.off[size_t(L.r.choice[size_t(t * K + k)])] + s) * C;
-      float* o = dx + t * C;
-      for (int c = 0; c < C; ++c) o[c] += d[c];
+  // Each row's sum of its assignments' d x rows, back to the sources with the gates' gradients.
+  float* Z = grow(scratch_[6], R * C);
+  if (R > 0) std::memset(Z, 0, sizeof(float) * size_t(R * C));
+  for (int64_t j = 0; j < R; ++j)
+    for (int i = 0; i < K && L.pos[size_t(j * K + i)] >= 0; ++i) {
+      const float* s = dX + L.pos[size_t(j * K + i)] * C;
+      float* z = Z + j * C;
+      for (int c = 0; c < C; ++c) z[c] += s[c];
     }
+  const float* back = Z;
+  std::vector<float> dg_back;
+  if (!local) {
+    Span sp("combine", "backward", m, "ep_comm");
+    float* b = grow(scratch_[7], U * C);
+    g.to_peers(Z, L.got, b, L.sent, C, DType::f32);
+    dg_back.resize(size_t(U * K));
+    g.to_peers(dg.data(), L.got, dg_back.data(), L.sent, K, DType::f32);
+    back = b;
+  }
+  const std::vector<float>& dgr = local ? dg : dg_back;
+  std::vector<float> dgate(static_cast<size_t>(N * K), 0.0f);
+  if (N > 0) std::memset(dx, 0, sizeof(float) * N * C);
+  for (int64_t j = 0; j < U; ++j) {
+    const int64_t t = L.tok[size_t(j)];
+    for (int i = 0; i < K && L.ks[size_t(j * K + i)] >= 0; ++i)
+      dgate[size_t(t * K + L.ks[size_t(j * K + i)])] = dgr[size_t(j * K + i)];
+    float* o = dx + t * C;
+    const float* b = back + j * C;
+    for (int c = 0; c < C; ++c) o[c] += b[c];
+  }
+  if (tp_ && N > 0) tp_->all_reduce_sum(dgate.data(), N * K);
   if (N == 0) return;
   if (Fs_ > 0) {  // the shared experts: their dO is dout itself
     Span sp("shared", "backward", m, "compute");
@@ -334,7 +440,7 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
                      gated_ ? grow(scratch_[4], 2 * N * Fs_) : nullptr);
     for (int64_t i = 0; i < N * C; ++i) dx[i] += dXs[i];
   }
-  std::vector<float> dlogits(size_t(N * E));
+  std::vector<float> dlogits(static_cast<size_t>(N * E));
   route_backward(L.r, L.logits.data(), dgate.data(), scale, cfg_, dlogits.data());
   // The router's term of dx is whole on every tp rank: one of them adds it to its partial.
   const bool router_dx = !tp_ || tp_->rank() == 0;
@@ -343,7 +449,7 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
                              L.xin.data(), w.router, N, C, E, /*accumulate_dinp=*/true);
     return;
   }
-  std::vector<float> dxr(size_t(N * C));
+  std::vector<float> dxr(static_cast<size_t>(N * C));
   kernels::matmul_backward(dxr.data(), gw.router, nullptr, dlogits.data(), L.xr.data(), w.router,
                            N, C, E, /*accumulate_dinp=*/false);
   if (router_dx)

@@ -167,7 +167,11 @@ class MoE {
   int64_t owned_rows_ = 0;
   LoadStats load_;
   std::vector<float> bias_;  // (MoE blocks, E)
-  GrowBuf scratch_[5];  // dR (and the forward's O), dO, dA, dX, dH (gated)
+  GrowBuf scratch_[8];  // rows sent, rows received, dA (forward: Y), dX (forward: rows back), dH
+                        // (gated), dO, Z, Z back
+
+  // The source's rows to their owners and, as an owner, the received rows into L.X.
+  void dispatch(int m, Layer& L, const float* xin, int C);
 
   Layer& layer(int m, int slot);  // block m's routing state for activation slot `slot`
   // noise (N, C) of block m's router input for rows `ids` (null: anonymous rows).
