@@ -133,7 +133,10 @@ void CheckpointReader::read_tensor(const std::string& state, const TensorInfo& t
 const StateInfo& model_state(const Manifest& m, const std::string& dir) {
   const StateInfo* st = m.find_state("master");
   if (!st) st = m.find_state("params");
-  if (!st) fail(dir, ": no 'master' or 'params' state (the model's weights) in it");
+  // A run of replica groups (DiLoCo, docs/diloco.md) keeps each group's own weights
+  // (group<g>.params) and the global ones of the last outer step: the model it defines.
+  if (!st) st = m.find_state("outer.params");
+  if (!st) fail(dir, ": no 'master', 'params' or 'outer.params' state (the model's weights) in it");
   return *st;
 }
 

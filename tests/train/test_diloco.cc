@@ -253,5 +253,28 @@ TEST(Diloco, BadSettingsAreOneLineBeforeAnyRankStarts) {
   }, dir.file("run"));
 }
 
+// A checkpoint of replica groups exports the model they define: the global parameters of the
+// last outer step (`outer.params`; the groups keep their own as group<g>.params). After the
+// last step's sync every group holds them, so the Hugging Face directory, loaded back and
+// evaluated, gives the run's own held-out loss to the last digit.
+TEST(Diloco, AMultiGroupCheckpointExportsItsGlobalParameters) {
+  TempDir dir("diloco_export");
+  const std::string run = dir.file("run"), hf = dir.file("hf"), back = dir.file("back");
+  train(kRun + "--nproc 2 --replica-groups 2 --inner-steps 3 --ckpt-every 6", run);
+  RunResult x = run_strata("ckpt export " + run + "/ckpt/step-000006 --hf " + hf, "", Streams::separate);
+  ASSERT_EQ(x.status, 0) << x.err;
+  EXPECT_NE(x.out.find("of 'outer.params'"), std::string::npos) << x.out;
+  std::string again = kRun;
+  again.replace(again.find("--steps 6 --lr 1e-2"), 19, "--steps 1 --lr 1e-30 --weight-decay 0 --warmup 0");
+  train(again + "--init-from " + hf, back);
+  const auto want = records(run), got = records(back);
+  ASSERT_FALSE(want.empty());
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(want.back()[0], -1);  // the final eval
+  EXPECT_EQ(got.back()[0], -1);
+  EXPECT_EQ(got.back()[1], want.back()[1]);
+}
+
+
 }  // namespace
 }  // namespace strata::test
