@@ -245,6 +245,14 @@ void check_checkpoint_flags(const TrainConfig& cfg) {
   }
 }
 
+// Bytes an in-memory copy keeps for its state record: the fixed fields' 16 KiB, and the MoE
+// blocks' balancing bias (run_state()), up to 32 bytes of JSON per value.
+static uint64_t mem_state_reserve(const TrainConfig& cfg) {
+  const model::expert::MoEConfig& moe = cfg.model.moe;
+  const uint64_t bias = moe.bias_rate > 0 ? uint64_t(moe.moe_layers(cfg.model.layers)) * uint64_t(moe.experts) : 0;
+  return (uint64_t(16) << 10) + 32 * bias;
+}
+
 RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int restart,
                                const model::StageModel& model, parallel::StepEngine& engine)
     : cfg_(cfg),
@@ -265,11 +273,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, const Topology& topo, int
     m.local_world = std::max(1, comm::detect_rank_env().local_world_size);
     m.job = comm::supervised_job_id();
     m.world = comm::detect_rank_env().job_id;
-    // The state record carries the MoE blocks' balancing bias (run_state()): up to 32 bytes
-    // of JSON per value beside the fixed fields.
-    const model::expert::MoEConfig& moe = cfg.model.moe;
-    if (moe.bias_rate > 0)
-      m.state_reserve += uint64_t(32) * uint64_t(moe.moe_layers(cfg.model.layers)) * uint64_t(moe.experts);
+    m.state_reserve = mem_state_reserve(cfg);
     const bool live = topo.live.generation > 0;
     // Live recovery reads every old rank's segment before this world replaces them.
     if (live) live_ = resume_live();

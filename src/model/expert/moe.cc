@@ -169,6 +169,41 @@ void MoE::draw_noise(int m, float* noise, int64_t N, const TokenIds* ids) {
   }
 }
 
+// x (or xh) into L.xin (fp32); the router's input: xin, or in training under jitter xin times
+// the rows' noise (kept in L.xr, L.noise for the backward).
+const float* MoE::router_input(int m, Layer& L, const float* x, const uint16_t* xh, const TokenIds* ids) {
+  const int64_t N = L.N, C = C_;
+  float* xin = grow(L.xin, N * C);
+  if (xh)
+    kernels::bf16_to_f32(xin, xh, N * C);
+  else if (N > 0)
+    std::memcpy(xin, x, sizeof(float) * N * C);
+  L.jittered = training_ && cfg_.jitter > 0;
+  if (!L.jittered) return xin;
+  float* nz = grow(L.noise, N * C);
+  float* j = grow(L.xr, N * C);
+  draw_noise(m, nz, N, ids);
+  for (int64_t i = 0; i < N * C; ++i) j[i] = xin[i] * nz[i];
+  return j;
+}
+
+// Block m's routing of one forward into the losses and the load since the last take.
+void MoE::record_load(int m, const Routing& r) {
+  const int E = cfg_.experts;
+  last_aux_ += r.aux;
+  last_z_ += r.zsum;
+  double* st = load_.layer(m);
+  for (int e = 0; e < E; ++e) {
+    st[e] += double(r.wanted[size_t(e)]);
+    st[E + e] += double(r.kept[size_t(e)]);
+  }
+  st[2 * E] += double(r.dropped);
+  st[2 * E + 1] += double(r.N);
+  st[2 * E + 2] += r.entropy_sum;
+  st[2 * E + 3] += r.aux;
+  st[2 * E + 4] += r.zsum;
+}
+
 void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t N,
                   const MoEWeights& w, bool bf16, const TokenIds* ids, int slot, int64_t seq_rows) {
   Layer& L = layer(m, slot);
@@ -177,21 +212,8 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   if (m <= last_m_) last_aux_ = last_z_ = 0;  // a new forward
   last_m_ = m;
   L.N = N;
-  float* xin = grow(L.xin, N * C);
-  if (xh)
-    kernels::bf16_to_f32(xin, xh, N * C);
-  else if (N > 0)
-    std::memcpy(xin, x, sizeof(float) * N * C);
-  const float* xr = xin;
-  const bool jitter = training_ && cfg_.jitter > 0;
-  L.jittered = jitter;
-  if (jitter) {
-    float* nz = grow(L.noise, N * C);
-    float* j = grow(L.xr, N * C);
-    draw_noise(m, nz, N, ids);
-    for (int64_t i = 0; i < N * C; ++i) j[i] = xin[i] * nz[i];
-    xr = j;
-  }
+  const float* xr = router_input(m, L, x, xh, ids);
+  const float* xin = L.xin.data();
   float* logits = grow(L.logits, N * E);
   if (N > 0) kernels::matmul_forward(logits, xr, w.router, nullptr, N, C, E);
   // Under cp a token's place in the group: b · (T · cp) + its global position, as one
@@ -209,18 +231,7 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   }
   route(L.r, logits, N, cfg_, cp_ ? &group : nullptr, cfg_.bias_rate > 0 ? &bias_[size_t(m) * E] : nullptr,
         seq_rows);
-  last_aux_ += L.r.aux;
-  last_z_ += L.r.zsum;
-  double* st = load_.layer(m);
-  for (int e = 0; e < E; ++e) {
-    st[e] += double(L.r.wanted[size_t(e)]);
-    st[E + e] += double(L.r.kept[size_t(e)]);
-  }
-  st[2 * E] += double(L.r.dropped);
-  st[2 * E + 1] += double(N);
-  st[2 * E + 2] += L.r.entropy_sum;
-  st[2 * E + 3] += L.r.aux;
-  st[2 * E + 4] += L.r.zsum;
+  record_load(m, L.r);
 
   dispatch(m, L, xin, C);
   const int64_t M = L.M(), R = L.R();
@@ -263,12 +274,10 @@ void MoE::forward(int m, const float* x, const uint16_t* xh, float* out, int64_t
   for (int64_t i = 0; i < N * C; ++i) out[i] += Os[i];
 }
 
-// The source's rows to the owners and, as an owner, the received rows placed into the
-// expert-major batch X (one rank: straight from xin).
-void MoE::dispatch(int m, Layer& L, const float* xin, int C) {
+// The source's rows of L.r's kept assignments: one per (token, owner rank), owner-major and
+// in token order (one rank: row t is token t), with the k of each of its assignments there.
+void MoE::source_rows(Layer& L, int P, int El) {
   const int K = cfg_.top_k;
-  ExpertGroup& g = *group_;
-  const int P = g.size(), El = g.local_experts();
   const Routing& r = L.r;
   const int64_t N = L.N;
   L.sent.assign(size_t(P), 0);
@@ -304,6 +313,18 @@ void MoE::dispatch(int m, Layer& L, const float* xin, int C) {
     if (P == 1)
       for (int64_t t = 0; t < N; ++t) L.tok[size_t(t)] = t;
   }
+}
+
+// The source's rows to the owners and, as an owner, the received rows placed into the
+// expert-major batch X (one rank: straight from xin).
+void MoE::dispatch(int m, Layer& L, const float* xin, int C) {
+  const int K = cfg_.top_k;
+  ExpertGroup& g = *group_;
+  const int P = g.size(), El = g.local_experts();
+  const Routing& r = L.r;
+  const int64_t N = L.N;
+  source_rows(L, P, El);
+  const int64_t U = int64_t(L.tok.size());
   Span sp("dispatch", "forward", m, "ep_comm");
   L.recv = g.exchange_counts(r.kept);
   const OwnerLayout ol(L.recv, P, El);
@@ -359,8 +380,8 @@ void MoE::dispatch(int m, Layer& L, const float* xin, int C) {
 void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
                    const MoEWeights& gw, bool bf16, float scale, int slot) {
   Layer& L = layer(m, slot);
-  const int E = cfg_.experts, K = cfg_.top_k, C = C_, F = F_;
-  const int64_t N = L.N, M = L.M(), R = L.R(), U = int64_t(L.tok.size());
+  const int K = cfg_.top_k, C = C_;
+  const int64_t N = L.N, R = L.R(), U = int64_t(L.tok.size());
   ExpertGroup& g = *group_;
   const bool local = g.size() == 1;
   // The owners' rows of d loss / d out (one rank: dout itself).
@@ -374,41 +395,8 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
     g.to_peers(send, L.sent, in, L.got, C, DType::f32);
     d = in;
   }
-  // d loss / d O(a) = g · d[row]; d loss / d g = <d[row], O(a)> (each tp rank's O is its partial
-  // sum over its hidden units: so is the dot, summed over tp below).
-  float* dO = grow(scratch_[5], M * C);
   std::vector<float> dg(static_cast<size_t>(R * K), 0.0f);
-  for (int64_t j = 0; j < R; ++j)
-    for (int i = 0; i < K && L.pos[size_t(j * K + i)] >= 0; ++i) {
-      const int64_t p = L.pos[size_t(j * K + i)];
-      const float gk = L.gate[size_t(j * K + i)];
-      const float *o = L.O.data() + p * C, *dj = d + j * C;
-      float* dr = dO + p * C;
-      double dot = 0;
-      for (int c = 0; c < C; ++c) {
-        dr[c] = gk * dj[c];
-        dot += double(dj[c]) * o[c];
-      }
-      dg[size_t(j * K + i)] = float(dot);
-    }
-  const auto first = size_t(g.first_expert()), n = size_t(g.local_experts());
-  std::vector<ExpertViews> mine(w.experts.begin() + first, w.experts.begin() + first + n);
-  std::vector<ExpertViews> grads(gw.experts.begin() + first, gw.experts.begin() + first + n);
-  float* dX = grow(scratch_[3], M * C);
-  {
-    Span sp("experts", "backward", m, "compute");
-    experts_backward(mine, grads, L.rows, L.X.data(), L.H.data(), L.A.data(), dO, grow(scratch_[2], M * F), dX, C, F,
-                     bf16, gated_, gated_ ? grow(scratch_[4], 2 * M * F) : nullptr);
-  }
-  // Each row's sum of its assignments' d x rows, back to the sources with the gates' gradients.
-  float* Z = grow(scratch_[6], R * C);
-  if (R > 0) std::memset(Z, 0, sizeof(float) * size_t(R * C));
-  for (int64_t j = 0; j < R; ++j)
-    for (int i = 0; i < K && L.pos[size_t(j * K + i)] >= 0; ++i) {
-      const float* s = dX + L.pos[size_t(j * K + i)] * C;
-      float* z = Z + j * C;
-      for (int c = 0; c < C; ++c) z[c] += s[c];
-    }
+  const float* Z = owner_backward(m, L, d, w, gw, bf16, dg.data());
   const float* back = Z;
   std::vector<float> dg_back;
   if (!local) {
@@ -440,9 +428,61 @@ void MoE::backward(int m, const float* dout, float* dx, const MoEWeights& w,
                      gated_ ? grow(scratch_[4], 2 * N * Fs_) : nullptr);
     for (int64_t i = 0; i < N * C; ++i) dx[i] += dXs[i];
   }
+  router_backward(L, dgate, dx, w, gw, scale);
+}
+
+// As an owner: from the received rows d of d loss / d out, its experts' gradients, each row's
+// sum of its assignments' d x rows (returned, R rows) and its gates' gradients dg (R, K).
+const float* MoE::owner_backward(int m, const Layer& L, const float* d, const MoEWeights& w, const MoEWeights& gw,
+                                 bool bf16, float* dg) {
+  const int K = cfg_.top_k, C = C_, F = F_;
+  const int64_t M = L.M(), R = L.R();
+  const ExpertGroup& g = *group_;
+  // d loss / d O(a) = g · d[row]; d loss / d g = <d[row], O(a)> (each tp rank's O is its partial
+  // sum over its hidden units: so is the dot, summed over tp below).
+  float* dO = grow(scratch_[5], M * C);
+  for (int64_t j = 0; j < R; ++j)
+    for (int i = 0; i < K && L.pos[size_t(j * K + i)] >= 0; ++i) {
+      const int64_t p = L.pos[size_t(j * K + i)];
+      const float gk = L.gate[size_t(j * K + i)];
+      const float *o = L.O.data() + p * C, *dj = d + j * C;
+      float* dr = dO + p * C;
+      double dot = 0;
+      for (int c = 0; c < C; ++c) {
+        dr[c] = gk * dj[c];
+        dot += double(dj[c]) * o[c];
+      }
+      dg[size_t(j * K + i)] = float(dot);
+    }
+  const auto first = size_t(g.first_expert()), n = size_t(g.local_experts());
+  std::vector<ExpertViews> mine(w.experts.begin() + first, w.experts.begin() + first + n);
+  std::vector<ExpertViews> grads(gw.experts.begin() + first, gw.experts.begin() + first + n);
+  float* dX = grow(scratch_[3], M * C);
+  {
+    Span sp("experts", "backward", m, "compute");
+    experts_backward(mine, grads, L.rows, L.X.data(), L.H.data(), L.A.data(), dO, grow(scratch_[2], M * F), dX, C, F,
+                     bf16, gated_, gated_ ? grow(scratch_[4], 2 * M * F) : nullptr);
+  }
+  // Each row's sum of its assignments' d x rows, back to the sources with the gates' gradients.
+  float* Z = grow(scratch_[6], R * C);
+  if (R > 0) std::memset(Z, 0, sizeof(float) * size_t(R * C));
+  for (int64_t j = 0; j < R; ++j)
+    for (int i = 0; i < K && L.pos[size_t(j * K + i)] >= 0; ++i) {
+      const float* s = dX + L.pos[size_t(j * K + i)] * C;
+      float* z = Z + j * C;
+      for (int c = 0; c < C; ++c) z[c] += s[c];
+    }
+  return Z;
+}
+
+// The router's gradients from the gates' (dgate), the balance and z losses': its weight's
+// gradient, and its term of dx (whole on every tp rank: one of them adds it to its partial).
+void MoE::router_backward(const Layer& L, const std::vector<float>& dgate, float* dx, const MoEWeights& w,
+                          const MoEWeights& gw, float scale) {
+  const int64_t N = L.N, C = C_;
+  const int E = cfg_.experts;
   std::vector<float> dlogits(static_cast<size_t>(N * E));
   route_backward(L.r, L.logits.data(), dgate.data(), scale, cfg_, dlogits.data());
-  // The router's term of dx is whole on every tp rank: one of them adds it to its partial.
   const bool router_dx = !tp_ || tp_->rank() == 0;
   if (!L.jittered) {
     kernels::matmul_backward(router_dx ? dx : nullptr, gw.router, nullptr, dlogits.data(),

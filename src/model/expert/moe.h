@@ -172,6 +172,13 @@ class MoE {
 
   // The source's rows to their owners and, as an owner, the received rows into L.X.
   void dispatch(int m, Layer& L, const float* xin, int C);
+  void source_rows(Layer& L, int P, int El);
+  const float* router_input(int m, Layer& L, const float* x, const uint16_t* xh, const TokenIds* ids);
+  void record_load(int m, const Routing& r);
+  const float* owner_backward(int m, const Layer& L, const float* d, const MoEWeights& w, const MoEWeights& gw,
+                              bool bf16, float* dg);
+  void router_backward(const Layer& L, const std::vector<float>& dgate, float* dx, const MoEWeights& w,
+                       const MoEWeights& gw, float scale);
 
   Layer& layer(int m, int slot);  // block m's routing state for activation slot `slot`
   // noise (N, C) of block m's router input for rows `ids` (null: anonymous rows).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <utility>
 
 #include "comm/process_group.h"
 #include "core/error.h"
@@ -85,10 +86,83 @@ void allowed_experts(const MoEConfig& cfg, const float* score, std::vector<char>
 
 }  // namespace
 
+// Token t's scores (p: softmax or sigmoid), its top-k among the allowed experts and their
+// gates; adds to its balance segment `seg` (wanted E | balance source E | rows 1) and returns
+// the entropy of its balance source and its logits' log-sum-exp.
+static std::pair<double, double> route_token(Routing& r, int64_t t, const float* z, const MoEConfig& cfg, const float* bias,
+                          double* seg, std::vector<float>& score, std::vector<char>& allowed) {
+  const int E = cfg.experts, K = cfg.top_k;
+  const bool sigmoid = cfg.score == RouterScore::sigmoid;
+  float* p = r.probs.data() + t * E;
+  const float mx = *std::max_element(z, z + E);
+  double s = 0;
+  for (int e = 0; e < E; ++e) s += std::exp(double(z[e]) - mx);
+  const double lse = mx + std::log(s);
+  r.lse[size_t(t)] = float(lse);
+  double total = 0, entropy = 0;  // sigmoid: the scores' sum, which normalises the balance source
+  for (int e = 0; e < E; ++e) {
+    p[e] = sigmoid ? float(1.0 / (1.0 + std::exp(-double(z[e])))) : float(std::exp(double(z[e]) - lse));
+    total += p[e];
+  }
+  for (int e = 0; e < E; ++e) {
+    const double q = sigmoid ? p[e] / total : p[e];  // the balance source: p, or s / sum s
+    seg[E + e] += q;
+    if (q > 0) entropy -= q * std::log(q);
+  }
+  seg[2 * E] += 1;
+  // Top-k by decreasing score (plus the balancing bias) among the allowed experts, ties to the
+  // lower id (a stable selection).
+  for (int e = 0; e < E; ++e) score[size_t(e)] = bias ? p[e] + bias[e] : p[e];
+  allowed_experts(cfg, score.data(), allowed);
+  int32_t* c = r.choice.data() + t * K;
+  double denom = 0;
+  for (int k = 0; k < K; ++k) {
+    int best = -1;
+    for (int e = 0; e < E; ++e) {
+      if (!allowed[size_t(e)] || std::find(c, c + k, e) != c + k) continue;
+      if (best < 0 || score[size_t(e)] > score[size_t(best)]) best = e;
+    }
+    c[k] = best;
+    denom += p[best];
+    ++r.wanted[size_t(best)];
+    seg[best] += 1;
+  }
+  for (int k = 0; k < K; ++k) r.gate[size_t(t * K + k)] = float(p[c[k]] / denom);
+  return {entropy, lse};
+}
+
+// The balance loss from the segments' sums (already over the group's ranks): this rank's share
+// of each segment's a · G · E · sum_e f_e P_e (n / G of it for its n rows), and per segment
+// d aux / d (balance source of a row) = a · E · f_e; the group's N and wanted on the way.
+static double balance_loss(Routing& r, const std::vector<double>& sums, int64_t segs, int64_t N,
+                           const MoEConfig& cfg) {
+  const int E = r.E, K = r.K;
+  const int64_t W = 2 * E + 1;
+  r.group_N = 0;
+  r.group_wanted.assign(size_t(E), 0);
+  r.seg_daux.assign(size_t(segs * E), 0.0);
+  double aux = 0;
+  for (int64_t q = 0; q < segs; ++q) {
+    const double* seg = sums.data() + q * W;
+    const double G = seg[2 * E];
+    r.group_N += int64_t(G);
+    for (int e = 0; e < E; ++e) r.group_wanted[size_t(e)] += int64_t(seg[e]);
+    if (G == 0) continue;
+    const double n = double(std::min<int64_t>(r.seg_rows, N - q * r.seg_rows));
+    double balance = 0;
+    for (int e = 0; e < E; ++e) {
+      const double f = seg[e] / (G * K);
+      balance += f * (seg[E + e] / G);
+      r.seg_daux[size_t(q * E + e)] = double(cfg.aux_coef) * E * f;
+    }
+    aux += double(cfg.aux_coef) * n * E * balance;
+  }
+  return aux;
+}
+
 void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg, const RouteGroup* group,
            const float* bias, int64_t seq_rows) {
   const int E = cfg.experts, K = cfg.top_k;
-  const bool sigmoid = cfg.score == RouterScore::sigmoid;
   r.N = N;
   r.E = E;
   r.K = K;
@@ -103,8 +177,8 @@ void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg, con
   // Balance segments: the whole group, or each sequence (seq_rows local rows each).
   const bool per_seq = cfg.aux_scope == AuxScope::sequence && seq_rows > 0;
   STRATA_CHECK(!per_seq || N % seq_rows == 0, "router: ", N, " rows are not whole sequences of ", seq_rows);
-  const int64_t segs = per_seq ? N / seq_rows : 1, seg_rows = per_seq ? seq_rows : N;
-  r.seg_rows = seg_rows;
+  const int64_t segs = per_seq ? N / seq_rows : 1;
+  r.seg_rows = per_seq ? seq_rows : N;
   // sums: per segment wanted (E), the balance source's sums (E) and rows (1).
   const int64_t W = 2 * E + 1;
   std::vector<double> sums(size_t(segs * W), 0.0);
@@ -112,74 +186,19 @@ void route(Routing& r, const float* logits, int64_t N, const MoEConfig& cfg, con
   std::vector<char> allowed;
   std::vector<float> score(static_cast<size_t>(E));
   for (int64_t t = 0; t < N; ++t) {
-    const float* z = logits + t * E;
-    float* p = r.probs.data() + t * E;
-    double* seg = sums.data() + (t / seg_rows) * W;
-    const float mx = *std::max_element(z, z + E);
-    double s = 0;
-    for (int e = 0; e < E; ++e) s += std::exp(double(z[e]) - mx);
-    const double lse = mx + std::log(s);
-    r.lse[size_t(t)] = float(lse);
+    const auto [h, lse] = route_token(r, t, logits + t * E, cfg, bias, sums.data() + (t / r.seg_rows) * W, score,
+                                      allowed);
+    entropy += h;
     zsum += lse * lse;
-    double total = 0;  // sigmoid: the scores' sum, which normalises the balance source
-    for (int e = 0; e < E; ++e) {
-      p[e] = sigmoid ? float(1.0 / (1.0 + std::exp(-double(z[e])))) : float(std::exp(double(z[e]) - lse));
-      total += p[e];
-    }
-    for (int e = 0; e < E; ++e) {
-      const double q = sigmoid ? p[e] / total : p[e];  // the balance source: p, or s / sum s
-      seg[E + e] += q;
-      if (q > 0) entropy -= q * std::log(q);
-    }
-    seg[2 * E] += 1;
-    // Top-k by decreasing score (plus the balancing bias) among the allowed experts, ties to
-    // the lower id (a stable selection).
-    for (int e = 0; e < E; ++e) score[size_t(e)] = bias ? p[e] + bias[e] : p[e];
-    allowed_experts(cfg, score.data(), allowed);
-    int32_t* c = r.choice.data() + t * K;
-    double denom = 0;
-    for (int k = 0; k < K; ++k) {
-      int best = -1;
-      for (int e = 0; e < E; ++e) {
-        if (!allowed[size_t(e)] || std::find(c, c + k, e) != c + k) continue;
-        if (best < 0 || score[size_t(e)] > score[size_t(best)]) best = e;
-      }
-      c[k] = best;
-      denom += p[best];
-      ++r.wanted[size_t(best)];
-      seg[best] += 1;
-    }
-    for (int k = 0; k < K; ++k) r.gate[size_t(t * K + k)] = float(p[c[k]] / denom);
   }
   // The group's sums (each segment's over the ranks holding parts of it).
   if (group) group->ranks->all_reduce(sums.data(), sums.size());
-  r.group_N = 0;
-  r.group_wanted.assign(size_t(E), 0);
-  r.seg_daux.assign(size_t(segs * E), 0.0);
-  double aux = 0;
-  for (int64_t q = 0; q < segs; ++q) {
-    const double* seg = sums.data() + q * W;
-    const double G = seg[2 * E];
-    r.group_N += int64_t(G);
-    for (int e = 0; e < E; ++e) r.group_wanted[size_t(e)] += int64_t(seg[e]);
-    if (G == 0) continue;
-    // This rank's share of the segment's aux, a · G · E · sum_e f_e P_e: n / G of it for its n
-    // rows; d aux / d (balance source of a row) = a · E · f_e.
-    const double n = double(std::min<int64_t>(seg_rows, N - q * seg_rows));
-    double balance = 0;
-    for (int e = 0; e < E; ++e) {
-      const double f = seg[e] / (G * K);
-      balance += f * (seg[E + e] / G);
-      r.seg_daux[size_t(q * E + e)] = double(cfg.aux_coef) * E * f;
-    }
-    aux += double(cfg.aux_coef) * n * E * balance;
-  }
+  r.aux = balance_loss(r, sums, segs, N, cfg);
   // k-major, then token order: every first choice is served before any second choice. A
   // capacity no expert can reach (dropless) needs no group order.
   const int64_t G = r.group_N;
   const int64_t cap = cfg.capacity(G);
   serve(r, cap, group && cap < G * K ? group : nullptr);
-  r.aux = aux;
   r.zsum = double(cfg.z_coef) * zsum;
   r.entropy_sum = entropy;
 }
