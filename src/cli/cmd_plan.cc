@@ -72,6 +72,8 @@ void fill_args(const CLI::App& app, Flags& f) {
   if (given("--top-k")) a.top_k = m.moe.top_k;
   if (given("--expert-ffn")) a.expert_ffn = m.moe.expert_ffn;
   if (given("--shared-experts")) a.shared_experts = m.moe.shared_experts;
+  if (given("--route-groups")) a.route_groups = m.moe.route_groups;
+  if (given("--route-max-groups")) a.route_max_groups = m.moe.route_max_groups;
   const TrainingFlags& t = f.training;
   if (given("--seq")) a.seq = t.seq;
   if (given("--batch")) a.global_batch = t.batch;
@@ -145,6 +147,9 @@ model::GPTConfig local_model(const Flags& f, const CLI::App& app) {
                a.expert_ffn.value_or(0), ")");
   if (a.expert_ffn) g.moe.expert_ffn = int(*a.expert_ffn);
   if (a.shared_experts) g.moe.shared_experts = int(*a.shared_experts);
+  // Node-limited routing; MoEConfig::validate checks the pair.
+  if (a.route_groups) g.moe.route_groups = int(*a.route_groups);
+  if (a.route_max_groups) g.moe.route_max_groups = int(*a.route_max_groups);
   // --recompute as `strata train --recompute` takes it (the search's default is full; a
   // local run's is none).
   g.recompute = {model::parse_recompute_mode(a.recompute.value_or("none")), f.training.recompute_layers,
@@ -196,6 +201,8 @@ nlohmann::json moe_json(const model::GPTConfig& g) {
           {"every", g.moe.every},
           {"expert_ffn", g.moe.expert_width(g.hidden())},
           {"shared_experts", g.moe.shared_experts},
+          {"route_groups", g.moe.route_groups},
+          {"route_max_groups", g.moe.route_max_groups},
           {"params", total},
           {"active_params", total - g.moe.inactive_params(g.layers, routed)},
           {"routed_expert_params", m.moe_layers * g.moe.experts * routed},
@@ -218,6 +225,33 @@ std::string moe_line(const model::GPTConfig& g) {
 // --precision P --micro-batch b --seq s`): per tp rank, the model states, the model's
 // activation buffers and the tensor-parallel bytes per step, from the cost models the
 // training summary prints its prediction with (cost/). Returns the report (text or JSON).
+// The expert-parallel all-to-all of `local_report`: at most one row per token and owner rank
+// crosses the ep group, min(K, P, R) per token with R the ranks of its --route-max-groups
+// groups (cost/comm.h). Appends the MoE line to `text`; returns the JSON keys: the rows and
+// bytes of that bound, and the two terms a run's bytes are made of (the counts of each pass,
+// the bytes of each row it counted: metrics.jsonl's ep_rows).
+nlohmann::json ep_report(const Flags& f, const model::GPTConfig& g, int ep, int64_t tokens, std::string& text) {
+  const cost::GptShape m = model::gpt_shape(g);
+  const int64_t ep_bytes = f.accum * cost::ep_group_bytes_per_micro(m, ep, tokens);
+  const int64_t ep_rows = f.accum * cost::ep_group_rows_per_micro(m, ep, tokens);
+  const int64_t ep_row_cap = ep > 1 && g.moe.enabled() ? cost::ep_group_rows_per_token(m, ep) : 0;
+  if (g.moe.enabled())
+    text += cat("MoE: ", moe_line(g), "; ep ", ep, ": all-to-all bytes per step per ep group "
+                "(at most; fewer when a token's experts share a rank, or with a capacity factor) ", ep_bytes,
+                ep > 1 ? cat(", rows ", ep_rows, " (", ep_row_cap, " per token and block",
+                             g.moe.limits_groups() ? cat(": top-", g.moe.top_k, " within ", g.moe.route_max_groups,
+                                                         " of ", g.moe.route_groups, " expert groups")
+                                                   : std::string(),
+                             ")")
+                       : std::string(),
+                "\n");
+  return {{"ep_bytes_per_step_per_group", ep_bytes},
+          {"ep_rows_per_step_per_group", ep_rows},
+          {"ep_rows_per_token", ep_row_cap},
+          {"ep_count_bytes_per_step_per_group", cost::ep_group_bytes(m, ep, f.accum, 0)},
+          {"ep_bytes_per_row", cost::ep_group_bytes(m, ep, 0, 1)}};
+}
+
 std::string local_report(const Flags& f, const CLI::App& app) {
   const PlanArgs& a = f.args;
   const model::GPTConfig g = local_model(f, app);
@@ -275,19 +309,10 @@ std::string local_report(const Flags& f, const CLI::App& app) {
                             : "",
                 cp > 1 ? cat("; cp bytes per step ", cp_bytes) : "", "\n");
   }
-  // At most one row per token and owner rank crosses the ep group (cost/comm.h): the bytes
-  // of that bound, and the two terms a run's bytes are made of (the counts of each pass, the
-  // bytes of each row it counted: metrics.jsonl's ep_rows).
-  const int64_t ep_bytes = f.accum * cost::ep_group_bytes_per_micro(m, ep, b * seq);
-  if (g.moe.enabled())
-    text += cat("MoE: ", moe_line(g), "; ep ", ep, ": all-to-all bytes per step per ep group "
-                "(at most; fewer when a token's experts share a rank, or with a capacity factor) ", ep_bytes, "\n");
+  const nlohmann::json ep_json = ep_report(f, g, ep, b * seq, text);
   if (!f.json()) return text;
-  nlohmann::json j{{"tp", tp},     {"cp", cp},       {"dp", dp},
-                   {"zero", stage}, {"ranks", ranks}, {"ep", ep},
-                   {"ep_bytes_per_step_per_group", ep_bytes},
-                   {"ep_count_bytes_per_step_per_group", cost::ep_group_bytes(m, ep, f.accum, 0)},
-                   {"ep_bytes_per_row", cost::ep_group_bytes(m, ep, 0, 1)}};
+  nlohmann::json j{{"tp", tp}, {"cp", cp}, {"dp", dp}, {"zero", stage}, {"ranks", ranks}, {"ep", ep}};
+  j.update(ep_json);
   if (g.moe.enabled()) j["moe"] = moe_json(g);
   return j.dump(2) + "\n";
 }
@@ -396,7 +421,7 @@ static Register reg(
       auto f = std::make_shared<Flags>();
       f->model.add_to(app, {"--model", "--arch", "--layers", "--dim", "--heads", "--kv-heads", "--ffn", "--vocab",
                             "--experts", "--top-k", "--max-seq", "--moe-every", "--expert-ffn",
-                            "--shared-experts"});
+                            "--shared-experts", "--route-groups", "--route-max-groups"});
       f->training.add_to(app, {"--seq", "--batch", "--micro-batch", "--precision", "--recompute",
                                "--recompute-layers", "--recompute-inputs"});
       f->parallel.add_to(app, {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--schedule", "--virtual-stages",

@@ -16,6 +16,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "cost/memory.h"
 #include "cost/shapes.h"
@@ -174,10 +175,27 @@ inline int64_t cp_bytes_per_micro(bool ring, int C, int layers, int64_t B, int64
 // the rows' input gradients and the K gates' gradients (fp32). Each row travels 4 times.
 // Summed over the P ranks of the group (sends to oneself included, as all_to_all_v moves them):
 //   bytes = blocks · (P · E · 8 + P · P · 8 + rows · (4 · C · 4 + K · 16))
-// rows depends on the routing: at most P · b · T · min(K, P) when dropless, equal to it when
-// every token's kept assignments lie on distinct ranks (always at K = 1); fewer with a
-// capacity factor or when a token's experts share a rank (--route-max-groups makes them
-// share). Nothing is exchanged when P = 1.
+// rows depends on the routing: at most P · b · T · min(K, P, R) when dropless (R below), equal
+// to it when every token's kept assignments lie on as many distinct ranks as they can (always
+// at K = 1); fewer with a capacity factor or when a token's experts share a rank. Nothing is
+// exchanged when P = 1.
+//
+// Node-limited routing (--route-groups G --route-max-groups M, 0 < M < G): a token's K experts
+// lie in its M groups, so its rows go to the ranks those groups' experts lie on. Group j holds
+// experts [j·g, (j+1)·g), g = E/G, and rank q owns [q·r, (q+1)·r), r = E/P, so group j lies on
+// the ranks [a_j, b_j] = [floor(j·g / r), floor(((j+1)·g - 1) / r)]. Two groups hold disjoint,
+// ordered experts, so their rank ranges share at most one rank (the one holding the last expert
+// of the earlier group and the first of the later), and chosen groups j1 < j2 < ... cover
+//   Σ (b_ji - a_ji + 1) - #{i : a_j(i+1) = b_ji}
+// ranks; R is the most M groups cover (ep_group_limit_ranks). When G divides P (groups of whole
+// ranks) every group spans P/G ranks and no two share one: R = M · P / G. When P divides G
+// (groups within one rank, E/G | E/P) a group is on one rank: R = min(P, M). Otherwise a group
+// can straddle a rank boundary (E 12, G 6, P 4: group 1, experts 2-3, is on ranks 0 and 1) and R
+// follows the sum above; ceil(P/G) ranks per group is not a bound then. Without the limit R = P.
+// Off the token's host: with H hosts of P/H contiguous ranks and groups = hosts (G = H), a
+// token's M groups are M hosts' ranks, at most min(M, H - 1) of them another host's, so at most
+// min(K, M · P/H, (H - 1) · P/H) of its rows leave its host (the planner has no hosts count for
+// a --local run and its search times one link per group, so nothing uses this yet).
 // The bytes of `passes` micro-batch passes over every MoE block whose rows, summed over the
 // group's ranks, blocks and passes, were `rows` (exact, for a run that counts its rows).
 inline int64_t ep_group_bytes(const GptShape& m, int P, int64_t passes, int64_t rows) {
@@ -185,10 +203,44 @@ inline int64_t ep_group_bytes(const GptShape& m, int P, int64_t passes, int64_t 
   return passes * m.moe_layers * (int64_t(P) * m.experts * 8 + int64_t(P) * P * 8) +
          rows * (16 * m.dim + 16 * m.top_k);
 }
+// R: the most of P ranks that M of G groups of the E experts lie on (P when M = 0 or M >= G:
+// no limit). When neither of G, P divides the other, in O(G · M): best[j] is the most ranks c
+// chosen groups cover when group j is the last of them; the one chosen before it either shares
+// no rank with j (a prefix of the groups, since b_i grows with i) or its last rank (one fewer).
+inline int64_t ep_group_limit_ranks(int64_t E, int64_t P, int64_t G, int64_t M) {
+  if (M <= 0 || M >= G || P <= 1) return P;
+  if (P % G == 0) return M * (P / G);     // groups of whole ranks
+  if (G % P == 0) return std::min(P, M);  // groups within one rank
+  const int64_t g = E / G, r = E / P, none = -(int64_t(1) << 40);
+  const size_t n = static_cast<size_t>(G);
+  std::vector<int64_t> a(n), b(n), best(n), prev;  // group j on ranks [a[j], b[j]]
+  for (size_t j = 0; j < n; ++j) {
+    a[j] = int64_t(j) * g / r, b[j] = (int64_t(j + 1) * g - 1) / r;
+    best[j] = b[j] - a[j] + 1;
+  }
+  for (int64_t c = 2; c <= M; ++c) {
+    prev.swap(best);
+    best.assign(n, none);
+    int64_t any = none, apart = none;  // the best of c - 1 groups before j; of those apart from j
+    for (size_t j = 0, i = 0; j < n; ++j) {
+      for (; i < j && b[i] < a[j]; ++i) apart = std::max(apart, prev[i]);
+      const int64_t before = std::max(any - 1, apart);
+      if (before > 0) best[j] = before + b[j] - a[j] + 1;
+      any = std::max(any, prev[j]);
+    }
+  }
+  return std::min(P, *std::max_element(best.begin(), best.end()));
+}
+// The most rows one token sends in one MoE block: one per owner rank of its kept assignments,
+// min(K, P, R).
+inline int64_t ep_group_rows_per_token(const GptShape& m, int P) {
+  const int64_t R = ep_group_limit_ranks(m.experts, P, m.route_groups, m.route_max_groups);
+  return std::min<int64_t>({m.top_k, P, R});
+}
 // The rows of one micro-batch pass over every MoE block at most (dropless, every token's kept
-// assignments on distinct ranks), and its bytes then.
+// assignments on as many ranks as they can be), and its bytes then.
 inline int64_t ep_group_rows_per_micro(const GptShape& m, int P, int64_t tokens_per_rank) {
-  return P <= 1 ? 0 : m.moe_layers * int64_t(P) * tokens_per_rank * std::min<int64_t>(m.top_k, P);
+  return P <= 1 ? 0 : m.moe_layers * int64_t(P) * tokens_per_rank * ep_group_rows_per_token(m, P);
 }
 inline int64_t ep_group_bytes_per_micro(const GptShape& m, int P, int64_t tokens_per_rank) {
   return ep_group_bytes(m, P, 1, ep_group_rows_per_micro(m, P, tokens_per_rank));

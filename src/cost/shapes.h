@@ -50,6 +50,9 @@ struct GptShape {
   // Fine-grained experts: each routed expert's hidden width (0: the dense MLP's); the shared
   // experts' hidden units together (S · that width; 0: none).
   int64_t expert_ffn = 0, shared_ffn = 0;
+  // Node-limited routing (model/expert/config.h): the experts in route_groups groups, each
+  // token's experts within route_max_groups of them (cost/comm.h's all-to-all rows); 0: none.
+  int64_t route_groups = 0, route_max_groups = 0;
 };
 
 // Key/value heads one of T tp ranks holds: NKV/T when T divides NKV; when NKV divides T, the

@@ -252,6 +252,7 @@ cost::GptShape gpt_shape(const GPTConfig& cfg) {
   if (cfg.moe.enabled()) {
     m.expert_ffn = cfg.moe.expert_ffn;
     m.shared_ffn = cfg.moe.shared_width(cfg.hidden());
+    m.route_groups = cfg.moe.route_groups, m.route_max_groups = cfg.moe.route_max_groups;
   }
   m.recompute = cfg.recompute.mode;
   m.recomputed_layers = recomputed;

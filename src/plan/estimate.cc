@@ -410,10 +410,20 @@ ModelParallelTimes model_parallel_comm(const TrainSetup& s, const Layout& l, con
                           L * (fwds + 1) * 4 * M, t.cp * M, t.cp * M));
   }
   if (l.ep > 1) {
-    const double bytes = x.sbh * double(m.top_k) * 2 / x.act_div;
+    // One row per token and owner rank of its experts: min(K, ep, R) rows, R the ranks its
+    // --route-max-groups groups lie on (cost/comm.h).
+    const int64_t rows = std::min<int64_t>(
+        {m.top_k, l.ep, ep_group_limit_ranks(m.experts, l.ep, m.route_groups, m.route_max_groups)});
+    const double bytes = x.sbh * double(rows) * 2 / x.act_div;
     const double calls = L * (4 + (c.full ? 2 * c.passes : 0));
     t.ep = calls * all_to_all_s(bytes, l.ep, k.ep);
-    e.comm.push_back(item("ep", "token dispatch + combine all-to-alls per MoE layer, fwd and bwd",
+    e.comm.push_back(item("ep",
+                          cat("token dispatch + combine all-to-alls per MoE layer, fwd and bwd: ", rows,
+                              " row(s) per token, one per owner rank (min(top-k ", m.top_k, ", ep ", l.ep,
+                              m.limits_groups() ? cat(", the ranks of ", m.route_max_groups, " of ",
+                                                      m.route_groups, " expert groups")
+                                                : std::string(),
+                              "))"),
                           Collective::all_to_all, l.ep, k.ep_inter, bytes, calls * M, t.ep * M,
                           t.ep * M));
   }

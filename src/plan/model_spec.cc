@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cost/flops.h"
+#include "model/expert/checks.h"
 #include "model/presets.h"
 
 namespace strata::plan {
@@ -61,14 +62,9 @@ void ModelSpec::validate() const {
   if (experts > 0)
     STRATA_CHECK(top_k >= 1 && top_k <= experts, "--top-k ", top_k, " must be in 1..--experts ",
                  experts);
-  // Fine-grained and shared experts (model/expert/config.h; the same words as MoEConfig's).
-  STRATA_CHECK(experts > 0 || shared_experts == 0, "--shared-experts ", shared_experts,
-               " needs routed experts (--experts E): shared experts sit beside them in an MoE block");
-  STRATA_CHECK(experts > 0 || expert_ffn == 0, "--expert-ffn ", expert_ffn,
-               " needs routed experts (--experts E)");
-  STRATA_CHECK(expert_ffn >= 0, "--expert-ffn must be positive (got ", expert_ffn, ")");
-  STRATA_CHECK(shared_experts >= 0, "--shared-experts must not be negative (got ", shared_experts,
-               ")");
+  // Fine-grained and shared experts, node-limited routing: the engine's checks and words.
+  model::expert::check_expert_widths(experts, expert_ffn, shared_experts);
+  model::expert::check_route_groups(experts, top_k, route_groups, route_max_groups);
   // Sizes a person typed, bounded so that every count, byte and FLOP figure of the planner
   // (int64 parameter counts times bytes per parameter) stays exact and positive.
   constexpr int64_t kMaxDim = int64_t(1) << 31;

@@ -31,6 +31,9 @@ struct ModelSpec {
   int64_t top_k = 0;
   int64_t expert_ffn = 0;      // each routed expert's hidden width (0: ffn)
   int64_t shared_experts = 0;  // S always-on experts of expert_width() units each
+  // Node-limited routing: the experts in G groups of E/G, each token's K within M of them
+  // (fewer all-to-all rows per token: cost/comm.h); 0: no limit.
+  int64_t route_groups = 0, route_max_groups = 0;
   MlpKind mlp = MlpKind::gelu;
   bool biases = true;        // GPT: biases on every linear layer
   bool layernorm = true;     // LayerNorm (weight and bias) vs RMSNorm (weight)
@@ -51,6 +54,7 @@ struct ModelSpec {
   // A routed expert's hidden width, and the shared experts' together (0: none).
   int64_t expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn; }
   int64_t shared_width() const { return shared_experts * expert_width(); }
+  bool limits_groups() const { return route_max_groups > 0 && route_max_groups < route_groups; }
   // Throws a one-line Error naming the flag for impossible shapes.
   void validate() const;
 };

@@ -142,6 +142,8 @@ json plan_to_json(const PlanRequest& req, const PlanResult& res) {
       {"top_k", m.top_k},
       {"expert_ffn", m.moe() ? m.expert_width() : 0},
       {"shared_experts", m.shared_experts},
+      {"route_groups", m.route_groups},
+      {"route_max_groups", m.route_max_groups},
       {"mlp", m.mlp == MlpKind::swiglu ? "swiglu" : "gelu"},
       {"params", pc.total()},
       {"active_params", pc.active()},
@@ -446,6 +448,7 @@ std::string plan_to_text(const PlanRequest& req, const PlanResult& res) {
     o << " (" << human(double(pc.active())) << " active per token; " << m.experts
       << " experts of ffn " << m.expert_width() << ", top-" << m.top_k;
     if (m.shared_experts > 0) o << ", " << m.shared_experts << " shared";
+    if (m.limits_groups()) o << " within " << m.route_max_groups << " of " << m.route_groups << " groups";
     o << ": routed " << human(double(pc.expert_total()));
     if (m.shared_experts > 0) o << ", shared " << human(double(pc.shared_total()));
     o << ")";

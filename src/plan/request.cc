@@ -91,9 +91,11 @@ ModelSpec build_model(const PlanArgs& a) {
                a.expert_ffn.value_or(0), ")");
   set(a.expert_ffn, m.expert_ffn);
   set(a.shared_experts, m.shared_experts);
+  set(a.route_groups, m.route_groups);
+  set(a.route_max_groups, m.route_max_groups);
   if (m.experts > 0 && m.top_k == 0) m.top_k = std::min<int64_t>(2, m.experts);
   if (preset && (a.layers || a.hidden || a.heads || a.ffn || a.experts || a.expert_ffn ||
-                 a.shared_experts))
+                 a.shared_experts || a.route_groups || a.route_max_groups))
     m.name += " (modified)";
   m.validate();
   return m;

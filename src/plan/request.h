@@ -15,6 +15,7 @@ struct PlanArgs {
   std::optional<std::string> arch;  // "gpt" (default for explicit shapes) or "llama"
   std::optional<int64_t> layers, hidden, heads, kv_heads, ffn, seq, vocab, experts, top_k;
   std::optional<int64_t> expert_ffn, shared_experts;  // fine-grained and shared experts
+  std::optional<int64_t> route_groups, route_max_groups;  // node-limited routing
   std::string gpu = "h100-80g", intra_bench, inter_bench;
   std::optional<int64_t> gpus, gpus_per_node, global_batch, micro_batches;
   std::optional<double> efficiency;

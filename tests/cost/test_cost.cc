@@ -99,6 +99,45 @@ TEST(CostComm, ExpertAndGradientBytes) {
   EXPECT_EQ(grad_reduce_bytes_per_step(1000, 1, 2, 4, Precision::fp32), 0);
 }
 
+// Node-limited routing: a token's rows go to at most min(K, P, R) ranks, R the most ranks M of
+// the G expert groups lie on (cost/comm.h), by hand.
+TEST(CostComm, ExpertRowsWithTheGroupLimit) {
+  GptShape m = small_moe();  // 4 experts, top-2, one MoE block
+  EXPECT_EQ(ep_group_rows_per_micro(m, 2, 3), 1 * 2 * 3 * 2);  // no limit: min(2, 2) per token
+  // 2 groups of 2 experts = the 2 ranks' experts; each token within 1 group: one rank.
+  m.route_groups = 2, m.route_max_groups = 1;
+  EXPECT_EQ(ep_group_rows_per_token(m, 2), 1);
+  EXPECT_EQ(ep_group_rows_per_micro(m, 2, 3), 1 * 2 * 3 * 1);
+  EXPECT_EQ(ep_group_bytes_per_micro(m, 2, 3), 2 * 4 * 8 + 2 * 2 * 8 + 6 * (4 * 8 * 4 + 2 * 16));
+  m.route_max_groups = 2;  // every group: no limit
+  EXPECT_EQ(ep_group_rows_per_token(m, 2), 2);
+  // R of (E, P, G, M). No limit: P.
+  EXPECT_EQ(ep_group_limit_ranks(8, 4, 0, 0), 4);
+  EXPECT_EQ(ep_group_limit_ranks(8, 4, 4, 4), 4);
+  // G divides P: groups of P/G whole ranks, M of them.
+  EXPECT_EQ(ep_group_limit_ranks(16, 8, 2, 1), 4);
+  EXPECT_EQ(ep_group_limit_ranks(16, 8, 4, 3), 6);
+  EXPECT_EQ(ep_group_limit_ranks(8, 4, 4, 2), 2);
+  // P divides G: a group within one rank, M ranks at most (and at most P).
+  EXPECT_EQ(ep_group_limit_ranks(8, 2, 4, 1), 1);
+  EXPECT_EQ(ep_group_limit_ranks(16, 2, 8, 3), 2);
+  // Neither: E 12, G 6 (experts 0-1, 2-3, ...), P 4 (experts 0-2, 3-5, ...): group 1 is on
+  // ranks 0 and 1, group 4 (8-9) on 2 and 3; two groups reach all 4.
+  EXPECT_EQ(ep_group_limit_ranks(12, 4, 6, 1), 2);
+  EXPECT_EQ(ep_group_limit_ranks(12, 4, 6, 2), 4);
+  // E 12, G 4 (0-2, 3-5, 6-8, 9-11), P 6 (0-1, 2-3, ...): ranks {0,1}, {1,2}, {3,4}, {4,5}.
+  // Two groups reach 4 ranks ({0,1,3,4}); any three share a rank: 5, not 6.
+  EXPECT_EQ(ep_group_limit_ranks(12, 6, 4, 1), 2);
+  EXPECT_EQ(ep_group_limit_ranks(12, 6, 4, 2), 4);
+  EXPECT_EQ(ep_group_limit_ranks(12, 6, 4, 3), 5);
+  // Top-6 of 12 experts on 6 ranks within 3 of 4 groups: 5 rows per token, not 6.
+  GptShape w = m;
+  w.experts = 12, w.top_k = 6, w.route_groups = 4, w.route_max_groups = 3;
+  EXPECT_EQ(ep_group_rows_per_token(w, 6), 5);
+  w.top_k = 4;
+  EXPECT_EQ(ep_group_rows_per_token(w, 6), 4);  // K is the smaller
+}
+
 // A pipeline stage's formula (cost/stage_activations.h) and the one-process model's: one
 // chunk with the embedding and the head in one slot is the one-process model less its copy of
 // the inputs (with cp too); each further slot adds the per-slot pieces again, the working layer

@@ -148,3 +148,54 @@ TEST(PlanMoE, BadExpertFlagsAreOneLine) {
     EXPECT_NE(r.out.find(says), std::string::npos) << args << "\n" << r.out;
   }
 }
+
+// Node-limited routing (--route-groups G --route-max-groups M): a token's rows go to at most
+// min(K, P, R) ranks, R the ranks its M groups lie on (cost/comm.h). 8 experts on ep 4 in 4
+// groups, each token within 1: R = 1 rank, half the rows of top-2.
+TEST(PlanMoE, GroupLimitLowersTheAllToAllBound) {
+  const std::string local = "--local " + kShape + "--max-seq 32 --dp 4 --ep 4 --micro-batch 1";
+  const std::string limit = " --route-groups 4 --route-max-groups 1";
+  const json plain = plan_json(local), limited = plan_json(local + limit);
+  // 2 MoE blocks x 4 ranks x 32 tokens x rows per token; each row 16 · 64 + 16 · 2 bytes, and
+  // per block the counts 4 · 8 · 8 + 4 · 4 · 8.
+  EXPECT_EQ(plain["ep_rows_per_token"], 2);
+  EXPECT_EQ(limited["ep_rows_per_token"], 1);
+  EXPECT_EQ(plain["ep_rows_per_step_per_group"], 2 * 4 * 32 * 2);
+  EXPECT_EQ(limited["ep_rows_per_step_per_group"], 2 * 4 * 32 * 1);
+  EXPECT_EQ(plain["ep_bytes_per_step_per_group"], 2 * (256 + 128) + 512 * 1056);
+  EXPECT_EQ(limited["ep_bytes_per_step_per_group"], 2 * (256 + 128) + 256 * 1056);
+  EXPECT_EQ(limited["ep_bytes_per_row"], plain["ep_bytes_per_row"]);
+  EXPECT_EQ(limited["moe"]["route_groups"], 4);
+  EXPECT_EQ(limited["moe"]["route_max_groups"], 1);
+  const auto text = run_strata("plan " + local + limit);
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find(" 271104, rows 256 (1 per token and block: top-2 within 1 of 4 expert groups)"),
+            std::string::npos)
+      << text.out;
+  // The search: each rank's dispatch buffer, 32 tokens x 64 x 2 bytes a row, one row a token
+  // instead of two.
+  const std::string search = kShape + "--gpus 4 --tp 1 --dp 4 --ep 4 --pp 1 --cp 1 --batch 4 --micro-batch 1";
+  auto ep_item = [](const json& j) {
+    for (const json& c : j["best"]["communication"])
+      if (c["dim"] == "ep") return c;
+    ADD_FAILURE() << "no ep item: " << j["best"].dump();
+    return json();
+  };
+  const json s_plain = ep_item(plan_json(search)), s_limited = ep_item(plan_json(search + limit));
+  EXPECT_EQ(s_plain["bytes_per_call"], 32 * 64 * 2 * 2);
+  EXPECT_EQ(s_limited["bytes_per_call"], 32 * 64 * 2 * 1);
+  EXPECT_NE(s_limited["what"].get<std::string>().find("1 row(s) per token"), std::string::npos) << s_limited;
+  EXPECT_NE(s_limited["what"].get<std::string>().find("1 of 4 expert groups"), std::string::npos) << s_limited;
+  // Bad pairs are one line, on both paths.
+  for (const std::string& path : {std::string("--local "), std::string()})
+    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+             {"--route-groups 3 --route-max-groups 1", "--experts 8 do not divide into --route-groups 3"},
+             {"--route-max-groups 1", "--route-max-groups 1 needs --route-groups G"},
+             {"--route-groups 4", "--route-groups 4 needs --route-max-groups M"},
+             {"--route-groups 8 --route-max-groups 1", "experts per group is fewer than --top-k 2"}}) {
+      const auto r = run_strata("plan " + path + kShape + "--gpus 4 --batch 4 " + args);
+      EXPECT_EQ(r.status, 1) << path << args << "\n" << r.out;
+      EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << path << args << "\n" << r.out;
+      EXPECT_NE(r.out.find(says), std::string::npos) << path << args << "\n" << r.out;
+    }
+}

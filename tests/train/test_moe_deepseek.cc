@@ -132,5 +132,26 @@ TEST(DeepSeekMoE, BadSettingsStopBeforeAnyRankStarts) {
   }
 }
 
+// Each token's experts in 1 of 2 groups, and each group one ep rank's experts (P = G = 2):
+// every token sends exactly one row per block, so a dropless step's rows and all-to-all bytes
+// are strata plan's bound exactly (cost/comm.h: min(K, P, R) = 1 row per token).
+TEST(DeepSeekMoE, GroupLimitedAllToAllBytesEqualThePlanBound) {
+  const TrainRun r = run(kModel + kDeepSeek + "--dropless --steps 2 --micro-batch 2 --nproc 2 --ep 2 ", "ds_ep_rows");
+  const RunResult plan = run_strata(
+      "plan --local --layers 4 --dim 32 --heads 2 --seq 16 --max-seq 16 --vocab 256 --experts 4 --top-k 2 "
+      "--moe-every 2 --expert-ffn 32 --shared-experts 1 --route-groups 2 --route-max-groups 1 --dp 2 --ep 2 "
+      "--micro-batch 2 --accum 2 --json --precision fp32",
+      "", Streams::separate);
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const json p = json::parse(plan.out);
+  // 2 MoE blocks x 2 ranks x 2 micro-batches of 2 x 16 tokens, one row each.
+  EXPECT_EQ(p["ep_rows_per_step_per_group"], 2 * 2 * 2 * 32);
+  ASSERT_EQ(r.records.size(), 2u);
+  for (const json& rec : r.records) {  // one ep group
+    EXPECT_EQ(rec["ep_rows"], p["ep_rows_per_step_per_group"]);
+    EXPECT_EQ(rec["ep_bytes"], p["ep_bytes_per_step_per_group"]);
+  }
+}
+
 }  // namespace
 }  // namespace strata::test

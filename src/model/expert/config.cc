@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/expert/checks.h"
 
 namespace strata::model::expert {
 
@@ -12,9 +13,7 @@ int64_t MoEConfig::capacity(int64_t tokens) const {
 }
 
 void MoEConfig::validate() const {
-  STRATA_CHECK(experts != 0 || shared_experts == 0, "--shared-experts ", shared_experts,
-               " needs routed experts (--experts E): shared experts sit beside them in an MoE block");
-  STRATA_CHECK(experts != 0 || expert_ffn == 0, "--expert-ffn ", expert_ffn, " needs routed experts (--experts E)");
+  check_expert_widths(experts, expert_ffn, shared_experts);
   if (experts == 0) return;
   STRATA_CHECK(experts > 0, "--experts must be positive (got ", experts, ")");
   STRATA_CHECK(top_k >= 1 && top_k <= experts, "--top-k ", top_k, " must be in [1, --experts ",
@@ -31,24 +30,7 @@ void MoEConfig::validate() const {
                "--router-jitter must be in [0, 1) (got ", jitter, ")");
   STRATA_CHECK(std::isfinite(bias_rate) && bias_rate >= 0, "--router-bias-update-rate must be >= 0 (got ", bias_rate,
                ")");
-  STRATA_CHECK(expert_ffn >= 0, "--expert-ffn must not be negative (got ", expert_ffn, "; 0: the dense MLP's width)");
-  STRATA_CHECK(shared_experts >= 0, "--shared-experts must not be negative (got ", shared_experts, ")");
-  STRATA_CHECK(route_groups >= 0 && route_max_groups >= 0, "--route-groups and --route-max-groups must not be "
-               "negative (got ", route_groups, " and ", route_max_groups, ")");
-  if (route_max_groups == 0) {
-    STRATA_CHECK(route_groups == 0, "--route-groups ", route_groups, " needs --route-max-groups M (the groups a "
-                 "token may reach)");
-    return;
-  }
-  STRATA_CHECK(route_groups > 0, "--route-max-groups ", route_max_groups, " needs --route-groups G (the expert "
-               "groups: one per host of the ep ranks)");
-  STRATA_CHECK(experts % route_groups == 0, "--experts ", experts, " do not divide into --route-groups ",
-               route_groups, " groups of equal size");
-  STRATA_CHECK(route_max_groups <= route_groups, "--route-max-groups ", route_max_groups, " is larger than the ",
-               route_groups, " groups (--route-groups)");
-  STRATA_CHECK(int64_t(route_max_groups) * (experts / route_groups) >= top_k, "--route-max-groups ",
-               route_max_groups, " x ", experts / route_groups, " experts per group is fewer than --top-k ", top_k,
-               ": a token could not find its k experts");
+  check_route_groups(experts, top_k, route_groups, route_max_groups);
 }
 
 }  // namespace strata::model::expert
