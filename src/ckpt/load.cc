@@ -83,7 +83,7 @@ static void for_each_target_run(const StateTarget& t, const TensorLayout& layout
 
 void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
   const StateInfo* st = manifest_.find_state(t.name);
-  if (!st && !t.fallback.empty()) st = manifest_.find_state(t.fallback);
+  for (size_t i = 0; !st && i < t.fallbacks.size(); ++i) st = manifest_.find_state(t.fallbacks[i]);
   if (!st) {
     std::string saved;
     for (const StateInfo& s : manifest_.states) saved += (saved.empty() ? "" : ", ") + s.name;
@@ -127,7 +127,7 @@ void CheckpointReader::read_tensor(const std::string& state, const TensorInfo& t
   const int64_t n = numel(tensor.shape);
   const TensorLayout whole = {
       {tensor.name, tensor.shape, std::vector<int64_t>(tensor.shape.size(), 0), tensor.shape, 0, true}};
-  read({state, dtype, {0, n}, out, ""}, whole);
+  read({state, dtype, {0, n}, out, {}}, whole);
 }
 
 const StateInfo& model_state(const Manifest& m, const std::string& dir) {

@@ -30,7 +30,9 @@ struct StateTarget {
   DType dtype = DType::f32; // of `data`; f32 <-> bf16 are converted
   Range want;               // elements; may extend past Ψ_local into ZeRO padding (zero-filled)
   void* data = nullptr;     // want.size() elements
-  std::string fallback;     // state to read when `name` was not saved (e.g. master <- params)
+  // States to read, in order, when `name` was not saved (a run of replica groups resumed with
+  // another number of them: group1.params <- group0.params <- params).
+  std::vector<std::string> fallbacks;
 };
 
 // Random access to one checkpoint directory.

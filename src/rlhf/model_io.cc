@@ -100,7 +100,7 @@ static ModelFile load_run(const std::string& path, const std::string& flag) {
   ckpt::LoadOptions opts;
   opts.expected_tensors = gpt_tensors(f.cfg, false);
   opts.log = [](const std::string&) {};
-  ckpt::load_checkpoint(dir, {{"master", DType::f32, {0, f.cfg.num_params()}, f.params.data(), "params"}},
+  ckpt::load_checkpoint(dir, {{"master", DType::f32, {0, f.cfg.num_params()}, f.params.data(), {"params"}}},
                         opts);
   f.metadata = {{"source", dir}};
   return f;

@@ -1,6 +1,7 @@
 #include "train/checkpointing.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <signal.h>
 
@@ -654,6 +655,24 @@ ResumePoint RunCheckpoints::resume_live() {
 
 namespace {
 
+// Replica groups (DiLoCo) save each group's own states as group<g>.<name> (one group: <name>),
+// the global ones as outer.<name>. Resumed with another number of groups, a group the
+// checkpoint lacks starts from group 0's states, and one group from a checkpoint of several
+// takes group 0's (docs/diloco.md).
+std::vector<std::string> group_state_fallbacks(const std::string& name) {
+  if (name.rfind("outer.", 0) == 0) return {};
+  size_t i = 0;
+  if (name.rfind("group", 0) == 0) {
+    i = 5;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+  }
+  if (i > 5 && i < name.size() && name[i] == '.') {
+    const std::string own = name.substr(i + 1);
+    return {"group0." + own, own};
+  }
+  return {"group0." + name};
+}
+
 // Loads the checkpoint `mode` names: auto, the run's newest good one (nullopt when it has
 // none); else a run directory, its ckpt/ directory or a step-* directory (refused in one line
 // when none is there).
@@ -693,7 +712,7 @@ ResumePoint RunCheckpoints::resume_from_disk(bool after_failure) {
 
   std::vector<ckpt::StateTarget> targets;
   for (const parallel::StateShard& s : engine_.state_shards())
-    targets.push_back({s.name, s.dtype, {s.begin, s.end}, s.data, ""});
+    targets.push_back({s.name, s.dtype, {s.begin, s.end}, s.data, group_state_fallbacks(s.name)});
   ckpt::LoadOptions lo;
   lo.expected_tensors = tensor_table(model_);
   const RankLayout layout = rank_layout(model_);

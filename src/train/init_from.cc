@@ -63,7 +63,7 @@ std::string init_from_hf(const std::string& dir, const model::GPTConfig& cfg,
   int filled = 0;
   for (const parallel::StateShard& s : engine.state_shards()) {
     if (s.name != "params") continue;  // the moments of a fresh start stay zero
-    ckpt::fill_from_global({s.name, s.dtype, {s.begin, s.end}, s.data, ""}, layout, global);
+    ckpt::fill_from_global({s.name, s.dtype, {s.begin, s.end}, s.data, {}}, layout, global);
     name.clear();  // a region's layout may revisit a tensor another region read last
     ++filled;
   }

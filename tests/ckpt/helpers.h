@@ -214,7 +214,7 @@ inline LoadResult load_and_check_full(const std::string& run, int64_t step, bool
   std::vector<std::vector<float>> got(4, std::vector<float>(size_t(psi), -999.f));
   std::vector<StateTarget> targets;
   for (int s = 0; s < (bf16 ? 4 : 3); ++s)
-    targets.push_back({kStates[s], DType::f32, {0, psi}, got[size_t(s)].data(), ""});
+    targets.push_back({kStates[s], DType::f32, {0, psi}, got[size_t(s)].data(), {}});
   LoadOptions o;
   o.expected_tensors = table_for(psi);
   o.log = [log](const std::string& s) {

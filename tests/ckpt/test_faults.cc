@@ -126,7 +126,7 @@ TEST(CkptFaults, LatestPointerMissingOrDangling) {
   // Nothing at all: nullopt (a fresh run), not an error.
   TempDir empty;
   std::vector<float> p(4);
-  EXPECT_FALSE(load_latest(empty.str(), {{"params", DType::f32, {0, 4}, p.data(), ""}}).has_value());
+  EXPECT_FALSE(load_latest(empty.str(), {{"params", DType::f32, {0, 4}, p.data(), {}}}).has_value());
 }
 
 // A FIFO in place of a shard or the manifest is refused by its type, never opened (open(2) of a
@@ -231,7 +231,7 @@ TEST(CkptFaults, EveryCheckpointDamagedIsAnError) {
   for (int64_t s : {10, 20}) fs::remove(step_dir(tmp.str(), s) + "/manifest.json");
   std::vector<float> p(kPsi);
   try {
-    load_latest(tmp.str(), {{"params", DType::f32, {0, kPsi}, p.data(), ""}}, {{}, nullptr, [](auto&) {}, {}, nullptr});
+    load_latest(tmp.str(), {{"params", DType::f32, {0, kPsi}, p.data(), {}}}, {{}, nullptr, [](auto&) {}, {}, nullptr});
     FAIL() << "loaded from damaged checkpoints";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no usable checkpoint"), std::string::npos) << e.what();
@@ -247,7 +247,7 @@ TEST(CkptFaults, DifferentModelIsAClearError) {
   o.expected_tensors[1].shape = {kPsi / 3 - 1};
   o.expected_tensors[1].name = "h.0.other";
   try {
-    load_latest(tmp.str(), {{"params", DType::f32, {0, kPsi}, p.data(), ""}}, o);
+    load_latest(tmp.str(), {{"params", DType::f32, {0, kPsi}, p.data(), {}}}, o);
     FAIL() << "loaded another model's checkpoint";
   } catch (const ModelMismatch& e) {
     EXPECT_NE(std::string(e.what()).find("different model"), std::string::npos) << e.what();
@@ -274,7 +274,7 @@ TEST(CkptFaults, RanksAgreeWhenOnlyOneReadsTheDamage) {
     LoadOptions o;
     o.all_ok = [&](bool ok) { return g.all_ok(r, ok); };
     o.log = [](const std::string&) {};
-    auto res = load_latest(tmp.str(), {{"exp_avg", DType::f32, zero_shard(kPsi, r, 2), ea.data(), ""}}, o);
+    auto res = load_latest(tmp.str(), {{"exp_avg", DType::f32, zero_shard(kPsi, r, 2), ea.data(), {}}}, o);
     loaded[size_t(r)] = res->train.step;
     for (int64_t i = 0; i < kPsi / 2; ++i)
       ASSERT_EQ(ea[size_t(i)], value(1, 10, zero_shard(kPsi, r, 2).begin + i));
@@ -448,7 +448,7 @@ TEST(CkptFaults, SigkillAtRandomInstants) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     std::vector<float> p(static_cast<size_t>(psi));
-    auto r = load_latest(tmp.str(), {{"params", DType::f32, {0, psi}, p.data(), ""}},
+    auto r = load_latest(tmp.str(), {{"params", DType::f32, {0, psi}, p.data(), {}}},
                          {{}, nullptr, [](auto&) {}, {}, nullptr});
     ASSERT_TRUE(r.has_value());
     EXPECT_TRUE(r->skipped.empty());

@@ -350,13 +350,13 @@ TEST(CkptFillFromGlobal, PlacesBoxesAndZeroesThePadding) {
     return v.data();
   };
   std::vector<float> out(16, -1.0f);
-  fill_from_global({"params", DType::f32, {0, 16}, out.data(), ""}, layout, global);
+  fill_from_global({"params", DType::f32, {0, 16}, out.data(), {}}, layout, global);
   const std::vector<float> want = {108, 109, 110, 114, 115, 116, 120, 121, 122,  // a[1:4, 2:5]
                                    204, 205, 206, 207,                           // b[2:4, :]
                                    0,   0,   0};                                 // padding
   EXPECT_EQ(out, want);
   // A shard of the same flat space, in bf16 (exact for these integers).
   std::vector<uint16_t> half(6);
-  fill_from_global({"params", DType::bf16, {7, 13}, half.data(), ""}, layout, global);
+  fill_from_global({"params", DType::bf16, {7, 13}, half.data(), {}}, layout, global);
   for (size_t i = 0; i < half.size(); ++i) EXPECT_EQ(bf16_to_f32(half[i]), want[7 + i]) << i;
 }

@@ -20,10 +20,10 @@ void load_as(const std::string& run, int64_t psi, bool bf16, int64_t step, int m
       Range want = sharded ? Range{r * S, (r + 1) * S} : Range{0, psi};
       if (s == 0 && bf16) {
         params16.assign(size_t(want.size()), 0xFFFF);
-        targets.push_back({kStates[s], DType::bf16, want, params16.data(), ""});
+        targets.push_back({kStates[s], DType::bf16, want, params16.data(), {}});
       } else {
         buf[size_t(s)].assign(size_t(want.size()), -999.f);
-        targets.push_back({kStates[s], DType::f32, want, buf[size_t(s)].data(), ""});
+        targets.push_back({kStates[s], DType::f32, want, buf[size_t(s)].data(), {}});
       }
     }
     LoadOptions o;

@@ -50,8 +50,8 @@ TEST(CkptRoundTrip, Bf16ParamsLoadBitExactAndConvert) {
   c.save(request(f, 4, 0, 1, 0));
   std::vector<uint16_t> raw(300);
   std::vector<uint16_t> as_bf16(300);
-  load_latest(tmp.str(), {{"params", DType::bf16, {0, 300}, raw.data(), ""},
-                         {"exp_avg", DType::bf16, {0, 300}, as_bf16.data(), ""}});
+  load_latest(tmp.str(), {{"params", DType::bf16, {0, 300}, raw.data(), {}},
+                         {"exp_avg", DType::bf16, {0, 300}, as_bf16.data(), {}}});
   EXPECT_EQ(raw, f.params_bf16);
   for (int i = 0; i < 300; ++i) EXPECT_EQ(bf16_to_f32(as_bf16[size_t(i)]), value(1, 4, i));
   // A state missing from the checkpoint can come from a fallback (fp32 run -> master).
@@ -60,8 +60,8 @@ TEST(CkptRoundTrip, Bf16ParamsLoadBitExactAndConvert) {
   Checkpointer c2(options(tmp2.str(), 0, 1, nullptr));
   c2.save(request(g, 4, 0, 1, 0));
   std::vector<float> master(300);
-  EXPECT_THROW(load_latest(tmp2.str(), {{"master", DType::f32, {0, 300}, master.data(), ""}}), Error);
-  load_latest(tmp2.str(), {{"master", DType::f32, {0, 300}, master.data(), "params"}});
+  EXPECT_THROW(load_latest(tmp2.str(), {{"master", DType::f32, {0, 300}, master.data(), {}}}), Error);
+  load_latest(tmp2.str(), {{"master", DType::f32, {0, 300}, master.data(), {"params"}}});
   for (int i = 0; i < 300; ++i) EXPECT_EQ(master[size_t(i)], value(0, 4, i));
 }
 
@@ -84,7 +84,7 @@ TEST(CkptRoundTrip, AsyncSaveCopiesAtTheCallAndWaitsForThePrevious) {
   EXPECT_EQ(c.history().size(), 2u);
   // Step 1 is intact on disk even though its source buffers were overwritten.
   std::vector<float> p(5000);
-  load_checkpoint(tmp.str() + "/ckpt/step-000001", {{"params", DType::f32, {0, 5000}, p.data(), ""}});
+  load_checkpoint(tmp.str() + "/ckpt/step-000001", {{"params", DType::f32, {0, 5000}, p.data(), {}}});
   for (int i = 0; i < 5000; ++i) ASSERT_EQ(p[size_t(i)], value(0, 1, i));
   load_and_check_full(tmp.str(), 2, false, 5000);
   nlohmann::json sj = c.summary_json();

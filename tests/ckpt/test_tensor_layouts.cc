@@ -87,7 +87,7 @@ void load_mesh_and_check(const std::string& dir, const Mesh& m, int64_t step) {
     for (int s = 0; s < 3; ++s) {
       const Range held = held_range(m, r, s, psi);
       bufs[size_t(s)].assign(size_t(held.size()), -999.0f);
-      targets.push_back({kNames[s], DType::f32, held, bufs[size_t(s)].data(), ""});
+      targets.push_back({kNames[s], DType::f32, held, bufs[size_t(s)].data(), {}});
     }
     LoadOptions o;
     o.expected_tensors = table;
@@ -233,7 +233,7 @@ TEST(CkptTensorLayouts, WrongGlobalShapeIsAModelMismatch) {
   std::vector<float> buf(4096);
   const TensorLayout layout = megatron_layout(other, 0, 2);
   const std::vector<StateTarget> targets = {
-      {"params", DType::f32, {0, layout_numel(layout)}, buf.data(), ""}};
+      {"params", DType::f32, {0, layout_numel(layout)}, buf.data(), {}}};
   for (bool with_table : {true, false}) {
     LoadOptions o;
     if (with_table) o.expected_tensors = other;

@@ -50,7 +50,7 @@ TEST(CkptV1, LoadsIntoTensorParallelLayouts) {
       const char* names[] = {"params", "exp_avg", "exp_avg_sq"};
       std::vector<StateTarget> targets;
       for (int s = 0; s < 3; ++s)
-        targets.push_back({names[s], DType::f32, {0, psi + 5}, bufs[size_t(s)].data(), ""});
+        targets.push_back({names[s], DType::f32, {0, psi + 5}, bufs[size_t(s)].data(), {}});
       LoadOptions o;
       o.expected_tensors = m.tensors;
       o.layout = layout;

@@ -160,6 +160,8 @@ TEST(DumpFiles, DeadPeersReadFromDetailWhenNotListed) {
   };
   // The transports' wordings (comm/shm).
   EXPECT_EQ(dead("group world: rank 2 (pid 77) died; rank 2 is inside allreduce #3"), std::vector<int>{2});
+  EXPECT_EQ(dead("group world: rank 1 (pid 76) died; rank 2 (pid 77) died; rank 1 is inside allreduce #3"),
+            (std::vector<int>{1, 2}));
   EXPECT_EQ(dead("allreduce #5 on group world: aborted because rank 1 reported: allreduce #5 on group "
                  "world: peer rank 3 (pid 99) died while this rank was waiting for it"),
             std::vector<int>{3});

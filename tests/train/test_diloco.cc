@@ -276,5 +276,31 @@ TEST(Diloco, AMultiGroupCheckpointExportsItsGlobalParameters) {
 }
 
 
+// A run of replica groups resumes with another number of groups: a group the checkpoint lacks
+// starts from group 0's states, and one group from a checkpoint of several takes group 0's.
+// Groups that read the same batches hold the same states (DilocoSameData), so 2 groups resumed
+// as 1, and 1 resumed as 2, continue the uninterrupted runs' curves bit for bit.
+TEST(Diloco, ResumesWithAnotherNumberOfGroups) {
+  TempDir dir("diloco_regroup");
+  const std::string outer = "--inner-steps 2 --outer-lr 0.8 --outer-momentum 0.5 --ckpt-every 2 --ckpt-keep 0 ";
+  const std::string two_groups = "--nproc 4 --replica-groups 2 --group-data same ";
+  const auto one = train(kRun + outer + "--nproc 2", dir.file("one"));
+  const auto two = train(kRun + outer + two_groups, dir.file("two"));
+  ASSERT_EQ(one.size(), 7u);
+  ASSERT_EQ(two, one);
+  const std::vector<std::vector<double>> tail(one.begin() + 4, one.end());  // steps 5, 6 and the eval
+  const auto fewer = train(kRun + outer + "--nproc 2 --resume " + dir.file("two") + "/ckpt/step-000004",
+                           dir.file("fewer"));
+  EXPECT_EQ(fewer, tail);
+  const auto more = train(kRun + outer + two_groups + "--resume " + dir.file("one") + "/ckpt/step-000004",
+                          dir.file("more"));
+  EXPECT_EQ(more, tail);
+  // With groups that read their own data the resumed curve is another run's, not an error.
+  const auto split = train(kRun + outer + "--nproc 4 --replica-groups 2 --resume " + dir.file("one") +
+                               "/ckpt/step-000004",
+                           dir.file("split"));
+  EXPECT_EQ(split.size(), 3u);
+}
+
 }  // namespace
 }  // namespace strata::test

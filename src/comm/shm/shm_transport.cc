@@ -247,18 +247,23 @@ std::string ShmTransport::health(std::string& reason) {
                std::string(h.abort_msg, strnlen(h.abort_msg, sizeof h.abort_msg)));
   }
   if (same_process_) return "";
+  // Every peer found dead, not just the lowest: when a launcher stops the survivors of a
+  // death, a rank may see a stopped peer as dead beside the one that died first.
+  std::string dead;
+  int first = -1;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || opt_.peer_may_die(p)) continue;  // its ops fail alone (types.h)
     RankCtrl& c = seg_.ctrl(p);
     if (c.state.load(std::memory_order_acquire) != kRankAttached) continue;
     int pid = c.pid.load();
-    if (!pid_alive(pid)) {
-      if (exited_cleanly(c)) continue;
-      reason = "peer-dead";
-      return cat("group ", group_, ": rank ", p, " (pid ", pid, ") died; ", describe_peer(p));
+    if (!pid_alive(pid) && !exited_cleanly(c)) {
+      dead += cat(first < 0 ? "" : "; ", "rank ", p, " (pid ", pid, ") died");
+      if (first < 0) first = p;
     }
   }
-  return "";
+  if (first < 0) return "";
+  reason = "peer-dead";
+  return cat("group ", group_, ": ", dead, "; ", describe_peer(first));
 }
 
 // ---------------------------------------------------------------- waiting
