@@ -71,6 +71,10 @@ const std::map<std::string, Setter>& setters() {
     opt_int("vocab", &PlanArgs::vocab);
     opt_int("experts", &PlanArgs::experts);
     opt_int("top_k", &PlanArgs::top_k);
+    opt_int("expert_ffn", &PlanArgs::expert_ffn);
+    opt_int("shared_experts", &PlanArgs::shared_experts);
+    opt_int("route_groups", &PlanArgs::route_groups);
+    opt_int("route_max_groups", &PlanArgs::route_max_groups);
     str("gpu", &PlanArgs::gpu);
     str("intra_bench", &PlanArgs::intra_bench);
     str("inter_bench", &PlanArgs::inter_bench);

@@ -19,6 +19,9 @@ CASES = [
     {"layers": 24, "hidden": 2048, "heads": 16, "seq": 2048, "vocab": 50257, "global_batch": 256, "gpus": 32,
      "precision": "fp32", "zero": 3, "no_sp": True, "gpu_mtbf_hours": 20000.0, "storage_gbps": 12.5},
     {"model": "mixtral-8x7b", "gpus": 64, "ep": 8, "schedule": "interleaved", "virtual_stages": 2},
+    # DeepSeek-style experts: fine-grained and shared, routing limited to 1 of 2 groups.
+    {"model": "mixtral-8x7b", "gpus": 64, "ep": 8, "expert_ffn": 3584, "shared_experts": 1, "route_groups": 2,
+     "route_max_groups": 1},
     {"model": "gpt2", "gpus": 8, "rlhf": True, "rollout_batch": 4},
     {"model": "gpt2", "gpus": 8, "rlhf": True, "algo": "grpo", "response_len": 128, "epochs": 2},
     {"model": "llama3-405b", "gpus": 8, "tp": 8, "dp": 1},  # fits nowhere: exit 3, the same JSON
