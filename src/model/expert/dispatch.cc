@@ -70,25 +70,7 @@ void ExpertGroup::to_peers(const void* send, const std::vector<int64_t>& send_ro
   group_->all_to_all_v(send, out, recv, in, dt);
 }
 
-void ExpertGroup::rows(const float* send, float* recv, const std::vector<int64_t>& sent,
-                       const std::vector<int64_t>& recv_counts, int64_t W, bool back) {
-  std::vector<size_t> out(static_cast<size_t>(P_), 0), in(size_t(P_), 0);
-  for (int q = 0; q < P_; ++q)
-    for (int e = 0; e < El_; ++e) {
-      out[size_t(q)] += size_t(sent[size_t(q * El_ + e)] * W);
-      in[size_t(q)] += size_t(recv_counts[size_t(q * El_ + e)] * W);
-    }
-  if (back) std::swap(out, in);
-  if (!group_) {
-    if (out[0] > 0) std::memcpy(recv, send, sizeof(float) * out[0]);
-    return;
-  }
-  count(out, DType::f32);
-  group_->all_to_all_v(send, out, recv, in, DType::f32);
-}
-
-OwnerLayout::OwnerLayout(const std::vector<int64_t>& recv, int P, int El)
-    : P_(P), El_(El), counts_(recv) {
+OwnerLayout::OwnerLayout(const std::vector<int64_t>& recv, int P, int El) {
   src.assign(size_t(P * El + 1), 0);
   exp.assign(size_t(P * El + 1), 0);
   for (int i = 0; i < P * El; ++i) src[size_t(i + 1)] = src[size_t(i)] + recv[size_t(i)];
@@ -96,15 +78,6 @@ OwnerLayout::OwnerLayout(const std::vector<int64_t>& recv, int P, int El)
   for (int e = 0; e < El; ++e)
     for (int s = 0; s < P; ++s, ++i) exp[size_t(i + 1)] = exp[size_t(i)] + recv[size_t(s * El + e)];
   rows = src.back();
-}
-
-void OwnerLayout::permute(const float* in, float* out, int64_t W, bool to_expert) const {
-  for (int s = 0; s < P_; ++s)
-    for (int e = 0; e < El_; ++e) {
-      const int64_t n = counts_[size_t(s * El_ + e)];
-      const int64_t a = src[size_t(s * El_ + e)] * W, b = exp[size_t(e * P_ + s)] * W;
-      if (n > 0) std::memcpy(out + (to_expert ? b : a), in + (to_expert ? a : b), sizeof(float) * n * W);
-    }
 }
 
 }  // namespace strata::model::expert

@@ -1,16 +1,15 @@
 // Moving token rows between the ranks of an expert-parallel group (GShard's dispatch and
-// combine), and the row layouts on both sides.
+// combine), and the owner's row layout.
 //
-// Terms. P ranks in the ep group; rank q owns experts [q·El, (q+1)·El), El = E / P. A source
-// rank sends, for every expert e in id order (so grouped by owner), kept[e] rows of width W;
-// the owner receives them source-major ([s][e][rows]) and computes expert-major
-// ([e][s][rows]); results travel back the same way in reverse.
-// Every exchange is one fixed-size all_to_all of El counts per peer (the routing) followed
-// by all_to_all_v of the rows, so every rank of the group issues the same collectives in
-// the same order whatever the routing, including experts and whole ranks that receive no
-// token and ranks with no tokens at all. Without a group (P = 1) rows stay where they are.
-// Cost per MoE block and micro-batch: forward 2 all_to_all_v of (rows sent) · C floats plus
-// the counts; backward the same 2.
+// Terms. P ranks in the ep group; rank q owns experts [q·El, (q+1)·El), El = E / P. The MoE
+// block (moe.cc MoE::dispatch) sends one row per (token, owner rank) with its assignments'
+// (expert, slot) and gates; the owner places each row at its slots in the expert-major batch
+// ([e][s][rows]) and sends one combined row back.
+// Every exchange is fixed-size all_to_alls of counts (El assignments and one row count per
+// peer) followed by all_to_all_v of the rows, so every rank of the group issues the same
+// collectives in the same order whatever the routing, including experts and whole ranks that
+// receive no token and ranks with no tokens at all. Without a group (P = 1) rows stay where
+// they are. Bytes per MoE block and micro-batch: cost/comm.h ep_group_bytes.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -41,11 +40,6 @@ class ExpertGroup {
   // rows from source s for local expert e. One all_to_all.
   std::vector<int64_t> exchange_counts(const std::vector<int64_t>& sent);
 
-  // Rows from sources to owners: send (sum sent, W) in expert order -> recv (sum recv, W)
-  // source-major. `back` runs the reverse (owners to sources) with the same counts.
-  void rows(const float* send, float* recv, const std::vector<int64_t>& sent,
-            const std::vector<int64_t>& recv_counts, int64_t W, bool back);
-
   // One count per peer (P): returns each peer's count for this rank. One all_to_all.
   std::vector<int64_t> exchange_peer_counts(const std::vector<int64_t>& sent);
   // Rows of W elements of `dt` to each peer: send_rows[q] rows for peer q, peer-major, ->
@@ -68,14 +62,6 @@ struct OwnerLayout {
   std::vector<int64_t> src, exp;
   int64_t rows = 0;
   OwnerLayout(const std::vector<int64_t>& recv, int P, int El);
-  // Copies rows of width W from source-major `in` to expert-major `out` (or back).
-  void to_expert_major(const float* in, float* out, int64_t W) const { permute(in, out, W, true); }
-  void to_source_major(const float* in, float* out, int64_t W) const { permute(in, out, W, false); }
-
- private:
-  void permute(const float* in, float* out, int64_t W, bool to_expert) const;
-  int P_, El_;
-  std::vector<int64_t> counts_;
 };
 
 }  // namespace strata::model::expert

@@ -42,7 +42,6 @@ struct MoE::Layer {
   std::vector<int32_t> ks;    // (U, K)
   // As an owner: the rows received from each source and where each one's assignments lie in
   // the expert-major batch X / O (-1 after the last), with their gates.
-  std::vector<int64_t> recv;  // (P, El) assignments received per source and local expert
   std::vector<int64_t> got;   // (P) rows received per source
   std::vector<int64_t> pos;   // (R, K)
   std::vector<float> gate;    // (R, K)
@@ -326,8 +325,7 @@ void MoE::dispatch(int m, Layer& L, const float* xin, int C) {
   source_rows(L, P, El);
   const int64_t U = int64_t(L.tok.size());
   Span sp("dispatch", "forward", m, "ep_comm");
-  L.recv = g.exchange_counts(r.kept);
-  const OwnerLayout ol(L.recv, P, El);
+  const OwnerLayout ol(g.exchange_counts(r.kept), P, El);
   L.rows.resize(size_t(El + 1));
   for (int e = 0; e <= El; ++e) L.rows[size_t(e)] = ol.exp[size_t(e * P)];
   L.got = P == 1 ? L.sent : g.exchange_peer_counts(L.sent);
