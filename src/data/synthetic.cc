@@ -70,6 +70,47 @@ double MarkovChain::log_prob(int from, int to) const {
   return -std::numeric_limits<double>::infinity();
 }
 
+namespace {
+
+// Draws first .. first + n - 1 of Rng(seed, stream).uniform_double(): draw d is the high and
+// low words (0, 1) or (2, 3) of Philox block d / 2 as 53 bits. The blocks are computed kLanes
+// at a time over arrays, a loop the compiler vectorises: about twice Rng's speed.
+void uniform_doubles(uint64_t seed, uint64_t stream, uint64_t first, int64_t n, double* out) {
+  constexpr uint64_t kLanes = 256;
+  alignas(64) uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
+  const uint64_t end = first + uint64_t(n);
+  for (uint64_t b0 = first / 2; b0 * 2 < end; b0 += kLanes) {
+    for (uint64_t i = 0; i < kLanes; ++i) {
+      c0[i] = uint32_t(b0 + i), c1[i] = uint32_t((b0 + i) >> 32);
+      c2[i] = uint32_t(stream), c3[i] = uint32_t(stream >> 32);
+    }
+    uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+    for (int round = 0; round < 10; ++round) {  // philox4x32's rounds, lane by lane
+      for (uint64_t i = 0; i < kLanes; ++i) {
+        const uint64_t p0 = uint64_t(0xD2511F53u) * c0[i], p1 = uint64_t(0xCD9E8D57u) * c2[i];
+        const uint32_t n0 = uint32_t(p1 >> 32) ^ c1[i] ^ k0, n2 = uint32_t(p0 >> 32) ^ c3[i] ^ k1;
+        c1[i] = uint32_t(p1), c3[i] = uint32_t(p0), c0[i] = n0, c2[i] = n2;
+      }
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    for (uint64_t i = 0; i < kLanes; ++i) {
+      const uint64_t d = (b0 + i) * 2;
+      const uint64_t hi = (uint64_t(c0[i]) << 32) | c1[i], lo = (uint64_t(c2[i]) << 32) | c3[i];
+      if (d >= first && d < end) out[d - first] = double(hi >> 11) * (1.0 / 9007199254740992.0);
+      if (d + 1 >= first && d + 1 < end) out[d + 1 - first] = double(lo >> 11) * (1.0 / 9007199254740992.0);
+    }
+  }
+}
+
+}  // namespace
+
+// The path a walk drawing Rng(seed_, stream).uniform_double() once per token gives: draw 0
+// picks the first state, draw i the successor taken by token i, the first k with draw <
+// cdf[k]. The draws come a batch at a time (uniform_doubles). The walk is a chain of
+// dependent steps, so each step is one load: `table` holds, for state s and the draw's
+// bucket of width 1/kBuckets, the successor every draw of the bucket takes, or kSplit where a
+// cdf step falls inside the bucket and the draw is compared (about 1 in 85 tokens).
 std::vector<uint8_t> MarkovChain::generate(int64_t n, uint64_t stream) const {
   std::vector<uint8_t> out(size_t(std::max<int64_t>(n, 0)));
   if (n <= 0) return out;
@@ -85,13 +126,34 @@ std::vector<uint8_t> MarkovChain::generate(int64_t n, uint64_t stream) const {
     }
   }
   out[0] = uint8_t(kFirstToken + state);
-  for (int64_t i = 1; i < n; ++i) {
-    double v = rng.uniform_double();
-    const auto& cdf = cdf_[state];
+
+  constexpr int kBuckets = 256;
+  constexpr uint8_t kSplit = 0xFF;
+  static_assert(kStates < kSplit, "states must fit a byte below kSplit");
+  auto successor = [&](int s, double v) {
     int k = 0;
-    while (v >= cdf[k]) ++k;
-    state = next_[state][k];
-    out[size_t(i)] = uint8_t(kFirstToken + state);
+    while (v >= cdf_[s][k]) ++k;
+    return next_[s][k];
+  };
+  std::vector<uint8_t> table(size_t(kStates) * kBuckets);
+  for (int s = 0; s < kStates; ++s)
+    for (int b = 0; b < kBuckets; ++b) {
+      const double lo = double(b) / kBuckets, hi = double(b + 1) / kBuckets;
+      bool split = false;
+      for (int k = 0; k < kSuccessors; ++k) split |= cdf_[s][k] > lo && cdf_[s][k] < hi;
+      table[size_t(s) * kBuckets + b] = split ? kSplit : uint8_t(successor(s, lo));
+    }
+  constexpr int64_t kBatch = 4096;
+  std::vector<double> draws(static_cast<size_t>(kBatch));
+  for (int64_t i = 1; i < n; i += kBatch) {
+    const int64_t m = std::min(kBatch, n - i);
+    uniform_doubles(seed_, stream, uint64_t(i), m, draws.data());
+    for (int64_t j = 0; j < m; ++j) {
+      const double v = draws[size_t(j)];
+      const uint8_t next = table[size_t(state) * kBuckets + size_t(v * kBuckets)];
+      state = next != kSplit ? next : successor(state, v);
+      out[size_t(i + j)] = uint8_t(kFirstToken + state);
+    }
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "data/dataset.h"
 #include "data/synthetic.h"
 #include "data/token_file.h"
@@ -80,6 +81,36 @@ TEST(Synthetic, EntropyFloorMatchesTheEmpiricalEntropyOfGeneratedText) {
     EXPECT_NEAR(plug_in, chain.entropy_rate(), 3e-3) << "seed " << seed;
     EXPECT_GT(chain.entropy_rate(), 0.5);
     EXPECT_LT(chain.entropy_rate(), 2.0);
+  }
+}
+
+// generate() batches its draws and walks by table; the path is the one a walk drawing
+// Rng::uniform_double() once per token gives (draw 0: the first state from pi; draw i: the
+// successor of token i - 1, the first k with draw < cdf[k]), at lengths around its batches.
+TEST(Synthetic, GeneratedPathIsTheOneDrawAtATimeWalk) {
+  for (uint64_t seed : {uint64_t(0), uint64_t(17), ~uint64_t(0)}) {
+    const MarkovChain chain(seed);
+    for (int64_t n : {1, 2, 3, 4096, 4097, 4098, 70001}) {
+      Rng rng(seed, 0x5EED'7EA1'0000'0000ull);
+      std::vector<uint8_t> want(static_cast<size_t>(n));
+      double u = rng.uniform_double(), acc = 0;
+      int state = MarkovChain::kStates - 1;
+      for (int s = 0; s < MarkovChain::kStates; ++s)
+        if (u < (acc += chain.stationary()[size_t(s)])) {
+          state = s;
+          break;
+        }
+      want[0] = uint8_t(MarkovChain::kFirstToken + state);
+      for (int64_t i = 1; i < n; ++i) {
+        const double v = rng.uniform_double();
+        double cdf = 0;
+        int k = 0;
+        while (k < MarkovChain::kSuccessors - 1 && v >= (cdf += chain.probs(state)[size_t(k)])) ++k;
+        state = chain.successors(state)[size_t(k)];
+        want[size_t(i)] = uint8_t(MarkovChain::kFirstToken + state);
+      }
+      ASSERT_EQ(chain.generate(n, 0x5EED'7EA1'0000'0000ull), want) << "seed " << seed << ", " << n << " tokens";
+    }
   }
 }
 
