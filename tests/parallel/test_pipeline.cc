@@ -24,8 +24,8 @@ RunSpec pipeline_spec(int layers, int accum) {
   return s;
 }
 
-void expect_same_as_one_process(const RunSpec& s, const PpRun& run) {
-  const RunResult ref = run_reference(s);
+// `ref`: run_reference(s), which several layouts of one spec may share.
+void expect_same_as(const RunResult& ref, const RunSpec& s, const PpRun& run) {
   const RunResult pp = run_pipeline(s, run);
   SCOPED_TRACE(testing::Message() << run.schedule << " pp " << run.pp << " dp " << run.dp
                                   << " V " << run.virt << " M " << s.accum);
@@ -37,13 +37,17 @@ void expect_same_as_one_process(const RunSpec& s, const PpRun& run) {
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1) << "the test model does not learn";
 }
 
+void expect_same_as_one_process(const RunSpec& s, const PpRun& run) { expect_same_as(run_reference(s), s, run); }
+
 TEST(Pipeline, GPipe1F1BAndZeroBubbleEqualOneProcess) {
+  const RunSpec s = pipeline_spec(4, 4);
+  const RunResult ref = run_reference(s);
   for (int P : {2, 3, 4})
     for (const char* sched : {"gpipe", "1f1b", "zb"}) {
       PpRun run;
       run.pp = P;
       run.schedule = sched;
-      expect_same_as_one_process(pipeline_spec(4, 4), run);
+      expect_same_as(ref, s, run);
     }
 }
 
@@ -73,9 +77,13 @@ TEST(Pipeline, WithDataParallelAtZero0And1) {
 // over dp 2 (zero-bubble at ZeRO 0-1: at 2-3 it is refused, train/pipeline_rank.cc), 8 steps.
 TEST(Pipeline, EveryScheduleAtEveryZeroStage) {
   for (int P : {2, 3, 4})
-    for (const char* sched : {"gpipe", "1f1b", "interleaved", "zb"})
+    for (const char* sched : {"gpipe", "1f1b", "interleaved", "zb"}) {
+      const bool inter = std::string(sched) == "interleaved", zb = std::string(sched) == "zb";
+      RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
+      s.batch = 2 * 2 * s.accum;  // dp 2
+      s.steps = 8;
+      const RunResult ref = run_reference(s);  // the same for every ZeRO stage
       for (int zero : {0, 1, 2, 3}) {
-        const bool inter = std::string(sched) == "interleaved", zb = std::string(sched) == "zb";
         if (zb && zero >= 2) continue;
         PpRun run;
         run.pp = P;
@@ -83,12 +91,10 @@ TEST(Pipeline, EveryScheduleAtEveryZeroStage) {
         run.zero = zero;
         run.schedule = sched;
         run.virt = inter ? 2 : 1;
-        RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
-        s.batch = 2 * run.dp * s.accum;
-        s.steps = 8;
         SCOPED_TRACE(testing::Message() << "zero " << zero);
-        expect_same_as_one_process(s, run);
+        expect_same_as(ref, s, run);
       }
+    }
 }
 
 TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {
@@ -105,7 +111,10 @@ TEST(Pipeline, UnevenSplitAndFewerMicroBatchesThanStages) {
 // at P = 3 and 4, each stage laid out as `base` says (tp, dp), two sequences per micro-batch
 // and dp rank; zero-bubble with ZeRO 1 when dp > 1.
 void expect_every_schedule_at_three_and_four_stages(const PpRun& base) {
-  for (int P : {3, 4})
+  for (int P : {3, 4}) {
+    RunSpec plain = pipeline_spec(P, 4);  // gpipe, 1f1b and zb train the same model
+    plain.batch = 2 * base.dp * plain.accum;
+    const RunResult plain_ref = run_reference(plain);
     for (const char* sched : {"gpipe", "1f1b", "zb", "interleaved"}) {
       PpRun run = base;
       run.pp = P;
@@ -113,10 +122,15 @@ void expect_every_schedule_at_three_and_four_stages(const PpRun& base) {
       run.zero = std::string(sched) == "zb" && run.dp > 1 ? 1 : 0;
       const bool inter = std::string(sched) == "interleaved";
       run.virt = inter ? 2 : 1;
-      RunSpec s = pipeline_spec(inter ? 2 * P : P, inter ? P : 4);
+      if (!inter) {
+        expect_same_as(plain_ref, plain, run);
+        continue;
+      }
+      RunSpec s = pipeline_spec(2 * P, P);
       s.batch = 2 * run.dp * s.accum;
       expect_same_as_one_process(s, run);
     }
+  }
 }
 
 // Pipeline x tensor parallel (threads): every schedule at P = 3 and 4 with stages of tp 2

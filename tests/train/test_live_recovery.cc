@@ -128,15 +128,15 @@ TEST(LiveRecovery, AKillDuringTheCommitAtZeroZeroStillFindsACommonStep) {
 // that one's step S, bit for bit.
 TEST(LiveRecovery, AReplacementJoinsAndTheWorldGrowsBack) {
   TempDir dir("live_join");
-  // Long enough for the replacement to start while the survivors train (a tiny step takes
-  // 1-2 ms, a replacement's start some 0.3-1 s); the kill late enough that the reference runs
-  // below save few checkpoints (every k steps).
-  const int steps = 4000, kill_at = 40;
+  // The survivors wait at a step boundary for the replacement (the test knob), so it joins
+  // before the end however slow its start; the kill late enough that the reference runs below
+  // save few checkpoints (every k steps).
+  const int steps = 60, kill_at = 20;
   const std::string run = dir.file("run");
   RunResult r = run_strata(live_run(run, "--nproc 3 --zero 1 --mem-ckpt-every 1 --recovery live "
                                          "--inject kill --inject-rank 1 --inject-step " +
                                              std::to_string(kill_at), steps),
-                           dump_env(dir), Streams::separate, 120);
+                           dump_env(dir) + "STRATA_LIVE_AWAIT_JOIN=1 ", Streams::separate, 120);
   ASSERT_EQ(r.status, 0) << r.err;
   const int64_t k = live_resume_step(r.err, 0), joined = live_resume_step(r.err, 1);
   ASSERT_TRUE(k == kill_at - 1 || k == kill_at - 2) << r.err;

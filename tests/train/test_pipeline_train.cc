@@ -384,10 +384,13 @@ namespace {
 // Every schedule through the paths besides the training step: eval during training
 // (--eval-every) and at the end, sampling (--sample-every), and a checkpoint resumed to
 // finish the run. The interleaved final eval once deadlocked (each stage blocked in a send
-// to the other), so each run is bounded by --timeout and must end with its summary.
+// to the other), so each run is bounded by --timeout and must end with its summary. The
+// deadlock was in the order of the messages (micro-batches, chunks, activation slots), not
+// their size: a 4-layer model of width 32 on 16 tokens has the order of `tiny`'s.
 TEST(TrainPipeline, EverySchedulePassesEvalSamplingAndResume) {
   const std::string base =
-      "train --model tiny --seed 17 --batch 8 --nproc 2 --pp 2 --micro-batches 4 --data synthetic "
+      "train --layers 4 --dim 32 --heads 2 --seq 16 --vocab 256 --seed 17 --batch 8 --nproc 2 --pp 2 "
+      "--micro-batches 4 --data synthetic "
       "--eval-every 2 --sample-every 2 --sample-tokens 4 --ckpt-every 2 "
       "--threads 1 --timeout 30 --peak-gflops 100 ";
   for (const char* sched : {"interleaved --virtual-stages 2", "gpipe", "1f1b", "zb"}) {
