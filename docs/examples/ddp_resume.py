@@ -4,9 +4,10 @@ another number of processes with every sample of the epoch trained on exactly on
     PYTHONPATH=build/python /usr/bin/python3 docs/examples/ddp_resume.py WORKDIR
 
 Phase 1 runs 2 processes; after every step each saves its sampler state (the position is
-global, so rank 0's is the job's) and the ids it trained on; the parent SIGKILLs them once
-step 5 is saved. Phase 2 runs 3 processes from the saved state to the end of the epoch. The
-parent then checks that the ids of both phases are the dataset, each once.
+global, so rank 0's is the job's) and the ids it trained on; the parent SIGKILLs them (with
+their loaders' workers) once step 6 is saved. Phase 2 runs 3 processes from the saved state
+to the end of the epoch. The parent then checks that the ids of both phases are the
+dataset, each once.
 """
 import json
 import os
@@ -34,6 +35,7 @@ class Numbers(Dataset):
 
 
 def worker(rank, world, workdir, phase, port):
+    os.setpgid(0, 0)  # the rank and its loader's workers: one group, killed together
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(1, 1))
@@ -66,7 +68,10 @@ def worker(rank, world, workdir, phase, port):
 
 
 def run(world, workdir, phase, port, kill):
-    ctx = mp.get_context("spawn")
+    # fork: each rank (and its loader's workers) starts from this process's imports; spawned,
+    # every one would import torch again, seconds apiece. This process has run no torch op, so
+    # no thread of it is copied half-way.
+    ctx = mp.get_context("fork")
     procs = [ctx.Process(target=worker, args=(r, world, workdir, phase, port)) for r in range(world)]
     for p in procs:
         p.start()
@@ -74,7 +79,7 @@ def run(world, workdir, phase, port, kill):
         while not all(os.path.exists(os.path.join(workdir, f"ready-{r}")) for r in range(world)):
             time.sleep(0.05)
         for p in procs:
-            os.kill(p.pid, signal.SIGKILL)
+            os.killpg(p.pid, signal.SIGKILL)
     for p in procs:
         p.join()
         if not kill and p.exitcode != 0:
