@@ -13,6 +13,7 @@
 #include <cstring>
 #include <algorithm>
 
+#include "core/align.h"
 #include "core/error.h"
 
 namespace strata::ckpt {
@@ -20,7 +21,6 @@ namespace strata::ckpt {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 struct SegmentHeader {
   uint64_t magic;
@@ -57,7 +57,7 @@ void copy_text(char* to, size_t cap, const std::string& from) {
 
 std::string text_of(const char* s, size_t cap) { return std::string(s, strnlen(s, cap)); }
 
-uint64_t slot_stride(uint64_t capacity) { return kPage + align_up(capacity, kPage); }
+uint64_t slot_stride(uint64_t capacity) { return kPage + round_up(capacity, kPage); }
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/align.h"  // align64, which the allocations round to
 #include "nlohmann/json_fwd.hpp"
 
 namespace strata {
@@ -16,12 +17,6 @@ namespace strata {
 enum class MemCategory : uint8_t { parameters, gradients, optimizer, activations, comm, other };
 inline constexpr int kNumMemCategories = 6;
 
-// x rounded up to a multiple of 64: a cache line, and the alignment of every tensor in
-// strata's checkpoint shards and in-memory checkpoint segments.
-template <class T>
-constexpr T align64(T x) {
-  return (x + 63) / 64 * 64;
-}
 const char* mem_category_name(MemCategory c);
 
 class MemoryTracker {

@@ -16,13 +16,12 @@
 #include <cstring>
 #include <thread>
 
+#include "core/align.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/timer.h"
 
 namespace strata::comm::shm {
-
-static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // Defaults chosen with bench/comm (see docs/comm.md).
 static constexpr size_t kDefaultSmall = 64 << 10;
@@ -51,20 +50,20 @@ static size_t pick(size_t option, const EnvVar& env, size_t fallback) {
 Layout make_layout(int size, const Options& opt) {
   Layout l;
   l.size = uint32_t(size);
-  l.small_bytes = align_up(pick(opt.small_max_bytes, kSmallEnv, kDefaultSmall), 64);
-  l.chunk_bytes = align_up(std::max<size_t>(pick(opt.chunk_bytes, kChunkEnv, kDefaultChunk), 4096), 4096);
+  l.small_bytes = round_up(pick(opt.small_max_bytes, kSmallEnv, kDefaultSmall), 64);
+  l.chunk_bytes = round_up(std::max<size_t>(pick(opt.chunk_bytes, kChunkEnv, kDefaultChunk), 4096), 4096);
   l.depth = uint32_t(std::max<size_t>(2, pick(size_t(std::max(0, opt.pipeline_depth)), kDepthEnv, kDefaultDepth)));
-  l.counts_bytes = align_up(uint64_t(size) * 8, 64);
-  l.p2p_slot_bytes = align_up(std::max<size_t>(opt.p2p_slot_bytes ? opt.p2p_slot_bytes : kDefaultP2PSlot, 64), 64);
+  l.counts_bytes = round_up(uint64_t(size) * 8, 64);
+  l.p2p_slot_bytes = round_up(std::max<size_t>(opt.p2p_slot_bytes ? opt.p2p_slot_bytes : kDefaultP2PSlot, 64), 64);
   l.p2p_slots = uint32_t(opt.p2p_slots >= 1 ? opt.p2p_slots : kDefaultP2PSlots);
-  l.ctrl_off = align_up(sizeof(Header), 4096);
+  l.ctrl_off = round_up(sizeof(Header), 4096);
   l.small_off = 0;
-  l.counts_off = align_up(2 * l.small_bytes, 64);
-  l.slots_off = align_up(l.counts_off + 2 * l.counts_bytes, 4096);
-  l.data_off = align_up(l.ctrl_off + uint64_t(size) * sizeof(RankCtrl), 4096);
-  l.data_stride = align_up(l.slots_off + uint64_t(l.depth) * l.chunk_bytes, 4096);
+  l.counts_off = round_up(2 * l.small_bytes, 64);
+  l.slots_off = round_up(l.counts_off + 2 * l.counts_bytes, 4096);
+  l.data_off = round_up(l.ctrl_off + uint64_t(size) * sizeof(RankCtrl), 4096);
+  l.data_stride = round_up(l.slots_off + uint64_t(l.depth) * l.chunk_bytes, 4096);
   l.chan_off = l.data_off + uint64_t(size) * l.data_stride;
-  l.chan_stride = align_up(sizeof(ChanCtrl) + l.p2p_slots * (sizeof(SlotHeader) + l.p2p_slot_bytes), 4096);
+  l.chan_stride = round_up(sizeof(ChanCtrl) + l.p2p_slots * (sizeof(SlotHeader) + l.p2p_slot_bytes), 4096);
   l.total = l.chan_off + uint64_t(size) * size * l.chan_stride;
   return l;
 }
