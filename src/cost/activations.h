@@ -76,8 +76,7 @@ inline BlockColumns block_columns(int64_t C, int64_t NH, int64_t NKV, int64_t F,
   return {(NH / tp + 2 * tp_kv_heads(NKV, tp)) * (C / NH), (llama ? 2 : 1) * act, act};
 }
 inline BlockColumns block_columns(const GptShape& m, int tp) {
-  return block_columns(m.dim, m.heads, m.llama ? m.kv_heads : m.heads,
-                       m.llama ? m.ffn : 4 * m.dim, m.llama, tp);
+  return block_columns(m.dim, m.heads, kv_heads_of(m), dense_ffn(m), m.llama, tp);
 }
 
 inline ActivationBuffers activation_buffers(const GptShape& m, int tp, bool sp, int rank,
@@ -124,11 +123,6 @@ inline int64_t tp_activation_bytes(const GptShape& m, int tp, bool sp, int rank,
                                    int64_t micro_batch, bool bf16_compute = false,
                                    bool attn_fp32 = false) {
   return activation_buffers(m, tp, sp, rank, micro_batch, bf16_compute, attn_fp32).total();
-}
-
-// Key (or value) columns of one tp rank: NKVl·hs (Cl without grouped-query attention).
-inline int64_t kv_columns(const GptShape& m, int tp) {
-  return tp_kv_heads(m.llama ? m.kv_heads : m.heads, tp) * (m.dim / m.heads);
 }
 
 // Bytes of the buffers a ContextComm holds for micro-batches of B sequences (Tl local rows,

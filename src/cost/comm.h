@@ -118,9 +118,10 @@ inline int64_t tp_comm_bytes_per_micro(const GptShape& m, int tp, bool sp, int64
                                        int64_t seq) {
   if (tp <= 1 || micro_batch == 0) return 0;
   const int64_t N = micro_batch * seq, C = m.dim, L = m.layers;
-  // The replicated gradients all-reduced under SP: GPT-2's 6 views a block, ln_f's 2 and the
-  // position table; a Llama block's 2 norm weights, the final norm's 1, no table.
-  const int64_t replicated = m.llama ? C + 2 * L * C : 2 * C + 6 * L * C + seq * C;
+  // The replicated gradients all-reduced under SP: each block's norms and row-parallel biases
+  // (GPT-2's 6 views, a Llama block's 2 norm weights), the final norm and the position rows.
+  const int64_t replicated = L * (2 * norm_params(m) + (block_parts(m).biases ? 2 * C : 0)) +
+                             norm_params(m) + (block_parts(m).learned_pos ? seq * C : 0);
   const int64_t floats = sp ? (5 + 10 * L) * N * C + 3 * N + replicated
                             : (2 + 4 * L) * N * C + 3 * N;
   const int64_t moe = m.moe_layers * (N * m.top_k - (sp ? N * C : 0));

@@ -16,11 +16,19 @@
 #pragma once
 #include <cstdint>
 
+#include "cost/shapes.h"
+
 namespace strata::cost {
 
 // Training FLOPs per token (PaLM, above).
 inline double train_flops_per_token(double n_params, int64_t layers, int64_t dim, int64_t seq) {
   return 6.0 * n_params + 12.0 * double(layers) * double(dim) * double(seq);
+}
+
+// Model FLOPs per token of m trained on sequences of `seq` tokens: N = the parameters a token
+// multiplies by (cost::active_matmul_params), what the planner's MFU counts.
+inline double model_flops_per_token(const GptShape& m, int64_t seq) {
+  return train_flops_per_token(double(active_matmul_params(m)), m.layers, m.dim, seq);
 }
 
 // Forward FLOPs per token of one GPT block of width `dim` over sequences of `seq` tokens.

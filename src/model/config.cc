@@ -20,7 +20,7 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   c.kv_heads = p.llama ? int(p.kv_heads) : 0;
   c.ffn = p.llama ? int(p.ffn) : 0;  // 0: the width rule (default_ffn)
   c.seq = int(p.seq);
-  c.vocab = int(p.vocab), c.padded_vocab = int(model::padded_vocab(p.vocab));
+  c.vocab = int(p.vocab), c.padded_vocab = int(cost::padded_vocab(p.vocab));
   c.rope_theta = p.rope_theta, c.rope_factor = p.rope_factor;
   c.tie_embeddings = p.tied;
   if (p.experts > 0) c.moe.experts = int(p.experts), c.moe.top_k = int(p.top_k);

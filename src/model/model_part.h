@@ -129,7 +129,7 @@ struct GPTConfig {
   bool llama() const { return arch == Arch::llama; }
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int head_dim() const { return dim / heads; }
-  int hidden() const { return ffn > 0 ? ffn : int(default_ffn(llama(), dim)); }
+  int hidden() const { return ffn > 0 ? ffn : int(cost::default_ffn(llama(), dim)); }
   // The output layer is wte (unit 0 at both ends of a pass); else lm_head in unit L+1.
   bool tied() const { return !llama() || tie_embeddings; }
   kernels::Rope rope() const;  // theta and scaling

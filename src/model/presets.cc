@@ -98,11 +98,4 @@ const ModelPreset& find_model_preset(const std::string& name, bool published_fir
   fail("unknown model preset '", name, "' (known: ", model_preset_list(published_first), ")");
 }
 
-int64_t padded_vocab(int64_t vocab) { return (vocab + 63) / 64 * 64; }
-
-int64_t llama_ffn(int64_t dim) {
-  const int64_t h = 8 * dim / 3;
-  return (h + 255) / 256 * 256;
-}
-
 }  // namespace strata::model

@@ -1,13 +1,14 @@
 // The models strata knows by name: its own test and benchmark shapes and published ones, in
 // one table that `strata train --model`, `strata plan --model` (and --critic), rlhf and fed
 // all read. A model that does not fit the machine is refused by the command, not missing from
-// the table. Also the two sizing rules every description of a model shares: the padded
-// vocabulary and Llama's default MLP width. Light on purpose (no engine headers): the Python
-// module compiles it with the planner.
+// the table. Light on purpose (no engine headers): the Python module compiles it with the
+// planner.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "cost/shapes.h"  // the width rules
 
 namespace strata::model {
 
@@ -37,12 +38,10 @@ const std::vector<ModelPreset>& model_presets();
 const ModelPreset& find_model_preset(const std::string& name, bool published_first = false);
 std::string model_preset_list(bool published_first = false);
 
-// Rows of the embedding: the vocabulary rounded up to a multiple of 64 (50257 -> 50304), as
-// Megatron and nanoGPT pad it.
-int64_t padded_vocab(int64_t vocab);
-// Llama's MLP width for width C: 8C/3 rounded up to a multiple of 256 (Meta's multiple_of).
-int64_t llama_ffn(int64_t dim);
-// The MLP width a model has unless given: 4C (GPT-2's GELU MLP) or llama_ffn(C) (SwiGLU).
-inline int64_t default_ffn(bool llama, int64_t dim) { return llama ? llama_ffn(dim) : 4 * dim; }
+// The width rules, defined once where the cost models count with them (cost/shapes.h), under
+// the names train/ and cli/ call them by.
+using cost::default_ffn;
+using cost::llama_ffn;
+using cost::padded_vocab;
 
 }  // namespace strata::model

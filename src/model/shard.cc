@@ -248,8 +248,8 @@ cost::GptShape gpt_shape(const GPTConfig& cfg) {
   m.vocab = cfg.vocab, m.padded_vocab = cfg.padded_vocab;
   m.llama = cfg.llama(), m.kv_heads = cfg.kv(), m.ffn = cfg.hidden(), m.tied = cfg.tied();
   m.moe_layers = cfg.moe.moe_layers(cfg.layers), m.experts = cfg.moe.experts;
-  m.top_k = cfg.moe.top_k;
   if (cfg.moe.enabled()) {
+    m.top_k = cfg.moe.top_k;
     m.expert_ffn = cfg.moe.expert_ffn;
     m.shared_ffn = cfg.moe.shared_width(cfg.hidden());
     m.route_groups = cfg.moe.route_groups, m.route_max_groups = cfg.moe.route_max_groups;

@@ -18,9 +18,7 @@ int64_t layers_on_stage(const ModelSpec& m, int pp) { return (m.layers + pp - 1)
 
 // K/V width one tensor-parallel rank holds: heads are split, or one head is replicated per
 // rank when tp exceeds the KV heads.
-double kv_local(const ModelSpec& m, int tp) {
-  return m.kv_heads >= tp ? double(m.kv_hidden()) / tp : double(m.head_dim());
-}
+double kv_local(const ModelSpec& m, int tp) { return double(cost::kv_columns(gpt_shape(m), tp)); }
 
 // Tokens of one micro-batch on one context-parallel rank, and the divisor that sequence
 // parallelism applies to activations outside the tensor-parallel regions.
@@ -66,21 +64,22 @@ LayerShape layer_shape(const TrainSetup& s, const Layout& l) {
 }  // namespace
 
 StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool last) {
-  const ParamCounts c = count_params(m);
-  const int64_t tp = l.tp, h = m.hidden, f = m.ffn, V = m.padded_vocab();
-  const int64_t kv = m.kv_heads >= tp ? m.kv_hidden() / tp : m.head_dim();
-  // Column-parallel weights and biases split by tp; row-parallel biases and norms replicated.
-  int64_t attention = 2 * h * h / tp + 2 * h * kv + (m.biases ? h / tp + 2 * kv + h : 0);
-  const int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
+  m.validate();
+  const cost::GptShape g = gpt_shape(m);
+  const int tp = l.tp;
+  const int64_t h = m.hidden, f = m.ffn;
+  const bool gated = m.mlp == MlpKind::swiglu;
+  const int64_t mats = gated ? 3 : 2;
   // One MLP of w hidden units on a tp rank, and its matrices' elements.
-  auto mlp_of = [&](int64_t w) { return mats * h * w / tp + (m.biases ? w / tp + h : 0); };
-  auto mats_of = [&](int64_t w) { return mats * h * w / tp; };
+  auto mlp_of = [&](int64_t w) { return cost::mlp_params_of(g, tp, w); };
+  auto mats_of = [&](int64_t w) { return cost::mlp_params(h, tp, w, gated, /*biases=*/false); };
   // MoE: the router and the shared experts are dense (replicated over ep, split over tp as the
   // dense MLP); the rank's E/ep routed experts of fe units each are the expert parameters.
   const int64_t fe = m.expert_width(), fs = m.moe() ? m.shared_width() : 0;
-  const int64_t shared = fs > 0 ? mlp_of(fs) : 0;
-  int64_t dense_layer = attention + c.norms + (m.moe() ? c.router + shared : mlp_of(f));
-  int64_t expert_layer = m.moe() ? (m.experts / l.ep) * mlp_of(fe) : 0;
+  const int64_t moe_mlp = cost::router_params(g) + cost::shared_mlp_params(g, tp);
+  const int64_t dense_layer = cost::attention_params(g, tp) + 2 * cost::norm_params(g) +
+                              (m.moe() ? moe_mlp : mlp_of(f));
+  const int64_t expert_layer = m.moe() ? (m.experts / l.ep) * cost::expert_mlp_params(g, tp) : 0;
   const int64_t layers = layers_on_stage(m, l.pp);
   StageParams p;
   p.dense = layers * dense_layer;
@@ -88,7 +87,8 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool l
   p.layers = layers;
   p.dense_blocks = layers * dense_layer;
   // Muon's matrices: q, k, v, o and the MLP's (each expert's), as parallel/muon.h cuts them.
-  p.muon_dense = layers * (2 * h * h / tp + 2 * h * kv + (m.moe() ? mats_of(fs) : mats_of(f)));
+  p.muon_dense =
+      layers * (cost::attention_matrix_params(g, tp) + (m.moe() ? mats_of(fs) : mats_of(f)));
   p.muon_expert = layers * (m.moe() ? (m.experts / l.ep) * mats_of(fe) : 0);
   // Each matrix is orthogonalised whole (a tp rank gathers its slices first).
   auto mlp_ns = [&](int64_t w) {
@@ -100,18 +100,20 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, bool first, bool l
   p.ns_flops = double(layers) * (2 * cost::newton_schulz_flops(h, h, 5) +
                                  2 * cost::newton_schulz_flops(m.kv_hidden(), h, 5) + mlps_ns);
   p.largest_layer = dense_layer + expert_layer;
-  if (first) p.dense += V * h / tp + c.position;
+  // The vocabulary's rows on the largest tp rank (the last: the uneven split's remainder).
+  const int64_t vocab_rows = cost::embedding_params(g, tp, tp - 1);
+  if (first) p.dense += vocab_rows + cost::position_params(g);
   if (last) {
-    p.dense += c.final_norm;
-    if (!m.tied || l.pp > 1) p.dense += V * h / tp;  // the head (a tied copy on the last stage)
+    p.dense += cost::norm_params(g);
+    if (!m.tied || l.pp > 1) p.dense += vocab_rows;  // the head (a tied copy on the last stage)
   }
   return p;
 }
 
 bool engine_describes(const ModelSpec& m) {
   if (m.moe()) return false;
-  const bool gpt = m.mlp == MlpKind::gelu && m.ffn == 4 * m.hidden && m.kv_heads == m.heads &&
-                   m.layernorm && m.biases && m.learned_pos && m.tied;
+  const bool gpt = m.mlp == MlpKind::gelu && m.ffn == cost::default_ffn(false, m.hidden) &&
+                   m.kv_heads == m.heads && m.layernorm && m.biases && m.learned_pos && m.tied;
   const bool llama = m.mlp == MlpKind::swiglu && !m.layernorm && !m.biases && !m.learned_pos;
   return gpt || llama;
 }
@@ -130,19 +132,9 @@ std::string korthikanti_reason(const ModelSpec& m, const Layout& l) {
 }
 
 cost::GptShape engine_shape(const ModelSpec& m, Recompute r) {
-  cost::GptShape g;
-  g.layers = m.layers;
-  g.dim = m.hidden;
-  g.heads = m.heads;
-  g.max_seq = m.seq;
-  g.vocab = m.vocab;
-  g.padded_vocab = m.padded_vocab();
+  cost::GptShape g = gpt_shape(m);
   g.recompute = r;
   g.recomputed_layers = r == Recompute::full ? m.layers : 0;
-  g.llama = m.mlp == MlpKind::swiglu;
-  g.kv_heads = m.kv_heads;
-  g.ffn = m.ffn;
-  g.tied = m.tied;
   return g;
 }
 

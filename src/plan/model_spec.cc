@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cost/flops.h"
+#include "cost/shapes.h"
 #include "model/expert/checks.h"
 #include "model/presets.h"
 
@@ -29,7 +30,7 @@ ModelSpec model_preset(const std::string& name) {
   m.name = p.name;
   m.layers = p.layers, m.hidden = p.dim, m.heads = p.heads;
   m.kv_heads = p.kv_heads > 0 ? p.kv_heads : p.heads;
-  m.ffn = p.ffn > 0 ? p.ffn : model::default_ffn(p.llama, p.dim);
+  m.ffn = p.ffn > 0 ? p.ffn : cost::default_ffn(p.llama, p.dim);
   m.seq = p.seq, m.vocab = p.vocab;
   if (p.llama) m.tied = p.tied;
   m.experts = p.experts, m.top_k = p.top_k;
@@ -87,28 +88,69 @@ void ModelSpec::validate() const {
 
 ParamCounts count_params(const ModelSpec& m) {
   m.validate();
-  const int64_t h = m.hidden, kv = m.kv_hidden(), f = m.ffn, V = m.padded_vocab();
+  const cost::GptShape g = gpt_shape(m);
   ParamCounts c;
   c.layers = m.layers;
-  c.embedding = V * h;
-  c.position = m.learned_pos ? m.seq * h : 0;
-  c.output_head = m.tied ? 0 : V * h;
-  c.final_norm = m.layernorm ? 2 * h : h;
-  c.attention = 2 * h * h + 2 * h * kv + (m.biases ? 2 * h + 2 * kv : 0);
-  c.norms = m.layernorm ? 4 * h : 2 * h;
-  // One MLP of w hidden units: two or three matrices, and GPT's biases.
-  auto mlp = [&](int64_t w) {
-    return (m.mlp == MlpKind::swiglu ? 3 : 2) * h * w + (m.biases ? w + h : 0);
-  };
-  c.expert_mlp = mlp(f);
+  c.embedding = cost::embedding_params(g, 1, 0);
+  c.position = cost::position_params(g);
+  c.output_head = cost::head_params(g, 1, 0);
+  c.final_norm = cost::norm_params(g);
+  c.attention = cost::attention_params(g, 1);
+  c.norms = 2 * cost::norm_params(g);
+  c.expert_mlp = cost::mlp_params_of(g, 1, cost::dense_ffn(g));
   if (m.moe()) {
     c.experts = m.experts;
     c.top_k = m.top_k;
-    c.router = h * m.experts;
-    c.expert_mlp = mlp(m.expert_width());
-    c.shared = m.shared_width() > 0 ? mlp(m.shared_width()) : 0;
+    c.router = cost::router_params(g);
+    c.expert_mlp = cost::expert_mlp_params(g, 1);
+    c.shared = cost::shared_mlp_params(g, 1);
   }
   return c;
+}
+
+cost::GptShape gpt_shape(const ModelSpec& m) {
+  cost::GptShape g;
+  g.layers = m.layers, g.dim = m.hidden, g.heads = m.heads, g.kv_heads = m.kv_heads;
+  g.ffn = m.ffn, g.max_seq = m.seq;
+  g.vocab = m.vocab, g.padded_vocab = m.padded_vocab();
+  const cost::BlockParts parts{m.mlp == MlpKind::swiglu, m.biases, m.layernorm, m.learned_pos};
+  g.llama = parts.gated;  // the engine's block nearest to it
+  if (parts != cost::BlockParts::of(g.llama)) g.parts = parts;
+  g.tied = m.tied;
+  if (m.moe()) {
+    g.moe_layers = m.layers, g.experts = m.experts, g.top_k = m.top_k;
+    g.expert_ffn = m.expert_ffn, g.shared_ffn = m.shared_width();
+    g.route_groups = m.route_groups, g.route_max_groups = m.route_max_groups;
+  }
+  return g;
+}
+
+ModelSpec model_spec(const cost::GptShape& g) {
+  ModelSpec m;
+  apply_arch(m, g.llama ? "llama" : "gpt");
+  const cost::BlockParts parts = cost::block_parts(g);
+  m.mlp = parts.gated ? MlpKind::swiglu : MlpKind::gelu;
+  m.biases = parts.biases, m.layernorm = parts.layernorm, m.learned_pos = parts.learned_pos;
+  m.tied = g.tied;
+  m.layers = g.layers, m.hidden = g.dim, m.heads = g.heads, m.kv_heads = cost::kv_heads_of(g);
+  m.ffn = cost::dense_ffn(g), m.seq = g.max_seq;
+  // The planner pads the vocabulary itself; rows padded otherwise (a multiple of 64) stand
+  // for the vocabulary, since every count is of rows.
+  m.vocab = cost::padded_vocab(g.vocab) == g.padded_vocab ? g.vocab : g.padded_vocab;
+  STRATA_CHECK(m.padded_vocab() == g.padded_vocab, "a model of ", g.padded_vocab,
+               " embedding rows for a vocabulary of ", g.vocab,
+               ": the planner pads vocabularies to a multiple of 64");
+  if (g.moe_layers > 0) {
+    STRATA_CHECK(g.moe_layers == g.layers, "a model with ", g.moe_layers, " MoE blocks of ",
+                 g.layers, ": the planner's MoE models route every block (--moe-every 1)");
+    m.experts = g.experts, m.top_k = g.top_k, m.expert_ffn = g.expert_ffn;
+    const int64_t width = cost::expert_ffn(g);
+    STRATA_CHECK(g.shared_ffn % width == 0, "shared experts of ", g.shared_ffn,
+                 " hidden units are not whole experts of ", width);
+    m.shared_experts = g.shared_ffn / width;
+    m.route_groups = g.route_groups, m.route_max_groups = g.route_max_groups;
+  }
+  return m;
 }
 
 double layer_forward_flops_per_token(const ModelSpec& m, double s) {
@@ -126,7 +168,8 @@ double logits_forward_flops_per_token(const ModelSpec& m) {
 }
 
 double model_flops_per_token(const ModelSpec& m) {
-  return cost::train_flops_per_token(double(count_params(m).matmul_active()), m.layers, m.hidden, m.seq);
+  m.validate();
+  return cost::model_flops_per_token(gpt_shape(m), m.seq);
 }
 
 }  // namespace strata::plan

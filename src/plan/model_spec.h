@@ -6,18 +6,29 @@
 // strata's GPT and Megatron do), E experts with top-k routing (E = 0: dense), each of fe hidden
 // units (fine-grained experts, DeepSeekMoE; fe = f unless --expert-ffn), and S shared experts
 // every token passes through, held as one MLP of S·fe units (model/expert/config.h).
-// Per layer: attention 2h² + 2h·kv (Q, O; K, V of width kv = kv-heads·h/a); MLP 2hf (GELU) or
-// 3hf (SwiGLU); for MoE instead E routed MLPs of width fe, an h·E router and the shared MLP of
-// width S·fe; norms 2h (RMSNorm) or 4h (LayerNorm). GPT-style layers also carry biases:
-// 2h + 2kv + f + h (each MLP of width w: w + h). A token uses the router, the shared MLP and K
-// routed ones: active = total - L·(E - K)·(one routed MLP).
-// Megatron-LM (Narayanan et al. 2021) counts a GPT as P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)):
-// the same sum without the final norm.
+// The parameters are counted once, by cost/shapes.h's parts on the model's cost::GptShape
+// (gpt_shape below), the engine's count: per layer attention 2h² + 2h·kv (Q, O; K, V of width
+// kv = kv-heads·h/a); MLP 2hf (GELU) or 3hf (SwiGLU); for MoE instead E routed MLPs of width
+// fe, an h·E router and the shared MLP of width S·fe; norms 2h (RMSNorm) or 4h (LayerNorm).
+// GPT-style layers also carry biases: 2h + 2kv + f + h (each MLP of width w: w + h). A token
+// uses the router, the shared MLP and K routed ones: active = total - L·(E - K)·(one routed
+// MLP). Megatron-LM (Narayanan et al. 2021) counts a GPT as P = 12lh²(1 + 13/(12h) +
+// (V+s)/(12lh)): the same sum without the final norm.
+//
+// A ModelSpec and a cost::GptShape describe the same model. gpt_shape(m) exists for every
+// ModelSpec: its MoE routes every layer (moe_layers = L), a block mixing GPT's and Llama's
+// parts (a GELU MLP without biases, say) keeps them as cost::BlockParts, and the run settings
+// a shape also carries (recomputation) stay unset: the planner's Layout holds them.
+// model_spec(g) is the way back, for the shapes the engine builds (model::gpt_shape): what a
+// shape does not say (dropout, the published batch and tokens, the name and source) is the
+// matching arch's default (apply_arch) or empty; a shape whose MoE blocks are some layers only
+// (--moe-every above 1) has none, since the planner's layers are all alike, and throws.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "cost/shapes.h"
 #include "model/presets.h"
 
 namespace strata::plan {
@@ -49,7 +60,7 @@ struct ModelSpec {
   static constexpr double kMaxPlanParams = 1e15;
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_hidden() const { return kv_heads * head_dim(); }
-  int64_t padded_vocab() const { return model::padded_vocab(vocab); }
+  int64_t padded_vocab() const { return cost::padded_vocab(vocab); }
   bool moe() const { return experts > 0; }
   // A routed expert's hidden width, and the shared experts' together (0: none).
   int64_t expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn; }
@@ -90,14 +101,14 @@ struct ParamCounts {
   // The routed experts' parameters (the shared ones are dense: every token uses them).
   int64_t expert_total() const { return experts > 1 ? layers * expert_mlp * experts : 0; }
   int64_t shared_total() const { return layers * shared; }
-  // Weights a token multiplies by: active layers and the output head (the tied embedding when
-  // tied). Input lookups and position tables cost no matmul FLOPs.
-  int64_t matmul_active() const {
-    return layers * per_layer_active() + (output_head > 0 ? output_head : embedding);
-  }
 };
 
+// The breakdown of cost/shapes.h's count at tp 1 (validates m first).
 ParamCounts count_params(const ModelSpec& m);
+
+// The model as the cost models see it, and back (above).
+cost::GptShape gpt_shape(const ModelSpec& m);
+ModelSpec model_spec(const cost::GptShape& g);
 
 // Megatron-LM's closed form P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)).
 inline double megatron_param_count(double l, double h, double V, double s) {
@@ -111,7 +122,8 @@ double layer_forward_flops_per_token(const ModelSpec& m, double s);
 double attention_core_forward_flops_per_token(const ModelSpec& m, double s);
 double logits_forward_flops_per_token(const ModelSpec& m);
 
-// Model FLOPs per trained token for MFU (cost/flops.h: 6N + 12·L·h·s), N = matmul_active().
+// Model FLOPs per trained token for MFU (cost/flops.h: 6N + 12·L·h·s, N the parameters a
+// token multiplies by: cost::active_matmul_params).
 double model_flops_per_token(const ModelSpec& m);
 
 }  // namespace strata::plan

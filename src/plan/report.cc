@@ -62,7 +62,8 @@ std::string bytes_h(double b) {
 }
 
 bool megatron_applies(const ModelSpec& m) {
-  return !m.moe() && m.kv_heads == m.heads && m.mlp == MlpKind::gelu && m.ffn == 4 * m.hidden;
+  return !m.moe() && m.kv_heads == m.heads && m.mlp == MlpKind::gelu &&
+         m.ffn == cost::default_ffn(false, m.hidden);
 }
 
 }  // namespace

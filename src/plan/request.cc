@@ -75,13 +75,13 @@ ModelSpec build_model(const PlanArgs& a) {
   set(a.top_k, m.top_k);
   if (!preset) {
     m.kv_heads = m.heads;
-    m.ffn = model::default_ffn(m.mlp == MlpKind::swiglu, m.hidden);
+    m.ffn = cost::default_ffn(m.mlp == MlpKind::swiglu, m.hidden);
   } else {
     // A preset's sizing rules follow its overridden sizes, as `strata train` applies them:
     // the MLP width rule when the preset has no width of its own, multi-head attention when
     // its key/value heads are its heads.
     const model::ModelPreset& p = model::find_model_preset(a.model);
-    if (a.hidden && p.ffn == 0) m.ffn = model::default_ffn(m.mlp == MlpKind::swiglu, m.hidden);
+    if (a.hidden && p.ffn == 0) m.ffn = cost::default_ffn(m.mlp == MlpKind::swiglu, m.hidden);
     if (a.heads && (p.kv_heads == 0 || p.kv_heads == p.heads)) m.kv_heads = m.heads;
   }
   set(a.kv_heads, m.kv_heads);

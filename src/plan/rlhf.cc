@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "cost/shapes.h"
 
 namespace strata::plan {
 
@@ -82,7 +83,10 @@ void estimate_time(const RlhfSetup& s, int64_t actor_local_params, int64_t bytes
   const double W = s.gpu.hbm_gbps * 1e9;
   const double B = double(s.rollout_batch), P = double(s.prompt_len), R = double(s.response_len);
   const double T = P + R;
-  auto n_local = [&](const ModelSpec& m) { return double(count_params(m).matmul_active()) / s.tp; };
+  auto n_local = [&](const ModelSpec& m) {
+    m.validate();
+    return double(cost::active_matmul_params(gpt_shape(m))) / s.tp;
+  };
   const double actor = n_local(s.actor);
   const bool dpo = s.algo == RlAlgo::dpo;
   if (!dpo) {

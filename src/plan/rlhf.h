@@ -22,7 +22,7 @@
 // Time of one iteration on one GPU, a first-order model (seconds, not a measurement): B =
 // rollout_batch sequences (a tp group shares them, as it shares their KV cache; dpo: B
 // preference pairs, 2B sequences), T = prompt_len + response_len tokens each, N_m = model
-// m's matmul weights (ParamCounts::matmul_active) over tp, F = peak × efficiency, the
+// m's matmul weights (cost::active_matmul_params) over tp, F = peak × efficiency, the
 // sustained FLOP/s the planner's step time uses (--efficiency), W = HBM bandwidth.
 //   generate  prefill 2·N_a·B·prompt_len / F, then response_len decode steps of
 //             max(2·N_a·B / F, (actor's tp-local parameter bytes + the KV cache of B

@@ -76,7 +76,7 @@ double predict_ms(const json& summary, int n, int threads, unsigned cores, const
   m.layers = cfg.value("layers", int64_t(0));
   m.hidden = cfg.value("dim", int64_t(0));
   m.heads = m.kv_heads = cfg.value("heads", int64_t(0));
-  m.ffn = 4 * m.hidden;
+  m.ffn = cost::default_ffn(false, m.hidden);
   m.seq = cfg.value("seq", int64_t(0));
   m.vocab = cfg.value("padded_vocab", int64_t(0));
   m.dropout = false;  // strata's GPT has none

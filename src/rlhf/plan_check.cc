@@ -1,6 +1,7 @@
 // PPO memory against the planner's RLHF estimate (plan_check.h).
 #include "rlhf/plan_check.h"
 
+#include "model/shard.h"
 #include "plan/hardware.h"
 #include "plan/model_spec.h"
 #include "plan/rlhf.h"
@@ -10,13 +11,8 @@ namespace strata::rlhf {
 using nlohmann::json;
 
 static plan::ModelSpec spec_of(const model::GPTConfig& c, const char* name) {
-  plan::ModelSpec m;
-  // gpt: GELU, LayerNorm, biases, learned positions, tied; llama: SwiGLU, RMSNorm, no biases,
-  // rotary, untied unless the model ties
-  plan::apply_arch(m, c.llama() ? "llama" : "gpt");
+  plan::ModelSpec m = plan::model_spec(model::gpt_shape(c));
   m.name = name;
-  m.layers = c.layers, m.hidden = c.dim, m.heads = c.heads, m.kv_heads = c.kv();
-  m.ffn = c.hidden(), m.seq = c.seq, m.vocab = c.vocab, m.tied = c.tied();
   return m;
 }
 

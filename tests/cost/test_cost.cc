@@ -32,6 +32,40 @@ TEST(CostShapes, ParametersEqualTheHandCount) {
   EXPECT_EQ(rows, 64);
 }
 
+// The width rules every description of a model shares (model/, plan/ and the cost models).
+TEST(CostShapes, WidthRules) {
+  EXPECT_EQ(padded_vocab(50257), 50304);
+  EXPECT_EQ(padded_vocab(32000), 32000);
+  EXPECT_EQ(padded_vocab(1), 64);
+  EXPECT_EQ(llama_ffn(256), 768);     // 8·256/3 = 682, up to 768
+  EXPECT_EQ(llama_ffn(4096), 11008);  // Llama 2 7B's
+  EXPECT_EQ(default_ffn(false, 768), 3072);
+  EXPECT_EQ(default_ffn(true, 256), 768);
+  GptShape m;
+  m.dim = 256;
+  EXPECT_EQ(dense_ffn(m), 1024);
+  m.llama = true;
+  EXPECT_EQ(dense_ffn(m), 768);
+  EXPECT_EQ(align64(int64_t(0)), 0);
+  EXPECT_EQ(align64(int64_t(65)), 128);
+  EXPECT_EQ(round_up(uint64_t(4097), 4096), 8192u);
+}
+
+// A block of neither strata's GPT-2 nor its Llama parts (a planner's shape): a GELU MLP of
+// 2C without biases, LayerNorm, rotary positions, one key/value head, an untied head.
+TEST(CostShapes, MixedBlockPartsEqualTheHandCount) {
+  GptShape m;
+  m.layers = 2, m.dim = 8, m.heads = 2, m.kv_heads = 1, m.ffn = 16;
+  m.max_seq = 16, m.vocab = 50, m.padded_vocab = 64, m.tied = false;
+  m.parts = BlockParts{false, false, true, false};
+  // wte and lm_head 64·8 each; a block: 2 LayerNorms 2·16, q and o 2·64, k and v 2·8·4, fc and
+  // proj 2·8·16; ln_f 16.
+  EXPECT_EQ(local_params(m, 1, 0), 2 * 512 + 2 * (32 + 128 + 64 + 256) + 16);
+  // tp 2: 32 rows of each, q and o of one head (2·8·4), the key/value head on both (2·8·4),
+  // the MLP's half (2·8·8); the norms on both.
+  EXPECT_EQ(local_params(m, 2, 1), 2 * 256 + 2 * (32 + 64 + 64 + 128) + 16);
+}
+
 TEST(CostFlops, ThreeBlockForwardsAreTheTrainingCount) {
   // A block's forward and backward (3 forwards) over its 12C² matmul parameters is PaLM's
   // 6N + 12·L·d·T for those parameters.
