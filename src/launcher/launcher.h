@@ -109,7 +109,9 @@ struct LaunchOptions {
   // mesh.h: tp and cp fastest, then dp, then pp): live_inner = tp · cp, live_stages = pp. A
   // rank's death kills the rest of its replica, the others re-form in the same order on one
   // replica fewer (each keeps its tp rank and stage), and a replica of replacements joins as
-  // the last data-parallel index. 1 and 1: each rank is a replica.
+  // the last data-parallel index. 1 and 1: each rank is a replica. Replica groups
+  // (--replica-groups R): live_inner = world / R, live_stages = 1: a group goes and comes back
+  // whole.
   int live_inner = 1, live_stages = 1;
 };
 

@@ -181,6 +181,7 @@ void start_replacement(JobGuard& g, std::vector<LineSink>& sinks, int for_rank, 
   for (const auto& [k, v] : last.env)
     if (k != "STRATA_LIVE_ID") env.push_back({k, v});
   env.push_back({"STRATA_LIVE_JOIN", std::to_string(g.live_jobs.size())});
+  env.push_back({"STRATA_LIVE_REPLACES", std::to_string(for_rank)});
   env.push_back({"STRATA_LIVE_ID", std::to_string(++g.last_live_id)});
   const Proc l = rank_proc(o, g.plan->prog, env, last.rank, host);
   int pipes[2][2];

@@ -38,6 +38,10 @@ static const EnvVar kLiveJoin("STRATA_LIVE_JOIN", "0",
                               "in a replacement rank of a --recovery live job: the world generation "
                               "after which it joins the survivors; set by the launcher");
 
+static const EnvVar kLiveReplaces("STRATA_LIVE_REPLACES", "-1",
+                                  "in a replacement rank of a --recovery live job: the launched rank "
+                                  "it stands for (its place in its replica group); set by the launcher");
+
 LiveBoard live_board_of_files(const std::string& path) {
   auto file = [path](const std::string& name) { return name == "world" ? path : cat(path, ".", name); };
   LiveBoard b;
@@ -97,6 +101,8 @@ std::string live_formed_mark(int generation) { return cat("formed-", generation)
 std::string live_broken_mark(int generation, int64_t id) { return cat("broken-", generation, "-", id); }
 
 int live_join_generation() { return int(kLiveJoin.get_int()); }
+
+int live_replaced_rank() { return int(kLiveReplaces.get_int()); }
 
 void announce_live_join() {
   LiveBoard* b = rank_live_board();

@@ -23,7 +23,8 @@
 // atomically (write, then rename) and a store sets one key, so a reader sees one generation or
 // the next.
 //
-// Rejoin: the launcher then starts a replacement with STRATA_LIVE_JOIN=<generation>. Once it
+// Rejoin: the launcher then starts a replacement with STRATA_LIVE_JOIN=<generation> (and
+// STRATA_LIVE_REPLACES, the launched rank it stands for: under --replica-groups, its group). Once it
 // has built what it can alone it announces itself (mark ready-<id>); once the survivors' world
 // has formed too (rank 0's mark formed-<generation>), the launcher posts the next generation,
 // the survivors and the replacement, last; the survivors see it at a step boundary (rank 0
@@ -93,6 +94,9 @@ std::string live_broken_mark(int generation, int64_t id);
 
 // STRATA_LIVE_JOIN: in a replacement, the generation after which it joins; 0 otherwise.
 int live_join_generation();
+
+// STRATA_LIVE_REPLACES: in a replacement, the launched rank it stands for; -1 otherwise.
+int live_replaced_rank();
 
 // In a replacement: tells the launcher it is ready (posts its ready mark).
 void announce_live_join();

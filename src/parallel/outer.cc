@@ -112,18 +112,23 @@ float* at(const StateShard& s, int64_t i) { return static_cast<float*>(s.data) +
 
 OuterSyncEngine::OuterSyncEngine(std::unique_ptr<StepEngine> inner, const OuterOptions& o,
                                  comm::ProcessGroup* across, int group, int64_t last_step,
-                                 std::vector<FlatRanges> fragments)
-    : inner_(std::move(inner)), opts_(o), across_(across), group_(group), last_step_(last_step),
-      fragments_(std::move(fragments)) {
+                                 std::vector<FlatRanges> fragments, std::vector<int> present)
+    : inner_(std::move(inner)), opts_(o), across_(across), group_(group), present_(std::move(present)),
+      last_step_(last_step), fragments_(std::move(fragments)) {
   STRATA_CHECK(inner_, "outer sync: no inner engine");
   const int H = o.steps_per_sync();
   STRATA_CHECK(o.groups >= 1 && H >= 1, "outer sync: groups ", o.groups, " and steps per sync ", H,
                " must be at least 1");
   STRATA_CHECK(std::isfinite(o.lr) && o.lr > 0, "outer sync: learning rate ", o.lr, " must be positive");
   STRATA_CHECK(o.momentum >= 0 && o.momentum < 1, "outer sync: momentum ", o.momentum, " must be in [0, 1)");
-  STRATA_CHECK(o.groups == 1 || (across_ && across_->size() == o.groups), "outer sync: ", o.groups,
-               " groups need a group across them of that size");
-  STRATA_CHECK(group >= 0 && group < o.groups, "outer sync: group ", group, " of ", o.groups);
+  if (present_.empty())
+    for (int g = 0; g < o.groups; ++g) present_.push_back(g);
+  std::sort(present_.begin(), present_.end());
+  const int n = int(present_.size());
+  STRATA_CHECK(n <= o.groups && std::count(present_.begin(), present_.end(), group) == 1, "outer sync: group ", group,
+               " of ", o.groups, " is not one of the ", n, " taking part");
+  STRATA_CHECK(n == 1 || (across_ && across_->size() == n && present_[size_t(across_->rank())] == group),
+               "outer sync: ", n, " groups need a group across them of that size, in their order");
   STRATA_CHECK(o.fragments >= 1 && o.fragments <= H, "outer sync: ", o.fragments, " fragments in rounds of ", H,
                " steps");
   STRATA_CHECK(o.overlap >= 0 && o.overlap < H, "outer sync: an overlap of ", o.overlap,
@@ -248,7 +253,8 @@ void OuterSyncEngine::start(int fragment, int64_t step, bool again) {
     }
     j += len;
   }
-  const bool across = across_ && opts_.groups > 1;
+  const int groups = int(present_.size());
+  const bool across = across_ && groups > 1;
   if (opts_.dtype == OuterDType::fp32) {
     x->values = std::move(values);
     if (across) x->work = across_->all_reduce_async(x->values.data(), x->values.data(), size_t(x->n), DType::f32,
@@ -267,7 +273,7 @@ void OuterSyncEngine::start(int fragment, int64_t step, bool again) {
         for (int64_t i = sp.begin; i < sp.end; ++i, ++k) sl.residual[size_t(i - sl.begin)] = values[size_t(k)] - back[size_t(k)];
       }
     }
-    x->recv.resize(size_t(bytes) * size_t(opts_.groups));
+    x->recv.resize(size_t(bytes) * size_t(groups));
     if (across) {
       x->work = across_->all_gather_async(x->send.data(), x->recv.data(), size_t(bytes), DType::u8);
     } else {
@@ -284,14 +290,15 @@ void OuterSyncEngine::finish(Exchange& x, bool replace) {
   const std::vector<StateShard> params = params_states(*inner_);
   const float lr = float(opts_.lr), mu = float(opts_.momentum), keep = float(1.0 - opts_.lr);
   const float alpha = replace || opts_.overlap == 0 ? 0.0f : float(opts_.mix);
-  const float inv = 1.0f / float(opts_.groups);
+  const int groups = int(present_.size());
+  const float inv = 1.0f / float(groups);
   // fp32: the groups' mean parameters; otherwise the mean outer gradient, decoded in group order.
   std::vector<float> mean(size_t(x.n), 0.0f);
   if (opts_.dtype == OuterDType::fp32) {
-    for (int64_t i = 0; i < x.n; ++i) mean[size_t(i)] = opts_.groups > 1 ? x.values[size_t(i)] * inv : x.values[size_t(i)];
+    for (int64_t i = 0; i < x.n; ++i) mean[size_t(i)] = groups > 1 ? x.values[size_t(i)] * inv : x.values[size_t(i)];
   } else {
     const int64_t bytes = int64_t(x.send.size());
-    for (int g = 0; g < opts_.groups; ++g) decode_add(x.recv.data() + g * bytes, x.n, opts_.dtype, inv, mean.data());
+    for (int g = 0; g < groups; ++g) decode_add(x.recv.data() + g * bytes, x.n, opts_.dtype, inv, mean.data());
   }
   int64_t j = 0;
   for (const auto& sp : x.spans) {
@@ -350,9 +357,9 @@ std::vector<StateShard> OuterSyncEngine::state_shards() {
       out.push_back(s);
       continue;
     }
-    // Every rank names every group's states (a checkpoint's states are the same on every
-    // rank); it holds and writes its own group's only.
-    for (int g = 0; g < opts_.groups; ++g) {
+    // Every rank names every present group's states (a checkpoint's states are the same on
+    // every rank); it holds and writes its own group's only.
+    for (int g : present_) {
       StateShard named = s;
       named.name = cat("group", g, ".", s.name);
       if (g != group_) {
@@ -363,8 +370,9 @@ std::vector<StateShard> OuterSyncEngine::state_shards() {
     }
   }
   for (Slice& sl : slices_) {
-    // Every group holds the same global state; group 0 writes it.
-    const int64_t wb = group_ == 0 ? sl.write_begin : sl.begin, we = group_ == 0 ? sl.write_end : sl.begin;
+    // Every group holds the same global state; the first present group writes it.
+    const bool writes = group_ == present_.front();
+    const int64_t wb = writes ? sl.write_begin : sl.begin, we = writes ? sl.write_end : sl.begin;
     out.push_back({"outer.params", DType::f32, sl.begin, sl.end, wb, we, sl.global.data()});
     out.push_back({"outer.momentum", DType::f32, sl.begin, sl.end, wb, we, sl.momentum.data()});
   }

@@ -88,15 +88,19 @@ struct OuterSyncStats {
 // by fragment, and all of them at `last_step` (the run's last, so that it ends on the global
 // parameters). `across` joins the ranks of the same position in every group (null with one
 // group); `fragments` are fragment_ranges() of this rank's flat space (empty: one fragment).
+// `present`: the groups taking part (empty: all o.groups), which `across` holds in increasing
+// group order, so that a group's place in the sums does not depend on where its ranks sit: a
+// world that lost a group (live recovery) averages over the others until its replacement joins.
 // Its checkpoint states are the inner engine's (named "group<g>.<name>" with several groups,
-// whose inner states differ; every rank names every group's, holding its own group's only),
-// "outer.params" and "outer.momentum" (written by group 0), with an overlap what each
+// whose inner states differ; every rank names every present group's, holding its own group's
+// only), "outer.params" and "outer.momentum" (written by the first present group), with an overlap what each
 // group sent in exchanges still in flight ("outer.sent", per group), from which a resume starts
 // them again, and with error feedback each group's residual ("outer.residual").
 class OuterSyncEngine final : public StepEngine {
  public:
   OuterSyncEngine(std::unique_ptr<StepEngine> inner, const OuterOptions& o, comm::ProcessGroup* across,
-                  int group, int64_t last_step, std::vector<FlatRanges> fragments = {});
+                  int group, int64_t last_step, std::vector<FlatRanges> fragments = {},
+                  std::vector<int> present = {});
   ~OuterSyncEngine() override;
 
   void begin_step() override { inner_->begin_step(); }
@@ -127,6 +131,7 @@ class OuterSyncEngine final : public StepEngine {
   OuterOptions opts_;
   comm::ProcessGroup* across_;
   int group_;
+  std::vector<int> present_;  // the groups taking part, in increasing order (across_'s)
   int64_t last_step_;
   std::vector<FlatRanges> fragments_;
   std::vector<Slice> slices_;

@@ -58,8 +58,8 @@ uint64_t world_hash(const std::string& world) { return world.empty() ? 0 : XXH64
 EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, const std::string& world,
                            int old_world, comm::ProcessGroup* group,
                            const std::function<void(const std::string&)>& log,
-                           const std::function<bool(int)>& on_this_host)
-    : old_world_(old_world), group_(group), log_(log) {
+                           const std::function<bool(int)>& on_this_host, std::function<bool(int)> needed_ranks)
+    : old_world_(old_world), group_(group), log_(log), needed_(std::move(needed_ranks)) {
   if (group_) rank_ = group_->rank(), world_ = group_->size();
   const std::string run = mem_run_key(run_dir);
   const uint64_t failed = agree_on_world(world);
@@ -79,7 +79,7 @@ EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, c
     row[0] = 0;
     std::unique_ptr<ckpt::MemSegment> seg;
     try {
-      if (!on_this_host || on_this_host(q)) seg = ckpt::MemSegment::open_existing(name);
+      if ((!on_this_host || on_this_host(q)) && needed(q)) seg = ckpt::MemSegment::open_existing(name);
     } catch (const Error& e) {  // not a segment: as if absent here (the others may hold one)
       lines[size_t(q)].push_back(cat(e.what(), "; not used"));
     }
@@ -117,6 +117,7 @@ EarlierWorld::EarlierWorld(const std::string& run_dir, const std::string& job, c
       for (const std::string& line : lines[size_t(q)]) log_(line);
   }
   for (int q = 0; q < old_world; ++q) {
+    if (!needed(q)) continue;
     bool somewhere = false;
     for (int r = 0; r < world_; ++r) somewhere |= ident(r, q) != 0;
     STRATA_CHECK(somewhere, "rank ", q, " of the ", old_world, "-rank world that failed left no in-memory "
@@ -166,7 +167,7 @@ std::vector<int64_t> EarlierWorld::common_steps() const {
     for (int slot = 0; slot < ckpt::kMaxMemSlots; ++slot) {
       const int64_t step = table_[i + 1 + size_t(slot)];
       bool everywhere = step >= 0;
-      for (int q = 0; q < old_world_ && everywhere; ++q) everywhere = holder(q, step) >= 0;
+      for (int q = 0; q < old_world_ && everywhere; ++q) everywhere = !needed(q) || holder(q, step) >= 0;
       if (everywhere) out.push_back(step);
     }
   std::sort(out.rbegin(), out.rend());
@@ -179,6 +180,7 @@ bool EarlierWorld::verify(int64_t step) {
   for (;;) {
     std::vector<int64_t> failed(size_t(old_world_), 0);
     for (int q = 0; q < old_world_; ++q) {
+      if (!needed(q)) continue;
       const int h = holder(q, step);
       if (h < 0) return false;  // the same on every rank: the table is
       if (h != rank_ || good[size_t(q)]) continue;
@@ -192,6 +194,7 @@ bool EarlierWorld::verify(int64_t step) {
     if (group_) group_->all_reduce(failed.data(), failed.size());
     bool again = false;
     for (int q = 0; q < old_world_; ++q) {
+      if (!needed(q)) continue;
       const int h = holder(q, step);
       if (failed[size_t(q)] == 0) {
         good[size_t(q)] = true;
@@ -320,16 +323,20 @@ EarlierWorld::Plan EarlierWorld::plan(int64_t step, int64_t psi, const std::vect
 MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel::StateShard>& shards,
                            const std::function<bool(int)>& same_states) {
   std::vector<int64_t> holders(static_cast<size_t>(old_world_));
+  int first = -1;  // the lowest needed old rank
   for (int q = 0; q < old_world_; ++q) {
-    holders[size_t(q)] = holder(q, step);
+    holders[size_t(q)] = needed(q) ? holder(q, step) : -1;
+    if (!needed(q)) continue;
     STRATA_CHECK(holders[size_t(q)] >= 0, "live recovery: rank ", q, " left no copy of step ", step);
+    if (first < 0) first = q;
   }
+  STRATA_CHECK(first >= 0, "live recovery: none of the ", old_world_, " rank(s) of the world before is needed");
   const std::vector<json> records = share_records(step);
   std::vector<std::vector<MemShardRecord>> recs(static_cast<size_t>(old_world_));
   for (int q = 0; q < old_world_; ++q)
-    recs[size_t(q)] = mem_shard_records(records[size_t(q)], cat("rank ", q, "'s copy of step ", step));
+    if (needed(q)) recs[size_t(q)] = mem_shard_records(records[size_t(q)], cat("rank ", q, "'s copy of step ", step));
   // The same in every copy: the data position is the job's.
-  const MemCopy m = mem_copy_state(records.front());
+  const MemCopy m = mem_copy_state(records[size_t(first)]);
 
   const Plan todo = plan(step, psi, shards, recs, same_states);
   const std::vector<int64_t>& need = todo.need;
@@ -347,6 +354,7 @@ MemCopy EarlierWorld::load(int64_t step, int64_t psi, const std::vector<parallel
   received_ = 0;
   for (int q = 0; q < old_world_; ++q) {
     const int h = int(holders[size_t(q)]);
+    if (h < 0) continue;  // not needed
     std::vector<comm::WorkPtr> sent;
     if (h == rank_) {
       const unsigned char* mine = segments_[size_t(q)]->payload(slot_of(rank_, q, step));

@@ -61,16 +61,18 @@ class EarlierWorld {
   // another world wrote is passed over with one line: a host where none of the failed world's
   // ranks ran (the one its replacements start on) can still hold an earlier world's segments
   // of the same names and steps, in that world's layout.
+  // `needed`: the old ranks whose copies this world loads (empty: every one); the others (a
+  // replica group live recovery left out) are neither looked for nor waited on.
   EarlierWorld(const std::string& run_dir, const std::string& job, const std::string& world, int old_world,
                comm::ProcessGroup* group, const std::function<void(const std::string&)>& log,
-               const std::function<bool(int)>& on_this_host = {});
+               const std::function<bool(int)>& on_this_host = {}, std::function<bool(int)> needed = {});
   ~EarlierWorld();
   EarlierWorld(const EarlierWorld&) = delete;
   EarlierWorld& operator=(const EarlierWorld&) = delete;
 
   int old_world() const { return old_world_; }
-  // Steps with a committed copy (header checksummed, of this run and job) of every old rank
-  // on some new rank's host; newest first.
+  // Steps with a committed copy (header checksummed, of this run and job) of every needed old
+  // rank on some new rank's host; newest first.
   std::vector<int64_t> common_steps() const;
   // The new rank whose copy of old rank q's `step` is read; -1 when no new rank maps one.
   int holder(int q, int64_t step) const;
@@ -129,6 +131,8 @@ class EarlierWorld {
   // Per (new rank, old rank): the file's identity (0: none), then each slot's usable step or -1.
   std::vector<int64_t> table_;
   std::function<void(const std::string&)> log_;
+  std::function<bool(int)> needed_;
+  bool needed(int q) const { return !needed_ || needed_(q); }
   uint64_t received_ = 0;
 };
 

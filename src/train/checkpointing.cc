@@ -600,8 +600,9 @@ ResumePoint RunCheckpoints::resume_live() {
   const double regroup_s = double(live.formed_ns - live.failed_ns) * 1e-9;
   const double rebuild_s = double(now_ns() - live.formed_ns) * 1e-9;
   Stopwatch sw;
+  const GroupCopies copies = group_copies();
   recovery::EarlierWorld old(cfg_.run_dir, comm::supervised_job_id(), live.old_world_id, live.old_world, topo_.group,
-                   [this](const std::string& line) { log(line); });
+                             [this](const std::string& line) { log(line); }, {}, copies.needed);
   const int64_t chosen = common_step(old);
   const bool none = chosen < 0;  // no step every old rank holds a good copy of
   STRATA_CHECK(chosen <= cfg_.schedule.steps, "in-memory copy of step ", chosen, " is past --steps ",
@@ -618,8 +619,8 @@ ResumePoint RunCheckpoints::resume_live() {
                          : cat("the disk checkpoint of step ", p.step, " (no step has a complete "
                                "in-memory copy on every rank)");
   } else {
-    const recovery::MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_).pieces),
-                               engine_.state_shards(), same_states_in(live.old_world));
+    const recovery::MemCopy m = old.load(chosen, ckpt::layout_numel(rank_layout(model_).pieces), copies.shards,
+                                         copies.same ? copies.same : same_states_in(live.old_world));
     engine_.state_loaded(chosen);
     p = resume_point(chosen, m.loader, m.tokens_seen, cat("in-memory copy of step ", chosen), m.extra);
     p.from_memory = true;
@@ -642,6 +643,10 @@ ResumePoint RunCheckpoints::resume_live() {
                              {"seconds_to_rebuild", rebuild_s},
                              {"seconds_to_read", read_s},
                              {"seconds_to_load", sw.seconds() - read_s}});
+    if (topo_.outer.options.groups > 1) {  // the replica groups before and after, in rank order
+      live.records->back()["groups_before"] = topo_.outer.before;
+      live.records->back()["groups_after"] = topo_.outer.present;
+    }
     std::fprintf(stderr, "strata train: live recovery: %s at step %lld; continuing on %d rank(s) "
                  "from %s (%.2f s since the failure: %.3f s to re-form the groups, %.3f s to "
                  "rebuild data, model and engine, %.3f s to read the %d rank(s)' copies, %.3f s "
@@ -651,6 +656,35 @@ ResumePoint RunCheckpoints::resume_live() {
     std::fflush(stderr);
   }
   return p;
+}
+
+// Live recovery under --replica-groups: a world that lost a group reads the survivors' copies
+// only (each rank its own position's, in the world before); a replacement group reads the
+// first present group's states as its own (at the end of a round: the outer sync's θ, and that
+// group's inner optimizer), except what its own encoding left over (outer.residual: zeros).
+RunCheckpoints::GroupCopies RunCheckpoints::group_copies() {
+  GroupCopies c;
+  c.shards = engine_.state_shards();
+  const Topology::Outer& o = topo_.outer;
+  if (o.options.groups <= 1 || o.before.empty()) return c;
+  const int n = o.group_ranks, pos = topo_.rank % n;
+  auto has = [](const std::vector<int>& groups, int g) { return std::count(groups.begin(), groups.end(), g) > 0; };
+  c.needed = [before = o.before, present = o.present, n, has](int q) {
+    return has(present, before[size_t(q / n)]);
+  };
+  c.same = [n, pos](int q) { return q % n == pos; };
+  if (has(o.before, o.group)) return c;
+  const std::string own = cat("group", o.group, "."), from = cat("group", o.present.front(), ".");
+  std::vector<parallel::StateShard> shards;
+  for (parallel::StateShard s : c.shards) {
+    if (s.name.rfind(own, 0) == 0) {
+      if (s.name == own + "outer.residual") continue;
+      s.name = from + s.name.substr(own.size());
+    }
+    shards.push_back(s);
+  }
+  c.shards = std::move(shards);
+  return c;
 }
 
 namespace {

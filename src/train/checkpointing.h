@@ -110,6 +110,14 @@ class RunCheckpoints {
   // EarlierWorld::load's `same_states` for a world of `old_world` ranks before this one
   // (Topology::same_states; empty in a data-parallel layout).
   std::function<bool(int)> same_states_in(int old_world) const;
+  // The states a live world loads from the copies, and which old ranks hold them: under
+  // --replica-groups the survivors' (`needed`), at this rank's position (`same`); empty
+  // functions: every old rank, same_states_in's.
+  struct GroupCopies {
+    std::vector<parallel::StateShard> shards;
+    std::function<bool(int)> needed, same;
+  };
+  GroupCopies group_copies();
   // An --elastic restart with --mem-ckpt-replicas on another world size (a host lost): the
   // newest step every rank of the world that failed holds a copy of on this world's hosts,
   // resharded onto this world (collective), when newer than the disk checkpoint; nullopt:

@@ -112,6 +112,11 @@ struct LiveRecovery {
   std::shared_ptr<nlohmann::json> records = std::make_shared<nlohmann::json>(nlohmann::json::array());
   // The data sources, opened once for every world of the job (null: the trainer opens them).
   std::shared_ptr<data::Split> data;
+  // --replica-groups: the rank this process was launched as (a replacement: the one it stands
+  // for), which names its group; and the groups of the last world that formed, in rank order
+  // (kept across worlds: a re-formed world's copies are read in the one before's layout).
+  int launched_rank = -1;
+  std::shared_ptr<std::vector<int>> groups = std::make_shared<std::vector<int>>();
 };
 
 // Where this process sits: rank 0 of 1 for a single process. sum_across_ranks adds a value
@@ -136,6 +141,8 @@ struct Topology {
   comm::ProcessGroup* ep = nullptr;
   bool counts_loss = true;
   bool counts_loss_of_group = true;  // false: a replica group whose losses group 0 counts
+  bool counts_group_loss = true;     // the rank that counts its replica group's own loss
+  bool counts_tokens = true;         // ... and its real tokens (one rank of the sequences' cp ranks)
   std::function<double(double)> sum_across_ranks;
   // The data-parallel group (null when alone): the trainer's own collectives, e.g. the
   // injected faults of diag/fault_inject.h.
@@ -163,10 +170,15 @@ struct Topology {
   std::function<bool(int q, int old_world)> same_states;
   // --replica-groups (parallel/outer.h): the outer sync's settings, the group joining the
   // ranks of this rank's position in every group, and this rank's group. Inactive: none.
+  // Under live recovery a world may hold fewer groups than options.groups: `present` lists
+  // those it holds in rank order (a group lost is left out of the outer syncs until its
+  // replacement joins), and `before` those of the world it re-formed from (empty: none).
   struct Outer {
     parallel::OuterOptions options;
     comm::ProcessGroup* across = nullptr;
     int group = 0;
+    std::vector<int> present, before;
+    int group_ranks = 0;  // ranks per group
   } outer;
 };
 
@@ -207,7 +219,10 @@ struct ParallelConfig {
   // The mesh degrees for world() ranks (throws naming --tp, --dp and the numbers).
   // Under --replica-groups R they are each group's, over world() / R ranks.
   parallel::MeshDims mesh_dims() const { return mesh.resolved(group_world()); }
-  int group_world() const { return world() / (outer.groups >= 1 ? outer.groups : 1); }
+  int group_world() const { return group_ranks > 0 ? group_ranks : world() / (outer.groups >= 1 ? outer.groups : 1); }
+  // Ranks per replica group when a live world keeps the launch's groups, whatever its size
+  // (one that lost a group); 0: world() / outer.groups.
+  int group_ranks = 0;
   // The ranks that share each global batch: dp, times the replica groups that split it.
   int data_ranks() const {
     return mesh_dims().dp * (outer.groups > 1 && outer.data == parallel::GroupData::split ? outer.groups : 1);

@@ -331,10 +331,14 @@ std::optional<int> launch_ranks_if_needed(const TrainConfig& cfg, const Parallel
   // Live recovery re-forms whole data-parallel replicas: the tp x pp ranks of a dp index.
   o.live_inner = dims.tp * dims.cp;
   o.live_stages = dims.pp;
-  o.rank_role = [dims, groups = pc.outer.groups](int rank, int world) {
+  if (pc.outer.groups > 1) {  // replica groups: a group goes and comes back whole
+    o.live_inner = pc.world() / pc.outer.groups;
+    o.live_stages = 1;
+  }
+  o.rank_role = [dims, groups = pc.outer.groups, n = pc.world() / std::max(1, pc.outer.groups)](int rank, int world) {
     try {
       if (groups <= 1) return parallel::Mesh::describe_rank(dims.resolved(world), rank);
-      const int n = world / groups;  // under --replica-groups: the group, then the rank in it
+      // Under --replica-groups: the group (its place in the world), then the rank in it.
       const std::string in_group = parallel::Mesh::describe_rank(dims.resolved(n), rank % n);
       return cat("group ", rank / n, in_group.empty() ? "" : " ", in_group);
     } catch (const Error&) {
@@ -413,11 +417,15 @@ static TrainResult train_with_live_recovery(const TrainConfig& cfg, const Parall
   int world_size = launched_world;
   ParallelConfig now = pc;
   now.mesh.dp = 0;  // every rank is a data-parallel replica, however many remain
+  // ... or under --replica-groups every group keeps its layout, however many groups remain.
+  if (pc.outer.groups > 1) now.group_ranks = launched_world / pc.outer.groups, now.mesh = pc.mesh_dims();
   // Opened once (by a replacement before it announces itself): a re-formed world's trainer
   // reads the same sources.
   live.data = std::make_shared<data::Split>(
       data::open_split(cfg.data, cfg.seed, cfg.val_fraction, cfg.model.vocab));
+  live.launched_rank = comm::detect_rank_env().rank;
   if (const int after = launcher::live_join_generation(); after > 0) {  // this process is a replacement
+    live.launched_rank = launcher::live_replaced_rank();
     launcher::announce_live_join();
     const std::optional<launcher::LiveWorld> w = launcher::wait_for_live_world(after, wait_s, true);
     STRATA_CHECK(w.has_value(), "live recovery: this replacement was not asked to join within ",
@@ -529,19 +537,48 @@ static std::function<bool()> world_change_probe(const ParallelConfig& pc, comm::
 // the groups at its position in them; one group: the world, and no group across.
 struct ReplicaGroups {
   comm::GroupPtr inner, across;
-  int index = 0;
+  int index = 0;  // this rank's group
+  int size = 0;   // ranks per group
+  std::vector<int> present, before;  // the groups of this world and of the one it re-formed from
 };
 
-static ReplicaGroups replica_groups(const ParallelConfig& pc, comm::ProcessGroup& world) {
+// The groups a world holds, in rank order: all of them, unless live recovery re-formed it
+// without one (its ranks name their groups by the rank they were launched as; the world's
+// rank 0, never a replacement, names the groups of the world before).
+static std::vector<int> groups_present(const ParallelConfig& pc, comm::ProcessGroup& world, const LiveRecovery& live,
+                                       int size, std::vector<int>& before) {
+  const int R = pc.outer.groups;
+  std::vector<int> all(static_cast<size_t>(R));
+  for (int g = 0; g < R; ++g) all[size_t(g)] = g;
+  if (live.launched_rank < 0) return all;
+  std::vector<int32_t> mine(static_cast<size_t>(R) + 1, -1), got(mine.size() * size_t(world.size()));
+  mine[0] = live.launched_rank / size;
+  if (world.rank() == 0)
+    std::copy(live.groups->begin(), live.groups->end(), mine.begin() + 1);
+  world.all_gather(mine.data(), got.data(), mine.size(), DType::i32);
+  std::vector<int> present;
+  for (int r = 0; r < world.size(); r += size) present.push_back(got[size_t(r) * mine.size()]);
+  for (size_t i = 1; i < mine.size() && got[i] >= 0; ++i) before.push_back(got[i]);
+  *live.groups = present;
+  return present;
+}
+
+static ReplicaGroups replica_groups(const ParallelConfig& pc, comm::ProcessGroup& world, const LiveRecovery& live) {
   ReplicaGroups g;
   if (!pc.outer.active()) {
     g.inner = std::shared_ptr<comm::ProcessGroup>(&world, [](comm::ProcessGroup*) {});
     return g;
   }
-  const int n = world.size() / pc.outer.groups;
-  g.index = world.rank() / n;
-  g.inner = world.split(g.index, world.rank() % n, cat("group", g.index));
-  g.across = world.split(world.rank() % n, g.index, "across");
+  g.size = pc.group_world();
+  g.present = groups_present(pc, world, live, g.size, g.before);
+  STRATA_CHECK(world.size() == int(g.present.size()) * g.size, "replica groups: a world of ", world.size(),
+               " ranks is not whole groups of ", g.size);
+  const int k = world.rank() / g.size;  // this rank's group's place in the world
+  g.index = g.present[size_t(k)];
+  g.inner = world.split(k, world.rank() % g.size, cat("group", g.index));
+  // In group order, wherever a group's ranks sit (a replacement group joins as the last): the
+  // outer sync sums the groups in the same order as a world that never lost one.
+  g.across = world.split(world.rank() % g.size, g.index, "across");
   return g;
 }
 
@@ -554,7 +591,7 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   const ReplicaPeers replicas = replica_peers(cfg, *world, live);
   // Under --replica-groups R: each group of world / R consecutive ranks is a mesh of its own,
   // and `across` joins the ranks of one position in every group (parallel/outer.h).
-  const ReplicaGroups groups = replica_groups(pc, *world);
+  const ReplicaGroups groups = replica_groups(pc, *world, live);
   parallel::Mesh mesh(*groups.inner, pc.mesh_dims());
   const parallel::MeshDims dims = mesh.dims();
   if (pc.backend == comm::Backend::mpi) check_hosts_before_training(cfg, pc, *world, dims);
@@ -571,7 +608,7 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   topo.dp_rank = mesh.dp_rank();
   topo.dp_world = dims.dp;
   if (groups.across) {
-    topo.outer = {pc.outer, groups.across.get(), groups.index};
+    topo.outer = {pc.outer, groups.across.get(), groups.index, groups.present, groups.before, groups.size};
     if (pc.outer.data == parallel::GroupData::split) {  // the groups share each global batch
       topo.dp_rank += groups.index * dims.dp;
       topo.dp_world *= pc.outer.groups;
@@ -584,9 +621,11 @@ static TrainResult train_in_world(const TrainConfig& cfg, const ParallelConfig& 
   topo.tp = tensor_comm.get();
   topo.cp = context_comm.get();
   if (mesh.has_ep()) topo.ep = &mesh.ep();
-  // Groups that read the same data compute the same losses: group 0 counts them.
-  topo.counts_loss_of_group = groups.index == 0 || pc.outer.data == parallel::GroupData::split;
-  topo.counts_loss = topo.counts_loss_of_group && mesh.tp_rank() == 0 && mesh.cp_rank() == 0;
+  // Groups that read the same data compute the same losses: the first counts them.
+  topo.counts_loss_of_group =
+      !groups.across || world->rank() < groups.size || pc.outer.data == parallel::GroupData::split;
+  topo.counts_group_loss = topo.counts_tokens = mesh.tp_rank() == 0 && mesh.cp_rank() == 0;
+  topo.counts_loss = topo.counts_loss_of_group && topo.counts_group_loss;
   topo.group = world.get();
   topo.sum_across_ranks = [g = world.get()](double x) {
     g->all_reduce(&x, 1);

@@ -313,7 +313,9 @@ TrainResult train_pipeline_rank(const TrainConfig& cfg, const ParallelConfig& pc
   auto runner = std::make_unique<PipelineRunner>(cfg, pc, mesh, topo);
   // Under cp each cp rank of the last stage sums its own rows' losses: all of them count
   // (replica groups that read the same data: group 0's, as train_in_world decided).
-  topo.counts_loss = topo.counts_loss_of_group && mesh.last_stage() && mesh.tp_rank() == 0;
+  topo.counts_group_loss = mesh.last_stage() && mesh.tp_rank() == 0;
+  topo.counts_loss = topo.counts_loss_of_group && topo.counts_group_loss;
+  topo.counts_tokens = topo.counts_group_loss && mesh.cp_rank() == 0;  // the cp ranks share sequences
   return Trainer(cfg, topo, std::move(runner)).run();
 }
 

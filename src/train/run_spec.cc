@@ -138,11 +138,18 @@ void RunSpec::check_replica_groups() const {
   STRATA_CHECK(n % R == 0, "--replica-groups ", R, " does not divide the job's ", n, " rank(s)");
   STRATA_CHECK(o.data == parallel::GroupData::same || train.batch % R == 0, "--batch ", train.batch,
                " does not split over --replica-groups ", R, " (each group trains its share; or --group-data same)");
-  STRATA_CHECK(parallel.recovery == Recovery::restart, "--recovery ", recovery_name(parallel.recovery),
-               " with --replica-groups: a group lost mid-round is not left out of the sync yet; use "
-               "--recovery restart (the supervisor restarts every group from the latest checkpoint)");
-  STRATA_CHECK(train.ckpt.mem_every == 0, "--mem-ckpt-every with --replica-groups is not supported yet: the "
-               "in-memory copies hold one group's states; use disk checkpoints (--ckpt-every)");
+  if (parallel.recovery != Recovery::restart) {
+    // A lost group is left out of the outer syncs; its replacement joins at the end of a round.
+    const std::string flag = cat("--recovery ", recovery_name(parallel.recovery));
+    STRATA_CHECK(R >= 2, flag, " with --inner-steps goes on without a lost replica group: it needs "
+                 "--replica-groups 2 or more (got ", R, ")");
+    STRATA_CHECK(o.overlap == 0, flag, " with --replica-groups: a group lost with exchanges in flight "
+                 "(--outer-overlap ", o.overlap, ") cannot be left out of them; use --outer-overlap 0");
+    const int every = train.ckpt.mem_every;
+    STRATA_CHECK(every <= 0 || o.steps_per_sync() % every == 0, flag, " with --replica-groups: a "
+                 "replacement group joins at the end of a round, from that step's in-memory copy: "
+                 "--mem-ckpt-every ", every, " must divide --inner-steps ", o.steps_per_sync());
+  }
   if (parallel.hosts.empty()) return;
   std::vector<int> host_of;  // ranks fill the hosts' slots in order
   for (size_t h = 0; h < parallel.hosts.size(); ++h) host_of.insert(host_of.end(), size_t(parallel.hosts[h].slots), int(h));
@@ -181,6 +188,8 @@ void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
                           pc.backend == comm::Backend::tcp),
                flag, " needs 2 or more ranks started by strata with the shm backend on one host "
                "or the tcp backend (across hosts: OpenMPI cannot shrink a communicator)");
+  // Replica groups: the unit is a group (check_replica_groups); inside it any such layout.
+  if (pc.outer.groups > 1) return;
   const int group = l.tp * l.cp * l.pp;
   STRATA_CHECK(l.dp >= 2, flag, " continues on the data-parallel replicas left after one dies: it "
                "needs --dp 2 or more, this run has ", n, " rank(s) = ", group, " per replica (tp ",

@@ -187,6 +187,11 @@ struct Trainer::Run {
   int64_t rolled_back_to = -1;  // the last step rolled back to its in-memory copy (-1: none)
   int64_t rollbacks = 0;
   int64_t step_tokens = 0;  // real tokens of the last step
+  int64_t own_tokens = 0;   // ... this rank trained (its micro-batches')
+  // --replica-groups: each group's mean token loss of the last step (NaN: not in this world),
+  // and the real tokens the job's loss is over (fewer than the batch's while a group is lost).
+  std::vector<double> group_losses;
+  int64_t group_tokens = 0;
   bool inject = false;      // cfg.fault fires in this attempt (the supervisor's first only)
   Peak peak;
   double recorded_peak = 0;  // the last peak written back to the cache by track_peak
@@ -226,6 +231,7 @@ struct Trainer::Run {
   diag::FaultKind fault_of(int64_t step);
   double passes(const data::StepBatch& batch, float scale, diag::FaultKind fault);
   double job_loss(double loss_sum, int64_t tokens, diag::FaultKind fault);
+  double group_loss(double loss_sum);
   Update update(int64_t step, double loss_sum, int64_t tokens, diag::FaultKind fault);
   void settle(int64_t step, Update& u);
   void record_step(int64_t step, const Update& u, const StepTimes& times, int64_t tokens, const nlohmann::json& cp_rec);
@@ -269,7 +275,7 @@ Trainer::Run::Run(const TrainConfig& c, const Topology& t, StepRunner& runner)
     const int F = topo.outer.options.fragments;
     auto o = std::make_unique<parallel::OuterSyncEngine>(
         std::move(engine), topo.outer.options, topo.outer.across, topo.outer.group, cfg.schedule.steps,
-        parallel::fragment_ranges(part->tensor_layout(), F));
+        parallel::fragment_ranges(part->tensor_layout(), F), topo.outer.present);
     outer = o.get();
     engine = std::move(o);
     if (lead) std::fprintf(stderr, "strata train: %s\n", topo.outer.options.describe().c_str());
@@ -433,10 +439,30 @@ double Trainer::Run::job_loss(double loss_sum, int64_t tokens, diag::FaultKind f
     double pair[2] = {loss_sum, 0};  // two elements where the peers reduce one
     topo.group->all_reduce(pair, 2);
     total = pair[0];
+  } else if (topo.outer.options.groups > 1 && topo.group) {
+    return group_loss(loss_sum);
   } else {
     total = topo.sum_across_ranks(loss_sum);
   }
   return total / double(tokens);
+}
+
+// Replica groups: the job's mean token loss over the groups this world holds (all but a lost
+// one: its tokens are not the job's this step), and each group's own (collective).
+double Trainer::Run::group_loss(double loss_sum) {
+  const int R = topo.outer.options.groups, g = topo.outer.group;
+  std::vector<double> v(2 + 2 * size_t(R), 0.0);  // job: loss, tokens; then each group's
+  const double tokens = topo.counts_tokens ? double(own_tokens) : 0.0;
+  if (topo.counts_loss) v[0] = loss_sum;
+  if (topo.counts_loss_of_group) v[1] = tokens;
+  if (topo.counts_group_loss) v[2 + size_t(g)] = loss_sum;
+  v[2 + size_t(R + g)] = tokens;
+  topo.group->all_reduce(v.data(), v.size());
+  group_losses.assign(size_t(R), std::nan(""));
+  for (int k = 0; k < R; ++k)
+    if (v[2 + size_t(R + k)] > 0) group_losses[size_t(k)] = v[2 + size_t(k)] / v[2 + size_t(R + k)];
+  group_tokens = int64_t(v[1]);
+  return v[0] / v[1];
 }
 
 // update: the optimizer step at the step's learning rate. The guard judges the job's loss
@@ -513,7 +539,8 @@ void Trainer::Run::train_step(int64_t step) {
   const CpMark cp0 = cp_mark(*part);
   const double loss_sum = passes(batch, scale, fault);
   int64_t sequences = 0;
-  for (const data::MicroBatch& mb : batch.micro) sequences += mb.B;
+  own_tokens = 0;
+  for (const data::MicroBatch& mb : batch.micro) sequences += mb.B, own_tokens += mb.real_tokens;
   const json cp_rec = cp_step_metrics(*part, cp0, sequences, T);
   current_phase().set_kind(PhaseKind::optimizer);
   Update u = update(step, loss_sum, batch.global_real_tokens, fault);
@@ -521,9 +548,9 @@ void Trainer::Run::train_step(int64_t step) {
   times.compute_ns = (now_ns() - compute_t0) - (comm::thread_blocked_ns() - blocked_t0);
   compute_window.add(double(times.compute_ns) * 1e-9);
   if (!guard.config().active()) u.loss = job_loss(loss_sum, batch.global_real_tokens, fault);
-  step_tokens = batch.global_real_tokens;
+  step_tokens = group_losses.empty() ? batch.global_real_tokens : group_tokens;
   settle(step, u);
-  record_step(step, u, times, batch.global_real_tokens, cp_rec);
+  record_step(step, u, times, step_tokens, cp_rec);
 }
 
 // record: the step's throughput, MFU, MoE load and stragglers (collective where they are),
@@ -569,6 +596,11 @@ void Trainer::Run::record_step(int64_t step, const Update& u, const StepTimes& t
   }
   rec.update(cp_rec);  // context parallelism: bytes sent vs formula (train/context_metrics.h)
   if (outer_bytes > 0) rec["outer_bytes"] = outer_bytes;  // the step ended with an outer sync
+  if (!group_losses.empty()) {  // each replica group's loss; null: a group this world lacks
+    json gl = json::array();
+    for (double l : group_losses) gl.push_back(std::isnan(l) ? json() : json(l));
+    rec["group_losses"] = gl;
+  }
   if (outer && outer->stats().ns_last > 0) {  // starts and merges (docs/report.md's split)
     rec["outer_ms"] = double(outer->stats().ns_last) * 1e-6;
     rec["outer_wait_ms"] = double(outer->stats().wait_ns_last) * 1e-6;
@@ -912,10 +944,12 @@ TrainResult Trainer::run() {
     }
     run.ckpt->after_step(step + 1, run.loader->state(), run.step_tokens, run.out.get());
     run.eval_and_sample(step);
-    // Live recovery's rejoin, at a step whose in-memory copy is what the larger world loads.
+    // Live recovery's rejoin, at a step whose in-memory copy is what the larger world loads;
+    // under --replica-groups at the end of a round (a group joins from the outer sync's θ).
     const int64_t every = cfg_.ckpt.mem_every;
-    if (topo_.world_changes && every > 0 && (step + 1) % every == 0 && step + 1 < steps &&
-        topo_.world_changes())
+    const int64_t round = topo_.outer.options.groups > 1 ? topo_.outer.options.steps_per_sync() : 1;
+    if (topo_.world_changes && every > 0 && (step + 1) % every == 0 && (step + 1) % round == 0 &&
+        step + 1 < steps && topo_.world_changes())
       throw WorldChange(step + 1);
   }
   current_phase().set(cfg_.schedule.steps, -1, PhaseKind::idle);

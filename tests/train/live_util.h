@@ -97,6 +97,13 @@ inline std::vector<std::pair<double, int64_t>> steps_of(const std::string& run_d
   return out;
 }
 
+// --replica-groups: each step's group losses (null: a group the world lacked), by step.
+inline std::vector<nlohmann::json> group_losses(const std::string& run_dir) {
+  std::vector<nlohmann::json> out;
+  for (const nlohmann::json& j : step_records(run_dir + "/metrics.jsonl")) out.push_back(j.at("group_losses"));
+  return out;
+}
+
 // Process ids of `parent`'s children.
 inline std::vector<pid_t> children_of(pid_t parent) {
   std::vector<pid_t> out;

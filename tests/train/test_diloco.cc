@@ -12,6 +12,7 @@
 
 #include "cli_util.h"
 #include "core/error.h"
+#include "live_util.h"
 
 namespace strata::test {
 namespace {
@@ -300,6 +301,111 @@ TEST(Diloco, ResumesWithAnotherNumberOfGroups) {
                                "/ckpt/step-000004",
                            dir.file("split"));
   EXPECT_EQ(split.size(), 3u);
+}
+
+// A replica group that loses a rank mid-round under --recovery live is a dropout, not a
+// restart: the launcher stops the rest of that group, the other groups go on from their own
+// in-memory copies (at most the step in flight is trained again) and leave it out of the
+// round's outer sync, so their losses up to that sync are the uninterrupted run's, bit for
+// bit; the replacement group joins at the end of a round from the survivors' states (the
+// outer sync's θ) and trains its share again. Nothing is left behind.
+struct LostGroup {
+  const char* layout;
+  int groups, kill_rank, lost_group;
+};
+void PrintTo(const LostGroup& c, std::ostream* os) {
+  *os << c.layout << " --replica-groups " << c.groups << ", rank " << c.kill_rank << " killed";
+}
+class DilocoLive : public ::testing::TestWithParam<LostGroup> {};
+
+TEST_P(DilocoLive, ALostGroupIsLeftOutOfTheRoundAndItsReplacementJoinsAtTheNext) {
+  const LostGroup c = GetParam();
+  TempDir dir("diloco_live");
+  const int H = 4, steps = 12, kill_at = 6, next_sync = 8;
+  const std::string args = cat(c.layout, " --replica-groups ", c.groups, " --inner-steps ", H,
+                               " --mem-ckpt-every 1 --recovery live --ckpt-every ", H, " --ckpt-keep 0");
+  const std::string ref = dir.file("ref"), run = dir.file("run");
+  RunResult a = run_strata(live_run(ref, args, steps), "", Streams::separate, 120);
+  ASSERT_EQ(a.status, 0) << a.err;
+  RunResult r = run_strata(live_run(run, cat(args, " --inject kill --inject-rank ", c.kill_rank, " --inject-step ", kill_at), steps),
+                           "STRATA_LIVE_AWAIT_JOIN=1 ", Streams::separate, 120);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const int64_t k = live_resume_step(r.err, 0), joined = live_resume_step(r.err, 1);
+  ASSERT_TRUE(k == kill_at - 1 || k == kill_at - 2) << r.err;
+  ASSERT_GT(joined, k) << "the replacement did not join before the run ended\n" << r.err;
+  EXPECT_EQ(joined % H, 0) << "a group joins at the end of a round\n" << r.err;
+
+  const std::vector<json> want = group_losses(ref), got = group_losses(run);
+  ASSERT_EQ(want.size(), size_t(steps));
+  ASSERT_EQ(got.size(), size_t(steps)) << r.err;
+  for (int s = 1; s <= steps; ++s) {
+    const json& w = want[size_t(s - 1)];
+    const json& g = got[size_t(s - 1)];
+    ASSERT_EQ(g.size(), size_t(c.groups)) << "step " << s;
+    for (int grp = 0; grp < c.groups; ++grp) {
+      const bool lost = grp == c.lost_group && s >= kill_at && s <= joined;
+      EXPECT_EQ(g[size_t(grp)].is_null(), lost) << "step " << s << " group " << grp;
+      // Before the kill every group, and up to the round's sync the survivors, as if nothing died.
+      if (s < kill_at || (!lost && s <= next_sync)) {
+        EXPECT_EQ(g[size_t(grp)], w[size_t(grp)]) << "step " << s << " group " << grp;
+      }
+    }
+  }
+  // The sync without the lost group moved the survivors elsewhere: the test can fail.
+  EXPECT_NE(got[size_t(next_sync)], want[size_t(next_sync)]);
+  // While a group is lost, the job's loss is the others' mean (equal shares of the batch).
+  const json lost_step = got[size_t(kill_at - 1)];
+  double mean = 0;
+  for (int grp = 0; grp < c.groups; ++grp)
+    if (grp != c.lost_group) mean += lost_step[size_t(grp)].get<double>() / (c.groups - 1);
+  EXPECT_NEAR(step_records(run + "/metrics.jsonl")[size_t(kill_at - 1)]["loss"].get<double>(), mean, 1e-9);
+
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 2u) << summary.dump();
+  std::vector<int> all, survivors, rejoined;
+  for (int grp = 0; grp < c.groups; ++grp) {
+    all.push_back(grp);
+    if (grp != c.lost_group) survivors.push_back(grp);
+  }
+  rejoined = survivors;
+  rejoined.push_back(c.lost_group);  // the replacement group joins as the last
+  EXPECT_EQ(summary["live_recovery"][0]["groups_before"], json(all));
+  EXPECT_EQ(summary["live_recovery"][0]["groups_after"], json(survivors));
+  EXPECT_EQ(summary["live_recovery"][1]["groups_after"], json(rejoined));
+  EXPECT_EQ(summary["live_recovery"][1]["steps_lost"], 0);
+  expect_nothing_left(run, c.layout);
+
+  // The replacement took what a resume of every group from the checkpoint of that step takes
+  // (a group the checkpoint lacks starts from the first group's states): the runs go on alike,
+  // bit for bit, each outer sync summing the groups in group order.
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/ckpt/step-%06lld", (long long)joined);
+  const std::string resumed = dir.file("resumed");
+  RunResult b = run_strata(live_run(resumed, cat(args, " --resume ", run, step_dir), steps), "", Streams::separate, 120);
+  ASSERT_EQ(b.status, 0) << b.err;
+  const std::vector<json> after = group_losses(resumed);
+  ASSERT_EQ(after.size(), size_t(steps - joined));
+  for (int64_t s = joined + 1; s <= steps; ++s)
+    EXPECT_EQ(after[size_t(s - joined - 1)], got[size_t(s - 1)]) << "step " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DilocoLive,
+                         ::testing::Values(LostGroup{"--nproc 3", 3, 1, 1},
+                                           LostGroup{"--nproc 4 --tp 2", 2, 3, 1}),
+                         [](const auto& info) { return std::string(info.param.groups == 3 ? "ThreeGroups" : "TwoGroupsOfTp2"); });
+
+TEST(DilocoLive, BadSettingsAreOneLineBeforeAnyRankStarts) {
+  TempDir dir("diloco_live_bad");
+  const std::string live = " --mem-ckpt-every 1 --recovery live";
+  expect_one_line_errors(kRun, {
+      {"--nproc 2 --inner-steps 4" + live, "--recovery live with --inner-steps goes on without a lost replica group: "
+                                           "it needs --replica-groups 2 or more (got 1)"},
+      {"--nproc 2 --replica-groups 2 --inner-steps 4 --outer-overlap 1" + live,
+       "--recovery live with --replica-groups: a group lost with exchanges in flight (--outer-overlap 1)"},
+      {"--nproc 2 --replica-groups 2 --inner-steps 4 --mem-ckpt-every 3 --recovery live",
+       "--mem-ckpt-every 3 must divide --inner-steps 4"},
+      {"--nproc 2 --replica-groups 2 --inner-steps 4 --recovery live", "needs --mem-ckpt-every K"},
+  }, dir.file("run"));
 }
 
 }  // namespace

@@ -251,6 +251,47 @@ namespace {
 // line names both choices with their ranks; the ZeRO 0 replicas end with the same states, bit
 // for bit (the update rounds alike on every level), and the losses follow a run on one kind
 // within the layout tolerance (the levels' products differ by fused multiply-adds only).
+// Replica groups, one per host (DiLoCo across sites): a rank of host 1's group dies mid-round;
+// the launcher stops its group, host 0's group goes on alone from its own copies (host 1's
+// copies, on host 1 only, are not needed) and leaves the lost group out of the round's outer
+// sync: its losses up to the sync equal the uninterrupted run's, bit for bit. The replacement
+// group starts on host 1 and joins at the end of a round; nothing is left on either host.
+TEST_F(LiveAcrossHosts, AHostsReplicaGroupIsLeftOutOfTheRoundAndRejoinsThere) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  const int rank = 2 + int(seed % 2), H = 4, steps = 12, kill_at = 6;
+  const std::string why = cat("rank ", rank, " killed at step ", kill_at, " (seed ", seed, ")");
+  TempDir dir("live_hosts_groups");
+  const std::string groups = cat("--replica-groups 2 --inner-steps ", H, " --zero 1 --mem-ckpt-every 1 --recovery live ");
+  const std::string ref = dir.file("ref"), run = dir.file("run");
+  RunResult a = run_strata(live_run(ref, "--nproc 4 --backend tcp " + groups, steps), dump_env(dir), Streams::separate, 120);
+  ASSERT_EQ(a.status, 0) << a.err;
+  RunResult r = run_strata(live_run(run, hosts() + groups + cat("--inject kill --inject-rank ", rank, " --inject-step ", kill_at), steps),
+                           dump_env(dir) + "STRATA_LIVE_AWAIT_JOIN=1 ", Streams::separate, 180);
+  ASSERT_EQ(r.status, 0) << why << "\n" << r.err;
+  EXPECT_NE(r.err.find(cat("strata launch: rank ", rank ^ 1, " goes with rank ", rank)), std::string::npos)
+      << why << "\n" << r.err;
+  const int64_t joined = live_resume_step(r.err, 1);
+  ASSERT_GT(joined, kill_at) << why << "\n" << r.err;
+  EXPECT_EQ(joined % H, 0) << why << "\n" << r.err;
+  const std::vector<json> want = group_losses(ref), got = group_losses(run);
+  ASSERT_EQ(got.size(), size_t(steps)) << why << "\n" << r.err;
+  for (int s = 1; s <= steps; ++s) {
+    const bool lost = s >= kill_at && s <= joined;
+    EXPECT_EQ(got[size_t(s - 1)][1].is_null(), lost) << "step " << s << "; " << why;
+    if (s <= 2 * H) {
+      EXPECT_EQ(got[size_t(s - 1)][0], want[size_t(s - 1)][0]) << "step " << s << "; " << why;
+    }
+  }
+  EXPECT_NE(got[size_t(2 * H)][0], want[size_t(2 * H)][0]) << why;  // the sync without group 1 moved group 0
+  const json summary = json::parse(read_file(run + "/summary.json"));
+  ASSERT_EQ(summary["live_recovery"].size(), 2u) << why << "\n" << r.err;
+  EXPECT_EQ(summary["live_recovery"][0]["groups_after"], json({0})) << why;
+  EXPECT_EQ(summary["live_recovery"][1]["groups_after"], json({0, 1})) << why;
+  EXPECT_EQ(summary["world"], 4) << why;
+  expect_nothing_left(run, why);
+}
+
 TEST_F(LiveAcrossHosts, HostsOfDifferentCpuKindsEachPickTheirOwnKernels) {
   if (!strata::kernels::isa_available(strata::kernels::Isa::v3))
     GTEST_SKIP() << "this CPU has only the baseline level: no second kind to force";
