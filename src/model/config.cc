@@ -122,7 +122,7 @@ void GPTConfig::validate() const {
   if (!llama()) {
     STRATA_CHECK(kv_heads == 0 || kv_heads == heads, "--kv-heads ", kv_heads,
                  ": grouped-query attention needs --arch llama (GPT-2 blocks are multi-head)");
-    STRATA_CHECK(ffn == 0 || ffn == 4 * dim, "--ffn ", ffn,
+    STRATA_CHECK(ffn == 0 || ffn == cost::default_ffn(false, dim), "--ffn ", ffn,
                  ": GPT-2 blocks have an MLP of 4 x dim; another width needs --arch llama");
     STRATA_CHECK(tie_embeddings, "GPT-2 blocks tie the output layer to the embedding");
   } else {

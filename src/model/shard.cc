@@ -193,7 +193,7 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, Ex
     t.row(x + "c_proj.weight", {C, H}, unit, true);
     t.whole(x + "c_proj.bias", {C}, unit, false, true);
   };
-  const int64_t He = cfg.moe.expert_width(int(4 * C)), Hs = cfg.moe.shared_width(int(4 * C));
+  const int64_t He = cfg.moe.expert_width(cfg.hidden()), Hs = cfg.moe.shared_width(cfg.hidden());
   STRATA_CHECK(!cfg.moe.enabled() || (He % s.size == 0 && Hs % s.size == 0), "--tp ", s.size,
                " does not divide the experts' hidden width ", He, Hs > 0 ? cat(" and the shared experts' ", Hs) : "",
                " (--expert-ffn)");
@@ -214,7 +214,7 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, Ex
       if (Hs > 0) mlp(p + "mlp.shared_experts.", u, Hs);
       continue;
     }
-    mlp(p + "mlp.", u, 4 * C);
+    mlp(p + "mlp.", u, cfg.hidden());
   }
   t.whole("ln_f.weight", {C}, cfg.layers + 1, false, true);
   t.whole("ln_f.bias", {C}, cfg.layers + 1, false, true);

@@ -26,6 +26,9 @@ struct Span {
 
 float* grow(GrowBuf& b, int64_t n) { return b.need(n); }
 
+// The dense MLP's width the experts default to: `hidden`, or (0) GPT-2's rule.
+int dense_width(int hidden, int C) { return hidden > 0 ? hidden : int(cost::default_ffn(false, C)); }
+
 }  // namespace
 
 // What one block keeps from its forward for its backward.
@@ -53,8 +56,8 @@ struct MoE::Layer {
 };
 
 MoE::MoE(const MoEConfig& cfg, int layers, int C, int slots, int hidden, bool gated)
-    : cfg_(cfg), C_(C), F_(cfg.expert_width(hidden > 0 ? hidden : 4 * C)), hidden_(F_),
-      shared_(cfg.shared_width(hidden > 0 ? hidden : 4 * C)), Fs_(shared_), gated_(gated), slots_(slots) {
+    : cfg_(cfg), C_(C), F_(cfg.expert_width(dense_width(hidden, C))), hidden_(F_),
+      shared_(cfg.shared_width(dense_width(hidden, C))), Fs_(shared_), gated_(gated), slots_(slots) {
   cfg_.validate();
   STRATA_CHECK(slots >= 1, "MoE: ", slots, " activation slots (at least 1)");
   for (int i = 0; i < cfg_.moe_layers(layers) * slots; ++i) layers_.push_back(std::make_unique<Layer>());
