@@ -31,16 +31,38 @@ inline double model_flops_per_token(const GptShape& m, int64_t seq) {
   return train_flops_per_token(double(active_matmul_params(m)), m.layers, m.dim, seq);
 }
 
-// Forward FLOPs per token of one GPT block of width `dim` over sequences of `seq` tokens.
-inline double block_forward_flops_per_token(double dim, double seq) {
-  return 24.0 * dim * dim + 4.0 * seq * dim;
+// Forward FLOPs per token of attention's scores and values over sequences of `seq` tokens,
+// 4·seq·C (Megatron's convention: no causal halving), and of the logits, 2·C·Vp.
+inline double attention_core_forward_flops_per_token(double dim, double seq) {
+  return 4.0 * seq * dim;
 }
-// The same for a block with kv_heads of heads' key/value heads and an MLP of `ffn` columns,
-// gated (SwiGLU: three matrices) or not: 2·(C·(C + 2·Ckv) + C² + (2 or 3)·C·ffn) + 4·T·C.
+inline double logits_forward_flops_per_token(const GptShape& m) {
+  return 2.0 * double(m.dim) * double(m.padded_vocab);
+}
+// Forward FLOPs per token of one block of m over sequences of `seq` tokens, dense or (moe) an
+// MoE block: 2 per matrix weight a token multiplies by (q, k, v, o; the MLP's, or the router's,
+// the shared experts' and K routed experts') and the attention core. Norms and biases are left
+// out, as Megatron leaves them: 2·(C·(C + 2·Ckv) + C² + (2 or 3)·C·F) + 4·T·C dense.
+inline double block_forward_flops_per_token(const GptShape& m, double seq, bool moe = false) {
+  const bool gated = block_parts(m).gated;
+  auto mats = [&](int64_t H) { return mlp_params(m.dim, 1, H, gated, /*biases=*/false); };
+  const int64_t shared = m.shared_ffn > 0 ? mats(m.shared_ffn) : 0;
+  const int64_t mlp =
+      moe ? router_params(m) + m.top_k * mats(expert_ffn(m)) + shared : mats(dense_ffn(m));
+  return 2.0 * double(attention_matrix_params(m, 1) + mlp) +
+         attention_core_forward_flops_per_token(double(m.dim), seq);
+}
+// The same for a dense block of width `dim`, heads and kv_heads key/value heads and an MLP of
+// `ffn` columns, gated (SwiGLU) or not; and GPT-2's (24·C² + 4·T·C).
 inline double block_forward_flops_per_token(double dim, double seq, double heads, double kv_heads,
                                             double ffn, bool gated) {
-  const double kv = dim * kv_heads / heads;
-  return 2.0 * (dim * (dim + 2 * kv) + dim * dim + (gated ? 3 : 2) * dim * ffn) + 4.0 * seq * dim;
+  GptShape m;
+  m.dim = int64_t(dim), m.heads = int64_t(heads), m.kv_heads = int64_t(kv_heads);
+  m.ffn = int64_t(ffn), m.llama = gated;
+  return block_forward_flops_per_token(m, seq);
+}
+inline double block_forward_flops_per_token(double dim, double seq) {
+  return block_forward_flops_per_token(dim, seq, 1, 1, default_ffn(false, int64_t(dim)), false);
 }
 
 // Selective recomputation's work per token and block (docs/recompute.md): both norms again

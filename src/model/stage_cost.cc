@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "cost/flops.h"
+#include "model/shard.h"
 
 namespace strata::model {
 
@@ -21,9 +22,9 @@ LayerCosts estimate_layer_costs(const GPTConfig& cfg, int seq, bool split_backwa
     return split_backward ? PassCost{fwd, fwd, fwd} : PassCost{fwd, 2 * fwd, 0};
   };
   LayerCosts c;
-  c.block = pass(cost::block_forward_flops_per_token(C, T, cfg.heads, cfg.kv(), cfg.hidden(),
-                                                     cfg.llama()));
-  c.head = pass(2.0 * C * cfg.padded_vocab);
+  const cost::GptShape shape = gpt_shape(cfg);
+  c.block = pass(cost::block_forward_flops_per_token(shape, T));
+  c.head = pass(cost::logits_forward_flops_per_token(shape));
   c.embed = {C, C, 0};  // a lookup and an add; its gradient a scatter-add
   return c;
 }

@@ -154,17 +154,16 @@ ModelSpec model_spec(const cost::GptShape& g) {
 }
 
 double layer_forward_flops_per_token(const ModelSpec& m, double s) {
-  const ParamCounts c = count_params(m);
-  const double matmul = double(c.per_layer_active());  // norms and biases: negligible extras
-  return 2.0 * matmul + attention_core_forward_flops_per_token(m, s);
+  m.validate();
+  return cost::block_forward_flops_per_token(gpt_shape(m), s, m.moe());
 }
 
 double attention_core_forward_flops_per_token(const ModelSpec& m, double s) {
-  return 4.0 * s * double(m.hidden);
+  return cost::attention_core_forward_flops_per_token(double(m.hidden), s);
 }
 
 double logits_forward_flops_per_token(const ModelSpec& m) {
-  return 2.0 * double(m.hidden) * double(m.padded_vocab());
+  return cost::logits_forward_flops_per_token(gpt_shape(m));
 }
 
 double model_flops_per_token(const ModelSpec& m) {

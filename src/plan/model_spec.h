@@ -115,9 +115,9 @@ inline double megatron_param_count(double l, double h, double V, double s) {
   return 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
 }
 
-// Forward FLOPs of one token through one layer at sequence length s: 2 per active matmul
+// Forward FLOPs of one token through one layer at sequence length s: 2 per active matrix
 // weight plus 4·s·h for attention scores and values (Megatron's convention: no causal
-// halving), and of the logits: 2·h·V.
+// halving; norms and biases left out), and of the logits: 2·h·V (cost/flops.h's).
 double layer_forward_flops_per_token(const ModelSpec& m, double s);
 double attention_core_forward_flops_per_token(const ModelSpec& m, double s);
 double logits_forward_flops_per_token(const ModelSpec& m);

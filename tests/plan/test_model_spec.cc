@@ -175,7 +175,7 @@ TEST(ModelSpecShape, PlannerParamsAreTheEngineCountOverTpRanks) {
   }
 }
 
-// One MFU count: the planner's model FLOPs per token are cost::model_flops_per_token, 6N +
+// One FLOP count: the planner's model FLOPs per token are cost::model_flops_per_token, 6N +
 // 12·L·h·s with N every weight a token multiplies by: Llama 2 7B's released 6,738,415,616
 // parameters less its input embedding (V·h) and final norm (h); GPT-2's 124,475,904 less its
 // position table (s·h) and final LayerNorm (2h), its tied embedding being the head.
@@ -186,6 +186,14 @@ TEST(ModelSpecShape, ModelFlopsCountTheWeightsATokenMultipliesBy) {
   const ModelSpec gpt2 = plan::model_preset("gpt2");
   const double n2 = 124'475'904.0 - 1024.0 * 768 - 2 * 768;
   EXPECT_DOUBLE_EQ(plan::model_flops_per_token(gpt2), 6 * n2 + 12.0 * 12 * 768 * 1024);
+  // A layer's forward is the engine's block count (cost::block_forward_flops_per_token, what
+  // model/stage_cost.h balances stages by): 2 per matrix weight, 4·s·h for the scores and values.
+  EXPECT_DOUBLE_EQ(plan::layer_forward_flops_per_token(plan::model_preset("gpt3-175b"), 2048),
+                   24.0 * 12288 * 12288 + 4.0 * 2048 * 12288);
+  EXPECT_DOUBLE_EQ(plan::layer_forward_flops_per_token(llama, 4096),
+                   2.0 * (4 * 4096.0 * 4096 + 3 * 4096.0 * 11008) + 4.0 * 4096 * 4096);
+  EXPECT_DOUBLE_EQ(plan::layer_forward_flops_per_token(llama, 4096),
+                   cost::block_forward_flops_per_token(4096, 4096, 32, 32, 11008, true));
   for (const ModelSpec& m : planner_shapes())
     EXPECT_DOUBLE_EQ(plan::model_flops_per_token(m),
                      cost::model_flops_per_token(plan::gpt_shape(m), m.seq))
