@@ -11,6 +11,7 @@
 #include "cost/flops.h"
 #include "kernels/adamw.h"
 #include "model/gpt.h"
+#include "model/shard.h"
 
 namespace {
 
@@ -37,8 +38,7 @@ struct Setup {
 
 void report(benchmark::State& state, const GPTConfig& c, int B) {
   const double tokens = double(state.iterations()) * B * c.seq;
-  const double fpt =
-      strata::cost::train_flops_per_token(double(c.num_params()), c.layers, c.dim, c.seq);
+  const double fpt = strata::cost::model_flops_per_token(strata::model::gpt_shape(c), c.seq);  // as the trainer's MFU
   state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(tokens * fpt * 1e-9, benchmark::Counter::kIsRate);
 }

@@ -323,11 +323,8 @@ void Trainer::Run::choose_kernels() {
                                                         : "on this CPU") +
               ", so its matmuls run in fp32 on the bf16-stored values");
   // The whole model's FLOPs, also on a tensor-parallel rank (which holds 1/T of them).
-  flops_per_token =
-      cost::train_flops_per_token(double(cfg.model.num_params() - cfg.model.moe.inactive_params(
-                                      cfg.model.layers,
-                                      cost::expert_mlp_params(model::gpt_shape(cfg.model), 1))),
-                                  cfg.model.layers, cfg.model.dim, T);
+  // 6N + 12·L·h·s with N the weights a token multiplies by, the planner's count (cost/flops.h).
+  flops_per_token = cost::model_flops_per_token(model::gpt_shape(cfg.model), T);
   // Muon's Newton-Schulz iterations are work of the step too: every matrix once per step,
   // spread over the step's tokens (docs/muon.md).
   if (cfg.optim.kind == parallel::OptimizerKind::muon)
