@@ -1,7 +1,6 @@
 #include "parallel/mesh.h"
 
 #include "core/error.h"
-#include "parallel/parallel_layout.h"
 
 namespace strata::parallel {
 

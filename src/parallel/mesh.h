@@ -24,11 +24,15 @@
 // before the mesh existed), and dp_cp is dp when cp = 1. Building the mesh is a collective over
 // the world: one split per group, in the order above.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "comm/process_group.h"
 
 namespace strata::parallel {
+
+// Expert parallelism carves its ep ranks out of the dp · cp ranks.
+inline bool ep_divides_dp_cp(int64_t dp, int64_t cp, int64_t ep) { return (dp * cp) % ep == 0; }
 
 struct MeshDims {
   int tp = 1;

@@ -40,9 +40,8 @@ struct ParallelLayout {
   }
 };
 
-// Expert parallelism carves its ep ranks out of the dp · cp ranks (the model-side rules,
-// heads over tp and experts over ep, are model/parallel_rules.h).
-inline bool ep_divides_dp_cp(int64_t dp, int64_t cp, int64_t ep) { return (dp * cp) % ep == 0; }
+// ep_divides_dp_cp (the ep ranks out of the dp · cp ranks) is the mesh's (parallel/mesh.h); the
+// model-side rules, heads over tp and experts over ep, are model/parallel_rules.h.
 
 // Every data-parallel rank runs whole micro-batches of b sequences.
 inline bool batch_splits(int64_t global_batch, int64_t dp, int64_t micro_batch) {
