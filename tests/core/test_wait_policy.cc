@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <regex>
 #include <string>
@@ -83,6 +84,14 @@ TEST(WaitPolicy, LeavesAUsersChoiceAlone) {
 TEST(WaitPolicy, LibgompInTheBinaryRunsWithTheShortSpin) {
   // libgomp's default, 300000, before strata chose one.
   EXPECT_EQ(libgomp_setting("", "GOMP_SPINCOUNT"), kDefaultSpinCount);
+}
+
+// ctest gives every test binary GOMP_SPINCOUNT (cmake/Strata.cmake), so that the strata runs
+// of the tests skip the re-execution: it must be the spin strata would set itself.
+TEST(WaitPolicy, TheTestsEnvironmentHoldsTheDefaultSpin) {
+  if (const char* spin = std::getenv("GOMP_SPINCOUNT")) {
+    EXPECT_STREQ(spin, kDefaultSpinCount) << "GOMP_SPINCOUNT in strata_test's ENVIRONMENT";
+  }
 }
 
 TEST(WaitPolicy, TheUsersSettingWinsInTheBinary) {
