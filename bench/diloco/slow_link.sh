@@ -12,6 +12,8 @@
 # reached DDP's final one (evals every EVAL_EVERY steps, wall time as the sum of the steps'
 # ms before it), bytes every rank put across the groups (DDP: its gradient payload,
 # 4 bytes per parameter per rank per step; DiLoCo: summary.json's outer.bytes), ratios to DDP.
+# OUTER="0.4:0.9 0.7:0.5" runs each DiLoCo and streaming run at each outer lr:momentum pair
+# (named -lr<lr>-mu<momentum>; default: the paper's 0.7 and 0.9 alone, unnamed).
 # DATA=text prepares ../shared/data/tinyshakespeare.txt with GPT-2's BPE (the product never
 # needs these files; a benchmark may read them). Prints the CPU model and flags first.
 #
@@ -24,6 +26,7 @@ HOSTS="${HOSTS:-2}"
 STEPS="${STEPS:-60}"
 HS="${HS:-10 30}"
 STREAM_HS="${STREAM_HS:-10 30}"
+OUTER="${OUTER:-}"
 EVAL_EVERY="${EVAL_EVERY:-0}"
 DATA="${DATA:-synthetic}"
 if [[ $DATA == text ]]; then
@@ -63,11 +66,21 @@ run() {  # run NAME EXTRA...
   OMP_NUM_THREADS=1 "$STRATA" $common --run-dir "$OUT/$n" "$@" >"$OUT/$n.log" 2>&1 || { tail -5 "$OUT/$n.log" >&2; exit 1; }
 }
 run ddp
-for h in $HS; do run "diloco-$h" --replica-groups "$HOSTS" --inner-steps "$h"; done
-for h in $STREAM_HS; do
-  run "stream-$h" --replica-groups "$HOSTS" --inner-steps "$h" --fragments 2 --outer-overlap 1 --outer-dtype int4
+names=(ddp)
+for pair in ${OUTER:-default}; do
+  suffix="" lr_flag=()
+  [[ $pair == default ]] || suffix="-lr${pair%%:*}-mu${pair##*:}" lr_flag=(--outer-lr "${pair%%:*}" --outer-momentum "${pair##*:}")
+  for h in $HS; do
+    run "diloco-$h$suffix" --replica-groups "$HOSTS" --inner-steps "$h" "${lr_flag[@]}"
+    names+=("diloco-$h$suffix")
+  done
+  for h in $STREAM_HS; do
+    run "stream-$h$suffix" --replica-groups "$HOSTS" --inner-steps "$h" --fragments 2 --outer-overlap 1 \
+      --outer-dtype int4 "${lr_flag[@]}"
+    names+=("stream-$h$suffix")
+  done
 done
-"$PYTHON" - "$OUT" "$STEPS" ddp $(for h in $HS; do echo "diloco-$h"; done) $(for h in $STREAM_HS; do echo "stream-$h"; done) <<'PY'
+"$PYTHON" - "$OUT" "$STEPS" "${names[@]}" <<'PY'
 import json, sys
 out, steps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def curve(n):  # [(step, wall s so far, held-out loss)]
