@@ -24,6 +24,7 @@ source "$(dirname "$0")/../lib.sh"
 LINK="${LINK:-100mbit}"
 HOSTS="${HOSTS:-2}"
 STEPS="${STEPS:-60}"
+OUTER_STEPS="${OUTER_STEPS:-$STEPS}"  # the DiLoCo and streaming runs' steps (longer: time to DDP's loss)
 HS="${HS:-10 30}"
 STREAM_HS="${STREAM_HS:-10 30}"
 OUTER="${OUTER:-}"
@@ -57,25 +58,25 @@ cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswit
 flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
 print(f"cpu: {cpu}; {' '.join(f for f in ('avx2', 'avx512f', 'avx512_bf16', 'amx_bf16') if f in flags)}; {len(open('/proc/cpuinfo').read().split('processor')) - 1} cores")
 PY
-echo "link: $LINK between $HOSTS namespace hosts x 1 rank, tcp backend; $MODEL; $STEPS steps; data $DATA"
-common="train $MODEL --data $data --steps $STEPS --hosts $hosts --rsh-agent $state/rsh-agent --backend tcp \
+echo "link: $LINK between $HOSTS namespace hosts x 1 rank, tcp backend; $MODEL; $STEPS steps (DiLoCo $OUTER_STEPS); data $DATA"
+common="train $MODEL --data $data --hosts $hosts --rsh-agent $state/rsh-agent --backend tcp \
   --threads 1 --sample-tokens 0 --eval-every $EVAL_EVERY --eval-batches 4 --peak-gflops 100 --timeout 600"
 run() {  # run NAME EXTRA...
   local n=$1
   shift
   OMP_NUM_THREADS=1 "$STRATA" $common --run-dir "$OUT/$n" "$@" >"$OUT/$n.log" 2>&1 || { tail -5 "$OUT/$n.log" >&2; exit 1; }
 }
-run ddp
+run ddp --steps "$STEPS"
 names=(ddp)
 for pair in ${OUTER:-default}; do
   suffix="" lr_flag=()
   [[ $pair == default ]] || suffix="-lr${pair%%:*}-mu${pair##*:}" lr_flag=(--outer-lr "${pair%%:*}" --outer-momentum "${pair##*:}")
   for h in $HS; do
-    run "diloco-$h$suffix" --replica-groups "$HOSTS" --inner-steps "$h" "${lr_flag[@]}"
+    run "diloco-$h$suffix" --steps "$OUTER_STEPS" --replica-groups "$HOSTS" --inner-steps "$h" "${lr_flag[@]}"
     names+=("diloco-$h$suffix")
   done
   for h in $STREAM_HS; do
-    run "stream-$h$suffix" --replica-groups "$HOSTS" --inner-steps "$h" --fragments 2 --outer-overlap 1 \
+    run "stream-$h$suffix" --steps "$OUTER_STEPS" --replica-groups "$HOSTS" --inner-steps "$h" --fragments 2 --outer-overlap 1 \
       --outer-dtype int4 "${lr_flag[@]}"
     names+=("stream-$h$suffix")
   done
