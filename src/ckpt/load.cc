@@ -81,9 +81,31 @@ static void for_each_target_run(const StateTarget& t, const TensorLayout& layout
   }
 }
 
+namespace {
+
+// The state a fallback names: "group*.<rest>" the lowest group's that was saved.
+const StateInfo* find_fallback(const Manifest& m, const std::string& name) {
+  const std::string any = "group*.";
+  if (name.rfind(any, 0) != 0) return m.find_state(name);
+  const std::string rest = name.substr(any.size());
+  const StateInfo* best = nullptr;
+  long lowest = 0;
+  for (const StateInfo& s : m.states) {
+    const size_t dot = s.name.find('.');
+    if (s.name.rfind("group", 0) != 0 || dot == std::string::npos || dot == 5 || s.name.substr(dot + 1) != rest) continue;
+    const std::string digits = s.name.substr(5, dot - 5);
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long k = std::stol(digits);
+    if (!best || k < lowest) best = &s, lowest = k;
+  }
+  return best;
+}
+
+}  // namespace
+
 void CheckpointReader::read(const StateTarget& t, const TensorLayout& layout) {
   const StateInfo* st = manifest_.find_state(t.name);
-  for (size_t i = 0; !st && i < t.fallbacks.size(); ++i) st = manifest_.find_state(t.fallbacks[i]);
+  for (size_t i = 0; !st && i < t.fallbacks.size(); ++i) st = find_fallback(manifest_, t.fallbacks[i]);
   if (!st) {
     std::string saved;
     for (const StateInfo& s : manifest_.states) saved += (saved.empty() ? "" : ", ") + s.name;

@@ -31,7 +31,8 @@ struct StateTarget {
   Range want;               // elements; may extend past Ψ_local into ZeRO padding (zero-filled)
   void* data = nullptr;     // want.size() elements
   // States to read, in order, when `name` was not saved (a run of replica groups resumed with
-  // another number of them: group1.params <- group0.params <- params).
+  // another number of them: group1.params <- group*.params <- params). "group*.<rest>" is the
+  // saved group<k>.<rest> of the lowest k (a checkpoint saved while group 0 was lost has none).
   std::vector<std::string> fallbacks;
 };
 

@@ -691,8 +691,9 @@ namespace {
 
 // Replica groups (DiLoCo) save each group's own states as group<g>.<name> (one group: <name>),
 // the global ones as outer.<name>. Resumed with another number of groups, a group the
-// checkpoint lacks starts from group 0's states, and one group from a checkpoint of several
-// takes group 0's (docs/diloco.md).
+// checkpoint lacks starts from the lowest saved group's states (group 0's, unless the
+// checkpoint was saved while group 0 was lost), and one group from a checkpoint of several
+// takes those too (docs/diloco.md).
 std::vector<std::string> group_state_fallbacks(const std::string& name) {
   if (name.rfind("outer.", 0) == 0) return {};
   size_t i = 0;
@@ -702,9 +703,9 @@ std::vector<std::string> group_state_fallbacks(const std::string& name) {
   }
   if (i > 5 && i < name.size() && name[i] == '.') {
     const std::string own = name.substr(i + 1);
-    return {"group0." + own, own};
+    return {"group*." + own, own};
   }
-  return {"group0." + name};
+  return {"group*." + name};
 }
 
 // Loads the checkpoint `mode` names: auto, the run's newest good one (nullopt when it has

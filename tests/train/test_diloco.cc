@@ -375,8 +375,9 @@ TEST_P(DilocoLive, ALostGroupIsLeftOutOfTheRoundAndItsReplacementJoinsAtTheNext)
   EXPECT_EQ(summary["live_recovery"][1]["steps_lost"], 0);
   expect_nothing_left(run, c.layout);
 
-  // The replacement took what a resume of every group from the checkpoint of that step takes
-  // (a group the checkpoint lacks starts from the first group's states): the runs go on alike,
+  // The replacement took what a resume of every group from the checkpoint of that step (saved
+  // by the world without it) takes: a group the checkpoint lacks starts from the lowest saved
+  // group's states, group 0's or, when group 0 was lost, the next one's. The runs go on alike,
   // bit for bit, each outer sync summing the groups in group order.
   char step_dir[32];
   std::snprintf(step_dir, sizeof step_dir, "/ckpt/step-%06lld", (long long)joined);
@@ -391,8 +392,11 @@ TEST_P(DilocoLive, ALostGroupIsLeftOutOfTheRoundAndItsReplacementJoinsAtTheNext)
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DilocoLive,
                          ::testing::Values(LostGroup{"--nproc 3", 3, 1, 1},
+                                           LostGroup{"--nproc 3", 3, 0, 0},  // its checkpoints lack group 0
                                            LostGroup{"--nproc 4 --tp 2", 2, 3, 1}),
-                         [](const auto& info) { return std::string(info.param.groups == 3 ? "ThreeGroups" : "TwoGroupsOfTp2"); });
+                         [](const auto& info) {
+                           return cat(info.param.groups == 3 ? "ThreeGroups" : "TwoGroupsOfTp2", "Lose", info.param.lost_group);
+                         });
 
 TEST(DilocoLive, BadSettingsAreOneLineBeforeAnyRankStarts) {
   TempDir dir("diloco_live_bad");
