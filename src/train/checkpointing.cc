@@ -660,7 +660,7 @@ ResumePoint RunCheckpoints::resume_live() {
 
 // Live recovery under --replica-groups: a world that lost a group reads the survivors' copies
 // only (each rank its own position's, in the world before); a replacement group reads the
-// lowest present group's states as its own (at the end of a round: the outer sync's θ, and that
+// lowest surviving group's states as its own (at the end of a round: the outer sync's θ, and that
 // group's inner optimizer), except what its own encoding left over (outer.residual: zeros).
 RunCheckpoints::GroupCopies RunCheckpoints::group_copies() {
   GroupCopies c;
@@ -674,8 +674,9 @@ RunCheckpoints::GroupCopies RunCheckpoints::group_copies() {
   };
   c.same = [n, pos](int q) { return q % n == pos; };
   if (has(o.before, o.group)) return c;
-  // The lowest present group, as a disk resume's fallback (group*.X) takes the lowest saved.
-  const int source = *std::min_element(o.present.begin(), o.present.end());
+  // The lowest group the world before held, as a disk resume's fallback (group*.X) takes the
+  // lowest saved.
+  const int source = *std::min_element(o.before.begin(), o.before.end());
   const std::string own = cat("group", o.group, "."), from = cat("group", source, ".");
   std::vector<parallel::StateShard> shards;
   for (parallel::StateShard s : c.shards) {
