@@ -405,14 +405,16 @@ TEST(LiveRecovery, TwoRanksOverTcpShrinkToOne) {
   expect_nothing_left(run, "");
 }
 
-// The survivors end training while their replacement is being named: a rank dies one step
-// before the end, and the survivors' final evaluation outlasts the replacement's start, so the
-// launcher names it in a world the survivors never form. It is stopped with one line, and the
-// job ends as the survivors' world of 1 (it waited forever before).
+// The survivors end training while their replacement is being named: a rank dies in the last
+// step with one copy every 8 steps, so the survivors start again at step 0 and pass no step
+// boundary a larger world could join at (one every 8 steps, the last of them the end), whatever
+// the replacement's start takes. Their final evaluation outlasts that start, so the launcher
+// names it in a world the survivors never form. It is stopped with one line, and the job ends as
+// the survivors' world of 1 (it waited forever before).
 TEST(LiveRecovery, AReplacementNamedAfterTrainingEndedIsStoppedAndTheJobExitsZero) {
   TempDir dir("live_late");
   const std::string run = dir.file("run");
-  std::string flags = live_run(run, "--nproc 2 --zero 1 --mem-ckpt-every 1 --recovery live --inject kill "
+  std::string flags = live_run(run, "--nproc 2 --zero 1 --mem-ckpt-every 8 --recovery live --inject kill "
                                     "--inject-rank 1 --inject-step 7");
   flags.replace(flags.find("--eval-batches 1 "), 17, "--eval-batches 1500 ");
   RunResult r = run_strata(flags, dump_env(dir), Streams::separate, 120);
