@@ -107,6 +107,18 @@ function(strata_test area)
   target_compile_definitions(test_${area} PRIVATE
     STRATA_SOURCE_DIR="${PROJECT_SOURCE_DIR}" STRATA_BINARY="$<TARGET_FILE:strata>")
   strata_light(test_${area})
+  # Unity: a test binary's files compile STRATA_TEST_UNITY at a time, as one unit (GoogleTest,
+  # JSON and the support headers are instantiated once per batch instead of once per file:
+  # about 0.4x the CPU time). A file's helpers live in its own anonymous namespace, so two
+  # files of a batch may not both define one name at namespace scope.
+  if(STRATA_TEST_UNITY GREATER 1)
+    set_target_properties(test_${area} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${STRATA_TEST_UNITY})
+    # A parameterised fixture over a file's own (anonymous-namespace) case type is fine in a
+    # unity unit: the type never leaves it. GCC 12 misreads some std::string concatenations it
+    # inlines across a larger unit as out-of-bounds copies (GCC bugs 105651, 105329).
+    target_compile_options(test_${area} PRIVATE -Wno-subobject-linkage -Wno-array-bounds
+                           -Wno-stringop-overflow)
+  endif()
   # Every test binary reuses the support library's precompiled GoogleTest + JSON.
   if(STRATA_PCH)
     target_precompile_headers(test_${area} REUSE_FROM strata_test_support)

@@ -18,6 +18,7 @@
 
 using namespace ckpt_test;
 
+namespace test_hf_cli {  // its own names in a unity build
 namespace {
 
 using strata::test::run_strata;
@@ -214,3 +215,5 @@ TEST(CkptHfCli, BadDirectoriesAndContradictingFlagsStopBeforeAnyStep) {
   refused("train --init-from " + lost + " --data " + data + " --seq 16 --batch 4 --run-dir " + run,
           "names model-00001-of-00002.safetensors");
 }
+
+}  // namespace test_hf_cli

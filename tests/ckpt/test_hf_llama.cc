@@ -12,6 +12,7 @@
 
 using namespace ckpt_test;
 
+namespace test_hf_llama {  // its own names in a unity build
 namespace {
 
 constexpr int64_t C = 8, L = 2, NH = 4, KV = 2, HS = C / NH, F = 12, T = 16, V = 10, Vp = 64,
@@ -360,3 +361,5 @@ TEST(CkptFillFromGlobal, PlacesBoxesAndZeroesThePadding) {
   fill_from_global({"params", DType::bf16, {7, 13}, half.data(), {}}, layout, global);
   for (size_t i = 0; i < half.size(); ++i) EXPECT_EQ(bf16_to_f32(half[i]), want[7 + i]) << i;
 }
+
+}  // namespace test_hf_llama

@@ -19,6 +19,7 @@
 
 using namespace strata::bad_input;
 
+namespace test_bad_paths {  // its own names in a unity build
 namespace {
 
 // What a path flag expects: a file (a directory is wrong), a directory, or either (a run
@@ -160,3 +161,5 @@ TEST(BadPaths, InputTextIsEscapedAndCapped) {
   expect_clean_failure(r, {"unknown field 'xxxx", "...' (1000000 bytes)"});
   EXPECT_LT(r.err.size(), 400u) << r.err.size() << " bytes of error";
 }
+
+}  // namespace test_bad_paths

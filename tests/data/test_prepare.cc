@@ -21,7 +21,7 @@
 #include "support/run.h"
 #include "support/temp_dir.h"
 
-namespace strata::data {
+namespace strata::data::test_prepare {
 namespace {
 
 namespace fs = std::filesystem;
@@ -459,4 +459,4 @@ TEST(DataPrepare, TwoRunsToOneOutputLeaveOneWholeAndRefuseTheOther) {
 }
 
 }  // namespace
-}  // namespace strata::data
+}  // namespace strata::data::test_prepare

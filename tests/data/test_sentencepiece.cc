@@ -21,7 +21,7 @@
 #include "data/tokenizer/sentencepiece_normalizer.h"
 #include "support/temp_dir.h"
 
-namespace strata::data {
+namespace strata::data::test_sentencepiece {
 namespace {
 
 namespace fs = std::filesystem;
@@ -437,5 +437,5 @@ TEST(SentencePieceModelReader, DefectsNameTheFileAndTheByte) {
 }
 
 }  // namespace
-}  // namespace strata::data
+}  // namespace strata::data::test_sentencepiece
 

@@ -18,6 +18,7 @@ using namespace strata::diag;
 using nlohmann::json;
 using strata::test::TempDir;
 
+namespace test_dump_fuzz {  // its own names in a unity build
 namespace {
 
 using Dumps = std::map<int, json>;
@@ -210,3 +211,5 @@ TEST(DumpFuzz, DoctorCommandSurvivesHostileDumps) {
   EXPECT_NE(l.out.find("field 'world' is 2147483647, outside [1, 131072]"), std::string::npos) << l.out;
   EXPECT_EQ(std::count(l.out.begin(), l.out.end(), '\n'), 1) << l.out;
 }
+
+}  // namespace test_dump_fuzz

@@ -15,7 +15,7 @@
 #include "support/run.h"
 #include "support/temp_dir.h"
 
-namespace strata::fed {
+namespace strata::fed::test_dead_clients {
 namespace {
 
 struct JobRun {
@@ -156,4 +156,4 @@ TEST(DeadClients, BadInjectionsAreOneLine) {
 }
 
 }  // namespace
-}  // namespace strata::fed
+}  // namespace strata::fed::test_dead_clients

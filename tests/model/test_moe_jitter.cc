@@ -14,7 +14,7 @@
 #include "model/expert/moe.h"
 #include "model/gpt.h"
 
-namespace strata::model::expert {
+namespace strata::model::expert::test_moe_jitter {
 namespace {
 
 constexpr int C = 6, E = 4;  // C not a multiple of 4: the last Philox word group is partial
@@ -179,4 +179,4 @@ TEST(MoEJitter, GptForwardPassesTheSampleIdsAndInferenceDrawsNone) {
 }
 
 }  // namespace
-}  // namespace strata::model::expert
+}  // namespace strata::model::expert::test_moe_jitter

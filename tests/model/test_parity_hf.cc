@@ -20,6 +20,7 @@
 
 namespace strata::model {
 
+namespace test_parity_hf {  // its own names in a unity build
 namespace {
 
 const std::string kDir = std::string(STRATA_SOURCE_DIR) + "/tests/model/fixtures/hf/";
@@ -125,3 +126,5 @@ TEST(ParityHf, LlamaRopeScalingMatchesPyTorch) {
 }
 
 }  // namespace strata::model
+
+}  // namespace test_parity_hf

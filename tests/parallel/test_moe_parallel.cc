@@ -19,7 +19,7 @@
 #include "model/expert/moe.h"
 #include "model/shard.h"
 
-namespace strata::ptest {
+namespace strata::ptest::test_moe_parallel {
 namespace {
 
 using cost::Precision;
@@ -325,4 +325,4 @@ TEST(ExpertParallelSkew, AllTokensToOneExpertNeverHangsAndDropsExactly) {
 }
 
 }  // namespace
-}  // namespace strata::ptest
+}  // namespace strata::ptest::test_moe_parallel

@@ -19,7 +19,7 @@
 #include "harness.h"
 #include "model/shard.h"
 
-namespace strata::ptest {
+namespace strata::ptest::test_moe_tensor {
 namespace {
 
 using cost::Precision;
@@ -188,4 +188,4 @@ TEST(MoETensorParallelPlan, ModelStatesTpAndAllToAllBytesEqualTheFormulas) {
 }
 
 }  // namespace
-}  // namespace strata::ptest
+}  // namespace strata::ptest::test_moe_tensor

@@ -12,6 +12,7 @@
 using namespace strata::test;
 using nlohmann::json;
 
+namespace test_bf16 {  // its own names in a unity build
 namespace {
 
 const std::string kSmall =
@@ -195,3 +196,5 @@ TEST(Bf16Cli, ReduceDtypeSetsTheGradientCollectivesDtype) {
   EXPECT_NE(bad.err.find("--reduce-dtype fp16: expected fp32 or bf16"), std::string::npos)
       << bad.err;
 }
+
+}  // namespace test_bf16

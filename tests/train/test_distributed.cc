@@ -15,7 +15,7 @@
 #include "cli_util.h"
 #include "comm/mpi/mpi_transport.h"
 
-namespace strata::test {
+namespace strata::test::test_distributed {
 namespace {
 
 using nlohmann::json;
@@ -164,9 +164,9 @@ TEST(TrainDistributed, BadParallelSettingsFailBeforeAnyWork) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_distributed
 
-namespace strata::test {
+namespace strata::test::test_distributed {
 namespace {
 
 // A small text file whose epoch ends mid-batch: with --tail uneven the last global batch is
@@ -195,9 +195,9 @@ TEST(TrainDistributed, UnevenAndPaddedTailsMatchOneProcess) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_distributed
 
-namespace strata::test {
+namespace strata::test::test_distributed {
 namespace {
 
 // Injected faults in a 3-rank `strata train`, diagnosed from the run dir by the hang doctor.
@@ -300,7 +300,7 @@ TEST(TrainDiagnosis, StragglerIsNamedInTheLogAndMetrics) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_distributed
 
 // `strata train --tp 2` learns the one-process loss curve, and summary.json reports each
 // rank's model states, activation buffers and tp bytes per step next to `strata plan

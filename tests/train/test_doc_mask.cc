@@ -11,7 +11,7 @@
 
 #include "cli_util.h"
 
-namespace strata::test {
+namespace strata::test::test_doc_mask {
 namespace {
 
 using nlohmann::json;
@@ -134,4 +134,4 @@ TEST_F(DocMask, DataWithoutADocumentTokenIsRefusedInOneLine) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_doc_mask

@@ -9,7 +9,7 @@
 
 #include "cli_util.h"
 
-namespace strata::test {
+namespace strata::test::test_eval {
 namespace {
 
 using nlohmann::json;
@@ -91,4 +91,4 @@ TEST(TrainEval, SmallHeldOutSplitIsTheSameOnEveryLayout) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_eval

@@ -16,6 +16,7 @@ using namespace strata::test;
 using nlohmann::json;
 namespace k = strata::kernels;
 
+namespace test_kernel_paths {  // its own names in a unity build
 namespace {
 
 const std::string kRun =
@@ -127,3 +128,5 @@ TEST(KernelPaths, ForcedPathsThatCannotRunAreRefusedBeforeAnyRankStarts) {
     EXPECT_FALSE(std::filesystem::exists(run + "/metrics.jsonl")) << c.env;
   }
 }
+
+}  // namespace test_kernel_paths

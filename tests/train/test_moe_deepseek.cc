@@ -13,7 +13,7 @@
 
 #include "cli_util.h"
 
-namespace strata::test {
+namespace strata::test::test_moe_deepseek {
 namespace {
 
 using nlohmann::json;
@@ -154,4 +154,4 @@ TEST(DeepSeekMoE, GroupLimitedAllToAllBytesEqualThePlanBound) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_moe_deepseek

@@ -11,6 +11,7 @@
 using namespace strata::test;
 using nlohmann::json;
 
+namespace test_moe_train {  // its own names in a unity build
 namespace {
 
 const std::string kBase =
@@ -220,3 +221,5 @@ TEST(MoETrain, FineGrainedAndSharedExpertsEqualThePlan) {
 }
 
 }  // namespace
+
+}  // namespace test_moe_train

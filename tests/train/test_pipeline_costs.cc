@@ -8,7 +8,7 @@
 #include "cli_util.h"
 #include "train/pipeline_costs.h"
 
-namespace strata::test {
+namespace strata::test::test_pipeline_costs {
 namespace {
 
 using nlohmann::json;
@@ -128,4 +128,4 @@ TEST(TrainPipelineCosts, ReplayScalesEachStageToItsMeasuredCompute) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_pipeline_costs

@@ -11,7 +11,7 @@
 
 #include "cli_util.h"
 
-namespace strata::test {
+namespace strata::test::test_pipeline_train {
 namespace {
 
 using nlohmann::json;
@@ -376,9 +376,9 @@ TEST(TrainPipeline, BadLayoutsAreRefusedBeforeTraining) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_pipeline_train
 
-namespace strata::test {
+namespace strata::test::test_pipeline_train {
 namespace {
 
 // Every schedule through the paths besides the training step: eval during training
@@ -412,4 +412,4 @@ TEST(TrainPipeline, EverySchedulePassesEvalSamplingAndResume) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_pipeline_train

@@ -13,7 +13,7 @@
 
 #include "cli_util.h"
 
-namespace strata::test {
+namespace strata::test::test_resume {
 namespace {
 
 namespace fs = std::filesystem;
@@ -266,9 +266,9 @@ TEST(Resume, SupervisedRestartsAtRandomStepsAreBitExact) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_resume
 
-namespace strata::test {
+namespace strata::test::test_resume {
 namespace {
 
 // A fresh run into a run dir that already holds checkpoints would overwrite them: refused,
@@ -286,4 +286,4 @@ TEST(Resume, FreshRunDoesNotOverwriteAnotherRunsCheckpoints) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_resume

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "train/run_spec.h"
 
-namespace strata::test {
+namespace strata::test::test_run_spec {
 namespace {
 
 namespace fs = std::filesystem;
@@ -271,4 +271,4 @@ TEST(RunSpec, ResumeLineNamesEveryLayoutDifference) {
 }
 
 }  // namespace
-}  // namespace strata::test
+}  // namespace strata::test::test_run_spec
