@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "fed/run.h"
 #include "launcher/rank_status.h"
+#include "train/run_spec.h"
 
 namespace strata::cli {
 namespace {
@@ -217,7 +218,7 @@ void setup_compare(CLI::App& app) {
     try {  // a bad --non-iid fails here, before any run, under its own name
       fed::PartitionSpec::parse(*alpha);
     } catch (const Error& e) {
-      fail("--non-iid ", *alpha, ": ", e.what());
+      fail("--non-iid ", *alpha, ": ", train::in_flags(e));
     }
     if (!cfg.dp()) cfg.dp_clip = 0.5, cfg.dp_noise = 1.0;
     std::vector<std::string> base;

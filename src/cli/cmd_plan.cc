@@ -460,7 +460,7 @@ static Register reg(
           }
           run(*f, app);
         } catch (const Error& e) {
-          throw Error(as_typed(app, e.what()));
+          throw Error(as_typed(app, train::in_flags(e)));
         }
       });
     });

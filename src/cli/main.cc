@@ -9,6 +9,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/wait_policy.h"
+#include "train/run_spec.h"
 
 namespace strata::cli {
 
@@ -125,7 +126,7 @@ int main(int argc, char** argv) {
   } catch (const ExitCode& e) {
     return e.code;
   } catch (const strata::Error& e) {
-    std::fprintf(stderr, "strata: error: %s\n", strata::cap_long_words(e.what()).c_str());
+    std::fprintf(stderr, "strata: error: %s\n", strata::cap_long_words(strata::train::in_flags(e)).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata: error: %s\n", strata::cap_long_words(e.what()).c_str());

@@ -14,4 +14,16 @@ std::string fmt(const char* format, ...) {
   return buf;
 }
 
+std::string SettingError::render(const std::string& marked, const std::string& prefix) {
+  std::string out;
+  out.reserve(marked.size() + 16);
+  for (char c : marked) {
+    if (c == '\x01')
+      out += prefix;
+    else if (c != '\x02')
+      out += c;
+  }
+  return out;
+}
+
 }  // namespace strata

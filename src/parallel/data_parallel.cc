@@ -56,9 +56,12 @@ DataParallelEngine::DataParallelEngine(model::ModelPart& model, comm::ProcessGro
   STRATA_CHECK(P == 1 || experts.edp, "expert parallelism needs the expert-data-parallel group");
   if (optim.kind == OptimizerKind::muon && model.tensor_comm())
     for (const model::ParamView& v : model.param_table())
-      STRATA_CHECK(!is_muon_view(v) || !v.replicated, "--optimizer muon: ", v.name,
-                   " is replicated over tensor-parallel ranks (key/value heads shared by several ranks): Muon "
-                   "gathers a matrix from equal slices; use --tp at most --kv-heads, or AdamW");
+      STRATA_CHECK_SETTING(!is_muon_view(v) || !v.replicated, setting("optimizer"),
+                           " muon: ", v.name,
+                           " is replicated over tensor-parallel ranks (key/value heads shared by "
+                           "several ranks): Muon "
+                           "gathers a matrix from equal slices; use ",
+                           setting("tp"), " at most ", setting("kv-heads"), ", or AdamW");
   const int x = model.first_expert_unit(), U = model.num_units(), dense = std::min(x, U);
   const bool tied = model.tied_unit0();
   STRATA_CHECK(!stage.embed || (tied && !bf16_), "internal: the tied embedding of a pipeline ",

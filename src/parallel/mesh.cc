@@ -6,12 +6,12 @@ namespace strata::parallel {
 
 namespace {
 
-// "--tp 3 x --dp 2", with --cp and --pp when above 1.
-std::string flags(const MeshDims& d) {
-  std::string s = cat("--tp ", d.tp);
-  if (d.cp > 1) s += cat(" x --cp ", d.cp);
-  s += cat(" x --dp ", d.dp);
-  if (d.pp > 1) s += cat(" x --pp ", d.pp);
+// "tp 3 x dp 2" (marked settings), with cp and pp when above 1.
+std::string settings(const MeshDims& d) {
+  std::string s = cat(setting("tp"), " ", d.tp);
+  if (d.cp > 1) s += cat(" x ", setting("cp"), " ", d.cp);
+  s += cat(" x ", setting("dp"), " ", d.dp);
+  if (d.pp > 1) s += cat(" x ", setting("pp"), " ", d.pp);
   return s;
 }
 
@@ -33,27 +33,29 @@ std::string join(std::initializer_list<std::string> parts) {
 }  // namespace
 
 MeshDims MeshDims::resolved(int world) const {
-  STRATA_CHECK(tp >= 1, "--tp must be at least 1 (got ", tp, ")");
-  STRATA_CHECK(cp >= 1, "--cp must be at least 1 (got ", cp, ")");
-  STRATA_CHECK(pp >= 1, "--pp must be at least 1 (got ", pp, ")");
-  STRATA_CHECK(ep >= 1, "--ep must be at least 1 (got ", ep, ")");
-  STRATA_CHECK(dp >= 0, "--dp must be at least 1 (got ", dp, ")");
+  STRATA_CHECK_SETTING(tp >= 1, setting("tp"), " must be at least 1 (got ", tp, ")");
+  STRATA_CHECK_SETTING(cp >= 1, setting("cp"), " must be at least 1 (got ", cp, ")");
+  STRATA_CHECK_SETTING(pp >= 1, setting("pp"), " must be at least 1 (got ", pp, ")");
+  STRATA_CHECK_SETTING(ep >= 1, setting("ep"), " must be at least 1 (got ", ep, ")");
+  STRATA_CHECK_SETTING(dp >= 0, setting("dp"), " must be at least 1 (got ", dp, ")");
   MeshDims d = *this;
   if (d.dp == 0) {
     const int64_t other = int64_t(tp) * cp * pp;
-    std::string given = cat("--tp ", tp);
-    if (cp > 1) given += cat(" x --cp ", cp);
-    if (pp > 1) given += cat(" x --pp ", pp);
-    STRATA_CHECK(world % other == 0, given, " does not divide the world of ", world,
-                 " ranks (--nproc): data parallelism needs world / ", other, " ranks");
+    std::string given = cat(setting("tp"), " ", tp);
+    if (cp > 1) given += cat(" x ", setting("cp"), " ", cp);
+    if (pp > 1) given += cat(" x ", setting("pp"), " ", pp);
+    STRATA_CHECK_SETTING(world % other == 0, given, " does not divide the world of ", world,
+                         " ranks (", setting("nproc"), "): data parallelism needs world / ", other,
+                         " ranks");
     d.dp = int(world / other);
   }
-  STRATA_CHECK(int64_t(d.tp) * d.cp * d.dp * d.pp == world, flags(d), " = ",
-               int64_t(d.tp) * d.cp * d.dp * d.pp, " ranks, but the world has ", world,
-               " (--nproc)");
-  STRATA_CHECK(ep_divides_dp_cp(d.dp, d.cp, d.ep), "--ep ", d.ep, " does not divide the ",
-               d.dp * d.cp, " data-parallel x context-parallel ranks (--dp ", d.dp, " x --cp ",
-               d.cp, "): expert parallelism is carved out of them");
+  STRATA_CHECK_SETTING(int64_t(d.tp) * d.cp * d.dp * d.pp == world, settings(d), " = ",
+                       int64_t(d.tp) * d.cp * d.dp * d.pp, " ranks, but the world has ", world,
+                       " (", setting("nproc"), ")");
+  STRATA_CHECK_SETTING(ep_divides_dp_cp(d.dp, d.cp, d.ep), setting("ep"), " ", d.ep,
+                       " does not divide the ", d.dp * d.cp,
+                       " data-parallel x context-parallel ranks (", setting("dp"), " ", d.dp, " x ",
+                       setting("cp"), " ", d.cp, "): expert parallelism is carved out of them");
   return d;
 }
 

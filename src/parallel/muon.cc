@@ -15,7 +15,7 @@ const char* optimizer_name(OptimizerKind k) { return k == OptimizerKind::muon ? 
 OptimizerKind parse_optimizer(const std::string& name) {
   if (name == "adamw") return OptimizerKind::adamw;
   if (name == "muon") return OptimizerKind::muon;
-  fail("--optimizer ", name.empty() ? "''" : name, ": expected adamw or muon");
+  fail_setting(setting("optimizer"), " ", name.empty() ? "''" : name, ": expected adamw or muon");
 }
 
 bool is_muon_view(const model::ParamView& v) {

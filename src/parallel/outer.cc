@@ -33,19 +33,27 @@ std::string OuterOptions::describe() const {
 }
 
 void OuterOptions::check(int max_fragments, const std::string& fragments_bound, int H) const {
-  STRATA_CHECK(std::isfinite(lr) && lr > 0, "--outer-lr must be positive and finite (got ", lr, ")");
-  STRATA_CHECK(std::isfinite(momentum) && momentum >= 0 && momentum < 1,
-               "--outer-momentum must be in [0, 1) (got ", momentum, ")");
-  STRATA_CHECK(mix >= 0 && mix <= 1, "--outer-mix must be in [0, 1] (got ", mix, ")");
-  STRATA_CHECK(fragments >= 1 && fragments <= max_fragments, "--fragments must be in [1, ", max_fragments, "] (",
-               fragments_bound, "; got ", fragments, ")");
-  STRATA_CHECK(overlap >= 0, "--outer-overlap must not be negative (got ", overlap, ")");
-  STRATA_CHECK(!error_feedback || dtype != OuterDType::fp32, "--outer-error-feedback corrects the rounding of "
-               "--outer-dtype bf16, int8 or int4; fp32 sends the parameters as they are");
+  STRATA_CHECK_SETTING(std::isfinite(lr) && lr > 0, setting("outer-lr"),
+                       " must be positive and finite (got ", lr, ")");
+  STRATA_CHECK_SETTING(std::isfinite(momentum) && momentum >= 0 && momentum < 1,
+                       setting("outer-momentum"), " must be in [0, 1) (got ", momentum, ")");
+  STRATA_CHECK_SETTING(mix >= 0 && mix <= 1, setting("outer-mix"), " must be in [0, 1] (got ", mix,
+                       ")");
+  STRATA_CHECK_SETTING(fragments >= 1 && fragments <= max_fragments, setting("fragments"),
+                       " must be in [1, ", max_fragments, "] (", fragments_bound, "; got ",
+                       fragments, ")");
+  STRATA_CHECK_SETTING(overlap >= 0, setting("outer-overlap"), " must not be negative (got ",
+                       overlap, ")");
+  STRATA_CHECK_SETTING(!error_feedback || dtype != OuterDType::fp32,
+                       setting("outer-error-feedback"), " corrects the rounding of ",
+                       setting("outer-dtype"),
+                       " bf16, int8 or int4; fp32 sends the parameters as they are");
   if (H <= 0) return;
-  STRATA_CHECK(fragments <= H, "--fragments ", fragments, " cannot be staggered over --inner-steps ", H,
-               " (at most one fragment per step)");
-  STRATA_CHECK(overlap < H, "--outer-overlap must be in [0, --inner-steps ", H, ") (got ", overlap, ")");
+  STRATA_CHECK_SETTING(fragments <= H, setting("fragments"), " ", fragments,
+                       " cannot be staggered over ", setting("inner-steps"), " ", H,
+                       " (at most one fragment per step)");
+  STRATA_CHECK_SETTING(overlap < H, setting("outer-overlap"), " must be in [0, ",
+                       setting("inner-steps"), " ", H, ") (got ", overlap, ")");
 }
 
 std::vector<FlatRanges> fragment_ranges(const TensorLayout& layout, int fragments) {

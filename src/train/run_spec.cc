@@ -17,6 +17,11 @@
 
 namespace strata::train {
 
+std::string in_flags(const std::exception& e) {
+  const auto* refusal = dynamic_cast<const SettingError*>(&e);
+  return refusal ? refusal->render("--") : e.what();
+}
+
 namespace pl = parallel::pipeline;
 
 namespace {
@@ -204,7 +209,7 @@ void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
     cfg.accum(less.dp);
     check_layout(cfg.model, cfg.train_seq(), cfg.batch, less, given.micro_batches || pc.pipeline.micro > 0);
   } catch (const Error& e) {
-    fail(flag, " continues on ", after, " after a replica's death, and ", e.what());
+    fail(flag, " continues on ", after, " after a replica's death, and ", in_flags(e));
   }
 }
 
@@ -271,7 +276,7 @@ void RunSpec::validate() const {
     parallel::check_memory_fits(psi, l.dp * l.cp, n, pc.dp, 0, 0, experts, l.dp * l.cp / l.ep);
   } catch (const Error& e) {
     if (!cfg.model.moe.enabled()) throw;
-    throw Error(cat("--experts ", cfg.model.moe.experts, ": ", e.what()));
+    throw Error(cat("--experts ", cfg.model.moe.experts, ": ", in_flags(e)));
   }
   // Last, as it reads files: every tensor of --init-from against the model, and its values
   // once, by the launcher (a rank reads them again to load them).

@@ -19,6 +19,12 @@
 
 namespace strata::train {
 
+// A refusal in the command line's words: a lower layer's SettingError with each setting it names
+// written as the flag ("tp 3 x dp 2" -> "--tp 3 x --dp 2"), any other error as it is. Every
+// command's error line (cli/main.cc) and every check here that adds context to a lower layer's
+// refusal goes through it.
+std::string in_flags(const std::exception& e);
+
 struct RunSpec {
   TrainConfig train;        // model, optimizer, data, schedule, checkpoints, metrics
   ParallelConfig parallel;  // degrees, ZeRO, precision, pipeline, backend, hosts, restarts

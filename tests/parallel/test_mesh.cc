@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "gtest/gtest.h"
 #include "parallel/mesh.h"
+#include "support/error_of.h"
 
 namespace strata {
 namespace {
@@ -24,15 +25,12 @@ TEST(Mesh, GroupsFollowTpFastestOrderAndNameCoordinates) {
   });
 }
 
+// The mesh names the settings as its fields; the command line writes them as flags.
 TEST(Mesh, BadDegreesNameTheNumbers) {
-  try {
-    parallel::MeshDims{3, 2}.resolved(4);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--tp 3 x --dp 2 = 6 ranks, but the world has 4"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string flags = test::error_of([] { parallel::MeshDims{3, 2}.resolved(4); });
+  EXPECT_NE(flags.find("--tp 3 x --dp 2 = 6 ranks, but the world has 4"), std::string::npos) << flags;
+  const std::string own = test::what_of([] { parallel::MeshDims{3, 2}.resolved(4); });
+  EXPECT_EQ(own, "tp 3 x dp 2 = 6 ranks, but the world has 4 (nproc)");
   EXPECT_THROW((parallel::MeshDims{3, 0}.resolved(4)), Error);
 }
 // Every group of a four-dimensional mesh: members by coordinates, sizes, and names.
@@ -93,13 +91,8 @@ TEST(Mesh, ThreeStagesLeaveTheMiddleOutOfTheEmbedGroup) {
 }
 
 TEST(Mesh, ExpertDegreeMustDivideDataTimesContext) {
-  try {
-    parallel::MeshDims{1, 0, 1, 1, 3}.resolved(4);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--ep 3 does not divide the 4"), std::string::npos)
-        << e.what();
-  }
+  const std::string flags = test::error_of([] { parallel::MeshDims{1, 0, 1, 1, 3}.resolved(4); });
+  EXPECT_NE(flags.find("--ep 3 does not divide the 4"), std::string::npos) << flags;
   EXPECT_THROW((parallel::MeshDims{1, 0, 1, 3}.resolved(4)), Error);  // pp 3 into 4 ranks
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "parallel/pipeline/schedule.h"
+#include "support/error_of.h"
 
 namespace strata::parallel::pipeline {
 namespace {
@@ -56,12 +57,7 @@ TEST(PipelineSchedule, InterleavedMatchesMegatronsBubble) {
 
 TEST(PipelineSchedule, BadShapesNameTheFlag) {
   auto msg = [](ScheduleKind k, int P, int M, int V) {
-    try {
-      make_schedule(k, P, M, V);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return test::error_of([&] { make_schedule(k, P, M, V); });
   };
   EXPECT_NE(msg(ScheduleKind::interleaved, 4, 2, 2).find("--micro-batches >= --pp: 2 < 4"),
             std::string::npos);

@@ -18,8 +18,8 @@ std::vector<int> parse_split(const std::string& text) {
     } catch (...) {
       used = 0;
     }
-    STRATA_CHECK(used == part.size() && !part.empty() && n >= 1, "--pp-split ", text,
-                 ": '", part, "' is not a positive layer count (want e.g. 3,5)");
+    STRATA_CHECK_SETTING(used == part.size() && !part.empty() && n >= 1, setting("pp-split"), " ",
+                         text, ": '", part, "' is not a positive layer count (want e.g. 3,5)");
     out.push_back(n);
     at = end + 1;
   }

@@ -23,7 +23,8 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::one_f_one_b;
   if (name == "interleaved") return ScheduleKind::interleaved;
   if (name == "zb") return ScheduleKind::zb;
-  throw Error(cat("--schedule ", name, " is not a schedule (gpipe, 1f1b, interleaved, zb)"));
+  throw SettingError(
+      cat(setting("schedule"), " ", name, " is not a schedule (gpipe, 1f1b, interleaved, zb)"));
 }
 
 const char* schedule_name(ScheduleKind k) {
@@ -183,16 +184,20 @@ void add_messages(Schedule& s, const std::vector<Order>& orders) {
 }
 
 void check_shape(ScheduleKind kind, int P, int M, int V) {
-  STRATA_CHECK(P >= 1, "--pp must be at least 1 (got ", P, ")");
-  STRATA_CHECK(M >= 1, "--micro-batches must be at least 1 (got ", M, ")");
-  STRATA_CHECK(V >= 1, "--virtual-stages must be at least 1 (got ", V, ")");
-  STRATA_CHECK(V == 1 || kind == ScheduleKind::interleaved, "--virtual-stages ", V,
-               " needs --schedule interleaved (got ", schedule_name(kind), ")");
+  STRATA_CHECK_SETTING(P >= 1, setting("pp"), " must be at least 1 (got ", P, ")");
+  STRATA_CHECK_SETTING(M >= 1, setting("micro-batches"), " must be at least 1 (got ", M, ")");
+  STRATA_CHECK_SETTING(V >= 1, setting("virtual-stages"), " must be at least 1 (got ", V, ")");
+  STRATA_CHECK_SETTING(V == 1 || kind == ScheduleKind::interleaved, setting("virtual-stages"), " ",
+                       V, " needs ", setting("schedule"), " interleaved (got ", schedule_name(kind),
+                       ")");
   if (kind != ScheduleKind::interleaved) return;
-  STRATA_CHECK(P >= 2, "--schedule interleaved needs --pp 2 or more (got ", P, ")");
-  STRATA_CHECK(M >= P, "--schedule interleaved needs --micro-batches >= --pp: ", M, " < ", P);
-  STRATA_CHECK(M % P == 0, "--schedule interleaved needs --micro-batches a multiple of --pp: ", M,
-               " is not a multiple of ", P);
+  STRATA_CHECK_SETTING(P >= 2, setting("schedule"), " interleaved needs ", setting("pp"),
+                       " 2 or more (got ", P, ")");
+  STRATA_CHECK_SETTING(M >= P, setting("schedule"), " interleaved needs ", setting("micro-batches"),
+                       " >= ", setting("pp"), ": ", M, " < ", P);
+  STRATA_CHECK_SETTING(M % P == 0, setting("schedule"), " interleaved needs ",
+                       setting("micro-batches"), " a multiple of ", setting("pp"), ": ", M,
+                       " is not a multiple of ", P);
 }
 
 }  // namespace
