@@ -53,8 +53,9 @@ Checkpointer::Checkpointer(CheckpointerOptions opts) : opts_(std::move(opts)) {
   STRATA_CHECK(opts_.world == 1 || opts_.barrier, "checkpointer: world ", opts_.world,
                " needs a barrier callback");
   STRATA_CHECK(opts_.block_bytes > 0, "checkpointer: block_bytes ", opts_.block_bytes);
-  STRATA_CHECK(opts_.keep_last >= 0 && opts_.keep_every >= 0, "checkpointer: --keep ",
-               opts_.keep_last, " / --keep-every ", opts_.keep_every, " must be >= 0");
+  STRATA_CHECK_SETTING(opts_.keep_last >= 0 && opts_.keep_every >= 0,
+                       "checkpointer: ", setting("keep"), " ", opts_.keep_last, " / ",
+                       setting("keep-every"), " ", opts_.keep_every, " must be >= 0");
   root_ = ckpt_root(opts_.run_dir);
   // Fail now, not at the first save, when the directory cannot exist (a file in the way,
   // a read-only disk).
@@ -358,8 +359,11 @@ void Checkpointer::commit(const std::string& tmp_dir, int64_t step) {
       damage = e.what();
     }
     if (damage.empty())
-      fail(final_dir, " already exists and verifies (this run resumed from an older step); not replacing a good "
-           "checkpoint: resume from it (--resume auto) or save into another --run-dir");
+      fail_setting(final_dir,
+                   " already exists and verifies (this run resumed from an older step); not "
+                   "replacing a good "
+                   "checkpoint: resume from it (",
+                   setting("resume"), " auto) or save into another ", setting("run-dir"));
     log(cat("replacing damaged ", final_dir, " (", damage, ")"));
     remove_dir_safely(final_dir);
   }

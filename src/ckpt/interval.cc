@@ -69,7 +69,7 @@ std::string format_duration(double s) {
 
 IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, double step_s,
                                int64_t mem_every, double mem_restart_s, double live_restart_s) {
-  STRATA_CHECK(mtbf_s > 0, "--mtbf must be positive (got ", mtbf_s, " s)");
+  STRATA_CHECK_SETTING(mtbf_s > 0, setting("mtbf"), " must be positive (got ", mtbf_s, " s)");
   STRATA_CHECK(delta_s >= 0 && restart_s >= 0 && step_s >= 0,
                "checkpoint stall, restart and step times must be >= 0");
   STRATA_CHECK(mtbf_s <= kMaxDurationS && delta_s <= kMaxDurationS && restart_s <= kMaxDurationS &&
@@ -86,7 +86,8 @@ IntervalAdvice advise_interval(double delta_s, double mtbf_s, double restart_s, 
   if (step_s > 0) a.every_steps = std::max<int64_t>(1, std::llround(a.daly_s / step_s));
   a.loss_per_failure_s = cost::expected_loss_per_failure_s(a.daly_s, restart_s);
   a.waste_fraction = cost::checkpoint_overhead_fraction(a.daly_s, delta_s, mtbf_s, restart_s);
-  STRATA_CHECK(mem_every >= 0, "--mem-ckpt-every must be >= 0 (got ", mem_every, ")");
+  STRATA_CHECK_SETTING(mem_every >= 0, setting("mem-ckpt-every"), " must be >= 0 (got ", mem_every,
+                       ")");
   STRATA_CHECK(mem_restart_s <= kMaxDurationS, "a restart from memory must be at most 100 years (got ",
                mem_restart_s, " s)");
   if (mem_every > 0 && step_s > 0) {

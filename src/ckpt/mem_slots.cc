@@ -126,9 +126,11 @@ std::unique_ptr<MemSegment> MemSegment::create(const std::string& name, uint64_t
   if (err != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    fail("in-memory checkpoints need ", size, " bytes in /dev/shm", name, ": ",
-         std::strerror(err), " (lower --mem-ckpt-every's cost with fewer ranks per host, or "
-         "turn it off with --mem-ckpt-every 0)");
+    fail_setting("in-memory checkpoints need ", size, " bytes in /dev/shm", name, ": ",
+                 std::strerror(err), " (lower ", setting("mem-ckpt-every"),
+                 "'s cost with fewer ranks per host, or "
+                 "turn it off with ",
+                 setting("mem-ckpt-every"), " 0)");
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);

@@ -118,7 +118,8 @@ DType export_dtype(const StateInfo& st, const std::string& dtype, const std::str
   DType out = st.dtype;
   if (dtype == "F32" || dtype == "f32") out = DType::f32;
   else if (dtype == "BF16" || dtype == "bf16") out = DType::bf16;
-  else if (!dtype.empty()) fail("--dtype ", dtype, ": expected F32 or BF16");
+  else if (!dtype.empty())
+    fail_setting(setting("dtype"), " ", dtype, ": expected F32 or BF16");
   STRATA_CHECK(out == DType::f32 || out == DType::bf16, dir, ": state '", st.name, "' is ",
                dtype_name(st.dtype), "; export writes F32 or BF16");
   return out;

@@ -27,12 +27,13 @@ static Split open_synthetic(const std::string& spec, uint64_t seed, int vocab) {
     const std::string n = spec.substr(10);
     char* end = nullptr;
     long long v = std::strtoll(n.c_str(), &end, 10);
-    STRATA_CHECK(!n.empty() && *end == '\0' && v > 0, "bad synthetic corpus size '", n,
-                 "' in --data ", spec, " (expected synthetic:TOKENS with TOKENS > 0)");
+    STRATA_CHECK_SETTING(!n.empty() && *end == '\0' && v > 0, "bad synthetic corpus size '", n,
+                         "' in ", setting("data"), " ", spec,
+                         " (expected synthetic:TOKENS with TOKENS > 0)");
     // One byte of memory per token, generated up front: bound it before allocating.
-    STRATA_CHECK(v <= kSyntheticMaxTokens, "synthetic corpus size ", n, " in --data ", spec,
-                 " is above the limit of ", kSyntheticMaxTokens,
-                 " tokens (1 byte each, in memory)");
+    STRATA_CHECK_SETTING(v <= kSyntheticMaxTokens, "synthetic corpus size ", n, " in ",
+                         setting("data"), " ", spec, " is above the limit of ", kSyntheticMaxTokens,
+                         " tokens (1 byte each, in memory)");
     tokens = v;
   }
   Split s;
@@ -61,9 +62,10 @@ Split open_split(const std::string& spec, uint64_t seed, double val_fraction, in
     std::vector<double> weights;
     for (const auto& [part, w] : mix) {
       Split p = open_split(part, seed, val_fraction, vocab);
-      STRATA_CHECK(train.empty() || p.train->vocab() == train[0]->vocab(), "--data ", spec, ": '", part,
-                   "' has a vocabulary of ", p.train->vocab(), " tokens, the first part ", train[0]->vocab(),
-                   " (a mixture needs one tokenizer)");
+      STRATA_CHECK_SETTING(train.empty() || p.train->vocab() == train[0]->vocab(), setting("data"),
+                           " ", spec, ": '", part, "' has a vocabulary of ", p.train->vocab(),
+                           " tokens, the first part ", train[0]->vocab(),
+                           " (a mixture needs one tokenizer)");
       train.push_back(std::move(p.train));
       val.push_back(std::move(p.val));
       weights.push_back(w);

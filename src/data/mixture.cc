@@ -108,28 +108,33 @@ std::vector<std::pair<std::string, double>> parse_mixture(const std::string& spe
   const std::vector<std::string> entries = split_fields(spec);
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string& entry = entries[i];
-    STRATA_CHECK(!entry.empty(), "--data ", spec, ": entry ", i + 1, " of ", entries.size(),
-                 " is empty (a leading, trailing or doubled comma)");
+    STRATA_CHECK_SETTING(!entry.empty(), setting("data"), " ", spec, ": entry ", i + 1, " of ",
+                         entries.size(), " is empty (a leading, trailing or doubled comma)");
     const size_t colon = entry.rfind(':');
     const std::string name = entry.substr(0, colon);
-    STRATA_CHECK(name != "synthetic" && name.rfind("synthetic:", 0) != 0, "--data ", spec,
-                 ": a mixture cannot hold the synthetic corpus (its tokens are no tokenizer's); mix files or "
-                 "prepared directories");
-    STRATA_CHECK(colon != std::string::npos && colon > 0, "--data ", spec, ": mixture entry '", entry,
-                 "' has no weight (expected SPEC:WEIGHT, e.g. data/a:0.7,data/b:0.3)");
+    STRATA_CHECK_SETTING(name != "synthetic" && name.rfind("synthetic:", 0) != 0, setting("data"),
+                         " ", spec,
+                         ": a mixture cannot hold the synthetic corpus (its tokens are no "
+                         "tokenizer's); mix files or "
+                         "prepared directories");
+    STRATA_CHECK_SETTING(colon != std::string::npos && colon > 0, setting("data"), " ", spec,
+                         ": mixture entry '", entry,
+                         "' has no weight (expected SPEC:WEIGHT, e.g. data/a:0.7,data/b:0.3)");
     // A weight of 0 leaves the part out; the weights of a mixture are read as typed (core/finite.h),
     // each at most 3.4e38, so their sum over at most 255 parts stays finite.
     const std::string w = entry.substr(colon + 1);
     const std::string problem = number_problem(w, NumberRange::non_negative());
-    STRATA_CHECK(problem.empty(), "--data ", spec, ": weight '", w, "' of '", name,
-                 "' must be a finite number >= 0 (", problem, ")");
+    STRATA_CHECK_SETTING(problem.empty(), setting("data"), " ", spec, ": weight '", w, "' of '",
+                         name, "' must be a finite number >= 0 (", problem, ")");
     out.emplace_back(name, std::strtod(w.c_str(), nullptr));
   }
-  STRATA_CHECK(out.size() >= 2, "--data ", spec, ": a mixture needs two or more entries");
-  STRATA_CHECK(out.size() <= 255, "--data ", spec, ": a mixture holds at most 255 parts (got ", out.size(), ")");
+  STRATA_CHECK_SETTING(out.size() >= 2, setting("data"), " ", spec,
+                       ": a mixture needs two or more entries");
+  STRATA_CHECK_SETTING(out.size() <= 255, setting("data"), " ", spec,
+                       ": a mixture holds at most 255 parts (got ", out.size(), ")");
   double sum = 0;
   for (const auto& part : out) sum += part.second;
-  STRATA_CHECK(sum > 0, "--data ", spec, ": the weights sum to 0");
+  STRATA_CHECK_SETTING(sum > 0, setting("data"), " ", spec, ": the weights sum to 0");
   return out;
 }
 

@@ -86,7 +86,8 @@ void split_documents(const std::string& path, const std::string& text, const std
         fail(cat(path, " line ", line_no, ": not a JSON object"));
       const auto f = j.find(text_field);
       if (f == j.end() || !f->is_string())
-        fail(cat(path, " line ", line_no, ": no string field \"", text_field, "\" (--text-field)"));
+        fail_setting(cat(path, " line ", line_no, ": no string field \"", text_field, "\" (",
+                         setting("text-field"), ")"));
       docs.push_back(f->get<std::string>());
     }
     return;
@@ -219,15 +220,18 @@ DocSplit parse_doc_split(const std::string& s) {
   if (s == "file") return DocSplit::file;
   if (s == "blank-line") return DocSplit::blank_line;
   if (s == "line") return DocSplit::line;
-  fail(cat("--doc-split '", s, "': expected file, blank-line or line"));
+  fail_setting(cat(setting("doc-split"), " '", s, "': expected file, blank-line or line"));
 }
 
 nlohmann::json prepare(const PrepareOptions& o) {
   STRATA_CHECK(!o.inputs.empty(), "data prepare: no input files");
-  STRATA_CHECK(!(o.val_tokens > 0 && o.val_docs > 0), "--val-tokens and --val-docs: choose one");
-  STRATA_CHECK(o.val_tokens >= 0 && o.val_docs >= 0, "--val-tokens / --val-docs must be >= 0");
-  STRATA_CHECK(o.shard_tokens > 0 && o.shard_tokens <= INT32_MAX, "--shard-tokens must be in [1, 2^31 - 1] (got ",
-               o.shard_tokens, "; a .bin header counts tokens in 32 bits)");
+  STRATA_CHECK_SETTING(!(o.val_tokens > 0 && o.val_docs > 0), setting("val-tokens"), " and ",
+                       setting("val-docs"), ": choose one");
+  STRATA_CHECK_SETTING(o.val_tokens >= 0 && o.val_docs >= 0, setting("val-tokens"), " / ",
+                       setting("val-docs"), " must be >= 0");
+  STRATA_CHECK_SETTING(o.shard_tokens > 0 && o.shard_tokens <= INT32_MAX, setting("shard-tokens"),
+                       " must be in [1, 2^31 - 1] (got ", o.shard_tokens,
+                       "; a .bin header counts tokens in 32 bits)");
   require_new_output_dir(o.out);
   std::unique_ptr<Tokenizer> tok = open_tokenizer(o.tokenizer);
   // llm.c's uint16 shards whenever the ids fit them (GPT-2's and every older set's bytes stay
@@ -281,8 +285,10 @@ nlohmann::json prepare(const PrepareOptions& o) {
                " file(s)) holds no text");
   val.finish();
   train.finish();
-  STRATA_CHECK(!train.shards().empty(), "data prepare: every token went to the validation split (",
-               p.tokens, " tokens, --val-tokens ", o.val_tokens, ", --val-docs ", o.val_docs, ")");
+  STRATA_CHECK_SETTING(!train.shards().empty(),
+                       "data prepare: every token went to the validation split (", p.tokens,
+                       " tokens, ", setting("val-tokens"), " ", o.val_tokens, ", ",
+                       setting("val-docs"), " ", o.val_docs, ")");
 
   nlohmann::json tfiles = nlohmann::json::array();
   for (const std::string& f : tok->files()) {

@@ -187,15 +187,17 @@ Split open_prepared(const std::string& dir, double val_fraction, int vocab) {
   const nlohmann::json m = read_manifest(dir);
   verify_prepared(dir, m, /*deep=*/false);
   const int64_t tvocab = m["tokenizer"]["vocab"].get<int64_t>();
-  STRATA_CHECK(vocab == 0 || vocab >= tvocab, "--data ", dir, ": its tokenizer has ", tvocab,
-               " tokens but the model's vocabulary is ", vocab, " (set --vocab ", tvocab, ")");
+  STRATA_CHECK_SETTING(vocab == 0 || vocab >= tvocab, setting("data"), " ", dir,
+                       ": its tokenizer has ", tvocab, " tokens but the model's vocabulary is ",
+                       vocab, " (set ", setting("vocab"), " ", tvocab, ")");
   const int v = vocab > 0 ? vocab : int(tvocab);
   std::string tok_path = dir + "/tokenizer";
   const auto& files = m["tokenizer"].value("files", nlohmann::json::array());
   if (files.size() == 1) tok_path = dir + "/" + files[0].get<std::string>();  // tokenizer.json or .model
   std::shared_ptr<const Tokenizer> tok = open_tokenizer(tok_path);
-  STRATA_CHECK(hex64(tokenizer_hash(*tok)) == m["tokenizer"].value("xxh64", ""), "--data ", dir,
-               ": the tokenizer files under tokenizer/ do not match the manifest's hash");
+  STRATA_CHECK_SETTING(hex64(tokenizer_hash(*tok)) == m["tokenizer"].value("xxh64", ""),
+                       setting("data"), " ", dir,
+                       ": the tokenizer files under tokenizer/ do not match the manifest's hash");
   std::vector<std::string> train, val;
   for (const auto& s : m["shards"])
     (s["split"] == "val" ? val : train).push_back(dir + "/" + s["file"].get<std::string>());

@@ -57,30 +57,34 @@ FaultSpec parse_fault(const std::string& text, int rank, int64_t step) {
     constexpr double kMaxSleepS = 7 * 86400.0;
     const std::string num = text.substr(6);
     const std::string problem = number_problem(num, NumberRange{0, kMaxSleepS, true});
-    STRATA_CHECK(problem.empty(), "--inject ", text, ": SECONDS ", problem,
-                 " (a positive number of seconds, at most a week, e.g. sleep:2.5)");
+    STRATA_CHECK_SETTING(problem.empty(), setting("inject"), " ", text, ": SECONDS ", problem,
+                         " (a positive number of seconds, at most a week, e.g. sleep:2.5)");
     const double s = std::strtod(num.c_str(), nullptr);
     f.kind = FaultKind::sleep;
     f.sleep_s = s;
     return f;
   }
-  STRATA_CHECK(text != "sleep", "--inject sleep needs a duration: sleep:SECONDS (e.g. sleep:2.5)");
-  fail("--inject ", text.empty() ? "''" : text, " is not a fault kind; use one of ", fault_kinds_help());
+  STRATA_CHECK_SETTING(text != "sleep", setting("inject"),
+                       " sleep needs a duration: sleep:SECONDS (e.g. sleep:2.5)");
+  fail_setting(setting("inject"), " ", text.empty() ? "''" : text,
+               " is not a fault kind; use one of ", fault_kinds_help());
 }
 
 void validate_fault(const FaultSpec& f, int world, int64_t total_steps) {
   if (!f.active()) return;
-  STRATA_CHECK(f.rank >= 0 && f.rank < world, "--inject-rank ", f.rank, " is not a rank of this job (ranks 0-",
-               world - 1, ")");
-  STRATA_CHECK(f.step >= 0, "--inject-step must not be negative, got ", f.step);
-  STRATA_CHECK(total_steps < 0 || f.step < total_steps, "--inject-step ", f.step,
-               " is past the last step (", total_steps - 1, "): the fault would never fire");
+  STRATA_CHECK_SETTING(f.rank >= 0 && f.rank < world, setting("inject-rank"), " ", f.rank,
+                       " is not a rank of this job (ranks 0-", world - 1, ")");
+  STRATA_CHECK_SETTING(f.step >= 0, setting("inject-step"), " must not be negative, got ", f.step);
+  STRATA_CHECK_SETTING(total_steps < 0 || f.step < total_steps, setting("inject-step"), " ", f.step,
+                       " is past the last step (", total_steps - 1,
+                       "): the fault would never fire");
 }
 
 FaultSpec resolve_fault(const FaultRequest& r, int world, int64_t total_steps) {
   if (r.inject.empty()) {
-    STRATA_CHECK(!r.rank_given && !r.step_given, r.rank_given ? "--inject-rank" : "--inject-step",
-                 " needs --inject KIND (", fault_kinds_help(), ")");
+    STRATA_CHECK_SETTING(!r.rank_given && !r.step_given,
+                         r.rank_given ? setting("inject-rank") : setting("inject-step"), " needs ",
+                         setting("inject"), " KIND (", fault_kinds_help(), ")");
     return {};
   }
   FaultSpec f = parse_fault(r.inject, r.rank, r.step);

@@ -136,7 +136,8 @@ void topology(const HostNetResult& r, std::vector<HostFinding>& out) {
 
 std::vector<HostFinding> judge_hosts(const HostNetResult& r, const std::vector<CollectiveResult>& colls,
                                      double threshold, double expect_link_gbps) {
-  STRATA_CHECK(threshold > 0 && threshold <= 1, "--threshold must be in (0, 1], got ", threshold);
+  STRATA_CHECK_SETTING(threshold > 0 && threshold <= 1, setting("threshold"),
+                       " must be in (0, 1], got ", threshold);
   std::vector<HostFinding> out;
   for (std::string& p : launcher::interface_problems(r.hosts, r.ifaces, r.wanted_ifaces))
     out.push_back({"down", "interface down: " + p});

@@ -68,7 +68,8 @@ std::string num(double x, int prec = 2) {
 }  // namespace
 
 NetVerdict judge_net(const NetResult& r, double threshold, double expect) {
-  STRATA_CHECK(threshold > 0 && threshold <= 1, "--threshold must be in (0, 1], got ", threshold);
+  STRATA_CHECK_SETTING(threshold > 0 && threshold <= 1, setting("threshold"),
+                       " must be in (0, 1], got ", threshold);
   NetVerdict v;
   // Kind of a pair: 0 within a host, 1 between hosts (one kind on one host).
   const bool hosts = !r.host_of.empty() && *std::max_element(r.host_of.begin(), r.host_of.end()) > 0;

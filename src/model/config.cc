@@ -30,7 +30,7 @@ GPTConfig GPTConfig::preset(const std::string& name) {
 Arch parse_arch(const std::string& s) {
   if (s == "gpt2" || s == "gpt") return Arch::gpt2;
   if (s == "llama") return Arch::llama;
-  fail("--arch ", s, ": must be gpt2 or llama");
+  fail_setting(setting("arch"), " ", s, ": must be gpt2 or llama");
 }
 
 const char* arch_name(Arch a) { return a == Arch::llama ? "llama" : "gpt2"; }
@@ -52,19 +52,22 @@ void parse_rope_scaling(const std::string& s, GPTConfig& c) {
   const char* usage = "expected none, FACTOR or FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's llama3 scaling, e.g. "
                       "32,1,4,8192)";
   const std::vector<std::string> parts = split_fields(s);
-  STRATA_CHECK(parts.size() == 1 || parts.size() == 4, "--rope-scaling ", s.empty() ? "''" : s, ": ", usage);
+  STRATA_CHECK_SETTING(parts.size() == 1 || parts.size() == 4, setting("rope-scaling"), " ",
+                       s.empty() ? "''" : s, ": ", usage);
   const char* names[] = {"FACTOR", "LOW", "HIGH", "ORIGINAL"};
   const NumberRange ranges[] = {{1, std::numeric_limits<float>::max()}, NumberRange::positive(),
                                 NumberRange::positive(), NumberRange::positive()};
   std::vector<float> v;
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string problem = number_problem(parts[i], ranges[i]);
-    STRATA_CHECK(problem.empty(), "--rope-scaling ", s, ": ", names[i], " ", problem, " (", usage, ")");
+    STRATA_CHECK_SETTING(problem.empty(), setting("rope-scaling"), " ", s, ": ", names[i], " ",
+                         problem, " (", usage, ")");
     v.push_back(std::strtof(parts[i].c_str(), nullptr));
   }
   c.rope_factor = v[0];
   if (v.size() == 4) {
-    STRATA_CHECK(v[2] > v[1], "--rope-scaling ", s, ": HIGH ", parts[2], " must be above LOW ", parts[1]);
+    STRATA_CHECK_SETTING(v[2] > v[1], setting("rope-scaling"), " ", s, ": HIGH ", parts[2],
+                         " must be above LOW ", parts[1]);
     c.rope_low_freq_factor = v[1], c.rope_high_freq_factor = v[2], c.rope_original_max_pos = v[3];
   }
 }
@@ -104,7 +107,7 @@ void GPTConfig::read_arch(const nlohmann::json& j) {
 bool parse_recompute_inputs(const std::string& s) {
   if (s == "fp32") return false;
   if (s == "bf16") return true;
-  fail("--recompute-inputs ", s.empty() ? "''" : s, ": must be fp32 or bf16");
+  fail_setting(setting("recompute-inputs"), " ", s.empty() ? "''" : s, ": must be fp32 or bf16");
 }
 
 void GPTConfig::validate() const {
@@ -117,27 +120,33 @@ void GPTConfig::validate() const {
   positive("seq", seq);
   positive("vocab", vocab);
   STRATA_CHECK(dim % heads == 0, "model dim ", dim, " is not divisible by heads ", heads);
-  STRATA_CHECK(kv_heads >= 0, "--kv-heads must not be negative (got ", kv_heads, ")");
-  STRATA_CHECK(ffn >= 0, "--ffn must not be negative (got ", ffn, ")");
+  STRATA_CHECK_SETTING(kv_heads >= 0, setting("kv-heads"), " must not be negative (got ", kv_heads,
+                       ")");
+  STRATA_CHECK_SETTING(ffn >= 0, setting("ffn"), " must not be negative (got ", ffn, ")");
   if (!llama()) {
-    STRATA_CHECK(kv_heads == 0 || kv_heads == heads, "--kv-heads ", kv_heads,
-                 ": grouped-query attention needs --arch llama (GPT-2 blocks are multi-head)");
-    STRATA_CHECK(ffn == 0 || ffn == cost::default_ffn(false, dim), "--ffn ", ffn,
-                 ": GPT-2 blocks have an MLP of 4 x dim; another width needs --arch llama");
+    STRATA_CHECK_SETTING(kv_heads == 0 || kv_heads == heads, setting("kv-heads"), " ", kv_heads,
+                         ": grouped-query attention needs ", setting("arch"),
+                         " llama (GPT-2 blocks are multi-head)");
+    STRATA_CHECK_SETTING(ffn == 0 || ffn == cost::default_ffn(false, dim), setting("ffn"), " ", ffn,
+                         ": GPT-2 blocks have an MLP of 4 x dim; another width needs ",
+                         setting("arch"), " llama");
     STRATA_CHECK(tie_embeddings, "GPT-2 blocks tie the output layer to the embedding");
   } else {
-    STRATA_CHECK(heads % kv() == 0, "--kv-heads ", kv(), " does not divide the model's ", heads,
-                 " attention heads (each key/value head serves a whole group of query heads)");
+    STRATA_CHECK_SETTING(
+        heads % kv() == 0, setting("kv-heads"), " ", kv(), " does not divide the model's ", heads,
+        " attention heads (each key/value head serves a whole group of query heads)");
     STRATA_CHECK(head_dim() % 2 == 0, "rotary embeddings need an even head size (dim ", dim,
                  " / heads ", heads, " = ", head_dim(), ")");
-    STRATA_CHECK(norm_eps > 0, "--norm-eps must be positive (got ", norm_eps, ")");
-    STRATA_CHECK(rope_theta > 0, "--rope-theta must be positive (got ", rope_theta, ")");
-    STRATA_CHECK(rope_factor == 0 || (rope_factor >= 1 && rope_low_freq_factor > 0 &&
-                                      rope_high_freq_factor > rope_low_freq_factor &&
-                                      rope_original_max_pos > 0),
-                 "--rope-scaling ", rope_factor, ",", rope_low_freq_factor, ",",
-                 rope_high_freq_factor, ",", rope_original_max_pos,
-                 ": needs FACTOR >= 1, LOW > 0, HIGH > LOW and ORIGINAL > 0");
+    STRATA_CHECK_SETTING(norm_eps > 0, setting("norm-eps"), " must be positive (got ", norm_eps,
+                         ")");
+    STRATA_CHECK_SETTING(rope_theta > 0, setting("rope-theta"), " must be positive (got ",
+                         rope_theta, ")");
+    STRATA_CHECK_SETTING(rope_factor == 0 || (rope_factor >= 1 && rope_low_freq_factor > 0 &&
+                                              rope_high_freq_factor > rope_low_freq_factor &&
+                                              rope_original_max_pos > 0),
+                         setting("rope-scaling"), " ", rope_factor, ",", rope_low_freq_factor, ",",
+                         rope_high_freq_factor, ",", rope_original_max_pos,
+                         ": needs FACTOR >= 1, LOW > 0, HIGH > LOW and ORIGINAL > 0");
   }
   STRATA_CHECK(padded_vocab >= vocab, "model padded vocab ", padded_vocab, " is below vocab ",
                vocab);
@@ -147,26 +156,33 @@ void GPTConfig::validate() const {
   moe.validate();
   // Every part of an MoE run (expert regions, expert parallelism, the per-step expert metrics)
   // assumes at least one MoE block.
-  STRATA_CHECK(!moe.enabled() || moe.every <= layers, "--moe-every ", moe.every, " is greater than --layers ",
-               layers, ": no block would be MoE; drop --experts or lower --moe-every");
-  STRATA_CHECK(recompute.layers >= 0, "--recompute-layers must not be negative (got ", recompute.layers, ")");
-  STRATA_CHECK(recompute.layers == 0 || recompute.mode == Recompute::full, "--recompute-layers ",
-               recompute.layers, " needs --recompute full");
-  STRATA_CHECK(!recompute.bf16_inputs || recompute.mode == Recompute::full,
-               "--recompute-inputs bf16 needs --recompute full (it rounds the block inputs full "
-               "recomputation keeps)");
-  STRATA_CHECK(!recompute.bf16_inputs || !moe.enabled(),
-               "--recompute-inputs bf16 is for dense models: MoE blocks keep every activation "
-               "(--experts)");
+  STRATA_CHECK_SETTING(!moe.enabled() || moe.every <= layers, setting("moe-every"), " ", moe.every,
+                       " is greater than ", setting("layers"), " ", layers,
+                       ": no block would be MoE; drop ", setting("experts"), " or lower ",
+                       setting("moe-every"));
+  STRATA_CHECK_SETTING(recompute.layers >= 0, setting("recompute-layers"),
+                       " must not be negative (got ", recompute.layers, ")");
+  STRATA_CHECK_SETTING(recompute.layers == 0 || recompute.mode == Recompute::full,
+                       setting("recompute-layers"), " ", recompute.layers, " needs ",
+                       setting("recompute"), " full");
+  STRATA_CHECK_SETTING(!recompute.bf16_inputs || recompute.mode == Recompute::full,
+                       setting("recompute-inputs"), " bf16 needs ", setting("recompute"),
+                       " full (it rounds the block inputs full "
+                       "recomputation keeps)");
+  STRATA_CHECK_SETTING(!recompute.bf16_inputs || !moe.enabled(), setting("recompute-inputs"),
+                       " bf16 is for dense models: MoE blocks keep every activation "
+                       "(",
+                       setting("experts"), ")");
   STRATA_CHECK(n < 4e9, "model has ~", n, " parameters: too many for one flat fp32 buffer");
   // Counted in double before any table or buffer is built: 2^31 - 1 experts once spent
   // minutes building before anything failed.
   const double width = moe.expert_width(hidden()), mats = llama() ? 3.0 : 2.0;
   const double experts = double(moe.moe_layers(layers)) * (double(moe.experts) + moe.shared_experts) *
                          (mats * dim * width + width + dim);
-  STRATA_CHECK(n + experts < 4e9, "--experts ", moe.experts, ": the model would have ~",
-               n + experts, " parameters (", moe.moe_layers(layers), " MoE blocks x ",
-               moe.experts, " expert MLPs): too many for one flat fp32 buffer");
+  STRATA_CHECK_SETTING(n + experts < 4e9, setting("experts"), " ", moe.experts,
+                       ": the model would have ~", n + experts, " parameters (",
+                       moe.moe_layers(layers), " MoE blocks x ", moe.experts,
+                       " expert MLPs): too many for one flat fp32 buffer");
 }
 
 // GPT-2, per block: ln_1 (2C) + c_attn (3C*C + 3C) + attn c_proj (C*C + C) + ln_2 (2C)

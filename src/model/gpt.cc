@@ -56,7 +56,8 @@ int64_t GPT::activation_bytes() const {
 }
 
 void GPT::set_expert_group(comm::ProcessGroup* ep) {
-  STRATA_CHECK(moe() || !ep || ep->size() == 1, "expert parallelism needs --experts");
+  STRATA_CHECK_SETTING(moe() || !ep || ep->size() == 1, "expert parallelism needs ",
+                       setting("experts"));
   const int P = ep ? ep->size() : 1;
   STRATA_CHECK(P == experts_.size && (P == 1 || ep->rank() == experts_.rank),
                "set_expert_group: the model holds the experts of rank ", experts_.rank, " of an ",

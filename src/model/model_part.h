@@ -89,7 +89,7 @@ struct RecomputePolicy {
 // "none" | "selective" | "full" (cost::recompute_from_name); else throws naming --recompute.
 inline Recompute parse_recompute_mode(const std::string& s) {
   const std::optional<Recompute> r = cost::recompute_from_name(s);
-  if (!r) fail("--recompute ", s, ": must be none, selective or full");
+  if (!r) fail_setting(setting("recompute"), " ", s, ": must be none, selective or full");
   return *r;
 }
 struct GPTConfig;

@@ -11,29 +11,39 @@ VocabSlice vocab_slice(int64_t padded_vocab, TpShard s) {
 }
 
 void check_tensor_parallel(const GPTConfig& cfg, int tp, bool sequence_parallel, int seq, int cp) {
-  STRATA_CHECK(tp >= 1, "--tp must be at least 1 (got ", tp, ")");
-  STRATA_CHECK(tp_splits_heads(cfg.heads, tp), "--tp ", tp, " does not divide the model's ",
-               cfg.heads, " attention heads (each tensor-parallel rank takes whole heads)");
-  STRATA_CHECK(cfg.padded_vocab >= tp, "--tp ", tp, " exceeds the padded vocabulary ",
-               cfg.padded_vocab);
-  STRATA_CHECK(splits_kv_heads(cfg.kv(), tp), "--tp ", tp, " and the model's ", cfg.kv(),
-               " key/value heads: one must divide the other (each tensor-parallel rank takes "
-               "whole key/value heads, or one head replicated on the ranks sharing it)");
-  STRATA_CHECK(cfg.hidden() % tp == 0, "--tp ", tp, " does not divide the MLP width ", cfg.hidden(),
-               cfg.llama() ? " (--ffn)" : " (4 x --dim)");
+  STRATA_CHECK_SETTING(tp >= 1, setting("tp"), " must be at least 1 (got ", tp, ")");
+  STRATA_CHECK_SETTING(tp_splits_heads(cfg.heads, tp), setting("tp"), " ", tp,
+                       " does not divide the model's ", cfg.heads,
+                       " attention heads (each tensor-parallel rank takes whole heads)");
+  STRATA_CHECK_SETTING(cfg.padded_vocab >= tp, setting("tp"), " ", tp,
+                       " exceeds the padded vocabulary ", cfg.padded_vocab);
+  STRATA_CHECK_SETTING(
+      splits_kv_heads(cfg.kv(), tp), setting("tp"), " ", tp, " and the model's ", cfg.kv(),
+      " key/value heads: one must divide the other (each tensor-parallel rank takes "
+      "whole key/value heads, or one head replicated on the ranks sharing it)");
+  STRATA_CHECK_SETTING(cfg.hidden() % tp == 0, setting("tp"), " ", tp,
+                       " does not divide the MLP width ", cfg.hidden(), " (",
+                       cfg.llama() ? setting("ffn") : cat("4 x ", setting("dim")), ")");
   if (cfg.moe.enabled()) {
     const int He = cfg.moe.expert_width(cfg.hidden()), Hs = cfg.moe.shared_width(cfg.hidden());
-    STRATA_CHECK(He % tp == 0 && Hs % tp == 0, "--tp ", tp, " does not divide the experts' hidden width ", He,
-                 Hs > 0 ? cat(" and the shared experts' ", Hs) : "", " (--expert-ffn)");
+    STRATA_CHECK_SETTING(He % tp == 0 && Hs % tp == 0, setting("tp"), " ", tp,
+                         " does not divide the experts' hidden width ", He,
+                         Hs > 0 ? cat(" and the shared experts' ", Hs) : "", " (",
+                         setting("expert-ffn"), ")");
   }
   // With context parallelism each cp rank's seq / cp tokens are what the tp ranks split.
   const int local = seq / cp;
-  STRATA_CHECK(!sequence_parallel || tp == 1 || local % tp == 0, "--sp with --tp ", tp, ": ",
-               cp > 1 ? cat("--seq ", seq, " / --cp ", cp, " = ", local, " tokens per cp rank")
-                      : cat("the training sequence --seq ", seq),
-               " is not divisible by ", tp,
-               " (sequence parallelism splits each rank's tokens over the --tp ranks; use --no-sp "
-               "or another --seq)");
+  STRATA_CHECK_SETTING(!sequence_parallel || tp == 1 || local % tp == 0, setting("sp"), " with ",
+                       setting("tp"), " ", tp, ": ",
+                       cp > 1 ? cat(setting("seq"), " ", seq, " / ", setting("cp"), " ", cp, " = ",
+                                    local, " tokens per cp rank")
+                              : cat("the training sequence ", setting("seq"), " ", seq),
+                       " is not divisible by ", tp,
+                       " (sequence parallelism splits each rank's tokens over the ", setting("tp"),
+                       " ranks; use ", setting("no-sp"),
+                       " "
+                       "or another ",
+                       setting("seq"), ")");
 }
 
 namespace {
@@ -118,10 +128,11 @@ class TableBuilder {
 // key/value heads, cost::tp_kv_heads) form one (q | k | v) matrix the block multiplies at
 // once; gate and up likewise form one (gate | up) matrix of 2F/T rows.
 static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, ExpertShard x) {
-  STRATA_CHECK(splits_kv_heads(cfg.kv(), s.size), "--tp ", s.size, " and the model's ",
-               cfg.kv(), " key/value heads: one must divide the other");
-  STRATA_CHECK(cfg.hidden() % s.size == 0, "--tp ", s.size, " does not divide the MLP width ",
-               cfg.hidden(), " (--ffn)");
+  STRATA_CHECK_SETTING(splits_kv_heads(cfg.kv(), s.size), setting("tp"), " ", s.size,
+                       " and the model's ", cfg.kv(),
+                       " key/value heads: one must divide the other");
+  STRATA_CHECK_SETTING(cfg.hidden() % s.size == 0, setting("tp"), " ", s.size,
+                       " does not divide the MLP width ", cfg.hidden(), " (", setting("ffn"), ")");
   TableBuilder t(s);
   const int64_t C = cfg.dim, hs = cfg.head_dim(), F = cfg.hidden();
   const VocabSlice vs = vocab_slice(cfg.padded_vocab, s);
@@ -137,9 +148,10 @@ static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, Exp
     t.row(p + "down_proj.weight", {C, H}, unit, true);
   };
   const int64_t He = cfg.moe.expert_width(int(F)), Hs = cfg.moe.shared_width(int(F));
-  STRATA_CHECK(!cfg.moe.enabled() || (He % s.size == 0 && Hs % s.size == 0), "--tp ", s.size,
-               " does not divide the experts' hidden width ", He, Hs > 0 ? cat(" and the shared experts' ", Hs) : "",
-               " (--expert-ffn)");
+  STRATA_CHECK_SETTING(!cfg.moe.enabled() || (He % s.size == 0 && Hs % s.size == 0), setting("tp"),
+                       " ", s.size, " does not divide the experts' hidden width ", He,
+                       Hs > 0 ? cat(" and the shared experts' ", Hs) : "", " (",
+                       setting("expert-ffn"), ")");
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const int u = l + 1;
@@ -173,12 +185,12 @@ static std::vector<ShardedView> llama_table(const GPTConfig& cfg, TpShard s, Exp
 std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, ExpertShard x) {
   STRATA_CHECK(s.size >= 1 && s.rank >= 0 && s.rank < s.size, "tensor-parallel rank ", s.rank,
                " of ", s.size, " is not a valid position");
-  STRATA_CHECK(cfg.heads % s.size == 0, "--tp ", s.size, " does not divide the model's ",
-               cfg.heads, " attention heads");
+  STRATA_CHECK_SETTING(cfg.heads % s.size == 0, setting("tp"), " ", s.size,
+                       " does not divide the model's ", cfg.heads, " attention heads");
   const int E = cfg.moe.experts;
-  STRATA_CHECK(x.size >= 1 && x.rank >= 0 && x.rank < x.size && (E == 0 || E % x.size == 0),
-               "expert-parallel rank ", x.rank, " of ", x.size, " cannot hold E/ep of ", E,
-               " experts (--ep must divide --experts)");
+  STRATA_CHECK_SETTING(x.size >= 1 && x.rank >= 0 && x.rank < x.size && (E == 0 || E % x.size == 0),
+                       "expert-parallel rank ", x.rank, " of ", x.size, " cannot hold E/ep of ", E,
+                       " experts (", setting("ep"), " must divide ", setting("experts"), ")");
   if (cfg.llama()) return llama_table(cfg, s, x);
   TableBuilder t(s);
   const int64_t C = cfg.dim;
@@ -194,9 +206,10 @@ std::vector<ShardedView> build_sharded_table(const GPTConfig& cfg, TpShard s, Ex
     t.whole(x + "c_proj.bias", {C}, unit, false, true);
   };
   const int64_t He = cfg.moe.expert_width(cfg.hidden()), Hs = cfg.moe.shared_width(cfg.hidden());
-  STRATA_CHECK(!cfg.moe.enabled() || (He % s.size == 0 && Hs % s.size == 0), "--tp ", s.size,
-               " does not divide the experts' hidden width ", He, Hs > 0 ? cat(" and the shared experts' ", Hs) : "",
-               " (--expert-ffn)");
+  STRATA_CHECK_SETTING(!cfg.moe.enabled() || (He % s.size == 0 && Hs % s.size == 0), setting("tp"),
+                       " ", s.size, " does not divide the experts' hidden width ", He,
+                       Hs > 0 ? cat(" and the shared experts' ", Hs) : "", " (",
+                       setting("expert-ffn"), ")");
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const int u = l + 1;
@@ -263,8 +276,8 @@ cost::GptShape gpt_shape(const GPTConfig& cfg) {
 namespace {
 
 void check_expert_split(const GPTConfig& cfg, int ep) {
-  STRATA_CHECK(ep >= 1 && cfg.moe.experts % ep == 0, "--experts ", cfg.moe.experts,
-               " is not divisible by --ep ", ep);
+  STRATA_CHECK_SETTING(ep >= 1 && cfg.moe.experts % ep == 0, setting("experts"), " ",
+                       cfg.moe.experts, " is not divisible by ", setting("ep"), " ", ep);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ StageModel::StageModel(const GPTConfig& cfg, std::vector<StageChunk> chunks,
                "internal: the tp communicator shares key/value heads over ",
                tc_ ? tc_->kv_share() : 1, " ranks, the model over ",
                tc_ ? cost::tp_kv_share(cfg_.kv(), tc_->size()) : 1);
-  STRATA_CHECK(!ep_ || cfg_.moe.enabled(), "expert parallelism needs --experts");
+  STRATA_CHECK_SETTING(!ep_ || cfg_.moe.enabled(), "expert parallelism needs ", setting("experts"));
   if (ep_) experts_ = {ep_->size(), ep_->rank()};
   const int L = cfg_.layers, U = L + 2 + cfg_.moe.moe_layers(L);  // global units
   STRATA_CHECK(!chunks_.empty() && slots.size() == chunks_.size(), "stage: ", chunks_.size(),

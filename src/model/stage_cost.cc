@@ -160,15 +160,19 @@ std::vector<int> balance_layers(const LayerCosts& c, int L, int VP) {
 std::vector<StageChunk> split_layers(const GPTConfig& cfg, int stages, int virt,
                                      const std::vector<int>& split, const LayerCosts& costs) {
   const int L = cfg.layers, VP = stages * virt;
-  STRATA_CHECK(VP <= L, "--pp ", stages, virt > 1 ? cat(" x --virtual-stages ", virt) : "", " = ",
-               VP, " stages but the model has only ", L, " layers (each stage needs one)");
+  STRATA_CHECK_SETTING(VP <= L, setting("pp"), " ", stages,
+                       virt > 1 ? cat(" x ", setting("virtual-stages"), " ", virt) : "", " = ", VP,
+                       " stages but the model has only ", L, " layers (each stage needs one)");
   std::vector<int> sizes = split;
   if (!sizes.empty()) {
-    STRATA_CHECK(int(sizes.size()) == VP, "--pp-split has ", sizes.size(), " sizes but there are ",
-                 VP, " (virtual) stages");
+    STRATA_CHECK_SETTING(int(sizes.size()) == VP, setting("pp-split"), " has ", sizes.size(),
+                         " sizes but there are ", VP, " (virtual) stages");
     const int sum = std::accumulate(sizes.begin(), sizes.end(), 0);
-    for (int n : sizes) STRATA_CHECK(n >= 1, "--pp-split: every stage needs a layer (got ", n, ")");
-    STRATA_CHECK(sum == L, "--pp-split sums to ", sum, " layers but the model has ", L);
+    for (int n : sizes)
+      STRATA_CHECK_SETTING(n >= 1, setting("pp-split"), ": every stage needs a layer (got ", n,
+                           ")");
+    STRATA_CHECK_SETTING(sum == L, setting("pp-split"), " sums to ", sum,
+                         " layers but the model has ", L);
   } else {
     sizes = balance_layers(costs, L, VP);
   }

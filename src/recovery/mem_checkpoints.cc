@@ -110,11 +110,13 @@ MemCheckpoints::MemCheckpoints(MemCheckpointOptions o, parallel::StepEngine& eng
       const std::string replicas =
           replica > 0 ? cat(" and ", kReplicaSlots, " replica slots of ", mib_text(replica_payload_bytes_),
                             " (--mem-ckpt-replicas 1)") : "";
-      STRATA_CHECK(need <= free, "--mem-ckpt-every ", o_.every, ": in-memory checkpoints need ",
-                   mib_text(need), " in /dev/shm (", slots_, " slots of ", mib_text(payload_bytes_), replicas,
-                   " per rank x ", o_.local_world, " rank(s) on this host), but it has ",
-                   mib_text(free), " free; use fewer ranks per host",
-                   replica > 0 ? ", --mem-ckpt-replicas 0" : "", " or --mem-ckpt-every 0");
+      STRATA_CHECK_SETTING(
+          need <= free, setting("mem-ckpt-every"), " ", o_.every, ": in-memory checkpoints need ",
+          mib_text(need), " in /dev/shm (", slots_, " slots of ", mib_text(payload_bytes_),
+          replicas, " per rank x ", o_.local_world, " rank(s) on this host), but it has ",
+          mib_text(free), " free; use fewer ranks per host",
+          replica > 0 ? cat(", ", setting("mem-ckpt-replicas"), " 0") : std::string(), " or ",
+          setting("mem-ckpt-every"), " 0");
     }
     segment_ = ckpt::MemSegment::create(name, payload_bytes_, slots_);
   }

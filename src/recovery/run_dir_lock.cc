@@ -48,21 +48,24 @@ RunDirLock::RunDirLock(const std::string& run_dir) {
   if (run_dir.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
-  STRATA_CHECK(!ec && std::filesystem::is_directory(run_dir), "--run-dir ", run_dir,
-               ": cannot create the directory (", ec ? ec.message() : "not a directory", ")");
+  STRATA_CHECK_SETTING(!ec && std::filesystem::is_directory(run_dir), setting("run-dir"), " ",
+                       run_dir, ": cannot create the directory (",
+                       ec ? ec.message() : "not a directory", ")");
   const std::string path = run_dir_lock_path(run_dir);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  STRATA_CHECK(fd >= 0, "--run-dir ", run_dir, ": cannot open ", path, ": ", std::strerror(errno));
+  STRATA_CHECK_SETTING(fd >= 0, setting("run-dir"), " ", run_dir, ": cannot open ", path, ": ",
+                       std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const long holder = read_holder(fd);
     ::close(fd);
     if (err == EWOULDBLOCK && holder > 0 && is_ancestor(holder)) return;  // our launcher's lock
-    STRATA_CHECK(err != EWOULDBLOCK, "--run-dir ", run_dir,
-                 " is in use by another strata train (pid ",
-                 holder > 0 ? std::to_string(holder) : std::string("unknown"),
-                 "): wait for it to finish, or use another --run-dir");
-    fail("--run-dir ", run_dir, ": cannot lock ", path, ": ", std::strerror(err));
+    STRATA_CHECK_SETTING(err != EWOULDBLOCK, setting("run-dir"), " ", run_dir,
+                         " is in use by another strata train (pid ",
+                         holder > 0 ? std::to_string(holder) : std::string("unknown"),
+                         "): wait for it to finish, or use another ", setting("run-dir"));
+    fail_setting(setting("run-dir"), " ", run_dir, ": cannot lock ", path, ": ",
+                 std::strerror(err));
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {

@@ -105,7 +105,12 @@ void check_layout(const model::GPTConfig& model, int seq, int64_t batch,
 }
 
 parallel::ParallelLayout RunSpec::layout() const {
-  const parallel::MeshDims d = parallel.mesh_dims();
+  parallel::MeshDims d;
+  try {
+    d = parallel.mesh_dims();
+  } catch (const SettingError& e) {
+    throw Error(e.render("--"));
+  }
   parallel::ParallelLayout l;
   l.tp = d.tp, l.cp = d.cp, l.dp = d.dp, l.pp = d.pp, l.ep = d.ep;
   l.zero = parallel.dp.stage;
@@ -214,6 +219,14 @@ void RunSpec::check_live_recovery(const parallel::ParallelLayout& l) const {
 }
 
 void RunSpec::validate() const {
+  try {
+    check_all();
+  } catch (const SettingError& e) {  // a lower layer's refusal, in the flags' words
+    throw Error(e.render("--"));
+  }
+}
+
+void RunSpec::check_all() const {
   const TrainConfig& cfg = train;
   const ParallelConfig& pc = parallel;
   // The job: ranks, restarts, hosts, timeouts, traces.

@@ -43,6 +43,7 @@ struct RunSpec {
   void validate() const;
 
  private:
+  void check_all() const;  // validate()'s checks, a lower layer's refusal as it says it
   void check_live_recovery(const parallel::ParallelLayout& l) const;
   void check_replica_groups() const;
   // The sequences each replica group trains per step: --batch, or its share of it.

@@ -4,11 +4,12 @@
 #include <cmath>
 
 #include "CLI/CLI.hpp"
-#include "core/error.h"
 #include "cli/flags/fault.h"
+#include "core/error.h"
 #include "diag/fault_inject.h"
 #include "diag/straggler.h"
 #include "nlohmann/json.hpp"
+#include "support/error_of.h"
 
 using namespace strata::diag;
 
@@ -103,12 +104,8 @@ TEST(FaultInject, ParsesEveryKind) {
 
 TEST(FaultInject, RejectsBadKindsWithOneClearLine) {
   auto message = [](const char* text) {
-    try {
-      parse_fault(text, 0, 1);
-    } catch (const strata::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    const std::string e = strata::test::error_of([&] { parse_fault(text, 0, 1); });
+    return e.empty() ? std::string("no error") : e;
   };
   EXPECT_NE(message("explode").find("--inject explode is not a fault kind; use one of kill, exit"), std::string::npos);
   EXPECT_NE(message("sleep").find("sleep:SECONDS"), std::string::npos);

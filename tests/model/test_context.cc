@@ -19,6 +19,7 @@
 #include "model/context/context_comm.h"
 #include "model/gpt.h"
 #include "model/shard.h"
+#include "support/error_of.h"
 
 namespace strata::model {
 namespace {
@@ -199,12 +200,7 @@ TEST(ContextLayout, RefusesWhatItCannotSplit) {
   GPTConfig cfg;
   cfg.heads = 6;
   auto msg = [&](int tp, int cp, CpOptions o, int seq) {
-    try {
-      check_context_parallel(cfg, tp, cp, o, seq);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return test::error_of([&] { check_context_parallel(cfg, tp, cp, o, seq); });
   };
   EXPECT_NE(msg(1, 2, {}, 30).find("--seq 30 must be divisible by 2 x --cp = 4"), std::string::npos);
   // When --cp alone divides the sequence, the refusal names the layout that runs it.

@@ -147,19 +147,24 @@ void count_words(const std::string& text, WordCounts& counts) {
 }
 
 void check_options(const BpeTrainOptions& o) {
-  STRATA_CHECK(o.vocab_size >= 256 + int64_t(o.specials.size()) && o.vocab_size <= (1 << 24), "--vocab-size ",
-               o.vocab_size, " must be in [", 256 + o.specials.size(), ", 2^24] (256 bytes + ",
-               o.specials.size(), " special token(s) at least)");
-  STRATA_CHECK(o.min_frequency >= 1, "--min-frequency must be >= 1 (got ", o.min_frequency, ")");
+  STRATA_CHECK_SETTING(
+      o.vocab_size >= 256 + int64_t(o.specials.size()) && o.vocab_size <= (1 << 24),
+      setting("vocab-size"), " ", o.vocab_size, " must be in [", 256 + o.specials.size(),
+      ", 2^24] (256 bytes + ", o.specials.size(), " special token(s) at least)");
+  STRATA_CHECK_SETTING(o.min_frequency >= 1, setting("min-frequency"), " must be >= 1 (got ",
+                       o.min_frequency, ")");
   for (size_t i = 0; i < o.specials.size(); ++i) {
     const std::string& s = o.specials[i];
-    STRATA_CHECK(!s.empty(), "--special \"\" is empty: a special token needs text");
-    STRATA_CHECK(std::find(o.specials.begin(), o.specials.begin() + std::ptrdiff_t(i), s) ==
-                     o.specials.begin() + std::ptrdiff_t(i),
-                 "--special ", quote_input(s), " is given twice (one id each, so one would be lost)");
+    STRATA_CHECK_SETTING(!s.empty(), setting("special"),
+                         " \"\" is empty: a special token needs text");
+    STRATA_CHECK_SETTING(std::find(o.specials.begin(), o.specials.begin() + std::ptrdiff_t(i), s) ==
+                             o.specials.begin() + std::ptrdiff_t(i),
+                         setting("special"), " ", quote_input(s),
+                         " is given twice (one id each, so one would be lost)");
     for (int b = 0; b < 256; ++b)
-      STRATA_CHECK(s != byte_to_unicode(uint8_t(b)), "--special ", quote_input(s), " collides with byte ", b,
-                   "'s token (vocab.json key ", quote_input(s), ")");
+      STRATA_CHECK_SETTING(s != byte_to_unicode(uint8_t(b)), setting("special"), " ",
+                           quote_input(s), " collides with byte ", b, "'s token (vocab.json key ",
+                           quote_input(s), ")");
   }
 }
 
@@ -170,9 +175,10 @@ BpeVocabulary train_bpe(const WordCounts& counts, const BpeTrainOptions& o) {
   for (size_t m = 0; m < v.merges.size(); ++m) {
     const std::string key = spelled(v.tokens[256 + m]);
     for (const std::string& s : o.specials)
-      STRATA_CHECK(s != key, "--special ", quote_input(s), " collides with the token of merge ", m + 1, " (",
-                   quote_input(spelled(v.merges[m].first)), " + ", quote_input(spelled(v.merges[m].second)),
-                   ") learned from the corpus");
+      STRATA_CHECK_SETTING(s != key, setting("special"), " ", quote_input(s),
+                           " collides with the token of merge ", m + 1, " (",
+                           quote_input(spelled(v.merges[m].first)), " + ",
+                           quote_input(spelled(v.merges[m].second)), ") learned from the corpus");
   }
   return v;
 }

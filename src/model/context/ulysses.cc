@@ -123,9 +123,10 @@ void gather_rows(float* send, const float* full, const UlyssesGeom& g, int64_t w
 void ContextComm::ulysses_forward(int layer, float* out, float* lse, float* qkv, int B, int Tl,
                                   int Cl, int NH, int NKV, bool bf16, const int32_t* doc_start) {
   const int C = size_;
-  STRATA_CHECK(NH % C == 0 && splits_kv_heads(NKV, C), "--cp-mode ulysses: ", NH, " heads and ",
-               NKV, " key/value heads on this rank: --cp ", C,
-               " must divide the heads, and divide or be a multiple of the key/value heads");
+  STRATA_CHECK_SETTING(
+      NH % C == 0 && splits_kv_heads(NKV, C), setting("cp-mode"), " ulysses: ", NH, " heads and ",
+      NKV, " key/value heads on this rank: ", setting("cp"), " ", C,
+      " must divide the heads, and divide or be a multiple of the key/value heads");
   const UlyssesGeom g = geometry(layout(Tl * C), B, Tl, C, Cl, NH, NKV);
   const int64_t N = g.N();
   float* send = scratch(0, g.sharded());

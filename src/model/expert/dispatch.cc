@@ -15,8 +15,8 @@ ExpertGroup::ExpertGroup(comm::ProcessGroup* group, int experts) {
     P_ = group->size();
     rank_ = group->rank();
   }
-  STRATA_CHECK(ep_splits_experts(experts, P_), "--experts ", experts, " is not divisible by --ep ",
-               P_);
+  STRATA_CHECK_SETTING(ep_splits_experts(experts, P_), setting("experts"), " ", experts,
+                       " is not divisible by ", setting("ep"), " ", P_);
   El_ = experts / P_;
 }
 

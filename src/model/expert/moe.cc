@@ -107,9 +107,13 @@ void MoE::set_context(comm::ProcessGroup* group) { cp_ = group && group->size() 
 void MoE::set_tensor(TensorComm* tc) {
   tp_ = tc && tc->size() > 1 ? tc : nullptr;
   const int T = tp_ ? tp_->size() : 1;
-  STRATA_CHECK(hidden_ % T == 0 && shared_ % T == 0, "--tp ", T, " does not divide the experts' hidden width ",
-               hidden_, shared_ > 0 ? cat(" and the shared experts' ", shared_) : "",
-               cfg_.expert_ffn > 0 ? " (--expert-ffn)" : gated_ ? " (--ffn)" : " (4 x --dim)");
+  STRATA_CHECK_SETTING(hidden_ % T == 0 && shared_ % T == 0, setting("tp"), " ", T,
+                       " does not divide the experts' hidden width ", hidden_,
+                       shared_ > 0 ? cat(" and the shared experts' ", shared_) : "", " (",
+                       cfg_.expert_ffn > 0 ? setting("expert-ffn")
+                       : gated_            ? setting("ffn")
+                                           : cat("4 x ", setting("dim")),
+                       ")");
   F_ = hidden_ / T;
   Fs_ = shared_ / T;
 }
