@@ -65,6 +65,18 @@ function(strata_pch target)
   endif()
 endfunction()
 
+# strata_unity(TARGET): TARGET's files compile STRATA_UNITY at a time, as one unit (CMake's
+# unity build): the JSON, CLI11 and GoogleTest templates are instantiated once per unit instead
+# of once per file (the test binaries' units take about half the CPU time). Two files of one
+# target may then not both define a name at namespace scope, anonymous namespaces included: a
+# test file whose helpers would collide has a namespace of its own. Not for the kernels
+# (compiled once per instruction-set level) or data/ (file-local `fail`s of different shapes).
+function(strata_unity target)
+  if(STRATA_UNITY GREATER 1)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${STRATA_UNITY})
+  endif()
+endfunction()
+
 # strata_library(AREA [DEPS...]): one static library per folder of src/, from every .cc in it.
 function(strata_library area)
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
@@ -107,12 +119,8 @@ function(strata_test area)
   target_compile_definitions(test_${area} PRIVATE
     STRATA_SOURCE_DIR="${PROJECT_SOURCE_DIR}" STRATA_BINARY="$<TARGET_FILE:strata>")
   strata_light(test_${area})
-  # Unity: a test binary's files compile STRATA_TEST_UNITY at a time, as one unit (GoogleTest,
-  # JSON and the support headers are instantiated once per batch instead of once per file:
-  # about 0.4x the CPU time). A file's helpers live in its own anonymous namespace, so two
-  # files of a batch may not both define one name at namespace scope.
-  if(STRATA_TEST_UNITY GREATER 1)
-    set_target_properties(test_${area} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${STRATA_TEST_UNITY})
+  strata_unity(test_${area})
+  if(STRATA_UNITY GREATER 1)
     # A parameterised fixture over a file's own (anonymous-namespace) case type is fine in a
     # unity unit: the type never leaves it. GCC 12 misreads some std::string concatenations it
     # inlines across a larger unit as out-of-bounds copies (GCC bugs 105651, 105329).

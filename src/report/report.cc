@@ -20,7 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr size_t kMaxEventRows = 200;
 
 const char* color(size_t i) { return kPalette[i % 8]; }

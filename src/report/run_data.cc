@@ -16,7 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A directory would read as an empty file ("holds no step records"), a FIFO would block.
 std::string slurp(const fs::path& p) { return read_regular_file(p.string(), "run file"); }

@@ -7,12 +7,16 @@
 // finish") and the rest is used. Only a directory with nothing readable at all is an error.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "nlohmann/json.hpp"
 
 namespace strata::report {
+
+// A missing figure in the report's series (a step without an eval, a rank without a time).
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A number that is absent from a record is NaN.
 struct StepRow {
