@@ -62,7 +62,7 @@ void run_rank(const BenchArgs& a, const std::vector<comm::BenchOp>& ops,
 
 }  // namespace
 
-static Register reg("bench comm", "Collective bandwidth and latency (nccl-tests format)", [](CLI::App& app) {
+static Register reg_bench_comm("bench comm", "Collective bandwidth and latency (nccl-tests format)", [](CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   app.add_option("--backend", a->backend, "shm, mpi or tcp");
   app.add_option("--nproc", a->nproc, "ranks to launch");

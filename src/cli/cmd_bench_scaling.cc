@@ -18,7 +18,7 @@ struct ScalingArgs {
   report::ScalingOptions opts;
 };
 
-static Register reg(
+static Register reg_bench_scaling(
     "bench scaling", "Scaling study: train at several rank counts, decompose each step",
     [](CLI::App& app) {
       auto a = std::make_shared<ScalingArgs>();

@@ -27,7 +27,7 @@
 namespace strata::cli {
 namespace {
 
-struct PlanArgs {
+struct DataPlanArgs {
   int64_t samples = -1;
   int world = 1, micro_batch = 1, accum = 1, rank = -1;
   uint64_t seed = 0;
@@ -68,7 +68,7 @@ void print_table_step(int64_t index, const data::StepPlan& sp) {
     }
 }
 
-void run_plan(const PlanArgs& a) {
+void run_plan(const DataPlanArgs& a) {
   STRATA_CHECK(a.world > 0, "--world must be positive (got ", a.world, ")");
   STRATA_CHECK(a.micro_batch > 0, "--micro-batch must be positive (got ", a.micro_batch, ")");
   STRATA_CHECK(a.accum > 0, "--accum must be positive (got ", a.accum, ")");
@@ -337,7 +337,7 @@ Register tokenizer_train_reg("data tokenizer-train", "Train a byte-level BPE tok
 });
 
 Register plan_reg("data plan", "Show which samples every rank uses at every step", [](CLI::App& app) {
-  auto a = std::make_shared<PlanArgs>();
+  auto a = std::make_shared<DataPlanArgs>();
   // Counts below 2^63 (9.2e18): past it the int64 the flag lands in wraps.
   app.add_option("--samples", a->samples, "Samples in the data (N)")->required()
       ->check(number_in(0, 9.2e18));

@@ -35,7 +35,7 @@ static void check_local_limits(int nproc) {
                  " ranks exceed the process limit (ulimit -u) of ", procs.rlim_cur);
 }
 
-static Register reg("launch", "Start N ranks of a program on this host (or through mpirun)", [](CLI::App& app) {
+static Register reg_launch("launch", "Start N ranks of a program on this host (or through mpirun)", [](CLI::App& app) {
   struct Args {
     int nproc = 1;
     double grace = 5;

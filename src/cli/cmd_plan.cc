@@ -416,7 +416,7 @@ void add_planner_flags(CLI::App& app, Flags& f) {
       ->check(number_in(0.0, 1.0, true));
 }
 
-static Register reg(
+static Register reg_plan(
     "plan", "Plan memory, layout, speed and checkpoints for a cluster", [](CLI::App& app) {
       auto f = std::make_shared<Flags>();
       f->model.add_to(app, {"--model", "--arch", "--layers", "--dim", "--heads", "--kv-heads", "--ffn", "--vocab",

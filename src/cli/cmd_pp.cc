@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "parallel/pipeline/schedule.h"
 
-namespace strata::cli {
+namespace strata::cli::cmd_pp {
 namespace {
 
 struct ScheduleArgs {
@@ -47,7 +47,7 @@ void setup(CLI::App& app) {
   });
 }
 
-Register reg("pp schedule", "Draw a pipeline schedule's per-stage timeline (validated)", setup);
+Register reg_pp("pp schedule", "Draw a pipeline schedule's per-stage timeline (validated)", setup);
 
 }  // namespace
-}  // namespace strata::cli
+}  // namespace strata::cli::cmd_pp

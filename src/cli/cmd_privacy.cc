@@ -12,7 +12,7 @@
 #include "fed/accountant.h"
 #include "nlohmann/json.hpp"
 
-namespace strata::cli {
+namespace strata::cli::cmd_privacy {
 namespace {
 
 struct PrivacyArgs {
@@ -85,8 +85,8 @@ void setup(CLI::App& app) {
   app.callback([&app, a] { run_privacy(app, *a); });
 }
 
-Register reg("privacy", "Epsilon of DP-SGD / DP-FedAvg (Renyi-DP accountant), or sigma for a target",
+Register reg_privacy("privacy", "Epsilon of DP-SGD / DP-FedAvg (Renyi-DP accountant), or sigma for a target",
              setup);
 
 }  // namespace
-}  // namespace strata::cli
+}  // namespace strata::cli::cmd_privacy

@@ -5,7 +5,7 @@
 
 namespace strata::cli {
 
-static Register reg("rank-exec", "Run one rank of an mpirun job and record how it ended (internal)",
+static Register reg_rank_exec("rank-exec", "Run one rank of an mpirun job and record how it ended (internal)",
                     [](CLI::App& app) {
   app.group("");  // not listed in `strata --help`
   struct Args {

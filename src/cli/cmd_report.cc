@@ -39,7 +39,7 @@ void run(const ReportArgs& a) {
               double(rep.html.size()) / 1024, ms);
 }
 
-static Register reg("report", "One self-contained HTML page of charts over run directories",
+static Register reg_report("report", "One self-contained HTML page of charts over run directories",
                     [](CLI::App& app) {
                       auto a = std::make_shared<ReportArgs>();
                       app.add_option("RUN_DIR", a->dirs, "Run directories (or scaling studies)")

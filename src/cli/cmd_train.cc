@@ -34,7 +34,7 @@
 #include "train/kernel_paths.h"
 #include "train/run_spec.h"
 
-namespace strata::cli {
+namespace strata::cli::cmd_train {
 namespace {
 
 // The families `strata train` takes: every setting of a run (cli/flags/).
@@ -225,7 +225,7 @@ void setup(CLI::App& app) {
   });
 }
 
-static Register reg("train", "Train a GPT model on one process or N data-parallel ranks", setup);
+static Register reg_train("train", "Train a GPT model on one process or N data-parallel ranks", setup);
 
 }  // namespace
-}  // namespace strata::cli
+}  // namespace strata::cli::cmd_train
