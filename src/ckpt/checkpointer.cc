@@ -361,8 +361,7 @@ void Checkpointer::commit(const std::string& tmp_dir, int64_t step) {
     if (damage.empty())
       fail_setting(final_dir,
                    " already exists and verifies (this run resumed from an older step); not "
-                   "replacing a good "
-                   "checkpoint: resume from it (",
+                   "replacing a good checkpoint: resume from it (",
                    setting("resume"), " auto) or save into another ", setting("run-dir"));
     log(cat("replacing damaged ", final_dir, " (", damage, ")"));
     remove_dir_safely(final_dir);

@@ -109,7 +109,7 @@ parallel::ParallelLayout RunSpec::layout() const {
   try {
     d = parallel.mesh_dims();
   } catch (const SettingError& e) {
-    throw Error(e.render("--"));
+    throw Error(in_flags(e));
   }
   parallel::ParallelLayout l;
   l.tp = d.tp, l.cp = d.cp, l.dp = d.dp, l.pp = d.pp, l.ep = d.ep;
@@ -222,7 +222,7 @@ void RunSpec::validate() const {
   try {
     check_all();
   } catch (const SettingError& e) {  // a lower layer's refusal, in the flags' words
-    throw Error(e.render("--"));
+    throw Error(in_flags(e));
   }
 }
 
